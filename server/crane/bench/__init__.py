@@ -1,0 +1,1 @@
+"""Benchmarking CRANE on crash/fix notebook pairs (format: ../shared/bench/README.md)."""

@@ -1,0 +1,71 @@
+"""Run bench variants: replay each variant's history in a fresh kernel, then predict its target cell."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from crane.bench.cases import Case, Variant
+from crane.bench.metrics import VariantResult
+from crane.engine import ReplayedNotebook
+from crane.notebook.model import load_notebook
+
+# A mode's predictor: given the replayed state and the target cell, fill the prediction fields.
+Predictor = Callable[[ReplayedNotebook, int, VariantResult], None]
+
+
+def static_predictor(replayed: ReplayedNotebook, target: int, result: VariantResult) -> None:
+    cell, _ = replayed.predict(target)
+    if cell.findings:
+        f = cell.findings[0]
+        result.predicted_crash = True
+        result.predicted_ename, result.rule, result.line, result.message = f.ename, f.rule, f.line, f.message
+    result.verdict = "crash" if cell.findings else "no-crash"
+    if cell.error:
+        result.error = cell.error
+
+
+PREDICTORS: dict[str, Predictor] = {"static": static_predictor}
+
+
+def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, python: str | None) -> VariantResult:
+    start = time.monotonic()
+    result = VariantResult(
+        case=case.id, variant=name, library=case.library, root_cause=case.root_cause,
+        expect_crash=variant.expect.crash, expect_ename=variant.expect.ename,
+        predicted_crash=False, seconds=0.0,
+    )
+    try:
+        nb = load_notebook(Path(case.directory) / variant.notebook)
+        with ReplayedNotebook(nb, [variant.target_cell], python=python) as replayed:
+            allowed = set(variant.history_errors)
+            result.unexpected_history_errors = [
+                f"cell {h.number}: {h.ename}: {h.evalue}"
+                for h in replayed.history_runs
+                if h.status == "error" and h.number not in allowed
+            ]
+            predictor(replayed, variant.target_cell, result)
+    except Exception as exc:  # one broken variant is reported, the bench goes on
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.seconds = round(time.monotonic() - start, 3)
+    return result
+
+
+def run_cases(
+    cases: list[Case], predictor: Predictor, jobs: int = 1, python: str | None = None,
+    progress: Callable[[VariantResult], None] | None = None,
+) -> list[VariantResult]:
+    work = [(c, name, v) for c in cases for name, v in c.variants.items()]
+
+    def one(item):
+        r = run_variant(*item, predictor, python)
+        if progress:
+            progress(r)
+        return r
+
+    if jobs <= 1:
+        return [one(w) for w in work]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, work))

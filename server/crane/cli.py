@@ -1,0 +1,54 @@
+"""`crane` command line: a thin dispatcher; each subcommand lives in `crane.commands.<name>`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from crane import __version__
+
+# name -> (module, one-line help)
+SUBCOMMANDS = {
+    "check": ("crane.commands.check", "predict which cells of a notebook will crash"),
+    "diagnose": ("crane.commands.diagnose", "explain why one cell will crash (or why it failed)"),
+    "fix": ("crane.commands.fix", "repair a cell with the CRANE agent, in a sandbox"),
+    "bench": ("crane.commands.bench", "score CRANE on crash/fix benchmark cases"),
+    "serve": ("crane.commands.serve", "run the CRANE language server (stdio by default)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="crane", description="CRANE: crash prediction for Jupyter notebooks")
+    parser.add_argument("--version", action="version", version=f"crane {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # subcommand not built yet
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print("crane: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # never a bare traceback for users; CRANE_DEBUG=1 shows it
+        if os.environ.get("CRANE_DEBUG"):
+            raise
+        print(f"crane: internal error: {type(exc).__name__}: {exc} (set CRANE_DEBUG=1 for details)", file=sys.stderr)
+        return 2

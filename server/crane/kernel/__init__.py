@@ -1,0 +1,1 @@
+"""Kernel access: starting kernels (manager.py), talking to them privately (client.py), replaying history."""

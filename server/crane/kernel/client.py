@@ -1,0 +1,227 @@
+"""Talking to a kernel over its channels, privately.
+
+Private requests are `silent=True, store_history=False`: they do not increment the execution count, do not
+enter `In`/`Out`, and send no `execute_input`/`execute_result`. Results come back through
+`user_expressions`. iopub traffic that is not ours is ignored. Every request has a timeout; a dead kernel or
+a timed-out request raises a clear `KernelError`.
+
+`run_cell` is the only non-private request: the CLI uses it to replay a notebook's history in a kernel CRANE
+started itself (never in a user's kernel).
+"""
+
+from __future__ import annotations
+
+import ast
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from jupyter_client import BlockingKernelClient
+
+from crane.kernel.errors import KernelDead, KernelError, KernelTimeout
+
+
+class CellRun(msgspec.Struct):
+    """The outcome of running one cell (replay)."""
+
+    status: str  # "ok" | "error" | "aborted"
+    execution_count: int | None = None
+    ename: str | None = None
+    evalue: str | None = None
+    traceback: list[str] = []
+    stdout: str = ""
+    stderr: str = ""
+    elapsed_s: float = 0.0
+
+
+class PrivateReply(msgspec.Struct):
+    status: str
+    user_expressions: dict[str, Any] = {}
+    ename: str | None = None
+    evalue: str | None = None
+
+
+def expression_value(result: dict[str, Any]) -> str:
+    """The text/plain repr of a user_expressions entry, or raise KernelError with the kernel's error."""
+    if result.get("status") != "ok":
+        raise KernelError(f"{result.get('ename', 'Error')}: {result.get('evalue', '')}")
+    return result.get("data", {}).get("text/plain", "")
+
+
+def literal_value(result: dict[str, Any]) -> Any:
+    """Decode a user_expressions entry whose value is a Python literal (e.g. a str of JSON)."""
+    return ast.literal_eval(expression_value(result))
+
+
+class KernelConnection:
+    """A channel client to one kernel, with private requests and timeouts. Thread-safe per request."""
+
+    def __init__(self, client: BlockingKernelClient, owner: Any = None, connection_file: str | None = None):
+        self.client = client
+        self.owner = owner  # the KernelManager when CRANE started the kernel
+        self.connection_file = connection_file
+        self._lock = threading.Lock()
+        if not client.channels_running:
+            client.start_channels()
+
+    # -- construction -------------------------------------------------------------------------------
+    @classmethod
+    def attach(cls, connection_file: str | Path, timeout: float = 10.0) -> "KernelConnection":
+        """Connect to a running kernel from its connection file."""
+        path = Path(connection_file)
+        if not path.is_file():
+            raise KernelError(f"connection file not found: {path}")
+        kc = BlockingKernelClient()
+        try:
+            kc.load_connection_file(str(path))
+        except Exception as exc:
+            raise KernelError(f"cannot read connection file {path}: {exc}") from exc
+        conn = cls(kc, connection_file=str(path))
+        try:
+            conn.wait_ready(timeout)
+        except KernelError:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        try:
+            self.client.stop_channels()
+        except Exception:
+            pass
+
+    # -- liveness -----------------------------------------------------------------------------------
+    def is_alive(self) -> bool:
+        if self.owner is not None:
+            try:
+                return bool(self.owner.is_alive())
+            except Exception:
+                return False
+        try:
+            return bool(self.client.is_alive())
+        except Exception:
+            return False
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until the kernel answers a kernel_info request."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            msg_id = self.client.kernel_info()
+            while True:
+                self._check_owner_alive()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KernelTimeout(f"kernel did not answer kernel_info within {timeout:.0f} s")
+                try:
+                    msg = self.client.get_shell_msg(timeout=min(remaining, 0.5))
+                except queue.Empty:
+                    continue
+                if msg["parent_header"].get("msg_id") == msg_id:
+                    break
+        self._drain_iopub()
+
+    def _check_owner_alive(self) -> None:
+        if self.owner is not None and not self.owner.is_alive():
+            raise KernelDead("the kernel process has died")
+
+    def _drain_iopub(self) -> None:
+        try:
+            while True:
+                self.client.get_iopub_msg(timeout=0)
+        except queue.Empty:
+            pass
+
+    # -- requests -----------------------------------------------------------------------------------
+    def _shell_reply(self, msg_id: str, timeout: float, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last_hb = time.monotonic()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KernelTimeout(f"{what}: no reply within {timeout:g} s (the kernel may be busy)")
+            try:
+                msg = self.client.get_shell_msg(timeout=min(remaining, 0.2))
+            except queue.Empty:
+                if time.monotonic() - last_hb > 1.0:
+                    last_hb = time.monotonic()
+                    if not self.is_alive():
+                        raise KernelDead(f"{what}: the kernel died") from None
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+
+    def private(self, user_expressions: dict[str, str], code: str = "", timeout: float = 5.0) -> PrivateReply:
+        """Run `code` silently (no history, no execution count) and evaluate `user_expressions`."""
+        with self._lock:
+            self._drain_iopub()
+            msg_id = self.client.execute(
+                code,
+                silent=True,
+                store_history=False,
+                user_expressions=user_expressions,
+                allow_stdin=False,
+                stop_on_error=False,
+            )
+            reply = self._shell_reply(msg_id, timeout, "private request")
+            self._drain_iopub()
+        content = reply["content"]
+        return PrivateReply(
+            status=content.get("status", "error"),
+            user_expressions=content.get("user_expressions", {}) or {},
+            ename=content.get("ename"),
+            evalue=content.get("evalue"),
+        )
+
+    def evaluate(self, expression: str, timeout: float = 5.0) -> Any:
+        """Evaluate one expression privately and return its value as a Python literal."""
+        reply = self.private({"v": expression}, timeout=timeout)
+        if reply.status != "ok":
+            raise KernelError(f"private request failed: {reply.ename}: {reply.evalue}")
+        return literal_value(reply.user_expressions["v"])
+
+    def run_cell(self, code: str, timeout: float = 600.0) -> CellRun:
+        """Run a cell as a user would (history, outputs). Only for kernels CRANE owns (replay)."""
+        start = time.monotonic()
+        with self._lock:
+            self._drain_iopub()
+            msg_id = self.client.execute(code, silent=False, store_history=True, allow_stdin=False)
+            run = CellRun(status="ok")
+            out: list[str] = []
+            err: list[str] = []
+            idle = False
+            deadline = start + timeout
+            while not idle:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KernelTimeout(f"cell did not finish within {timeout:g} s")
+                try:
+                    msg = self.client.get_iopub_msg(timeout=min(remaining, 0.5))
+                except queue.Empty:
+                    self._check_owner_alive()
+                    if self.owner is None and not self.is_alive():
+                        raise KernelDead("the kernel died while running a cell") from None
+                    continue
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                mt, content = msg["msg_type"], msg["content"]
+                if mt == "stream":
+                    (out if content.get("name") == "stdout" else err).append(content.get("text", ""))
+                elif mt == "error":
+                    run.status = "error"
+                    run.ename = content.get("ename")
+                    run.evalue = content.get("evalue")
+                    run.traceback = content.get("traceback", [])
+                elif mt == "execute_input":
+                    run.execution_count = content.get("execution_count")
+                elif mt == "status" and content.get("execution_state") == "idle":
+                    idle = True
+            reply = self._shell_reply(msg_id, max(1.0, deadline - time.monotonic()), "cell")
+        if reply["content"].get("status") == "aborted":
+            run.status = "aborted"
+        run.stdout = "".join(out)[-4000:]
+        run.stderr = "".join(err)[-4000:]
+        run.elapsed_s = time.monotonic() - start
+        return run

@@ -1,0 +1,172 @@
+"""LLM settings: which model, where, and the limits of a request, from CLI args, LSP settings and env.
+
+Precedence: explicit values (CLI flags) > the LSP settings (`crane.llm.*`) > environment (`CRANE_MODEL`,
+`CRANE_API_BASE`, ...) > defaults. No model configured is not an error: `settings.enabled` is False and
+callers use the offline modes. API keys are never part of the settings: litellm reads them from the
+provider's usual environment variables (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+
+class SettingsError(ValueError):
+    """A setting has a value CRANE cannot use (the message names the setting)."""
+
+
+def default_cache_dir(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    if env.get("CRANE_CACHE_DIR"):
+        return env["CRANE_CACHE_DIR"]
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "crane")
+
+
+class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
+    model: str | None = None  # litellm model string, e.g. "openai/gpt-4o-mini", "ollama/qwen2.5", "anthropic/..."
+    api_base: str | None = None  # e.g. "http://127.0.0.1:11434" for a local server
+    timeout_s: float = 60.0  # per attempt
+    max_tokens: int = 800  # completion budget per request
+    temperature: float | None = 0.0  # dropped automatically for models that refuse it
+    retries: int = 2  # extra attempts on 429 / 5xx / timeouts / connection errors
+    retry_backoff_s: float = 1.0  # first back-off; doubles per attempt (Retry-After wins when sent)
+    budget_usd: float | None = None  # stop sending requests once the session's cost reaches this
+    cache: bool = True
+    cache_dir: str | None = None  # None: default_cache_dir()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.model)
+
+    def resolved_cache_dir(self) -> Path:
+        return Path(self.cache_dir or default_cache_dir())
+
+    def validate(self) -> "LLMSettings":
+        if self.timeout_s <= 0:
+            raise SettingsError(f"timeout must be positive, got {self.timeout_s}")
+        if self.max_tokens <= 0:
+            raise SettingsError(f"max tokens must be positive, got {self.max_tokens}")
+        if self.retries < 0:
+            raise SettingsError(f"retries must be 0 or more, got {self.retries}")
+        if self.budget_usd is not None and self.budget_usd < 0:
+            raise SettingsError(f"budget must be 0 or more, got {self.budget_usd}")
+        if self.api_base and not self.api_base.startswith(("http://", "https://")):
+            raise SettingsError(f"api base must be an http(s) URL, got {self.api_base!r}")
+        return self
+
+
+# LSP setting (camelCase, under crane.llm) -> field
+_LSP_KEYS = {
+    "model": "model",
+    "apiBase": "api_base",
+    "timeout": "timeout_s",
+    "timeoutS": "timeout_s",
+    "maxTokens": "max_tokens",
+    "temperature": "temperature",
+    "retries": "retries",
+    "budgetUsd": "budget_usd",
+    "cache": "cache",
+    "cacheDir": "cache_dir",
+}
+
+# environment variable -> field
+_ENV_KEYS = {
+    "CRANE_MODEL": "model",
+    "CRANE_API_BASE": "api_base",
+    "CRANE_LLM_TIMEOUT": "timeout_s",
+    "CRANE_LLM_MAX_TOKENS": "max_tokens",
+    "CRANE_LLM_RETRIES": "retries",
+    "CRANE_LLM_BUDGET_USD": "budget_usd",
+    "CRANE_LLM_CACHE": "cache",
+    "CRANE_CACHE_DIR": "cache_dir",
+}
+
+_FIELD_TYPES = {"timeout_s": float, "max_tokens": int, "retries": int, "budget_usd": float, "temperature": float}
+
+
+def _coerce(field: str, value: Any, where: str) -> Any:
+    if value is None or value == "":
+        return None
+    if field == "cache":
+        if isinstance(value, bool):
+            return value
+        return str(value).strip().lower() not in ("0", "false", "no", "off")
+    typ = _FIELD_TYPES.get(field)
+    if typ is None:
+        if not isinstance(value, str):
+            raise SettingsError(f"{where} must be a string, got {value!r}")
+        return value.strip() or None
+    try:
+        return typ(value)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{where} must be a number, got {value!r}") from None
+
+
+def _lsp_llm_section(lsp: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """Accept {"crane": {"llm": {...}}}, {"llm": {...}}, {...} or flat {"crane.llm.model": ...}."""
+    if not lsp:
+        return {}
+    if isinstance(lsp.get("crane"), Mapping):
+        lsp = lsp["crane"]
+    if isinstance(lsp.get("llm"), Mapping):
+        return lsp["llm"]
+    flat = {k.rsplit(".", 1)[-1]: v for k, v in lsp.items() if k.startswith(("crane.llm.", "llm."))}
+    return flat or {k: v for k, v in lsp.items() if k in _LSP_KEYS}
+
+
+def resolve_settings(
+    explicit: Mapping[str, Any] | None = None,
+    lsp: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LLMSettings:
+    """Merge the three sources (explicit > lsp > env > defaults) and validate."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for var, field in _ENV_KEYS.items():
+        if var in env:
+            v = _coerce(field, env[var], var)
+            if v is not None:
+                values[field] = v
+    for key, raw in _lsp_llm_section(lsp).items():
+        field = _LSP_KEYS.get(key)
+        if field is not None:
+            v = _coerce(field, raw, f"crane.llm.{key}")
+            if v is not None:
+                values[field] = v
+    for field, raw in (explicit or {}).items():
+        if field not in LLMSettings.__struct_fields__:
+            raise SettingsError(f"unknown LLM setting {field!r}")
+        v = _coerce(field, raw, field)
+        if v is not None:
+            values[field] = v
+    return LLMSettings(**values).validate()
+
+
+def add_llm_arguments(parser) -> None:
+    """The LLM flags shared by `crane diagnose`, `crane check --mode llm` and `crane bench --mode llm`."""
+    g = parser.add_argument_group("LLM (also CRANE_MODEL, CRANE_API_BASE, provider keys from their usual env vars)")
+    g.add_argument("--model", help="litellm model, e.g. openai/gpt-4o-mini, anthropic/claude-..., ollama/qwen2.5")
+    g.add_argument("--api-base", dest="api_base", help="base URL of the model server (local servers, proxies)")
+    g.add_argument("--llm-timeout", dest="llm_timeout", type=float, help="seconds per request attempt (default 60)")
+    g.add_argument("--max-tokens", dest="max_tokens", type=int, help="completion token limit (default 800)")
+    g.add_argument("--budget-usd", dest="budget_usd", type=float, help="stop once this session has cost this much")
+    g.add_argument("--no-cache", dest="no_cache", action="store_true", help="do not read or write the response cache")
+
+
+def settings_from_args(args, env: Mapping[str, str] | None = None) -> LLMSettings:
+    explicit = {
+        "model": getattr(args, "model", None),
+        "api_base": getattr(args, "api_base", None),
+        "timeout_s": getattr(args, "llm_timeout", None),
+        "max_tokens": getattr(args, "max_tokens", None),
+        "budget_usd": getattr(args, "budget_usd", None),
+    }
+    if getattr(args, "no_cache", False):
+        explicit["cache"] = False
+    return resolve_settings({k: v for k, v in explicit.items() if v is not None}, env=env)

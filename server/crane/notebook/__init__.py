@@ -1,0 +1,1 @@
+"""Notebook documents: loading `.ipynb` files and ordering their execution history."""

@@ -1,0 +1,1 @@
+"""Runtime facts: the kernel-side probe and the daemon-side structs its output is decoded into."""

@@ -1,0 +1,197 @@
+"""Runtime facts about the kernel's state, as decoded on the daemon side.
+
+The kernel-side probe (`kernel_probe.py`, standard library only) emits JSON in exactly these shapes; it is
+decoded and validated here with msgspec (`decode_probe_result`). Every field is optional except the name
+and type: the probe emits what it can learn cheaply and safely, and nothing else. Field coverage is a
+superset of CRANE-LLM's extractor (../shared/notes/crane-llm-study.md §1.1) plus per-column NaN counts,
+nn.Module / Keras structure, undefined names, module availability and file existence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class ColumnFacts(msgspec.Struct, omit_defaults=True):
+    """One DataFrame column."""
+
+    name: str  # repr of the label for non-str labels
+    dtype: str
+    n_nan: int = 0
+    kind: str | None = None  # "binary" | "categorical" | "continuous" | "text" | "datetime" | "empty" | "other"
+    num_unique: int | None = None
+    value_range: list[Any] | None = None  # [min, max] for numeric/datetime columns
+    unique_values: list[Any] | None = None  # all uniques when there are at most 5
+    example_values: list[str] | None = None  # up to 5 short reprs
+    # For object/string columns: do all non-null values parse as numbers?
+    # "all" | "some" | "none"; with the first value that does not parse.
+    numeric_parse: str | None = None
+    non_numeric_example: str | None = None
+
+
+class IndexFacts(msgspec.Struct, omit_defaults=True):
+    type: str  # e.g. "RangeIndex", "Index"
+    dtype: str
+    length: int
+    start: Any = None  # RangeIndex start/stop/step, or min/max of a numeric index
+    stop: Any = None
+    step: Any = None
+    min: Any = None
+    max: Any = None
+    unique: bool | None = None
+
+
+class ParamFacts(msgspec.Struct, omit_defaults=True):
+    """One parameter of a callable's signature (inspect.Parameter)."""
+
+    name: str
+    kind: str  # POSITIONAL_ONLY | POSITIONAL_OR_KEYWORD | VAR_POSITIONAL | KEYWORD_ONLY | VAR_KEYWORD
+    has_default: bool = False
+    default: str | None = None  # short repr
+
+
+class EstimatorFacts(msgspec.Struct, omit_defaults=True):
+    """A scikit-learn estimator (anything with get_params and fit)."""
+
+    class_name: str
+    module: str
+    is_fitted: bool
+    n_features_in: int | None = None
+    feature_names_in: list[str] | None = None
+    classes: list[Any] | None = None
+    n_outputs: int | None = None
+    params: dict[str, str] = {}  # get_params(deep=False), short reprs
+
+
+class LayerFacts(msgspec.Struct, omit_defaults=True):
+    name: str
+    type: str
+    in_features: int | None = None
+    out_features: int | None = None
+    in_channels: int | None = None
+    out_channels: int | None = None
+    kernel_size: list[int] | None = None
+    num_embeddings: int | None = None
+    embedding_dim: int | None = None
+
+
+class TorchModuleFacts(msgspec.Struct, omit_defaults=True):
+    """A torch nn.Module: its leaf layers in registration order (bounded) and what input it expects."""
+
+    layers: list[LayerFacts] = []
+    n_parameters: int | None = None
+    training: bool | None = None
+    device: str | None = None
+    first_layer: str | None = None
+    expected_input_rank: int | None = None  # 2 for Linear-first, 4 for Conv2d-first, ...
+    expected_in_features: int | None = None  # in_features / in_channels of the first layer
+    truncated: bool = False
+
+
+class KerasModelFacts(msgspec.Struct, omit_defaults=True):
+    input_shape: str | None = None
+    output_shape: str | None = None
+    n_layers: int | None = None
+    loss: str | None = None
+    built: bool | None = None
+
+
+class DataLoaderFacts(msgspec.Struct, omit_defaults=True):
+    batch_size: int | None = None
+    num_batches: int | None = None
+    num_examples: int | None = None
+    dataset_type: str | None = None
+    sample_shapes: list[str] | None = None  # shapes of the fields of dataset[0] (tensor datasets only)
+    sample_dtypes: list[str] | None = None
+
+
+class Facts(msgspec.Struct, omit_defaults=True):
+    """Everything the probe learned about one name in the user's namespace."""
+
+    name: str
+    type: str  # qualified type name, e.g. "pandas.core.frame.DataFrame"
+    kind: str = "other"  # dataframe | series | ndarray | tensor | scalar | str | list | tuple | dict | set |
+    #                      estimator | torch_module | keras_model | dataloader | module | function | class | other
+    defined_in: int | None = None  # execution count of the cell that last assigned it (filled daemon-side)
+    value: str | None = None  # short repr for scalars / short strings / small containers
+    length: int | None = None
+    shape: list[int] | None = None
+    dtype: str | None = None
+    has_nan: bool | None = None
+    n_nan: int | None = None
+    value_range: list[Any] | None = None
+    num_unique: int | None = None
+    unique_values: list[Any] | None = None
+    example_values: list[str] | None = None
+    numeric_parse: str | None = None  # as in ColumnFacts, for object arrays / Series
+    non_numeric_example: str | None = None
+    columns: list[ColumnFacts] | None = None
+    columns_truncated: bool = False
+    index: IndexFacts | None = None
+    keys: list[str] | None = None  # dict keys (reprs, bounded)
+    preview: dict[str, str] | None = None  # dict: first items, key repr -> short value repr
+    element_types: list[str] | None = None  # list/tuple: types of the first elements
+    device: str | None = None
+    requires_grad: bool | None = None
+    estimator: EstimatorFacts | None = None
+    torch_module: TorchModuleFacts | None = None
+    keras_model: KerasModelFacts | None = None
+    dataloader: DataLoaderFacts | None = None
+    signature: list[ParamFacts] | None = None  # callables (bounded)
+    module_name: str | None = None  # for modules: __name__
+    truncated: bool = False  # the per-variable size cap cut something
+
+
+class AttrCheck(msgspec.Struct, omit_defaults=True):
+    """Static attribute lookup (inspect.getattr_static): never runs properties or __getattr__."""
+
+    expr: str  # "model.feature_importances_"
+    present: bool | None  # None: cannot tell statically (e.g. the type defines __getattr__)
+    owner_type: str | None = None  # type of the object the attribute was looked up on
+    facts: Facts | None = None  # facts of the attribute's value, when it is plain data in an instance dict
+    signature: list[ParamFacts] | None = None  # when the attribute is a callable
+
+
+class KeyCheck(msgspec.Struct, omit_defaults=True):
+    """Membership of a literal key in a live container (dict keys, DataFrame columns, index labels)."""
+
+    expr: str  # name or attribute chain the key is applied to
+    key: Any
+    axis: str  # "key" (dict / columns / Series index) | "columns" | "index"
+    present: bool | None
+
+
+class ProbeRequest(msgspec.Struct, omit_defaults=True):
+    """What the daemon asks the probe about one target cell (all derived from static analysis)."""
+
+    names: list[str] = []
+    attrs: list[str] = []  # attribute chains, e.g. "model.feature_importances_", "plt.scatter"
+    keys: list[list[Any]] = []  # [expr, key, axis]
+    modules: list[str] = []  # top-level module names to look up with importlib.util.find_spec
+    paths: list[str] = []  # literal file paths, relative to the kernel's cwd
+
+
+class ProbeResult(msgspec.Struct, omit_defaults=True):
+    facts: dict[str, Facts] = {}
+    undefined: list[str] = []  # requested names bound neither in the user namespace nor in builtins
+    attrs: list[AttrCheck] = []
+    keys: list[KeyCheck] = []
+    modules: dict[str, bool] = {}  # module -> can be found (importlib.util.find_spec, no import)
+    imported_modules: list[str] = []  # requested modules already imported in the kernel
+    paths: dict[str, bool] = {}  # literal path -> exists relative to the kernel's cwd
+    cwd: str | None = None
+    libraries: dict[str, str] = {}  # versions of loaded ML libraries: {"sklearn": "1.2.2", ...}
+    elapsed_ms: float = 0.0
+    payload_bytes: int = 0
+    truncated: bool = False  # the total size cap cut something
+    errors: list[str] = []  # facts the probe could not compute (it never raises)
+
+
+_decoder = msgspec.json.Decoder(ProbeResult)
+
+
+def decode_probe_result(data: bytes | str) -> ProbeResult:
+    """Decode and validate the probe's JSON output (raises msgspec.ValidationError/DecodeError)."""
+    return _decoder.decode(data)

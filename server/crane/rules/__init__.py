@@ -1,0 +1,1 @@
+"""The offline predictor's rules: small, separately tested checks over static and runtime facts."""

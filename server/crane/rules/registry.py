@@ -1,0 +1,104 @@
+"""Rule registry: `@rule("rule-id")` registers a check; `run_rules(ctx)` runs them all.
+
+A rule is a function `fn(ctx: RuleContext) -> Iterable[Finding]` (a generator is fine). Rules are small and
+single-purpose (one concern per module); a rule that cannot decide yields nothing: unknown is not "no crash"
+but it is never a crash either. A rule must never raise: `run_rules` catches and logs (to stderr, via the
+`crane.rules` logger) any exception a rule raises and goes on with the others.
+
+Every rule module is imported by `load_rules()` (listed in `RULE_MODULES`) so that its `@rule` decorators run;
+a module that does not exist yet is skipped.
+
+    from crane.rules.registry import rule
+
+    @rule("missing-column")
+    def missing_column(ctx):
+        for node in ...:
+            yield ctx.finding(node, rule="missing-column", ename="KeyError", message="...",
+                              root_cause="data confusion", confidence=0.9, evidence=["df has no column 'x'"])
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from crane.rules.finding import Finding
+
+if TYPE_CHECKING:
+    from crane.rules.context import RuleContext
+
+log = logging.getLogger("crane.rules")
+
+RuleFn = Callable[["RuleContext"], Iterable[Finding]]
+
+# rule id -> function, in registration order.
+RULES: dict[str, RuleFn] = {}
+
+# Rule modules, imported by load_rules(). Core rules first, then the library rules.
+RULE_MODULES = (
+    "crane.rules.syntax",
+    "crane.rules.names",
+    "crane.rules.modules",
+    "crane.rules.files",
+    "crane.rules.keys",
+    "crane.rules.attributes",
+    "crane.rules.sklearn",
+    "crane.rules.pandas_rules",
+    "crane.rules.numpy_shapes",
+    "crane.rules.torch_rules",
+    "crane.rules.plotting",
+    "crane.rules.calls",
+)
+
+_loaded = False
+
+
+def rule(rule_id: str, *, needs_probe: bool = False) -> Callable[[RuleFn], RuleFn]:
+    """Register `fn` under `rule_id`. With `needs_probe=True` the rule is skipped when there is no kernel
+    (`ctx.probe is None`), so the rule body can assume `ctx.probe` is set."""
+
+    def deco(fn: RuleFn) -> RuleFn:
+        if rule_id in RULES and RULES[rule_id] is not fn:
+            raise ValueError(f"rule id {rule_id!r} registered twice")
+        fn.rule_id = rule_id  # type: ignore[attr-defined]
+        fn.needs_probe = needs_probe  # type: ignore[attr-defined]
+        RULES[rule_id] = fn
+        return fn
+
+    return deco
+
+
+def load_rules() -> dict[str, RuleFn]:
+    """Import every rule module (once) so that all rules are registered; return the registry."""
+    global _loaded
+    if not _loaded:
+        for name in RULE_MODULES:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name != name:
+                    raise
+        _loaded = True
+    return RULES
+
+
+def run_rules(ctx: "RuleContext", only: Iterable[str] | None = None) -> list[Finding]:
+    """Run the registered rules (or the ids in `only`) on `ctx`; a rule that raises is logged and skipped."""
+    rules = load_rules()
+    selected = list(only) if only is not None else list(rules)
+    findings: list[Finding] = []
+    for rule_id in selected:
+        fn = rules.get(rule_id)
+        if fn is None:
+            continue
+        if getattr(fn, "needs_probe", False) and ctx.probe is None:
+            continue
+        try:
+            for f in fn(ctx) or ():
+                if isinstance(f, Finding):
+                    findings.append(f)
+        except Exception:  # a broken rule must not take the predictor down
+            log.exception("rule %s failed", rule_id)
+    return findings

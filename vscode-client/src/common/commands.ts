@@ -1,0 +1,230 @@
+/**
+ * Palette commands (`crane.ui.*`). They forward to the server's command ids with
+ * `workspace/executeCommand`; the server ids themselves are registered by vscode-languageclient.
+ */
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import type { ExecuteCommandSignature } from 'vscode-languageclient/node';
+import type { AgentController } from './agentPanel';
+import { summarizeCheck } from './checkSummary';
+import { listConnectionFiles, runtimeDirs } from './connectionFiles';
+import type { DiagnosisView } from './diagnosisView';
+import { errorMessage, showLog, traceError, traceInfo } from './log';
+import { activeCell, activeNotebook, notebookOfCell } from './notebooks';
+import { AttachResult, DiagnosisParams, ServerCommands } from './protocol';
+import { ApiKeyStore, promptForApiKey } from './secrets';
+import type { CraneServer } from './serverApi';
+import type { StatusBar } from './statusBar';
+import { SHOW_DETAILS_COMMAND } from './statusBar';
+import { renderStatus } from './statusModel';
+
+export const UiCommands = {
+  checkNotebook: 'crane.ui.checkNotebook',
+  diagnoseCell: 'crane.ui.diagnoseCell',
+  fixCell: 'crane.ui.fixCell',
+  stopAgent: 'crane.ui.stopAgent',
+  attachKernel: 'crane.ui.attachKernel',
+  setApiKey: 'crane.ui.setApiKey',
+  restartServer: 'crane.ui.restartServer',
+  showLog: 'crane.ui.showLog',
+  showStatus: SHOW_DETAILS_COMMAND,
+} as const;
+
+export interface CommandDeps {
+  server(): CraneServer;
+  status: StatusBar;
+  agent: AgentController;
+  diagnosis: DiagnosisView;
+  keys: ApiKeyStore;
+  restart(reason: string): Promise<void>;
+}
+
+export function isDiagnosis(v: unknown): v is DiagnosisParams {
+  const o = v as DiagnosisParams;
+  return !!o && typeof o === 'object' && typeof o.markdown === 'string' && 'verdict' in o;
+}
+
+export class Commands {
+  constructor(private readonly deps: CommandDeps) {}
+
+  register(): vscode.Disposable[] {
+    const wrap = (id: string, fn: (...args: unknown[]) => Promise<unknown>) =>
+      vscode.commands.registerCommand(id, async (...args: unknown[]) => {
+        try {
+          return await fn(...args);
+        } catch (err) {
+          traceError(`${id} failed`, err);
+          void vscode.window.showErrorMessage(`CRANE: ${errorMessage(err)}`);
+          return undefined;
+        }
+      });
+    return [
+      wrap(UiCommands.checkNotebook, () => this.checkNotebook()),
+      wrap(UiCommands.diagnoseCell, () => this.diagnoseCell()),
+      wrap(UiCommands.fixCell, () => this.fixCell()),
+      wrap(UiCommands.stopAgent, () => this.stopAgent()),
+      wrap(UiCommands.attachKernel, () => this.attachKernel()),
+      wrap(UiCommands.setApiKey, () => this.setApiKey()),
+      wrap(UiCommands.restartServer, () => this.deps.restart('restart command')),
+      wrap(UiCommands.showLog, async () => showLog()),
+      wrap(UiCommands.showStatus, () => this.showStatus()),
+    ];
+  }
+
+  async checkNotebook(): Promise<unknown> {
+    const nb = requireNotebook();
+    const result = await this.deps.status.busy('Checking notebook', () =>
+      this.deps.server().executeCommand(ServerCommands.checkNotebook, [nb.uri.toString()]),
+    );
+    traceInfo(`check ${nb.uri.toString()}: ${JSON.stringify(result)?.slice(0, 4000)}`);
+    void vscode.window.showInformationMessage(summarizeCheck(result).text);
+    return result;
+  }
+
+  async diagnoseCell(cellUri?: string): Promise<unknown> {
+    const uri = cellUri ?? requireCell().document.uri.toString();
+    const result = await this.deps.status.busy('Diagnosing cell', () =>
+      this.deps.server().executeCommand(ServerCommands.diagnoseCell, [uri]),
+    );
+    await this.showDiagnosisResult(uri, result);
+    return result;
+  }
+
+  async showDiagnosisResult(cellUri: string, result: unknown): Promise<void> {
+    if (isDiagnosis(result)) {
+      const notebookUri = result.notebookUri ?? notebookOfCell(cellUri)?.uri.toString() ?? '';
+      await this.deps.diagnosis.show({ ...result, cellUri: result.cellUri ?? cellUri, notebookUri });
+    }
+  }
+
+  async fixCell(): Promise<unknown> {
+    const cell = requireCell();
+    const goal = await vscode.window.showInputBox({
+      title: 'CRANE: Fix cell with agent',
+      prompt: 'Optional goal for the agent (Enter to let it fix the predicted crash)',
+      placeHolder: 'e.g. keep the output shape (2, 3)',
+    });
+    if (goal === undefined) {
+      return undefined;
+    }
+    return this.deps.agent.fix(cell.document.uri.toString(), goal.trim() || undefined);
+  }
+
+  async stopAgent(): Promise<void> {
+    const stopped = await this.deps.agent.stop();
+    void vscode.window.showInformationMessage(stopped ? 'CRANE: agent stopped.' : 'CRANE: no agent run to stop.');
+  }
+
+  async attachKernel(): Promise<AttachResult | undefined> {
+    const nb = requireNotebook();
+    const file = await pickConnectionFile();
+    if (!file) {
+      return undefined;
+    }
+    const result = await this.deps.server().executeCommand<AttachResult>(ServerCommands.attachKernel, [
+      nb.uri.toString(),
+      file,
+    ]);
+    if (result?.attached) {
+      this.deps.status.update({ type: 'bridgeNote', notebookUri: nb.uri.toString(), note: undefined });
+      void vscode.window.showInformationMessage(`CRANE: attached to ${path.basename(file)}. ${result.message ?? ''}`);
+    } else {
+      void vscode.window.showWarningMessage(`CRANE: could not attach ${path.basename(file)}: ${result?.message ?? 'no answer'}`);
+    }
+    return result;
+  }
+
+  async setApiKey(): Promise<void> {
+    const changed = await promptForApiKey(this.deps.keys);
+    if (changed) {
+      await this.deps.restart(`API key ${changed} changed`);
+    }
+  }
+
+  async showStatus(): Promise<void> {
+    const view = renderStatus(this.deps.status.current);
+    const details = view.tooltip.split('\n').filter((l) => l !== 'Click for details.');
+    const actions: Array<vscode.QuickPickItem & { command?: string }> = [
+      ...details.map((d) => ({ label: d })),
+      { label: '', kind: vscode.QuickPickItemKind.Separator },
+      { label: '$(output) Show log', command: UiCommands.showLog },
+      { label: '$(plug) Attach to kernel…', command: UiCommands.attachKernel },
+      { label: '$(checklist) Check notebook', command: UiCommands.checkNotebook },
+      { label: '$(debug-restart) Restart server', command: UiCommands.restartServer },
+    ];
+    const picked = await vscode.window.showQuickPick(actions, { title: 'CRANE status' });
+    if (picked?.command) {
+      await vscode.commands.executeCommand(picked.command);
+    }
+  }
+
+  /**
+   * Middleware for server command ids invoked by VS Code itself (code actions): the agent and the
+   * diagnosis view get their results, and slow commands show "analysing".
+   */
+  async routeServerCommand(command: string, args: unknown[], next: ExecuteCommandSignature): Promise<unknown> {
+    switch (command) {
+      case ServerCommands.fixCell:
+        return this.deps.agent.fix(String(args[0]), typeof args[1] === 'string' ? args[1] : undefined);
+      case ServerCommands.diagnoseCell: {
+        const result = await this.deps.status.busy('Diagnosing cell', async () => next(command, args));
+        await this.showDiagnosisResult(String(args[0]), result);
+        return result;
+      }
+      case ServerCommands.checkNotebook:
+      case ServerCommands.runSpeculatively:
+        return this.deps.status.busy(command === ServerCommands.checkNotebook ? 'Checking notebook' : 'Running speculatively', async () =>
+          next(command, args),
+        );
+      default:
+        return next(command, args);
+    }
+  }
+}
+
+function requireNotebook(): vscode.NotebookDocument {
+  const nb = activeNotebook();
+  if (!nb) {
+    throw new Error('open a Jupyter notebook first.');
+  }
+  return nb;
+}
+
+function requireCell(): vscode.NotebookCell {
+  const cell = activeCell();
+  if (!cell) {
+    throw new Error('select a Python code cell in a Jupyter notebook first.');
+  }
+  return cell;
+}
+
+async function pickConnectionFile(): Promise<string | undefined> {
+  const files = listConnectionFiles(runtimeDirs());
+  const browse = '$(folder-opened) Browse…';
+  const items: vscode.QuickPickItem[] = [
+    ...files.map((f) => ({
+      label: path.basename(f.path),
+      description: path.dirname(f.path),
+      detail: `modified ${new Date(f.mtimeMs).toLocaleString()}`,
+    })),
+    { label: browse },
+  ];
+  const picked = await vscode.window.showQuickPick(items, {
+    title: 'CRANE: Attach to kernel…',
+    placeHolder: files.length ? 'Pick the kernel connection file' : 'No connection files found in the Jupyter runtime directories',
+  });
+  if (!picked) {
+    return undefined;
+  }
+  if (picked.label !== browse) {
+    return path.join(picked.description ?? '', picked.label);
+  }
+  const dirs = runtimeDirs();
+  const chosen = await vscode.window.showOpenDialog({
+    title: 'Kernel connection file',
+    canSelectMany: false,
+    filters: { 'Connection file': ['json'] },
+    defaultUri: dirs.length ? vscode.Uri.file(dirs[dirs.length - 1]) : undefined,
+  });
+  return chosen?.[0]?.fsPath;
+}

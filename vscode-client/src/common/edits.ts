@@ -1,0 +1,120 @@
+/** LSP WorkspaceEdits from the agent: confirmation-needing VS Code edits, proposed text, changed lines. */
+import * as vscode from 'vscode';
+
+export interface LspPosition {
+  line: number;
+  character: number;
+}
+export interface LspRange {
+  start: LspPosition;
+  end: LspPosition;
+}
+export interface LspTextEdit {
+  range: LspRange;
+  newText: string;
+}
+export interface LspWorkspaceEdit {
+  changes?: Record<string, LspTextEdit[]>;
+  documentChanges?: unknown[];
+}
+
+function isTextEdit(v: unknown): v is LspTextEdit {
+  const e = v as LspTextEdit;
+  return !!e && typeof e.newText === 'string' && !!e.range && !!e.range.start && !!e.range.end;
+}
+
+function isWorkspaceEdit(v: unknown): v is LspWorkspaceEdit {
+  const o = v as LspWorkspaceEdit;
+  return !!o && typeof o === 'object' && (typeof o.changes === 'object' || Array.isArray(o.documentChanges));
+}
+
+/** The WorkspaceEdit in a command result: the result itself or its `edit` field. */
+export function extractEdit(result: unknown): LspWorkspaceEdit | undefined {
+  if (isWorkspaceEdit(result)) {
+    return result;
+  }
+  const inner = result && typeof result === 'object' ? (result as { edit?: unknown }).edit : undefined;
+  return isWorkspaceEdit(inner) ? inner : undefined;
+}
+
+/** Text edits per document URI string (from `changes` and from TextDocumentEdits in `documentChanges`). */
+export function textEditsByUri(edit: LspWorkspaceEdit): Map<string, LspTextEdit[]> {
+  const out = new Map<string, LspTextEdit[]>();
+  const add = (uri: string, edits: unknown[]) => {
+    const list = out.get(uri) ?? [];
+    list.push(...edits.filter(isTextEdit));
+    out.set(uri, list);
+  };
+  for (const [uri, edits] of Object.entries(edit.changes ?? {})) {
+    add(uri, edits);
+  }
+  for (const dc of edit.documentChanges ?? []) {
+    const d = dc as { textDocument?: { uri?: string }; edits?: unknown[] };
+    if (d.textDocument?.uri && Array.isArray(d.edits)) {
+      add(d.textDocument.uri, d.edits);
+    }
+  }
+  return out;
+}
+
+/** A VS Code WorkspaceEdit whose every entry needs confirmation, so applying it opens the refactor preview. */
+export function toConfirmedWorkspaceEdit(edit: LspWorkspaceEdit, label: string): vscode.WorkspaceEdit {
+  const we = new vscode.WorkspaceEdit();
+  const metadata: vscode.WorkspaceEditEntryMetadata = { needsConfirmation: true, label };
+  for (const [uri, edits] of textEditsByUri(edit)) {
+    const target = vscode.Uri.parse(uri);
+    for (const e of edits) {
+      we.replace(target, toRange(e.range), e.newText, metadata);
+    }
+  }
+  return we;
+}
+
+export function toRange(r: LspRange): vscode.Range {
+  return new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
+}
+
+function offsetAt(lines: string[], p: LspPosition): number {
+  let off = 0;
+  for (let i = 0; i < Math.min(p.line, lines.length); i++) {
+    off += lines[i].length + 1;
+  }
+  const line = lines[p.line] ?? '';
+  return Math.min(off + Math.min(p.character, line.length), lines.join('\n').length);
+}
+
+/** Applies non-overlapping text edits to `text` (the proposal shown in the diff view). */
+export function applyTextEdits(text: string, edits: LspTextEdit[]): string {
+  const lines = text.split('\n');
+  const withOffsets = edits
+    .map((e) => ({ e, start: offsetAt(lines, e.range.start), end: offsetAt(lines, e.range.end) }))
+    .sort((a, b) => b.start - a.start || b.end - a.end);
+  let out = text;
+  for (const { e, start, end } of withOffsets) {
+    out = out.slice(0, start) + e.newText + out.slice(end);
+  }
+  return out;
+}
+
+/** Zero-based [first, last] line ranges occupied by the new text after the edits are applied. */
+export function changedLineRanges(edits: LspTextEdit[]): Array<[number, number]> {
+  const sorted = [...edits].sort(
+    (a, b) => a.range.start.line - b.range.start.line || a.range.start.character - b.range.start.character,
+  );
+  const out: Array<[number, number]> = [];
+  let delta = 0;
+  for (const e of sorted) {
+    const newLines = e.newText.split('\n').length - 1;
+    const oldLines = e.range.end.line - e.range.start.line;
+    const first = e.range.start.line + delta;
+    let last = first + newLines;
+    if (newLines > 0 && e.newText.endsWith('\n')) {
+      last -= 1; // a trailing newline does not change the next line
+    }
+    if (e.newText.length > 0) {
+      out.push([first, Math.max(first, last)]);
+    }
+    delta += newLines - oldLines;
+  }
+  return out;
+}

@@ -1,0 +1,13 @@
+/** What the UI modules need from the running server (implemented by server.ts, faked in tests). */
+export interface CraneServer {
+  /** `workspace/executeCommand` with the server-side command id and positional arguments. */
+  executeCommand<T = unknown>(command: string, args: unknown[]): Promise<T>;
+  /** A custom request such as `crane/attachKernel`. */
+  sendRequest<T = unknown>(method: string, params: unknown): Promise<T>;
+}
+
+export class ServerNotRunningError extends Error {
+  constructor() {
+    super('The CRANE server is not running. Use "CRANE: Restart server" or see "CRANE: Show log".');
+  }
+}

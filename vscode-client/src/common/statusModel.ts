@@ -1,0 +1,156 @@
+/** Pure status state for the status bar: server, kernel per notebook, analysing, agent running. */
+import type { KernelStatusParams } from './protocol';
+
+export type ServerState = 'stopped' | 'starting' | 'running' | 'error';
+
+export interface StatusState {
+  server: ServerState;
+  serverMessage: string;
+  interpreter: string;
+  activeNotebook: string | undefined;
+  /** Last `crane/kernelStatus` per notebook URI ('' for notebookUri null). */
+  kernels: Record<string, KernelStatusParams>;
+  /** Client-side notes on the kernel bridge per notebook (e.g. access declined). */
+  bridgeNotes: Record<string, string>;
+  /** Work in flight (commands and server work-done progress). */
+  busy: number;
+  busyTitle: string;
+  agentRuns: string[];
+}
+
+export type StatusKind = 'normal' | 'warning' | 'error';
+
+export interface StatusView {
+  text: string;
+  tooltip: string;
+  kind: StatusKind;
+}
+
+export function initialStatus(): StatusState {
+  return {
+    server: 'stopped',
+    serverMessage: '',
+    interpreter: '',
+    activeNotebook: undefined,
+    kernels: {},
+    bridgeNotes: {},
+    busy: 0,
+    busyTitle: '',
+    agentRuns: [],
+  };
+}
+
+export type StatusEvent =
+  | { type: 'server'; state: ServerState; message?: string; interpreter?: string }
+  | { type: 'activeNotebook'; uri: string | undefined }
+  | { type: 'kernelStatus'; params: KernelStatusParams }
+  | { type: 'bridgeNote'; notebookUri: string; note: string | undefined }
+  | { type: 'busy'; delta: 1 | -1; title?: string }
+  | { type: 'agentStarted'; runId: string }
+  | { type: 'agentStopped'; runId: string };
+
+export function reduceStatus(s: StatusState, e: StatusEvent): StatusState {
+  switch (e.type) {
+    case 'server': {
+      const next: StatusState = {
+        ...s,
+        server: e.state,
+        serverMessage: e.message ?? '',
+        interpreter: e.interpreter ?? s.interpreter,
+      };
+      if (e.state !== 'running') {
+        // a restarted server knows nothing about kernels or work in flight
+        next.kernels = {};
+        next.busy = 0;
+        next.busyTitle = '';
+        next.agentRuns = [];
+      }
+      return next;
+    }
+    case 'activeNotebook':
+      return { ...s, activeNotebook: e.uri };
+    case 'kernelStatus':
+      return { ...s, kernels: { ...s.kernels, [e.params.notebookUri ?? '']: e.params } };
+    case 'bridgeNote': {
+      const notes = { ...s.bridgeNotes };
+      if (e.note) {
+        notes[e.notebookUri] = e.note;
+      } else {
+        delete notes[e.notebookUri];
+      }
+      return { ...s, bridgeNotes: notes };
+    }
+    case 'busy': {
+      const busy = Math.max(0, s.busy + e.delta);
+      return { ...s, busy, busyTitle: busy === 0 ? '' : e.delta > 0 ? e.title ?? s.busyTitle : s.busyTitle };
+    }
+    case 'agentStarted':
+      return s.agentRuns.includes(e.runId) ? s : { ...s, agentRuns: [...s.agentRuns, e.runId] };
+    case 'agentStopped':
+      return { ...s, agentRuns: s.agentRuns.filter((r) => r !== e.runId) };
+  }
+}
+
+/** The kernel status that applies to the active notebook (its own, else the server-wide one). */
+export function kernelFor(s: StatusState): KernelStatusParams | undefined {
+  return (s.activeNotebook !== undefined ? s.kernels[s.activeNotebook] : undefined) ?? s.kernels[''];
+}
+
+export function renderStatus(s: StatusState): StatusView {
+  const lines: string[] = [];
+  lines.push(`Server: ${s.server}${s.serverMessage ? ` — ${s.serverMessage}` : ''}`);
+  if (s.interpreter) {
+    lines.push(`Python: ${s.interpreter}`);
+  }
+  const k = kernelFor(s);
+  const note = s.activeNotebook ? s.bridgeNotes[s.activeNotebook] : undefined;
+  if (k) {
+    lines.push(`Kernel: ${k.state}${k.kernel ? ` (${k.kernel.source}: ${k.kernel.connectionFile})` : ''}`);
+    if (k.message) {
+      lines.push(k.message);
+    }
+  } else {
+    lines.push('Kernel: none reported');
+  }
+  if (note) {
+    lines.push(note);
+  }
+  if (s.busy > 0) {
+    lines.push(`Analysing${s.busyTitle ? `: ${s.busyTitle}` : ''}`);
+  }
+  if (s.agentRuns.length > 0) {
+    lines.push(`Agent running (${s.agentRuns.length})`);
+  }
+  lines.push('Click for details.');
+  const tooltip = lines.join('\n');
+
+  if (s.server === 'error') {
+    return { text: '$(error) CRANE', tooltip, kind: 'error' };
+  }
+  if (s.server === 'stopped') {
+    return { text: '$(circle-slash) CRANE: stopped', tooltip, kind: 'warning' };
+  }
+  if (s.server === 'starting') {
+    return { text: '$(sync~spin) CRANE: starting', tooltip, kind: 'normal' };
+  }
+  if (s.agentRuns.length > 0) {
+    return { text: '$(hubot) CRANE: agent running', tooltip, kind: 'normal' };
+  }
+  if (s.busy > 0) {
+    return { text: '$(loading~spin) CRANE: analysing', tooltip, kind: 'normal' };
+  }
+  const suffix = note ? ' (discovery)' : '';
+  if (!k || k.state === 'static-only') {
+    return { text: `$(circle-outline) CRANE: static only${suffix}`, tooltip, kind: 'normal' };
+  }
+  switch (k.state) {
+    case 'dead':
+      return { text: '$(warning) CRANE: kernel dead', tooltip, kind: 'warning' };
+    case 'stale':
+      return { text: '$(warning) CRANE: kernel stale', tooltip, kind: 'warning' };
+    case 'busy':
+      return { text: `$(plug) CRANE: kernel busy${suffix}`, tooltip, kind: 'normal' };
+    default:
+      return { text: `$(plug) CRANE: kernel attached${suffix}`, tooltip, kind: 'normal' };
+  }
+}

@@ -1,0 +1,111 @@
+/** CRANE for VS Code: wires the modules in src/common together. Logic lives there. */
+import * as vscode from 'vscode';
+import { AgentController, PROPOSAL_SCHEME } from './common/agentPanel';
+import { Commands } from './common/commands';
+import { DIAGNOSIS_SCHEME, DiagnosisView } from './common/diagnosisView';
+import { disposeHighlight } from './common/highlight';
+import { getJupyterKernelsApi, KernelBridge } from './common/kernelBridge';
+import { getLogChannel, traceError, traceInfo } from './common/log';
+import { activeNotebook, isCraneNotebook } from './common/notebooks';
+import { AttachResult, Methods } from './common/protocol';
+import { ApiKeyStore } from './common/secrets';
+import { ServerManager } from './common/server';
+import { getSettings, needsRestart } from './common/settings';
+import { StatusBar } from './common/statusBar';
+
+let manager: ServerManager | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  const log = getLogChannel();
+  const status = new StatusBar();
+  const keys = new ApiKeyStore(context.secrets, context.globalState);
+  const diagnosis = new DiagnosisView();
+  let commands: Commands | undefined;
+
+  const agent = new AgentController(() => manager?.running, {
+    started: (key) => status.update({ type: 'agentStarted', runId: key }),
+    stopped: (key) => status.update({ type: 'agentStopped', runId: key }),
+  });
+
+  const bridge = new KernelBridge({
+    getKernelsApi: getJupyterKernelsApi,
+    attach: (params) => server.server.sendRequest<AttachResult>(Methods.attachKernel, params),
+    note: (notebookUri, note) => status.update({ type: 'bridgeNote', notebookUri, note }),
+    log: traceInfo,
+  });
+  const connectKernel = (nb: vscode.NotebookDocument | undefined) => {
+    if (!nb || !isCraneNotebook(nb) || !server.running || getSettings(nb.uri).kernel.connectionFile) {
+      return;
+    }
+    bridge.connect(nb.uri).catch((err) => traceError('kernel bridge', err));
+  };
+
+  const server = new ServerManager({
+    state: (state, message, interpreter) => status.update({ type: 'server', state, message, interpreter }),
+    kernelStatus: (p) => status.update({ type: 'kernelStatus', params: p }),
+    diagnosis: (p) => void diagnosis.show(p).catch((err) => traceError('diagnosis view', err)),
+    agentStep: (p) => agent.onStep(p),
+    progress: (delta, title) => status.update({ type: 'busy', delta, title }),
+    executeCommand: (command, args, next) => commands!.routeServerCommand(command, args, next),
+    started: () => {
+      void bridge.reattachAll().then(() => vscode.workspace.notebookDocuments.forEach(connectKernel));
+    },
+    secretEnvironment: () => keys.environment(),
+  });
+  manager = server;
+
+  commands = new Commands({
+    server: () => server.server,
+    status,
+    agent,
+    diagnosis,
+    keys,
+    restart: (reason) => server.restart(reason),
+  });
+
+  context.subscriptions.push(
+    log,
+    status,
+    diagnosis,
+    agent,
+    { dispose: disposeHighlight },
+    vscode.workspace.registerTextDocumentContentProvider(DIAGNOSIS_SCHEME, diagnosis),
+    vscode.workspace.registerTextDocumentContentProvider(PROPOSAL_SCHEME, agent),
+    ...commands.register(),
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (needsRestart(e)) {
+        void server.restart('settings changed');
+      }
+    }),
+    vscode.window.onDidChangeActiveNotebookEditor((editor) => {
+      status.update({ type: 'activeNotebook', uri: activeNotebook()?.uri.toString() });
+      connectKernel(editor?.notebook);
+    }),
+    vscode.workspace.onDidOpenNotebookDocument(connectKernel),
+    vscode.workspace.onDidCloseNotebookDocument((nb) => bridge.forget(nb.uri)),
+    vscode.workspace.onDidChangeNotebookDocument((e) => {
+      // a cell ran: the kernel exists now (or was restarted)
+      if (e.cellChanges.some((c) => c.executionSummary !== undefined)) {
+        connectKernel(e.notebook);
+      }
+    }),
+  );
+
+  status.update({ type: 'activeNotebook', uri: activeNotebook()?.uri.toString() });
+  const pythonApi = await server.initPythonApi();
+  if (pythonApi) {
+    context.subscriptions.push(
+      pythonApi.onDidChangeActiveEnvironmentPath(() => {
+        if (!getSettings().python) {
+          void server.restart('Python interpreter changed');
+        }
+      }),
+    );
+  }
+  await server.restart('activation');
+}
+
+export async function deactivate(): Promise<void> {
+  await manager?.dispose();
+  manager = undefined;
+}

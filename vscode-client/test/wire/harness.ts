@@ -1,0 +1,157 @@
+/**
+ * A minimal LSP client for the wire test: spawns `python -m crane serve` and speaks to it with
+ * vscode-languageserver-protocol, declaring the capabilities vscode-languageclient 11 declares
+ * for what CRANE uses (notebook sync with execution summaries, code action literals, work-done progress).
+ */
+import { ChildProcess, spawn } from 'node:child_process';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  createProtocolConnection,
+  InitializeResult,
+  ProtocolConnection,
+  StreamMessageReader,
+  StreamMessageWriter,
+} from 'vscode-languageserver-protocol/node';
+
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+export const PYTHON = process.env.CRANE_PYTHON || path.join(REPO_ROOT, '.venv', 'bin', 'python');
+
+export interface Received {
+  method: string;
+  params: any;
+  at: number;
+}
+
+export class WireClient {
+  readonly proc: ChildProcess;
+  readonly conn: ProtocolConnection;
+  readonly notifications: Received[] = [];
+  readonly requests: Received[] = [];
+  stderr = '';
+  private waiters: Array<() => void> = [];
+
+  constructor(initSettings: Record<string, unknown>) {
+    const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: '1' };
+    for (const k of Object.keys(env)) {
+      if (/_API_KEY$/.test(k)) {
+        delete env[k]; // the wire test never talks to a model provider
+      }
+    }
+    env.PYTHONPATH = [path.join(REPO_ROOT, 'server'), env.PYTHONPATH].filter(Boolean).join(path.delimiter);
+    this.proc = spawn(PYTHON, ['-m', 'crane', 'serve'], { cwd: path.join(REPO_ROOT, 'vscode-client'), env });
+    this.proc.stderr!.on('data', (d) => {
+      this.stderr += String(d);
+    });
+    this.conn = createProtocolConnection(
+      new StreamMessageReader(this.proc.stdout!),
+      new StreamMessageWriter(this.proc.stdin!),
+    );
+    this.conn.onNotification((method: string, params: unknown) => this.record(this.notifications, method, params));
+    this.conn.onRequest((method: string, params: any) => {
+      this.record(this.requests, method, params);
+      if (method === 'workspace/configuration') {
+        return (params?.items ?? []).map((item: { section?: string }) =>
+          item.section === 'crane' || !item.section ? initSettings : null,
+        );
+      }
+      return null; // window/workDoneProgress/create, client/registerCapability, showMessageRequest, ...
+    });
+    this.conn.listen();
+  }
+
+  private record(list: Received[], method: string, params: unknown): void {
+    list.push({ method, params, at: Date.now() });
+    const waiters = this.waiters;
+    this.waiters = [];
+    waiters.forEach((w) => w());
+  }
+
+  /** Waits until `find` returns a value from what has been received so far. */
+  async waitFor<T>(what: string, find: () => T | undefined, timeoutMs = 20_000): Promise<T> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const found = find();
+      if (found !== undefined) {
+        return found;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        throw new Error(`timed out waiting for ${what}; server stderr:\n${this.stderr.slice(-3000)}`);
+      }
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, Math.min(left, 250));
+        this.waiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+  }
+
+  diagnosticsFor(uri: string, after = 0): any[] | undefined {
+    const hits = this.notifications.filter(
+      (n) => n.method === 'textDocument/publishDiagnostics' && n.params.uri === uri && n.at >= after,
+    );
+    return hits.length ? hits[hits.length - 1].params.diagnostics : undefined;
+  }
+
+  async initialize(initializationOptions: unknown): Promise<InitializeResult> {
+    const result = await this.conn.sendRequest<InitializeResult>('initialize', {
+      processId: process.pid,
+      clientInfo: { name: 'crane-wire-test', version: '0' },
+      rootUri: null,
+      workspaceFolders: null,
+      initializationOptions,
+      capabilities: {
+        general: { positionEncodings: ['utf-16'] },
+        window: { workDoneProgress: true, showMessage: {} },
+        workspace: {
+          configuration: true,
+          didChangeConfiguration: { dynamicRegistration: true },
+          executeCommand: { dynamicRegistration: true },
+          applyEdit: true,
+          workspaceEdit: { documentChanges: true, changeAnnotationSupport: { groupsOnLabel: true } },
+        },
+        textDocument: {
+          synchronization: { dynamicRegistration: true, didSave: true },
+          publishDiagnostics: { relatedInformation: true, versionSupport: false, codeDescriptionSupport: true, dataSupport: true },
+          hover: { dynamicRegistration: true, contentFormat: ['markdown', 'plaintext'] },
+          codeAction: {
+            dynamicRegistration: true,
+            isPreferredSupport: true,
+            dataSupport: true,
+            resolveSupport: { properties: ['edit'] },
+            codeActionLiteralSupport: {
+              codeActionKind: { valueSet: ['', 'quickfix', 'refactor', 'refactor.rewrite', 'source'] },
+            },
+          },
+        },
+        notebookDocument: { synchronization: { dynamicRegistration: true, executionSummarySupport: true } },
+      },
+    });
+    await this.conn.sendNotification('initialized', {});
+    return result;
+  }
+
+  async shutdown(): Promise<number | null> {
+    const exited = new Promise<number | null>((resolve) => {
+      if (this.proc.exitCode !== null) {
+        resolve(this.proc.exitCode);
+      } else {
+        this.proc.once('exit', (code) => resolve(code));
+      }
+    });
+    try {
+      await this.conn.sendRequest('shutdown');
+      await this.conn.sendNotification('exit');
+    } catch {
+      // the process may already be gone; the exit code tells
+    }
+    const timer = setTimeout(() => this.proc.kill('SIGKILL'), 10_000);
+    const code = await exited;
+    clearTimeout(timer);
+    this.conn.dispose();
+    return code;
+  }
+}
