@@ -33,8 +33,9 @@ class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     error: str | None = None  # the cell could not be checked (probe failed, ...)
 
 
-def scope_of(nb: Notebook, history) -> NotebookScope:
-    return NotebookScope.from_cells([(c.number, c.execution_count, c.source) for c in history])
+def scope_of(nb: Notebook) -> NotebookScope:
+    """All code cells, executed or not: unexecuted cells explain missing names."""
+    return NotebookScope.from_notebook(nb)
 
 
 def predict_cell(
@@ -86,7 +87,7 @@ class ReplayedNotebook:
             self.kernel.shutdown()
             raise
         self.probe_client = ProbeClient(self.kernel.connection)
-        self.scope = scope_of(self.nb, self.history)
+        self.scope = scope_of(self.nb)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -50,6 +50,9 @@ export class Uri {
   with(c: Partial<{ scheme: string; path: string; query: string; fragment: string }>): Uri {
     return new Uri(c.scheme ?? this.scheme, this.authority, c.path ?? this.path, c.query ?? this.query, c.fragment ?? this.fragment);
   }
+  toJSON(): unknown {
+    return { scheme: this.scheme, path: this.path, fragment: this.fragment };
+  }
   toString(): string {
     if (this.raw) {
       return this.raw;

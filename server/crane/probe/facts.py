@@ -28,7 +28,11 @@ class ColumnFacts(msgspec.Struct, omit_defaults=True):
     # For object/string columns: do all non-null values parse as numbers?
     # "all" | "some" | "none"; with the first value that does not parse.
     numeric_parse: str | None = None
-    non_numeric_example: str | None = None
+    non_numeric_example: str | None = None  # repr of the value, as Python's error message shows it
+    # Large columns: value facts come from a strided sample. Then n_nan is not a count (left 0) and has_nan is
+    # True when NaNs were seen in the sample, None when none were.
+    sampled: bool = False
+    has_nan: bool | None = None
 
 
 class IndexFacts(msgspec.Struct, omit_defaults=True):
@@ -63,6 +67,8 @@ class EstimatorFacts(msgspec.Struct, omit_defaults=True):
     classes: list[Any] | None = None
     n_outputs: int | None = None
     params: dict[str, str] = {}  # get_params(deep=False), short reprs
+    fitted_attributes: list[str] | None = None  # instance attributes ending in "_" (bounded)
+    n_classes: int | None = None  # len(classes_) (classes itself is bounded)
 
 
 class LayerFacts(msgspec.Struct, omit_defaults=True):
@@ -105,6 +111,10 @@ class DataLoaderFacts(msgspec.Struct, omit_defaults=True):
     dataset_type: str | None = None
     sample_shapes: list[str] | None = None  # shapes of the fields of dataset[0] (tensor datasets only)
     sample_dtypes: list[str] | None = None
+    batch_shapes: list[str] | None = None  # [batch_size, *sample shape] per field (default collate only)
+    num_classes: int | None = None  # Keras DirectoryIterator / DataFrameIterator
+    image_shape: str | None = None
+    class_mode: str | None = None
 
 
 class Facts(msgspec.Struct, omit_defaults=True):
@@ -114,6 +124,7 @@ class Facts(msgspec.Struct, omit_defaults=True):
     type: str  # qualified type name, e.g. "pandas.core.frame.DataFrame"
     kind: str = "other"  # dataframe | series | ndarray | tensor | scalar | str | list | tuple | dict | set |
     #                      estimator | torch_module | keras_model | dataloader | module | function | class | other
+    #                      | index (pandas Index) | sparse (scipy.sparse) | tf_dataset
     defined_in: int | None = None  # execution count of the cell that last assigned it (filled daemon-side)
     value: str | None = None  # short repr for scalars / short strings / small containers
     length: int | None = None
@@ -142,6 +153,10 @@ class Facts(msgspec.Struct, omit_defaults=True):
     signature: list[ParamFacts] | None = None  # callables (bounded)
     module_name: str | None = None  # for modules: __name__
     truncated: bool = False  # the per-variable size cap cut something
+    # Added fields (all optional):
+    value_kind: str | None = None  # kind of the values, as ColumnFacts.kind (binary | categorical | continuous ...)
+    sampled: bool = False  # value facts come from a bounded strided sample (n_nan then absent; has_nan True or None)
+    element_spec: str | None = None  # tf.data datasets
 
 
 class AttrCheck(msgspec.Struct, omit_defaults=True):
@@ -152,6 +167,8 @@ class AttrCheck(msgspec.Struct, omit_defaults=True):
     owner_type: str | None = None  # type of the object the attribute was looked up on
     facts: Facts | None = None  # facts of the attribute's value, when it is plain data in an instance dict
     signature: list[ParamFacts] | None = None  # when the attribute is a callable
+    suggestions: list[str] | None = None  # close names that do exist, when present is False
+    message: str | None = None  # the library's own AttributeError text, when it has one (e.g. numpy's np.float)
 
 
 class KeyCheck(msgspec.Struct, omit_defaults=True):
@@ -161,6 +178,9 @@ class KeyCheck(msgspec.Struct, omit_defaults=True):
     key: Any
     axis: str  # "key" (dict / columns / Series index) | "columns" | "index"
     present: bool | None
+    missing_ok: bool = False  # the dict supplies missing keys (defaultdict, __missing__)
+    length: int | None = None  # for an int key on a list/tuple/str/array: the length it was checked against
+    suggestions: list[str] | None = None  # close keys that do exist, when present is False
 
 
 class ProbeRequest(msgspec.Struct, omit_defaults=True):
@@ -171,6 +191,9 @@ class ProbeRequest(msgspec.Struct, omit_defaults=True):
     keys: list[list[Any]] = []  # [expr, key, axis]
     modules: list[str] = []  # top-level module names to look up with importlib.util.find_spec
     paths: list[str] = []  # literal file paths, relative to the kernel's cwd
+    max_var_bytes: int | None = None  # per-variable cap (default 4096)
+    max_total_bytes: int | None = None  # total cap (default 32768)
+    time_budget_ms: float | None = None  # expensive work stops past this (default 50)
 
 
 class ProbeResult(msgspec.Struct, omit_defaults=True):
@@ -187,6 +210,8 @@ class ProbeResult(msgspec.Struct, omit_defaults=True):
     payload_bytes: int = 0
     truncated: bool = False  # the total size cap cut something
     errors: list[str] = []  # facts the probe could not compute (it never raises)
+    path_suggestions: dict[str, list[str]] = {}  # missing path -> similar existing entries of its folder
+    time_capped: bool = False  # the time budget ran out: later variables got cheaper facts
 
 
 _decoder = msgspec.json.Decoder(ProbeResult)

@@ -5,8 +5,9 @@ single-purpose (one concern per module); a rule that cannot decide yields nothin
 but it is never a crash either. A rule must never raise: `run_rules` catches and logs (to stderr, via the
 `crane.rules` logger) any exception a rule raises and goes on with the others.
 
-Every rule module is imported by `load_rules()` (listed in `RULE_MODULES`) so that its `@rule` decorators run;
-a module that does not exist yet is skipped.
+`load_rules()` imports the core rule modules (`CORE_MODULES`, in that order) and then every other module of
+the `crane.rules` package (alphabetically), so that all `@rule` decorators run: a new rule module needs no
+registration beyond being a module of `crane.rules`.
 
     from crane.rules.registry import rule
 
@@ -36,21 +37,16 @@ RuleFn = Callable[["RuleContext"], Iterable[Finding]]
 # rule id -> function, in registration order.
 RULES: dict[str, RuleFn] = {}
 
-# Rule modules, imported by load_rules(). Core rules first, then the library rules.
-RULE_MODULES = (
+# Core rule modules, imported first (their findings come first among equals).
+CORE_MODULES = (
     "crane.rules.syntax",
     "crane.rules.names",
     "crane.rules.modules",
     "crane.rules.files",
     "crane.rules.keys",
     "crane.rules.attributes",
-    "crane.rules.sklearn",
-    "crane.rules.pandas_rules",
-    "crane.rules.numpy_shapes",
-    "crane.rules.torch_rules",
-    "crane.rules.plotting",
-    "crane.rules.calls",
 )
+_NOT_RULES = {"context", "registry", "finding"}
 
 _loaded = False
 
@@ -74,12 +70,18 @@ def load_rules() -> dict[str, RuleFn]:
     """Import every rule module (once) so that all rules are registered; return the registry."""
     global _loaded
     if not _loaded:
-        for name in RULE_MODULES:
+        import pkgutil
+
+        import crane.rules as package
+
+        others = sorted(
+            f"crane.rules.{m.name}" for m in pkgutil.iter_modules(package.__path__) if m.name not in _NOT_RULES
+        )
+        for name in list(CORE_MODULES) + [m for m in others if m not in CORE_MODULES]:
             try:
                 importlib.import_module(name)
-            except ModuleNotFoundError as exc:
-                if exc.name != name:
-                    raise
+            except Exception:  # a broken rule module must not take the others down
+                log.exception("cannot load rule module %s", name)
         _loaded = True
     return RULES
 

@@ -66,6 +66,8 @@ export interface AttachResult {
 export interface DiagnosisParams {
   notebookUri: string;
   cellUri: string;
+  /** 1-based cell number (DiagnosisResult). */
+  cell?: number;
   verdict: Finding | null;
   markdown: string;
   usage: Usage | null;

@@ -97,7 +97,7 @@ export function checkEnvironment(python: string, timeoutMs = 20_000): Promise<En
 }
 
 export function installCommand(python: string): string {
-  return `${quote(python)} -m pip install crane`;
+  return `${quote(python)} -m pip install crane-notebook`;
 }
 
 /** The message shown when the environment cannot run the server, with the fix. */
@@ -113,7 +113,7 @@ export function environmentProblemMessage(python: string, check: Exclude<EnvChec
     case 'no-crane':
       return (
         `CRANE is not installed in "${python}" (${check.detail}). ` +
-        `Install it into that environment with: ${installCommand(python)} — or point "crane.python" at an environment that has it.`
+        `Install it into that environment with: ${installCommand(python)} (or, in a CRANE checkout, ${quote(python)} -m pip install -e .) — or point "crane.python" at an environment that has it.`
       );
     default:
       return `CRANE: "${python}" could not be run (${check.detail.split('\n').pop()}). See "CRANE: Show log".`;

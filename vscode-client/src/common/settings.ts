@@ -19,7 +19,8 @@ export interface InitializationOptions {
   llm: { model: string; apiBase: string };
   agent: { maxSteps: number; budgetUsd: number };
   speculative: { enabled: boolean };
-  kernel: { connectionFile: string };
+  /** null when unset: the server then asks the client bridge or uses its discovery. */
+  kernel: { connectionFile: string | null };
 }
 
 export const SECTION = 'crane';
@@ -63,7 +64,7 @@ export function toInitializationOptions(s: CraneSettings): InitializationOptions
     llm: { ...s.llm },
     agent: { ...s.agent },
     speculative: { ...s.speculative },
-    kernel: { ...s.kernel },
+    kernel: { connectionFile: s.kernel.connectionFile || null },
   };
 }
 

@@ -98,7 +98,7 @@ describe('environment check', () => {
   });
 
   it('quotes interpreter paths with spaces in the install command', () => {
-    expect(installCommand('/a b/python')).toBe('"/a b/python" -m pip install crane');
-    expect(installCommand('/usr/bin/python3')).toBe('/usr/bin/python3 -m pip install crane');
+    expect(installCommand('/a b/python')).toBe('"/a b/python" -m pip install crane-notebook');
+    expect(installCommand('/usr/bin/python3')).toBe('/usr/bin/python3 -m pip install crane-notebook');
   });
 });

@@ -55,7 +55,9 @@ describe('settings', () => {
 
   it('never carries API keys in initializationOptions', () => {
     mock.config = { 'crane.llm.model': 'x' };
-    const json = JSON.stringify(toInitializationOptions(getSettings()));
+    const opts = toInitializationOptions(getSettings());
+    expect(opts.kernel.connectionFile).toBeNull();
+    const json = JSON.stringify(opts);
     expect(json).not.toMatch(/key/i);
   });
 

@@ -17,10 +17,32 @@ import {
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 export const PYTHON = process.env.CRANE_PYTHON || path.join(REPO_ROOT, '.venv', 'bin', 'python');
 
+/** Server → client messages the harness records (what vscode-languageclient handles for CRANE). */
+const NOTIFICATIONS = [
+  'textDocument/publishDiagnostics',
+  '$/progress',
+  'window/logMessage',
+  'window/showMessage',
+  '$/logTrace',
+  'telemetry/event',
+  'crane/kernelStatus',
+  'crane/diagnosis',
+  'crane/agentStep',
+];
+const REQUESTS = [
+  'window/workDoneProgress/create',
+  'workspace/configuration',
+  'client/registerCapability',
+  'client/unregisterCapability',
+  'window/showMessageRequest',
+  'workspace/applyEdit',
+];
+
 export interface Received {
   method: string;
   params: any;
-  at: number;
+  /** Arrival order across all messages (see `mark()`). */
+  seq: number;
 }
 
 export class WireClient {
@@ -30,6 +52,9 @@ export class WireClient {
   readonly requests: Received[] = [];
   stderr = '';
   private waiters: Array<() => void> = [];
+  private seq = 0;
+  /** Rejects when the server process exits (so requests fail instead of hanging). */
+  readonly died: Promise<never>;
 
   constructor(initSettings: Record<string, unknown>) {
     const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: '1' };
@@ -43,25 +68,39 @@ export class WireClient {
     this.proc.stderr!.on('data', (d) => {
       this.stderr += String(d);
     });
+    this.died = new Promise<never>((_resolve, reject) => {
+      const fail = (why: string) =>
+        reject(new Error(`the server (${PYTHON} -m crane serve) ${why}; stderr:\n${this.stderr.slice(-3000)}`));
+      this.proc.once('error', (err) => fail(`could not start: ${err.message}`));
+      this.proc.once('exit', (code, signal) => setTimeout(() => fail(`exited (code ${code}, signal ${signal})`), 50));
+    });
+    this.died.catch(() => undefined);
     this.conn = createProtocolConnection(
       new StreamMessageReader(this.proc.stdout!),
       new StreamMessageWriter(this.proc.stdin!),
     );
-    this.conn.onNotification((method: string, params: unknown) => this.record(this.notifications, method, params));
-    this.conn.onRequest((method: string, params: any) => {
-      this.record(this.requests, method, params);
-      if (method === 'workspace/configuration') {
-        return (params?.items ?? []).map((item: { section?: string }) =>
-          item.section === 'crane' || !item.section ? initSettings : null,
-        );
-      }
-      return null; // window/workDoneProgress/create, client/registerCapability, showMessageRequest, ...
-    });
+    for (const method of NOTIFICATIONS) {
+      this.conn.onNotification(method, (params: unknown) => this.record(this.notifications, method, params));
+    }
+    for (const method of REQUESTS) {
+      this.conn.onRequest(method, (params: any) => {
+        this.record(this.requests, method, params);
+        if (method === 'workspace/configuration') {
+          return (params?.items ?? []).map((item: { section?: string }) =>
+            item.section === 'crane' || !item.section ? initSettings : null,
+          );
+        }
+        if (method === 'workspace/applyEdit') {
+          return { applied: false, failureReason: 'the wire test applies nothing' };
+        }
+        return null; // window/workDoneProgress/create, client/registerCapability, showMessageRequest
+      });
+    }
     this.conn.listen();
   }
 
   private record(list: Received[], method: string, params: unknown): void {
-    list.push({ method, params, at: Date.now() });
+    list.push({ method, params, seq: ++this.seq });
     const waiters = this.waiters;
     this.waiters = [];
     waiters.forEach((w) => w());
@@ -76,6 +115,9 @@ export class WireClient {
         return found;
       }
       const left = deadline - Date.now();
+      if (this.proc.exitCode !== null || this.proc.signalCode !== null) {
+        throw new Error(`the server exited while waiting for ${what}; stderr:\n${this.stderr.slice(-3000)}`);
+      }
       if (left <= 0) {
         throw new Error(`timed out waiting for ${what}; server stderr:\n${this.stderr.slice(-3000)}`);
       }
@@ -89,15 +131,32 @@ export class WireClient {
     }
   }
 
+  /** A request that fails if the server dies before answering. */
+  request<T = any>(method: string, params?: unknown, timeoutMs = 30_000): Promise<T> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`no answer to ${method} within ${timeoutMs} ms; server stderr:\n${this.stderr.slice(-3000)}`)),
+        timeoutMs,
+      );
+    });
+    return Promise.race([this.conn.sendRequest<T>(method, params), this.died, timeout]).finally(() => clearTimeout(timer));
+  }
+
+  /** The position of the last message received; pass it as `after` to see only newer messages. */
+  mark(): number {
+    return this.seq;
+  }
+
   diagnosticsFor(uri: string, after = 0): any[] | undefined {
     const hits = this.notifications.filter(
-      (n) => n.method === 'textDocument/publishDiagnostics' && n.params.uri === uri && n.at >= after,
+      (n) => n.method === 'textDocument/publishDiagnostics' && n.params.uri === uri && n.seq > after,
     );
     return hits.length ? hits[hits.length - 1].params.diagnostics : undefined;
   }
 
   async initialize(initializationOptions: unknown): Promise<InitializeResult> {
-    const result = await this.conn.sendRequest<InitializeResult>('initialize', {
+    const result = await this.request<InitializeResult>('initialize', {
       processId: process.pid,
       clientInfo: { name: 'crane-wire-test', version: '0' },
       rootUri: null,
@@ -143,8 +202,10 @@ export class WireClient {
       }
     });
     try {
-      await this.conn.sendRequest('shutdown');
-      await this.conn.sendNotification('exit');
+      if (this.proc.exitCode === null) {
+        await Promise.race([this.conn.sendRequest('shutdown'), this.died]);
+        await this.conn.sendNotification('exit');
+      }
     } catch {
       // the process may already be gone; the exit code tells
     }

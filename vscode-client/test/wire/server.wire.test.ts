@@ -99,7 +99,7 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
 
   it('offers Diagnose / Fix / Run speculatively code actions on the cell', async () => {
     const diags = client.diagnosticsFor(CELL)!;
-    const actions: any[] = await client.conn.sendRequest('textDocument/codeAction', {
+    const actions: any[] = await client.request('textDocument/codeAction', {
       textDocument: { uri: CELL },
       range: { start: { line: 2, character: 0 }, end: { line: 2, character: 0 } },
       context: { diagnostics: diags, triggerKind: 2 },
@@ -118,13 +118,13 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
   });
 
   it('checks the notebook with work-done progress and returns the finding', async () => {
-    const before = Date.now();
-    const result = await client.conn.sendRequest('workspace/executeCommand', {
+    const before = client.mark();
+    const result = await client.request('workspace/executeCommand', {
       command: ServerCommands.checkNotebook,
       arguments: [NB],
     });
     expect(JSON.stringify(result)).toContain('NameError');
-    const created = client.requests.filter((r) => r.method === 'window/workDoneProgress/create' && r.at >= before);
+    const created = client.requests.filter((r) => r.method === 'window/workDoneProgress/create' && r.seq > before);
     expect(created.length, 'window/workDoneProgress/create before the result').toBeGreaterThan(0);
     const token = created[0].params.token;
     const progress = await client.waitFor('progress end', () => {
@@ -138,7 +138,7 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
   it('diagnoses the cell: a result and a crane/diagnosis notification for the exact cell URI', async () => {
     let result: any;
     try {
-      result = await client.conn.sendRequest('workspace/executeCommand', {
+      result = await client.request('workspace/executeCommand', {
         command: ServerCommands.diagnoseCell,
         arguments: [CELL],
       });
@@ -165,7 +165,7 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
   });
 
   it('stopAgent answers {stopped: false} when no agent runs', async () => {
-    const result: any = await client.conn.sendRequest('workspace/executeCommand', {
+    const result: any = await client.request('workspace/executeCommand', {
       command: ServerCommands.stopAgent,
       arguments: [],
     });
@@ -173,7 +173,7 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
   });
 
   it('crane/attachKernel with a missing connection file is refused with a message', async () => {
-    const result: any = await client.conn.sendRequest('crane/attachKernel', {
+    const result: any = await client.request('crane/attachKernel', {
       notebookUri: NB,
       connectionFile: '/nonexistent/kernel-v3deadbeef.json',
     });
@@ -187,7 +187,7 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
   });
 
   it('re-publishes an empty list when the cell is fixed, and clears on close', async () => {
-    const before = Date.now();
+    const before = client.mark();
     await client.conn.sendNotification('notebookDocument/didChange', {
       notebookDocument: { uri: NB, version: 1 },
       change: {
@@ -221,7 +221,7 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
       const d = client.diagnosticsFor(CELL);
       return d?.some((x: any) => /NameError/.test(x.message)) ? d : undefined;
     });
-    const beforeClose = Date.now();
+    const beforeClose = client.mark();
     await client.conn.sendNotification('notebookDocument/didClose', {
       notebookDocument: { uri: NB },
       cellTextDocuments: [{ uri: CELL }, { uri: CELL2 }],
@@ -255,9 +255,12 @@ describe('crane serve attached to a live kernel', () => {
   });
 
   afterAll(async () => {
-    await client?.shutdown();
-    kernel?.kill('SIGTERM');
-    fs.rmSync(dir, { recursive: true, force: true });
+    try {
+      await client?.shutdown();
+    } finally {
+      kernel?.kill('SIGTERM');
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('attaches with crane/attachKernel and reports crane/kernelStatus for the notebook', async () => {
@@ -265,7 +268,7 @@ describe('crane serve attached to a live kernel', () => {
       notebookDocument: { uri: NB, notebookType: 'jupyter-notebook', version: 0, metadata: {}, cells: [{ kind: 2, document: CELL }] },
       cellTextDocuments: [{ uri: CELL, languageId: 'python', version: 1, text: SOURCE }],
     });
-    const result: any = await client.conn.sendRequest('crane/attachKernel', { notebookUri: NB, connectionFile });
+    const result: any = await client.request('crane/attachKernel', { notebookUri: NB, connectionFile });
     expect(result.attached, JSON.stringify(result)).toBe(true);
     expect(result.kernel).toEqual(expect.objectContaining({ connectionFile, source: 'request' }));
     const status = await client.waitFor('crane/kernelStatus attached', () =>

@@ -1,0 +1,1 @@
+"""Static analysis of notebook cells: IPython syntax to Python, names, keys, paths; the abstract evaluator."""

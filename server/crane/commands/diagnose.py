@@ -1,0 +1,166 @@
+"""`crane diagnose NOTEBOOK --cell N`: explain why a cell will crash (or why it already failed).
+
+Rebuilds the state before the cell in a fresh kernel (the cells executed before it, in execution order),
+probes the names the cell uses, runs the offline rules, and, with a model configured (--model, CRANE_MODEL),
+asks it for a verdict grounded in those facts; a cell that already failed also sends its traceback. Without
+a model the offline rules' diagnosis is printed. Prints what each answer cost.
+
+Exit code 0: no crash predicted; 1: a crash predicted; 2: usage, input, kernel or model error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+
+import msgspec
+
+from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
+from crane.llm.settings import add_llm_arguments
+
+
+class HistoryItem(msgspec.Struct, omit_defaults=True, rename="camel"):
+    cell: int
+    execution_count: int
+    status: str
+    ename: str | None = None
+    evalue: str | None = None
+
+
+class DiagnoseReport(msgspec.Struct, omit_defaults=True, rename="camel"):
+    schema: str  # "crane.diagnose/1"
+    notebook: str
+    diagnosis: object  # crane.llm.predictor.Diagnosis
+    history: list[HistoryItem] = []
+    probe_error: str | None = None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("notebook", help="path to an .ipynb file")
+    p.add_argument("--cell", type=int, required=True, metavar="N", help="1-based cell number to diagnose")
+    p.add_argument("--json", action="store_true", help="print a JSON report")
+    p.add_argument("--no-kernel", dest="no_kernel", action="store_true",
+                   help="do not replay the history: static analysis only (no runtime facts)")
+    p.add_argument("--python", help="interpreter for the replay kernel (default: this one)")
+    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds allowed per history cell")
+    add_llm_arguments(p)
+
+
+def history_for(nb, target) -> list:
+    """The cells whose state the diagnosis is about. For a cell that already failed: the cells that ran
+    before it (the state it failed against). Otherwise, as `crane check`: "if you run it now", the whole
+    recorded history, including the cell's own earlier run when it has one."""
+    from crane.notebook.history import executed_history
+
+    cells = executed_history(nb)
+    if target.error is not None and target.execution_count is not None:
+        cells = [c for c in cells if c.execution_count < target.execution_count]
+    return cells
+
+
+def _gather(nb, target, history, args):
+    """(findings, probe, history runs, history errors, probe error) — from a replay unless --no-kernel."""
+    from crane.engine import predict_cell, scope_of
+
+    if args.no_kernel:
+        result, probe = predict_cell(nb, target.number, None, scope_of(nb))
+        return result.findings, None, [], {}, None
+    from crane.kernel.manager import start_kernel
+    from crane.kernel.replay import replay
+    from crane.probe.collect import ProbeClient
+
+    with start_kernel(nb.directory, python=args.python) as kernel:
+        runs = replay(kernel.connection, history, cell_timeout=args.cell_timeout)
+        result, probe = predict_cell(nb, target.number, ProbeClient(kernel.connection), scope_of(nb))
+    errors = {r.number: f"{r.ename}: {r.evalue}" for r in runs if r.status == "error"}
+    return result.findings, probe, runs, errors, result.error
+
+
+def run(args: argparse.Namespace) -> int:
+    from crane.kernel.errors import KernelError
+    from crane.llm.client import LLMError
+    from crane.llm.cost import SESSION
+    from crane.llm.predictor import diagnose
+    from crane.llm.settings import SettingsError, settings_from_args
+    from crane.notebook.history import check_target
+    from crane.notebook.model import NotebookError, load_notebook
+
+    try:
+        settings = settings_from_args(args)
+        nb = load_notebook(args.notebook)
+        target = check_target(nb, args.cell)
+    except (NotebookError, SettingsError) as exc:
+        print(f"crane: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    history = history_for(nb, target)
+    traceback = None
+    if target.error is not None:  # it already failed: its traceback is evidence too
+        traceback = target.error.traceback or [f"{target.error.ename}: {target.error.evalue}"]
+    try:
+        findings, probe, runs, errors, probe_error = _gather(nb, target, history, args)
+    except KernelError as exc:
+        print(f"crane: kernel error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        d = diagnose(history, target, probe, findings, settings, traceback, history_errors=errors, ledger=SESSION)
+    except LLMError as exc:
+        print(f"crane: LLM error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        from crane.commands.output import encode
+
+        report = DiagnoseReport(
+            schema="crane.diagnose/1", notebook=args.notebook, diagnosis=d, probe_error=probe_error,
+            history=[HistoryItem(cell=r.number, execution_count=r.execution_count, status=r.status, ename=r.ename,
+                                 evalue=r.evalue) for r in runs],
+        )
+        print(encode(report))
+    else:
+        print(render_text(args.notebook, d, runs, probe_error))
+    return EXIT_CRASH if d.prediction == "crash" else EXIT_OK
+
+
+def _wrap(text: str, indent: str = "    ") -> list[str]:
+    return textwrap.wrap(" ".join(text.split()), width=100, initial_indent=indent, subsequent_indent=indent)
+
+
+def render_text(path: str, d, runs, probe_error: str | None) -> str:
+    out: list[str] = []
+    failed = [r for r in runs if r.status == "error"]
+    if failed:
+        out.append(f"history: {len(failed)} of {len(runs)} replayed cells raised:")
+        out += [f"  cell {r.number} [{r.execution_count}]: {r.ename}: {r.evalue}" for r in failed]
+    if probe_error:
+        out.append(f"{path}: cell {d.cell}: {probe_error}")
+    if d.mode == "llm":
+        a = d.answer
+        if a.crash:
+            where = f" at line {d.verdict.line}" if d.verdict and a.line else ""
+            head = f"{path}: cell {d.cell}: will crash: {a.exception or 'Exception'}{where}"
+        else:
+            head = f"{path}: cell {d.cell}: no crash predicted"
+        extra = f"confidence {a.confidence:.2f}" + (f", root cause: {a.root_cause}" if a.root_cause else "")
+        out.append(f"{head} ({extra})")
+        out += _wrap(a.explanation)
+        if a.suggested_fix:
+            out += _wrap(f"suggested fix: {a.suggested_fix}")
+    elif d.findings:
+        out.append(f"{path}: cell {d.cell}: will crash (offline rules)")
+    else:
+        out.append(f"{path}: cell {d.cell}: no crash predicted (offline rules)")
+    for f in d.findings:
+        msg = f.message if f.message.startswith(f.ename) else f"{f.ename}: {f.message}"
+        out.append(f"  rules: line {f.line}: {msg}  [{f.rule}]")
+        out += [f"    evidence: {e}" for e in f.evidence[:4]]
+    if d.mode == "llm" and d.usage is not None:
+        cached = " (from cache: not paid again)" if d.cached else ""
+        out.append(f"  model {d.model}: {d.usage.describe()}{cached}")
+        if d.session is not None:
+            t = d.session
+            cost = f"${t.cost_usd:.5f}" + (f" + {t.unpriced_requests} unpriced" if t.unpriced_requests else "")
+            out.append(f"  session: {t.requests} request(s), {t.prompt_tokens:,} prompt + "
+                       f"{t.completion_tokens:,} completion tokens, {cost}")
+    elif d.mode == "offline":
+        out.append("  (no model configured: --model M or CRANE_MODEL for an LLM diagnosis)")
+    return "\n".join(out)

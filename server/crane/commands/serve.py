@@ -1,0 +1,53 @@
+"""`crane serve`: run the CRANE language server, on stdio (what editors start) or TCP (for debugging).
+
+stdout is the LSP channel: nothing else is ever written there. Logs go to stderr (and to the client's
+log through `window/logMessage`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from crane.commands import EXIT_ERROR, EXIT_OK
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tcp", metavar="HOST:PORT", type=_host_port, help="listen on TCP instead of stdio (debugging)")
+    parser.add_argument(
+        "--log-level", choices=["error", "warning", "info", "debug"], default="info", help="stderr log level (default info)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.log_level != "debug":  # pygls logs every message it sends at INFO
+        logging.getLogger("pygls").setLevel(logging.WARNING)
+    from crane.lsp.server import LspLogHandler, server
+
+    handler = LspLogHandler(server)
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logging.getLogger("crane").addHandler(handler)
+    try:
+        if args.tcp:
+            host, port = args.tcp
+            server.start_tcp(host, port)
+        else:
+            server.start_io()
+    except OSError as exc:
+        print(f"crane serve: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK

@@ -1,0 +1,59 @@
+"""The LLM mode of the benchmark: a Predictor for crane.bench.runner (replayed state -> prompt -> model).
+
+    predictor = LLMBenchPredictor(settings)                 # `crane bench --mode llm --model M`
+    predictor = LLMBenchPredictor(settings, dry_run=True)   # `--dry-run`: build every prompt, call nothing
+    run_cases(cases, predictor, ...); dry_run_stats(predictor.prompts)
+"""
+
+from __future__ import annotations
+
+import threading
+
+from crane.llm.client import LLMError
+from crane.llm.cost import SESSION, CostLedger
+from crane.llm.predictor import predict_with_llm, verdict_to_finding
+from crane.llm.prompt import Prompt, build_prompt
+from crane.llm.settings import LLMSettings
+
+
+def replayed_prompt(replayed, target: int, include_findings: bool = True) -> Prompt:
+    """The prompt for `target` from a crane.engine.ReplayedNotebook (its history, probe and rule findings)."""
+    cell_result, probe = replayed.predict(target)
+    errors = {h.number: f"{h.ename}: {h.evalue}" for h in replayed.history_runs if h.status == "error"}
+    findings = cell_result.findings if include_findings else []
+    return build_prompt(replayed.history, replayed.nb.cell(target), probe, findings, history_errors=errors)
+
+
+class LLMBenchPredictor:
+    """Fills a crane.bench.metrics.VariantResult from the model's verdict (thread-safe for --jobs)."""
+
+    def __init__(self, settings: LLMSettings, dry_run: bool = False, include_findings: bool = True,
+                 ledger: CostLedger | None = None):
+        self.settings = settings
+        self.dry_run = dry_run
+        self.include_findings = include_findings
+        self.ledger = SESSION if ledger is None else ledger
+        self.prompts: list[Prompt] = []
+        self.labels: list[str] = []  # "case/variant" of each prompt, same order
+        self._lock = threading.Lock()
+
+    def __call__(self, replayed, target: int, result) -> None:
+        prompt = replayed_prompt(replayed, target, self.include_findings)
+        with self._lock:
+            self.prompts.append(prompt)
+            self.labels.append(f"{result.case}/{result.variant}")
+        if self.dry_run:
+            result.verdict = "dry-run"
+            result.message = f"prompt {prompt.user_chars} chars (+{prompt.chars - prompt.user_chars} system)"
+            return
+        try:
+            verdict = predict_with_llm(prompt, self.settings, ledger=self.ledger)
+        except LLMError as exc:
+            result.error = f"LLM: {exc}"
+            return
+        result.verdict = "crash" if verdict.answer.crash else "no-crash"
+        finding = verdict_to_finding(verdict, replayed.nb.cell(target))
+        if finding is not None:
+            result.predicted_crash = True
+            result.predicted_ename, result.rule, result.line, result.message = (
+                finding.ename, finding.rule, finding.line, finding.message)

@@ -1,0 +1,294 @@
+"""litellm wrapper: one JSON verdict per request, with retries, timeouts, a repair retry and no stdout.
+
+litellm is imported lazily by `load_litellm()` (never at daemon start): `LITELLM_LOCAL_MODEL_COST_MAP=True`
+is set first so the import makes no network request, `suppress_debug_info` stops its banners, and its
+log handlers (which write records below WARNING to *stdout*, fatal for the LSP channel) are removed so its
+records propagate to the application's stderr logging, at WARNING unless CRANE_LLM_DEBUG is set.
+
+API keys come from the provider's usual environment variables and are never logged: every error message
+that leaves this module is scrubbed of the values of *_KEY / *_TOKEN / *_SECRET variables.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from crane.llm.cost import BudgetExceeded, CostLedger, price_usage
+from crane.llm.schema import (
+    RESPONSE_FORMAT_OBJECT,
+    RESPONSE_FORMAT_SCHEMA,
+    AnswerError,
+    LLMAnswer,
+    Usage,
+    decode_answer,
+)
+from crane.llm.settings import LLMSettings
+
+log = logging.getLogger(__name__)
+
+_LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm")
+_lock = threading.Lock()
+_litellm: Any = None
+# Models whose provider rejected a response_format kind: remember the next kind to try.
+_format_downgrades: dict[str, str] = {}
+
+REPAIR_PROMPT = (
+    "Your reply could not be used: {error}. Reply again with only the JSON object described in the system "
+    "message (keys: explanation, crash, confidence, exception, line, root_cause, suggested_fix), no other text."
+)
+
+
+class LLMError(Exception):
+    """A request to the model failed; the message is fit to show a user (no secrets)."""
+
+    def __init__(self, message: str, usage: Usage | None = None, attempts: int = 1):
+        super().__init__(message)
+        self.usage = usage
+        self.attempts = attempts
+
+
+class LLMNotConfigured(LLMError):
+    """No model is configured (callers should use the offline modes instead)."""
+
+
+class LLMTimeout(LLMError):
+    pass
+
+
+class LLMUnavailable(LLMError):
+    """The model server could not be reached, dropped the connection or kept answering 5xx / 429."""
+
+
+class LLMRequestRejected(LLMError):
+    """The provider refused the request (bad key, unknown model, bad request): retrying will not help."""
+
+
+class LLMBadAnswer(LLMError):
+    """The model's reply was not a valid verdict, twice."""
+
+
+class LLMBudgetExceeded(LLMError):
+    pass
+
+
+def load_litellm():
+    """Import and configure litellm once (about 2 s the first time)."""
+    global _litellm
+    with _lock:
+        if _litellm is None:
+            os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+            os.environ.setdefault("LITELLM_LOG", "WARNING")
+            import litellm
+
+            litellm.suppress_debug_info = True
+            litellm.set_verbose = False
+            litellm.telemetry = False
+            level = logging.DEBUG if os.environ.get("CRANE_LLM_DEBUG") else logging.WARNING
+            for name in _LITELLM_LOGGERS:
+                lg = logging.getLogger(name)
+                for h in list(lg.handlers):
+                    lg.removeHandler(h)
+                lg.setLevel(level)
+                lg.propagate = True
+            _litellm = litellm
+    return _litellm
+
+
+def _secrets() -> list[str]:
+    out = []
+    for k, v in os.environ.items():
+        if v and len(v) >= 8 and k.upper().endswith(("_KEY", "_TOKEN", "_SECRET", "_API_KEY", "_PASSWORD")):
+            out.append(v)
+    return sorted(out, key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """Replace the values of secret-looking environment variables in `text`."""
+    for secret in _secrets():
+        text = text.replace(secret, "***")
+    return text
+
+
+def _short(exc: BaseException) -> str:
+    msg = scrub(str(exc)).strip().replace("\n", " ")
+    return msg[:300] + ("..." if len(msg) > 300 else "")
+
+
+def choose_response_format(litellm, model: str) -> str:
+    """'schema' where litellm knows the provider enforces a JSON schema, 'object' otherwise."""
+    if model in _format_downgrades:
+        return _format_downgrades[model]
+    try:
+        if litellm.supports_response_schema(model=model):
+            return "schema"
+    except Exception:
+        pass
+    return "object"
+
+
+_FORMATS = {"schema": RESPONSE_FORMAT_SCHEMA, "object": RESPONSE_FORMAT_OBJECT, "none": None}
+_NEXT_FORMAT = {"schema": "object", "object": "none"}
+
+
+def _provider(litellm, model: str) -> str | None:
+    try:
+        return litellm.get_llm_provider(model)[1]
+    except Exception:
+        return None
+
+
+def _request_kwargs(litellm, settings: LLMSettings, messages: list[dict], fmt: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "model": settings.model,
+        "messages": messages,
+        "timeout": settings.timeout_s,
+        "max_tokens": settings.max_tokens,
+        "max_retries": 0,  # CRANE retries itself (with its own back-off and accounting)
+        "drop_params": True,  # e.g. temperature for models that only accept the default
+    }
+    if settings.temperature is not None:
+        kwargs["temperature"] = settings.temperature
+    if settings.api_base:
+        kwargs["api_base"] = settings.api_base
+        # Local OpenAI-compatible servers need no key, but the OpenAI client insists on one.
+        if _provider(litellm, settings.model) == "openai" and not os.environ.get("OPENAI_API_KEY"):
+            kwargs["api_key"] = "no-key-required"
+    if _FORMATS[fmt] is not None:
+        kwargs["response_format"] = _FORMATS[fmt]
+    return kwargs
+
+
+def _usage_of(litellm, settings: LLMSettings, response) -> Usage:
+    u = getattr(response, "usage", None)
+    prompt = int(getattr(u, "prompt_tokens", 0) or 0)
+    completion = int(getattr(u, "completion_tokens", 0) or 0)
+    details = getattr(u, "prompt_tokens_details", None)
+    cached = int(getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
+    cost = price_usage(litellm, settings.model, prompt, completion, cached)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, cost_usd=cost,
+                 model=settings.model)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    for headers in (getattr(exc, "litellm_response_headers", None), getattr(getattr(exc, "response", None),
+                                                                             "headers", None)):
+        try:
+            return max(0.0, float(headers.get("retry-after")))
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return None
+
+
+def _classify(litellm, exc: BaseException) -> tuple[type[LLMError], bool, str]:
+    """(error class, retryable, what happened)."""
+    if isinstance(exc, litellm.Timeout):
+        return LLMTimeout, True, "timed out"
+    if isinstance(exc, litellm.RateLimitError):
+        return LLMUnavailable, True, "rate limited (HTTP 429)"
+    if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)):
+        return LLMRequestRejected, False, "refused the credentials (check the provider's API key variable)"
+    if isinstance(exc, litellm.NotFoundError):
+        return LLMRequestRejected, False, "does not know this model"
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        return LLMRequestRejected, False, "rejected the prompt as too long for the model"
+    if isinstance(exc, litellm.BadRequestError):
+        return LLMRequestRejected, False, "rejected the request"
+    if "connection error" in str(exc).lower():  # refused, reset or dropped before a reply
+        return LLMUnavailable, True, "could not be reached or dropped the connection"
+    if isinstance(exc, (litellm.InternalServerError, litellm.ServiceUnavailableError, litellm.BadGatewayError)):
+        status = getattr(exc, "status_code", None)
+        return LLMUnavailable, True, f"failed (HTTP {status})" if status else "failed (server error)"
+    if isinstance(exc, litellm.APIConnectionError):
+        return LLMUnavailable, True, "could not be reached"
+    if isinstance(exc, litellm.APIError):
+        status = getattr(exc, "status_code", None)
+        return LLMUnavailable, bool(status and int(status) >= 500), f"failed (HTTP {status})"
+    return LLMError, False, "failed"
+
+
+def _format_rejected(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "response_format" in text or "json_schema" in text or "response format" in text
+
+
+def call_model(
+    settings: LLMSettings, messages: list[dict], ledger: CostLedger, fmt: str | None = None
+) -> tuple[str, Usage]:
+    """One model reply (with retries on 429 / 5xx / timeouts / dropped connections); its usage is recorded."""
+    if not settings.enabled:
+        raise LLMNotConfigured("no model is configured (set --model, CRANE_MODEL or crane.llm.model)")
+    litellm = load_litellm()
+    fmt = fmt or choose_response_format(litellm, settings.model)
+    where = f"the model server ({settings.api_base})" if settings.api_base else f"the provider of {settings.model}"
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            ledger.check_budget(settings.budget_usd)
+        except BudgetExceeded as exc:
+            raise LLMBudgetExceeded(str(exc)) from None
+        kwargs = _request_kwargs(litellm, settings, messages, fmt)
+        log.info("LLM request: model=%s format=%s attempt=%d", settings.model, fmt, attempt)
+        try:
+            response = litellm.completion(**kwargs)
+        except Exception as exc:
+            err_cls, retryable, what = _classify(litellm, exc)
+            if err_cls is LLMRequestRejected and fmt in _NEXT_FORMAT and _format_rejected(exc):
+                log.warning("%s rejected response_format=%s; trying %s", settings.model, fmt, _NEXT_FORMAT[fmt])
+                fmt = _NEXT_FORMAT[fmt]
+                _format_downgrades[settings.model] = fmt
+                attempt -= 1
+                continue
+            if retryable and attempt <= settings.retries:
+                delay = _retry_after(exc)
+                if delay is None:
+                    delay = settings.retry_backoff_s * (2 ** (attempt - 1))
+                delay = min(delay, 30.0)
+                log.warning("LLM request %s (attempt %d); retrying in %.1f s: %s", what, attempt, delay, _short(exc))
+                time.sleep(delay)
+                continue
+            detail = f" after {settings.timeout_s:g} s" if err_cls is LLMTimeout else ""
+            msg = f"{where} {what}{detail} ({attempt} attempt{'s' if attempt > 1 else ''}): {_short(exc)}"
+            raise err_cls(msg, attempts=attempt) from None
+        usage = _usage_of(litellm, settings, response)
+        ledger.add(usage)
+        try:
+            text = response.choices[0].message.content or ""
+        except (AttributeError, IndexError):
+            text = ""
+        return text, usage
+
+
+def request_answer(settings: LLMSettings, messages: list[dict], ledger: CostLedger) -> tuple[LLMAnswer, Usage, bool]:
+    """Ask for a verdict; on an invalid reply, one repair retry that shows the model what was wrong.
+
+    Returns (answer, usage of all requests, repaired).
+    """
+    text, usage = call_model(settings, messages, ledger)
+    try:
+        return decode_answer(text), usage, False
+    except AnswerError as first:
+        log.warning("LLM reply invalid (%s); sending one repair request", first)
+        repair = [
+            *messages,
+            {"role": "assistant", "content": text[:4000] or "(empty)"},
+            {"role": "user", "content": REPAIR_PROMPT.format(error=first)},
+        ]
+        try:
+            text2, usage2 = call_model(settings, repair, ledger)
+        except LLMError as exc:
+            exc.usage = usage + exc.usage if exc.usage else usage
+            raise
+        usage = usage + usage2
+        try:
+            return decode_answer(text2), usage, True
+        except AnswerError as second:
+            raise LLMBadAnswer(
+                f"{settings.model} did not return a valid verdict, even after a repair request: {second}",
+                usage=usage,
+                attempts=2,
+            ) from None

@@ -1,0 +1,229 @@
+"""What the CLI, the benchmark and the LSP daemon call: ask a model about a cell, turn its answer into a
+Finding, and diagnose a cell (with a model when one is configured, from the offline rules otherwise).
+
+    prompt = build_prompt(history, target, probe, findings, traceback)
+    verdict = predict_with_llm(prompt, settings)          # or: await apredict_with_llm(...)
+    finding = verdict_to_finding(verdict, target)         # None when the model predicts no crash
+    diagnosis = diagnose(history, target, probe, findings, settings)   # everything, with markdown
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import msgspec
+
+from crane.llm.cache import ResponseCache, cache_key
+from crane.llm.client import request_answer
+from crane.llm.cost import SESSION, CostLedger, SessionTotals
+from crane.llm.prompt import Prompt, build_prompt
+from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
+from crane.llm.settings import LLMSettings
+from crane.notebook.model import Cell
+from crane.probe.facts import ProbeResult
+from crane.rules.finding import Finding
+
+# The CRANE-LLM study's median runtime-augmented prompt input (222 JunoBench cases; notes §1.1).
+STUDY_MEDIAN_PROMPT_CHARS = 5198
+
+
+class Diagnosis(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
+    """A diagnosis of one cell, for the CLI (--json) and the daemon's crane/diagnosis notification."""
+
+    cell: int
+    prediction: str  # "crash" | "no-crash"
+    mode: str  # "llm" | "offline"
+    markdown: str
+    verdict: Finding | None = None  # the LLM's finding, or the strongest rule finding offline
+    findings: list[Finding] = []  # the offline rules' findings
+    answer: LLMAnswer | None = None
+    usage: Usage | None = None
+    cached: bool = False
+    model: str | None = None
+    prompt_chars: int | None = None
+    session: SessionTotals | None = None
+
+
+def _cache_for(settings: LLMSettings) -> ResponseCache | None:
+    return ResponseCache(settings.resolved_cache_dir()) if settings.cache else None
+
+
+def predict_with_llm(
+    prompt: Prompt, settings: LLMSettings, *, ledger: CostLedger | None = None, cache: ResponseCache | None = None
+) -> LLMVerdict:
+    """Ask the configured model; served from the on-disk cache when the same question was already paid for.
+
+    Raises crane.llm.client.LLMError (LLMNotConfigured when no model is set)."""
+    ledger = SESSION if ledger is None else ledger
+    cache = cache if cache is not None else _cache_for(settings)
+    start = time.perf_counter()
+    key = None
+    if cache is not None and settings.model:
+        key = cache_key(settings.model, settings.api_base, prompt.messages,
+                        max_tokens=settings.max_tokens, temperature=settings.temperature)
+        entry = cache.get(key)
+        if entry is not None:
+            ledger.add_cache_hit()
+            return LLMVerdict(answer=entry.answer, usage=entry.usage, cached=True, repaired=entry.repaired,
+                              elapsed_ms=(time.perf_counter() - start) * 1000)
+    answer, usage, repaired = request_answer(settings, prompt.messages, ledger)
+    if key is not None:
+        cache.put(key, settings.model, answer, usage, repaired)
+    return LLMVerdict(answer=answer, usage=usage, repaired=repaired, elapsed_ms=(time.perf_counter() - start) * 1000)
+
+
+async def apredict_with_llm(prompt: Prompt, settings: LLMSettings, **kwargs) -> LLMVerdict:
+    """`predict_with_llm` in a worker thread (for the daemon's event loop); bounded by the settings' timeout."""
+    return await asyncio.to_thread(predict_with_llm, prompt, settings, **kwargs)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def verdict_to_finding(verdict: LLMVerdict, target: Cell | None = None, min_confidence: float = 0.0) -> Finding | None:
+    """The model's crash verdict as a Finding (source "llm"); None for "no crash" or below `min_confidence`."""
+    a = verdict.answer
+    if not a.crash or a.confidence < min_confidence:
+        return None
+    lines = target.source.splitlines() if target is not None else []
+    line = a.line if a.line is not None and (not lines or a.line <= len(lines)) else None
+    text = lines[line - 1] if line and lines else ""
+    ename = (a.exception or "Exception").strip() or "Exception"
+    evidence = [f"{verdict.usage.model or 'LLM'}: {_one_line(a.explanation, 600)}"]
+    if a.suggested_fix:
+        evidence.append(f"suggested fix: {_one_line(a.suggested_fix, 400)}")
+    return Finding(
+        rule="llm",
+        ename=ename,
+        message=f"{ename}: {_one_line(a.explanation)}",
+        line=line or 1,
+        col=len(text) - len(text.lstrip()) if text else 0,
+        end_line=line or 1,
+        end_col=len(text.rstrip()) if text else None,
+        root_cause=a.root_cause,
+        confidence=round(a.confidence, 3),
+        evidence=evidence,
+        source="llm",
+    )
+
+
+def _findings_markdown(findings: list[Finding]) -> list[str]:
+    out = []
+    for f in findings:
+        msg = f.message[len(f.ename) + 1:].strip() if f.message.startswith(f.ename + ":") else f.message
+        out.append(f"- line {f.line}: **{f.ename}**: {msg} (`{f.rule}`, {f.confidence:.2f})")
+        out.extend(f"  - {e}" for e in f.evidence[:4])
+    return out
+
+
+def render_markdown(d: Diagnosis, answer: LLMAnswer | None = None) -> str:
+    md: list[str] = []
+    if d.mode == "llm" and answer is not None:
+        head = f"**CRANE: cell {d.cell} {'will crash' if answer.crash else 'should run without crashing'}**"
+        if answer.crash:
+            detail = [f"`{answer.exception or 'Exception'}`"]
+            if d.verdict and answer.line:
+                detail.append(f"at line {d.verdict.line}")
+            head += " — " + " ".join(detail)
+        extra = [f"confidence {answer.confidence:.2f}"]
+        if answer.root_cause:
+            extra.append(f"root cause: {answer.root_cause}")
+        md += [f"{head} ({', '.join(extra)})", "", answer.explanation.strip()]
+        if answer.suggested_fix:
+            md += ["", f"**Suggested fix:** {answer.suggested_fix.strip()}"]
+        if d.findings:
+            md += ["", "Offline rules:", *_findings_markdown(d.findings)]
+        if d.usage is not None:
+            cost = d.usage.describe() + (" · from cache (not paid again)" if d.cached else "")
+            md += ["", f"<sub>{d.model} · {cost}</sub>"]
+    else:
+        if d.findings:
+            md.append(f"**CRANE: cell {d.cell} will crash** (offline rules)")
+            md += ["", *_findings_markdown(d.findings)]
+        else:
+            md.append(f"**CRANE: no crash predicted for cell {d.cell}** (offline rules)")
+        md += ["", "<sub>No model configured: set `crane.llm.model` (or CRANE_MODEL / --model) for an LLM diagnosis."
+               "</sub>"]
+    return "\n".join(md)
+
+
+def diagnose(
+    history: list[Cell],
+    target: Cell,
+    probe: ProbeResult | None,
+    findings: list[Finding],
+    settings: LLMSettings,
+    traceback: str | list[str] | None = None,
+    *,
+    history_errors: dict[int, str] | None = None,
+    ledger: CostLedger | None = None,
+) -> Diagnosis:
+    """Diagnose `target`: with the configured model (raises LLMError if it fails), offline otherwise."""
+    ledger = SESSION if ledger is None else ledger
+    if not settings.enabled:
+        top = max(findings, key=lambda f: f.confidence) if findings else None
+        d = Diagnosis(cell=target.number, prediction="crash" if findings else "no-crash", mode="offline",
+                      markdown="", verdict=top, findings=findings)
+        d.markdown = render_markdown(d)
+        return d
+    prompt = build_prompt(history, target, probe, findings, traceback, history_errors=history_errors)
+    verdict = predict_with_llm(prompt, settings, ledger=ledger)
+    finding = verdict_to_finding(verdict, target)
+    d = Diagnosis(
+        cell=target.number,
+        prediction="crash" if verdict.answer.crash else "no-crash",
+        mode="llm",
+        markdown="",
+        verdict=finding,
+        findings=findings,
+        answer=verdict.answer,
+        usage=verdict.usage,
+        cached=verdict.cached,
+        model=settings.model,
+        prompt_chars=prompt.chars,
+        session=ledger.totals(),
+    )
+    d.markdown = render_markdown(d, verdict.answer)
+    return d
+
+
+def _dist(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    s = sorted(values)
+    return {"min": s[0], "median": statistics.median(s), "p90": s[min(len(s) - 1, int(0.9 * len(s)))], "max": s[-1],
+            "mean": round(statistics.fmean(s), 1)}
+
+
+def dry_run_stats(
+    prompts: list[Prompt], model: str | None = None, reference_chars: int = STUDY_MEDIAN_PROMPT_CHARS
+) -> dict:
+    """Sizes of a set of prompts without calling a model: chars, tokens (offline tokenizer), sections, the
+    runtime facts they carry, and the ratio of the median to the CRANE-LLM study's median prompt."""
+    user = [p.user_chars for p in prompts]
+    total = [p.chars for p in prompts]
+    tokens = [p.token_count(model) for p in prompts] if prompts else []
+    carried: dict[str, int] = {}
+    for p in prompts:
+        for k in p.carried:
+            carried[k] = carried.get(k, 0) + 1
+    sections = sorted({k for p in prompts for k in p.sections})
+    stats = {
+        "prompts": len(prompts),
+        "user_chars": _dist(user),
+        "total_chars": _dist(total),
+        "tokens": _dist(tokens),
+        "system_prompt_chars": total[0] - user[0] if prompts else 0,
+        "sections_median_chars": {k: statistics.median([p.sections.get(k, 0) for p in prompts]) for k in sections},
+        "carried": dict(sorted(carried.items())),
+        "history_statements_cut": sum(p.history_statements_cut for p in prompts),
+        "reference_median_chars": reference_chars,
+    }
+    if prompts:
+        stats["ratio_user_median"] = round(statistics.median(user) / reference_chars, 3)
+        stats["ratio_total_median"] = round(statistics.median(total) / reference_chars, 3)
+    return stats

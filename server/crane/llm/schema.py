@@ -1,0 +1,137 @@
+"""The model's answer and the usage of a request: msgspec Structs, decoded and validated at the edge.
+
+`decode_answer` accepts what real models send (a bare JSON object, or one wrapped in a ```json fence or a
+sentence) but validates strictly: a missing field, a wrong type, a confidence outside [0, 1] or a root cause
+outside the JunoBench taxonomy is an `AnswerError`, which triggers the client's one repair retry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+
+import msgspec
+
+from crane.rules.finding import ROOT_CAUSES
+
+
+class AnswerError(ValueError):
+    """The model's reply is not a valid answer; the message says what is wrong (it is shown to the model)."""
+
+
+class LLMAnswer(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
+    # `explanation` comes first so that a model that writes fields in schema order reasons before deciding.
+    explanation: str
+    crash: bool
+    confidence: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+    exception: str | None = None  # e.g. "KeyError"
+    line: Annotated[int, msgspec.Meta(ge=1)] | None = None  # 1-based line in the target cell
+    root_cause: str | None = None  # one of ROOT_CAUSES
+    suggested_fix: str | None = None
+
+
+class Usage(msgspec.Struct, kw_only=True, rename="camel"):
+    """Tokens and cost of one request (or of a request and its repair retry). Every field is always sent."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the provider served from its prompt cache
+    cost_usd: float | None = None  # None: the model is not in litellm's price table (tokens only)
+    model: str = ""
+
+    def __add__(self, other: "Usage") -> "Usage":
+        cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cost_usd=cost,
+            model=self.model or other.model,
+        )
+
+    def describe(self) -> str:
+        parts = [f"{self.prompt_tokens:,} prompt + {self.completion_tokens:,} completion tokens"]
+        if self.cached_tokens:
+            parts.append(f"({self.cached_tokens:,} cached)")
+        parts.append(f"${self.cost_usd:.5f}" if self.cost_usd is not None else "cost unknown (model not priced)")
+        return " ".join(parts)
+
+
+class LLMVerdict(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
+    """A decoded answer with what it cost; `cached` when it came from the on-disk cache (cost not paid again)."""
+
+    answer: LLMAnswer
+    usage: Usage
+    cached: bool = False
+    repaired: bool = False  # the first reply was invalid and the repair retry fixed it
+    elapsed_ms: float = 0.0
+
+
+# The JSON schema sent as response_format (OpenAI strict-mode compatible: every property required,
+# optional ones nullable, no additional properties).
+ANSWER_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "explanation": {"type": "string", "description": "1-3 sentences grounded in the runtime facts"},
+        "crash": {"type": "boolean"},
+        "confidence": {"type": "number", "description": "probability of a crash-verdict being right, 0..1"},
+        "exception": {"type": ["string", "null"], "description": "exception class name, e.g. KeyError"},
+        "line": {"type": ["integer", "null"], "description": "1-based line in the target cell"},
+        "root_cause": {"type": ["string", "null"], "enum": [*ROOT_CAUSES, None]},
+        "suggested_fix": {"type": ["string", "null"]},
+    },
+    "required": ["explanation", "crash", "confidence", "exception", "line", "root_cause", "suggested_fix"],
+    "additionalProperties": False,
+}
+
+RESPONSE_FORMAT_SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {"name": "crane_verdict", "schema": ANSWER_JSON_SCHEMA, "strict": True},
+}
+RESPONSE_FORMAT_OBJECT = {"type": "json_object"}
+
+_FENCE = re.compile(r"```(?:json)?\s*(\{.*\})\s*```", re.S)
+_ROOT_CAUSE_KEYS = {re.sub(r"[\s_\-]+", " ", rc.lower()): rc for rc in ROOT_CAUSES}
+_answer_decoder = msgspec.json.Decoder(LLMAnswer)
+
+
+def _extract_object(text: str) -> str:
+    text = text.strip()
+    if text.startswith("{"):
+        return text
+    m = _FENCE.search(text)
+    if m:
+        return m.group(1)
+    start, end = text.find("{"), text.rfind("}")
+    if start != -1 and end > start:
+        return text[start : end + 1]
+    raise AnswerError("the reply contains no JSON object")
+
+
+def decode_answer(text: str | None) -> LLMAnswer:
+    """Decode and validate the model's reply; raise AnswerError saying what is wrong."""
+    if not text or not text.strip():
+        raise AnswerError("the reply is empty")
+    try:
+        raw = json.loads(_extract_object(text))
+    except json.JSONDecodeError as exc:
+        raise AnswerError(f"the reply is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(raw, dict):
+        raise AnswerError("the reply is not a JSON object")
+    rc = raw.get("root_cause")
+    if isinstance(rc, str):
+        key = re.sub(r"[\s_\-]+", " ", rc.strip().lower())
+        if key in ("", "none", "null", "n/a"):
+            raw["root_cause"] = None
+        elif key in _ROOT_CAUSE_KEYS:
+            raw["root_cause"] = _ROOT_CAUSE_KEYS[key]
+        else:
+            raise AnswerError(f"root_cause {rc!r} is not one of {', '.join(ROOT_CAUSES)} (or null)")
+    try:
+        answer = msgspec.convert(raw, LLMAnswer)
+    except msgspec.ValidationError as exc:
+        raise AnswerError(f"the JSON does not match the schema: {exc}") from None
+    if not answer.explanation.strip():
+        raise AnswerError("explanation is empty")
+    return answer

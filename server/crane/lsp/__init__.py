@@ -1,0 +1,8 @@
+"""The CRANE language server (`crane serve`): live crash diagnostics on notebook cells.
+
+One feature per module: `server.py` builds the server and registers the handlers; `sync.py` follows the
+notebooks; `diagnostics.py` publishes per-cell squiggles; `analysis_service.py` runs analyse → probe →
+predict off the event loop; `kernel_attach.py`, `discovery.py` and `kernel_watch.py` reach and follow the
+kernel; `hover.py`, `code_actions.py`, `commands.py` and `progress.py` are the user-facing features;
+`settings.py` and `messages.py` are the typed edges. The wire contract is `docs/protocol.md`.
+"""

@@ -1,0 +1,52 @@
+"""`textDocument/codeAction` on a cell: Diagnose with CRANE, Fix with CRANE agent, Run speculatively.
+
+Offered on every Python code cell, with or without a diagnostic: as quick fixes (attached to CRANE's
+diagnostics) when the cell has some, as `source.crane` actions otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from crane.lsp.commands import DIAGNOSE_CELL, FIX_CELL, RUN_SPECULATIVELY
+from crane.lsp.diagnostics import SOURCE
+
+if TYPE_CHECKING:
+    from crane.lsp.server import CraneServer
+
+SOURCE_CRANE = "source.crane"
+KINDS = [types.CodeActionKind.QuickFix, SOURCE_CRANE]
+
+ACTIONS = (
+    ("Diagnose with CRANE", DIAGNOSE_CELL),
+    ("Fix with CRANE agent", FIX_CELL),
+    ("Run speculatively with CRANE", RUN_SPECULATIVELY),
+)
+
+
+def code_actions(ls: "CraneServer", params: types.CodeActionParams) -> list[types.CodeAction] | None:
+    uri = params.text_document.uri
+    session = ls.session_of_cell(uri)
+    if session is None:
+        return None
+    nb = ls.workspace.get_notebook_document(cell_uri=uri)
+    cell = next((c for c in nb.cells if ls.key(c.document) == ls.key(uri)), None) if nb else None
+    if cell is None or cell.kind != types.NotebookCellKind.Code:
+        return None
+    ours = [d for d in params.context.diagnostics if d.source == SOURCE]
+    only = params.context.only
+    kind = types.CodeActionKind.QuickFix if ours else SOURCE_CRANE
+    if only and not any(kind == k or str(kind).startswith(f"{k}.") for k in only):
+        return None
+    return [
+        types.CodeAction(
+            title=title,
+            kind=kind,
+            diagnostics=ours or None,
+            is_preferred=(command == DIAGNOSE_CELL and bool(ours)) or None,
+            command=types.Command(title=title, command=command, arguments=[cell.document]),
+        )
+        for title, command in ACTIONS
+    ]

@@ -1,0 +1,112 @@
+"""`crane.diagnoseCell`: a detailed explanation of one cell's predicted crash, with the evidence.
+
+The rules path builds markdown from the findings, their evidence and where the state came from, plus the
+runtime facts of the names the cell uses. Extension point for the LLM layer: `LLM_DIAGNOSER`, when set
+(by `crane.llm`, e.g. at import of its daemon hook), is awaited with the `DiagnosisContext` and may return a
+richer `DiagnosisResult`; `None` or an error falls back to the rules' diagnosis (and says so in the log).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from crane.lsp.facts_markdown import facts_markdown
+from crane.lsp.messages import DiagnosisResult
+from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot
+
+log = logging.getLogger(__name__)
+
+MAX_FACT_NAMES = 8
+
+
+@dataclass
+class DiagnosisContext:
+    snapshot: NotebookSnapshot
+    cell: CellSnapshot
+    findings: list[Any]  # Finding, the predicted first crash first
+    probe: Any  # ProbeResult | None
+    mode: str  # "live" | "stale" | "static"
+    llm_settings: dict[str, Any]  # the raw `crane.llm` section
+    rules_result: DiagnosisResult  # what the rules say, to refine
+
+
+# Set by the LLM layer: async (ctx) -> DiagnosisResult | None.
+LLM_DIAGNOSER: Callable[[DiagnosisContext], Awaitable[DiagnosisResult | None]] | None = None
+
+
+def rank(findings: list[Any]) -> list[Any]:
+    """The predicted first crash first: by position (what `crane.predict` returns), confidence breaking ties."""
+    return sorted(findings, key=lambda f: (f.line, f.col, -f.confidence))
+
+
+def rules_markdown(ctx_cell: CellSnapshot, findings: list[Any], probe: Any, mode: str) -> str:
+    out: list[str] = []
+    facts_note = {
+        "live": "facts read from the live kernel",
+        "stale": "facts read before the cell the kernel is running (stale)",
+        "static": "no kernel facts: static analysis only",
+    }[mode]
+    if findings:
+        top = findings[0]
+        out.append(f"### Cell {ctx_cell.number} will crash: `{top.ename}` on line {top.line}")
+        out.append(f"> {top.message}")
+        meta = [f"rule `{top.rule}`", f"confidence {top.confidence:.0%}"]
+        if top.root_cause:
+            meta.insert(0, f"root cause: {top.root_cause}")
+        out.append(" · ".join(meta) + f" · {facts_note}")
+        src_lines = ctx_cell.source.splitlines()
+        if 1 <= top.line <= len(src_lines):
+            out.append(f"```python\n{src_lines[top.line - 1]}\n```")
+        if top.evidence:
+            out.append("**Evidence**")
+            out.extend(f"- {e}" for e in top.evidence)
+        if top.related:
+            out.append("**Where that state comes from**")
+            for r in top.related:
+                where = []
+                if r.cell:
+                    where.append(f"cell {r.cell}")
+                if r.line:
+                    where.append(f"line {r.line}")
+                if r.execution_count is not None:
+                    where.append(f"`In[{r.execution_count}]`")
+                out.append(f"- {', '.join(where) or 'kernel'}: {r.message}")
+        if len(findings) > 1:
+            out.append("**Also**")
+            out.extend(f"- line {f.line}: `{f.ename}`: {f.message}" for f in findings[1:])
+    else:
+        out.append(f"### Cell {ctx_cell.number}: no crash predicted")
+        out.append(f"CRANE's rules found nothing that would crash ({facts_note}). They only speak when they can decide.")
+    if probe is not None and getattr(probe, "facts", None):
+        out.append("**Runtime facts of the names this cell uses**")
+        for name in list(probe.facts)[:MAX_FACT_NAMES]:
+            out.append(facts_markdown(probe.facts[name], stale=mode == "stale"))
+        if getattr(probe, "undefined", None):
+            out.append("Not defined in the kernel: " + ", ".join(f"`{n}`" for n in probe.undefined))
+    return "\n\n".join(out)
+
+
+async def diagnose(ctx_snapshot: NotebookSnapshot, outcome: Any, llm_settings: dict[str, Any]) -> DiagnosisResult:
+    """The diagnosis of one checked cell (`outcome` is an analysis_service.CellOutcome)."""
+    findings = rank(outcome.findings)
+    result = DiagnosisResult(
+        notebook_uri=ctx_snapshot.uri,
+        cell_uri=outcome.cell.uri,
+        cell=outcome.cell.number,
+        verdict=findings[0] if findings else None,
+        markdown=rules_markdown(outcome.cell, findings, outcome.probe, outcome.mode),
+        findings=findings,
+        mode=outcome.mode,
+        source="rules",
+    )
+    if LLM_DIAGNOSER is not None:
+        ctx = DiagnosisContext(ctx_snapshot, outcome.cell, findings, outcome.probe, outcome.mode, llm_settings, result)
+        try:
+            richer = await LLM_DIAGNOSER(ctx)
+            if richer is not None:
+                return richer
+        except Exception:
+            log.exception("the LLM diagnosis failed: using the rules' diagnosis")
+    return result

@@ -1,0 +1,134 @@
+"""Finding the kernel a notebook runs on, from the connection files in the Jupyter runtime dirs.
+
+Where VS Code writes them (../shared/notes/vscode-lsp-kernel.md §3.3): `$JUPYTER_RUNTIME_DIR`, then
+`$XDG_RUNTIME_DIR/jupyter/runtime`, and jupyter_core's runtime dir (which no longer looks at XDG). Each
+`kernel-*.json` candidate, newest first, is asked privately for `__vsc_ipynb_file__`; the one naming the
+notebook wins. What each file's kernel said is remembered (per file and mtime) for a while, so looking again
+every few seconds costs nothing while no new kernel appears.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from crane.lsp.kernel_attach import KernelIdentity, connect, identify
+from crane.lsp.notebook_map import same_path
+
+log = logging.getLogger(__name__)
+
+MAX_CANDIDATES = 32
+NEGATIVE_TTL_S = 30.0  # re-ask a kernel that named another (or no) notebook after this long
+
+
+def runtime_dirs(env: dict[str, str] | None = None) -> list[str]:
+    env = dict(os.environ) if env is None else env
+    dirs: list[str] = []
+    if env.get("JUPYTER_RUNTIME_DIR"):
+        dirs.append(env["JUPYTER_RUNTIME_DIR"])
+    if env.get("XDG_RUNTIME_DIR"):
+        dirs.append(os.path.join(env["XDG_RUNTIME_DIR"], "jupyter", "runtime"))
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        dirs.append(jupyter_runtime_dir())
+    except Exception:  # jupyter_core missing or broken: the other dirs still count
+        pass
+    seen: set[str] = set()
+    out = []
+    for d in dirs:
+        real = os.path.realpath(os.path.expanduser(d))
+        if real not in seen:
+            seen.add(real)
+            out.append(real)
+    return out
+
+
+def candidates(dirs: list[str]) -> list[str]:
+    """`kernel-*.json` files in `dirs`, most recently modified first."""
+    found: dict[str, float] = {}
+    for d in dirs:
+        for path in glob.glob(os.path.join(glob.escape(d), "kernel-*.json")):
+            try:
+                found[path] = os.stat(path).st_mtime
+            except OSError:
+                continue
+    return sorted(found, key=found.__getitem__, reverse=True)[:MAX_CANDIDATES]
+
+
+@dataclass
+class Match:
+    connection_file: str
+    conn: Any  # an open KernelConnection, handed over to the attachment
+    identity: KernelIdentity
+
+
+class Discovery:
+    """Matches notebooks to kernels; thread-safe; remembers what each connection file's kernel said."""
+
+    def __init__(self, timeout: float = 1.0):
+        self.timeout = timeout
+        self._said: dict[tuple[str, int], tuple[str | None, float]] = {}  # (file, mtime_ns) -> (nb path, when)
+        self._lock = threading.Lock()
+
+    def find(self, notebook_path: str, exclude: set[str] | None = None, dirs: list[str] | None = None) -> Match | None:
+        files = [f for f in candidates(dirs if dirs is not None else runtime_dirs()) if f not in (exclude or set())]
+        todo = []
+        now = time.monotonic()
+        for f in files:
+            key = self._key(f)
+            if key is None:
+                continue
+            with self._lock:
+                said = self._said.get(key)
+            if said is not None and now - said[1] < NEGATIVE_TTL_S and not same_path(said[0], notebook_path):
+                continue  # it told us recently about another notebook
+            todo.append((f, key))
+        if not todo:
+            return None
+        with ThreadPoolExecutor(max_workers=min(4, len(todo)), thread_name_prefix="crane-discovery") as pool:
+            results = list(pool.map(lambda fk: self._ask(fk[0], fk[1], notebook_path), todo))
+        match = None
+        for res in results:
+            if res is None:
+                continue
+            if match is None:
+                match = res
+            else:
+                res.conn.close()
+        return match
+
+    def _key(self, path: str) -> tuple[str, int] | None:
+        try:
+            return (path, os.stat(path).st_mtime_ns)
+        except OSError:
+            return None
+
+    def _ask(self, path: str, key: tuple[str, int], notebook_path: str) -> Match | None:
+        try:
+            conn = connect(path, self.timeout)
+        except Exception as exc:
+            log.debug("discovery: %s does not answer: %s", path, exc)
+            with self._lock:
+                self._said[key] = (None, time.monotonic())
+            return None
+        try:
+            ident = identify(conn, self.timeout)
+        except Exception as exc:
+            log.debug("discovery: %s cannot be identified: %s", path, exc)
+            conn.close()
+            with self._lock:
+                self._said[key] = (None, time.monotonic())
+            return None
+        with self._lock:
+            self._said[key] = (ident.notebook_path, time.monotonic())
+        if same_path(ident.notebook_path, notebook_path):
+            return Match(path, conn, ident)
+        conn.close()
+        return None

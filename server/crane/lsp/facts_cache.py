@@ -1,0 +1,96 @@
+"""The last runtime facts read from a kernel, to answer without waiting when the kernel is busy.
+
+Every live probe result is merged in. When the kernel is running a user cell (or the probe timed out),
+`lookup(request)` answers from here: what is known about the requested names, attributes, keys, modules and
+paths, and nothing about the rest (unknown, never "undefined"). Those answers are stale by definition: the
+caller marks them so. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from crane.probe.facts import AttrCheck, Facts, KeyCheck, ProbeRequest, ProbeResult
+
+
+def _key_id(expr: str, key: Any, axis: str) -> tuple[str, str, str]:
+    return (expr, repr(key), axis)
+
+
+class FactsCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._reset()
+
+    def _reset(self) -> None:
+        self.facts: dict[str, Facts] = {}
+        self.undefined: set[str] = set()
+        self.attrs: dict[str, AttrCheck] = {}
+        self.keys: dict[tuple[str, str, str], KeyCheck] = {}
+        self.modules: dict[str, bool] = {}
+        self.imported: set[str] = set()
+        self.paths: dict[str, bool] = {}
+        self.cwd: str | None = None
+        self.libraries: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.facts) + len(self.undefined)
+
+    def store(self, request: ProbeRequest, result: ProbeResult) -> None:
+        with self._lock:
+            for name in request.names:
+                if name in result.facts:
+                    self.facts[name] = result.facts[name]
+                    self.undefined.discard(name)
+                elif name in result.undefined:
+                    self.undefined.add(name)
+                    self.facts.pop(name, None)
+            for name, facts in result.facts.items():
+                self.facts[name] = facts
+            for a in result.attrs:
+                self.attrs[a.expr] = a
+            for k in result.keys:
+                self.keys[_key_id(k.expr, k.key, k.axis)] = k
+            self.modules.update(result.modules)
+            for m in request.modules:
+                if m in result.imported_modules:
+                    self.imported.add(m)
+                else:
+                    self.imported.discard(m)
+            self.paths.update(result.paths)
+            self.cwd = result.cwd or self.cwd
+            self.libraries.update(result.libraries)
+
+    def lookup(self, request: ProbeRequest) -> ProbeResult | None:
+        """What is known about `request`, or None when nothing is."""
+        with self._lock:
+            facts = {n: self.facts[n] for n in request.names if n in self.facts}
+            undefined = [n for n in request.names if n in self.undefined]
+            attrs = [self.attrs[a] for a in request.attrs if a in self.attrs]
+            keys = []
+            for item in request.keys:
+                if len(item) == 3:
+                    k = self.keys.get(_key_id(item[0], item[1], item[2]))
+                    if k is not None:
+                        keys.append(k)
+            modules = {m: self.modules[m] for m in request.modules if m in self.modules}
+            imported = [m for m in request.modules if m in self.imported]
+            paths = {p: self.paths[p] for p in request.paths if p in self.paths}
+            if not (facts or undefined or attrs or keys or modules or paths):
+                return None
+            return ProbeResult(
+                facts=facts,
+                undefined=undefined,
+                attrs=attrs,
+                keys=keys,
+                modules=modules,
+                imported_modules=imported,
+                paths=paths,
+                cwd=self.cwd,
+                libraries=dict(self.libraries),
+            )

@@ -1,0 +1,113 @@
+"""Runtime facts as short markdown, for hovers and diagnoses (never a full repr: the facts are bounded)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crane.probe.facts import Facts
+
+MAX_COLUMNS = 12
+
+
+def _short(v: Any, n: int = 60) -> str:
+    s = v if isinstance(v, str) else repr(v)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _code(s: Any) -> str:
+    text = str(s).replace("`", "'")
+    return f"`{text}`"
+
+
+def facts_markdown(f: Facts, stale: bool = False, heading: bool = True) -> str:
+    lines: list[str] = []
+    if heading:
+        lines.append(f"**{f.name}**: {_code(f.type)}" + ("  _(stale: read before the running cell)_" if stale else ""))
+    bits = []
+    if f.shape is not None:
+        bits.append(f"shape {_code(tuple(f.shape))}")
+    elif f.length is not None:
+        bits.append(f"length {f.length}")
+    if f.dtype:
+        bits.append(f"dtype {_code(f.dtype)}")
+    if f.device:
+        bits.append(f"device {_code(f.device)}")
+    if f.requires_grad is not None:
+        bits.append(f"requires_grad={f.requires_grad}")
+    if f.n_nan:
+        bits.append(f"{f.n_nan} NaN")
+    elif f.has_nan:
+        bits.append("has NaN")
+    if f.value_range:
+        bits.append(f"range {_code(_short(f.value_range))}")
+    if f.num_unique is not None:
+        bits.append(f"{f.num_unique} unique")
+    if f.defined_in is not None:
+        bits.append(f"defined in `In[{f.defined_in}]`")
+    if bits:
+        lines.append("- " + ", ".join(bits))
+    if f.value is not None:
+        lines.append(f"- value {_code(_short(f.value, 120))}")
+    if f.unique_values:
+        lines.append(f"- values {_code(_short(f.unique_values, 120))}")
+    elif f.example_values:
+        lines.append(f"- e.g. {_code(_short(f.example_values, 120))}")
+    if f.numeric_parse and f.numeric_parse != "all":
+        ex = f" (e.g. {_code(f.non_numeric_example)})" if f.non_numeric_example else ""
+        lines.append(f"- parses as numbers: {f.numeric_parse}{ex}")
+    if f.columns:
+        lines.append("")
+        lines.append("| column | dtype | NaN | |")
+        lines.append("|---|---|---|---|")
+        for c in f.columns[:MAX_COLUMNS]:
+            extra = c.kind or ""
+            if c.numeric_parse and c.numeric_parse != "all":
+                extra += f" (numbers: {c.numeric_parse})"
+            lines.append(f"| {_code(c.name)} | {c.dtype} | {c.n_nan} | {extra} |")
+        more = len(f.columns) - MAX_COLUMNS
+        if more > 0 or f.columns_truncated:
+            lines.append(f"\n…{max(more, 0)} more column(s)")
+    if f.index is not None:
+        lines.append(f"- index {f.index.type} ({f.index.dtype}), length {f.index.length}")
+    if f.keys:
+        lines.append(f"- keys {_code(_short(f.keys, 160))}")
+    if f.element_types:
+        lines.append(f"- element types {_code(_short(f.element_types, 120))}")
+    if f.estimator is not None:
+        e = f.estimator
+        state = "fitted" if e.is_fitted else "**not fitted**"
+        lines.append(f"- {e.class_name} ({state})")
+        if e.n_features_in is not None:
+            lines.append(f"- n_features_in_ = {e.n_features_in}")
+        if e.feature_names_in:
+            lines.append(f"- feature_names_in_ {_code(_short(e.feature_names_in, 160))}")
+        if e.classes is not None:
+            lines.append(f"- classes_ {_code(_short(e.classes, 120))}")
+    if f.torch_module is not None:
+        m = f.torch_module
+        if m.first_layer:
+            lines.append(f"- first layer {_code(m.first_layer)}")
+        if m.expected_input_rank is not None:
+            lines.append(
+                f"- expects rank-{m.expected_input_rank} input"
+                + (f" with {m.expected_in_features} features/channels" if m.expected_in_features is not None else "")
+            )
+        if m.n_parameters is not None:
+            lines.append(f"- {m.n_parameters:,} parameters" + (f" on {m.device}" if m.device else ""))
+    if f.keras_model is not None:
+        k = f.keras_model
+        lines.append(f"- input {k.input_shape}, output {k.output_shape}" + (f", loss {k.loss}" if k.loss else ""))
+    if f.dataloader is not None:
+        d = f.dataloader
+        lines.append(
+            f"- batch size {d.batch_size}, {d.num_batches} batches"
+            + (f", sample shapes {_code(d.sample_shapes)}" if d.sample_shapes else "")
+        )
+    if f.signature:
+        params = ", ".join(p.name + ("=" + (p.default or "…") if p.has_default else "") for p in f.signature[:8])
+        lines.append(f"- signature {_code('(' + params + ')')}")
+    if f.module_name:
+        lines.append(f"- module {_code(f.module_name)}")
+    if f.truncated:
+        lines.append("- _(facts truncated at the size cap)_")
+    return "\n".join(lines)

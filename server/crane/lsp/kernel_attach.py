@@ -1,0 +1,120 @@
+"""Attaching to a running kernel from its connection file: connect, identify, watch.
+
+Blocking (call from a worker thread). Identification is one private request (`silent`, no history):
+`__vsc_ipynb_file__` (the notebook VS Code started the kernel for) and the kernel's pid (to notice a restart
+behind a connection file that did not change). `jupyter_client` is imported here lazily, never at server
+start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from crane.lsp.kernel_watch import KernelWatch, WatchEvent
+from crane.lsp.messages import KernelInfo, KernelSource
+
+log = logging.getLogger(__name__)
+
+_IDENTIFY = {
+    "nb": "globals().get('__vsc_ipynb_file__')",
+    "pid": "__import__('os').getpid()",
+}
+
+
+@dataclass(frozen=True)
+class KernelIdentity:
+    notebook_path: str | None
+    pid: int | None
+
+
+def connect(connection_file: str, timeout: float) -> Any:
+    """A `KernelConnection` to the kernel behind `connection_file` (raises KernelError)."""
+    from crane.kernel.client import KernelConnection
+
+    return KernelConnection.attach(os.path.expanduser(connection_file), timeout=timeout)
+
+
+def identify(conn: Any, timeout: float) -> KernelIdentity:
+    """Read `__vsc_ipynb_file__` and the pid privately (raises KernelError)."""
+    from crane.kernel.client import literal_value
+    from crane.kernel.errors import KernelError
+
+    reply = conn.private(_IDENTIFY, timeout=timeout)
+    if reply.status != "ok":
+        raise KernelError(f"could not identify the kernel: {reply.ename}: {reply.evalue}")
+    values: dict[str, Any] = {}
+    for key in _IDENTIFY:
+        try:
+            values[key] = literal_value(reply.user_expressions.get(key, {}))
+        except (KernelError, ValueError, SyntaxError):
+            values[key] = None
+    nb = values["nb"] if isinstance(values["nb"], str) else None
+    pid = values["pid"] if isinstance(values["pid"], int) else None
+    return KernelIdentity(notebook_path=nb, pid=pid)
+
+
+def session_id(conn: Any) -> str:
+    return conn.client.session.session
+
+
+@dataclass
+class Attachment:
+    """One attached kernel: the probe connection, its watcher and how it was found."""
+
+    info: KernelInfo
+    conn: Any  # crane.kernel.client.KernelConnection
+    watch: KernelWatch
+    probe: Any = None  # crane.probe.collect.ProbeClient, created on first use
+    closed: bool = field(default=False)
+
+    @property
+    def busy(self) -> bool:
+        return self.watch.busy
+
+    @property
+    def alive(self) -> bool:
+        return self.watch.alive and not self.closed
+
+    def probe_client(self) -> Any:
+        if self.probe is None:
+            from crane.probe.collect import ProbeClient
+
+            self.probe = ProbeClient(self.conn)
+        return self.probe
+
+    def check_identity(self, timeout: float) -> bool:
+        """True when the kernel is still the one we attached to (same pid); False after a restart."""
+        ident = identify(self.conn, timeout)
+        return ident.pid is None or self.info.pid is None or ident.pid == self.info.pid
+
+    def close(self) -> None:
+        self.closed = True
+        self.watch.stop()
+        self.conn.close()
+
+
+def attach(
+    connection_file: str,
+    source: KernelSource,
+    on_event: Callable[[WatchEvent], None],
+    timeout: float = 3.0,
+    conn: Any = None,
+    identity: KernelIdentity | None = None,
+) -> Attachment:
+    """Connect to (or adopt `conn` for) the kernel behind `connection_file` and start watching it."""
+    connection_file = os.path.abspath(os.path.expanduser(connection_file))
+    if conn is None:
+        conn = connect(connection_file, timeout)
+    try:
+        ident = identity or identify(conn, timeout)
+        watch = KernelWatch(connection_file, on_event, ignore_sessions={session_id(conn)})
+        watch.start()
+    except BaseException:
+        conn.close()
+        raise
+    info = KernelInfo(connection_file=connection_file, source=source, notebook_path=ident.notebook_path, pid=ident.pid)
+    log.info("attached to %s (%s, pid %s, notebook %s)", connection_file, source, ident.pid, ident.notebook_path)
+    return Attachment(info=info, conn=conn, watch=watch)

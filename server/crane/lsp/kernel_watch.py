@@ -1,0 +1,161 @@
+"""Following an attached kernel: its iopub traffic and its heartbeat, on a thread of its own.
+
+The watcher has its own client (iopub + heartbeat channels only), so it never competes with the probe
+connection for messages. It reports, through `on_event` (called on the watcher thread):
+
+- `WatchEvent("busy")` when a user execution starts (another client's `execute_request` goes busy), and
+  `WatchEvent("idle")` when no user request runs any more;
+- `WatchEvent("finished", code, execution_count, success)` when a user cell that was shown on iopub
+  (`execute_input`) goes idle: the kernel's state changed;
+- `WatchEvent("restarted")` on a `starting`/`restarting` status;
+- `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back.
+
+Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored. `busy` tells, at any
+time, whether a user request is running: the probe uses it to avoid queueing behind a user cell.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    kind: str  # "busy" | "finished" | "restarted" | "dead" | "alive"
+    code: str | None = None
+    execution_count: int | None = None
+    success: bool | None = None
+
+
+class KernelWatch(threading.Thread):
+    """An iopub + heartbeat listener for one kernel."""
+
+    def __init__(
+        self,
+        connection_file: str,
+        on_event: Callable[[WatchEvent], None],
+        ignore_sessions: set[str] | None = None,
+        heartbeat_interval: float = 0.5,
+    ):
+        super().__init__(name=f"crane-watch-{connection_file.rsplit('/', 1)[-1]}", daemon=True)
+        from jupyter_client import BlockingKernelClient
+
+        self.connection_file = connection_file
+        self.on_event = on_event
+        self.ignore_sessions = set(ignore_sessions or ())
+        self.heartbeat_interval = heartbeat_interval
+        self._client = BlockingKernelClient()
+        self._client.load_connection_file(connection_file)
+        self._client.start_channels(shell=False, iopub=True, stdin=False, hb=True, control=False)
+        self._stop = threading.Event()
+        self._running: dict[str, dict] = {}  # user execute_request msg_id -> {"code", "count", "ok"}
+        self._busy_parents: set[str] = set()
+        self._lock = threading.Lock()
+        self.alive = True
+        self.last_activity = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        """A user request is running in the kernel right now."""
+        with self._lock:
+            return bool(self._busy_parents)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        last_hb = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                try:
+                    msg = self._client.get_iopub_msg(timeout=0.1)
+                except queue.Empty:
+                    msg = None
+                except Exception:  # a closed socket during shutdown
+                    if self._stop.is_set():
+                        break
+                    log.exception("iopub read failed")
+                    time.sleep(0.2)
+                    msg = None
+                if msg is not None:
+                    self.last_activity = time.monotonic()
+                    self._handle(msg)
+                if time.monotonic() - last_hb >= self.heartbeat_interval:
+                    last_hb = time.monotonic()
+                    self._check_heartbeat()
+        finally:
+            try:
+                self._client.stop_channels()
+            except Exception:
+                pass
+
+    # -- heartbeat -------------------------------------------------------------------------------
+    def _check_heartbeat(self) -> None:
+        try:
+            beating = bool(self._client.hb_channel.is_beating())
+        except Exception:
+            beating = False
+        if beating and not self.alive:
+            self.alive = True
+            self._emit(WatchEvent("alive"))
+        elif not beating and self.alive:
+            self.alive = False
+            with self._lock:
+                self._busy_parents.clear()
+                self._running.clear()
+            self._emit(WatchEvent("dead"))
+
+    # -- iopub -----------------------------------------------------------------------------------
+    def _handle(self, msg: dict) -> None:
+        parent = msg.get("parent_header") or {}
+        mtype = msg.get("msg_type") or msg.get("header", {}).get("msg_type")
+        content = msg.get("content") or {}
+        if mtype == "status" and content.get("execution_state") in ("starting", "restarting"):
+            with self._lock:
+                self._busy_parents.clear()
+                self._running.clear()
+            self._emit(WatchEvent("restarted"))
+            return
+        if parent.get("session") in self.ignore_sessions:
+            return
+        pid = parent.get("msg_id")
+        if not pid or parent.get("msg_type") != "execute_request":
+            return
+        if mtype == "status":
+            state = content.get("execution_state")
+            if state == "busy":
+                with self._lock:
+                    first = not self._busy_parents
+                    self._busy_parents.add(pid)
+                if first:
+                    self._emit(WatchEvent("busy"))
+            elif state == "idle":
+                with self._lock:
+                    was_busy = pid in self._busy_parents
+                    self._busy_parents.discard(pid)
+                    now_idle = was_busy and not self._busy_parents
+                    run = self._running.pop(pid, None)
+                if run is not None:
+                    self._emit(WatchEvent("finished", run["code"], run["count"], run["ok"]))
+                if now_idle:
+                    self._emit(WatchEvent("idle"))
+        elif mtype == "execute_input":
+            with self._lock:
+                self._running[pid] = {"code": content.get("code", ""), "count": content.get("execution_count"), "ok": True}
+        elif mtype == "error":
+            with self._lock:
+                if pid in self._running:
+                    self._running[pid]["ok"] = False
+
+    def _emit(self, event: WatchEvent) -> None:
+        try:
+            self.on_event(event)
+        except Exception:
+            log.exception("kernel watch handler failed on %s", event.kind)

@@ -1,0 +1,123 @@
+"""Custom LSP payloads (msgspec Structs, camelCase on the wire), decoded and validated at the edge.
+
+Documented in docs/protocol.md. Client → server params are decoded with `decode_params`, which accepts the
+dict pygls hands over for unknown methods (or its namedtuple `Object`) and raises `InvalidParams` with a
+message naming the bad field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from crane.rules.finding import Finding
+
+KernelState = Literal["attached", "busy", "idle", "dead", "static-only", "stale"]
+KernelSource = Literal["request", "discovery", "setting"]
+
+
+class InvalidParams(ValueError):
+    """Params of a custom message do not have the documented shape."""
+
+
+class _Wire(msgspec.Struct, rename="camel", omit_defaults=False):
+    pass
+
+
+class KernelInfo(_Wire):
+    connection_file: str
+    source: KernelSource  # how the kernel was found: (a) request, (b) discovery, (c) setting
+    notebook_path: str | None = None  # the kernel's `__vsc_ipynb_file__`, when it has one
+    pid: int | None = None
+
+
+class KernelStatus(_Wire):
+    """`crane/kernelStatus` (server → client)."""
+
+    notebook_uri: str | None
+    state: KernelState
+    kernel: KernelInfo | None = None
+    message: str = ""
+    stale: bool = False  # diagnostics currently rely on facts read before the kernel's last change
+
+
+class AttachKernelParams(_Wire, forbid_unknown_fields=False):
+    """`crane/attachKernel` params and the `crane.attachKernel` command's arguments."""
+
+    notebook_uri: str
+    connection_file: str
+
+
+class AttachResult(_Wire):
+    attached: bool
+    message: str
+    kernel: KernelInfo | None = None
+
+
+class Usage(_Wire):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float | None = None
+    model: str = ""
+
+
+class DiagnosisResult(_Wire):
+    """`crane.diagnoseCell` result, also sent as the `crane/diagnosis` notification."""
+
+    notebook_uri: str
+    cell_uri: str
+    cell: int  # 1-based cell number in the notebook
+    verdict: Finding | None  # the most likely crash, or None when no crash is predicted
+    markdown: str
+    findings: list[Finding] = []
+    mode: Literal["live", "stale", "static"] = "static"  # which kernel facts the diagnosis used
+    source: Literal["rules", "llm"] = "rules"
+    usage: Usage | None = None
+
+
+class CellCheck(_Wire):
+    cell_uri: str
+    cell: int
+    findings: list[Finding] = []
+    mode: Literal["live", "stale", "static"] = "static"
+    error: str | None = None
+
+
+class CheckResult(_Wire):
+    """`crane.checkNotebook` result."""
+
+    notebook_uri: str
+    cells: list[CellCheck]
+    crashes: int  # number of cells predicted to crash
+    cancelled: bool = False
+
+
+class StopAgentResult(_Wire):
+    stopped: bool
+
+
+def decode_params(params: Any, typ: type) -> Any:
+    """Convert request params (dict, pygls `Object` namedtuple, or a Struct) into `typ`."""
+    if isinstance(params, typ):
+        return params
+    if hasattr(params, "_asdict"):  # pygls wraps params of unknown methods in namedtuples, recursively
+        params = _plain(params)
+    try:
+        return msgspec.convert(params, typ)
+    except msgspec.ValidationError as exc:
+        raise InvalidParams(f"invalid params: {exc}") from None
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_wire(value: msgspec.Struct) -> Any:
+    """A Struct as JSON-ready builtins (for `protocol.notify` and command results)."""
+    return msgspec.to_builtins(value)

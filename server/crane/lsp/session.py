@@ -1,0 +1,88 @@
+"""Per-notebook state: the attached kernel, the last facts, the published findings, the cell scheduler.
+
+`facts_for` is the one place the analysis threads get runtime facts from. It never waits long behind a
+running user cell: when the watcher says the kernel is busy, or the probe times out, it answers from the
+facts cache and says "stale"; with no kernel (or a dead one) it answers nothing and says "static".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from crane.lsp.facts_cache import FactsCache
+from crane.lsp.messages import KernelSource, KernelState
+
+if TYPE_CHECKING:
+    from crane.lsp.diagnostics import CellScheduler
+    from crane.lsp.kernel_attach import Attachment
+    from crane.probe.facts import ProbeRequest, ProbeResult
+    from crane.rules.finding import Finding
+
+log = logging.getLogger(__name__)
+
+FactsMode = Literal["live", "stale", "static"]
+
+
+@dataclass
+class NotebookSession:
+    uri: str  # the notebook URI as the client sent it
+    path: str | None
+    attachment: "Attachment | None" = None
+    requested: tuple[str, KernelSource] | None = None  # a kernel the client named (crane/attachKernel)
+    state: KernelState = "static-only"
+    status_message: str = ""
+    facts: FactsCache = field(default_factory=FactsCache)
+    used_stale: bool = False  # some published diagnostics rely on stale facts
+    stale_cells: set[str] = field(default_factory=set)  # cells whose diagnostics rely on stale facts
+    findings: dict[str, list["Finding"]] = field(default_factory=dict)  # cell URI -> published findings
+    exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order
+    scheduler: "CellScheduler | None" = None
+    closed: bool = False
+    on_kernel_failure: Any = None  # callable(exc), set by the supervisor; called from worker threads
+    on_kernel_restart: Any = None  # callable(), idem
+    _probe_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def facts_for(self, request: "ProbeRequest", timeout: float) -> tuple["ProbeResult | None", FactsMode, str | None]:
+        """Runtime facts for one cell's probe request: (result, mode, error). Blocking: worker threads only."""
+        from crane.kernel.errors import KernelDead, KernelError, KernelTimeout
+
+        att = self.attachment
+        if att is None or not att.alive:
+            return None, "static", None
+        if att.busy:
+            return self.facts.lookup(request), "stale", None
+        try:
+            with self._probe_lock:
+                probe = att.probe_client()
+                installs = probe.installs
+                result = probe.run(request, timeout=timeout)
+                if installs and probe.installs > installs:  # our probe module vanished: the kernel restarted
+                    self.facts.clear()
+                    self._signal(self.on_kernel_restart)
+        except KernelTimeout as exc:
+            log.info("probe timed out (%s): using the last facts", exc)
+            return self.facts.lookup(request), "stale", str(exc)
+        except KernelDead as exc:
+            self._failed(exc)
+            return None, "static", str(exc)
+        except KernelError as exc:
+            self._failed(exc)
+            return self.facts.lookup(request), "stale", str(exc)
+        if att is not self.attachment:  # reattached meanwhile: these facts belong to the old kernel
+            return self.facts.lookup(request), "stale", None
+        self.facts.store(request, result)
+        return result, "live", None
+
+    def _failed(self, exc: Exception) -> None:
+        self._signal(self.on_kernel_failure, exc)
+
+    @staticmethod
+    def _signal(handler: Any, *args: Any) -> None:
+        if handler is not None:
+            try:
+                handler(*args)
+            except Exception:
+                log.exception("kernel event handler")

@@ -1,0 +1,456 @@
+"""CRANE kernel probe, part 5 of 5: the entry points `run(request_json)` and `history()` (standard library only).
+
+Installed once per kernel as the private module `_crane_probe` (see collect.py) and called through a silent
+request's `user_expressions`; it binds no names in the user's namespace. `run` summarises only the names the
+target cell uses and answers its attribute/key/module/path checks, within a size cap per variable and in total
+and a time budget. It never prints and never raises: failures are reported in `errors`.
+"""
+
+import json
+import os
+import sys
+import time
+import types
+import warnings
+
+from crane.probe.kp_checks import (  # probe: strip
+    check_attr,  # probe: strip
+    check_key,  # probe: strip
+    lookup_name,  # probe: strip
+    module_found,  # probe: strip
+    path_suggestions,  # probe: strip
+    signature_facts,  # probe: strip
+)  # probe: strip
+from crane.probe.kp_common import (  # probe: strip
+    _SCALARS,  # probe: strip
+    _missing,  # probe: strip
+    Ctx,  # probe: strip
+    dumps,  # probe: strip
+    inst_dict,  # probe: strip
+    isa,  # probe: strip
+    jval,  # probe: strip
+    mod_attr,  # probe: strip
+    short,  # probe: strip
+    size_of,  # probe: strip
+    tmodule,  # probe: strip
+    tname,  # probe: strip
+)  # probe: strip
+from crane.probe.kp_data import (  # probe: strip
+    column_values,  # probe: strip
+    dataframe_facts,  # probe: strip
+    index_facts,  # probe: strip
+    label_str,  # probe: strip
+    ndarray_facts,  # probe: strip
+    series_facts,  # probe: strip
+    vector_facts,  # probe: strip
+)  # probe: strip
+from crane.probe.kp_ml import (  # probe: strip
+    dataloader_facts,  # probe: strip
+    estimator_facts,  # probe: strip
+    is_estimator,  # probe: strip
+    is_keras_iterator,  # probe: strip
+    is_keras_model,  # probe: strip
+    is_sparse,  # probe: strip
+    is_tf_dataset,  # probe: strip
+    keras_iterator_facts,  # probe: strip
+    keras_model_facts,  # probe: strip
+    sparse_facts,  # probe: strip
+    tensor_facts,  # probe: strip
+    tf_dataset_facts,  # probe: strip
+    torch_module_facts,  # probe: strip
+)  # probe: strip
+
+MAX_VAR_BYTES = 4096
+MAX_TOTAL_BYTES = 32768
+TIME_BUDGET_MS = 50.0
+MAX_REQUEST_ITEMS = 200
+MAX_KEYS = 30
+LIST_STATS_N = 10000
+_LIBRARIES = (
+    "numpy", "pandas", "sklearn", "scipy", "torch", "torchvision", "tensorflow", "keras", "matplotlib", "seaborn",
+    "statsmodels", "xgboost", "lightgbm", "catboost", "transformers", "plotly", "cv2", "PIL", "nltk", "imblearn",
+)  # fmt: skip
+_FUNCTION_TYPES = (
+    types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MethodDescriptorType,
+    types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
+)  # fmt: skip
+_CONTAINER_KIND = {list: "list", tuple: "tuple", set: "set", frozenset: "set"}
+
+
+# -- one value ----------------------------------------------------------------------------------------------------
+def summarize(ctx, v, name, column=None):
+    """Facts (as a dict) about one value; `column`: summarise that column of DataFrame `v` as a Series."""
+    t = type(v)
+    out = {"name": name, "type": tname(t), "kind": "other"}
+    try:
+        if column is not None:
+            a = column_values(v, column)
+            out.update(type=tname(mod_attr("pandas", "Series") or t), kind="series", dtype=str(a.dtype))
+            out["length"] = len(a)
+            out["shape"] = [len(a)]
+            out["value"] = "column %s" % label_str(v.columns[column], ctx)
+            vector_facts(ctx, a, out)
+            out["index"] = index_facts(ctx, v.index)
+        elif t in _SCALARS:
+            out["kind"] = "scalar"
+            out["value"] = short(v, ctx, 100)
+        elif t is str or t is bytes:
+            out["kind"] = "str"
+            out["length"] = len(v)
+            out["value"] = short(v, ctx, 200)
+        elif t in _CONTAINER_KIND:
+            _sequence(ctx, v, out, _CONTAINER_KIND[t])
+        elif t is range:
+            out.update(kind="list", length=len(v), value=repr(v))
+        elif isa(v, dict):
+            _dict(ctx, v, out)
+        elif isa(v, types.ModuleType):
+            out["kind"] = "module"
+            d = inst_dict(v) or {}
+            out["module_name"] = str(d.get("__name__", "?"))
+        elif isa(v, type):
+            out["kind"] = "class"
+            _signature(ctx, v, out)
+        elif t in _FUNCTION_TYPES or (tname(t) == "functools.partial"):
+            out["kind"] = "function"
+            _signature(ctx, v, out)
+        else:
+            _library(ctx, v, t, out)
+    except Exception as exc:
+        ctx.error(name, exc)
+    return out
+
+
+def _library(ctx, v, t, out):
+    np, pd, torch = ctx.np, ctx.pd, ctx.torch
+    if np is not None and isa(v, np.ndarray):
+        out["kind"] = "ndarray"
+        ndarray_facts(ctx, v, out)
+    elif np is not None and isa(v, np.generic):
+        out.update(kind="scalar", value=short(v, ctx, 100), dtype=str(v.dtype))
+    elif pd is not None and isa(v, pd.DataFrame):
+        out["kind"] = "dataframe"
+        dataframe_facts(ctx, v, out)
+    elif pd is not None and isa(v, pd.Series):
+        out["kind"] = "series"
+        series_facts(ctx, v, out)
+    elif pd is not None and isa(v, pd.Index):
+        out.update(kind="index", length=len(v), dtype=str(v.dtype), index=index_facts(ctx, v))
+    elif pd is not None and (isa(v, pd.Timestamp) or isa(v, pd.Timedelta)):
+        out.update(kind="scalar", value=str(v))
+    elif torch is not None and isa(v, torch.Tensor):
+        out["kind"] = "tensor"
+        tensor_facts(ctx, v, out)
+    elif torch is not None and isa(v, mod_attr("torch.nn", "Module")):
+        out["kind"] = "torch_module"
+        torch_module_facts(ctx, v, out)
+    elif torch is not None and isa(v, mod_attr("torch.utils.data", "DataLoader")):
+        out["kind"] = "dataloader"
+        dataloader_facts(ctx, v, out)
+    elif is_estimator(v):
+        out["kind"] = "estimator"
+        estimator_facts(ctx, v, out)
+    elif is_keras_model(t):
+        out["kind"] = "keras_model"
+        keras_model_facts(ctx, v, out)
+    elif is_tf_dataset(t):
+        out["kind"] = "tf_dataset"
+        tf_dataset_facts(ctx, v, out)
+    elif is_keras_iterator(t):
+        out["kind"] = "dataloader"
+        keras_iterator_facts(ctx, v, out)
+    elif is_sparse(t):
+        out["kind"] = "sparse"
+        sparse_facts(ctx, v, out)
+    elif tmodule(t) in ("datetime", "decimal", "fractions", "pathlib"):
+        out.update(kind="scalar", value=short(v, ctx, 100))
+
+
+def _signature(ctx, f, out):
+    sig = signature_facts(ctx, f)
+    if sig is not None:
+        out["signature"] = sig
+
+
+def _sequence(ctx, v, out, kind):
+    n = len(v)  # exact builtin types only
+    out["kind"] = kind
+    out["length"] = n
+    first = list(v)[:5] if kind != "set" else [x for _, x in zip(range(5), v)]
+    out["element_types"] = [tname(type(x)) for x in first]
+    if n <= 20:
+        out["value"] = short(v, ctx, 300)
+    if 0 < n <= LIST_STATS_N and kind != "set":
+        items = v if n <= LIST_STATS_N else ()
+        if all(type(x) in (int, float, bool) for x in items):
+            nums = [x for x in items if not (type(x) is float and x != x)]
+            out["n_nan"] = n - len(nums)
+            out["has_nan"] = out["n_nan"] > 0
+            if nums:
+                uniq = set(nums)
+                out["num_unique"] = len(uniq)
+                out["value_range"] = [jval(min(nums)), jval(max(nums))]
+                out["value_kind"] = "binary" if len(uniq) == 2 else ("categorical" if len(uniq) <= 10 else "continuous")
+                if len(uniq) <= 5:
+                    out["unique_values"] = sorted(jval(x) for x in uniq)
+
+
+def _dict(ctx, v, out):
+    out["kind"] = "dict"
+    n = dict.__len__(v)
+    out["length"] = n
+    keys = []
+    for i, k in enumerate(dict.keys(v)):
+        if i >= MAX_KEYS:
+            break
+        keys.append(k if type(k) is str else short(k, ctx, 40))
+    out["keys"] = keys
+    preview = {}
+    for i, (k, x) in enumerate(dict.items(v)):
+        if i >= 5:
+            break
+        preview[k if type(k) is str else short(k, ctx, 40)] = short(x, ctx, 50)
+    out["preview"] = preview
+
+
+# -- size caps ----------------------------------------------------------------------------------------------------
+def _shrink_steps(f):
+    """Ever more drastic ways of making one variable's facts smaller."""
+
+    def drop_col_fields(fields):
+        def step():
+            for c in f.get("columns") or ():
+                for k in fields:
+                    c.pop(k, None)
+
+        return step
+
+    def cut(key, n):
+        def step():
+            v = f.get(key)
+            if type(v) is list and len(v) > n:
+                del v[n:]
+                if key == "columns":
+                    f["columns_truncated"] = True
+            elif type(v) is dict and len(v) > n:
+                for k in list(v)[n:]:
+                    del v[k]
+
+        return step
+
+    def cut_layers():
+        tm = f.get("torch_module")
+        if tm and len(tm.get("layers") or ()) > 8:
+            del tm["layers"][8:]
+            tm["truncated"] = True
+
+    def drop(*keys):
+        def step():
+            for k in keys:
+                f.pop(k, None)
+            if f.get("estimator"):
+                f["estimator"].pop("params", None)
+                f["estimator"].pop("feature_names_in", None)
+
+        return step
+
+    return [
+        drop_col_fields(("example_values",)),
+        drop_col_fields(("unique_values", "non_numeric_example")),
+        cut("preview", 2), cut("keys", 10), cut_layers, drop("example_values", "element_types"),
+        drop_col_fields(("value_range", "num_unique", "kind", "numeric_parse")),
+        "columns",  # keep as many (name, dtype, n_nan) columns as fit
+        drop("preview", "signature", "value", "unique_values"), cut("keys", 3),
+    ]  # fmt: skip
+
+
+def fit_var(ctx, f, max_bytes):
+    """Shrink one variable's facts below `max_bytes`, marking `truncated`; at worst keep its identity and shape."""
+    if size_of(f) <= max_bytes:
+        return f
+    f["truncated"] = True
+    for step in _shrink_steps(f):
+        if step == "columns":
+            _fit_columns(f, max_bytes)
+        else:
+            step()
+        if size_of(f) <= max_bytes:
+            return f
+    keep = ("name", "type", "kind", "shape", "length", "dtype", "truncated", "defined_in", "module_name")
+    return {k: f[k] for k in keep if k in f}
+
+
+def _fit_columns(f, max_bytes):
+    """Keep the longest prefix of the column list that fits (binary search on the encoded size)."""
+    cols = f.get("columns")
+    if not cols or size_of(f) <= max_bytes:
+        return
+    lo, hi = 0, len(cols)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        f["columns"] = cols[:mid]
+        if size_of(f) <= max_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    f["columns"] = cols[:lo]
+    f["columns_truncated"] = True
+
+
+# -- entry points -------------------------------------------------------------------------------------------------
+def user_namespace():
+    ip_mod = sys.modules.get("IPython")
+    get = getattr(ip_mod, "get_ipython", None) if ip_mod is not None else None
+    ip = get() if get is not None else None
+    if ip is not None:
+        return ip.user_ns
+    main = sys.modules.get("__main__")
+    return main.__dict__ if main is not None else {}
+
+
+def _libraries():
+    libs = {"python": sys.version.split()[0]}
+    for name in _LIBRARIES:
+        m = sys.modules.get(name)
+        d = inst_dict(m) if m is not None else None
+        v = d.get("__version__") if d else None
+        if isa(v, str):  # torch's is a str subclass
+            libs[name] = str.__getitem__(v, slice(0, 40))
+    return libs
+
+
+def _items(req, key):
+    v = req.get(key) or []
+    return v[:MAX_REQUEST_ITEMS] if type(v) is list else []
+
+
+def _run(ctx, req, ns, max_var, max_total):
+    res = {"cwd": os.getcwd(), "libraries": _libraries()}
+    total = size_of(res) + 200
+    fit = lambda c, f: fit_var(c, f, max_var)  # noqa: E731
+    undefined = []
+    for name in _items(req, "names"):
+        if type(name) is str and lookup_name(ns, name) is _missing:
+            undefined.append(name)
+    res["undefined"] = undefined
+    mods, imported = {}, []
+    for m in _items(req, "modules"):
+        if type(m) is not str or not m:
+            continue
+        if m in sys.modules:
+            imported.append(m)
+        try:
+            mods[m] = bool(module_found(m))
+        except Exception as exc:
+            ctx.error("module %s" % m, exc)
+    res["modules"], res["imported_modules"] = mods, imported
+    paths, sugg = {}, {}
+    for p in _items(req, "paths"):
+        if type(p) is not str or not p or len(p) > 4096 or "://" in p:
+            continue
+        try:
+            paths[p] = os.path.exists(p)
+            if not paths[p]:
+                s = path_suggestions(p)
+                if s:
+                    sugg[p] = s
+        except Exception as exc:
+            ctx.error("path %s" % p, exc)
+    res["paths"] = paths
+    if sugg:
+        res["path_suggestions"] = sugg
+    total += size_of([undefined, mods, imported, paths, sugg])
+    for key, check in (("attrs", lambda e: check_attr(ctx, ns, e, summarize, fit)),
+                       ("keys", lambda k: check_key(ctx, ns, k))):  # fmt: skip
+        out = []
+        for item in _items(req, key):
+            if key == "keys" and (type(item) is not list or len(item) < 2):
+                continue
+            try:
+                r = check(item)
+            except Exception as exc:
+                ctx.error("%s %s" % (key, item), exc)
+                continue
+            n = size_of(r)
+            if total + n > max_total:
+                res["truncated"] = True
+                break
+            total += n
+            out.append(r)
+        res[key] = out
+    facts = {}
+    for name in _items(req, "names"):
+        if type(name) is not str or name in undefined or name in facts:
+            continue
+        v = lookup_name(ns, name)
+        cheap = ctx.over_time()
+        f = fit_var(ctx, summarize(ctx, v, name) if not cheap else _cheap(v, name), max_var)
+        n = size_of(f) + len(name) + 4
+        if total + n > max_total:
+            res["truncated"] = True
+            f = fit_var(ctx, f, 0)
+            n = size_of(f) + len(name) + 4
+            if total + n > max_total:
+                continue
+        total += n
+        facts[name] = f
+    res["facts"] = facts
+    return res
+
+
+def _cheap(v, name):
+    return {"name": name, "type": tname(type(v)), "kind": "other", "truncated": True}
+
+
+def run(request_json, ns=None):
+    """Answer one ProbeRequest (JSON) with a ProbeResult (JSON). Never raises, never prints."""
+    t0 = time.perf_counter()
+    res = {}
+    try:
+        req = json.loads(request_json)
+        if type(req) is not dict:
+            raise ValueError("the request must be a JSON object")
+        max_var = int(req.get("max_var_bytes") or MAX_VAR_BYTES)
+        max_total = int(req.get("max_total_bytes") or MAX_TOTAL_BYTES)
+        ctx = Ctx(float(req.get("time_budget_ms") or TIME_BUDGET_MS))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            errstate = getattr(ctx.np, "errstate", None) if ctx.np is not None else None
+            if errstate is not None:
+                with errstate(all="ignore"):
+                    res = _run(ctx, req, ns if ns is not None else user_namespace(), max_var, max_total)
+            else:
+                res = _run(ctx, req, ns if ns is not None else user_namespace(), max_var, max_total)
+        if ctx.errors:
+            res["errors"] = ctx.errors
+        if ctx.time_capped:
+            res["time_capped"] = True
+    except Exception as exc:
+        res = {"errors": ["probe failed: %s: %s" % (type(exc).__name__, str(exc)[:200])]}
+    res["elapsed_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
+    try:
+        text = dumps(res)
+    except Exception as exc:
+        text = dumps({"errors": ["probe output not encodable: %s" % exc]})
+    n = len(text) + len(',"payload_bytes":')
+    n += len(str(n + 6))  # the digits themselves (payloads are far below a million bytes)
+    return text[:-1] + ',"payload_bytes":%d}' % n
+
+
+def history(limit=500, max_chars=262144):
+    """The kernel's stored cell sources as JSON [[execution_count, source], ...]: the newest first kept, bounded."""
+    try:
+        ip_mod = sys.modules.get("IPython")
+        ip = ip_mod.get_ipython() if ip_mod is not None else None
+        raw = ip.history_manager.input_hist_raw if ip is not None else []
+        out, total = [], 0
+        for n in range(len(raw) - 1, 0, -1):
+            src = raw[n]
+            if type(src) is not str or len(out) >= limit or total + len(src) > max_chars:
+                break
+            out.append([n, src])
+            total += len(src)
+        out.reverse()
+        return json.dumps(out)
+    except Exception:
+        return "[]"

@@ -1,0 +1,400 @@
+"""CRANE kernel probe, part 4 of 5: attribute, key, module and path checks; callable signatures (stdlib only).
+
+Attribute lookups are static (the rules of inspect.getattr_static): no property, descriptor `__get__` written in
+Python, `__getattr__` or `__getattribute__` of the user runs. Where Python would consult such code, the answer is
+`present: None` ("cannot tell"), except for the library hooks whose behaviour is known: torch nn.Module
+(`_parameters`/`_buffers`/`_modules`), pandas NDFrame (column access by attribute) and sklearn Bunch (dict keys).
+"""
+
+import difflib
+import importlib.machinery
+import importlib.util
+import inspect
+import os
+import sys
+import types
+
+from crane.probe.kp_common import (  # probe: strip
+    _missing,  # probe: strip
+    class_dict,  # probe: strip
+    class_lookup,  # probe: strip
+    in_lib,  # probe: strip
+    inst_dict,  # probe: strip
+    isa,  # probe: strip
+    mod_attr,  # probe: strip
+    mro,  # probe: strip
+    short,  # probe: strip
+    short_tname,  # probe: strip
+    tname,  # probe: strip
+)  # probe: strip
+
+MAX_SIG_PARAMS = 60
+_object_getattribute = class_dict(object)["__getattribute__"]
+_C_BINDABLE = (
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.BuiltinFunctionType,
+)
+_SAFE_METACLASS_LIBS = ("abc", "builtins", "enum", "typing", "sklearn", "torch", "pandas", "numpy")
+
+
+# -- signatures ---------------------------------------------------------------------------------------------------
+def signature_safe(f):
+    """inspect.signature runs no user code for functions, methods, C callables and classes with a known metaclass."""
+    t = type(f)
+    if t in (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
+             types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType):  # fmt: skip
+        return True
+    if t is types.MethodType:
+        return signature_safe(f.__func__)
+    if isa(f, type):
+        return in_lib(t, _SAFE_METACLASS_LIBS)
+    return in_lib(t, ("functools",)) and short_tname(t) == "partial"
+
+
+def signature_facts(ctx, f):
+    if not signature_safe(f):
+        return None
+    try:
+        sig = inspect.signature(f)
+    except Exception:  # many C callables have no signature
+        return None
+    params = list(sig.parameters.values())
+    if len(params) > MAX_SIG_PARAMS:
+        return None  # a cut signature would make binding checks wrong
+    out = []
+    for p in params:
+        pf = {"name": p.name, "kind": p.kind.name}
+        if p.default is not p.empty:
+            pf["has_default"] = True
+            pf["default"] = short(p.default, ctx, 30)
+        out.append(pf)
+    return out
+
+
+# -- static attribute lookup --------------------------------------------------------------------------------------
+def _is_data_descriptor(x):
+    tx = type(x)
+    return class_lookup(tx, "__set__", None) is not None or class_lookup(tx, "__delete__", None) is not None
+
+
+def _bind(attr, obj, owner):
+    """Bind a class attribute to `obj` without running Python-level descriptor code.
+    Returns (status, value): status True (value known) or "opaque" (exists, value not computable statically)."""
+    t = type(attr)
+    if t is types.FunctionType:
+        return True, (types.MethodType(attr, obj) if obj is not None else attr)
+    if t is staticmethod:
+        return True, attr.__func__
+    if t is classmethod:
+        return True, types.MethodType(attr.__func__, owner)
+    if t in _C_BINDABLE:
+        try:
+            return True, attr.__get__(obj, owner)
+        except Exception:
+            return "opaque", None
+    if class_lookup(t, "__get__", None) is not None:  # a descriptor written in Python (cached_property, ...)
+        return "opaque", None
+    return True, attr
+
+
+def static_attr(ctx, obj, name):
+    """(status, value, where): status True / "opaque" (exists, value unknown) / False (missing) / None (cannot tell)."""
+    t = type(obj)
+    if isa(obj, types.ModuleType):
+        d = inst_dict(obj) or {}
+        if name in d:
+            return True, d[name], "module"
+        if "__getattr__" not in d:
+            return False, None, None
+        if d.get("__name__") == "numpy":
+            return _numpy_getattr(ctx, d, name)
+        return None, None, None  # a module-level __getattr__ (lazy submodules, deprecations) decides
+    if isa(obj, type):  # a class: its own MRO, then the metaclass
+        for k in mro(obj):
+            cd = class_dict(k)
+            if name in cd:
+                st, v = _bind(cd[name], None, obj)
+                return st, v, "class"
+        meta = class_lookup(t, name)
+        if meta is not _missing:
+            st, v = _bind(meta, obj, t)
+            return st, v, "class"
+        return (None if class_lookup(t, "__getattr__", None) is not None else False), None, None
+    ga = class_lookup(t, "__getattribute__", None)
+    if ga is not _object_getattribute and type(ga) is not types.WrapperDescriptorType:
+        return None, None, None  # a Python-level __getattribute__ decides
+    cls_attr = class_lookup(t, name)
+    if cls_attr is not _missing and _is_data_descriptor(cls_attr):
+        if type(cls_attr) is types.MemberDescriptorType:  # __slots__: a plain read
+            try:
+                return True, cls_attr.__get__(obj, t), "instance"
+            except AttributeError:
+                cls_attr = _missing
+        else:
+            return "opaque", None, "descriptor"
+    d = inst_dict(obj)
+    if cls_attr is not _missing or (d is not None and name in d):
+        if d is not None and name in d:
+            return True, d[name], "instance"
+        st, v = _bind(cls_attr, obj, t)
+        return st, v, "class"
+    return _getattr_hook(ctx, obj, t, d or {}, name)
+
+
+def _numpy_getattr(ctx, d, name):
+    """numpy's module __getattr__ (1.2x), decided from the tables it consults (without calling it)."""
+    for table in ("__expired_functions__", "__deprecated_attrs__"):
+        if type(d.get(table)) is dict and name in d[table]:
+            return "opaque", None, "module"
+    former = d.get("__former_attrs__")
+    if type(former) is dict and name in former:
+        ctx.attr_message = str(former[name])[:400]
+        return False, None, None
+    if name in ("testing", "Tester"):
+        return None, None, None
+    return False, None, None
+
+
+def _getattr_hook(ctx, obj, t, d, name):
+    """Not found by the static rules: decide for the library `__getattr__`s we know, else say "cannot tell"."""
+    torch_module = mod_attr("torch.nn", "Module")
+    if torch_module is not None and isa(obj, torch_module) and in_lib(_getattr_owner(t), ("torch",)):
+        for key in ("_parameters", "_buffers", "_modules"):
+            sub = d.get(key)
+            if type(sub) is dict and name in sub:
+                return True, sub[name], "instance"
+        return False, None, None
+    pd = ctx.pd
+    if pd is not None and (isa(obj, pd.DataFrame) or isa(obj, pd.Series)) and in_lib(_getattr_owner(t), ("pandas",)):
+        if name.startswith("_"):
+            return False, None, None
+        try:
+            if isa(obj, pd.DataFrame):
+                if name in obj.columns:
+                    return "column", obj.columns.get_loc(name), "column"
+                return False, None, None
+            if obj.index._can_hold_identifiers_and_holds_name(name):
+                return "opaque", None, "index"
+            return False, None, None
+        except Exception:
+            return None, None, None
+    if in_lib(t, ("sklearn",)) and isa(obj, dict) and in_lib(_getattr_owner(t), ("sklearn",)):  # Bunch
+        return (True, dict.__getitem__(obj, name), "instance") if dict.__contains__(obj, name) else (False, None, None)
+    if class_lookup(t, "__getattr__", None) is not None:
+        return None, None, None
+    return False, None, None
+
+
+def _getattr_owner(t):
+    for k in mro(t):
+        if "__getattr__" in class_dict(k):
+            return k
+    return object
+
+
+def _attr_names(ctx, obj):
+    """Names an attribute lookup on `obj` could find statically (for "did you mean" suggestions)."""
+    names = set()
+    if not isa(obj, types.ModuleType):
+        for k in mro(obj if isa(obj, type) else type(obj)):
+            names.update(class_dict(k).keys())
+    d = inst_dict(obj)
+    if d:
+        names.update(k for k in list(d)[:5000] if type(k) is str)
+        for key in ("_parameters", "_buffers", "_modules"):  # torch nn.Module's own attribute tables
+            if type(d.get(key)) is dict:
+                names.update(k for k in list(d[key])[:2000] if type(k) is str)
+    pd = ctx.pd
+    if pd is not None and isa(obj, pd.DataFrame):
+        names.update(c for c in list(obj.columns[:2000]) if type(c) is str)
+    return [n for n in names if not n.startswith("__")]
+
+
+def _suggest(word, candidates):
+    """Up to 3 existing names like `word`: same name up to case/surrounding spaces first, then difflib's."""
+    try:
+        w = str(word)
+        cands = [str(c) for c in candidates][:5000]
+        norm = w.strip().lower()
+        out = [c for c in cands if c != w and c.strip().lower() == norm]
+        for c in difflib.get_close_matches(w, cands, n=3, cutoff=0.6):
+            if c not in out:
+                out.append(c)
+        return out[:3]
+    except Exception:
+        return []
+
+
+def lookup_name(ns, name):
+    if name in ns:
+        return ns[name]
+    b = sys.modules.get("builtins")
+    return b.__dict__.get(name, _missing) if b is not None else _missing
+
+
+def resolve(ctx, ns, expr):
+    """Value of a name or attribute chain, statically: (True, value) or (status, None) when it cannot be known."""
+    parts = str(expr).split(".")
+    obj = lookup_name(ns, parts[0])
+    if obj is _missing:
+        return None, None
+    for attr in parts[1:]:
+        st, v, where = static_attr(ctx, obj, attr)
+        if st is not True:
+            return (False if st is False else None), None
+        obj = v
+    return True, obj
+
+
+def check_attr(ctx, ns, expr, summarize, fit):
+    """AttrCheck for an attribute chain such as "model.feature_importances_" or "plt.scatter"."""
+    parts = str(expr).split(".")
+    res = {"expr": expr, "present": None}
+    obj = lookup_name(ns, parts[0])
+    if obj is _missing or len(parts) < 2:
+        if obj is not _missing:
+            res["present"] = True
+        return res
+    where = None
+    for i, attr in enumerate(parts[1:]):
+        last = i == len(parts) - 2
+        res["owner_type"] = tname(type(obj))
+        st, v, where = static_attr(ctx, obj, attr)
+        if st is False:
+            res["present"] = False
+            if ctx.attr_message:
+                res["message"] = ctx.attr_message
+                ctx.attr_message = None
+            sugg = _suggest(attr, _attr_names(ctx, obj))
+            if sugg:
+                res["suggestions"] = sugg
+            return res
+        if st is None or (st != True and not last):  # noqa: E712 (st may be a str)
+            return res  # cannot tell, or the chain crosses a property
+        if st == "column":
+            res["present"] = True
+            if type(v) is int:
+                res["facts"] = fit(ctx, summarize(ctx, obj, expr, column=v))
+            return res
+        if st == "opaque":
+            res["present"] = True
+            return res
+        obj = v
+    res["present"] = True
+    if callable(obj):
+        sig = signature_facts(ctx, obj)
+        if sig is not None:
+            res["signature"] = sig
+    if where in ("instance", "module") and not _is_plain(obj) and not isa(obj, types.ModuleType):
+        res["facts"] = fit(ctx, summarize(ctx, obj, expr))
+    return res
+
+
+def _is_plain(obj):
+    return type(obj) in (types.FunctionType, types.BuiltinFunctionType, types.MethodType) or isa(obj, type)
+
+
+# -- keys ---------------------------------------------------------------------------------------------------------
+def _as_key(k):
+    if type(k) is list:
+        return tuple(_as_key(x) for x in k)
+    return k
+
+
+def check_key(ctx, ns, item):
+    """KeyCheck for [expr, key, axis]: membership in dict keys / DataFrame columns / index labels; int bounds."""
+    expr, key, axis = item[0], item[1], (item[2] if len(item) > 2 and item[2] else "key")
+    res = {"expr": str(expr), "key": key, "axis": axis, "present": None}
+    st, obj = resolve(ctx, ns, expr)
+    if st is not True:
+        return res
+    k = _as_key(key)
+    pd, np, torch = ctx.pd, ctx.np, ctx.torch
+    labels = None
+    try:
+        if pd is not None and isa(obj, pd.DataFrame):
+            labels = obj.index if axis == "index" else obj.columns
+        elif pd is not None and isa(obj, pd.Series):
+            labels = obj.index
+        if labels is not None:
+            res["present"] = bool(k in labels)
+            if not res["present"] and type(k) is str:
+                sugg = _suggest(k, [x for x in list(labels[:5000]) if type(x) is str])
+                if sugg:
+                    res["suggestions"] = sugg
+        elif isa(obj, dict):
+            t = type(obj)
+            if class_lookup(t, "__getitem__") is not class_dict(dict)["__getitem__"] and not in_lib(
+                t, ("collections", "sklearn")
+            ):
+                return res  # a user-defined __getitem__ decides
+            res["present"] = bool(dict.__contains__(obj, k))
+            if class_lookup(t, "__missing__", None) is not None:
+                res["missing_ok"] = True
+            if not res["present"] and type(k) is str:
+                sugg = _suggest(k, [x for x in list(dict.keys(obj))[:5000] if type(x) is str])
+                if sugg:
+                    res["suggestions"] = sugg
+        elif type(k) is int and axis in ("key", "index"):
+            n = None
+            if type(obj) in (list, tuple, str, bytes, range):
+                n = len(obj)
+            elif (np is not None and isa(obj, np.ndarray)) or (torch is not None and isa(obj, torch.Tensor)):
+                n = int(obj.shape[0]) if len(obj.shape) else None
+            if n is not None:
+                res["present"] = -n <= k < n
+                res["length"] = n
+    except Exception as exc:  # unhashable key, odd index types
+        ctx.error("key %s[%r]" % (expr, key), exc)
+        res["present"] = None
+    return res
+
+
+# -- modules and paths --------------------------------------------------------------------------------------------
+def _module_spec(m):
+    try:
+        return object.__getattribute__(m, "__dict__").get("__spec__")
+    except Exception:
+        return None
+
+
+def module_found(name):
+    """Can `import name` find the module? importlib.util.find_spec on the top level (never imports), then
+    PathFinder inside the package's search locations for dotted names."""
+    if name in sys.modules:
+        return True
+    parts = name.split(".")
+    top = parts[0]
+    spec = _module_spec(sys.modules[top]) if top in sys.modules else importlib.util.find_spec(top)
+    for i in range(1, len(parts)):
+        full = ".".join(parts[: i + 1])
+        if full in sys.modules:
+            spec = _module_spec(sys.modules[full])
+            continue
+        locs = getattr(spec, "submodule_search_locations", None) if spec is not None else None
+        if not locs:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(full, list(locs))
+        if spec is None:
+            return False
+    return spec is not None
+
+
+def path_suggestions(path):
+    """Entries of the nearest existing parent folder that resemble the missing path's name (bounded listing)."""
+    head, base = os.path.split(path)
+    if not base or not (head == "" or os.path.isdir(head)):
+        return []
+    names = []
+    try:
+        with os.scandir(head or ".") as it:
+            for i, e in enumerate(it):
+                if i >= 2000:
+                    break
+                names.append(e.name)
+    except OSError:
+        return []
+    return [os.path.join(head, n) for n in difflib.get_close_matches(base, names, n=3, cutoff=0.6)]
+

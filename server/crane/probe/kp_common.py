@@ -1,0 +1,286 @@
+"""CRANE kernel probe, part 1 of 5: shared helpers (standard library only).
+
+The probe parts (kp_common, kp_data, kp_ml, kp_checks, kernel_probe) run INSIDE the user's kernel, where CRANE is
+not installed: `collect.probe_source()` concatenates them (dropping the lines marked `# probe: strip`) and installs
+the result once as the private module `_crane_probe`. They use only the standard library and see third-party
+libraries only through `sys.modules` (a library that is not loaded cannot have made the user's objects).
+
+Safety rules every part follows: never run user code (no `repr`/`len`/`__getattr__`/properties of arbitrary
+objects; type checks by `issubclass(type(v), cls)`), never print, never raise out of the entry points, and keep
+every scan of data bounded.
+"""
+
+import json
+import math
+import sys
+import time
+import types
+
+MAX_STR = 40  # characters kept of a string value
+EXAMPLE_CHARS = 20  # characters kept of an example value (as CRANE-LLM)
+
+_type_dict = type.__dict__["__dict__"]
+_type_mro = type.__dict__["__mro__"]
+_type_module = type.__dict__["__module__"]
+_type_qualname = type.__dict__["__qualname__"]
+_type_name = type.__dict__["__name__"]
+_DICT_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
+_missing = object()
+
+
+class Ctx(object):
+    """Budgets of one probe call: wall time and the number of elements that may still be scanned exactly."""
+
+    def __init__(self, budget_ms=50.0, scan_budget=4000000):
+        self.t0 = time.perf_counter()
+        self.deadline = self.t0 + budget_ms / 1000.0
+        self.scan_left = scan_budget
+        self.errors = []
+        self.time_capped = False
+        self.attr_message = None  # a library's own AttributeError text for the attribute check in progress
+        self.np = sys.modules.get("numpy")
+        self.pd = sys.modules.get("pandas")
+        self.torch = sys.modules.get("torch")
+
+    def over_time(self):
+        if time.perf_counter() > self.deadline:
+            self.time_capped = True
+            return True
+        return False
+
+    def can_scan(self, n):
+        """Reserve an exact scan of `n` elements, or say no (the caller then works on a sample)."""
+        if n <= self.scan_left and not self.over_time():
+            self.scan_left -= n
+            return True
+        return False
+
+    def error(self, what, exc):
+        if len(self.errors) < 20:
+            self.errors.append("%s: %s: %s" % (what, _type_name.__get__(type(exc)), str(exc)[:120]))
+
+
+# -- types, looked at without running user code ------------------------------------------------------------------
+def mro(t):
+    return _type_mro.__get__(t)
+
+
+def class_dict(t):
+    return _type_dict.__get__(t)
+
+
+def tmodule(t):
+    try:
+        m = _type_module.__get__(t)
+        return m if isinstance(m, str) else ""
+    except Exception:
+        return ""
+
+
+def tname(t):
+    """Qualified type name: 'int', 'pandas.core.frame.DataFrame'."""
+    try:
+        qn = _type_qualname.__get__(t)
+    except Exception:
+        qn = "?"
+    m = tmodule(t)
+    return qn if m in ("", "builtins") else m + "." + qn
+
+
+def short_tname(t):
+    try:
+        return _type_name.__get__(t)
+    except Exception:
+        return "?"
+
+
+def isa(v, cls):
+    """isinstance without asking the object (its `__class__` could be a property)."""
+    if cls is None:
+        return False
+    try:
+        return issubclass(type(v), cls)
+    except Exception:
+        return False
+
+
+def mod_attr(modname, name):
+    """A library class or function from a loaded module's dict, or None (never imports)."""
+    m = sys.modules.get(modname)
+    if m is None:
+        return None
+    try:
+        return object.__getattribute__(m, "__dict__").get(name)
+    except Exception:
+        return None
+
+
+def class_lookup(t, name, default=_missing):
+    """Static lookup of `name` along the MRO of class `t` (plain dict reads)."""
+    for k in mro(t):
+        d = class_dict(k)
+        if name in d:
+            return d[name]
+    return default
+
+
+def in_lib(t, prefixes):
+    m = tmodule(t)
+    for p in prefixes:
+        if m == p or m.startswith(p + "."):
+            return True
+    return False
+
+
+def mro_has(t, modprefix, names):
+    """Some class in t's MRO is named one of `names` and lives in module `modprefix`[.*]."""
+    for k in mro(t):
+        if short_tname(k) in names and in_lib(k, (modprefix,)):
+            return True
+    return False
+
+
+def inst_dict(obj):
+    """The instance `__dict__` when the type does not shadow it (as inspect.getattr_static does), else None."""
+    t = type(obj)
+    for k in mro(t):
+        e = class_dict(k).get("__dict__", _missing)
+        if e is not _missing:
+            if type(e) not in _DICT_DESCRIPTORS:
+                return None
+            break
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return None
+    return d if type(d) is dict else None
+
+
+# -- JSON-safe values and short reprs ---------------------------------------------------------------------------
+def trunc(s, n=MAX_STR):
+    return s if len(s) <= n else s[: n - 1] + "\u2026"
+
+
+def jval(v, ctx=None, depth=0):
+    """A JSON-safe rendering of a (library or builtin) scalar: numbers stay numbers, the rest become short strings."""
+    t = type(v)
+    if v is None or t is bool or t is str and len(v) <= MAX_STR:
+        return v
+    if t is int:
+        return v if v.bit_length() <= 256 else "<int with %d bits>" % v.bit_length()
+    if t is float:
+        return v if math.isfinite(v) else repr(v)
+    if t is str:
+        return trunc(v)
+    np = ctx.np if ctx is not None else sys.modules.get("numpy")
+    if np is not None and isa(v, np.generic) and depth == 0:
+        try:
+            if isa(v, np.datetime64) or isa(v, np.timedelta64):
+                return str(v)
+            return jval(v.item(), ctx, 1)
+        except Exception:
+            pass
+    return short(v, ctx)
+
+
+_SCALARS = (int, float, bool, complex, type(None))
+
+
+def short(v, ctx=None, limit=50, depth=0):
+    """A bounded description of any value that runs no user code: a repr for builtin and library scalars and
+    small builtin containers, a shape summary for arrays and frames, `<type>` for everything else."""
+    t = type(v)
+    try:
+        if t is int and v.bit_length() > 256:
+            return "<int with %d bits>" % v.bit_length()
+        if t in _SCALARS:
+            return trunc(repr(v), limit)
+        if t is str or t is bytes:
+            return repr(v[:limit]) + ("\u2026" if len(v) > limit else "")
+        if t in (list, tuple, set, frozenset) or t is dict:
+            return _short_container(v, ctx, limit, depth)
+        if t is range:
+            return repr(v)
+        if t is types.ModuleType:
+            return "<module %s>" % trunc(str(object.__getattribute__(v, "__dict__").get("__name__", "?")), limit)
+        if t is types.FunctionType or t is types.BuiltinFunctionType:
+            return "<function %s>" % trunc(str(v.__qualname__), limit)
+        if t is types.MethodType:
+            return "<bound method>"
+        if isa(v, type):  # a class (metaclass checks are on the metaclass, not the object)
+            return "<class %s>" % trunc(tname(v), limit)
+        lib = _short_library(v, t, ctx)
+        if lib is not None:
+            return trunc(lib, limit + 30)
+        if tmodule(t) in ("datetime", "decimal", "fractions", "pathlib", "uuid"):
+            return trunc(repr(v), limit)
+    except Exception:
+        pass
+    return "<%s>" % trunc(tname(t), limit)
+
+
+def _short_container(v, ctx, limit, depth):
+    n = len(v)  # exact builtin types only (checked by the caller)
+    if depth >= 2:
+        return "<%s of %d>" % (short_tname(type(v)), n)
+    if type(v) is dict:
+        parts = []
+        for i, (k, x) in enumerate(v.items()):
+            if i >= 4:
+                break
+            parts.append(short(k, ctx, 20, depth + 1) + ": " + short(x, ctx, 20, depth + 1))
+        body = "{" + ", ".join(parts) + (", \u2026" if n > 4 else "") + "}"
+    else:
+        items = list(v)[:6] if type(v) in (list, tuple) else []
+        if not items and n:
+            try:
+                items = [x for _, x in zip(range(6), v)]
+            except Exception:
+                items = []
+        parts = [short(x, ctx, 20, depth + 1) for x in items]
+        open_, close = {list: "[]", tuple: "()", set: "{}", frozenset: "{}"}[type(v)]
+        body = open_ + ", ".join(parts) + (", \u2026" if n > len(items) else "") + close
+    if len(body) > limit + 20:
+        body = body[: limit + 19] + "\u2026"
+    return body if n <= 6 else body + " (len %d)" % n
+
+
+def _short_library(v, t, ctx):
+    np = sys.modules.get("numpy")
+    pd = sys.modules.get("pandas")
+    torch = sys.modules.get("torch")
+    if np is not None:
+        if isa(v, np.ndarray):
+            return "ndarray(shape=%s, dtype=%s)" % (tuple(v.shape), v.dtype)
+        if isa(v, np.generic):
+            return repr(v)
+    if pd is not None:
+        if isa(v, pd.DataFrame):
+            return "DataFrame(shape=%s)" % (tuple(v.shape),)
+        if isa(v, pd.Series):
+            return "Series(len=%d, dtype=%s)" % (len(v), v.dtype)
+        if isa(v, pd.Index):
+            return "%s(len=%d, dtype=%s)" % (short_tname(t), len(v), v.dtype)
+        if isa(v, pd.Timestamp) or isa(v, pd.Timedelta):
+            return str(v)
+    if torch is not None:
+        if isa(v, torch.Tensor):
+            return "Tensor(shape=%s, dtype=%s)" % (list(v.shape), v.dtype)
+        if isa(v, torch.dtype) or isa(v, torch.device):
+            return str(v)
+    return None
+
+
+def dumps(obj):
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_default)
+
+
+def _json_default(o):
+    return short(o)
+
+
+def size_of(obj):
+    try:
+        return len(dumps(obj))
+    except Exception:
+        return 1 << 30

@@ -1,0 +1,45 @@
+"""Rule `missing-attribute`: `x.attr` where the kernel's object x (still unchanged at that point of the cell)
+has no attribute `attr` according to a static lookup (probe AttrCheck: inspect.getattr_static, which sees
+instance dicts, classes and descriptors; objects with `__getattr__` answer None and are not judged)
+-> AttributeError. E.g. `X_train.join(...)` on an ndarray, `model.feature_importances_` on an SVC."""
+
+from __future__ import annotations
+
+from crane.rules.registry import rule
+
+
+@rule("missing-attribute", needs_probe=True)
+def missing_attribute(ctx):
+    checks = {}
+    for chain in ctx.analysis.attr_chains:
+        chk = ctx.attr_check(chain.text, at=chain.node)
+        if chk is not None:
+            checks[chain.text] = chk
+    reported: set[tuple[int, int]] = set()
+    for chain in ctx.analysis.attr_chains:
+        chk = checks.get(chain.text)
+        if chk is None or chk.present is not False or not chk.owner_type:
+            continue
+        parts = chain.text.split(".")
+        prefixes = [".".join(parts[:i]) for i in range(2, len(parts))]
+        if any(p not in checks or checks[p].present is not True for p in prefixes):
+            continue  # the object the attribute is looked up on is itself missing or unknown
+        if not ctx.is_certain(chain.node):
+            continue
+        where = (chain.node.lineno, chain.node.col_offset)
+        if where in reported:
+            continue
+        reported.add(where)
+        attr = parts[-1]
+        owner = chk.owner_type
+        is_module = owner in ("module", "builtins.module", "types.ModuleType")
+        obj = ".".join(parts[:-1])
+        if is_module:
+            message = f"module '{obj}' has no attribute '{attr}'"
+        else:
+            message = f"'{owner.rsplit('.', 1)[-1]}' object has no attribute '{attr}'"
+        yield ctx.finding(
+            chain.node, rule="missing-attribute", ename="AttributeError", message=message,
+            root_cause="API misuse", confidence=0.85 if is_module else 0.92,
+            evidence=[f"{obj} is a {owner} in the kernel; a static lookup finds no attribute '{attr}' (probe)"],
+        )

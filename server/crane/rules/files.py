@@ -1,0 +1,43 @@
+"""Rule `missing-file`: a literal path read by open() (read modes only) or a reader (pd.read_csv & co,
+np.load/loadtxt/genfromtxt, joblib.load, plt.imread, ...) that the probe says does not exist relative to the
+kernel's working directory -> FileNotFoundError. Not judged when the cell writes that path earlier, changes
+directory (os.chdir, %cd) before, or when `open` was rebound."""
+
+from __future__ import annotations
+
+import ast
+
+from crane.rules.registry import rule
+
+
+def _chdir_before(ctx, node: ast.AST) -> bool:
+    for call in ctx.calls():
+        if (call.lineno, call.col_offset) >= (node.lineno, node.col_offset):
+            break
+        text = ctx.text(call.func)
+        if text.endswith("chdir") or (text.endswith("run_line_magic") and call.args
+                                       and ctx.literal(call.args[0]) in ("cd", "pushd")):
+            return True
+    return False
+
+
+@rule("missing-file", needs_probe=True)
+def missing_file(ctx):
+    uses = ctx.analysis.paths
+    reported: set[str] = set()
+    for i, use in enumerate(uses):
+        if use.mode != "read" or use.path in reported or ctx.probe.paths.get(use.path) is not False:
+            continue
+        if any(u.path == use.path and u.mode != "read" for u in uses[:i]):
+            continue
+        if use.func == "open" and ("open" in ctx.probe.facts or "open" in ctx.analysis.stored_names):
+            continue
+        if not ctx.is_certain(use.node) or _chdir_before(ctx, use.node):
+            continue
+        reported.add(use.path)
+        where = f" (kernel working directory: {ctx.probe.cwd})" if ctx.probe.cwd else ""
+        yield ctx.finding(
+            use.arg, rule="missing-file", ename="FileNotFoundError",
+            message=f"No such file or directory: {use.path!r}{where}", root_cause="NB specific",
+            confidence=0.93, evidence=[f"{use.func}() reads {use.path!r}, which does not exist (probe)"],
+        )

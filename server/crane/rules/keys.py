@@ -1,0 +1,103 @@
+"""Rule `missing-key`: a literal key or label that is not in its container -> KeyError.
+
+Covers `df['col']` / `df[['a', 'b']]` loads (and `del df['col']`, `df['col'] += ...`), `d['k']` on a plain
+dict, `s['label']` on a Series, `df.drop(columns=...)` / `df.drop([...], axis=1)` and `df.drop([label])` on
+the index (only without errors='ignore'). The answer comes from the probe's KeyCheck while the container is
+still the kernel's object at that point of the cell, else from the flow-sensitive facts (e.g. after the cell
+dropped or added columns). Containers of other types (defaultdict, Counter, custom classes) are not judged.
+Related information points at an executed cell that already dropped or deleted that key (re-run cells).
+"""
+
+from __future__ import annotations
+
+from crane.probe.facts import Facts
+from crane.rules.finding import Related
+from crane.rules.registry import rule
+
+_DICT_TYPES = {"dict", "builtins.dict", "collections.OrderedDict", "OrderedDict"}
+
+
+def _kind(f: Facts) -> str | None:
+    if f.kind == "dataframe" and f.type.startswith("pandas."):
+        return "dataframe"
+    if f.kind == "series" and f.type.startswith("pandas."):
+        return "series"
+    if f.type in _DICT_TYPES:
+        return "dict"
+    return None
+
+
+def _present(ctx, lk, key, facts: Facts, kind: str) -> bool | None:
+    base = lk.expr.split(".", 1)[0]
+    if lk.expr == base and ctx.is_live(base, lk.node):
+        chk = ctx.key_check(lk.expr, key, lk.axis, at=lk.node)
+        if chk is None or getattr(chk, "missing_ok", False):
+            return None  # a __missing__ (defaultdict, Counter) answers missing keys
+        return chk.present
+    if kind == "dataframe" and lk.axis in ("key", "columns") and isinstance(key, str):
+        if facts.columns is None or facts.columns_truncated:
+            return None
+        return any(c.name == key for c in facts.columns)
+    return None
+
+
+def _related(ctx, lk, missing: list) -> list[Related]:
+    if ctx.scope is None:
+        return []
+    out = []
+    for d in sorted(ctx.scope.cells, key=lambda d: d.execution_count or 0):
+        if d.execution_count is None:
+            continue
+        for other in d.analysis.literal_keys:
+            if other.expr == lk.expr and other.op in ("drop", "del") and set(map(repr, other.keys)) & set(map(repr, missing)):
+                line = d.analysis.original_line(other.node.lineno)
+                out.append(Related(message=f"cell {d.number} (run as [{d.execution_count}]) already removed "
+                                           f"{', '.join(map(repr, missing))} from {lk.expr}",
+                                   cell=d.number, line=line, execution_count=d.execution_count))
+                break
+    return out[-3:]
+
+
+def _message(lk, missing: list, kind: str) -> str:
+    if lk.op == "drop":
+        return f"KeyError: {[*missing]!r} not found in axis of {lk.expr}"
+    if len(lk.keys) > 1:
+        if len(missing) == len(lk.keys):
+            return f"KeyError: none of {missing!r} are in the columns of {lk.expr}"
+        return f"KeyError: {missing!r} not in index (columns of {lk.expr})"
+    what = {"dataframe": "column", "series": "index label", "dict": "key"}[kind]
+    return f"KeyError: {missing[0]!r} — {lk.expr} has no {what} {missing[0]!r}"
+
+
+@rule("missing-key")
+def missing_key(ctx):
+    for lk in ctx.analysis.literal_keys:
+        if not ctx.is_certain(lk.node):
+            continue
+        facts = ctx.value(lk.container)
+        if facts is None:
+            continue
+        kind = _kind(facts)
+        if kind is None or (kind == "dict" and lk.op == "drop") or (kind == "series" and lk.axis == "columns"):
+            continue
+        if kind == "series" and any(not isinstance(k, str) for k in lk.keys):
+            continue  # integer keys on a Series may fall back to positions
+        if kind == "dict" and len(lk.keys) > 1:
+            continue  # d[['a']] is a TypeError, not a KeyError
+        answers = [(_present(ctx, lk, k, facts, kind), k) for k in lk.keys]
+        if any(p is None for p, _ in answers):
+            continue
+        missing = [k for p, k in answers if p is False]
+        if not missing:
+            continue
+        related = _related(ctx, lk, missing)
+        live = ctx.is_live(lk.expr, lk.node)
+        evidence = [f"{lk.expr} ({facts.type.rsplit('.', 1)[-1]}) has no {lk.axis if lk.axis != 'key' else 'key'} "
+                    f"{', '.join(map(repr, missing))} " + ("(probe)" if live else "(after this cell's earlier changes)")]
+        if kind == "dataframe" and facts.columns and not facts.columns_truncated and len(facts.columns) <= 30:
+            evidence.append(f"{lk.expr} columns: {[c.name for c in facts.columns]}")
+        yield ctx.finding(
+            lk.node, rule="missing-key", ename="KeyError", message=_message(lk, missing, kind),
+            root_cause="NB specific" if related else "data confusion", confidence=0.92,
+            evidence=evidence, related=related,
+        )

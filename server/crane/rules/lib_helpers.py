@@ -1,0 +1,287 @@
+"""Shared helpers of the library-misuse rules: reading runtime Facts (kinds, shapes, sample counts, columns
+that do not convert to numbers, NaNs) and rendering them as one-line evidence.
+
+Everything here is pure: functions over `crane.probe.facts` structs and `ast` nodes, no kernel, no context.
+Every question answers `None` when the facts do not decide it: a rule that cannot decide says nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from crane.probe.facts import ColumnFacts, Facts
+
+
+@dataclass
+class Verdict:
+    """What a pure check concludes: the crash a call will raise, and why."""
+
+    ename: str
+    message: str
+    root_cause: str
+    evidence: list[str] = field(default_factory=list)
+    confidence: float = 0.9
+
+
+# -- kinds ---------------------------------------------------------------------------------------------------
+def is_dataframe(f: Facts | None) -> bool:
+    return f is not None and (f.kind == "dataframe" or f.type.endswith("DataFrame"))
+
+
+def is_series(f: Facts | None) -> bool:
+    return f is not None and (f.kind == "series" or f.type.endswith(".Series"))
+
+
+def is_ndarray(f: Facts | None) -> bool:
+    return f is not None and (f.kind == "ndarray" or f.type == "numpy.ndarray")
+
+
+def is_tensor(f: Facts | None) -> bool:
+    return f is not None and (f.kind == "tensor" or f.type == "torch.Tensor")
+
+
+def is_array_like(f: Facts | None) -> bool:
+    """pandas/numpy data whose shape the facts describe."""
+    return is_dataframe(f) or is_series(f) or is_ndarray(f)
+
+
+def shape_of(f: Facts | None) -> tuple[int, ...] | None:
+    """The full shape, when known (DataFrame: rows x columns; Series: (length,))."""
+    if f is None:
+        return None
+    if f.shape is not None:
+        return tuple(int(d) for d in f.shape)
+    if is_series(f) and f.length is not None:
+        return (f.length,)
+    if is_dataframe(f) and f.length is not None and f.columns is not None and not f.columns_truncated:
+        return (f.length, len(f.columns))
+    return None
+
+
+def n_samples(f: Facts | None) -> int | None:
+    """Number of samples (first dimension) of array-like data, or None."""
+    if f is None:
+        return None
+    shp = shape_of(f)
+    if shp is not None and len(shp) >= 1:
+        return shp[0]
+    if f.kind in ("list", "tuple") and f.length is not None:
+        return f.length
+    if is_dataframe(f) or is_series(f):
+        return f.length
+    return None
+
+
+def ndim(f: Facts | None) -> int | None:
+    shp = shape_of(f)
+    if shp is not None:
+        return len(shp)
+    if is_series(f):
+        return 1
+    if is_dataframe(f):
+        return 2
+    return None
+
+
+def n_columns(f: Facts | None) -> int | None:
+    """Number of features of 2-D data, when certain."""
+    if is_dataframe(f):
+        if f.columns is not None and not f.columns_truncated:
+            return len(f.columns)
+        shp = shape_of(f)
+        return shp[1] if shp and len(shp) == 2 else None
+    shp = shape_of(f)
+    if shp is not None and len(shp) == 2:
+        return shp[1]
+    return None
+
+
+def column_names(f: Facts | None) -> list[str] | None:
+    """All column names of a DataFrame, or None when unknown or truncated."""
+    if not is_dataframe(f) or f.columns is None or f.columns_truncated:
+        return None
+    return [c.name for c in f.columns]
+
+
+# -- values --------------------------------------------------------------------------------------------------
+NUMERIC_DTYPE_PREFIXES = ("int", "uint", "float", "bool", "complex", "Int", "UInt", "Float", "boolean")
+TEXT_DTYPES = ("object", "string", "str")
+
+
+def is_numeric_dtype(dtype: str | None) -> bool:
+    return bool(dtype) and dtype.startswith(NUMERIC_DTYPE_PREFIXES)
+
+
+def is_text_dtype(dtype: str | None) -> bool:
+    return bool(dtype) and (dtype in TEXT_DTYPES or dtype.startswith("<U") or dtype.startswith("string"))
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except Exception:
+        return _NOVALUE
+
+
+_NOVALUE = object()
+
+
+def parses_as_float(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def non_numeric_text(c: ColumnFacts | Facts, truncated: bool = False) -> str | None:
+    """For object/string/category data: a string value that float() rejects, or None when every value
+    converts or the facts cannot tell. The probe tries float() on the non-null values and reports the first
+    failure as a repr; only failures that are strings count (float() of other objects raises TypeError).
+    `truncated`: the data is a row subset of what the facts describe (synthesised facts), so only a column
+    where no value parses ("none") still certainly holds a bad value."""
+    dtype = c.dtype or ""
+    if not (is_text_dtype(dtype) or dtype == "category"):
+        return None
+    if c.numeric_parse not in (("none",) if truncated else ("some", "none")):
+        return None
+    example = c.non_numeric_example
+    if example is None:
+        return None
+    lit = _literal(example)
+    if not isinstance(lit, str) or parses_as_float(lit):
+        return None
+    return lit
+
+
+def bad_columns(f: Facts) -> list[tuple[ColumnFacts, str]] | None:
+    """Columns of a DataFrame holding strings that do not convert to float; None when the facts cannot
+    tell (truncated column lists are fine: a single bad column decides)."""
+    if f.columns is None:
+        return None
+    out = []
+    for c in f.columns:
+        bad = non_numeric_text(c, f.truncated)
+        if bad is not None:
+            out.append((c, bad))
+    return out
+
+
+def column(f: Facts | None, name: str) -> ColumnFacts | None:
+    if f is None or f.columns is None:
+        return None
+    for c in f.columns:
+        if c.name == name:
+            return c
+    return None
+
+
+def nan_count(f: Facts) -> int | None:
+    """How many NaN values array-like data holds (0 = none), when known."""
+    if is_dataframe(f) and f.columns is not None:
+        if f.columns_truncated and not any(c.n_nan for c in f.columns):
+            return f.n_nan
+        return sum(c.n_nan for c in f.columns)
+    if f.n_nan is not None:
+        return f.n_nan
+    if f.has_nan is not None:
+        return 1 if f.has_nan else 0
+    return None
+
+
+# -- rendering ----------------------------------------------------------------------------------------------
+def short_type(f: Facts) -> str:
+    t = f.type
+    for long, short in (
+        ("pandas.core.frame.DataFrame", "pandas DataFrame"),
+        ("pandas.core.series.Series", "pandas Series"),
+        ("numpy.ndarray", "numpy ndarray"),
+        ("torch.Tensor", "torch Tensor"),
+    ):
+        if t == long:
+            return short
+    return t.rsplit(".", 1)[-1] if "." in t else t
+
+
+def shape_text(shape: Iterable[int] | None) -> str:
+    if shape is None:
+        return "?"
+    dims = tuple(shape)
+    return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def describe_column(c: ColumnFacts, example: str | None = None) -> str:
+    bits = [c.dtype]
+    if example is not None:
+        bits.append(repr(example))
+    elif c.example_values:
+        bits.append(c.example_values[0])
+    if c.n_nan:
+        bits.append(f"{c.n_nan} NaN")
+    return f"{c.name} ({', '.join(bits)})"
+
+
+def describe(label: str, f: Facts, columns: list[tuple[ColumnFacts, str | None]] | None = None,
+             max_columns: int = 4) -> str:
+    """One line of evidence: "X_train: pandas DataFrame (80, 16), columns street (object, 'Rue 12'), ..."."""
+    text = f"{label}: {short_type(f)}"
+    shp = shape_of(f)
+    if shp is not None:
+        text += f" {shape_text(shp)}"
+    if f.dtype and not is_dataframe(f):
+        text += f" dtype {f.dtype}"
+    if columns:
+        shown = ", ".join(describe_column(c, ex) for c, ex in columns[:max_columns])
+        more = len(columns) - max_columns
+        text += f", columns {shown}" + (f" and {more} more" if more > 0 else "")
+    return text
+
+
+# -- ast -----------------------------------------------------------------------------------------------------
+def dotted(node: ast.AST) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def has_star_args(call: ast.Call) -> bool:
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+
+
+def keyword(call: ast.Call, name: str) -> ast.expr | None:
+    for k in call.keywords:
+        if k.arg == name:
+            return k.value
+    return None
+
+
+def arg(call: ast.Call, pos: int, name: str | None = None) -> ast.expr | None:
+    """The argument bound at position `pos` or passed as keyword `name` (no *args/**kwargs)."""
+    if name is not None:
+        kw = keyword(call, name)
+        if kw is not None:
+            return kw
+    if pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: pos + 1]):
+        return call.args[pos]
+    return None
+
+
+def literal(node: ast.AST | None) -> Any:
+    """ast.literal_eval of a node, or _NOVALUE."""
+    if node is None:
+        return _NOVALUE
+    try:
+        return ast.literal_eval(node)
+    except Exception:
+        return _NOVALUE
+
+
+NOVALUE = _NOVALUE

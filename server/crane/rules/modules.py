@@ -1,0 +1,23 @@
+"""Rule `missing-module`: `import x` / `from x import y` where the kernel cannot find module `x`
+(probe `modules`, from importlib.util.find_spec in the kernel's own environment) -> ModuleNotFoundError."""
+
+from __future__ import annotations
+
+from crane.rules.registry import rule
+
+
+@rule("missing-module", needs_probe=True)
+def missing_module(ctx):
+    seen: set[str] = set()
+    for imp in ctx.analysis.imports:
+        top = imp.top
+        if imp.level or not top or top in seen or ctx.probe.modules.get(top) is not False:
+            continue
+        if top in ctx.probe.imported_modules or not ctx.is_certain(imp.node):
+            continue
+        seen.add(top)
+        yield ctx.finding(
+            imp.node, rule="missing-module", ename="ModuleNotFoundError",
+            message=f"No module named '{top}' in the kernel's environment", root_cause="NB specific",
+            confidence=0.95, evidence=[f"importlib.util.find_spec({top!r}) is None in the kernel (probe)"],
+        )

@@ -1,0 +1,207 @@
+"""Pure scikit-learn checks over runtime Facts: what `est.<method>(X, y)` raises, decided from the facts of
+the estimator and its inputs alone (no kernel, no context). Each returns a Verdict or None (cannot decide).
+
+The order of the checks follows scikit-learn 1.2's own validation order (check_is_fitted, then check_array:
+conversion to float, 2-D, NaN, minimum samples; then y; then consistent lengths), so that the predicted
+message is the one the real call raises first.
+"""
+
+from __future__ import annotations
+
+import re
+
+from crane.probe.facts import EstimatorFacts, Facts
+from crane.rules import sklearn_tables as T
+from crane.rules.lib_helpers import (
+    Verdict,
+    bad_columns,
+    column_names,
+    describe,
+    is_array_like,
+    is_dataframe,
+    is_series,
+    n_columns,
+    n_samples,
+    nan_count,
+    ndim,
+    non_numeric_text,
+    shape_of,
+    shape_text,
+)
+
+
+def estimator_line(label: str, est: EstimatorFacts) -> str:
+    state = "fitted" if est.is_fitted else "not fitted"
+    text = f"{label}: {est.class_name} ({est.module.split('._')[0]}), {state}"
+    if est.is_fitted and est.n_features_in is not None:
+        text += f", {est.n_features_in} features seen in fit"
+    return text
+
+
+def check_not_fitted(label: str, est: EstimatorFacts, method: str) -> Verdict | None:
+    """`est.predict(...)` (or transform/score/...) on an estimator that was never fitted."""
+    if est.is_fitted or method not in T.PREDICT_METHODS:
+        return None
+    if not T.raises_not_fitted(est.class_name, est.module):
+        return None
+    return Verdict(
+        "NotFittedError",
+        f"This {est.class_name} instance is not fitted yet. Call 'fit' with appropriate arguments before "
+        f"using this estimator.",
+        "API misuse",
+        [estimator_line(label, est)],
+        0.9,
+    )
+
+
+def _non_numeric(x: Facts) -> tuple[str, list] | None:
+    """(first bad value, [(column, example)...]) when X holds values float() rejects."""
+    if is_dataframe(x):
+        bad = bad_columns(x)
+        if bad:
+            return bad[0][1], bad
+        return None
+    example = non_numeric_text(x, x.truncated)
+    if example is not None:
+        return example, []
+    return None
+
+
+def check_x(label: str, x: Facts, est: EstimatorFacts, method: str, version: str | None) -> Verdict | None:
+    """X given to a numeric estimator: strings, 1-D, NaN, no samples."""
+    if not T.needs_numeric_x(est.class_name, est.module) or method not in T.X_METHODS:
+        return None
+    if not is_array_like(x):
+        return None
+    est_line = estimator_line("estimator", est)
+    bad = _non_numeric(x)
+    if bad is not None:
+        example, cols = bad
+        ev = [describe(label, x, cols), est_line]
+        msg = f"could not convert string to float: {example!r}" if example else "could not convert string to float"
+        return Verdict("ValueError", msg, "data confusion" if cols else "API misuse", ev, 0.9)
+    if ndim(x) == 1:
+        return Verdict(
+            "ValueError",
+            "Expected 2D array, got 1D array instead: reshape your data with array.reshape(-1, 1) if it has a "
+            "single feature",
+            "API misuse",
+            [describe(label, x), est_line],
+            0.85,
+        )
+    if T.rejects_nan(est.class_name, est.module, version):
+        n = nan_count(x)
+        if n and not x.truncated:
+            cols = [(c, None) for c in (x.columns or []) if c.n_nan]
+            return Verdict(
+                "ValueError",
+                f"Input X contains NaN. {est.class_name} does not accept missing values encoded as NaN natively.",
+                "data confusion",
+                [describe(label, x, cols) + f" ({n} NaN)", est_line],
+                0.85,
+            )
+    rows = n_samples(x)
+    if rows == 0:
+        shp = shape_of(x)
+        return Verdict(
+            "ValueError",
+            f"Found array with 0 sample(s) (shape={shape_text(shp)}) while a minimum of 1 is required by "
+            f"{est.class_name}.",
+            "data confusion",
+            [describe(label, x), est_line],
+            0.9,
+        )
+    return None
+
+
+def check_y(label: str, y: Facts, est: EstimatorFacts, method: str) -> Verdict | None:
+    """y given to fit: strings for a regressor, NaN."""
+    if method not in T.FIT_METHODS or not T.is_supervised(est.class_name, est.module):
+        return None
+    if not is_array_like(y):
+        return None
+    est_line = estimator_line("estimator", est)
+    if T.is_regressor(est.class_name, est.module):
+        bad = _non_numeric(y)
+        if bad is not None:
+            return Verdict(
+                "ValueError",
+                f"could not convert string to float: {bad[0]!r}",
+                "data confusion",
+                [describe(label, y, bad[1]), est_line],
+                0.85,
+            )
+    n = nan_count(y)
+    if n and not y.truncated and (is_series(y) or ndim(y) == 1):
+        return Verdict("ValueError", "Input y contains NaN.", "data confusion",
+                       [describe(label, y) + f" ({n} NaN)", est_line], 0.85)
+    return None
+
+
+def check_lengths(labels: list[str], values: list[Facts], what: str, root_cause: str = "data confusion") -> Verdict | None:
+    """sklearn's check_consistent_length: all inputs must have the same number of samples."""
+    counts = [n_samples(v) for v in values]
+    if len(values) < 2 or any(c is None for c in counts) or len(set(counts)) == 1:
+        return None
+    ev = [describe(lbl, v) for lbl, v in zip(labels, values)]
+    return Verdict(
+        "ValueError",
+        f"Found input variables with inconsistent numbers of samples: {counts}",
+        root_cause,
+        ev + [what],
+        0.9,
+    )
+
+
+_NON_STR_NAME = re.compile(r"^(-?\d+(\.\d*)?|\(.*\)|None|True|False|Timestamp\(.*\))$")
+
+
+def _judged_at_predict(est: EstimatorFacts, method: str) -> bool:
+    return (est.is_fitted and method in T.PREDICT_METHODS and method != "inverse_transform"
+            and T.needs_numeric_x(est.class_name, est.module) and not est.class_name.startswith("Dummy"))
+
+
+def check_feature_names(label: str, x: Facts, est: EstimatorFacts, method: str) -> Verdict | None:
+    """predict-time DataFrame columns against the feature names seen in fit (checked before conversion)."""
+    if not _judged_at_predict(est, method):
+        return None
+    names = column_names(x)
+    fit_names = est.feature_names_in
+    if names is None or fit_names is None or names == list(fit_names):
+        return None
+    if any(_NON_STR_NAME.match(n) for n in names):
+        return None  # non-string labels: X has no feature names, sklearn only warns
+    unseen = [n for n in names if n not in fit_names]
+    missing = [n for n in fit_names if n not in names]
+    detail = []
+    if unseen:
+        detail.append("unseen at fit time: " + ", ".join(unseen[:5]) + (" ..." if len(unseen) > 5 else ""))
+    if missing:
+        detail.append("seen at fit time, yet now missing: " + ", ".join(missing[:5])
+                      + (" ..." if len(missing) > 5 else ""))
+    if not detail:
+        detail.append("must be in the same order as they were in fit")
+    return Verdict(
+        "ValueError",
+        "The feature names should match those that were passed during fit. Feature names " + "; ".join(detail),
+        "data confusion",
+        [describe(label, x) + f", {len(names)} columns",
+         estimator_line("estimator", est) + f" ({len(fit_names)} named features)"],
+        0.9,
+    )
+
+
+def check_n_features(label: str, x: Facts, est: EstimatorFacts, method: str) -> Verdict | None:
+    """predict-time feature count against n_features_in_ (checked after conversion)."""
+    if not _judged_at_predict(est, method):
+        return None
+    width = n_columns(x)
+    if width is None or est.n_features_in is None or width == est.n_features_in:
+        return None
+    return Verdict(
+        "ValueError",
+        f"X has {width} features, but {est.class_name} is expecting {est.n_features_in} features as input.",
+        "data confusion",
+        [describe(label, x), estimator_line("estimator", est)],
+        0.9,
+    )

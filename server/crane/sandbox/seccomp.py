@@ -1,0 +1,488 @@
+"""Kernel-enforced confinement of a forked sandbox child: Landlock, seccomp-BPF and resource limits.
+
+Standard library only (`ctypes`, `os`, `resource`): this file's text is sent into the user's kernel as part
+of the sandbox's kernel-side module (see `kernel_side.py`) and runs only inside the forked child, after the
+fork and before any user code. Nothing here is ever called in the user's kernel process itself.
+
+Layers, each enforced by the Linux kernel (not by Python, so C extensions and `ctypes` cannot bypass them):
+
+* Landlock (ABI >= 1): every write-type file-system right (write, truncate, create, remove, rename/link,
+  make device/fifo/socket/symlink, execute) is denied everywhere except below the private scratch directory;
+  reads stay allowed. ABI >= 4 also denies TCP bind/connect; ABI >= 6 scopes signals and abstract UNIX
+  sockets to the sandbox itself.
+* seccomp-BPF (x86_64 only; the architecture is checked inside the filter and x32 numbers are refused):
+  returns EPERM for exec of programs, creation of processes (thread clones stay allowed for BLAS/OpenMP),
+  creation of sockets and connect/bind/listen, signals to other processes, ptrace and cross-process memory
+  access, chmod/chown/utime/xattr, SysV IPC, io_uring, mounts, module loading, raising resource limits, and
+  any use of the descriptors inherited from the kernel (ZMQ sockets, open files): those are re-pointed at
+  /dev/null before the filter is installed and read/write/send/recv/truncate/seek on them returns EPERM
+  (close() on them is a no-op success, so their numbers are never reused). Without Landlock the filter
+  additionally refuses every write-type open, unlink, rename, mkdir, rmdir, link, symlink and truncate.
+* rlimits: CPU seconds, address space (what the process maps now plus a budget), file size, no core files.
+
+Every error is returned as an `OSError`-raising Python exception from `confine()`; the caller must not run
+user code when it raises.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno as _errno
+import os
+import platform
+import resource
+import struct
+
+# -- syscall numbers (x86_64) -----------------------------------------------------------------------------
+_NR = dict(
+    read=0, write=1, open=2, close=3, lseek=8, mmap=9, ioctl=16, pread64=17, pwrite64=18, readv=19, writev=20,
+    shmget=29, shmat=30, shmctl=31, dup2=33, sendfile=40, socket=41, connect=42, accept=43, sendto=44,
+    recvfrom=45, sendmsg=46, recvmsg=47, bind=49, listen=50, clone=56, fork=57, vfork=58, execve=59, kill=62,
+    semget=64, semop=65, semctl=66, msgget=68, msgsnd=69, msgrcv=70, msgctl=71, truncate=76, ftruncate=77,
+    rename=82, mkdir=83, rmdir=84, creat=85, link=86, unlink=87, symlink=88, chmod=90, fchmod=91, chown=92,
+    fchown=93, lchown=94, ptrace=101, syslog=103, setuid=105, setgid=106, setreuid=113, setregid=114,
+    setgroups=116, setresuid=117, setresgid=119, setfsuid=122, setfsgid=123, capset=126,
+    rt_sigqueueinfo=129, utime=132, mknod=133, setpriority=141, vhangup=153, pivot_root=155, adjtimex=159,
+    setrlimit=160, chroot=161, acct=163, settimeofday=164, mount=165, umount2=166, swapon=167, swapoff=168,
+    reboot=169, sethostname=170, setdomainname=171, iopl=172, ioperm=173, init_module=175,
+    delete_module=176, quotactl=179, setxattr=188, lsetxattr=189, fsetxattr=190, removexattr=197,
+    lremovexattr=198, fremovexattr=199, tkill=200, semtimedop=220, clock_settime=227, tgkill=234, utimes=235,
+    mq_open=240, mq_unlink=241, mq_timedsend=242, mq_timedreceive=243, mq_notify=244, mq_getsetattr=245,
+    kexec_load=246, add_key=248, request_key=249, keyctl=250, ioprio_set=251, migrate_pages=256, openat=257,
+    mkdirat=258, mknodat=259, fchownat=260, futimesat=261, unlinkat=263, renameat=264, linkat=265,
+    symlinkat=266, fchmodat=268, splice=275, tee=276, vmsplice=278, move_pages=279, utimensat=280,
+    fallocate=285, accept4=288, dup3=292, preadv=295, pwritev=296, rt_tgsigqueueinfo=297,
+    perf_event_open=298, recvmmsg=299, fanotify_init=300, fanotify_mark=301, prlimit64=302,
+    name_to_handle_at=303, open_by_handle_at=304, clock_adjtime=305, sendmmsg=307, setns=308,
+    process_vm_readv=310, process_vm_writev=311, kcmp=312, finit_module=313, renameat2=316, kexec_file_load=320,
+    bpf=321, execveat=322, userfaultfd=323, copy_file_range=326, preadv2=327, pwritev2=328,
+    pidfd_send_signal=424, io_uring_setup=425, io_uring_enter=426, io_uring_register=427, open_tree=428,
+    move_mount=429, fsopen=430, fsconfig=431, fsmount=432, fspick=433, clone3=435, openat2=437,
+    pidfd_getfd=438, process_madvise=440, mount_setattr=442, process_mrelease=448, fchmodat2=452,
+)
+
+# Always refused (EPERM): programs, processes, networking, other processes, system state, metadata writes.
+_DENY_ALWAYS = (
+    "execve execveat fork vfork socket connect bind listen accept accept4 ptrace process_vm_readv "
+    "process_vm_writev pidfd_getfd pidfd_send_signal process_madvise process_mrelease kcmp tkill "
+    "mount umount2 pivot_root chroot setns reboot init_module finit_module delete_module kexec_load "
+    "kexec_file_load bpf perf_event_open swapon swapoff acct settimeofday clock_settime clock_adjtime adjtimex "
+    "sethostname setdomainname iopl ioperm quotactl keyctl add_key request_key userfaultfd io_uring_setup "
+    "io_uring_enter io_uring_register open_by_handle_at name_to_handle_at mknod mknodat chmod fchmod fchmodat "
+    "fchmodat2 chown fchown lchown fchownat utime utimes futimesat utimensat setxattr lsetxattr fsetxattr "
+    "removexattr lremovexattr fremovexattr shmget shmat shmctl semget semop semctl semtimedop msgget msgsnd "
+    "msgrcv msgctl mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr fanotify_init "
+    "fanotify_mark open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr setuid setgid setreuid "
+    "setregid setresuid setresgid setgroups setfsuid setfsgid capset setpriority ioprio_set migrate_pages "
+    "move_pages syslog vhangup setrlimit"
+).split()
+# Refused only when Landlock is not available to confine them to the scratch directory.
+_DENY_WITHOUT_LANDLOCK = (
+    "creat unlink unlinkat rename renameat renameat2 mkdir mkdirat rmdir truncate link linkat symlink symlinkat "
+    "openat2"
+).split()
+# Syscalls whose first argument is a file descriptor: refused on the inherited descriptors.
+_FD_ARG0 = (
+    "read write pread64 pwrite64 readv writev preadv pwritev preadv2 pwritev2 sendto recvfrom sendmsg recvmsg "
+    "sendmmsg recvmmsg ftruncate fallocate lseek splice tee vmsplice sendfile copy_file_range"
+).split()
+_FD_ARG1 = ("sendfile", "tee")  # in_fd / fd_out
+_FD_ARG2 = ("splice", "copy_file_range")  # fd_out
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+_X32_BIT = 0x40000000
+CLONE_THREAD = 0x00010000
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C
+_WRITE_OPEN_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+# BPF
+_LD_W_ABS, _JEQ, _JGE, _JGT, _JSET, _RET = 0x20, 0x15, 0x35, 0x25, 0x45, 0x06
+RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
+_OFF_NR, _OFF_ARCH = 0, 4
+
+
+def _arg_lo(i: int) -> int:
+    return 16 + 8 * i  # low 32 bits of args[i] (little endian)
+
+
+def _arg_hi(i: int) -> int:
+    return 16 + 8 * i + 4
+
+
+class _Prog:
+    """A tiny BPF assembler: instructions with symbolic forward jump targets, resolved at the end."""
+
+    def __init__(self) -> None:
+        self.ins: list[list] = []  # [code, jt, jf, k]; jt/jf are ints or label strings
+        self.labels: dict[str, int] = {}
+        self._n = 0
+
+    def label(self) -> str:
+        self._n += 1
+        return f"L{self._n}"
+
+    def here(self, name: str) -> None:
+        self.labels[name] = len(self.ins)
+
+    def ld(self, off: int) -> None:
+        self.ins.append([_LD_W_ABS, 0, 0, off])
+
+    def jmp(self, code: int, k: int, jt, jf) -> None:
+        self.ins.append([code, jt, jf, k])
+
+    def ret(self, k: int) -> None:
+        self.ins.append([_RET, 0, 0, k])
+
+    def assemble(self) -> bytes:
+        out = []
+        for idx, (code, jt, jf, k) in enumerate(self.ins):
+            offs = []
+            for j in (jt, jf):
+                if isinstance(j, str):
+                    j = self.labels[j] - idx - 1
+                if not 0 <= j <= 255:
+                    raise ValueError("seccomp filter jump out of range")
+                offs.append(j)
+            out.append(struct.pack("=HBBI", code, offs[0], offs[1], k & 0xFFFFFFFF))
+        return b"".join(out)
+
+
+def build_filter(
+    *,
+    inherited_max_fd: int,
+    own_pid: int | None,
+    landlock: bool,
+    fork_gate: int | None = None,
+    errno_value: int = _errno.EPERM,
+) -> bytes:
+    """The seccomp-BPF program (raw `struct sock_filter` array) for a sandbox child.
+
+    `inherited_max_fd`: descriptors 3..inherited_max_fd are the kernel's (re-pointed at /dev/null).
+    `own_pid`: the only process signals may target (besides what Landlock scopes allow).
+    `landlock`: Landlock confines file-system writes; without it they are refused here.
+    `fork_gate`: if set, `clone(SIGCHLD, 0, fork_gate, ...)` is allowed (sandbox-session checkpoints; the
+    kernel ignores the parent-tid argument without CLONE_PARENT_SETTID, so it can carry a secret).
+    """
+    deny = RET_ERRNO | (errno_value & 0xFFFF)
+    p = _Prog()
+    p.ld(_OFF_ARCH)
+    p.jmp(_JEQ, AUDIT_ARCH_X86_64, 1, 0)
+    p.ret(RET_KILL_PROCESS)  # another architecture's syscall numbers: never interpret them
+    p.ld(_OFF_NR)
+    p.jmp(_JGE, _X32_BIT, 0, 1)
+    p.ret(deny)  # x32 ABI
+
+    def simple(names: list[str], action: int) -> None:
+        for name in names:
+            nxt = p.label()
+            p.ld(_OFF_NR)
+            p.jmp(_JEQ, _NR[name], 0, nxt)
+            p.ret(action)
+            p.here(nxt)
+
+    simple(_DENY_ALWAYS, deny)
+    if not landlock:
+        simple(_DENY_WITHOUT_LANDLOCK, deny)
+    simple(["clone3"], RET_ERRNO | _errno.ENOSYS)  # glibc then falls back to clone(), whose flags we can see
+
+    # clone: threads allowed; processes refused unless gated.
+    nxt = p.label()
+    p.ld(_OFF_NR)
+    p.jmp(_JEQ, _NR["clone"], 0, nxt)
+    p.ld(_arg_lo(0))
+    allow = p.label()
+    p.jmp(_JSET, CLONE_THREAD, allow, 0)
+    if fork_gate is not None:
+        refuse = p.label()
+        gate = fork_gate & 0xFFFFFFFFFFFFFFFF
+        p.jmp(_JEQ, 17, 0, refuse)  # exactly SIGCHLD: a plain fork
+        p.ld(_arg_lo(2))
+        p.jmp(_JEQ, gate & 0xFFFFFFFF, 0, refuse)
+        p.ld(_arg_hi(2))
+        p.jmp(_JEQ, gate >> 32, allow, refuse)
+        p.here(refuse)
+    p.ret(deny)
+    p.here(allow)
+    p.ret(RET_ALLOW)
+    p.here(nxt)
+
+    # Signals only to ourselves (sessions with Landlock >= 6 rely on its signal scoping instead: their
+    # checkpoint children have other pids).
+    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo") if own_pid is not None else ():
+        nxt = p.label()
+        p.ld(_OFF_NR)
+        p.jmp(_JEQ, _NR[name], 0, nxt)
+        p.ld(_arg_lo(0))
+        ok = p.label()
+        p.jmp(_JEQ, own_pid, ok, 0)
+        p.ret(deny)
+        p.here(ok)
+        p.ret(RET_ALLOW)
+        p.here(nxt)
+
+    # ioctl: no injecting keystrokes into a terminal.
+    nxt = p.label()
+    p.ld(_OFF_NR)
+    p.jmp(_JEQ, _NR["ioctl"], 0, nxt)
+    p.ld(_arg_lo(1))
+    bad = p.label()
+    p.jmp(_JEQ, TIOCSTI, bad, 0)
+    p.jmp(_JEQ, TIOCLINUX, bad, nxt)
+    p.here(bad)
+    p.ret(deny)
+    p.here(nxt)
+
+    # prlimit64: reading limits is fine, setting them (new_limit != NULL) is not.
+    nxt = p.label()
+    p.ld(_OFF_NR)
+    p.jmp(_JEQ, _NR["prlimit64"], 0, nxt)
+    p.ld(_arg_lo(2))
+    bad = p.label()
+    p.jmp(_JEQ, 0, 0, bad)
+    p.ld(_arg_hi(2))
+    p.jmp(_JEQ, 0, nxt, bad)
+    p.here(bad)
+    p.ret(deny)
+    p.here(nxt)
+
+    if not landlock:  # write-type opens
+        for name, argi in (("open", 1), ("openat", 2)):
+            nxt = p.label()
+            p.ld(_OFF_NR)
+            p.jmp(_JEQ, _NR[name], 0, nxt)
+            p.ld(_arg_lo(argi))
+            p.jmp(_JSET, _WRITE_OPEN_FLAGS, 0, nxt)
+            p.ret(deny)
+            p.here(nxt)
+
+    # Inherited descriptors 3..M: unusable (EPERM), close() is a silent no-op, dup2 onto them refused.
+    lo, hi = 3, int(inherited_max_fd)
+    if hi >= lo:
+        def fd_in_range(argi: int, action: int, nxt: str) -> None:
+            p.ld(_arg_lo(argi))
+            p.jmp(_JGE, lo, 0, nxt)
+            p.jmp(_JGT, hi, nxt, 0)
+            p.ret(action)
+
+        for name in _FD_ARG0 + ["close", "dup2", "dup3"]:
+            nxt = p.label()
+            p.ld(_OFF_NR)
+            p.jmp(_JEQ, _NR[name], 0, nxt)
+            if name == "close":
+                fd_in_range(0, RET_ERRNO | 0, nxt)
+            elif name in ("dup2", "dup3"):
+                fd_in_range(1, deny, nxt)
+            else:
+                step = p.label()
+                fd_in_range(0, deny, step)
+                p.here(step)
+                if name in _FD_ARG1:
+                    step2 = p.label()
+                    fd_in_range(1, deny, step2)
+                    p.here(step2)
+                if name in _FD_ARG2:
+                    step3 = p.label()
+                    fd_in_range(2, deny, step3)
+                    p.here(step3)
+                p.ret(RET_ALLOW)
+            p.here(nxt)
+
+    p.ret(RET_ALLOW)
+    return p.assemble()
+
+
+# -- ctypes plumbing ------------------------------------------------------------------------------------
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+_prctl = _libc.prctl
+_prctl.restype = ctypes.c_int
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
+SECCOMP_MODE_FILTER = 2
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+
+
+def _check(rc: int, what: str) -> int:
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+    return rc
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def supported() -> str | None:
+    """None when the seccomp layer can be built here, else the reason it cannot."""
+    if not hasattr(os, "fork") or platform.system() != "Linux":
+        return "the fork sandbox needs Linux"
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"the seccomp filter is written for x86_64, not {platform.machine()}"
+    return None
+
+
+def set_no_new_privs() -> None:
+    _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def set_parent_death_signal(sig: int) -> None:
+    _check(_prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
+def install_filter(program: bytes) -> None:
+    n = len(program) // 8
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(n, ctypes.cast(buf, ctypes.c_void_p))
+    _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp filter")
+
+
+# -- Landlock ------------------------------------------------------------------------------------------
+_LL_FS_EXECUTE, _LL_FS_WRITE_FILE = 1 << 0, 1 << 1
+_LL_FS_REMOVE_DIR, _LL_FS_REMOVE_FILE = 1 << 4, 1 << 5
+_LL_FS_MAKE = (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)
+_LL_FS_REFER, _LL_FS_TRUNCATE = 1 << 13, 1 << 14
+_LL_NET_BIND_TCP, _LL_NET_CONNECT_TCP = 1 << 0, 1 << 1
+_LL_SCOPE_ABSTRACT_UNIX, _LL_SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version the running kernel offers (0: none)."""
+    try:
+        rc = _syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    except Exception:
+        return 0
+    return int(rc) if rc > 0 else 0
+
+
+def apply_landlock(writable_dir: str, abi: int) -> None:
+    """Deny write-type file rights outside `writable_dir`, TCP bind/connect, and signals out of the domain."""
+    fs = _LL_FS_EXECUTE | _LL_FS_WRITE_FILE | _LL_FS_REMOVE_DIR | _LL_FS_REMOVE_FILE | _LL_FS_MAKE
+    if abi >= 2:
+        fs |= _LL_FS_REFER
+    if abi >= 3:
+        fs |= _LL_FS_TRUNCATE
+    net = (_LL_NET_BIND_TCP | _LL_NET_CONNECT_TCP) if abi >= 4 else 0
+    scoped = (_LL_SCOPE_ABSTRACT_UNIX | _LL_SCOPE_SIGNAL) if abi >= 6 else 0
+    if abi >= 6:
+        attr = struct.pack("=QQQ", fs, net, scoped)
+    elif abi >= 4:
+        attr = struct.pack("=QQ", fs, net)
+    else:
+        attr = struct.pack("=Q", fs)
+    abuf = ctypes.create_string_buffer(attr, len(attr))
+    rs = _check(_syscall(_SYS_LANDLOCK_CREATE_RULESET, abuf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)),
+                "landlock_create_ruleset")
+    try:
+        dfd = os.open(writable_dir, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
+        try:
+            allowed = fs & ~_LL_FS_EXECUTE
+            rule = struct.pack("=Qi", allowed, dfd)
+            rbuf = ctypes.create_string_buffer(rule, len(rule))
+            _check(_syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(rs), ctypes.c_int(1), rbuf, ctypes.c_uint32(0)),
+                   "landlock_add_rule")
+        finally:
+            os.close(dfd)
+        _check(_syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(rs), ctypes.c_uint32(0)),
+               "landlock_restrict_self")
+    finally:
+        os.close(rs)
+
+
+# -- resource limits -----------------------------------------------------------------------------------
+def _vm_size_bytes() -> int:
+    with open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def set_limits(cpu_s: float, memory_mb: int, file_mb: int) -> int:
+    """CPU seconds (SIGXCPU, then SIGKILL one second later), address space = now + memory_mb, file size, no
+    core dumps. Returns the address-space limit in bytes."""
+    cpu = max(1, int(cpu_s + 0.999))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    as_limit = _vm_size_bytes() + int(memory_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (as_limit, as_limit))
+    fsz = int(file_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsz, fsz))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return as_limit
+
+
+# -- shared writable mappings ---------------------------------------------------------------------------
+_PROCMAP_QUERY = 0xC0686611  # _IOWR('f', 17, struct procmap_query) (Linux >= 6.11)
+_PMQ_WRITABLE, _PMQ_SHARED, _PMQ_COVERING_OR_NEXT = 0x02, 0x08, 0x10
+
+
+def _shared_writable_ranges() -> list[tuple[int, int, bool]]:
+    """(start, end, executable) of MAP_SHARED writable mappings: PROCMAP_QUERY when the kernel has it (a few
+    syscalls), else a parse of /proc/self/maps (slow with thousands of mappings)."""
+    out: list[tuple[int, int, bool]] = []
+    try:
+        fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        try:
+            ioctl = _libc.ioctl
+            buf = ctypes.create_string_buffer(104)
+            addr = 0
+            while True:
+                struct.pack_into("=QQQ", buf, 0, 104, _PMQ_COVERING_OR_NEXT | _PMQ_SHARED | _PMQ_WRITABLE, addr)
+                if ioctl(fd, ctypes.c_ulong(_PROCMAP_QUERY), buf) < 0:
+                    e = ctypes.get_errno()
+                    if e == _errno.ENOENT:
+                        return out
+                    break  # not supported: fall back
+                start, end, flags = struct.unpack_from("=QQQ", buf, 24)
+                out.append((start, end, bool(flags & 0x04)))
+                addr = end
+        finally:
+            os.close(fd)
+    import re
+    with open("/proc/self/maps", "rb") as f:
+        maps = f.read()
+    return [(int(a, 16), int(b, 16), x == b"x")
+            for a, b, x in re.findall(rb"^([0-9a-f]+)-([0-9a-f]+) rw(.)s ", maps, re.M)]
+
+
+def protect_shared_mappings() -> int:
+    """Make MAP_SHARED writable mappings (np.memmap r+, shared memory) read-only in this process, so writes to
+    them cannot reach the kernel's memory or files. Returns how many were protected."""
+    mprotect = _libc.mprotect
+    mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    n = 0
+    for lo, hi, x in _shared_writable_ranges():
+        if mprotect(lo, hi - lo, 1 | (4 if x else 0)) == 0:
+            n += 1
+    return n
+
+
+def confine(
+    *,
+    scratch_dir: str,
+    inherited_max_fd: int,
+    cpu_s: float,
+    memory_mb: int,
+    file_mb: int = 64,
+    fork_gate: int | None = None,
+) -> dict:
+    """Apply every layer to the calling (single-threaded, forked) process. Raises OSError if any layer the
+    sandbox relies on cannot be applied. Returns a summary for the verdict (`landlock` ABI, limits)."""
+    why = supported()
+    if why:
+        raise OSError(_errno.ENOSYS, why)
+    shared = protect_shared_mappings()
+    as_limit = set_limits(cpu_s, memory_mb, file_mb)
+    set_no_new_privs()
+    abi = landlock_abi()
+    if abi:
+        apply_landlock(scratch_dir, abi)
+    own_pid = None if (fork_gate is not None and abi >= 6) else os.getpid()
+    install_filter(build_filter(inherited_max_fd=inherited_max_fd, own_pid=own_pid, landlock=bool(abi),
+                                fork_gate=fork_gate))
+    return {"landlock_abi": abi, "seccomp": True, "as_limit": as_limit, "shared_mappings_protected": shared}

@@ -1,0 +1,54 @@
+"""Kernel death and restart: the status says so, diagnostics fall back to static, and the server
+reattaches to the kernel when it is back (VS Code keeps the connection file across a restart)."""
+
+from __future__ import annotations
+
+from conftest import Kernel, Notebook, crane_diags, last_status, start_client, stop_client, wait_for
+
+
+def restart(kernel: Kernel) -> None:
+    import sys; print("RESTART", file=sys.stderr)
+    kernel.owned.manager.restart_kernel(now=True)
+    kernel.conn.wait_ready(30)
+    kernel.run(f"__vsc_ipynb_file__ = {str(kernel.notebook)!r}")  # VS Code's startup code
+
+
+async def test_kernel_death_then_restart(runtime_dir, tmp_path):
+    kernel = Kernel(runtime_dir, tmp_path / "life.ipynb")
+    kernel.run("a_var = 1")
+    client = await start_client(
+        env={"JUPYTER_RUNTIME_DIR": str(runtime_dir)},
+        init_options={"crane": {"kernel": {"discoveryIntervalMs": 300}}},
+    )
+    try:
+        nb = Notebook(client, kernel.notebook, ["print(a_var)\n", "print(b_var)\n"])
+        await wait_for(lambda: (s := last_status(client, nb.uri)) and s.kernel is not None, timeout=15, what="attached")
+        await wait_for(lambda: crane_diags(client, nb.cells[1]), what="NameError b_var (live)")
+        await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="a_var defined in the kernel")
+
+        kernel.owned.manager.provisioner.process.kill()  # the kernel dies (SIGKILL)
+        await wait_for(lambda: last_status(client, nb.uri).state == "dead", timeout=15, what="dead status")
+        d0 = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="static diagnostics once the kernel is gone")
+        assert d0[0].data["facts"] == "static"
+
+        restart(kernel)  # it comes back behind the same connection file, with a fresh namespace
+        kernel.run("b_var = 2")
+        await wait_for(
+            lambda: (s := last_status(client, nb.uri)) and s.state in ("attached", "idle") and s.kernel is not None,
+            timeout=20,
+            what="reattached",
+        )
+        await wait_for(lambda: crane_diags(client, nb.cells[1]) == [], timeout=10, what="b_var from the new kernel")
+        d0 = await wait_for(lambda: (d := crane_diags(client, nb.cells[0])) and d[0].data["facts"] == "live" and d, what="a_var gone")
+        assert d0[0].code == "undefined-name"
+
+        # A restart while attached (no time to miss a heartbeat): the fresh namespace is noticed.
+        restart(kernel)
+        await wait_for(
+            lambda: (d := crane_diags(client, nb.cells[1])) and d[0].data["facts"] == "live" and d,
+            timeout=20,
+            what="b_var gone after the restart",
+        )
+    finally:
+        await stop_client(client)
+        kernel.shutdown()

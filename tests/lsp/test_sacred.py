@@ -1,0 +1,99 @@
+"""The user's kernel is sacred: a session of edits, hovers, diagnoses and checks leaves the namespace (keys
+and object ids), the execution count, In/Out and the outputs unchanged, and another client of the kernel
+sees no output traffic from CRANE on iopub (only busy/idle status)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from jupyter_client import BlockingKernelClient
+from lsprotocol import types
+
+from conftest import Kernel, Notebook, crane_diags, start_client, stop_client, wait_for
+
+STATE = """
+import numpy as np, pandas as pd
+from sklearn.linear_model import LogisticRegression
+df = pd.DataFrame({'age': [20, 30, None], 'city': ['a', 'b', 'c']})
+X = np.zeros((3, 2))
+clf = LogisticRegression()
+print('setup done')
+df.head()
+"""
+
+FINGERPRINT = {
+    "ns": "sorted((k, id(v)) for k, v in get_ipython().user_ns.items())",
+    "count": "get_ipython().execution_count",
+    "In": "list(In)",
+    "Out": "sorted((k, id(v)) for k, v in Out.items())",
+}
+
+
+def fingerprint(kernel: Kernel) -> dict[str, str]:
+    reply = kernel.conn.private(FINGERPRINT)
+    assert reply.status == "ok"
+    out = {}
+    for key, res in reply.user_expressions.items():
+        assert res["status"] == "ok", res
+        out[key] = res["data"]["text/plain"]
+    return out
+
+
+class IopubRecorder(threading.Thread):
+    """Another client of the kernel (think: VS Code), recording what it sees on iopub."""
+
+    def __init__(self, connection_file: str):
+        super().__init__(daemon=True)
+        self.client = BlockingKernelClient()
+        self.client.load_connection_file(connection_file)
+        self.client.start_channels(shell=False, stdin=False, hb=False, control=False)
+        self.messages: list[dict] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.messages.append(self.client.get_iopub_msg(timeout=0.1))
+            except queue.Empty:
+                pass
+        self.client.stop_channels()
+
+
+async def test_session_leaves_the_kernel_untouched(runtime_dir, tmp_path):
+    nb_path = tmp_path / "sacred.ipynb"
+    kernel = Kernel(runtime_dir, nb_path)
+    try:
+        kernel.run(STATE)
+        before = fingerprint(kernel)
+        recorder = IopubRecorder(kernel.connection_file)
+        recorder.start()
+        client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(runtime_dir)})
+        try:
+            nb = Notebook(
+                client,
+                nb_path,
+                [STATE, "clf.predict(X)\n", "df['salary'].mean()\n", "print(undefined_here)\n", "y = df.age.values\n"],
+            )
+            await wait_for(lambda: crane_diags(client, nb.cells[1]), timeout=15, what="NotFittedError on the discovered kernel")
+            await wait_for(lambda: crane_diags(client, nb.cells[2]), what="KeyError")
+            for i, text in enumerate(["clf.fit(X, [0, 1, 0])\nclf.predict(X)\n", "df['city'].str.upper()\n", "X.T @ X\n"]):
+                nb.set_text(1 + i, text)
+            for line, col in ((0, 1), (0, 6)):
+                await client.text_document_hover_async(
+                    types.HoverParams(text_document=types.TextDocumentIdentifier(uri=nb.cells[4]), position=types.Position(line, col))
+                )
+            await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.diagnoseCell", arguments=[nb.cells[2]]))
+            await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.checkNotebook", arguments=[nb.uri]))
+            await wait_for(lambda: crane_diags(client, nb.cells[1]) == [], what="re-checked after the edits")
+        finally:
+            await stop_client(client)
+        recorder.stop.set()
+        recorder.join(5)
+        after = fingerprint(kernel)
+        assert after == before
+        types_seen = {m["msg_type"] for m in recorder.messages}
+        assert types_seen <= {"status"}, types_seen  # no stream, display, execute_input/result, error
+        assert len(recorder.messages) > 0  # the recorder did see CRANE's (silent) requests go busy/idle
+    finally:
+        kernel.shutdown()

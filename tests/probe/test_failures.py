@@ -1,0 +1,70 @@
+"""Timeouts and dead kernels are clear errors, promptly; a kernel that was busy answers again afterwards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from crane.kernel.client import KernelConnection
+from crane.kernel.errors import KernelDead, KernelTimeout
+from crane.kernel.manager import start_kernel
+from crane.probe.collect import ProbeClient
+from crane.probe.facts import ProbeRequest
+
+
+def _busy(kernel, seconds: float) -> None:
+    """Another client makes the kernel busy (silently: nothing reaches history)."""
+    other = kernel.manager.client()
+    other.start_channels()
+    try:
+        other.execute(f"import time; time.sleep({seconds})", silent=True, store_history=False)
+        time.sleep(0.3)  # let the kernel pick it up
+    finally:
+        other.stop_channels()
+
+
+@pytest.fixture(scope="module")
+def light_kernel(tmp_path_factory):
+    k = start_kernel(tmp_path_factory.mktemp("light"))
+    k.connection.run_cell("value = 7")
+    yield k
+    k.shutdown()
+
+
+def test_timeout_is_clear_and_the_kernel_answers_afterwards(light_kernel):
+    probe = ProbeClient(light_kernel.connection)
+    assert probe.run(ProbeRequest(names=["value"])).facts["value"].value == "7"
+    _busy(light_kernel, 30)
+    start = time.monotonic()
+    with pytest.raises(KernelTimeout, match="no reply within 0.5 s"):
+        probe.run(ProbeRequest(names=["value"]), timeout=0.5)
+    assert time.monotonic() - start < 3
+    light_kernel.manager.interrupt_kernel()
+    res = probe.run(ProbeRequest(names=["value"]), timeout=10)
+    assert res.facts["value"].value == "7"
+
+
+@pytest.mark.parametrize("attached", [False, True], ids=["owned", "attached"])
+def test_kernel_dying_mid_request_is_kernel_dead(tmp_path, attached):
+    k = start_kernel(tmp_path)
+    conn = KernelConnection.attach(k.manager.connection_file) if attached else k.connection
+    try:
+        probe = ProbeClient(conn)
+        probe.ensure_installed()
+        _busy(k, 60)  # our request will wait behind this one ...
+        pid = k.manager.provisioner.pid
+        threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()  # ... and the kernel dies meanwhile
+        start = time.monotonic()
+        with pytest.raises(KernelDead, match="died"):
+            probe.run(ProbeRequest(names=["x"]), timeout=30)
+        assert time.monotonic() - start < 10
+        with pytest.raises(KernelDead):
+            probe.run(ProbeRequest(names=["x"]), timeout=30)
+    finally:
+        if attached:
+            conn.close()
+        k.shutdown()

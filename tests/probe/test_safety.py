@@ -1,0 +1,137 @@
+"""The probe leaves the user's kernel as it was: namespace (keys and object ids), execution count, In/Out, and
+what another client sees on iopub. It runs no user code, stays within its size caps, and reinstalls itself."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from crane.probe.collect import MODULE_NAME, ProbeClient, ProbeError, probe_version
+from crane.probe.facts import ProbeRequest
+
+STATE = (
+    "(sorted((k, id(v)) for k, v in get_ipython().user_ns.items()), get_ipython().execution_count,"
+    " len(get_ipython().history_manager.input_hist_raw), sorted(Out), id(_), id(__), id(___))"
+)
+
+EVERYTHING = ProbeRequest(
+    names=[
+        "df", "df_idx", "s", "X", "y", "big_vec", "clf", "rf", "pipe", "iris", "t", "net", "mlp", "loader", "cfg",
+        "counts", "lst", "tup", "helper", "Thing", "thing", "np", "plt", "nope", "trap", "trap_ga", "trap_dict",
+        "trap_list", "trap_obj_arr", "trap_df", "trap_loader", "trap_model", "TrapClass",
+    ],
+    attrs=["clf.coef_", "plt.scatter", "df.age", "np.float", "thing.method", "mlp.fc1", "nope.x"],
+    keys=[["df", "age", "columns"], ["cfg", "lr", "key"], ["lst", 9, "key"]],
+    modules=["numpy", "no_such_module_xyz", "wsgiref.simple_server"],
+    paths=["data/train.csv", "nope.csv"],
+)  # fmt: skip
+
+
+def test_probing_changes_nothing_the_user_or_another_client_can_see(probe, watcher):
+    watcher.evaluate(f"__import__('sys').modules.pop({MODULE_NAME!r}, None) and None")  # force a fresh install
+    watcher.drain()
+    before = watcher.evaluate(STATE)
+    installs = probe.installs
+    for _ in range(3):
+        res = probe.run(EVERYTHING)
+        assert res.facts["df"].shape == [6, 6]
+    probe.history()
+    probe.read_notebook_path()
+    assert probe.installs == installs + 1
+    msgs = watcher.drain()
+    assert msgs, "the watcher should at least see busy/idle status messages"
+    assert {m["msg_type"] for m in msgs} == {"status"}, [m for m in msgs if m["msg_type"] != "status"]
+    assert watcher.evaluate(STATE) == before
+    assert watcher.evaluate(f"{MODULE_NAME!r} in get_ipython().user_ns") == "False"
+    assert watcher.evaluate(f"{MODULE_NAME!r} in __import__('sys').modules") == "True"
+
+
+def test_no_user_code_runs(probe, watcher):
+    res = probe.run(
+        ProbeRequest(
+            names=["trap", "trap_ga", "trap_dict", "trap_list", "trap_obj_arr", "trap_df", "trap_loader",
+                   "trap_model", "TrapClass"],  # fmt: skip
+            attrs=["trap.prop", "trap.missing", "trap_ga.x", "trap_dict.a", "trap_model.lin", "trap_model.nope",
+                   "TrapClass.zz", "trap_list.append"],  # fmt: skip
+            keys=[["trap_dict", "a", "key"], ["trap", "a", "key"], ["trap_list", 1, "key"]],
+        )
+    )
+    assert watcher.evaluate("trap_calls") == "[]"
+    f = res.facts
+    assert f["trap"].type == "__main__.Trap" and f["trap"].kind == "other"
+    assert f["trap_list"].value == "[<__main__.Trap>, <__main__.Trap>]"
+    assert f["trap_dict"].keys == ["a"] and f["trap_dict"].length == 1
+    assert f["trap_obj_arr"].num_unique is None and f["trap_obj_arr"].n_nan == 0
+    assert f["trap_df"].columns[0].n_nan == 0
+    assert f["trap_loader"].dataloader.batch_size == 2 and f["trap_loader"].dataloader.num_examples is None
+    assert f["trap_model"].torch_module.layers[0].type == "Linear"
+    a = {c.expr: c.present for c in res.attrs}
+    assert a == {
+        "trap.prop": True, "trap.missing": None, "trap_ga.x": None, "trap_dict.a": False, "trap_model.lin": True,
+        "trap_model.nope": False, "TrapClass.zz": None, "trap_list.append": True,
+    }  # fmt: skip
+    k = {c.expr: c.present for c in res.keys}
+    assert k == {"trap_dict": None, "trap": None, "trap_list": True}
+
+
+def test_total_and_per_variable_caps(probe, watcher):
+    names = watcher.evaluate("sorted(k for k in get_ipython().user_ns if not k.startswith('_'))")
+    req = ProbeRequest(names=eval(names))  # every user name at once
+    res = probe.run(req)
+    assert res.payload_bytes <= 32 * 1024 + 512
+    for f in res.facts.values():
+        assert len(msgspec.json.encode(f)) <= 4096 + 64, f.name
+    small = probe.run(ProbeRequest(names=eval(names), max_total_bytes=3000, max_var_bytes=1000))
+    assert small.truncated and small.payload_bytes <= 3000 + 512
+    assert 0 < len(small.facts) < len(res.facts)
+
+
+def test_large_array_is_sampled_not_scanned(kernel, probe):
+    run = kernel.connection.run_cell("huge = np.zeros(6_000_000); huge[::7] = np.nan")
+    assert run.status == "ok"
+    try:
+        f = probe.run(ProbeRequest(names=["huge"])).facts["huge"]
+        assert f.sampled and f.n_nan is None and f.has_nan is True and f.shape == [6_000_000]
+    finally:
+        kernel.connection.run_cell("del huge")
+
+
+def test_reinstalls_after_restart_or_version_change(probe, watcher):
+    watcher.evaluate(f"__import__('sys').modules.pop({MODULE_NAME!r}, None) and None")
+    n = probe.installs
+    assert probe.run(ProbeRequest(names=["n_int"])).facts["n_int"].value == "42"
+    assert probe.installs == n + 1
+    watcher.evaluate(f"setattr(__import__('sys').modules[{MODULE_NAME!r}], 'VERSION', 'old')")
+    assert probe.run(ProbeRequest(names=["n_int"])).facts["n_int"].value == "42"
+    assert probe.installs == n + 2
+    assert watcher.evaluate(f"__import__('sys').modules[{MODULE_NAME!r}].VERSION") == repr(probe_version())
+
+
+@pytest.mark.parametrize(
+    ("run_body", "message"),
+    [("lambda s: 1/0", "ZeroDivisionError"), ("lambda s: 'not json'", "malformed result")],
+)
+def test_broken_probe_module_is_a_clear_error(kernel, watcher, run_body, message):
+    fake = (
+        "exec(\"import sys, types\\nm = types.ModuleType('x')\\nm.VERSION = V\\nm.run = eval(B)\\n"
+        f"sys.modules[{MODULE_NAME!r}] = m\", {{'V': {probe_version()!r}, 'B': {run_body!r}}})"
+    )
+    watcher.evaluate(fake)
+    try:
+        with pytest.raises(ProbeError, match=message):
+            ProbeClient(kernel.connection).run(ProbeRequest(names=["n_int"]))
+    finally:
+        watcher.evaluate(f"__import__('sys').modules.pop({MODULE_NAME!r}, None) and None")
+
+
+def test_history_and_notebook_path(kernel, probe, watcher):
+    hist = probe.history()
+    assert hist and hist[0][0] == 1 and "import numpy as np" in hist[0][1]
+    assert [n for n, _ in hist] == sorted(n for n, _ in hist)
+    assert probe.history(limit=1)[-1] == hist[-1] and len(probe.history(limit=1)) == 1
+    assert probe.read_notebook_path() is None
+    kernel.connection.run_cell("__vsc_ipynb_file__ = '/home/u/nb.ipynb'")
+    try:
+        assert probe.read_notebook_path() == "/home/u/nb.ipynb"
+    finally:
+        kernel.connection.run_cell("del __vsc_ipynb_file__")

@@ -1,0 +1,156 @@
+"""Fixtures for sandbox tests: a real kernel (module-scoped), a second iopub client that records everything
+the kernel publishes, a loopback listener, and snapshots of the user-visible kernel state."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from jupyter_client import BlockingKernelClient
+
+from crane.kernel.manager import start_kernel
+
+OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "execute_input",
+                "clear_output"}
+
+
+class IopubWatcher:
+    """A second client on the kernel's iopub channel, as a notebook frontend would be."""
+
+    def __init__(self, connection_info: dict):
+        self.client = BlockingKernelClient()
+        self.client.load_connection_info(connection_info)
+        self.client.start_channels(shell=False, stdin=False, hb=False, control=False)
+        self.messages: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = self.client.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            except Exception:
+                return
+            self.messages.append(msg)
+
+    def outputs(self) -> list[dict]:
+        return [m for m in self.messages if m["msg_type"] in OUTPUT_TYPES]
+
+    def clear(self) -> None:
+        self.messages.clear()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.client.stop_channels()
+
+
+class Listener:
+    """A loopback TCP server recording every connection and byte it receives."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.udp.settimeout(0.1)
+        self.udp_port = self.udp.getsockname()[1]
+        self.received: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+                conn.settimeout(0.2)
+                try:
+                    self.received.append(b"<connect>" + conn.recv(4096))
+                except OSError:
+                    self.received.append(b"<connect>")
+                conn.close()
+            except (socket.timeout, OSError):
+                pass
+            try:
+                self.received.append(b"<udp>" + self.udp.recv(4096))
+            except (socket.timeout, OSError):
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+        self.udp.close()
+
+
+def tree_hash(root: Path) -> str:
+    """Hash of every path, mode, size and content below root."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            st = p.lstat()
+            h.update(f"{p.relative_to(root)}|{st.st_mode}|{st.st_size}".encode())
+            if p.is_file() and not p.is_symlink():
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+STATE_EXPR = (
+    "(lambda ip: {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count, "
+    "'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys()), "
+    "'hist': ip.history_manager.session_number})(get_ipython())"
+)
+
+
+def kernel_state(conn) -> dict:
+    return conn.evaluate(STATE_EXPR)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("sbxwork")
+    (d / "data.csv").write_text("a,b\n1,2\n3,4\n")
+    (d / "sub").mkdir()
+    (d / "sub" / "inner.txt").write_text("keep me\n")
+    (d / "log.txt").write_text("log\n")
+    return d
+
+
+@pytest.fixture(scope="module")
+def kernel(workdir):
+    k = start_kernel(workdir)
+    yield k
+    k.shutdown()
+
+
+@pytest.fixture(scope="module")
+def conn(kernel):
+    return kernel.connection
+
+
+@pytest.fixture(scope="module")
+def watcher(kernel):
+    w = IopubWatcher(kernel.manager.get_connection_info())
+    yield w
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def listener():
+    lst = Listener()
+    yield lst
+    lst.close()

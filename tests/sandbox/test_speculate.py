@@ -1,0 +1,194 @@
+"""speculate(): verdicts, captured output, line mapping, budgets, and the user's kernel left untouched."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from crane.sandbox import speculate, speculate_async
+from crane.sandbox.fork_runner import MODULE_NAME
+from tests.sandbox.conftest import kernel_state, tree_hash
+
+SETUP = """
+import numpy as np, pandas as pd
+df = pd.DataFrame({'price': [1.0, 2.0, None], 'city': ['a', 'b', 'c']})
+def risky(x):
+    y = x + 1
+    return y / 0
+counter = 0
+"""
+
+
+@pytest.fixture(scope="module")
+def ready(conn, watcher):
+    res = conn.run_cell(SETUP)
+    assert res.status == "ok", res
+    time.sleep(0.3)
+    watcher.clear()
+    return kernel_state(conn)
+
+
+def _no_trace(conn, watcher, before):
+    assert watcher.outputs() == [], watcher.outputs()
+    assert kernel_state(conn) == before
+
+
+def test_crash_with_real_exception_and_cell_line(conn, watcher, ready):
+    v = speculate(conn, "a = 1\nb = df['price'].sum()\nc = df['missing']\nd = 4\n")
+    assert v.verdict == "crash" and v.ename == "KeyError" and v.evalue == "'missing'", v
+    assert v.line == 3
+    assert v.traceback[-1].startswith("KeyError")
+    _no_trace(conn, watcher, ready)
+
+
+def test_crash_inside_function_defined_elsewhere_maps_to_calling_line(conn, watcher, ready):
+    v = speculate(conn, "\n\nz = risky(2)\n")
+    assert (v.verdict, v.ename, v.line) == ("crash", "ZeroDivisionError", 3), v
+    _no_trace(conn, watcher, ready)
+
+
+def test_syntax_error_line(conn, ready):
+    v = speculate(conn, "x = 1\ny = (2 +\n")
+    assert v.verdict == "crash" and v.ename == "SyntaxError", v
+
+
+def test_no_crash_captures_stdout_stderr_and_displays_without_touching_iopub(conn, watcher, ready):
+    src = ("import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\n"
+           "from IPython.display import display\ndisplay('shown')\ncounter += 1\ndf.shape")
+    v = speculate(conn, src)
+    assert v.verdict == "no-crash", v
+    assert v.stdout == "to stdout\n" and v.stderr == "to stderr\n"
+    assert [d.text for d in v.displays] == ["'shown'", "(3, 2)"]
+    assert [d.kind for d in v.displays] == ["display_data", "execute_result"]
+    assert conn.evaluate("counter") == 0  # the increment happened in the copy only
+    _no_trace(conn, watcher, ready)
+
+
+def test_c_level_output_is_captured_not_forwarded(conn, watcher, ready):
+    v = speculate(conn, "import os\nos.write(1, b'fd one\\n')\nos.write(2, b'fd two\\n')")
+    assert v.verdict == "no-crash", v
+    assert "fd one" in v.stdout and "fd two" in v.stderr
+    _no_trace(conn, watcher, ready)
+
+
+def test_ipython_syntax_is_transformed(conn, ready):
+    v = speculate(conn, "%time q = 21 * 2\nq")
+    assert v.verdict == "no-crash", v
+    assert v.displays[-1].text == "42" and "Wall time" in v.stdout
+    v = speculate(conn, "%%time\nw = 1\nw / 0")
+    assert v.verdict == "crash" and v.ename == "ZeroDivisionError", v
+
+
+def test_confinement_holds_below_python(conn, workdir, ready):
+    """libc calls through ctypes bypass the audit hook; Landlock/seccomp still refuse them."""
+    src = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "r1 = libc.open(b'c_made.txt', 0o101, 0o644); e1 = ctypes.get_errno()\n"
+        "r2 = libc.unlink(b'data.csv'); e2 = ctypes.get_errno()\n"
+        "r3 = libc.socket(2, 1, 0); e3 = ctypes.get_errno()\n"
+        "r4 = libc.fork(); e4 = ctypes.get_errno()\n"
+        "r5 = libc.kill(ctypes.c_int(os.getppid()), 0); e5 = ctypes.get_errno()\n"
+        "print(r1, e1, r2, e2, r3, e3, r4, e4, r5, e5)\n"
+    ).replace("os.getppid()", "__import__('os').getppid()")
+    before = tree_hash(workdir)
+    v = speculate(conn, src)
+    assert v.verdict == "no-crash", v
+    r1, e1, r2, e2, r3, e3, r4, e4, r5, e5 = map(int, v.stdout.split())
+    assert r1 == r2 == r3 == r4 == r5 == -1
+    assert e1 in (1, 13) and e2 in (1, 13) and e3 == 1 and e4 == 1 and e5 == 1
+    assert tree_hash(workdir) == before
+
+
+def test_infinite_loop_is_a_timeout_within_budget_and_leaves_no_process(conn, watcher, ready):
+    t = time.monotonic()
+    v = speculate(conn, "while True:\n    pass\n", budget_s=1.5)
+    took = time.monotonic() - t
+    assert v.verdict == "timeout", v
+    assert took < 1.5 + 1.0
+    assert v.pid
+    deadline = time.monotonic() + 3
+    while os.path.exists(f"/proc/{v.pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{v.pid}"), "the sandbox child (or its zombie) is still there"
+    _no_trace(conn, watcher, ready)
+
+
+def test_timeout_reports_partial_output(conn, ready):
+    v = speculate(conn, "print('started', flush=True)\nimport time\ntime.sleep(30)", budget_s=1.0)
+    assert v.verdict == "timeout" and v.stdout == "started\n", v
+
+
+def test_memory_hog_is_contained(conn, watcher, ready):
+    rss_before = conn.evaluate("int(open('/proc/self/statm').read().split()[1])")
+    v = speculate(conn, "hog = []\nwhile True:\n    hog.append(bytearray(50 * 1024 * 1024))", budget_s=10,
+                  memory_mb=300)
+    assert v.verdict == "timeout" and "memory" in (v.reason or ""), v
+    rss_after = conn.evaluate("int(open('/proc/self/statm').read().split()[1])")
+    assert rss_after - rss_before < 20 * 256  # pages: the kernel did not grow by the hog
+    _no_trace(conn, watcher, ready)
+
+
+def test_impossible_allocation_is_a_certain_crash(conn, ready):
+    v = speculate(conn, "import numpy as np\nnp.zeros((10**7, 10**7))")
+    assert v.verdict == "crash" and "MemoryError" in (v.ename or ""), v
+
+
+def test_kernel_stays_responsive_while_a_child_runs(conn, ready):
+    box = {}
+    th = threading.Thread(target=lambda: box.setdefault("v", speculate(conn, "while True: pass", budget_s=3.0)))
+    th.start()
+    time.sleep(0.5)
+    t = time.monotonic()
+    assert conn.evaluate("1 + 1") == 2
+    assert time.monotonic() - t < 1.0
+    th.join(10)
+    assert box["v"].verdict == "timeout"
+
+
+def test_no_names_bound_and_module_private(conn, ready):
+    speculate(conn, "pass")
+    assert conn.evaluate(f"{MODULE_NAME!r} in __import__('sys').modules") is True
+    names = conn.evaluate("sorted(k for k in get_ipython().user_ns if 'crane' in k.lower())")
+    assert names == []
+
+
+async def test_async_variant(conn, ready):
+    v = await asyncio.wait_for(speculate_async(conn, "1 / 0"), 20)
+    assert v.verdict == "crash" and v.ename == "ZeroDivisionError"
+
+
+def test_threads_pools_do_not_hang_the_child(conn, ready):
+    """GNU OpenMP (torch CPU) used in the kernel would hang a forked child's first parallel region."""
+    r = conn.run_cell("import torch\na = torch.randn(600, 600)\nfor _ in range(3): b = a @ a\nc = (torch.randn(2000, 2000) * 2).sum()")
+    assert r.status == "ok", r
+    v = speculate(conn, "d = (torch.randn(2000, 2000) * 3).sum()\ne = a @ a\nfloat(d) != 0", budget_s=8)
+    assert v.verdict == "no-crash", v
+
+
+def test_unforkable_state_is_unavailable_quickly(tmp_path):
+    from crane.kernel.manager import start_kernel
+    k = start_kernel(tmp_path)
+    try:
+        k.connection.run_cell("import sys, types\nsys.modules['tensorflow'] = types.ModuleType('tensorflow')")
+        t = time.monotonic()
+        v = speculate(k.connection, "x = 1")
+        assert v.verdict == "unavailable" and "TensorFlow" in v.reason, v
+        assert time.monotonic() - t < 2.0
+    finally:
+        k.shutdown()
+
+
+def test_dead_or_busy_kernel_is_unavailable_not_an_exception(tmp_path):
+    from crane.kernel.manager import start_kernel
+    k = start_kernel(tmp_path)
+    try:
+        k.connection.client.execute("import time; time.sleep(5)")
+        time.sleep(0.2)
+        v = speculate(k.connection, "x = 1", request_timeout=0.5)
+        assert v.verdict == "unavailable" and "busy" in v.reason, v
+    finally:
+        k.shutdown()

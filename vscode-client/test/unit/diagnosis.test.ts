@@ -1,0 +1,65 @@
+import { beforeEach, describe, expect, it } from 'vitest';
+import { commands, mock } from '../vscode.mock';
+import { formatDiagnosis, formatUsage } from '../../src/common/diagnosisFormat';
+import { DiagnosisView } from '../../src/common/diagnosisView';
+import type { DiagnosisParams } from '../../src/common/protocol';
+
+const CELL = 'vscode-notebook-cell:/tmp/x/nb.ipynb#W0sZmlsZQ%3D%3D';
+const base: DiagnosisParams = {
+  notebookUri: 'file:///tmp/x/nb.ipynb',
+  cellUri: CELL,
+  verdict: {
+    rule: 'undefined-name',
+    ename: 'NameError',
+    message: "name 'undefined_thing' is not defined",
+    line: 3,
+    col: 1,
+    endLine: 3,
+    endCol: 16,
+    rootCause: 'never assigned in an earlier cell',
+    confidence: 0.9,
+    evidence: ['kernel namespace has no undefined_thing', 'no earlier cell assigns it'],
+  },
+  markdown: '',
+  usage: null,
+};
+
+describe('diagnosis view', () => {
+  beforeEach(() => mock.reset());
+
+  it('shows verdict, exception and line, evidence and usage', () => {
+    const md = formatDiagnosis(base, 'nb.ipynb, cell 1');
+    expect(md).toContain('`NameError` at line 3, column 1');
+    expect(md).toContain('confidence 90%');
+    expect(md).toContain('- kernel namespace has no undefined_thing');
+    expect(md).toContain('never assigned');
+    expect(md).toContain('No model was called');
+  });
+
+  it("uses the server's markdown (with the suggested fix) as the body and adds tokens and cost", () => {
+    const md = formatDiagnosis(
+      {
+        ...base,
+        markdown: '## Suggested fix\n\nDefine `undefined_thing` first.',
+        usage: { promptTokens: 1200, completionTokens: 80, cachedTokens: 1000, costUsd: 0.00123, model: 'openai/gpt-4o-mini' },
+      },
+      'c',
+    );
+    expect(md).toContain('## Suggested fix');
+    expect(md).not.toContain('## Runtime evidence');
+    expect(md).toContain('1200 prompt + 80 completion tokens (1000 cached), $0.0012');
+    expect(formatUsage({ promptTokens: 1, completionTokens: 2, cachedTokens: 0, costUsd: null, model: 'm' })).toContain('cost unknown');
+    expect(formatDiagnosis({ ...base, verdict: null }, 'c')).toContain('no crash risk found');
+  });
+
+  it('opens a markdown preview per cell, once for duplicate deliveries', async () => {
+    const view = new DiagnosisView();
+    const uri = await view.show(base);
+    expect(commands.executeCommand).toHaveBeenCalledWith('markdown.showPreviewToSide', uri);
+    expect(view.provideTextDocumentContent(uri)).toContain('NameError');
+    await view.show(base); // the command result and the crane/diagnosis notification
+    expect(commands.executeCommand).toHaveBeenCalledTimes(1);
+    expect((await view.show({ ...base, markdown: 'new' })).toString()).toBe(uri.toString());
+    expect(commands.executeCommand).toHaveBeenCalledTimes(2);
+  });
+});

@@ -1,0 +1,26 @@
+import { describe, expect, it, vi } from 'vitest';
+
+// the real client needs a real VS Code; its options are plain data (notes §4.4)
+vi.mock('vscode-languageclient/node', () => ({ LanguageClient: class {}, State: { Stopped: 1, Starting: 3, Running: 2 } }));
+import { buildClientOptions, buildServerOptions, DOCUMENT_SELECTOR } from '../../src/common/server';
+
+describe('server options', () => {
+  it('starts `python -m crane serve` with the given environment', () => {
+    expect(buildServerOptions('/venv/bin/python', { A: '1' }, '/ws')).toEqual({
+      command: '/venv/bin/python',
+      args: ['-m', 'crane', 'serve'],
+      options: { env: { A: '1' }, cwd: '/ws' },
+    });
+  });
+
+  it('selects python cells of jupyter-notebook and interactive notebooks', () => {
+    expect(DOCUMENT_SELECTOR).toEqual([
+      { notebook: 'jupyter-notebook', language: 'python' },
+      { notebook: 'interactive', language: 'python' },
+      { scheme: 'vscode-notebook-cell', language: 'python' },
+    ]);
+    const opts = buildClientOptions({ mode: 'static' }, {});
+    expect(opts.documentSelector).toBe(DOCUMENT_SELECTOR);
+    expect(opts.initializationOptions).toEqual({ mode: 'static' });
+  });
+});
