@@ -6,19 +6,74 @@ on a trivial cell --runs times and reports medians: total wall time, the cell's 
 the overhead (total minus the cell's time: private request, fork, confinement, collection), the child's
 setup time, and the kernel's request round trip. Target: overhead median <= 20 ms with a 1 GiB array.
 
+With --juno DIR (e.g. ../shared/bench/junobench-lite) it instead replays every case variant's history in a
+fresh kernel (cwd = case dir, MPLBACKEND=Agg), runs `speculate` on the target cell and reports the sandbox's
+accuracy (crash vs no crash), exception-name match on crashing variants, false alarms, verdict counts, and
+whether the user's kernel stayed unchanged (namespace keys and ids, execution count, In/Out, no iopub output
+seen by a second client) after every run.
+
 Usage: .venv/bin/python benchmarks/sandbox_bench.py [--gb 1.0] [--runs 30] [--cell "x = 1"]
+       .venv/bin/python benchmarks/sandbox_bench.py --juno ../shared/bench/junobench-lite [--budget 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from crane.kernel.manager import start_kernel
 from crane.sandbox import speculate
+
+
+def juno(root: Path, budget: float) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from crane.notebook.history import history_before
+    from crane.notebook.model import load_notebook
+    from tests.sandbox.conftest import IopubWatcher, kernel_state
+
+    rows = []
+    for case_file in sorted(root.glob("*/case.json")):
+        case = json.loads(case_file.read_text())
+        for name, var in case["variants"].items():
+            nb = load_notebook(case_file.parent / var["notebook"])
+            target = nb.cell(var["target_cell"]).source
+            kernel = start_kernel(case_file.parent)
+            try:
+                conn = kernel.connection
+                for cell in history_before(nb, var["target_cell"]):
+                    conn.run_cell(cell.source, timeout=300)
+                watcher = IopubWatcher(kernel.manager.get_connection_info())
+                time.sleep(0.2)
+                before = kernel_state(conn)
+                v = speculate(conn, target, budget)
+                time.sleep(0.2)
+                unchanged = kernel_state(conn) == before and not watcher.outputs()
+                watcher.close()
+            finally:
+                kernel.shutdown()
+            exp = var["expect"]
+            rows.append((case["id"], name, exp, v, unchanged))
+            got = f"{v.verdict} {v.ename or ''}".strip()
+            print(f"{case['id']:>24}/{name:<5} expect {'crash ' + exp.get('ename', '') if exp['crash'] else 'no-crash':<28}"
+                  f" got {got:<34} {v.elapsed_ms:8.0f} ms {'' if unchanged else 'KERNEL CHANGED'}"
+                  f"{'' if v.conclusive else '  (' + (v.reason or '')[:70] + ')'}", flush=True)
+    n = len(rows)
+    correct = sum((r[3].verdict == "crash") == r[2]["crash"] for r in rows)
+    buggy = [r for r in rows if r[2]["crash"]]
+    ename_ok = sum(r[3].verdict == "crash" and r[3].ename == r[2].get("ename") for r in buggy)
+    false_alarms = sum(r[3].verdict == "crash" for r in rows if not r[2]["crash"])
+    counts = {}
+    for r in rows:
+        counts[r[3].verdict] = counts.get(r[3].verdict, 0) + 1
+    print(f"variants {n}; accuracy {correct / n:.3f}; exception-name match {ename_ok / max(1, len(buggy)):.3f} "
+          f"({ename_ok}/{len(buggy)}); false alarms {false_alarms}; verdicts {counts}; "
+          f"kernel unchanged {sum(r[4] for r in rows)}/{n}")
+    return 0
 
 
 def main() -> int:
@@ -26,7 +81,11 @@ def main() -> int:
     ap.add_argument("--gb", type=float, default=1.0, help="size of the array held by the kernel, GiB")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--cell", default="y = x.shape[0] + 1\ny", help="the cell to run speculatively")
+    ap.add_argument("--juno", type=Path, help="score the sandbox on a benchmark set instead")
+    ap.add_argument("--budget", type=float, default=20.0, help="sandbox budget per target (with --juno)")
     args = ap.parse_args()
+    if args.juno:
+        return juno(args.juno, args.budget)
     with tempfile.TemporaryDirectory() as cwd:
         kernel = start_kernel(cwd)
         try:

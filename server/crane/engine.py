@@ -21,6 +21,7 @@ from crane.notebook.model import Notebook
 from crane.predict import predict
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
+from crane.llm.schema import Usage
 from crane.rules.finding import Finding
 
 
@@ -30,7 +31,14 @@ class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     findings: list[Finding] = []
     probe_ms: float | None = None
     elapsed_ms: float = 0.0
-    error: str | None = None  # the cell could not be checked (probe failed, ...)
+    error: str | None = None  # the cell could not be checked (probe failed, model error, ...)
+    # auto mode: the sandbox verdict (crash | no-crash | timeout | blocked | unavailable) and why
+    sandbox: str | None = None
+    sandbox_reason: str | None = None
+    cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
+    # llm mode: the model's verdict and what it cost
+    llm: str | None = None
+    usage: Usage | None = None
 
 
 def scope_of(nb: Notebook) -> NotebookScope:

@@ -18,6 +18,9 @@ JUNOBENCH = REPO.parent / "shared" / "bench" / "junobench-lite"
 STATIC_ACCURACY_FLOOR = 0.85
 STATIC_F1_FLOOR = 0.85
 STATIC_FALSE_ALARM_CEILING = 0.05
+# auto mode (rules, then the sandboxed speculative run): issue targets are accuracy >= 0.98, ename >= 0.95.
+AUTO_ACCURACY_FLOOR = 1.0
+AUTO_ENAME_FLOOR = 1.0
 
 
 def _vr(expect: bool, predicted: bool, ename=None, pename=None) -> VariantResult:
@@ -88,3 +91,17 @@ def test_static_mode_on_junobench_lite_meets_the_floor():
     assert o["accuracy"] >= STATIC_ACCURACY_FLOOR, o
     assert o["f1"] >= STATIC_F1_FLOOR, o
     assert o["falseAlarmRate"] <= STATIC_FALSE_ALARM_CEILING, o
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not JUNOBENCH.is_dir(), reason="../shared/bench/junobench-lite is not beside the checkout")
+def test_auto_mode_on_junobench_lite_meets_the_floor():
+    rep = _bench(str(JUNOBENCH), "--mode", "auto", "--jobs", "2")
+    o = rep["overall"]
+    assert o["n"] == 70
+    assert not [r for r in rep["results"] if r.get("error")]
+    assert o["accuracy"] >= AUTO_ACCURACY_FLOOR, o
+    assert o["enameMatch"] >= AUTO_ENAME_FLOOR, o
+    assert o["fp"] == 0, o
+    assert set(rep["verdicts"]) <= {"crash", "no-crash", "timeout", "blocked", "unavailable"}
+    assert rep["verdicts"].get("crash", 0) + rep["verdicts"].get("no-crash", 0) >= 68

@@ -214,6 +214,7 @@ def test_no_model_configured(llm_server):
 
 
 def test_keys_never_reach_logs_or_output(llm_server, caplog, capfd):
+    llm_client.load_litellm()  # first, so its logger set-up does not undo the DEBUG levels below
     caplog.set_level(logging.DEBUG)  # everything, litellm's loggers included
     for name in ("LiteLLM", "litellm", "httpx", "httpcore", "openai"):
         logging.getLogger(name).setLevel(logging.DEBUG)

@@ -66,9 +66,11 @@ def test_a_cell_that_already_failed_sends_its_traceback(tmp_path, llm_server, ca
     nb = write_notebook(tmp_path / "failed.ipynb", [1, 2, 5, 3], error=True)  # cell 3 ran after the target
     monkeypatch.setenv("CRANE_MODEL", "openai/crane-local-test-model")
     monkeypatch.setenv("CRANE_API_BASE", llm_server.api_base)
-    code = main(["diagnose", nb, "--cell", "4", "--no-kernel"])
-    out = capsys.readouterr().out
-    assert code == 1 and "cost unknown (model not priced)" in out
+    code = main(["diagnose", nb, "--cell", "4", "--no-kernel", "--json"])
+    report = json.loads(capsys.readouterr().out)  # stdout holds the JSON report and nothing else
+    assert code == 1 and report["diagnosis"]["usage"]["costUsd"] is None
+    assert report["diagnosis"]["usage"]["promptTokens"] == 1000 and report["diagnosis"]["cached"] is False
+    assert "cost unknown (model not priced)" in report["diagnosis"]["markdown"]
     user = llm_server.requests[0]["body"]["messages"][1]["content"]
     assert "## It already failed with" in user and user.rstrip().endswith("KeyError: 'Age'")
     assert "\x1b" not in user

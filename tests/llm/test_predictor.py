@@ -83,6 +83,10 @@ def test_bench_predictor_on_a_real_case(llm_server):
     assert len(llm_server.requests) == 2 and len(predictor.prompts) == 2
     buggy_prompt = llm_server.requests[0]["body"]["messages"][1]["content"]
     assert "X_train: DataFrame" in buggy_prompt and "penalty='elasticnet'" in buggy_prompt
+    (case,) = find_cases([str(BENCH_CASE)])
+    case.variants = {"buggy": case.variants["buggy"]}
     dry = LLMBenchPredictor(s, dry_run=True)
-    run_cases(find_cases([str(BENCH_CASE)]), dry)
-    assert len(dry.prompts) == 2 and len(llm_server.requests) == 2  # the dry run called nothing
+    (r,) = run_cases([case], dry)
+    assert r.verdict == "dry-run" and not r.predicted_crash and not r.error
+    assert dry.prompts[0].messages == predictor.prompts[predictor.labels.index("sklearn_9/buggy")].messages
+    assert len(llm_server.requests) == 2  # the dry run called nothing

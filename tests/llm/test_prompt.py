@@ -193,3 +193,18 @@ def test_magics_and_inplace_mutations():
     select(cells, {"df"})
     kept = [ln for hc in cells for st in hc.stmts if st.depth is not None for ln in st.lines]
     assert kept == ["import pandas as pd", "df = pd.DataFrame()", "df.dropna(inplace=True)", "train(model, df)"]
+
+
+def test_cache_markers_for_anthropic_split_at_the_stable_prefix():
+    from crane.llm.predictor import needs_cache_markers
+    from crane.llm.prompt import with_cache_markers
+
+    p = build_prompt(HISTORY, TARGET, PROBE, [])
+    marked = with_cache_markers(p.messages, p.stable_chars)
+    blocks = marked[1]["content"]
+    assert blocks[0]["cache_control"] == {"type": "ephemeral"} and "cache_control" not in blocks[1]
+    assert blocks[0]["text"].startswith("## Executed cells") and blocks[1]["text"].startswith("## Runtime state")
+    assert blocks[0]["text"] + blocks[1]["text"] == p.messages[1]["content"]
+    assert marked[0]["content"][0]["text"] == SYSTEM_PROMPT
+    assert needs_cache_markers("anthropic/claude-sonnet-4-5") and needs_cache_markers("bedrock/anthropic.claude-3")
+    assert not needs_cache_markers("openai/gpt-4o-mini")

@@ -9,7 +9,6 @@ import os
 import shutil
 import uuid
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -69,9 +68,34 @@ class Kernel:
         Path(self.connection_file).unlink(missing_ok=True)  # as VS Code does when it disposes a kernel
 
 
-def make_notebook_dir() -> Path:
-    d = Path(tempfile.mkdtemp(prefix="crane-lsp-nb-"))
-    return d
+class TcpKernel(Kernel):
+    """A kernel whose connection file (TCP, ports kept across restarts, as VS Code's raw kernels do) lives in
+    the runtime dir: for the death/restart tests."""
+
+    def __init__(self, runtime_dir: Path, notebook: Path):
+        from jupyter_client import KernelManager
+
+        from crane.kernel.client import KernelConnection
+        from crane.kernel.manager import KERNEL_ENV
+
+        self.runtime_dir = runtime_dir
+        self.notebook = notebook
+        self.connection_file = str(runtime_dir / f"kernel-v3{uuid.uuid4().hex}.json")
+        self.km = KernelManager(connection_file=self.connection_file, transport="tcp", ip="127.0.0.1")
+        self.km.kernel_spec
+        self.km._kernel_spec.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        self.km.start_kernel(cwd=str(notebook.parent), env={**os.environ, **KERNEL_ENV})
+        self.conn = KernelConnection(self.km.blocking_client(), owner=self.km)
+        self.conn.wait_ready(60)
+        self.run(f"__vsc_ipynb_file__ = {str(notebook)!r}")
+
+    def shutdown(self) -> None:
+        self.conn.close()
+        try:
+            self.km.shutdown_kernel(now=True)
+        except Exception:
+            pass
+        Path(self.connection_file).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")

@@ -3,18 +3,34 @@ reattaches to the kernel when it is back (VS Code keeps the connection file acro
 
 from __future__ import annotations
 
-from conftest import Kernel, Notebook, crane_diags, last_status, start_client, stop_client, wait_for
+import queue
+import time
+
+from conftest import Kernel, Notebook, TcpKernel, crane_diags, last_status, start_client, stop_client, wait_for
+
+
+def iopub_connected(kernel: Kernel, timeout: float = 20.0) -> None:
+    """After a restart our iopub socket reconnects on its own: wait until it hears the kernel again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kernel.conn.client.kernel_info()
+        try:
+            kernel.conn.client.get_iopub_msg(timeout=0.2)
+            break
+        except queue.Empty:
+            continue
+    kernel.conn.wait_ready(10)
 
 
 def restart(kernel: Kernel) -> None:
-    import sys; print("RESTART", file=sys.stderr)
-    kernel.owned.manager.restart_kernel(now=True)
+    kernel.km.restart_kernel(now=True)
     kernel.conn.wait_ready(30)
+    iopub_connected(kernel)
     kernel.run(f"__vsc_ipynb_file__ = {str(kernel.notebook)!r}")  # VS Code's startup code
 
 
 async def test_kernel_death_then_restart(runtime_dir, tmp_path):
-    kernel = Kernel(runtime_dir, tmp_path / "life.ipynb")
+    kernel = TcpKernel(runtime_dir, tmp_path / "life.ipynb")
     kernel.run("a_var = 1")
     client = await start_client(
         env={"JUPYTER_RUNTIME_DIR": str(runtime_dir)},
@@ -26,7 +42,7 @@ async def test_kernel_death_then_restart(runtime_dir, tmp_path):
         await wait_for(lambda: crane_diags(client, nb.cells[1]), what="NameError b_var (live)")
         await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="a_var defined in the kernel")
 
-        kernel.owned.manager.provisioner.process.kill()  # the kernel dies (SIGKILL)
+        kernel.km.provisioner.process.kill()  # the kernel dies (SIGKILL)
         await wait_for(lambda: last_status(client, nb.uri).state == "dead", timeout=15, what="dead status")
         d0 = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="static diagnostics once the kernel is gone")
         assert d0[0].data["facts"] == "static"

@@ -128,3 +128,67 @@ def test_any_object_column_gives_decodable_facts(data):
     assert not res.errors, res.errors
     c = res.facts["df"].columns[0]
     assert c.n_nan == sum(1 for x in data if x is None or (isinstance(x, float) and x != x))
+
+
+def _lib_class(name, module, bases=(), **attrs):
+    """A class that claims to live in `module` (TensorFlow/Keras cannot be installed here)."""
+    for v in attrs.values():
+        fget = getattr(v, "fget", None)
+        if fget is not None:
+            fget.__module__ = module
+    return type(name, bases, {"__module__": module, **attrs})
+
+
+def test_keras_and_tf_objects_by_library_and_class_name():
+    Model = _lib_class("Model", "keras.src.models.model", input_shape=property(lambda self: (None, 28, 28)),
+                       output_shape=property(lambda self: (None, 10)))  # fmt: skip
+    Sequential = _lib_class("Sequential", "keras.src.models.sequential", (Model,))
+    m = Sequential()
+    m.__dict__.update(built=True, _layers=[1, 2, 3], loss="categorical_crossentropy")
+    DatasetV2 = _lib_class("DatasetV2", "tensorflow.python.data.ops.dataset_ops",
+                           element_spec=property(lambda self: "TensorSpec(shape=(None, 4), dtype=tf.float32)"))  # fmt: skip
+    Iterator = _lib_class("Iterator", "keras.src.legacy.preprocessing.image")
+    DirIt = _lib_class("DirectoryIterator", "keras.src.legacy.preprocessing.image", (Iterator,))
+    it = DirIt()
+    it.__dict__.update(n=100, batch_size=32, num_classes=3, image_shape=(256, 256, 3), class_mode="categorical")
+    ns = {"m": m, "ds": DatasetV2(), "it": it}
+    res = decode_probe_result(kp.run(json.dumps({"names": ["m", "ds", "it"]}), ns))
+    km = res.facts["m"].keras_model
+    assert res.facts["m"].kind == "keras_model" and km.input_shape == "(None, 28, 28)" and km.output_shape == "(None, 10)"
+    assert km.built is True and km.n_layers == 3 and km.loss == "'categorical_crossentropy'"
+    assert res.facts["ds"].kind == "tf_dataset" and res.facts["ds"].element_spec.startswith("TensorSpec(shape=(None, 4)")
+    d = res.facts["it"].dataloader
+    assert (d.num_examples, d.batch_size, d.num_batches, d.num_classes) == (100, 32, 4, 3)
+    assert d.image_shape == "[256, 256, 3]" and d.class_mode == "categorical"
+
+
+def test_user_subclass_property_of_a_keras_model_is_not_called():
+    calls = []
+    Model = _lib_class("Model", "keras.src.models.model")
+
+    class Mine(Model):
+        @property
+        def input_shape(self):
+            calls.append("input_shape")
+            return (1,)
+
+    res = decode_probe_result(kp.run(json.dumps({"names": ["m"]}), {"m": Mine()}))
+    assert res.facts["m"].kind == "keras_model" and res.facts["m"].keras_model.input_shape is None and not calls
+
+
+def test_sparse_index_timestamp_and_time_cap():
+    import scipy.sparse
+
+    ns = {
+        "sp": scipy.sparse.csr_matrix(np.eye(4)),
+        "idx": pd.Index(["a", "b", "a"]),
+        "ts": pd.Timestamp("2024-01-02"),
+        "df": pd.DataFrame({"a": [1.0]}),
+    }
+    res = decode_probe_result(kp.run(json.dumps({"names": ["sp", "idx", "ts"]}), ns))
+    sp = res.facts["sp"]
+    assert (sp.kind, sp.shape, sp.dtype, sp.value) == ("sparse", [4, 4], "float64", "nnz=4")
+    assert res.facts["idx"].kind == "index" and res.facts["idx"].index.unique is False
+    assert res.facts["ts"].value == "2024-01-02 00:00:00"
+    capped = decode_probe_result(kp.run(json.dumps({"names": ["df"], "time_budget_ms": 0.000001}), ns))
+    assert capped.time_capped and capped.facts["df"].truncated and capped.facts["df"].columns is None

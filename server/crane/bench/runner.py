@@ -9,25 +9,38 @@ from typing import Callable
 
 from crane.bench.cases import Case, Variant
 from crane.bench.metrics import VariantResult
-from crane.engine import ReplayedNotebook
+from crane.engine import CellResult, ReplayedNotebook
 from crane.notebook.model import load_notebook
 
 # A mode's predictor: given the replayed state and the target cell, fill the prediction fields.
 Predictor = Callable[[ReplayedNotebook, int, VariantResult], None]
 
 
-def static_predictor(replayed: ReplayedNotebook, target: int, result: VariantResult) -> None:
-    cell, _ = replayed.predict(target)
+def record(cell: CellResult, result: VariantResult) -> None:
+    """Copy a cell's prediction into a variant result."""
     if cell.findings:
         f = cell.findings[0]
         result.predicted_crash = True
         result.predicted_ename, result.rule, result.line, result.message = f.ename, f.rule, f.line, f.message
-    result.verdict = "crash" if cell.findings else "no-crash"
+    result.verdict = cell.sandbox or cell.llm or ("crash" if cell.findings else "no-crash")
     if cell.error:
         result.error = cell.error
 
 
-PREDICTORS: dict[str, Predictor] = {"static": static_predictor}
+def static_predictor(replayed: ReplayedNotebook, target: int, result: VariantResult) -> None:
+    record(replayed.predict(target)[0], result)
+
+
+class ModePredictor:
+    """auto / llm modes (crane.modes) as a bench predictor."""
+
+    def __init__(self, mode: str, settings=None, budget_s: float = 30.0):
+        self.mode, self.settings, self.budget_s = mode, settings, budget_s
+
+    def __call__(self, replayed: ReplayedNotebook, target: int, result: VariantResult) -> None:
+        from crane.modes import predict_in_mode
+
+        record(predict_in_mode(replayed, target, self.mode, self.settings, self.budget_s), result)
 
 
 def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, python: str | None) -> VariantResult:

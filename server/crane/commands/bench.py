@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 
 import msgspec
 
 from crane.bench.cases import BenchError, find_cases
 from crane.bench.metrics import Scores, Timing, VariantResult, grouped, score, timing
 from crane.commands import EXIT_ERROR, EXIT_OK
+from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
 
-MODES = ("static",)
+MODES = ("static", "auto", "llm")  # see crane.modes
 
 
 class BenchReport(msgspec.Struct, rename="camel"):
@@ -25,6 +27,7 @@ class BenchReport(msgspec.Struct, rename="camel"):
     by_library: dict[str, Scores]
     by_root_cause: dict[str, Scores]
     timing: Timing
+    verdicts: dict[str, int]  # how each variant was decided (auto: crash/no-crash/timeout/blocked/unavailable)
     results: list[VariantResult]
 
 
@@ -35,6 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the full JSON report")
     p.add_argument("--python", help="interpreter for the replay kernels (default: this one)")
     p.add_argument("--quiet", action="store_true", help="no per-variant progress lines on stderr")
+    p.add_argument("--budget", type=float, default=30.0, help="seconds per speculative run (auto mode)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="llm mode: build every prompt and report its size and token count; call no model")
+    add_llm_arguments(p)
 
 
 def _progress(r: VariantResult) -> None:
@@ -45,21 +52,49 @@ def _progress(r: VariantResult) -> None:
     print(f"{mark} {r.case}/{r.variant}: predicted {pred}; expected {exp}; {r.seconds:.1f}s{extra}", file=sys.stderr)
 
 
+def _predictor(args: argparse.Namespace, settings):
+    from crane.bench.runner import ModePredictor, static_predictor
+
+    if args.mode == "llm":
+        from crane.llm.bench_mode import LLMBenchPredictor
+
+        return LLMBenchPredictor(settings, dry_run=args.dry_run)
+    if args.mode == "auto":
+        return ModePredictor("auto", settings if settings.enabled else None, args.budget)
+    return static_predictor
+
+
 def run(args: argparse.Namespace) -> int:
-    from crane.bench.runner import PREDICTORS, run_cases
+    from crane.bench.runner import run_cases
     from crane.commands.output import encode
 
     try:
         cases = find_cases(args.dirs)
-    except BenchError as exc:
+        settings = settings_from_args(args)
+    except (BenchError, SettingsError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if args.dry_run and args.mode != "llm":
+        print("crane: --dry-run goes with --mode llm", file=sys.stderr)
+        return EXIT_ERROR
+    if args.mode == "llm" and not args.dry_run and not settings.enabled:
+        print("crane: --mode llm needs a model: --model M (or CRANE_MODEL), or --dry-run", file=sys.stderr)
+        return EXIT_ERROR
+    predictor = _predictor(args, settings)
     progress = None if args.quiet else _progress
-    results = run_cases(cases, PREDICTORS[args.mode], jobs=max(1, args.jobs), python=args.python, progress=progress)
+    results = run_cases(cases, predictor, jobs=max(1, args.jobs), python=args.python, progress=progress)
+    if args.dry_run:
+        from crane.llm.predictor import dry_run_stats
+
+        stats = dry_run_stats(predictor.prompts)
+        errors = [f"{r.case}/{r.variant}: {r.error}" for r in results if r.error]
+        print(encode({"schema": "crane.bench.dryrun/1", "prompts": stats, "errors": errors}) if args.json
+              else render_dry_run(stats, errors))
+        return EXIT_OK
     report = BenchReport(
         schema="crane.bench/1", mode=args.mode, overall=score(results),
         by_library=grouped(results, lambda r: r.library), by_root_cause=grouped(results, lambda r: r.root_cause),
-        timing=timing(results), results=results,
+        timing=timing(results), verdicts=dict(Counter(r.verdict or "error" for r in results)), results=results,
     )
     print(encode(report) if args.json else render_text(report))
     return EXIT_OK
@@ -78,9 +113,20 @@ def render_text(rep: BenchReport) -> str:
     lines += ["by root cause:"] + [_row(f"  {k}", v) for k, v in rep.by_root_cause.items()] + [""]
     o = rep.overall
     lines.append(f"confusion: TP {o.tp}  FP {o.fp}  TN {o.tn}  FN {o.fn}")
+    lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.verdicts.items())))
     errors = [r for r in rep.results if r.error]
     if errors:
         lines.append(f"variants that could not be run: {len(errors)}")
     t = rep.timing
     lines.append(f"time per variant: median {t.median_s:.2f}s, mean {t.mean_s:.2f}s, max {t.max_s:.2f}s, total {t.total_s:.1f}s")
+    return "\n".join(lines)
+
+
+def render_dry_run(stats: dict, errors: list[str]) -> str:
+    lines = ["mode: llm (dry run: prompts built, no model called)"]
+    for key, value in stats.items():
+        lines.append(f"  {key}: {value}")
+    if errors:
+        lines.append(f"variants whose prompt could not be built: {len(errors)}")
+        lines += [f"  {e}" for e in errors]
     return "\n".join(lines)

@@ -11,8 +11,9 @@ import sys
 import time
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
+from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
 
-MODES = ("static",)
+MODES = ("static", "auto", "llm")  # see crane.modes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,14 +23,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="1-based cell number to check (repeatable; default: every code cell not run yet)",
     )
     p.add_argument("--json", action="store_true", help="print a JSON report (schema: docs/cli.md)")
-    p.add_argument("--mode", choices=MODES, default="static", help="prediction mode (default: static)")
+    p.add_argument(
+        "--mode", choices=MODES, default="static",
+        help="static: offline rules; auto: rules, then a sandboxed speculative run confirms or clears them "
+        "(and the LLM, if configured, for undecided cells); llm: ask the model (default: static)",
+    )
+    p.add_argument("--budget", type=float, default=30.0, help="seconds per speculative run (auto mode)")
     p.add_argument("--python", help="interpreter for the replay kernel (default: this one)")
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds allowed per history cell")
+    add_llm_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from crane.commands.output import CheckReport, encode, history_entries
     from crane.engine import ReplayedNotebook
+    from crane.modes import predict_in_mode
     from crane.kernel.errors import KernelError
     from crane.notebook.history import check_target, default_targets
     from crane.notebook.model import NotebookError, load_notebook
@@ -43,13 +51,21 @@ def run(args: argparse.Namespace) -> int:
     except NotebookError as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"crane: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.mode == "llm" and not settings.enabled:
+        print("crane: --mode llm needs a model: --model M (or CRANE_MODEL)", file=sys.stderr)
+        return EXIT_ERROR
     if not targets:
         print("crane: nothing to check: every code cell has run (use --cell N to pick one)", file=sys.stderr)
         return EXIT_OK
 
     try:
         with ReplayedNotebook(nb, targets, python=args.python, cell_timeout=args.cell_timeout) as replayed:
-            results = [replayed.predict(t)[0] for t in targets]
+            results = [predict_in_mode(replayed, t, args.mode, settings, args.budget) for t in targets]
             history = history_entries(replayed.history_runs)
     except KernelError as exc:
         print(f"crane: kernel error: {exc}", file=sys.stderr)
@@ -77,11 +93,12 @@ def render_text(path: str, results: list, history) -> str:
     for r in results:
         if r.error:
             lines.append(f"{path}: cell {r.cell}: {r.error}")
+        how = _how(r)
         if not r.findings:
-            lines.append(f"{path}: cell {r.cell}: no crash predicted")
+            lines.append(f"{path}: cell {r.cell}: no crash predicted{how}")
             continue
         first = r.findings[0]
-        lines.append(f"{path}: cell {r.cell}, line {first.line}: {first.ename}: {first.message}  [{first.rule}]")
+        lines.append(f"{path}: cell {r.cell}, line {first.line}: {first.ename}: {first.message}  [{first.rule}]{how}")
         for e in first.evidence:
             lines.append(f"    evidence: {e}")
         for rel in first.related:
@@ -89,6 +106,25 @@ def render_text(path: str, results: list, history) -> str:
             lines.append(f"    related: {where}: {rel.message}")
         for other in r.findings[1:]:
             lines.append(f"    also line {other.line}: {other.ename}: {other.message}  [{other.rule}]")
+    usage = [r.usage for r in results if r.usage]
+    if usage:
+        cost = [u.cost_usd for u in usage if u.cost_usd is not None]
+        money = f", ${sum(cost):.4f}" if cost else " (cost unknown for this model)"
+        lines.append(f"LLM: {len(usage)} request(s), {sum(u.prompt_tokens for u in usage)} prompt + "
+                     f"{sum(u.completion_tokens for u in usage)} completion tokens "
+                     f"({sum(u.cached_tokens for u in usage)} cached){money}")
     n = sum(bool(r.findings) for r in results)
     lines.append(f"{n} of {len(results)} checked cell(s) predicted to crash")
     return "\n".join(lines)
+
+
+def _how(r) -> str:
+    """How the verdict was reached, for auto and llm modes."""
+    if r.sandbox in ("crash", "no-crash"):
+        extra = f"; {len(r.cleared)} rule finding(s) disproved" if r.cleared else ""
+        return f"  (sandbox: {r.sandbox}{extra})"
+    if r.sandbox:
+        return f"  (sandbox {r.sandbox}: {r.sandbox_reason or 'inconclusive'}; rules' verdict)"
+    if r.llm:
+        return "  (LLM)"
+    return ""

@@ -18,7 +18,7 @@ import msgspec
 from crane.llm.cache import ResponseCache, cache_key
 from crane.llm.client import request_answer
 from crane.llm.cost import SESSION, CostLedger, SessionTotals
-from crane.llm.prompt import Prompt, build_prompt
+from crane.llm.prompt import Prompt, build_prompt, with_cache_markers
 from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
 from crane.llm.settings import LLMSettings
 from crane.notebook.model import Cell
@@ -29,7 +29,7 @@ from crane.rules.finding import Finding
 STUDY_MEDIAN_PROMPT_CHARS = 5198
 
 
-class Diagnosis(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
+class Diagnosis(msgspec.Struct, kw_only=True, rename="camel"):
     """A diagnosis of one cell, for the CLI (--json) and the daemon's crane/diagnosis notification."""
 
     cell: int
@@ -44,6 +44,12 @@ class Diagnosis(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"
     model: str | None = None
     prompt_chars: int | None = None
     session: SessionTotals | None = None
+
+
+def needs_cache_markers(model: str | None) -> bool:
+    """Anthropic models (direct, Bedrock, Vertex) cache a prompt prefix only when it is marked."""
+    m = (model or "").lower()
+    return m.startswith("anthropic/") or "claude" in m
 
 
 def _cache_for(settings: LLMSettings) -> ResponseCache | None:
@@ -68,7 +74,10 @@ def predict_with_llm(
             ledger.add_cache_hit()
             return LLMVerdict(answer=entry.answer, usage=entry.usage, cached=True, repaired=entry.repaired,
                               elapsed_ms=(time.perf_counter() - start) * 1000)
-    answer, usage, repaired = request_answer(settings, prompt.messages, ledger)
+    messages = prompt.messages
+    if needs_cache_markers(settings.model):
+        messages = with_cache_markers(messages, prompt.stable_chars)
+    answer, usage, repaired = request_answer(settings, messages, ledger)
     if key is not None:
         cache.put(key, settings.model, answer, usage, repaired)
     return LLMVerdict(answer=answer, usage=usage, repaired=repaired, elapsed_ms=(time.perf_counter() - start) * 1000)
@@ -99,7 +108,7 @@ def verdict_to_finding(verdict: LLMVerdict, target: Cell | None = None, min_conf
     return Finding(
         rule="llm",
         ename=ename,
-        message=f"{ename}: {_one_line(a.explanation)}",
+        message=_one_line(a.explanation),
         line=line or 1,
         col=len(text) - len(text.lstrip()) if text else 0,
         end_line=line or 1,

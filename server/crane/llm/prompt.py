@@ -49,6 +49,7 @@ class Prompt(msgspec.Struct, kw_only=True):
     history_cells: int = 0  # executed cells given
     history_cells_shown: int = 0  # of which with code in the prompt
     history_statements_cut: int = 0  # kept statements dropped to fit the budget
+    stable_chars: int = 0  # the user message's first chars that only change when the history does
     version: int = PROMPT_VERSION
 
     def token_count(self, model: str | None = None) -> int:
@@ -150,4 +151,20 @@ def build_prompt(
         history_cells=len(history),
         history_cells_shown=sum(1 for hc in cells if hc.error or any(st.depth is not None for st in hc.stmts)),
         history_statements_cut=cut,
+        stable_chars=len(parts["history"]) + 2,
     )
+
+
+def with_cache_markers(messages: list[dict], stable_chars: int) -> list[dict]:
+    """Anthropic-style explicit prompt caching: mark the system prompt and the history (the stable prefix)
+    with `cache_control` blocks. Providers that cache automatically (OpenAI, Gemini, DeepSeek) need nothing."""
+    system, user = messages[0]["content"], messages[1]["content"]
+    ephemeral = {"type": "ephemeral"}
+    user_blocks = [{"type": "text", "text": user[:stable_chars], "cache_control": ephemeral},
+                   {"type": "text", "text": user[stable_chars:]}] if 0 < stable_chars < len(user) else \
+        [{"type": "text", "text": user}]
+    return [
+        {"role": "system", "content": [{"type": "text", "text": system, "cache_control": ephemeral}]},
+        {"role": "user", "content": user_blocks},
+        *messages[2:],
+    ]

@@ -16,7 +16,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 from crane.lsp.kernel_attach import KernelIdentity, connect, identify
 from crane.lsp.notebook_map import same_path
@@ -24,7 +23,8 @@ from crane.lsp.notebook_map import same_path
 log = logging.getLogger(__name__)
 
 MAX_CANDIDATES = 32
-NEGATIVE_TTL_S = 30.0  # re-ask a kernel that named another (or no) notebook after this long
+OTHER_TTL_S = 30.0  # re-ask a kernel that named another (or no) notebook after this long
+SILENT_RETRY_S = (2.0, 60.0)  # a file whose kernel does not answer: retry after 2 s, doubling up to 60 s
 
 
 def runtime_dirs(env: dict[str, str] | None = None) -> list[str]:
@@ -65,7 +65,6 @@ def candidates(dirs: list[str]) -> list[str]:
 @dataclass
 class Match:
     connection_file: str
-    conn: Any  # an open KernelConnection, handed over to the attachment
     identity: KernelIdentity
 
 
@@ -75,6 +74,7 @@ class Discovery:
     def __init__(self, timeout: float = 1.0):
         self.timeout = timeout
         self._said: dict[tuple[str, int], tuple[str | None, float]] = {}  # (file, mtime_ns) -> (nb path, when)
+        self._silent: dict[tuple[str, int], tuple[float, float]] = {}  # no answer: (retry at, backoff)
         self._lock = threading.Lock()
 
     def find(self, notebook_path: str, exclude: set[str] | None = None, dirs: list[str] | None = None) -> Match | None:
@@ -87,22 +87,17 @@ class Discovery:
                 continue
             with self._lock:
                 said = self._said.get(key)
-            if said is not None and now - said[1] < NEGATIVE_TTL_S and not same_path(said[0], notebook_path):
+                silent = self._silent.get(key)
+            if silent is not None and now < silent[0]:
+                continue  # did not answer recently
+            if said is not None and now - said[1] < OTHER_TTL_S and not same_path(said[0], notebook_path):
                 continue  # it told us recently about another notebook
             todo.append((f, key))
         if not todo:
             return None
         with ThreadPoolExecutor(max_workers=min(4, len(todo)), thread_name_prefix="crane-discovery") as pool:
             results = list(pool.map(lambda fk: self._ask(fk[0], fk[1], notebook_path), todo))
-        match = None
-        for res in results:
-            if res is None:
-                continue
-            if match is None:
-                match = res
-            else:
-                res.conn.close()
-        return match
+        return next((r for r in results if r is not None), None)
 
     def _key(self, path: str) -> tuple[str, int] | None:
         try:
@@ -110,25 +105,28 @@ class Discovery:
         except OSError:
             return None
 
+    def _no_answer(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            prev = self._silent.get(key)
+            backoff = min(prev[1] * 2, SILENT_RETRY_S[1]) if prev else SILENT_RETRY_S[0]
+            self._silent[key] = (time.monotonic() + backoff, backoff)
+
     def _ask(self, path: str, key: tuple[str, int], notebook_path: str) -> Match | None:
         try:
             conn = connect(path, self.timeout)
         except Exception as exc:
             log.debug("discovery: %s does not answer: %s", path, exc)
-            with self._lock:
-                self._said[key] = (None, time.monotonic())
+            self._no_answer(key)
             return None
         try:
             ident = identify(conn, self.timeout)
         except Exception as exc:
             log.debug("discovery: %s cannot be identified: %s", path, exc)
             conn.close()
-            with self._lock:
-                self._said[key] = (None, time.monotonic())
+            self._no_answer(key)
             return None
+        conn.close()  # the attachment reconnects on its own I/O thread
         with self._lock:
+            self._silent.pop(key, None)
             self._said[key] = (ident.notebook_path, time.monotonic())
-        if same_path(ident.notebook_path, notebook_path):
-            return Match(path, conn, ident)
-        conn.close()
-        return None
+        return Match(path, ident) if same_path(ident.notebook_path, notebook_path) else None

@@ -1,6 +1,8 @@
 """Attaching to a running kernel from its connection file: connect, identify, watch.
 
-Blocking (call from a worker thread). Identification is one private request (`silent`, no history):
+Blocking (call from a worker thread). All of an attachment's kernel I/O runs on one thread of its own
+(`Attachment.run`): jupyter_client's blocking client drives per-thread asyncio loops, and a connection used
+from several threads fails now and then ("This event loop is already running"). Identification is one private request (`silent`, no history):
 `__vsc_ipynb_file__` (the notebook VS Code started the kernel for) and the kernel's pid (to notice a restart
 behind a connection file that did not change). `jupyter_client` is imported here lazily, never at server
 start.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -62,11 +65,12 @@ def session_id(conn: Any) -> str:
 
 @dataclass
 class Attachment:
-    """One attached kernel: the probe connection, its watcher and how it was found."""
+    """One attached kernel: the probe connection (used on its own I/O thread), its watcher, how it was found."""
 
     info: KernelInfo
     conn: Any  # crane.kernel.client.KernelConnection
     watch: KernelWatch
+    io: ThreadPoolExecutor
     probe: Any = None  # crane.probe.collect.ProbeClient, created on first use
     closed: bool = field(default=False)
 
@@ -78,6 +82,10 @@ class Attachment:
     def alive(self) -> bool:
         return self.watch.alive and not self.closed
 
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking kernel I/O on this attachment's thread and wait for it."""
+        return self.io.submit(fn, *args).result()
+
     def probe_client(self) -> Any:
         if self.probe is None:
             from crane.probe.collect import ProbeClient
@@ -87,13 +95,19 @@ class Attachment:
 
     def check_identity(self, timeout: float) -> bool:
         """True when the kernel is still the one we attached to (same pid); False after a restart."""
-        ident = identify(self.conn, timeout)
+        ident = self.run(identify, self.conn, timeout)
         return ident.pid is None or self.info.pid is None or ident.pid == self.info.pid
 
     def close(self) -> None:
+        if self.closed:
+            return
         self.closed = True
         self.watch.stop()
-        self.conn.close()
+        try:
+            self.io.submit(self.conn.close).result(timeout=5)
+        except Exception:
+            pass
+        self.io.shutdown(wait=False)
 
 
 def attach(
@@ -101,20 +115,23 @@ def attach(
     source: KernelSource,
     on_event: Callable[[WatchEvent], None],
     timeout: float = 3.0,
-    conn: Any = None,
-    identity: KernelIdentity | None = None,
 ) -> Attachment:
-    """Connect to (or adopt `conn` for) the kernel behind `connection_file` and start watching it."""
+    """Connect to the kernel behind `connection_file`, identify it and start watching it."""
     connection_file = os.path.abspath(os.path.expanduser(connection_file))
-    if conn is None:
-        conn = connect(connection_file, timeout)
+    io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-kernel-io")
     try:
-        ident = identity or identify(conn, timeout)
+        conn = io.submit(connect, connection_file, timeout).result()
+    except BaseException:
+        io.shutdown(wait=False)
+        raise
+    try:
+        ident = io.submit(identify, conn, timeout).result()
         watch = KernelWatch(connection_file, on_event, ignore_sessions={session_id(conn)})
         watch.start()
     except BaseException:
-        conn.close()
+        io.submit(conn.close)
+        io.shutdown(wait=False)
         raise
     info = KernelInfo(connection_file=connection_file, source=source, notebook_path=ident.notebook_path, pid=ident.pid)
     log.info("attached to %s (%s, pid %s, notebook %s)", connection_file, source, ident.pid, ident.notebook_path)
-    return Attachment(info=info, conn=conn, watch=watch)
+    return Attachment(info=info, conn=conn, watch=watch, io=io)

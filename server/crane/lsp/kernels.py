@@ -96,7 +96,7 @@ class KernelSupervisor:
         self.wake(session)
         return AttachResult(attached=ok, message=message, kernel=session.attachment.info if ok and session.attachment else None)
 
-    async def _try_attach(self, session: NotebookSession, path: str, source: KernelSource, match=None) -> tuple[bool, str]:
+    async def _try_attach(self, session: NotebookSession, path: str, source: KernelSource) -> tuple[bool, str]:
         lock = self._attach_lock.get(session.uri)
         if lock is None:
             return False, "the notebook is closed"
@@ -110,15 +110,7 @@ class KernelSupervisor:
                     self.ls.call_soon_threadsafe(self._on_event, session, att, event)
 
             try:
-                att = await asyncio.to_thread(
-                    attach,
-                    path,
-                    source,
-                    on_event,
-                    timeout,
-                    match.conn if match else None,
-                    match.identity if match else None,
-                )
+                att = await asyncio.to_thread(attach, path, source, on_event, timeout)
             except Exception as exc:
                 log.info("attach %s failed: %s", path, exc)
                 return False, f"could not attach to {path}: {exc}"
@@ -147,10 +139,15 @@ class KernelSupervisor:
             ok, _ = await self._try_attach(session, *session.requested)
             if ok:
                 return True
+        last = session.last_kernel
+        if last is not None and last != session.requested and os.path.isfile(last[0]):  # the kernel that died
+            ok, _ = await self._try_attach(session, *last)
+            if ok:
+                return True
         if settings.kernel.discovery and session.path:  # (b)
             match = await asyncio.to_thread(self.discovery.find, session.path)
             if match is not None:
-                ok, _ = await self._try_attach(session, match.connection_file, "discovery", match)
+                ok, _ = await self._try_attach(session, match.connection_file, "discovery")
                 if ok:
                     return True
         if settings.kernel.connection_file:  # (c)
@@ -169,8 +166,9 @@ class KernelSupervisor:
             try:
                 att = session.attachment
                 if att is None or not att.alive:
-                    if att is not None:  # dead: let go of it, then look again
+                    if att is not None:  # dead: let go of it, then look again (that file first)
                         session.attachment = None
+                        session.last_kernel = (att.info.connection_file, att.info.source)
                         await asyncio.to_thread(att.close)
                     await self._resolve(session)
             except asyncio.CancelledError:
@@ -229,8 +227,9 @@ class KernelSupervisor:
         if session.attachment is not att:
             return
         if not same:  # restarted behind the same connection file: a fresh namespace
-            att.close()
             session.attachment = None
+            session.last_kernel = (att.info.connection_file, att.info.source)
+            await asyncio.to_thread(att.close)
             self._set_state(session, "dead", "the kernel restarted: reattaching")
             self.wake(session)
         elif session.state == "dead":

@@ -16,7 +16,9 @@ from typing import Any, Callable, TypeVar
 from urllib.parse import unquote
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from crane import __version__
 from crane.lsp import code_actions, commands, hover, lifecycle, sync
@@ -42,6 +44,23 @@ NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
 _LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
 
 
+class CraneProtocol(LanguageServerProtocol):
+    """pygls drops a request whose params do not deserialise (the client would wait forever): answer it
+    with an "invalid params" error instead."""
+
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException:
+            if isinstance(data, dict) and "id" in data and "method" in data and "jsonrpc" in data:
+                error = JsonRpcInvalidParams(f"invalid params for {data.get('method')!s}")
+                try:
+                    self._send_response(data["id"], error=error.to_response_error())
+                except Exception:
+                    log.exception("could not answer a malformed request")
+            raise
+
+
 class CraneServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__(
@@ -49,6 +68,7 @@ class CraneServer(LanguageServer):
             __version__,
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
             notebook_document_sync=NOTEBOOK_SYNC,
+            protocol_cls=CraneProtocol,
             max_workers=4,
         )
         self.settings = Settings()

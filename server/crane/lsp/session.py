@@ -32,6 +32,7 @@ class NotebookSession:
     path: str | None
     attachment: "Attachment | None" = None
     requested: tuple[str, KernelSource] | None = None  # a kernel the client named (crane/attachKernel)
+    last_kernel: tuple[str, KernelSource] | None = None  # the kernel that died or restarted: tried first
     state: KernelState = "static-only"
     status_message: str = ""
     facts: FactsCache = field(default_factory=FactsCache)
@@ -58,7 +59,7 @@ class NotebookSession:
             with self._probe_lock:
                 probe = att.probe_client()
                 installs = probe.installs
-                result = probe.run(request, timeout=timeout)
+                result = att.run(probe.run, request, timeout)
                 if installs and probe.installs > installs:  # our probe module vanished: the kernel restarted
                     self.facts.clear()
                     self._signal(self.on_kernel_restart)

@@ -126,15 +126,16 @@ class ProbeClient:
     # -- API ------------------------------------------------------------------------------------------------------
     def ensure_installed(self, timeout: float = 10.0) -> None:
         """Install (or replace) the probe module in the kernel, privately; check that our version answers."""
+        version_expr = f"getattr(__import__('sys').modules.get({MODULE_NAME!r}), 'VERSION', None)"
         out = self._eval(
-            {"install": install_expression(), "version": f"getattr(__import__('sys').modules.get({MODULE_NAME!r}), 'VERSION', None)"},
-            timeout,
-            "installing the probe",
+            {"install": install_expression(), "version": version_expr}, timeout, "installing the probe"
         )
         _text_value(out.get("install"), "installing the probe")
         version = _text_value(out.get("version"), "installing the probe")
         if version != probe_version():
-            raise ProbeError(f"installing the probe: the kernel reports version {version!r}, expected {probe_version()!r}")
+            raise ProbeError(
+                f"installing the probe: the kernel reports version {version!r}, expected {probe_version()!r}"
+            )
         self.installs += 1
 
     def run(self, request: ProbeRequest, timeout: float = 2.0) -> ProbeResult:

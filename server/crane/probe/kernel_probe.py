@@ -176,12 +176,12 @@ def _sequence(ctx, v, out, kind):
     n = len(v)  # exact builtin types only
     out["kind"] = kind
     out["length"] = n
-    first = list(v)[:5] if kind != "set" else [x for _, x in zip(range(5), v)]
+    first = list(v[:5]) if kind in ("list", "tuple") else [x for _, x in zip(range(5), v)]
     out["element_types"] = [tname(type(x)) for x in first]
     if n <= 20:
         out["value"] = short(v, ctx, 300)
     if 0 < n <= LIST_STATS_N and kind != "set":
-        items = v if n <= LIST_STATS_N else ()
+        items = v
         if all(type(x) in (int, float, bool) for x in items):
             nums = [x for x in items if not (type(x) is float and x != x)]
             out["n_nan"] = n - len(nums)

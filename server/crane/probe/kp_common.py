@@ -231,7 +231,7 @@ def _short_container(v, ctx, limit, depth):
             parts.append(short(k, ctx, 20, depth + 1) + ": " + short(x, ctx, 20, depth + 1))
         body = "{" + ", ".join(parts) + (", \u2026" if n > 4 else "") + "}"
     else:
-        items = list(v)[:6] if type(v) in (list, tuple) else []
+        items = list(v[:6]) if type(v) in (list, tuple) else []
         if not items and n:
             try:
                 items = [x for _, x in zip(range(6), v)]
@@ -261,8 +261,8 @@ def _short_library(v, t, ctx):
             return "Series(len=%d, dtype=%s)" % (len(v), v.dtype)
         if isa(v, pd.Index):
             return "%s(len=%d, dtype=%s)" % (short_tname(t), len(v), v.dtype)
-        if isa(v, pd.Timestamp) or isa(v, pd.Timedelta):
-            return str(v)
+        if isa(v, pd.Timestamp) or isa(v, pd.Timedelta) or tmodule(t).startswith("pandas._libs"):
+            return str(v)  # Interval, Period, NaT, ...: pandas' own scalars
     if torch is not None:
         if isa(v, torch.Tensor):
             return "Tensor(shape=%s, dtype=%s)" % (list(v.shape), v.dtype)

@@ -60,13 +60,13 @@ def _related(ctx, lk, missing: list) -> list[Related]:
 
 def _message(lk, missing: list, kind: str) -> str:
     if lk.op == "drop":
-        return f"KeyError: {[*missing]!r} not found in axis of {lk.expr}"
+        return f"{[*missing]!r} not found in axis of {lk.expr}"
     if len(lk.keys) > 1:
         if len(missing) == len(lk.keys):
-            return f"KeyError: none of {missing!r} are in the columns of {lk.expr}"
-        return f"KeyError: {missing!r} not in index (columns of {lk.expr})"
+            return f"none of {missing!r} are in the columns of {lk.expr}"
+        return f"{missing!r} not in index (columns of {lk.expr})"
     what = {"dataframe": "column", "series": "index label", "dict": "key"}[kind]
-    return f"KeyError: {missing[0]!r} — {lk.expr} has no {what} {missing[0]!r}"
+    return f"{missing[0]!r} — {lk.expr} has no {what} {missing[0]!r}"
 
 
 @rule("missing-key")

@@ -132,7 +132,11 @@ class PrivateDir:
                 except OSError:
                     pass
         self.result_fd = self.commands_fd = -1
-        shutil.rmtree(self.path, ignore_errors=True)
+        for _ in range(5):  # the kernel's reaper may drop its status file while we remove the directory
+            shutil.rmtree(self.path, ignore_errors=True)
+            if not os.path.exists(self.path):
+                return
+            time.sleep(0.02)
 
 
 class ChildHandle:

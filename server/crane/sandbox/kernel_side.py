@@ -367,8 +367,11 @@ def _single_thread_pools() -> None:
         ctypes.CDLL(None).dl_iterate_phdr(cb, None)
     except Exception:
         return
+    # set to one thread, then join OpenBLAS's (re-created) workers: a single-threaded process can also be
+    # checkpointed (forked again) safely
     names = ("omp_set_num_threads", "openblas_set_num_threads", "openblas_set_num_threads64_",
-             "scipy_openblas_set_num_threads64_", "MKL_Set_Num_Threads", "bli_thread_set_num_threads")
+             "scipy_openblas_set_num_threads64_", "MKL_Set_Num_Threads", "bli_thread_set_num_threads",
+             "blas_thread_shutdown_")
     for p in paths:
         try:
             lib = ctypes.CDLL(p, mode=os.RTLD_NOLOAD)
@@ -378,7 +381,7 @@ def _single_thread_pools() -> None:
             fn = getattr(lib, n, None)
             if fn is not None:
                 try:
-                    fn(1)
+                    fn() if n == "blas_thread_shutdown_" else fn(1)
                 except Exception:
                     pass
 
@@ -825,6 +828,7 @@ def _session_loop(ctx: _Ctx, gate: int) -> None:
             except BaseException as exc:  # noqa: BLE001
                 reply.update({"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]})
         elif op == "checkpoint":
+            _single_thread_pools()
             threads = len(os.listdir("/proc/self/task"))
             if threads > 1:
                 reply.update({"ok": False, "reason": f"{threads} threads are running; a checkpoint needs one"})
@@ -835,6 +839,7 @@ def _session_loop(ctx: _Ctx, gate: int) -> None:
                     reply.update({"ok": False, "reason": str(exc)})
                 else:
                     if pid == 0:  # the new head: carries on with the same command stream
+                        set_parent_death_signal(signal.SIGKILL)
                         depth += 1
                         reply.update({"ok": True, "pid": os.getpid(), "depth": depth})
                     else:  # the checkpoint: frozen until the head ends

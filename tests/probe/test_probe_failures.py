@@ -11,7 +11,6 @@ import pytest
 
 from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelDead, KernelTimeout
-from crane.kernel.manager import start_kernel
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest
 
@@ -28,9 +27,9 @@ def _busy(kernel, seconds: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def light_kernel(tmp_path_factory):
-    k = start_kernel(tmp_path_factory.mktemp("light"))
-    k.connection.run_cell("value = 7")
+def light_kernel(tmp_path_factory, start):
+    k = start(tmp_path_factory.mktemp("light"))
+    assert k.connection.run_cell("value = 7", timeout=60).status == "ok"
     yield k
     k.shutdown()
 
@@ -49,8 +48,8 @@ def test_timeout_is_clear_and_the_kernel_answers_afterwards(light_kernel):
 
 
 @pytest.mark.parametrize("attached", [False, True], ids=["owned", "attached"])
-def test_kernel_dying_mid_request_is_kernel_dead(tmp_path, attached):
-    k = start_kernel(tmp_path)
+def test_kernel_dying_mid_request_is_kernel_dead(tmp_path, start, attached):
+    k = start(tmp_path)
     conn = KernelConnection.attach(k.manager.connection_file) if attached else k.connection
     try:
         probe = ProbeClient(conn)

@@ -1,0 +1,197 @@
+"""The fix guard: refuse edits that hide a crash instead of fixing it, by comparing the ASTs of a cell's
+original and proposed source.
+
+Refused, with the reason sent back to the agent:
+- emptying a cell (no statement left, or only `pass` / `...` / comments);
+- adding a `try` with `except` handlers, or `contextlib.suppress(...)`, that the original did not have;
+- disabling code with a new `if False:` / `if 0:` block;
+- deleting the failing statement (or replacing it with `pass`), when the failing line is known;
+- commenting out code (a statement of the original reappears in a comment of the proposal).
+
+Enforced twice: on every `edit_cell` (the edit is not applied) and on the final proposal's diff.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+import re
+
+from crane.analysis.transform import transform
+
+_BODY_FIELDS = ("body", "orelse", "handlers", "finalbody", "cases")
+
+
+def _parse(source: str) -> ast.Module | None:
+    python, _, _ = transform(source)
+    try:
+        return ast.parse(python)
+    except SyntaxError:
+        return None
+
+
+def _header(node: ast.stmt) -> str:
+    """A statement's identity: the whole simple statement, or a compound statement's header only."""
+    if any(hasattr(node, f) for f in _BODY_FIELDS):
+        node = copy.copy(node)
+        for f in _BODY_FIELDS:
+            if hasattr(node, f):
+                setattr(node, f, [])
+    return ast.dump(node, annotate_fields=False, include_attributes=False)
+
+
+def _statements(tree: ast.Module) -> list[ast.stmt]:
+    out: list[ast.stmt] = []
+
+    def visit(stmts):
+        for s in stmts:
+            out.append(s)
+            for f in _BODY_FIELDS:
+                child = getattr(s, f, None)
+                if isinstance(child, list):
+                    for c in child:
+                        if isinstance(c, ast.stmt):
+                            visit([c])
+                        elif hasattr(c, "body"):  # except handlers, match cases
+                            visit(c.body)
+
+    visit(tree.body)
+    return out
+
+
+def _trivial(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Pass) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+
+
+def _try_signatures(tree: ast.Module) -> list[str]:
+    sigs = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node.handlers:
+            sigs.append(ast.dump(node, include_attributes=False))
+    return sigs
+
+
+def _suppress_count(tree: ast.Module) -> int:
+    n = 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                f = item.context_expr.func if isinstance(item.context_expr, ast.Call) else None
+                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+                if name == "suppress":
+                    n += 1
+    return n
+
+
+def _disabled_blocks(tree: ast.Module) -> int:
+    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.If) and isinstance(n.test, ast.Constant)
+               and not n.test.value)
+
+
+def _comment_text(source: str) -> str:
+    lines = []
+    for ln in source.splitlines():
+        m = re.search(r"#(.*)$", ln)
+        if m:
+            lines.append(m.group(1).strip())
+    return "\n".join(lines)
+
+
+def _first_line(python: str, node: ast.stmt) -> str:
+    seg = ast.get_source_segment(python, node) or ""
+    return seg.splitlines()[0].strip() if seg else ""
+
+
+def _core(python: str, node: ast.stmt) -> str:
+    """What a statement computes: an assignment's value, else the statement itself (first line)."""
+    value = getattr(node, "value", None) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr,
+                                                                  ast.Return)) else None
+    if isinstance(value, ast.expr):
+        seg = ast.get_source_segment(python, value) or ""
+        return seg.splitlines()[0].strip() if seg else ""
+    return _first_line(python, node)
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _failing_statement(stmts: list[ast.stmt], line: int, line_map: list[int]) -> int | None:
+    """Index of the innermost statement spanning original line `line`."""
+    best = None
+    for i, s in enumerate(stmts):
+        first = line_map[s.lineno - 1] if s.lineno - 1 < len(line_map) else s.lineno
+        end = s.end_lineno or s.lineno
+        last = line_map[end - 1] if end - 1 < len(line_map) else end
+        if first <= line <= last:
+            best = i  # statements are in pre-order: later spans are nested deeper
+    return best
+
+
+def check_edit(original: str, proposed: str, failing_line: int | None = None) -> str | None:
+    """The reason the edit is refused, or None when it is acceptable."""
+    old_tree, new_tree = _parse(original), _parse(proposed)
+    if old_tree is None:
+        return None  # the original does not parse: any edit that makes it parse is a fix attempt
+    old_stmts = _statements(old_tree)
+    if not old_stmts:
+        return None
+    if new_tree is None:
+        return None  # a syntax error will show when the cell runs; not a guard matter
+    new_stmts = _statements(new_tree)
+    if not new_stmts or all(_trivial(s) for s in new_tree.body):
+        return ("refused: the edit deletes the cell's code. Fix the cause of the error instead of removing the "
+                "code that raises it.")
+    if len(_try_signatures(new_tree)) > len(_try_signatures(old_tree)):
+        return ("refused: the edit adds a try/except, which hides the exception instead of fixing its cause. "
+                "Change the code so that it does not raise.")
+    if _suppress_count(new_tree) > _suppress_count(old_tree):
+        return ("refused: the edit adds contextlib.suppress, which hides the exception instead of fixing its "
+                "cause. Change the code so that it does not raise.")
+    if _disabled_blocks(new_tree) > _disabled_blocks(old_tree):
+        return "refused: the edit disables code with an always-false `if`. Fix the cause of the error instead."
+
+    python_old, line_map, _ = transform(original)
+    old_keys = [_header(s) for s in old_stmts]
+    new_keys = [_header(s) for s in new_stmts]
+    kept = set(new_keys)
+    comments = _norm(_comment_text(proposed)) if "#" in proposed else ""
+    if comments:
+        orig_comments = _norm(_comment_text(original))
+        for s, key in zip(old_stmts, old_keys):
+            if key in kept or _trivial(s):
+                continue
+            seg = ast.get_source_segment(python_old, s) or ""
+            first_line = seg.splitlines()[0] if seg else ""
+            text = _norm(first_line)
+            if len(text) >= 6 and text in comments and text not in orig_comments:
+                return (f"refused: the edit comments out `{first_line.strip()[:80]}`. Commenting out code that "
+                        "raises is not a fix: change it so that it works.")
+
+    if failing_line is None:
+        return None
+    idx = _failing_statement(old_stmts, failing_line, line_map)
+    if idx is None:
+        return None
+    failing_src = (ast.get_source_segment(python_old, old_stmts[idx]) or "").splitlines()
+    failing_text = failing_src[0].strip() if failing_src else ""
+    sm = difflib.SequenceMatcher(a=old_keys, b=new_keys, autojunk=False)
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if not i1 <= idx < i2:
+            continue
+        if tag == "equal":
+            return None
+        replacement = new_stmts[j1:j2]
+        if tag == "delete" or all(_trivial(s) for s in replacement):
+            return (f"refused: the edit deletes the failing statement `{failing_text[:80]}` (line {failing_line}). "
+                    "Fix it so that it runs instead of removing it.")
+        # is the failing statement still there in an edited form, or was it swapped for a stub?
+        python_new, _, _ = transform(proposed)
+        core = _core(python_old, old_stmts[idx])
+        ratios = [difflib.SequenceMatcher(a=core, b=_core(python_new, s)).ratio() for s in replacement]
+        if not ratios or max(ratios) < 0.3:
+            return (f"refused: the edit replaces the failing statement `{failing_text[:80]}` (line {failing_line}) "
+                    "with unrelated code. Fix it so that it runs instead of removing it.")
+        return None
+    return None

@@ -1,0 +1,336 @@
+"""The agent loop: ask the model for one action, run it in the sandbox, append the observation, repeat —
+within budgets (steps, time, tokens, money), stoppable at any time, optionally waiting for the user's
+go-ahead before each action (step mode). `start_fix` is the entry point of the CLI, the daemon and the bench.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Callable
+
+import msgspec
+
+from crane.agent.context import FixContext, initial_messages
+from crane.agent.model_call import request_turn
+from crane.agent.proposal import AgentStep, AgentUsage, Proposal, StepUsage
+from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run
+from crane.agent.sandboxes import ExecutionSandbox, cell_line, clean_traceback, replay_sandbox_factory
+from crane.agent.tools import AddCell, EditCell, ExecuteCell, Finish, Inspect, ToolArgsError, action_code, decode_args
+from crane.llm.client import LLMError
+from crane.llm.cost import CostLedger
+from crane.llm.schema import Usage
+from crane.llm.settings import LLMSettings
+from crane.notebook.history import check_target
+from crane.notebook.model import Notebook
+
+log = logging.getLogger(__name__)
+
+NUDGE = "Reply with exactly one tool call: edit_cell, add_cell, execute_cell, inspect or finish."
+
+StepGate = Callable[[AgentStep], bool]  # True: go ahead; False: stop the run
+
+
+class AgentBudget(msgspec.Struct, kw_only=True):
+    max_steps: int = 10
+    max_seconds: float = 300.0  # wall clock for the whole run (model and sandbox)
+    max_tokens: int | None = 200_000  # prompt + completion tokens over the run
+    max_cost_usd: float | None = None  # None: settings.budget_usd (if any)
+    cell_timeout: float = 120.0  # per cell run in the sandbox
+
+
+class GoAhead:
+    """A step gate for step mode: `gate(step)` blocks until `approve()` (go ahead) or `stop()`/the run's stop
+    event. The daemon calls `approve()` from its `crane.agentContinue`-style command; tests call it directly."""
+
+    def __init__(self, stop_event: threading.Event | None = None):
+        self._cond = threading.Condition()
+        self._approvals = 0
+        self._stopped = False
+        self.stop_event = stop_event
+        self.waiting: AgentStep | None = None
+
+    def approve(self) -> None:
+        with self._cond:
+            self._approvals += 1
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def __call__(self, step: AgentStep) -> bool:
+        with self._cond:
+            self.waiting = step
+            try:
+                while not self._approvals and not self._stopped:
+                    if self.stop_event is not None and self.stop_event.is_set():
+                        return False
+                    self._cond.wait(0.05)
+                if self._stopped:
+                    return False
+                self._approvals -= 1
+                return True
+            finally:
+                self.waiting = None
+
+
+def _usage(u: Usage) -> StepUsage:
+    return StepUsage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
+                     cached_tokens=u.cached_tokens, cost_usd=u.cost_usd)
+
+
+def build_context(nb: Notebook, target: int, goal: str | None, runner: FixRunner) -> FixContext:
+    """The error (recorded, or observed by running the target in the sandbox), CRANE's findings and facts."""
+    cell = nb.cell(target)
+    ctx = FixContext(target=target, goal=goal)
+    if cell.error is not None:
+        ctx.error = f"{cell.error.ename}: {cell.error.evalue}"
+        ctx.traceback = clean_traceback(cell.error.traceback) if cell.error.traceback else ""
+        ctx.failing_line = cell_line(ctx.traceback) if ctx.traceback else None
+    try:
+        from crane.engine import predict_cell, scope_of
+
+        probe_client = runner.sandbox.probe_client()
+        result, probe = predict_cell(nb, target, probe_client, scope_of(nb))
+        ctx.findings, ctx.probe = list(result.findings), probe
+    except Exception as exc:  # the context degrades, the run goes on
+        log.warning("agent: no runtime facts for cell %d: %s", target, exc)
+    if ctx.error is None:  # no recorded error: observe the real outcome in the sandbox
+        _, res = runner.execute(target)
+        if res.status == "error":
+            ctx.error = f"{res.ename}: {res.evalue}"
+            ctx.traceback, ctx.failing_line = res.traceback, res.line
+        elif res.status != "ok":
+            ctx.error = f"{res.status}: {res.evalue or ''}"
+    if ctx.failing_line is None and ctx.findings:
+        ctx.failing_line = ctx.findings[0].line
+    runner.cells[target].failing_line = ctx.failing_line
+    return ctx
+
+
+class AgentRun:
+    """One repair run. Not reusable."""
+
+    def __init__(self, nb: Notebook, target: int, settings: LLMSettings, sandbox: ExecutionSandbox, *,
+                 goal: str | None = None, budget: AgentBudget | None = None,
+                 on_step: Callable[[AgentStep], None] | None = None, step_gate: StepGate | None = None,
+                 stop_event: threading.Event | None = None, ledger: CostLedger | None = None,
+                 run_id: str | None = None):
+        self.nb, self.target, self.settings, self.goal = nb, target, settings, goal
+        self.budget = budget or AgentBudget()
+        self.on_step = on_step
+        self.step_gate = step_gate
+        self.stop_event = stop_event or threading.Event()
+        self.session_ledger = ledger
+        self.ledger = CostLedger()
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.runner = FixRunner(nb, target, sandbox, cell_timeout=self.budget.cell_timeout)
+        self.messages: list[dict] = []
+        self.log: list[AgentStep] = []
+        self.steps = 0
+        self.start = time.monotonic()
+        self.explanation = ""
+        self.requests_sent: list[list[dict]] = []  # message lists as sent (tests check the stable prefix)
+
+    # -- budgets ---------------------------------------------------------------------------------------------
+    def _limit_reached(self) -> str | None:
+        b = self.budget
+        if self.stop_event.is_set():
+            return "stopped by the user"
+        if self.steps >= b.max_steps:
+            return f"step limit ({b.max_steps} steps)"
+        if time.monotonic() - self.start >= b.max_seconds:
+            return f"time budget ({b.max_seconds:g} s)"
+        t = self.ledger.totals()
+        if b.max_tokens is not None and t.prompt_tokens + t.completion_tokens >= b.max_tokens:
+            return f"token budget ({b.max_tokens:,} tokens; used {t.prompt_tokens + t.completion_tokens:,})"
+        cap = b.max_cost_usd if b.max_cost_usd is not None else self.settings.budget_usd
+        if cap is not None and t.cost_usd >= cap:
+            return f"cost budget (${cap:.4f}; spent ${t.cost_usd:.4f})"
+        return None
+
+    def _emit(self, step: AgentStep) -> None:
+        if step.phase == "done":
+            self.log.append(step)
+        if self.on_step is not None:
+            try:
+                self.on_step(step)
+            except Exception:  # a broken listener must not break the run
+                log.exception("agent: on_step listener failed")
+
+    # -- actions ---------------------------------------------------------------------------------------------
+    def _act(self, args) -> tuple[str, str, bool]:
+        """(observation, status, finished)."""
+        r = self.runner
+        try:
+            if isinstance(args, EditCell):
+                return r.edit(args.cell, args.source), "ok", False
+            if isinstance(args, AddCell):
+                n = r.add(args.after, args.source)
+                return (f"added cell {n} after cell {args.after}. Execute it (or a later cell) to run it.",
+                        "ok", False)
+            if isinstance(args, ExecuteCell):
+                plan_results, result = r.execute(args.cell)
+                return describe_run(plan_results, args.cell, result), "ok" if result.clean else "error", False
+            if isinstance(args, Inspect):
+                return r.inspect(args.expression)[:2000], "ok", False
+            if isinstance(args, Finish):
+                return self._finish(args)
+        except GuardRefusal as exc:
+            return str(exc), "refused", False
+        except RunnerError as exc:
+            return f"error: {exc}", "error", False
+        return "error: unknown action", "error", False
+
+    def _finish(self, args: Finish) -> tuple[str, str, bool]:
+        violations = self.runner.final_guard()
+        if violations:
+            self.runner.refusals += violations
+            return "not accepted: " + "; ".join(violations), "refused", False
+        ev = self.runner.verify()
+        self.evidence = ev
+        if ev.status == "ok":
+            self.explanation = args.explanation or args.reflection
+            return f"accepted: cell {self.target} ran clean in a fresh sandbox after your changes.", "ok", True
+        what = f"{ev.ename}: {ev.evalue}" if ev.ename else ev.status
+        return (f"not accepted: in a fresh sandbox, cell {self.target} still fails with {what}. Keep fixing.",
+                "error", False)
+
+    def _step(self, call, usage: StepUsage, tokens: int) -> bool:
+        """Run one tool call; append its tool message. True when the run is finished."""
+        self.steps += 1
+        t0 = time.monotonic()
+        try:
+            args = decode_args(call)
+        except ToolArgsError as exc:
+            obs = f"error: {exc}"
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": obs})
+            self._emit(AgentStep(run_id=self.run_id, step=self.steps, phase="done", reflection="", action=call.name,
+                                 result=obs, status="error", tokens=tokens, usage=usage))
+            return False
+        cell = getattr(args, "cell", None) if not isinstance(args, AddCell) else args.after
+        step = AgentStep(run_id=self.run_id, step=self.steps, phase="proposed", reflection=args.reflection,
+                         action=call.name, cell=cell, code=action_code(args), tokens=tokens, usage=usage)
+        if self.step_gate is not None:
+            self._emit(step)
+            if not self.step_gate(step) or self.stop_event.is_set():
+                self.stop_event.set()
+                obs = "not run: the user stopped the run"
+                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": obs})
+                self._emit(msgspec.structs.replace(step, phase="done", result=obs, status="stopped"))
+                return False
+        obs, status, finished = self._act(args)
+        left = self.budget.max_steps - self.steps
+        if not finished and left == 1:
+            obs += "\n(1 step left: finish now if the target cell runs clean.)"
+        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": obs})
+        self._emit(msgspec.structs.replace(step, phase="done", result=obs, status=status,
+                                           elapsed_s=round(time.monotonic() - t0, 3)))
+        return finished
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def run(self) -> Proposal:
+        self.evidence = None
+        check_target(self.nb, self.target)
+        ctx = build_context(self.nb, self.target, self.goal, self.runner)
+        if ctx.error is None and not self.goal:
+            return self._proposal("clean", "the target cell already runs clean in the sandbox: nothing to fix")
+        self.messages = initial_messages(self.nb, ctx)
+        finished = False
+        stop_reason = None
+        error = None
+        while not finished:
+            stop_reason = self._limit_reached()
+            if stop_reason:
+                break
+            try:
+                turn = request_turn(self.settings, self.messages, self.ledger)
+            except LLMError as exc:
+                error = f"model error: {exc}"
+                break
+            self.requests_sent.append(list(self.messages))
+            if self.session_ledger is not None:
+                self.session_ledger.add(turn.usage)
+            self.messages.append(turn.as_message())
+            usage = _usage(turn.usage)
+            tokens = usage.prompt_tokens + usage.completion_tokens
+            if not turn.tool_calls:
+                self.steps += 1
+                self.messages.append({"role": "user", "content": NUDGE})
+                self._emit(AgentStep(run_id=self.run_id, step=self.steps, phase="done", reflection=turn.content[:500],
+                                     action="reply", result=NUDGE, status="error", tokens=tokens, usage=usage))
+                continue
+            for i, call in enumerate(turn.tool_calls):
+                reason = self._limit_reached() if i else None
+                if reason or finished:
+                    why = "the run already finished" if finished else reason
+                    self.messages.append({"role": "tool", "tool_call_id": call.id, "content": f"not run: {why}"})
+                    continue
+                finished = self._step(call, usage if i == 0 else StepUsage(), tokens if i == 0 else 0)
+        if finished:
+            return self._proposal("fixed", "finished")
+        if error:
+            return self._proposal("error", error)
+        user_stop = self.stop_event.is_set()
+        if not user_stop and (self.runner.edits() or self.runner.additions() or self.runner.agent_ran):
+            try:
+                self.evidence = self.runner.verify()
+            except Exception as exc:
+                log.warning("agent: final verification failed: %s", exc)
+        fixed = self.evidence is not None and self.evidence.status == "ok" and not self.runner.final_guard()
+        if fixed and not self.explanation:
+            self.explanation = next((s.reflection for s in reversed(self.log) if s.reflection), "")
+        return self._proposal("stopped" if user_stop else "fixed" if fixed else "not-fixed", stop_reason or "ended")
+
+    def _proposal(self, status: str, stop_reason: str) -> Proposal:
+        t = self.ledger.totals()
+        r = self.runner
+        fixed = status == "fixed"
+        return Proposal(
+            run_id=self.run_id, notebook=self.nb.path, target=self.target, status=status, fixed=fixed,
+            stop_reason=stop_reason, explanation=self.explanation, edits=r.edits(), additions=r.additions(),
+            run_first=r.plan(self.target) if status != "clean" else [], evidence=self.evidence,
+            guard=list(r.refusals), steps=self.steps,
+            usage=AgentUsage(requests=t.requests, prompt_tokens=t.prompt_tokens, completion_tokens=t.completion_tokens,
+                             cached_tokens=t.cached_tokens,
+                             cost_usd=t.cost_usd if t.requests > t.unpriced_requests else None,
+                             unpriced_requests=t.unpriced_requests),
+            model=self.settings.model or "", elapsed_s=round(time.monotonic() - self.start, 3), log=list(self.log),
+        )
+
+
+def start_fix(
+    notebook: Notebook,
+    target: int,
+    settings: LLMSettings,
+    *,
+    goal: str | None = None,
+    on_step: Callable[[AgentStep], None] | None = None,
+    step_gate: StepGate | None = None,
+    stop_event: threading.Event | None = None,
+    sandbox_factory: Callable[[Notebook], ExecutionSandbox] | None = None,
+    budget: AgentBudget | None = None,
+    ledger: CostLedger | None = None,
+    run_id: str | None = None,
+) -> Proposal:
+    """Run the repair agent on cell `target` (blocking; the daemon runs it in a worker thread).
+
+    The sandbox comes from `sandbox_factory(notebook)` (default: a replay kernel CRANE owns) and is closed at
+    the end. Raises NotebookError for a bad target, LLMNotConfigured without a model and KernelError when no
+    sandbox can be started; every other failure ends the run with a proposal whose status says so."""
+    from crane.llm.client import LLMNotConfigured
+
+    check_target(notebook, target)
+    if not settings.enabled:
+        raise LLMNotConfigured("no model is configured (set --model, CRANE_MODEL or crane.llm.model)")
+    sandbox = (sandbox_factory or replay_sandbox_factory())(notebook)
+    try:
+        run = AgentRun(notebook, target, settings, sandbox, goal=goal, budget=budget, on_step=on_step,
+                       step_gate=step_gate, stop_event=stop_event, ledger=ledger, run_id=run_id)
+        return run.run()
+    finally:
+        sandbox.close()

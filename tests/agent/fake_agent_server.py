@@ -1,0 +1,105 @@
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1 that answers with tool calls.
+
+(tests/llm/fake_llm_server.py only answers with text.) Each request pops the next scripted turn; a turn is a
+`Turn` (tool calls and/or text, usage, delay) or a callable `(request_body) -> Turn` that can look at the
+conversation so far (e.g. the last tool observation). Every request body is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+class Turn:
+    def __init__(self, calls: list[tuple[str, dict]] | None = None, text: str | None = None,
+                 usage: dict[str, int] | None = None, delay_s: float = 0.0):
+        self.calls = calls or []
+        self.text = text
+        self.usage = usage or {"prompt_tokens": 1200, "completion_tokens": 80, "cached_tokens": 0}
+        self.delay_s = delay_s
+
+
+def tool(name: str, reflection: str = "next step", usage: dict[str, int] | None = None, **args: Any) -> Turn:
+    """One turn with one tool call."""
+    return Turn(calls=[(name, {"reflection": reflection, **args})], usage=usage)
+
+
+Script = list["Turn | Callable[[dict], Turn]"]
+
+
+class FakeAgentServer:
+    def __init__(self) -> None:
+        self.script: list = []
+        self.default: Turn | Callable[[dict], Turn] = Turn(text="I am done.")
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+                body = json.loads(raw)
+                with server._lock:
+                    server.requests.append(body)
+                    n = len(server.requests)
+                    item = server.script.pop(0) if server.script else server.default
+                turn = item(body) if callable(item) else item
+                if turn.delay_s:
+                    time.sleep(turn.delay_s)
+                message: dict[str, Any] = {"role": "assistant", "content": turn.text}
+                if turn.calls:
+                    message["tool_calls"] = [
+                        {"id": f"call_{n}_{i}", "type": "function",
+                         "function": {"name": name, "arguments": json.dumps(args)}}
+                        for i, (name, args) in enumerate(turn.calls)
+                    ]
+                u = turn.usage
+                payload = json.dumps({
+                    "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
+                    "model": body.get("model", "fake"),
+                    "choices": [{"index": 0, "message": message,
+                                 "finish_reason": "tool_calls" if turn.calls else "stop"}],
+                    "usage": {"prompt_tokens": u["prompt_tokens"], "completion_tokens": u["completion_tokens"],
+                              "total_tokens": u["prompt_tokens"] + u["completion_tokens"],
+                              "prompt_tokens_details": {"cached_tokens": u.get("cached_tokens", 0)}},
+                }).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.api_base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="fake-agent-llm", daemon=True)
+
+    def start(self) -> "FakeAgentServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def reset(self, *turns, default=None) -> None:
+        with self._lock:
+            self.script = list(turns)
+            self.requests.clear()
+            self.default = default or Turn(text="I am done.")
+
+    def observations(self, request_index: int) -> list[str]:
+        """The tool messages' contents in one recorded request."""
+        return [m["content"] for m in self.requests[request_index]["messages"] if m.get("role") == "tool"]
