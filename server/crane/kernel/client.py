@@ -109,19 +109,32 @@ class KernelConnection:
         """Wait until the kernel answers a kernel_info request."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            msg_id = self.client.kernel_info()
             while True:
-                self._check_owner_alive()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise KernelTimeout(f"kernel did not answer kernel_info within {timeout:.0f} s")
+                msg_id = self.client.kernel_info()
+                self._await_shell_reply(msg_id, deadline, timeout)
+                # ZMQ "slow joiner": the shell reply can arrive before our iopub subscription is live, and a
+                # request sent then would miss its own idle status. Every request produces iopub status
+                # messages, so seeing one proves the subscription works; otherwise ask again.
                 try:
-                    msg = self.client.get_shell_msg(timeout=min(remaining, 0.5))
-                except queue.Empty:
-                    continue
-                if msg["parent_header"].get("msg_id") == msg_id:
+                    self.client.get_iopub_msg(timeout=0.2)
                     break
+                except queue.Empty:
+                    if time.monotonic() >= deadline:
+                        raise KernelTimeout(f"kernel iopub channel not ready within {timeout:.0f} s") from None
         self._drain_iopub()
+
+    def _await_shell_reply(self, msg_id: str, deadline: float, timeout: float) -> None:
+        while True:
+            self._check_owner_alive()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KernelTimeout(f"kernel did not answer kernel_info within {timeout:.0f} s")
+            try:
+                msg = self.client.get_shell_msg(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return
 
     def _check_owner_alive(self) -> None:
         if self.owner is not None and not self.owner.is_alive():
