@@ -115,7 +115,7 @@ def bench_start(env: dict[str, str], runs: int) -> list[float]:
 
 def cell_source(i: int, variant: int) -> str:
     k = i % 100
-    col = "abcd"[variant % 4]
+    col = "abcdz"[variant % 5]  # every fifth variant reads a missing column: a KeyError from live facts
     return f"m{i} = df{k}['{col}'].mean() + arr{k}.shape[0]\nv{i} = df{k}.{col}.values[:10] * {variant}\n"
 
 
@@ -207,6 +207,7 @@ def main() -> int:
         print(f"didChange → publishDiagnostics ({what}, {len(cells)} cells, {len(latencies)} edits): "
               f"p50 {p50:.1f} ms, p90 {pct(latencies, 90):.1f} ms, p99 {p99:.1f} ms, max {max(latencies):.1f} ms "
               f"(targets p50 ≤ 50 ms, p99 ≤ 200 ms)")
+        print(f"diagnostics published during the edits, by facts used: {modes}")
         ok = p50 <= 50 and p99 <= 200 and statistics.median(starts) <= 500
         print("targets met" if ok else "targets NOT met")
         return 0 if ok else 1

@@ -5,11 +5,16 @@
  *   CRANE_E2E_SCREENSHOTS  where each step's screenshot goes
  *   CRANE_E2E_RUN          the run folder (Chromium's fresh profile goes there)
  *   CRANE_E2E_KERNEL       the kernel's connection file (crane.kernel.connectionFile)
+ *   CRANE_E2E_PRIMED       how many cells run.sh ran in the kernel (its execution count must stay there)
+ *   CRANE_E2E_PYTHON       the Python with jupyter_client, for the kernel check
  *   CRANE_E2E_CHROMIUM     the browser (default /usr/bin/chromium)
  * The steps share one page and run in order; a failed step saves a `FAILED-<step>.png` screenshot.
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { chromium } from 'playwright-core';
@@ -21,14 +26,16 @@ const env = (name) => {
   }
   return v;
 };
-const URL = env('CRANE_E2E_URL');
+const WORKBENCH_URL = env('CRANE_E2E_URL');
 const SHOTS = env('CRANE_E2E_SCREENSHOTS');
 const RUN = env('CRANE_E2E_RUN');
 const KERNEL = env('CRANE_E2E_KERNEL');
+const PRIMED = Number(env('CRANE_E2E_PRIMED'));
+const PYTHON = env('CRANE_E2E_PYTHON');
 const CHROMIUM = process.env.CRANE_E2E_CHROMIUM || '/usr/bin/chromium';
 
 const NOTEBOOK = 'sales.ipynb';
-const CRASH_CELL = 4; // 1-based over all cells, as CRANE numbers them; it is the 4th cell of the list
+const CRASH_CELL = 4; // 1-based over all cells, markdown included, as CRANE numbers them (`crane check`)
 const FIXED_SOURCE = 'revenue = (sales["units"] * sales["price"]).sum()\nrevenue';
 
 // Generous: the machine is shared and slow; the server starts Python, attaches and probes the kernel.
@@ -38,6 +45,8 @@ let context;
 let failed; // the first failed step: later steps are skipped
 let page;
 let shot = 0;
+let diagnosisText; // what the diagnosis preview showed
+let statusWithPreviewFocused; // the CRANE status bar text while the diagnosis preview has the focus
 
 async function screenshot(name) {
   shot += 1;
@@ -46,17 +55,20 @@ async function screenshot(name) {
   return file;
 }
 
-/** Runs a step; on failure saves a screenshot of the page as it was before rethrowing. */
-function step(name, fn) {
+/**
+ * Runs a step; on failure saves a screenshot of the page as it was before rethrowing. Steps after a failed
+ * one are skipped (they build on its page state), except `always` ones.
+ */
+function step(name, fn, { always = false } = {}) {
   test(name, async (t) => {
-    if (failed) {
+    if (failed && !always) {
       t.skip(`after the failed step "${failed}"`);
       return;
     }
     try {
-      await fn();
+      await fn(t);
     } catch (err) {
-      failed = name;
+      failed ??= name;
       if (page) {
         await page.screenshot({ path: path.join(SHOTS, `FAILED-${name.replace(/[^a-z0-9]+/gi, '-')}.png`) }).catch(() => {});
       }
@@ -96,6 +108,34 @@ function craneStatus() {
   return page.locator('.statusbar-item').filter({ hasText: /CRANE/ }).first();
 }
 
+/** Moves the mouse to the middle of `locator` (squiggles sit under the text, which takes the pointer events). */
+async function moveTo(locator) {
+  await locator.scrollIntoViewIfNeeded();
+  const box = await locator.boundingBox();
+  assert.ok(box, 'the element is on screen');
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 4 });
+}
+
+/** Monaco renders spaces as non-breaking spaces. */
+function normalise(text) {
+  return text.replace(/\u00a0/g, ' ').trim();
+}
+
+/** Polls every frame (webviews are nested iframes) until one's body text matches `re`; returns that text. */
+async function waitForFrameText(re, timeout) {
+  const deadline = Date.now() + timeout;
+  while (Date.now() < deadline) {
+    for (const frame of page.frames()) {
+      const text = await frame.evaluate(() => document.body?.innerText ?? '').catch(() => '');
+      if (re.test(text)) {
+        return text;
+      }
+    }
+    await page.waitForTimeout(250);
+  }
+  throw new Error(`no frame shows ${re} within ${timeout} ms`);
+}
+
 before(async () => {
   mkdirSync(SHOTS, { recursive: true });
   // a fresh profile in the run folder (run.sh empties it); Playwright passes it as --user-data-dir
@@ -114,16 +154,20 @@ before(async () => {
     ],
     viewport: { width: 1600, height: 1000 },
   });
+  await context.tracing.start({ screenshots: true, snapshots: true });
   page = context.pages()[0] ?? (await context.newPage());
   page.setDefaultTimeout(30_000);
 });
 
 after(async () => {
+  // a Playwright trace of the whole run when a step failed: npx playwright-core show-trace <file>
+  const trace = failed ? path.join(SHOTS, 'trace.zip') : undefined;
+  await context?.tracing.stop(trace ? { path: trace } : {}).catch(() => {});
   await context?.close().catch(() => {});
 });
 
 step('the workbench loads with the workspace', async () => {
-  await page.goto(URL);
+  await page.goto(WORKBENCH_URL);
   await page.locator('.monaco-workbench').waitFor({ timeout: SLOW });
   await page.locator('.explorer-folders-view').getByText(NOTEBOOK).waitFor({ timeout: SLOW });
   await screenshot('workbench');
@@ -164,6 +208,7 @@ step("hovering the squiggle shows CRANE's message", async () => {
   const text = await hover.first().innerText();
   assert.match(text, /revenue/);
   assert.match(text, /crane/);
+  await page.waitForTimeout(500); // the hover fades in
   await screenshot('hover-message');
 });
 
@@ -176,13 +221,24 @@ step('the quick fix "Diagnose with CRANE" opens its explanation', async () => {
   const action = page.locator('.action-widget .monaco-list-row').filter({ hasText: 'Diagnose with CRANE' });
   await action.first().waitFor();
   await screenshot('quick-fix-menu');
-  await action.first().click();
+  // keyboard, as a user would (the menu blocks pointer events until the mouse moves)
+  const focused = page.locator('.action-widget .monaco-list-row.focused');
+  for (let i = 0; i < 6 && (await focused.getAttribute('aria-label')) !== 'Diagnose with CRANE'; i++) {
+    await page.keyboard.press('ArrowDown');
+  }
+  assert.equal(await focused.getAttribute('aria-label'), 'Diagnose with CRANE');
+  await page.keyboard.press('Enter');
   // markdown.showPreviewToSide of a crane-diagnosis: document: a webview whose text is the diagnosis
   await page.locator('.tabs-container .tab').filter({ hasText: /diagnosis/i }).first().waitFor({ timeout: SLOW });
   const frameText = await waitForFrameText(/will crash/, SLOW);
   assert.match(frameText, /KeyError/);
   assert.match(frameText, /revenue/);
+  assert.match(frameText, /units/, 'the evidence lists the columns the DataFrame has');
+  assert.match(frameText, /facts read from the live kernel/);
+  diagnosisText = frameText;
+  await page.mouse.move(1200, 950);
   await screenshot('diagnosis');
+  statusWithPreviewFocused = await craneStatus().innerText();
 });
 
 step('editing the cell to the fix clears the squiggle', async () => {
@@ -200,30 +256,30 @@ step('editing the cell to the fix clears the squiggle', async () => {
   await screenshot('fixed-no-squiggle');
 });
 
-/** Moves the mouse to the middle of `locator` (squiggles sit under the text, which takes the pointer events). */
-async function moveTo(locator) {
-  await locator.scrollIntoViewIfNeeded();
-  const box = await locator.boundingBox();
-  assert.ok(box, 'the element is on screen');
-  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 4 });
-}
-
-/** Monaco renders spaces as non-breaking spaces. */
-function normalise(text) {
-  return text.replace(/\u00a0/g, ' ').trim();
-}
-
-/** Polls every frame (webviews are nested iframes) until one's body text matches `re`; returns that text. */
-async function waitForFrameText(re, timeout) {
-  const deadline = Date.now() + timeout;
-  while (Date.now() < deadline) {
-    for (const frame of page.frames()) {
-      const text = await frame.evaluate(() => document.body?.innerText ?? '').catch(() => '');
-      if (re.test(text)) {
-        return text;
-      }
-    }
-    await page.waitForTimeout(250);
+step('the diagnosis numbers the cell as the notebook does', async (t) => {
+  if (diagnosisText === undefined) {
+    t.skip('no diagnosis was shown');
+    return;
   }
-  throw new Error(`no frame shows ${re} within ${timeout} ms`);
-}
+  // The preview's title (from the extension) and its body (from the server) must name the same cell.
+  assert.match(diagnosisText, new RegExp(`cell ${CRASH_CELL}\\b`), 'title');
+  assert.match(diagnosisText, new RegExp(`Cell ${CRASH_CELL} will crash`), `body:\n${diagnosisText.slice(0, 400)}`);
+}, { always: true });
+
+step('the status bar keeps showing the kernel while the diagnosis preview has the focus', async (t) => {
+  if (statusWithPreviewFocused === undefined) {
+    t.skip('no diagnosis was shown');
+    return;
+  }
+  // The preview is CRANE's own explanation of that notebook's cell: the kernel did not go away.
+  assert.match(statusWithPreviewFocused, /kernel attached/, `status bar: ${statusWithPreviewFocused}`);
+}, { always: true });
+
+step('the kernel ran nothing but the cells run before the test', async () => {
+  const script = fileURLToPath(new URL('./check_kernel.py', import.meta.url));
+  const { stdout } = await promisify(execFile)(PYTHON, [script, KERNEL, String(PRIMED)]).catch((err) => {
+    throw new Error(`the kernel's history changed: ${err.stdout || err.message}`);
+  });
+  const state = JSON.parse(stdout);
+  assert.equal(state.execution_count, PRIMED);
+}, { always: true });

@@ -36,11 +36,15 @@ t0=$(date +%s)
 
 # ---- processes: each in its own process group, stopped by id -----------------------------------------------
 PIDS=()
-start_bg() {  # start_bg LOGFILE CMD...: runs CMD in a new session (process group = its pid)
+start_bg() {  # start_bg LOGFILE|- CMD...: runs CMD in a new session (process group = its pid); sets BG_PID
   local out="$1"; shift
-  setsid "$@" >"$out" 2>&1 </dev/null &
-  PIDS+=("$!")
-  echo "$!"
+  if [ "$out" = - ]; then  # keep this script's stdout and stderr
+    setsid "$@" </dev/null &
+  else
+    setsid "$@" >"$out" 2>&1 </dev/null &
+  fi
+  BG_PID=$!
+  PIDS+=("$BG_PID")
 }
 stop_all() {
   local rc=$? pid i
@@ -74,7 +78,7 @@ export XDG_DATA_HOME="$RUN/xdg/data" XDG_CONFIG_HOME="$RUN/xdg/config" XDG_CACHE
 # ---- the kernel ---------------------------------------------------------------------------------------
 CONN="$RUN/kernel.json"
 log "starting ipykernel ($PYTHON)"
-kernel_pid=$(cd "$RUN/workspace" && start_bg "$LOGS/kernel.log" "$PYTHON" -m ipykernel_launcher -f "$CONN" --ip=127.0.0.1)
+start_bg "$LOGS/kernel.log" env -C "$RUN/workspace" "$PYTHON" -m ipykernel_launcher -f "$CONN" --ip=127.0.0.1
 "$PYTHON" "$HERE/prime_kernel.py" "$CONN" "$RUN/workspace/$NOTEBOOK" "${PRIMED_CELLS[@]}"
 
 # ---- code-server ------------------------------------------------------------------------------------------
@@ -115,7 +119,7 @@ log "installing $(basename "$VSIX") into code-server"
 log "starting code-server on 127.0.0.1:$PORT"
 start_bg "$LOGS/code-server.log" "$CS_BIN" "${CS_ARGS[@]}" --bind-addr "127.0.0.1:$PORT" --auth none \
   --disable-telemetry --disable-update-check --disable-workspace-trust --disable-getting-started-override \
-  --disable-proxy "$RUN/workspace" >/dev/null
+  --disable-proxy "$RUN/workspace"
 "$PYTHON" - "http://127.0.0.1:$PORT/healthz" <<'EOF' || { log "code-server did not answer /healthz"; cat "$LOGS/code-server.log" >&2; exit 1; }
 import sys, time, urllib.request
 deadline = time.monotonic() + 60
@@ -133,5 +137,8 @@ EOF
 log "running the browser scenario"
 export CRANE_E2E_URL="http://127.0.0.1:$PORT/?folder=$RUN/workspace"
 export CRANE_E2E_SCREENSHOTS="$SHOTS" CRANE_E2E_RUN="$RUN" CRANE_E2E_KERNEL="$CONN"
+export CRANE_E2E_PRIMED="${#PRIMED_CELLS[@]}" CRANE_E2E_PYTHON="$PYTHON"
 export CRANE_E2E_CHROMIUM="${CRANE_E2E_CHROMIUM:-/usr/bin/chromium}"
-(cd "$HERE" && node --test --test-reporter=spec --test-timeout=300000 crane.e2e.test.mjs)
+# in its own process group too, so that the browser Playwright starts is stopped with it
+start_bg - env -C "$HERE" node --test --test-reporter=spec --test-timeout=300000 crane.e2e.test.mjs
+wait "$BG_PID"

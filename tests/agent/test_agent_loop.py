@@ -152,7 +152,7 @@ def test_a_run_past_its_budget_ends_with_a_clear_report(model, keyerror_nb, reco
         turn = tool("inspect", "look", expression="df.columns.tolist()",
                     usage={"prompt_tokens": 100_000, "completion_tokens": 50})
     elif kind == "cost":
-        settings, budget = settings_for(model, model=PRICED), AgentBudget(max_cost_usd=0.20)
+        settings, budget = settings_for(model, model=PRICED), AgentBudget(max_cost_usd=0.20, max_tokens=None)
         turn = tool("inspect", "look", expression="df.columns.tolist()",
                     usage={"prompt_tokens": 600_000, "completion_tokens": 50})  # $0.09 per turn
     else:
@@ -161,7 +161,7 @@ def test_a_run_past_its_budget_ends_with_a_clear_report(model, keyerror_nb, reco
         turn.delay_s = 0.6
     model.reset(default=turn)
     p = start_fix(keyerror_nb, 3, settings, sandbox_factory=factory, budget=budget)
-    assert p.status == "not-fixed" and not p.fixed
+    assert p.status == "not-fixed" and not p.fixed, p.stop_reason
     assert len(model.requests) == (3 if kind != "time" else 2)
     expected = {"tokens": "token budget (250,000 tokens; used 300,150)",
                 "cost": "cost budget ($0.2000; spent $0.2701)", "time": "time budget (1 s)"}[kind]

@@ -42,7 +42,7 @@ def _write_case(root: Path, cid: str, buggy_target: str, fixed_target: str, enam
     d.mkdir()
 
     def nb(target: str) -> dict:
-        cells = [{"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [], "source": "a = [1, 2]"},
+        cells = [{"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [], "source": "a = [1, 2]\nd = {'k': 1}"},
                  {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": target}]
         return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
@@ -66,7 +66,7 @@ def _bench(*args: str, timeout: float = 1500) -> dict:
 
 def test_bench_runs_any_directory_in_the_format(tmp_path):
     _write_case(tmp_path, "names_1", "print(b)", "print(a)", "NameError")
-    _write_case(tmp_path, "keys_1", "{'k': 1}['z']", "{'k': 1}['k']", "KeyError")
+    _write_case(tmp_path, "keys_1", "d['z']", "d['k']", "KeyError")
     rep = _bench(str(tmp_path), "--jobs", "2")
     assert rep["schema"] == "crane.bench/1" and rep["mode"] == "static"
     assert rep["overall"]["n"] == 4

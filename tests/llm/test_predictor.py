@@ -32,7 +32,7 @@ def verdict(**kw) -> LLMVerdict:
 def test_verdict_to_finding():
     f = verdict_to_finding(verdict(), TARGET)
     assert f.source == "llm" and f.rule == "llm" and f.ename == "KeyError"
-    assert f.message == "KeyError: df has no column 'Age'."
+    assert f.message == "df has no column 'Age'."
     assert (f.line, f.col, f.end_line, f.end_col) == (2, 4, 2, 17)
     assert f.root_cause == "data confusion" and f.confidence == 0.8
     assert f.evidence == ["openai/m: df has no column 'Age'.", "suggested fix: df['age']"]

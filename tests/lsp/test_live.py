@@ -47,8 +47,10 @@ async def test_live_squiggles_follow_the_kernel(client, live_kernel, notebook_pa
 
     d1 = await wait_for(lambda: crane_diags(client, nb.cells[1]), what="KeyError on cell 2")
     assert d1[0].message.startswith("KeyError") and d1[0].range.start.line == 0
-    d2 = await wait_for(lambda: crane_diags(client, nb.cells[2]), what="NameError on cell 3")
-    assert d2[0].code == "undefined-name" and d2[0].data["facts"] == "live"
+    d2 = await wait_for(
+        lambda: (d := crane_diags(client, nb.cells[2])) and d[0].data["facts"] == "live" and d, what="live NameError on cell 3"
+    )
+    assert d2[0].code == "undefined-name"
 
     # The user runs a cell (another client of the kernel, as VS Code would): the squiggle goes away.
     live_kernel.run("model_x = 42")
@@ -85,11 +87,22 @@ async def test_hover_shows_runtime_facts(client, live_kernel, notebook_path):
     text = hover.contents.value
     assert "DataFrame" in text and "`a`" in text and "(3, " in text
     assert hover.range.start.character == 4 and hover.range.end.character == 6
-    # a keyword or blank gives no hover
-    none = await client.text_document_hover_async(
-        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=nb.cells[0]), position=types.Position(0, 1))
+    # a name the kernel does not have (yet)
+    unknown = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=nb.cells[0]), position=types.Position(0, 0))
     )
-    assert none is not None and "x" in none.contents.value or none is None
+    assert unknown.contents.value == "**x**: not defined in the kernel"
+    # an attribute chain: facts of the attribute's value, or its absence
+    nb.set_text(0, "df.columns\ndf.no_such_attr\n# df in a comment\n")
+    await wait_for(lambda: crane_diags(client, nb.cells[0]) and crane_diags(client, nb.cells[0])[0].range.start.line == 1, what="AttributeError")
+    attr = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=nb.cells[0]), position=types.Position(1, 6))
+    )
+    assert "no such attribute" in attr.contents.value
+    comment = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=nb.cells[0]), position=types.Position(2, 3))
+    )
+    assert comment is None
     # unknown cell URI: no hover, no crash
     assert await client.text_document_hover_async(
         types.HoverParams(text_document=types.TextDocumentIdentifier(uri="vscode-notebook-cell:/nope#x"), position=types.Position(0, 0))
@@ -165,7 +178,10 @@ async def test_attach_errors_are_replies(client, notebook_path, tmp_path):
 async def test_busy_kernel_uses_stale_facts_without_waiting(client, live_kernel, notebook_path):
     nb = Notebook(client, notebook_path, ["print(df.shape)\nprint(never_defined)\n"])
     await attach(client, nb, live_kernel)
-    await wait_for(lambda: crane_diags(client, nb.cells[0]), what="NameError")
+    await wait_for(
+        lambda: (d := crane_diags(client, nb.cells[0])) and len(d) == 1 and d[0].data["facts"] == "live",
+        what="NameError from live facts",
+    )
     msg_id = live_kernel.conn.client.execute("import time; time.sleep(3)")  # a long user cell
     try:
         await wait_for(lambda: last_status(client, nb.uri).state == "busy", what="busy status")
@@ -204,3 +220,18 @@ async def test_discovery_by_vsc_ipynb_file(kernel, runtime_dir, notebook_path, t
             await stop_client(client)
     finally:
         other.shutdown()
+
+
+async def test_configuration_change_to_static_mode_and_back(client, live_kernel, notebook_path):
+    nb = Notebook(client, notebook_path, ["print(df.shape)\n"])
+    await attach(client, nb, live_kernel)
+    await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="df known to the kernel")
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"crane": {"diagnostics": {"mode": "static"}}})
+    )
+    await wait_for(lambda: last_status(client, nb.uri).state == "static-only", what="static-only status")
+    d = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="static NameError (no cell defines df)")
+    assert d[0].data["facts"] == "static"
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"crane": {}}))
+    await wait_for(lambda: last_status(client, nb.uri).kernel is not None, timeout=15, what="reattached to the requested kernel")
+    await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="live again")

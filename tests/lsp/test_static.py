@@ -87,12 +87,20 @@ async def test_syntax_error_and_missing_module_and_file(static_client, tmp_path)
     assert d1[0].message.startswith("ModuleNotFoundError")
 
 
-async def test_close_clears_everything(static_client, tmp_path):
+async def test_close_clears_everything_even_mid_analysis(static_client, tmp_path):
+    import asyncio
+
     client = static_client
     nb = Notebook(client, tmp_path / "c.ipynb", ["print(undefined_thing)\n"])
     await wait_for(lambda: crane_diags(client, nb.cells[0]), what="NameError")
-    nb.close()
+    nb.set_text(0, "print(undefined_thing)\nprint(other_undefined)\n")  # a check is scheduled...
+    nb.close()  # ...and the notebook closes before it runs
     await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="cleared on close")
+    await asyncio.sleep(0.5)
+    assert crane_diags(client, nb.cells[0]) == []  # nothing published after the close
+    # the server still works
+    nb2 = Notebook(client, tmp_path / "d.ipynb", ["print(zzz)\n"])
+    await wait_for(lambda: crane_diags(client, nb2.cells[0]), what="a new notebook is checked")
 
 
 async def test_invalid_settings_fall_back_with_a_message(tmp_path):
@@ -121,3 +129,28 @@ async def test_missing_file_relative_to_the_notebook_folder(static_client, tmp_p
     d = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="FileNotFoundError")
     assert d[0].message.startswith("FileNotFoundError") and d[0].range.start.line == 1
     await wait_for(lambda: crane_diags(client, nb.cells[1]) == [], what="no squiggle for a file that exists")
+
+
+async def test_check_notebook_reports_progress_and_can_be_cancelled(static_client, tmp_path):
+    import asyncio
+
+    client = static_client
+    n = 400
+    nb = Notebook(client, tmp_path / "big.ipynb", [f"v{i} = v{i - 1} + 1\n" if i else "v0 = 0\n" for i in range(n)])
+    await wait_for(lambda: crane_diags(client, nb.cells[-1]) is not None, timeout=30, what="initial check")
+    task = asyncio.ensure_future(
+        client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.checkNotebook", arguments=[nb.uri]))
+    )
+    token = await wait_for(
+        lambda: next((t for t, reports in client.progress_reports.items() if len(reports) >= 2), None), what="progress reports"
+    )
+    client.window_work_done_progress_cancel(types.WorkDoneProgressCancelParams(token=token))
+    result = await asyncio.wait_for(task, 30)
+    assert result["cancelled"] is True
+    assert 0 < len(result["cells"]) < n
+    reports = client.progress_reports[token]
+    assert type(reports[0]).__name__ == "WorkDoneProgressBegin" and reports[0].cancellable
+    assert type(reports[-1]).__name__ == "WorkDoneProgressEnd" and reports[-1].message == "cancelled"
+    # without cancelling: every code cell, no crash
+    full = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.checkNotebook", arguments=[nb.uri]))
+    assert full["cancelled"] is False and len(full["cells"]) == n and full["crashes"] == 0

@@ -101,7 +101,7 @@ async def hover(ls: "CraneServer", params: types.HoverParams) -> types.Hover | N
             return None  # the attribute part is under the cursor and nothing is known about it
         text = facts_markdown(result.facts[root], stale)
     if text is None and root in result.undefined:
-        text = f"**{root}** is not defined in the kernel: running this now raises `NameError`"
+        text = f"**{root}**: not defined in the kernel" + (" _(stale)_" if stale else "")
     if text is None:
         return None
     return types.Hover(

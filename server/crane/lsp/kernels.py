@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KERNEL_STATUS = "crane/kernelStatus"
+BUSY_AFTER_S = 0.15  # a user request must run this long before the status says "busy"
 
 
 class KernelSupervisor:
@@ -60,6 +61,14 @@ class KernelSupervisor:
     async def shutdown(self) -> None:
         for session in list(self.ls.sessions.values()):
             await self.close(session)
+
+    async def settings_changed(self) -> None:
+        """Kernel settings or the mode changed: static mode lets go of kernels; otherwise look again."""
+        for session in list(self.ls.sessions.values()):
+            if self.ls.settings.diagnostics.mode == "static" and session.attachment is not None:
+                att, session.attachment = session.attachment, None
+                await asyncio.to_thread(att.close)
+            self.wake(session)
 
     def wake(self, session: NotebookSession) -> None:
         ev = self._wake.get(session.uri)
@@ -185,19 +194,24 @@ class KernelSupervisor:
     def _on_event(self, session: NotebookSession, att: Attachment, event: WatchEvent) -> None:
         if session.closed or session.attachment is not att:
             return
-        if event.kind == "busy":
-            self._set_state(session, "busy", "the kernel is running a cell: diagnostics use the facts from before it")
+        if event.kind == "busy":  # said only when it lasts: short silent requests of other clients do not flicker
+            self.ls.call_later(BUSY_AFTER_S, self._still_busy, session, att)
         elif event.kind == "finished":
             self._set_state(session, "idle", "the kernel is idle")
             self.recheck_after_run(session, event.code)
         elif event.kind == "idle":
-            self._set_state(session, "idle", "the kernel is idle")
+            if session.state == "busy":
+                self._set_state(session, "idle", "the kernel is idle")
             if session.stale_cells and session.scheduler is not None:  # they were checked against old facts
                 session.scheduler.request(list(session.stale_cells), 0.0)
         elif event.kind == "dead":
             self._kernel_failed(session, None)
         elif event.kind in ("restarted", "alive"):
             self.ls.spawn(self._verify_identity(session, att))
+
+    def _still_busy(self, session: NotebookSession, att: Attachment) -> None:
+        if not session.closed and session.attachment is att and att.busy:
+            self._set_state(session, "busy", "the kernel is running a cell: diagnostics use the facts from before it")
 
     def _kernel_failed(self, session: NotebookSession, exc: Exception | None) -> None:
         att = session.attachment

@@ -42,8 +42,7 @@ async def did_change_configuration(ls: "CraneServer", params: types.DidChangeCon
     ls.apply_settings(settings)
     after = ls.settings
     if (before.kernel, before.diagnostics.mode) != (after.kernel, after.diagnostics.mode):
-        for session in ls.sessions.values():
-            ls.kernels.wake(session)
+        await ls.kernels.settings_changed()
     for session in ls.sessions.values():
         ls.kernels.recheck_all(session)
 

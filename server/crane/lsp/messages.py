@@ -13,7 +13,7 @@ import msgspec
 
 from crane.rules.finding import Finding
 
-KernelState = Literal["attached", "busy", "idle", "dead", "static-only", "stale"]
+KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
 KernelSource = Literal["request", "discovery", "setting"]
 
 

@@ -93,6 +93,11 @@ class CraneServer(LanguageServer):
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(fn, *args)
 
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_later(delay, fn, *args)
+
     def spawn(self, aw) -> asyncio.Task:
         task = asyncio.ensure_future(aw)
         self._tasks.add(task)

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+OTHERS_DELAY_S = 0.1  # static scope: cells other than the edited one are re-checked this much later
+
 
 async def did_open(ls: "CraneServer", params: types.DidOpenNotebookDocumentParams) -> None:
     nb = params.notebook_document
@@ -73,8 +75,10 @@ async def did_change(ls: "CraneServer", params: types.DidChangeNotebookDocumentP
     if recheck_all or (edited and static_scope):
         snap = snapshot(ls.workspace, session.uri)
         if snap is not None:
-            session.scheduler.request([c.uri for c in snap.cells], debounce)
-    elif edited:
+            # the other cells a little later, so the edited ones are published in a batch of their own
+            later = debounce if recheck_all else debounce + OTHERS_DELAY_S
+            session.scheduler.request([c.uri for c in snap.cells if c.uri not in edited], later)
+    if edited:
         session.scheduler.request(edited, debounce)
     if ran:
         snap = snapshot(ls.workspace, session.uri)

@@ -1,0 +1,113 @@
+"""The agent's sandbox on a live kernel: a crane.sandbox.session.SandboxSession (a confined copy-on-write fork
+of the user's kernel) behind the `ExecutionSandbox` interface.
+
+The session is forked from the live state, a checkpoint is taken at once, and `reset_to_history()` rolls
+back to it (then checkpoints again), so a reset costs a fork, not a replay. The user's kernel only sees the
+private requests that start the session; runtime facts for the context are read from it with the private
+probe. When the session cannot start (no fork, no seccomp, a remote kernel), `fork_or_replay_factory`
+falls back to the replay sandbox.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from crane.agent.sandboxes import ExecResult, ReplaySandbox, cell_line, clean_traceback, inspect_expression
+from crane.kernel.client import KernelConnection
+from crane.notebook.model import Notebook
+
+log = logging.getLogger(__name__)
+
+_STATUS = {"crash": "error", "no-crash": "ok", "timeout": "timeout", "blocked": "blocked",
+           "unavailable": "unavailable"}
+
+
+class ForkSandbox:
+    kind = "fork"
+
+    def __init__(self, conn: KernelConnection, budget_s: float = 60.0):
+        from crane.sandbox.session import SandboxSession
+
+        self.conn = conn
+        self.budget_s = budget_s
+        self._open = lambda: SandboxSession.open(conn, budget_s=budget_s)
+        self.session = self._open()
+        self.session.checkpoint()
+        self.resets = 0
+
+    @property
+    def needs_reset(self) -> bool:
+        return self.session is None or self.session.closed
+
+    def reset_to_history(self) -> None:
+        """Back to the live kernel's state as it was when the session opened."""
+        from crane.sandbox.session import SandboxError
+
+        self.resets += 1
+        if not self.needs_reset:
+            try:
+                self.session.rollback()
+                self.session.checkpoint()
+                return
+            except SandboxError as exc:
+                log.warning("agent: sandbox rollback failed (%s); opening a new session", exc)
+                self.close()
+        self.session = self._open()
+        self.session.checkpoint()
+
+    def run_cell(self, source: str, timeout: float = 120.0) -> ExecResult:
+        from crane.sandbox.session import SandboxError
+
+        try:
+            v = self.session.run(source, budget_s=min(timeout, self.budget_s))
+        except SandboxError as exc:
+            return ExecResult(status="unavailable", evalue=str(exc))
+        status = _STATUS.get(v.verdict, "unavailable")
+        tb = clean_traceback(v.traceback) if v.traceback else ""
+        evalue = v.evalue if status == "error" else (v.reason or v.evalue)
+        if status == "blocked" and v.denied:
+            evalue = f"{v.reason or 'blocked'}: refused side effects: {', '.join(v.denied[:5])}"
+        return ExecResult(status=status, ename=v.ename, evalue=evalue, line=v.line or (cell_line(tb) if tb else None),
+                          traceback=tb, stdout=v.stdout, stderr=v.stderr, elapsed_s=v.elapsed_ms / 1000)
+
+    def inspect(self, expression: str, timeout: float = 10.0) -> str:
+        from crane.sandbox.session import SandboxError
+
+        try:
+            text = self.session.inspect(inspect_expression(expression), timeout=timeout)
+        except SandboxError as exc:
+            return str(exc)
+        import ast
+
+        try:
+            value = ast.literal_eval(text)
+            return value if isinstance(value, str) else text
+        except (ValueError, SyntaxError):
+            return text
+
+    def probe_client(self):
+        from crane.probe.collect import ProbeClient
+
+        return ProbeClient(self.conn)
+
+    def close(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            try:
+                session.close()
+            except Exception as exc:
+                log.warning("agent: closing the sandbox session: %s", exc)
+
+
+def fork_or_replay_factory(conn: KernelConnection | None, python: str | None = None):
+    """A `sandbox_factory` for the daemon: a fork session of the live kernel, else a replay kernel."""
+
+    def factory(nb: Notebook):
+        if conn is not None:
+            try:
+                return ForkSandbox(conn)
+            except Exception as exc:
+                log.warning("agent: fork sandbox unavailable (%s); using a replay kernel", exc)
+        return ReplaySandbox(nb, python=python)
+
+    return factory

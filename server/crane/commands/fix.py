@@ -1,0 +1,158 @@
+"""`crane fix NOTEBOOK --cell N`: repair a cell with the CRANE agent, in a sandbox.
+
+The agent edits, adds and executes cells in a replay sandbox (a fresh kernel CRANE owns, in the notebook's
+folder, holding the state the notebook's history leaves) until the cell runs clean, within its step, time,
+token and money budgets. Without --apply or --out it prints the proposed diff and changes nothing; with
+--out FIXED.ipynb it writes the fixed notebook there; with --apply it edits NOTEBOOK in place. Only the
+edited cells' sources change in the file (added cells are inserted); every other byte stays. A proposal
+that is not a verified fix is never written.
+
+Exit code 0: fixed (or nothing to fix); 1: no fix found; 2: usage, input, kernel or model error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
+from crane.llm.settings import add_llm_arguments
+
+
+class FixReport(msgspec.Struct, rename="camel"):
+    schema: str  # "crane.fix/1"
+    notebook: str
+    proposal: object  # crane.agent.proposal.Proposal
+    diff: str
+    written: str | None = None  # the file the fix was written to, if any
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("notebook", help="path to an .ipynb file")
+    p.add_argument("--cell", type=int, required=True, metavar="N", help="1-based number of the cell to fix")
+    p.add_argument("--goal", help="what the cell should do (for a cell that has not failed yet)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--apply", action="store_true", help="write the fix into NOTEBOOK")
+    out.add_argument("--out", metavar="FIXED.ipynb", help="write the fixed notebook to this file")
+    p.add_argument("--json", action="store_true", help="print a JSON report")
+    p.add_argument("--max-steps", dest="max_steps", type=int, default=10, metavar="K", help="agent steps (default 10)")
+    p.add_argument("--max-seconds", dest="max_seconds", type=float, default=300.0, help="wall-clock budget (300)")
+    p.add_argument("--token-budget", dest="token_budget", type=int, default=200_000,
+                   help="prompt + completion tokens over the run (default 200000; 0: no limit)")
+    p.add_argument("--quiet", action="store_true", help="do not print the agent's steps on stderr")
+    p.add_argument("--python", help="interpreter for the sandbox kernel (default: this one)")
+    add_llm_arguments(p)
+
+
+def _print_step(step) -> None:
+    if step.phase != "done":
+        return
+    where = f" cell {step.cell}" if step.cell is not None else ""
+    head = f"[{step.step}] {step.action}{where}: {step.reflection}".rstrip(": ")
+    result = step.result.strip().splitlines()[0][:160] if step.result.strip() else ""
+    print(f"{head}\n     -> {result}", file=sys.stderr)
+
+
+def _write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def render_text(path: str, proposal, diff: str, written: str | None) -> str:
+    out = []
+    if diff:
+        out.append(diff.rstrip("\n"))
+    p = proposal
+    out.append(f"{path}: cell {p.target}: {p.summary()}")
+    if p.explanation:
+        out.append(f"  {p.explanation}")
+    if p.run_first:
+        out.append("  run before the cell: " + ", ".join(f"cell {c}" for c in p.run_first))
+    if p.evidence is not None:
+        ev = p.evidence
+        what = "ran clean" if ev.status == "ok" else f"{ev.ename or ev.status}: {ev.evalue or ''}"
+        out.append(f"  sandbox ({ev.sandbox}): cell {ev.target} {what}")
+    for g in p.guard:
+        out.append(f"  guard: {g}")
+    u = p.usage
+    cost = f"${u.cost_usd:.5f}" if u.cost_usd is not None else "cost unknown (model not priced)"
+    out.append(f"  {p.steps} step(s), {u.requests} request(s), {u.prompt_tokens:,} prompt ({u.cached_tokens:,} cached)"
+               f" + {u.completion_tokens:,} completion tokens, {cost}, {p.elapsed_s:.1f}s; stop: {p.stop_reason}")
+    if written:
+        out.append(f"  written to {written}")
+    elif p.fixed and p.changes_code:
+        out.append("  (nothing written: use --apply or --out FIXED.ipynb)")
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from crane.agent.loop import AgentBudget, start_fix
+    from crane.agent.nbwrite import apply_proposal
+    from crane.agent.proposal import unified_diff
+    from crane.agent.sandboxes import replay_sandbox_factory
+    from crane.kernel.errors import KernelError
+    from crane.llm.client import LLMError
+    from crane.llm.cost import SESSION
+    from crane.llm.settings import SettingsError, settings_from_args
+    from crane.notebook.history import check_target
+    from crane.notebook.model import NotebookError, load_notebook
+
+    if args.max_steps < 1:
+        print("crane: --max-steps must be at least 1", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        settings = settings_from_args(args)
+        nb = load_notebook(args.notebook)
+        check_target(nb, args.cell)
+        original = Path(args.notebook).read_bytes()
+    except (NotebookError, SettingsError) as exc:
+        print(f"crane: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if not settings.enabled:
+        print("crane: the agent needs a model: --model M (or CRANE_MODEL), e.g. openai/gpt-4o-mini", file=sys.stderr)
+        return EXIT_ERROR
+    budget = AgentBudget(max_steps=args.max_steps, max_seconds=args.max_seconds,
+                         max_tokens=args.token_budget or None)
+    try:
+        proposal = start_fix(nb, args.cell, settings, goal=args.goal, budget=budget, ledger=SESSION,
+                             on_step=None if args.quiet or args.json else _print_step,
+                             sandbox_factory=replay_sandbox_factory(python=args.python))
+    except (KernelError, LLMError, NotebookError) as exc:
+        print(f"crane: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    diff = unified_diff(proposal, Path(args.notebook).name)
+    written = None
+    target = Path(args.notebook) if args.apply else Path(args.out) if args.out else None
+    if target is not None and proposal.fixed and proposal.changes_code:
+        try:
+            _write(target, apply_proposal(original, proposal))
+            written = str(target)
+        except (NotebookError, OSError) as exc:
+            print(f"crane: could not write the fix: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+    elif target is not None and args.out and proposal.fixed:  # no code change: --out still gets the notebook
+        _write(target, original)
+        written = str(target)
+    if args.json:
+        from crane.commands.output import encode
+
+        print(encode(FixReport(schema="crane.fix/1", notebook=args.notebook, proposal=proposal, diff=diff,
+                               written=written)))
+    else:
+        print(render_text(args.notebook, proposal, diff, written))
+    if target is not None and not proposal.fixed and proposal.status != "clean":
+        print("crane: no verified fix: nothing written", file=sys.stderr)
+    return EXIT_OK if proposal.fixed or proposal.status == "clean" else EXIT_CRASH

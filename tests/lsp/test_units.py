@@ -1,0 +1,135 @@
+"""Unit tests of the server's pure parts: settings, URIs, discovery dirs and candidates, facts cache,
+findings → diagnostics, and `crane serve --tcp`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from crane.lsp.discovery import candidates, runtime_dirs
+from crane.lsp.facts_cache import FactsCache
+from crane.lsp.hover import chain_at
+from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, notebook_path
+from crane.lsp.settings import parse_settings
+from crane.probe.facts import Facts, ProbeRequest, ProbeResult
+from crane.rules.finding import Finding, Related
+
+from conftest import REPO
+
+
+def test_settings_sections_fall_back_independently():
+    s, problems = parse_settings(
+        {"crane": {"kernel": {"probeTimeoutMs": 10}, "diagnostics": {"debounceMs": 40, "bogus": 1}, "logLevel": "loud"}}
+    )
+    assert s.kernel.probe_timeout_ms == 1000  # invalid section: defaults
+    assert s.diagnostics.debounce_ms == 40  # valid section kept
+    assert s.log_level == "info"
+    assert any("crane.kernel" in p for p in problems)
+    assert any("bogus" in p for p in problems)
+    assert any("logLevel" in p for p in problems)
+    assert parse_settings(None) == (type(s)(), [])
+    assert parse_settings({"diagnostics": {"mode": "static"}})[0].diagnostics.mode == "static"  # bare section
+    assert parse_settings([1, 2])[1]
+
+
+def test_notebook_paths_from_uris():
+    assert notebook_path("file:///tmp/a%20b/x.ipynb") == "/tmp/a b/x.ipynb"
+    assert notebook_path("vscode-notebook-cell:/tmp/x.ipynb#W0sZmlsZQ%3D%3D") == "/tmp/x.ipynb"
+    assert notebook_path("untitled:Untitled-1.ipynb") is None
+    assert notebook_path("vscode-remote://ssh-remote+h/x.ipynb") is None
+
+
+def test_runtime_dirs_and_candidates(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "xdg" / "jupyter" / "runtime"
+    a.mkdir()
+    b.mkdir(parents=True)
+    dirs = runtime_dirs({"JUPYTER_RUNTIME_DIR": str(a), "XDG_RUNTIME_DIR": str(tmp_path / "xdg")})
+    assert dirs[:2] == [str(a), str(b)]
+    old = a / "kernel-1.json"
+    new = b / "kernel-v3abc.json"
+    old.write_text("{}")
+    new.write_text("{}")
+    (a / "other.json").write_text("{}")
+    os.utime(old, (time.time() - 100, time.time() - 100))
+    assert candidates([str(a), str(b)]) == [str(new), str(old)]
+
+
+def test_facts_cache_answers_only_what_it_knows():
+    cache = FactsCache()
+    req = ProbeRequest(names=["df", "gone"], modules=["pandas"], paths=["x.csv"])
+    cache.store(req, ProbeResult(facts={"df": Facts(name="df", type="DataFrame")}, undefined=["gone"], modules={"pandas": True}, paths={"x.csv": False}))
+    got = cache.lookup(ProbeRequest(names=["df", "gone", "never_seen"], paths=["x.csv"]))
+    assert set(got.facts) == {"df"} and got.undefined == ["gone"] and got.paths == {"x.csv": False}
+    assert "never_seen" not in got.undefined  # unknown is not undefined
+    assert cache.lookup(ProbeRequest(names=["never_seen"])) is None
+    cache.store(ProbeRequest(names=["gone"]), ProbeResult(facts={"gone": Facts(name="gone", type="int")}))
+    assert cache.lookup(ProbeRequest(names=["gone"])).undefined == []
+
+
+def test_chain_at():
+    assert chain_at("x = df.shape[0]", 5) == ("df", 4, 6)
+    assert chain_at("x = df.shape[0]", 9) == ("df.shape", 4, 12)
+    assert chain_at("foo().bar", 7) is None
+    assert chain_at("if x:", 1) is None
+
+
+def test_finding_to_diagnostic_maps_lines_and_related_cells():
+    from crane.lsp.diagnostics import to_diagnostic
+
+    cells = (
+        CellSnapshot(1, "cell-1", True, "x = 1\n", 1),
+        CellSnapshot(2, "cell-2#%3D", True, "a\nprint(y)\n", 3),
+    )
+    snap = NotebookSnapshot("nb", None, 1, cells)
+    f = Finding(rule="undefined-name", ename="NameError", message="name 'y' is not defined", line=2, col=6, end_line=2, end_col=7,
+                related=[Related(message="defined in cell 1", cell=1, line=1)])
+    d = to_diagnostic(f, cells[1], snap, "live")
+    assert (d.range.start.line, d.range.start.character, d.range.end.character) == (1, 6, 7)
+    assert d.message == "NameError: name 'y' is not defined" and d.source == "crane" and d.code == "undefined-name"
+    assert d.related_information[0].location.uri == "cell-1"
+    d2 = to_diagnostic(Finding(rule="r", ename="KeyError", message="KeyError: 'k'", line=1), cells[1], snap, "stale")
+    assert d2.message == "KeyError: 'k'" and d2.range.end.character == 1 and d2.data["facts"] == "stale"
+
+
+def test_serve_over_tcp(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "server"), JUPYTER_RUNTIME_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "crane", "serve", "--tcp", f"127.0.0.1:{port}"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}}).encode()
+        conn.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        data = b""
+        while b"serverInfo" not in data:
+            chunk = conn.recv(65536)
+            assert chunk, "connection closed"
+            data += chunk
+        assert b'"name": "crane"' in data
+        conn.close()
+    finally:
+        proc.kill()
+        out = proc.communicate(timeout=5)[0]
+    assert out == b""  # nothing on stdout in TCP mode either
+
+
+def test_serve_rejects_a_bad_tcp_address():
+    r = subprocess.run([sys.executable, "-m", "crane", "serve", "--tcp", "nope"], capture_output=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO / "server")))
+    assert r.returncode == 2 and b"HOST:PORT" in r.stderr
