@@ -1,4 +1,5 @@
-# CRANE developer tasks. `make demo` sets everything up and checks the bundled example; `make test` runs all tests.
+# CRANE developer tasks. `make demo` sets everything up and checks the bundled example; `make test` runs all
+# tests: Python (pytest), the VS Code client (vitest unit + wire tests) and the end-to-end code-server test.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -6,7 +7,7 @@ STAMP  := $(VENV)/.crane-installed
 BENCH  ?= ../shared/bench/junobench-lite
 JOBS   ?= 2
 
-.PHONY: setup demo test test-python test-client vsix bench bench-json clean
+.PHONY: setup demo test test-python test-client vsix e2e bench clean
 
 setup: $(STAMP)
 
@@ -19,7 +20,7 @@ demo: setup
 	@echo "== crane check examples/titanic/titanic.ipynb"
 	@$(BIN)/crane check examples/titanic/titanic.ipynb; rc=$$?; [ $$rc -le 1 ] || exit $$rc
 
-test: test-python test-client
+test: test-python test-client e2e
 
 test-python: setup
 	$(BIN)/python -m pytest -q
@@ -31,6 +32,11 @@ test-client: setup
 
 vsix:
 	$(NPM_CI) && npm run package
+
+# The extension in a real VS Code (code-server) driven by headless Chromium: installs code-server, Debian's
+# chromium and playwright-core on first use (cached in build/e2e), screenshots in build/e2e/screenshots.
+e2e: setup vsix
+	e2e/run.sh
 
 bench: setup
 	$(BIN)/crane bench $(BENCH) --jobs $(JOBS)

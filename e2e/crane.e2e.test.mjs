@@ -97,6 +97,7 @@ async function openNotebook() {
       return;
     }
     // opened as text: close that editor and try again a little later
+    console.error(`# ${NOTEBOOK} opened as text (attempt ${attempt}): reopening`);
     await page.locator('.tabs-container .tab.active .codicon-close').click();
     await page.waitForTimeout(2000);
   }
@@ -113,6 +114,27 @@ async function moveTo(locator) {
   await locator.scrollIntoViewIfNeeded();
   const box = await locator.boundingBox();
   assert.ok(box, 'the element is on screen');
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 4 });
+}
+
+/** Moves the mouse onto the first occurrence of `word` in the text of `locator` (one editor line). */
+async function moveToText(locator, word) {
+  await locator.scrollIntoViewIfNeeded();
+  const box = await locator.evaluate((el, w) => {
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const at = node.textContent.indexOf(w);
+      if (at >= 0) {
+        const range = document.createRange();
+        range.setStart(node, at);
+        range.setEnd(node, at + w.length);
+        const r = range.getBoundingClientRect();
+        return { x: r.x, y: r.y, width: r.width, height: r.height };
+      }
+    }
+    return null;
+  }, word);
+  assert.ok(box, `"${word}" is on that line`);
   await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 4 });
 }
 
@@ -210,6 +232,20 @@ step("hovering the squiggle shows CRANE's message", async () => {
   assert.match(text, /crane/);
   await page.waitForTimeout(500); // the hover fades in
   await screenshot('hover-message');
+});
+
+step('hovering a name shows its runtime facts from the kernel', async () => {
+  await page.keyboard.press('Escape');
+  await page.mouse.move(800, 900);
+  await page.waitForTimeout(300);
+  // `sales` where cell 3 assigns it
+  await moveToText(cellRow(3).locator('.view-line').first(), 'sales');
+  const hover = page.locator('.monaco-hover').filter({ hasText: 'DataFrame' });
+  await hover.first().waitFor({ timeout: SLOW });
+  const text = await hover.first().innerText();
+  assert.match(text, /units/, `the hover lists the columns:\n${text}`);
+  await page.waitForTimeout(500); // the hover fades in
+  await screenshot('hover-runtime-facts');
 });
 
 step('the quick fix "Diagnose with CRANE" opens its explanation', async () => {

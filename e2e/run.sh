@@ -74,6 +74,7 @@ mkdir -p "$RUN/user-data/User" "$RUN/extensions" "$RUN/jupyter-runtime" "$RUN/xd
 cp -r "$HERE/workspace" "$RUN/workspace"
 export JUPYTER_RUNTIME_DIR="$RUN/jupyter-runtime"   # the server's kernel discovery sees only this run's files
 export XDG_DATA_HOME="$RUN/xdg/data" XDG_CONFIG_HOME="$RUN/xdg/config" XDG_CACHE_HOME="$RUN/xdg/cache"
+export IPYTHONDIR="$RUN/ipython"                    # the kernel's history database is this run's own
 
 # ---- the kernel ---------------------------------------------------------------------------------------
 CONN="$RUN/kernel.json"
@@ -93,7 +94,6 @@ cat >"$RUN/user-data/User/settings.json" <<EOF
   "crane.python": "$PYTHON",
   "crane.kernel.connectionFile": "$CONN",
   "crane.mode": "static",
-  "crane.trace.server": "messages",
   "security.workspace.trust.enabled": false,
   "workbench.startupEditor": "none",
   "workbench.tips.enabled": false,
@@ -122,10 +122,11 @@ start_bg "$LOGS/code-server.log" "$CS_BIN" "${CS_ARGS[@]}" --bind-addr "127.0.0.
   --disable-proxy "$RUN/workspace"
 "$PYTHON" - "http://127.0.0.1:$PORT/healthz" <<'EOF' || { log "code-server did not answer /healthz"; cat "$LOGS/code-server.log" >&2; exit 1; }
 import sys, time, urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
 deadline = time.monotonic() + 60
 while True:
     try:
-        urllib.request.urlopen(sys.argv[1], timeout=2).read()
+        opener.open(sys.argv[1], timeout=2).read()
         break
     except OSError:
         if time.monotonic() > deadline:

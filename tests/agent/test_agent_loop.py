@@ -11,14 +11,13 @@ import pytest
 from conftest import (
     KEYERROR_CELLS,
     KEYERROR_FIX,
-    MODEL,
     PRICED,
     RecordingSandbox,
     code,
     settings_for,
     write_notebook,
 )
-from fake_agent_server import Turn, tool
+from fake_agent_server import tool
 
 from crane.agent.loop import AgentBudget, GoAhead, start_fix
 from crane.notebook.model import load_notebook
@@ -253,3 +252,33 @@ def test_goal_before_any_error_and_an_added_cell(model, tmp_path, recording):
     assert "print the list sorted" in model.requests[0]["messages"][1]["content"]
     assert p.fixed and p.additions[0].after == 1 and p.additions[0].cell == 3 and p.run_first == [3]
     assert "[1, 2, 3]" in p.evidence.stdout
+
+
+def test_text_replies_are_nudged_and_bad_arguments_are_sent_back(model, keyerror_nb, recording):
+    from fake_agent_server import Turn
+
+    model.reset(Turn(text="I think the column name is wrong."),
+                Turn(calls=[("edit_cell", {"reflection": "oops", "cell": "three"})]),
+                tool("edit_cell", "fix", cell=3, source=KEYERROR_FIX),
+                tool("finish", "done", explanation="column name"))
+    steps = []
+    p = start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=factory)
+    assert p.fixed and [s.action for s in steps] == ["reply", "edit_cell", "edit_cell", "finish"]
+    assert steps[0].status == "error" and model.requests[1]["messages"][-1]["content"].startswith("Reply with")
+    assert steps[1].status == "error" and "bad arguments for edit_cell" in steps[1].result
+    assert "bad arguments for edit_cell" in model.observations(2)[-1]
+
+
+def test_an_unreachable_model_ends_the_run_with_an_error_proposal(keyerror_nb, recording, monkeypatch):
+    import socket
+
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    from crane.llm.settings import LLMSettings
+
+    settings = LLMSettings(model="openai/nowhere", api_base=f"http://127.0.0.1:{port}/v1", retries=0, timeout_s=5)
+    p = start_fix(keyerror_nb, 3, settings, sandbox_factory=factory)
+    assert p.status == "error" and not p.fixed and p.stop_reason.startswith("model error:")
+    assert "could not be reached" in p.stop_reason and recording.instances[0].kernel is None

@@ -74,10 +74,7 @@ def test_cli_input_errors(model, tmp_path, capsys):
     assert model.requests == []
 
 
-def test_fix_bench_scores_a_synthetic_bench_set(model, tmp_path):
-    from crane.agent.bench_fix import render_text, run_fix_bench
-    from crane.bench.cases import find_cases
-
+def _synthetic_fix_bench(tmp_path):
     bench = tmp_path / "bench"
     for case_id, cells, target in [("ages", KEYERROR_CELLS, 3),
                                    ("never_fixed", [code("y = [1]", 1), code("print(y[3])", None)], 2)]:
@@ -90,7 +87,10 @@ def test_fix_bench_scores_a_synthetic_bench_set(model, tmp_path):
             "variants": {"buggy": {"notebook": "buggy.ipynb", "target_cell": target,
                                    "expect": {"crash": True, "ename": "KeyError"}},
                          "fixed": {"notebook": "fixed.ipynb", "target_cell": target, "expect": {"crash": False}}}}))
+    return bench
 
+
+def _script_fix_bench(model):
     def by_case(body):
         text = body["messages"][1]["content"]
         n = sum(1 for m in body["messages"] if m["role"] == "tool")
@@ -101,6 +101,14 @@ def test_fix_bench_scores_a_synthetic_bench_set(model, tmp_path):
                 tool("finish", "done?", explanation="?")][min(n, 1)]
 
     model.reset(default=by_case)
+
+
+def test_fix_bench_scores_a_synthetic_bench_set(model, tmp_path):
+    from crane.agent.bench_fix import render_text, run_fix_bench
+    from crane.bench.cases import find_cases
+
+    bench = _synthetic_fix_bench(tmp_path)
+    _script_fix_bench(model)
     from crane.agent.loop import AgentBudget
 
     report = run_fix_bench(find_cases([str(bench)]), settings_for(model), budget=AgentBudget(max_steps=3))
@@ -115,3 +123,15 @@ def test_fix_bench_scores_a_synthetic_bench_set(model, tmp_path):
     text = render_text(report)
     assert "fixed 1/2 (fix rate 0.500)" in text and "ages/buggy" in text
     msgspec.json.encode(report)  # JSON-ready
+
+
+def test_crane_bench_fix_command(model, tmp_path, capsys):
+    bench = _synthetic_fix_bench(tmp_path)
+    _script_fix_bench(model)
+    rc = main(["bench", str(bench), "--fix", "--model", MODEL, "--api-base", model.api_base,
+               "--max-steps", "3", "--json", "--quiet"])
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [r["case"] for r in rep["results"]] == ["ages", "never_fixed"]
+    assert rep["summary"]["fixed"] == 1 and rep["summary"]["cases"] == 2
+    assert main(["bench", str(bench), "--fix"]) == 2  # no model: a clear usage error

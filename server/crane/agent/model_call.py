@@ -21,10 +21,10 @@ from crane.llm.client import (
     LLMError,
     LLMNotConfigured,
     LLMTimeout,
-    _classify,
-    _retry_after,
-    _short,
-    _usage_of,
+    classify_error,
+    retry_after,
+    short_error,
+    usage_of,
     load_litellm,
 )
 from crane.llm.cost import BudgetExceeded, CostLedger
@@ -122,16 +122,16 @@ def request_turn(settings: LLMSettings, messages: list[dict], ledger: CostLedger
         try:
             response = litellm.completion(**kwargs)
         except Exception as exc:
-            err_cls, retryable, what = _classify(litellm, exc)
+            err_cls, retryable, what = classify_error(litellm, exc)
             if retryable and attempt <= settings.retries:
-                delay = _retry_after(exc)
+                delay = retry_after(exc)
                 delay = min(settings.retry_backoff_s * (2 ** (attempt - 1)) if delay is None else delay, 30.0)
-                log.warning("agent request %s (attempt %d); retrying in %.1f s: %s", what, attempt, delay, _short(exc))
+                log.warning("agent request %s (attempt %d); retrying in %.1f s: %s", what, attempt, delay, short_error(exc))
                 time.sleep(delay)
                 continue
             detail = f" after {settings.timeout_s:g} s" if err_cls is LLMTimeout else ""
-            raise err_cls(f"{where} {what}{detail}: {_short(exc)}", attempts=attempt) from None
-        usage = _usage_of(litellm, settings, response)
+            raise err_cls(f"{where} {what}{detail}: {short_error(exc)}", attempts=attempt) from None
+        usage = usage_of(litellm, settings, response)
         ledger.add(usage)
         try:
             message = response.choices[0].message

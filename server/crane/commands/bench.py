@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", help="interpreter for the replay kernels (default: this one)")
     p.add_argument("--quiet", action="store_true", help="no per-variant progress lines on stderr")
     p.add_argument("--budget", type=float, default=30.0, help="seconds per speculative run (auto mode)")
+    p.add_argument("--fix", action="store_true",
+                   help="run the repair agent on every buggy variant (needs --model) and report the fix rate")
+    p.add_argument("--max-steps", dest="max_steps", type=int, default=10, help="agent steps per case (--fix)")
     p.add_argument("--dry-run", action="store_true",
                    help="llm mode: build every prompt and report its size and token count; call no model")
     add_llm_arguments(p)
@@ -74,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     except (BenchError, SettingsError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if args.fix:
+        return _run_fix(args, cases, settings)
     if args.dry_run and args.mode != "llm":
         print("crane: --dry-run goes with --mode llm", file=sys.stderr)
         return EXIT_ERROR
@@ -130,3 +135,24 @@ def render_dry_run(stats: dict, errors: list[str]) -> str:
         lines.append(f"variants whose prompt could not be built: {len(errors)}")
         lines += [f"  {e}" for e in errors]
     return "\n".join(lines)
+
+
+def _run_fix(args: argparse.Namespace, cases, settings) -> int:
+    """`crane bench --fix`: the repair agent on every buggy variant; fixed = target clean in a fresh replay."""
+    from crane.agent.bench_fix import render_text as render_fix
+    from crane.agent.bench_fix import run_fix_bench
+    from crane.agent.loop import AgentBudget
+    from crane.commands.output import encode
+
+    if not settings.enabled:
+        print("crane: --fix needs a model: --model M (or CRANE_MODEL)", file=sys.stderr)
+        return EXIT_ERROR
+
+    def progress(r) -> None:
+        mark = "ok " if r.fixed else "NO "
+        print(f"{mark} {r.case}/{r.variant}: {r.steps} steps, {r.seconds:.1f}s {r.error or ''}", file=sys.stderr)
+
+    rep = run_fix_bench(cases, settings, budget=AgentBudget(max_steps=args.max_steps), python=args.python,
+                        progress=None if args.quiet else progress)
+    print(encode(rep) if args.json else render_fix(rep))
+    return EXIT_OK

@@ -113,7 +113,7 @@ def scrub(text: str) -> str:
     return text
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
     msg = scrub(str(exc)).strip().replace("\n", " ")
     return msg[:300] + ("..." if len(msg) > 300 else "")
 
@@ -162,7 +162,7 @@ def _request_kwargs(litellm, settings: LLMSettings, messages: list[dict], fmt: s
     return kwargs
 
 
-def _usage_of(litellm, settings: LLMSettings, response) -> Usage:
+def usage_of(litellm, settings: LLMSettings, response) -> Usage:
     u = getattr(response, "usage", None)
     prompt = int(getattr(u, "prompt_tokens", 0) or 0)
     completion = int(getattr(u, "completion_tokens", 0) or 0)
@@ -173,7 +173,7 @@ def _usage_of(litellm, settings: LLMSettings, response) -> Usage:
                  model=settings.model)
 
 
-def _retry_after(exc: BaseException) -> float | None:
+def retry_after(exc: BaseException) -> float | None:
     for headers in (getattr(exc, "litellm_response_headers", None), getattr(getattr(exc, "response", None),
                                                                              "headers", None)):
         try:
@@ -183,7 +183,7 @@ def _retry_after(exc: BaseException) -> float | None:
     return None
 
 
-def _classify(litellm, exc: BaseException) -> tuple[type[LLMError], bool, str]:
+def classify_error(litellm, exc: BaseException) -> tuple[type[LLMError], bool, str]:
     """(error class, retryable, what happened)."""
     if isinstance(exc, litellm.Timeout):
         return LLMTimeout, True, "timed out"
@@ -236,7 +236,7 @@ def call_model(
         try:
             response = litellm.completion(**kwargs)
         except Exception as exc:
-            err_cls, retryable, what = _classify(litellm, exc)
+            err_cls, retryable, what = classify_error(litellm, exc)
             if err_cls is LLMRequestRejected and fmt in _NEXT_FORMAT and _format_rejected(exc):
                 log.warning("%s rejected response_format=%s; trying %s", settings.model, fmt, _NEXT_FORMAT[fmt])
                 fmt = _NEXT_FORMAT[fmt]
@@ -244,17 +244,17 @@ def call_model(
                 attempt -= 1
                 continue
             if retryable and attempt <= settings.retries:
-                delay = _retry_after(exc)
+                delay = retry_after(exc)
                 if delay is None:
                     delay = settings.retry_backoff_s * (2 ** (attempt - 1))
                 delay = min(delay, 30.0)
-                log.warning("LLM request %s (attempt %d); retrying in %.1f s: %s", what, attempt, delay, _short(exc))
+                log.warning("LLM request %s (attempt %d); retrying in %.1f s: %s", what, attempt, delay, short_error(exc))
                 time.sleep(delay)
                 continue
             detail = f" after {settings.timeout_s:g} s" if err_cls is LLMTimeout else ""
-            msg = f"{where} {what}{detail} ({attempt} attempt{'s' if attempt > 1 else ''}): {_short(exc)}"
+            msg = f"{where} {what}{detail} ({attempt} attempt{'s' if attempt > 1 else ''}): {short_error(exc)}"
             raise err_cls(msg, attempts=attempt) from None
-        usage = _usage_of(litellm, settings, response)
+        usage = usage_of(litellm, settings, response)
         ledger.add(usage)
         try:
             text = response.choices[0].message.content or ""

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 _IDENTIFY = {
     "nb": "globals().get('__vsc_ipynb_file__')",
     "pid": "__import__('os').getpid()",
+    "count": "get_ipython().execution_count",
 }
 
 
@@ -31,6 +32,7 @@ _IDENTIFY = {
 class KernelIdentity:
     notebook_path: str | None
     pid: int | None
+    execution_count: int | None = None  # the count the next user cell will get
 
 
 def connect(connection_file: str, timeout: float) -> Any:
@@ -56,7 +58,8 @@ def identify(conn: Any, timeout: float) -> KernelIdentity:
             values[key] = None
     nb = values["nb"] if isinstance(values["nb"], str) else None
     pid = values["pid"] if isinstance(values["pid"], int) else None
-    return KernelIdentity(notebook_path=nb, pid=pid)
+    count = values["count"] if isinstance(values["count"], int) else None
+    return KernelIdentity(notebook_path=nb, pid=pid, execution_count=count)
 
 
 def session_id(conn: Any) -> str:
@@ -72,6 +75,7 @@ class Attachment:
     watch: KernelWatch
     io: ThreadPoolExecutor
     probe: Any = None  # crane.probe.collect.ProbeClient, created on first use
+    last_count: int | None = None  # execution count of the last user cell seen on iopub
     closed: bool = field(default=False)
 
     @property
@@ -134,4 +138,5 @@ def attach(
         raise
     info = KernelInfo(connection_file=connection_file, source=source, notebook_path=ident.notebook_path, pid=ident.pid)
     log.info("attached to %s (%s, pid %s, notebook %s)", connection_file, source, ident.pid, ident.notebook_path)
-    return Attachment(info=info, conn=conn, watch=watch, io=io)
+    last = ident.execution_count - 1 if ident.execution_count else None
+    return Attachment(info=info, conn=conn, watch=watch, io=io, last_count=last)

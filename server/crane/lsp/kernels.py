@@ -197,6 +197,11 @@ class KernelSupervisor:
         if event.kind == "busy":  # said only when it lasts: short silent requests of other clients do not flicker
             self.ls.call_later(BUSY_AFTER_S, self._still_busy, session, att)
         elif event.kind == "finished":
+            count, last = event.execution_count, att.last_count
+            if count is not None:
+                att.last_count = count
+                if last is not None and count <= last:  # the count went back: a restart we did not see
+                    self.ls.spawn(self._verify_identity(session, att))
             self._set_state(session, "idle", "the kernel is idle")
             self.recheck_after_run(session, event.code)
         elif event.kind == "idle":
