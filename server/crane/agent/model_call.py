@@ -10,24 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import Any
 
 import msgspec
 
 from crane.agent.tools import TOOLS, ToolCall
-from crane.llm.client import (
-    LLMBudgetExceeded,
-    LLMError,
-    LLMNotConfigured,
-    LLMTimeout,
-    classify_error,
-    retry_after,
-    short_error,
-    usage_of,
-    load_litellm,
-)
-from crane.llm.cost import BudgetExceeded, CostLedger
+from crane.llm.client import LLMError, completion_with_retries
+from crane.llm.cost import CostLedger
 from crane.llm.schema import Usage
 from crane.llm.settings import LLMSettings
 
@@ -107,34 +96,11 @@ def _tool_calls(message) -> list[ToolCall]:
 
 def request_turn(settings: LLMSettings, messages: list[dict], ledger: CostLedger, max_tokens: int | None = None) -> ModelTurn:
     """One model turn with tools; retries 429 / 5xx / timeouts / dropped connections (settings.retries)."""
-    if not settings.enabled:
-        raise LLMNotConfigured("no model is configured (set --model, CRANE_MODEL or crane.llm.model)")
-    litellm = load_litellm()
-    where = f"the model server ({settings.api_base})" if settings.api_base else f"the provider of {settings.model}"
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            ledger.check_budget(settings.budget_usd)
-        except BudgetExceeded as exc:
-            raise LLMBudgetExceeded(str(exc)) from None
-        kwargs = _kwargs(litellm, settings, messages, max_tokens or max(settings.max_tokens, 1500))
-        try:
-            response = litellm.completion(**kwargs)
-        except Exception as exc:
-            err_cls, retryable, what = classify_error(litellm, exc)
-            if retryable and attempt <= settings.retries:
-                delay = retry_after(exc)
-                delay = min(settings.retry_backoff_s * (2 ** (attempt - 1)) if delay is None else delay, 30.0)
-                log.warning("agent request %s (attempt %d); retrying in %.1f s: %s", what, attempt, delay, short_error(exc))
-                time.sleep(delay)
-                continue
-            detail = f" after {settings.timeout_s:g} s" if err_cls is LLMTimeout else ""
-            raise err_cls(f"{where} {what}{detail}: {short_error(exc)}", attempts=attempt) from None
-        usage = usage_of(litellm, settings, response)
-        ledger.add(usage)
-        try:
-            message = response.choices[0].message
-        except (AttributeError, IndexError):
-            raise LLMError(f"{where} sent a reply without a message", usage=usage) from None
-        return ModelTurn(content=getattr(message, "content", None) or "", tool_calls=_tool_calls(message), usage=usage)
+    tokens = max_tokens or max(settings.max_tokens, 1500)
+    response, usage, where = completion_with_retries(
+        settings, ledger, lambda litellm: _kwargs(litellm, settings, messages, tokens), label="agent")
+    try:
+        message = response.choices[0].message
+    except (AttributeError, IndexError):
+        raise LLMError(f"{where} sent a reply without a message", usage=usage) from None
+    return ModelTurn(content=getattr(message, "content", None) or "", tool_calls=_tool_calls(message), usage=usage)

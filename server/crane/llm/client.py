@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from crane.llm.cost import BudgetExceeded, CostLedger, price_usage
 from crane.llm.schema import (
@@ -215,14 +215,22 @@ def _format_rejected(exc: BaseException) -> bool:
     return "response_format" in text or "json_schema" in text or "response format" in text
 
 
-def call_model(
-    settings: LLMSettings, messages: list[dict], ledger: CostLedger, fmt: str | None = None
-) -> tuple[str, Usage]:
-    """One model reply (with retries on 429 / 5xx / timeouts / dropped connections); its usage is recorded."""
+def completion_with_retries(
+    settings: LLMSettings,
+    ledger: CostLedger,
+    make_kwargs: Callable[[Any], dict[str, Any]],
+    *,
+    label: str = "LLM",
+    on_error: Callable[[BaseException, type[LLMError]], bool] | None = None,
+) -> tuple[Any, Usage, str]:
+    """`litellm.completion` with the budget check, retries on 429 / 5xx / timeouts / dropped connections and
+    clear errors; the usage is recorded in `ledger`. `make_kwargs(litellm)` builds each attempt's request;
+    `on_error(exc, error_class)` may return True to try again at once (e.g. after changing the request).
+
+    Returns (response, usage, where) — `where` names the model server for messages."""
     if not settings.enabled:
         raise LLMNotConfigured("no model is configured (set --model, CRANE_MODEL or crane.llm.model)")
     litellm = load_litellm()
-    fmt = fmt or choose_response_format(litellm, settings.model)
     where = f"the model server ({settings.api_base})" if settings.api_base else f"the provider of {settings.model}"
     attempt = 0
     while True:
@@ -231,16 +239,11 @@ def call_model(
             ledger.check_budget(settings.budget_usd)
         except BudgetExceeded as exc:
             raise LLMBudgetExceeded(str(exc)) from None
-        kwargs = _request_kwargs(litellm, settings, messages, fmt)
-        log.info("LLM request: model=%s format=%s attempt=%d", settings.model, fmt, attempt)
         try:
-            response = litellm.completion(**kwargs)
+            response = litellm.completion(**make_kwargs(litellm))
         except Exception as exc:
             err_cls, retryable, what = classify_error(litellm, exc)
-            if err_cls is LLMRequestRejected and fmt in _NEXT_FORMAT and _format_rejected(exc):
-                log.warning("%s rejected response_format=%s; trying %s", settings.model, fmt, _NEXT_FORMAT[fmt])
-                fmt = _NEXT_FORMAT[fmt]
-                _format_downgrades[settings.model] = fmt
+            if on_error is not None and on_error(exc, err_cls):
                 attempt -= 1
                 continue
             if retryable and attempt <= settings.retries:
@@ -248,7 +251,8 @@ def call_model(
                 if delay is None:
                     delay = settings.retry_backoff_s * (2 ** (attempt - 1))
                 delay = min(delay, 30.0)
-                log.warning("LLM request %s (attempt %d); retrying in %.1f s: %s", what, attempt, delay, short_error(exc))
+                log.warning("%s request %s (attempt %d); retrying in %.1f s: %s", label, what, attempt, delay,
+                            short_error(exc))
                 time.sleep(delay)
                 continue
             detail = f" after {settings.timeout_s:g} s" if err_cls is LLMTimeout else ""
@@ -256,11 +260,35 @@ def call_model(
             raise err_cls(msg, attempts=attempt) from None
         usage = usage_of(litellm, settings, response)
         ledger.add(usage)
-        try:
-            text = response.choices[0].message.content or ""
-        except (AttributeError, IndexError):
-            text = ""
-        return text, usage
+        return response, usage, where
+
+
+def call_model(
+    settings: LLMSettings, messages: list[dict], ledger: CostLedger, fmt: str | None = None
+) -> tuple[str, Usage]:
+    """One model reply (with retries on 429 / 5xx / timeouts / dropped connections); its usage is recorded."""
+    if not settings.enabled:
+        raise LLMNotConfigured("no model is configured (set --model, CRANE_MODEL or crane.llm.model)")
+    state = {"fmt": fmt or choose_response_format(load_litellm(), settings.model)}
+
+    def make_kwargs(litellm) -> dict[str, Any]:
+        log.info("LLM request: model=%s format=%s", settings.model, state["fmt"])
+        return _request_kwargs(litellm, settings, messages, state["fmt"])
+
+    def downgrade_format(exc: BaseException, err_cls: type[LLMError]) -> bool:
+        fmt_now = state["fmt"]
+        if err_cls is LLMRequestRejected and fmt_now in _NEXT_FORMAT and _format_rejected(exc):
+            log.warning("%s rejected response_format=%s; trying %s", settings.model, fmt_now, _NEXT_FORMAT[fmt_now])
+            state["fmt"] = _format_downgrades[settings.model] = _NEXT_FORMAT[fmt_now]
+            return True
+        return False
+
+    response, usage, _ = completion_with_retries(settings, ledger, make_kwargs, on_error=downgrade_format)
+    try:
+        text = response.choices[0].message.content or ""
+    except (AttributeError, IndexError):
+        text = ""
+    return text, usage
 
 
 def request_answer(settings: LLMSettings, messages: list[dict], ledger: CostLedger) -> tuple[LLMAnswer, Usage, bool]:

@@ -85,8 +85,7 @@ async def check_notebook(ls, *args: Any) -> Any:
         raise RequestFailed(f"{CHECK_NOTEBOOK}: the notebook {notebook_uri} is not open")
     cells = snap.code_cells
     results: list[CellCheck] = []
-    timeout = ls.settings.kernel.probe_timeout_ms / 1000
-    static = ls.settings.diagnostics.mode == "static"
+    timeout = ls.tuning.probe_timeout_ms / 1000
     cancelled = False
     async with WorkProgress(ls, "CRANE: checking the notebook") as progress:
         for i, cell in enumerate(cells):
@@ -94,7 +93,7 @@ async def check_notebook(ls, *args: Any) -> Any:
                 cancelled = True
                 break
             progress.report(f"cell {cell.number} ({i + 1} of {len(cells)})", int(100 * i / max(len(cells), 1)))
-            outcomes = await ls.run_blocking(ls.analysis.check_cells, snap, [cell], session, timeout, static)
+            outcomes = await ls.run_blocking(ls.analysis.check_cells, snap, [cell], session, timeout)
             publish_outcomes(ls, session, snap, outcomes)
             for out in outcomes:
                 results.append(
@@ -126,8 +125,7 @@ async def diagnose_cell(ls, *args: Any) -> Any:
             snap,
             [cell],
             session,
-            ls.settings.kernel.probe_timeout_ms / 1000,
-            ls.settings.diagnostics.mode == "static",
+            ls.tuning.probe_timeout_ms / 1000,
         )
         publish_outcomes(ls, session, snap, outcomes)
         progress.report("explaining", 60)

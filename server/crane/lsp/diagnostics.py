@@ -132,6 +132,9 @@ def clear(ls: "CraneServer", session: "NotebookSession | None", uris: Iterable[s
     for uri in uris:
         if session is not None:
             session.findings.pop(uri, None)
+            session.rule_findings.pop(uri, None)
+            session.outcomes.pop(uri, None)
+            session.last_edit.pop(uri, None)
             session.exec_orders.pop(uri, None)
             session.stale_cells.discard(uri)
             if session.scheduler is not None:
@@ -147,10 +150,6 @@ async def refresh_cells(ls: "CraneServer", session: "NotebookSession", uris: lis
         return []
     wanted = set(uris)
     targets = [c for c in snap.cells if c.uri in wanted]
-    if not ls.settings.diagnostics.enabled:
-        for c in targets:
-            publish(ls, c.uri, [], c.version)
-        return []
     for c in targets:
         if not c.is_code:  # markdown, or a cell whose language is not Python
             clear(ls, session, [c.uri])
@@ -162,8 +161,7 @@ async def refresh_cells(ls: "CraneServer", session: "NotebookSession", uris: lis
         snap,
         code,
         session,
-        ls.settings.kernel.probe_timeout_ms / 1000,
-        ls.settings.diagnostics.mode == "static",
+        ls.tuning.probe_timeout_ms / 1000,
     )
     publish_outcomes(ls, session, snap, outcomes)
     return outcomes

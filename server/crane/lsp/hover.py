@@ -52,7 +52,7 @@ def _in_string_or_comment(line: str, col: int) -> bool:
 
 
 async def hover(ls: "CraneServer", params: types.HoverParams) -> types.Hover | None:
-    if not ls.settings.hover.enabled:
+    if not ls.settings.hover:
         return None
     uri = params.text_document.uri
     session = ls.session_of_cell(uri)
@@ -76,7 +76,7 @@ async def hover(ls: "CraneServer", params: types.HoverParams) -> types.Hover | N
 
     root = chain.split(".")[0]
     request = ProbeRequest(names=[root], attrs=[chain] if "." in chain else [])
-    result, mode, _error = await ls.run_blocking(session.facts_for, request, ls.settings.kernel.probe_timeout_ms / 1000)
+    result, mode, _error = await ls.run_blocking(session.facts_for, request, ls.tuning.probe_timeout_ms / 1000)
     if result is None:
         return None
     stale = mode == "stale"

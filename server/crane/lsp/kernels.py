@@ -63,11 +63,8 @@ class KernelSupervisor:
             await self.close(session)
 
     async def settings_changed(self) -> None:
-        """Kernel settings or the mode changed: static mode lets go of kernels; otherwise look again."""
+        """The kernel settings changed: look again (a kernel found another way stays attached)."""
         for session in list(self.ls.sessions.values()):
-            if self.ls.settings.diagnostics.mode == "static" and session.attachment is not None:
-                att, session.attachment = session.attachment, None
-                await asyncio.to_thread(att.close)
             self.wake(session)
 
     def wake(self, session: NotebookSession) -> None:
@@ -110,7 +107,7 @@ class KernelSupervisor:
         if lock is None:
             return False, "the notebook is closed"
         async with lock:
-            timeout = self.ls.settings.kernel.attach_timeout_ms / 1000
+            timeout = self.ls.tuning.attach_timeout_ms / 1000
             holder: dict[str, Attachment] = {}
 
             def on_event(event: WatchEvent) -> None:
@@ -131,6 +128,7 @@ class KernelSupervisor:
             if old is not None:
                 await asyncio.to_thread(old.close)
             session.facts.clear()
+            session.kernel_changed()
             how = {"request": "named by the client", "discovery": "found by __vsc_ipynb_file__", "setting": "from crane.kernel.connectionFile"}[source]
             warn = ""
             if att.info.notebook_path and session.path and not same_path(att.info.notebook_path, session.path):
@@ -141,9 +139,6 @@ class KernelSupervisor:
 
     async def _resolve(self, session: NotebookSession) -> bool:
         settings = self.ls.settings
-        if settings.diagnostics.mode == "static":
-            self._set_state(session, "static-only", "static mode (crane.diagnostics.mode): the kernel is not read")
-            return False
         if session.requested is not None and os.path.isfile(session.requested[0]):  # (a), also after a restart
             ok, _ = await self._try_attach(session, *session.requested)
             if ok:
@@ -153,7 +148,7 @@ class KernelSupervisor:
             ok, _ = await self._try_attach(session, *last)
             if ok:
                 return True
-        if settings.kernel.discovery and session.path:  # (b)
+        if session.path:  # (b)
             match = await asyncio.to_thread(self.discovery.find, session.path)
             if match is not None:
                 ok, _ = await self._try_attach(session, match.connection_file, "discovery")
@@ -186,7 +181,7 @@ class KernelSupervisor:
                 log.exception("kernel maintenance for %s failed", session.uri)
             wake.clear()
             try:
-                await asyncio.wait_for(wake.wait(), timeout=self.ls.settings.kernel.discovery_interval_ms / 1000)
+                await asyncio.wait_for(wake.wait(), timeout=self.ls.tuning.discovery_interval_ms / 1000)
             except asyncio.TimeoutError:
                 pass
 
@@ -195,8 +190,10 @@ class KernelSupervisor:
         if session.closed or session.attachment is not att:
             return
         if event.kind == "busy":  # said only when it lasts: short silent requests of other clients do not flicker
+            session.kernel_changed()  # a user cell is changing the state: speculative results are discarded
             self.ls.call_later(BUSY_AFTER_S, self._still_busy, session, att)
         elif event.kind == "finished":
+            session.kernel_changed()
             count, last = event.execution_count, att.last_count
             if count is not None:
                 att.last_count = count
@@ -227,6 +224,7 @@ class KernelSupervisor:
         if exc is not None and not isinstance(exc, KernelDead) and att.watch.alive:
             return  # a failed request on a live kernel: the facts fall back, the attachment stays
         att.watch.alive = False
+        session.kernel_changed()
         self._set_state(session, "dead", "the kernel died: static-only diagnostics until it is back")
         self.recheck_all(session)
         self.wake(session)
@@ -234,12 +232,13 @@ class KernelSupervisor:
     def _kernel_restarted(self, session: NotebookSession) -> None:
         if session.closed or session.attachment is None:
             return
+        session.kernel_changed()
         self._set_state(session, "attached", "the kernel restarted (fresh namespace): re-checking every cell")
         self.recheck_all(session)
 
     async def _verify_identity(self, session: NotebookSession, att: Attachment) -> None:
         try:
-            same = await asyncio.to_thread(att.check_identity, self.ls.settings.kernel.attach_timeout_ms / 1000)
+            same = await asyncio.to_thread(att.check_identity, self.ls.tuning.attach_timeout_ms / 1000)
         except Exception as exc:
             log.info("kernel identity check failed: %s", exc)
             return
@@ -247,6 +246,7 @@ class KernelSupervisor:
             return
         if not same:  # restarted behind the same connection file: a fresh namespace
             session.attachment = None
+            session.kernel_changed()
             session.last_kernel = (att.info.connection_file, att.info.source)
             await asyncio.to_thread(att.close)
             self._set_state(session, "dead", "the kernel restarted: reattaching")
@@ -271,6 +271,7 @@ class KernelSupervisor:
             session.scheduler.request([c.uri for c in snap.cells], 0.0)
             return
         uris = [u for u, f in session.findings.items() if f]
+        uris += [u for u, f in session.rule_findings.items() if f]  # also those the sandbox cleared
         for c in snap.code_cells:
             read = self.ls.analysis.names_read(c.source)
             if read is None or read & written:

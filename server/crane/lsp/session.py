@@ -39,6 +39,10 @@ class NotebookSession:
     used_stale: bool = False  # some published diagnostics rely on stale facts
     stale_cells: set[str] = field(default_factory=set)  # cells whose diagnostics rely on stale facts
     findings: dict[str, list["Finding"]] = field(default_factory=dict)  # cell URI -> published findings
+    rule_findings: dict[str, list["Finding"]] = field(default_factory=dict)  # cell URI -> the rules' findings
+    outcomes: dict[str, Any] = field(default_factory=dict)  # cell URI -> last analysis_service.CellOutcome
+    last_edit: dict[str, float] = field(default_factory=dict)  # cell URI -> loop time of its last text edit
+    kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order
     scheduler: "CellScheduler | None" = None
     closed: bool = False
@@ -76,6 +80,11 @@ class NotebookSession:
             return self.facts.lookup(request), "stale", None
         self.facts.store(request, result)
         return result, "live", None
+
+    def kernel_changed(self) -> None:
+        """The kernel's state may have changed (a cell ran, it restarted, another kernel): results computed
+        against the old state (speculative runs, LLM answers) no longer apply."""
+        self.kernel_gen += 1
 
     def _failed(self, exc: Exception) -> None:
         self._signal(self.on_kernel_failure, exc)

@@ -1,51 +1,171 @@
-"""Typed server settings, from `initializationOptions` and `workspace/didChangeConfiguration`.
+"""Typed server settings (the integration contract's `crane` section) and the daemon's tuning knobs.
 
-Accepted shapes: `{"crane": {...}}` (what a VS Code client sends for the `crane` section) or the section
-itself. Each section is validated on its own: an invalid section is reported and falls back to its
-defaults, the valid ones are kept. `llm` is passed through to `crane.llm.settings` (which validates it).
+Settings come from `initializationOptions` and `workspace/didChangeConfiguration`, as `{"crane": {...}}` or
+the section itself, camelCase:
+
+    mode: "static" | "auto" | "llm"                     (default "auto")
+    speculative: {enabled: true, budgetSeconds: 10}
+    llm: {model: null | str, apiBase: null | str, ...}  (other keys of docs/llm.md pass through)
+    agent: {maxSteps: 10, budgetUsd: null | float, stepMode: false}
+    kernel: {connectionFile: null | str}
+    hover: true
+    logLevel: "error" | "warn" | "info" | "debug"      (default "info")
+
+Every value is validated on its own: an invalid one falls back to the default of that key only, and the
+problems are reported together (the caller shows one warning). Unknown keys are ignored; `null` means unset.
+
+Tuning knobs that are not user settings (debounce, probe and attach timeouts, discovery interval) come from
+`CRANE_LSP_*` environment variables (`Tuning.from_env`), read once at start.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
-Millis = Annotated[int, msgspec.Meta(ge=0, le=600_000)]
+Mode = Literal["static", "auto", "llm"]
+LogLevel = Literal["error", "warn", "info", "debug"]
+
+# crane.llm keys the LLM layer understands besides model/apiBase (docs/llm.md), passed to resolve_settings
+LLM_EXTRA_KEYS = ("timeout", "maxTokens", "temperature", "retries", "budgetUsd", "cache", "cacheDir")
 
 
-class KernelSettings(msgspec.Struct, rename="camel"):
-    connection_file: str | None = None  # (c) in the attach order: an explicit kernel connection file
-    discovery: bool = True  # (b): look for the notebook's kernel among the runtime dirs' connection files
-    discovery_interval_ms: Millis = 3000  # how often to look again while no kernel is attached
-    probe_timeout_ms: Annotated[int, msgspec.Meta(ge=50, le=60_000)] = 1000  # never wait long behind a user cell
-    attach_timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=60_000)] = 3000
-
-
-class DiagnosticsSettings(msgspec.Struct, rename="camel"):
+class SpeculativeSettings(msgspec.Struct, rename="camel", frozen=True):
     enabled: bool = True
-    mode: Literal["live", "static"] = "live"  # static: never probe the kernel
-    debounce_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 15
-    min_confidence: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
+    budget_seconds: float = 10.0
 
 
-class HoverSettings(msgspec.Struct, rename="camel"):
-    enabled: bool = True
+class LLMSection(msgspec.Struct, rename="camel", frozen=True):
+    model: str | None = None
+    api_base: str | None = None
+    extra: dict[str, Any] = {}  # the other documented crane.llm keys, already validated
 
 
-class Settings(msgspec.Struct, rename="camel"):
-    kernel: KernelSettings = msgspec.field(default_factory=KernelSettings)
-    diagnostics: DiagnosticsSettings = msgspec.field(default_factory=DiagnosticsSettings)
-    hover: HoverSettings = msgspec.field(default_factory=HoverSettings)
-    log_level: Literal["error", "warning", "info", "debug"] = "info"
-    llm: dict[str, Any] = {}  # raw `crane.llm` section, resolved by crane.llm.settings.resolve_settings
+class AgentSettings(msgspec.Struct, rename="camel", frozen=True):
+    max_steps: int = 10
+    budget_usd: float | None = None
+    step_mode: bool = False
 
 
-_SECTIONS: dict[str, type] = {
+class KernelSettings(msgspec.Struct, rename="camel", frozen=True):
+    connection_file: str | None = None
+
+
+class Settings(msgspec.Struct, rename="camel", frozen=True):
+    mode: Mode = "auto"
+    speculative: SpeculativeSettings = SpeculativeSettings()
+    llm: LLMSection = LLMSection()
+    agent: AgentSettings = AgentSettings()
+    kernel: KernelSettings = KernelSettings()
+    hover: bool = True
+    log_level: LogLevel = "info"
+
+    def llm_section(self) -> dict[str, Any]:
+        """The `crane.llm` section for `crane.llm.settings.resolve_settings(lsp=...)`."""
+        out: dict[str, Any] = dict(self.llm.extra)
+        if self.llm.model is not None:
+            out["model"] = self.llm.model
+        if self.llm.api_base is not None:
+            out["apiBase"] = self.llm.api_base
+        return {"llm": out}
+
+    def llm_settings(self) -> Any:
+        """The resolved `crane.llm.settings.LLMSettings` (LSP settings over the environment)."""
+        from crane.llm.settings import resolve_settings
+
+        return resolve_settings(lsp=self.llm_section())
+
+    @property
+    def speculative_on(self) -> bool:
+        return self.mode in ("auto", "llm") and self.speculative.enabled
+
+
+# -- validation, one key at a time ------------------------------------------------------------------------------
+def _check_float(lo: float, hi: float, allow_none: bool = False):
+    def check(v: Any) -> Any:
+        if v is None and allow_none:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"expected a number, got {v!r}")
+        if not lo <= v <= hi:
+            raise ValueError(f"expected a number in [{lo:g}, {hi:g}], got {v!r}")
+        return float(v)
+
+    return check
+
+
+def _check_int(lo: int, hi: int):
+    def check(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, float) and v.is_integer()):
+            raise ValueError(f"expected an integer, got {v!r}")
+        if not lo <= v <= hi:
+            raise ValueError(f"expected an integer in [{lo}, {hi}], got {v!r}")
+        return int(v)
+
+    return check
+
+
+def _check_bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"expected true or false, got {v!r}")
+    return v
+
+
+def _check_choice(*choices: str):
+    def check(v: Any) -> str:
+        if v not in choices:
+            raise ValueError(f"expected {' | '.join(repr(c) for c in choices)}, got {v!r}")
+        return v
+
+    return check
+
+
+def _check_str(v: Any) -> str | None:
+    if not isinstance(v, str):
+        raise ValueError(f"expected a string or null, got {v!r}")
+    return v.strip() or None
+
+
+def _check_url(v: Any) -> str | None:
+    s = _check_str(v)
+    if s is not None and not s.startswith(("http://", "https://")):
+        raise ValueError(f"expected an http(s) URL or null, got {v!r}")
+    return s
+
+
+def _check_log_level(v: Any) -> str:
+    if v == "warning":  # the older spelling
+        return "warn"
+    return _check_choice("error", "warn", "info", "debug")(v)
+
+
+# section -> key -> (field name, checker)
+_SCHEMA: dict[str | None, dict[str, tuple[str, Any]]] = {
+    None: {
+        "mode": ("mode", _check_choice("static", "auto", "llm")),
+        "hover": ("hover", _check_bool),
+        "logLevel": ("log_level", _check_log_level),
+    },
+    "speculative": {
+        "enabled": ("enabled", _check_bool),
+        "budgetSeconds": ("budget_seconds", _check_float(0.1, 600.0)),
+    },
+    "llm": {"model": ("model", _check_str), "apiBase": ("api_base", _check_url)},
+    "agent": {
+        "maxSteps": ("max_steps", _check_int(1, 100)),
+        "budgetUsd": ("budget_usd", _check_float(0.0, 1e6)),
+        "stepMode": ("step_mode", _check_bool),
+    },
+    "kernel": {"connectionFile": ("connection_file", _check_str)},
+}
+_SECTION_TYPES = {
+    "speculative": SpeculativeSettings,
+    "llm": LLMSection,
+    "agent": AgentSettings,
     "kernel": KernelSettings,
-    "diagnostics": DiagnosticsSettings,
-    "hover": HoverSettings,
 }
 
 
@@ -58,44 +178,80 @@ def _crane_section(raw: Any) -> Mapping[str, Any]:
     return inner if isinstance(inner, Mapping) else raw
 
 
+def _check_llm_extra(key: str, value: Any) -> Any:
+    from crane.llm.settings import SettingsError, resolve_settings
+
+    try:
+        resolve_settings(lsp={"llm": {key: value}}, env={})
+    except SettingsError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 def parse_settings(raw: Any) -> tuple[Settings, list[str]]:
-    """Return the settings and a list of problems (each names the setting and says what was used)."""
+    """The settings, and the problems found (each names the key and says which default was used)."""
     problems: list[str] = []
     try:
         section = _crane_section(raw)
     except TypeError as exc:
-        return Settings(), [f"crane settings ignored: {exc}; using defaults"]
-    values: dict[str, Any] = {}
-    for name, typ in _SECTIONS.items():
-        if name not in section or section[name] is None:
-            continue
-        try:
-            values[name] = msgspec.convert(section[name], typ)
-        except msgspec.ValidationError as exc:
-            problems.append(f"crane.{name}: {exc}; using the defaults for crane.{name}")
-            continue
-        known = set(typ.__struct_encode_fields__)
-        unknown = sorted(k for k in section[name] if k not in known)
-        if unknown:
-            problems.append(f"crane.{name}: unknown setting(s) {', '.join(unknown)} ignored")
-    level = section.get("logLevel")
-    if level is not None:
-        if level in ("error", "warning", "info", "debug"):
-            values["log_level"] = level
+        return Settings(), [f"{exc}; using the defaults"]
+    defaults = Settings()
+    top: dict[str, Any] = {}
+    for name, spec in _SCHEMA.items():
+        if name is None:
+            values, where, default_obj = section, "crane", defaults
         else:
-            problems.append(f"crane.logLevel: expected error|warning|info|debug, got {level!r}; using 'info'")
-    llm = section.get("llm")
-    if llm is not None:
-        if isinstance(llm, Mapping):
+            values = section.get(name)
+            if values is None:
+                continue
+            where, default_obj = f"crane.{name}", getattr(defaults, name)
+            if not isinstance(values, Mapping):
+                problems.append(f"{where}: expected an object, got {values!r}; using its defaults")
+                continue
+        fields: dict[str, Any] = {}
+        for key, (field, check) in spec.items():
+            value = values.get(key)
+            if value is None:
+                continue  # null means unset
             try:
-                from crane.llm.settings import SettingsError, resolve_settings
-
-                resolve_settings(lsp={"llm": dict(llm)}, env={})
-                values["llm"] = dict(llm)
-            except SettingsError as exc:
-                problems.append(f"crane.llm: {exc}; LLM settings ignored")
-            except ImportError:  # the LLM layer is not installed: keep the raw section for later
-                values["llm"] = dict(llm)
+                fields[field] = check(value)
+            except ValueError as exc:
+                problems.append(f"{where}.{key}: {exc}; using {msgspec.json.encode(getattr(default_obj, field)).decode()}")
+        if name == "llm":
+            extra = {}
+            for key in LLM_EXTRA_KEYS:
+                if values.get(key) is None:
+                    continue
+                try:
+                    extra[key] = _check_llm_extra(key, values[key])
+                except ValueError as exc:
+                    problems.append(f"crane.llm.{key}: {exc}; using its default")
+            fields["extra"] = extra
+        if name is None:
+            top.update(fields)
         else:
-            problems.append("crane.llm: expected an object; LLM settings ignored")
-    return Settings(**values), problems
+            top[name] = _SECTION_TYPES[name](**fields)
+    return Settings(**top), problems
+
+
+# -- tuning (environment) -----------------------------------------------------------------------------------------
+class Tuning(msgspec.Struct, frozen=True):
+    debounce_ms: int = 15  # per-cell debounce of the rules' diagnostics
+    probe_timeout_ms: int = 1000  # a probe never waits longer behind a running cell (then: stale facts)
+    attach_timeout_ms: int = 3000
+    discovery_interval_ms: int = 3000  # look again for the notebook's kernel this often while none is attached
+    speculate_delay_ms: int = 400  # a cell's text must be stable this long before it is run speculatively
+    llm_delay_ms: int = 2000  # llm mode: the model is asked this long after a cell's last edit
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Tuning":
+        env = os.environ if env is None else env
+        values = {}
+        for field in cls.__struct_fields__:
+            var = "CRANE_LSP_" + field.upper()
+            if env.get(var):
+                try:
+                    values[field] = max(0, int(env[var]))
+                except ValueError:
+                    pass
+        return cls(**values)

@@ -11,6 +11,7 @@ An unknown notebook is logged and ignored (never fatal).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -57,7 +58,7 @@ async def did_change(ls: "CraneServer", params: types.DidChangeNotebookDocumentP
     cells = params.change.cells
     if cells is None:
         return
-    debounce = ls.settings.diagnostics.debounce_ms / 1000
+    debounce = ls.tuning.debounce_ms / 1000
     static_scope = session.attachment is None
     recheck_all = False
     if cells.structure is not None:
@@ -72,6 +73,9 @@ async def did_change(ls: "CraneServer", params: types.DidChangeNotebookDocumentP
         session.exec_orders[data.document] = order
         session.scheduler.request([data.document], debounce)  # kind or language may have changed
     edited = [t.document.uri for t in cells.text_content or []]
+    now = asyncio.get_running_loop().time()
+    for uri in edited:
+        session.last_edit[uri] = now
     if recheck_all or (edited and static_scope):
         snap = snapshot(ls.workspace, session.uri)
         if snap is not None:
@@ -81,6 +85,7 @@ async def did_change(ls: "CraneServer", params: types.DidChangeNotebookDocumentP
     if edited:
         session.scheduler.request(edited, debounce)
     if ran:
+        session.kernel_changed()
         snap = snapshot(ls.workspace, session.uri)
         for uri in ran:
             cell = snap.cell(uri) if snap else None

@@ -45,6 +45,8 @@ class IndexFacts(msgspec.Struct, omit_defaults=True):
     min: Any = None
     max: Any = None
     unique: bool | None = None
+    # Level names (one per level; None for an unnamed level; non-str names as reprs). None: not read.
+    names: list[str | None] | None = None
 
 
 class ParamFacts(msgspec.Struct, omit_defaults=True):
@@ -94,6 +96,9 @@ class TorchModuleFacts(msgspec.Struct, omit_defaults=True):
     expected_input_rank: int | None = None  # 2 for Linear-first, 4 for Conv2d-first, ...
     expected_in_features: int | None = None  # in_features / in_channels of the first layer
     truncated: bool = False
+    # dtype shared by every floating-point parameter ("torch.float32"); None when unknown, none or mixed
+    dtype: str | None = None
+    mixed_dtypes: bool = False  # floating parameters of more than one dtype
 
 
 class KerasModelFacts(msgspec.Struct, omit_defaults=True):
@@ -157,6 +162,21 @@ class Facts(msgspec.Struct, omit_defaults=True):
     value_kind: str | None = None  # kind of the values, as ColumnFacts.kind (binary | categorical | continuous ...)
     sampled: bool = False  # value facts come from a bounded strided sample (n_nan then absent; has_nan True or None)
     element_spec: str | None = None  # tf.data datasets
+    # Classes and functions: `__module__.__qualname__`, read statically ("sklearn.linear_model._base.
+    # LinearRegression"), and the shortest public path of a loaded parent module whose dict holds the same
+    # object ("sklearn.linear_model.LinearRegression"), when it differs.
+    qualname: str | None = None
+    public_name: str | None = None
+    # The signature is the callable's own: a plain Python function (or a bound method of one, or a class built
+    # by type.__call__ + object.__new__ + such an __init__) with no __wrapped__ / __signature__ and its code's
+    # own name, so binding errors are exactly what `signature` says. False: a decorator, C code or a partial may
+    # accept other forms (only "multiple values" can be judged).
+    signature_own: bool = False
+    signature_name: str | None = None  # the name CPython's binding TypeErrors use: "f", "A.m", "Model.__init__"
+    signature_bound: int = 0  # leading parameters already bound (self of a bound method / __init__), not listed
+    # Series: the `.name` label (repr when not a str) and whether it has one (False: name is None).
+    series_name: str | None = None
+    has_name: bool | None = None
 
 
 class AttrCheck(msgspec.Struct, omit_defaults=True):
@@ -169,6 +189,11 @@ class AttrCheck(msgspec.Struct, omit_defaults=True):
     signature: list[ParamFacts] | None = None  # when the attribute is a callable
     suggestions: list[str] | None = None  # close names that do exist, when present is False
     message: str | None = None  # the library's own AttributeError text, when it has one (e.g. numpy's np.float)
+    qualname: str | None = None  # as Facts.qualname, when the attribute is a class or function
+    public_name: str | None = None
+    signature_own: bool = False  # as Facts.signature_own / signature_name / signature_bound
+    signature_name: str | None = None
+    signature_bound: int = 0
 
 
 class KeyCheck(msgspec.Struct, omit_defaults=True):

@@ -14,12 +14,12 @@ import types
 import warnings
 
 from crane.probe.kp_checks import (  # probe: strip
+    add_callable_facts,  # probe: strip
     check_attr,  # probe: strip
     check_key,  # probe: strip
     lookup_name,  # probe: strip
     module_found,  # probe: strip
     path_suggestions,  # probe: strip
-    signature_facts,  # probe: strip
 )  # probe: strip
 from crane.probe.kp_common import (  # probe: strip
     _SCALARS,  # probe: strip
@@ -167,9 +167,7 @@ def _library(ctx, v, t, out):
 
 
 def _signature(ctx, f, out):
-    sig = signature_facts(ctx, f)
-    if sig is not None:
-        out["signature"] = sig
+    add_callable_facts(ctx, f, out)
 
 
 def _sequence(ctx, v, out, kind):

@@ -25,6 +25,7 @@ from crane.probe.kp_common import (  # probe: strip
     mro,  # probe: strip
     short,  # probe: strip
     short_tname,  # probe: strip
+    tmodule,  # probe: strip
     tname,  # probe: strip
 )  # probe: strip
 
@@ -73,6 +74,124 @@ def signature_facts(ctx, f):
             pf["default"] = short(p.default, ctx, 30)
         out.append(pf)
     return out
+
+
+_func_dict = types.FunctionType.__dict__
+_func_module = _func_dict["__module__"]
+_func_qualname = _func_dict["__qualname__"]
+_func_code = _func_dict["__code__"]
+_func_fdict = _func_dict["__dict__"]
+_builtin_module = types.BuiltinFunctionType.__dict__["__module__"]
+_builtin_qualname = types.BuiltinFunctionType.__dict__["__qualname__"]
+_method_func = types.MethodType.__dict__["__func__"]
+_type_call = class_dict(type)["__call__"]
+_object_new = class_dict(object)["__new__"]
+_object_init = class_dict(object)["__init__"]
+
+
+def _plain_function(fn):
+    """`fn` is a Python function whose signature is its own: no __wrapped__/__signature__ (functools.wraps,
+    matplotlib's _api decorators, sklearn's positional-args deprecation) and its code's own qualified name."""
+    if type(fn) is not types.FunctionType:
+        return False
+    try:
+        d = _func_fdict.__get__(fn)
+        if type(d) is dict and ("__wrapped__" in d or "__signature__" in d):
+            return False
+        code = _func_code.__get__(fn)
+        qn = _func_qualname.__get__(fn)
+        return type(qn) is str and getattr(code, "co_qualname", qn) == qn
+    except Exception:
+        return False
+
+
+def _own_signature(f):
+    """(own, name CPython's binding errors use, leading parameters bound) for a callable, or (False, None, 0)."""
+    t = type(f)
+    if t is types.FunctionType:
+        return (True, _func_qualname.__get__(f), 0) if _plain_function(f) else (False, None, 0)
+    if t is types.MethodType:
+        fn = _method_func.__get__(f)
+        return (True, _func_qualname.__get__(fn), 1) if _plain_function(fn) else (False, None, 0)
+    if isa(f, type):
+        if class_lookup(t, "__call__", None) is not _type_call or class_lookup(t, "__signature__", None) is not None:
+            return False, None, 0
+        if class_lookup(f, "__signature__", None) is not None or class_lookup(f, "__new__", None) is not _object_new:
+            return False, None, 0
+        init = class_lookup(f, "__init__", None)
+        if init is _object_init or not _plain_function(init):
+            return False, None, 0
+        return True, _func_qualname.__get__(init), 1
+    return False, None, 0
+
+
+def _str_attr(descr, obj):
+    try:
+        v = descr.__get__(obj)
+        return v if type(v) is str else None
+    except Exception:
+        return None
+
+
+def callable_names(f):
+    """(`__module__.__qualname__`, shortest public alias) of a class or function, read statically, or (None, None)."""
+    t = type(f)
+    if t is types.MethodType:
+        f, t = _method_func.__get__(f), None
+        t = type(f)
+    if t is types.FunctionType:
+        mod, qn = _str_attr(_func_module, f), _str_attr(_func_qualname, f)
+    elif t is types.BuiltinFunctionType:
+        mod, qn = _str_attr(_builtin_module, f), _str_attr(_builtin_qualname, f)
+    elif isa(f, type):
+        mod, qn = tmodule(f) or None, _str_attr(_type_qualname_descr, f)
+    else:
+        return None, None
+    if not qn:
+        return None, None
+    if not mod:
+        return qn, None
+    full = qn if mod == "builtins" else mod + "." + qn
+    public = None
+    if "." not in qn and "<" not in qn and mod != "builtins":
+        parts = mod.split(".")
+        for i in range(1, len(parts)):
+            cand = ".".join(parts[:i])
+            m = sys.modules.get(cand)
+            d = inst_dict(m) if m is not None else None
+            if d is not None and d.get(qn, _missing) is f:
+                public = cand + "." + qn
+                break
+    return full, public
+
+
+_type_qualname_descr = class_dict(type)["__qualname__"]
+
+
+def add_callable_facts(ctx, f, out):
+    """signature (+ whether it is the callable's own, the name TypeErrors use, bound leading parameters) and
+    qualname / public_name of a function, method or class, into a Facts or AttrCheck dict."""
+    try:
+        qn, public = callable_names(f)
+        if qn:
+            out["qualname"] = qn
+            if public and public != qn:
+                out["public_name"] = public
+    except Exception as exc:
+        ctx.error("qualname", exc)
+    sig = signature_facts(ctx, f)
+    if sig is None:
+        return
+    out["signature"] = sig
+    try:
+        own, name, bound = _own_signature(f)
+    except Exception:
+        own = False
+    if own and type(name) is str:
+        out["signature_own"] = True
+        out["signature_name"] = name
+        if bound:
+            out["signature_bound"] = bound
 
 
 # -- static attribute lookup --------------------------------------------------------------------------------------
@@ -286,9 +405,7 @@ def check_attr(ctx, ns, expr, summarize, fit):
         obj = v
     res["present"] = True
     if callable(obj):
-        sig = signature_facts(ctx, obj)
-        if sig is not None:
-            res["signature"] = sig
+        add_callable_facts(ctx, obj, res)
     if where in ("instance", "module") and not _is_plain(obj) and not isa(obj, types.ModuleType):
         res["facts"] = fit(ctx, summarize(ctx, obj, expr))
     return res
