@@ -80,7 +80,15 @@ def _line_length(source: str, line0: int) -> int:
     return len(lines[line0]) if 0 <= line0 < len(lines) else 0
 
 
-def to_diagnostic(finding: "Finding", cell: CellSnapshot, snap: NotebookSnapshot, mode: str) -> types.Diagnostic:
+def severity(finding: "Finding") -> types.DiagnosticSeverity:
+    if finding.source == "llm":  # a model's opinion: never an error squiggle
+        return types.DiagnosticSeverity.Warning if finding.confidence >= 0.7 else types.DiagnosticSeverity.Information
+    return types.DiagnosticSeverity.Error if finding.confidence >= 0.5 else types.DiagnosticSeverity.Warning
+
+
+def to_diagnostic(
+    finding: "Finding", cell: CellSnapshot, snap: NotebookSnapshot, mode: str, sandbox: dict | None = None
+) -> types.Diagnostic:
     line0 = max(finding.line - 1, 0)
     end_line0 = max((finding.end_line or finding.line) - 1, line0)
     col = max(finding.col, 0)
@@ -108,7 +116,7 @@ def to_diagnostic(finding: "Finding", cell: CellSnapshot, snap: NotebookSnapshot
     return types.Diagnostic(
         range=types.Range(types.Position(line0, col), types.Position(end_line0, end_col)),
         message=message,
-        severity=types.DiagnosticSeverity.Error if finding.confidence >= 0.5 else types.DiagnosticSeverity.Warning,
+        severity=severity(finding),
         code=finding.rule,
         source=SOURCE,
         related_information=related or None,
@@ -118,6 +126,8 @@ def to_diagnostic(finding: "Finding", cell: CellSnapshot, snap: NotebookSnapshot
             "rootCause": finding.root_cause,
             "confidence": finding.confidence,
             "facts": mode,
+            "source": finding.source,
+            **({"sandbox": sandbox} if sandbox else {}),
         },
     )
 
@@ -168,24 +178,69 @@ async def refresh_cells(ls: "CraneServer", session: "NotebookSession", uris: lis
 
 
 def publish_outcomes(ls: "CraneServer", session: "NotebookSession", snap: NotebookSnapshot, outcomes) -> None:
+    """Publish the rules' findings of checked cells, refined by what the sandbox and the model said about the
+    same text against the same kernel state (cached), and ask them about the cells they have not seen yet."""
     if session.closed:
         return
-    min_conf = ls.settings.diagnostics.min_confidence
     for out in outcomes:
         doc = ls.workspace.text_documents.get(_unquote(out.cell.uri))
         if doc is None or doc.version != out.cell.version:
             continue  # closed, or edited since: a newer check is on its way
-        findings = [f for f in out.findings if f.confidence >= min_conf]
-        session.findings[out.cell.uri] = findings
+        session.rule_findings[out.cell.uri] = list(out.findings)
+        session.outcomes[out.cell.uri] = out
         if out.mode == "stale":
             session.stale_cells.add(out.cell.uri)
         else:
             session.stale_cells.discard(out.cell.uri)
-        publish(ls, out.cell.uri, [to_diagnostic(f, out.cell, snap, out.mode) for f in findings], out.cell.version)
+        publish_cell(ls, session, snap, out.cell)
+        ls.speculation.consider(session, out.cell)
     any_stale = bool(session.stale_cells)
     if any_stale != session.used_stale:
         session.used_stale = any_stale
         ls.kernels.notify_status(session)
+
+
+def final_findings(ls: "CraneServer", session: "NotebookSession", cell: CellSnapshot) -> tuple[list["Finding"], dict | None]:
+    """What a cell's diagnostics say now: the sandbox's verdict for this text and kernel state when it is
+    conclusive (crash: the real exception; no-crash: nothing), else the rules' findings, else (llm mode) the
+    model's. Also the sandbox's verdict, for the diagnostics' data."""
+    rules = session.rule_findings.get(cell.uri) or []
+    verdict = ls.speculation.cached(session, cell)
+    info = None
+    if verdict is not None:
+        info = {"verdict": verdict.verdict, "reason": verdict.reason, "elapsedMs": round(verdict.elapsed_ms, 1)}
+        if verdict.verdict == "crash":
+            from crane.modes import sandbox_finding
+
+            return [sandbox_finding(verdict, rules)], info
+        if verdict.verdict == "no-crash":
+            return [], info
+    if not rules:
+        llm = ls.llm.cached(session, cell)
+        if llm is not None:
+            return [llm], info
+    return rules, info
+
+
+def publish_cell(ls: "CraneServer", session: "NotebookSession", snap: NotebookSnapshot, cell: CellSnapshot) -> None:
+    """(Re)publish one checked cell's diagnostics from what is known about its current text."""
+    if session.closed or cell.uri not in session.rule_findings:
+        return
+    out = session.outcomes.get(cell.uri)
+    mode = out.mode if out is not None else "static"
+    findings, sandbox = final_findings(ls, session, cell)
+    session.findings[cell.uri] = findings
+    publish(ls, cell.uri, [to_diagnostic(f, cell, snap, mode, sandbox) for f in findings], cell.version)
+
+
+def republish(ls: "CraneServer", session: "NotebookSession", cell_uri: str, source: str) -> bool:
+    """Republish a cell if its text is still `source` (a sandbox or model result arrived); False otherwise."""
+    snap = snapshot(ls.workspace, session.uri)
+    cell = snap.cell(cell_uri) if snap is not None else None
+    if cell is None or cell.source != source or session.closed:
+        return False
+    publish_cell(ls, session, snap, cell)
+    return True
 
 
 def _unquote(uri: str) -> str:

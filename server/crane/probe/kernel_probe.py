@@ -274,7 +274,8 @@ def fit_var(ctx, f, max_bytes):
             step()
         if size_of(f) <= max_bytes:
             return f
-    keep = ("name", "type", "kind", "shape", "length", "dtype", "truncated", "defined_in", "module_name")
+    keep = ("name", "type", "kind", "shape", "length", "dtype", "truncated", "defined_in", "module_name", "qualname",
+            "public_name", "series_name", "has_name")
     return {k: f[k] for k in keep if k in f}
 
 

@@ -135,10 +135,9 @@ def _str_attr(descr, obj):
 
 def callable_names(f):
     """(`__module__.__qualname__`, shortest public alias) of a class or function, read statically, or (None, None)."""
+    if type(f) is types.MethodType:
+        f = _method_func.__get__(f)
     t = type(f)
-    if t is types.MethodType:
-        f, t = _method_func.__get__(f), None
-        t = type(f)
     if t is types.FunctionType:
         mod, qn = _str_attr(_func_module, f), _str_attr(_func_qualname, f)
     elif t is types.BuiltinFunctionType:

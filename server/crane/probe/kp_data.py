@@ -6,7 +6,16 @@ data only while the call's scan budget lasts (`Ctx.can_scan`), otherwise a strid
 
 import math
 
-from crane.probe.kp_common import EXAMPLE_CHARS, isa, jval, short, short_tname, tmodule, trunc  # probe: strip
+from crane.probe.kp_common import (  # probe: strip
+    EXAMPLE_CHARS,  # probe: strip
+    in_lib,  # probe: strip
+    isa,  # probe: strip
+    jval,  # probe: strip
+    short,  # probe: strip
+    short_tname,  # probe: strip
+    tmodule,  # probe: strip
+    trunc,  # probe: strip
+)  # probe: strip
 
 SAMPLE_N = 20000  # elements kept by a strided sample
 UNIQUE_N = 50000  # most elements `unique` is computed on (a strided sample beyond)
@@ -267,6 +276,15 @@ def dataframe_facts(ctx, df, out):
 
 
 def series_facts(ctx, s, out):
+    pd = ctx.pd
+    if in_lib(type(s), ("pandas",)):  # a user subclass could make `name` a property of its own
+        try:
+            name = s.name
+            out["has_name"] = name is not None
+            if name is not None:
+                out["series_name"] = label_str(name, ctx)
+        except Exception as exc:
+            ctx.error("series name", exc)
     a = s._values
     out["dtype"] = str(a.dtype)
     out["length"] = len(s)
@@ -275,9 +293,19 @@ def series_facts(ctx, s, out):
     out["index"] = index_facts(ctx, s.index)
 
 
+MAX_LEVELS = 10
+
+
 def index_facts(ctx, idx):
     n = len(idx)
     d = {"type": short_tname(type(idx)), "dtype": str(idx.dtype), "length": n}
+    try:
+        if in_lib(type(idx), ("pandas",)):
+            names = list(idx.names)
+            if len(names) <= MAX_LEVELS:
+                d["names"] = [None if x is None else label_str(x, ctx) for x in names]
+    except Exception as exc:
+        ctx.error("index names", exc)
     try:
         if d["type"] == "RangeIndex":
             d["start"], d["stop"], d["step"] = int(idx.start), int(idx.stop), int(idx.step)
