@@ -43,3 +43,16 @@ def test_static_only_prediction_uses_scope():
     assert "later" in findings[0].message and findings[0].related[0].cell == 5
     # no scope and no kernel: nothing can be said about names
     assert predict(analyze_cell(CELLS[3][2]), None) == []
+
+
+def test_public_cell_defs_and_from_defs():
+    from crane.analysis import scope as scope_mod
+
+    defs = [scope_mod.cell_defs(n, c, src) for n, c, src in reversed(CELLS)]
+    assert scope_mod._defs is scope_mod.cell_defs  # the old private name still works
+    s = NotebookScope.from_defs(defs)
+    assert [d.number for d in s.cells] == [1, 2, 3, 4, 5]
+    ref = NotebookScope.from_cells(CELLS)
+    assert s.defined_in("X") == ref.defined_in("X") == 2
+    assert s.undefined_in_order(4, ["X", "df", "later"]) == ref.undefined_in_order(4, ["X", "df", "later"])
+    assert s.import_target("pd") == "pandas"

@@ -119,10 +119,22 @@ def kernel(runtime_dir, notebook_path):
     k.shutdown()
 
 
-async def start_client(env: dict[str, str] | None = None, init_options: Any = None) -> LanguageClient:
+async def start_client(env: dict[str, str] | None = None, init_options: Any = None, mode: str | None = "static") -> LanguageClient:
+    """The server over stdio. `mode` ("static" unless given: the rules alone, fast and deterministic; None: the
+    server's default, auto) is put into the initialization options when they do not name one."""
     client = make_test_lsp_client()
     client.kernel_status = []  # type: ignore[attr-defined]
     client.diagnoses = []  # type: ignore[attr-defined]
+    client.agent_steps = []  # type: ignore[attr-defined]
+    if mode is not None:
+        init_options = dict(init_options or {})
+        section = dict(init_options.get("crane", {}))
+        section.setdefault("mode", mode)
+        init_options["crane"] = section
+
+    @client.feature("crane/agentStep")
+    def _step(ls, params):
+        client.agent_steps.append(params)
 
     @client.feature("crane/kernelStatus")
     def _status(ls, params):

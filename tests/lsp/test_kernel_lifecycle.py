@@ -33,8 +33,7 @@ async def test_kernel_death_then_restart(runtime_dir, tmp_path):
     kernel = TcpKernel(runtime_dir, tmp_path / "life.ipynb")
     kernel.run("a_var = 1")
     client = await start_client(
-        env={"JUPYTER_RUNTIME_DIR": str(runtime_dir)},
-        init_options={"crane": {"kernel": {"discoveryIntervalMs": 300}}},
+        env={"JUPYTER_RUNTIME_DIR": str(runtime_dir), "CRANE_LSP_DISCOVERY_INTERVAL_MS": "300"},
     )
     try:
         nb = Notebook(client, kernel.notebook, ["print(a_var)\n", "print(b_var)\n"])

@@ -150,9 +150,10 @@ async def test_code_actions_and_commands_with_progress(client, live_kernel, note
     assert check["crashes"] == 1 and [c["cell"] for c in check["cells"]] == [1, 2, 3]
     assert check["cells"][1]["findings"][0]["ename"] == "KeyError"
 
-    for command in ("crane.fixCell", "crane.runSpeculatively", "crane.stopAgent"):
-        with pytest.raises(JsonRpcException, match="not available yet"):
-            await client.workspace_execute_command_async(types.ExecuteCommandParams(command=command, arguments=[nb.cells[1]]))
+    with pytest.raises(JsonRpcException, match="the repair agent needs a model: set crane.llm.model"):
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.fixCell", arguments=[nb.cells[1]]))
+    stopped = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.stopAgent", arguments=[]))
+    assert stopped == {"stopped": False}
     with pytest.raises(JsonRpcException, match="cellUri"):
         await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.diagnoseCell", arguments=[]))
     with pytest.raises(JsonRpcException, match="not a cell of an open notebook"):
@@ -222,16 +223,19 @@ async def test_discovery_by_vsc_ipynb_file(kernel, runtime_dir, notebook_path, t
         other.shutdown()
 
 
-async def test_configuration_change_to_static_mode_and_back(client, live_kernel, notebook_path):
+async def test_configuration_change_of_mode_and_kernel(client, live_kernel, notebook_path, tmp_path):
     nb = Notebook(client, notebook_path, ["print(df.shape)\n"])
-    await attach(client, nb, live_kernel)
-    await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="df known to the kernel")
+    await wait_for(lambda: (s := last_status(client, nb.uri)) and s.state == "static-only", what="no kernel found")
+    # crane.kernel.connectionFile attaches (order (c))
     client.workspace_did_change_configuration(
-        types.DidChangeConfigurationParams(settings={"crane": {"diagnostics": {"mode": "static"}}})
+        types.DidChangeConfigurationParams(settings={"crane": {"mode": "static", "kernel": {"connectionFile": live_kernel.connection_file}}})
     )
-    await wait_for(lambda: last_status(client, nb.uri).state == "static-only", what="static-only status")
-    d = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="static NameError (no cell defines df)")
-    assert d[0].data["facts"] == "static"
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"crane": {}}))
-    await wait_for(lambda: last_status(client, nb.uri).kernel is not None, timeout=15, what="reattached to the requested kernel")
-    await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="live again")
+    s = await wait_for(lambda: (s := last_status(client, nb.uri)) and s.kernel is not None and s, timeout=15, what="attached by setting")
+    assert s.kernel.source == "setting"
+    await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="df known to the kernel")
+    # an invalid value: one warning, that key's default, the rest kept
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"crane": {"mode": "turbo", "kernel": {"connectionFile": live_kernel.connection_file}}})
+    )
+    await wait_for(lambda: any("crane.mode" in m.message for m in client.messages), what="warning about crane.mode")
+    assert last_status(client, nb.uri).kernel is not None

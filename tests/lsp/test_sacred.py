@@ -68,13 +68,23 @@ async def test_session_leaves_the_kernel_untouched(runtime_dir, tmp_path):
         before = fingerprint(kernel)
         recorder = IopubRecorder(kernel.connection_file)
         recorder.start()
-        client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(runtime_dir)})
+        client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(runtime_dir)}, mode=None)  # auto: sandboxed runs too
         try:
             nb = Notebook(
                 client,
                 nb_path,
-                [STATE, "clf.predict(X)\n", "df['salary'].mean()\n", "print(undefined_here)\n", "y = df.age.values\n"],
+                [STATE, "clf.predict(X)\n", "df['salary'].mean()\n", "print(undefined_here)\n", "y = df.age.values\n",
+                 "for i in range(5):\n    print('row', i, X[i])\n    del df\n", "clf.fit(X, [0, 1, 0])\nresult = df.head()\n"],
             )
+            # the sandbox ran cells (printing, deleting, fitting in its fork)
+            await wait_for(
+                lambda: (d := crane_diags(client, nb.cells[5])) and d[0].code == "sandbox", timeout=30, what="sandbox crash"
+            )
+            spec = await client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[5]])
+            )
+            assert spec["ename"] == "UnboundLocalError" or spec["ename"] == "NameError", spec
+            assert "row 0" in spec["stdout"]
             await wait_for(lambda: crane_diags(client, nb.cells[1]), timeout=15, what="NotFittedError on the discovered kernel")
             await wait_for(lambda: crane_diags(client, nb.cells[2]), what="KeyError")
             for i, text in enumerate(["clf.fit(X, [0, 1, 0])\nclf.predict(X)\n", "df['city'].str.upper()\n", "X.T @ X\n"]):

@@ -3,6 +3,7 @@ changes, capabilities, settings."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from lsprotocol import types
@@ -106,11 +107,18 @@ async def test_close_clears_everything_even_mid_analysis(static_client, tmp_path
 async def test_invalid_settings_fall_back_with_a_message(tmp_path):
     client = await start_client(
         env={"JUPYTER_RUNTIME_DIR": str(tmp_path)},
-        init_options={"crane": {"diagnostics": {"debounceMs": "soon"}, "hover": {"enabled": False}}},
+        init_options={"crane": {"speculative": {"budgetSeconds": "soon", "enabled": False}, "hover": "no",
+                                "agent": {"maxSteps": 0}, "mode": "fast", "unknownKey": 1}},
+        mode=None,
     )
     try:
         await wait_for(lambda: client.messages, what="a settings warning")
-        assert "crane.diagnostics" in client.messages[0].message
+        await asyncio.sleep(0.2)
+        assert len(client.messages) == 1  # one warning for the whole configuration
+        text = client.messages[0].message
+        for key in ("crane.speculative.budgetSeconds", "crane.hover", "crane.agent.maxSteps", "crane.mode"):
+            assert key in text, (key, text)
+        assert "crane.speculative.enabled" not in text and "unknownKey" not in text
         assert client.messages[0].type == types.MessageType.Warning
         nb = Notebook(client, tmp_path / "x.ipynb", ["print(nope)\n"])  # defaults still work
         await wait_for(lambda: crane_diags(client, nb.cells[0]), what="diagnostics with default settings")
@@ -154,3 +162,31 @@ async def test_check_notebook_reports_progress_and_can_be_cancelled(static_clien
     # without cancelling: every code cell, no crash
     full = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.checkNotebook", arguments=[nb.uri]))
     assert full["cancelled"] is False and len(full["cells"]) == n and full["crashes"] == 0
+
+
+async def test_cell_numbers_count_markdown_cells(static_client, tmp_path):
+    """vscode-languageclient syncs the cells the server declares: python and markdown, so numbers are the
+    positions in the full notebook (here cell 4, not 3)."""
+    client = static_client
+    sync = client.init_result.capabilities.notebook_document_sync
+    languages = {c.language for f in sync.notebook_selector for c in f.cells}
+    assert languages == {"python", "markdown"}
+    nb = Notebook(
+        client,
+        tmp_path / "md.ipynb",
+        ["# Title\nSome *text* with print(undefined)", "import os\n", "## Section", "print(later_name)\n", "later_name = 1\n"],
+        kinds=["markdown", "code", "markdown", "code", "code"],
+    )
+    d = await wait_for(lambda: crane_diags(client, nb.cells[3]), what="NameError on cell 4")
+    assert d[0].message.startswith("NameError")
+    assert crane_diags(client, nb.cells[0]) == [] and crane_diags(client, nb.cells[2]) == []  # markdown: nothing
+    related = d[0].related_information or []
+    assert [r.location.uri for r in related] == [nb.cells[4]], related  # defined in cell 5, which runs later
+    assert "cell 5" in related[0].message or "5" in related[0].message
+    result = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="crane.diagnoseCell", arguments=[nb.cells[3]])
+    )
+    assert result["cell"] == 4 and "### Cell 4 will crash" in result["markdown"]
+    check = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.checkNotebook", arguments=[nb.uri]))
+    assert [c["cell"] for c in check["cells"]] == [2, 4, 5]
+    assert check["cells"][1]["findings"][0]["related"][0]["cell"] == 5

@@ -23,19 +23,37 @@ from crane.rules.finding import Finding, Related
 from conftest import REPO
 
 
-def test_settings_sections_fall_back_independently():
+def test_settings_fall_back_key_by_key():
     s, problems = parse_settings(
-        {"crane": {"kernel": {"probeTimeoutMs": 10}, "diagnostics": {"debounceMs": 40, "bogus": 1}, "logLevel": "loud"}}
+        {"crane": {"mode": "llm", "speculative": {"enabled": False, "budgetSeconds": "soon"},
+                   "llm": {"model": "openai/m", "apiBase": "ftp://x", "maxTokens": -1, "timeout": 5},
+                   "agent": {"maxSteps": 3, "budgetUsd": -1, "stepMode": True, "bogus": 1},
+                   "kernel": {"connectionFile": None}, "hover": "yes", "logLevel": "loud", "other": {}}}
     )
-    assert s.kernel.probe_timeout_ms == 1000  # invalid section: defaults
-    assert s.diagnostics.debounce_ms == 40  # valid section kept
-    assert s.log_level == "info"
-    assert any("crane.kernel" in p for p in problems)
-    assert any("bogus" in p for p in problems)
-    assert any("logLevel" in p for p in problems)
+    assert s.mode == "llm"
+    assert s.speculative.enabled is False and s.speculative.budget_seconds == 10.0  # only the bad key falls back
+    assert s.llm.model == "openai/m" and s.llm.api_base is None and s.llm.extra == {"timeout": 5}
+    assert s.agent.max_steps == 3 and s.agent.budget_usd is None and s.agent.step_mode is True
+    assert s.kernel.connection_file is None and s.hover is True and s.log_level == "info"
+    keys = [p.split(":")[0] for p in problems]
+    assert keys == ["crane.hover", "crane.logLevel", "crane.speculative.budgetSeconds", "crane.llm.apiBase",
+                    "crane.llm.maxTokens", "crane.agent.budgetUsd"]
+    assert not any("bogus" in p or "other" in p for p in problems)  # unknown keys are ignored
+    assert s.llm_section() == {"llm": {"timeout": 5, "model": "openai/m"}}
+    assert s.llm_settings().model == "openai/m" and s.llm_settings().timeout_s == 5
     assert parse_settings(None) == (type(s)(), [])
-    assert parse_settings({"diagnostics": {"mode": "static"}})[0].diagnostics.mode == "static"  # bare section
+    assert parse_settings(None)[0].mode == "auto" and parse_settings(None)[0].speculative_on
+    assert parse_settings({"mode": "static"})[0].mode == "static"  # the bare section
+    assert parse_settings({"crane": {"logLevel": "warn"}})[0].log_level == "warn"
+    assert parse_settings({"crane": {"speculative": 3}})[1] == ["crane.speculative: expected an object, got 3; using its defaults"]
     assert parse_settings([1, 2])[1]
+
+
+def test_tuning_from_env():
+    from crane.lsp.settings import Tuning
+
+    t = Tuning.from_env({"CRANE_LSP_DEBOUNCE_MS": "40", "CRANE_LSP_PROBE_TIMEOUT_MS": "x"})
+    assert t.debounce_ms == 40 and t.probe_timeout_ms == 1000
 
 
 def test_notebook_paths_from_uris():

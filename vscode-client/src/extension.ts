@@ -6,11 +6,11 @@ import { DIAGNOSIS_SCHEME, DiagnosisView } from './common/diagnosisView';
 import { disposeHighlight } from './common/highlight';
 import { getJupyterKernelsApi, KernelBridge } from './common/kernelBridge';
 import { getLogChannel, traceError, traceInfo } from './common/log';
-import { activeNotebook, isCraneNotebook } from './common/notebooks';
+import { isCraneNotebook, NotebookFocus } from './common/notebooks';
 import { AttachResult, Methods } from './common/protocol';
 import { ApiKeyStore } from './common/secrets';
 import { ServerManager } from './common/server';
-import { getSettings, needsRestart } from './common/settings';
+import { classifyChange, getClientSettings } from './common/settings';
 import { StatusBar } from './common/statusBar';
 
 let manager: ServerManager | undefined;
@@ -25,6 +25,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const agent = new AgentController(() => manager?.running, {
     started: (key) => status.update({ type: 'agentStarted', runId: key }),
     stopped: (key) => status.update({ type: 'agentStopped', runId: key }),
+    showReport: (cellUri, markdown) => diagnosis.showMarkdown(cellUri, 'agent', markdown),
+    stepModeDefault: () => getClientSettings().stepMode,
   });
 
   const bridge = new KernelBridge({
@@ -34,7 +36,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     log: traceInfo,
   });
   const connectKernel = (nb: vscode.NotebookDocument | undefined) => {
-    if (!nb || !isCraneNotebook(nb) || !server.running || getSettings(nb.uri).kernel.connectionFile) {
+    if (!nb || !isCraneNotebook(nb) || !server.running || getClientSettings(nb.uri).connectionFile) {
       return;
     }
     bridge.connect(nb.uri).catch((err) => traceError('kernel bridge', err));
@@ -53,6 +55,33 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     secretEnvironment: () => keys.environment(),
   });
   manager = server;
+
+  /** The status bar follows the notebook in use; a preview or other editor taking the focus keeps it. */
+  const focus = new NotebookFocus();
+  const updateActiveNotebook = () => status.update({ type: 'activeNotebook', uri: focus.update() });
+
+  /** `crane.kernel.connectionFile` changed: attach every open notebook to it, or let the bridge find kernels. */
+  const attachConfiguredKernel = async () => {
+    for (const nb of vscode.workspace.notebookDocuments.filter(isCraneNotebook)) {
+      const file = getClientSettings(nb.uri).connectionFile;
+      if (!file) {
+        connectKernel(nb);
+        continue;
+      }
+      try {
+        const result = await server.server.sendRequest<AttachResult>(Methods.attachKernel, {
+          notebookUri: nb.uri.toString(),
+          connectionFile: file,
+        });
+        traceInfo(`attach ${nb.uri.toString()} to ${file}: ${JSON.stringify(result)}`);
+        if (!result?.attached) {
+          void vscode.window.showWarningMessage(`CRANE: could not attach to ${file}: ${result?.message ?? 'no answer'}`);
+        }
+      } catch (err) {
+        traceError(`attaching ${file}`, err);
+      }
+    }
+  };
 
   commands = new Commands({
     server: () => server.server,
@@ -73,14 +102,23 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.registerTextDocumentContentProvider(PROPOSAL_SCHEME, agent),
     ...commands.register(),
     vscode.workspace.onDidChangeConfiguration((e) => {
-      if (needsRestart(e)) {
+      const change = classifyChange(e);
+      if (change.restart) {
         void server.restart('settings changed');
+        return;
+      }
+      if (change.notify) {
+        void server.notifySettings().catch((err) => traceError('sending the settings', err));
+      }
+      if (change.connectionFile) {
+        void attachConfiguredKernel();
       }
     }),
     vscode.window.onDidChangeActiveNotebookEditor((editor) => {
-      status.update({ type: 'activeNotebook', uri: activeNotebook()?.uri.toString() });
+      updateActiveNotebook();
       connectKernel(editor?.notebook);
     }),
+    vscode.window.onDidChangeVisibleNotebookEditors(() => updateActiveNotebook()),
     vscode.workspace.onDidOpenNotebookDocument(connectKernel),
     vscode.workspace.onDidCloseNotebookDocument((nb) => bridge.forget(nb.uri)),
     vscode.workspace.onDidChangeNotebookDocument((e) => {
@@ -91,12 +129,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
   );
 
-  status.update({ type: 'activeNotebook', uri: activeNotebook()?.uri.toString() });
+  updateActiveNotebook();
   const pythonApi = await server.initPythonApi();
   if (pythonApi) {
     context.subscriptions.push(
       pythonApi.onDidChangeActiveEnvironmentPath(() => {
-        if (!getSettings().python) {
+        if (!getClientSettings().python) {
           void server.restart('Python interpreter changed');
         }
       }),

@@ -80,15 +80,44 @@ export class Range {
   }
 }
 
+export class TextEdit {
+  constructor(readonly range: Range, readonly newText: string) {}
+}
+
+type EntryMetadata = { needsConfirmation: boolean; label: string; description?: string };
+
 export class WorkspaceEdit {
-  readonly edits: Array<{ uri: Uri; range: Range; newText: string; metadata?: { needsConfirmation: boolean; label: string } }> = [];
-  replace(uri: Uri, range: Range, newText: string, metadata?: { needsConfirmation: boolean; label: string }): void {
+  readonly edits: Array<{ uri: Uri; range: Range; newText: string; metadata?: EntryMetadata }> = [];
+  replace(uri: Uri, range: Range, newText: string, metadata?: EntryMetadata): void {
     this.edits.push({ uri, range, newText, metadata });
+  }
+  /** The form vscode-languageclient's protocol converter uses: `[TextEdit, metadata]` pairs. */
+  set(uri: Uri, edits: Array<TextEdit | [TextEdit, EntryMetadata | undefined]>): void {
+    for (const e of edits) {
+      const [edit, metadata] = Array.isArray(e) ? e : [e, undefined];
+      this.edits.push({ uri, range: edit.range, newText: edit.newText, metadata });
+    }
   }
   get size(): number {
     return new Set(this.edits.map((e) => e.uri.toString())).size;
   }
 }
+
+// base classes vscode-languageclient's converters extend at load time
+export class CallHierarchyItem {}
+export class CodeLens {}
+export class CompletionItem {}
+export class DocumentLink {}
+export class InlayHint {}
+export class SymbolInformation {}
+export class TypeHierarchyItem {}
+export class CodeAction {}
+export class Diagnostic {}
+
+/** `CodeActionKind.X` for any X (the converter maps kinds when it is created). */
+export const CodeActionKind: Record<string, string> = new Proxy({} as Record<string, string>, {
+  get: (_t, key) => (typeof key === 'string' ? `kind:${key}` : undefined),
+});
 
 export class ThemeColor {
   constructor(readonly id: string) {}
@@ -158,6 +187,7 @@ export const mock = {
     window.activeNotebookEditor = undefined;
     window.activeTextEditor = undefined;
     window.visibleTextEditors = [];
+    window.visibleNotebookEditors = [];
     workspace.notebookDocuments = [];
     workspace.workspaceFolders = undefined;
     vi.clearAllMocks();
@@ -168,6 +198,7 @@ export const window = {
   activeNotebookEditor: undefined as unknown,
   activeTextEditor: undefined as unknown,
   visibleTextEditors: [] as unknown[],
+  visibleNotebookEditors: [] as unknown[],
   createOutputChannel: vi.fn(() => mock.logChannel),
   createStatusBarItem: vi.fn(createStatusBarItem),
   showInformationMessage: vi.fn(async (..._a: unknown[]) => undefined as unknown),
@@ -194,6 +225,7 @@ export const window = {
   }),
   createTextEditorDecorationType: vi.fn(() => ({ dispose: vi.fn() })),
   onDidChangeActiveNotebookEditor: vi.fn(() => ({ dispose: vi.fn() })),
+  onDidChangeVisibleNotebookEditors: vi.fn(() => ({ dispose: vi.fn() })),
 };
 
 function getPath(obj: Record<string, unknown>, key: string): unknown {
@@ -212,7 +244,7 @@ export const workspace = {
     has: (key: string) => getPath(mock.config, section ? `${section}.${key}` : key) !== undefined,
     update: vi.fn(),
   })),
-  applyEdit: vi.fn(async (_e: WorkspaceEdit) => true),
+  applyEdit: vi.fn(async (_e: WorkspaceEdit, _metadata?: { isRefactoring?: boolean }) => true),
   openTextDocument: vi.fn(async (uri: Uri) => ({ uri, getText: () => '' })),
   registerTextDocumentContentProvider: vi.fn(() => ({ dispose: vi.fn() })),
   onDidChangeConfiguration: vi.fn(() => ({ dispose: vi.fn() })),
@@ -237,6 +269,17 @@ export default {
   Position,
   Range,
   WorkspaceEdit,
+  TextEdit,
+  CallHierarchyItem,
+  CodeLens,
+  CompletionItem,
+  DocumentLink,
+  InlayHint,
+  SymbolInformation,
+  TypeHierarchyItem,
+  CodeAction,
+  Diagnostic,
+  CodeActionKind,
   ThemeColor,
   CancellationTokenSource,
   StatusBarAlignment,

@@ -70,7 +70,7 @@ def column(f: Facts, name: Any, text: str) -> Facts | None:
         has_nan=(c.n_nan > 0) if not f.truncated or c.n_nan == 0 else None, n_nan=c.n_nan if not f.truncated else None,
         value_range=c.value_range, num_unique=c.num_unique, unique_values=c.unique_values,
         example_values=c.example_values, numeric_parse=c.numeric_parse, non_numeric_example=c.non_numeric_example,
-        index=f.index, truncated=f.truncated,
+        index=f.index, truncated=f.truncated, series_name=c.name, has_name=True,
     )
 
 
@@ -194,6 +194,9 @@ def method(f: Facts, name: str, args: list[Any], kw: dict[str, Any], text: str) 
     lit = all(not _is_sentinel(a) for a in args) and all(not _is_sentinel(v) for v in kw.values())
     if name == "copy":
         return _replace(f, name=text)
+    if f.kind == "tensor" and name in _TENSOR_CASTS and not args and not kw:
+        return _replace(f, name=text, dtype=_TENSOR_CASTS[name], value_range=None, unique_values=None,
+                        example_values=None)
     if name in ("to_numpy",) and not args and not kw:
         return to_numpy(f, text)
     if not lit:
@@ -300,6 +303,22 @@ def train_test_split(arrays: list[Any], kw: dict[str, Any], texts: list[str]) ->
         out.append(row_subset(a, n_train, f"{t}[train]"))
         out.append(row_subset(a, n_test, f"{t}[test]"))
     return tuple(out)
+
+
+_TORCH_FROM_NUMPY = {
+    "float64": "torch.float64", "float32": "torch.float32", "float16": "torch.float16", "int64": "torch.int64",
+    "int32": "torch.int32", "int16": "torch.int16", "int8": "torch.int8", "uint8": "torch.uint8", "bool": "torch.bool",
+}  # fmt: skip
+_TENSOR_CASTS = {"float": "torch.float32", "double": "torch.float64", "half": "torch.float16", "long": "torch.int64",
+                 "int": "torch.int32", "bool": "torch.bool"}
+
+
+def numpy_to_tensor(f: Facts, text: str) -> Facts | None:
+    """`torch.from_numpy(a)` / `torch.as_tensor(a)` / `torch.tensor(a)` of an ndarray: same shape, numpy's dtype."""
+    if f.kind != "ndarray" or not f.shape or f.dtype not in _TORCH_FROM_NUMPY:
+        return None
+    return Facts(name=text, type="torch.Tensor", kind="tensor", shape=list(f.shape), length=f.shape[0],
+                 dtype=_TORCH_FROM_NUMPY[f.dtype], device="cpu", truncated=f.truncated)
 
 
 def _is_sentinel(v: Any) -> bool:

@@ -87,6 +87,11 @@ class FlowResult:
             return None
         base, _, rest = text.partition(".")
         target = self.aliases.get(base)
+        if target is None and base not in self.analysis.stored_names:
+            # The kernel's own answer for a live class or function (whatever the notebook's import history).
+            f = self.live.get(base)
+            if f is not None and f.kind in ("class", "function"):
+                target = f.public_name or f.qualname
         if target is None and self.scope is not None:
             target = self.scope.import_target(base)
         if target is None:
@@ -155,7 +160,7 @@ class FlowResult:
         text = ast.unparse(node)
         if isinstance(node.func, ast.Attribute):
             base = self.eval(node.func.value, env)
-            if isinstance(base, Facts):
+            if isinstance(base, Facts) and base.kind != "module":
                 args = [_literal(a, _NO) for a in node.args]
                 kw = {k: _literal(v, _NO) for k, v in kwargs.items()}
                 return derive.method(base, node.func.attr, args, kw, text)
@@ -165,6 +170,10 @@ class FlowResult:
             arrays = [self.eval(a, env) for a in node.args]
             kw = {k: _literal(v, _NO) for k, v in kwargs.items()}
             return derive.train_test_split(arrays, kw, [ast.unparse(a) for a in node.args])
+        if q in ("torch.from_numpy", "torch.as_tensor", "torch.tensor") and len(node.args) == 1 and not kwargs:
+            arg = self.eval(node.args[0], env)
+            if isinstance(arg, Facts):
+                return derive.numpy_to_tensor(arg, text)
         if q in ("numpy.array", "numpy.asarray") and len(node.args) == 1 and not kwargs:
             arg = self.eval(node.args[0], env)
             if isinstance(arg, Facts):

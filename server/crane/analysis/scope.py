@@ -44,7 +44,8 @@ def _module_level(tree: ast.Module):
             stack.append(c)
 
 
-def _defs(number: int, execution_count: int | None, source: str) -> CellDefs:
+def cell_defs(number: int, execution_count: int | None, source: str) -> CellDefs:
+    """What one code cell binds, deletes and imports (pure: cacheable by (number, execution_count, source))."""
     a = analyze_cell(source)
     d = CellDefs(number, execution_count, a)
     if a.tree is None:
@@ -73,6 +74,9 @@ def _defs(number: int, execution_count: int | None, source: str) -> CellDefs:
     return d
 
 
+_defs = cell_defs  # the former private name, kept for existing callers
+
+
 class NotebookScope:
     """Static definitions of every code cell. `cells`: (number, execution_count, source) triples or Cells."""
 
@@ -86,10 +90,17 @@ class NotebookScope:
             else:
                 number, count, source = c
             try:
-                self.cells.append(_defs(number, count, source))
+                self.cells.append(cell_defs(number, count, source))
             except Exception:  # never fail a whole notebook on one odd cell
                 self.cells.append(CellDefs(number, count, analyze_cell("")))
         self.cells.sort(key=lambda d: d.number)
+
+    @classmethod
+    def from_defs(cls, defs: Iterable[CellDefs]) -> "NotebookScope":
+        """From per-cell definitions already computed with `cell_defs` (e.g. cached by the daemon)."""
+        scope = cls(())
+        scope.cells = sorted(defs, key=lambda d: d.number)
+        return scope
 
     @classmethod
     def from_notebook(cls, nb) -> "NotebookScope":

@@ -4,9 +4,9 @@ Handlers leave `ls` unannotated: pygls resolves command handlers' type hints at 
 Arguments are positional as documented in docs/protocol.md (an object with the same camelCase names is
 accepted too) and validated here, so a bad call gets an "invalid params" error naming what is wrong.
 
-Features built by other layers plug into `FEATURES`: set `FEATURES["crane.fixCell"] = handler` where
-`handler(ls, args: list) -> awaitable JSON-ready result`. Until then the command answers with a
-"not available yet" error (JSON-RPC RequestFailed, -32803).
+Features built by other layers plug into `FEATURES` (`handler(ls, args: list) -> awaitable JSON-ready
+result`): the sandbox (`speculative_command`) and the repair agent (`agent_bridge`), registered by server.py.
+A command whose handler is None answers with a "not available yet" error (JSON-RPC RequestFailed, -32803).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ CHECK_NOTEBOOK = "crane.checkNotebook"
 DIAGNOSE_CELL = "crane.diagnoseCell"
 FIX_CELL = "crane.fixCell"
 STOP_AGENT = "crane.stopAgent"
+CONTINUE_AGENT = "crane.continueAgent"
 RUN_SPECULATIVELY = "crane.runSpeculatively"
 ATTACH_KERNEL = "crane.attachKernel"
 
@@ -49,12 +50,14 @@ Handler = Callable[["CraneServer", list[Any]], Awaitable[Any]]
 FEATURES: dict[str, Handler | None] = {
     FIX_CELL: None,  # the repair agent (returns a proposal: a WorkspaceEdit needing confirmation)
     STOP_AGENT: None,
+    CONTINUE_AGENT: None,
     RUN_SPECULATIVELY: None,  # the sandbox (verdict, captured output, exception)
 }
 
 _WHAT = {
     FIX_CELL: "the CRANE repair agent",
     STOP_AGENT: "the CRANE repair agent",
+    CONTINUE_AGENT: "the CRANE repair agent",
     RUN_SPECULATIVELY: "speculative runs in a sandbox",
 }
 
@@ -128,8 +131,9 @@ async def diagnose_cell(ls, *args: Any) -> Any:
             ls.tuning.probe_timeout_ms / 1000,
         )
         publish_outcomes(ls, session, snap, outcomes)
-        progress.report("explaining", 60)
-        result = await diagnosis.diagnose(snap, outcomes[0], ls.settings.llm)
+        model = ls.settings.llm.model
+        progress.report(f"asking {model}" if model else "explaining", 60)
+        result = await diagnosis.diagnose(snap, outcomes[0], ls.settings.llm_section())
     wire = to_wire(result)
     ls.protocol.notify(DIAGNOSIS, wire)
     return wire
@@ -173,6 +177,7 @@ def _feature(name: str) -> Callable[..., Awaitable[Any]]:
 
 fix_cell = _feature(FIX_CELL)
 stop_agent = _feature(STOP_AGENT)
+continue_agent = _feature(CONTINUE_AGENT)
 run_speculatively = _feature(RUN_SPECULATIVELY)
 
 # command id -> handler: server.py registers every entry.
@@ -182,5 +187,6 @@ COMMANDS: dict[str, Callable[..., Awaitable[Any]]] = {
     ATTACH_KERNEL: attach_kernel,
     FIX_CELL: fix_cell,
     STOP_AGENT: stop_agent,
+    CONTINUE_AGENT: continue_agent,
     RUN_SPECULATIVELY: run_speculatively,
 }

@@ -8,6 +8,7 @@ after `initialized`, so `initialize` answers at once.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
@@ -19,6 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def initialize(ls: "CraneServer", params: types.InitializeParams) -> None:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm (imported later) never fetches prices
     ls.apply_settings(params.initialization_options, initial=True)
 
 
@@ -41,11 +43,16 @@ async def did_change_configuration(ls: "CraneServer", params: types.DidChangeCon
     before = ls.settings
     ls.apply_settings(settings)
     after = ls.settings
-    if (before.kernel, before.diagnostics.mode) != (after.kernel, after.diagnostics.mode):
+    if before.kernel != after.kernel:
         await ls.kernels.settings_changed()
     for session in ls.sessions.values():
         ls.kernels.recheck_all(session)
 
 
 async def shutdown(ls: "CraneServer", params: None) -> None:
+    from crane.lsp import agent_bridge
+
+    agent_bridge.stop_all(ls)
+    ls.llm.close()
+    ls.speculation.close()
     await ls.kernels.shutdown()

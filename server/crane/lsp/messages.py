@@ -63,6 +63,18 @@ class Usage(_Wire):
     model: str = ""
 
 
+class SessionTotals(_Wire):
+    """The LLM usage of this server process so far (crane.llm.cost.SESSION)."""
+
+    requests: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_requests: int = 0
+
+
 class DiagnosisResult(_Wire):
     """`crane.diagnoseCell` result, also sent as the `crane/diagnosis` notification."""
 
@@ -74,7 +86,10 @@ class DiagnosisResult(_Wire):
     findings: list[Finding] = []
     mode: Literal["live", "stale", "static"] = "static"  # which kernel facts the diagnosis used
     source: Literal["rules", "llm"] = "rules"
-    usage: Usage | None = None
+    usage: Usage | None = None  # this answer's tokens and cost (llm)
+    session: SessionTotals | None = None  # the session's totals after it (llm)
+    cached: bool = False  # the model's answer came from the on-disk cache (not paid again)
+    note: str | None = None  # why there is no LLM diagnosis although a model is configured
 
 
 class CellCheck(_Wire):
@@ -94,8 +109,45 @@ class CheckResult(_Wire):
     cancelled: bool = False
 
 
+class SpeculativeDisplay(_Wire):
+    kind: str  # "execute_result" (the last expression) | "display_data"
+    text: str = ""
+
+
+class SpeculativeResult(_Wire):
+    """`crane.runSpeculatively` result: the cell run in a confined copy-on-write fork of the kernel."""
+
+    cell_uri: str
+    verdict: Literal["crash", "no-crash", "timeout", "blocked", "unavailable"]
+    ename: str | None = None
+    evalue: str | None = None
+    line: int | None = None  # 1-based, in the cell
+    stdout: str = ""
+    stderr: str = ""
+    displays: list[SpeculativeDisplay] = []
+    reason: str | None = None
+    elapsed_ms: float = 0.0
+    markdown: str = ""
+    cell: int = 0  # 1-based cell number in the notebook
+
+
+class FixResult(_Wire):
+    """`crane.fixCell` result: the agent's proposal (camelCase, crane.agent.proposal.Proposal) and the
+    WorkspaceEdit applying it (change annotations needing confirmation), or null when it changes no code."""
+
+    run_id: str
+    status: str  # fixed | not-fixed | stopped | error | clean
+    proposal: Any
+    edit: Any
+    markdown: str
+
+
 class StopAgentResult(_Wire):
     stopped: bool
+
+
+class ContinueAgentResult(_Wire):
+    continued: bool
 
 
 def decode_params(params: Any, typ: type) -> Any:

@@ -21,11 +21,13 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
 from crane import __version__
-from crane.lsp import code_actions, commands, hover, lifecycle, sync
+from crane.lsp import agent_bridge, code_actions, commands, diagnosis, hover, lifecycle, llm_bridge, sync
 from crane.lsp.analysis_service import AnalysisService
 from crane.lsp.kernels import KernelSupervisor
 from crane.lsp.session import NotebookSession
-from crane.lsp.settings import Settings, parse_settings
+from crane.lsp.settings import Settings, Tuning, parse_settings
+from crane.lsp.speculation import SpeculationService
+from crane.lsp.speculative_command import run_speculatively
 
 log = logging.getLogger("crane.lsp")
 
@@ -34,14 +36,16 @@ T = TypeVar("T")
 NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
     notebook_selector=[
         types.NotebookDocumentFilterWithNotebook(
-            notebook=notebook_type, cells=[types.NotebookCellLanguage(language="python")]
+            # markdown too: the cell numbers users see are positions in the full notebook
+            notebook=notebook_type,
+            cells=[types.NotebookCellLanguage(language="python"), types.NotebookCellLanguage(language="markdown")],
         )
         for notebook_type in ("jupyter-notebook", "interactive")
     ],
     save=True,
 )
 
-_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
+_LEVELS = {"error": logging.ERROR, "warn": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
 
 
 class CraneProtocol(LanguageServerProtocol):
@@ -72,6 +76,10 @@ class CraneServer(LanguageServer):
             max_workers=4,
         )
         self.settings = Settings()
+        self.tuning = Tuning.from_env()
+        self.speculation = SpeculationService(self)
+        self.llm = llm_bridge.LLMService(self)
+        self.agent_runs: dict[str, agent_bridge.AgentRunHandle] = {}
         self.sessions: dict[str, NotebookSession] = {}  # unquoted notebook URI -> session
         self.analysis = AnalysisService()
         self.kernels = KernelSupervisor(self)
@@ -129,8 +137,9 @@ class CraneServer(LanguageServer):
         logging.getLogger("crane").setLevel(_LEVELS[settings.log_level])
         for problem in problems:
             log.warning("settings: %s", problem)
+        if problems:  # one message for the whole change
             self.window_show_message(
-                types.ShowMessageParams(type=types.MessageType.Warning, message=f"CRANE settings: {problem}")
+                types.ShowMessageParams(type=types.MessageType.Warning, message="CRANE settings: " + "; ".join(problems))
             )
 
     def report_server_error(self, error: Exception, source: Any) -> None:
@@ -189,6 +198,13 @@ server.feature(
     types.TEXT_DOCUMENT_CODE_ACTION,
     types.CodeActionOptions(code_action_kinds=code_actions.KINDS, resolve_provider=False),
 )(code_actions.code_actions)
+
+# the feature layers behind the commands, and the LLM behind crane.diagnoseCell
+commands.FEATURES[commands.RUN_SPECULATIVELY] = run_speculatively
+commands.FEATURES[commands.FIX_CELL] = agent_bridge.fix_cell
+commands.FEATURES[commands.STOP_AGENT] = agent_bridge.stop_agent
+commands.FEATURES[commands.CONTINUE_AGENT] = agent_bridge.continue_agent
+diagnosis.LLM_DIAGNOSER = llm_bridge.diagnose_with_llm
 
 for _name, _handler in commands.COMMANDS.items():
     server.command(_name)(_handler)

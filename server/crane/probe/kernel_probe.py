@@ -89,6 +89,7 @@ def summarize(ctx, v, name, column=None):
             out["length"] = len(a)
             out["shape"] = [len(a)]
             out["value"] = "column %s" % label_str(v.columns[column], ctx)
+            out["series_name"], out["has_name"] = label_str(v.columns[column], ctx), True
             vector_facts(ctx, a, out)
             out["index"] = index_facts(ctx, v.index)
         elif t in _SCALARS:

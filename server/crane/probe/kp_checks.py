@@ -100,7 +100,12 @@ def _plain_function(fn):
             return False
         code = _func_code.__get__(fn)
         qn = _func_qualname.__get__(fn)
-        return type(qn) is str and getattr(code, "co_qualname", qn) == qn
+        co_qn = getattr(code, "co_qualname", qn)
+        if type(qn) is not str:
+            return False
+        # dataclasses' generated methods: compiled in __create_fn__, renamed to Cls.__init__ (signature exact)
+        dataclass_made = co_qn == "__create_fn__.<locals>." + code.co_name and code.co_filename == "<string>"
+        return co_qn == qn or dataclass_made
     except Exception:
         return False
 

@@ -276,7 +276,6 @@ def dataframe_facts(ctx, df, out):
 
 
 def series_facts(ctx, s, out):
-    pd = ctx.pd
     if in_lib(type(s), ("pandas",)):  # a user subclass could make `name` a property of its own
         try:
             name = s.name

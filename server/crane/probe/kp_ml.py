@@ -156,16 +156,22 @@ def torch_module_facts(ctx, mod, out):
             if f is not None:
                 tm["expected_in_features"] = f
     try:
-        total, device = 0, None
+        total, device, dtypes = 0, None, set()
         for i, p in enumerate(mod.parameters()):
             if i > 10000 or ctx.over_time():
                 total = None
                 break
             if device is None:
                 device = str(p.device)
+            if p.is_floating_point():
+                dtypes.add(str(p.dtype))
             total += int(p.numel())
         if total is not None:
             tm["n_parameters"] = total
+            if len(dtypes) == 1:
+                tm["dtype"] = dtypes.pop()
+            elif len(dtypes) > 1:
+                tm["mixed_dtypes"] = True
         if device is not None:
             tm["device"] = device
     except Exception:  # lazy modules have uninitialized parameters

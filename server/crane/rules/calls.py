@@ -7,8 +7,10 @@ A signature reported by `inspect.signature` can differ from what the callable re
 decorator rewrote it (matplotlib's `rename_parameter` / `make_keyword_only`, pandas' `deprecate_kwarg` keep
 accepting the old form with a warning). So only a keyword naming a parameter that a positional argument
 already filled ("got multiple values for argument") is reported for every callable: no such decorator makes
-that call valid. The other failures are reported only when the signature is known to be the callable's own
-(`exact=True`).
+that call valid. Too many positional arguments, an unexpected keyword and missing required arguments are
+reported only when the probe says the signature is the callable's own (`Facts.signature_own`: a plain Python
+function, a bound method of one, or a plain class's `__init__`), with CPython's wording and counts (`self`
+included, as `signature_bound` says).
 """
 
 from __future__ import annotations
@@ -23,9 +25,19 @@ from crane.rules.registry import rule
 POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
 
 
+def _names_list(names: list[str]) -> str:
+    """CPython's list of missing names: 'a'; 'a' and 'b'; 'a', 'b', and 'c'."""
+    quoted = [f"'{n}'" for n in names]
+    if len(quoted) <= 2:
+        return " and ".join(quoted)
+    return ", ".join(quoted[:-1]) + ", and " + quoted[-1]
+
+
 def bind(fname: str, params: list[ParamFacts], n_positional: int, keywords: list[str],
-         exact: bool = False) -> Verdict | None:
-    """What binding `fname(<n_positional args>, **{k: ... for k in keywords})` raises, if anything."""
+         exact: bool = False, bound: int = 0) -> Verdict | None:
+    """What binding `fname(<n_positional args>, **{k: ... for k in keywords})` raises, if anything, in CPython's
+    order and wording. `params` excludes the `bound` leading parameters already filled (self of a bound method
+    or of `__init__`), which CPython's counts include. Without `exact` only "multiple values" is judged."""
     var_pos = any(p.kind == "VAR_POSITIONAL" for p in params)
     var_kw = any(p.kind == "VAR_KEYWORD" for p in params)
     positional = []
@@ -52,23 +64,26 @@ def bind(fname: str, params: list[ParamFacts], n_positional: int, keywords: list
     if not exact:
         return None
     if n_positional > len(positional) and not var_pos:
-        lo = sum(1 for p in positional if not p.has_default)
-        hi = len(positional)
-        takes = f"{lo}" if lo == hi else f"from {lo} to {hi}"
-        plural = "argument" if hi == 1 and lo == hi else "arguments"
-        return _type_error(f"{fname}() takes {takes} positional {plural} but {n_positional} "
-                           f"{'was' if n_positional == 1 else 'were'} given", sig)
+        argcount = len(positional) + bound
+        defcount = sum(1 for p in positional if p.has_default)
+        takes = f"from {argcount - defcount} to {argcount}" if defcount else f"{argcount}"
+        given = n_positional + bound
+        kwonly_given = sum(1 for k in keywords if k in by_name and by_name[k].kind == "KEYWORD_ONLY")
+        kwonly = ""
+        if kwonly_given:
+            kwonly = (f" positional argument{'s' if given != 1 else ''} (and {kwonly_given} keyword-only "
+                      f"argument{'s' if kwonly_given != 1 else ''})")
+        verb = "was" if given == 1 and not kwonly_given else "were"
+        return _type_error(f"{fname}() takes {takes} positional argument{'s' if argcount != 1 else ''} but "
+                           f"{given}{kwonly} {verb} given", sig)
     missing = [p.name for p in positional[n_positional:] if not p.has_default and p.name not in keywords]
     if missing:
-        names = " and ".join(f"'{m}'" for m in missing) if len(missing) <= 2 else ", ".join(
-            f"'{m}'" for m in missing[:-1]) + f", and '{missing[-1]}'"
         return _type_error(f"{fname}() missing {len(missing)} required positional argument"
-                           f"{'s' if len(missing) > 1 else ''}: {names}", sig)
+                           f"{'s' if len(missing) > 1 else ''}: {_names_list(missing)}", sig)
     missing_kw = [p.name for p in params if p.kind == "KEYWORD_ONLY" and not p.has_default and p.name not in keywords]
     if missing_kw:
-        names = " and ".join(f"'{m}'" for m in missing_kw)
         return _type_error(f"{fname}() missing {len(missing_kw)} required keyword-only argument"
-                           f"{'s' if len(missing_kw) > 1 else ''}: {names}", sig)
+                           f"{'s' if len(missing_kw) > 1 else ''}: {_names_list(missing_kw)}", sig)
     return None
 
 
@@ -85,24 +100,36 @@ def _type_error(message: str, sig: str) -> Verdict:
     return Verdict("TypeError", message, "API misuse", [f"signature: {shown}"], 0.9)
 
 
-def _signature_for(ctx, call: ast.Call) -> tuple[str, list[ParamFacts]] | None:
+class _Callee:
+    """A callable's signature as the probe reported it, and how to judge calls against it."""
+
+    def __init__(self, name: str, params: list[ParamFacts], own: bool, own_name: str | None, bound: int):
+        self.name = own_name if own and own_name else name
+        self.params = params
+        self.exact = own and own_name is not None
+        self.bound = bound if self.exact else 0
+
+
+def _signature_for(ctx, call: ast.Call) -> _Callee | None:
     func = call.func
     if isinstance(func, ast.Name):
         f = ctx.value(func)
         if f is None or not f.signature:
             return None
-        return func.id, list(f.signature)
+        return _Callee(func.id, list(f.signature), f.signature_own, f.signature_name, f.signature_bound)
     if isinstance(func, ast.Attribute):
         text = ctx.text(func)
         chk = ctx.attr_check(text, at=call)
         if chk is None or not chk.present or not chk.signature:
             return None
         params = list(chk.signature)
+        if chk.signature_own:  # the probe knows exactly which leading parameters are bound
+            return _Callee(func.attr, params, True, chk.signature_name, chk.signature_bound)
         owner = chk.owner_type or ""
         # a function looked up on an instance's class (not a module or a class) still lists `self`
         if params and params[0].name == "self" and owner not in ("builtins.module", "module", "builtins.type", "type"):
             params = params[1:]
-        return func.attr, params
+        return _Callee(func.attr, params, False, None, 0)
     return None
 
 
@@ -114,11 +141,11 @@ def call_signature(ctx):
             continue
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             continue
-        got = _signature_for(ctx, call)
-        if got is None:
+        callee = _signature_for(ctx, call)
+        if callee is None:
             continue
-        fname, params = got
-        v = bind(fname, params, len(call.args), [k.arg for k in call.keywords], exact=False)
+        v = bind(callee.name, callee.params, len(call.args), [k.arg for k in call.keywords], exact=callee.exact,
+                 bound=callee.bound)
         if v is not None:
             q = qualname(ctx, call.func)
             if q:

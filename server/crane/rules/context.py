@@ -32,7 +32,8 @@ Helpers (all of them total: they return None / False instead of raising):
 - `literal(node, default=None)`: `ast.literal_eval` of the node, or `default`. `text(node)`: `ast.unparse`.
 - `qualname(node)`: the dotted name an expression refers to, with import aliases resolved, e.g.
   `pd.read_csv` -> "pandas.read_csv", `train_test_split` -> "sklearn.model_selection.train_test_split"
-  (from the cell's own imports, the notebook's executed cells and the probe's module facts); for other
+  (from the cell's own imports, the kernel's facts of a live class/function —
+  `Facts.public_name`/`qualname` —, the notebook's executed cells and the probe's module facts); for other
   expressions the plain dotted text ("model.fit"); None if not a Name/Attribute chain.
 - `kwarg(call, name)`: the keyword argument's value node or None. `arg(call, i, name=None)`: positional
   argument i, else keyword `name`.

@@ -105,6 +105,16 @@ def column_names(f: Facts | None) -> list[str] | None:
     return [c.name for c in f.columns]
 
 
+def index_level_names(f: Facts | None) -> set[str] | None:
+    """The names of a DataFrame/Series index's levels (unnamed levels left out), or None when unknown. A label
+    that is not a column may still resolve to one of these (merge `on=`, seaborn variables)."""
+    if f is None or f.index is None:
+        return None
+    if f.index.names is None:
+        return set() if f.index.type == "RangeIndex" else None  # facts without level names: a RangeIndex
+    return {n for n in f.index.names if n is not None}
+
+
 # -- values --------------------------------------------------------------------------------------------------
 NUMERIC_DTYPE_PREFIXES = ("int", "uint", "float", "bool", "complex", "Int", "UInt", "Float", "boolean")
 TEXT_DTYPES = ("object", "string", "str")

@@ -18,6 +18,7 @@ from crane.rules.lib_helpers import (
     Verdict,
     column_names,
     describe,
+    index_level_names,
     is_dataframe,
     is_series,
     is_text_dtype,
@@ -170,11 +171,6 @@ def _key_list(v) -> list[str] | None:
     return None
 
 
-def _unnamed_index(f: Facts) -> bool:
-    """The frame's index has no level names that `on=` could refer to (a RangeIndex, as read_csv makes)."""
-    return f.index is not None and f.index.type == "RangeIndex"
-
-
 def merge_verdict(left_lbl: str, left: Facts, right_lbl: str, right: Facts, on, left_on, right_on) -> Verdict | None:
     """A merge key missing from one side's columns (KeyError with the key)."""
     checks = []
@@ -191,10 +187,11 @@ def merge_verdict(left_lbl: str, left: Facts, right_lbl: str, right: Facts, on, 
             checks.append((right_lbl, right, rk))
     for lbl, f, keys in checks:
         names = column_names(f)
-        if names is None or not _unnamed_index(f):
+        levels = index_level_names(f)
+        if names is None or levels is None:
             continue
         for k in keys:
-            if k not in names:
+            if k not in names and k not in levels:
                 shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
                 return Verdict("KeyError", repr(k), "data confusion",
                                [f"{lbl}: pandas DataFrame, columns {shown}; no column {k!r}"], 0.9)
@@ -209,6 +206,10 @@ def join_verdict(left_lbl: str, left: Facts, right_lbl: str, right: Facts) -> Ve
     overlap = [c for c in a if c in set(b)]
     if not overlap:
         return None
+    return _overlap(left_lbl, a, right_lbl, b, overlap)
+
+
+def _overlap(left_lbl: str, a: list[str], right_lbl: str, b: list[str], overlap: list[str]) -> Verdict:
     return Verdict(
         "ValueError",
         f"columns overlap but no suffix specified: Index({overlap!r}, dtype='object')",
@@ -217,6 +218,18 @@ def join_verdict(left_lbl: str, left: Facts, right_lbl: str, right: Facts) -> Ve
          f"both have {', '.join(overlap[:5])}"],
         0.9,
     )
+
+
+def join_series_verdict(left_lbl: str, left: Facts, right_lbl: str, right: Facts) -> Verdict | None:
+    """DataFrame.join(series): the Series becomes a column named after it, so it needs a name that the frame
+    does not already use (no lsuffix/rsuffix)."""
+    if right.has_name is False:
+        return Verdict("ValueError", "Other Series must have a name", "API misuse",
+                       [f"{right_lbl}: pandas Series without a name (its .name is None)"], 0.9)
+    a = column_names(left)
+    if right.has_name is not True or right.series_name is None or a is None or right.series_name not in a:
+        return None
+    return _overlap(left_lbl, a, right_lbl, [right.series_name], [right.series_name])
 
 
 @rule("pandas-merge-join", needs_probe=True)
@@ -255,6 +268,8 @@ def merge_join(ctx):
             left, right = value(ctx, f.value), value(ctx, other)
             if is_dataframe(left) and is_dataframe(right):
                 v = join_verdict(label(ctx, f.value), left, label(ctx, other), right)
+            elif is_dataframe(left) and is_series(right):
+                v = join_series_verdict(label(ctx, f.value), left, label(ctx, other), right)
         if v is not None:
             yield emit(ctx, call, "pandas-merge-join", v)
             return

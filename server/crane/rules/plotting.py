@@ -9,7 +9,17 @@ import ast
 
 from crane.probe.facts import Facts
 from crane.rules.lib_glue import emit, label, library_version, qualname, value
-from crane.rules.lib_helpers import Verdict, column, column_names, describe, is_dataframe, literal, n_samples, shape_of
+from crane.rules.lib_helpers import (
+    Verdict,
+    column,
+    column_names,
+    describe,
+    index_level_names,
+    is_dataframe,
+    literal,
+    n_samples,
+    shape_of,
+)
 from crane.rules.registry import rule
 
 # seaborn functions whose variables go through the old categorical interface (0.12): unknown names raise
@@ -17,7 +27,7 @@ from crane.rules.registry import rule
 SNS_CATEGORICAL = {"barplot", "boxplot", "violinplot", "boxenplot", "stripplot", "swarmplot", "pointplot", "countplot"}
 # Categorical plots that need a numeric value axis: with only one of x/y given it must be numeric.
 SNS_VALUE_AXIS = {"barplot", "boxplot", "violinplot", "boxenplot", "pointplot"}
-# seaborn functions of the new interface: a name may also be an index level, so only unnamed indexes decide.
+# seaborn functions of the new interface: a name may also be an index level name, so those are checked too.
 SNS_VECTOR = {"scatterplot", "lineplot", "histplot", "kdeplot", "ecdfplot", "rugplot", "relplot", "displot"}
 SNS_VARS = ("x", "y", "hue", "size", "style")
 
@@ -50,7 +60,8 @@ def seaborn_verdict(fn: str, data_lbl: str, data: Facts, variables: dict[str, st
         ev = [f"{data_lbl}: pandas DataFrame, columns {shown}; no column {col!r}"]
         if fn in SNS_CATEGORICAL:
             return Verdict("ValueError", f"Could not interpret input '{col}'", "data confusion", ev, 0.9)
-        if fn in SNS_VECTOR and data.index is not None and data.index.type == "RangeIndex":
+        levels = index_level_names(data)
+        if fn in SNS_VECTOR and levels is not None and col not in levels:
             return Verdict("ValueError", f"Could not interpret value `{col}` for parameter `{var}`",
                            "data confusion", ev, 0.9)
         return None

@@ -1,5 +1,6 @@
 """torch misuse rules: input tensors that do not fit the first layer of an nn.Sequential / a bare layer
-(Linear in_features, integer dtype into Linear, Conv channels and rank), and loss targets of the wrong dtype
+(Linear in_features, an input dtype other than the module's parameter dtype into Linear — integer tensors, or
+float64 from `torch.from_numpy` into float32 weights —, Conv channels and rank), and loss targets of the wrong dtype
 or shape (CrossEntropyLoss/NLLLoss need Long class indices, BCE losses need float targets of the input's size).
 
 Only modules whose first applied layer is known are judged: a bare layer, or an nn.Sequential whose first
@@ -20,6 +21,7 @@ _TORCH_DTYPES = {"torch.int64": "Long", "torch.int32": "Int", "torch.int16": "Sh
                  "torch.uint8": "Byte", "torch.bool": "Bool", "torch.float32": "Float", "torch.float64": "Double",
                  "torch.float16": "Half", "torch.bfloat16": "BFloat16"}
 _INTEGER = {"torch.int64", "torch.int32", "torch.int16", "torch.int8", "torch.uint8", "torch.bool"}
+_FLOATING = {"torch.float32", "torch.float64", "torch.float16", "torch.bfloat16"}
 _CONV_DIMS = {"Conv1d": 1, "Conv2d": 2, "Conv3d": 3}
 
 
@@ -48,10 +50,20 @@ def input_verdict(mlabel: str, module: Facts, xlabel: str, x: Facts) -> Verdict 
           + (f"(in_features={layer.in_features}, out_features={layer.out_features})" if layer.type == "Linear" else
              f"(in_channels={layer.in_channels}, out_channels={layer.out_channels})"),
           describe(xlabel, x)]
+    tm = module.torch_module
+    weights = tm.dtype if tm is not None else None
     if layer.type == "Linear" and layer.in_features is not None and layer.out_features is not None and shp:
+        if tm is not None and tm.mixed_dtypes:
+            return None  # which dtype the first layer holds is not known
+        if weights is not None:
+            ev.append(f"{mlabel}'s parameters are {weights}")
         if x.dtype in _INTEGER:
             return Verdict("RuntimeError", f"mat1 and mat2 must have the same dtype, but got "
-                           f"{_TORCH_DTYPES.get(x.dtype, x.dtype)} and Float", "implementation error", ev, 0.85)
+                           f"{_TORCH_DTYPES.get(x.dtype, x.dtype)} and {_TORCH_DTYPES.get(weights or '', 'Float')}",
+                           "implementation error", ev, 0.85)
+        if weights in _FLOATING and x.dtype in _FLOATING and x.dtype != weights:
+            return Verdict("RuntimeError", f"mat1 and mat2 must have the same dtype, but got "
+                           f"{_TORCH_DTYPES[x.dtype]} and {_TORCH_DTYPES[weights]}", "implementation error", ev, 0.85)
         if shp[-1] != layer.in_features:
             rows = math.prod(shp[:-1]) if len(shp) > 1 else 1
             return Verdict("RuntimeError", f"mat1 and mat2 shapes cannot be multiplied ({rows}x{shp[-1]} and "
@@ -113,12 +125,25 @@ def loss_verdict(loss: str, inp: Facts | None, target: Facts, tlabel: str, ilabe
     return None
 
 
+def _under_autocast(ctx, node: ast.AST) -> bool:
+    cur = ctx.parent(node)
+    while cur is not None:
+        if isinstance(cur, (ast.With, ast.AsyncWith)):
+            if any("autocast" in ctx.text(item.context_expr) or "amp" in ctx.text(item.context_expr)
+                   for item in cur.items):
+                return True
+        cur = ctx.parent(cur)
+    return False
+
+
 @rule("torch-shapes", needs_probe=True)
 def torch_shapes(ctx):
     """Tensors that do not fit a module's first layer; loss targets of the wrong dtype or shape."""
     for call in ctx.calls():
         if not ctx.is_certain(call) or call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
             continue
+        if _under_autocast(ctx, call):
+            continue  # autocast changes the dtypes layers compute in
         v = None
         func = call.func
         callee = value(ctx, func) if isinstance(func, ast.Name) else None

@@ -1,22 +1,29 @@
 /**
- * The repair agent: runs `crane.fixCell`, streams `crane/agentStep` into a webview panel, stops the run,
- * and applies the final proposal only through the refactor preview (or shows it as a diff).
+ * The repair agent: runs `crane.fixCell`, streams `crane/agentStep` into a webview panel, paces step-mode runs
+ * with `crane.continueAgent`, stops runs with `crane.stopAgent`, and applies the final edit only through VS
+ * Code's refactor preview (or shows it as a diff). Nothing runs in the user's kernel unless they press Run cell.
  */
 import * as crypto from 'node:crypto';
 import * as vscode from 'vscode';
 import { agentPanelHtml, isPanelAction, PanelAction } from './agentHtml';
-import { AgentEvent, AgentState, initialAgentState, isActive, reduceAgent } from './agentState';
-import { applyTextEdits, textEditsByUri, toConfirmedWorkspaceEdit } from './edits';
+import { AgentEvent, AgentState, initialAgentState, isActive, reduceAgent, shouldAutoContinue } from './agentState';
+import { applyTextEdits, ensureConfirmation, textEditsByUri } from './edits';
 import { highlightChanges } from './highlight';
 import { errorMessage, traceError, traceInfo } from './log';
-import { AgentStepParams, ServerCommands } from './protocol';
+import { notebookOfCell } from './notebooks';
+import { AgentStepParams, FixOptions, ServerCommands } from './protocol';
 import type { CraneServer } from './serverApi';
 
 export const PROPOSAL_SCHEME = 'crane-proposal';
+export const APPLY_LABEL = 'CRANE agent fix';
 
 export interface AgentHooks {
   started(runKey: string): void;
   stopped(runKey: string): void;
+  /** Shows the run's markdown report (the diagnosis preview). */
+  showReport?(cellUri: string, markdown: string): Promise<unknown>;
+  /** `crane.agent.stepMode`: whether runs start in step mode by default. */
+  stepModeDefault?(): boolean;
 }
 
 export class AgentController implements vscode.TextDocumentContentProvider, vscode.Disposable {
@@ -37,17 +44,13 @@ export class AgentController implements vscode.TextDocumentContentProvider, vsco
   }
 
   /** Starts a run for the cell (the palette command and the code action both end up here). */
-  async fix(cellUri: string, goal?: string): Promise<unknown> {
+  async fix(cellUri: string, options: FixOptions = {}): Promise<unknown> {
     const server = this.server();
     if (!server) {
       throw new Error('The CRANE server is not running.');
     }
     if (isActive(this.state)) {
-      const choice = await vscode.window.showWarningMessage(
-        'CRANE: an agent run is in progress.',
-        'Show agent',
-        'Stop it',
-      );
+      const choice = await vscode.window.showWarningMessage('CRANE: an agent run is in progress.', 'Show agent', 'Stop it');
       if (choice === 'Stop it') {
         await this.stop();
       } else {
@@ -55,14 +58,18 @@ export class AgentController implements vscode.TextDocumentContentProvider, vsco
       }
       return undefined;
     }
-    this.dispatch({ type: 'start', cellUri });
+    const stepMode = options.stepMode ?? (this.state.stepNext || Boolean(this.hooks.stepModeDefault?.()));
+    this.dispatch({ type: 'start', cellUri, stepMode });
     this.reveal();
     const key = `run-${Date.now()}`;
     this.runKey = key;
     this.hooks.started(key);
-    const args: unknown[] = goal ? [cellUri, goal] : [cellUri];
+    const opts: FixOptions = { stepMode };
+    if (options.goal) {
+      opts.goal = options.goal;
+    }
     try {
-      const result = await server.executeCommand(ServerCommands.fixCell, args);
+      const result = await server.executeCommand(ServerCommands.fixCell, [cellUri, opts]);
       this.dispatch({ type: 'finished', result });
       return result;
     } catch (err) {
@@ -75,7 +82,35 @@ export class AgentController implements vscode.TextDocumentContentProvider, vsco
   }
 
   onStep(params: AgentStepParams): void {
+    if (!params || typeof params.runId !== 'string' || typeof params.step !== 'number') {
+      traceError(`ignored a malformed crane/agentStep: ${JSON.stringify(params)?.slice(0, 300)}`);
+      return;
+    }
     this.dispatch({ type: 'step', params });
+    if (shouldAutoContinue(this.state, params)) {
+      void this.continueRun(params.step);
+    }
+  }
+
+  /** Step mode: lets the proposed action `step` run (`crane.continueAgent`). */
+  async continueRun(step: number): Promise<boolean> {
+    const server = this.server();
+    const runId = this.state.runId;
+    if (!server || !runId) {
+      return false;
+    }
+    try {
+      const result = await server.executeCommand<{ continued?: boolean }>(ServerCommands.continueAgent, [runId]);
+      if (result?.continued) {
+        this.dispatch({ type: 'continued', step });
+        return true;
+      }
+      traceInfo(`agent continue ${runId}: ${JSON.stringify(result)}`);
+      return false;
+    } catch (err) {
+      traceError('agent continue failed', err);
+      throw err;
+    }
   }
 
   async stop(): Promise<boolean> {
@@ -90,28 +125,36 @@ export class AgentController implements vscode.TextDocumentContentProvider, vsco
     return Boolean(result?.stopped);
   }
 
-  /** Applies the proposal through VS Code's refactor preview; returns true when the user applied it. */
+  /**
+   * Applies the proposal through VS Code's refactor preview (every edit carries a change annotation that needs
+   * confirmation); returns true when the user applied it.
+   */
   async apply(): Promise<boolean> {
-    const proposal = this.state.proposal;
-    if (!proposal || this.state.status !== 'proposed') {
+    const edit = this.state.edit;
+    const server = this.server();
+    if (!edit || this.state.status !== 'proposed') {
       return false;
     }
-    const edit = toConfirmedWorkspaceEdit(proposal.edit, 'CRANE agent fix');
-    const applied = await vscode.workspace.applyEdit(edit);
+    if (!server) {
+      throw new Error('The CRANE server is not running.');
+    }
+    const confirmed = ensureConfirmation(edit, APPLY_LABEL);
+    const workspaceEdit = await server.asWorkspaceEdit(confirmed);
+    const applied = await vscode.workspace.applyEdit(workspaceEdit, { isRefactoring: true });
     if (applied) {
       this.dispatch({ type: 'applied' });
-      highlightChanges(proposal.edit);
+      highlightChanges(edit);
     }
     return applied;
   }
 
   /** Opens a diff of each edited document against the proposed text. */
   async showDiff(): Promise<void> {
-    const proposal = this.state.proposal;
-    if (!proposal) {
+    const edit = this.state.edit;
+    if (!edit) {
       return;
     }
-    for (const [uriString, edits] of textEditsByUri(proposal.edit)) {
+    for (const [uriString, edits] of textEditsByUri(edit)) {
       const uri = vscode.Uri.parse(uriString);
       const doc = await vscode.workspace.openTextDocument(uri);
       const proposed = vscode.Uri.from({ scheme: PROPOSAL_SCHEME, path: uri.path, query: crypto.randomUUID() });
@@ -124,23 +167,42 @@ export class AgentController implements vscode.TextDocumentContentProvider, vsco
     return this.proposals.get(uri.toString()) ?? '';
   }
 
-  /** Runs the edited cells — only on the user's explicit request. */
+  /** Opens the run's markdown report in the preview. */
+  async showReport(): Promise<void> {
+    const markdown = this.state.result?.markdown;
+    if (markdown && this.state.cellUri && this.hooks.showReport) {
+      await this.hooks.showReport(this.state.cellUri, markdown);
+    }
+  }
+
+  /**
+   * Runs the cells the proposal says to run (its `runFirst`, then the target; else the edited cells) in the
+   * user's kernel — only on the user's explicit request, after the edit was applied.
+   */
   async runChangedCells(): Promise<void> {
-    const proposal = this.state.proposal;
-    if (!proposal || this.state.status !== 'applied') {
+    const edit = this.state.edit;
+    if (!edit || this.state.status !== 'applied' || !this.state.cellUri) {
       return;
     }
-    for (const uriString of textEditsByUri(proposal.edit).keys()) {
-      const target = vscode.Uri.parse(uriString).toString();
-      for (const nb of vscode.workspace.notebookDocuments) {
-        const index = nb.getCells().findIndex((c) => c.document.uri.toString() === target);
-        if (index >= 0) {
-          await vscode.commands.executeCommand('notebook.cell.execute', {
-            ranges: [{ start: index, end: index + 1 }],
-            document: nb.uri,
-          });
-        }
-      }
+    const nb = notebookOfCell(this.state.cellUri);
+    if (!nb) {
+      throw new Error('the notebook of this run is no longer open.');
+    }
+    const cells = nb.getCells();
+    const proposal = this.state.result?.proposal;
+    let indices: number[];
+    if (proposal) {
+      indices = [...(proposal.runFirst ?? []), proposal.target].map((n) => n - 1);
+    } else {
+      const edited = new Set(textEditsByUri(edit).keys());
+      indices = cells.map((c, i) => (edited.has(c.document.uri.toString()) ? i : -1));
+    }
+    const seen = new Set<number>();
+    const ranges = indices
+      .filter((i) => i >= 0 && i < cells.length && cells[i].kind === vscode.NotebookCellKind.Code && !seen.has(i) && seen.add(i))
+      .map((i) => ({ start: i, end: i + 1 }));
+    if (ranges.length) {
+      await vscode.commands.executeCommand('notebook.cell.execute', { ranges, document: nb.uri });
     }
   }
 
@@ -156,12 +218,21 @@ export class AgentController implements vscode.TextDocumentContentProvider, vsco
       case 'pause':
         this.dispatch({ type: 'pause' });
         return;
-      case 'resume':
+      case 'resume': {
         this.dispatch({ type: 'resume' });
+        const waiting = this.state.waiting;
+        if (waiting !== undefined && isActive(this.state) && this.state.autoContinue) {
+          await this.continueRun(waiting);
+        }
         return;
-      case 'step':
-        this.dispatch({ type: 'stepOnce' });
+      }
+      case 'step': {
+        const waiting = this.state.waiting;
+        if (waiting !== undefined && isActive(this.state)) {
+          await this.continueRun(waiting);
+        }
         return;
+      }
       case 'apply':
         await this.apply();
         return;
@@ -173,6 +244,9 @@ export class AgentController implements vscode.TextDocumentContentProvider, vsco
         return;
       case 'run':
         await this.runChangedCells();
+        return;
+      case 'report':
+        await this.showReport();
         return;
     }
   }

@@ -1,52 +1,75 @@
 /**
- * Pure state of the agent panel: streamed steps, viewer pause/step, the final proposal.
- * Pause and step pace the *display*: while paused, incoming steps are held back and "Step" reveals one.
+ * Pure state of the agent panel: the streamed steps of the current run, step mode (the server holds every
+ * proposed action until the client sends `crane.continueAgent`), and the final `crane.fixCell` result.
+ *
+ * Pause/Step/Resume act on the server, not on the display: in a step-mode run, "Resume" lets the client
+ * approve each proposed action as it arrives, "Pause" stops approving (the run halts at its next action) and
+ * "Step" approves exactly one. A run started without step mode cannot be paused (the server does not wait
+ * for anyone); pressing Pause then says so, and makes the next run start in step mode.
  */
-import type { AgentStepParams } from './protocol';
-import { extractEdit, LspWorkspaceEdit } from './edits';
+import { extractEdit, LspWorkspaceEdit, textEditsByUri } from './edits';
+import type { AgentStepParams, FixResult, Proposal } from './protocol';
 
 export type AgentStatus = 'idle' | 'running' | 'stopping' | 'proposed' | 'no-proposal' | 'failed' | 'applied' | 'discarded';
 
-export interface Proposal {
-  edit: LspWorkspaceEdit;
-  summary: string;
+export interface UsageTotals {
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+  costUsd: number | null;
 }
 
 export interface AgentState {
   runId: string | undefined;
   cellUri: string | undefined;
   status: AgentStatus;
+  /** The current (or last) run was started in step mode. */
+  stepMode: boolean;
+  /** Step mode: approve proposed actions automatically as they arrive (false = paused). */
+  autoContinue: boolean;
+  /** The next run starts in step mode (the user pressed Pause while no step-mode run was going). */
+  stepNext: boolean;
+  /** The proposed step waiting for the go-ahead (step mode), if any. */
+  waiting: number | undefined;
+  /** One entry per step number, in order: its latest phase. */
   steps: AgentStepParams[];
-  held: AgentStepParams[];
-  paused: boolean;
-  proposal: Proposal | undefined;
+  result: FixResult | undefined;
+  /** The result's WorkspaceEdit when it changes something (what Apply and Show diff use). */
+  edit: LspWorkspaceEdit | undefined;
   message: string;
-  tokens: number;
+  usage: UsageTotals;
 }
 
 export type AgentEvent =
-  | { type: 'start'; cellUri: string }
+  | { type: 'start'; cellUri: string; stepMode: boolean }
   | { type: 'step'; params: AgentStepParams }
   | { type: 'pause' }
   | { type: 'resume' }
-  | { type: 'stepOnce' }
+  | { type: 'continued'; step: number }
   | { type: 'stopRequested' }
   | { type: 'finished'; result: unknown }
   | { type: 'failed'; message: string }
   | { type: 'applied' }
   | { type: 'discarded' };
 
+export function emptyUsage(): UsageTotals {
+  return { promptTokens: 0, completionTokens: 0, cachedTokens: 0, costUsd: null };
+}
+
 export function initialAgentState(): AgentState {
   return {
     runId: undefined,
     cellUri: undefined,
     status: 'idle',
+    stepMode: false,
+    autoContinue: true,
+    stepNext: false,
+    waiting: undefined,
     steps: [],
-    held: [],
-    paused: false,
-    proposal: undefined,
+    result: undefined,
+    edit: undefined,
     message: '',
-    tokens: 0,
+    usage: emptyUsage(),
   };
 }
 
@@ -54,58 +77,144 @@ export function isActive(s: AgentState): boolean {
   return s.status === 'running' || s.status === 'stopping';
 }
 
-/** Reads the `crane.fixCell` result: a WorkspaceEdit, or an object carrying one (`edit`) plus text. */
-export function extractProposal(result: unknown): { proposal?: Proposal; runId?: string; message: string } {
-  const obj = result && typeof result === 'object' ? (result as Record<string, unknown>) : undefined;
-  const runId = typeof obj?.runId === 'string' ? obj.runId : undefined;
-  const text = ['summary', 'message', 'explanation'].map((k) => obj?.[k]).find((v) => typeof v === 'string') as
-    | string
-    | undefined;
-  const edit = extractEdit(result);
-  if (edit) {
-    return { proposal: { edit, summary: text ?? 'The agent proposes an edit.' }, runId, message: text ?? '' };
-  }
-  return { runId, message: text ?? 'The agent finished without proposing an edit.' };
+/** Whether the client should send `crane.continueAgent` for a step it just received. */
+export function shouldAutoContinue(s: AgentState, p: AgentStepParams): boolean {
+  return isActive(s) && s.stepMode && s.autoContinue && p.phase === 'proposed' && s.runId === p.runId;
 }
+
+/** Totals over the steps (each model request's usage rides on the first step it produced). */
+export function sumUsage(steps: AgentStepParams[]): UsageTotals {
+  const out = emptyUsage();
+  for (const st of steps) {
+    const u = st.usage;
+    if (!u) {
+      continue;
+    }
+    out.promptTokens += u.promptTokens || 0;
+    out.completionTokens += u.completionTokens || 0;
+    out.cachedTokens += u.cachedTokens || 0;
+    if (typeof u.costUsd === 'number') {
+      out.costUsd = (out.costUsd ?? 0) + u.costUsd;
+    }
+  }
+  return out;
+}
+
+function isFixResult(v: unknown): v is FixResult {
+  const o = v as FixResult;
+  return !!o && typeof o === 'object' && 'edit' in o && (typeof o.markdown === 'string' || typeof o.runId === 'string');
+}
+
+/** A one-line outcome of a run for the panel. */
+export function describeOutcome(result: FixResult, hasEdit: boolean): string {
+  const p: Proposal | null = result.proposal;
+  const status = p?.status ?? result.status;
+  const reason = p?.stopReason ? ` (${p.stopReason})` : '';
+  switch (status) {
+    case 'fixed':
+      if (!hasEdit && p?.runFirst?.length) {
+        return `No code change needed: run cell${p.runFirst.length > 1 ? 's' : ''} ${p.runFirst.join(', ')} first.`;
+      }
+      return hasEdit
+        ? `Fixed and verified in a fresh sandbox. Review the change in the refactor preview (Apply) or as a diff.`
+        : 'Fixed: nothing to change.';
+    case 'clean':
+      return 'Nothing to fix: the cell already runs clean in the sandbox.';
+    case 'stopped':
+      return `Stopped${reason}.${hasEdit ? ' The changes made so far can still be reviewed; they are not verified.' : ''}`;
+    case 'error':
+      return `The agent run failed${reason}.`;
+    default:
+      return `Not fixed${reason}.${hasEdit ? ' The changes it tried can still be reviewed; they do not fix the cell.' : ''}`;
+  }
+}
+
+function mergeStep(steps: AgentStepParams[], p: AgentStepParams): AgentStepParams[] {
+  const i = steps.findIndex((x) => x.step === p.step);
+  if (i < 0) {
+    return [...steps, p].sort((a, b) => a.step - b.step);
+  }
+  const out = [...steps];
+  out[i] = p;
+  return out;
+}
+
+const PAUSE_FREE_RUN =
+  'Pause only applies to step-mode runs: this run was started without step mode and goes on by itself (Stop ends it). ' +
+  'The next run will start in step mode.';
 
 export function reduceAgent(s: AgentState, e: AgentEvent): AgentState {
   switch (e.type) {
     case 'start':
-      return { ...initialAgentState(), cellUri: e.cellUri, status: 'running', paused: s.paused };
+      return {
+        ...initialAgentState(),
+        cellUri: e.cellUri,
+        status: 'running',
+        stepMode: e.stepMode,
+        autoContinue: !e.stepMode,
+        message: e.stepMode
+          ? 'Step mode: each action the agent proposes waits for Step (or Resume to let it run).'
+          : 'The agent is working in a sandbox; nothing runs in your kernel.',
+      };
     case 'step': {
-      if (s.runId !== undefined && e.params.runId !== s.runId) {
-        return s; // a step of another (older) run
+      const p = e.params;
+      if (!isActive(s) || (s.runId !== undefined && p.runId !== s.runId)) {
+        return s; // a step of another (older) run, or after the run ended
       }
-      if (!isActive(s) && s.runId === undefined) {
-        return s;
-      }
-      const base = { ...s, runId: e.params.runId, tokens: s.tokens + (e.params.tokens || 0) };
-      return s.paused ? { ...base, held: [...s.held, e.params] } : { ...base, steps: [...s.steps, e.params] };
+      const steps = mergeStep(s.steps, p);
+      const waiting = p.phase === 'proposed' ? p.step : s.waiting === p.step ? undefined : s.waiting;
+      return { ...s, runId: p.runId, steps, waiting, usage: sumUsage(steps) };
     }
     case 'pause':
-      return { ...s, paused: true };
-    case 'resume':
-      return { ...s, paused: false, steps: [...s.steps, ...s.held], held: [] };
-    case 'stepOnce':
-      if (s.held.length === 0) {
-        return { ...s, paused: true };
+      if (isActive(s) && s.stepMode) {
+        return {
+          ...s,
+          autoContinue: false,
+          message: s.waiting !== undefined
+            ? `Paused at step ${s.waiting}: Step runs it, Resume lets the agent go on, Stop ends the run.`
+            : 'Paused: the run halts at the next action the agent proposes.',
+        };
       }
-      return { ...s, paused: true, steps: [...s.steps, s.held[0]], held: s.held.slice(1) };
+      if (isActive(s)) {
+        return { ...s, stepNext: true, message: PAUSE_FREE_RUN };
+      }
+      return { ...s, stepNext: true, message: 'The next run starts in step mode: every action waits for Step.' };
+    case 'resume':
+      if (isActive(s) && s.stepMode) {
+        return { ...s, autoContinue: true, message: 'Resumed: the agent goes on without waiting.' };
+      }
+      return isActive(s) ? s : { ...s, stepNext: false, message: '' };
+    case 'continued':
+      return s.waiting === e.step ? { ...s, waiting: undefined } : s;
     case 'stopRequested':
       return isActive(s) ? { ...s, status: 'stopping', message: 'Stopping the agent…' } : s;
     case 'finished': {
-      const r = extractProposal(e.result);
-      const runId = s.runId ?? r.runId;
-      if (r.proposal) {
-        return { ...s, runId, status: 'proposed', proposal: r.proposal, message: r.message };
+      if (!isFixResult(e.result)) {
+        return { ...s, status: 'failed', waiting: undefined, message: 'The server answered crane.fixCell with an unexpected result.' };
       }
-      return { ...s, runId, status: 'no-proposal', message: r.message };
+      const result = e.result;
+      const lspEdit = extractEdit(result);
+      const edit = lspEdit && [...textEditsByUri(lspEdit).values()].some((l) => l.length > 0) ? lspEdit : undefined;
+      const u = result.proposal?.usage;
+      const usage = u
+        ? { promptTokens: u.promptTokens, completionTokens: u.completionTokens, cachedTokens: u.cachedTokens, costUsd: u.costUsd }
+        : s.usage;
+      return {
+        ...s,
+        runId: result.runId ?? s.runId,
+        status: edit ? 'proposed' : 'no-proposal',
+        waiting: undefined,
+        result,
+        edit,
+        usage,
+        message: describeOutcome(result, Boolean(edit)),
+      };
     }
     case 'failed':
-      return { ...s, status: 'failed', message: e.message };
+      return { ...s, status: 'failed', waiting: undefined, message: e.message };
     case 'applied':
-      return s.proposal ? { ...s, status: 'applied', message: 'Applied. Nothing has run in your kernel; run the cell when ready.' } : s;
+      return s.edit ? { ...s, status: 'applied', message: 'Applied. Nothing has run in your kernel; run the cell when ready.' } : s;
     case 'discarded':
-      return s.proposal ? { ...s, status: 'discarded', message: 'The proposal was discarded.' } : s;
+      return s.edit ? { ...s, status: 'discarded', message: 'The proposal was discarded.' } : s;
   }
 }

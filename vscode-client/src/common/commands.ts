@@ -10,8 +10,9 @@ import { summarizeCheck } from './checkSummary';
 import { listConnectionFiles, runtimeDirs } from './connectionFiles';
 import type { DiagnosisView } from './diagnosisView';
 import { errorMessage, showLog, traceError, traceInfo } from './log';
-import { activeCell, activeNotebook, notebookOfCell } from './notebooks';
-import { AttachResult, DiagnosisParams, ServerCommands } from './protocol';
+import { activeCell, currentNotebook, notebookOfCell } from './notebooks';
+import { AttachResult, DiagnosisParams, FixOptions, ServerCommands } from './protocol';
+import { isSpeculativeResult } from './speculativeFormat';
 import { ApiKeyStore, promptForApiKey } from './secrets';
 import type { CraneServer } from './serverApi';
 import type { StatusBar } from './statusBar';
@@ -22,6 +23,7 @@ export const UiCommands = {
   checkNotebook: 'crane.ui.checkNotebook',
   diagnoseCell: 'crane.ui.diagnoseCell',
   fixCell: 'crane.ui.fixCell',
+  runSpeculatively: 'crane.ui.runSpeculatively',
   stopAgent: 'crane.ui.stopAgent',
   attachKernel: 'crane.ui.attachKernel',
   setApiKey: 'crane.ui.setApiKey',
@@ -62,6 +64,7 @@ export class Commands {
       wrap(UiCommands.checkNotebook, () => this.checkNotebook()),
       wrap(UiCommands.diagnoseCell, () => this.diagnoseCell()),
       wrap(UiCommands.fixCell, () => this.fixCell()),
+      wrap(UiCommands.runSpeculatively, () => this.runSpeculatively()),
       wrap(UiCommands.stopAgent, () => this.stopAgent()),
       wrap(UiCommands.attachKernel, () => this.attachKernel()),
       wrap(UiCommands.setApiKey, () => this.setApiKey()),
@@ -107,7 +110,26 @@ export class Commands {
     if (goal === undefined) {
       return undefined;
     }
-    return this.deps.agent.fix(cell.document.uri.toString(), goal.trim() || undefined);
+    return this.deps.agent.fix(cell.document.uri.toString(), goal.trim() ? { goal: goal.trim() } : {});
+  }
+
+  /** `crane.runSpeculatively`: runs the cell in a sandboxed copy of the kernel and shows the verdict. */
+  async runSpeculatively(cellUri?: string): Promise<unknown> {
+    const uri = cellUri ?? requireCell().document.uri.toString();
+    const result = await this.deps.status.busy('Running speculatively', () =>
+      this.deps.server().executeCommand(ServerCommands.runSpeculatively, [uri]),
+    );
+    await this.showSpeculativeResult(uri, result);
+    return result;
+  }
+
+  async showSpeculativeResult(cellUri: string, result: unknown): Promise<void> {
+    if (isSpeculativeResult(result)) {
+      await this.deps.diagnosis.showSpeculative(result, cellUri);
+    } else {
+      traceError(`crane.runSpeculatively answered with an unexpected result: ${JSON.stringify(result)?.slice(0, 500)}`);
+      throw new Error('the server answered crane.runSpeculatively with an unexpected result (see "CRANE: Show log").');
+    }
   }
 
   async stopAgent(): Promise<void> {
@@ -165,25 +187,43 @@ export class Commands {
   async routeServerCommand(command: string, args: unknown[], next: ExecuteCommandSignature): Promise<unknown> {
     switch (command) {
       case ServerCommands.fixCell:
-        return this.deps.agent.fix(String(args[0]), typeof args[1] === 'string' ? args[1] : undefined);
+        return this.deps.agent.fix(String(args[0]), fixOptions(args[1]));
       case ServerCommands.diagnoseCell: {
         const result = await this.deps.status.busy('Diagnosing cell', async () => next(command, args));
         await this.showDiagnosisResult(String(args[0]), result);
         return result;
       }
+      case ServerCommands.runSpeculatively: {
+        const result = await this.deps.status.busy('Running speculatively', async () => next(command, args));
+        await this.showSpeculativeResult(String(args[0]), result);
+        return result;
+      }
       case ServerCommands.checkNotebook:
-      case ServerCommands.runSpeculatively:
-        return this.deps.status.busy(command === ServerCommands.checkNotebook ? 'Checking notebook' : 'Running speculatively', async () =>
-          next(command, args),
-        );
+        return this.deps.status.busy('Checking notebook', async () => next(command, args));
       default:
         return next(command, args);
     }
   }
 }
 
+/** The options of a `crane.fixCell` invocation: `{goal, stepMode}` (a bare goal string is accepted too). */
+export function fixOptions(v: unknown): FixOptions {
+  if (typeof v === 'string') {
+    return v.trim() ? { goal: v.trim() } : {};
+  }
+  const o = v && typeof v === 'object' ? (v as Record<string, unknown>) : {};
+  const out: FixOptions = {};
+  if (typeof o.goal === 'string' && o.goal.trim()) {
+    out.goal = o.goal.trim();
+  }
+  if (typeof o.stepMode === 'boolean') {
+    out.stepMode = o.stepMode;
+  }
+  return out;
+}
+
 function requireNotebook(): vscode.NotebookDocument {
-  const nb = activeNotebook();
+  const nb = currentNotebook();
   if (!nb) {
     throw new Error('open a Jupyter notebook first.');
   }

@@ -15,21 +15,25 @@ export function formatVerdict(f: Finding | null | undefined): string {
   if (!f) {
     return '**Verdict:** no crash risk found in this cell.';
   }
-  const where = f.line ? ` at line ${f.line}${f.col ? `, column ${f.col}` : ''}` : '';
+  // columns are 0-based on the wire; editors count from 1
+  const where = f.line ? ` at line ${f.line}${typeof f.col === 'number' ? `, column ${f.col + 1}` : ''}` : '';
   const confidence = typeof f.confidence === 'number' ? ` (confidence ${Math.round(f.confidence * 100)}%)` : '';
   return `**Verdict:** \`${f.ename || 'Error'}\`${where}${confidence} — ${f.message}`;
 }
 
 /**
- * The document shown for a diagnosis. The server's markdown (explanation and suggested fix) is the body;
- * the client adds the verdict header, the evidence when the server's markdown is empty, and usage.
+ * The document shown for a diagnosis. The server's markdown (verdict, explanation, evidence, suggested fix)
+ * is the body; the client adds the title and usage, and the verdict and evidence when the server sent none.
  */
 export function formatDiagnosis(d: DiagnosisParams, cellLabel: string): string {
-  const parts: string[] = [`# CRANE diagnosis — ${cellLabel}`, '', formatVerdict(d.verdict), ''];
+  const parts: string[] = [`# CRANE diagnosis — ${cellLabel}`, ''];
   const body = (d.markdown ?? '').trim();
   if (body) {
     parts.push(body, '');
-  } else if (d.verdict) {
+  } else {
+    parts.push(formatVerdict(d.verdict), '');
+  }
+  if (!body && d.verdict) {
     if (d.verdict.rootCause) {
       parts.push('## Root cause', '', d.verdict.rootCause, '');
     }

@@ -1,7 +1,13 @@
-/** Shows diagnoses as read-only markdown documents (`crane-diagnosis:` scheme) in the markdown preview. */
+/**
+ * Shows CRANE reports (diagnoses, speculative runs, agent reports) as read-only markdown documents
+ * (`crane-diagnosis:` scheme) in the markdown preview beside the notebook.
+ */
 import * as vscode from 'vscode';
 import { formatDiagnosis } from './diagnosisFormat';
-import type { DiagnosisParams } from './protocol';
+import type { DiagnosisParams, SpeculativeResult } from './protocol';
+import { formatSpeculative } from './speculativeFormat';
+
+export type ReportKind = 'diagnosis' | 'speculative' | 'agent';
 
 export const DIAGNOSIS_SCHEME = 'crane-diagnosis';
 
@@ -29,20 +35,33 @@ export class DiagnosisView implements vscode.TextDocumentContentProvider, vscode
     return this.contents.get(uri.toString()) ?? '# CRANE diagnosis\n\nThis diagnosis is no longer available.';
   }
 
-  /** The virtual document URI for a cell (stable per cell, so a new diagnosis replaces the old one). */
-  uriFor(cellUri: string): vscode.Uri {
-    let id = this.keys.get(cellUri);
+  /**
+   * The virtual document URI for a cell and kind of report (stable per cell and kind, so a new diagnosis
+   * replaces the old one).
+   */
+  uriFor(cellUri: string, kind: ReportKind = 'diagnosis'): vscode.Uri {
+    const key = `${kind}\n${cellUri}`;
+    let id = this.keys.get(key);
     if (!id) {
       id = String(++this.counter);
-      this.keys.set(cellUri, id);
+      this.keys.set(key, id);
     }
-    return vscode.Uri.from({ scheme: DIAGNOSIS_SCHEME, path: `/diagnosis-${id}.md` });
+    return vscode.Uri.from({ scheme: DIAGNOSIS_SCHEME, path: `/${kind}-${id}.md` });
   }
 
   /** Updates the cell's diagnosis and opens its preview. Duplicate deliveries within 2 s are shown once. */
   async show(d: DiagnosisParams): Promise<vscode.Uri> {
-    const text = formatDiagnosis(d, cellLabel(d.cellUri));
-    const uri = this.uriFor(d.cellUri);
+    return this.showMarkdown(d.cellUri, 'diagnosis', formatDiagnosis(d, cellLabel(d.cellUri)));
+  }
+
+  /** Shows a speculative run's result in the same preview. */
+  async showSpeculative(r: SpeculativeResult, cellUri: string): Promise<vscode.Uri> {
+    return this.showMarkdown(r.cellUri || cellUri, 'speculative', formatSpeculative(r, cellLabel(r.cellUri || cellUri)));
+  }
+
+  /** Updates the report document of a cell and opens its preview (a duplicate within 2 s is not re-opened). */
+  async showMarkdown(cellUri: string, kind: ReportKind, text: string): Promise<vscode.Uri> {
+    const uri = this.uriFor(cellUri, kind);
     const dedupeKey = `${uri.toString()}\n${text}`;
     const now = Date.now();
     const duplicate = this.last?.key === dedupeKey && now - this.last.at < 2000;

@@ -57,17 +57,57 @@ export function textEditsByUri(edit: LspWorkspaceEdit): Map<string, LspTextEdit[
   return out;
 }
 
-/** A VS Code WorkspaceEdit whose every entry needs confirmation, so applying it opens the refactor preview. */
-export function toConfirmedWorkspaceEdit(edit: LspWorkspaceEdit, label: string): vscode.WorkspaceEdit {
-  const we = new vscode.WorkspaceEdit();
-  const metadata: vscode.WorkspaceEditEntryMetadata = { needsConfirmation: true, label };
-  for (const [uri, edits] of textEditsByUri(edit)) {
-    const target = vscode.Uri.parse(uri);
-    for (const e of edits) {
-      we.replace(target, toRange(e.range), e.newText, metadata);
+export interface LspChangeAnnotation {
+  label: string;
+  needsConfirmation?: boolean;
+  description?: string;
+}
+
+export const FALLBACK_ANNOTATION = 'crane.fix.confirm';
+
+/**
+ * The edit with every text edit annotated by a change annotation that needs confirmation, so that
+ * `workspace.applyEdit` always opens the refactor preview. The server's annotations are kept when they already
+ * need confirmation; text edits without one (or `changes` entries) get a client annotation. File operations
+ * (create/rename/delete) are refused: the agent only edits cells.
+ */
+export function ensureConfirmation(edit: LspWorkspaceEdit, label: string): LspWorkspaceEdit & {
+  documentChanges: unknown[];
+  changeAnnotations: Record<string, LspChangeAnnotation>;
+} {
+  const raw = (edit as { changeAnnotations?: Record<string, LspChangeAnnotation> }).changeAnnotations ?? {};
+  const annotations: Record<string, LspChangeAnnotation> = {};
+  for (const [id, a] of Object.entries(raw)) {
+    if (a && typeof a === 'object') {
+      annotations[id] = { ...a, label: typeof a.label === 'string' && a.label ? a.label : label, needsConfirmation: true };
     }
   }
-  return we;
+  let fallbackUsed = false;
+  const annotate = (e: LspTextEdit & { annotationId?: string }) => {
+    if (e.annotationId && annotations[e.annotationId]) {
+      return { range: e.range, newText: e.newText, annotationId: e.annotationId };
+    }
+    fallbackUsed = true;
+    return { range: e.range, newText: e.newText, annotationId: FALLBACK_ANNOTATION };
+  };
+  const documentChanges: unknown[] = [];
+  for (const dc of edit.documentChanges ?? []) {
+    const d = dc as { kind?: string; textDocument?: { uri?: string; version?: number | null }; edits?: unknown[] };
+    if (d.kind !== undefined || !d.textDocument?.uri || !Array.isArray(d.edits)) {
+      throw new Error(`the proposal contains an unsupported change (${d.kind ?? 'not a text edit'})`);
+    }
+    documentChanges.push({
+      textDocument: { uri: d.textDocument.uri, version: typeof d.textDocument.version === 'number' ? d.textDocument.version : null },
+      edits: d.edits.filter(isTextEdit).map(annotate),
+    });
+  }
+  for (const [uri, edits] of Object.entries(edit.changes ?? {})) {
+    documentChanges.push({ textDocument: { uri, version: null }, edits: edits.filter(isTextEdit).map(annotate) });
+  }
+  if (fallbackUsed) {
+    annotations[FALLBACK_ANNOTATION] = { label, needsConfirmation: true };
+  }
+  return { documentChanges, changeAnnotations: annotations };
 }
 
 export function toRange(r: LspRange): vscode.Range {

@@ -13,6 +13,49 @@ export function activeNotebook(): vscode.NotebookDocument | undefined {
   return nb && isCraneNotebook(nb) ? nb : undefined;
 }
 
+/** The CRANE notebooks shown in visible notebook editors. */
+export function visibleNotebooks(): vscode.NotebookDocument[] {
+  return (vscode.window.visibleNotebookEditors ?? []).map((e) => e.notebook).filter(isCraneNotebook);
+}
+
+/**
+ * The notebook the user is working with: the active notebook editor's; else, while another editor has the
+ * focus (e.g. the diagnosis preview beside the notebook), a visible CRANE notebook — `lastUri`'s when it is
+ * visible. Undefined when no CRANE notebook is visible.
+ */
+export function currentNotebook(lastUri?: string): vscode.NotebookDocument | undefined {
+  const active = activeNotebook();
+  if (active) {
+    return active;
+  }
+  const visible = visibleNotebooks();
+  return visible.find((nb) => nb.uri.toString() === lastUri) ?? visible[0];
+}
+
+/** Follows the notebook in use across focus changes (what the status bar shows the kernel of). */
+export class NotebookFocus {
+  private last: string | undefined;
+
+  /** Re-reads the editors; returns the URI of the notebook in use, if any. */
+  update(): string | undefined {
+    this.last = currentNotebook(this.last)?.uri.toString();
+    return this.last;
+  }
+
+  get uri(): string | undefined {
+    return this.last;
+  }
+}
+
+/** The editor of `currentNotebook()`. */
+function currentNotebookEditor(): vscode.NotebookEditor | undefined {
+  const active = vscode.window.activeNotebookEditor;
+  if (active && isCraneNotebook(active.notebook)) {
+    return active;
+  }
+  return (vscode.window.visibleNotebookEditors ?? []).find((e) => isCraneNotebook(e.notebook));
+}
+
 /** The focused code cell: the active cell editor, else the notebook editor's selection. */
 export function activeCell(): vscode.NotebookCell | undefined {
   const editorDoc = vscode.window.activeTextEditor?.document;
@@ -24,8 +67,8 @@ export function activeCell(): vscode.NotebookCell | undefined {
       }
     }
   }
-  const editor = vscode.window.activeNotebookEditor;
-  if (!editor || !isCraneNotebook(editor.notebook)) {
+  const editor = currentNotebookEditor();
+  if (!editor) {
     return undefined;
   }
   const index = editor.selection?.start ?? editor.selections?.[0]?.start;

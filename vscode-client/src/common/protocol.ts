@@ -186,7 +186,9 @@ export interface SpeculativeResult {
   stdout: string;
   stderr: string;
   displays: Array<{ kind: string; text: string }>;
-  reason: string;
+  reason: string | null;
   elapsedMs: number;
+  /** 1-based cell number. */
+  cell?: number;
   markdown: string;
 }

@@ -4,15 +4,19 @@
  */
 import * as vscode from 'vscode';
 import {
+  ConfigurationParams,
+  DidChangeConfigurationNotification,
   ExecuteCommandSignature,
   LanguageClient,
   LanguageClientOptions,
+  MessageTransports,
   ProgressToken,
   ServerOptions,
   State,
   WorkDoneProgressBegin,
   WorkDoneProgressEnd,
   WorkDoneProgressReport,
+  WorkspaceEdit as LspWorkspaceEdit,
 } from 'vscode-languageclient/node';
 import { errorMessage, getLogChannel, traceError, traceInfo } from './log';
 import { AgentStepParams, DiagnosisParams, KernelStatusParams, Methods } from './protocol';
@@ -28,7 +32,8 @@ import {
 import { serverEnvironment } from './secrets';
 import type { CraneServer } from './serverApi';
 import { ServerNotRunningError } from './serverApi';
-import { getSettings, toInitializationOptions } from './settings';
+import { FilteringMessageReader, isLogMessageNotification, pipeServerStderr, pipeServerStdout } from './serverLog';
+import { didChangeConfigurationParams, getClientSettings, getServerSettings, SECTION } from './settings';
 import type { ServerState } from './statusModel';
 
 export const CLIENT_ID = 'crane';
@@ -74,7 +79,31 @@ export function buildClientOptions(
     revealOutputChannelOn: 4 /* RevealOutputChannelOn.Never */,
     middleware,
     connectionOptions: { maxRestartCount: 3 },
+    // one channel line per server log record (see serverLog.ts)
+    stdioOptions: { stderr: pipeServerStderr, stdout: pipeServerStdout },
   };
+}
+
+/** Answers `workspace/configuration` for the `crane` section with the same object as initializationOptions. */
+export function answerConfiguration(params: ConfigurationParams, fromVsCode: unknown[]): unknown[] {
+  return params.items.map((item, i) => {
+    if (item.section === SECTION) {
+      return getServerSettings(item.scopeUri ? vscode.Uri.parse(item.scopeUri) : undefined);
+    }
+    return fromVsCode[i] ?? null;
+  });
+}
+
+function convertEdit(client: LanguageClient, edit: unknown): Promise<vscode.WorkspaceEdit> {
+  return client.protocol2CodeConverter.asWorkspaceEdit(edit as LspWorkspaceEdit);
+}
+
+/** The language client, minus `window/logMessage` (the same records are logged from the server's stderr). */
+class CraneLanguageClient extends LanguageClient {
+  protected override async createMessageTransports(encoding: string): Promise<MessageTransports> {
+    const transports = await super.createMessageTransports(encoding);
+    return { ...transports, reader: new FilteringMessageReader(transports.reader, isLogMessageNotification) };
+  }
 }
 
 export class ServerManager implements vscode.Disposable {
@@ -96,7 +125,20 @@ export class ServerManager implements vscode.Disposable {
       executeCommand: <T>(command: string, args: unknown[]) =>
         client.sendRequest<T>('workspace/executeCommand', { command, arguments: args }),
       sendRequest: <T>(method: string, params: unknown) => client.sendRequest<T>(method, params),
+      asWorkspaceEdit: (edit: unknown) => convertEdit(client, edit),
     };
+  }
+
+  /** Sends the current settings with `workspace/didChangeConfiguration` (no restart). */
+  async notifySettings(): Promise<boolean> {
+    const client = this.client;
+    if (!client || client.state !== State.Running) {
+      return false;
+    }
+    const params = didChangeConfigurationParams(getServerSettings());
+    traceInfo(`settings sent to the server: ${JSON.stringify(params.settings.crane)}`);
+    await client.sendNotification(DidChangeConfigurationNotification.type, params);
+    return true;
   }
 
   /** A server handle that fails with a clear message when the server is not running. */
@@ -106,7 +148,14 @@ export class ServerManager implements vscode.Disposable {
       return running;
     }
     const fail = () => Promise.reject(new ServerNotRunningError());
-    return { executeCommand: fail, sendRequest: fail };
+    const client = this.client;
+    return {
+      executeCommand: fail,
+      sendRequest: fail,
+      // converting an edit needs no server, only the client's converter
+      asWorkspaceEdit: (edit: unknown) =>
+        client ? convertEdit(client, edit) : fail(),
+    };
   }
 
   get currentInterpreter(): Interpreter | undefined {
@@ -130,7 +179,7 @@ export class ServerManager implements vscode.Disposable {
       return;
     }
     traceInfo(`starting the server (${reason})`);
-    const settings = getSettings();
+    const settings = getClientSettings();
     const resource = vscode.window.activeNotebookEditor?.notebook.uri;
     const interpreter = await resolveInterpreter(settings.python, this.pythonApi, resource);
     this.interpreter = interpreter;
@@ -153,11 +202,13 @@ export class ServerManager implements vscode.Disposable {
     }
     const env = serverEnvironment(process.env, keys);
     const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
-    const client = new LanguageClient(
+    const initializationOptions = getServerSettings();
+    traceInfo(`settings: ${JSON.stringify(initializationOptions)}`);
+    const client = new CraneLanguageClient(
       CLIENT_ID,
       CLIENT_NAME,
       buildServerOptions(interpreter.command, env, cwd),
-      buildClientOptions(toInitializationOptions(settings), this.middleware()),
+      buildClientOptions(initializationOptions, this.middleware()),
     );
     client.onNotification(Methods.kernelStatus, (p: KernelStatusParams) => this.hooks.kernelStatus(p));
     client.onNotification(Methods.diagnosis, (p: DiagnosisParams) => this.hooks.diagnosis(p));
@@ -192,6 +243,12 @@ export class ServerManager implements vscode.Disposable {
   private middleware(): LanguageClientOptions['middleware'] {
     return {
       executeCommand: (command, args, next) => this.hooks.executeCommand(command, args, next),
+      workspace: {
+        configuration: async (params, token, next) => {
+          const fromVsCode = await next(params, token);
+          return Array.isArray(fromVsCode) ? answerConfiguration(params, fromVsCode) : fromVsCode;
+        },
+      },
       handleWorkDoneProgress: (
         token: ProgressToken,
         params: WorkDoneProgressBegin | WorkDoneProgressReport | WorkDoneProgressEnd,

@@ -109,6 +109,9 @@ export function renderStatus(s: StatusState): StatusView {
     if (k.message) {
       lines.push(k.message);
     }
+    if (k.stale) {
+      lines.push('Some diagnostics use facts read before the kernel\'s current run; they are re-checked when it is idle.');
+    }
   } else {
     lines.push('Kernel: none reported');
   }

@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { commands, mock, NotebookCellKind, Uri, window } from '../vscode.mock';
 import { summarizeCheck } from '../../src/common/checkSummary';
-import { Commands, UiCommands } from '../../src/common/commands';
+import { Commands, fixOptions, UiCommands } from '../../src/common/commands';
 import { listConnectionFiles, runtimeDirs } from '../../src/common/connectionFiles';
 import { ServerCommands } from '../../src/common/protocol';
 import { StatusBar } from '../../src/common/statusBar';
@@ -22,7 +22,7 @@ function openNotebook() {
 function setup() {
   const server = { executeCommand: vi.fn(async (..._a: unknown[]) => ({}) as unknown), sendRequest: vi.fn() };
   const agent = { fix: vi.fn(async () => 'fixed'), stop: vi.fn(async () => true) };
-  const diagnosis = { show: vi.fn(async () => undefined) };
+  const diagnosis = { show: vi.fn(async () => undefined), showSpeculative: vi.fn(async (..._a: unknown[]) => undefined) };
   const restart = vi.fn(async () => undefined);
   const status = new StatusBar();
   const cmds = new Commands({ server: () => server as never, status, agent: agent as never, diagnosis: diagnosis as never, keys: {} as never, restart });
@@ -70,10 +70,35 @@ describe('palette commands', () => {
     const { cmds, agent } = setup();
     window.showInputBox.mockResolvedValueOnce('');
     await cmds.fixCell();
-    expect(agent.fix).toHaveBeenCalledWith(CELL, undefined);
+    expect(agent.fix).toHaveBeenCalledWith(CELL, {});
+    window.showInputBox.mockResolvedValueOnce(' keep the shape ');
+    await cmds.fixCell();
+    expect(agent.fix).toHaveBeenLastCalledWith(CELL, { goal: 'keep the shape' });
     window.showInputBox.mockResolvedValueOnce(undefined);
     await cmds.fixCell();
-    expect(agent.fix).toHaveBeenCalledTimes(1);
+    expect(agent.fix).toHaveBeenCalledTimes(2);
+  });
+
+  it('Run cell speculatively forwards the cell URI and shows the verdict in the preview', async () => {
+    openNotebook();
+    const { cmds, server, diagnosis, status } = setup();
+    const result = { cellUri: CELL, verdict: 'crash', ename: 'IndexError', evalue: 'list index out of range', line: 1, stdout: '', stderr: '', displays: [], reason: '', elapsedMs: 40, markdown: '**crash**' };
+    server.executeCommand.mockImplementation(async () => {
+      expect(status.current.busy).toBe(1);
+      return result;
+    });
+    await cmds.runSpeculatively();
+    expect(server.executeCommand).toHaveBeenCalledWith('crane.runSpeculatively', [CELL]);
+    expect(diagnosis.showSpeculative).toHaveBeenCalledWith(result, CELL);
+    server.executeCommand.mockResolvedValue({ weird: true });
+    await expect(cmds.runSpeculatively()).rejects.toThrow(/unexpected result/);
+  });
+
+  it('reads fixCell options from code actions and callers', () => {
+    expect(fixOptions(undefined)).toEqual({});
+    expect(fixOptions('  goal ')).toEqual({ goal: 'goal' });
+    expect(fixOptions({ goal: 'g', stepMode: true, extra: 1 })).toEqual({ goal: 'g', stepMode: true });
+    expect(fixOptions({ goal: 3, stepMode: 'yes' })).toEqual({});
   });
 
   it('Attach to kernel sends crane.attachKernel with the picked file', async () => {
@@ -98,10 +123,15 @@ describe('palette commands', () => {
     const { cmds, agent, diagnosis } = setup();
     const next = vi.fn(async () => ({ notebookUri: NB, cellUri: CELL, verdict: null, markdown: 'm', usage: null }));
     expect(await cmds.routeServerCommand('crane.fixCell', [CELL], next)).toBe('fixed');
+    expect(agent.fix).toHaveBeenCalledWith(CELL, {});
     expect(next).not.toHaveBeenCalled();
     await cmds.routeServerCommand('crane.diagnoseCell', [CELL], next);
     expect(next).toHaveBeenCalledWith('crane.diagnoseCell', [CELL]);
     expect(diagnosis.show).toHaveBeenCalled();
+    const spec = vi.fn(async () => ({ cellUri: CELL, verdict: 'no-crash', markdown: 'clean' }));
+    await cmds.routeServerCommand('crane.runSpeculatively', [CELL], spec as never);
+    expect(spec).toHaveBeenCalledWith('crane.runSpeculatively', [CELL]);
+    expect(diagnosis.showSpeculative).toHaveBeenCalledWith(expect.objectContaining({ verdict: 'no-crash' }), CELL);
     await cmds.routeServerCommand('crane.other', [1], next);
     expect(next).toHaveBeenLastCalledWith('crane.other', [1]);
     expect(agent.fix).toHaveBeenCalledTimes(1);

@@ -1,7 +1,15 @@
+import * as fs from 'node:fs';
 import * as os from 'node:os';
+import * as path from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { mock, workspace, Uri } from '../vscode.mock';
-import { getSettings, needsRestart, resolveVariables, toInitializationOptions } from '../../src/common/settings';
+import {
+  classifyChange,
+  didChangeConfigurationParams,
+  getClientSettings,
+  getServerSettings,
+  resolveVariables,
+} from '../../src/common/settings';
 
 function changeEvent(...keys: string[]) {
   return {
@@ -9,56 +17,85 @@ function changeEvent(...keys: string[]) {
   };
 }
 
-describe('settings', () => {
+/** The defaults as package.json contributes them (VS Code's getConfiguration returns these when unset). */
+function contributedDefaults(): Record<string, unknown> {
+  const pkg = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
+  const props = pkg.contributes.configuration.properties as Record<string, { default: unknown }>;
+  return Object.fromEntries(Object.entries(props).map(([k, v]) => [k, v.default]));
+}
+
+const CONTRACT_DEFAULTS = {
+  mode: 'auto',
+  speculative: { enabled: true, budgetSeconds: 10 },
+  llm: { model: null, apiBase: null },
+  agent: { maxSteps: 10, budgetUsd: null, stepMode: false },
+  kernel: { connectionFile: null },
+  hover: true,
+  logLevel: 'info',
+};
+
+describe('server settings (initializationOptions / didChangeConfiguration)', () => {
   beforeEach(() => mock.reset());
 
-  it('has the documented defaults', () => {
-    const s = getSettings();
-    expect(s).toEqual({
-      mode: 'auto',
-      python: '',
-      llm: { model: '', apiBase: '' },
-      agent: { maxSteps: 8, budgetUsd: 0.5 },
-      speculative: { enabled: true },
-      kernel: { connectionFile: '' },
-    });
+  it('has the contract defaults, with nothing configured', () => {
+    expect(getServerSettings()).toEqual(CONTRACT_DEFAULTS);
   });
 
-  it('reads crane.* values and builds camelCase initializationOptions without the interpreter', () => {
+  it('has the contract defaults with the defaults package.json contributes', () => {
+    mock.config = contributedDefaults();
+    expect(getServerSettings()).toEqual(CONTRACT_DEFAULTS);
+    expect(mock.config['crane.python']).toBe('');
+    expect(mock.config['crane.trace.server']).toBe('off');
+  });
+
+  it('sends exactly the contract shape, camelCase, without the interpreter or the trace level', () => {
     mock.config = {
       'crane.mode': 'llm',
       'crane.python': '/opt/py/bin/python',
+      'crane.trace.server': 'verbose',
       'crane.llm.model': 'openai/gpt-4o-mini',
       'crane.llm.apiBase': 'http://127.0.0.1:8000/v1',
       'crane.agent.maxSteps': 3,
       'crane.agent.budgetUsd': 0.1,
+      'crane.agent.stepMode': true,
       'crane.speculative.enabled': false,
+      'crane.speculative.budgetSeconds': 2.5,
       'crane.kernel.connectionFile': '/tmp/kernel-1.json',
+      'crane.hover': false,
+      'crane.logLevel': 'debug',
     };
-    const s = getSettings();
-    expect(s.python).toBe('/opt/py/bin/python');
-    expect(toInitializationOptions(s)).toEqual({
+    expect(getServerSettings()).toEqual({
       mode: 'llm',
+      speculative: { enabled: false, budgetSeconds: 2.5 },
       llm: { model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
-      agent: { maxSteps: 3, budgetUsd: 0.1 },
-      speculative: { enabled: false },
+      agent: { maxSteps: 3, budgetUsd: 0.1, stepMode: true },
       kernel: { connectionFile: '/tmp/kernel-1.json' },
+      hover: false,
+      logLevel: 'debug',
     });
+    expect(didChangeConfigurationParams(getServerSettings()).settings.crane.mode).toBe('llm');
+    expect(getClientSettings()).toEqual({ python: '/opt/py/bin/python', connectionFile: '/tmp/kernel-1.json', stepMode: true, mode: 'llm' });
   });
 
-  it('falls back on invalid values', () => {
-    mock.config = { 'crane.mode': 'turbo', 'crane.agent.maxSteps': -2, 'crane.agent.budgetUsd': -1 };
-    const s = getSettings();
-    expect(s.mode).toBe('auto');
-    expect(s.agent).toEqual({ maxSteps: 8, budgetUsd: 0.5 });
+  it('sends empty strings as null (unset)', () => {
+    mock.config = { 'crane.llm.model': '', 'crane.llm.apiBase': '  ', 'crane.kernel.connectionFile': '' };
+    const s = getServerSettings();
+    expect(s.llm).toEqual({ model: null, apiBase: null });
+    expect(s.kernel.connectionFile).toBeNull();
   });
 
-  it('never carries API keys in initializationOptions', () => {
+  it('passes invalid values through for the server to report (one warning there, that key falls back)', () => {
+    mock.config = { 'crane.mode': 'turbo', 'crane.agent.maxSteps': -2 };
+    const s = getServerSettings();
+    expect(s.mode).toBe('turbo');
+    expect(s.agent.maxSteps).toBe(-2);
+    // the client's own reading falls back
+    expect(getClientSettings().mode).toBe('auto');
+  });
+
+  it('never carries API keys', () => {
     mock.config = { 'crane.llm.model': 'x' };
-    const opts = toInitializationOptions(getSettings());
-    expect(opts.kernel.connectionFile).toBeNull();
-    const json = JSON.stringify(opts);
-    expect(json).not.toMatch(/key/i);
+    expect(JSON.stringify(getServerSettings())).not.toMatch(/key/i);
   });
 
   it('expands variables in paths', () => {
@@ -68,14 +105,44 @@ describe('settings', () => {
     expect(resolveVariables('~/py')).toBe(`${os.homedir()}/py`);
     expect(resolveVariables('${env:CRANE_TEST_VAR}/python')).toBe('/envdir/python');
     expect(resolveVariables('')).toBe('');
+    mock.config = { 'crane.kernel.connectionFile': '${workspaceFolder}/k.json' };
+    expect(getServerSettings().kernel.connectionFile).toBe('/proj/k.json');
+  });
+});
+
+describe('configuration changes', () => {
+  it('restart the server only for the interpreter and the trace level', () => {
+    expect(classifyChange(changeEvent('crane.python') as never)).toEqual({ restart: true, notify: false, connectionFile: false });
+    expect(classifyChange(changeEvent('crane.trace.server') as never).restart).toBe(true);
+    expect(classifyChange(changeEvent('crane.trace.server', 'crane.mode') as never)).toEqual({
+      restart: true,
+      notify: false,
+      connectionFile: false,
+    });
   });
 
-  it('restarts on crane settings but not on trace alone', () => {
-    expect(needsRestart(changeEvent('crane.python') as never)).toBe(true);
-    expect(needsRestart(changeEvent('crane.mode') as never)).toBe(true);
-    expect(needsRestart(changeEvent('crane.llm.model') as never)).toBe(true);
-    expect(needsRestart(changeEvent('crane.trace.server') as never)).toBe(false);
-    expect(needsRestart(changeEvent('crane.trace.server', 'crane.kernel.connectionFile') as never)).toBe(true);
-    expect(needsRestart(changeEvent('python.defaultInterpreterPath') as never)).toBe(false);
+  it('send mode, llm, agent, speculative, hover and logLevel changes with didChangeConfiguration', () => {
+    for (const key of [
+      'crane.mode',
+      'crane.llm.model',
+      'crane.llm.apiBase',
+      'crane.agent.maxSteps',
+      'crane.agent.budgetUsd',
+      'crane.agent.stepMode',
+      'crane.speculative.enabled',
+      'crane.speculative.budgetSeconds',
+      'crane.hover',
+      'crane.logLevel',
+    ]) {
+      expect(classifyChange(changeEvent(key) as never), key).toEqual({ restart: false, notify: true, connectionFile: false });
+    }
+  });
+
+  it('attach kernels when the connection file changes (and tell the server)', () => {
+    expect(classifyChange(changeEvent('crane.kernel.connectionFile') as never)).toEqual({ restart: false, notify: true, connectionFile: true });
+  });
+
+  it('ignore other extensions settings', () => {
+    expect(classifyChange(changeEvent('python.defaultInterpreterPath') as never)).toEqual({ restart: false, notify: false, connectionFile: false });
   });
 });

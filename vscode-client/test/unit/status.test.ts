@@ -1,5 +1,6 @@
 import { beforeEach, describe, expect, it } from 'vitest';
-import { mock, window } from '../vscode.mock';
+import { mock, Uri, window, workspace } from '../vscode.mock';
+import { activeCell, currentNotebook, NotebookFocus } from '../../src/common/notebooks';
 import { StatusBar } from '../../src/common/statusBar';
 import { initialStatus, reduceStatus, renderStatus, StatusEvent, StatusState } from '../../src/common/statusModel';
 import type { KernelStatusParams } from '../../src/common/protocol';
@@ -110,5 +111,64 @@ describe('status bar item', () => {
     expect(seen.length).toBe(2);
     bar.update({ type: 'server', state: 'error' });
     expect(item.backgroundColor).toMatchObject({ id: 'statusBarItem.errorBackground' });
+  });
+});
+
+describe('the notebook the status bar follows', () => {
+  beforeEach(() => mock.reset());
+
+  const nb = (uri: string, notebookType = 'jupyter-notebook') => {
+    const cell = { kind: 2, document: { uri: Uri.parse(`vscode-notebook-cell:${uri.slice(7)}#c1`) } };
+    return { uri: Uri.parse(uri), notebookType, cellCount: 1, cellAt: () => cell, getCells: () => [cell] };
+  };
+
+  it('is the active notebook editor', () => {
+    const a = nb(NB);
+    window.activeNotebookEditor = { notebook: a };
+    expect(currentNotebook()).toBe(a);
+  });
+
+  it('stays on the visible CRANE notebook when another editor (the diagnosis preview) takes the focus', () => {
+    const a = nb(NB);
+    window.visibleNotebookEditors = [{ notebook: nb('file:///tmp/x/other.nb', 'other-type') }, { notebook: a }];
+    window.activeNotebookEditor = undefined;
+    expect(currentNotebook()).toBe(a);
+    // the last one wins among several visible notebooks
+    const b = nb('file:///tmp/x/b.ipynb');
+    window.visibleNotebookEditors = [{ notebook: b }, { notebook: a }];
+    expect(currentNotebook(NB)).toBe(a);
+    expect(currentNotebook('file:///gone.ipynb')).toBe(b);
+  });
+
+  it('is none when no CRANE notebook is visible', () => {
+    window.visibleNotebookEditors = [{ notebook: nb('file:///tmp/x/other.nb', 'other-type') }];
+    expect(currentNotebook(NB)).toBeUndefined();
+  });
+
+  it('keeps the kernel state in the status bar through a focus change (the code-server bug)', () => {
+    const bar = new StatusBar();
+    const item = window.createStatusBarItem.mock.results[0].value;
+    const a = nb(NB);
+    window.activeNotebookEditor = { notebook: a };
+    window.visibleNotebookEditors = [{ notebook: a }];
+    const focus = new NotebookFocus();
+    const follow = () => bar.update({ type: 'activeNotebook', uri: focus.update() });
+    bar.update(running);
+    follow();
+    bar.update(kernel('attached'));
+    expect(item.text).toContain('kernel attached');
+    window.activeNotebookEditor = undefined; // the markdown preview beside the notebook takes the focus
+    follow();
+    expect(item.text).toContain('kernel attached');
+    window.visibleNotebookEditors = []; // the notebook is closed
+    follow();
+    expect(item.text).toContain('static only');
+  });
+
+  it('commands find the selected cell of the visible notebook while the preview has the focus', () => {
+    const a = nb(NB);
+    window.visibleNotebookEditors = [{ notebook: a, selection: { start: 0, end: 1 } }];
+    workspace.notebookDocuments = [a];
+    expect(activeCell()?.document.uri.toString()).toBe('vscode-notebook-cell:/tmp/x/nb.ipynb#c1');
   });
 });

@@ -2,7 +2,7 @@
  * The client–server contract (docs/protocol.md), spoken over stdio to the real `python -m crane serve`
  * exactly as the extension does. Run with `npm run test:wire` (CRANE_PYTHON overrides ../.venv/bin/python).
  */
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -15,13 +15,34 @@ const CELL = 'vscode-notebook-cell:/tmp/x/nb.ipynb#W0sZmlsZQ%3D%3D';
 const CELL2 = 'vscode-notebook-cell:/tmp/x/nb.ipynb#W1sZmlsZQ%3D%3D';
 const SOURCE = 'import numpy as np\nnp.zeros(3)\nundefined_thing + 1';
 
+/** The contract's settings object (docs/protocol.md), as the extension sends it (see settings.ts). */
 const SETTINGS = {
   mode: 'static',
-  llm: { model: '', apiBase: '' },
-  agent: { maxSteps: 2, budgetUsd: 0 },
-  speculative: { enabled: true },
-  kernel: { connectionFile: '' },
+  speculative: { enabled: true, budgetSeconds: 10 },
+  llm: { model: null, apiBase: null },
+  agent: { maxSteps: 2, budgetUsd: null, stepMode: false },
+  kernel: { connectionFile: null },
+  hover: true,
+  logLevel: 'info',
 };
+
+/** Runs `code` in the kernel the way a notebook front end does (a user execution), or reads expressions silently. */
+function kernelClient(connectionFile: string, mode: 'execute' | 'inspect', code: string): any {
+  const script = [
+    'import json, sys, jupyter_client',
+    'kc = jupyter_client.BlockingKernelClient(connection_file=sys.argv[1])',
+    'kc.load_connection_file(); kc.start_channels(); kc.wait_for_ready(timeout=20)',
+    'if sys.argv[2] == "execute":',
+    '    reply = kc.execute_interactive(sys.argv[3], timeout=20, output_hook=lambda m: None)',
+    'else:',
+    '    exprs = json.loads(sys.argv[3])',
+    '    reply = kc.execute_interactive("", silent=True, store_history=False, user_expressions=exprs, timeout=20)',
+    'kc.stop_channels()',
+    'print(json.dumps(reply["content"], default=str))',
+  ].join('\n');
+  const out = execFileSync(PYTHON, ['-c', script, connectionFile, mode, code], { encoding: 'utf8', timeout: 30_000 });
+  return JSON.parse(out.trim().split('\n').pop()!);
+}
 
 const KERNEL_STATES = ['attached', 'busy', 'idle', 'dead', 'static-only', 'stale'];
 
@@ -172,6 +193,59 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
     expect(result).toEqual(expect.objectContaining({ stopped: false }));
   });
 
+  it('continueAgent and stopAgent with an unknown runId answer {continued: false} / {stopped: false}', async () => {
+    const cont: any = await client.request('workspace/executeCommand', {
+      command: ServerCommands.continueAgent,
+      arguments: ['no-such-run'],
+    });
+    expect(cont).toEqual(expect.objectContaining({ continued: false }));
+    const stop: any = await client.request('workspace/executeCommand', {
+      command: ServerCommands.stopAgent,
+      arguments: ['no-such-run'],
+    });
+    expect(stop).toEqual(expect.objectContaining({ stopped: false }));
+  });
+
+  it('runSpeculatively without a kernel is a clear error', async () => {
+    const err = await client
+      .request('workspace/executeCommand', { command: ServerCommands.runSpeculatively, arguments: [CELL] })
+      .then(
+        (r) => new Error(`expected an error, got ${JSON.stringify(r)}`),
+        (e: any) => e,
+      );
+    expect(String(err.message)).toMatch(/needs an attached kernel/);
+    expect(err.code).toBe(-32803);
+  });
+
+  it('fixCell without a model is a clear error ("needs a model"), and no agent run is left behind', async () => {
+    const err = await client
+      .request('workspace/executeCommand', { command: ServerCommands.fixCell, arguments: [CELL, { stepMode: false }] })
+      .then(
+        (r) => new Error(`expected an error, got ${JSON.stringify(r)}`),
+        (e: any) => e,
+      );
+    expect(String(err.message)).toMatch(/needs a model/);
+    const stop: any = await client.request('workspace/executeCommand', { command: ServerCommands.stopAgent, arguments: [] });
+    expect(stop.stopped).toBe(false);
+  });
+
+  it('settings changes arrive with didChangeConfiguration: a valid change is silent, an invalid value warns once', async () => {
+    const shown = () => client.notifications.filter((n) => n.method === 'window/showMessage');
+    const before = shown().length;
+    await client.conn.sendNotification('workspace/didChangeConfiguration', {
+      settings: { crane: { ...SETTINGS, mode: 'auto', logLevel: 'debug' } },
+    });
+    await client.conn.sendNotification('workspace/didChangeConfiguration', { settings: { crane: { ...SETTINGS, mode: 'turbo' } } });
+    const warning = await client.waitFor('a settings warning', () => shown().slice(before).find((n) => /mode/.test(n.params.message)));
+    expect(warning.params.type).toBe(2); // Warning
+    expect(shown().slice(before).length, JSON.stringify(shown().slice(before))).toBe(1);
+    await client.conn.sendNotification('workspace/didChangeConfiguration', { settings: { crane: SETTINGS } });
+    // the server is alive and still answers (static mode, no kernel: the NameError is still found)
+    const result = await client.request('workspace/executeCommand', { command: ServerCommands.checkNotebook, arguments: [NB] });
+    expect(JSON.stringify(result)).toContain('NameError');
+    expect(shown().slice(before).length).toBe(1);
+  });
+
   it('crane/attachKernel with a missing connection file is refused with a message', async () => {
     const result: any = await client.request('crane/attachKernel', {
       notebookUri: NB,
@@ -231,6 +305,12 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
   });
 });
 
+const AUTO = { ...SETTINGS, mode: 'auto' };
+const SPEC_NB = 'file:///tmp/x/spec.ipynb';
+const SPEC_A = 'vscode-notebook-cell:/tmp/x/spec.ipynb#W0sZmlsZQ%3D%3D';
+const SPEC_B = 'vscode-notebook-cell:/tmp/x/spec.ipynb#W1sZmlsZQ%3D%3D';
+const LOOP = 'for i in range(5):\n    lst[i]';
+
 describe('crane serve attached to a live kernel', () => {
   let client: WireClient;
   let kernel: ChildProcess;
@@ -250,8 +330,8 @@ describe('crane serve attached to a live kernel', () => {
       await new Promise((r) => setTimeout(r, 100));
     }
     expect(fs.existsSync(connectionFile)).toBe(true);
-    client = new WireClient(SETTINGS);
-    await client.initialize(SETTINGS);
+    client = new WireClient(AUTO);
+    await client.initialize(AUTO);
   });
 
   afterAll(async () => {
@@ -281,5 +361,70 @@ describe('crane serve attached to a live kernel', () => {
     );
     expectKernelStatusShape(status.params);
     expect(status.params.kernel.connectionFile).toBe(connectionFile);
+  });
+
+  it('runSpeculatively: a crash verdict from a sandboxed run, and the kernel is left as it was', async () => {
+    const ran = kernelClient(connectionFile, 'execute', 'lst = [1, 2, 3]');
+    expect(ran.status).toBe('ok');
+    await client.conn.sendNotification('notebookDocument/didOpen', {
+      notebookDocument: {
+        uri: SPEC_NB,
+        notebookType: 'jupyter-notebook',
+        version: 0,
+        metadata: {},
+        cells: [
+          { kind: 2, document: SPEC_A, executionSummary: { executionOrder: ran.execution_count, success: true } },
+          { kind: 2, document: SPEC_B },
+        ],
+      },
+      cellTextDocuments: [
+        { uri: SPEC_A, languageId: 'python', version: 1, text: 'lst = [1, 2, 3]' },
+        { uri: SPEC_B, languageId: 'python', version: 1, text: LOOP },
+      ],
+    });
+    const attached: any = await client.request('crane/attachKernel', { notebookUri: SPEC_NB, connectionFile });
+    expect(attached.attached, JSON.stringify(attached)).toBe(true);
+    const exprs = JSON.stringify({ n: 'len(lst)', ids: 'id(lst)', has_i: "'i' in globals()" });
+    const before = kernelClient(connectionFile, 'inspect', exprs);
+
+    const result: any = await client.request(
+      'workspace/executeCommand',
+      { command: ServerCommands.runSpeculatively, arguments: [SPEC_B] },
+      60_000,
+    );
+    expect(result.cellUri).toBe(SPEC_B);
+    expect(result.verdict, JSON.stringify(result)).toBe('crash');
+    expect(result.ename).toBe('IndexError');
+    expect(result.line).toBe(2);
+    expect(typeof result.elapsedMs).toBe('number');
+    expect(Array.isArray(result.displays)).toBe(true);
+    expect(result.markdown).toContain('IndexError');
+
+    const after = kernelClient(connectionFile, 'inspect', exprs);
+    expect(after.execution_count).toBe(before.execution_count);
+    for (const key of ['n', 'ids', 'has_i']) {
+      expect(after.user_expressions[key].data['text/plain'], key).toBe(before.user_expressions[key].data['text/plain']);
+    }
+    expect(after.user_expressions.n.data['text/plain']).toBe('3');
+    expect(after.user_expressions.has_i.data['text/plain']).toBe('False');
+  });
+
+  it('auto mode confirms the crash with a sandbox diagnostic; switching to static with didChangeConfiguration drops it', async () => {
+    const confirmed = await client.waitFor(
+      'a sandbox-confirmed IndexError on the loop cell',
+      () => {
+        const d = client.diagnosticsFor(SPEC_B);
+        return d?.some((x: any) => x.code === 'sandbox' && /IndexError/.test(x.message)) ? d : undefined;
+      },
+      45_000,
+    );
+    const sandbox = confirmed.find((x: any) => x.code === 'sandbox');
+    expect(sandbox.source).toBe('crane');
+    expect(sandbox.range.start.line).toBe(1);
+
+    const mark = client.mark();
+    await client.conn.sendNotification('workspace/didChangeConfiguration', { settings: { crane: { ...AUTO, mode: 'static' } } });
+    const rechecked = await client.waitFor('diagnostics re-published in static mode', () => client.diagnosticsFor(SPEC_B, mark), 30_000);
+    expect(rechecked.filter((x: any) => x.code === 'sandbox')).toEqual([]);
   });
 });

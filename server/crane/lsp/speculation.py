@@ -1,0 +1,232 @@
+"""auto mode: speculative runs of cells in a confined copy-on-write fork of the attached kernel.
+
+After the rules' diagnostics of a cell are published, the cell is queued for a sandboxed run
+(`crane.sandbox.speculate`) when it has rule findings or has never been executed. Runs happen one at a time,
+on a thread of their own with a kernel connection of their own, only while the kernel is attached and idle,
+once the cell's text has been stable for `CRANE_LSP_SPECULATE_DELAY_MS`. Verdicts are cached by (notebook,
+cell text, kernel state generation): typing back the same text, or re-checking a cell, does not fork again.
+A verdict whose cell text or kernel state changed while it ran is discarded. `crash` replaces the rules'
+findings by the real exception (code "sandbox"), `no-crash` clears them, the inconclusive verdicts
+(timeout/blocked/unavailable) keep them (see `diagnostics.final_findings`). `crane.runSpeculatively` runs a
+cell on demand (`run_now`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from crane.lsp.diagnostics import republish
+from crane.lsp.notebook_map import CellSnapshot, snapshot
+
+if TYPE_CHECKING:
+    from crane.lsp.kernel_attach import Attachment
+    from crane.lsp.server import CraneServer
+    from crane.lsp.session import NotebookSession
+    from crane.sandbox.verdict import SandboxVerdict
+
+log = logging.getLogger(__name__)
+
+CACHE_SIZE = 512
+BUSY_POLL_S = 0.2
+
+
+class SpeculationService:
+    def __init__(self, ls: "CraneServer"):
+        self.ls = ls
+        self._cache: "OrderedDict[tuple[str, str, int], SandboxVerdict]" = OrderedDict()
+        self._due: dict[tuple[str, str], float] = {}  # (notebook key, cell URI) -> loop time
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-sandbox")
+        self._conns: dict[int, tuple["Attachment", Any]] = {}  # id(attachment) -> (attachment, connection)
+        self.runs = 0  # sandbox runs started (for tests and logs)
+
+    # -- cache ----------------------------------------------------------------------------------------------
+    @staticmethod
+    def _key(session: "NotebookSession", source: str) -> tuple[str, str, int]:
+        return (session.uri, source, session.kernel_gen)
+
+    def cached(self, session: "NotebookSession", cell: CellSnapshot) -> "SandboxVerdict | None":
+        if not self.ls.settings.speculative_on:
+            return None
+        v = self._cache.get(self._key(session, cell.source))
+        if v is not None:
+            self._cache.move_to_end(self._key(session, cell.source))
+        return v
+
+    def _store(self, key: tuple[str, str, int], v: "SandboxVerdict") -> None:
+        self._cache[key] = v
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+
+    # -- what to run ----------------------------------------------------------------------------------------
+    def applicable(self, session: "NotebookSession") -> bool:
+        att = session.attachment
+        return self.ls.settings.speculative_on and att is not None and att.alive and not session.closed
+
+    def wants(self, session: "NotebookSession", cell: CellSnapshot) -> bool:
+        """Cells worth a speculative run: those with rule findings and those never executed."""
+        if not cell.is_code or not cell.source.strip():
+            return False
+        return bool(session.rule_findings.get(cell.uri)) or cell.execution_order is None
+
+    def consider(self, session: "NotebookSession", cell: CellSnapshot) -> None:
+        """Called after a cell's rules were published: queue a run, or hand an undecided cell to the LLM."""
+        if self.applicable(session) and self.wants(session, cell):
+            if self.cached(session, cell) is None:
+                self.request(session, cell.uri)
+                return
+        self.ls.llm.consider(session, cell)
+
+    def request(self, session: "NotebookSession", cell_uri: str) -> None:
+        loop = asyncio.get_running_loop()
+        last = session.last_edit.get(cell_uri, 0.0)
+        due = max(loop.time(), last + self.ls.tuning.speculate_delay_ms / 1000)
+        self._due[(self.ls.key(session.uri), cell_uri)] = due
+        self._ensure_task()
+        assert self._wake is not None
+        self._wake.set()
+
+    def _ensure_task(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    # -- the worker -----------------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        assert self._wake is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wake.clear()
+            if not self._due:
+                await self._wake.wait()
+                continue
+            now = loop.time()
+            ready = sorted((t, k) for k, t in self._due.items() if t <= now)
+            if not ready:
+                await self._sleep(min(self._due.values()) - now)
+                continue
+            ran_any = False
+            for _t, key in ready:
+                session = self.ls.sessions.get(key[0])
+                if session is None or not self.applicable(session):
+                    self._due.pop(key, None)
+                    continue
+                if session.attachment.busy:  # type: ignore[union-attr]
+                    continue  # a user cell is running: wait until the kernel is idle
+                self._due.pop(key, None)
+                try:
+                    await self._run_queued(session, key[1])
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("speculative run failed")
+                ran_any = True
+                break  # one at a time: re-read the queue (edits may have moved things)
+            if not ran_any:
+                await self._sleep(BUSY_POLL_S)
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._wake is not None
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=max(seconds, 0.0))
+        except asyncio.TimeoutError:
+            pass
+
+    async def _run_queued(self, session: "NotebookSession", cell_uri: str) -> None:
+        snap = snapshot(self.ls.workspace, session.uri)
+        cell = snap.cell(cell_uri) if snap is not None else None
+        if cell is None or not self.wants(session, cell) or self.cached(session, cell) is not None:
+            return
+        key = self._key(session, cell.source)
+        v = await self._speculate(session, cell.source)
+        if v is None:
+            return
+        if session.closed:
+            return
+        if session.kernel_gen != key[2]:  # the kernel's state changed meanwhile: discard, try again later
+            log.debug("speculative run of %s discarded: the kernel state changed", cell_uri)
+            if self.applicable(session):
+                self.request(session, cell_uri)
+            return
+        self._store(key, v)
+        if republish(self.ls, session, cell_uri, cell.source):  # False: the text changed (a newer check runs)
+            now = snapshot(self.ls.workspace, session.uri)
+            current = now.cell(cell_uri) if now is not None else None
+            if current is not None:
+                self.ls.llm.consider(session, current)
+
+    async def _speculate(self, session: "NotebookSession", source: str) -> "SandboxVerdict | None":
+        att = session.attachment
+        if att is None or not att.alive:
+            return None
+        budget = self.ls.settings.speculative.budget_seconds
+        self.runs += 1
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._speculate_blocking, att, source, budget)
+
+    # -- on the sandbox thread ------------------------------------------------------------------------------
+    def _connection(self, att: "Attachment") -> Any:
+        """A kernel connection of this thread's own for `att` (its requests are not the user's: the watcher
+        ignores them). Connections of attachments that were let go of are closed here."""
+        for k, (other, conn) in list(self._conns.items()):
+            if other.closed:
+                del self._conns[k]
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+        hit = self._conns.get(id(att))
+        if hit is not None and hit[0] is att:
+            return hit[1]
+        from crane.lsp.kernel_attach import connect, session_id
+
+        conn = connect(att.info.connection_file, self.ls.tuning.attach_timeout_ms / 1000)
+        att.watch.ignore_sessions.add(session_id(conn))
+        self._conns[id(att)] = (att, conn)
+        return conn
+
+    def _speculate_blocking(self, att: "Attachment", source: str, budget: float) -> "SandboxVerdict":
+        from crane.sandbox import speculate
+        from crane.sandbox.verdict import unavailable
+
+        try:
+            conn = self._connection(att)
+        except Exception as exc:
+            return unavailable(f"could not connect to the kernel for a sandboxed run: {exc}")
+        return speculate(conn, source, budget)
+
+    # -- on demand ------------------------------------------------------------------------------------------
+    async def run_now(self, session: "NotebookSession", cell: CellSnapshot) -> "SandboxVerdict":
+        """Run a cell speculatively now (crane.runSpeculatively); the verdict is cached and published."""
+        key = self._key(session, cell.source)
+        v = await self._speculate(session, cell.source)
+        if v is None:
+            from crane.sandbox.verdict import unavailable
+
+            return unavailable("no kernel is attached")
+        if session.kernel_gen == key[2] and not session.closed:
+            self._store(key, v)
+            if self.ls.settings.speculative_on:
+                republish(self.ls, session, cell.uri, cell.source)
+        return v
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+        def close_all() -> None:
+            for _att, conn in self._conns.values():
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+            self._conns.clear()
+
+        self._executor.submit(close_all)
+        self._executor.shutdown(wait=False)

@@ -1,0 +1,116 @@
+"""auto mode against a real kernel: the sandbox confirms a rule finding with the real exception (code
+"sandbox"), finds a crash the rules miss, keeps the rules' finding when it cannot decide (blocked side
+effect), leaves a clean never-run cell clean, follows the kernel's state; `crane.runSpeculatively`."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from conftest import Notebook, crane_diags, start_client, stop_client, wait_for
+
+SETUP = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nlst = [1, 2, 3]\n"
+
+
+@pytest.fixture(scope="module")
+def auto_kernel(kernel):
+    kernel.run(SETUP)
+    return kernel
+
+
+@pytest_asyncio.fixture
+async def client(auto_kernel, tmp_path):
+    c = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path)}, mode=None)  # the default: auto
+    yield c
+    await stop_client(c)
+
+
+async def attach(client, nb, kernel):
+    res = await client.protocol.send_request_async(
+        "crane/attachKernel", {"notebookUri": nb.uri, "connectionFile": kernel.connection_file}
+    )
+    assert res.attached, res.message
+
+
+def sandboxed(client, uri):
+    d = crane_diags(client, uri)
+    return d if d and d[0].data.get("sandbox") else None
+
+
+async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, notebook_path):
+    nb = Notebook(
+        client,
+        notebook_path,
+        [
+            "total = df['zzz'].sum()\n",  # the rules: KeyError; the sandbox confirms it
+            "for i in range(5):\n    print(lst[i])\n",  # the rules miss it; the sandbox: IndexError on line 2
+            "print(df.shape)\n",  # never executed, clean: stays clean
+            "open('out.txt', 'w').write('x')\nprint(undefined_zz)\n",  # blocked (file write): the rules stand
+        ],
+    )
+    await attach(client, nb, auto_kernel)
+
+    d0 = await wait_for(lambda: sandboxed(client, nb.cells[0]), timeout=30, what="KeyError confirmed by the sandbox")
+    assert d0[0].code == "sandbox" and d0[0].source == "crane"
+    assert d0[0].message.startswith("KeyError: 'zzz'") and d0[0].range.start.line == 0
+    assert d0[0].severity == types.DiagnosticSeverity.Error
+    assert d0[0].data["sandbox"]["verdict"] == "crash" and d0[0].data["ename"] == "KeyError"
+
+    d1 = await wait_for(lambda: sandboxed(client, nb.cells[1]), timeout=30, what="IndexError found by the sandbox")
+    assert d1[0].code == "sandbox" and d1[0].message.startswith("IndexError: list index out of range")
+    assert d1[0].range.start.line == 1
+
+    d3 = await wait_for(lambda: sandboxed(client, nb.cells[3]), timeout=30, what="blocked verdict on cell 4")
+    assert d3[0].code == "undefined-name" and d3[0].message.startswith("NameError")  # the rules' finding stays
+    assert d3[0].data["sandbox"]["verdict"] == "blocked" and "out.txt" not in (d3[0].message or "")
+    assert crane_diags(client, nb.cells[2]) == []
+
+    # on demand, with the captured output
+    res = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[1]])
+    )
+    assert res["verdict"] == "crash" and res["ename"] == "IndexError" and res["line"] == 2
+    assert res["stdout"] == "1\n2\n3\n" and res["cellUri"] == nb.cells[1] and res["cell"] == 2
+    assert "IndexError" in res["markdown"] and "stdout" in res["markdown"] and "1\n2\n3" in res["markdown"]
+    clean = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[2]])
+    )
+    assert clean["verdict"] == "no-crash" and clean["stdout"] == "(3, 1)\n" and clean["ename"] is None
+    shown = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[{"cellUri": nb.cells[0]}])
+    )
+    assert shown["verdict"] == "crash" and shown["ename"] == "KeyError"
+    nb.set_text(2, "df.a.sum()\n")
+    out = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[2]])
+    )
+    assert out["displays"] == [{"kind": "execute_result", "text": "6"}]
+
+    # the user's kernel changes: the sandbox's crash on cell 2 no longer holds
+    auto_kernel.run("lst.extend([4, 5])")
+    await wait_for(lambda: crane_diags(client, nb.cells[1]) == [], timeout=30, what="IndexError gone after the kernel changed")
+    auto_kernel.run("del lst[3:]")
+    await wait_for(lambda: sandboxed(client, nb.cells[1]), timeout=30, what="IndexError back")
+
+    # an edit: the new text is checked (rules first, then the sandbox)
+    nb.set_text(0, "total = df['a'].sum()\n")
+    await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], timeout=30, what="cleared after the fix")
+
+
+async def test_run_speculatively_needs_a_kernel(tmp_path):
+    c = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path)}, mode=None)
+    try:
+        nb = Notebook(c, tmp_path / "nokernel.ipynb", ["x = 1\n"])
+        await wait_for(lambda: crane_diags(c, nb.cells[0]) is not None, what="checked")
+        with pytest.raises(JsonRpcException, match="needs an attached kernel"):
+            await c.workspace_execute_command_async(
+                types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[0]])
+            )
+        with pytest.raises(JsonRpcException, match="not a cell of an open notebook"):
+            await c.workspace_execute_command_async(
+                types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=["vscode-notebook-cell:/x#y"])
+            )
+    finally:
+        await stop_client(c)
