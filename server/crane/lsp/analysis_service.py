@@ -84,15 +84,13 @@ class AnalysisService:
             with self._lock:
                 d = self._defs.get(key)
             if d is None:
-                d = scope_mod._defs(c.number, c.execution_order, c.source)
+                d = scope_mod.cell_defs(c.number, c.execution_order, c.source)
                 with self._lock:
                     self._defs[key] = d
                     while len(self._defs) > ANALYSIS_CACHE_SIZE:
                         self._defs.popitem(last=False)
             defs.append(d)
-        sc = scope_mod.NotebookScope([])
-        sc.cells = defs
-        return sc
+        return scope_mod.NotebookScope.from_defs(defs)
 
     # -- checks -----------------------------------------------------------------------------------
     def check_cells(

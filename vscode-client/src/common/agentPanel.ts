@@ -73,11 +73,22 @@ export class AgentController implements vscode.TextDocumentContentProvider, vsco
       this.dispatch({ type: 'finished', result });
       return result;
     } catch (err) {
-      this.dispatch({ type: 'failed', message: errorMessage(err) });
+      const message = errorMessage(err);
+      this.dispatch({ type: 'failed', message });
       traceError('agent run failed', err);
+      if (/needs a model/i.test(message)) {
+        void this.offerModelSettings(message);
+      }
       return undefined;
     } finally {
       this.hooks.stopped(key);
+    }
+  }
+
+  private async offerModelSettings(message: string): Promise<void> {
+    const choice = await vscode.window.showWarningMessage(`CRANE: ${message}.`, 'Open settings');
+    if (choice === 'Open settings') {
+      await vscode.commands.executeCommand('workbench.action.openSettings', 'crane.llm');
     }
   }
 

@@ -1,5 +1,7 @@
-/** LSP WorkspaceEdits from the agent: confirmation-needing VS Code edits, proposed text, changed lines. */
-import * as vscode from 'vscode';
+/**
+ * LSP WorkspaceEdits from the agent (plain JSON, no `vscode` import): confirmation on every change, the proposed
+ * text for the diff view, the changed lines for the highlight.
+ */
 
 export interface LspPosition {
   line: number;
@@ -108,10 +110,6 @@ export function ensureConfirmation(edit: LspWorkspaceEdit, label: string): LspWo
     annotations[FALLBACK_ANNOTATION] = { label, needsConfirmation: true };
   }
   return { documentChanges, changeAnnotations: annotations };
-}
-
-export function toRange(r: LspRange): vscode.Range {
-  return new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
 }
 
 function offsetAt(lines: string[], p: LspPosition): number {

@@ -338,6 +338,7 @@ describe('agent controller', () => {
     const agent = new AgentController(() => server, hooks);
     await agent.fix(CELL2);
     expect(agent.current).toMatchObject({ status: 'failed', message: 'crane.fixCell needs a model: set crane.llm.model' });
+    expect(window.showWarningMessage).toHaveBeenCalledWith('CRANE: crane.fixCell needs a model: set crane.llm.model.', 'Open settings');
     agent.onStep({ nonsense: true } as never);
     expect(agent.current.steps).toEqual([]);
   });

@@ -64,6 +64,12 @@ export class WireClient {
       }
     }
     env.PYTHONPATH = [path.join(REPO_ROOT, 'server'), env.PYTHONPATH].filter(Boolean).join(path.delimiter);
+    // models are only reached on 127.0.0.1 (the scripted model of fakeModel.ts), never through a proxy
+    for (const k of ['HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'http_proxy', 'https_proxy', 'all_proxy']) {
+      delete env[k];
+    }
+    env.NO_PROXY = '127.0.0.1,localhost';
+    env.LITELLM_LOCAL_MODEL_COST_MAP = 'True';
     this.proc = spawn(PYTHON, ['-m', 'crane', 'serve'], { cwd: path.join(REPO_ROOT, 'vscode-client'), env });
     this.proc.stderr!.on('data', (d) => {
       this.stderr += String(d);

@@ -7,7 +7,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FakeModel } from './fakeModel';
 import { PYTHON, WireClient } from './harness';
+import { applyTextEdits, ensureConfirmation, textEditsByUri } from '../../src/common/edits';
 import { ServerCommands } from '../../src/common/protocol';
 
 const NB = 'file:///tmp/x/nb.ipynb';
@@ -426,5 +428,75 @@ describe('crane serve attached to a live kernel', () => {
     await client.conn.sendNotification('workspace/didChangeConfiguration', { settings: { crane: { ...AUTO, mode: 'static' } } });
     const rechecked = await client.waitFor('diagnostics re-published in static mode', () => client.diagnosticsFor(SPEC_B, mark), 30_000);
     expect(rechecked.filter((x: any) => x.code === 'sandbox')).toEqual([]);
+  });
+
+  it('fixCell in step mode: streams agentSteps, waits for continueAgent, returns a verified edit needing confirmation', async () => {
+    const model = new FakeModel();
+    const apiBase = await model.start();
+    const FIXED = 'for i in range(len(lst)):\n    lst[i]';
+    model.script = [
+      { calls: [{ name: 'edit_cell', args: { reflection: 'lst has 3 items: bound the loop by its length', cell: 2, source: FIXED } }] },
+      { calls: [{ name: 'finish', args: { reflection: 'verified', explanation: 'the loop now stops at len(lst)' } }] },
+    ];
+    try {
+      await client.conn.sendNotification('workspace/didChangeConfiguration', {
+        settings: { crane: { ...AUTO, mode: 'static', llm: { model: 'openai/crane-wire-test', apiBase } } },
+      });
+      const exprs = JSON.stringify({ n: 'len(lst)', has_i: "'i' in globals()" });
+      const before = kernelClient(connectionFile, 'inspect', exprs);
+      const mark = client.mark();
+      const steps = () => client.notifications.filter((n) => n.method === 'crane/agentStep' && n.seq > mark).map((n) => n.params);
+      const running = client.request(
+        'workspace/executeCommand',
+        { command: ServerCommands.fixCell, arguments: [SPEC_B, { stepMode: true }] },
+        120_000,
+      );
+      running.catch(() => undefined);
+
+      const proposed = await client.waitFor('step 1 proposed', () => steps().find((p) => p.step === 1 && p.phase === 'proposed'), 60_000);
+      expect(typeof proposed.runId).toBe('string');
+      expect(proposed).toMatchObject({ action: 'edit_cell', cell: 2, status: 'ok' });
+      expect(proposed.code).toContain('len(lst)');
+      expect(proposed.reflection).toContain('bound the loop');
+      expect(typeof proposed.usage.promptTokens).toBe('number');
+      expect(typeof proposed.elapsedS).toBe('number');
+      await new Promise((r) => setTimeout(r, 500));
+      expect(steps().some((p) => p.step === 1 && p.phase === 'done'), 'step 1 ran without the go-ahead').toBe(false);
+
+      const runId = proposed.runId;
+      for (const n of [1, 2]) {
+        await client.waitFor(`step ${n} proposed`, () => steps().find((p) => p.step === n && p.phase === 'proposed'), 60_000);
+        const cont: any = await client.request('workspace/executeCommand', { command: ServerCommands.continueAgent, arguments: [runId] });
+        expect(cont).toEqual(expect.objectContaining({ continued: true }));
+        await client.waitFor(`step ${n} done`, () => steps().find((p) => p.step === n && p.phase === 'done'), 60_000);
+      }
+      const result: any = await running;
+      expect(result.runId).toBe(runId);
+      expect(result.status, result.markdown).toBe('fixed');
+      expect(result.proposal).toMatchObject({ runId, target: 2, fixed: true, status: 'fixed' });
+      expect(result.proposal.edits).toEqual([expect.objectContaining({ cell: 2, new: FIXED })]);
+      expect(typeof result.markdown).toBe('string');
+      const annotations = Object.values(result.edit.changeAnnotations) as any[];
+      expect(annotations.length).toBeGreaterThan(0);
+      expect(annotations.every((a) => a.needsConfirmation === true)).toBe(true);
+      // the client's handling of the real edit: nothing to add, and it turns the cell into the fix
+      expect(ensureConfirmation(result.edit, 'x')).toEqual({
+        documentChanges: result.edit.documentChanges.map((d: any) => ({ ...d, textDocument: { uri: d.textDocument.uri, version: d.textDocument.version ?? null } })),
+        changeAnnotations: result.edit.changeAnnotations,
+      });
+      const edits = textEditsByUri(result.edit);
+      expect([...edits.keys()]).toEqual([SPEC_B]);
+      expect(applyTextEdits(LOOP, edits.get(SPEC_B)!)).toBe(FIXED);
+      expect(model.requests.length).toBe(2);
+
+      // nothing ran in the user's kernel
+      const after = kernelClient(connectionFile, 'inspect', exprs);
+      expect(after.execution_count).toBe(before.execution_count);
+      expect(after.user_expressions.has_i.data['text/plain']).toBe('False');
+      const gone: any = await client.request('workspace/executeCommand', { command: ServerCommands.continueAgent, arguments: [runId] });
+      expect(gone.continued).toBe(false);
+    } finally {
+      await model.stop();
+    }
   });
 });
