@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import queue
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 from jupyter_client import BlockingKernelClient
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fake_agent_server import FakeAgentServer  # noqa: E402
+from .fake_agent_server import FakeAgentServer
 
 from crane.agent.sandboxes import ReplaySandbox  # noqa: E402
 from crane.kernel.manager import start_kernel  # noqa: E402

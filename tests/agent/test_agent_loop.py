@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from conftest import (
+from .conftest import (
     KEYERROR_CELLS,
     KEYERROR_FIX,
     PRICED,
@@ -17,7 +17,7 @@ from conftest import (
     settings_for,
     write_notebook,
 )
-from fake_agent_server import tool
+from .fake_agent_server import tool
 
 from crane.agent.loop import AgentBudget, GoAhead, start_fix
 from crane.notebook.model import load_notebook
@@ -255,7 +255,7 @@ def test_goal_before_any_error_and_an_added_cell(model, tmp_path, recording):
 
 
 def test_text_replies_are_nudged_and_bad_arguments_are_sent_back(model, keyerror_nb, recording):
-    from fake_agent_server import Turn
+    from .fake_agent_server import Turn
 
     model.reset(Turn(text="I think the column name is wrong."),
                 Turn(calls=[("edit_cell", {"reflection": "oops", "cell": "three"})]),

@@ -7,7 +7,7 @@ import json
 
 import msgspec
 import pytest
-from conftest import KEYERROR_CELLS, KEYERROR_FIX, write_notebook
+from .conftest import KEYERROR_CELLS, KEYERROR_FIX, write_notebook
 
 from crane.agent.guard import check_edit
 from crane.agent.nbwrite import apply_proposal

@@ -8,7 +8,7 @@ import msgspec
 
 from crane.commands.output import CheckReport
 
-from conftest import crane, make_notebook
+from .conftest import crane, make_notebook
 
 
 def test_predicts_undefined_name_and_exits_1(nb_dir):

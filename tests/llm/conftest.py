@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import socket
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fake_llm_server import FakeLLMServer  # noqa: E402
+from .fake_llm_server import FakeLLMServer
 
 SECRET = "sk-crane-test-SECRET-9f8e7d6c5b4a"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}

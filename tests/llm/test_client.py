@@ -7,8 +7,8 @@ import logging
 import time
 
 import pytest
-from conftest import SECRET
-from fake_llm_server import FakeLLMServer, Reply
+from .conftest import SECRET
+from .fake_llm_server import FakeLLMServer, Reply
 
 from crane.llm import client as llm_client
 from crane.llm.client import (

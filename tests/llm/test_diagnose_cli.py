@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_llm_server import Reply
+from .fake_llm_server import Reply
 
 from crane.cli import main
 

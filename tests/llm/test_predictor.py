@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_llm_server import Reply
+from .fake_llm_server import Reply
 
 from crane.bench.cases import find_cases
 from crane.bench.runner import run_cases

@@ -6,20 +6,17 @@ step mode, and the user's kernel left exactly as it was."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from conftest import Notebook, crane_diags, start_client, stop_client, wait_for
-from test_sacred import IopubRecorder, fingerprint
+from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
+from .test_sacred import IopubRecorder, fingerprint
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from fake_agent_server import FakeAgentServer, tool  # noqa: E402
+from tests.agent.fake_agent_server import FakeAgentServer, tool
 
 MODEL = "openai/crane-agent-test"
 SETUP = 'import pandas as pd\ndf = pd.DataFrame({"age": [30, 40, 50], "name": ["a", "b", "c"]})'

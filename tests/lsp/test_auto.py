@@ -9,7 +9,7 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from conftest import Notebook, crane_diags, start_client, stop_client, wait_for
+from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
 
 SETUP = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nlst = [1, 2, 3]\n"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 import time
 
-from conftest import Kernel, Notebook, TcpKernel, crane_diags, last_status, start_client, stop_client, wait_for
+from .conftest import Kernel, Notebook, TcpKernel, crane_diags, last_status, start_client, stop_client, wait_for
 
 
 def iopub_connected(kernel: Kernel, timeout: float = 20.0) -> None:

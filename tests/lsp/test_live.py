@@ -11,7 +11,7 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from conftest import Kernel, Notebook, crane_diags, last_status, start_client, stop_client, wait_for
+from .conftest import Kernel, Notebook, crane_diags, last_status, start_client, stop_client, wait_for
 
 SETUP = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', None]})\n"
 

@@ -10,16 +10,14 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from lsprotocol import types
 
-from conftest import REPO, Notebook, crane_diags, start_client, stop_client, wait_for
+from .conftest import REPO, Notebook, crane_diags, start_client, stop_client, wait_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))
-from fake_llm_server import VALID_ANSWER, FakeLLMServer, Reply  # noqa: E402
+from tests.llm.fake_llm_server import VALID_ANSWER, FakeLLMServer, Reply
 
 MODEL = "openai/gpt-4o-mini"  # priced in litellm's bundled table
 

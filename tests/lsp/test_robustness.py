@@ -10,7 +10,6 @@ import json
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 
@@ -18,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO, SERVER_CMD
+from .conftest import REPO, SERVER_CMD
 
 NB = "file:///tmp/crane-fuzz/nb.ipynb"
 CELLS = [f"vscode-notebook-cell:/tmp/crane-fuzz/nb.ipynb#W{i}sZmlsZQ%3D%3D" for i in range(4)]

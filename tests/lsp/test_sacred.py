@@ -10,7 +10,7 @@ import threading
 from jupyter_client import BlockingKernelClient
 from lsprotocol import types
 
-from conftest import Kernel, Notebook, crane_diags, start_client, stop_client, wait_for
+from .conftest import Kernel, Notebook, crane_diags, start_client, stop_client, wait_for
 
 STATE = """
 import numpy as np, pandas as pd

@@ -8,7 +8,7 @@ import time
 
 from lsprotocol import types
 
-from conftest import Notebook, crane_diags, last_status, start_client, stop_client, wait_for
+from .conftest import Notebook, crane_diags, last_status, start_client, stop_client, wait_for
 
 
 async def test_capabilities_and_fast_initialize(tmp_path):

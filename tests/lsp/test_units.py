@@ -20,7 +20,7 @@ from crane.lsp.settings import parse_settings
 from crane.probe.facts import Facts, ProbeRequest, ProbeResult
 from crane.rules.finding import Finding, Related
 
-from conftest import REPO
+from .conftest import REPO
 
 
 def test_settings_fall_back_key_by_key():

@@ -3,7 +3,7 @@ non-crashing one; where cheap, the crashing target is then run for real to check
 
 import pytest
 
-from conftest import predict_source, run_target
+from .conftest import predict_source, run_target
 
 from crane.analysis.scope import NotebookScope
 

@@ -4,7 +4,7 @@ case is checked against what the target really raises, and every clean twin real
 from __future__ import annotations
 
 import pytest
-from conftest import predict_source, run_target
+from .conftest import predict_source, run_target
 
 from crane.analysis.scope import NotebookScope
 

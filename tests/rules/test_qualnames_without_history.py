@@ -5,7 +5,7 @@ run for real."""
 
 from __future__ import annotations
 
-from conftest import predict_source, run_target
+from .conftest import predict_source, run_target
 
 SETUP = """
 import numpy as np, pandas as pd

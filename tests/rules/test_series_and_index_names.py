@@ -5,7 +5,7 @@ name an index level instead of a column, whatever the index type."""
 
 from __future__ import annotations
 
-from test_lib_sklearn import check
+from .test_lib_sklearn import check
 
 BASE = """
 import numpy as np, pandas as pd

@@ -5,7 +5,7 @@ cell, or by `torch.from_numpy` of a float64 array in the cell — into a float32
 from __future__ import annotations
 
 import pytest
-from test_lib_sklearn import check
+from .test_lib_sklearn import check
 
 TORCH = """
 import numpy as np
@@ -49,6 +49,6 @@ def test_matching_dtypes_are_fine(kernel, target):
 
 
 def test_mixed_parameter_dtypes_are_not_judged(kernel):
-    from conftest import predict_source
+    from .conftest import predict_source
 
     assert predict_source(kernel, TORCH, "out = mixed(x32)\nout = mixed(x64)") == []

@@ -9,7 +9,7 @@ import pytest
 
 from crane.sandbox.replay_sandbox import replay_speculate
 from crane.sandbox.session import SandboxError, SandboxSession
-from tests.sandbox.conftest import kernel_state, tree_hash
+from .conftest import kernel_state, tree_hash
 
 
 @pytest.fixture(scope="module")

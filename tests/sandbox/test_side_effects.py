@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crane.sandbox import speculate
-from tests.sandbox.conftest import kernel_state, tree_hash
+from .conftest import kernel_state, tree_hash
 
 SETUP = """
 import os, sys, shutil, pathlib, pickle, sqlite3, socket, subprocess, signal, tempfile

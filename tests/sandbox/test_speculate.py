@@ -11,7 +11,7 @@ import pytest
 
 from crane.sandbox import speculate, speculate_async
 from crane.sandbox.fork_runner import MODULE_NAME
-from tests.sandbox.conftest import kernel_state, tree_hash
+from .conftest import kernel_state, tree_hash
 
 SETUP = """
 import numpy as np, pandas as pd

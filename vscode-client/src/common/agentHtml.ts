@@ -21,7 +21,7 @@ export function agentPanelHtml(nonce: string, cspSource: string): string {
   .bar { position: sticky; top: 0; background: var(--vscode-editor-background); padding: 8px 0; display: flex; gap: 6px; flex-wrap: wrap; align-items: center; }
   button { background: var(--vscode-button-background); color: var(--vscode-button-foreground); border: none; padding: 4px 10px; cursor: pointer; }
   button.secondary { background: var(--vscode-button-secondaryBackground); color: var(--vscode-button-secondaryForeground); }
-  button:disabled { opacity: 0.4; cursor: default; }
+  button:disabled { opacity: 0.5; cursor: default; background: transparent; color: var(--vscode-disabledForeground); outline: 1px solid var(--vscode-widget-border, transparent); }
   .status { margin-left: auto; opacity: 0.8; }
   .step { border-left: 3px solid var(--vscode-textLink-foreground); margin: 10px 0; padding: 4px 10px; }
   .step.proposed { border-left-color: var(--vscode-editorWarning-foreground); }

@@ -208,10 +208,8 @@ export class AgentController implements vscode.TextDocumentContentProvider, vsco
       const edited = new Set(textEditsByUri(edit).keys());
       indices = cells.map((c, i) => (edited.has(c.document.uri.toString()) ? i : -1));
     }
-    const seen = new Set<number>();
-    const ranges = indices
-      .filter((i) => i >= 0 && i < cells.length && cells[i].kind === vscode.NotebookCellKind.Code && !seen.has(i) && seen.add(i))
-      .map((i) => ({ start: i, end: i + 1 }));
+    const ordered = [...new Set(indices)].filter((i) => i >= 0 && i < cells.length && cells[i].kind === vscode.NotebookCellKind.Code);
+    const ranges = ordered.map((i) => ({ start: i, end: i + 1 }));
     if (ranges.length) {
       await vscode.commands.executeCommand('notebook.cell.execute', { ranges, document: nb.uri });
     }

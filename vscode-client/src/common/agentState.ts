@@ -116,7 +116,7 @@ export function describeOutcome(result: FixResult, hasEdit: boolean): string {
         return `No code change needed: run cell${p.runFirst.length > 1 ? 's' : ''} ${p.runFirst.join(', ')} first.`;
       }
       return hasEdit
-        ? `Fixed and verified in a fresh sandbox. Review the change in the refactor preview (Apply) or as a diff.`
+        ? 'Fixed and verified in a fresh sandbox. Review it as a diff, or with Apply (preview): tick the changes in the Refactor Preview and press its Apply.'
         : 'Fixed: nothing to change.';
     case 'clean':
       return 'Nothing to fix: the cell already runs clean in the sandbox.';
