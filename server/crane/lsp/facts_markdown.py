@@ -57,13 +57,13 @@ def facts_markdown(f: Facts, stale: bool = False, heading: bool = True) -> str:
         lines.append(f"- parses as numbers: {f.numeric_parse}{ex}")
     if f.columns:
         lines.append("")
-        lines.append("| column | dtype | NaN | |")
+        lines.append("| column | dtype | NaN | values |")
         lines.append("|---|---|---|---|")
         for c in f.columns[:MAX_COLUMNS]:
             extra = c.kind or ""
             if c.numeric_parse and c.numeric_parse != "all":
                 extra += f" (numbers: {c.numeric_parse})"
-            lines.append(f"| {_code(c.name)} | {c.dtype} | {c.n_nan} | {extra} |")
+            lines.append(f"| {_code(c.name)} | {c.dtype} | {_nan_cell(c)} | {extra} |")
         more = len(f.columns) - MAX_COLUMNS
         if more > 0 or f.columns_truncated:
             lines.append(f"\n…{max(more, 0)} more column(s)")
@@ -111,3 +111,10 @@ def facts_markdown(f: Facts, stale: bool = False, heading: bool = True) -> str:
     if f.truncated:
         lines.append("- _(facts truncated at the size cap)_")
     return "\n".join(lines)
+
+
+def _nan_cell(c) -> str:
+    """The NaN count, or what a sample showed when the column was too long to count (then n_nan is not a count)."""
+    if not c.sampled:
+        return str(c.n_nan)
+    return "some (sampled)" if c.has_nan else "none in sample" if c.has_nan is False else "?"
