@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 from crane.probe.facts import Facts
 from crane.rules.finding import Finding
-from crane.rules.lib_helpers import Verdict, dotted
+from crane.analysis.extract import dotted
+from crane.rules.lib_helpers import Verdict
 
 # Methods that do not change an estimator / DataFrame / array they are called on.
 READ_ONLY_METHODS = {

@@ -250,18 +250,6 @@ def describe(label: str, f: Facts, columns: list[tuple[ColumnFacts, str | None]]
 
 
 # -- ast -----------------------------------------------------------------------------------------------------
-def dotted(node: ast.AST) -> str | None:
-    """`a.b.c` for a Name/Attribute chain, else None."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
 def has_star_args(call: ast.Call) -> bool:
     return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
 
