@@ -27,7 +27,7 @@ def sandbox_finding(v: "SandboxVerdict", static: list[Finding]) -> Finding:
     agree = next((f for f in static if f.ename == v.ename), None)
     evalue = (v.evalue or "").strip().splitlines()
     evidence = ["ran in a confined copy-on-write fork of the kernel: the crash is certain"]
-    evidence += [t for t in v.traceback[-3:] if t.strip()]
+    evidence += _key_frames(v.traceback)
     if agree:
         evidence += [f"the rules predicted it too ({agree.rule}): {agree.message}"]
     return Finding(
@@ -35,6 +35,14 @@ def sandbox_finding(v: "SandboxVerdict", static: list[Finding]) -> Finding:
         line=v.line or (agree.line if agree else 1), root_cause=agree.root_cause if agree else None,
         confidence=1.0, evidence=evidence, related=agree.related if agree else [], source="sandbox",
     )
+
+
+def _key_frames(traceback: list[str]) -> list[str]:
+    """The cell's own frame and the innermost library frame (the last line repeats the message)."""
+    frames = [t for t in traceback[:-1] if t.strip()]
+    cell = [t for t in frames if t.startswith("cell")]
+    library = [t for t in frames if not t.startswith("cell")]
+    return [f"at {t}" for t in cell[-1:] + library[-1:]]
 
 
 def apply_sandbox(result: CellResult, v: "SandboxVerdict") -> CellResult:

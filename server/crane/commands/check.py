@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         print("crane: nothing to check: every code cell has run (use --cell N to pick one)", file=sys.stderr)
         return EXIT_OK
 
+    if sys.stderr.isatty():
+        n = sum(1 for c in nb.cells if c.is_code and c.execution_count is not None)
+        print(f"crane: replaying {n} executed cell(s) in a fresh kernel in {nb.directory} ...", file=sys.stderr)
     try:
         with ReplayedNotebook(nb, targets, python=args.python, cell_timeout=args.cell_timeout) as replayed:
             results = [predict_in_mode(replayed, t, args.mode, settings, args.budget) for t in targets]
