@@ -151,3 +151,54 @@ def test_serve_rejects_a_bad_tcp_address():
     r = subprocess.run([sys.executable, "-m", "crane", "serve", "--tcp", "nope"], capture_output=True,
                        env=dict(os.environ, PYTHONPATH=str(REPO / "server")))
     assert r.returncode == 2 and b"HOST:PORT" in r.stderr
+
+
+def test_process_exists_sees_exit_and_zombies():
+    from crane.lsp.kernel_watch import process_exists
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert process_exists(proc.pid)
+        proc.kill()
+        deadline = time.monotonic() + 5
+        while process_exists(proc.pid) and time.monotonic() < deadline:  # a zombie until reaped: still "gone"
+            time.sleep(0.05)
+        assert not process_exists(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not process_exists(proc.pid)
+
+
+def test_watch_reports_a_restart_when_the_kernel_process_is_gone_even_if_iopub_is_silent(tmp_path):
+    """A SUB socket can miss a restarted kernel's first iopub messages; the vanished pid still tells."""
+    from crane.lsp.kernel_watch import KernelWatch
+
+    # A connection file whose ports nobody serves: iopub and heartbeat stay silent.
+    ports = []
+    for _ in range(5):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    cf = tmp_path / "kernel-silent.json"
+    cf.write_text(json.dumps({"shell_port": ports[0], "iopub_port": ports[1], "stdin_port": ports[2],
+                              "control_port": ports[3], "hb_port": ports[4], "ip": "127.0.0.1", "key": "k",
+                              "transport": "tcp", "signature_scheme": "hmac-sha256"}))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    events = []
+    watch = KernelWatch(str(cf), events.append, heartbeat_interval=0.1, local_pid=proc.pid)
+    watch.alive = False  # no heartbeat here: only the process check can speak
+    watch.start()
+    try:
+        time.sleep(0.5)
+        assert not [e for e in events if e.kind == "restarted"]
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while not [e for e in events if e.kind == "restarted"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [e.kind for e in events if e.kind == "restarted"] == ["restarted"]
+    finally:
+        watch.stop()
+        watch.join(5)
+        proc.kill()

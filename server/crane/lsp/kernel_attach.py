@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from crane.lsp.kernel_watch import KernelWatch, WatchEvent
+from crane.lsp.kernel_watch import KernelWatch, WatchEvent, process_exists
 from crane.lsp.messages import KernelInfo, KernelSource
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,8 @@ def attach(
         raise
     try:
         ident = io.submit(identify, conn, timeout).result()
-        watch = KernelWatch(connection_file, on_event, ignore_sessions={session_id(conn)})
+        watch = KernelWatch(connection_file, on_event, ignore_sessions={session_id(conn)},
+                            local_pid=_local_pid(conn, ident.pid))
         watch.start()
     except BaseException:
         io.submit(conn.close)
@@ -140,3 +141,10 @@ def attach(
     log.info("attached to %s (%s, pid %s, notebook %s)", connection_file, source, ident.pid, ident.notebook_path)
     last = ident.execution_count - 1 if ident.execution_count else None
     return Attachment(info=info, conn=conn, watch=watch, io=io, last_count=last)
+
+
+def _local_pid(conn: Any, pid: int | None) -> int | None:
+    """The kernel's pid when the kernel runs on this machine (a loopback or IPC address and a live process)."""
+    client = conn.client
+    local = client.transport == "ipc" or client.ip in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "")
+    return pid if pid and local and process_exists(pid) else None

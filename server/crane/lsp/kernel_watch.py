@@ -17,6 +17,7 @@ time, whether a user request is running: the probe uses it to avoid queueing beh
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -43,6 +44,7 @@ class KernelWatch(threading.Thread):
         on_event: Callable[[WatchEvent], None],
         ignore_sessions: set[str] | None = None,
         heartbeat_interval: float = 0.5,
+        local_pid: int | None = None,
     ):
         super().__init__(name=f"crane-watch-{connection_file.rsplit('/', 1)[-1]}", daemon=True)
         from jupyter_client import BlockingKernelClient
@@ -51,10 +53,13 @@ class KernelWatch(threading.Thread):
         self.on_event = on_event
         self.ignore_sessions = set(ignore_sessions or ())
         self.heartbeat_interval = heartbeat_interval
+        # A local kernel's process: when it is gone, the kernel died or restarted even if iopub missed the
+        # "starting" status (a SUB socket re-subscribes after a restart and can miss the first messages).
+        self.local_pid = local_pid
         self._client = BlockingKernelClient()
         self._client.load_connection_file(connection_file)
         self._client.start_channels(shell=False, iopub=True, stdin=False, hb=True, control=False)
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._running: dict[str, dict] = {}  # user execute_request msg_id -> {"code", "count", "ok"}
         self._busy_parents: set[str] = set()
         self._lock = threading.Lock()
@@ -68,18 +73,18 @@ class KernelWatch(threading.Thread):
             return bool(self._busy_parents)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
 
     def run(self) -> None:
         last_hb = time.monotonic()
         try:
-            while not self._stop.is_set():
+            while not self._stopping.is_set():
                 try:
                     msg = self._client.get_iopub_msg(timeout=0.1)
                 except queue.Empty:
                     msg = None
                 except Exception:  # a closed socket during shutdown
-                    if self._stop.is_set():
+                    if self._stopping.is_set():
                         break
                     log.exception("iopub read failed")
                     time.sleep(0.2)
@@ -90,6 +95,7 @@ class KernelWatch(threading.Thread):
                 if time.monotonic() - last_hb >= self.heartbeat_interval:
                     last_hb = time.monotonic()
                     self._check_heartbeat()
+                    self._check_process()
         finally:
             try:
                 self._client.stop_channels()
@@ -111,6 +117,15 @@ class KernelWatch(threading.Thread):
                 self._busy_parents.clear()
                 self._running.clear()
             self._emit(WatchEvent("dead"))
+
+    def _check_process(self) -> None:
+        if self.local_pid is not None and not process_exists(self.local_pid):
+            log.info("kernel process %s is gone: the kernel died or restarted", self.local_pid)
+            self.local_pid = None  # once: the attachment is verified and renewed
+            with self._lock:
+                self._busy_parents.clear()
+                self._running.clear()
+            self._emit(WatchEvent("restarted"))
 
     # -- iopub -----------------------------------------------------------------------------------
     def _handle(self, msg: dict) -> None:
@@ -159,3 +174,21 @@ class KernelWatch(threading.Thread):
             self.on_event(event)
         except Exception:
             log.exception("kernel watch handler failed on %s", event.kind)
+
+
+def process_exists(pid: int) -> bool:
+    """A live (not zombie) process with this pid exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
