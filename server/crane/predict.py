@@ -65,5 +65,15 @@ def predict(
     target_cell: int | None = None,
 ) -> list[Finding]:
     """All predicted crashes of the target cell, the first one first."""
+    annotate_defined_in(probe, scope)
     ctx = RuleContext(analysis, probe, scope, target_cell)
     return merge(run_rules(ctx), analysis)
+
+
+def annotate_defined_in(probe: ProbeResult | None, scope: NotebookScope | None) -> None:
+    """Fill `Facts.defined_in`: the execution count of the cell that last bound each probed name."""
+    if probe is None or scope is None:
+        return
+    for name, facts in probe.facts.items():
+        if facts.defined_in is None:
+            facts.defined_in = scope.defined_in(name)

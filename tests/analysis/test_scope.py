@@ -56,3 +56,17 @@ def test_public_cell_defs_and_from_defs():
     assert s.defined_in("X") == ref.defined_in("X") == 2
     assert s.undefined_in_order(4, ["X", "df", "later"]) == ref.undefined_in_order(4, ["X", "df", "later"])
     assert s.import_target("pd") == "pandas"
+
+
+def test_predict_fills_defined_in_from_the_execution_order():
+    from crane.analysis.cell import analyze_cell
+    from crane.analysis.scope import NotebookScope
+    from crane.predict import predict
+    from crane.probe.facts import Facts, ProbeResult
+
+    # cell 2 ran last ([5]) and rebound x; cell 3 never ran
+    scope = NotebookScope.from_cells([(1, 4, "x = 1\ny = 2"), (2, 5, "x = 3"), (3, None, "x = 9")])
+    probe = ProbeResult(facts={"x": Facts(name="x", type="int", kind="scalar"),
+                               "y": Facts(name="y", type="int", kind="scalar")})
+    predict(analyze_cell("print(x + y)"), probe, scope, target_cell=4)
+    assert probe.facts["x"].defined_in == 5 and probe.facts["y"].defined_in == 4
