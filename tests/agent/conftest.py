@@ -5,13 +5,11 @@ that records what it ran."""
 from __future__ import annotations
 
 import json
-import queue
-import threading
 from pathlib import Path
 
 import pytest
-from jupyter_client import BlockingKernelClient
 
+from ..iopub import IopubWatcher
 from .fake_agent_server import FakeAgentServer
 
 from crane.agent.sandboxes import ReplaySandbox  # noqa: E402
@@ -112,33 +110,6 @@ STATE_EXPR = (
     "(lambda ip: {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count, "
     "'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys())})(get_ipython())"
 )
-
-
-class IopubWatcher:
-    """A second client on the user kernel's iopub channel, as the user's notebook frontend would be."""
-
-    def __init__(self, connection_info: dict):
-        self.client = BlockingKernelClient()
-        self.client.load_connection_info(connection_info)
-        self.client.start_channels(shell=False, stdin=False, hb=False, control=False)
-        self.messages: list[dict] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.messages.append(self.client.get_iopub_msg(timeout=0.1))
-            except queue.Empty:
-                continue
-            except Exception:
-                return
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.client.stop_channels()
 
 
 class UserKernel:

@@ -14,7 +14,8 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
-from .test_sacred import IopubRecorder, fingerprint
+from ..iopub import IopubWatcher
+from .test_sacred import fingerprint
 
 from tests.agent.fake_agent_server import FakeAgentServer, tool
 
@@ -75,15 +76,13 @@ async def command(client, name, *args):
 async def test_fix_cell_streams_steps_and_returns_an_edit_leaving_the_kernel_untouched(client, agent_server, agent_kernel, notebook_path):
     nb = await open_notebook(client, agent_kernel, notebook_path)
     before = fingerprint(agent_kernel)
-    recorder = IopubRecorder(agent_kernel.connection_file)
-    recorder.start()
+    recorder = IopubWatcher(agent_kernel.connection_file)
     try:
         agent_server.reset(tool("edit_cell", "the column is lower case", cell=3, source=FIX),
                            tool("finish", "verified", explanation="df has 'age', not 'Age'."))
         result = await asyncio.wait_for(fix(client, nb.cells[2]), 120)
     finally:
-        recorder.stop.set()
-        recorder.join(5)
+        recorder.close()
     assert result["status"] == "fixed" and result["proposal"]["fixed"] is True
     run_id = result["runId"]
     steps = client.agent_steps

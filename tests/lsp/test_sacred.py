@@ -4,12 +4,9 @@ sees no output traffic from CRANE on iopub (only busy/idle status)."""
 
 from __future__ import annotations
 
-import queue
-import threading
-
-from jupyter_client import BlockingKernelClient
 from lsprotocol import types
 
+from ..iopub import IopubWatcher
 from .conftest import Kernel, Notebook, crane_diags, start_client, stop_client, wait_for
 
 STATE = """
@@ -40,34 +37,13 @@ def fingerprint(kernel: Kernel) -> dict[str, str]:
     return out
 
 
-class IopubRecorder(threading.Thread):
-    """Another client of the kernel (think: VS Code), recording what it sees on iopub."""
-
-    def __init__(self, connection_file: str):
-        super().__init__(daemon=True)
-        self.client = BlockingKernelClient()
-        self.client.load_connection_file(connection_file)
-        self.client.start_channels(shell=False, stdin=False, hb=False, control=False)
-        self.messages: list[dict] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self.messages.append(self.client.get_iopub_msg(timeout=0.1))
-            except queue.Empty:
-                pass
-        self.client.stop_channels()
-
-
 async def test_session_leaves_the_kernel_untouched(runtime_dir, tmp_path):
     nb_path = tmp_path / "sacred.ipynb"
     kernel = Kernel(runtime_dir, nb_path)
     try:
         kernel.run(STATE)
         before = fingerprint(kernel)
-        recorder = IopubRecorder(kernel.connection_file)
-        recorder.start()
+        recorder = IopubWatcher(kernel.connection_file)
         client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(runtime_dir)}, mode=None)  # auto: sandboxed runs too
         try:
             nb = Notebook(
@@ -98,8 +74,7 @@ async def test_session_leaves_the_kernel_untouched(runtime_dir, tmp_path):
             await wait_for(lambda: crane_diags(client, nb.cells[1]) == [], what="re-checked after the edits")
         finally:
             await stop_client(client)
-        recorder.stop.set()
-        recorder.join(5)
+        recorder.close()
         after = fingerprint(kernel)
         assert after == before
         types_seen = {m["msg_type"] for m in recorder.messages}

@@ -5,53 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import socket
 import threading
 from pathlib import Path
 
 import pytest
-from jupyter_client import BlockingKernelClient
 
 from crane.kernel.manager import start_kernel
 
-OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "execute_input",
-                "clear_output"}
-
-
-class IopubWatcher:
-    """A second client on the kernel's iopub channel, as a notebook frontend would be."""
-
-    def __init__(self, connection_info: dict):
-        self.client = BlockingKernelClient()
-        self.client.load_connection_info(connection_info)
-        self.client.start_channels(shell=False, stdin=False, hb=False, control=False)
-        self.messages: list[dict] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                msg = self.client.get_iopub_msg(timeout=0.1)
-            except queue.Empty:
-                continue
-            except Exception:
-                return
-            self.messages.append(msg)
-
-    def outputs(self) -> list[dict]:
-        return [m for m in self.messages if m["msg_type"] in OUTPUT_TYPES]
-
-    def clear(self) -> None:
-        self.messages.clear()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.client.stop_channels()
-
+from ..iopub import IopubWatcher  # noqa: F401  (re-exported for the sandbox tests)
 
 class Listener:
     """A loopback TCP server recording every connection and byte it receives."""

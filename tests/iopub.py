@@ -1,0 +1,53 @@
+"""A second client on a kernel's iopub channel, as the user's notebook frontend would be.
+
+Shared by the tests that prove the user's kernel is sacred (probe-free areas: sandbox, agent, LSP): it records
+every iopub message in a thread, so a test can assert that CRANE sent no output (stream, display, result,
+error, execute_input) — only the busy/idle status every request produces.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from jupyter_client import BlockingKernelClient
+
+OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "execute_input",
+                "clear_output"}
+
+
+class IopubWatcher:
+    """Records iopub traffic from `connection` (connection info dict, or a connection file path)."""
+
+    def __init__(self, connection: dict | str):
+        self.client = BlockingKernelClient()
+        if isinstance(connection, dict):
+            self.client.load_connection_info(connection)
+        else:
+            self.client.load_connection_file(str(connection))
+        self.client.start_channels(shell=False, stdin=False, hb=False, control=False)
+        self.messages: list[dict] = []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                msg = self.client.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            except Exception:
+                return
+            self.messages.append(msg)
+
+    def outputs(self) -> list[dict]:
+        return [m for m in self.messages if m["msg_type"] in OUTPUT_TYPES]
+
+    def clear(self) -> None:
+        self.messages.clear()
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._thread.join(2)
+        self.client.stop_channels()
