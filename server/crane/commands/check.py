@@ -35,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from crane.commands.output import CheckReport, encode, history_entries
+    from crane.commands.history_json import history_entries
+    from crane.commands.output import CheckReport, encode
     from crane.engine import ReplayedNotebook
     from crane.modes import predict_in_mode
     from crane.kernel.errors import KernelError

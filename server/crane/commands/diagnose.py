@@ -17,22 +17,15 @@ import textwrap
 import msgspec
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
+from crane.commands.history_json import HistoryEntry, history_entries
 from crane.llm.settings import add_llm_arguments
-
-
-class HistoryItem(msgspec.Struct, omit_defaults=True, rename="camel"):
-    cell: int
-    execution_count: int
-    status: str
-    ename: str | None = None
-    evalue: str | None = None
 
 
 class DiagnoseReport(msgspec.Struct, omit_defaults=True, rename="camel"):
     schema: str  # "crane.diagnose/1"
     notebook: str
     diagnosis: object  # crane.llm.predictor.Diagnosis
-    history: list[HistoryItem] = []
+    history: list[HistoryEntry] = []
     probe_error: str | None = None
 
 
@@ -112,8 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
         report = DiagnoseReport(
             schema="crane.diagnose/1", notebook=args.notebook, diagnosis=d, probe_error=probe_error,
-            history=[HistoryItem(cell=r.number, execution_count=r.execution_count, status=r.status, ename=r.ename,
-                                 evalue=r.evalue) for r in runs],
+            history=history_entries(runs),
         )
         print(encode(report))
     else:
