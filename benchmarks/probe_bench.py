@@ -90,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as cwd:
         k = start_kernel(cwd)
         try:
-            k.connection.client.wait_for_ready(timeout=60)  # iopub connected before the first cell
             t0 = time.perf_counter()
             run = k.connection.run_cell(SETUP.format(rows=rows), timeout=600)
             if run.status != "ok":

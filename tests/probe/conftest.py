@@ -155,23 +155,15 @@ def data_dir(tmp_path_factory) -> Path:
     return d
 
 
-def started(cwd):
-    """start_kernel, then wait until iopub is connected too (jupyter_client's check): a cell run before that
-    would miss its own idle message and wait for its whole timeout."""
-    k = start_kernel(cwd)
-    k.connection.client.wait_for_ready(timeout=60)
-    return k
-
-
 @pytest.fixture(scope="session")
 def start():
     """The kernel starter, for tests that need a kernel of their own (to kill, or to keep busy)."""
-    return started
+    return start_kernel
 
 
 @pytest.fixture(scope="session")
 def kernel(data_dir):
-    k = started(data_dir)
+    k = start_kernel(data_dir)
     run = k.connection.run_cell(SETUP, timeout=120)
     assert run.status == "ok", (run.ename, run.evalue, run.traceback)
     yield k

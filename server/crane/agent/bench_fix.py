@@ -21,7 +21,7 @@ from crane.agent.guard import check_edit
 from crane.agent.loop import AgentBudget, start_fix
 from crane.agent.nbwrite import apply_proposal
 from crane.agent.proposal import Proposal
-from crane.agent.sandboxes import await_iopub, cell_line, clean_traceback, replay_sandbox_factory
+from crane.agent.sandboxes import cell_line, clean_traceback, replay_sandbox_factory
 from crane.bench.cases import Case
 from crane.llm.settings import LLMSettings
 from crane.notebook.history import executed_history
@@ -95,7 +95,6 @@ def replay_edited(nb: Notebook, proposal: Proposal, python: str | None = None,
     extra = [edited.cell(pos[c]) for c in proposal.run_first if pos[c] not in in_history]
     target = edited.cell(pos[proposal.target])
     with start_kernel(edited.directory, python=python) as kernel:
-        await_iopub(kernel.connection)
         replay(kernel.connection, [c for c in history if c.number != target.number], cell_timeout=cell_timeout)
         for c in extra:
             kernel.connection.run_cell(c.source, timeout=cell_timeout)

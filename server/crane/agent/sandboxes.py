@@ -108,38 +108,6 @@ def inspect_expression(expression: str, limit: int = 1500) -> str:
     return INSPECT_TEMPLATE.format(limit=limit, expr=f"(\n{expression}\n)")
 
 
-def await_iopub(conn, timeout: float = 20.0) -> None:
-    """Wait until the kernel's iopub messages reach us. A ZeroMQ subscriber drops what is published before
-    its subscription is in place; a cell's final `idle` lost that way would stall `run_cell` until its
-    timeout. kernel_info requests make the kernel publish status messages until one arrives."""
-    import queue
-    import time
-
-    client = conn.client
-    deadline = time.monotonic() + timeout
-    with conn._lock:
-        while time.monotonic() < deadline:
-            client.kernel_info()
-            try:
-                client.get_iopub_msg(timeout=0.2)
-                break
-            except queue.Empty:
-                continue
-        else:
-            raise KernelError(f"the sandbox kernel's output channel did not connect within {timeout:g} s")
-        time.sleep(0.05)
-        try:  # drop the status messages and kernel_info replies of the handshake
-            while True:
-                client.get_iopub_msg(timeout=0)
-        except queue.Empty:
-            pass
-        try:
-            while True:
-                client.get_shell_msg(timeout=0.05)
-        except queue.Empty:
-            pass
-
-
 class ReplaySandbox:
     """A kernel CRANE owns, holding the notebook's replayed history; never the user's kernel."""
 
@@ -165,7 +133,6 @@ class ReplaySandbox:
         self.close()
         self.kernel = self._start(self.nb.directory, python=self.python)
         try:
-            await_iopub(self.kernel.connection)
             self.history_runs = replay(self.kernel.connection, executed_history(self.nb),
                                        cell_timeout=self.cell_timeout)
         except BaseException:
