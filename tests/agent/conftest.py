@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..iopub import IopubWatcher
+from ..sacred import IopubWatcher, kernel_state
 from .fake_agent_server import FakeAgentServer
 
 from crane.agent.sandboxes import ReplaySandbox  # noqa: E402
@@ -106,12 +106,6 @@ def recording():
 
 
 # -- the user's kernel: the notebook's live state, which the agent must never touch -------------------------
-STATE_EXPR = (
-    "(lambda ip: {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count, "
-    "'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys())})(get_ipython())"
-)
-
-
 class UserKernel:
     def __init__(self, kernel):
         self.kernel = kernel
@@ -119,7 +113,7 @@ class UserKernel:
         self.watcher = IopubWatcher(kernel.manager.get_connection_info())
 
     def state(self) -> dict:
-        return self.conn.evaluate(STATE_EXPR)
+        return kernel_state(self.conn)
 
 
 @pytest.fixture(scope="module")

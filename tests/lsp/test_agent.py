@@ -14,7 +14,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
-from ..iopub import IopubWatcher
+from ..sacred import IopubWatcher
 from .test_sacred import fingerprint
 
 from tests.agent.fake_agent_server import FakeAgentServer, tool

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from ..iopub import IopubWatcher
+from ..sacred import IopubWatcher
 from .conftest import Kernel, Notebook, crane_diags, start_client, stop_client, wait_for
 
 STATE = """

@@ -13,7 +13,7 @@ import pytest
 
 from crane.kernel.manager import start_kernel
 
-from ..iopub import IopubWatcher  # noqa: F401  (re-exported for the sandbox tests)
+from ..sacred import IopubWatcher
 
 class Listener:
     """A loopback TCP server recording every connection and byte it receives."""
@@ -69,17 +69,6 @@ def tree_hash(root: Path) -> str:
             if p.is_file() and not p.is_symlink():
                 h.update(p.read_bytes())
     return h.hexdigest()
-
-
-STATE_EXPR = (
-    "(lambda ip: {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count, "
-    "'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys()), "
-    "'hist': ip.history_manager.session_number})(get_ipython())"
-)
-
-
-def kernel_state(conn) -> dict:
-    return conn.evaluate(STATE_EXPR)
 
 
 @pytest.fixture(scope="module")

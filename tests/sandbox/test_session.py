@@ -9,7 +9,8 @@ import pytest
 
 from crane.sandbox.replay_sandbox import replay_speculate
 from crane.sandbox.session import SandboxError, SandboxSession
-from .conftest import kernel_state, tree_hash
+from ..sacred import kernel_state
+from .conftest import tree_hash
 
 
 @pytest.fixture(scope="module")

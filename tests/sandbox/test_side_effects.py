@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from crane.sandbox import speculate
-from .conftest import kernel_state, tree_hash
+from ..sacred import kernel_state
+from .conftest import tree_hash
 
 SETUP = """
 import os, sys, shutil, pathlib, pickle, sqlite3, socket, subprocess, signal, tempfile

@@ -11,7 +11,8 @@ import pytest
 
 from crane.sandbox import speculate, speculate_async
 from crane.sandbox.fork_runner import MODULE_NAME
-from .conftest import kernel_state, tree_hash
+from ..sacred import kernel_state
+from .conftest import tree_hash
 
 SETUP = """
 import numpy as np, pandas as pd

@@ -1,8 +1,9 @@
-"""A second client on a kernel's iopub channel, as the user's notebook frontend would be.
+"""Helpers for the tests that prove the user's kernel is sacred (sandbox, agent, LSP).
 
-Shared by the tests that prove the user's kernel is sacred (probe-free areas: sandbox, agent, LSP): it records
-every iopub message in a thread, so a test can assert that CRANE sent no output (stream, display, result,
-error, execute_input) — only the busy/idle status every request produces.
+`IopubWatcher` is a second client on the kernel's iopub channel, as the user's notebook frontend would be: it
+records every message in a thread, so a test can assert that CRANE sent no output (stream, display, result,
+error, execute_input) — only the busy/idle status every request produces. `kernel_state` fingerprints what
+the user owns: namespace keys and object ids, execution count, In, Out and the history session.
 """
 
 from __future__ import annotations
@@ -51,3 +52,15 @@ class IopubWatcher:
         self._stopping.set()
         self._thread.join(2)
         self.client.stop_channels()
+
+
+STATE_EXPR = (
+    "(lambda ip: {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count, "
+    "'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys()), "
+    "'hist': ip.history_manager.session_number})(get_ipython())"
+)
+
+
+def kernel_state(conn) -> dict:
+    """The fingerprint, read with one private request (which itself changes none of it)."""
+    return conn.evaluate(STATE_EXPR)
