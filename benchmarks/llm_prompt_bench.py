@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     stats["new_fact_kinds"] = {k: stats["carried"].get(k, 0) for k in NEW_FACTS}
     stats["errors"] = errors
     stats["elapsed_s"] = round(time.monotonic() - start, 1)
-    per_case = sorted(zip(predictor.labels, predictor.prompts), key=lambda t: t[0])
+    per_case = sorted(zip(predictor.labels, predictor.prompts, strict=False), key=lambda t: t[0])
     stats["per_prompt_user_chars"] = {label: p.user_chars for label, p in per_case}
     ratio = stats.get("ratio_user_median", 99)
     stats["target_met"] = ratio <= args.target_ratio

@@ -199,7 +199,7 @@ def main() -> int:
                 },
             )
             t_recv, msg = server.wait(
-                lambda m: m.get("method") == "textDocument/publishDiagnostics"
+                lambda m, uri=uri, v=v: m.get("method") == "textDocument/publishDiagnostics"
                 and m["params"]["uri"] == uri
                 and m["params"].get("version") == v
             )

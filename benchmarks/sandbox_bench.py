@@ -32,9 +32,10 @@ from crane.sandbox import speculate
 
 def juno(root: Path, budget: float) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.sandbox.conftest import IopubWatcher, kernel_state
+
     from crane.notebook.history import history_before
     from crane.notebook.model import load_notebook
-    from tests.sandbox.conftest import IopubWatcher, kernel_state
 
     rows = []
     for case_file in sorted(root.glob("*/case.json")):

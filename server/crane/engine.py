@@ -16,12 +16,12 @@ from crane.analysis.cell import analyze_cell, plan_probe
 from crane.analysis.scope import NotebookScope
 from crane.kernel.manager import OwnedKernel, start_kernel
 from crane.kernel.replay import HistoryRun, replay
+from crane.llm.schema import Usage
 from crane.notebook.history import check_target, executed_history
 from crane.notebook.model import Notebook
 from crane.predict import predict
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
-from crane.llm.schema import Usage
 from crane.rules.finding import Finding
 
 
@@ -87,7 +87,7 @@ class ReplayedNotebook:
         # classic notebook crash).
         self.history = executed_history(nb)
 
-    def __enter__(self) -> "ReplayedNotebook":
+    def __enter__(self) -> ReplayedNotebook:
         self.kernel = start_kernel(self.nb.directory, python=self.python)
         try:
             self.history_runs = replay(self.kernel.connection, self.history, cell_timeout=self.cell_timeout)

@@ -22,7 +22,7 @@ MODES = ("static", "auto", "llm")
 DEFAULT_BUDGET_S = 30.0
 
 
-def sandbox_finding(v: "SandboxVerdict", static: list[Finding]) -> Finding:
+def sandbox_finding(v: SandboxVerdict, static: list[Finding]) -> Finding:
     """A certain crash seen in the sandbox, with the rules' root cause when they agree on the exception."""
     agree = next((f for f in static if f.ename == v.ename), None)
     evalue = (v.evalue or "").strip().splitlines()
@@ -45,7 +45,7 @@ def _key_frames(traceback: list[str]) -> list[str]:
     return [f"at {t}" for t in cell[-1:] + library[-1:]]
 
 
-def apply_sandbox(result: CellResult, v: "SandboxVerdict") -> CellResult:
+def apply_sandbox(result: CellResult, v: SandboxVerdict) -> CellResult:
     """Confirm or clear the rules' findings with a sandbox verdict (inconclusive verdicts change nothing)."""
     result.sandbox = v.verdict
     result.sandbox_reason = v.reason
@@ -59,7 +59,7 @@ def apply_sandbox(result: CellResult, v: "SandboxVerdict") -> CellResult:
     return result
 
 
-def apply_llm(replayed: ReplayedNotebook, target: int, result: CellResult, settings: "LLMSettings") -> CellResult:
+def apply_llm(replayed: ReplayedNotebook, target: int, result: CellResult, settings: LLMSettings) -> CellResult:
     """Ask the model about the cell; its crash verdict becomes the cell's finding (source "llm")."""
     from crane.llm.bench_mode import replayed_prompt
     from crane.llm.client import LLMError
@@ -80,7 +80,7 @@ def apply_llm(replayed: ReplayedNotebook, target: int, result: CellResult, setti
 
 
 def predict_in_mode(
-    replayed: ReplayedNotebook, target: int, mode: str, settings: "LLMSettings | None" = None,
+    replayed: ReplayedNotebook, target: int, mode: str, settings: LLMSettings | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
 ) -> CellResult:
     result, _ = replayed.predict(target)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ..sacred import IopubWatcher, kernel_state
-from .fake_agent_server import FakeAgentServer
-
 from crane.agent.sandboxes import ReplaySandbox  # noqa: E402
 from crane.kernel.manager import start_kernel  # noqa: E402
 from crane.llm.settings import LLMSettings  # noqa: E402
+
+from ..sacred import IopubWatcher, kernel_state
+from .fake_agent_server import FakeAgentServer
 
 MODEL = "openai/crane-agent-test"  # not in litellm's price table: tokens only
 PRICED = "openai/gpt-4o-mini"  # priced: $0.15 / $0.60 per 1M tokens
@@ -80,7 +80,7 @@ def settings_for(server, model: str = MODEL, **kw) -> LLMSettings:
 class RecordingSandbox(ReplaySandbox):
     """The replay sandbox, recording every cell source it ran for the agent and every reset."""
 
-    instances: list["RecordingSandbox"] = []
+    instances: list[RecordingSandbox] = []
 
     def __init__(self, nb, **kw):
         self.ran: list[str] = []

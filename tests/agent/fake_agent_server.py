@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 
 class Turn:
@@ -86,7 +87,7 @@ class FakeAgentServer:
         self.api_base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="fake-agent-llm", daemon=True)
 
-    def start(self) -> "FakeAgentServer":
+    def start(self) -> FakeAgentServer:
         self._thread.start()
         return self
 

@@ -8,6 +8,10 @@ import threading
 import time
 
 import pytest
+
+from crane.agent.loop import AgentBudget, GoAhead, start_fix
+from crane.notebook.model import load_notebook
+
 from .conftest import (
     KEYERROR_CELLS,
     KEYERROR_FIX,
@@ -18,9 +22,6 @@ from .conftest import (
     write_notebook,
 )
 from .fake_agent_server import tool
-
-from crane.agent.loop import AgentBudget, GoAhead, start_fix
-from crane.notebook.model import load_notebook
 
 
 def factory(nb):
@@ -108,7 +109,7 @@ def test_looping_model_stops_at_the_step_limit(model, keyerror_nb, recording):
     assert "1 step left" in steps[1].result and "step left" not in steps[0].result
     assert p.edits == [] and p.evidence is None  # nothing changed: nothing to verify
     # every request extends the previous one: the prefix is stable
-    for a, b in zip(model.requests, model.requests[1:]):
+    for a, b in zip(model.requests, model.requests[1:], strict=False):
         assert b["messages"][: len(a["messages"])] == a["messages"]
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 
 import msgspec
-from .conftest import KEYERROR_CELLS, KEYERROR_FIX, MODEL, code, settings_for, write_notebook
-from .fake_agent_server import tool
 
 from crane.cli import main
 from crane.notebook.model import load_notebook
+
+from .conftest import KEYERROR_CELLS, KEYERROR_FIX, MODEL, code, settings_for, write_notebook
+from .fake_agent_server import tool
 
 
 def script_keyerror_fix(server):

@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from .conftest import KEYERROR_CELLS, KEYERROR_FIX, settings_for, write_notebook
-from .fake_agent_server import tool
 
 from crane.agent.fork_sandbox import ForkSandbox, fork_or_replay_factory
 from crane.agent.loop import start_fix
 from crane.notebook.model import load_notebook
+
+from .conftest import KEYERROR_CELLS, KEYERROR_FIX, settings_for, write_notebook
+from .fake_agent_server import tool
 
 OUTPUT = {"stream", "display_data", "execute_result", "error", "execute_input", "update_display_data"}
 

@@ -7,12 +7,13 @@ import json
 
 import msgspec
 import pytest
-from .conftest import KEYERROR_CELLS, KEYERROR_FIX, write_notebook
 
 from crane.agent.guard import check_edit
 from crane.agent.nbwrite import apply_proposal
 from crane.agent.proposal import AgentStep, CellAddition, CellEdit, Proposal, to_workspace_edit, unified_diff
 from crane.notebook.model import NotebookError, parse_notebook
+
+from .conftest import KEYERROR_CELLS, KEYERROR_FIX, write_notebook
 
 ORIG = 'import pandas as pd\ndf = pd.read_csv("data.csv")\nx = df["Age"].mean()\nprint(x)\n'
 

@@ -45,11 +45,11 @@ class Reply:
         self.body = body
 
     @classmethod
-    def answer(cls, **fields: Any) -> "Reply":
+    def answer(cls, **fields: Any) -> Reply:
         return cls(content=json.dumps({**VALID_ANSWER, **fields}))
 
     @classmethod
-    def error(cls, status: int, message: str = "scripted error", headers: dict[str, str] | None = None) -> "Reply":
+    def error(cls, status: int, message: str = "scripted error", headers: dict[str, str] | None = None) -> Reply:
         return cls(status=status, body={"error": {"message": message, "type": "server_error", "code": status}},
                    headers=headers)
 
@@ -129,7 +129,7 @@ class FakeLLMServer:
         self.api_base = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="fake-llm", daemon=True)
 
-    def start(self) -> "FakeLLMServer":
+    def start(self) -> FakeLLMServer:
         self._thread.start()
         return self
 

@@ -7,8 +7,6 @@ import logging
 import time
 
 import pytest
-from .conftest import SECRET
-from .fake_llm_server import FakeLLMServer, Reply
 
 from crane.llm import client as llm_client
 from crane.llm.client import (
@@ -23,6 +21,9 @@ from crane.llm.cost import CostLedger
 from crane.llm.predictor import apredict_with_llm, predict_with_llm
 from crane.llm.prompt import Prompt
 from crane.llm.settings import LLMSettings
+
+from .conftest import SECRET
+from .fake_llm_server import FakeLLMServer, Reply
 
 PRICED = "openai/gpt-4o-mini"  # in litellm 1.106.2's bundled price table: $0.15 / $0.60 per 1M tokens
 UNPRICED = "openai/crane-local-test-model"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from .fake_llm_server import Reply
 
 from crane.cli import main
+
+from .fake_llm_server import Reply
 
 CODE = ["import pandas as pd", "df = pd.DataFrame({'age': [31.0, None, 40.0], 'name': ['a', 'b', 'c']})",
         "unrelated = [1, 2, 3]\nprint(unrelated)", "# the target\nmean_age = df['Age'].mean()\nprint(mean_age)"]
@@ -15,7 +16,7 @@ CODE = ["import pandas as pd", "df = pd.DataFrame({'age': [31.0, None, 40.0], 'n
 
 def write_notebook(path, counts, error=None):
     cells = []
-    for src, count in zip(CODE, counts):
+    for src, count in zip(CODE, counts, strict=False):
         outputs = []
         if error and count == counts[-1]:
             outputs = [{"output_type": "error", "ename": "KeyError", "evalue": "'Age'",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from .fake_llm_server import Reply
 
 from crane.bench.cases import find_cases
 from crane.bench.runner import run_cases
@@ -17,6 +16,8 @@ from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
 from crane.llm.settings import LLMSettings
 from crane.notebook.model import Cell
 from crane.rules.finding import Finding
+
+from .fake_llm_server import Reply
 
 TARGET = Cell(number=3, cell_type="code", source="x = 1\n    y = df['Age']\n", execution_count=None)
 BENCH_CASE = Path("/work/shared/bench/junobench-lite/sklearn_9")

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import uuid
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -82,7 +83,7 @@ class TcpKernel(Kernel):
         self.notebook = notebook
         self.connection_file = str(runtime_dir / f"kernel-v3{uuid.uuid4().hex}.json")
         self.km = KernelManager(connection_file=self.connection_file, transport="tcp", ip="127.0.0.1")
-        self.km.kernel_spec
+        _ = self.km.kernel_spec
         self.km._kernel_spec.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         self.km.start_kernel(cwd=str(notebook.parent), env={**os.environ, **KERNEL_ENV})
         self.conn = KernelConnection(self.km.blocking_client(), owner=self.km)

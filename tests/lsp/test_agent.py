@@ -13,11 +13,11 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
-from ..sacred import IopubWatcher
-from .test_sacred import fingerprint
-
 from tests.agent.fake_agent_server import FakeAgentServer, tool
+
+from ..sacred import IopubWatcher
+from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
+from .test_sacred import fingerprint
 
 MODEL = "openai/crane-agent-test"
 SETUP = 'import pandas as pd\ndf = pd.DataFrame({"age": [30, 40, 50], "name": ["a", "b", "c"]})'

@@ -3,7 +3,6 @@ with progress, a busy kernel, discovery by `__vsc_ipynb_file__`."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest

@@ -15,9 +15,9 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 
-from .conftest import REPO, Notebook, crane_diags, start_client, stop_client, wait_for
-
 from tests.llm.fake_llm_server import VALID_ANSWER, FakeLLMServer, Reply
+
+from .conftest import REPO, Notebook, crane_diags, start_client, stop_client, wait_for
 
 MODEL = "openai/gpt-4o-mini"  # priced in litellm's bundled table
 

@@ -10,8 +10,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from crane.lsp.discovery import candidates, runtime_dirs
 from crane.lsp.facts_cache import FactsCache
 from crane.lsp.hover import chain_at

@@ -27,8 +27,8 @@ import pytest
 
 from crane.analysis.cell import CellAnalysis, analyze_cell, plan_probe
 from crane.kernel.manager import OwnedKernel, start_kernel
-from crane.probe.facts import ProbeRequest, ProbeResult, decode_probe_result
 from crane.predict import predict
+from crane.probe.facts import ProbeRequest, ProbeResult, decode_probe_result
 
 
 @pytest.fixture(scope="session")

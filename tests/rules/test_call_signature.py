@@ -6,6 +6,7 @@ must give no finding and run clean — including matplotlib functions whose deco
 from __future__ import annotations
 
 import pytest
+
 from .conftest import predict_source, run_target
 
 SETUP = """

@@ -1,11 +1,10 @@
 """Core rules on real kernel state (tests/rules/conftest.py): for each rule a crashing target and the closest
 non-crashing one; where cheap, the crashing target is then run for real to check the predicted exception."""
 
-import pytest
-
-from .conftest import predict_source, run_target
 
 from crane.analysis.scope import NotebookScope
+
+from .conftest import predict_source, run_target
 
 SETUP = (
     "import numpy as np, pandas as pd\n"

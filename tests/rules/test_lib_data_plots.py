@@ -4,6 +4,7 @@ each crash is checked against what the target really raises; each clean twin rea
 from __future__ import annotations
 
 import pytest
+
 from .test_lib_sklearn import check
 
 BASE = """

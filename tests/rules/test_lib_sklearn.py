@@ -4,9 +4,10 @@ case is checked against what the target really raises, and every clean twin real
 from __future__ import annotations
 
 import pytest
-from .conftest import predict_source, run_target
 
 from crane.analysis.scope import NotebookScope
+
+from .conftest import predict_source, run_target
 
 SETUP = """
 import numpy as np, pandas as pd

@@ -5,6 +5,7 @@ cell, or by `torch.from_numpy` of a float64 array in the cell — into a float32
 from __future__ import annotations
 
 import pytest
+
 from .test_lib_sklearn import check
 
 TORCH = """

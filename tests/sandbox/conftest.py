@@ -15,6 +15,7 @@ from crane.kernel.manager import start_kernel
 
 from ..sacred import IopubWatcher
 
+
 class Listener:
     """A loopback TCP server recording every connection and byte it receives."""
 
@@ -43,11 +44,11 @@ class Listener:
                 except OSError:
                     self.received.append(b"<connect>")
                 conn.close()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 pass
             try:
                 self.received.append(b"<udp>" + self.udp.recv(4096))
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 pass
 
     def close(self) -> None:

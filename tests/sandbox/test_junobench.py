@@ -14,6 +14,7 @@ from crane.kernel.manager import start_kernel
 from crane.notebook.history import history_before
 from crane.notebook.model import load_notebook
 from crane.sandbox import speculate
+
 from ..sacred import IopubWatcher, kernel_state
 
 ROOT = Path(__file__).resolve().parents[3] / "shared" / "bench" / "junobench-lite"

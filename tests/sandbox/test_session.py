@@ -9,6 +9,7 @@ import pytest
 
 from crane.sandbox.replay_sandbox import replay_speculate
 from crane.sandbox.session import SandboxError, SandboxSession
+
 from ..sacred import kernel_state
 from .conftest import tree_hash
 

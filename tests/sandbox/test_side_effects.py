@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from crane.sandbox import speculate
+
 from ..sacred import kernel_state
 from .conftest import tree_hash
 

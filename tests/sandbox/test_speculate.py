@@ -11,6 +11,7 @@ import pytest
 
 from crane.sandbox import speculate, speculate_async
 from crane.sandbox.fork_runner import MODULE_NAME
+
 from ..sacred import kernel_state
 from .conftest import tree_hash
 

@@ -159,7 +159,7 @@ def check_edit(original: str, proposed: str, failing_line: int | None = None) ->
     comments = _norm(_comment_text(proposed)) if "#" in proposed else ""
     if comments:
         orig_comments = _norm(_comment_text(original))
-        for s, key in zip(old_stmts, old_keys):
+        for s, key in zip(old_stmts, old_keys, strict=False):
             if key in kept or _trivial(s):
                 continue
             seg = ast.get_source_segment(python_old, s) or ""

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 import msgspec
 

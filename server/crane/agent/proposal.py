@@ -24,7 +24,7 @@ class StepUsage(msgspec.Struct, rename="camel"):
     cached_tokens: int = 0
     cost_usd: float | None = None
 
-    def __add__(self, other: "StepUsage") -> "StepUsage":
+    def __add__(self, other: StepUsage) -> StepUsage:
         cost = None if self.cost_usd is None and other.cost_usd is None else (self.cost_usd or 0) + (other.cost_usd or 0)
         return StepUsage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
                          self.cached_tokens + other.cached_tokens, cost)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import msgspec
 

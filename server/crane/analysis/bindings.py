@@ -25,7 +25,7 @@ SAFE_MAGICS = {
     "pinfo2", "pdef", "pdoc", "psource", "pfile", "lsmagic", "magic", "set_env", "pylab_off", "clear", "notebook",
     "system", "sx", "bookmark", "dhist", "pushd", "popd", "dirs", "page", "colors", "doctest_mode", "automagic",
     "autosave", "qtconsole", "connect_info", "killbgscripts", "tb", "debug", "pdb", "prun", "lprun", "mprun",
-    "memit", "watermark", "sql_config", "load_ext", "tensorflow_version",
+    "memit", "watermark", "sql_config", "tensorflow_version",
 }
 
 

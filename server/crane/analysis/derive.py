@@ -299,7 +299,7 @@ def train_test_split(arrays: list[Any], kw: dict[str, Any], texts: list[str]) ->
             n_test = test_size
     n_train = n - n_test if n_test is not None and n is not None else None
     out: list[Any] = []
-    for a, t in zip(arrays, texts):
+    for a, t in zip(arrays, texts, strict=False):
         out.append(row_subset(a, n_train, f"{t}[train]"))
         out.append(row_subset(a, n_test, f"{t}[test]"))
     return tuple(out)

@@ -181,7 +181,7 @@ class FlowResult:
         return None
 
     # -- statements ---------------------------------------------------------------------------------
-    def run(self) -> "FlowResult":
+    def run(self) -> FlowResult:
         env: Env = dict(self.live)
         if self.analysis.tree is not None:
             self._block(self.analysis.tree.body, env)
@@ -272,7 +272,7 @@ class FlowResult:
             env[t.id] = v
         elif isinstance(t, (ast.Tuple, ast.List)):
             vals = v if isinstance(v, tuple) and len(v) == len(t.elts) else (None,) * len(t.elts)
-            for e, ev in zip(t.elts, vals):
+            for e, ev in zip(t.elts, vals, strict=False):
                 self._assign(e, ev, env)
         elif isinstance(t, ast.Starred):
             self._assign(t.value, None, env)

@@ -96,19 +96,19 @@ class NotebookScope:
         self.cells.sort(key=lambda d: d.number)
 
     @classmethod
-    def from_defs(cls, defs: Iterable[CellDefs]) -> "NotebookScope":
+    def from_defs(cls, defs: Iterable[CellDefs]) -> NotebookScope:
         """From per-cell definitions already computed with `cell_defs` (e.g. cached by the daemon)."""
         scope = cls(())
         scope.cells = sorted(defs, key=lambda d: d.number)
         return scope
 
     @classmethod
-    def from_notebook(cls, nb) -> "NotebookScope":
+    def from_notebook(cls, nb) -> NotebookScope:
         """Every code cell of a notebook (executed or not: unexecuted cells explain missing names)."""
         return cls(nb.cells)
 
     @classmethod
-    def from_cells(cls, cells: Iterable) -> "NotebookScope":
+    def from_cells(cls, cells: Iterable) -> NotebookScope:
         """From (number, execution_count, source) triples or Cells."""
         return cls(cells)
 

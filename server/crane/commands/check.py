@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from crane.commands.history_json import history_entries
     from crane.commands.output import CheckReport, encode
     from crane.engine import ReplayedNotebook
-    from crane.modes import predict_in_mode
     from crane.kernel.errors import KernelError
+    from crane.modes import predict_in_mode
     from crane.notebook.history import check_target, default_targets
     from crane.notebook.model import NotebookError, load_notebook
 

@@ -69,7 +69,7 @@ class KernelConnection:
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
-    def attach(cls, connection_file: str | Path, timeout: float = 10.0) -> "KernelConnection":
+    def attach(cls, connection_file: str | Path, timeout: float = 10.0) -> KernelConnection:
         """Connect to a running kernel from its connection file."""
         path = Path(connection_file)
         if not path.is_file():

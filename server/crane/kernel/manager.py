@@ -40,7 +40,7 @@ class OwnedKernel:
             if self.sockets_dir:
                 shutil.rmtree(self.sockets_dir, ignore_errors=True)
 
-    def __enter__(self) -> "OwnedKernel":
+    def __enter__(self) -> OwnedKernel:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -59,7 +59,7 @@ def start_kernel(
     # the kernel runs in the notebook's folder, not ours.
     sockets = tempfile.mkdtemp(prefix="crane-kernel-")
     km = KernelManager(transport="ipc", ip=os.path.join(sockets, "k"))
-    km.kernel_spec  # resolve the default spec, then run it with the chosen interpreter
+    _ = km.kernel_spec  # resolve the default spec, then run it with the chosen interpreter
     km._kernel_spec.argv = [exe, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     full_env = dict(os.environ)
     full_env.update(KERNEL_ENV)
@@ -80,6 +80,8 @@ def start_kernel(
         except Exception:
             pass
         if not km.is_alive():
-            raise KernelDead(f"the kernel started with {exe} died during startup (is ipykernel installed there?)")
+            raise KernelDead(
+                f"the kernel started with {exe} died during startup (is ipykernel installed there?)"
+            ) from None
         raise
     return OwnedKernel(km, conn, sockets)

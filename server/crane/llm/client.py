@@ -15,7 +15,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from crane.llm.cost import BudgetExceeded, CostLedger, price_usage
 from crane.llm.schema import (

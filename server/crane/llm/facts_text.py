@@ -106,10 +106,10 @@ def _signature(params, limit: int = MAX_SIGNATURE_CHARS) -> str:
     """(a, b=1, *args); parameter names only when the defaults make it long; bounded."""
     stars = [{"VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}.get(p.kind, "") for p in params or []]
     full = [f"{s}{p.name}" + (f"={p.default}" if p.has_default and p.default is not None else "")
-            for s, p in zip(stars, params or [])]
+            for s, p in zip(stars, params or [], strict=False)]
     text = "(" + ", ".join(full) + ")"
     if len(text) > limit:
-        text = "(" + ", ".join(f"{s}{p.name}" for s, p in zip(stars, params)) + ")"
+        text = "(" + ", ".join(f"{s}{p.name}" for s, p in zip(stars, params, strict=False)) + ")"
     if len(text) > limit:
         text = text[: limit - 4].rsplit(", ", 1)[0] + ", ...)"
     return text

@@ -40,7 +40,7 @@ class Usage(msgspec.Struct, kw_only=True, rename="camel"):
     cost_usd: float | None = None  # None: the model is not in litellm's price table (tokens only)
     model: str = ""
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,

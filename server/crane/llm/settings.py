@@ -47,7 +47,7 @@ class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
     def resolved_cache_dir(self) -> Path:
         return Path(self.cache_dir or default_cache_dir())
 
-    def validate(self) -> "LLMSettings":
+    def validate(self) -> LLMSettings:
         if self.timeout_s <= 0:
             raise SettingsError(f"timeout must be positive, got {self.timeout_s}")
         if self.max_tokens <= 0:

@@ -40,8 +40,8 @@ class CellOutcome:
 
 @dataclass
 class AnalysisService:
-    _cache: "OrderedDict[str, Any]" = field(default_factory=OrderedDict)
-    _defs: "OrderedDict[tuple, Any]" = field(default_factory=OrderedDict)
+    _cache: OrderedDict[str, Any] = field(default_factory=OrderedDict)
+    _defs: OrderedDict[tuple, Any] = field(default_factory=OrderedDict)
     _modules: dict[str, tuple[bool | None, float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

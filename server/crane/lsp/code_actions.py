@@ -26,7 +26,7 @@ ACTIONS = (
 )
 
 
-def code_actions(ls: "CraneServer", params: types.CodeActionParams) -> list[types.CodeAction] | None:
+def code_actions(ls: CraneServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
     uri = params.text_document.uri
     session = ls.session_of_cell(uri)
     if session is None:

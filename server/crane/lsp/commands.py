@@ -12,7 +12,8 @@ A command whose handler is None answers with a "not available yet" error (JSON-R
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
@@ -146,7 +147,7 @@ async def attach_kernel(ls, *args: Any) -> Any:
     return await _attach(ls, AttachKernelParams(notebook_uri=notebook_uri, connection_file=connection_file))
 
 
-async def attach_kernel_request(ls: "CraneServer", params: Any) -> Any:
+async def attach_kernel_request(ls: CraneServer, params: Any) -> Any:
     try:
         p = decode_params(params, AttachKernelParams)
     except InvalidParams as exc:
@@ -154,7 +155,7 @@ async def attach_kernel_request(ls: "CraneServer", params: Any) -> Any:
     return await _attach(ls, p)
 
 
-async def _attach(ls: "CraneServer", p: AttachKernelParams) -> Any:
+async def _attach(ls: CraneServer, p: AttachKernelParams) -> Any:
     session = ls.session_of_notebook(p.notebook_uri)
     if session is None:
         raise RequestFailed(f"attach: the notebook {p.notebook_uri} is not open")

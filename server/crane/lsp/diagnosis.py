@@ -9,8 +9,9 @@ richer `DiagnosisResult`; `None` or an error falls back to the rules' diagnosis 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from crane.lsp.facts_markdown import facts_markdown
 from crane.lsp.messages import DiagnosisResult

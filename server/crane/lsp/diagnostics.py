@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
@@ -80,14 +81,14 @@ def _line_length(source: str, line0: int) -> int:
     return len(lines[line0]) if 0 <= line0 < len(lines) else 0
 
 
-def severity(finding: "Finding") -> types.DiagnosticSeverity:
+def severity(finding: Finding) -> types.DiagnosticSeverity:
     if finding.source == "llm":  # a model's opinion: never an error squiggle
         return types.DiagnosticSeverity.Warning if finding.confidence >= 0.7 else types.DiagnosticSeverity.Information
     return types.DiagnosticSeverity.Error if finding.confidence >= 0.5 else types.DiagnosticSeverity.Warning
 
 
 def to_diagnostic(
-    finding: "Finding", cell: CellSnapshot, snap: NotebookSnapshot, mode: str, sandbox: dict | None = None
+    finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: str, sandbox: dict | None = None
 ) -> types.Diagnostic:
     line0 = max(finding.line - 1, 0)
     end_line0 = max((finding.end_line or finding.line) - 1, line0)
@@ -132,13 +133,13 @@ def to_diagnostic(
     )
 
 
-def publish(ls: "CraneServer", uri: str, diagnostics: list[types.Diagnostic], version: int | None = None) -> None:
+def publish(ls: CraneServer, uri: str, diagnostics: list[types.Diagnostic], version: int | None = None) -> None:
     ls.text_document_publish_diagnostics(
         types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=version)
     )
 
 
-def clear(ls: "CraneServer", session: "NotebookSession | None", uris: Iterable[str]) -> None:
+def clear(ls: CraneServer, session: NotebookSession | None, uris: Iterable[str]) -> None:
     for uri in uris:
         if session is not None:
             session.findings.pop(uri, None)
@@ -153,7 +154,7 @@ def clear(ls: "CraneServer", session: "NotebookSession | None", uris: Iterable[s
 
 
 # -- the refresh batch --------------------------------------------------------------------------------
-async def refresh_cells(ls: "CraneServer", session: "NotebookSession", uris: list[str]) -> list["CellOutcome"]:
+async def refresh_cells(ls: CraneServer, session: NotebookSession, uris: list[str]) -> list[CellOutcome]:
     """Check `uris` of `session`'s notebook against the current text and kernel, then publish."""
     snap = snapshot(ls.workspace, session.uri)
     if snap is None or session.closed:
@@ -177,7 +178,7 @@ async def refresh_cells(ls: "CraneServer", session: "NotebookSession", uris: lis
     return outcomes
 
 
-def publish_outcomes(ls: "CraneServer", session: "NotebookSession", snap: NotebookSnapshot, outcomes) -> None:
+def publish_outcomes(ls: CraneServer, session: NotebookSession, snap: NotebookSnapshot, outcomes) -> None:
     """Publish the rules' findings of checked cells, refined by what the sandbox and the model said about the
     same text against the same kernel state (cached), and ask them about the cells they have not seen yet."""
     if session.closed:
@@ -200,7 +201,7 @@ def publish_outcomes(ls: "CraneServer", session: "NotebookSession", snap: Notebo
         ls.kernels.notify_status(session)
 
 
-def final_findings(ls: "CraneServer", session: "NotebookSession", cell: CellSnapshot) -> tuple[list["Finding"], dict | None]:
+def final_findings(ls: CraneServer, session: NotebookSession, cell: CellSnapshot) -> tuple[list[Finding], dict | None]:
     """What a cell's diagnostics say now: the sandbox's verdict for this text and kernel state when it is
     conclusive (crash: the real exception; no-crash: nothing), else the rules' findings, else (llm mode) the
     model's. Also the sandbox's verdict, for the diagnostics' data."""
@@ -222,7 +223,7 @@ def final_findings(ls: "CraneServer", session: "NotebookSession", cell: CellSnap
     return rules, info
 
 
-def publish_cell(ls: "CraneServer", session: "NotebookSession", snap: NotebookSnapshot, cell: CellSnapshot) -> None:
+def publish_cell(ls: CraneServer, session: NotebookSession, snap: NotebookSnapshot, cell: CellSnapshot) -> None:
     """(Re)publish one checked cell's diagnostics from what is known about its current text."""
     if session.closed or cell.uri not in session.rule_findings:
         return
@@ -233,7 +234,7 @@ def publish_cell(ls: "CraneServer", session: "NotebookSession", snap: NotebookSn
     publish(ls, cell.uri, [to_diagnostic(f, cell, snap, mode, sandbox) for f in findings], cell.version)
 
 
-def republish(ls: "CraneServer", session: "NotebookSession", cell_uri: str, source: str) -> bool:
+def republish(ls: CraneServer, session: NotebookSession, cell_uri: str, source: str) -> bool:
     """Republish a cell if its text is still `source` (a sandbox or model result arrived); False otherwise."""
     snap = snapshot(ls.workspace, session.uri)
     cell = snap.cell(cell_uri) if snap is not None else None

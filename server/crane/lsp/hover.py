@@ -51,7 +51,7 @@ def _in_string_or_comment(line: str, col: int) -> bool:
     return quote is not None
 
 
-async def hover(ls: "CraneServer", params: types.HoverParams) -> types.Hover | None:
+async def hover(ls: CraneServer, params: types.HoverParams) -> types.Hover | None:
     if not ls.settings.hover:
         return None
     uri = params.text_document.uri

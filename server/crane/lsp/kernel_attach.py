@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from crane.lsp.kernel_watch import KernelWatch, WatchEvent, process_exists
 from crane.lsp.messages import KernelInfo, KernelSource

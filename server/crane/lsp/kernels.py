@@ -32,7 +32,7 @@ BUSY_AFTER_S = 0.15  # a user request must run this long before the status says 
 
 
 class KernelSupervisor:
-    def __init__(self, ls: "CraneServer"):
+    def __init__(self, ls: CraneServer):
         self.ls = ls
         self.discovery = Discovery()
         self._tasks: dict[str, asyncio.Task] = {}

@@ -19,17 +19,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def initialize(ls: "CraneServer", params: types.InitializeParams) -> None:
+def initialize(ls: CraneServer, params: types.InitializeParams) -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm (imported later) never fetches prices
     ls.apply_settings(params.initialization_options, initial=True)
 
 
-async def initialized(ls: "CraneServer", params: types.InitializedParams) -> None:
+async def initialized(ls: CraneServer, params: types.InitializedParams) -> None:
     ls.bind_loop()
     ls.spawn(ls.run_blocking(ls.analysis.warm_up))
 
 
-async def did_change_configuration(ls: "CraneServer", params: types.DidChangeConfigurationParams) -> None:
+async def did_change_configuration(ls: CraneServer, params: types.DidChangeConfigurationParams) -> None:
     settings = params.settings
     if settings is None:  # pull model clients: ask for the section
         try:
@@ -49,7 +49,7 @@ async def did_change_configuration(ls: "CraneServer", params: types.DidChangeCon
         ls.kernels.recheck_all(session)
 
 
-async def shutdown(ls: "CraneServer", params: None) -> None:
+async def shutdown(ls: CraneServer, params: None) -> None:
     from crane.lsp import agent_bridge
 
     agent_bridge.stop_all(ls)

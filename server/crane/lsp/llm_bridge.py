@@ -136,9 +136,9 @@ def _with_note(result: DiagnosisResult, why: str) -> DiagnosisResult:
 
 # -- llm mode diagnostics -------------------------------------------------------------------------------------------
 class LLMService:
-    def __init__(self, ls: "CraneServer"):
+    def __init__(self, ls: CraneServer):
         self.ls = ls
-        self._cache: "OrderedDict[tuple[str, str, int], Finding | None]" = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str, int], Finding | None] = OrderedDict()
         self._pending: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._lock = asyncio.Lock()
         self.requests = 0  # questions sent to the LLM layer (cache hits included), for tests and logs
@@ -152,15 +152,15 @@ class LLMService:
         return s if s.enabled else None
 
     @staticmethod
-    def _key(session: "NotebookSession", source: str) -> tuple[str, str, int]:
+    def _key(session: NotebookSession, source: str) -> tuple[str, str, int]:
         return (session.uri, source, session.kernel_gen)
 
-    def cached(self, session: "NotebookSession", cell: CellSnapshot) -> "Finding | None":
+    def cached(self, session: NotebookSession, cell: CellSnapshot) -> Finding | None:
         if self.ls.settings.mode != "llm":
             return None
         return self._cache.get(self._key(session, cell.source))
 
-    def undecided(self, session: "NotebookSession", cell: CellSnapshot) -> bool:
+    def undecided(self, session: NotebookSession, cell: CellSnapshot) -> bool:
         if not cell.is_code or not cell.source.strip() or cell.execution_order is not None:
             return False
         if session.rule_findings.get(cell.uri):
@@ -171,7 +171,7 @@ class LLMService:
             return v is not None and v.verdict not in ("crash", "no-crash")
         return True  # no sandbox here: the rules alone left it open
 
-    def consider(self, session: "NotebookSession", cell: CellSnapshot) -> None:
+    def consider(self, session: NotebookSession, cell: CellSnapshot) -> None:
         if self.ls.settings.mode != "llm" or not self.undecided(session, cell):
             return
         key = self._key(session, cell.source)
@@ -186,7 +186,7 @@ class LLMService:
             old.cancel()
         self._pending[pk] = loop.call_later(delay, lambda: self.ls.spawn(self._ask(session, cell.uri, pk)))
 
-    async def _ask(self, session: "NotebookSession", cell_uri: str, pk: tuple[str, str]) -> None:
+    async def _ask(self, session: NotebookSession, cell_uri: str, pk: tuple[str, str]) -> None:
         self._pending.pop(pk, None)
         async with self._lock:  # one question at a time
             snap = snapshot(self.ls.workspace, session.uri)
@@ -220,7 +220,7 @@ class LLMService:
         republish(self.ls, session, cell_uri, cell.source)
 
     @staticmethod
-    def _predict_blocking(snap: NotebookSnapshot, cell: CellSnapshot, probe: Any, settings: Any) -> "Finding | None":
+    def _predict_blocking(snap: NotebookSnapshot, cell: CellSnapshot, probe: Any, settings: Any) -> Finding | None:
         from crane.llm.predictor import predict_with_llm, verdict_to_finding
         from crane.llm.prompt import build_prompt
 

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 class WorkProgress:
-    def __init__(self, ls: "CraneServer", title: str, cancellable: bool = True):
+    def __init__(self, ls: CraneServer, title: str, cancellable: bool = True):
         self.ls = ls
         self.title = title
         self.cancellable = cancellable
@@ -32,7 +32,7 @@ class WorkProgress:
         caps = self.ls.client_capabilities
         return bool(caps and caps.window and caps.window.work_done_progress)
 
-    async def __aenter__(self) -> "WorkProgress":
+    async def __aenter__(self) -> WorkProgress:
         if self._supported():
             token = f"crane-{uuid.uuid4().hex[:12]}"
             try:

@@ -30,7 +30,7 @@ FactsMode = Literal["live", "stale", "static"]
 class NotebookSession:
     uri: str  # the notebook URI as the client sent it
     path: str | None
-    attachment: "Attachment | None" = None
+    attachment: Attachment | None = None
     requested: tuple[str, KernelSource] | None = None  # a kernel the client named (crane/attachKernel)
     last_kernel: tuple[str, KernelSource] | None = None  # the kernel that died or restarted: tried first
     state: KernelState = "static-only"
@@ -38,19 +38,19 @@ class NotebookSession:
     facts: FactsCache = field(default_factory=FactsCache)
     used_stale: bool = False  # some published diagnostics rely on stale facts
     stale_cells: set[str] = field(default_factory=set)  # cells whose diagnostics rely on stale facts
-    findings: dict[str, list["Finding"]] = field(default_factory=dict)  # cell URI -> published findings
-    rule_findings: dict[str, list["Finding"]] = field(default_factory=dict)  # cell URI -> the rules' findings
+    findings: dict[str, list[Finding]] = field(default_factory=dict)  # cell URI -> published findings
+    rule_findings: dict[str, list[Finding]] = field(default_factory=dict)  # cell URI -> the rules' findings
     outcomes: dict[str, Any] = field(default_factory=dict)  # cell URI -> last analysis_service.CellOutcome
     last_edit: dict[str, float] = field(default_factory=dict)  # cell URI -> loop time of its last text edit
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order
-    scheduler: "CellScheduler | None" = None
+    scheduler: CellScheduler | None = None
     closed: bool = False
     on_kernel_failure: Any = None  # callable(exc), set by the supervisor; called from worker threads
     on_kernel_restart: Any = None  # callable(), idem
     _probe_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def facts_for(self, request: "ProbeRequest", timeout: float) -> tuple["ProbeResult | None", FactsMode, str | None]:
+    def facts_for(self, request: ProbeRequest, timeout: float) -> tuple[ProbeResult | None, FactsMode, str | None]:
         """Runtime facts for one cell's probe request: (result, mode, error). Blocking: worker threads only."""
         from crane.kernel.errors import KernelDead, KernelError, KernelTimeout
 

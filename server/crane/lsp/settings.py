@@ -244,7 +244,7 @@ class Tuning(msgspec.Struct, frozen=True):
     llm_delay_ms: int = 2000  # llm mode: the model is asked this long after a cell's last edit
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Tuning":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Tuning:
         env = os.environ if env is None else env
         values = {}
         for field in cls.__struct_fields__:

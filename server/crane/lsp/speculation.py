@@ -35,22 +35,22 @@ BUSY_POLL_S = 0.2
 
 
 class SpeculationService:
-    def __init__(self, ls: "CraneServer"):
+    def __init__(self, ls: CraneServer):
         self.ls = ls
-        self._cache: "OrderedDict[tuple[str, str, int], SandboxVerdict]" = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str, int], SandboxVerdict] = OrderedDict()
         self._due: dict[tuple[str, str], float] = {}  # (notebook key, cell URI) -> loop time
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-sandbox")
-        self._conns: dict[int, tuple["Attachment", Any]] = {}  # id(attachment) -> (attachment, connection)
+        self._conns: dict[int, tuple[Attachment, Any]] = {}  # id(attachment) -> (attachment, connection)
         self.runs = 0  # sandbox runs started (for tests and logs)
 
     # -- cache ----------------------------------------------------------------------------------------------
     @staticmethod
-    def _key(session: "NotebookSession", source: str) -> tuple[str, str, int]:
+    def _key(session: NotebookSession, source: str) -> tuple[str, str, int]:
         return (session.uri, source, session.kernel_gen)
 
-    def cached(self, session: "NotebookSession", cell: CellSnapshot) -> "SandboxVerdict | None":
+    def cached(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict | None:
         if not self.ls.settings.speculative_on:
             return None
         v = self._cache.get(self._key(session, cell.source))
@@ -58,23 +58,23 @@ class SpeculationService:
             self._cache.move_to_end(self._key(session, cell.source))
         return v
 
-    def _store(self, key: tuple[str, str, int], v: "SandboxVerdict") -> None:
+    def _store(self, key: tuple[str, str, int], v: SandboxVerdict) -> None:
         self._cache[key] = v
         while len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
 
     # -- what to run ----------------------------------------------------------------------------------------
-    def applicable(self, session: "NotebookSession") -> bool:
+    def applicable(self, session: NotebookSession) -> bool:
         att = session.attachment
         return self.ls.settings.speculative_on and att is not None and att.alive and not session.closed
 
-    def wants(self, session: "NotebookSession", cell: CellSnapshot) -> bool:
+    def wants(self, session: NotebookSession, cell: CellSnapshot) -> bool:
         """Cells worth a speculative run: those with rule findings and those never executed."""
         if not cell.is_code or not cell.source.strip():
             return False
         return bool(session.rule_findings.get(cell.uri)) or cell.execution_order is None
 
-    def consider(self, session: "NotebookSession", cell: CellSnapshot) -> None:
+    def consider(self, session: NotebookSession, cell: CellSnapshot) -> None:
         """Called after a cell's rules were published: queue a run, or hand an undecided cell to the LLM."""
         if self.applicable(session) and self.wants(session, cell):
             if self.cached(session, cell) is None:
@@ -82,7 +82,7 @@ class SpeculationService:
                 return
         self.ls.llm.consider(session, cell)
 
-    def request(self, session: "NotebookSession", cell_uri: str) -> None:
+    def request(self, session: NotebookSession, cell_uri: str) -> None:
         loop = asyncio.get_running_loop()
         last = session.last_edit.get(cell_uri, 0.0)
         due = max(loop.time(), last + self.ls.tuning.speculate_delay_ms / 1000)
@@ -138,7 +138,7 @@ class SpeculationService:
         except asyncio.TimeoutError:
             pass
 
-    async def _run_queued(self, session: "NotebookSession", cell_uri: str) -> None:
+    async def _run_queued(self, session: NotebookSession, cell_uri: str) -> None:
         snap = snapshot(self.ls.workspace, session.uri)
         cell = snap.cell(cell_uri) if snap is not None else None
         if cell is None or not self.wants(session, cell) or self.cached(session, cell) is not None:
@@ -161,7 +161,7 @@ class SpeculationService:
             if current is not None:
                 self.ls.llm.consider(session, current)
 
-    async def _speculate(self, session: "NotebookSession", source: str) -> "SandboxVerdict | None":
+    async def _speculate(self, session: NotebookSession, source: str) -> SandboxVerdict | None:
         att = session.attachment
         if att is None or not att.alive:
             return None
@@ -171,7 +171,7 @@ class SpeculationService:
         return await loop.run_in_executor(self._executor, self._speculate_blocking, att, source, budget)
 
     # -- on the sandbox thread ------------------------------------------------------------------------------
-    def _connection(self, att: "Attachment") -> Any:
+    def _connection(self, att: Attachment) -> Any:
         """A kernel connection of this thread's own for `att` (its requests are not the user's: the watcher
         ignores them). Connections of attachments that were let go of are closed here."""
         for k, (other, conn) in list(self._conns.items()):
@@ -191,7 +191,7 @@ class SpeculationService:
         self._conns[id(att)] = (att, conn)
         return conn
 
-    def _speculate_blocking(self, att: "Attachment", source: str, budget: float) -> "SandboxVerdict":
+    def _speculate_blocking(self, att: Attachment, source: str, budget: float) -> SandboxVerdict:
         from crane.sandbox import speculate
         from crane.sandbox.verdict import unavailable
 
@@ -202,7 +202,7 @@ class SpeculationService:
         return speculate(conn, source, budget)
 
     # -- on demand ------------------------------------------------------------------------------------------
-    async def run_now(self, session: "NotebookSession", cell: CellSnapshot) -> "SandboxVerdict":
+    async def run_now(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict:
         """Run a cell speculatively now (crane.runSpeculatively); the verdict is cached and published."""
         key = self._key(session, cell.source)
         v = await self._speculate(session, cell.source)

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 OTHERS_DELAY_S = 0.1  # static scope: cells other than the edited one are re-checked this much later
 
 
-async def did_open(ls: "CraneServer", params: types.DidOpenNotebookDocumentParams) -> None:
+async def did_open(ls: CraneServer, params: types.DidOpenNotebookDocumentParams) -> None:
     nb = params.notebook_document
     key = ls.key(nb.uri)
     old = ls.sessions.pop(key, None)
@@ -50,7 +50,7 @@ async def did_open(ls: "CraneServer", params: types.DidOpenNotebookDocumentParam
     session.scheduler.request([c.document for c in nb.cells], 0.0)
 
 
-async def did_change(ls: "CraneServer", params: types.DidChangeNotebookDocumentParams) -> None:
+async def did_change(ls: CraneServer, params: types.DidChangeNotebookDocumentParams) -> None:
     session = ls.session_of_notebook(params.notebook_document.uri)
     if session is None or session.scheduler is None:
         log.warning("didChange for a notebook that is not open: %s", params.notebook_document.uri)
@@ -92,7 +92,7 @@ async def did_change(ls: "CraneServer", params: types.DidChangeNotebookDocumentP
             ls.kernels.recheck_after_run(session, cell.source if cell else None)
 
 
-async def did_save(ls: "CraneServer", params: types.DidSaveNotebookDocumentParams) -> None:
+async def did_save(ls: CraneServer, params: types.DidSaveNotebookDocumentParams) -> None:
     session = ls.session_of_notebook(params.notebook_document.uri)
     if session is None:
         log.warning("didSave for a notebook that is not open: %s", params.notebook_document.uri)
@@ -100,7 +100,7 @@ async def did_save(ls: "CraneServer", params: types.DidSaveNotebookDocumentParam
     ls.kernels.recheck_all(session)
 
 
-async def did_close(ls: "CraneServer", params: types.DidCloseNotebookDocumentParams) -> None:
+async def did_close(ls: CraneServer, params: types.DidCloseNotebookDocumentParams) -> None:
     session = ls.sessions.pop(ls.key(params.notebook_document.uri), None)
     uris = [c.uri for c in params.cell_text_documents]
     if session is None:
@@ -109,7 +109,7 @@ async def did_close(ls: "CraneServer", params: types.DidCloseNotebookDocumentPar
     await _close_session(ls, session, uris)
 
 
-async def _close_session(ls: "CraneServer", session: NotebookSession, uris: list[str]) -> None:
+async def _close_session(ls: CraneServer, session: NotebookSession, uris: list[str]) -> None:
     session.closed = True
     if session.scheduler is not None:
         session.scheduler.close()

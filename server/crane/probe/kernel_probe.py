@@ -23,8 +23,8 @@ from crane.probe.kp_checks import (  # probe: strip
 )  # probe: strip
 from crane.probe.kp_common import (  # probe: strip
     _SCALARS,  # probe: strip
-    _missing,  # probe: strip
     Ctx,  # probe: strip
+    _missing,  # probe: strip
     dumps,  # probe: strip
     inst_dict,  # probe: strip
     isa,  # probe: strip
@@ -175,7 +175,7 @@ def _sequence(ctx, v, out, kind):
     n = len(v)  # exact builtin types only
     out["kind"] = kind
     out["length"] = n
-    first = list(v[:5]) if kind in ("list", "tuple") else [x for _, x in zip(range(5), v)]
+    first = list(v[:5]) if kind in ("list", "tuple") else [x for _, x in zip(range(5), v, strict=False)]
     out["element_types"] = [tname(type(x)) for x in first]
     if n <= 20:
         out["value"] = short(v, ctx, 300)

@@ -327,10 +327,10 @@ def _attr_names(ctx, obj):
             names.update(class_dict(k).keys())
     d = inst_dict(obj)
     if d:
-        names.update(k for _, k in zip(range(5000), d) if type(k) is str)
+        names.update(k for _, k in zip(range(5000), d, strict=False) if type(k) is str)
         for key in ("_parameters", "_buffers", "_modules"):  # torch nn.Module's own attribute tables
             if type(d.get(key)) is dict:
-                names.update(k for _, k in zip(range(2000), d[key]) if type(k) is str)
+                names.update(k for _, k in zip(range(2000), d[key], strict=False) if type(k) is str)
     pd = ctx.pd
     if pd is not None and isa(obj, pd.DataFrame):
         names.update(c for c in list(obj.columns[:2000]) if type(c) is str)
@@ -457,7 +457,7 @@ def check_key(ctx, ns, item):
             if class_lookup(t, "__missing__", None) is not None:
                 res["missing_ok"] = True
             if not res["present"] and type(k) is str:
-                sugg = _suggest(k, [x for _, x in zip(range(5000), dict.keys(obj)) if type(x) is str])
+                sugg = _suggest(k, [x for _, x in zip(range(5000), dict.keys(obj), strict=False) if type(x) is str])
                 if sugg:
                     res["suggestions"] = sugg
         elif type(k) is int and axis in ("key", "index"):

@@ -28,7 +28,7 @@ _DICT_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
 _missing = object()
 
 
-class Ctx(object):
+class Ctx:
     """Budgets of one probe call: wall time and the number of elements that may still be scanned exactly."""
 
     def __init__(self, budget_ms=50.0, scan_budget=4000000):
@@ -234,7 +234,7 @@ def _short_container(v, ctx, limit, depth):
         items = list(v[:6]) if type(v) in (list, tuple) else []
         if not items and n:
             try:
-                items = [x for _, x in zip(range(6), v)]
+                items = [x for _, x in zip(range(6), v, strict=False)]
             except Exception:
                 items = []
         parts = [short(x, ctx, 20, depth + 1) for x in items]

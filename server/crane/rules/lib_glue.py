@@ -8,9 +8,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from crane.analysis.extract import dotted
 from crane.probe.facts import Facts
 from crane.rules.finding import Finding
-from crane.analysis.extract import dotted
 from crane.rules.lib_helpers import Verdict
 
 # Methods that do not change an estimator / DataFrame / array they are called on.

@@ -8,8 +8,9 @@ Every question answers `None` when the facts do not decide it: a rule that canno
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from crane.probe.facts import ColumnFacts, Facts
 

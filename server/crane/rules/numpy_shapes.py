@@ -21,7 +21,7 @@ Shape = tuple[int, ...]
 
 def broadcast(a: Shape, b: Shape) -> bool:
     """numpy/torch broadcasting: trailing dimensions equal or one of them 1."""
-    for x, y in zip(reversed(a), reversed(b)):
+    for x, y in zip(reversed(a), reversed(b), strict=False):
         if x != y and x != 1 and y != 1:
             return False
     return True
@@ -181,7 +181,7 @@ def shapes(ctx):
                 a, b = shape_of(fa), shape_of(fb)
                 n = max(len(a), len(b))
                 if broadcast(a, b) and ((1,) * (n - len(a)) + a) != tuple(
-                        max(x, y) for x, y in zip((1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b)):
+                        max(x, y) for x, y in zip((1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b, strict=False)):
                     v = Verdict("ValueError", f"non-broadcastable output operand with shape {_np_shape(a)} doesn't "
                                 f"match the broadcast shape", "implementation error",
                                 [describe(label(ctx, node.target), fa), describe(label(ctx, node.value), fb)], 0.85)

@@ -86,7 +86,7 @@ def load_rules() -> dict[str, RuleFn]:
     return RULES
 
 
-def run_rules(ctx: "RuleContext", only: Iterable[str] | None = None) -> list[Finding]:
+def run_rules(ctx: RuleContext, only: Iterable[str] | None = None) -> list[Finding]:
     """Run the registered rules (or the ids in `only`) on `ctx`; a rule that raises is logged and skipped."""
     rules = load_rules()
     selected = list(only) if only is not None else list(rules)

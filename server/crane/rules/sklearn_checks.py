@@ -143,7 +143,7 @@ def check_lengths(labels: list[str], values: list[Facts], what: str, root_cause:
     counts = [n_samples(v) for v in values]
     if len(values) < 2 or any(c is None for c in counts) or len(set(counts)) == 1:
         return None
-    ev = [describe(lbl, v) for lbl, v in zip(labels, values)]
+    ev = [describe(lbl, v) for lbl, v in zip(labels, values, strict=False)]
     return Verdict(
         "ValueError",
         f"Found input variables with inconsistent numbers of samples: {counts}",

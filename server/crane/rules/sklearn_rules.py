@@ -219,7 +219,7 @@ def split_inputs(ctx):
                 continue
             v = split_sizes(n, ts, tr)
             if v is not None:
-                v.evidence = [describe(lbl, f) for lbl, f in zip(labels, facts)]
+                v.evidence = [describe(lbl, f) for lbl, f in zip(labels, facts, strict=False)]
         if v is not None:
             yield emit(ctx, call, "sklearn-split", v)
             return

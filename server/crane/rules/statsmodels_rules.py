@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-
 from crane.rules.lib_glue import emit, qualname
 from crane.rules.lib_helpers import NOVALUE, Verdict, literal
 from crane.rules.registry import rule

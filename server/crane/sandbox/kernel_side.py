@@ -67,7 +67,7 @@ def _unforkable() -> str | None:
 
 def _check_private_dir(args: dict) -> str | None:
     try:
-        with open(os.path.join(args["dir"], "token"), "r") as f:
+        with open(os.path.join(args["dir"], "token")) as f:
             if f.read() == args["token"]:
                 return None
     except OSError:

@@ -90,7 +90,7 @@ class SandboxSession:
         memory_mb: int = DEFAULT_MEMORY_MB,
         request_timeout: float = 5.0,
         total_cpu_s: float = 600.0,
-    ) -> "SandboxSession":
+    ) -> SandboxSession:
         """Fork a confined session from the kernel's live state. Raises SandboxError if unavailable."""
         pdir = PrivateDir(session=True)
         args = pdir.args(mode="session", budget_s=float(budget_s), cpu_s=float(total_cpu_s),
@@ -111,7 +111,7 @@ class SandboxSession:
             raise
         return sess
 
-    def __enter__(self) -> "SandboxSession":
+    def __enter__(self) -> SandboxSession:
         return self
 
     def __exit__(self, *exc) -> None:
