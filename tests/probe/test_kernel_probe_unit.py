@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crane.probe import kernel_probe as kp
-from crane.probe.collect import PROBE_PARTS, probe_source
+from crane.probe.collect import PROBE_MODULE, PROBE_PARTS
 from crane.probe.facts import Facts, decode_probe_result
 from crane.probe.kp_common import Ctx, dumps
 
 
 def test_installed_source_is_stdlib_only_and_parses_as_python_3_8():
-    src = probe_source()
+    src = "\n".join(text for _, text in PROBE_MODULE.sources)
     tree = ast.parse(src, feature_version=(3, 8))
     imported = set()
     for node in ast.walk(tree):
@@ -51,7 +51,8 @@ def test_parts_define_each_top_level_name_once():
 
 def test_installed_source_runs_like_the_module():
     ns: dict = {}
-    exec(compile(probe_source(), "<crane-probe>", "exec"), ns)
+    for filename, text in PROBE_MODULE.sources:
+        exec(compile(text, filename, "exec"), ns)
     user = {"df": pd.DataFrame({"a": [1, None]}), "x": 3}
     req = json.dumps({"names": ["df", "x", "nope"]})
     a, b = json.loads(ns["run"](req, user)), json.loads(kp.run(req, user))

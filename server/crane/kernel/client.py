@@ -44,16 +44,18 @@ class PrivateReply(msgspec.Struct):
     evalue: str | None = None
 
 
-def expression_value(result: dict[str, Any]) -> str:
-    """The text/plain repr of a user_expressions entry, or raise KernelError with the kernel's error."""
-    if result.get("status") != "ok":
-        raise KernelError(f"{result.get('ename', 'Error')}: {result.get('evalue', '')}")
-    return result.get("data", {}).get("text/plain", "")
-
-
-def literal_value(result: dict[str, Any]) -> Any:
-    """Decode a user_expressions entry whose value is a Python literal (e.g. a str of JSON)."""
-    return ast.literal_eval(expression_value(result))
+def literal_value(entry: dict[str, Any] | None, what: str, error: type[KernelError] = KernelError) -> Any:
+    """The Python literal a `user_expressions` entry evaluated to (`ast.literal_eval`, never `eval`); `error`
+    with the kernel's error when it failed or the reply is not a literal. The one decoder of private replies."""
+    if not entry:
+        raise error(f"{what}: the kernel returned no result")
+    if entry.get("status") != "ok":
+        raise error(f"{what} failed in the kernel: {entry.get('ename', 'Error')}: {entry.get('evalue', '')}")
+    text = entry.get("data", {}).get("text/plain", "")
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise error(f"{what}: unreadable reply from the kernel ({exc}): {text[:200]!r}") from None
 
 
 class KernelConnection:
@@ -68,6 +70,18 @@ class KernelConnection:
             client.start_channels()
 
     # -- construction -------------------------------------------------------------------------------
+    @staticmethod
+    def watch_client(connection_file: str | Path) -> BlockingKernelClient:
+        """A second client for following a kernel: iopub and heartbeat channels only, so it never competes
+        with a request connection for messages (see crane.lsp.kernel_watch)."""
+        client = BlockingKernelClient()
+        try:
+            client.load_connection_file(str(connection_file))
+        except Exception as exc:
+            raise KernelError(f"cannot read connection file {connection_file}: {exc}") from exc
+        client.start_channels(shell=False, iopub=True, stdin=False, hb=True, control=False)
+        return client
+
     @classmethod
     def attach(cls, connection_file: str | Path, timeout: float = 10.0) -> KernelConnection:
         """Connect to a running kernel from its connection file."""
@@ -193,7 +207,7 @@ class KernelConnection:
         reply = self.private({"v": expression}, timeout=timeout)
         if reply.status != "ok":
             raise KernelError(f"private request failed: {reply.ename}: {reply.evalue}")
-        return literal_value(reply.user_expressions["v"])
+        return literal_value(reply.user_expressions.get("v"), "private request")
 
     def run_cell(self, code: str, timeout: float = 600.0) -> CellRun:
         """Run a cell as a user would (history, outputs). Only for kernels CRANE owns (replay)."""

@@ -54,8 +54,8 @@ def identify(conn: Any, timeout: float) -> KernelIdentity:
     values: dict[str, Any] = {}
     for key in _IDENTIFY:
         try:
-            values[key] = literal_value(reply.user_expressions.get(key, {}))
-        except (KernelError, ValueError, SyntaxError):
+            values[key] = literal_value(reply.user_expressions.get(key), "identifying the kernel")
+        except KernelError:
             values[key] = None
     nb = values["nb"] if isinstance(values["nb"], str) else None
     pid = values["pid"] if isinstance(values["pid"], int) else None

@@ -47,7 +47,7 @@ class KernelWatch(threading.Thread):
         local_pid: int | None = None,
     ):
         super().__init__(name=f"crane-watch-{connection_file.rsplit('/', 1)[-1]}", daemon=True)
-        from jupyter_client import BlockingKernelClient
+        from crane.kernel.client import KernelConnection
 
         self.connection_file = connection_file
         self.on_event = on_event
@@ -56,9 +56,7 @@ class KernelWatch(threading.Thread):
         # A local kernel's process: when it is gone, the kernel died or restarted even if iopub missed the
         # "starting" status (a SUB socket re-subscribes after a restart and can miss the first messages).
         self.local_pid = local_pid
-        self._client = BlockingKernelClient()
-        self._client.load_connection_file(connection_file)
-        self._client.start_channels(shell=False, iopub=True, stdin=False, hb=True, control=False)
+        self._client = KernelConnection.watch_client(connection_file)
         self._stopping = threading.Event()
         self._running: dict[str, dict] = {}  # user execute_request msg_id -> {"code", "count", "ok"}
         self._busy_parents: set[str] = set()

@@ -13,52 +13,52 @@ import time
 import types
 import warnings
 
-from crane.probe.kp_checks import (  # probe: strip
-    add_callable_facts,  # probe: strip
-    check_attr,  # probe: strip
-    check_key,  # probe: strip
-    lookup_name,  # probe: strip
-    module_found,  # probe: strip
-    path_suggestions,  # probe: strip
-)  # probe: strip
-from crane.probe.kp_common import (  # probe: strip
-    _SCALARS,  # probe: strip
-    Ctx,  # probe: strip
-    _missing,  # probe: strip
-    dumps,  # probe: strip
-    inst_dict,  # probe: strip
-    isa,  # probe: strip
-    jval,  # probe: strip
-    mod_attr,  # probe: strip
-    short,  # probe: strip
-    size_of,  # probe: strip
-    tmodule,  # probe: strip
-    tname,  # probe: strip
-)  # probe: strip
-from crane.probe.kp_data import (  # probe: strip
-    column_values,  # probe: strip
-    dataframe_facts,  # probe: strip
-    index_facts,  # probe: strip
-    label_str,  # probe: strip
-    ndarray_facts,  # probe: strip
-    series_facts,  # probe: strip
-    vector_facts,  # probe: strip
-)  # probe: strip
-from crane.probe.kp_ml import (  # probe: strip
-    dataloader_facts,  # probe: strip
-    estimator_facts,  # probe: strip
-    is_estimator,  # probe: strip
-    is_keras_iterator,  # probe: strip
-    is_keras_model,  # probe: strip
-    is_sparse,  # probe: strip
-    is_tf_dataset,  # probe: strip
-    keras_iterator_facts,  # probe: strip
-    keras_model_facts,  # probe: strip
-    sparse_facts,  # probe: strip
-    tensor_facts,  # probe: strip
-    tf_dataset_facts,  # probe: strip
-    torch_module_facts,  # probe: strip
-)  # probe: strip
+from crane.probe.kp_checks import (  # kernel: strip
+    add_callable_facts,  # kernel: strip
+    check_attr,  # kernel: strip
+    check_key,  # kernel: strip
+    lookup_name,  # kernel: strip
+    module_found,  # kernel: strip
+    path_suggestions,  # kernel: strip
+)  # kernel: strip
+from crane.probe.kp_common import (  # kernel: strip
+    _SCALARS,  # kernel: strip
+    Ctx,  # kernel: strip
+    _missing,  # kernel: strip
+    dumps,  # kernel: strip
+    inst_dict,  # kernel: strip
+    isa,  # kernel: strip
+    jval,  # kernel: strip
+    mod_attr,  # kernel: strip
+    short,  # kernel: strip
+    size_of,  # kernel: strip
+    tmodule,  # kernel: strip
+    tname,  # kernel: strip
+)  # kernel: strip
+from crane.probe.kp_data import (  # kernel: strip
+    column_values,  # kernel: strip
+    dataframe_facts,  # kernel: strip
+    index_facts,  # kernel: strip
+    label_str,  # kernel: strip
+    ndarray_facts,  # kernel: strip
+    series_facts,  # kernel: strip
+    vector_facts,  # kernel: strip
+)  # kernel: strip
+from crane.probe.kp_ml import (  # kernel: strip
+    dataloader_facts,  # kernel: strip
+    estimator_facts,  # kernel: strip
+    is_estimator,  # kernel: strip
+    is_keras_iterator,  # kernel: strip
+    is_keras_model,  # kernel: strip
+    is_sparse,  # kernel: strip
+    is_tf_dataset,  # kernel: strip
+    keras_iterator_facts,  # kernel: strip
+    keras_model_facts,  # kernel: strip
+    sparse_facts,  # kernel: strip
+    tensor_facts,  # kernel: strip
+    tf_dataset_facts,  # kernel: strip
+    torch_module_facts,  # kernel: strip
+)  # kernel: strip
 
 MAX_VAR_BYTES = 4096
 MAX_TOTAL_BYTES = 32768

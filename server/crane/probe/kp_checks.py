@@ -14,20 +14,20 @@ import os
 import sys
 import types
 
-from crane.probe.kp_common import (  # probe: strip
-    _missing,  # probe: strip
-    class_dict,  # probe: strip
-    class_lookup,  # probe: strip
-    in_lib,  # probe: strip
-    inst_dict,  # probe: strip
-    isa,  # probe: strip
-    mod_attr,  # probe: strip
-    mro,  # probe: strip
-    short,  # probe: strip
-    short_tname,  # probe: strip
-    tmodule,  # probe: strip
-    tname,  # probe: strip
-)  # probe: strip
+from crane.probe.kp_common import (  # kernel: strip
+    _missing,  # kernel: strip
+    class_dict,  # kernel: strip
+    class_lookup,  # kernel: strip
+    in_lib,  # kernel: strip
+    inst_dict,  # kernel: strip
+    isa,  # kernel: strip
+    mod_attr,  # kernel: strip
+    mro,  # kernel: strip
+    short,  # kernel: strip
+    short_tname,  # kernel: strip
+    tmodule,  # kernel: strip
+    tname,  # kernel: strip
+)  # kernel: strip
 
 MAX_SIG_PARAMS = 60
 _object_getattribute = class_dict(object)["__getattribute__"]

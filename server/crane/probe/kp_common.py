@@ -1,9 +1,10 @@
 """CRANE kernel probe, part 1 of 5: shared helpers (standard library only).
 
 The probe parts (kp_common, kp_data, kp_ml, kp_checks, kernel_probe) run INSIDE the user's kernel, where CRANE is
-not installed: `collect.probe_source()` concatenates them (dropping the lines marked `# probe: strip`) and installs
-the result once as the private module `_crane_probe`. They use only the standard library and see third-party
-libraries only through `sys.modules` (a library that is not loaded cannot have made the user's objects).
+not installed: `collect.PROBE_MODULE` compiles them, in order, into the private module `_crane_probe` (the lines
+marked `# kernel: strip` blanked), installed once per kernel by the daemon's private-module installer. They use
+only the standard library and see third-party libraries only through `sys.modules` (a library that is not loaded
+cannot have made the user's objects).
 
 Safety rules every part follows: never run user code (no `repr`/`len`/`__getattr__`/properties of arbitrary
 objects; type checks by `issubclass(type(v), cls)`), never print, never raise out of the entry points, and keep

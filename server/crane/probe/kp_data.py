@@ -6,16 +6,16 @@ data only while the call's scan budget lasts (`Ctx.can_scan`), otherwise a strid
 
 import math
 
-from crane.probe.kp_common import (  # probe: strip
-    EXAMPLE_CHARS,  # probe: strip
-    in_lib,  # probe: strip
-    isa,  # probe: strip
-    jval,  # probe: strip
-    short,  # probe: strip
-    short_tname,  # probe: strip
-    tmodule,  # probe: strip
-    trunc,  # probe: strip
-)  # probe: strip
+from crane.probe.kp_common import (  # kernel: strip
+    EXAMPLE_CHARS,  # kernel: strip
+    in_lib,  # kernel: strip
+    isa,  # kernel: strip
+    jval,  # kernel: strip
+    short,  # kernel: strip
+    short_tname,  # kernel: strip
+    tmodule,  # kernel: strip
+    trunc,  # kernel: strip
+)  # kernel: strip
 
 SAMPLE_N = 20000  # elements kept by a strided sample
 UNIQUE_N = 50000  # most elements `unique` is computed on (a strided sample beyond)

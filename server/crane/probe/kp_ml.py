@@ -7,23 +7,23 @@ are read from instance dicts; library methods are called only on classes defined
 
 import math
 
-from crane.probe.kp_common import (  # probe: strip
-    class_dict,  # probe: strip
-    class_lookup,  # probe: strip
-    in_lib,  # probe: strip
-    inst_dict,  # probe: strip
-    isa,  # probe: strip
-    jval,  # probe: strip
-    mod_attr,  # probe: strip
-    mro,  # probe: strip
-    mro_has,  # probe: strip
-    short,  # probe: strip
-    short_tname,  # probe: strip
-    tmodule,  # probe: strip
-    tname,  # probe: strip
-    trunc,  # probe: strip
-)  # probe: strip
-from crane.probe.kp_data import vector_facts  # probe: strip
+from crane.probe.kp_common import (  # kernel: strip
+    class_dict,  # kernel: strip
+    class_lookup,  # kernel: strip
+    in_lib,  # kernel: strip
+    inst_dict,  # kernel: strip
+    isa,  # kernel: strip
+    jval,  # kernel: strip
+    mod_attr,  # kernel: strip
+    mro,  # kernel: strip
+    mro_has,  # kernel: strip
+    short,  # kernel: strip
+    short_tname,  # kernel: strip
+    tmodule,  # kernel: strip
+    tname,  # kernel: strip
+    trunc,  # kernel: strip
+)  # kernel: strip
+from crane.probe.kp_data import vector_facts  # kernel: strip
 
 MAX_LAYERS = 30
 MAX_MODULES_VISITED = 2000

@@ -4,7 +4,8 @@ Flow (`speculate`):
 1. A private directory (0700) holds a token (proves the kernel sees our file system), a FIFO `result` we hold
    open for reading, the child's `stdout`/`stderr` capture files and the cell's `scratch` directory.
 2. One private `user_expressions` request (silent, no history, no execution count) installs the kernel-side
-   module if needed (`sys.modules["_crane_sandbox_<hash>"]`, no user-visible name) and calls `start()`, which
+   module if needed (`sys.modules["_crane_sandbox"]`, the `ks_*.py` parts, through `crane.kernel.private_module`;
+   no user-visible name) and calls `start()`, which
    forks and returns the child's pid at once: the user's kernel is busy for a few milliseconds only.
 3. We wait on the FIFO and the child's pidfd (never on the kernel), read one JSON record, and kill the child
    through its pidfd when the wall-clock budget runs out (the pidfd makes the kill immune to pid reuse).
@@ -24,14 +25,13 @@ import shutil
 import signal
 import tempfile
 import time
-from hashlib import sha1
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
+from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.verdict import (
     ChildRecord,
     DisplayOutput,
@@ -42,41 +42,19 @@ from crane.sandbox.verdict import (
     unavailable,
 )
 
-_HERE = Path(__file__).resolve().parent
-KERNEL_SOURCES = ("seccomp.py", "kernel_side.py")
-_SOURCES = tuple((f"<crane-sandbox/{name}>", (_HERE / name).read_text()) for name in KERNEL_SOURCES)
-MODULE_NAME = "_crane_sandbox_" + sha1("".join(t for _, t in _SOURCES).encode()).hexdigest()[:12]
+SANDBOX_PARTS = ("seccomp.py", "ks_common.py", "ks_audit.py", "ks_isolation.py", "ks_run.py", "ks_session.py",
+                 "ks_parent.py")
+SANDBOX_MODULE = KernelModule(
+    "_crane_sandbox",
+    "CRANE's private fork sandbox (not part of the notebook)",
+    [Path(__file__).resolve().parent / part for part in SANDBOX_PARTS],
+)
+MODULE_NAME = SANDBOX_MODULE.name
 
 DEFAULT_BUDGET_S = 10.0
 DEFAULT_MEMORY_MB = 2048
 OUTPUT_LIMIT = 64 * 1024
 _GRACE_S = 0.5  # setup time allowed on top of the cell's budget
-
-
-def _call_expr(call: str) -> str:
-    return f"__import__('sys').modules[{MODULE_NAME!r}].{call}"
-
-
-def _install_expr(call: str) -> str:
-    n = repr(MODULE_NAME)
-    return (
-        f"(lambda s, t: s.modules.get({n}) or (lambda m: [exec(compile(c, f, 'exec'), m.__dict__) for f, c in "
-        f"{_SOURCES!r}] and s.modules.setdefault({n}, m))(t.ModuleType({n})))(__import__('sys'), __import__('types'))"
-        f".{call}"
-    )
-
-
-def kernel_call(conn: KernelConnection, call: str, timeout: float = 5.0) -> Any:
-    """Evaluate `<kernel-side module>.<call>` privately, installing the module on first use."""
-    for expr in (_call_expr(call), _install_expr(call)):
-        reply = conn.private({"r": expr}, timeout=timeout)
-        res = reply.user_expressions.get("r", {})
-        if reply.status == "ok" and res.get("status") == "ok":
-            import ast
-            return ast.literal_eval(res.get("data", {}).get("text/plain", "None"))
-        if res.get("ename") != "KeyError":
-            raise KernelError(f"sandbox request failed: {res.get('ename', reply.ename)}: {res.get('evalue', reply.evalue)}")
-    raise KernelError("sandbox module could not be installed in the kernel")
 
 
 class PrivateDir:
@@ -195,11 +173,11 @@ def _starttime(pid: int) -> int:
 def launch(conn: KernelConnection, pdir: PrivateDir, entry: str, args: dict, timeout: float = 5.0):
     """Ask the kernel to fork; a ChildHandle, or an 'unavailable' SandboxVerdict."""
     try:
-        raw = kernel_call(conn, f"{entry}({json.dumps(args)!r})", timeout=timeout)
+        raw = ModuleClient(conn, SANDBOX_MODULE).call(entry, json.dumps(args), timeout=timeout, what="sandbox request")
         reply = msgspec.convert(raw, LaunchReply)
     except KernelTimeout:
         return unavailable("the kernel is busy (it did not answer the sandbox request in time)")
-    except (KernelError, msgspec.ValidationError, ValueError, SyntaxError) as exc:
+    except (KernelError, msgspec.ValidationError) as exc:
         return unavailable(f"the kernel could not start a sandbox: {exc}")
     if not reply.ok or reply.pid is None:
         return unavailable(reply.reason or "the kernel refused to start a sandbox")
@@ -349,4 +327,4 @@ async def speculate_async(conn: KernelConnection, source: str, budget_s: float =
     return await asyncio.to_thread(speculate, conn, source, budget_s, **kw)
 
 
-__all__ = ["speculate", "speculate_async", "SandboxVerdict", "DisplayOutput", "MODULE_NAME", "kernel_call"]
+__all__ = ["MODULE_NAME", "SANDBOX_MODULE", "DisplayOutput", "SandboxVerdict", "speculate", "speculate_async"]

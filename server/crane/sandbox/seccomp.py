@@ -1,7 +1,7 @@
 """Kernel-enforced confinement of a forked sandbox child: Landlock, seccomp-BPF and resource limits.
 
 Standard library only (`ctypes`, `os`, `resource`): this file's text is sent into the user's kernel as part
-of the sandbox's kernel-side module (see `kernel_side.py`) and runs only inside the forked child, after the
+of the sandbox's kernel-side module (see `ks_common.py`) and runs only inside the forked child, after the
 fork and before any user code. Nothing here is ever called in the user's kernel process itself.
 
 Layers, each enforced by the Linux kernel (not by Python, so C extensions and `ctypes` cannot bypass them):

@@ -51,7 +51,7 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
 
 
 class ChildRecord(msgspec.Struct, omit_defaults=True):
-    """The JSON line a one-shot sandbox child writes (see kernel_side.run_source)."""
+    """The JSON line a one-shot sandbox child writes (see ks_run.run_source)."""
 
     verdict: Verdict
     reason: str | None = None

@@ -1,0 +1,213 @@
+"""Fork sandbox, kernel side, part 4: running a cell in the confined child and classifying the outcome.
+
+The cell is transformed and compiled as IPython would (magics, last-expression display), run against the
+child's copy-on-write namespace, and described: verdict (crash / no-crash / blocked / timeout), exception,
+line mapped back to the cell, a short traceback. `_child_run` is the one-shot child's main.
+"""
+
+from __future__ import annotations
+
+import ast
+import errno
+import linecache
+import os
+import signal
+import time
+import traceback
+
+from crane.sandbox.ks_common import _CO_COROUTINE, CELL_FILENAME, SandboxBlocked, _write_json  # kernel: strip
+from crane.sandbox.ks_isolation import _SETUP, _Ctx, _machine_memory_bytes, _prepare_child  # kernel: strip
+
+
+def _compile_plan(shell, source: str, filename: str, transformed: str):
+    """IPython's transforms (magics, shell escapes, help) are already applied to `transformed`; one code
+    object per top-level statement, the last expression compiled 'single' so its value goes to the display
+    hook (IPython's `last_expr`)."""
+    tree = ast.parse(transformed, filename=filename)
+    if shell is not None:
+        try:
+            tree = shell.transform_ast(tree)
+        except Exception:
+            pass
+    linecache.cache[filename] = (len(transformed), None, transformed.splitlines(True), filename)
+    interactivity = getattr(shell, "ast_node_interactivity", "last_expr") if shell is not None else "last_expr"
+    body = tree.body
+    flags = (getattr(getattr(shell, "compile", None), "flags", 0) or 0) | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    quiet = source.rstrip().endswith(";")
+    plan = []
+    for i, node in enumerate(body):
+        interactive = isinstance(node, ast.Expr) and not quiet and (
+            interactivity == "all" or (interactivity in ("last_expr", "last_expr_or_assign", "last") and i == len(body) - 1)
+        )
+        if interactive:
+            code = compile(ast.Interactive([node]), filename, "single", flags, dont_inherit=True)
+        else:
+            code = compile(ast.Module([node], []), filename, "exec", flags, dont_inherit=True)
+        plan.append(code)
+    return plan, transformed
+
+
+def _exec_plan(ctx: _Ctx, plan, ns) -> None:
+    for code in plan:
+        if code.co_flags & _CO_COROUTINE:
+            import asyncio
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(eval(code, ns))
+            finally:
+                try:
+                    loop.close()
+                except Exception:
+                    pass
+        else:
+            exec(code, ns)
+
+
+def _exception_chain(exc):
+    seen, out = set(), []
+    while exc is not None and id(exc) not in seen and len(out) < 20:
+        seen.add(id(exc))
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def _is_landlock_denial(exc: OSError) -> bool:
+    if exc.errno not in (errno.EACCES, errno.EROFS):
+        return False
+    if exc.errno == errno.EROFS or os.geteuid() == 0:
+        return True
+    target = exc.filename if isinstance(exc.filename, (str, bytes)) else None
+    if target is None:
+        return True
+    parent = os.path.dirname(os.path.abspath(os.fsdecode(target))) or "."
+    return os.access(target, os.W_OK) or (not os.path.exists(target) and os.access(parent, os.W_OK))
+
+
+_SQLITE_DENIAL = ("readonly database", "unable to open database file", "disk i/o error")
+
+
+def _classify(ctx: _Ctx, exc, as_limit: int) -> tuple[str, str | None]:
+    """(verdict, reason) for an exception raised by the cell, or for a clean run (exc None)."""
+    if exc is None:
+        if ctx.denied:
+            return "blocked", ctx.denied[0]
+        return "no-crash", None
+    chain = _exception_chain(exc)
+    for e in chain:
+        if isinstance(e, SandboxBlocked):
+            return "blocked", str(e.strerror or e)
+    for e in chain:
+        if isinstance(e, OSError) and (e.errno == errno.EPERM or _is_landlock_denial(e)):
+            return "blocked", f"the sandbox refused an operation the cell attempted: {e}"
+    if ctx.denied:
+        return "blocked", ctx.denied[0]
+    for e in chain:
+        if type(e).__name__ == "OperationalError" and any(s in str(e).lower() for s in _SQLITE_DENIAL):
+            return "blocked", f"the sandbox refused a database write: {e}"
+    for e in chain:
+        if isinstance(e, MemoryError):
+            wanted = getattr(e, "_total_size", None)
+            machine = _machine_memory_bytes()
+            if isinstance(wanted, int) and machine and wanted > machine:
+                return "crash", f"the allocation ({wanted} bytes) exceeds this machine's memory"
+            return "timeout", f"the cell exceeded the sandbox memory budget ({ctx.memory_mb} MiB)"
+    return "crash", None
+
+
+def _line_offset(source: str, transformed: str | None) -> int:
+    """IPython's transforms drop leading blank lines; every other transform keeps line numbers."""
+    if not transformed:
+        return 0
+    lines = source.splitlines()
+    lead = 0
+    while lead < len(lines) and not lines[lead].strip():
+        lead += 1
+    return lead if len(transformed.splitlines()) == len(lines) - lead else 0
+
+
+def _cell_line(filename: str, lineno: int, n_src: int, source: str, offset: int = 0) -> int | None:
+    if filename == CELL_FILENAME:
+        lineno += offset
+        return max(1, min(lineno, n_src)) if n_src else lineno
+    if filename in ("<timed exec>", "<timed eval>", "<string>") and source.lstrip().startswith("%%"):
+        return max(1, min(lineno + 1, n_src))
+    return None
+
+
+def _describe_exception(exc, source: str, transformed: str | None = None) -> dict:
+    tb = exc.__traceback__
+    frames = traceback.extract_tb(tb)
+    n_src = len(source.splitlines())
+    offset = _line_offset(source, transformed)
+    line = None
+    for fr in frames:
+        ln = _cell_line(fr.filename, fr.lineno or 0, n_src, source, offset)
+        if ln is not None:
+            line = ln
+    if isinstance(exc, SyntaxError) and exc.filename == CELL_FILENAME and exc.lineno:
+        line = max(1, min(exc.lineno + offset, n_src or exc.lineno))
+    keep = [fr for fr in frames if not (fr.filename or "").startswith("<crane-sandbox/")]
+    if len(keep) > 8:
+        keep = keep[:3] + keep[-5:]
+    short = []
+    for fr in keep:
+        where = "cell" if fr.filename == CELL_FILENAME else fr.filename
+        text = f"{where}, line {fr.lineno}, in {fr.name}"
+        if fr.line:
+            text += f": {fr.line.strip()[:160]}"
+        short.append(text)
+    try:
+        evalue = str(exc)
+    except Exception:
+        evalue = "<str() failed>"
+    short.append(f"{type(exc).__name__}: {evalue[:500]}")
+    return {"ename": type(exc).__name__, "evalue": evalue[:4000], "line": line, "traceback": short}
+
+
+def run_source(ctx: _Ctx, source: str) -> dict:
+    """Run one cell's source in this (confined) process; the verdict record (without captured streams)."""
+    shell = ctx.shell
+    ns = shell.user_ns if shell is not None else {}
+    t0 = time.perf_counter()
+    exc = None
+    transformed = None
+    try:
+        with shell.builtin_trap:
+            transformed = shell.transform_cell(source)
+            plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
+            _exec_plan(ctx, plan, ns)
+    except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
+        exc = e
+    if exc is None and ctx.shown_exc is not None:
+        exc = ctx.shown_exc
+    ctx.shown_exc = None
+    elapsed = (time.perf_counter() - t0) * 1000.0
+    verdict, reason = _classify(ctx, exc, ctx.confinement.get("as_limit", 0))
+    rec = {"verdict": verdict, "reason": reason, "elapsed_ms": elapsed}
+    if exc is not None:
+        rec.update(_describe_exception(exc, source, transformed))
+    return rec
+
+
+def _child_run(args: dict, shell, parent: int, on_main: bool) -> None:
+    t0 = time.perf_counter()
+    ctx = None
+    try:
+        ctx = _prepare_child(args, shell, parent, on_main)
+    except BaseException as exc:  # never run user code unconfined
+        fd = _SETUP.get("result_fd", -1)
+        if fd >= 0:
+            _write_json(fd, {"verdict": "unavailable", "reason": f"sandbox setup failed: {exc}"})
+        return
+    setup_ms = (time.perf_counter() - t0) * 1000.0
+    signal.setitimer(signal.ITIMER_REAL, float(args.get("budget_s", 10.0)) + 1.5)
+    rec = run_source(ctx, args["source"])
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    rec["setup_ms"] = setup_ms
+    rec["displays"] = ctx.displays
+    rec["denied"] = ctx.denied[:20]
+    rec["confinement"] = ctx.confinement
+    ctx.audit_state["bypass"] = True
+    _write_json(ctx.result_fd, rec)
+    os.close(ctx.result_fd)

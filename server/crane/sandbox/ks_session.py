@@ -1,0 +1,162 @@
+"""Fork sandbox, kernel side, part 5: the long-lived session child serving the repair agent.
+
+JSON-line commands (run, eval, checkpoint, rollback, close) from the daemon's FIFO; checkpoints are nested
+forks through the seccomp filter's gate (see session.py for the protocol).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from crane.sandbox.ks_common import CELL_FILENAME, _write_json  # kernel: strip
+from crane.sandbox.ks_isolation import _SETUP, _Ctx, _prepare_child, _single_thread_pools  # kernel: strip
+from crane.sandbox.ks_run import run_source  # kernel: strip
+from crane.sandbox.seccomp import set_parent_death_signal  # kernel: strip
+
+
+def _child_session(args: dict, shell, parent: int, on_main: bool) -> None:
+    """Serve JSON-line commands from the daemon until told to close. See session.py for the protocol."""
+    import secrets
+    args = dict(args)
+    args["fork_gate"] = secrets.randbits(63) | 1  # only our own checkpoint clone may pass the filter
+    ctx = None
+    try:
+        ctx = _prepare_child(args, shell, parent, on_main)
+    except BaseException as exc:
+        fd = _SETUP.get("result_fd", -1)
+        if fd >= 0:
+            _write_json(fd, {"event": "error", "reason": f"sandbox setup failed: {exc}"})
+        return
+    _session_loop(ctx, args["fork_gate"])
+
+
+def _read_commands(fd: int):
+    buf = b""
+    while True:
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                yield line
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        if not chunk:
+            return
+        buf += chunk
+
+
+def _gated_fork(gate: int) -> int:
+    """fork() through the session's gate: a raw clone(SIGCHLD) carrying the secret in the (ignored)
+    parent-tid argument, wrapped in CPython's own before/after-fork hooks."""
+    import ctypes
+    api = ctypes.pythonapi
+    libc = ctypes.PyDLL(None)
+    sc = libc.syscall
+    sc.restype = ctypes.c_long
+    sc.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    api.PyOS_BeforeFork()
+    pid = sc(56, 17, 0, gate, 0, 0)
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "checkpoint fork failed")
+    return pid
+
+
+def _session_loop(ctx: _Ctx, gate: int) -> None:
+    depth = 0
+    out_path = os.path.join(ctx.args["dir"], "stdout")
+    err_path = os.path.join(ctx.args["dir"], "stderr")
+    _write_json(ctx.result_fd, {"event": "ready", "pid": os.getpid(), "depth": 0, "confinement": ctx.confinement})
+    commands = _read_commands(ctx.cmd_fd)
+    for line in commands:
+        try:
+            cmd = json.loads(line)
+        except ValueError:
+            _write_json(ctx.result_fd, {"event": "error", "reason": "bad command"})
+            continue
+        op = cmd.get("op")
+        reply: dict = {"event": "reply", "id": cmd.get("id"), "pid": os.getpid(), "depth": depth}
+        if op == "run":
+            ctx.displays.clear()
+            ctx.denied.clear()
+            o0, e0 = _fsize(out_path), _fsize(err_path)
+            signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
+            rec = run_source(ctx, cmd.get("source", ""))
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            rec["displays"] = list(ctx.displays)
+            rec["denied"] = ctx.denied[:20]
+            rec["stdout_span"] = [o0, _fsize(out_path)]
+            rec["stderr_span"] = [e0, _fsize(err_path)]
+            reply.update(rec)
+        elif op == "eval":
+            try:
+                with ctx.shell.builtin_trap:
+                    value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ctx.shell.user_ns)
+                data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
+                reply.update({"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]})
+            except BaseException as exc:  # noqa: BLE001
+                reply.update({"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]})
+        elif op == "checkpoint":
+            _single_thread_pools()
+            threads = len(os.listdir("/proc/self/task"))
+            if threads > 1:
+                reply.update({"ok": False, "reason": f"{threads} threads are running; a checkpoint needs one"})
+            else:
+                try:
+                    pid = _gated_fork(gate)
+                except OSError as exc:
+                    reply.update({"ok": False, "reason": str(exc)})
+                else:
+                    if pid == 0:  # the new head: carries on with the same command stream
+                        set_parent_death_signal(signal.SIGKILL)
+                        depth += 1
+                        reply.update({"ok": True, "pid": os.getpid(), "depth": depth})
+                    else:  # the checkpoint: frozen until the head ends
+                        status = _wait_child(pid)
+                        reply = {"event": "resumed", "id": cmd.get("id"), "pid": os.getpid(), "depth": depth,
+                                 "reason": status}
+        elif op == "rollback":
+            if depth == 0:
+                reply.update({"ok": False, "reason": "no checkpoint to roll back to"})
+            else:
+                os._exit(11)  # the checkpoint below wakes up and announces itself
+        elif op == "close":
+            os._exit(12)
+        else:
+            reply.update({"ok": False, "reason": f"unknown op {op!r}"})
+        _write_json(ctx.result_fd, reply)
+
+
+def _wait_child(pid: int) -> str:
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return "lost"
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+        if code == 12:
+            os._exit(12)
+        return "rollback" if code == 11 else f"exited ({code})"
+    sig = os.WTERMSIG(status)
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = str(sig)
+    return f"killed ({name})"
+
+
+def _fsize(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
