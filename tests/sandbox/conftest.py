@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
+import tempfile
 import threading
 from pathlib import Path
 
@@ -73,12 +75,30 @@ def tree_hash(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
+def outside(tmp_path_factory):
+    """A directory outside every place the sandbox gives a private layer (the kernel's working directory and
+    its top-level directory, $HOME, /tmp, /var/tmp, /dev/shm) where this machine lets us create one, else a
+    temporary one (then it is inside a layer: still private)."""
+    made = None
+    for base in ("/var/cache", "/var/lib", "/srv", "/opt"):
+        if os.path.isdir(base) and os.access(base, os.W_OK):
+            made = Path(tempfile.mkdtemp(prefix="crane-sbx-outside-", dir=base))
+            break
+    d = made or tmp_path_factory.mktemp("outside")
+    (d / "target.txt").write_text("outside, keep me\n")
+    yield d
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, outside) -> Path:
     d = tmp_path_factory.mktemp("sbxwork")
     (d / "data.csv").write_text("a,b\n1,2\n3,4\n")
     (d / "sub").mkdir()
     (d / "sub" / "inner.txt").write_text("keep me\n")
     (d / "log.txt").write_text("log\n")
+    (d / "outside_link").symlink_to(outside / "target.txt")
     return d
 
 

@@ -1,9 +1,13 @@
-"""Fork sandbox, kernel side, part 3: cutting the child's ties to the kernel and confining it.
+"""Fork sandbox, kernel side: cutting the child's ties to the kernel and confining it.
 
 Before any user code the child gets its own process group and a parent-death signal; every inherited
-descriptor is re-pointed at /dev/null; fd 1/2, `sys.stdout`/`sys.stderr`, the display hook and publisher are
-replaced by capture; ipykernel's output streams and session sends are neutralised; thread pools run single-
-threaded; then `confine()` (seccomp.py) and the audit hook (ks_audit.py) are applied.
+descriptor and every shared writable mapping is made private (ks_fds.py, ks_mappings.py); fd 1/2,
+`sys.stdout`/`sys.stderr`, the display hook and publisher are replaced by capture; ipykernel's output streams
+and session sends are neutralised; thread pools run single-threaded. Then the mode is chosen: "layered" (the
+child moves into its own namespaces with private copy-on-write layers, ks_layer.py) unless the daemon asked
+for "blocking" or the layer cannot be built here (the reason is reported), then `confine()` (seccomp.py) with
+the matching profile and the audit hook (ks_audit.py). A setup line on the result channel says what is in
+force.
 """
 
 from __future__ import annotations
@@ -12,9 +16,21 @@ import io
 import os
 import signal
 import sys
+import time
 
 from crane.sandbox.ks_audit import _install_audit_hook  # kernel: strip
-from crane.sandbox.ks_common import _summarise_data  # kernel: strip
+from crane.sandbox.ks_common import _summarise_data, _write_json  # kernel: strip
+from crane.sandbox.ks_fds import privatise_descriptors  # kernel: strip
+from crane.sandbox.ks_layer import (  # kernel: strip
+    LayerError,  # kernel: strip
+    build_layer,  # kernel: strip
+    clone_into_namespaces,  # kernel: strip
+    drop_capabilities,  # kernel: strip
+    supervise,  # kernel: strip
+    writable_places,  # kernel: strip
+    write_id_maps,  # kernel: strip
+)  # kernel: strip
+from crane.sandbox.ks_mappings import privatise_shared_mappings  # kernel: strip
 from crane.sandbox.seccomp import confine, set_parent_death_signal  # kernel: strip
 
 _PUBLISHER: dict = {}  # a capturing display publisher, built once in the parent (cheaper for the child)
@@ -95,11 +111,17 @@ class _Ctx:
         self.shell = shell
         self.result_fd = -1
         self.cmd_fd = -1
-        self.inherited_max = 2
         self.displays: list[dict] = []
         self.denied: list[str] = []
         self.confinement: dict = {}
         self.scratch = os.path.realpath(args["scratch"])
+        self.mode = "blocking"  # or "layered"
+        self.mode_reason: str | None = None
+        self.places: list[str] = []  # layered: the directories with a private layer
+        self.fds: dict = {}
+        self.mappings: dict = {}
+        self.layer: dict = {}
+        self.steps: dict = {}  # setup step -> ms
         self.memory_mb = 0
         self.stdout: _Capture | None = None
         self.stderr: _Capture | None = None
@@ -107,19 +129,16 @@ class _Ctx:
 
 
 def _isolate_descriptors(ctx: _Ctx) -> None:
-    """Re-point every inherited descriptor >= 3 (ZMQ sockets, the kernel's files) at /dev/null, fill the gaps
-    so new descriptors get numbers above them, then open our own: result FIFO, stdout/stderr capture."""
+    """Make every inherited descriptor private (ks_fds.py), then open our own: the result channel (the
+    daemon's FIFO, or a file in the kernel-side directory when the daemon cannot see this machine), the
+    session's command FIFO, stdout/stderr capture; fd 0 reads /dev/null."""
+    ctx.fds = privatise_descriptors()
     priv = ctx.args["dir"]
-    inherited = [int(x) for x in os.listdir("/proc/self/fd")]
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    top = max(inherited + [devnull])
-    for fd in range(3, top + 1):
-        if fd != devnull:
-            os.dup2(devnull, fd, inheritable=False)
-    ctx.inherited_max = top
-    # ours (numbers > top)
-    res = os.open(os.path.join(priv, "result"), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    os.set_blocking(res, True)
+    if ctx.args.get("channel") == "remote":
+        res = os.open(os.path.join(priv, "result"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    else:
+        res = os.open(os.path.join(priv, "result"), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(res, True)
     ctx.result_fd = res
     _SETUP["result_fd"] = res
     if ctx.args.get("mode") == "session":
@@ -128,11 +147,12 @@ def _isolate_descriptors(ctx: _Ctx) -> None:
         ctx.cmd_fd = cmd
     out = os.open(os.path.join(priv, "stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
     err = os.open(os.path.join(priv, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    os.close(out)
-    os.close(err)
+    for fd in (devnull, out, err):
+        os.close(fd)
     limit = int(ctx.args.get("output_limit", 1 << 20))
     ctx.stdout = _Capture(1, "<stdout>", limit)
     ctx.stderr = _Capture(2, "<stderr>", limit)
@@ -277,8 +297,68 @@ def _machine_memory_bytes() -> int:
     return total
 
 
+_THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS")
+
+
+def _layer_budget_mb(requested: int) -> int:
+    """The private layer's tmpfs: at most `requested`, and a quarter of the available memory."""
+    return max(16, min(int(requested), _memory_budget_mb(1 << 30) // 2))
+
+
+def _enter_layer(ctx: _Ctx) -> dict | None:
+    """Layered mode (see ks_layer.py). Returns the layer's description in B (the process that runs the cell),
+    or None with `ctx.mode_reason` set when the blocking confinement must be used instead. In A (the process
+    forked from the kernel) it never returns: A supervises B and exits."""
+    cwd = os.getcwd()
+    places = writable_places(cwd, ctx.args.get("places") or ())
+    if not places:
+        ctx.mode_reason = "no writable directory to give a private layer"
+        return None
+    go_r, go_w = os.pipe()
+    try:
+        pid = clone_into_namespaces()
+    except LayerError as exc:
+        os.close(go_r)
+        os.close(go_w)
+        ctx.mode_reason = f"namespaces unavailable ({exc.strerror or exc})"
+        return None
+    if pid == 0:  # B
+        os.close(go_w)
+        set_parent_death_signal(signal.SIGKILL)
+        try:
+            os.setpgid(0, 0)  # a signal to "our process group" stays in the namespace
+        except OSError:
+            pass
+        go = os.read(go_r, 1)
+        os.close(go_r)
+        if go != b"g":  # A is gone, or could not map our ids
+            os._exit(0)
+        try:
+            info = build_layer(places, cwd, _layer_budget_mb(int(ctx.args.get("layer_mb", 2048))) << 20)
+        except OSError as exc:
+            ctx.mode_reason = f"the private layer could not be built ({exc})"
+            return None
+        if os.geteuid() != 0:
+            drop_capabilities()
+        return info
+    os.close(go_r)  # A
+    try:
+        write_id_maps(pid)
+    except OSError as exc:
+        os.close(go_w)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        ctx.mode_reason = f"user namespace ids could not be mapped ({exc})"
+        return None
+    os.write(go_w, b"g")
+    supervise(pid, float(ctx.args.get("budget_s", 10.0)) + 1.5, ctx.result_fd)
+    os._exit(0)
+
+
 def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
-    """Everything before user code: isolation, capture, confinement, audit hook, self-destruct timer."""
+    """Everything before user code: isolation, capture, the mode's layer and confinement, the audit hook."""
+    t0 = time.perf_counter()
     try:
         os.setpgid(0, 0)  # the user's interrupt (sent to the kernel's process group) must not reach us
     except OSError:
@@ -294,29 +374,63 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
             pass
     try:
         os.nice(5)  # the user's kernel comes first
-    except OSError:
+        if args.get("idle"):  # background runs: only spare CPU time (inherited by worker processes)
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError):
         pass
     ctx = _Ctx(args, shell)
+
+    def step(name: str, since: float) -> float:
+        now = time.perf_counter()
+        ctx.steps[name] = round((now - since) * 1000.0, 3)
+        return now
+
+    t = step("start", t0)
     _isolate_descriptors(ctx)
+    t = step("descriptors", t)
     _neutralise_kernel_io(ctx)
     sys.dont_write_bytecode = True
-    os.environ["TMPDIR"] = ctx.scratch
-    try:
-        import tempfile
-        tempfile.tempdir = ctx.scratch
-    except Exception:
-        pass
     _single_thread_pools()
+    t = step("streams", t)
+    ctx.mappings = privatise_shared_mappings()
+    t = step("mappings", t)
     ctx.memory_mb = _memory_budget_mb(int(args.get("memory_mb", 2048)))
     budget = float(args.get("budget_s", 10.0))
     cpu = float(args.get("cpu_s", budget + 1.0))
-    ctx.confinement = confine(
-        scratch_dir=ctx.scratch,
-        inherited_max_fd=ctx.inherited_max,
-        cpu_s=cpu,
-        memory_mb=ctx.memory_mb,
-        file_mb=int(args.get("file_mb", 64)),
-        fork_gate=args.get("fork_gate"),
-    )
+    layer = None
+    if args.get("mode") == "session":
+        ctx.mode_reason = "sandbox sessions use the blocking confinement"
+    elif args.get("layer", "auto") == "blocking":
+        ctx.mode_reason = "the blocking confinement was asked for"
+    else:
+        layer = _enter_layer(ctx)
+    t = step("layer", t)
+    if layer is not None:
+        ctx.mode, ctx.layer, ctx.places = "layered", layer, list(layer["places"])
+        for name in _THREAD_ENV:  # worker processes that exec a new interpreter start single-threaded too
+            os.environ[name] = "1"
+        layer_mb = _layer_budget_mb(int(args.get("layer_mb", 2048)))
+        ptys = ["/dev/pts"] if layer.get("ptys") else []
+        ctx.confinement = confine(
+            writable=ctx.places + ptys, cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=max(64, layer_mb), profile="layered",
+            metadata_ok=bool(layer.get("readonly")), nproc=None if os.geteuid() == 0 else 256,
+        )
+    else:
+        os.environ["TMPDIR"] = ctx.scratch
+        try:
+            import tempfile
+            tempfile.tempdir = ctx.scratch
+        except Exception:
+            pass
+        ctx.confinement = confine(
+            writable=[ctx.scratch], cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=int(args.get("file_mb", 64)),
+            profile="blocking", fork_gate=args.get("fork_gate"),
+        )
+    t = step("confine", t)
     _install_audit_hook(ctx)
+    step("audit", t)
+    ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
+    _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
+                                "layer": ctx.layer, "fds": ctx.fds, "mappings": ctx.mappings,
+                                "steps": ctx.steps, "pid": os.getpid()})
     return ctx

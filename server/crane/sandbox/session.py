@@ -257,6 +257,9 @@ class SandboxSession:
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         try:
-            return _reply_decoder.decode(line)
+            rep = _reply_decoder.decode(line)
         except msgspec.DecodeError as exc:
             raise SandboxError(f"malformed reply from the sandbox: {exc}") from None
+        if rep.event == "setup":  # the child's setup line (mode, what was made private): not a reply
+            return self._read_reply(deadline)
+        return rep

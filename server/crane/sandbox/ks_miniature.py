@@ -1,0 +1,1 @@
+"""Fork sandbox, kernel side: miniature runs (placeholder during development)."""
