@@ -182,7 +182,7 @@ def speculate(
         run = RemoteRun(conn, reply, request_timeout) if reply.channel == "remote" else LocalRun(pdir, reply)
         outcome = run.wait(time.monotonic() + float(budget_s) + _GRACE_S, cancel)
         v = assemble(outcome, float(budget_s), int(memory_mb))
-        v.pid = reply.pid
+        v.pid, v.channel = reply.pid, reply.channel
         if miniature:
             v.scale = "miniature"
         total_ms = (time.monotonic() - t0) * 1000.0

@@ -245,7 +245,10 @@ def build_layer(places: list[str], cwd: str, tmpfs_bytes: int) -> dict:
             os.close(fd)
     if not layered:
         raise LayerError(0, "no private layer could be mounted: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    os.chdir(cwd)  # the working directory now resolves into its layer
+    try:
+        os.chdir(cwd)  # the working directory now resolves into its layer
+    except OSError:
+        pass  # a working directory this mount namespace cannot name: it keeps the real one (read-only)
     ptys = _private_ptys(mount)
     pid_max = False
     if mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None) == 0:
