@@ -31,6 +31,7 @@ from crane.sandbox.ks_layer import (  # kernel: strip
     write_id_maps,  # kernel: strip
 )  # kernel: strip
 from crane.sandbox.ks_mappings import privatise_shared_mappings  # kernel: strip
+from crane.sandbox.ks_miniature import cell_names, shrink_namespace  # kernel: strip
 from crane.sandbox.seccomp import confine, set_parent_death_signal  # kernel: strip
 
 _PUBLISHER: dict = {}  # a capturing display publisher, built once in the parent (cheaper for the child)
@@ -122,6 +123,8 @@ class _Ctx:
         self.mappings: dict = {}
         self.layer: dict = {}
         self.steps: dict = {}  # setup step -> ms
+        self.kept: list[dict] = []  # miniature runs: what was shrunk (ks_miniature.py)
+        self.miniature_error: str | None = None
         self.memory_mb = 0
         self.stdout: _Capture | None = None
         self.stderr: _Capture | None = None
@@ -428,9 +431,15 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
         )
     t = step("confine", t)
     _install_audit_hook(ctx)
-    step("audit", t)
+    t = step("audit", t)
+    if args.get("miniature") and shell is not None:  # after confinement: shrinking runs library code
+        try:
+            ctx.kept = shrink_namespace(shell.user_ns, cell_names(shell, args.get("source", "")), args["miniature"])
+        except Exception as exc:  # the run then says there was nothing to shrink
+            ctx.miniature_error = f"{type(exc).__name__}: {exc}"
+        step("miniature", t)
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
                                 "layer": ctx.layer, "fds": ctx.fds, "mappings": ctx.mappings,
-                                "steps": ctx.steps, "pid": os.getpid()})
+                                "steps": ctx.steps, "pid": os.getpid(), "kept": ctx.kept})
     return ctx

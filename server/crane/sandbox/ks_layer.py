@@ -40,7 +40,9 @@ _AT_FDCWD, _AT_EMPTY_PATH, _AT_RECURSIVE = -100, 0x1000, 0x8000
 _OPEN_TREE_CLONE, _MOVE_MOUNT_F_EMPTY_PATH, _MOUNT_ATTR_RDONLY = 1, 0x4, 0x1
 _FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
 _NR_OPEN_TREE, _NR_MOVE_MOUNT, _NR_FSOPEN, _NR_FSCONFIG, _NR_FSMOUNT, _NR_MOUNT_SETATTR = 428, 429, 430, 431, 432, 442
-PID_MAX = 301  # the smallest pid_max Linux accepts: about 300 processes and threads in the sandbox
+# pid_max of the sandbox's pid namespace: after the first wrap Linux reuses pids from 300 (RESERVED_PIDS) up,
+# so this bounds the sandbox to about a thousand live processes and threads (thread churn never exhausts it).
+PID_MAX = 1300
 
 
 class LayerError(OSError):

@@ -18,6 +18,7 @@ import traceback
 
 from crane.sandbox.ks_common import _CO_COROUTINE, CELL_FILENAME, SandboxBlocked, _write_json  # kernel: strip
 from crane.sandbox.ks_isolation import _SETUP, _Ctx, _machine_memory_bytes, _prepare_child  # kernel: strip
+from crane.sandbox.ks_miniature import artefact  # kernel: strip
 
 
 def _compile_plan(shell, source: str, filename: str, transformed: str):
@@ -266,6 +267,11 @@ def run_source(ctx: _Ctx, source: str) -> dict:
     ctx.shown_exc = None
     elapsed = (time.perf_counter() - t0) * 1000.0
     verdict, reason = _classify(ctx, exc, ctx.confinement.get("as_limit", 0))
+    if verdict == "crash" and ctx.kept:
+        why = artefact(exc)
+        if why:  # a miniature run's crash that the smaller data may have caused: inconclusive
+            verdict, reason = "timeout", (f"the miniature run raised {type(exc).__name__}, which may be an artefact "
+                                          f"of the smaller data ({why}); the full run did not finish in time")
     rec = {"verdict": verdict, "reason": reason, "elapsed_ms": elapsed}
     if exc is not None:
         rec.update(_describe_exception(exc, source, transformed))
@@ -283,6 +289,11 @@ def _child_run(args: dict, shell, parent: int, on_main: bool) -> None:
             _write_json(fd, {"verdict": "unavailable", "reason": f"sandbox setup failed: {exc}"})
         return
     setup_ms = (time.perf_counter() - t0) * 1000.0
+    if args.get("miniature") and not ctx.kept:
+        why = ctx.miniature_error or "the cell reads no large DataFrame, array, tensor or dataset"
+        _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}", "setup_ms": setup_ms})
+        os.close(ctx.result_fd)
+        return
     signal.setitimer(signal.ITIMER_REAL, float(args.get("budget_s", 10.0)) + 1.5)
     rec = run_source(ctx, args["source"])
     signal.setitimer(signal.ITIMER_REAL, 0)
