@@ -8,6 +8,7 @@ import sys
 
 from crane import __version__
 from crane.commands import bench, check, diagnose, fix, serve
+from crane.errors import CraneError
 
 # name -> (module with add_arguments/run, one-line help)
 SUBCOMMANDS = {
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("crane: interrupted", file=sys.stderr)
         return 130
+    except CraneError as exc:  # CRANE's own failures carry a message for the user
+        print(f"crane: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # never a bare traceback for users; CRANE_DEBUG=1 shows it
         if os.environ.get("CRANE_DEBUG"):
             raise

@@ -14,13 +14,14 @@ from typing import Any, Literal
 import msgspec
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
+from crane.errors import CraneError
 from crane.rules.finding import Finding
 
 KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
 KernelSource = Literal["request", "discovery", "setting"]
 
 
-class InvalidParams(ValueError):
+class InvalidParams(CraneError, ValueError):
     """Params of a custom message do not have the documented shape."""
 
 
