@@ -211,6 +211,14 @@ class NotebookTextMap:
         prefix = self.text[self._line_starts[line0] : index]
         return line0 + 1, len(prefix.encode("utf-16-le")) // 2 + 1
 
+    def line_text(self, cell: int, line: int) -> str | None:
+        """The text of a 1-based line of the cell's source, without its line break."""
+        src = self._cell(cell)
+        if src is None or not 1 <= line <= len(src.line_starts):
+            return None
+        end = src.line_starts[line] if line < len(src.line_starts) else src.length
+        return src.source[src.line_starts[line - 1] : end].rstrip("\r\n")
+
     def source_line_count(self, cell: int) -> int | None:
         src = self._cell(cell)
         return len(src.line_starts) if src else None
