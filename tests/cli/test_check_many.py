@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import msgspec
 import pytest
@@ -157,3 +158,13 @@ def test_static_mode_stays_available(nb_dir):
     assert res.returncode == 1
     cell = _report(res).notebooks[0].cells[0]
     assert cell.sandbox is None and cell.findings[0].source == "rules"
+
+
+def test_a_relative_python_is_relative_to_the_current_folder_not_the_notebooks(nb_dir):
+    (nb_dir / "nbs" / "deep").mkdir(parents=True)
+    make_notebook(nb_dir / "nbs" / "deep" / "a.ipynb", CRASH)
+    rel = os.path.relpath(sys.executable, nb_dir)
+    assert os.sep in rel and not os.path.isabs(rel)
+    res = crane("check", "nbs", "--python", rel, "--mode", "static", cwd=nb_dir)
+    assert res.returncode == 1, res.stderr
+    assert "nbs/deep/a.ipynb: cell 2, line 1: NameError" in res.stdout
