@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
             report = NotebookReport(notebook=target.path, error=target.error)
         else:
             report, loaded = check_notebook(target.path, opts, settings, progress=progress)
-            if loaded is not None:
+            # SARIF regions need the file's text, only where there is something to locate
+            if fmt == "sarif" and loaded is not None and any(c.findings or c.error for c in report.cells):
                 texts[target.path] = loaded.text
         if report.error:
             print(f"crane: {located(report.notebook, report.error)}", file=sys.stderr)

@@ -34,11 +34,15 @@ class CheckOptions:
 
 @dataclass(frozen=True)
 class Loaded:
-    """A notebook read once: the decoded model and the raw text (for SARIF positions)."""
+    """A notebook read once: the decoded model and the file's bytes (their text gives SARIF positions)."""
 
     path: str
-    text: str
+    data: bytes
     nb: Notebook
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
 
 
 def load(path: str) -> Loaded:
@@ -48,7 +52,7 @@ def load(path: str) -> Loaded:
     except OSError as exc:
         raise NotebookError(f"cannot read {path}: {exc.strerror or exc}") from None
     nb = parse_notebook(data, path)
-    return Loaded(path=path, text=data.decode("utf-8", errors="replace"), nb=nb)
+    return Loaded(path=path, data=data, nb=nb)
 
 
 def check_notebook(
