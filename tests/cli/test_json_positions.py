@@ -19,7 +19,7 @@ _NL = re.compile(r"\r\n|\r|\n")
 
 
 def _notebook_text(sources: list[str], style: str) -> str:
-    cells = []
+    cells: list[dict] = []
     for src in sources:
         if style == "string":
             value: str | list[str] = src

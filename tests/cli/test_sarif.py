@@ -22,7 +22,7 @@ SCHEMA = json.loads((Path(__file__).parent / "sarif" / "sarif-schema-2.1.0.json"
 
 def jupyter_notebook(path: Path, cells: list[tuple[str, int | None]]) -> Path:
     """Written as Jupyter writes it: indent=1, sorted keys, raw UTF-8, `source` as a list of lines."""
-    out = [{"cell_type": "code", "execution_count": count, "id": f"c{i}", "metadata": {}, "outputs": [],
+    out: list[dict] = [{"cell_type": "code", "execution_count": count, "id": f"c{i}", "metadata": {}, "outputs": [],
             "source": src.splitlines(keepends=True)} for i, (src, count) in enumerate(cells)]
     nb = {"cells": out, "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
     path.parent.mkdir(parents=True, exist_ok=True)

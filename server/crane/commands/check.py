@@ -12,9 +12,13 @@ import argparse
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
 from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
+
+if TYPE_CHECKING:
+    from crane.commands.output import CheckReport
 
 MODES = ("static", "auto", "llm")  # see crane.modes
 FORMATS = ("text", "json", "sarif")
@@ -86,23 +90,23 @@ def run(args: argparse.Namespace) -> int:
             print(f"crane: {located(report.notebook, report.error)}", file=sys.stderr)
         reports.append(report)
 
-    report = CheckReport(
+    full = CheckReport(
         schema=CHECK_SCHEMA, mode=args.mode, notebooks=reports,
         predicted_crashes=sum(nb.predicted_crashes for nb in reports),
         errors=sum(1 for nb in reports if nb.error), elapsed_s=round(time.monotonic() - start, 3),
     )
     if fmt == "json":
-        print(encode(report))
+        print(encode(full))
     elif fmt == "sarif":
         from crane.commands.sarif import sarif_log
 
-        print(encode(sarif_log(report, texts)))
+        print(encode(sarif_log(full, texts)))
     else:
-        print(render_text(report))
-    return exit_code(report)
+        print(render_text(full))
+    return exit_code(full)
 
 
-def exit_code(report) -> int:
+def exit_code(report: CheckReport) -> int:
     """2 when a notebook could not be checked, else 1 when a crash is predicted, else 0."""
     if report.errors:
         return EXIT_ERROR

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class CheckOptions:
     mode: str = "auto"
-    cells: list[int] | None = None  # 1-based target cells; None: every code cell not run yet
+    cells: tuple[int, ...] | None = None  # 1-based target cells; None: every code cell not run yet
     budget_s: float = 30.0
     python: str | None = None
     cell_timeout_s: float = 600.0

@@ -219,7 +219,7 @@ def _result(cell_result: CellResult, location_uri: ArtifactLocation,
     cell = cell_result.cell
     certain = " (certain: seen in a sandboxed run)" if f.source == "sandbox" else ""
     message = f"{f.ename}: {f.message} — cell {cell}, line {f.line}{certain}"
-    related = []
+    related: list[Location] = []
     for r in f.related:
         if r.cell is None:
             continue
@@ -236,7 +236,7 @@ def _result(cell_result: CellResult, location_uri: ArtifactLocation,
         ))],
         related_locations=related,
         properties=ResultProperties(
-            cell=cell, cell_line=f.line, cell_column=(_chars(text_map, cell, f.line, f.col) if text_map else f.col) + 1, ename=f.ename, confidence=f.confidence,
+            cell=cell, cell_line=f.line, cell_column=((_chars(text_map, cell, f.line, f.col) if text_map else f.col) or 0) + 1, ename=f.ename, confidence=f.confidence,
             source=f.source, root_cause=f.root_cause, sandbox=cell_result.sandbox, evidence=f.evidence,
             other_findings=[f"line {o.line}: {o.ename}: {o.message}" for o in cell_result.findings[1:]],
         ),

@@ -16,11 +16,14 @@ from __future__ import annotations
 import bisect
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 _WS = re.compile(r"[ \t\n\r]*")
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 _DECODER = json.JSONDecoder()
+# The C scanner json itself uses (not in the type stubs): (text, index after the quote) -> (value, end).
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 class _Malformed(Exception):
@@ -74,7 +77,8 @@ class _Scanner:
         self.text = text
 
     def ws(self, i: int) -> int:
-        return _WS.match(self.text, i).end()
+        m = _WS.match(self.text, i)
+        return m.end() if m else i
 
     def expect(self, i: int, ch: str) -> int:
         i = self.ws(i)
@@ -94,7 +98,7 @@ class _Scanner:
         if self.text[i : i + 1] != '"':
             raise _Malformed(f"expected a string at {i}")
         try:
-            value, end = json.decoder.scanstring(self.text, i + 1)
+            value, end = _scanstring(self.text, i + 1)
         except json.JSONDecodeError as exc:
             raise _Malformed(str(exc)) from None
         return _Literal(value, i + 1, _raw_offsets(self.text[i + 1 : end - 1])), end
