@@ -9,10 +9,11 @@ from pathlib import Path
 
 import msgspec
 
+from crane.errors import CraneError
 from crane.notebook.timing import recorded_seconds
 
 
-class NotebookError(Exception):
+class NotebookError(CraneError):
     """The notebook cannot be used: unreadable, not JSON, not nbformat 4, or a bad cell number."""
 
 
