@@ -23,6 +23,8 @@ def record(cell: CellResult, result: VariantResult) -> None:
         result.predicted_crash = True
         result.predicted_ename, result.rule, result.line, result.message = f.ename, f.rule, f.line, f.message
     result.verdict = cell.sandbox or cell.llm or ("crash" if cell.findings else "no-crash")
+    result.decided_by = cell.decided_by
+    result.sandbox_scale, result.sandbox_mode = cell.sandbox_scale, cell.sandbox_mode
     if cell.error:
         result.error = cell.error
 

@@ -139,7 +139,8 @@ def final_findings(settings: Settings, session: NotebookSession, cell: CellSnaps
     model = session.model_answers.get(cell.source, session.kernel_gen) if settings.mode == "llm" else None
     info = None
     if verdict is not None:
-        info = {"verdict": verdict.verdict, "reason": verdict.reason, "elapsedMs": round(verdict.elapsed_ms, 1)}
+        info = {"verdict": verdict.verdict, "reason": verdict.reason, "elapsedMs": round(verdict.elapsed_ms, 1),
+                "how": verdict.how(), "scale": verdict.scale, "mode": verdict.mode}
     return decide(settings.mode, rules, verdict, model).findings, info
 
 

@@ -13,6 +13,7 @@ from lsprotocol import types
 
 from crane.lsp.crane_server import CraneServer
 from crane.lsp.facts_markdown import facts_markdown
+from crane.sandbox.verdict import verdict_markdown
 
 _CHAIN = re.compile(r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")
 
@@ -101,6 +102,9 @@ async def hover(ls: CraneServer, params: types.HoverParams) -> types.Hover | Non
         text = f"**{root}**: not defined in the kernel" + (" _(stale)_" if stale else "")
     if text is None:
         return None
+    verdict = session.sandbox_verdicts.get(doc.source, session.kernel_gen) if ls.settings.speculative_on else None
+    if verdict is not None:
+        text += "\n\n---\n" + verdict_markdown(verdict)
     return types.Hover(
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
         range=types.Range(types.Position(params.position.line, start), types.Position(params.position.line, end)),

@@ -5,8 +5,9 @@ connection for messages. It reports, through `on_event` (called on the watcher t
 
 - `WatchEvent("busy")` when a user execution starts (another client's `execute_request` goes busy), and
   `WatchEvent("idle")` when no user request runs any more;
-- `WatchEvent("finished", code, execution_count, success)` when a user cell that was shown on iopub
-  (`execute_input`) goes idle: the kernel's state changed;
+- `WatchEvent("finished", code, execution_count, success, seconds)` when a user cell that was shown on iopub
+  (`execute_input`) goes idle: the kernel's state changed; `seconds` is how long it ran (from its
+  `execute_input` to its `idle`), which tells the sandbox when a cell is too long for a full-size run;
 - `WatchEvent("restarted")` on a `starting`/`restarting` status;
 - `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back.
 
@@ -33,6 +34,7 @@ class WatchEvent:
     code: str | None = None
     execution_count: int | None = None
     success: bool | None = None
+    seconds: float | None = None
 
 
 class KernelWatch(threading.Thread):
@@ -156,12 +158,14 @@ class KernelWatch(threading.Thread):
                     now_idle = was_busy and not self._busy_parents
                     run = self._running.pop(pid, None)
                 if run is not None:
-                    self._emit(WatchEvent("finished", run["code"], run["count"], run["ok"]))
+                    self._emit(WatchEvent("finished", run["code"], run["count"], run["ok"],
+                                          round(time.monotonic() - run["t0"], 3)))
                 if now_idle:
                     self._emit(WatchEvent("idle"))
         elif mtype == "execute_input":
             with self._lock:
-                self._running[pid] = {"code": content.get("code", ""), "count": content.get("execution_count"), "ok": True}
+                self._running[pid] = {"code": content.get("code", ""), "count": content.get("execution_count"), "ok": True,
+                                      "t0": time.monotonic()}
         elif mtype == "error":
             with self._lock:
                 if pid in self._running:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KERNEL_STATUS = "crane/kernelStatus"
+RUN_SECONDS_KEPT = 512  # cell texts whose last run time is remembered
 BUSY_AFTER_S = 0.15  # a user request must run this long before the status says "busy"
 
 
@@ -196,6 +197,11 @@ class KernelSupervisor:
             self.host.call_later(BUSY_AFTER_S, self._still_busy, session, att)
         elif event.kind == "finished":
             session.kernel_changed()
+            if event.code and event.seconds is not None:  # how long the cell takes: the sandbox's scale
+                session.run_seconds.pop(event.code, None)
+                session.run_seconds[event.code] = event.seconds
+                while len(session.run_seconds) > RUN_SECONDS_KEPT:
+                    session.run_seconds.pop(next(iter(session.run_seconds)))
             count, last = event.execution_count, att.last_count
             if count is not None:
                 att.last_count = count

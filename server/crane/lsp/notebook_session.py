@@ -97,6 +97,7 @@ class NotebookSession:
     last_edit: dict[str, float] = field(default_factory=dict)  # cell URI -> loop time of its last text edit
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order
+    run_seconds: dict[str, float] = field(default_factory=dict)  # cell text -> how long the user's last run took
     scheduler: CellScheduler | None = None
     closed: bool = False
     on_kernel_failure: Any = None  # callable(exc), set by the supervisor; called from worker threads

@@ -4,7 +4,7 @@ Settings come from `initializationOptions` and `workspace/didChangeConfiguration
 the section itself, camelCase:
 
     mode: "static" | "auto" | "llm"                     (default "auto")
-    speculative: {enabled: true, budgetSeconds: 10}
+    speculative: {enabled: true, budgetSeconds: 10, backgroundSeconds: 120}
     llm: {model: null | str, apiBase: null | str, ...}  (other keys of docs/llm.md pass through)
     agent: {maxSteps: 10, budgetUsd: null | float, stepMode: false}
     kernel: {connectionFile: null | str}
@@ -36,6 +36,7 @@ LLM_EXTRA_KEYS = ("timeout", "maxTokens", "temperature", "retries", "budgetUsd",
 class SpeculativeSettings(msgspec.Struct, rename="camel", frozen=True):
     enabled: bool = True
     budget_seconds: float = 10.0
+    background_seconds: float = 120.0  # full-size background runs of long cells (0: none; see background_run)
 
 
 class LLMSection(msgspec.Struct, rename="camel", frozen=True):
@@ -152,6 +153,7 @@ _SCHEMA: dict[str | None, dict[str, tuple[str, Any]]] = {
     "speculative": {
         "enabled": ("enabled", _check_bool),
         "budgetSeconds": ("budget_seconds", _check_float(0.1, 600.0)),
+        "backgroundSeconds": ("background_seconds", _check_float(0.0, 3600.0)),
     },
     "llm": {"model": ("model", _check_str), "apiBase": ("api_base", _check_url)},
     "agent": {
@@ -242,6 +244,7 @@ class Tuning(msgspec.Struct, frozen=True):
     discovery_interval_ms: int = 3000  # look again for the notebook's kernel this often while none is attached
     speculate_delay_ms: int = 400  # a cell's text must be stable this long before it is run speculatively
     llm_delay_ms: int = 2000  # llm mode: the model is asked this long after a cell's last edit
+    background_idle: int = 1  # background full-size runs at idle CPU priority (0: normal, for loaded test machines)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Tuning:

@@ -1,7 +1,10 @@
 """auto mode: speculative runs of cells in a confined copy-on-write fork of the attached kernel.
 
 After the rules' diagnostics of a cell are published, the cell is queued for a sandboxed run
-(`crane.sandbox.speculate`) when it has rule findings or has never been executed. Runs happen one at a time,
+(`crane.sandbox.scale.speculate_scaled`: full size, or a miniature when the cell's last run, as the kernel
+watcher measured it, or a first attempt outlasts the budget) when it has rule findings or has never been
+executed. A cell judged only in miniature, or not at all, is then offered to `background_run` for a full-size
+run at idle priority while the kernel is idle. Runs happen one at a time,
 on a thread of their own with a kernel connection of their own, only while the kernel is attached and idle,
 once the cell's text has been stable for `CRANE_LSP_SPECULATE_DELAY_MS`. Verdicts are kept by the session
 per (cell text, kernel state generation): typing back the same text, or re-checking a cell, does not fork
@@ -14,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from crane.lsp.background_run import BackgroundRuns, ThreadConnections
 from crane.lsp.diagnostics import republish
 from crane.lsp.notebook_map import CellSnapshot, snapshot
 
@@ -40,7 +45,8 @@ class SpeculationService:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-sandbox")
-        self._conns: dict[int, tuple[Attachment, Any]] = {}  # id(attachment) -> (attachment, connection)
+        self._conns = ThreadConnections(host)  # used on the sandbox thread only
+        self.background = BackgroundRuns(host)
         self.runs = 0  # sandbox runs started (for tests and logs)
 
     # -- cache (kept by the session) -------------------------------------------------------------------------
@@ -141,6 +147,7 @@ class SpeculationService:
                 self.request(session, cell_uri)
             return
         session.sandbox_verdicts.put(cell.source, gen, v)
+        self.background.offer(session, cell_uri, cell.source, gen, v)
         if republish(self.host, session, cell_uri, cell.source):  # False: the text changed (a newer check runs)
             now = snapshot(self.host.workspace, session.uri)
             current = now.cell(cell_uri) if now is not None else None
@@ -152,40 +159,24 @@ class SpeculationService:
         if att is None or not att.alive:
             return None
         budget = self.host.settings.speculative.budget_seconds
+        recorded = session.run_seconds.get(source)
+        places = [os.path.dirname(os.path.abspath(session.path))] if session.path else []
         self.runs += 1
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._speculate_blocking, att, source, budget)
+        return await loop.run_in_executor(self._executor, self._speculate_blocking, att, source, budget, recorded,
+                                          places)
 
     # -- on the sandbox thread ------------------------------------------------------------------------------
-    def _connection(self, att: Attachment) -> Any:
-        """A kernel connection of this thread's own for `att` (its requests are not the user's: the watcher
-        ignores them). Connections of attachments that were let go of are closed here."""
-        for k, (other, conn) in list(self._conns.items()):
-            if other.closed:
-                del self._conns[k]
-                try:
-                    conn.close()
-                except Exception:
-                    pass
-        hit = self._conns.get(id(att))
-        if hit is not None and hit[0] is att:
-            return hit[1]
-        from crane.lsp.kernel_attach import connect, session_id
-
-        conn = connect(att.info.connection_file, self.host.tuning.attach_timeout_ms / 1000)
-        att.watch.ignore_sessions.add(session_id(conn))
-        self._conns[id(att)] = (att, conn)
-        return conn
-
-    def _speculate_blocking(self, att: Attachment, source: str, budget: float) -> SandboxVerdict:
-        from crane.sandbox import speculate
+    def _speculate_blocking(self, att: Attachment, source: str, budget: float, recorded: float | None,
+                            places: list[str]) -> SandboxVerdict:
+        from crane.sandbox.scale import speculate_scaled
         from crane.sandbox.verdict import unavailable
 
         try:
-            conn = self._connection(att)
+            conn = self._conns.get(att)
         except Exception as exc:
             return unavailable(f"could not connect to the kernel for a sandboxed run: {exc}")
-        return speculate(conn, source, budget)
+        return speculate_scaled(conn, source, budget, recorded_s=recorded, places=places)
 
     # -- on demand ------------------------------------------------------------------------------------------
     async def run_now(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict:
@@ -199,6 +190,7 @@ class SpeculationService:
         if session.kernel_gen == gen and not session.closed:
             session.sandbox_verdicts.put(cell.source, gen, v)
             if self.host.settings.speculative_on:
+                self.background.offer(session, cell.uri, cell.source, gen, v)
                 republish(self.host, session, cell.uri, cell.source)
         return v
 
@@ -206,13 +198,6 @@ class SpeculationService:
         if self._task is not None:
             self._task.cancel()
 
-        def close_all() -> None:
-            for _att, conn in self._conns.values():
-                try:
-                    conn.close()
-                except Exception:
-                    pass
-            self._conns.clear()
-
-        self._executor.submit(close_all)
+        self.background.close()
+        self._executor.submit(self._conns.close_all)
         self._executor.shutdown(wait=False)

@@ -85,6 +85,23 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
         return text
 
 
+_VERDICT_WORDS = {"crash": "crashes", "no-crash": "runs without crashing", "timeout": "did not finish (inconclusive)",
+                  "blocked": "has side effects the sandbox refuses (inconclusive)", "unavailable": "was not run"}
+
+
+def verdict_markdown(v: SandboxVerdict) -> str:
+    """How a cell's speculative run went and how its verdict was reached (one markdown line, for the hover and
+    the diagnosis)."""
+    if v.verdict == "unavailable":
+        return f"**Speculative run**: not run ({v.reason or 'the sandbox is unavailable'})."
+    head = _VERDICT_WORDS.get(v.verdict, v.verdict)
+    if v.verdict == "crash" and v.ename:
+        head += f" with `{v.ename}`" + (f" on line {v.line}" if v.line else "")
+    reason = f" ({v.reason})" if v.reason and v.verdict not in ("crash", "no-crash") else ""
+    how = v.how()
+    return f"**Speculative run**: this cell {head}{reason}. {how[:1].upper()}{how[1:]}."
+
+
 def miniature_text(kept: list[KeptObject]) -> str:
     """'kept 1,333 of 40,000 rows of X, y; 166 of 5,000 of X_test' (objects grouped by size)."""
     groups: dict[tuple[int, int], list[str]] = {}

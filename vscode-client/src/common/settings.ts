@@ -15,7 +15,7 @@ export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
  */
 export interface ServerSettings {
   mode: unknown;
-  speculative: { enabled: unknown; budgetSeconds: unknown };
+  speculative: { enabled: unknown; budgetSeconds: unknown; backgroundSeconds: unknown };
   llm: { model: unknown; apiBase: unknown };
   agent: { maxSteps: unknown; budgetUsd: unknown; stepMode: unknown };
   kernel: { connectionFile: string | null };
@@ -56,6 +56,7 @@ export const DEFAULTS = {
   mode: 'auto',
   speculativeEnabled: true,
   budgetSeconds: 10,
+  backgroundSeconds: 120,
   maxSteps: 10,
   stepMode: false,
   hover: true,
@@ -87,6 +88,7 @@ export function getServerSettings(scope?: vscode.ConfigurationScope): ServerSett
     speculative: {
       enabled: orNull(get('speculative.enabled', DEFAULTS.speculativeEnabled)),
       budgetSeconds: orNull(get('speculative.budgetSeconds', DEFAULTS.budgetSeconds)),
+      backgroundSeconds: orNull(get('speculative.backgroundSeconds', DEFAULTS.backgroundSeconds)),
     },
     llm: {
       model: orNull(get('llm.model', null)),

@@ -26,7 +26,7 @@ function contributedDefaults(): Record<string, unknown> {
 
 const CONTRACT_DEFAULTS = {
   mode: 'auto',
-  speculative: { enabled: true, budgetSeconds: 10 },
+  speculative: { enabled: true, budgetSeconds: 10, backgroundSeconds: 120 },
   llm: { model: null, apiBase: null },
   agent: { maxSteps: 10, budgetUsd: null, stepMode: false },
   kernel: { connectionFile: null },
@@ -60,13 +60,14 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
       'crane.agent.stepMode': true,
       'crane.speculative.enabled': false,
       'crane.speculative.budgetSeconds': 2.5,
+      'crane.speculative.backgroundSeconds': 0,
       'crane.kernel.connectionFile': '/tmp/kernel-1.json',
       'crane.hover': false,
       'crane.logLevel': 'debug',
     };
     expect(getServerSettings()).toEqual({
       mode: 'llm',
-      speculative: { enabled: false, budgetSeconds: 2.5 },
+      speculative: { enabled: false, budgetSeconds: 2.5, backgroundSeconds: 0 },
       llm: { model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
       agent: { maxSteps: 3, budgetUsd: 0.1, stepMode: true },
       kernel: { connectionFile: '/tmp/kernel-1.json' },
