@@ -65,7 +65,7 @@ def test_consistent_subsets_keep_nan_rows_and_every_class(conn, watcher, ready):
     assert v.verdict == "no-crash" and v.scale == "miniature", v
     n, *checks = v.stdout.split()
     assert checks == ["True"] * 7, v.stdout
-    assert 256 <= int(n) < 2000
+    assert 64 <= int(n) < 2000
     kept = {k.name: (k.kind, k.rows, k.of) for k in v.kept}
     assert kept["df"] == ("DataFrame", int(n), 10000) and kept["y"][1:] == (int(n), 10000)
     assert kept["loader"][0] == "DataLoader" and kept["frames['train']"][1] == int(n)

@@ -136,6 +136,7 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
     if setup is not None:
         v.mode, v.mode_reason, v.kept = setup.mode, setup.reason, setup.kept
         v.setup_ms = float(setup.steps.get("total", 0.0) or 0.0)
+        v.setup_steps = {str(k): float(x) for k, x in setup.steps.items() if isinstance(x, (int, float))}
         if setup.kept:
             v.scale = "miniature"
     v.stdout, v.stderr = outcome.stdout, outcome.stderr

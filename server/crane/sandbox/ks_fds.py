@@ -6,9 +6,9 @@ behaves like it without reaching what the kernel holds:
 - a regular file opened for reading: opened again (a new open file description at the same offset, so the
   kernel's offset and locks are untouched);
 - a regular file opened for writing: a private in-memory copy (a memfd with the file's contents when it is
-  open for reading too, the same size and offset and O_APPEND flag), while a copy budget lasts; past the
-  budget it is opened again read-only ("degraded": a write then fails with EBADF, which the run reports as
-  blocked);
+  open for reading too, the same size and offset and O_APPEND flag), for files up to 1 MiB while a copy budget
+  lasts; larger ones (IPython's history database, an open HDF5 or SQLite file) are opened again read-only
+  ("degraded": reads see the file, a write fails with EBADF, which the run reports as blocked);
 - a directory: opened again read-only; an O_PATH descriptor is kept (it cannot read or write);
 - the harmless character devices (/dev/null, zero, random, urandom, full): opened again;
 - everything else (sockets, pipes, ttys, eventfd/epoll, ...): /dev/null opened read-write, so a write is
@@ -51,7 +51,7 @@ def _memfd_copy(fd: int, size: int, flags: int, with_contents: bool) -> int:
     return new
 
 
-def privatise_descriptors(copy_budget: int = 64 << 20) -> dict:
+def privatise_descriptors(copy_budget: int = 8 << 20, copy_file_limit: int = 1 << 20) -> dict:
     """Replace every inherited descriptor >= 3 (see the module docstring). Returns counts by treatment."""
     counts = {"reopened": 0, "copied": 0, "sunk": 0, "kept": 0, "degraded": 0}
     sink = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -88,7 +88,7 @@ def privatise_descriptors(copy_budget: int = 64 << 20) -> dict:
                     else:
                         readable = access == os.O_RDWR
                         need = st.st_size if readable else 0
-                        if need <= left:
+                        if need <= min(left, copy_file_limit):
                             new = _memfd_copy(fd, st.st_size, flags, readable)
                             left -= need
                             counts["copied"] += 1

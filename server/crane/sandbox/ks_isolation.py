@@ -154,16 +154,20 @@ def _record_display(ctx: _Ctx, value, kind: str) -> None:
     ctx.displays.append(_summarise_data(data, kind))
 
 
-def _single_thread_pools() -> None:
-    """OpenMP/BLAS pools of the kernel do not exist in the child (a GNU OpenMP region would hang there);
-    run them single-threaded, which also keeps the user's kernel responsive on a small machine."""
+_POOLS: dict = {"key": None, "calls": []}  # the thread-pool setters of the loaded OpenMP/BLAS libraries
+_POOL_SETTERS = ("omp_set_num_threads", "openblas_set_num_threads", "openblas_set_num_threads64_",
+                 "scipy_openblas_set_num_threads64_", "MKL_Set_Num_Threads", "bli_thread_set_num_threads",
+                 "blas_thread_shutdown_")
+
+
+def find_thread_pools() -> None:
+    """In the kernel, before forking: find the OpenMP/BLAS thread-pool setters of the loaded libraries (a walk
+    of the loaded objects, redone only when the kernel imported something since), so the child only calls
+    them."""
     import ctypes
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            torch.set_num_threads(1)
-        except Exception:
-            pass
+    key = len(sys.modules)
+    if _POOLS["key"] == key:
+        return
     paths = []
 
     class _Info(ctypes.Structure):
@@ -177,28 +181,38 @@ def _single_thread_pools() -> None:
                 paths.append(name.decode("utf-8", "replace"))
         return 0
 
+    calls = []
     try:
         cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Info), ctypes.c_size_t, ctypes.c_void_p)(visit)
         ctypes.CDLL(None).dl_iterate_phdr(cb, None)
+        for p in paths:
+            try:
+                lib = ctypes.CDLL(p, mode=os.RTLD_NOLOAD)
+            except OSError:
+                continue
+            calls += [(n, getattr(lib, n)) for n in _POOL_SETTERS if getattr(lib, n, None) is not None]
     except Exception:
-        return
-    # set to one thread, then join OpenBLAS's (re-created) workers: a single-threaded process can also be
-    # checkpointed (forked again) safely
-    names = ("omp_set_num_threads", "openblas_set_num_threads", "openblas_set_num_threads64_",
-             "scipy_openblas_set_num_threads64_", "MKL_Set_Num_Threads", "bli_thread_set_num_threads",
-             "blas_thread_shutdown_")
-    for p in paths:
+        calls = []
+    _POOLS["key"], _POOLS["calls"] = key, calls
+
+
+def _single_thread_pools() -> None:
+    """OpenMP/BLAS pools of the kernel do not exist in the child (a GNU OpenMP region would hang there);
+    run them single-threaded, which also keeps the user's kernel responsive on a small machine. Then OpenBLAS's
+    (re-created) workers are joined: a single-threaded process can also be checkpointed (forked again)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
         try:
-            lib = ctypes.CDLL(p, mode=os.RTLD_NOLOAD)
-        except OSError:
-            continue
-        for n in names:
-            fn = getattr(lib, n, None)
-            if fn is not None:
-                try:
-                    fn() if n == "blas_thread_shutdown_" else fn(1)
-                except Exception:
-                    pass
+            torch.set_num_threads(1)
+        except Exception:
+            pass
+    if _POOLS["key"] is None:  # not looked up in the kernel (a session's checkpoint): look now
+        find_thread_pools()
+    for name, fn in _POOLS["calls"]:
+        try:
+            fn() if name == "blas_thread_shutdown_" else fn(1)
+        except Exception:
+            pass
 
 
 def _memory_budget_mb(requested: int) -> int:

@@ -9,7 +9,7 @@ level inside dicts, lists and tuples) are replaced in the child's namespace by r
   group (small lookup tables next to a large table stay whole);
 - kept: every row needed to keep each column's NaN (a few rows) and every class or category of low-cardinality
   columns (one row each), then random rows (fixed seed) up to `fraction` of the group, at least `floor_rows`;
-  the count keeps the original remainder modulo the batch size (a DataLoader's, else 128) so the last batch
+  the count keeps the original remainder modulo the batch size (a DataLoader's, else 64) so the last batch
   of a loop has the same size as in the full run;
 - types, index labels, dtypes and DataLoader settings are kept (`iloc`, fancy indexing, a new DataLoader with
   the same arguments over the shrunk dataset).
@@ -235,10 +235,14 @@ def _rebuild_loader(dl, dataset):
 
 
 def _rows_to_keep(n: int, fraction: float, floor_rows: int, modulus: int, required: int) -> int:
+    """About `fraction` of `n` rows (at least `floor_rows` and the `required` ones), rounded so that the count
+    keeps `n`'s remainder modulo the batch size: whole batches plus the same last batch as the full run (the
+    last batch alone when the floor allows and it holds a few rows)."""
     k = max(floor_rows, int(math.ceil(fraction * n)), required)
     if modulus > 1 and n > 2 * modulus:
         rem = n % modulus
-        m = max(1, math.ceil((k - rem) / modulus))
+        fewest = 0 if (floor_rows <= rem and rem >= 8) else 1
+        m = max(fewest, math.ceil((k - rem) / modulus))
         k = m * modulus + rem
     return min(k, n)
 
@@ -283,7 +287,7 @@ def _label(path: tuple) -> str:
 def shrink_namespace(ns: dict, names: list[str], spec: dict) -> list[dict]:
     """Replace the large objects the cell reads (see the module docstring); returns what was kept."""
     fraction = float(spec.get("fraction", 0.05))
-    floor_rows = int(spec.get("floor_rows", 256))
+    floor_rows = int(spec.get("floor_rows", 64))
     min_rows = int(spec.get("min_rows", 2000))
     relative = float(spec.get("relative", 0.05))
     rng = random.Random(int(spec.get("seed", 0)))
@@ -300,7 +304,7 @@ def shrink_namespace(ns: dict, names: list[str], spec: dict) -> list[dict]:
     replaced: dict[tuple, object] = {}
     for n, members in sorted(groups.items(), reverse=True):
         req: set = set()
-        modulus = 128
+        modulus = 64  # the usual batch sizes 1..64 keep their last batch; a DataLoader says its own
         for _path, obj, kind, _ in members:
             _required(obj, kind, req)
             if kind == "DataLoader" and obj.batch_size:

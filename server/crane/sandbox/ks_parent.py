@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 
-from crane.sandbox.ks_isolation import _capture_publisher  # kernel: strip
+from crane.sandbox.ks_isolation import _capture_publisher, find_thread_pools  # kernel: strip
 from crane.sandbox.ks_run import _child_run  # kernel: strip
 from crane.sandbox.ks_session import _child_session  # kernel: strip
 from crane.sandbox.seccomp import supported  # kernel: strip
@@ -163,6 +163,7 @@ def _fork(args: dict, child_main) -> dict:
         shell = None
     if shell is None:
         return {"ok": False, "verdict": "unavailable", "reason": "not an IPython kernel"}
+    find_thread_pools()
     parent = os.getpid()
     on_main = threading.current_thread() is threading.main_thread()
     t0 = time.perf_counter()

@@ -6,8 +6,8 @@
 - else run it at full size; when that times out, run it again as a miniature (the full size is then at least
   the budget: the miniature assumes a few times that);
 - the miniature (`crane.sandbox.ks_miniature`) keeps about `MINI_TARGET_S / expected` of the rows of the large
-  data the cell reads (at least 256 rows); if it still times out, once more with a tenth of that (at least a
-  batch or two).
+  data the cell reads (at least 64 rows and a batch); if it still times out, once more with a tenth of that
+  (at least 16 rows).
 A miniature crash or clean run is the verdict (`scale="miniature"`, `kept` says how much was kept); an
 inconclusive miniature (an exception the smaller data may have caused, nothing large to shrink, still too slow)
 leaves the full run's "timeout", with the miniature's reason added.
@@ -22,11 +22,11 @@ from crane.sandbox.fork_runner import speculate
 from crane.sandbox.verdict import SandboxVerdict
 
 MINI_TARGET_S = 1.5  # what a miniature run should take
-MINI_BUDGET_S = 8.0  # its wall-clock budget (at most the full budget)
+MINI_BUDGET_S = 15.0  # its wall-clock budget (at most the full budget)
 _ASSUMED_FACTOR = 4.0  # a cell that timed out at the budget is assumed to need this many budgets
 
 
-def miniature_spec(expected_s: float, target_s: float = MINI_TARGET_S, floor_rows: int = 256) -> dict:
+def miniature_spec(expected_s: float, target_s: float = MINI_TARGET_S, floor_rows: int = 64) -> dict:
     """What the kernel side needs to shrink a cell expected to take `expected_s` at full size: keep about
     `target_s / expected_s` of the rows (at least `floor_rows`, and the batch remainder, see ks_miniature)."""
     fraction = min(0.5, max(0.0005, target_s / max(float(expected_s), target_s)))
@@ -63,7 +63,7 @@ def speculate_scaled(
     mini = speculate(conn, source, mini_budget, miniature=miniature_spec(expected, target), cancel=cancel, **kw)
     if mini.verdict == "timeout" and mini.kept and "artefact" not in (mini.reason or "") and not (
             cancel is not None and cancel.is_set()):
-        mini = speculate(conn, source, mini_budget, miniature=miniature_spec(expected * 10, target, floor_rows=32),
+        mini = speculate(conn, source, mini_budget, miniature=miniature_spec(expected * 10, target, floor_rows=16),
                          cancel=cancel, **kw)
     if not _inconclusive_mini(mini):
         return mini

@@ -64,6 +64,7 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
     scale: Scale = "full"  # "miniature": the cell ran on row subsets of its large inputs (see `kept`)
     kept: list[KeptObject] = []
     setup_ms: float = 0.0  # the child's setup before user code (part of overhead_ms)
+    setup_steps: dict[str, float] = {}  # setup step -> ms (descriptors, layer, confine, ...; for benchmarks)
     channel: Literal["local", "remote"] | None = None  # remote: the kernel cannot see the daemon's files
 
     @property
