@@ -9,7 +9,7 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
+from .conftest import Notebook, crane_diags, last_status, start_client, stop_client, wait_for
 
 SETUP = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nlst = [1, 2, 3]\n"
 
@@ -67,6 +67,9 @@ async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, note
     assert d3[0].data["sandbox"]["verdict"] == "blocked" and "127.0.0.1" not in (d3[0].message or "")
     assert d3[0].data["sandbox"]["mode"] == "layered" and d3[0].data["sandbox"]["scale"] == "full"
     assert crane_diags(client, nb.cells[2]) == []
+    status = await wait_for(lambda: (last_status(client, nb.uri) or None) and getattr(last_status(client, nb.uri), "sandbox", None)
+                            and last_status(client, nb.uri), timeout=10, what="the sandbox mode in the kernel status")
+    assert status.sandbox == "layered" and status.sandboxReason is None
 
     # on demand, with the captured output
     res = await client.workspace_execute_command_async(

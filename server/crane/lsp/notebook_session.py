@@ -98,6 +98,7 @@ class NotebookSession:
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order
     run_seconds: dict[str, float] = field(default_factory=dict)  # cell text -> how long the user's last run took
+    sandbox_mode: tuple[str, str | None] | None = None  # (mode, why not layered) of the last speculative run
     scheduler: CellScheduler | None = None
     closed: bool = False
     on_kernel_failure: Any = None  # callable(exc), set by the supervisor; called from worker threads

@@ -47,6 +47,7 @@ class SpeculationService:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-sandbox")
         self._conns = ThreadConnections(host)  # used on the sandbox thread only
         self.background = BackgroundRuns(host)
+        self.on_mode = None  # callable(session): the sandbox mode in force changed (the kernel status says it)
         self.runs = 0  # sandbox runs started (for tests and logs)
 
     # -- cache (kept by the session) -------------------------------------------------------------------------
@@ -147,6 +148,7 @@ class SpeculationService:
                 self.request(session, cell_uri)
             return
         session.sandbox_verdicts.put(cell.source, gen, v)
+        self._note_mode(session, v)
         self.background.offer(session, cell_uri, cell.source, gen, v)
         if republish(self.host, session, cell_uri, cell.source):  # False: the text changed (a newer check runs)
             now = snapshot(self.host.workspace, session.uri)
@@ -189,10 +191,17 @@ class SpeculationService:
             return unavailable("no kernel is attached")
         if session.kernel_gen == gen and not session.closed:
             session.sandbox_verdicts.put(cell.source, gen, v)
+            self._note_mode(session, v)
             if self.host.settings.speculative_on:
                 self.background.offer(session, cell.uri, cell.source, gen, v)
                 republish(self.host, session, cell.uri, cell.source)
         return v
+
+    def _note_mode(self, session: NotebookSession, v: SandboxVerdict) -> None:
+        if v.mode is not None and (v.mode, v.mode_reason) != session.sandbox_mode:
+            session.sandbox_mode = (v.mode, v.mode_reason)
+            if self.on_mode is not None:
+                self.on_mode(session)
 
     def close(self) -> None:
         if self._task is not None:

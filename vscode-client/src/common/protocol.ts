@@ -54,6 +54,9 @@ export interface KernelStatusParams {
   kernel: KernelInfo | null;
   message: string;
   stale?: boolean;
+  /** The speculative runs' sandbox mode, once one ran: layered (private file layer, workers) or blocking. */
+  sandbox?: 'layered' | 'blocking' | null;
+  sandboxReason?: string | null;
 }
 
 export interface AttachKernelParams {

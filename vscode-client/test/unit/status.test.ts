@@ -66,6 +66,17 @@ describe('status transitions', () => {
     expect(renderStatus(s).text).toContain('analysing');
   });
 
+  it('says which sandbox mode the speculative runs use', () => {
+    const layered: StatusEvent = { type: 'kernelStatus', params: { ...(kernel('attached') as any).params, sandbox: 'layered' } };
+    expect(renderStatus(run(running, active, layered)).tooltip).toContain('Sandbox: layered');
+    const blocking: StatusEvent = {
+      type: 'kernelStatus',
+      params: { ...(kernel('attached') as any).params, sandbox: 'blocking', sandboxReason: 'namespaces unavailable' },
+    };
+    expect(renderStatus(run(running, active, blocking)).tooltip).toContain('Sandbox: blocking (side effects are refused: namespaces unavailable)');
+    expect(renderStatus(run(running, active, kernel('attached'))).tooltip).not.toContain('Sandbox');
+  });
+
   it('marks dead and stale kernels as warnings', () => {
     expect(renderStatus(run(running, active, kernel('dead')))).toMatchObject({ kind: 'warning' });
     expect(renderStatus(run(running, active, kernel('stale'))).text).toContain('stale');
