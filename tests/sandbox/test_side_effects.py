@@ -30,6 +30,8 @@ fh = open('log.txt', 'a')
 rfh = open('data.csv')
 mm = np.memmap('mm.dat', dtype='uint8', mode='w+', shape=(4096,))
 shared = mp.Array('i', 8)
+import mmap
+huge = mmap.mmap(-1, 300 << 20)  # anonymous shared memory too large to copy: the sandbox makes it read-only
 plt.plot([1, 2, 3])
 libc = ctypes.CDLL(None, use_errno=True)
 def must(rc, what):
@@ -74,6 +76,7 @@ ATTEMPTS = {
     "inherited-read-seek": ("rfh.seek(0)\nassert rfh.read().startswith('a,b')\nos.lseek(rfh.fileno(), 0, 2)", N, N),
     "memmap-write": ("mm[:] = 7\nmm.flush()\nassert int(mm.sum()) == 7 * 4096", N, N),
     "shared-array-write": ("with shared.get_lock():\n    shared[0] = 5\nassert shared[0] == 5", N, N),
+    "huge-shared-mapping-write": ("huge[0] = 7", B, B),  # SIGSEGV on the read-only copy: blocked, not a crash
     "subprocess.run": ("subprocess.run(['touch', 'made_by_subprocess'], check=True)\nassert os.path.exists('made_by_subprocess')", N, B),
     "subprocess-shell-write": ("subprocess.run('echo hi > shell_made.txt && cat shell_made.txt', shell=True, check=True)", N, B),
     "os.system": ("assert os.system('touch made_by_system') == 0", N, B),
@@ -154,6 +157,7 @@ def test_inherited_objects_unchanged_in_the_kernel(conn, prepared):
             assert speculate(conn, ATTEMPTS[name][0], budget_s=10.0, layer=mode).verdict == "no-crash"
     assert conn.evaluate("int(mm.sum())") == 0
     assert conn.evaluate("shared[0]") == 0
+    assert conn.evaluate("huge[0]") == 0
     assert conn.evaluate("(fh.closed, fh.tell() == os.path.getsize('log.txt'))") == (False, True)
     assert conn.evaluate("rfh.tell()") == 0
     assert conn.evaluate("len(df)") == 2
