@@ -179,10 +179,16 @@ def launch(conn: KernelConnection, pdir: PrivateDir, entry: str, args: dict, tim
     return ChildHandle(reply.pid, reply.start)  # type: ignore[arg-type]
 
 
+def _has_record(buf: bytearray) -> bool:
+    """A complete final record line (not the setup or exit line) is in `buf`."""
+    end = buf.rfind(b"\n")
+    return end >= 0 and b'"verdict"' in buf[:end]
+
+
 def read_until_eof(fd: int, child: ChildHandle, deadline: float, stop_at_newline: bool = False,
-                   cancel: threading.Event | None = None) -> tuple[bytes, str]:
-    """Read the FIFO until EOF (or one line), the child's exit, the deadline or `cancel`:
-    (data, "eof"|"line"|"exit"|"deadline"|"cancelled")."""
+                   cancel: threading.Event | None = None, stop_at_record: bool = False) -> tuple[bytes, str]:
+    """Read the FIFO until EOF (or one line, or the final record), the child's exit, the deadline or `cancel`:
+    (data, "eof"|"line"|"record"|"exit"|"deadline"|"cancelled")."""
     buf = bytearray()
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP)
@@ -209,6 +215,8 @@ def read_until_eof(fd: int, child: ChildHandle, deadline: float, stop_at_newline
                 buf += chunk
                 if stop_at_newline and b"\n" in buf:
                     return bytes(buf), "line"
+                if stop_at_record and _has_record(buf):
+                    return bytes(buf), "record"  # the processes end on their own (their teardown is not ours)
             elif fdx == child.pidfd:
                 if exited_at is None:
                     exited_at = time.monotonic()
@@ -236,7 +244,7 @@ class LocalRun:
         self.pid = reply.pid
 
     def wait(self, deadline: float, cancel: threading.Event | None) -> RunOutcome:
-        data, how = read_until_eof(self.pdir.result_fd, self.child, deadline, cancel=cancel)
+        data, how = read_until_eof(self.pdir.result_fd, self.child, deadline, cancel=cancel, stop_at_record=True)
         status = None
         if how in ("deadline", "cancelled"):
             self.kill()
