@@ -155,6 +155,7 @@ def speculate(
     idle: bool = False,
     cancel: threading.Event | None = None,
     miniature: dict | None = None,
+    max_processes: int = 1000,
 ) -> SandboxVerdict:
     """Run `source` (a cell, IPython syntax) against a copy-on-write fork of the kernel's live state, confined
     and under `budget_s` seconds of wall clock. Blocking (use `speculate_async` from an event loop); never
@@ -162,7 +163,9 @@ def speculate(
 
     `layer`: "auto" (layered where possible) or "blocking" (default: $CRANE_SANDBOX_MODE, else auto).
     `places`: extra directories that get a private layer (the kernel's working directory, $HOME, /tmp, ... do).
-    `idle`: the child runs at idle CPU priority (background runs). `cancel`: set it to stop the run at once
+    `idle`: the child runs at idle CPU priority (background runs). `max_processes`: layered mode's bound on
+    live processes and threads (pid namespace; RLIMIT_NPROC, at most 256, for a user other than root).
+    `cancel`: set it to stop the run at once
     (the verdict is then "unavailable", reason "stopped"). `miniature`: run on row subsets (see
     `crane.sandbox.scale.miniature_spec`)."""
     t0 = time.monotonic()
@@ -174,7 +177,7 @@ def speculate(
     try:
         args = pdir.args(mode="run", source=source, budget_s=float(budget_s), memory_mb=int(memory_mb),
                          output_limit=OUTPUT_LIMIT, layer=layer_preference(layer), places=list(places),
-                         idle=bool(idle))
+                         idle=bool(idle), max_processes=int(max_processes))
         if miniature:
             args["miniature"] = miniature
         reply = launch_reply(conn, "start", args, request_timeout)

@@ -277,7 +277,8 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         if go != b"g":  # A is gone, or could not map our ids
             os._exit(0)
         try:
-            info = build_layer(places, cwd, _layer_budget_mb(int(ctx.args.get("layer_mb", 2048))) << 20)
+            info = build_layer(places, cwd, _layer_budget_mb(int(ctx.args.get("layer_mb", 2048))) << 20,
+                               int(ctx.args.get("max_processes", 1000)))
         except OSError as exc:
             ctx.mode_reason = f"the private layer could not be built ({exc})"
             return None
@@ -355,7 +356,8 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
         ptys = ["/dev/pts"] if layer.get("ptys") else []
         ctx.confinement = confine(
             writable=ctx.places + ptys, cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=max(64, layer_mb), profile="layered",
-            metadata_ok=bool(layer.get("readonly")), nproc=None if os.geteuid() == 0 else 256,
+            metadata_ok=bool(layer.get("readonly")),
+            nproc=None if os.geteuid() == 0 else min(256, int(args.get("max_processes", 1000))),
         )
     else:
         os.environ["TMPDIR"] = ctx.scratch

@@ -40,9 +40,11 @@ _AT_FDCWD, _AT_EMPTY_PATH, _AT_RECURSIVE = -100, 0x1000, 0x8000
 _OPEN_TREE_CLONE, _MOVE_MOUNT_F_EMPTY_PATH, _MOUNT_ATTR_RDONLY = 1, 0x4, 0x1
 _FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
 _NR_OPEN_TREE, _NR_MOVE_MOUNT, _NR_FSOPEN, _NR_FSCONFIG, _NR_FSMOUNT, _NR_MOUNT_SETATTR = 428, 429, 430, 431, 432, 442
-# pid_max of the sandbox's pid namespace: after the first wrap Linux reuses pids from 300 (RESERVED_PIDS) up,
-# so this bounds the sandbox to about a thousand live processes and threads (thread churn never exhausts it).
-PID_MAX = 1300
+# The sandbox's pid namespace gets pid_max = RESERVED_PIDS + max_processes: after the first wrap Linux reuses
+# pids from 300 (RESERVED_PIDS) up, so at most max_processes live processes and threads (before the first wrap,
+# pid_max - 1); thread churn never exhausts it. Linux refuses a pid_max below 301.
+RESERVED_PIDS = 300
+MAX_PROCESSES = 1000
 
 
 class LayerError(OSError):
@@ -203,7 +205,7 @@ def _detached_tmpfs(sc, size_bytes: int) -> int:
         os.close(fs)
 
 
-def build_layer(places: list[str], cwd: str, tmpfs_bytes: int) -> dict:
+def build_layer(places: list[str], cwd: str, tmpfs_bytes: int, max_processes: int = MAX_PROCESSES) -> dict:
     """In B: the mounts described in the module docstring. Returns what was built: the places that got a
     layer, whether the rest is read-only, whether pid_max bounds the processes."""
     sc, mount = _sys()
@@ -256,7 +258,7 @@ def build_layer(places: list[str], cwd: str, tmpfs_bytes: int) -> dict:
     if mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None) == 0:
         try:
             with open("/proc/sys/kernel/pid_max", "w") as f:
-                f.write(str(PID_MAX))
+                f.write(str(RESERVED_PIDS + max(1, int(max_processes))))
             pid_max = True
         except OSError:
             pass

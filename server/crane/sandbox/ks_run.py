@@ -114,8 +114,8 @@ _LAYER_ERRNOS = {
 }
 
 
-def _near_process_bound() -> bool:
-    """Layered mode: /proc shows only the sandbox's pid namespace; near pid_max, fork fails with EAGAIN."""
+def _near_process_bound(bound: int) -> bool:
+    """Layered mode: /proc shows only the sandbox's pid namespace; near its bound, fork fails with EAGAIN."""
     n = 0
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -123,7 +123,7 @@ def _near_process_bound() -> bool:
                 n += len(os.listdir(f"/proc/{pid}/task"))
             except OSError:
                 pass
-    return n >= 250
+    return n >= min(250, max(1, bound) // 2)
 
 
 def _confinement_error(ctx: _Ctx, e: OSError) -> str | None:
@@ -132,7 +132,8 @@ def _confinement_error(ctx: _Ctx, e: OSError) -> str | None:
         return f"the sandbox refused an operation the cell attempted: {e}"
     if ctx.mode == "layered" and e.errno in _LAYER_ERRNOS:
         return f"{_LAYER_ERRNOS[e.errno]}: {e}"
-    if e.errno == errno.EAGAIN and ctx.mode == "layered" and _near_process_bound():
+    if e.errno == errno.EAGAIN and ctx.mode == "layered" and _near_process_bound(
+            int(ctx.args.get("max_processes", 1000))):
         return f"the sandbox's bound on the number of processes was reached: {e}"
     if e.errno == errno.EBADF and ctx.fds.get("degraded"):
         return f"a file the kernel holds open for writing is read-only in the sandbox (too large to copy): {e}"
