@@ -258,6 +258,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         ctx.mode_reason = "no writable directory to give a private layer"
         return None
     go_r, go_w = os.pipe()
+    t0 = time.perf_counter()
     try:
         pid = clone_into_namespaces()
     except LayerError as exc:
@@ -266,6 +267,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         ctx.mode_reason = f"namespaces unavailable ({exc.strerror or exc})"
         return None
     if pid == 0:  # B
+        t1 = time.perf_counter()
         os.close(go_w)
         set_parent_death_signal(signal.SIGKILL)
         try:
@@ -276,6 +278,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         os.close(go_r)
         if go != b"g":  # A is gone, or could not map our ids
             os._exit(0)
+        t2 = time.perf_counter()
         try:
             info = build_layer(places, cwd, _layer_budget_mb(int(ctx.args.get("layer_mb", 2048))) << 20,
                                int(ctx.args.get("max_processes", 1000)))
@@ -284,6 +287,9 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
             return None
         if os.geteuid() != 0:
             drop_capabilities()
+        t3 = time.perf_counter()
+        ctx.steps.update(clone=round((t1 - t0) * 1000, 3), id_maps=round((t2 - t1) * 1000, 3),
+                         mounts=round((t3 - t2) * 1000, 3))
         return info
     os.close(go_r)  # A
     try:
@@ -315,12 +321,6 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
             signal.signal(sig, signal.SIG_DFL)
         except (OSError, ValueError):
             pass
-    try:
-        os.nice(5)  # the user's kernel comes first
-        if args.get("idle"):  # background runs: only spare CPU time (inherited by worker processes)
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (OSError, AttributeError):
-        pass
     ctx = _Ctx(args, shell)
 
     def step(name: str, since: float) -> float:
@@ -379,6 +379,12 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
         except Exception as exc:  # the run then says there was nothing to shrink
             ctx.miniature_error = f"{type(exc).__name__}: {exc}"
         step("miniature", t)
+    try:  # the user's kernel comes first (lowered only now: a short setup is not worth being preempted)
+        os.nice(5)
+        if args.get("idle"):  # background runs: only spare CPU time (inherited by worker processes)
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError):
+        pass
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
                                 "layer": ctx.layer, "fds": ctx.fds, "mappings": ctx.mappings,
