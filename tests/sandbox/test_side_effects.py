@@ -103,6 +103,8 @@ ATTEMPTS = {
     "ctypes-socket-connect": ("s = libc.socket(2, 1, 0)\nmust(-1 if s < 0 else 0, 'socket')", B, B),
     "worker-network": ("def c(port):\n    socket.create_connection(('127.0.0.1', port), timeout=1).sendall(b'hi')\n"
                        "p = mp.Process(target=c, args=(PORT,))\np.start()\np.join()", N, B),
+    "program-network": ("subprocess.run([sys.executable, '-c', 'import socket; socket.create_connection((\"127.0.0.1\", PORT), timeout=1).sendall(b\"hi\")'], check=True)", B, B),
+    "program-network-swallowed": ("subprocess.run([sys.executable, '-c', 'import socket\\ntry:\\n    socket.socket().connect((\"127.0.0.1\", PORT))\\nexcept OSError:\\n    pass'], check=True)", B, B),
     "kill-kernel": ("os.kill(os.getppid(), signal.SIGTERM)", N, B),
     "mount-over-cwd": ("must(libc.mount(b'none', os.getcwd().encode(), b'tmpfs', 0, None), 'mount')", B, B),
     "umount-layer": ("must(libc.umount2(os.getcwd().encode(), 2), 'umount2')", B, B),

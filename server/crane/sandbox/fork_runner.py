@@ -34,6 +34,7 @@ from crane.sandbox.channel import (
 )
 from crane.sandbox.verdict import (
     ChildRecord,
+    DeniedLine,
     DisplayOutput,
     ExitLine,
     SandboxVerdict,
@@ -58,6 +59,7 @@ class ChildLines(msgspec.Struct):
     setup: SetupLine | None = None
     record: ChildRecord | None = None
     exit: ExitLine | None = None
+    denied: list[str] = []  # network attempts of any process of the sandbox (the supervisor's record)
     error: str | None = None
 
 
@@ -75,6 +77,8 @@ def parse_lines(data: bytes) -> ChildLines:
                 out.setup = msgspec.convert(obj, SetupLine)
             elif event == "exit":
                 out.exit = msgspec.convert(obj, ExitLine)
+            elif event == "denied":
+                out.denied.append(msgspec.convert(obj, DeniedLine).what)
             else:
                 out.record = msgspec.convert(obj, ChildRecord)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -133,6 +137,11 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
         v = _signal_verdict(outcome.status.signal, outcome.status.exitcode, memory_mb, setup)
     else:
         v = unavailable("the sandbox child ended without a result")
+    if lines.denied and v.verdict in ("crash", "no-crash"):
+        # a program the cell started tried the network: what it did without it says nothing certain
+        what = f" ({v.ename} followed)" if v.verdict == "crash" and v.ename else ""
+        v.verdict, v.reason = "blocked", f"{lines.denied[0]}{what}"
+    v.denied = list(v.denied) + lines.denied[:20]
     if setup is not None:
         v.mode, v.mode_reason, v.kept = setup.mode, setup.reason, setup.kept
         v.setup_ms = float(setup.steps.get("total", 0.0) or 0.0)

@@ -111,6 +111,7 @@ class _Ctx:
         self.steps: dict = {}  # setup step -> ms
         self.kept: list[dict] = []  # miniature runs: what was shrunk (ks_miniature.py)
         self.miniature_error: str | None = None
+        self.notif_sock = None  # layered mode, B: the socket to A that carries the seccomp listener
         self.memory_mb = 0
         self.stdout: _Capture | None = None
         self.stderr: _Capture | None = None

@@ -258,10 +258,16 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         ctx.mode_reason = "no writable directory to give a private layer"
         return None
     go_r, go_w = os.pipe()
+    import socket
+    notify = hasattr(socket, "send_fds")  # Python >= 3.9: the listener of network attempts goes to A
+    sock_a, sock_b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) if notify else (None, None)
     t0 = time.perf_counter()
     try:
         pid = clone_into_namespaces()
     except LayerError as exc:
+        for end in (sock_a, sock_b):
+            if end is not None:
+                end.close()
         os.close(go_r)
         os.close(go_w)
         ctx.mode_reason = f"namespaces unavailable ({exc.strerror or exc})"
@@ -269,6 +275,9 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
     if pid == 0:  # B
         t1 = time.perf_counter()
         os.close(go_w)
+        if sock_a is not None:
+            sock_a.close()
+            ctx.notif_sock = sock_b
         set_parent_death_signal(signal.SIGKILL)
         try:
             os.setpgid(0, 0)  # a signal to "our process group" stays in the namespace
@@ -292,6 +301,8 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
                          mounts=round((t3 - t2) * 1000, 3))
         return info
     os.close(go_r)  # A
+    if sock_b is not None:
+        sock_b.close()
     try:
         write_id_maps(pid)
     except OSError as exc:
@@ -301,7 +312,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         ctx.mode_reason = f"user namespace ids could not be mapped ({exc})"
         return None
     os.write(go_w, b"g")
-    supervise(pid, float(ctx.args.get("budget_s", 10.0)) + 1.5, ctx.result_fd)
+    supervise(pid, float(ctx.args.get("budget_s", 10.0)) + 1.5, ctx.result_fd, sock_a)
     os._exit(0)
 
 
@@ -354,12 +365,27 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
             os.environ[name] = "1"
         layer_mb = _layer_budget_mb(int(args.get("layer_mb", 2048)))
         ptys = ["/dev/pts"] if layer.get("ptys") else []
+        sock = ctx.notif_sock
         ctx.confinement = confine(
+            notify_network=sock is not None,
             writable=ctx.places + ptys, cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=max(64, layer_mb), profile="layered",
             metadata_ok=bool(layer.get("readonly")),
             nproc=None if os.geteuid() == 0 else min(256, int(args.get("max_processes", 1000))),
         )
+        listener = ctx.confinement.pop("listener", -1)
+        if sock is not None:  # hand the seccomp listener to A, which answers and records network attempts
+            try:
+                if listener >= 0:
+                    import socket
+                    socket.send_fds(sock, [b"L"], [listener])
+            finally:
+                sock.close()
+                if listener >= 0:
+                    os.close(listener)
     else:
+        if ctx.notif_sock is not None:  # B fell back to the blocking confinement: no listener to hand over
+            ctx.notif_sock.close()
+            ctx.notif_sock = None
         os.environ["TMPDIR"] = ctx.scratch
         try:
             import tempfile

@@ -25,10 +25,13 @@ falls back to the blocking confinement and says why.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import re
 import select
 import signal
+import socket
+import struct
 import time
 
 from crane.sandbox.ks_common import _write_json  # kernel: strip
@@ -132,11 +135,41 @@ def write_id_maps(pid: int) -> None:
             os.close(fd)
 
 
-def supervise(pid: int, budget_s: float, result_fd: int) -> None:
-    """A's life after the clone: wait for B, kill it at the deadline, report its end (a JSON line)."""
+_NOTIF_RECV, _NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_RECV / _SEND
+_FAMILIES = {2: "AF_INET", 10: "AF_INET6", 17: "AF_PACKET", 4: "AF_IPX", 5: "AF_APPLETALK", 31: "AF_BLUETOOTH"}
+
+
+def _answer_notification(listener: int, result_fd: int) -> None:
+    """A network socket asked for by any process of the sandbox (seccomp user notification): record who tried
+    (a "denied" line on the result channel: the run is then "blocked", even when a program swallowed the
+    error) and refuse it with EPERM."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    req = ctypes.create_string_buffer(80)
+    if libc.ioctl(listener, ctypes.c_ulong(_NOTIF_RECV), req) != 0:
+        return  # the caller died meanwhile
+    nid, pid = struct.unpack_from("=QI", req, 0)
+    family = struct.unpack_from("=Q", req, 32)[0] & 0xFFFFFFFF
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            who = f.read().strip()
+    except OSError:
+        who = "a process"
+    what = f"crane sandbox: a network socket ({_FAMILIES.get(family, f'family {family}')}) is blocked: {who}"
+    try:
+        _write_json(result_fd, {"event": "denied", "what": what})
+    except OSError:
+        pass
+    resp = ctypes.create_string_buffer(struct.pack("=QqiI", nid, 0, -errno.EPERM, 0), 24)
+    libc.ioctl(listener, ctypes.c_ulong(_NOTIF_SEND), resp)
+
+
+def supervise(pid: int, budget_s: float, result_fd: int, notif_sock=None) -> None:
+    """A's life after the clone: wait for B, answer the sandbox's seccomp notifications (B sends the listener
+    over `notif_sock`), kill B at the deadline, report its end (a JSON line)."""
     deadline = time.monotonic() + max(0.1, budget_s)
     killed = False
     status = None
+    listener = -1
     try:
         pidfd = os.pidfd_open(pid)
     except (OSError, AttributeError):
@@ -144,11 +177,23 @@ def supervise(pid: int, budget_s: float, result_fd: int) -> None:
     while True:
         left = deadline - time.monotonic()
         if pidfd >= 0:
+            watch = [pidfd] + ([notif_sock] if notif_sock is not None else []) + ([listener] if listener >= 0 else [])
             try:
-                if select.select([pidfd], [], [], max(0.0, left))[0]:
-                    break
+                ready = select.select(watch, [], [], max(0.0, left))[0]
             except InterruptedError:
                 continue
+            if notif_sock is not None and notif_sock in ready:
+                try:
+                    _, fds, _, _ = socket.recv_fds(notif_sock, 16, 1)
+                except OSError:
+                    fds = []
+                listener = fds[0] if fds else -1
+                notif_sock.close()
+                notif_sock = None
+            if listener >= 0 and listener in ready:
+                _answer_notification(listener, result_fd)
+            if pidfd in ready:
+                break
         else:
             got, st = os.waitpid(pid, os.WNOHANG)
             if got == pid:

@@ -95,13 +95,13 @@ _X32_BIT = 0x40000000
 CLONE_THREAD = 0x00010000
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 CLONE_NEW_ANY = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
-AF_UNIX = 1
+AF_UNIX, AF_NETLINK = 1, 16
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 _WRITE_OPEN_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 # BPF
 _LD_W_ABS, _JEQ, _JGE, _JGT, _JSET, _RET = 0x20, 0x15, 0x35, 0x25, 0x45, 0x06
-RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
+RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS, RET_USER_NOTIF = 0x7FFF0000, 0x00050000, 0x80000000, 0x7FC00000
 _OFF_NR, _OFF_ARCH = 0, 4
 
 
@@ -159,6 +159,7 @@ def build_filter(
     metadata_ok: bool = False,
     fork_gate: int | None = None,
     errno_value: int = _errno.EPERM,
+    notify_network: bool = False,
 ) -> bytes:
     """The seccomp-BPF program (raw `struct sock_filter` array) for a sandbox child.
 
@@ -168,6 +169,9 @@ def build_filter(
     `landlock`: Landlock confines file-system writes; without it (blocking profile) they are refused here.
     `metadata_ok`: chmod/chown/utime/xattr allowed (the layered profile, when everything outside the private
     layers is mounted read-only, so they fail there with EROFS).
+    `notify_network`: layered profile: a socket of another family than AF_UNIX goes to the filter's listener
+    (SECCOMP_RET_USER_NOTIF: the supervising process records the attempt, whichever process made it, and
+    refuses it with EPERM) instead of being refused silently.
     `fork_gate`: blocking profile: if set, `clone(SIGCHLD, 0, fork_gate, ...)` is allowed (sandbox-session
     checkpoints; the kernel ignores the parent-tid argument without CLONE_PARENT_SETTID, so it can carry a
     secret).
@@ -232,6 +236,11 @@ def build_filter(
             p.ld(_arg_lo(0))
             ok = p.label()
             p.jmp(_JEQ, AF_UNIX, ok, 0)
+            if notify_network and name == "socket":  # netlink (interface lookups by libc) is refused quietly
+                quiet = p.label()
+                p.jmp(_JEQ, AF_NETLINK, quiet, 0)
+                p.ret(RET_USER_NOTIF)
+                p.here(quiet)
             p.ret(deny)
             p.here(ok)
             p.ret(RET_ALLOW)
@@ -332,11 +341,16 @@ def set_parent_death_signal(sig: int) -> None:
     _check(_prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
 
 
-def install_filter(program: bytes) -> None:
+def install_filter(program: bytes, listener: bool = False) -> int:
+    """Install the filter on the calling process; with `listener`, return its user-notification descriptor."""
     n = len(program) // 8
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(n, ctypes.cast(buf, ctypes.c_void_p))
+    if listener:  # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog)
+        return _check(_syscall(ctypes.c_long(317), ctypes.c_ulong(1), ctypes.c_ulong(8), ctypes.byref(prog)),
+                      "seccomp filter with a listener")
     _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp filter")
+    return -1
 
 
 # -- Landlock ------------------------------------------------------------------------------------------
@@ -440,6 +454,7 @@ def confine(
     metadata_ok: bool = False,
     nproc: int | None = None,
     fork_gate: int | None = None,
+    notify_network: bool = False,
 ) -> dict:
     """Apply every layer to the calling (single-threaded, forked) process. Raises OSError if any layer the
     sandbox relies on cannot be applied. `writable`: the directories where writes are allowed (the scratch
@@ -458,6 +473,8 @@ def confine(
     elif layered and not metadata_ok:
         raise OSError(_errno.ENOSYS, "neither Landlock nor a read-only file system confines writes")
     own_pid = None if (fork_gate is not None and abi >= 6) else os.getpid()
-    install_filter(build_filter(profile=profile, own_pid=own_pid, landlock=bool(abi), metadata_ok=metadata_ok,
-                                fork_gate=fork_gate))
-    return {"landlock_abi": abi, "seccomp": True, "as_limit": as_limit, "profile": profile}
+    notify = layered and notify_network
+    listener = install_filter(build_filter(profile=profile, own_pid=own_pid, landlock=bool(abi),
+                                           metadata_ok=metadata_ok, fork_gate=fork_gate, notify_network=notify),
+                              listener=notify)
+    return {"landlock_abi": abi, "seccomp": True, "as_limit": as_limit, "profile": profile, "listener": listener}

@@ -127,6 +127,14 @@ class SetupLine(msgspec.Struct, omit_defaults=True):
     kept: list[KeptObject] = []  # miniature runs: what was shrunk
 
 
+class DeniedLine(msgspec.Struct, omit_defaults=True):
+    """Layered mode: written by the supervising process when any process of the sandbox (a program the cell
+    started included) tried the network."""
+
+    event: Literal["denied"]
+    what: str
+
+
 class ExitLine(msgspec.Struct, omit_defaults=True):
     """Layered mode: written by the supervising process when the process that ran the cell has ended."""
 
