@@ -307,7 +307,12 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         write_id_maps(pid)
     except OSError as exc:
         os.close(go_w)
-        os.kill(pid, signal.SIGKILL)
+        if sock_a is not None:
+            sock_a.close()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
         os.waitpid(pid, 0)
         ctx.mode_reason = f"user namespace ids could not be mapped ({exc})"
         return None

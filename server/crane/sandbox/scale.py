@@ -21,7 +21,7 @@ from crane.kernel.client import KernelConnection
 from crane.sandbox.fork_runner import speculate
 from crane.sandbox.verdict import SandboxVerdict
 
-MINI_TARGET_S = 1.5  # what a miniature run should take
+MINI_TARGET_S = 1.0  # what a miniature run should take (its verdict, setup included, within ~3 s)
 MINI_BUDGET_S = 15.0  # its wall-clock budget (at most the full budget)
 _ASSUMED_FACTOR = 4.0  # a cell that timed out at the budget is assumed to need this many budgets
 
