@@ -195,7 +195,7 @@ def speculate(
         run = RemoteRun(conn, reply, request_timeout) if reply.channel == "remote" else LocalRun(pdir, reply)
         outcome = run.wait(time.monotonic() + float(budget_s) + _GRACE_S, cancel)
         v = assemble(outcome, float(budget_s), int(memory_mb))
-        v.pid, v.channel = reply.pid, reply.channel
+        v.pid, v.channel, v.fork_ms, v.fork_cpu_ms = reply.pid, reply.channel, reply.fork_ms, reply.fork_cpu_ms
         if miniature:
             v.scale = "miniature"
         total_ms = (time.monotonic() - t0) * 1000.0

@@ -258,6 +258,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         ctx.mode_reason = "no writable directory to give a private layer"
         return None
     go_r, go_w = os.pipe()
+    cpu_a = time.process_time()  # A's setup CPU so far (B's own starts at zero)
     import socket
     notify = hasattr(socket, "send_fds")  # Python >= 3.9: the listener of network attempts goes to A
     sock_a, sock_b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) if notify else (None, None)
@@ -299,6 +300,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         t3 = time.perf_counter()
         ctx.steps.update(clone=round((t1 - t0) * 1000, 3), id_maps=round((t2 - t1) * 1000, 3),
                          mounts=round((t3 - t2) * 1000, 3))
+        ctx.cpu_before = cpu_a
         return info
     os.close(go_r)  # A
     if sock_b is not None:
@@ -324,6 +326,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
 def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
     """Everything before user code: isolation, capture, the mode's layer and confinement, the audit hook."""
     t0 = time.perf_counter()
+    cpu0 = time.process_time()  # a forked child's CPU times start at zero
     try:
         os.setpgid(0, 0)  # the user's interrupt (sent to the kernel's process group) must not reach us
     except OSError:
@@ -417,6 +420,7 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
     except (OSError, AttributeError):
         pass
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
+    ctx.steps["cpu"] = round((getattr(ctx, "cpu_before", 0.0) + time.process_time() - cpu0) * 1000.0, 3)
     _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
                                 "layer": ctx.layer, "fds": ctx.fds, "mappings": ctx.mappings,
                                 "steps": ctx.steps, "pid": os.getpid(), "kept": ctx.kept})

@@ -166,7 +166,7 @@ def _fork(args: dict, child_main) -> dict:
     find_thread_pools()
     parent = os.getpid()
     on_main = threading.current_thread() is threading.main_thread()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     try:
         pid = os.fork()
     except OSError as exc:
@@ -180,13 +180,13 @@ def _fork(args: dict, child_main) -> dict:
             pass
         finally:
             os._exit(code)
-    fork_ms = (time.perf_counter() - t0) * 1000.0
+    fork_ms, fork_cpu_ms = (time.perf_counter() - t0) * 1000.0, (time.thread_time() - c0) * 1000.0
     run_id = args.get("run_id")
     if run_id is not None:
         _RUNS[run_id] = {"pid": pid, "dir": args["dir"], "ended": None}
     threading.Thread(target=_reap, args=(pid, args["dir"], run_id), name="crane-sandbox-reaper", daemon=True).start()
     return {"ok": True, "pid": pid, "start": _starttime(pid), "channel": args.get("channel", "local"),
-            "run_id": run_id, "fork_ms": round(fork_ms, 3)}
+            "run_id": run_id, "fork_ms": round(fork_ms, 3), "fork_cpu_ms": round(fork_cpu_ms, 3)}
 
 
 def start(args_json: str) -> dict:

@@ -64,7 +64,9 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
     scale: Scale = "full"  # "miniature": the cell ran on row subsets of its large inputs (see `kept`)
     kept: list[KeptObject] = []
     setup_ms: float = 0.0  # the child's setup before user code (part of overhead_ms)
-    setup_steps: dict[str, float] = {}  # setup step -> ms (descriptors, layer, confine, ...; for benchmarks)
+    setup_steps: dict[str, float] = {}  # setup step -> ms (descriptors, layer, confine, ...; "cpu": CPU ms)
+    fork_ms: float | None = None  # the fork in the kernel (wall clock; fork_cpu_ms: its CPU time)
+    fork_cpu_ms: float | None = None
     channel: Literal["local", "remote"] | None = None  # remote: the kernel cannot see the daemon's files
 
     @property
@@ -171,6 +173,7 @@ class LaunchReply(msgspec.Struct, omit_defaults=True):
     channel: Literal["local", "remote"] = "local"
     run_id: str | None = None  # remote channel: the handle for collect/stop
     fork_ms: float | None = None
+    fork_cpu_ms: float | None = None
 
 
 class RemoteState(msgspec.Struct, omit_defaults=True):
