@@ -185,21 +185,12 @@ def artifact_uri(path: str, root: Path) -> ArtifactLocation:
     return ArtifactLocation(uri=quote(rel.as_posix(), safe="/"), uri_base_id=SRCROOT)
 
 
-def _chars(text_map: NotebookTextMap, cell: int, line: int, col: int | None) -> int | None:
-    """A finding's column (a UTF-8 byte offset, as Python's ast gives it) as a character index in the line."""
-    text = text_map.line_text(cell, line)
-    if col is None or text is None:
-        return col
-    return len(text.encode("utf-8")[:col].decode("utf-8", errors="ignore"))
-
-
 def _region(text_map: NotebookTextMap | None, cell: int, line: int, col: int = 0,
             end_line: int | None = None, end_col: int | None = None) -> Region:
     """The finding's span in the file's text; without an end column, to the end of the start line."""
     if text_map is None:
         return Region(start_line=1)
-    col = _chars(text_map, cell, line, col) or 0
-    end_col = _chars(text_map, cell, end_line or line, end_col)
+    col = col or 0
     start = text_map.locate(cell, line, col)
     if start is None:
         first = text_map.locate(cell, 1, 0)  # at least the cell
@@ -236,7 +227,7 @@ def _result(cell_result: CellResult, location_uri: ArtifactLocation,
         ))],
         related_locations=related,
         properties=ResultProperties(
-            cell=cell, cell_line=f.line, cell_column=((_chars(text_map, cell, f.line, f.col) if text_map else f.col) or 0) + 1, ename=f.ename, confidence=f.confidence,
+            cell=cell, cell_line=f.line, cell_column=(f.col or 0) + 1, ename=f.ename, confidence=f.confidence,
             source=f.source, root_cause=f.root_cause, sandbox=cell_result.sandbox, evidence=f.evidence,
             other_findings=[f"line {o.line}: {o.ename}: {o.message}" for o in cell_result.findings[1:]],
         ),
