@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from crane.engine import CellResult
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-INFORMATION_URI = "https://pypi.org/project/crane-notebook/"
 SRCROOT = "%SRCROOT%"
 CONFIDENT = 0.9  # a rule finding at least this confident is an "error" result
 
@@ -112,7 +111,6 @@ class ToolComponent(msgspec.Struct, rename="camel"):
     name: str
     version: str
     semantic_version: str
-    information_uri: str
     rules: list[ReportingDescriptor]
 
 
@@ -277,7 +275,7 @@ def sarif_log(report: CheckReport, texts: dict[str, str], root: Path | None = No
             if r.findings:
                 results.append(_result(r, uri, text_map, rule_index))
     driver = ToolComponent(
-        name="CRANE", version=__version__, semantic_version=__version__, information_uri=INFORMATION_URI,
+        name="CRANE", version=__version__, semantic_version=__version__,
         rules=[_descriptor(rid, levels[rid]) for rid in rule_ids],
     )
     run = Run(
