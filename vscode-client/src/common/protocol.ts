@@ -39,9 +39,15 @@ export interface Usage {
   model: string;
 }
 
+/**
+ * How the server found the kernel: named by the client (`request`), learned through the Jupyter extension's
+ * kernels API (`jupyter-extension`), its own discovery (`discovery`), `crane.kernel.connectionFile` (`setting`).
+ */
+export type KernelSource = 'request' | 'jupyter-extension' | 'discovery' | 'setting';
+
 export interface KernelInfo {
   connectionFile: string;
-  source: 'request' | 'discovery' | 'setting';
+  source: KernelSource;
   notebookPath?: string | null;
   pid?: number | null;
 }
@@ -59,6 +65,8 @@ export interface KernelStatusParams {
 export interface AttachKernelParams {
   notebookUri: string;
   connectionFile: string;
+  /** How the client learned the file (default `request`). */
+  source?: 'request' | 'jupyter-extension';
 }
 
 export interface AttachResult {
