@@ -156,14 +156,14 @@ export function renderStatus(s: StatusState): StatusView {
   if (s.server === 'starting') {
     return { text: '$(sync~spin) CRANE: starting', tooltip, kind: 'normal' };
   }
+  if (note?.kind === 'restarting') {
+    return { text: '$(sync~spin) CRANE: kernel restarting', tooltip, kind: 'normal' };
+  }
   if (s.agentRuns.length > 0) {
     return { text: '$(hubot) CRANE: agent running', tooltip, kind: 'normal' };
   }
   if (s.busy > 0) {
     return { text: '$(loading~spin) CRANE: analysing', tooltip, kind: 'normal' };
-  }
-  if (note?.kind === 'restarting') {
-    return { text: '$(sync~spin) CRANE: kernel restarting', tooltip, kind: 'normal' };
   }
   const suffix =
     note?.kind === 'fallback' ? ' (discovery)' : k?.kernel?.source === 'jupyter-extension' ? ' via Jupyter' : '';
