@@ -3,7 +3,8 @@
  * CRANE falls back to its own discovery and says so; it does not prompt again by itself; granting access
  * later ("Jupyter: Manage Access To Jupyter Kernels") attaches through the Jupyter extension on the user's
  * next action, without reloading the window. Started by `e2e/run.sh jupyter-deny` (a code-server of its own,
- * fresh user data and browser profile); environment as for jupyter.e2e.test.mjs.
+ * fresh user data and browser profile); environment as for jupyter.e2e.test.mjs. On revenue.ipynb: 3 `import
+ * pandas as pd`, 4 `sales = pd.read_csv(...)`, 5 `total = sales["revenue"].sum()` (KeyError), 6 adds the column.
  */
 import assert from 'node:assert/strict';
 import {
@@ -27,8 +28,10 @@ import {
 const WORKBENCH_URL = env('CRANE_E2E_URL');
 const KERNEL_NAME = env('CRANE_E2E_KERNEL_NAME');
 const NOTEBOOK = 'revenue.ipynb';
-const CRASH_CELL = 4;
-const FIX_CELL = 5;
+const IMPORT_CELL = 3;
+const READ_CELL = 4;
+const CRASH_CELL = 5;
+const FIX_CELL = 6;
 const CONSENT = /Do you want to grant Kernel access to the extension CRANE/;
 
 const s = scenario({ prefix: 'jupyter-deny-' });
@@ -57,7 +60,7 @@ step('the workbench loads with the workspace, in a fresh profile', async () => {
   await openNotebook(s.page, NOTEBOOK);
   await cellRow(s.page, FIX_CELL).waitFor();
   await waitForKernelPicked(s.page, KERNEL_NAME);
-  await runCell(s.page, 2);
+  await runCell(s.page, IMPORT_CELL);
   await s.screenshot('cell-run');
 });
 
@@ -75,8 +78,8 @@ step('7a. the user answers "Deny": CRANE falls back to its own discovery with a 
 });
 
 step('7b. discovery serves the predictions; CRANE does not prompt again by itself', async () => {
-  await runCell(s.page, 3); // a user action: CRANE asks again, and the Jupyter extension refuses without a prompt
-  assert.equal(await executionCount(s.page, 3), '[2]');
+  await runCell(s.page, READ_CELL); // a user action: CRANE asks again, and the Jupyter extension refuses without a prompt
+  assert.equal(await executionCount(s.page, READ_CELL), '[2]');
   await cellRow(s.page, CRASH_CELL).locator('.squiggly-error').first().waitFor({ timeout: SLOW });
   await waitFor('the second refusal in the CRANE log', async () => (await bridgeAnswers(/declined/)) >= 2);
   assert.equal(await s.page.locator('.monaco-dialog-box').count(), 0, 'no second consent prompt');
@@ -99,7 +102,10 @@ step('7c. granting access later ("Jupyter: Manage Access To Jupyter Kernels") at
   const tip = await craneTooltip(s.page, 'through the Jupyter extension');
   assert.doesNotMatch(tip, /declined/);
   assert.equal(await s.page.evaluate(() => window.__craneSameWindow), true, 'the window was not reloaded');
+  await s.page.mouse.move(800, 600);
+  // running cell 6 added the column: the facts (through the new attachment) clear cell 5's squiggle
   await cellRow(s.page, CRASH_CELL).locator('.squiggly-error').first().waitFor({ state: 'detached', timeout: SLOW });
+  await craneTooltip(s.page, 'through the Jupyter extension');
   await s.screenshot('granted-attached-via-jupyter');
   const texts = await recordedStatusTexts(s.page);
   assert.ok(!texts.some((t) => /could not/.test(t)), `status texts: ${JSON.stringify(texts)}`);

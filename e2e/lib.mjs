@@ -227,11 +227,11 @@ export async function waitForFrameText(page, re, timeout) {
 const RUNNING = '.codicon-notebook-state-executing, .codicon-notebook-state-pending';
 
 /**
- * Runs cell `n` with its run button, as a user does, and waits until it has finished. A fast cell's
+ * Clicks the run button of cell `n`, as a user does, and waits until a run has started. A fast cell's
  * executing state can come and go between two polls, so an observer on the notebook (a stable element)
- * notes that a run started; then no cell may be pending or executing any more.
+ * notes that a run started.
  */
-export async function runCell(page, n, timeout = SLOW) {
+export async function startCell(page, n, timeout = SLOW) {
   const overlay = page.locator('.notebookOverlay:visible').first();
   const handle = await overlay.elementHandle();
   await handle.evaluate((el, running) => {
@@ -248,13 +248,27 @@ export async function runCell(page, n, timeout = SLOW) {
   await row.scrollIntoViewIfNeeded();
   await row.hover();
   await row.locator('.run-button-container a.action-label').first().click();
-  await page.waitForFunction(
-    ([el, running]) => el.__craneRunSeen && !el.querySelector(running),
-    [handle, RUNNING],
-    { timeout, polling: 100 },
-  );
+  await page.waitForFunction((el) => el.__craneRunSeen, handle, { timeout, polling: 100 });
+}
+
+/** Waits until no cell is pending or executing and cell `n` shows how its last run ended. */
+export async function waitForCellDone(page, n, timeout = SLOW) {
+  const overlay = page.locator('.notebookOverlay:visible').first();
+  const handle = await overlay.elementHandle();
+  await page.waitForFunction(([el, running]) => !el.querySelector(running), [handle, RUNNING], { timeout, polling: 100 });
   await handle.evaluate((el) => el.__craneObserver?.disconnect());
-  await row.locator('.codicon-notebook-state-success, .codicon-notebook-state-error').first().waitFor({ timeout });
+  await cellRow(page, n).locator('.codicon-notebook-state-success, .codicon-notebook-state-error').first().waitFor({ timeout });
+}
+
+/** Whether cell `n` is pending or executing now. */
+export async function cellRunning(page, n) {
+  return (await cellRow(page, n).locator(RUNNING).count()) > 0;
+}
+
+/** Runs cell `n` with its run button and waits until it has finished. */
+export async function runCell(page, n, timeout = SLOW) {
+  await startCell(page, n, timeout);
+  await waitForCellDone(page, n, timeout);
 }
 
 /** The execution count label of cell `n` ("[3]", or "[ ]" when it has not run). */

@@ -225,7 +225,8 @@ scenario_jupyter() {  # scenario_jupyter NAME TEST_FILE
     install_extension "$JUPYTER_EXTENSIONS" "$VSIX"
     install_extension "$JUPYTER_EXTENSIONS" "$JUPYTER_VSIX"
   fi
-  start_code_server "$JUPYTER_EXTENSIONS" JUPYTER_PATH="$RUN/jupyter/share/jupyter"
+  # the bridge stops waiting for an answer after 2 s instead of 10: the scenario sees it while the prompt is open
+  start_code_server "$JUPYTER_EXTENSIONS" JUPYTER_PATH="$RUN/jupyter/share/jupyter" CRANE_BRIDGE_WAIT_MS=2000
   local rc=0
   run_browser_test "$2" CRANE_E2E_KERNEL_NAME="$KERNEL_DISPLAY_NAME" \
     CRANE_E2E_RUNTIME_DIR="$RUN/jupyter-runtime" || rc=$?

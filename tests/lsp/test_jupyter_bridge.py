@@ -251,6 +251,25 @@ async def test_discovery_finds_kernels_in_the_jupyter_extension_folders(tmp_path
         k2.shutdown()
 
 
+def test_discovery_asks_a_young_silent_kernel_again_soon(tmp_path):
+    """A kernel the Jupyter extension just started is busy (its startup, the user's first cells) when CRANE
+    is declined access: its file is retried every 2 s, while an old silent file (a dead kernel) backs off."""
+    from crane.lsp.discovery import SILENT_RETRY_S, Discovery
+
+    young, old = tmp_path / "kernel-v3young.json", tmp_path / "kernel-v3old.json"
+    for f in (young, old):
+        f.write_text("{}")
+    os.utime(old, (1_000_000, 1_000_000))
+    d = Discovery(timeout=0.1)
+    backoffs = {}
+    for f in (young, old):
+        key = d._key(str(f))
+        for _ in range(4):
+            d._no_answer(key)
+        backoffs[f.name] = d._silent[key][1]
+    assert backoffs == {"kernel-v3young.json": SILENT_RETRY_S[0], "kernel-v3old.json": SILENT_RETRY_S[0] * 8}
+
+
 def test_attach_params_say_how_the_client_learned_the_file():
     p = decode_params({"notebookUri": "file:///a.ipynb", "connectionFile": "/k.json"}, AttachKernelParams)
     assert p.source == "request"

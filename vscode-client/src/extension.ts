@@ -6,7 +6,7 @@ import { runtimeDirs } from './common/connectionFiles';
 import { DIAGNOSIS_SCHEME, DiagnosisView } from './common/diagnosisView';
 import { disposeHighlight } from './common/highlight';
 import { getJupyterKernelsApi, jupyterStorageDir } from './common/jupyterApi';
-import { KernelBridge, Trigger } from './common/kernelBridge';
+import { bridgeTiming, KernelBridge, Trigger } from './common/kernelBridge';
 import { getLogChannel, traceError, traceInfo } from './common/log';
 import { isCraneNotebook, NotebookFocus } from './common/notebooks';
 import { AttachResult, Methods } from './common/protocol';
@@ -36,6 +36,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     attach: (params) => server.server.sendRequest<AttachResult>(Methods.attachKernel, params),
     note: (notebookUri, note) => status.update({ type: 'bridgeNote', notebookUri, note }),
     log: traceInfo,
+    ...bridgeTiming(process.env),
   });
   const connectKernel = (nb: vscode.NotebookDocument | undefined, trigger: Trigger) => {
     if (!nb || !isCraneNotebook(nb) || !server.running || getClientSettings(nb.uri).connectionFile) {

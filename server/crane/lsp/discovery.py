@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 MAX_CANDIDATES = 32
 OTHER_TTL_S = 30.0  # re-ask a kernel that named another (or no) notebook after this long
 SILENT_RETRY_S = (2.0, 60.0)  # a file whose kernel does not answer: retry after 2 s, doubling up to 60 s
+YOUNG_S = 120.0  # ... unless the file is this recent: a kernel still starting or busy with its first cells
 
 
 def runtime_dirs(env: dict[str, str] | None = None, platform: str | None = None) -> list[str]:
@@ -132,9 +133,13 @@ class Discovery:
             return None
 
     def _no_answer(self, key: tuple[str, int]) -> None:
+        """Back off from a file whose kernel did not answer: stale files of dead kernels are common, but a
+        young file's kernel is likely alive and busy (starting, importing, running the user's first cell:
+        the moment CRANE is declined access through the Jupyter extension), so it is asked again soon."""
+        young = time.time() - key[1] / 1e9 < YOUNG_S
         with self._lock:
             prev = self._silent.get(key)
-            backoff = min(prev[1] * 2, SILENT_RETRY_S[1]) if prev else SILENT_RETRY_S[0]
+            backoff = min(prev[1] * 2, SILENT_RETRY_S[1]) if prev and not young else SILENT_RETRY_S[0]
             self._silent[key] = (time.monotonic() + backoff, backoff)
 
     def _ask(self, path: str, key: tuple[str, int], notebook_path: str) -> Match | None:

@@ -73,6 +73,19 @@ export function languageNote(language: string): string {
   return `The notebook's kernel runs ${language}: CRANE reads Python kernels only (static diagnostics).`;
 }
 
+/**
+ * The bridge's timing from the environment, like the server's CRANE_LSP_* tuning (tests use shorter waits):
+ * `CRANE_BRIDGE_WAIT_MS` (how long to wait for an answer before saying so; default 10 s),
+ * `CRANE_BRIDGE_RETRY_MS` (least time between two retries after a refusal; default 2 s).
+ */
+export function bridgeTiming(env: NodeJS.ProcessEnv): Pick<BridgeDeps, 'waitMs' | 'retryMs'> {
+  const ms = (v: string | undefined) => {
+    const n = Number(v);
+    return v && Number.isFinite(n) && n >= 0 ? n : undefined;
+  };
+  return { waitMs: ms(env.CRANE_BRIDGE_WAIT_MS), retryMs: ms(env.CRANE_BRIDGE_RETRY_MS) };
+}
+
 type Answer = { kind: 'file'; path: string } | { kind: 'declined'; message: string } | { kind: 'failed'; message: string };
 
 /** A kernel object of the Jupyter extension, as the bridge knows it. */

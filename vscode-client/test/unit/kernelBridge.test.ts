@@ -6,6 +6,7 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   BridgeDeps,
+  bridgeTiming,
   DECLINED_NOTE,
   KernelBridge,
   languageNote,
@@ -338,6 +339,11 @@ describe('kernel bridge', () => {
     bridge.forget(NB);
     await bridge.reattachAll();
     expect(d.attach).toHaveBeenCalledTimes(2);
+  });
+
+  it('reads its timing from the environment (defaults otherwise)', () => {
+    expect(bridgeTiming({ CRANE_BRIDGE_WAIT_MS: '2000', CRANE_BRIDGE_RETRY_MS: '0' })).toEqual({ waitMs: 2000, retryMs: 0 });
+    expect(bridgeTiming({ CRANE_BRIDGE_WAIT_MS: 'soon' })).toEqual({ waitMs: undefined, retryMs: undefined });
   });
 
   it('shares one question between concurrent requests', async () => {
