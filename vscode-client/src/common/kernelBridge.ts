@@ -149,13 +149,17 @@ export class KernelBridge implements vscode.Disposable {
     const t = this.byNotebook.get(key);
     this.byNotebook.delete(key);
     if (t) {
-      t.notebooks.delete(key);
-      if (t.notebooks.size === 0) {
-        t.subscription?.dispose();
-        this.kernels.delete(t.kernel);
-      }
+      this.untrack(t, key);
     }
     this.deps.note(key, undefined);
+  }
+
+  private untrack(t: Tracked, key: string): void {
+    t.notebooks.delete(key);
+    if (t.notebooks.size === 0) {
+      t.subscription?.dispose();
+      this.kernels.delete(t.kernel);
+    }
   }
 
   /** The connection file the server attached for this notebook through the bridge. */
@@ -240,8 +244,8 @@ export class KernelBridge implements vscode.Disposable {
     const previous = this.byNotebook.get(key);
     if (previous && previous !== t) {
       // another kernel for this notebook (picked in the kernel picker)
-      previous.notebooks.delete(key);
       this.attached.delete(key);
+      this.untrack(previous, key);
     }
     t.notebooks.set(key, uri);
     this.byNotebook.set(key, t);

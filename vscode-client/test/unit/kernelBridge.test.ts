@@ -238,6 +238,19 @@ describe('kernel bridge', () => {
     expect(await bridge.connect(NB2, 'cellRun')).toMatchObject({ kind: 'attached', connectionFile: K2 });
   });
 
+  it('follows the notebook to another kernel picked in the kernel picker', async () => {
+    const k1 = new FakeKernel([{ file: K1 }]);
+    const k2 = new FakeKernel([{ file: K2 }]);
+    const d = deps(k1);
+    const bridge = new KernelBridge(d);
+    await bridge.connect(NB, 'cellRun');
+    d.kernels.set(NB.toString(), k2);
+    expect(await bridge.connect(NB, 'cellRun')).toMatchObject({ kind: 'attached', connectionFile: K2 });
+    k1.setStatus('restarting'); // the old kernel no longer concerns this notebook
+    expect(lastNote(d)).toBeUndefined();
+    expect(bridge.connectionFileOf(NB)).toBe(K2);
+  });
+
   it('a click in the notebook matters only after a refusal', async () => {
     const k = new FakeKernel([{ file: K1 }]);
     const d = deps(k);
