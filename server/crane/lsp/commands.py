@@ -127,5 +127,5 @@ async def _attach(ls: CraneServer, p: AttachKernelParams) -> Any:
     if session is None:
         raise RequestFailed(f"attach: the notebook {p.notebook_uri} is not open")
     async with WorkProgress(ls, "CRANE: attaching to the kernel", cancellable=False):
-        result = await ls.kernels.attach_requested(session, p.connection_file)
+        result = await ls.kernels.attach_requested(session, p.connection_file, p.source)
     return to_wire(result)

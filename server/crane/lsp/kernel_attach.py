@@ -76,7 +76,7 @@ class Attachment:
     watch: KernelWatch
     io: ThreadPoolExecutor
     probe: Any = None  # crane.probe.collect.ProbeClient, created on first use
-    last_count: int | None = None  # execution count of the last user cell seen on iopub
+    last_count: int | None = None  # execution count of the last user run (one whose count advanced)
     closed: bool = field(default=False)
 
     @property
@@ -98,9 +98,13 @@ class Attachment:
             self.probe = ProbeClient(self.conn)
         return self.probe
 
+    def identify(self, timeout: float) -> KernelIdentity:
+        """The kernel's identity and execution count now (one private request on this attachment's thread)."""
+        return self.run(identify, self.conn, timeout)
+
     def check_identity(self, timeout: float) -> bool:
         """True when the kernel is still the one we attached to (same pid); False after a restart."""
-        ident = self.run(identify, self.conn, timeout)
+        ident = self.identify(timeout)
         return ident.pid is None or self.info.pid is None or ident.pid == self.info.pid
 
     def close(self) -> None:

@@ -3,10 +3,13 @@
 The watcher has its own client (iopub + heartbeat channels only), so it never competes with the probe
 connection for messages. It reports, through `on_event` (called on the watcher thread):
 
-- `WatchEvent("busy")` when a user execution starts (another client's `execute_request` goes busy), and
-  `WatchEvent("idle")` when no user request runs any more;
-- `WatchEvent("finished", code, execution_count, success)` when a user cell that was shown on iopub
-  (`execute_input`) goes idle: the kernel's state changed;
+- `WatchEvent("busy")` when another client's `execute_request` starts (goes busy), and `WatchEvent("idle")`
+  when no such request runs any more;
+- `WatchEvent("finished", code, execution_count, success)` when another client's request that was shown on
+  iopub (`execute_input`, with the count it ran under) goes idle. Only a candidate user run: the Jupyter
+  extension also sends requests of its own on the user's session (startup code, the variables view, other
+  extensions' code through its kernels API) with `store_history=False`, which carry the same count and leave
+  it where it was; the supervisor (kernels.py) counts a run only when the execution count advanced;
 - `WatchEvent("restarted")` on a `starting`/`restarting` status;
 - `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back.
 

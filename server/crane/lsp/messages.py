@@ -19,7 +19,9 @@ from crane.errors import CraneError
 from crane.finding import Finding
 
 KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
-KernelSource = Literal["request", "discovery", "setting"]
+# how the server found the kernel: named by the client (request), learned by the client through the Jupyter
+# extension's kernels API (jupyter-extension), its own discovery (discovery), crane.kernel.connectionFile (setting)
+KernelSource = Literal["request", "jupyter-extension", "discovery", "setting"]
 
 
 class InvalidParams(CraneError, ValueError):
@@ -53,7 +55,7 @@ class _Wire(msgspec.Struct, rename="camel", omit_defaults=False):
 
 class KernelInfo(_Wire):
     connection_file: str
-    source: KernelSource  # how the kernel was found: (a) request, (b) discovery, (c) setting
+    source: KernelSource  # how the kernel was found: (a) request / jupyter-extension, (b) discovery, (c) setting
     notebook_path: str | None = None  # the kernel's `__vsc_ipynb_file__`, when it has one
     pid: int | None = None
 
@@ -73,6 +75,7 @@ class AttachKernelParams(_Wire, forbid_unknown_fields=False):
 
     notebook_uri: str
     connection_file: str
+    source: Literal["request", "jupyter-extension"] = "request"  # how the client learned the file
 
 
 class AttachResult(_Wire):

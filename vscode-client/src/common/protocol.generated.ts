@@ -14,7 +14,7 @@ export interface KernelStatus {
 
 export interface KernelInfo {
   connectionFile: string;
-  source: "discovery" | "request" | "setting";
+  source: "discovery" | "jupyter-extension" | "request" | "setting";
   notebookPath: string | null;
   pid: number | null;
 }
@@ -25,6 +25,7 @@ export interface KernelInfo {
 export interface AttachKernelParams {
   notebookUri: string;
   connectionFile: string;
+  source: "jupyter-extension" | "request";
 }
 
 export interface AttachResult {
@@ -54,7 +55,8 @@ export interface DiagnosisResult {
 /**
  * 'If you run this cell now, against the kernel as it is, it will crash' — and why.
  *
- * Lines and columns are 1-based lines / 0-based columns within the target cell's original source.
+ * Lines and columns are 1-based lines / 0-based character (code point) columns within the target cell's
+ * original source; editors that count UTF-16 code units convert (crane.lsp.notebook_map.utf16_col).
  */
 export interface Finding {
   rule: string;
