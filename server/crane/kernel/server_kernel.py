@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _LIVE: set[ServerKernel] = set()
 _LIVE_LOCK = threading.Lock()
+_CLOSED = threading.Event()  # set by shutdown_all(final=True): no new kernel may start (Ctrl-C, exit)
 
 
 class ServerKernel:
@@ -98,11 +99,15 @@ def session_path(notebook: str | Path, root: str | Path | None = None) -> str:
 def start_server_kernel(spec: ServerSpec, notebook: str | Path, kernel_name: str | None = None,
                         startup_timeout: float = 60.0, root: str | Path | None = None) -> ServerKernel:
     """Start a kernel for `notebook` on the server, connected and answering (see the module docstring)."""
+    if _CLOSED.is_set():
+        raise KernelError("interrupted: no new kernel is started on the server")
     api = ServerAPI(spec)
     path = session_path(notebook, root)
     existing = {s.id for s in _sessions_or_none(api) or []}
     kernel = _start(api, path, kernel_name, existing)
     try:
+        if _CLOSED.is_set():
+            raise KernelError("interrupted: no new kernel is started on the server")
         from crane.kernel.ws_client import WebSocketKernelClient
 
         ws = WebSocketKernelClient(spec, kernel.kernel_id, connect_timeout=startup_timeout)
@@ -143,8 +148,11 @@ def _start(api: ServerAPI, path: str, kernel_name: str | None, existing: set[str
     return ServerKernel(api, model.kernel.id, model.id, unique)
 
 
-def shutdown_all() -> None:
-    """Shut down every kernel this process started on a server and has not shut down yet."""
+def shutdown_all(final: bool = False) -> None:
+    """Shut down every kernel this process started on a server and has not shut down yet; `final`: and start
+    no new one (the command was interrupted, or the process exits)."""
+    if final:
+        _CLOSED.set()
     with _LIVE_LOCK:
         live = list(_LIVE)
     for kernel in live:
@@ -156,4 +164,4 @@ def live_kernels() -> list[ServerKernel]:
         return list(_LIVE)
 
 
-atexit.register(shutdown_all)
+atexit.register(shutdown_all, True)

@@ -96,7 +96,9 @@ class WebSocketKernelClient:
                  protocol: str | None = V1_PROTOCOL):
         self.spec = spec
         self.kernel_id = check_kernel_id(kernel_id)
-        self.session = Session(key=b"", username="crane", session=str(uuid.uuid4()))
+        # Builds message headers only: the server signs what it forwards to the kernel with the kernel's key,
+        # so this key is never used (an empty one would make jupyter_client warn about unsigned messages).
+        self.session = Session(key=uuid.uuid4().hex.encode(), username="crane", session=str(uuid.uuid4()))
         self.connect_timeout = connect_timeout
         self.reconnect_window = reconnect_window
         self.ping_interval = ping_interval
