@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         local = remote = None
         try:
             local = start_kernel(root)
+            (root / "bench.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
             remote = start_server_kernel(server.spec(), root / "bench.ipynb", root=root)
             conns = {"zmq": local.connection, "ws": remote.connection}
             for name, conn in conns.items():

@@ -17,7 +17,14 @@ def served(tmp_path_factory) -> Path:
     root.mkdir()
     (root / "project").mkdir()
     (root / "project" / "data.csv").write_text("a,b\n1,2\n")
+    write_notebook(root / "project" / "analysis.ipynb")
     return root
+
+
+def write_notebook(path: Path) -> Path:
+    """An empty notebook file (the server's contents API must know the notebooks CRANE starts kernels for)."""
+    path.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    return path
 
 
 @pytest.fixture(scope="module")

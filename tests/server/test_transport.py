@@ -23,6 +23,7 @@ from crane.kernel.target import KernelTarget, ServerSpec
 from crane.kernel.ws_client import WebSocketKernelClient
 
 from ..jupyter_server_proc import JupyterServerProcess, TcpProxy, free_port
+from .conftest import write_notebook
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -67,10 +68,15 @@ def test_a_session_the_user_has_open_is_never_reused(jserver, served, user_kerne
     assert user_kernel.frontend.evaluate("mine") == "user"
 
 
-def test_session_path_must_be_under_the_current_folder(tmp_path):
+def test_the_notebook_must_be_where_the_server_serves_it(jserver, served, tmp_path):
     assert session_path(tmp_path / "a" / "nb.ipynb", tmp_path) == "a/nb.ipynb"
     with pytest.raises(KernelError, match="run crane from the folder the Jupyter server serves"):
         session_path("/elsewhere/nb.ipynb", tmp_path)
+    # inside the current folder, but not where the server has it: the kernel would start in the wrong folder
+    with pytest.raises(KernelError, match="has no project/other.ipynb: run crane from the folder"):
+        start_server_kernel(jserver.spec(), served / "project" / "other.ipynb", root=served)
+    assert ServerAPI(jserver.spec()).has_file("project/analysis.ipynb") is True
+    assert live_kernels() == []
 
 
 def test_wrong_token_and_unreachable_server_are_clear_errors(jserver, served, user_kernel):
@@ -150,7 +156,7 @@ def test_server_gone_is_a_clear_error(served, tmp_path):
     root.mkdir()
     srv = JupyterServerProcess(root)
     try:
-        with start_server_kernel(srv.spec(), root / "nb.ipynb", root=root) as k:
+        with start_server_kernel(srv.spec(), write_notebook(root / "nb.ipynb"), root=root) as k:
             client: WebSocketKernelClient = k.connection.client
             client.reconnect_window = 2.0
             assert k.connection.evaluate("1") == 1
@@ -174,7 +180,7 @@ def test_https_proxy_prefix_and_legacy_protocol(tmp_path, variant):
         srv = JupyterServerProcess(root, legacy_protocol=True)
     try:
         assert srv.url.startswith("https://" if variant.startswith("https") else "http://")
-        with start_server_kernel(srv.spec(), root / "nb.ipynb", root=root) as k:
+        with start_server_kernel(srv.spec(), write_notebook(root / "nb.ipynb"), root=root) as k:
             client: WebSocketKernelClient = k.connection.client
             assert client.protocol == (None if variant == "legacy-json" else "v1.kernel.websocket.jupyter.org")
             assert k.connection.run_cell("print('over', 'the', 'wire')").stdout == "over the wire\n"

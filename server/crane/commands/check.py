@@ -11,6 +11,7 @@ import sys
 import time
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
+from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
 
 MODES = ("static", "auto", "llm")  # see crane.modes
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=float, default=30.0, help="seconds per speculative run (auto mode)")
     p.add_argument("--python", help="interpreter for the replay kernel (default: this one)")
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds allowed per history cell")
+    add_server_arguments(p)
     add_llm_arguments(p)
 
 
@@ -39,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from crane.commands.output import CheckReport, encode
     from crane.engine import ReplayedNotebook
     from crane.kernel.errors import KernelError
+    from crane.kernel.launch import launcher_from_args, server_session
     from crane.modes import predict_in_mode
     from crane.notebook.history import check_target, default_targets
     from crane.notebook.model import NotebookError, load_notebook
@@ -54,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         settings = settings_from_args(args)
-    except SettingsError as exc:
+        launcher = launcher_from_args(args)
+    except (SettingsError, KernelError, ValueError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.mode == "llm" and not settings.enabled:
@@ -66,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
 
     if sys.stderr.isatty():
         n = sum(1 for c in nb.cells if c.is_code and c.execution_count is not None)
-        print(f"crane: replaying {n} executed cell(s) in a fresh kernel in {nb.directory} ...", file=sys.stderr)
+        print(f"crane: replaying {n} executed cell(s) in {launcher.where} ({nb.directory}) ...", file=sys.stderr)
     try:
-        with ReplayedNotebook(nb, targets, python=args.python, cell_timeout=args.cell_timeout) as replayed:
+        with server_session(launcher), ReplayedNotebook(nb, targets, python=args.python, cell_timeout=args.cell_timeout,
+                                                        launcher=launcher) as replayed:
             results = [predict_in_mode(replayed, t, args.mode, settings, args.budget) for t in targets]
             history = history_entries(replayed.history_runs)
     except KernelError as exc:

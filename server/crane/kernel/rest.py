@@ -65,8 +65,9 @@ class ServerAPI:
             raise ServerError(str(exc)) from None
 
     # -- transport ----------------------------------------------------------------------------------
-    def request(self, method: str, *path: str, body: Any = None, timeout: float | None = None) -> bytes:
-        url = self.spec.api(*path)
+    def request(self, method: str, *path: str, body: Any = None, timeout: float | None = None,
+                query: dict[str, str] | None = None) -> bytes:
+        url = self.spec.api(*path, query=query)
         data = msgspec.json.encode(body) if body is not None else (b"" if method in ("POST", "PUT", "PATCH") else None)
         headers = {"Accept": "application/json", **self.spec.headers()}
         if data is not None:
@@ -106,6 +107,20 @@ class ServerAPI:
     def check(self) -> list[KernelModel]:
         """Raise unless the server answers the kernels API with this token (the running kernels)."""
         return self._json(list[KernelModel], "GET", "kernels")
+
+    def has_file(self, path: str) -> bool | None:
+        """Whether the server's contents API has `path` (relative to its root); None without a contents API
+        (gateways), so the caller cannot tell."""
+        try:
+            self.request("GET", "contents", *[p for p in path.split("/") if p], query={"content": "0"})
+            return True
+        except ServerNotFound:
+            pass
+        try:
+            self.request("GET", "contents", query={"content": "0"})
+        except ServerNotFound:
+            return None
+        return False
 
     def kernel(self, kernel_id: str) -> KernelModel:
         return self._json(KernelModel, "GET", "kernels", check_kernel_id(kernel_id))

@@ -103,6 +103,10 @@ def start_server_kernel(spec: ServerSpec, notebook: str | Path, kernel_name: str
         raise KernelError("interrupted: no new kernel is started on the server")
     api = ServerAPI(spec)
     path = session_path(notebook, root)
+    if api.has_file(path) is False:  # None: no contents API (a gateway): nothing to check
+        raise KernelError(
+            f"the Jupyter server at {spec.display} has no {path}: run crane from the folder the Jupyter server "
+            "serves (the kernel would start in another folder than the notebook's)")
     existing = {s.id for s in _sessions_or_none(api) or []}
     kernel = _start(api, path, kernel_name, existing)
     try:
