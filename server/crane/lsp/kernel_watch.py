@@ -1,7 +1,8 @@
 """Following an attached kernel: its iopub traffic and its heartbeat, on a thread of its own.
 
-The watcher has its own client (iopub + heartbeat channels only), so it never competes with the probe
-connection for messages. It reports, through `on_event` (called on the watcher thread):
+The watcher has its own client (iopub + heartbeat channels only; for a kernel on a Jupyter Server, a websocket
+of its own whose "heartbeat" is that websocket's liveness), so it never competes with the probe connection
+for messages. It reports, through `on_event` (called on the watcher thread):
 
 - `WatchEvent("busy")` when a user execution starts (another client's `execute_request` goes busy), and
   `WatchEvent("idle")` when no user request runs any more;
@@ -23,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -40,23 +42,24 @@ class KernelWatch(threading.Thread):
 
     def __init__(
         self,
-        connection_file: str,
+        where: Any,  # a connection file path, or a crane.kernel.target.KernelTarget (a server kernel)
         on_event: Callable[[WatchEvent], None],
         ignore_sessions: set[str] | None = None,
         heartbeat_interval: float = 0.5,
         local_pid: int | None = None,
     ):
-        super().__init__(name=f"crane-watch-{connection_file.rsplit('/', 1)[-1]}", daemon=True)
         from crane.kernel.client import KernelConnection
+        from crane.kernel.target import as_target
 
-        self.connection_file = connection_file
+        self.target = as_target(where)
+        super().__init__(name=f"crane-watch-{self.target.short()}", daemon=True)
         self.on_event = on_event
         self.ignore_sessions = set(ignore_sessions or ())
         self.heartbeat_interval = heartbeat_interval
         # A local kernel's process: when it is gone, the kernel died or restarted even if iopub missed the
         # "starting" status (a SUB socket re-subscribes after a restart and can miss the first messages).
         self.local_pid = local_pid
-        self._client = KernelConnection.watch_client(connection_file)
+        self._client = KernelConnection.watch_client(self.target)
         self._stopping = threading.Event()
         self._running: dict[str, dict] = {}  # user execute_request msg_id -> {"code", "count", "ok"}
         self._busy_parents: set[str] = set()

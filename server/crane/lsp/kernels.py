@@ -1,7 +1,9 @@
 """Keeping each open notebook attached to its kernel, and telling the client (`crane/kernelStatus`).
 
-Attach order: (a) the kernel the client named (`crane/attachKernel`), (b) discovery by
-`__vsc_ipynb_file__`, (c) the `crane.kernel.connectionFile` setting, (d) none: static-only diagnostics. A
+Attach order: (a) the kernel the client named (`crane/attachKernel`: a connection file, or a kernel id on a
+Jupyter Server), (b) discovery by `__vsc_ipynb_file__`, (c) the `crane.kernel.connectionFile` setting, (d) none:
+static-only diagnostics. A named connection file that does not exist here but is named after a jupyter_server
+kernel id (`kernel-<id>.json`, a remote kernel's) attaches through `crane.jupyterServer.url` when it is set. A
 maintainer task per notebook looks again every `discoveryIntervalMs` while nothing is attached, and reattaches
 after the kernel dies or restarts (same connection file first, then discovery). Watcher events arrive on the
 watcher's thread and are marshalled onto the event loop; a finished user cell re-checks the cells that read
@@ -15,6 +17,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from crane.kernel.target import KernelTarget, as_target
 from crane.lsp.discovery import Discovery
 from crane.lsp.kernel_attach import Attachment, attach
 from crane.lsp.kernel_watch import WatchEvent
@@ -92,17 +95,40 @@ class KernelSupervisor:
             self.notify_status(session)
 
     # -- attaching ----------------------------------------------------------------------------------
-    async def attach_requested(self, session: NotebookSession, connection_file: str) -> AttachResult:
+    async def attach_requested(self, session: NotebookSession, connection_file: str | None = None, *,
+                               server_url: str | None = None, kernel_id: str | None = None) -> AttachResult:
         """(a): the client names the kernel. Replaces any current attachment."""
-        path = os.path.abspath(os.path.expanduser(connection_file))
-        if not os.path.isfile(path):
-            return AttachResult(attached=False, message=f"connection file not found: {path}")
-        session.requested = (path, "request")
-        ok, message = await self._try_attach(session, path, "request")
+        target, problem = self._requested_target(connection_file, server_url, kernel_id)
+        if target is None:
+            return AttachResult(attached=False, message=problem)
+        session.requested = (target, "request")
+        ok, message = await self._try_attach(session, target, "request")
         self.wake(session)
         return AttachResult(attached=ok, message=message, kernel=session.attachment.info if ok and session.attachment else None)
 
-    async def _try_attach(self, session: NotebookSession, path: str, source: KernelSource) -> tuple[bool, str]:
+    def _requested_target(self, connection_file: str | None, server_url: str | None,
+                          kernel_id: str | None) -> tuple[KernelTarget | None, str]:
+        from crane.kernel.target import ServerSpec, ServerSpecError, kernel_id_from_connection_file
+
+        configured = self.ls.settings.jupyter_server.url
+        if connection_file is not None:
+            path = os.path.abspath(os.path.expanduser(connection_file))
+            if os.path.isfile(path):
+                return KernelTarget.local(path), ""
+            kernel_id = kernel_id_from_connection_file(path)
+            if kernel_id is None or not configured:
+                hint = " (a remote kernel's? set crane.jupyterServer.url)" if kernel_id else ""
+                return None, f"connection file not found: {path}{hint}"
+        url = server_url or configured
+        if not url:
+            return None, "no Jupyter server to reach the kernel through: set crane.jupyterServer.url"
+        try:
+            return KernelTarget.remote(ServerSpec.parse(url), kernel_id or ""), ""
+        except (ServerSpecError, ValueError) as exc:
+            return None, f"cannot attach to kernel {kernel_id!r} on {url.split('?', 1)[0]}: {exc}"
+
+    async def _try_attach(self, session: NotebookSession, where: KernelTarget | str,
+                          source: KernelSource) -> tuple[bool, str]:
         lock = self._attach_lock.get(session.uri)
         if lock is None:
             return False, "the notebook is closed"
@@ -115,11 +141,13 @@ class KernelSupervisor:
                 if att is not None:
                     self.ls.call_soon_threadsafe(self._on_event, session, att, event)
 
+            target = as_target(where)
+            what = target.describe()
             try:
-                att = await asyncio.to_thread(attach, path, source, on_event, timeout)
+                att = await asyncio.to_thread(attach, target, source, on_event, timeout)
             except Exception as exc:
-                log.info("attach %s failed: %s", path, exc)
-                return False, f"could not attach to {path}: {exc}"
+                log.info("attach %s failed: %s", target.short(), exc)
+                return False, f"could not attach to {what}: {exc}"
             holder["att"] = att
             if session.closed:
                 await asyncio.to_thread(att.close)
@@ -133,18 +161,19 @@ class KernelSupervisor:
             warn = ""
             if att.info.notebook_path and session.path and not same_path(att.info.notebook_path, session.path):
                 warn = f" (note: this kernel says it runs {att.info.notebook_path})"
-            self._set_state(session, "busy" if att.busy else "attached", f"attached to {os.path.basename(path)}, {how}{warn}")
+            label = what if target.is_remote else os.path.basename(what)
+            self._set_state(session, "busy" if att.busy else "attached", f"attached to {label}, {how}{warn}")
             self.recheck_all(session)
-            return True, f"attached to {path}{warn}"
+            return True, f"attached to {what}{warn}"
 
     async def _resolve(self, session: NotebookSession) -> bool:
         settings = self.ls.settings
-        if session.requested is not None and os.path.isfile(session.requested[0]):  # (a), also after a restart
+        if session.requested is not None and _available(session.requested[0]):  # (a), also after a restart
             ok, _ = await self._try_attach(session, *session.requested)
             if ok:
                 return True
         last = session.last_kernel
-        if last is not None and last != session.requested and os.path.isfile(last[0]):  # the kernel that died
+        if last is not None and last != session.requested and _available(last[0]):  # the kernel that died
             ok, _ = await self._try_attach(session, *last)
             if ok:
                 return True
@@ -172,7 +201,7 @@ class KernelSupervisor:
                 if att is None or not att.alive:
                     if att is not None:  # dead: let go of it, then look again (that file first)
                         session.attachment = None
-                        session.last_kernel = (att.info.connection_file, att.info.source)
+                        session.last_kernel = (att.target, att.info.source)
                         await asyncio.to_thread(att.close)
                     await self._resolve(session)
             except asyncio.CancelledError:
@@ -247,7 +276,7 @@ class KernelSupervisor:
         if not same:  # restarted behind the same connection file: a fresh namespace
             session.attachment = None
             session.kernel_changed()
-            session.last_kernel = (att.info.connection_file, att.info.source)
+            session.last_kernel = (att.target, att.info.source)
             await asyncio.to_thread(att.close)
             self._set_state(session, "dead", "the kernel restarted: reattaching")
             self.wake(session)
@@ -277,3 +306,8 @@ class KernelSupervisor:
             if read is None or read & written:
                 uris.append(c.uri)
         session.scheduler.request(uris, 0.0)
+
+
+def _available(target: KernelTarget) -> bool:
+    """Worth trying again: a server kernel always (the server says), a local one while its file exists."""
+    return target.is_remote or os.path.isfile(str(target.connection_file))

@@ -8,6 +8,7 @@ the section itself, camelCase:
     llm: {model: null | str, apiBase: null | str, ...}  (other keys of docs/llm.md pass through)
     agent: {maxSteps: 10, budgetUsd: null | float, stepMode: false}
     kernel: {connectionFile: null | str}
+    jupyterServer: {url: null | str}                    (kernels behind a Jupyter Server; token: $JUPYTER_TOKEN)
     hover: true
     logLevel: "error" | "warn" | "info" | "debug"      (default "info")
 
@@ -54,12 +55,25 @@ class KernelSettings(msgspec.Struct, rename="camel", frozen=True):
     connection_file: str | None = None
 
 
+class JupyterServerSettings(msgspec.Struct, rename="camel", frozen=True):
+    url: str | None = None  # remote kernels attach through this server (crane.kernel.target.ServerSpec)
+
+    def spec(self) -> Any:
+        """The `ServerSpec` (token from $JUPYTER_TOKEN, which the editor fills from its secret storage), or None."""
+        if not self.url:
+            return None
+        from crane.kernel.target import ServerSpec
+
+        return ServerSpec.parse(self.url)
+
+
 class Settings(msgspec.Struct, rename="camel", frozen=True):
     mode: Mode = "auto"
     speculative: SpeculativeSettings = SpeculativeSettings()
     llm: LLMSection = LLMSection()
     agent: AgentSettings = AgentSettings()
     kernel: KernelSettings = KernelSettings()
+    jupyter_server: JupyterServerSettings = JupyterServerSettings()
     hover: bool = True
     log_level: LogLevel = "info"
 
@@ -136,6 +150,18 @@ def _check_url(v: Any) -> str | None:
     return s
 
 
+def _check_server_url(v: Any) -> str | None:
+    s = _check_url(v)
+    if s is not None:
+        from crane.kernel.target import ServerSpec, ServerSpecError
+
+        try:
+            ServerSpec.parse(s, env={})
+        except ServerSpecError as exc:
+            raise ValueError(str(exc)) from None
+    return s
+
+
 def _check_log_level(v: Any) -> str:
     if v == "warning":  # the older spelling
         return "warn"
@@ -160,12 +186,14 @@ _SCHEMA: dict[str | None, dict[str, tuple[str, Any]]] = {
         "stepMode": ("step_mode", _check_bool),
     },
     "kernel": {"connectionFile": ("connection_file", _check_str)},
+    "jupyterServer": {"url": ("url", _check_server_url)},
 }
 _SECTION_TYPES = {
     "speculative": SpeculativeSettings,
     "llm": LLMSection,
     "agent": AgentSettings,
     "kernel": KernelSettings,
+    "jupyterServer": JupyterServerSettings,
 }
 
 
@@ -204,7 +232,7 @@ def parse_settings(raw: Any) -> tuple[Settings, list[str]]:
             values = section.get(name)
             if values is None:
                 continue
-            where, default_obj = f"crane.{name}", getattr(defaults, name)
+            where, default_obj = f"crane.{name}", getattr(defaults, _field_of(name))
             if not isinstance(values, Mapping):
                 problems.append(f"{where}: expected an object, got {values!r}; using its defaults")
                 continue
@@ -230,8 +258,13 @@ def parse_settings(raw: Any) -> tuple[Settings, list[str]]:
         if name is None:
             top.update(fields)
         else:
-            top[name] = _SECTION_TYPES[name](**fields)
+            top[_field_of(name)] = _SECTION_TYPES[name](**fields)
     return Settings(**top), problems
+
+
+def _field_of(section: str) -> str:
+    """The Settings field of a camelCase section name ("jupyterServer" -> "jupyter_server")."""
+    return "".join("_" + c.lower() if c.isupper() else c for c in section)
 
 
 # -- tuning (environment) -----------------------------------------------------------------------------------------
