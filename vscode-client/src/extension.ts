@@ -34,6 +34,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     attach: (params) => server.server.sendRequest<AttachResult>(Methods.attachKernel, params),
     note: (notebookUri, note) => status.update({ type: 'bridgeNote', notebookUri, note }),
     log: traceInfo,
+    jupyterServerUrl: (uri) => getClientSettings(uri).jupyterServerUrl,
   });
   const connectKernel = (nb: vscode.NotebookDocument | undefined) => {
     if (!nb || !isCraneNotebook(nb) || !server.running || getClientSettings(nb.uri).connectionFile) {

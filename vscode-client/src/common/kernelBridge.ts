@@ -3,7 +3,12 @@
  * connection file and hands it to the server with `crane/attachKernel`. When the user declines the
  * Jupyter extension's access prompt, or the extension is missing, the server falls back to its own
  * discovery and the status bar says so.
+ *
+ * A remote kernel (a Jupyter Server, JupyterHub, Enterprise Gateway) reports a connection file of the
+ * server's machine, named `kernel-<kernel id>.json` by jupyter_server: when that file does not exist here and
+ * `crane.jupyterServer.url` is set, the bridge attaches with `{serverUrl, kernelId}` instead.
  */
+import * as fs from 'node:fs';
 import * as vscode from 'vscode';
 import type { AttachKernelParams, AttachResult } from './protocol';
 
@@ -35,8 +40,8 @@ export interface JupyterKernelsApi {
 }
 
 export type BridgeOutcome =
-  | { kind: 'attached'; connectionFile: string; result: AttachResult }
-  | { kind: 'not-attached'; connectionFile: string; result: AttachResult }
+  | { kind: 'attached'; connectionFile: string; remote?: RemoteKernel; result: AttachResult }
+  | { kind: 'not-attached'; connectionFile: string; remote?: RemoteKernel; result: AttachResult }
   | { kind: 'no-extension' }
   | { kind: 'no-kernel' }
   | { kind: 'declined'; message: string }
@@ -49,6 +54,32 @@ export interface BridgeDeps {
   note(notebookUri: string, note: string | undefined): void;
   log(message: string): void;
   timeoutMs?: number;
+  /** `crane.jupyterServer.url` for this notebook ('' when unset). */
+  jupyterServerUrl?(notebookUri: vscode.Uri): string;
+  /** Whether a path exists on this machine (default: the file system). */
+  fileExists?(path: string): boolean;
+}
+
+export interface RemoteKernel {
+  serverUrl: string;
+  kernelId: string;
+}
+
+const KERNEL_FILE_RE = /(?:^|[\\/])kernel-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.json$/;
+
+/** The kernel id in a connection file name written by jupyter_server (`kernel-<uuid>.json`). */
+export function kernelIdFromConnectionFile(path: string): string | undefined {
+  return KERNEL_FILE_RE.exec(path.trim())?.[1];
+}
+
+/** Where to attach: the remote kernel through the configured server when the file is not here and is named
+ * after a jupyter_server kernel id; else the connection file itself. */
+export function remoteKernelFor(connectionFile: string, serverUrl: string, exists: boolean): RemoteKernel | undefined {
+  const kernelId = kernelIdFromConnectionFile(connectionFile);
+  if (exists || !kernelId || !serverUrl.trim()) {
+    return undefined;
+  }
+  return { serverUrl: serverUrl.trim(), kernelId };
 }
 
 export const DECLINED_NOTE =
@@ -113,7 +144,7 @@ export class KernelBridge {
   async reattachAll(): Promise<void> {
     for (const [uri, k] of this.known) {
       try {
-        await this.deps.attach({ notebookUri: uri, connectionFile: k.connectionFile });
+        await this.deps.attach(this.attachParams(uri, k.connectionFile));
       } catch (err) {
         this.deps.log(`kernel bridge: re-attach of ${uri} failed: ${String(err)}`);
       }
@@ -178,15 +209,30 @@ export class KernelBridge {
     return this.sendAttach(key, connectionFile);
   }
 
+  /** `crane/attachKernel` params for a kernel that reported `connectionFile`. */
+  attachParams(notebookUri: string, connectionFile: string): AttachKernelParams {
+    const exists = (this.deps.fileExists ?? fs.existsSync)(connectionFile);
+    const url = this.deps.jupyterServerUrl?.(vscode.Uri.parse(notebookUri)) ?? '';
+    const remote = remoteKernelFor(connectionFile, url, exists);
+    return remote ? { notebookUri, ...remote } : { notebookUri, connectionFile };
+  }
+
   private async sendAttach(key: string, connectionFile: string): Promise<BridgeOutcome> {
-    const result = await this.deps.attach({ notebookUri: key, connectionFile });
-    this.deps.log(`kernel bridge: ${key} -> ${connectionFile}: ${result.attached ? 'attached' : 'not attached'} ${result.message}`);
+    const params = this.attachParams(key, connectionFile);
+    const remote = params.kernelId && params.serverUrl ? { serverUrl: params.serverUrl, kernelId: params.kernelId } : undefined;
+    const what = remote ? `remote kernel (${remote.serverUrl})` : connectionFile;
+    const result = await this.deps.attach(params);
+    this.deps.log(`kernel bridge: ${key} -> ${what}: ${result.attached ? 'attached' : 'not attached'} ${result.message}`);
     if (result.attached) {
       this.deps.note(key, undefined);
-      return { kind: 'attached', connectionFile, result };
+      return { kind: 'attached', connectionFile, remote, result };
     }
-    this.deps.note(key, `The server could not attach ${connectionFile}: ${result.message}`);
-    return { kind: 'not-attached', connectionFile, result };
+    const hint =
+      !remote && kernelIdFromConnectionFile(connectionFile) && !(this.deps.fileExists ?? fs.existsSync)(connectionFile)
+        ? ' (the kernel runs on a Jupyter server: set crane.jupyterServer.url and its token)'
+        : '';
+    this.deps.note(key, `The server could not attach ${what}: ${result.message}${hint}`);
+    return { kind: 'not-attached', connectionFile, remote, result };
   }
 
   private async runProbe(kernel: JupyterKernel): Promise<string> {

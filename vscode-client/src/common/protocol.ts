@@ -40,10 +40,16 @@ export interface Usage {
 }
 
 export interface KernelInfo {
-  connectionFile: string;
+  /** A local kernel's connection file; null for a kernel on a Jupyter Server. */
+  connectionFile: string | null;
   source: 'request' | 'discovery' | 'setting';
   notebookPath?: string | null;
   pid?: number | null;
+  /** A remote kernel: the Jupyter Server's base URL (never the token) and the kernel's id there. */
+  serverUrl?: string | null;
+  kernelId?: string | null;
+  /** For users: the connection file, or "remote kernel (URL)". */
+  description?: string;
 }
 
 export type KernelState = 'attached' | 'busy' | 'idle' | 'dead' | 'static-only' | 'stale';
@@ -56,9 +62,13 @@ export interface KernelStatusParams {
   stale?: boolean;
 }
 
+/** A local kernel's `connectionFile`, or a kernel on a Jupyter Server: `kernelId` with `serverUrl` (default:
+ * `crane.jupyterServer.url`; the token is the server process's JUPYTER_TOKEN). */
 export interface AttachKernelParams {
   notebookUri: string;
-  connectionFile: string;
+  connectionFile?: string;
+  serverUrl?: string;
+  kernelId?: string;
 }
 
 export interface AttachResult {

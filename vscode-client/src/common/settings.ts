@@ -19,6 +19,7 @@ export interface ServerSettings {
   llm: { model: unknown; apiBase: unknown };
   agent: { maxSteps: unknown; budgetUsd: unknown; stepMode: unknown };
   kernel: { connectionFile: string | null };
+  jupyterServer: { url: unknown };
   hover: unknown;
   logLevel: unknown;
 }
@@ -29,6 +30,8 @@ export interface ClientSettings {
   python: string;
   /** Resolved kernel connection file, '' when unset. */
   connectionFile: string;
+  /** `crane.jupyterServer.url`: remote kernels attach through this server ('' when unset). */
+  jupyterServerUrl: string;
   /** Whether agent runs start in step mode. */
   stepMode: boolean;
   mode: Mode;
@@ -45,6 +48,7 @@ export const LIVE_KEYS = [
   'crane.llm',
   'crane.agent',
   'crane.kernel',
+  'crane.jupyterServer',
   'crane.hover',
   'crane.logLevel',
 ];
@@ -98,6 +102,7 @@ export function getServerSettings(scope?: vscode.ConfigurationScope): ServerSett
       stepMode: orNull(get('agent.stepMode', DEFAULTS.stepMode)),
     },
     kernel: { connectionFile: pathOrNull(get('kernel.connectionFile', null)) },
+    jupyterServer: { url: orNull(get('jupyterServer.url', null)) },
     hover: orNull(get('hover', DEFAULTS.hover)),
     logLevel: orNull(get('logLevel', DEFAULTS.logLevel)),
   };
@@ -110,6 +115,10 @@ export function getClientSettings(scope?: vscode.ConfigurationScope): ClientSett
   return {
     python: typeof python === 'string' ? resolveVariables(python.trim()) : '',
     connectionFile: pathOrNull(cfg.get<unknown>('kernel.connectionFile', null)) ?? '',
+    jupyterServerUrl: (() => {
+      const url = cfg.get<unknown>('jupyterServer.url', null);
+      return typeof url === 'string' ? url.trim() : '';
+    })(),
     stepMode: cfg.get<unknown>('agent.stepMode', DEFAULTS.stepMode) === true,
     mode: (MODES as readonly unknown[]).includes(mode) ? (mode as Mode) : DEFAULTS.mode,
   };

@@ -1,5 +1,5 @@
 /** Pure status state for the status bar: server, kernel per notebook, analysing, agent running. */
-import type { KernelStatusParams } from './protocol';
+import type { KernelInfo, KernelStatusParams } from './protocol';
 
 export type ServerState = 'stopped' | 'starting' | 'running' | 'error';
 
@@ -91,6 +91,14 @@ export function reduceStatus(s: StatusState, e: StatusEvent): StatusState {
   }
 }
 
+/** How a kernel is named to users: "remote kernel (URL)" for a kernel on a Jupyter Server, else its file. */
+export function kernelLabel(k: KernelInfo): string {
+  if (k.serverUrl) {
+    return k.description || `remote kernel (${k.serverUrl})`;
+  }
+  return k.connectionFile ?? k.description ?? '';
+}
+
 /** The kernel status that applies to the active notebook (its own, else the server-wide one). */
 export function kernelFor(s: StatusState): KernelStatusParams | undefined {
   return (s.activeNotebook !== undefined ? s.kernels[s.activeNotebook] : undefined) ?? s.kernels[''];
@@ -105,7 +113,7 @@ export function renderStatus(s: StatusState): StatusView {
   const k = kernelFor(s);
   const note = s.activeNotebook ? s.bridgeNotes[s.activeNotebook] : undefined;
   if (k) {
-    lines.push(`Kernel: ${k.state}${k.kernel ? ` (${k.kernel.source}: ${k.kernel.connectionFile})` : ''}`);
+    lines.push(`Kernel: ${k.state}${k.kernel ? ` (${k.kernel.source}: ${kernelLabel(k.kernel)})` : ''}`);
     if (k.message) {
       lines.push(k.message);
     }
@@ -142,7 +150,7 @@ export function renderStatus(s: StatusState): StatusView {
   if (s.busy > 0) {
     return { text: '$(loading~spin) CRANE: analysing', tooltip, kind: 'normal' };
   }
-  const suffix = note ? ' (discovery)' : '';
+  const suffix = note ? ' (discovery)' : k?.kernel?.serverUrl ? ' (remote)' : '';
   if (!k || k.state === 'static-only') {
     return { text: `$(circle-outline) CRANE: static only${suffix}`, tooltip, kind: 'normal' };
   }

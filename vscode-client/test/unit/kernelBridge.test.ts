@@ -7,8 +7,10 @@ import {
   getJupyterKernelsApi,
   JupyterKernel,
   KernelBridge,
+  kernelIdFromConnectionFile,
   NO_JUPYTER_NOTE,
   parseConnectionFile,
+  remoteKernelFor,
 } from '../../src/common/kernelBridge';
 
 const NB = Uri.parse('file:///tmp/x/nb.ipynb');
@@ -157,5 +159,45 @@ describe('kernel bridge', () => {
     const kernels = { getKernel: vi.fn() };
     mock.extensions['ms-toolsai.jupyter'] = { isActive: true, exports: { kernels } };
     expect(await getJupyterKernelsApi()).toBe(kernels);
+  });
+
+  describe('remote kernels', () => {
+    const ID = '0b0c2d6e-1f2a-4b3c-9d8e-7f6a5b4c3d2e';
+    const REMOTE_FILE = `/home/jovyan/.local/share/jupyter/runtime/kernel-${ID}.json`;
+    const URL = 'https://hub.example.org/user/alice/';
+
+    it('reads the kernel id from a jupyter_server connection file name', () => {
+      expect(kernelIdFromConnectionFile(REMOTE_FILE)).toBe(ID);
+      expect(kernelIdFromConnectionFile(`C:\\runtime\\kernel-${ID}.json`)).toBe(ID);
+      expect(kernelIdFromConnectionFile('/run/kernel-v3abc.json')).toBeUndefined();
+      expect(remoteKernelFor(REMOTE_FILE, URL, false)).toEqual({ serverUrl: URL, kernelId: ID });
+      expect(remoteKernelFor(REMOTE_FILE, URL, true)).toBeUndefined(); // the file is here: a local kernel
+      expect(remoteKernelFor(REMOTE_FILE, ' ', false)).toBeUndefined(); // no server configured
+    });
+
+    it('attaches a remote kernel through the configured server', async () => {
+      const d = deps(kernelPrinting(`${REMOTE_FILE}\n`));
+      d.jupyterServerUrl = () => URL;
+      d.fileExists = () => false;
+      d.attach = vi.fn(async (p) => ({
+        attached: true,
+        message: 'ok',
+        kernel: { connectionFile: null, source: 'request' as const, serverUrl: p.serverUrl, kernelId: p.kernelId },
+      }));
+      const bridge = new KernelBridge(d);
+      expect(await bridge.connect(NB)).toMatchObject({ kind: 'attached', remote: { serverUrl: URL, kernelId: ID } });
+      expect(d.attach).toHaveBeenCalledWith({ notebookUri: 'file:///tmp/x/nb.ipynb', serverUrl: URL, kernelId: ID });
+      await bridge.reattachAll();
+      expect(d.attach).toHaveBeenLastCalledWith({ notebookUri: 'file:///tmp/x/nb.ipynb', serverUrl: URL, kernelId: ID });
+    });
+
+    it('says how to reach a remote kernel when no server is configured', async () => {
+      const d = deps(kernelPrinting(`${REMOTE_FILE}\n`));
+      d.fileExists = () => false;
+      d.attach = vi.fn(async () => ({ attached: false, message: 'connection file not found', kernel: null }));
+      expect(await new KernelBridge(d).connect(NB)).toMatchObject({ kind: 'not-attached' });
+      expect(d.attach).toHaveBeenCalledWith({ notebookUri: 'file:///tmp/x/nb.ipynb', connectionFile: REMOTE_FILE });
+      expect(d.notes.at(-1)?.[1]).toContain('set crane.jupyterServer.url');
+    });
   });
 });

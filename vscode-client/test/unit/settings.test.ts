@@ -30,6 +30,7 @@ const CONTRACT_DEFAULTS = {
   llm: { model: null, apiBase: null },
   agent: { maxSteps: 10, budgetUsd: null, stepMode: false },
   kernel: { connectionFile: null },
+  jupyterServer: { url: null },
   hover: true,
   logLevel: 'info',
 };
@@ -61,6 +62,7 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
       'crane.speculative.enabled': false,
       'crane.speculative.budgetSeconds': 2.5,
       'crane.kernel.connectionFile': '/tmp/kernel-1.json',
+      'crane.jupyterServer.url': 'https://hub.example.org/user/me/',
       'crane.hover': false,
       'crane.logLevel': 'debug',
     };
@@ -70,11 +72,18 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
       llm: { model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
       agent: { maxSteps: 3, budgetUsd: 0.1, stepMode: true },
       kernel: { connectionFile: '/tmp/kernel-1.json' },
+      jupyterServer: { url: 'https://hub.example.org/user/me/' },
       hover: false,
       logLevel: 'debug',
     });
     expect(didChangeConfigurationParams(getServerSettings()).settings.crane.mode).toBe('llm');
-    expect(getClientSettings()).toEqual({ python: '/opt/py/bin/python', connectionFile: '/tmp/kernel-1.json', stepMode: true, mode: 'llm' });
+    expect(getClientSettings()).toEqual({
+      python: '/opt/py/bin/python',
+      connectionFile: '/tmp/kernel-1.json',
+      jupyterServerUrl: 'https://hub.example.org/user/me/',
+      stepMode: true,
+      mode: 'llm',
+    });
   });
 
   it('sends empty strings as null (unset)', () => {

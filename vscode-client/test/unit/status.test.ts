@@ -41,6 +41,24 @@ describe('status transitions', () => {
     expect(view.tooltip).toContain('/venv/bin/python');
   });
 
+  it('names a remote kernel with its server', () => {
+    const remote: StatusEvent = {
+      type: 'kernelStatus',
+      params: {
+        notebookUri: NB,
+        state: 'attached',
+        kernel: {
+          connectionFile: null, source: 'request', serverUrl: 'https://hub/user/a/', kernelId: 'k-1',
+          description: 'remote kernel (https://hub/user/a/)',
+        },
+        message: 'attached to remote kernel (https://hub/user/a/), named by the client',
+      },
+    };
+    const view = renderStatus(run(running, active, remote));
+    expect(view.text).toContain('kernel attached (remote)');
+    expect(view.tooltip).toContain('Kernel: attached (request: remote kernel (https://hub/user/a/))');
+  });
+
   it('uses the server-wide status when the notebook has none', () => {
     expect(renderStatus(run(running, active, kernel('attached', null))).text).toContain('kernel attached');
     expect(renderStatus(run(running, active, kernel('attached', 'file:///other.ipynb'))).text).toContain('static only');
