@@ -51,7 +51,12 @@ def notebook(served) -> Path:
 
 def _findings(report: dict) -> list[tuple]:
     return [(c["cell"], c["prediction"], [(f["ename"], f["rule"], f["line"]) for f in c.get("findings", [])],
-             c.get("sandbox")) for c in report["cells"]]
+             c.get("sandbox")) for c in _cells(report)]
+
+
+def _cells(report: dict) -> list[dict]:
+    (nb,) = report["notebooks"]  # crane.check/2: one entry per notebook
+    return nb["cells"]
 
 
 def test_check_on_the_server_matches_a_local_kernel(jserver, served, notebook):
@@ -62,8 +67,8 @@ def test_check_on_the_server_matches_a_local_kernel(jserver, served, notebook):
     assert (local.returncode, remote.returncode) == (1, 1), (local.stderr, remote.stderr)
     lrep, rrep = json.loads(local.stdout), json.loads(remote.stdout)
     assert _findings(rrep) == _findings(lrep)
-    assert [c["sandbox"] for c in rrep["cells"]] == ["crash", "no-crash"]  # the fork sandbox ran on the server kernel
-    assert rrep["cells"][0]["findings"][0]["ename"] == "KeyError"
+    assert [c["sandbox"] for c in _cells(rrep)] == ["crash", "no-crash"]  # the fork sandbox ran on the server kernel
+    assert _cells(rrep)[0]["findings"][0]["ename"] == "KeyError"
     assert jserver.kernel_ids() == []
 
 

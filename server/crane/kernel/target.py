@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
+from crane.errors import CraneError
+
 # jupyter_server (and Enterprise Gateway) name a kernel's connection file after the kernel id.
 _KERNEL_FILE = re.compile(r"kernel-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.json$")
 _KERNEL_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,127}$")
@@ -23,7 +25,7 @@ _KERNEL_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,127}$")
 _UI_SEGMENTS = ("lab", "tree", "notebooks", "edit", "doc", "voila")
 
 
-class ServerSpecError(ValueError):
+class ServerSpecError(CraneError, ValueError):
     """A server URL or token that cannot be used (the message says why)."""
 
 

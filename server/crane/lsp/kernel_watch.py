@@ -8,7 +8,8 @@ for messages. It reports, through `on_event` (called on the watcher thread):
   `WatchEvent("idle")` when no user request runs any more;
 - `WatchEvent("finished", code, execution_count, success)` when a user cell that was shown on iopub
   (`execute_input`) goes idle: the kernel's state changed;
-- `WatchEvent("restarted")` on a `starting`/`restarting` status;
+- `WatchEvent("restarted")` on a `starting`/`restarting` status, a `shutdown_reply` on iopub, or an
+  `iopub_welcome` after the first (our subscription was renewed: a new kernel behind the same address);
 - `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back.
 
 Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored. `busy` tells, at any
@@ -66,6 +67,7 @@ class KernelWatch(threading.Thread):
         self._lock = threading.Lock()
         self.alive = True
         self.last_activity = time.monotonic()
+        self._welcomed = False  # ipykernel >= 7 welcomes each new iopub subscriber: the first is our own start
 
     @property
     def busy(self) -> bool:
@@ -138,6 +140,15 @@ class KernelWatch(threading.Thread):
                 self._busy_parents.clear()
                 self._running.clear()
             self._emit(WatchEvent("restarted"))
+            return
+        if mtype == "shutdown_reply" or (mtype == "iopub_welcome" and self._welcomed):
+            # A restart that iopub's "starting" may not show (a subscriber that reconnects misses it; a kernel
+            # behind a Jupyter Server restarted through its REST API): the kernel announced its shutdown, or a
+            # fresh kernel welcomed our (re)subscription. The identity check tells a restart from a blip.
+            self._emit(WatchEvent("restarted"))
+            return
+        if mtype == "iopub_welcome":
+            self._welcomed = True
             return
         if parent.get("session") in self.ignore_sessions:
             return
