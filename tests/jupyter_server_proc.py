@@ -212,10 +212,27 @@ class TcpProxy:
                 s.close()
         return len(pairs)
 
-    def close(self) -> None:
+    def pause(self) -> None:
+        """The server is gone, as far as clients can tell: connections cut, new ones refused."""
         self._closed = True
         try:
             self.listener.close()
         except OSError:
             pass
         self.drop_all()
+        self._thread.join(2)
+
+    def resume(self) -> None:
+        """Accept connections again, on the same port."""
+        import threading
+
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", self.port))
+        self.listener.listen(64)
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.pause()

@@ -10,6 +10,7 @@ import time
 import pytest_asyncio
 from lsprotocol import types
 
+from ..jupyter_server_proc import TcpProxy
 from ..lsp.conftest import Notebook, crane_diags, last_status, start_client, stop_client, wait_for
 from ..sacred import IopubWatcher, kernel_state
 
@@ -86,3 +87,40 @@ async def test_a_remote_connection_file_attaches_through_the_configured_server(c
         "crane/attachKernel", {"notebookUri": nb.uri, "serverUrl": jserver.url,
                                "kernelId": "0b0c2d6e-1f2a-4b3c-9d8e-7f6a5b4c3d2e"})
     assert not bad.attached and "has no kernel" in bad.message
+
+
+async def test_dropped_connection_reconnects_and_a_gone_server_comes_back(jserver, served, user_kernel, tmp_path):
+    """Through a relay the test controls: cut connections are re-established (the squiggles stay live); a server
+    that stays unreachable makes the kernel 'dead' (static-only diagnostics); when it answers again the
+    notebook is reattached."""
+    proxy = TcpProxy(jserver.port)
+    url = f"http://127.0.0.1:{proxy.port}{jserver.base_url}"
+    client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path), "JUPYTER_TOKEN": jserver.token,
+                                     "CRANE_LSP_DISCOVERY_INTERVAL_MS": "500"},
+                                init_options={"crane": {"jupyterServer": {"url": url}}})
+    try:
+        user_kernel.run("relay_var = {'k': 1}")
+        nb = Notebook(client, served / "project" / "analysis.ipynb", ["relay_var['missing']\n"])
+        result = await client.protocol.send_request_async(
+            "crane/attachKernel", {"notebookUri": nb.uri, "kernelId": user_kernel.kernel_id})  # serverUrl: the setting
+        assert result.attached, result.message
+        await wait_for(lambda: (x := crane_diags(client, nb.cells[0])) and x[0].data["facts"] == "live" and x, 20,
+                       what="a live KeyError")
+        assert proxy.drop_all() >= 2  # the probe's and the watcher's websockets
+        user_kernel.run("relay_var = {'missing': 1}")  # seen by the watcher once it has reconnected
+        await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], 30, what="cleared after the reconnection")
+        proxy.pause()  # the server is gone for CRANE
+        status = await wait_for(lambda: (s := last_status(client, nb.uri)) and s.state == "dead" and s, 40,
+                                what="the kernel reported dead")
+        assert "static-only" in status.message or "died" in status.message
+        user_kernel.run("relay_var = {'k': 2}")
+        proxy.resume()
+        await wait_for(lambda: (s := last_status(client, nb.uri)) and s.state in ("attached", "idle") and s, 40,
+                       what="reattached when the server answers again")
+        d = await wait_for(lambda: (x := crane_diags(client, nb.cells[0])) and x[0].data["facts"] == "live" and x, 30,
+                           what="live facts again")
+        assert d[0].message.startswith("KeyError")
+    finally:
+        await stop_client(client)
+        proxy.close()
+        user_kernel.run("rows = [{'a': 1}]\nconfig = {'lr': 0.1}")

@@ -10,7 +10,9 @@ for messages. It reports, through `on_event` (called on the watcher thread):
   (`execute_input`) goes idle: the kernel's state changed;
 - `WatchEvent("restarted")` on a `starting`/`restarting` status, a `shutdown_reply` on iopub, or an
   `iopub_welcome` after the first (our subscription was renewed: a new kernel behind the same address);
-- `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back.
+- `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back;
+- `WatchEvent("resync")` when the watcher's connection was renewed (a kernel behind a Jupyter Server: the
+  websocket dropped and reconnected): iopub messages of the gap may be lost, so the state may have changed.
 
 Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored. `busy` tells, at any
 time, whether a user request is running: the probe uses it to avoid queueing behind a user cell.
@@ -32,7 +34,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class WatchEvent:
-    kind: str  # "busy" | "finished" | "restarted" | "dead" | "alive"
+    kind: str  # "busy" | "idle" | "finished" | "restarted" | "dead" | "alive" | "resync"
     code: str | None = None
     execution_count: int | None = None
     success: bool | None = None
@@ -68,6 +70,7 @@ class KernelWatch(threading.Thread):
         self.alive = True
         self.last_activity = time.monotonic()
         self._welcomed = False  # ipykernel >= 7 welcomes each new iopub subscriber: the first is our own start
+        self._reconnects = 0  # the websocket client's reconnections already reported
 
     @property
     def busy(self) -> bool:
@@ -111,6 +114,13 @@ class KernelWatch(threading.Thread):
             beating = bool(self._client.hb_channel.is_beating())
         except Exception:
             beating = False
+        reconnects = getattr(self._client, "reconnects", 0)
+        if beating and reconnects != self._reconnects:
+            self._reconnects = reconnects
+            with self._lock:  # a run we saw start may have ended during the gap
+                self._busy_parents.clear()
+                self._running.clear()
+            self._emit(WatchEvent("resync"))
         if beating and not self.alive:
             self.alive = True
             self._emit(WatchEvent("alive"))

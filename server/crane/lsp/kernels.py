@@ -239,6 +239,10 @@ class KernelSupervisor:
                 session.scheduler.request(list(session.stale_cells), 0.0)
         elif event.kind == "dead":
             self._kernel_failed(session, None)
+        elif event.kind == "resync":  # the watcher's connection was renewed: what happened meanwhile is unknown
+            session.kernel_changed()
+            self.recheck_all(session)
+            self.host.spawn(self._verify_identity(session, att))
         elif event.kind in ("restarted", "alive"):
             self.host.spawn(self._verify_identity(session, att))
 
