@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from jupyter_client import BlockingKernelClient
@@ -32,7 +32,7 @@ from crane.kernel.target import KernelTarget, as_target
 class CellRun(msgspec.Struct):
     """The outcome of running one cell (replay)."""
 
-    status: str  # "ok" | "error" | "aborted"
+    status: Literal["ok", "error", "aborted"]
     execution_count: int | None = None
     ename: str | None = None
     evalue: str | None = None

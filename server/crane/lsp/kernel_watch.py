@@ -27,14 +27,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
 
+WatchKind = Literal["busy", "idle", "finished", "restarted", "dead", "alive", "resync"]
+
+
 @dataclass(frozen=True)
 class WatchEvent:
-    kind: str  # "busy" | "idle" | "finished" | "restarted" | "dead" | "alive" | "resync"
+    kind: WatchKind
     code: str | None = None
     execution_count: int | None = None
     success: bool | None = None

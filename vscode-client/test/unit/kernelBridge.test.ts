@@ -45,7 +45,14 @@ function deps(kernel: JupyterKernel | undefined, api = true): BridgeDeps & { not
   return {
     notes,
     getKernelsApi: vi.fn(async () => (api ? { getKernel: vi.fn(async () => kernel) } : undefined)),
-    attach: vi.fn(async (p) => ({ attached: true, message: 'ok', kernel: { connectionFile: p.connectionFile, source: 'request' as const } })),
+    attach: vi.fn(async (p) => ({
+      attached: true,
+      message: 'ok',
+      kernel: {
+        connectionFile: p.connectionFile, source: 'request' as const, notebookPath: null, pid: null, serverUrl: null,
+        kernelId: null, description: p.connectionFile,
+      },
+    })),
     note: (uri, note) => notes.push([uri, note]),
     log: () => undefined,
     timeoutMs: 200,
@@ -182,7 +189,10 @@ describe('kernel bridge', () => {
       d.attach = vi.fn(async (p) => ({
         attached: true,
         message: 'ok',
-        kernel: { connectionFile: null, source: 'request' as const, serverUrl: p.serverUrl, kernelId: p.kernelId },
+        kernel: {
+          connectionFile: null, source: 'request' as const, notebookPath: null, pid: 1, serverUrl: p.serverUrl ?? null,
+          kernelId: p.kernelId ?? null, description: `remote kernel (${p.serverUrl})`,
+        },
       }));
       const bridge = new KernelBridge(d);
       expect(await bridge.connect(NB)).toMatchObject({ kind: 'attached', remote: { serverUrl: URL, kernelId: ID } });

@@ -11,14 +11,21 @@ function run(...events: StatusEvent[]): StatusState {
   return events.reduce(reduceStatus, initialStatus());
 }
 
-function kernel(state: KernelStatusParams['state'], notebookUri: string | null = NB): StatusEvent {
+function kernel(state: KernelStatusParams['state'], notebookUri: string | null = NB, stale = false): StatusEvent {
   return {
     type: 'kernelStatus',
     params: {
       notebookUri,
       state,
-      kernel: state === 'static-only' ? null : { connectionFile: '/run/kernel-v3ab.json', source: 'request' },
+      kernel:
+        state === 'static-only'
+          ? null
+          : {
+              connectionFile: '/run/kernel-v3ab.json', source: 'request', notebookPath: null, pid: null,
+              serverUrl: null, kernelId: null, description: '/run/kernel-v3ab.json',
+            },
       message: '',
+      stale,
     },
   };
 }
@@ -48,10 +55,11 @@ describe('status transitions', () => {
         notebookUri: NB,
         state: 'attached',
         kernel: {
-          connectionFile: null, source: 'request', serverUrl: 'https://hub/user/a/', kernelId: 'k-1',
-          description: 'remote kernel (https://hub/user/a/)',
+          connectionFile: null, source: 'request', notebookPath: null, pid: 7, serverUrl: 'https://hub/user/a/',
+          kernelId: 'k-1', description: 'remote kernel (https://hub/user/a/)',
         },
         message: 'attached to remote kernel (https://hub/user/a/), named by the client',
+        stale: false,
       },
     };
     const view = renderStatus(run(running, active, remote));
@@ -86,7 +94,8 @@ describe('status transitions', () => {
 
   it('marks dead and stale kernels as warnings', () => {
     expect(renderStatus(run(running, active, kernel('dead')))).toMatchObject({ kind: 'warning' });
-    expect(renderStatus(run(running, active, kernel('stale'))).text).toContain('stale');
+    expect(renderStatus(run(running, active, kernel('busy', NB, true))).text).toContain('stale');
+    expect(renderStatus(run(running, active, kernel('busy', NB, true)))).toMatchObject({ kind: 'warning' });
   });
 
   it('says when the bridge fell back to discovery', () => {
