@@ -9,6 +9,7 @@ The LSP daemon runs the same `check_cell` against an attached kernel instead of 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -82,7 +83,7 @@ class ReplayedNotebook:
         self.python = python
         self.cell_timeout = cell_timeout
         self.launcher = launcher  # where the fresh kernel runs: here, or on a Jupyter Server (--server)
-        self.kernel = None  # OwnedKernel | ServerKernel
+        self.kernel: Any = None  # OwnedKernel | ServerKernel
         self.history_runs: list[HistoryRun] = []
         # "If you run this cell now": every target sees the kernel as the whole recorded history left it,
         # including the target's own earlier run when it has an execution count (re-running a cell is a

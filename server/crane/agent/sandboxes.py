@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -112,7 +112,7 @@ class ReplaySandbox:
         self.python = python
         self.cell_timeout = cell_timeout
         self._start = starter or start_kernel
-        self.kernel = None
+        self.kernel: Any = None  # OwnedKernel | ServerKernel
         self.history_runs: list = []
         self.resets = 0
         self.cells_run = 0  # cells run by the agent (replays not counted)

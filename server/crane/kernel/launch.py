@@ -27,7 +27,9 @@ from crane.kernel.target import ServerSpec, ServerSpecError
 
 
 class KernelLauncher(Protocol):
-    where: str  # for messages: "a fresh kernel in <folder>", "a fresh kernel on <server>"
+    @property
+    def where(self) -> str:  # for messages: "a fresh local kernel", "a fresh kernel on <server>"
+        ...
 
     def start(self, notebook: str | Path, python: str | None = None) -> Any:  # OwnedKernel | ServerKernel
         ...

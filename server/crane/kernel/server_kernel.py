@@ -42,7 +42,7 @@ class ServerKernel:
         self.session_id = session_id
         self.path = path  # the session path on the server
         self.target = KernelTarget.remote(api.spec, kernel_id)
-        self.connection: KernelConnection | None = None  # type: ignore[assignment]
+        self.connection: KernelConnection | None = None
         self._done = False
         with _LIVE_LOCK:
             _LIVE.add(self)

@@ -59,7 +59,8 @@ class ServerSpec:
             _ = parts.port
         except ValueError as exc:
             raise ServerSpecError(f"bad port in {_hide_query(text)}: {exc}") from None
-        query_token = (parse_qs(parts.query).get("token") or [None])[0]
+        query_tokens = parse_qs(parts.query).get("token") or []
+        query_token = query_tokens[0] if query_tokens else None
         segments = [s for s in parts.path.split("/") if s]
         for i, seg in enumerate(segments):
             if seg in _UI_SEGMENTS:

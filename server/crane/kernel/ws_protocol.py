@@ -93,14 +93,16 @@ def encode_json(channel: str, msg: dict) -> str:
 def decode_json(data: str | bytes, binary: bool) -> tuple[str, dict]:
     try:
         buffers: list[bytes] = []
-        if binary:
+        if isinstance(data, str):
+            raw = data.encode()
+        elif binary:
             (n,) = struct.unpack_from("!I", data, 0)
             offsets = list(struct.unpack_from(f"!{n}I", data, 4)) + [len(data)]
             raw = data[offsets[0]:offsets[1]]
             buffers = [data[offsets[i]:offsets[i + 1]] for i in range(1, n)]
         else:
             raw = data
-        msg = _dict(raw.encode() if isinstance(raw, str) else raw)
+        msg = _dict(raw)
         return _shaped(str(msg.get("channel") or "shell"), msg.get("header") or {}, msg.get("parent_header") or {},
                        msg.get("metadata") or {}, msg.get("content") or {}, buffers)
     except (struct.error, UnicodeDecodeError, msgspec.DecodeError, IndexError, TypeError) as exc:
