@@ -145,7 +145,7 @@ def test_server_gone_mid_run_exits_2_with_a_clear_error(tmp_path):
     make_notebook(root / "nb.ipynb", [("import time\ntime.sleep(60)", 1), ("x = 1", None)])
     srv = JupyterServerProcess(root)
     try:
-        env = {**os.environ, "JUPYTER_TOKEN": srv.token}
+        env = {**os.environ, "JUPYTER_TOKEN": srv.token, "CRANE_JUPYTER_RECONNECT_S": "3"}
         proc = subprocess.Popen([sys.executable, "-m", "crane", "check", "nb.ipynb", "--server", srv.url],
                                 cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:

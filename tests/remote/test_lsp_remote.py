@@ -96,7 +96,7 @@ async def test_dropped_connection_reconnects_and_a_gone_server_comes_back(jserve
     proxy = TcpProxy(jserver.port)
     url = f"http://127.0.0.1:{proxy.port}{jserver.base_url}"
     client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path), "JUPYTER_TOKEN": jserver.token,
-                                     "CRANE_LSP_DISCOVERY_INTERVAL_MS": "500"},
+                                     "CRANE_LSP_DISCOVERY_INTERVAL_MS": "500", "CRANE_JUPYTER_RECONNECT_S": "3"},
                                 init_options={"crane": {"jupyterServer": {"url": url}}})
     try:
         user_kernel.run("relay_var = {'k': 1}")
