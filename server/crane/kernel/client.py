@@ -87,6 +87,7 @@ class KernelConnection:
 
             ws = WebSocketKernelClient(target.server, target.kernel_id or "")
             ws.start_channels(shell=False, iopub=True, stdin=False, hb=True, control=False)
+            ws.sync_iopub()  # the server subscribes a new websocket to iopub only after the handshake
             return ws
         client = BlockingKernelClient()
         try:

@@ -120,6 +120,8 @@ class WebSocketKernelClient:
         self._last_heard = 0.0
         self._last_ping = 0.0
         self.reconnects = 0  # successful reconnections (for tests and logs)
+        self._synced = threading.Event()
+        self._sync_ids: set[str] = set()
 
     # -- BlockingKernelClient surface -------------------------------------------------------------
     @property
@@ -140,6 +142,25 @@ class WebSocketKernelClient:
         self._last_heard = self._last_ping = time.monotonic()
         self._reader = threading.Thread(target=self._read_loop, name=f"crane-ws-{self.kernel_id[:8]}", daemon=True)
         self._reader.start()
+
+    def sync_iopub(self, timeout: float = 5.0) -> bool:
+        """Wait until the server relays this socket's iopub (True), at most `timeout` s (False).
+
+        jupyter_server answers the websocket handshake before it has subscribed the new connection to the
+        kernel's iopub: messages of that moment (a user cell that starts) would be missed by a watcher. A
+        `kernel_info_request` on the control channel (answered even while a cell runs) is handled once the
+        connection is set up, and its busy/idle status comes back on iopub: the subscription is live then."""
+        if not self.channels_running:
+            return False
+        self._synced.clear()
+        msg_id = self._send("control", "kernel_info_request", {})
+        with self._state_cond:
+            self._sync_ids.add(msg_id)
+        try:
+            return self._synced.wait(timeout)
+        finally:
+            with self._state_cond:
+                self._sync_ids.discard(msg_id)
 
     def stop_channels(self) -> None:
         with self._state_cond:
@@ -410,6 +431,11 @@ class WebSocketKernelClient:
                 channel, msg = decode_json(data, binary=opcode == websocket.ABNF.OPCODE_BINARY)
         except ValueError as exc:
             log.warning("kernel %s: ignored a malformed message: %s", self.kernel_id, exc)
+            return
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        if parent_id and parent_id in self._sync_ids:  # sync_iopub's own request: not for the caller
+            if channel == "iopub":
+                self._synced.set()
             return
         if channel == "iopub" and msg.get("msg_type") == "status":
             state = (msg.get("content") or {}).get("execution_state")
