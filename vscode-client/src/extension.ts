@@ -37,6 +37,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     note: (notebookUri, note) => status.update({ type: 'bridgeNote', notebookUri, note }),
     log: traceInfo,
     ...bridgeTiming(process.env),
+    jupyterServerUrl: (uri) => getClientSettings(uri).jupyterServerUrl,
   });
   const connectKernel = (nb: vscode.NotebookDocument | undefined, trigger: Trigger) => {
     if (!nb || !isCraneNotebook(nb) || !server.running || getClientSettings(nb.uri).connectionFile) {

@@ -1,16 +1,18 @@
 """Keeping each open notebook attached to its kernel, and telling the client (`crane/kernelStatus`).
 
-Attach order: (a) the kernel the client named (`crane/attachKernel`: by the user, or learned through the
-Jupyter extension's kernels API), (b) discovery by `__vsc_ipynb_file__`, (c) the `crane.kernel.connectionFile`
-setting, (d) none: static-only diagnostics. Naming the live file already attached changes nothing but how the
-kernel is said to be found (no new connection, no re-check). A maintainer task per notebook looks again every
-`discoveryIntervalMs` while nothing is attached, and reattaches after the kernel dies or restarts (same
-connection file first, then discovery); a connection file that vanished (its owner restarted the kernel with a
-new file, or stopped it) lets the kernel go at once. Watcher events arrive on the watcher's thread and are
-marshalled onto the event loop. A request of another client is a user run only when the kernel's execution
-count advanced past it (the Jupyter extension's own requests on the user's session do not advance it): then
-the cells that read the names it wrote (plus the cells that have diagnostics) are re-checked; a new kernel
-re-checks every cell.
+Attach order: (a) the kernel the client named (`crane/attachKernel`: a connection file, or a kernel id on a
+Jupyter Server; by the user, or learned through the Jupyter extension's kernels API), (b) discovery by
+`__vsc_ipynb_file__`, (c) the `crane.kernel.connectionFile` setting, (d) none: static-only diagnostics. A named
+connection file that does not exist here but is named after a jupyter_server kernel id (`kernel-<id>.json`, a
+remote kernel's) attaches through `crane.jupyterServer.url` when it is set. Naming the live kernel already
+attached changes nothing but how it is said to be found (no new connection, no re-check). A maintainer task per
+notebook looks again every `discoveryIntervalMs` while nothing is attached, and reattaches after the kernel
+dies or restarts (same kernel first, then discovery); a local connection file that vanished (its owner
+restarted the kernel with a new file, or stopped it) lets the kernel go at once. Watcher events arrive on the
+watcher's thread and are marshalled onto the event loop. A request of another client is a user run only when
+the kernel's execution count advanced past it (the Jupyter extension's own requests on the user's session do
+not advance it): then the cells that read the names it wrote (plus the cells that have diagnostics) are
+re-checked; a new kernel re-checks every cell.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from crane.kernel.target import KernelTarget, as_target
 from crane.lsp.discovery import Discovery
 from crane.lsp.kernel_attach import Attachment, attach
 from crane.lsp.kernel_watch import WatchEvent
@@ -100,25 +103,48 @@ class KernelSupervisor:
             self.notify_status(session)
 
     # -- attaching ----------------------------------------------------------------------------------
-    async def attach_requested(
-        self, session: NotebookSession, connection_file: str, source: KernelSource = "request"
-    ) -> AttachResult:
-        """(a): the client names the kernel (`source`: how it learned the file). Replaces any other attachment."""
-        path = os.path.abspath(os.path.expanduser(connection_file))
-        if not os.path.isfile(path):
-            return AttachResult(attached=False, message=f"connection file not found: {path}")
-        session.requested = (path, source)
-        ok, message = await self._try_attach(session, path, source)
+    async def attach_requested(self, session: NotebookSession, connection_file: str | None = None, *,
+                               server_url: str | None = None, kernel_id: str | None = None,
+                               source: KernelSource = "request") -> AttachResult:
+        """(a): the client names the kernel (`source`: how it learned it). Replaces any other attachment."""
+        target, problem = self._requested_target(connection_file, server_url, kernel_id)
+        if target is None:
+            return AttachResult(attached=False, message=problem)
+        session.requested = (target, source)
+        ok, message = await self._try_attach(session, target, source)
         self.wake(session)
         return AttachResult(attached=ok, message=message, kernel=session.attachment.info if ok and session.attachment else None)
 
-    async def _try_attach(self, session: NotebookSession, path: str, source: KernelSource) -> tuple[bool, str]:
+    def _requested_target(self, connection_file: str | None, server_url: str | None,
+                          kernel_id: str | None) -> tuple[KernelTarget | None, str]:
+        from crane.kernel.target import ServerSpec, ServerSpecError, kernel_id_from_connection_file
+
+        configured = self.host.settings.jupyter_server.url
+        if connection_file is not None:
+            path = os.path.abspath(os.path.expanduser(connection_file))
+            if os.path.isfile(path):
+                return KernelTarget.local(path), ""
+            kernel_id = kernel_id_from_connection_file(path)
+            if kernel_id is None or not configured:
+                hint = " (a remote kernel's? set crane.jupyterServer.url)" if kernel_id else ""
+                return None, f"connection file not found: {path}{hint}"
+        url = server_url or configured
+        if not url:
+            return None, "no Jupyter server to reach the kernel through: set crane.jupyterServer.url"
+        try:
+            return KernelTarget.remote(ServerSpec.parse(url), kernel_id or ""), ""
+        except (ServerSpecError, ValueError) as exc:
+            return None, f"cannot attach to kernel {kernel_id!r} on {url.split('?', 1)[0]}: {exc}"
+
+    async def _try_attach(self, session: NotebookSession, where: KernelTarget | str,
+                          source: KernelSource) -> tuple[bool, str]:
         lock = self._attach_lock.get(session.uri)
         if lock is None:
             return False, "the notebook is closed"
         async with lock:
+            target = as_target(where)
             current = session.attachment
-            if current is not None and current.alive and same_path(current.info.connection_file, path):
+            if current is not None and current.alive and _same_kernel(current.target, target):
                 return self._already_attached(session, current, source)
             timeout = self.host.tuning.attach_timeout_ms / 1000
             holder: dict[str, Attachment] = {}
@@ -128,11 +154,12 @@ class KernelSupervisor:
                 if att is not None:
                     self.host.call_soon_threadsafe(self._on_event, session, att, event)
 
+            what = target.describe()
             try:
-                att = await asyncio.to_thread(attach, path, source, on_event, timeout)
+                att = await asyncio.to_thread(attach, target, source, on_event, timeout)
             except Exception as exc:
-                log.info("attach %s failed: %s", path, exc)
-                return False, f"could not attach to {path}: {exc}"
+                log.info("attach %s failed: %s", target.short(), exc)
+                return False, f"could not attach to {what}: {exc}"
             holder["att"] = att
             if session.closed:
                 await asyncio.to_thread(att.close)
@@ -145,7 +172,7 @@ class KernelSupervisor:
             warn = self._path_warning(session, att)
             self._set_state(session, "busy" if att.busy else "attached", self._attached_message(att, warn))
             self.recheck_all(session)
-            return True, f"attached to {path}{warn}"
+            return True, f"attached to {what}{warn}"
 
     def _already_attached(self, session: NotebookSession, att: Attachment, source: KernelSource) -> tuple[bool, str]:
         """The live file already attached is named again: nothing to connect or re-check; only a client that
@@ -154,7 +181,7 @@ class KernelSupervisor:
             att.info.source = source
             self._set_state(session, "busy" if att.busy else "attached", self._attached_message(att, self._path_warning(session, att)))
             self.notify_status(session)  # the kernel info changed even if the state and message did not
-        return True, f"already attached to {att.info.connection_file}"
+        return True, f"already attached to {att.target.describe()}"
 
     @staticmethod
     def _attached_message(att: Attachment, warn: str) -> str:
@@ -164,7 +191,8 @@ class KernelSupervisor:
             "discovery": "found by __vsc_ipynb_file__",
             "setting": "from crane.kernel.connectionFile",
         }[att.info.source]
-        return f"attached to {os.path.basename(att.info.connection_file)}, {how}{warn}"
+        label = att.target.describe() if att.target.is_remote else os.path.basename(att.target.describe())
+        return f"attached to {label}, {how}{warn}"
 
     @staticmethod
     def _path_warning(session: NotebookSession, att: Attachment) -> str:
@@ -174,12 +202,12 @@ class KernelSupervisor:
 
     async def _resolve(self, session: NotebookSession) -> bool:
         settings = self.host.settings
-        if session.requested is not None and os.path.isfile(session.requested[0]):  # (a), also after a restart
+        if session.requested is not None and _available(session.requested[0]):  # (a), also after a restart
             ok, _ = await self._try_attach(session, *session.requested)
             if ok:
                 return True
         last = session.last_kernel
-        if last is not None and last != session.requested and os.path.isfile(last[0]):  # the kernel that died
+        if last is not None and last != session.requested and _available(last[0]):  # the kernel that died
             ok, _ = await self._try_attach(session, *last)
             if ok:
                 return True
@@ -207,7 +235,7 @@ class KernelSupervisor:
                 if att is None or not att.alive:
                     if att is not None:  # dead: let go of it, then look again (that file first)
                         session.attachment = None
-                        session.last_kernel = (att.info.connection_file, att.info.source)
+                        session.last_kernel = (att.target, att.info.source)
                         await asyncio.to_thread(att.close)
                     await self._resolve(session)
             except asyncio.CancelledError:
@@ -235,6 +263,10 @@ class KernelSupervisor:
                 session.scheduler.request(list(session.stale_cells), 0.0)
         elif event.kind == "dead":
             self._kernel_failed(session, None)
+        elif event.kind == "resync":  # the watcher's connection was renewed: what happened meanwhile is unknown
+            session.kernel_changed()
+            self.recheck_all(session)
+            self.host.spawn(self._verify_identity(session, att))
         elif event.kind in ("restarted", "alive"):
             self.host.spawn(self._verify_identity(session, att))
 
@@ -252,7 +284,7 @@ class KernelSupervisor:
             return  # a failed request on a live kernel: the facts fall back, the attachment stays
         att.watch.alive = False
         session.kernel_changed()
-        gone = not os.path.isfile(att.info.connection_file)
+        gone = _file_gone(att)
         self._set_state(session, "dead", GONE if gone else "the kernel died: static-only diagnostics until it is back")
         self.recheck_all(session)
         self.wake(session)
@@ -300,7 +332,7 @@ class KernelSupervisor:
             return
         session.attachment = None
         session.kernel_changed()
-        session.last_kernel = (att.info.connection_file, att.info.source)
+        session.last_kernel = (att.target, att.info.source)
         await asyncio.to_thread(att.close)
         self._set_state(session, "dead", message)
         self.recheck_all(session)
@@ -309,13 +341,13 @@ class KernelSupervisor:
     async def _verify_identity(self, session: NotebookSession, att: Attachment) -> None:
         # A vanished connection file: its owner disposed of the kernel. The Jupyter extension restarts a kernel
         # as a new process with a new connection file (which the client names), or the kernel was stopped.
-        if not os.path.isfile(att.info.connection_file):
+        if _file_gone(att):
             await self._let_go(session, att, GONE)
             return
         try:
             same = await asyncio.to_thread(att.check_identity, self.host.tuning.attach_timeout_ms / 1000)
         except Exception as exc:  # not answering yet (restarting, busy): ask again until it does or dies
-            if not os.path.isfile(att.info.connection_file):  # deleted just after the process was killed
+            if _file_gone(att):  # deleted just after the process was killed
                 await self._let_go(session, att, GONE)
                 return
             log.info("kernel identity check failed (%s): trying again", exc)
@@ -355,3 +387,20 @@ class KernelSupervisor:
             if read is None or read & written:
                 uris.append(c.uri)
         session.scheduler.request(uris, 0.0)
+
+
+def _available(target: KernelTarget) -> bool:
+    """Worth trying again: a server kernel always (the server says), a local one while its file exists."""
+    return target.is_remote or os.path.isfile(str(target.connection_file))
+
+
+def _same_kernel(a: KernelTarget, b: KernelTarget) -> bool:
+    """The same kernel: the same local connection file, or the same kernel id on the same server."""
+    if a.is_remote or b.is_remote:
+        return a.is_remote and b.is_remote and a.kernel_id == b.kernel_id and a.server == b.server
+    return same_path(str(a.connection_file), str(b.connection_file))
+
+
+def _file_gone(att: Attachment) -> bool:
+    """A local kernel whose connection file vanished (its owner disposed of it); never true for a remote one."""
+    return not att.target.is_remote and not os.path.isfile(str(att.target.connection_file))

@@ -15,7 +15,7 @@ import { errorMessage, showLog, traceError, traceInfo } from './log';
 import { activeCell, currentNotebook, notebookOfCell } from './notebooks';
 import { AttachResult, DiagnosisParams, FixOptions, ServerCommands } from './protocol';
 import { isSpeculativeResult } from './speculativeFormat';
-import { ApiKeyStore, promptForApiKey } from './secrets';
+import { ApiKeyStore, promptForApiKey, promptForJupyterToken } from './secrets';
 import type { CraneServer } from './serverApi';
 import type { StatusBar } from './statusBar';
 import { SHOW_DETAILS_COMMAND } from './statusBar';
@@ -29,6 +29,7 @@ export const UiCommands = {
   stopAgent: 'crane.ui.stopAgent',
   attachKernel: 'crane.ui.attachKernel',
   setApiKey: 'crane.ui.setApiKey',
+  setJupyterToken: 'crane.ui.setJupyterToken',
   restartServer: 'crane.ui.restartServer',
   showLog: 'crane.ui.showLog',
   showStatus: SHOW_DETAILS_COMMAND,
@@ -74,6 +75,7 @@ export class Commands {
       wrap(UiCommands.stopAgent, () => this.stopAgent()),
       wrap(UiCommands.attachKernel, () => this.attachKernel()),
       wrap(UiCommands.setApiKey, () => this.setApiKey()),
+      wrap(UiCommands.setJupyterToken, () => this.setJupyterToken()),
       wrap(UiCommands.restartServer, () => this.deps.restart('restart command')),
       wrap(UiCommands.showLog, async () => showLog()),
       wrap(UiCommands.showStatus, () => this.showStatus()),
@@ -175,6 +177,12 @@ export class Commands {
     const changed = await promptForApiKey(this.deps.keys);
     if (changed) {
       await this.deps.restart(`API key ${changed} changed`);
+    }
+  }
+
+  async setJupyterToken(): Promise<void> {
+    if (await promptForJupyterToken(this.deps.keys)) {
+      await this.deps.restart('Jupyter server token changed');
     }
   }
 

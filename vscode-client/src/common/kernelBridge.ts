@@ -13,6 +13,10 @@
  * - only Python kernels are asked: no consent prompt, no failing probe for R or Julia;
  * - a refusal (the error named `vscode.jupyter.apiAccessRevoked`: Deny, or a dismissed prompt) or a failure
  *   is remembered for that kernel and retried on the user's next action in the notebook, never on its own.
+ *
+ * A remote kernel (a Jupyter Server, JupyterHub, Enterprise Gateway) reports a connection file of the
+ * server's machine, named `kernel-<kernel id>.json` by jupyter_server: when that file does not exist here and
+ * `crane.jupyterServer.url` is set, the bridge attaches with `{serverUrl, kernelId}` instead.
  */
 import * as fs from 'node:fs';
 import * as vscode from 'vscode';
@@ -34,9 +38,9 @@ export type Trigger =
 const USER_ACTIONS: ReadonlySet<Trigger> = new Set(['opened', 'focused', 'cellRun', 'selection', 'command']);
 
 export type BridgeOutcome =
-  | { kind: 'attached'; connectionFile: string; result: AttachResult }
+  | { kind: 'attached'; connectionFile: string; remote?: RemoteKernel; result: AttachResult }
   | { kind: 'unchanged'; connectionFile: string }
-  | { kind: 'not-attached'; connectionFile: string; result: AttachResult }
+  | { kind: 'not-attached'; connectionFile: string; remote?: RemoteKernel; result: AttachResult }
   | { kind: 'no-extension' }
   | { kind: 'no-kernel' }
   | { kind: 'unsupported-language'; language: string }
@@ -53,12 +57,37 @@ export interface BridgeDeps {
   log(message: string): void;
   /** Asks the kernel for its connection file (default: `askConnectionFile`). */
   ask?(kernel: JupyterKernel): Promise<string>;
-  exists?(path: string): boolean;
+  /** Whether a path exists on this machine (default: the file system). */
+  fileExists?(path: string): boolean;
+  /** `crane.jupyterServer.url` for this notebook ('' when unset). */
+  jupyterServerUrl?(notebookUri: vscode.Uri): string;
   now?(): number;
   /** How long `connect` waits for the kernel's answer (consent prompt, cells running) before it stops waiting. */
   waitMs?: number;
   /** Least time between two retries after a refusal or failure. */
   retryMs?: number;
+}
+
+export interface RemoteKernel {
+  serverUrl: string;
+  kernelId: string;
+}
+
+const KERNEL_FILE_RE = /(?:^|[\\/])kernel-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.json$/;
+
+/** The kernel id in a connection file name written by jupyter_server (`kernel-<uuid>.json`). */
+export function kernelIdFromConnectionFile(path: string): string | undefined {
+  return KERNEL_FILE_RE.exec(path.trim())?.[1];
+}
+
+/** Where to attach: the remote kernel through the configured server when the file is not here and is named
+ * after a jupyter_server kernel id; else the connection file itself. */
+export function remoteKernelFor(connectionFile: string, serverUrl: string, exists: boolean): RemoteKernel | undefined {
+  const kernelId = kernelIdFromConnectionFile(connectionFile);
+  if (exists || !kernelId || !serverUrl.trim()) {
+    return undefined;
+  }
+  return { serverUrl: serverUrl.trim(), kernelId };
 }
 
 export const NO_JUPYTER_NOTE = 'The Jupyter extension is not installed: CRANE uses its own kernel discovery.';
@@ -133,7 +162,7 @@ export class KernelBridge implements vscode.Disposable {
     this.attached.clear();
     for (const [key, t] of this.byNotebook) {
       const file = this.currentFile(t);
-      if (file && this.exists(file)) {
+      if (file && this.reachable(key, file)) {
         try {
           await this.attachFile(key, file);
         } catch (err) {
@@ -202,7 +231,7 @@ export class KernelBridge implements vscode.Disposable {
     const t = this.track(kernel, uri, key);
     const last = t.answer?.epoch === t.epoch ? t.answer : undefined;
     if (last?.answer.kind === 'file') {
-      if (this.exists(last.answer.path)) {
+      if (this.reachable(key, last.answer.path)) {
         return this.attachFile(key, last.answer.path);
       }
       this.deps.log(`kernel bridge: ${last.answer.path} is gone: asking the kernel again`);
@@ -227,8 +256,14 @@ export class KernelBridge implements vscode.Disposable {
       // the kernel restarted while it was being asked: that answer is about the old process
       return this.doConnect(uri, key, 'answer');
     }
-    if (answer.kind === 'file' && !this.exists(answer.path)) {
-      return this.report(key, { kind: 'failed', message: `its connection file ${answer.path} is not on this machine` });
+    if (answer.kind === 'file' && !this.reachable(key, answer.path)) {
+      const hint = kernelIdFromConnectionFile(answer.path)
+        ? ' (the kernel runs on a Jupyter server: set crane.jupyterServer.url and its token)'
+        : '';
+      return this.report(key, {
+        kind: 'failed',
+        message: `its connection file ${answer.path} is not on this machine${hint}`,
+      });
     }
     return answer.kind === 'file' ? this.attachFile(key, answer.path) : this.report(key, answer);
   }
@@ -333,16 +368,36 @@ export class KernelBridge implements vscode.Disposable {
     if (this.attached.get(key) === connectionFile) {
       return { kind: 'unchanged', connectionFile }; // already attached: a cell run is no reason to re-attach
     }
-    const result = await this.deps.attach({ notebookUri: key, connectionFile, source: 'jupyter-extension' });
-    this.deps.log(`kernel bridge: ${key} -> ${connectionFile}: ${result.attached ? 'attached' : 'not attached'} ${result.message}`);
+    const params = this.attachParams(key, connectionFile);
+    const remote = params.kernelId && params.serverUrl ? { serverUrl: params.serverUrl, kernelId: params.kernelId } : undefined;
+    const what = remote ? `remote kernel (${remote.serverUrl})` : connectionFile;
+    const result = await this.deps.attach({ ...params, source: 'jupyter-extension' });
+    this.deps.log(`kernel bridge: ${key} -> ${what}: ${result.attached ? 'attached' : 'not attached'} ${result.message}`);
     if (result.attached) {
       this.attached.set(key, connectionFile);
       this.deps.note(key, undefined);
-      return { kind: 'attached', connectionFile, result };
+      return { kind: 'attached', connectionFile, remote, result };
     }
     this.attached.delete(key);
-    this.deps.note(key, { kind: 'fallback', text: `The server could not attach ${connectionFile}: ${result.message}` });
-    return { kind: 'not-attached', connectionFile, result };
+    this.deps.note(key, { kind: 'fallback', text: `The server could not attach ${what}: ${result.message}` });
+    return { kind: 'not-attached', connectionFile, remote, result };
+  }
+
+  /** `crane/attachKernel` params for a kernel that reported `connectionFile`: the file when it is on this
+   * machine, else the remote kernel it names through the configured Jupyter server. */
+  attachParams(notebookUri: string, connectionFile: string): AttachKernelParams {
+    const remote = remoteKernelFor(connectionFile, this.serverUrl(notebookUri), this.exists(connectionFile));
+    return remote ? { notebookUri, ...remote } : { notebookUri, connectionFile };
+  }
+
+  /** The kernel behind `connectionFile` can be reached: the file is here, or it names a kernel on the
+   * configured Jupyter server. */
+  private reachable(notebookUri: string, connectionFile: string): boolean {
+    return this.exists(connectionFile) || remoteKernelFor(connectionFile, this.serverUrl(notebookUri), false) !== undefined;
+  }
+
+  private serverUrl(notebookUri: string): string {
+    return this.deps.jupyterServerUrl?.(vscode.Uri.parse(notebookUri)) ?? '';
   }
 
   private currentFile(t: Tracked): string | undefined {
@@ -351,7 +406,7 @@ export class KernelBridge implements vscode.Disposable {
   }
 
   private exists(path: string): boolean {
-    return (this.deps.exists ?? fs.existsSync)(path);
+    return (this.deps.fileExists ?? fs.existsSync)(path);
   }
 
   private now(): number {

@@ -13,19 +13,26 @@ export interface KernelStatus {
 }
 
 export interface KernelInfo {
-  connectionFile: string;
+  connectionFile: string | null;
   source: "discovery" | "jupyter-extension" | "request" | "setting";
   notebookPath: string | null;
   pid: number | null;
+  serverUrl: string | null;
+  kernelId: string | null;
+  description: string;
 }
 
 /**
- * `crane/attachKernel` params and the `crane.attachKernel` command's arguments.
+ * `crane/attachKernel` params and the `crane.attachKernel` command's arguments: a local kernel's
+ * `connectionFile`, or a kernel on a Jupyter Server, `kernelId` with `serverUrl` (default: the
+ * `crane.jupyterServer.url` setting; the token comes from the daemon's `JUPYTER_TOKEN`).
  */
 export interface AttachKernelParams {
   notebookUri: string;
-  connectionFile: string;
-  source: "jupyter-extension" | "request";
+  connectionFile?: string | null;
+  serverUrl?: string | null;
+  kernelId?: string | null;
+  source?: "jupyter-extension" | "request";
 }
 
 export interface AttachResult {

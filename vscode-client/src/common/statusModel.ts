@@ -1,5 +1,5 @@
 /** Pure status state for the status bar: server, kernel per notebook, analysing, agent running. */
-import type { KernelSource, KernelStatusParams } from './protocol';
+import type { KernelInfo, KernelSource, KernelStatusParams } from './protocol';
 
 export type ServerState = 'stopped' | 'starting' | 'running' | 'error';
 
@@ -110,6 +110,14 @@ export function reduceStatus(s: StatusState, e: StatusEvent): StatusState {
   }
 }
 
+/** How a kernel is named to users: "remote kernel (URL)" for a kernel on a Jupyter Server, else its file. */
+export function kernelLabel(k: KernelInfo): string {
+  if (k.serverUrl) {
+    return k.description || `remote kernel (${k.serverUrl})`;
+  }
+  return k.connectionFile ?? k.description ?? '';
+}
+
 /** The kernel status that applies to the active notebook (its own, else the server-wide one). */
 export function kernelFor(s: StatusState): KernelStatusParams | undefined {
   return (s.activeNotebook !== undefined ? s.kernels[s.activeNotebook] : undefined) ?? s.kernels[''];
@@ -125,7 +133,7 @@ export function renderStatus(s: StatusState): StatusView {
   const note = s.activeNotebook ? s.bridgeNotes[s.activeNotebook] : undefined;
   if (k) {
     const how = k.kernel ? SOURCE_LABELS[k.kernel.source] ?? k.kernel.source : '';
-    lines.push(`Kernel: ${k.state}${k.kernel ? ` (${how}: ${k.kernel.connectionFile})` : ''}`);
+    lines.push(`Kernel: ${k.state}${k.kernel ? ` (${how}: ${kernelLabel(k.kernel)})` : ''}`);
     if (k.message) {
       lines.push(k.message);
     }
@@ -166,7 +174,13 @@ export function renderStatus(s: StatusState): StatusView {
     return { text: '$(loading~spin) CRANE: analysing', tooltip, kind: 'normal' };
   }
   const suffix =
-    note?.kind === 'fallback' ? ' (discovery)' : k?.kernel?.source === 'jupyter-extension' ? ' via Jupyter' : '';
+    note?.kind === 'fallback'
+      ? ' (discovery)'
+      : k?.kernel?.serverUrl
+        ? ' (remote)'
+        : k?.kernel?.source === 'jupyter-extension'
+          ? ' via Jupyter'
+          : '';
   if (!k || k.state === 'static-only') {
     return { text: `$(circle-outline) CRANE: static only${suffix}`, tooltip, kind: 'normal' };
   }

@@ -9,9 +9,11 @@ import {
   bridgeTiming,
   DECLINED_NOTE,
   KernelBridge,
+  kernelIdFromConnectionFile,
   languageNote,
   NO_JUPYTER_NOTE,
   RESTARTING_NOTE,
+  remoteKernelFor,
   WAITING_NOTE,
 } from '../../src/common/kernelBridge';
 import {
@@ -107,11 +109,14 @@ function deps(kernel: FakeKernel | undefined, opts: { api?: boolean } = {}): Tes
     attach: vi.fn(async (p) => ({
       attached: true,
       message: 'ok',
-      kernel: { connectionFile: p.connectionFile, source: 'jupyter-extension' as const, notebookPath: null, pid: null },
+      kernel: {
+        connectionFile: p.connectionFile ?? null, source: 'jupyter-extension' as const, notebookPath: null, pid: null,
+        serverUrl: null, kernelId: null, description: p.connectionFile ?? '',
+      },
     })),
     note: (uri, note) => notes.push([uri, note]),
     log: () => undefined,
-    exists: (p) => files.has(p),
+    fileExists: (p) => files.has(p),
     now: () => clock.t,
     waitMs: 50,
     retryMs: 2000,
@@ -394,5 +399,46 @@ describe("the Jupyter extension's API", () => {
     expect(jupyterStorageDir('/home/u/.config/Code/User/globalStorage/crane.crane')).toBe(
       '/home/u/.config/Code/User/globalStorage/ms-toolsai.jupyter',
     );
+  });
+});
+
+describe('remote kernels', () => {
+  const ID = '0b0c2d6e-1f2a-4b3c-9d8e-7f6a5b4c3d2e';
+  const REMOTE_FILE = `/home/jovyan/.local/share/jupyter/runtime/kernel-${ID}.json`;
+  const URL = 'https://hub.example.org/user/alice/';
+
+  it('reads the kernel id from a jupyter_server connection file name', () => {
+    expect(kernelIdFromConnectionFile(REMOTE_FILE)).toBe(ID);
+    expect(kernelIdFromConnectionFile(`C:\\runtime\\kernel-${ID}.json`)).toBe(ID);
+    expect(kernelIdFromConnectionFile('/run/kernel-v3abc.json')).toBeUndefined();
+    expect(remoteKernelFor(REMOTE_FILE, URL, false)).toEqual({ serverUrl: URL, kernelId: ID });
+    expect(remoteKernelFor(REMOTE_FILE, URL, true)).toBeUndefined(); // the file is here: a local kernel
+    expect(remoteKernelFor(REMOTE_FILE, ' ', false)).toBeUndefined(); // no server configured
+  });
+
+  it('attaches a remote kernel through the configured server', async () => {
+    const d = deps(new FakeKernel([{ file: REMOTE_FILE }]));
+    d.jupyterServerUrl = () => URL;
+    d.attach = vi.fn(async (p) => ({
+      attached: true,
+      message: 'ok',
+      kernel: {
+        connectionFile: null, source: 'jupyter-extension' as const, notebookPath: null, pid: 1,
+        serverUrl: p.serverUrl ?? null, kernelId: p.kernelId ?? null, description: `remote kernel (${p.serverUrl})`,
+      },
+    }));
+    const bridge = new KernelBridge(d);
+    expect(await bridge.connect(NB)).toMatchObject({ kind: 'attached', remote: { serverUrl: URL, kernelId: ID } });
+    const params = { notebookUri: NB.toString(), serverUrl: URL, kernelId: ID, source: 'jupyter-extension' };
+    expect(d.attach).toHaveBeenCalledWith(params);
+    await bridge.reattachAll();
+    expect(d.attach).toHaveBeenLastCalledWith(params);
+  });
+
+  it('says how to reach a remote kernel when no server is configured', async () => {
+    const d = deps(new FakeKernel([{ file: REMOTE_FILE }]));
+    expect(await new KernelBridge(d).connect(NB)).toMatchObject({ kind: 'failed' });
+    expect(d.attach).not.toHaveBeenCalled();
+    expect(d.notes.at(-1)?.[1]?.text).toContain('set crane.jupyterServer.url');
   });
 });

@@ -23,7 +23,12 @@ function kernel(
       notebookUri,
       state,
       kernel:
-        state === 'static-only' ? null : { connectionFile: '/run/kernel-v3ab.json', source, notebookPath: null, pid: null },
+        state === 'static-only'
+          ? null
+          : {
+              connectionFile: '/run/kernel-v3ab.json', source, notebookPath: null, pid: null,
+              serverUrl: null, kernelId: null, description: '/run/kernel-v3ab.json',
+            },
       message: '',
       stale,
     },
@@ -73,6 +78,25 @@ describe('status transitions', () => {
     });
     expect(renderStatus(s).text).toBe('$(plug) CRANE: kernel attached');
     expect(renderStatus(s).tooltip).toContain('Waiting for the Jupyter extension');
+  });
+
+  it('names a remote kernel with its server', () => {
+    const remote: StatusEvent = {
+      type: 'kernelStatus',
+      params: {
+        notebookUri: NB,
+        state: 'attached',
+        kernel: {
+          connectionFile: null, source: 'request', notebookPath: null, pid: 7, serverUrl: 'https://hub/user/a/',
+          kernelId: 'k-1', description: 'remote kernel (https://hub/user/a/)',
+        },
+        message: 'attached to remote kernel (https://hub/user/a/), named by the client',
+        stale: false,
+      },
+    };
+    const view = renderStatus(run(running, active, remote));
+    expect(view.text).toContain('kernel attached (remote)');
+    expect(view.tooltip).toContain('Kernel: attached (named by the client: remote kernel (https://hub/user/a/))');
   });
 
   it('uses the server-wide status when the notebook has none', () => {
