@@ -8,11 +8,15 @@ The LSP daemon runs the same `check_cell` against an attached kernel instead of 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import msgspec
 
 from crane.analysis.cell import analyze_cell
 from crane.analysis.scope import NotebookScope
-from crane.kernel.manager import OwnedKernel, start_kernel
+from crane.finding import Finding
+from crane.kernel.launch import LOCAL, KernelLauncher
 from crane.kernel.replay import HistoryRun, replay
 from crane.llm.schema import Usage
 from crane.notebook.history import check_target, executed_history
@@ -21,7 +25,6 @@ from crane.pipeline import check_cell, probe_facts
 from crane.policy import DecidedBy, Prediction
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
-from crane.rules.finding import Finding
 from crane.sandbox.verdict import KeptObject, Scale, Verdict
 from crane.sandbox.verdict import Mode as SandboxMode
 
@@ -78,12 +81,14 @@ def predict_cell(
 class ReplayedNotebook:
     """A fresh kernel holding the state a notebook's history leaves (for the CLI and the bench)."""
 
-    def __init__(self, nb: Notebook, targets: list[int], python: str | None = None, cell_timeout: float = 600.0):
+    def __init__(self, nb: Notebook, targets: list[int], python: str | None = None, cell_timeout: float = 600.0,
+                 launcher: KernelLauncher = LOCAL):
         self.nb = nb
         self.targets = targets
         self.python = python
         self.cell_timeout = cell_timeout
-        self.kernel: OwnedKernel | None = None
+        self.launcher = launcher  # where the fresh kernel runs: here, or on a Jupyter Server (--server)
+        self.kernel: Any = None  # OwnedKernel | ServerKernel
         self.history_runs: list[HistoryRun] = []
         # "If you run this cell now": every target sees the kernel as the whole recorded history left it,
         # including the target's own earlier run when it has an execution count (re-running a cell is a
@@ -91,7 +96,7 @@ class ReplayedNotebook:
         self.history = executed_history(nb)
 
     def __enter__(self) -> ReplayedNotebook:
-        self.kernel = start_kernel(self.nb.directory, python=self.python)
+        self.kernel = self.launcher.start(notebook_file(self.nb), python=self.python)
         try:
             self.history_runs = replay(self.kernel.connection, self.history, cell_timeout=self.cell_timeout)
         except BaseException:
@@ -108,3 +113,7 @@ class ReplayedNotebook:
     def predict(self, target: int) -> tuple[CellResult, ProbeResult | None]:
         return predict_cell(self.nb, target, self.probe_client, self.scope)
 
+
+def notebook_file(nb: Notebook) -> Path:
+    """The notebook's file (for a kernel launcher: its folder, and its session path on a server)."""
+    return Path(nb.path).resolve() if nb.path else nb.directory / "untitled.ipynb"

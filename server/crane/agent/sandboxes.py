@@ -15,26 +15,28 @@ Nothing the agent does runs in the user's kernel. Two implementations of one sma
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
 from crane.kernel.errors import KernelError
 from crane.notebook.history import executed_history
 from crane.notebook.model import Notebook
+from crane.text import cell_line, clean_traceback
 
 log = logging.getLogger(__name__)
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|Input In \[\d*\]),? line (\d+)")
+
+
+ExecStatus = Literal["ok", "error", "timeout", "blocked", "unavailable"]
+SandboxKind = Literal["replay", "fork"]
 
 
 class ExecResult(msgspec.Struct, omit_defaults=True):
     """The outcome of running one cell's source in a sandbox."""
 
-    status: str  # "ok" | "error" | "timeout" | "blocked" | "unavailable"
+    status: ExecStatus
     ename: str | None = None
     evalue: str | None = None
     line: int | None = None  # 1-based line in the cell, when the traceback names it
@@ -63,23 +65,11 @@ class ExecResult(msgspec.Struct, omit_defaults=True):
         return f"{self.status}: {(self.evalue or '')[:500]}"
 
 
-def clean_traceback(tb: list[str] | str, limit: int = 2500) -> str:
-    text = "\n".join(tb) if isinstance(tb, list) else tb
-    text = _ANSI.sub("", text).strip()
-    return text if len(text) <= limit else "...\n" + text[-limit:]
-
-
-def cell_line(traceback: str) -> int | None:
-    """The line of the notebook cell's own frame (the last 'Cell In[..], line N') in an IPython traceback."""
-    found = _CELL_LINE.findall(_ANSI.sub("", traceback))
-    return int(found[-1]) if found else None
-
-
 @runtime_checkable
 class ExecutionSandbox(Protocol):
     """A place to run the agent's cells that is never the user's kernel."""
 
-    kind: str  # "replay" | "fork"
+    kind: SandboxKind
 
     def run_cell(self, source: str, timeout: float) -> ExecResult: ...
 
@@ -122,7 +112,7 @@ class ReplaySandbox:
         self.python = python
         self.cell_timeout = cell_timeout
         self._start = starter or start_kernel
-        self.kernel = None
+        self.kernel: Any = None  # OwnedKernel | ServerKernel
         self.history_runs: list = []
         self.resets = 0
         self.cells_run = 0  # cells run by the agent (replays not counted)
@@ -191,10 +181,18 @@ class ReplaySandbox:
             kernel.shutdown()
 
 
-def replay_sandbox_factory(python: str | None = None, cell_timeout: float = 600.0):
-    """A `sandbox_factory` for `start_fix`: `factory(notebook) -> ReplaySandbox`."""
+def replay_sandbox_factory(python: str | None = None, cell_timeout: float = 600.0, launcher=None):
+    """A `sandbox_factory` for `start_fix`: `factory(notebook) -> ReplaySandbox`. `launcher`
+    (crane.kernel.launch): where its kernels start, e.g. on a Jupyter Server; default here."""
 
     def factory(nb: Notebook) -> ReplaySandbox:
-        return ReplaySandbox(nb, python=python, cell_timeout=cell_timeout)
+        starter = None
+        if launcher is not None:
+            from crane.engine import notebook_file
+
+            def starter(_cwd, python=None):
+                return launcher.start(notebook_file(nb), python=python)
+
+        return ReplaySandbox(nb, python=python, cell_timeout=cell_timeout, starter=starter)
 
     return factory

@@ -97,7 +97,7 @@ async def diagnose_cell(ls: CraneServer, *args: Any) -> Any:
         model = ls.settings.llm.model
         progress.report(f"asking {model}" if model else "explaining", 60)
         verdict = session.sandbox_verdicts.get(cell.source, session.kernel_gen) if ls.settings.speculative_on else None
-        ctx = explain.diagnosis_context(snap, outcomes[0], ls.settings.llm_section(), verdict)
+        ctx = explain.diagnosis_context(snap, outcomes[0], ls.settings.llm, verdict)
         result = ctx.rules_result
         try:
             result = await diagnose_with_llm(ctx) or result
@@ -110,6 +110,10 @@ async def diagnose_cell(ls: CraneServer, *args: Any) -> Any:
 
 # -- crane.attachKernel / crane/attachKernel -------------------------------------------------------
 async def attach_kernel(ls: CraneServer, *args: Any) -> Any:
+    """Arguments: (notebookUri, connectionFile), or one object as `crane/attachKernel`'s params (a kernel on a
+    Jupyter Server: {notebookUri, serverUrl, kernelId})."""
+    if len(args) == 1 and not isinstance(args[0], str):
+        return await attach_kernel_request(ls, args[0])
     notebook_uri = command_arg(args, 0, "notebookUri", ATTACH_KERNEL)
     connection_file = command_arg(args, 1, "connectionFile", ATTACH_KERNEL)
     return await _attach(ls, AttachKernelParams(notebook_uri=notebook_uri, connection_file=connection_file))
@@ -128,5 +132,6 @@ async def _attach(ls: CraneServer, p: AttachKernelParams) -> Any:
     if session is None:
         raise RequestFailed(f"attach: the notebook {p.notebook_uri} is not open")
     async with WorkProgress(ls, "CRANE: attaching to the kernel", cancellable=False):
-        result = await ls.kernels.attach_requested(session, p.connection_file)
+        result = await ls.kernels.attach_requested(session, p.connection_file, server_url=p.server_url,
+                                                   kernel_id=p.kernel_id, source=p.source)
     return to_wire(result)

@@ -23,11 +23,11 @@ from crane.lsp.notebook_map import CellSnapshot
 from crane.pipeline import FactsMode
 
 if TYPE_CHECKING:
+    from crane.finding import Finding
     from crane.lsp.kernel_attach import Attachment
     from crane.lsp.scheduler import CellScheduler
     from crane.policy import ModelAnswer
     from crane.probe.facts import ProbeRequest, ProbeResult
-    from crane.rules.finding import Finding
     from crane.sandbox.verdict import SandboxVerdict
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,9 @@ class NotebookSession:
     uri: str  # the notebook URI as the client sent it
     path: str | None
     attachment: Attachment | None = None
-    requested: tuple[str, KernelSource] | None = None  # a kernel the client named (crane/attachKernel)
-    last_kernel: tuple[str, KernelSource] | None = None  # the kernel that died or restarted: tried first
+    # (crane.kernel.target.KernelTarget, how it was found)
+    requested: tuple[Any, KernelSource] | None = None  # a kernel the client named (crane/attachKernel)
+    last_kernel: tuple[Any, KernelSource] | None = None  # the kernel that died or restarted: tried first
     state: KernelState = "static-only"
     status_message: str = ""
     facts: FactsCache = field(default_factory=FactsCache)

@@ -24,12 +24,25 @@ function contributedDefaults(): Record<string, unknown> {
   return Object.fromEntries(Object.entries(props).map(([k, v]) => [k, v.default]));
 }
 
+const UNSET_LLM = {
+  model: null,
+  apiBase: null,
+  timeout: null,
+  maxTokens: null,
+  temperature: null,
+  retries: null,
+  budgetUsd: null,
+  cache: null,
+  cacheDir: null,
+};
+
 const CONTRACT_DEFAULTS = {
   mode: 'auto',
   speculative: { enabled: true, budgetSeconds: 10, backgroundSeconds: 120 },
-  llm: { model: null, apiBase: null },
+  llm: UNSET_LLM,
   agent: { maxSteps: 10, budgetUsd: null, stepMode: false },
   kernel: { connectionFile: null },
+  jupyterServer: { url: null },
   hover: true,
   logLevel: 'info',
 };
@@ -62,26 +75,34 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
       'crane.speculative.budgetSeconds': 2.5,
       'crane.speculative.backgroundSeconds': 0,
       'crane.kernel.connectionFile': '/tmp/kernel-1.json',
+      'crane.jupyterServer.url': 'https://hub.example.org/user/me/',
       'crane.hover': false,
       'crane.logLevel': 'debug',
     };
     expect(getServerSettings()).toEqual({
       mode: 'llm',
       speculative: { enabled: false, budgetSeconds: 2.5, backgroundSeconds: 0 },
-      llm: { model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
+      llm: { ...UNSET_LLM, model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
       agent: { maxSteps: 3, budgetUsd: 0.1, stepMode: true },
       kernel: { connectionFile: '/tmp/kernel-1.json' },
+      jupyterServer: { url: 'https://hub.example.org/user/me/' },
       hover: false,
       logLevel: 'debug',
     });
     expect(didChangeConfigurationParams(getServerSettings()).settings.crane.mode).toBe('llm');
-    expect(getClientSettings()).toEqual({ python: '/opt/py/bin/python', connectionFile: '/tmp/kernel-1.json', stepMode: true, mode: 'llm' });
+    expect(getClientSettings()).toEqual({
+      python: '/opt/py/bin/python',
+      connectionFile: '/tmp/kernel-1.json',
+      jupyterServerUrl: 'https://hub.example.org/user/me/',
+      stepMode: true,
+      mode: 'llm',
+    });
   });
 
   it('sends empty strings as null (unset)', () => {
     mock.config = { 'crane.llm.model': '', 'crane.llm.apiBase': '  ', 'crane.kernel.connectionFile': '' };
     const s = getServerSettings();
-    expect(s.llm).toEqual({ model: null, apiBase: null });
+    expect(s.llm).toEqual(UNSET_LLM);
     expect(s.kernel.connectionFile).toBeNull();
   });
 
