@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,8 @@ class SpeculationService:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-sandbox")
         self._conns = ThreadConnections(host)  # used on the sandbox thread only
         self.background = BackgroundRuns(host)
-        self.on_mode = None  # callable(session): the sandbox mode in force changed (the kernel status says it)
+        # called when the sandbox mode in force changed (the kernel status says it)
+        self.on_mode: Callable[[NotebookSession], None] | None = None
         self.runs = 0  # sandbox runs started (for tests and logs)
 
     # -- cache (kept by the session) -------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def _install_audit_hook(ctx: _Ctx) -> None:
 
     try:
         import socket as _socket
-        socket_family_unix = _socket.AF_UNIX
+        socket_family_unix: int = int(_socket.AF_UNIX)
     except Exception:  # pragma: no cover - every Linux Python has it
         socket_family_unix = 1
 

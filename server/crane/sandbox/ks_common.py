@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from typing import Any
 
 CELL_FILENAME = "<crane-sandbox-cell>"
 _CO_COROUTINE = 0x80
@@ -111,7 +112,10 @@ class _Ctx:
         self.steps: dict = {}  # setup step -> ms
         self.kept: list[dict] = []  # miniature runs: what was shrunk (ks_miniature.py)
         self.miniature_error: str | None = None
-        self.notif_sock = None  # layered mode, B: the socket to A that carries the seccomp listener
+        self.notif_sock: Any = None  # layered mode, B: the socket to A that carries the seccomp listener
+        self.cpu_before = 0.0  # layered mode, B: the CPU A spent on the setup before the clone
+        self.audit_state: dict = {}  # ks_audit: {"bypass": bool}
+        self.displayhook: Any = None
         self.memory_mb = 0
         self.stdout: _Capture | None = None
         self.stderr: _Capture | None = None

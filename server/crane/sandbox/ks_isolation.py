@@ -420,7 +420,7 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
     except (OSError, AttributeError):
         pass
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
-    ctx.steps["cpu"] = round((getattr(ctx, "cpu_before", 0.0) + time.process_time() - cpu0) * 1000.0, 3)
+    ctx.steps["cpu"] = round((ctx.cpu_before + time.process_time() - cpu0) * 1000.0, 3)
     _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
                                 "layer": ctx.layer, "fds": ctx.fds, "mappings": ctx.mappings,
                                 "steps": ctx.steps, "pid": os.getpid(), "kept": ctx.kept})

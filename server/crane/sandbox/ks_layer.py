@@ -123,6 +123,7 @@ def clone_into_namespaces() -> int:
 def write_id_maps(pid: int) -> None:
     """From A (outside B's user namespace): B's uid/gid maps."""
     uid, gid = os.geteuid(), os.getegid()
+    maps: tuple[tuple[str, str], ...]
     if uid == 0:
         maps = (("uid_map", "0 0 4294967295\n"), ("gid_map", "0 0 4294967295\n"))
     else:

@@ -78,7 +78,7 @@ def _kind(obj) -> tuple[str, int] | None:
             return "sparse", int(obj.shape[0])
         hf = sys.modules.get("datasets")
         if hf is not None and isinstance(obj, getattr(hf, "Dataset", ())):
-            return "HFDataset", len(obj)
+            return "HFDataset", len(obj)  # type: ignore[arg-type]
     except Exception:
         return None
     return None
@@ -259,7 +259,7 @@ def _positions(n: int, k: int, required: set, rng: random.Random) -> list[int]:
 
 def _candidates(ns: dict, names: list[str]):
     """(path, getter-free description, object, kind, rows) of shrinkable objects the cell reads."""
-    out = []
+    out: list[tuple[tuple, object, str, int]] = []
     for name in names:
         if name not in ns or name.startswith("_"):
             continue
@@ -338,7 +338,7 @@ def shrink_namespace(ns: dict, names: list[str], spec: dict) -> list[dict]:
     for name, holder in containers.items():
         orig = ns[name]
         if isinstance(orig, tuple):
-            holder = orig._make(holder) if hasattr(orig, "_make") else tuple(holder)  # type: ignore[attr-defined]
+            holder = orig._make(holder) if hasattr(orig, "_make") else tuple(holder)  # type: ignore
         ns[name] = holder
     return kept
 
@@ -397,7 +397,8 @@ def artefact(exc) -> str | None:
     """Why `exc`, raised in a miniature run, may come from the smaller data (then the run is inconclusive)."""
     if not _REGISTRY["objects"]:
         return None
-    chain, seen = [], set()
+    chain: list[BaseException] = []
+    seen: set[int] = set()
     e = exc
     while e is not None and id(e) not in seen and len(chain) < 10:
         seen.add(id(e))

@@ -249,13 +249,15 @@ def build_filter(
     # Blocking profile: signals only to ourselves (sessions with Landlock >= 6 rely on its signal scoping
     # instead: their checkpoint children have other pids). The layered profile's pid namespace holds only the
     # sandbox's own processes.
-    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo") if own_pid is not None and not layered else ():
+    only = own_pid if own_pid is not None and not layered else None
+    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo") if only is not None else ():
+        assert only is not None
         nxt = p.label()
         p.ld(_OFF_NR)
         p.jmp(_JEQ, _NR[name], 0, nxt)
         p.ld(_arg_lo(0))
         ok = p.label()
-        p.jmp(_JEQ, own_pid, ok, 0)
+        p.jmp(_JEQ, only, ok, 0)
         p.ret(deny)
         p.here(ok)
         p.ret(RET_ALLOW)
