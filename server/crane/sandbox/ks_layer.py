@@ -264,11 +264,15 @@ def build_layer(places: list[str], cwd: str, tmpfs_bytes: int, max_processes: in
     layered: list[str] = []
     devs: set[int] = set()
     skipped: dict[str, str] = {}
+    # A place inside another one's layer needs no layer of its own when every owner is mapped (root). For another
+    # user, a write there would copy up the directories above it, owned by others (unmapped: EOVERFLOW), so each
+    # place gets its own layer, whose root the user owns.
+    share = os.geteuid() == 0
     try:
         for i, place in enumerate(places):
             try:
                 st = os.stat(place)
-                if st.st_dev in devs:
+                if share and st.st_dev in devs:
                     continue  # already inside one of our layers
                 trees = [(m, _ok(sc(_NR_OPEN_TREE, _AT_FDCWD, m.encode(),
                                     _OPEN_TREE_CLONE | _AT_RECURSIVE | os.O_CLOEXEC), f"open_tree({m})"))
