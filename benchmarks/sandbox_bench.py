@@ -4,8 +4,10 @@
 Overhead (default): starts a kernel, allocates an array of --gb GiB (touched, so every page is resident), then
 runs `speculate` on a trivial cell --runs times and reports medians: total wall time, the cell's own run time
 in the child, the overhead (total minus the cell's time: private request, fork, private layer, confinement,
-collection), the child's setup time and its steps, and the kernel's request round trip. Target: overhead
-median <= 20 ms with a 1 GiB array. `--layer blocking` measures the fallback confinement instead.
+collection), the child's setup time and its steps, the CPU time of each side, and the kernel's request round
+trip. Target: overhead median <= 20 ms with a 1 GiB array. `--layer blocking` measures the fallback
+confinement instead; `--gap` (0.2 s) separates the runs, as the daemon's one-at-a-time runs are (a run's
+processes and private layer are torn down after its verdict is in).
 
 Sets (--set DIR, repeatable; e.g. ../shared/bench/junobench-lite, ../shared/bench/heavy-lite): replays every
 variant's history in a fresh kernel (cwd = case dir, MPLBACKEND=Agg), then decides the target cell the way
@@ -112,7 +114,7 @@ def sets(roots: list[Path], budget: float, jobs: int) -> int:
     return 0
 
 
-def overhead(gb: float, runs: int, cell: str, layer: str) -> int:
+def overhead(gb: float, runs: int, cell: str, layer: str, gap: float) -> int:
     with tempfile.TemporaryDirectory() as cwd:
         kernel = start_kernel(cwd)
         try:
@@ -132,6 +134,7 @@ def overhead(gb: float, runs: int, cell: str, layer: str) -> int:
             total, cell_ms, over, setup, steps, daemon_cpu, fork_cpu = [], [], [], [], [], [], []
             verdicts, modes = set(), set()
             for _ in range(runs):
+                time.sleep(gap)  # the previous run's processes and private layer are torn down meanwhile
                 t, c = time.perf_counter(), time.thread_time()
                 v = speculate(conn, cell, 5.0, layer=layer)
                 total.append((time.perf_counter() - t) * 1000)
@@ -168,7 +171,12 @@ def main() -> int:
     ap.add_argument("--gb", type=float, default=1.0, help="size of the array held by the kernel, GiB")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--cell", default="y = x.shape[0] + 1\ny", help="the cell to run speculatively")
-    ap.add_argument("--layer", choices=("auto", "blocking"), default="auto", help="sandbox mode to measure")
+    ap.add_argument("--layer", choices=("auto", "layered", "blocking"), default="auto",
+                    help="sandbox mode to measure (auto: what the CLI and the daemon use; the trivial cell runs "
+                         "blocking there, as cells without a sign of side effects do)")
+    ap.add_argument("--gap", type=float, default=0.2,
+                    help="seconds between runs (the daemon runs one cell at a time; a run's teardown happens after "
+                         "its verdict)")
     ap.add_argument("--set", dest="sets", type=Path, action="append", help="score the sandbox on a benchmark set")
     ap.add_argument("--juno", dest="sets", type=Path, action="append", help=argparse.SUPPRESS)  # older name
     ap.add_argument("--budget", type=float, default=30.0, help="full-size sandbox budget per target (with --set)")
@@ -176,7 +184,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.sets:
         return sets(args.sets, args.budget, args.jobs)
-    return overhead(args.gb, args.runs, args.cell, args.layer)
+    return overhead(args.gb, args.runs, args.cell, args.layer, args.gap)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, note
             "total = df['zzz'].sum()\n",  # the rules: KeyError; the sandbox confirms it
             "for i in range(5):\n    print(lst[i])\n",  # the rules miss it; the sandbox: IndexError on line 2
             "print(df.shape)\n",  # never executed, clean: stays clean
-            "import socket\nsocket.create_connection(('127.0.0.1', 9))\nprint(undefined_zz)\n",  # blocked (network): the rules stand
+            "open('out.txt', 'w').write('x')\nimport socket\nsocket.create_connection(('127.0.0.1', 9))\n"
+            "print(undefined_zz)\n",  # the write goes to a private layer, the network is blocked: the rules stand
         ],
     )
     await attach(client, nb, auto_kernel)
@@ -65,6 +66,7 @@ async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, note
     d3 = await wait_for(lambda: sandboxed(client, nb.cells[3]), timeout=30, what="blocked verdict on cell 4")
     assert d3[0].code == "undefined-name" and d3[0].message.startswith("NameError")  # the rules' finding stays
     assert d3[0].data["sandbox"]["verdict"] == "blocked" and "127.0.0.1" not in (d3[0].message or "")
+    assert not (notebook_path.parent / "out.txt").exists()
     assert d3[0].data["sandbox"]["mode"] == "layered" and d3[0].data["sandbox"]["scale"] == "full"
     assert crane_diags(client, nb.cells[2]) == []
     status = await wait_for(lambda: (last_status(client, nb.uri) or None) and getattr(last_status(client, nb.uri), "sandbox", None)

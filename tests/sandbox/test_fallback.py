@@ -70,8 +70,8 @@ def test_blocking_mode_where_namespaces_are_refused(no_userns_kernel):
     v = speculate(conn, "df.to_csv('copy.csv')", budget_s=10)
     assert v.mode == "blocking" and "namespaces unavailable" in (v.mode_reason or ""), v
     assert v.verdict == "blocked" and not (cwd / "copy.csv").exists(), v
-    v = speculate(conn, "x = 1\ndf['b']", budget_s=10)
+    v = speculate(conn, "x = 1\ndf['b']", budget_s=10, layer="layered")
     assert (v.verdict, v.ename, v.line, v.mode) == ("crash", "KeyError", 2, "blocking"), v
     assert "side effects blocked" in v.how() and "namespaces unavailable" in v.how()
-    v = speculate(conn, "import os\nos.write(os.dup(1), b'')\ndf.shape", budget_s=10)
+    v = speculate(conn, "import os\nos.write(os.dup(1), b'')\ndf.shape", budget_s=10, layer="layered")
     assert v.verdict == "no-crash", v

@@ -98,7 +98,7 @@ def test_process_tree_ends_with_the_run(ending, conn, kpid, ready):
     marker = f"crane-marker-{uuid.uuid4().hex}"
     tail = {"success": "print('done')", "crash": "1 / 0", "timeout": "while True:\n    pass",
             "sigsegv": "import ctypes\nctypes.string_at(0)"}[ending]
-    v = speculate(conn, spawner(marker) + tail, budget_s=4.0, layer="auto")
+    v = speculate(conn, spawner(marker) + tail, budget_s=4.0, layer="layered")
     assert v.mode == "layered", v
     expected = {"success": "no-crash", "crash": "crash", "timeout": "timeout", "sigsegv": "crash"}[ending]
     assert v.verdict == expected, v
@@ -111,7 +111,7 @@ def test_stop_ends_the_tree_at_once(conn, kpid, ready):
     cancel = threading.Event()
     box = {}
     th = threading.Thread(target=lambda: box.setdefault(
-        "v", speculate(conn, spawner(marker) + "time.sleep(60)", budget_s=60.0, layer="auto", cancel=cancel)))
+        "v", speculate(conn, spawner(marker) + "time.sleep(60)", budget_s=60.0, layer="layered", cancel=cancel)))
     th.start()
     deadline = time.monotonic() + 20
     while len(with_marker(marker)) < 2 and time.monotonic() < deadline:
@@ -145,7 +145,7 @@ try:
 finally:
     print(len(procs))
 """
-    v = speculate(conn, src, budget_s=60.0, layer="auto", max_processes=100)
+    v = speculate(conn, src, budget_s=60.0, layer="layered", max_processes=100)
     assert v.verdict == "blocked" and "bound" in (v.reason or ""), v
     assert 50 <= int(v.stdout.split()[-1]) < 400, v.stdout
     assert left_behind(kpid, "no-marker", wait_s=10.0) == set()

@@ -139,7 +139,7 @@ def _check_nothing_changed(name, conn, watcher, workdir, listener, outside, prep
 def test_side_effect(name, mode, conn, watcher, workdir, listener, outside, prepared):
     source, layered_expect, blocking_expect = ATTEMPTS[name]
     source = source.replace("UDP_PORT", str(listener.udp_port)).replace("PORT", str(listener.port))
-    v = speculate(conn, source, budget_s=30.0, layer="auto" if mode == "layered" else "blocking")
+    v = speculate(conn, source, budget_s=30.0, layer=mode)
     assert v.mode == mode, (v.mode, v.mode_reason)
     assert v.verdict != "crash", (name, v)
     assert v.verdict == (layered_expect if mode == "layered" else blocking_expect), (name, v)
@@ -154,7 +154,7 @@ def test_at_least_forty_attempts():
 
 def test_inherited_objects_unchanged_in_the_kernel(conn, prepared):
     """The kernel's own memmap, shared array and open files saw none of the sandbox's writes."""
-    for mode in ("auto", "blocking"):
+    for mode in ("layered", "blocking"):
         for name in ("memmap-write", "shared-array-write", "already-open-file", "inherited-read-seek"):
             assert speculate(conn, ATTEMPTS[name][0], budget_s=10.0, layer=mode).verdict == "no-crash"
     assert conn.evaluate("int(mm.sum())") == 0
@@ -172,7 +172,7 @@ def test_scratch_directory_is_writable_and_private(conn, workdir, prepared):
         "    t.write('scratch')\n"
         "print(open(t.name).read(), t.name.startswith(tempfile.gettempdir()))"
     )
-    for mode in ("auto", "blocking"):
+    for mode in ("layered", "blocking"):
         v = speculate(conn, src, budget_s=5.0, layer=mode)
         assert v.verdict == "no-crash", v
         assert v.stdout.strip() == "scratch True"

@@ -200,6 +200,10 @@ class SpeculationService:
         return v
 
     def _note_mode(self, session: NotebookSession, v: SandboxVerdict) -> None:
+        from crane.sandbox.layer_choice import AUTO_BLOCKING_REASON
+
+        if v.mode_reason == AUTO_BLOCKING_REASON:
+            return  # the cheaper confinement by choice: says nothing about what the machine allows
         if v.mode is not None and (v.mode, v.mode_reason) != session.sandbox_mode:
             session.sandbox_mode = (v.mode, v.mode_reason)
             if self.on_mode is not None:

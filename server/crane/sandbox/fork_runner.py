@@ -32,6 +32,7 @@ from crane.sandbox.channel import (
     launch_reply,
     read_until_eof,
 )
+from crane.sandbox.layer_choice import ASKED_FOR, AUTO_BLOCKING_REASON, layer_would_help, needs_layer
 from crane.sandbox.verdict import (
     ChildRecord,
     DeniedLine,
@@ -45,14 +46,14 @@ from crane.sandbox.verdict import (
 MODULE_NAME = SANDBOX_MODULE.name
 DEFAULT_BUDGET_S = 10.0
 DEFAULT_MEMORY_MB = 2048
-LAYER_ENV = "CRANE_SANDBOX_MODE"  # "auto" (default: layered where possible) | "blocking"
+LAYER_ENV = "CRANE_SANDBOX_MODE"  # "auto" (default) | "layered" | "blocking" (see layer_choice.py)
 _GRACE_S = 0.5  # setup time allowed on top of the cell's budget
 
 
 def layer_preference(explicit: str | None = None) -> str:
-    """"auto" or "blocking": the argument, else $CRANE_SANDBOX_MODE, else "auto"."""
+    """"auto", "layered" or "blocking": the argument, else $CRANE_SANDBOX_MODE, else "auto"."""
     value = (explicit or os.environ.get(LAYER_ENV) or "auto").strip().lower()
-    return "blocking" if value == "blocking" else "auto"
+    return value if value in ("layered", "blocking") else "auto"
 
 
 class ChildLines(msgspec.Struct):
@@ -170,13 +171,47 @@ def speculate(
     and under `budget_s` seconds of wall clock. Blocking (use `speculate_async` from an event loop); never
     raises; never changes the user's kernel (namespace, execution count, history, outputs) or files.
 
-    `layer`: "auto" (layered where possible) or "blocking" (default: $CRANE_SANDBOX_MODE, else auto).
+    `layer`: "layered" (private copy-on-write layers where the machine allows, else blocking), "blocking", or
+    "auto" (the default, also $CRANE_SANDBOX_MODE): blocking for a cell without a sign of side effects, layered
+    for the others and again layered when the blocking run refused a write, a program or a process (see
+    `crane.sandbox.layer_choice`).
     `places`: extra directories that get a private layer (the kernel's working directory, $HOME, /tmp, ... do).
     `idle`: the child runs at idle CPU priority (background runs). `max_processes`: layered mode's bound on
     live processes and threads (pid namespace; RLIMIT_NPROC, at most 256, for a user other than root).
     `cancel`: set it to stop the run at once
     (the verdict is then "unavailable", reason "stopped"). `miniature`: run on row subsets (see
     `crane.sandbox.scale.miniature_spec`)."""
+    pref = layer_preference(layer)
+    first = pref
+    if pref == "auto":
+        first = "layered" if (miniature or idle or needs_layer(source)) else "blocking"
+    kw = dict(memory_mb=memory_mb, request_timeout=request_timeout, places=places, idle=idle, cancel=cancel,
+              miniature=miniature, max_processes=max_processes)
+    v = _speculate_once(conn, source, budget_s, layer=first, **kw)  # type: ignore[arg-type]
+    if pref == "auto" and first == "blocking":
+        if layer_would_help(v) and not (cancel is not None and cancel.is_set()):
+            again = _speculate_once(conn, source, budget_s, layer="layered", **kw)  # type: ignore[arg-type]
+            again.overhead_ms += v.overhead_ms + v.elapsed_ms  # the refused run was part of reaching it
+            return again
+        if v.mode == "blocking" and v.mode_reason == ASKED_FOR:
+            v.mode_reason = AUTO_BLOCKING_REASON
+    return v
+
+
+def _speculate_once(
+    conn: KernelConnection,
+    source: str,
+    budget_s: float,
+    *,
+    memory_mb: int,
+    request_timeout: float,
+    layer: str,
+    places: list[str] | tuple[str, ...],
+    idle: bool,
+    cancel: threading.Event | None,
+    miniature: dict | None,
+    max_processes: int,
+) -> SandboxVerdict:
     t0 = time.monotonic()
     try:
         pdir = PrivateDir()
@@ -185,7 +220,8 @@ def speculate(
     run = None
     try:
         args = pdir.args(mode="run", source=source, budget_s=float(budget_s), memory_mb=int(memory_mb),
-                         output_limit=OUTPUT_LIMIT, layer=layer_preference(layer), places=list(places),
+                         output_limit=OUTPUT_LIMIT, layer="blocking" if layer == "blocking" else "auto",
+                         places=list(places),
                          idle=bool(idle), max_processes=int(max_processes))
         if miniature:
             args["miniature"] = miniature
