@@ -2,11 +2,13 @@
 
 `speculate(conn, source, budget_s)`: a private request makes the kernel fork (channel.py); the child makes the
 kernel's descriptors and shared mappings private, moves into its own namespaces with private copy-on-write
-layers ("layered" mode, or "blocking" where namespaces are unavailable or `CRANE_SANDBOX_MODE=blocking`),
-confines itself and runs the cell; we wait for its JSON lines without blocking the kernel and kill it (with its
-whole process tree) when the wall-clock budget runs out or `cancel` is set. `miniature=` runs the cell on row
-subsets of the large objects it reads (ks_miniature.py; see `crane.sandbox.scale` for when).
-Nothing here raises to the caller: every failure becomes an "unavailable" verdict with a reason.
+layers ("layered" mode) or stays in the "blocking" confinement (where namespaces are unavailable, on request,
+or by the default "auto" choice for a cell without a sign of side effects, re-run layered when the blocking
+run refused one: layer_choice.py), confines itself and runs the cell; we wait for its JSON lines without
+blocking the kernel and end it (with its whole process tree) when the wall-clock budget runs out or `cancel`
+is set. `miniature=` runs the cell on row subsets of the large objects it reads (ks_miniature.py; see
+`crane.sandbox.scale` for when). Nothing here raises to the caller: every failure becomes an "unavailable"
+verdict with a reason.
 """
 
 from __future__ import annotations
