@@ -27,7 +27,7 @@ import time
 from crane.sandbox.ks_isolation import _capture_publisher, find_thread_pools  # kernel: strip
 from crane.sandbox.ks_run import _child_run  # kernel: strip
 from crane.sandbox.ks_session import _child_session  # kernel: strip
-from crane.sandbox.seccomp import supported  # kernel: strip
+from crane.sandbox.seccomp import prebuild_filters, supported  # kernel: strip
 
 
 def _unforkable() -> str | None:
@@ -164,6 +164,7 @@ def _fork(args: dict, child_main) -> dict:
     if shell is None:
         return {"ok": False, "verdict": "unavailable", "reason": "not an IPython kernel"}
     find_thread_pools()
+    prebuild_filters()
     parent = os.getpid()
     on_main = threading.current_thread() is threading.main_thread()
     t0, c0 = time.perf_counter(), time.thread_time()

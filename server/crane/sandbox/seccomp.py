@@ -442,6 +442,33 @@ def set_limits(cpu_s: float, memory_mb: int, file_mb: int, nproc: int | None = N
     return as_limit
 
 
+_FILTERS: dict = {}  # build_filter's programs that do not depend on the child (no pid, no gate), by arguments
+
+
+def cached_filter(**kw) -> bytes:
+    """`build_filter(**kw)`, kept for the next runs when it does not depend on the child (assembling a program
+    in Python costs about a millisecond; the kernel builds the common ones once, before forking)."""
+    if kw.get("own_pid") is not None or kw.get("fork_gate") is not None:
+        return build_filter(**kw)
+    key = tuple(sorted(kw.items()))
+    prog = _FILTERS.get(key)
+    if prog is None:
+        prog = _FILTERS[key] = build_filter(**kw)
+    return prog
+
+
+def prebuild_filters() -> None:
+    """In the kernel, before forking: the programs a child will most likely need (Landlock >= 6 scopes
+    signals, so they do not name the child's pid)."""
+    if supported() is not None or landlock_abi() < 6:
+        return
+    cached_filter(profile="blocking", own_pid=None, landlock=True, metadata_ok=False, fork_gate=None,
+                  notify_network=False)
+    for notify in (True, False):
+        cached_filter(profile="layered", own_pid=None, landlock=True, metadata_ok=True, fork_gate=None,
+                      notify_network=notify)
+
+
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full")  # writable in every profile (no side effect)
 PTY_FILES = ("/dev/ptmx",)  # layered profile with a private devpts instance (see ks_layer.py)
 
@@ -474,9 +501,9 @@ def confine(
         apply_landlock(writable, abi, files=files, handle_execute=not layered)
     elif layered and not metadata_ok:
         raise OSError(_errno.ENOSYS, "neither Landlock nor a read-only file system confines writes")
-    own_pid = None if (fork_gate is not None and abi >= 6) else os.getpid()
+    own_pid = None if abi >= 6 else os.getpid()  # Landlock >= 6 scopes signals to the sandbox already
     notify = layered and notify_network
-    listener = install_filter(build_filter(profile=profile, own_pid=own_pid, landlock=bool(abi),
-                                           metadata_ok=metadata_ok, fork_gate=fork_gate, notify_network=notify),
+    listener = install_filter(cached_filter(profile=profile, own_pid=own_pid, landlock=bool(abi),
+                                            metadata_ok=metadata_ok, fork_gate=fork_gate, notify_network=notify),
                               listener=notify)
     return {"landlock_abi": abi, "seccomp": True, "as_limit": as_limit, "profile": profile, "listener": listener}
