@@ -114,23 +114,17 @@ async def _running_background(client, marker: str) -> list[int]:
     return with_marker(marker)
 
 
-async def test_background_run_stops_on_edit(client, bg_kernel, notebook_path):
-    marker = f"crane-marker-{uuid.uuid4().hex}"
-    nb = Notebook(client, notebook_path.with_name("stop_edit.ipynb"), [_slow(marker)])
+async def test_background_run_stops_on_edit_and_when_a_cell_runs(client, bg_kernel, notebook_path):
+    first, second = (f"crane-marker-{uuid.uuid4().hex}" for _ in range(2))
+    nb = Notebook(client, notebook_path.with_name("stop.ipynb"), [_slow(first)])
     await attach(client, nb, bg_kernel)
-    pids = await _running_background(client, marker)
-    nb.set_text(0, "x = 2\n")
-    await wait_for(lambda: _gone(pids, marker), timeout=5, what="the background run's processes ending on an edit")
-    await wait_for(lambda: not _bg_progress_open(client, 1), timeout=10, what="the progress ending")
-    assert with_marker(marker) == []
-
-
-async def test_background_run_stops_when_a_cell_runs(client, bg_kernel, notebook_path):
-    marker = f"crane-marker-{uuid.uuid4().hex}"
-    nb = Notebook(client, notebook_path.with_name("stop_run.ipynb"), [_slow(marker)])
-    await attach(client, nb, bg_kernel)
-    pids = await _running_background(client, marker)
-    bg_kernel.run("x = 1")
-    await wait_for(lambda: _gone(pids, marker), timeout=5, what="the background run's processes ending on a user run")
+    pids = await _running_background(client, first)
+    nb.set_text(0, _slow(second))  # an edit stops the run of the old text at once
+    await wait_for(lambda: _gone(pids, first), timeout=5, what="the background run's processes ending on an edit")
+    assert with_marker(first) == []
+    pids = await _running_background(client, second)  # the new text gets its own background run
+    bg_kernel.run("x = 1")  # a user run stops it at once
+    await wait_for(lambda: _gone(pids, second), timeout=5, what="the background run's processes ending on a user run")
     nb.set_text(0, "x = 3\n")  # nothing left to run in the background
-    await wait_for(lambda: with_marker(marker) == [], timeout=30, what="every process of the cell's runs gone")
+    await wait_for(lambda: with_marker(second) == [], timeout=30, what="every process of the cell's runs gone")
+    await wait_for(lambda: not _bg_progress_open(client, 1), timeout=10, what="the progress ending")

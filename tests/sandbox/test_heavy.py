@@ -2,7 +2,7 @@
 minute, or crash in the first iteration of a long loop): the sandbox decides them as `crane check --mode auto`
 does (full size, then a miniature when the full run times out), never raises a false alarm, and the user's
 kernel is unchanged (namespace keys and ids, execution count, In/Out, no iopub output seen by a second
-client). Three variants run here (files, workers, a long cell: about a minute); `CRANE_HEAVY_ALL=1` runs all 24, and
+client). Two variants run here (workers, a long cell: under a minute); `CRANE_HEAVY_ALL=1` runs all 24, and
 `benchmarks/sandbox_bench.py --set ../shared/bench/heavy-lite` scores them (docs/benchmarks.md)."""
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from ..sacred import IopubWatcher, kernel_state
 
 ROOT = Path(__file__).resolve().parents[3] / "shared" / "bench" / "heavy-lite"
 ALL = [(p.parent, name) for p in sorted(ROOT.glob("*/case.json")) for name in json.loads(p.read_text())["variants"]]
-# writes files, worker processes, long then crashes (a miniature run)
-SUBSET = {("heavy_titanic_submission_csv", "fixed"), ("heavy_insurance_dataloader_workers", "fixed"),
-          ("heavy_taxi_gbm_dropped_feature", "buggy")}
+# starts DataLoader worker processes; long, then crashes (a miniature run)
+SUBSET = {("heavy_insurance_dataloader_workers", "fixed"), ("heavy_taxi_gbm_dropped_feature", "buggy")}
 VARIANTS = ALL if os.environ.get("CRANE_HEAVY_ALL") else [(d, v) for d, v in ALL if (d.name, v) in SUBSET]
 BUDGET_S = 8.0
 
