@@ -31,6 +31,13 @@ class Listener:
         self.udp.bind(("127.0.0.1", 0))
         self.udp.settimeout(0.1)
         self.udp_port = self.udp.getsockname()[1]
+        # a local service on a UNIX socket (as a database server's), in /tmp: inside a private layer's place
+        self.unix_dir = tempfile.mkdtemp(prefix="crane-sbx-service-")
+        self.unix_path = os.path.join(self.unix_dir, "service.sock")
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind(self.unix_path)
+        self.unix.listen(4)
+        self.unix.settimeout(0.1)
         self.received: list[bytes] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -52,12 +59,20 @@ class Listener:
                 self.received.append(b"<udp>" + self.udp.recv(4096))
             except (TimeoutError, OSError):
                 pass
+            try:
+                conn, _ = self.unix.accept()
+                self.received.append(b"<unix>")
+                conn.close()
+            except (TimeoutError, OSError):
+                pass
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(2)
         self.sock.close()
         self.udp.close()
+        self.unix.close()
+        shutil.rmtree(self.unix_dir, ignore_errors=True)
 
 
 def tree_hash(root: Path) -> str:

@@ -105,6 +105,7 @@ ATTEMPTS = {
                        "p = mp.Process(target=c, args=(PORT,))\np.start()\np.join()", N, B),
     "program-network": ("subprocess.run([sys.executable, '-c', 'import socket; socket.create_connection((\"127.0.0.1\", PORT), timeout=1).sendall(b\"hi\")'], check=True)", B, B),
     "program-network-swallowed": ("subprocess.run([sys.executable, '-c', 'import socket\\ntry:\\n    socket.socket().connect((\"127.0.0.1\", PORT))\\nexcept OSError:\\n    pass'], check=True)", B, B),
+    "local-service-unix-socket": ("s = socket.socket(socket.AF_UNIX)\ns.connect(UNIX_PATH)\ns.sendall(b'hi')", B, B),
     "kill-kernel": ("os.kill(os.getppid(), signal.SIGTERM)", N, B),
     "mount-over-cwd": ("must(libc.mount(b'none', os.getcwd().encode(), b'tmpfs', 0, None), 'mount')", B, B),
     "umount-layer": ("must(libc.umount2(os.getcwd().encode(), 2), 'umount2')", B, B),
@@ -139,6 +140,7 @@ def _check_nothing_changed(name, conn, watcher, workdir, listener, outside, prep
 def test_side_effect(name, mode, conn, watcher, workdir, listener, outside, prepared):
     source, layered_expect, blocking_expect = ATTEMPTS[name]
     source = source.replace("UDP_PORT", str(listener.udp_port)).replace("PORT", str(listener.port))
+    source = source.replace("UNIX_PATH", repr(listener.unix_path))
     v = speculate(conn, source, budget_s=30.0, layer=mode)
     assert v.mode == mode, (v.mode, v.mode_reason)
     assert v.verdict != "crash", (name, v)

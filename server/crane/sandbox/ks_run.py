@@ -132,6 +132,8 @@ def _confinement_error(ctx: _Ctx, e: OSError) -> str | None:
         return f"the sandbox refused an operation the cell attempted: {e}"
     if ctx.mode == "layered" and e.errno in _LAYER_ERRNOS:
         return f"{_LAYER_ERRNOS[e.errno]}: {e}"
+    if e.errno == errno.ECONNREFUSED and ctx.mode == "layered":
+        return f"a local service outside the sandbox cannot be reached from it: {e}"
     if e.errno == errno.EAGAIN and ctx.mode == "layered" and _near_process_bound(
             int(ctx.args.get("max_processes", 1000))):
         return f"the sandbox's bound on the number of processes was reached: {e}"
@@ -144,6 +146,8 @@ def _confinement_error(ctx: _Ctx, e: OSError) -> str | None:
 
 _DENIAL_TEXT = re.compile(r"operation not permitted|read-only file system|permission denied|\[errno (?:1|13|30)\]"
                           r"|errno[ =:]+(?:1|13|30)\b|\b(?:EPERM|EACCES|EROFS)\b", re.I)
+# layered mode: a UNIX socket that existed before the run (a local database server's) refuses connections
+_REFUSED_TEXT = re.compile(r"connection refused|\[errno 111\]|\bECONNREFUSED\b", re.I)
 _QUOTED_PATH = re.compile(r"""(?:file path: |['"])(/[^'"\s]+|[\w.-]+\.\w{1,6})""")
 
 
@@ -161,6 +165,8 @@ def _text_denial(ctx: _Ctx, exc) -> str | None:
         except Exception:
             pass
     text = "\n".join(texts)[:20000]
+    if ctx.mode == "layered" and _REFUSED_TEXT.search(text):
+        return "a local service outside the sandbox cannot be reached from it: " + text.strip().splitlines()[0][:300]
     m = _DENIAL_TEXT.search(text)
     if not m:
         return None
