@@ -102,6 +102,17 @@ def test_plan_probe():
     assert req.paths == ["f.csv"]
 
 
+def test_plan_probe_names_the_columns_the_cell_mentions():
+    a = analyze_cell("m = df['price'].mean() + df.qty.sum()\nsns.scatterplot(data=df, x='age', y=\"b\")\n"
+                     "z = df[3] + df.iloc[:, -1]\ncols = ['u', 'v']\n")
+    labels = plan_probe(a).columns
+    assert {"price", "qty", "age", "b", "u", "v", 3, "mean", "sum"} <= set(labels)
+    assert -1 not in labels and all(type(x) in (str, int) for x in labels)
+    assert plan_probe(analyze_cell("def f(:\n")).columns == []
+    many = analyze_cell("x = [" + ", ".join(f"'c{i}'" for i in range(500)) + "]")
+    assert len(plan_probe(many).columns) == 200
+
+
 def test_never_raises_on_garbage():
     for src in ["", "\x00", "(" * 500 + ")" * 500, "def f(:", "%%%", "x = '''", "\t\tx"]:
         analyze_cell(src)

@@ -11,7 +11,9 @@ from crane.probe.facts import ProbeRequest
 
 STATE = (
     "(sorted((k, id(v)) for k, v in get_ipython().user_ns.items()), get_ipython().execution_count,"
-    " len(get_ipython().history_manager.input_hist_raw), sorted(Out), id(_), id(__), id(___))"
+    " len(get_ipython().history_manager.input_hist_raw), sorted(Out), id(_), id(__), id(___),"
+    " sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe'])"
+    " for e, cs in get_ipython().events.callbacks.items()))"
 )
 
 EVERYTHING = ProbeRequest(
@@ -32,9 +34,10 @@ def test_probing_changes_nothing_the_user_or_another_client_can_see(probe, watch
     watcher.drain()
     before = watcher.evaluate(STATE)
     installs = probe.installs
-    for _ in range(3):
+    for i in range(3):
         res = probe.run(EVERYTHING)
         assert res.facts["df"].shape == [6, 6]
+        assert (res.cached > 0) == (i > 0)  # with the reuse of facts on: nothing ran, so calls 2 and 3 reuse
     probe.history()
     probe.read_notebook_path()
     assert probe.installs == installs + 1
@@ -87,11 +90,11 @@ def test_total_and_per_variable_caps(probe, watcher):
 
 
 def test_large_array_is_sampled_not_scanned(kernel, probe):
-    run = kernel.connection.run_cell("huge = np.zeros(6_000_000); huge[::7] = np.nan")
+    run = kernel.connection.run_cell("huge = np.zeros(12_000_000); huge[::7] = np.nan")
     assert run.status == "ok"
     try:
         f = probe.run(ProbeRequest(names=["huge"])).facts["huge"]
-        assert f.sampled and f.n_nan is None and f.has_nan is True and f.shape == [6_000_000]
+        assert f.sampled and f.n_nan is None and f.has_nan is True and f.shape == [12_000_000]
     finally:
         kernel.connection.run_cell("del huge")
 

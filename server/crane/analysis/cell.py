@@ -33,6 +33,8 @@ IPYTHON_NAMES = frozenset({
 MAX_ATTRS = 64
 MAX_KEYS = 64
 MAX_PATHS = 32
+MAX_LABELS = 200
+MAX_LABEL_CHARS = 200
 
 
 def is_predefined(name: str) -> bool:
@@ -192,5 +194,29 @@ def plan_probe(analysis: CellAnalysis) -> ProbeRequest:
         if p.mode == "read" and p.path not in paths:
             paths.append(p.path)
     return ProbeRequest(
-        names=names, attrs=attrs[:MAX_ATTRS], keys=keys[:MAX_KEYS], modules=modules, paths=paths[:MAX_PATHS]
+        names=names, attrs=attrs[:MAX_ATTRS], keys=keys[:MAX_KEYS], modules=modules, paths=paths[:MAX_PATHS],
+        columns=mentioned_labels(analysis),
     )
+
+
+def mentioned_labels(analysis: CellAnalysis) -> list[str | int]:
+    """Every label the cell could name a DataFrame column by: string constants (subscripts, `columns=[...]`,
+    seaborn's `x="col"`, `groupby("col")`, ...), attribute names (`df.price`) and integer subscripts (`df[0]`).
+    The probe gives value facts for these columns only (a superset of what the rules look up by label)."""
+    if analysis.tree is None:
+        return []
+    seen: dict[str | int, None] = {}
+    for node in ast.walk(analysis.tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if 0 < len(node.value) <= MAX_LABEL_CHARS:
+                seen.setdefault(node.value, None)
+        elif isinstance(node, ast.Attribute):
+            seen.setdefault(node.attr, None)
+        elif isinstance(node, ast.Subscript):
+            sl = node.slice
+            for k in sl.elts if isinstance(sl, ast.Tuple) else [sl]:
+                if isinstance(k, ast.Constant) and type(k.value) is int:
+                    seen.setdefault(k.value, None)
+        if len(seen) >= MAX_LABELS:
+            break
+    return list(seen)
