@@ -42,13 +42,12 @@ from crane.probe.kp_common import (  # kernel: strip
     tname,  # kernel: strip
 )  # kernel: strip
 from crane.probe.kp_data import (  # kernel: strip
-    column_values,  # kernel: strip
+    column_facts,  # kernel: strip
     dataframe_facts,  # kernel: strip
     index_facts,  # kernel: strip
     label_str,  # kernel: strip
     ndarray_facts,  # kernel: strip
     series_facts,  # kernel: strip
-    vector_facts,  # kernel: strip
 )  # kernel: strip
 from crane.probe.kp_ml import (  # kernel: strip
     dataloader_facts,  # kernel: strip
@@ -89,14 +88,18 @@ def summarize(ctx, v, name, column=None):
     t = type(v)
     out = {"name": name, "type": tname(t), "kind": "other"}
     try:
-        if column is not None:
-            a = column_values(v, column)
-            out.update(type=tname(mod_attr("pandas", "Series") or t), kind="series", dtype=str(a.dtype))
-            out["length"] = len(a)
-            out["shape"] = [len(a)]
-            out["value"] = "column %s" % label_str(v.columns[column], ctx)
-            out["series_name"], out["has_name"] = label_str(v.columns[column], ctx), True
-            vector_facts(ctx, a, out)
+        if column is not None:  # the same value facts as the frame's own listing of the column (computed once)
+            label = v.columns[column]
+            c = column_facts(ctx, v, column, label, True)
+            n = int(v.shape[0])
+            out.update(type=tname(mod_attr("pandas", "Series") or t), kind="series", dtype=c.pop("dtype"))
+            out["length"] = n
+            out["shape"] = [n]
+            out["value"] = "column %s" % label_str(label, ctx)
+            out["series_name"], out["has_name"] = c.pop("name"), True
+            if "kind" in c:
+                out["value_kind"] = c.pop("kind")
+            out.update(c)
             out["index"] = index_facts(ctx, v.index)
         elif t in _SCALARS:
             out["kind"] = "scalar"
@@ -287,20 +290,20 @@ def fit_var(ctx, f, max_bytes):
 
 
 def _fit_columns(f, max_bytes):
-    """Keep the longest prefix of the column list that fits (binary search on the encoded size)."""
+    """Keep the longest prefix of the column list that fits (each column encoded once; `,` between them)."""
     cols = f.get("columns")
     if not cols or size_of(f) <= max_bytes:
         return
-    lo, hi = 0, len(cols)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        f["columns"] = cols[:mid]
-        if size_of(f) <= max_bytes:
-            lo = mid
-        else:
-            hi = mid - 1
-    f["columns"] = cols[:lo]
+    f["columns"] = []
     f["columns_truncated"] = True
+    used = size_of(f)
+    keep = 0
+    for c in cols:
+        used += size_of(c) + (1 if keep else 0)
+        if used > max_bytes:
+            break
+        keep += 1
+    f["columns"] = cols[:keep]
 
 
 # -- entry points -------------------------------------------------------------------------------------------------

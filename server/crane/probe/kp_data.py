@@ -206,8 +206,8 @@ def vector_facts(ctx, a, out, exact=None, kind_key="value_kind", details=True, m
         return
     limit = UNIQUE_N if kc != "O" or not is_np else UNIQUE_N_OBJECT
     src = a
-    if m > limit:
-        src = a[:: int(math.ceil(m / float(limit)))]
+    if m > limit:  # already a sample then: the smaller one is as good
+        src = a[:: int(math.ceil(m / float(min(limit, SAMPLE_N))))]
         out["sampled"] = True
     valid = src[~_missing_mask(ctx, src, kc, is_np)] if nn else src  # the values uniques and examples come from
     if len(valid) == 0:
@@ -371,7 +371,7 @@ def dataframe_facts(ctx, df, out):
             total = None
             seen_nan = seen_nan or bool(c.get("has_nan"))
     if total is not None and ncols > len(labels):
-        total = _missing_beyond(ctx, df, len(labels), layout["left"], total)
+        total = _missing_beyond(ctx, df, len(labels), layout, total)
     if total is not None:
         out["n_nan"] = total
         out["has_nan"] = total > 0
@@ -422,7 +422,8 @@ def _layout(ctx, df, n_listed):
             mode.append("exact")
         else:
             mode.append("sample")
-    return {"mode": mode, "left": left, "blknos": blknos, "blklocs": blklocs, "blocks": blocks, "flags": {}}
+    return {"mode": mode, "left": left, "blknos": blknos, "blklocs": blklocs, "blocks": blocks, "flags": {},
+            "charged": charged}
 
 
 def _block_flag(ctx, layout, i):
@@ -453,7 +454,7 @@ def _block_flag(ctx, layout, i):
         return None
 
 
-def column_facts(ctx, df, i, label, detailed, layout):
+def column_facts(ctx, df, i, label, detailed, layout=None):
     """Facts of column i (`detailed`: value facts too, on the per-value budget; else on the frame's shared
     budget, see `_layout`), reused while the kernel's state is unchanged (kp_cache)."""
     key = ("column", id(df), i, detailed)
@@ -491,9 +492,9 @@ def column_facts(ctx, df, i, label, detailed, layout):
     return c
 
 
-def _missing_beyond(ctx, df, start, left, total):
-    """The exact NaN total including the columns past the listed ones (on what is left of the frame's budget),
-    or None when they do not fit."""
+def _missing_beyond(ctx, df, start, layout, total):
+    """The exact NaN total including the columns past the listed ones (their block's one-pass check when it was
+    made, else their own scans on what is left of the frame's budget), or None when they do not fit."""
     np = ctx.np
     key = ("missing_beyond", id(df), start)
     hit = recall(key)
@@ -502,17 +503,36 @@ def _missing_beyond(ctx, df, start, left, total):
     cuts = ctx.cuts
     extra = 0
     try:
-        for i in range(start, int(df.shape[1])):
+        todo = range(start, int(df.shape[1]))
+        if layout["blknos"] is not None:  # skip whole blocks that cannot hold, or were seen not to hold, NaN
+            blknos = np.asarray(layout["blknos"])[start:]
+            keep = []
+            for b in np.unique(blknos).tolist():
+                vals = layout["blocks"][b].values
+                if isa(vals, np.ndarray) and _kind_char(vals.dtype) in "biu":
+                    continue
+                where = (np.flatnonzero(blknos == b) + start).tolist()
+                flags = None
+                if layout["charged"].get(b):
+                    _block_flag(ctx, layout, where[0])  # computes the whole block's flags once
+                    flags = layout["flags"].get(b)
+                if flags is False:  # no missing value anywhere in the block
+                    continue
+                if flags is not None:  # only the columns whose sum was NaN
+                    where = [i for i in where if flags[int(layout["blklocs"][i])]]
+                keep.extend(where)
+            todo = sorted(keep)
+        for i in todo:
             a = column_values(df, i)
             kc = _kind_char(a.dtype)
             is_np = isa(a, np.ndarray)
             if is_np and kc in "biu":
                 continue
             units = len(a) * scan_weight(kc, is_np, a)
-            if units > left or not ctx.can_scan(units, left):
+            if units > layout["left"] or not ctx.can_scan(units, layout["left"]):
                 extra = -1
                 break
-            left -= units
+            layout["left"] -= units
             extra += count_missing(ctx, a, kc, is_np)[0] or 0
     except Exception as exc:
         ctx.error("NaN total", exc)
