@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
 from crane import __version__
+from crane.commands import bench, check, diagnose, fix, serve
+from crane.errors import CraneError
 
-# name -> (module, one-line help)
+# name -> (module with add_arguments/run, one-line help)
 SUBCOMMANDS = {
-    "check": ("crane.commands.check", "predict which cells of a notebook will crash"),
-    "diagnose": ("crane.commands.diagnose", "explain why one cell will crash (or why it failed)"),
-    "fix": ("crane.commands.fix", "repair a cell with the CRANE agent, in a sandbox"),
-    "bench": ("crane.commands.bench", "score CRANE on crash/fix benchmark cases"),
-    "serve": ("crane.commands.serve", "run the CRANE language server (stdio by default)"),
+    "check": (check, "predict which cells of a notebook will crash"),
+    "diagnose": (diagnose, "explain why one cell will crash (or why it failed)"),
+    "fix": (fix, "repair a cell with the CRANE agent, in a sandbox"),
+    "bench": (bench, "score CRANE on crash/fix benchmark cases"),
+    "serve": (serve, "run the CRANE language server (stdio by default)"),
 }
 
 
@@ -23,13 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crane", description="CRANE: crash prediction for Jupyter notebooks")
     parser.add_argument("--version", action="version", version=f"crane {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # subcommand not built yet
+    for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
@@ -47,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("crane: interrupted", file=sys.stderr)
         return 130
+    except CraneError as exc:  # CRANE's own failures carry a message for the user
+        print(f"crane: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # never a bare traceback for users; CRANE_DEBUG=1 shows it
         if os.environ.get("CRANE_DEBUG"):
             raise

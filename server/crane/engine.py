@@ -1,43 +1,46 @@
-"""The check pipeline shared by the CLI and the benchmark: rebuild the state, then predict per target cell.
+"""The CLI's and the benchmark's kernel: rebuild a notebook's state, then check target cells against it.
 
-    notebook ──► replay history (fresh kernel, notebook folder) ──► per target: analyse ─► probe ─► predict
+    notebook ──► replay history (fresh kernel, notebook folder) ──► per target: crane.pipeline.check_cell
 
-The LSP daemon runs the same analyse → probe → predict steps against an attached kernel instead of a replay.
+The LSP daemon runs the same `check_cell` against an attached kernel instead of a replay; what then decides
+(sandbox, model) is `crane.policy`, applied by `crane.modes`.
 """
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import msgspec
 
-from crane.analysis.cell import analyze_cell, plan_probe
+from crane.analysis.cell import analyze_cell
 from crane.analysis.scope import NotebookScope
 from crane.kernel.manager import OwnedKernel, start_kernel
 from crane.kernel.replay import HistoryRun, replay
 from crane.llm.schema import Usage
 from crane.notebook.history import check_target, executed_history
 from crane.notebook.model import Notebook
-from crane.predict import predict
+from crane.pipeline import check_cell, probe_facts
+from crane.policy import DecidedBy, Prediction
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
 from crane.rules.finding import Finding
+from crane.sandbox.verdict import Verdict
 
 
 class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
+    """One checked cell as `crane check --json` and the benchmark report it."""
+
     cell: int
-    prediction: str  # "crash" | "no-crash"
+    prediction: Prediction
     findings: list[Finding] = []
     probe_ms: float | None = None
     elapsed_ms: float = 0.0
     error: str | None = None  # the cell could not be checked (probe failed, model error, ...)
-    # auto mode: the sandbox verdict (crash | no-crash | timeout | blocked | unavailable) and why
-    sandbox: str | None = None
+    decided_by: DecidedBy | None = None  # which source decided (crane.policy); None: the rules alone ran
+    # auto mode: the sandbox verdict and why
+    sandbox: Verdict | None = None
     sandbox_reason: str | None = None
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
-    # llm mode: the model's verdict and what it cost
-    llm: str | None = None
+    # llm mode (or auto with a model): the model's verdict and what it cost
+    llm: Prediction | None = None
     usage: Usage | None = None
 
 
@@ -49,27 +52,22 @@ def scope_of(nb: Notebook) -> NotebookScope:
 def predict_cell(
     nb: Notebook, target: int, probe_client: ProbeClient | None, scope: NotebookScope, probe_timeout: float = 10.0
 ) -> tuple[CellResult, ProbeResult | None]:
-    """Analyse one target cell, probe the names it uses (if a kernel is there) and run the rules."""
-    start = time.perf_counter()
-    cell = check_target(nb, target)
-    analysis = analyze_cell(cell.source)
-    probe = None
-    error = None
-    if probe_client is not None:
-        try:
-            probe = probe_client.run(plan_probe(analysis), timeout=probe_timeout)
-        except Exception as exc:  # a failed probe degrades to static rules, and says so
-            error = f"probe failed: {exc}"
-    findings = predict(analysis, probe, scope, target_cell=target)
+    """The rules' prediction for one target cell, with the kernel's facts when a probe client is given."""
+    check = check_cell(
+        analyze_cell(check_target(nb, target).source),
+        probe_facts(probe_client, probe_timeout) if probe_client is not None else None,
+        scope,
+        target,
+    )
     result = CellResult(
         cell=target,
-        prediction="crash" if findings else "no-crash",
-        findings=findings,
-        probe_ms=probe.elapsed_ms if probe else None,
-        elapsed_ms=(time.perf_counter() - start) * 1000,
-        error=error,
+        prediction="crash" if check.findings else "no-crash",
+        findings=check.findings,
+        probe_ms=check.probe.elapsed_ms if check.probe else None,
+        elapsed_ms=check.elapsed_ms,
+        error=check.error,
     )
-    return result, probe
+    return result, check.probe
 
 
 class ReplayedNotebook:
@@ -105,6 +103,3 @@ class ReplayedNotebook:
     def predict(self, target: int) -> tuple[CellResult, ProbeResult | None]:
         return predict_cell(self.nb, target, self.probe_client, self.scope)
 
-
-def notebook_dir(nb: Notebook) -> Path:
-    return nb.directory

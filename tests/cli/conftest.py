@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 
-def make_notebook(path: Path, cells: list[tuple[str, int | None]], nbformat: int = 4) -> Path:
+def make_notebook(path: Path, cells: list[tuple[str, int | str | None]], nbformat: int = 4) -> Path:
     """cells: (source, execution_count or None); markdown cells are written as ('# md', 'md')."""
-    out = []
+    out: list[dict] = []
     for i, (src, count) in enumerate(cells):
         if count == "md":
             out.append({"cell_type": "markdown", "id": f"c{i}", "metadata": {}, "source": src})

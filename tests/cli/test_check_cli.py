@@ -23,18 +23,20 @@ def test_no_crash_exits_0_and_json_follows_schema(nb_dir):
     res = crane("check", str(nb), "--json")
     assert res.returncode == 0, res.stderr
     report = msgspec.json.decode(res.stdout, type=CheckReport)  # validates the documented schema
-    assert report.schema == "crane.check/1"
-    assert [c.cell for c in report.cells] == [3]
-    assert report.cells[0].prediction == "no-crash"
-    assert report.predicted_crashes == 0
-    assert report.history[0].cell == 1 and report.history[0].status == "ok"
+    assert report.schema == "crane.check/2" and report.mode == "auto" and report.errors == 0
+    [nb_report] = report.notebooks
+    assert nb_report.notebook == str(nb)
+    assert [c.cell for c in nb_report.cells] == [3]
+    assert nb_report.cells[0].prediction == "no-crash"
+    assert nb_report.predicted_crashes == 0 and report.predicted_crashes == 0
+    assert nb_report.history[0].cell == 1 and nb_report.history[0].status == "ok"
 
 
 def test_json_crash_report_fields(nb_dir):
     nb = make_notebook(nb_dir / "c.ipynb", [("d = {'a': 1}", 1), ("d['b']", None)])
     res = crane("check", str(nb), "--json")
     assert res.returncode == 1, res.stderr
-    doc = json.loads(res.stdout)
+    doc = json.loads(res.stdout)["notebooks"][0]
     f = doc["cells"][0]["findings"][0]
     assert f["ename"] == "KeyError" and f["line"] == 1
     assert {"rule", "message", "line", "ename"} <= set(f)
@@ -45,7 +47,7 @@ def test_out_of_order_history_is_replayed_in_execution_order(nb_dir):
     nb = make_notebook(nb_dir / "o.ipynb", [("x = 'text'", 2), ("x = 5", 1), ("x.bit_length()", None)])
     res = crane("check", str(nb), "--json")
     assert res.returncode == 1, res.stdout + res.stderr
-    assert json.loads(res.stdout)["cells"][0]["findings"][0]["ename"] == "AttributeError"
+    assert json.loads(res.stdout)["notebooks"][0]["cells"][0]["findings"][0]["ename"] == "AttributeError"
 
 
 def test_not_json(nb_dir):
@@ -87,7 +89,7 @@ def test_history_cell_that_raises_is_recorded_and_replay_goes_on(nb_dir):
     nb = make_notebook(nb_dir / "h.ipynb", [("1/0", 1), ("z = 3", 2), ("print(z)", None)])
     res = crane("check", str(nb), "--json")
     assert res.returncode == 0, res.stderr
-    doc = json.loads(res.stdout)
+    doc = json.loads(res.stdout)["notebooks"][0]
     assert doc["history"][0]["status"] == "error" and doc["history"][0]["ename"] == "ZeroDivisionError"
     assert doc["history"][1]["status"] == "ok"
     assert doc["cells"][0]["prediction"] == "no-crash"

@@ -15,6 +15,7 @@ import msgspec
 from crane.agent.guard import check_edit
 from crane.agent.proposal import CellAddition, CellEdit, Evidence
 from crane.agent.sandboxes import ExecResult, ExecutionSandbox, cell_line, clean_traceback
+from crane.errors import CraneError
 from crane.notebook.model import Notebook
 
 
@@ -32,7 +33,7 @@ class WorkCell(msgspec.Struct):
         return self.original is not None and self.source != self.original
 
 
-class RunnerError(ValueError):
+class RunnerError(CraneError, ValueError):
     """An action refers to a cell that cannot take it; the message goes back to the model."""
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from crane.errors import CraneError
+
 REFLECTION = {"type": "string", "description": "One or two sentences: what you learned and why this action."}
 
 
@@ -61,7 +63,7 @@ TOOLS: list[dict[str, Any]] = [
 TOOL_NAMES = tuple(t["function"]["name"] for t in TOOLS)
 
 
-class ToolArgsError(ValueError):
+class ToolArgsError(CraneError, ValueError):
     """The model's tool call is unusable; the message is sent back to it."""
 
 

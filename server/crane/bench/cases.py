@@ -6,8 +6,10 @@ from pathlib import Path
 
 import msgspec
 
+from crane.errors import CraneError
 
-class BenchError(Exception):
+
+class BenchError(CraneError):
     """A bench directory or case that does not follow the format."""
 
 

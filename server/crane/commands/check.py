@@ -1,134 +1,113 @@
-"""`crane check NOTEBOOK`: replay the notebook's history in a fresh kernel and predict which cells will crash.
+"""`crane check PATH...`: replay each notebook's history in a fresh kernel and predict which cells will crash.
 
-It never writes to the notebook. Exit code 0: no crash predicted; 1: a crash predicted; 2: usage, input or
-kernel error.
+PATHs are notebooks or folders (every `*.ipynb` below, see `check_paths`); one report covers them all, as text,
+JSON (`crane.check/2`) or SARIF 2.1.0. It never writes to a notebook. Exit code: 2 when any notebook could not
+be checked (or on a usage error), else 1 when a crash is predicted in any notebook, else 0 — an error in one
+notebook never stops the others, and their crashes are still in the report.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
 from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
 
+if TYPE_CHECKING:
+    from crane.commands.output import CheckReport
+
 MODES = ("static", "auto", "llm")  # see crane.modes
+FORMATS = ("text", "json", "sarif")
+DEFAULT_MODE = "auto"  # as in the editor
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("notebook", help="path to an .ipynb file")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="notebooks (.ipynb) and folders (every .ipynb below, hidden folders skipped)")
     p.add_argument(
         "--cell", type=int, action="append", metavar="N",
-        help="1-based cell number to check (repeatable; default: every code cell not run yet)",
+        help="1-based cell number to check (repeatable; one notebook only; default: every code cell not run yet)",
     )
-    p.add_argument("--json", action="store_true", help="print a JSON report (schema: docs/cli.md)")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="report format: text (default), json (schema crane.check/2, docs/cli.md) or sarif (2.1.0)")
+    p.add_argument("--json", action="store_true", help="same as --format json")
     p.add_argument(
-        "--mode", choices=MODES, default="static",
+        "--mode", choices=MODES, default=DEFAULT_MODE,
         help="static: offline rules; auto: rules, then a sandboxed speculative run confirms or clears them "
-        "(and the LLM, if configured, for undecided cells); llm: ask the model (default: static)",
+        f"(and the LLM, if configured, for undecided cells); llm: ask the model (default: {DEFAULT_MODE})",
     )
     p.add_argument("--budget", type=float, default=30.0, help="seconds per speculative run (auto mode)")
-    p.add_argument("--python", help="interpreter for the replay kernel (default: this one)")
+    p.add_argument("--python", help="interpreter for the replay kernels (default: this one)")
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds allowed per history cell")
     add_llm_arguments(p)
 
 
+def _usage_error(message: str) -> int:
+    print(f"crane: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
 def run(args: argparse.Namespace) -> int:
-    from crane.commands.history_json import history_entries
-    from crane.commands.output import CheckReport, encode
-    from crane.engine import ReplayedNotebook
-    from crane.kernel.errors import KernelError
-    from crane.modes import predict_in_mode
-    from crane.notebook.history import check_target, default_targets
-    from crane.notebook.model import NotebookError, load_notebook
+    from crane.commands.check_paths import find_notebooks
+    from crane.commands.check_run import CheckOptions, check_notebook
+    from crane.commands.check_text import located, render_text
+    from crane.commands.output import CHECK_SCHEMA, CheckReport, NotebookReport, encode
 
     start = time.monotonic()
-    try:
-        nb = load_notebook(args.notebook)
-        targets = args.cell or default_targets(nb)
-        for t in targets:
-            check_target(nb, t)
-    except NotebookError as exc:
-        print(f"crane: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    fmt = args.format or ("json" if args.json else "text")
+    if args.json and fmt != "json":
+        return _usage_error(f"--json and --format {fmt} disagree: give one of them")
     try:
         settings = settings_from_args(args)
     except SettingsError as exc:
-        print(f"crane: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return _usage_error(str(exc))
     if args.mode == "llm" and not settings.enabled:
-        print("crane: --mode llm needs a model: --model M (or CRANE_MODEL)", file=sys.stderr)
-        return EXIT_ERROR
-    if not targets:
-        print("crane: nothing to check: every code cell has run (use --cell N to pick one)", file=sys.stderr)
-        return EXIT_OK
+        return _usage_error("--mode llm needs a model: --model M (or CRANE_MODEL)")
+    targets = find_notebooks(args.paths)
+    if args.cell and len(targets) != 1:
+        return _usage_error(f"--cell applies to one notebook, but {len(targets)} were given or found")
 
-    if sys.stderr.isatty():
-        n = sum(1 for c in nb.cells if c.is_code and c.execution_count is not None)
-        print(f"crane: replaying {n} executed cell(s) in a fresh kernel in {nb.directory} ...", file=sys.stderr)
-    try:
-        with ReplayedNotebook(nb, targets, python=args.python, cell_timeout=args.cell_timeout) as replayed:
-            results = [predict_in_mode(replayed, t, args.mode, settings, args.budget) for t in targets]
-            history = history_entries(replayed.history_runs)
-    except KernelError as exc:
-        print(f"crane: kernel error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    # A kernel runs in its notebook's folder: a relative interpreter path means relative to here.
+    python = os.path.abspath(args.python) if args.python and os.sep in args.python else args.python
+    opts = CheckOptions(mode=args.mode, cells=tuple(args.cell) if args.cell else None, budget_s=args.budget,
+                        python=python, cell_timeout_s=args.cell_timeout)
+    progress = sys.stderr.isatty()
+    reports: list[NotebookReport] = []
+    texts: dict[str, str] = {}
+    for target in targets:
+        if target.error:
+            report = NotebookReport(notebook=target.path, error=target.error)
+        else:
+            report, loaded = check_notebook(target.path, opts, settings, progress=progress)
+            # SARIF regions need the file's text, only where there is something to locate
+            if fmt == "sarif" and loaded is not None and any(c.findings or c.error for c in report.cells):
+                texts[target.path] = loaded.text
+        if report.error:
+            print(f"crane: {located(report.notebook, report.error)}", file=sys.stderr)
+        reports.append(report)
 
-    crashes = sum(r.prediction == "crash" for r in results)
-    if args.json:
-        report = CheckReport(
-            schema="crane.check/1", notebook=args.notebook, mode=args.mode, cells=results,
-            history=history, predicted_crashes=crashes, elapsed_s=round(time.monotonic() - start, 3),
-        )
-        print(encode(report))
+    full = CheckReport(
+        schema=CHECK_SCHEMA, mode=args.mode, notebooks=reports,
+        predicted_crashes=sum(nb.predicted_crashes for nb in reports),
+        errors=sum(1 for nb in reports if nb.error), elapsed_s=round(time.monotonic() - start, 3),
+    )
+    if fmt == "json":
+        print(encode(full))
+    elif fmt == "sarif":
+        from crane.commands.sarif import sarif_log
+
+        print(encode(sarif_log(full, texts)))
     else:
-        print(render_text(args.notebook, results, history))
-    return EXIT_CRASH if crashes else EXIT_OK
+        print(render_text(full))
+    return exit_code(full)
 
 
-def render_text(path: str, results: list, history) -> str:
-    lines = []
-    failed = [h for h in history if h.status == "error"]
-    if failed:
-        lines.append(f"history: {len(failed)} of {len(history)} replayed cells raised:")
-        for h in failed:
-            lines.append(f"  cell {h.cell} [{h.execution_count}]: {h.ename}: {h.evalue}")
-    for r in results:
-        if r.error:
-            lines.append(f"{path}: cell {r.cell}: {r.error}")
-        how = _how(r)
-        if not r.findings:
-            lines.append(f"{path}: cell {r.cell}: no crash predicted{how}")
-            continue
-        first = r.findings[0]
-        lines.append(f"{path}: cell {r.cell}, line {first.line}: {first.ename}: {first.message}  [{first.rule}]{how}")
-        for e in first.evidence:
-            lines.append(f"    evidence: {e}")
-        for rel in first.related:
-            where = f"cell {rel.cell}" if rel.cell else "notebook"
-            lines.append(f"    related: {where}: {rel.message}")
-        for other in r.findings[1:]:
-            lines.append(f"    also line {other.line}: {other.ename}: {other.message}  [{other.rule}]")
-    usage = [r.usage for r in results if r.usage]
-    if usage:
-        cost = [u.cost_usd for u in usage if u.cost_usd is not None]
-        money = f", ${sum(cost):.4f}" if cost else " (cost unknown for this model)"
-        lines.append(f"LLM: {len(usage)} request(s), {sum(u.prompt_tokens for u in usage)} prompt + "
-                     f"{sum(u.completion_tokens for u in usage)} completion tokens "
-                     f"({sum(u.cached_tokens for u in usage)} cached){money}")
-    n = sum(bool(r.findings) for r in results)
-    lines.append(f"{n} of {len(results)} checked cell(s) predicted to crash")
-    return "\n".join(lines)
-
-
-def _how(r) -> str:
-    """How the verdict was reached, for auto and llm modes."""
-    if r.sandbox in ("crash", "no-crash"):
-        extra = f"; {len(r.cleared)} rule finding(s) disproved" if r.cleared else ""
-        return f"  (sandbox: {r.sandbox}{extra})"
-    if r.sandbox:
-        return f"  (sandbox {r.sandbox}: {r.sandbox_reason or 'inconclusive'}; rules' verdict)"
-    if r.llm:
-        return "  (LLM)"
-    return ""
+def exit_code(report: CheckReport) -> int:
+    """2 when a notebook could not be checked, else 1 when a crash is predicted, else 0."""
+    if report.errors:
+        return EXIT_ERROR
+    return EXIT_CRASH if report.predicted_crashes else EXIT_OK

@@ -1,4 +1,8 @@
-"""The JSON documents the CLI prints with `--json` (schema in docs/cli.md), as msgspec Structs."""
+"""The JSON documents `crane check` prints (schema in docs/cli.md), as msgspec Structs.
+
+`crane.check/2`: one report for every notebook checked; each notebook's entry is what `crane.check/1` was for a
+single notebook (minus `schema` and `mode`, which the report carries once).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +11,27 @@ import msgspec
 from crane.commands.history_json import HistoryEntry
 from crane.engine import CellResult
 
+CHECK_SCHEMA = "crane.check/2"
 
-class CheckReport(msgspec.Struct, omit_defaults=True, rename="camel"):
-    schema: str  # "crane.check/1"
-    notebook: str
-    mode: str
-    cells: list[CellResult]
+
+class NotebookReport(msgspec.Struct, omit_defaults=True, rename="camel"):
+    """One notebook: its target cells' predictions and its replayed history, or why it could not be checked."""
+
+    notebook: str  # the path as given on the command line or found under a folder given
+    cells: list[CellResult] = []
     history: list[HistoryEntry] = []
     predicted_crashes: int = 0
     elapsed_s: float = 0.0
-    error: str | None = None
+    error: str | None = None  # the notebook could not be checked (unreadable, not nbformat 4, kernel error, ...)
+
+
+class CheckReport(msgspec.Struct, rename="camel"):
+    schema: str  # CHECK_SCHEMA
+    mode: str  # "static" | "auto" | "llm"
+    notebooks: list[NotebookReport]
+    predicted_crashes: int  # cells predicted to crash, over every notebook
+    errors: int  # notebooks that could not be checked
+    elapsed_s: float
 
 
 def encode(obj) -> str:

@@ -1,7 +1,9 @@
 """Errors raised by the kernel layer: each carries a message fit to show a user."""
 
+from crane.errors import CraneError
 
-class KernelError(Exception):
+
+class KernelError(CraneError):
     """A kernel could not be used."""
 
 

@@ -48,8 +48,21 @@ class KernelModuleError(KernelError):
 
 
 def strip_marked(text: str) -> str:
-    """The part's text with the `# kernel: strip` lines blanked (so line numbers stay the file's own)."""
-    return "\n".join("" if ln.rstrip().endswith(STRIP_MARK) else ln for ln in text.splitlines()) + "\n"
+    """The part's text with the `# kernel: strip` lines blanked (so line numbers stay the file's own); a marked
+    line that opens a parenthesised import is blanked through its closing parenthesis."""
+    out = []
+    in_import = False
+    for ln in text.splitlines():
+        if in_import:
+            out.append("")
+            in_import = ")" not in ln.split("#", 1)[0]
+        elif ln.rstrip().endswith(STRIP_MARK):
+            out.append("")
+            code = ln.split("#", 1)[0]
+            in_import = code.count("(") > code.count(")")
+        else:
+            out.append(ln)
+    return "\n".join(out) + "\n"
 
 
 class KernelModule:

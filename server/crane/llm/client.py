@@ -1,9 +1,6 @@
 """litellm wrapper: one JSON verdict per request, with retries, timeouts, a repair retry and no stdout.
 
-litellm is imported lazily by `load_litellm()` (never at daemon start): `LITELLM_LOCAL_MODEL_COST_MAP=True`
-is set first so the import makes no network request, `suppress_debug_info` stops its banners, and its
-log handlers (which write records below WARNING to *stdout*, fatal for the LSP channel) are removed so its
-records propagate to the application's stderr logging, at WARNING unless CRANE_LLM_DEBUG is set.
+litellm is imported lazily by `litellm_import.load_litellm()`, never at daemon start.
 
 API keys come from the provider's usual environment variables and are never logged: every error message
 that leaves this module is scrubbed of the values of *_KEY / *_TOKEN / *_SECRET variables.
@@ -13,12 +10,21 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from crane.llm.cost import BudgetExceeded, CostLedger, price_usage
+from crane.llm.cost import CostLedger, price_usage
+from crane.llm.errors import (
+    LLMBadAnswer,
+    LLMBudgetExceeded,
+    LLMError,
+    LLMNotConfigured,
+    LLMRequestRejected,
+    LLMTimeout,
+    LLMUnavailable,
+)
+from crane.llm.litellm_import import load_litellm
 from crane.llm.schema import (
     RESPONSE_FORMAT_OBJECT,
     RESPONSE_FORMAT_SCHEMA,
@@ -31,9 +37,6 @@ from crane.llm.settings import LLMSettings
 
 log = logging.getLogger(__name__)
 
-_LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm")
-_lock = threading.Lock()
-_litellm: Any = None
 # Models whose provider rejected a response_format kind: remember the next kind to try.
 _format_downgrades: dict[str, str] = {}
 
@@ -43,60 +46,6 @@ REPAIR_PROMPT = (
 )
 
 
-class LLMError(Exception):
-    """A request to the model failed; the message is fit to show a user (no secrets)."""
-
-    def __init__(self, message: str, usage: Usage | None = None, attempts: int = 1):
-        super().__init__(message)
-        self.usage = usage
-        self.attempts = attempts
-
-
-class LLMNotConfigured(LLMError):
-    """No model is configured (callers should use the offline modes instead)."""
-
-
-class LLMTimeout(LLMError):
-    pass
-
-
-class LLMUnavailable(LLMError):
-    """The model server could not be reached, dropped the connection or kept answering 5xx / 429."""
-
-
-class LLMRequestRejected(LLMError):
-    """The provider refused the request (bad key, unknown model, bad request): retrying will not help."""
-
-
-class LLMBadAnswer(LLMError):
-    """The model's reply was not a valid verdict, twice."""
-
-
-class LLMBudgetExceeded(LLMError):
-    pass
-
-
-def load_litellm():
-    """Import and configure litellm once (about 2 s the first time)."""
-    global _litellm
-    with _lock:
-        if _litellm is None:
-            os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-            os.environ.setdefault("LITELLM_LOG", "WARNING")
-            import litellm
-
-            litellm.suppress_debug_info = True
-            litellm.set_verbose = False
-            litellm.telemetry = False
-            level = logging.DEBUG if os.environ.get("CRANE_LLM_DEBUG") else logging.WARNING
-            for name in _LITELLM_LOGGERS:
-                lg = logging.getLogger(name)
-                for h in list(lg.handlers):
-                    lg.removeHandler(h)
-                lg.setLevel(level)
-                lg.propagate = True
-            _litellm = litellm
-    return _litellm
 
 
 def _secrets() -> list[str]:
@@ -238,8 +187,8 @@ def completion_with_retries(
         attempt += 1
         try:
             ledger.check_budget(settings.budget_usd)
-        except BudgetExceeded as exc:
-            raise LLMBudgetExceeded(str(exc)) from None
+        except LLMBudgetExceeded:
+            raise
         try:
             response = litellm.completion(**make_kwargs(litellm))
         except Exception as exc:

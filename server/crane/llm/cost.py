@@ -9,13 +9,10 @@ import threading
 
 import msgspec
 
+from crane.llm.errors import LLMBudgetExceeded
 from crane.llm.schema import Usage
 
 log = logging.getLogger(__name__)
-
-
-class BudgetExceeded(Exception):
-    """The session's spending reached its budget; no further request is sent."""
 
 
 def price_usage(litellm, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> float | None:
@@ -34,7 +31,7 @@ def price_usage(litellm, model: str, prompt_tokens: int, completion_tokens: int,
 
 def is_priced(model: str) -> bool:
     """Whether litellm's bundled price table knows `model` (imports litellm)."""
-    from crane.llm.client import load_litellm
+    from crane.llm.litellm_import import load_litellm
 
     try:
         info = load_litellm().get_model_info(model)
@@ -72,7 +69,7 @@ class CostLedger:
         with self._lock:
             spent = self._totals.cost_usd
         if spent >= budget:
-            raise BudgetExceeded(f"the LLM budget of ${budget:.4f} for this session is used up (spent ${spent:.4f})")
+            raise LLMBudgetExceeded(f"the LLM budget of ${budget:.4f} for this session is used up (spent ${spent:.4f})")
 
     def add(self, usage: Usage, requests: int = 1) -> None:
         with self._lock:

@@ -2,7 +2,7 @@
 
 Examples of the notation (one line per name; DataFrame columns on a second, indented line):
     df: DataFrame 891x12, NaN in 3 cols @In[2]
-      cols: PassengerId:int64[1..891] Age:float64[0.42..80] NaN=177 Sex:object{female,male} ... +7: Cabin, ...
+      cols: PassengerId:int64[1..891] Age:float64[0.42..80] NaN=177 Sex:object{female,male} Name:object(891 uniq, e.g. 'Braund, Mr. Owen','Heikkinen, Miss. L') ... +7: Cabin, ...
     y: Series int64 len=891 {0,1}
     clf: sklearn.linear_model.LogisticRegression unfitted; penalty='elasticnet' solver='liblinear'
     net: torch Net 769 params train cpu; expects rank-2 input, 10 features; fc1 Linear(10>64) act ReLU fc2 Linear(64>1)
@@ -16,6 +16,7 @@ from typing import Any
 from crane.probe.facts import ColumnFacts, Facts, ProbeResult
 
 MAX_DETAILED_COLUMNS = 10
+MAX_COLUMN_EXAMPLES = 3
 MAX_COLUMN_NAMES_CHARS = 240
 MAX_VAR_CHARS = 600
 FACTS_BUDGET_CHARS = 2200
@@ -64,9 +65,11 @@ def column_text(c: ColumnFacts) -> str:
         s += _uniques(c.unique_values)
     elif c.value_range:
         s += _range(c.value_range)
-    elif c.num_unique is not None:
-        s += f"({c.num_unique} uniq"
-        s += f", e.g. {c.example_values[0]!r})" if c.example_values else ")"
+    elif c.num_unique is not None or c.example_values:
+        parts = [f"{c.num_unique} uniq"] if c.num_unique is not None else []
+        if c.example_values:  # a few values, as the probe carries them (short texts)
+            parts.append("e.g. " + ",".join(repr(v) for v in c.example_values[:MAX_COLUMN_EXAMPLES]))
+        s += "(" + ", ".join(parts) + ")"
     if c.n_nan:
         s += f" NaN={c.n_nan}"
     if c.numeric_parse in ("all", "some"):

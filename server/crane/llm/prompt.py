@@ -54,7 +54,7 @@ class Prompt(msgspec.Struct, kw_only=True):
 
     def token_count(self, model: str | None = None) -> int:
         """Prompt tokens by litellm's offline tokenizer for `model` (a GPT-4o tokenizer by default)."""
-        from crane.llm.client import load_litellm
+        from crane.llm.litellm_import import load_litellm
 
         litellm = load_litellm()
         try:

@@ -13,10 +13,11 @@ from typing import Annotated, Any
 
 import msgspec
 
+from crane.errors import CraneError
 from crane.rules.finding import ROOT_CAUSES
 
 
-class AnswerError(ValueError):
+class AnswerError(CraneError, ValueError):
     """The model's reply is not a valid answer; the message says what is wrong (it is shown to the model)."""
 
 

@@ -15,8 +15,10 @@ from typing import Any
 
 import msgspec
 
+from crane.errors import CraneError
 
-class SettingsError(ValueError):
+
+class SettingsError(CraneError, ValueError):
     """A setting has a value CRANE cannot use (the message names the setting)."""
 
 

@@ -17,13 +17,21 @@ import asyncio
 import logging
 import threading
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from crane.lsp.agent_runs import AgentRunHandle
+from crane.lsp.crane_server import CraneServer
 from crane.lsp.llm_bridge import notebook_cells
-from crane.lsp.messages import ContinueAgentResult, FixResult, StopAgentResult, to_wire
+from crane.lsp.messages import (
+    ContinueAgentResult,
+    FixResult,
+    RequestFailed,
+    StopAgentResult,
+    command_arg,
+    to_wire,
+)
 from crane.lsp.notebook_map import snapshot
 from crane.lsp.progress import WorkProgress
 
@@ -41,20 +49,7 @@ class FixOptions(msgspec.Struct, rename="camel", forbid_unknown_fields=False):
     step_mode: bool | None = None
 
 
-@dataclass
-class AgentRunHandle:
-    run_id: str
-    cell_uri: str
-    stop: threading.Event
-    gate: Any = None  # crane.agent.loop.GoAhead in step mode
-
-    def halt(self) -> None:
-        self.stop.set()
-        if self.gate is not None:
-            self.gate.stop()
-
-
-def _request_future(ls: Any) -> Any:
+def _request_future(ls: CraneServer) -> Any:
     """The future of the `workspace/executeCommand` request being handled. pygls runs command handlers from a
     generator, so `$/cancelRequest` cancels this future, not the handler's task: the handler polls it."""
     try:
@@ -113,11 +108,9 @@ def render(proposal: Any) -> str:
     return "\n\n".join(out)
 
 
-async def fix_cell(ls: Any, args: list[Any]) -> Any:
-    from crane.lsp.commands import RequestFailed, _arg
-
-    cell_uri = _arg(tuple(args[:1]), 0, "cellUri", FIX_CELL)
-    options = _options(args)
+async def fix_cell(ls: CraneServer, *args: Any) -> Any:
+    cell_uri = command_arg(args[:1], 0, "cellUri", FIX_CELL)
+    options = _options(list(args))
     session = ls.session_of_cell(cell_uri)
     snap = snapshot(ls.workspace, session.uri) if session else None
     cell = snap.cell(cell_uri) if snap else None
@@ -150,7 +143,7 @@ async def fix_cell(ls: Any, args: list[Any]) -> Any:
     request = _request_future(ls)
 
     def send_step(step: Any) -> None:  # on the loop
-        ls.protocol.notify(AGENT_STEP, msgspec.to_builtins(step))
+        ls.notify(AGENT_STEP, msgspec.to_builtins(step))
         p = progress_box.get("p")
         if p is not None:
             waiting = " (waiting for crane.continueAgent)" if step.phase == "proposed" else ""
@@ -222,27 +215,19 @@ async def fix_cell(ls: Any, args: list[Any]) -> Any:
     return to_wire(result)
 
 
-async def stop_agent(ls: Any, args: list[Any]) -> Any:
-    from crane.lsp.commands import _arg
-
-    run_id = _arg(tuple(args), 0, "runId", STOP_AGENT, required=False)
+async def stop_agent(ls: CraneServer, *args: Any) -> Any:
+    run_id = command_arg(args, 0, "runId", STOP_AGENT, required=False)
     handles = [ls.agent_runs[run_id]] if run_id in ls.agent_runs else [] if run_id else list(ls.agent_runs.values())
     for h in handles:
         h.halt()
     return to_wire(StopAgentResult(stopped=bool(handles)))
 
 
-async def continue_agent(ls: Any, args: list[Any]) -> Any:
-    from crane.lsp.commands import _arg
-
-    run_id = _arg(tuple(args), 0, "runId", CONTINUE_AGENT)
+async def continue_agent(ls: CraneServer, *args: Any) -> Any:
+    run_id = command_arg(args, 0, "runId", CONTINUE_AGENT)
     h = ls.agent_runs.get(run_id)
     if h is None or h.gate is None or h.stop.is_set():
         return to_wire(ContinueAgentResult(continued=False))
     h.gate.approve()
     return to_wire(ContinueAgentResult(continued=True))
 
-
-def stop_all(ls: Any) -> None:
-    for h in list(ls.agent_runs.values()):
-        h.halt()

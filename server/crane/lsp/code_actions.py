@@ -6,15 +6,13 @@ diagnostics) when the cell has some, as `source.crane` actions otherwise.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from lsprotocol import types
 
-from crane.lsp.commands import DIAGNOSE_CELL, FIX_CELL, RUN_SPECULATIVELY
+from crane.lsp.agent_bridge import FIX_CELL
+from crane.lsp.commands import DIAGNOSE_CELL
+from crane.lsp.crane_server import CraneServer
 from crane.lsp.diagnostics import SOURCE
-
-if TYPE_CHECKING:
-    from crane.lsp.server import CraneServer
+from crane.lsp.speculative_command import RUN_SPECULATIVELY
 
 SOURCE_CRANE = "source.crane"
 KINDS = [types.CodeActionKind.QuickFix, SOURCE_CRANE]

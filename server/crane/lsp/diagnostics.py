@@ -1,78 +1,33 @@
-"""Per-cell crash diagnostics: debounced scheduling, conversion of findings, publishing.
+"""Per-cell crash diagnostics: debounced scheduling, what decides them, conversion and publishing.
 
-Each notebook has a `CellScheduler`: a cell asked for again before its delay runs out is pushed back
-(debounce per cell); due cells are checked together in one worker-thread batch. Results are published to
-each cell's URI exactly as the client sent it, always (an empty list clears stale squiggles), unless the
-cell changed again meanwhile (its newer check will publish) or the notebook was closed.
+Each notebook's `scheduler.CellScheduler` debounces cells and checks due ones in one worker-thread batch
+(`checks.refresh_cells`). What a cell's diagnostics say is `final_findings`: `crane.policy.decide` over the rules' findings, the
+sandbox's verdict and the model's answer for the cell's current text and kernel state (the session keeps
+them). Results are published to each cell's URI exactly as the client sent it, always (an empty list clears
+stale squiggles), unless the cell changed again meanwhile (its newer check will publish) or the notebook was
+closed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot
+from crane.policy import decide
 
 if TYPE_CHECKING:
-    from crane.lsp.analysis_service import CellOutcome
-    from crane.lsp.server import CraneServer
-    from crane.lsp.session import NotebookSession
+    from crane.lsp.host import Host
+    from crane.lsp.notebook_session import CellOutcome, NotebookSession
+    from crane.lsp.settings import Settings
     from crane.rules.finding import Finding
 
 log = logging.getLogger(__name__)
 
 SOURCE = "crane"
-
-
-class CellScheduler:
-    """Debounced, batched refresh of cells (keyed by cell URI) for one notebook."""
-
-    def __init__(self, run_batch: Callable[[list[str]], Awaitable[None]]):
-        self._run_batch = run_batch
-        self._due: dict[str, float] = {}
-        self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    def request(self, uris: Iterable[str], delay: float) -> None:
-        now = asyncio.get_running_loop().time()
-        for uri in uris:
-            self._due[uri] = now + delay
-        self._wake.set()
-
-    def forget(self, uris: Iterable[str]) -> None:
-        for uri in uris:
-            self._due.pop(uri, None)
-
-    def close(self) -> None:
-        self._task.cancel()
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            self._wake.clear()
-            if not self._due:
-                await self._wake.wait()
-                continue
-            now = loop.time()
-            ready = [u for u, t in self._due.items() if t <= now]
-            if not ready:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=min(self._due.values()) - now)
-                except asyncio.TimeoutError:
-                    pass
-                continue
-            for u in ready:
-                del self._due[u]
-            try:
-                await self._run_batch(ready)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("refreshing %d cell(s) failed", len(ready))
 
 
 # -- findings → LSP ---------------------------------------------------------------------------------
@@ -133,13 +88,13 @@ def to_diagnostic(
     )
 
 
-def publish(ls: CraneServer, uri: str, diagnostics: list[types.Diagnostic], version: int | None = None) -> None:
-    ls.text_document_publish_diagnostics(
+def publish(host: Host, uri: str, diagnostics: list[types.Diagnostic], version: int | None = None) -> None:
+    host.text_document_publish_diagnostics(
         types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=version)
     )
 
 
-def clear(ls: CraneServer, session: NotebookSession | None, uris: Iterable[str]) -> None:
+def clear(host: Host, session: NotebookSession | None, uris: Iterable[str]) -> None:
     for uri in uris:
         if session is not None:
             session.findings.pop(uri, None)
@@ -150,41 +105,19 @@ def clear(ls: CraneServer, session: NotebookSession | None, uris: Iterable[str])
             session.stale_cells.discard(uri)
             if session.scheduler is not None:
                 session.scheduler.forget([uri])
-        publish(ls, uri, [])
+        publish(host, uri, [])
 
 
-# -- the refresh batch --------------------------------------------------------------------------------
-async def refresh_cells(ls: CraneServer, session: NotebookSession, uris: list[str]) -> list[CellOutcome]:
-    """Check `uris` of `session`'s notebook against the current text and kernel, then publish."""
-    snap = snapshot(ls.workspace, session.uri)
-    if snap is None or session.closed:
-        return []
-    wanted = set(uris)
-    targets = [c for c in snap.cells if c.uri in wanted]
-    for c in targets:
-        if not c.is_code:  # markdown, or a cell whose language is not Python
-            clear(ls, session, [c.uri])
-    code = [c for c in targets if c.is_code]
-    if not code:
-        return []
-    outcomes = await ls.run_blocking(
-        ls.analysis.check_cells,
-        snap,
-        code,
-        session,
-        ls.tuning.probe_timeout_ms / 1000,
-    )
-    publish_outcomes(ls, session, snap, outcomes)
-    return outcomes
-
-
-def publish_outcomes(ls: CraneServer, session: NotebookSession, snap: NotebookSnapshot, outcomes) -> None:
-    """Publish the rules' findings of checked cells, refined by what the sandbox and the model said about the
-    same text against the same kernel state (cached), and ask them about the cells they have not seen yet."""
+def publish_outcomes(
+    host: Host, session: NotebookSession, snap: NotebookSnapshot, outcomes: list[CellOutcome]
+) -> list[CellSnapshot]:
+    """Record and publish the rules' findings of checked cells, refined by what the sandbox and the model
+    said about the same text against the same kernel state. Returns the cells published (still current)."""
     if session.closed:
-        return
+        return []
+    published = []
     for out in outcomes:
-        doc = ls.workspace.text_documents.get(_unquote(out.cell.uri))
+        doc = host.workspace.text_documents.get(host.key(out.cell.uri))
         if doc is None or doc.version != out.cell.version:
             continue  # closed, or edited since: a newer check is on its way
         session.rule_findings[out.cell.uri] = list(out.findings)
@@ -193,58 +126,39 @@ def publish_outcomes(ls: CraneServer, session: NotebookSession, snap: NotebookSn
             session.stale_cells.add(out.cell.uri)
         else:
             session.stale_cells.discard(out.cell.uri)
-        publish_cell(ls, session, snap, out.cell)
-        ls.speculation.consider(session, out.cell)
-    any_stale = bool(session.stale_cells)
-    if any_stale != session.used_stale:
-        session.used_stale = any_stale
-        ls.kernels.notify_status(session)
+        publish_cell(host, session, snap, out.cell)
+        published.append(out.cell)
+    return published
 
 
-def final_findings(ls: CraneServer, session: NotebookSession, cell: CellSnapshot) -> tuple[list[Finding], dict | None]:
-    """What a cell's diagnostics say now: the sandbox's verdict for this text and kernel state when it is
-    conclusive (crash: the real exception; no-crash: nothing), else the rules' findings, else (llm mode) the
-    model's. Also the sandbox's verdict, for the diagnostics' data."""
+def final_findings(settings: Settings, session: NotebookSession, cell: CellSnapshot) -> tuple[list[Finding], dict | None]:
+    """What a cell's diagnostics say now (`crane.policy.decide`), and the sandbox's verdict for the
+    diagnostics' data (or None)."""
     rules = session.rule_findings.get(cell.uri) or []
-    verdict = ls.speculation.cached(session, cell)
+    verdict = session.sandbox_verdicts.get(cell.source, session.kernel_gen) if settings.speculative_on else None
+    model = session.model_answers.get(cell.source, session.kernel_gen) if settings.mode == "llm" else None
     info = None
     if verdict is not None:
         info = {"verdict": verdict.verdict, "reason": verdict.reason, "elapsedMs": round(verdict.elapsed_ms, 1)}
-        if verdict.verdict == "crash":
-            from crane.modes import sandbox_finding
-
-            return [sandbox_finding(verdict, rules)], info
-        if verdict.verdict == "no-crash":
-            return [], info
-    if not rules:
-        llm = ls.llm.cached(session, cell)
-        if llm is not None:
-            return [llm], info
-    return rules, info
+    return decide(settings.mode, rules, verdict, model).findings, info
 
 
-def publish_cell(ls: CraneServer, session: NotebookSession, snap: NotebookSnapshot, cell: CellSnapshot) -> None:
+def publish_cell(host: Host, session: NotebookSession, snap: NotebookSnapshot, cell: CellSnapshot) -> None:
     """(Re)publish one checked cell's diagnostics from what is known about its current text."""
     if session.closed or cell.uri not in session.rule_findings:
         return
     out = session.outcomes.get(cell.uri)
     mode = out.mode if out is not None else "static"
-    findings, sandbox = final_findings(ls, session, cell)
+    findings, sandbox = final_findings(host.settings, session, cell)
     session.findings[cell.uri] = findings
-    publish(ls, cell.uri, [to_diagnostic(f, cell, snap, mode, sandbox) for f in findings], cell.version)
+    publish(host, cell.uri, [to_diagnostic(f, cell, snap, mode, sandbox) for f in findings], cell.version)
 
 
-def republish(ls: CraneServer, session: NotebookSession, cell_uri: str, source: str) -> bool:
+def republish(host: Host, session: NotebookSession, cell_uri: str, source: str) -> bool:
     """Republish a cell if its text is still `source` (a sandbox or model result arrived); False otherwise."""
-    snap = snapshot(ls.workspace, session.uri)
+    snap = snapshot(host.workspace, session.uri)
     cell = snap.cell(cell_uri) if snap is not None else None
     if cell is None or cell.source != source or session.closed:
         return False
-    publish_cell(ls, session, snap, cell)
+    publish_cell(host, session, snap, cell)
     return True
-
-
-def _unquote(uri: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(uri)

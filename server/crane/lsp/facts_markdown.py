@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crane.probe.facts import Facts
+from crane.probe.facts import ColumnFacts, Facts
 
 MAX_COLUMNS = 12
 
@@ -60,10 +60,7 @@ def facts_markdown(f: Facts, stale: bool = False, heading: bool = True) -> str:
         lines.append("| column | dtype | NaN | values |")
         lines.append("|---|---|---|---|")
         for c in f.columns[:MAX_COLUMNS]:
-            extra = c.kind or ""
-            if c.numeric_parse and c.numeric_parse != "all":
-                extra += f" (numbers: {c.numeric_parse})"
-            lines.append(f"| {_code(c.name)} | {c.dtype} | {_nan_cell(c)} | {extra} |")
+            lines.append(f"| {_cell(_code(c.name))} | {_cell(c.dtype)} | {_nan_cell(c)} | {column_values(c)} |")
         more = len(f.columns) - MAX_COLUMNS
         if more > 0 or f.columns_truncated:
             lines.append(f"\n…{max(more, 0)} more column(s)")
@@ -111,6 +108,51 @@ def facts_markdown(f: Facts, stale: bool = False, heading: bool = True) -> str:
     if f.truncated:
         lines.append("- _(facts truncated at the size cap)_")
     return "\n".join(lines)
+
+
+MAX_SHOWN_VALUES = 3
+
+
+def _num(v: Any) -> str:
+    """A number as a reader wants it: ints as they are, floats to 4 significant digits."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    return str(v) if isinstance(v, int) else f"{v:.4g}"
+
+
+def _value(v: Any) -> str:
+    """A column value as the probe sends it: JSON numbers and strings (quoted, escapes visible)."""
+    return repr(v) if isinstance(v, str) else _num(v)
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell (a pipe would end the cell, even inside a code span)."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def column_values(c: ColumnFacts) -> str:
+    """What a DataFrame column holds, as the probe saw it: its kind, then every value when there are at most
+    five, else the numeric or datetime range, else a few example values and how many distinct values; text
+    columns say when their values are (or only some are) numbers written as text."""
+    bits = []
+    if c.unique_values is not None:
+        bits.append(_code(", ".join(_value(v) for v in c.unique_values)))
+    elif c.value_range and len(c.value_range) == 2:
+        bits.append(_code(f"{_num(c.value_range[0])} … {_num(c.value_range[1])}"))
+    elif c.example_values:
+        shown = c.example_values[:MAX_SHOWN_VALUES]
+        more = ", …" if c.num_unique is None or c.num_unique > len(shown) else ""
+        bits.append("e.g. " + _code(", ".join(repr(v) for v in shown) + more))
+    if c.num_unique is not None and c.unique_values is None:
+        bits.append(f"{c.num_unique:,} unique")
+    if c.numeric_parse == "all":
+        bits.append("numbers as text")
+    elif c.numeric_parse == "some":
+        ex = f": {_code(c.non_numeric_example)}" if c.non_numeric_example else ""
+        bits.append(f"not all numbers{ex}")
+    text = ", ".join(bits) + (" (sample)" if c.sampled and bits else "")
+    kind = c.kind or ""
+    return _cell(f"{kind}: {text}" if kind and text else kind or text)
 
 
 def _nan_cell(c) -> str:

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from crane.lsp.crane_server import CraneServer
 from crane.lsp.facts_markdown import facts_markdown
-
-if TYPE_CHECKING:
-    from crane.lsp.server import CraneServer
 
 _CHAIN = re.compile(r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")
 

@@ -20,10 +20,11 @@ from crane.lsp.kernel_attach import Attachment, attach
 from crane.lsp.kernel_watch import WatchEvent
 from crane.lsp.messages import AttachResult, KernelSource, KernelStatus, to_wire
 from crane.lsp.notebook_map import same_path, snapshot
-from crane.lsp.session import NotebookSession
+from crane.lsp.notebook_session import NotebookSession
 
 if TYPE_CHECKING:
-    from crane.lsp.server import CraneServer
+    from crane.lsp.analysis_service import AnalysisService
+    from crane.lsp.host import Host
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,9 @@ BUSY_AFTER_S = 0.15  # a user request must run this long before the status says 
 
 
 class KernelSupervisor:
-    def __init__(self, ls: CraneServer):
-        self.ls = ls
+    def __init__(self, host: Host, analysis: AnalysisService):
+        self.host = host
+        self.analysis = analysis
         self.discovery = Discovery()
         self._tasks: dict[str, asyncio.Task] = {}
         self._wake: dict[str, asyncio.Event] = {}
@@ -59,12 +61,12 @@ class KernelSupervisor:
             await asyncio.to_thread(att.close)
 
     async def shutdown(self) -> None:
-        for session in list(self.ls.sessions.values()):
+        for session in list(self.host.sessions.values()):
             await self.close(session)
 
     async def settings_changed(self) -> None:
         """The kernel settings changed: look again (a kernel found another way stays attached)."""
-        for session in list(self.ls.sessions.values()):
+        for session in list(self.host.sessions.values()):
             self.wake(session)
 
     def wake(self, session: NotebookSession) -> None:
@@ -82,7 +84,7 @@ class KernelSupervisor:
             message=session.status_message,
             stale=session.used_stale,
         )
-        self.ls.protocol.notify(KERNEL_STATUS, to_wire(status))
+        self.host.notify(KERNEL_STATUS, to_wire(status))
 
     def _set_state(self, session: NotebookSession, state, message: str) -> None:
         if session.closed:
@@ -107,13 +109,13 @@ class KernelSupervisor:
         if lock is None:
             return False, "the notebook is closed"
         async with lock:
-            timeout = self.ls.tuning.attach_timeout_ms / 1000
+            timeout = self.host.tuning.attach_timeout_ms / 1000
             holder: dict[str, Attachment] = {}
 
             def on_event(event: WatchEvent) -> None:
                 att = holder.get("att")
                 if att is not None:
-                    self.ls.call_soon_threadsafe(self._on_event, session, att, event)
+                    self.host.call_soon_threadsafe(self._on_event, session, att, event)
 
             try:
                 att = await asyncio.to_thread(attach, path, source, on_event, timeout)
@@ -138,7 +140,7 @@ class KernelSupervisor:
             return True, f"attached to {path}{warn}"
 
     async def _resolve(self, session: NotebookSession) -> bool:
-        settings = self.ls.settings
+        settings = self.host.settings
         if session.requested is not None and os.path.isfile(session.requested[0]):  # (a), also after a restart
             ok, _ = await self._try_attach(session, *session.requested)
             if ok:
@@ -181,7 +183,7 @@ class KernelSupervisor:
                 log.exception("kernel maintenance for %s failed", session.uri)
             wake.clear()
             try:
-                await asyncio.wait_for(wake.wait(), timeout=self.ls.tuning.discovery_interval_ms / 1000)
+                await asyncio.wait_for(wake.wait(), timeout=self.host.tuning.discovery_interval_ms / 1000)
             except asyncio.TimeoutError:
                 pass
 
@@ -191,14 +193,14 @@ class KernelSupervisor:
             return
         if event.kind == "busy":  # said only when it lasts: short silent requests of other clients do not flicker
             session.kernel_changed()  # a user cell is changing the state: speculative results are discarded
-            self.ls.call_later(BUSY_AFTER_S, self._still_busy, session, att)
+            self.host.call_later(BUSY_AFTER_S, self._still_busy, session, att)
         elif event.kind == "finished":
             session.kernel_changed()
             count, last = event.execution_count, att.last_count
             if count is not None:
                 att.last_count = count
                 if last is not None and count <= last:  # the count went back: a restart we did not see
-                    self.ls.spawn(self._verify_identity(session, att))
+                    self.host.spawn(self._verify_identity(session, att))
             self._set_state(session, "idle", "the kernel is idle")
             self.recheck_after_run(session, event.code)
         elif event.kind == "idle":
@@ -209,7 +211,7 @@ class KernelSupervisor:
         elif event.kind == "dead":
             self._kernel_failed(session, None)
         elif event.kind in ("restarted", "alive"):
-            self.ls.spawn(self._verify_identity(session, att))
+            self.host.spawn(self._verify_identity(session, att))
 
     def _still_busy(self, session: NotebookSession, att: Attachment) -> None:
         if not session.closed and session.attachment is att and att.busy:
@@ -238,7 +240,7 @@ class KernelSupervisor:
 
     async def _verify_identity(self, session: NotebookSession, att: Attachment) -> None:
         try:
-            same = await asyncio.to_thread(att.check_identity, self.ls.tuning.attach_timeout_ms / 1000)
+            same = await asyncio.to_thread(att.check_identity, self.host.tuning.attach_timeout_ms / 1000)
         except Exception as exc:
             log.info("kernel identity check failed: %s", exc)
             return
@@ -257,23 +259,23 @@ class KernelSupervisor:
 
     # -- what to re-check -------------------------------------------------------------------------
     def recheck_all(self, session: NotebookSession) -> None:
-        snap = snapshot(self.ls.workspace, session.uri)
+        snap = snapshot(self.host.workspace, session.uri)
         if snap is not None and session.scheduler is not None:
             session.scheduler.request([c.uri for c in snap.cells], 0.0)
 
     def recheck_after_run(self, session: NotebookSession, code: str | None) -> None:
         """A cell ran: re-check the cells that read what it wrote, and the cells with diagnostics."""
-        snap = snapshot(self.ls.workspace, session.uri)
+        snap = snapshot(self.host.workspace, session.uri)
         if snap is None or session.scheduler is None:
             return
-        written = self.ls.analysis.names_written(code) if code is not None else None
+        written = self.analysis.names_written(code) if code is not None else None
         if written is None:
             session.scheduler.request([c.uri for c in snap.cells], 0.0)
             return
         uris = [u for u, f in session.findings.items() if f]
         uris += [u for u, f in session.rule_findings.items() if f]  # also those the sandbox cleared
         for c in snap.code_cells:
-            read = self.ls.analysis.names_read(c.source)
+            read = self.analysis.names_read(c.source)
             if read is None or read & written:
                 uris.append(c.uri)
         session.scheduler.request(uris, 0.0)

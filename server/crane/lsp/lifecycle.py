@@ -8,19 +8,18 @@ after `initialized`, so `initialize` answers at once.
 from __future__ import annotations
 
 import logging
-import os
-from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-if TYPE_CHECKING:
-    from crane.lsp.server import CraneServer
+from crane.llm.litellm_import import set_offline_cost_map
+from crane.lsp.agent_runs import stop_all
+from crane.lsp.crane_server import CraneServer
 
 log = logging.getLogger(__name__)
 
 
 def initialize(ls: CraneServer, params: types.InitializeParams) -> None:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm (imported later) never fetches prices
+    set_offline_cost_map()  # litellm (imported later) never fetches prices
     ls.apply_settings(params.initialization_options, initial=True)
 
 
@@ -50,9 +49,7 @@ async def did_change_configuration(ls: CraneServer, params: types.DidChangeConfi
 
 
 async def shutdown(ls: CraneServer, params: None) -> None:
-    from crane.lsp import agent_bridge
-
-    agent_bridge.stop_all(ls)
+    stop_all(ls.agent_runs)
     ls.llm.close()
     ls.speculation.close()
     await ls.kernels.shutdown()

@@ -1,15 +1,15 @@
 """The LLM layer in the daemon: richer `crane.diagnoseCell` answers, and llm-mode diagnostics.
 
-- `diagnose_with_llm` is installed as `crane.lsp.diagnosis.LLM_DIAGNOSER`: with `crane.llm.model` set it
+- `diagnose_with_llm` (called by `crane.diagnoseCell` after the rules' diagnosis): with `crane.llm.model` set it
   calls `crane.llm.predictor.diagnose` in a worker thread (history: the synced notebook's executed cells in
   execution order; the live probe's facts; the rules' findings; for a cell whose last run failed, a note
   saying so — the traceback itself is not synced). The usage and the session's totals go into the result.
   An `LLMError` gives the rules' diagnosis with a note saying why the model did not answer.
 - `LLMService` (mode "llm", a model configured): a never-executed cell that the rules and the sandbox leave
   undecided (no rule finding; the sandbox inconclusive or not available) is asked about once its text has
-  been stable for `CRANE_LSP_LLM_DELAY_MS` (2 s); answers are cached per (cell text, kernel state) here and
-  per prompt on disk by the LLM layer; a crash answer is a diagnostic with code "llm" (Warning when the
-  model's confidence is ≥ 0.7, Information below).
+  been stable for `CRANE_LSP_LLM_DELAY_MS` (2 s); answers are kept by the session per (cell text, kernel
+  state) and per prompt on disk by the LLM layer; a crash answer is a diagnostic with code "llm" (Warning when
+  the model's confidence is ≥ 0.7, Information below).
 
 litellm is imported by the LLM layer on the first request, never at server start.
 """
@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from crane.lsp.diagnosis import DiagnosisContext
+from crane.lsp.diagnostics import republish
+from crane.lsp.explain import DiagnosisContext
 from crane.lsp.messages import DiagnosisResult, SessionTotals, Usage
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot
+from crane.policy import ModelAnswer, model_wanted
 
 if TYPE_CHECKING:
-    from crane.lsp.server import CraneServer
-    from crane.lsp.session import NotebookSession
-    from crane.rules.finding import Finding
+    from crane.lsp.host import Host
+    from crane.lsp.notebook_session import NotebookSession
 
 log = logging.getLogger(__name__)
 
-CACHE_SIZE = 512
 FAILED_NOTE = "The cell raised an exception when it last ran (the traceback is not available to CRANE)."
 
 
@@ -92,7 +91,7 @@ def _diagnose_blocking(ctx: DiagnosisContext, settings: Any) -> Any:
 
 
 async def diagnose_with_llm(ctx: DiagnosisContext) -> DiagnosisResult | None:
-    """The LLM_DIAGNOSER: None without a model (the rules' diagnosis stands)."""
+    """The model's diagnosis of a cell: None without a model (the rules' diagnosis stands)."""
     from crane.llm.settings import SettingsError, resolve_settings
 
     try:
@@ -136,91 +135,80 @@ def _with_note(result: DiagnosisResult, why: str) -> DiagnosisResult:
 
 # -- llm mode diagnostics -------------------------------------------------------------------------------------------
 class LLMService:
-    def __init__(self, ls: CraneServer):
-        self.ls = ls
-        self._cache: OrderedDict[tuple[str, str, int], Finding | None] = OrderedDict()
+    def __init__(self, host: Host):
+        self.host = host
         self._pending: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._lock = asyncio.Lock()
         self.requests = 0  # questions sent to the LLM layer (cache hits included), for tests and logs
 
     def _settings(self) -> Any:
         try:
-            s = self.ls.settings.llm_settings()
+            s = self.host.settings.llm_settings()
         except Exception as exc:
             log.debug("LLM settings unusable: %s", exc)
             return None
         return s if s.enabled else None
 
-    @staticmethod
-    def _key(session: NotebookSession, source: str) -> tuple[str, str, int]:
-        return (session.uri, source, session.kernel_gen)
-
-    def cached(self, session: NotebookSession, cell: CellSnapshot) -> Finding | None:
-        if self.ls.settings.mode != "llm":
-            return None
-        return self._cache.get(self._key(session, cell.source))
-
     def undecided(self, session: NotebookSession, cell: CellSnapshot) -> bool:
+        """A never-executed cell neither the rules nor the sandbox decided (`crane.policy.model_wanted`)."""
         if not cell.is_code or not cell.source.strip() or cell.execution_order is not None:
             return False
-        if session.rule_findings.get(cell.uri):
+        rules = session.rule_findings.get(cell.uri) or []
+        if rules:
             return False
-        spec = self.ls.speculation
-        if spec.applicable(session):
-            v = spec.cached(session, cell)
-            return v is not None and v.verdict not in ("crash", "no-crash")
+        settings = self.host.settings
+        att = session.attachment
+        if settings.speculative_on and att is not None and att.alive and not session.closed:
+            v = session.sandbox_verdicts.get(cell.source, session.kernel_gen)
+            return v is not None and model_wanted("auto", rules, v)
         return True  # no sandbox here: the rules alone left it open
 
     def consider(self, session: NotebookSession, cell: CellSnapshot) -> None:
-        if self.ls.settings.mode != "llm" or not self.undecided(session, cell):
+        if self.host.settings.mode != "llm" or not self.undecided(session, cell):
             return
-        key = self._key(session, cell.source)
-        if key in self._cache or self._settings() is None:
+        if session.model_answers.has(cell.source, session.kernel_gen) or self._settings() is None:
             return
         loop = asyncio.get_running_loop()
         last = session.last_edit.get(cell.uri, 0.0)
-        delay = max(0.0, last + self.ls.tuning.llm_delay_ms / 1000 - loop.time())
+        delay = max(0.0, last + self.host.tuning.llm_delay_ms / 1000 - loop.time())
         pk = (session.uri, cell.uri)
         old = self._pending.pop(pk, None)
         if old is not None:
             old.cancel()
-        self._pending[pk] = loop.call_later(delay, lambda: self.ls.spawn(self._ask(session, cell.uri, pk)))
+        self._pending[pk] = loop.call_later(delay, lambda: self.host.spawn(self._ask(session, cell.uri, pk)))
 
     async def _ask(self, session: NotebookSession, cell_uri: str, pk: tuple[str, str]) -> None:
         self._pending.pop(pk, None)
         async with self._lock:  # one question at a time
-            snap = snapshot(self.ls.workspace, session.uri)
+            snap = snapshot(self.host.workspace, session.uri)
             cell = snap.cell(cell_uri) if snap is not None else None
             settings = self._settings()
-            if cell is None or session.closed or settings is None or not self.undecided(session, cell):
+            if snap is None or cell is None or session.closed or settings is None or not self.undecided(session, cell):
                 return
-            key = self._key(session, cell.source)
-            if key in self._cache:
+            gen = session.kernel_gen
+            if session.model_answers.has(cell.source, gen):
                 return
             out = session.outcomes.get(cell_uri)
             probe = out.probe if out is not None else None
             self.requests += 1
             from crane.llm.client import LLMError
 
+            answer: ModelAnswer | None
             try:
-                finding = await asyncio.to_thread(self._predict_blocking, snap, cell, probe, settings)
+                answer = await asyncio.to_thread(self._predict_blocking, snap, cell, probe, settings)
             except LLMError as exc:
                 log.warning("LLM prediction for cell %d failed: %s", cell.number, exc)
-                finding = None
+                answer = None
             except Exception:
                 log.exception("LLM prediction for cell %d failed", cell.number)
-                finding = None
-            if session.kernel_gen != key[2]:
+                answer = None
+            if session.kernel_gen != gen:
                 return  # the kernel changed meanwhile: the next check asks again
-            self._cache[key] = finding
-            while len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
-        from crane.lsp.diagnostics import republish
-
-        republish(self.ls, session, cell_uri, cell.source)
+            session.model_answers.put(cell.source, gen, answer)  # None: asked, no answer (not asked again)
+        republish(self.host, session, cell_uri, cell.source)
 
     @staticmethod
-    def _predict_blocking(snap: NotebookSnapshot, cell: CellSnapshot, probe: Any, settings: Any) -> Finding | None:
+    def _predict_blocking(snap: NotebookSnapshot, cell: CellSnapshot, probe: Any, settings: Any) -> ModelAnswer:
         from crane.llm.predictor import predict_with_llm, verdict_to_finding
         from crane.llm.prompt import build_prompt
 
@@ -228,7 +216,8 @@ class LLMService:
         target = cells[cell.number - 1]
         prompt = build_prompt(executed_history(cells, target.number), target, probe, [])
         verdict = predict_with_llm(prompt, settings)
-        return verdict_to_finding(verdict, target)
+        finding = verdict_to_finding(verdict, target)
+        return ModelAnswer(crash=finding is not None, finding=finding)
 
     def close(self) -> None:
         for handle in self._pending.values():

@@ -2,7 +2,9 @@
 
 Documented in docs/protocol.md. Client → server params are decoded with `decode_params`, which accepts the
 dict pygls hands over for unknown methods (or its namedtuple `Object`) and raises `InvalidParams` with a
-message naming the bad field.
+message naming the bad field. Command arguments are positional as documented (an object with the same
+camelCase names is accepted too) and read with `command_arg`; a command that cannot be served raises
+`RequestFailed` (JSON-RPC -32803) with a message for the user.
 """
 
 from __future__ import annotations
@@ -10,15 +12,38 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
+from crane.errors import CraneError
 from crane.rules.finding import Finding
 
 KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
 KernelSource = Literal["request", "discovery", "setting"]
 
 
-class InvalidParams(ValueError):
+class InvalidParams(CraneError, ValueError):
     """Params of a custom message do not have the documented shape."""
+
+
+class RequestFailed(JsonRpcException):
+    """A request that cannot be served now (the cell is not open, no kernel, no model...): JSON-RPC -32803."""
+
+    CODE = -32803
+    MESSAGE = "Request failed"
+
+
+def command_arg(args: tuple[Any, ...] | list[Any], index: int, name: str, command: str, required: bool = True) -> Any:
+    """A string argument of a `workspace/executeCommand` call: positional `index`, or `name` of a single object
+    argument. A missing required or mistyped one is an "invalid params" error naming it."""
+    if len(args) == 1 and isinstance(args[0], dict):
+        value = args[0].get(name)
+    else:
+        value = args[index] if index < len(args) else None
+    if value is None and required:
+        raise JsonRpcInvalidParams(f"{command}: missing argument {name!r} (argument {index + 1})")
+    if value is not None and not isinstance(value, str):
+        raise JsonRpcInvalidParams(f"{command}: {name!r} must be a string, got {type(value).__name__}")
+    return value
 
 
 class _Wire(msgspec.Struct, rename="camel", omit_defaults=False):

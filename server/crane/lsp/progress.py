@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 if TYPE_CHECKING:
-    from crane.lsp.server import CraneServer
+    from pygls.lsp.server import LanguageServer
 
 log = logging.getLogger(__name__)
 
 
 class WorkProgress:
-    def __init__(self, ls: CraneServer, title: str, cancellable: bool = True):
+    def __init__(self, ls: LanguageServer, title: str, cancellable: bool = True):
         self.ls = ls
         self.title = title
         self.cancellable = cancellable

@@ -1,187 +1,20 @@
-"""The CRANE language server: the `LanguageServer` subclass holding the daemon's state, and the flat
-registration of every handler (each feature lives in its own module).
+"""The CRANE language server instance and the flat registration of every handler.
 
-Never print: stdout is the LSP channel. Logs go to stderr (configured by `crane serve`) and, from the
-`crane` loggers at the configured level, to `window/logMessage`. Everything that blocks (kernel requests,
-analysis) runs in worker threads; everything that writes to the client runs on the event loop.
+One feature per module (pygls's example servers): notebook sync (`sync.py`), hover (`hover.py`), code actions
+(`code_actions.py`), the `workspace/executeCommand` commands (`commands.py`, `speculative_command.py`,
+`agent_bridge.py`) and the `crane/attachKernel` request, lifecycle (`lifecycle.py`). The state and the
+services behind them live in `crane_server.CraneServer`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
-from urllib.parse import unquote
-
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
-from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 
-from crane import __version__
-from crane.lsp import agent_bridge, code_actions, commands, diagnosis, hover, lifecycle, llm_bridge, sync
-from crane.lsp.analysis_service import AnalysisService
-from crane.lsp.kernels import KernelSupervisor
-from crane.lsp.session import NotebookSession
-from crane.lsp.settings import Settings, Tuning, parse_settings
-from crane.lsp.speculation import SpeculationService
-from crane.lsp.speculative_command import run_speculatively
+from crane.lsp import agent_bridge, code_actions, commands, hover, lifecycle, speculative_command, sync
+from crane.lsp.crane_server import CraneServer, LspLogHandler
 
-log = logging.getLogger("crane.lsp")
+__all__ = ["CraneServer", "LspLogHandler", "server"]
 
-T = TypeVar("T")
-
-NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
-    notebook_selector=[
-        types.NotebookDocumentFilterWithNotebook(
-            # markdown too: the cell numbers users see are positions in the full notebook
-            notebook=notebook_type,
-            cells=[types.NotebookCellLanguage(language="python"), types.NotebookCellLanguage(language="markdown")],
-        )
-        for notebook_type in ("jupyter-notebook", "interactive")
-    ],
-    save=True,
-)
-
-_LEVELS = {"error": logging.ERROR, "warn": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
-
-
-class CraneProtocol(LanguageServerProtocol):
-    """pygls drops a request whose params do not deserialise (the client would wait forever): answer it
-    with an "invalid params" error instead."""
-
-    def structure_message(self, data: dict[str, Any]):
-        try:
-            return super().structure_message(data)
-        except JsonRpcException:
-            if isinstance(data, dict) and "id" in data and "method" in data and "jsonrpc" in data:
-                error = JsonRpcInvalidParams(f"invalid params for {data.get('method')!s}")
-                try:
-                    self._send_response(data["id"], error=error.to_response_error())
-                except Exception:
-                    log.exception("could not answer a malformed request")
-            raise
-
-
-class CraneServer(LanguageServer):
-    def __init__(self) -> None:
-        super().__init__(
-            "crane",
-            __version__,
-            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
-            notebook_document_sync=NOTEBOOK_SYNC,
-            protocol_cls=CraneProtocol,
-            max_workers=4,
-        )
-        self.settings = Settings()
-        self.tuning = Tuning.from_env()
-        self.speculation = SpeculationService(self)
-        self.llm = llm_bridge.LLMService(self)
-        self.agent_runs: dict[str, agent_bridge.AgentRunHandle] = {}
-        self.sessions: dict[str, NotebookSession] = {}  # unquoted notebook URI -> session
-        self.analysis = AnalysisService()
-        self.kernels = KernelSupervisor(self)
-        self._executor = ThreadPoolExecutor(max_workers=3, thread_name_prefix="crane-work")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task] = set()
-
-    # -- loop and threads ---------------------------------------------------------------------------
-    def bind_loop(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-
-    async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        self.bind_loop()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
-
-    def call_soon_threadsafe(self, fn: Callable[..., Any], *args: Any) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(fn, *args)
-
-    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_later(delay, fn, *args)
-
-    def spawn(self, aw) -> asyncio.Task:
-        task = asyncio.ensure_future(aw)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("background task failed", exc_info=t.exception())
-
-        task.add_done_callback(done)
-        return task
-
-    # -- lookups --------------------------------------------------------------------------------------
-    @staticmethod
-    def key(uri: str) -> str:
-        return unquote(uri)
-
-    def session_of_notebook(self, notebook_uri: str) -> NotebookSession | None:
-        return self.sessions.get(self.key(notebook_uri))
-
-    def session_of_cell(self, cell_uri: str) -> NotebookSession | None:
-        nb = self.workspace.get_notebook_document(cell_uri=cell_uri)
-        return self.sessions.get(self.key(nb.uri)) if nb is not None else None
-
-    # -- settings, messages -----------------------------------------------------------------------------
-    def apply_settings(self, raw: Any, initial: bool = False) -> None:
-        settings, problems = parse_settings(raw)
-        self.settings = settings
-        logging.getLogger("crane").setLevel(_LEVELS[settings.log_level])
-        for problem in problems:
-            log.warning("settings: %s", problem)
-        if problems:  # one message for the whole change
-            self.window_show_message(
-                types.ShowMessageParams(type=types.MessageType.Warning, message="CRANE settings: " + "; ".join(problems))
-            )
-
-    def report_server_error(self, error: Exception, source: Any) -> None:
-        """A bad message or a failing notification handler: log it, never die, never pop up per keystroke.
-        (A failing request already got its error reply.)"""
-        from pygls.exceptions import FeatureRequestError
-
-        level = logging.DEBUG if source is FeatureRequestError else logging.ERROR
-        log.log(level, "error handling a message: %s: %s", type(error).__name__, error)
-
-
-class LspLogHandler(logging.Handler):
-    """Forwards `crane` log records to the client as `window/logMessage` (sent from the event loop)."""
-
-    _TYPES = {
-        logging.ERROR: types.MessageType.Error,
-        logging.WARNING: types.MessageType.Warning,
-        logging.INFO: types.MessageType.Info,
-        logging.DEBUG: types.MessageType.Log,
-    }
-
-    def __init__(self, ls: CraneServer):
-        super().__init__()
-        self.ls = ls
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            msg = self.format(record)
-            kind = self._TYPES.get(record.levelno, types.MessageType.Error if record.levelno > logging.ERROR else types.MessageType.Log)
-            self.ls.call_soon_threadsafe(self._send, kind, msg)
-        except Exception:
-            self.handleError(record)
-
-    def _send(self, kind: types.MessageType, msg: str) -> None:
-        try:
-            self.ls.window_log_message(types.LogMessageParams(type=kind, message=msg))
-        except Exception:
-            pass
-
-
-# -- the server and its handlers, registered flat ------------------------------------------------------
 server = CraneServer()
 
 server.feature(types.INITIALIZE)(lifecycle.initialize)
@@ -200,13 +33,11 @@ server.feature(
     types.CodeActionOptions(code_action_kinds=code_actions.KINDS, resolve_provider=False),
 )(code_actions.code_actions)
 
-# the feature layers behind the commands, and the LLM behind crane.diagnoseCell
-commands.FEATURES[commands.RUN_SPECULATIVELY] = run_speculatively
-commands.FEATURES[commands.FIX_CELL] = agent_bridge.fix_cell
-commands.FEATURES[commands.STOP_AGENT] = agent_bridge.stop_agent
-commands.FEATURES[commands.CONTINUE_AGENT] = agent_bridge.continue_agent
-diagnosis.LLM_DIAGNOSER = llm_bridge.diagnose_with_llm
-
-for _name, _handler in commands.COMMANDS.items():
-    server.command(_name)(_handler)
-server.feature("crane/attachKernel")(commands.attach_kernel_request)
+server.command(commands.CHECK_NOTEBOOK)(commands.check_notebook)
+server.command(commands.DIAGNOSE_CELL)(commands.diagnose_cell)
+server.command(commands.ATTACH_KERNEL)(commands.attach_kernel)
+server.command(speculative_command.RUN_SPECULATIVELY)(speculative_command.run_speculatively)
+server.command(agent_bridge.FIX_CELL)(agent_bridge.fix_cell)
+server.command(agent_bridge.STOP_AGENT)(agent_bridge.stop_agent)
+server.command(agent_bridge.CONTINUE_AGENT)(agent_bridge.continue_agent)
+server.feature(commands.ATTACH_KERNEL_REQUEST)(commands.attach_kernel_request)

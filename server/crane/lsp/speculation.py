@@ -3,11 +3,10 @@
 After the rules' diagnostics of a cell are published, the cell is queued for a sandboxed run
 (`crane.sandbox.speculate`) when it has rule findings or has never been executed. Runs happen one at a time,
 on a thread of their own with a kernel connection of their own, only while the kernel is attached and idle,
-once the cell's text has been stable for `CRANE_LSP_SPECULATE_DELAY_MS`. Verdicts are cached by (notebook,
-cell text, kernel state generation): typing back the same text, or re-checking a cell, does not fork again.
-A verdict whose cell text or kernel state changed while it ran is discarded. `crash` replaces the rules'
-findings by the real exception (code "sandbox"), `no-crash` clears them, the inconclusive verdicts
-(timeout/blocked/unavailable) keep them (see `diagnostics.final_findings`). `crane.runSpeculatively` runs a
+once the cell's text has been stable for `CRANE_LSP_SPECULATE_DELAY_MS`. Verdicts are kept by the session
+per (cell text, kernel state generation): typing back the same text, or re-checking a cell, does not fork
+again. A verdict whose cell text or kernel state changed while it ran is discarded. What a verdict does to
+the diagnostics is `crane.policy.decide` (see `diagnostics.final_findings`). `crane.runSpeculatively` runs a
 cell on demand (`run_now`).
 """
 
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -23,21 +21,21 @@ from crane.lsp.diagnostics import republish
 from crane.lsp.notebook_map import CellSnapshot, snapshot
 
 if TYPE_CHECKING:
+    from crane.lsp.host import Host
     from crane.lsp.kernel_attach import Attachment
-    from crane.lsp.server import CraneServer
-    from crane.lsp.session import NotebookSession
+    from crane.lsp.llm_bridge import LLMService
+    from crane.lsp.notebook_session import NotebookSession
     from crane.sandbox.verdict import SandboxVerdict
 
 log = logging.getLogger(__name__)
 
-CACHE_SIZE = 512
 BUSY_POLL_S = 0.2
 
 
 class SpeculationService:
-    def __init__(self, ls: CraneServer):
-        self.ls = ls
-        self._cache: OrderedDict[tuple[str, str, int], SandboxVerdict] = OrderedDict()
+    def __init__(self, host: Host, llm: LLMService):
+        self.host = host
+        self.llm = llm
         self._due: dict[tuple[str, str], float] = {}  # (notebook key, cell URI) -> loop time
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -45,28 +43,16 @@ class SpeculationService:
         self._conns: dict[int, tuple[Attachment, Any]] = {}  # id(attachment) -> (attachment, connection)
         self.runs = 0  # sandbox runs started (for tests and logs)
 
-    # -- cache ----------------------------------------------------------------------------------------------
-    @staticmethod
-    def _key(session: NotebookSession, source: str) -> tuple[str, str, int]:
-        return (session.uri, source, session.kernel_gen)
-
+    # -- cache (kept by the session) -------------------------------------------------------------------------
     def cached(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict | None:
-        if not self.ls.settings.speculative_on:
+        if not self.host.settings.speculative_on:
             return None
-        v = self._cache.get(self._key(session, cell.source))
-        if v is not None:
-            self._cache.move_to_end(self._key(session, cell.source))
-        return v
-
-    def _store(self, key: tuple[str, str, int], v: SandboxVerdict) -> None:
-        self._cache[key] = v
-        while len(self._cache) > CACHE_SIZE:
-            self._cache.popitem(last=False)
+        return session.sandbox_verdicts.get(cell.source, session.kernel_gen)
 
     # -- what to run ----------------------------------------------------------------------------------------
     def applicable(self, session: NotebookSession) -> bool:
         att = session.attachment
-        return self.ls.settings.speculative_on and att is not None and att.alive and not session.closed
+        return self.host.settings.speculative_on and att is not None and att.alive and not session.closed
 
     def wants(self, session: NotebookSession, cell: CellSnapshot) -> bool:
         """Cells worth a speculative run: those with rule findings and those never executed."""
@@ -80,13 +66,13 @@ class SpeculationService:
             if self.cached(session, cell) is None:
                 self.request(session, cell.uri)
                 return
-        self.ls.llm.consider(session, cell)
+        self.llm.consider(session, cell)
 
     def request(self, session: NotebookSession, cell_uri: str) -> None:
         loop = asyncio.get_running_loop()
         last = session.last_edit.get(cell_uri, 0.0)
-        due = max(loop.time(), last + self.ls.tuning.speculate_delay_ms / 1000)
-        self._due[(self.ls.key(session.uri), cell_uri)] = due
+        due = max(loop.time(), last + self.host.tuning.speculate_delay_ms / 1000)
+        self._due[(self.host.key(session.uri), cell_uri)] = due
         self._ensure_task()
         assert self._wake is not None
         self._wake.set()
@@ -113,7 +99,7 @@ class SpeculationService:
                 continue
             ran_any = False
             for _t, key in ready:
-                session = self.ls.sessions.get(key[0])
+                session = self.host.sessions.get(key[0])
                 if session is None or not self.applicable(session):
                     self._due.pop(key, None)
                     continue
@@ -139,33 +125,33 @@ class SpeculationService:
             pass
 
     async def _run_queued(self, session: NotebookSession, cell_uri: str) -> None:
-        snap = snapshot(self.ls.workspace, session.uri)
+        snap = snapshot(self.host.workspace, session.uri)
         cell = snap.cell(cell_uri) if snap is not None else None
         if cell is None or not self.wants(session, cell) or self.cached(session, cell) is not None:
             return
-        key = self._key(session, cell.source)
+        gen = session.kernel_gen
         v = await self._speculate(session, cell.source)
         if v is None:
             return
         if session.closed:
             return
-        if session.kernel_gen != key[2]:  # the kernel's state changed meanwhile: discard, try again later
+        if session.kernel_gen != gen:  # the kernel's state changed meanwhile: discard, try again later
             log.debug("speculative run of %s discarded: the kernel state changed", cell_uri)
             if self.applicable(session):
                 self.request(session, cell_uri)
             return
-        self._store(key, v)
-        if republish(self.ls, session, cell_uri, cell.source):  # False: the text changed (a newer check runs)
-            now = snapshot(self.ls.workspace, session.uri)
+        session.sandbox_verdicts.put(cell.source, gen, v)
+        if republish(self.host, session, cell_uri, cell.source):  # False: the text changed (a newer check runs)
+            now = snapshot(self.host.workspace, session.uri)
             current = now.cell(cell_uri) if now is not None else None
             if current is not None:
-                self.ls.llm.consider(session, current)
+                self.llm.consider(session, current)
 
     async def _speculate(self, session: NotebookSession, source: str) -> SandboxVerdict | None:
         att = session.attachment
         if att is None or not att.alive:
             return None
-        budget = self.ls.settings.speculative.budget_seconds
+        budget = self.host.settings.speculative.budget_seconds
         self.runs += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._speculate_blocking, att, source, budget)
@@ -186,7 +172,7 @@ class SpeculationService:
             return hit[1]
         from crane.lsp.kernel_attach import connect, session_id
 
-        conn = connect(att.info.connection_file, self.ls.tuning.attach_timeout_ms / 1000)
+        conn = connect(att.info.connection_file, self.host.tuning.attach_timeout_ms / 1000)
         att.watch.ignore_sessions.add(session_id(conn))
         self._conns[id(att)] = (att, conn)
         return conn
@@ -204,16 +190,16 @@ class SpeculationService:
     # -- on demand ------------------------------------------------------------------------------------------
     async def run_now(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict:
         """Run a cell speculatively now (crane.runSpeculatively); the verdict is cached and published."""
-        key = self._key(session, cell.source)
+        gen = session.kernel_gen
         v = await self._speculate(session, cell.source)
         if v is None:
             from crane.sandbox.verdict import unavailable
 
             return unavailable("no kernel is attached")
-        if session.kernel_gen == key[2] and not session.closed:
-            self._store(key, v)
-            if self.ls.settings.speculative_on:
-                republish(self.ls, session, cell.uri, cell.source)
+        if session.kernel_gen == gen and not session.closed:
+            session.sandbox_verdicts.put(cell.source, gen, v)
+            if self.host.settings.speculative_on:
+                republish(self.host, session, cell.uri, cell.source)
         return v
 
     def close(self) -> None:

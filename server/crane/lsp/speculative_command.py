@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from crane.lsp.messages import SpeculativeDisplay, SpeculativeResult, to_wire
+from crane.lsp.crane_server import CraneServer
+from crane.lsp.messages import RequestFailed, SpeculativeDisplay, SpeculativeResult, command_arg, to_wire
 from crane.lsp.notebook_map import CellSnapshot, snapshot
 from crane.lsp.progress import WorkProgress
 
-COMMAND = "crane.runSpeculatively"
+RUN_SPECULATIVELY = "crane.runSpeculatively"
+COMMAND = RUN_SPECULATIVELY
 MAX_TEXT = 4000
 
 _HEAD = {
@@ -56,10 +58,8 @@ def render(cell: CellSnapshot, v: Any) -> str:
     return "\n\n".join(out)
 
 
-async def run_speculatively(ls: Any, args: list[Any]) -> Any:
-    from crane.lsp.commands import RequestFailed, _arg
-
-    cell_uri = _arg(tuple(args), 0, "cellUri", COMMAND)
+async def run_speculatively(ls: CraneServer, *args: Any) -> Any:
+    cell_uri = command_arg(args, 0, "cellUri", COMMAND)
     session = ls.session_of_cell(cell_uri)
     snap = snapshot(ls.workspace, session.uri) if session else None
     cell = snap.cell(cell_uri) if snap else None

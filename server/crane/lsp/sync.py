@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from crane.lsp import diagnostics
-from crane.lsp.diagnostics import CellScheduler
+from crane.lsp.checks import refresh_cells
+from crane.lsp.crane_server import CraneServer
 from crane.lsp.notebook_map import notebook_path, snapshot
-from crane.lsp.session import NotebookSession
-
-if TYPE_CHECKING:
-    from crane.lsp.server import CraneServer
+from crane.lsp.notebook_session import NotebookSession
+from crane.lsp.scheduler import CellScheduler
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +37,7 @@ async def did_open(ls: CraneServer, params: types.DidOpenNotebookDocumentParams)
     session = NotebookSession(uri=nb.uri, path=notebook_path(nb.uri))
 
     async def run_batch(uris: list[str]) -> None:
-        await diagnostics.refresh_cells(ls, session, uris)
+        await refresh_cells(ls, session, uris)
 
     session.scheduler = CellScheduler(run_batch)
     for cell in nb.cells:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import msgspec
 
+from crane.errors import CraneError
 
-class NotebookError(Exception):
+
+class NotebookError(CraneError):
     """The notebook cannot be used: unreadable, not JSON, not nbformat 4, or a bad cell number."""
 
 

@@ -1,11 +1,13 @@
 """Rule `missing-attribute`: `x.attr` where the kernel's object x (still unchanged at that point of the cell)
 has no attribute `attr` according to a static lookup (probe AttrCheck: inspect.getattr_static, which sees
 instance dicts, classes and descriptors; objects with `__getattr__` answer None and are not judged)
--> AttributeError. E.g. `X_train.join(...)` on an ndarray, `model.feature_importances_` on an SVC."""
+-> AttributeError. E.g. `X_train.join(...)` on an ndarray, `model.feature_importances_` on an SVC. The message
+names the closest existing attribute when the probe found a close one (`crane.rules.suggest`)."""
 
 from __future__ import annotations
 
 from crane.rules.registry import rule
+from crane.rules.suggest import hint
 
 
 @rule("missing-attribute", needs_probe=True)
@@ -38,6 +40,7 @@ def missing_attribute(ctx):
             message = f"module '{obj}' has no attribute '{attr}'"
         else:
             message = f"'{owner.rsplit('.', 1)[-1]}' object has no attribute '{attr}'"
+        message += hint(attr, chk.suggestions)
         yield ctx.finding(
             chain.node, rule="missing-attribute", ename="AttributeError", message=message,
             root_cause="API misuse", confidence=0.85 if is_module else 0.92,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
+
+FindingSource = Literal["rules", "sandbox", "llm"]
 
 # JunoBench root-cause taxonomy (../shared/bench/README.md).
 ROOT_CAUSES = (
@@ -41,4 +45,4 @@ class Finding(msgspec.Struct, omit_defaults=True, rename="camel"):
     confidence: float = 0.8
     evidence: list[str] = []  # the runtime/static facts the rule used, human-readable
     related: list[Related] = []
-    source: str = "rules"  # "rules" | "sandbox" | "llm"
+    source: FindingSource = "rules"

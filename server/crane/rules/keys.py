@@ -6,6 +6,7 @@ the index (only without errors='ignore'). The answer comes from the probe's KeyC
 still the kernel's object at that point of the cell, else from the flow-sensitive facts (e.g. after the cell
 dropped or added columns). Containers of other types (defaultdict, Counter, custom classes) are not judged.
 Related information points at an executed cell that already dropped or deleted that key (re-run cells).
+The message names the closest existing key or column when one is close (`crane.rules.suggest`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from crane.probe.facts import Facts
 from crane.rules.finding import Related
 from crane.rules.registry import rule
+from crane.rules.suggest import closest
 
 _DICT_TYPES = {"dict", "builtins.dict", "collections.OrderedDict", "OrderedDict"}
 
@@ -39,6 +41,28 @@ def _present(ctx, lk, key, facts: Facts, kind: str) -> bool | None:
             return None
         return any(c.name == key for c in facts.columns)
     return None
+
+
+def _candidates(ctx, lk, key, facts: Facts, kind: str) -> list:
+    """Existing keys that could be meant: the probe's close names for a live container, the known columns."""
+    out: list = []
+    if lk.expr == lk.expr.split(".", 1)[0] and ctx.is_live(lk.expr, lk.node):
+        chk = ctx.key_check(lk.expr, key, lk.axis, at=lk.node)
+        out += (chk.suggestions or []) if chk is not None else []
+    if kind == "dataframe" and lk.axis in ("key", "columns") and facts.columns:
+        out += [c.name for c in facts.columns]
+    return out
+
+
+def _did_you_mean(ctx, lk, missing: list, facts: Facts, kind: str) -> str:
+    """" (did you mean 'price'?)" — for each missing text key with a close existing one; "" when none is close."""
+    pairs = [(k, closest(k, _candidates(ctx, lk, k, facts, kind))) for k in missing]
+    pairs = [(k, m) for k, m in pairs if m is not None]
+    if not pairs:
+        return ""
+    if len(missing) == 1:
+        return f" (did you mean {pairs[0][1]!r}?)"
+    return " (did you mean " + ", ".join(f"{m!r} for {k!r}" for k, m in pairs) + "?)"
 
 
 def _related(ctx, lk, missing: list) -> list[Related]:
@@ -97,7 +121,8 @@ def missing_key(ctx):
         if kind == "dataframe" and facts.columns and not facts.columns_truncated and len(facts.columns) <= 30:
             evidence.append(f"{lk.expr} columns: {[c.name for c in facts.columns]}")
         yield ctx.finding(
-            lk.node, rule="missing-key", ename="KeyError", message=_message(lk, missing, kind),
+            lk.node, rule="missing-key", ename="KeyError",
+            message=_message(lk, missing, kind) + _did_you_mean(ctx, lk, missing, facts, kind),
             root_cause="NB specific" if related else "data confusion", confidence=0.92,
             evidence=evidence, related=related,
         )

@@ -9,11 +9,11 @@ that would define the name (not run yet, or below the target) or deleted it.
 from __future__ import annotations
 
 import ast
-import difflib
 
 from crane.analysis.cell import is_predefined
 from crane.analysis.certainty import is_certain
 from crane.rules.registry import rule
+from crane.rules.suggest import closest
 
 
 def _certain(ctx, load) -> bool:
@@ -29,9 +29,7 @@ def _suggestion(ctx, name: str) -> str | None:
     if ctx.scope is not None:
         for d in ctx.scope.cells:
             pool |= set(d.binds)
-    pool.discard(name)
-    close = difflib.get_close_matches(name, sorted(pool), n=1, cutoff=0.8)
-    return close[0] if close else None
+    return closest(name, sorted(pool))
 
 
 @rule("undefined-name")

@@ -9,12 +9,8 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import TYPE_CHECKING
 
-from crane.sandbox.ks_common import _WRITE_FLAGS, SandboxBlocked  # kernel: strip
-
-if TYPE_CHECKING:  # kernel: strip
-    from crane.sandbox.ks_isolation import _Ctx  # kernel: strip
+from crane.sandbox.ks_common import _WRITE_FLAGS, SandboxBlocked, _Ctx  # kernel: strip
 
 _PATH_EVENTS = {
     "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.link": (0, 1),

@@ -3,12 +3,14 @@
 The sandbox's kernel-side parts (`ks_*.py`, after `seccomp.py`) run INSIDE the user's kernel, where CRANE is not
 installed: `fork_runner.SANDBOX_MODULE` compiles them, in order, into one private module (`_crane_sandbox`,
 installed by `crane.kernel.private_module`; the lines marked `# kernel: strip` — imports between parts — are
-blanked). They bind no names in the user's namespace. Order: seccomp, ks_common, ks_audit, ks_isolation,
-ks_run, ks_session, ks_parent (the entry points `start` and `session`).
+blanked). They bind no names in the user's namespace. Order: seccomp, ks_common, ks_audit, ks_isolation, ks_run,
+ks_session, ks_parent (the entry points `start` and `session`). `_Ctx` is what a child set up, shared by the
+parts.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 
@@ -39,3 +41,69 @@ def _write_json(fd: int, obj: dict) -> None:
         except InterruptedError:
             continue
         data = data[n:]
+
+
+class _Capture(io.TextIOBase):
+    """A text stream writing UTF-8 straight to a descriptor, keeping at most `limit` bytes."""
+
+    def __init__(self, fd: int, name: str, limit: int):
+        self._fd, self._name, self._left = fd, name, limit
+
+    @property
+    def name(self):
+        return self._name
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self._fd
+
+    def write(self, s):
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if self._left > 0 and s:
+            data = s.encode("utf-8", "replace")[: self._left]
+            self._left -= len(data)
+            while data:
+                try:
+                    n = os.write(self._fd, data)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    self._left = 0
+                    break
+                data = data[n:]
+        return len(s)
+
+    def flush(self):
+        pass
+
+
+_SETUP: dict = {}  # child only: what setup got to, for reporting a failure
+
+
+class _Ctx:
+    """Everything the child set up, for running code and writing the result."""
+
+    def __init__(self, args: dict, shell):
+        self.args = args
+        self.shell = shell
+        self.result_fd = -1
+        self.cmd_fd = -1
+        self.inherited_max = 2
+        self.displays: list[dict] = []
+        self.denied: list[str] = []
+        self.confinement: dict = {}
+        self.scratch = os.path.realpath(args["scratch"])
+        self.memory_mb = 0
+        self.stdout: _Capture | None = None
+        self.stderr: _Capture | None = None
+        self.shown_exc: BaseException | None = None

@@ -8,13 +8,12 @@ threaded; then `confine()` (seccomp.py) and the audit hook (ks_audit.py) are app
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import sys
 
 from crane.sandbox.ks_audit import _install_audit_hook  # kernel: strip
-from crane.sandbox.ks_common import _summarise_data  # kernel: strip
+from crane.sandbox.ks_common import _SETUP, _Capture, _Ctx, _summarise_data  # kernel: strip
 from crane.sandbox.seccomp import confine, set_parent_death_signal  # kernel: strip
 
 _PUBLISHER: dict = {}  # a capturing display publisher, built once in the parent (cheaper for the child)
@@ -38,72 +37,6 @@ def _capture_publisher(shell):
         pub = _PUBLISHER["pub"] = CapturePublisher(shell=shell)
     return pub
 
-
-
-class _Capture(io.TextIOBase):
-    """A text stream writing UTF-8 straight to a descriptor, keeping at most `limit` bytes."""
-
-    def __init__(self, fd: int, name: str, limit: int):
-        self._fd, self._name, self._left = fd, name, limit
-
-    @property
-    def name(self):
-        return self._name
-
-    @property
-    def encoding(self):
-        return "utf-8"
-
-    def writable(self):
-        return True
-
-    def isatty(self):
-        return False
-
-    def fileno(self):
-        return self._fd
-
-    def write(self, s):
-        if not isinstance(s, str):
-            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        if self._left > 0 and s:
-            data = s.encode("utf-8", "replace")[: self._left]
-            self._left -= len(data)
-            while data:
-                try:
-                    n = os.write(self._fd, data)
-                except InterruptedError:
-                    continue
-                except OSError:
-                    self._left = 0
-                    break
-                data = data[n:]
-        return len(s)
-
-    def flush(self):
-        pass
-
-
-_SETUP: dict = {}  # child only: what setup got to, for reporting a failure
-
-
-class _Ctx:
-    """Everything the child set up, for running code and writing the result."""
-
-    def __init__(self, args: dict, shell):
-        self.args = args
-        self.shell = shell
-        self.result_fd = -1
-        self.cmd_fd = -1
-        self.inherited_max = 2
-        self.displays: list[dict] = []
-        self.denied: list[str] = []
-        self.confinement: dict = {}
-        self.scratch = os.path.realpath(args["scratch"])
-        self.memory_mb = 0
-        self.stdout: _Capture | None = None
-        self.stderr: _Capture | None = None
-        self.shown_exc: BaseException | None = None
 
 
 def _isolate_descriptors(ctx: _Ctx) -> None:

@@ -15,8 +15,15 @@ import signal
 import time
 import traceback
 
-from crane.sandbox.ks_common import _CO_COROUTINE, CELL_FILENAME, SandboxBlocked, _write_json  # kernel: strip
-from crane.sandbox.ks_isolation import _SETUP, _Ctx, _machine_memory_bytes, _prepare_child  # kernel: strip
+from crane.sandbox.ks_common import (  # kernel: strip
+    _CO_COROUTINE,
+    _SETUP,
+    CELL_FILENAME,
+    SandboxBlocked,
+    _Ctx,
+    _write_json,
+)
+from crane.sandbox.ks_isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
 
 
 def _compile_plan(shell, source: str, filename: str, transformed: str):

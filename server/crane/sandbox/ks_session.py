@@ -10,8 +10,8 @@ import json
 import os
 import signal
 
-from crane.sandbox.ks_common import CELL_FILENAME, _write_json  # kernel: strip
-from crane.sandbox.ks_isolation import _SETUP, _Ctx, _prepare_child, _single_thread_pools  # kernel: strip
+from crane.sandbox.ks_common import _SETUP, CELL_FILENAME, _Ctx, _write_json  # kernel: strip
+from crane.sandbox.ks_isolation import _prepare_child, _single_thread_pools  # kernel: strip
 from crane.sandbox.ks_run import run_source  # kernel: strip
 from crane.sandbox.seccomp import set_parent_death_signal  # kernel: strip
 

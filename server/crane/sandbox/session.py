@@ -29,6 +29,7 @@ import time
 
 import msgspec
 
+from crane.errors import CraneError
 from crane.kernel.client import KernelConnection
 from crane.sandbox.fork_runner import (
     DEFAULT_BUDGET_S,
@@ -41,7 +42,7 @@ from crane.sandbox.fork_runner import (
 from crane.sandbox.verdict import DisplayOutput, SandboxVerdict
 
 
-class SandboxError(Exception):
+class SandboxError(CraneError):
     """The session cannot serve the request (unavailable, closed, died, or an inspected expression raised)."""
 
 

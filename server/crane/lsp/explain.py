@@ -1,15 +1,14 @@
-"""`crane.diagnoseCell`: a detailed explanation of one cell's predicted crash, with the evidence.
+"""The explanation behind `crane.diagnoseCell`: one cell's predicted crash, with the evidence, as markdown.
 
-The rules path builds markdown from the findings, their evidence and where the state came from, plus the
-runtime facts of the names the cell uses. Extension point for the LLM layer: `LLM_DIAGNOSER`, when set
-(by `crane.llm`, e.g. at import of its daemon hook), is awaited with the `DiagnosisContext` and may return a
-richer `DiagnosisResult`; `None` or an error falls back to the rules' diagnosis (and says so in the log).
+Built from the rules' findings, their evidence and where the state came from, plus the runtime facts of the
+names the cell uses. `diagnosis_context` also carries what a model needs to refine it
+(`llm_bridge.diagnose_with_llm`; the command falls back to this explanation when there is no model or it
+fails).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +31,6 @@ class DiagnosisContext:
     llm_settings: dict[str, Any]  # the raw `crane.llm` section
     rules_result: DiagnosisResult  # what the rules say, to refine
 
-
-# Set by the LLM layer: async (ctx) -> DiagnosisResult | None.
-LLM_DIAGNOSER: Callable[[DiagnosisContext], Awaitable[DiagnosisResult | None]] | None = None
 
 
 def rank(findings: list[Any]) -> list[Any]:
@@ -89,8 +85,9 @@ def rules_markdown(ctx_cell: CellSnapshot, findings: list[Any], probe: Any, mode
     return "\n\n".join(out)
 
 
-async def diagnose(ctx_snapshot: NotebookSnapshot, outcome: Any, llm_settings: dict[str, Any]) -> DiagnosisResult:
-    """The diagnosis of one checked cell (`outcome` is an analysis_service.CellOutcome)."""
+def diagnosis_context(ctx_snapshot: NotebookSnapshot, outcome: Any, llm_settings: dict[str, Any]) -> DiagnosisContext:
+    """The rules' diagnosis of one checked cell (`outcome` is an analysis_service.CellOutcome), with what a
+    model needs to refine it."""
     findings = rank(outcome.findings)
     result = DiagnosisResult(
         notebook_uri=ctx_snapshot.uri,
@@ -102,12 +99,4 @@ async def diagnose(ctx_snapshot: NotebookSnapshot, outcome: Any, llm_settings: d
         mode=outcome.mode,
         source="rules",
     )
-    if LLM_DIAGNOSER is not None:
-        ctx = DiagnosisContext(ctx_snapshot, outcome.cell, findings, outcome.probe, outcome.mode, llm_settings, result)
-        try:
-            richer = await LLM_DIAGNOSER(ctx)
-            if richer is not None:
-                return richer
-        except Exception:
-            log.exception("the LLM diagnosis failed: using the rules' diagnosis")
-    return result
+    return DiagnosisContext(ctx_snapshot, outcome.cell, findings, outcome.probe, outcome.mode, llm_settings, result)

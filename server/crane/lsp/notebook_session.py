@@ -1,29 +1,80 @@
-"""Per-notebook state: the attached kernel, the last facts, the published findings, the cell scheduler.
+"""Per-notebook state: the attached kernel, the last facts, what each source said, the cell scheduler.
 
 `facts_for` is the one place the analysis threads get runtime facts from. It never waits long behind a
 running user cell: when the watcher says the kernel is busy, or the probe times out, it answers from the
 facts cache and says "stale"; with no kernel (or a dead one) it answers nothing and says "static".
+
+The sandbox's verdicts and the model's answers are kept per (cell text, kernel state generation): typing back
+the same text, or re-checking a cell, reuses them; any change of the kernel's state (`kernel_changed`) makes
+them inapplicable. `crane.lsp.diagnostics.final_findings` reads them through `crane.policy.decide`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from crane.lsp.facts_cache import FactsCache
 from crane.lsp.messages import KernelSource, KernelState
+from crane.lsp.notebook_map import CellSnapshot
+from crane.pipeline import FactsMode
 
 if TYPE_CHECKING:
-    from crane.lsp.diagnostics import CellScheduler
     from crane.lsp.kernel_attach import Attachment
+    from crane.lsp.scheduler import CellScheduler
+    from crane.policy import ModelAnswer
     from crane.probe.facts import ProbeRequest, ProbeResult
     from crane.rules.finding import Finding
+    from crane.sandbox.verdict import SandboxVerdict
 
 log = logging.getLogger(__name__)
 
-FactsMode = Literal["live", "stale", "static"]
+__all__ = ["CellOutcome", "FactsMode", "NotebookSession", "StateCache"]
+
+V = TypeVar("V")
+STATE_CACHE_SIZE = 256
+
+
+@dataclass
+class CellOutcome:
+    """One cell's last check: the rules' findings and the facts they used (`crane.pipeline.CellCheck`)."""
+
+    cell: CellSnapshot
+    findings: list[Finding]
+    mode: FactsMode
+    probe: ProbeResult | None = None
+    error: str | None = None
+    elapsed_ms: float = 0.0
+
+
+class StateCache(Generic[V]):
+    """Answers about cell texts against one kernel state generation, bounded (least recently used out).
+    Used from the event loop only."""
+
+    def __init__(self, size: int = STATE_CACHE_SIZE):
+        self.size = size
+        self._items: OrderedDict[tuple[str, int], V] = OrderedDict()
+
+    def has(self, source: str, gen: int) -> bool:
+        return (source, gen) in self._items
+
+    def get(self, source: str, gen: int) -> V | None:
+        value = self._items.get((source, gen))
+        if value is not None:
+            self._items.move_to_end((source, gen))
+        return value
+
+    def put(self, source: str, gen: int, value: V) -> None:
+        self._items[(source, gen)] = value
+        self._items.move_to_end((source, gen))
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 @dataclass
@@ -40,7 +91,9 @@ class NotebookSession:
     stale_cells: set[str] = field(default_factory=set)  # cells whose diagnostics rely on stale facts
     findings: dict[str, list[Finding]] = field(default_factory=dict)  # cell URI -> published findings
     rule_findings: dict[str, list[Finding]] = field(default_factory=dict)  # cell URI -> the rules' findings
-    outcomes: dict[str, Any] = field(default_factory=dict)  # cell URI -> last analysis_service.CellOutcome
+    outcomes: dict[str, CellOutcome] = field(default_factory=dict)  # cell URI -> its last check
+    sandbox_verdicts: StateCache[SandboxVerdict] = field(default_factory=StateCache)
+    model_answers: StateCache[ModelAnswer | None] = field(default_factory=StateCache)  # None: asked, no answer
     last_edit: dict[str, float] = field(default_factory=dict)  # cell URI -> loop time of its last text edit
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order

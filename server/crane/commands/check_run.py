@@ -1,0 +1,94 @@
+"""Check one notebook: the only place `crane check` calls the prediction pipeline.
+
+    load + validate targets ──► replay the history in a fresh kernel (engine.ReplayedNotebook)
+                            ──► per target cell: modes.predict_in_mode(replayed, cell, mode, settings, budget)
+
+Every failure that concerns this notebook alone (unreadable, not nbformat 4, a bad `--cell`, a kernel that
+cannot start or dies, a history cell past `--cell-timeout`) becomes the report's `error`: the caller goes on
+with the other notebooks. Nothing is written to the notebook.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from crane.commands.output import NotebookReport
+from crane.notebook.model import Notebook, NotebookError, parse_notebook
+
+if TYPE_CHECKING:
+    from crane.llm.settings import LLMSettings
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    mode: str = "auto"
+    cells: tuple[int, ...] | None = None  # 1-based target cells; None: every code cell not run yet
+    budget_s: float = 30.0
+    python: str | None = None
+    cell_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A notebook read once: the decoded model and the file's bytes (their text gives SARIF positions)."""
+
+    path: str
+    data: bytes
+    nb: Notebook
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+def load(path: str) -> Loaded:
+    """Read and decode a notebook; raises NotebookError with a clear message."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise NotebookError(f"cannot read {path}: {exc.strerror or exc}") from None
+    nb = parse_notebook(data, path)
+    return Loaded(path=path, data=data, nb=nb)
+
+
+def check_notebook(
+    path: str, opts: CheckOptions, settings: LLMSettings | None, progress: bool = False
+) -> tuple[NotebookReport, Loaded | None]:
+    """Check one notebook; never raises for a problem of this notebook (it becomes `report.error`)."""
+    from crane.commands.history_json import history_entries
+    from crane.engine import ReplayedNotebook
+    from crane.kernel.errors import KernelError
+    from crane.modes import predict_in_mode
+    from crane.notebook.history import check_target, default_targets
+
+    start = time.monotonic()
+    try:
+        loaded = load(path)
+        nb = loaded.nb
+        targets = list(opts.cells) if opts.cells else default_targets(nb)
+        for t in targets:
+            check_target(nb, t)
+    except NotebookError as exc:
+        return NotebookReport(notebook=path, error=str(exc)), None
+    if not targets:
+        return NotebookReport(notebook=path), loaded
+    if progress:
+        n = sum(1 for c in nb.cells if c.is_code and c.execution_count is not None)
+        print(f"crane: {path}: replaying {n} executed cell(s) in a fresh kernel in {nb.directory} ...",
+              file=sys.stderr)
+    try:
+        with ReplayedNotebook(nb, targets, python=opts.python, cell_timeout=opts.cell_timeout_s) as replayed:
+            results = [predict_in_mode(replayed, t, opts.mode, settings, opts.budget_s) for t in targets]
+            history = history_entries(replayed.history_runs)
+    except KernelError as exc:
+        return NotebookReport(notebook=path, error=f"kernel error: {exc}",
+                              elapsed_s=round(time.monotonic() - start, 3)), loaded
+    return NotebookReport(
+        notebook=path, cells=results, history=history,
+        predicted_crashes=sum(r.prediction == "crash" for r in results),
+        elapsed_s=round(time.monotonic() - start, 3),
+    ), loaded

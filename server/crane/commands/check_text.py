@@ -1,0 +1,75 @@
+"""`crane check` text report: one line per checked cell, prefixed by its notebook, then the totals."""
+
+from __future__ import annotations
+
+from crane.commands.output import CheckReport, NotebookReport
+
+
+def located(path: str, message: str) -> str:
+    """An error message that names its notebook (most already do: "cannot read a.ipynb: ...")."""
+    return message if path in message else f"{path}: {message}"
+
+
+def render_text(report: CheckReport) -> str:
+    lines: list[str] = []
+    for nb in report.notebooks:
+        lines.extend(_notebook_lines(nb))
+    usage = [r.usage for nb in report.notebooks for r in nb.cells if r.usage]
+    if usage:
+        cost = [u.cost_usd for u in usage if u.cost_usd is not None]
+        money = f", ${sum(cost):.4f}" if cost else " (cost unknown for this model)"
+        lines.append(f"LLM: {len(usage)} request(s), {sum(u.prompt_tokens for u in usage)} prompt + "
+                     f"{sum(u.completion_tokens for u in usage)} completion tokens "
+                     f"({sum(u.cached_tokens for u in usage)} cached){money}")
+    if len(report.notebooks) > 1:
+        crashing = sum(1 for nb in report.notebooks if nb.predicted_crashes)
+        total = f"{len(report.notebooks)} notebooks: {report.predicted_crashes} cell(s) predicted to crash"
+        total += f" in {crashing} notebook(s)" if crashing else ""
+        if report.errors:
+            total += f"; {report.errors} could not be checked"
+        lines.append(total)
+    return "\n".join(lines)
+
+
+def _notebook_lines(nb: NotebookReport) -> list[str]:
+    path = nb.notebook
+    if nb.error:
+        return [f"error: {located(path, nb.error)}"]
+    if not nb.cells:
+        return [f"{path}: nothing to check: every code cell has run (use --cell N to pick one)"]
+    lines = []
+    failed = [h for h in nb.history if h.status == "error"]
+    if failed:
+        lines.append(f"{path}: history: {len(failed)} of {len(nb.history)} replayed cells raised:")
+        for h in failed:
+            lines.append(f"  cell {h.cell} [{h.execution_count}]: {h.ename}: {h.evalue}")
+    for r in nb.cells:
+        if r.error:
+            lines.append(f"{path}: cell {r.cell}: {r.error}")
+        how = _how(r)
+        if not r.findings:
+            lines.append(f"{path}: cell {r.cell}: no crash predicted{how}")
+            continue
+        first = r.findings[0]
+        lines.append(f"{path}: cell {r.cell}, line {first.line}: {first.ename}: {first.message}  [{first.rule}]{how}")
+        for e in first.evidence:
+            lines.append(f"    evidence: {e}")
+        for rel in first.related:
+            where = f"cell {rel.cell}" if rel.cell else "notebook"
+            lines.append(f"    related: {where}: {rel.message}")
+        for other in r.findings[1:]:
+            lines.append(f"    also line {other.line}: {other.ename}: {other.message}  [{other.rule}]")
+    lines.append(f"{path}: {nb.predicted_crashes} of {len(nb.cells)} checked cell(s) predicted to crash")
+    return lines
+
+
+def _how(r) -> str:
+    """How the verdict was reached, for auto and llm modes."""
+    if r.sandbox in ("crash", "no-crash"):
+        extra = f"; {len(r.cleared)} rule finding(s) disproved" if r.cleared else ""
+        return f"  (sandbox: {r.sandbox}{extra})"
+    if r.sandbox:
+        return f"  (sandbox {r.sandbox}: {r.sandbox_reason or 'inconclusive'}; rules' verdict)"
+    if r.llm:
+        return "  (LLM)"
+    return ""

@@ -1,0 +1,114 @@
+"""What decides a cell's diagnostics: the one verdict policy of the CLI, the benchmark and the daemon.
+
+Three sources can speak about "if you run this cell now, against the kernel as it is":
+
+- the rules (`crane.predict`): instant, from static and runtime facts; they speak only when they can decide;
+- the sandbox (`crane.sandbox`): the cell really ran in a confined copy-on-write fork of the kernel;
+- a model (`crane.llm`): asked only where the other two leave the cell undecided, or always in mode "llm".
+
+`decide()` combines them, always in this order:
+
+1. a conclusive sandbox run wins: `crash` is certain (the real exception and line, the rules' root cause when
+   they predicted the same exception) and `no-crash` clears the rules' findings (kept as `cleared`);
+2. in mode "llm" the model's answer, when it gave one, is the prediction (the rules' findings are its input);
+3. otherwise the rules' findings stand (sandbox timeout / blocked / unavailable, or no sandbox run);
+4. with no rule finding, the model's answer (mode "auto" with a model configured) decides.
+
+Pure functions over msgspec Structs: no I/O, no kernel. `model_wanted()` says when asking a model can change
+the outcome (the front-ends decide whether the cost is worth it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+from crane.rules.finding import Finding
+
+if TYPE_CHECKING:
+    from crane.sandbox.verdict import SandboxVerdict
+
+Mode = Literal["static", "auto", "llm"]
+MODES: tuple[Mode, ...] = ("static", "auto", "llm")
+Prediction = Literal["crash", "no-crash"]
+DecidedBy = Literal["sandbox", "rules", "llm", "none"]
+
+
+class ModelAnswer(msgspec.Struct, frozen=True):
+    """A model's verdict on a cell: `finding` is set when it predicts a crash."""
+
+    crash: bool
+    finding: Finding | None = None
+
+
+class Decision(msgspec.Struct):
+    """The cell's diagnostics and how they were reached."""
+
+    prediction: Prediction
+    findings: list[Finding]
+    decided_by: DecidedBy
+    cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
+
+
+def sandbox_conclusive(v: SandboxVerdict | None) -> bool:
+    return v is not None and v.verdict in ("crash", "no-crash")
+
+
+def decide(
+    mode: Mode,
+    rules: list[Finding],
+    sandbox: SandboxVerdict | None = None,
+    model: ModelAnswer | None = None,
+) -> Decision:
+    """The cell's diagnostics from what each source said (see the module docstring for the order)."""
+    if sandbox is not None and sandbox.verdict == "crash":
+        return Decision("crash", [sandbox_finding(sandbox, rules)], "sandbox")
+    if sandbox is not None and sandbox.verdict == "no-crash":
+        return Decision("no-crash", [], "sandbox", cleared=list(rules))
+    if mode == "llm" and model is not None:
+        found = [model.finding] if model.crash and model.finding is not None else []
+        return Decision("crash" if found else "no-crash", found, "llm")
+    if rules:
+        return Decision("crash", list(rules), "rules")
+    if model is not None:
+        found = [model.finding] if model.crash and model.finding is not None else []
+        return Decision("crash" if found else "no-crash", found, "llm")
+    return Decision("no-crash", [], "none")
+
+
+def model_wanted(mode: Mode, rules: list[Finding], sandbox: SandboxVerdict | None) -> bool:
+    """Asking a model can change the outcome: mode "llm" always; otherwise only when neither the sandbox nor
+    the rules decided (no rule finding, and the sandbox inconclusive or not run)."""
+    if mode == "llm":
+        return True
+    return mode == "auto" and not rules and not sandbox_conclusive(sandbox)
+
+
+def sandbox_finding(v: SandboxVerdict, rules: list[Finding]) -> Finding:
+    """A certain crash seen in the sandbox, with the rules' root cause when they agree on the exception."""
+    agree = next((f for f in rules if f.ename == v.ename), None)
+    evalue = (v.evalue or "").strip().splitlines()
+    evidence = ["ran in a confined copy-on-write fork of the kernel: the crash is certain"]
+    evidence += _key_frames(v.traceback)
+    if agree:
+        evidence += [f"the rules predicted it too ({agree.rule}): {agree.message}"]
+    return Finding(
+        rule="sandbox",
+        ename=v.ename or "Exception",
+        message=evalue[0][:300] if evalue else "",
+        line=v.line or (agree.line if agree else 1),
+        root_cause=agree.root_cause if agree else None,
+        confidence=1.0,
+        evidence=evidence,
+        related=agree.related if agree else [],
+        source="sandbox",
+    )
+
+
+def _key_frames(traceback: list[str]) -> list[str]:
+    """The cell's own frame and the innermost library frame (the last line repeats the message)."""
+    frames = [t for t in traceback[:-1] if t.strip()]
+    cell = [t for t in frames if t.startswith("cell")]
+    library = [t for t in frames if not t.startswith("cell")]
+    return [f"at {t}" for t in cell[-1:] + library[-1:]]
