@@ -11,7 +11,10 @@ connection for messages. It reports, through `on_event` (called on the watcher t
 - `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back.
 
 Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored. `busy` tells, at any
-time, whether a user request is running: the probe uses it to avoid queueing behind a user cell.
+time, whether a user request is running: the probe uses it to avoid queueing behind a user cell. `activity`
+counts what may have changed the kernel's state since the watch began: every other client's request that
+can run code (execute, also silent or expression-only; comm messages; anything but the read-only requests
+below), restarts and deaths. It is bumped on the watcher thread as the message is read, before any event.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
+
+
+# Requests that run no user code: they do not count as activity.
+READ_ONLY_REQUESTS = frozenset({
+    "kernel_info_request", "comm_info_request", "complete_request", "inspect_request", "is_complete_request",
+    "history_request",
+})
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,7 @@ class KernelWatch(threading.Thread):
         self._lock = threading.Lock()
         self.alive = True
         self.last_activity = time.monotonic()
+        self.activity = 0  # other clients' requests that may have changed the kernel's state, restarts, deaths
 
     @property
     def busy(self) -> bool:
@@ -114,6 +125,7 @@ class KernelWatch(threading.Thread):
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1
             self._emit(WatchEvent("dead"))
 
     def _check_process(self) -> None:
@@ -123,6 +135,7 @@ class KernelWatch(threading.Thread):
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1
             self._emit(WatchEvent("restarted"))
 
     # -- iopub -----------------------------------------------------------------------------------
@@ -134,10 +147,16 @@ class KernelWatch(threading.Thread):
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1
             self._emit(WatchEvent("restarted"))
             return
         if parent.get("session") in self.ignore_sessions:
             return
+        if mtype == "status" and content.get("execution_state") == "busy" and (
+            parent.get("msg_type") not in READ_ONLY_REQUESTS
+        ):
+            with self._lock:
+                self.activity += 1
         pid = parent.get("msg_id")
         if not pid or parent.get("msg_type") != "execute_request":
             return
