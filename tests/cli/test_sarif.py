@@ -12,8 +12,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from crane.commands.sarif import CONFIDENT, RULE_DESCRIPTIONS, level
-from crane.rules.finding import Finding
-from crane.rules.registry import load_rules
+from crane.finding import Finding
+from crane.rulekit.registry import load_rules
 
 from .conftest import crane, make_notebook
 

@@ -10,13 +10,13 @@ import subprocess
 import sys
 import time
 
+from crane.finding import Finding, Related
 from crane.lsp.discovery import candidates, runtime_dirs
 from crane.lsp.facts_cache import FS_REUSE_S, FactsCache
 from crane.lsp.hover import chain_at
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, notebook_path
 from crane.lsp.settings import parse_settings
 from crane.probe.facts import Facts, ProbeRequest, ProbeResult
-from crane.rules.finding import Finding, Related
 
 from .conftest import REPO
 
@@ -30,14 +30,13 @@ def test_settings_fall_back_key_by_key():
     )
     assert s.mode == "llm"
     assert s.speculative.enabled is False and s.speculative.budget_seconds == 10.0  # only the bad key falls back
-    assert s.llm.model == "openai/m" and s.llm.api_base is None and s.llm.extra == {"timeout": 5}
+    assert s.llm.model == "openai/m" and s.llm.api_base is None and s.llm.timeout == 5 and s.llm.max_tokens is None
     assert s.agent.max_steps == 3 and s.agent.budget_usd is None and s.agent.step_mode is True
     assert s.kernel.connection_file is None and s.hover is True and s.log_level == "info"
     keys = [p.split(":")[0] for p in problems]
     assert keys == ["crane.hover", "crane.logLevel", "crane.speculative.budgetSeconds", "crane.llm.apiBase",
                     "crane.llm.maxTokens", "crane.agent.budgetUsd"]
     assert not any("bogus" in p or "other" in p for p in problems)  # unknown keys are ignored
-    assert s.llm_section() == {"llm": {"timeout": 5, "model": "openai/m"}}
     assert s.llm_settings().model == "openai/m" and s.llm_settings().timeout_s == 5
     assert parse_settings(None) == (type(s)(), [])
     assert parse_settings(None)[0].mode == "auto" and parse_settings(None)[0].speculative_on

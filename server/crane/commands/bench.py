@@ -59,7 +59,7 @@ def _predictor(args: argparse.Namespace, settings):
     from crane.bench.runner import ModePredictor, static_predictor
 
     if args.mode == "llm":
-        from crane.llm.bench_mode import LLMBenchPredictor
+        from crane.bench.llm_predictor import LLMBenchPredictor
 
         return LLMBenchPredictor(settings, dry_run=args.dry_run)
     if args.mode == "auto":
@@ -139,9 +139,9 @@ def render_dry_run(stats: dict, errors: list[str]) -> str:
 
 def _run_fix(args: argparse.Namespace, cases, settings) -> int:
     """`crane bench --fix`: the repair agent on every buggy variant; fixed = target clean in a fresh replay."""
-    from crane.agent.bench_fix import render_text as render_fix
-    from crane.agent.bench_fix import run_fix_bench
     from crane.agent.loop import AgentBudget
+    from crane.bench.fix import render_text as render_fix
+    from crane.bench.fix import run_fix_bench
     from crane.commands.output import encode
 
     if not settings.enabled:

@@ -28,8 +28,8 @@ import msgspec
 from crane import __version__
 from crane.commands.check_text import located
 from crane.commands.output import CheckReport
+from crane.finding import Finding, FindingSource
 from crane.notebook.json_positions import NotebookTextMap
-from crane.rules.finding import Finding
 
 if TYPE_CHECKING:
     from crane.engine import CellResult
@@ -126,7 +126,7 @@ class ResultProperties(msgspec.Struct, omit_defaults=True, rename="camel"):
     cell_column: int  # 1-based column within the cell
     ename: str
     confidence: float
-    source: str  # "rules" | "sandbox" | "llm"
+    source: FindingSource
     root_cause: str | None = None
     sandbox: str | None = None  # auto mode: the speculative run's verdict
     evidence: list[str] = []

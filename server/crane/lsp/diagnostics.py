@@ -20,10 +20,11 @@ from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot
 from crane.policy import decide
 
 if TYPE_CHECKING:
+    from crane.finding import Finding
     from crane.lsp.host import Host
     from crane.lsp.notebook_session import CellOutcome, NotebookSession
     from crane.lsp.settings import Settings
-    from crane.rules.finding import Finding
+    from crane.pipeline import FactsMode
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def severity(finding: Finding) -> types.DiagnosticSeverity:
 
 
 def to_diagnostic(
-    finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: str, sandbox: dict | None = None
+    finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: FactsMode, sandbox: dict | None = None
 ) -> types.Diagnostic:
     line0 = max(finding.line - 1, 0)
     end_line0 = max((finding.end_line or finding.line) - 1, line0)

@@ -26,9 +26,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 log = logging.getLogger(__name__)
 
+
+WatchKind = Literal["busy", "idle", "finished", "restarted", "dead", "alive"]
 
 # Requests that run no user code: they do not count as activity.
 READ_ONLY_REQUESTS = frozenset({
@@ -39,7 +42,7 @@ READ_ONLY_REQUESTS = frozenset({
 
 @dataclass(frozen=True)
 class WatchEvent:
-    kind: str  # "busy" | "finished" | "restarted" | "dead" | "alive"
+    kind: WatchKind
     code: str | None = None
     execution_count: int | None = None
     success: bool | None = None

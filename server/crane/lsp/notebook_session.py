@@ -28,11 +28,11 @@ from crane.lsp.notebook_map import CellSnapshot
 from crane.pipeline import FactsMode
 
 if TYPE_CHECKING:
+    from crane.finding import Finding
     from crane.lsp.kernel_attach import Attachment
     from crane.lsp.scheduler import CellScheduler
     from crane.policy import ModelAnswer
     from crane.probe.facts import ProbeRequest, ProbeResult
-    from crane.rules.finding import Finding
     from crane.sandbox.verdict import SandboxVerdict
 
 log = logging.getLogger(__name__)
