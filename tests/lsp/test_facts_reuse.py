@@ -5,27 +5,18 @@ test_kernel_lifecycle)."""
 
 from __future__ import annotations
 
-import pytest_asyncio
+import pytest
 
-from .conftest import Kernel, Notebook, crane_diags, last_status, start_client, stop_client, wait_for
+from .conftest import Notebook, attach, crane_diags, last_status, wait_for
 
 SETUP = "import pandas as pd\nreuse_df = pd.DataFrame({'a': [1.0, 2.0, 3.0]})\n"
 PROBE_CALLS = "__import__('sys').modules['_crane_probe'].STATS['calls']"
 
 
-@pytest_asyncio.fixture
-async def client(kernel, tmp_path):
-    kernel.run(SETUP)
-    c = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path)})  # reached through crane/attachKernel only
-    yield c
-    await stop_client(c)
-
-
-async def attach(client, nb: Notebook, kernel: Kernel) -> None:
-    result = await client.protocol.send_request_async(
-        "crane/attachKernel", {"notebookUri": nb.uri, "connectionFile": kernel.connection_file}
-    )
-    assert result.attached, result.message
+@pytest.fixture(scope="module")
+def kernel(live_kernel):
+    live_kernel.run(SETUP)
+    return live_kernel
 
 
 def diag_on_line(client, uri: str, line: int, ename: str):

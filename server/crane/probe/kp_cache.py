@@ -41,7 +41,7 @@ class ExecCounter:
 
 
 _ExecCounter_n = ExecCounter.__dict__["n"]
-_memory = {"marker": None, "entries": {}}
+_memory: dict = {"marker": None, "entries": {}}
 STATS = {"calls": 0, "reused": 0}  # probe calls served in this kernel, and facts/checks reused (for tests)
 
 

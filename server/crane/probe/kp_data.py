@@ -542,7 +542,7 @@ def _missing_beyond(ctx, df, start, layout, total):
     return total + extra if extra >= 0 else None
 
 
-_dtype_names = {}
+_dtype_names: dict = {}
 
 
 def dtype_str(dtype):
