@@ -93,21 +93,21 @@ def test_facts_cache_reuses_a_live_answer_only_for_the_same_request_and_kernel_s
     req = ProbeRequest(names=["df"], columns=["a"])
     res = ProbeResult(facts={"df": Facts(name="df", type="DataFrame")})
     cache.remember(req, ("s", 1, 0), res)
-    assert cache.reuse(req, ("s", 1, 0)) is res
-    assert cache.reuse(ProbeRequest(names=["df"], columns=["a"], epoch="x"), ("s", 1, 0)) is res  # epoch aside
+    assert cache.reuse(req, ("s", 1, 0)) == res and cache.reuse(req, ("s", 1, 0)) is not res  # a copy
+    assert cache.reuse(ProbeRequest(names=["df"], columns=["a"], epoch="x"), ("s", 1, 0)) == res  # epoch aside
     assert cache.reuse(ProbeRequest(names=["df"], columns=["b"]), ("s", 1, 0)) is None  # another request
     for other in (("s", 2, 0), ("s", 1, 1), ("t", 1, 0)):  # activity seen, a reported run, another attachment
         assert cache.reuse(req, other) is None
     now[0] = 1000.0
-    assert cache.reuse(req, ("s", 1, 0)) is res  # nothing ran: facts about values do not age
+    assert cache.reuse(req, ("s", 1, 0)) == res  # nothing ran: facts about values do not age
     files = ProbeRequest(names=["df"], paths=["x.csv"])
     cache.remember(files, ("s", 1, 0), res)
     now[0] += FS_REUSE_S + 0.1
     assert cache.reuse(files, ("s", 1, 0)) is None  # files and installed packages change without a run
     cache.remember(req, ("s", 1, 0), ProbeResult(time_capped=True))
-    assert cache.reuse(req, ("s", 1, 0)) is res  # cut short by the time budget: not kept
+    assert cache.reuse(req, ("s", 1, 0)) == res  # cut short by the time budget: not kept
     cache.remember(req, ("s", 2, 0), res)
-    assert cache.reuse(req, ("s", 1, 0)) is None and cache.reuse(req, ("s", 2, 0)) is res
+    assert cache.reuse(req, ("s", 1, 0)) is None and cache.reuse(req, ("s", 2, 0)) == res
     cache.clear()
     assert cache.reuse(req, ("s", 2, 0)) is None
 

@@ -127,7 +127,7 @@ class FactsCache:
             if (request.paths or request.modules) and self._clock() - read_at > FS_REUSE_S:
                 return None
             self._answers.move_to_end(key)
-            return result
+        return _copy(result)  # a copy: consumers annotate what they get (Facts.defined_in)
 
     def remember(self, request: ProbeRequest, state: Hashable, result: ProbeResult) -> None:
         """Keep a live answer read while the kernel's state was `state` (read BEFORE the request was sent)."""
@@ -142,6 +142,10 @@ class FactsCache:
             self._answers.move_to_end(key)
             while len(self._answers) > REUSE_SIZE:
                 self._answers.popitem(last=False)
+
+
+def _copy(result: ProbeResult) -> ProbeResult:
+    return msgspec.json.decode(msgspec.json.encode(result), type=ProbeResult)
 
 
 def _request_key(request: ProbeRequest) -> bytes:
