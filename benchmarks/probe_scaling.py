@@ -105,8 +105,10 @@ def measure(conn, probe: ProbeClient, request: ProbeRequest, repeats: int) -> di
         "warm_scanned": again.scanned,
         "time_capped": res.time_capped,
         "payload_bytes": res.payload_bytes,
-        # what the cold probe said: the mentioned column's NaN count (exact: the true count) and the frame's
-        "c3_n_nan": c3.n_nan if c3 is not None else None,
+        # what the cold probe said about the mentioned column c3 (it holds NaNs: an exact count is > 0, a
+        # sample says only whether it saw one) and about the frame's total
+        "c3_nan": None if c3 is None else (f"{c3.n_nan} exact" if c3.n_nan else
+                                            "seen in a sample" if c3.has_nan else "not seen in a sample"),
         "frame_nan_exact": (frame.n_nan is not None) if frame else None,
         "sampled_columns": sum(1 for c in (frame.columns or []) if c.sampled) if frame else None,
     }
@@ -132,7 +134,8 @@ def run_scaling(repeats: int, max_rows: int, gib: float, as_json: bool) -> int:
                     print(f"{name:34} empty {r['empty_ms']:5.2f} ms | cold {r['cold_ms']:7.2f} ms "
                           f"(x{r['cold_ratio']:5.1f}, in kernel {r['cold_in_kernel_ms']:6.2f}) | warm "
                           f"{r['warm_ms']:5.2f} ms (x{r['warm_ratio']:4.2f}, reused {r['warm_reused']}, scanned "
-                          f"{r['warm_scanned']}) | c3 NaN {r['c3_n_nan']}, frame NaN exact "
+                          f"{r['warm_scanned']}, in kernel {r['warm_in_kernel_ms']}) | c3 NaN {r['c3_nan']}, "
+                          f"frame NaN exact "
                           f"{r['frame_nan_exact']}, sampled columns "
                           f"{r['sampled_columns']}{', TIME-CAPPED' if r['time_capped'] else ''}", flush=True)
         finally:
