@@ -107,8 +107,8 @@ def measure(conn, probe: ProbeClient, request: ProbeRequest, repeats: int) -> di
         "payload_bytes": res.payload_bytes,
         # what the cold probe said about the mentioned column c3 (it holds NaNs: an exact count is > 0, a
         # sample says only whether it saw one) and about the frame's total
-        "c3_nan": None if c3 is None else (f"{c3.n_nan} exact" if c3.n_nan else
-                                            "seen in a sample" if c3.has_nan else "not seen in a sample"),
+        "c3_nan": None if c3 is None else (f"{c3.n_nan} exact" if c3.n_nan or not c3.sampled else
+                                            "seen in a sample" if c3.has_nan else "none seen in a sample"),
         "frame_nan_exact": (frame.n_nan is not None) if frame else None,
         "sampled_columns": sum(1 for c in (frame.columns or []) if c.sampled) if frame else None,
     }
