@@ -111,8 +111,9 @@ def recall(key):
 
 
 def remember(key, value):
-    if _memory["marker"] is not None:
-        _memory["entries"][key] = value
+    entries = _memory["entries"]
+    if _memory["marker"] is not None and len(entries) < 4 * MAX_ENTRIES:  # a huge request stops adding, not fails
+        entries[key] = value
 
 
 def forget():
