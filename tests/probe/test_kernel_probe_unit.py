@@ -253,3 +253,12 @@ def test_wide_frames_list_200_columns_count_every_nan_and_detail_mentioned_ones_
     f, cols = _frame_facts(df, ["f470"], max_var_bytes=100_000, max_total_bytes=200_000)
     assert f.columns_truncated and len(f.columns) == 201 and f.columns[-1].name == "f470"
     assert cols["f470"].value_range == [0.0, 0.0] and f.n_nan == 1 and f.has_nan
+
+
+def test_small_frames_keep_value_facts_for_every_column_and_a_typo_names_its_column():
+    small = pd.DataFrame({"age": [31.0, np.nan, 40.0], "name": ["a", "b", "c"]})
+    _, cols = _frame_facts(small, ["Age"])
+    assert cols["age"].value_range == [31.0, 40.0] and cols["name"].unique_values == ["a", "b", "c"]
+    big = pd.DataFrame({"Age": np.arange(60_000.0), "other": np.arange(60_000.0)})
+    _, cols = _frame_facts(big, [" age"])  # the cell's typo: the column it meant gets its value facts
+    assert cols["Age"].value_range == [0.0, 59999.0] and cols["other"].value_range is None

@@ -1,11 +1,11 @@
 """CRANE kernel probe, part 3 of 6: facts about numpy arrays and pandas objects (standard library only).
 
 numpy and pandas are reached through `sys.modules` (via `Ctx`). Every scan is bounded: an exact pass over the
-data only while the call's scan budget lasts (`Ctx.can_scan`), otherwise a strided sample, flagged `sampled`.
+data only when it fits the value's scan budget (`Ctx.can_scan`), otherwise a strided sample, flagged `sampled`.
 Missing values are counted on the libraries' fast paths (a float minimum propagates NaN; pandas'
 `is_string_array` proves an object column holds only strings), which read the data once without a temporary.
-DataFrames give value facts only for the columns the target cell mentions (`Ctx.wanted`, scanned first so they
-get the exact-scan budget); every listed column gets its name, dtype and NaN count, and text-like columns their
+DataFrames of more than SMALL_FRAME values give value facts only for the columns the target cell mentions
+(`Ctx.wanted`); every listed column gets its name, dtype and NaN count, and text-like columns their
 numeric_parse. Column and index facts are reused while the kernel's state is unchanged (kp_cache).
 """
 
@@ -31,6 +31,7 @@ UNIQUE_N_OBJECT = 10000  # the same for object arrays (their element types are c
 PARSE_N = 2000  # most non-null values tried with float() for numeric_parse
 MAX_COLS = 200  # DataFrame columns listed at all
 MAX_DETAILED_COLS = 60  # DataFrame columns given value facts
+SMALL_FRAME = 100000  # a frame of at most this many values gets value facts for every column (about 1-3 ms)
 
 
 def _kind_char(dtype):
@@ -317,9 +318,19 @@ def label_str(label, ctx):
 
 
 def _named_columns(ctx, cols, labels, ncols):
-    """Positions of the columns whose label the cell mentions: among the listed `labels`, and beyond them."""
+    """Positions of the columns whose label the cell mentions: among the listed `labels` (also a label that
+    differs from a mentioned one only by case or surrounding spaces: the column a typo meant), and beyond."""
     wanted = ctx.wanted
     named = [i for i, lab in enumerate(labels) if (type(lab) is str or type(lab) is int) and lab in wanted]
+    loose = {}
+    for i, lab in enumerate(labels):
+        if type(lab) is str:
+            loose.setdefault(lab.strip().lower(), i)
+    for lab in wanted:
+        if type(lab) is str:
+            i = loose.get(lab.strip().lower())
+            if i is not None and i not in named:
+                named.append(i)
     if ncols > len(labels):
         for lab in wanted:
             if len(named) >= MAX_DETAILED_COLS:
@@ -345,8 +356,9 @@ def dataframe_facts(ctx, df, out):
     out["length"] = int(nrows)
     cols = df.columns
     labels = cols[: min(ncols, MAX_COLS)].tolist()
-    if ctx.wanted is None:
+    if ctx.wanted is None or nrows * ncols <= SMALL_FRAME:  # small: details everywhere cost next to nothing
         named = list(range(min(len(labels), MAX_DETAILED_COLS)))
+        named += [j for j in (_named_columns(ctx, cols, labels, ncols) if ctx.wanted else ()) if j not in named]
     else:
         named = _named_columns(ctx, cols, labels, ncols)
     detailed = set(named)
