@@ -77,6 +77,25 @@ def test_no_user_code_runs(probe, watcher):
     assert k == {"trap_dict": None, "trap": None, "trap_list": True}
 
 
+def test_no_user_code_runs_on_the_fast_paths_of_a_large_frame(kernel, probe, watcher):
+    """A frame past the small-frame size: unmentioned object columns go through is_string_array, NaN checks,
+    a sample's uniques (after the type check); mentioned ones through the value facts; blocks in one pass."""
+    run = kernel.connection.run_cell(
+        "trap_big = pd.DataFrame({'o': np.array([Trap() for _ in range(30000)] + ['x'] * 30000, dtype=object),"
+        " 'p': np.array([Trap() for _ in range(60000)], dtype=object), 'f': np.zeros(60000)})\n"
+        "trap_calls.clear()"
+    )
+    assert run.status == "ok", run.evalue
+    try:
+        res = probe.run(ProbeRequest(names=["trap_big"], attrs=["trap_big.p"], columns=["p"]))
+        assert watcher.evaluate("trap_calls") == "[]"
+        cols = {c.name: c for c in res.facts["trap_big"].columns}
+        assert cols["o"].n_nan == 0 and cols["p"].n_nan == 0 and cols["f"].n_nan == 0
+        assert cols["o"].num_unique is None and cols["p"].num_unique is None  # never hashed
+    finally:
+        kernel.connection.run_cell("del trap_big")
+
+
 def test_total_and_per_variable_caps(probe, watcher):
     names = watcher.evaluate("sorted(k for k in get_ipython().user_ns if not k.startswith('_'))")
     req = ProbeRequest(names=eval(names))  # every user name at once
