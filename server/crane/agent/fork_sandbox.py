@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from crane import pyast
 from crane.agent.sandboxes import ExecResult, ReplaySandbox, inspect_expression
 from crane.kernel.client import KernelConnection
 from crane.notebook.model import Notebook
@@ -78,10 +79,9 @@ class ForkSandbox:
             text = self.session.inspect(inspect_expression(expression), timeout=timeout)
         except SandboxError as exc:
             return str(exc)
-        import ast
 
         try:
-            value = ast.literal_eval(text)
+            value = pyast.literal_eval(text)
             return value if isinstance(value, str) else text
         except (ValueError, SyntaxError):
             return text

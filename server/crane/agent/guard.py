@@ -18,6 +18,7 @@ import copy
 import difflib
 import re
 
+from crane import pyast
 from crane.analysis.transform import transform
 
 _BODY_FIELDS = ("body", "orelse", "handlers", "finalbody", "cases")
@@ -26,7 +27,7 @@ _BODY_FIELDS = ("body", "orelse", "handlers", "finalbody", "cases")
 def _parse(source: str) -> ast.Module | None:
     python, _, _ = transform(source)
     try:
-        return ast.parse(python)
+        return pyast.parse(python)
     except SyntaxError:
         return None
 

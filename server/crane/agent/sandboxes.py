@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
+from crane import pyast
 from crane.kernel.errors import KernelError
 from crane.notebook.history import executed_history
 from crane.notebook.model import Notebook
@@ -162,11 +163,10 @@ class ReplaySandbox:
         v = reply.user_expressions.get("v", {})
         if v.get("status") != "ok":
             return f"{v.get('ename', reply.ename) or 'Error'}: {v.get('evalue', reply.evalue) or ''}"
-        import ast
 
         text = v.get("data", {}).get("text/plain", "")
         try:
-            return str(ast.literal_eval(text))
+            return str(pyast.literal_eval(text))
         except (ValueError, SyntaxError):
             return text
 

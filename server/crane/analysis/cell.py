@@ -15,6 +15,7 @@ import ast
 import builtins
 from dataclasses import dataclass, field
 
+from crane import pyast
 from crane.analysis import bindings as _bindings
 from crane.analysis import extract
 from crane.analysis.extract import AttrChain, ImportFact, LiteralKey, PathUse
@@ -145,9 +146,9 @@ def analyze_cell(source: str) -> CellAnalysis:
     analysis = CellAnalysis(source=source, python=python, tree=None, line_map=line_map, cell_magic=magic)
     flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     try:
-        tree = compile(python, "<cell>", "exec", flags=flags, dont_inherit=True)
+        tree = pyast.parse(python, "<cell>", flags)
         # The compiler's later passes find more errors (`return` outside a function, ...): compile, not run.
-        compile(tree, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        pyast.compile_tree(tree, "<cell>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     except SyntaxError as exc:
         analysis.syntax_error = _syntax_problem(exc, analysis)
         return analysis

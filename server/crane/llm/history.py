@@ -16,6 +16,7 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 
+from crane import pyast
 from crane.notebook.model import Cell
 
 MAX_LINE_CHARS = 160
@@ -128,7 +129,7 @@ def parse_cell(cell: Cell, error: str | None = None) -> HistoryCell:
     source = cell.source
     try:
         python, line_map, _magic = transform(source)
-        tree = ast.parse(python)
+        tree = pyast.parse(python)
     except Exception:
         tree, line_map, python = None, [], source
     orig_lines = source.splitlines()

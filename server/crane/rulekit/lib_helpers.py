@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from crane import pyast
 from crane.probe.facts import ColumnFacts, Facts
 
 
@@ -131,7 +132,7 @@ def is_text_dtype(dtype: str | None) -> bool:
 
 def _literal(text: str) -> Any:
     try:
-        return ast.literal_eval(text)
+        return pyast.literal_eval(text)
     except Exception:
         return _NOVALUE
 
