@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -24,6 +24,9 @@ from crane.kernel.errors import KernelError
 from crane.notebook.history import executed_history
 from crane.notebook.model import Notebook
 from crane.text import cell_line, clean_traceback
+
+if TYPE_CHECKING:
+    from crane.kernel.manager import OwnedKernel
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ class ReplaySandbox:
         self.python = python
         self.cell_timeout = cell_timeout
         self._start = starter or start_kernel
-        self.kernel = None
+        self.kernel: OwnedKernel | None = None
         self.history_runs: list = []
         self.resets = 0
         self.cells_run = 0  # cells run by the agent (replays not counted)
@@ -153,7 +156,7 @@ class ReplaySandbox:
             self.close()
             return ExecResult(status="timeout", evalue=str(exc), elapsed_s=timeout)
         tb = clean_traceback(run.traceback) if run.traceback else ""
-        status = run.status if run.status in ("ok", "error") else "error"
+        status: ExecStatus = run.status if run.status in ("ok", "error") else "error"
         return ExecResult(status=status, ename=run.ename, evalue=run.evalue, line=cell_line(tb) if tb else None,
                           traceback=tb, stdout=run.stdout, stderr=run.stderr, elapsed_s=run.elapsed_s)
 
