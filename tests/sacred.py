@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import queue
 import threading
+from typing import TYPE_CHECKING
 
 from jupyter_client import BlockingKernelClient
+
+if TYPE_CHECKING:
+    from jupyter_client.connect import KernelConnectionInfo
 
 OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "execute_input",
                 "clear_output"}
@@ -20,7 +24,7 @@ OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result
 class IopubWatcher:
     """Records iopub traffic from `connection` (connection info dict, or a connection file path)."""
 
-    def __init__(self, connection: dict | str):
+    def __init__(self, connection: KernelConnectionInfo | str):
         self.client = BlockingKernelClient()
         if isinstance(connection, dict):
             self.client.load_connection_info(connection)

@@ -69,9 +69,10 @@ def test_guard_handles_ipython_syntax():
 
 
 def proposal(**kw) -> Proposal:
-    base: dict[str, Any] = dict(run_id="r1", notebook="nb.ipynb", target=3, status="fixed", fixed=True, stop_reason="finished",
-                explanation="df has 'age', not 'Age'.",
-                edits=[CellEdit(cell=3, old='mean_age = df["Age"].mean()\nprint(mean_age)', new=KEYERROR_FIX)])
+    base: dict[str, Any] = dict(
+        run_id="r1", notebook="nb.ipynb", target=3, status="fixed", fixed=True, stop_reason="finished",
+        explanation="df has 'age', not 'Age'.",
+        edits=[CellEdit(cell=3, old='mean_age = df["Age"].mean()\nprint(mean_age)', new=KEYERROR_FIX)])
     base.update(kw)
     return Proposal(**base)
 
