@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import queue
 import threading
+from typing import TYPE_CHECKING
 
 from jupyter_client import BlockingKernelClient
+
+if TYPE_CHECKING:
+    from jupyter_client.connect import KernelConnectionInfo
+
+    from crane.kernel.target import KernelTarget
 
 OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "execute_input",
                 "clear_output"}
@@ -21,7 +27,7 @@ class IopubWatcher:
     """Records iopub traffic from `connection` (connection info dict, a connection file path, or a
     `crane.kernel.target.KernelTarget`: a kernel on a Jupyter Server, watched over a websocket of its own)."""
 
-    def __init__(self, connection):
+    def __init__(self, connection: KernelConnectionInfo | str | KernelTarget):
         from crane.kernel.target import KernelTarget
 
         if isinstance(connection, KernelTarget):

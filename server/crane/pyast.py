@@ -25,7 +25,7 @@ def parse(source: str, filename: str = "<unknown>", flags: int = 0) -> ast.Modul
     return tree
 
 
-def compile_tree(tree: ast.AST, filename: str, mode: str = "exec", flags: int = 0) -> CodeType:
+def compile_tree(tree: ast.Module, filename: str, mode: str = "exec", flags: int = 0) -> CodeType:
     """Compile an AST (its later passes find errors the parser does not: `return` outside a function...)."""
     with _LOCK:
         return compile(tree, filename, mode, flags=flags, dont_inherit=True)
