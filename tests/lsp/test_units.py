@@ -174,6 +174,26 @@ def test_finding_to_diagnostic_maps_lines_and_related_cells():
     assert d2.message == "KeyError: 'k'" and d2.range.end.character == 1 and d2.data["facts"] == "stale"
 
 
+def test_columns_count_characters_and_the_lsp_gets_utf16_units():
+    """ast reports UTF-8 byte columns; findings carry characters; LSP positions count UTF-16 code units."""
+    from crane.analysis.cell import analyze_cell
+    from crane.lsp.diagnostics import to_diagnostic
+    from crane.lsp.notebook_map import char_col, utf16_col
+    from crane.predict import predict
+
+    source = "print('héllo 😀', undefined_x)\n"
+    from crane.probe.facts import ProbeResult
+
+    found = predict(analyze_cell(source), ProbeResult(undefined=["undefined_x"]))
+    assert [(f.rule, f.col, f.end_col) for f in found] == [("undefined-name", 17, 28)]  # characters
+    assert source[17:28] == "undefined_x"
+    cell = CellSnapshot(1, "cell-1", True, source, 1)
+    d = to_diagnostic(found[0], cell, NotebookSnapshot("nb", None, 1, (cell,)), "static")
+    assert (d.range.start.character, d.range.end.character) == (18, 29)  # the emoji is two UTF-16 units
+    line = source.rstrip("\n")
+    assert all(char_col(line, utf16_col(line, i)) == i for i in range(len(line) + 1))
+
+
 def test_serve_over_tcp(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

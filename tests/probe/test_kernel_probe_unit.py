@@ -34,7 +34,7 @@ def test_installed_source_is_stdlib_only_and_parses_as_python_3_8():
     assert "crane" not in src.replace("CRANE", "").replace("crane_probe", "").replace("crane-probe", "")
 
 
-def test_parts_define_each_top_level_name_once():
+def test_parts_define_each_top_level_name_once() -> None:
     seen: dict[str, str] = {}
     for part in PROBE_PARTS:
         tree = ast.parse(open(f"server/crane/probe/{part}").read())
@@ -49,7 +49,7 @@ def test_parts_define_each_top_level_name_once():
                 seen[n] = part
 
 
-def test_installed_source_runs_like_the_module():
+def test_installed_source_runs_like_the_module() -> None:
     ns: dict = {}
     for filename, text in PROBE_MODULE.sources:
         exec(compile(text, filename, "exec"), ns)

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
+from crane import pyast
 from crane.kernel.errors import KernelError
 from crane.notebook.history import executed_history
 from crane.notebook.model import Notebook
 from crane.text import cell_line, clean_traceback
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +116,7 @@ class ReplaySandbox:
         self.python = python
         self.cell_timeout = cell_timeout
         self._start = starter or start_kernel
-        self.kernel = None
+        self.kernel: Any = None  # OwnedKernel | ServerKernel
         self.history_runs: list = []
         self.resets = 0
         self.cells_run = 0  # cells run by the agent (replays not counted)
@@ -153,7 +157,7 @@ class ReplaySandbox:
             self.close()
             return ExecResult(status="timeout", evalue=str(exc), elapsed_s=timeout)
         tb = clean_traceback(run.traceback) if run.traceback else ""
-        status = run.status if run.status in ("ok", "error") else "error"
+        status: ExecStatus = run.status if run.status in ("ok", "error") else "error"
         return ExecResult(status=status, ename=run.ename, evalue=run.evalue, line=cell_line(tb) if tb else None,
                           traceback=tb, stdout=run.stdout, stderr=run.stderr, elapsed_s=run.elapsed_s)
 
@@ -162,11 +166,10 @@ class ReplaySandbox:
         v = reply.user_expressions.get("v", {})
         if v.get("status") != "ok":
             return f"{v.get('ename', reply.ename) or 'Error'}: {v.get('evalue', reply.evalue) or ''}"
-        import ast
 
         text = v.get("data", {}).get("text/plain", "")
         try:
-            return str(ast.literal_eval(text))
+            return str(pyast.literal_eval(text))
         except (ValueError, SyntaxError):
             return text
 
@@ -181,10 +184,18 @@ class ReplaySandbox:
             kernel.shutdown()
 
 
-def replay_sandbox_factory(python: str | None = None, cell_timeout: float = 600.0):
-    """A `sandbox_factory` for `start_fix`: `factory(notebook) -> ReplaySandbox`."""
+def replay_sandbox_factory(python: str | None = None, cell_timeout: float = 600.0, launcher=None):
+    """A `sandbox_factory` for `start_fix`: `factory(notebook) -> ReplaySandbox`. `launcher`
+    (crane.kernel.launch): where its kernels start, e.g. on a Jupyter Server; default here."""
 
     def factory(nb: Notebook) -> ReplaySandbox:
-        return ReplaySandbox(nb, python=python, cell_timeout=cell_timeout)
+        starter = None
+        if launcher is not None:
+            from crane.engine import notebook_file
+
+            def starter(_cwd, python=None):
+                return launcher.start(notebook_file(nb), python=python)
+
+        return ReplaySandbox(nb, python=python, cell_timeout=cell_timeout, starter=starter)
 
     return factory

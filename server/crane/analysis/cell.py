@@ -15,6 +15,7 @@ import ast
 import builtins
 from dataclasses import dataclass, field
 
+from crane import pyast
 from crane.analysis import bindings as _bindings
 from crane.analysis import extract
 from crane.analysis.extract import AttrChain, ImportFact, LiteralKey, PathUse
@@ -97,8 +98,11 @@ class CellAnalysis:
         py_line = getattr(node, "lineno", 1)
         py_end = getattr(end, "end_lineno", None) or py_line
         line, end_line = self.original_line(py_line), self.original_line(py_end)
-        col = getattr(node, "col_offset", 0) or 0
+        # ast columns are UTF-8 byte offsets; Findings carry character offsets (what editors and SARIF count)
+        col = _char_col(self._line_text(self.python, py_line), getattr(node, "col_offset", 0) or 0)
         end_col = getattr(end, "end_col_offset", None)
+        if end_col is not None:
+            end_col = _char_col(self._line_text(self.python, py_end), end_col)
         orig = self._line_text(self.source, line)
         if self._line_text(self.python, py_line) != orig:
             col = len(orig) - len(orig.lstrip())
@@ -108,6 +112,11 @@ class CellAnalysis:
         if end_line < line or (end_line == line and end_col < col):
             end_line, end_col = line, max(col, len(orig.rstrip()))
         return line, col, end_line, end_col
+
+
+def _char_col(line: str, byte_col: int) -> int:
+    """A UTF-8 byte offset into `line` (as Python's ast reports columns) as a character offset."""
+    return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
 
 
 def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
@@ -139,9 +148,9 @@ def analyze_cell(source: str) -> CellAnalysis:
     analysis = CellAnalysis(source=source, python=python, tree=None, line_map=line_map, cell_magic=magic)
     flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     try:
-        tree = compile(python, "<cell>", "exec", flags=flags, dont_inherit=True)
+        tree = pyast.parse(python, "<cell>", flags)
         # The compiler's later passes find more errors (`return` outside a function, ...): compile, not run.
-        compile(tree, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        pyast.compile_tree(tree, "<cell>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     except SyntaxError as exc:
         analysis.syntax_error = _syntax_problem(exc, analysis)
         return analysis

@@ -13,7 +13,7 @@ class ImportFact:
     module: str  # full dotted module name ("sklearn.model_selection"); "" for `from . import x`
     bound: str  # the name bound in the namespace ("np", "train_test_split", "os")
     target: str  # what the bound name refers to ("numpy", "sklearn.model_selection.train_test_split")
-    node: ast.AST
+    node: ast.Import | ast.ImportFrom
     level: int = 0  # relative import level
 
     @property
@@ -33,7 +33,7 @@ class LiteralKey:
     expr: str  # the container's text: a name or an attribute chain ("df", "self.data")
     keys: list[Any]  # the literal keys / labels looked up
     axis: str  # "key" (x[k]: dict keys, DataFrame columns, Series index) | "columns" | "index"
-    node: ast.AST  # the Subscript or the drop Call
+    node: ast.Subscript | ast.Call  # the Subscript or the drop Call
     container: ast.expr  # the container expression node
     op: str  # "load" | "del" | "drop"
 

@@ -6,11 +6,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crane.bench.cases import Case, Variant
 from crane.bench.metrics import VariantResult
 from crane.engine import CellResult, ReplayedNotebook
+from crane.kernel.launch import LOCAL, KernelLauncher
 from crane.notebook.model import load_notebook
+
+if TYPE_CHECKING:
+    from crane.policy import Mode
 
 # A mode's predictor: given the replayed state and the target cell, fill the prediction fields.
 Predictor = Callable[[ReplayedNotebook, int, VariantResult], None]
@@ -34,7 +39,7 @@ def static_predictor(replayed: ReplayedNotebook, target: int, result: VariantRes
 class ModePredictor:
     """auto / llm modes (crane.modes) as a bench predictor."""
 
-    def __init__(self, mode: str, settings=None, budget_s: float = 30.0):
+    def __init__(self, mode: Mode, settings=None, budget_s: float = 30.0):
         self.mode, self.settings, self.budget_s = mode, settings, budget_s
 
     def __call__(self, replayed: ReplayedNotebook, target: int, result: VariantResult) -> None:
@@ -43,7 +48,8 @@ class ModePredictor:
         record(predict_in_mode(replayed, target, self.mode, self.settings, self.budget_s), result)
 
 
-def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, python: str | None) -> VariantResult:
+def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, python: str | None,
+                launcher: KernelLauncher = LOCAL) -> VariantResult:
     start = time.monotonic()
     result = VariantResult(
         case=case.id, variant=name, library=case.library, root_cause=case.root_cause,
@@ -52,7 +58,7 @@ def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, p
     )
     try:
         nb = load_notebook(Path(case.directory) / variant.notebook)
-        with ReplayedNotebook(nb, [variant.target_cell], python=python) as replayed:
+        with ReplayedNotebook(nb, [variant.target_cell], python=python, launcher=launcher) as replayed:
             allowed = set(variant.history_errors)
             result.unexpected_history_errors = [
                 f"cell {h.number}: {h.ename}: {h.evalue}"
@@ -68,17 +74,22 @@ def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, p
 
 def run_cases(
     cases: list[Case], predictor: Predictor, jobs: int = 1, python: str | None = None,
-    progress: Callable[[VariantResult], None] | None = None,
+    progress: Callable[[VariantResult], None] | None = None, launcher: KernelLauncher = LOCAL,
 ) -> list[VariantResult]:
+    """Every variant of `cases`, `jobs` at a time, each in a fresh kernel from `launcher`. On Ctrl-C the variants
+    not started yet are dropped at once (the running ones end with their kernels)."""
     work = [(c, name, v) for c in cases for name, v in c.variants.items()]
 
     def one(item):
-        r = run_variant(*item, predictor, python)
+        r = run_variant(*item, predictor, python, launcher)
         if progress:
             progress(r)
         return r
 
     if jobs <= 1:
         return [one(w) for w in work]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         return list(pool.map(one, work))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 import msgspec
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
+from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import add_llm_arguments
 
 
@@ -46,6 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="prompt + completion tokens over the run (default 200000; 0: no limit)")
     p.add_argument("--quiet", action="store_true", help="do not print the agent's steps on stderr")
     p.add_argument("--python", help="interpreter for the sandbox kernel (default: this one)")
+    add_server_arguments(p)
     add_llm_arguments(p)
 
 
@@ -104,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from crane.agent.proposal import unified_diff
     from crane.agent.sandboxes import replay_sandbox_factory
     from crane.kernel.errors import KernelError
+    from crane.kernel.launch import launcher_from_args, server_session
     from crane.llm.client import LLMError
     from crane.llm.cost import SESSION
     from crane.llm.settings import SettingsError, settings_from_args
@@ -118,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         nb = load_notebook(args.notebook)
         check_target(nb, args.cell)
         original = Path(args.notebook).read_bytes()
-    except (NotebookError, SettingsError) as exc:
+        launcher = launcher_from_args(args)
+    except (NotebookError, SettingsError, KernelError, ValueError, OSError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if not settings.enabled:
@@ -127,9 +131,10 @@ def run(args: argparse.Namespace) -> int:
     budget = AgentBudget(max_steps=args.max_steps, max_seconds=args.max_seconds,
                          max_tokens=args.token_budget or None)
     try:
-        proposal = start_fix(nb, args.cell, settings, goal=args.goal, budget=budget, ledger=SESSION,
-                             on_step=None if args.quiet or args.json else _print_step,
-                             sandbox_factory=replay_sandbox_factory(python=args.python))
+        with server_session(launcher):
+            proposal = start_fix(nb, args.cell, settings, goal=args.goal, budget=budget, ledger=SESSION,
+                                 on_step=None if args.quiet or args.json else _print_step,
+                                 sandbox_factory=replay_sandbox_factory(python=args.python, launcher=launcher))
     except (KernelError, LLMError, NotebookError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -54,13 +54,16 @@ def start_kernel(
     startup_timeout: float = 60.0,
 ) -> OwnedKernel:
     """Start an ipykernel with `python` (default: this interpreter) whose working directory is `cwd`."""
-    exe = python or sys.executable
+    # a relative interpreter path means the caller's folder: the kernel itself starts in the notebook's
+    exe = os.path.abspath(python) if python and os.sep in python else (python or sys.executable)
     # IPC sockets avoid ipykernel's "TCP without encryption" warning; their path must be absolute because
     # the kernel runs in the notebook's folder, not ours.
     sockets = tempfile.mkdtemp(prefix="crane-kernel-")
     km = KernelManager(transport="ipc", ip=os.path.join(sockets, "k"))
-    _ = km.kernel_spec  # resolve the default spec, then run it with the chosen interpreter
-    km._kernel_spec.argv = [exe, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec = km.kernel_spec  # resolve the default spec, then run it with the chosen interpreter
+    if spec is None:  # only with an empty kernel name
+        raise KernelError(f"could not start a kernel with {exe}: no kernel spec")
+    spec.argv = [exe, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     full_env = dict(os.environ)
     full_env.update(KERNEL_ENV)
     if env:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot
+from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot, utf16_col
 from crane.policy import decide
 
 if TYPE_CHECKING:
@@ -52,6 +52,11 @@ def to_diagnostic(
     end_col = finding.end_col if finding.end_col is not None else _line_length(cell.source, end_line0)
     if end_line0 == line0 and end_col <= col:
         end_col = max(_line_length(cell.source, line0), col + 1)
+    lines = cell.source.splitlines()
+    if 0 <= line0 < len(lines):  # Finding columns count characters; LSP positions count UTF-16 code units
+        col = utf16_col(lines[line0], col)
+    if 0 <= end_line0 < len(lines):
+        end_col = utf16_col(lines[end_line0], end_col)
     message = finding.message
     if not message.startswith(finding.ename):
         message = f"{finding.ename}: {message}"
@@ -159,7 +164,7 @@ def republish(host: Host, session: NotebookSession, cell_uri: str, source: str) 
     """Republish a cell if its text is still `source` (a sandbox or model result arrived); False otherwise."""
     snap = snapshot(host.workspace, session.uri)
     cell = snap.cell(cell_uri) if snap is not None else None
-    if cell is None or cell.source != source or session.closed:
+    if snap is None or cell is None or cell.source != source or session.closed:
         return False
     publish_cell(host, session, snap, cell)
     return True

@@ -1,7 +1,8 @@
 """`textDocument/hover` on a name in a cell: its runtime facts from the live kernel.
 
 The name (or attribute chain, up to the part under the cursor) is probed privately, like a cell's names;
-when the kernel is busy the last facts are shown and marked stale. No kernel: no hover.
+when the kernel is busy the last facts are shown and marked stale. No kernel: no hover. Facts read from a
+kernel behind a Jupyter Server end with "_from remote kernel (URL)_".
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from lsprotocol import types
 
 from crane.lsp.crane_server import CraneServer
 from crane.lsp.facts_markdown import facts_markdown
+from crane.lsp.notebook_map import char_col, utf16_col
 
 _CHAIN = re.compile(r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")
 
@@ -62,7 +64,7 @@ async def hover(ls: CraneServer, params: types.HoverParams) -> types.Hover | Non
     if not 0 <= params.position.line < len(lines):
         return None
     line = lines[params.position.line].rstrip("\r\n")
-    col = params.position.character
+    col = char_col(line, params.position.character)
     if _in_string_or_comment(line, col):
         return None
     found = chain_at(line, col)
@@ -94,16 +96,22 @@ async def hover(ls: CraneServer, params: types.HoverParams) -> types.Hover | Non
                     stale,
                 )
     if text is None and root in result.facts:
-        if "." in chain and params.position.character > start + len(root):
+        if "." in chain and col > start + len(root):
             return None  # the attribute part is under the cursor and nothing is known about it
         text = facts_markdown(result.facts[root], stale)
     if text is None and root in result.undefined:
         text = f"**{root}**: not defined in the kernel" + (" _(stale)_" if stale else "")
     if text is None:
         return None
+    att = session.attachment
+    if att is not None and att.info.server_url:
+        text += f"\n\n_from {att.info.description}_"
     return types.Hover(
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
-        range=types.Range(types.Position(params.position.line, start), types.Position(params.position.line, end)),
+        range=types.Range(
+            types.Position(params.position.line, utf16_col(line, start)),
+            types.Position(params.position.line, utf16_col(line, end)),
+        ),
     )
 
 

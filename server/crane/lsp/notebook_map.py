@@ -18,6 +18,21 @@ from pygls.workspace import Workspace
 PYTHON_LANGUAGES = {"python", "python3", "ipython"}
 
 
+def utf16_col(line: str, col: int) -> int:
+    """A character (code point) column of `line` in UTF-16 code units, the LSP's default position encoding."""
+    return len(line[:col].encode("utf-16-le")) // 2
+
+
+def char_col(line: str, utf16: int) -> int:
+    """An LSP (UTF-16) column of `line` as a character (code point) column."""
+    units = 0
+    for i, ch in enumerate(line):
+        if units >= utf16:
+            return i
+        units += 2 if ord(ch) > 0xFFFF else 1
+    return len(line)
+
+
 def uri_key(uri: str) -> str:
     """The key of a (notebook or cell) URI in pygls's workspace and in the daemon's tables: unquoted, so
     `...#W0sZmlsZQ%3D%3D` and its decoded form are the same cell."""

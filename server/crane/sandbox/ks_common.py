@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Callable
 
 CELL_FILENAME = "<crane-sandbox-cell>"
 _CO_COROUTINE = 0x80
@@ -107,3 +108,5 @@ class _Ctx:
         self.stdout: _Capture | None = None
         self.stderr: _Capture | None = None
         self.shown_exc: BaseException | None = None
+        self.displayhook: Callable[[object], None] | None = None  # the child's sys.displayhook
+        self.audit_state: dict[str, bool] = {}  # set by the audit hook; "bypass": it lets everything through

@@ -208,7 +208,9 @@ def build_filter(
 
     # Signals only to ourselves (sessions with Landlock >= 6 rely on its signal scoping instead: their
     # checkpoint children have other pids).
-    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo") if own_pid is not None else ():
+    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+        if own_pid is None:
+            break
         nxt = p.label()
         p.ld(_OFF_NR)
         p.jmp(_JEQ, _NR[name], 0, nxt)
