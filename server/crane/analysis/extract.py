@@ -251,3 +251,52 @@ def paths(tree: ast.Module) -> list[PathUse]:
         out.append(PathUse(path, func, n, arg, mode))  # type: ignore[arg-type]
     out.sort(key=lambda p: (p.node.lineno, p.node.col_offset))
     return out
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """The name at the root of a subscript / attribute / call chain: `df` for `df.loc[0, "a"]`, `m.fit(X).coef_`."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            return None
+
+
+def possibly_mutated(tree: ast.Module) -> set[str]:
+    """Names whose objects a cell may change in place when it runs (beyond rebinding them): the roots of
+    subscript and attribute targets (`df["c"] = 0`, `m.coef_ = w`, `del d[k]`, `x[i] += 1`), the receivers of
+    method calls (`df.drop(..., inplace=True)`, `lst.append(v)`) and the names passed to calls
+    (`rng.shuffle(arr)`). Conservative on purpose: it chooses which cells to re-check after a run."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            targets = [node.optional_vars]
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute):
+                targets.append(node.func.value)
+            targets += [a.value if isinstance(a, ast.Starred) else a for a in node.args]
+            targets += [k.value for k in node.keywords]
+        for t in targets:
+            for sub in ast.walk(t):
+                if isinstance(sub, (ast.Subscript, ast.Attribute)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                    name = _root_name(sub)
+                    if name:
+                        out.add(name)
+            if isinstance(node, ast.Call):
+                name = _root_name(t)
+                if name:
+                    out.add(name)
+    return out
