@@ -21,7 +21,7 @@ from ..sacred import IopubWatcher
 class Listener:
     """A loopback TCP server recording every connection and byte it receives."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)

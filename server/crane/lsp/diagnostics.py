@@ -165,7 +165,7 @@ def republish(host: Host, session: NotebookSession, cell_uri: str, source: str) 
     """Republish a cell if its text is still `source` (a sandbox or model result arrived); False otherwise."""
     snap = snapshot(host.workspace, session.uri)
     cell = snap.cell(cell_uri) if snap is not None else None
-    if cell is None or cell.source != source or session.closed:
+    if snap is None or cell is None or cell.source != source or session.closed:
         return False
     publish_cell(host, session, snap, cell)
     return True

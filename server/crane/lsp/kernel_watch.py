@@ -20,7 +20,11 @@ for messages. It reports, through `on_event` (called on the watcher thread):
   websocket dropped and reconnected): iopub messages of the gap may be lost, so the state may have changed.
 
 Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored. `busy` tells, at any
-time, whether a user request is running: the probe uses it to avoid queueing behind a user cell.
+time, whether a user request is running: the probe uses it to avoid queueing behind a user cell. `activity`
+counts what may have changed the kernel's state since the watch began: every other client's request that
+can run code (execute, also silent or expression-only; comm messages; anything but the read-only requests
+below), restarts, deaths and reconnections (what ran in the gap is unknown). It is bumped on the watcher
+thread as the message is read, before any event.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ log = logging.getLogger(__name__)
 
 
 WatchKind = Literal["busy", "idle", "finished", "restarted", "dead", "alive", "resync"]
+
+# Requests that run no user code: they do not count as activity.
+READ_ONLY_REQUESTS = frozenset({
+    "kernel_info_request", "comm_info_request", "complete_request", "inspect_request", "is_complete_request",
+    "history_request",
+})
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,7 @@ class KernelWatch(threading.Thread):
         self._lock = threading.Lock()
         self.alive = True
         self.last_activity = time.monotonic()
+        self.activity = 0  # other clients' requests that may have changed the kernel's state, restarts, deaths
         self._welcomed = False  # ipykernel >= 7 welcomes each new iopub subscriber: the first is our own start
         self._reconnects = 0  # the websocket client's reconnections already reported
 
@@ -129,6 +140,7 @@ class KernelWatch(threading.Thread):
             with self._lock:  # a run we saw start may have ended during the gap
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1  # and what ran in the gap is unknown
             self._emit(WatchEvent("resync"))
         if beating and not self.alive:
             self.alive = True
@@ -138,6 +150,7 @@ class KernelWatch(threading.Thread):
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1
             self._emit(WatchEvent("dead"))
 
     def _check_process(self) -> None:
@@ -147,6 +160,7 @@ class KernelWatch(threading.Thread):
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1
             self._emit(WatchEvent("restarted"))
 
     # -- iopub -----------------------------------------------------------------------------------
@@ -158,12 +172,15 @@ class KernelWatch(threading.Thread):
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1
             self._emit(WatchEvent("restarted"))
             return
         if mtype == "shutdown_reply" or (mtype == "iopub_welcome" and self._welcomed):
             # A restart that iopub's "starting" may not show (a subscriber that reconnects misses it; a kernel
             # behind a Jupyter Server restarted through its REST API): the kernel announced its shutdown, or a
             # fresh kernel welcomed our (re)subscription. The identity check tells a restart from a blip.
+            with self._lock:
+                self.activity += 1
             self._emit(WatchEvent("restarted"))
             return
         if mtype == "iopub_welcome":
@@ -171,6 +188,11 @@ class KernelWatch(threading.Thread):
             return
         if parent.get("session") in self.ignore_sessions:
             return
+        if mtype == "status" and content.get("execution_state") == "busy" and (
+            parent.get("msg_type") not in READ_ONLY_REQUESTS
+        ):
+            with self._lock:
+                self.activity += 1
         pid = parent.get("msg_id")
         if not pid or parent.get("msg_type") != "execute_request":
             return

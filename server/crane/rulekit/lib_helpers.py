@@ -10,8 +10,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
+from crane import pyast
 from crane.probe.facts import ColumnFacts, Facts
 
 
@@ -27,19 +28,19 @@ class Verdict:
 
 
 # -- kinds ---------------------------------------------------------------------------------------------------
-def is_dataframe(f: Facts | None) -> bool:
+def is_dataframe(f: Facts | None) -> TypeGuard[Facts]:
     return f is not None and (f.kind == "dataframe" or f.type.endswith("DataFrame"))
 
 
-def is_series(f: Facts | None) -> bool:
+def is_series(f: Facts | None) -> TypeGuard[Facts]:
     return f is not None and (f.kind == "series" or f.type.endswith(".Series"))
 
 
-def is_ndarray(f: Facts | None) -> bool:
+def is_ndarray(f: Facts | None) -> TypeGuard[Facts]:
     return f is not None and (f.kind == "ndarray" or f.type == "numpy.ndarray")
 
 
-def is_tensor(f: Facts | None) -> bool:
+def is_tensor(f: Facts | None) -> TypeGuard[Facts]:
     return f is not None and (f.kind == "tensor" or f.type == "torch.Tensor")
 
 
@@ -122,16 +123,16 @@ TEXT_DTYPES = ("object", "string", "str")
 
 
 def is_numeric_dtype(dtype: str | None) -> bool:
-    return bool(dtype) and dtype.startswith(NUMERIC_DTYPE_PREFIXES)
+    return bool(dtype and dtype.startswith(NUMERIC_DTYPE_PREFIXES))
 
 
 def is_text_dtype(dtype: str | None) -> bool:
-    return bool(dtype) and (dtype in TEXT_DTYPES or dtype.startswith("<U") or dtype.startswith("string"))
+    return bool(dtype and (dtype in TEXT_DTYPES or dtype.startswith("<U") or dtype.startswith("string")))
 
 
 def _literal(text: str) -> Any:
     try:
-        return ast.literal_eval(text)
+        return pyast.literal_eval(text)
     except Exception:
         return _NOVALUE
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 CELL_FILENAME = "<crane-sandbox-cell>"
@@ -114,9 +115,9 @@ class _Ctx:
         self.miniature_error: str | None = None
         self.notif_sock: Any = None  # layered mode, B: the socket to A that carries the seccomp listener
         self.cpu_before = 0.0  # layered mode, B: the CPU A spent on the setup before the clone
-        self.audit_state: dict = {}  # ks_audit: {"bypass": bool}
-        self.displayhook: Any = None
         self.memory_mb = 0
         self.stdout: _Capture | None = None
         self.stderr: _Capture | None = None
         self.shown_exc: BaseException | None = None
+        self.displayhook: Callable[[object], None] | None = None  # the child's sys.displayhook
+        self.audit_state: dict[str, bool] = {}  # set by the audit hook; "bypass": it lets everything through

@@ -36,7 +36,7 @@ from crane.sandbox.seccomp import confine, set_parent_death_signal  # kernel: st
 _PUBLISHER: dict = {}  # a capturing display publisher, built once in the parent (cheaper for the child)
 
 
-def _capture_publisher(shell):
+def _capture_publisher(shell) -> object:
     pub = _PUBLISHER.get("pub")
     if pub is None:
         from IPython.core.displaypub import DisplayPublisher
@@ -91,6 +91,8 @@ def _neutralise_kernel_io(ctx: _Ctx) -> None:
     make ipykernel's own stream/session objects write into the capture (or nowhere)."""
     sys.stdout, sys.stderr = ctx.stdout, ctx.stderr
     out, err = ctx.stdout, ctx.stderr
+    if out is None or err is None:  # set by _isolate_descriptors, which runs first
+        raise RuntimeError("the child's output is not captured")
 
     def _dh(value):
         if value is None:

@@ -39,7 +39,7 @@ from crane.sandbox.fork_runner import (
     PrivateDir,
     launch,
 )
-from crane.sandbox.verdict import DisplayOutput, SandboxVerdict
+from crane.sandbox.verdict import DisplayOutput, SandboxVerdict, Verdict
 
 
 class SandboxError(CraneError):
@@ -56,7 +56,7 @@ class _Reply(msgspec.Struct, omit_defaults=True):
     value: str | None = None
     ename: str | None = None
     evalue: str | None = None
-    verdict: str | None = None
+    verdict: Verdict | None = None
     line: int | None = None
     traceback: list[str] = []
     displays: list[DisplayOutput] = []

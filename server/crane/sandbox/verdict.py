@@ -21,7 +21,7 @@ Scale = Literal["full", "miniature"]
 class DisplayOutput(msgspec.Struct, omit_defaults=True):
     """One output the cell displayed: `execute_result` (its last expression) or `display_data`."""
 
-    kind: str
+    kind: Literal["execute_result", "display_data"]
     text: str = ""  # the text/plain repr (bounded)
     mimetypes: list[str] = []
 
