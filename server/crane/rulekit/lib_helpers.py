@@ -190,12 +190,24 @@ def column(f: Facts | None, name: str) -> ColumnFacts | None:
     return None
 
 
+def _column_nans(c: ColumnFacts) -> int | None:
+    """A column's NaN count; a sampled column's is not a count: 1 when NaNs were seen, unknown otherwise."""
+    if c.sampled:
+        return 1 if c.has_nan else None
+    return c.n_nan
+
+
 def nan_count(f: Facts) -> int | None:
-    """How many NaN values array-like data holds (0 = none), when known."""
+    """How many NaN values array-like data holds (0 = none), when known (a lower bound when some columns
+    were only sampled and NaNs were seen)."""
     if is_dataframe(f) and f.columns is not None:
-        if f.columns_truncated and not any(c.n_nan for c in f.columns):
+        counts = [_column_nans(c) for c in f.columns]
+        seen = sum(n for n in counts if n)
+        if seen:
+            return seen
+        if f.columns_truncated or any(n is None for n in counts):
             return f.n_nan
-        return sum(c.n_nan for c in f.columns)
+        return 0
     if f.n_nan is not None:
         return f.n_nan
     if f.has_nan is not None:
