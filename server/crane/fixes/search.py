@@ -1,0 +1,197 @@
+"""The verified-fix search: observe the crash in the sandbox, generate candidates, run each against the live
+state (its cells to run first, then the edited target), keep those that run without an exception.
+
+    report = search_fixes(nb, target, sandbox, pre=facts, on_fix=callback, should_stop=event.is_set)
+
+Candidates are tried cheapest first (smallest change, fewest cells to run); the first `max_fixes` that run
+clean are the offered fixes, in that order. A candidate that gets past the original crash but raises another
+exception further on is the base of follow-up candidates for the new crash (up to `max_depth` edits deep),
+read from the state at that new crash point; a cell to run first that raises a NameError brings in the cell
+binding that name. Every candidate passed the anti-hack guard (crane.fixes.generate). Blocking; the sandbox
+is the caller's (never the user's kernel).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import re
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from crane.analysis.cell import analyze_cell, plan_probe
+from crane.analysis.scope import NotebookScope
+from crane.fixes.context import RUN_CELL_COST, FixContext
+from crane.fixes.generate import generate
+from crane.fixes.model import Candidate, Crash, SearchReport, VerifiedFix
+from crane.fixes.names import extend_plan
+from crane.fixes.sandbox import FixSandbox
+from crane.notebook.history import check_target
+from crane.notebook.model import Notebook
+from crane.probe.facts import ProbeResult
+from crane.rules.finding import Finding
+
+log = logging.getLogger(__name__)
+
+
+class SearchBudget(msgspec.Struct, kw_only=True, frozen=True):
+    max_seconds: float = 30.0  # the whole search
+    max_candidates: int = 24  # candidates run in the sandbox
+    max_fixes: int = 3
+    max_depth: int = 2  # edits built on edits
+    max_children: int = 8  # follow-up candidates per candidate
+
+
+def _crash(result) -> Crash:
+    tb = [ln for ln in (result.traceback or "").splitlines() if ln.strip()][-12:]
+    return Crash(ename=result.ename or "Error", evalue=(result.evalue or "")[:2000], line=result.line, traceback=tb)
+
+
+def search_fixes(
+    nb: Notebook,
+    target: int,
+    sandbox: FixSandbox,
+    *,
+    pre: ProbeResult | None = None,
+    findings: list[Finding] | None = None,
+    scope: NotebookScope | None = None,
+    budget: SearchBudget | None = None,
+    on_fix: Callable[[VerifiedFix], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> SearchReport:
+    """Verified fixes for cell `target` of `nb` (see the module docstring). Raises NotebookError for a bad
+    target; sandbox failures end the search with what was found."""
+    b = budget or SearchBudget()
+    t0 = time.monotonic()
+    source = check_target(nb, target).source
+    scope = scope or NotebookScope.from_notebook(nb)
+    report = SearchReport(target=target, status="not-fixed", sandbox=sandbox.kind)
+
+    def done(status: str | None = None, reason: str = "") -> SearchReport:
+        if status:
+            report.status = status  # type: ignore[assignment]
+        elif report.fixes:
+            report.status = "fixed"
+        report.reason = reason or report.reason
+        report.elapsed_s = round(time.monotonic() - t0, 3)
+        return report
+
+    sandbox.reset()
+    first = sandbox.run(source)
+    if first.status == "ok":
+        return done("clean", "the cell runs without an exception")
+    if first.status != "error":
+        return done("unverifiable", f"the sandbox cannot run the cell: {first.status}: {first.evalue or ''}".strip())
+    report.crash = crash = _crash(first)
+
+    def context(src: str, cr: Crash, run_first: tuple[int, ...], depth: int, pre_facts) -> FixContext:
+        post = sandbox.facts(plan_probe(analyze_cell(src)))
+        return FixContext(nb=nb, target=target, original=source, source=src, crash=cr, scope=scope,
+                          pre=pre_facts, post=post, findings=list(findings or []), run_first=run_first, depth=depth,
+                          ask=sandbox.facts, evaluator=sandbox.evaluate, guard_line=crash.line)
+
+    seq = itertools.count()
+    heap: list[tuple[float, int, Candidate]] = []
+
+    def push(cands: list[Candidate]) -> None:
+        for c in cands:
+            heapq.heappush(heap, (c.cost, next(seq), c))
+
+    push(generate(context(source, crash, (), 1, pre), report.refused))
+    tried: set[tuple] = set()
+    while heap:
+        if len(report.fixes) >= b.max_fixes:
+            break
+        if time.monotonic() - t0 > b.max_seconds:
+            report.reason = f"time budget ({b.max_seconds:g} s)"
+            break
+        if report.tried >= b.max_candidates:
+            report.reason = f"candidate budget ({b.max_candidates})"
+            break
+        if should_stop is not None and should_stop():
+            report.reason = "stopped"
+            break
+        _, _, cand = heapq.heappop(heap)
+        if cand.key in tried:
+            continue
+        tried.add(cand.key)
+        report.tried += 1
+        try:
+            outcome = _verify(nb, cand, sandbox)
+        except Exception as exc:  # a broken sandbox ends the search with what it has
+            log.warning("fixes: the sandbox failed (%s)", exc)
+            report.reason = f"sandbox error: {exc}"
+            break
+        status, result, failed_cell = outcome
+        if status == "ok":
+            fix = VerifiedFix(kind=cand.kind, title=cand.title, target=target, old=source, new=cand.source,
+                              run_first=cand.run_first,
+                              run_first_sources=tuple(nb.cell(k).source for k in cand.run_first),
+                              detail=cand.detail, cost=cand.cost, sandbox=sandbox.kind,
+                              elapsed_s=round(time.monotonic() - t0, 3), stdout=(result.stdout or "")[-2000:])
+            report.fixes.append(fix)
+            if report.first_fix_s is None:
+                report.first_fix_s = fix.elapsed_s
+            if on_fix is not None:
+                try:
+                    on_fix(fix)
+                except Exception:
+                    log.exception("fixes: on_fix listener failed")
+            continue
+        what = f"{result.ename}: {(result.evalue or '')[:160]}" if result.ename else f"{result.status}"
+        where = f" (in cell {failed_cell}, run first)" if failed_cell is not None else ""
+        report.failed.append(f"{cand.title}: {what}{where}")
+        if result.status != "error":
+            continue
+        if failed_cell is not None:  # a cell to run first needs another cell: bring it in
+            plan = extend_plan(context(cand.source, crash, cand.run_first, cand.depth, pre), cand.run_first,
+                               failed_cell, result.evalue or "") if result.ename == "NameError" else None
+            if plan is not None:
+                push([msgspec.structs.replace(cand, run_first=plan, cost=cand.cost + RUN_CELL_COST,
+                                              title=_plan_title(cand, plan))])
+            continue
+        new_crash = _crash(result)
+        if cand.depth >= b.max_depth or _same_failure(new_crash, crash):
+            continue  # no progress: the candidate fails where and as the cell did
+        child = context(cand.source, new_crash, cand.run_first, cand.depth + 1, None if cand.run_first else pre)
+        followups = [c for c in generate(child, report.refused) if c.key not in tried]
+        push([msgspec.structs.replace(c, title=_combine(cand, c)) for c in followups[: b.max_children]])
+    return done()
+
+
+def _shape(evalue: str) -> str:
+    """An exception message without its quoted values and numbers (the kind of failure)."""
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "", evalue.splitlines()[0] if evalue else "")
+    return re.sub(r"\d+", "", text).strip()
+
+
+def _same_failure(a: Crash, b: Crash) -> bool:
+    return a.ename == b.ename and a.line == b.line and _shape(a.evalue) == _shape(b.evalue)
+
+
+def _plan_title(cand: Candidate, plan: tuple[int, ...]) -> str:
+    cells = ", ".join(map(str, plan))
+    head = f"Run cell {cells} first" if len(plan) == 1 else f"Run cells {cells} first"
+    if cand.title.startswith("Run cell"):
+        return head
+    return f"{cand.title.split('; ')[0]}; {head[0].lower()}{head[1:]}"
+
+
+def _combine(parent: Candidate, child: Candidate) -> str:
+    if child.title.startswith("Run cell") and parent.title.startswith("Run cell"):
+        return child.title
+    return f"{parent.title}; {child.title[0].lower()}{child.title[1:]}"
+
+
+def _verify(nb: Notebook, cand: Candidate, sandbox: FixSandbox):
+    """(status, result, failed run-first cell): the candidate's cells to run first, then the edited target."""
+    sandbox.reset()
+    for k in cand.run_first:
+        r = sandbox.run(nb.cell(k).source)
+        if r.status != "ok":
+            return r.status, r, k
+    r = sandbox.run(cand.source)
+    return r.status, r, None
