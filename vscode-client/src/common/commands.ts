@@ -11,13 +11,14 @@ import { listConnectionFiles, runtimeDirs } from './connectionFiles';
 import type { DiagnosisView } from './diagnosisView';
 import { errorMessage, showLog, traceError, traceInfo } from './log';
 import { activeCell, currentNotebook, notebookOfCell } from './notebooks';
-import { AttachResult, DiagnosisParams, FixOptions, ServerCommands } from './protocol';
+import { AttachResult, ClientCommands, DiagnosisParams, FixOptions, ServerCommands } from './protocol';
 import { isSpeculativeResult } from './speculativeFormat';
 import { ApiKeyStore, promptForApiKey } from './secrets';
 import type { CraneServer } from './serverApi';
 import type { StatusBar } from './statusBar';
 import { SHOW_DETAILS_COMMAND } from './statusBar';
 import { renderStatus } from './statusModel';
+import { runCells } from './runCells';
 
 export const UiCommands = {
   checkNotebook: 'crane.ui.checkNotebook',
@@ -30,6 +31,8 @@ export const UiCommands = {
   restartServer: 'crane.ui.restartServer',
   showLog: 'crane.ui.showLog',
   showStatus: SHOW_DETAILS_COMMAND,
+  /** Not in the palette: the command of the server's "Run cell K first (tested)" quick fixes. */
+  runCells: ClientCommands.runCells,
 } as const;
 
 export interface CommandDeps {
@@ -71,6 +74,7 @@ export class Commands {
       wrap(UiCommands.restartServer, () => this.deps.restart('restart command')),
       wrap(UiCommands.showLog, async () => showLog()),
       wrap(UiCommands.showStatus, () => this.showStatus()),
+      wrap(UiCommands.runCells, (notebookUri, cellUris) => runCells(notebookUri, cellUris)),
     ];
   }
 
