@@ -8,6 +8,9 @@ edited cells' sources change in the file (added cells are inserted); every other
 that is not a verified fix is never written.
 
 Exit code 0: fixed (or nothing to fix); 1: no fix found; 2: usage, input, kernel or model error.
+
+`--offline` needs no model: the verified quick fixes (crane.fixes, commands/fix_offline.py). With a model,
+the agent starts from them: they are searched first and given to it as verified candidates.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="prompt + completion tokens over the run (default 200000; 0: no limit)")
     p.add_argument("--quiet", action="store_true", help="do not print the agent's steps on stderr")
     p.add_argument("--python", help="interpreter for the sandbox kernel (default: this one)")
+    p.add_argument("--offline", action="store_true",
+                   help="no model: offer the quick fixes that ran clean in a sandbox (crane.fixes)")
+    p.add_argument("--pick", type=int, metavar="K", help="--offline: write the K-th verified fix (default: the first)")
     add_llm_arguments(p)
 
 
@@ -98,7 +104,34 @@ def render_text(path: str, proposal, diff: str, written: str | None) -> str:
     return "\n".join(out)
 
 
+def _verified_candidates(args: argparse.Namespace, nb) -> list:
+    """The verified quick fixes the agent starts from (none when the search fails: the agent goes on alone)."""
+    if args.goal:
+        return []
+    from crane.errors import CraneError
+    from crane.fixes.offline import fix_notebook
+    from crane.fixes.search import SearchBudget
+
+    try:
+        report = fix_notebook(nb, args.cell, python=args.python, budget=SearchBudget(max_seconds=60.0))
+    except CraneError as exc:
+        if not (args.quiet or args.json):
+            print(f"crane: no verified quick fixes ({exc}); the agent starts from scratch", file=sys.stderr)
+        return []
+    if report.fixes and not (args.quiet or args.json):
+        print(f"verified quick fixes for the agent to start from: {', '.join(f.title for f in report.fixes)}",
+              file=sys.stderr)
+    return list(report.fixes)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.offline:
+        from crane.commands.fix_offline import run_offline
+
+        return run_offline(args)
+    if args.pick is not None:
+        print("crane: --pick goes with --offline", file=sys.stderr)
+        return EXIT_ERROR
     from crane.agent.loop import AgentBudget, start_fix
     from crane.agent.nbwrite import apply_proposal
     from crane.agent.proposal import unified_diff
@@ -122,12 +155,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if not settings.enabled:
-        print("crane: the agent needs a model: --model M (or CRANE_MODEL), e.g. openai/gpt-4o-mini", file=sys.stderr)
+        print("crane: the agent needs a model: --model M (or CRANE_MODEL), e.g. openai/gpt-4o-mini; "
+              "or --offline for the verified quick fixes", file=sys.stderr)
         return EXIT_ERROR
     budget = AgentBudget(max_steps=args.max_steps, max_seconds=args.max_seconds,
                          max_tokens=args.token_budget or None)
+    candidates = _verified_candidates(args, nb)
     try:
         proposal = start_fix(nb, args.cell, settings, goal=args.goal, budget=budget, ledger=SESSION,
+                             candidates=candidates,
                              on_step=None if args.quiet or args.json else _print_step,
                              sandbox_factory=replay_sandbox_factory(python=args.python))
     except (KernelError, LLMError, NotebookError) as exc:

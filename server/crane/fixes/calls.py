@@ -15,6 +15,7 @@ import ast
 import re
 
 from crane.fixes.context import FixContext
+from crane.fixes.edits import quote_like
 from crane.fixes.match import nearest
 from crane.probe.facts import ParamFacts, ProbeRequest
 
@@ -162,7 +163,8 @@ def option_value(ctx: FixContext):
                 tried.add(repr(opt))
                 ed = ctx.editor()
                 try:
-                    new = ed.replace(kw.value, repr(opt)).apply()
+                    lit = quote_like(ed.text(kw.value), opt) if isinstance(opt, str) else repr(opt)
+                    new = ed.replace(kw.value, lit).apply()
                 except ValueError:
                     continue
                 yield ctx.candidate("option-value", f"Use {kw.arg}={opt!r}", new, penalty=2.0,

@@ -127,3 +127,11 @@ def change_size(old: str, new: str) -> int:
         return 0
     sm = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
     return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal")
+
+
+def quote_like(original: str, value: str) -> str:
+    """`value` as a string literal in the quote style of the literal `original` ("x" stays double-quoted)."""
+    text = original.lstrip("rRbBuUfF")
+    if text.startswith('"') and '"' not in value and "\\" not in value:
+        return f'"{value}"'
+    return repr(value)

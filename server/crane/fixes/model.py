@@ -74,6 +74,16 @@ class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=Tru
         return f"{self.title} (tested)"
 
 
+class Attempt(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
+    """One candidate run in the sandbox."""
+
+    kind: str
+    title: str
+    status: str  # ok | error | timeout | blocked | unavailable
+    error: str = ""  # "Ename: evalue" (first line), and where when it was a cell run first
+    depth: int = 1
+
+
 class SearchReport(msgspec.Struct, rename="camel", omit_defaults=True):
     """The outcome of one search: the crash, the verified fixes (at most three, smallest change first) and
     what was tried."""
@@ -84,7 +94,11 @@ class SearchReport(msgspec.Struct, rename="camel", omit_defaults=True):
     fixes: list[VerifiedFix] = []
     tried: int = 0  # candidates run in the sandbox
     refused: list[str] = []  # candidates the anti-hack guard refused ("kind: reason")
-    failed: list[str] = []  # candidates that still raised ("title: Ename: evalue")
+    attempts: list[Attempt] = []  # every candidate run, in order
+
+    @property
+    def failed(self) -> list[str]:
+        return [f"{a.title}: {a.error or a.status}" for a in self.attempts if a.status != "ok"]
     reason: str = ""  # why there is no fix / no verification
     elapsed_s: float = 0.0
     first_fix_s: float | None = None  # time until the first verified fix

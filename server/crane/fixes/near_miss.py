@@ -14,6 +14,7 @@ import ast
 import re
 
 from crane.fixes.context import FixContext
+from crane.fixes.edits import quote_like
 from crane.fixes.match import nearest
 from crane.probe.facts import Facts, ProbeRequest
 
@@ -93,7 +94,7 @@ def nearest_key(ctx: FixContext):
                             continue
                         for c, k in _keys_of(other):
                             if k == key:
-                                ed.replace(c, repr(match))
+                                ed.replace(c, quote_like(ed.text(c), match))
                     new = ed.apply()
                 except ValueError:
                     continue
@@ -157,7 +158,7 @@ def nearest_attribute(ctx: FixContext):
         for match in nearest(attr, columns):
             ed = ctx.editor()
             try:
-                ed.replace(node, f"{owner}[{match!r}]")
+                ed.replace(node, f"{owner}[{quote_like(ctx.text(node), match)}]")
                 new = ed.apply()
             except ValueError:
                 continue

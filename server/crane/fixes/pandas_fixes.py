@@ -17,6 +17,7 @@ import ast
 import re
 
 from crane.fixes.context import FixContext
+from crane.fixes.edits import quote_like
 from crane.fixes.match import nearest, score
 
 INT_DTYPES = {"int", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "np.int64",
@@ -239,7 +240,7 @@ def merge_key(ctx: FixContext):
                 for match in nearest(key, pool):
                     ed = ctx.editor()
                     try:
-                        new = ed.replace(const, repr(match)).apply()
+                        new = ed.replace(const, quote_like(ed.text(const), match)).apply()
                     except ValueError:
                         continue
                     yield ctx.candidate("merge-key", f"Merge on {match!r}", new,

@@ -13,6 +13,7 @@ is the caller's (never the user's kernel).
 
 from __future__ import annotations
 
+import difflib
 import heapq
 import itertools
 import logging
@@ -26,7 +27,7 @@ from crane.analysis.cell import analyze_cell, plan_probe
 from crane.analysis.scope import NotebookScope
 from crane.fixes.context import RUN_CELL_COST, FixContext
 from crane.fixes.generate import generate
-from crane.fixes.model import Candidate, Crash, SearchReport, VerifiedFix
+from crane.fixes.model import Attempt, Candidate, Crash, SearchReport, VerifiedFix
 from crane.fixes.names import extend_plan
 from crane.fixes.sandbox import FixSandbox
 from crane.notebook.history import check_target
@@ -133,6 +134,7 @@ def search_fixes(
                               detail=cand.detail, cost=cand.cost, sandbox=sandbox.kind,
                               elapsed_s=round(time.monotonic() - t0, 3), stdout=(result.stdout or "")[-2000:])
             report.fixes.append(fix)
+            report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status="ok", depth=cand.depth))
             if report.first_fix_s is None:
                 report.first_fix_s = fix.elapsed_s
             if on_fix is not None:
@@ -141,9 +143,11 @@ def search_fixes(
                 except Exception:
                     log.exception("fixes: on_fix listener failed")
             continue
-        what = f"{result.ename}: {(result.evalue or '')[:160]}" if result.ename else f"{result.status}"
+        what = f"{result.ename}: {(result.evalue or '').splitlines()[0][:160] if result.evalue else ''}" \
+            if result.ename else (result.evalue or "")[:160]
         where = f" (in cell {failed_cell}, run first)" if failed_cell is not None else ""
-        report.failed.append(f"{cand.title}: {what}{where}")
+        report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status=result.status, error=what + where,
+                                       depth=cand.depth))
         if result.status != "error":
             continue
         if failed_cell is not None:  # a cell to run first needs another cell: bring it in
@@ -154,7 +158,7 @@ def search_fixes(
                                               title=_plan_title(cand, plan))])
             continue
         new_crash = _crash(result)
-        if cand.depth >= b.max_depth or _same_failure(new_crash, crash):
+        if cand.depth >= b.max_depth or _same_failure(new_crash, cand.source, crash, source):
             continue  # no progress: the candidate fails where and as the cell did
         child = context(cand.source, new_crash, cand.run_first, cand.depth + 1, None if cand.run_first else pre)
         followups = [c for c in generate(child, report.refused) if c.key not in tried]
@@ -168,8 +172,24 @@ def _shape(evalue: str) -> str:
     return re.sub(r"\d+", "", text).strip()
 
 
-def _same_failure(a: Crash, b: Crash) -> bool:
-    return a.ename == b.ename and a.line == b.line and _shape(a.evalue) == _shape(b.evalue)
+def _origin_line(old: str, new: str, line: int | None) -> int | None:
+    """The line of `old` that line `line` of `new` comes from (kept or rewritten in place), or None (inserted)."""
+    if line is None:
+        return None
+    a, b = old.splitlines(), new.splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if j1 < line <= j2:
+            if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
+                return i1 + (line - j1)
+            return None
+    return None
+
+
+def _same_failure(a: Crash, a_source: str, b: Crash, b_source: str) -> bool:
+    """The same kind of exception from the same statement (lines move when a candidate inserts some; the
+    statement may be the candidate's rewrite of the failing one)."""
+    return a.ename == b.ename and _shape(a.evalue) == _shape(b.evalue) and \
+        _origin_line(b_source, a_source, a.line) == b.line
 
 
 def _plan_title(cand: Candidate, plan: tuple[int, ...]) -> str:

@@ -4,8 +4,8 @@
 running user cell: when the watcher says the kernel is busy, or the probe times out, it answers from the
 facts cache and says "stale"; with no kernel (or a dead one) it answers nothing and says "static".
 
-The sandbox's verdicts and the model's answers are kept per (cell text, kernel state generation): typing back
-the same text, or re-checking a cell, reuses them; any change of the kernel's state (`kernel_changed`) makes
+The sandbox's verdicts, the model's answers and the verified quick fixes are kept per (cell text, kernel state
+generation): typing back the same text, or re-checking a cell, reuses them; any change of the kernel's state (`kernel_changed`) makes
 them inapplicable. `crane.lsp.diagnostics.final_findings` reads them through `crane.policy.decide`.
 """
 
@@ -24,6 +24,7 @@ from crane.pipeline import FactsMode
 
 if TYPE_CHECKING:
     from crane.lsp.kernel_attach import Attachment
+    from crane.lsp.quick_fixes import FixEntry
     from crane.lsp.scheduler import CellScheduler
     from crane.policy import ModelAnswer
     from crane.probe.facts import ProbeRequest, ProbeResult
@@ -73,6 +74,9 @@ class StateCache(Generic[V]):
         while len(self._items) > self.size:
             self._items.popitem(last=False)
 
+    def discard(self, source: str, gen: int) -> None:
+        self._items.pop((source, gen), None)
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -94,6 +98,7 @@ class NotebookSession:
     outcomes: dict[str, CellOutcome] = field(default_factory=dict)  # cell URI -> its last check
     sandbox_verdicts: StateCache[SandboxVerdict] = field(default_factory=StateCache)
     model_answers: StateCache[ModelAnswer | None] = field(default_factory=StateCache)  # None: asked, no answer
+    quick_fixes: StateCache[FixEntry] = field(default_factory=StateCache)  # verified fixes (crane.lsp.quick_fixes)
     last_edit: dict[str, float] = field(default_factory=dict)  # cell URI -> loop time of its last text edit
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order

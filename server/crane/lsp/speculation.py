@@ -5,7 +5,9 @@ After the rules' diagnostics of a cell are published, the cell is queued for a s
 on a thread of their own with a kernel connection of their own, only while the kernel is attached and idle,
 once the cell's text has been stable for `CRANE_LSP_SPECULATE_DELAY_MS`. Verdicts are kept by the session
 per (cell text, kernel state generation): typing back the same text, or re-checking a cell, does not fork
-again. A verdict whose cell text or kernel state changed while it ran is discarded. What a verdict does to
+again. A verdict whose cell text or kernel state changed while it ran is discarded. After a verdict is
+published, `after_verdict` (the quick-fix search, crane.lsp.quick_fixes) is told; `run_in_sandbox` runs other
+sandbox jobs on the same thread and connection. What a verdict does to
 the diagnostics is `crane.policy.decide` (see `diagnostics.final_findings`). `crane.runSpeculatively` runs a
 cell on demand (`run_now`).
 """
@@ -14,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from crane.lsp.diagnostics import republish
 from crane.lsp.notebook_map import CellSnapshot, snapshot
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUSY_POLL_S = 0.2
+T = TypeVar("T")
 
 
 class SpeculationService:
@@ -42,6 +46,8 @@ class SpeculationService:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-sandbox")
         self._conns: dict[int, tuple[Attachment, Any]] = {}  # id(attachment) -> (attachment, connection)
         self.runs = 0  # sandbox runs started (for tests and logs)
+        # called (on the loop) after a verdict was cached and published: the quick-fix search's trigger
+        self.after_verdict: Callable[[NotebookSession, CellSnapshot], None] | None = None
 
     # -- cache (kept by the session) -------------------------------------------------------------------------
     def cached(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict | None:
@@ -146,6 +152,14 @@ class SpeculationService:
             current = now.cell(cell_uri) if now is not None else None
             if current is not None:
                 self.llm.consider(session, current)
+                self._after_verdict(session, current)
+
+    def _after_verdict(self, session: NotebookSession, cell: CellSnapshot) -> None:
+        if self.after_verdict is not None:
+            try:
+                self.after_verdict(session, cell)
+            except Exception:
+                log.exception("after a sandbox verdict")
 
     async def _speculate(self, session: NotebookSession, source: str) -> SandboxVerdict | None:
         att = session.attachment
@@ -200,7 +214,14 @@ class SpeculationService:
             session.sandbox_verdicts.put(cell.source, gen, v)
             if self.host.settings.speculative_on:
                 republish(self.host, session, cell.uri, cell.source)
+                self._after_verdict(session, cell)
         return v
+
+    async def run_in_sandbox(self, att: Attachment, fn: Callable[[Any], T]) -> T:
+        """Run `fn(connection)` on the sandbox thread, with that thread's own connection to `att`'s kernel (one
+        sandbox job at a time: speculative runs and quick-fix searches queue behind each other)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(self._connection(att)))
 
     def close(self) -> None:
         if self._task is not None:
