@@ -133,7 +133,7 @@ def juno(bench_dir: str, server_env: dict, repeats: int) -> list[tuple[str, floa
     out = []
     for case in sorted(Path(bench_dir).glob("*/case.json")):
         spec = json.loads(case.read_text())
-        for vname, v in spec["variants"].items():
+        for v in spec["variants"].values():
             if not v["expect"]["crash"]:
                 continue
             path = case.parent / v["notebook"]

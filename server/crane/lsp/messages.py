@@ -18,6 +18,10 @@ from crane.errors import CraneError
 from crane.rules.finding import Finding
 
 KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
+
+# Client-side command the server puts into code actions (vscode-client protocol.ts ClientCommands): runs
+# cells through the editor ("Run cell K first (tested)"); arguments [notebookUri, [cellUri, ...]].
+CLIENT_RUN_CELLS = "crane.ui.runCells"
 KernelSource = Literal["request", "discovery", "setting"]
 
 

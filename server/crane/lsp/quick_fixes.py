@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from crane.lsp.diagnostics import republish
+from crane.lsp.messages import CLIENT_RUN_CELLS
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RUN_CELLS = "crane.ui.runCells"  # client-side command (vscode-client/src/common/runCells.ts)
 SEARCH_SECONDS = 20.0
 BUSY_POLL_S = 0.2
 
@@ -222,7 +222,7 @@ class QuickFixService:
                     start=types.Position(r["start"]["line"], r["start"]["character"]),
                     end=types.Position(r["end"]["line"], r["end"]["character"])), new_text=te["newText"])],
             )])
-        command = types.Command(title=fix.label, command=RUN_CELLS, arguments=[snap.uri, run]) if run else None
+        command = types.Command(title=fix.label, command=CLIENT_RUN_CELLS, arguments=[snap.uri, run]) if run else None
         return types.CodeAction(title=fix.label, kind=types.CodeActionKind.QuickFix, diagnostics=diagnostics or None,
                                 is_preferred=preferred or None, edit=edit, command=command)
 
