@@ -19,8 +19,8 @@ import sys
 import time
 
 from crane.bench.cases import find_cases
+from crane.bench.llm_predictor import LLMBenchPredictor
 from crane.bench.runner import run_cases
-from crane.llm.bench_mode import LLMBenchPredictor
 from crane.llm.predictor import STUDY_MEDIAN_PROMPT_CHARS, dry_run_stats
 from crane.llm.settings import LLMSettings
 

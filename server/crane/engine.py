@@ -12,6 +12,7 @@ import msgspec
 
 from crane.analysis.cell import analyze_cell
 from crane.analysis.scope import NotebookScope
+from crane.finding import Finding
 from crane.kernel.manager import OwnedKernel, start_kernel
 from crane.kernel.replay import HistoryRun, replay
 from crane.llm.schema import Usage
@@ -21,7 +22,6 @@ from crane.pipeline import check_cell, probe_facts
 from crane.policy import DecidedBy, Prediction
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
-from crane.rules.finding import Finding
 from crane.sandbox.verdict import Verdict
 
 

@@ -15,6 +15,7 @@ from crane.engine import CellResult, ReplayedNotebook
 from crane.policy import MODES, Mode, ModelAnswer, decide, model_wanted
 
 if TYPE_CHECKING:
+    from crane.llm.prompt import Prompt
     from crane.llm.settings import LLMSettings
     from crane.sandbox.verdict import SandboxVerdict
 
@@ -23,9 +24,18 @@ __all__ = ["MODES", "DEFAULT_BUDGET_S", "predict_in_mode"]
 DEFAULT_BUDGET_S = 30.0
 
 
+def replayed_prompt(replayed: ReplayedNotebook, target: int, include_findings: bool = True) -> Prompt:
+    """The prompt for `target` from a crane.engine.ReplayedNotebook (its history, probe and rule findings)."""
+    cell_result, probe = replayed.predict(target)
+    errors = {h.number: f"{h.ename}: {h.evalue}" for h in replayed.history_runs if h.status == "error"}
+    findings = cell_result.findings if include_findings else []
+    from crane.llm.prompt import build_prompt
+
+    return build_prompt(replayed.history, replayed.nb.cell(target), probe, findings, history_errors=errors)
+
+
 def ask_model(replayed: ReplayedNotebook, target: int, result: CellResult, settings: LLMSettings) -> ModelAnswer | None:
     """The model's verdict on the cell (its usage recorded on `result`); None when it did not answer."""
-    from crane.llm.bench_mode import replayed_prompt
     from crane.llm.client import LLMError
     from crane.llm.predictor import predict_with_llm, verdict_to_finding
 

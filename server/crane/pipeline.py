@@ -26,9 +26,9 @@ import msgspec
 
 from crane.analysis.cell import CellAnalysis, plan_probe
 from crane.analysis.scope import NotebookScope
+from crane.finding import Finding
 from crane.predict import merge, predict
 from crane.probe.facts import ProbeRequest, ProbeResult
-from crane.rules.finding import Finding
 
 if TYPE_CHECKING:
     from crane.probe.collect import ProbeClient

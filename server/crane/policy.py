@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from crane.rules.finding import Finding
+from crane.finding import Finding
 
 if TYPE_CHECKING:
     from crane.sandbox.verdict import SandboxVerdict

@@ -14,10 +14,10 @@ import msgspec
 
 from crane.analysis.cell import CellAnalysis
 from crane.analysis.scope import NotebookScope
+from crane.finding import Finding
 from crane.probe.facts import ProbeResult
-from crane.rules.context import RuleContext
-from crane.rules.finding import Finding
-from crane.rules.registry import run_rules
+from crane.rulekit.context import RuleContext
+from crane.rulekit.registry import run_rules
 
 
 def _statement_spans(analysis: CellAnalysis) -> list[tuple[int, int]]:

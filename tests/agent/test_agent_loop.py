@@ -160,7 +160,9 @@ def test_a_run_past_its_budget_ends_with_a_clear_report(model, keyerror_nb, reco
         turn = tool("inspect", "look", expression="df.columns.tolist()")
         turn.delay_s = 0.6
     model.reset(default=turn)
-    p = start_fix(keyerror_nb, 3, settings, sandbox_factory=factory, budget=budget)
+    # the time budget runs on a virtual clock: 0.6 s per model turn, whatever the machine's load
+    clock = (lambda: 0.6 * len(model.requests)) if kind == "time" else time.monotonic
+    p = start_fix(keyerror_nb, 3, settings, sandbox_factory=factory, budget=budget, clock=clock)
     assert p.status == "not-fixed" and not p.fixed, p.stop_reason
     assert len(model.requests) == (3 if kind != "time" else 2)
     expected = {"tokens": "token budget (250,000 tokens; used 300,150)",

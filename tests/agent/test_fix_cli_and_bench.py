@@ -105,8 +105,8 @@ def _script_fix_bench(model):
 
 
 def test_fix_bench_scores_a_synthetic_bench_set(model, tmp_path):
-    from crane.agent.bench_fix import render_text, run_fix_bench
     from crane.bench.cases import find_cases
+    from crane.bench.fix import render_text, run_fix_bench
 
     bench = _synthetic_fix_bench(tmp_path)
     _script_fix_bench(model)

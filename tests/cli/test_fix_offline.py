@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from crane.bench.fix_offline import replay_written
 from crane.cli import main
-from crane.fixes.bench import replay_written
 from crane.notebook.model import load_notebook
 
 

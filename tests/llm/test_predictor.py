@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 
 from crane.bench.cases import find_cases
+from crane.bench.llm_predictor import LLMBenchPredictor
 from crane.bench.runner import run_cases
-from crane.llm.bench_mode import LLMBenchPredictor
+from crane.finding import Finding
 from crane.llm.cost import CostLedger
 from crane.llm.predictor import diagnose, dry_run_stats, verdict_to_finding
 from crane.llm.prompt import build_prompt
 from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
 from crane.llm.settings import LLMSettings
 from crane.notebook.model import Cell
-from crane.rules.finding import Finding
 
 from .fake_llm_server import Reply
 

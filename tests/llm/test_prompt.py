@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from crane.finding import Finding
 from crane.llm.facts_text import facts_text
 from crane.llm.history import parse_cell, select, strip_comments
 from crane.llm.prompt import SYSTEM_PROMPT, build_prompt
@@ -16,7 +17,6 @@ from crane.probe.facts import (
     ProbeResult,
     TorchModuleFacts,
 )
-from crane.rules.finding import Finding
 
 
 def cell(n: int, src: str, count: int | None = None) -> Cell:

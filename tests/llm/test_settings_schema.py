@@ -8,9 +8,9 @@ import sys
 import msgspec
 import pytest
 
+from crane.finding import ROOT_CAUSES
 from crane.llm.schema import ANSWER_JSON_SCHEMA, AnswerError, LLMAnswer, Usage, decode_answer
 from crane.llm.settings import LLMSettings, SettingsError, resolve_settings
-from crane.rules.finding import ROOT_CAUSES
 
 
 def test_no_model_means_offline_without_error():

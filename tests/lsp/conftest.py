@@ -315,7 +315,13 @@ class Notebook:
         )
 
 
+# Waits are for events (a condition polled until it holds); their timeouts only bound a failure, so they are
+# scaled up on loaded machines (CI) without slowing a passing run.
+TIMEOUT_SCALE = float(os.environ.get("CRANE_TEST_TIMEOUT_SCALE", "3"))
+
+
 async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    timeout *= TIMEOUT_SCALE
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -337,3 +343,31 @@ def last_status(client, notebook_uri: str | None = None):
         if notebook_uri is None or s.notebookUri == notebook_uri:
             return s
     return None
+
+
+# -- a live kernel and a server that reaches it only through crane/attachKernel ------------------------------
+SETUP = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', None]})\n"
+
+
+@pytest.fixture(scope="module")
+def live_kernel(kernel):
+    kernel.run(SETUP)
+    return kernel
+
+
+@pytest_asyncio.fixture
+async def client(live_kernel, tmp_path):
+    # An empty runtime dir: the kernel is reached only through crane/attachKernel here.
+    c = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path)})
+    yield c
+    await stop_client(c)
+
+
+async def attach(client, nb: Notebook, kernel: Kernel):
+    """Attach `nb` to `kernel` by `crane/attachKernel` (as the VS Code client's kernel bridge does)."""
+    result = await client.protocol.send_request_async(
+        "crane/attachKernel", {"notebookUri": nb.uri, "connectionFile": kernel.connection_file}
+    )
+    assert result.attached, result.message
+    assert result.kernel.source == "request"
+    return result

@@ -59,22 +59,6 @@ async def test_squiggle_on_right_cell_and_line_then_cleared(static_client, tmp_p
     await wait_for(lambda: crane_diags(client, nb.cells[2]) == [], what="the squiggle to disappear")
 
 
-async def test_names_follow_notebook_order_and_structure(static_client, tmp_path):
-    client = static_client
-    nb = Notebook(client, tmp_path / "order.ipynb", ["y = x + 1\n", "x = 1\n"])
-    diags = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="NameError for x defined below")
-    assert diags[0].code == "undefined-name"
-    assert any(ri.location.uri == nb.cells[1] for ri in diags[0].related_information or [])
-    # move the definition above: insert a cell defining x at the top
-    nb.insert(0, "x = 0\n")
-    await wait_for(lambda: crane_diags(client, nb.cells[1]) == [], what="cleared after the insert")
-    # deleting a cell clears its diagnostics
-    nb.set_text(2, "x = 1\nprint(zz)\n")
-    await wait_for(lambda: crane_diags(client, nb.cells[2]), what="NameError zz")
-    removed = nb.delete(2)
-    await wait_for(lambda: crane_diags(client, removed) == [], what="diagnostics of a deleted cell cleared")
-
-
 async def test_syntax_error_and_missing_module_and_file(static_client, tmp_path):
     client = static_client
     nb = Notebook(
@@ -86,22 +70,6 @@ async def test_syntax_error_and_missing_module_and_file(static_client, tmp_path)
     assert d0[0].message.startswith("SyntaxError") and d0[0].range.start.line == 0
     d1 = await wait_for(lambda: crane_diags(client, nb.cells[1]), what="ModuleNotFoundError")
     assert d1[0].message.startswith("ModuleNotFoundError")
-
-
-async def test_close_clears_everything_even_mid_analysis(static_client, tmp_path):
-    import asyncio
-
-    client = static_client
-    nb = Notebook(client, tmp_path / "c.ipynb", ["print(undefined_thing)\n"])
-    await wait_for(lambda: crane_diags(client, nb.cells[0]), what="NameError")
-    nb.set_text(0, "print(undefined_thing)\nprint(other_undefined)\n")  # a check is scheduled...
-    nb.close()  # ...and the notebook closes before it runs
-    await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="cleared on close")
-    await asyncio.sleep(0.5)
-    assert crane_diags(client, nb.cells[0]) == []  # nothing published after the close
-    # the server still works
-    nb2 = Notebook(client, tmp_path / "d.ipynb", ["print(zzz)\n"])
-    await wait_for(lambda: crane_diags(client, nb2.cells[0]), what="a new notebook is checked")
 
 
 async def test_invalid_settings_fall_back_with_a_message(tmp_path):
@@ -164,29 +132,3 @@ async def test_check_notebook_reports_progress_and_can_be_cancelled(static_clien
     assert full["cancelled"] is False and len(full["cells"]) == n and full["crashes"] == 0
 
 
-async def test_cell_numbers_count_markdown_cells(static_client, tmp_path):
-    """vscode-languageclient syncs the cells the server declares: python and markdown, so numbers are the
-    positions in the full notebook (here cell 4, not 3)."""
-    client = static_client
-    sync = client.init_result.capabilities.notebook_document_sync
-    languages = {c.language for f in sync.notebook_selector for c in f.cells}
-    assert languages == {"python", "markdown"}
-    nb = Notebook(
-        client,
-        tmp_path / "md.ipynb",
-        ["# Title\nSome *text* with print(undefined)", "import os\n", "## Section", "print(later_name)\n", "later_name = 1\n"],
-        kinds=["markdown", "code", "markdown", "code", "code"],
-    )
-    d = await wait_for(lambda: crane_diags(client, nb.cells[3]), what="NameError on cell 4")
-    assert d[0].message.startswith("NameError")
-    assert crane_diags(client, nb.cells[0]) == [] and crane_diags(client, nb.cells[2]) == []  # markdown: nothing
-    related = d[0].related_information or []
-    assert [r.location.uri for r in related] == [nb.cells[4]], related  # defined in cell 5, which runs later
-    assert "cell 5" in related[0].message or "5" in related[0].message
-    result = await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="crane.diagnoseCell", arguments=[nb.cells[3]])
-    )
-    assert result["cell"] == 4 and "### Cell 4 will crash" in result["markdown"]
-    check = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.checkNotebook", arguments=[nb.uri]))
-    assert [c["cell"] for c in check["cells"]] == [2, 4, 5]
-    assert check["cells"][1]["findings"][0]["related"][0]["cell"] == 5

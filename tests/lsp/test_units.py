@@ -10,13 +10,13 @@ import subprocess
 import sys
 import time
 
+from crane.finding import Finding, Related
 from crane.lsp.discovery import candidates, runtime_dirs
 from crane.lsp.facts_cache import FactsCache
 from crane.lsp.hover import chain_at
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, notebook_path
 from crane.lsp.settings import parse_settings
 from crane.probe.facts import Facts, ProbeRequest, ProbeResult
-from crane.rules.finding import Finding, Related
 
 from .conftest import REPO
 
@@ -30,14 +30,13 @@ def test_settings_fall_back_key_by_key():
     )
     assert s.mode == "llm"
     assert s.speculative.enabled is False and s.speculative.budget_seconds == 10.0  # only the bad key falls back
-    assert s.llm.model == "openai/m" and s.llm.api_base is None and s.llm.extra == {"timeout": 5}
+    assert s.llm.model == "openai/m" and s.llm.api_base is None and s.llm.timeout == 5 and s.llm.max_tokens is None
     assert s.agent.max_steps == 3 and s.agent.budget_usd is None and s.agent.step_mode is True
     assert s.kernel.connection_file is None and s.hover is True and s.log_level == "info"
     keys = [p.split(":")[0] for p in problems]
     assert keys == ["crane.hover", "crane.logLevel", "crane.speculative.budgetSeconds", "crane.llm.apiBase",
                     "crane.llm.maxTokens", "crane.agent.budgetUsd"]
     assert not any("bogus" in p or "other" in p for p in problems)  # unknown keys are ignored
-    assert s.llm_section() == {"llm": {"timeout": 5, "model": "openai/m"}}
     assert s.llm_settings().model == "openai/m" and s.llm_settings().timeout_s == 5
     assert parse_settings(None) == (type(s)(), [])
     assert parse_settings(None)[0].mode == "auto" and parse_settings(None)[0].speculative_on
@@ -111,6 +110,26 @@ def test_finding_to_diagnostic_maps_lines_and_related_cells():
     assert d.related_information[0].location.uri == "cell-1"
     d2 = to_diagnostic(Finding(rule="r", ename="KeyError", message="KeyError: 'k'", line=1), cells[1], snap, "stale")
     assert d2.message == "KeyError: 'k'" and d2.range.end.character == 1 and d2.data["facts"] == "stale"
+
+
+def test_columns_count_characters_and_the_lsp_gets_utf16_units():
+    """ast reports UTF-8 byte columns; findings carry characters; LSP positions count UTF-16 code units."""
+    from crane.analysis.cell import analyze_cell
+    from crane.lsp.diagnostics import to_diagnostic
+    from crane.lsp.notebook_map import char_col, utf16_col
+    from crane.predict import predict
+
+    source = "print('héllo 😀', undefined_x)\n"
+    from crane.probe.facts import ProbeResult
+
+    found = predict(analyze_cell(source), ProbeResult(undefined=["undefined_x"]))
+    assert [(f.rule, f.col, f.end_col) for f in found] == [("undefined-name", 17, 28)]  # characters
+    assert source[17:28] == "undefined_x"
+    cell = CellSnapshot(1, "cell-1", True, source, 1)
+    d = to_diagnostic(found[0], cell, NotebookSnapshot("nb", None, 1, (cell,)), "static")
+    assert (d.range.start.character, d.range.end.character) == (18, 29)  # the emoji is two UTF-16 units
+    line = source.rstrip("\n")
+    assert all(char_col(line, utf16_col(line, i)) == i for i in range(len(line) + 1))
 
 
 def test_serve_over_tcp(tmp_path):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from crane.probe.facts import ColumnFacts, EstimatorFacts, Facts
-from crane.rules import sklearn_checks as C
-from crane.rules import sklearn_params as P
-from crane.rules import sklearn_tables as T
+from crane.rulekit import sklearn_checks as C
+from crane.rulekit import sklearn_params as P
+from crane.rulekit import sklearn_tables as T
 from crane.rules.sklearn_rules import classification_mix, split_sizes
 
 DF = "pandas.core.frame.DataFrame"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from crane.rules.suggest import CUTOFF, closest, hint
+from crane.rulekit.suggest import CUTOFF, closest, hint
 
 from .conftest import predict_source, run_target
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from crane.sandbox.replay_sandbox import replay_speculate
+from crane.sandbox.fresh_kernel import speculate_in_fresh_kernel
 from crane.sandbox.session import SandboxError, SandboxSession
 
 from ..sacred import kernel_state
@@ -63,5 +63,5 @@ def test_session_timeout_rolls_back_and_keeps_serving(conn, ready):
 
 def test_replay_sandbox_rebuilds_state(tmp_path):
     (tmp_path / "d.csv").write_text("a\n1\n")
-    v = replay_speculate(["import pandas as pd", "df = pd.read_csv('d.csv')"], "df['b']", tmp_path, 10)
+    v = speculate_in_fresh_kernel(["import pandas as pd", "df = pd.read_csv('d.csv')"], "df['b']", tmp_path, 10)
     assert v.verdict == "crash" and v.ename == "KeyError", v

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import msgspec
 
+from crane.finding import Finding
 from crane.llm.facts_text import facts_text
 from crane.llm.prompt import clean_traceback, findings_text
 from crane.notebook.model import Notebook
 from crane.probe.facts import ProbeResult
-from crane.rules.finding import Finding
 
 MAX_CELL_LINES = 80
 MAX_NOTEBOOK_CHARS = 24000

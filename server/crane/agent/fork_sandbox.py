@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 
-from crane.agent.sandboxes import ExecResult, ReplaySandbox, cell_line, clean_traceback, inspect_expression
+from crane.agent.sandboxes import ExecResult, ReplaySandbox, inspect_expression
 from crane.kernel.client import KernelConnection
 from crane.notebook.model import Notebook
+from crane.text import cell_line, clean_traceback
 
 log = logging.getLogger(__name__)
 

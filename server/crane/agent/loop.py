@@ -17,7 +17,7 @@ from crane.agent.context import FixContext, initial_messages
 from crane.agent.model_call import request_turn
 from crane.agent.proposal import AgentStep, AgentUsage, Proposal, StepUsage
 from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run
-from crane.agent.sandboxes import ExecutionSandbox, cell_line, clean_traceback, replay_sandbox_factory
+from crane.agent.sandboxes import ExecutionSandbox, replay_sandbox_factory
 from crane.agent.tools import AddCell, EditCell, ExecuteCell, Finish, Inspect, ToolArgsError, action_code, decode_args
 from crane.llm.client import LLMError
 from crane.llm.cost import CostLedger
@@ -25,6 +25,7 @@ from crane.llm.schema import Usage
 from crane.llm.settings import LLMSettings
 from crane.notebook.history import check_target
 from crane.notebook.model import Notebook
+from crane.text import cell_line, clean_traceback
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,10 @@ class AgentRun:
                  goal: str | None = None, budget: AgentBudget | None = None,
                  on_step: Callable[[AgentStep], None] | None = None, step_gate: StepGate | None = None,
                  stop_event: threading.Event | None = None, ledger: CostLedger | None = None,
-                 run_id: str | None = None, candidates: list | None = None):
+                 run_id: str | None = None, clock: Callable[[], float] = time.monotonic,
+                 candidates: list | None = None):
         self.nb, self.target, self.settings, self.goal = nb, target, settings, goal
+        self.clock = clock  # the time budget's clock (seconds)
         self.candidates = list(candidates or [])
         self.budget = budget or AgentBudget()
         self.on_step = on_step
@@ -135,7 +138,7 @@ class AgentRun:
         self.messages: list[dict] = []
         self.log: list[AgentStep] = []
         self.steps = 0
-        self.start = time.monotonic()
+        self.start = clock()
         self.explanation = ""
         self.requests_sent: list[list[dict]] = []  # message lists as sent (tests check the stable prefix)
 
@@ -146,7 +149,7 @@ class AgentRun:
             return "stopped by the user"
         if self.steps >= b.max_steps:
             return f"step limit ({b.max_steps} steps)"
-        if time.monotonic() - self.start >= b.max_seconds:
+        if self.clock() - self.start >= b.max_seconds:
             return f"time budget ({b.max_seconds:g} s)"
         t = self.ledger.totals()
         if b.max_tokens is not None and t.prompt_tokens + t.completion_tokens >= b.max_tokens:
@@ -319,13 +322,15 @@ def start_fix(
     budget: AgentBudget | None = None,
     ledger: CostLedger | None = None,
     run_id: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
     candidates: list | None = None,
 ) -> Proposal:
     """Run the repair agent on cell `target` (blocking; the daemon runs it in a worker thread).
 
     The sandbox comes from `sandbox_factory(notebook)` (default: a replay kernel CRANE owns) and is closed at
-    the end. `candidates`: verified quick fixes (crane.fixes.model.VerifiedFix) the agent starts from. Raises
-    NotebookError for a bad target, LLMNotConfigured without a model and KernelError when no
+    the end. `clock` measures the time budget (tests pass a virtual one). `candidates`: verified quick fixes
+    (crane.fixes.model.VerifiedFix) the agent starts from. Raises NotebookError for a bad target,
+    LLMNotConfigured without a model and KernelError when no
     sandbox can be started; every other failure ends the run with a proposal whose status says so."""
     from crane.llm.client import LLMNotConfigured
 
@@ -335,7 +340,7 @@ def start_fix(
     sandbox = (sandbox_factory or replay_sandbox_factory())(notebook)
     try:
         run = AgentRun(notebook, target, settings, sandbox, goal=goal, budget=budget, on_step=on_step,
-                       step_gate=step_gate, stop_event=stop_event, ledger=ledger, run_id=run_id,
+                       step_gate=step_gate, stop_event=stop_event, ledger=ledger, run_id=run_id, clock=clock,
                        candidates=candidates)
         return run.run()
     finally:

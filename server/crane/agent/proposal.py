@@ -14,8 +14,11 @@ from typing import Literal
 
 import msgspec
 
+from crane.agent.sandboxes import SandboxKind
+
 StepPhase = Literal["proposed", "done"]
 ProposalStatus = Literal["fixed", "not-fixed", "stopped", "error", "clean"]
+StepStatus = Literal["ok", "refused", "error", "stopped"]
 
 
 class StepUsage(msgspec.Struct, rename="camel"):
@@ -38,11 +41,11 @@ class AgentStep(msgspec.Struct, rename="camel", omit_defaults=False):
     step: int  # 1-based
     phase: StepPhase
     reflection: str
-    action: str  # edit_cell | add_cell | execute_cell | inspect | finish | reply (no tool call)
+    action: str  # the tool: edit_cell | add_cell | execute_cell | inspect | finish; "reply" (no tool call)
     cell: int | None = None
     code: str = ""  # the cell source or expression the action carries
     result: str = ""  # the observation sent back to the model
-    status: str = "ok"  # ok | refused | error | stopped
+    status: StepStatus = "ok"
     tokens: int = 0  # prompt + completion tokens of the model request behind this step
     usage: StepUsage = msgspec.field(default_factory=StepUsage)
     elapsed_s: float = 0.0
@@ -63,7 +66,7 @@ class CellAddition(msgspec.Struct, rename="camel"):
 class Evidence(msgspec.Struct, rename="camel", omit_defaults=True):
     """The verification run: the cells run in a fresh sandbox (in order), then the target."""
 
-    sandbox: str  # "replay" | "fork"
+    sandbox: SandboxKind
     ran: list[int]  # cells run before the target, in order (edited, added, or never-run cells)
     target: int
     status: str  # the target's outcome: ok | error | timeout | ...

@@ -14,9 +14,10 @@ import msgspec
 
 from crane.agent.guard import check_edit
 from crane.agent.proposal import CellAddition, CellEdit, Evidence
-from crane.agent.sandboxes import ExecResult, ExecutionSandbox, cell_line, clean_traceback
+from crane.agent.sandboxes import ExecResult, ExecutionSandbox
 from crane.errors import CraneError
 from crane.notebook.model import Notebook
+from crane.text import cell_line, clean_traceback
 
 
 class WorkCell(msgspec.Struct):

@@ -15,26 +15,28 @@ Nothing the agent does runs in the user's kernel. Two implementations of one sma
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
 from crane.kernel.errors import KernelError
 from crane.notebook.history import executed_history
 from crane.notebook.model import Notebook
+from crane.text import cell_line, clean_traceback
 
 log = logging.getLogger(__name__)
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_CELL_LINE = re.compile(r"(?:Cell In\s*\[\d*\]|<ipython-input-[^>]*>|Input In \[\d*\]),? line (\d+)")
+
+
+ExecStatus = Literal["ok", "error", "timeout", "blocked", "unavailable"]
+SandboxKind = Literal["replay", "fork"]
 
 
 class ExecResult(msgspec.Struct, omit_defaults=True):
     """The outcome of running one cell's source in a sandbox."""
 
-    status: str  # "ok" | "error" | "timeout" | "blocked" | "unavailable"
+    status: ExecStatus
     ename: str | None = None
     evalue: str | None = None
     line: int | None = None  # 1-based line in the cell, when the traceback names it
@@ -63,23 +65,11 @@ class ExecResult(msgspec.Struct, omit_defaults=True):
         return f"{self.status}: {(self.evalue or '')[:500]}"
 
 
-def clean_traceback(tb: list[str] | str, limit: int = 2500) -> str:
-    text = "\n".join(tb) if isinstance(tb, list) else tb
-    text = _ANSI.sub("", text).strip()
-    return text if len(text) <= limit else "...\n" + text[-limit:]
-
-
-def cell_line(traceback: str) -> int | None:
-    """The line of the notebook cell's own frame (the last 'Cell In[..], line N') in an IPython traceback."""
-    found = _CELL_LINE.findall(_ANSI.sub("", traceback))
-    return int(found[-1]) if found else None
-
-
 @runtime_checkable
 class ExecutionSandbox(Protocol):
     """A place to run the agent's cells that is never the user's kernel."""
 
-    kind: str  # "replay" | "fork"
+    kind: SandboxKind
 
     def run_cell(self, source: str, timeout: float) -> ExecResult: ...
 

@@ -95,8 +95,11 @@ class CellAnalysis:
         py_line = getattr(node, "lineno", 1)
         py_end = getattr(end, "end_lineno", None) or py_line
         line, end_line = self.original_line(py_line), self.original_line(py_end)
-        col = getattr(node, "col_offset", 0) or 0
+        # ast columns are UTF-8 byte offsets; Findings carry character offsets (what editors and SARIF count)
+        col = _char_col(self._line_text(self.python, py_line), getattr(node, "col_offset", 0) or 0)
         end_col = getattr(end, "end_col_offset", None)
+        if end_col is not None:
+            end_col = _char_col(self._line_text(self.python, py_end), end_col)
         orig = self._line_text(self.source, line)
         if self._line_text(self.python, py_line) != orig:
             col = len(orig) - len(orig.lstrip())
@@ -106,6 +109,11 @@ class CellAnalysis:
         if end_line < line or (end_line == line and end_col < col):
             end_line, end_col = line, max(col, len(orig.rstrip()))
         return line, col, end_line, end_col
+
+
+def _char_col(line: str, byte_col: int) -> int:
+    """A UTF-8 byte offset into `line` (as Python's ast reports columns) as a character offset."""
+    return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
 
 
 def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from crane.analysis.cell import CellAnalysis, analyze_cell, is_predefined
-from crane.rules.finding import Related
+from crane.finding import Related
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`crane bench DIR...`: score CRANE on crash/fix notebook pairs (../shared/bench/README.md format).
 
-`--fix --model M` scores the repair agent, `--fix --offline` the verified quick fixes (crane.fixes.bench).
+`--fix --model M` scores the repair agent, `--fix --offline` the verified quick fixes (crane.bench.fix_offline).
 
 Reports, per mode: accuracy, precision, recall, F1 (crash = positive), exception-name match on crashes, false
 alarms on fixed variants, scores per library and root cause, and the time per case.
@@ -63,7 +63,7 @@ def _predictor(args: argparse.Namespace, settings):
     from crane.bench.runner import ModePredictor, static_predictor
 
     if args.mode == "llm":
-        from crane.llm.bench_mode import LLMBenchPredictor
+        from crane.bench.llm_predictor import LLMBenchPredictor
 
         return LLMBenchPredictor(settings, dry_run=args.dry_run)
     if args.mode == "auto":
@@ -148,9 +148,9 @@ def render_dry_run(stats: dict, errors: list[str]) -> str:
 
 def _run_fix(args: argparse.Namespace, cases, settings) -> int:
     """`crane bench --fix`: the repair agent on every buggy variant; fixed = target clean in a fresh replay."""
-    from crane.agent.bench_fix import render_text as render_fix
-    from crane.agent.bench_fix import run_fix_bench
     from crane.agent.loop import AgentBudget
+    from crane.bench.fix import render_text as render_fix
+    from crane.bench.fix import run_fix_bench
     from crane.commands.output import encode
 
     if not settings.enabled:
@@ -169,9 +169,9 @@ def _run_fix(args: argparse.Namespace, cases, settings) -> int:
 
 def _run_fix_offline(args: argparse.Namespace, cases) -> int:
     """`crane bench --fix --offline`: verified quick fixes; repaired = the written notebook runs clean."""
+    from crane.bench.fix_offline import render_text as render_offline
+    from crane.bench.fix_offline import run_offline_fix_bench
     from crane.commands.output import encode
-    from crane.fixes.bench import render_text as render_offline
-    from crane.fixes.bench import run_offline_fix_bench
 
     def progress(r) -> None:
         mark = "ERR" if r.error else "ok " if r.repaired else "NO "

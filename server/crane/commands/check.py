@@ -9,7 +9,6 @@ notebook never stops the others, and their crashes are still in the report.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -71,10 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.cell and len(targets) != 1:
         return _usage_error(f"--cell applies to one notebook, but {len(targets)} were given or found")
 
-    # A kernel runs in its notebook's folder: a relative interpreter path means relative to here.
-    python = os.path.abspath(args.python) if args.python and os.sep in args.python else args.python
     opts = CheckOptions(mode=args.mode, cells=tuple(args.cell) if args.cell else None, budget_s=args.budget,
-                        python=python, cell_timeout_s=args.cell_timeout)
+                        python=args.python, cell_timeout_s=args.cell_timeout)
     progress = sys.stderr.isatty()
     reports: list[NotebookReport] = []
     texts: dict[str, str] = {}

@@ -16,14 +16,13 @@ the agent starts from them: they are searched first and given to it as verified 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import msgspec
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
+from crane.commands.files import write_atomic
 from crane.llm.settings import add_llm_arguments
 
 
@@ -62,19 +61,6 @@ def _print_step(step) -> None:
     head = f"[{step.step}] {step.action}{where}: {step.reflection}".rstrip(": ")
     result = step.result.strip().splitlines()[0][:160] if step.result.strip() else ""
     print(f"{head}\n     -> {result}", file=sys.stderr)
-
-
-def _write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def render_text(path: str, proposal, diff: str, written: str | None) -> str:
@@ -174,13 +160,13 @@ def run(args: argparse.Namespace) -> int:
     target = Path(args.notebook) if args.apply else Path(args.out) if args.out else None
     if target is not None and proposal.fixed and proposal.changes_code:
         try:
-            _write(target, apply_proposal(original, proposal))
+            write_atomic(target, apply_proposal(original, proposal))
             written = str(target)
         except (NotebookError, OSError) as exc:
             print(f"crane: could not write the fix: {exc}", file=sys.stderr)
             return EXIT_ERROR
     elif target is not None and args.out and proposal.fixed:  # no code change: --out still gets the notebook
-        _write(target, original)
+        write_atomic(target, original)
         written = str(target)
     if args.json:
         from crane.commands.output import encode

@@ -64,7 +64,7 @@ def render_text(path: str, report, chosen: int | None, written: str | None) -> s
 
 
 def run_offline(args: argparse.Namespace) -> int:
-    from crane.commands.fix import _write
+    from crane.commands.files import write_atomic
     from crane.errors import CraneError
     from crane.fixes.apply import apply_to_notebook, unified_diff
     from crane.fixes.offline import fix_notebook
@@ -106,7 +106,7 @@ def run_offline(args: argparse.Namespace) -> int:
         diff = unified_diff(fix, Path(args.notebook).name)
         if target is not None:
             try:
-                _write(target, apply_to_notebook(original, nb, fix))
+                write_atomic(target, apply_to_notebook(original, nb, fix))
                 written = str(target)
             except (NotebookError, OSError) as exc:
                 print(f"crane: could not write the fix: {exc}", file=sys.stderr)

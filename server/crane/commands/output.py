@@ -10,6 +10,7 @@ import msgspec
 
 from crane.commands.history_json import HistoryEntry
 from crane.engine import CellResult
+from crane.policy import Mode
 
 CHECK_SCHEMA = "crane.check/2"
 
@@ -27,7 +28,7 @@ class NotebookReport(msgspec.Struct, omit_defaults=True, rename="camel"):
 
 class CheckReport(msgspec.Struct, rename="camel"):
     schema: str  # CHECK_SCHEMA
-    mode: str  # "static" | "auto" | "llm"
+    mode: Mode
     notebooks: list[NotebookReport]
     predicted_crashes: int  # cells predicted to crash, over every notebook
     errors: int  # notebooks that could not be checked

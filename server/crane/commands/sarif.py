@@ -28,14 +28,13 @@ import msgspec
 from crane import __version__
 from crane.commands.check_text import located
 from crane.commands.output import CheckReport
+from crane.finding import Finding, FindingSource
 from crane.notebook.json_positions import NotebookTextMap
-from crane.rules.finding import Finding
 
 if TYPE_CHECKING:
     from crane.engine import CellResult
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-INFORMATION_URI = "https://pypi.org/project/crane-notebook/"
 SRCROOT = "%SRCROOT%"
 CONFIDENT = 0.9  # a rule finding at least this confident is an "error" result
 
@@ -112,7 +111,6 @@ class ToolComponent(msgspec.Struct, rename="camel"):
     name: str
     version: str
     semantic_version: str
-    information_uri: str
     rules: list[ReportingDescriptor]
 
 
@@ -126,7 +124,7 @@ class ResultProperties(msgspec.Struct, omit_defaults=True, rename="camel"):
     cell_column: int  # 1-based column within the cell
     ename: str
     confidence: float
-    source: str  # "rules" | "sandbox" | "llm"
+    source: FindingSource
     root_cause: str | None = None
     sandbox: str | None = None  # auto mode: the speculative run's verdict
     evidence: list[str] = []
@@ -185,21 +183,12 @@ def artifact_uri(path: str, root: Path) -> ArtifactLocation:
     return ArtifactLocation(uri=quote(rel.as_posix(), safe="/"), uri_base_id=SRCROOT)
 
 
-def _chars(text_map: NotebookTextMap, cell: int, line: int, col: int | None) -> int | None:
-    """A finding's column (a UTF-8 byte offset, as Python's ast gives it) as a character index in the line."""
-    text = text_map.line_text(cell, line)
-    if col is None or text is None:
-        return col
-    return len(text.encode("utf-8")[:col].decode("utf-8", errors="ignore"))
-
-
 def _region(text_map: NotebookTextMap | None, cell: int, line: int, col: int = 0,
             end_line: int | None = None, end_col: int | None = None) -> Region:
     """The finding's span in the file's text; without an end column, to the end of the start line."""
     if text_map is None:
         return Region(start_line=1)
-    col = _chars(text_map, cell, line, col) or 0
-    end_col = _chars(text_map, cell, end_line or line, end_col)
+    col = col or 0
     start = text_map.locate(cell, line, col)
     if start is None:
         first = text_map.locate(cell, 1, 0)  # at least the cell
@@ -236,7 +225,7 @@ def _result(cell_result: CellResult, location_uri: ArtifactLocation,
         ))],
         related_locations=related,
         properties=ResultProperties(
-            cell=cell, cell_line=f.line, cell_column=((_chars(text_map, cell, f.line, f.col) if text_map else f.col) or 0) + 1, ename=f.ename, confidence=f.confidence,
+            cell=cell, cell_line=f.line, cell_column=(f.col or 0) + 1, ename=f.ename, confidence=f.confidence,
             source=f.source, root_cause=f.root_cause, sandbox=cell_result.sandbox, evidence=f.evidence,
             other_findings=[f"line {o.line}: {o.ename}: {o.message}" for o in cell_result.findings[1:]],
         ),
@@ -286,7 +275,7 @@ def sarif_log(report: CheckReport, texts: dict[str, str], root: Path | None = No
             if r.findings:
                 results.append(_result(r, uri, text_map, rule_index))
     driver = ToolComponent(
-        name="CRANE", version=__version__, semantic_version=__version__, information_uri=INFORMATION_URI,
+        name="CRANE", version=__version__, semantic_version=__version__,
         rules=[_descriptor(rid, levels[rid]) for rid in rule_ids],
     )
     run = Run(

@@ -15,11 +15,11 @@ from typing import Any
 
 from crane.analysis.cell import CellAnalysis, analyze_cell
 from crane.analysis.scope import NotebookScope
+from crane.finding import Finding
 from crane.fixes.edits import SourceEdit, change_size
 from crane.fixes.model import Candidate, Crash
 from crane.notebook.model import Notebook
 from crane.probe.facts import AttrCheck, Facts, KeyCheck, ProbeRequest, ProbeResult
-from crane.rules.finding import Finding
 
 RUN_CELL_COST = 10.0  # a cell to run first counts like a change of this many characters
 

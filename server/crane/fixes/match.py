@@ -1,5 +1,5 @@
 """Nearest existing names for a missing one, for candidate fixes (looser than the diagnostics' "did you mean",
-crane.rules.suggest, because every candidate is verified by running it before it is offered).
+crane.rulekit.suggest, because every candidate is verified by running it before it is offered).
 
 Scores in [0, 1]: equal up to case and surrounding spaces 1.0; the fitted-attribute underscore (`coef` →
 `coef_`) 0.98; equal up to case and punctuation ('Total Gross' / 'total_gross') 0.97; else the larger of

@@ -25,6 +25,7 @@ import msgspec
 
 from crane.analysis.cell import analyze_cell, plan_probe
 from crane.analysis.scope import NotebookScope
+from crane.finding import Finding
 from crane.fixes.context import RUN_CELL_COST, FixContext
 from crane.fixes.generate import generate
 from crane.fixes.model import Attempt, Candidate, Crash, SearchReport, VerifiedFix
@@ -33,7 +34,6 @@ from crane.fixes.sandbox import FixSandbox
 from crane.notebook.history import check_target
 from crane.notebook.model import Notebook
 from crane.probe.facts import ProbeResult
-from crane.rules.finding import Finding
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from jupyter_client import BlockingKernelClient
@@ -27,7 +27,7 @@ from crane.kernel.errors import KernelDead, KernelError, KernelTimeout
 class CellRun(msgspec.Struct):
     """The outcome of running one cell (replay)."""
 
-    status: str  # "ok" | "error" | "aborted"
+    status: Literal["ok", "error", "aborted"]
     execution_count: int | None = None
     ename: str | None = None
     evalue: str | None = None

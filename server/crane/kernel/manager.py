@@ -54,7 +54,8 @@ def start_kernel(
     startup_timeout: float = 60.0,
 ) -> OwnedKernel:
     """Start an ipykernel with `python` (default: this interpreter) whose working directory is `cwd`."""
-    exe = python or sys.executable
+    # a relative interpreter path means the caller's folder: the kernel itself starts in the notebook's
+    exe = os.path.abspath(python) if python and os.sep in python else (python or sys.executable)
     # IPC sockets avoid ipykernel's "TCP without encryption" warning; their path must be absolute because
     # the kernel runs in the notebook's folder, not ours.
     sockets = tempfile.mkdtemp(prefix="crane-kernel-")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from crane.probe.facts import ColumnFacts, Facts, ProbeResult
+from crane.text import short_type
 
 MAX_DETAILED_COLUMNS = 10
 MAX_COLUMN_EXAMPLES = 3
@@ -39,17 +40,6 @@ def _range(r: list[Any] | None) -> str:
 
 def _uniques(vals: list[Any]) -> str:
     return "{" + ",".join(num(v) for v in vals) + "}"
-
-
-def short_type(t: str) -> str:
-    """pandas.core.frame.DataFrame -> DataFrame; keep the module for estimators and user classes."""
-    known = {"pandas.core.frame.DataFrame": "DataFrame", "pandas.core.series.Series": "Series",
-             "numpy.ndarray": "ndarray", "torch.Tensor": "Tensor"}
-    if t in known:
-        return known[t]
-    if t.startswith(("builtins.", "__main__.")):
-        return t.split(".", 1)[1]
-    return t
 
 
 def _example(v: str | None) -> str:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from typing import Literal
 
 import msgspec
 
+from crane.finding import Finding
 from crane.llm.cache import ResponseCache, cache_key
 from crane.llm.client import request_answer
 from crane.llm.cost import SESSION, CostLedger, SessionTotals
@@ -22,8 +24,8 @@ from crane.llm.prompt import Prompt, build_prompt, with_cache_markers
 from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
 from crane.llm.settings import LLMSettings
 from crane.notebook.model import Cell
+from crane.policy import Prediction
 from crane.probe.facts import ProbeResult
-from crane.rules.finding import Finding
 
 # The CRANE-LLM study's median runtime-augmented prompt input (222 JunoBench cases; notes §1.1).
 STUDY_MEDIAN_PROMPT_CHARS = 5198
@@ -33,8 +35,8 @@ class Diagnosis(msgspec.Struct, kw_only=True, rename="camel"):
     """A diagnosis of one cell, for the CLI (--json) and the daemon's crane/diagnosis notification."""
 
     cell: int
-    prediction: str  # "crash" | "no-crash"
-    mode: str  # "llm" | "offline"
+    prediction: Prediction
+    mode: Literal["llm", "offline"]
     markdown: str
     verdict: Finding | None = None  # the LLM's finding, or the strongest rule finding offline
     findings: list[Finding] = []  # the offline rules' findings

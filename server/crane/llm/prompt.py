@@ -11,11 +11,12 @@ import re
 
 import msgspec
 
+from crane.finding import ROOT_CAUSES, Finding
 from crane.llm import history as hist
 from crane.llm.facts_text import facts_text
 from crane.notebook.model import Cell
 from crane.probe.facts import ProbeResult
-from crane.rules.finding import ROOT_CAUSES, Finding
+from crane.text import clean_traceback as _clean_traceback
 
 PROMPT_VERSION = 1
 MAX_TARGET_LINES = 200
@@ -36,7 +37,6 @@ that your crash value is right, "exception": exception class name or null, "line
 "root_cause": one of {", ".join(repr(r) for r in ROOT_CAUSES)} or null, "suggested_fix": short code-level fix \
 or null}}"""
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class Prompt(msgspec.Struct, kw_only=True):
@@ -64,11 +64,8 @@ class Prompt(msgspec.Struct, kw_only=True):
 
 
 def clean_traceback(traceback: str | list[str]) -> str:
-    text = "\n".join(traceback) if isinstance(traceback, list) else traceback
-    text = _ANSI.sub("", text).strip()
-    if len(text) > MAX_TRACEBACK_CHARS:  # the end (the raising frame and the message) matters most
-        text = "...\n" + text[-MAX_TRACEBACK_CHARS:]
-    return text
+    """The traceback for the prompt: plain text, its end kept (the raising frame and the message matter most)."""
+    return _clean_traceback(traceback, MAX_TRACEBACK_CHARS)
 
 
 def target_text(target: Cell) -> str:

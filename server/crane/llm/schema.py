@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import msgspec
 
 from crane.errors import CraneError
-from crane.rules.finding import ROOT_CAUSES
+from crane.finding import ROOT_CAUSES
 
 
 class AnswerError(CraneError, ValueError):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 
 from crane.errors import CraneError
 
@@ -61,6 +62,48 @@ class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
         if self.api_base and not self.api_base.startswith(("http://", "https://")):
             raise SettingsError(f"api base must be an http(s) URL, got {self.api_base!r}")
         return self
+
+
+class LLMOptions(msgspec.Struct, rename="camel", frozen=True):
+    """The `crane.llm` section of the editor's settings: every key optional (unset: the environment's value,
+    then the default). The one declaration of these settings (crane.lsp.settings embeds it)."""
+
+    model: Annotated[
+        str,
+        Meta(extra_json_schema={"markdownDescription": (
+            "Model for diagnoses and the repair agent, as a LiteLLM model name (e.g. `openai/gpt-4o-mini`). Unset: "
+            "no model (the agent and `llm` mode need one). API keys are set with **CRANE: Set API key**, never here."
+        )}),
+    ] | None = None
+    api_base: Annotated[
+        str,
+        Meta(pattern=r"^https?://", extra_json_schema={"markdownDescription": (
+            "Base URL of an OpenAI-compatible endpoint (e.g. `http://127.0.0.1:8000/v1`). Unset: the provider's "
+            "default."
+        )}),
+    ] | None = None
+    timeout: Annotated[float, Meta(gt=0, description="Seconds per model request attempt. Unset: 60.")] | None = None
+    max_tokens: Annotated[int, Meta(gt=0, description="Completion token limit per request. Unset: 800.")] | None = None
+    temperature: Annotated[
+        float, Meta(ge=0, le=2, description="Sampling temperature (dropped for models that refuse it). Unset: 0.")
+    ] | None = None
+    retries: Annotated[
+        int,
+        Meta(ge=0, le=10, description="Extra attempts after a rate limit, a server error, a timeout or a dropped "
+                                      "connection. Unset: 2."),
+    ] | None = None
+    budget_usd: Annotated[
+        float,
+        Meta(ge=0, description="Stop sending model requests once this session has cost this much, in US dollars. "
+                               "Unset: no limit."),
+    ] | None = None
+    cache: Annotated[
+        bool, Meta(description="Keep model answers in an on-disk cache, so the same question is not paid twice. "
+                               "Unset: on.")
+    ] | None = None
+    cache_dir: Annotated[
+        str, Meta(description="Folder of the answer cache. Unset: $XDG_CACHE_HOME/crane or ~/.cache/crane.")
+    ] | None = None
 
 
 # LSP setting (camelCase, under crane.llm) -> field
@@ -124,10 +167,14 @@ def _lsp_llm_section(lsp: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def resolve_settings(
     explicit: Mapping[str, Any] | None = None,
-    lsp: Mapping[str, Any] | None = None,
+    lsp: LLMOptions | Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> LLMSettings:
-    """Merge the three sources (explicit > lsp > env > defaults) and validate."""
+    """Merge the three sources (explicit > lsp > env > defaults) and validate. `lsp` is the editor's typed
+    `crane.llm` section, or a raw mapping of it (`{"crane": {"llm": {...}}}`, `{"llm": {...}}`, flat keys)."""
+    if isinstance(lsp, LLMOptions):
+        options = lsp
+        lsp = {f.encode_name: getattr(options, f.name) for f in msgspec.structs.fields(LLMOptions)}
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     for var, field in _ENV_KEYS.items():

@@ -1,10 +1,8 @@
 """The CRANE language server (`crane serve`): live crash diagnostics on notebook cells.
 
-One feature per module: `server.py` builds the server and registers the handlers; `sync.py` follows the
-notebooks; `diagnostics.py` publishes per-cell squiggles; `analysis_service.py` runs analyse → probe →
-predict off the event loop; `speculation.py` confirms or clears them with sandboxed speculative runs (auto
-mode); `llm_bridge.py` plugs in the LLM layer (diagnoses, llm-mode diagnostics); `agent_bridge.py` runs the
-repair agent; `kernel_attach.py`, `discovery.py` and `kernel_watch.py` reach and follow the kernel;
-`hover.py`, `code_actions.py`, `commands.py`, `speculative_command.py` and `progress.py` are the user-facing
-features; `settings.py` and `messages.py` are the typed edges. The wire contract is `docs/protocol.md`.
+`server.py` registers the handlers (one feature per module: `sync`, `hover`, `code_actions`, `commands`,
+`speculative_command`, `agent_bridge`, `lifecycle`) on `crane_server.CraneServer`, which owns the state and
+the services; the services (`checks`, `diagnostics`, `scheduler`, `analysis_service`, `speculation`,
+`llm_bridge`, `kernels`, `kernel_attach`, `kernel_watch`, `discovery`) see the server only through
+`host.Host`. `settings.py` and `messages.py` are the typed edges (docs/protocol.md); see docs/architecture.md.
 """

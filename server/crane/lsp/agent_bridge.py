@@ -26,6 +26,7 @@ from crane.lsp.crane_server import CraneServer
 from crane.lsp.llm_bridge import notebook_cells
 from crane.lsp.messages import (
     ContinueAgentResult,
+    FixOptions,
     FixResult,
     RequestFailed,
     StopAgentResult,
@@ -42,11 +43,6 @@ STOP_AGENT = "crane.stopAgent"
 CONTINUE_AGENT = "crane.continueAgent"
 AGENT_STEP = "crane/agentStep"
 NO_MODEL = "the repair agent needs a model: set crane.llm.model"
-
-
-class FixOptions(msgspec.Struct, rename="camel", forbid_unknown_fields=False):
-    goal: str | None = None
-    step_mode: bool | None = None
 
 
 def _request_future(ls: CraneServer) -> Any:
@@ -210,8 +206,7 @@ async def fix_cell(ls: CraneServer, *args: Any) -> Any:
             cell_versions={c.number: c.version for c in code if c.version is not None},
             cell_sources={c.number: c.source for c in code},
         )
-    result = FixResult(run_id=run_id, status=proposal.status, proposal=msgspec.to_builtins(proposal), edit=edit,
-                       markdown=render(proposal))
+    result = FixResult(run_id=run_id, status=proposal.status, proposal=proposal, edit=edit, markdown=render(proposal))
     return to_wire(result)
 
 

@@ -96,7 +96,7 @@ async def diagnose_cell(ls: CraneServer, *args: Any) -> Any:
         publish_checked(ls, session, snap, outcomes)
         model = ls.settings.llm.model
         progress.report(f"asking {model}" if model else "explaining", 60)
-        ctx = explain.diagnosis_context(snap, outcomes[0], ls.settings.llm_section())
+        ctx = explain.diagnosis_context(snap, outcomes[0], ls.settings.llm)
         result = ctx.rules_result
         try:
             result = await diagnose_with_llm(ctx) or result

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
-from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
@@ -26,6 +25,7 @@ from crane.lsp.agent_runs import AgentRunHandle
 from crane.lsp.analysis_service import AnalysisService
 from crane.lsp.kernels import KernelSupervisor
 from crane.lsp.llm_bridge import LLMService
+from crane.lsp.notebook_map import uri_key
 from crane.lsp.notebook_session import NotebookSession
 from crane.lsp.quick_fixes import QuickFixService
 from crane.lsp.settings import Settings, Tuning, parse_settings
@@ -125,7 +125,7 @@ class CraneServer(LanguageServer):
     # -- lookups --------------------------------------------------------------------------------------
     @staticmethod
     def key(uri: str) -> str:
-        return unquote(uri)
+        return uri_key(uri)
 
     def session_of_notebook(self, notebook_uri: str) -> NotebookSession | None:
         return self.sessions.get(self.key(notebook_uri))

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot
+from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot, utf16_col
 from crane.policy import decide
 
 if TYPE_CHECKING:
+    from crane.finding import Finding
     from crane.lsp.host import Host
     from crane.lsp.notebook_session import CellOutcome, NotebookSession
     from crane.lsp.settings import Settings
-    from crane.rules.finding import Finding
+    from crane.pipeline import FactsMode
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def severity(finding: Finding) -> types.DiagnosticSeverity:
 
 
 def to_diagnostic(
-    finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: str, sandbox: dict | None = None,
+    finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: FactsMode, sandbox: dict | None = None,
     fixes: int | None = None,
 ) -> types.Diagnostic:
     line0 = max(finding.line - 1, 0)
@@ -52,6 +53,11 @@ def to_diagnostic(
     end_col = finding.end_col if finding.end_col is not None else _line_length(cell.source, end_line0)
     if end_line0 == line0 and end_col <= col:
         end_col = max(_line_length(cell.source, line0), col + 1)
+    lines = cell.source.splitlines()
+    if 0 <= line0 < len(lines):  # Finding columns count characters; LSP positions count UTF-16 code units
+        col = utf16_col(lines[line0], col)
+    if 0 <= end_line0 < len(lines):
+        end_col = utf16_col(lines[end_line0], end_col)
     message = finding.message
     if not message.startswith(finding.ename):
         message = f"{finding.ename}: {message}"

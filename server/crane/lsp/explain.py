@@ -12,9 +12,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from crane.llm.settings import LLMOptions
 from crane.lsp.facts_markdown import facts_markdown
 from crane.lsp.messages import DiagnosisResult
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot
+from crane.pipeline import FactsMode
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +29,8 @@ class DiagnosisContext:
     cell: CellSnapshot
     findings: list[Any]  # Finding, the predicted first crash first
     probe: Any  # ProbeResult | None
-    mode: str  # "live" | "stale" | "static"
-    llm_settings: dict[str, Any]  # the raw `crane.llm` section
+    mode: FactsMode
+    llm_settings: LLMOptions  # the `crane.llm` section
     rules_result: DiagnosisResult  # what the rules say, to refine
 
 
@@ -85,7 +87,7 @@ def rules_markdown(ctx_cell: CellSnapshot, findings: list[Any], probe: Any, mode
     return "\n\n".join(out)
 
 
-def diagnosis_context(ctx_snapshot: NotebookSnapshot, outcome: Any, llm_settings: dict[str, Any]) -> DiagnosisContext:
+def diagnosis_context(ctx_snapshot: NotebookSnapshot, outcome: Any, llm_settings: LLMOptions) -> DiagnosisContext:
     """The rules' diagnosis of one checked cell (`outcome` is an analysis_service.CellOutcome), with what a
     model needs to refine it."""
     findings = rank(outcome.findings)

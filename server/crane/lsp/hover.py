@@ -13,6 +13,7 @@ from lsprotocol import types
 
 from crane.lsp.crane_server import CraneServer
 from crane.lsp.facts_markdown import facts_markdown
+from crane.lsp.notebook_map import char_col, utf16_col
 
 _CHAIN = re.compile(r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")
 
@@ -62,7 +63,7 @@ async def hover(ls: CraneServer, params: types.HoverParams) -> types.Hover | Non
     if not 0 <= params.position.line < len(lines):
         return None
     line = lines[params.position.line].rstrip("\r\n")
-    col = params.position.character
+    col = char_col(line, params.position.character)
     if _in_string_or_comment(line, col):
         return None
     found = chain_at(line, col)
@@ -94,7 +95,7 @@ async def hover(ls: CraneServer, params: types.HoverParams) -> types.Hover | Non
                     stale,
                 )
     if text is None and root in result.facts:
-        if "." in chain and params.position.character > start + len(root):
+        if "." in chain and col > start + len(root):
             return None  # the attribute part is under the cursor and nothing is known about it
         text = facts_markdown(result.facts[root], stale)
     if text is None and root in result.undefined:
@@ -103,7 +104,10 @@ async def hover(ls: CraneServer, params: types.HoverParams) -> types.Hover | Non
         return None
     return types.Hover(
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
-        range=types.Range(types.Position(params.position.line, start), types.Position(params.position.line, end)),
+        range=types.Range(
+            types.Position(params.position.line, utf16_col(line, start)),
+            types.Position(params.position.line, utf16_col(line, end)),
+        ),
     )
 
 

@@ -23,13 +23,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 log = logging.getLogger(__name__)
 
 
+WatchKind = Literal["busy", "idle", "finished", "restarted", "dead", "alive"]
+
+
 @dataclass(frozen=True)
 class WatchEvent:
-    kind: str  # "busy" | "finished" | "restarted" | "dead" | "alive"
+    kind: WatchKind
     code: str | None = None
     execution_count: int | None = None
     success: bool | None = None

@@ -241,8 +241,13 @@ class KernelSupervisor:
     async def _verify_identity(self, session: NotebookSession, att: Attachment) -> None:
         try:
             same = await asyncio.to_thread(att.check_identity, self.host.tuning.attach_timeout_ms / 1000)
-        except Exception as exc:
-            log.info("kernel identity check failed: %s", exc)
+        except Exception as exc:  # not answering yet (restarting, busy): ask again until it does or dies
+            log.info("kernel identity check failed (%s): trying again", exc)
+            if session.attachment is att and not session.closed and att.alive:
+                self.host.call_later(
+                    self.host.tuning.discovery_interval_ms / 1000,
+                    lambda: self.host.spawn(self._verify_identity(session, att)),
+                )
             return
         if session.attachment is not att:
             return

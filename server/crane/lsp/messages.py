@@ -14,8 +14,9 @@ from typing import Any, Literal
 import msgspec
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
+from crane.agent.proposal import Proposal
 from crane.errors import CraneError
-from crane.rules.finding import Finding
+from crane.finding import Finding
 
 KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
 
@@ -139,7 +140,7 @@ class CheckResult(_Wire):
 
 
 class SpeculativeDisplay(_Wire):
-    kind: str  # "execute_result" (the last expression) | "display_data"
+    kind: Literal["execute_result", "display_data"]  # execute_result: the last expression
     text: str = ""
 
 
@@ -160,14 +161,21 @@ class SpeculativeResult(_Wire):
     cell: int = 0  # 1-based cell number in the notebook
 
 
+class FixOptions(msgspec.Struct, rename="camel", forbid_unknown_fields=False, omit_defaults=True):
+    """`crane.fixCell`'s optional second argument."""
+
+    goal: str | None = None
+    step_mode: bool | None = None
+
+
 class FixResult(_Wire):
-    """`crane.fixCell` result: the agent's proposal (camelCase, crane.agent.proposal.Proposal) and the
-    WorkspaceEdit applying it (change annotations needing confirmation), or null when it changes no code."""
+    """`crane.fixCell` result: the agent's proposal (crane.agent.proposal.Proposal) and the WorkspaceEdit
+    applying it (change annotations needing confirmation), or null when it changes no code."""
 
     run_id: str
-    status: str  # fixed | not-fixed | stopped | error | clean
-    proposal: Any
-    edit: Any
+    status: Literal["fixed", "not-fixed", "stopped", "error", "clean"]
+    proposal: Proposal | None
+    edit: Any  # an LSP WorkspaceEdit, or null
     markdown: str
 
 

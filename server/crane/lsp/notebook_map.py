@@ -1,7 +1,8 @@
 """Cell URI ↔ notebook and cell number, and immutable notebook snapshots for the analysis threads.
 
 Cell URIs are opaque (microsoft/language-server-protocol#2097): they are looked up through the workspace
-pygls keeps and always handed back exactly as the client sent them (never normalised). Cell numbers are
+pygls keeps, by `uri_key` (pygls ≥ 2.1 keys documents by the unquoted URI), and always handed back exactly as
+the client sent them (never normalised). Cell numbers are
 1-based positions in the notebook's cell list, markdown cells included, as everywhere in CRANE.
 """
 
@@ -15,6 +16,27 @@ from lsprotocol import types
 from pygls.workspace import Workspace
 
 PYTHON_LANGUAGES = {"python", "python3", "ipython"}
+
+
+def utf16_col(line: str, col: int) -> int:
+    """A character (code point) column of `line` in UTF-16 code units, the LSP's default position encoding."""
+    return len(line[:col].encode("utf-16-le")) // 2
+
+
+def char_col(line: str, utf16: int) -> int:
+    """An LSP (UTF-16) column of `line` as a character (code point) column."""
+    units = 0
+    for i, ch in enumerate(line):
+        if units >= utf16:
+            return i
+        units += 2 if ord(ch) > 0xFFFF else 1
+    return len(line)
+
+
+def uri_key(uri: str) -> str:
+    """The key of a (notebook or cell) URI in pygls's workspace and in the daemon's tables: unquoted, so
+    `...#W0sZmlsZQ%3D%3D` and its decoded form are the same cell."""
+    return unquote(uri)
 
 
 @dataclass(frozen=True)
@@ -37,7 +59,7 @@ class NotebookSnapshot:
 
     def cell(self, uri: str) -> CellSnapshot | None:
         for c in self.cells:
-            if c.uri == uri or unquote(c.uri) == unquote(uri):
+            if c.uri == uri or uri_key(c.uri) == uri_key(uri):
                 return c
         return None
 
@@ -74,7 +96,7 @@ def same_path(a: str | None, b: str | None) -> bool:
 def _is_python_code(ws: Workspace, cell: types.NotebookCell) -> bool:
     if cell.kind != types.NotebookCellKind.Code:
         return False
-    doc = ws.text_documents.get(unquote(cell.document))
+    doc = ws.text_documents.get(uri_key(cell.document))
     lang = (doc.language_id if doc is not None else None) or "python"
     return lang.lower() in PYTHON_LANGUAGES
 
@@ -85,7 +107,7 @@ def snapshot(ws: Workspace, notebook_uri: str) -> NotebookSnapshot | None:
         return None
     cells = []
     for i, cell in enumerate(nb.cells, start=1):
-        doc = ws.text_documents.get(unquote(cell.document))
+        doc = ws.text_documents.get(uri_key(cell.document))
         summary = cell.execution_summary
         cells.append(
             CellSnapshot(

@@ -23,17 +23,17 @@ from crane.lsp.notebook_map import CellSnapshot
 from crane.pipeline import FactsMode
 
 if TYPE_CHECKING:
+    from crane.finding import Finding
+    from crane.fixes.model import SearchReport, VerifiedFix
     from crane.lsp.kernel_attach import Attachment
-    from crane.lsp.quick_fixes import FixEntry
     from crane.lsp.scheduler import CellScheduler
     from crane.policy import ModelAnswer
     from crane.probe.facts import ProbeRequest, ProbeResult
-    from crane.rules.finding import Finding
     from crane.sandbox.verdict import SandboxVerdict
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CellOutcome", "FactsMode", "NotebookSession", "StateCache"]
+__all__ = ["CellOutcome", "FactsMode", "FixEntry", "NotebookSession", "StateCache"]
 
 V = TypeVar("V")
 STATE_CACHE_SIZE = 256
@@ -79,6 +79,16 @@ class StateCache(Generic[V]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+@dataclass
+class FixEntry:
+    """The verified quick fixes of one cell text against one kernel state, as they arrive
+    (crane.lsp.quick_fixes)."""
+
+    fixes: list[VerifiedFix] = field(default_factory=list)
+    done: bool = False
+    report: SearchReport | None = None
 
 
 @dataclass

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -27,6 +26,7 @@ from lsprotocol import types
 from crane.lsp.diagnostics import republish
 from crane.lsp.messages import CLIENT_RUN_CELLS
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot
+from crane.lsp.notebook_session import FixEntry
 
 if TYPE_CHECKING:
     from crane.fixes.model import SearchReport, VerifiedFix
@@ -38,15 +38,6 @@ log = logging.getLogger(__name__)
 
 SEARCH_SECONDS = 20.0
 BUSY_POLL_S = 0.2
-
-
-@dataclass
-class FixEntry:
-    """The verified fixes of one cell text against one kernel state, as they arrive."""
-
-    fixes: list[VerifiedFix] = field(default_factory=list)
-    done: bool = False
-    report: SearchReport | None = None
 
 
 class QuickFixService:

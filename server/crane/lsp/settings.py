@@ -1,18 +1,16 @@
-"""Typed server settings (the integration contract's `crane` section) and the daemon's tuning knobs.
+"""The `crane` settings, declared once, and the daemon's tuning knobs.
 
-Settings come from `initializationOptions` and `workspace/didChangeConfiguration`, as `{"crane": {...}}` or
-the section itself, camelCase:
+Each setting is one annotated field below: its type, default, bounds and description. From that one
+definition come
+- the per-key validation of what the client sends (`parse_settings`): `initializationOptions` and
+  `workspace/didChangeConfiguration`, as `{"crane": {...}}` or the section itself, camelCase; every value is
+  checked on its own, an invalid one falls back to that key's default, and the problems are reported together
+  (the caller shows one warning); unknown keys are ignored; `null` (or an empty string) means unset;
+- the VS Code extension's `contributes.configuration` (`settings_schema.package_json_properties`, written
+  into vscode-client/package.json and checked by a test), so defaults and bounds are never repeated by hand.
 
-    mode: "static" | "auto" | "llm"                     (default "auto")
-    speculative: {enabled: true, budgetSeconds: 10}
-    llm: {model: null | str, apiBase: null | str, ...}  (other keys of docs/llm.md pass through)
-    agent: {maxSteps: 10, budgetUsd: null | float, stepMode: false}
-    kernel: {connectionFile: null | str}
-    hover: true
-    logLevel: "error" | "warn" | "info" | "debug"      (default "info")
-
-Every value is validated on its own: an invalid one falls back to the default of that key only, and the
-problems are reported together (the caller shows one warning). Unknown keys are ignored; `null` means unset.
+The LLM section is the LLM layer's own typed struct (`crane.llm.settings.LLMOptions`): `llm_settings()` hands
+it to `resolve_settings` as it is.
 
 Tuning knobs that are not user settings (debounce, probe and attach timeouts, discovery interval) come from
 `CRANE_LSP_*` environment variables (`Tuning.from_env`), read once at start.
@@ -21,152 +19,97 @@ Tuning knobs that are not user settings (debounce, probe and attach timeouts, di
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import msgspec
+from msgspec import Meta
 
-Mode = Literal["static", "auto", "llm"]
+from crane.llm.settings import LLMOptions, LLMSettings
+from crane.policy import Mode
+
 LogLevel = Literal["error", "warn", "info", "debug"]
-
-# crane.llm keys the LLM layer understands besides model/apiBase (docs/llm.md), passed to resolve_settings
-LLM_EXTRA_KEYS = ("timeout", "maxTokens", "temperature", "retries", "budgetUsd", "cache", "cacheDir")
 
 
 class SpeculativeSettings(msgspec.Struct, rename="camel", frozen=True):
-    enabled: bool = True
-    budget_seconds: float = 10.0
-
-
-class LLMSection(msgspec.Struct, rename="camel", frozen=True):
-    model: str | None = None
-    api_base: str | None = None
-    extra: dict[str, Any] = {}  # the other documented crane.llm keys, already validated
+    enabled: Annotated[
+        bool, Meta(description="Allow speculative runs of a cell in a sandboxed copy of the kernel (never in the kernel itself).")
+    ] = True
+    budget_seconds: Annotated[
+        float,
+        Meta(ge=0.1, le=600,
+             description="Time limit of one speculative run, in seconds; a run that takes longer is inconclusive."),
+    ] = 10.0
 
 
 class AgentSettings(msgspec.Struct, rename="camel", frozen=True):
-    max_steps: int = 10
-    budget_usd: float | None = None
-    step_mode: bool = False
+    max_steps: Annotated[
+        int, Meta(ge=1, le=100, description="Maximum number of actions of the repair agent per run.")
+    ] = 10
+    budget_usd: Annotated[
+        float,
+        Meta(ge=0, description="Maximum model cost of one repair agent run, in US dollars. Unset: the LLM settings' "
+                               "budget, if any."),
+    ] | None = None
+    step_mode: Annotated[
+        bool,
+        Meta(description="Start agent runs in step mode: every action the agent proposes waits for Step in the "
+                         "agent panel."),
+    ] = False
 
 
 class KernelSettings(msgspec.Struct, rename="camel", frozen=True):
-    connection_file: str | None = None
+    connection_file: Annotated[
+        str,
+        Meta(extra_json_schema={"markdownDescription": (
+            "Kernel connection file to attach the open notebooks to (a change attaches them at once). Unset: ask "
+            "the notebook's kernel through the Jupyter extension, else the server's discovery in the Jupyter "
+            "runtime directories. Supports `~`, `${workspaceFolder}`, `${userHome}` and `${env:NAME}`."
+        )}),
+    ] | None = None
 
 
 class Settings(msgspec.Struct, rename="camel", frozen=True):
-    mode: Mode = "auto"
+    mode: Annotated[
+        Mode,
+        Meta(extra_json_schema={
+            "markdownDescription": "How CRANE decides whether a cell will crash. Changing it takes effect at once "
+                                   "(no restart).",
+            "enumDescriptions": [
+                "Rules on the live kernel's facts (static analysis only without a kernel). Never runs code, never "
+                "calls a model.",
+                "Rules first; then, when a kernel is attached and idle, a sandboxed speculative run of the cell "
+                "confirms or clears their findings (needs crane.speculative.enabled).",
+                "Auto, plus model-backed diagnostics for cells the rules and the sandbox leave undecided (needs "
+                "crane.llm.model; costs tokens).",
+            ],
+        }),
+    ] = "auto"
     speculative: SpeculativeSettings = SpeculativeSettings()
-    llm: LLMSection = LLMSection()
+    llm: LLMOptions = LLMOptions()
     agent: AgentSettings = AgentSettings()
     kernel: KernelSettings = KernelSettings()
-    hover: bool = True
-    log_level: LogLevel = "info"
+    hover: Annotated[
+        bool,
+        Meta(description="Show the runtime facts of names (type, shape, dtypes, columns, ...) from the live kernel "
+                         "on hover."),
+    ] = True
+    log_level: Annotated[LogLevel, Meta(description="Level of the server's log in the CRANE output channel.")] = "info"
 
-    def llm_section(self) -> dict[str, Any]:
-        """The `crane.llm` section for `crane.llm.settings.resolve_settings(lsp=...)`."""
-        out: dict[str, Any] = dict(self.llm.extra)
-        if self.llm.model is not None:
-            out["model"] = self.llm.model
-        if self.llm.api_base is not None:
-            out["apiBase"] = self.llm.api_base
-        return {"llm": out}
-
-    def llm_settings(self) -> Any:
-        """The resolved `crane.llm.settings.LLMSettings` (LSP settings over the environment)."""
+    def llm_settings(self) -> LLMSettings:
+        """The resolved LLM settings (these settings over the environment; raises SettingsError)."""
         from crane.llm.settings import resolve_settings
 
-        return resolve_settings(lsp=self.llm_section())
+        return resolve_settings(lsp=self.llm)
 
     @property
     def speculative_on(self) -> bool:
         return self.mode in ("auto", "llm") and self.speculative.enabled
 
 
-# -- validation, one key at a time ------------------------------------------------------------------------------
-def _check_float(lo: float, hi: float, allow_none: bool = False):
-    def check(v: Any) -> Any:
-        if v is None and allow_none:
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"expected a number, got {v!r}")
-        if not lo <= v <= hi:
-            raise ValueError(f"expected a number in [{lo:g}, {hi:g}], got {v!r}")
-        return float(v)
-
-    return check
-
-
-def _check_int(lo: int, hi: int):
-    def check(v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, float) and v.is_integer()):
-            raise ValueError(f"expected an integer, got {v!r}")
-        if not lo <= v <= hi:
-            raise ValueError(f"expected an integer in [{lo}, {hi}], got {v!r}")
-        return int(v)
-
-    return check
-
-
-def _check_bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError(f"expected true or false, got {v!r}")
-    return v
-
-
-def _check_choice(*choices: str):
-    def check(v: Any) -> str:
-        if v not in choices:
-            raise ValueError(f"expected {' | '.join(repr(c) for c in choices)}, got {v!r}")
-        return v
-
-    return check
-
-
-def _check_str(v: Any) -> str | None:
-    if not isinstance(v, str):
-        raise ValueError(f"expected a string or null, got {v!r}")
-    return v.strip() or None
-
-
-def _check_url(v: Any) -> str | None:
-    s = _check_str(v)
-    if s is not None and not s.startswith(("http://", "https://")):
-        raise ValueError(f"expected an http(s) URL or null, got {v!r}")
-    return s
-
-
-def _check_log_level(v: Any) -> str:
-    if v == "warning":  # the older spelling
-        return "warn"
-    return _check_choice("error", "warn", "info", "debug")(v)
-
-
-# section -> key -> (field name, checker)
-_SCHEMA: dict[str | None, dict[str, tuple[str, Any]]] = {
-    None: {
-        "mode": ("mode", _check_choice("static", "auto", "llm")),
-        "hover": ("hover", _check_bool),
-        "logLevel": ("log_level", _check_log_level),
-    },
-    "speculative": {
-        "enabled": ("enabled", _check_bool),
-        "budgetSeconds": ("budget_seconds", _check_float(0.1, 600.0)),
-    },
-    "llm": {"model": ("model", _check_str), "apiBase": ("api_base", _check_url)},
-    "agent": {
-        "maxSteps": ("max_steps", _check_int(1, 100)),
-        "budgetUsd": ("budget_usd", _check_float(0.0, 1e6)),
-        "stepMode": ("step_mode", _check_bool),
-    },
-    "kernel": {"connectionFile": ("connection_file", _check_str)},
-}
-_SECTION_TYPES = {
-    "speculative": SpeculativeSettings,
-    "llm": LLMSection,
-    "agent": AgentSettings,
-    "kernel": KernelSettings,
-}
+# Older spellings still accepted: (key, value) -> value.
+_ALIASES: dict[tuple[str, Any], Any] = {("logLevel", "warning"): "warn"}
 
 
 def _crane_section(raw: Any) -> Mapping[str, Any]:
@@ -178,14 +121,44 @@ def _crane_section(raw: Any) -> Mapping[str, Any]:
     return inner if isinstance(inner, Mapping) else raw
 
 
-def _check_llm_extra(key: str, value: Any) -> Any:
-    from crane.llm.settings import SettingsError, resolve_settings
+def _check_fields(
+    struct_type: type[msgspec.Struct], values: Mapping[str, Any], where: str, problems: list[str]
+) -> dict[str, Any]:
+    """The valid scalar fields of `values` (by wire name) for `struct_type`; a problem per invalid one."""
+    defaults = struct_type()
+    out: dict[str, Any] = {}
+    for f in msgspec.structs.fields(struct_type):
+        if isinstance(f.default, msgspec.Struct):
+            continue  # a section: checked on its own
+        value = values.get(f.encode_name)
+        if isinstance(value, str):
+            value = value.strip() or None
+        value = _ALIASES.get((f.encode_name, value), value)
+        if value is None:
+            continue  # null means unset
+        try:
+            out[f.name] = msgspec.convert(value, f.type)
+        except msgspec.ValidationError as exc:
+            default = msgspec.json.encode(getattr(defaults, f.name)).decode()
+            problems.append(f"{where}.{f.encode_name}: {_problem(exc, f.type, value)}; using {default}")
+    return out
 
-    try:
-        resolve_settings(lsp={"llm": {key: value}}, env={})
-    except SettingsError as exc:
-        raise ValueError(str(exc)) from None
-    return value
+
+def _problem(exc: msgspec.ValidationError, typ: Any, value: Any) -> str:
+    """msgspec's reason, told with the value the user wrote ("expected `int` >= 1, got -1")."""
+    choices = literal_choices(typ)
+    if choices:
+        return f"expected {' | '.join(repr(c) for c in choices)}, got {value!r}"
+    text = str(exc).split(" - at `", 1)[0]
+    text = text[:1].lower() + text[1:]
+    return re.sub(r"got `[^`]*`", f"got {value!r}", text) if "got `" in text else f"{text}, got {value!r}"
+
+
+def literal_choices(typ: Any) -> tuple[Any, ...]:
+    """The values of a Literal type (through Annotated), in declaration order; () for other types."""
+    while get_origin(typ) is Annotated:
+        typ = get_args(typ)[0]
+    return get_args(typ) if get_origin(typ) is Literal else ()
 
 
 def parse_settings(raw: Any) -> tuple[Settings, list[str]]:
@@ -195,42 +168,18 @@ def parse_settings(raw: Any) -> tuple[Settings, list[str]]:
         section = _crane_section(raw)
     except TypeError as exc:
         return Settings(), [f"{exc}; using the defaults"]
-    defaults = Settings()
-    top: dict[str, Any] = {}
-    for name, spec in _SCHEMA.items():
-        if name is None:
-            values, where, default_obj = section, "crane", defaults
-        else:
-            values = section.get(name)
-            if values is None:
-                continue
-            where, default_obj = f"crane.{name}", getattr(defaults, name)
-            if not isinstance(values, Mapping):
-                problems.append(f"{where}: expected an object, got {values!r}; using its defaults")
-                continue
-        fields: dict[str, Any] = {}
-        for key, (field, check) in spec.items():
-            value = values.get(key)
-            if value is None:
-                continue  # null means unset
-            try:
-                fields[field] = check(value)
-            except ValueError as exc:
-                problems.append(f"{where}.{key}: {exc}; using {msgspec.json.encode(getattr(default_obj, field)).decode()}")
-        if name == "llm":
-            extra = {}
-            for key in LLM_EXTRA_KEYS:
-                if values.get(key) is None:
-                    continue
-                try:
-                    extra[key] = _check_llm_extra(key, values[key])
-                except ValueError as exc:
-                    problems.append(f"crane.llm.{key}: {exc}; using its default")
-            fields["extra"] = extra
-        if name is None:
-            top.update(fields)
-        else:
-            top[name] = _SECTION_TYPES[name](**fields)
+    top = _check_fields(Settings, section, "crane", problems)
+    for f in msgspec.structs.fields(Settings):
+        if not isinstance(f.default, msgspec.Struct):
+            continue
+        values = section.get(f.encode_name)
+        if values is None:
+            continue
+        where = f"crane.{f.encode_name}"
+        if not isinstance(values, Mapping):
+            problems.append(f"{where}: expected an object, got {values!r}; using its defaults")
+            continue
+        top[f.name] = type(f.default)(**_check_fields(type(f.default), values, where, problems))
     return Settings(**top), problems
 
 

@@ -2,16 +2,20 @@
 has no attribute `attr` according to a static lookup (probe AttrCheck: inspect.getattr_static, which sees
 instance dicts, classes and descriptors; objects with `__getattr__` answer None and are not judged)
 -> AttributeError. E.g. `X_train.join(...)` on an ndarray, `model.feature_importances_` on an SVC. The message
-names the closest existing attribute when the probe found a close one (`crane.rules.suggest`)."""
+names the closest existing attribute when the probe found a close one (`crane.rulekit.suggest`)."""
 
 from __future__ import annotations
 
-from crane.rules.registry import rule
-from crane.rules.suggest import hint
+from collections.abc import Iterator
+
+from crane.finding import Finding
+from crane.rulekit.context import RuleContext
+from crane.rulekit.registry import rule
+from crane.rulekit.suggest import hint
 
 
 @rule("missing-attribute", needs_probe=True)
-def missing_attribute(ctx):
+def missing_attribute(ctx: RuleContext) -> Iterator[Finding]:
     checks = {}
     for chain in ctx.analysis.attr_chains:
         chk = ctx.attr_check(chain.text, at=chain.node)

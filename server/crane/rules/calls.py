@@ -16,11 +16,14 @@ included, as `signature_bound` says).
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
+from crane.finding import Finding
 from crane.probe.facts import ParamFacts
-from crane.rules.lib_glue import emit, qualname
-from crane.rules.lib_helpers import Verdict
-from crane.rules.registry import rule
+from crane.rulekit.context import RuleContext
+from crane.rulekit.lib_glue import emit, qualname
+from crane.rulekit.lib_helpers import Verdict
+from crane.rulekit.registry import rule
 
 POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
 
@@ -134,7 +137,7 @@ def _signature_for(ctx, call: ast.Call) -> _Callee | None:
 
 
 @rule("call-signature", needs_probe=True)
-def call_signature(ctx):
+def call_signature(ctx: RuleContext) -> Iterator[Finding]:
     """Arguments that cannot bind to the callable's live signature."""
     for call in ctx.calls():
         if not ctx.is_certain(call):

@@ -6,8 +6,11 @@ directory (os.chdir, %cd) before, or when `open` was rebound."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
-from crane.rules.registry import rule
+from crane.finding import Finding
+from crane.rulekit.context import RuleContext
+from crane.rulekit.registry import rule
 
 
 def _chdir_before(ctx, node: ast.AST) -> bool:
@@ -22,7 +25,7 @@ def _chdir_before(ctx, node: ast.AST) -> bool:
 
 
 @rule("missing-file", needs_probe=True)
-def missing_file(ctx):
+def missing_file(ctx: RuleContext) -> Iterator[Finding]:
     uses = ctx.analysis.paths
     reported: set[str] = set()
     for i, use in enumerate(uses):

@@ -6,15 +6,18 @@ the index (only without errors='ignore'). The answer comes from the probe's KeyC
 still the kernel's object at that point of the cell, else from the flow-sensitive facts (e.g. after the cell
 dropped or added columns). Containers of other types (defaultdict, Counter, custom classes) are not judged.
 Related information points at an executed cell that already dropped or deleted that key (re-run cells).
-The message names the closest existing key or column when one is close (`crane.rules.suggest`).
+The message names the closest existing key or column when one is close (`crane.rulekit.suggest`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from crane.finding import Finding, Related
 from crane.probe.facts import Facts
-from crane.rules.finding import Related
-from crane.rules.registry import rule
-from crane.rules.suggest import closest
+from crane.rulekit.context import RuleContext
+from crane.rulekit.registry import rule
+from crane.rulekit.suggest import closest
 
 _DICT_TYPES = {"dict", "builtins.dict", "collections.OrderedDict", "OrderedDict"}
 
@@ -94,7 +97,7 @@ def _message(lk, missing: list, kind: str) -> str:
 
 
 @rule("missing-key")
-def missing_key(ctx):
+def missing_key(ctx: RuleContext) -> Iterator[Finding]:
     for lk in ctx.analysis.literal_keys:
         if not ctx.is_certain(lk.node):
             continue

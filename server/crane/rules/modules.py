@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
-from crane.rules.registry import rule
+from collections.abc import Iterator
+
+from crane.finding import Finding
+from crane.rulekit.context import RuleContext
+from crane.rulekit.registry import rule
 
 
 @rule("missing-module", needs_probe=True)
-def missing_module(ctx):
+def missing_module(ctx: RuleContext) -> Iterator[Finding]:
     seen: set[str] = set()
     for imp in ctx.analysis.imports:
         top = imp.top

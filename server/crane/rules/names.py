@@ -9,11 +9,14 @@ that would define the name (not run yet, or below the target) or deleted it.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
 from crane.analysis.cell import is_predefined
 from crane.analysis.certainty import is_certain
-from crane.rules.registry import rule
-from crane.rules.suggest import closest
+from crane.finding import Finding
+from crane.rulekit.context import RuleContext
+from crane.rulekit.registry import rule
+from crane.rulekit.suggest import closest
 
 
 def _certain(ctx, load) -> bool:
@@ -33,7 +36,7 @@ def _suggestion(ctx, name: str) -> str | None:
 
 
 @rule("undefined-name")
-def undefined_name(ctx):
+def undefined_name(ctx: RuleContext) -> Iterator[Finding]:
     a = ctx.analysis
     if a.tree is None:
         return

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Iterator
 
+from crane.finding import Finding
 from crane.probe.facts import Facts
-from crane.rules.lib_glue import emit, label, qualname, value
-from crane.rules.lib_helpers import NOVALUE, Verdict, describe, is_ndarray, is_series, is_tensor, literal, shape_of
-from crane.rules.registry import rule
+from crane.rulekit.context import RuleContext
+from crane.rulekit.lib_glue import emit, label, qualname, value
+from crane.rulekit.lib_helpers import NOVALUE, Verdict, describe, is_ndarray, is_series, is_tensor, literal, shape_of
+from crane.rulekit.registry import rule
 
 Shape = tuple[int, ...]
 
@@ -157,7 +160,7 @@ _ELEMENTWISE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.
 
 
 @rule("numpy-shapes", needs_probe=True)
-def shapes(ctx):
+def shapes(ctx: RuleContext) -> Iterator[Finding]:
     """Broadcast, dot/matmul, reshape and index errors between exactly known shapes."""
     for node in ctx.nodes(ast.BinOp, ast.AugAssign, ast.Call, ast.Subscript):
         if not ctx.is_certain(node):

@@ -10,10 +10,13 @@ exact, and column lists only when complete.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
+from crane.finding import Finding
 from crane.probe.facts import ColumnFacts, Facts
-from crane.rules.lib_glue import emit, label, qualname, value
-from crane.rules.lib_helpers import (
+from crane.rulekit.context import RuleContext
+from crane.rulekit.lib_glue import emit, label, qualname, value
+from crane.rulekit.lib_helpers import (
     NOVALUE,
     Verdict,
     column_names,
@@ -25,7 +28,7 @@ from crane.rules.lib_helpers import (
     literal,
     non_numeric_text,
 )
-from crane.rules.registry import rule
+from crane.rulekit.registry import rule
 
 _INT_NAMES = {"int", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "long"}
 _FLOAT_NAMES = {"float", "float16", "float32", "float64", "double"}
@@ -107,7 +110,7 @@ def _value_hint(f: Facts) -> str:
 
 
 @rule("pandas-astype-numeric", needs_probe=True)
-def astype_numeric(ctx):
+def astype_numeric(ctx: RuleContext) -> Iterator[Finding]:
     """`.astype(int|float)` of text that does not parse as numbers, or of float data with NaN (to int)."""
     for call in ctx.calls():
         f = call.func
@@ -139,7 +142,7 @@ def astype_numeric(ctx):
 
 
 @rule("pandas-to-numeric", needs_probe=True)
-def to_numeric(ctx):
+def to_numeric(ctx: RuleContext) -> Iterator[Finding]:
     """pd.to_numeric(x) (errors='raise') on text holding values that are not numbers."""
     for call in ctx.calls():
         q = qualname(ctx, call.func) or ""
@@ -233,7 +236,7 @@ def join_series_verdict(left_lbl: str, left: Facts, right_lbl: str, right: Facts
 
 
 @rule("pandas-merge-join", needs_probe=True)
-def merge_join(ctx):
+def merge_join(ctx: RuleContext) -> Iterator[Finding]:
     """merge on a key one side lacks; join with overlapping columns and no suffix."""
     for call in ctx.calls():
         if not ctx.is_certain(call) or any(isinstance(a, ast.Starred) for a in call.args) or any(

@@ -6,10 +6,13 @@ non-numeric x (or y), which makes them infer a numeric orientation they cannot d
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
+from crane.finding import Finding
 from crane.probe.facts import Facts
-from crane.rules.lib_glue import emit, label, library_version, qualname, value
-from crane.rules.lib_helpers import (
+from crane.rulekit.context import RuleContext
+from crane.rulekit.lib_glue import emit, label, library_version, qualname, value
+from crane.rulekit.lib_helpers import (
     Verdict,
     column,
     column_names,
@@ -20,7 +23,7 @@ from crane.rules.lib_helpers import (
     n_samples,
     shape_of,
 )
-from crane.rules.registry import rule
+from crane.rulekit.registry import rule
 
 # seaborn functions whose variables go through the old categorical interface (0.12): unknown names raise
 # "Could not interpret input 'name'" whatever the index is called.
@@ -128,7 +131,7 @@ def _data_arg(kind: str) -> bool:
 
 
 @rule("plot-args", needs_probe=True)
-def plot_args(ctx):
+def plot_args(ctx: RuleContext) -> Iterator[Finding]:
     """x/y length mismatches in matplotlib, missing columns and impossible orientation in seaborn."""
     sns_version = library_version(ctx, "seaborn")
     for call in ctx.calls():

@@ -2,7 +2,7 @@
 inconsistent sample counts), feature names/count differing from fit, invalid hyper-parameters,
 train_test_split on empty or inconsistent inputs, and classification metrics given multi-output input.
 
-The pure decisions live in crane.rules.sklearn_checks / sklearn_params (tested with hand-built Facts); this
+The pure decisions live in crane.rulekit.sklearn_checks / sklearn_params (tested with hand-built Facts); this
 module finds the call sites in the cell and feeds them the flow-sensitive facts of the receiver and
 arguments. A call that may not run (conditional code) or an estimator the cell may have changed before the
 call (fitted, passed to a function, rebound) is not judged.
@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Iterator
 
+from crane.finding import Finding
 from crane.probe.facts import EstimatorFacts, Facts
-from crane.rules import sklearn_checks as C
-from crane.rules import sklearn_params as P
-from crane.rules import sklearn_tables as T
-from crane.rules.lib_glue import emit, label, library_version, method_calls, qualname, state_may_change, value
-from crane.rules.lib_helpers import NOVALUE, Verdict, describe, is_array_like, literal, n_samples, ndim, shape_of
-from crane.rules.registry import rule
+from crane.rulekit import sklearn_checks as C
+from crane.rulekit import sklearn_params as P
+from crane.rulekit import sklearn_tables as T
+from crane.rulekit.context import RuleContext
+from crane.rulekit.lib_glue import emit, label, library_version, method_calls, qualname, state_may_change, value
+from crane.rulekit.lib_helpers import NOVALUE, Verdict, describe, is_array_like, literal, n_samples, ndim, shape_of
+from crane.rulekit.registry import rule
 
 
 def _constructed_in_cell(ctx, name: str, at: ast.AST) -> tuple[ast.Call, str, str] | None:
@@ -76,7 +79,7 @@ def _estimator(ctx, recv: ast.expr, call: ast.Call) -> tuple[EstimatorFacts, boo
 
 
 @rule("sklearn-not-fitted", needs_probe=True)
-def not_fitted(ctx):
+def not_fitted(ctx: RuleContext) -> Iterator[Finding]:
     """predict/transform/score on an estimator that was never fitted."""
     for call, recv, method in method_calls(ctx):
         if method not in T.PREDICT_METHODS or not isinstance(recv, ast.Name) or not ctx.is_certain(call):
@@ -97,7 +100,7 @@ def _x_y(ctx, call: ast.Call, method: str) -> tuple[ast.expr | None, ast.expr | 
 
 
 @rule("sklearn-input", needs_probe=True)
-def estimator_input(ctx):
+def estimator_input(ctx: RuleContext) -> Iterator[Finding]:
     """Data an estimator rejects in fit/predict/transform: strings, 1-D X, NaN, no samples, X/y sample counts
     that differ, and at predict time feature names or counts that differ from fit."""
     version = library_version(ctx, "sklearn")
@@ -136,7 +139,7 @@ def estimator_input(ctx):
 
 
 @rule("sklearn-params", needs_probe=True)
-def invalid_params(ctx):
+def invalid_params(ctx: RuleContext) -> Iterator[Finding]:
     """fit() on an estimator whose hyper-parameters the installed scikit-learn rejects."""
     version = library_version(ctx, "sklearn")
     for call, recv, method in method_calls(ctx):
@@ -200,7 +203,7 @@ def split_sizes(n: int, test_size, train_size) -> Verdict | None:
 
 
 @rule("sklearn-split", needs_probe=True)
-def split_inputs(ctx):
+def split_inputs(ctx: RuleContext) -> Iterator[Finding]:
     """train_test_split on inputs of different lengths, or too few samples for the requested split."""
     for call, _ in _function_calls(ctx, {"train_test_split"}):
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
@@ -274,7 +277,7 @@ def classification_mix(labels: list[str], facts: list[Facts]) -> Verdict | None:
 
 
 @rule("sklearn-metrics", needs_probe=True)
-def metric_inputs(ctx):
+def metric_inputs(ctx: RuleContext) -> Iterator[Finding]:
     """Metrics given inputs of different lengths, or a classification metric given a feature matrix."""
     for call, name in _function_calls(ctx, CLASSIFICATION_METRICS | REGRESSION_METRICS):
         a, b = ctx.arg(call, 0, "y_true"), ctx.arg(call, 1, "y_pred")

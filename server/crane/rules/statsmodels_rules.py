@@ -4,9 +4,13 @@
 
 from __future__ import annotations
 
-from crane.rules.lib_glue import emit, qualname
-from crane.rules.lib_helpers import NOVALUE, Verdict, literal
-from crane.rules.registry import rule
+from collections.abc import Iterator
+
+from crane.finding import Finding
+from crane.rulekit.context import RuleContext
+from crane.rulekit.lib_glue import emit, qualname
+from crane.rulekit.lib_helpers import NOVALUE, Verdict, literal
+from crane.rulekit.registry import rule
 
 # function (last component of a statsmodels qualname) -> (keyword, accepted literal values, message format)
 OPTION_ARGS = {
@@ -30,7 +34,7 @@ def option_verdict(fn: str, value) -> Verdict | None:
 
 
 @rule("statsmodels-options", needs_probe=True)
-def statsmodels_options(ctx):
+def statsmodels_options(ctx: RuleContext) -> Iterator[Finding]:
     for call in ctx.calls():
         q = qualname(ctx, call.func) or ""
         if not q.startswith("statsmodels.") or not ctx.is_certain(call):

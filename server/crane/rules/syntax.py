@@ -3,12 +3,15 @@ any of it runs — the first crash for certain."""
 
 from __future__ import annotations
 
-from crane.rules.finding import Finding
-from crane.rules.registry import rule
+from collections.abc import Iterator
+
+from crane.finding import Finding
+from crane.rulekit.context import RuleContext
+from crane.rulekit.registry import rule
 
 
 @rule("syntax-error")
-def syntax_error(ctx):
+def syntax_error(ctx: RuleContext) -> Iterator[Finding]:
     se = ctx.analysis.syntax_error
     if se is None:
         return

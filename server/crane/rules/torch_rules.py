@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Iterator
 
+from crane.finding import Finding
 from crane.probe.facts import Facts, LayerFacts
-from crane.rules.lib_glue import emit, label, qualname, value
-from crane.rules.lib_helpers import Verdict, describe, is_tensor, shape_of
-from crane.rules.registry import rule
+from crane.rulekit.context import RuleContext
+from crane.rulekit.lib_glue import emit, label, qualname, value
+from crane.rulekit.lib_helpers import Verdict, describe, is_tensor, shape_of
+from crane.rulekit.registry import rule
 
 _TORCH_DTYPES = {"torch.int64": "Long", "torch.int32": "Int", "torch.int16": "Short", "torch.int8": "Char",
                  "torch.uint8": "Byte", "torch.bool": "Bool", "torch.float32": "Float", "torch.float64": "Double",
@@ -137,7 +140,7 @@ def _under_autocast(ctx, node: ast.AST) -> bool:
 
 
 @rule("torch-shapes", needs_probe=True)
-def torch_shapes(ctx):
+def torch_shapes(ctx: RuleContext) -> Iterator[Finding]:
     """Tensors that do not fit a module's first layer; loss targets of the wrong dtype or shape."""
     for call in ctx.calls():
         if not ctx.is_certain(call) or call.keywords or any(isinstance(a, ast.Starred) for a in call.args):

@@ -1,8 +1,8 @@
 """Speculative sandboxed runs: run a cell against a copy-on-write fork of the live kernel, confined.
 
 `speculate(conn, source, budget_s)` -> SandboxVerdict (fork_runner.py); `speculate_async` for the LSP daemon;
-`SandboxSession` for the repair agent (session.py); `replay_speculate` where fork is impossible
-(replay_sandbox.py). See docs/sandbox.md.
+`SandboxSession` for the repair agent (session.py); `speculate_in_fresh_kernel` where fork is impossible
+(fresh_kernel.py). See docs/sandbox.md.
 """
 
 from crane.sandbox.fork_runner import speculate, speculate_async

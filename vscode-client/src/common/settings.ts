@@ -5,23 +5,19 @@
 import * as os from 'node:os';
 import * as vscode from 'vscode';
 
+import pkg from '../../package.json';
+
 export type Mode = 'static' | 'auto' | 'llm';
-export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
 
 /**
- * The server's settings, exactly the contract's shape. Values are passed as the user wrote them (an empty
- * string becomes null): the server validates them, warns once about an invalid value and falls back to that
- * key's default, so the user hears about a typo instead of the client silently replacing it.
+ * The server's settings, exactly the contract's shape: `{mode, speculative: {...}, llm: {...}, ...}`, camelCase,
+ * every key the server declares (package.json's server properties are generated from that declaration:
+ * server/crane/lsp/settings_schema.py), unset = null. Values are passed as the user wrote them (an empty string
+ * becomes null): the server validates them, warns once about an invalid value and falls back to that key's
+ * default, so the user hears about a typo instead of the client silently replacing it.
  */
-export interface ServerSettings {
-  mode: unknown;
-  speculative: { enabled: unknown; budgetSeconds: unknown };
-  llm: { model: unknown; apiBase: unknown };
-  agent: { maxSteps: unknown; budgetUsd: unknown; stepMode: unknown };
-  kernel: { connectionFile: string | null };
-  hover: unknown;
-  logLevel: unknown;
-}
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- a JSON object passed through as the user wrote it
+export type ServerSettings = Record<string, any>;
 
 /** What the client itself needs (typed, with client-side fallbacks). */
 export interface ClientSettings {
@@ -36,31 +32,32 @@ export interface ClientSettings {
 
 export const SECTION = 'crane';
 
+interface Declared {
+  default?: unknown;
+  enum?: unknown[];
+}
+/** Every `crane.*` setting as package.json declares it (type, default, bounds, description). */
+const DECLARED = pkg.contributes.configuration.properties as Record<string, Declared>;
+
+/** The extension's own settings: never sent to the server (settings_schema.CLIENT_KEYS on the server side). */
+export const CLIENT_KEYS = ['crane.python', 'crane.trace.server'];
+/** The server's settings keys, without the `crane.` prefix (e.g. `speculative.budgetSeconds`). */
+export const SERVER_KEYS = Object.keys(DECLARED)
+  .filter((k) => k.startsWith(`${SECTION}.`) && !CLIENT_KEYS.includes(k))
+  .map((k) => k.slice(SECTION.length + 1));
+/** Path settings: `~`, `${workspaceFolder}`, `${userHome}` and `${env:NAME}` are expanded before sending. */
+const PATH_KEYS = ['kernel.connectionFile', 'llm.cacheDir'];
+
 /** Changes that restart the server (the interpreter, and the client's trace level). */
-export const RESTART_KEYS = ['crane.python', 'crane.trace.server'];
-/** Changes sent to the running server with `workspace/didChangeConfiguration`. */
-export const LIVE_KEYS = [
-  'crane.mode',
-  'crane.speculative',
-  'crane.llm',
-  'crane.agent',
-  'crane.kernel',
-  'crane.hover',
-  'crane.logLevel',
-];
+export const RESTART_KEYS = CLIENT_KEYS;
+/** Changes sent to the running server with `workspace/didChangeConfiguration`: each top-level key or section. */
+export const LIVE_KEYS = [...new Set(SERVER_KEYS.map((k) => `${SECTION}.${k.split('.')[0]}`))];
 export const CONNECTION_FILE_KEY = 'crane.kernel.connectionFile';
 
-const MODES: readonly Mode[] = ['static', 'auto', 'llm'];
-
-export const DEFAULTS = {
-  mode: 'auto',
-  speculativeEnabled: true,
-  budgetSeconds: 10,
-  maxSteps: 10,
-  stepMode: false,
-  hover: true,
-  logLevel: 'info',
-} as const;
+/** The default package.json declares for `key` (`crane.`-relative). */
+export function declaredDefault(key: string): unknown {
+  return DECLARED[`${SECTION}.${key}`]?.default ?? null;
+}
 
 function orNull(v: unknown): unknown {
   if (v === undefined || v === null) {
@@ -78,40 +75,30 @@ function pathOrNull(v: unknown): string | null {
 
 export function getServerSettings(scope?: vscode.ConfigurationScope): ServerSettings {
   const cfg = vscode.workspace.getConfiguration(SECTION, scope);
-  const get = <T>(key: string, fallback: T): unknown => {
-    const v = cfg.get<unknown>(key, fallback);
-    return v === undefined ? fallback : v;
-  };
-  return {
-    mode: orNull(get('mode', DEFAULTS.mode)),
-    speculative: {
-      enabled: orNull(get('speculative.enabled', DEFAULTS.speculativeEnabled)),
-      budgetSeconds: orNull(get('speculative.budgetSeconds', DEFAULTS.budgetSeconds)),
-    },
-    llm: {
-      model: orNull(get('llm.model', null)),
-      apiBase: orNull(get('llm.apiBase', null)),
-    },
-    agent: {
-      maxSteps: orNull(get('agent.maxSteps', DEFAULTS.maxSteps)),
-      budgetUsd: orNull(get('agent.budgetUsd', null)),
-      stepMode: orNull(get('agent.stepMode', DEFAULTS.stepMode)),
-    },
-    kernel: { connectionFile: pathOrNull(get('kernel.connectionFile', null)) },
-    hover: orNull(get('hover', DEFAULTS.hover)),
-    logLevel: orNull(get('logLevel', DEFAULTS.logLevel)),
-  };
+  const out: ServerSettings = {};
+  for (const key of SERVER_KEYS) {
+    const raw = cfg.get<unknown>(key, declaredDefault(key));
+    const value = PATH_KEYS.includes(key) ? pathOrNull(raw) : orNull(raw === undefined ? declaredDefault(key) : raw);
+    const parts = key.split('.');
+    let node = out;
+    for (const part of parts.slice(0, -1)) {
+      node = (node[part] ??= {}) as ServerSettings;
+    }
+    node[parts[parts.length - 1]] = value;
+  }
+  return out;
 }
 
 export function getClientSettings(scope?: vscode.ConfigurationScope): ClientSettings {
   const cfg = vscode.workspace.getConfiguration(SECTION, scope);
-  const mode = cfg.get<unknown>('mode', DEFAULTS.mode);
+  const modes = (DECLARED['crane.mode']?.enum ?? []) as unknown[];
+  const mode = cfg.get<unknown>('mode', declaredDefault('mode'));
   const python = cfg.get<unknown>('python', '');
   return {
     python: typeof python === 'string' ? resolveVariables(python.trim()) : '',
     connectionFile: pathOrNull(cfg.get<unknown>('kernel.connectionFile', null)) ?? '',
-    stepMode: cfg.get<unknown>('agent.stepMode', DEFAULTS.stepMode) === true,
-    mode: (MODES as readonly unknown[]).includes(mode) ? (mode as Mode) : DEFAULTS.mode,
+    stepMode: cfg.get<unknown>('agent.stepMode', declaredDefault('agent.stepMode')) === true,
+    mode: (modes.includes(mode) ? mode : declaredDefault('mode')) as Mode,
   };
 }
 

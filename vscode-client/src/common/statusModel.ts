@@ -146,11 +146,13 @@ export function renderStatus(s: StatusState): StatusView {
   if (!k || k.state === 'static-only') {
     return { text: `$(circle-outline) CRANE: static only${suffix}`, tooltip, kind: 'normal' };
   }
+  if (k.state !== 'dead' && k.stale) {
+    // diagnostics rely on facts read before the kernel's current run (re-checked when it is idle)
+    return { text: '$(warning) CRANE: kernel facts stale', tooltip, kind: 'warning' };
+  }
   switch (k.state) {
     case 'dead':
       return { text: '$(warning) CRANE: kernel dead', tooltip, kind: 'warning' };
-    case 'stale':
-      return { text: '$(warning) CRANE: kernel stale', tooltip, kind: 'warning' };
     case 'busy':
       return { text: `$(plug) CRANE: kernel busy${suffix}`, tooltip, kind: 'normal' };
     default:

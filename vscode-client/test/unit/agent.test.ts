@@ -49,7 +49,7 @@ function proposal(status: string, extra: Record<string, unknown> = {}) {
   };
 }
 
-function fixResult(status = 'fixed', edit: unknown = EDIT): FixResult {
+function fixResult(status: FixResult['status'] = 'fixed', edit: unknown = EDIT): FixResult {
   return { runId: 'r1', status, proposal: proposal(status) as never, edit, markdown: `## CRANE agent: ${status}` };
 }
 
@@ -93,7 +93,7 @@ describe('agent panel state', () => {
 
   it('sums usage with unknown costs as null', () => {
     expect(sumUsage([{ ...step(1), usage: { promptTokens: 1, completionTokens: 2, cachedTokens: 0, costUsd: null } }]).costUsd).toBeNull();
-    expect(sumUsage([{ ...step(1), usage: null }]).promptTokens).toBe(0);
+    expect(sumUsage([{ ...step(1), usage: null as never }]).promptTokens).toBe(0);
   });
 
   it('step mode: a proposed step waits; auto-continue only when resumed', () => {

@@ -2,7 +2,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { commands, mock } from '../vscode.mock';
 import { formatDiagnosis, formatUsage } from '../../src/common/diagnosisFormat';
 import { DiagnosisView } from '../../src/common/diagnosisView';
-import type { DiagnosisParams } from '../../src/common/protocol';
+import type { DiagnosisParams, SpeculativeResult } from '../../src/common/protocol';
 import { formatSpeculative, isSpeculativeResult } from '../../src/common/speculativeFormat';
 
 const CELL = 'vscode-notebook-cell:/tmp/x/nb.ipynb#W0sZmlsZQ%3D%3D';
@@ -23,6 +23,13 @@ const base: DiagnosisParams = {
   },
   markdown: '',
   usage: null,
+  cell: 2,
+  findings: [],
+  mode: 'live',
+  source: 'rules',
+  session: null,
+  cached: false,
+  note: null,
 };
 
 describe('diagnosis view', () => {
@@ -69,15 +76,16 @@ describe('diagnosis view', () => {
 describe('speculative run view', () => {
   beforeEach(() => mock.reset());
 
-  const result = {
+  const result: SpeculativeResult = {
     cellUri: CELL,
+    cell: 2,
     verdict: 'crash' as const,
     ename: 'IndexError',
     evalue: 'list index out of range',
     line: 1,
     stdout: 'partial\n',
     stderr: '',
-    displays: [{ kind: 'text/plain', text: '<Figure>' }],
+    displays: [{ kind: 'display_data', text: '<Figure>' }],
     reason: '',
     elapsedMs: 41.6,
     markdown: '',

@@ -43,7 +43,7 @@ function deps(kernel: JupyterKernel | undefined, api = true): BridgeDeps & { not
   return {
     notes,
     getKernelsApi: vi.fn(async () => (api ? { getKernel: vi.fn(async () => kernel) } : undefined)),
-    attach: vi.fn(async (p) => ({ attached: true, message: 'ok', kernel: { connectionFile: p.connectionFile, source: 'request' as const } })),
+    attach: vi.fn(async (p) => ({ attached: true, message: 'ok', kernel: { connectionFile: p.connectionFile, source: 'request' as const, notebookPath: null, pid: null } })),
     note: (uri, note) => notes.push([uri, note]),
     log: () => undefined,
     timeoutMs: 200,

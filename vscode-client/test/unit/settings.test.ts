@@ -24,10 +24,22 @@ function contributedDefaults(): Record<string, unknown> {
   return Object.fromEntries(Object.entries(props).map(([k, v]) => [k, v.default]));
 }
 
+const UNSET_LLM = {
+  model: null,
+  apiBase: null,
+  timeout: null,
+  maxTokens: null,
+  temperature: null,
+  retries: null,
+  budgetUsd: null,
+  cache: null,
+  cacheDir: null,
+};
+
 const CONTRACT_DEFAULTS = {
   mode: 'auto',
   speculative: { enabled: true, budgetSeconds: 10 },
-  llm: { model: null, apiBase: null },
+  llm: UNSET_LLM,
   agent: { maxSteps: 10, budgetUsd: null, stepMode: false },
   kernel: { connectionFile: null },
   hover: true,
@@ -67,7 +79,7 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
     expect(getServerSettings()).toEqual({
       mode: 'llm',
       speculative: { enabled: false, budgetSeconds: 2.5 },
-      llm: { model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
+      llm: { ...UNSET_LLM, model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
       agent: { maxSteps: 3, budgetUsd: 0.1, stepMode: true },
       kernel: { connectionFile: '/tmp/kernel-1.json' },
       hover: false,
@@ -80,7 +92,7 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
   it('sends empty strings as null (unset)', () => {
     mock.config = { 'crane.llm.model': '', 'crane.llm.apiBase': '  ', 'crane.kernel.connectionFile': '' };
     const s = getServerSettings();
-    expect(s.llm).toEqual({ model: null, apiBase: null });
+    expect(s.llm).toEqual(UNSET_LLM);
     expect(s.kernel.connectionFile).toBeNull();
   });
 

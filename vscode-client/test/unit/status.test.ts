@@ -11,14 +11,18 @@ function run(...events: StatusEvent[]): StatusState {
   return events.reduce(reduceStatus, initialStatus());
 }
 
-function kernel(state: KernelStatusParams['state'], notebookUri: string | null = NB): StatusEvent {
+function kernel(state: KernelStatusParams['state'], notebookUri: string | null = NB, stale = false): StatusEvent {
   return {
     type: 'kernelStatus',
     params: {
       notebookUri,
       state,
-      kernel: state === 'static-only' ? null : { connectionFile: '/run/kernel-v3ab.json', source: 'request' },
+      kernel:
+        state === 'static-only'
+          ? null
+          : { connectionFile: '/run/kernel-v3ab.json', source: 'request', notebookPath: null, pid: null },
       message: '',
+      stale,
     },
   };
 }
@@ -68,7 +72,8 @@ describe('status transitions', () => {
 
   it('marks dead and stale kernels as warnings', () => {
     expect(renderStatus(run(running, active, kernel('dead')))).toMatchObject({ kind: 'warning' });
-    expect(renderStatus(run(running, active, kernel('stale'))).text).toContain('stale');
+    expect(renderStatus(run(running, active, kernel('busy', NB, true))).text).toContain('stale');
+    expect(renderStatus(run(running, active, kernel('busy', NB, true)))).toMatchObject({ kind: 'warning' });
   });
 
   it('says when the bridge fell back to discovery', () => {

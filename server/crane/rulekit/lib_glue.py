@@ -9,9 +9,9 @@ import ast
 from collections.abc import Iterator
 
 from crane.analysis.extract import dotted
+from crane.finding import Finding
 from crane.probe.facts import Facts
-from crane.rules.finding import Finding
-from crane.rules.lib_helpers import Verdict
+from crane.rulekit.lib_helpers import Verdict
 
 # Methods that do not change an estimator / DataFrame / array they are called on.
 READ_ONLY_METHODS = {

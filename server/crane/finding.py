@@ -31,7 +31,8 @@ class Related(msgspec.Struct, omit_defaults=True, rename="camel"):
 class Finding(msgspec.Struct, omit_defaults=True, rename="camel"):
     """'If you run this cell now, against the kernel as it is, it will crash' — and why.
 
-    Lines and columns are 1-based lines / 0-based columns within the target cell's original source.
+    Lines and columns are 1-based lines / 0-based character (code point) columns within the target cell's
+    original source; editors that count UTF-16 code units convert (crane.lsp.notebook_map.utf16_col).
     """
 
     rule: str  # rule id, e.g. "undefined-name"

@@ -203,7 +203,7 @@ def nan_count(f: Facts) -> int | None:
 
 
 # -- rendering ----------------------------------------------------------------------------------------------
-def short_type(f: Facts) -> str:
+def type_label(f: Facts) -> str:
     t = f.type
     for long, short in (
         ("pandas.core.frame.DataFrame", "pandas DataFrame"),
@@ -237,7 +237,7 @@ def describe_column(c: ColumnFacts, example: str | None = None) -> str:
 def describe(label: str, f: Facts, columns: list[tuple[ColumnFacts, str | None]] | None = None,
              max_columns: int = 4) -> str:
     """One line of evidence: "X_train: pandas DataFrame (80, 16), columns street (object, 'Rue 12'), ..."."""
-    text = f"{label}: {short_type(f)}"
+    text = f"{label}: {type_label(f)}"
     shp = shape_of(f)
     if shp is not None:
         text += f" {shape_text(shp)}"

@@ -12,16 +12,9 @@ import threading
 from crane.llm.client import LLMError
 from crane.llm.cost import SESSION, CostLedger
 from crane.llm.predictor import predict_with_llm, verdict_to_finding
-from crane.llm.prompt import Prompt, build_prompt
+from crane.llm.prompt import Prompt
 from crane.llm.settings import LLMSettings
-
-
-def replayed_prompt(replayed, target: int, include_findings: bool = True) -> Prompt:
-    """The prompt for `target` from a crane.engine.ReplayedNotebook (its history, probe and rule findings)."""
-    cell_result, probe = replayed.predict(target)
-    errors = {h.number: f"{h.ename}: {h.evalue}" for h in replayed.history_runs if h.status == "error"}
-    findings = cell_result.findings if include_findings else []
-    return build_prompt(replayed.history, replayed.nb.cell(target), probe, findings, history_errors=errors)
+from crane.modes import replayed_prompt
 
 
 class LLMBenchPredictor:

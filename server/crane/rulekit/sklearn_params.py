@@ -14,7 +14,7 @@ import ast
 import importlib
 from typing import Any
 
-from crane.rules.lib_helpers import Verdict
+from crane.rulekit.lib_helpers import Verdict
 
 _UNSET = object()
 

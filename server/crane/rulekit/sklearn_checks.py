@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 
 from crane.probe.facts import EstimatorFacts, Facts
-from crane.rules import sklearn_tables as T
-from crane.rules.lib_helpers import (
+from crane.rulekit import sklearn_tables as T
+from crane.rulekit.lib_helpers import (
     Verdict,
     bad_columns,
     column_names,

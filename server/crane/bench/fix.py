@@ -21,11 +21,12 @@ from crane.agent.guard import check_edit
 from crane.agent.loop import AgentBudget, start_fix
 from crane.agent.nbwrite import apply_proposal
 from crane.agent.proposal import Proposal
-from crane.agent.sandboxes import cell_line, clean_traceback, replay_sandbox_factory
+from crane.agent.sandboxes import replay_sandbox_factory
 from crane.bench.cases import Case
 from crane.llm.settings import LLMSettings
 from crane.notebook.history import executed_history
 from crane.notebook.model import Notebook, load_notebook, parse_notebook
+from crane.text import cell_line, clean_traceback
 
 
 class FixCaseResult(msgspec.Struct, rename="camel", omit_defaults=True):

@@ -8,29 +8,16 @@ Slower (the whole history runs) and opt-in: history cells run unconfined, exactl
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.manager import start_kernel
 from crane.sandbox.fork_runner import DEFAULT_BUDGET_S, speculate
 from crane.sandbox.verdict import SandboxVerdict, unavailable
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _direct_line(traceback: list[str]) -> int | None:
-    """The target's line from an IPython traceback (its frames name the cell '<module>' after 'Cell In[n]')."""
-    line = None
-    for chunk in traceback:
-        text = _ANSI.sub("", chunk)
-        m = re.search(r"Cell In\[\d+\], line (\d+)", text)
-        if m:
-            line = int(m.group(1))
-    return line
+from crane.text import cell_line
 
 
-def replay_speculate(
+def speculate_in_fresh_kernel(
     history: list[str],
     source: str,
     cwd: str | Path,
@@ -58,7 +45,7 @@ def replay_speculate(
         except KernelTimeout:
             return SandboxVerdict(verdict="timeout", reason=f"the cell did not finish within {budget_s:g} s (replay)")
         if run.status == "error":
-            return SandboxVerdict(verdict="crash", ename=run.ename, evalue=run.evalue, line=_direct_line(run.traceback),
+            return SandboxVerdict(verdict="crash", ename=run.ename, evalue=run.evalue, line=cell_line(run.traceback),
                                   stdout=run.stdout, stderr=run.stderr, elapsed_ms=run.elapsed_s * 1000,
                                   reason="replayed in a fresh kernel, unconfined (fork unavailable)")
         return SandboxVerdict(verdict="no-crash", stdout=run.stdout, stderr=run.stderr, elapsed_ms=run.elapsed_s * 1000,

@@ -52,8 +52,8 @@ from crane.analysis.cell import CellAnalysis
 from crane.analysis.certainty import is_certain as _is_certain
 from crane.analysis.flow import FlowResult, evaluate_cell
 from crane.analysis.scope import NotebookScope
+from crane.finding import Finding, Related
 from crane.probe.facts import AttrCheck, Facts, KeyCheck, ProbeResult
-from crane.rules.finding import Finding, Related
 
 _MISSING = object()
 

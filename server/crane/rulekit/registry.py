@@ -6,10 +6,11 @@ but it is never a crash either. A rule must never raise: `run_rules` catches and
 `crane.rules` logger) any exception a rule raises and goes on with the others.
 
 `load_rules()` imports the core rule modules (`CORE_MODULES`, in that order) and then every other module of
-the `crane.rules` package (alphabetically), so that all `@rule` decorators run: a new rule module needs no
-registration beyond being a module of `crane.rules`.
+the `crane.rules` package (alphabetically; it holds rule modules only, their helpers live in `crane.rulekit`),
+so that all `@rule` decorators run: a new rule module needs no registration beyond being a module of
+`crane.rules`.
 
-    from crane.rules.registry import rule
+    from crane.rulekit.registry import rule
 
     @rule("missing-column")
     def missing_column(ctx):
@@ -25,10 +26,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from crane.rules.finding import Finding
+from crane.finding import Finding
 
 if TYPE_CHECKING:
-    from crane.rules.context import RuleContext
+    from crane.rulekit.context import RuleContext
 
 log = logging.getLogger("crane.rules")
 
@@ -46,7 +47,6 @@ CORE_MODULES = (
     "crane.rules.keys",
     "crane.rules.attributes",
 )
-_NOT_RULES = {"context", "registry", "finding"}
 
 _loaded = False
 
@@ -75,7 +75,7 @@ def load_rules() -> dict[str, RuleFn]:
         import crane.rules as package
 
         others = sorted(
-            f"crane.rules.{m.name}" for m in pkgutil.iter_modules(package.__path__) if m.name not in _NOT_RULES
+            f"crane.rules.{m.name}" for m in pkgutil.iter_modules(package.__path__)
         )
         for name in list(CORE_MODULES) + [m for m in others if m not in CORE_MODULES]:
             try:
