@@ -10,8 +10,11 @@ connection for messages. It reports, through `on_event` (called on the watcher t
 - `WatchEvent("restarted")` on a `starting`/`restarting` status;
 - `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back.
 
-Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored. `busy` tells, at any
-time, whether a user request is running: the probe uses it to avoid queueing behind a user cell.
+Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored — every session this
+daemon opened on any kernel (`DAEMON_SESSIONS`: probe, sandbox and agent connections of every notebook), so
+that two notebooks attached to one kernel do not take each other's private requests for user activity (each
+would invalidate the other's sandbox results, over and over). `busy` tells, at any time, whether a user
+request is running: the probe uses it to avoid queueing behind a user cell.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ log = logging.getLogger(__name__)
 
 WatchKind = Literal["busy", "idle", "finished", "restarted", "dead", "alive"]
 
+# Sessions of the kernel connections this daemon opened (any notebook, any kernel): never user activity.
+DAEMON_SESSIONS: set[str] = set()
+
 
 @dataclass(frozen=True)
 class WatchEvent:
@@ -37,6 +43,18 @@ class WatchEvent:
     code: str | None = None
     execution_count: int | None = None
     success: bool | None = None
+
+
+class _Shared(set):
+    """A watcher's own ignored sessions; each one added is also added to DAEMON_SESSIONS."""
+
+    def __init__(self, items=()):
+        super().__init__(items)
+        DAEMON_SESSIONS.update(items)
+
+    def add(self, item: str) -> None:
+        super().add(item)
+        DAEMON_SESSIONS.add(item)
 
 
 class KernelWatch(threading.Thread):
@@ -55,7 +73,7 @@ class KernelWatch(threading.Thread):
 
         self.connection_file = connection_file
         self.on_event = on_event
-        self.ignore_sessions = set(ignore_sessions or ())
+        self.ignore_sessions = _Shared(ignore_sessions or ())
         self.heartbeat_interval = heartbeat_interval
         # A local kernel's process: when it is gone, the kernel died or restarted even if iopub missed the
         # "starting" status (a SUB socket re-subscribes after a restart and can miss the first messages).
@@ -140,7 +158,7 @@ class KernelWatch(threading.Thread):
                 self._running.clear()
             self._emit(WatchEvent("restarted"))
             return
-        if parent.get("session") in self.ignore_sessions:
+        if parent.get("session") in self.ignore_sessions or parent.get("session") in DAEMON_SESSIONS:
             return
         pid = parent.get("msg_id")
         if not pid or parent.get("msg_type") != "execute_request":

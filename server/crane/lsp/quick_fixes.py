@@ -162,6 +162,9 @@ class QuickFixService:
         if cancel.is_set():  # moot (the text changed): the same text later gets a search of its own
             session.quick_fixes.discard(source, gen)
             return
+        if session.kernel_gen != gen and not session.closed and session.findings.get(cell.uri):
+            # the kernel's state changed meanwhile: the crash is verified again (speculation), then searched
+            self.speculation.request(session, cell.uri)
         entry.done = True
         entry.report = report
         if report is not None:

@@ -420,7 +420,7 @@ describe('crane serve attached to a live kernel', () => {
       cellTextDocuments: [
         { uri: A, languageId: 'python', version: 1, text: 'extra = 5' },
         { uri: B, languageId: 'python', version: 1, text: 'print(extra + 1)' },
-        { uri: C, languageId: 'python', version: 1, text: 'copy = list(lst)\ncopy.apend(4)' },
+        { uri: C, languageId: 'python', version: 1, text: 'copy = [1, 2, 3]\ncopy.apend(4)' },
       ],
     });
     const attached: any = await client.request('crane/attachKernel', { notebookUri: QF_NB, connectionFile });
@@ -447,10 +447,9 @@ describe('crane serve attached to a live kernel', () => {
     expect(edit.edit.documentChanges).toEqual([{ textDocument: { uri: C, version: 1 },
       edits: [{ range: { start: { line: 1, character: 0 }, end: { line: 1, character: 13 } }, newText: 'copy.append(4)' }] }]);
     // nothing ran in the user's kernel
-    const state = kernelClient(connectionFile, 'inspect', JSON.stringify({ has_extra: "'extra' in globals()", n: 'len(lst)' }));
-    expect(state.user_expressions.has_extra.data['text/plain']).toBe('False');
-    expect(state.user_expressions.n.data['text/plain']).toBe('3');
-  });
+    const state = kernelClient(connectionFile, 'inspect', JSON.stringify({ ran: "'extra' in globals() or 'copy' in globals()" }));
+    expect(state.user_expressions.ran.data['text/plain']).toBe('False');
+  }, 150_000);
 
   it('auto mode confirms the crash with a sandbox diagnostic; switching to static with didChangeConfiguration drops it', async () => {
     const confirmed = await client.waitFor(
