@@ -47,14 +47,17 @@ def command_of(action) -> dict:
     a `Command` whose `command` field holds the repr of the nested command object: read that back."""
     if isinstance(action, types.CodeAction):
         c = action.command
+        assert c is not None
         return {"title": c.title, "command": c.command, "arguments": c.arguments}
     return ast.literal_eval(action.command)
 
 
 def apply_edit(source: str, edit: types.WorkspaceEdit) -> str:
-    (change,) = edit.document_changes
+    (change,) = edit.document_changes or []
+    assert isinstance(change, types.TextDocumentEdit)
     lines = source.split("\n")
     for e in change.edits:
+        assert isinstance(e, types.TextEdit)
         r = e.range
         head = "\n".join(lines[: r.start.line] + [lines[r.start.line][: r.start.character]])
         tail = lines[r.end.line][r.end.character:]

@@ -108,7 +108,8 @@ class FixContext:
     # -- the crash site --------------------------------------------------------------------------------------
     def _orig_span(self, node: ast.AST) -> tuple[int, int]:
         a = self.analysis
-        return a.original_line(node.lineno), a.original_line(getattr(node, "end_lineno", None) or node.lineno)
+        line = getattr(node, "lineno", 1)
+        return a.original_line(line), a.original_line(getattr(node, "end_lineno", None) or line)
 
     def statements(self) -> list[ast.stmt]:
         tree = self.analysis.tree

@@ -103,7 +103,8 @@ class SourceEdit:
 
     def remove_argument(self, call: ast.Call, arg: ast.AST) -> SourceEdit:
         """Remove one positional or keyword argument (`arg` is the positional expr or the ast.keyword)."""
-        items: list[ast.AST] = sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
+        items: list[ast.AST] = sorted([*call.args, *call.keywords],
+                                      key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
         i = items.index(arg)
         s, e = self.span(arg)
         if i + 1 < len(items):

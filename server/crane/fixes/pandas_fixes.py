@@ -217,10 +217,13 @@ def merge_key(ctx: FixContext):
         name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
         if name != "merge":
             continue
+        left: ast.expr | None
+        right: ast.expr | None
         if isinstance(call.func, ast.Attribute) and ctx.text(call.func.value) != ctx.alias("pandas"):
             left, right = call.func.value, call.args[0] if call.args else None
         else:
-            left, right = (call.args + [None, None])[:2]  # type: ignore[list-item]
+            left = call.args[0] if call.args else None
+            right = call.args[1] if len(call.args) > 1 else None
         lc = _columns(ctx, left) if left is not None else None
         rc = _columns(ctx, right) if right is not None else None
         for kw in call.keywords:

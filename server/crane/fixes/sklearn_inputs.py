@@ -120,7 +120,7 @@ def encode_strings(ctx: FixContext):
         fitting = call.func.attr in FIT_METHODS  # type: ignore[attr-defined]
         x, y = call.args[0], call.args[1] if len(call.args) > 1 else None
         fx, fy = _facts(ctx, x), _facts(ctx, y) if y is not None else None
-        y_text = fy is not None and _is_name(y) and (
+        y_text = fy is not None and y is not None and _is_name(y) and (
             (fy.dtype or "").startswith(TEXT_DTYPES) and fy.numeric_parse != "all")
         y_lines = []
         if fitting and y_text:
@@ -202,7 +202,7 @@ def _data_name(ctx: FixContext, arg: ast.expr) -> tuple[str, Facts] | None:
     for n in nodes:
         f = _facts(ctx, n)
         if f is not None and f.kind in ("dataframe", "series", "ndarray"):
-            return n.id, f  # type: ignore[attr-defined]
+            return n.id, f
     return None
 
 

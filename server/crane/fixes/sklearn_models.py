@@ -210,7 +210,7 @@ def _length(f: Facts) -> int | None:
 
 
 def _is_matrix(f: Facts) -> bool:
-    return (f.kind == "dataframe" and bool(f.columns) and len(f.columns) > 1) or \
+    return (f.kind == "dataframe" and len(f.columns or []) > 1) or \
         (f.kind in ("ndarray", "tensor") and bool(f.shape) and len(f.shape or []) == 2 and (f.shape or [0, 0])[1] > 1)
 
 

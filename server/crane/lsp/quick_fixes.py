@@ -185,7 +185,7 @@ class QuickFixService:
         entry = self.entry(session, cell)
         if entry is None:
             return []
-        out = []
+        out: list[types.CodeAction] = []
         for fix in list(entry.fixes):
             action = self._action(snap, cell, fix, diagnostics, preferred=not out)
             if action is not None:
