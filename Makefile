@@ -33,8 +33,9 @@ test-client: setup
 vsix:
 	$(NPM_CI) && npm run package
 
-# The extension in a real VS Code (code-server) driven by headless Chromium: installs code-server, Debian's
-# chromium and playwright-core on first use (cached in build/e2e), screenshots in build/e2e/screenshots.
+# The extension in a real VS Code (code-server) driven by headless Chromium, alone and beside Microsoft's
+# Jupyter extension (../shared/vendor): installs code-server, Debian's chromium and playwright-core on first
+# use (cached in build/e2e), screenshots in build/e2e/screenshots.
 e2e: setup vsix
 	e2e/run.sh
 

@@ -18,15 +18,23 @@ OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result
 
 
 class IopubWatcher:
-    """Records iopub traffic from `connection` (connection info dict, or a connection file path)."""
+    """Records iopub traffic from `connection` (connection info dict, a connection file path, or a
+    `crane.kernel.target.KernelTarget`: a kernel on a Jupyter Server, watched over a websocket of its own)."""
 
-    def __init__(self, connection: dict | str):
-        self.client = BlockingKernelClient()
-        if isinstance(connection, dict):
-            self.client.load_connection_info(connection)
+    def __init__(self, connection):
+        from crane.kernel.target import KernelTarget
+
+        if isinstance(connection, KernelTarget):
+            from crane.kernel.client import KernelConnection
+
+            self.client = KernelConnection.watch_client(connection)
         else:
-            self.client.load_connection_file(str(connection))
-        self.client.start_channels(shell=False, stdin=False, hb=False, control=False)
+            self.client = BlockingKernelClient()
+            if isinstance(connection, dict):
+                self.client.load_connection_info(connection)
+            else:
+                self.client.load_connection_file(str(connection))
+            self.client.start_channels(shell=False, stdin=False, hb=False, control=False)
         self.messages: list[dict] = []
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -8,12 +8,15 @@ The LSP daemon runs the same `check_cell` against an attached kernel instead of 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import msgspec
 
 from crane.analysis.cell import analyze_cell
 from crane.analysis.scope import NotebookScope
 from crane.finding import Finding
-from crane.kernel.manager import OwnedKernel, start_kernel
+from crane.kernel.launch import LOCAL, KernelLauncher
 from crane.kernel.replay import HistoryRun, replay
 from crane.llm.schema import Usage
 from crane.notebook.history import check_target, executed_history
@@ -73,12 +76,14 @@ def predict_cell(
 class ReplayedNotebook:
     """A fresh kernel holding the state a notebook's history leaves (for the CLI and the bench)."""
 
-    def __init__(self, nb: Notebook, targets: list[int], python: str | None = None, cell_timeout: float = 600.0):
+    def __init__(self, nb: Notebook, targets: list[int], python: str | None = None, cell_timeout: float = 600.0,
+                 launcher: KernelLauncher = LOCAL):
         self.nb = nb
         self.targets = targets
         self.python = python
         self.cell_timeout = cell_timeout
-        self.kernel: OwnedKernel | None = None
+        self.launcher = launcher  # where the fresh kernel runs: here, or on a Jupyter Server (--server)
+        self.kernel: Any = None  # OwnedKernel | ServerKernel
         self.history_runs: list[HistoryRun] = []
         # "If you run this cell now": every target sees the kernel as the whole recorded history left it,
         # including the target's own earlier run when it has an execution count (re-running a cell is a
@@ -86,7 +91,7 @@ class ReplayedNotebook:
         self.history = executed_history(nb)
 
     def __enter__(self) -> ReplayedNotebook:
-        self.kernel = start_kernel(self.nb.directory, python=self.python)
+        self.kernel = self.launcher.start(notebook_file(self.nb), python=self.python)
         try:
             self.history_runs = replay(self.kernel.connection, self.history, cell_timeout=self.cell_timeout)
         except BaseException:
@@ -103,3 +108,7 @@ class ReplayedNotebook:
     def predict(self, target: int) -> tuple[CellResult, ProbeResult | None]:
         return predict_cell(self.nb, target, self.probe_client, self.scope)
 
+
+def notebook_file(nb: Notebook) -> Path:
+    """The notebook's file (for a kernel launcher: its folder, and its session path on a server)."""
+    return Path(nb.path).resolve() if nb.path else nb.directory / "untitled.ipynb"

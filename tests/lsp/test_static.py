@@ -19,7 +19,7 @@ async def test_capabilities_and_fast_initialize(tmp_path):
         caps = client.init_result.capabilities
         assert caps.notebook_document_sync is not None
         selectors = caps.notebook_document_sync.notebook_selector
-        assert {s.notebook for s in selectors} == {"jupyter-notebook", "interactive"}
+        assert {s.notebook for s in selectors} == {"jupyter-notebook"}  # not the interactive window
         assert caps.notebook_document_sync.save is True
         assert caps.hover_provider
         assert caps.code_action_provider

@@ -2,9 +2,11 @@
 import * as vscode from 'vscode';
 import { AgentController, PROPOSAL_SCHEME } from './common/agentPanel';
 import { Commands } from './common/commands';
+import { runtimeDirs } from './common/connectionFiles';
 import { DIAGNOSIS_SCHEME, DiagnosisView } from './common/diagnosisView';
 import { disposeHighlight } from './common/highlight';
-import { getJupyterKernelsApi, KernelBridge } from './common/kernelBridge';
+import { getJupyterKernelsApi, jupyterStorageDir } from './common/jupyterApi';
+import { bridgeTiming, KernelBridge, Trigger } from './common/kernelBridge';
 import { getLogChannel, traceError, traceInfo } from './common/log';
 import { isCraneNotebook, NotebookFocus } from './common/notebooks';
 import { AttachResult, Methods } from './common/protocol';
@@ -34,13 +36,17 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     attach: (params) => server.server.sendRequest<AttachResult>(Methods.attachKernel, params),
     note: (notebookUri, note) => status.update({ type: 'bridgeNote', notebookUri, note }),
     log: traceInfo,
+    ...bridgeTiming(process.env),
+    jupyterServerUrl: (uri) => getClientSettings(uri).jupyterServerUrl,
   });
-  const connectKernel = (nb: vscode.NotebookDocument | undefined) => {
+  const connectKernel = (nb: vscode.NotebookDocument | undefined, trigger: Trigger) => {
     if (!nb || !isCraneNotebook(nb) || !server.running || getClientSettings(nb.uri).connectionFile) {
       return;
     }
-    bridge.connect(nb.uri).catch((err) => traceError('kernel bridge', err));
+    bridge.connect(nb.uri, trigger).catch((err) => traceError('kernel bridge', err));
   };
+  // the Jupyter extension's fallback folder for connection files is in its global storage: discovery looks there
+  const jupyterStorage = jupyterStorageDir(context.globalStorageUri.fsPath);
 
   const server = new ServerManager({
     state: (state, message, interpreter) => status.update({ type: 'server', state, message, interpreter }),
@@ -50,9 +56,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     progress: (delta, title) => status.update({ type: 'busy', delta, title }),
     executeCommand: (command, args, next) => commands!.routeServerCommand(command, args, next),
     started: () => {
-      void bridge.reattachAll().then(() => vscode.workspace.notebookDocuments.forEach(connectKernel));
+      void bridge
+        .reattachAll()
+        .then(() => vscode.workspace.notebookDocuments.forEach((nb) => connectKernel(nb, 'serverStarted')));
     },
     secretEnvironment: () => keys.environment(),
+    extraEnvironment: () => ({ CRANE_JUPYTER_STORAGE: jupyterStorage }),
   });
   manager = server;
 
@@ -65,7 +74,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     for (const nb of vscode.workspace.notebookDocuments.filter(isCraneNotebook)) {
       const file = getClientSettings(nb.uri).connectionFile;
       if (!file) {
-        connectKernel(nb);
+        connectKernel(nb, 'command');
         continue;
       }
       try {
@@ -90,6 +99,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     diagnosis,
     keys,
     restart: (reason) => server.restart(reason),
+    runtimeDirs: () => runtimeDirs(process.env, process.platform, undefined, jupyterStorage),
+    askJupyter: async (nb) => {
+      if (!server.running) {
+        return undefined;
+      }
+      return bridge.connect(nb.uri, 'command');
+    },
   });
 
   context.subscriptions.push(
@@ -116,17 +132,20 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     vscode.window.onDidChangeActiveNotebookEditor((editor) => {
       updateActiveNotebook();
-      connectKernel(editor?.notebook);
+      connectKernel(editor?.notebook, 'focused');
     }),
     vscode.window.onDidChangeVisibleNotebookEditors(() => updateActiveNotebook()),
-    vscode.workspace.onDidOpenNotebookDocument(connectKernel),
+    // the user clicks in the notebook: only matters to ask again after access was declined
+    vscode.window.onDidChangeNotebookEditorSelection((e) => connectKernel(e.notebookEditor.notebook, 'selection')),
+    vscode.workspace.onDidOpenNotebookDocument((nb) => connectKernel(nb, 'opened')),
     vscode.workspace.onDidCloseNotebookDocument((nb) => bridge.forget(nb.uri)),
     vscode.workspace.onDidChangeNotebookDocument((e) => {
-      // a cell ran: the kernel exists now (or was restarted)
+      // a cell ran: the kernel may exist now (the bridge does nothing when its file is attached already)
       if (e.cellChanges.some((c) => c.executionSummary !== undefined)) {
-        connectKernel(e.notebook);
+        connectKernel(e.notebook, 'cellRun');
       }
     }),
+    bridge,
   );
 
   updateActiveNotebook();

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -112,7 +112,7 @@ class ReplaySandbox:
         self.python = python
         self.cell_timeout = cell_timeout
         self._start = starter or start_kernel
-        self.kernel = None
+        self.kernel: Any = None  # OwnedKernel | ServerKernel
         self.history_runs: list = []
         self.resets = 0
         self.cells_run = 0  # cells run by the agent (replays not counted)
@@ -181,10 +181,18 @@ class ReplaySandbox:
             kernel.shutdown()
 
 
-def replay_sandbox_factory(python: str | None = None, cell_timeout: float = 600.0):
-    """A `sandbox_factory` for `start_fix`: `factory(notebook) -> ReplaySandbox`."""
+def replay_sandbox_factory(python: str | None = None, cell_timeout: float = 600.0, launcher=None):
+    """A `sandbox_factory` for `start_fix`: `factory(notebook) -> ReplaySandbox`. `launcher`
+    (crane.kernel.launch): where its kernels start, e.g. on a Jupyter Server; default here."""
 
     def factory(nb: Notebook) -> ReplaySandbox:
-        return ReplaySandbox(nb, python=python, cell_timeout=cell_timeout)
+        starter = None
+        if launcher is not None:
+            from crane.engine import notebook_file
+
+            def starter(_cwd, python=None):
+                return launcher.start(notebook_file(nb), python=python)
+
+        return ReplaySandbox(nb, python=python, cell_timeout=cell_timeout, starter=starter)
 
     return factory

@@ -83,9 +83,11 @@ def edited_positions(nb: Notebook, proposal: Proposal) -> dict[int, int]:
 
 
 def replay_edited(nb: Notebook, proposal: Proposal, python: str | None = None,
-                  cell_timeout: float = 600.0) -> tuple[str, str | None]:
-    """(target status, "Ename: evalue") in a fresh replay of the notebook file with the proposal applied."""
-    from crane.kernel.manager import start_kernel
+                  cell_timeout: float = 600.0, launcher=None) -> tuple[str, str | None]:
+    """(target status, "Ename: evalue") in a fresh replay of the notebook file with the proposal applied;
+    the kernel starts where `launcher` (crane.kernel.launch) says, here by default."""
+    from crane.engine import notebook_file
+    from crane.kernel.launch import LOCAL
     from crane.kernel.replay import replay
 
     data = Path(nb.path).read_bytes()
@@ -95,7 +97,7 @@ def replay_edited(nb: Notebook, proposal: Proposal, python: str | None = None,
     in_history = {c.number for c in history}
     extra = [edited.cell(pos[c]) for c in proposal.run_first if pos[c] not in in_history]
     target = edited.cell(pos[proposal.target])
-    with start_kernel(edited.directory, python=python) as kernel:
+    with (launcher or LOCAL).start(notebook_file(edited), python=python) as kernel:
         replay(kernel.connection, [c for c in history if c.number != target.number], cell_timeout=cell_timeout)
         for c in extra:
             kernel.connection.run_cell(c.source, timeout=cell_timeout)
@@ -113,14 +115,14 @@ def guard_ok(nb: Notebook, proposal: Proposal) -> bool:
 
 
 def fix_variant(case: Case, name: str, settings: LLMSettings, budget: AgentBudget | None = None,
-                python: str | None = None, sandbox_factory=None) -> FixCaseResult:
+                python: str | None = None, sandbox_factory=None, launcher=None) -> FixCaseResult:
     variant = case.variants[name]
     result = FixCaseResult(case=case.id, variant=name, target=variant.target_cell)
     start = time.monotonic()
     try:
         nb = load_notebook(Path(case.directory) / variant.notebook)
         p = start_fix(nb, variant.target_cell, settings, budget=budget,
-                      sandbox_factory=sandbox_factory or replay_sandbox_factory(python=python))
+                      sandbox_factory=sandbox_factory or replay_sandbox_factory(python=python, launcher=launcher))
         u = p.usage
         result.agent_status, result.stop_reason, result.steps = p.status, p.stop_reason, p.steps
         result.edits, result.additions, result.run_first = len(p.edits), len(p.additions), p.run_first
@@ -128,7 +130,7 @@ def fix_variant(case: Case, name: str, settings: LLMSettings, budget: AgentBudge
         result.completion_tokens, result.cost_usd = u.completion_tokens, u.cost_usd
         if p.status in ("fixed", "not-fixed", "stopped") and (p.changes_code or p.run_first):
             result.guard_ok = guard_ok(nb, p)
-            result.replay_status, result.replay_error = replay_edited(nb, p, python=python)
+            result.replay_status, result.replay_error = replay_edited(nb, p, python=python, launcher=launcher)
             result.fixed = result.replay_status == "ok" and result.guard_ok
         elif p.status == "clean":
             result.error = "the target cell already runs clean: not a buggy variant?"
@@ -159,14 +161,15 @@ def summarize(results: list[FixCaseResult]) -> FixBenchSummary:
 
 def run_fix_bench(cases: list[Case], settings: LLMSettings, *, budget: AgentBudget | None = None,
                   python: str | None = None, progress: Callable[[FixCaseResult], None] | None = None,
-                  sandbox_factory=None) -> FixBenchReport:
+                  sandbox_factory=None, launcher=None) -> FixBenchReport:
     """Run the agent on every variant whose target is expected to crash (the buggy variants)."""
     results = []
     for case in cases:
         for name, variant in case.variants.items():
             if not variant.expect.crash:
                 continue
-            r = fix_variant(case, name, settings, budget=budget, python=python, sandbox_factory=sandbox_factory)
+            r = fix_variant(case, name, settings, budget=budget, python=python, sandbox_factory=sandbox_factory,
+                            launcher=launcher)
             if progress:
                 progress(r)
             results.append(r)

@@ -104,20 +104,22 @@ def matches_fixed(nb: Notebook, fixed: Notebook, fix: VerifiedFix) -> bool:
 
 
 def replay_written(data: bytes, path: str, target: int, python: str | None = None,
-                   cell_timeout: float = 600.0) -> tuple[str, str | None]:
+                   cell_timeout: float = 600.0, launcher=None) -> tuple[str, str | None]:
     """(status, "Ename: evalue") of the target after a fresh kernel ran the written notebook's history."""
-    from crane.kernel.manager import start_kernel
+    from crane.engine import notebook_file
+    from crane.kernel.launch import LOCAL
     from crane.kernel.replay import replay
 
     written = parse_notebook(data, path)
     history = [c for c in executed_history(written) if c.number != target]
-    with start_kernel(written.directory, python=python) as kernel:
+    with (launcher or LOCAL).start(notebook_file(written), python=python) as kernel:
         replay(kernel.connection, history, cell_timeout=cell_timeout)
         res = kernel.connection.run_cell(written.cell(target).source, timeout=cell_timeout)
     return res.status, (f"{res.ename}: {(res.evalue or '')[:200]}" if res.status != "ok" else None)
 
 
-def fix_variant(case: Case, name: str, python: str | None = None, budget: SearchBudget | None = None) -> FixCase:
+def fix_variant(case: Case, name: str, python: str | None = None, budget: SearchBudget | None = None,
+                launcher=None) -> FixCase:
     variant = case.variants[name]
     result = FixCase(case=case.id, variant=name, target=variant.target_cell)
     start = time.monotonic()
@@ -127,13 +129,14 @@ def fix_variant(case: Case, name: str, python: str | None = None, budget: Search
         data = path.read_bytes()
         fixed = _fixed_notebook(case)
         t0 = time.monotonic()
-        report = fix_notebook(nb, variant.target_cell, python=python, budget=budget)
+        report = fix_notebook(nb, variant.target_cell, python=python, budget=budget, launcher=launcher)
         result.search_s = round(time.monotonic() - t0, 3)
         result.status, result.tried, result.first_fix_s = report.status, report.tried, report.first_fix_s
         result.crash = report.crash.text.splitlines()[0][:200] if report.crash else ""
         result.reason = report.reason
         for fix in report.fixes:
-            status, error = replay_written(apply_to_notebook(data, nb, fix), str(path), fix.target, python=python)
+            status, error = replay_written(apply_to_notebook(data, nb, fix), str(path), fix.target, python=python,
+                                           launcher=launcher)
             line = report.crash.line if report.crash else None
             result.offered.append(OfferedFix(
                 title=fix.title, kind=fix.kind, run_first=list(fix.run_first), replay_status=status,
@@ -178,12 +181,12 @@ def summarize(results: list[FixCase]) -> FixBenchSummary:
 
 def run_offline_fix_bench(cases: list[Case], *, python: str | None = None, jobs: int = 1,
                           budget: SearchBudget | None = None,
-                          progress: Callable[[FixCase], None] | None = None) -> FixBenchReport:
+                          progress: Callable[[FixCase], None] | None = None, launcher=None) -> FixBenchReport:
     """Every variant whose target is expected to crash (the buggy variants)."""
     items = [(c, name) for c in cases for name, v in c.variants.items() if v.expect.crash]
 
     def one(item: tuple[Case, str]) -> FixCase:
-        r = fix_variant(item[0], item[1], python=python, budget=budget)
+        r = fix_variant(item[0], item[1], python=python, budget=budget, launcher=launcher)
         if progress is not None:
             progress(r)
         return r

@@ -10,6 +10,7 @@ from pathlib import Path
 from crane.bench.cases import Case, Variant
 from crane.bench.metrics import VariantResult
 from crane.engine import CellResult, ReplayedNotebook
+from crane.kernel.launch import LOCAL, KernelLauncher
 from crane.notebook.model import load_notebook
 
 # A mode's predictor: given the replayed state and the target cell, fill the prediction fields.
@@ -43,7 +44,8 @@ class ModePredictor:
         record(predict_in_mode(replayed, target, self.mode, self.settings, self.budget_s), result)
 
 
-def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, python: str | None) -> VariantResult:
+def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, python: str | None,
+                launcher: KernelLauncher = LOCAL) -> VariantResult:
     start = time.monotonic()
     result = VariantResult(
         case=case.id, variant=name, library=case.library, root_cause=case.root_cause,
@@ -52,7 +54,7 @@ def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, p
     )
     try:
         nb = load_notebook(Path(case.directory) / variant.notebook)
-        with ReplayedNotebook(nb, [variant.target_cell], python=python) as replayed:
+        with ReplayedNotebook(nb, [variant.target_cell], python=python, launcher=launcher) as replayed:
             allowed = set(variant.history_errors)
             result.unexpected_history_errors = [
                 f"cell {h.number}: {h.ename}: {h.evalue}"
@@ -68,17 +70,22 @@ def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, p
 
 def run_cases(
     cases: list[Case], predictor: Predictor, jobs: int = 1, python: str | None = None,
-    progress: Callable[[VariantResult], None] | None = None,
+    progress: Callable[[VariantResult], None] | None = None, launcher: KernelLauncher = LOCAL,
 ) -> list[VariantResult]:
+    """Every variant of `cases`, `jobs` at a time, each in a fresh kernel from `launcher`. On Ctrl-C the variants
+    not started yet are dropped at once (the running ones end with their kernels)."""
     work = [(c, name, v) for c in cases for name, v in c.variants.items()]
 
     def one(item):
-        r = run_variant(*item, predictor, python)
+        r = run_variant(*item, predictor, python, launcher)
         if progress:
             progress(r)
         return r
 
     if jobs <= 1:
         return [one(w) for w in work]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         return list(pool.map(one, work))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -17,6 +17,8 @@ import msgspec
 from crane.bench.cases import BenchError, find_cases
 from crane.bench.metrics import Scores, Timing, VariantResult, grouped, score, timing
 from crane.commands import EXIT_ERROR, EXIT_OK
+from crane.kernel.errors import KernelError
+from crane.kernel.launch import add_server_arguments, launcher_from_args, server_session
 from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
 
 MODES = ("static", "auto", "llm")  # see crane.modes
@@ -48,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --fix: the verified quick fixes, no model (repair rate checked in a fresh kernel)")
     p.add_argument("--dry-run", action="store_true",
                    help="llm mode: build every prompt and report its size and token count; call no model")
+    add_server_arguments(p)
     add_llm_arguments(p)
 
 
@@ -72,22 +75,32 @@ def _predictor(args: argparse.Namespace, settings):
 
 
 def run(args: argparse.Namespace) -> int:
-    from crane.bench.runner import run_cases
-    from crane.commands.output import encode
-
     try:
         cases = find_cases(args.dirs)
         settings = settings_from_args(args)
-    except (BenchError, SettingsError) as exc:
+        launcher = launcher_from_args(args)
+    except (BenchError, SettingsError, KernelError, ValueError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    try:
+        with server_session(launcher):
+            return _run(args, cases, settings, launcher)
+    except KernelError as exc:  # the server refused the token or cannot be reached
+        print(f"crane: kernel error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _run(args: argparse.Namespace, cases, settings, launcher) -> int:
+    from crane.bench.runner import run_cases
+    from crane.commands.output import encode
+
     if args.fix and args.offline:
-        return _run_fix_offline(args, cases)
+        return _run_fix_offline(args, cases, launcher)
     if args.offline:
         print("crane: --offline goes with --fix", file=sys.stderr)
         return EXIT_ERROR
     if args.fix:
-        return _run_fix(args, cases, settings)
+        return _run_fix(args, cases, settings, launcher)
     if args.dry_run and args.mode != "llm":
         print("crane: --dry-run goes with --mode llm", file=sys.stderr)
         return EXIT_ERROR
@@ -96,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     predictor = _predictor(args, settings)
     progress = None if args.quiet else _progress
-    results = run_cases(cases, predictor, jobs=max(1, args.jobs), python=args.python, progress=progress)
+    results = run_cases(cases, predictor, jobs=max(1, args.jobs), python=args.python, progress=progress,
+                        launcher=launcher)
     if args.dry_run:
         from crane.llm.predictor import dry_run_stats
 
@@ -146,7 +160,7 @@ def render_dry_run(stats: dict, errors: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _run_fix(args: argparse.Namespace, cases, settings) -> int:
+def _run_fix(args: argparse.Namespace, cases, settings, launcher) -> int:
     """`crane bench --fix`: the repair agent on every buggy variant; fixed = target clean in a fresh replay."""
     from crane.agent.loop import AgentBudget
     from crane.bench.fix import render_text as render_fix
@@ -162,12 +176,12 @@ def _run_fix(args: argparse.Namespace, cases, settings) -> int:
         print(f"{mark} {r.case}/{r.variant}: {r.steps} steps, {r.seconds:.1f}s {r.error or ''}", file=sys.stderr)
 
     rep = run_fix_bench(cases, settings, budget=AgentBudget(max_steps=args.max_steps), python=args.python,
-                        progress=None if args.quiet else progress)
+                        progress=None if args.quiet else progress, launcher=launcher)
     print(encode(rep) if args.json else render_fix(rep))
     return EXIT_OK
 
 
-def _run_fix_offline(args: argparse.Namespace, cases) -> int:
+def _run_fix_offline(args: argparse.Namespace, cases, launcher) -> int:
     """`crane bench --fix --offline`: verified quick fixes; repaired = the written notebook runs clean."""
     from crane.bench.fix_offline import render_text as render_offline
     from crane.bench.fix_offline import run_offline_fix_bench
@@ -180,6 +194,6 @@ def _run_fix_offline(args: argparse.Namespace, cases) -> int:
         print(f"{mark} {r.case}/{r.variant}: {title[:90]} ({first}{r.seconds:.1f}s)", file=sys.stderr)
 
     rep = run_offline_fix_bench(cases, python=args.python, jobs=max(1, args.jobs),
-                                progress=None if args.quiet else progress)
+                                progress=None if args.quiet else progress, launcher=launcher)
     print(encode(rep) if args.json else render_offline(rep))
     return EXIT_OK

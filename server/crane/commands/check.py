@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
+from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=float, default=30.0, help="seconds per speculative run (auto mode)")
     p.add_argument("--python", help="interpreter for the replay kernels (default: this one)")
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds allowed per history cell")
+    add_server_arguments(p)
     add_llm_arguments(p)
 
 
@@ -55,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from crane.commands.check_run import CheckOptions, check_notebook
     from crane.commands.check_text import located, render_text
     from crane.commands.output import CHECK_SCHEMA, CheckReport, NotebookReport, encode
+    from crane.kernel.errors import KernelError
+    from crane.kernel.launch import launcher_from_args, server_session
 
     start = time.monotonic()
     fmt = args.format or ("json" if args.json else "text")
@@ -62,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(f"--json and --format {fmt} disagree: give one of them")
     try:
         settings = settings_from_args(args)
-    except SettingsError as exc:
+        launcher = launcher_from_args(args)
+    except (SettingsError, KernelError, ValueError) as exc:
         return _usage_error(str(exc))
     if args.mode == "llm" and not settings.enabled:
         return _usage_error("--mode llm needs a model: --model M (or CRANE_MODEL)")
@@ -71,21 +76,26 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(f"--cell applies to one notebook, but {len(targets)} were given or found")
 
     opts = CheckOptions(mode=args.mode, cells=tuple(args.cell) if args.cell else None, budget_s=args.budget,
-                        python=args.python, cell_timeout_s=args.cell_timeout)
+                        python=args.python, cell_timeout_s=args.cell_timeout, launcher=launcher)
     progress = sys.stderr.isatty()
     reports: list[NotebookReport] = []
     texts: dict[str, str] = {}
-    for target in targets:
-        if target.error:
-            report = NotebookReport(notebook=target.path, error=target.error)
-        else:
-            report, loaded = check_notebook(target.path, opts, settings, progress=progress)
-            # SARIF regions need the file's text, only where there is something to locate
-            if fmt == "sarif" and loaded is not None and any(c.findings or c.error for c in report.cells):
-                texts[target.path] = loaded.text
-        if report.error:
-            print(f"crane: {located(report.notebook, report.error)}", file=sys.stderr)
-        reports.append(report)
+    try:
+        # --server: the server and token are checked first; no kernel is left on it, whatever happens
+        with server_session(launcher):
+            for target in targets:
+                if target.error:
+                    report = NotebookReport(notebook=target.path, error=target.error)
+                else:
+                    report, loaded = check_notebook(target.path, opts, settings, progress=progress)
+                    # SARIF regions need the file's text, only where there is something to locate
+                    if fmt == "sarif" and loaded is not None and any(c.findings or c.error for c in report.cells):
+                        texts[target.path] = loaded.text
+                if report.error:
+                    print(f"crane: {located(report.notebook, report.error)}", file=sys.stderr)
+                reports.append(report)
+    except KernelError as exc:  # the Jupyter server refused the token or cannot be reached
+        return _usage_error(f"kernel error: {exc}")
 
     full = CheckReport(
         schema=CHECK_SCHEMA, mode=args.mode, notebooks=reports,

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from crane.commands.output import NotebookReport
 from crane.notebook.model import Notebook, NotebookError, parse_notebook
@@ -30,6 +30,7 @@ class CheckOptions:
     budget_s: float = 30.0
     python: str | None = None
     cell_timeout_s: float = 600.0
+    launcher: Any = None  # crane.kernel.launch.KernelLauncher: where the replay kernel runs (None: here)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ def check_notebook(
     from crane.commands.history_json import history_entries
     from crane.engine import ReplayedNotebook
     from crane.kernel.errors import KernelError
+    from crane.kernel.launch import LOCAL
     from crane.modes import predict_in_mode
     from crane.notebook.history import check_target, default_targets
 
@@ -78,10 +80,11 @@ def check_notebook(
         return NotebookReport(notebook=path), loaded
     if progress:
         n = sum(1 for c in nb.cells if c.is_code and c.execution_count is not None)
-        print(f"crane: {path}: replaying {n} executed cell(s) in a fresh kernel in {nb.directory} ...",
-              file=sys.stderr)
+        where = opts.launcher.where if opts.launcher is not None else "a fresh kernel"
+        print(f"crane: {path}: replaying {n} executed cell(s) in {where} in {nb.directory} ...", file=sys.stderr)
     try:
-        with ReplayedNotebook(nb, targets, python=opts.python, cell_timeout=opts.cell_timeout_s) as replayed:
+        with ReplayedNotebook(nb, targets, python=opts.python, cell_timeout=opts.cell_timeout_s,
+                              launcher=opts.launcher or LOCAL) as replayed:
             results = [predict_in_mode(replayed, t, opts.mode, settings, opts.budget_s) for t in targets]
             history = history_entries(replayed.history_runs)
     except KernelError as exc:

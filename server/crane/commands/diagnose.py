@@ -18,6 +18,7 @@ import msgspec
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
 from crane.commands.history_json import HistoryEntry, history_entries
+from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import add_llm_arguments
 
 
@@ -37,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not replay the history: static analysis only (no runtime facts)")
     p.add_argument("--python", help="interpreter for the replay kernel (default: this one)")
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds allowed per history cell")
+    add_server_arguments(p)
     add_llm_arguments(p)
 
 
@@ -52,18 +54,18 @@ def history_for(nb, target) -> list:
     return cells
 
 
-def _gather(nb, target, history, args):
+def _gather(nb, target, history, args, launcher):
     """(findings, probe, history runs, history errors, probe error) — from a replay unless --no-kernel."""
-    from crane.engine import predict_cell, scope_of
+    from crane.engine import notebook_file, predict_cell, scope_of
 
     if args.no_kernel:
         result, probe = predict_cell(nb, target.number, None, scope_of(nb))
         return result.findings, None, [], {}, None
-    from crane.kernel.manager import start_kernel
+    from crane.kernel.launch import server_session
     from crane.kernel.replay import replay
     from crane.probe.collect import ProbeClient
 
-    with start_kernel(nb.directory, python=args.python) as kernel:
+    with server_session(launcher), launcher.start(notebook_file(nb), python=args.python) as kernel:
         runs = replay(kernel.connection, history, cell_timeout=args.cell_timeout)
         result, probe = predict_cell(nb, target.number, ProbeClient(kernel.connection), scope_of(nb))
     errors = {r.number: f"{r.ename}: {r.evalue}" for r in runs if r.status == "error"}
@@ -72,6 +74,7 @@ def _gather(nb, target, history, args):
 
 def run(args: argparse.Namespace) -> int:
     from crane.kernel.errors import KernelError
+    from crane.kernel.launch import launcher_from_args
     from crane.llm.client import LLMError
     from crane.llm.cost import SESSION
     from crane.llm.predictor import diagnose
@@ -83,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         nb = load_notebook(args.notebook)
         target = check_target(nb, args.cell)
-    except (NotebookError, SettingsError) as exc:
+        launcher = launcher_from_args(args)
+    except (NotebookError, SettingsError, KernelError, ValueError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
     history = history_for(nb, target)
@@ -91,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if target.error is not None:  # it already failed: its traceback is evidence too
         traceback = target.error.traceback or [f"{target.error.ename}: {target.error.evalue}"]
     try:
-        findings, probe, runs, errors, probe_error = _gather(nb, target, history, args)
+        findings, probe, runs, errors, probe_error = _gather(nb, target, history, args, launcher)
     except KernelError as exc:
         print(f"crane: kernel error: {exc}", file=sys.stderr)
         return EXIT_ERROR

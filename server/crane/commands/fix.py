@@ -23,6 +23,7 @@ import msgspec
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
 from crane.commands.files import write_atomic
+from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import add_llm_arguments
 
 
@@ -51,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offline", action="store_true",
                    help="no model: offer the quick fixes that ran clean in a sandbox (crane.fixes)")
     p.add_argument("--pick", type=int, metavar="K", help="--offline: write the K-th verified fix (default: the first)")
+    add_server_arguments(p)
     add_llm_arguments(p)
 
 
@@ -90,7 +92,7 @@ def render_text(path: str, proposal, diff: str, written: str | None) -> str:
     return "\n".join(out)
 
 
-def _verified_candidates(args: argparse.Namespace, nb) -> list:
+def _verified_candidates(args: argparse.Namespace, nb, launcher) -> list:
     """The verified quick fixes the agent starts from (none when the search fails: the agent goes on alone)."""
     if args.goal:
         return []
@@ -99,7 +101,8 @@ def _verified_candidates(args: argparse.Namespace, nb) -> list:
     from crane.fixes.search import SearchBudget
 
     try:
-        report = fix_notebook(nb, args.cell, python=args.python, budget=SearchBudget(max_seconds=60.0))
+        report = fix_notebook(nb, args.cell, python=args.python, budget=SearchBudget(max_seconds=60.0),
+                              launcher=launcher)
     except CraneError as exc:
         if not (args.quiet or args.json):
             print(f"crane: no verified quick fixes ({exc}); the agent starts from scratch", file=sys.stderr)
@@ -123,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from crane.agent.proposal import unified_diff
     from crane.agent.sandboxes import replay_sandbox_factory
     from crane.kernel.errors import KernelError
+    from crane.kernel.launch import launcher_from_args, server_session
     from crane.llm.client import LLMError
     from crane.llm.cost import SESSION
     from crane.llm.settings import SettingsError, settings_from_args
@@ -137,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
         nb = load_notebook(args.notebook)
         check_target(nb, args.cell)
         original = Path(args.notebook).read_bytes()
-    except (NotebookError, SettingsError) as exc:
+        launcher = launcher_from_args(args)
+    except (NotebookError, SettingsError, KernelError, ValueError, OSError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if not settings.enabled:
@@ -146,12 +151,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     budget = AgentBudget(max_steps=args.max_steps, max_seconds=args.max_seconds,
                          max_tokens=args.token_budget or None)
-    candidates = _verified_candidates(args, nb)
     try:
-        proposal = start_fix(nb, args.cell, settings, goal=args.goal, budget=budget, ledger=SESSION,
-                             candidates=candidates,
-                             on_step=None if args.quiet or args.json else _print_step,
-                             sandbox_factory=replay_sandbox_factory(python=args.python))
+        with server_session(launcher):
+            candidates = _verified_candidates(args, nb, launcher)
+            proposal = start_fix(nb, args.cell, settings, goal=args.goal, budget=budget, ledger=SESSION,
+                                 candidates=candidates,
+                                 on_step=None if args.quiet or args.json else _print_step,
+                                 sandbox_factory=replay_sandbox_factory(python=args.python, launcher=launcher))
     except (KernelError, LLMError, NotebookError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR

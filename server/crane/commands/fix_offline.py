@@ -69,6 +69,7 @@ def run_offline(args: argparse.Namespace) -> int:
     from crane.fixes.apply import apply_to_notebook, unified_diff
     from crane.fixes.offline import fix_notebook
     from crane.fixes.search import SearchBudget
+    from crane.kernel.launch import launcher_from_args, server_session
     from crane.notebook.history import check_target
     from crane.notebook.model import NotebookError, load_notebook
 
@@ -76,7 +77,8 @@ def run_offline(args: argparse.Namespace) -> int:
         nb = load_notebook(args.notebook)
         check_target(nb, args.cell)
         original = Path(args.notebook).read_bytes()
-    except (NotebookError, OSError) as exc:
+        launcher = launcher_from_args(args)
+    except (NotebookError, CraneError, ValueError, OSError) as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.pick is not None and args.pick < 1:
@@ -89,7 +91,8 @@ def run_offline(args: argparse.Namespace) -> int:
 
     budget = SearchBudget(max_seconds=args.max_seconds)
     try:
-        report = fix_notebook(nb, args.cell, python=args.python, budget=budget, on_fix=progress)
+        with server_session(launcher):
+            report = fix_notebook(nb, args.cell, python=args.python, budget=budget, on_fix=progress, launcher=launcher)
     except CraneError as exc:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR

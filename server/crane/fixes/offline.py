@@ -25,15 +25,21 @@ def fix_notebook(
     run_budget_s: float = DEFAULT_RUN_BUDGET_S,
     on_fix: Callable[[VerifiedFix], None] | None = None,
     cell_timeout: float = 600.0,
+    launcher=None,
 ) -> SearchReport:
-    """Raises NotebookError (bad target), KernelError (no kernel could start) or SandboxError (no sandbox)."""
+    """Raises NotebookError (bad target), KernelError (no kernel could start) or SandboxError (no sandbox).
+    `launcher` (crane.kernel.launch): where the kernels start (default: here; a Jupyter Server with --server,
+    where the fork sandbox is unavailable and candidates are verified in replay kernels there)."""
     from crane.engine import ReplayedNotebook
+    from crane.kernel.launch import LOCAL
 
     check_target(nb, target)
-    with ReplayedNotebook(nb, [target], python=python, cell_timeout=cell_timeout) as replayed:
+    launcher = launcher or LOCAL
+    with ReplayedNotebook(nb, [target], python=python, cell_timeout=cell_timeout, launcher=launcher) as replayed:
         result, probe = replayed.predict(target)
         assert replayed.kernel is not None
-        sandbox = open_sandbox(replayed.kernel.connection, nb, python=python, budget_s=run_budget_s)
+        sandbox = open_sandbox(replayed.kernel.connection, nb, python=python, budget_s=run_budget_s,
+                               launcher=launcher)
         try:
             return search_fixes(nb, target, sandbox, pre=probe, findings=list(result.findings), scope=replayed.scope,
                                 budget=budget, on_fix=on_fix)

@@ -117,11 +117,11 @@ class ReplayFixSandbox:
 
     kind = "replay"
 
-    def __init__(self, nb, python: str | None = None, budget_s: float = 60.0):
-        from crane.agent.sandboxes import ReplaySandbox
+    def __init__(self, nb, python: str | None = None, budget_s: float = 60.0, launcher=None):
+        from crane.agent.sandboxes import replay_sandbox_factory
 
         self.budget_s = budget_s
-        self.inner = ReplaySandbox(nb, python=python, cell_timeout=max(budget_s, 60.0))
+        self.inner = replay_sandbox_factory(python=python, cell_timeout=max(budget_s, 60.0), launcher=launcher)(nb)
         self.dirty = False
 
     def reset(self) -> None:
@@ -160,7 +160,7 @@ class ReplayFixSandbox:
         self.inner.close()
 
 
-def open_sandbox(conn=None, nb=None, python: str | None = None, budget_s: float = 10.0) -> FixSandbox:
+def open_sandbox(conn=None, nb=None, python: str | None = None, budget_s: float = 10.0, launcher=None) -> FixSandbox:
     """A fork session of `conn`'s kernel, else (with a notebook) a replay kernel. Raises CraneError (SandboxError,
     KernelError) when neither can start."""
     from crane.sandbox.session import SandboxError
@@ -174,4 +174,4 @@ def open_sandbox(conn=None, nb=None, python: str | None = None, budget_s: float 
             log.info("fixes: no fork sandbox (%s): verifying in a replay kernel", exc)
     if nb is None:
         raise SandboxError("no kernel to verify fixes against")
-    return ReplayFixSandbox(nb, python=python, budget_s=max(budget_s, 60.0))
+    return ReplayFixSandbox(nb, python=python, budget_s=max(budget_s, 60.0), launcher=launcher)

@@ -7,6 +7,10 @@ a timed-out request raises a clear `KernelError`.
 
 `run_cell` is the only non-private request: the CLI uses it to replay a notebook's history in a kernel CRANE
 started itself (never in a user's kernel).
+
+Transport-agnostic: the channel client is jupyter_client's `BlockingKernelClient` (ZeroMQ, from a connection
+file) or `crane.kernel.ws_client.WebSocketKernelClient` (a kernel behind a Jupyter Server), which offers the
+same methods; `attach` and `watch_client` take a connection file path or a `crane.kernel.target.KernelTarget`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any, Literal
 import msgspec
 from jupyter_client import BlockingKernelClient
 
-from crane.kernel.errors import KernelDead, KernelError, KernelTimeout
+from crane.kernel.errors import ConnectionLost, KernelDead, KernelError, KernelTimeout
+from crane.kernel.target import KernelTarget, as_target
 
 
 class CellRun(msgspec.Struct):
@@ -61,31 +66,54 @@ def literal_value(entry: dict[str, Any] | None, what: str, error: type[KernelErr
 class KernelConnection:
     """A channel client to one kernel, with private requests and timeouts. Thread-safe per request."""
 
-    def __init__(self, client: BlockingKernelClient, owner: Any = None, connection_file: str | None = None):
-        self.client = client
-        self.owner = owner  # the KernelManager when CRANE started the kernel
+    def __init__(self, client: Any, owner: Any = None, connection_file: str | None = None):
+        self.client = client  # BlockingKernelClient, or WebSocketKernelClient (same methods)
+        self.owner = owner  # the KernelManager (or ServerKernel) when CRANE started the kernel
         self.connection_file = connection_file
+        self.target: KernelTarget | None = KernelTarget.local(connection_file) if connection_file else None
         self._lock = threading.Lock()
         if not client.channels_running:
             client.start_channels()
 
     # -- construction -------------------------------------------------------------------------------
     @staticmethod
-    def watch_client(connection_file: str | Path) -> BlockingKernelClient:
+    def watch_client(where: str | Path | KernelTarget) -> Any:
         """A second client for following a kernel: iopub and heartbeat channels only, so it never competes
-        with a request connection for messages (see crane.lsp.kernel_watch)."""
+        with a request connection for messages (see crane.lsp.kernel_watch). For a server kernel: a websocket
+        of its own (its own session), whose heartbeat is the websocket's liveness."""
+        target = as_target(where)
+        if target.server is not None:
+            from crane.kernel.ws_client import WebSocketKernelClient
+
+            ws = WebSocketKernelClient(target.server, target.kernel_id or "")
+            ws.start_channels(shell=False, iopub=True, stdin=False, hb=True, control=False)
+            ws.sync_iopub()  # the server subscribes a new websocket to iopub only after the handshake
+            return ws
         client = BlockingKernelClient()
         try:
-            client.load_connection_file(str(connection_file))
+            client.load_connection_file(str(target.connection_file))
         except Exception as exc:
-            raise KernelError(f"cannot read connection file {connection_file}: {exc}") from exc
+            raise KernelError(f"cannot read connection file {target.connection_file}: {exc}") from exc
         client.start_channels(shell=False, iopub=True, stdin=False, hb=True, control=False)
         return client
 
     @classmethod
-    def attach(cls, connection_file: str | Path, timeout: float = 10.0) -> KernelConnection:
-        """Connect to a running kernel from its connection file."""
-        path = Path(connection_file)
+    def attach(cls, where: str | Path | KernelTarget, timeout: float = 10.0) -> KernelConnection:
+        """Connect to a running kernel: from its connection file, or on a Jupyter Server (a `KernelTarget`)."""
+        target = as_target(where)
+        if target.server is not None:
+            from crane.kernel.ws_client import WebSocketKernelClient
+
+            ws = WebSocketKernelClient(target.server, target.kernel_id or "", connect_timeout=max(timeout, 1.0))
+            conn = cls(ws)  # opens the websocket; ServerError (token, address, unknown kernel) raises here
+            conn.target = target
+            try:
+                conn.wait_ready(timeout)
+            except KernelError:
+                conn.close()
+                raise
+            return conn
+        path = Path(str(target.connection_file))
         if not path.is_file():
             raise KernelError(f"connection file not found: {path}")
         kc = BlockingKernelClient()
@@ -152,7 +180,12 @@ class KernelConnection:
 
     def _check_owner_alive(self) -> None:
         if self.owner is not None and not self.owner.is_alive():
-            raise KernelDead("the kernel process has died")
+            raise self._dead("the kernel process has died")
+
+    def _dead(self, message: str) -> KernelDead:
+        """The error for a kernel that stopped answering; a lost server connection says why instead."""
+        reason = getattr(self.client, "lost_reason", "")
+        return ConnectionLost(reason) if reason else KernelDead(message)
 
     def _drain_iopub(self) -> None:
         try:
@@ -175,7 +208,7 @@ class KernelConnection:
                 if time.monotonic() - last_hb > 1.0:
                     last_hb = time.monotonic()
                     if not self.is_alive():
-                        raise KernelDead(f"{what}: the kernel died") from None
+                        raise self._dead(f"{what}: the kernel died") from None
                 continue
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg
@@ -229,7 +262,7 @@ class KernelConnection:
                 except queue.Empty:
                     self._check_owner_alive()
                     if self.owner is None and not self.is_alive():
-                        raise KernelDead("the kernel died while running a cell") from None
+                        raise self._dead("the kernel died while running a cell") from None
                     continue
                 if msg["parent_header"].get("msg_id") != msg_id:
                     continue

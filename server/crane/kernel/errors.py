@@ -13,3 +13,27 @@ class KernelDead(KernelError):
 
 class KernelTimeout(KernelError):
     """A request got no reply within its timeout (the kernel may be busy running a user cell)."""
+
+
+class ServerError(KernelError):
+    """A Jupyter Server (JupyterHub, Enterprise Gateway, ...) refused or failed a request."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status, when there was an answer
+
+
+class ServerUnreachable(ServerError):
+    """No answer from the Jupyter Server (wrong address, server down, network)."""
+
+
+class ServerAuthError(ServerError):
+    """The Jupyter Server refused the token (HTTP 401/403, or a redirect to a login page)."""
+
+
+class ServerNotFound(ServerError):
+    """The Jupyter Server does not know the kernel or session (HTTP 404): it was shut down or never existed."""
+
+
+class ConnectionLost(KernelDead):
+    """The kernel channels websocket dropped and could not be reconnected in time."""

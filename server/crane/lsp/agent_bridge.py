@@ -157,7 +157,7 @@ async def fix_cell(ls: CraneServer, *args: Any) -> Any:
         conn = None
         if att is not None:
             try:
-                conn = connect(att.info.connection_file, attach_timeout)
+                conn = connect(att.target, attach_timeout)
                 att.watch.ignore_sessions.add(session_id(conn))
             except Exception as exc:
                 log.warning("agent: no connection to the kernel (%s): using a replay kernel", exc)

@@ -109,6 +109,10 @@ async def diagnose_cell(ls: CraneServer, *args: Any) -> Any:
 
 # -- crane.attachKernel / crane/attachKernel -------------------------------------------------------
 async def attach_kernel(ls: CraneServer, *args: Any) -> Any:
+    """Arguments: (notebookUri, connectionFile), or one object as `crane/attachKernel`'s params (a kernel on a
+    Jupyter Server: {notebookUri, serverUrl, kernelId})."""
+    if len(args) == 1 and not isinstance(args[0], str):
+        return await attach_kernel_request(ls, args[0])
     notebook_uri = command_arg(args, 0, "notebookUri", ATTACH_KERNEL)
     connection_file = command_arg(args, 1, "connectionFile", ATTACH_KERNEL)
     return await _attach(ls, AttachKernelParams(notebook_uri=notebook_uri, connection_file=connection_file))
@@ -127,5 +131,6 @@ async def _attach(ls: CraneServer, p: AttachKernelParams) -> Any:
     if session is None:
         raise RequestFailed(f"attach: the notebook {p.notebook_uri} is not open")
     async with WorkProgress(ls, "CRANE: attaching to the kernel", cancellable=False):
-        result = await ls.kernels.attach_requested(session, p.connection_file)
+        result = await ls.kernels.attach_requested(session, p.connection_file, server_url=p.server_url,
+                                                   kernel_id=p.kernel_id, source=p.source)
     return to_wire(result)

@@ -35,14 +35,15 @@ log = logging.getLogger("crane.lsp")
 
 T = TypeVar("T")
 
+# Jupyter notebooks only: the interactive window's cells have all run (CRANE predicts cells not run yet) and
+# its input box is not a notebook cell, so it is not synced.
 NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
     notebook_selector=[
         types.NotebookDocumentFilterWithNotebook(
             # markdown too: the cell numbers users see are positions in the full notebook
-            notebook=notebook_type,
+            notebook="jupyter-notebook",
             cells=[types.NotebookCellLanguage(language="python"), types.NotebookCellLanguage(language="markdown")],
         )
-        for notebook_type in ("jupyter-notebook", "interactive")
     ],
     save=True,
 )

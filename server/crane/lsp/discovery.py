@@ -1,10 +1,16 @@
 """Finding the kernel a notebook runs on, from the connection files in the Jupyter runtime dirs.
 
-Where VS Code writes them (../shared/notes/vscode-lsp-kernel.md §3.3): `$JUPYTER_RUNTIME_DIR`, then
-`$XDG_RUNTIME_DIR/jupyter/runtime`, and jupyter_core's runtime dir (which no longer looks at XDG). Each
-`kernel-*.json` candidate, newest first, is asked privately for `__vsc_ipynb_file__`; the one naming the
-notebook wins. What each file's kernel said is remembered (per file and mtime) for a while, so looking again
-every few seconds costs nothing while no new kernel appears.
+Where VS Code's Jupyter extension writes them (vscode-jupyter `jupyterPaths.node.ts` `getRuntimeDir`,
+`temp.ts`; ../shared/notes/vscode-lsp-kernel.md §3.3): `$JUPYTER_RUNTIME_DIR`; else on Linux
+`$XDG_RUNTIME_DIR/jupyter/runtime` when that is set, else the classic `~/.local/share/jupyter/runtime`
+(whatever `JUPYTER_DATA_DIR`/`XDG_DATA_HOME` say), `~/Library/Jupyter/runtime` on macOS,
+`%APPDATA%/jupyter/runtime` on Windows; and when that dir is not writable, its fallback
+`<its global storage>/version-<v>/jupyter/runtime` (the client passes the storage folder as
+`$CRANE_JUPYTER_STORAGE`). Plus jupyter_core's runtime dir (`$JUPYTER_DATA_DIR/runtime`,
+`$XDG_DATA_HOME/jupyter/runtime`: where `jupyter console`/`lab` kernels are). Each `kernel-*.json` candidate,
+newest first, is asked privately for `__vsc_ipynb_file__`; the one naming the notebook wins. What each file's
+kernel said is remembered (per file and mtime) for a while, so looking again every few seconds costs nothing
+while no new kernel appears.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,21 +32,41 @@ log = logging.getLogger(__name__)
 MAX_CANDIDATES = 32
 OTHER_TTL_S = 30.0  # re-ask a kernel that named another (or no) notebook after this long
 SILENT_RETRY_S = (2.0, 60.0)  # a file whose kernel does not answer: retry after 2 s, doubling up to 60 s
+YOUNG_S = 120.0  # ... unless the file is this recent: a kernel still starting or busy with its first cells
 
 
-def runtime_dirs(env: dict[str, str] | None = None) -> list[str]:
+def runtime_dirs(env: dict[str, str] | None = None, platform: str | None = None) -> list[str]:
+    """The dirs to look for connection files in, in that order (this process's environment by default)."""
+    ours = env is None
     env = dict(os.environ) if env is None else env
+    platform = sys.platform if platform is None else platform
+    home = env.get("HOME") or os.path.expanduser("~")
     dirs: list[str] = []
     if env.get("JUPYTER_RUNTIME_DIR"):
         dirs.append(env["JUPYTER_RUNTIME_DIR"])
-    if env.get("XDG_RUNTIME_DIR"):
-        dirs.append(os.path.join(env["XDG_RUNTIME_DIR"], "jupyter", "runtime"))
-    try:
-        from jupyter_core.paths import jupyter_runtime_dir
+    if platform == "darwin":
+        dirs.append(os.path.join(home, "Library", "Jupyter", "runtime"))
+    elif platform == "win32":
+        if env.get("APPDATA"):
+            dirs.append(os.path.join(env["APPDATA"], "jupyter", "runtime"))
+    else:
+        if env.get("XDG_RUNTIME_DIR"):
+            dirs.append(os.path.join(env["XDG_RUNTIME_DIR"], "jupyter", "runtime"))
+        dirs.append(os.path.join(home, ".local", "share", "jupyter", "runtime"))
+    if env.get("CRANE_JUPYTER_STORAGE"):  # the Jupyter extension's fallback, in its global storage
+        storage = env["CRANE_JUPYTER_STORAGE"]
+        dirs.extend(sorted(glob.glob(os.path.join(glob.escape(storage), "version-*", "jupyter", "runtime"))))
+    if env.get("JUPYTER_DATA_DIR"):
+        dirs.append(os.path.join(env["JUPYTER_DATA_DIR"], "runtime"))
+    elif env.get("XDG_DATA_HOME") and platform not in ("darwin", "win32"):
+        dirs.append(os.path.join(env["XDG_DATA_HOME"], "jupyter", "runtime"))
+    if ours:  # jupyter_core reads this process's environment (and its platformdirs option)
+        try:
+            from jupyter_core.paths import jupyter_runtime_dir
 
-        dirs.append(jupyter_runtime_dir())
-    except Exception:  # jupyter_core missing or broken: the other dirs still count
-        pass
+            dirs.append(jupyter_runtime_dir())
+        except Exception:  # jupyter_core missing or broken: the other dirs still count
+            pass
     seen: set[str] = set()
     out = []
     for d in dirs:
@@ -106,9 +133,13 @@ class Discovery:
             return None
 
     def _no_answer(self, key: tuple[str, int]) -> None:
+        """Back off from a file whose kernel did not answer: stale files of dead kernels are common, but a
+        young file's kernel is likely alive and busy (starting, importing, running the user's first cell:
+        the moment CRANE is declined access through the Jupyter extension), so it is asked again soon."""
+        young = time.time() - key[1] / 1e9 < YOUNG_S
         with self._lock:
             prev = self._silent.get(key)
-            backoff = min(prev[1] * 2, SILENT_RETRY_S[1]) if prev else SILENT_RETRY_S[0]
+            backoff = min(prev[1] * 2, SILENT_RETRY_S[1]) if prev and not young else SILENT_RETRY_S[0]
             self._silent[key] = (time.monotonic() + backoff, backoff)
 
     def _ask(self, path: str, key: tuple[str, int], notebook_path: str) -> Match | None:

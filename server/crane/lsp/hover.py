@@ -1,7 +1,8 @@
 """`textDocument/hover` on a name in a cell: its runtime facts from the live kernel.
 
 The name (or attribute chain, up to the part under the cursor) is probed privately, like a cell's names;
-when the kernel is busy the last facts are shown and marked stale. No kernel: no hover.
+when the kernel is busy the last facts are shown and marked stale. No kernel: no hover. Facts read from a
+kernel behind a Jupyter Server end with "_from remote kernel (URL)_".
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ async def hover(ls: CraneServer, params: types.HoverParams) -> types.Hover | Non
         text = f"**{root}**: not defined in the kernel" + (" _(stale)_" if stale else "")
     if text is None:
         return None
+    att = session.attachment
+    if att is not None and att.info.server_url:
+        text += f"\n\n_from {att.info.description}_"
     return types.Hover(
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
         range=types.Range(

@@ -1,4 +1,5 @@
-"""Attaching to a running kernel from its connection file: connect, identify, watch.
+"""Attaching to a running kernel — from its connection file, or on a Jupyter Server by kernel id (a
+`crane.kernel.target.KernelTarget`) — : connect, identify, watch.
 
 Blocking (call from a worker thread). All of an attachment's kernel I/O runs on one thread of its own
 (`Attachment.run`): jupyter_client's blocking client drives per-thread asyncio loops, and a connection used
@@ -36,11 +37,15 @@ class KernelIdentity:
     execution_count: int | None = None  # the count the next user cell will get
 
 
-def connect(connection_file: str, timeout: float) -> Any:
-    """A `KernelConnection` to the kernel behind `connection_file` (raises KernelError)."""
+def connect(where: Any, timeout: float) -> Any:
+    """A `KernelConnection` to the kernel behind `where` (a connection file path or a KernelTarget; raises
+    KernelError)."""
     from crane.kernel.client import KernelConnection
+    from crane.kernel.target import KernelTarget
 
-    return KernelConnection.attach(os.path.expanduser(connection_file), timeout=timeout)
+    if not isinstance(where, KernelTarget):
+        where = os.path.expanduser(where)
+    return KernelConnection.attach(where, timeout=timeout)
 
 
 def identify(conn: Any, timeout: float) -> KernelIdentity:
@@ -72,11 +77,12 @@ class Attachment:
     """One attached kernel: the probe connection (used on its own I/O thread), its watcher, how it was found."""
 
     info: KernelInfo
+    target: Any  # crane.kernel.target.KernelTarget: what to reconnect to
     conn: Any  # crane.kernel.client.KernelConnection
     watch: KernelWatch
     io: ThreadPoolExecutor
     probe: Any = None  # crane.probe.collect.ProbeClient, created on first use
-    last_count: int | None = None  # execution count of the last user cell seen on iopub
+    last_count: int | None = None  # execution count of the last user run (one whose count advanced)
     closed: bool = field(default=False)
 
     @property
@@ -98,9 +104,13 @@ class Attachment:
             self.probe = ProbeClient(self.conn)
         return self.probe
 
+    def identify(self, timeout: float) -> KernelIdentity:
+        """The kernel's identity and execution count now (one private request on this attachment's thread)."""
+        return self.run(identify, self.conn, timeout)
+
     def check_identity(self, timeout: float) -> bool:
         """True when the kernel is still the one we attached to (same pid); False after a restart."""
-        ident = self.run(identify, self.conn, timeout)
+        ident = self.identify(timeout)
         return ident.pid is None or self.info.pid is None or ident.pid == self.info.pid
 
     def close(self) -> None:
@@ -116,32 +126,37 @@ class Attachment:
 
 
 def attach(
-    connection_file: str,
+    where: Any,
     source: KernelSource,
     on_event: Callable[[WatchEvent], None],
     timeout: float = 3.0,
 ) -> Attachment:
-    """Connect to the kernel behind `connection_file`, identify it and start watching it."""
-    connection_file = os.path.abspath(os.path.expanduser(connection_file))
+    """Connect to the kernel behind `where` (a connection file path or a KernelTarget), identify it and start
+    watching it."""
+    from crane.kernel.target import as_target
+
+    target = as_target(where)
     io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-kernel-io")
     try:
-        conn = io.submit(connect, connection_file, timeout).result()
+        conn = io.submit(connect, target, timeout).result()
     except BaseException:
         io.shutdown(wait=False)
         raise
     try:
         ident = io.submit(identify, conn, timeout).result()
-        watch = KernelWatch(connection_file, on_event, ignore_sessions={session_id(conn)},
-                            local_pid=_local_pid(conn, ident.pid))
+        watch = KernelWatch(target, on_event, ignore_sessions={session_id(conn)},
+                            local_pid=None if target.is_remote else _local_pid(conn, ident.pid))
         watch.start()
     except BaseException:
         io.submit(conn.close)
         io.shutdown(wait=False)
         raise
-    info = KernelInfo(connection_file=connection_file, source=source, notebook_path=ident.notebook_path, pid=ident.pid)
-    log.info("attached to %s (%s, pid %s, notebook %s)", connection_file, source, ident.pid, ident.notebook_path)
+    info = KernelInfo(connection_file=target.connection_file, source=source, notebook_path=ident.notebook_path,
+                      pid=ident.pid, server_url=target.server.display if target.server else None,
+                      kernel_id=target.kernel_id, description=target.describe())
+    log.info("attached to %s (%s, pid %s, notebook %s)", target.short(), source, ident.pid, ident.notebook_path)
     last = ident.execution_count - 1 if ident.execution_count else None
-    return Attachment(info=info, conn=conn, watch=watch, io=io, last_count=last)
+    return Attachment(info=info, target=target, conn=conn, watch=watch, io=io, last_count=last)
 
 
 def _local_pid(conn: Any, pid: int | None) -> int | None:

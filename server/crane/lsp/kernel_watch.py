@@ -1,14 +1,21 @@
 """Following an attached kernel: its iopub traffic and its heartbeat, on a thread of its own.
 
-The watcher has its own client (iopub + heartbeat channels only), so it never competes with the probe
-connection for messages. It reports, through `on_event` (called on the watcher thread):
+The watcher has its own client (iopub + heartbeat channels only; for a kernel on a Jupyter Server, a websocket
+of its own whose "heartbeat" is that websocket's liveness), so it never competes with the probe connection
+for messages. It reports, through `on_event` (called on the watcher thread):
 
-- `WatchEvent("busy")` when a user execution starts (another client's `execute_request` goes busy), and
-  `WatchEvent("idle")` when no user request runs any more;
-- `WatchEvent("finished", code, execution_count, success)` when a user cell that was shown on iopub
-  (`execute_input`) goes idle: the kernel's state changed;
-- `WatchEvent("restarted")` on a `starting`/`restarting` status;
-- `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back.
+- `WatchEvent("busy")` when another client's `execute_request` starts (goes busy), and `WatchEvent("idle")`
+  when no such request runs any more;
+- `WatchEvent("finished", code, execution_count, success)` when another client's request that was shown on
+  iopub (`execute_input`, with the count it ran under) goes idle. Only a candidate user run: the Jupyter
+  extension also sends requests of its own on the user's session (startup code, the variables view, other
+  extensions' code through its kernels API) with `store_history=False`, which carry the same count and leave
+  it where it was; the supervisor (kernels.py) counts a run only when the execution count advanced;
+- `WatchEvent("restarted")` on a `starting`/`restarting` status, a `shutdown_reply` on iopub, or an
+  `iopub_welcome` after the first (our subscription was renewed: a new kernel behind the same address);
+- `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back;
+- `WatchEvent("resync")` when the watcher's connection was renewed (a kernel behind a Jupyter Server: the
+  websocket dropped and reconnected): iopub messages of the gap may be lost, so the state may have changed.
 
 Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored — every session this
 daemon opened on any kernel (`DAEMON_SESSIONS`: probe, sandbox and agent connections of every notebook), so
@@ -26,12 +33,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
 
-WatchKind = Literal["busy", "idle", "finished", "restarted", "dead", "alive"]
+WatchKind = Literal["busy", "idle", "finished", "restarted", "dead", "alive", "resync"]
 
 # Sessions of the kernel connections this daemon opened (any notebook, any kernel): never user activity.
 DAEMON_SESSIONS: set[str] = set()
@@ -62,29 +69,32 @@ class KernelWatch(threading.Thread):
 
     def __init__(
         self,
-        connection_file: str,
+        where: Any,  # a connection file path, or a crane.kernel.target.KernelTarget (a server kernel)
         on_event: Callable[[WatchEvent], None],
         ignore_sessions: set[str] | None = None,
         heartbeat_interval: float = 0.5,
         local_pid: int | None = None,
     ):
-        super().__init__(name=f"crane-watch-{connection_file.rsplit('/', 1)[-1]}", daemon=True)
         from crane.kernel.client import KernelConnection
+        from crane.kernel.target import as_target
 
-        self.connection_file = connection_file
+        self.target = as_target(where)
+        super().__init__(name=f"crane-watch-{self.target.short()}", daemon=True)
         self.on_event = on_event
         self.ignore_sessions = _Shared(ignore_sessions or ())
         self.heartbeat_interval = heartbeat_interval
         # A local kernel's process: when it is gone, the kernel died or restarted even if iopub missed the
         # "starting" status (a SUB socket re-subscribes after a restart and can miss the first messages).
         self.local_pid = local_pid
-        self._client = KernelConnection.watch_client(connection_file)
+        self._client = KernelConnection.watch_client(self.target)
         self._stopping = threading.Event()
         self._running: dict[str, dict] = {}  # user execute_request msg_id -> {"code", "count", "ok"}
         self._busy_parents: set[str] = set()
         self._lock = threading.Lock()
         self.alive = True
         self.last_activity = time.monotonic()
+        self._welcomed = False  # ipykernel >= 7 welcomes each new iopub subscriber: the first is our own start
+        self._reconnects = 0  # the websocket client's reconnections already reported
 
     @property
     def busy(self) -> bool:
@@ -128,6 +138,13 @@ class KernelWatch(threading.Thread):
             beating = bool(self._client.hb_channel.is_beating())
         except Exception:
             beating = False
+        reconnects = getattr(self._client, "reconnects", 0)
+        if beating and reconnects != self._reconnects:
+            self._reconnects = reconnects
+            with self._lock:  # a run we saw start may have ended during the gap
+                self._busy_parents.clear()
+                self._running.clear()
+            self._emit(WatchEvent("resync"))
         if beating and not self.alive:
             self.alive = True
             self._emit(WatchEvent("alive"))
@@ -157,6 +174,15 @@ class KernelWatch(threading.Thread):
                 self._busy_parents.clear()
                 self._running.clear()
             self._emit(WatchEvent("restarted"))
+            return
+        if mtype == "shutdown_reply" or (mtype == "iopub_welcome" and self._welcomed):
+            # A restart that iopub's "starting" may not show (a subscriber that reconnects misses it; a kernel
+            # behind a Jupyter Server restarted through its REST API): the kernel announced its shutdown, or a
+            # fresh kernel welcomed our (re)subscription. The identity check tells a restart from a blip.
+            self._emit(WatchEvent("restarted"))
+            return
+        if mtype == "iopub_welcome":
+            self._welcomed = True
             return
         if parent.get("session") in self.ignore_sessions or parent.get("session") in DAEMON_SESSIONS:
             return

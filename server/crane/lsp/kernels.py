@@ -1,11 +1,18 @@
 """Keeping each open notebook attached to its kernel, and telling the client (`crane/kernelStatus`).
 
-Attach order: (a) the kernel the client named (`crane/attachKernel`), (b) discovery by
-`__vsc_ipynb_file__`, (c) the `crane.kernel.connectionFile` setting, (d) none: static-only diagnostics. A
-maintainer task per notebook looks again every `discoveryIntervalMs` while nothing is attached, and reattaches
-after the kernel dies or restarts (same connection file first, then discovery). Watcher events arrive on the
-watcher's thread and are marshalled onto the event loop; a finished user cell re-checks the cells that read
-the names it wrote (plus the cells that have diagnostics); a new kernel re-checks every cell.
+Attach order: (a) the kernel the client named (`crane/attachKernel`: a connection file, or a kernel id on a
+Jupyter Server; by the user, or learned through the Jupyter extension's kernels API), (b) discovery by
+`__vsc_ipynb_file__`, (c) the `crane.kernel.connectionFile` setting, (d) none: static-only diagnostics. A named
+connection file that does not exist here but is named after a jupyter_server kernel id (`kernel-<id>.json`, a
+remote kernel's) attaches through `crane.jupyterServer.url` when it is set. Naming the live kernel already
+attached changes nothing but how it is said to be found (no new connection, no re-check). A maintainer task per
+notebook looks again every `discoveryIntervalMs` while nothing is attached, and reattaches after the kernel
+dies or restarts (same kernel first, then discovery); a local connection file that vanished (its owner
+restarted the kernel with a new file, or stopped it) lets the kernel go at once. Watcher events arrive on the
+watcher's thread and are marshalled onto the event loop. A request of another client is a user run only when
+the kernel's execution count advanced past it (the Jupyter extension's own requests on the user's session do
+not advance it): then the cells that read the names it wrote (plus the cells that have diagnostics) are
+re-checked; a new kernel re-checks every cell.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from crane.kernel.target import KernelTarget, as_target
 from crane.lsp.discovery import Discovery
 from crane.lsp.kernel_attach import Attachment, attach
 from crane.lsp.kernel_watch import WatchEvent
@@ -30,6 +38,7 @@ log = logging.getLogger(__name__)
 
 KERNEL_STATUS = "crane/kernelStatus"
 BUSY_AFTER_S = 0.15  # a user request must run this long before the status says "busy"
+GONE = "the kernel stopped or restarted (its connection file is gone): static-only diagnostics until it is found"
 
 
 class KernelSupervisor:
@@ -94,21 +103,49 @@ class KernelSupervisor:
             self.notify_status(session)
 
     # -- attaching ----------------------------------------------------------------------------------
-    async def attach_requested(self, session: NotebookSession, connection_file: str) -> AttachResult:
-        """(a): the client names the kernel. Replaces any current attachment."""
-        path = os.path.abspath(os.path.expanduser(connection_file))
-        if not os.path.isfile(path):
-            return AttachResult(attached=False, message=f"connection file not found: {path}")
-        session.requested = (path, "request")
-        ok, message = await self._try_attach(session, path, "request")
+    async def attach_requested(self, session: NotebookSession, connection_file: str | None = None, *,
+                               server_url: str | None = None, kernel_id: str | None = None,
+                               source: KernelSource = "request") -> AttachResult:
+        """(a): the client names the kernel (`source`: how it learned it). Replaces any other attachment."""
+        target, problem = self._requested_target(connection_file, server_url, kernel_id)
+        if target is None:
+            return AttachResult(attached=False, message=problem)
+        session.requested = (target, source)
+        ok, message = await self._try_attach(session, target, source)
         self.wake(session)
         return AttachResult(attached=ok, message=message, kernel=session.attachment.info if ok and session.attachment else None)
 
-    async def _try_attach(self, session: NotebookSession, path: str, source: KernelSource) -> tuple[bool, str]:
+    def _requested_target(self, connection_file: str | None, server_url: str | None,
+                          kernel_id: str | None) -> tuple[KernelTarget | None, str]:
+        from crane.kernel.target import ServerSpec, ServerSpecError, kernel_id_from_connection_file
+
+        configured = self.host.settings.jupyter_server.url
+        if connection_file is not None:
+            path = os.path.abspath(os.path.expanduser(connection_file))
+            if os.path.isfile(path):
+                return KernelTarget.local(path), ""
+            kernel_id = kernel_id_from_connection_file(path)
+            if kernel_id is None or not configured:
+                hint = " (a remote kernel's? set crane.jupyterServer.url)" if kernel_id else ""
+                return None, f"connection file not found: {path}{hint}"
+        url = server_url or configured
+        if not url:
+            return None, "no Jupyter server to reach the kernel through: set crane.jupyterServer.url"
+        try:
+            return KernelTarget.remote(ServerSpec.parse(url), kernel_id or ""), ""
+        except (ServerSpecError, ValueError) as exc:
+            return None, f"cannot attach to kernel {kernel_id!r} on {url.split('?', 1)[0]}: {exc}"
+
+    async def _try_attach(self, session: NotebookSession, where: KernelTarget | str,
+                          source: KernelSource) -> tuple[bool, str]:
         lock = self._attach_lock.get(session.uri)
         if lock is None:
             return False, "the notebook is closed"
         async with lock:
+            target = as_target(where)
+            current = session.attachment
+            if current is not None and current.alive and _same_kernel(current.target, target):
+                return self._already_attached(session, current, source)
             timeout = self.host.tuning.attach_timeout_ms / 1000
             holder: dict[str, Attachment] = {}
 
@@ -117,11 +154,12 @@ class KernelSupervisor:
                 if att is not None:
                     self.host.call_soon_threadsafe(self._on_event, session, att, event)
 
+            what = target.describe()
             try:
-                att = await asyncio.to_thread(attach, path, source, on_event, timeout)
+                att = await asyncio.to_thread(attach, target, source, on_event, timeout)
             except Exception as exc:
-                log.info("attach %s failed: %s", path, exc)
-                return False, f"could not attach to {path}: {exc}"
+                log.info("attach %s failed: %s", target.short(), exc)
+                return False, f"could not attach to {what}: {exc}"
             holder["att"] = att
             if session.closed:
                 await asyncio.to_thread(att.close)
@@ -131,22 +169,45 @@ class KernelSupervisor:
                 await asyncio.to_thread(old.close)
             session.facts.clear()
             session.kernel_changed()
-            how = {"request": "named by the client", "discovery": "found by __vsc_ipynb_file__", "setting": "from crane.kernel.connectionFile"}[source]
-            warn = ""
-            if att.info.notebook_path and session.path and not same_path(att.info.notebook_path, session.path):
-                warn = f" (note: this kernel says it runs {att.info.notebook_path})"
-            self._set_state(session, "busy" if att.busy else "attached", f"attached to {os.path.basename(path)}, {how}{warn}")
+            warn = self._path_warning(session, att)
+            self._set_state(session, "busy" if att.busy else "attached", self._attached_message(att, warn))
             self.recheck_all(session)
-            return True, f"attached to {path}{warn}"
+            return True, f"attached to {what}{warn}"
+
+    def _already_attached(self, session: NotebookSession, att: Attachment, source: KernelSource) -> tuple[bool, str]:
+        """The live file already attached is named again: nothing to connect or re-check; only a client that
+        learned it (request, jupyter-extension) may change how the kernel is said to be found."""
+        if source in ("request", "jupyter-extension") and att.info.source != source:
+            att.info.source = source
+            self._set_state(session, "busy" if att.busy else "attached", self._attached_message(att, self._path_warning(session, att)))
+            self.notify_status(session)  # the kernel info changed even if the state and message did not
+        return True, f"already attached to {att.target.describe()}"
+
+    @staticmethod
+    def _attached_message(att: Attachment, warn: str) -> str:
+        how = {
+            "request": "named by the client",
+            "jupyter-extension": "through the Jupyter extension",
+            "discovery": "found by __vsc_ipynb_file__",
+            "setting": "from crane.kernel.connectionFile",
+        }[att.info.source]
+        label = att.target.describe() if att.target.is_remote else os.path.basename(att.target.describe())
+        return f"attached to {label}, {how}{warn}"
+
+    @staticmethod
+    def _path_warning(session: NotebookSession, att: Attachment) -> str:
+        if att.info.notebook_path and session.path and not same_path(att.info.notebook_path, session.path):
+            return f" (note: this kernel says it runs {att.info.notebook_path})"
+        return ""
 
     async def _resolve(self, session: NotebookSession) -> bool:
         settings = self.host.settings
-        if session.requested is not None and os.path.isfile(session.requested[0]):  # (a), also after a restart
+        if session.requested is not None and _available(session.requested[0]):  # (a), also after a restart
             ok, _ = await self._try_attach(session, *session.requested)
             if ok:
                 return True
         last = session.last_kernel
-        if last is not None and last != session.requested and os.path.isfile(last[0]):  # the kernel that died
+        if last is not None and last != session.requested and _available(last[0]):  # the kernel that died
             ok, _ = await self._try_attach(session, *last)
             if ok:
                 return True
@@ -174,7 +235,7 @@ class KernelSupervisor:
                 if att is None or not att.alive:
                     if att is not None:  # dead: let go of it, then look again (that file first)
                         session.attachment = None
-                        session.last_kernel = (att.info.connection_file, att.info.source)
+                        session.last_kernel = (att.target, att.info.source)
                         await asyncio.to_thread(att.close)
                     await self._resolve(session)
             except asyncio.CancelledError:
@@ -192,17 +253,9 @@ class KernelSupervisor:
         if session.closed or session.attachment is not att:
             return
         if event.kind == "busy":  # said only when it lasts: short silent requests of other clients do not flicker
-            session.kernel_changed()  # a user cell is changing the state: speculative results are discarded
             self.host.call_later(BUSY_AFTER_S, self._still_busy, session, att)
         elif event.kind == "finished":
-            session.kernel_changed()
-            count, last = event.execution_count, att.last_count
-            if count is not None:
-                att.last_count = count
-                if last is not None and count <= last:  # the count went back: a restart we did not see
-                    self.host.spawn(self._verify_identity(session, att))
-            self._set_state(session, "idle", "the kernel is idle")
-            self.recheck_after_run(session, event.code)
+            self.host.spawn(self._confirm_run(session, att, event))
         elif event.kind == "idle":
             if session.state == "busy":
                 self._set_state(session, "idle", "the kernel is idle")
@@ -210,6 +263,10 @@ class KernelSupervisor:
                 session.scheduler.request(list(session.stale_cells), 0.0)
         elif event.kind == "dead":
             self._kernel_failed(session, None)
+        elif event.kind == "resync":  # the watcher's connection was renewed: what happened meanwhile is unknown
+            session.kernel_changed()
+            self.recheck_all(session)
+            self.host.spawn(self._verify_identity(session, att))
         elif event.kind in ("restarted", "alive"):
             self.host.spawn(self._verify_identity(session, att))
 
@@ -227,7 +284,8 @@ class KernelSupervisor:
             return  # a failed request on a live kernel: the facts fall back, the attachment stays
         att.watch.alive = False
         session.kernel_changed()
-        self._set_state(session, "dead", "the kernel died: static-only diagnostics until it is back")
+        gone = _file_gone(att)
+        self._set_state(session, "dead", GONE if gone else "the kernel died: static-only diagnostics until it is back")
         self.recheck_all(session)
         self.wake(session)
 
@@ -238,10 +296,60 @@ class KernelSupervisor:
         self._set_state(session, "attached", "the kernel restarted (fresh namespace): re-checking every cell")
         self.recheck_all(session)
 
+    async def _confirm_run(self, session: NotebookSession, att: Attachment, event: WatchEvent) -> None:
+        """Another client's request finished. It was a user run only if the execution count advanced past the
+        count its `execute_input` carried: the Jupyter extension's own requests on the user's session (startup
+        code, the variables view, the client's question through its API) run with `store_history=False` and
+        leave it where it was; they must not discard results nor re-check cells. When the count cannot be read
+        now (the kernel is busy again: run all), the request counts as a run (re-checking is the safe side)."""
+        count = event.execution_count
+        ident = None
+        if count is not None and not att.busy:
+            try:
+                ident = await asyncio.to_thread(att.identify, min(1.0, self.host.tuning.attach_timeout_ms / 1000))
+            except Exception as exc:
+                log.info("could not read the execution count after a request: %s", exc)
+        if session.closed or session.attachment is not att:
+            return
+        if ident is not None:
+            restarted = ident.pid is not None and att.info.pid is not None and ident.pid != att.info.pid
+            if restarted or (ident.execution_count is not None and att.last_count is not None and ident.execution_count <= att.last_count):
+                await self._let_go(session, att, "the kernel restarted: reattaching")  # new pid, or the count went back
+                return
+            if ident.execution_count is not None and count is not None and ident.execution_count <= count:
+                log.info("a request (count %s) left the execution count at %s: not a user run", count, ident.execution_count)
+                return
+        log.info("a user run (count %s) finished: re-checking the cells it affects", count)
+        if count is not None:
+            att.last_count = count
+        session.kernel_changed()  # a user cell changed the state: speculative results are discarded
+        self._set_state(session, "idle", "the kernel is idle")
+        self.recheck_after_run(session, event.code)
+
+    async def _let_go(self, session: NotebookSession, att: Attachment, message: str) -> None:
+        """The attached kernel is not there any more (restarted, stopped): static until it is found again."""
+        if session.attachment is not att:
+            return
+        session.attachment = None
+        session.kernel_changed()
+        session.last_kernel = (att.target, att.info.source)
+        await asyncio.to_thread(att.close)
+        self._set_state(session, "dead", message)
+        self.recheck_all(session)
+        self.wake(session)
+
     async def _verify_identity(self, session: NotebookSession, att: Attachment) -> None:
+        # A vanished connection file: its owner disposed of the kernel. The Jupyter extension restarts a kernel
+        # as a new process with a new connection file (which the client names), or the kernel was stopped.
+        if _file_gone(att):
+            await self._let_go(session, att, GONE)
+            return
         try:
             same = await asyncio.to_thread(att.check_identity, self.host.tuning.attach_timeout_ms / 1000)
         except Exception as exc:  # not answering yet (restarting, busy): ask again until it does or dies
+            if _file_gone(att):  # deleted just after the process was killed
+                await self._let_go(session, att, GONE)
+                return
             log.info("kernel identity check failed (%s): trying again", exc)
             if session.attachment is att and not session.closed and att.alive:
                 self.host.call_later(
@@ -252,12 +360,7 @@ class KernelSupervisor:
         if session.attachment is not att:
             return
         if not same:  # restarted behind the same connection file: a fresh namespace
-            session.attachment = None
-            session.kernel_changed()
-            session.last_kernel = (att.info.connection_file, att.info.source)
-            await asyncio.to_thread(att.close)
-            self._set_state(session, "dead", "the kernel restarted: reattaching")
-            self.wake(session)
+            await self._let_go(session, att, "the kernel restarted: reattaching")
         elif session.state == "dead":
             self._set_state(session, "attached", "the kernel is back")
             self.recheck_all(session)
@@ -284,3 +387,20 @@ class KernelSupervisor:
             if read is None or read & written:
                 uris.append(c.uri)
         session.scheduler.request(uris, 0.0)
+
+
+def _available(target: KernelTarget) -> bool:
+    """Worth trying again: a server kernel always (the server says), a local one while its file exists."""
+    return target.is_remote or os.path.isfile(str(target.connection_file))
+
+
+def _same_kernel(a: KernelTarget, b: KernelTarget) -> bool:
+    """The same kernel: the same local connection file, or the same kernel id on the same server."""
+    if a.is_remote or b.is_remote:
+        return a.is_remote and b.is_remote and a.kernel_id == b.kernel_id and a.server == b.server
+    return same_path(str(a.connection_file), str(b.connection_file))
+
+
+def _file_gone(att: Attachment) -> bool:
+    """A local kernel whose connection file vanished (its owner disposed of it); never true for a remote one."""
+    return not att.target.is_remote and not os.path.isfile(str(att.target.connection_file))

@@ -19,11 +19,13 @@ from crane.errors import CraneError
 from crane.finding import Finding
 
 KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
+# how the server found the kernel: named by the client (request), learned by the client through the Jupyter
+# extension's kernels API (jupyter-extension), its own discovery (discovery), crane.kernel.connectionFile (setting)
+KernelSource = Literal["request", "jupyter-extension", "discovery", "setting"]
 
 # Client-side command the server puts into code actions (vscode-client protocol.ts ClientCommands): runs
 # cells through the editor ("Run cell K first (tested)"); arguments [notebookUri, [cellUri, ...]].
 CLIENT_RUN_CELLS = "crane.ui.runCells"
-KernelSource = Literal["request", "discovery", "setting"]
 
 
 class InvalidParams(CraneError, ValueError):
@@ -56,10 +58,13 @@ class _Wire(msgspec.Struct, rename="camel", omit_defaults=False):
 
 
 class KernelInfo(_Wire):
-    connection_file: str
-    source: KernelSource  # how the kernel was found: (a) request, (b) discovery, (c) setting
+    connection_file: str | None  # a local kernel's connection file; null for a kernel on a Jupyter Server
+    source: KernelSource  # how the kernel was found: (a) request / jupyter-extension, (b) discovery, (c) setting
     notebook_path: str | None = None  # the kernel's `__vsc_ipynb_file__`, when it has one
-    pid: int | None = None
+    pid: int | None = None  # as the kernel reports it (on the server's machine for a remote kernel)
+    server_url: str | None = None  # a remote kernel: the Jupyter Server's base URL (never the token)
+    kernel_id: str | None = None  # a remote kernel: its id on that server
+    description: str = ""  # for users: the connection file, or "remote kernel (URL)"
 
 
 class KernelStatus(_Wire):
@@ -72,11 +77,22 @@ class KernelStatus(_Wire):
     stale: bool = False  # diagnostics currently rely on facts read before the kernel's last change
 
 
-class AttachKernelParams(_Wire, forbid_unknown_fields=False):
-    """`crane/attachKernel` params and the `crane.attachKernel` command's arguments."""
+class AttachKernelParams(_Wire, forbid_unknown_fields=False, omit_defaults=True):
+    """`crane/attachKernel` params and the `crane.attachKernel` command's arguments: a local kernel's
+    `connectionFile`, or a kernel on a Jupyter Server, `kernelId` with `serverUrl` (default: the
+    `crane.jupyterServer.url` setting; the token comes from the daemon's `JUPYTER_TOKEN`)."""
 
     notebook_uri: str
-    connection_file: str
+    connection_file: str | None = None
+    server_url: str | None = None
+    kernel_id: str | None = None
+    source: Literal["request", "jupyter-extension"] = "request"  # how the client learned the kernel
+
+    def __post_init__(self) -> None:
+        if (self.connection_file is None) == (self.kernel_id is None):
+            raise ValueError("give either connectionFile, or kernelId (with serverUrl)")
+        if self.server_url is not None and self.kernel_id is None:
+            raise ValueError("serverUrl goes with kernelId")
 
 
 class AttachResult(_Wire):

@@ -96,8 +96,9 @@ class NotebookSession:
     uri: str  # the notebook URI as the client sent it
     path: str | None
     attachment: Attachment | None = None
-    requested: tuple[str, KernelSource] | None = None  # a kernel the client named (crane/attachKernel)
-    last_kernel: tuple[str, KernelSource] | None = None  # the kernel that died or restarted: tried first
+    # (crane.kernel.target.KernelTarget, how it was found)
+    requested: tuple[Any, KernelSource] | None = None  # a kernel the client named (crane/attachKernel)
+    last_kernel: tuple[Any, KernelSource] | None = None  # the kernel that died or restarted: tried first
     state: KernelState = "static-only"
     status_message: str = ""
     facts: FactsCache = field(default_factory=FactsCache)

@@ -70,6 +70,26 @@ class KernelSettings(msgspec.Struct, rename="camel", frozen=True):
     ] | None = None
 
 
+class JupyterServerSettings(msgspec.Struct, rename="camel", frozen=True):
+    url: Annotated[
+        str,
+        Meta(pattern=r"^https?://[^/?#\s]+", extra_json_schema={"markdownDescription": (
+            "Base URL of the Jupyter Server your notebooks' kernels run on (JupyterHub: `https://HUB/user/NAME/`; a "
+            "remote server; Enterprise Gateway). A remote kernel the Jupyter extension reports is attached through "
+            "it. Store its token with **CRANE: Set Jupyter server token** (kept in VS Code's secret storage)."
+        )}),
+    ] | None = None
+
+    def spec(self) -> Any:
+        """The `crane.kernel.target.ServerSpec` (token: $JUPYTER_TOKEN, which the editor fills from its secret
+        storage), or None when unset."""
+        if not self.url:
+            return None
+        from crane.kernel.target import ServerSpec
+
+        return ServerSpec.parse(self.url)
+
+
 class Settings(msgspec.Struct, rename="camel", frozen=True):
     mode: Annotated[
         Mode,
@@ -90,6 +110,7 @@ class Settings(msgspec.Struct, rename="camel", frozen=True):
     llm: LLMOptions = LLMOptions()
     agent: AgentSettings = AgentSettings()
     kernel: KernelSettings = KernelSettings()
+    jupyter_server: JupyterServerSettings = JupyterServerSettings()
     hover: Annotated[
         bool,
         Meta(description="Show the runtime facts of names (type, shape, dtypes, columns, ...) from the live kernel "

@@ -186,7 +186,7 @@ class SpeculationService:
             return hit[1]
         from crane.lsp.kernel_attach import connect, session_id
 
-        conn = connect(att.info.connection_file, self.host.tuning.attach_timeout_ms / 1000)
+        conn = connect(att.target, self.host.tuning.attach_timeout_ms / 1000)
         att.watch.ignore_sessions.add(session_id(conn))
         self._conns[id(att)] = (att, conn)
         return conn

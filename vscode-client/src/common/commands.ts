@@ -7,13 +7,15 @@ import * as vscode from 'vscode';
 import type { ExecuteCommandSignature } from 'vscode-languageclient/node';
 import type { AgentController } from './agentPanel';
 import { summarizeCheck } from './checkSummary';
-import { listConnectionFiles, runtimeDirs } from './connectionFiles';
+import { listConnectionFiles } from './connectionFiles';
+import { JUPYTER_EXTENSION_ID } from './jupyterApi';
+import type { BridgeOutcome } from './kernelBridge';
 import type { DiagnosisView } from './diagnosisView';
 import { errorMessage, showLog, traceError, traceInfo } from './log';
 import { activeCell, currentNotebook, notebookOfCell } from './notebooks';
 import { AttachResult, ClientCommands, DiagnosisParams, FixOptions, ServerCommands } from './protocol';
 import { isSpeculativeResult } from './speculativeFormat';
-import { ApiKeyStore, promptForApiKey } from './secrets';
+import { ApiKeyStore, promptForApiKey, promptForJupyterToken } from './secrets';
 import type { CraneServer } from './serverApi';
 import type { StatusBar } from './statusBar';
 import { SHOW_DETAILS_COMMAND } from './statusBar';
@@ -28,6 +30,7 @@ export const UiCommands = {
   stopAgent: 'crane.ui.stopAgent',
   attachKernel: 'crane.ui.attachKernel',
   setApiKey: 'crane.ui.setApiKey',
+  setJupyterToken: 'crane.ui.setJupyterToken',
   restartServer: 'crane.ui.restartServer',
   showLog: 'crane.ui.showLog',
   showStatus: SHOW_DETAILS_COMMAND,
@@ -42,6 +45,10 @@ export interface CommandDeps {
   diagnosis: DiagnosisView;
   keys: ApiKeyStore;
   restart(reason: string): Promise<void>;
+  /** Where to look for connection files ("Attach to kernel…"). */
+  runtimeDirs(): string[];
+  /** Asks the notebook's kernel through the Jupyter extension (undefined: the server is not running). */
+  askJupyter(nb: vscode.NotebookDocument): Promise<BridgeOutcome | undefined>;
 }
 
 export function isDiagnosis(v: unknown): v is DiagnosisParams {
@@ -71,6 +78,7 @@ export class Commands {
       wrap(UiCommands.stopAgent, () => this.stopAgent()),
       wrap(UiCommands.attachKernel, () => this.attachKernel()),
       wrap(UiCommands.setApiKey, () => this.setApiKey()),
+      wrap(UiCommands.setJupyterToken, () => this.setJupyterToken()),
       wrap(UiCommands.restartServer, () => this.deps.restart('restart command')),
       wrap(UiCommands.showLog, async () => showLog()),
       wrap(UiCommands.showStatus, () => this.showStatus()),
@@ -143,8 +151,17 @@ export class Commands {
 
   async attachKernel(): Promise<AttachResult | undefined> {
     const nb = requireNotebook();
-    const file = await pickConnectionFile();
+    const file = await pickConnectionFile(this.deps.runtimeDirs(), !!vscode.extensions.getExtension(JUPYTER_EXTENSION_ID));
     if (!file) {
+      return undefined;
+    }
+    if (file === ASK_JUPYTER) {
+      const outcome = await this.deps.askJupyter(nb);
+      if (outcome?.kind === 'attached' || outcome?.kind === 'unchanged') {
+        void vscode.window.showInformationMessage(`CRANE: attached to ${path.basename(outcome.connectionFile)} through the Jupyter extension.`);
+        return outcome.kind === 'attached' ? outcome.result : undefined;
+      }
+      void vscode.window.showWarningMessage(`CRANE: the Jupyter extension did not give the kernel: ${describeOutcome(outcome)}`);
       return undefined;
     }
     const result = await this.deps.server().executeCommand<AttachResult>(ServerCommands.attachKernel, [
@@ -164,6 +181,12 @@ export class Commands {
     const changed = await promptForApiKey(this.deps.keys);
     if (changed) {
       await this.deps.restart(`API key ${changed} changed`);
+    }
+  }
+
+  async setJupyterToken(): Promise<void> {
+    if (await promptForJupyterToken(this.deps.keys)) {
+      await this.deps.restart('Jupyter server token changed');
     }
   }
 
@@ -242,10 +265,38 @@ function requireCell(): vscode.NotebookCell {
   return cell;
 }
 
-async function pickConnectionFile(): Promise<string | undefined> {
-  const files = listConnectionFiles(runtimeDirs());
+/** The pick "ask the notebook's kernel through the Jupyter extension" (not a file). */
+const ASK_JUPYTER = '\u0000jupyter';
+
+function describeOutcome(outcome: BridgeOutcome | undefined): string {
+  switch (outcome?.kind) {
+    case undefined:
+      return 'the CRANE server is not running';
+    case 'no-extension':
+      return 'it is not installed';
+    case 'no-kernel':
+      return 'the notebook has no running kernel yet (run a cell first)';
+    case 'unsupported-language':
+      return `the kernel runs ${outcome.language}, not Python`;
+    case 'declined':
+      return 'access was declined (run "Jupyter: Manage Access To Jupyter Kernels")';
+    case 'waiting':
+      return 'no answer yet (a cell may be running): CRANE attaches when it comes';
+    case 'not-attached':
+      return outcome.result.message;
+    case 'failed':
+      return outcome.message;
+    default:
+      return outcome?.kind ?? 'no answer';
+  }
+}
+
+async function pickConnectionFile(dirs: string[], jupyter: boolean): Promise<string | undefined> {
+  const files = listConnectionFiles(dirs);
   const browse = '$(folder-opened) Browse…';
+  const ask = "$(notebook-kernel-select) Ask the notebook's kernel through the Jupyter extension";
   const items: vscode.QuickPickItem[] = [
+    ...(jupyter ? [{ label: ask }] : []),
     ...files.map((f) => ({
       label: path.basename(f.path),
       description: path.dirname(f.path),
@@ -260,10 +311,12 @@ async function pickConnectionFile(): Promise<string | undefined> {
   if (!picked) {
     return undefined;
   }
+  if (picked.label === ask) {
+    return ASK_JUPYTER;
+  }
   if (picked.label !== browse) {
     return path.join(picked.description ?? '', picked.label);
   }
-  const dirs = runtimeDirs();
   const chosen = await vscode.window.showOpenDialog({
     title: 'Kernel connection file',
     canSelectMany: false,

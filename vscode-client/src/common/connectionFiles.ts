@@ -8,15 +8,26 @@ export interface ConnectionFile {
   mtimeMs: number;
 }
 
-/** Jupyter runtime directories, in the order VS Code's Jupyter extension and jupyter_core look. */
+/**
+ * Jupyter runtime directories, where VS Code's Jupyter extension and jupyter_core put connection files:
+ * `$JUPYTER_RUNTIME_DIR`; on Linux `$XDG_RUNTIME_DIR/jupyter/runtime` (the Jupyter extension), jupyter_core's
+ * `$JUPYTER_DATA_DIR/runtime` or `$XDG_DATA_HOME/jupyter/runtime`, and the classic `~/.local/share/jupyter/runtime`
+ * (the Jupyter extension uses it whatever JUPYTER_DATA_DIR/XDG_DATA_HOME say); the macOS and Windows
+ * equivalents; and the Jupyter extension's fallback when those are not writable:
+ * `<its global storage>/version-<v>/jupyter/runtime`.
+ */
 export function runtimeDirs(
   env: NodeJS.ProcessEnv = process.env,
   platform: NodeJS.Platform = process.platform,
   home: string = os.homedir(),
+  jupyterStorage?: string,
 ): string[] {
   const dirs: string[] = [];
   if (env.JUPYTER_RUNTIME_DIR) {
     dirs.push(env.JUPYTER_RUNTIME_DIR);
+  }
+  if (env.JUPYTER_DATA_DIR) {
+    dirs.push(path.join(env.JUPYTER_DATA_DIR, 'runtime'));
   }
   if (platform === 'darwin') {
     dirs.push(path.join(home, 'Library', 'Jupyter', 'runtime'));
@@ -28,10 +39,29 @@ export function runtimeDirs(
     if (env.XDG_RUNTIME_DIR) {
       dirs.push(path.join(env.XDG_RUNTIME_DIR, 'jupyter', 'runtime'));
     }
-    const dataHome = env.XDG_DATA_HOME || path.join(home, '.local', 'share');
-    dirs.push(path.join(dataHome, 'jupyter', 'runtime'));
+    if (env.XDG_DATA_HOME) {
+      dirs.push(path.join(env.XDG_DATA_HOME, 'jupyter', 'runtime'));
+    }
+    dirs.push(path.join(home, '.local', 'share', 'jupyter', 'runtime'));
+  }
+  if (jupyterStorage) {
+    dirs.push(...jupyterExtensionRuntimeDirs(jupyterStorage));
   }
   return [...new Set(dirs)];
+}
+
+/** The `<storage>/version-<v>/jupyter/runtime` folders of the Jupyter extension (its fallback runtime dirs). */
+export function jupyterExtensionRuntimeDirs(storage: string): string[] {
+  let names: string[];
+  try {
+    names = fs.readdirSync(storage);
+  } catch {
+    return [];
+  }
+  return names
+    .filter((n) => n.startsWith('version-'))
+    .sort()
+    .map((n) => path.join(storage, n, 'jupyter', 'runtime'));
 }
 
 /** `kernel-*.json` files in the given directories, newest first. Missing directories are skipped. */

@@ -1,7 +1,8 @@
 /** Finding the notebook and cell a command applies to. */
 import * as vscode from 'vscode';
 
-export const NOTEBOOK_TYPES = ['jupyter-notebook', 'interactive'];
+/** The notebook types CRANE works on (not the interactive window: see server.ts DOCUMENT_SELECTOR). */
+export const NOTEBOOK_TYPES = ['jupyter-notebook'];
 export const CELL_SCHEME = 'vscode-notebook-cell';
 
 export function isCraneNotebook(nb: vscode.NotebookDocument): boolean {

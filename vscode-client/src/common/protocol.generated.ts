@@ -13,18 +13,26 @@ export interface KernelStatus {
 }
 
 export interface KernelInfo {
-  connectionFile: string;
-  source: "discovery" | "request" | "setting";
+  connectionFile: string | null;
+  source: "discovery" | "jupyter-extension" | "request" | "setting";
   notebookPath: string | null;
   pid: number | null;
+  serverUrl: string | null;
+  kernelId: string | null;
+  description: string;
 }
 
 /**
- * `crane/attachKernel` params and the `crane.attachKernel` command's arguments.
+ * `crane/attachKernel` params and the `crane.attachKernel` command's arguments: a local kernel's
+ * `connectionFile`, or a kernel on a Jupyter Server, `kernelId` with `serverUrl` (default: the
+ * `crane.jupyterServer.url` setting; the token comes from the daemon's `JUPYTER_TOKEN`).
  */
 export interface AttachKernelParams {
   notebookUri: string;
-  connectionFile: string;
+  connectionFile?: string | null;
+  serverUrl?: string | null;
+  kernelId?: string | null;
+  source?: "jupyter-extension" | "request";
 }
 
 export interface AttachResult {
@@ -54,7 +62,8 @@ export interface DiagnosisResult {
 /**
  * 'If you run this cell now, against the kernel as it is, it will crash' — and why.
  *
- * Lines and columns are 1-based lines / 0-based columns within the target cell's original source.
+ * Lines and columns are 1-based lines / 0-based character (code point) columns within the target cell's
+ * original source; editors that count UTF-16 code units convert (crane.lsp.notebook_map.utf16_col).
  */
 export interface Finding {
   rule: string;

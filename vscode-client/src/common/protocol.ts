@@ -53,8 +53,21 @@ export type {
   Usage,
 } from './protocol.generated';
 
-import type { AgentStep, DiagnosisResult, Evidence, KernelStatus, Proposal, SpeculativeResult } from './protocol.generated';
+import type {
+  AgentStep,
+  DiagnosisResult,
+  Evidence,
+  KernelInfo,
+  KernelStatus,
+  Proposal,
+  SpeculativeResult,
+} from './protocol.generated';
 
+/**
+ * How the server found the kernel: named by the client (`request`), learned through the Jupyter extension's
+ * kernels API (`jupyter-extension`), its own discovery (`discovery`), `crane.kernel.connectionFile` (`setting`).
+ */
+export type KernelSource = KernelInfo['source'];
 /** `crane/kernelStatus` params. */
 export type KernelStatusParams = KernelStatus;
 export type KernelState = KernelStatus['state'];

@@ -87,10 +87,36 @@ export function serverEnvironment(
   return env;
 }
 
+/** The Jupyter Server token's variable: the server process reads it (as `crane --server` does). */
+export const JUPYTER_TOKEN_VAR = 'JUPYTER_TOKEN';
+
+/** The "CRANE: Set Jupyter server token" flow. True when the stored token changed. */
+export async function promptForJupyterToken(store: ApiKeyStore): Promise<boolean> {
+  const value = await vscode.window.showInputBox({
+    title: 'CRANE: Jupyter server token',
+    prompt:
+      'The token of the server in crane.jupyterServer.url (JupyterHub: an API token from /hub/token). ' +
+      'Stored in VS Code secret storage. Leave empty to delete it.',
+    password: true,
+    ignoreFocusOut: true,
+  });
+  if (value === undefined) {
+    return false;
+  }
+  if (value.trim() === '') {
+    await store.delete(JUPYTER_TOKEN_VAR);
+    void vscode.window.showInformationMessage('CRANE: Jupyter server token deleted from secret storage.');
+  } else {
+    await store.set(JUPYTER_TOKEN_VAR, value.trim());
+    void vscode.window.showInformationMessage('CRANE: Jupyter server token stored in secret storage.');
+  }
+  return true;
+}
+
 /** The "CRANE: Set API key" flow. Returns the variable that changed, or undefined when cancelled. */
 export async function promptForApiKey(store: ApiKeyStore): Promise<string | undefined> {
   const items: (vscode.QuickPickItem & { envVar?: string })[] = [];
-  for (const name of store.names()) {
+  for (const name of store.names().filter((n) => n !== JUPYTER_TOKEN_VAR)) {
     const provider = PROVIDERS.find((p) => p.envVar === name);
     items.push({
       label: provider ? provider.label : name,

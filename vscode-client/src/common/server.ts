@@ -39,11 +39,11 @@ import type { ServerState } from './statusModel';
 export const CLIENT_ID = 'crane';
 export const CLIENT_NAME = 'CRANE';
 
-export const DOCUMENT_SELECTOR = [
-  { notebook: 'jupyter-notebook', language: 'python' },
-  { notebook: 'interactive', language: 'python' },
-  { scheme: 'vscode-notebook-cell', language: 'python' },
-];
+/**
+ * Python cells of Jupyter notebooks only. Not the interactive window: its cells have all run already (CRANE
+ * predicts cells not run yet) and its input box is not a notebook cell, so nothing there can be predicted.
+ */
+export const DOCUMENT_SELECTOR = [{ notebook: 'jupyter-notebook', language: 'python' }];
 
 export interface ServerHooks {
   state(state: ServerState, message: string, interpreter?: string): void;
@@ -58,6 +58,8 @@ export interface ServerHooks {
   started(server: CraneServer): void;
   /** API keys for the server environment. */
   secretEnvironment(): Promise<Record<string, string>>;
+  /** Other variables for the server environment (e.g. where the Jupyter extension keeps its files). */
+  extraEnvironment?(): Record<string, string>;
 }
 
 export function buildServerOptions(python: string, env: Record<string, string>, cwd?: string): ServerOptions {
@@ -200,7 +202,7 @@ export class ServerManager implements vscode.Disposable {
     if (Object.keys(keys).length) {
       traceInfo(`API keys passed to the server: ${Object.keys(keys).join(', ')}`);
     }
-    const env = serverEnvironment(process.env, keys);
+    const env = { ...serverEnvironment(process.env, keys), ...this.hooks.extraEnvironment?.() };
     const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
     const initializationOptions = getServerSettings();
     traceInfo(`settings: ${JSON.stringify(initializationOptions)}`);

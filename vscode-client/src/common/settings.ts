@@ -25,6 +25,8 @@ export interface ClientSettings {
   python: string;
   /** Resolved kernel connection file, '' when unset. */
   connectionFile: string;
+  /** `crane.jupyterServer.url`: remote kernels attach through this server ('' when unset). */
+  jupyterServerUrl: string;
   /** Whether agent runs start in step mode. */
   stepMode: boolean;
   mode: Mode;
@@ -97,6 +99,10 @@ export function getClientSettings(scope?: vscode.ConfigurationScope): ClientSett
   return {
     python: typeof python === 'string' ? resolveVariables(python.trim()) : '',
     connectionFile: pathOrNull(cfg.get<unknown>('kernel.connectionFile', null)) ?? '',
+    jupyterServerUrl: (() => {
+      const url = cfg.get<unknown>('jupyterServer.url', null);
+      return typeof url === 'string' ? url.trim() : '';
+    })(),
     stepMode: cfg.get<unknown>('agent.stepMode', declaredDefault('agent.stepMode')) === true,
     mode: (modes.includes(mode) ? mode : declaredDefault('mode')) as Mode,
   };

@@ -1,7 +1,26 @@
 /** Pure status state for the status bar: server, kernel per notebook, analysing, agent running. */
-import type { KernelStatusParams } from './protocol';
+import type { KernelInfo, KernelSource, KernelStatusParams } from './protocol';
 
 export type ServerState = 'stopped' | 'starting' | 'running' | 'error';
+
+/**
+ * A note of the kernel bridge about a notebook: `fallback` (the server's own discovery applies: no Jupyter
+ * extension, access declined, the kernel could not be asked), `waiting` (for the Jupyter extension's
+ * answer), `restarting` (the kernel is restarting: a new process is coming), `info` (anything else).
+ */
+export type BridgeNoteKind = 'fallback' | 'waiting' | 'restarting' | 'info';
+export interface BridgeNote {
+  kind: BridgeNoteKind;
+  text: string;
+}
+
+/** How each kernel source reads in the tooltip ("Kernel: attached (<label>: <file>)"). */
+export const SOURCE_LABELS: Record<KernelSource, string> = {
+  request: 'named by the client',
+  'jupyter-extension': 'through the Jupyter extension',
+  discovery: "found by CRANE's discovery",
+  setting: 'crane.kernel.connectionFile',
+};
 
 export interface StatusState {
   server: ServerState;
@@ -11,7 +30,7 @@ export interface StatusState {
   /** Last `crane/kernelStatus` per notebook URI ('' for notebookUri null). */
   kernels: Record<string, KernelStatusParams>;
   /** Client-side notes on the kernel bridge per notebook (e.g. access declined). */
-  bridgeNotes: Record<string, string>;
+  bridgeNotes: Record<string, BridgeNote>;
   /** Work in flight (commands and server work-done progress). */
   busy: number;
   busyTitle: string;
@@ -44,7 +63,7 @@ export type StatusEvent =
   | { type: 'server'; state: ServerState; message?: string; interpreter?: string }
   | { type: 'activeNotebook'; uri: string | undefined }
   | { type: 'kernelStatus'; params: KernelStatusParams }
-  | { type: 'bridgeNote'; notebookUri: string; note: string | undefined }
+  | { type: 'bridgeNote'; notebookUri: string; note: BridgeNote | undefined }
   | { type: 'busy'; delta: 1 | -1; title?: string }
   | { type: 'agentStarted'; runId: string }
   | { type: 'agentStopped'; runId: string };
@@ -91,6 +110,14 @@ export function reduceStatus(s: StatusState, e: StatusEvent): StatusState {
   }
 }
 
+/** How a kernel is named to users: "remote kernel (URL)" for a kernel on a Jupyter Server, else its file. */
+export function kernelLabel(k: KernelInfo): string {
+  if (k.serverUrl) {
+    return k.description || `remote kernel (${k.serverUrl})`;
+  }
+  return k.connectionFile ?? k.description ?? '';
+}
+
 /** The kernel status that applies to the active notebook (its own, else the server-wide one). */
 export function kernelFor(s: StatusState): KernelStatusParams | undefined {
   return (s.activeNotebook !== undefined ? s.kernels[s.activeNotebook] : undefined) ?? s.kernels[''];
@@ -105,7 +132,8 @@ export function renderStatus(s: StatusState): StatusView {
   const k = kernelFor(s);
   const note = s.activeNotebook ? s.bridgeNotes[s.activeNotebook] : undefined;
   if (k) {
-    lines.push(`Kernel: ${k.state}${k.kernel ? ` (${k.kernel.source}: ${k.kernel.connectionFile})` : ''}`);
+    const how = k.kernel ? SOURCE_LABELS[k.kernel.source] ?? k.kernel.source : '';
+    lines.push(`Kernel: ${k.state}${k.kernel ? ` (${how}: ${kernelLabel(k.kernel)})` : ''}`);
     if (k.message) {
       lines.push(k.message);
     }
@@ -116,7 +144,7 @@ export function renderStatus(s: StatusState): StatusView {
     lines.push('Kernel: none reported');
   }
   if (note) {
-    lines.push(note);
+    lines.push(note.text);
   }
   if (s.busy > 0) {
     lines.push(`Analysing${s.busyTitle ? `: ${s.busyTitle}` : ''}`);
@@ -136,13 +164,23 @@ export function renderStatus(s: StatusState): StatusView {
   if (s.server === 'starting') {
     return { text: '$(sync~spin) CRANE: starting', tooltip, kind: 'normal' };
   }
+  if (note?.kind === 'restarting') {
+    return { text: '$(sync~spin) CRANE: kernel restarting', tooltip, kind: 'normal' };
+  }
   if (s.agentRuns.length > 0) {
     return { text: '$(hubot) CRANE: agent running', tooltip, kind: 'normal' };
   }
   if (s.busy > 0) {
     return { text: '$(loading~spin) CRANE: analysing', tooltip, kind: 'normal' };
   }
-  const suffix = note ? ' (discovery)' : '';
+  const suffix =
+    note?.kind === 'fallback'
+      ? ' (discovery)'
+      : k?.kernel?.serverUrl
+        ? ' (remote)'
+        : k?.kernel?.source === 'jupyter-extension'
+          ? ' via Jupyter'
+          : '';
   if (!k || k.state === 'static-only') {
     return { text: `$(circle-outline) CRANE: static only${suffix}`, tooltip, kind: 'normal' };
   }

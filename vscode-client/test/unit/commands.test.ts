@@ -25,8 +25,18 @@ function setup() {
   const diagnosis = { show: vi.fn(async () => undefined), showSpeculative: vi.fn(async (..._a: unknown[]) => undefined) };
   const restart = vi.fn(async () => undefined);
   const status = new StatusBar();
-  const cmds = new Commands({ server: () => server as never, status, agent: agent as never, diagnosis: diagnosis as never, keys: {} as never, restart });
-  return { server, agent, diagnosis, restart, status, cmds };
+  const askJupyter = vi.fn(async (..._a: unknown[]) => undefined as never);
+  const cmds = new Commands({
+    server: () => server as never,
+    status,
+    agent: agent as never,
+    diagnosis: diagnosis as never,
+    keys: {} as never,
+    restart,
+    runtimeDirs: () => [],
+    askJupyter,
+  });
+  return { server, agent, diagnosis, restart, status, cmds, askJupyter };
 }
 
 describe('palette commands', () => {
@@ -111,6 +121,29 @@ describe('palette commands', () => {
     expect(await cmds.attachKernel()).toBeUndefined(); // cancelled
     await cmds.attachKernel();
     expect(server.executeCommand).toHaveBeenCalledWith('crane.attachKernel', [NB, '/run/k/kernel-v3ab.json']);
+  });
+
+  it('Attach to kernel can ask the notebook\'s kernel through the Jupyter extension (a user action after a refusal)', async () => {
+    openNotebook();
+    const { cmds, server, askJupyter } = setup();
+    mock.extensions['ms-toolsai.jupyter'] = { isActive: true, exports: {} };
+    const asked = () => window.showQuickPick.mock.calls.at(-1)?.[0] as Array<{ label: string }>;
+    const ask = async () => {
+      const items = asked();
+      return items.find((i) => i.label.includes('through the Jupyter extension'));
+    };
+    window.showQuickPick.mockImplementationOnce(async (items: unknown) => (items as Array<{ label: string }>)[0]);
+    askJupyter.mockResolvedValueOnce({ kind: 'declined', message: 'revoked' } as never);
+    await cmds.attachKernel();
+    expect(await ask()).toBeDefined();
+    expect(askJupyter).toHaveBeenCalledTimes(1);
+    expect(server.executeCommand).not.toHaveBeenCalled();
+    expect(window.showWarningMessage).toHaveBeenCalledWith(expect.stringContaining('Manage Access To Jupyter Kernels'));
+    // without the Jupyter extension the choice is not offered
+    delete mock.extensions['ms-toolsai.jupyter'];
+    window.showQuickPick.mockResolvedValueOnce(undefined as never);
+    await cmds.attachKernel();
+    expect(await ask()).toBeUndefined();
   });
 
   it('errors clearly without a notebook', async () => {

@@ -15,12 +15,8 @@ describe('server options', () => {
     });
   });
 
-  it('selects python cells of jupyter-notebook and interactive notebooks', () => {
-    expect(DOCUMENT_SELECTOR).toEqual([
-      { notebook: 'jupyter-notebook', language: 'python' },
-      { notebook: 'interactive', language: 'python' },
-      { scheme: 'vscode-notebook-cell', language: 'python' },
-    ]);
+  it('selects python cells of Jupyter notebooks only (not the interactive window)', () => {
+    expect(DOCUMENT_SELECTOR).toEqual([{ notebook: 'jupyter-notebook', language: 'python' }]);
     const opts = buildClientOptions({ mode: 'static' }, {});
     expect(opts.documentSelector).toBe(DOCUMENT_SELECTOR);
     expect(opts.initializationOptions).toEqual({ mode: 'static' });

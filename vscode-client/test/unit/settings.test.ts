@@ -42,6 +42,7 @@ const CONTRACT_DEFAULTS = {
   llm: UNSET_LLM,
   agent: { maxSteps: 10, budgetUsd: null, stepMode: false },
   kernel: { connectionFile: null },
+  jupyterServer: { url: null },
   hover: true,
   logLevel: 'info',
 };
@@ -73,6 +74,7 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
       'crane.speculative.enabled': false,
       'crane.speculative.budgetSeconds': 2.5,
       'crane.kernel.connectionFile': '/tmp/kernel-1.json',
+      'crane.jupyterServer.url': 'https://hub.example.org/user/me/',
       'crane.hover': false,
       'crane.logLevel': 'debug',
     };
@@ -82,11 +84,18 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
       llm: { ...UNSET_LLM, model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
       agent: { maxSteps: 3, budgetUsd: 0.1, stepMode: true },
       kernel: { connectionFile: '/tmp/kernel-1.json' },
+      jupyterServer: { url: 'https://hub.example.org/user/me/' },
       hover: false,
       logLevel: 'debug',
     });
     expect(didChangeConfigurationParams(getServerSettings()).settings.crane.mode).toBe('llm');
-    expect(getClientSettings()).toEqual({ python: '/opt/py/bin/python', connectionFile: '/tmp/kernel-1.json', stepMode: true, mode: 'llm' });
+    expect(getClientSettings()).toEqual({
+      python: '/opt/py/bin/python',
+      connectionFile: '/tmp/kernel-1.json',
+      jupyterServerUrl: 'https://hub.example.org/user/me/',
+      stepMode: true,
+      mode: 'llm',
+    });
   });
 
   it('sends empty strings as null (unset)', () => {

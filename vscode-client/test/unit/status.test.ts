@@ -3,7 +3,7 @@ import { mock, Uri, window, workspace } from '../vscode.mock';
 import { activeCell, currentNotebook, NotebookFocus } from '../../src/common/notebooks';
 import { StatusBar } from '../../src/common/statusBar';
 import { initialStatus, reduceStatus, renderStatus, StatusEvent, StatusState } from '../../src/common/statusModel';
-import type { KernelStatusParams } from '../../src/common/protocol';
+import type { KernelSource, KernelStatusParams } from '../../src/common/protocol';
 
 const NB = 'file:///tmp/x/nb.ipynb';
 
@@ -11,7 +11,12 @@ function run(...events: StatusEvent[]): StatusState {
   return events.reduce(reduceStatus, initialStatus());
 }
 
-function kernel(state: KernelStatusParams['state'], notebookUri: string | null = NB, stale = false): StatusEvent {
+function kernel(
+  state: KernelStatusParams['state'],
+  notebookUri: string | null = NB,
+  source: KernelSource = 'request',
+  stale = false,
+): StatusEvent {
   return {
     type: 'kernelStatus',
     params: {
@@ -20,7 +25,10 @@ function kernel(state: KernelStatusParams['state'], notebookUri: string | null =
       kernel:
         state === 'static-only'
           ? null
-          : { connectionFile: '/run/kernel-v3ab.json', source: 'request', notebookPath: null, pid: null },
+          : {
+              connectionFile: '/run/kernel-v3ab.json', source, notebookPath: null, pid: null,
+              serverUrl: null, kernelId: null, description: '/run/kernel-v3ab.json',
+            },
       message: '',
       stale,
     },
@@ -41,8 +49,54 @@ describe('status transitions', () => {
     const view = renderStatus(run(running, active, kernel('attached')));
     expect(view.text).toContain('kernel attached');
     expect(view.tooltip).toContain('/run/kernel-v3ab.json');
-    expect(view.tooltip).toContain('request');
+    expect(view.tooltip).toContain('Kernel: attached (named by the client: /run/kernel-v3ab.json)');
     expect(view.tooltip).toContain('/venv/bin/python');
+  });
+
+  it('says when the kernel was reached through the Jupyter extension', () => {
+    const view = renderStatus(run(running, active, kernel('attached', NB, 'jupyter-extension')));
+    expect(view.text).toBe('$(plug) CRANE: kernel attached via Jupyter');
+    expect(view.tooltip).toContain('Kernel: attached (through the Jupyter extension: /run/kernel-v3ab.json)');
+    expect(renderStatus(run(running, active, kernel('busy', NB, 'jupyter-extension'))).text).toContain('busy via Jupyter');
+    expect(renderStatus(run(running, active, kernel('attached', NB, 'discovery'))).tooltip).toContain("found by CRANE's discovery");
+  });
+
+  it('says the kernel is restarting while the bridge waits for the new process, whatever the server says meanwhile', () => {
+    const restarting: StatusEvent = { type: 'bridgeNote', notebookUri: NB, note: { kind: 'restarting', text: 'restarting…' } };
+    const s = run(running, active, kernel('attached', NB, 'jupyter-extension'), restarting, kernel('dead'));
+    expect(renderStatus(s).text).toBe('$(sync~spin) CRANE: kernel restarting');
+    expect(renderStatus(s).text).not.toMatch(/dead|could not/);
+    const back = run(running, active, restarting, { type: 'bridgeNote', notebookUri: NB, note: undefined }, kernel('attached', NB, 'jupyter-extension'));
+    expect(renderStatus(back).text).toContain('kernel attached via Jupyter');
+  });
+
+  it('a note while waiting for the Jupyter extension goes in the tooltip only', () => {
+    const s = run(running, active, kernel('attached', NB, 'discovery'), {
+      type: 'bridgeNote',
+      notebookUri: NB,
+      note: { kind: 'waiting', text: 'Waiting for the Jupyter extension' },
+    });
+    expect(renderStatus(s).text).toBe('$(plug) CRANE: kernel attached');
+    expect(renderStatus(s).tooltip).toContain('Waiting for the Jupyter extension');
+  });
+
+  it('names a remote kernel with its server', () => {
+    const remote: StatusEvent = {
+      type: 'kernelStatus',
+      params: {
+        notebookUri: NB,
+        state: 'attached',
+        kernel: {
+          connectionFile: null, source: 'request', notebookPath: null, pid: 7, serverUrl: 'https://hub/user/a/',
+          kernelId: 'k-1', description: 'remote kernel (https://hub/user/a/)',
+        },
+        message: 'attached to remote kernel (https://hub/user/a/), named by the client',
+        stale: false,
+      },
+    };
+    const view = renderStatus(run(running, active, remote));
+    expect(view.text).toContain('kernel attached (remote)');
+    expect(view.tooltip).toContain('Kernel: attached (named by the client: remote kernel (https://hub/user/a/))');
   });
 
   it('uses the server-wide status when the notebook has none', () => {
@@ -72,12 +126,16 @@ describe('status transitions', () => {
 
   it('marks dead and stale kernels as warnings', () => {
     expect(renderStatus(run(running, active, kernel('dead')))).toMatchObject({ kind: 'warning' });
-    expect(renderStatus(run(running, active, kernel('busy', NB, true))).text).toContain('stale');
-    expect(renderStatus(run(running, active, kernel('busy', NB, true)))).toMatchObject({ kind: 'warning' });
+    expect(renderStatus(run(running, active, kernel('busy', NB, 'request', true))).text).toContain('stale');
+    expect(renderStatus(run(running, active, kernel('busy', NB, 'request', true)))).toMatchObject({ kind: 'warning' });
   });
 
   it('says when the bridge fell back to discovery', () => {
-    const s = run(running, active, { type: 'bridgeNote', notebookUri: NB, note: 'Jupyter kernel access was declined' });
+    const s = run(running, active, {
+      type: 'bridgeNote',
+      notebookUri: NB,
+      note: { kind: 'fallback', text: 'Jupyter kernel access was declined' },
+    });
     expect(renderStatus(s).text).toContain('(discovery)');
     expect(renderStatus(s).tooltip).toContain('declined');
     const cleared = reduceStatus(s, { type: 'bridgeNote', notebookUri: NB, note: undefined });

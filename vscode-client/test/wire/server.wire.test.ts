@@ -76,7 +76,7 @@ describe('crane serve over stdio (static mode, no kernel)', () => {
     const caps = init.capabilities;
     const selectors = JSON.stringify(caps.notebookDocumentSync?.notebookSelector ?? null);
     expect(selectors).toContain('jupyter-notebook');
-    expect(selectors).toContain('interactive');
+    expect(selectors).not.toContain('interactive'); // the interactive window is not a notebook CRANE predicts
     expect(selectors).toContain('python');
     expect(caps.codeActionProvider).toBeTruthy();
     expect(caps.hoverProvider).toBeTruthy();
@@ -363,6 +363,15 @@ describe('crane serve attached to a live kernel', () => {
     );
     expectKernelStatusShape(status.params);
     expect(status.params.kernel.connectionFile).toBe(connectionFile);
+    // the bridge names the same live file, learned through the Jupyter extension: only the source changes
+    const again: any = await client.request('crane/attachKernel', { notebookUri: NB, connectionFile, source: 'jupyter-extension' });
+    expect(again).toEqual(expect.objectContaining({ attached: true, message: `already attached to ${connectionFile}` }));
+    expect(again.kernel).toEqual(expect.objectContaining({ connectionFile, source: 'jupyter-extension' }));
+    await client.waitFor('crane/kernelStatus through the Jupyter extension', () =>
+      client.notifications.find(
+        (n) => n.method === 'crane/kernelStatus' && n.params.notebookUri === NB && n.params.kernel?.source === 'jupyter-extension',
+      ),
+    );
   });
 
   it('runSpeculatively: a crash verdict from a sandboxed run, and the kernel is left as it was', async () => {
