@@ -2,8 +2,9 @@
 
 When the sandbox's speculative run of a cell crashes (auto/llm modes, an attached kernel), the cell is queued
 for a search (`crane.fixes.search.search_fixes`) in a fork-sandbox session of the kernel. Searches run one at
-a time on the speculation service's sandbox thread and kernel connection (never on the event loop), only
-while the kernel is idle; a search stops as soon as the kernel's state changes or the cell's text does.
+a time on a sandbox thread of their own with their own kernel connection (never on the event loop; the
+speculative runs of other cells go on meanwhile), only while the kernel is idle; a search stops as soon as
+the kernel's state changes or the cell is edited.
 Results are kept by the session per (cell text, kernel state generation), as they arrive, so
 `textDocument/codeAction` answers from the cache at once; each arrival republishes the cell's diagnostics
 (`data.fixes` = how many verified fixes are ready), which makes the editor ask for code actions again.
@@ -27,6 +28,7 @@ from crane.lsp.diagnostics import republish
 from crane.lsp.messages import CLIENT_RUN_CELLS
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot
 from crane.lsp.notebook_session import FixEntry
+from crane.lsp.sandbox_thread import SandboxThread
 
 if TYPE_CHECKING:
     from crane.fixes.model import SearchReport, VerifiedFix
@@ -48,6 +50,7 @@ class QuickFixService:
         self._running: dict[tuple[str, str], tuple[str, threading.Event]] = {}  # key -> (source, cancel)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self._thread = SandboxThread("crane-fixes", lambda: host.tuning.attach_timeout_ms / 1000)
         self.searches = 0  # searches started (tests, logs)
 
     # -- what to search ---------------------------------------------------------------------------------------
@@ -133,9 +136,11 @@ class QuickFixService:
         cancel = threading.Event()
         self._running[key] = (source, cancel)
         budget_s = self.host.settings.speculative.budget_seconds
+        started = asyncio.get_running_loop().time()
 
-        def stop() -> bool:
-            return cancel.is_set() or session.closed or session.kernel_gen != gen
+        def stop() -> bool:  # read on the search's thread: a set flag, ints and a float
+            edited = session.last_edit.get(cell.uri, 0.0) > started
+            return cancel.is_set() or edited or session.closed or session.kernel_gen != gen
 
         def on_fix(fix: VerifiedFix) -> None:  # on the sandbox thread
             self.host.call_soon_threadsafe(self._arrived, session, cell.uri, source, gen, fix)
@@ -153,13 +158,14 @@ class QuickFixService:
 
         self.searches += 1
         try:
-            report = await self.speculation.run_in_sandbox(att, work)
+            report = await self._thread.with_connection(att, work)
         except Exception as exc:  # no sandbox session (unavailable here): no quick fixes, said in the log
             log.info("no verified quick fixes for cell %d: %s", cell.number, exc)
             report = None
         finally:
             self._running.pop(key, None)
-        if cancel.is_set():  # moot (the text changed): the same text later gets a search of its own
+        if cancel.is_set() or session.last_edit.get(cell.uri, 0.0) > started:
+            # moot (the text changed): the same text later gets a search of its own
             session.quick_fixes.discard(source, gen)
             return
         if session.kernel_gen != gen and not session.closed and session.findings.get(cell.uri):
@@ -225,3 +231,4 @@ class QuickFixService:
             self._task.cancel()
         for _source, cancel in self._running.values():
             cancel.set()
+        self._thread.close()

@@ -6,8 +6,8 @@ on a thread of their own with a kernel connection of their own, only while the k
 once the cell's text has been stable for `CRANE_LSP_SPECULATE_DELAY_MS`. Verdicts are kept by the session
 per (cell text, kernel state generation): typing back the same text, or re-checking a cell, does not fork
 again. A verdict whose cell text or kernel state changed while it ran is discarded. After a verdict is
-published, `after_verdict` (the quick-fix search, crane.lsp.quick_fixes) is told; `run_in_sandbox` runs other
-sandbox jobs on the same thread and connection. What a verdict does to
+published, `after_verdict` (the quick-fix search, crane.lsp.quick_fixes) is told. The runs happen on a
+`SandboxThread` of this service's own. What a verdict does to
 the diagnostics is `crane.policy.decide` (see `diagnostics.final_findings`). `crane.runSpeculatively` runs a
 cell on demand (`run_now`).
 """
@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from crane.lsp.diagnostics import republish
 from crane.lsp.notebook_map import CellSnapshot, snapshot
+from crane.lsp.sandbox_thread import SandboxThread
 
 if TYPE_CHECKING:
     from crane.lsp.host import Host
@@ -43,8 +43,7 @@ class SpeculationService:
         self._due: dict[tuple[str, str], float] = {}  # (notebook key, cell URI) -> loop time
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-sandbox")
-        self._conns: dict[int, tuple[Attachment, Any]] = {}  # id(attachment) -> (attachment, connection)
+        self._thread = SandboxThread("crane-sandbox", lambda: host.tuning.attach_timeout_ms / 1000)
         self.runs = 0  # sandbox runs started (for tests and logs)
         # called (on the loop) after a verdict was cached and published: the quick-fix search's trigger
         self.after_verdict: Callable[[NotebookSession, CellSnapshot], None] | None = None
@@ -167,36 +166,15 @@ class SpeculationService:
             return None
         budget = self.host.settings.speculative.budget_seconds
         self.runs += 1
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._speculate_blocking, att, source, budget)
+        return await self._thread.run(self._speculate_blocking, att, source, budget)
 
     # -- on the sandbox thread ------------------------------------------------------------------------------
-    def _connection(self, att: Attachment) -> Any:
-        """A kernel connection of this thread's own for `att` (its requests are not the user's: the watcher
-        ignores them). Connections of attachments that were let go of are closed here."""
-        for k, (other, conn) in list(self._conns.items()):
-            if other.closed:
-                del self._conns[k]
-                try:
-                    conn.close()
-                except Exception:
-                    pass
-        hit = self._conns.get(id(att))
-        if hit is not None and hit[0] is att:
-            return hit[1]
-        from crane.lsp.kernel_attach import connect, session_id
-
-        conn = connect(att.target, self.host.tuning.attach_timeout_ms / 1000)
-        att.watch.ignore_sessions.add(session_id(conn))
-        self._conns[id(att)] = (att, conn)
-        return conn
-
     def _speculate_blocking(self, att: Attachment, source: str, budget: float) -> SandboxVerdict:
         from crane.sandbox import speculate
         from crane.sandbox.verdict import unavailable
 
         try:
-            conn = self._connection(att)
+            conn = self._thread.connection(att)
         except Exception as exc:
             return unavailable(f"could not connect to the kernel for a sandboxed run: {exc}")
         return speculate(conn, source, budget)
@@ -217,23 +195,7 @@ class SpeculationService:
                 self._after_verdict(session, cell)
         return v
 
-    async def run_in_sandbox(self, att: Attachment, fn: Callable[[Any], T]) -> T:
-        """Run `fn(connection)` on the sandbox thread, with that thread's own connection to `att`'s kernel (one
-        sandbox job at a time: speculative runs and quick-fix searches queue behind each other)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._connection(att)))
-
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-
-        def close_all() -> None:
-            for _att, conn in self._conns.values():
-                try:
-                    conn.close()
-                except Exception:
-                    pass
-            self._conns.clear()
-
-        self._executor.submit(close_all)
-        self._executor.shutdown(wait=False)
+        self._thread.close()
