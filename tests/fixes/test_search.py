@@ -75,3 +75,18 @@ def test_the_users_kernel_is_unchanged(kernel):
     finally:
         watcher.close()
     assert conn.evaluate("'extra' in globals()") is False
+
+
+def test_the_replay_sandbox_verifies_where_forking_is_impossible(tmp_path):
+    """The fallback (remote kernels, no fork): candidates run in a kernel CRANE owns replaying the history."""
+    from crane.fixes.sandbox import ReplayFixSandbox
+
+    setup = "import pandas as pd\nsales = pd.DataFrame({'Total_Gross': [1.0, 2.0]})\n"
+    nb = notebook([(setup, True), ("print(sales['total gross'].sum())\n", False)], path=str(tmp_path / "nb.ipynb"))
+    sandbox = ReplayFixSandbox(nb, budget_s=60.0)
+    try:
+        report = search_fixes(nb, 2, sandbox)
+    finally:
+        sandbox.close()
+    assert report.sandbox == "replay" and report.fixes[0].sandbox == "replay"
+    assert report.fixes[0].new == "print(sales['Total_Gross'].sum())\n" and report.fixes[0].stdout.strip() == "3.0"
