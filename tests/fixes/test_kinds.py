@@ -332,3 +332,23 @@ def test_candidate_budget(kernel, budget_candidates):
              ("df['installs'] = df['installs'].astype('int')\n", False)]
     r = fix_search(kernel, cells, 2, budget=SearchBudget(max_candidates=budget_candidates))
     assert r.tried == 1 and "candidate budget" in r.reason or r.fixes
+
+
+# -- a crash inside a function another cell defines ------------------------------------------------------------
+def test_fix_in_the_cell_defining_the_function(kernel):
+    cells = [(PD + "def to_units(s):\n    return s.astype(int)\n", True),
+             ("print(to_units(pd.Series(['1,000', '250'])).sum())\n", False)]
+    r = fix_search(kernel, cells, 2)
+    fix = first(r)
+    assert fix.new == fix.old and fix.run_first == (1,) and fix.title.startswith("Cell 1: remove")
+    (change,) = fix.cell_edits
+    assert change.cell == 1 and ".str.replace(" in change.new and change.old == cells[0][0]
+    assert fix.run_first_sources == (change.new,) and fix.stdout.strip() == "1250"
+
+
+def test_no_fix_in_the_defining_cell_when_it_still_fails(kernel):
+    cells = [(PD + "def to_units(s):\n    return s.astype(int) + s\n", True),
+             ("print(to_units(pd.Series(['1,000', '250'])).sum())\n", False)]
+    r = fix_search(kernel, cells, 2)
+    assert any(a.title.startswith("Cell 1:") for a in r.attempts)
+    assert not any(f.cell_edits for f in r.fixes)

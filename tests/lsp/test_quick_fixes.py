@@ -14,11 +14,13 @@ from ..sacred import IopubWatcher, kernel_state
 from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
 
 SETUP = "import pandas as pd\nsales = pd.DataFrame({'Total_Gross': [1.0, 2.0, 4.0], 'title': ['a', 'b', 'c']})\n"
+HELPER = "def to_units(s):\n    return s.astype(int)\n"
 
 
 @pytest_asyncio.fixture
 async def client(kernel, tmp_path):
     kernel.run(SETUP)
+    kernel.run(HELPER)
     c = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path)}, mode=None)  # auto: the sandbox runs
     yield c
     await stop_client(c)
@@ -76,6 +78,8 @@ async def test_verified_quick_fixes(client, kernel, notebook_path):
             "gross = sales['total gross'].sum()\nprint(gross + undefined_later)\n",  # the candidate fails on line 2
             "top = sales['Total gross'].max()\nprint(top)\n",  # KeyError: the near column works
             "print(extra.sum())\n",  # NameError: run cell 1 first
+            HELPER,  # ran in the kernel
+            "print(to_units(pd.Series(['1,000', '250'])).sum())\n",  # fails inside to_units: fixed in cell 5
         ])
         await attach(client, nb, kernel)
 
@@ -102,6 +106,12 @@ async def test_verified_quick_fixes(client, kernel, notebook_path):
         assert command_of(run) == {"title": "Run cell 1 first (tested)", "command": "crane.ui.runCells",
                                    "arguments": [nb.uri, [nb.cells[0]]]}
         assert getattr(run, "edit", None) is None
+
+        # cell 6 fails inside the function cell 5 defines: the fix edits cell 5, and runs it again
+        d6 = await wait_for(lambda: fixes_ready(client, nb.cells[5]), timeout=60, what="a verified fix for cell 6")
+        fix6 = (await actions_of(client, nb.cells[5], d6))[0]
+        assert fix6.title.startswith("Cell 5: remove") and fix6.title.endswith("; run it again (tested)")
+        assert command_of(fix6)["arguments"] == [nb.uri, [nb.cells[4]]]  # its edit: test_quick_fix_actions.py
 
         # cell 2 was searched before cells 3 and 4: its candidate still raised, so nothing is offered
         d2 = crane_diags(client, nb.cells[1])

@@ -21,7 +21,7 @@ import msgspec
 
 from crane.agent.guard import check_edit
 from crane.bench.cases import Case
-from crane.fixes.apply import apply_to_notebook
+from crane.fixes.apply import apply_to_notebook, changes
 from crane.fixes.model import VerifiedFix
 from crane.fixes.offline import fix_notebook
 from crane.fixes.search import SearchBudget
@@ -92,15 +92,16 @@ def matches_fixed(nb: Notebook, fixed: Notebook, fix: VerifiedFix) -> bool:
     extra cells before the target."""
     if len(nb.cells) != len(fixed.cells):
         return False
+    edited = changes(fix)
     for a, b in zip(nb.cells, fixed.cells, strict=True):
         if a.cell_type != b.cell_type:
             return False
-        source = fix.new if a.number == fix.target else a.source
+        source = edited[a.number][1] if a.number in edited else a.source
         if a.is_code and _norm(source) != _norm(b.source):
             return False
     extra = {c.number for c in fixed.cells if c.is_code and c.execution_count is not None and c.number != fix.target
              and nb.cell(c.number).execution_count is None}
-    return extra == set(fix.run_first)
+    return extra == set(fix.run_first) - {c.cell for c in fix.cell_edits}
 
 
 def replay_written(data: bytes, path: str, target: int, python: str | None = None,
@@ -140,7 +141,7 @@ def fix_variant(case: Case, name: str, python: str | None = None, budget: Search
             line = report.crash.line if report.crash else None
             result.offered.append(OfferedFix(
                 title=fix.title, kind=fix.kind, run_first=list(fix.run_first), replay_status=status,
-                replay_error=error, guard_ok=not fix.changes_code or check_edit(fix.old, fix.new, line) is None,
+                replay_error=error, guard_ok=_guard_ok(fix, line),
                 matches_fixed=fixed is not None and matches_fixed(nb, fixed, fix), elapsed_s=fix.elapsed_s))
         top = result.offered[0] if result.offered else None
         result.repaired = top is not None and top.replay_status == "ok" and top.guard_ok
@@ -148,6 +149,12 @@ def fix_variant(case: Case, name: str, python: str | None = None, budget: Search
         result.error = f"{type(exc).__name__}: {exc}"
     result.seconds = round(time.monotonic() - start, 3)
     return result
+
+
+def _guard_ok(fix: VerifiedFix, line: int | None) -> bool:
+    if fix.new != fix.old and check_edit(fix.old, fix.new, line) is not None:
+        return False
+    return all(check_edit(c.old, c.new) is None for c in fix.cell_edits)
 
 
 def _fixed_notebook(case: Case) -> Notebook | None:

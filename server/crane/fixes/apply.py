@@ -1,4 +1,5 @@
-"""Applying a verified fix: to a notebook file (the CLI, the bench) and as an LSP WorkspaceEdit (the editor).
+"""Applying a verified fix: to a notebook file (the CLI, the bench), as a unified diff; the editor's WorkspaceEdit
+is built by crane.lsp.quick_fixes from `changes`.
 
 In the file, the target's source is replaced and the cells to run first get execution counts after the
 notebook's existing history, in order, so that replaying the written notebook (its executed cells in count
@@ -10,7 +11,6 @@ from __future__ import annotations
 import difflib
 
 from crane.agent.nbwrite import apply_cell_changes
-from crane.agent.proposal import minimal_text_edit
 from crane.fixes.model import VerifiedFix
 from crane.notebook.model import Notebook
 
@@ -21,26 +21,22 @@ def execution_counts(nb: Notebook, fix: VerifiedFix) -> dict[int, int]:
     return {cell: last + i for i, cell in enumerate(fix.run_first, start=1)}
 
 
-def apply_to_notebook(data: bytes, nb: Notebook, fix: VerifiedFix) -> bytes:
-    sources = {fix.target: (fix.old, fix.new)} if fix.changes_code else {}
-    return apply_cell_changes(data, sources, execution_counts(nb, fix), nb.path)
-
-
-def unified_diff(fix: VerifiedFix, path: str = "notebook.ipynb") -> str:
-    if not fix.changes_code:
-        return ""
-    lines = difflib.unified_diff(fix.old.splitlines(keepends=True), fix.new.splitlines(keepends=True),
-                                 fromfile=f"a/{path} (cell {fix.target})", tofile=f"b/{path} (cell {fix.target})")
-    out = "".join(ln if ln.endswith("\n") else ln + "\n" for ln in lines)
+def changes(fix: VerifiedFix) -> dict[int, tuple[str, str]]:
+    """Every cell the fix edits: {cell: (old, new)} (the target, and the other cells it edits)."""
+    out = {c.cell: (c.old, c.new) for c in fix.cell_edits}
+    if fix.new != fix.old:
+        out[fix.target] = (fix.old, fix.new)
     return out
 
 
-def workspace_edit(fix: VerifiedFix, cell_uri: str, version: int | None, current: str) -> dict | None:
-    """The fix as a JSON-ready WorkspaceEdit on the target cell (its text must still be `fix.old`), or None
-    when it changes no code."""
-    if not fix.changes_code or current != fix.old:
-        return None
-    edit = minimal_text_edit(fix.old, fix.new)
-    if edit is None:
-        return None
-    return {"documentChanges": [{"textDocument": {"uri": cell_uri, "version": version}, "edits": [edit]}]}
+def apply_to_notebook(data: bytes, nb: Notebook, fix: VerifiedFix) -> bytes:
+    return apply_cell_changes(data, changes(fix), execution_counts(nb, fix), nb.path)
+
+
+def unified_diff(fix: VerifiedFix, path: str = "notebook.ipynb") -> str:
+    out = []
+    for cell, (old, new) in sorted(changes(fix).items()):
+        lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                     fromfile=f"a/{path} (cell {cell})", tofile=f"b/{path} (cell {cell})")
+        out.append("".join(ln if ln.endswith("\n") else ln + "\n" for ln in lines))
+    return "".join(out)

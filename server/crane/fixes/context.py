@@ -39,6 +39,7 @@ class FixContext:
     post: ProbeResult | None = None  # facts at the crash point (sandbox)
     findings: list[Finding] = field(default_factory=list)
     run_first: tuple[int, ...] = ()  # the base candidate's cells to run first
+    cell_edits: tuple[tuple[int, str], ...] = ()  # the base candidate's edits of other cells
     depth: int = 1
     ask: FactsAsker | None = None  # more facts of the crash-point state (other names), when available
     evaluator: Evaluator | None = None  # evaluates an expression in the crash-point state (the sandbox)
@@ -214,5 +215,6 @@ class FixContext:
         new = self.source if source is None else source
         cells = self.run_first if run_first is None else run_first
         cost = change_size(self.original, new) + RUN_CELL_COST * len(cells) + penalty
-        return Candidate(kind=kind, title=title, source=new, run_first=tuple(cells), cost=round(cost, 2),
-                         detail=detail, depth=self.depth)
+        cost += sum(change_size(self.nb.cell(k).source, s) for k, s in self.cell_edits)
+        return Candidate(kind=kind, title=title, source=new, run_first=tuple(cells), cell_edits=self.cell_edits,
+                         cost=round(cost, 2), detail=detail, depth=self.depth)

@@ -33,20 +33,31 @@ class Candidate(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True)
     """One proposed repair of the target cell.
 
     `source`: the target's new source (the old one when only `run_first` changes anything). `run_first`: cells
-    (1-based notebook numbers) to run, in order, before the target. `kind` names the generator family
-    (e.g. "nearest-column", "run-first"); `cost` orders candidates (smaller change first)."""
+    (1-based notebook numbers) to run, in order, before the target. `cell_edits`: new sources of other cells
+    (a function the target calls, defined in cell K, is where it fails) — those cells are in `run_first` (they
+    are run again, edited). `kind` names the generator family (e.g. "nearest-column", "run-first"); `cost`
+    orders candidates (smaller change first)."""
 
     kind: str
     title: str  # "Use column 'Total_Gross'" (the UI adds "(tested)" once verified)
     source: str
     run_first: tuple[int, ...] = ()
+    cell_edits: tuple[tuple[int, str], ...] = ()  # (cell, new source) of other cells
     cost: float = 0.0
     detail: str = ""  # why this candidate: the fact it comes from
     depth: int = 1  # 1: from the original crash; 2+: built on another candidate's new crash
 
     @property
-    def key(self) -> tuple[str, tuple[int, ...]]:
-        return (self.source, self.run_first)
+    def key(self) -> tuple:
+        return (self.source, self.run_first, self.cell_edits)
+
+
+class CellChange(msgspec.Struct, rename="camel", frozen=True):
+    """Another cell's source before and after a fix."""
+
+    cell: int
+    old: str
+    new: str
 
 
 class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
@@ -58,7 +69,8 @@ class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=Tru
     old: str  # the target's source the fix was made for
     new: str  # the target's new source (== old: no code change)
     run_first: tuple[int, ...] = ()
-    run_first_sources: tuple[str, ...] = ()  # the sources of the run-first cells as verified
+    run_first_sources: tuple[str, ...] = ()  # the sources of the run-first cells as verified (edited ones edited)
+    cell_edits: tuple[CellChange, ...] = ()  # other cells the fix edits (they are in run_first)
     detail: str = ""
     cost: float = 0.0
     sandbox: str = "fork"  # where it was verified: "fork" (copy-on-write fork of the kernel) | "replay"
@@ -67,7 +79,7 @@ class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=Tru
 
     @property
     def changes_code(self) -> bool:
-        return self.new != self.old
+        return self.new != self.old or bool(self.cell_edits)
 
     @property
     def label(self) -> str:

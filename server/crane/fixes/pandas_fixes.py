@@ -24,7 +24,8 @@ INT_DTYPES = {"int", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint
               "np.int32", "numpy.int64", "numpy.int32", "Int64", "Int32"}
 FLOAT_DTYPES = {"float", "float32", "float64", "np.float64", "np.float32", "numpy.float64", "numpy.float32",
                 "Float64"}
-JUNK = "$€£¥₹,%+ _"
+JUNK = "$€£,%+ "  # when the values cannot be read: currency signs, thousands separators, '%', '+', spaces
+UNKNOWN_LOSS = 20.0  # penalty of a coercing conversion whose losses could not be measured
 _PARSE = re.compile(r"invalid literal for int\(\)|could not convert string to float|Unable to parse string|"
                     r"Cannot convert non-finite values|cannot convert float NaN to integer|"
                     r"Cannot convert NA to integer|invalid literal for float\(\)")
@@ -103,6 +104,8 @@ def to_numeric(ctx: FixContext):
                     continue
                 if lost:
                     title += f" ({lost:.0%} of the values)"
+                if lost is None:
+                    penalty += UNKNOWN_LOSS
             ed = ctx.editor()
             try:
                 ed.replace(call, text)

@@ -28,7 +28,7 @@ from crane.analysis.scope import NotebookScope
 from crane.finding import Finding
 from crane.fixes.context import RUN_CELL_COST, FixContext
 from crane.fixes.generate import generate
-from crane.fixes.model import Attempt, Candidate, Crash, SearchReport, VerifiedFix
+from crane.fixes.model import Attempt, Candidate, CellChange, Crash, SearchReport, VerifiedFix
 from crane.fixes.names import extend_plan
 from crane.fixes.sandbox import FixSandbox
 from crane.notebook.history import check_target
@@ -88,11 +88,12 @@ def search_fixes(
         return done("unverifiable", f"the sandbox cannot run the cell: {first.status}: {first.evalue or ''}".strip())
     report.crash = crash = _crash(first)
 
-    def context(src: str, cr: Crash, run_first: tuple[int, ...], depth: int, pre_facts) -> FixContext:
+    def context(src: str, cr: Crash, run_first: tuple[int, ...], depth: int, pre_facts,
+                cell_edits: tuple[tuple[int, str], ...] = ()) -> FixContext:
         post = sandbox.facts(plan_probe(analyze_cell(src)))
         return FixContext(nb=nb, target=target, original=source, source=src, crash=cr, scope=scope,
                           pre=pre_facts, post=post, findings=list(findings or []), run_first=run_first, depth=depth,
-                          ask=sandbox.facts, evaluator=sandbox.evaluate, guard_line=crash.line)
+                          ask=sandbox.facts, evaluator=sandbox.evaluate, guard_line=crash.line, cell_edits=cell_edits)
 
     seq = itertools.count()
     heap: list[tuple[float, int, Candidate]] = []
@@ -102,6 +103,7 @@ def search_fixes(
             heapq.heappush(heap, (c.cost, next(seq), c))
 
     push(generate(context(source, crash, (), 1, pre), report.refused))
+    push(_in_defining_cell(nb, target, source, scope, crash, first.traceback, sandbox, report.refused))
     tried: set[tuple] = set()
     while heap:
         if len(report.fixes) >= b.max_fixes:
@@ -128,9 +130,12 @@ def search_fixes(
             break
         status, result, failed_cell = outcome
         if status == "ok":
+            edited = dict(cand.cell_edits)
             fix = VerifiedFix(kind=cand.kind, title=cand.title, target=target, old=source, new=cand.source,
                               run_first=cand.run_first,
-                              run_first_sources=tuple(nb.cell(k).source for k in cand.run_first),
+                              run_first_sources=tuple(edited.get(k, nb.cell(k).source) for k in cand.run_first),
+                              cell_edits=tuple(CellChange(cell=k, old=nb.cell(k).source, new=s)
+                                               for k, s in cand.cell_edits),
                               detail=cand.detail, cost=cand.cost, sandbox=sandbox.kind,
                               elapsed_s=round(time.monotonic() - t0, 3), stdout=(result.stdout or "")[-2000:])
             report.fixes.append(fix)
@@ -160,7 +165,8 @@ def search_fixes(
         new_crash = _crash(result)
         if cand.depth >= b.max_depth or _same_failure(new_crash, cand.source, crash, source):
             continue  # no progress: the candidate fails where and as the cell did
-        child = context(cand.source, new_crash, cand.run_first, cand.depth + 1, None if cand.run_first else pre)
+        child = context(cand.source, new_crash, cand.run_first, cand.depth + 1, None if cand.run_first else pre,
+                        cand.cell_edits)
         followups = [c for c in generate(child, report.refused) if c.key not in tried]
         push([msgspec.structs.replace(c, title=_combine(cand, c)) for c in followups[: b.max_children]])
     return done()
@@ -207,11 +213,69 @@ def _combine(parent: Candidate, child: Candidate) -> str:
 
 
 def _verify(nb: Notebook, cand: Candidate, sandbox: FixSandbox):
-    """(status, result, failed run-first cell): the candidate's cells to run first, then the edited target."""
+    """(status, result, failed run-first cell): the candidate's cells to run first (edited ones edited), then
+    the edited target."""
     sandbox.reset()
+    edited = dict(cand.cell_edits)
     for k in cand.run_first:
-        r = sandbox.run(nb.cell(k).source)
+        r = sandbox.run(edited.get(k, nb.cell(k).source))
         if r.status != "ok":
             return r.status, r, k
     r = sandbox.run(cand.source)
     return r.status, r, None
+
+
+_FRAME = re.compile(r"^(?P<file>.+?), line (?P<line>\d+), in (?P<fn>[^:]+?)(?:: (?P<text>.*))?$")
+
+
+def defining_frame(nb: Notebook, target: int, traceback: str) -> tuple[int, int] | None:
+    """(cell, line) of the innermost frame of the crash that is code of another notebook cell (a function the
+    target calls, defined there), matched by the frame's line text; None when the crash is in the target or a
+    library."""
+    frames = [m for ln in (traceback or "").splitlines() if (m := _FRAME.match(ln.strip()))]
+    for m in reversed(frames):
+        file = m.group("file")
+        if file == "cell":
+            return None  # the innermost user frame is the target's own
+        if (file.startswith("<") and not file.startswith("<ipython-input")) or "site-packages" in file \
+                or "/lib/python" in file or "dist-packages" in file:
+            continue
+        line, text = int(m.group("line")), (m.group("text") or "").strip()
+        if not text:
+            return None
+        hits = [c.number for c in nb.cells if c.is_code and c.number != target
+                and len(lines := c.source.splitlines()) >= line and lines[line - 1].strip()[:160] == text]
+        if not hits:
+            return None
+        definers = [n for n in hits if (d := scope_cell(nb, n)) is not None and m.group("fn") in d.binds]
+        return ((definers or hits)[-1], line)
+    return None
+
+
+def scope_cell(nb: Notebook, number: int):
+    from crane.analysis.scope import cell_defs
+
+    cell = nb.cell(number)
+    return cell_defs(number, cell.execution_count, cell.source) if cell.is_code else None
+
+
+def _in_defining_cell(nb: Notebook, target: int, source: str, scope: NotebookScope, crash: Crash, traceback: str,
+                      sandbox: FixSandbox, refused: list[str]) -> list[Candidate]:
+    """Candidates that edit the cell defining the function the crash happened in (run it again, edited, first)."""
+    where = defining_frame(nb, target, traceback)
+    if where is None:
+        return []
+    cell, line = where
+    other = nb.cell(cell).source
+    ctx = FixContext(nb=nb, target=target, original=other, source=other,
+                     crash=msgspec.structs.replace(crash, line=line), scope=scope, ask=sandbox.facts,
+                     evaluator=sandbox.evaluate, guard_line=line)
+    out = []
+    for c in generate(ctx, refused):
+        if c.source == other:
+            continue  # only edits of that cell (running cells first is the target's own search)
+        plan = tuple(sorted(set(c.run_first) | {cell}))
+        title = f"Cell {cell}: {c.title[0].lower()}{c.title[1:]}; run it again"
+        out.append(Candidate(kind=c.kind, title=title, source=source, run_first=plan, cell_edits=((cell, c.source),),
+                             cost=round(c.cost + RUN_CELL_COST, 2), detail=f"the crash is in cell {cell}: {c.detail}"))
+    return out

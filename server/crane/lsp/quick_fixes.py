@@ -10,9 +10,10 @@ Results are kept by the session per (cell text, kernel state generation), as the
 (`data.fixes` = how many verified fixes are ready), which makes the editor ask for code actions again.
 
 Code actions: an edit fix is a quick fix with a WorkspaceEdit on the cell ("Use column 'Total_Gross'
-(tested)"); a fix that needs cells run first carries the client command `crane.ui.runCells(notebookUri,
-cellUris)` ("Run cell 3 first (tested)": VS Code runs them when the user picks it). A fix whose cells to run
-first changed since it was verified is not offered.
+(tested)"), and on the cell defining the function the crash is in when the fix edits that one; a fix that
+needs cells run first (edited ones again) carries the client command `crane.ui.runCells(notebookUri,
+cellUris)` ("Run cell 3 first (tested)": VS Code runs them when the user picks it, after applying the edit).
+A fix whose cells changed since it was verified is not offered.
 """
 
 from __future__ import annotations
@@ -201,27 +202,31 @@ class QuickFixService:
     def _action(self, snap: NotebookSnapshot, cell: CellSnapshot, fix: VerifiedFix,
                 diagnostics: list[types.Diagnostic], preferred: bool) -> types.CodeAction | None:
         from crane.agent.proposal import minimal_text_edit
+        from crane.fixes.apply import changes
 
         if fix.old != cell.source:
             return None
+        edited = {c.cell: c.old for c in fix.cell_edits}
         run = []
         for k, src in zip(fix.run_first, fix.run_first_sources, strict=False):
             other = snap.by_number(k)
-            if other is None or not other.is_code or other.source != src:
+            if other is None or not other.is_code or other.source != edited.get(k, src):
                 return None  # a cell to run first changed since the fix was verified
             run.append(other.uri)
-        edit = None
-        if fix.changes_code:
-            te = minimal_text_edit(fix.old, fix.new)
-            if te is None:
+        doc_changes: list[types.TextDocumentEdit] = []
+        for k, (old, new) in sorted(changes(fix).items()):
+            target = snap.by_number(k)
+            te = minimal_text_edit(old, new)
+            if target is None or te is None or target.source != old:
                 return None
             r = te["range"]
-            edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=cell.uri, version=cell.version),
+            doc_changes.append(types.TextDocumentEdit(
+                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=target.uri, version=target.version),
                 edits=[types.TextEdit(range=types.Range(
                     start=types.Position(r["start"]["line"], r["start"]["character"]),
                     end=types.Position(r["end"]["line"], r["end"]["character"])), new_text=te["newText"])],
-            )])
+            ))
+        edit = types.WorkspaceEdit(document_changes=list(doc_changes)) if doc_changes else None
         command = types.Command(title=fix.label, command=CLIENT_RUN_CELLS, arguments=[snap.uri, run]) if run else None
         return types.CodeAction(title=fix.label, kind=types.CodeActionKind.QuickFix, diagnostics=diagnostics or None,
                                 is_preferred=preferred or None, edit=edit, command=command)
