@@ -52,23 +52,28 @@ class Bench:
         self.kernel = kernel
         self.n = 0
 
-    def open(self, path: str, cells: list[tuple[str, int | None]]) -> tuple[str, list[str]]:
+    def open(self, path: str, cells: list[tuple[str, int | None]], types: list[str] | None = None) -> tuple[str, list[str]]:
+        """Open a notebook as VS Code does: markdown cells are markup cells, raw cells code cells of language
+        "raw"."""
         self.n += 1
         nb_uri = Path(path).as_uri()
+        kinds = types or ["code"] * len(cells)
         uris = [nb_uri.replace("file://", "vscode-notebook-cell://", 1) + f"#W{i}b{self.n}" for i in range(len(cells))]
+        lang = {"code": "python", "markdown": "markdown", "raw": "raw"}
         self.server.notify("notebookDocument/didOpen", {
             "notebookDocument": {"uri": nb_uri, "notebookType": "jupyter-notebook", "version": 1, "cells": [
-                {"kind": 2, "document": u, **({"executionSummary": {"executionOrder": c, "success": True}}
-                                               if c is not None else {})} for u, (_, c) in zip(uris, cells, strict=True)]},
-            "cellTextDocuments": [{"uri": u, "languageId": "python", "version": 1, "text": s}
-                                  for u, (s, _) in zip(uris, cells, strict=True)]})
+                {"kind": 1 if k == "markdown" else 2, "document": u,
+                 **({"executionSummary": {"executionOrder": c, "success": True}} if c is not None else {})}
+                for u, (_, c), k in zip(uris, cells, kinds, strict=True)]},
+            "cellTextDocuments": [{"uri": u, "languageId": lang.get(k, "python"), "version": 1, "text": s}
+                                  for u, (s, _), k in zip(uris, cells, kinds, strict=True)]})
         _t, reply = self.server.request("crane/attachKernel", {"notebookUri": nb_uri,
                                                                "connectionFile": self.kernel.manager.connection_file})
         assert reply["result"]["attached"], reply
         return nb_uri, uris
 
     def measure(self, nb_uri: str, uri: str, version: int, nb_version: int, text: str | None,
-                timeout: float = 60.0) -> tuple[float | None, str]:
+                timeout: float = 30.0) -> tuple[float | None, str]:
         """(seconds from the squiggle to the first verified fix, or None; first action title)."""
         if text is not None:
             self.server.notify("notebookDocument/didChange", {
@@ -147,7 +152,7 @@ def juno(bench_dir: str, server_env: dict, repeats: int) -> list[tuple[str, floa
                 server.notify("initialized", {})
                 bench = Bench(server, kernel)
                 cells = [(c.source, c.execution_count) for c in nb.cells]
-                nb_uri, uris = bench.open(str(path), cells)
+                nb_uri, uris = bench.open(str(path), cells, [c.cell_type for c in nb.cells])
                 target = uris[v["target_cell"] - 1]
                 for r in range(repeats):
                     text = None if r == 0 else nb.cell(v["target_cell"]).source + f"\n# repeat {r}\n"
