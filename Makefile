@@ -1,5 +1,6 @@
-# CRANE developer tasks. `make demo` sets everything up and checks the bundled example; `make test` runs all
-# tests: Python (pytest), the VS Code client (vitest unit + wire tests) and the end-to-end code-server test.
+# CRANE developer tasks. `make demo` sets everything up and checks the bundled example; `make test` runs the
+# linters (ruff, mypy) and all tests: Python (pytest), the VS Code client (tsc, vitest unit + wire tests) and the
+# end-to-end code-server test.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -7,20 +8,25 @@ STAMP  := $(VENV)/.crane-installed
 BENCH  ?= ../shared/bench/junobench-lite
 JOBS   ?= 2
 
-.PHONY: setup demo test test-python test-client vsix e2e bench clean
+.PHONY: setup demo lint test test-python test-client vsix e2e bench clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench,llm]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,lint,bench,llm]'
 	touch $(STAMP)
 
 demo: setup
 	@echo "== crane check examples/titanic/titanic.ipynb"
 	@$(BIN)/crane check examples/titanic/titanic.ipynb; rc=$$?; [ $$rc -le 1 ] || exit $$rc
 
-test: test-python test-client e2e
+# ruff (lint and import order; pyproject.toml [tool.ruff]) and mypy (pyproject.toml [tool.mypy]: crane and tests).
+lint: setup
+	$(BIN)/ruff check server tests benchmarks e2e
+	$(BIN)/mypy
+
+test: lint test-python test-client e2e
 
 test-python: setup
 	$(BIN)/python -m pytest -q
@@ -43,4 +49,4 @@ bench: setup
 	$(BIN)/crane bench $(BENCH) --jobs $(JOBS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info server/*.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info server/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -6,8 +6,13 @@ dicts and lists. For each target cell (a ProbeRequest such as the static analysi
 round trip through `ProbeClient.run` (silent request, user_expressions, JSON decode into msgspec Structs) and
 prints medians. Targets: <= 10 ms per target cell, <= 32 KB payload.
 
+`--scaling` measures instead how the round trip grows with the state (see benchmarks/probe_scaling.py): frames
+of 1e3 to 5e6 rows, 2,000 columns, a 20,000-variable namespace, a 1 GiB array, as ratios to an empty private
+request; "cold" right after an execution (nothing reusable), "warm" for a repeated request (target <= 3x).
+
     .venv/bin/python benchmarks/probe_bench.py            # 1 GiB array, 30 repeats
     .venv/bin/python benchmarks/probe_bench.py --gib 0.25 --repeats 10 --json
+    .venv/bin/python benchmarks/probe_bench.py --scaling [--max-rows 1e6] [--repeats 15] [--json]
 """
 
 from __future__ import annotations
@@ -85,7 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gib", type=float, default=1.0, help="size of the big array in GiB (default 1)")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ap.add_argument("--scaling", action="store_true", help="cold/warm round trip against the state's size")
+    ap.add_argument("--max-rows", type=float, default=5e6, help="--scaling: largest frame (default 5e6 rows)")
     args = ap.parse_args(argv)
+    if args.scaling:
+        from probe_scaling import run_scaling
+
+        return run_scaling(args.repeats if args.repeats != 30 else 15, int(args.max_rows), args.gib, args.json)
     rows = max(1, int(args.gib * (1 << 30) / (8192 * 8)))
     with tempfile.TemporaryDirectory() as cwd:
         k = start_kernel(cwd)

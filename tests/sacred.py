@@ -3,15 +3,22 @@
 `IopubWatcher` is a second client on the kernel's iopub channel, as the user's notebook frontend would be: it
 records every message in a thread, so a test can assert that CRANE sent no output (stream, display, result,
 error, execute_input) — only the busy/idle status every request produces. `kernel_state` fingerprints what
-the user owns: namespace keys and object ids, execution count, In, Out and the history session.
+the user owns: namespace keys and object ids, execution count, In, Out, the history session and the user's
+IPython event callbacks (the probe adds one of its own, an execution counter, which is left out).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+from typing import TYPE_CHECKING
 
 from jupyter_client import BlockingKernelClient
+
+if TYPE_CHECKING:
+    from jupyter_client.connect import KernelConnectionInfo
+
+    from crane.kernel.target import KernelTarget
 
 OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "execute_input",
                 "clear_output"}
@@ -21,7 +28,7 @@ class IopubWatcher:
     """Records iopub traffic from `connection` (connection info dict, a connection file path, or a
     `crane.kernel.target.KernelTarget`: a kernel on a Jupyter Server, watched over a websocket of its own)."""
 
-    def __init__(self, connection):
+    def __init__(self, connection: KernelConnectionInfo | str | KernelTarget):
         from crane.kernel.target import KernelTarget
 
         if isinstance(connection, KernelTarget):
@@ -65,7 +72,9 @@ class IopubWatcher:
 STATE_EXPR = (
     "(lambda ip: {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count, "
     "'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys()), "
-    "'hist': ip.history_manager.session_number})(get_ipython())"
+    "'hist': ip.history_manager.session_number, "
+    "'events': sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe']) "
+    "for e, cs in ip.events.callbacks.items())})(get_ipython())"
 )
 
 

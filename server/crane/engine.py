@@ -25,7 +25,8 @@ from crane.pipeline import check_cell, probe_facts
 from crane.policy import DecidedBy, Prediction
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
-from crane.sandbox.verdict import Verdict
+from crane.sandbox.verdict import KeptObject, Scale, Verdict
+from crane.sandbox.verdict import Mode as SandboxMode
 
 
 class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
@@ -38,9 +39,13 @@ class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     elapsed_ms: float = 0.0
     error: str | None = None  # the cell could not be checked (probe failed, model error, ...)
     decided_by: DecidedBy | None = None  # which source decided (crane.policy); None: the rules alone ran
-    # auto mode: the sandbox verdict and why
+    # auto mode: the sandbox verdict and why, and how it was reached
     sandbox: Verdict | None = None
     sandbox_reason: str | None = None
+    sandbox_scale: Scale | None = None  # "full", or "miniature": the cell ran on row subsets (sandbox_kept)
+    sandbox_mode: SandboxMode | None = None  # "layered" (private file layer, workers) or "blocking"
+    sandbox_mode_reason: str | None = None  # why not layered
+    sandbox_kept: list[KeptObject] = []
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
     # llm mode (or auto with a model): the model's verdict and what it cost
     llm: Prediction | None = None

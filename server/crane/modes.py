@@ -50,6 +50,14 @@ def ask_model(replayed: ReplayedNotebook, target: int, result: CellResult, setti
     return ModelAnswer(crash=finding is not None, finding=finding)
 
 
+def record_sandbox(result: CellResult, v: SandboxVerdict) -> None:
+    """The sandbox's verdict on `result`, with how it was reached (scale, mode, what a miniature kept)."""
+    result.sandbox, result.sandbox_reason = v.verdict, v.reason
+    if v.verdict != "unavailable":
+        result.sandbox_scale, result.sandbox_mode, result.sandbox_mode_reason = v.scale, v.mode, v.mode_reason
+        result.sandbox_kept = list(v.kept)
+
+
 def predict_in_mode(
     replayed: ReplayedNotebook,
     target: int,
@@ -64,11 +72,13 @@ def predict_in_mode(
     rules = result.findings
     sandbox: SandboxVerdict | None = None
     if mode == "auto":
-        from crane.sandbox import speculate
+        from crane.sandbox.scale import speculate_scaled
 
         assert replayed.kernel is not None
-        sandbox = speculate(replayed.kernel.connection, replayed.nb.cell(target).source, budget_s)
-        result.sandbox, result.sandbox_reason = sandbox.verdict, sandbox.reason
+        cell = replayed.nb.cell(target)
+        sandbox = speculate_scaled(replayed.kernel.connection, cell.source, budget_s, recorded_s=cell.recorded_s,
+                                   places=[str(replayed.nb.directory)])
+        record_sandbox(result, sandbox)
     model = None
     if settings is not None and settings.enabled and model_wanted(mode, rules, sandbox):
         model = ask_model(replayed, target, result, settings)

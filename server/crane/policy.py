@@ -89,7 +89,9 @@ def sandbox_finding(v: SandboxVerdict, rules: list[Finding]) -> Finding:
     """A certain crash seen in the sandbox, with the rules' root cause when they agree on the exception."""
     agree = next((f for f in rules if f.ename == v.ename), None)
     evalue = (v.evalue or "").strip().splitlines()
-    evidence = ["ran in a confined copy-on-write fork of the kernel: the crash is certain"]
+    miniature = v.scale == "miniature"
+    evidence = [f"{v.how()}: " + ("the cell crashed on the kept rows, in a way the smaller data does not explain"
+                                   if miniature else "the crash is certain")]
     evidence += _key_frames(v.traceback)
     if agree:
         evidence += [f"the rules predicted it too ({agree.rule}): {agree.message}"]
@@ -99,7 +101,7 @@ def sandbox_finding(v: SandboxVerdict, rules: list[Finding]) -> Finding:
         message=evalue[0][:300] if evalue else "",
         line=v.line or (agree.line if agree else 1),
         root_cause=agree.root_cause if agree else None,
-        confidence=1.0,
+        confidence=0.95 if miniature else 1.0,
         evidence=evidence,
         related=agree.related if agree else [],
         source="sandbox",

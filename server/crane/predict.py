@@ -22,7 +22,7 @@ from crane.rulekit.registry import run_rules
 
 def _statement_spans(analysis: CellAnalysis) -> list[tuple[int, int]]:
     """(first, last) original lines of every simple (non-compound) statement."""
-    spans = []
+    spans: list[tuple[int, int]] = []
     if analysis.tree is None:
         return spans
     for node in ast.walk(analysis.tree):

@@ -82,7 +82,7 @@ class RecordingSandbox(ReplaySandbox):
 
     instances: list[RecordingSandbox] = []
 
-    def __init__(self, nb, **kw):
+    def __init__(self, nb, **kw) -> None:
         self.ran: list[str] = []
         self.events: list[str] = []
         super().__init__(nb, **kw)

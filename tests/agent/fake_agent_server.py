@@ -46,7 +46,7 @@ class FakeAgentServer:
             def log_message(self, *args):
                 pass
 
-            def do_POST(self):
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
                 body = json.loads(raw)
                 with server._lock:

@@ -4,6 +4,7 @@ diff, and the byte-preserving notebook writer. No kernel, no model."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 import pytest
@@ -68,9 +69,10 @@ def test_guard_handles_ipython_syntax():
 
 
 def proposal(**kw) -> Proposal:
-    base = dict(run_id="r1", notebook="nb.ipynb", target=3, status="fixed", fixed=True, stop_reason="finished",
-                explanation="df has 'age', not 'Age'.",
-                edits=[CellEdit(cell=3, old='mean_age = df["Age"].mean()\nprint(mean_age)', new=KEYERROR_FIX)])
+    base: dict[str, Any] = dict(
+        run_id="r1", notebook="nb.ipynb", target=3, status="fixed", fixed=True, stop_reason="finished",
+        explanation="df has 'age', not 'Age'.",
+        edits=[CellEdit(cell=3, old='mean_age = df["Age"].mean()\nprint(mean_age)', new=KEYERROR_FIX)])
     base.update(kw)
     return Proposal(**base)
 

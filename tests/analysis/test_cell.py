@@ -102,6 +102,38 @@ def test_plan_probe():
     assert req.paths == ["f.csv"]
 
 
+def test_plan_probe_names_the_columns_the_cell_mentions():
+    a = analyze_cell("m = df['price'].mean() + df.qty.sum()\nsns.scatterplot(data=df, x='age', y=\"b\")\n"
+                     "z = df[3] + df.iloc[:, -1]\ncols = ['u', 'v']\n")
+    labels = plan_probe(a).columns
+    assert {"price", "qty", "age", "b", "u", "v", 3, "mean", "sum"} <= set(labels)
+    assert -1 not in labels and all(type(x) in (str, int) for x in labels)
+    assert plan_probe(analyze_cell("def f(:\n")).columns == []
+    many = analyze_cell("x = [" + ", ".join(f"'c{i}'" for i in range(500)) + "]")
+    assert len(plan_probe(many).columns) == 200
+
+
 def test_never_raises_on_garbage():
     for src in ["", "\x00", "(" * 500 + ")" * 500, "def f(:", "%%%", "x = '''", "\t\tx"]:
         analyze_cell(src)
+
+
+def test_possibly_mutated_names_cover_in_place_changes():
+    from crane.analysis.extract import possibly_mutated
+
+    tree = analyze_cell(
+        "df['c'] = 0\n"
+        "m.coef_ = w\n"
+        "del d[k]\n"
+        "x[i] += 1\n"
+        "frame.drop(columns=['a'], inplace=True)\n"
+        "rng.shuffle(arr)\n"
+        "for row[0] in items: pass\n"
+        "y = 1\n"
+        "print(z)\n"
+    ).tree
+    assert tree is not None
+    got = possibly_mutated(tree)
+    assert {"df", "m", "d", "x", "frame", "rng", "arr", "row"} <= got
+    assert "y" not in got  # a plain binding is a store, not an in-place change
+    assert "print" not in got and "i" not in got and "w" not in got

@@ -105,3 +105,5 @@ def test_auto_mode_on_junobench_lite_meets_the_floor():
     assert o["fp"] == 0, o
     assert set(rep["verdicts"]) <= {"crash", "no-crash", "timeout", "blocked", "unavailable"}
     assert rep["verdicts"].get("crash", 0) + rep["verdicts"].get("no-crash", 0) >= 68
+    assert rep["sandboxDecided"] >= 68 / 70 and rep["decidedBy"].get("sandbox", 0) >= 68, rep["decidedBy"]
+    assert sum(rep["sandboxModes"].values()) == 70 and set(rep["sandboxModes"]) <= {"layered", "blocking"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ def make_prompt(text: str = "will df['Age'] crash?") -> Prompt:
 
 
 def settings(server, model: str = PRICED, **kw) -> LLMSettings:
-    base = {"timeout_s": 5.0, "retries": 1, "retry_backoff_s": 0.01, "cache": False}
+    base: dict[str, Any] = {"timeout_s": 5.0, "retries": 1, "retry_backoff_s": 0.01, "cache": False}
     base.update(kw)
     return LLMSettings(model=model, api_base=server.api_base, **base)
 

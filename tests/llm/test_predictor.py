@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,8 +25,9 @@ BENCH_CASE = Path("/work/shared/bench/junobench-lite/sklearn_9")
 
 
 def verdict(**kw) -> LLMVerdict:
-    fields = {"explanation": "df has no column 'Age'.", "crash": True, "confidence": 0.8, "exception": "KeyError",
-              "line": 2, "root_cause": "data confusion", "suggested_fix": "df['age']"}
+    fields: dict[str, Any] = {
+        "explanation": "df has no column 'Age'.", "crash": True, "confidence": 0.8, "exception": "KeyError",
+        "line": 2, "root_cause": "data confusion", "suggested_fix": "df['age']"}
     fields.update(kw)
     return LLMVerdict(answer=LLMAnswer(**fields), usage=Usage(prompt_tokens=5, model="openai/m"))
 

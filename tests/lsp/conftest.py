@@ -83,8 +83,9 @@ class TcpKernel(Kernel):
         self.notebook = notebook
         self.connection_file = str(runtime_dir / f"kernel-v3{uuid.uuid4().hex}.json")
         self.km = KernelManager(connection_file=self.connection_file, transport="tcp", ip="127.0.0.1")
-        _ = self.km.kernel_spec
-        self.km._kernel_spec.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        spec = self.km.kernel_spec
+        assert spec is not None
+        spec.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         self.km.start_kernel(cwd=str(notebook.parent), env={**os.environ, **KERNEL_ENV})
         self.conn = KernelConnection(self.km.blocking_client(), owner=self.km)
         self.conn.wait_ready(60)

@@ -1,6 +1,6 @@
 """auto mode against a real kernel: the sandbox confirms a rule finding with the real exception (code
-"sandbox"), finds a crash the rules miss, keeps the rules' finding when it cannot decide (blocked side
-effect), leaves a clean never-run cell clean, follows the kernel's state; `crane.runSpeculatively`."""
+"sandbox"), finds a crash the rules miss, keeps the rules' finding when it cannot decide (blocked network
+access), leaves a clean never-run cell clean, follows the kernel's state; `crane.runSpeculatively`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
+from .conftest import Notebook, crane_diags, last_status, start_client, stop_client, wait_for
 
 SETUP = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nlst = [1, 2, 3]\n"
 
@@ -47,7 +47,8 @@ async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, note
             "total = df['zzz'].sum()\n",  # the rules: KeyError; the sandbox confirms it
             "for i in range(5):\n    print(lst[i])\n",  # the rules miss it; the sandbox: IndexError on line 2
             "print(df.shape)\n",  # never executed, clean: stays clean
-            "open('out.txt', 'w').write('x')\nprint(undefined_zz)\n",  # blocked (file write): the rules stand
+            "open('out.txt', 'w').write('x')\nimport socket\nsocket.create_connection(('127.0.0.1', 9))\n"
+            "print(undefined_zz)\n",  # the write goes to a private layer, the network is blocked: the rules stand
         ],
     )
     await attach(client, nb, auto_kernel)
@@ -64,8 +65,13 @@ async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, note
 
     d3 = await wait_for(lambda: sandboxed(client, nb.cells[3]), timeout=30, what="blocked verdict on cell 4")
     assert d3[0].code == "undefined-name" and d3[0].message.startswith("NameError")  # the rules' finding stays
-    assert d3[0].data["sandbox"]["verdict"] == "blocked" and "out.txt" not in (d3[0].message or "")
+    assert d3[0].data["sandbox"]["verdict"] == "blocked" and "127.0.0.1" not in (d3[0].message or "")
+    assert not (notebook_path.parent / "out.txt").exists()
+    assert d3[0].data["sandbox"]["mode"] == "layered" and d3[0].data["sandbox"]["scale"] == "full"
     assert crane_diags(client, nb.cells[2]) == []
+    status = await wait_for(lambda: (last_status(client, nb.uri) or None) and getattr(last_status(client, nb.uri), "sandbox", None)
+                            and last_status(client, nb.uri), timeout=10, what="the sandbox mode in the kernel status")
+    assert status.sandbox == "layered" and status.sandboxReason is None
 
     # on demand, with the captured output
     res = await client.workspace_execute_command_async(

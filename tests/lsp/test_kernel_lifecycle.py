@@ -22,7 +22,7 @@ def iopub_connected(kernel: Kernel, timeout: float = 20.0) -> None:
     kernel.conn.wait_ready(10)
 
 
-def restart(kernel: Kernel) -> None:
+def restart(kernel: TcpKernel) -> None:
     kernel.km.restart_kernel(now=True)
     kernel.conn.wait_ready(30)
     iopub_connected(kernel)

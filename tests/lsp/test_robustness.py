@@ -27,7 +27,7 @@ URIS = [NB, *CELLS, "", "untitled:Untitled-1.ipynb", "file:///tmp/a%20b.ipynb", 
 class RawServer:
     """The server as a subprocess, spoken to with raw Content-Length framed JSON."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path) -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO / "server"), JUPYTER_RUNTIME_DIR=str(tmp_path))
         env.pop("XDG_RUNTIME_DIR", None)
         self.proc = subprocess.Popen(SERVER_CMD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
@@ -38,6 +38,7 @@ class RawServer:
 
     def _read(self) -> None:
         out = self.proc.stdout
+        assert out is not None  # stdout=PIPE
         while True:
             header = out.readline()
             if not header:
@@ -55,8 +56,10 @@ class RawServer:
                 self.bad_output.append(body)
 
     def send_raw(self, body: bytes) -> None:
-        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        self.proc.stdin.flush()
+        stdin = self.proc.stdin
+        assert stdin is not None  # stdin=PIPE
+        stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        stdin.flush()
 
     def notify(self, method: str, params) -> None:
         self.send_raw(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode())

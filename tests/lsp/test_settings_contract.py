@@ -35,7 +35,7 @@ def test_client_keys_agree_with_the_extension():
     assert tuple(re.findall(r"'([^']+)'", match.group(1))) == CLIENT_KEYS
 
 
-def test_declared_defaults_are_the_settings_defaults():
+def test_declared_defaults_are_the_settings_defaults() -> None:
     """The defaults VS Code sends when nothing is set parse, without a problem, into the default settings."""
     declared = _declared()
     nested: dict = {}

@@ -12,7 +12,7 @@ import time
 
 from crane.finding import Finding, Related
 from crane.lsp.discovery import candidates, runtime_dirs
-from crane.lsp.facts_cache import FactsCache
+from crane.lsp.facts_cache import FS_REUSE_S, FactsCache
 from crane.lsp.hover import chain_at
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, notebook_path
 from crane.lsp.settings import parse_settings
@@ -85,6 +85,68 @@ def test_facts_cache_answers_only_what_it_knows():
     assert cache.lookup(ProbeRequest(names=["never_seen"])) is None
     cache.store(ProbeRequest(names=["gone"]), ProbeResult(facts={"gone": Facts(name="gone", type="int")}))
     assert cache.lookup(ProbeRequest(names=["gone"])).undefined == []
+
+
+def test_facts_cache_reuses_a_live_answer_only_for_the_same_request_and_kernel_state():
+    now = [0.0]
+    cache = FactsCache(clock=lambda: now[0])
+    req = ProbeRequest(names=["df"], columns=["a"])
+    res = ProbeResult(facts={"df": Facts(name="df", type="DataFrame")})
+    cache.remember(req, ("s", 1, 0), res)
+    assert cache.reuse(req, ("s", 1, 0)) == res and cache.reuse(req, ("s", 1, 0)) is not res  # a copy
+    assert cache.reuse(ProbeRequest(names=["df"], columns=["a"], epoch="x"), ("s", 1, 0)) == res  # epoch aside
+    assert cache.reuse(ProbeRequest(names=["df"], columns=["b"]), ("s", 1, 0)) is None  # another request
+    for other in (("s", 2, 0), ("s", 1, 1), ("t", 1, 0)):  # activity seen, a reported run, another attachment
+        assert cache.reuse(req, other) is None
+    now[0] = 1000.0
+    assert cache.reuse(req, ("s", 1, 0)) == res  # nothing ran: facts about values do not age
+    files = ProbeRequest(names=["df"], paths=["x.csv"])
+    cache.remember(files, ("s", 1, 0), res)
+    now[0] += FS_REUSE_S + 0.1
+    assert cache.reuse(files, ("s", 1, 0)) is None  # files and installed packages change without a run
+    cache.remember(req, ("s", 1, 0), ProbeResult(time_capped=True))
+    assert cache.reuse(req, ("s", 1, 0)) == res  # cut short by the time budget: not kept
+    cache.remember(req, ("s", 2, 0), res)
+    assert cache.reuse(req, ("s", 1, 0)) is None and cache.reuse(req, ("s", 2, 0)) == res
+    cache.clear()
+    assert cache.reuse(req, ("s", 2, 0)) is None
+
+
+def test_watch_counts_what_may_change_the_kernel_state(tmp_path):
+    from crane.lsp.kernel_watch import KernelWatch
+
+    ports = []
+    for _ in range(5):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    cf = tmp_path / "kernel-silent.json"  # nobody serves these ports: the messages below are all it sees
+    cf.write_text(json.dumps({"shell_port": ports[0], "iopub_port": ports[1], "stdin_port": ports[2],
+                              "control_port": ports[3], "hb_port": ports[4], "ip": "127.0.0.1", "key": "k",
+                              "transport": "tcp", "signature_scheme": "hmac-sha256"}))
+    watch = KernelWatch(str(cf), lambda e: None, ignore_sessions={"crane"})
+    watch.alive = False  # no heartbeat here
+    watch.start()
+
+    def status(state, parent_type, session="vscode"):
+        watch._handle({"msg_type": "status", "content": {"execution_state": state},
+                       "parent_header": {"msg_id": f"m{watch.activity}{parent_type}", "msg_type": parent_type,
+                                         "session": session}})
+
+    for parent_type in ("execute_request", "comm_msg", "comm_open", "debug_request"):
+        before = watch.activity
+        status("busy", parent_type)
+        status("idle", parent_type)
+        assert watch.activity == before + 1, parent_type
+    before = watch.activity
+    for parent_type in ("kernel_info_request", "complete_request", "inspect_request", "comm_info_request"):
+        status("busy", parent_type)
+    status("busy", "execute_request", session="crane")  # CRANE's own private requests
+    assert watch.activity == before
+    status("restarting", "")
+    assert watch.activity == before + 1
+    watch.stop()
+    watch.join(5)
 
 
 def test_chain_at():

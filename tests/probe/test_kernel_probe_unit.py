@@ -34,7 +34,7 @@ def test_installed_source_is_stdlib_only_and_parses_as_python_3_8():
     assert "crane" not in src.replace("CRANE", "").replace("crane_probe", "").replace("crane-probe", "")
 
 
-def test_parts_define_each_top_level_name_once():
+def test_parts_define_each_top_level_name_once() -> None:
     seen: dict[str, str] = {}
     for part in PROBE_PARTS:
         tree = ast.parse(open(f"server/crane/probe/{part}").read())
@@ -49,7 +49,7 @@ def test_parts_define_each_top_level_name_once():
                 seen[n] = part
 
 
-def test_installed_source_runs_like_the_module():
+def test_installed_source_runs_like_the_module() -> None:
     ns: dict = {}
     for filename, text in PROBE_MODULE.sources:
         exec(compile(text, filename, "exec"), ns)
@@ -125,7 +125,8 @@ def test_any_builtin_value_gives_decodable_bounded_facts(v):
 )
 def test_any_object_column_gives_decodable_facts(data):
     df = pd.DataFrame({"c": pd.Series(data, dtype=object)})
-    res = decode_probe_result(kp.run(json.dumps({"names": ["df"], "attrs": ["df.c"]}), {"df": df}))
+    req = {"names": ["df"], "attrs": ["df.c"], "time_budget_ms": 600_000}  # facts, not timing: no time cap
+    res = decode_probe_result(kp.run(json.dumps(req), {"df": df}))
     assert not res.errors, res.errors
     c = res.facts["df"].columns[0]
     assert c.n_nan == sum(1 for x in data if x is None or (isinstance(x, float) and x != x))
@@ -193,3 +194,71 @@ def test_sparse_index_timestamp_and_time_cap():
     assert res.facts["ts"].value == "2024-01-02 00:00:00"
     capped = decode_probe_result(kp.run(json.dumps({"names": ["df"], "time_budget_ms": 0.000001}), ns))
     assert capped.time_capped and capped.facts["df"].truncated and capped.facts["df"].columns is None
+
+
+def _frame_facts(df, columns=None, **req):
+    res = decode_probe_result(kp.run(json.dumps({"names": ["df"], "columns": columns, **req}), {"df": df}))
+    assert not res.errors, res.errors
+    return res.facts["df"], {c.name: c for c in res.facts["df"].columns}
+
+
+def test_value_facts_only_for_mentioned_columns_and_exact_nan_for_all():
+    rng = np.random.default_rng(0)
+    n = 50_000
+    data = {f"c{i}": rng.random(n) for i in range(6)}
+    data["c4"][[3, 99, n - 1]] = np.nan
+    data["c5"][[5, 6]] = [np.inf, -np.inf]  # a NaN-free column whose sum is NaN: its own count decides
+    data["txt"] = np.array(["1", "2", "x"] * (n // 3) + ["4"] * (n % 3), dtype=object)
+    data["holes"] = np.array(["a", None] * (n // 2), dtype=object)
+    data["k"] = np.arange(n)
+    f, cols = _frame_facts(pd.DataFrame(data), ["c1", "txt", "not_a_column"])
+    assert cols["c1"].value_range is not None and cols["c1"].kind == "continuous"
+    assert cols["c0"].value_range is None and cols["c0"].kind is None and cols["c0"].dtype == "float64"
+    assert (cols["c4"].n_nan, cols["c5"].n_nan, cols["holes"].n_nan, cols["k"].n_nan) == (3, 0, n // 2, 0)
+    assert not any(c.sampled for c in cols.values() if c.dtype != "object")  # text: uniques of a sample
+    assert f.n_nan == 3 + n // 2 and f.has_nan
+    assert cols["txt"].numeric_parse == "some" and cols["txt"].non_numeric_example == "'x'"
+    assert cols["holes"].numeric_parse == "none"  # text columns keep numeric_parse without being mentioned
+    every, every_cols = _frame_facts(pd.DataFrame(data))  # no list: every column is detailed, as before
+    assert every_cols["c0"].value_range is not None and every.n_nan == f.n_nan
+
+
+def test_frames_from_2d_arrays_and_from_columns_give_the_same_facts():
+    rng = np.random.default_rng(1)
+    arr = rng.random((40_000, 12))
+    arr[7, 3] = np.nan
+    strided = pd.DataFrame(arr, columns=[f"c{i}" for i in range(12)])  # each column strided in memory
+    contiguous = pd.DataFrame({f"c{i}": arr[:, i].copy() for i in range(12)})
+    a, b = _frame_facts(strided, ["c3", "c9"]), _frame_facts(contiguous, ["c3", "c9"])
+    assert a[0].n_nan == b[0].n_nan == 1
+    assert a[1] == b[1]
+
+
+def test_exactness_depends_on_the_frame_not_on_the_request():
+    df = pd.DataFrame({"a": np.arange(300_000.0), "b": np.arange(300_000.0)})
+    df.loc[299_999, "b"] = np.nan
+    alone = kp.summarize(Ctx(scan_budget=400_000), df, "df")
+    other = np.zeros(350_000)
+    ctx = Ctx(scan_budget=400_000)
+    kp.summarize(ctx, other, "other")  # spends the same amount first: the frame's facts do not change
+    after = kp.summarize(ctx, df, "df")
+    assert alone == after and alone["columns"][1]["n_nan"] == 1 and alone["n_nan"] == 1  # exact counts
+    small = kp.summarize(Ctx(scan_budget=100_000), df, "df")  # the frame does not fit: sampled, and said so
+    assert small["columns"][1]["sampled"] and "n_nan" not in small["columns"][1] and "n_nan" not in small
+
+
+def test_wide_frames_list_200_columns_count_every_nan_and_detail_mentioned_ones_beyond():
+    df = pd.DataFrame(np.zeros((100, 500)), columns=[f"f{i}" for i in range(500)])
+    df.iloc[10, 450] = np.nan
+    f, cols = _frame_facts(df, ["f470"], max_var_bytes=100_000, max_total_bytes=200_000)
+    assert f.columns_truncated and len(f.columns) == 201 and f.columns[-1].name == "f470"
+    assert cols["f470"].value_range == [0.0, 0.0] and f.n_nan == 1 and f.has_nan
+
+
+def test_small_frames_keep_value_facts_for_every_column_and_a_typo_names_its_column():
+    small = pd.DataFrame({"age": [31.0, np.nan, 40.0], "name": ["a", "b", "c"]})
+    _, cols = _frame_facts(small, ["Age"])
+    assert cols["age"].value_range == [31.0, 40.0] and cols["name"].unique_values == ["a", "b", "c"]
+    big = pd.DataFrame({"Age": np.arange(60_000.0), "other": np.arange(60_000.0)})
+    _, cols = _frame_facts(big, [" age"])  # the cell's typo: the column it meant gets its value facts
+    assert cols["Age"].value_range == [0.0, 59999.0] and cols["other"].value_range is None

@@ -11,7 +11,9 @@ from crane.probe.facts import ProbeRequest
 
 STATE = (
     "(sorted((k, id(v)) for k, v in get_ipython().user_ns.items()), get_ipython().execution_count,"
-    " len(get_ipython().history_manager.input_hist_raw), sorted(Out), id(_), id(__), id(___))"
+    " len(get_ipython().history_manager.input_hist_raw), sorted(Out), id(_), id(__), id(___),"
+    " sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe'])"
+    " for e, cs in get_ipython().events.callbacks.items()))"
 )
 
 EVERYTHING = ProbeRequest(
@@ -32,9 +34,10 @@ def test_probing_changes_nothing_the_user_or_another_client_can_see(probe, watch
     watcher.drain()
     before = watcher.evaluate(STATE)
     installs = probe.installs
-    for _ in range(3):
+    for i in range(3):
         res = probe.run(EVERYTHING)
         assert res.facts["df"].shape == [6, 6]
+        assert (res.cached > 0) == (i > 0)  # with the reuse of facts on: nothing ran, so calls 2 and 3 reuse
     probe.history()
     probe.read_notebook_path()
     assert probe.installs == installs + 1
@@ -74,6 +77,25 @@ def test_no_user_code_runs(probe, watcher):
     assert k == {"trap_dict": None, "trap": None, "trap_list": True}
 
 
+def test_no_user_code_runs_on_the_fast_paths_of_a_large_frame(kernel, probe, watcher):
+    """A frame past the small-frame size: unmentioned object columns go through is_string_array, NaN checks,
+    a sample's uniques (after the type check); mentioned ones through the value facts; blocks in one pass."""
+    run = kernel.connection.run_cell(
+        "trap_big = pd.DataFrame({'o': np.array([Trap() for _ in range(30000)] + ['x'] * 30000, dtype=object),"
+        " 'p': np.array([Trap() for _ in range(60000)], dtype=object), 'f': np.zeros(60000)})\n"
+        "trap_calls.clear()"
+    )
+    assert run.status == "ok", run.evalue
+    try:
+        res = probe.run(ProbeRequest(names=["trap_big"], attrs=["trap_big.p"], columns=["p"]))
+        assert watcher.evaluate("trap_calls") == "[]"
+        cols = {c.name: c for c in res.facts["trap_big"].columns}
+        assert cols["o"].n_nan == 0 and cols["p"].n_nan == 0 and cols["f"].n_nan == 0
+        assert cols["o"].num_unique is None and cols["p"].num_unique is None  # never hashed
+    finally:
+        kernel.connection.run_cell("del trap_big")
+
+
 def test_total_and_per_variable_caps(probe, watcher):
     names = watcher.evaluate("sorted(k for k in get_ipython().user_ns if not k.startswith('_'))")
     req = ProbeRequest(names=eval(names))  # every user name at once
@@ -87,11 +109,11 @@ def test_total_and_per_variable_caps(probe, watcher):
 
 
 def test_large_array_is_sampled_not_scanned(kernel, probe):
-    run = kernel.connection.run_cell("huge = np.zeros(6_000_000); huge[::7] = np.nan")
+    run = kernel.connection.run_cell("huge = np.zeros(12_000_000); huge[::7] = np.nan")
     assert run.status == "ok"
     try:
         f = probe.run(ProbeRequest(names=["huge"])).facts["huge"]
-        assert f.sampled and f.n_nan is None and f.has_nan is True and f.shape == [6_000_000]
+        assert f.sampled and f.n_nan is None and f.has_nan is True and f.shape == [12_000_000]
     finally:
         kernel.connection.run_cell("del huge")
 

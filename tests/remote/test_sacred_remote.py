@@ -65,7 +65,7 @@ def test_sandbox_over_websocket_is_private(crane_conn, watcher, ready):
     v = speculate(crane_conn, "print('in the fork', n)\nn = 100\nn", 10)
     assert v.verdict == "no-crash" and v.stdout == "in the fork 2\n", v
     v = speculate(crane_conn, "open('written.txt', 'w').write('x')", 10)
-    assert v.verdict == "blocked", v
+    assert v.verdict == ("no-crash" if v.mode == "layered" else "blocked"), v  # a private layer, or refused
     with SandboxSession.open(crane_conn, budget_s=5) as sb:
         assert sb.run("n = n + 40").verdict == "no-crash"
         assert sb.inspect("n") == "42"

@@ -59,3 +59,23 @@ def test_torch_first_layer_and_losses():
     assert loss_verdict("CrossEntropyLoss", None, target, "y", "out") is None  # could be class probabilities
     assert loss_verdict("CrossEntropyLoss", arr((4, 3), "tensor"), target, "y", "out") is not None
     assert loss_verdict("NLLLoss", None, target, "y", "out") is not None
+
+
+def test_nan_count_reads_sampled_columns_as_evidence_not_as_zero():
+    from crane.probe.facts import ColumnFacts, Facts
+    from crane.rulekit.lib_helpers import nan_count
+
+    frame = "pandas.core.frame.DataFrame"
+
+    def df(*cols: ColumnFacts, n_nan: int | None = None) -> Facts:
+        return Facts(name="df", type=frame, kind="dataframe", columns=list(cols), n_nan=n_nan)
+
+    exact = ColumnFacts(name="a", dtype="float64", n_nan=3)
+    clean = ColumnFacts(name="b", dtype="float64", n_nan=0)
+    seen = ColumnFacts(name="c", dtype="float64", sampled=True, has_nan=True)
+    unseen = ColumnFacts(name="d", dtype="float64", sampled=True, has_nan=None)
+    assert nan_count(df(exact, clean)) == 3
+    assert nan_count(df(clean, seen)) == 1  # NaNs seen in a sample: at least one
+    assert nan_count(df(clean, unseen)) is None  # none seen in a sample: unknown, not "no NaN"
+    assert nan_count(df(clean, unseen, n_nan=0)) == 0  # unless the frame's exact total says so
+    assert nan_count(df(clean)) == 0

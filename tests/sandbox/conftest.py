@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
+import tempfile
 import threading
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from ..sacred import IopubWatcher
 class Listener:
     """A loopback TCP server recording every connection and byte it receives."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -29,6 +31,13 @@ class Listener:
         self.udp.bind(("127.0.0.1", 0))
         self.udp.settimeout(0.1)
         self.udp_port = self.udp.getsockname()[1]
+        # a local service on a UNIX socket (as a database server's), in /tmp: inside a private layer's place
+        self.unix_dir = tempfile.mkdtemp(prefix="crane-sbx-service-")
+        self.unix_path = os.path.join(self.unix_dir, "service.sock")
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind(self.unix_path)
+        self.unix.listen(4)
+        self.unix.settimeout(0.1)
         self.received: list[bytes] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -50,12 +59,20 @@ class Listener:
                 self.received.append(b"<udp>" + self.udp.recv(4096))
             except (TimeoutError, OSError):
                 pass
+            try:
+                conn, _ = self.unix.accept()
+                self.received.append(b"<unix>")
+                conn.close()
+            except (TimeoutError, OSError):
+                pass
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(2)
         self.sock.close()
         self.udp.close()
+        self.unix.close()
+        shutil.rmtree(self.unix_dir, ignore_errors=True)
 
 
 def tree_hash(root: Path) -> str:
@@ -73,12 +90,30 @@ def tree_hash(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
+def outside(tmp_path_factory):
+    """A directory outside every place the sandbox gives a private layer (the kernel's working directory and
+    its top-level directory, $HOME, /tmp, /var/tmp, /dev/shm) where this machine lets us create one, else a
+    temporary one (then it is inside a layer: still private)."""
+    made = None
+    for base in ("/var/cache", "/var/lib", "/srv", "/opt"):
+        if os.path.isdir(base) and os.access(base, os.W_OK):
+            made = Path(tempfile.mkdtemp(prefix="crane-sbx-outside-", dir=base))
+            break
+    d = made or tmp_path_factory.mktemp("outside")
+    (d / "target.txt").write_text("outside, keep me\n")
+    yield d
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, outside) -> Path:
     d = tmp_path_factory.mktemp("sbxwork")
     (d / "data.csv").write_text("a,b\n1,2\n3,4\n")
     (d / "sub").mkdir()
     (d / "sub" / "inner.txt").write_text("keep me\n")
     (d / "log.txt").write_text("log\n")
+    (d / "outside_link").symlink_to(outside / "target.txt")
     return d
 
 

@@ -86,7 +86,7 @@ def test_ipython_syntax_is_transformed(conn, ready):
     assert v.verdict == "crash" and v.ename == "ZeroDivisionError", v
 
 
-def test_confinement_holds_below_python(conn, workdir, ready):
+def test_confinement_holds_below_python_blocking(conn, workdir, ready):
     """libc calls through ctypes bypass the audit hook; Landlock/seccomp still refuse them."""
     src = (
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
@@ -98,12 +98,36 @@ def test_confinement_holds_below_python(conn, workdir, ready):
         "print(r1, e1, r2, e2, r3, e3, r4, e4, r5, e5)\n"
     ).replace("os.getppid()", "__import__('os').getppid()")
     before = tree_hash(workdir)
-    v = speculate(conn, src)
-    assert v.verdict == "no-crash", v
+    v = speculate(conn, src, layer="blocking")
+    assert v.verdict == "no-crash" and v.mode == "blocking", v
     r1, e1, r2, e2, r3, e3, r4, e4, r5, e5 = map(int, v.stdout.split())
     assert r1 == r2 == r3 == r4 == r5 == -1
     assert e1 in (1, 13) and e2 in (1, 13) and e3 == 1 and e4 == 1 and e5 == 1
     assert tree_hash(workdir) == before
+
+
+def test_confinement_holds_below_python_layered(conn, workdir, ready):
+    """In layered mode libc writes land in the private layer, fork works, the network and files outside the
+    layers stay closed, and the kernel cannot be signalled (it is outside the sandbox's pid namespace). The
+    network attempt is recorded even though the cell ignored its error: the run is "blocked"."""
+    src = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "r1 = libc.open(b'c_made.txt', 0o101, 0o644); e1 = ctypes.get_errno()\n"
+        "r2 = libc.unlink(b'data.csv'); e2 = ctypes.get_errno()\n"
+        "r3 = libc.socket(2, 1, 0); e3 = ctypes.get_errno()\n"
+        "r4 = libc.open(b'/etc/crane_should_not_exist', 0o101, 0o644); e4 = ctypes.get_errno()\n"
+        "r5 = libc.kill(ctypes.c_int(KERNEL), 0); e5 = ctypes.get_errno()\n"
+        "pid = libc.fork()\n"
+        "if pid == 0:\n    libc._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "print(r1 >= 0, r2, r3, e3, r4, e4, r5, e5, pid > 0, os.path.exists('c_made.txt'), os.path.exists('data.csv'))\n"
+    ).replace("KERNEL", str(conn.evaluate("__import__('os').getpid()")))
+    before = tree_hash(workdir)
+    v = speculate(conn, src, layer="layered")
+    assert v.verdict == "blocked" and v.mode == "layered" and "network socket (AF_INET)" in v.reason, v
+    assert v.stdout.split() == ["True", "0", "-1", "1", "-1", "30", "-1", "3", "True", "True", "False"], v.stdout
+    assert tree_hash(workdir) == before
+    assert not os.path.exists("/etc/crane_should_not_exist")
 
 
 def test_infinite_loop_is_a_timeout_within_budget_and_leaves_no_process(conn, watcher, ready):
@@ -196,3 +220,33 @@ def test_dead_or_busy_kernel_is_unavailable_not_an_exception(tmp_path):
         assert v.verdict == "unavailable" and "busy" in v.reason, v
     finally:
         k.shutdown()
+
+
+def test_auto_mode_starts_cheap_and_escalates_to_a_private_layer(conn, workdir, ready):
+    """The default ("auto"): a cell without a sign of side effects runs in the blocking confinement (the
+    cheaper one); one the blocking run refused a write to runs again in a private layer; a refused network
+    attempt is not retried; a cell with a sign of side effects starts layered."""
+    before = tree_hash(workdir)
+    v = speculate(conn, "df.shape[0] + 1")
+    assert v.verdict == "no-crash" and v.mode == "blocking" and "no sign of side effects" in v.mode_reason, v
+    hidden = "f = getattr(df, 'to_' + 'csv')\nf('hidden.csv')\nprint(open('hidden.csv').read().splitlines()[0])"
+    v = speculate(conn, hidden)
+    assert (v.verdict, v.mode, v.stdout) == ("no-crash", "layered", ",price,city\n"), v
+    v = speculate(conn, "import socket\nsocket.create_connection(('127.0.0.1', 9))")
+    assert v.verdict == "blocked" and v.mode == "blocking", v
+    v = speculate(conn, "df.to_csv('shown.csv')")
+    assert v.verdict == "no-crash" and v.mode == "layered", v
+    assert tree_hash(workdir) == before
+
+
+def test_signs_of_side_effects():
+    from crane.sandbox.layer_choice import needs_layer
+
+    for src in ("df.to_csv('a.csv')", "plt.savefig('f.png')", "torch.save(m, 'm.pt')", "joblib.dump(m, 'x')",
+                "with open('o.txt', 'w') as f:\n    f.write('x')", "!pip install x", "%%writefile a.py\nx = 1",
+                "GridSearchCV(est, grid, n_jobs=-1)", "DataLoader(ds, num_workers=2)", "os.makedirs('out')",
+                "subprocess.run(['ls'])", "Path('p').write_text('x')", "con = sqlite3.connect('db')"):
+        assert needs_layer(src), src
+    for src in ("df['a'].sum()", "model.fit(X, y)", "x = [i * 2 for i in range(10)]\nx[3]", "print(df.head())",
+                "np.mean(arr, axis=0)", "plt.plot(x, y)"):
+        assert not needs_layer(src), src

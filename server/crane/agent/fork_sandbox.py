@@ -11,15 +11,20 @@ falls back to the replay sandbox.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from crane.agent.sandboxes import ExecResult, ReplaySandbox, inspect_expression
+from crane import pyast
+from crane.agent.sandboxes import ExecResult, ExecStatus, ReplaySandbox, inspect_expression
 from crane.kernel.client import KernelConnection
 from crane.notebook.model import Notebook
 from crane.text import cell_line, clean_traceback
 
+if TYPE_CHECKING:
+    from crane.sandbox.session import SandboxSession
+
 log = logging.getLogger(__name__)
 
-_STATUS = {"crash": "error", "no-crash": "ok", "timeout": "timeout", "blocked": "blocked",
+_STATUS: dict[str, ExecStatus] = {"crash": "error", "no-crash": "ok", "timeout": "timeout", "blocked": "blocked",
            "unavailable": "unavailable"}
 
 
@@ -32,7 +37,7 @@ class ForkSandbox:
         self.conn = conn
         self.budget_s = budget_s
         self._open = lambda: SandboxSession.open(conn, budget_s=budget_s)
-        self.session = self._open()
+        self.session: SandboxSession | None = self._open()
         self.session.checkpoint()
         self.resets = 0
 
@@ -45,7 +50,7 @@ class ForkSandbox:
         from crane.sandbox.session import SandboxError
 
         self.resets += 1
-        if not self.needs_reset:
+        if self.session is not None and not self.session.closed:  # not needs_reset
             try:
                 self.session.rollback()
                 self.session.checkpoint()
@@ -60,7 +65,7 @@ class ForkSandbox:
         from crane.sandbox.session import SandboxError
 
         try:
-            v = self.session.run(source, budget_s=min(timeout, self.budget_s))
+            v = self._live().run(source, budget_s=min(timeout, self.budget_s))
         except SandboxError as exc:
             return ExecResult(status="unavailable", evalue=str(exc))
         status = _STATUS.get(v.verdict, "unavailable")
@@ -75,16 +80,22 @@ class ForkSandbox:
         from crane.sandbox.session import SandboxError
 
         try:
-            text = self.session.inspect(inspect_expression(expression), timeout=timeout)
+            text = self._live().inspect(inspect_expression(expression), timeout=timeout)
         except SandboxError as exc:
             return str(exc)
-        import ast
 
         try:
-            value = ast.literal_eval(text)
+            value = pyast.literal_eval(text)
             return value if isinstance(value, str) else text
         except (ValueError, SyntaxError):
             return text
+
+    def _live(self) -> SandboxSession:
+        from crane.sandbox.session import SandboxError
+
+        if self.session is None:
+            raise SandboxError("the sandbox session is closed")
+        return self.session
 
     def probe_client(self):
         from crane.probe.collect import ProbeClient

@@ -18,6 +18,8 @@ import copy
 import difflib
 import re
 
+from crane import pyast
+from crane.analysis.bindings import TRY_NODES
 from crane.analysis.transform import transform
 
 _BODY_FIELDS = ("body", "orelse", "handlers", "finalbody", "cases")
@@ -26,7 +28,7 @@ _BODY_FIELDS = ("body", "orelse", "handlers", "finalbody", "cases")
 def _parse(source: str) -> ast.Module | None:
     python, _, _ = transform(source)
     try:
-        return ast.parse(python)
+        return pyast.parse(python)
     except SyntaxError:
         return None
 
@@ -67,7 +69,7 @@ def _trivial(node: ast.stmt) -> bool:
 def _try_signatures(tree: ast.Module) -> list[str]:
     sigs = []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node.handlers:
+        if isinstance(node, TRY_NODES) and node.handlers:
             sigs.append(ast.dump(node, include_attributes=False))
     return sigs
 

@@ -15,7 +15,7 @@ import msgspec
 
 from crane.agent.context import FixContext, initial_messages
 from crane.agent.model_call import request_turn
-from crane.agent.proposal import AgentStep, AgentUsage, Proposal, StepUsage
+from crane.agent.proposal import AgentStep, AgentUsage, Evidence, Proposal, ProposalStatus, StepUsage
 from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run
 from crane.agent.sandboxes import ExecutionSandbox, replay_sandbox_factory
 from crane.agent.tools import AddCell, EditCell, ExecuteCell, Finish, Inspect, ToolArgsError, action_code, decode_args
@@ -140,6 +140,7 @@ class AgentRun:
         self.steps = 0
         self.start = clock()
         self.explanation = ""
+        self.evidence: Evidence | None = None  # the final verification, once run
         self.requests_sent: list[list[dict]] = []  # message lists as sent (tests check the stable prefix)
 
     # -- budgets ---------------------------------------------------------------------------------------------
@@ -292,7 +293,7 @@ class AgentRun:
             self.explanation = next((s.reflection for s in reversed(self.log) if s.reflection), "")
         return self._proposal("stopped" if user_stop else "fixed" if fixed else "not-fixed", stop_reason or "ended")
 
-    def _proposal(self, status: str, stop_reason: str) -> Proposal:
+    def _proposal(self, status: ProposalStatus, stop_reason: str) -> Proposal:
         t = self.ledger.totals()
         r = self.runner
         fixed = status == "fixed"

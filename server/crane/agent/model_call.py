@@ -59,7 +59,7 @@ def with_cache_markers(messages: list[dict]) -> list[dict]:
 def _kwargs(litellm, settings: LLMSettings, messages: list[dict], max_tokens: int) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "model": settings.model,
-        "messages": with_cache_markers(messages) if _is_anthropic(settings.model) else messages,
+        "messages": with_cache_markers(messages) if _is_anthropic(settings.require_model()) else messages,
         "tools": TOOLS,
         "tool_choice": "auto",
         "timeout": settings.timeout_s,

@@ -8,17 +8,21 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from json.decoder import scanstring
+from collections.abc import Callable
+from typing import Any
 
 from crane.agent.proposal import Proposal
 from crane.notebook.model import NotebookError
 
 _WS = re.compile(r"[ \t\n\r]*")
 _decoder = json.JSONDecoder()
+# The C scanner json itself uses (not in the type stubs): (text, index after the quote) -> (value, end).
+scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 def _skip(text: str, i: int) -> int:
-    return _WS.match(text, i).end()
+    m = _WS.match(text, i)
+    return m.end() if m else i
 
 
 def _object_members(text: str, i: int) -> tuple[dict[str, tuple[int, int]], int]:
@@ -48,7 +52,7 @@ def _object_members(text: str, i: int) -> tuple[dict[str, tuple[int, int]], int]
 
 def _array_items(text: str, start: int) -> list[tuple[int, int]]:
     assert text[start] == "["
-    items = []
+    items: list[tuple[int, int]] = []
     i = _skip(text, start + 1)
     if text[i] == "]":
         return items
@@ -63,7 +67,8 @@ def _array_items(text: str, start: int) -> list[tuple[int, int]]:
 
 def _line_indent(text: str, pos: int) -> str:
     line_start = text.rfind("\n", 0, pos) + 1
-    return re.match(r"[ \t]*", text[line_start:]).group(0)
+    m = re.match(r"[ \t]*", text[line_start:])
+    return m.group(0) if m else ""
 
 
 def _ensure_ascii(text: str) -> bool:
@@ -85,7 +90,7 @@ def _encode_source(new: str, old_value: str, key_indent: str, ascii_only: bool) 
 
 
 def _new_cell(source: str, with_id: bool, indent_unit: str, cell_indent: str, ascii_only: bool) -> str:
-    cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+    cell: dict[str, Any] = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
             "source": source.splitlines(keepends=True)}
     if with_id:
         cell["id"] = secrets.token_hex(4)

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
+from crane import pyast
 from crane.kernel.errors import KernelError
 from crane.notebook.history import executed_history
 from crane.notebook.model import Notebook
 from crane.text import cell_line, clean_traceback
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +157,7 @@ class ReplaySandbox:
             self.close()
             return ExecResult(status="timeout", evalue=str(exc), elapsed_s=timeout)
         tb = clean_traceback(run.traceback) if run.traceback else ""
-        status = run.status if run.status in ("ok", "error") else "error"
+        status: ExecStatus = run.status if run.status in ("ok", "error") else "error"
         return ExecResult(status=status, ename=run.ename, evalue=run.evalue, line=cell_line(tb) if tb else None,
                           traceback=tb, stdout=run.stdout, stderr=run.stderr, elapsed_s=run.elapsed_s)
 
@@ -162,11 +166,10 @@ class ReplaySandbox:
         v = reply.user_expressions.get("v", {})
         if v.get("status") != "ok":
             return f"{v.get('ename', reply.ename) or 'Error'}: {v.get('evalue', reply.evalue) or ''}"
-        import ast
 
         text = v.get("data", {}).get("text/plain", "")
         try:
-            return str(ast.literal_eval(text))
+            return str(pyast.literal_eval(text))
         except (ValueError, SyntaxError):
             return text
 

@@ -28,6 +28,9 @@ SAFE_MAGICS = {
     "memit", "watermark", "sql_config", "tensorflow_version",
 }
 
+# The try statements, for isinstance: `ast.TryStar` (try/except*) exists from Python 3.11 on.
+TRY_NODES: tuple[type[ast.Try | ast.TryStar], ...] = (ast.Try, getattr(ast, "TryStar", ast.Try))
+
 
 @dataclass
 class NameLoad:
@@ -37,7 +40,7 @@ class NameLoad:
     node: ast.AST  # the ast.Name (Load, or Store for `x += 1`, or Del for `del x`)
     via: ast.Call | None = None  # the module-level call of a cell function whose body makes this load
     function: ast.AST | None = None  # that function's def node
-    deleted_at: ast.AST | None = None  # the `del` (its ast.Name) of this cell that removed the name before
+    deleted_at: ast.Name | None = None  # the `del` (its ast.Name) of this cell that removed the name before
 
     @property
     def after_delete(self) -> bool:
@@ -115,7 +118,7 @@ class _Binder:
     def __init__(self) -> None:
         self.bound: set[str] = set()
         self.stored: set[str] = set()
-        self.deleted: dict[str, ast.AST] = {}
+        self.deleted: dict[str, ast.Name] = {}
         self.loads: list[NameLoad] = []
         self.functions: dict[str, FunctionInfo] = {}
         self.all_functions: dict[str, FunctionInfo] = {}
@@ -138,7 +141,7 @@ class _Binder:
         self.deleted.pop(name, None)
         self.functions.pop(name, None)
 
-    def unbind(self, name: str, node: ast.AST) -> None:
+    def unbind(self, name: str, node: ast.Name) -> None:
         if self.classes:
             self.classes[-1].discard(name)
             return
@@ -189,7 +192,7 @@ class _Binder:
                 if item.optional_vars is not None:
                     self.target(item.optional_vars)
             self.stmts(s.body)
-        elif isinstance(s, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        elif isinstance(s, TRY_NODES):
             self.stmts(s.body)
             for h in s.handlers:
                 self.expr(h.type)
@@ -238,12 +241,12 @@ class _Binder:
         elif isinstance(s, ast.Match):
             self.expr(s.subject)
             for case in s.cases:
-                for n in ast.walk(case.pattern):
-                    if isinstance(n, ast.MatchValue):
-                        self.expr(n.value)
-                    elif isinstance(n, ast.MatchClass):
-                        self.expr(n.cls)
-                    name = getattr(n, "name", None) or getattr(n, "rest", None)
+                for pat in ast.walk(case.pattern):
+                    if isinstance(pat, ast.MatchValue):
+                        self.expr(pat.value)
+                    elif isinstance(pat, ast.MatchClass):
+                        self.expr(pat.cls)
+                    name = getattr(pat, "name", None) or getattr(pat, "rest", None)
                     if isinstance(name, str):
                         self.bind(name)
                 self.expr(case.guard)

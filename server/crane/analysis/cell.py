@@ -15,6 +15,7 @@ import ast
 import builtins
 from dataclasses import dataclass, field
 
+from crane import pyast
 from crane.analysis import bindings as _bindings
 from crane.analysis import extract
 from crane.analysis.extract import AttrChain, ImportFact, LiteralKey, PathUse
@@ -33,6 +34,8 @@ IPYTHON_NAMES = frozenset({
 MAX_ATTRS = 64
 MAX_KEYS = 64
 MAX_PATHS = 32
+MAX_LABELS = 200
+MAX_LABEL_CHARS = 200
 
 
 def is_predefined(name: str) -> bool:
@@ -145,9 +148,9 @@ def analyze_cell(source: str) -> CellAnalysis:
     analysis = CellAnalysis(source=source, python=python, tree=None, line_map=line_map, cell_magic=magic)
     flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     try:
-        tree = compile(python, "<cell>", "exec", flags=flags, dont_inherit=True)
+        tree = pyast.parse(python, "<cell>", flags)
         # The compiler's later passes find more errors (`return` outside a function, ...): compile, not run.
-        compile(tree, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        pyast.compile_tree(tree, "<cell>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     except SyntaxError as exc:
         analysis.syntax_error = _syntax_problem(exc, analysis)
         return analysis
@@ -200,5 +203,29 @@ def plan_probe(analysis: CellAnalysis) -> ProbeRequest:
         if p.mode == "read" and p.path not in paths:
             paths.append(p.path)
     return ProbeRequest(
-        names=names, attrs=attrs[:MAX_ATTRS], keys=keys[:MAX_KEYS], modules=modules, paths=paths[:MAX_PATHS]
+        names=names, attrs=attrs[:MAX_ATTRS], keys=keys[:MAX_KEYS], modules=modules, paths=paths[:MAX_PATHS],
+        columns=mentioned_labels(analysis),
     )
+
+
+def mentioned_labels(analysis: CellAnalysis) -> list[str | int]:
+    """Every label the cell could name a DataFrame column by: string constants (subscripts, `columns=[...]`,
+    seaborn's `x="col"`, `groupby("col")`, ...), attribute names (`df.price`) and integer subscripts (`df[0]`).
+    The probe gives value facts for these columns only (a superset of what the rules look up by label)."""
+    if analysis.tree is None:
+        return []
+    seen: dict[str | int, None] = {}
+    for node in ast.walk(analysis.tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if 0 < len(node.value) <= MAX_LABEL_CHARS:
+                seen.setdefault(node.value, None)
+        elif isinstance(node, ast.Attribute):
+            seen.setdefault(node.attr, None)
+        elif isinstance(node, ast.Subscript):
+            sl = node.slice
+            for k in sl.elts if isinstance(sl, ast.Tuple) else [sl]:
+                if isinstance(k, ast.Constant) and type(k.value) is int:
+                    seen.setdefault(k.value, None)
+        if len(seen) >= MAX_LABELS:
+            break
+    return list(seen)

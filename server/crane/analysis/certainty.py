@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
+from crane.analysis.bindings import TRY_NODES
+
 _SUPPRESSORS = ("suppress", "raises", "assertRaises", "catch_exceptions", "ignore_errors")
 
 
@@ -69,7 +71,7 @@ def is_certain(
             if child in parent.body:
                 if known_empty(parent.iter) or _has_jump(_before(parent.body, child)):
                     return False
-        elif isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        elif isinstance(parent, TRY_NODES):
             if parent.handlers and child not in parent.finalbody:
                 return False
         elif isinstance(parent, ast.ExceptHandler):
@@ -108,6 +110,8 @@ def _comp_child(comp: ast.comprehension, child: ast.AST, known_empty) -> bool:
 
 
 def _before(body: list[ast.stmt], child: ast.AST) -> list[ast.stmt]:
+    if not isinstance(child, ast.stmt):
+        return []
     try:
         return body[: body.index(child)]
     except ValueError:

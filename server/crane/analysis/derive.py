@@ -244,7 +244,7 @@ def _no_nan(f: Facts) -> Facts:
 
 
 def _reshape(f: Facts, shape: list[Any], text: str) -> Facts | None:
-    if not shape or not all(isinstance(d, int) for d in shape) or shape.count(-1) > 1:
+    if not shape or f.shape is None or not all(isinstance(d, int) for d in shape) or shape.count(-1) > 1:
         return None
     total = math.prod(f.shape)
     known = math.prod(d for d in shape if d != -1)

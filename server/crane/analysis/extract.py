@@ -13,7 +13,7 @@ class ImportFact:
     module: str  # full dotted module name ("sklearn.model_selection"); "" for `from . import x`
     bound: str  # the name bound in the namespace ("np", "train_test_split", "os")
     target: str  # what the bound name refers to ("numpy", "sklearn.model_selection.train_test_split")
-    node: ast.AST
+    node: ast.Import | ast.ImportFrom
     level: int = 0  # relative import level
 
     @property
@@ -33,7 +33,7 @@ class LiteralKey:
     expr: str  # the container's text: a name or an attribute chain ("df", "self.data")
     keys: list[Any]  # the literal keys / labels looked up
     axis: str  # "key" (x[k]: dict keys, DataFrame columns, Series index) | "columns" | "index"
-    node: ast.AST  # the Subscript or the drop Call
+    node: ast.Subscript | ast.Call  # the Subscript or the drop Call
     container: ast.expr  # the container expression node
     op: str  # "load" | "del" | "drop"
 
@@ -250,4 +250,53 @@ def paths(tree: ast.Module) -> list[PathUse]:
             mode = "unknown"
         out.append(PathUse(path, func, n, arg, mode))  # type: ignore[arg-type]
     out.sort(key=lambda p: (p.node.lineno, p.node.col_offset))
+    return out
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """The name at the root of a subscript / attribute / call chain: `df` for `df.loc[0, "a"]`, `m.fit(X).coef_`."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            return None
+
+
+def possibly_mutated(tree: ast.Module) -> set[str]:
+    """Names whose objects a cell may change in place when it runs (beyond rebinding them): the roots of
+    subscript and attribute targets (`df["c"] = 0`, `m.coef_ = w`, `del d[k]`, `x[i] += 1`), the receivers of
+    method calls (`df.drop(..., inplace=True)`, `lst.append(v)`) and the names passed to calls
+    (`rng.shuffle(arr)`). Conservative on purpose: it chooses which cells to re-check after a run."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            targets = [node.optional_vars]
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute):
+                targets.append(node.func.value)
+            targets += [a.value if isinstance(a, ast.Starred) else a for a in node.args]
+            targets += [k.value for k in node.keywords]
+        for t in targets:
+            for sub in ast.walk(t):
+                if isinstance(sub, (ast.Subscript, ast.Attribute)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                    name = _root_name(sub)
+                    if name:
+                        out.add(name)
+            if isinstance(node, ast.Call):
+                name = _root_name(t)
+                if name:
+                    out.add(name)
     return out

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from crane.analysis import derive
+from crane.analysis.bindings import TRY_NODES
 from crane.analysis.cell import CellAnalysis
 from crane.analysis.extract import dotted
 from crane.probe.facts import Facts, ProbeResult
@@ -227,7 +228,7 @@ class FlowResult:
                     env[n] = None
                 elif va is not _NO:
                     env[n] = va
-        elif isinstance(s, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        elif isinstance(s, TRY_NODES):
             inner = dict(env)
             self._block(s.body, inner)
             for h in s.handlers:
@@ -252,9 +253,9 @@ class FlowResult:
                     new = derive.drop(base, [key], "columns", ast.unparse(t.value)) if isinstance(base, Facts) else None
                     env[t.value.id] = new
                 else:
-                    b = _base_name(t)
-                    if b:
-                        env[b] = None
+                    target_base = _base_name(t)
+                    if target_base:
+                        env[target_base] = None
         elif isinstance(s, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             for n in _touched(s):
                 env[n] = None
@@ -299,9 +300,9 @@ class FlowResult:
                 cur = env.get(name)
                 inplace = any(k.arg == "inplace" and _literal(k.value) is True for k in call.keywords)
                 if inplace:
-                    if isinstance(cur, Facts) and isinstance(f.value, ast.Name):
+                    if isinstance(cur, Facts) and isinstance(f.value, ast.Name) and all(k.arg for k in call.keywords):
                         args = [_literal(a, _NO) for a in call.args]
-                        kw = {k.arg: _literal(k.value, _NO) for k in call.keywords if k.arg != "inplace"}
+                        kw = {k.arg: _literal(k.value, _NO) for k in call.keywords if k.arg and k.arg != "inplace"}
                         env[name] = derive.method(cur, f.attr, args, kw, name)
                     else:
                         env[name] = None
@@ -325,9 +326,9 @@ class FlowResult:
                 if isinstance(cls, Facts) and cls.kind == "class":
                     continue
                 for a in list(call.args) + [k.value for k in call.keywords]:
-                    n = _base_name(a)
-                    if n and n in env:
-                        env[n] = None
+                    arg_base = _base_name(a)
+                    if arg_base and arg_base in env:
+                        env[arg_base] = None
                 info = self.analysis.functions.get(f.id)
                 if info is not None:
                     for n in {x.id for x in info.global_loads} | info.global_stores:

@@ -32,7 +32,7 @@ class CellDefs:
 
 def _module_level(tree: ast.Module):
     """Nodes of the module outside function/lambda/class bodies."""
-    stack = list(reversed(tree.body))
+    stack: list[ast.AST] = list(reversed(tree.body))
     while stack:
         n = stack.pop()
         yield n

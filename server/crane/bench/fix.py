@@ -25,7 +25,7 @@ from crane.agent.sandboxes import replay_sandbox_factory
 from crane.bench.cases import Case
 from crane.llm.settings import LLMSettings
 from crane.notebook.history import executed_history
-from crane.notebook.model import Notebook, load_notebook, parse_notebook
+from crane.notebook.model import Notebook, NotebookError, load_notebook, parse_notebook
 from crane.text import cell_line, clean_traceback
 
 
@@ -90,6 +90,8 @@ def replay_edited(nb: Notebook, proposal: Proposal, python: str | None = None,
     from crane.kernel.launch import LOCAL
     from crane.kernel.replay import replay
 
+    if nb.path is None:  # the bench loads every notebook from its file
+        raise NotebookError("the notebook has no file to re-read")
     data = Path(nb.path).read_bytes()
     edited = parse_notebook(apply_proposal(data, proposal), nb.path)
     pos = edited_positions(nb, proposal)

@@ -6,12 +6,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crane.bench.cases import Case, Variant
 from crane.bench.metrics import VariantResult
 from crane.engine import CellResult, ReplayedNotebook
 from crane.kernel.launch import LOCAL, KernelLauncher
 from crane.notebook.model import load_notebook
+
+if TYPE_CHECKING:
+    from crane.policy import Mode
 
 # A mode's predictor: given the replayed state and the target cell, fill the prediction fields.
 Predictor = Callable[[ReplayedNotebook, int, VariantResult], None]
@@ -24,6 +28,8 @@ def record(cell: CellResult, result: VariantResult) -> None:
         result.predicted_crash = True
         result.predicted_ename, result.rule, result.line, result.message = f.ename, f.rule, f.line, f.message
     result.verdict = cell.sandbox or cell.llm or ("crash" if cell.findings else "no-crash")
+    result.decided_by = cell.decided_by
+    result.sandbox_scale, result.sandbox_mode = cell.sandbox_scale, cell.sandbox_mode
     if cell.error:
         result.error = cell.error
 
@@ -35,7 +41,7 @@ def static_predictor(replayed: ReplayedNotebook, target: int, result: VariantRes
 class ModePredictor:
     """auto / llm modes (crane.modes) as a bench predictor."""
 
-    def __init__(self, mode: str, settings=None, budget_s: float = 30.0):
+    def __init__(self, mode: Mode, settings=None, budget_s: float = 30.0):
         self.mode, self.settings, self.budget_s = mode, settings, budget_s
 
     def __call__(self, replayed: ReplayedNotebook, target: int, result: VariantResult) -> None:

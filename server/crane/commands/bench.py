@@ -31,8 +31,12 @@ class BenchReport(msgspec.Struct, rename="camel"):
     by_library: dict[str, Scores]
     by_root_cause: dict[str, Scores]
     timing: Timing
-    verdicts: dict[str, int]  # how each variant was decided (auto: crash/no-crash/timeout/blocked/unavailable)
+    verdicts: dict[str, int]  # the verdict histogram (auto: crash/no-crash/timeout/blocked/unavailable)
     results: list[VariantResult]
+    decided_by: dict[str, int] = {}  # which source decided each variant: sandbox / rules / llm / none
+    sandbox_decided: float | None = None  # share of the variants the sandbox decided (auto mode)
+    sandbox_scales: dict[str, int] = {}  # sandbox verdicts reached at full size / in miniature
+    sandbox_modes: dict[str, int] = {}  # layered / blocking
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,7 +127,12 @@ def _run(args: argparse.Namespace, cases, settings, launcher) -> int:
         schema="crane.bench/1", mode=args.mode, overall=score(results),
         by_library=grouped(results, lambda r: r.library), by_root_cause=grouped(results, lambda r: r.root_cause),
         timing=timing(results), verdicts=dict(Counter(r.verdict or "error" for r in results)), results=results,
+        decided_by=dict(Counter(r.decided_by for r in results if r.decided_by)),
+        sandbox_scales=dict(Counter(r.sandbox_scale for r in results if r.sandbox_scale)),
+        sandbox_modes=dict(Counter(r.sandbox_mode for r in results if r.sandbox_mode)),
     )
+    if args.mode == "auto" and results:
+        report.sandbox_decided = round(sum(r.decided_by == "sandbox" for r in results) / len(results), 4)
     print(encode(report) if args.json else render_text(report))
     return EXIT_OK
 
@@ -142,6 +151,15 @@ def render_text(rep: BenchReport) -> str:
     o = rep.overall
     lines.append(f"confusion: TP {o.tp}  FP {o.fp}  TN {o.tn}  FN {o.fn}")
     lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.verdicts.items())))
+    if rep.decided_by:
+        lines.append("decided by: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.decided_by.items())))
+    if rep.sandbox_decided is not None:
+        n = len(rep.results)
+        lines.append(f"decided by the sandbox: {round(rep.sandbox_decided * n)}/{n} ({rep.sandbox_decided:.1%})"
+                     + (" at scale " + ", ".join(f"{k} {v}" for k, v in sorted(rep.sandbox_scales.items()))
+                        if rep.sandbox_scales else "")
+                     + (" in mode " + ", ".join(f"{k} {v}" for k, v in sorted(rep.sandbox_modes.items()))
+                        if rep.sandbox_modes else ""))
     errors = [r for r in rep.results if r.error]
     if errors:
         lines.append(f"variants that could not be run: {len(errors)}")

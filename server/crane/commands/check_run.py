@@ -21,11 +21,12 @@ from crane.notebook.model import Notebook, NotebookError, parse_notebook
 
 if TYPE_CHECKING:
     from crane.llm.settings import LLMSettings
+    from crane.policy import Mode
 
 
 @dataclass(frozen=True)
 class CheckOptions:
-    mode: str = "auto"
+    mode: Mode = "auto"
     cells: tuple[int, ...] | None = None  # 1-based target cells; None: every code cell not run yet
     budget_s: float = 30.0
     python: str | None = None

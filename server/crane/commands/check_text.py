@@ -63,13 +63,25 @@ def _notebook_lines(nb: NotebookReport) -> list[str]:
     return lines
 
 
+def _scale(r) -> str:
+    """', miniature run: kept ...' / ', side effects blocked (...)': how the sandbox ran, when it matters."""
+    out = ""
+    if r.sandbox_scale == "miniature":
+        from crane.sandbox.verdict import miniature_text
+
+        out += f", miniature run: {miniature_text(r.sandbox_kept)}"
+    if r.sandbox_mode == "blocking":
+        out += ", side effects blocked" + (f" ({r.sandbox_mode_reason})" if r.sandbox_mode_reason else "")
+    return out
+
+
 def _how(r) -> str:
     """How the verdict was reached, for auto and llm modes."""
     if r.sandbox in ("crash", "no-crash"):
         extra = f"; {len(r.cleared)} rule finding(s) disproved" if r.cleared else ""
-        return f"  (sandbox: {r.sandbox}{extra})"
+        return f"  (sandbox: {r.sandbox}{_scale(r)}{extra})"
     if r.sandbox:
-        return f"  (sandbox {r.sandbox}: {r.sandbox_reason or 'inconclusive'}; rules' verdict)"
+        return f"  (sandbox {r.sandbox}{_scale(r)}: {r.sandbox_reason or 'inconclusive'}; rules' verdict)"
     if r.llm:
         return "  (LLM)"
     return ""

@@ -15,7 +15,6 @@ same methods; `attach` and `watch_client` take a connection file path or a `cran
 
 from __future__ import annotations
 
-import ast
 import queue
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Any, Literal
 import msgspec
 from jupyter_client import BlockingKernelClient
 
+from crane import pyast
 from crane.kernel.errors import ConnectionLost, KernelDead, KernelError, KernelTimeout
 from crane.kernel.target import KernelTarget, as_target
 
@@ -58,7 +58,7 @@ def literal_value(entry: dict[str, Any] | None, what: str, error: type[KernelErr
         raise error(f"{what} failed in the kernel: {entry.get('ename', 'Error')}: {entry.get('evalue', '')}")
     text = entry.get("data", {}).get("text/plain", "")
     try:
-        return ast.literal_eval(text)
+        return pyast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
         raise error(f"{what}: unreadable reply from the kernel ({exc}): {text[:200]!r}") from None
 

@@ -60,8 +60,10 @@ def start_kernel(
     # the kernel runs in the notebook's folder, not ours.
     sockets = tempfile.mkdtemp(prefix="crane-kernel-")
     km = KernelManager(transport="ipc", ip=os.path.join(sockets, "k"))
-    _ = km.kernel_spec  # resolve the default spec, then run it with the chosen interpreter
-    km._kernel_spec.argv = [exe, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec = km.kernel_spec  # resolve the default spec, then run it with the chosen interpreter
+    if spec is None:  # only with an empty kernel name
+        raise KernelError(f"could not start a kernel with {exe}: no kernel spec")
+    spec.argv = [exe, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     full_env = dict(os.environ)
     full_env.update(KERNEL_ENV)
     if env:

@@ -105,7 +105,7 @@ def _request_kwargs(litellm, settings: LLMSettings, messages: list[dict], fmt: s
     if settings.api_base:
         kwargs["api_base"] = settings.api_base
         # Local OpenAI-compatible servers need no key, but the OpenAI client insists on one.
-        if _provider(litellm, settings.model) == "openai" and not os.environ.get("OPENAI_API_KEY"):
+        if _provider(litellm, settings.require_model()) == "openai" and not os.environ.get("OPENAI_API_KEY"):
             kwargs["api_key"] = "no-key-required"
     if _FORMATS[fmt] is not None:
         kwargs["response_format"] = _FORMATS[fmt]
@@ -118,14 +118,17 @@ def usage_of(litellm, settings: LLMSettings, response) -> Usage:
     completion = int(getattr(u, "completion_tokens", 0) or 0)
     details = getattr(u, "prompt_tokens_details", None)
     cached = int(getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
-    cost = price_usage(litellm, settings.model, prompt, completion, cached)
+    model = settings.require_model()
+    cost = price_usage(litellm, model, prompt, completion, cached)
     return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, cost_usd=cost,
-                 model=settings.model)
+                 model=model)
 
 
 def retry_after(exc: BaseException) -> float | None:
     for headers in (getattr(exc, "litellm_response_headers", None), getattr(getattr(exc, "response", None),
                                                                              "headers", None)):
+        if headers is None:
+            continue
         try:
             return max(0.0, float(headers.get("retry-after")))
         except (AttributeError, TypeError, ValueError):
@@ -219,7 +222,7 @@ def call_model(
     """One model reply (with retries on 429 / 5xx / timeouts / dropped connections); its usage is recorded."""
     if not settings.enabled:
         raise LLMNotConfigured("no model is configured (set --model, CRANE_MODEL or crane.llm.model)")
-    state = {"fmt": fmt or choose_response_format(load_litellm(), settings.model)}
+    state = {"fmt": fmt or choose_response_format(load_litellm(), settings.require_model())}
 
     def make_kwargs(litellm) -> dict[str, Any]:
         log.info("LLM request: model=%s format=%s", settings.model, state["fmt"])
@@ -229,7 +232,7 @@ def call_model(
         fmt_now = state["fmt"]
         if err_cls is LLMRequestRejected and fmt_now in _NEXT_FORMAT and _format_rejected(exc):
             log.warning("%s rejected response_format=%s; trying %s", settings.model, fmt_now, _NEXT_FORMAT[fmt_now])
-            state["fmt"] = _format_downgrades[settings.model] = _NEXT_FORMAT[fmt_now]
+            state["fmt"] = _format_downgrades[settings.require_model()] = _NEXT_FORMAT[fmt_now]
             return True
         return False
 

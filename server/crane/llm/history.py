@@ -16,6 +16,7 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 
+from crane import pyast
 from crane.notebook.model import Cell
 
 MAX_LINE_CHARS = 160
@@ -83,7 +84,7 @@ def _defs_uses(node: ast.stmt) -> tuple[set[str], set[str], bool]:
     defs: set[str] = set()
     uses: set[str] = set()
     is_import = isinstance(node, (ast.Import, ast.ImportFrom))
-    if is_import:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
         for a in node.names:
             defs.add(a.asname or a.name.split(".")[0])
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -116,7 +117,8 @@ def _cap_lines(lines: list[str]) -> list[str]:
     out = [ln if len(ln) <= MAX_LINE_CHARS else ln[: MAX_LINE_CHARS - 3] + "..." for ln in lines]
     if len(out) > MAX_STMT_LINES:
         head, tail = out[: MAX_STMT_LINES - 4], out[-3:]
-        indent = re.match(r"\s*", out[1] if len(out) > 1 else "").group(0)
+        m = re.match(r"\s*", out[1] if len(out) > 1 else "")
+        indent = m.group(0) if m else ""
         out = [*head, f"{indent}...", *tail]
     return out
 
@@ -128,7 +130,7 @@ def parse_cell(cell: Cell, error: str | None = None) -> HistoryCell:
     source = cell.source
     try:
         python, line_map, _magic = transform(source)
-        tree = ast.parse(python)
+        tree = pyast.parse(python)
     except Exception:
         tree, line_map, python = None, [], source
     orig_lines = source.splitlines()
@@ -202,7 +204,7 @@ def fit_budget(cells: list[HistoryCell], budget: int = HISTORY_BUDGET_CHARS) -> 
 def render(cells: list[HistoryCell]) -> tuple[str, list[str]]:
     """The kept code, cell by cell, with `...` for omitted statements; and the omitted cells, as ranges."""
     out: list[str] = []
-    omitted: list[str] = []
+    omitted: list[HistoryCell] = []
     for hc in cells:
         label = f"In[{hc.execution_count}]" if hc.execution_count is not None else f"cell {hc.number}"
         kept = [st for st in hc.stmts if st.depth is not None]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
@@ -80,8 +81,8 @@ def predict_with_llm(
     if needs_cache_markers(settings.model):
         messages = with_cache_markers(messages, prompt.stable_chars)
     answer, usage, repaired = request_answer(settings, messages, ledger)
-    if key is not None:
-        cache.put(key, settings.model, answer, usage, repaired)
+    if key is not None and cache is not None:
+        cache.put(key, settings.require_model(), answer, usage, repaired)
     return LLMVerdict(answer=answer, usage=usage, repaired=repaired, elapsed_ms=(time.perf_counter() - start) * 1000)
 
 
@@ -202,7 +203,7 @@ def diagnose(
     return d
 
 
-def _dist(values: list[float]) -> dict[str, float]:
+def _dist(values: Sequence[float]) -> dict[str, float]:
     if not values:
         return {}
     s = sorted(values)

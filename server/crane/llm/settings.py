@@ -47,6 +47,12 @@ class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
     def enabled(self) -> bool:
         return bool(self.model)
 
+    def require_model(self) -> str:
+        """`model`, for the code that runs only when `enabled` (request building, pricing); SettingsError if unset."""
+        if not self.model:
+            raise SettingsError("no model is configured")
+        return self.model
+
     def resolved_cache_dir(self) -> Path:
         return Path(self.cache_dir or default_cache_dir())
 
@@ -183,11 +189,11 @@ def resolve_settings(
             if v is not None:
                 values[field] = v
     for key, raw in _lsp_llm_section(lsp).items():
-        field = _LSP_KEYS.get(key)
-        if field is not None:
-            v = _coerce(field, raw, f"crane.llm.{key}")
+        lsp_field = _LSP_KEYS.get(key)
+        if lsp_field is not None:
+            v = _coerce(lsp_field, raw, f"crane.llm.{key}")
             if v is not None:
-                values[field] = v
+                values[lsp_field] = v
     for field, raw in (explicit or {}).items():
         if field not in LLMSettings.__struct_fields__:
             raise SettingsError(f"unknown LLM setting {field!r}")

@@ -50,7 +50,8 @@ def _request_future(ls: CraneServer) -> Any:
     """The future of the `workspace/executeCommand` request being handled. pygls runs command handlers from a
     generator, so `$/cancelRequest` cancels this future, not the handler's task: the handler polls it."""
     try:
-        return ls.protocol._request_futures.get(ls.protocol.msg_id)
+        msg_id = ls.protocol.msg_id
+        return ls.protocol._request_futures.get(msg_id) if msg_id is not None else None
     except Exception:  # pygls internals changed: cancellation then works through stopAgent / progress only
         return None
 

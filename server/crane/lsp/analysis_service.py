@@ -115,11 +115,14 @@ class AnalysisService:
         return out
 
     def names_written(self, source: str) -> set[str] | None:
-        """Names a cell binds or deletes when it runs; None when it may bind anything (star import, exec...)."""
+        """Names a cell binds, deletes or may change in place when it runs (`df["c"] = 0`, `df.drop(...,
+        inplace=True)`, `rng.shuffle(arr)`); None when it may bind anything (star import, exec...)."""
+        from crane.analysis.extract import possibly_mutated
+
         a = self.analyze(source)
         if a.tree is None or a.dynamic:
             return None
-        return set(a.stored_names) | set(a.deleted_names)
+        return set(a.stored_names) | set(a.deleted_names) | possibly_mutated(a.tree)
 
     def names_read(self, source: str) -> set[str] | None:
         """Names a cell loads from the namespace; None when it cannot be told (syntax error)."""

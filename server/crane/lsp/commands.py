@@ -96,7 +96,8 @@ async def diagnose_cell(ls: CraneServer, *args: Any) -> Any:
         publish_checked(ls, session, snap, outcomes)
         model = ls.settings.llm.model
         progress.report(f"asking {model}" if model else "explaining", 60)
-        ctx = explain.diagnosis_context(snap, outcomes[0], ls.settings.llm)
+        verdict = session.sandbox_verdicts.get(cell.source, session.kernel_gen) if ls.settings.speculative_on else None
+        ctx = explain.diagnosis_context(snap, outcomes[0], ls.settings.llm, verdict)
         result = ctx.rules_result
         try:
             result = await diagnose_with_llm(ctx) or result

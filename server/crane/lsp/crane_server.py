@@ -88,6 +88,7 @@ class CraneServer(LanguageServer):
         self.quick_fixes = QuickFixService(self, self.speculation)
         self.speculation.after_verdict = self.quick_fixes.consider
         self.kernels = KernelSupervisor(self, self.analysis)
+        self.speculation.on_mode = self.kernels.notify_status  # the status says which sandbox mode is in force
         self._executor = ThreadPoolExecutor(max_workers=3, thread_name_prefix="crane-work")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()

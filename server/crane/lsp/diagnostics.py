@@ -147,7 +147,8 @@ def final_findings(settings: Settings, session: NotebookSession, cell: CellSnaps
     model = session.model_answers.get(cell.source, session.kernel_gen) if settings.mode == "llm" else None
     info = None
     if verdict is not None:
-        info = {"verdict": verdict.verdict, "reason": verdict.reason, "elapsedMs": round(verdict.elapsed_ms, 1)}
+        info = {"verdict": verdict.verdict, "reason": verdict.reason, "elapsedMs": round(verdict.elapsed_ms, 1),
+                "how": verdict.how(), "scale": verdict.scale, "mode": verdict.mode}
     return decide(settings.mode, rules, verdict, model).findings, info
 
 
@@ -168,7 +169,7 @@ def republish(host: Host, session: NotebookSession, cell_uri: str, source: str) 
     """Republish a cell if its text is still `source` (a sandbox or model result arrived); False otherwise."""
     snap = snapshot(host.workspace, session.uri)
     cell = snap.cell(cell_uri) if snap is not None else None
-    if cell is None or cell.source != source or session.closed:
+    if snap is None or cell is None or cell.source != source or session.closed:
         return False
     publish_cell(host, session, snap, cell)
     return True

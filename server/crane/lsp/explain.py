@@ -87,16 +87,30 @@ def rules_markdown(ctx_cell: CellSnapshot, findings: list[Any], probe: Any, mode
     return "\n\n".join(out)
 
 
-def diagnosis_context(ctx_snapshot: NotebookSnapshot, outcome: Any, llm_settings: LLMOptions) -> DiagnosisContext:
-    """The rules' diagnosis of one checked cell (`outcome` is an analysis_service.CellOutcome), with what a
-    model needs to refine it."""
+def diagnosis_context(
+    ctx_snapshot: NotebookSnapshot, outcome: Any, llm_settings: LLMOptions, sandbox: Any = None
+) -> DiagnosisContext:
+    """The diagnosis of one checked cell (`outcome` is an analysis_service.CellOutcome): the rules' findings,
+    decided by the cell's speculative run when there is a conclusive one (`sandbox`, a SandboxVerdict for the
+    cell's current text and kernel state), with what a model needs to refine it."""
     findings = rank(outcome.findings)
+    if sandbox is not None and sandbox.verdict == "crash":
+        from crane.policy import sandbox_finding
+
+        findings = [sandbox_finding(sandbox, findings)]
+    elif sandbox is not None and sandbox.verdict == "no-crash":
+        findings = []
+    markdown = rules_markdown(outcome.cell, findings, outcome.probe, outcome.mode)
+    if sandbox is not None:
+        from crane.sandbox.verdict import verdict_markdown
+
+        markdown += "\n\n" + verdict_markdown(sandbox) + ("" if sandbox.conclusive else " The rules' verdict stands.")
     result = DiagnosisResult(
         notebook_uri=ctx_snapshot.uri,
         cell_uri=outcome.cell.uri,
         cell=outcome.cell.number,
         verdict=findings[0] if findings else None,
-        markdown=rules_markdown(outcome.cell, findings, outcome.probe, outcome.mode),
+        markdown=markdown,
         findings=findings,
         mode=outcome.mode,
         source="rules",

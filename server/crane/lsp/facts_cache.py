@@ -1,17 +1,32 @@
-"""The last runtime facts read from a kernel, to answer without waiting when the kernel is busy.
+"""The last runtime facts read from a kernel: to answer without waiting when the kernel is busy, and without
+asking at all while nothing ran.
 
 Every live probe result is merged in. When the kernel is running a user cell (or the probe timed out),
 `lookup(request)` answers from here: what is known about the requested names, attributes, keys, modules and
 paths, and nothing about the rest (unknown, never "undefined"). Those answers are stale by definition: the
-caller marks them so. Thread-safe.
+caller marks them so.
+
+`reuse(request, state)` answers a request identical to one already answered live, while the kernel's `state`
+(the caller's token: which attachment, what its iopub watcher saw other clients do, the session's generation)
+is the same as then: facts cannot have changed without an execution, so the answer is still live. Paths and
+module availability can change without one (files, installs): an answer that holds them is reused for
+FS_REUSE_S at most. Results cut by the probe's time budget, or with errors, are not kept. Thread-safe.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 
+import msgspec
+
 from crane.probe.facts import AttrCheck, Facts, KeyCheck, ProbeRequest, ProbeResult
+
+FS_REUSE_S = 2.0  # how long an answer about paths or module availability is reused
+REUSE_SIZE = 256  # identical requests remembered per kernel state
 
 
 def _key_id(expr: str, key: Any, axis: str) -> tuple[str, str, str]:
@@ -19,8 +34,9 @@ def _key_id(expr: str, key: Any, axis: str) -> tuple[str, str, str]:
 
 
 class FactsCache:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
         self._reset()
 
     def clear(self) -> None:
@@ -28,6 +44,8 @@ class FactsCache:
             self._reset()
 
     def _reset(self) -> None:
+        self._state: Hashable = None
+        self._answers: OrderedDict[bytes, tuple[float, ProbeResult]] = OrderedDict()
         self.facts: dict[str, Facts] = {}
         self.undefined: set[str] = set()
         self.attrs: dict[str, AttrCheck] = {}
@@ -94,3 +112,41 @@ class FactsCache:
                 cwd=self.cwd,
                 libraries=dict(self.libraries),
             )
+
+    # -- live answers for an unchanged kernel ---------------------------------------------------------------
+    def reuse(self, request: ProbeRequest, state: Hashable) -> ProbeResult | None:
+        """The live answer to this very request, when the kernel's state is still `state`; else None."""
+        key = _request_key(request)
+        with self._lock:
+            if state != self._state:
+                return None
+            got = self._answers.get(key)
+            if got is None:
+                return None
+            read_at, result = got
+            if (request.paths or request.modules) and self._clock() - read_at > FS_REUSE_S:
+                return None
+            self._answers.move_to_end(key)
+        return _copy(result)  # a copy: consumers annotate what they get (Facts.defined_in)
+
+    def remember(self, request: ProbeRequest, state: Hashable, result: ProbeResult) -> None:
+        """Keep a live answer read while the kernel's state was `state` (read BEFORE the request was sent)."""
+        if result.time_capped or result.errors:
+            return
+        key = _request_key(request)
+        with self._lock:
+            if state != self._state:
+                self._state = state
+                self._answers.clear()
+            self._answers[key] = (self._clock(), result)
+            self._answers.move_to_end(key)
+            while len(self._answers) > REUSE_SIZE:
+                self._answers.popitem(last=False)
+
+
+def _copy(result: ProbeResult) -> ProbeResult:
+    return msgspec.json.decode(msgspec.json.encode(result), type=ProbeResult)
+
+
+def _request_key(request: ProbeRequest) -> bytes:
+    return msgspec.json.encode(msgspec.structs.replace(request, epoch=None))

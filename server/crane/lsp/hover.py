@@ -15,6 +15,7 @@ from lsprotocol import types
 from crane.lsp.crane_server import CraneServer
 from crane.lsp.facts_markdown import facts_markdown
 from crane.lsp.notebook_map import char_col, utf16_col
+from crane.sandbox.verdict import verdict_markdown
 
 _CHAIN = re.compile(r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")
 
@@ -103,6 +104,9 @@ async def hover(ls: CraneServer, params: types.HoverParams) -> types.Hover | Non
         text = f"**{root}**: not defined in the kernel" + (" _(stale)_" if stale else "")
     if text is None:
         return None
+    verdict = session.sandbox_verdicts.get(doc.source, session.kernel_gen) if ls.settings.speculative_on else None
+    if verdict is not None:
+        text += "\n\n---\n" + verdict_markdown(verdict)
     att = session.attachment
     if att is not None and att.info.server_url:
         text += f"\n\n_from {att.info.description}_"

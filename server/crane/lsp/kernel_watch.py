@@ -6,11 +6,13 @@ for messages. It reports, through `on_event` (called on the watcher thread):
 
 - `WatchEvent("busy")` when another client's `execute_request` starts (goes busy), and `WatchEvent("idle")`
   when no such request runs any more;
-- `WatchEvent("finished", code, execution_count, success)` when another client's request that was shown on
-  iopub (`execute_input`, with the count it ran under) goes idle. Only a candidate user run: the Jupyter
-  extension also sends requests of its own on the user's session (startup code, the variables view, other
-  extensions' code through its kernels API) with `store_history=False`, which carry the same count and leave
-  it where it was; the supervisor (kernels.py) counts a run only when the execution count advanced;
+- `WatchEvent("finished", code, execution_count, success, seconds)` when another client's request that was
+  shown on iopub (`execute_input`, with the count it ran under) goes idle; `seconds` is how long it ran (from
+  its `execute_input` to its `idle`), which tells the sandbox when a cell is too long for a full-size run.
+  Only a candidate user run: the Jupyter extension also sends requests of its own on the user's session
+  (startup code, the variables view, other extensions' code through its kernels API) with
+  `store_history=False`, which carry the same count and leave it where it was; the supervisor (kernels.py)
+  counts a run only when the execution count advanced;
 - `WatchEvent("restarted")` on a `starting`/`restarting` status, a `shutdown_reply` on iopub, or an
   `iopub_welcome` after the first (our subscription was renewed: a new kernel behind the same address);
 - `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back;
@@ -21,7 +23,11 @@ Traffic whose parent is CRANE's own session (the probe's silent requests) is ign
 daemon opened on any kernel (`DAEMON_SESSIONS`: probe, sandbox and agent connections of every notebook), so
 that two notebooks attached to one kernel do not take each other's private requests for user activity (each
 would invalidate the other's sandbox results, over and over). `busy` tells, at any time, whether a user
-request is running: the probe uses it to avoid queueing behind a user cell.
+request is running: the probe uses it to avoid queueing behind a user cell. `activity`
+counts what may have changed the kernel's state since the watch began: every other client's request that
+can run code (execute, also silent or expression-only; comm messages; anything but the read-only requests
+below), restarts, deaths and reconnections (what ran in the gap is unknown). It is bumped on the watcher
+thread as the message is read, before any event.
 """
 
 from __future__ import annotations
@@ -43,6 +49,12 @@ WatchKind = Literal["busy", "idle", "finished", "restarted", "dead", "alive", "r
 # Sessions of the kernel connections this daemon opened (any notebook, any kernel): never user activity.
 DAEMON_SESSIONS: set[str] = set()
 
+# Requests that run no user code: they do not count as activity.
+READ_ONLY_REQUESTS = frozenset({
+    "kernel_info_request", "comm_info_request", "complete_request", "inspect_request", "is_complete_request",
+    "history_request",
+})
+
 
 @dataclass(frozen=True)
 class WatchEvent:
@@ -50,6 +62,7 @@ class WatchEvent:
     code: str | None = None
     execution_count: int | None = None
     success: bool | None = None
+    seconds: float | None = None
 
 
 class _Shared(set):
@@ -93,6 +106,7 @@ class KernelWatch(threading.Thread):
         self._lock = threading.Lock()
         self.alive = True
         self.last_activity = time.monotonic()
+        self.activity = 0  # other clients' requests that may have changed the kernel's state, restarts, deaths
         self._welcomed = False  # ipykernel >= 7 welcomes each new iopub subscriber: the first is our own start
         self._reconnects = 0  # the websocket client's reconnections already reported
 
@@ -144,6 +158,7 @@ class KernelWatch(threading.Thread):
             with self._lock:  # a run we saw start may have ended during the gap
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1  # and what ran in the gap is unknown
             self._emit(WatchEvent("resync"))
         if beating and not self.alive:
             self.alive = True
@@ -153,6 +168,7 @@ class KernelWatch(threading.Thread):
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1
             self._emit(WatchEvent("dead"))
 
     def _check_process(self) -> None:
@@ -162,6 +178,7 @@ class KernelWatch(threading.Thread):
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1
             self._emit(WatchEvent("restarted"))
 
     # -- iopub -----------------------------------------------------------------------------------
@@ -173,12 +190,15 @@ class KernelWatch(threading.Thread):
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self.activity += 1
             self._emit(WatchEvent("restarted"))
             return
         if mtype == "shutdown_reply" or (mtype == "iopub_welcome" and self._welcomed):
             # A restart that iopub's "starting" may not show (a subscriber that reconnects misses it; a kernel
             # behind a Jupyter Server restarted through its REST API): the kernel announced its shutdown, or a
             # fresh kernel welcomed our (re)subscription. The identity check tells a restart from a blip.
+            with self._lock:
+                self.activity += 1
             self._emit(WatchEvent("restarted"))
             return
         if mtype == "iopub_welcome":
@@ -186,6 +206,11 @@ class KernelWatch(threading.Thread):
             return
         if parent.get("session") in self.ignore_sessions or parent.get("session") in DAEMON_SESSIONS:
             return
+        if mtype == "status" and content.get("execution_state") == "busy" and (
+            parent.get("msg_type") not in READ_ONLY_REQUESTS
+        ):
+            with self._lock:
+                self.activity += 1
         pid = parent.get("msg_id")
         if not pid or parent.get("msg_type") != "execute_request":
             return
@@ -204,12 +229,14 @@ class KernelWatch(threading.Thread):
                     now_idle = was_busy and not self._busy_parents
                     run = self._running.pop(pid, None)
                 if run is not None:
-                    self._emit(WatchEvent("finished", run["code"], run["count"], run["ok"]))
+                    self._emit(WatchEvent("finished", run["code"], run["count"], run["ok"],
+                                          round(time.monotonic() - run["t0"], 3)))
                 if now_idle:
                     self._emit(WatchEvent("idle"))
         elif mtype == "execute_input":
             with self._lock:
-                self._running[pid] = {"code": content.get("code", ""), "count": content.get("execution_count"), "ok": True}
+                self._running[pid] = {"code": content.get("code", ""), "count": content.get("execution_count"), "ok": True,
+                                      "t0": time.monotonic()}
         elif mtype == "error":
             with self._lock:
                 if pid in self._running:

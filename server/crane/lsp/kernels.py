@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KERNEL_STATUS = "crane/kernelStatus"
+RUN_SECONDS_KEPT = 512  # cell texts whose last run time is remembered
 BUSY_AFTER_S = 0.15  # a user request must run this long before the status says "busy"
 GONE = "the kernel stopped or restarted (its connection file is gone): static-only diagnostics until it is found"
 
@@ -92,6 +93,8 @@ class KernelSupervisor:
             kernel=att.info if att is not None else None,
             message=session.status_message,
             stale=session.used_stale,
+            sandbox=session.sandbox_mode[0] if session.sandbox_mode else None,  # type: ignore[arg-type]
+            sandbox_reason=session.sandbox_mode[1] if session.sandbox_mode else None,
         )
         self.host.notify(KERNEL_STATUS, to_wire(status))
 
@@ -322,6 +325,11 @@ class KernelSupervisor:
         log.info("a user run (count %s) finished: re-checking the cells it affects", count)
         if count is not None:
             att.last_count = count
+        if event.code and event.seconds is not None:  # how long the cell takes: the sandbox's scale for it
+            session.run_seconds.pop(event.code, None)
+            session.run_seconds[event.code] = event.seconds
+            while len(session.run_seconds) > RUN_SECONDS_KEPT:
+                session.run_seconds.pop(next(iter(session.run_seconds)))
         session.kernel_changed()  # a user cell changed the state: speculative results are discarded
         self._set_state(session, "idle", "the kernel is idle")
         self.recheck_after_run(session, event.code)

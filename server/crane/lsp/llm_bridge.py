@@ -118,7 +118,7 @@ async def diagnose_with_llm(ctx: DiagnosisContext) -> DiagnosisResult | None:
         verdict=d.verdict,
         markdown=markdown,
         findings=ctx.findings,
-        mode=ctx.mode,  # type: ignore[arg-type]
+        mode=ctx.mode,
         source="llm",
         usage=_usage(d.usage),
         session=totals,

@@ -2,7 +2,10 @@
 
 `facts_for` is the one place the analysis threads get runtime facts from. It never waits long behind a
 running user cell: when the watcher says the kernel is busy, or the probe times out, it answers from the
-facts cache and says "stale"; with no kernel (or a dead one) it answers nothing and says "static".
+facts cache and says "stale"; with no kernel (or a dead one) it answers nothing and says "static". While
+nothing ran in the kernel since the same request was answered (the watcher saw no other client's request
+that could run code, no restart; the session's generation is the same), that answer is still live and is
+given again without a round trip; the probe itself also reuses what it computed (its epoch is the same state).
 
 The sandbox's verdicts, the model's answers and the verified quick fixes are kept per (cell text, kernel state
 generation): typing back the same text, or re-checking a cell, reuses them; any change of the kernel's state (`kernel_changed`) makes
@@ -16,6 +19,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import msgspec
 
 from crane.lsp.facts_cache import FactsCache
 from crane.lsp.messages import KernelSource, KernelState
@@ -113,6 +118,8 @@ class NotebookSession:
     last_edit: dict[str, float] = field(default_factory=dict)  # cell URI -> loop time of its last text edit
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order
+    run_seconds: dict[str, float] = field(default_factory=dict)  # cell text -> how long the user's last run took
+    sandbox_mode: tuple[str, str | None] | None = None  # (mode, why not layered) of the last speculative run
     scheduler: CellScheduler | None = None
     closed: bool = False
     on_kernel_failure: Any = None  # callable(exc), set by the supervisor; called from worker threads
@@ -128,14 +135,21 @@ class NotebookSession:
             return None, "static", None
         if att.busy:
             return self.facts.lookup(request), "stale", None
+        state: tuple[str, int, int] | None = self._kernel_state(att)  # read before asking (then any later
+        # activity makes the answer older than the state it is filed under, never newer)
+        reused = self.facts.reuse(request, state)
+        if reused is not None:
+            return reused, "live", None
         try:
             with self._probe_lock:
                 probe = att.probe_client()
                 installs = probe.installs
-                result = att.run(probe.run, request, timeout)
+                asked = msgspec.structs.replace(request, epoch=f"{state[0]}:{state[1]}") if state else request
+                result = att.run(probe.run, asked, timeout)
                 if installs and probe.installs > installs:  # our probe module vanished: the kernel restarted
                     self.facts.clear()
                     self._signal(self.on_kernel_restart)
+                    state = None
         except KernelTimeout as exc:
             log.info("probe timed out (%s): using the last facts", exc)
             return self.facts.lookup(request), "stale", str(exc)
@@ -148,7 +162,16 @@ class NotebookSession:
         if att is not self.attachment:  # reattached meanwhile: these facts belong to the old kernel
             return self.facts.lookup(request), "stale", None
         self.facts.store(request, result)
+        if state is not None:
+            self.facts.remember(request, state, result)
         return result, "live", None
+
+    def _kernel_state(self, att: Attachment) -> tuple[str, int, int]:
+        """What names the kernel's state from here: the attachment (its connection's session), what its
+        watcher saw other clients do, and this session's generation (bumped on runs the client reports)."""
+        from crane.lsp.kernel_attach import session_id
+
+        return (session_id(att.conn), att.watch.activity, self.kernel_gen)
 
     def kernel_changed(self) -> None:
         """The kernel's state may have changed (a cell ran, it restarted, another kernel): results computed

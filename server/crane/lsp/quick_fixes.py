@@ -51,7 +51,7 @@ class QuickFixService:
         self._running: dict[tuple[str, str], tuple[str, threading.Event]] = {}  # key -> (source, cancel)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._thread = SandboxThread("crane-fixes", lambda: host.tuning.attach_timeout_ms / 1000)
+        self._thread = SandboxThread("crane-fixes", host)
         self.searches = 0  # searches started (tests, logs)
 
     # -- what to search ---------------------------------------------------------------------------------------

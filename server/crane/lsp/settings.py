@@ -41,6 +41,13 @@ class SpeculativeSettings(msgspec.Struct, rename="camel", frozen=True):
         Meta(ge=0.1, le=600,
              description="Time limit of one speculative run, in seconds; a run that takes longer is inconclusive."),
     ] = 10.0
+    background_seconds: Annotated[
+        float,
+        Meta(ge=0, le=3600,
+             description="Time limit of a full-size background run of a long cell (judged only in miniature or not "
+                         "at all), in seconds; it runs at idle priority while the kernel is idle and stops when you "
+                         "edit the cell or run any cell. 0: no background runs."),
+    ] = 120.0
 
 
 class AgentSettings(msgspec.Struct, rename="camel", frozen=True):
@@ -212,6 +219,7 @@ class Tuning(msgspec.Struct, frozen=True):
     discovery_interval_ms: int = 3000  # look again for the notebook's kernel this often while none is attached
     speculate_delay_ms: int = 400  # a cell's text must be stable this long before it is run speculatively
     llm_delay_ms: int = 2000  # llm mode: the model is asked this long after a cell's last edit
+    background_idle: int = 1  # background full-size runs at idle CPU priority (0: normal, for loaded test machines)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Tuning:

@@ -1,27 +1,31 @@
 """auto mode: speculative runs of cells in a confined copy-on-write fork of the attached kernel.
 
 After the rules' diagnostics of a cell are published, the cell is queued for a sandboxed run
-(`crane.sandbox.speculate`) when it has rule findings or has never been executed. Runs happen one at a time,
+(`crane.sandbox.scale.speculate_scaled`: full size, or a miniature when the cell's last run, as the kernel
+watcher measured it, or a first attempt outlasts the budget) when it has rule findings or has never been
+executed. A cell judged only in miniature, or not at all, is then offered to `background_run` for a full-size
+run at idle priority while the kernel is idle. Runs happen one at a time,
 on a thread of their own with a kernel connection of their own, only while the kernel is attached and idle,
 once the cell's text has been stable for `CRANE_LSP_SPECULATE_DELAY_MS`. Verdicts are kept by the session
 per (cell text, kernel state generation): typing back the same text, or re-checking a cell, does not fork
-again. A verdict whose cell text or kernel state changed while it ran is discarded. After a verdict is
-published, `after_verdict` (the quick-fix search, crane.lsp.quick_fixes) is told. The runs happen on a
-`SandboxThread` of this service's own. What a verdict does to
+again. A verdict whose cell text or kernel state changed while it ran is discarded. What a verdict does to
 the diagnostics is `crane.policy.decide` (see `diagnostics.final_findings`). `crane.runSpeculatively` runs a
-cell on demand (`run_now`).
+cell on demand (`run_now`). After a verdict is published, `after_verdict` (the quick-fix search,
+crane.lsp.quick_fixes) is told.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
+from crane.lsp.background_run import BackgroundRuns, ThreadConnections
 from crane.lsp.diagnostics import republish
 from crane.lsp.notebook_map import CellSnapshot, snapshot
-from crane.lsp.sandbox_thread import SandboxThread
 
 if TYPE_CHECKING:
     from crane.lsp.host import Host
@@ -33,7 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUSY_POLL_S = 0.2
-T = TypeVar("T")
 
 
 class SpeculationService:
@@ -43,7 +46,11 @@ class SpeculationService:
         self._due: dict[tuple[str, str], float] = {}  # (notebook key, cell URI) -> loop time
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._thread = SandboxThread("crane-sandbox", lambda: host.tuning.attach_timeout_ms / 1000)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crane-sandbox")
+        self._conns = ThreadConnections(host)  # used on the sandbox thread only
+        self.background = BackgroundRuns(host)
+        # called when the sandbox mode in force changed (the kernel status says it)
+        self.on_mode: Callable[[NotebookSession], None] | None = None
         self.runs = 0  # sandbox runs started (for tests and logs)
         # called (on the loop) after a verdict was cached and published: the quick-fix search's trigger
         self.after_verdict: Callable[[NotebookSession, CellSnapshot], None] | None = None
@@ -146,6 +153,8 @@ class SpeculationService:
                 self.request(session, cell_uri)
             return
         session.sandbox_verdicts.put(cell.source, gen, v)
+        self._note_mode(session, v)
+        self.background.offer(session, cell_uri, cell.source, gen, v)
         if republish(self.host, session, cell_uri, cell.source):  # False: the text changed (a newer check runs)
             now = snapshot(self.host.workspace, session.uri)
             current = now.cell(cell_uri) if now is not None else None
@@ -165,19 +174,24 @@ class SpeculationService:
         if att is None or not att.alive:
             return None
         budget = self.host.settings.speculative.budget_seconds
+        recorded = session.run_seconds.get(source)
+        places = [os.path.dirname(os.path.abspath(session.path))] if session.path else []
         self.runs += 1
-        return await self._thread.run(self._speculate_blocking, att, source, budget)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._speculate_blocking, att, source, budget, recorded,
+                                          places)
 
     # -- on the sandbox thread ------------------------------------------------------------------------------
-    def _speculate_blocking(self, att: Attachment, source: str, budget: float) -> SandboxVerdict:
-        from crane.sandbox import speculate
+    def _speculate_blocking(self, att: Attachment, source: str, budget: float, recorded: float | None,
+                            places: list[str]) -> SandboxVerdict:
+        from crane.sandbox.scale import speculate_scaled
         from crane.sandbox.verdict import unavailable
 
         try:
-            conn = self._thread.connection(att)
+            conn = self._conns.get(att)
         except Exception as exc:
             return unavailable(f"could not connect to the kernel for a sandboxed run: {exc}")
-        return speculate(conn, source, budget)
+        return speculate_scaled(conn, source, budget, recorded_s=recorded, places=places)
 
     # -- on demand ------------------------------------------------------------------------------------------
     async def run_now(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict:
@@ -190,12 +204,27 @@ class SpeculationService:
             return unavailable("no kernel is attached")
         if session.kernel_gen == gen and not session.closed:
             session.sandbox_verdicts.put(cell.source, gen, v)
+            self._note_mode(session, v)
             if self.host.settings.speculative_on:
+                self.background.offer(session, cell.uri, cell.source, gen, v)
                 republish(self.host, session, cell.uri, cell.source)
                 self._after_verdict(session, cell)
         return v
 
+    def _note_mode(self, session: NotebookSession, v: SandboxVerdict) -> None:
+        from crane.sandbox.layer_choice import AUTO_BLOCKING_REASON
+
+        if v.mode_reason == AUTO_BLOCKING_REASON:
+            return  # the cheaper confinement by choice: says nothing about what the machine allows
+        if v.mode is not None and (v.mode, v.mode_reason) != session.sandbox_mode:
+            session.sandbox_mode = (v.mode, v.mode_reason)
+            if self.on_mode is not None:
+                self.on_mode(session)
+
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        self._thread.close()
+
+        self.background.close()
+        self._executor.submit(self._conns.close_all)
+        self._executor.shutdown(wait=False)

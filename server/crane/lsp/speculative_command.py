@@ -34,7 +34,8 @@ def _block(text: str, lang: str = "text") -> str:
 
 def render(cell: CellSnapshot, v: Any) -> str:
     out = [f"### Cell {cell.number} {_HEAD.get(v.verdict, v.verdict)}"]
-    out.append(f"Ran in a confined copy-on-write fork of the kernel in {v.elapsed_ms:.0f} ms; "
+    how = v.how()
+    out.append(f"{how[:1].upper()}{how[1:]}, in {v.elapsed_ms:.0f} ms; "
                "the kernel, your files and the network were not touched.")
     if v.verdict == "crash":
         where = f" on line {v.line}" if v.line else ""

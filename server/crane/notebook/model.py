@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 
 from crane.errors import CraneError
+from crane.notebook.timing import recorded_seconds
 
 
 class NotebookError(CraneError):
@@ -30,6 +31,7 @@ class Cell(msgspec.Struct, frozen=True):
     source: str
     execution_count: int | None = None
     error: CellError | None = None
+    recorded_s: float | None = None  # how long its last recorded run took (notebook/timing.py)
 
     @property
     def is_code(self) -> bool:
@@ -64,6 +66,7 @@ class _RawCell(msgspec.Struct):
     source: str | list[str] = ""
     execution_count: int | None = None
     outputs: list[_RawOutput] = []
+    metadata: dict | None = None
 
 
 class _RawNotebook(msgspec.Struct):
@@ -105,6 +108,7 @@ def parse_notebook(data: bytes | str, path: str | None = None) -> Notebook:
                 source=_join(rc.source),
                 execution_count=rc.execution_count if rc.cell_type == "code" else None,
                 error=error,
+                recorded_s=recorded_seconds(rc.metadata) if rc.cell_type == "code" else None,
             )
         )
     lang = "python"

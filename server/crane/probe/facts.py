@@ -219,6 +219,13 @@ class ProbeRequest(msgspec.Struct, omit_defaults=True):
     max_var_bytes: int | None = None  # per-variable cap (default 4096)
     max_total_bytes: int | None = None  # total cap (default 32768)
     time_budget_ms: float | None = None  # expensive work stops past this (default 50)
+    # Column labels the cell mentions (string constants, attribute names, integer subscripts): DataFrames give
+    # value facts (kind, uniques, range, examples) only for these columns, and name, dtype, NaN count and
+    # numeric_parse for the others. None: value facts for every column (up to 60).
+    columns: list[str | int] | None = None
+    # The daemon's view of the kernel's activity (what its iopub watcher saw other clients send): facts the
+    # probe remembers from a call with another epoch are not reused (see kp_cache).
+    epoch: str | None = None
 
 
 class ProbeResult(msgspec.Struct, omit_defaults=True):
@@ -237,6 +244,8 @@ class ProbeResult(msgspec.Struct, omit_defaults=True):
     errors: list[str] = []  # facts the probe could not compute (it never raises)
     path_suggestions: dict[str, list[str]] = {}  # missing path -> similar existing entries of its folder
     time_capped: bool = False  # the time budget ran out: later variables got cheaper facts
+    cached: int = 0  # facts and checks reused from an earlier call (the kernel's state had not changed)
+    scanned: int = 0  # elements this call read exactly (scan-budget units: a Python object counts 16)
 
 
 _decoder = msgspec.json.Decoder(ProbeResult)

@@ -1,9 +1,14 @@
-"""CRANE kernel probe, part 5 of 5: the entry points `run(request_json)` and `history()` (standard library only).
+"""CRANE kernel probe, part 6 of 6: the entry points `run(request_json)` and `history()` (standard library only).
 
 Installed once per kernel as the private module `_crane_probe` (see collect.py) and called through a silent
 request's `user_expressions`; it binds no names in the user's namespace. `run` summarises only the names the
 target cell uses and answers its attribute/key/module/path checks, within a size cap per variable and in total
 and a time budget. It never prints and never raises: failures are reported in `errors`.
+
+Facts of names, attribute checks and key checks are reused while the kernel's state is unchanged (kp_cache:
+keyed on the execution marker and the identity of the values), unless the call that computed them was cut short
+by what it spent earlier (then they depend on the request's order). Module and path checks are always redone:
+installed packages and files change without any execution.
 """
 
 import json
@@ -13,6 +18,7 @@ import time
 import types
 import warnings
 
+from crane.probe.kp_cache import begin, recall, remember  # kernel: strip
 from crane.probe.kp_checks import (  # kernel: strip
     add_callable_facts,  # kernel: strip
     check_attr,  # kernel: strip
@@ -36,13 +42,12 @@ from crane.probe.kp_common import (  # kernel: strip
     tname,  # kernel: strip
 )  # kernel: strip
 from crane.probe.kp_data import (  # kernel: strip
-    column_values,  # kernel: strip
+    column_facts,  # kernel: strip
     dataframe_facts,  # kernel: strip
     index_facts,  # kernel: strip
     label_str,  # kernel: strip
     ndarray_facts,  # kernel: strip
     series_facts,  # kernel: strip
-    vector_facts,  # kernel: strip
 )  # kernel: strip
 from crane.probe.kp_ml import (  # kernel: strip
     dataloader_facts,  # kernel: strip
@@ -83,14 +88,18 @@ def summarize(ctx, v, name, column=None):
     t = type(v)
     out = {"name": name, "type": tname(t), "kind": "other"}
     try:
-        if column is not None:
-            a = column_values(v, column)
-            out.update(type=tname(mod_attr("pandas", "Series") or t), kind="series", dtype=str(a.dtype))
-            out["length"] = len(a)
-            out["shape"] = [len(a)]
-            out["value"] = "column %s" % label_str(v.columns[column], ctx)
-            out["series_name"], out["has_name"] = label_str(v.columns[column], ctx), True
-            vector_facts(ctx, a, out)
+        if column is not None:  # the same value facts as the frame's own listing of the column (computed once)
+            label = v.columns[column]
+            c = column_facts(ctx, v, column, label, True)
+            n = int(v.shape[0])
+            out.update(type=tname(mod_attr("pandas", "Series") or t), kind="series", dtype=c.pop("dtype"))
+            out["length"] = n
+            out["shape"] = [n]
+            out["value"] = "column %s" % label_str(label, ctx)
+            out["series_name"], out["has_name"] = c.pop("name"), True
+            if "kind" in c:
+                out["value_kind"] = c.pop("kind")
+            out.update(c)
             out["index"] = index_facts(ctx, v.index)
         elif t in _SCALARS:
             out["kind"] = "scalar"
@@ -281,20 +290,20 @@ def fit_var(ctx, f, max_bytes):
 
 
 def _fit_columns(f, max_bytes):
-    """Keep the longest prefix of the column list that fits (binary search on the encoded size)."""
+    """Keep the longest prefix of the column list that fits (each column encoded once; `,` between them)."""
     cols = f.get("columns")
     if not cols or size_of(f) <= max_bytes:
         return
-    lo, hi = 0, len(cols)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        f["columns"] = cols[:mid]
-        if size_of(f) <= max_bytes:
-            lo = mid
-        else:
-            hi = mid - 1
-    f["columns"] = cols[:lo]
+    f["columns"] = []
     f["columns_truncated"] = True
+    used = size_of(f)
+    keep = 0
+    for c in cols:
+        used += size_of(c) + (1 if keep else 0)
+        if used > max_bytes:
+            break
+        keep += 1
+    f["columns"] = cols[:keep]
 
 
 # -- entry points -------------------------------------------------------------------------------------------------
@@ -360,6 +369,8 @@ def _run(ctx, req, ns, max_var, max_total):
     if sugg:
         res["path_suggestions"] = sugg
     total += size_of([undefined, mods, imported, paths, sugg])
+    wanted = frozenset(ctx.wanted) if ctx.wanted is not None else None
+    reused = 0
     for key, check in (("attrs", lambda e: check_attr(ctx, ns, e, summarize, fit)),
                        ("keys", lambda k: check_key(ctx, ns, k))):  # fmt: skip
         out = []
@@ -367,14 +378,15 @@ def _run(ctx, req, ns, max_var, max_total):
             if key == "keys" and (type(item) is not list or len(item) < 2):
                 continue
             try:
-                r = check(item)
+                memo = _check_key(ns, key, item, max_var, wanted if key == "attrs" else None)
+                r, n, hit = _reusable(ctx, memo, lambda check=check, item=item: check(item))
             except Exception as exc:
                 ctx.error("%s %s" % (key, item), exc)
                 continue
-            n = size_of(r)
             if total + n > max_total:
                 res["truncated"] = True
                 break
+            reused += hit
             total += n
             out.append(r)
         res[key] = out
@@ -383,19 +395,65 @@ def _run(ctx, req, ns, max_var, max_total):
         if type(name) is not str or name in undefined or name in facts:
             continue
         v = lookup_name(ns, name)
-        cheap = ctx.over_time()
-        f = fit_var(ctx, summarize(ctx, v, name) if not cheap else _cheap(v, name), max_var)
-        n = size_of(f) + len(name) + 4
+        if ctx.over_time():
+            f, n, hit = fit_var(ctx, _cheap(v, name), max_var), None, 0
+        else:
+            memo = ("name", name, id(v), id(type(v)), max_var, wanted if _is_frame(ctx, v) else None)
+            f, n, hit = _reusable(ctx, memo, lambda v=v, name=name: fit_var(ctx, summarize(ctx, v, name), max_var))
+        n = (n if n is not None else size_of(f)) + len(name) + 4
         if total + n > max_total:
             res["truncated"] = True
             f = fit_var(ctx, f, 0)
             n = size_of(f) + len(name) + 4
             if total + n > max_total:
                 continue
+        reused += hit
         total += n
         facts[name] = f
     res["facts"] = facts
+    if reused:
+        res["cached"] = reused
     return res
+
+
+def _reusable(ctx, memo, compute):
+    """(facts dict, its encoded size, 1 if it was reused else 0): from kp_cache under `memo`, else computed and
+    remembered — unless this call's budgets cut the work short (then the facts depend on the request's order)."""
+    text = recall(memo) if memo is not None else None
+    if text is not None:
+        return json.loads(text), len(text), 1
+    cuts = ctx.cuts
+    r = compute()
+    text = dumps(r)
+    if memo is not None and ctx.cuts == cuts:
+        remember(memo, text)
+    return r, len(text), 0
+
+
+def _check_key(ns, kind, item, max_var, wanted):
+    """The memo key of an attribute or key check: the expression and the identity of the value it starts from."""
+    expr = item if kind == "attrs" else item[0]
+    if type(expr) is not str:
+        return None
+    root = lookup_name(ns, expr.split(".", 1)[0])
+    if root is _missing:
+        return None
+    try:
+        return (kind, dumps(item), id(root), id(type(root)), max_var, wanted)
+    except Exception:
+        return None
+
+
+def _is_frame(ctx, v):
+    return ctx.pd is not None and isa(v, ctx.pd.DataFrame)
+
+
+def _wanted(req):
+    """The column labels the cell mentions (str and int only), or None: detail every column."""
+    v = req.get("columns")
+    if type(v) is not list:
+        return None
+    return set(x for x in v[:MAX_REQUEST_ITEMS] if type(x) is str or type(x) is int)
 
 
 def _cheap(v, name):
@@ -412,7 +470,8 @@ def run(request_json, ns=None):
             raise ValueError("the request must be a JSON object")
         max_var = int(req.get("max_var_bytes") or MAX_VAR_BYTES)
         max_total = int(req.get("max_total_bytes") or MAX_TOTAL_BYTES)
-        ctx = Ctx(float(req.get("time_budget_ms") or TIME_BUDGET_MS))
+        ctx = Ctx(float(req.get("time_budget_ms") or TIME_BUDGET_MS), wanted=_wanted(req))
+        begin(req.get("epoch"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             errstate = getattr(ctx.np, "errstate", None) if ctx.np is not None else None
@@ -425,6 +484,8 @@ def run(request_json, ns=None):
             res["errors"] = ctx.errors
         if ctx.time_capped:
             res["time_capped"] = True
+        if ctx.scanned:
+            res["scanned"] = ctx.scanned
     except Exception as exc:
         res = {"errors": ["probe failed: %s: %s" % (type(exc).__name__, str(exc)[:200])]}
     res["elapsed_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)

@@ -1,10 +1,10 @@
-"""CRANE kernel probe, part 1 of 5: shared helpers (standard library only).
+"""CRANE kernel probe, part 1 of 6: shared helpers (standard library only).
 
-The probe parts (kp_common, kp_data, kp_ml, kp_checks, kernel_probe) run INSIDE the user's kernel, where CRANE is
-not installed: `collect.PROBE_MODULE` compiles them, in order, into the private module `_crane_probe` (the lines
-marked `# kernel: strip` blanked), installed once per kernel by the daemon's private-module installer. They use
-only the standard library and see third-party libraries only through `sys.modules` (a library that is not loaded
-cannot have made the user's objects).
+The probe parts (kp_common, kp_cache, kp_data, kp_ml, kp_checks, kernel_probe) run INSIDE the user's kernel,
+where CRANE is not installed: `collect.PROBE_MODULE` compiles them, in order, into the private module
+`_crane_probe` (the lines marked `# kernel: strip` blanked), installed once per kernel by the daemon's
+private-module installer. They use only the standard library and see third-party libraries only through
+`sys.modules` (a library that is not loaded cannot have made the user's objects).
 
 Safety rules every part follows: never run user code (no `repr`/`len`/`__getattr__`/properties of arbitrary
 objects; type checks by `issubclass(type(v), cls)`), never print, never raise out of the entry points, and keep
@@ -18,6 +18,8 @@ import time
 import types
 
 MAX_STR = 40  # characters kept of a string value
+SCAN_BUDGET = 8000000  # elements one call may read exactly (an object element counts OBJECT_WEIGHT)
+OBJECT_WEIGHT = 16  # cost of checking one Python object, relative to one number (is_string_array, isna)
 EXAMPLE_CHARS = 20  # characters kept of an example value (as CRANE-LLM)
 
 _type_dict = type.__dict__["__dict__"]
@@ -30,14 +32,24 @@ _missing = object()
 
 
 class Ctx:
-    """Budgets of one probe call: wall time and the number of elements that may still be scanned exactly."""
+    """Budgets of one probe call: wall time, and the number of elements one value may have read exactly.
 
-    def __init__(self, budget_ms=50.0, scan_budget=4000000):
+    The scan budget applies to each value on its own (a DataFrame's unlisted columns share one), so whether a
+    value's facts are exact depends on the value alone, never on what the request asked before it: facts stay
+    the same whatever the request, and can be reused (kp_cache). The time budget is shared: work it cuts short
+    is counted in `cuts` and not reused."""
+
+    def __init__(self, budget_ms=50.0, scan_budget=SCAN_BUDGET, wanted=None):
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + budget_ms / 1000.0
-        self.scan_left = scan_budget
+        self.scan_budget = scan_budget
+        self.scanned = 0  # elements read exactly by this call (reported)
         self.errors = []
         self.time_capped = False
+        self.cuts = 0  # times the time budget cut work short
+        # Column labels the target cell mentions: DataFrames give value facts for these columns only (names,
+        # dtypes, NaN counts and numeric_parse for the others). None: every column is detailed (up to a cap).
+        self.wanted = wanted
         self.attr_message = None  # a library's own AttributeError text for the attribute check in progress
         self.np = sys.modules.get("numpy")
         self.pd = sys.modules.get("pandas")
@@ -45,14 +57,16 @@ class Ctx:
 
     def over_time(self):
         if time.perf_counter() > self.deadline:
+            self.cuts += 1
             self.time_capped = True
             return True
         return False
 
-    def can_scan(self, n):
-        """Reserve an exact scan of `n` elements, or say no (the caller then works on a sample)."""
-        if n <= self.scan_left and not self.over_time():
-            self.scan_left -= n
+    def can_scan(self, n, left=None):
+        """May a value read `n` elements exactly (within `left`, default the per-value budget)? Else the caller
+        works on a sample."""
+        if n <= (self.scan_budget if left is None else left) and not self.over_time():
+            self.scanned += n
             return True
         return False
 

@@ -6,8 +6,9 @@ A rule receives one `RuleContext` and reads:
   `imports`, `attr_chains`, `literal_keys`, `paths`, `syntax_error`, ... (positions are in `analysis.python`,
   the IPython-transformed code; `ctx.finding` maps them back to the original cell lines).
 - `ctx.probe` — the kernel's `ProbeResult` (crane.probe.facts), or None when no kernel is attached
-  (static-only mode). Kernel facts describe the state BEFORE the cell runs: use `ctx.value(node)` (which
-  follows the cell's own assignments and mutations) rather than `ctx.probe.facts[...]` directly.
+  (static-only mode); `ctx.probed` is the same, typed as set, for rules registered with `needs_probe=True`.
+  Kernel facts describe the state BEFORE the cell runs: use `ctx.value(node)` (which follows the cell's own
+  assignments and mutations) rather than `ctx.probe.facts[...]` directly.
 - `ctx.scope` — the `NotebookScope` (crane.analysis.scope) of the whole notebook, or None.
 - `ctx.target_cell` — the target's 1-based cell number, or None.
 
@@ -89,7 +90,7 @@ class RuleContext:
             tree = self.analysis.tree
             nodes = list(ast.walk(tree)) if tree is not None else []
             nodes = [n for n in nodes if hasattr(n, "lineno")]
-            nodes.sort(key=lambda n: (n.lineno, n.col_offset))
+            nodes.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
             self._nodes = nodes
         for n in self._nodes:
             if not types or isinstance(n, types):
@@ -108,6 +109,13 @@ class RuleContext:
         return cur
 
     # -- values -------------------------------------------------------------------------------------
+    @property
+    def probed(self) -> ProbeResult:
+        """`probe`, for the rules registered with `needs_probe=True` (`run_rules` runs them only when it is set)."""
+        if self.probe is None:
+            raise RuntimeError("a rule that needs the kernel's probe ran without one")
+        return self.probe
+
     @property
     def flow(self) -> FlowResult:
         if self._flow is None:

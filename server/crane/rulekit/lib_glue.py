@@ -46,7 +46,7 @@ def _pos(node: ast.AST) -> tuple[int, int]:
 
 
 def _enclosing_loops(ctx, node: ast.AST) -> list[ast.AST]:
-    out = []
+    out: list[ast.AST] = []
     cur = ctx.parent(node)
     while cur is not None:
         if isinstance(cur, LOOPS):
@@ -106,8 +106,8 @@ def value(ctx, node: ast.AST | None) -> Facts | None:
     return ctx.value(node) if node is not None else None
 
 
-def label(ctx, node: ast.AST) -> str:
-    text = ctx.text(node)
+def label(ctx, node: ast.AST | None) -> str:
+    text = ctx.text(node) if node is not None else ""
     return text if len(text) <= 40 else text[:37] + "..."
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
+from crane import pyast
 from crane.probe.facts import ColumnFacts, Facts
 
 
@@ -27,19 +28,19 @@ class Verdict:
 
 
 # -- kinds ---------------------------------------------------------------------------------------------------
-def is_dataframe(f: Facts | None) -> bool:
+def is_dataframe(f: Facts | None) -> TypeGuard[Facts]:
     return f is not None and (f.kind == "dataframe" or f.type.endswith("DataFrame"))
 
 
-def is_series(f: Facts | None) -> bool:
+def is_series(f: Facts | None) -> TypeGuard[Facts]:
     return f is not None and (f.kind == "series" or f.type.endswith(".Series"))
 
 
-def is_ndarray(f: Facts | None) -> bool:
+def is_ndarray(f: Facts | None) -> TypeGuard[Facts]:
     return f is not None and (f.kind == "ndarray" or f.type == "numpy.ndarray")
 
 
-def is_tensor(f: Facts | None) -> bool:
+def is_tensor(f: Facts | None) -> TypeGuard[Facts]:
     return f is not None and (f.kind == "tensor" or f.type == "torch.Tensor")
 
 
@@ -122,16 +123,16 @@ TEXT_DTYPES = ("object", "string", "str")
 
 
 def is_numeric_dtype(dtype: str | None) -> bool:
-    return bool(dtype) and dtype.startswith(NUMERIC_DTYPE_PREFIXES)
+    return bool(dtype and dtype.startswith(NUMERIC_DTYPE_PREFIXES))
 
 
 def is_text_dtype(dtype: str | None) -> bool:
-    return bool(dtype) and (dtype in TEXT_DTYPES or dtype.startswith("<U") or dtype.startswith("string"))
+    return bool(dtype and (dtype in TEXT_DTYPES or dtype.startswith("<U") or dtype.startswith("string")))
 
 
 def _literal(text: str) -> Any:
     try:
-        return ast.literal_eval(text)
+        return pyast.literal_eval(text)
     except Exception:
         return _NOVALUE
 
@@ -189,12 +190,24 @@ def column(f: Facts | None, name: str) -> ColumnFacts | None:
     return None
 
 
+def _column_nans(c: ColumnFacts) -> int | None:
+    """A column's NaN count; a sampled column's is not a count: 1 when NaNs were seen, unknown otherwise."""
+    if c.sampled:
+        return 1 if c.has_nan else None
+    return c.n_nan
+
+
 def nan_count(f: Facts) -> int | None:
-    """How many NaN values array-like data holds (0 = none), when known."""
+    """How many NaN values array-like data holds (0 = none), when known (a lower bound when some columns
+    were only sampled and NaNs were seen)."""
     if is_dataframe(f) and f.columns is not None:
-        if f.columns_truncated and not any(c.n_nan for c in f.columns):
+        counts = [_column_nans(c) for c in f.columns]
+        seen = sum(n for n in counts if n)
+        if seen:
+            return seen
+        if f.columns_truncated or any(n is None for n in counts):
             return f.n_nan
-        return sum(c.n_nan for c in f.columns)
+        return 0
     if f.n_nan is not None:
         return f.n_nan
     if f.has_nan is not None:

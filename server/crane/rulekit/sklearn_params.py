@@ -10,10 +10,10 @@ literal are left at their defaults (always valid), so only literal values can be
 
 from __future__ import annotations
 
-import ast
 import importlib
 from typing import Any
 
+from crane import pyast
 from crane.rulekit.lib_helpers import Verdict
 
 _UNSET = object()
@@ -34,7 +34,7 @@ def params_from_reprs(reprs: dict[str, str]) -> dict[str, Any]:
     out = {}
     for k, r in reprs.items():
         try:
-            v = ast.literal_eval(r)
+            v = pyast.literal_eval(r)
         except Exception:
             continue
         if not _has_ellipsis(v):

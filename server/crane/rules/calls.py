@@ -53,8 +53,7 @@ def bind(fname: str, params: list[ParamFacts], n_positional: int, keywords: list
     by_name = {p.name: p for p in params if p.kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")}
     sig = "(" + ", ".join(_param_text(p) for p in params) + ")"
     for k in keywords:
-        p = by_name.get(k)
-        if p is None:
+        if by_name.get(k) is None:
             posonly = any(q.name == k and q.kind == "POSITIONAL_ONLY" for q in params)
             if var_kw or not exact:
                 continue
@@ -147,8 +146,8 @@ def call_signature(ctx: RuleContext) -> Iterator[Finding]:
         callee = _signature_for(ctx, call)
         if callee is None:
             continue
-        v = bind(callee.name, callee.params, len(call.args), [k.arg for k in call.keywords], exact=callee.exact,
-                 bound=callee.bound)
+        v = bind(callee.name, callee.params, len(call.args), [k.arg for k in call.keywords if k.arg is not None],
+                 exact=callee.exact, bound=callee.bound)
         if v is not None:
             q = qualname(ctx, call.func)
             if q:

@@ -13,7 +13,7 @@ from crane.rulekit.context import RuleContext
 from crane.rulekit.registry import rule
 
 
-def _chdir_before(ctx, node: ast.AST) -> bool:
+def _chdir_before(ctx, node: ast.expr) -> bool:
     for call in ctx.calls():
         if (call.lineno, call.col_offset) >= (node.lineno, node.col_offset):
             break
@@ -29,16 +29,16 @@ def missing_file(ctx: RuleContext) -> Iterator[Finding]:
     uses = ctx.analysis.paths
     reported: set[str] = set()
     for i, use in enumerate(uses):
-        if use.mode != "read" or use.path in reported or ctx.probe.paths.get(use.path) is not False:
+        if use.mode != "read" or use.path in reported or ctx.probed.paths.get(use.path) is not False:
             continue
         if any(u.path == use.path and u.mode != "read" for u in uses[:i]):
             continue
-        if use.func == "open" and ("open" in ctx.probe.facts or "open" in ctx.analysis.stored_names):
+        if use.func == "open" and ("open" in ctx.probed.facts or "open" in ctx.analysis.stored_names):
             continue
         if not ctx.is_certain(use.node) or _chdir_before(ctx, use.node):
             continue
         reported.add(use.path)
-        where = f" (kernel working directory: {ctx.probe.cwd})" if ctx.probe.cwd else ""
+        where = f" (kernel working directory: {ctx.probed.cwd})" if ctx.probed.cwd else ""
         yield ctx.finding(
             use.arg, rule="missing-file", ename="FileNotFoundError",
             message=f"No such file or directory: {use.path!r}{where}", root_cause="NB specific",

@@ -15,9 +15,9 @@ def missing_module(ctx: RuleContext) -> Iterator[Finding]:
     seen: set[str] = set()
     for imp in ctx.analysis.imports:
         top = imp.top
-        if imp.level or not top or top in seen or ctx.probe.modules.get(top) is not False:
+        if imp.level or not top or top in seen or ctx.probed.modules.get(top) is not False:
             continue
-        if top in ctx.probe.imported_modules or not ctx.is_certain(imp.node):
+        if top in ctx.probed.imported_modules or not ctx.is_certain(imp.node):
             continue
         seen.add(top)
         yield ctx.finding(

@@ -57,8 +57,7 @@ def broadcast_verdict(la: str, fa: Facts, lb: str, fb: Facts) -> Verdict | None:
     if (is_series(fa) or is_series(fb)) and (len(a) != 1 or len(b) != 1):
         return None  # Series with a 2-D array: pandas raises its own, different errors
     ev = [describe(la, fa), describe(lb, fb)]
-    if tensors:
-        dim = first_mismatch(a, b)
+    if tensors and (dim := first_mismatch(a, b)) is not None:  # always, as a and b do not broadcast
         n = max(len(a), len(b))
         pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
         return Verdict("RuntimeError", f"The size of tensor a ({pa[dim]}) must match the size of tensor b "
@@ -180,8 +179,8 @@ def shapes(ctx: RuleContext) -> Iterator[Finding]:
             if fa is None or fb is None:
                 continue
             v = broadcast_verdict(label(ctx, node.target), fa, label(ctx, node.value), fb)
-            if v is None and shape_of(fa) is not None and shape_of(fb) is not None and is_ndarray(fa) and is_ndarray(fb):
-                a, b = shape_of(fa), shape_of(fb)
+            a, b = shape_of(fa), shape_of(fb)
+            if v is None and a is not None and b is not None and is_ndarray(fa) and is_ndarray(fb):
                 n = max(len(a), len(b))
                 if broadcast(a, b) and ((1,) * (n - len(a)) + a) != tuple(
                         max(x, y) for x, y in zip((1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b, strict=False)):
@@ -224,8 +223,8 @@ def shapes(ctx: RuleContext) -> Iterator[Finding]:
                 f = value(ctx, base.value)
                 if f is not None and (is_series(f) or f.kind == "dataframe") and isinstance(idx, int) \
                         and not isinstance(idx, bool) and not f.truncated:
-                    n = f.length if f.length is not None else (shape_of(f) or (None,))[0]
-                    if n is not None and not -n <= idx < n:
+                    n_rows = f.length if f.length is not None else (shape_of(f) or (None,))[0]
+                    if n_rows is not None and not -n_rows <= idx < n_rows:
                         v = Verdict("IndexError", "single positional indexer is out-of-bounds",
                                     "implementation error", [describe(label(ctx, base.value), f)], 0.9)
             else:

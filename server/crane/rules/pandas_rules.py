@@ -246,7 +246,7 @@ def merge_join(ctx: RuleContext) -> Iterator[Finding]:
         f = call.func
         v = None
         if q == "pandas.merge" or (isinstance(f, ast.Attribute) and f.attr == "merge"):
-            if q == "pandas.merge":
+            if q == "pandas.merge" or not isinstance(f, ast.Attribute):  # else `<frame>.merge(...)`
                 ln, rn = ctx.arg(call, 0, "left"), ctx.arg(call, 1, "right")
                 extra = call.args[2:]
             else:

@@ -72,8 +72,8 @@ def seaborn_verdict(fn: str, data_lbl: str, data: Facts, variables: dict[str, st
         given = [v for v in ("x", "y") if v in variables]
         if len(given) == 1:
             var = given[0]
-            if _is_text_column(data, variables[var]):
-                c = column(data, variables[var])
+            c = column(data, variables[var])
+            if c is not None and _is_text_column(data, variables[var]):
                 way = "Horizontal" if var == "x" else "Vertical"
                 return Verdict(
                     "TypeError", f"{way} orientation requires numeric `{var}` variable.", "API misuse",

@@ -25,7 +25,7 @@ from crane.rulekit.lib_helpers import NOVALUE, Verdict, describe, is_array_like,
 from crane.rulekit.registry import rule
 
 
-def _constructed_in_cell(ctx, name: str, at: ast.AST) -> tuple[ast.Call, str, str] | None:
+def _constructed_in_cell(ctx, name: str, at: ast.expr) -> tuple[ast.Call, str, str] | None:
     """`name = sklearn.Class(...)` as the last binding of `name` before `at`, at the top level of the cell:
     (constructor call, class name, public module)."""
     found = None
@@ -67,7 +67,7 @@ def _estimator(ctx, recv: ast.expr, call: ast.Call) -> tuple[EstimatorFacts, boo
         ctor_call, cls, module = ctor
         if any(isinstance(a, ast.Starred) for a in ctor_call.args) or any(k.arg is None for k in ctor_call.keywords):
             return None
-        params = _literal_kwargs(ctx, ctor_call)
+        params: dict | None = _literal_kwargs(ctx, ctor_call)
         if ctor_call.args:
             params = None  # positional hyper-parameters: do not judge parameters
         est = EstimatorFacts(class_name=cls, module=module, is_fitted=False,
@@ -208,8 +208,9 @@ def split_inputs(ctx: RuleContext) -> Iterator[Finding]:
     for call, _ in _function_calls(ctx, {"train_test_split"}):
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             continue
-        facts = [value(ctx, a) for a in call.args]
-        if not facts or any(f is None or not (is_array_like(f) or f.kind in ("list", "tuple")) for f in facts):
+        facts = [f for f in (value(ctx, a) for a in call.args) if f is not None]
+        if not facts or len(facts) < len(call.args) or any(
+                not (is_array_like(f) or f.kind in ("list", "tuple")) for f in facts):
             continue
         labels = [label(ctx, a) for a in call.args]
         v = C.check_lengths(labels, facts, "train_test_split needs the same number of samples in every array")

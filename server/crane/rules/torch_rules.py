@@ -150,7 +150,8 @@ def torch_shapes(ctx: RuleContext) -> Iterator[Finding]:
         v = None
         func = call.func
         callee = value(ctx, func) if isinstance(func, ast.Name) else None
-        if callee is not None and callee.kind == "torch_module" and callee.type.startswith("torch.nn."):
+        if (isinstance(func, ast.Name) and callee is not None and callee.kind == "torch_module"
+                and callee.type.startswith("torch.nn.")):
             short = callee.type.rsplit(".", 1)[-1]
             if short in LOSSES and len(call.args) == 2:
                 v = loss_verdict(short, value(ctx, call.args[0]), value(ctx, call.args[1]) or Facts(name="", type=""),

@@ -1,7 +1,15 @@
-"""Fork sandbox, kernel side, part 2: the Python-level fence (an audit hook) in the child.
+"""Fork sandbox, kernel side: the Python-level fence (an audit hook) in the child.
 
 In front of the kernel-level confinement (`seccomp.py`): clear messages and a record of what the cell tried.
 A refused operation raises `SandboxBlocked` (a PermissionError) before it starts.
+- blocking mode: writes outside the scratch directory, programs, processes, sockets, signals to other
+  processes and resource limits are refused;
+- layered mode: writes inside the private layers, programs and processes are allowed (the kernel-level layer
+  and namespaces absorb them); the network (any socket family but AF_UNIX, name resolution, URL and mail
+  clients), UNIX sockets outside the layers, writes outside the layers, browsers, and an exec that would
+  replace the process running the cell (in the real kernel it would end the kernel) stay refused.
+The hook lives in this interpreter (and in forked workers); programs the cell execs have only the kernel-level
+confinement.
 """
 
 from __future__ import annotations
@@ -19,6 +27,10 @@ _PATH_EVENTS = {
     "shutil.rmtree": (0,), "shutil.copyfile": (1,), "shutil.copytree": (1,), "shutil.move": (0, 1),
     "os.mkfifo": (0,), "os.mknod": (0,),
 }
+_PROCESS_EVENTS = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
+                   "pty.spawn", "os.killpg", "resource.setrlimit", "resource.prlimit"}
+_SOCKET_EVENTS = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"}
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
 _DENY_EVENTS = {
     "os.system": "running a shell command", "os.exec": "executing a program", "os.posix_spawn": "starting a program",
     "os.spawn": "starting a program", "os.fork": "creating a process", "os.forkpty": "creating a process",
@@ -38,22 +50,25 @@ _DENY_EVENTS = {
 def _install_audit_hook(ctx: _Ctx) -> None:
     """A Python-level fence in front of the kernel-level one: clear messages and a record of what the cell
     tried. Raises SandboxBlocked (a PermissionError) so the operation never starts."""
-    scratch = ctx.scratch
-    inherited_max = ctx.inherited_max
+    layered = ctx.mode == "layered"
+    roots = tuple(ctx.places) if layered else (ctx.scratch,)
+    devices = _DEVICES + (("/dev/ptmx", "/dev/pts") if layered and ctx.layer.get("ptys") else ())
     denied = ctx.denied
     realpath, fspath, exists = os.path.realpath, os.fsdecode, os.path.exists
     mypid = os.getpid()
     state = {"bypass": False}
     ctx.audit_state = state
+    deny_events = {k: v for k, v in _DENY_EVENTS.items() if not (layered and k in _PROCESS_EVENTS)}
 
     def inside(path) -> bool:
         if isinstance(path, int):
-            return path > inherited_max or path in (1, 2)
+            return True  # every descriptor the child holds is private (ks_fds.py)
         try:
             p = realpath(fspath(path))
         except Exception:
             return False
-        return p == scratch or p.startswith(scratch + os.sep) or p == os.devnull
+        return p in devices or p.startswith("/dev/pts/") and "/dev/pts" in devices or any(
+            p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
 
     def deny(what: str, target=None):
         msg = f"crane sandbox: {what} is blocked (the cell has side effects)"
@@ -61,6 +76,26 @@ def _install_audit_hook(ctx: _Ctx) -> None:
             msg += f": {str(target)[:200]}"
         denied.append(msg)
         raise SandboxBlocked(errno.EPERM, msg)
+
+    def local_socket(event, args) -> bool:
+        """Layered mode: AF_UNIX traffic between the sandbox's own processes is allowed."""
+        sock = args[0] if args else None
+        if getattr(sock, "family", None) != socket_family_unix:
+            return False
+        if event in ("socket.sendto", "socket.sendmsg"):
+            return True
+        addr = args[1] if len(args) > 1 else None
+        if isinstance(addr, (bytes, bytearray)) and (not addr or addr[:1] == b"\0"):
+            return True  # abstract namespace: scoped to the sandbox by Landlock (ABI >= 6)
+        if isinstance(addr, str) and (not addr or addr[:1] == "\0"):
+            return True
+        return isinstance(addr, (str, bytes, os.PathLike)) and inside(addr)
+
+    try:
+        import socket as _socket
+        socket_family_unix: int = int(_socket.AF_UNIX)
+    except Exception:  # pragma: no cover - every Linux Python has it
+        socket_family_unix = 1
 
     def hook(event, args):
         if state["bypass"]:
@@ -76,10 +111,14 @@ def _install_audit_hook(ctx: _Ctx) -> None:
                 if i < len(args) and not inside(args[i]):
                     deny(f"{event.split('.', 1)[1].replace('_', ' ')} on the file system", args[i])
             return
-        what = _DENY_EVENTS.get(event)
+        if layered and event in _SOCKET_EVENTS and local_socket(event, args):
+            return
+        if layered and event == "os.exec" and os.getpid() == mypid:
+            deny("replacing the kernel's process with a program", args[0] if args else None)
+        what = deny_events.get(event)
         if what is not None:
             deny(what, args[0] if args and event not in ("os.fork", "os.forkpty") else None)
-        elif event == "os.kill" and args and args[0] != mypid:
+        elif event == "os.kill" and args and args[0] != mypid and not layered:
             deny("signalling another process", args[0])
         elif event == "sqlite3.connect" and args:
             db = args[0]

@@ -3,9 +3,9 @@
 The sandbox's kernel-side parts (`ks_*.py`, after `seccomp.py`) run INSIDE the user's kernel, where CRANE is not
 installed: `fork_runner.SANDBOX_MODULE` compiles them, in order, into one private module (`_crane_sandbox`,
 installed by `crane.kernel.private_module`; the lines marked `# kernel: strip` — imports between parts — are
-blanked). They bind no names in the user's namespace. Order: seccomp, ks_common, ks_audit, ks_isolation, ks_run,
-ks_session, ks_parent (the entry points `start` and `session`). `_Ctx` is what a child set up, shared by the
-parts.
+blanked). They bind no names in the user's namespace. Order: see `channel.SANDBOX_PARTS` (seccomp, ks_common,
+ks_audit, ks_mappings, ks_fds, ks_layer, ks_isolation, ks_miniature, ks_run, ks_session, ks_parent: the entry
+points `start`, `session`, `collect`, `stop`). `_Ctx` is what a child set up, shared by the parts.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Callable
+from typing import Any
 
 CELL_FILENAME = "<crane-sandbox-cell>"
 _CO_COROUTINE = 0x80
@@ -98,12 +100,24 @@ class _Ctx:
         self.shell = shell
         self.result_fd = -1
         self.cmd_fd = -1
-        self.inherited_max = 2
         self.displays: list[dict] = []
         self.denied: list[str] = []
         self.confinement: dict = {}
         self.scratch = os.path.realpath(args["scratch"])
+        self.mode = "blocking"  # or "layered" (ks_layer.py)
+        self.mode_reason: str | None = None
+        self.places: list[str] = []  # layered: the directories with a private layer
+        self.fds: dict = {}  # inherited descriptors by treatment (ks_fds.py)
+        self.mappings: dict = {}  # shared writable mappings by treatment (ks_mappings.py)
+        self.layer: dict = {}
+        self.steps: dict = {}  # setup step -> ms
+        self.kept: list[dict] = []  # miniature runs: what was shrunk (ks_miniature.py)
+        self.miniature_error: str | None = None
+        self.notif_sock: Any = None  # layered mode, B: the socket to A that carries the seccomp listener
+        self.cpu_before = 0.0  # layered mode, B: the CPU A spent on the setup before the clone
         self.memory_mb = 0
         self.stdout: _Capture | None = None
         self.stderr: _Capture | None = None
         self.shown_exc: BaseException | None = None
+        self.displayhook: Callable[[object], None] | None = None  # the child's sys.displayhook
+        self.audit_state: dict[str, bool] = {}  # set by the audit hook; "bypass": it lets everything through

@@ -1,9 +1,13 @@
-"""Fork sandbox, kernel side, part 3: cutting the child's ties to the kernel and confining it.
+"""Fork sandbox, kernel side: cutting the child's ties to the kernel and confining it.
 
 Before any user code the child gets its own process group and a parent-death signal; every inherited
-descriptor is re-pointed at /dev/null; fd 1/2, `sys.stdout`/`sys.stderr`, the display hook and publisher are
-replaced by capture; ipykernel's output streams and session sends are neutralised; thread pools run single-
-threaded; then `confine()` (seccomp.py) and the audit hook (ks_audit.py) are applied.
+descriptor and every shared writable mapping is made private (ks_fds.py, ks_mappings.py); fd 1/2,
+`sys.stdout`/`sys.stderr`, the display hook and publisher are replaced by capture; ipykernel's output streams
+and session sends are neutralised; thread pools run single-threaded. Then the mode is chosen: "layered" (the
+child moves into its own namespaces with private copy-on-write layers, ks_layer.py) unless the daemon asked
+for "blocking" or the layer cannot be built here (the reason is reported), then `confine()` (seccomp.py) with
+the matching profile and the audit hook (ks_audit.py). A setup line on the result channel says what is in
+force.
 """
 
 from __future__ import annotations
@@ -11,15 +15,28 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 from crane.sandbox.ks_audit import _install_audit_hook  # kernel: strip
-from crane.sandbox.ks_common import _SETUP, _Capture, _Ctx, _summarise_data  # kernel: strip
+from crane.sandbox.ks_common import _SETUP, _Capture, _Ctx, _summarise_data, _write_json  # kernel: strip
+from crane.sandbox.ks_fds import privatise_descriptors  # kernel: strip
+from crane.sandbox.ks_layer import (  # kernel: strip
+    LayerError,
+    build_layer,
+    clone_into_namespaces,
+    drop_capabilities,
+    supervise,
+    writable_places,
+    write_id_maps,
+)
+from crane.sandbox.ks_mappings import privatise_shared_mappings  # kernel: strip
+from crane.sandbox.ks_miniature import cell_names, shrink_namespace  # kernel: strip
 from crane.sandbox.seccomp import confine, set_parent_death_signal  # kernel: strip
 
 _PUBLISHER: dict = {}  # a capturing display publisher, built once in the parent (cheaper for the child)
 
 
-def _capture_publisher(shell):
+def _capture_publisher(shell) -> object:
     pub = _PUBLISHER.get("pub")
     if pub is None:
         from IPython.core.displaypub import DisplayPublisher
@@ -40,19 +57,16 @@ def _capture_publisher(shell):
 
 
 def _isolate_descriptors(ctx: _Ctx) -> None:
-    """Re-point every inherited descriptor >= 3 (ZMQ sockets, the kernel's files) at /dev/null, fill the gaps
-    so new descriptors get numbers above them, then open our own: result FIFO, stdout/stderr capture."""
+    """Make every inherited descriptor private (ks_fds.py), then open our own: the result channel (the
+    daemon's FIFO, or a file in the kernel-side directory when the daemon cannot see this machine), the
+    session's command FIFO, stdout/stderr capture; fd 0 reads /dev/null."""
+    ctx.fds = privatise_descriptors()
     priv = ctx.args["dir"]
-    inherited = [int(x) for x in os.listdir("/proc/self/fd")]
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    top = max(inherited + [devnull])
-    for fd in range(3, top + 1):
-        if fd != devnull:
-            os.dup2(devnull, fd, inheritable=False)
-    ctx.inherited_max = top
-    # ours (numbers > top)
-    res = os.open(os.path.join(priv, "result"), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    os.set_blocking(res, True)
+    if ctx.args.get("channel") == "remote":
+        res = os.open(os.path.join(priv, "result"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    else:
+        res = os.open(os.path.join(priv, "result"), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(res, True)
     ctx.result_fd = res
     _SETUP["result_fd"] = res
     if ctx.args.get("mode") == "session":
@@ -61,11 +75,12 @@ def _isolate_descriptors(ctx: _Ctx) -> None:
         ctx.cmd_fd = cmd
     out = os.open(os.path.join(priv, "stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
     err = os.open(os.path.join(priv, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    os.close(out)
-    os.close(err)
+    for fd in (devnull, out, err):
+        os.close(fd)
     limit = int(ctx.args.get("output_limit", 1 << 20))
     ctx.stdout = _Capture(1, "<stdout>", limit)
     ctx.stderr = _Capture(2, "<stderr>", limit)
@@ -76,6 +91,8 @@ def _neutralise_kernel_io(ctx: _Ctx) -> None:
     make ipykernel's own stream/session objects write into the capture (or nowhere)."""
     sys.stdout, sys.stderr = ctx.stdout, ctx.stderr
     out, err = ctx.stdout, ctx.stderr
+    if out is None or err is None:  # set by _isolate_descriptors, which runs first
+        raise RuntimeError("the child's output is not captured")
 
     def _dh(value):
         if value is None:
@@ -139,16 +156,20 @@ def _record_display(ctx: _Ctx, value, kind: str) -> None:
     ctx.displays.append(_summarise_data(data, kind))
 
 
-def _single_thread_pools() -> None:
-    """OpenMP/BLAS pools of the kernel do not exist in the child (a GNU OpenMP region would hang there);
-    run them single-threaded, which also keeps the user's kernel responsive on a small machine."""
+_POOLS: dict = {"key": None, "calls": []}  # the thread-pool setters of the loaded OpenMP/BLAS libraries
+_POOL_SETTERS = ("omp_set_num_threads", "openblas_set_num_threads", "openblas_set_num_threads64_",
+                 "scipy_openblas_set_num_threads64_", "MKL_Set_Num_Threads", "bli_thread_set_num_threads",
+                 "blas_thread_shutdown_")
+
+
+def find_thread_pools() -> None:
+    """In the kernel, before forking: find the OpenMP/BLAS thread-pool setters of the loaded libraries (a walk
+    of the loaded objects, redone only when the kernel imported something since), so the child only calls
+    them."""
     import ctypes
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            torch.set_num_threads(1)
-        except Exception:
-            pass
+    key = len(sys.modules)
+    if _POOLS["key"] == key:
+        return
     paths = []
 
     class _Info(ctypes.Structure):
@@ -162,28 +183,38 @@ def _single_thread_pools() -> None:
                 paths.append(name.decode("utf-8", "replace"))
         return 0
 
+    calls = []
     try:
         cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Info), ctypes.c_size_t, ctypes.c_void_p)(visit)
         ctypes.CDLL(None).dl_iterate_phdr(cb, None)
+        for p in paths:
+            try:
+                lib = ctypes.CDLL(p, mode=os.RTLD_NOLOAD)
+            except OSError:
+                continue
+            calls += [(n, getattr(lib, n)) for n in _POOL_SETTERS if getattr(lib, n, None) is not None]
     except Exception:
-        return
-    # set to one thread, then join OpenBLAS's (re-created) workers: a single-threaded process can also be
-    # checkpointed (forked again) safely
-    names = ("omp_set_num_threads", "openblas_set_num_threads", "openblas_set_num_threads64_",
-             "scipy_openblas_set_num_threads64_", "MKL_Set_Num_Threads", "bli_thread_set_num_threads",
-             "blas_thread_shutdown_")
-    for p in paths:
+        calls = []
+    _POOLS["key"], _POOLS["calls"] = key, calls
+
+
+def _single_thread_pools() -> None:
+    """OpenMP/BLAS pools of the kernel do not exist in the child (a GNU OpenMP region would hang there);
+    run them single-threaded, which also keeps the user's kernel responsive on a small machine. Then OpenBLAS's
+    (re-created) workers are joined: a single-threaded process can also be checkpointed (forked again)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
         try:
-            lib = ctypes.CDLL(p, mode=os.RTLD_NOLOAD)
-        except OSError:
-            continue
-        for n in names:
-            fn = getattr(lib, n, None)
-            if fn is not None:
-                try:
-                    fn() if n == "blas_thread_shutdown_" else fn(1)
-                except Exception:
-                    pass
+            torch.set_num_threads(1)
+        except Exception:
+            pass
+    if _POOLS["key"] is None:  # not looked up in the kernel (a session's checkpoint): look now
+        find_thread_pools()
+    for name, fn in _POOLS["calls"]:
+        try:
+            fn() if name == "blas_thread_shutdown_" else fn(1)
+        except Exception:
+            pass
 
 
 def _memory_budget_mb(requested: int) -> int:
@@ -210,8 +241,94 @@ def _machine_memory_bytes() -> int:
     return total
 
 
+_THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS")
+
+
+def _layer_budget_mb(requested: int) -> int:
+    """The private layer's tmpfs: at most `requested`, and a quarter of the available memory."""
+    return max(16, min(int(requested), _memory_budget_mb(1 << 30) // 2))
+
+
+def _enter_layer(ctx: _Ctx) -> dict | None:
+    """Layered mode (see ks_layer.py). Returns the layer's description in B (the process that runs the cell),
+    or None with `ctx.mode_reason` set when the blocking confinement must be used instead. In A (the process
+    forked from the kernel) it never returns: A supervises B and exits."""
+    cwd = os.getcwd()
+    places = writable_places(cwd, ctx.args.get("places") or ())
+    if not places:
+        ctx.mode_reason = "no writable directory to give a private layer"
+        return None
+    go_r, go_w = os.pipe()
+    cpu_a = time.process_time()  # A's setup CPU so far (B's own starts at zero)
+    import socket
+    notify = hasattr(socket, "send_fds")  # Python >= 3.9: the listener of network attempts goes to A
+    sock_a, sock_b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) if notify else (None, None)
+    t0 = time.perf_counter()
+    try:
+        pid = clone_into_namespaces()
+    except LayerError as exc:
+        for end in (sock_a, sock_b):
+            if end is not None:
+                end.close()
+        os.close(go_r)
+        os.close(go_w)
+        ctx.mode_reason = f"namespaces unavailable ({exc.strerror or exc})"
+        return None
+    if pid == 0:  # B
+        t1 = time.perf_counter()
+        os.close(go_w)
+        if sock_a is not None:
+            sock_a.close()
+            ctx.notif_sock = sock_b
+        set_parent_death_signal(signal.SIGKILL)
+        try:
+            os.setpgid(0, 0)  # a signal to "our process group" stays in the namespace
+        except OSError:
+            pass
+        go = os.read(go_r, 1)
+        os.close(go_r)
+        if go != b"g":  # A is gone, or could not map our ids
+            os._exit(0)
+        t2 = time.perf_counter()
+        try:
+            info = build_layer(places, cwd, _layer_budget_mb(int(ctx.args.get("layer_mb", 2048))) << 20,
+                               int(ctx.args.get("max_processes", 1000)))
+        except OSError as exc:
+            ctx.mode_reason = f"the private layer could not be built ({exc})"
+            return None
+        if os.geteuid() != 0:
+            drop_capabilities()
+        t3 = time.perf_counter()
+        ctx.steps.update(clone=round((t1 - t0) * 1000, 3), id_maps=round((t2 - t1) * 1000, 3),
+                         mounts=round((t3 - t2) * 1000, 3))
+        ctx.cpu_before = cpu_a
+        return info
+    os.close(go_r)  # A
+    if sock_b is not None:
+        sock_b.close()
+    try:
+        write_id_maps(pid)
+    except OSError as exc:
+        os.close(go_w)
+        if sock_a is not None:
+            sock_a.close()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+        ctx.mode_reason = f"user namespace ids could not be mapped ({exc})"
+        return None
+    os.write(go_w, b"g")
+    supervise(pid, float(ctx.args.get("budget_s", 10.0)) + 1.5, ctx.result_fd, sock_a)
+    os._exit(0)
+
+
 def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
-    """Everything before user code: isolation, capture, confinement, audit hook, self-destruct timer."""
+    """Everything before user code: isolation, capture, the mode's layer and confinement, the audit hook."""
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()  # a forked child's CPU times start at zero
     try:
         os.setpgid(0, 0)  # the user's interrupt (sent to the kernel's process group) must not reach us
     except OSError:
@@ -225,31 +342,88 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
             signal.signal(sig, signal.SIG_DFL)
         except (OSError, ValueError):
             pass
-    try:
-        os.nice(5)  # the user's kernel comes first
-    except OSError:
-        pass
     ctx = _Ctx(args, shell)
+
+    def step(name: str, since: float) -> float:
+        now = time.perf_counter()
+        ctx.steps[name] = round((now - since) * 1000.0, 3)
+        return now
+
+    t = step("start", t0)
     _isolate_descriptors(ctx)
+    t = step("descriptors", t)
     _neutralise_kernel_io(ctx)
     sys.dont_write_bytecode = True
-    os.environ["TMPDIR"] = ctx.scratch
-    try:
-        import tempfile
-        tempfile.tempdir = ctx.scratch
-    except Exception:
-        pass
     _single_thread_pools()
+    t = step("streams", t)
+    ctx.mappings = privatise_shared_mappings()
+    t = step("mappings", t)
     ctx.memory_mb = _memory_budget_mb(int(args.get("memory_mb", 2048)))
     budget = float(args.get("budget_s", 10.0))
     cpu = float(args.get("cpu_s", budget + 1.0))
-    ctx.confinement = confine(
-        scratch_dir=ctx.scratch,
-        inherited_max_fd=ctx.inherited_max,
-        cpu_s=cpu,
-        memory_mb=ctx.memory_mb,
-        file_mb=int(args.get("file_mb", 64)),
-        fork_gate=args.get("fork_gate"),
-    )
+    layer = None
+    if args.get("mode") == "session":
+        ctx.mode_reason = "sandbox sessions use the blocking confinement"
+    elif args.get("layer", "auto") == "blocking":
+        ctx.mode_reason = "the blocking confinement was asked for"
+    else:
+        layer = _enter_layer(ctx)
+    t = step("layer", t)
+    if layer is not None:
+        ctx.mode, ctx.layer, ctx.places = "layered", layer, list(layer["places"])
+        for name in _THREAD_ENV:  # worker processes that exec a new interpreter start single-threaded too
+            os.environ[name] = "1"
+        layer_mb = _layer_budget_mb(int(args.get("layer_mb", 2048)))
+        ptys = ["/dev/pts"] if layer.get("ptys") else []
+        sock = ctx.notif_sock
+        ctx.confinement = confine(
+            notify_network=sock is not None,
+            writable=ctx.places + ptys, cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=max(64, layer_mb), profile="layered",
+            metadata_ok=bool(layer.get("readonly")),
+            nproc=None if os.geteuid() == 0 else min(256, int(args.get("max_processes", 1000))),
+        )
+        listener = ctx.confinement.pop("listener", -1)
+        if sock is not None:  # hand the seccomp listener to A, which answers and records network attempts
+            try:
+                if listener >= 0:
+                    import socket
+                    socket.send_fds(sock, [b"L"], [listener])
+            finally:
+                sock.close()
+                if listener >= 0:
+                    os.close(listener)
+    else:
+        if ctx.notif_sock is not None:  # B fell back to the blocking confinement: no listener to hand over
+            ctx.notif_sock.close()
+            ctx.notif_sock = None
+        os.environ["TMPDIR"] = ctx.scratch
+        try:
+            import tempfile
+            tempfile.tempdir = ctx.scratch
+        except Exception:
+            pass
+        ctx.confinement = confine(
+            writable=[ctx.scratch], cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=int(args.get("file_mb", 64)),
+            profile="blocking", fork_gate=args.get("fork_gate"),
+        )
+    t = step("confine", t)
     _install_audit_hook(ctx)
+    t = step("audit", t)
+    if args.get("miniature") and shell is not None:  # after confinement: shrinking runs library code
+        try:
+            ctx.kept = shrink_namespace(shell.user_ns, cell_names(shell, args.get("source", "")), args["miniature"])
+        except Exception as exc:  # the run then says there was nothing to shrink
+            ctx.miniature_error = f"{type(exc).__name__}: {exc}"
+        step("miniature", t)
+    try:  # the user's kernel comes first (lowered only now: a short setup is not worth being preempted)
+        os.nice(5)
+        if args.get("idle"):  # background runs: only spare CPU time (inherited by worker processes)
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError):
+        pass
+    ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
+    ctx.steps["cpu"] = round((ctx.cpu_before + time.process_time() - cpu0) * 1000.0, 3)
+    _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
+                                "layer": ctx.layer, "fds": ctx.fds, "mappings": ctx.mappings,
+                                "steps": ctx.steps, "pid": os.getpid(), "kept": ctx.kept})
     return ctx

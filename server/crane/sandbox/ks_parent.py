@@ -1,23 +1,33 @@
-"""Fork sandbox, kernel side, part 6: the entry points, run in the user's kernel process itself.
+"""Fork sandbox, kernel side: the entry points, run in the user's kernel process itself.
 
 `start(args_json)` / `session(args_json)`, called through a private `user_expressions` request: refuse quickly
 states that cannot be forked safely, `os.fork()`, start a reaper thread (waitpid, so no zombie is left; it
-writes the exit status to the daemon's private directory) and return `{"ok": True, "pid": ..., "start": ...}`
+writes the exit status into the run's private directory) and return `{"ok": True, "pid": ..., "start": ...}`
 at once. The child never returns to the kernel's event loop: it runs `_child_run` / `_child_session` and ends
 with `os._exit`.
+
+Channel: when the kernel sees the daemon's private directory (the token file matches) the child writes there
+("local": the daemon reads the result FIFO and kills through a pidfd). Otherwise (a kernel on another machine,
+or in another mount namespace) the kernel makes its own private directory ("remote") and the daemon collects
+the run with further private requests: `collect(run_id)` (the record, captured output, exit status; the
+directory is removed once it is done) and `stop(run_id)`. Remote runs nobody collects are swept after an hour.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import threading
+import time
 
-from crane.sandbox.ks_isolation import _capture_publisher  # kernel: strip
+from crane.sandbox.ks_isolation import _capture_publisher, find_thread_pools  # kernel: strip
 from crane.sandbox.ks_run import _child_run  # kernel: strip
 from crane.sandbox.ks_session import _child_session  # kernel: strip
-from crane.sandbox.seccomp import supported  # kernel: strip
+from crane.sandbox.seccomp import prebuild_filters, supported  # kernel: strip
 
 
 def _unforkable() -> str | None:
@@ -45,7 +55,66 @@ def _check_private_dir(args: dict) -> str | None:
                 return None
     except OSError:
         pass
-    return "the kernel does not run on this machine (it cannot see the daemon's private directory)"
+    return "the kernel does not see the daemon's private directory"
+
+
+_RUNS: dict = {}  # remote runs: run_id -> {"pid", "dir", "ended" (monotonic time or None)}
+_SWEEP_S = 3600.0
+
+
+def _remote_dir(args: dict) -> dict:
+    """A private directory on the kernel's side for a daemon that cannot see ours."""
+    path = tempfile.mkdtemp(prefix="crane-sbx-k-")
+    os.mkdir(os.path.join(path, "scratch"), 0o700)
+    out = dict(args)
+    out.update(dir=path, scratch=os.path.join(path, "scratch"), channel="remote", run_id=os.path.basename(path))
+    return out
+
+
+def _sweep() -> None:
+    now = time.monotonic()
+    for run_id, run in list(_RUNS.items()):
+        if run["ended"] is not None and now - run["ended"] > _SWEEP_S:
+            shutil.rmtree(run["dir"], ignore_errors=True)
+            _RUNS.pop(run_id, None)
+
+
+def _read_bounded(path: str, limit: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def collect(run_id: str, limit: int = 1 << 20) -> dict:
+    """Remote channel: the run's state. `done` once the child has been reaped (then everything is returned and
+    the directory removed)."""
+    run = _RUNS.get(run_id)
+    if run is None:
+        return {"done": True, "lost": True}
+    path = run["dir"]
+    status = _read_bounded(os.path.join(path, "status"), 4096)
+    if not status:
+        return {"done": False}
+    out = {"done": True, "status": status, "result": _read_bounded(os.path.join(path, "result"), limit),
+           "stdout": _read_bounded(os.path.join(path, "stdout"), limit),
+           "stderr": _read_bounded(os.path.join(path, "stderr"), limit)}
+    shutil.rmtree(path, ignore_errors=True)
+    _RUNS.pop(run_id, None)
+    return out
+
+
+def stop(run_id: str) -> bool:
+    """Remote channel: end a run now (its whole process tree ends with it)."""
+    run = _RUNS.get(run_id)
+    if run is None or run["ended"] is not None:
+        return False
+    try:
+        os.kill(run["pid"], signal.SIGKILL)  # not reaped yet, so the pid is still ours
+    except OSError:
+        return False
+    return True
 
 
 def _starttime(pid: int) -> int:
@@ -57,13 +126,15 @@ def _starttime(pid: int) -> int:
         return 0
 
 
-def _reap(pid: int, private_dir: str) -> None:
+def _reap(pid: int, private_dir: str, run_id: str | None) -> None:
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:
         return
     info = {"exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
+    if run_id is not None and run_id in _RUNS:
+        _RUNS[run_id]["ended"] = time.monotonic()
     try:
         fd = os.open(os.path.join(private_dir, "status"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -73,9 +144,17 @@ def _reap(pid: int, private_dir: str) -> None:
 
 
 def _fork(args: dict, child_main) -> dict:
-    why = _unforkable() or _check_private_dir(args)
+    why = _unforkable()
     if why:
         return {"ok": False, "verdict": "unavailable", "reason": why}
+    _sweep()
+    if _check_private_dir(args) is not None:
+        if not args.get("remote_ok", True):
+            return {"ok": False, "verdict": "unavailable", "reason": _check_private_dir(args)}
+        try:
+            args = _remote_dir(args)
+        except OSError as exc:
+            return {"ok": False, "verdict": "unavailable", "reason": f"no private directory in the kernel: {exc}"}
     try:
         from IPython import get_ipython
         shell = get_ipython()
@@ -84,8 +163,11 @@ def _fork(args: dict, child_main) -> dict:
         shell = None
     if shell is None:
         return {"ok": False, "verdict": "unavailable", "reason": "not an IPython kernel"}
+    find_thread_pools()
+    prebuild_filters()
     parent = os.getpid()
     on_main = threading.current_thread() is threading.main_thread()
+    t0, c0 = time.perf_counter(), time.thread_time()
     try:
         pid = os.fork()
     except OSError as exc:
@@ -99,8 +181,13 @@ def _fork(args: dict, child_main) -> dict:
             pass
         finally:
             os._exit(code)
-    threading.Thread(target=_reap, args=(pid, args["dir"]), name="crane-sandbox-reaper", daemon=True).start()
-    return {"ok": True, "pid": pid, "start": _starttime(pid)}
+    fork_ms, fork_cpu_ms = (time.perf_counter() - t0) * 1000.0, (time.thread_time() - c0) * 1000.0
+    run_id = args.get("run_id")
+    if run_id is not None:
+        _RUNS[run_id] = {"pid": pid, "dir": args["dir"], "ended": None}
+    threading.Thread(target=_reap, args=(pid, args["dir"], run_id), name="crane-sandbox-reaper", daemon=True).start()
+    return {"ok": True, "pid": pid, "start": _starttime(pid), "channel": args.get("channel", "local"),
+            "run_id": run_id, "fork_ms": round(fork_ms, 3), "fork_cpu_ms": round(fork_cpu_ms, 3)}
 
 
 def start(args_json: str) -> dict:

@@ -11,6 +11,7 @@ import ast
 import errno
 import linecache
 import os
+import re
 import signal
 import time
 import traceback
@@ -24,6 +25,7 @@ from crane.sandbox.ks_common import (  # kernel: strip
     _write_json,
 )
 from crane.sandbox.ks_isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
+from crane.sandbox.ks_miniature import artefact  # kernel: strip
 
 
 def _compile_plan(shell, source: str, filename: str, transformed: str):
@@ -79,7 +81,16 @@ def _exception_chain(exc):
     return out
 
 
-def _is_landlock_denial(exc: OSError) -> bool:
+def _inside(path, roots) -> bool:
+    try:
+        p = os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return False
+    return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _is_landlock_denial(ctx: _Ctx, exc: OSError) -> bool:
+    """EACCES/EROFS that the confinement caused (not the file's own permissions)."""
     if exc.errno not in (errno.EACCES, errno.EROFS):
         return False
     if exc.errno == errno.EROFS or os.geteuid() == 0:
@@ -87,11 +98,84 @@ def _is_landlock_denial(exc: OSError) -> bool:
     target = exc.filename if isinstance(exc.filename, (str, bytes)) else None
     if target is None:
         return True
+    if ctx.mode == "layered":
+        return not _inside(target, ctx.places)
     parent = os.path.dirname(os.path.abspath(os.fsdecode(target))) or "."
     return os.access(target, os.W_OK) or (not os.path.exists(target) and os.access(parent, os.W_OK))
 
 
 _SQLITE_DENIAL = ("readonly database", "unable to open database file", "disk i/o error")
+# errors the private layer itself can cause, where the real run would have succeeded
+_LAYER_ERRNOS = {
+    errno.EXDEV: "a rename the private layer cannot do",
+    errno.EOVERFLOW: "a file whose owner the sandbox does not map",
+    errno.ENOSPC: "the sandbox's private layer is full",
+    errno.EDQUOT: "the sandbox's private layer is full",
+}
+
+
+def _near_process_bound(bound: int) -> bool:
+    """Layered mode: /proc shows only the sandbox's pid namespace; near its bound, fork fails with EAGAIN."""
+    n = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                n += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                pass
+    return n >= min(250, max(1, bound) // 2)
+
+
+def _confinement_error(ctx: _Ctx, e: OSError) -> str | None:
+    """Why an OSError the cell got comes from the confinement (then the verdict is "blocked"), or None."""
+    if e.errno == errno.EPERM or _is_landlock_denial(ctx, e):
+        return f"the sandbox refused an operation the cell attempted: {e}"
+    if ctx.mode == "layered" and e.errno in _LAYER_ERRNOS:
+        return f"{_LAYER_ERRNOS[e.errno]}: {e}"
+    if e.errno == errno.ECONNREFUSED and ctx.mode == "layered":
+        return f"a local service outside the sandbox cannot be reached from it: {e}"
+    if e.errno == errno.EAGAIN and ctx.mode == "layered" and _near_process_bound(
+            int(ctx.args.get("max_processes", 1000))):
+        return f"the sandbox's bound on the number of processes was reached: {e}"
+    if e.errno == errno.EBADF and ctx.fds.get("degraded"):
+        return f"a file the kernel holds open for writing is read-only in the sandbox (too large to copy): {e}"
+    if e.errno == errno.ENOTSOCK and ctx.fds.get("sunk"):
+        return f"a connection opened before the run is closed in the sandbox: {e}"
+    return None
+
+
+_DENIAL_TEXT = re.compile(r"operation not permitted|read-only file system|permission denied|\[errno (?:1|13|30)\]"
+                          r"|errno[ =:]+(?:1|13|30)\b|\b(?:EPERM|EACCES|EROFS)\b", re.I)
+# layered mode: a UNIX socket that existed before the run (a local database server's) refuses connections
+_REFUSED_TEXT = re.compile(r"connection refused|\[errno 111\]|\bECONNREFUSED\b", re.I)
+_QUOTED_PATH = re.compile(r"""(?:file path: |['"])(/[^'"\s]+|[\w.-]+\.\w{1,6})""")
+
+
+def _text_denial(ctx: _Ctx, exc) -> str | None:
+    """A library that met the confinement in C code and reported it in its own words (torch.save's
+    "open file failed because of errno 13", a database driver's "could not create socket: Operation not
+    permitted", a subprocess's captured stderr): the message, or None. A permission error about a path
+    inside the sandbox's writable places is the file's own (a real crash), not the sandbox's."""
+    texts = []
+    for part in (exc, getattr(exc, "stderr", None), getattr(exc, "output", None)):
+        if isinstance(part, bytes):
+            part = part.decode("utf-8", "replace")
+        try:
+            texts.append(str(part) if part is not None else "")
+        except Exception:
+            pass
+    text = "\n".join(texts)[:20000]
+    if ctx.mode == "layered" and _REFUSED_TEXT.search(text):
+        return "a local service outside the sandbox cannot be reached from it: " + text.strip().splitlines()[0][:300]
+    m = _DENIAL_TEXT.search(text)
+    if not m:
+        return None
+    if re.search(r"permission denied|errno[ =:\]]*13|EACCES", m.group(0), re.I) and os.geteuid() != 0:
+        roots = ctx.places if ctx.mode == "layered" else [ctx.scratch]
+        paths = _QUOTED_PATH.findall(text)
+        if paths and all(_inside(p, roots) for p in paths):
+            return None
+    return text.strip().splitlines()[0][:300] if text.strip() else m.group(0)
 
 
 def _classify(ctx: _Ctx, exc, as_limit: int) -> tuple[str, str | None]:
@@ -105,10 +189,16 @@ def _classify(ctx: _Ctx, exc, as_limit: int) -> tuple[str, str | None]:
         if isinstance(e, SandboxBlocked):
             return "blocked", str(e.strerror or e)
     for e in chain:
-        if isinstance(e, OSError) and (e.errno == errno.EPERM or _is_landlock_denial(e)):
-            return "blocked", f"the sandbox refused an operation the cell attempted: {e}"
+        if isinstance(e, OSError):
+            why = _confinement_error(ctx, e)
+            if why:
+                return "blocked", why
     if ctx.denied:
         return "blocked", ctx.denied[0]
+    for e in chain:
+        why = _text_denial(ctx, e)
+        if why:
+            return "blocked", f"the sandbox's confinement refused something the cell's code did: {why}"
     for e in chain:
         if type(e).__name__ == "OperationalError" and any(s in str(e).lower() for s in _SQLITE_DENIAL):
             return "blocked", f"the sandbox refused a database write: {e}"
@@ -191,6 +281,11 @@ def run_source(ctx: _Ctx, source: str) -> dict:
     ctx.shown_exc = None
     elapsed = (time.perf_counter() - t0) * 1000.0
     verdict, reason = _classify(ctx, exc, ctx.confinement.get("as_limit", 0))
+    if verdict == "crash" and ctx.kept:
+        why = artefact(exc)
+        if why:  # a miniature run's crash that the smaller data may have caused: inconclusive
+            verdict, reason = "timeout", (f"the miniature run raised {type(exc).__name__}, which may be an artefact "
+                                          f"of the smaller data ({why}); the full run did not finish in time")
     rec = {"verdict": verdict, "reason": reason, "elapsed_ms": elapsed}
     if exc is not None:
         rec.update(_describe_exception(exc, source, transformed))
@@ -208,6 +303,11 @@ def _child_run(args: dict, shell, parent: int, on_main: bool) -> None:
             _write_json(fd, {"verdict": "unavailable", "reason": f"sandbox setup failed: {exc}"})
         return
     setup_ms = (time.perf_counter() - t0) * 1000.0
+    if args.get("miniature") and not ctx.kept:
+        why = ctx.miniature_error or "the cell reads no large DataFrame, array, tensor or dataset"
+        _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}", "setup_ms": setup_ms})
+        os.close(ctx.result_fd)
+        return
     signal.setitimer(signal.ITIMER_REAL, float(args.get("budget_s", 10.0)) + 1.5)
     rec = run_source(ctx, args["source"])
     signal.setitimer(signal.ITIMER_REAL, 0)

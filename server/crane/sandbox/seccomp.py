@@ -4,21 +4,23 @@ Standard library only (`ctypes`, `os`, `resource`): this file's text is sent int
 of the sandbox's kernel-side module (see `ks_common.py`) and runs only inside the forked child, after the
 fork and before any user code. Nothing here is ever called in the user's kernel process itself.
 
-Layers, each enforced by the Linux kernel (not by Python, so C extensions and `ctypes` cannot bypass them):
+Two profiles, each enforced by the Linux kernel (not by Python, so C extensions and `ctypes` cannot bypass them):
 
-* Landlock (ABI >= 1): every write-type file-system right (write, truncate, create, remove, rename/link,
-  make device/fifo/socket/symlink, execute) is denied everywhere except below the private scratch directory;
-  reads stay allowed. ABI >= 4 also denies TCP bind/connect; ABI >= 6 scopes signals and abstract UNIX
-  sockets to the sandbox itself.
-* seccomp-BPF (x86_64 only; the architecture is checked inside the filter and x32 numbers are refused):
-  returns EPERM for exec of programs, creation of processes (thread clones stay allowed for BLAS/OpenMP),
-  creation of sockets and connect/bind/listen, signals to other processes, ptrace and cross-process memory
-  access, chmod/chown/utime/xattr, SysV IPC, io_uring, mounts, module loading, raising resource limits, and
-  any use of the descriptors inherited from the kernel (ZMQ sockets, open files): those are re-pointed at
-  /dev/null before the filter is installed and read/write/send/recv/truncate/seek on them returns EPERM
-  (close() on them is a no-op success, so their numbers are never reused). Without Landlock the filter
-  additionally refuses every write-type open, unlink, rename, mkdir, rmdir, link, symlink and truncate.
-* rlimits: CPU seconds, address space (what the process maps now plus a budget), file size, no core files.
+* `layered` (the child lives in its own user, mount, pid and IPC namespaces, the file system is read-only
+  except for private copy-on-write layers, see `ks_layer.py`): processes and programs are allowed (fork, exec,
+  clone without namespace flags), sockets only of the AF_UNIX family; still refused: new namespaces, mounts,
+  ptrace and cross-process memory access, modules, kexec, bpf, perf, io_uring, keyrings, clock and host
+  settings, changing identity. Landlock allows write-type rights only below the private layers and on a few
+  harmless devices (execute stays allowed, so worker processes can exec), TCP bind/connect are denied (ABI >=
+  4), signals and abstract UNIX sockets are scoped to the sandbox (ABI >= 6).
+* `blocking` (the fallback where namespaces are unavailable): additionally refuses exec of programs, creation
+  of processes (thread clones stay allowed for BLAS/OpenMP), every socket, signals to other processes,
+  chmod/chown/utime/xattr, SysV IPC, setting resource limits; Landlock allows writes only below the private
+  scratch directory (without Landlock the filter refuses every write-type open, unlink, rename, mkdir, ...).
+
+Both: the architecture is checked inside the filter (x32 numbers refused), TIOCSTI/TIOCLINUX refused.
+rlimits: CPU seconds, address space (what the process maps now plus a budget), file size, no core files, and
+(layered) a bound on the number of processes.
 
 Every error is returned as an `OSError`-raising Python exception from `confine()`; the caller must not run
 user code when it raises.
@@ -37,7 +39,7 @@ import struct
 _NR = dict(
     read=0, write=1, open=2, close=3, lseek=8, mmap=9, ioctl=16, pread64=17, pwrite64=18, readv=19, writev=20,
     shmget=29, shmat=30, shmctl=31, dup2=33, sendfile=40, socket=41, connect=42, accept=43, sendto=44,
-    recvfrom=45, sendmsg=46, recvmsg=47, bind=49, listen=50, clone=56, fork=57, vfork=58, execve=59, kill=62,
+    recvfrom=45, sendmsg=46, recvmsg=47, bind=49, listen=50, socketpair=53, clone=56, fork=57, vfork=58, execve=59, kill=62,
     semget=64, semop=65, semctl=66, msgget=68, msgsnd=69, msgrcv=70, msgctl=71, truncate=76, ftruncate=77,
     rename=82, mkdir=83, rmdir=84, creat=85, link=86, unlink=87, symlink=88, chmod=90, fchmod=91, chown=92,
     fchown=93, lchown=94, ptrace=101, syslog=103, setuid=105, setgid=106, setreuid=113, setregid=114,
@@ -50,7 +52,7 @@ _NR = dict(
     mq_open=240, mq_unlink=241, mq_timedsend=242, mq_timedreceive=243, mq_notify=244, mq_getsetattr=245,
     kexec_load=246, add_key=248, request_key=249, keyctl=250, ioprio_set=251, migrate_pages=256, openat=257,
     mkdirat=258, mknodat=259, fchownat=260, futimesat=261, unlinkat=263, renameat=264, linkat=265,
-    symlinkat=266, fchmodat=268, splice=275, tee=276, vmsplice=278, move_pages=279, utimensat=280,
+    symlinkat=266, fchmodat=268, splice=275, tee=276, vmsplice=278, move_pages=279, unshare=272, utimensat=280,
     fallocate=285, accept4=288, dup3=292, preadv=295, pwritev=296, rt_tgsigqueueinfo=297,
     perf_event_open=298, recvmmsg=299, fanotify_init=300, fanotify_mark=301, prlimit64=302,
     name_to_handle_at=303, open_by_handle_at=304, clock_adjtime=305, sendmmsg=307, setns=308,
@@ -61,43 +63,45 @@ _NR = dict(
     pidfd_getfd=438, process_madvise=440, mount_setattr=442, process_mrelease=448, fchmodat2=452,
 )
 
-# Always refused (EPERM): programs, processes, networking, other processes, system state, metadata writes.
+# Refused (EPERM) in both profiles: other processes' memory, namespaces and mounts, the machine's state.
 _DENY_ALWAYS = (
-    "execve execveat fork vfork socket connect bind listen accept accept4 ptrace process_vm_readv "
-    "process_vm_writev pidfd_getfd pidfd_send_signal process_madvise process_mrelease kcmp tkill "
-    "mount umount2 pivot_root chroot setns reboot init_module finit_module delete_module kexec_load "
+    "ptrace process_vm_readv process_vm_writev pidfd_getfd process_madvise process_mrelease kcmp "
+    "mount umount2 pivot_root chroot setns unshare reboot init_module finit_module delete_module kexec_load "
     "kexec_file_load bpf perf_event_open swapon swapoff acct settimeofday clock_settime clock_adjtime adjtimex "
     "sethostname setdomainname iopl ioperm quotactl keyctl add_key request_key userfaultfd io_uring_setup "
-    "io_uring_enter io_uring_register open_by_handle_at name_to_handle_at mknod mknodat chmod fchmod fchmodat "
-    "fchmodat2 chown fchown lchown fchownat utime utimes futimesat utimensat setxattr lsetxattr fsetxattr "
-    "removexattr lremovexattr fremovexattr shmget shmat shmctl semget semop semctl semtimedop msgget msgsnd "
-    "msgrcv msgctl mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr fanotify_init "
-    "fanotify_mark open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr setuid setgid setreuid "
-    "setregid setresuid setresgid setgroups setfsuid setfsgid capset setpriority ioprio_set migrate_pages "
-    "move_pages syslog vhangup setrlimit"
+    "io_uring_enter io_uring_register open_by_handle_at name_to_handle_at fanotify_init fanotify_mark "
+    "open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr setuid setgid setreuid setregid "
+    "setresuid setresgid setgroups setfsuid setfsgid capset migrate_pages move_pages syslog vhangup"
 ).split()
-# Refused only when Landlock is not available to confine them to the scratch directory.
+# Refused only in the blocking profile: programs, processes, networking, signals to other processes.
+_DENY_BLOCKING = (
+    "execve execveat fork vfork socket socketpair connect bind listen accept accept4 tkill pidfd_send_signal "
+    "mknod mknodat shmget shmat shmctl semget semop semctl semtimedop msgget msgsnd msgrcv msgctl mq_open "
+    "mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr setpriority ioprio_set setrlimit"
+).split()
+# Metadata writes Landlock does not cover: refused unless the rest of the file system is mounted read-only.
+_DENY_METADATA = (
+    "chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat utime utimes futimesat utimensat setxattr "
+    "lsetxattr fsetxattr removexattr lremovexattr fremovexattr"
+).split()
+# Refused only when Landlock is not available to confine them to the scratch directory (blocking profile).
 _DENY_WITHOUT_LANDLOCK = (
     "creat unlink unlinkat rename renameat renameat2 mkdir mkdirat rmdir truncate link linkat symlink symlinkat "
     "openat2"
 ).split()
-# Syscalls whose first argument is a file descriptor: refused on the inherited descriptors.
-_FD_ARG0 = (
-    "read write pread64 pwrite64 readv writev preadv pwritev preadv2 pwritev2 sendto recvfrom sendmsg recvmsg "
-    "sendmmsg recvmmsg ftruncate fallocate lseek splice tee vmsplice sendfile copy_file_range"
-).split()
-_FD_ARG1 = ("sendfile", "tee")  # in_fd / fd_out
-_FD_ARG2 = ("splice", "copy_file_range")  # fd_out
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 _X32_BIT = 0x40000000
 CLONE_THREAD = 0x00010000
+# CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
+CLONE_NEW_ANY = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
+AF_UNIX, AF_NETLINK = 1, 16
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 _WRITE_OPEN_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 # BPF
 _LD_W_ABS, _JEQ, _JGE, _JGT, _JSET, _RET = 0x20, 0x15, 0x35, 0x25, 0x45, 0x06
-RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
+RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS, RET_USER_NOTIF = 0x7FFF0000, 0x00050000, 0x80000000, 0x7FC00000
 _OFF_NR, _OFF_ARCH = 0, 4
 
 
@@ -149,20 +153,32 @@ class _Prog:
 
 def build_filter(
     *,
-    inherited_max_fd: int,
-    own_pid: int | None,
-    landlock: bool,
+    profile: str = "blocking",
+    own_pid: int | None = None,
+    landlock: bool = True,
+    metadata_ok: bool = False,
     fork_gate: int | None = None,
     errno_value: int = _errno.EPERM,
+    notify_network: bool = False,
 ) -> bytes:
     """The seccomp-BPF program (raw `struct sock_filter` array) for a sandbox child.
 
-    `inherited_max_fd`: descriptors 3..inherited_max_fd are the kernel's (re-pointed at /dev/null).
-    `own_pid`: the only process signals may target (besides what Landlock scopes allow).
-    `landlock`: Landlock confines file-system writes; without it they are refused here.
-    `fork_gate`: if set, `clone(SIGCHLD, 0, fork_gate, ...)` is allowed (sandbox-session checkpoints; the
-    kernel ignores the parent-tid argument without CLONE_PARENT_SETTID, so it can carry a secret).
+    `profile`: "layered" (processes, programs and AF_UNIX sockets allowed; the child is in its own namespaces)
+    or "blocking" (all of those refused).
+    `own_pid`: blocking profile: the only process signals may target (besides what Landlock scopes allow).
+    `landlock`: Landlock confines file-system writes; without it (blocking profile) they are refused here.
+    `metadata_ok`: chmod/chown/utime/xattr allowed (the layered profile, when everything outside the private
+    layers is mounted read-only, so they fail there with EROFS).
+    `notify_network`: layered profile: a socket of another family than AF_UNIX goes to the filter's listener
+    (SECCOMP_RET_USER_NOTIF: the supervising process records the attempt, whichever process made it, and
+    refuses it with EPERM) instead of being refused silently.
+    `fork_gate`: blocking profile: if set, `clone(SIGCHLD, 0, fork_gate, ...)` is allowed (sandbox-session
+    checkpoints; the kernel ignores the parent-tid argument without CLONE_PARENT_SETTID, so it can carry a
+    secret).
     """
+    layered = profile == "layered"
+    if profile not in ("layered", "blocking"):
+        raise ValueError(f"unknown seccomp profile {profile!r}")
     deny = RET_ERRNO | (errno_value & 0xFFFF)
     p = _Prog()
     p.ld(_OFF_ARCH)
@@ -181,40 +197,67 @@ def build_filter(
             p.here(nxt)
 
     simple(_DENY_ALWAYS, deny)
-    if not landlock:
-        simple(_DENY_WITHOUT_LANDLOCK, deny)
+    if not layered:
+        simple(_DENY_BLOCKING, deny)
+        if not landlock:
+            simple(_DENY_WITHOUT_LANDLOCK, deny)
+    if not (layered and metadata_ok):
+        simple(_DENY_METADATA, deny)
     simple(["clone3"], RET_ERRNO | _errno.ENOSYS)  # glibc then falls back to clone(), whose flags we can see
 
-    # clone: threads allowed; processes refused unless gated.
     nxt = p.label()
     p.ld(_OFF_NR)
     p.jmp(_JEQ, _NR["clone"], 0, nxt)
     p.ld(_arg_lo(0))
     allow = p.label()
-    p.jmp(_JSET, CLONE_THREAD, allow, 0)
-    if fork_gate is not None:
-        refuse = p.label()
-        gate = fork_gate & 0xFFFFFFFFFFFFFFFF
-        p.jmp(_JEQ, 17, 0, refuse)  # exactly SIGCHLD: a plain fork
-        p.ld(_arg_lo(2))
-        p.jmp(_JEQ, gate & 0xFFFFFFFF, 0, refuse)
-        p.ld(_arg_hi(2))
-        p.jmp(_JEQ, gate >> 32, allow, refuse)
-        p.here(refuse)
+    if layered:  # processes allowed, new namespaces not
+        p.jmp(_JSET, CLONE_NEW_ANY, 0, allow)
+    else:  # threads allowed; processes refused unless gated
+        p.jmp(_JSET, CLONE_THREAD, allow, 0)
+        if fork_gate is not None:
+            refuse = p.label()
+            gate = fork_gate & 0xFFFFFFFFFFFFFFFF
+            p.jmp(_JEQ, 17, 0, refuse)  # exactly SIGCHLD: a plain fork
+            p.ld(_arg_lo(2))
+            p.jmp(_JEQ, gate & 0xFFFFFFFF, 0, refuse)
+            p.ld(_arg_hi(2))
+            p.jmp(_JEQ, gate >> 32, allow, refuse)
+            p.here(refuse)
     p.ret(deny)
     p.here(allow)
     p.ret(RET_ALLOW)
     p.here(nxt)
 
-    # Signals only to ourselves (sessions with Landlock >= 6 rely on its signal scoping instead: their
-    # checkpoint children have other pids).
-    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo") if own_pid is not None else ():
+    if layered:  # sockets: the AF_UNIX family only (worker pipes, fd passing); the network stays closed
+        for name in ("socket", "socketpair"):
+            nxt = p.label()
+            p.ld(_OFF_NR)
+            p.jmp(_JEQ, _NR[name], 0, nxt)
+            p.ld(_arg_lo(0))
+            ok = p.label()
+            p.jmp(_JEQ, AF_UNIX, ok, 0)
+            if notify_network and name == "socket":  # netlink (interface lookups by libc) is refused quietly
+                quiet = p.label()
+                p.jmp(_JEQ, AF_NETLINK, quiet, 0)
+                p.ret(RET_USER_NOTIF)
+                p.here(quiet)
+            p.ret(deny)
+            p.here(ok)
+            p.ret(RET_ALLOW)
+            p.here(nxt)
+
+    # Blocking profile: signals only to ourselves (sessions with Landlock >= 6 rely on its signal scoping
+    # instead: their checkpoint children have other pids). The layered profile's pid namespace holds only the
+    # sandbox's own processes.
+    only = own_pid if own_pid is not None and not layered else None
+    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo") if only is not None else ():
+        assert only is not None
         nxt = p.label()
         p.ld(_OFF_NR)
         p.jmp(_JEQ, _NR[name], 0, nxt)
         p.ld(_arg_lo(0))
         ok = p.label()
-        p.jmp(_JEQ, own_pid, ok, 0)
+        p.jmp(_JEQ, only, ok, 0)
         p.ret(deny)
         p.here(ok)
         p.ret(RET_ALLOW)
@@ -232,20 +275,20 @@ def build_filter(
     p.ret(deny)
     p.here(nxt)
 
-    # prlimit64: reading limits is fine, setting them (new_limit != NULL) is not.
-    nxt = p.label()
-    p.ld(_OFF_NR)
-    p.jmp(_JEQ, _NR["prlimit64"], 0, nxt)
-    p.ld(_arg_lo(2))
-    bad = p.label()
-    p.jmp(_JEQ, 0, 0, bad)
-    p.ld(_arg_hi(2))
-    p.jmp(_JEQ, 0, nxt, bad)
-    p.here(bad)
-    p.ret(deny)
-    p.here(nxt)
+    if not layered:  # prlimit64: reading limits is fine, setting them (new_limit != NULL) is not.
+        nxt = p.label()
+        p.ld(_OFF_NR)
+        p.jmp(_JEQ, _NR["prlimit64"], 0, nxt)
+        p.ld(_arg_lo(2))
+        bad = p.label()
+        p.jmp(_JEQ, 0, 0, bad)
+        p.ld(_arg_hi(2))
+        p.jmp(_JEQ, 0, nxt, bad)
+        p.here(bad)
+        p.ret(deny)
+        p.here(nxt)
 
-    if not landlock:  # write-type opens
+    if not layered and not landlock:  # write-type opens
         for name, argi in (("open", 1), ("openat", 2)):
             nxt = p.label()
             p.ld(_OFF_NR)
@@ -253,38 +296,6 @@ def build_filter(
             p.ld(_arg_lo(argi))
             p.jmp(_JSET, _WRITE_OPEN_FLAGS, 0, nxt)
             p.ret(deny)
-            p.here(nxt)
-
-    # Inherited descriptors 3..M: unusable (EPERM), close() is a silent no-op, dup2 onto them refused.
-    lo, hi = 3, int(inherited_max_fd)
-    if hi >= lo:
-        def fd_in_range(argi: int, action: int, nxt: str) -> None:
-            p.ld(_arg_lo(argi))
-            p.jmp(_JGE, lo, 0, nxt)
-            p.jmp(_JGT, hi, nxt, 0)
-            p.ret(action)
-
-        for name in _FD_ARG0 + ["close", "dup2", "dup3"]:
-            nxt = p.label()
-            p.ld(_OFF_NR)
-            p.jmp(_JEQ, _NR[name], 0, nxt)
-            if name == "close":
-                fd_in_range(0, RET_ERRNO | 0, nxt)
-            elif name in ("dup2", "dup3"):
-                fd_in_range(1, deny, nxt)
-            else:
-                step = p.label()
-                fd_in_range(0, deny, step)
-                p.here(step)
-                if name in _FD_ARG1:
-                    step2 = p.label()
-                    fd_in_range(1, deny, step2)
-                    p.here(step2)
-                if name in _FD_ARG2:
-                    step3 = p.label()
-                    fd_in_range(2, deny, step3)
-                    p.here(step3)
-                p.ret(RET_ALLOW)
             p.here(nxt)
 
     p.ret(RET_ALLOW)
@@ -332,11 +343,16 @@ def set_parent_death_signal(sig: int) -> None:
     _check(_prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
 
 
-def install_filter(program: bytes) -> None:
+def install_filter(program: bytes, listener: bool = False) -> int:
+    """Install the filter on the calling process; with `listener`, return its user-notification descriptor."""
     n = len(program) // 8
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(n, ctypes.cast(buf, ctypes.c_void_p))
+    if listener:  # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog)
+        return _check(_syscall(ctypes.c_long(317), ctypes.c_ulong(1), ctypes.c_ulong(8), ctypes.byref(prog)),
+                      "seccomp filter with a listener")
     _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp filter")
+    return -1
 
 
 # -- Landlock ------------------------------------------------------------------------------------------
@@ -357,9 +373,13 @@ def landlock_abi() -> int:
     return int(rc) if rc > 0 else 0
 
 
-def apply_landlock(writable_dir: str, abi: int) -> None:
-    """Deny write-type file rights outside `writable_dir`, TCP bind/connect, and signals out of the domain."""
-    fs = _LL_FS_EXECUTE | _LL_FS_WRITE_FILE | _LL_FS_REMOVE_DIR | _LL_FS_REMOVE_FILE | _LL_FS_MAKE
+def apply_landlock(writable: list[str], abi: int, *, files: tuple[str, ...] = (), handle_execute: bool = True) -> None:
+    """Deny write-type file rights outside the `writable` directories (and the `files`, e.g. /dev/null),
+    TCP bind/connect, and signals out of the domain. `handle_execute=False` leaves exec allowed everywhere
+    (layered profile: worker processes exec interpreters); True denies it everywhere (blocking profile)."""
+    fs = _LL_FS_WRITE_FILE | _LL_FS_REMOVE_DIR | _LL_FS_REMOVE_FILE | _LL_FS_MAKE
+    if handle_execute:
+        fs |= _LL_FS_EXECUTE
     if abi >= 2:
         fs |= _LL_FS_REFER
     if abi >= 3:
@@ -376,15 +396,21 @@ def apply_landlock(writable_dir: str, abi: int) -> None:
     rs = _check(_syscall(_SYS_LANDLOCK_CREATE_RULESET, abuf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)),
                 "landlock_create_ruleset")
     try:
-        dfd = os.open(writable_dir, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
-        try:
-            allowed = fs & ~_LL_FS_EXECUTE
-            rule = struct.pack("=Qi", allowed, dfd)
-            rbuf = ctypes.create_string_buffer(rule, len(rule))
-            _check(_syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(rs), ctypes.c_int(1), rbuf, ctypes.c_uint32(0)),
-                   "landlock_add_rule")
-        finally:
-            os.close(dfd)
+        allowed_dir = fs & ~_LL_FS_EXECUTE
+        allowed_file = fs & (_LL_FS_WRITE_FILE | _LL_FS_TRUNCATE)
+        rules = [(d, allowed_dir, os.O_DIRECTORY) for d in writable] + [(f, allowed_file, 0) for f in files]
+        for path, rights, flags in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC | flags)
+            except OSError:
+                continue  # a device this machine does not have
+            try:
+                rule = struct.pack("=Qi", rights, fd)
+                rbuf = ctypes.create_string_buffer(rule, len(rule))
+                _check(_syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(rs), ctypes.c_int(1), rbuf, ctypes.c_uint32(0)),
+                       "landlock_add_rule")
+            finally:
+                os.close(fd)
         _check(_syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(rs), ctypes.c_uint32(0)),
                "landlock_restrict_self")
     finally:
@@ -400,9 +426,10 @@ def _vm_size_bytes() -> int:
     return 0
 
 
-def set_limits(cpu_s: float, memory_mb: int, file_mb: int) -> int:
+def set_limits(cpu_s: float, memory_mb: int, file_mb: int, nproc: int | None = None) -> int:
     """CPU seconds (SIGXCPU, then SIGKILL one second later), address space = now + memory_mb, file size, no
-    core dumps. Returns the address-space limit in bytes."""
+    core dumps, and (if given) at most `nproc` processes (counted per user namespace: the sandbox's own; not
+    enforced for root, whose bound is the pid namespace's pid_max). Returns the address-space limit."""
     cpu = max(1, int(cpu_s + 0.999))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     as_limit = _vm_size_bytes() + int(memory_mb) * 1024 * 1024
@@ -410,79 +437,73 @@ def set_limits(cpu_s: float, memory_mb: int, file_mb: int) -> int:
     fsz = int(file_mb) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsz, fsz))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if nproc:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     return as_limit
 
 
-# -- shared writable mappings ---------------------------------------------------------------------------
-_PROCMAP_QUERY = 0xC0686611  # _IOWR('f', 17, struct procmap_query) (Linux >= 6.11)
-_PMQ_WRITABLE, _PMQ_SHARED, _PMQ_COVERING_OR_NEXT = 0x02, 0x08, 0x10
+_FILTERS: dict = {}  # build_filter's programs that do not depend on the child (no pid, no gate), by arguments
 
 
-def _shared_writable_ranges() -> list[tuple[int, int, bool]]:
-    """(start, end, executable) of MAP_SHARED writable mappings: PROCMAP_QUERY when the kernel has it (a few
-    syscalls), else a parse of /proc/self/maps (slow with thousands of mappings)."""
-    out: list[tuple[int, int, bool]] = []
-    try:
-        fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        fd = -1
-    if fd >= 0:
-        try:
-            ioctl = _libc.ioctl
-            buf = ctypes.create_string_buffer(104)
-            addr = 0
-            while True:
-                struct.pack_into("=QQQ", buf, 0, 104, _PMQ_COVERING_OR_NEXT | _PMQ_SHARED | _PMQ_WRITABLE, addr)
-                if ioctl(fd, ctypes.c_ulong(_PROCMAP_QUERY), buf) < 0:
-                    e = ctypes.get_errno()
-                    if e == _errno.ENOENT:
-                        return out
-                    break  # not supported: fall back
-                start, end, flags = struct.unpack_from("=QQQ", buf, 24)
-                out.append((start, end, bool(flags & 0x04)))
-                addr = end
-        finally:
-            os.close(fd)
-    import re
-    with open("/proc/self/maps", "rb") as f:
-        maps = f.read()
-    return [(int(a, 16), int(b, 16), x == b"x")
-            for a, b, x in re.findall(rb"^([0-9a-f]+)-([0-9a-f]+) rw(.)s ", maps, re.M)]
+def cached_filter(**kw) -> bytes:
+    """`build_filter(**kw)`, kept for the next runs when it does not depend on the child (assembling a program
+    in Python costs about a millisecond; the kernel builds the common ones once, before forking)."""
+    if kw.get("own_pid") is not None or kw.get("fork_gate") is not None:
+        return build_filter(**kw)
+    key = tuple(sorted(kw.items()))
+    prog = _FILTERS.get(key)
+    if prog is None:
+        prog = _FILTERS[key] = build_filter(**kw)
+    return prog
 
 
-def protect_shared_mappings() -> int:
-    """Make MAP_SHARED writable mappings (np.memmap r+, shared memory) read-only in this process, so writes to
-    them cannot reach the kernel's memory or files. Returns how many were protected."""
-    mprotect = _libc.mprotect
-    mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    n = 0
-    for lo, hi, x in _shared_writable_ranges():
-        if mprotect(lo, hi - lo, 1 | (4 if x else 0)) == 0:
-            n += 1
-    return n
+def prebuild_filters() -> None:
+    """In the kernel, before forking: the programs a child will most likely need (Landlock >= 6 scopes
+    signals, so they do not name the child's pid)."""
+    if supported() is not None or landlock_abi() < 6:
+        return
+    cached_filter(profile="blocking", own_pid=None, landlock=True, metadata_ok=False, fork_gate=None,
+                  notify_network=False)
+    for notify in (True, False):
+        cached_filter(profile="layered", own_pid=None, landlock=True, metadata_ok=True, fork_gate=None,
+                      notify_network=notify)
+
+
+DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full")  # writable in every profile (no side effect)
+PTY_FILES = ("/dev/ptmx",)  # layered profile with a private devpts instance (see ks_layer.py)
 
 
 def confine(
     *,
-    scratch_dir: str,
-    inherited_max_fd: int,
+    writable: list[str],
     cpu_s: float,
     memory_mb: int,
     file_mb: int = 64,
+    profile: str = "blocking",
+    metadata_ok: bool = False,
+    nproc: int | None = None,
     fork_gate: int | None = None,
+    notify_network: bool = False,
 ) -> dict:
     """Apply every layer to the calling (single-threaded, forked) process. Raises OSError if any layer the
-    sandbox relies on cannot be applied. Returns a summary for the verdict (`landlock` ABI, limits)."""
+    sandbox relies on cannot be applied. `writable`: the directories where writes are allowed (the scratch
+    directory; in the layered profile the private layers). `metadata_ok`: the rest of the file system is
+    mounted read-only (layered), so chmod/chown/utime/xattr need no seccomp rule. Returns a summary."""
     why = supported()
     if why:
         raise OSError(_errno.ENOSYS, why)
-    shared = protect_shared_mappings()
-    as_limit = set_limits(cpu_s, memory_mb, file_mb)
+    layered = profile == "layered"
+    as_limit = set_limits(cpu_s, memory_mb, file_mb, nproc)
     set_no_new_privs()
     abi = landlock_abi()
     if abi:
-        apply_landlock(scratch_dir, abi)
-    own_pid = None if (fork_gate is not None and abi >= 6) else os.getpid()
-    install_filter(build_filter(inherited_max_fd=inherited_max_fd, own_pid=own_pid, landlock=bool(abi),
-                                fork_gate=fork_gate))
-    return {"landlock_abi": abi, "seccomp": True, "as_limit": as_limit, "shared_mappings_protected": shared}
+        files = DEVICE_FILES + (PTY_FILES if layered and "/dev/pts" in writable else ())
+        apply_landlock(writable, abi, files=files, handle_execute=not layered)
+    elif layered and not metadata_ok:
+        raise OSError(_errno.ENOSYS, "neither Landlock nor a read-only file system confines writes")
+    own_pid = None if abi >= 6 else os.getpid()  # Landlock >= 6 scopes signals to the sandbox already
+    notify = layered and notify_network
+    listener = install_filter(cached_filter(profile=profile, own_pid=own_pid, landlock=bool(abi),
+                                            metadata_ok=metadata_ok, fork_gate=fork_gate, notify_network=notify),
+                              listener=notify)
+    return {"landlock_abi": abi, "seccomp": True, "as_limit": as_limit, "profile": profile, "listener": listener}

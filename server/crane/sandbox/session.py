@@ -39,7 +39,7 @@ from crane.sandbox.fork_runner import (
     PrivateDir,
     launch,
 )
-from crane.sandbox.verdict import DisplayOutput, SandboxVerdict
+from crane.sandbox.verdict import DisplayOutput, SandboxVerdict, Verdict
 
 
 class SandboxError(CraneError):
@@ -56,7 +56,7 @@ class _Reply(msgspec.Struct, omit_defaults=True):
     value: str | None = None
     ename: str | None = None
     evalue: str | None = None
-    verdict: str | None = None
+    verdict: Verdict | None = None
     line: int | None = None
     traceback: list[str] = []
     displays: list[DisplayOutput] = []
@@ -258,6 +258,9 @@ class SandboxSession:
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         try:
-            return _reply_decoder.decode(line)
+            rep = _reply_decoder.decode(line)
         except msgspec.DecodeError as exc:
             raise SandboxError(f"malformed reply from the sandbox: {exc}") from None
+        if rep.event == "setup":  # the child's setup line (mode, what was made private): not a reply
+            return self._read_reply(deadline)
+        return rep

@@ -1,7 +1,10 @@
 """Sandbox verdicts: what a speculative run of a cell concluded, decoded and validated at the edge.
 
-`SandboxVerdict` is what `speculate()` returns and what the CLI/LSP show. `ChildRecord` is the JSON line the
-sandbox child writes to its FIFO (decoded with msgspec; anything else is reported as a broken sandbox).
+`SandboxVerdict` is what `speculate()` returns and what the CLI/LSP show. The sandbox child writes JSON lines
+on its result channel: a `SetupLine` (the mode in force, what was made private, setup timings) before user
+code, a `ChildRecord` (the outcome) at the end, and, in layered mode, the supervising process adds an
+`ExitLine` (how the process that ran the cell ended). Each is decoded with msgspec; anything else is reported
+as a broken sandbox.
 """
 
 from __future__ import annotations
@@ -11,14 +14,25 @@ from typing import Literal
 import msgspec
 
 Verdict = Literal["crash", "no-crash", "timeout", "blocked", "unavailable"]
+Mode = Literal["layered", "blocking"]
+Scale = Literal["full", "miniature"]
 
 
 class DisplayOutput(msgspec.Struct, omit_defaults=True):
     """One output the cell displayed: `execute_result` (its last expression) or `display_data`."""
 
-    kind: str
+    kind: Literal["execute_result", "display_data"]
     text: str = ""  # the text/plain repr (bounded)
     mimetypes: list[str] = []
+
+
+class KeptObject(msgspec.Struct, omit_defaults=True):
+    """Miniature runs: one object of the kernel's namespace replaced by a row subset."""
+
+    name: str  # the name (or name[key] / name.attr) in the cell's namespace
+    kind: str  # DataFrame, Series, ndarray, Tensor, TensorDataset, DataLoader, ...
+    rows: int  # rows kept
+    of: int  # rows in the kernel's object
 
 
 class SandboxVerdict(msgspec.Struct, omit_defaults=True):
@@ -44,14 +58,96 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
     denied: list[str] = []  # side effects the sandbox refused (Python-level record)
     landlock_abi: int | None = None
     pid: int | None = None
+    # how the verdict was reached
+    mode: Mode | None = None  # "layered": writes in private copy-on-write layers, worker processes allowed;
+    mode_reason: str | None = None  # "blocking": side effects refused (why layered mode is not in force)
+    scale: Scale = "full"  # "miniature": the cell ran on row subsets of its large inputs (see `kept`)
+    kept: list[KeptObject] = []
+    setup_ms: float = 0.0  # the child's setup before user code (part of overhead_ms)
+    setup_steps: dict[str, float] = {}  # setup step -> ms (descriptors, layer, confine, ...; "cpu": CPU ms)
+    fork_ms: float | None = None  # the fork in the kernel (wall clock; fork_cpu_ms: its CPU time)
+    fork_cpu_ms: float | None = None
+    channel: Literal["local", "remote"] | None = None  # remote: the kernel cannot see the daemon's files
 
     @property
     def conclusive(self) -> bool:
         return self.verdict in ("crash", "no-crash")
 
+    def how(self) -> str:
+        """One line saying how the verdict was reached (for hovers, diagnoses and the CLI)."""
+        if self.verdict == "unavailable":
+            return f"sandbox unavailable: {self.reason or 'unknown reason'}"
+        where = "a confined copy-on-write fork of the kernel"
+        if self.mode == "layered":
+            where += " (file writes in a private layer, worker processes allowed)"
+        elif self.mode == "blocking":
+            where += " (side effects blocked" + (f": {self.mode_reason}" if self.mode_reason else "") + ")"
+        text = f"ran in {where}"
+        if self.scale == "miniature":
+            text += "; miniature run: " + miniature_text(self.kept)
+        return text
+
+
+_VERDICT_WORDS = {"crash": "crashes", "no-crash": "runs without crashing", "timeout": "did not finish (inconclusive)",
+                  "blocked": "has side effects the sandbox refuses (inconclusive)", "unavailable": "was not run"}
+
+
+def verdict_markdown(v: SandboxVerdict) -> str:
+    """How a cell's speculative run went and how its verdict was reached (one markdown line, for the hover and
+    the diagnosis)."""
+    if v.verdict == "unavailable":
+        return f"**Speculative run**: not run ({v.reason or 'the sandbox is unavailable'})."
+    head = _VERDICT_WORDS.get(v.verdict, v.verdict)
+    if v.verdict == "crash" and v.ename:
+        head += f" with `{v.ename}`" + (f" on line {v.line}" if v.line else "")
+    reason = f" ({v.reason})" if v.reason and v.verdict not in ("crash", "no-crash") else ""
+    how = v.how()
+    return f"**Speculative run**: this cell {head}{reason}. {how[:1].upper()}{how[1:]}."
+
+
+def miniature_text(kept: list[KeptObject]) -> str:
+    """'kept 1,333 of 40,000 rows of X, y; 166 of 5,000 of X_test' (objects grouped by size)."""
+    groups: dict[tuple[int, int], list[str]] = {}
+    for k in kept:
+        groups.setdefault((k.rows, k.of), []).append(k.name)
+    parts = [f"{rows:,} of {of:,} rows of {', '.join(names[:4])}{', ...' if len(names) > 4 else ''}"
+             for (rows, of), names in sorted(groups.items(), key=lambda kv: -kv[0][1])]
+    return ("kept " + "; ".join(parts)) if parts else "nothing large to shrink"
+
+
+class SetupLine(msgspec.Struct, omit_defaults=True):
+    """Written by the child before user code (ks_isolation._prepare_child)."""
+
+    event: Literal["setup"]
+    mode: Mode
+    reason: str | None = None
+    layer: dict = {}  # layered: places, readonly, pid_max, skipped
+    fds: dict = {}  # inherited descriptors by treatment (ks_fds)
+    mappings: dict = {}  # shared writable mappings by treatment (ks_mappings): readonly > 0 matters
+    steps: dict = {}  # setup step -> ms
+    pid: int | None = None
+    kept: list[KeptObject] = []  # miniature runs: what was shrunk
+
+
+class DeniedLine(msgspec.Struct, omit_defaults=True):
+    """Layered mode: written by the supervising process when any process of the sandbox (a program the cell
+    started included) tried the network."""
+
+    event: Literal["denied"]
+    what: str
+
+
+class ExitLine(msgspec.Struct, omit_defaults=True):
+    """Layered mode: written by the supervising process when the process that ran the cell has ended."""
+
+    event: Literal["exit"]
+    exitcode: int | None = None
+    signal: int | None = None
+    deadline: bool = False  # it was killed at the wall-clock deadline
+
 
 class ChildRecord(msgspec.Struct, omit_defaults=True):
-    """The JSON line a one-shot sandbox child writes (see ks_run.run_source)."""
+    """The JSON line a one-shot sandbox child writes at the end (see ks_run.run_source)."""
 
     verdict: Verdict
     reason: str | None = None
@@ -74,6 +170,21 @@ class LaunchReply(msgspec.Struct, omit_defaults=True):
     start: int | None = None
     verdict: Verdict | None = None
     reason: str | None = None
+    channel: Literal["local", "remote"] = "local"
+    run_id: str | None = None  # remote channel: the handle for collect/stop
+    fork_ms: float | None = None
+    fork_cpu_ms: float | None = None
+
+
+class RemoteState(msgspec.Struct, omit_defaults=True):
+    """Remote channel: what `collect(run_id)` answers."""
+
+    done: bool
+    lost: bool = False
+    status: str = ""
+    result: str = ""
+    stdout: str = ""
+    stderr: str = ""
 
 
 class ExitStatus(msgspec.Struct, omit_defaults=True):

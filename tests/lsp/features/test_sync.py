@@ -78,3 +78,15 @@ async def test_cell_numbers_count_markdown_cells(static_client, tmp_path):
     check = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="crane.checkNotebook", arguments=[nb.uri]))
     assert [c["cell"] for c in check["cells"]] == [2, 4, 5]
     assert check["cells"][1]["findings"][0]["related"][0]["cell"] == 5
+
+
+async def test_a_run_that_changes_an_object_in_place_rechecks_the_cells_reading_it(client, live_kernel, notebook_path):
+    """A user run that only mutates `frame_m` (no binding) still re-checks a clean cell that reads it."""
+    live_kernel.run("frame_m = df.copy()")
+    nb = Notebook(client, notebook_path, ["total = frame_m['a'].sum()\n"])
+    await attach(client, nb, live_kernel)
+    await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="clean while column a exists")
+    live_kernel.run("frame_m.drop(columns=['a'], inplace=True)")
+    d = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="KeyError after the in-place drop, without an edit")
+    assert d[0].message.startswith("KeyError")
+    live_kernel.run("del frame_m")

@@ -10,6 +10,8 @@ export interface KernelStatus {
   kernel: KernelInfo | null;
   message: string;
   stale: boolean;
+  sandbox: "blocking" | "layered" | null;
+  sandboxReason: string | null;
 }
 
 export interface KernelInfo {

@@ -140,6 +140,11 @@ export function renderStatus(s: StatusState): StatusView {
     if (k.stale) {
       lines.push('Some diagnostics use facts read before the kernel\'s current run; they are re-checked when it is idle.');
     }
+    if (k.sandbox === 'layered') {
+      lines.push('Sandbox: layered (speculative runs write files in a private layer and may start worker processes)');
+    } else if (k.sandbox === 'blocking') {
+      lines.push(`Sandbox: blocking (side effects are refused${k.sandboxReason ? `: ${k.sandboxReason}` : ''})`);
+    }
   } else {
     lines.push('Kernel: none reported');
   }

@@ -38,7 +38,7 @@ const UNSET_LLM = {
 
 const CONTRACT_DEFAULTS = {
   mode: 'auto',
-  speculative: { enabled: true, budgetSeconds: 10 },
+  speculative: { enabled: true, budgetSeconds: 10, backgroundSeconds: 120 },
   llm: UNSET_LLM,
   agent: { maxSteps: 10, budgetUsd: null, stepMode: false },
   kernel: { connectionFile: null },
@@ -73,6 +73,7 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
       'crane.agent.stepMode': true,
       'crane.speculative.enabled': false,
       'crane.speculative.budgetSeconds': 2.5,
+      'crane.speculative.backgroundSeconds': 0,
       'crane.kernel.connectionFile': '/tmp/kernel-1.json',
       'crane.jupyterServer.url': 'https://hub.example.org/user/me/',
       'crane.hover': false,
@@ -80,7 +81,7 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
     };
     expect(getServerSettings()).toEqual({
       mode: 'llm',
-      speculative: { enabled: false, budgetSeconds: 2.5 },
+      speculative: { enabled: false, budgetSeconds: 2.5, backgroundSeconds: 0 },
       llm: { ...UNSET_LLM, model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
       agent: { maxSteps: 3, budgetUsd: 0.1, stepMode: true },
       kernel: { connectionFile: '/tmp/kernel-1.json' },

@@ -31,6 +31,8 @@ function kernel(
             },
       message: '',
       stale,
+      sandbox: null,
+      sandboxReason: null,
     },
   };
 }
@@ -92,6 +94,8 @@ describe('status transitions', () => {
         },
         message: 'attached to remote kernel (https://hub/user/a/), named by the client',
         stale: false,
+        sandbox: null,
+        sandboxReason: null,
       },
     };
     const view = renderStatus(run(running, active, remote));
@@ -122,6 +126,17 @@ describe('status transitions', () => {
     expect(renderStatus(s).text).toContain('agent running');
     s = reduceStatus(s, { type: 'agentStopped', runId: 'r1' });
     expect(renderStatus(s).text).toContain('analysing');
+  });
+
+  it('says which sandbox mode the speculative runs use', () => {
+    const layered: StatusEvent = { type: 'kernelStatus', params: { ...(kernel('attached') as any).params, sandbox: 'layered' } };
+    expect(renderStatus(run(running, active, layered)).tooltip).toContain('Sandbox: layered');
+    const blocking: StatusEvent = {
+      type: 'kernelStatus',
+      params: { ...(kernel('attached') as any).params, sandbox: 'blocking', sandboxReason: 'namespaces unavailable' },
+    };
+    expect(renderStatus(run(running, active, blocking)).tooltip).toContain('Sandbox: blocking (side effects are refused: namespaces unavailable)');
+    expect(renderStatus(run(running, active, kernel('attached'))).tooltip).not.toContain('Sandbox');
   });
 
   it('marks dead and stale kernels as warnings', () => {

@@ -20,7 +20,7 @@ const SOURCE = 'import numpy as np\nnp.zeros(3)\nundefined_thing + 1';
 /** The contract's settings object (docs/protocol.md), as the extension sends it (see settings.ts). */
 const SETTINGS = {
   mode: 'static',
-  speculative: { enabled: true, budgetSeconds: 10 },
+  speculative: { enabled: true, budgetSeconds: 10, backgroundSeconds: 120 },
   llm: { model: null, apiBase: null },
   agent: { maxSteps: 2, budgetUsd: null, stepMode: false },
   kernel: { connectionFile: null },

@@ -1,0 +1,122 @@
+"""CRANE kernel probe, part 2 of 6: reuse of facts while the kernel's state is unchanged (standard library only).
+
+Facts about a value can only change when code runs in the kernel, so a repeated request is answered from memory
+as long as no code ran since the facts were computed. `begin(epoch)` names the kernel's state by an execution
+marker, and empties the memory when the marker differs from the one the memory was filled under:
+
+- a counter bumped by IPython's `pre_execute` event, which fires for EVERY execution of non-empty code — the
+  user's cells, another client's silent requests, `%run`, the agent's approved runs — but not for the probe's own
+  requests, whose code is empty (IPython returns before the event for empty code; their `user_expressions` are
+  evaluated after it). The callback is a tiny object appended to `shell.events.callbacks['pre_execute']` (no
+  `register`, whose `in` test would compare the user's callbacks with `==`): it only adds 1 to a counter, so it
+  cannot print, raise or touch the namespace, execution count, history or outputs;
+- the shell's execution count and the process id (a forked sandbox child has its own memory);
+- `epoch`, the daemon's view of the requests it saw other clients send (comm messages, expression-only requests:
+  kernel activity that runs no cell code). An empty epoch (the CLI, the benchmarks) adds nothing.
+
+Entries are keyed on the identity (`id`) and type of the values they describe: objects bound in the namespace
+(or reached from it through instance dicts) stay alive, and so keep their ids, while the marker is unchanged.
+The memory holds JSON text and small dicts, never the user's objects. Without an IPython shell (or when the
+callback cannot be installed) nothing is reused.
+"""
+
+import os
+import sys
+
+from crane.probe.kp_common import short_tname, tmodule  # kernel: strip
+
+MAX_ENTRIES = 4096  # entries kept per marker (each is at most a variable's facts, about 4 KiB): then emptied
+
+
+class ExecCounter:
+    """The `pre_execute` callback: counts executions of code in the kernel."""
+
+    __slots__ = ("n",)
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, *args, **kwargs):
+        self.n += 1
+
+
+_ExecCounter_n = ExecCounter.__dict__["n"]
+_memory: dict = {"marker": None, "entries": {}}
+STATS = {"calls": 0, "reused": 0}  # probe calls served in this kernel, and facts/checks reused (for tests)
+
+
+def _shell():
+    ip_mod = sys.modules.get("IPython")
+    get = getattr(ip_mod, "get_ipython", None) if ip_mod is not None else None
+    try:
+        return get() if get is not None else None
+    except Exception:
+        return None
+
+
+def _counter(ip):
+    """Our counter in the shell's `pre_execute` callbacks (installed on first use): (counter, newly installed)."""
+    try:
+        callbacks = getattr(getattr(ip, "events", None), "callbacks", None)
+        lst = callbacks.get("pre_execute") if type(callbacks) is dict else None
+    except Exception:
+        return None, False
+    if type(lst) is not list:
+        return None, False
+    stale = []
+    for i, cb in enumerate(lst):
+        if type(cb) is ExecCounter:
+            return cb, False
+        t = type(cb)
+        if short_tname(t) == "ExecCounter" and tmodule(t) == __name__:
+            stale.append(i)  # the counter of an older version of this module (reinstalled since)
+    for i in reversed(stale):
+        del lst[i]
+    c = ExecCounter()
+    lst.append(c)
+    return c, True
+
+
+def begin(epoch):
+    """Start a probe call: the marker of the kernel's execution state (None: nothing may be reused)."""
+    STATS["calls"] += 1
+    ip = _shell()
+    if ip is None:
+        _memory["marker"] = None
+        return None
+    c, fresh = _counter(ip)
+    if c is None:
+        _memory["marker"] = None
+        return None
+    try:
+        count = ip.execution_count
+    except Exception:
+        count = None
+    marker = (os.getpid(), id(ip), id(c), _ExecCounter_n.__get__(c), count if type(count) is int else None,
+              epoch if type(epoch) is str else None)  # fmt: skip
+    if fresh or marker != _memory["marker"] or len(_memory["entries"]) > MAX_ENTRIES:
+        _memory["entries"] = {}
+        _memory["marker"] = marker
+    return marker
+
+
+def recall(key):
+    """What was stored under `key` for the current marker, or None."""
+    if _memory["marker"] is None:
+        return None
+    v = _memory["entries"].get(key)
+    if v is not None:
+        STATS["reused"] += 1
+    return v
+
+
+def remember(key, value):
+    entries = _memory["entries"]
+    if _memory["marker"] is not None and len(entries) < 4 * MAX_ENTRIES:  # a huge request stops adding, not fails
+        entries[key] = value
+
+
+def forget():
+    """Drop everything (the next call starts afresh)."""
+    _memory["entries"] = {}
+    _memory["marker"] = None

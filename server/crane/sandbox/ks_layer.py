@@ -1,0 +1,339 @@
+"""Fork sandbox, kernel side: the private copy-on-write layer ("layered" mode).
+
+The child forked from the kernel (call it A, single-threaded) creates the process that runs the cell (B) with
+a raw clone(SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), wrapped in CPython's
+before/after-fork hooks. A writes B's uid/gid maps (root: the full identity map, so the sandbox is root as the
+kernel is; another user: its own uid and gid), then lets B go and supervises it: it kills B at the wall-clock
+deadline, relays B's exit status as a JSON line on the result channel, and exits. B is pid 1 of its own pid
+namespace: when it ends (success, crash, deadline, or A's death through the parent-death signal) the Linux
+kernel kills every process B started, so the whole process tree ends with the run.
+
+B, with all capabilities in its own user namespace, builds the layer before any user code:
+1. mounts private (nothing propagates back), the whole tree read-only (one recursive mount_setattr);
+2. one size-bounded tmpfs (a detached mount: reachable only through the overlays) holds the upper layers;
+3. an overlay over each writable place (the kernel's working directory and its top-level directory, $HOME,
+   $TMPDIR, /tmp, /var/tmp, /dev/shm, $XDG_RUNTIME_DIR, extra places from the daemon), outer first, each with
+   the real directory (an O_PATH descriptor opened before any mount) as its lower layer; mounts below a place
+   are re-attached on top of its overlay (open_tree/move_mount), so the cell sees the same tree;
+4. a fresh /proc for the pid namespace with pid_max bounding the number of processes (read-only after), and
+   a private devpts instance (pseudo-terminals for `!cmd`; the machine's terminals are out of reach).
+Writes in those places succeed in the upper layer, later reads in the run see them, and the layer vanishes
+with the namespace. Writes elsewhere fail with EROFS (and Landlock, see seccomp.py). Any failure: the caller
+falls back to the blocking confinement and says why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import re
+import select
+import signal
+import socket
+import struct
+import time
+
+from crane.sandbox.ks_common import _write_json  # kernel: strip
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
+_SIGCHLD = 17
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 16384, 1 << 18
+_AT_FDCWD, _AT_EMPTY_PATH, _AT_RECURSIVE = -100, 0x1000, 0x8000
+_OPEN_TREE_CLONE, _MOVE_MOUNT_F_EMPTY_PATH, _MOUNT_ATTR_RDONLY = 1, 0x4, 0x1
+_FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
+_NR_OPEN_TREE, _NR_MOVE_MOUNT, _NR_FSOPEN, _NR_FSCONFIG, _NR_FSMOUNT, _NR_MOUNT_SETATTR = 428, 429, 430, 431, 432, 442
+# The sandbox's pid namespace gets pid_max = RESERVED_PIDS + max_processes: after the first wrap Linux reuses
+# pids from 300 (RESERVED_PIDS) up, so at most max_processes live processes and threads (before the first wrap,
+# pid_max - 1); thread churn never exhausts it. Linux refuses a pid_max below 301.
+RESERVED_PIDS = 300
+MAX_PROCESSES = 1000
+
+
+class LayerError(OSError):
+    """The private layer could not be built (the caller falls back to blocking confinement)."""
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+def _sys():
+    libc = ctypes.CDLL(None, use_errno=True)
+    sc = libc.syscall
+    sc.restype = ctypes.c_long
+    mount = libc.mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    return sc, mount
+
+
+def _ok(rc: int, what: str) -> int:
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise LayerError(e, f"{what}: {os.strerror(e)}")
+    return rc
+
+
+def _top_level(path: str) -> str:
+    parts = [p for p in path.split("/") if p]
+    return "/" + parts[0] if parts else "/"
+
+
+def writable_places(cwd: str, extra: list[str] | tuple = ()) -> list[str]:
+    """Directories that get a private layer, outer first: only existing directories the kernel itself may
+    write to (the layer must not allow what the real run could not do)."""
+    env = os.environ
+    home = env.get("HOME") or os.path.expanduser("~")
+    raw = [_top_level(cwd), cwd, *extra, home, env.get("TMPDIR"), "/tmp", "/var/tmp", "/dev/shm",
+           env.get("XDG_RUNTIME_DIR")]
+    out: list[str] = []
+    for p in raw:
+        if not p:
+            continue
+        rp = os.path.realpath(p)
+        first = _top_level(rp)
+        if rp == "/" or rp in out or (first in ("/proc", "/sys", "/dev") and not rp.startswith("/dev/shm")):
+            continue
+        if os.path.isdir(rp) and os.access(rp, os.W_OK):
+            out.append(rp)
+    return sorted(out, key=lambda p: (p.count("/"), p))
+
+
+def clone_into_namespaces() -> int:
+    """A raw clone into new user/mount/pid/IPC namespaces (the caller, A, must be single-threaded), wrapped
+    in CPython's fork hooks. Returns the child's pid in A, 0 in the child (B)."""
+    api = ctypes.pythonapi
+    libc = ctypes.PyDLL(None, use_errno=True)
+    sc = libc.syscall
+    sc.restype = ctypes.c_long
+    sc.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    api.PyOS_BeforeFork()
+    pid = sc(56, _SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC, 0, 0, 0, 0)
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise LayerError(err, f"clone into new namespaces: {os.strerror(err)}")
+    return pid
+
+
+def write_id_maps(pid: int) -> None:
+    """From A (outside B's user namespace): B's uid/gid maps."""
+    uid, gid = os.geteuid(), os.getegid()
+    maps: tuple[tuple[str, str], ...]
+    if uid == 0:
+        maps = (("uid_map", "0 0 4294967295\n"), ("gid_map", "0 0 4294967295\n"))
+    else:
+        maps = (("uid_map", f"{uid} {uid} 1\n"), ("setgroups", "deny"), ("gid_map", f"{gid} {gid} 1\n"))
+    for name, text in maps:
+        fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+_NOTIF_RECV, _NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_RECV / _SEND
+_FAMILIES = {2: "AF_INET", 10: "AF_INET6", 17: "AF_PACKET", 4: "AF_IPX", 5: "AF_APPLETALK", 31: "AF_BLUETOOTH"}
+
+
+def _answer_notification(listener: int, result_fd: int) -> None:
+    """A network socket asked for by any process of the sandbox (seccomp user notification): record who tried
+    (a "denied" line on the result channel: the run is then "blocked", even when a program swallowed the
+    error) and refuse it with EPERM."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    req = ctypes.create_string_buffer(80)
+    if libc.ioctl(listener, ctypes.c_ulong(_NOTIF_RECV), req) != 0:
+        return  # the caller died meanwhile
+    nid, pid = struct.unpack_from("=QI", req, 0)
+    family = struct.unpack_from("=Q", req, 32)[0] & 0xFFFFFFFF
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            who = f.read().strip()
+    except OSError:
+        who = "a process"
+    what = f"crane sandbox: a network socket ({_FAMILIES.get(family, f'family {family}')}) is blocked: {who}"
+    try:
+        _write_json(result_fd, {"event": "denied", "what": what})
+    except OSError:
+        pass
+    resp = ctypes.create_string_buffer(struct.pack("=QqiI", nid, 0, -errno.EPERM, 0), 24)
+    libc.ioctl(listener, ctypes.c_ulong(_NOTIF_SEND), resp)
+
+
+def supervise(pid: int, budget_s: float, result_fd: int, notif_sock=None) -> None:
+    """A's life after the clone: wait for B, answer the sandbox's seccomp notifications (B sends the listener
+    over `notif_sock`), kill B at the deadline, report its end (a JSON line)."""
+    deadline = time.monotonic() + max(0.1, budget_s)
+    killed = False
+    status = None
+    listener = -1
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        pidfd = -1
+    while True:
+        left = deadline - time.monotonic()
+        if pidfd >= 0:
+            watch = [pidfd] + ([notif_sock] if notif_sock is not None else []) + ([listener] if listener >= 0 else [])
+            try:
+                ready = select.select(watch, [], [], max(0.0, left))[0]
+            except InterruptedError:
+                continue
+            if notif_sock is not None and notif_sock in ready:
+                try:
+                    _, fds, _, _ = socket.recv_fds(notif_sock, 16, 1)
+                except OSError:
+                    fds = []
+                listener = fds[0] if fds else -1
+                notif_sock.close()
+                notif_sock = None
+            if listener >= 0 and listener in ready:
+                _answer_notification(listener, result_fd)
+            if pidfd in ready:
+                break
+        else:
+            got, st = os.waitpid(pid, os.WNOHANG)
+            if got == pid:
+                status = st
+                break
+            time.sleep(min(0.02, max(0.0, left)))
+        if time.monotonic() >= deadline and not killed:
+            os.kill(pid, signal.SIGKILL)
+            killed = True
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    info = {"event": "exit", "deadline": killed,
+            "exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
+    try:
+        _write_json(result_fd, info)
+    except OSError:
+        pass
+
+
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
+
+def _mountpoints() -> list[str]:
+    out = []
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            fields = line.split(b" ")
+            if len(fields) > 4:
+                point = _OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), fields[4])
+                out.append(point.decode("utf-8", "surrogateescape"))
+    return out
+
+
+def _beneath(place: str, mounts: list[str]) -> list[str]:
+    """The topmost mount points strictly below `place` (their own submounts travel with them)."""
+    subs = sorted({m for m in mounts if m.startswith(place.rstrip("/") + "/")})
+    top: list[str] = []
+    for m in subs:
+        if not any(m.startswith(t + "/") for t in top):
+            top.append(m)
+    return top
+
+
+def _detached_tmpfs(sc, size_bytes: int) -> int:
+    fs = _ok(sc(_NR_FSOPEN, b"tmpfs", 1), "fsopen(tmpfs)")
+    try:
+        for key, value in ((b"size", str(max(1 << 20, size_bytes)).encode()), (b"nr_inodes", b"262144"),
+                           (b"mode", b"0755")):
+            _ok(sc(_NR_FSCONFIG, fs, _FSCONFIG_SET_STRING, key, value, 0), "fsconfig(tmpfs)")
+        _ok(sc(_NR_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0), "fsconfig(create)")
+        return _ok(sc(_NR_FSMOUNT, fs, 1, 0), "fsmount(tmpfs)")
+    finally:
+        os.close(fs)
+
+
+def build_layer(places: list[str], cwd: str, tmpfs_bytes: int, max_processes: int = MAX_PROCESSES) -> dict:
+    """In B: the mounts described in the module docstring. Returns what was built: the places that got a
+    layer, whether the rest is read-only, whether pid_max bounds the processes."""
+    sc, mount = _sys()
+    _ok(mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making mounts private")
+    lower = {p: os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in places}
+    mounts = _mountpoints()
+    attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+    readonly = sc(_NR_MOUNT_SETATTR, _AT_FDCWD, b"/", _AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0
+    tmp = _detached_tmpfs(sc, tmpfs_bytes)
+    layered: list[str] = []
+    devs: set[int] = set()
+    skipped: dict[str, str] = {}
+    # A place inside another one's layer needs no layer of its own when every owner is mapped (root). For another
+    # user, a write there would copy up the directories above it, owned by others (unmapped: EOVERFLOW), so each
+    # place gets its own layer, whose root the user owns.
+    share = os.geteuid() == 0
+    try:
+        for i, place in enumerate(places):
+            try:
+                st = os.stat(place)
+                if share and st.st_dev in devs:
+                    continue  # already inside one of our layers
+                trees = [(m, _ok(sc(_NR_OPEN_TREE, _AT_FDCWD, m.encode(),
+                                    _OPEN_TREE_CLONE | _AT_RECURSIVE | os.O_CLOEXEC), f"open_tree({m})"))
+                         for m in _beneath(place, mounts)]
+                up, work = f"/proc/self/fd/{tmp}/{i}u", f"/proc/self/fd/{tmp}/{i}w"
+                os.mkdir(up, st.st_mode & 0o7777)
+                os.mkdir(work, 0o700)
+                os.chmod(up, st.st_mode & 0o7777)
+                if os.geteuid() == 0:
+                    os.chown(up, st.st_uid, st.st_gid)
+                opts = f"lowerdir=/proc/self/fd/{lower[place]},upperdir={up},workdir={work},userxattr"
+                _ok(mount(b"overlay", place.encode(), b"overlay", 0, opts.encode()), f"overlay on {place}")
+                for m, tree in trees:
+                    _ok(sc(_NR_MOVE_MOUNT, tree, b"", _AT_FDCWD, m.encode(), _MOVE_MOUNT_F_EMPTY_PATH),
+                        f"re-attaching {m}")
+                    os.close(tree)
+                devs.add(os.stat(place).st_dev)
+                layered.append(place)
+            except OSError as exc:
+                skipped[place] = str(exc)
+    finally:
+        os.close(tmp)
+        for fd in lower.values():
+            os.close(fd)
+    if not layered:
+        raise LayerError(0, "no private layer could be mounted: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    try:
+        os.chdir(cwd)  # the working directory now resolves into its layer
+    except OSError:
+        pass  # a working directory this mount namespace cannot name: it keeps the real one (read-only)
+    ptys = _private_ptys(mount)
+    pid_max = False
+    if mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None) == 0:
+        try:
+            with open("/proc/sys/kernel/pid_max", "w") as f:
+                f.write(str(RESERVED_PIDS + max(1, int(max_processes))))
+            pid_max = True
+        except OSError:
+            pass
+        attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+        sc(_NR_MOUNT_SETATTR, _AT_FDCWD, b"/proc", 0, ctypes.byref(attr), ctypes.sizeof(attr))
+    return {"places": layered, "readonly": readonly, "pid_max": pid_max, "ptys": ptys, "skipped": skipped}
+
+
+def _private_ptys(mount) -> bool:
+    """A new devpts instance on /dev/pts and its ptmx on /dev/ptmx: the cell's pseudo-terminals (IPython's
+    `!cmd` runs through one) are its own, and the machine's terminals are out of reach."""
+    if mount(b"devpts", b"/dev/pts", b"devpts", _MS_NOSUID | _MS_NOEXEC, b"newinstance,ptmxmode=0666,mode=0620") != 0:
+        return False
+    return mount(b"/dev/pts/ptmx", b"/dev/ptmx", None, 4096, None) == 0  # MS_BIND
+
+
+def drop_capabilities() -> None:
+    """B's capabilities in its user namespace (needed for the mounts) are dropped for a kernel that had none."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    data = (ctypes.c_uint32 * 6)()
+    hdr = Header(0x20080522, 0)
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (fails past the last capability: harmless)
+    _ok(libc.capset(ctypes.byref(hdr), data), "dropping capabilities")

@@ -1,0 +1,425 @@
+"""Fork sandbox, kernel side: miniature runs (a long cell run on row subsets of the large data it reads).
+
+In the confined child, before the cell runs, the large objects the cell reads by name (DataFrames, Series,
+numpy arrays, tensors, scipy sparse matrices, torch Datasets and DataLoaders, Hugging Face Datasets; also one
+level inside dicts, lists and tuples) are replaced in the child's namespace by row subsets:
+- objects are grouped by their first dimension; the same positions are kept for every object of a group, so
+  X and y (or a DataLoader over X) stay aligned;
+- a group is shrunk when it has at least `min_rows` rows and at least `relative` times the rows of the largest
+  group (small lookup tables next to a large table stay whole);
+- kept: every row needed to keep each column's NaN (a few rows) and every class or category of low-cardinality
+  columns (one row each), then random rows (fixed seed) up to `fraction` of the group, at least `floor_rows`;
+  the count keeps the original remainder modulo the batch size (a DataLoader's, else 64) so the last batch
+  of a loop has the same size as in the full run;
+- types, index labels, dtypes and DataLoader settings are kept (`iloc`, fancy indexing, a new DataLoader with
+  the same arguments over the shrunk dataset).
+Objects nothing can shrink faithfully (iterable datasets, custom samplers, parameters) are left whole.
+
+`artefact(exc)` then says whether an exception may be an artefact of the smaller data (sample/split/neighbour/
+component counts, labels dropped from the subset, shapes that mention the kept or original row counts,
+stratification, empty results): such a run is inconclusive, never a crash.
+Standard library only (pandas/numpy/torch are used only when the kernel already imported them).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import math
+import random
+import re
+import sys
+
+_LOW_CARDINALITY = 50
+_NAN_ROWS = 2
+_MAX_COLUMNS = 200
+_REGISTRY: dict = {"objects": []}  # child only: (name, kind, original, new, n, k) of what was replaced
+
+
+def _mods():
+    m = sys.modules
+    return m.get("numpy"), m.get("pandas"), m.get("torch"), m.get("torch.utils.data")
+
+
+def cell_names(shell, source: str) -> list[str]:
+    """Names the cell reads (after IPython's transforms), in order of first use."""
+    try:
+        text = shell.transform_cell(source) if shell is not None else source
+        tree = ast.parse(text)
+    except Exception:
+        return []
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in out:
+            out.append(node.id)
+    return out
+
+
+def _kind(obj) -> tuple[str, int] | None:
+    """(kind, rows) for an object a miniature run can shrink, else None."""
+    np, pd, torch, tud = _mods()
+    try:
+        if pd is not None and isinstance(obj, (pd.DataFrame, pd.Series)):
+            return type(obj).__name__, len(obj)
+        if np is not None and isinstance(obj, np.ndarray):
+            return ("ndarray", int(obj.shape[0])) if obj.ndim >= 1 else None
+        if torch is not None and isinstance(obj, torch.Tensor):
+            if obj.dim() < 1 or obj.requires_grad or isinstance(obj, torch.nn.Parameter) or obj.device.type != "cpu":
+                return None
+            return "Tensor", int(obj.shape[0])
+        if tud is not None:
+            if isinstance(obj, tud.DataLoader):
+                inner = _dataset_kind(obj.dataset)
+                return ("DataLoader", inner[1]) if inner and obj.batch_size is not None else None
+            if isinstance(obj, tud.Dataset):
+                return _dataset_kind(obj)
+        sp = sys.modules.get("scipy.sparse")
+        if sp is not None and sp.issparse(obj) and obj.ndim == 2:
+            return "sparse", int(obj.shape[0])
+        hf = sys.modules.get("datasets")
+        if hf is not None and isinstance(obj, getattr(hf, "Dataset", ())):
+            return "HFDataset", len(obj)  # type: ignore[arg-type]
+    except Exception:
+        return None
+    return None
+
+
+def _dataset_kind(ds) -> tuple[str, int] | None:
+    _, _, _, tud = _mods()
+    if tud is None or isinstance(ds, tud.IterableDataset):
+        return None
+    try:
+        n = len(ds)
+    except Exception:
+        return None
+    if isinstance(ds, tud.TensorDataset):
+        return "TensorDataset", n
+    if isinstance(ds, tud.Subset):
+        return "Subset", n
+    fields = [v for v in vars(ds).values() if _sized(v) == n] if hasattr(ds, "__dict__") else []
+    return ("Dataset", n) if fields else None
+
+
+def _sized(v) -> int | None:
+    if isinstance(v, (list, tuple)):
+        return len(v)
+    k = _kind(v)
+    return k[1] if k and k[0] not in ("DataLoader",) else None
+
+
+# -- which rows must stay ------------------------------------------------------------------------------------
+def _values_required(values, req: set) -> None:
+    """A 1-D column: a few NaN rows, and one row per class when it has few distinct values (a sample of the
+    column tells high-cardinality columns apart cheaply)."""
+    np, pd, _, _ = _mods()
+    try:
+        if values.dtype.kind in "fc":
+            req.update(int(i) for i in np.flatnonzero(np.isnan(values))[:_NAN_ROWS])
+            return
+        if values.dtype.kind in "mM" or pd is None:
+            req.update(int(i) for i in np.flatnonzero(pd.isna(values) if pd is not None else [])[:_NAN_ROWS])
+            return
+        n = len(values)
+        sample = values if n <= 5000 else values[np.linspace(0, n - 1, 5000).astype(np.int64)]
+        if len(pd.unique(sample)) > _LOW_CARDINALITY:
+            req.update(int(i) for i in np.flatnonzero(pd.isna(values))[:_NAN_ROWS])
+            return
+        codes, uniques = pd.factorize(values)
+        if len(uniques) <= _LOW_CARDINALITY:
+            _, first = np.unique(codes, return_index=True)
+            req.update(int(i) for i in first)  # code -1 (missing) included
+        else:
+            req.update(int(i) for i in np.flatnonzero(codes == -1)[:_NAN_ROWS])
+    except Exception:
+        pass
+
+
+def _required(obj, kind: str, req: set) -> None:
+    np, pd, torch, _ = _mods()
+    try:
+        if kind == "DataFrame":
+            for j in range(min(obj.shape[1], _MAX_COLUMNS)):
+                _values_required(obj.iloc[:, j].to_numpy(), req)
+        elif kind == "Series":
+            _values_required(obj.to_numpy(), req)
+        elif kind in ("ndarray", "Tensor"):
+            arr = obj.detach().numpy() if kind == "Tensor" else obj
+            if arr.ndim == 1:
+                _values_required(arr, req)
+            elif arr.dtype.kind == "f" and arr.size <= 50_000_000:
+                rows = np.isnan(arr.reshape(arr.shape[0], -1)).any(axis=1)
+                req.update(int(i) for i in np.flatnonzero(rows)[:_NAN_ROWS])
+        elif kind == "TensorDataset":
+            for t in obj.tensors:
+                _required(t, "Tensor", req)
+        elif kind == "Subset":
+            pass  # positions index the subset: its dataset's classes cannot be read without loading it
+        elif kind == "Dataset":
+            n = len(obj)
+            for v in vars(obj).values():
+                k = _kind(v)
+                if k and k[1] == n and k[0] not in ("DataLoader", "Dataset"):
+                    _required(v, k[0], req)
+        elif kind == "DataLoader":
+            inner = _dataset_kind(obj.dataset)
+            if inner:
+                _required(obj.dataset, inner[0], req)
+    except Exception:
+        pass
+
+
+# -- taking rows ---------------------------------------------------------------------------------------------
+def _take(obj, kind: str, pos: list[int], memo: dict):
+    if id(obj) in memo:
+        return memo[id(obj)]
+    np, pd, torch, tud = _mods()
+    idx = np.asarray(pos, dtype=np.int64) if np is not None else pos
+    if kind in ("DataFrame", "Series"):
+        new = obj.iloc[idx]
+    elif kind in ("ndarray", "sparse"):
+        new = obj[idx]
+    elif kind == "Tensor":
+        new = obj[torch.as_tensor(idx)]
+    elif kind == "HFDataset":
+        new = obj.select(list(pos))
+    elif kind == "TensorDataset":
+        new = type(obj)(*[_take(t, "Tensor", pos, memo) for t in obj.tensors])
+    elif kind == "Subset":
+        new = copy.copy(obj)
+        new.indices = [obj.indices[i] for i in pos]
+    elif kind == "Dataset":
+        n = len(obj)
+        new = copy.copy(obj)
+        for attr, v in vars(obj).items():
+            if isinstance(v, (list, tuple)) and len(v) == n:
+                setattr(new, attr, type(v)(v[i] for i in pos) if isinstance(v, list) else tuple(v[i] for i in pos))
+                continue
+            k = _kind(v)
+            if k and k[1] == n and k[0] not in ("DataLoader",):
+                setattr(new, attr, _take(v, k[0], pos, memo))
+        if len(new) != len(pos):
+            raise ValueError("the dataset's length does not follow its fields")
+    elif kind == "DataLoader":
+        inner = _dataset_kind(obj.dataset)
+        new = _rebuild_loader(obj, _take(obj.dataset, inner[0], pos, memo))  # type: ignore[index]
+    else:
+        raise TypeError(kind)
+    memo[id(obj)] = new
+    return new
+
+
+def _rebuild_loader(dl, dataset):
+    """A DataLoader with the same arguments over the shrunk dataset (plain random/sequential sampling only)."""
+    _, _, _, tud = _mods()
+    sampler = dl.sampler
+    if isinstance(sampler, tud.RandomSampler):
+        if sampler.replacement or getattr(sampler, "_num_samples", None) is not None:
+            raise ValueError("a random sampler with replacement or a sample count")
+        shuffle = True
+    elif isinstance(sampler, tud.SequentialSampler):
+        shuffle = False
+    else:
+        raise ValueError("a custom sampler")
+    if type(dl.batch_sampler) is not tud.BatchSampler:
+        raise ValueError("a custom batch sampler")
+    kw = dict(batch_size=dl.batch_size, shuffle=shuffle, num_workers=dl.num_workers, collate_fn=dl.collate_fn,
+              pin_memory=dl.pin_memory, drop_last=dl.drop_last, timeout=dl.timeout, worker_init_fn=dl.worker_init_fn,
+              multiprocessing_context=dl.multiprocessing_context, generator=dl.generator,
+              persistent_workers=dl.persistent_workers)
+    if dl.num_workers > 0:
+        kw["prefetch_factor"] = dl.prefetch_factor
+    try:
+        return type(dl)(dataset, **kw)
+    except TypeError:
+        return tud.DataLoader(dataset, **kw)
+
+
+def _rows_to_keep(n: int, fraction: float, floor_rows: int, modulus: int, required: int) -> int:
+    """About `fraction` of `n` rows (at least `floor_rows` and the `required` ones), rounded so that the count
+    keeps `n`'s remainder modulo the batch size: whole batches plus the same last batch as the full run (the
+    last batch alone when the floor allows and it holds a few rows)."""
+    k = max(floor_rows, int(math.ceil(fraction * n)), required)
+    if modulus > 1 and n > 2 * modulus:
+        rem = n % modulus
+        fewest = 0 if (floor_rows <= rem and rem >= 8) else 1
+        m = max(fewest, math.ceil((k - rem) / modulus))
+        k = m * modulus + rem
+    return min(k, n)
+
+
+def _positions(n: int, k: int, required: set, rng: random.Random) -> list[int]:
+    chosen = set(required)
+    if len(chosen) < k:
+        for p in rng.sample(range(n), min(n, k + len(chosen))):
+            if len(chosen) >= k:
+                break
+            chosen.add(p)
+    return sorted(chosen)
+
+
+def _candidates(ns: dict, names: list[str]):
+    """(path, getter-free description, object, kind, rows) of shrinkable objects the cell reads."""
+    out: list[tuple[tuple, object, str, int]] = []
+    for name in names:
+        if name not in ns or name.startswith("_"):
+            continue
+        obj = ns[name]
+        k = _kind(obj)
+        if k:
+            out.append(((name,), obj, k[0], k[1]))
+            continue
+        items = []
+        if isinstance(obj, dict) and len(obj) <= 32:
+            items = [(key, v) for key, v in obj.items() if isinstance(key, (str, int))]
+        elif isinstance(obj, (list, tuple)) and len(obj) <= 16:
+            items = list(enumerate(obj))
+        for key, v in items:
+            k = _kind(v)
+            if k:
+                out.append(((name, key), v, k[0], k[1]))
+    return out
+
+
+def _label(path: tuple) -> str:
+    return path[0] if len(path) == 1 else f"{path[0]}[{path[1]!r}]"
+
+
+def shrink_namespace(ns: dict, names: list[str], spec: dict) -> list[dict]:
+    """Replace the large objects the cell reads (see the module docstring); returns what was kept."""
+    fraction = float(spec.get("fraction", 0.05))
+    floor_rows = int(spec.get("floor_rows", 64))
+    min_rows = int(spec.get("min_rows", 2000))
+    relative = float(spec.get("relative", 0.05))
+    rng = random.Random(int(spec.get("seed", 0)))
+    cands = _candidates(ns, names)
+    if not cands:
+        return []
+    n_max = max(c[3] for c in cands)
+    groups: dict[int, list] = {}
+    for c in cands:
+        if c[3] >= min_rows and c[3] >= relative * n_max:
+            groups.setdefault(c[3], []).append(c)
+    memo: dict = {}
+    kept: list[dict] = []
+    replaced: dict[tuple, object] = {}
+    for n, members in sorted(groups.items(), reverse=True):
+        req: set = set()
+        modulus = 64  # the usual batch sizes 1..64 keep their last batch; a DataLoader says its own
+        for _path, obj, kind, _ in members:
+            _required(obj, kind, req)
+            if kind == "DataLoader" and obj.batch_size:
+                modulus = int(obj.batch_size)
+        k = _rows_to_keep(n, fraction, floor_rows, modulus, len(req))
+        if k >= 0.8 * n:
+            continue
+        pos = _positions(n, k, req, rng)
+        for path, obj, kind, _ in members:
+            try:
+                new = _take(obj, kind, pos, memo)
+            except Exception:
+                continue  # left whole
+            replaced[path] = new
+            _REGISTRY["objects"].append((_label(path), kind, obj, new, n, len(pos)))
+            kept.append({"name": _label(path), "kind": kind, "rows": len(pos), "of": n})
+    containers: dict[str, object] = {}
+    for path, new in replaced.items():
+        name = path[0]
+        if len(path) == 1:
+            ns[name] = new
+            continue
+        holder = containers.get(name)
+        if holder is None:
+            orig = ns[name]
+            holder = dict(orig) if isinstance(orig, dict) and type(orig) is not dict else copy.copy(orig)
+            if isinstance(orig, tuple):
+                holder = list(orig)
+            containers[name] = holder
+        holder[path[1]] = new  # type: ignore[index]
+    for name, holder in containers.items():
+        orig = ns[name]
+        if isinstance(orig, tuple):
+            holder = orig._make(holder) if hasattr(orig, "_make") else tuple(holder)  # type: ignore
+        ns[name] = holder
+    return kept
+
+
+# -- artefacts -----------------------------------------------------------------------------------------------
+_ARTEFACT_TEXT = re.compile(
+    r"n_samples|n_splits|n_neighbors|n_components|n_clusters|perplexity|number of (?:samples|members|classes|splits|"
+    r"folds|labels)|least populated class|too few|only one class|only 1 (?:class|member)|contains only one class|"
+    r"at least \d+ (?:samples|members|classes)|found array with 0|zero-size|0 sample|empty|unseen|unknown categor|"
+    r"not in (?:the )?(?:training|fitted)|inconsistent numbers of samples|length mismatch|length of values|"
+    r"does not match length|could not be broadcast|cannot reshape|is invalid for input of size|size mismatch|"
+    r"expected more than 1 value per channel|larger sample than population|sample larger than population|"
+    r"cannot take a larger sample|singular matrix|not positive definite|lapack|stratif|test_size|train_size|"
+    r"division by zero|divide by zero|no objects to concatenate|positional indexer",
+    re.I,
+)
+_ALWAYS_ARTEFACT = ("ZeroDivisionError", "StopIteration", "LinAlgError", "FloatingPointError")
+
+
+def _sizes() -> set[int]:
+    out = set()
+    for obj in _REGISTRY["objects"]:
+        out.update(obj[4:6])
+    return out
+
+
+def _dropped_label(key) -> bool:
+    """`key` (or any element of a list-like key) is a row label or a value the subset dropped."""
+    np, pd, _, _ = _mods()
+    keys = key if isinstance(key, (list, tuple)) else [key]
+    if isinstance(key, str) and key.startswith("[") and key.endswith("not in index"):
+        try:
+            keys = ast.literal_eval(key[: key.rindex("]") + 1])
+        except Exception:
+            keys = []
+    for _name, kind, orig, new, _n, _k in _REGISTRY["objects"]:
+        if kind not in ("DataFrame", "Series"):
+            continue
+        for kk in keys[:20]:
+            try:
+                if kk in orig.index and kk not in new.index:
+                    return True
+                cols = [orig] if kind == "Series" else [orig[c] for c in list(orig.columns)[:_MAX_COLUMNS]
+                                                         if orig[c].dtype.kind in "OiubU"]
+                newcols = [new] if kind == "Series" else [new[c] for c in list(orig.columns)[:_MAX_COLUMNS]
+                                                           if orig[c].dtype.kind in "OiubU"]
+                for oc, nc in zip(cols, newcols, strict=False):
+                    if bool((oc == kk).any()) and not bool((nc == kk).any()):
+                        return True
+            except Exception:
+                continue
+    return False
+
+
+def artefact(exc) -> str | None:
+    """Why `exc`, raised in a miniature run, may come from the smaller data (then the run is inconclusive)."""
+    if not _REGISTRY["objects"]:
+        return None
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    e = exc
+    while e is not None and id(e) not in seen and len(chain) < 10:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    sizes = {s for s in _sizes() if s >= 100}
+    for e in chain:
+        name = type(e).__name__
+        try:
+            text = str(e)
+        except Exception:
+            text = ""
+        numbers = {int(x) for x in re.findall(r"\d+", text)}
+        if name == "KeyError":
+            if _dropped_label(e.args[0] if e.args else None):
+                return "a label the miniature's subset dropped"
+            continue
+        if numbers & sizes:
+            return "the message mentions a row count the miniature changed"
+        if name in _ALWAYS_ARTEFACT or (name == "IndexError" and not {x for x in numbers if x > 1}):
+            return f"{name} on smaller data"
+        if _ARTEFACT_TEXT.search(text):
+            return "an error about sample, class or shape counts"
+    return None

@@ -1,0 +1,75 @@
+"""Full-size or miniature: how a speculative run reaches a verdict on a cell that would outlast its budget.
+
+`speculate_scaled(conn, source, budget_s, recorded_s=...)`:
+- when the cell's last recorded run took longer than the budget (`recorded_s`), go straight to a miniature run
+  sized from that duration;
+- else run it at full size; when that times out, run it again as a miniature (the full size is then at least
+  the budget: the miniature assumes a few times that);
+- the miniature (`crane.sandbox.ks_miniature`) keeps about `MINI_TARGET_S / expected` of the rows of the large
+  data the cell reads (at least 64 rows and a batch); if it still times out, once more with a tenth of that
+  (at least 16 rows).
+A miniature crash or clean run is the verdict (`scale="miniature"`, `kept` says how much was kept); an
+inconclusive miniature (an exception the smaller data may have caused, nothing large to shrink, still too slow)
+leaves the full run's "timeout", with the miniature's reason added.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from crane.kernel.client import KernelConnection
+from crane.sandbox.fork_runner import speculate
+from crane.sandbox.verdict import SandboxVerdict
+
+MINI_TARGET_S = 1.0  # what a miniature run should take (its verdict, setup included, within ~3 s)
+MINI_BUDGET_S = 15.0  # its wall-clock budget (at most the full budget)
+_ASSUMED_FACTOR = 4.0  # a cell that timed out at the budget is assumed to need this many budgets
+
+
+def miniature_spec(expected_s: float, target_s: float = MINI_TARGET_S, floor_rows: int = 64) -> dict:
+    """What the kernel side needs to shrink a cell expected to take `expected_s` at full size: keep about
+    `target_s / expected_s` of the rows (at least `floor_rows`, and the batch remainder, see ks_miniature)."""
+    fraction = min(0.5, max(0.0005, target_s / max(float(expected_s), target_s)))
+    return {"fraction": round(fraction, 6), "floor_rows": int(floor_rows), "min_rows": 2000, "relative": 0.05,
+            "seed": 0}
+
+
+def _inconclusive_mini(v: SandboxVerdict) -> bool:
+    return v.verdict not in ("crash", "no-crash")
+
+
+def speculate_scaled(
+    conn: KernelConnection,
+    source: str,
+    budget_s: float,
+    *,
+    recorded_s: float | None = None,
+    mini_budget_s: float = MINI_BUDGET_S,
+    cancel: threading.Event | None = None,
+    **kw,
+) -> SandboxVerdict:
+    """The cell's verdict at full size, or from a miniature run when it would outlast `budget_s` (see the module
+    docstring). Extra keyword arguments go to `speculate` (layer, places, memory_mb, idle, ...)."""
+    full: SandboxVerdict | None = None
+    if recorded_s is not None and recorded_s > budget_s:
+        expected = float(recorded_s)
+    else:
+        full = speculate(conn, source, budget_s, cancel=cancel, **kw)
+        if full.verdict != "timeout" or (cancel is not None and cancel.is_set()):
+            return full
+        expected = _ASSUMED_FACTOR * budget_s
+    mini_budget = min(float(budget_s), mini_budget_s)
+    target = min(MINI_TARGET_S, mini_budget / 2)
+    mini = speculate(conn, source, mini_budget, miniature=miniature_spec(expected, target), cancel=cancel, **kw)
+    if mini.verdict == "timeout" and mini.kept and "artefact" not in (mini.reason or "") and not (
+            cancel is not None and cancel.is_set()):
+        mini = speculate(conn, source, mini_budget, miniature=miniature_spec(expected * 10, target, floor_rows=16),
+                         cancel=cancel, **kw)
+    if not _inconclusive_mini(mini):
+        return mini
+    if full is None:
+        mini.reason = (f"its last run took {recorded_s:.0f} s (budget {budget_s:g} s); "
+                       + (mini.reason or "the miniature run was inconclusive"))
+        return mini
+    full.reason = f"{full.reason or 'timeout'}; {mini.reason or 'the miniature run was inconclusive'}"
+    return full
