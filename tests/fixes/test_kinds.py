@@ -352,3 +352,14 @@ def test_no_fix_in_the_defining_cell_when_it_still_fails(kernel):
     r = fix_search(kernel, cells, 2)
     assert any(a.title.startswith("Cell 1:") for a in r.attempts)
     assert not any(f.cell_edits for f in r.fixes)
+
+
+def test_a_cell_that_writes_a_file_is_verified_in_a_private_layer(kernel, kernel_cwd):
+    """Sessions refuse writes: the candidate runs again in a speculative run with a private layer, and the
+    file it writes never reaches the real folder."""
+    cells = [(PD + "df = pd.DataFrame({'Total_Gross': [1.5, 2.5]})\n", True),
+             ("out = df[df['Total Gross'] > 2]\nout.to_csv('top.csv')\nprint(len(out))\n", False)]
+    r = fix_search(kernel, cells, 2)
+    fix = first(r)
+    assert fix.kind == "nearest-column" and fix.sandbox == "fork-layered" and "['Total_Gross']" in fix.new
+    assert not (kernel_cwd / "top.csv").exists()

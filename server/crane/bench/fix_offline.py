@@ -11,7 +11,9 @@ code as the fixed one (cell by cell, compared as parsed Python) and runs the sam
 from __future__ import annotations
 
 import ast
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -106,16 +108,29 @@ def matches_fixed(nb: Notebook, fixed: Notebook, fix: VerifiedFix) -> bool:
 
 def replay_written(data: bytes, path: str, target: int, python: str | None = None,
                    cell_timeout: float = 600.0, launcher=None) -> tuple[str, str | None]:
-    """(status, "Ename: evalue") of the target after a fresh kernel ran the written notebook's history."""
+    """(status, "Ename: evalue") of the target after a fresh kernel ran the written notebook's history. Run
+    locally, it runs in a copy of the notebook's folder (what the cells write stays out of the bench set)."""
     from crane.engine import notebook_file
     from crane.kernel.launch import LOCAL
     from crane.kernel.replay import replay
 
-    written = parse_notebook(data, path)
-    history = [c for c in executed_history(written) if c.number != target]
-    with (launcher or LOCAL).start(notebook_file(written), python=python) as kernel:
-        replay(kernel.connection, history, cell_timeout=cell_timeout)
-        res = kernel.connection.run_cell(written.cell(target).source, timeout=cell_timeout)
+    launcher = launcher or LOCAL
+    copy = None
+    if launcher is LOCAL:
+        copy = tempfile.mkdtemp(prefix="crane-fix-replay-")
+        folder = Path(copy) / "case"
+        shutil.copytree(Path(path).resolve().parent, folder, symlinks=True)
+        path = str(folder / Path(path).name)
+        Path(path).write_bytes(data)
+    try:
+        written = parse_notebook(data, path)
+        history = [c for c in executed_history(written) if c.number != target]
+        with launcher.start(notebook_file(written), python=python) as kernel:
+            replay(kernel.connection, history, cell_timeout=cell_timeout)
+            res = kernel.connection.run_cell(written.cell(target).source, timeout=cell_timeout)
+    finally:
+        if copy is not None:
+            shutil.rmtree(copy, ignore_errors=True)
     return res.status, (f"{res.ename}: {(res.evalue or '')[:200]}" if res.status != "ok" else None)
 
 

@@ -73,7 +73,8 @@ class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=Tru
     cell_edits: tuple[CellChange, ...] = ()  # other cells the fix edits (they are in run_first)
     detail: str = ""
     cost: float = 0.0
-    sandbox: str = "fork"  # where it was verified: "fork" (copy-on-write fork of the kernel) | "replay"
+    sandbox: str = "fork"  # where it was verified: "fork" (a session of the kernel), "fork-layered" (a fork with a
+    # private copy-on-write layer: the cells write files or start programs), "replay" (a kernel replaying the history)
     elapsed_s: float = 0.0  # time from the start of the search until this fix was verified
     stdout: str = ""  # what the verified run printed (bounded)
 

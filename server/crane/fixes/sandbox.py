@@ -7,6 +7,8 @@ Two implementations of one small interface, built on the repair agent's sandboxe
   reset = rollback to the checkpoint taken at open). Facts come from the private probe module, which is made
   sure to be installed in the kernel before the fork, so the fork has it too (`_crane_probe.run` evaluated in
   the session). The kernel itself only sees the private requests that install the probe and start the session.
+  Sessions block side effects (file writes, programs); a run they refuse is run again by `run_layered`: the
+  cells as one, from the live state, in a speculative run with a private copy-on-write layer.
 - `ReplayFixSandbox(nb)`: a fresh kernel CRANE owns replaying the notebook's executed history (reset = a new
   kernel); the fallback of the CLI and the bench where forking is impossible.
 
@@ -49,6 +51,12 @@ class FixSandbox(Protocol):
         ValueError when it raises or is not a literal)."""
         ...
 
+    def run_layered(self, sources: list[str]) -> ExecResult | None:
+        """Run cells one after the other from the live state in a private copy-on-write layer, where file
+        writes, programs and worker processes succeed without reaching anything real (what a session, confined
+        by blocking them, refuses); None when there is no such run here."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -62,6 +70,7 @@ class ForkFixSandbox:
         from crane.probe.collect import ProbeClient
 
         self.budget_s = budget_s
+        self.conn = conn
         try:  # the fork inherits the probe module only if the kernel has it: an empty request installs it
             ProbeClient(conn).run(ProbeRequest(), timeout=10.0)
         except Exception as exc:  # no post-mortem facts then; candidates still come from the exception
@@ -95,6 +104,24 @@ class ForkFixSandbox:
         except (SandboxError, ValueError, SyntaxError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.debug("fixes: no facts from the sandbox: %s", exc)
             return None
+
+    def run_layered(self, sources: list[str]) -> ExecResult | None:
+        from crane.agent.fork_sandbox import _STATUS
+        from crane.agent.sandboxes import clean_traceback
+        from crane.sandbox import speculate
+
+        if any(s.lstrip().startswith("%%") for s in sources):
+            return None  # a cell magic must start its cell: the cells cannot run as one
+        v = speculate(self.conn, "\n".join(s.rstrip("\n") for s in sources) + "\n", self.budget_s * len(sources),
+                      layer="layered")
+        if v.mode != "layered":
+            return None
+        status = _STATUS.get(v.verdict, "unavailable")
+        offset = sum(len(s.rstrip("\n").split("\n")) for s in sources[:-1])
+        line = v.line - offset if v.line is not None and v.line > offset else None
+        return ExecResult(status=status, ename=v.ename, evalue=v.evalue if status == "error" else v.reason or v.evalue,
+                          line=line, traceback=clean_traceback(v.traceback) if v.traceback else "", stdout=v.stdout,
+                          stderr=v.stderr, elapsed_s=v.elapsed_ms / 1000)
 
     def evaluate(self, expr: str) -> Any:
         from crane.sandbox.session import SandboxError
@@ -155,6 +182,9 @@ class ReplayFixSandbox:
             return self.inner.connection.evaluate(expr, timeout=10.0)
         except KernelError as exc:
             raise ValueError(str(exc)) from None
+
+    def run_layered(self, sources: list[str]) -> ExecResult | None:
+        return None  # a kernel CRANE owns runs cells unconfined
 
     def close(self) -> None:
         self.inner.close()

@@ -82,6 +82,10 @@ def search_fixes(
 
     sandbox.reset()
     first = sandbox.run(source)
+    observed = True  # the session holds the state at the crash point (post-mortem facts can be read)
+    if first.status == "blocked":  # a side effect the session refuses: run it in a private layer instead
+        observed = False
+        first = sandbox.run_layered([source]) or first
     if first.status == "ok":
         return done("clean", "the cell runs without an exception")
     if first.status != "error":
@@ -90,7 +94,7 @@ def search_fixes(
 
     def context(src: str, cr: Crash, run_first: tuple[int, ...], depth: int, pre_facts,
                 cell_edits: tuple[tuple[int, str], ...] = ()) -> FixContext:
-        post = sandbox.facts(plan_probe(analyze_cell(src)))
+        post = sandbox.facts(plan_probe(analyze_cell(src))) if observed else None
         return FixContext(nb=nb, target=target, original=source, source=src, crash=cr, scope=scope,
                           pre=pre_facts, post=post, findings=list(findings or []), run_first=run_first, depth=depth,
                           ask=sandbox.facts, evaluator=sandbox.evaluate, guard_line=crash.line, cell_edits=cell_edits)
@@ -103,6 +107,7 @@ def search_fixes(
             heapq.heappush(heap, (c.cost, next(seq), c))
 
     push(generate(context(source, crash, (), 1, pre), report.refused))
+    observed = True
     push(_in_defining_cell(nb, target, source, scope, crash, first.traceback, sandbox, report.refused))
     tried: set[tuple] = set()
     while heap:
@@ -129,6 +134,12 @@ def search_fixes(
             report.reason = f"sandbox error: {exc}"
             break
         status, result, failed_cell = outcome
+        layered = False
+        if status == "blocked":  # a side effect the session refuses: the same cells in a private layer
+            again = sandbox.run_layered([dict(cand.cell_edits).get(k, nb.cell(k).source) for k in cand.run_first]
+                                        + [cand.source])
+            if again is not None:
+                status, result, failed_cell, layered = again.status, again, None, True
         if status == "ok":
             edited = dict(cand.cell_edits)
             fix = VerifiedFix(kind=cand.kind, title=cand.title, target=target, old=source, new=cand.source,
@@ -136,7 +147,8 @@ def search_fixes(
                               run_first_sources=tuple(edited.get(k, nb.cell(k).source) for k in cand.run_first),
                               cell_edits=tuple(CellChange(cell=k, old=nb.cell(k).source, new=s)
                                                for k, s in cand.cell_edits),
-                              detail=cand.detail, cost=cand.cost, sandbox=sandbox.kind,
+                              detail=cand.detail, cost=cand.cost,
+                              sandbox=f"{sandbox.kind}-layered" if layered else sandbox.kind,
                               elapsed_s=round(time.monotonic() - t0, 3), stdout=(result.stdout or "")[-2000:])
             report.fixes.append(fix)
             report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status="ok", depth=cand.depth))
@@ -153,8 +165,8 @@ def search_fixes(
         where = f" (in cell {failed_cell}, run first)" if failed_cell is not None else ""
         report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status=result.status, error=what + where,
                                        depth=cand.depth))
-        if result.status != "error":
-            continue
+        if result.status != "error" or layered:
+            continue  # no follow-up without the state at the crash point
         if failed_cell is not None:  # a cell to run first needs another cell: bring it in
             plan = extend_plan(context(cand.source, crash, cand.run_first, cand.depth, pre), cand.run_first,
                                failed_cell, result.evalue or "") if result.ename == "NameError" else None
