@@ -61,7 +61,8 @@ describe('crane.ui.runCells (the "Run cell K first" quick fix)', () => {
   it('is registered under the id the server puts into its code actions', async () => {
     openNotebook(2);
     const cmds = new Commands({ server: () => ({}) as never, status: new StatusBar(), agent: {} as never,
-      diagnosis: {} as never, keys: {} as never, restart: async () => undefined });
+      diagnosis: {} as never, keys: {} as never, restart: async () => undefined, runtimeDirs: () => [],
+      askJupyter: async () => undefined as never });
     cmds.register();
     expect(UiCommands.runCells).toBe(ClientCommands.runCells);
     const registered = commands.registerCommand.mock.calls.find((c) => c[0] === ClientCommands.runCells);
