@@ -136,3 +136,17 @@ def test_crane_bench_fix_command(model, tmp_path, capsys):
     assert [r["case"] for r in rep["results"]] == ["ages", "never_fixed"]
     assert rep["summary"]["fixed"] == 1 and rep["summary"]["cases"] == 2
     assert main(["bench", str(bench), "--fix"]) == 2  # no model: a clear usage error
+
+
+def test_with_a_model_the_agent_starts_from_the_verified_quick_fixes(model, tmp_path, capsys):
+    """The verified quick fixes are searched first and given to the model: it applies one and finishes (two
+    steps, where exploring took three)."""
+    path = write_notebook(tmp_path / "ages.ipynb", KEYERROR_CELLS)
+    model.reset(tool("edit_cell", "apply the verified candidate 1", cell=3, source=KEYERROR_FIX.replace('"', "'")),
+                tool("finish", "clean", explanation="Use column 'age' (verified)."))
+    assert cli(model, path, "--cell", 3, "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["proposal"]["fixed"] is True and report["proposal"]["steps"] == 2
+    context = model.requests[0]["messages"][1]["content"]
+    assert "## Verified candidate fixes" in context
+    assert "1. Use column 'age'" in context and "mean_age = df[\"age\"].mean()" in context

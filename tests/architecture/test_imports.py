@@ -81,7 +81,8 @@ def test_daemon_services_do_not_import_the_server():
     graph = _graph()
     services = ["analysis_service", "diagnostics", "speculation", "llm_bridge", "kernels", "notebook_session",
                 "kernel_attach", "kernel_watch", "discovery", "scheduler", "facts_cache", "host", "messages",
-                "settings", "notebook_map", "explain", "facts_markdown", "progress", "agent_runs"]
+                "settings", "notebook_map", "explain", "facts_markdown", "progress", "agent_runs", "quick_fixes",
+                "sandbox_thread"]
     for s in services:
         deps = graph.get(f"crane.lsp.{s}", set())
         assert not deps & {"crane.lsp.crane_server", "crane.lsp.server"}, s

@@ -45,6 +45,7 @@ class FixContext(msgspec.Struct, kw_only=True):
     failing_line: int | None = None
     findings: list[Finding] = []
     probe: ProbeResult | None = None
+    candidates: list = []  # crane.fixes.model.VerifiedFix: repairs that already ran clean in a sandbox
 
 
 def notebook_text(nb: Notebook, target: int) -> str:
@@ -87,12 +88,29 @@ def context_message(nb: Notebook, ctx: FixContext) -> str:
     if ctx.probe is not None:
         text, _ = facts_text(ctx.probe)
         parts.append("## Runtime state (names the target uses)\n" + (text or "(nothing notable)"))
+    if ctx.candidates:
+        parts.append(candidates_text(ctx.candidates))
     if ctx.goal:
         parts.append(f"## The user's goal for cell {ctx.target}\n{ctx.goal}")
     task = f"## Task\nMake cell {ctx.target} run clean"
     task += " and meet the user's goal." if ctx.goal else "."
     parts.append(task)
     return "\n\n".join(parts)
+
+
+def candidates_text(fixes: list) -> str:
+    """The verified quick fixes CRANE found without a model (crane.fixes), for the agent to start from."""
+    out = ["## Verified candidate fixes (each already ran clean in a sandbox of the current state; smallest first)",
+           "If one is right, apply it (edit_cell with its source, or execute the cells it runs first) and finish; "
+           "otherwise improve on it."]
+    for i, f in enumerate(fixes, start=1):
+        head = f"{i}. {f.title}"
+        if f.run_first:
+            head += f" — run cell{'s' if len(f.run_first) > 1 else ''} {', '.join(map(str, f.run_first))} first"
+        out.append(head)
+        if f.new != f.old:
+            out.append(f"   new source of cell {f.target}:\n```python\n{f.new.rstrip()}\n```")
+    return "\n".join(out)
 
 
 def initial_messages(nb: Notebook, ctx: FixContext) -> list[dict]:

@@ -84,10 +84,12 @@ def _usage(u: Usage) -> StepUsage:
                      cached_tokens=u.cached_tokens, cost_usd=u.cost_usd)
 
 
-def build_context(nb: Notebook, target: int, goal: str | None, runner: FixRunner) -> FixContext:
-    """The error (recorded, or observed by running the target in the sandbox), CRANE's findings and facts."""
+def build_context(nb: Notebook, target: int, goal: str | None, runner: FixRunner,
+                  candidates: list | None = None) -> FixContext:
+    """The error (recorded, or observed by running the target in the sandbox), CRANE's findings and facts, and
+    the verified quick fixes found without a model (if any)."""
     cell = nb.cell(target)
-    ctx = FixContext(target=target, goal=goal)
+    ctx = FixContext(target=target, goal=goal, candidates=list(candidates or []))
     if cell.error is not None:
         ctx.error = f"{cell.error.ename}: {cell.error.evalue}"
         ctx.traceback = clean_traceback(cell.error.traceback) if cell.error.traceback else ""
@@ -120,9 +122,11 @@ class AgentRun:
                  goal: str | None = None, budget: AgentBudget | None = None,
                  on_step: Callable[[AgentStep], None] | None = None, step_gate: StepGate | None = None,
                  stop_event: threading.Event | None = None, ledger: CostLedger | None = None,
-                 run_id: str | None = None, clock: Callable[[], float] = time.monotonic):
+                 run_id: str | None = None, clock: Callable[[], float] = time.monotonic,
+                 candidates: list | None = None):
         self.nb, self.target, self.settings, self.goal = nb, target, settings, goal
         self.clock = clock  # the time budget's clock (seconds)
+        self.candidates = list(candidates or [])
         self.budget = budget or AgentBudget()
         self.on_step = on_step
         self.step_gate = step_gate
@@ -239,7 +243,7 @@ class AgentRun:
     def run(self) -> Proposal:
         self.evidence = None
         check_target(self.nb, self.target)
-        ctx = build_context(self.nb, self.target, self.goal, self.runner)
+        ctx = build_context(self.nb, self.target, self.goal, self.runner, self.candidates)
         if ctx.error is None and not self.goal:
             return self._proposal("clean", "the target cell already runs clean in the sandbox: nothing to fix")
         self.messages = initial_messages(self.nb, ctx)
@@ -320,11 +324,14 @@ def start_fix(
     ledger: CostLedger | None = None,
     run_id: str | None = None,
     clock: Callable[[], float] = time.monotonic,
+    candidates: list | None = None,
 ) -> Proposal:
     """Run the repair agent on cell `target` (blocking; the daemon runs it in a worker thread).
 
     The sandbox comes from `sandbox_factory(notebook)` (default: a replay kernel CRANE owns) and is closed at
-    the end. `clock` measures the time budget (tests pass a virtual one). Raises NotebookError for a bad target, LLMNotConfigured without a model and KernelError when no
+    the end. `clock` measures the time budget (tests pass a virtual one). `candidates`: verified quick fixes
+    (crane.fixes.model.VerifiedFix) the agent starts from. Raises NotebookError for a bad target,
+    LLMNotConfigured without a model and KernelError when no
     sandbox can be started; every other failure ends the run with a proposal whose status says so."""
     from crane.llm.client import LLMNotConfigured
 
@@ -334,7 +341,8 @@ def start_fix(
     sandbox = (sandbox_factory or replay_sandbox_factory())(notebook)
     try:
         run = AgentRun(notebook, target, settings, sandbox, goal=goal, budget=budget, on_step=on_step,
-                       step_gate=step_gate, stop_event=stop_event, ledger=ledger, run_id=run_id, clock=clock)
+                       step_gate=step_gate, stop_event=stop_event, ledger=ledger, run_id=run_id, clock=clock,
+                       candidates=candidates)
         return run.run()
     finally:
         sandbox.close()

@@ -150,3 +150,41 @@ def apply_proposal(data: bytes, proposal: Proposal) -> bytes:
     for s, e, new in sorted(splices, key=lambda t: (t[0], t[1]), reverse=True):
         out = out[:s] + new + out[e:]
     return out.encode("utf-8")
+
+
+def apply_cell_changes(data: bytes, sources: dict[int, tuple[str, str]], counts: dict[int, int],
+                       name: str | None = None) -> bytes:
+    """The notebook file's bytes with cell sources replaced (`{cell: (old, new)}`; `old` must match) and code
+    cells given execution counts (`{cell: count}`); every other byte stays."""
+    try:
+        text = data.decode("utf-8")
+        top, _ = _object_members(text, _skip(text, 0))
+        items = _array_items(text, top["cells"][0])
+    except (UnicodeDecodeError, ValueError, KeyError, AssertionError, IndexError) as exc:
+        raise NotebookError(f"cannot edit {name or 'the notebook'}: not a notebook file ({exc})") from None
+    ascii_only = _ensure_ascii(text)
+    splices: list[tuple[int, int, str]] = []
+    for cell in sorted(set(sources) | set(counts)):
+        if not 1 <= cell <= len(items):
+            raise NotebookError(f"cell {cell} does not exist in {name or 'the notebook'}")
+        members, _ = _object_members(text, items[cell - 1][0])
+        if cell in sources:
+            old, new = sources[cell]
+            if "source" not in members:
+                raise NotebookError(f"cell {cell} has no source")
+            s, e = members["source"]
+            current = json.loads(text[s:e])
+            current = current if isinstance(current, str) else "".join(current)
+            if current != old:
+                raise NotebookError(f"cell {cell} changed since the fix was made: not applied")
+            if new != old:
+                splices.append((s, e, _encode_source(new, text[s:e], _line_indent(text, s), ascii_only)))
+        if cell in counts:
+            if "execution_count" not in members:
+                raise NotebookError(f"cell {cell} is not a code cell")
+            s, e = members["execution_count"]
+            splices.append((s, e, str(int(counts[cell]))))
+    out = text
+    for s, e, new in sorted(splices, key=lambda t: (t[0], t[1]), reverse=True):
+        out = out[:s] + new + out[e:]
+    return out.encode("utf-8")

@@ -1,5 +1,7 @@
 """`crane bench DIR...`: score CRANE on crash/fix notebook pairs (../shared/bench/README.md format).
 
+`--fix --model M` scores the repair agent, `--fix --offline` the verified quick fixes (crane.bench.fix_offline).
+
 Reports, per mode: accuracy, precision, recall, F1 (crash = positive), exception-name match on crashes, false
 alarms on fixed variants, scores per library and root cause, and the time per case.
 """
@@ -48,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fix", action="store_true",
                    help="run the repair agent on every buggy variant (needs --model) and report the fix rate")
     p.add_argument("--max-steps", dest="max_steps", type=int, default=10, help="agent steps per case (--fix)")
+    p.add_argument("--offline", action="store_true",
+                   help="with --fix: the verified quick fixes, no model (repair rate checked in a fresh kernel)")
     p.add_argument("--dry-run", action="store_true",
                    help="llm mode: build every prompt and report its size and token count; call no model")
     add_server_arguments(p)
@@ -94,6 +98,11 @@ def _run(args: argparse.Namespace, cases, settings, launcher) -> int:
     from crane.bench.runner import run_cases
     from crane.commands.output import encode
 
+    if args.fix and args.offline:
+        return _run_fix_offline(args, cases, launcher)
+    if args.offline:
+        print("crane: --offline goes with --fix", file=sys.stderr)
+        return EXIT_ERROR
     if args.fix:
         return _run_fix(args, cases, settings, launcher)
     if args.dry_run and args.mode != "llm":
@@ -187,4 +196,22 @@ def _run_fix(args: argparse.Namespace, cases, settings, launcher) -> int:
     rep = run_fix_bench(cases, settings, budget=AgentBudget(max_steps=args.max_steps), python=args.python,
                         progress=None if args.quiet else progress, launcher=launcher)
     print(encode(rep) if args.json else render_fix(rep))
+    return EXIT_OK
+
+
+def _run_fix_offline(args: argparse.Namespace, cases, launcher) -> int:
+    """`crane bench --fix --offline`: verified quick fixes; repaired = the written notebook runs clean."""
+    from crane.bench.fix_offline import render_text as render_offline
+    from crane.bench.fix_offline import run_offline_fix_bench
+    from crane.commands.output import encode
+
+    def progress(r) -> None:
+        mark = "ERR" if r.error else "ok " if r.repaired else "NO "
+        title = r.offered[0].title if r.offered else (r.error or r.reason or r.status)
+        first = f"first fix {r.first_fix_s:.1f}s, " if r.first_fix_s is not None else ""
+        print(f"{mark} {r.case}/{r.variant}: {title[:90]} ({first}{r.seconds:.1f}s)", file=sys.stderr)
+
+    rep = run_offline_fix_bench(cases, python=args.python, jobs=max(1, args.jobs),
+                                progress=None if args.quiet else progress, launcher=launcher)
+    print(encode(rep) if args.json else render_offline(rep))
     return EXIT_OK

@@ -8,19 +8,21 @@ edited cells' sources change in the file (added cells are inserted); every other
 that is not a verified fix is never written.
 
 Exit code 0: fixed (or nothing to fix); 1: no fix found; 2: usage, input, kernel or model error.
+
+`--offline` needs no model: the verified quick fixes (crane.fixes, commands/fix_offline.py). With a model,
+the agent starts from them: they are searched first and given to it as verified candidates.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import msgspec
 
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
+from crane.commands.files import write_atomic
 from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import add_llm_arguments
 
@@ -47,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="prompt + completion tokens over the run (default 200000; 0: no limit)")
     p.add_argument("--quiet", action="store_true", help="do not print the agent's steps on stderr")
     p.add_argument("--python", help="interpreter for the sandbox kernel (default: this one)")
+    p.add_argument("--offline", action="store_true",
+                   help="no model: offer the quick fixes that ran clean in a sandbox (crane.fixes)")
+    p.add_argument("--pick", type=int, metavar="K", help="--offline: write the K-th verified fix (default: the first)")
     add_server_arguments(p)
     add_llm_arguments(p)
 
@@ -58,19 +63,6 @@ def _print_step(step) -> None:
     head = f"[{step.step}] {step.action}{where}: {step.reflection}".rstrip(": ")
     result = step.result.strip().splitlines()[0][:160] if step.result.strip() else ""
     print(f"{head}\n     -> {result}", file=sys.stderr)
-
-
-def _write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def render_text(path: str, proposal, diff: str, written: str | None) -> str:
@@ -100,7 +92,35 @@ def render_text(path: str, proposal, diff: str, written: str | None) -> str:
     return "\n".join(out)
 
 
+def _verified_candidates(args: argparse.Namespace, nb, launcher) -> list:
+    """The verified quick fixes the agent starts from (none when the search fails: the agent goes on alone)."""
+    if args.goal:
+        return []
+    from crane.errors import CraneError
+    from crane.fixes.offline import fix_notebook
+    from crane.fixes.search import SearchBudget
+
+    try:
+        report = fix_notebook(nb, args.cell, python=args.python, budget=SearchBudget(max_seconds=60.0),
+                              launcher=launcher)
+    except CraneError as exc:
+        if not (args.quiet or args.json):
+            print(f"crane: no verified quick fixes ({exc}); the agent starts from scratch", file=sys.stderr)
+        return []
+    if report.fixes and not (args.quiet or args.json):
+        print(f"verified quick fixes for the agent to start from: {', '.join(f.title for f in report.fixes)}",
+              file=sys.stderr)
+    return list(report.fixes)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.offline:
+        from crane.commands.fix_offline import run_offline
+
+        return run_offline(args)
+    if args.pick is not None:
+        print("crane: --pick goes with --offline", file=sys.stderr)
+        return EXIT_ERROR
     from crane.agent.loop import AgentBudget, start_fix
     from crane.agent.nbwrite import apply_proposal
     from crane.agent.proposal import unified_diff
@@ -126,13 +146,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"crane: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if not settings.enabled:
-        print("crane: the agent needs a model: --model M (or CRANE_MODEL), e.g. openai/gpt-4o-mini", file=sys.stderr)
+        print("crane: the agent needs a model: --model M (or CRANE_MODEL), e.g. openai/gpt-4o-mini; "
+              "or --offline for the verified quick fixes", file=sys.stderr)
         return EXIT_ERROR
     budget = AgentBudget(max_steps=args.max_steps, max_seconds=args.max_seconds,
                          max_tokens=args.token_budget or None)
     try:
         with server_session(launcher):
+            candidates = _verified_candidates(args, nb, launcher)
             proposal = start_fix(nb, args.cell, settings, goal=args.goal, budget=budget, ledger=SESSION,
+                                 candidates=candidates,
                                  on_step=None if args.quiet or args.json else _print_step,
                                  sandbox_factory=replay_sandbox_factory(python=args.python, launcher=launcher))
     except (KernelError, LLMError, NotebookError) as exc:
@@ -143,13 +166,13 @@ def run(args: argparse.Namespace) -> int:
     target = Path(args.notebook) if args.apply else Path(args.out) if args.out else None
     if target is not None and proposal.fixed and proposal.changes_code:
         try:
-            _write(target, apply_proposal(original, proposal))
+            write_atomic(target, apply_proposal(original, proposal))
             written = str(target)
         except (NotebookError, OSError) as exc:
             print(f"crane: could not write the fix: {exc}", file=sys.stderr)
             return EXIT_ERROR
     elif target is not None and args.out and proposal.fixed:  # no code change: --out still gets the notebook
-        _write(target, original)
+        write_atomic(target, original)
         written = str(target)
     if args.json:
         from crane.commands.output import encode

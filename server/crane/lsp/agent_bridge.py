@@ -7,6 +7,7 @@ kernel (its own connection, ignored by the kernel watcher), or to a replay kerne
 none: nothing runs in the user's kernel. Every step is sent as `crane/agentStep` (from the event loop).
 A stop event per run id: `crane.stopAgent`, cancelling the request or its work-done progress set it. Step
 mode (`crane.agent.stepMode` or the option): each proposed action waits for `crane.continueAgent(runId)`.
+The verified quick fixes already found for the cell (crane.lsp.quick_fixes) are given to the agent as candidates.
 The result carries the proposal and a WorkspaceEdit (change annotations needing confirmation) on the
 synced cell URIs and versions.
 """
@@ -135,6 +136,9 @@ async def fix_cell(ls: CraneServer, *args: Any) -> Any:
     ls.agent_runs[run_id] = handle
     budget = AgentBudget(max_steps=ls.settings.agent.max_steps, max_cost_usd=ls.settings.agent.budget_usd)
     att = session.attachment if session.attachment is not None and session.attachment.alive else None
+    # the verified quick fixes of this text against this kernel state, if any: the agent starts from them
+    entry = session.quick_fixes.get(cell.source, session.kernel_gen) if not options.goal else None
+    candidates = list(entry.fixes) if entry is not None else []
     attach_timeout = ls.tuning.attach_timeout_ms / 1000
     progress_box: dict[str, WorkProgress] = {}
     request = _request_future(ls)
@@ -165,7 +169,7 @@ async def fix_cell(ls: CraneServer, *args: Any) -> Any:
         try:
             return start_fix(nb, cell.number, settings, goal=options.goal, on_step=on_step, step_gate=handle.gate,
                              stop_event=stop, sandbox_factory=fork_or_replay_factory(conn), budget=budget,
-                             ledger=SESSION, run_id=run_id)
+                             ledger=SESSION, run_id=run_id, candidates=candidates)
         finally:
             if conn is not None:
                 conn.close()

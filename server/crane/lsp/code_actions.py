@@ -1,6 +1,9 @@
-"""`textDocument/codeAction` on a cell: Diagnose with CRANE, Fix with CRANE agent, Run speculatively.
+"""`textDocument/codeAction` on a cell: the verified quick fixes, Diagnose with CRANE, Fix with CRANE agent, Run
+speculatively.
 
-Offered on every Python code cell, with or without a diagnostic: as quick fixes (attached to CRANE's
+The verified quick fixes (crane.lsp.quick_fixes: "Use column 'Total_Gross' (tested)", "Run cell 3 first
+(tested)") come first, on cells with CRANE diagnostics, from the cache (never computed here). The other three
+are offered on every Python code cell, with or without a diagnostic: as quick fixes (attached to CRANE's
 diagnostics) when the cell has some, as `source.crane` actions otherwise.
 """
 
@@ -12,6 +15,7 @@ from crane.lsp.agent_bridge import FIX_CELL
 from crane.lsp.commands import DIAGNOSE_CELL
 from crane.lsp.crane_server import CraneServer
 from crane.lsp.diagnostics import SOURCE
+from crane.lsp.notebook_map import snapshot
 from crane.lsp.speculative_command import RUN_SPECULATIVELY
 
 SOURCE_CRANE = "source.crane"
@@ -38,12 +42,17 @@ def code_actions(ls: CraneServer, params: types.CodeActionParams) -> list[types.
     kind = types.CodeActionKind.QuickFix if ours else SOURCE_CRANE
     if only and not any(kind == k or str(kind).startswith(f"{k}.") for k in only):
         return None
-    return [
+    verified: list[types.CodeAction] = []
+    snap = snapshot(ls.workspace, session.uri) if ours else None
+    current = snap.cell(cell.document) if snap is not None else None
+    if snap is not None and current is not None:
+        verified = ls.quick_fixes.actions(session, snap, current, ours)
+    return verified + [
         types.CodeAction(
             title=title,
             kind=kind,
             diagnostics=ours or None,
-            is_preferred=(command == DIAGNOSE_CELL and bool(ours)) or None,
+            is_preferred=(command == DIAGNOSE_CELL and bool(ours) and not verified) or None,
             command=types.Command(title=title, command=command, arguments=[cell.document]),
         )
         for title, command in ACTIONS

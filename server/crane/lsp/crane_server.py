@@ -27,6 +27,7 @@ from crane.lsp.kernels import KernelSupervisor
 from crane.lsp.llm_bridge import LLMService
 from crane.lsp.notebook_map import uri_key
 from crane.lsp.notebook_session import NotebookSession
+from crane.lsp.quick_fixes import QuickFixService
 from crane.lsp.settings import Settings, Tuning, parse_settings
 from crane.lsp.speculation import SpeculationService
 
@@ -84,6 +85,8 @@ class CraneServer(LanguageServer):
         self.analysis = AnalysisService()
         self.llm = LLMService(self)
         self.speculation = SpeculationService(self, self.llm)
+        self.quick_fixes = QuickFixService(self, self.speculation)
+        self.speculation.after_verdict = self.quick_fixes.consider
         self.kernels = KernelSupervisor(self, self.analysis)
         self.speculation.on_mode = self.kernels.notify_status  # the status says which sandbox mode is in force
         self._executor = ThreadPoolExecutor(max_workers=3, thread_name_prefix="crane-work")

@@ -44,7 +44,8 @@ def severity(finding: Finding) -> types.DiagnosticSeverity:
 
 
 def to_diagnostic(
-    finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: FactsMode, sandbox: dict | None = None
+    finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: FactsMode, sandbox: dict | None = None,
+    fixes: int | None = None,
 ) -> types.Diagnostic:
     line0 = max(finding.line - 1, 0)
     end_line0 = max((finding.end_line or finding.line) - 1, line0)
@@ -90,6 +91,7 @@ def to_diagnostic(
             "facts": mode,
             "source": finding.source,
             **({"sandbox": sandbox} if sandbox else {}),
+            **({"fixes": fixes} if fixes else {}),
         },
     )
 
@@ -158,7 +160,9 @@ def publish_cell(host: Host, session: NotebookSession, snap: NotebookSnapshot, c
     mode = out.mode if out is not None else "static"
     findings, sandbox = final_findings(host.settings, session, cell)
     session.findings[cell.uri] = findings
-    publish(host, cell.uri, [to_diagnostic(f, cell, snap, mode, sandbox) for f in findings], cell.version)
+    entry = session.quick_fixes.get(cell.source, session.kernel_gen) if host.settings.speculative_on else None
+    fixes = len(entry.fixes) if entry is not None else None
+    publish(host, cell.uri, [to_diagnostic(f, cell, snap, mode, sandbox, fixes) for f in findings], cell.version)
 
 
 def republish(host: Host, session: NotebookSession, cell_uri: str, source: str) -> bool:

@@ -19,8 +19,11 @@ for messages. It reports, through `on_event` (called on the watcher thread):
 - `WatchEvent("resync")` when the watcher's connection was renewed (a kernel behind a Jupyter Server: the
   websocket dropped and reconnected): iopub messages of the gap may be lost, so the state may have changed.
 
-Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored. `busy` tells, at any
-time, whether a user request is running: the probe uses it to avoid queueing behind a user cell. `activity`
+Traffic whose parent is CRANE's own session (the probe's silent requests) is ignored — every session this
+daemon opened on any kernel (`DAEMON_SESSIONS`: probe, sandbox and agent connections of every notebook), so
+that two notebooks attached to one kernel do not take each other's private requests for user activity (each
+would invalidate the other's sandbox results, over and over). `busy` tells, at any time, whether a user
+request is running: the probe uses it to avoid queueing behind a user cell. `activity`
 counts what may have changed the kernel's state since the watch began: every other client's request that
 can run code (execute, also silent or expression-only; comm messages; anything but the read-only requests
 below), restarts, deaths and reconnections (what ran in the gap is unknown). It is bumped on the watcher
@@ -43,6 +46,9 @@ log = logging.getLogger(__name__)
 
 WatchKind = Literal["busy", "idle", "finished", "restarted", "dead", "alive", "resync"]
 
+# Sessions of the kernel connections this daemon opened (any notebook, any kernel): never user activity.
+DAEMON_SESSIONS: set[str] = set()
+
 # Requests that run no user code: they do not count as activity.
 READ_ONLY_REQUESTS = frozenset({
     "kernel_info_request", "comm_info_request", "complete_request", "inspect_request", "is_complete_request",
@@ -57,6 +63,18 @@ class WatchEvent:
     execution_count: int | None = None
     success: bool | None = None
     seconds: float | None = None
+
+
+class _Shared(set):
+    """A watcher's own ignored sessions; each one added is also added to DAEMON_SESSIONS."""
+
+    def __init__(self, items=()):
+        super().__init__(items)
+        DAEMON_SESSIONS.update(items)
+
+    def add(self, item: str) -> None:
+        super().add(item)
+        DAEMON_SESSIONS.add(item)
 
 
 class KernelWatch(threading.Thread):
@@ -76,7 +94,7 @@ class KernelWatch(threading.Thread):
         self.target = as_target(where)
         super().__init__(name=f"crane-watch-{self.target.short()}", daemon=True)
         self.on_event = on_event
-        self.ignore_sessions = set(ignore_sessions or ())
+        self.ignore_sessions = _Shared(ignore_sessions or ())
         self.heartbeat_interval = heartbeat_interval
         # A local kernel's process: when it is gone, the kernel died or restarted even if iopub missed the
         # "starting" status (a SUB socket re-subscribes after a restart and can miss the first messages).
@@ -186,7 +204,7 @@ class KernelWatch(threading.Thread):
         if mtype == "iopub_welcome":
             self._welcomed = True
             return
-        if parent.get("session") in self.ignore_sessions:
+        if parent.get("session") in self.ignore_sessions or parent.get("session") in DAEMON_SESSIONS:
             return
         if mtype == "status" and content.get("execution_state") == "busy" and (
             parent.get("msg_type") not in READ_ONLY_REQUESTS

@@ -51,5 +51,6 @@ async def did_change_configuration(ls: CraneServer, params: types.DidChangeConfi
 async def shutdown(ls: CraneServer, params: None) -> None:
     stop_all(ls.agent_runs)
     ls.llm.close()
+    ls.quick_fixes.close()
     ls.speculation.close()
     await ls.kernels.shutdown()

@@ -23,6 +23,10 @@ KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
 # extension's kernels API (jupyter-extension), its own discovery (discovery), crane.kernel.connectionFile (setting)
 KernelSource = Literal["request", "jupyter-extension", "discovery", "setting"]
 
+# Client-side command the server puts into code actions (vscode-client protocol.ts ClientCommands): runs
+# cells through the editor ("Run cell K first (tested)"); arguments [notebookUri, [cellUri, ...]].
+CLIENT_RUN_CELLS = "crane.ui.runCells"
+
 
 class InvalidParams(CraneError, ValueError):
     """Params of a custom message do not have the documented shape."""

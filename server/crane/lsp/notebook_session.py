@@ -7,8 +7,8 @@ nothing ran in the kernel since the same request was answered (the watcher saw n
 that could run code, no restart; the session's generation is the same), that answer is still live and is
 given again without a round trip; the probe itself also reuses what it computed (its epoch is the same state).
 
-The sandbox's verdicts and the model's answers are kept per (cell text, kernel state generation): typing back
-the same text, or re-checking a cell, reuses them; any change of the kernel's state (`kernel_changed`) makes
+The sandbox's verdicts, the model's answers and the verified quick fixes are kept per (cell text, kernel state
+generation): typing back the same text, or re-checking a cell, reuses them; any change of the kernel's state (`kernel_changed`) makes
 them inapplicable. `crane.lsp.diagnostics.final_findings` reads them through `crane.policy.decide`.
 """
 
@@ -29,6 +29,7 @@ from crane.pipeline import FactsMode
 
 if TYPE_CHECKING:
     from crane.finding import Finding
+    from crane.fixes.model import SearchReport, VerifiedFix
     from crane.lsp.kernel_attach import Attachment
     from crane.lsp.scheduler import CellScheduler
     from crane.policy import ModelAnswer
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CellOutcome", "FactsMode", "NotebookSession", "StateCache"]
+__all__ = ["CellOutcome", "FactsMode", "FixEntry", "NotebookSession", "StateCache"]
 
 V = TypeVar("V")
 STATE_CACHE_SIZE = 256
@@ -78,8 +79,21 @@ class StateCache(Generic[V]):
         while len(self._items) > self.size:
             self._items.popitem(last=False)
 
+    def discard(self, source: str, gen: int) -> None:
+        self._items.pop((source, gen), None)
+
     def __len__(self) -> int:
         return len(self._items)
+
+
+@dataclass
+class FixEntry:
+    """The verified quick fixes of one cell text against one kernel state, as they arrive
+    (crane.lsp.quick_fixes)."""
+
+    fixes: list[VerifiedFix] = field(default_factory=list)
+    done: bool = False
+    report: SearchReport | None = None
 
 
 @dataclass
@@ -100,6 +114,7 @@ class NotebookSession:
     outcomes: dict[str, CellOutcome] = field(default_factory=dict)  # cell URI -> its last check
     sandbox_verdicts: StateCache[SandboxVerdict] = field(default_factory=StateCache)
     model_answers: StateCache[ModelAnswer | None] = field(default_factory=StateCache)  # None: asked, no answer
+    quick_fixes: StateCache[FixEntry] = field(default_factory=StateCache)  # verified fixes (crane.lsp.quick_fixes)
     last_edit: dict[str, float] = field(default_factory=dict)  # cell URI -> loop time of its last text edit
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order

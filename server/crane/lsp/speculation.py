@@ -10,7 +10,8 @@ once the cell's text has been stable for `CRANE_LSP_SPECULATE_DELAY_MS`. Verdict
 per (cell text, kernel state generation): typing back the same text, or re-checking a cell, does not fork
 again. A verdict whose cell text or kernel state changed while it ran is discarded. What a verdict does to
 the diagnostics is `crane.policy.decide` (see `diagnostics.final_findings`). `crane.runSpeculatively` runs a
-cell on demand (`run_now`).
+cell on demand (`run_now`). After a verdict is published, `after_verdict` (the quick-fix search,
+crane.lsp.quick_fixes) is told.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class SpeculationService:
         # called when the sandbox mode in force changed (the kernel status says it)
         self.on_mode: Callable[[NotebookSession], None] | None = None
         self.runs = 0  # sandbox runs started (for tests and logs)
+        # called (on the loop) after a verdict was cached and published: the quick-fix search's trigger
+        self.after_verdict: Callable[[NotebookSession, CellSnapshot], None] | None = None
 
     # -- cache (kept by the session) -------------------------------------------------------------------------
     def cached(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict | None:
@@ -157,6 +160,14 @@ class SpeculationService:
             current = now.cell(cell_uri) if now is not None else None
             if current is not None:
                 self.llm.consider(session, current)
+                self._after_verdict(session, current)
+
+    def _after_verdict(self, session: NotebookSession, cell: CellSnapshot) -> None:
+        if self.after_verdict is not None:
+            try:
+                self.after_verdict(session, cell)
+            except Exception:
+                log.exception("after a sandbox verdict")
 
     async def _speculate(self, session: NotebookSession, source: str) -> SandboxVerdict | None:
         att = session.attachment
@@ -197,6 +208,7 @@ class SpeculationService:
             if self.host.settings.speculative_on:
                 self.background.offer(session, cell.uri, cell.source, gen, v)
                 republish(self.host, session, cell.uri, cell.source)
+                self._after_verdict(session, cell)
         return v
 
     def _note_mode(self, session: NotebookSession, v: SandboxVerdict) -> None:

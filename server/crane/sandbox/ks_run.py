@@ -244,7 +244,7 @@ def _describe_exception(exc, source: str, transformed: str | None = None) -> dic
             line = ln
     if isinstance(exc, SyntaxError) and exc.filename == CELL_FILENAME and exc.lineno:
         line = max(1, min(exc.lineno + offset, n_src or exc.lineno))
-    keep = [fr for fr in frames if not (fr.filename or "").startswith("<crane-sandbox/")]
+    keep = [fr for fr in frames if not (fr.filename or "").startswith(("<crane-sandbox/", "<crane-kernel/"))]
     if len(keep) > 8:
         keep = keep[:3] + keep[-5:]
     short = []

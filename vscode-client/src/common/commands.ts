@@ -13,13 +13,14 @@ import type { BridgeOutcome } from './kernelBridge';
 import type { DiagnosisView } from './diagnosisView';
 import { errorMessage, showLog, traceError, traceInfo } from './log';
 import { activeCell, currentNotebook, notebookOfCell } from './notebooks';
-import { AttachResult, DiagnosisParams, FixOptions, ServerCommands } from './protocol';
+import { AttachResult, ClientCommands, DiagnosisParams, FixOptions, ServerCommands } from './protocol';
 import { isSpeculativeResult } from './speculativeFormat';
 import { ApiKeyStore, promptForApiKey, promptForJupyterToken } from './secrets';
 import type { CraneServer } from './serverApi';
 import type { StatusBar } from './statusBar';
 import { SHOW_DETAILS_COMMAND } from './statusBar';
 import { renderStatus } from './statusModel';
+import { runCells } from './runCells';
 
 export const UiCommands = {
   checkNotebook: 'crane.ui.checkNotebook',
@@ -33,6 +34,8 @@ export const UiCommands = {
   restartServer: 'crane.ui.restartServer',
   showLog: 'crane.ui.showLog',
   showStatus: SHOW_DETAILS_COMMAND,
+  /** Not in the palette: the command of the server's "Run cell K first (tested)" quick fixes. */
+  runCells: ClientCommands.runCells,
 } as const;
 
 export interface CommandDeps {
@@ -79,6 +82,7 @@ export class Commands {
       wrap(UiCommands.restartServer, () => this.deps.restart('restart command')),
       wrap(UiCommands.showLog, async () => showLog()),
       wrap(UiCommands.showStatus, () => this.showStatus()),
+      wrap(UiCommands.runCells, (notebookUri, cellUris) => runCells(notebookUri, cellUris)),
     ];
   }
 

@@ -11,6 +11,14 @@ export const ServerCommands = {
   attachKernel: 'crane.attachKernel',
 } as const;
 
+/**
+ * Client-side command ids the server puts into code actions (the extension registers them; docs/protocol.md):
+ * `crane.ui.runCells(notebookUri, cellUris)` runs cells through VS Code ("Run cell K first (tested)").
+ */
+export const ClientCommands = {
+  runCells: 'crane.ui.runCells',
+} as const;
+
 export const Methods = {
   attachKernel: 'crane/attachKernel',
   kernelStatus: 'crane/kernelStatus',

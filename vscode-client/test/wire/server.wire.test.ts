@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeModel } from './fakeModel';
 import { PYTHON, WireClient } from './harness';
 import { applyTextEdits, ensureConfirmation, textEditsByUri } from '../../src/common/edits';
-import { ServerCommands } from '../../src/common/protocol';
+import { ClientCommands, ServerCommands } from '../../src/common/protocol';
 
 const NB = 'file:///tmp/x/nb.ipynb';
 const CELL = 'vscode-notebook-cell:/tmp/x/nb.ipynb#W0sZmlsZQ%3D%3D';
@@ -419,6 +419,46 @@ describe('crane serve attached to a live kernel', () => {
     expect(after.user_expressions.n.data['text/plain']).toBe('3');
     expect(after.user_expressions.has_i.data['text/plain']).toBe('False');
   });
+
+  it('verified quick fixes: a WorkspaceEdit on the cell, and "Run cell 1 first" carrying the client command crane.ui.runCells', async () => {
+    const QF_NB = 'file:///tmp/x/quickfix.ipynb';
+    const [A, B, C] = [0, 1, 2].map((i) => `vscode-notebook-cell:/tmp/x/quickfix.ipynb#W${i}sZmlsZQ%3D%3D`);
+    await client.conn.sendNotification('notebookDocument/didOpen', {
+      notebookDocument: { uri: QF_NB, notebookType: 'jupyter-notebook', version: 0, metadata: {},
+        cells: [{ kind: 2, document: A }, { kind: 2, document: B }, { kind: 2, document: C }] },
+      cellTextDocuments: [
+        { uri: A, languageId: 'python', version: 1, text: 'extra = 5' },
+        { uri: B, languageId: 'python', version: 1, text: 'print(extra + 1)' },
+        { uri: C, languageId: 'python', version: 1, text: 'copy = [1, 2, 3]\ncopy.apend(4)' },
+      ],
+    });
+    const attached: any = await client.request('crane/attachKernel', { notebookUri: QF_NB, connectionFile });
+    expect(attached.attached, JSON.stringify(attached)).toBe(true);
+    const withFixes = (uri: string) => () => {
+      const d = client.diagnosticsFor(uri);
+      return d?.length && d[0].data?.fixes >= 1 ? d : undefined;
+    };
+    const actionsOf = async (uri: string, diagnostics: any[]) =>
+      (await client.request('textDocument/codeAction', {
+        textDocument: { uri }, range: diagnostics[0].range, context: { diagnostics },
+      })) as any[];
+
+    const dB = await client.waitFor('a verified fix for the NameError', withFixes(B), 60_000);
+    const run = (await actionsOf(B, dB))[0];
+    expect(run).toMatchObject({ title: 'Run cell 1 first (tested)', kind: 'quickfix', isPreferred: true });
+    expect(run.command).toEqual({ title: 'Run cell 1 first (tested)', command: ClientCommands.runCells, arguments: [QF_NB, [A]] });
+    expect(run.edit).toBeUndefined();
+
+    const dC = await client.waitFor('a verified fix for the AttributeError', withFixes(C), 60_000);
+    const edit = (await actionsOf(C, dC))[0];
+    expect(edit).toMatchObject({ title: 'Use copy.append (tested)', kind: 'quickfix' });
+    expect(edit.command).toBeUndefined();
+    expect(edit.edit.documentChanges).toEqual([{ textDocument: { uri: C, version: 1 },
+      edits: [{ range: { start: { line: 1, character: 0 }, end: { line: 1, character: 13 } }, newText: 'copy.append(4)' }] }]);
+    // nothing ran in the user's kernel
+    const state = kernelClient(connectionFile, 'inspect', JSON.stringify({ ran: "'extra' in globals() or 'copy' in globals()" }));
+    expect(state.user_expressions.ran.data['text/plain']).toBe('False');
+  }, 150_000);
 
   it('auto mode confirms the crash with a sandbox diagnostic; switching to static with didChangeConfiguration drops it', async () => {
     const confirmed = await client.waitFor(

@@ -1,0 +1,118 @@
+"""What verified quick fixes are made of: the crash being repaired, candidate edits, verified fixes.
+
+A `Candidate` is a proposed change to one target cell: a new source for the target (equal to the old one when
+the fix needs no code change) and cells to run first, in order. A `VerifiedFix` is a candidate that ran
+without an exception in the sandbox against the live state (the cells it says to run first, then the edited
+target). Both are msgspec Structs (camelCase on the wire, in CLI JSON and LSP payloads).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+CrashSource = Literal["sandbox", "rules", "recorded"]
+SearchStatus = Literal["fixed", "not-fixed", "clean", "unverifiable"]
+
+
+class Crash(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
+    """The exception a target cell raises (seen in the sandbox), with the line it came from."""
+
+    ename: str
+    evalue: str = ""
+    line: int | None = None  # 1-based line of the cell's own frame
+    traceback: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return f"{self.ename}: {self.evalue}" if self.evalue else self.ename
+
+
+class Candidate(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
+    """One proposed repair of the target cell.
+
+    `source`: the target's new source (the old one when only `run_first` changes anything). `run_first`: cells
+    (1-based notebook numbers) to run, in order, before the target. `cell_edits`: new sources of other cells
+    (a function the target calls, defined in cell K, is where it fails) — those cells are in `run_first` (they
+    are run again, edited). `kind` names the generator family (e.g. "nearest-column", "run-first"); `cost`
+    orders candidates (smaller change first)."""
+
+    kind: str
+    title: str  # "Use column 'Total_Gross'" (the UI adds "(tested)" once verified)
+    source: str
+    run_first: tuple[int, ...] = ()
+    cell_edits: tuple[tuple[int, str], ...] = ()  # (cell, new source) of other cells
+    cost: float = 0.0
+    detail: str = ""  # why this candidate: the fact it comes from
+    depth: int = 1  # 1: from the original crash; 2+: built on another candidate's new crash
+
+    @property
+    def key(self) -> tuple:
+        return (self.source, self.run_first, self.cell_edits)
+
+
+class CellChange(msgspec.Struct, rename="camel", frozen=True):
+    """Another cell's source before and after a fix."""
+
+    cell: int
+    old: str
+    new: str
+
+
+class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
+    """A candidate that ran clean in the sandbox: the run-first cells, then the edited target."""
+
+    kind: str
+    title: str
+    target: int
+    old: str  # the target's source the fix was made for
+    new: str  # the target's new source (== old: no code change)
+    run_first: tuple[int, ...] = ()
+    run_first_sources: tuple[str, ...] = ()  # the sources of the run-first cells as verified (edited ones edited)
+    cell_edits: tuple[CellChange, ...] = ()  # other cells the fix edits (they are in run_first)
+    detail: str = ""
+    cost: float = 0.0
+    sandbox: str = "fork"  # where it was verified: "fork" (a session of the kernel), "fork-layered" (a fork with a
+    # private copy-on-write layer: the cells write files or start programs), "replay" (a kernel replaying the history)
+    elapsed_s: float = 0.0  # time from the start of the search until this fix was verified
+    stdout: str = ""  # what the verified run printed (bounded)
+
+    @property
+    def changes_code(self) -> bool:
+        return self.new != self.old or bool(self.cell_edits)
+
+    @property
+    def label(self) -> str:
+        return f"{self.title} (tested)"
+
+
+class Attempt(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
+    """One candidate run in the sandbox."""
+
+    kind: str
+    title: str
+    status: str  # ok | error | timeout | blocked | unavailable
+    error: str = ""  # "Ename: evalue" (first line), and where when it was a cell run first
+    depth: int = 1
+
+
+class SearchReport(msgspec.Struct, rename="camel", omit_defaults=True):
+    """The outcome of one search: the crash, the verified fixes (at most three, smallest change first) and
+    what was tried."""
+
+    target: int
+    status: SearchStatus  # fixed: ≥ 1 verified fix; clean: the cell does not crash; unverifiable: no sandbox
+    crash: Crash | None = None
+    fixes: list[VerifiedFix] = []
+    tried: int = 0  # candidates run in the sandbox
+    refused: list[str] = []  # candidates the anti-hack guard refused ("kind: reason")
+    attempts: list[Attempt] = []  # every candidate run, in order
+
+    @property
+    def failed(self) -> list[str]:
+        return [f"{a.title}: {a.error or a.status}" for a in self.attempts if a.status != "ok"]
+    reason: str = ""  # why there is no fix / no verification
+    elapsed_s: float = 0.0
+    first_fix_s: float | None = None  # time until the first verified fix
+    sandbox: str = ""

@@ -1,0 +1,293 @@
+"""The verified-fix search: observe the crash in the sandbox, generate candidates, run each against the live
+state (its cells to run first, then the edited target), keep those that run without an exception.
+
+    report = search_fixes(nb, target, sandbox, pre=facts, on_fix=callback, should_stop=event.is_set)
+
+Candidates are tried cheapest first (smallest change, fewest cells to run); the first `max_fixes` that run
+clean are the offered fixes, in that order. A candidate that gets past the original crash but raises another
+exception further on is the base of follow-up candidates for the new crash (up to `max_depth` edits deep),
+read from the state at that new crash point; a cell to run first that raises a NameError brings in the cell
+binding that name. Every candidate passed the anti-hack guard (crane.fixes.generate). Blocking; the sandbox
+is the caller's (never the user's kernel).
+"""
+
+from __future__ import annotations
+
+import difflib
+import heapq
+import itertools
+import logging
+import re
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from crane.analysis.cell import analyze_cell, plan_probe
+from crane.analysis.scope import NotebookScope
+from crane.finding import Finding
+from crane.fixes.context import RUN_CELL_COST, FixContext
+from crane.fixes.generate import generate
+from crane.fixes.model import Attempt, Candidate, CellChange, Crash, SearchReport, VerifiedFix
+from crane.fixes.names import extend_plan
+from crane.fixes.sandbox import FixSandbox
+from crane.notebook.history import check_target
+from crane.notebook.model import Notebook
+from crane.probe.facts import ProbeResult
+
+log = logging.getLogger(__name__)
+
+
+class SearchBudget(msgspec.Struct, kw_only=True, frozen=True):
+    max_seconds: float = 30.0  # the whole search
+    max_candidates: int = 24  # candidates run in the sandbox
+    max_fixes: int = 3
+    max_depth: int = 2  # edits built on edits
+    max_children: int = 8  # follow-up candidates per candidate
+
+
+def _crash(result) -> Crash:
+    tb = [ln for ln in (result.traceback or "").splitlines() if ln.strip()][-12:]
+    return Crash(ename=result.ename or "Error", evalue=(result.evalue or "")[:2000], line=result.line, traceback=tb)
+
+
+def search_fixes(
+    nb: Notebook,
+    target: int,
+    sandbox: FixSandbox,
+    *,
+    pre: ProbeResult | None = None,
+    findings: list[Finding] | None = None,
+    scope: NotebookScope | None = None,
+    budget: SearchBudget | None = None,
+    on_fix: Callable[[VerifiedFix], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> SearchReport:
+    """Verified fixes for cell `target` of `nb` (see the module docstring). Raises NotebookError for a bad
+    target; sandbox failures end the search with what was found."""
+    b = budget or SearchBudget()
+    t0 = time.monotonic()
+    source = check_target(nb, target).source
+    scope = scope or NotebookScope.from_notebook(nb)
+    report = SearchReport(target=target, status="not-fixed", sandbox=sandbox.kind)
+
+    def done(status: str | None = None, reason: str = "") -> SearchReport:
+        if status:
+            report.status = status  # type: ignore[assignment]
+        elif report.fixes:
+            report.status = "fixed"
+        report.reason = reason or report.reason
+        report.elapsed_s = round(time.monotonic() - t0, 3)
+        return report
+
+    sandbox.reset()
+    first = sandbox.run(source)
+    observed = True  # the session holds the state at the crash point (post-mortem facts can be read)
+    if first.status == "blocked":  # a side effect the session refuses: run it in a private layer instead
+        observed = False
+        first = sandbox.run_layered([source]) or first
+    if first.status == "ok":
+        return done("clean", "the cell runs without an exception")
+    if first.status != "error":
+        return done("unverifiable", f"the sandbox cannot run the cell: {first.status}: {first.evalue or ''}".strip())
+    report.crash = crash = _crash(first)
+
+    def context(src: str, cr: Crash, run_first: tuple[int, ...], depth: int, pre_facts,
+                cell_edits: tuple[tuple[int, str], ...] = ()) -> FixContext:
+        post = sandbox.facts(plan_probe(analyze_cell(src))) if observed else None
+        return FixContext(nb=nb, target=target, original=source, source=src, crash=cr, scope=scope,
+                          pre=pre_facts, post=post, findings=list(findings or []), run_first=run_first, depth=depth,
+                          ask=sandbox.facts, evaluator=sandbox.evaluate, guard_line=crash.line, cell_edits=cell_edits)
+
+    seq = itertools.count()
+    heap: list[tuple[float, int, Candidate]] = []
+
+    def push(cands: list[Candidate]) -> None:
+        for c in cands:
+            heapq.heappush(heap, (c.cost, next(seq), c))
+
+    push(generate(context(source, crash, (), 1, pre), report.refused))
+    observed = True
+    push(_in_defining_cell(nb, target, source, scope, crash, first.traceback, sandbox, report.refused))
+    tried: set[tuple] = set()
+    while heap:
+        if len(report.fixes) >= b.max_fixes:
+            break
+        if time.monotonic() - t0 > b.max_seconds:
+            report.reason = f"time budget ({b.max_seconds:g} s)"
+            break
+        if report.tried >= b.max_candidates:
+            report.reason = f"candidate budget ({b.max_candidates})"
+            break
+        if should_stop is not None and should_stop():
+            report.reason = "stopped"
+            break
+        _, _, cand = heapq.heappop(heap)
+        if cand.key in tried:
+            continue
+        tried.add(cand.key)
+        report.tried += 1
+        try:
+            outcome = _verify(nb, cand, sandbox)
+        except Exception as exc:  # a broken sandbox ends the search with what it has
+            log.warning("fixes: the sandbox failed (%s)", exc)
+            report.reason = f"sandbox error: {exc}"
+            break
+        status, result, failed_cell = outcome
+        layered = False
+        if status == "blocked":  # a side effect the session refuses: the same cells in a private layer
+            again = sandbox.run_layered([dict(cand.cell_edits).get(k, nb.cell(k).source) for k in cand.run_first]
+                                        + [cand.source])
+            if again is not None:
+                status, result, failed_cell, layered = again.status, again, None, True
+        if status == "ok":
+            edited = dict(cand.cell_edits)
+            fix = VerifiedFix(kind=cand.kind, title=cand.title, target=target, old=source, new=cand.source,
+                              run_first=cand.run_first,
+                              run_first_sources=tuple(edited.get(k, nb.cell(k).source) for k in cand.run_first),
+                              cell_edits=tuple(CellChange(cell=k, old=nb.cell(k).source, new=s)
+                                               for k, s in cand.cell_edits),
+                              detail=cand.detail, cost=cand.cost,
+                              sandbox=f"{sandbox.kind}-layered" if layered else sandbox.kind,
+                              elapsed_s=round(time.monotonic() - t0, 3), stdout=(result.stdout or "")[-2000:])
+            report.fixes.append(fix)
+            report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status="ok", depth=cand.depth))
+            if report.first_fix_s is None:
+                report.first_fix_s = fix.elapsed_s
+            if on_fix is not None:
+                try:
+                    on_fix(fix)
+                except Exception:
+                    log.exception("fixes: on_fix listener failed")
+            continue
+        what = f"{result.ename}: {(result.evalue or '').splitlines()[0][:160] if result.evalue else ''}" \
+            if result.ename else (result.evalue or "")[:160]
+        where = f" (in cell {failed_cell}, run first)" if failed_cell is not None else ""
+        report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status=result.status, error=what + where,
+                                       depth=cand.depth))
+        if result.status != "error" or layered:
+            continue  # no follow-up without the state at the crash point
+        if failed_cell is not None:  # a cell to run first needs another cell: bring it in
+            plan = extend_plan(context(cand.source, crash, cand.run_first, cand.depth, pre), cand.run_first,
+                               failed_cell, result.evalue or "") if result.ename == "NameError" else None
+            if plan is not None:
+                push([msgspec.structs.replace(cand, run_first=plan, cost=cand.cost + RUN_CELL_COST,
+                                              title=_plan_title(cand, plan))])
+            continue
+        new_crash = _crash(result)
+        if cand.depth >= b.max_depth or _same_failure(new_crash, cand.source, crash, source):
+            continue  # no progress: the candidate fails where and as the cell did
+        child = context(cand.source, new_crash, cand.run_first, cand.depth + 1, None if cand.run_first else pre,
+                        cand.cell_edits)
+        followups = [c for c in generate(child, report.refused) if c.key not in tried]
+        push([msgspec.structs.replace(c, title=_combine(cand, c)) for c in followups[: b.max_children]])
+    return done()
+
+
+def _shape(evalue: str) -> str:
+    """An exception message without its quoted values and numbers (the kind of failure)."""
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "", evalue.splitlines()[0] if evalue else "")
+    return re.sub(r"\d+", "", text).strip()
+
+
+def _origin_line(old: str, new: str, line: int | None) -> int | None:
+    """The line of `old` that line `line` of `new` comes from (kept or rewritten in place), or None (inserted)."""
+    if line is None:
+        return None
+    a, b = old.splitlines(), new.splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if j1 < line <= j2:
+            if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
+                return i1 + (line - j1)
+            return None
+    return None
+
+
+def _same_failure(a: Crash, a_source: str, b: Crash, b_source: str) -> bool:
+    """The same kind of exception from the same statement (lines move when a candidate inserts some; the
+    statement may be the candidate's rewrite of the failing one)."""
+    return a.ename == b.ename and _shape(a.evalue) == _shape(b.evalue) and \
+        _origin_line(b_source, a_source, a.line) == b.line
+
+
+def _plan_title(cand: Candidate, plan: tuple[int, ...]) -> str:
+    cells = ", ".join(map(str, plan))
+    head = f"Run cell {cells} first" if len(plan) == 1 else f"Run cells {cells} first"
+    if cand.title.startswith("Run cell"):
+        return head
+    return f"{cand.title.split('; ')[0]}; {head[0].lower()}{head[1:]}"
+
+
+def _combine(parent: Candidate, child: Candidate) -> str:
+    if child.title.startswith("Run cell") and parent.title.startswith("Run cell"):
+        return child.title
+    return f"{parent.title}; {child.title[0].lower()}{child.title[1:]}"
+
+
+def _verify(nb: Notebook, cand: Candidate, sandbox: FixSandbox):
+    """(status, result, failed run-first cell): the candidate's cells to run first (edited ones edited), then
+    the edited target."""
+    sandbox.reset()
+    edited = dict(cand.cell_edits)
+    for k in cand.run_first:
+        r = sandbox.run(edited.get(k, nb.cell(k).source))
+        if r.status != "ok":
+            return r.status, r, k
+    r = sandbox.run(cand.source)
+    return r.status, r, None
+
+
+_FRAME = re.compile(r"^(?P<file>.+?), line (?P<line>\d+), in (?P<fn>[^:]+?)(?:: (?P<text>.*))?$")
+
+
+def defining_frame(nb: Notebook, target: int, traceback: str) -> tuple[int, int] | None:
+    """(cell, line) of the innermost frame of the crash that is code of another notebook cell (a function the
+    target calls, defined there), matched by the frame's line text; None when the crash is in the target or a
+    library."""
+    frames = [m for ln in (traceback or "").splitlines() if (m := _FRAME.match(ln.strip()))]
+    for m in reversed(frames):
+        file = m.group("file")
+        if file == "cell":
+            return None  # the innermost user frame is the target's own
+        if (file.startswith("<") and not file.startswith("<ipython-input")) or "site-packages" in file \
+                or "/lib/python" in file or "dist-packages" in file:
+            continue
+        line, text = int(m.group("line")), (m.group("text") or "").strip()
+        if not text:
+            return None
+        hits = [c.number for c in nb.cells if c.is_code and c.number != target
+                and len(lines := c.source.splitlines()) >= line and lines[line - 1].strip()[:160] == text]
+        if not hits:
+            return None
+        definers = [n for n in hits if (d := scope_cell(nb, n)) is not None and m.group("fn") in d.binds]
+        return ((definers or hits)[-1], line)
+    return None
+
+
+def scope_cell(nb: Notebook, number: int):
+    from crane.analysis.scope import cell_defs
+
+    cell = nb.cell(number)
+    return cell_defs(number, cell.execution_count, cell.source) if cell.is_code else None
+
+
+def _in_defining_cell(nb: Notebook, target: int, source: str, scope: NotebookScope, crash: Crash, traceback: str,
+                      sandbox: FixSandbox, refused: list[str]) -> list[Candidate]:
+    """Candidates that edit the cell defining the function the crash happened in (run it again, edited, first)."""
+    where = defining_frame(nb, target, traceback)
+    if where is None:
+        return []
+    cell, line = where
+    other = nb.cell(cell).source
+    ctx = FixContext(nb=nb, target=target, original=other, source=other,
+                     crash=msgspec.structs.replace(crash, line=line), scope=scope, ask=sandbox.facts,
+                     evaluator=sandbox.evaluate, guard_line=line)
+    out = []
+    for c in generate(ctx, refused):
+        if c.source == other:
+            continue  # only edits of that cell (running cells first is the target's own search)
+        plan = tuple(sorted(set(c.run_first) | {cell}))
+        title = f"Cell {cell}: {c.title[0].lower()}{c.title[1:]}; run it again"
+        out.append(Candidate(kind=c.kind, title=title, source=source, run_first=plan, cell_edits=((cell, c.source),),
+                             cost=round(c.cost + RUN_CELL_COST, 2), detail=f"the crash is in cell {cell}: {c.detail}"))
+    return out
