@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.crane-installed
 BENCH  ?= ../shared/bench/junobench-lite
 JOBS   ?= 2
+# pytest workers: most tests wait on kernels and servers, so three share the two cores well
+PYTEST_JOBS ?= 3
 
 .PHONY: setup demo lint test test-python test-client vsix e2e bench clean
 
@@ -29,7 +31,7 @@ lint: setup
 test: lint test-python test-client e2e
 
 test-python: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS)
 
 NPM_CI := cd vscode-client && npm ci --no-audit --no-fund --loglevel=error
 

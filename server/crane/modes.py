@@ -66,7 +66,18 @@ def predict_in_mode(
     budget_s: float = DEFAULT_BUDGET_S,
 ) -> CellResult:
     """Check one target cell of a replayed notebook in `mode`; the result says what decided it."""
-    result, _ = replayed.predict(target)
+    return decide_in_mode(replayed, target, replayed.predict(target)[0], mode, settings, budget_s)
+
+
+def decide_in_mode(
+    replayed: ReplayedNotebook,
+    target: int,
+    result: CellResult,
+    mode: Mode,
+    settings: LLMSettings | None = None,
+    budget_s: float = DEFAULT_BUDGET_S,
+) -> CellResult:
+    """`result` (the rules' check of the target cell) decided in `mode`: the sandbox and the model added."""
     if mode == "static":
         return result
     rules = result.findings

@@ -18,6 +18,8 @@ from crane.probe.collect import PROBE_MODULE, PROBE_PARTS
 from crane.probe.facts import Facts, decode_probe_result
 from crane.probe.kp_common import Ctx, dumps
 
+NO_TIME_CAP = 600_000.0  # these tests are about facts and scan budgets, never about wall time (machines are loaded)
+
 
 def test_installed_source_is_stdlib_only_and_parses_as_python_3_8():
     src = "\n".join(text for _, text in PROBE_MODULE.sources)
@@ -73,26 +75,26 @@ def test_bad_requests_are_answered_with_errors():
 def test_large_values_are_sampled_within_the_scan_budget():
     a = np.zeros(100_000)
     a[5] = np.nan
-    ctx = Ctx(scan_budget=10_000)
+    ctx = Ctx(NO_TIME_CAP, scan_budget=10_000)
     f = kp.summarize(ctx, a, "a")
     assert f["sampled"] and "n_nan" not in f  # NaN at 5 is not on the sample's stride
-    ctx = Ctx(scan_budget=10_000_000)
+    ctx = Ctx(NO_TIME_CAP, scan_budget=10_000_000)
     g = kp.summarize(ctx, a, "a")
     assert g["n_nan"] == 1 and g["value_range"] == [0.0, 0.0]  # exact (num_unique alone is sampled)
     df = pd.DataFrame({"v": np.arange(100_000.0), "s": ["x"] * 100_000})
-    h = kp.summarize(Ctx(scan_budget=1000), df, "df")
+    h = kp.summarize(Ctx(NO_TIME_CAP, scan_budget=1000), df, "df")
     assert all(c.get("sampled") for c in h["columns"]) and "n_nan" not in h
 
 
 def test_fit_var_shrinks_then_falls_back_to_identity():
     df = pd.DataFrame({f"column_{i}": ["some text value %d" % j for j in range(10)] for i in range(80)})
-    f = kp.summarize(Ctx(), df, "df")
+    f = kp.summarize(Ctx(NO_TIME_CAP), df, "df")
     for cap in (4096, 1500, 300, 50):
-        g = kp.fit_var(Ctx(), json.loads(json.dumps(f)), cap)
+        g = kp.fit_var(Ctx(NO_TIME_CAP), json.loads(json.dumps(f)), cap)
         assert g["truncated"] and g["name"] == "df" and g["shape"] == [10, 80]
         if cap >= 300:
             assert len(dumps(g)) <= cap
-    assert kp.fit_var(Ctx(), {"name": "x", "type": "int"}, 4096) == {"name": "x", "type": "int"}
+    assert kp.fit_var(Ctx(NO_TIME_CAP), {"name": "x", "type": "int"}, 4096) == {"name": "x", "type": "int"}
 
 
 scalars = st.one_of(
@@ -197,6 +199,7 @@ def test_sparse_index_timestamp_and_time_cap():
 
 
 def _frame_facts(df, columns=None, **req):
+    req.setdefault("time_budget_ms", NO_TIME_CAP)
     res = decode_probe_result(kp.run(json.dumps({"names": ["df"], "columns": columns, **req}), {"df": df}))
     assert not res.errors, res.errors
     return res.facts["df"], {c.name: c for c in res.facts["df"].columns}
@@ -237,13 +240,13 @@ def test_frames_from_2d_arrays_and_from_columns_give_the_same_facts():
 def test_exactness_depends_on_the_frame_not_on_the_request():
     df = pd.DataFrame({"a": np.arange(300_000.0), "b": np.arange(300_000.0)})
     df.loc[299_999, "b"] = np.nan
-    alone = kp.summarize(Ctx(scan_budget=400_000), df, "df")
+    alone = kp.summarize(Ctx(NO_TIME_CAP, scan_budget=400_000), df, "df")
     other = np.zeros(350_000)
-    ctx = Ctx(scan_budget=400_000)
+    ctx = Ctx(NO_TIME_CAP, scan_budget=400_000)
     kp.summarize(ctx, other, "other")  # spends the same amount first: the frame's facts do not change
     after = kp.summarize(ctx, df, "df")
     assert alone == after and alone["columns"][1]["n_nan"] == 1 and alone["n_nan"] == 1  # exact counts
-    small = kp.summarize(Ctx(scan_budget=100_000), df, "df")  # the frame does not fit: sampled, and said so
+    small = kp.summarize(Ctx(NO_TIME_CAP, scan_budget=100_000), df, "df")  # the frame does not fit: sampled, and said so
     assert small["columns"][1]["sampled"] and "n_nan" not in small["columns"][1] and "n_nan" not in small
 
 

@@ -25,6 +25,9 @@ class VariantResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     rule: str | None = None
     line: int | None = None
     message: str | None = None
+    rules_predicted_crash: bool | None = None  # auto mode: what the rules alone predicted
+    rules_predicted_ename: str | None = None
+    kernel_unchanged: bool | None = None  # auto mode: the kernel's state and outputs untouched by the sandbox
     unexpected_history_errors: list[str] = []
     error: str | None = None  # the variant could not be run
 

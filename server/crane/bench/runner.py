@@ -45,9 +45,20 @@ class ModePredictor:
         self.mode, self.settings, self.budget_s = mode, settings, budget_s
 
     def __call__(self, replayed: ReplayedNotebook, target: int, result: VariantResult) -> None:
-        from crane.modes import predict_in_mode
+        from crane.kernel.untouched import Untouched
+        from crane.modes import decide_in_mode
 
-        record(predict_in_mode(replayed, target, self.mode, self.settings, self.budget_s), result)
+        rules = replayed.predict(target)[0]
+        result.rules_predicted_crash = bool(rules.findings)  # before another source decides
+        result.rules_predicted_ename = rules.findings[0].ename if rules.findings else None
+        if self.mode != "auto":
+            record(decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s), result)
+            return
+        # auto: the sandbox runs beside the replayed kernel's state, which must come out of it untouched
+        with Untouched(replayed.kernel.connection) as check:
+            cell = decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s)
+        record(cell, result)
+        result.kernel_unchanged = check.unchanged
 
 
 def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, python: str | None,

@@ -37,6 +37,8 @@ class BenchReport(msgspec.Struct, rename="camel"):
     sandbox_decided: float | None = None  # share of the variants the sandbox decided (auto mode)
     sandbox_scales: dict[str, int] = {}  # sandbox verdicts reached at full size / in miniature
     sandbox_modes: dict[str, int] = {}  # layered / blocking
+    rules_overall: Scores | None = None  # auto mode: the rules' own predictions, scored the same way
+    kernel_unchanged: int | None = None  # auto mode: variants whose kernel the sandbox left untouched (of n)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -133,8 +135,18 @@ def _run(args: argparse.Namespace, cases, settings, launcher) -> int:
     )
     if args.mode == "auto" and results:
         report.sandbox_decided = round(sum(r.decided_by == "sandbox" for r in results) / len(results), 4)
+        report.kernel_unchanged = sum(r.kernel_unchanged is True for r in results)
+    if args.mode != "static":
+        report.rules_overall = _rules_scores(results)
     print(encode(report) if args.json else render_text(report))
     return EXIT_OK
+
+
+def _rules_scores(results: list[VariantResult]) -> Scores | None:
+    """The rules' own predictions (recorded before the sandbox or the model decided), scored as a static run."""
+    ran = [r for r in results if r.rules_predicted_crash is not None]
+    return score([msgspec.structs.replace(r, predicted_crash=r.rules_predicted_crash,
+                                          predicted_ename=r.rules_predicted_ename) for r in ran]) if ran else None
 
 
 def _row(label: str, s: Scores) -> str:
@@ -145,7 +157,10 @@ def _row(label: str, s: Scores) -> str:
 
 def render_text(rep: BenchReport) -> str:
     head = f"{'':<24} {'n':>4} {'acc':>6} {'prec':>6} {'rec':>6} {'f1':>6} {'FA':>6} {'ename':>6}"
-    lines = [f"mode: {rep.mode}", head, _row("overall", rep.overall), ""]
+    lines = [f"mode: {rep.mode}", head, _row("overall", rep.overall)]
+    if rep.rules_overall is not None:
+        lines.append(_row("  the rules alone", rep.rules_overall))
+    lines.append("")
     lines += ["by library:"] + [_row(f"  {k}", v) for k, v in rep.by_library.items()] + [""]
     lines += ["by root cause:"] + [_row(f"  {k}", v) for k, v in rep.by_root_cause.items()] + [""]
     o = rep.overall
@@ -160,6 +175,8 @@ def render_text(rep: BenchReport) -> str:
                         if rep.sandbox_scales else "")
                      + (" in mode " + ", ".join(f"{k} {v}" for k, v in sorted(rep.sandbox_modes.items()))
                         if rep.sandbox_modes else ""))
+    if rep.kernel_unchanged is not None:
+        lines.append(f"kernel left untouched by the sandbox: {rep.kernel_unchanged}/{len(rep.results)}")
     errors = [r for r in rep.results if r.error]
     if errors:
         lines.append(f"variants that could not be run: {len(errors)}")

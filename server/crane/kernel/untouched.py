@@ -1,0 +1,148 @@
+"""Proof that CRANE's private work left a kernel as its user owns it (for the bench and the tests).
+
+`kernel_state` fingerprints what the user owns — namespace keys and object ids, execution count, In, Out, the
+history session and the user's IPython event callbacks (the probe's own execution counter is left out) — with
+one private request, which itself changes none of it. `IopubRecorder` is a second client on the kernel's iopub
+channel, as the user's notebook frontend is: it records every message in a thread, so nothing CRANE does can
+show an output (stream, display, result, error, execute_input) without it being seen. `Untouched` combines both
+around a block: `unchanged` is true when the fingerprint is the same after and no output was published.
+
+Waiting is on events, not sleeps: the recorder counts as subscribed once it has seen the status messages of a
+private request (ZeroMQ subscriptions take effect asynchronously), and the check after the block waits for the
+idle status of its own request, which iopub delivers after every message the block caused.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+from crane.kernel.client import KernelConnection
+from crane.kernel.errors import KernelError
+from crane.kernel.target import KernelTarget
+
+OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error",
+                          "execute_input", "clear_output"})
+
+STATE_EXPR = (
+    "(lambda ip: {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count, "
+    "'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys()), "
+    "'hist': ip.history_manager.session_number, "
+    "'events': sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe']) "
+    "for e, cs in ip.events.callbacks.items())})(get_ipython())"
+)
+
+
+def kernel_state(conn: KernelConnection) -> dict:
+    """The fingerprint of what the user owns, read with one private request."""
+    return conn.evaluate(STATE_EXPR)
+
+
+class IopubRecorder:
+    """Records the iopub traffic of one kernel from a client of its own (`KernelConnection.watch_client`, or a
+    started client given as `client`)."""
+
+    def __init__(self, where: str | KernelTarget | None = None, client: Any = None):
+        self.client = client if client is not None else KernelConnection.watch_client(where)  # type: ignore[arg-type]
+        self.messages: list[dict] = []
+        self._seen = threading.Condition()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="crane-iopub-recorder", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                msg = self.client.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            except Exception:
+                return
+            with self._seen:
+                self.messages.append(msg)
+                self._seen.notify_all()
+
+    def idle_count(self) -> int:
+        with self._seen:
+            return self._idle_locked()
+
+    def wait_idle_beyond(self, count: int, timeout: float) -> bool:
+        """Wait until more than `count` idle statuses were recorded."""
+        deadline = time.monotonic() + timeout
+        with self._seen:
+            while self._idle_locked() <= count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._seen.wait(left)
+        return True
+
+    def _idle_locked(self) -> int:
+        return sum(m["msg_type"] == "status" and m["content"].get("execution_state") == "idle" for m in self.messages)
+
+    def outputs(self) -> list[dict]:
+        with self._seen:
+            return [m for m in self.messages if m["msg_type"] in OUTPUT_TYPES]
+
+    def clear(self) -> None:
+        with self._seen:
+            self.messages.clear()
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._thread.join(2)
+        self.client.stop_channels()
+
+
+def watch_target(conn: KernelConnection) -> KernelTarget | None:
+    """Where a second client reaches `conn`'s kernel: the target it was attached by, or its owner's (a kernel
+    CRANE started: its KernelManager's connection file, or the ServerKernel's target)."""
+    if conn.target is not None:
+        return conn.target
+    owner_target = getattr(conn.owner, "target", None)
+    if isinstance(owner_target, KernelTarget):
+        return owner_target
+    connection_file = getattr(conn.owner, "connection_file", None)
+    return KernelTarget.local(connection_file) if connection_file else None
+
+
+class Untouched:
+    """`with Untouched(conn) as check: ...` then `check.unchanged` (and `check.outputs` when it is not)."""
+
+    def __init__(self, conn: KernelConnection, timeout: float = 30.0):
+        self.target = watch_target(conn)
+        if self.target is None:
+            raise KernelError("the kernel's connection is unknown: nothing can watch its iopub channel")
+        self.conn, self.timeout = conn, timeout
+        self.unchanged: bool | None = None
+        self.outputs: list[dict] = []
+        self._recorder: IopubRecorder | None = None
+        self._before: Any = None
+
+    def __enter__(self) -> Untouched:
+        self._recorder = rec = IopubRecorder(self.target)
+        deadline = time.monotonic() + self.timeout
+        while True:  # until the recorder sees a request's statuses: then it is subscribed
+            seen = rec.idle_count()
+            self._before = kernel_state(self.conn)
+            if rec.wait_idle_beyond(seen, 1.0):
+                break
+            if time.monotonic() > deadline:
+                rec.close()
+                raise KernelError("the kernel's iopub channel published nothing: cannot watch it")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        rec = self._recorder
+        assert rec is not None
+        try:
+            if exc[0] is None:
+                seen = rec.idle_count()
+                after = kernel_state(self.conn)
+                rec.wait_idle_beyond(seen, self.timeout)  # every message the block caused came before it
+                self.outputs = rec.outputs()
+                self.unchanged = after == self._before and not self.outputs
+        finally:
+            rec.close()
