@@ -21,7 +21,10 @@ from crane.kernel.errors import KernelError
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.probe.facts import ProbeRequest, ProbeResult, decode_probe_result
 
-PROBE_PARTS = ("kp_common.py", "kp_cache.py", "kp_data.py", "kp_ml.py", "kp_checks.py", "kernel_probe.py")
+PROBE_PARTS = (
+    "kp_common.py", "kp_cache.py", "kp_scan.py", "kp_data.py", "kp_frame.py", "kp_ml.py", "kp_checks.py",
+    "kernel_probe.py",
+)  # fmt: skip
 PROBE_MODULE = KernelModule(
     "_crane_probe",
     "CRANE's private runtime-facts probe (not part of the notebook)",

@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 6 of 6: the entry points `run(request_json)` and `history()` (standard library only).
+"""CRANE kernel probe, part 8 of 8: the entry points `run(request_json)` and `history()` (standard library only).
 
 Installed once per kernel as the private module `_crane_probe` (see collect.py) and called through a silent
 request's `user_expressions`; it binds no names in the user's namespace. `run` summarises only the names the
@@ -42,13 +42,12 @@ from crane.probe.kp_common import (  # kernel: strip
     tname,  # kernel: strip
 )  # kernel: strip
 from crane.probe.kp_data import (  # kernel: strip
-    column_facts,  # kernel: strip
-    dataframe_facts,  # kernel: strip
     index_facts,  # kernel: strip
     label_str,  # kernel: strip
     ndarray_facts,  # kernel: strip
     series_facts,  # kernel: strip
 )  # kernel: strip
+from crane.probe.kp_frame import column_facts, dataframe_facts  # kernel: strip
 from crane.probe.kp_ml import (  # kernel: strip
     dataloader_facts,  # kernel: strip
     estimator_facts,  # kernel: strip
@@ -277,7 +276,13 @@ def fit_var(ctx, f, max_bytes):
     if size_of(f) <= max_bytes:
         return f
     f["truncated"] = True
-    for step in _shrink_steps(f):
+    steps = _shrink_steps(f)
+    cut = steps.index("columns")
+    if _columns_alone_too_big(f, max_bytes):  # every step before "columns" would be measured in vain
+        for step in steps[:cut]:
+            step()
+        steps = steps[cut:]
+    for step in steps:
         if step == "columns":
             _fit_columns(f, max_bytes)
         else:
@@ -287,6 +292,21 @@ def fit_var(ctx, f, max_bytes):
     keep = ("name", "type", "kind", "shape", "length", "dtype", "truncated", "defined_in", "module_name", "qualname",
             "public_name", "series_name", "has_name")
     return {k: f[k] for k in keep if k in f}
+
+
+def _columns_alone_too_big(f, max_bytes):
+    """Would the column list exceed `max_bytes` even with each column cut to its name and dtype (a lower bound of
+    its JSON: `{"name":"…","dtype":"…"}`, 22 characters and the texts, and a comma)? Then the list has to be cut."""
+    cols = f.get("columns")
+    if not cols or len(cols) * 23 - 1 <= max_bytes:
+        return False
+    n = -1  # no comma before the first
+    for c in cols:
+        name, dtype = c.get("name"), c.get("dtype")
+        n += 23 + (len(name) if type(name) is str else 0) + (len(dtype) if type(dtype) is str else 0)
+        if n > max_bytes:
+            return True
+    return False
 
 
 def _fit_columns(f, max_bytes):

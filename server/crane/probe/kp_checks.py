@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 5 of 6: attribute, key, module and path checks; callable signatures (stdlib only).
+"""CRANE kernel probe, part 7 of 8: attribute, key, module and path checks; callable signatures (stdlib only).
 
 Attribute lookups are static (the rules of inspect.getattr_static): no property, descriptor `__get__` written in
 Python, `__getattr__` or `__getattribute__` of the user runs. Where Python would consult such code, the answer is

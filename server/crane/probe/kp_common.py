@@ -1,6 +1,6 @@
-"""CRANE kernel probe, part 1 of 6: shared helpers (standard library only).
+"""CRANE kernel probe, part 1 of 8: shared helpers (standard library only).
 
-The probe parts (kp_common, kp_cache, kp_data, kp_ml, kp_checks, kernel_probe) run INSIDE the user's kernel,
+The probe parts (kp_common, kp_cache, kp_scan, kp_data, kp_frame, kp_ml, kp_checks, kernel_probe) run INSIDE the user's kernel,
 where CRANE is not installed: `collect.PROBE_MODULE` compiles them, in order, into the private module
 `_crane_probe` (the lines marked `# kernel: strip` blanked), installed once per kernel by the daemon's
 private-module installer. They use only the standard library and see third-party libraries only through
@@ -18,7 +18,9 @@ import time
 import types
 
 MAX_STR = 40  # characters kept of a string value
-SCAN_BUDGET = 8000000  # elements one call may read exactly (an object element counts OBJECT_WEIGHT)
+SCAN_BUDGET = 8000000  # elements one value may have read exactly (an object element counts OBJECT_WEIGHT)
+FRAME_BUDGET = SCAN_BUDGET  # the same for the columns of a DataFrame the cell does not name, all together
+SAMPLE_SHARE = 0.02  # share of the time budget one call may spend sampling columns the cell does not name (1 ms)
 OBJECT_WEIGHT = 16  # cost of checking one Python object, relative to one number (is_string_array, isna)
 EXAMPLE_CHARS = 20  # characters kept of an example value (as CRANE-LLM)
 
@@ -34,15 +36,18 @@ _missing = object()
 class Ctx:
     """Budgets of one probe call: wall time, and the number of elements one value may have read exactly.
 
-    The scan budget applies to each value on its own (a DataFrame's unlisted columns share one), so whether a
-    value's facts are exact depends on the value alone, never on what the request asked before it: facts stay
-    the same whatever the request, and can be reused (kp_cache). The time budget is shared: work it cuts short
-    is counted in `cuts` and not reused."""
+    The scan budget applies to each value on its own (the columns of a DataFrame the cell does not name share
+    `frame_budget`), so whether a value's facts are exact depends on the value alone, never on what the request
+    asked before it: facts stay the same whatever the request, and can be reused (kp_cache). The time budgets
+    are shared: work they cut short is counted in `cuts` and not reused (a later call completes it)."""
 
-    def __init__(self, budget_ms=50.0, scan_budget=SCAN_BUDGET, wanted=None):
+    def __init__(self, budget_ms=50.0, scan_budget=SCAN_BUDGET, wanted=None, frame_budget=None):
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + budget_ms / 1000.0
         self.scan_budget = scan_budget
+        self.frame_budget = min(FRAME_BUDGET, scan_budget) if frame_budget is None else frame_budget
+        self.sample_s = budget_ms * SAMPLE_SHARE / 1000.0
+        self.sample_deadline = None  # set by the first sample of a column the cell does not name
         self.scanned = 0  # elements read exactly by this call (reported)
         self.errors = []
         self.time_capped = False
@@ -61,6 +66,18 @@ class Ctx:
             self.time_capped = True
             return True
         return False
+
+    def may_sample(self):
+        """May this call still sample a column the cell does not name (SAMPLE_SHARE of the time budget, from the
+        first such sample)? No counts as a cut: the column says nothing, and a later call completes it."""
+        now = time.perf_counter()
+        if self.sample_deadline is None:
+            self.sample_deadline = now + self.sample_s
+        if now > self.sample_deadline or now > self.deadline:
+            self.cuts += 1
+            self.time_capped = True
+            return False
+        return True
 
     def can_scan(self, n, left=None):
         """May a value read `n` elements exactly (within `left`, default the per-value budget)? Else the caller
@@ -286,12 +303,16 @@ def _short_library(v, t, ctx):
     return None
 
 
-def dumps(obj):
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_default)
-
-
 def _json_default(o):
     return short(o)
+
+
+# One encoder for every call (json.dumps with options builds a new one each time: half the cost of a column's facts).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_default)
+
+
+def dumps(obj):
+    return _ENCODER.encode(obj)
 
 
 def size_of(obj):
