@@ -267,22 +267,24 @@ def test_small_frames_keep_value_facts_for_every_column_and_a_typo_names_its_col
     assert cols["Age"].value_range == [0.0, 59999.0] and cols["other"].value_range is None
 
 
-def test_unnamed_columns_of_a_frame_over_its_budget_say_names_dtypes_and_text_parse_only():
+def test_unnamed_columns_of_a_frame_over_its_budget_say_names_dtypes_and_what_a_sample_shows():
     rng = np.random.default_rng(2)
     n = 100_000
-    df = pd.DataFrame({"a": rng.random(n), "b": rng.random(n), "k": np.arange(n)})
+    df = pd.DataFrame({"a": rng.random(n), "b": rng.random(n), "c": rng.random(n), "k": np.arange(n)})
     df["t"] = rng.choice(np.array(["1", "2.5", "x"], dtype=object), n)
     df.loc[5, "a"] = np.nan
     df.loc[::100, "b"] = np.nan
     # the text column (16 units a value) does not fit the frame's budget: no unnamed column is counted at all
-    f = kp.summarize(Ctx(scan_budget=1_000_000, wanted={"a"}), df, "df")
+    f = kp.summarize(Ctx(NO_TIME_CAP, scan_budget=1_000_000, wanted={"a"}), df, "df")
     cols = {c["name"]: c for c in f["columns"]}
     assert cols["a"]["n_nan"] == 1 and cols["a"]["value_range"][1] < 1.0  # named: exact, on its own budget
-    assert cols["b"] == {"name": "b", "dtype": "float64", "sampled": True}  # NaNs unknown, never "none"
+    # a sample's NaN is evidence (what the estimator rules read when the whole frame goes into a model) ...
+    assert cols["b"] == {"name": "b", "dtype": "float64", "sampled": True, "has_nan": True}
+    assert cols["c"] == {"name": "c", "dtype": "float64", "sampled": True}  # ... its absence: unknown, never "none"
     assert cols["k"]["n_nan"] == 0  # an integer column cannot hold NaN
     assert cols["t"]["sampled"] and cols["t"]["numeric_parse"] == "some"  # what the float-conversion rules read
-    assert "n_nan" not in f and "has_nan" not in f
-    whole = kp.summarize(Ctx(scan_budget=2_000_000, wanted={"a"}), df, "df")  # everything fits: exact again
+    assert "n_nan" not in f and f["has_nan"] is True  # a NaN was seen (a has one), no total is known
+    whole = kp.summarize(Ctx(NO_TIME_CAP, scan_budget=3_000_000, wanted={"a"}), df, "df")  # all fit: exact again
     wcols = {c["name"]: c for c in whole["columns"]}
     assert wcols["b"]["n_nan"] == n // 100 and whole["n_nan"] == 1 + n // 100 and not wcols["b"].get("sampled")
 
@@ -291,7 +293,7 @@ def test_unnamed_strided_columns_over_the_budget_are_row_sampled_together():
     arr = np.random.default_rng(3).random((100_000, 6))
     arr[::50, 4] = np.nan
     df = pd.DataFrame(arr, columns=[f"c{i}" for i in range(6)])  # one 2-D block: each column strided
-    f = kp.summarize(Ctx(scan_budget=100_000, wanted={"c0"}), df, "df")
+    f = kp.summarize(Ctx(NO_TIME_CAP, scan_budget=100_000, wanted={"c0"}), df, "df")
     cols = {c["name"]: c for c in f["columns"]}
     assert cols["c4"]["sampled"] and cols["c4"]["has_nan"] is True
     assert cols["c1"] == {"name": "c1", "dtype": "float64", "sampled": True}
@@ -300,10 +302,10 @@ def test_unnamed_strided_columns_over_the_budget_are_row_sampled_together():
 
 def test_fit_var_cuts_a_huge_column_list_the_same_way_without_measuring_every_step(monkeypatch):
     df = pd.DataFrame(np.zeros((10, 300)), columns=[f"a_rather_long_feature_name_{i}" for i in range(300)])
-    facts = kp.summarize(Ctx(), df, "df")
+    facts = kp.summarize(Ctx(NO_TIME_CAP), df, "df")
     assert kp._columns_alone_too_big(json.loads(dumps(facts)), kp.MAX_VAR_BYTES)
-    fast = kp.fit_var(Ctx(), json.loads(dumps(facts)), kp.MAX_VAR_BYTES)
+    fast = kp.fit_var(Ctx(NO_TIME_CAP), json.loads(dumps(facts)), kp.MAX_VAR_BYTES)
     monkeypatch.setattr(kp, "_columns_alone_too_big", lambda f, m: False)
-    slow = kp.fit_var(Ctx(), json.loads(dumps(facts)), kp.MAX_VAR_BYTES)
+    slow = kp.fit_var(Ctx(NO_TIME_CAP), json.loads(dumps(facts)), kp.MAX_VAR_BYTES)
     assert fast == slow and fast["columns_truncated"] and len(dumps(fast)) <= kp.MAX_VAR_BYTES
     assert 0 < len(fast["columns"]) < 200

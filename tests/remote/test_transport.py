@@ -95,6 +95,15 @@ def test_wrong_token_and_unreachable_server_are_clear_errors(jserver, served, us
     assert live_kernels() == []
 
 
+def _iopub_live(client: WebSocketKernelClient, within: float = 60.0) -> bool:
+    """Has the server relayed this websocket's iopub again (a control request's status came back)?"""
+    deadline = time.monotonic() + within
+    while not client.sync_iopub(timeout=2.0):
+        if time.monotonic() > deadline:
+            return False
+    return True
+
+
 def test_watch_client_sees_user_cells_and_a_rest_restart(jserver, user_kernel):
     watch = KernelConnection.watch_client(user_kernel.target)
     try:
@@ -115,6 +124,9 @@ def test_watch_client_sees_user_cells_and_a_rest_restart(jserver, user_kernel):
         # the server re-subscribes, so the proof is a user cell of the new process reaching the same watcher
         assert user_kernel.frontend.evaluate("__import__('os').getpid()") != pid
         assert user_kernel.frontend.evaluate("'y' in globals()") is False
+        # the server re-subscribes both websockets to the new process's iopub (ZeroMQ reconnects on its own
+        # time, seconds on a loaded machine): wait for that event on each, as a frontend does after a restart
+        assert _iopub_live(user_kernel.frontend.client) and _iopub_live(watch)
         user_kernel.run("z = 2")
         codes = []
         deadline = time.monotonic() + 30

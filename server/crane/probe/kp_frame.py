@@ -285,18 +285,16 @@ def column_facts(ctx, df, i, label, detailed, layout=None):
 
 
 def _sample_column(ctx, layout, i, a, kc, is_np, c):
-    """Column i of a frame too large for its budget: a text-like column is sampled for numeric_parse (what the
-    "could not convert string to float" rules read of a column the cell does not name); a numeric column says
-    only `sampled` (NaN unknown) — unless it belongs to a strided 2-D float block, whose row sample is one short
-    read for all its columns. Samples share the request's sampling time (`Ctx.may_sample`)."""
-    numeric = is_np and kc in "biufcmM"
-    if numeric and not _row_sampled_block(ctx, layout, i):
+    """Column i of a frame too large for its budget: a row sample, within the request's sampling time
+    (`Ctx.may_sample`). A text-like column gets numeric_parse from it (what the "could not convert string to
+    float" rules read of a column the cell does not name); a numeric column gets `sampled` and, when the sample
+    holds a NaN, `has_nan` (evidence the estimator rules read when the whole frame is passed on) — for a strided
+    2-D float block, one short row read serves all its columns. Past the sampling time: NaN unknown."""
+    row_block = is_np and kc in "biufcmM" and _row_sampled_block(ctx, layout, i)
+    if not (row_block and _block_sampled(layout, i)) and not ctx.may_sample():
         _unknown(c, kc, is_np)
         return
-    if not (numeric and _block_sampled(layout, i)) and not ctx.may_sample():
-        _unknown(c, kc, is_np)
-        return
-    if numeric:
+    if row_block:
         seen = _row_sample_flags(ctx, layout, i)
         if seen is None:
             _unknown(c, kc, is_np)
@@ -305,7 +303,8 @@ def _sample_column(ctx, layout, i, a, kc, is_np, c):
         if seen:
             c["has_nan"] = True
         return
-    vector_facts(ctx, sample_rows(a, SAMPLE_N), c, exact=False, kind_key="kind", details=False)
+    keep = UNNAMED_SAMPLE_N if is_np and kc in "biufcmM" else SAMPLE_N  # numbers: NaN evidence only
+    vector_facts(ctx, sample_rows(a, keep), c, exact=False, kind_key="kind", details=False)
 
 
 def _block_sampled(layout, i):
