@@ -10,7 +10,7 @@ JOBS   ?= 2
 # pytest workers: most tests wait on kernels and servers, so three share the two cores well
 PYTEST_JOBS ?= 3
 
-.PHONY: setup demo lint test test-python test-client vsix e2e bench clean
+.PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench clean
 
 setup: $(STAMP)
 
@@ -28,7 +28,14 @@ lint: setup
 	$(BIN)/ruff check server tests benchmarks e2e
 	$(BIN)/mypy
 
-test: lint test-python test-client e2e
+# After the linters, the Python suite runs beside the client's checks and the end-to-end test (which run one
+# after the other): the two halves wait on kernels and on a browser, so they share the cores well.
+test: lint
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-python client-then-e2e
+
+client-then-e2e: setup
+	$(MAKE) --no-print-directory test-client
+	$(MAKE) --no-print-directory e2e
 
 test-python: setup
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS)
