@@ -32,6 +32,7 @@ from crane.probe.kp_scan import (  # kernel: strip
     _kind_char,  # kernel: strip
     _pandas_lib,  # kernel: strip
     count_missing,  # kernel: strip
+    missing_mask,  # kernel: strip
     sample_rows,  # kernel: strip
     scan_weight,  # kernel: strip
 )  # kernel: strip
@@ -303,8 +304,23 @@ def _sample_column(ctx, layout, i, a, kc, is_np, c):
         if seen:
             c["has_nan"] = True
         return
-    keep = UNNAMED_SAMPLE_N if is_np and kc in "biufcmM" else SAMPLE_N  # numbers: NaN evidence only
-    vector_facts(ctx, sample_rows(a, keep), c, exact=False, kind_key="kind", details=False)
+    if is_np and kc in "fcmM":  # numbers: NaN evidence only, one vectorised check of a short sample
+        c["sampled"] = True
+        if any(missing_mask(ctx, w, kc, is_np).any() for w in _windows(a, UNNAMED_SAMPLE_N)):
+            c["has_nan"] = True
+        return
+    vector_facts(ctx, sample_rows(a, SAMPLE_N), c, exact=False, kind_key="kind", details=False)
+
+
+def _windows(a, n_keep, count=8):
+    """About `n_keep` elements of 1-D `a` as `count` runs of neighbours spread over it: a few memory
+    regions read in full instead of one cache line per element (the strided sample costs ~25x more at 5e6)."""
+    n = len(a)
+    size = max(1, n_keep // count)
+    if n <= n_keep:
+        return [a]
+    step = (n - size) // (count - 1)
+    return [a[k * step:k * step + size] for k in range(count)]
 
 
 def _block_sampled(layout, i):
