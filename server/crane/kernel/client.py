@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-from jupyter_client import BlockingKernelClient
 
 from crane import pyast
 from crane.kernel.errors import ConnectionLost, KernelDead, KernelError, KernelTimeout
@@ -89,6 +88,8 @@ class KernelConnection:
             ws.start_channels(shell=False, iopub=True, stdin=False, hb=True, control=False)
             ws.sync_iopub()  # the server subscribes a new websocket to iopub only after the handshake
             return ws
+        from jupyter_client import BlockingKernelClient  # lazily: ~70 ms the daemon's start does not need
+
         client = BlockingKernelClient()
         try:
             client.load_connection_file(str(target.connection_file))
@@ -116,6 +117,8 @@ class KernelConnection:
         path = Path(str(target.connection_file))
         if not path.is_file():
             raise KernelError(f"connection file not found: {path}")
+        from jupyter_client import BlockingKernelClient
+
         kc = BlockingKernelClient()
         try:
             kc.load_connection_file(str(path))
