@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crane.bench.cases import Case, Variant
 from crane.bench.metrics import VariantResult
 from crane.engine import CellResult, ReplayedNotebook
+from crane.kernel.errors import KernelError
 from crane.kernel.launch import LOCAL, KernelLauncher
 from crane.notebook.model import load_notebook
 
@@ -54,11 +56,16 @@ class ModePredictor:
         if self.mode != "auto":
             record(decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s), result)
             return
-        # auto: the sandbox runs beside the replayed kernel's state, which must come out of it untouched
-        with Untouched(replayed.kernel.connection) as check:
+        # auto: the sandbox runs beside the replayed kernel's state, which must come out of it untouched (when
+        # the kernel cannot be watched, the prediction still counts; `kernel_unchanged` stays unknown)
+        with ExitStack() as stack:
+            try:
+                check: Untouched | None = stack.enter_context(Untouched(replayed.kernel.connection))
+            except KernelError:
+                check = None
             cell = decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s)
         record(cell, result)
-        result.kernel_unchanged = check.unchanged
+        result.kernel_unchanged = check.unchanged if check is not None else None
 
 
 def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, python: str | None,

@@ -176,7 +176,9 @@ def render_text(rep: BenchReport) -> str:
                      + (" in mode " + ", ".join(f"{k} {v}" for k, v in sorted(rep.sandbox_modes.items()))
                         if rep.sandbox_modes else ""))
     if rep.kernel_unchanged is not None:
-        lines.append(f"kernel left untouched by the sandbox: {rep.kernel_unchanged}/{len(rep.results)}")
+        unknown = sum(r.kernel_unchanged is None for r in rep.results)
+        lines.append(f"kernel left untouched by the sandbox: {rep.kernel_unchanged}/{len(rep.results)}"
+                     + (f" ({unknown} could not be watched)" if unknown else ""))
     errors = [r for r in rep.results if r.error]
     if errors:
         lines.append(f"variants that could not be run: {len(errors)}")
