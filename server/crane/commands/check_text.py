@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from crane.commands.output import CheckReport, NotebookReport
+from crane.sandbox.layer_choice import AUTO_BLOCKING_REASON
 
 
 def located(path: str, message: str) -> str:
@@ -64,13 +65,14 @@ def _notebook_lines(nb: NotebookReport) -> list[str]:
 
 
 def _scale(r) -> str:
-    """', miniature run: kept ...' / ', side effects blocked (...)': how the sandbox ran, when it matters."""
+    """', miniature run: kept ...' / ', side effects blocked (...)': how the sandbox ran, when it matters (an
+    ordinary cell run in the cheaper blocking confinement by choice is not worth a word on the summary line)."""
     out = ""
     if r.sandbox_scale == "miniature":
         from crane.sandbox.verdict import miniature_text
 
         out += f", miniature run: {miniature_text(r.sandbox_kept)}"
-    if r.sandbox_mode == "blocking":
+    if r.sandbox_mode == "blocking" and r.sandbox_mode_reason != AUTO_BLOCKING_REASON:  # not by choice: say why
         out += ", side effects blocked" + (f" ({r.sandbox_mode_reason})" if r.sandbox_mode_reason else "")
     return out
 

@@ -15,7 +15,7 @@ import re
 
 from crane.sandbox.verdict import SandboxVerdict
 
-AUTO_BLOCKING_REASON = "no sign of side effects in the cell (the cheaper confinement; a refused side effect re-runs it in a private layer)"
+AUTO_BLOCKING_REASON = "no sign of side effects in the cell; a refused one re-runs it in a private layer"
 ASKED_FOR = "the blocking confinement was asked for"
 
 _SIGNS = re.compile(
