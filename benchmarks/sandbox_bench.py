@@ -40,9 +40,7 @@ from crane.sandbox.scale import speculate_scaled
 
 
 def _variant(case_dir: Path, case: dict, name: str, var: dict, budget: float) -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.sacred import IopubWatcher, kernel_state
-
+    from crane.kernel.untouched import Untouched
     from crane.notebook.history import history_before
     from crane.notebook.model import load_notebook
 
@@ -54,20 +52,16 @@ def _variant(case_dir: Path, case: dict, name: str, var: dict, budget: float) ->
         conn = kernel.connection
         for cell in history_before(nb, var["target_cell"]):
             conn.run_cell(cell.source, timeout=900)
-        watcher = IopubWatcher(kernel.manager.get_connection_info())
-        time.sleep(0.2)
-        before = kernel_state(conn)
-        t0 = time.monotonic()
-        v = speculate(conn, target, budget, places=[str(case_dir)])
-        if v.verdict == "timeout":  # a long cell: what crane.sandbox.scale does next, timed on its own
-            t1 = time.monotonic()
-            v = speculate_scaled(conn, target, budget, recorded_s=4 * budget, places=[str(case_dir)])
-            if v.scale == "miniature" and v.conclusive:
-                mini_s = time.monotonic() - t1
-        took = time.monotonic() - t0
-        time.sleep(0.2)
-        unchanged = kernel_state(conn) == before and not watcher.outputs()
-        watcher.close()
+        with Untouched(conn) as check:  # state fingerprint and a second iopub client, around the runs
+            t0 = time.monotonic()
+            v = speculate(conn, target, budget, places=[str(case_dir)])
+            if v.verdict == "timeout":  # a long cell: what crane.sandbox.scale does next, timed on its own
+                t1 = time.monotonic()
+                v = speculate_scaled(conn, target, budget, recorded_s=4 * budget, places=[str(case_dir)])
+                if v.scale == "miniature" and v.conclusive:
+                    mini_s = time.monotonic() - t1
+            took = time.monotonic() - t0
+        unchanged = check.unchanged
     finally:
         kernel.shutdown()
     return {"case": case["id"], "variant": name, "expect": var["expect"], "v": v, "unchanged": unchanged,
