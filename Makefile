@@ -40,13 +40,19 @@ client-then-e2e: setup
 test-python: setup
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS)
 
-NPM_CI := cd vscode-client && npm ci --no-audit --no-fund --loglevel=error
+# The client's node_modules, installed once per package-lock.json (`make test` needs them for the client's
+# checks and again for the vsix the end-to-end test installs).
+NPM_STAMP := vscode-client/node_modules/.crane-installed
 
-test-client: setup
-	$(NPM_CI) && npm run typecheck && npm test && CRANE_PYTHON=$(abspath $(BIN)/python) npm run test:wire
+$(NPM_STAMP): vscode-client/package-lock.json
+	cd vscode-client && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
-vsix:
-	$(NPM_CI) && npm run package
+test-client: setup $(NPM_STAMP)
+	cd vscode-client && npm run typecheck && npm test && CRANE_PYTHON=$(abspath $(BIN)/python) npm run test:wire
+
+vsix: $(NPM_STAMP)
+	cd vscode-client && npm run package
 
 # The extension in a real VS Code (code-server) driven by headless Chromium, alone and beside Microsoft's
 # Jupyter extension (../shared/vendor): installs code-server, Debian's chromium and playwright-core on first
