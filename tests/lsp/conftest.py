@@ -162,8 +162,9 @@ async def start_client(env: dict[str, str] | None = None, init_options: Any = No
 
 
 async def stop_client(client: LanguageClient) -> None:
+    # the server exits once its threads end (an agent step or a sandbox run being stopped): scaled like the waits
     try:
-        await asyncio.wait_for(client.shutdown_session(), timeout=10)
+        await asyncio.wait_for(client.shutdown_session(), timeout=10 * TIMEOUT_SCALE)
     finally:
         await client.stop()
 
