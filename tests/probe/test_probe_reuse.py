@@ -76,10 +76,18 @@ def probe(kernel) -> ProbeClient:
 
 
 def fresh(probe: ProbeClient, request: ProbeRequest = REQUEST):
-    """Two calls in a row: the first may compute, the second must reuse everything."""
+    """Two calls in a row: the first may compute (asking again until its exact passes are complete), the second
+    must reuse everything."""
     first = probe.run(request)
     second = probe.run(request)
     return first, second
+
+
+def after_a_run(probe: ProbeClient, request: ProbeRequest = REQUEST):
+    """The first answer after an execution (nothing may be reused: it may be partial, `resumable`) and the
+    complete one (the first, or the follow-ups')."""
+    first = probe.run(request, complete=False)
+    return first, probe.run(request) if first.resumable else first
 
 
 def test_a_repeated_request_scans_nothing_and_answers_the_same(probe):
@@ -113,11 +121,11 @@ def test_a_cell_run_by_another_client_invalidates(kernel, probe, other, how):
     else:  # no code: IPython fires no event, so only the daemon's epoch (its iopub watcher saw it) tells
         other.execute("", silent=True, expressions={"v": "cfg.update(lr=0.5)"})
         assert probe.run(REQUEST).facts["cfg"].preview == {"lr": "0.1"}  # same epoch: reused (stale)
-        res = probe.run(ProbeRequest(**{**_fields(REQUEST), "epoch": "other-client-seen"}))
+        res = probe.run(ProbeRequest(**{**_fields(REQUEST), "epoch": "other-client-seen"}), complete=False)
         assert res.cached == 0 and res.facts["cfg"].preview == {"lr": "0.5"}
         other.execute("cfg['lr'] = 0.1", silent=True)
         return
-    assert probe.run(REQUEST).cached == 0
+    assert probe.run(REQUEST, complete=False).cached == 0
 
 
 def test_an_in_place_mutation_by_a_run_is_seen(kernel, probe, other):
@@ -126,8 +134,8 @@ def test_an_in_place_mutation_by_a_run_is_seen(kernel, probe, other):
     ident = kernel.connection.evaluate("id(frame)")
     other.execute("frame.loc[7, 'c5'] = np.nan\nvec[3] = np.nan")
     assert kernel.connection.evaluate("id(frame)") == ident
-    res = probe.run(REQUEST)
-    assert res.cached == 0
+    first, res = after_a_run(probe)
+    assert first.cached == 0
     c5 = next(c for c in res.facts["frame"].columns if c.name == "c5")
     assert c5.n_nan == 1 and res.facts["frame"].n_nan == 1 and res.facts["vec"].n_nan == 1
     other.execute("frame.loc[7, 'c5'] = 0.5\nvec[3] = 0.5")
@@ -146,7 +154,8 @@ def test_del_is_seen(kernel, probe, other):
 def test_a_new_epoch_invalidates(probe):
     req = ProbeRequest(**{**_fields(REQUEST), "epoch": "1"})
     fresh(probe, req)
-    assert probe.run(ProbeRequest(**{**_fields(REQUEST), "epoch": "2"})).cached == 0
+    first, _ = after_a_run(probe, ProbeRequest(**{**_fields(REQUEST), "epoch": "2"}))
+    assert first.cached == 0
     assert probe.run(ProbeRequest(**{**_fields(REQUEST), "epoch": "2"})).cached == REUSABLE
 
 

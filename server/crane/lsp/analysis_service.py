@@ -87,7 +87,10 @@ class AnalysisService:
         session: NotebookSession | None,
         probe_timeout: float,
         static: bool = False,
+        complete: bool = False,
     ) -> list[CellOutcome]:
+        """Check `cells` (facts from `session`'s kernel unless `static`; `complete`: facts whose exact passes the
+        probe finished, asking as often as it takes, for commands that answer once)."""
         from crane.pipeline import FactsAnswer, ModuleLookup, StaticEnvironment, check_cell
 
         live = not static and session is not None and session.attachment is not None
@@ -96,7 +99,7 @@ class AnalysisService:
             live_session = session
 
             def facts(request: Any) -> FactsAnswer:
-                return FactsAnswer(*live_session.facts_for(request, probe_timeout))
+                return FactsAnswer(*live_session.facts_for(request, probe_timeout, complete))
 
         with self._lock:
             if self._modules is None:

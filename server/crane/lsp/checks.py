@@ -3,7 +3,8 @@
 `refresh_cells` is the batch every `CellScheduler` runs; `publish_checked` is shared with the commands that
 check cells on demand (`crane.checkNotebook`, `crane.diagnoseCell`). After publishing, each still-current
 cell is offered to the sandbox (auto/llm modes), which hands undecided cells to the model (llm mode); the
-kernel status is re-sent when diagnostics start or stop relying on stale facts.
+kernel status is re-sent when diagnostics start or stop relying on stale facts. Cells whose facts the probe
+left partial (`resumable`) are checked again at once, and offered on once their facts settle.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from crane.lsp.diagnostics import clear, publish_outcomes
 from crane.lsp.notebook_map import NotebookSnapshot, snapshot
+from crane.probe.facts import RESUME_ROUNDS
 
 if TYPE_CHECKING:
     from crane.lsp.crane_server import CraneServer
@@ -36,9 +38,32 @@ async def refresh_cells(ls: CraneServer, session: NotebookSession, uris: list[st
     return outcomes
 
 
+def _unfinished(session: NotebookSession, outcomes: list[CellOutcome]) -> list[str]:
+    """Cells whose live facts the probe left partial (`resumable`: exact passes over large values it goes on
+    with in the next request while nothing runs): checked again at once, RESUME_ROUNDS times at most in a row,
+    so their diagnostics settle on exact facts a few short requests later, never blocking the kernel long."""
+    again = []
+    for out in outcomes:
+        uri = out.cell.uri
+        if out.mode == "live" and out.probe is not None and out.probe.resumable:
+            key = (out.cell.source, session.kernel_gen)  # a new text or kernel state starts a new count
+            last = session.resume_rounds.get(uri)
+            rounds = last[1] + 1 if last is not None and last[0] == key else 1
+            session.resume_rounds[uri] = (key, rounds)
+            if rounds <= RESUME_ROUNDS:
+                again.append(uri)
+        else:
+            session.resume_rounds.pop(uri, None)
+    return again
+
+
 def publish_checked(ls: CraneServer, session: NotebookSession, snap: NotebookSnapshot, outcomes: list[CellOutcome]) -> None:
+    again = _unfinished(session, outcomes)
     for cell in publish_outcomes(ls, session, snap, outcomes):
-        ls.speculation.consider(session, cell)
+        if cell.uri not in again:  # the sandbox and the model see settled facts
+            ls.speculation.consider(session, cell)
+    if again and session.scheduler is not None:
+        session.scheduler.request(again, 0.0)
     any_stale = bool(session.stale_cells)
     if any_stale != session.used_stale:
         session.used_stale = any_stale

@@ -59,7 +59,7 @@ async def check_notebook(ls: CraneServer, *args: Any) -> Any:
                 cancelled = True
                 break
             progress.report(f"cell {cell.number} ({i + 1} of {len(cells)})", int(100 * i / max(len(cells), 1)))
-            outcomes = await ls.run_blocking(ls.analysis.check_cells, snap, [cell], session, timeout)
+            outcomes = await ls.run_blocking(ls.analysis.check_cells, snap, [cell], session, timeout, False, True)
             publish_checked(ls, session, snap, outcomes)
             for out in outcomes:
                 results.append(
@@ -92,6 +92,8 @@ async def diagnose_cell(ls: CraneServer, *args: Any) -> Any:
             [cell],
             session,
             ls.tuning.probe_timeout_ms / 1000,
+            False,
+            True,  # complete facts: the diagnosis is given once
         )
         publish_checked(ls, session, snap, outcomes)
         model = ls.settings.llm.model

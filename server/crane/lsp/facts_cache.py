@@ -10,7 +10,8 @@ caller marks them so.
 (the caller's token: which attachment, what its iopub watcher saw other clients do, the session's generation)
 is the same as then: facts cannot have changed without an execution, so the answer is still live. Paths and
 module availability can change without one (files, installs): an answer that holds them is reused for
-FS_REUSE_S at most. Results cut by the probe's time budget, or with errors, are not kept. Thread-safe.
+FS_REUSE_S at most. Results cut by the probe's time budget, partial ones (`resumable`: a later request goes on
+with their exact passes) and those with errors are not kept. Thread-safe.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class FactsCache:
 
     def remember(self, request: ProbeRequest, state: Hashable, result: ProbeResult) -> None:
         """Keep a live answer read while the kernel's state was `state` (read BEFORE the request was sent)."""
-        if result.time_capped or result.errors:
+        if result.time_capped or result.resumable or result.errors:
             return
         key = _request_key(request)
         with self._lock:

@@ -116,6 +116,8 @@ class NotebookSession:
     model_answers: StateCache[ModelAnswer | None] = field(default_factory=StateCache)  # None: asked, no answer
     quick_fixes: StateCache[FixEntry] = field(default_factory=StateCache)  # verified fixes (crane.lsp.quick_fixes)
     last_edit: dict[str, float] = field(default_factory=dict)  # cell URI -> loop time of its last text edit
+    # cell URI -> ((cell text, kernel_gen), follow-ups asked in a row after resumable answers: crane.lsp.checks)
+    resume_rounds: dict[str, tuple[tuple[str, int], int]] = field(default_factory=dict)
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order
     run_seconds: dict[str, float] = field(default_factory=dict)  # cell text -> how long the user's last run took
@@ -126,8 +128,12 @@ class NotebookSession:
     on_kernel_restart: Any = None  # callable(), idem
     _probe_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def facts_for(self, request: ProbeRequest, timeout: float) -> tuple[ProbeResult | None, FactsMode, str | None]:
-        """Runtime facts for one cell's probe request: (result, mode, error). Blocking: worker threads only."""
+    def facts_for(
+        self, request: ProbeRequest, timeout: float, complete: bool = False
+    ) -> tuple[ProbeResult | None, FactsMode, str | None]:
+        """Runtime facts for one cell's probe request: (result, mode, error). Blocking: worker threads only.
+        A `resumable` answer (exact passes over large values left for later requests) is given as it is, and
+        the caller asks again (`crane.lsp.checks` schedules it); `complete`: ask again here until it is not."""
         from crane.kernel.errors import KernelDead, KernelError, KernelTimeout
 
         att = self.attachment
@@ -145,7 +151,7 @@ class NotebookSession:
                 probe = att.probe_client()
                 installs = probe.installs
                 asked = msgspec.structs.replace(request, epoch=f"{state[0]}:{state[1]}") if state else request
-                result = att.run(probe.run, asked, timeout)
+                result = att.run(probe.run, asked, timeout, complete)
                 if installs and probe.installs > installs:  # our probe module vanished: the kernel restarted
                     self.facts.clear()
                     self._signal(self.on_kernel_restart)

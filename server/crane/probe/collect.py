@@ -19,7 +19,7 @@ import msgspec
 from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError
 from crane.kernel.private_module import KernelModule, ModuleClient
-from crane.probe.facts import ProbeRequest, ProbeResult, decode_probe_result
+from crane.probe.facts import RESUME_ROUNDS, ProbeRequest, ProbeResult, decode_probe_result
 
 PROBE_PARTS = (
     "kp_common.py", "kp_cache.py", "kp_scan.py", "kp_data.py", "kp_frame.py", "kp_ml.py", "kp_checks.py",
@@ -64,9 +64,19 @@ class ProbeClient:
         self.last_roundtrip_ms = (time.perf_counter() - start) * 1000.0
         return value
 
-    def run(self, request: ProbeRequest, timeout: float = 2.0) -> ProbeResult:
-        """Ask the probe about one target cell. Raises KernelTimeout / KernelDead / ProbeError."""
+    def run(self, request: ProbeRequest, timeout: float = 2.0, complete: bool = True) -> ProbeResult:
+        """Ask the probe about one target cell. Raises KernelTimeout / KernelDead / ProbeError (`timeout`: per
+        request). `complete`: while the answer is `resumable` (exact passes over large values left unfinished),
+        ask again — each request goes on with them — RESUME_ROUNDS times at most; else one request."""
         payload = msgspec.json.encode(request).decode("utf-8")
+        result = self._run_once(payload, timeout)
+        for _ in range(RESUME_ROUNDS if complete else 0):
+            if not result.resumable:
+                break
+            result = self._run_once(payload, timeout)
+        return result
+
+    def _run_once(self, payload: str, timeout: float) -> ProbeResult:
         text = self._call("run", (payload,), timeout, "runtime-facts probe")
         if not isinstance(text, str):
             raise ProbeError(f"runtime-facts probe: expected JSON text, got {type(text).__name__}")

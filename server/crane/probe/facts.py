@@ -208,6 +208,9 @@ class KeyCheck(msgspec.Struct, omit_defaults=True):
     suggestions: list[str] | None = None  # close keys that do exist, when present is False
 
 
+RESUME_ROUNDS = 64  # requests after a `resumable` answer, at most, to complete its exact passes
+
+
 class ProbeRequest(msgspec.Struct, omit_defaults=True):
     """What the daemon asks the probe about one target cell (all derived from static analysis)."""
 
@@ -219,6 +222,10 @@ class ProbeRequest(msgspec.Struct, omit_defaults=True):
     max_var_bytes: int | None = None  # per-variable cap (default 4096)
     max_total_bytes: int | None = None  # total cap (default 32768)
     time_budget_ms: float | None = None  # expensive work stops past this (default 50)
+    # Time exact passes over large values may spend reading in one call (default 3 % of the time budget:
+    # 1.5 ms): a pass still running then stops, and the next request while nothing runs goes on from there.
+    # Every pass reads at least one chunk per call (0: exactly one).
+    scan_slice_ms: float | None = None
     # Column labels the cell mentions (string constants, attribute names, integer subscripts): DataFrames give
     # value facts (kind, uniques, range, examples) only for these columns, and name, dtype, NaN count and
     # numeric_parse for the others. None: value facts for every column (up to 60).
@@ -244,6 +251,9 @@ class ProbeResult(msgspec.Struct, omit_defaults=True):
     errors: list[str] = []  # facts the probe could not compute (it never raises)
     path_suggestions: dict[str, list[str]] = {}  # missing path -> similar existing entries of its folder
     time_capped: bool = False  # the time budget ran out: later variables got cheaper facts
+    # Exact passes this call left unfinished (their values' facts are a sample's, `sampled`): asking again while
+    # nothing runs continues them, until an answer without it.
+    resumable: bool = False
     cached: int = 0  # facts and checks reused from an earlier call (the kernel's state had not changed)
     scanned: int = 0  # elements this call read exactly (scan-budget units: a Python object counts 16)
 

@@ -490,7 +490,9 @@ def run(request_json, ns=None):
             raise ValueError("the request must be a JSON object")
         max_var = int(req.get("max_var_bytes") or MAX_VAR_BYTES)
         max_total = int(req.get("max_total_bytes") or MAX_TOTAL_BYTES)
-        ctx = Ctx(float(req.get("time_budget_ms") or TIME_BUDGET_MS), wanted=_wanted(req))
+        slice_ms = req.get("scan_slice_ms")
+        ctx = Ctx(float(req.get("time_budget_ms") or TIME_BUDGET_MS), wanted=_wanted(req),
+                  slice_ms=float(slice_ms) if type(slice_ms) in (int, float) else None)  # fmt: skip
         begin(req.get("epoch"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -504,6 +506,8 @@ def run(request_json, ns=None):
             res["errors"] = ctx.errors
         if ctx.time_capped:
             res["time_capped"] = True
+        if ctx.unfinished:
+            res["resumable"] = True
         if ctx.scanned:
             res["scanned"] = ctx.scanned
     except Exception as exc:

@@ -16,8 +16,9 @@ marker, and empties the memory when the marker differs from the one the memory w
 
 Entries are keyed on the identity (`id`) and type of the values they describe: objects bound in the namespace
 (or reached from it through instance dicts) stay alive, and so keep their ids, while the marker is unchanged.
-The memory holds JSON text and small dicts, never the user's objects. Without an IPython shell (or when the
-callback cannot be installed) nothing is reused.
+The memory holds JSON text, small dicts and the state of unfinished exact passes (kp_scan.run_pass: counts,
+copied samples and a weak reference to the memory's owner), never a strong reference to the user's objects.
+Without an IPython shell (or when the callback cannot be installed) nothing is reused.
 """
 
 import os
@@ -100,12 +101,17 @@ def begin(epoch):
     return marker
 
 
-def recall(key):
-    """What was stored under `key` for the current marker, or None."""
+def active():
+    """Does this call's memory last until the next execution (a marker is set)? Else nothing is kept."""
+    return _memory["marker"] is not None
+
+
+def recall(key, counted=True):
+    """What was stored under `key` for the current marker, or None (`counted`: a reuse of facts, in STATS)."""
     if _memory["marker"] is None:
         return None
     v = _memory["entries"].get(key)
-    if v is not None:
+    if v is not None and counted:
         STATS["reused"] += 1
     return v
 

@@ -21,6 +21,7 @@ MAX_STR = 40  # characters kept of a string value
 SCAN_BUDGET = 8000000  # elements one value may have read exactly (an object element counts OBJECT_WEIGHT)
 FRAME_BUDGET = SCAN_BUDGET  # the same for the columns of a DataFrame the cell does not name, all together
 SAMPLE_SHARE = 0.02  # share of the time budget one call may spend sampling columns the cell does not name (1 ms)
+SCAN_SLICE_SHARE = 0.03  # share of the time budget exact passes may read in one call (a later call resumes them)
 OBJECT_WEIGHT = 16  # cost of checking one Python object, relative to one number (is_string_array, isna)
 EXAMPLE_CHARS = 20  # characters kept of an example value (as CRANE-LLM)
 
@@ -39,11 +40,20 @@ class Ctx:
     The scan budget applies to each value on its own (the columns of a DataFrame the cell does not name share
     `frame_budget`), so whether a value's facts are exact depends on the value alone, never on what the request
     asked before it: facts stay the same whatever the request, and can be reused (kp_cache). The time budgets
-    are shared: work they cut short is counted in `cuts` and not reused (a later call completes it)."""
+    are shared: work they cut short is counted in `cuts` and not reused (a later call completes it).
 
-    def __init__(self, budget_ms=50.0, scan_budget=SCAN_BUDGET, wanted=None, frame_budget=None):
+    Exact passes over data that may stay alive between calls (kp_scan.run_pass) also stop when the call's scan
+    slice is spent (`slice_ms`, default SCAN_SLICE_SHARE of the time budget: the time all passes together spent
+    reading in this call) and keep their position: the next call while nothing ran continues them (`unfinished` counts
+    those left). Every pass reads at least one chunk per call, so a small one is never cut and a large one
+    always advances."""
+
+    def __init__(self, budget_ms=50.0, scan_budget=SCAN_BUDGET, wanted=None, frame_budget=None, slice_ms=None):
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + budget_ms / 1000.0
+        self.slice_s = (budget_ms * SCAN_SLICE_SHARE if slice_ms is None else max(0.0, slice_ms)) / 1000.0
+        self.pass_s = 0.0  # time resumable passes spent reading in this call
+        self.unfinished = 0  # resumable passes this call left for a later one
         self.scan_budget = scan_budget
         self.frame_budget = min(FRAME_BUDGET, scan_budget) if frame_budget is None else frame_budget
         self.sample_s = budget_ms * SAMPLE_SHARE / 1000.0
@@ -78,6 +88,16 @@ class Ctx:
             self.time_capped = True
             return False
         return True
+
+    def may_continue_pass(self, first):
+        """May a resumable exact pass read its next chunk? Its `first` one in this call, always; the others
+        while the call's scan slice (and time budget) lasts."""
+        return first or (self.pass_s < self.slice_s and time.perf_counter() <= self.deadline)
+
+    def left_unfinished(self):
+        """A resumable pass stopped before its end: this call's facts of it are partial (a cut, not reused)."""
+        self.unfinished += 1
+        self.cuts += 1
 
     def can_scan(self, n, left=None):
         """May a value read `n` elements exactly (within `left`, default the per-value budget)? Else the caller

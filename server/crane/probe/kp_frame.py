@@ -28,11 +28,13 @@ from crane.probe.kp_cache import recall, remember  # kernel: strip
 from crane.probe.kp_common import isa  # kernel: strip
 from crane.probe.kp_data import column_values, dtype_str, index_facts, label_str, vector_facts  # kernel: strip
 from crane.probe.kp_scan import (  # kernel: strip
+    CHUNK,  # kernel: strip
     SAMPLE_N,  # kernel: strip
     _kind_char,  # kernel: strip
     _pandas_lib,  # kernel: strip
     count_missing,  # kernel: strip
     missing_mask,  # kernel: strip
+    run_pass,  # kernel: strip
     sample_rows,  # kernel: strip
     scan_weight,  # kernel: strip
 )  # kernel: strip
@@ -181,44 +183,61 @@ def _nothing_to_count(ctx, layout, i, label):
 
 
 def _block_flag(ctx, layout, i):
-    """May column i hold a missing value? False (certainly not) / True or None (maybe), from one contiguous pass
-    over its whole block: per-column sums for floats (NaN propagates through a sum; +inf and -inf together also
-    give NaN, then the column's own count decides), `is_string_array` for objects."""
+    """May column i hold a missing value? False (certainly not) / True or None (maybe) / PARTIAL (its block's
+    pass is unfinished: a later call completes it), from one contiguous pass over its whole block: per-column
+    sums for floats (NaN propagates through a sum; +inf and -inf together also give NaN, then the column's own
+    count decides), `is_string_array` for objects."""
     try:
         b = int(layout["blknos"][i])
         if b not in layout["flags"]:
             layout["flags"][b] = _block_pass(ctx, layout, b)
         flags = layout["flags"][b]
-        if flags is None or flags is False:
+        if flags is None or flags is False or flags is PARTIAL:
             return flags
         return bool(flags[int(layout["blklocs"][i])])
     except Exception:
         return None
 
 
+PARTIAL = "partial"  # a block whose pass this call left unfinished
+
+
 def _block_pass(ctx, layout, b):
-    """The flags of block b's one contiguous pass (a list of bools per column of the block, or False: none can
-    hold a missing value; None: unknown), remembered while the kernel's state is unchanged (kp_cache)."""
+    """The flags of block b's one pass (a list of bools per column of the block, False: none can hold a missing
+    value, None: unknown, PARTIAL: unfinished), a resumable `run_pass` (remembered while the kernel's state is
+    unchanged): a float block in runs of rows (each a contiguous region of a frame built from one 2-D array),
+    an object block as its flat view."""
     np = ctx.np
-    key = ("block", layout["frame"], b)
-    hit = recall(key)
-    if hit is not None:
-        return hit[0]
     if ctx.over_time():
         return None
     vals = layout["blocks"][b].values
     kc = _kind_char(vals.dtype)
     ctx.scanned += int(vals.size) * scan_weight(kc, True)
-    flags = None
     if kc == "f":
-        flags = np.isnan(np.einsum("ij->i", vals)).tolist()
-    elif kc == "O" and vals.flags.c_contiguous:
-        lib = _pandas_lib()
-        if lib is not None and lib.is_string_array(vals.reshape(-1), skipna=False):
-            flags = False
-    if flags is not None:
-        remember(key, (flags,))
-    return flags
+        width = max(1, int(vals.shape[0]))
+
+        def sums(st, s, e):
+            part = np.isnan(np.einsum("ij->i", vals[:, s:e]))
+            st["nan"] = part if st["nan"] is None else (st["nan"] | part)
+
+        st = run_pass(ctx, vals, "block sums", int(vals.shape[1]), lambda: {"nan": None}, sums, True,
+                      max(1, CHUNK // width))  # fmt: skip
+        if not st["done"]:
+            return PARTIAL
+        return st["nan"].tolist() if st["nan"] is not None else False
+    lib = _pandas_lib()
+    if kc != "O" or not vals.flags.c_contiguous or lib is None:
+        return None
+    flat = vals.reshape(-1)
+
+    def strings(st, s, e):
+        if not lib.is_string_array(flat[s:e], skipna=False):
+            st["strings"], st["done"] = False, True
+
+    st = run_pass(ctx, flat, "block strings", int(flat.size), lambda: {"strings": True}, strings, True, CHUNK // 4)
+    if not st["done"]:
+        return PARTIAL
+    return False if st["strings"] else None
 
 
 def _row_sample_flags(ctx, layout, i):
@@ -271,6 +290,8 @@ def column_facts(ctx, df, i, label, detailed, layout=None):
             vector_facts(ctx, a, c, kind_key="kind", details=True)
         elif mode == "none":
             c["n_nan"] = 0
+        elif mode == "block" and _block_flag(ctx, layout, i) is PARTIAL:
+            _unknown(c, kc, is_np)  # its block's pass goes on in the next call
         elif mode == "block" and _block_flag(ctx, layout, i) is False:
             vector_facts(ctx, a, c, exact=True, kind_key="kind", details=False, missing=0, strings=kc == "O")
         elif mode in ("block", "exact"):  # a flagged column of a block that fit is counted too (at most as much)
@@ -371,10 +392,13 @@ def _missing_beyond(ctx, df, start, layout, total):
                     flags = layout["flags"].get(b)
                 if flags is False:  # no missing value anywhere in the block
                     continue
+                if flags is PARTIAL:  # its pass goes on in the next call: no total now
+                    extra = -1
+                    break
                 if flags is not None:  # only the columns whose sum was NaN (their block fit: counted as listed)
                     where = where[np.asarray(flags, dtype=bool)[blklocs[where]]]
                 todo.extend((i + start, flags is None) for i in where.tolist())
-            todo.sort()
+            todo = [] if extra < 0 else sorted(todo)
         for i, charge in todo:
             a = column_values(df, i)
             kc = _kind_char(a.dtype)
@@ -389,7 +413,7 @@ def _missing_beyond(ctx, df, start, layout, total):
                 layout["left"] -= units
             else:
                 ctx.scanned += units
-            extra += count_missing(ctx, a, kc, is_np)[0] or 0
+            extra += count_missing(ctx, a, kc, is_np) or 0
     except Exception as exc:
         ctx.error("NaN total", exc)
         extra = -1

@@ -3,15 +3,20 @@ library only).
 
 What a scan costs is what it reads from memory: a contiguous float64 column of n rows is n/8 cache lines, a
 column of a frame built from one 2-D array (strided: one element per row of the array) is n lines, a Python
-object is a pointer plus a type check. The scans here read the data once:
+object is a pointer plus a type check. The scans here read the data once, and only once while the kernel's
+state is unchanged:
 
+- `run_pass`: the frame of every exact pass: chunk by chunk; its result is remembered for the memory it read
+  (the same column reached as `df.c3` and as column c3 is read once); a resumable pass stops when the call's
+  scan slice is spent and the next call continues it, so no single request reads a large column whole (a
+  1e6-row strided column takes ~8 ms: more than twice an empty request);
 - `number_scan`: the missing-value count, minimum and maximum of a numeric column in ONE pass over memory,
   chunk by chunk: a min reduction reads each chunk (NaN and NaT propagate through it, so a missing value is
   seen without a temporary), and only a chunk that holds one is counted, and only a wanted range is reduced,
   while the chunk is still in the core's cache. A strided column is copied chunk by chunk into one small
   buffer, never as a whole (no large temporary, no page faults).
-- `count_missing`: the same count for any 1-D array; pandas' `is_string_array` proves an object array holds
-  only strings (no missing value) without a mask.
+- `object_scan`: the same count for an object array: pandas' `is_string_array` proves a chunk holds only
+  strings (no missing value) without a mask; `count_missing`: the count for any 1-D array, in full.
 - `sample_rows`: a bounded strided sample, never reading what it does not keep.
 
 Integer and bool numpy arrays cannot hold a missing value: nothing is read for them.
@@ -19,8 +24,11 @@ Integer and bool numpy arrays cannot hold a missing value: nothing is read for t
 
 import math
 import sys
+import time
+import weakref
 
-from crane.probe.kp_common import OBJECT_WEIGHT  # kernel: strip
+from crane.probe.kp_cache import active, recall, remember  # kernel: strip
+from crane.probe.kp_common import OBJECT_WEIGHT, isa  # kernel: strip
 
 SAMPLE_N = 20000  # elements kept by a strided sample of a value whose facts the cell needs
 CHUNK = 1 << 16  # elements per step of a fused pass (512 KiB of float64: still cached for the next reductions)
@@ -70,62 +78,135 @@ def missing_mask(ctx, a, kc, is_np):
     return np.fromiter((x is None or (type(x) is float and x != x) for x in a), dtype=bool, count=len(a))
 
 
-def all_strings(a):
-    """True when pandas proves the 1-D object array `a` holds only str (so nothing is missing); else False."""
+# -- exact passes, resumable across calls -------------------------------------------------------------------------
+def memory_key(ctx, a):
+    """(key, weak reference) naming the memory numpy array `a` views: its address, shape, strides and dtype, and
+    the object that owns the memory (the end of its `base` chain, weakly referenced: while it lives, and no code
+    ran, the memory holds what it held). (None, None) when it cannot be named. Read through ndarray's own
+    descriptors (a subclass cannot run code here)."""
+    np = ctx.np
+    try:
+        if np is None or not isa(a, np.ndarray):
+            return None, None
+        slots = np.ndarray.__dict__
+        base = slots["base"]
+        root = a
+        for _ in range(32):
+            b = base.__get__(root) if isa(root, np.ndarray) else None
+            if b is None:
+                break
+            root = b
+        ref = weakref.ref(root)
+        addr = slots["__array_interface__"].__get__(a)["data"][0]
+        return (addr, tuple(a.shape), tuple(a.strides), a.dtype.str, id(root)), ref
+    except Exception:
+        return None, None
+
+
+def run_pass(ctx, a, what, n, start, step, resumable=True, chunk=CHUNK):
+    """One exact pass over the `n` rows of `a`, chunk by chunk: `step(state, s, e)` reads rows s..e-1 into the
+    dict `state` (`start()` makes a fresh one; a step may set state["done"] to stop early). The finished state
+    is remembered for `a`'s memory while the kernel's state is unchanged (kp_cache), so the same column asked
+    twice (as `df.c3` and as column c3) is read once. `resumable`: stop when the call's scan slice is spent
+    (`Ctx.may_continue_pass`) and keep the position: the next call continues from there. Returns the state;
+    state["done"] is False when the pass is unfinished (the caller reports partial facts)."""
+    key, ref = memory_key(ctx, a)
+    state = None
+    if key is not None and active():
+        key = ("pass", what, key)
+        hit = recall(key, counted=False)
+        if hit is not None and hit["ref"]() is not None:
+            state = hit
+    else:
+        key, resumable = None, False  # nothing outlives this call: read it all now
+    if state is None:
+        state = start()
+        state["pos"], state["done"], state["ref"] = 0, False, ref
+    pos = first = state["pos"]
+    while pos < n and not state["done"]:
+        if resumable and not ctx.may_continue_pass(pos == first):
+            break
+        e = min(n, pos + chunk)
+        t = time.perf_counter()
+        step(state, pos, e)
+        ctx.pass_s += time.perf_counter() - t
+        pos = e
+    state["pos"] = pos
+    if pos >= n:
+        state["done"] = True
+    if key is not None:
+        remember(key, state)
+    if not state["done"]:
+        ctx.left_unfinished()
+    return state
+
+
+def object_scan(ctx, a, resumable=False):
+    """(missing count, every element is a str, done) of a 1-D object numpy array in one `run_pass`: a chunk
+    pandas' `is_string_array` proves holds only str has no missing value (no mask); any other is counted with
+    `missing_mask`. An unfinished pass gives what the rows read so far hold."""
+    np = ctx.np
     lib = _pandas_lib()
     check = getattr(lib, "is_string_array", None) if lib is not None else None
-    if check is None or a.ndim != 1:
-        return False
-    try:
-        return bool(check(a, skipna=False))
-    except Exception:
-        return False
+
+    def step(st, s, e):
+        c = a[s:e]
+        try:
+            if check is not None and check(c, skipna=False):
+                return
+        except Exception:
+            pass
+        st["strings"] = False
+        st["nn"] += int(np.count_nonzero(missing_mask(ctx, c, "O", True)))
+
+    st = run_pass(ctx, a, "objects", len(a), lambda: {"nn": 0, "strings": True}, step, resumable, CHUNK // 4)
+    return st["nn"], st["strings"], st["done"]
 
 
 def count_missing(ctx, a, kc, is_np):
-    """(number of missing values of 1-D `a`, or None when its dtype cannot hold any; its minimum when that came
-    for free)."""
+    """The number of missing values of 1-D `a` (None when its dtype cannot hold any), read in full."""
     np = ctx.np
     if is_np and kc in "biu":
-        return None, None
+        return None
     if is_np and kc in "fmM" and a.ndim == 1:
-        return number_scan(ctx, a, kc, False)[0], None
-    if is_np and kc == "O" and all_strings(a):
-        return 0, None
+        return number_scan(ctx, a, kc, False)[0]
+    if is_np and kc == "O" and a.ndim == 1:
+        return object_scan(ctx, a)[0]
     mask = missing_mask(ctx, a, kc, is_np)
-    return (int(np.count_nonzero(mask)) if mask is not None else None), None
+    return int(np.count_nonzero(mask)) if mask is not None else None
 
 
-def number_scan(ctx, a, kc, want_range, keep=0):
-    """(missing count, min, max, sample) of a 1-D numeric (kind i/u/f/m/M) numpy array, reading it from memory
-    once. min and max are None when not wanted or when every value is missing; the count is 0 for integers.
+def number_scan(ctx, a, kc, want_range, keep=0, resumable=False):
+    """(missing count, min, max, sample, done) of a 1-D numeric (kind i/u/f/m/M) numpy array, reading it from
+    memory once (`run_pass`: remembered; `resumable`: possibly over several calls, done False until the last).
+    min and max are None when not wanted or when every value is missing; the count is 0 for integers.
     `keep` > 0: also a strided sample of about `keep` elements, taken from each chunk while it is cached (else
-    None)."""
+    None). An unfinished pass gives the count, range and sample of the rows read so far."""
     np = ctx.np
     n = len(a)
     isnull = np.isnan if kc == "f" else (np.isnat if kc in "mM" else None)
-    buf = None
+    bufs = []
     if n > CHUNK and not a.flags.c_contiguous:
-        buf = np.empty(CHUNK, dtype=a.dtype)
-    step = max(1, int(math.ceil(n / float(keep)))) if keep else 0
-    parts = []
-    nn, lo, hi = 0, None, None
-    last = 0  # missing values in the previous chunk: then look for them first in this one
-    for s in range(0, n, CHUNK):
-        c = a[s : s + CHUNK]
-        if buf is not None:
-            b = buf[: len(c)]
+        bufs.append(None)  # allocated on the first chunk this call reads
+    step_n = max(1, int(math.ceil(n / float(keep)))) if keep else 0
+
+    def step(st, s, e):
+        c = a[s:e]
+        if bufs:
+            if bufs[0] is None:
+                bufs[0] = np.empty(CHUNK, dtype=a.dtype)
+            b = bufs[0][: len(c)]
             np.copyto(b, c)
             c = b
-        if step:
-            parts.append(c[(-s) % step :: step].copy() if buf is not None else c[(-s) % step :: step])
-        m = None if last else c.min()
-        if isnull is not None and (last or isnull(m)):  # maybe missing values here: count them while cached
+        if step_n:
+            st["parts"].append(c[(-s) % step_n :: step_n].copy())
+        m = None if st["last"] else c.min()
+        if isnull is not None and (st["last"] or isnull(m)):  # maybe missing values here: count them while cached
             miss = isnull(c)
-            last = k = int(np.count_nonzero(miss))
-            nn += k
+            st["last"] = k = int(np.count_nonzero(miss))
+            st["nn"] += k
             if not want_range or k == len(c):
-                continue
+                return
             if not k:
                 cm, cx = c.min(), c.max()
             elif kc == "f":
@@ -134,17 +215,21 @@ def number_scan(ctx, a, kc, want_range, keep=0):
                 v = c[~miss]
                 cm, cx = v.min(), v.max()
         elif not want_range:
-            continue
+            return
         else:
             cm, cx = m, c.max()
-        if lo is None or cm < lo:
-            lo = cm
-        if hi is None or cx > hi:
-            hi = cx
+        if st["lo"] is None or cm < st["lo"]:
+            st["lo"] = cm
+        if st["hi"] is None or cx > st["hi"]:
+            st["hi"] = cx
+
+    st = run_pass(ctx, a, ("numbers", kc, bool(want_range), keep), n,
+                  lambda: {"nn": 0, "lo": None, "hi": None, "parts": [], "last": 0}, step, resumable)  # fmt: skip
+    parts = st["parts"]
     sample = None
-    if step:
+    if step_n and parts:
         sample = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return nn, lo, hi, sample
+    return st["nn"], st["lo"], st["hi"], sample, st["done"]
 
 
 def sample_rows(a, n_keep):
