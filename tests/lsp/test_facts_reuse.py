@@ -11,6 +11,7 @@ from .conftest import Notebook, attach, crane_diags, last_status, wait_for
 
 SETUP = "import pandas as pd\nreuse_df = pd.DataFrame({'a': [1.0, 2.0, 3.0]})\n"
 PROBE_CALLS = "__import__('sys').modules['_crane_probe'].STATS['calls']"
+PROBE_CALLS_SO_FAR = "getattr(__import__('sys').modules.get('_crane_probe'), 'STATS', {'calls': 0})['calls']"
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ async def test_partial_facts_of_a_large_column_settle_without_an_edit(client, re
         "settle_df.iloc[-1, 2] = np.nan\n"
     )
     try:
-        calls = reuse_kernel.conn.evaluate(PROBE_CALLS)
+        calls = reuse_kernel.conn.evaluate(PROBE_CALLS_SO_FAR)
         nb = Notebook(client, notebook_path, ["as_int = settle_df['c'].astype(int)\n"])
         await attach(client, nb, reuse_kernel)
         await wait_for(lambda: diag_on_line(client, nb.cells[0], 0, "IntCastingNaNError"), what="NaN found, no edit")

@@ -25,6 +25,7 @@ wide = pd.DataFrame(rng.random(({ROWS}, 8)), columns=[f"c{{i}}" for i in range(8
 wide.iloc[{ROWS} - 2, 3] = np.nan  # c3: one NaN, in the last chunk
 wide["city"] = rng.choice(np.array(["paris", "rome"], dtype=object), {ROWS})
 wide.iloc[{ROWS} - 3, 8] = None  # city: one missing value, in the last chunk
+wide.iloc[{ROWS} - 1, 5] = np.nan  # c5, a column the cell does not name: counted by its block's pass
 fortran = np.asfortranarray(rng.random((700, 700)))  # flattened by a copy: nothing to resume
 fortran[699, 699] = np.nan
 """
@@ -74,6 +75,7 @@ def test_partial_answers_then_the_exact_one(kernel, probe):
     executed(kernel)
     exact = probe.run(ONE_GO, complete=False)
     assert not exact.resumable and column(exact, "c3").n_nan == 1 and column(exact, "city").n_nan == 1
+    assert column(exact, "c5").n_nan == 1 and exact.facts["wide"].n_nan == 3
     executed(kernel)
     answers = resume_all(probe)
     assert len(answers) >= -(-ROWS // CHUNK)  # c3 alone takes that many: one chunk per request
@@ -84,7 +86,7 @@ def test_partial_answers_then_the_exact_one(kernel, probe):
     c3, city = column(first, "c3"), column(first, "city")
     assert c3.sampled and not c3.has_nan  # the NaN is in rows not read yet: unknown (a sample's n_nan says nothing)
     assert city.sampled and not city.has_nan and city.kind == "binary"  # from a sample
-    assert first.facts["wide"].n_nan is None
+    assert first.facts["wide"].n_nan is None and column(first, "c5").sampled  # its block's pass goes on
     assert first.facts["fortran"].n_nan == 1  # a copy: read whole, exact at once
     assert all(a.resumable for a in answers[:-1])
     assert stable(answers[-1]) == stable(exact)
@@ -107,7 +109,7 @@ def test_an_execution_mid_pass_starts_it_over(kernel, probe):
     kernel.connection.run_cell("wide.iloc[5, 3] = np.nan")  # in rows already read, same objects
     try:
         last = resume_all(probe)[-1]
-        assert column(last, "c3").n_nan == 2 and last.facts["wide"].n_nan == 3
+        assert column(last, "c3").n_nan == 2 and last.facts["wide"].n_nan == 4
     finally:
         kernel.connection.run_cell("wide.iloc[5, 3] = 0.5")
 

@@ -222,8 +222,8 @@ class ProbeRequest(msgspec.Struct, omit_defaults=True):
     max_var_bytes: int | None = None  # per-variable cap (default 4096)
     max_total_bytes: int | None = None  # total cap (default 32768)
     time_budget_ms: float | None = None  # expensive work stops past this (default 50)
-    # Time exact passes over large values may spend reading in one call (default 3 % of the time budget:
-    # 1.5 ms): a pass still running then stops, and the next request while nothing runs goes on from there.
+    # Time exact passes over large values may spend reading in one call (default 2 % of the time budget:
+    # 1 ms): a pass still running then stops, and the next request while nothing runs goes on from there.
     # Every pass reads at least one chunk per call (0: exactly one).
     scan_slice_ms: float | None = None
     # Column labels the cell mentions (string constants, attribute names, integer subscripts): DataFrames give

@@ -21,7 +21,7 @@ MAX_STR = 40  # characters kept of a string value
 SCAN_BUDGET = 8000000  # elements one value may have read exactly (an object element counts OBJECT_WEIGHT)
 FRAME_BUDGET = SCAN_BUDGET  # the same for the columns of a DataFrame the cell does not name, all together
 SAMPLE_SHARE = 0.02  # share of the time budget one call may spend sampling columns the cell does not name (1 ms)
-SCAN_SLICE_SHARE = 0.03  # share of the time budget exact passes may read in one call (a later call resumes them)
+SCAN_SLICE_SHARE = 0.02  # share of the time budget exact passes may read in one call (a later call resumes them)
 OBJECT_WEIGHT = 16  # cost of checking one Python object, relative to one number (is_string_array, isna)
 EXAMPLE_CHARS = 20  # characters kept of an example value (as CRANE-LLM)
 
@@ -53,6 +53,7 @@ class Ctx:
         self.deadline = self.t0 + budget_ms / 1000.0
         self.slice_s = (budget_ms * SCAN_SLICE_SHARE if slice_ms is None else max(0.0, slice_ms)) / 1000.0
         self.pass_s = 0.0  # time resumable passes spent reading in this call
+        self.call = object()  # names this call (a pass reads its first chunk of a call whatever the slice)
         self.unfinished = 0  # resumable passes this call left for a later one
         self.scan_budget = scan_budget
         self.frame_budget = min(FRAME_BUDGET, scan_budget) if frame_budget is None else frame_budget

@@ -192,7 +192,10 @@ def _block_flag(ctx, layout, i):
         if b not in layout["flags"]:
             layout["flags"][b] = _block_pass(ctx, layout, b)
         flags = layout["flags"][b]
-        if flags is None or flags is False or flags is PARTIAL:
+        if flags is PARTIAL:
+            ctx.cuts += 1  # whatever reads it is partial: not to be remembered (the next call goes on)
+            return flags
+        if flags is None or flags is False:
             return flags
         return bool(flags[int(layout["blklocs"][i])])
     except Exception:

@@ -121,11 +121,12 @@ def run_pass(ctx, a, what, n, start, step, resumable=True, chunk=CHUNK):
         key, resumable = None, False  # nothing outlives this call: read it all now
     if state is None:
         state = start()
-        state["pos"], state["done"], state["ref"] = 0, False, ref
-    pos = first = state["pos"]
+        state["pos"], state["done"], state["ref"], state["call"] = 0, False, ref, None
+    pos = state["pos"]
     while pos < n and not state["done"]:
-        if resumable and not ctx.may_continue_pass(pos == first):
+        if resumable and not ctx.may_continue_pass(state["call"] != ctx.call):  # its first chunk in this call?
             break
+        state["call"] = ctx.call
         e = min(n, pos + chunk)
         t = time.perf_counter()
         step(state, pos, e)
