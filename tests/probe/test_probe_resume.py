@@ -3,8 +3,9 @@
 With `scan_slice_ms=0` every pass reads exactly one chunk per request, so how many requests a pass takes is
 fixed by the data alone (never by the machine's speed). The answers before the last are partial (`resumable`,
 the value `sampled`, NaN claimed only when seen) and the last equals a one-request exact answer; an execution
-mid-pass starts it over (a mutation of rows already read is counted); a value the probe copies (an n-D array
-that is not C-contiguous) cannot be resumed, so it is read whole at once; the user's kernel is untouched.
+mid-pass starts it over (a mutation of rows already read is counted); a value the probe reads through a copy
+(an n-D array that is not C-contiguous, a tensor) cannot be resumed, so it is read whole at once; the user's
+kernel is untouched.
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ wide.iloc[{ROWS} - 3, 8] = None  # city: one missing value, in the last chunk
 wide.iloc[{ROWS} - 1, 5] = np.nan  # c5, a column the cell does not name: counted by its block's pass
 fortran = np.asfortranarray(rng.random((700, 700)))  # flattened by a copy: nothing to resume
 fortran[699, 699] = np.nan
+import torch
+tensor = torch.rand(1_000_000)  # read through a new array each call: nothing to resume
+tensor[-1] = float("nan")
 """
-REQUEST = ProbeRequest(names=["wide", "fortran"], attrs=["wide.c3"], columns=["c3", "city"], scan_slice_ms=0)
-ONE_GO = ProbeRequest(names=["wide", "fortran"], attrs=["wide.c3"], columns=["c3", "city"], scan_slice_ms=1e6)
+NAMES = ["wide", "fortran", "tensor"]
+REQUEST = ProbeRequest(names=NAMES, attrs=["wide.c3"], columns=["c3", "city"], scan_slice_ms=0)
+ONE_GO = ProbeRequest(names=NAMES, attrs=["wide.c3"], columns=["c3", "city"], scan_slice_ms=1e6)
 VOLATILE = ("elapsed_ms", "payload_bytes", "cached", "scanned")
 
 
@@ -87,7 +92,7 @@ def test_partial_answers_then_the_exact_one(kernel, probe):
     assert c3.sampled and not c3.has_nan  # the NaN is in rows not read yet: unknown (a sample's n_nan says nothing)
     assert city.sampled and not city.has_nan and city.kind == "binary"  # from a sample
     assert first.facts["wide"].n_nan is None and column(first, "c5").sampled  # its block's pass goes on
-    assert first.facts["fortran"].n_nan == 1  # a copy: read whole, exact at once
+    assert first.facts["fortran"].n_nan == 1 and first.facts["tensor"].n_nan == 1  # copies: read whole at once
     assert all(a.resumable for a in answers[:-1])
     assert stable(answers[-1]) == stable(exact)
 

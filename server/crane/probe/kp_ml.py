@@ -81,7 +81,8 @@ def tensor_facts(ctx, t, out):
         try:
             if flat.dtype in (torch.bfloat16,):
                 flat = flat.float()
-            vector_facts(ctx, flat.numpy(), out, exact=exact)
+            # a new array (and tensor) each call: a pass over it could never be resumed, so it is read whole
+            vector_facts(ctx, flat.numpy(), out, exact=exact, resumable=False)
             return
         except Exception:  # numpy unusable from torch: fall back to torch ops
             pass
