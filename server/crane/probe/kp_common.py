@@ -42,11 +42,11 @@ class Ctx:
     asked before it: facts stay the same whatever the request, and can be reused (kp_cache). The time budgets
     are shared: work they cut short is counted in `cuts` and not reused (a later call completes it).
 
-    Exact passes over data that may stay alive between calls (kp_scan.run_pass) also stop when the call's scan
-    slice is spent (`slice_ms`, default SCAN_SLICE_SHARE of the time budget: the time all passes together spent
-    reading in this call) and keep their position: the next call while nothing ran continues them (`unfinished` counts
-    those left). Every pass reads at least one chunk per call, so a small one is never cut and a large one
-    always advances."""
+    Exact passes over data that stays alive between calls (kp_scan.run_pass) also stop when the call's scan
+    slice is spent (`slice_ms`, default SCAN_SLICE_SHARE of the time budget: the time all passes together
+    spent reading in this call) and keep their position: the next call while nothing ran continues them
+    (`unfinished` counts those left). Every pass reads at least one chunk per call, so a small one is never cut
+    and a large one always advances."""
 
     def __init__(self, budget_ms=50.0, scan_budget=SCAN_BUDGET, wanted=None, frame_budget=None, slice_ms=None):
         self.t0 = time.perf_counter()

@@ -9,8 +9,9 @@ when text-like, numeric_parse — what rules, hover and prompts read of a column
 - integer and bool columns cannot hold NaN: 0, nothing read;
 - exactly, when ALL listed columns fit ONE budget per frame (`Ctx.frame_budget`; named ones count too, so
   the same columns are exact whatever the request names, and their facts can be reused): a whole 2-D float or
-  object block that fits is checked in one contiguous pass first (`_block_flag`), and only the columns it flags
-  are counted;
+  object block that fits is checked in one pass first (`_block_flag`; a resumable kp_scan.run_pass: while it
+  is unfinished, its columns are `sampled` with nothing seen and the next call goes on), and only the columns
+  it flags are counted;
 - when they do not ALL fit (a partial count would give no total), none is read exactly: a numeric column is
   `sampled` with its NaNs unknown (names and dtypes only), except that the strided columns of a frame built
   from one 2-D float array are sampled together by rows (UNNAMED_SAMPLE_N rows: one short read per row); a
