@@ -212,3 +212,13 @@ def watcher(kernel):
     w = Watcher(kernel)
     yield w
     w.close()
+
+
+def own_kernel(tmp_path_factory, name: str, setup: str):
+    """A kernel of a test module's own, with `setup` run in it, shut down after the module (for a module-scoped
+    fixture: `yield from own_kernel(...)`)."""
+    k = start_kernel(tmp_path_factory.mktemp(name))
+    run = k.connection.run_cell(setup, timeout=120)
+    assert run.status == "ok", (run.ename, run.evalue)
+    yield k
+    k.shutdown()

@@ -10,13 +10,15 @@ kernel is untouched.
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest, ProbeResult
 from crane.probe.kp_scan import CHUNK
+
+from .conftest import own_kernel
 
 ROWS = 300_000  # five chunks of a numeric column (more of an object column or of a block of columns)
 SETUP = f"""
@@ -41,11 +43,7 @@ VOLATILE = ("elapsed_ms", "payload_bytes", "cached", "scanned")
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    k = start_kernel(tmp_path_factory.mktemp("resume"))
-    run = k.connection.run_cell(SETUP, timeout=120)
-    assert run.status == "ok", (run.ename, run.evalue)
-    yield k
-    k.shutdown()
+    yield from own_kernel(tmp_path_factory, "resume", SETUP)
 
 
 @pytest.fixture
@@ -58,8 +56,6 @@ def column(res: ProbeResult, name: str):
 
 
 def stable(res: ProbeResult) -> dict:
-    import msgspec
-
     return {k: v for k, v in msgspec.to_builtins(res).items() if k not in VOLATILE}
 
 

@@ -12,6 +12,7 @@ from crane.probe.collect import MODULE_NAME, ProbeClient
 from crane.probe.facts import ProbeRequest
 
 from ..sacred import kernel_state
+from .conftest import own_kernel
 
 SETUP = """
 import numpy as np, pandas as pd
@@ -56,11 +57,7 @@ class OtherClient:
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    k = start_kernel(tmp_path_factory.mktemp("reuse"))
-    run = k.connection.run_cell(SETUP, timeout=120)
-    assert run.status == "ok", (run.ename, run.evalue)
-    yield k
-    k.shutdown()
+    yield from own_kernel(tmp_path_factory, "reuse", SETUP)
 
 
 @pytest.fixture(scope="module")
