@@ -31,6 +31,7 @@ import {
   runCell,
   executionCount,
   frameTexts,
+  waitForFrameText,
   scenario,
   SLOW,
   waitForKernelPicked,
@@ -106,8 +107,9 @@ step('2. CRANE asks through the kernels API: the consent dialog is answered "All
   // the question queues behind the running cell: the cell ends as it would have, not interrupted
   await waitForCellDone(s.page, SLOW_CELL);
   assert.equal(await cellRow(s.page, SLOW_CELL).locator('.codicon-notebook-state-success').count(), 1, 'the first cell succeeded');
+  // the output webview renders after the cell's state shows it ended: wait for the text, then read every output
+  await waitForFrameText(s.page, /\bready\b/, SLOW, { webviewsOnly: true }); // printed: it was not interrupted
   const outputs = (await frameTexts(s.page, { webviewsOnly: true })).join('\n');
-  assert.match(outputs, /\bready\b/, 'the first cell printed "ready": it was not interrupted');
   assert.doesNotMatch(outputs, /KeyboardInterrupt/);
   assert.equal(await executionCount(s.page, SLOW_CELL), '[1]');
   const { file, tooltip } = await attachedThroughJupyter();
@@ -197,8 +199,9 @@ step('6. the execution count and history show only the user\'s runs; CRANE\'s re
   const { file } = await attachedThroughJupyter(firstFile);
   const state = await kernelCheck(file, 2);
   assert.deepEqual([state.execution_count, state.history_length], [2, 2]);
-  const outputs = await frameTexts(s.page, { webviewsOnly: true }); // the cells' outputs are in a webview
-  assert.ok(outputs.some((t) => /region\s+product\s+units/.test(t)), 'the output of cell 4 is on screen');
+  // the cells' outputs are in a webview, rendered after the cells' states show they ended
+  await waitForFrameText(s.page, /region\s+product\s+units/, SLOW, { webviewsOnly: true }); // cell 4's output
+  const outputs = await frameTexts(s.page, { webviewsOnly: true });
   for (const text of outputs) {
     assert.ok(!text.includes('kernel-v3') && !text.includes(RUNTIME_DIR), `an output shows CRANE's question:\n${text.slice(0, 500)}`);
   }

@@ -208,11 +208,14 @@ export async function frameTexts(page, { webviewsOnly = false } = {}) {
   return out;
 }
 
-/** Polls every frame until one's body text matches `re`; returns that text. */
-export async function waitForFrameText(page, re, timeout) {
+/**
+ * Polls every frame (`webviewsOnly`: every frame but the workbench's, e.g. a notebook's output webview, which
+ * renders after the cell's state shows it ended) until one's body text matches `re`; returns that text.
+ */
+export async function waitForFrameText(page, re, timeout, { webviewsOnly = false } = {}) {
   const deadline = Date.now() + timeout;
   while (Date.now() < deadline) {
-    for (const text of await frameTexts(page)) {
+    for (const text of await frameTexts(page, { webviewsOnly })) {
       if (re.test(text)) {
         return text;
       }
