@@ -10,6 +10,7 @@ what is wrong.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -50,6 +51,7 @@ async def check_notebook(ls: CraneServer, *args: Any) -> Any:
     if session is None or snap is None:
         raise RequestFailed(f"{CHECK_NOTEBOOK}: the notebook {notebook_uri} is not open")
     cells = snap.code_cells
+    complete_check = functools.partial(ls.analysis.check_cells, complete=True)  # complete facts: answered once
     results: list[CellCheck] = []
     timeout = ls.tuning.probe_timeout_ms / 1000
     cancelled = False
@@ -59,7 +61,7 @@ async def check_notebook(ls: CraneServer, *args: Any) -> Any:
                 cancelled = True
                 break
             progress.report(f"cell {cell.number} ({i + 1} of {len(cells)})", int(100 * i / max(len(cells), 1)))
-            outcomes = await ls.run_blocking(ls.analysis.check_cells, snap, [cell], session, timeout, False, True)
+            outcomes = await ls.run_blocking(complete_check, snap, [cell], session, timeout)
             publish_checked(ls, session, snap, outcomes)
             for out in outcomes:
                 results.append(
@@ -87,13 +89,11 @@ async def diagnose_cell(ls: CraneServer, *args: Any) -> Any:
     async with WorkProgress(ls, f"CRANE: diagnosing cell {cell.number}") as progress:
         progress.report("reading the kernel's facts", 10)
         outcomes = await ls.run_blocking(
-            ls.analysis.check_cells,
+            functools.partial(ls.analysis.check_cells, complete=True),  # complete facts: answered once
             snap,
             [cell],
             session,
             ls.tuning.probe_timeout_ms / 1000,
-            False,
-            True,  # complete facts: the diagnosis is given once
         )
         publish_checked(ls, session, snap, outcomes)
         model = ls.settings.llm.model

@@ -216,11 +216,12 @@ def _block_pass(ctx, layout, b):
         return None
     vals = layout["blocks"][b].values
     kc = _kind_char(vals.dtype)
-    ctx.scanned += int(vals.size) * scan_weight(kc, True)
+    weight = scan_weight(kc, True)
     if kc == "f":
         width = max(1, int(vals.shape[0]))
 
         def sums(st, s, e):
+            ctx.scanned += width * (e - s) * weight  # what this call reads (nothing when the pass is reused)
             part = np.isnan(np.einsum("ij->i", vals[:, s:e]))
             st["nan"] = part if st["nan"] is None else (st["nan"] | part)
 
@@ -235,6 +236,7 @@ def _block_pass(ctx, layout, b):
     flat = vals.reshape(-1)
 
     def strings(st, s, e):
+        ctx.scanned += (e - s) * weight
         if not lib.is_string_array(flat[s:e], skipna=False):
             st["strings"], st["done"] = False, True
 
@@ -290,13 +292,14 @@ def column_facts(ctx, df, i, label, detailed, layout=None):
         return c
     try:
         mode = layout["mode"][i] if (not detailed and layout is not None and i < len(layout["mode"])) else None
+        flag = _block_flag(ctx, layout, i) if mode == "block" else None
         if detailed:
             vector_facts(ctx, a, c, kind_key="kind", details=True)
         elif mode == "none":
             c["n_nan"] = 0
-        elif mode == "block" and _block_flag(ctx, layout, i) is PARTIAL:
+        elif flag is PARTIAL:
             _unknown(c, kc, is_np)  # its block's pass goes on in the next call
-        elif mode == "block" and _block_flag(ctx, layout, i) is False:
+        elif mode == "block" and flag is False:
             vector_facts(ctx, a, c, exact=True, kind_key="kind", details=False, missing=0, strings=kc == "O")
         elif mode in ("block", "exact"):  # a flagged column of a block that fit is counted too (at most as much)
             ctx.scanned += len(a) * scan_weight(kc, is_np, a)

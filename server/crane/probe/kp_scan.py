@@ -186,17 +186,17 @@ def number_scan(ctx, a, kc, want_range, keep=0, resumable=False):
     np = ctx.np
     n = len(a)
     isnull = np.isnan if kc == "f" else (np.isnat if kc in "mM" else None)
-    bufs = []
-    if n > CHUNK and not a.flags.c_contiguous:
-        bufs.append(None)  # allocated on the first chunk this call reads
+    strided = n > CHUNK and not a.flags.c_contiguous
+    buf = None  # for a strided column: allocated on the first chunk this call reads
     step_n = max(1, int(math.ceil(n / float(keep)))) if keep else 0
 
     def step(st, s, e):
         c = a[s:e]
-        if bufs:
-            if bufs[0] is None:
-                bufs[0] = np.empty(CHUNK, dtype=a.dtype)
-            b = bufs[0][: len(c)]
+        nonlocal buf
+        if strided:
+            if buf is None:
+                buf = np.empty(CHUNK, dtype=a.dtype)
+            b = buf[: len(c)]
             np.copyto(b, c)
             c = b
         if step_n:
