@@ -92,7 +92,7 @@ step('7c. granting access later ("Jupyter: Manage Access To Jupyter Kernels") at
   await crane.waitFor({ timeout: SLOW });
   // the row's label toggles its checkbox (a click on the box itself would toggle it twice)
   await crane.locator('.quick-input-list-rows').first().click();
-  await s.page.locator('.quick-input-widget').filter({ hasText: '1 Selected' }).waitFor({ timeout: 10_000 });
+  await s.page.locator('.quick-input-widget').filter({ hasText: '1 Selected' }).waitFor({ timeout: SLOW });
   await s.screenshot('manage-access');
   await s.page.keyboard.press('Enter');
   await s.page.locator('.quick-input-widget').waitFor({ state: 'hidden' });

@@ -63,6 +63,16 @@ async function waitForLog(re, timeout = SLOW) {
   }
 }
 
+/** Waits for an error squiggle in cell `n`; a timeout names the cell and shows the end of the CRANE log. */
+async function waitForSquiggle(n) {
+  try {
+    await cellRow(s.page, n).locator('.squiggly-error').first().waitFor({ timeout: SLOW });
+  } catch (err) {
+    const tail = (await craneLog()).split('\n').slice(-10).join('\n');
+    throw new Error(`cell ${n} never showed an error squiggle (${err.message.split('\n')[0]}); the CRANE log ends:\n${tail}`);
+  }
+}
+
 /** The connection file the CRANE tooltip names as attached through the Jupyter extension. */
 async function attachedThroughJupyter(exclude) {
   const deadline = Date.now() + SLOW;
@@ -73,7 +83,10 @@ async function attachedThroughJupyter(exclude) {
       return { file: m[1], tooltip: tip };
     }
     if (Date.now() > deadline) {
-      throw new Error(`the tooltip never named a new connection file attached through the Jupyter extension:\n${tip}`);
+      const bridge = (await craneLog()).split('\n').filter((l) => /kernel bridge|kernel_attach|kernel_watch/.test(l));
+      const statuses = await recordedStatusTexts(s.page);
+      throw new Error(`the tooltip never named a new connection file attached through the Jupyter extension:\n${tip}\n` +
+        `status texts: ${JSON.stringify(statuses.slice(-6))}\nlog:\n${bridge.slice(-8).join('\n')}`);
     }
     await s.page.waitForTimeout(500);
   }
@@ -161,21 +174,21 @@ step('4. running cell 6 adds the column: the squiggle clears without any edit to
 
 step('5. restarting the kernel from the toolbar: CRANE attaches to the new process and its facts reset', async () => {
   await s.page.locator('.notebook-toolbar-container [aria-label="Restart Kernel"]').first().click();
+  // run.sh sets jupyter.askForKernelRestart: the Jupyter extension always asks first (however long it takes)
   const confirm = dialogButton(s.page, /restart/i, 'Restart');
-  if (await confirm.waitFor({ timeout: 15_000 }).then(() => true, () => false)) {
-    await s.screenshot('restart-confirm');
-    await confirm.click();
-  }
+  await confirm.waitFor({ timeout: SLOW });
+  await s.screenshot('restart-confirm');
+  await confirm.click();
   const { file } = await attachedThroughJupyter(firstFile);
   assert.ok(file.startsWith(RUNTIME_DIR + path.sep));
   // the names are gone: the cells that use them now predict NameError
   for (const n of [4, CRASH_CELL, FIX_CELL]) {
-    await cellRow(s.page, n).locator('.squiggly-error').first().waitFor({ timeout: SLOW });
+    await waitForSquiggle(n);
   }
   assert.equal(await cellRow(s.page, 3).locator('.squiggly-error').count(), 0);
   await moveTo(s.page, cellRow(s.page, CRASH_CELL).locator('.squiggly-error').first());
   const hover = s.page.locator('.monaco-hover').filter({ hasText: 'NameError' }).first();
-  await hover.waitFor();
+  await hover.waitFor({ timeout: SLOW });
   assert.match(await hover.innerText(), /sales/);
   await s.page.waitForTimeout(400);
   await s.screenshot('restarted-names-gone');

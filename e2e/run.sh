@@ -178,7 +178,8 @@ run_browser_test() {  # run_browser_test TEST_FILE [ENV...]: node --test in its 
   start_bg - env -C "$HERE" CRANE_E2E_URL="http://127.0.0.1:$PORT/?folder=$RUN/workspace" \
     CRANE_E2E_SCREENSHOTS="$SHOTS" CRANE_E2E_RUN="$RUN" CRANE_E2E_PYTHON="$PYTHON" \
     CRANE_E2E_LOGS="$RUN/user-data/logs" CRANE_E2E_CHROMIUM="${CRANE_E2E_CHROMIUM:-/usr/bin/chromium}" "$@" \
-    node --test --test-reporter=spec --test-timeout=600000 "$file"
+    node --test --test-timeout=600000 --test-reporter=spec --test-reporter-destination=stdout \
+    --test-reporter=spec --test-reporter-destination="$LOGS/$CURRENT_SCENARIO/steps.log" "$file"
   local rc=0
   wait "$BG_PID" || rc=$?
   return "$rc"
@@ -251,4 +252,12 @@ for sc in "${SCENARIOS[@]}"; do
   log "scenario $sc: $([ "$rc" -eq 0 ] && echo passed || echo "FAILED ($rc)") in $(($(date +%s) - s0)) s"
   [ "$rc" -eq 0 ] || failed+=("$sc")
 done
-[ "${#failed[@]}" -eq 0 ] || { log "failed scenarios: ${failed[*]}"; exit 1; }
+failure_summary() {  # the failed steps with their messages, without stack frames: a log's tail shows why
+  local sc
+  for sc in "${failed[@]}"; do
+    [ -f "$LOGS/$sc/steps.log" ] || continue
+    printf '%s\n' "--- $sc: failed steps ---"
+    awk '/ failing tests:$/ { on = 1; next } on && !/^ +at / && NF' "$LOGS/$sc/steps.log" | cut -c1-300 | head -n 24
+  done >&2
+}
+[ "${#failed[@]}" -eq 0 ] || { failure_summary; log "failed scenarios: ${failed[*]}"; exit 1; }

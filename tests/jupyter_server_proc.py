@@ -116,10 +116,23 @@ class JupyterServerProcess:
         except OSError:
             return ""
 
-    def kernel_ids(self) -> list[str]:
+    def kernels(self) -> list:
+        """The server's running kernels (`KernelModel`s). jupyter_server answers HTTP 500 when a kernel goes away
+        while it lists them: that answer is asked again (at most 5 times)."""
+        from crane.kernel.errors import ServerError
         from crane.kernel.rest import ServerAPI
 
-        return [k.id for k in ServerAPI(self.spec()).check()]
+        for attempt in range(5):
+            try:
+                return ServerAPI(self.spec()).check()
+            except ServerError as exc:
+                if getattr(exc, "status", None) != 500 or attempt == 4:
+                    raise
+                time.sleep(0.2)
+        raise AssertionError("unreachable")
+
+    def kernel_ids(self) -> list[str]:
+        return [k.id for k in self.kernels()]
 
     def spec(self, token: str | None = None):
         from crane.kernel.target import ServerSpec

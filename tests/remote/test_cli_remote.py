@@ -127,18 +127,29 @@ def test_wrong_token_and_unreachable_server_exit_2(jserver, served, notebook):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_leaves_no_kernel_on_the_server(jserver, served, sig):
     make_notebook(served / "project" / "slow.ipynb", [("import time\ntime.sleep(120)", 1), ("x = 1", None)])
-    env = {**os.environ, "JUPYTER_TOKEN": jserver.token}
+    # PYTHONFAULTHANDLER: a SIGABRT makes the CLI print every thread's stack (what it waited on, if it hangs)
+    env = {**os.environ, "JUPYTER_TOKEN": jserver.token, "PYTHONFAULTHANDLER": "1"}
+    # SIGINT as a terminal delivers it: whatever the test runner's own disposition is (a background job ignores
+    # it, and a Python started with SIGINT ignored never raises KeyboardInterrupt)
     proc = subprocess.Popen([sys.executable, "-m", "crane", "check", "project/slow.ipynb", "--server", jserver.url],
-                            cwd=served, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=served, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        _wait_for(lambda: jserver.kernel_ids() or proc.poll() is not None, 60, "the kernel on the server")
+        # the kernel is on the server and working for the CLI (starting up, or the replay of the slow cell)
+        _wait_for(lambda: any(k.execution_state == "busy" for k in jserver.kernels()) or proc.poll() is not None,
+                  60, "the kernel on the server to be busy")
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.5)  # the replay has started
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=30)
+            raise AssertionError(f"crane check still ran 60 s after {sig.name}; its threads:\n{err[-6000:]}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert jserver.kernel_ids() == []
