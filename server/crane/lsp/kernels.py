@@ -168,13 +168,13 @@ class KernelSupervisor:
                 await asyncio.to_thread(att.close)
                 return False, "the notebook was closed"
             old, session.attachment = session.attachment, att
-            if old is not None:
-                await asyncio.to_thread(old.close)
             session.facts.clear()
             session.kernel_changed()
             warn = self._path_warning(session, att)
             self._set_state(session, "busy" if att.busy else "attached", self._attached_message(att, warn))
             self.recheck_all(session)
+            if old is not None:  # after the new state is said (see _let_go)
+                await asyncio.to_thread(old.close)
             return True, f"attached to {what}{warn}"
 
     def _already_attached(self, session: NotebookSession, att: Attachment, source: KernelSource) -> tuple[bool, str]:
@@ -240,7 +240,8 @@ class KernelSupervisor:
                         session.attachment = None
                         session.last_kernel = (att.target, att.info.source)
                         await asyncio.to_thread(att.close)
-                    await self._resolve(session)
+                    if session.attachment is None:  # the client may have named a kernel while the old one closed
+                        await self._resolve(session)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -341,10 +342,12 @@ class KernelSupervisor:
         session.attachment = None
         session.kernel_changed()
         session.last_kernel = (att.target, att.info.source)
-        await asyncio.to_thread(att.close)
         self._set_state(session, "dead", message)
         self.recheck_all(session)
         self.wake(session)
+        # last: closing can take seconds (a request in flight to the dead process), and the client may name the
+        # new process meanwhile; nothing after this await may speak for the session any more
+        await asyncio.to_thread(att.close)
 
     async def _verify_identity(self, session: NotebookSession, att: Attachment) -> None:
         # A vanished connection file: its owner disposed of the kernel. The Jupyter extension restarts a kernel
