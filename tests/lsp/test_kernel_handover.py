@@ -27,7 +27,6 @@ class _Host:
 
     def __init__(self) -> None:
         self.tuning = Tuning()
-        self.sessions: dict[str, NotebookSession] = {}
         self.statuses: list[Any] = []  # every crane/kernelStatus it sent, in order
         self.workspace = SimpleNamespace(get_notebook_document=lambda **_: None)  # no cells to re-check
 
@@ -35,14 +34,8 @@ class _Host:
         if method == "crane/kernelStatus":
             self.statuses.append(params)
 
-    def call_soon_threadsafe(self, fn, *args) -> None:
-        asyncio.get_running_loop().call_soon_threadsafe(fn, *args)
-
-    def call_later(self, delay, fn, *args) -> None:
-        asyncio.get_running_loop().call_later(delay, fn, *args)
-
-    def spawn(self, aw):
-        return asyncio.ensure_future(aw)
+    def states(self) -> list[str]:
+        return [s["state"] for s in self.statuses]
 
 
 def _attachment(path: str, close) -> SimpleNamespace:
@@ -54,67 +47,54 @@ def _attachment(path: str, close) -> SimpleNamespace:
 
 
 @pytest.fixture
-def held_close():
-    """A `close` that blocks until released; `closing` is set once it was called."""
+def handover(tmp_path, monkeypatch):
+    """A notebook attached to the old process, whose `close` blocks until `release` is set (`closing` is set once
+    it was called), and the new process's file and attachment, which `attach` hands out."""
     closing, release = threading.Event(), threading.Event()
 
-    def close() -> None:
+    def held_close() -> None:
         closing.set()
         release.wait(60)
 
-    yield SimpleNamespace(close=close, closing=closing, release=release)
+    host = _Host()
+    sup = KernelSupervisor(host, analysis=None)
+    session = NotebookSession(uri="file:///w/nb.ipynb", path=None)
+    sup._attach_lock[session.uri] = asyncio.Lock()
+    old = _attachment(str(tmp_path / "kernel-old.json"), held_close)
+    session.attachment, session.state = old, "attached"
+    new_file = tmp_path / "kernel-new.json"
+    new_file.write_text("{}")
+    new = _attachment(str(new_file), lambda: None)
+    monkeypatch.setattr(kernels_mod, "attach", lambda *args: new)
+    yield SimpleNamespace(host=host, sup=sup, session=session, old=old, new=new, new_file=str(new_file),
+                          closing=closing, release=release)
     release.set()
 
 
-def _states(host: _Host) -> list[str]:
-    return [s["state"] for s in host.statuses]
-
-
-async def _supervised(host: _Host) -> tuple[KernelSupervisor, NotebookSession]:
-    sup = KernelSupervisor(host, analysis=None)  # type: ignore[arg-type]
-    session = NotebookSession(uri="file:///w/nb.ipynb", path=None)
-    sup._attach_lock[session.uri] = asyncio.Lock()
-    return sup, session
-
-
-async def test_the_new_process_named_while_the_old_one_closes_stays_attached(tmp_path, monkeypatch, held_close):
-    host = _Host()
-    sup, session = await _supervised(host)
-    old = _attachment(str(tmp_path / "kernel-old.json"), held_close.close)
-    session.attachment, session.state = old, "attached"
+async def test_the_new_process_named_while_the_old_one_closes_stays_attached(handover):
+    h = handover
     # the old process is gone with its file: the supervisor lets go of it, and its close hangs
-    letting_go = asyncio.ensure_future(sup._let_go(session, old, GONE))
-    assert await asyncio.to_thread(held_close.closing.wait, 30), "the old attachment was never closed"
-    assert session.attachment is None and _states(host)[-1] == "dead"
+    letting_go = asyncio.ensure_future(h.sup._let_go(h.session, h.old, GONE))
+    assert await asyncio.to_thread(h.closing.wait, 30), "the old attachment was never closed"
+    assert h.session.attachment is None and h.host.states()[-1] == "dead"
 
     # meanwhile the client names the new process's file
-    new_file = tmp_path / "kernel-new.json"
-    new_file.write_text("{}")
-    new = _attachment(str(new_file), lambda: None)
-    monkeypatch.setattr(kernels_mod, "attach", lambda *args: new)
-    ok, message = await sup._try_attach(session, str(new_file), "jupyter-extension")
+    ok, message = await h.sup._try_attach(h.session, h.new_file, "jupyter-extension")
     assert ok, message
-    assert session.attachment is new and _states(host)[-1] == "attached"
+    assert h.session.attachment is h.new and h.host.states()[-1] == "attached"
 
-    held_close.release.set()  # now the old close returns
+    h.release.set()  # now the old close returns
     await letting_go
-    assert session.attachment is new
-    assert session.state == "attached" and _states(host)[-1] == "attached", _states(host)
+    assert h.session.attachment is h.new
+    assert h.session.state == "attached" and h.host.states()[-1] == "attached", h.host.states()
 
 
-async def test_attaching_says_the_new_kernel_before_the_old_one_has_closed(tmp_path, monkeypatch, held_close):
-    host = _Host()
-    sup, session = await _supervised(host)
-    old = _attachment(str(tmp_path / "kernel-old.json"), held_close.close)
-    session.attachment, session.state = old, "attached"
-    new_file = tmp_path / "kernel-new.json"
-    new_file.write_text("{}")
-    new = _attachment(str(new_file), lambda: None)
-    monkeypatch.setattr(kernels_mod, "attach", lambda *args: new)
-    attaching = asyncio.ensure_future(sup._try_attach(session, str(new_file), "jupyter-extension"))
-    assert await asyncio.to_thread(held_close.closing.wait, 30), "the replaced attachment was never closed"
+async def test_attaching_says_the_new_kernel_before_the_old_one_has_closed(handover):
+    h = handover
+    attaching = asyncio.ensure_future(h.sup._try_attach(h.session, h.new_file, "jupyter-extension"))
+    assert await asyncio.to_thread(h.closing.wait, 30), "the replaced attachment was never closed"
     # the old one is still closing: the notebook already uses and shows the new one
-    assert session.attachment is new and _states(host)[-1] == "attached"
-    held_close.release.set()
+    assert h.session.attachment is h.new and h.host.states()[-1] == "attached"
+    h.release.set()
     ok, _ = await attaching
-    assert ok and session.attachment is new and session.state == "attached"
+    assert ok and h.session.attachment is h.new and h.session.state == "attached"
