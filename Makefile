@@ -10,7 +10,7 @@ JOBS   ?= 2
 # pytest workers: most tests wait on kernels and servers, so three share the two cores well
 PYTEST_JOBS ?= 3
 
-.PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench clean
+.PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench bench-today kernel-today clean
 
 setup: $(STAMP)
 
@@ -37,8 +37,21 @@ client-then-e2e: setup
 	$(MAKE) --no-print-directory test-client
 	$(MAKE) --no-print-directory e2e
 
-test-python: setup
+test-python: setup kernel-today
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS)
+
+# A second kernel environment on today's versions (IPython 9, numpy 2, pandas 3, TensorFlow/Keras 3, JAX, polars,
+# xgboost, lightgbm; envs/kernel-today.txt): the tests run kernels in it beside the bench environment's IPython 8
+# ones. Built once per version of the file under $(ENV_CACHE), outside the checkout, so CI runs reuse it.
+ENV_CACHE ?= $(HOME)/.cache/crane-envs
+KERNEL_TODAY := build/kernel-today
+
+kernel-today:
+	envs/make_env.sh envs/kernel-today.txt $(ENV_CACHE) $(KERNEL_TODAY)
+
+# `crane bench` with kernels of that environment (dl-lite's README lists the versions it was labelled with).
+bench-today: setup kernel-today
+	$(BIN)/crane bench $(BENCH) --jobs $(JOBS) --python $(KERNEL_TODAY)/bin/python
 
 # The client's node_modules, installed once per package-lock.json (`make test` needs them for the client's
 # checks and again for the vsix the end-to-end test installs).
