@@ -1,8 +1,9 @@
 """Proof that CRANE's private work left a kernel as its user owns it (for the bench and the tests).
 
 `kernel_state` fingerprints what the user owns — namespace keys and object ids, execution count, In, Out, the
-history session and the user's IPython event callbacks (the probe's own execution counter is left out) — with
-one private request, which itself changes none of it. `IopubRecorder` is a second client on the kernel's iopub
+history session and the user's IPython event callbacks (the probe's own execution counter is left out), the
+at-fork handlers, OOM score adjustment, CPU affinity and scheduling of the kernel process, and the global random
+states (random, numpy, torch, TensorFlow) — with one private request, which itself changes none of it. `IopubRecorder` is a second client on the kernel's iopub
 channel, as the user's notebook frontend is: it records every message in a thread, so nothing CRANE does can
 show an output (stream, display, result, error, execute_input) without it being seen. `Untouched` combines both
 around a block: `unchanged` is true when the fingerprint is the same after and no output was published.
@@ -26,13 +27,70 @@ from crane.kernel.target import KernelTarget
 OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error",
                           "execute_input", "clear_output"})
 
-STATE_EXPR = (
-    "(lambda ip: {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count, "
-    "'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys()), "
-    "'hist': ip.history_manager.session_number, "
-    "'events': sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe']) "
-    "for e, cs in ip.events.callbacks.items())})(get_ipython())"
-)
+# What the user owns, read in the kernel by one private expression (a fresh dict, so no name is left behind).
+# Besides the namespace and IPython's counters and event callbacks: the interpreter's at-fork handler lists
+# (found as the gc referrers of handlers the standard library registers), the process's OOM score adjustment,
+# CPU affinity, scheduling policy and nice value, and the global random states of random, numpy, torch and
+# TensorFlow (read without creating any: TensorFlow's global generator only where it exists).
+_STATE_SRC = r"""
+def f(ip):
+    import gc, hashlib, os, sys
+    out = {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count,
+           'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys()),
+           'hist': ip.history_manager.session_number,
+           'events': sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe'])
+                            for e, cs in ip.events.callbacks.items())}
+    anchors = []
+    for mod, names in (('threading', ('_after_fork',)),
+                       ('logging', ('_prepareFork', '_afterFork', '_acquireModuleLock', '_releaseModuleLock',
+                                    '_acquireLock', '_releaseLock', '_after_at_fork_child_reinit_locks'))):
+        m = sys.modules.get(mod)
+        anchors += [m.__dict__[n] for n in names if m is not None and n in m.__dict__]
+    anchors = tuple(anchors)  # not a list: it would be found below
+    lists = {}
+    for fn in anchors:
+        for r in gc.get_referrers(fn):
+            if type(r) is list and any(x is fn for x in r):
+                lists[id(r)] = [id(h) for h in r]
+    out['atfork'] = sorted(lists.items())
+    try:
+        with open('/proc/self/oom_score_adj') as fh:
+            out['oom_score_adj'] = fh.read().strip()
+    except OSError:
+        out['oom_score_adj'] = None
+    try:
+        out['affinity'] = sorted(os.sched_getaffinity(0))
+        out['sched'] = [os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)]
+    except (AttributeError, OSError):
+        pass
+    rng = {}
+    r = sys.modules.get('random')
+    if r is not None:
+        rng['random'] = hashlib.sha256(repr(r.getstate()).encode()).hexdigest()
+    np = sys.modules.get('numpy')
+    if np is not None:
+        try:
+            st = np.random.get_state()
+            rng['numpy'] = hashlib.sha256(st[1].tobytes() + repr(st[2:]).encode()).hexdigest()
+        except Exception:
+            pass
+    torch = sys.modules.get('torch')
+    if torch is not None:
+        try:
+            rng['torch'] = hashlib.sha256(bytes(torch.random.get_rng_state().tolist())).hexdigest()
+        except Exception:
+            pass
+    tfr = sys.modules.get('tensorflow.python.ops.stateful_random_ops')
+    gen = getattr(tfr, 'global_generator', None) and tfr.__dict__.get('_global_generator')
+    if gen is not None:
+        try:
+            rng['tensorflow'] = hashlib.sha256(gen.state.numpy().tobytes()).hexdigest()
+        except Exception:
+            pass
+    out['rng'] = rng
+    return out
+"""
+STATE_EXPR = "(lambda g: (exec(%r, g), g['f'](get_ipython()))[1])({})" % _STATE_SRC
 
 
 def kernel_state(conn: KernelConnection) -> dict:
@@ -120,6 +178,14 @@ class Untouched:
         self.outputs: list[dict] = []
         self._recorder: IopubRecorder | None = None
         self._before: Any = None
+        self.after: Any = None
+
+    def changes(self) -> dict:
+        """What differs between the fingerprints before and after the block (for messages)."""
+        if not isinstance(self._before, dict) or not isinstance(self.after, dict):
+            return {}
+        return {k: (self._before.get(k), self.after.get(k)) for k in set(self._before) | set(self.after)
+                if self._before.get(k) != self.after.get(k)}
 
     def __enter__(self) -> Untouched:
         self._recorder = rec = IopubRecorder(self.target)
@@ -143,6 +209,7 @@ class Untouched:
                 after = kernel_state(self.conn)
                 rec.wait_idle_beyond(seen, self.timeout)  # every message the block caused came before it
                 self.outputs = rec.outputs()
+                self.after = after
                 self.unchanged = after == self._before and not self.outputs
         finally:
             rec.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUSY_POLL_S = 0.2
+CANCEL_POLL_S = 0.05  # how often a running speculation looks whether the user started a cell
 
 
 class SpeculationService:
@@ -52,6 +54,7 @@ class SpeculationService:
         # called when the sandbox mode in force changed (the kernel status says it)
         self.on_mode: Callable[[NotebookSession], None] | None = None
         self.runs = 0  # sandbox runs started (for tests and logs)
+        self.cancelled = 0  # runs stopped because the user ran a cell meanwhile
         # called (on the loop) after a verdict was cached and published: the quick-fix search's trigger
         self.after_verdict: Callable[[NotebookSession, CellSnapshot], None] | None = None
 
@@ -144,6 +147,8 @@ class SpeculationService:
         gen = session.kernel_gen
         v = await self._speculate(session, cell.source)
         if v is None:
+            if not session.closed and self.applicable(session):
+                self.request(session, cell_uri)  # stopped for a user's cell: again once the kernel is idle
             return
         if session.closed:
             return
@@ -178,12 +183,27 @@ class SpeculationService:
         places = [os.path.dirname(os.path.abspath(session.path))] if session.path else []
         self.runs += 1
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._speculate_blocking, att, source, budget, recorded,
-                                          places)
+        cancel = threading.Event()
+        gen = session.kernel_gen
+        fut = loop.run_in_executor(self._executor, self._speculate_blocking, att, source, budget, recorded,
+                                   places, cancel)
+        # The run ends the moment the user runs a cell: while it lasts, every page the user's cell changes in the
+        # kernel is copied (the sandbox keeps the old one), which could push the kernel out of memory; and its
+        # verdict would be about a state that is gone. Such a run gives no verdict (None): it is queued again.
+        while not fut.done():
+            await asyncio.wait([fut], timeout=CANCEL_POLL_S)
+            if not cancel.is_set() and (att.busy or session.kernel_gen != gen or not att.alive or session.closed):
+                cancel.set()
+        v = fut.result()
+        if cancel.is_set():
+            self.cancelled += 1
+            log.info("speculative run stopped: the kernel started running a cell")
+            return None
+        return v
 
     # -- on the sandbox thread ------------------------------------------------------------------------------
     def _speculate_blocking(self, att: Attachment, source: str, budget: float, recorded: float | None,
-                            places: list[str]) -> SandboxVerdict:
+                            places: list[str], cancel: threading.Event | None = None) -> SandboxVerdict:
         from crane.sandbox.scale import speculate_scaled
         from crane.sandbox.verdict import unavailable
 
@@ -191,7 +211,7 @@ class SpeculationService:
             conn = self._conns.get(att)
         except Exception as exc:
             return unavailable(f"could not connect to the kernel for a sandboxed run: {exc}")
-        return speculate_scaled(conn, source, budget, recorded_s=recorded, places=places)
+        return speculate_scaled(conn, source, budget, recorded_s=recorded, places=places, cancel=cancel)
 
     # -- on demand ------------------------------------------------------------------------------------------
     async def run_now(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict:
@@ -201,7 +221,10 @@ class SpeculationService:
         if v is None:
             from crane.sandbox.verdict import unavailable
 
-            return unavailable("no kernel is attached")
+            att = session.attachment
+            if att is None or not att.alive:
+                return unavailable("no kernel is attached")
+            return unavailable("stopped: the kernel started running a cell")
         if session.kernel_gen == gen and not session.closed:
             session.sandbox_verdicts.put(cell.source, gen, v)
             self._note_mode(session, v)

@@ -32,7 +32,7 @@ from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.verdict import ExitStatus, LaunchReply, RemoteState, SandboxVerdict, exit_status_decoder, unavailable
 
-SANDBOX_PARTS = ("seccomp.py", "ks_common.py", "ks_audit.py", "ks_mappings.py", "ks_fds.py", "ks_layer.py",
+SANDBOX_PARTS = ("seccomp.py", "ks_common.py", "ks_atfork.py", "ks_audit.py", "ks_mappings.py", "ks_fds.py", "ks_layer.py",
                  "ks_isolation.py", "ks_miniature.py", "ks_run.py", "ks_session.py", "ks_parent.py")
 SANDBOX_MODULE = KernelModule(
     "_crane_sandbox",

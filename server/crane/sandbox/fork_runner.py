@@ -106,10 +106,14 @@ def _signal_verdict(sig: int | None, exitcode: int | None, memory_mb: int, setup
         return SandboxVerdict(verdict="blocked", reason="the cell wrote more than the sandbox's file-size limit")
     if sig == signal.SIGSYS:
         return SandboxVerdict(verdict="blocked", reason="the cell made a system call the sandbox forbids")
-    readonly = int((setup.mappings if setup else {}).get("readonly", 0) or 0)
-    if readonly and sig in (signal.SIGSEGV, signal.SIGBUS):
-        return SandboxVerdict(verdict="blocked", reason=f"killed by {name}: probably a write into shared memory the "
-                                                         f"sandbox made read-only ({readonly} mapping(s) too large to copy)")
+    maps = setup.mappings if setup else {}
+    withheld = int(maps.get("readonly", 0) or 0) + int(maps.get("unmapped", 0) or 0)
+    if withheld and sig in (signal.SIGSEGV, signal.SIGBUS):
+        return SandboxVerdict(verdict="blocked", reason=f"killed by {name}: probably an access to shared memory the "
+                                                         f"sandbox withheld ({withheld} mapping(s) too large to copy)")
+    if sig == signal.SIGABRT:  # libzmq, gRPC, OpenMP, CUDA... abort when a socket, thread or memory is refused
+        return SandboxVerdict(verdict="blocked", reason="the process aborted (SIGABRT): libraries abort when the "
+                                                         "sandbox refuses them a socket, a thread or memory")
     return SandboxVerdict(
         verdict="crash",
         ename="DeadKernelError",

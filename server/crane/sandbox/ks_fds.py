@@ -117,3 +117,44 @@ def privatise_descriptors(copy_budget: int = 8 << 20, copy_file_limit: int = 1 <
     finally:
         os.close(sink)
     return counts
+
+
+def reopen_through_mounts(skip: set) -> dict:
+    """Layered mode, in B after its mounts: the regular files and directories still open at the numbers the
+    kernel had them are opened again *by path*, so they resolve through B's own mounts (read-only outside the
+    layers, the overlay inside one) instead of the kernel's writable ones: chmod, chown, utime, xattr or a
+    dir_fd-relative change through one of them then fails (EROFS) or stays in the layer. A descriptor whose path
+    B cannot open again (a file deleted or out of reach of its mount namespace) is replaced by /dev/null; the
+    private copies (memfds) and `skip` (the sandbox's own channels) are left as they are. Returns counts."""
+    counts = {"reopened": 0, "lost": 0}
+    for fd in sorted(int(x) for x in os.listdir("/proc/self/fd")):
+        if fd < 3 or fd in skip:
+            continue
+        try:
+            st = os.fstat(fd)
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            inheritable = os.get_inheritable(fd)
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        mode = st.st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) or not path.startswith("/") or path.startswith("/memfd:"):
+            continue
+        new = -1
+        try:
+            if flags & _PATH_FLAG:
+                new = os.open(path, _PATH_FLAG | os.O_CLOEXEC)
+            elif stat.S_ISDIR(mode):
+                new = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            else:
+                new = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                os.lseek(new, os.lseek(fd, 0, os.SEEK_CUR), os.SEEK_SET)
+            counts["reopened"] += 1
+        except OSError:
+            if new >= 0:
+                os.close(new)
+            new = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+            counts["lost"] += 1
+        os.dup2(new, fd, inheritable=inheritable)
+        os.close(new)
+    return counts

@@ -12,19 +12,29 @@ force.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
 import time
+from typing import Any
 
+from crane.sandbox.ks_atfork import resume_in_sandbox  # kernel: strip
 from crane.sandbox.ks_audit import _install_audit_hook  # kernel: strip
-from crane.sandbox.ks_common import _SETUP, _Capture, _Ctx, _summarise_data, _write_json  # kernel: strip
-from crane.sandbox.ks_fds import privatise_descriptors  # kernel: strip
+from crane.sandbox.ks_common import (  # kernel: strip
+    _SETUP,
+    SandboxBlocked,
+    _Capture,
+    _Ctx,
+    _summarise_data,
+    _write_json,
+)
+from crane.sandbox.ks_fds import privatise_descriptors, reopen_through_mounts  # kernel: strip
 from crane.sandbox.ks_layer import (  # kernel: strip
     LayerError,
     build_layer,
     clone_into_namespaces,
-    drop_capabilities,
+    listening_unix_sockets,
     supervise,
     writable_places,
     write_id_maps,
@@ -33,10 +43,10 @@ from crane.sandbox.ks_mappings import privatise_shared_mappings  # kernel: strip
 from crane.sandbox.ks_miniature import cell_names, shrink_namespace  # kernel: strip
 from crane.sandbox.seccomp import confine, set_parent_death_signal  # kernel: strip
 
-_PUBLISHER: dict = {}  # a capturing display publisher, built once in the parent (cheaper for the child)
+_PUBLISHER: dict = {}  # the child's capturing display publisher (never built in the kernel process)
 
 
-def _capture_publisher(shell) -> object:
+def _capture_publisher(shell) -> Any:
     pub = _PUBLISHER.get("pub")
     if pub is None:
         from IPython.core.displaypub import DisplayPublisher
@@ -123,7 +133,10 @@ def _neutralise_kernel_io(ctx: _Ctx) -> None:
         except Exception:
             pass
     shell = ctx.shell
-    pub = _PUBLISHER.get("pub")
+    try:  # built here, in the child: IPython 9's DisplayPublisher registers callbacks on the shell's events
+        pub = _capture_publisher(shell)
+    except Exception:
+        pub = None
     if pub is not None:
         pub.sink = ctx.displays
         shell.display_pub = pub
@@ -131,6 +144,20 @@ def _neutralise_kernel_io(ctx: _Ctx) -> None:
         if ctx.shown_exc is None:
             ctx.shown_exc = sys.exc_info()[1]
 
+    def _no_input(*a, **k):  # the real run would wait for the user to type: not something a sandbox can decide
+        msg = "crane sandbox: the cell asks for the user's input (input/getpass), which a sandboxed run cannot give"
+        ctx.denied.append(msg)
+        raise SandboxBlocked(errno.EPERM, msg)
+
+    try:
+        import builtins
+        import getpass
+        builtins.input = _no_input
+        getpass.getpass = _no_input
+        if shell is not None and hasattr(shell, "raw_input"):
+            shell.raw_input = _no_input
+    except Exception:
+        pass
     for attr in ("showtraceback", "showsyntaxerror", "showindentationerror"):
         try:
             setattr(shell, attr, _shown)
@@ -259,6 +286,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
     if not places:
         ctx.mode_reason = "no writable directory to give a private layer"
         return None
+    sockets = listening_unix_sockets()  # read in A: B's network namespace will not list them
     go_r, go_w = os.pipe()
     cpu_a = time.process_time()  # A's setup CPU so far (B's own starts at zero)
     import socket
@@ -293,12 +321,15 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         t2 = time.perf_counter()
         try:
             info = build_layer(places, cwd, _layer_budget_mb(int(ctx.args.get("layer_mb", 2048))) << 20,
-                               int(ctx.args.get("max_processes", 1000)))
+                               int(ctx.args.get("max_processes", 1000)), sockets)
         except OSError as exc:
             ctx.mode_reason = f"the private layer could not be built ({exc})"
             return None
-        if os.geteuid() != 0:
-            drop_capabilities()
+        own = {ctx.result_fd, ctx.cmd_fd}
+        if ctx.notif_sock is not None:
+            own.add(ctx.notif_sock.fileno())
+        info["fds"] = reopen_through_mounts({fd for fd in own if fd is not None and fd >= 0})
+        # capabilities: confine() drops them (all but reading) for every kernel, root included
         t3 = time.perf_counter()
         ctx.steps.update(clone=round((t1 - t0) * 1000, 3), id_maps=round((t2 - t1) * 1000, 3),
                          mounts=round((t3 - t2) * 1000, 3))
@@ -325,6 +356,16 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
     os._exit(0)
 
 
+def _oom_first() -> None:
+    """The OOM killer's first choice, before anything else happens in the child: every process of the sandbox
+    (B and worker processes inherit it) is killed before the user's kernel, whose pages it shares."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
 def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
     """Everything before user code: isolation, capture, the mode's layer and confinement, the audit hook."""
     t0 = time.perf_counter()
@@ -349,6 +390,7 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
         ctx.steps[name] = round((now - since) * 1000.0, 3)
         return now
 
+    _oom_first()
     t = step("start", t0)
     _isolate_descriptors(ctx)
     t = step("descriptors", t)
@@ -407,6 +449,7 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
             profile="blocking", fork_gate=args.get("fork_gate"),
         )
     t = step("confine", t)
+    resume_in_sandbox()
     _install_audit_hook(ctx)
     t = step("audit", t)
     if args.get("miniature") and shell is not None:  # after confinement: shrinking runs library code

@@ -1,7 +1,8 @@
 """Fork sandbox, kernel side: the private copy-on-write layer ("layered" mode).
 
 The child forked from the kernel (call it A, single-threaded) creates the process that runs the cell (B) with
-a raw clone(SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), wrapped in CPython's
+a raw clone(SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET: no network
+interface but a loopback that is down, and abstract UNIX sockets of its own), wrapped in CPython's
 before/after-fork hooks. A writes B's uid/gid maps (root: the full identity map, so the sandbox is root as the
 kernel is; another user: its own uid and gid), then lets B go and supervises it: it kills B at the wall-clock
 deadline, relays B's exit status as a JSON line on the result channel, and exits. B is pid 1 of its own pid
@@ -15,7 +16,9 @@ B, with all capabilities in its own user namespace, builds the layer before any 
    $TMPDIR, /tmp, /var/tmp, /dev/shm, $XDG_RUNTIME_DIR, extra places from the daemon), outer first, each with
    the real directory (an O_PATH descriptor opened before any mount) as its lower layer; mounts below a place
    are re-attached on top of its overlay (open_tree/move_mount), so the cell sees the same tree;
-4. a fresh /proc for the pid namespace with pid_max bounding the number of processes (read-only after), and
+4. /dev/null bound over every UNIX socket bound outside the layers (listed by A from /proc/net/unix before the
+   clone): a database server's, Docker's or D-Bus's socket cannot be reached by path, from Python or C;
+5. a fresh /proc for the pid namespace with pid_max bounding the number of processes (read-only after), and
    a private devpts instance (pseudo-terminals for `!cmd`; the machine's terminals are out of reach).
 Writes in those places succeed in the upper layer, later reads in the run see them, and the layer vanishes
 with the namespace. Writes elsewhere fail with EROFS (and Landlock, see seccomp.py). Any failure: the caller
@@ -37,6 +40,7 @@ import time
 from crane.sandbox.ks_common import _write_json  # kernel: strip
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
+CLONE_NEWNET = 0x40000000
 _SIGCHLD = 17
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 16384, 1 << 18
 _AT_FDCWD, _AT_EMPTY_PATH, _AT_RECURSIVE = -100, 0x1000, 0x8000
@@ -109,7 +113,7 @@ def clone_into_namespaces() -> int:
     sc.restype = ctypes.c_long
     sc.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     api.PyOS_BeforeFork()
-    pid = sc(56, _SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC, 0, 0, 0, 0)
+    pid = sc(56, _SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET, 0, 0, 0, 0)
     if pid == 0:
         api.PyOS_AfterFork_Child()
         return 0
@@ -251,9 +255,40 @@ def _detached_tmpfs(sc, size_bytes: int) -> int:
         os.close(fs)
 
 
-def build_layer(places: list[str], cwd: str, tmpfs_bytes: int, max_processes: int = MAX_PROCESSES) -> dict:
-    """In B: the mounts described in the module docstring. Returns what was built: the places that got a
-    layer, whether the rest is read-only, whether pid_max bounds the processes."""
+def listening_unix_sockets() -> list[str]:
+    """In A (still in the kernel's network namespace): the paths of the UNIX sockets bound on this machine
+    (/proc/net/unix: a database server's, Docker's, D-Bus's, X11's), which B covers before any user code."""
+    out: list[str] = []
+    try:
+        with open("/proc/net/unix", "rb") as f:
+            next(f, None)
+            for line in f:
+                parts = line.split(None, 7)
+                if len(parts) == 8 and parts[7].startswith(b"/"):
+                    out.append(os.fsdecode(parts[7].rstrip(b"\n")))
+    except OSError:
+        pass
+    return sorted(set(out))
+
+
+def _cover_sockets(mount, sockets: list[str], places: list[str]) -> int:
+    """Bind /dev/null over each socket path outside the private layers (inside one the overlay already hides
+    the real socket: ECONNREFUSED), so connecting or sending to it by path from any process of the sandbox,
+    a shell or a C library included, reaches nothing. Returns how many were covered."""
+    covered = 0
+    for path in sockets:
+        if any(path == p or path.startswith(p.rstrip("/") + "/") for p in places):
+            continue
+        if mount(b"/dev/null", os.fsencode(path), None, 4096, None) == 0:  # MS_BIND
+            covered += 1
+    return covered
+
+
+def build_layer(places: list[str], cwd: str, tmpfs_bytes: int, max_processes: int = MAX_PROCESSES,
+                sockets: list[str] | tuple = ()) -> dict:
+    """In B: the mounts described in the module docstring, then /dev/null over every UNIX socket bound outside
+    the layers (`sockets`, listed by A). Returns what was built: the places that got a layer, whether the rest is
+    read-only, whether pid_max bounds the processes, how many sockets were covered."""
     sc, mount = _sys()
     _ok(mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making mounts private")
     lower = {p: os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in places}
@@ -304,6 +339,7 @@ def build_layer(places: list[str], cwd: str, tmpfs_bytes: int, max_processes: in
     except OSError:
         pass  # a working directory this mount namespace cannot name: it keeps the real one (read-only)
     ptys = _private_ptys(mount)
+    covered = _cover_sockets(mount, list(sockets), layered)
     pid_max = False
     if mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None) == 0:
         try:
@@ -314,7 +350,8 @@ def build_layer(places: list[str], cwd: str, tmpfs_bytes: int, max_processes: in
             pass
         attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
         sc(_NR_MOUNT_SETATTR, _AT_FDCWD, b"/proc", 0, ctypes.byref(attr), ctypes.sizeof(attr))
-    return {"places": layered, "readonly": readonly, "pid_max": pid_max, "ptys": ptys, "skipped": skipped}
+    return {"places": layered, "readonly": readonly, "pid_max": pid_max, "ptys": ptys, "skipped": skipped,
+            "sockets_covered": covered}
 
 
 def _private_ptys(mount) -> bool:
@@ -323,17 +360,3 @@ def _private_ptys(mount) -> bool:
     if mount(b"devpts", b"/dev/pts", b"devpts", _MS_NOSUID | _MS_NOEXEC, b"newinstance,ptmxmode=0666,mode=0620") != 0:
         return False
     return mount(b"/dev/pts/ptmx", b"/dev/ptmx", None, 4096, None) == 0  # MS_BIND
-
-
-def drop_capabilities() -> None:
-    """B's capabilities in its user namespace (needed for the mounts) are dropped for a kernel that had none."""
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    data = (ctypes.c_uint32 * 6)()
-    hdr = Header(0x20080522, 0)
-    for cap in range(64):
-        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (fails past the last capability: harmless)
-    _ok(libc.capset(ctypes.byref(hdr), data), "dropping capabilities")

@@ -1,4 +1,4 @@
-"""Fork sandbox, kernel side: shared writable memory mappings made private in the child.
+"""Fork sandbox, kernel side: shared memory mappings made private in the child.
 
 A forked child shares MAP_SHARED mappings with the kernel: a write through an `np.memmap(mode="r+")`, a
 multiprocessing lock or a shared tensor would reach the kernel's memory or the real file. Before any user code
@@ -8,8 +8,8 @@ private one with the same contents:
   (copy-on-write: reads see the file, writes stay in the child);
 - anything else (anonymous shared memory, SysV segments, memfds, deleted files) is copied into a private
   anonymous mapping moved into place with mremap, while the total stays under a copy budget;
-- what is left (too large to copy) is made read-only: a write then kills the child with SIGSEGV, which the
-  daemon reports as "blocked" (the setup record counts these mappings), never as a crash.
+- what is left (too large to copy) is unmapped: an access then kills the child with SIGSEGV, which the daemon
+  reports as "blocked" (the setup record counts these mappings), never as a crash.
 Standard library only; runs in the forked child only.
 """
 
@@ -29,11 +29,11 @@ _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
 _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS = 0x02, 0x10, 0x20
 _MREMAP_MAYMOVE, _MREMAP_FIXED = 1, 2
 _MAP_FAILED = ctypes.c_void_p(-1).value
-_MAPS_LINE = re.compile(rb"^([0-9a-f]+)-([0-9a-f]+) (r|-)w(x|-)s ([0-9a-f]+) ([0-9a-f]+):([0-9a-f]+) (\d+)\s*(.*)$", re.M)
+_MAPS_LINE = re.compile(rb"^([0-9a-f]+)-([0-9a-f]+) (r|-)(w|-)(x|-)s ([0-9a-f]+) ([0-9a-f]+):([0-9a-f]+) (\d+)\s*(.*)$", re.M)
 
 
-def _query_shared_writable() -> bool | None:
-    """True/False: whether any writable shared mapping exists (PROCMAP_QUERY, a few syscalls); None when the
+def _query_shared() -> bool | None:
+    """True/False: whether any shared mapping exists (PROCMAP_QUERY, a few syscalls); None when the
     kernel cannot answer (older than 6.11): then the caller parses /proc/self/maps."""
     try:
         fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
@@ -41,7 +41,7 @@ def _query_shared_writable() -> bool | None:
         return None
     try:
         buf = ctypes.create_string_buffer(104)
-        struct.pack_into("=QQQ", buf, 0, 104, _PMQ_COVERING_OR_NEXT | _PMQ_SHARED | _PMQ_WRITABLE, 0)
+        struct.pack_into("=QQQ", buf, 0, 104, _PMQ_COVERING_OR_NEXT | _PMQ_SHARED, 0)
         if _libc.ioctl(fd, ctypes.c_ulong(_PROCMAP_QUERY), buf) == 0:
             return True
         return False if ctypes.get_errno() == _errno.ENOENT else None
@@ -49,17 +49,19 @@ def _query_shared_writable() -> bool | None:
         os.close(fd)
 
 
-def shared_writable_mappings() -> list[dict]:
-    """Every writable MAP_SHARED mapping of this process: start, end, exec, offset, inode, path."""
-    if _query_shared_writable() is False:
+def shared_mappings() -> list[dict]:
+    """Every MAP_SHARED mapping of this process, read-only ones included (mprotect can make one writable again
+    where the file or memory behind it was opened for writing): start, end, read, write, exec, offset, inode,
+    path."""
+    if _query_shared() is False:
         return []
     with open("/proc/self/maps", "rb") as f:
         maps = f.read()
     out = []
     for m in _MAPS_LINE.finditer(maps):
         out.append({"start": int(m.group(1), 16), "end": int(m.group(2), 16), "read": m.group(3) == b"r",
-                    "exec": m.group(4) == b"x", "offset": int(m.group(5), 16), "inode": int(m.group(8)),
-                    "path": os.fsdecode(m.group(9).strip())})
+                    "write": m.group(4) == b"w", "exec": m.group(5) == b"x", "offset": int(m.group(6), 16),
+                    "inode": int(m.group(9)), "path": os.fsdecode(m.group(10).strip())})
     return out
 
 
@@ -112,24 +114,26 @@ def _copy_private(m: dict, prot: int, mmap, mremap, munmap) -> bool:
 
 
 def privatise_shared_mappings(copy_budget: int = 256 << 20) -> dict:
-    """Make every writable shared mapping private (see the module docstring). Returns counts: `remapped`
-    (file, copy-on-write), `copied`, `readonly` (left read-only: a write there kills the child)."""
-    counts = {"remapped": 0, "copied": 0, "readonly": 0}
-    maps = shared_writable_mappings()
+    """Make every shared mapping private (see the module docstring). Returns counts: `remapped` (file,
+    copy-on-write), `copied`, `unmapped` (too large to copy: an access there kills the child with SIGSEGV,
+    reported as blocked; a read-only view would not do, as mprotect could make it writable again)."""
+    counts = {"remapped": 0, "copied": 0, "unmapped": 0}
+    maps = shared_mappings()
     if not maps:
         return counts
     mmap, mremap, mprotect, munmap = _fns()
     left = int(copy_budget)
     for m in maps:
-        prot = (_PROT_READ if m["read"] else 0) | _PROT_WRITE | (_PROT_EXEC if m["exec"] else 0)
+        prot = ((_PROT_READ if m["read"] else 0) | (_PROT_WRITE if m["write"] else 0)
+                | (_PROT_EXEC if m["exec"] else 0))
         size = m["end"] - m["start"]
         if _remap_file(m, prot, mmap):
             counts["remapped"] += 1
         elif size <= left and _copy_private(m, prot, mmap, mremap, munmap):
             left -= size
             counts["copied"] += 1
-        elif mprotect(m["start"], size, prot & ~_PROT_WRITE) == 0:
-            counts["readonly"] += 1
+        elif munmap(m["start"], size) == 0:
+            counts["unmapped"] += 1
         else:
-            raise OSError(ctypes.get_errno(), "a shared writable mapping could not be made private or read-only")
+            raise OSError(ctypes.get_errno(), "a shared mapping could not be made private or removed")
     return counts

@@ -345,7 +345,7 @@ def shrink_namespace(ns: dict, names: list[str], spec: dict) -> list[dict]:
 
 # -- artefacts -----------------------------------------------------------------------------------------------
 _ARTEFACT_TEXT = re.compile(
-    r"n_samples|n_splits|n_neighbors|n_components|n_clusters|perplexity|number of (?:samples|members|classes|splits|"
+    r"equal division|of size 1\b|size-1|single element|can only convert an array|n_samples|n_splits|n_neighbors|n_components|n_clusters|perplexity|number of (?:samples|members|classes|splits|"
     r"folds|labels)|least populated class|too few|only one class|only 1 (?:class|member)|contains only one class|"
     r"at least \d+ (?:samples|members|classes)|found array with 0|zero-size|0 sample|empty|unseen|unknown categor|"
     r"not in (?:the )?(?:training|fitted)|inconsistent numbers of samples|length mismatch|length of values|"
@@ -355,7 +355,9 @@ _ARTEFACT_TEXT = re.compile(
     r"division by zero|divide by zero|no objects to concatenate|positional indexer",
     re.I,
 )
-_ALWAYS_ARTEFACT = ("ZeroDivisionError", "StopIteration", "LinAlgError", "FloatingPointError")
+# exceptions whose outcome depends on how many rows there are or which ones were kept: an `assert` about the
+# data (its length, a total, a lookup's result) included
+_ALWAYS_ARTEFACT = ("ZeroDivisionError", "StopIteration", "LinAlgError", "FloatingPointError", "AssertionError")
 
 
 def _sizes() -> set[int]:

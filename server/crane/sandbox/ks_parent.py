@@ -24,7 +24,8 @@ import tempfile
 import threading
 import time
 
-from crane.sandbox.ks_isolation import _capture_publisher, find_thread_pools  # kernel: strip
+from crane.sandbox.ks_atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
+from crane.sandbox.ks_isolation import find_thread_pools  # kernel: strip
 from crane.sandbox.ks_run import _child_run  # kernel: strip
 from crane.sandbox.ks_session import _child_session  # kernel: strip
 from crane.sandbox.seccomp import prebuild_filters, supported  # kernel: strip
@@ -143,6 +144,39 @@ def _reap(pid: int, private_dir: str, run_id: str | None) -> None:
         pass  # the daemon already cleaned up
 
 
+# A run is refused when the machine's available memory is below this floor, or below what the kernel itself
+# holds in anonymous memory times this share: copy-on-write makes every page the user changes while the run
+# lasts cost twice (the sandbox's processes are the OOM killer's first choice anyway: oom_score_adj 1000).
+MIN_AVAILABLE_MB = 256
+KERNEL_SHARE = 0.25
+
+
+def _meminfo_kb(path: str, keys: tuple[str, ...]) -> dict:
+    out: dict = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name in keys:
+                    out[name] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def _memory_short() -> str | None:
+    """Why a run would put the user's kernel at risk of the OOM killer now, or None."""
+    avail = _meminfo_kb("/proc/meminfo", ("MemAvailable",)).get("MemAvailable")
+    if avail is None:
+        return None
+    anon = _meminfo_kb("/proc/self/status", ("RssAnon",)).get("RssAnon", 0)
+    need = max(MIN_AVAILABLE_MB * 1024, int(anon * KERNEL_SHARE))
+    if avail < need:
+        return (f"free memory is short ({avail // 1024} MiB available, the kernel holds {anon // 1024} MiB): "
+                "a sandboxed copy could push the user's kernel out of memory")
+    return None
+
+
 def _fork(args: dict, child_main) -> dict:
     why = _unforkable()
     if why:
@@ -155,24 +189,29 @@ def _fork(args: dict, child_main) -> dict:
             args = _remote_dir(args)
         except OSError as exc:
             return {"ok": False, "verdict": "unavailable", "reason": f"no private directory in the kernel: {exc}"}
-    try:
-        from IPython import get_ipython
+    try:  # nothing is built or registered here: the capture publisher is made in the child (IPython 9's
+        from IPython import get_ipython  # DisplayPublisher registers itself on the shell's events)
         shell = get_ipython()
-        _capture_publisher(shell)
     except Exception:
         shell = None
     if shell is None:
         return {"ok": False, "verdict": "unavailable", "reason": "not an IPython kernel"}
+    short = _memory_short()
+    if short:
+        return {"ok": False, "verdict": "unavailable", "reason": short}
     find_thread_pools()
     prebuild_filters()
     parent = os.getpid()
     on_main = threading.current_thread() is threading.main_thread()
     t0, c0 = time.perf_counter(), time.thread_time()
+    saved = suspend_user_handlers()  # the user's at-fork handlers are not run by our fork (ks_atfork.py)
     try:
         pid = os.fork()
     except OSError as exc:
+        restore(saved)
         return {"ok": False, "verdict": "unavailable", "reason": f"fork failed: {exc}"}
-    if pid == 0:  # the child: never returns
+    if pid == 0:  # the child: never returns; it gives the user's handlers back once confined (ks_isolation)
+        keep_suspended(saved)
         code = 70
         try:
             child_main(args, shell, parent, on_main)
@@ -181,6 +220,7 @@ def _fork(args: dict, child_main) -> dict:
             pass
         finally:
             os._exit(code)
+    restore(saved)
     fork_ms, fork_cpu_ms = (time.perf_counter() - t0) * 1000.0, (time.thread_time() - c0) * 1000.0
     run_id = args.get("run_id")
     if run_id is not None:

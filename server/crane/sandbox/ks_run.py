@@ -112,6 +112,10 @@ _LAYER_ERRNOS = {
     errno.ENOSPC: "the sandbox's private layer is full",
     errno.EDQUOT: "the sandbox's private layer is full",
 }
+# errors the sandbox's own limits cause in either mode (its file-size limit, its memory limit on thread stacks)
+_LIMIT_ERRNOS = {errno.EFBIG: "a file larger than the sandbox's file-size limit"}
+# processes the kernel started before the run are not the sandbox's children (multiprocessing asserts it)
+_NOT_OUR_CHILD = re.compile(r"can only (?:test|join|close|kill|terminate|start) a (?:child )?process", re.I)
 
 
 def _near_process_bound(bound: int) -> bool:
@@ -130,6 +134,8 @@ def _confinement_error(ctx: _Ctx, e: OSError) -> str | None:
     """Why an OSError the cell got comes from the confinement (then the verdict is "blocked"), or None."""
     if e.errno == errno.EPERM or _is_landlock_denial(ctx, e):
         return f"the sandbox refused an operation the cell attempted: {e}"
+    if e.errno in _LIMIT_ERRNOS:
+        return f"{_LIMIT_ERRNOS[e.errno]}: {e}"
     if ctx.mode == "layered" and e.errno in _LAYER_ERRNOS:
         return f"{_LAYER_ERRNOS[e.errno]}: {e}"
     if e.errno == errno.ECONNREFUSED and ctx.mode == "layered":
@@ -178,6 +184,13 @@ def _text_denial(ctx: _Ctx, exc) -> str | None:
     return text.strip().splitlines()[0][:300] if text.strip() else m.group(0)
 
 
+def _safe_str(e) -> str:
+    try:
+        return str(e)[:2000]
+    except Exception:
+        return ""
+
+
 def _classify(ctx: _Ctx, exc, as_limit: int) -> tuple[str, str | None]:
     """(verdict, reason) for an exception raised by the cell, or for a clean run (exc None)."""
     if exc is None:
@@ -202,6 +215,12 @@ def _classify(ctx: _Ctx, exc, as_limit: int) -> tuple[str, str | None]:
     for e in chain:
         if type(e).__name__ == "OperationalError" and any(s in str(e).lower() for s in _SQLITE_DENIAL):
             return "blocked", f"the sandbox refused a database write: {e}"
+    for e in chain:
+        text = _safe_str(e)
+        if isinstance(e, RuntimeError) and "new thread" in text:
+            return "blocked", f"the sandbox's memory limit left no room for another thread's stack: {text}"
+        if isinstance(e, AssertionError) and _NOT_OUR_CHILD.search(text):
+            return "blocked", f"a worker process the kernel started is not the sandbox's child: {text}"
     for e in chain:
         if isinstance(e, MemoryError):
             wanted = getattr(e, "_total_size", None)

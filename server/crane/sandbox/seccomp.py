@@ -42,7 +42,7 @@ _NR = dict(
     recvfrom=45, sendmsg=46, recvmsg=47, bind=49, listen=50, socketpair=53, clone=56, fork=57, vfork=58, execve=59, kill=62,
     semget=64, semop=65, semctl=66, msgget=68, msgsnd=69, msgrcv=70, msgctl=71, truncate=76, ftruncate=77,
     rename=82, mkdir=83, rmdir=84, creat=85, link=86, unlink=87, symlink=88, chmod=90, fchmod=91, chown=92,
-    fchown=93, lchown=94, ptrace=101, syslog=103, setuid=105, setgid=106, setreuid=113, setregid=114,
+    fchown=93, lchown=94, fcntl=72, flock=73, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203, sched_setattr=314, ptrace=101, syslog=103, setuid=105, setgid=106, setreuid=113, setregid=114,
     setgroups=116, setresuid=117, setresgid=119, setfsuid=122, setfsgid=123, capset=126,
     rt_sigqueueinfo=129, utime=132, mknod=133, setpriority=141, vhangup=153, pivot_root=155, adjtimex=159,
     setrlimit=160, chroot=161, acct=163, settimeofday=164, mount=165, umount2=166, swapon=167, swapoff=168,
@@ -96,11 +96,30 @@ CLONE_THREAD = 0x00010000
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 CLONE_NEW_ANY = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
 AF_UNIX, AF_NETLINK = 1, 16
-TIOCSTI, TIOCLINUX = 0x5412, 0x541C
+TIOCSTI, TIOCLINUX, TIOCCONS = 0x5412, 0x541C, 0x541D
+# ioctl requests a cell may make (every other one is refused: freezing or shutting down a file system, file
+# flags such as chattr +i, device and network configuration, setting a descriptor's signal owner): the
+# terminal family 0x5401-0x5460 but for keystroke injection and console redirection, pseudo-terminal set-up,
+# descriptor flags and queue sizes, reading file flags, extents and block sizes, reflink copies (their target
+# is a descriptor open for writing, which Landlock and the layers govern), reading interface facts.
+IOCTL_RANGE = (0x5401, 0x5460)
+IOCTL_ALLOWED = (
+    0x80045430, 0x40045431, 0x80045432, 0x802C542A, 0x402C542B, 0x402C542C, 0x402C542D,  # TIOCGPTN..TCSETS2
+    0x2, 0x80086601, 0x80046601, 0xC020660B, 0x40049409, 0x4020940D, 0xC0189436,  # FIGETBSZ, FS_IOC_GETFLAGS,
+    0x80081272, 0x1268, 0x4B33,  # FIEMAP, FICLONE(RANGE), FIDEDUPERANGE, BLKGETSIZE64, BLKSSZGET, KDGKBTYPE
+    0x8910, 0x8912, 0x8913, 0x8915, 0x8921, 0x8927, 0x8933, 0x8906, 0x8907,  # SIOCGIF*, SIOCGSTAMP(NS)
+)
+# fcntl: record locks and flock() become no-ops that succeed (a lock the sandbox took would reach the real
+# file: another process's lock, or the user's own INSERT through the kernel's sqlite connection, would fail
+# while the run lasts); a descriptor's signal owner, signal, lease and directory notifications are refused
+# (a signal routed to another process, the user's kernel included, where Landlock cannot scope signals).
+F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW = 6, 7, 37, 38
+F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY = 8, 10, 15, 1024, 1026
+SCHED_FIFO, SCHED_RR, SCHED_DEADLINE, SCHED_RESET_ON_FORK = 1, 2, 6, 0x40000000
 _WRITE_OPEN_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 # BPF
-_LD_W_ABS, _JEQ, _JGE, _JGT, _JSET, _RET = 0x20, 0x15, 0x35, 0x25, 0x45, 0x06
+_LD_W_ABS, _JEQ, _JGE, _JGT, _JSET, _RET, _ALU_AND_K = 0x20, 0x15, 0x35, 0x25, 0x45, 0x06, 0x54
 RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS, RET_USER_NOTIF = 0x7FFF0000, 0x00050000, 0x80000000, 0x7FC00000
 _OFF_NR, _OFF_ARCH = 0, 4
 
@@ -137,6 +156,9 @@ class _Prog:
     def ret(self, k: int) -> None:
         self.ins.append([_RET, 0, 0, k])
 
+    def alu_and(self, k: int) -> None:
+        self.ins.append([_ALU_AND_K, 0, 0, k])
+
     def assemble(self) -> bytes:
         out = []
         for idx, (code, jt, jf, k) in enumerate(self.ins):
@@ -160,6 +182,7 @@ def build_filter(
     fork_gate: int | None = None,
     errno_value: int = _errno.EPERM,
     notify_network: bool = False,
+    sched_pid: int | None = None,
 ) -> bytes:
     """The seccomp-BPF program (raw `struct sock_filter` array) for a sandbox child.
 
@@ -172,6 +195,8 @@ def build_filter(
     `notify_network`: layered profile: a socket of another family than AF_UNIX goes to the filter's listener
     (SECCOMP_RET_USER_NOTIF: the supervising process records the attempt, whichever process made it, and
     refuses it with EPERM) instead of being refused silently.
+    `sched_pid`: blocking profile: besides pid 0 (the caller), the only process whose scheduling (affinity,
+    policy, priority) may be changed.
     `fork_gate`: blocking profile: if set, `clone(SIGCHLD, 0, fork_gate, ...)` is allowed (sandbox-session
     checkpoints; the kernel ignores the parent-tid argument without CLONE_PARENT_SETTID, so it can carry a
     secret).
@@ -263,17 +288,75 @@ def build_filter(
         p.ret(RET_ALLOW)
         p.here(nxt)
 
-    # ioctl: no injecting keystrokes into a terminal.
+    # ioctl: an allowlist (IOCTL_RANGE and IOCTL_ALLOWED; the request is the low 32 bits, as the kernel reads it).
     nxt = p.label()
     p.ld(_OFF_NR)
     p.jmp(_JEQ, _NR["ioctl"], 0, nxt)
     p.ld(_arg_lo(1))
-    bad = p.label()
-    p.jmp(_JEQ, TIOCSTI, bad, 0)
-    p.jmp(_JEQ, TIOCLINUX, bad, nxt)
+    ok, bad = p.label(), p.label()
+    for request in (TIOCSTI, TIOCLINUX, TIOCCONS):
+        p.jmp(_JEQ, request, bad, 0)
+    for request in IOCTL_ALLOWED:
+        p.jmp(_JEQ, request, ok, 0)
+    in_range = p.label()
+    p.jmp(_JGE, IOCTL_RANGE[0], in_range, bad)
+    p.here(in_range)
+    p.jmp(_JGT, IOCTL_RANGE[1], bad, ok)
+    p.here(bad)
+    p.ret(deny)
+    p.here(ok)
+    p.ret(RET_ALLOW)
+    p.here(nxt)
+
+    # locks: no-ops that succeed; a descriptor's signal owner and friends: refused.
+    simple(["flock"], RET_ERRNO | 0)
+    nxt = p.label()
+    p.ld(_OFF_NR)
+    p.jmp(_JEQ, _NR["fcntl"], 0, nxt)
+    p.ld(_arg_lo(1))
+    noop, bad = p.label(), p.label()
+    for cmd in (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW):
+        p.jmp(_JEQ, cmd, noop, 0)
+    for cmd in (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE):
+        p.jmp(_JEQ, cmd, bad, 0)
+    p.jmp(_JEQ, F_NOTIFY, bad, nxt)
+    p.here(noop)
+    p.ret(RET_ERRNO | 0)
     p.here(bad)
     p.ret(deny)
     p.here(nxt)
+
+    # scheduling: never a real-time policy; in the blocking profile (no pid namespace) only the sandbox's own
+    # process (pid 0 or sched_pid) may be re-scheduled, so neither the user's kernel nor another process can be.
+    nxt = p.label()
+    p.ld(_OFF_NR)
+    p.jmp(_JEQ, _NR["sched_setscheduler"], 0, nxt)
+    p.ld(_arg_lo(1))
+    p.alu_and(~SCHED_RESET_ON_FORK & 0xFFFFFFFF)
+    bad = p.label()
+    p.jmp(_JEQ, SCHED_FIFO, bad, 0)
+    p.jmp(_JEQ, SCHED_RR, bad, 0)
+    p.jmp(_JEQ, SCHED_DEADLINE, bad, nxt)
+    p.here(bad)
+    p.ret(deny)
+    p.here(nxt)
+    if not layered:
+        for name in ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr"):
+            nxt = p.label()
+            p.ld(_OFF_NR)
+            p.jmp(_JEQ, _NR[name], 0, nxt)
+            p.ld(_arg_hi(0))
+            bad, ok = p.label(), p.label()
+            p.jmp(_JEQ, 0, 0, bad)
+            p.ld(_arg_lo(0))
+            p.jmp(_JEQ, 0, ok, 0)
+            if sched_pid is not None:
+                p.jmp(_JEQ, sched_pid, ok, bad)
+            p.here(bad)
+            p.ret(deny)
+            p.here(ok)
+            p.ret(RET_ALLOW)
+            p.here(nxt)
 
     if not layered:  # prlimit64: reading limits is fine, setting them (new_limit != NULL) is not.
         nxt = p.label()
@@ -353,6 +436,41 @@ def install_filter(program: bytes, listener: bool = False) -> int:
                       "seccomp filter with a listener")
     _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp filter")
     return -1
+
+
+# -- capabilities --------------------------------------------------------------------------------------
+CAP_DAC_READ_SEARCH = 2
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+def _capabilities() -> tuple[int, int]:
+    """(effective, permitted) of the calling thread."""
+    data = (ctypes.c_uint32 * 6)()
+    hdr = _CapHeader(0x20080522, 0)
+    _check(_libc.capget(ctypes.byref(hdr), data), "capget")
+    return data[0] | (data[3] << 32), data[1] | (data[4] << 32)
+
+
+def drop_capabilities() -> str:
+    """Every capability dropped from the bounding, ambient, inheritable, permitted and effective sets, but
+    CAP_DAC_READ_SEARCH where the process has it (a root kernel): reads and directory searches then succeed as
+    in the real run (no side effect); nothing privileged is left (no file-system freeze or shutdown, immutable
+    flags, real-time scheduling, device or network configuration, ...). Returns the effective set left, in hex."""
+    eff, perm = _capabilities()
+    keep = (1 << CAP_DAC_READ_SEARCH) & eff & perm
+    for cap in range(64):
+        if not keep >> cap & 1:
+            _prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails past the last capability, or without CAP_SETPCAP
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    data = (ctypes.c_uint32 * 6)()
+    data[0], data[1] = keep, keep  # effective, permitted (low word); inheritable and high words zero
+    hdr = _CapHeader(0x20080522, 0)
+    _check(_libc.capset(ctypes.byref(hdr), data), "dropping capabilities")
+    return hex(_capabilities()[0])
 
 
 # -- Landlock ------------------------------------------------------------------------------------------
@@ -448,7 +566,7 @@ _FILTERS: dict = {}  # build_filter's programs that do not depend on the child (
 def cached_filter(**kw) -> bytes:
     """`build_filter(**kw)`, kept for the next runs when it does not depend on the child (assembling a program
     in Python costs about a millisecond; the kernel builds the common ones once, before forking)."""
-    if kw.get("own_pid") is not None or kw.get("fork_gate") is not None:
+    if kw.get("own_pid") is not None or kw.get("fork_gate") is not None or kw.get("sched_pid") is not None:
         return build_filter(**kw)
     key = tuple(sorted(kw.items()))
     prog = _FILTERS.get(key)
@@ -503,7 +621,10 @@ def confine(
         raise OSError(_errno.ENOSYS, "neither Landlock nor a read-only file system confines writes")
     own_pid = None if abi >= 6 else os.getpid()  # Landlock >= 6 scopes signals to the sandbox already
     notify = layered and notify_network
+    caps = drop_capabilities()
     listener = install_filter(cached_filter(profile=profile, own_pid=own_pid, landlock=bool(abi),
-                                            metadata_ok=metadata_ok, fork_gate=fork_gate, notify_network=notify),
+                                            metadata_ok=metadata_ok, fork_gate=fork_gate, notify_network=notify,
+                                            sched_pid=None if layered else os.getpid()),
                               listener=notify)
-    return {"landlock_abi": abi, "seccomp": True, "as_limit": as_limit, "profile": profile, "listener": listener}
+    return {"landlock_abi": abi, "seccomp": True, "as_limit": as_limit, "profile": profile, "listener": listener,
+            "capabilities": caps}
