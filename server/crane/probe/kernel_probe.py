@@ -36,6 +36,7 @@ from crane.probe.kp_common import (  # kernel: strip
     isa,  # kernel: strip
     jval,  # kernel: strip
     mod_attr,  # kernel: strip
+    plain_array,  # kernel: strip
     short,  # kernel: strip
     size_of,  # kernel: strip
     tmodule,  # kernel: strip
@@ -134,7 +135,7 @@ def _library(ctx, v, t, out):
     np, pd, torch = ctx.np, ctx.pd, ctx.torch
     if np is not None and isa(v, np.ndarray):
         out["kind"] = "ndarray"
-        ndarray_facts(ctx, v, out)
+        ndarray_facts(ctx, plain_array(np, v), out)
     elif np is not None and isa(v, np.generic):
         out.update(kind="scalar", value=short(v, ctx, 100), dtype=str(v.dtype))
     elif pd is not None and isa(v, pd.DataFrame):

@@ -23,6 +23,7 @@ from crane.probe.kp_common import (  # kernel: strip
     isa,  # kernel: strip
     mod_attr,  # kernel: strip
     mro,  # kernel: strip
+    plain_array,  # kernel: strip
     short,  # kernel: strip
     short_tname,  # kernel: strip
     tmodule,  # kernel: strip
@@ -464,7 +465,10 @@ def check_key(ctx, ns, item):
             n = None
             if type(obj) in (list, tuple, str, bytes, range):
                 n = len(obj)
-            elif (np is not None and isa(obj, np.ndarray)) or (torch is not None and isa(obj, torch.Tensor)):
+            elif np is not None and isa(obj, np.ndarray):
+                shape = plain_array(np, obj).shape
+                n = int(shape[0]) if len(shape) else None
+            elif torch is not None and isa(obj, torch.Tensor):
                 n = int(obj.shape[0]) if len(obj.shape) else None
             if n is not None:
                 res["present"] = -n <= k < n

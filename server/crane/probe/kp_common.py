@@ -157,6 +157,16 @@ def isa(v, cls):
         return False
 
 
+def plain_array(np, v):
+    """`v` itself for numpy's own array types (ndarray, memmap, matrix, masked arrays: library code), else a plain
+    ndarray view of its memory (C-level, no copy, no `__array_finalize__`): the probe never calls a `shape`,
+    `__len__`, `reshape`, `min`... that a user-defined (or other library's) subclass overrides."""
+    t = type(v)
+    if t is np.ndarray or in_lib(t, ("numpy",)):
+        return v
+    return np.ndarray.view(v, np.ndarray)
+
+
 def mod_attr(modname, name):
     """A library class or function from a loaded module's dict, or None (never imports)."""
     m = sys.modules.get(modname)
@@ -304,6 +314,7 @@ def _short_library(v, t, ctx):
     torch = sys.modules.get("torch")
     if np is not None:
         if isa(v, np.ndarray):
+            v = plain_array(np, v)
             return "ndarray(shape=%s, dtype=%s)" % (tuple(v.shape), v.dtype)
         if isa(v, np.generic):
             return repr(v)

@@ -17,6 +17,7 @@ from crane.probe.kp_common import (  # kernel: strip
     mod_attr,  # kernel: strip
     mro,  # kernel: strip
     mro_has,  # kernel: strip
+    plain_array,  # kernel: strip
     short,  # kernel: strip
     short_tname,  # kernel: strip
     tmodule,  # kernel: strip
@@ -186,7 +187,10 @@ def _dataset_len(ctx, ds):
     if t in (list, tuple, range):
         return len(ds)
     np, torch = ctx.np, ctx.torch
-    if (np is not None and isa(ds, np.ndarray)) or (torch is not None and isa(ds, torch.Tensor)):
+    if np is not None and isa(ds, np.ndarray):
+        shape = plain_array(np, ds).shape
+        return int(shape[0]) if len(shape) else None
+    if torch is not None and isa(ds, torch.Tensor):
         return int(ds.shape[0]) if len(ds.shape) else None
     d = inst_dict(ds) or {}
     name = short_tname(t)
