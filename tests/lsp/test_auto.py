@@ -4,6 +4,9 @@ access), leaves a clean never-run cell clean, follows the kernel's state; `crane
 
 from __future__ import annotations
 
+import asyncio
+import os
+
 import pytest
 import pytest_asyncio
 from lsprotocol import types
@@ -120,3 +123,28 @@ async def test_run_speculatively_needs_a_kernel(tmp_path):
             )
     finally:
         await stop_client(c)
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+async def test_a_speculation_stops_when_the_user_runs_a_cell(client, auto_kernel, notebook_path):
+    # while a speculative run lasts, every page the user's cell changes is copied: it must end at once
+    nb = Notebook(client, notebook_path, ["import time\ntime.sleep(120)\n"])
+    await attach(client, nb, auto_kernel)
+    kpid = auto_kernel.conn.evaluate("__import__('os').getpid()")
+    task = asyncio.ensure_future(client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[0]])))
+    await wait_for(lambda: _children(kpid), timeout=60, what="a sandbox child of the kernel")
+    auto_kernel.run("user_ran = 1")
+    res = await asyncio.wait_for(task, 60)
+    assert res["verdict"] == "unavailable" and "started running a cell" in str(res), res
+    await wait_for(lambda: not _children(kpid), timeout=30, what="the sandbox's processes gone")

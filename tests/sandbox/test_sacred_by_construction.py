@@ -294,3 +294,49 @@ def test_nothing_outside_was_changed(env, outside):
     # the marker of the at-fork handlers is written only by the user's own forks in real runs (none here)
     assert not env["marker"].exists() or "child" not in env["marker"].read_text()
     assert Path(outside / "target.txt").read_text() == "outside, keep me\n"
+
+
+def test_older_linux_without_landlock_signal_scoping(env):
+    """Landlock ABI < 6 (Linux before 6.12, simulated in CRANE's private module): signal owners stay refused
+    and abstract UNIX sockets (X11, D-Bus) stay unreachable (the layered mode's own network namespace)."""
+    conn = env["conn"]
+    mod = "__import__('sys').modules['_crane_sandbox']"
+    name = f"crane-test-abstract-{env['name']}-{os.getpid()}"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind("\0" + name)
+    srv.listen(4)
+    srv.settimeout(0.05)
+    got: list[bytes] = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            got.append(c.recv(100) or b"<connect>")
+            c.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    _check(env, "z = 1")  # the module is installed
+    conn.evaluate(f"setattr({mod}, '_real_abi', {mod}.landlock_abi) or setattr({mod}, 'landlock_abi', lambda: 5)")
+    try:
+        for layer in ("blocking", "layered"):
+            v = _check(env, "r, w = os.pipe()\nfcntl.fcntl(r, fcntl.F_SETOWN, os.getppid())\nfcntl.fcntl(r, 10, 9)\n"
+                            "fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)\nos.write(w, b'x')", layer=layer)
+            assert v.verdict == "blocked", v
+            assert v.landlock_abi == 5, v
+        prog = ("import socket\ns=socket.socket(socket.AF_UNIX)\n"
+                f"try:\n    s.connect('\\0{name}'); s.sendall(b'hello'); print('sent')\n"
+                "except OSError as e:\n    print('refused', e)\n")
+        v = _check(env, f"import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', {prog!r}], "
+                        "capture_output=True, text=True).stdout)", layer="layered")
+        assert v.verdict in ("no-crash", "blocked") and "sent" not in v.stdout, v
+    finally:
+        conn.evaluate(f"setattr({mod}, 'landlock_abi', {mod}._real_abi)")
+        stop.set()
+        t.join(2)
+        srv.close()
+    assert got == []
