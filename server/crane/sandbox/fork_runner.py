@@ -111,6 +111,11 @@ def _signal_verdict(sig: int | None, exitcode: int | None, memory_mb: int, setup
     if withheld and sig in (signal.SIGSEGV, signal.SIGBUS):
         return SandboxVerdict(verdict="blocked", reason=f"killed by {name}: probably an access to shared memory the "
                                                          f"sandbox withheld ({withheld} mapping(s) too large to copy)")
+    pools = int(setup.pool_threads) if setup else 0
+    if pools and sig in (signal.SIGSEGV, signal.SIGBUS):  # a pool's threads do not exist in a forked copy
+        return SandboxVerdict(verdict="blocked", reason=f"killed by {name}, with {pools} native worker thread(s) "
+                                                         "(OpenMP, BLAS, rayon) in the kernel that a forked copy "
+                                                         "does not have: not a certain crash")
     if sig == signal.SIGABRT:  # libzmq, gRPC, OpenMP, CUDA... abort when a socket, thread or memory is refused
         return SandboxVerdict(verdict="blocked", reason="the process aborted (SIGABRT): libraries abort when the "
                                                          "sandbox refuses them a socket, a thread or memory")

@@ -225,6 +225,70 @@ def find_thread_pools() -> None:
     _POOLS["key"], _POOLS["calls"] = key, calls
 
 
+def native_threads() -> tuple[dict, int]:
+    """In the kernel: its threads by name (comm), and how many of those named like the process itself Python
+    did not start (OpenMP, BLAS, torch or unnamed rayon workers; ipykernel's own threads are Python threads,
+    ZeroMQ's are named ZMQbg/...)."""
+    import threading
+    names: dict = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    n = f.read().strip()
+            except OSError:
+                continue
+            names[n] = names.get(n, 0) + 1
+        with open("/proc/self/comm") as f:
+            own = f.read().strip()
+    except OSError:
+        return names, 0
+    return names, max(0, names.get(own, 0) - threading.active_count())
+
+
+# Thread pools that neither survive fork nor can be made single-threaded in the child once they have run: a
+# forked child hangs (polars' rayon pool) or crashes (LightGBM's OpenMP team) in its next parallel call.
+_UNSAFE_POOLS = (("polars", "polars' thread pool (rayon)"), ("lightgbm", "LightGBM's OpenMP thread pool"))
+
+
+def _touches(lib: str, source: str, ns) -> bool:
+    """Whether the cell names the library or reads a name bound to one of its objects (or to the module). Reads
+    only exact types and plain dicts: no user code runs. A library reached only through a function the cell
+    calls is not seen (that run may then sit to its budget: a timeout, never a wrong verdict)."""
+    import re
+    import types
+    if lib in source:
+        return True
+    for name in set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source)):
+        obj = ns.get(name) if type(ns) is dict else None
+        if obj is None:
+            continue
+        t = type(obj)
+        try:
+            if t is types.ModuleType:
+                mod = object.__getattribute__(obj, "__dict__").get("__name__", "")
+            else:
+                mod = type.__getattribute__(t, "__module__")
+        except Exception:
+            continue
+        if isinstance(mod, str) and (mod == lib or mod.startswith(lib + ".")):
+            return True
+    return False
+
+
+def unsafe_pools(source: str = "", ns=None) -> str | None:
+    """In the kernel, before forking: why a thread pool that has already run would hang or crash this cell in a
+    forked copy, or None. A pool has run when its threads exist (polars names them polars-N; LightGBM's OpenMP
+    workers are native threads Python did not start)."""
+    names, extra = native_threads()
+    _POOLS["native"] = extra
+    running = {"polars": any(n.startswith("polars-") for n in names), "lightgbm": extra > 0}
+    for lib, what in _UNSAFE_POOLS:
+        if running[lib] and lib in sys.modules and _touches(lib, source, ns if ns is not None else {}):
+            return f"{what} has run in the kernel: a forked copy would hang or crash in its next parallel call"
+    return None
+
+
 def _single_thread_pools() -> None:
     """OpenMP/BLAS pools of the kernel do not exist in the child (a GNU OpenMP region would hang there);
     run them single-threaded, which also keeps the user's kernel responsive on a small machine. Then OpenBLAS's
@@ -467,6 +531,7 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     ctx.steps["cpu"] = round((ctx.cpu_before + time.process_time() - cpu0) * 1000.0, 3)
     _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
+                                "pool_threads": int(_POOLS.get("native") or 0),
                                 "layer": ctx.layer, "fds": ctx.fds, "mappings": ctx.mappings,
                                 "steps": ctx.steps, "pid": os.getpid(), "kept": ctx.kept})
     return ctx

@@ -25,13 +25,13 @@ import threading
 import time
 
 from crane.sandbox.ks_atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
-from crane.sandbox.ks_isolation import find_thread_pools  # kernel: strip
+from crane.sandbox.ks_isolation import find_thread_pools, unsafe_pools  # kernel: strip
 from crane.sandbox.ks_run import _child_run  # kernel: strip
 from crane.sandbox.ks_session import _child_session  # kernel: strip
 from crane.sandbox.seccomp import prebuild_filters, supported  # kernel: strip
 
 
-def _unforkable() -> str | None:
+def _unforkable(source: str = "", ns=None) -> str | None:
     why = supported()
     if why:
         return why
@@ -46,7 +46,7 @@ def _unforkable() -> str | None:
     for name, what in (("tensorflow", "TensorFlow"), ("jax", "JAX"), ("cupy", "CuPy")):
         if name in mods:
             return f"{what} is loaded: its runtime threads and device state do not survive fork"
-    return None
+    return unsafe_pools(source, ns)
 
 
 def _check_private_dir(args: dict) -> str | None:
@@ -178,9 +178,15 @@ def _memory_short() -> str | None:
 
 
 def _fork(args: dict, child_main) -> dict:
-    why = _unforkable()
+    try:
+        from IPython import get_ipython
+        ip = get_ipython()
+        ns = ip.user_ns if ip is not None else {}
+    except Exception:
+        ns = {}
+    why = _unforkable(str(args.get("source") or ""), ns)
     if why:
-        return {"ok": False, "verdict": "unavailable", "reason": why}
+        return {"ok": False, "verdict": "unavailable", "reason": why, "unforkable": True}
     _sweep()
     if _check_private_dir(args) is not None:
         if not args.get("remote_ok", True):

@@ -123,7 +123,8 @@ class SetupLine(msgspec.Struct, omit_defaults=True):
     reason: str | None = None
     layer: dict = {}  # layered: places, readonly, pid_max, skipped
     fds: dict = {}  # inherited descriptors by treatment (ks_fds)
-    mappings: dict = {}  # shared writable mappings by treatment (ks_mappings): readonly > 0 matters
+    mappings: dict = {}  # shared mappings by treatment (ks_mappings): unmapped (or readonly) > 0 matters
+    pool_threads: int = 0  # native worker threads (OpenMP, BLAS, rayon) the kernel had when it forked
     steps: dict = {}  # setup step -> ms
     pid: int | None = None
     kept: list[KeptObject] = []  # miniature runs: what was shrunk
@@ -174,6 +175,7 @@ class LaunchReply(msgspec.Struct, omit_defaults=True):
     run_id: str | None = None  # remote channel: the handle for collect/stop
     fork_ms: float | None = None
     fork_cpu_ms: float | None = None
+    unforkable: bool = False  # refused because forking this kernel is unsafe (a run elsewhere could still do)
 
 
 class RemoteState(msgspec.Struct, omit_defaults=True):
