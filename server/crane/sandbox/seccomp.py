@@ -439,7 +439,12 @@ def install_filter(program: bytes, listener: bool = False) -> int:
 
 
 # -- capabilities --------------------------------------------------------------------------------------
-CAP_DAC_READ_SEARCH = 2
+# Kept where the process has them (a root kernel): the file-permission capabilities, so that opening, writing in
+# the layers, chmod/chown there succeed exactly as in the real run (a root kernel writes into a directory without
+# write bits). What they could reach is still confined: Landlock, read-only mounts, the layers, seccomp's
+# metadata rules. Every other capability (SYS_ADMIN, SYS_NICE, LINUX_IMMUTABLE, NET_*, KILL, SETUID, ...) goes.
+CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER = 0, 1, 2, 3
+FILE_CAPS = (1 << CAP_CHOWN) | (1 << CAP_DAC_OVERRIDE) | (1 << CAP_DAC_READ_SEARCH) | (1 << CAP_FOWNER)
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 
 
@@ -456,12 +461,13 @@ def _capabilities() -> tuple[int, int]:
 
 
 def drop_capabilities() -> str:
-    """Every capability dropped from the bounding, ambient, inheritable, permitted and effective sets, but
-    CAP_DAC_READ_SEARCH where the process has it (a root kernel): reads and directory searches then succeed as
-    in the real run (no side effect); nothing privileged is left (no file-system freeze or shutdown, immutable
-    flags, real-time scheduling, device or network configuration, ...). Returns the effective set left, in hex."""
+    """Every capability dropped from the bounding, ambient, inheritable, permitted and effective sets, but the
+    file-permission ones (FILE_CAPS) where the process has them (a root kernel): file access then succeeds or
+    fails as in the real run, inside the confinement; nothing privileged is left (no file-system freeze or
+    shutdown, immutable flags, real-time scheduling, device or network configuration, signals to other users'
+    processes, ...). Returns the effective set left, in hex."""
     eff, perm = _capabilities()
-    keep = (1 << CAP_DAC_READ_SEARCH) & eff & perm
+    keep = FILE_CAPS & eff & perm
     for cap in range(64):
         if not keep >> cap & 1:
             _prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails past the last capability, or without CAP_SETPCAP
