@@ -124,9 +124,10 @@ def reopen_through_mounts(skip: set) -> dict:
     kernel had them are opened again *by path*, so they resolve through B's own mounts (read-only outside the
     layers, the overlay inside one) instead of the kernel's writable ones: chmod, chown, utime, xattr or a
     dir_fd-relative change through one of them then fails (EROFS) or stays in the layer. A descriptor whose path
-    B cannot open again (a file deleted or out of reach of its mount namespace) is replaced by /dev/null; the
-    private copies (memfds) and `skip` (the sandbox's own channels) are left as they are. Returns counts."""
-    counts = {"reopened": 0, "lost": 0}
+    B cannot open again (out of reach of its mount namespace) is replaced by /dev/null; an unlinked file, one
+    whose path now names another file, the private copies (memfds) and `skip` (the sandbox's own channels) are
+    left as they are. Returns counts."""
+    counts = {"reopened": 0, "kept": 0, "lost": 0}
     for fd in sorted(int(x) for x in os.listdir("/proc/self/fd")):
         if fd < 3 or fd in skip:
             continue
@@ -140,6 +141,9 @@ def reopen_through_mounts(skip: set) -> dict:
         mode = st.st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) or not path.startswith("/") or path.startswith("/memfd:"):
             continue
+        if path.endswith(" (deleted)"):  # unlinked (a TemporaryFile): no path reaches it, keep it readable
+            counts["kept"] += 1
+            continue
         new = -1
         try:
             if flags & _PATH_FLAG:
@@ -149,6 +153,11 @@ def reopen_through_mounts(skip: set) -> dict:
             else:
                 new = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 os.lseek(new, os.lseek(fd, 0, os.SEEK_CUR), os.SEEK_SET)
+            again = os.fstat(new)
+            if not (again.st_ino == st.st_ino or (again.st_size, again.st_mtime_ns) == (st.st_size, st.st_mtime_ns)):
+                os.close(new)  # the path names another file now (replaced since it was opened): keep the old one
+                counts["kept"] += 1
+                continue
             counts["reopened"] += 1
         except OSError:
             if new >= 0:
