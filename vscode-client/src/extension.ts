@@ -12,6 +12,7 @@ import { isCraneNotebook, NotebookFocus } from './common/notebooks';
 import { AttachResult, Methods } from './common/protocol';
 import { ApiKeyStore } from './common/secrets';
 import { ServerManager } from './common/server';
+import { OwnEnvironment } from './common/serverEnvUi';
 import { classifyChange, getClientSettings } from './common/settings';
 import { StatusBar } from './common/statusBar';
 
@@ -47,6 +48,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   };
   // the Jupyter extension's fallback folder for connection files is in its global storage: discovery looks there
   const jupyterStorage = jupyterStorageDir(context.globalStorageUri.fsPath);
+  // the server's Python environment, owned by the extension in its global storage (unless crane.python is set)
+  const ownEnvironment = new OwnEnvironment({
+    storageDir: context.globalStorageUri.fsPath,
+    extensionDir: context.extensionPath,
+  });
 
   const server = new ServerManager({
     state: (state, message, interpreter) => status.update({ type: 'server', state, message, interpreter }),
@@ -62,6 +68,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     },
     secretEnvironment: () => keys.environment(),
     extraEnvironment: () => ({ CRANE_JUPYTER_STORAGE: jupyterStorage }),
+    ownEnvironment: (pythonApi, resource) => ownEnvironment.interpreter(pythonApi, resource),
   });
   manager = server;
 
@@ -149,16 +156,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   );
 
   updateActiveNotebook();
-  const pythonApi = await server.initPythonApi();
-  if (pythonApi) {
-    context.subscriptions.push(
-      pythonApi.onDidChangeActiveEnvironmentPath(() => {
-        if (!getClientSettings().python) {
-          void server.restart('Python interpreter changed');
-        }
-      }),
-    );
-  }
+  // the Python extension's interpreters are candidates to build the server environment from (serverEnvUi.ts);
+  // changing the active one later changes nothing: the server runs in its own environment or crane.python
+  await server.initPythonApi();
   await server.restart('activation');
 }
 

@@ -1,5 +1,6 @@
 /**
- * Which Python runs the server: `crane.python`, else the Python extension's active interpreter, else `python3`.
+ * Which Python runs the server when the extension's own environment is not used (serverEnvUi.ts):
+ * `crane.python`, else the Python extension's active interpreter, else `python3`.
  * Also checks that CRANE is importable there, so a broken environment gives a message with the fix.
  */
 import { execFile } from 'node:child_process';
@@ -17,7 +18,8 @@ export interface PythonEnvironmentsApi {
   onDidChangeActiveEnvironmentPath: vscode.Event<unknown>;
 }
 
-export type InterpreterSource = 'setting' | 'python-extension' | 'default';
+/** `extension-env`: the environment the extension owns (serverEnv.ts), used when `crane.python` is empty. */
+export type InterpreterSource = 'setting' | 'python-extension' | 'default' | 'extension-env';
 
 export interface Interpreter {
   command: string;

@@ -60,6 +60,11 @@ export interface ServerHooks {
   secretEnvironment(): Promise<Record<string, string>>;
   /** Other variables for the server environment (e.g. where the Jupyter extension keeps its files). */
   extraEnvironment?(): Record<string, string>;
+  /**
+   * The interpreter of the environment the extension owns, used when `crane.python` is empty (serverEnvUi.ts):
+   * created, upgraded or rebuilt as needed; a string is the failure, already shown to the user.
+   */
+  ownEnvironment?(pythonApi: PythonEnvironmentsApi | undefined, resource?: vscode.Uri): Promise<Interpreter | string>;
 }
 
 export function buildServerOptions(python: string, env: Record<string, string>, cwd?: string): ServerOptions {
@@ -183,7 +188,21 @@ export class ServerManager implements vscode.Disposable {
     traceInfo(`starting the server (${reason})`);
     const settings = getClientSettings();
     const resource = vscode.window.activeNotebookEditor?.notebook.uri;
-    const interpreter = await resolveInterpreter(settings.python, this.pythonApi, resource);
+    let interpreter: Interpreter;
+    if (!settings.python && this.hooks.ownEnvironment) {
+      this.hooks.state('starting', 'preparing the server environment');
+      const own = await this.hooks.ownEnvironment(this.pythonApi, resource);
+      if (typeof own === 'string') {
+        this.hooks.state('error', own);
+        return;
+      }
+      interpreter = own;
+      if (this.disposed) {
+        return;
+      }
+    } else {
+      interpreter = await resolveInterpreter(settings.python, this.pythonApi, resource);
+    }
     this.interpreter = interpreter;
     const label = `${interpreter.command} (${interpreter.source})`;
     this.hooks.state('starting', `checking ${interpreter.command}`, label);
