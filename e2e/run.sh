@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests: the packaged CRANE extension in a real VS Code (code-server), driven by headless Chromium.
 #
-#   e2e/run.sh [SCENARIO ...]     scenarios: connection-file jupyter jupyter-deny (default: all three)
+#   e2e/run.sh [SCENARIO ...]     scenarios: connection-file jupyter jupyter-deny fresh (default: all four)
 #
 # The vsix must exist (`make vsix`; CRANE_VSIX=path overrides it). e2e/setup.sh installs/caches code-server,
 # chromium and playwright-core (build/e2e). Each scenario gets a fresh run folder build/e2e/run-<scenario>
@@ -13,7 +13,10 @@
 #                    started from a kernelspec for $CRANE_PYTHON; CRANE reaches it through the extension's
 #                    kernels API, the user allows it (jupyter.e2e.test.mjs);
 #   jupyter-deny     the same in a fresh profile where the user denies access, then grants it later
-#                    (jupyter-deny.e2e.test.mjs).
+#                    (jupyter-deny.e2e.test.mjs);
+#   fresh            no crane.python and no interpreter on PATH with CRANE: the extension creates its own server
+#                    environment (pip, dependencies from the package index), attaches, and a second start reuses
+#                    it (fresh.e2e.test.mjs).
 # Every process started here runs in its own process group and is stopped by its id, also on failure or
 # Ctrl-C. Artefacts: build/e2e/screenshots/*.png, build/e2e/logs/<scenario>/ (kernel, code-server, the CRANE
 # output channel with the server's stderr, the Jupyter extension's log, all VS Code logs).
@@ -36,9 +39,9 @@ log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 t0=$(date +%s)
 
 SCENARIOS=("$@")
-[ "${#SCENARIOS[@]}" -gt 0 ] || SCENARIOS=(connection-file jupyter jupyter-deny)
+[ "${#SCENARIOS[@]}" -gt 0 ] || SCENARIOS=(connection-file jupyter jupyter-deny fresh)
 for sc in "${SCENARIOS[@]}"; do
-  case "$sc" in connection-file | jupyter | jupyter-deny) ;; *) log "unknown scenario $sc"; exit 2 ;; esac
+  case "$sc" in connection-file | jupyter | jupyter-deny | fresh) ;; *) log "unknown scenario $sc"; exit 2 ;; esac
 done
 
 "$HERE/setup.sh"
@@ -211,6 +214,33 @@ scenario_connection_file() {
   return "$rc"
 }
 
+# ---- scenario: install and go (the extension builds its own server environment) -----------------------------
+scenario_fresh() {
+  local notebook="sales.ipynb" primed=(2 3)
+  new_run fresh
+  # PATH without this checkout's .venv: the extension must find a Python 3.10+ that does not have CRANE
+  local path_no_venv
+  path_no_venv=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v -F "$ROOT/.venv" | paste -sd: -)
+  if env PATH="$path_no_venv" "${RUN_ENV[@]}" python3 -c 'import crane' >/dev/null 2>&1; then
+    log "fresh: python3 on PATH has CRANE installed; the scenario needs one without it"; end_scenario; return 1
+  fi
+  local conn="$RUN/kernel.json"
+  log "starting ipykernel ($PYTHON)"
+  start_bg "$LOGS/fresh/kernel.log" env -C "$RUN/workspace" "${RUN_ENV[@]}" \
+    "$PYTHON" -m ipykernel_launcher -f "$conn" --ip=127.0.0.1
+  env "${RUN_ENV[@]}" "$PYTHON" "$HERE/prime_kernel.py" "$conn" "$RUN/workspace/$notebook" "${primed[@]}" \
+    || { log "could not run the cells in the kernel"; end_scenario; return 1; }
+  write_settings "\"crane.kernel.connectionFile\": \"$conn\","
+  sed -i '/"crane.python"/d' "$RUN/user-data/User/settings.json"  # the extension's own environment, no override
+  log "installing $(basename "$VSIX") into code-server"
+  install_extension "$RUN/extensions" "$VSIX"
+  start_code_server "$RUN/extensions" PATH="$path_no_venv"
+  local rc=0
+  run_browser_test fresh.e2e.test.mjs CRANE_E2E_STORAGE="$RUN/user-data/User/globalStorage/crane.crane" || rc=$?
+  end_scenario
+  return "$rc"
+}
+
 # ---- scenarios with Microsoft's Jupyter extension ------------------------------------------------------------
 JUPYTER_EXTENSIONS=""  # one extensions folder (CRANE + Jupyter) for both Jupyter scenarios, installed once
 scenario_jupyter() {  # scenario_jupyter NAME TEST_FILE
@@ -248,6 +278,7 @@ for sc in "${SCENARIOS[@]}"; do
     connection-file) scenario_connection_file || rc=$? ;;
     jupyter) scenario_jupyter jupyter jupyter.e2e.test.mjs || rc=$? ;;
     jupyter-deny) scenario_jupyter jupyter-deny jupyter-deny.e2e.test.mjs || rc=$? ;;
+    fresh) scenario_fresh || rc=$? ;;
   esac
   log "scenario $sc: $([ "$rc" -eq 0 ] && echo passed || echo "FAILED ($rc)") in $(($(date +%s) - s0)) s"
   [ "$rc" -eq 0 ] || failed+=("$sc")
