@@ -7,7 +7,7 @@ import os
 import sys
 
 from crane import __version__
-from crane.commands import bench, check, diagnose, fix, serve
+from crane.commands import bench, check, diagnose, fix, mcp, serve
 from crane.errors import CraneError
 
 # name -> (module with add_arguments/run, one-line help)
@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "fix": (fix, "repair a cell with the CRANE agent, in a sandbox"),
     "bench": (bench, "score CRANE on crash/fix benchmark cases"),
     "serve": (serve, "run the CRANE language server (stdio by default)"),
+    "mcp": (mcp, "serve CRANE's tools to your own agent over MCP (stdio, or HTTP with a token)"),
 }
 
 

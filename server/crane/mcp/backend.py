@@ -1,0 +1,239 @@
+"""What the MCP tools do, against one kernel: read its facts privately, predict, run code in the sandbox, search
+verified fixes. Synchronous (the server calls it from a worker thread, one call at a time).
+
+Nothing here runs in the kernel's namespace: facts come from the private probe (silent requests, no history),
+code runs only in a confined copy-on-write fork of the kernel (`crane.sandbox`), fixes are searched in a fork
+session. A kernel that died, or cannot be reached, gives a `ToolFailure` saying so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgspec
+
+from crane.errors import CraneError
+from crane.kernel.client import KernelConnection, literal_value
+from crane.kernel.errors import KernelError
+from crane.mcp.schemas import (
+    CheckCellArgs,
+    CheckCodeArgs,
+    FactsArgs,
+    FixEdit,
+    Fixes,
+    FixesArgs,
+    KernelFacts,
+    Prediction,
+    SandboxRun,
+    TryCodeArgs,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_NAMES = 200
+STDOUT_LIMIT = 16 * 1024  # characters of stdout / stderr a tool result carries
+FACTS_BUDGET_MS = 2000.0
+# The user's variables: names not hidden by IPython (In, Out, get_ipython, exit...) nor private. Evaluated as a
+# private user expression (silent, no history): it reads the namespace's keys, nothing else.
+_NAMES_EXPR = (
+    "(lambda ip: sorted(k for k in list(ip.user_ns) if isinstance(k, str) and not k.startswith('_') "
+    f"and k not in ip.user_ns_hidden)[:{MAX_NAMES}])(get_ipython())"
+)
+
+T = TypeVar("T")
+
+
+class ToolFailure(CraneError):
+    """A tool could not do its work (dead kernel, unreadable notebook, no sandbox): the message says why."""
+
+
+@dataclass
+class Attached:
+    """The kernel the server serves, how it was reached, and what to do when the server stops."""
+
+    conn: KernelConnection
+    describe: str
+    notebook: str | None = None  # --notebook: the replayed notebook (the default for the cell tools)
+    close: Callable[[], None] = lambda: None
+
+
+class KernelTools:
+    def __init__(self, attached: Attached):
+        self.attached = attached
+        self._lock = threading.Lock()  # one kernel conversation at a time
+
+    @property
+    def conn(self) -> KernelConnection:
+        return self.attached.conn
+
+    def _guard(self, work: Callable[[], T]) -> T:
+        with self._lock:
+            if not self.conn.is_alive():
+                raise ToolFailure(f"the kernel is not running ({self.attached.describe}): restart it, or start "
+                                  "`crane mcp` again with a live kernel")
+            try:
+                return work()
+            except KernelError as exc:
+                raise ToolFailure(f"kernel error ({self.attached.describe}): {exc}") from None
+
+    # -- crane_kernel_facts ------------------------------------------------------------------------------
+    def facts(self, args: FactsArgs) -> KernelFacts:
+        return self._guard(lambda: self._facts(args))
+
+    def _facts(self, args: FactsArgs) -> KernelFacts:
+        from crane.probe.collect import ProbeClient
+        from crane.probe.facts import ProbeRequest
+
+        names = args.names
+        if names is None:
+            out = self.conn.private({"n": _NAMES_EXPR}, timeout=10.0)
+            value = literal_value(out.user_expressions.get("n"), "listing the kernel's variables")
+            names = [n for n in value if isinstance(n, str)] if isinstance(value, list) else []
+        request = ProbeRequest(names=list(names), time_budget_ms=FACTS_BUDGET_MS, max_total_bytes=256 * 1024)
+        r = ProbeClient(self.conn).run(request, timeout=30.0)
+        return KernelFacts(facts=r.facts, undefined=r.undefined, cwd=r.cwd, libraries=r.libraries,
+                           truncated=r.truncated, errors=r.errors, elapsed_ms=round(r.elapsed_ms, 3))
+
+    # -- crane_try_code ----------------------------------------------------------------------------------
+    def try_code(self, args: TryCodeArgs) -> SandboxRun:
+        return self._guard(lambda: self._sandbox_run(args.code, args.budget_s))
+
+    def _sandbox_run(self, code: str, budget_s: float) -> SandboxRun:
+        from crane.sandbox.fork_runner import speculate
+
+        v = speculate(self.conn, code, budget_s)
+        if v.verdict == "unavailable" and not self.conn.is_alive():
+            raise ToolFailure(f"the kernel died ({self.attached.describe})")
+        return _as_run(v)
+
+    # -- crane_check_code / crane_check_cell -------------------------------------------------------------
+    def check_code(self, args: CheckCodeArgs) -> Prediction:
+        return self._guard(lambda: self._predict(args.code, None, 1, args.mode, args.budget_s))
+
+    def check_cell(self, args: CheckCellArgs) -> Prediction:
+        def work() -> Prediction:
+            from crane.analysis.scope import NotebookScope
+            from crane.notebook.history import check_target
+
+            nb, path = self._notebook(args.notebook)
+            try:
+                source = check_target(nb, args.cell).source
+            except (CraneError, ValueError) as exc:
+                raise ToolFailure(str(exc)) from None
+            p = self._predict(source, NotebookScope.from_notebook(nb), args.cell, args.mode, args.budget_s)
+            p.cell, p.notebook = args.cell, path
+            return p
+
+        return self._guard(work)
+
+    def _predict(self, code: str, scope: Any, target: int, mode: str, budget_s: float) -> Prediction:
+        from crane.analysis.cell import analyze_cell
+        from crane.pipeline import check_cell, probe_facts
+        from crane.policy import decide
+        from crane.probe.collect import ProbeClient
+
+        check = check_cell(analyze_cell(code), probe_facts(ProbeClient(self.conn)), scope, target)
+        run: SandboxRun | None = None
+        verdict = None
+        if mode == "auto":
+            from crane.sandbox.fork_runner import speculate
+
+            verdict = speculate(self.conn, code, budget_s)
+            run = _as_run(verdict)
+        d = decide("auto" if mode == "auto" else "static", check.findings, verdict)
+        how = {
+            "sandbox": f"the code {verdict.how() if verdict else ''}: {d.prediction}",
+            "rules": "CRANE's rules on the kernel's live facts"
+                     + (f" (the sandbox run was inconclusive: {run.outcome})" if run else ""),
+            "none": "no rule found a crash" + (f"; the sandbox run was inconclusive: {run.outcome}" if run else ""),
+        }.get(d.decided_by, d.decided_by)
+        if check.mode != "live":
+            how += f" (facts: {check.mode}{': ' + check.error if check.error else ''})"
+        return Prediction(
+            prediction=d.prediction, decided_by=d.decided_by if d.decided_by in ("sandbox", "rules") else "none",
+            findings=list(d.findings), cleared=list(d.cleared), sandbox=run, facts_mode=check.mode,
+            facts_error=check.error, how=how,
+        )
+
+    # -- crane_fixes -------------------------------------------------------------------------------------
+    def fixes(self, args: FixesArgs) -> Fixes:
+        def work() -> Fixes:
+            from crane.analysis.cell import analyze_cell
+            from crane.analysis.scope import NotebookScope
+            from crane.fixes.apply import unified_diff
+            from crane.fixes.sandbox import ForkFixSandbox
+            from crane.fixes.search import SearchBudget, search_fixes
+            from crane.notebook.history import check_target
+            from crane.pipeline import check_cell, probe_facts
+            from crane.probe.collect import ProbeClient
+            from crane.sandbox.session import SandboxError
+
+            nb, path = self._notebook(args.notebook)
+            try:
+                source = check_target(nb, args.cell).source
+            except (CraneError, ValueError) as exc:
+                raise ToolFailure(str(exc)) from None
+            scope = NotebookScope.from_notebook(nb)
+            check = check_cell(analyze_cell(source), probe_facts(ProbeClient(self.conn)), scope, args.cell)
+            try:
+                sandbox = ForkFixSandbox(self.conn)
+            except SandboxError as exc:
+                raise ToolFailure(f"no sandbox to verify fixes in: {exc}") from None
+            try:
+                report = search_fixes(nb, args.cell, sandbox, pre=check.probe, findings=list(check.findings),
+                                      scope=scope, budget=SearchBudget(max_seconds=args.budget_s))
+            finally:
+                sandbox.close()
+            name = os.path.basename(path)
+            edits = [
+                FixEdit(title=f.title, cell=f.target, old_source=f.old, new_source=f.new, run_first=list(f.run_first),
+                        other_cells={str(c.cell): c.new for c in f.cell_edits}, diff=unified_diff(f, name),
+                        verified_in=f.sandbox, stdout=_bounded(f.stdout)[0])
+                for f in report.fixes
+            ]
+            return Fixes(status=report.status, cell=args.cell, notebook=path,
+                         crash=report.crash.text if report.crash else None, fixes=edits, tried=report.tried,
+                         reason=report.reason, elapsed_s=round(report.elapsed_s, 3))
+
+        return self._guard(work)
+
+    # -- notebooks ---------------------------------------------------------------------------------------
+    def _notebook(self, given: str | None) -> tuple[Any, str]:
+        from crane.notebook.model import NotebookError, load_notebook
+
+        path = given or self.attached.notebook
+        if not path:
+            raise ToolFailure("no notebook given (pass `notebook`, or start `crane mcp --notebook NB`)")
+        path = os.path.abspath(os.path.expanduser(path))
+        try:
+            return load_notebook(path), path
+        except (NotebookError, OSError) as exc:
+            raise ToolFailure(f"cannot read the notebook {path}: {exc}") from None
+
+    def notebook_cells(self, path: str | None = None) -> list[dict[str, Any]]:
+        """The notebook's cells (number, kind, source, execution count, error) for the resource."""
+        nb, _ = self._notebook(path)
+        return [msgspec.to_builtins(c) for c in nb.cells]
+
+
+def _as_run(v: Any) -> SandboxRun:
+    """A `SandboxVerdict` as the tools report it (output bounded)."""
+    stdout, cut_out = _bounded(v.stdout)
+    stderr, cut_err = _bounded(v.stderr)
+    exception = (f"{v.ename}: {v.evalue}" if v.evalue else v.ename) if v.ename else None
+    return SandboxRun(
+        outcome=v.verdict, exception=exception, ename=v.ename, evalue=v.evalue, line=v.line,
+        traceback=list(v.traceback), stdout=stdout, stderr=stderr, stdout_truncated=cut_out or cut_err,
+        blocked=list(v.denied), reason=v.reason, how=v.how(), elapsed_ms=round(v.elapsed_ms, 3),
+    )
+
+
+def _bounded(text: str, limit: int = STDOUT_LIMIT) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    return text[:limit] + f"\n... ({len(text) - limit} more characters)", True

@@ -1,0 +1,130 @@
+"""The MCP tools' arguments and results: msgspec Structs, decoded and validated at the edge.
+
+Each tool's `inputSchema` and `outputSchema` (tools/list) are generated from these Structs
+(`msgspec.json.schema`), so what an agent is told and what the server accepts cannot drift apart. Arguments are
+decoded strictly (unknown fields refused, types checked, bounds checked); a bad argument is an MCP error
+(invalid params), never a dead server.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from crane.finding import Finding
+from crane.fixes.model import SearchStatus
+from crane.probe.facts import Facts
+
+Code = Annotated[str, msgspec.Meta(max_length=200_000, description="Python code (IPython syntax), as a cell")]
+NotebookPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096,
+                                           description="path of an .ipynb file (absolute, or relative to the "
+                                                       "server's working directory)")]
+CellNumber = Annotated[int, msgspec.Meta(ge=1, le=100_000, description="1-based cell number, as in `crane check`")]
+Budget = Annotated[float, msgspec.Meta(gt=0, le=600, description="seconds of wall clock the run may take")]
+CheckMode = Literal["static", "auto"]
+
+
+class _Args(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    pass
+
+
+class FactsArgs(_Args):
+    names: Annotated[list[Annotated[str, msgspec.Meta(max_length=200)]], msgspec.Meta(max_length=200)] | None = None
+    """Variables to describe; omitted: every user variable (up to 200)."""
+
+
+class CheckCodeArgs(_Args):
+    code: Code
+    mode: CheckMode = "auto"  # static: the rules on the kernel's facts; auto: a sandbox run confirms or clears
+    budget_s: Budget = 30.0
+
+
+class CheckCellArgs(_Args):
+    cell: CellNumber
+    notebook: NotebookPath | None = None  # omitted: the notebook given to `crane mcp --notebook`
+    mode: CheckMode = "auto"
+    budget_s: Budget = 30.0
+
+
+class TryCodeArgs(_Args):
+    code: Code
+    budget_s: Budget = 30.0
+
+
+class FixesArgs(_Args):
+    cell: CellNumber
+    notebook: NotebookPath | None = None
+    budget_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 60.0  # the whole search
+
+
+# -- results ---------------------------------------------------------------------------------------------------
+class KernelFacts(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """What the probe read, privately and read-only (no user code ran): per variable its type, shape, dtype,
+    columns, NaN counts, fitted-model attributes..."""
+
+    facts: dict[str, Facts] = {}
+    undefined: list[str] = []  # asked for, but bound neither in the namespace nor in builtins
+    cwd: str | None = None
+    libraries: dict[str, str] = {}
+    truncated: bool = False  # the size cap cut something: ask for fewer names
+    errors: list[str] = []
+    elapsed_ms: float = 0.0
+
+
+class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One run in the sandbox: a confined copy-on-write fork of the kernel; the kernel itself never ran it."""
+
+    outcome: Literal["crash", "no-crash", "timeout", "blocked", "unavailable"]
+    exception: str | None = None  # "ZeroDivisionError: division by zero"
+    ename: str | None = None
+    evalue: str | None = None
+    line: int | None = None  # 1-based line in the code
+    traceback: list[str] = []
+    stdout: str = ""  # bounded
+    stderr: str = ""  # bounded
+    stdout_truncated: bool = False
+    blocked: list[str] = []  # side effects the sandbox refused (file writes, network, programs, ...)
+    reason: str | None = None  # why timeout / blocked / unavailable
+    how: str = ""  # how the outcome was reached (mode, scale)
+    elapsed_ms: float = 0.0
+
+
+class Prediction(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """Will this code crash if run now against the kernel as it is, and why."""
+
+    prediction: Literal["crash", "no-crash"]
+    decided_by: Literal["sandbox", "rules", "none"]
+    findings: list[Finding] = []  # the predicted exception, line, message and evidence (facts used)
+    cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
+    sandbox: SandboxRun | None = None  # auto mode: the confirming run
+    facts_mode: Literal["live", "stale", "static"] = "live"
+    facts_error: str | None = None
+    how: str = ""  # one line: how the prediction was reached
+    cell: int | None = None
+    notebook: str | None = None
+
+
+class FixEdit(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A verified fix: the edits, each run in the sandbox from the live state without an exception."""
+
+    title: str
+    cell: int  # the target cell (1-based)
+    old_source: str
+    new_source: str
+    run_first: list[int] = []  # cells to run before the target (1-based)
+    other_cells: dict[str, str] = {}  # other cells the fix edits: "N" -> new source
+    diff: str = ""
+    verified_in: str = ""  # "fork", "fork-layered" or "replay"
+    stdout: str = ""
+
+
+class Fixes(msgspec.Struct, omit_defaults=True, kw_only=True):
+    status: SearchStatus  # fixed, not-fixed, clean (the cell does not crash), unverifiable (no sandbox)
+    cell: int
+    notebook: str
+    crash: str | None = None
+    fixes: list[FixEdit] = []
+    tried: int = 0
+    reason: str = ""
+    elapsed_s: float = 0.0
