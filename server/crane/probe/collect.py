@@ -22,7 +22,7 @@ from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.probe.facts import RESUME_ROUNDS, ProbeRequest, ProbeResult, decode_probe_result
 
 PROBE_PARTS = (
-    "kp_common.py", "kp_cache.py", "kp_scan.py", "kp_data.py", "kp_frame.py", "kp_ml.py", "kp_checks.py",
+    "kp_common.py", "kp_cache.py", "kp_scan.py", "kp_data.py", "kp_frame.py", "kp_ml.py", "kp_dl.py", "kp_checks.py",
     "kernel_probe.py",
 )  # fmt: skip
 PROBE_MODULE = KernelModule(

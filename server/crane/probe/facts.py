@@ -101,12 +101,50 @@ class TorchModuleFacts(msgspec.Struct, omit_defaults=True):
     mixed_dtypes: bool = False  # floating parameters of more than one dtype
 
 
+class KerasLayerFacts(msgspec.Struct, omit_defaults=True):
+    """One layer of a Keras model (instance-dict reads)."""
+
+    name: str
+    type: str  # class name: "Dense", "Conv2D", ...
+    units: int | None = None
+    filters: int | None = None
+    activation: str | None = None  # "relu", "softmax", "linear" (None: the layer has no activation)
+    ndim: int | None = None  # the layer's InputSpec: exact input rank (batch axis included) ...
+    min_ndim: int | None = None  # ... or the least rank (Conv2D: 4)
+    from_logits: bool | None = None
+
+
 class KerasModelFacts(msgspec.Struct, omit_defaults=True):
     input_shape: str | None = None
     output_shape: str | None = None
     n_layers: int | None = None
     loss: str | None = None
     built: bool | None = None
+    # Keras 3 (all read from instance dicts): compile() was called; its optimizer, losses (strings as given,
+    # functions by name, Loss objects by class) and metrics; the shapes of the inputs/outputs of a built
+    # functional/sequential model (-1: any size, the batch axis included); the layers in order.
+    compiled: bool | None = None
+    optimizer: str | None = None
+    losses: list[str] | None = None
+    from_logits: bool | None = None  # of a Loss object given to compile
+    metrics: list[str] | None = None
+    inputs: list[list[int]] | None = None
+    outputs: list[list[int]] | None = None
+    layers: list[KerasLayerFacts] | None = None
+    layers_truncated: bool = False
+    sequential: bool | None = None
+
+
+class JitFacts(msgspec.Struct, omit_defaults=True):
+    """A jax.jit-wrapped function: the wrapped function, its static arguments and (from linecache) its source and
+    the sources of the plain Python functions it names as globals (two levels, bounded)."""
+
+    function: str
+    params: list[str] | None = None
+    static_argnums: list[int] = []
+    static_argnames: list[str] = []
+    source: str | None = None
+    callees: dict[str, str] | None = None
 
 
 class DataLoaderFacts(msgspec.Struct, omit_defaults=True):
@@ -129,7 +167,9 @@ class Facts(msgspec.Struct, omit_defaults=True):
     type: str  # qualified type name, e.g. "pandas.core.frame.DataFrame"
     kind: str = "other"  # dataframe | series | ndarray | tensor | scalar | str | list | tuple | dict | set |
     #                      estimator | torch_module | keras_model | dataloader | module | function | class | other
-    #                      | index (pandas Index) | sparse (scipy.sparse) | tf_dataset
+    #                      | index (pandas Index) | sparse (scipy.sparse) | tf_dataset | keras_history
+    #                      | polars_frame | polars_lazy | polars_series (columns: polars dtypes, n_nan: nulls)
+    #                      ("tensor" also for TensorFlow tensors/variables and jax arrays: dtype "float32")
     defined_in: int | None = None  # execution count of the cell that last assigned it (filled daemon-side)
     value: str | None = None  # short repr for scalars / short strings / small containers
     length: int | None = None
@@ -177,6 +217,12 @@ class Facts(msgspec.Struct, omit_defaults=True):
     # Series: the `.name` label (repr when not a str) and whether it has one (False: name is None).
     series_name: str | None = None
     has_name: bool | None = None
+    # Today's libraries: why no value facts were read (a tensor on another device, sparse or ragged data), a jax
+    # array's committed flag, a jitted function, whether a tf.data pipeline batches.
+    value_skipped: str | None = None
+    committed: bool | None = None
+    jit: JitFacts | None = None
+    batched: bool | None = None
 
 
 class AttrCheck(msgspec.Struct, omit_defaults=True):

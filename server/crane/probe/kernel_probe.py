@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 8 of 8: the entry points `run(request_json)` and `history()` (standard library only).
+"""CRANE kernel probe, part 9 of 9: the entry points `run(request_json)` and `history()` (standard library only).
 
 Installed once per kernel as the private module `_crane_probe` (see collect.py) and called through a silent
 request's `user_expressions`; it binds no names in the user's namespace. `run` summarises only the names the
@@ -48,6 +48,21 @@ from crane.probe.kp_data import (  # kernel: strip
     ndarray_facts,  # kernel: strip
     series_facts,  # kernel: strip
 )  # kernel: strip
+from crane.probe.kp_dl import (  # kernel: strip
+    boosting_params,  # kernel: strip
+    is_jax_array,  # kernel: strip
+    is_jit_function,  # kernel: strip
+    is_keras_history,  # kernel: strip
+    is_tf_tensor,  # kernel: strip
+    jax_array_facts,  # kernel: strip
+    jit_facts,  # kernel: strip
+    keras_extra_facts,  # kernel: strip
+    keras_history_facts,  # kernel: strip
+    polars_facts,  # kernel: strip
+    polars_kind,  # kernel: strip
+    tf_dataset_batched,  # kernel: strip
+    tf_tensor_facts,  # kernel: strip
+)  # kernel: strip
 from crane.probe.kp_frame import column_facts, dataframe_facts  # kernel: strip
 from crane.probe.kp_ml import (  # kernel: strip
     dataloader_facts,  # kernel: strip
@@ -74,6 +89,7 @@ LIST_STATS_N = 10000
 _LIBRARIES = (
     "numpy", "pandas", "sklearn", "scipy", "torch", "torchvision", "tensorflow", "keras", "matplotlib", "seaborn",
     "statsmodels", "xgboost", "lightgbm", "catboost", "transformers", "plotly", "cv2", "PIL", "nltk", "imblearn",
+    "polars", "pyarrow", "jax", "jaxlib", "tf_keras",
 )  # fmt: skip
 _FUNCTION_TYPES = (
     types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MethodDescriptorType,
@@ -157,15 +173,31 @@ def _library(ctx, v, t, out):
     elif torch is not None and isa(v, mod_attr("torch.utils.data", "DataLoader")):
         out["kind"] = "dataloader"
         dataloader_facts(ctx, v, out)
+    elif polars_kind(t) is not None:
+        polars_facts(ctx, v, polars_kind(t), out)
+    elif is_tf_tensor(t):
+        tf_tensor_facts(ctx, v, out)
+    elif is_jax_array(t):
+        jax_array_facts(ctx, v, out)
+    elif is_jit_function(t):
+        jit_facts(ctx, v, out)
     elif is_estimator(v):
         out["kind"] = "estimator"
         estimator_facts(ctx, v, out)
+        if "params" not in out["estimator"]:
+            boosting_params(ctx, v, out["estimator"])
     elif is_keras_model(t):
         out["kind"] = "keras_model"
         keras_model_facts(ctx, v, out)
+        keras_extra_facts(ctx, v, out["keras_model"])
     elif is_tf_dataset(t):
         out["kind"] = "tf_dataset"
         tf_dataset_facts(ctx, v, out)
+        b = tf_dataset_batched(v)
+        if b is not None:
+            out["batched"] = b
+    elif is_keras_history(t):
+        keras_history_facts(ctx, v, out)
     elif is_keras_iterator(t):
         out["kind"] = "dataloader"
         keras_iterator_facts(ctx, v, out)

@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 7 of 8: attribute, key, module and path checks; callable signatures (stdlib only).
+"""CRANE kernel probe, part 8 of 9: attribute, key, module and path checks; callable signatures (stdlib only).
 
 Attribute lookups are static (the rules of inspect.getattr_static): no property, descriptor `__get__` written in
 Python, `__getattr__` or `__getattribute__` of the user runs. Where Python would consult such code, the answer is
@@ -306,6 +306,10 @@ def _getattr_hook(ctx, obj, t, d, name):
             return False, None, None
         except Exception:
             return None, None, None
+    if in_lib(t, ("polars",)) and in_lib(_getattr_owner(t), ("polars",)):
+        # polars' DataFrame/LazyFrame/Series __getattr__ only raises (a hint for attributes removed in 2.0, else
+        # "'DataFrame' object has no attribute ...": no column access by attribute)
+        return False, None, None
     if in_lib(t, ("sklearn",)) and isa(obj, dict) and in_lib(_getattr_owner(t), ("sklearn",)):  # Bunch
         return (True, dict.__getitem__(obj, name), "instance") if dict.__contains__(obj, name) else (False, None, None)
     if class_lookup(t, "__getattr__", None) is not None:

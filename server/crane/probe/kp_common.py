@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 1 of 8: shared helpers (standard library only).
+"""CRANE kernel probe, part 1 of 9: shared helpers (standard library only).
 
 The probe parts (kp_common, kp_cache, kp_scan, kp_data, kp_frame, kp_ml, kp_checks, kernel_probe) run INSIDE the user's kernel,
 where CRANE is not installed: `collect.PROBE_MODULE` compiles them, in order, into the private module

@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 6 of 8: facts about ML library objects (standard library only).
+"""CRANE kernel probe, part 6 of 9: facts about ML library objects (standard library only).
 
 torch tensors, nn.Module structure, DataLoaders; scikit-learn estimators; Keras models and iterators; tf.data
 datasets; scipy sparse matrices. Libraries are reached through `sys.modules` only. Attributes of these objects
@@ -333,7 +333,7 @@ def keras_model_facts(ctx, m, out):
         if v is not None:
             kf[key] = trunc(str(v), 200)
     layers = d.get("_self_tracked_trackables", d.get("_layers"))
-    if type(layers) is list:
+    if isa(layers, list):
         kf["n_layers"] = len(layers)
     if type(d.get("built")) is bool:
         kf["built"] = d["built"]
