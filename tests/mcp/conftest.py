@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from crane.kernel.manager import start_kernel
-from mcp import Client
 
 from ..cli.conftest import make_notebook
 from ..sandbox.conftest import Listener
