@@ -73,7 +73,7 @@ async def bench(rounds: int) -> dict[str, Any]:
                     "crane_check_code auto": lambda: c.call_tool("crane_check_code", {"code": CODE}),
                     "crane_try_code": lambda: c.call_tool("crane_try_code", {"code": CODE}),
                 }
-                results = {}
+                results: dict[str, dict[str, Any]] = {}
                 for name, call in calls.items():
                     n = rounds if "auto" not in name and "try" not in name else max(5, rounds // 3)
                     warm, times = await _timed(call, n)
