@@ -70,8 +70,9 @@ step('opening a notebook sets up the server environment, with a progress notific
     .filter({ hasText: 'CRANE: setting up its Python environment' })
     .first();
   await toast.waitFor({ timeout: SLOW });
-  // the notification follows pip's steps; wait for one of them so the screenshot shows work under way
-  await toast.filter({ hasText: /Collecting|Downloading|Installing|creating a virtual environment/ }).waitFor({ timeout: SLOW }).catch(() => {});
+  // the notification follows pip's steps: the picture shows one of them, over the notebook's cells
+  await cellRow(CRASH_CELL).waitFor({ timeout: SLOW });
+  await toast.filter({ hasText: /Collecting|Downloading|Installing/ }).waitFor({ timeout: INSTALL });
   await shot('progress');
   await waitForLog(/building the server environment from .*Python 3\.\d+/, SLOW);
 });

@@ -133,6 +133,11 @@ export class CancellationTokenSource {
   dispose(): void {}
 }
 
+export enum ProgressLocation {
+  SourceControl = 1,
+  Window = 10,
+  Notification = 15,
+}
 export enum StatusBarAlignment {
   Left = 1,
   Right = 2,
@@ -224,6 +229,9 @@ export const window = {
     };
   }),
   createTextEditorDecorationType: vi.fn(() => ({ dispose: vi.fn() })),
+  withProgress: vi.fn(async (_options: unknown, task: (progress: { report: (v: unknown) => void }) => unknown) =>
+    task({ report: vi.fn() }),
+  ),
   onDidChangeActiveNotebookEditor: vi.fn(() => ({ dispose: vi.fn() })),
   onDidChangeVisibleNotebookEditors: vi.fn(() => ({ dispose: vi.fn() })),
 };
@@ -283,6 +291,7 @@ export default {
   ThemeColor,
   CancellationTokenSource,
   StatusBarAlignment,
+  ProgressLocation,
   NotebookCellKind,
   QuickPickItemKind,
   OverviewRulerLane,

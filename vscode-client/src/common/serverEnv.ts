@@ -406,7 +406,7 @@ export class ServerEnvironment {
       const title =
         decision.action === 'upgrade'
           ? 'CRANE: updating its Python environment'
-          : 'CRANE: setting up its Python environment (first use, may take a few minutes)';
+          : 'CRANE: setting up its Python environment';
       return await hooks.withProgress(title, (report) => this.build(bundled, decision, hooks, report));
     } finally {
       release();
@@ -431,7 +431,7 @@ export class ServerEnvironment {
     hooks: EnsureHooks,
     report: (message: string) => void,
   ): Promise<EnsureResult> {
-    report('looking for Python 3.10+');
+    report('first use, a minute or a few: looking for Python 3.10+');
     const candidates = await hooks.candidates();
     const { found, rejected } = await findBasePython(this.run, candidates, this.env);
     for (const r of rejected) {
