@@ -166,7 +166,9 @@ def launch_reply(conn: KernelConnection, entry: str, args: dict, timeout: float)
     except (KernelError, msgspec.ValidationError) as exc:
         return unavailable(f"the kernel could not start a sandbox: {exc}")
     if not reply.ok or reply.pid is None:
-        return unavailable(reply.reason or "the kernel refused to start a sandbox")
+        v = unavailable(reply.reason or "the kernel refused to start a sandbox")
+        v.unforkable = reply.unforkable  # fork_runner.speculate runs a transplant instead
+        return v
     return reply
 
 

@@ -35,6 +35,8 @@ from crane.sandbox.channel import (
     read_until_eof,
 )
 from crane.sandbox.layer_choice import ASKED_FOR, AUTO_BLOCKING_REASON, layer_would_help, needs_layer
+from crane.sandbox.transplant import enabled as transplant_enabled
+from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import (
     ChildRecord,
     DeniedLine,
@@ -199,6 +201,8 @@ def speculate(
     kw = dict(memory_mb=memory_mb, request_timeout=request_timeout, places=places, idle=idle, cancel=cancel,
               miniature=miniature, max_processes=max_processes)
     v = _speculate_once(conn, source, budget_s, layer=first, **kw)  # type: ignore[arg-type]
+    if v.unforkable and transplant_enabled():  # TF/JAX/CuPy loaded, CUDA initialised: a separate process
+        return transplant(conn, source, budget_s, reason=v.reason, layer=pref, **kw)  # type: ignore[arg-type]
     if pref == "auto" and first == "blocking":
         if layer_would_help(v) and not (cancel is not None and cancel.is_set()):
             again = _speculate_once(conn, source, budget_s, layer="layered", **kw)  # type: ignore[arg-type]

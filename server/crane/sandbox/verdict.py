@@ -15,6 +15,7 @@ import msgspec
 
 Verdict = Literal["crash", "no-crash", "timeout", "blocked", "unavailable"]
 Mode = Literal["layered", "blocking"]
+RunMode = Literal["layered", "blocking", "transplant"]
 Scale = Literal["full", "miniature"]
 
 
@@ -33,6 +34,18 @@ class KeptObject(msgspec.Struct, omit_defaults=True):
     kind: str  # DataFrame, Series, ndarray, Tensor, TensorDataset, DataLoader, ...
     rows: int  # rows kept
     of: int  # rows in the kernel's object
+
+
+class TransplantInfo(msgspec.Struct, omit_defaults=True):
+    """Transplant runs (crane.sandbox.transplant): what was copied from the kernel into the worker process."""
+
+    copied: list[str] = []  # "name (type)" of every name the cell reads that was copied
+    bytes: int = 0  # pickled size, out-of-band buffers included
+    warm: bool = False  # an idle worker with the kernel's imports done took the run
+    confinement: Mode | None = None  # the worker's confinement (layered or blocking)
+    export_ms: float = 0.0  # the kernel's time to write the state (the kernel is busy only for this)
+    devices_mapped: bool = False  # torch's cuda/mps requests ran on the CPU
+    not_imported: list[str] = []  # the kernel's modules the worker could not import
 
 
 class SandboxVerdict(msgspec.Struct, omit_defaults=True):
@@ -59,7 +72,7 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
     landlock_abi: int | None = None
     pid: int | None = None
     # how the verdict was reached
-    mode: Mode | None = None  # "layered": writes in private copy-on-write layers, worker processes allowed;
+    mode: RunMode | None = None  # "layered": writes in private copy-on-write layers, worker processes allowed;
     mode_reason: str | None = None  # "blocking": side effects refused (why layered mode is not in force)
     scale: Scale = "full"  # "miniature": the cell ran on row subsets of its large inputs (see `kept`)
     kept: list[KeptObject] = []
@@ -68,6 +81,8 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
     fork_ms: float | None = None  # the fork in the kernel (wall clock; fork_cpu_ms: its CPU time)
     fork_cpu_ms: float | None = None
     channel: Literal["local", "remote"] | None = None  # remote: the kernel cannot see the daemon's files
+    transplant: TransplantInfo | None = None  # mode "transplant": a worker process on a copy of the state
+    unforkable: bool = False  # unavailable because forking this kernel is unsafe (a transplant run may do)
 
     @property
     def conclusive(self) -> bool:
@@ -78,7 +93,9 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
         if self.verdict == "unavailable":
             return f"sandbox unavailable: {self.reason or 'unknown reason'}"
         where = "a confined copy-on-write fork of the kernel"
-        if self.mode == "layered":
+        if self.mode == "transplant" and self.transplant is not None:
+            where = transplant_text(self.transplant, self.mode_reason)
+        elif self.mode == "layered":
             where += " (file writes in a private layer, worker processes allowed)"
         elif self.mode == "blocking":
             where += " (side effects blocked" + (f": {self.mode_reason}" if self.mode_reason else "") + ")"
@@ -105,6 +122,18 @@ def verdict_markdown(v: SandboxVerdict) -> str:
     return f"**Speculative run**: this cell {head}{reason}. {how[:1].upper()}{how[1:]}."
 
 
+def transplant_text(t: TransplantInfo, why: str | None) -> str:
+    """How a transplant run was made (for `how()`)."""
+    names = ", ".join(c.split(" (")[0] for c in t.copied[:6]) + (", ..." if len(t.copied) > 6 else "")
+    text = (f"a confined {'warm' if t.warm else 'fresh'} process of the kernel's interpreter, on a copy of "
+            f"{names or 'nothing from the kernel'} ({t.bytes / 1e6:.1f} MB"
+            + (f"; {t.confinement} confinement" if t.confinement else "") + ")")
+    if why:
+        text += f" (not forked: {why})"
+    text += "; GPUs hidden" + (", cuda/mps requests mapped to the CPU" if t.devices_mapped else "")
+    return text + ": device placement not checked"
+
+
 def miniature_text(kept: list[KeptObject]) -> str:
     """'kept 1,333 of 40,000 rows of X, y; 166 of 5,000 of X_test' (objects grouped by size)."""
     groups: dict[tuple[int, int], list[str]] = {}
@@ -128,6 +157,7 @@ class SetupLine(msgspec.Struct, omit_defaults=True):
     steps: dict = {}  # setup step -> ms
     pid: int | None = None
     kept: list[KeptObject] = []  # miniature runs: what was shrunk
+    transplant: dict = {}  # transplant runs (ks_worker.py): warm, devices_mapped, preload_ms, not_imported
 
 
 class DeniedLine(msgspec.Struct, omit_defaults=True):

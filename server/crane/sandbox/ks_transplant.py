@@ -1,0 +1,191 @@
+"""Transplant, kernel side: export what one cell needs from the user's kernel into the run's private directory.
+
+Installed privately as `_crane_transplant` (see `crane.sandbox.transplant`) and called through a private
+request, like the probe: it binds no name in the user's namespace, runs no notebook code (objects whose class,
+defined in the notebook, brings its own pickling hooks are refused), leaves RNG states and event callbacks
+alone. `export(args_json)` writes into `args["dir"]`:
+- `state.pkl`: `{name: object}` for the names the cell reads, pickled with CRANE's private copy of cloudpickle
+  (`sys.modules["_crane_cloudpickle"]`, never the user's) at protocol 5: functions, lambdas and classes of the
+  notebook by value, everything else the way its library pickles it (Keras models through their own
+  serialization, tf/jax arrays as host arrays); torch tensors on a GPU arrive as CPU tensors;
+- `buf-N`: the out-of-band buffers of protocol 5 (numpy/pandas/arrow data, written once, no in-memory copy);
+- `env.json`: the interpreter, cwd, environment, `sys.path`, the modules to import again, torch's CUDA facts.
+What cannot be pickled (open files, sockets, generators, locks, connections, ...) makes the answer
+`{"ok": False, "reason": "... `name` (type) ..."}`.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import sys
+import time
+
+_SKIP = {"In", "Out", "get_ipython", "exit", "quit", "_ih", "_oh", "_dh", "_", "__", "___", "__builtins__",
+         "__builtin__", "__name__", "__doc__", "__spec__", "__loader__", "__package__"}
+_OWN_HOOKS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
+# modules of the kernel itself, not of the notebook: never imported again in a worker
+_KERNEL_MODS = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "zmq", "tornado", "traitlets", "comm",
+                "debugpy", "prompt_toolkit", "pygments", "jedi", "parso", "matplotlib_inline", "psutil",
+                "nest_asyncio", "pexpect", "ptyprocess", "wcwidth", "stack_data", "executing", "asttokens",
+                "pure_eval", "decorator", "platformdirs", "dateutil", "pickleshare", "backcall", "six", "_pytest")
+
+
+def _names(shell, source: str) -> list[str]:
+    """Names the cell reads, after IPython's transforms (a pure text transform: no history, no callbacks)."""
+    try:
+        text = shell.input_transformer_manager.transform_cell(source) if shell is not None else source
+        tree = ast.parse(text)
+    except Exception:
+        return []
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            node = node.target  # read, then written
+        elif not (isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del))):
+            continue
+        if node.id not in out:
+            out.append(node.id)
+    return out
+
+
+def _type_name(obj) -> str:
+    t = type(obj)
+    mod = getattr(t, "__module__", "") or ""
+    return t.__qualname__ if mod in ("builtins", "__main__") else f"{mod}.{t.__qualname__}"
+
+
+def _own_hooks(obj) -> bool:
+    """The object's class, defined in the notebook, has pickling hooks of its own (notebook code)."""
+    t = type(obj)
+    for klass in getattr(t, "__mro__", (t,)):
+        if getattr(klass, "__module__", None) == "__main__" and any(h in vars(klass) for h in _OWN_HOOKS):
+            return True
+    return False
+
+
+def _pickler_class(cp):
+    torch = sys.modules.get("torch")
+
+    class Pickler(cp.CloudPickler):
+        def reducer_override(self, obj):
+            if torch is not None and isinstance(obj, torch.Tensor):
+                try:
+                    if obj.device.type not in ("cpu", "meta"):
+                        host = obj.detach().to("cpu")
+                        if isinstance(obj, torch.nn.Parameter):
+                            host = torch.nn.Parameter(host, requires_grad=obj.requires_grad)
+                        elif obj.requires_grad:
+                            host.requires_grad_(True)
+                        return host.__reduce_ex__(5)
+                except Exception:
+                    pass
+            return super().reducer_override(obj)
+
+    return Pickler
+
+
+def _dump(cp, objs: dict, buffers: list):
+    data = io.BytesIO()
+
+    def keep(pb) -> bool:
+        try:
+            buffers.append(pb.raw())
+        except BufferError:
+            return True  # not contiguous: in band
+        return False
+
+    _pickler_class(cp)(data, protocol=5, buffer_callback=keep).dump(objs)
+    return data.getbuffer()
+
+
+def _culprit(cp, objs: dict) -> str:
+    for name, obj in objs.items():
+        try:
+            _dump(cp, {name: obj}, [])
+        except Exception as exc:
+            return f"`{name}` ({_type_name(obj)}) cannot be copied into a separate process: {type(exc).__name__}: {exc}"
+    return "the cell's inputs cannot be copied into a separate process"
+
+
+def _modules() -> list[str]:
+    std = getattr(sys, "stdlib_module_names", ())
+    out: list[str] = []
+    for name in list(sys.modules):
+        top = name.partition(".")[0]
+        if top in out or top in std or top.startswith("_") or top in _KERNEL_MODS:
+            continue
+        mod = sys.modules.get(top)
+        if mod is not None and getattr(mod, "__file__", None):
+            out.append(top)
+    return out
+
+
+def _torch_facts() -> dict:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    try:
+        if not torch.cuda.is_initialized():
+            return {"cuda": False}
+        n = torch.cuda.device_count()
+        return {"cuda": True, "count": n, "names": [torch.cuda.get_device_name(i) for i in range(n)]}
+    except Exception:
+        return {"cuda": False}
+
+
+def export(args_json: str) -> dict:
+    """Write the state the cell reads into the run's private directory (see the module docstring)."""
+    t0 = time.perf_counter()
+    args = json.loads(args_json)
+    d = args["dir"]
+    try:
+        with open(os.path.join(d, "token")) as f:
+            if f.read() != args["token"]:
+                raise OSError("token mismatch")
+    except OSError:
+        return {"ok": False, "reason": "the kernel does not see the daemon's files (another machine or container)"}
+    cp = sys.modules.get("_crane_cloudpickle")
+    if cp is None:
+        return {"ok": False, "reason": "CRANE's private cloudpickle is not installed in the kernel"}
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+    except Exception:
+        shell = None
+    if shell is None:
+        return {"ok": False, "reason": "not an IPython kernel"}
+    ns = shell.user_ns
+    objs: dict = {}
+    for name in _names(shell, str(args.get("source") or "")):
+        if name in _SKIP or name not in ns:
+            continue
+        obj = ns[name]
+        if _own_hooks(obj):
+            return {"ok": False, "reason": f"`{name}` ({_type_name(obj)}) has pickling hooks defined in the notebook: "
+                                           "copying it would run notebook code in the kernel"}
+        objs[name] = obj
+    buffers: list = []
+    try:
+        data = _dump(cp, objs, buffers)
+    except Exception:
+        return {"ok": False, "reason": _culprit(cp, objs)}
+    total = len(data)
+    with open(os.path.join(d, "state.pkl"), "wb") as f:
+        f.write(data)
+    sizes = []
+    for i, buf in enumerate(buffers):
+        with open(os.path.join(d, f"buf-{i}"), "wb") as f:
+            f.write(buf)
+        sizes.append(buf.nbytes)
+        total += buf.nbytes
+    facts: dict = {"executable": sys.executable, "cwd": os.getcwd(), "env": dict(os.environ), "path": list(sys.path),
+             "modules": _modules(), "torch": _torch_facts(), "buffers": len(buffers),
+             "interactivity": str(getattr(shell, "ast_node_interactivity", "last_expr"))}
+    with open(os.path.join(d, "env.json"), "w") as f:
+        json.dump(facts, f)
+    return {"ok": True, "copied": [[n, _type_name(o)] for n, o in objs.items()], "bytes": total,
+            "executable": sys.executable, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
+            "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}

@@ -1,0 +1,296 @@
+"""Transplant worker: a fresh process of the kernel's own interpreter that runs one cell on a copy of its state.
+
+Started by the daemon (`crane.sandbox.transplant`) with the kernel's environment, GPUs hidden
+(`CUDA_VISIBLE_DEVICES=-1`, `JAX_PLATFORMS=cpu`); the sandbox's parts and this one are compiled into
+`_crane_sandbox` by the bootstrap, CRANE's private cloudpickle into `_crane_cloudpickle`. `worker_main`:
+1. imports the kernel's library modules (those under the interpreter's prefix: no notebook code) and builds an
+   IPython `InteractiveShell` without history, then waits (a warm worker) for one run request on stdin, or
+   ends after idling or when the daemon goes (EOF);
+2. takes the kernel's cwd, environment and `sys.path`, imports the library modules still missing, then
+   confines itself exactly as a forked child does (`ks_isolation._prepare_child`: oom_score_adj 1000,
+   descriptors, namespaces and private layers or the blocking confinement, Landlock, seccomp, rlimits,
+   capabilities dropped, audit hook) BEFORE any notebook code: the rest of the kernel's modules, the state
+   (`state.pkl` and its out-of-band buffers, mapped copy-on-write) and the cell all run confined;
+3. maps torch's cuda/mps device requests to the CPU where the kernel's torch had CUDA (or when asked), shrinks
+   large inputs for a miniature run, writes a setup line with what was copied, runs the cell (`ks_run`) and
+   writes the record on the run's result FIFO: the same lines as a forked child.
+A worker serves one run (its state is the run's) and ends.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import select
+import signal
+import sys
+import time
+import types
+
+from crane.sandbox.ks_common import _write_json  # kernel: strip
+from crane.sandbox.ks_isolation import _POOLS, _prepare_child  # kernel: strip
+from crane.sandbox.ks_miniature import cell_names, shrink_namespace  # kernel: strip
+from crane.sandbox.ks_run import run_source  # kernel: strip
+
+_W: dict = {"preload_ms": 0.0, "failed": []}
+_KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p}
+    return tuple(r.rstrip("/") + "/" for r in roots)
+
+
+def _is_library(path: str | None) -> bool:
+    return bool(path) and os.path.realpath(str(path)).startswith(_library_roots())
+
+
+def _import(names, only_library: bool) -> None:
+    import importlib
+    import importlib.util
+    for name in names:
+        if name in sys.modules:
+            continue
+        if only_library:
+            try:
+                spec = importlib.util.find_spec(name)
+            except Exception:
+                continue
+            if spec is None or not _is_library(spec.origin or (list(spec.submodule_search_locations or [""])[0])):
+                continue
+        try:
+            importlib.import_module(name)
+        except BaseException:  # noqa: BLE001 - a module the worker cannot import: the state load will say so
+            _W["failed"].append(name)
+
+
+def _shell():
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+    c = Config()
+    c.HistoryManager.enabled = False
+    return InteractiveShell.instance(config=c)
+
+
+class _Lines:
+    """Lines from a descriptor (the daemon's pipe), without a buffered reader in the way of `select`."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, b""
+
+    def next(self, timeout: float) -> bytes | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
+
+
+def worker_main(header: dict, lines: _Lines) -> None:
+    t0 = time.perf_counter()
+    _import(header.get("preload") or [], only_library=True)
+    shell = _shell()
+    _W["preload_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
+    line = lines.next(float(header.get("idle_s", 600.0)))
+    if not line:
+        return  # idle too long, or the daemon is gone
+    spec = json.loads(line)
+    _run(spec, shell, bool(header.get("warm")))
+
+
+def _load_buffers(d: str, n: int) -> list:
+    out = []
+    for i in range(n):
+        with open(os.path.join(d, f"buf-{i}"), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            out.append(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) if size else bytearray())
+    return out
+
+
+def _rebind(obj, ns: dict):
+    """A notebook function copied by value has globals of its own: give it the namespace's (so it sees the
+    names the cell binds, as in the kernel), adding the globals it brought that the namespace lacks."""
+    if isinstance(obj, types.FunctionType) and obj.__module__ == "__main__" and obj.__globals__ is not ns:
+        for k, v in obj.__globals__.items():
+            if k not in ns and not k.startswith("__"):
+                ns[k] = v
+        f = types.FunctionType(obj.__code__, ns, obj.__name__, obj.__defaults__, obj.__closure__)
+        f.__kwdefaults__, f.__qualname__, f.__doc__ = obj.__kwdefaults__, obj.__qualname__, obj.__doc__
+        f.__dict__.update(obj.__dict__)
+        f.__module__ = "__main__"
+        try:
+            f.__annotations__ = obj.__annotations__
+        except Exception:
+            pass
+        return f
+    if isinstance(obj, type) and obj.__module__ == "__main__":
+        for k, v in list(vars(obj).items()):
+            if isinstance(v, types.FunctionType):
+                new = _rebind(v, ns)
+            elif isinstance(v, (staticmethod, classmethod)) and isinstance(v.__func__, types.FunctionType):
+                new = type(v)(_rebind(v.__func__, ns))
+            else:
+                continue
+            try:
+                setattr(obj, k, new)
+            except Exception:
+                pass
+    return obj
+
+
+def _map_devices(facts: dict, force: bool) -> bool:
+    """torch: cuda/mps device requests run on the CPU (a TorchFunctionMode rewrites `device=` arguments,
+    `.to(device)` and `.cuda()`); where the kernel's torch had CUDA, `torch.cuda` answers as it did there."""
+    torch = sys.modules.get("torch")
+    if torch is None or not (force or facts.get("cuda")):
+        return False
+    from torch.overrides import TorchFunctionMode
+
+    def cpu(dev):
+        try:
+            d = torch.device(dev) if isinstance(dev, (str, torch.device)) else None
+        except Exception:
+            return dev
+        return torch.device("cpu") if d is not None and d.type in ("cuda", "mps", "xpu") else dev
+
+    class DevicesOnCPU(TorchFunctionMode):
+        def __torch_function__(self, func, types_, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if "device" in kwargs:
+                kwargs["device"] = cpu(kwargs["device"])
+            name = getattr(func, "__name__", "")
+            if name in ("cuda", "mps") and args and isinstance(args[0], torch.Tensor):
+                return args[0]
+            if name == "to" and len(args) > 1:
+                first = args[1]
+                if isinstance(first, int) and not isinstance(first, bool):
+                    first = torch.device("cpu")
+                args = (args[0], cpu(first), *args[2:])
+            return func(*args, **kwargs)
+
+    DevicesOnCPU().__enter__()
+    n = int(facts.get("count") or 1)
+    names = list(facts.get("names") or ["cuda"])
+    cuda = torch.cuda
+    cuda.is_available = lambda: True
+    cuda.device_count = lambda: n
+    cuda.current_device = lambda: 0
+    cuda.get_device_name = lambda i=0: names[int(i) if isinstance(i, int) else 0] if names else "cuda"
+    for fn in ("synchronize", "empty_cache", "reset_peak_memory_stats", "set_device"):
+        setattr(cuda, fn, lambda *a, **k: None)
+    for fn in ("memory_allocated", "max_memory_allocated", "memory_reserved"):
+        setattr(cuda, fn, lambda *a, **k: 0)
+    return True
+
+
+def _fail(ctx, why: str) -> None:
+    _write_json(ctx.result_fd, {"verdict": "unavailable", "reason": why})
+    os.close(ctx.result_fd)
+
+
+def _run(spec: dict, shell, warm: bool) -> None:
+    args = dict(spec["args"])
+    d = args["dir"]
+    with open(os.path.join(d, "env.json")) as f:
+        facts = json.load(f)
+    t0 = time.perf_counter()
+    try:
+        os.chdir(facts["cwd"])
+    except OSError:
+        pass
+    keep = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+    os.environ.clear()
+    os.environ.update(facts.get("env") or {})
+    os.environ.update(keep)
+    sys.path[:] = list(facts.get("path") or sys.path)
+    _import(facts.get("modules") or [], only_library=True)
+    shell.ast_node_interactivity = facts.get("interactivity") or "last_expr"
+    mini = args.pop("miniature", None)
+    _POOLS["key"] = None  # the worker's own thread pools (not the kernel's)
+    ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on
+    t1 = time.perf_counter()
+    audit = ctx.audit_state
+    audit["bypass"] = True  # loading the state is not the cell's doing (the kernel-level confinement holds)
+    try:
+        _import(facts.get("modules") or [], only_library=False)
+        import pickle
+        with open(os.path.join(d, "state.pkl"), "rb") as f:
+            data = f.read()
+        state = pickle.loads(data, buffers=_load_buffers(d, int(facts.get("buffers") or 0)))
+        ns = shell.user_ns
+        for name, obj in state.items():
+            ns[name] = _rebind(obj, ns)
+        mapped = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
+    except BaseException as exc:  # noqa: BLE001 - never a false crash: the run is unavailable
+        audit["bypass"] = False
+        _fail(ctx, f"the cell's inputs could not be loaded in a separate process: {type(exc).__name__}: {exc}")
+        return
+    audit["bypass"] = False
+    t2 = time.perf_counter()
+    if mini:
+        try:
+            ctx.kept = shrink_namespace(shell.user_ns, cell_names(shell, args.get("source", "")), mini)
+        except Exception as exc:
+            ctx.miniature_error = f"{type(exc).__name__}: {exc}"
+        if not ctx.kept:
+            why = ctx.miniature_error or "the cell reads no large DataFrame, array, tensor or dataset"
+            _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}"})
+            os.close(ctx.result_fd)
+            return
+    steps = dict(ctx.steps)
+    steps.update(environment=round((t1 - t0) * 1000.0 - float(ctx.steps.get("total", 0.0)), 3),
+                 load=round((t2 - t1) * 1000.0, 3), total=round((time.perf_counter() - t0) * 1000.0, 3))
+    _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
+                                "layer": ctx.layer, "fds": ctx.fds, "mappings": ctx.mappings, "steps": steps,
+                                "pid": os.getpid(), "kept": ctx.kept,
+                                "transplant": {"warm": warm, "devices_mapped": mapped,
+                                               "preload_ms": _W["preload_ms"],
+                                               "not_imported": list(_W["failed"])[:20]}})
+    signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)
+    rec = run_source(ctx, args["source"])
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    rec["setup_ms"] = steps["total"]
+    rec["displays"] = ctx.displays
+    rec["denied"] = ctx.denied[:20]
+    rec["confinement"] = ctx.confinement
+    audit["bypass"] = True
+    _write_json(ctx.result_fd, rec)
+    os.close(ctx.result_fd)
+
+
+BOOTSTRAP = r"""
+import os, sys, json, types
+def _crane_boot():
+    buf = b""
+    while b"\n" not in buf:
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            return
+        buf += chunk
+    head, _, rest = buf.partition(b"\n")
+    h = json.loads(head)
+    for name, doc, parts in h["modules"]:
+        m = types.ModuleType(name, doc)
+        m.__dict__["__file__"] = "<crane-kernel>"
+        sys.modules[name] = m
+        for fname, text in parts:
+            exec(compile(text, fname, "exec"), m.__dict__)
+    sb = sys.modules["_crane_sandbox"]
+    lines = sb._Lines(0)
+    lines.buf = rest
+    sb.worker_main(h, lines)
+try:
+    _crane_boot()
+except BaseException:
+    import traceback
+    traceback.print_exc()
+    os._exit(70)
+os._exit(0)
+"""

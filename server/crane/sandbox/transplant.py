@@ -1,0 +1,289 @@
+"""Daemon side of the transplant run: a cell of a kernel that cannot be forked safely, run in a fresh, confined
+process of the kernel's own interpreter into which the state the cell reads is copied.
+
+`transplant(conn, source, budget_s, reason=...)` (called by `fork_runner.speculate` when the kernel answers
+`unforkable`: TensorFlow, JAX or CuPy loaded, CUDA initialised):
+1. a private request (`_crane_transplant.export`, ks_transplant.py; CRANE's private copy of cloudpickle is
+   installed beside it as `_crane_cloudpickle`) writes the names the cell reads, pickled, into the run's
+   private directory, with the kernel's interpreter, cwd, environment, `sys.path` and modules;
+2. a worker (ks_worker.py) of that interpreter takes the run: an idle warm one of the same interpreter (its
+   heavy imports done) or a cold one started now. It confines itself like a forked child (namespaces, private
+   layers, Landlock, seccomp, rlimits, no capabilities, oom_score_adj 1000) before loading the state;
+3. its lines arrive on the run's result FIFO and are assembled exactly as a forked child's
+   (`fork_runner.assemble`); the verdict says `mode="transplant"` and what was copied (`SandboxVerdict.transplant`).
+One idle worker per interpreter is kept warm (`CRANE_TRANSPLANT_WARM=0` turns it off); it ends after
+`IDLE_S` without a run, or when the daemon ends (its stdin closes). The platform part (confinement) is the
+sandbox's Linux one; elsewhere the run is `unavailable`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+
+from crane.kernel.client import KernelConnection, literal_value
+from crane.kernel.errors import KernelError, KernelTimeout
+from crane.kernel.private_module import KernelModule, ModuleClient
+from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
+from crane.sandbox.ks_worker import BOOTSTRAP
+from crane.sandbox.verdict import ExitStatus, SandboxVerdict, TransplantInfo, unavailable
+
+_HERE = Path(__file__).resolve().parent
+TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
+                                 [_HERE / "ks_transplant.py"])
+WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
+                             [_HERE / p for p in SANDBOX_PARTS] + [_HERE / "ks_worker.py"])
+
+
+def _cloudpickle_source() -> Path:
+    spec = importlib.util.find_spec("cloudpickle.cloudpickle")
+    if spec is None or not spec.origin:
+        raise ImportError("cloudpickle is not installed with CRANE")
+    return Path(spec.origin)
+
+
+CLOUDPICKLE_MODULE = KernelModule("_crane_cloudpickle", "CRANE's private copy of cloudpickle", [_cloudpickle_source()])
+
+ENABLE_ENV = "CRANE_TRANSPLANT"  # "0": no transplant runs (the fork sandbox's `unavailable` stands)
+WARM_ENV = "CRANE_TRANSPLANT_WARM"  # "0": no idle warm worker
+IDLE_S = 600.0  # an idle warm worker ends after this long
+LOAD_S = 20.0  # the worker's own setup (imports, confinement, loading the state) on top of the cell's budget
+EXPORT_TIMEOUT_S = 60.0
+_WORKER_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENABLE_ENV, "1").strip() not in ("0", "false", "no", "off")
+
+
+class Worker:
+    """One worker process (cold or warm), the daemon's child; serves one run."""
+
+    def __init__(self, executable: str, env: dict, cwd: str, preload: list[str], warm: bool):
+        self.home = tempfile.mkdtemp(prefix="crane-tw-")
+        full = {**env, **_WORKER_ENV, "IPYTHONDIR": os.path.join(self.home, "ipython")}
+        full.pop("PYTHONSTARTUP", None)
+        self.warm = warm
+        self.executable = executable
+        self.started = time.monotonic()
+        with open(os.path.join(self.home, "log"), "wb") as log:
+            self.proc = subprocess.Popen(
+                [executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                cwd=cwd if os.path.isdir(cwd) else self.home, env=full, close_fds=True, start_new_session=True)
+        header = {"modules": [[m.name, m.doc, list(m.sources)] for m in (CLOUDPICKLE_MODULE, WORKER_MODULE)],
+                  "preload": preload, "idle_s": IDLE_S, "warm": warm}
+        self._send(json.dumps(header))
+
+    def _send(self, line: str) -> None:
+        stdin = self.proc.stdin
+        if stdin is None:
+            raise OSError("the worker has no stdin")
+        stdin.write(line.encode("utf-8") + b"\n")
+        stdin.flush()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, spec: dict) -> ChildHandle:
+        self._send(json.dumps(spec))
+        return ChildHandle(self.proc.pid, _starttime(self.proc.pid))
+
+    def log_tail(self) -> str:
+        try:
+            return Path(self.home, "log").read_bytes()[-2000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def end(self) -> ExitStatus | None:
+        """Kill it if still running, reap it, remove its directory: its exit status."""
+        status = None
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+        try:
+            code = self.proc.wait(5.0)
+            status = ExitStatus(exitcode=code if code >= 0 else None, signal=-code if code < 0 else None)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.home, ignore_errors=True)
+        return status
+
+
+class _Pool:
+    """At most one idle warm worker per interpreter."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.idle: dict[str, Worker] = {}
+
+    def take(self, executable: str) -> Worker | None:
+        with self.lock:
+            w = self.idle.pop(executable, None)
+        if w is None:
+            return None
+        if not w.alive() or time.monotonic() - w.started > IDLE_S - 5:
+            w.end()
+            return None
+        return w
+
+    def refill(self, executable: str, env: dict, cwd: str, preload: list[str]) -> None:
+        if os.environ.get(WARM_ENV, "1").strip() in ("0", "false", "no", "off"):
+            return
+        with self.lock:
+            if executable in self.idle and self.idle[executable].alive():
+                return
+        try:
+            w = Worker(executable, env, cwd, preload, warm=True)
+        except OSError:
+            return
+        with self.lock:
+            old = self.idle.pop(executable, None)
+            self.idle[executable] = w
+        if old is not None:
+            old.end()
+
+    def shutdown(self) -> None:
+        with self.lock:
+            workers, self.idle = list(self.idle.values()), {}
+        for w in workers:
+            w.end()
+
+
+POOL = _Pool()
+atexit.register(POOL.shutdown)
+
+
+class ExportReply(msgspec.Struct):
+    ok: bool
+    reason: str | None = None
+    copied: list[tuple[str, str]] = []
+    bytes: int = 0
+    executable: str = ""
+    modules: list[str] = []
+    cuda: bool = False
+    export_ms: float = 0.0
+
+
+def _export(conn: KernelConnection, pdir: PrivateDir, source: str, timeout: float) -> ExportReply:
+    cp = ModuleClient(conn, CLOUDPICKLE_MODULE)
+    out = cp.evaluate({"v": CLOUDPICKLE_MODULE.version_expression()}, timeout, "transplant check")
+    if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
+        cp.ensure_installed(timeout=max(timeout, 10.0))
+    raw = ModuleClient(conn, TRANSPLANT_MODULE).call(
+        "export", json.dumps(pdir.args(source=source)), timeout=EXPORT_TIMEOUT_S, what="transplant export")
+    return msgspec.convert(raw, ExportReply)
+
+
+def transplant(
+    conn: KernelConnection,
+    source: str,
+    budget_s: float,
+    *,
+    reason: str | None = None,
+    memory_mb: int = 2048,
+    request_timeout: float = 5.0,
+    layer: str = "auto",
+    places: list[str] | tuple[str, ...] = (),
+    idle: bool = False,
+    cancel: threading.Event | None = None,
+    miniature: dict | None = None,
+    max_processes: int = 1000,
+    map_devices: bool = False,
+) -> SandboxVerdict:
+    """Run `source` in a confined worker process on a copy of the state it reads (see the module docstring).
+    Never raises. `reason`: why the kernel was not forked (said in the verdict). `map_devices`: map torch's
+    cuda/mps requests to the CPU even when the kernel's torch had no CUDA."""
+    from crane.sandbox.fork_runner import _GRACE_S, assemble
+
+    t0 = time.monotonic()
+    try:
+        pdir = PrivateDir()
+    except OSError as exc:
+        return unavailable(f"cannot create the sandbox's private directory: {exc}")
+    worker: Worker | None = None
+    child: ChildHandle | None = None
+    try:
+        try:
+            exp = _export(conn, pdir, source, request_timeout)
+        except KernelTimeout:
+            return unavailable("the kernel is busy (it did not answer the transplant request in time)")
+        except (KernelError, msgspec.ValidationError) as exc:
+            return unavailable(f"the kernel's state could not be exported: {exc}")
+        if not exp.ok:
+            return unavailable(exp.reason or "the kernel's state could not be exported")
+        with open(os.path.join(pdir.path, "env.json")) as f:
+            facts = json.load(f)
+        exe, env, cwd = exp.executable, dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
+        worker = POOL.take(exe)
+        if worker is None:
+            worker = Worker(exe, env, cwd, exp.modules, warm=False)
+        args = pdir.args(mode="run", source=source, budget_s=float(budget_s) + LOAD_S, memory_mb=int(memory_mb)
+                         + (exp.bytes >> 20), output_limit=64 * 1024, layer="blocking" if layer == "blocking" else "auto",
+                         places=list(places), idle=bool(idle), max_processes=int(max_processes))
+        if miniature:
+            args["miniature"] = miniature
+        child = worker.run({"args": args, "budget_s": float(budget_s), "map_devices": bool(map_devices)})
+        deadline = time.monotonic() + float(budget_s) + LOAD_S + _GRACE_S
+        data, how = read_until_eof(pdir.result_fd, child, deadline, cancel=cancel, stop_at_record=True)
+        if how in ("deadline", "cancelled"):
+            child.kill()
+        status = worker.end() if how != "record" else None
+        outcome = RunOutcome(data, how, status, pdir.read_capture("stdout"), pdir.read_capture("stderr"))
+        v = assemble(outcome, float(budget_s), int(memory_mb))
+        if v.verdict == "unavailable" and status is not None and status.exitcode == 70:
+            v.reason = f"{v.reason}: {worker.log_tail().strip().splitlines()[-1:] or ''}"
+        v.pid, v.channel = worker.proc.pid, "local"
+        info = TransplantInfo(
+            copied=[f"{n} ({t})" for n, t in exp.copied][:50], bytes=exp.bytes, warm=worker.warm,
+            confinement=v.mode if v.mode in ("layered", "blocking") else None, export_ms=exp.export_ms, devices_mapped=bool(map_devices or exp.cuda),
+            not_imported=[],
+        )
+        setup_extra = _setup_transplant(data)
+        info.devices_mapped = bool(setup_extra.get("devices_mapped", info.devices_mapped))
+        info.not_imported = [str(x) for x in setup_extra.get("not_imported") or []]
+        v.transplant = info
+        v.mode, v.mode_reason = "transplant", reason
+        total_ms = (time.monotonic() - t0) * 1000.0
+        if how in ("deadline", "cancelled"):
+            v.elapsed_ms, v.overhead_ms = total_ms, 0.0
+        else:
+            v.overhead_ms = max(0.0, total_ms - v.elapsed_ms)
+        POOL.refill(exe, env, cwd, exp.modules)
+        return v
+    except Exception as exc:  # the daemon never dies from one sandbox run
+        return unavailable(f"transplant error: {type(exc).__name__}: {exc}")
+    finally:
+        if worker is not None:
+            threading.Thread(target=worker.end, name="crane-transplant-reap", daemon=True).start()
+        if child is not None:
+            child.close()
+        pdir.cleanup()
+
+
+def _setup_transplant(data: bytes) -> dict:
+    for raw in data.split(b"\n"):
+        if b'"transplant"' in raw and b'"setup"' in raw:
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("transplant"), dict):
+                return obj["transplant"]
+    return {}
