@@ -27,7 +27,9 @@ try {
   execFileSync(
     python,
     ['-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '--disable-pip-version-check', '-q', '-w', out, src],
-    { stdio: 'inherit' },
+    // fixed zip timestamps: the same sources give the same wheel, so the extension's environment is rebuilt
+    // (its marker holds the wheel's sha256) only when the server's code changed
+    { stdio: 'inherit', env: { ...process.env, SOURCE_DATE_EPOCH: '315532800' } },
   );
 } finally {
   rmSync(src, { recursive: true, force: true });

@@ -387,3 +387,47 @@ describe('helpers', () => {
     expect(pipProgress('  Using cached x.whl')).toBeUndefined();
   });
 });
+
+describe('with a real Python and pip, and the package index unreachable', () => {
+  it('creates a real venv, pip fails on the network: a message saying what to do, nothing left behind', async () => {
+    const storage = tmp();
+    // a small valid wheel that depends on a package only the (unreachable) index has
+    const wheel = path.join(storage, 'crane_notebook-0.0.1-py3-none-any.whl');
+    const build = await execRunner(
+      'python3',
+      [
+        '-c',
+        [
+          'import sys, zipfile',
+          'files = {"crane_probe_dummy/__init__.py": "",',
+          ' "crane_notebook-0.0.1.dist-info/METADATA": "Metadata-Version: 2.1\\nName: crane-notebook\\nVersion: 0.0.1\\nRequires-Dist: crane-dependency-only-on-the-index\\n",',
+          ' "crane_notebook-0.0.1.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}',
+          'with zipfile.ZipFile(sys.argv[1], "w") as z:',
+          '    for k, v in files.items(): z.writestr(k, v)',
+          '    z.writestr("crane_notebook-0.0.1.dist-info/RECORD", "".join(f"{k},,\\n" for k in files) + "crane_notebook-0.0.1.dist-info/RECORD,,\\n")',
+        ].join('\n'),
+        wheel,
+      ],
+      { timeoutMs: 30_000 },
+    );
+    expect(build).toMatchObject({ code: 0 });
+    const env = {
+      ...process.env,
+      PIP_INDEX_URL: 'http://127.0.0.1:9/simple', // nothing listens on the discard port
+      PIP_FIND_LINKS: '',
+      PIP_EXTRA_INDEX_URL: '',
+      PIP_CONFIG_FILE: os.devnull,
+      PIP_RETRIES: '0',
+      PIP_TIMEOUT: '5',
+    };
+    const h = hooks();
+    const r = await new ServerEnvironment({ storageDir: storage, wheel, env }).ensure(h);
+    expect(h.logs.join('\n')).toMatch(/installing crane_notebook-0\.0\.1/);
+    expect(r).toMatchObject({ ok: false, kind: 'network' });
+    if (!r.ok) {
+      expect(r.message).toMatch(/could not download its dependencies from the package index/);
+      expect(r.message).toMatch(/crane-dependency-only-on-the-index/);
+    }
+    expect(fs.readdirSync(storage)).toEqual([path.basename(wheel)]);
+  }, 180_000);
+});
