@@ -12,6 +12,7 @@ import logging
 from lsprotocol import types
 
 from crane.llm.litellm_import import set_offline_cost_map
+from crane.lsp import lm_tools
 from crane.lsp.agent_runs import stop_all
 from crane.lsp.crane_server import CraneServer
 
@@ -52,5 +53,6 @@ async def shutdown(ls: CraneServer, params: None) -> None:
     stop_all(ls.agent_runs)
     ls.llm.close()
     ls.quick_fixes.close()
+    lm_tools.close(ls)
     ls.speculation.close()
     await ls.kernels.shutdown()

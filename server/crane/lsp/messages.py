@@ -162,6 +162,26 @@ class SpeculativeDisplay(_Wire):
     text: str = ""
 
 
+class LmToolParams(_Wire, omit_defaults=True):
+    """`crane/lmTool` params: one of CRANE's agent tools (`crane.mcp.tools`: `crane_kernel_facts`,
+    `crane_check_code`, `crane_check_cell`, `crane_try_code`, `crane_fixes`) on the kernel attached to the open
+    notebook `notebookUri` (its synced cells, unsaved edits included); `input`: the tool's arguments, as in its
+    MCP input schema (snake_case)."""
+
+    notebook_uri: str
+    tool: str
+    input: dict[str, Any] = {}
+
+
+class LmToolResult(_Wire, omit_defaults=True):
+    """`crane/lmTool` result: `text`, the tool's JSON result as MCP's `structuredContent` (snake_case), or, with
+    `isError`, why the tool could not do its work (no kernel attached, the kernel died, a bad cell number)."""
+
+    tool: str
+    text: str
+    is_error: bool = False
+
+
 class SpeculativeResult(_Wire):
     """`crane.runSpeculatively` result: the cell run in a confined copy-on-write fork of the kernel."""
 

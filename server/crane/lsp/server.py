@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from crane.lsp import agent_bridge, code_actions, commands, hover, lifecycle, speculative_command, sync
+from crane.lsp import agent_bridge, code_actions, commands, hover, lifecycle, lm_tools, speculative_command, sync
 from crane.lsp.crane_server import CraneServer, LspLogHandler
 
 __all__ = ["CraneServer", "LspLogHandler", "server"]
@@ -41,3 +41,4 @@ server.command(agent_bridge.FIX_CELL)(agent_bridge.fix_cell)
 server.command(agent_bridge.STOP_AGENT)(agent_bridge.stop_agent)
 server.command(agent_bridge.CONTINUE_AGENT)(agent_bridge.continue_agent)
 server.feature(commands.ATTACH_KERNEL_REQUEST)(commands.attach_kernel_request)
+server.feature(lm_tools.LM_TOOL)(lm_tools.lm_tool)

@@ -38,6 +38,8 @@ ROOTS: tuple[type[msgspec.Struct], ...] = (
     messages.FixResult,
     messages.StopAgentResult,
     messages.ContinueAgentResult,
+    messages.LmToolParams,
+    messages.LmToolResult,
     AgentStep,
 )
 

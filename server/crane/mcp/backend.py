@@ -59,6 +59,7 @@ class Attached:
     conn: KernelConnection
     describe: str
     notebook: str | None = None  # --notebook: the replayed notebook (the default for the cell tools)
+    open_notebook: Any = None  # the editor's synced notebook (crane.notebook.model.Notebook), read for `notebook`
     close: Callable[[], None] = lambda: None
 
 
@@ -206,6 +207,10 @@ class KernelTools:
     def _notebook(self, given: str | None) -> tuple[Any, str]:
         from crane.notebook.model import NotebookError, load_notebook
 
+        opened = self.attached.open_notebook
+        if opened is not None and (given is None or (
+                opened.path and os.path.abspath(os.path.expanduser(given)) == os.path.abspath(opened.path))):
+            return opened, opened.path or "untitled.ipynb"  # the editor's cells, unsaved edits included
         path = given or self.attached.notebook
         if not path:
             raise ToolFailure("no notebook given (pass `notebook`, or start `crane mcp --notebook NB`)")

@@ -263,3 +263,25 @@ export interface StopAgentResult {
 export interface ContinueAgentResult {
   continued: boolean;
 }
+
+/**
+ * `crane/lmTool` params: one of CRANE's agent tools (`crane.mcp.tools`: `crane_kernel_facts`,
+ * `crane_check_code`, `crane_check_cell`, `crane_try_code`, `crane_fixes`) on the kernel attached to the open
+ * notebook `notebookUri` (its synced cells, unsaved edits included); `input`: the tool's arguments, as in its
+ * MCP input schema (snake_case).
+ */
+export interface LmToolParams {
+  notebookUri: string;
+  tool: string;
+  input?: Record<string, unknown>;
+}
+
+/**
+ * `crane/lmTool` result: `text`, the tool's JSON result as MCP's `structuredContent` (snake_case), or, with
+ * `isError`, why the tool could not do its work (no kernel attached, the kernel died, a bad cell number).
+ */
+export interface LmToolResult {
+  tool: string;
+  text: string;
+  isError?: boolean;
+}

@@ -21,6 +21,7 @@ export const ClientCommands = {
 
 export const Methods = {
   attachKernel: 'crane/attachKernel',
+  lmTool: 'crane/lmTool',
   kernelStatus: 'crane/kernelStatus',
   diagnosis: 'crane/diagnosis',
   agentStep: 'crane/agentStep',
@@ -43,6 +44,8 @@ export type {
   FixResult,
   KernelInfo,
   KernelStatus,
+  LmToolParams,
+  LmToolResult,
   Proposal,
   Related,
   SessionTotals,
