@@ -569,21 +569,25 @@ export class ServerEnvironment {
   }
 
   private lockIsStale(lockDir: string, staleMs: number): boolean {
+    let pid = NaN;
     try {
-      const pid = Number(fs.readFileSync(path.join(lockDir, 'pid'), 'utf8'));
-      if (pid > 0) {
-        try {
-          process.kill(pid, 0);
-        } catch (err) {
-          if ((err as NodeJS.ErrnoException).code === 'ESRCH') {
-            return true; // its process is gone
-          }
+      pid = Number(fs.readFileSync(path.join(lockDir, 'pid'), 'utf8'));
+    } catch {
+      // no pid file: being created, or its holder died right after mkdir (then its age decides)
+    }
+    if (pid > 0) {
+      try {
+        process.kill(pid, 0);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ESRCH') {
+          return true; // its process is gone
         }
       }
+    }
+    try {
       return Date.now() - fs.statSync(lockDir).mtimeMs > staleMs;
     } catch {
-      // no pid file yet (being created) or the lock just went away: not stale
-      return false;
+      return false; // the lock just went away: try to take it again
     }
   }
 }

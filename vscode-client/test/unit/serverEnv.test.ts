@@ -329,6 +329,15 @@ describe('the server environment', () => {
     expect(h.logs.join('\n')).toMatch(/taking over/);
   });
 
+  it('takes over an old lock whose holder died before writing its pid', async () => {
+    const lock = path.join(storage, `${ENV_DIR}.lock`);
+    fs.mkdirSync(lock);
+    const old = new Date(Date.now() - 60_000);
+    fs.utimesSync(lock, old, old);
+    expect(await make({ staleLockMs: 30_000 }).ensure(hooks())).toMatchObject({ ok: true, action: 'create' });
+    expect(leftovers(storage)).toEqual([]);
+  });
+
   it('waits for another window that holds the lock, and gives up with a message after its wait', async () => {
     fs.mkdirSync(path.join(storage, `${ENV_DIR}.lock`));
     fs.writeFileSync(path.join(storage, `${ENV_DIR}.lock`, 'pid'), String(process.pid)); // alive
@@ -416,7 +425,7 @@ describe('with a real Python and pip, and the package index unreachable', () => 
       PIP_INDEX_URL: 'http://127.0.0.1:9/simple', // nothing listens on the discard port
       PIP_FIND_LINKS: '',
       PIP_EXTRA_INDEX_URL: '',
-      PIP_CONFIG_FILE: os.devnull,
+      PIP_CONFIG_FILE: os.devNull,
       PIP_RETRIES: '0',
       PIP_TIMEOUT: '5',
     };
