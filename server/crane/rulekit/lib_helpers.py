@@ -29,11 +29,14 @@ class Verdict:
 
 # -- kinds ---------------------------------------------------------------------------------------------------
 def is_dataframe(f: Facts | None) -> TypeGuard[Facts]:
-    return f is not None and (f.kind == "dataframe" or f.type.endswith("DataFrame"))
+    """A pandas DataFrame (polars frames are kind "polars_frame": their API differs)."""
+    return f is not None and (
+        f.kind == "dataframe" or (f.type.endswith("DataFrame") and not f.type.startswith("polars."))
+    )
 
 
 def is_series(f: Facts | None) -> TypeGuard[Facts]:
-    return f is not None and (f.kind == "series" or f.type.endswith(".Series"))
+    return f is not None and (f.kind == "series" or (f.type.endswith(".Series") and not f.type.startswith("polars.")))
 
 
 def is_ndarray(f: Facts | None) -> TypeGuard[Facts]:
@@ -247,8 +250,9 @@ def describe_column(c: ColumnFacts, example: str | None = None) -> str:
     return f"{c.name} ({', '.join(bits)})"
 
 
-def describe(label: str, f: Facts, columns: list[tuple[ColumnFacts, str | None]] | None = None,
-             max_columns: int = 4) -> str:
+def describe(
+    label: str, f: Facts, columns: list[tuple[ColumnFacts, str | None]] | None = None, max_columns: int = 4
+) -> str:
     """One line of evidence: "X_train: pandas DataFrame (80, 16), columns street (object, 'Rue 12'), ..."."""
     text = f"{label}: {type_label(f)}"
     shp = shape_of(f)

@@ -1,0 +1,126 @@
+"""polars rules: expressions on a live DataFrame/LazyFrame that name a column its schema lacks, or apply a temporal
+`.dt` operation to a String column.
+
+polars 2.1 resolves every `pl.col("name")` of a `select`/`with_columns`/`filter`/`sort`/`group_by` call against
+the input's schema (the columns made in the same `with_columns` are not visible to its other expressions), raising
+ColumnNotFoundError; a `.dt.<op>()` on a String column raises InvalidOperationError ("`year` operation not
+supported for dtype `str`"). The schema comes from the probe (a LazyFrame's without collecting it). Only string
+literals naming one column are judged (no regex `^...$`, no `*`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from crane.finding import Finding
+from crane.rulekit.context import RuleContext
+from crane.rulekit.lib_glue import emit, method_calls, qualname
+from crane.rulekit.lib_helpers import Verdict
+from crane.rulekit.registry import rule
+
+_METHODS = {"select", "with_columns", "filter", "sort", "group_by", "agg", "unique", "drop_nulls"}
+_STRING = {"String", "Utf8", "str"}
+_DT_OPS = {
+    "year",
+    "month",
+    "day",
+    "hour",
+    "minute",
+    "second",
+    "weekday",
+    "week",
+    "quarter",
+    "ordinal_day",
+    "date",
+    "time",
+    "strftime",
+    "to_string",
+    "truncate",
+    "round",
+    "epoch",
+    "timestamp",
+    "iso_year",
+    "total_days",
+    "total_seconds",
+    "total_hours",
+    "total_minutes",
+    "month_start",
+    "month_end",
+    "millisecond",
+    "microsecond",
+    "nanosecond",
+    "replace_time_zone",
+    "convert_time_zone",
+    "offset_by",
+}
+
+
+def _col_name(ctx: RuleContext, node: ast.AST) -> str | None:
+    if not isinstance(node, ast.Call) or len(node.args) != 1 or node.keywords:
+        return None
+    q = qualname(ctx, node.func) or ""
+    if not (q.startswith(("polars.", "pl.")) and q.endswith(".col")):
+        return None
+    name = ctx.literal(node.args[0], None)
+    if not isinstance(name, str) or name == "*" or (name.startswith("^") and name.endswith("$")):
+        return None
+    return name
+
+
+@rule("polars-columns", needs_probe=True)
+def polars_columns(ctx: RuleContext) -> Iterator[Finding]:
+    """pl.col names missing from a live frame's schema; .dt operations on String columns."""
+    for call, recv, meth in method_calls(ctx):
+        if meth not in _METHODS or not isinstance(recv, ast.Name) or not ctx.is_certain(call):
+            continue
+        f = ctx.facts(recv.id)
+        if f is None or f.kind not in ("polars_frame", "polars_lazy") or f.columns is None or f.columns_truncated:
+            continue
+        if not ctx.is_live(recv.id, call):
+            continue
+        dtypes = {c.name: c.dtype for c in f.columns}
+        args = list(call.args) + [k.value for k in call.keywords]
+        for node in (n for a in args for n in ast.walk(a)):
+            name = _col_name(ctx, node)
+            if name is None:
+                continue
+            if name not in dtypes:
+                ev = [
+                    f"{recv.id}: polars {'LazyFrame' if f.kind == 'polars_lazy' else 'DataFrame'} with columns "
+                    f"{list(dtypes)[:12]}"
+                ]
+                yield emit(
+                    ctx,
+                    node,
+                    "polars-columns",
+                    Verdict(
+                        "ColumnNotFoundError",
+                        f'unable to find column "{name}"; valid columns: {list(dtypes)}',
+                        "data confusion",
+                        ev,
+                        0.85,
+                    ),
+                )
+                return
+            parent = ctx.parent(node)
+            if isinstance(parent, ast.Attribute) and parent.attr == "dt" and dtypes[name] in _STRING:
+                op_node = ctx.parent(parent)
+                if isinstance(op_node, ast.Attribute) and op_node.attr in _DT_OPS:
+                    ev = [
+                        f"{recv.id}[{name!r}] is a {dtypes[name]} column (probe): `.dt` needs a temporal dtype "
+                        "(parse it with str.to_date / try_parse_dates=True)"
+                    ]
+                    yield emit(
+                        ctx,
+                        op_node,
+                        "polars-columns",
+                        Verdict(
+                            "InvalidOperationError",
+                            f"`{op_node.attr}` operation not supported for dtype `str`",
+                            "data confusion",
+                            ev,
+                            0.85,
+                        ),
+                    )
+                    return

@@ -1,0 +1,162 @@
+"""Rules for today's libraries (Keras 3, jax, polars, xgboost/lightgbm) on a real kernel of the today environment:
+each with a crashing cell and a clean look-alike, and, where cheap, the prediction checked against the real run."""
+
+from __future__ import annotations
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+
+from ..kernel_envs import require_today_python
+from .conftest import predict_source, run_target
+
+KERAS = """
+import numpy as np
+from tensorflow import keras
+conv = keras.Sequential([keras.Input(shape=(28, 28, 1)), keras.layers.Conv2D(2, 3, activation='relu'),
+                         keras.layers.Flatten(), keras.layers.Dense(10, activation='softmax')])
+conv.compile(optimizer='adam', loss='sparse_categorical_crossentropy')
+mlp = keras.Sequential([keras.Input(shape=(784,)), keras.layers.Dense(4, activation='softmax')])
+mlp.compile(optimizer='adam', loss='categorical_crossentropy')
+sparse = keras.Sequential([keras.Input(shape=(784,)), keras.layers.Dense(4, activation='softmax')])
+sparse.compile(optimizer='adam', loss='sparse_categorical_crossentropy')
+raw = keras.Sequential([keras.Input(shape=(784,)), keras.layers.Dense(4, activation='softmax')])
+flat = np.zeros((8, 784), dtype='float32')
+images = np.zeros((8, 28, 28), dtype='float32')
+ids = np.array([0, 1, 2, 3, 0, 1, 2, 3])
+ids5 = np.array([0, 1, 2, 3, 4, 1, 2, 3])
+onehot = np.eye(4, dtype='float32')[ids]
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    k = start_kernel(tmp_path_factory.mktemp("today-rules"), python=require_today_python())
+    yield k
+    k.shutdown()
+
+
+def crash(findings):
+    return [(f.rule, f.ename) for f in findings][:1]
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("conv.fit(flat, ids, epochs=1, verbose=0)", [("keras-model", "ValueError")]),
+        ("conv.fit(images, ids, epochs=1, verbose=0)", []),  # Keras 3 adds the trailing axis of size 1
+        ("conv.predict(flat, verbose=0)", [("keras-model", "ValueError")]),
+        ("conv.predict(images[..., None], verbose=0)", []),
+        ("sparse.fit(flat, ids, epochs=1, verbose=0, validation_data=(images, ids))", [("keras-model", "ValueError")]),
+        ("sparse.fit(flat, ids, epochs=1, verbose=0, validation_data=(flat, ids))", []),
+        ("mlp.fit(flat, ids, epochs=1, verbose=0)", [("keras-model", "ValueError")]),
+        ("mlp.fit(flat, onehot, epochs=1, verbose=0)", []),
+        ("sparse.fit(flat, ids5, epochs=1, verbose=0)", [("keras-model", "InvalidArgumentError")]),
+        ("sparse.fit(flat, ids, epochs=1, verbose=0)", []),
+        ("raw.fit(flat, ids, epochs=1, verbose=0)", [("keras-model", "ValueError")]),
+        (
+            "raw.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\nraw.fit(flat, ids, epochs=1, verbose=0)",
+            [],
+        ),
+        ("conv.predict_classes(images)", [("missing-attribute", "AttributeError")]),
+    ],
+)
+def test_keras(kernel, target, expected):
+    assert crash(predict_source(kernel, KERAS, target)) == expected
+    run = run_target(kernel, target)
+    assert (run.status == "error") == bool(expected), (run.ename, run.evalue)
+    if expected:
+        assert run.ename == expected[0][1]
+
+
+JAX = """
+from functools import partial
+import jax, jax.numpy as jnp
+def loss(w, l2):
+    if l2 > 0:
+        return jnp.sum(w) * l2
+    return jnp.sum(w)
+@jax.jit
+def traced(w, l2):
+    return jax.grad(loss)(w, l2)
+@partial(jax.jit, static_argnames=('l2',))
+def static(w, l2):
+    return jax.grad(loss)(w, l2)
+@jax.jit
+def by_shape(w):
+    if w.shape[0] > 1:
+        return w * 2
+    return w
+w = jnp.ones(3)
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("traced(w, 0.1)", [("jax-traced-control-flow", "TracerBoolConversionError")]),
+        ("static(w, 0.1)", []),
+        ("by_shape(w)", []),
+    ],
+)
+def test_jax(kernel, target, expected):
+    assert crash(predict_source(kernel, JAX, target)) == expected
+    run = run_target(kernel, target)
+    assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)
+
+
+POLARS = """
+import polars as pl
+orders = pl.DataFrame({'Order Date': ['2020-01-02', '2021-03-04'], 'Sales': [1.0, 2.0]})
+parsed = orders.with_columns(pl.col('Order Date').str.to_date())
+lazy = orders.lazy()
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (
+            "orders.with_columns(pl.col('Order Date').dt.year().alias('y'))",
+            [("polars-columns", "InvalidOperationError")],
+        ),
+        ("parsed.with_columns(pl.col('Order Date').dt.year().alias('y'))", []),
+        ("lazy.select(pl.col('sales')).collect()", [("polars-columns", "ColumnNotFoundError")]),
+        ("lazy.select(pl.col('Sales')).collect()", []),
+        ("orders.groupby('Sales')", [("missing-attribute", "AttributeError")]),
+        ("orders.group_by('Sales').len()", []),
+        ("orders.to_pandas().groupby('Sales')['Order Date'].count()", []),
+    ],
+)
+def test_polars(kernel, target, expected):
+    assert crash(predict_source(kernel, POLARS, target)) == expected
+    run = run_target(kernel, target)
+    assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)
+
+
+BOOST = """
+import pandas as pd, xgboost as xgb, lightgbm as lgb
+X = pd.DataFrame({'city': ['a', 'b', 'a', 'b'] * 5, 'n': range(20)})
+Xc = X.astype({'city': 'category'})
+y = [0, 1] * 10
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("m = xgb.XGBClassifier(n_estimators=2)\nm.fit(X, y)", [("boosting-input", "ValueError")]),
+        (
+            "m = xgb.XGBClassifier(n_estimators=2, enable_categorical=True)\nm.fit(X, y)",
+            [("boosting-input", "ValueError")],
+        ),
+        ("m = xgb.XGBClassifier(n_estimators=2)\nm.fit(Xc, y)", [("boosting-input", "ValueError")]),
+        ("m = xgb.XGBClassifier(n_estimators=2, enable_categorical=True)\nm.fit(Xc, y)", []),
+        ("m = lgb.LGBMClassifier(n_estimators=2, verbose=-1)\nm.fit(X, y)", [("boosting-input", "ValueError")]),
+        ("m = lgb.LGBMClassifier(n_estimators=2, verbose=-1, min_child_samples=1)\nm.fit(Xc, y)", []),
+    ],
+)
+def test_boosting(kernel, target, expected):
+    assert crash(predict_source(kernel, BOOST, target)) == expected
+    run = run_target(kernel, target)
+    assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)
