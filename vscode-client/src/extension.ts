@@ -8,8 +8,9 @@ import { disposeHighlight } from './common/highlight';
 import { getJupyterKernelsApi, jupyterStorageDir } from './common/jupyterApi';
 import { bridgeTiming, KernelBridge, Trigger } from './common/kernelBridge';
 import { getLogChannel, traceError, traceInfo } from './common/log';
-import { isCraneNotebook, NotebookFocus } from './common/notebooks';
-import { AttachResult, Methods } from './common/protocol';
+import { lmApi, mcpApi, McpServers, registerLmTools } from './common/lmTools';
+import { currentNotebook, isCraneNotebook, NotebookFocus } from './common/notebooks';
+import { AttachResult, LmToolResult, Methods } from './common/protocol';
 import { ApiKeyStore } from './common/secrets';
 import { ServerManager } from './common/server';
 import { OwnEnvironment } from './common/serverEnvUi';
@@ -54,9 +55,18 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     extensionDir: context.extensionPath,
   });
 
+  // CRANE's MCP server for VS Code's MCP support: one per notebook attached to a local kernel (lmTools.ts)
+  const mcpServers = new McpServers(() => manager?.currentInterpreter?.command);
   const server = new ServerManager({
     state: (state, message, interpreter) => status.update({ type: 'server', state, message, interpreter }),
-    kernelStatus: (p) => status.update({ type: 'kernelStatus', params: p }),
+    kernelStatus: (p) => {
+      status.update({ type: 'kernelStatus', params: p });
+      if (p.notebookUri) {
+        const alive = p.state !== 'dead' && p.state !== 'static-only';
+        mcpServers.update(p.notebookUri, p.notebookUri.split('/').pop() ?? p.notebookUri,
+          alive ? (p.kernel?.connectionFile ?? undefined) : undefined);
+      }
+    },
     diagnosis: (p) => void diagnosis.show(p).catch((err) => traceError('diagnosis view', err)),
     agentStep: (p) => agent.onStep(p),
     progress: (delta, title) => status.update({ type: 'busy', delta, title }),
@@ -124,6 +134,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.registerTextDocumentContentProvider(DIAGNOSIS_SCHEME, diagnosis),
     vscode.workspace.registerTextDocumentContentProvider(PROPOSAL_SCHEME, agent),
     ...commands.register(),
+    // the agent tools for Copilot agent mode and chat participants, and the MCP servers (where VS Code has the APIs)
+    ...registerLmTools(lmApi(vscode), {
+      request: (params) => server.running?.sendRequest<LmToolResult>(Methods.lmTool, params),
+      notebooks: () => vscode.workspace.notebookDocuments.filter(isCraneNotebook),
+      current: () => currentNotebook(focus.uri),
+    }),
+    ...mcpServers.register(mcpApi(vscode)),
     vscode.workspace.onDidChangeConfiguration((e) => {
       const change = classifyChange(e);
       if (change.restart) {
