@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   Candidate,
   candidateInterpreters,
@@ -97,8 +97,13 @@ class FakePython {
   }
 }
 
+const made: string[] = [];
+afterAll(() => made.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+
 function tmp(): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), 'crane-env-'));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'crane-env-'));
+  made.push(dir);
+  return dir;
 }
 
 function wheelIn(dir: string, content = 'wheel v1'): string {
@@ -397,29 +402,48 @@ describe('helpers', () => {
   });
 });
 
-describe('with a real Python and pip, and the package index unreachable', () => {
+/** A small valid wheel `crane_notebook-0.0.1`: package `crane` (VERSION = `version`), requiring `requires`. */
+async function dummyWheel(dir: string, version: string, requires?: string): Promise<string> {
+  const wheel = path.join(dir, 'crane_notebook-0.0.1-py3-none-any.whl');
+  const meta = `Metadata-Version: 2.1\nName: crane-notebook\nVersion: 0.0.1\n${requires ? `Requires-Dist: ${requires}\n` : ''}`;
+  const script = [
+    'import json, sys, zipfile',
+    'files = json.loads(sys.argv[2])',
+    'with zipfile.ZipFile(sys.argv[1], "w") as z:',
+    '    for k, v in files.items(): z.writestr(k, v)',
+    '    z.writestr("crane_notebook-0.0.1.dist-info/RECORD", "".join(k + ",,\\n" for k in files) + "crane_notebook-0.0.1.dist-info/RECORD,,\\n")',
+  ].join('\n');
+  const files = {
+    'crane/__init__.py': `VERSION = ${JSON.stringify(version)}\n`,
+    'crane_notebook-0.0.1.dist-info/METADATA': meta,
+    'crane_notebook-0.0.1.dist-info/WHEEL': 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n',
+  };
+  const r = await execRunner('python3', ['-c', script, wheel, JSON.stringify(files)], { timeoutMs: 30_000 });
+  expect(r).toMatchObject({ code: 0 });
+  return wheel;
+}
+
+describe('with a real Python and pip', () => {
+  it('creates a real environment, reuses it, upgrades it in place of the old one', async () => {
+    const storage = tmp();
+    const wheels = tmp();
+    let wheel = await dummyWheel(wheels, '1');
+    const first = await new ServerEnvironment({ storageDir: storage, wheel }).ensure(hooks());
+    expect(first).toMatchObject({ ok: true, action: 'create', python: envPython(path.join(storage, ENV_DIR)) });
+    const version = async () =>
+      (await execRunner(envPython(path.join(storage, ENV_DIR)), ['-c', 'import crane; print(crane.VERSION)'], { timeoutMs: 30_000 })).stdout.trim();
+    expect(await version()).toBe('1');
+    expect(await new ServerEnvironment({ storageDir: storage, wheel }).ensure(hooks())).toMatchObject({ ok: true, action: 'reuse' });
+    wheel = await dummyWheel(wheels, '2');
+    expect(await new ServerEnvironment({ storageDir: storage, wheel }).ensure(hooks())).toMatchObject({ ok: true, action: 'upgrade' });
+    expect(await version()).toBe('2');
+    expect(fs.readdirSync(storage)).toEqual([ENV_DIR]);
+  }, 240_000);
+
   it('creates a real venv, pip fails on the network: a message saying what to do, nothing left behind', async () => {
     const storage = tmp();
-    // a small valid wheel that depends on a package only the (unreachable) index has
-    const wheel = path.join(storage, 'crane_notebook-0.0.1-py3-none-any.whl');
-    const build = await execRunner(
-      'python3',
-      [
-        '-c',
-        [
-          'import sys, zipfile',
-          'files = {"crane_probe_dummy/__init__.py": "",',
-          ' "crane_notebook-0.0.1.dist-info/METADATA": "Metadata-Version: 2.1\\nName: crane-notebook\\nVersion: 0.0.1\\nRequires-Dist: crane-dependency-only-on-the-index\\n",',
-          ' "crane_notebook-0.0.1.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}',
-          'with zipfile.ZipFile(sys.argv[1], "w") as z:',
-          '    for k, v in files.items(): z.writestr(k, v)',
-          '    z.writestr("crane_notebook-0.0.1.dist-info/RECORD", "".join(f"{k},,\\n" for k in files) + "crane_notebook-0.0.1.dist-info/RECORD,,\\n")',
-        ].join('\n'),
-        wheel,
-      ],
-      { timeoutMs: 30_000 },
-    );
-    expect(build).toMatchObject({ code: 0 });
+    // a wheel that depends on a package only the (unreachable) index would have
+    const wheel = await dummyWheel(storage, '1', 'crane-dependency-only-on-the-index');
     const env = {
       ...process.env,
       PIP_INDEX_URL: 'http://127.0.0.1:9/simple', // nothing listens on the discard port
