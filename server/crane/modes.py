@@ -24,9 +24,11 @@ __all__ = ["MODES", "DEFAULT_BUDGET_S", "predict_in_mode"]
 DEFAULT_BUDGET_S = 30.0
 
 
-def replayed_prompt(replayed: ReplayedNotebook, target: int, include_findings: bool = True) -> Prompt:
-    """The prompt for `target` from a crane.engine.ReplayedNotebook (its history, probe and rule findings)."""
-    cell_result, probe = replayed.predict(target)
+def replayed_prompt(replayed: ReplayedNotebook, target: int, include_findings: bool = True,
+                    predicted: tuple | None = None) -> Prompt:
+    """The prompt for `target` from a crane.engine.ReplayedNotebook (its history, probe and rule findings);
+    `predicted`: `replayed.predict(target)` when the caller has it already."""
+    cell_result, probe = predicted if predicted is not None else replayed.predict(target)
     errors = {h.number: f"{h.ename}: {h.evalue}" for h in replayed.history_runs if h.status == "error"}
     findings = cell_result.findings if include_findings else []
     from crane.llm.prompt import build_prompt

@@ -10,7 +10,10 @@ Three sources can speak about "if you run this cell now, against the kernel as i
 
 1. a conclusive sandbox run wins: `crash` is certain (the real exception and line, the rules' root cause when
    they predicted the same exception) and `no-crash` clears the rules' findings (kept as `cleared`);
-2. in mode "llm" the model's answer, when it gave one, is the prediction (the rules' findings are its input);
+2. in mode "llm" the model's answer, when it gave one, is the prediction (the rules' findings are its input),
+   except that a model never clears a certain rule finding (`certain()`: an undefined name, a missing key,
+   attribute, module or file the probe verified, a syntax error): those stay, and the model may only add its
+   own crash and explanation;
 3. otherwise the rules' findings stand (sandbox timeout / blocked / unavailable, or no sandbox run);
 4. with no rule finding, the model's answer (mode "auto" with a model configured) decides.
 
@@ -51,6 +54,29 @@ class Decision(msgspec.Struct):
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
 
 
+# Rules whose findings, at high confidence, are checked facts (the probe verified the name / key / attribute /
+# module / file is missing, or the cell does not parse): no model answer may clear them.
+CERTAIN_RULES = frozenset({"undefined-name", "missing-key", "missing-attribute", "missing-module", "missing-file",
+                           "syntax-error"})
+CERTAIN_CONFIDENCE = 0.9
+
+
+def certain(f: Finding) -> bool:
+    """A finding no model may clear: a crash seen in the sandbox, or a verified rule finding."""
+    return f.source == "sandbox" or (f.rule in CERTAIN_RULES and f.confidence >= CERTAIN_CONFIDENCE)
+
+
+def with_model(rules: list[Finding], model: ModelAnswer) -> Decision:
+    """Mode "llm": the model's verdict, with the certain rule findings kept whatever the model said."""
+    kept = [f for f in rules if certain(f)]
+    found = [model.finding] if model.crash and model.finding is not None else []
+    if found and any(f.ename == found[0].ename and f.line == found[0].line for f in kept):
+        found = []  # the model agrees with a certain finding: the verified one (with its evidence) is shown
+    if not found and kept:
+        return Decision("crash", kept, "rules")
+    return Decision("crash" if found or kept else "no-crash", kept + found, "llm")
+
+
 def sandbox_conclusive(v: SandboxVerdict | None) -> bool:
     return v is not None and v.verdict in ("crash", "no-crash")
 
@@ -67,8 +93,7 @@ def decide(
     if sandbox is not None and sandbox.verdict == "no-crash":
         return Decision("no-crash", [], "sandbox", cleared=list(rules))
     if mode == "llm" and model is not None:
-        found = [model.finding] if model.crash and model.finding is not None else []
-        return Decision("crash" if found else "no-crash", found, "llm")
+        return with_model(rules, model)
     if rules:
         return Decision("crash", list(rules), "rules")
     if model is not None:

@@ -58,8 +58,10 @@ def test_apply_edits_in_place_and_a_failed_run_writes_nothing(model, tmp_path, c
     before = path.read_bytes()
     model.reset(default=tool("inspect", "hmm", expression="1"))
     assert cli(model, path, "--cell", 3, "--apply", "--max-steps", 2) == 1
-    _, err = capsys.readouterr()
-    assert "no verified fix: nothing written" in err and path.read_bytes() == before
+    out, err = capsys.readouterr()
+    # issue 22 (defect 6): the model found nothing, but the verified quick fixes are offered, not "nothing"
+    assert "the agent found no fix, but 1 verified quick fix(es) exist" in err and path.read_bytes() == before
+    assert "CRANE verified these quick fixes in the sandbox:\n  1. " in out and "--offline --pick K" in out
     script_keyerror_fix(model)
     assert cli(model, path, "--cell", 3, "--apply") == 0
     assert load_notebook(path).cell(3).source == KEYERROR_FIX

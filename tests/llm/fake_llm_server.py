@@ -59,6 +59,8 @@ class FakeLLMServer:
         self.script: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
         self.default = Reply()
+        self.get_routes: dict[str, Any] = {}  # GET path -> JSON body (a local server's own endpoints); else 404
+        self.gets: list[str] = []  # GET paths asked (kept apart from the chat requests)
         self._lock = threading.Lock()
         server = self
 
@@ -67,6 +69,17 @@ class FakeLLMServer:
 
             def log_message(self, *args):  # keep test output clean
                 pass
+
+            def do_GET(self):
+                with server._lock:
+                    server.gets.append(self.path)
+                    body = server.get_routes.get(self.path)
+                payload = json.dumps(body if body is not None else {"error": "not found"}).encode()
+                self.send_response(200 if body is not None else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
             def do_POST(self):
                 length = int(self.headers.get("content-length", 0))
@@ -142,3 +155,5 @@ class FakeLLMServer:
             self.script = list(replies)
             self.requests.clear()
             self.default = Reply()
+            self.get_routes = {}
+            self.gets.clear()

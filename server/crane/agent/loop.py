@@ -19,7 +19,7 @@ from crane.agent.proposal import AgentStep, AgentUsage, Evidence, Proposal, Prop
 from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run
 from crane.agent.sandboxes import ExecutionSandbox, replay_sandbox_factory
 from crane.agent.tools import AddCell, EditCell, ExecuteCell, Finish, Inspect, ToolArgsError, action_code, decode_args
-from crane.llm.client import LLMError
+from crane.llm.client import DeadlinePassed, LLMError
 from crane.llm.cost import CostLedger
 from crane.llm.schema import Usage
 from crane.llm.settings import LLMSettings
@@ -29,7 +29,10 @@ from crane.text import cell_line, clean_traceback
 
 log = logging.getLogger(__name__)
 
-NUDGE = "Reply with exactly one tool call: edit_cell, add_cell, execute_cell, inspect or finish."
+NUDGE = ("Reply with exactly one tool call: edit_cell, add_cell, execute_cell, inspect or finish. If you cannot "
+         "call tools, reply with only this JSON object, filled in: "
+         '{"name": "edit_cell", "arguments": {"reflection": "why", "cell": 3, "source": "the new code of the cell"}}'
+         " (arguments as the tool's parameters).")
 
 StepGate = Callable[[AgentStep], bool]  # True: go ahead; False: stop the run
 
@@ -254,8 +257,13 @@ class AgentRun:
             stop_reason = self._limit_reached()
             if stop_reason:
                 break
+            left_s = self.budget.max_seconds - (self.clock() - self.start)
             try:
-                turn = request_turn(self.settings, self.messages, self.ledger)
+                turn = request_turn(self.settings, self.messages, self.ledger, deadline=time.monotonic() + left_s)
+            except DeadlinePassed as exc:
+                log.info("agent: %s", exc)  # the request in flight was abandoned at the budget's end
+                stop_reason = f"time budget ({self.budget.max_seconds:g} s)"
+                break
             except LLMError as exc:
                 error = f"model error: {exc}"
                 break

@@ -8,8 +8,10 @@ Anthropic: the `cache_control` markers added here) bill the repeated prefix at t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 from typing import Any
 
 import msgspec
@@ -29,9 +31,11 @@ class ModelTurn(msgspec.Struct):
     content: str
     tool_calls: list[ToolCall]
     usage: Usage
+    text_calls: bool = False  # the tool calls were written in the message text (no native tool calling)
 
     def as_message(self) -> dict[str, Any]:
-        """The assistant message to append to the conversation (OpenAI shape)."""
+        """The assistant message to append to the conversation (OpenAI shape). Tool calls read from the text
+        are sent back as structured calls, so the tool results that follow have calls to answer."""
         msg: dict[str, Any] = {"role": "assistant", "content": self.content or None}
         if self.tool_calls:
             msg["tool_calls"] = [
@@ -62,7 +66,7 @@ def _kwargs(litellm, settings: LLMSettings, messages: list[dict], max_tokens: in
         "messages": with_cache_markers(messages) if _is_anthropic(settings.require_model()) else messages,
         "tools": TOOLS,
         "tool_choice": "auto",
-        "timeout": settings.timeout_s,
+        "timeout": settings.request_timeout_s,
         "max_tokens": max_tokens,
         "max_retries": 0,
         "drop_params": True,
@@ -94,13 +98,111 @@ def _tool_calls(message) -> list[ToolCall]:
     return calls
 
 
-def request_turn(settings: LLMSettings, messages: list[dict], ledger: CostLedger, max_tokens: int | None = None) -> ModelTurn:
-    """One model turn with tools; retries 429 / 5xx / timeouts / dropped connections (settings.retries)."""
+_TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOLS)
+_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)  # Qwen / Hermes chat templates
+_FENCED = re.compile(r"```(?:json|tool_call|tool)?\s*(.*?)```", re.S)
+
+
+def _json_objects(text: str) -> list[Any]:
+    """Every top-level JSON value that starts at a `{` or `[` of `text`, in order (raw_decode, no regex)."""
+    out: list[Any] = []
+    dec = json.JSONDecoder()
+    i = 0
+    while i < len(text):
+        j = min((k for k in (text.find("{", i), text.find("[", i)) if k != -1), default=-1)
+        if j == -1:
+            break
+        try:
+            value, end = dec.raw_decode(text, j)
+        except ValueError:
+            i = j + 1
+            continue
+        out.append(value)
+        i = end
+    return out
+
+
+def _as_call(value: Any) -> tuple[str, str] | None:
+    """(name, arguments JSON) from {"name": ..., "arguments": {...}} (also "parameters" / "args", or the
+    OpenAI shape {"function": {...}}), when the name is one of the tools."""
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("function"), dict):
+        value = value["function"]
+    name = value.get("name") or value.get("tool")
+    if not isinstance(name, str) or name.strip() not in _TOOL_NAMES:
+        return None
+    args: Any = next((value[k] for k in ("arguments", "parameters", "args", "input") if k in value), {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return name.strip(), json.dumps(args)
+
+
+_LINE_FIELD = re.compile(r'^\s*"(\w+)"\s*:\s*(.*?)\s*,?\s*$')
+
+
+def _lenient_call(chunk: str) -> tuple[str, str] | None:
+    """A pretty-printed call whose JSON is broken by unescaped quotes inside a string (small models write
+    `"source": "df[df['a']!="x"]"`): one `"key": value` per line, each string value running to the line's
+    last quote."""
+    fields: dict[str, Any] = {}
+    for line in chunk.splitlines():
+        m = _LINE_FIELD.match(line)
+        if not m or m.group(1) in fields:
+            continue
+        key, raw = m.group(1), m.group(2)
+        if raw.startswith('"') and raw.endswith('"') and len(raw) >= 2:
+            try:
+                fields[key] = json.loads(raw)
+            except ValueError:
+                fields[key] = raw[1:-1].replace("\\n", "\n").replace('\\"', '"')
+        elif re.fullmatch(r"-?\d+", raw):
+            fields[key] = int(raw)
+    name = fields.pop("name", None)
+    if not isinstance(name, str) or name not in _TOOL_NAMES:
+        return None
+    return name, json.dumps(fields)
+
+
+def parse_text_tool_calls(content: str) -> list[ToolCall]:
+    """Tool calls a model without native tool calling wrote in its message: Qwen / Hermes `<tool_call>` tags,
+    or a JSON object (or list of them) with `name` and `arguments`, fenced in ```json or bare."""
+    if not content or "{" not in content:
+        return []
+    chunks = _TAGGED.findall(content) or _FENCED.findall(content) or [content]
+    calls: list[ToolCall] = []
+    for chunk in chunks:
+        found_here = [c for value in _json_objects(chunk)
+                      for c in map(_as_call, value if isinstance(value, list) else [value]) if c is not None]
+        if not found_here:
+            lenient = _lenient_call(chunk)
+            found_here = [lenient] if lenient is not None else []
+        calls += [ToolCall(id=f"text_call_{len(calls) + i}", name=n, arguments=a) for i, (n, a) in enumerate(found_here)]
+    return calls
+
+
+def request_turn(settings: LLMSettings, messages: list[dict], ledger: CostLedger, max_tokens: int | None = None,
+                 deadline: float | None = None) -> ModelTurn:
+    """One model turn with tools; retries 429 / 5xx / timeouts / dropped connections (settings.retries).
+    `deadline` (time.monotonic()): the request is abandoned when it passes (crane.llm.client.DeadlinePassed).
+    A reply without native tool calls is read for tool calls written as text (`parse_text_tool_calls`);
+    `ModelTurn.text_calls` says so."""
     tokens = max_tokens or max(settings.max_tokens, 1500)
     response, usage, where = completion_with_retries(
-        settings, ledger, lambda litellm: _kwargs(litellm, settings, messages, tokens), label="agent")
+        settings, ledger, lambda litellm: _kwargs(litellm, settings, messages, tokens), label="agent",
+        deadline=deadline)
     try:
         message = response.choices[0].message
     except (AttributeError, IndexError):
         raise LLMError(f"{where} sent a reply without a message", usage=usage) from None
-    return ModelTurn(content=getattr(message, "content", None) or "", tool_calls=_tool_calls(message), usage=usage)
+    content = getattr(message, "content", None) or ""
+    calls = _tool_calls(message)
+    if calls:
+        return ModelTurn(content=content, tool_calls=calls, usage=usage)
+    text_calls = parse_text_tool_calls(content)
+    return ModelTurn(content=content, tool_calls=text_calls, usage=usage, text_calls=bool(text_calls))

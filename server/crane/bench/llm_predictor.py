@@ -15,6 +15,7 @@ from crane.llm.predictor import predict_with_llm, verdict_to_finding
 from crane.llm.prompt import Prompt
 from crane.llm.settings import LLMSettings
 from crane.modes import replayed_prompt
+from crane.policy import ModelAnswer, with_model
 
 
 class LLMBenchPredictor:
@@ -31,7 +32,11 @@ class LLMBenchPredictor:
         self._lock = threading.Lock()
 
     def __call__(self, replayed, target: int, result) -> None:
-        prompt = replayed_prompt(replayed, target, self.include_findings)
+        cell_result, probe = replayed.predict(target)
+        rules = cell_result.findings
+        result.rules_predicted_crash = bool(rules)
+        result.rules_predicted_ename = rules[0].ename if rules else None
+        prompt = replayed_prompt(replayed, target, self.include_findings, predicted=(cell_result, probe))
         with self._lock:
             self.prompts.append(prompt)
             self.labels.append(f"{result.case}/{result.variant}")
@@ -46,7 +51,11 @@ class LLMBenchPredictor:
             return
         result.verdict = "crash" if verdict.answer.crash else "no-crash"
         finding = verdict_to_finding(verdict, replayed.nb.cell(target))
-        if finding is not None:
+        # crane.policy: the model never clears a certain rule finding (the same decision as `check --mode llm`)
+        decision = with_model(rules, ModelAnswer(crash=finding is not None, finding=finding))
+        result.decided_by = decision.decided_by
+        if decision.findings:
+            top = decision.findings[0]
             result.predicted_crash = True
             result.predicted_ename, result.rule, result.line, result.message = (
-                finding.ename, finding.rule, finding.line, finding.message)
+                top.ename, top.rule, top.line, top.message)

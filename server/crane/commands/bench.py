@@ -39,6 +39,8 @@ class BenchReport(msgspec.Struct, rename="camel"):
     sandbox_modes: dict[str, int] = {}  # layered / blocking
     rules_overall: Scores | None = None  # auto mode: the rules' own predictions, scored the same way
     kernel_unchanged: int | None = None  # auto mode: variants whose kernel the sandbox left untouched (of n)
+    errored: int = 0  # variants that could not be run or whose model request failed: not in the scores
+    usage: object | None = None  # crane.llm.cost.SessionTotals of the model requests (llm / auto modes)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,6 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _progress(r: VariantResult) -> None:
+    if r.verdict == "dry-run" and not r.error:  # no model was asked: there is no prediction to mark
+        print(f"dry {r.case}/{r.variant}: {r.message}", file=sys.stderr)
+        return
     mark = "ok " if r.correct and not r.error else "ERR" if r.error else "MISS"
     pred = f"{r.predicted_ename} ({r.rule}, line {r.line})" if r.predicted_crash else "no crash"
     exp = f"{r.expect_ename}" if r.expect_crash else "no crash"
@@ -125,10 +130,13 @@ def _run(args: argparse.Namespace, cases, settings, launcher) -> int:
         print(encode({"schema": "crane.bench.dryrun/1", "prompts": stats, "errors": errors}) if args.json
               else render_dry_run(stats, errors))
         return EXIT_OK
+    # An errored variant (no kernel, the model failed) is no prediction: scored apart, never as "no crash".
+    scored = [r for r in results if not r.error]
     report = BenchReport(
-        schema="crane.bench/1", mode=args.mode, overall=score(results),
-        by_library=grouped(results, lambda r: r.library), by_root_cause=grouped(results, lambda r: r.root_cause),
+        schema="crane.bench/1", mode=args.mode, overall=score(scored),
+        by_library=grouped(scored, lambda r: r.library), by_root_cause=grouped(scored, lambda r: r.root_cause),
         timing=timing(results), verdicts=dict(Counter(r.verdict or "error" for r in results)), results=results,
+        errored=len(results) - len(scored),
         decided_by=dict(Counter(r.decided_by for r in results if r.decided_by)),
         sandbox_scales=dict(Counter(r.sandbox_scale for r in results if r.sandbox_scale)),
         sandbox_modes=dict(Counter(r.sandbox_mode for r in results if r.sandbox_mode)),
@@ -137,8 +145,16 @@ def _run(args: argparse.Namespace, cases, settings, launcher) -> int:
         report.sandbox_decided = round(sum(r.decided_by == "sandbox" for r in results) / len(results), 4)
         report.kernel_unchanged = sum(r.kernel_unchanged is True for r in results)
     if args.mode != "static":
-        report.rules_overall = _rules_scores(results)
+        from crane.llm.cost import SESSION
+
+        report.rules_overall = _rules_scores(scored)
+        totals = SESSION.totals()
+        if totals.requests or totals.failed_requests or totals.cache_hits:
+            report.usage = totals
     print(encode(report) if args.json else render_text(report))
+    if results and not scored:
+        print(f"crane: all {len(results)} variants errored: no score", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
 
 
@@ -158,6 +174,8 @@ def _row(label: str, s: Scores) -> str:
 def render_text(rep: BenchReport) -> str:
     head = f"{'':<24} {'n':>4} {'acc':>6} {'prec':>6} {'rec':>6} {'f1':>6} {'FA':>6} {'ename':>6}"
     lines = [f"mode: {rep.mode}", head, _row("overall", rep.overall)]
+    if rep.errored:
+        lines.append(f"  {rep.errored} of {len(rep.results)} variants errored: not in the scores (see below)")
     if rep.rules_overall is not None:
         lines.append(_row("  the rules alone", rep.rules_overall))
     lines.append("")
@@ -181,7 +199,10 @@ def render_text(rep: BenchReport) -> str:
                      + (f" ({unknown} could not be watched)" if unknown else ""))
     errors = [r for r in rep.results if r.error]
     if errors:
-        lines.append(f"variants that could not be run: {len(errors)}")
+        lines.append(f"variants that errored (not scored): {len(errors)}")
+        lines += [f"  {r.case}/{r.variant}: {(r.error or '')[:200]}" for r in errors[:20]]
+    if rep.usage is not None:
+        lines.append("LLM: " + rep.usage.describe())  # type: ignore[attr-defined]
     t = rep.timing
     lines.append(f"time per variant: median {t.median_s:.2f}s, mean {t.mean_s:.2f}s, max {t.max_s:.2f}s, total {t.total_s:.1f}s")
     return "\n".join(lines)

@@ -109,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
 
         print(encode(sarif_log(full, texts)))
     else:
-        print(render_text(full))
+        from crane.llm.cost import SESSION
+
+        print(render_text(full, SESSION.totals()))
     return exit_code(full)
 
 

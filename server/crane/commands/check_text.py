@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from crane.commands.output import CheckReport, NotebookReport
+from crane.llm.cost import SessionTotals
 from crane.sandbox.layer_choice import AUTO_BLOCKING_REASON
 
 
@@ -11,17 +12,14 @@ def located(path: str, message: str) -> str:
     return message if path in message else f"{path}: {message}"
 
 
-def render_text(report: CheckReport) -> str:
+def render_text(report: CheckReport, totals: SessionTotals | None = None) -> str:
+    """`totals`: the run's LLM ledger (crane.llm.cost.SESSION), which counts only real requests, failed ones
+    included, and the answers served from CRANE's cache apart."""
     lines: list[str] = []
     for nb in report.notebooks:
         lines.extend(_notebook_lines(nb))
-    usage = [r.usage for nb in report.notebooks for r in nb.cells if r.usage]
-    if usage:
-        cost = [u.cost_usd for u in usage if u.cost_usd is not None]
-        money = f", ${sum(cost):.4f}" if cost else " (cost unknown for this model)"
-        lines.append(f"LLM: {len(usage)} request(s), {sum(u.prompt_tokens for u in usage)} prompt + "
-                     f"{sum(u.completion_tokens for u in usage)} completion tokens "
-                     f"({sum(u.cached_tokens for u in usage)} cached){money}")
+    if totals is not None and (totals.requests or totals.failed_requests or totals.cache_hits):
+        lines.append("LLM: " + totals.describe())
     if len(report.notebooks) > 1:
         crashing = sum(1 for nb in report.notebooks if nb.predicted_crashes)
         total = f"{len(report.notebooks)} notebooks: {report.predicted_crashes} cell(s) predicted to crash"

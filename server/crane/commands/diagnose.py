@@ -99,11 +99,18 @@ def run(args: argparse.Namespace) -> int:
     except KernelError as exc:
         print(f"crane: kernel error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    llm_failed = False
     try:
         d = diagnose(history, target, probe, findings, settings, traceback, history_errors=errors, ledger=SESSION)
     except LLMError as exc:
+        llm_failed = True
         print(f"crane: LLM error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        if not args.json:
+            return EXIT_ERROR
+        # --json: the rules' diagnosis still goes out, marked with the model's error (exit code 2 all the same)
+        from crane.llm.predictor import offline_diagnosis
+
+        d = offline_diagnosis(target, findings, llm_error=str(exc))
     if args.json:
         from crane.commands.output import encode
 
@@ -114,7 +121,17 @@ def run(args: argparse.Namespace) -> int:
         print(encode(report))
     else:
         print(render_text(args.notebook, d, runs, probe_error))
+    if llm_failed:
+        return EXIT_ERROR
     return EXIT_CRASH if d.prediction == "crash" else EXIT_OK
+
+
+def session_cost(t) -> str:
+    """A SessionTotals' cost: "unpriced" when no request had a price, never a fake "$0.00000"."""
+    priced = t.requests - t.unpriced_requests
+    if t.requests and not priced:
+        return "unpriced"
+    return f"${t.cost_usd:.5f}" + (f" + {t.unpriced_requests} unpriced" if t.unpriced_requests else "")
 
 
 def _wrap(text: str, indent: str = "    ") -> list[str]:
@@ -134,6 +151,9 @@ def render_text(path: str, d, runs, probe_error: str | None) -> str:
         if a.crash:
             where = f" at line {d.verdict.line}" if d.verdict and a.line else ""
             head = f"{path}: cell {d.cell}: will crash: {a.exception or 'Exception'}{where}"
+        elif d.kept:
+            head = (f"{path}: cell {d.cell}: will crash: {d.kept[0].ename} at line {d.kept[0].line} (verified; the "
+                    f"model's \"no crash\" does not clear it)")
         else:
             head = f"{path}: cell {d.cell}: no crash predicted"
         extra = f"confidence {a.confidence:.2f}" + (f", root cause: {a.root_cause}" if a.root_cause else "")
@@ -154,7 +174,7 @@ def render_text(path: str, d, runs, probe_error: str | None) -> str:
         out.append(f"  model {d.model}: {d.usage.describe()}{cached}")
         if d.session is not None:
             t = d.session
-            cost = f"${t.cost_usd:.5f}" + (f" + {t.unpriced_requests} unpriced" if t.unpriced_requests else "")
+            cost = session_cost(t)
             out.append(f"  session: {t.requests} request(s), {t.prompt_tokens:,} prompt + "
                        f"{t.completion_tokens:,} completion tokens, {cost}")
     elif d.mode == "offline":

@@ -33,6 +33,17 @@ class FixReport(msgspec.Struct, rename="camel"):
     proposal: object  # crane.agent.proposal.Proposal
     diff: str
     written: str | None = None  # the file the fix was written to, if any
+    offered: list[object] = []  # crane.fixes.model.VerifiedFix: the verified quick fixes, when the agent failed
+
+
+def offered_text(path: str, fixes: list) -> str:
+    """The verified quick fixes offered when the agent did not fix the cell."""
+    out = [f"{path}: the agent's model did not fix the cell; CRANE verified these quick fixes in the sandbox:"]
+    for i, f in enumerate(fixes, start=1):
+        first = f" (runs cell(s) {', '.join(map(str, f.run_first))} first)" if f.run_first else ""
+        out.append(f"  {i}. {f.title}{first}")
+    out.append("  write one with --offline --apply (the first) or --offline --pick K --apply")
+    return "\n".join(out)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -174,13 +185,21 @@ def run(args: argparse.Namespace) -> int:
     elif target is not None and args.out and proposal.fixed:  # no code change: --out still gets the notebook
         write_atomic(target, original)
         written = str(target)
+    # The model failed (or its budget ended) but CRANE verified quick fixes: offer them rather than nothing.
+    offered = list(candidates or []) if not proposal.fixed and proposal.status != "clean" else []
     if args.json:
         from crane.commands.output import encode
 
         print(encode(FixReport(schema="crane.fix/1", notebook=args.notebook, proposal=proposal, diff=diff,
-                               written=written)))
+                               written=written, offered=offered)))
     else:
         print(render_text(args.notebook, proposal, diff, written))
+        if offered:
+            print(offered_text(args.notebook, offered))
     if target is not None and not proposal.fixed and proposal.status != "clean":
-        print("crane: no verified fix: nothing written", file=sys.stderr)
+        if offered:
+            print(f"crane: the agent found no fix, but {len(offered)} verified quick fix(es) exist: "
+                  f"crane fix {args.notebook} --cell {args.cell} --offline --apply (or --pick K)", file=sys.stderr)
+        else:
+            print("crane: no verified fix: nothing written", file=sys.stderr)
     return EXIT_OK if proposal.fixed or proposal.status == "clean" else EXIT_CRASH

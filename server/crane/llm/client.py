@@ -68,10 +68,19 @@ def short_error(exc: BaseException) -> str:
     return msg[:300] + ("..." if len(msg) > 300 else "")
 
 
-def choose_response_format(litellm, model: str) -> str:
-    """'schema' where litellm knows the provider enforces a JSON schema, 'object' otherwise."""
+def choose_response_format(litellm, model: str, settings: LLMSettings | None = None) -> str:
+    """The response_format kind: the `structured` setting when it names one; else 'schema' where the server
+    enforces a JSON schema (litellm's table, or a local server known to: llama.cpp's llama-server, Ollama,
+    vLLM, LM Studio), 'object' otherwise. A kind the server rejected before is not tried again."""
+    if settings is not None and settings.structured != "auto":
+        return settings.structured
     if model in _format_downgrades:
         return _format_downgrades[model]
+    if settings is not None and settings.local:
+        from crane.llm.local_server import enforces_json_schema
+
+        if enforces_json_schema(settings.api_base, model):
+            return "schema"
     try:
         if litellm.supports_response_schema(model=model):
             return "schema"
@@ -95,7 +104,7 @@ def _request_kwargs(litellm, settings: LLMSettings, messages: list[dict], fmt: s
     kwargs: dict[str, Any] = {
         "model": settings.model,
         "messages": messages,
-        "timeout": settings.timeout_s,
+        "timeout": settings.request_timeout_s,
         "max_tokens": settings.max_tokens,
         "max_retries": 0,  # CRANE retries itself (with its own back-off and accounting)
         "drop_params": True,  # e.g. temperature for models that only accept the default
@@ -164,8 +173,13 @@ def classify_error(litellm, exc: BaseException) -> tuple[type[LLMError], bool, s
 
 
 def _format_rejected(exc: BaseException) -> bool:
+    """The server's error names response_format (HTTP 400 from most servers, HTTP 500 from llama-cpp-python)."""
     text = str(exc).lower()
     return "response_format" in text or "json_schema" in text or "response format" in text
+
+
+class DeadlinePassed(LLMTimeout):
+    """The caller's time budget ended before or during the request (the request was abandoned)."""
 
 
 def completion_with_retries(
@@ -175,10 +189,16 @@ def completion_with_retries(
     *,
     label: str = "LLM",
     on_error: Callable[[BaseException, type[LLMError]], bool] | None = None,
+    deadline: float | None = None,
 ) -> tuple[Any, Usage, str]:
     """`litellm.completion` with the budget check, retries on 429 / 5xx / timeouts / dropped connections and
     clear errors; the usage is recorded in `ledger`. `make_kwargs(litellm)` builds each attempt's request;
     `on_error(exc, error_class)` may return True to try again at once (e.g. after changing the request).
+
+    `deadline` (time.monotonic()): each attempt's timeout is cut to what is left, so the caller's time budget
+    holds during a request (the HTTP request is abandoned at the deadline); DeadlinePassed when it is over.
+    A local server (settings.local) computes one request at a time: a timed-out request is not sent again
+    (the server would still be busy with the abandoned one).
 
     Returns (response, usage, where) — `where` names the model server for messages."""
     if not settings.enabled:
@@ -192,10 +212,26 @@ def completion_with_retries(
             ledger.check_budget(settings.budget_usd)
         except LLMBudgetExceeded:
             raise
+        kwargs = make_kwargs(litellm)
+        limit = float(kwargs.get("timeout") or settings.request_timeout_s)
+        cut = False  # the attempt's timeout is the time left to the deadline
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlinePassed(f"the time budget ended before the request to {where}", attempts=attempt - 1)
+            if left < limit:
+                kwargs["timeout"] = limit = left
+                cut = True
         try:
-            response = litellm.completion(**make_kwargs(litellm))
+            response = litellm.completion(**kwargs)
         except Exception as exc:
+            ledger.add_failure()
             err_cls, retryable, what = classify_error(litellm, exc)
+            if err_cls is LLMTimeout and cut:
+                raise DeadlinePassed(f"the time budget ended during the request to {where} (abandoned after "
+                                     f"{limit:.0f} s)", attempts=attempt) from None
+            if err_cls is LLMTimeout and settings.local:
+                retryable = False  # one slot: the server still computes the abandoned request
             if on_error is not None and on_error(exc, err_cls):
                 attempt -= 1
                 continue
@@ -208,7 +244,9 @@ def completion_with_retries(
                             short_error(exc))
                 time.sleep(delay)
                 continue
-            detail = f" after {settings.timeout_s:g} s" if err_cls is LLMTimeout else ""
+            detail = f" after {limit:g} s" if err_cls is LLMTimeout else ""
+            if err_cls is LLMTimeout and settings.local and settings.timeout_s is None:
+                detail += " (raise it with --llm-timeout / CRANE_LLM_TIMEOUT for slow CPU inference)"
             msg = f"{where} {what}{detail} ({attempt} attempt{'s' if attempt > 1 else ''}): {short_error(exc)}"
             raise err_cls(msg, attempts=attempt) from None
         usage = usage_of(litellm, settings, response)
@@ -222,7 +260,7 @@ def call_model(
     """One model reply (with retries on 429 / 5xx / timeouts / dropped connections); its usage is recorded."""
     if not settings.enabled:
         raise LLMNotConfigured("no model is configured (set --model, CRANE_MODEL or crane.llm.model)")
-    state = {"fmt": fmt or choose_response_format(load_litellm(), settings.require_model())}
+    state = {"fmt": fmt or choose_response_format(load_litellm(), settings.require_model(), settings)}
 
     def make_kwargs(litellm) -> dict[str, Any]:
         log.info("LLM request: model=%s format=%s", settings.model, state["fmt"])
@@ -230,7 +268,8 @@ def call_model(
 
     def downgrade_format(exc: BaseException, err_cls: type[LLMError]) -> bool:
         fmt_now = state["fmt"]
-        if err_cls is LLMRequestRejected and fmt_now in _NEXT_FORMAT and _format_rejected(exc):
+        # any 4xx / 5xx whose body names response_format (llama-cpp-python answers json_schema with HTTP 500)
+        if err_cls is not LLMTimeout and fmt_now in _NEXT_FORMAT and _format_rejected(exc):
             log.warning("%s rejected response_format=%s; trying %s", settings.model, fmt_now, _NEXT_FORMAT[fmt_now])
             state["fmt"] = _format_downgrades[settings.require_model()] = _NEXT_FORMAT[fmt_now]
             return True

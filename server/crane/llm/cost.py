@@ -48,6 +48,25 @@ class SessionTotals(msgspec.Struct, kw_only=True, rename="camel"):
     cached_tokens: int = 0
     cost_usd: float = 0.0  # over the priced requests
     unpriced_requests: int = 0  # requests whose model has no price: their cost is unknown
+    failed_requests: int = 0  # requests sent that got no usable reply (timeouts, HTTP errors, dropped)
+
+    def cost_text(self) -> str:
+        """"$0.01234", "$0.01234 (+2 unpriced)", or "unpriced" when no answered request had a price."""
+        if self.requests and self.unpriced_requests >= self.requests:
+            return "unpriced"
+        return f"${self.cost_usd:.5f}" + (f" (+{self.unpriced_requests} unpriced)" if self.unpriced_requests else "")
+
+    def describe(self) -> str:
+        """One line: real requests (failed ones included), tokens, cost, and the answers served from cache."""
+        text = (f"{self.requests + self.failed_requests} request(s)"
+                + (f" ({self.failed_requests} failed)" if self.failed_requests else "")
+                + f", {self.prompt_tokens:,} prompt + {self.completion_tokens:,} completion tokens")
+        if self.cached_tokens:
+            text += f" ({self.cached_tokens:,} served from the provider's prompt cache)"
+        text += ", " + self.cost_text()
+        if self.cache_hits:
+            text += f"; {self.cache_hits} answer(s) from CRANE's cache (no request)"
+        return text
 
 
 class CostLedger:
@@ -83,19 +102,17 @@ class CostLedger:
             else:
                 t.cost_usd += usage.cost_usd
 
+    def add_failure(self) -> None:
+        """A request was sent and failed (it may have cost something: its tokens are unknown)."""
+        with self._lock:
+            self._totals.failed_requests += 1
+
     def add_cache_hit(self) -> None:
         with self._lock:
             self._totals.cache_hits += 1
 
     def describe(self) -> str:
-        t = self.totals()
-        text = f"session: {t.requests} request(s), {t.prompt_tokens:,} prompt + {t.completion_tokens:,} completion tokens"
-        text += f", ${t.cost_usd:.5f}"
-        if t.unpriced_requests:
-            text += f" (+{t.unpriced_requests} unpriced)"
-        if t.cache_hits:
-            text += f", {t.cache_hits} cache hit(s)"
-        return text
+        return "session: " + self.totals().describe()
 
 
 # The process-wide session: one CLI run or one daemon process.

@@ -25,7 +25,7 @@ from crane.llm.prompt import Prompt, build_prompt, with_cache_markers
 from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
 from crane.llm.settings import LLMSettings
 from crane.notebook.model import Cell
-from crane.policy import Prediction
+from crane.policy import ModelAnswer, Prediction, with_model
 from crane.probe.facts import ProbeResult
 
 # The CRANE-LLM study's median runtime-augmented prompt input (222 JunoBench cases; notes §1.1).
@@ -47,6 +47,8 @@ class Diagnosis(msgspec.Struct, kw_only=True, rename="camel"):
     model: str | None = None
     prompt_chars: int | None = None
     session: SessionTotals | None = None
+    kept: list[Finding] = []  # certain rule findings kept although the model said "no crash" (crane.policy)
+    llm_error: str | None = None  # the model failed: this is the rules' diagnosis
 
 
 def needs_cache_markers(model: str | None) -> bool:
@@ -145,6 +147,9 @@ def render_markdown(d: Diagnosis, answer: LLMAnswer | None = None) -> str:
         if answer.root_cause:
             extra.append(f"root cause: {answer.root_cause}")
         md += [f"{head} ({', '.join(extra)})", "", answer.explanation.strip()]
+        if d.kept:
+            md += ["", f"**The model's \"no crash\" does not clear what CRANE verified: cell {d.cell} will crash.**",
+                   *_findings_markdown(d.kept)]
         if answer.suggested_fix:
             md += ["", f"**Suggested fix:** {answer.suggested_fix.strip()}"]
         if d.findings:
@@ -158,9 +163,21 @@ def render_markdown(d: Diagnosis, answer: LLMAnswer | None = None) -> str:
             md += ["", *_findings_markdown(d.findings)]
         else:
             md.append(f"**CRANE: no crash predicted for cell {d.cell}** (offline rules)")
-        md += ["", "<sub>No model configured: set `crane.llm.model` (or CRANE_MODEL / --model) for an LLM diagnosis."
-               "</sub>"]
+        if d.llm_error:
+            md += ["", f"<sub>The model failed ({d.llm_error}): this is the offline rules' diagnosis.</sub>"]
+        else:
+            md += ["", "<sub>No model configured: set `crane.llm.model` (or CRANE_MODEL / --model) for an LLM "
+                   "diagnosis.</sub>"]
     return "\n".join(md)
+
+
+def offline_diagnosis(target: Cell, findings: list[Finding], llm_error: str | None = None) -> Diagnosis:
+    """The rules' diagnosis (no model configured, or the model failed: `llm_error` says how)."""
+    top = max(findings, key=lambda f: f.confidence) if findings else None
+    d = Diagnosis(cell=target.number, prediction="crash" if findings else "no-crash", mode="offline",
+                  markdown="", verdict=top, findings=findings, llm_error=llm_error)
+    d.markdown = render_markdown(d)
+    return d
 
 
 def diagnose(
@@ -177,17 +194,16 @@ def diagnose(
     """Diagnose `target`: with the configured model (raises LLMError if it fails), offline otherwise."""
     ledger = SESSION if ledger is None else ledger
     if not settings.enabled:
-        top = max(findings, key=lambda f: f.confidence) if findings else None
-        d = Diagnosis(cell=target.number, prediction="crash" if findings else "no-crash", mode="offline",
-                      markdown="", verdict=top, findings=findings)
-        d.markdown = render_markdown(d)
-        return d
+        return offline_diagnosis(target, findings)
     prompt = build_prompt(history, target, probe, findings, traceback, history_errors=history_errors)
     verdict = predict_with_llm(prompt, settings, ledger=ledger)
     finding = verdict_to_finding(verdict, target)
+    decision = with_model(findings, ModelAnswer(crash=finding is not None, finding=finding))
+    kept = [f for f in decision.findings if f.source != "llm"] if finding is None else []
     d = Diagnosis(
         cell=target.number,
-        prediction="crash" if verdict.answer.crash else "no-crash",
+        prediction=decision.prediction,
+        kept=kept,
         mode="llm",
         markdown="",
         verdict=finding,

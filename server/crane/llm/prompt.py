@@ -18,7 +18,7 @@ from crane.notebook.model import Cell
 from crane.probe.facts import ProbeResult
 from crane.text import clean_traceback as _clean_traceback
 
-PROMPT_VERSION = 1
+PROMPT_VERSION = 2  # 2: quoted placeholders and a filled-in example (small models copied v1's spec)
 MAX_TARGET_LINES = 200
 MAX_TRACEBACK_CHARS = 2500
 
@@ -31,11 +31,17 @@ MISSING/NOT INSTALLED/UNDEFINED are checked facts.
 - The target cell, with line numbers; and its traceback if it already failed.
 
 Decide whether running the target cell now, against this kernel state, raises an exception. Trust the runtime \
-facts over assumptions from the code. Reply with ONE JSON object and nothing else:
-{{"explanation": 1-3 sentences grounded in the facts, "crash": true|false, "confidence": 0..1 probability \
-that your crash value is right, "exception": exception class name or null, "line": 1-based target line or null, \
-"root_cause": one of {", ".join(repr(r) for r in ROOT_CAUSES)} or null, "suggested_fix": short code-level fix \
-or null}}"""
+facts over assumptions from the code. Reply with ONE JSON object and nothing else, with these keys (each <...> \
+describes a value: write your own value there, never the description):
+{{"explanation": "<1-3 sentences of your own, grounded in the facts>", "crash": <true or false>, \
+"confidence": <a number from 0 to 1: how likely your crash value is right>, \
+"exception": "<the exception class name, e.g. KeyError>" or null, "line": <the 1-based target line> or null, \
+"root_cause": one of {", ".join(repr(r).replace("'", '"') for r in ROOT_CAUSES)} or null, \
+"suggested_fix": "<a short code-level fix>" or null}}
+Example of a complete reply (for another notebook):
+{{"explanation": "df has no column 'Age' (its columns are 'age' and 'name'), so df['Age'] raises KeyError.", \
+"crash": true, "confidence": 0.9, "exception": "KeyError", "line": 2, "root_cause": "data confusion", \
+"suggested_fix": "use df['age']"}}"""
 
 
 

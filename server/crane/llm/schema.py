@@ -1,8 +1,10 @@
 """The model's answer and the usage of a request: msgspec Structs, decoded and validated at the edge.
 
 `decode_answer` accepts what real models send (a bare JSON object, or one wrapped in a ```json fence or a
-sentence) but validates strictly: a missing field, a wrong type, a confidence outside [0, 1] or a root cause
-outside the JunoBench taxonomy is an `AnswerError`, which triggers the client's one repair retry.
+sentence) but validates strictly: a missing field, a wrong type, or a confidence outside [0, 1] is an
+`AnswerError`, which triggers the client's one repair retry. It is tolerant where a value is usable: a root
+cause outside the JunoBench taxonomy becomes "unknown" (the verdict is kept), and free text in `exception`
+("KeyError: 'Age' — df has no column ...") becomes the exception class name.
 """
 
 from __future__ import annotations
@@ -110,6 +112,26 @@ def _extract_object(text: str) -> str:
     raise AnswerError("the reply contains no JSON object")
 
 
+UNKNOWN_ROOT_CAUSE = "unknown"  # a root cause the model named outside the JunoBench taxonomy
+_EXC_CLASS = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Iteration))\b")
+_IDENT = re.compile(r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)")
+
+
+def exception_name(text: str) -> str | None:
+    """The exception class name in what a model wrote there: "KeyError: 'Age' — df has no column" -> "KeyError",
+    "pandas.errors.ParserError" -> "ParserError"; free text naming no exception class -> "Exception"."""
+    t = text.strip().strip("`'\"")
+    if t.lower() in ("", "none", "null", "n/a"):
+        return None
+    m = _IDENT.fullmatch(t)
+    if m:
+        return m.group(1)
+    m = _EXC_CLASS.search(t)
+    if m:
+        return m.group(1).rsplit(".", 1)[-1]
+    return "Exception"
+
+
 def decode_answer(text: str | None) -> LLMAnswer:
     """Decode and validate the model's reply; raise AnswerError saying what is wrong."""
     if not text or not text.strip():
@@ -127,8 +149,10 @@ def decode_answer(text: str | None) -> LLMAnswer:
             raw["root_cause"] = None
         elif key in _ROOT_CAUSE_KEYS:
             raw["root_cause"] = _ROOT_CAUSE_KEYS[key]
-        else:
-            raise AnswerError(f"root_cause {rc!r} is not one of {', '.join(ROOT_CAUSES)} (or null)")
+        else:  # outside the taxonomy: the verdict is still usable, its root cause is not
+            raw["root_cause"] = UNKNOWN_ROOT_CAUSE
+    if isinstance(raw.get("exception"), str):
+        raw["exception"] = exception_name(raw["exception"])
     try:
         answer = msgspec.convert(raw, LLMAnswer)
     except msgspec.ValidationError as exc:

@@ -31,10 +31,37 @@ def default_cache_dir(env: Mapping[str, str] | None = None) -> str:
     return str(Path(base) / "crane")
 
 
+HOSTED_TIMEOUT_S = 60.0
+LOCAL_TIMEOUT_S = 300.0  # a first agent turn took 52-137 s on 2 CPU cores (docs/llm.md, local models)
+STRUCTURED = ("auto", "schema", "object", "none")
+# litellm providers that always run on the user's machine (or network) when no api_base says otherwise
+LOCAL_PROVIDERS = ("ollama/", "ollama_chat/", "lm_studio/", "llamafile/", "hosted_vllm/", "llama_cpp/")
+
+
+def is_local_server(api_base: str | None, model: str | None = None) -> bool:
+    """Whether requests go to a loopback, private or link-local host (or `.local` / `localhost` name)."""
+    if not api_base:
+        return bool(model) and str(model).startswith(LOCAL_PROVIDERS)
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(api_base).hostname or "").lower()
+    except ValueError:
+        return False
+    if host in ("localhost", "host.docker.internal") or host.endswith((".localhost", ".local", ".internal")):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local
+
+
 class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
     model: str | None = None  # litellm model string, e.g. "openai/gpt-4o-mini", "ollama/qwen2.5", "anthropic/..."
     api_base: str | None = None  # e.g. "http://127.0.0.1:11434" for a local server
-    timeout_s: float = 60.0  # per attempt
+    timeout_s: float | None = None  # per attempt; None: HOSTED_TIMEOUT_S, or LOCAL_TIMEOUT_S for a local server
     max_tokens: int = 800  # completion budget per request
     temperature: float | None = 0.0  # dropped automatically for models that refuse it
     retries: int = 2  # extra attempts on 429 / 5xx / timeouts / connection errors
@@ -42,10 +69,26 @@ class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
     budget_usd: float | None = None  # stop sending requests once the session's cost reaches this
     cache: bool = True
     cache_dir: str | None = None  # None: default_cache_dir()
+    # response_format: "auto" (json_schema where the server enforces it: litellm's table, or a known local
+    # server: llama.cpp, Ollama, vLLM, LM Studio), "schema", "object" (json_object) or "none"
+    structured: str = "auto"
 
     @property
     def enabled(self) -> bool:
         return bool(self.model)
+
+    @property
+    def local(self) -> bool:
+        """The model server is on this machine or the private network (a loopback or private `api_base`, or an
+        Ollama / LM Studio / llama.cpp model without one): one slot, CPU latency, nothing billed."""
+        return is_local_server(self.api_base, self.model)
+
+    @property
+    def request_timeout_s(self) -> float:
+        """Seconds per attempt: the setting, else a default that fits the server (CPU inference is slow)."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return LOCAL_TIMEOUT_S if self.local else HOSTED_TIMEOUT_S
 
     def require_model(self) -> str:
         """`model`, for the code that runs only when `enabled` (request building, pricing); SettingsError if unset."""
@@ -57,7 +100,9 @@ class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
         return Path(self.cache_dir or default_cache_dir())
 
     def validate(self) -> LLMSettings:
-        if self.timeout_s <= 0:
+        if self.structured not in STRUCTURED:
+            raise SettingsError(f"structured output must be one of {', '.join(STRUCTURED)}, got {self.structured!r}")
+        if self.timeout_s is not None and self.timeout_s <= 0:
             raise SettingsError(f"timeout must be positive, got {self.timeout_s}")
         if self.max_tokens <= 0:
             raise SettingsError(f"max tokens must be positive, got {self.max_tokens}")
@@ -124,6 +169,7 @@ _LSP_KEYS = {
     "budgetUsd": "budget_usd",
     "cache": "cache",
     "cacheDir": "cache_dir",
+    "structuredOutput": "structured",
 }
 
 # environment variable -> field
@@ -136,6 +182,7 @@ _ENV_KEYS = {
     "CRANE_LLM_BUDGET_USD": "budget_usd",
     "CRANE_LLM_CACHE": "cache",
     "CRANE_CACHE_DIR": "cache_dir",
+    "CRANE_LLM_STRUCTURED": "structured",
 }
 
 _FIELD_TYPES = {"timeout_s": float, "max_tokens": int, "retries": int, "budget_usd": float, "temperature": float}
@@ -208,7 +255,9 @@ def add_llm_arguments(parser) -> None:
     g = parser.add_argument_group("LLM (also CRANE_MODEL, CRANE_API_BASE, provider keys from their usual env vars)")
     g.add_argument("--model", help="litellm model, e.g. openai/gpt-4o-mini, anthropic/claude-..., ollama/qwen2.5")
     g.add_argument("--api-base", dest="api_base", help="base URL of the model server (local servers, proxies)")
-    g.add_argument("--llm-timeout", dest="llm_timeout", type=float, help="seconds per request attempt (default 60)")
+    g.add_argument("--llm-timeout", dest="llm_timeout", type=float, help="seconds per request attempt (default 60; 300 for a local server)")
+    g.add_argument("--llm-structured", dest="llm_structured", choices=STRUCTURED,
+                   help="response_format: auto (default), schema (json_schema), object (json_object) or none")
     g.add_argument("--max-tokens", dest="max_tokens", type=int, help="completion token limit (default 800)")
     g.add_argument("--budget-usd", dest="budget_usd", type=float, help="stop once this session has cost this much")
     g.add_argument("--no-cache", dest="no_cache", action="store_true", help="do not read or write the response cache")
@@ -221,6 +270,7 @@ def settings_from_args(args, env: Mapping[str, str] | None = None) -> LLMSetting
         "timeout_s": getattr(args, "llm_timeout", None),
         "max_tokens": getattr(args, "max_tokens", None),
         "budget_usd": getattr(args, "budget_usd", None),
+        "structured": getattr(args, "llm_structured", None),
     }
     if getattr(args, "no_cache", False):
         explicit["cache"] = False

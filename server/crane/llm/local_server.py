@@ -1,0 +1,89 @@
+"""Which local OpenAI-compatible server answers at `api_base`, and whether it enforces a JSON schema.
+
+litellm's capability table knows hosted models only: behind `openai/<alias>` + a local `api_base` it cannot
+tell llama.cpp's `llama-server` (which turns `json_schema` into a grammar) from `llama-cpp-python` (which
+answers `json_schema` with HTTP 500). One cheap GET per server and process tells them apart:
+
+- llama.cpp `llama-server`: `GET /props` has `default_generation_settings`;
+- Ollama: `GET /api/version` has `version` (and the Ollama providers of litellm);
+- vLLM: `GET /version` has `version` (and litellm's `hosted_vllm/`);
+- LM Studio: `GET /api/v0/models` has `data` (and litellm's `lm_studio/`).
+
+All four enforce `response_format: json_schema`; anything else gets `json_object` (and the client's fallback
+on an error that names response_format). Set `structured` (CRANE_LLM_STRUCTURED, --llm-structured) to skip this.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit, urlunsplit
+
+log = logging.getLogger(__name__)
+
+SCHEMA_PROVIDERS = ("ollama/", "ollama_chat/", "lm_studio/", "hosted_vllm/")
+PROBES: tuple[tuple[str, str, str], ...] = (
+    ("llama.cpp", "/props", "default_generation_settings"),
+    ("ollama", "/api/version", "version"),
+    ("lm-studio", "/api/v0/models", "data"),
+    ("vllm", "/version", "version"),
+)
+PROBE_TIMEOUT_S = 2.0
+
+_known: dict[str, str | None] = {}
+_lock = threading.Lock()
+
+
+def _root(api_base: str) -> str:
+    """`http://host:port/v1` -> `http://host:port` (the servers' own endpoints live at the root)."""
+    parts = urlsplit(api_base)
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def _get_json(url: str) -> object | None:
+    req = urllib.request.Request(url, headers={"accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=PROBE_TIMEOUT_S) as resp:  # noqa: S310 (http(s) checked)
+            if resp.status != 200:
+                return None
+            return json.loads(resp.read(65536) or b"null")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def detect_server(api_base: str) -> str | None:
+    """"llama.cpp", "ollama", "lm-studio", "vllm", or None (unknown); asked once per api_base and process."""
+    with _lock:
+        if api_base in _known:
+            return _known[api_base]
+    found = None
+    root = _root(api_base)
+    for name, path, key in PROBES:
+        body = _get_json(root + path)
+        if isinstance(body, dict) and key in body:
+            found = name
+            break
+    log.info("local model server at %s: %s", api_base, found or "unknown (json_object)")
+    with _lock:
+        _known[api_base] = found
+    return found
+
+
+def enforces_json_schema(api_base: str | None, model: str) -> bool:
+    if model.startswith(SCHEMA_PROVIDERS):
+        return True
+    if not api_base:
+        return False
+    return detect_server(api_base) is not None
+
+
+def forget() -> None:
+    """Drop what was detected (tests; a server replaced at the same address)."""
+    with _lock:
+        _known.clear()
