@@ -160,3 +160,47 @@ def test_boosting(kernel, target, expected):
     assert crash(predict_source(kernel, BOOST, target)) == expected
     run = run_target(kernel, target)
     assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("x = np.NaN", [("missing-attribute", "AttributeError")]),
+        ("x = np.nan", []),
+        ("x = np.random.rand(2)", []),
+        ("x = np.linalg.norm(np.ones(2))", []),
+    ],
+)
+def test_numpy2_module_attributes(kernel, target, expected):
+    findings = predict_source(kernel, "import numpy as np", target)
+    assert crash(findings) == expected
+    if expected:
+        assert findings[0].message.startswith("`np.NaN` was removed in the NumPy 2.0 release.")
+    run = run_target(kernel, target)
+    assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)
+
+
+SKLEARN = """
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.ensemble import RandomForestClassifier
+X = np.array([[0.0], [1.0], [2.0], [3.0]])
+y = np.array([0, 1, 0, 1])
+Xs = np.array([['a'], ['b'], ['a'], ['b']])
+lr = LogisticRegression()
+rf_auto = RandomForestClassifier(max_features='auto')
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("lr.fit(X, y)", []),  # scikit-learn 1.9's penalty='deprecated' placeholder is not a user's penalty
+        ("rf_auto.fit(X, y)", [("sklearn-params", "InvalidParameterError")]),  # validated by the kernel's sklearn
+        ("lr.fit(Xs, y)", [("sklearn-input", "ValueError")]),  # numpy 2 reprs: np.str_('a')
+    ],
+)
+def test_sklearn_today(kernel, target, expected):
+    assert crash(predict_source(kernel, SKLEARN, target)) == expected
+    run = run_target(kernel, target)
+    assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)

@@ -21,6 +21,9 @@ from crane.probe.facts import Facts, ProbeRequest
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
 
 
+_BACKTICKED = re.compile(r"`(?:\w+\.)+(\w+)`")
+
+
 def _quoted(evalue: str) -> list[str]:
     return [m.group(1) for m in _QUOTED.finditer(evalue or "")]
 
@@ -128,6 +131,8 @@ def nearest_attribute(ctx: FixContext):
     if ctx.crash.ename != "AttributeError":
         return
     quoted = _quoted(ctx.crash.evalue)
+    if not quoted:  # numpy 2 names the attribute in backticks: "`np.NaN` was removed in the NumPy 2.0 release. ..."
+        quoted = [m.group(1) for m in _BACKTICKED.finditer(ctx.crash.evalue or "")][:1]
     if not quoted:
         return
     attr = quoted[-1]

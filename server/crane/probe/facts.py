@@ -71,6 +71,9 @@ class EstimatorFacts(msgspec.Struct, omit_defaults=True):
     params: dict[str, str] = {}  # get_params(deep=False), short reprs
     fitted_attributes: list[str] | None = None  # instance attributes ending in "_" (bounded)
     n_classes: int | None = None  # len(classes_) (classes itself is bounded)
+    # scikit-learn's own `_validate_params` in the kernel (its installed version) rejected the parameters: the
+    # first line of its InvalidParameterError
+    params_error: str | None = None
 
 
 class LayerFacts(msgspec.Struct, omit_defaults=True):

@@ -269,14 +269,26 @@ def static_attr(ctx, obj, name):
     return _getattr_hook(ctx, obj, t, d or {}, name)
 
 
+_NUMPY_LAZY_SUBMODULES = frozenset(
+    "linalg fft dtypes random polynomial ma ctypeslib exceptions matlib f2py typing rec char core strings".split()
+)
+
+
 def _numpy_getattr(ctx, d, name):
     """numpy's module __getattr__ (1.2x), decided from the tables it consults (without calling it)."""
     for table in ("__expired_functions__", "__deprecated_attrs__"):
         if type(d.get(table)) is dict and name in d[table]:
             return "opaque", None, "module"
+    subs = d.get("__numpy_submodules__")
+    if (type(subs) in (set, frozenset, list, tuple) and name in subs) or name in _NUMPY_LAZY_SUBMODULES:
+        return "opaque", None, "module"  # numpy 2 imports these submodules on first access
     former = d.get("__former_attrs__")
     if type(former) is dict and name in former:
         ctx.attr_message = str(former[name])[:400]
+        return False, None, None
+    expired = d.get("__expired_attributes__")
+    if type(expired) is dict and name in expired:  # numpy 2.0
+        ctx.attr_message = ("`np.%s` was removed in the NumPy 2.0 release. %s" % (name, expired[name]))[:400]
         return False, None, None
     if name in ("testing", "Tester"):
         return None, None, None

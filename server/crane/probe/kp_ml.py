@@ -303,7 +303,22 @@ def estimator_facts(ctx, est, out):
             ef["params"] = {str(k): short(v, ctx, 40) for k, v in list(params.items())[:MAX_PARAMS]}
         except Exception as exc:
             ctx.error("get_params", exc)
+        _validate_params(ctx, est, t, ef)
     out["estimator"] = ef
+
+
+def _validate_params(ctx, est, t, ef):
+    """scikit-learn's own parameter validation (reads the parameters, changes nothing), for its own classes."""
+    vp = class_lookup(t, "_validate_params", None)
+    if vp is None or not str(getattr(vp, "__module__", "") or "").startswith("sklearn"):
+        return
+    if not class_lookup(t, "_parameter_constraints", None):
+        return
+    try:
+        est._validate_params()
+    except Exception as exc:
+        if short_tname(type(exc)) == "InvalidParameterError":
+            ef["params_error"] = trunc(str(exc).split("\n")[0], 300)
 
 
 # -- Keras / TensorFlow -----------------------------------------------------------------------------------------------

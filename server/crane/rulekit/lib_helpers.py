@@ -8,6 +8,7 @@ Every question answers `None` when the facts do not decide it: a rule that canno
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -133,9 +134,24 @@ def is_text_dtype(dtype: str | None) -> bool:
     return bool(dtype and (dtype in TEXT_DTYPES or dtype.startswith("<U") or dtype.startswith("string")))
 
 
+# numpy 2 scalar reprs: np.int64(7), np.float64(0.5), np.str_('abc'), np.True_ (numpy 1: 7, 0.5, 'abc', True)
+_NUMPY_SCALAR_REPR = re.compile(r"^np\.(?:str_|bytes_|u?int(?:8|16|32|64|c|p)?|float(?:16|32|64|128)?|"
+                                r"longdouble|double|single|half|bool_?|complex(?:64|128|256)?|longlong|ulonglong|"
+                                r"short|ushort|intc|uintc|intp|uintp|byte|ubyte)\((.*)\)$", re.S)
+
+
+def unwrap_numpy_repr(text: str) -> str:
+    """The Python literal inside a numpy 2 scalar repr (`np.str_('abc')` -> `'abc'`), else the text itself."""
+    t = text.strip()
+    if t in ("np.True_", "np.False_"):
+        return t[3:-1]
+    m = _NUMPY_SCALAR_REPR.match(t)
+    return m.group(1) if m else text
+
+
 def _literal(text: str) -> Any:
     try:
-        return pyast.literal_eval(text)
+        return pyast.literal_eval(unwrap_numpy_repr(text))
     except Exception:
         return _NOVALUE
 

@@ -14,7 +14,7 @@ import importlib
 from typing import Any
 
 from crane import pyast
-from crane.rulekit.lib_helpers import Verdict
+from crane.rulekit.lib_helpers import Verdict, unwrap_numpy_repr
 
 _UNSET = object()
 
@@ -34,7 +34,7 @@ def params_from_reprs(reprs: dict[str, str]) -> dict[str, Any]:
     out = {}
     for k, r in reprs.items():
         try:
-            v = pyast.literal_eval(r)
+            v = pyast.literal_eval(unwrap_numpy_repr(r))
         except Exception:
             continue
         if not _has_ellipsis(v):
@@ -47,6 +47,10 @@ def check_cross_params(class_name: str, params: dict[str, Any], version: str | N
     if class_name == "LogisticRegression":
         solver = params.get("solver", "lbfgs")
         penalty = params.get("penalty", "l2")
+        if penalty == "deprecated":  # scikit-learn >= 1.8's placeholder: fit derives the penalty from l1_ratio / C
+            penalty = effective_penalty(params)
+            if penalty is _UNSET:
+                return None
         dual = params.get("dual", False)
         if not isinstance(solver, str) or not (penalty is None or isinstance(penalty, str)):
             return None
@@ -98,6 +102,20 @@ def check_cross_params(class_name: str, params: dict[str, Any], version: str | N
             0.85,
         )
     return None
+
+
+def effective_penalty(params: dict[str, Any]) -> Any:
+    """The penalty LogisticRegression.fit uses when `penalty` is left at scikit-learn 1.8+'s 'deprecated'
+    placeholder (l1_ratio 0/None: l2, 1: l1, else elasticnet; C=inf: none); _UNSET when not literal."""
+    ratio = params.get("l1_ratio", 0.0)
+    c = params.get("C", 1.0)
+    if not isinstance(ratio, (int, float, type(None))) or not isinstance(c, (int, float)):
+        return _UNSET
+    if c == float("inf"):
+        return None
+    if ratio is None or ratio == 0:
+        return "l2"
+    return "l1" if ratio == 1 else "elasticnet"
 
 
 def local_sklearn_version() -> str | None:

@@ -45,6 +45,8 @@ def missing_attribute(ctx: RuleContext) -> Iterator[Finding]:
         else:
             message = f"'{owner.rsplit('.', 1)[-1]}' object has no attribute '{attr}'"
         message += hint(attr, chk.suggestions)
+        if chk.message:  # the library's own text (numpy's removed aliases: "`np.NaN` was removed in ...")
+            message = chk.message
         yield ctx.finding(
             chain.node, rule="missing-attribute", ename="AttributeError", message=message,
             root_cause="API misuse", confidence=0.85 if is_module else 0.92,

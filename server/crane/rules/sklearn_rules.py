@@ -152,6 +152,12 @@ def invalid_params(ctx: RuleContext) -> Iterator[Finding]:
         if live:
             if state_may_change(ctx, recv.id, call):
                 continue
+            if est.params_error:  # the kernel's own scikit-learn rejected them (EstimatorFacts.params_error)
+                yield emit(ctx, call, "sklearn-params", Verdict(
+                    "InvalidParameterError", est.params_error, "API misuse",
+                    [f"{recv.id}: {est.class_name} checked by its _validate_params in the kernel "
+                     f"(scikit-learn {version or '?'})"], 0.9))
+                return
             params = P.params_from_reprs(est.params)
         if not params:
             continue
