@@ -66,11 +66,29 @@ def _own_hooks(obj) -> bool:
     return False
 
 
+def _unreproducible(obj) -> str | None:
+    """State of a library object its own serialization does not carry, which the cell may depend on."""
+    mod = getattr(type(obj), "__module__", "") or ""
+    if mod.startswith(("keras.", "tf_keras.", "tensorflow.")):
+        try:
+            d = object.__getattribute__(obj, "__dict__")
+        except Exception:
+            return None
+        traced = any(d.get(f) is not None for f in ("train_function", "test_function", "predict_function"))
+        opt = d.get("_optimizer") or d.get("optimizer")
+        if traced and opt is not None and getattr(opt, "built", True) is False:
+            return ("has a traced training step whose optimizer was never built (a failed fit): a copy rebuilt "
+                    "from its configuration and weights would not fail the way the kernel's model does")
+    return None
+
+
 def _pickler_class(cp):
     torch = sys.modules.get("torch")
 
     class Pickler(cp.CloudPickler):
         def reducer_override(self, obj):
+            if isinstance(obj, io.IOBase) and not isinstance(obj, (io.BytesIO, io.StringIO)):
+                raise TypeError(f"cannot copy an open file or stream ({type(obj).__name__})")
             if torch is not None and isinstance(obj, torch.Tensor):
                 try:
                     if obj.device.type not in ("cpu", "meta"):
@@ -115,7 +133,7 @@ def _modules() -> list[str]:
     out: list[str] = []
     for name in list(sys.modules):
         top = name.partition(".")[0]
-        if top in out or top in std or top.startswith("_") or top in _KERNEL_MODS:
+        if top in out or top in std or top.startswith(("_", "pydev")) or top in _KERNEL_MODS:
             continue
         mod = sys.modules.get(top)
         if mod is not None and getattr(mod, "__file__", None):
@@ -166,6 +184,9 @@ def export(args_json: str) -> dict:
         if _own_hooks(obj):
             return {"ok": False, "reason": f"`{name}` ({_type_name(obj)}) has pickling hooks defined in the notebook: "
                                            "copying it would run notebook code in the kernel"}
+        why = _unreproducible(obj)
+        if why:
+            return {"ok": False, "reason": f"`{name}` ({_type_name(obj)}) {why}"}
         objs[name] = obj
     buffers: list = []
     try:

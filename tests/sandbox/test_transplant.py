@@ -1,0 +1,133 @@
+"""Transplant runs (crane.sandbox.transplant): a kernel of today's environment with TensorFlow/Keras, JAX and
+torch loaded cannot be forked safely; its cells run in a confined worker process of the kernel's interpreter on
+a copy of the state they read. Verdicts equal the real run's; what cannot be copied is `unavailable`, named;
+the worker's writes and network attempts reach nothing; nothing is left after a timeout; the user's kernel is
+unchanged (`Untouched`: namespace, counters, history, event callbacks, RNG states, outputs)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.transplant import transplant
+
+from ..kernel_envs import require_today_python
+from .conftest import tree_hash
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
+
+SETUP = """
+import numpy as np, tensorflow as tf, keras, jax, jax.numpy as jnp, torch
+np.random.seed(0)
+X = np.random.rand(32, 4).astype('float32')
+y = np.random.rand(32, 1).astype('float32')
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation='relu'), keras.layers.Dense(1)])
+model.compile(optimizer='adam', loss='mse')
+def double(a):
+    return a * scale
+scale = 2.0
+w = jnp.ones((4, 2))
+tx = torch.ones(3, 4)
+fh = open('data.csv')
+gen = (i for i in range(3))
+"""
+
+
+@pytest.fixture(scope="module")
+def today(tmp_path_factory):
+    python = require_today_python()
+    work = tmp_path_factory.mktemp("transplant")
+    (work / "data.csv").write_text("a,b\n1,2\n")
+    kernel = start_kernel(work, python=python)
+    run = kernel.connection.run_cell(SETUP, timeout=180)
+    assert run.status == "ok", run
+    yield {"conn": kernel.connection, "work": work}
+    kernel.shutdown()
+
+
+def _check(today, source: str, budget_s: float = 60.0, direct: bool = False, **kw):
+    conn = today["conn"]
+    with Untouched(conn) as watch:
+        v = (transplant(conn, source, budget_s, **kw) if direct else speculate(conn, source, budget_s, **kw))
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert conn.evaluate("1 + 1") == 2
+    return v
+
+
+def _real(today, source: str):
+    return today["conn"].run_cell(source, timeout=120)
+
+
+def test_keras_clean_fit_and_shape_mismatch_equal_the_real_run(today):
+    good = "model.fit(X, y, epochs=1, verbose=0)\np = model.predict(double(X), verbose=0)\np.shape"
+    v = _check(today, good)
+    assert v.mode == "transplant" and v.transplant is not None, v
+    assert "TensorFlow" in (v.mode_reason or "") and "device placement not checked" in v.how(), v.how()
+    assert v.verdict == "no-crash", v
+    assert v.displays and "(32, 1)" in v.displays[-1].text, v.displays
+    assert {c.split(" (")[0] for c in v.transplant.copied} >= {"model", "X", "y", "double"}, v.transplant
+    bad = "m2 = keras.models.clone_model(model)\nm2.compile(optimizer='adam', loss='mse')\nm2.fit(X[:, :3], y, epochs=1, verbose=0)"
+    v = _check(today, bad)
+    real = _real(today, bad)
+    assert real.status == "error" and v.verdict == "crash" and v.ename == real.ename and v.line == 3, (v, real)
+    # the real failed fit left m2 with a traced step and no optimizer state: a rebuilt copy would not fail the
+    # same way, so the run is refused rather than a false "no-crash"
+    again = "m2.fit(X, y, epochs=1, verbose=0)"
+    v = _check(today, again)
+    assert _real(today, again).status == "error" and v.verdict == "unavailable" and "`m2`" in v.reason, v
+
+
+def test_jax_traced_if_crashes_and_clean_jit_runs(today):
+    bad = "@jax.jit\ndef f(x):\n    if x.sum() > 0:\n        return x\n    return -x\nf(w)"
+    v = _check(today, bad)
+    real = _real(today, bad)
+    assert real.status == "error" and v.verdict == "crash" and v.ename == real.ename, (v, real)
+    good = "g = jax.jit(lambda x: jnp.where(x.sum() > 0, x, -x))\ng(w).shape"
+    v = _check(today, good)
+    assert v.verdict == "no-crash" and "(4, 2)" in v.displays[-1].text, v
+
+
+def test_torch_cuda_requests_run_on_the_cpu(today):
+    good = "t = tx.cuda()\nu = torch.ones(4, 2, device='cuda')\n(t @ u.to('cuda:0')).shape"
+    v = _check(today, good, direct=True, map_devices=True)
+    assert v.verdict == "no-crash" and "torch.Size([3, 2])" in v.displays[-1].text, v
+    assert v.transplant.devices_mapped and "mapped to the CPU" in v.how(), v.how()
+    bad = "t = tx.cuda()\nt @ torch.ones(3, 2, device='cuda')"
+    v = _check(today, bad, direct=True, map_devices=True)
+    real = _real(today, "tx @ torch.ones(3, 2)")  # the same error on the CPU
+    assert real.status == "error" and v.verdict == "crash" and v.ename == real.ename == "RuntimeError", (v, real)
+
+
+def test_uncopyable_state_is_unavailable_and_named(today):
+    for name, kind in (("fh", "TextIOWrapper"), ("gen", "generator")):
+        v = _check(today, f"x = {name}\nprint(x)")
+        assert v.verdict == "unavailable" and f"`{name}`" in (v.reason or "") and kind in v.reason, v
+
+
+def test_writes_and_network_from_the_worker_reach_nothing(today, listener):
+    before = tree_hash(today["work"])
+    src = (f"open('data.csv', 'w').write('changed')\nopen('new.txt', 'w').write('x')\n"
+           f"import socket\ns = socket.create_connection(('127.0.0.1', {listener.port}), timeout=2)\n"
+           f"s.sendall(b'hello from transplant')\nX.shape")
+    v = _check(today, src)
+    assert v.mode == "transplant" and v.verdict in ("blocked", "crash"), v
+    assert v.verdict != "crash" or v.ename not in ("ValueError", "TypeError"), v
+    assert tree_hash(today["work"]) == before
+    assert not any(b"transplant" in r for r in listener.received), listener.received
+
+
+def test_no_process_left_after_a_timeout(today):
+    v = _check(today, "import time\nwhile True:\n    time.sleep(0.01)", budget_s=2.0)
+    assert v.verdict == "timeout", v
+    pid = v.pid
+    assert pid is not None
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)  # the reaper thread ends the worker right after the verdict
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
