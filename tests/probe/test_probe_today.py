@@ -137,3 +137,23 @@ def test_boosting_estimators_and_versions(result):
     libs = result.libraries
     for lib in ("tensorflow", "keras", "jax", "polars", "xgboost", "lightgbm", "numpy", "pandas"):
         assert lib in libs, lib
+
+
+def test_hover_and_diagnose_texts_show_the_new_facts(result):
+    from crane.llm.facts_text import var_text
+    from crane.lsp.facts_markdown import facts_markdown
+
+    hover = {n: facts_markdown(result.facts[n]) for n in ("compiled", "plain", "step", "dsb", "lf", "tt")}
+    assert "compiled (optimizer Adam" in hover["compiled"] and "Conv2D(4, relu)" in hover["compiled"]
+    assert "compiled: **no**" in hover["plain"]
+    assert "jax.jit of `step`" in hover["step"] and "['l2', '1']" not in hover["step"]
+    assert "- batched" in hover["dsb"] and "not collected" in hover["lf"] and "| `b` | Int64 |" in hover["lf"]
+    assert "shape `(2, 2)`" in hover["tt"] and "dtype `float32`" in hover["tt"]
+    texts = {n: var_text(n, result.facts[n], set()) for n in ("compiled", "step", "pf", "lf", "ja", "hist", "ds")}
+    assert "compiled=True" in texts["compiled"] and "Dense(10,softmax)" in texts["compiled"]
+    assert "static=['1', 'l2']" in texts["step"]
+    assert texts["pf"].startswith("pf: polars DataFrame 3x2") and "String" in texts["pf"]
+    assert texts["lf"].startswith("lf: polars LazyFrame (not collected)")
+    assert texts["ja"].startswith("ja: jaxlib._jax.ArrayImpl float32 (3,4)")
+    assert texts["hist"] == "hist: keras History epochs=1 keys=accuracy,loss"
+    assert "unbatched" in texts["ds"]

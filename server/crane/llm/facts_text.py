@@ -124,13 +124,20 @@ def var_text(name: str, f: Facts, wanted_cols: set[str], defined_at: int | None 
     t = short_type(f.type)
     bits: list[str] = []
     k = f.kind
-    if k == "dataframe":
+    if k in ("polars_frame", "polars_lazy"):
+        what = "polars LazyFrame (not collected)" if k == "polars_lazy" else "polars DataFrame"
+        shape = "x".join(map(str, f.shape or []))
+        bits.append(f"{name}: {what} {shape}".rstrip())
+        nulls = sum(1 for c in (f.columns or []) if c.n_nan)
+        if nulls:
+            bits.append(f"nulls in {nulls} cols")
+    elif k == "dataframe":
         shape = "x".join(map(str, f.shape or []))
         nan_cols = sum(1 for c in (f.columns or []) if c.n_nan)
         head = f"{name}: DataFrame {shape}"
         head += f", NaN in {nan_cols} cols" if nan_cols else (", no NaN" if f.has_nan is False else "")
         bits.append(head)
-    elif k in ("series", "ndarray", "tensor"):
+    elif k in ("series", "ndarray", "tensor", "polars_series"):
         head = f"{name}: {t} {f.dtype or ''}".rstrip()
         if f.shape is not None:
             head += " (" + ",".join(map(str, f.shape)) + ("," if len(f.shape) == 1 else "") + ")"
@@ -151,6 +158,8 @@ def var_text(name: str, f: Facts, wanted_cols: set[str], defined_at: int | None 
             bits.append(f"device={f.device}")
         if f.requires_grad:
             bits.append("requires_grad")
+        if f.value_skipped:
+            bits.append(f"(values not read: {f.value_skipped})")
     elif f.estimator is not None:
         e = f.estimator
         head = f"{name}: {e.module}.{e.class_name} " + ("fitted" if e.is_fitted else "unfitted")
@@ -188,6 +197,26 @@ def var_text(name: str, f: Facts, wanted_cols: set[str], defined_at: int | None 
                          ("loss", km.loss), ("built", km.built)):
             if v is not None:
                 bits.append(f"{label}={v}")
+        extra: tuple[tuple[str, object], ...] = (
+            ("compiled", km.compiled), ("optimizer", km.optimizer), ("losses", km.losses), ("metrics", km.metrics),
+            ("inputs", km.inputs), ("outputs", km.outputs))  # fmt: skip
+        for name_, val in extra:
+            if val is not None:
+                bits.append(f"{name_}={val}")
+        if km.layers:
+            bits.append("layers: " + " ".join(
+                la.type + "(" + ",".join(str(x) for x in (la.units or la.filters, la.activation) if x is not None) + ")"
+                for la in km.layers[:12]) + (" ..." if km.layers_truncated or len(km.layers) > 12 else ""))
+    elif f.jit is not None:
+        j = f.jit
+        bits.append(f"{name}: jax.jit({j.function}) params=({', '.join(j.params or [])}) "
+                    f"static={sorted(set(j.static_argnames) | {str(i) for i in j.static_argnums}) or 'none'}")
+    elif k == "tf_dataset":
+        bits.append(f"{name}: tf.data {t}" + (" batched" if f.batched else " unbatched" if f.batched is False else ""))
+        if f.element_spec:
+            bits.append(f"element_spec={f.element_spec}")
+    elif k == "keras_history":
+        bits.append(f"{name}: keras History epochs={f.length} keys={','.join(f.keys or [])}")
     elif f.dataloader is not None:
         d = f.dataloader
         bits.append(f"{name}: DataLoader")
@@ -229,7 +258,7 @@ def var_text(name: str, f: Facts, wanted_cols: set[str], defined_at: int | None 
     line = " ".join(b for b in bits if b)
     if len(line) > MAX_VAR_CHARS:
         line = line[: MAX_VAR_CHARS - 3] + "..."
-    if k == "dataframe" and f.columns:
+    if k in ("dataframe", "polars_frame", "polars_lazy") and f.columns:
         line += "\n" + columns_text(f, wanted_cols)
     return line
 

@@ -94,6 +94,30 @@ def facts_markdown(f: Facts, stale: bool = False, heading: bool = True) -> str:
     if f.keras_model is not None:
         k = f.keras_model
         lines.append(f"- input {k.input_shape}, output {k.output_shape}" + (f", loss {k.loss}" if k.loss else ""))
+        if k.compiled is not None:
+            lines.append("- compiled" + (f" (optimizer {k.optimizer}, metrics {_code(k.metrics or [])})"
+                                         if k.compiled else ": **no**"))
+        if k.layers:
+            shown = ", ".join(
+                la.type + "(" + ", ".join(str(x) for x in (la.units or la.filters, la.activation) if x is not None) + ")"
+                for la in k.layers[:10])
+            lines.append(f"- layers {_code(shown)}" + (" …" if k.layers_truncated or len(k.layers) > 10 else ""))
+    if f.jit is not None:
+        j = f.jit
+        static = sorted(set(j.static_argnames) | {str(i) for i in j.static_argnums})
+        lines.append(f"- jax.jit of {_code(j.function)}{_code('(' + ', '.join(j.params or []) + ')')}, static "
+                     + (_code(static) if static else "none"))
+    if f.kind == "tf_dataset":
+        if f.batched is not None:
+            lines.append("- batched" if f.batched else "- not batched")
+        if f.element_spec:
+            lines.append(f"- element_spec {_code(_short(f.element_spec, 200))}")
+    if f.kind == "polars_lazy":
+        lines.append("- LazyFrame: schema only (not collected)")
+    if f.value_skipped:
+        lines.append(f"- values not read ({f.value_skipped})")
+    if f.committed is not None:
+        lines.append(f"- committed to its device: {f.committed}")
     if f.dataloader is not None:
         d = f.dataloader
         lines.append(
