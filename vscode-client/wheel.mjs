@@ -1,8 +1,8 @@
 // Builds the crane-notebook wheel the vsix carries (python/crane_notebook-<version>-py3-none-any.whl): the
 // extension installs it into the server environment it creates (src/common/serverEnv.ts). The sources
 // (pyproject.toml, README.md, server/) are copied to a temporary folder first, so the build leaves nothing in
-// the checkout (no build/, no egg-info). Python: $CRANE_PYTHON, else ../.venv/bin/python, else python3; it needs
-// pip, setuptools and wheel (the project's .venv has them: no download).
+// the checkout (no build/, no egg-info). Python: $CRANE_PYTHON, else ../.venv/bin/python, else python3, with pip;
+// setuptools and wheel are used from it when it has them (the project's .venv: no download).
 import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -24,9 +24,17 @@ try {
     });
   }
   rmSync(out, { recursive: true, force: true });
+  // with setuptools and wheel at hand (the project's .venv), no download; else pip fetches them (build isolation)
+  let isolation = [];
+  try {
+    execFileSync(python, ['-c', 'import setuptools, wheel'], { stdio: 'ignore' });
+    isolation = ['--no-build-isolation'];
+  } catch {
+    console.log(`wheel: ${python} lacks setuptools/wheel; pip fetches them for the build`);
+  }
   execFileSync(
     python,
-    ['-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '--disable-pip-version-check', '-q', '-w', out, src],
+    ['-m', 'pip', 'wheel', '--no-deps', ...isolation, '--disable-pip-version-check', '-q', '-w', out, src],
     // fixed zip timestamps: the same sources give the same wheel, so the extension's environment is rebuilt
     // (its marker holds the wheel's sha256) only when the server's code changed
     { stdio: 'inherit', env: { ...process.env, SOURCE_DATE_EPOCH: '315532800' } },
