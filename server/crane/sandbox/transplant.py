@@ -98,6 +98,10 @@ class Worker:
         self._send(json.dumps(spec))
         return ChildHandle(self.proc.pid, _starttime(self.proc.pid))
 
+    def ready(self) -> bool:
+        """Its imports are done and it waits for a run."""
+        return os.path.exists(os.path.join(self.home, "ready"))
+
     def log_tail(self) -> str:
         try:
             return Path(self.home, "log").read_bytes()[-2000:].decode("utf-8", "replace")
@@ -158,6 +162,17 @@ class _Pool:
             self.idle[executable] = w
         if old is not None:
             old.end()
+
+    def wait_ready(self, executable: str, timeout: float) -> bool:
+        """Wait until the idle worker of `executable` is warm (benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                w = self.idle.get(executable)
+            if w is not None and w.ready():
+                return True
+            time.sleep(0.05)
+        return False
 
     def shutdown(self) -> None:
         with self.lock:

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Benchmark: the transplant run's overhead (crane.sandbox.transplant) with TensorFlow loaded in the kernel.
+
+Starts a kernel of --python (default: the today environment, build/kernel-today), imports TensorFlow and Keras
+(so the fork sandbox refuses it), builds a small Keras model and, with --gb, a pandas DataFrame of that many
+GiB, then runs `speculate` on a trivial cell that reads them: --runs cold runs (no warm worker:
+CRANE_TRANSPLANT_WARM=0) and --runs warm runs (each waits until the idle worker has done its imports, as a
+second verdict some seconds after the first finds it). Reports medians: the verdict's wall time, the cell's own
+time, the overhead, the kernel's export time (the only time the kernel is busy), the worker's confinement and
+state-load time. Target (issue 21): a warm verdict with TF loaded within 2 s.
+
+Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--python build/kernel-today/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from crane.kernel.manager import start_kernel
+from crane.sandbox import speculate
+from crane.sandbox.transplant import POOL, WARM_ENV
+
+SETUP = """
+import numpy as np, pandas as pd, tensorflow as tf, keras
+X = np.random.rand(256, 8).astype('float32')
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation='relu'), keras.layers.Dense(1)])
+model.compile(optimizer='adam', loss='mse')
+rows = int({gb} * (1 << 30) / 64)
+df = pd.DataFrame(np.ones((rows, 8))) if rows else pd.DataFrame({{'a': [1.0]}})
+"""
+CELL = "n = len(df) + X.shape[0]\ny = model(X[:4])\ny.shape"
+
+
+def _one(conn, budget: float) -> dict:
+    t0 = time.monotonic()
+    v = speculate(conn, CELL, budget)
+    wall = (time.monotonic() - t0) * 1000.0
+    if v.verdict != "no-crash" or v.transplant is None:
+        raise SystemExit(f"unexpected verdict: {v.verdict} {v.reason} {v.ename} {v.evalue}")
+    return {"wall_ms": wall, "cell_ms": v.elapsed_ms, "overhead_ms": v.overhead_ms, "export_ms": v.transplant.export_ms,
+            "setup_ms": v.setup_ms, "load_ms": v.setup_steps.get("load", 0.0), "bytes": v.transplant.bytes,
+            "warm": v.transplant.warm}
+
+
+def _median(rows: list[dict]) -> dict:
+    return {k: round(statistics.median(r[k] for r in rows), 1) for k in rows[0] if k not in ("warm",)} | {
+        "warm": [r["warm"] for r in rows]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--gb", type=float, default=0.0)
+    ap.add_argument("--budget", type=float, default=60.0)
+    ap.add_argument("--python", default=str(Path("build/kernel-today/bin/python")))
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="crane-tbench-"))
+    kernel = start_kernel(work, python=a.python)
+    try:
+        conn = kernel.connection
+        run = conn.run_cell(SETUP.format(gb=a.gb), timeout=600)
+        if run.status != "ok":
+            raise SystemExit(f"setup failed: {run.ename}: {run.evalue}")
+        exe = conn.evaluate("__import__('sys').executable")
+        os.environ[WARM_ENV] = "0"
+        cold = [_one(conn, a.budget) for _ in range(a.runs)]
+        os.environ[WARM_ENV] = "1"
+        _one(conn, a.budget)  # starts the first warm worker
+        warm = []
+        for _ in range(a.runs):
+            if not POOL.wait_ready(exe, 120.0):
+                raise SystemExit("the warm worker did not get ready in 120 s")
+            warm.append(_one(conn, a.budget))
+        print(json.dumps({"gb": a.gb, "python": a.python, "cold": _median(cold), "warm": _median(warm)}, indent=1))
+    finally:
+        POOL.shutdown()
+        kernel.shutdown()
+
+
+if __name__ == "__main__":
+    main()
