@@ -513,7 +513,15 @@ export class ServerEnvironment {
     let old: string | undefined;
     if (fs.existsSync(this.dir)) {
       old = path.join(this.o.storageDir, `${ENV_DIR}.old-${randomBytes(4).toString('hex')}`);
-      fs.renameSync(this.dir, old);
+      try {
+        fs.renameSync(this.dir, old);
+      } catch (err) {
+        // Windows: a server of another window still runs from it
+        throw new Error(
+          `the old environment ${this.dir} is in use (${(err as NodeJS.ErrnoException).code ?? err}); ` +
+            'reload the other VS Code windows, then run "CRANE: Restart server"',
+        );
+      }
     }
     fs.renameSync(partial, this.dir);
     if (old) {
