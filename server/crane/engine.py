@@ -26,7 +26,7 @@ from crane.policy import DecidedBy, Prediction
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
 from crane.sandbox.verdict import KeptObject, Scale, Verdict
-from crane.sandbox.verdict import Mode as SandboxMode
+from crane.sandbox.verdict import RunMode as SandboxMode
 
 
 class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
@@ -43,7 +43,7 @@ class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     sandbox: Verdict | None = None
     sandbox_reason: str | None = None
     sandbox_scale: Scale | None = None  # "full", or "miniature": the cell ran on row subsets (sandbox_kept)
-    sandbox_mode: SandboxMode | None = None  # "layered" (private file layer, workers) or "blocking"
+    sandbox_mode: SandboxMode | None = None  # "layered" (private file layer, workers), "blocking" or "transplant"
     sandbox_mode_reason: str | None = None  # why not layered
     sandbox_kept: list[KeptObject] = []
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
