@@ -130,10 +130,20 @@ def _run(args: argparse.Namespace, cases, settings, launcher) -> int:
         print(encode({"schema": "crane.bench.dryrun/1", "prompts": stats, "errors": errors}) if args.json
               else render_dry_run(stats, errors))
         return EXIT_OK
-    # An errored variant (no kernel, the model failed) is no prediction: scored apart, never as "no crash".
+    report = build_report(args.mode, results)
+    print(encode(report) if args.json else render_text(report))
+    if results and report.errored == len(results):
+        print(f"crane: all {len(results)} variants errored: no score", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def build_report(mode: str, results: list[VariantResult]) -> BenchReport:
+    """The report of a prediction run. An errored variant (no kernel, the model failed) is no prediction: it is
+    counted in `errored` and listed, never scored (as "no crash" or otherwise)."""
     scored = [r for r in results if not r.error]
     report = BenchReport(
-        schema="crane.bench/1", mode=args.mode, overall=score(scored),
+        schema="crane.bench/1", mode=mode, overall=score(scored),
         by_library=grouped(scored, lambda r: r.library), by_root_cause=grouped(scored, lambda r: r.root_cause),
         timing=timing(results), verdicts=dict(Counter(r.verdict or "error" for r in results)), results=results,
         errored=len(results) - len(scored),
@@ -141,21 +151,17 @@ def _run(args: argparse.Namespace, cases, settings, launcher) -> int:
         sandbox_scales=dict(Counter(r.sandbox_scale for r in results if r.sandbox_scale)),
         sandbox_modes=dict(Counter(r.sandbox_mode for r in results if r.sandbox_mode)),
     )
-    if args.mode == "auto" and results:
+    if mode == "auto" and results:
         report.sandbox_decided = round(sum(r.decided_by == "sandbox" for r in results) / len(results), 4)
         report.kernel_unchanged = sum(r.kernel_unchanged is True for r in results)
-    if args.mode != "static":
+    if mode != "static":
         from crane.llm.cost import SESSION
 
         report.rules_overall = _rules_scores(scored)
         totals = SESSION.totals()
         if totals.requests or totals.failed_requests or totals.cache_hits:
             report.usage = totals
-    print(encode(report) if args.json else render_text(report))
-    if results and not scored:
-        print(f"crane: all {len(results)} variants errored: no score", file=sys.stderr)
-        return EXIT_ERROR
-    return EXIT_OK
+    return report
 
 
 def _rules_scores(results: list[VariantResult]) -> Scores | None:
