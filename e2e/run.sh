@@ -14,6 +14,8 @@
 #                    kernels API, the user allows it (jupyter.e2e.test.mjs);
 #   jupyter-deny     the same in a fresh profile where the user denies access, then grants it later
 #                    (jupyter-deny.e2e.test.mjs);
+#   lm-tools         the kernel of connection-file, and a test extension (e2e/lm-tools-extension) that calls
+#                    CRANE's language-model tools with vscode.lm.invokeTool (lm-tools.e2e.test.mjs);
 #   fresh            no crane.python and no interpreter on PATH with CRANE: the extension creates its own server
 #                    environment (pip, dependencies from the package index), attaches, and a second start reuses
 #                    it (fresh.e2e.test.mjs).
@@ -41,7 +43,7 @@ t0=$(date +%s)
 SCENARIOS=("$@")
 [ "${#SCENARIOS[@]}" -gt 0 ] || SCENARIOS=(connection-file jupyter jupyter-deny fresh)
 for sc in "${SCENARIOS[@]}"; do
-  case "$sc" in connection-file | jupyter | jupyter-deny | fresh) ;; *) log "unknown scenario $sc"; exit 2 ;; esac
+  case "$sc" in connection-file | jupyter | jupyter-deny | fresh | lm-tools) ;; *) log "unknown scenario $sc"; exit 2 ;; esac
 done
 
 "$HERE/setup.sh"
@@ -215,6 +217,31 @@ scenario_connection_file() {
 }
 
 # ---- scenario: install and go (the extension builds its own server environment) -----------------------------
+scenario_lm_tools() {
+  local notebook="sales.ipynb" primed=(2 3)
+  new_run lm-tools
+  local conn="$RUN/kernel.json"
+  log "starting ipykernel ($PYTHON)"
+  start_bg "$LOGS/lm-tools/kernel.log" env -C "$RUN/workspace" "${RUN_ENV[@]}" \
+    "$PYTHON" -m ipykernel_launcher -f "$conn" --ip=127.0.0.1
+  env "${RUN_ENV[@]}" "$PYTHON" "$HERE/prime_kernel.py" "$conn" "$RUN/workspace/$notebook" "${primed[@]}" \
+    || { log "could not run the cells in the kernel"; end_scenario; return 1; }
+  write_settings "\"crane.kernel.connectionFile\": \"$conn\","
+  log "packaging the test extension (e2e/lm-tools-extension)"
+  (cd "$HERE/lm-tools-extension" && "$ROOT/vscode-client/node_modules/.bin/vsce" package --no-dependencies \
+    --skip-license --allow-missing-repository --out "$RUN/lm-tools-e2e.vsix" >"$LOGS/lm-tools/vsce.log" 2>&1) \
+    || { cat "$LOGS/lm-tools/vsce.log" >&2; end_scenario; return 1; }
+  log "installing $(basename "$VSIX") and the test extension into code-server"
+  install_extension "$RUN/extensions" "$VSIX"
+  install_extension "$RUN/extensions" "$RUN/lm-tools-e2e.vsix"
+  start_code_server "$RUN/extensions" CRANE_E2E_LM_OUT="$RUN/lm-tools-results.json"
+  local rc=0
+  run_browser_test lm-tools.e2e.test.mjs CRANE_E2E_KERNEL="$conn" CRANE_E2E_PRIMED="${#primed[@]}" \
+    CRANE_E2E_LM_OUT="$RUN/lm-tools-results.json" || rc=$?
+  end_scenario
+  return "$rc"
+}
+
 scenario_fresh() {
   local notebook="sales.ipynb" primed=(2 3)
   new_run fresh
@@ -279,6 +306,7 @@ for sc in "${SCENARIOS[@]}"; do
     jupyter) scenario_jupyter jupyter jupyter.e2e.test.mjs || rc=$? ;;
     jupyter-deny) scenario_jupyter jupyter-deny jupyter-deny.e2e.test.mjs || rc=$? ;;
     fresh) scenario_fresh || rc=$? ;;
+    lm-tools) scenario_lm_tools || rc=$? ;;
   esac
   log "scenario $sc: $([ "$rc" -eq 0 ] && echo passed || echo "FAILED ($rc)") in $(($(date +%s) - s0)) s"
   [ "$rc" -eq 0 ] || failed+=("$sc")

@@ -139,8 +139,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       request: (params) => server.running?.sendRequest<LmToolResult>(Methods.lmTool, params),
       notebooks: () => vscode.workspace.notebookDocuments.filter(isCraneNotebook),
       current: () => currentNotebook(focus.uri),
-    }),
-    ...mcpServers.register(mcpApi(vscode)),
+    }, (err) => traceError('registering a language-model tool', err)),
+    ...mcpServers.register(mcpApi(vscode), (err) => traceError('registering the MCP servers', err)),
     vscode.workspace.onDidChangeConfiguration((e) => {
       const change = classifyChange(e);
       if (change.restart) {

@@ -160,11 +160,23 @@ export function makeTool(name: ToolName, host: LmToolHost, api: Pick<LmApi, 'mak
 }
 
 /** Registers every tool where the API exists; [] where it does not (older VS Code). */
-export function registerLmTools(api: LmApi | undefined, host: LmToolHost): vscode.Disposable[] {
+export function registerLmTools(
+  api: LmApi | undefined,
+  host: LmToolHost,
+  onError: (err: unknown) => void = () => undefined,
+): vscode.Disposable[] {
   if (!api) {
     return [];
   }
-  return TOOL_NAMES.map((name) => api.registerTool(name, makeTool(name, host, api)));
+  const out: vscode.Disposable[] = [];
+  for (const name of TOOL_NAMES) {
+    try {
+      out.push(api.registerTool(name, makeTool(name, host, api)));
+    } catch (err) {
+      onError(err); // never fails the extension's activation
+    }
+  }
+  return out;
 }
 
 // -- CRANE's MCP server for VS Code's MCP support ---------------------------------------------------------------
@@ -234,15 +246,25 @@ export class McpServers {
     return [...this.kernels.values()].map((k) => api.stdio(`CRANE: ${k.label}`, python, mcpArgs(k)));
   }
 
-  register(api: McpApi | undefined): vscode.Disposable[] {
+  /**
+   * Registers the provider; [] where the API is missing or refuses it (VS Code 1.100 wants the id under
+   * `modelContextServerCollections`, 1.101+ under `mcpServerDefinitionProviders`: package.json declares both).
+   * A refusal is reported to `onError` and never fails the extension's activation.
+   */
+  register(api: McpApi | undefined, onError: (err: unknown) => void = () => undefined): vscode.Disposable[] {
     if (!api) {
       return [];
     }
-    return [
-      api.register(MCP_PROVIDER_ID, {
-        onDidChangeMcpServerDefinitions: this.onDidChangeMcpServerDefinitions,
-        provideMcpServerDefinitions: () => this.definitions(api),
-      }),
-    ];
+    try {
+      return [
+        api.register(MCP_PROVIDER_ID, {
+          onDidChangeMcpServerDefinitions: this.onDidChangeMcpServerDefinitions,
+          provideMcpServerDefinitions: () => this.definitions(api),
+        }),
+      ];
+    } catch (err) {
+      onError(err);
+      return [];
+    }
   }
 }

@@ -155,3 +155,23 @@ describe("CRANE's MCP servers for VS Code", () => {
     expect(declared.map((d) => d.id)).toEqual(['crane.mcpServers']);
   });
 });
+
+describe('registration never fails the activation', () => {
+  it('reports a refused MCP provider or tool and goes on', () => {
+    const errors: unknown[] = [];
+    const refuse = () => {
+      throw new Error('MCP configuration providers must be registered in contributes.modelContextServerCollections');
+    };
+    const servers = new McpServers(() => 'python3');
+    expect(servers.register({ register: refuse, stdio: () => ({}) }, (e) => errors.push(e))).toEqual([]);
+    const tools = registerLmTools({ registerTool: refuse, makeResult: (t) => t }, {
+      request: () => undefined,
+      notebooks: () => [],
+      current: () => undefined,
+    }, (e) => errors.push(e));
+    expect(tools).toEqual([]);
+    expect(errors).toHaveLength(1 + TOOL_NAMES.length);
+    const declared = pkg.contributes as unknown as Record<string, Array<{ id: string }>>;
+    expect(declared.modelContextServerCollections.map((d) => d.id)).toEqual(['crane.mcpServers']);
+  });
+});
