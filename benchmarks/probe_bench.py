@@ -91,12 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ap.add_argument("--scaling", action="store_true", help="cold/warm round trip against the state's size")
+    ap.add_argument("--python", help="--scaling: the kernel's interpreter (e.g. build/kernel-today/bin/python: adds a "
+                    "Keras model, 1e6-element tf/jax tensors and a polars frame/LazyFrame)")
     ap.add_argument("--max-rows", type=float, default=5e6, help="--scaling: largest frame (default 5e6 rows)")
     args = ap.parse_args(argv)
     if args.scaling:
         from probe_scaling import run_scaling
 
-        return run_scaling(args.repeats if args.repeats != 30 else 15, int(args.max_rows), args.gib, args.json)
+        return run_scaling(args.repeats if args.repeats != 30 else 15, int(args.max_rows), args.gib, args.json,
+                           args.python)
     rows = max(1, int(args.gib * (1 << 30) / (8192 * 8)))
     with tempfile.TemporaryDirectory() as cwd:
         k = start_kernel(cwd)

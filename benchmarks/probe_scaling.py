@@ -51,15 +51,34 @@ import numpy as np
 big = np.ones(({rows}, 8192))
 big[::997, ::13] = np.nan
 """
-CLEAN = "for _k in [k for k in globals() if k in ('df', 'big') or (k[:1] == 'v' and k[1:].isdigit())]: del globals()[_k]"
+# Today's libraries (a kernel of envs/kernel-today.txt, `--python`): a compiled Keras model, 1e6-element TF and jax
+# tensors, a polars frame of `rows` rows and a LazyFrame over it (its schema only).
+TODAY = """
+import numpy as np, polars as pl, tensorflow as tf, jax.numpy as jnp
+from tensorflow import keras
+_rng = np.random.default_rng(0)
+model = keras.Sequential([keras.Input(shape=(784,)), keras.layers.Dense(128, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+tt = tf.constant(_rng.random((1000, 1000), dtype=np.float32))
+ja = jnp.asarray(_rng.random((1000, 1000), dtype=np.float32))
+pf = pl.DataFrame({{"c3": _rng.random({rows}), "city": _rng.choice(["paris", "rome", "oslo"], {rows})}})
+lf = pf.lazy().with_columns(pl.col("c3") * 2)
+"""
+TODAY_REQUEST = ProbeRequest(names=["model", "tt", "ja", "pf", "lf"], columns=["c3", "city"])
+CLEAN = "for _k in [k for k in globals() if k in ('df', 'big', 'model', 'tt', 'ja', 'pf', 'lf') or (k[:1] == 'v' and k[1:].isdigit())]: del globals()[_k]"
 
 FRAME_REQUEST = ProbeRequest(
     names=["df", "np"], attrs=["df.c3", "np.nan"], keys=[["df", "city", "columns"]], columns=["c3", "city", "mean"]
 )
 
 
-def cases(max_rows: int, gib: float) -> list[tuple[str, str, ProbeRequest]]:
+def cases(max_rows: int, gib: float, today: bool = False) -> list[tuple[str, str, ProbeRequest]]:
     out = []
+    if today:
+        rows = 5_000_000  # the issue's size, whatever --max-rows says of the pandas frames
+        out.append((f"Keras model, 1e6 tf/jax tensors, {rows:.0e}-row polars frame + LazyFrame",
+                    TODAY.format(rows=rows), TODAY_REQUEST))
     for rows in (1_000, 10_000, 100_000, 500_000, 1_000_000, 2_000_000, 5_000_000):
         if rows <= max_rows:
             for two_d in (False, True):
@@ -140,14 +159,15 @@ def measure(conn, probe: ProbeClient, request: ProbeRequest, repeats: int) -> di
     }
 
 
-def run_scaling(repeats: int, max_rows: int, gib: float, as_json: bool) -> int:
+def run_scaling(repeats: int, max_rows: int, gib: float, as_json: bool, python: str | None = None) -> int:
+    """`python`: the kernel's interpreter (the today environment adds the Keras/TF/jax/polars case first)."""
     results = {}
     with tempfile.TemporaryDirectory() as cwd:
-        k = start_kernel(cwd)
+        k = start_kernel(cwd, python=python) if python else start_kernel(cwd)
         try:
             probe = ProbeClient(k.connection)
             probe.ensure_installed()
-            for name, setup, request in cases(max_rows, gib):
+            for name, setup, request in cases(max_rows, gib, today=python is not None):
                 run = k.connection.run_cell(setup, timeout=900)
                 if run.status != "ok":
                     print(f"{name}: setup failed: {run.ename}: {run.evalue}", file=sys.stderr)

@@ -27,6 +27,11 @@ DL_MAX_LAYERS = 40
 DL_MAX_SOURCE = 4000  # characters of a jitted function's (or a callee's) source
 DL_MAX_CALLEES = 8
 DL_MAX_POLARS_COLUMNS = 200
+# Values of these libraries are read whole in one call (their passes cannot be resumed: each call sees a new view),
+# so above DL_EXACT_N elements a strided sample of DL_SAMPLE_N is read instead (NaN/null counts of polars columns
+# stay exact: they come from metadata).
+DL_EXACT_N = 200_000
+DL_SAMPLE_N = 20000
 
 
 def _dl_own(t, libs):
@@ -77,7 +82,10 @@ def tf_tensor_facts(ctx, x, out):
         return
     if name == "UninitializedVariable":
         return
-    _host_values(ctx, x.numpy(), out)
+    # EagerTensor._numpy: a read-only view of the host buffer (`numpy()` copies it); a variable's value is a tensor
+    val = x.value() if name == "ResourceVariable" else x
+    raw = class_lookup(type(val), "_numpy", None)
+    _host_values(ctx, raw(val) if raw is not None and _dl_own(type(val), ("tensorflow",)) else val.numpy(), out)
 
 
 def _host_values(ctx, arr, out):
@@ -90,7 +98,12 @@ def _host_values(ctx, arr, out):
         return
     if arr.dtype.kind not in "biuf":
         return
-    vector_facts(ctx, arr.reshape(-1), out, resumable=False)
+    flat = arr.reshape(-1)
+    n = len(flat)
+    if n <= DL_EXACT_N and ctx.can_scan(n):
+        vector_facts(ctx, flat, out, exact=True, resumable=False)
+    else:  # a pass could not be resumed (a new view each call): a strided sample keeps the call within budget
+        vector_facts(ctx, flat[:: max(1, n // DL_SAMPLE_N)], out, exact=False, resumable=False)
 
 
 # -- jax ------------------------------------------------------------------------------------------------------------
@@ -337,8 +350,11 @@ def _pl_column(ctx, s, name, wanted):
         try:
             kind = str(s.dtype)
             if kind.startswith(("Int", "UInt", "Float", "Boolean")):
-                arr = s.drop_nulls().to_numpy()
-                vector_facts(ctx, arr, col, kind_key="kind", resumable=False)
+                n = int(s.len())
+                exact = n <= DL_EXACT_N and ctx.can_scan(n)
+                src = s if exact else s.gather_every(max(1, n // DL_SAMPLE_N))  # a strided sample, not a copy of all
+                arr = (src.drop_nulls() if nn else src).to_numpy()  # no nulls: a view of the buffer
+                vector_facts(ctx, arr, col, exact=exact, kind_key="kind", resumable=False)
                 col["n_nan"], col["has_nan"] = nn, nn > 0
             elif kind in ("String", "Categorical") and s.len() <= 200000:
                 vals = s.drop_nulls().head(5).to_list()
