@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests: the packaged CRANE extension in a real VS Code (code-server), driven by headless Chromium.
 #
-#   e2e/run.sh [SCENARIO ...]     scenarios: connection-file jupyter jupyter-deny fresh (default: all four)
+#   e2e/run.sh [SCENARIO ...]     scenarios: connection-file jupyter jupyter-deny fresh lm-tools (default: all five)
 #
 # The vsix must exist (`make vsix`; CRANE_VSIX=path overrides it). e2e/setup.sh installs/caches code-server,
 # chromium and playwright-core (build/e2e). Each scenario gets a fresh run folder build/e2e/run-<scenario>
@@ -41,7 +41,7 @@ log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 t0=$(date +%s)
 
 SCENARIOS=("$@")
-[ "${#SCENARIOS[@]}" -gt 0 ] || SCENARIOS=(connection-file jupyter jupyter-deny fresh)
+[ "${#SCENARIOS[@]}" -gt 0 ] || SCENARIOS=(connection-file jupyter jupyter-deny fresh lm-tools)
 for sc in "${SCENARIOS[@]}"; do
   case "$sc" in connection-file | jupyter | jupyter-deny | fresh | lm-tools) ;; *) log "unknown scenario $sc"; exit 2 ;; esac
 done
