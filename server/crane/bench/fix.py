@@ -49,6 +49,8 @@ class FixCaseResult(msgspec.Struct, rename="camel", omit_defaults=True):
     cost_usd: float | None = None
     seconds: float = 0.0
     error: str | None = None
+    requests: int = 0  # model requests that got a reply
+    turns_without_call: int = 0  # replies with no usable tool call (native or written as text)
 
 
 class FixBenchSummary(msgspec.Struct, rename="camel"):
@@ -63,6 +65,8 @@ class FixBenchSummary(msgspec.Struct, rename="camel"):
     cost_usd: float | None
     median_seconds: float
     total_seconds: float
+    requests: int = 0
+    tool_call_rate: float | None = None  # model replies with a usable tool call / replies
 
 
 class FixBenchReport(msgspec.Struct, rename="camel"):
@@ -130,6 +134,8 @@ def fix_variant(case: Case, name: str, settings: LLMSettings, budget: AgentBudge
         result.edits, result.additions, result.run_first = len(p.edits), len(p.additions), p.run_first
         result.prompt_tokens, result.cached_tokens = u.prompt_tokens, u.cached_tokens
         result.completion_tokens, result.cost_usd = u.completion_tokens, u.cost_usd
+        result.requests = u.requests
+        result.turns_without_call = sum(1 for s in p.log if s.action == "reply")
         if p.status in ("fixed", "not-fixed", "stopped") and (p.changes_code or p.run_first):
             result.guard_ok = guard_ok(nb, p)
             result.replay_status, result.replay_error = replay_edited(nb, p, python=python, launcher=launcher)
@@ -150,6 +156,7 @@ def summarize(results: list[FixCaseResult]) -> FixBenchSummary:
     prompt = sum(r.prompt_tokens for r in results)
     priced = [r.cost_usd for r in results if r.cost_usd is not None]
     secs = [r.seconds for r in results]
+    requests = sum(r.requests for r in results)
     return FixBenchSummary(
         cases=n, fixed=fixed, fix_rate=round(fixed / n, 4) if n else 0.0,
         mean_steps=round(statistics.fmean([r.steps for r in results]), 2) if n else 0.0,
@@ -158,6 +165,8 @@ def summarize(results: list[FixCaseResult]) -> FixBenchSummary:
         input_tokens_per_fixed=round(prompt / fixed, 1) if fixed else None,
         cost_usd=round(sum(priced), 6) if priced else None,
         median_seconds=round(statistics.median(secs), 3) if secs else 0.0, total_seconds=round(sum(secs), 3),
+        requests=requests,
+        tool_call_rate=round(1 - sum(r.turns_without_call for r in results) / requests, 4) if requests else None,
     )
 
 
@@ -193,4 +202,6 @@ def render_text(rep: FixBenchReport) -> str:
     lines.append(f"model {rep.model}: fixed {s.fixed}/{s.cases} (fix rate {s.fix_rate:.3f}), mean steps "
                  f"{s.mean_steps}, input tokens per fixed case {per}, cost {cost}, median {s.median_seconds:.1f}s "
                  f"per case, total {s.total_seconds:.1f}s")
+    if s.tool_call_rate is not None:
+        lines.append(f"model replies with a usable tool call: {s.tool_call_rate:.1%} of {s.requests}")
     return "\n".join(lines)
