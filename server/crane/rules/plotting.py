@@ -43,7 +43,7 @@ def _is_text_column(f: Facts, name: str) -> bool | None:
         return None
     if c.dtype == "category":
         return True
-    if c.dtype in ("object", "string") and c.numeric_parse in ("none", "some"):
+    if c.dtype in ("object", "string", "str") and c.numeric_parse in ("none", "some"):
         return True
     if c.dtype.startswith(("int", "uint", "float", "Int", "Float")):
         return False
