@@ -110,6 +110,9 @@ import polars as pl
 orders = pl.DataFrame({'Order Date': ['2020-01-02', '2021-03-04'], 'Sales': [1.0, 2.0]})
 parsed = orders.with_columns(pl.col('Order Date').str.to_date())
 lazy = orders.lazy()
+ids = pl.DataFrame({'k': [1, 2], 'v': [1.0, 2.0]})
+names = pl.DataFrame({'k': ['1', '2'], 'w': ['a', 'b']})
+small = pl.DataFrame({'k': [1, 2], 'w': ['a', 'b']}, schema={'k': pl.Int32, 'w': pl.String})
 """
 
 
@@ -126,6 +129,8 @@ lazy = orders.lazy()
         ("orders.groupby('Sales')", [("missing-attribute", "AttributeError")]),
         ("orders.group_by('Sales').len()", []),
         ("orders.to_pandas().groupby('Sales')['Order Date'].count()", []),
+        ("ids.join(names, on='k')", [("polars-join-keys", "SchemaError")]),
+        ("ids.join(small, on='k')", []),  # i64 and i32 keys: polars casts to a common type
     ],
 )
 def test_polars(kernel, target, expected):

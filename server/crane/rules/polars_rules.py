@@ -124,3 +124,66 @@ def polars_columns(ctx: RuleContext) -> Iterator[Finding]:
                         ),
                     )
                     return
+
+
+_SHORT = {"Int8": "i8", "Int16": "i16", "Int32": "i32", "Int64": "i64", "UInt8": "u8", "UInt16": "u16",
+          "UInt32": "u32", "UInt64": "u64", "Float32": "f32", "Float64": "f64", "String": "str", "Boolean": "bool",
+          "Date": "date"}  # fmt: skip
+_NUMERIC = ("Int", "UInt", "Float")
+
+
+def _incompatible(a: str, b: str) -> bool:
+    """Join keys polars cannot cast to a common type: text against numbers, dates or booleans."""
+    text = {"String", "Utf8"}
+    other = a if b in text else b if a in text else None
+    if other is None or other in text:
+        return False
+    return other.startswith(_NUMERIC) or other in ("Boolean", "Date") or other.startswith(("Datetime", "Duration"))
+
+
+@rule("polars-join-keys", needs_probe=True)
+def polars_join_keys(ctx: RuleContext) -> Iterator[Finding]:
+    """DataFrame.join of two live polars DataFrames on keys of incompatible dtypes (SchemaError)."""
+    for call, recv, meth in method_calls(ctx):
+        if meth != "join" or not isinstance(recv, ast.Name) or not call.args or not ctx.is_certain(call):
+            continue
+        other = call.args[0]
+        if not isinstance(other, ast.Name):
+            continue
+        left, right = ctx.facts(recv.id), ctx.facts(other.id)
+        if left is None or right is None or left.kind != "polars_frame" or right.kind != "polars_frame":
+            continue
+        if (
+            not (ctx.is_live(recv.id, call) and ctx.is_live(other.id, call))
+            or left.columns is None
+            or right.columns is None
+        ):
+            continue
+        on = ctx.literal(ctx.kwarg(call, "on"), None)
+        lo = ctx.literal(ctx.kwarg(call, "left_on"), None) if on is None else on
+        ro = ctx.literal(ctx.kwarg(call, "right_on"), None) if on is None else on
+        if isinstance(lo, str):
+            lo = [lo]
+        if isinstance(ro, str):
+            ro = [ro]
+        if not isinstance(lo, list) or not isinstance(ro, list) or len(lo) != len(ro):
+            continue
+        ld = {c.name: c.dtype for c in left.columns}
+        rd = {c.name: c.dtype for c in right.columns}
+        for lk, rk in zip(lo, ro, strict=True):
+            if lk in ld and rk in rd and _incompatible(ld[lk], rd[rk]):
+                ls, rs = _SHORT.get(ld[lk], ld[lk]), _SHORT.get(rd[rk], rd[rk])
+                yield emit(
+                    ctx,
+                    call,
+                    "polars-join-keys",
+                    Verdict(
+                        "SchemaError",
+                        f"datatypes of join keys don't match - `{lk}`: {ls} on left does not match "
+                        f"`{rk}`: {rs} on right (and no other type was available to cast to)",
+                        "data confusion",
+                        [f"{recv.id}[{lk!r}] is {ld[lk]}, {other.id}[{rk!r}] is {rd[rk]} (probe)"],
+                        0.85,
+                    ),
+                )
+                return
