@@ -156,3 +156,14 @@ def test_writer_keeps_a_compact_file_compact_and_refuses_stale_proposals(tmp_pat
     assert parsed.cell(2).source == "x = 1" and '"id"' not in out.decode()  # nbformat 4.4: no cell ids
     with pytest.raises(NotebookError, match="changed since"):
         apply_proposal(data, proposal(edits=[CellEdit(cell=3, old="something else", new="x")]))
+
+
+def test_issue22_an_unfixed_run_in_the_editor_offers_the_verified_quick_fixes():
+    from crane.fixes.model import VerifiedFix
+    from crane.lsp.agent_bridge import render
+
+    quick = VerifiedFix(kind="column", title="Use column 'Total_Gross'", target=3, old="a", new="b")
+    failed = proposal(status="not-fixed", fixed=False, edits=[], stop_reason="time budget (300 s)")
+    md = render(failed, [quick])
+    assert "CRANE verified these quick fixes in a sandbox" in md and "1. Use column 'Total_Gross'" in md
+    assert "quick fixes" not in render(proposal(), [quick])  # a fixed run needs no offer

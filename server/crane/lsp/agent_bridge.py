@@ -72,7 +72,9 @@ def _options(args: list[Any]) -> FixOptions:
         raise JsonRpcInvalidParams(f"{FIX_CELL}: invalid options: {exc}") from None
 
 
-def render(proposal: Any) -> str:
+def render(proposal: Any, offered: list | None = None) -> str:
+    """The run's markdown; `offered`: the verified quick fixes (crane.fixes.model.VerifiedFix), listed when the
+    model did not fix the cell (its failure never hides a fix CRANE already verified)."""
     from crane.agent.proposal import unified_diff
 
     head = {
@@ -98,6 +100,9 @@ def render(proposal: Any) -> str:
         out.append(f"Verified in a {ev.sandbox} sandbox: cell {ev.target} {what}.")
     if proposal.guard:
         out.append("Refused by the guard: " + "; ".join(proposal.guard))
+    if offered and proposal.status in ("not-fixed", "stopped", "error"):
+        out.append("The model did not fix the cell, but CRANE verified these quick fixes in a sandbox (Quick Fix "
+                   "menu on the cell's diagnostic):\n" + "\n".join(f"{i}. {f.title}" for i, f in enumerate(offered, 1)))
     u = proposal.usage
     cost = f"${u.cost_usd:.5f}" if u.cost_usd is not None else "cost unknown (model not priced)"
     out.append(f"<sub>{proposal.model} · {proposal.steps} step(s) · {u.requests} request(s) · "
@@ -211,7 +216,8 @@ async def fix_cell(ls: CraneServer, *args: Any) -> Any:
             cell_versions={c.number: c.version for c in code if c.version is not None},
             cell_sources={c.number: c.source for c in code},
         )
-    result = FixResult(run_id=run_id, status=proposal.status, proposal=proposal, edit=edit, markdown=render(proposal))
+    result = FixResult(run_id=run_id, status=proposal.status, proposal=proposal, edit=edit,
+                       markdown=render(proposal, candidates))
     return to_wire(result)
 
 
