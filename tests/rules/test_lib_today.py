@@ -59,6 +59,8 @@ def crash(findings):
             [],
         ),
         ("conv.predict_classes(images)", [("missing-attribute", "AttributeError")]),
+        ("conv.save('saved_model_dir')", [("keras-model", "ValueError")]),
+        ("conv.save('model.keras')", []),
     ],
 )
 def test_keras(kernel, target, expected):

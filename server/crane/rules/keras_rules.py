@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from crane.finding import Finding
 from crane.probe.facts import Facts, KerasModelFacts
 from crane.rulekit.context import RuleContext
-from crane.rulekit.lib_glue import emit, label, method_calls, state_may_change, value
+from crane.rulekit.lib_glue import emit, label, library_version, method_calls, state_may_change, value
 from crane.rulekit.lib_helpers import Verdict, describe, is_array_like, is_tensor, shape_of
 from crane.rulekit.registry import rule
 
@@ -164,10 +164,39 @@ def _y_arg(call: ast.Call) -> ast.expr | None:
     return RuleContext.kwarg(call, "y")
 
 
+def save_verdict(ctx: RuleContext, call: ast.Call, name: str) -> Verdict | None:
+    """Keras 3 `saving_api.save_model`: a path without a .keras/.h5/.hdf5 extension is rejected (no SavedModel)."""
+    if _keras(ctx.facts(name)) is None or not ctx.is_live(name, call):
+        return None
+    if any(k.arg in (None, "zipped", "save_format") for k in call.keywords) or len(call.args) != 1:
+        return None
+    path = ctx.literal(call.args[0], None)
+    if not isinstance(path, str) or path.startswith("hf://") or path.endswith((".keras", ".h5", ".hdf5")):
+        return None
+    return Verdict(
+        "ValueError",
+        "Invalid filepath extension for saving. Please add either a `.keras` extension for "
+        "the native Keras format (recommended) or a `.h5` extension. Use `model.export(filepath)` if you "
+        f"want to export a SavedModel for use with TFLite/TFServing/etc. Received: filepath={path}.",
+        "library cause",
+        [
+            f"{name}: Keras model; keras {library_version(ctx, 'keras')} saves only "
+            ".keras or .h5 files (Keras 2's SavedModel directories are gone)"
+        ],
+        0.9,
+    )
+
+
 @rule("keras-model", needs_probe=True)
 def keras_model(ctx: RuleContext) -> Iterator[Finding]:
     """fit/evaluate/predict inputs against a Keras model's input, labels against its loss, fit before compile."""
+    keras3 = (library_version(ctx, "keras") or "").startswith("3.")
     for call, recv, meth in method_calls(ctx):
+        if meth == "save" and keras3 and isinstance(recv, ast.Name) and ctx.is_certain(call):
+            v = save_verdict(ctx, call, recv.id)
+            if v is not None:
+                yield emit(ctx, call, "keras-model", v)
+                return
         if meth not in _INPUT_METHODS or not isinstance(recv, ast.Name) or not ctx.is_certain(call):
             continue
         km = _keras(ctx.facts(recv.id))
