@@ -110,6 +110,13 @@ def test_uncopyable_state_is_unavailable_and_named(today):
         assert v.verdict == "unavailable" and f"`{name}`" in (v.reason or "") and kind in v.reason, v
 
 
+def test_names_in_magics_are_copied_and_indirect_reads_are_not_guessed(today):
+    v = _check(today, "%time z = model(X[:2])\nz.shape")
+    assert v.verdict == "no-crash" and "[2, 1]" in v.displays[-1].text, v
+    v = _check(today, "eval('X').shape")
+    assert v.verdict == "unavailable" and "'X'" in (v.reason or ""), v
+
+
 def test_writes_and_network_from_the_worker_reach_nothing(today, listener):
     before = tree_hash(today["work"])
     src = (f"open('data.csv', 'w').write('changed')\nopen('new.txt', 'w').write('x')\n"

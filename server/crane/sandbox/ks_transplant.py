@@ -20,6 +20,7 @@ import ast
 import io
 import json
 import os
+import re
 import sys
 import time
 
@@ -41,6 +42,12 @@ def _names(shell, source: str) -> list[str]:
     except Exception:
         return []
     out: list[str] = []
+    for node in ast.walk(tree):  # magics and shell escapes: the names in their text (`%timeit f(x)`, `!ls {d}`)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("run_line_magic", "run_cell_magic", "system", "getoutput")):
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    out += [n for n in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", arg.value) if n not in out]
     for node in ast.walk(tree):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             node = node.target  # read, then written
@@ -204,6 +211,7 @@ def export(args_json: str) -> dict:
         total += buf.nbytes
     facts: dict = {"executable": sys.executable, "cwd": os.getcwd(), "env": dict(os.environ), "path": list(sys.path),
              "modules": _modules(), "torch": _torch_facts(), "buffers": len(buffers),
+             "names": [k for k in ns if isinstance(k, str) and not k.startswith("_")][:100000],
              "interactivity": str(getattr(shell, "ast_node_interactivity", "last_expr"))}
     with open(os.path.join(d, "env.json"), "w") as f:
         json.dump(facts, f)

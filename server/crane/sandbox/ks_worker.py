@@ -260,6 +260,11 @@ def _run(spec: dict, shell, warm: bool) -> None:
     signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)
     rec = run_source(ctx, args["source"])
     signal.setitimer(signal.ITIMER_REAL, 0)
+    missing = rec.get("evalue") or ""
+    if rec.get("ename") == "NameError" and any(f"'{n}'" in missing for n in set(facts.get("names") or ()) - set(
+            shell.user_ns)):  # the cell reached a kernel name indirectly (eval, globals()): not copied
+        rec = {"verdict": "unavailable", "reason": f"the cell reads a name of the kernel it does not name ({missing}): "
+                                                  "it was not copied"}
     rec["setup_ms"] = steps["total"]
     rec["displays"] = ctx.displays
     rec["denied"] = ctx.denied[:20]
