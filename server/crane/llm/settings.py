@@ -169,7 +169,6 @@ _LSP_KEYS = {
     "budgetUsd": "budget_usd",
     "cache": "cache",
     "cacheDir": "cache_dir",
-    "structuredOutput": "structured",
 }
 
 # environment variable -> field
