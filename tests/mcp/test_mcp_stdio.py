@@ -186,3 +186,25 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == 2 and "connection file not found" in r.stderr
     r = crane_mcp("--notebook", "x.ipynb", "--http", "0.0.0.0:1234")
     assert r.returncode == 2 and "loopback" in r.stderr
+
+
+async def test_serves_other_requests_while_a_sandbox_run_goes_on(kernel):
+    import time
+
+    import anyio
+
+    finished: dict[str, float] = {}
+    async with mcp_client("--connection-file", _cf(kernel)) as client:
+
+        async def slow() -> None:
+            res = await client.call_tool("crane_try_code", {"code": "import time\ntime.sleep(4)\nprint('slept')",
+                                                            "budget_s": 60})
+            assert res.structured_content["outcome"] == "no-crash", res.content
+            finished["run"] = time.monotonic()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            await anyio.wait_all_tasks_blocked()
+            assert {t.name for t in (await client.list_tools()).tools} == TOOL_NAMES
+            finished["list"] = time.monotonic()
+    assert finished["list"] < finished["run"]
