@@ -36,12 +36,12 @@ def conn(tmp_path_factory):
     "z = df.group_by(pl.col('a') % 10).agg(pl.col('b').sum())",
     "m = lgb.LGBMClassifier(n_estimators=5, verbose=-1).fit(X, y)",
 ], ids=["polars", "lightgbm"])
-def test_a_cell_using_a_pool_that_has_run_is_refused_at_once(conn, src):
+def test_a_cell_using_a_pool_that_has_run_is_not_forked_but_transplanted(conn, src):
     with Untouched(conn) as watch:
-        v = speculate(conn, src, 30.0, layer="blocking")
+        v = speculate(conn, src, 30.0)  # layered: LightGBM's first call in a fresh process runs lscpu
     assert watch.unchanged
-    assert v.verdict == "unavailable" and "has run in the kernel" in (v.reason or ""), v
-    assert (v.overhead_ms or 0) < 10_000  # at once, not after the budget
+    assert v.mode == "transplant" and "has run in the kernel" in (v.mode_reason or ""), v
+    assert v.verdict == "no-crash", (v.reason, v.stderr[-800:], v)  # a verdict, not a timeout
 
 
 @pytest.mark.parametrize("src", ["m = xgb.XGBClassifier(n_estimators=5).fit(X, y)", "z = X @ X.T"],
