@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from crane.bench.metrics import VariantResult
 from crane.cli import main
 from crane.commands import bench as bench_cmd
@@ -17,6 +19,16 @@ QWEN = "openai/qwen2.5-coder-0.5b"
 CELLS = [("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': [0, 1, 0]})", 1),
          ("X = df[['a']]\ny = df['b']", None),
          ("from sklearn.tree import DecisionTreeClassifier\nmodel = DecisionTreeClassifier()\nmodel.fit(X, y)", None)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_session():
+    """Each CLI run here is a process of its own for its totals (crane.llm.cost.SESSION is process-wide)."""
+    from crane.llm.cost import SESSION
+
+    SESSION.reset()
+    yield
+    SESSION.reset()
 
 
 def write_notebook(path):

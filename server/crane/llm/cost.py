@@ -102,6 +102,11 @@ class CostLedger:
             else:
                 t.cost_usd += usage.cost_usd
 
+    def reset(self) -> None:
+        """Start the totals again (a test running several CLI commands in one process)."""
+        with self._lock:
+            self._totals = SessionTotals()
+
     def add_failure(self) -> None:
         """A request was sent and failed (it may have cost something: its tokens are unknown)."""
         with self._lock:
