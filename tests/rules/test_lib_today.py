@@ -146,6 +146,9 @@ import pandas as pd, xgboost as xgb, lightgbm as lgb
 X = pd.DataFrame({'city': ['a', 'b', 'a', 'b'] * 5, 'n': range(20)})
 Xc = X.astype({'city': 'category'})
 y = [0, 1] * 10
+unfitted_xgb = xgb.XGBClassifier(n_estimators=2, enable_categorical=True)
+unfitted_lgb = lgb.LGBMClassifier(n_estimators=2, verbose=-1)
+fitted_lgb = lgb.LGBMClassifier(n_estimators=2, verbose=-1, min_child_samples=1).fit(Xc, y)
 """
 
 
@@ -160,6 +163,9 @@ y = [0, 1] * 10
         ("m = xgb.XGBClassifier(n_estimators=2)\nm.fit(Xc, y)", [("boosting-input", "ValueError")]),
         ("m = xgb.XGBClassifier(n_estimators=2, enable_categorical=True)\nm.fit(Xc, y)", []),
         ("m = lgb.LGBMClassifier(n_estimators=2, verbose=-1)\nm.fit(X, y)", [("boosting-input", "ValueError")]),
+        ("unfitted_xgb.predict(Xc)", [("sklearn-not-fitted", "NotFittedError")]),
+        ("unfitted_lgb.predict_proba(Xc)", [("sklearn-not-fitted", "NotFittedError")]),
+        ("fitted_lgb.predict(Xc)", []),
         ("m = lgb.LGBMClassifier(n_estimators=2, verbose=-1, min_child_samples=1)\nm.fit(Xc, y)", []),
     ],
 )

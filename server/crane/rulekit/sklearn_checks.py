@@ -42,6 +42,12 @@ def check_not_fitted(label: str, est: EstimatorFacts, method: str) -> Verdict | 
     """`est.predict(...)` (or transform/score/...) on an estimator that was never fitted."""
     if est.is_fitted or method not in T.PREDICT_METHODS:
         return None
+    boost = {"xgboost": "need to call fit or load_model beforehand",
+             "lightgbm": "Estimator not fitted, call fit before exploiting the model."}  # fmt: skip
+    lib = est.module.split(".")[0]
+    if lib in boost and est.class_name.startswith(("XGB", "LGBM")) and method in ("predict", "predict_proba"):
+        # their sklearn wrappers raise sklearn's NotFittedError with their own text (xgboost 3.2, LightGBM 4.7)
+        return Verdict("NotFittedError", boost[lib], "API misuse", [estimator_line(label, est)], 0.9)
     if not T.raises_not_fitted(est.class_name, est.module):
         return None
     return Verdict(
