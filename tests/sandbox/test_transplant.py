@@ -17,7 +17,7 @@ from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
 from crane.sandbox.transplant import transplant
 
-from ..kernel_envs import require_today_python
+from ..kernel_envs import KERNEL_ENVS, kernel_python, require_today_python
 from .conftest import tree_hash
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
@@ -138,3 +138,23 @@ def test_no_process_left_after_a_timeout(today):
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)  # the reaper thread ends the worker right after the verdict
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+
+
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_transplant_on_ipython_8_and_9_kernels_leaves_them_unchanged(kernel_env, tmp_path):
+    kernel = start_kernel(tmp_path, python=kernel_python(kernel_env))
+    try:
+        conn = kernel.connection
+        setup = ("import numpy as np, random\narr = np.arange(12).reshape(3, 4)\nclass Box:\n    def __init__(self, v):\n"
+                 "        self.v = v\n    def total(self):\n        return self.v.sum() + offset\noffset = 1\nbox = Box(arr)\n"
+                 "get_ipython().events.register('post_run_cell', lambda result: None)\nnp.random.seed(3)\nrandom.seed(3)")
+        assert conn.run_cell(setup).status == "ok"
+        with Untouched(conn) as watch:
+            bad = transplant(conn, "print(box.total())\narr['no']", 30.0)
+            good = transplant(conn, "np.random.rand(2)\nrandom.random()\nbox.total()", 30.0)
+        assert watch.unchanged, (watch.outputs, watch.changes())
+        assert bad.verdict == "crash" and bad.ename == "IndexError" and bad.line == 2 and "67" in bad.stdout, bad
+        assert good.verdict == "no-crash" and "67" in good.displays[-1].text, good
+        assert good.mode == "transplant" and good.transplant.confinement == "layered", good
+    finally:
+        kernel.shutdown()
