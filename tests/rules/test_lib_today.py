@@ -217,3 +217,20 @@ def test_sklearn_today(kernel, target, expected):
     assert crash(predict_source(kernel, SKLEARN, target)) == expected
     run = run_target(kernel, target)
     assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)
+
+
+def test_torch_device_mismatch_from_facts():
+    """No GPU here (torch is the CPU build): the decision is checked on the facts a CUDA kernel's probe gives."""
+    from crane.probe.facts import Facts, LayerFacts, TorchModuleFacts
+    from crane.rules.torch_rules import device_mismatch, input_verdict
+
+    layer = LayerFacts(name="0", type="Linear", in_features=4, out_features=2)
+    model = Facts(name="net", type="torch.nn.modules.container.Sequential", kind="torch_module",
+                  torch_module=TorchModuleFacts(layers=[layer], device="cuda:0", dtype="torch.float32"))  # fmt: skip
+    x = Facts(name="x", type="torch.Tensor", kind="tensor", shape=[8, 4], dtype="torch.float32", device="cpu")
+    v = input_verdict("net", model, "x", x)
+    assert v is not None and v.ename == "RuntimeError"
+    assert v.message == "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+    x_gpu = Facts(name="x", type="torch.Tensor", kind="tensor", shape=[8, 4], dtype="torch.float32", device="cuda")
+    assert input_verdict("net", model, "x", x_gpu) is None  # "cuda" is cuda:0
+    assert device_mismatch("meta", "cpu") is None and device_mismatch(None, "cuda:0") is None

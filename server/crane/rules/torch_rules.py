@@ -1,4 +1,5 @@
 """torch misuse rules: input tensors that do not fit the first layer of an nn.Sequential / a bare layer
+(a device other than the module's parameters' when both are known),
 (Linear in_features, an input dtype other than the module's parameter dtype into Linear — integer tensors, or
 float64 from `torch.from_numpy` into float32 weights —, Conv channels and rank), and loss targets of the wrong dtype
 or shape (CrossEntropyLoss/NLLLoss need Long class indices, BCE losses need float targets of the input's size).
@@ -44,6 +45,18 @@ def first_layer(module: Facts) -> LayerFacts | None:
     return None
 
 
+def device_mismatch(module_device: str | None, x_device: str | None) -> tuple[str, str] | None:
+    """(module device, input device) when both are known, real and different ("cuda" means "cuda:0")."""
+    if not module_device or not x_device or "meta" in (module_device, x_device):
+        return None
+
+    def norm(d: str) -> str:
+        return d if ":" in d or d == "cpu" else d + ":0"
+
+    a, b = norm(module_device), norm(x_device)
+    return (a, b) if a != b else None
+
+
 def input_verdict(mlabel: str, module: Facts, xlabel: str, x: Facts) -> Verdict | None:
     layer = first_layer(module)
     shp = shape_of(x)
@@ -55,6 +68,11 @@ def input_verdict(mlabel: str, module: Facts, xlabel: str, x: Facts) -> Verdict 
           describe(xlabel, x)]
     tm = module.torch_module
     weights = tm.dtype if tm is not None else None
+    dev = device_mismatch(tm.device if tm is not None else None, x.device)
+    if dev is not None:
+        return Verdict("RuntimeError", f"Expected all tensors to be on the same device, but found at least two "
+                       f"devices, {dev[0]} and {dev[1]}!", "implementation error",
+                       ev + [f"{mlabel}'s parameters are on {dev[0]}, {xlabel} is on {dev[1]}"], 0.85)
     if layer.type == "Linear" and layer.in_features is not None and layer.out_features is not None and shp:
         if tm is not None and tm.mixed_dtypes:
             return None  # which dtype the first layer holds is not known
