@@ -10,7 +10,7 @@ export interface KernelStatus {
   kernel: KernelInfo | null;
   message: string;
   stale: boolean;
-  sandbox: "blocking" | "layered" | null;
+  sandbox: "blocking" | "layered" | "transplant" | null;
   sandboxReason: string | null;
 }
 

@@ -144,6 +144,8 @@ export function renderStatus(s: StatusState): StatusView {
       lines.push('Sandbox: layered (speculative runs write files in a private layer and may start worker processes)');
     } else if (k.sandbox === 'blocking') {
       lines.push(`Sandbox: blocking (side effects are refused${k.sandboxReason ? `: ${k.sandboxReason}` : ''})`);
+    } else if (k.sandbox === 'transplant') {
+      lines.push(`Sandbox: transplant (speculative runs use a confined copy of the cell's inputs in a separate process${k.sandboxReason ? `; not forked: ${k.sandboxReason}` : ''})`);
     }
   } else {
     lines.push('Kernel: none reported');
