@@ -234,3 +234,30 @@ def test_torch_device_mismatch_from_facts():
     x_gpu = Facts(name="x", type="torch.Tensor", kind="tensor", shape=[8, 4], dtype="torch.float32", device="cuda")
     assert input_verdict("net", model, "x", x_gpu) is None  # "cuda" is cuda:0
     assert device_mismatch("meta", "cpu") is None and device_mismatch(None, "cuda:0") is None
+
+
+SHAPES = """
+import jax.numpy as jnp, tensorflow as tf
+a = jnp.ones((3, 4)); b = jnp.ones((3, 4)); bt = jnp.ones((4, 3)); c = jnp.ones((5,)); d = jnp.ones((4,))
+ta = tf.ones((3, 4)); tb = tf.ones((3, 4)); tbt = tf.ones((4, 3))
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("a @ b", [("numpy-shapes", "TypeError")]),
+        ("a @ bt", []),
+        ("a + c", [("numpy-shapes", "ValueError")]),
+        ("a + d", []),
+        ("a.reshape(5, 5)", [("numpy-shapes", "TypeError")]),
+        ("a.reshape(4, 3)", []),
+        ("ta @ tb", [("numpy-shapes", "InvalidArgumentError")]),
+        ("ta @ tbt", []),
+    ],
+)
+def test_jax_and_tf_shapes(kernel, target, expected):
+    """numpy-shapes on jax and TF tensors: their own exception names (not torch's RuntimeError)."""
+    assert crash(predict_source(kernel, SHAPES, target)) == expected
+    run = run_target(kernel, target)
+    assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)

@@ -44,9 +44,24 @@ def first_mismatch(a: Shape, b: Shape) -> int | None:
     return None
 
 
+def tensor_lib(f: Facts) -> str:
+    """The library of a `tensor` fact: "torch", "jax" or "tensorflow" (their shape errors differ)."""
+    if f.type.startswith(("jaxlib.", "jax.")):
+        return "jax"
+    if f.type.startswith("tensorflow."):
+        return "tensorflow"
+    return "torch"
+
+
+def _tf_dims(s: tuple[int, ...]) -> str:
+    return "[" + ",".join(str(d) for d in s) + "]"
+
+
 def broadcast_verdict(la: str, fa: Facts, lb: str, fb: Facts) -> Verdict | None:
     """`a <op> b` for arrays/tensors whose exact shapes do not broadcast."""
     tensors = is_tensor(fa) and is_tensor(fb)
+    if tensors and tensor_lib(fa) != tensor_lib(fb):
+        return None  # mixing libraries: each converts differently
     arrays = (is_ndarray(fa) and is_ndarray(fb)) or (is_ndarray(fa) and is_series(fb)) or (
         is_series(fa) and is_ndarray(fb))
     if not (tensors or arrays):
@@ -57,6 +72,12 @@ def broadcast_verdict(la: str, fa: Facts, lb: str, fb: Facts) -> Verdict | None:
     if (is_series(fa) or is_series(fb)) and (len(a) != 1 or len(b) != 1):
         return None  # Series with a 2-D array: pandas raises its own, different errors
     ev = [describe(la, fa), describe(lb, fb)]
+    if tensors and tensor_lib(fa) == "jax":
+        return Verdict("ValueError", f"Incompatible shapes for broadcasting: shapes=[{a}, {b}]",
+                       "implementation error", ev, 0.9)
+    if tensors and tensor_lib(fa) == "tensorflow":
+        return Verdict("InvalidArgumentError", f"Incompatible shapes: {_tf_dims(a)} vs. {_tf_dims(b)}",
+                       "implementation error", ev, 0.85)
     if tensors and (dim := first_mismatch(a, b)) is not None:  # always, as a and b do not broadcast
         n = max(len(a), len(b))
         pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
@@ -73,6 +94,15 @@ def dot_verdict(la: str, fa: Facts, lb: str, fb: Facts, op: str) -> Verdict | No
         return None
     ev = [describe(la, fa), describe(lb, fb)]
     if is_tensor(fa) and is_tensor(fb):
+        lib = tensor_lib(fa)
+        if lib != tensor_lib(fb) or op != "matmul" or len(a) != 2 or len(b) != 2 or a[1] == b[0]:
+            return None
+        if lib == "jax":
+            return Verdict("TypeError", f"dot_general requires contracting dimensions to have the same shape, got "
+                           f"({a[1]},) and ({b[0]},).", "implementation error", ev, 0.9)
+        if lib == "tensorflow":
+            return Verdict("InvalidArgumentError", f"Matrix size-incompatible: In[0]: {_tf_dims(a)}, In[1]: "
+                           f"{_tf_dims(b)} [Op:MatMul]", "implementation error", ev, 0.85)
         if op == "matmul" and len(a) == 2 and len(b) == 2 and a[1] != b[0]:
             return Verdict("RuntimeError", f"mat1 and mat2 shapes cannot be multiplied ({a[0]}x{a[1]} and "
                            f"{b[0]}x{b[1]})", "implementation error", ev, 0.9)
@@ -113,6 +143,13 @@ def reshape_verdict(lbl: str, f: Facts, shape: list) -> Verdict | None:
     if ok:
         return None
     ev = [describe(lbl, f)]
+    if is_tensor(f) and tensor_lib(f) == "jax":
+        return Verdict("TypeError", f"cannot reshape array of shape {size_shape} (size {total}) into shape "
+                       f"{tuple(shape)} (size {math.prod(shape)})" if -1 not in shape else
+                       f"cannot reshape array of shape {size_shape} (size {total}) into shape {tuple(shape)}",
+                       "implementation error", ev, 0.9)
+    if is_tensor(f) and tensor_lib(f) == "tensorflow":
+        return None  # TF tensors have no reshape method (tf.reshape is a function)
     if is_tensor(f):
         return Verdict("RuntimeError", f"shape '[{', '.join(str(d) for d in shape)}]' is invalid for input of size "
                        f"{total}", "implementation error", ev, 0.9)
