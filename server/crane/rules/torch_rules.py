@@ -60,8 +60,8 @@ def device_mismatch(module_device: str | None, x_device: str | None) -> tuple[st
 def input_verdict(mlabel: str, module: Facts, xlabel: str, x: Facts) -> Verdict | None:
     layer = first_layer(module)
     shp = shape_of(x)
-    if layer is None or shp is None or not is_tensor(x):
-        return None
+    if layer is None or shp is None or not is_tensor(x) or not x.type.startswith("torch."):
+        return None  # (jax arrays and TF tensors are kind "tensor" too: torch rejects them otherwise)
     ev = [f"{mlabel}: {module.type.rsplit('.', 1)[-1]}, first layer {layer.type}"
           + (f"(in_features={layer.in_features}, out_features={layer.out_features})" if layer.type == "Linear" else
              f"(in_channels={layer.in_channels}, out_channels={layer.out_channels})"),
@@ -112,7 +112,7 @@ LOSSES = {"CrossEntropyLoss": "ce", "NLLLoss": "nll", "BCELoss": "bce", "BCEWith
 
 def loss_verdict(loss: str, inp: Facts | None, target: Facts, tlabel: str, ilabel: str) -> Verdict | None:
     kind = LOSSES.get(loss)
-    if kind is None or not is_tensor(target) or not target.dtype:
+    if kind is None or not is_tensor(target) or not target.dtype or not target.type.startswith("torch."):
         return None
     ev = [describe(tlabel, target)] + ([describe(ilabel, inp)] if inp is not None else [])
     tshape = shape_of(target)
