@@ -58,6 +58,12 @@ RULE_DESCRIPTIONS = {
     "call-signature": "A call that does not match the callable's signature (TypeError).",
     "statsmodels-options": "A statsmodels option outside the accepted values (ValueError).",
     "torch-shapes": "A torch layer or loss given input of the wrong size, rank or dtype.",
+    "keras-model": "A Keras model given inputs or labels its layers and loss reject, used before compile, or a "
+                   "removed API.",
+    "jax-traced-control-flow": "Python control flow on a traced argument of a jitted function.",
+    "polars-columns": "A polars column the frame's schema lacks, or a namespace (.dt, .str) on the wrong dtype.",
+    "polars-join-keys": "A polars join on keys whose dtypes differ.",
+    "boosting-input": "An xgboost/LightGBM model given text columns without categorical support, or unfitted.",
     "sandbox": "The cell crashed when run speculatively in a confined copy of the kernel: the crash is certain.",
     "llm": "The configured language model predicts that the cell crashes.",
 }

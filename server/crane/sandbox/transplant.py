@@ -10,7 +10,7 @@ process of the kernel's own interpreter into which the state the cell reads is c
    heavy imports done) or a cold one started now. It confines itself like a forked child (namespaces, private
    layers, Landlock, seccomp, rlimits, no capabilities, oom_score_adj 1000) before loading the state;
 3. its lines arrive on the run's result FIFO and are assembled exactly as a forked child's
-   (`fork_runner.assemble`); the verdict says `mode="transplant"` and what was copied (`SandboxVerdict.transplant`).
+   (`assemble.assemble`); the verdict says `mode="transplant"` and what was copied (`SandboxVerdict.transplant`).
 One idle worker per interpreter is kept warm (`CRANE_TRANSPLANT_WARM=0` turns it off); it ends after
 `IDLE_S` without a run, or when the daemon ends (its stdin closes). The platform part (confinement) is the
 sandbox's Linux one; elsewhere the run is `unavailable`.
@@ -34,6 +34,7 @@ import msgspec
 from crane.kernel.client import KernelConnection, literal_value
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
+from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.ks_worker import BOOTSTRAP
 from crane.sandbox.verdict import ExitStatus, SandboxVerdict, TransplantInfo, unavailable
@@ -225,8 +226,6 @@ def transplant(
     """Run `source` in a confined worker process on a copy of the state it reads (see the module docstring).
     Never raises. `reason`: why the kernel was not forked (said in the verdict). `map_devices`: map torch's
     cuda/mps requests to the CPU even when the kernel's torch had no CUDA."""
-    from crane.sandbox.fork_runner import _GRACE_S, assemble
-
     t0 = time.monotonic()
     try:
         pdir = PrivateDir()

@@ -1,0 +1,128 @@
+"""The verdict of a sandboxed run from what its processes wrote and how they ended: the child's JSON lines
+(setup, record, the supervisor's exit and denied lines), validated at the edge, and the exit status when no
+record came (signals: budget, limits, a pool or shared memory the sandbox withheld, a real crash). Shared by
+the fork runs (fork_runner.py) and the transplant runs (transplant.py)."""
+
+from __future__ import annotations
+
+import signal
+
+import msgspec
+
+from crane.sandbox.channel import RunOutcome
+from crane.sandbox.verdict import (
+    ChildRecord,
+    DeniedLine,
+    ExitLine,
+    SandboxVerdict,
+    SetupLine,
+    unavailable,
+)
+
+_GRACE_S = 0.5  # setup time allowed on top of the cell's budget
+
+
+class ChildLines(msgspec.Struct):
+    setup: SetupLine | None = None
+    record: ChildRecord | None = None
+    exit: ExitLine | None = None
+    denied: list[str] = []  # network attempts of any process of the sandbox (the supervisor's record)
+    error: str | None = None
+
+
+def parse_lines(data: bytes) -> ChildLines:
+    """The child's JSON lines, each validated: setup, the final record, the supervisor's exit line."""
+    out = ChildLines()
+    for raw in data.split(b"\n"):
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            obj = msgspec.json.decode(raw)
+            event = obj.get("event") if isinstance(obj, dict) else None
+            if event == "setup":
+                out.setup = msgspec.convert(obj, SetupLine)
+            elif event == "exit":
+                out.exit = msgspec.convert(obj, ExitLine)
+            elif event == "denied":
+                out.denied.append(msgspec.convert(obj, DeniedLine).what)
+            else:
+                out.record = msgspec.convert(obj, ChildRecord)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            out.error = f"the sandbox child sent a malformed record: {exc}"
+    return out
+
+
+def _signal_verdict(sig: int | None, exitcode: int | None, memory_mb: int, setup: SetupLine | None) -> SandboxVerdict:
+    if sig is None:
+        if exitcode == 70:
+            return unavailable("the sandbox child failed during setup")
+        return unavailable(f"the sandbox child ended without a result (exit code {exitcode})")
+    name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+    if sig == signal.SIGXCPU:
+        return SandboxVerdict(verdict="timeout", reason="the cell exceeded its CPU-time budget")
+    if sig == signal.SIGALRM:
+        return SandboxVerdict(verdict="timeout", reason="the cell exceeded its wall-clock budget")
+    if sig == signal.SIGKILL:
+        return SandboxVerdict(verdict="timeout", reason=f"the sandbox child was killed (memory budget {memory_mb} MiB "
+                                                         "or CPU budget exhausted)")
+    if sig == signal.SIGXFSZ:
+        return SandboxVerdict(verdict="blocked", reason="the cell wrote more than the sandbox's file-size limit")
+    if sig == signal.SIGSYS:
+        return SandboxVerdict(verdict="blocked", reason="the cell made a system call the sandbox forbids")
+    maps = setup.mappings if setup else {}
+    withheld = int(maps.get("readonly", 0) or 0) + int(maps.get("unmapped", 0) or 0)
+    if withheld and sig in (signal.SIGSEGV, signal.SIGBUS):
+        return SandboxVerdict(verdict="blocked", reason=f"killed by {name}: probably an access to shared memory the "
+                                                         f"sandbox withheld ({withheld} mapping(s) too large to copy)")
+    pools = int(setup.pool_threads) if setup else 0
+    if pools and sig in (signal.SIGSEGV, signal.SIGBUS):  # a pool's threads do not exist in a forked copy
+        return SandboxVerdict(verdict="blocked", reason=f"killed by {name}, with {pools} native worker thread(s) "
+                                                         "(OpenMP, BLAS, rayon) in the kernel that a forked copy "
+                                                         "does not have: not a certain crash")
+    if sig == signal.SIGABRT:  # libzmq, gRPC, OpenMP, CUDA... abort when a socket, thread or memory is refused
+        return SandboxVerdict(verdict="blocked", reason="the process aborted (SIGABRT): libraries abort when the "
+                                                         "sandbox refuses them a socket, a thread or memory")
+    return SandboxVerdict(
+        verdict="crash",
+        ename="DeadKernelError",
+        evalue=f"the process died with {name}: running this cell would kill the kernel",
+        reason=f"killed by {name}",
+    )
+
+
+def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVerdict:
+    """The verdict from what the child wrote and how it ended."""
+    lines = parse_lines(outcome.data)
+    setup, rec = lines.setup, lines.record
+    if rec is not None:
+        v = SandboxVerdict(
+            verdict=rec.verdict, ename=rec.ename, evalue=rec.evalue, line=rec.line, traceback=rec.traceback,
+            displays=rec.displays, elapsed_ms=rec.elapsed_ms, reason=rec.reason, denied=rec.denied,
+            landlock_abi=rec.confinement.get("landlock_abi") if isinstance(rec.confinement, dict) else None,
+        )
+    elif outcome.how == "cancelled":
+        v = unavailable("stopped before the cell finished")
+    elif outcome.how == "deadline" or (lines.exit is not None and lines.exit.deadline):
+        v = SandboxVerdict(verdict="timeout", reason=f"the cell did not finish within {budget_s:g} s")
+    elif lines.error:
+        v = unavailable(lines.error)
+    elif lines.exit is not None and (lines.exit.signal is not None or lines.exit.exitcode is not None):
+        v = _signal_verdict(lines.exit.signal, lines.exit.exitcode, memory_mb, setup)
+    elif outcome.status is not None:
+        v = _signal_verdict(outcome.status.signal, outcome.status.exitcode, memory_mb, setup)
+    else:
+        v = unavailable("the sandbox child ended without a result")
+    if lines.denied and v.verdict in ("crash", "no-crash"):
+        # a program the cell started tried the network: what it did without it says nothing certain
+        what = f" ({v.ename} followed)" if v.verdict == "crash" and v.ename else ""
+        v.verdict, v.reason = "blocked", f"{lines.denied[0]}{what}"
+    v.denied = list(v.denied) + lines.denied[:20]
+    if setup is not None:
+        v.mode, v.mode_reason, v.kept = setup.mode, setup.reason, setup.kept
+        v.setup_ms = float(setup.steps.get("total", 0.0) or 0.0)
+        v.setup_steps = {str(k): float(x) for k, x in setup.steps.items() if isinstance(x, (int, float))}
+        if setup.kept:
+            v.scale = "miniature"
+    v.stdout, v.stderr = outcome.stdout, outcome.stderr
+    return v
