@@ -46,9 +46,11 @@ from crane.sandbox.seccomp import confine, set_parent_death_signal  # kernel: st
 _PUBLISHER: dict = {}  # the child's capturing display publisher (never built in the kernel process)
 
 
-def _capture_publisher(shell) -> Any:
-    pub = _PUBLISHER.get("pub")
-    if pub is None:
+def publisher_class() -> Any:
+    """In the kernel (cached) or the child: the capturing DisplayPublisher class. Making the class registers
+    nothing; only an instance would (IPython 9), and the instance is made in the child only."""
+    cls = _PUBLISHER.get("cls")
+    if cls is None:
         from IPython.core.displaypub import DisplayPublisher
 
         class CapturePublisher(DisplayPublisher):
@@ -61,9 +63,16 @@ def _capture_publisher(shell) -> Any:
             def clear_output(self, wait=False):
                 pass
 
-        pub = _PUBLISHER["pub"] = CapturePublisher(shell=shell)
-    return pub
+        cls = _PUBLISHER["cls"] = CapturePublisher
+    return cls
 
+
+def _capture_publisher(shell) -> Any:
+    """In the child only: the capturing publisher instance."""
+    pub = _PUBLISHER.get("pub")
+    if pub is None:
+        pub = _PUBLISHER["pub"] = publisher_class()(shell=shell)
+    return pub
 
 
 def _isolate_descriptors(ctx: _Ctx) -> None:

@@ -25,7 +25,7 @@ import threading
 import time
 
 from crane.sandbox.ks_atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
-from crane.sandbox.ks_isolation import find_thread_pools, unsafe_pools  # kernel: strip
+from crane.sandbox.ks_isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
 from crane.sandbox.ks_run import _child_run  # kernel: strip
 from crane.sandbox.ks_session import _child_session  # kernel: strip
 from crane.sandbox.seccomp import prebuild_filters, supported  # kernel: strip
@@ -207,6 +207,10 @@ def _fork(args: dict, child_main) -> dict:
         return {"ok": False, "verdict": "unavailable", "reason": short}
     find_thread_pools()
     prebuild_filters()
+    try:
+        publisher_class()  # the class only (cached): its instance is made in the child
+    except Exception:
+        pass
     parent = os.getpid()
     on_main = threading.current_thread() is threading.main_thread()
     t0, c0 = time.perf_counter(), time.thread_time()

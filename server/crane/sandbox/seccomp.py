@@ -326,8 +326,9 @@ def build_filter(
     p.ret(deny)
     p.here(nxt)
 
-    # scheduling: never a real-time policy; in the blocking profile (no pid namespace) only the sandbox's own
-    # process (pid 0 or sched_pid) may be re-scheduled, so neither the user's kernel nor another process can be.
+    # scheduling: never a real-time policy; in the blocking profile (no pid namespace) only the calling thread
+    # (pid 0, as os.sched_setaffinity(0, ...) and libraries say it; or sched_pid) may be re-scheduled, so neither
+    # the user's kernel nor another process can be (a thread naming itself by its id is refused: EPERM).
     nxt = p.label()
     p.ld(_OFF_NR)
     p.jmp(_JEQ, _NR["sched_setscheduler"], 0, nxt)
@@ -629,8 +630,7 @@ def confine(
     notify = layered and notify_network
     caps = drop_capabilities()
     listener = install_filter(cached_filter(profile=profile, own_pid=own_pid, landlock=bool(abi),
-                                            metadata_ok=metadata_ok, fork_gate=fork_gate, notify_network=notify,
-                                            sched_pid=None if layered else os.getpid()),
+                                            metadata_ok=metadata_ok, fork_gate=fork_gate, notify_network=notify),
                               listener=notify)
     return {"landlock_abi": abi, "seccomp": True, "as_limit": as_limit, "profile": profile, "listener": listener,
             "capabilities": caps}
