@@ -187,26 +187,37 @@ def test_a_signal_owner_cannot_be_set_on_a_descriptor(env, layer):
     assert v.verdict == "blocked", v
 
 
-def test_unix_sockets_outside_the_layers_are_unreachable_from_programs(env, outside):
-    path = outside / f"service-{env['name']}.sock"
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(str(path))
-    srv.listen(4)
-    srv.settimeout(0.05)
-    got: list[bytes] = []
-    stop = threading.Event()
+class UnixService:
+    """A UNIX-socket service (by path, or abstract: a name starting with NUL) recording what reaches it."""
 
-    def serve():
-        while not stop.is_set():
+    def __init__(self, address: str):
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(address)
+        self.srv.listen(4)
+        self.srv.settimeout(0.05)
+        self.got: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
             try:
-                c, _ = srv.accept()
+                c, _ = self.srv.accept()
             except OSError:
                 continue
-            got.append(c.recv(100) or b"<connect>")
+            self.got.append(c.recv(100) or b"<connect>")
             c.close()
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.srv.close()
+
+
+def test_unix_sockets_outside_the_layers_are_unreachable_from_programs(env, outside):
+    path = outside / f"service-{env['name']}.sock"
+    service = UnixService(str(path))
     try:
         prog = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
                 f"try:\n    s.connect({str(path)!r}); s.sendall(b'DELETE'); print('sent')\n"
@@ -216,10 +227,8 @@ def test_unix_sockets_outside_the_layers_are_unreachable_from_programs(env, outs
         assert v.verdict in ("no-crash", "blocked"), v
         assert "sent" not in v.stdout, v.stdout
     finally:
-        stop.set()
-        t.join(2)
-        srv.close()
-    assert got == []
+        service.close()
+    assert service.got == []
 
 
 def test_metadata_changes_through_inherited_descriptors_stay_private(env):
@@ -302,24 +311,7 @@ def test_older_linux_without_landlock_signal_scoping(env):
     conn = env["conn"]
     mod = "__import__('sys').modules['_crane_sandbox']"
     name = f"crane-test-abstract-{env['name']}-{os.getpid()}"
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind("\0" + name)
-    srv.listen(4)
-    srv.settimeout(0.05)
-    got: list[bytes] = []
-    stop = threading.Event()
-
-    def serve():
-        while not stop.is_set():
-            try:
-                c, _ = srv.accept()
-            except OSError:
-                continue
-            got.append(c.recv(100) or b"<connect>")
-            c.close()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
+    service = UnixService("\0" + name)
     _check(env, "z = 1")  # the module is installed
     conn.evaluate(f"setattr({mod}, '_real_abi', {mod}.landlock_abi) or setattr({mod}, 'landlock_abi', lambda: 5)")
     try:
@@ -336,7 +328,5 @@ def test_older_linux_without_landlock_signal_scoping(env):
         assert v.verdict in ("no-crash", "blocked") and "sent" not in v.stdout, v
     finally:
         conn.evaluate(f"setattr({mod}, 'landlock_abi', {mod}._real_abi)")
-        stop.set()
-        t.join(2)
-        srv.close()
-    assert got == []
+        service.close()
+    assert service.got == []
