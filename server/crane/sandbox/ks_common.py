@@ -25,6 +25,21 @@ class SandboxBlocked(PermissionError):
     """Raised inside the sandbox child when the cell attempts a side effect (audit-hook level)."""
 
 
+def proc_kb(path: str, keys: tuple[str, ...]) -> dict:
+    """The `keys` of a /proc "Key: value kB" file (/proc/meminfo, /proc/self/status), as ints (kB); missing
+    keys are absent, an unreadable file gives {}."""
+    out: dict = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name in keys:
+                    out[name] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 def _summarise_data(data, kind: str) -> dict:
     text = ""
     if isinstance(data, dict):

@@ -28,6 +28,7 @@ from crane.sandbox.ks_common import (  # kernel: strip
     _Ctx,
     _summarise_data,
     _write_json,
+    proc_kb,
 )
 from crane.sandbox.ks_fds import privatise_descriptors, reopen_through_mounts  # kernel: strip
 from crane.sandbox.ks_layer import (  # kernel: strip
@@ -318,27 +319,12 @@ def _single_thread_pools() -> None:
 
 
 def _memory_budget_mb(requested: int) -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) // 1024
-                    return max(64, min(requested, avail // 2))
-    except OSError:
-        pass
-    return requested
+    avail = proc_kb("/proc/meminfo", ("MemAvailable",)).get("MemAvailable")
+    return requested if avail is None else max(64, min(requested, avail // 1024 // 2))
 
 
 def _machine_memory_bytes() -> int:
-    total = 0
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith(("MemTotal:", "SwapTotal:")):
-                    total += int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return total
+    return sum(proc_kb("/proc/meminfo", ("MemTotal", "SwapTotal")).values()) * 1024
 
 
 _THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -402,7 +388,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         if ctx.notif_sock is not None:
             own.add(ctx.notif_sock.fileno())
         info["fds"] = reopen_through_mounts({fd for fd in own if fd is not None and fd >= 0})
-        # capabilities: confine() drops them (all but reading) for every kernel, root included
+        # capabilities: confine() drops them for every kernel, root included (seccomp.drop_capabilities)
         t3 = time.perf_counter()
         ctx.steps.update(clone=round((t1 - t0) * 1000, 3), id_maps=round((t2 - t1) * 1000, 3),
                          mounts=round((t3 - t2) * 1000, 3))

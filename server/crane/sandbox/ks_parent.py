@@ -25,6 +25,7 @@ import threading
 import time
 
 from crane.sandbox.ks_atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
+from crane.sandbox.ks_common import proc_kb  # kernel: strip
 from crane.sandbox.ks_isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
 from crane.sandbox.ks_run import _child_run  # kernel: strip
 from crane.sandbox.ks_session import _child_session  # kernel: strip
@@ -151,25 +152,12 @@ MIN_AVAILABLE_MB = 256
 KERNEL_SHARE = 0.25
 
 
-def _meminfo_kb(path: str, keys: tuple[str, ...]) -> dict:
-    out: dict = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                name, _, rest = line.partition(":")
-                if name in keys:
-                    out[name] = int(rest.split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
-
-
 def _memory_short() -> str | None:
     """Why a run would put the user's kernel at risk of the OOM killer now, or None."""
-    avail = _meminfo_kb("/proc/meminfo", ("MemAvailable",)).get("MemAvailable")
+    avail = proc_kb("/proc/meminfo", ("MemAvailable",)).get("MemAvailable")
     if avail is None:
         return None
-    anon = _meminfo_kb("/proc/self/status", ("RssAnon",)).get("RssAnon", 0)
+    anon = proc_kb("/proc/self/status", ("RssAnon",)).get("RssAnon", 0)
     need = max(MIN_AVAILABLE_MB * 1024, int(anon * KERNEL_SHARE))
     if avail < need:
         return (f"free memory is short ({avail // 1024} MiB available, the kernel holds {anon // 1024} MiB): "
@@ -178,13 +166,12 @@ def _memory_short() -> str | None:
 
 
 def _fork(args: dict, child_main) -> dict:
-    try:
-        from IPython import get_ipython
-        ip = get_ipython()
-        ns = ip.user_ns if ip is not None else {}
+    try:  # nothing is built or registered here: the capture publisher is made in the child (IPython 9's
+        from IPython import get_ipython  # DisplayPublisher registers itself on the shell's events)
+        shell = get_ipython()
     except Exception:
-        ns = {}
-    why = _unforkable(str(args.get("source") or ""), ns)
+        shell = None
+    why = _unforkable(str(args.get("source") or ""), shell.user_ns if shell is not None else {})
     if why:
         return {"ok": False, "verdict": "unavailable", "reason": why, "unforkable": True}
     _sweep()
@@ -195,11 +182,6 @@ def _fork(args: dict, child_main) -> dict:
             args = _remote_dir(args)
         except OSError as exc:
             return {"ok": False, "verdict": "unavailable", "reason": f"no private directory in the kernel: {exc}"}
-    try:  # nothing is built or registered here: the capture publisher is made in the child (IPython 9's
-        from IPython import get_ipython  # DisplayPublisher registers itself on the shell's events)
-        shell = get_ipython()
-    except Exception:
-        shell = None
     if shell is None:
         return {"ok": False, "verdict": "unavailable", "reason": "not an IPython kernel"}
     short = _memory_short()

@@ -182,7 +182,6 @@ def build_filter(
     fork_gate: int | None = None,
     errno_value: int = _errno.EPERM,
     notify_network: bool = False,
-    sched_pid: int | None = None,
 ) -> bytes:
     """The seccomp-BPF program (raw `struct sock_filter` array) for a sandbox child.
 
@@ -195,8 +194,6 @@ def build_filter(
     `notify_network`: layered profile: a socket of another family than AF_UNIX goes to the filter's listener
     (SECCOMP_RET_USER_NOTIF: the supervising process records the attempt, whichever process made it, and
     refuses it with EPERM) instead of being refused silently.
-    `sched_pid`: blocking profile: besides pid 0 (the caller), the only process whose scheduling (affinity,
-    policy, priority) may be changed.
     `fork_gate`: blocking profile: if set, `clone(SIGCHLD, 0, fork_gate, ...)` is allowed (sandbox-session
     checkpoints; the kernel ignores the parent-tid argument without CLONE_PARENT_SETTID, so it can carry a
     secret).
@@ -327,8 +324,8 @@ def build_filter(
     p.here(nxt)
 
     # scheduling: never a real-time policy; in the blocking profile (no pid namespace) only the calling thread
-    # (pid 0, as os.sched_setaffinity(0, ...) and libraries say it; or sched_pid) may be re-scheduled, so neither
-    # the user's kernel nor another process can be (a thread naming itself by its id is refused: EPERM).
+    # (pid 0, as os.sched_setaffinity(0, ...) and libraries say it) may be re-scheduled, so neither the user's
+    # kernel nor another process can be (a thread naming itself by its id is refused: EPERM).
     nxt = p.label()
     p.ld(_OFF_NR)
     p.jmp(_JEQ, _NR["sched_setscheduler"], 0, nxt)
@@ -350,9 +347,7 @@ def build_filter(
             bad, ok = p.label(), p.label()
             p.jmp(_JEQ, 0, 0, bad)
             p.ld(_arg_lo(0))
-            p.jmp(_JEQ, 0, ok, 0)
-            if sched_pid is not None:
-                p.jmp(_JEQ, sched_pid, ok, bad)
+            p.jmp(_JEQ, 0, ok, bad)
             p.here(bad)
             p.ret(deny)
             p.here(ok)
@@ -573,7 +568,7 @@ _FILTERS: dict = {}  # build_filter's programs that do not depend on the child (
 def cached_filter(**kw) -> bytes:
     """`build_filter(**kw)`, kept for the next runs when it does not depend on the child (assembling a program
     in Python costs about a millisecond; the kernel builds the common ones once, before forking)."""
-    if kw.get("own_pid") is not None or kw.get("fork_gate") is not None or kw.get("sched_pid") is not None:
+    if kw.get("own_pid") is not None or kw.get("fork_gate") is not None:
         return build_filter(**kw)
     key = tuple(sorted(kw.items()))
     prog = _FILTERS.get(key)
