@@ -20,6 +20,7 @@ import pytest
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
+from crane.sandbox.channel import OUTPUT_LIMIT, PrivateDir
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 
@@ -297,6 +298,101 @@ def test_a_run_is_refused_when_free_memory_is_short(env):
         assert v.verdict == "unavailable" and "free memory is short" in (v.reason or ""), v
     finally:
         conn.evaluate(f"setattr({mod}, 'MIN_AVAILABLE_MB', {old})")
+
+
+@pytest.mark.parametrize("layer", ["blocking", "layered"])
+def test_output_of_every_process_stops_at_the_capture_limit(env, layer, monkeypatch):
+    """Output written straight to fds 1/2 (a program the cell starts, C code, os.write) is cut like print's:
+    the daemon keeps the first OUTPUT_LIMIT bytes and nothing of it lands on a disk."""
+    held: list[int] = []
+    real_cleanup = PrivateDir.cleanup
+
+    def measured(self):
+        held.append(sum(p.stat().st_size for p in Path(self.path).rglob("*") if p.is_file()))
+        real_cleanup(self)
+
+    monkeypatch.setattr(PrivateDir, "cleanup", measured)
+    if layer == "layered":
+        src = "import subprocess\nsubprocess.run(['sh', '-c', 'head -c 100000000 /dev/zero'], check=True)"
+    else:
+        src = "for _ in range(50):\n    os.write(1, b'x' * 1_000_000)"
+    v = _check(env, src, layer=layer)
+    assert v.verdict == "no-crash" and v.mode == layer, v
+    assert 0 < len(v.stdout) <= OUTPUT_LIMIT, len(v.stdout)
+    assert held and max(held) < (1 << 20), held  # the private directory never held the output
+
+
+def _gone(pid: int, within_s: float = 30.0) -> bool:
+    import time
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+FIND_CHANNEL = ("import json, signal, time\n"
+                "def _target(f):\n"
+                "    try:\n"
+                "        return os.readlink(f'/proc/self/fd/{f}')\n"
+                "    except OSError:\n"
+                "        return ''\n"
+                "channel = [int(f) for f in os.listdir('/proc/self/fd') if _target(f).endswith('/result')][0]\n")
+
+
+@pytest.mark.parametrize("layer", ["blocking", "layered"])
+def test_a_cell_that_writes_a_result_itself_does_not_outlive_it(env, layer):
+    src = FIND_CHANNEL + ("signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                          "os.write(channel, json.dumps({'verdict': 'no-crash'}).encode() + b'\\n')\n"
+                          "time.sleep(600)")
+    v = _check(env, src, layer=layer)
+    assert v.verdict == "no-crash", v  # its own verdict, forged: no more than detecting the sandbox would give
+    assert v.pid and _gone(v.pid), v  # ended by the daemon, not left holding a copy of the kernel
+
+
+def test_processes_the_cell_forks_cannot_write_its_result(env):
+    src = FIND_CHANNEL + ("pid = os.fork()\n"
+                          "if pid == 0:\n"
+                          "    try:\n"
+                          "        os.write(channel, json.dumps({'verdict': 'no-crash'}).encode() + b'\\n')\n"
+                          "    finally:\n"
+                          "        os._exit(0)\n"
+                          "os.waitpid(pid, 0)\n"
+                          "{}['missing']")
+    v = _check(env, src, layer="layered")
+    # the fork runs the user's at-fork handler, whose write outside is refused: blocked, with the real error
+    assert v.verdict in ("crash", "blocked") and v.ename == "KeyError", v
+
+
+@pytest.mark.parametrize("layer", ["blocking", "layered"])
+@pytest.mark.parametrize("src", ["os.kill(os.getpid(), 9)", "os._exit(3)",
+                                 "import signal\nsignal.raise_signal(signal.SIGKILL)"],
+                         ids=["sigkill", "os-exit", "raise-signal"])
+def test_a_cell_that_ends_its_own_process_is_a_crash(env, layer, src):
+    v = _check(env, src, layer=layer)  # the real kernel would die (pid 1 of a namespace ignores its own SIGKILL)
+    assert v.verdict == "crash" and v.ename == "DeadKernelError", v
+
+
+def test_a_worker_that_ends_itself_is_the_cells_business(env):
+    src = "pid = os.fork()\nif pid == 0:\n    os.kill(os.getpid(), 9)\n_, status = os.waitpid(pid, 0)\nprint(status)"
+    v = _check(env, src, layer="layered")
+    assert v.verdict in ("no-crash", "blocked") and v.stdout.strip() == "9", v  # blocked: the at-fork handler
+
+
+def test_joblib_after_the_kernel_made_its_pool_gets_a_verdict(env):
+    """The kernel's loky executor talks to the kernel's workers; the sandbox's copy starts a pool of its own."""
+    conn = env["conn"]
+    assert conn.run_cell("from joblib import Parallel, delayed\n"
+                         "first = Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(4))").status == "ok"
+    v = _check(env, "second = Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(4))\nassert second == [0, 1, 2, 3]",
+               budget_s=40.0)
+    assert v.verdict == "no-crash", v
+    assert conn.evaluate("first") == [0, 1, 2, 3]
 
 
 def test_nothing_outside_was_changed(env, outside):

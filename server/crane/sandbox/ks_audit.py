@@ -10,15 +10,22 @@ A refused operation raises `SandboxBlocked` (a PermissionError) before it starts
   replace the process running the cell (in the real kernel it would end the kernel) stay refused.
 The hook lives in this interpreter (and in forked workers); programs the cell execs have only the kernel-level
 confinement.
+
+Ending the kernel: a cell that signals its own process with a signal whose default action ends it
+(`os.kill(os.getpid(), SIGKILL)`, SIGTERM, ...) or calls `os._exit` would kill the user's kernel. The run's own
+process records that as the crash it is (DeadKernelError) and ends: in layered mode it is pid 1 of its namespace,
+which the Linux kernel protects from its own signals, and in both modes a signal's exit status alone cannot be
+told from the budget's kill. Worker processes of the cell are not concerned (their exits are the cell's business).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 
-from crane.sandbox.ks_common import _WRITE_FLAGS, SandboxBlocked, _Ctx  # kernel: strip
+from crane.sandbox.ks_common import _WRITE_FLAGS, SandboxBlocked, _Ctx, _write_json  # kernel: strip
 
 _PATH_EVENTS = {
     "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.link": (0, 1),
@@ -47,6 +54,56 @@ _DENY_EVENTS = {
 }
 
 
+# signals whose default action does not end a process
+_HARMLESS = {int(getattr(signal, n)) for n in ("SIGCHLD", "SIGCONT", "SIGURG", "SIGWINCH", "SIGSTOP", "SIGTSTP", "SIGTTIN",
+                                            "SIGTTOU") if hasattr(signal, n)}
+
+
+def _ends_process(sig) -> bool:
+    """Would `sig`, delivered to this process as it is set up now, end it?"""
+    try:
+        sig = int(sig)
+        if sig == signal.SIGKILL:
+            return True
+        return sig not in _HARMLESS and signal.getsignal(sig) == signal.SIG_DFL
+    except (TypeError, ValueError, OSError):
+        return False
+
+
+def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
+    """The run's own process ending itself (a signal to itself, `os._exit`) is the crash the real kernel would
+    have: record it before it happens (see the module docstring). One-shot runs only: a session's head simply
+    dies, as its command's reply says."""
+    if ctx.args.get("mode") != "run" or ctx.result_fd < 0:
+        return
+    real_exit = os._exit
+    real_raise = getattr(signal, "raise_signal", None)
+
+    def end(what: str, code: int) -> None:
+        state["bypass"] = True
+        _write_json(ctx.result_fd, {
+            "verdict": "crash", "ename": "DeadKernelError",
+            "evalue": f"the cell {what}: running it would end the kernel's process",
+            "reason": f"the cell {what}", "displays": ctx.displays, "denied": ctx.denied[:20],
+            "confinement": ctx.confinement})
+        real_exit(code)
+
+    def guarded_exit(code=0):
+        if not state["bypass"] and os.getpid() == mypid:
+            end(f"calls os._exit({code})", int(code) if isinstance(code, int) else 1)
+        real_exit(code)
+
+    os._exit = guarded_exit
+    if real_raise is not None:
+        def guarded_raise(sig):
+            if not state["bypass"] and os.getpid() == mypid and _ends_process(sig):
+                end(f"raises {signal.Signals(sig).name} in its own process", 128 + int(sig))
+            return real_raise(sig)
+
+        signal.raise_signal = guarded_raise
+    state["end"] = end
+
+
 def _install_audit_hook(ctx: _Ctx) -> None:
     """A Python-level fence in front of the kernel-level one: clear messages and a record of what the cell
     tried. Raises SandboxBlocked (a PermissionError) so the operation never starts."""
@@ -59,6 +116,7 @@ def _install_audit_hook(ctx: _Ctx) -> None:
     state = {"bypass": False}
     ctx.audit_state = state
     deny_events = {k: v for k, v in _DENY_EVENTS.items() if not (layered and k in _PROCESS_EVENTS)}
+    _guard_process_end(ctx, state, mypid)
 
     def inside(path) -> bool:
         if isinstance(path, int):
@@ -118,6 +176,13 @@ def _install_audit_hook(ctx: _Ctx) -> None:
         what = deny_events.get(event)
         if what is not None:
             deny(what, args[0] if args and event not in ("os.fork", "os.forkpty") else None)
+        elif event == "os.kill" and len(args) > 1 and args[0] in (mypid, 0) and os.getpid() == mypid \
+                and "end" in state and _ends_process(args[1]):
+            try:
+                name = signal.Signals(args[1]).name
+            except ValueError:
+                name = str(args[1])
+            state["end"](f"sends {name} to its own process", 128 + int(args[1]))
         elif event == "os.kill" and args and args[0] != mypid and not layered:
             deny("signalling another process", args[0])
         elif event == "sqlite3.connect" and args:

@@ -93,8 +93,13 @@ def _isolate_descriptors(ctx: _Ctx) -> None:
         cmd = os.open(os.path.join(priv, "commands"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         os.set_blocking(cmd, True)
         ctx.cmd_fd = cmd
-    out = os.open(os.path.join(priv, "stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-    err = os.open(os.path.join(priv, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    # a run's are the daemon's FIFOs, drained as they fill (channel.CaptureDrain: the output limit holds for
+    # every process and C code); a session's and the remote channel's are files
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NONBLOCK
+    out = os.open(os.path.join(priv, "stdout"), flags, 0o600)
+    err = os.open(os.path.join(priv, "stderr"), flags, 0o600)
+    os.set_blocking(out, True)
+    os.set_blocking(err, True)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(out, 1)
@@ -415,6 +420,36 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
     os._exit(0)
 
 
+# library-global executors whose worker processes belong to the kernel: (module, globals that hold them)
+_REUSABLE_EXECUTORS = (("joblib.externals.loky.reusable_executor", ("_executor", "_executor_kwargs")),
+                       ("loky.reusable_executor", ("_executor", "_executor_kwargs")),
+                       ("joblib.executor", ("_executor_args",)))
+
+
+def _fresh_executors() -> None:
+    """A reusable executor the kernel made earlier (joblib's loky pool: scikit-learn's n_jobs, Parallel) talks to
+    the kernel's worker processes through pipes that are /dev/null here, so the cell would wait for ever: the
+    copy forgets it, and the cell's first parallel call starts a pool of its own, as loky does after its workers
+    died. The kernel's executor and workers are not touched."""
+    for name, attrs in _REUSABLE_EXECUTORS:
+        mod = sys.modules.get(name)
+        if mod is None:
+            continue
+        for attr in attrs:
+            if getattr(mod, attr, None) is not None:
+                setattr(mod, attr, None)
+
+
+def _channel_closer(fd: int, owner: int):
+    def close_in_child() -> None:
+        if os.getpid() != owner:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    return close_in_child
+
+
 def _oom_first() -> None:
     """The OOM killer's first choice, before anything else happens in the child: every process of the sandbox
     (B and worker processes inherit it) is killed before the user's kernel, whose pages it shares."""
@@ -456,6 +491,7 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
     _neutralise_kernel_io(ctx)
     sys.dont_write_bytecode = True
     _single_thread_pools()
+    _fresh_executors()
     t = step("streams", t)
     ctx.mappings = privatise_shared_mappings()
     t = step("mappings", t)
@@ -523,6 +559,8 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError):
         pass
+    if args.get("mode") == "run":  # processes the cell forks cannot write on the run's result channel
+        os.register_at_fork(after_in_child=_channel_closer(ctx.result_fd, os.getpid()))
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     ctx.steps["cpu"] = round((ctx.cpu_before + time.process_time() - cpu0) * 1000.0, 3)
     _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
