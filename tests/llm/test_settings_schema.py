@@ -95,3 +95,15 @@ def test_importing_the_llm_layer_does_not_import_litellm():
 def test_settings_struct_defaults():
     s = LLMSettings(model="openai/x")
     assert s.enabled and s.retries == 2 and s.cache and s.budget_usd is None
+
+
+def test_structured_output_is_an_editor_setting():
+    """crane.llm.structured (package.json) reaches the LLM settings; the environment fills in when it is unset."""
+    from crane.lsp.settings import Settings
+
+    settings = msgspec.convert({"llm": {"model": "openai/m", "structured": "object"}}, Settings)
+    assert settings.llm_settings().structured == "object"
+    assert resolve_settings(lsp={"crane": {"llm": {"structured": "none"}}}, env={}).structured == "none"
+    assert resolve_settings(lsp={"llm": {"structured": None}}, env={"CRANE_LLM_STRUCTURED": "schema"}).structured == "schema"
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"llm": {"structured": "grammar"}}, Settings)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -33,7 +33,8 @@ def default_cache_dir(env: Mapping[str, str] | None = None) -> str:
 
 HOSTED_TIMEOUT_S = 60.0
 LOCAL_TIMEOUT_S = 300.0  # a first agent turn took 52-137 s on 2 CPU cores (docs/llm.md, local models)
-STRUCTURED = ("auto", "schema", "object", "none")
+Structured = Literal["auto", "schema", "object", "none"]
+STRUCTURED: tuple[str, ...] = get_args(Structured)
 # litellm providers that always run on the user's machine (or network) when no api_base says otherwise
 LOCAL_PROVIDERS = ("ollama/", "ollama_chat/", "lm_studio/", "llamafile/", "hosted_vllm/", "llama_cpp/")
 
@@ -133,7 +134,11 @@ class LLMOptions(msgspec.Struct, rename="camel", frozen=True):
             "default."
         )}),
     ] | None = None
-    timeout: Annotated[float, Meta(gt=0, description="Seconds per model request attempt. Unset: 60.")] | None = None
+    timeout: Annotated[
+        float,
+        Meta(gt=0, description="Seconds per model request attempt. Unset: 60, or 300 for a model server on this "
+                               "machine or the private network (CPU inference is slow)."),
+    ] | None = None
     max_tokens: Annotated[int, Meta(gt=0, description="Completion token limit per request. Unset: 800.")] | None = None
     temperature: Annotated[
         float, Meta(ge=0, le=2, description="Sampling temperature (dropped for models that refuse it). Unset: 0.")
@@ -155,6 +160,24 @@ class LLMOptions(msgspec.Struct, rename="camel", frozen=True):
     cache_dir: Annotated[
         str, Meta(description="Folder of the answer cache. Unset: $XDG_CACHE_HOME/crane or ~/.cache/crane.")
     ] | None = None
+    structured: Annotated[
+        Structured,
+        Meta(extra_json_schema={
+            "markdownDescription": (
+                "How the model is held to CRANE's JSON verdict (`response_format`). Unset: `auto`. Set `schema` "
+                "for a server that enforces a JSON schema but is not recognised, `object` or `none` for one that "
+                "rejects or mishandles schemas (CRANE also falls back by itself when a server's error names "
+                "`response_format`)."),
+            "enumDescriptions": [
+                "json_schema where the server enforces it (LiteLLM's table for hosted models; llama.cpp's "
+                "llama-server, Ollama, vLLM and LM Studio detected at `apiBase`), json_object otherwise.",
+                "Always json_schema (the verdict's schema, enforced by the server's grammar or decoder).",
+                "Always json_object (any JSON object; the reply is checked against the schema by CRANE).",
+                "No response_format: the prompt alone asks for the JSON object.",
+                "Unset: the CRANE_LLM_STRUCTURED environment variable, else auto.",
+            ],
+        }),
+    ] | None = None
 
 
 # LSP setting (camelCase, under crane.llm) -> field
@@ -169,6 +192,7 @@ _LSP_KEYS = {
     "budgetUsd": "budget_usd",
     "cache": "cache",
     "cacheDir": "cache_dir",
+    "structured": "structured",
 }
 
 # environment variable -> field

@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -29,13 +29,15 @@ CLIENT_KEYS = ("crane.python", "crane.trace.server")
 def _leaf_schema(field: msgspec.structs.FieldInfo) -> dict[str, Any]:
     schema = msgspec.json.schema(field.type)
     schema.pop("$defs", None)
+    choices: tuple[Any, ...] = literal_choices(field.type)
     if "anyOf" in schema:  # Optional[X]: one entry with a list of types
         types: list[str] = []
         for part in schema.pop("anyOf"):
-            types.append(part.pop("type"))
+            types.append(part.pop("type", "string"))  # a Literal of strings has only an enum
             schema.update(part)
         schema["type"] = types
-    choices = literal_choices(field.type)
+        # Optional[Literal[...]]: its values, then null (unset)
+        choices = next((c + (None,) for c in map(literal_choices, get_args(field.type)) if c), ())
     if choices:  # msgspec sorts enums; the declaration's order is the one the descriptions follow
         schema["enum"] = list(choices)
         schema.setdefault("type", "string")

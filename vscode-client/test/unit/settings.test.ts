@@ -34,6 +34,7 @@ const UNSET_LLM = {
   budgetUsd: null,
   cache: null,
   cacheDir: null,
+  structured: null,
 };
 
 const CONTRACT_DEFAULTS = {
@@ -118,6 +119,27 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
   it('never carries API keys', () => {
     mock.config = { 'crane.llm.model': 'x' };
     expect(JSON.stringify(getServerSettings())).not.toMatch(/key/i);
+  });
+
+  it('sends the structured-output choice (crane.llm.structured) for local servers that need it', () => {
+    mock.config = {
+      'crane.llm.model': 'openai/qwen2.5-coder-0.5b',
+      'crane.llm.apiBase': 'http://127.0.0.1:8080/v1',
+      'crane.llm.structured': 'object',
+    };
+    expect(getServerSettings().llm).toEqual({
+      ...UNSET_LLM,
+      model: 'openai/qwen2.5-coder-0.5b',
+      apiBase: 'http://127.0.0.1:8080/v1',
+      structured: 'object',
+    });
+    expect(classifyChange(changeEvent('crane.llm.structured') as never)).toEqual({
+      restart: false,
+      notify: true,
+      connectionFile: false,
+    });
+    mock.config = { 'crane.llm.structured': null };
+    expect(getServerSettings().llm.structured).toBeNull();
   });
 
   it('expands variables in paths', () => {
