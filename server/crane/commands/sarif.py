@@ -50,6 +50,7 @@ RULE_DESCRIPTIONS = {
     "sklearn-params": "Parameter values a scikit-learn estimator rejects when it is fitted (ValueError).",
     "sklearn-split": "train_test_split with inconsistent sample counts or sizes leaving an empty set (ValueError).",
     "sklearn-metrics": "Metric inputs of different lengths or incompatible target types (ValueError).",
+    "sklearn-display": "A confusion matrix display given display_labels of another length than its classes.",
     "pandas-astype-numeric": "astype to a number type of data holding text or NaN it cannot convert (ValueError).",
     "pandas-to-numeric": "pd.to_numeric of text that does not parse as a number (ValueError).",
     "pandas-merge-join": "merge/join on a key a side lacks, or overlapping columns without suffixes.",
