@@ -285,6 +285,21 @@ def test_zmq_bind_refused_in_blocking_mode_is_not_a_crash(env):
     assert v.verdict != "crash", v
 
 
+@pytest.mark.parametrize("src", [
+    "import zmq, time\nz = zmq.Context()\ns = z.socket(zmq.DEALER)\ns.connect('tcp://127.0.0.1:9')\ns.send(b'x')\n"
+    "time.sleep(0.5)",
+    "import ctypes, threading\nout = []\nt = threading.Thread(target=lambda: out.append(ctypes.CDLL(None).socket(2, 1, 0)))\n"
+    "t.start()\nt.join()\nassert out == [-1], out",
+], ids=["zmq-io-thread", "libc-thread"])
+def test_network_attempts_of_c_threads_are_recorded_in_blocking_mode(env, src):
+    """A network socket asked for by C code in any thread (libzmq's I/O thread) is refused and recorded by the
+    daemon (seccomp user notification): the run says blocked instead of a quiet no-crash."""
+    v = _check(env, src, layer="blocking")
+    assert v.mode == "blocking" and v.verdict == "blocked", v
+    if "ctypes" in src:  # (libzmq aborts earlier, on its refused socketpair: blocked as well)
+        assert any("network socket (AF_INET)" in d for d in v.denied), v.denied
+
+
 def test_a_run_is_refused_when_free_memory_is_short(env):
     # the floor is read in the kernel-side module; raising it above this machine's memory must refuse the run
     conn = env["conn"]

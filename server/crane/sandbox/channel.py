@@ -2,9 +2,7 @@
 
 - `PrivateDir`: the daemon's private directory (0700) for one child: a token (proves the kernel sees our file
   system), the result FIFO we hold open for reading, the output capture, the `scratch` directory.
-- `CaptureDrain`: a run's stdout/stderr are FIFOs that a daemon thread drains as they are written, keeping the
-  first `OUTPUT_LIMIT` bytes of each and counting the rest: the limit holds for every process of the run
-  (worker processes, programs, C code writing to fds 1 and 2), and nothing the run prints reaches a disk.
+- a run's output and, in the blocking confinement, its network attempts go through a `drain.RunDrain`.
 - `launch`: one private `user_expressions` request installs the kernel-side module if needed
   (`sys.modules["_crane_sandbox"]`, through `crane.kernel.private_module`) and calls `start()`/`session()`,
   which fork and return at once. The reply says which channel the child uses:
@@ -33,6 +31,7 @@ import msgspec
 from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
+from crane.sandbox.drain import OUTPUT_LIMIT, RunDrain
 from crane.sandbox.verdict import ExitStatus, LaunchReply, RemoteState, SandboxVerdict, exit_status_decoder, unavailable
 
 SANDBOX_PARTS = ("seccomp.py", "ks_common.py", "ks_atfork.py", "ks_audit.py", "ks_mappings.py", "ks_fds.py", "ks_layer.py",
@@ -42,101 +41,13 @@ SANDBOX_MODULE = KernelModule(
     "CRANE's private fork sandbox (not part of the notebook)",
     [Path(__file__).resolve().parent / part for part in SANDBOX_PARTS],
 )
-OUTPUT_LIMIT = 64 * 1024
 POLL_S = 0.1  # how often a waiting run looks at its cancel event (and, remote, asks the kernel)
 END_GRACE_S = 2.0  # how long a child may take to end after its record before it is killed
-PIPE_BYTES = 1 << 20  # each capture FIFO's buffer: a writer waits for the drain only past this
-_F_SETPIPE_SZ = 1031
-
-
-class CaptureDrain:
-    """The run's stdout/stderr FIFOs (in the private directory), drained by one daemon thread from the moment
-    they exist: each keeps its first `keep` bytes and counts the rest, so no process of the run can make the
-    daemon hold or write more, and a writer never waits long on a full pipe."""
-
-    NAMES = ("stdout", "stderr")
-
-    def __init__(self, path: str, keep: int = OUTPUT_LIMIT):
-        self.keep = keep
-        self.fds: dict[str, int] = {}
-        self.kept: dict[str, bytearray] = {n: bytearray() for n in self.NAMES}
-        self.total: dict[str, int] = {n: 0 for n in self.NAMES}
-        self._lock = threading.Lock()
-        for name in self.NAMES:
-            fifo = os.path.join(path, name)
-            os.mkfifo(fifo, 0o600)
-            # O_RDWR: opening never blocks, and writers never see a missing reader while the run lasts
-            fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-            try:
-                import fcntl
-                fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BYTES)
-            except OSError:
-                pass  # over the machine's pipe-max-size: the default buffer, drained all the same
-            self.fds[name] = fd
-        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self._thread = threading.Thread(target=self._loop, name="crane-sandbox-capture", daemon=True)
-        self._thread.start()
-
-    def _read_all(self, name: str) -> bool:
-        """Everything waiting in one FIFO, now (caller holds the lock). False once the FIFO is closed."""
-        fd = self.fds.get(name, -1)
-        if fd < 0:
-            return False
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                return True
-            except OSError:
-                return False
-            if not chunk:
-                return True
-            self.total[name] += len(chunk)
-            room = self.keep - len(self.kept[name])
-            if room > 0:
-                self.kept[name] += chunk[:room]
-
-    def _loop(self) -> None:
-        poller = select.poll()
-        index = {fd: name for name, fd in self.fds.items()}
-        for fd in index:
-            poller.register(fd, select.POLLIN)
-        poller.register(self._stop_r, select.POLLIN)
-        while True:
-            try:
-                events = poller.poll()
-            except InterruptedError:
-                continue
-            for fd, _ in events:
-                if fd == self._stop_r:
-                    return
-                with self._lock:
-                    self._read_all(index[fd])
-
-    def text(self, name: str, limit: int = OUTPUT_LIMIT) -> str:
-        """What the run wrote to `name` so far (its first `limit` bytes), after draining what is waiting."""
-        with self._lock:
-            self._read_all(name)
-            return bytes(self.kept[name][:limit]).decode("utf-8", "replace")
-
-    def close(self) -> None:
-        try:
-            os.write(self._stop_w, b"x")
-        except OSError:
-            pass
-        self._thread.join(timeout=2.0)
-        with self._lock:
-            for fd in (*self.fds.values(), self._stop_r, self._stop_w):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            self.fds = {}
 
 
 class PrivateDir:
     """The daemon's private directory for one sandbox child (removed by `cleanup`). A run's output goes through
-    a `CaptureDrain`; a session's through capture files (a session's child runs in the blocking confinement,
+    a `RunDrain`; a session's through capture files (a session's child runs in the blocking confinement,
     where no other process exists, and its Python streams stop at the output limit), whose byte spans each
     reply names."""
 
@@ -154,10 +65,13 @@ class PrivateDir:
             os.mkfifo(os.path.join(self.path, "commands"), 0o600)
             # O_RDWR: never blocks, and the child's read side sees EOF only when we close it.
             self.commands_fd = os.open(os.path.join(self.path, "commands"), os.O_RDWR | os.O_CLOEXEC)
-        self.capture: CaptureDrain | None = None if session else CaptureDrain(self.path)
+        self.capture: RunDrain | None = None if session else RunDrain(self.path, self.path + "/result")
 
     def args(self, **extra) -> dict:
-        return {"dir": self.path, "scratch": self.scratch, "token": self.token, **extra}
+        out = {"dir": self.path, "scratch": self.scratch, "token": self.token, **extra}
+        if self.capture is not None and self.capture.notify_path:
+            out["notify"] = self.capture.notify_path
+        return out
 
     def read_capture(self, name: str, start: int = 0, end: int | None = None, limit: int = OUTPUT_LIMIT) -> str:
         if self.capture is not None:

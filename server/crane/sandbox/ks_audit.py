@@ -89,14 +89,14 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
         real_exit(code)
 
     def guarded_exit(code=0):
-        if not state["bypass"] and os.getpid() == mypid:
+        if state.get("running") and not state["bypass"] and os.getpid() == mypid:
             end(f"calls os._exit({code})", int(code) if isinstance(code, int) else 1)
         real_exit(code)
 
     os._exit = guarded_exit
     if real_raise is not None:
         def guarded_raise(sig):
-            if not state["bypass"] and os.getpid() == mypid and _ends_process(sig):
+            if state.get("running") and not state["bypass"] and os.getpid() == mypid and _ends_process(sig):
                 end(f"raises {signal.Signals(sig).name} in its own process", 128 + int(sig))
             return real_raise(sig)
 
@@ -176,8 +176,8 @@ def _install_audit_hook(ctx: _Ctx) -> None:
         what = deny_events.get(event)
         if what is not None:
             deny(what, args[0] if args and event not in ("os.fork", "os.forkpty") else None)
-        elif event == "os.kill" and len(args) > 1 and args[0] in (mypid, 0) and os.getpid() == mypid \
-                and "end" in state and _ends_process(args[1]):
+        elif event == "os.kill" and len(args) > 1 and args[0] == mypid and os.getpid() == mypid \
+                and state.get("running") and "end" in state and _ends_process(args[1]):
             try:
                 name = signal.Signals(args[1]).name
             except ValueError:

@@ -450,6 +450,37 @@ def _channel_closer(fd: int, owner: int):
     return close_in_child
 
 
+def _network_watcher(args: dict):
+    """Blocking runs on the local channel: a connection to the daemon's notify socket (made before confinement,
+    which refuses sockets), over which the seccomp listener goes; None where there is no daemon to answer."""
+    path = args.get("notify")
+    if not path or args.get("channel") == "remote" or args.get("mode") != "run":
+        return None
+    import socket
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.settimeout(2.0)
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _hand_over_listener(sock, listener: int) -> None:
+    """The network attempts of every thread and process of the run are answered (and recorded) by the daemon."""
+    if sock is None:
+        return
+    try:
+        if listener >= 0:
+            import socket
+            socket.send_fds(sock, [b"L"], [listener])
+    finally:
+        sock.close()
+        if listener >= 0:
+            os.close(listener)
+
+
 def _oom_first() -> None:
     """The OOM killer's first choice, before anything else happens in the child: every process of the sandbox
     (B and worker processes inherit it) is killed before the user's kernel, whose pages it shares."""
@@ -539,10 +570,12 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
             tempfile.tempdir = ctx.scratch
         except Exception:
             pass
+        watcher = _network_watcher(args)
         ctx.confinement = confine(
             writable=[ctx.scratch], cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=int(args.get("file_mb", 64)),
-            profile="blocking", fork_gate=args.get("fork_gate"),
+            profile="blocking", fork_gate=args.get("fork_gate"), notify_network=watcher is not None,
         )
+        _hand_over_listener(watcher, ctx.confinement.pop("listener", -1))
     t = step("confine", t)
     resume_in_sandbox()
     _install_audit_hook(ctx)

@@ -144,14 +144,15 @@ _NOTIF_RECV, _NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_RECV / 
 _FAMILIES = {2: "AF_INET", 10: "AF_INET6", 17: "AF_PACKET", 4: "AF_IPX", 5: "AF_APPLETALK", 31: "AF_BLUETOOTH"}
 
 
-def _answer_notification(listener: int, result_fd: int) -> None:
-    """A network socket asked for by any process of the sandbox (seccomp user notification): record who tried
-    (a "denied" line on the result channel: the run is then "blocked", even when a program swallowed the
-    error) and refuse it with EPERM."""
+def answer_notification(listener: int, record) -> None:
+    """A network socket asked for by a process of the sandbox (seccomp user notification): `record(what)` who
+    tried (before the answer, so the record precedes anything the caller does next: the run is then "blocked",
+    even when a program swallowed the error), then refuse it with EPERM. Nothing when the caller died
+    meanwhile. Used by A (layered) and by the daemon (blocking runs, `crane.sandbox.drain`)."""
     libc = ctypes.CDLL(None, use_errno=True)
     req = ctypes.create_string_buffer(80)
     if libc.ioctl(listener, ctypes.c_ulong(_NOTIF_RECV), req) != 0:
-        return  # the caller died meanwhile
+        return
     nid, pid = struct.unpack_from("=QI", req, 0)
     family = struct.unpack_from("=Q", req, 32)[0] & 0xFFFFFFFF
     try:
@@ -159,9 +160,8 @@ def _answer_notification(listener: int, result_fd: int) -> None:
             who = f.read().strip()
     except OSError:
         who = "a process"
-    what = f"crane sandbox: a network socket ({_FAMILIES.get(family, f'family {family}')}) is blocked: {who}"
     try:
-        _write_json(result_fd, {"event": "denied", "what": what})
+        record(f"crane sandbox: a network socket ({_FAMILIES.get(family, f'family {family}')}) is blocked: {who}")
     except OSError:
         pass
     resp = ctypes.create_string_buffer(struct.pack("=QqiI", nid, 0, -errno.EPERM, 0), 24)
@@ -196,7 +196,7 @@ def supervise(pid: int, budget_s: float, result_fd: int, notif_sock=None) -> Non
                 notif_sock.close()
                 notif_sock = None
             if listener >= 0 and listener in ready:
-                _answer_notification(listener, result_fd)
+                answer_notification(listener, lambda what: _write_json(result_fd, {"event": "denied", "what": what}))
             if pidfd in ready:
                 break
         else:

@@ -288,13 +288,19 @@ def run_source(ctx: _Ctx, source: str) -> dict:
     t0 = time.perf_counter()
     exc = None
     transformed = None
+    audit = getattr(ctx, "audit_state", None)
     try:
         with shell.builtin_trap:
             transformed = shell.transform_cell(source)
             plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
+            if audit is not None:
+                audit["running"] = True  # the cell's code is what runs now (ks_audit._guard_process_end)
             _exec_plan(ctx, plan, ns)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         exc = e
+    finally:
+        if audit is not None:
+            audit["running"] = False
     if exc is None and ctx.shown_exc is not None:
         exc = ctx.shown_exc
     ctx.shown_exc = None

@@ -191,9 +191,10 @@ def build_filter(
     `landlock`: Landlock confines file-system writes; without it (blocking profile) they are refused here.
     `metadata_ok`: chmod/chown/utime/xattr allowed (the layered profile, when everything outside the private
     layers is mounted read-only, so they fail there with EROFS).
-    `notify_network`: layered profile: a socket of another family than AF_UNIX goes to the filter's listener
-    (SECCOMP_RET_USER_NOTIF: the supervising process records the attempt, whichever process made it, and
-    refuses it with EPERM) instead of being refused silently.
+    `notify_network`: a socket of another family than AF_UNIX (and AF_NETLINK) goes to the filter's listener
+    (SECCOMP_RET_USER_NOTIF: the supervising process — A in the layered profile, the daemon in the blocking
+    one — records the attempt, whichever process or thread made it, and refuses it with EPERM) instead of
+    being refused silently.
     `fork_gate`: blocking profile: if set, `clone(SIGCHLD, 0, fork_gate, ...)` is allowed (sandbox-session
     checkpoints; the kernel ignores the parent-tid argument without CLONE_PARENT_SETTID, so it can carry a
     secret).
@@ -220,6 +221,18 @@ def build_filter(
 
     simple(_DENY_ALWAYS, deny)
     if not layered:
+        if notify_network:  # a network socket goes to the daemon, which records the attempt and refuses it
+            nxt = p.label()
+            p.ld(_OFF_NR)
+            p.jmp(_JEQ, _NR["socket"], 0, nxt)
+            p.ld(_arg_lo(0))
+            quiet = p.label()
+            p.jmp(_JEQ, AF_UNIX, quiet, 0)
+            p.jmp(_JEQ, AF_NETLINK, quiet, 0)  # interface lookups by libc
+            p.ret(RET_USER_NOTIF)
+            p.here(quiet)
+            p.ret(deny)
+            p.here(nxt)
         simple(_DENY_BLOCKING, deny)
         if not landlock:
             simple(_DENY_WITHOUT_LANDLOCK, deny)
@@ -582,8 +595,9 @@ def prebuild_filters() -> None:
     signals, so they do not name the child's pid)."""
     if supported() is not None or landlock_abi() < 6:
         return
-    cached_filter(profile="blocking", own_pid=None, landlock=True, metadata_ok=False, fork_gate=None,
-                  notify_network=False)
+    for notify in (True, False):
+        cached_filter(profile="blocking", own_pid=None, landlock=True, metadata_ok=False, fork_gate=None,
+                      notify_network=notify)
     for notify in (True, False):
         cached_filter(profile="layered", own_pid=None, landlock=True, metadata_ok=True, fork_gate=None,
                       notify_network=notify)
@@ -622,7 +636,7 @@ def confine(
     elif layered and not metadata_ok:
         raise OSError(_errno.ENOSYS, "neither Landlock nor a read-only file system confines writes")
     own_pid = None if abi >= 6 else os.getpid()  # Landlock >= 6 scopes signals to the sandbox already
-    notify = layered and notify_network
+    notify = notify_network
     caps = drop_capabilities()
     listener = install_filter(cached_filter(profile=profile, own_pid=own_pid, landlock=bool(abi),
                                             metadata_ok=metadata_ok, fork_gate=fork_gate, notify_network=notify),
