@@ -99,7 +99,9 @@ def test_confinement_holds_below_python_blocking(conn, workdir, ready):
     ).replace("os.getppid()", "__import__('os').getppid()")
     before = tree_hash(workdir)
     v = speculate(conn, src, layer="blocking")
-    assert v.verdict == "no-crash" and v.mode == "blocking", v
+    # the refused network socket is recorded (the daemon answers the seccomp notification): blocked
+    assert v.verdict == "blocked" and v.mode == "blocking", v
+    assert any("network socket (AF_INET)" in d for d in v.denied), v.denied
     r1, e1, r2, e2, r3, e3, r4, e4, r5, e5 = map(int, v.stdout.split())
     assert r1 == r2 == r3 == r4 == r5 == -1
     assert e1 in (1, 13) and e2 in (1, 13) and e3 == 1 and e4 == 1 and e5 == 1
