@@ -161,6 +161,19 @@ def _torch_facts() -> dict:
         return {"cuda": False}
 
 
+def _process() -> dict:
+    """This kernel's process: pid, start time, pid namespace (the daemon ends its workers when it ends)."""
+    out: dict = {"kernel_pid": os.getpid(), "kernel_start": 0, "kernel_pidns": None}
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            data = f.read()
+        out["kernel_start"] = int(data[data.rindex(b")") + 2:].split()[19])
+        out["kernel_pidns"] = os.stat("/proc/self/ns/pid").st_ino
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 def export(args_json: str) -> dict:
     """Write the state the cell reads into the run's private directory (see the module docstring)."""
     t0 = time.perf_counter()
@@ -217,4 +230,4 @@ def export(args_json: str) -> dict:
         json.dump(facts, f)
     return {"ok": True, "copied": [[n, _type_name(o)] for n, o in objs.items()], "bytes": total,
             "executable": sys.executable, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
-            "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}
+            **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}

@@ -5,7 +5,7 @@ Started by the daemon (`crane.sandbox.transplant`) with the kernel's environment
 `_crane_sandbox` by the bootstrap, CRANE's private cloudpickle into `_crane_cloudpickle`. `worker_main`:
 1. imports the kernel's library modules (those under the interpreter's prefix: no notebook code) and builds an
    IPython `InteractiveShell` without history, then waits (a warm worker) for one run request on stdin, or
-   ends after idling or when the daemon goes (EOF);
+   ends after idling, when the daemon goes (EOF) or when the kernel it serves ends (a pidfd);
 2. takes the kernel's cwd, environment and `sys.path`, imports the library modules still missing, then
    confines itself exactly as a forked child does (`ks_isolation._prepare_child`: oom_score_adj 1000,
    descriptors, namespaces and private layers or the blocking confinement, Landlock, seccomp, rlimits,
@@ -79,11 +79,13 @@ class _Lines:
     def __init__(self, fd: int):
         self.fd, self.buf = fd, b""
 
-    def next(self, timeout: float) -> bytes | None:
+    def next(self, timeout: float, gone: int | None = None) -> bytes | None:
+        """The next line; None after `timeout`, at EOF, or when the descriptor `gone` (a pidfd) is ready."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+            ready = select.select([self.fd] + ([gone] if gone is not None else []), [], [], max(0.0, left))[0]
+            if left <= 0 or not ready or gone in ready:
                 return None
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
@@ -91,6 +93,35 @@ class _Lines:
             self.buf += chunk
         line, _, self.buf = self.buf.partition(b"\n")
         return line
+
+
+def _kernel_pidfd(kernel) -> int | None:
+    """A pidfd of the kernel this worker serves ([pid, start time]; the daemon's pid namespace), or None."""
+    if not kernel:
+        return None
+    import errno
+    pid, start = int(kernel[0]), int(kernel[1])
+    try:
+        fd = os.pidfd_open(pid)
+    except AttributeError:
+        return None
+    except OSError as exc:
+        if exc.errno != errno.ESRCH:
+            return None
+        fd = -1
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        same = fd >= 0 and int(data[data.rindex(b")") + 2:].split()[19]) == start
+    except (OSError, ValueError, IndexError):
+        same = False
+    if not same:  # already gone (or its pid reused): a descriptor that is ready at once
+        if fd >= 0:
+            os.close(fd)
+        r, w = os.pipe()
+        os.close(w)
+        return r
+    return fd
 
 
 def worker_main(header: dict, lines: _Lines) -> None:
@@ -102,9 +133,12 @@ def worker_main(header: dict, lines: _Lines) -> None:
         open(os.path.join(os.path.dirname(os.environ.get("IPYTHONDIR", "/nonexistent/x")), "ready"), "w").close()
     except OSError:
         pass
-    line = lines.next(float(header.get("idle_s", 600.0)))
+    kernel = _kernel_pidfd(header.get("kernel"))
+    line = lines.next(float(header.get("idle_s", 600.0)), kernel)
+    if kernel is not None:
+        os.close(kernel)
     if not line:
-        return  # idle too long, or the daemon is gone
+        return  # idle too long, the daemon is gone, or the kernel it serves has ended
     spec = json.loads(line)
     _run(spec, shell, bool(header.get("warm")))
 
@@ -194,6 +228,16 @@ def _map_devices(facts: dict, force: bool) -> bool:
     return True
 
 
+def _unconfinable(system: str) -> str | None:
+    """The worker's side of the platform switch (crane.sandbox.confinement): None where `_prepare_child`
+    confines it (Linux), else why no run is made (macOS `sandbox_init`, Windows job objects: not implemented)."""
+    if system.startswith("linux"):
+        return None
+    name = {"darwin": "macOS", "win32": "Windows", "cygwin": "Windows"}.get(system, system)
+    how = {"macOS": " (sandbox_init is not implemented)", "Windows": " (job objects are not implemented)"}.get(name, "")
+    return f"{name}: no confinement for a transplant worker{how}; the run is not made"
+
+
 def _fail(ctx, why: str) -> None:
     _write_json(ctx.result_fd, {"verdict": "unavailable", "reason": why})
     os.close(ctx.result_fd)
@@ -218,7 +262,13 @@ def _run(spec: dict, shell, warm: bool) -> None:
     shell.ast_node_interactivity = facts.get("interactivity") or "last_expr"
     mini = args.pop("miniature", None)
     _POOLS["key"] = None  # the worker's own thread pools (not the kernel's)
-    ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on
+    why = _unconfinable(sys.platform)
+    if why:  # never an unconfined run: the daemon checks first (crane.sandbox.confinement), this holds anyway
+        fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
+        _write_json(fd, {"verdict": "unavailable", "reason": why})
+        os.close(fd)
+        return
+    ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (the platform's part)
     t1 = time.perf_counter()
     audit = ctx.audit_state
     audit["bypass"] = True  # loading the state is not the cell's doing (the kernel-level confinement holds)

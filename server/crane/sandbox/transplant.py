@@ -11,9 +11,12 @@ process of the kernel's own interpreter into which the state the cell reads is c
    layers, Landlock, seccomp, rlimits, no capabilities, oom_score_adj 1000) before loading the state;
 3. its lines arrive on the run's result FIFO and are assembled exactly as a forked child's
    (`assemble.assemble`); the verdict says `mode="transplant"` and what was copied (`SandboxVerdict.transplant`).
-One idle worker per interpreter is kept warm (`CRANE_TRANSPLANT_WARM=0` turns it off); it ends after
-`IDLE_S` without a run, or when the daemon ends (its stdin closes). The platform part (confinement) is the
-sandbox's Linux one; elsewhere the run is `unavailable`.
+One idle worker per kernel is kept warm (`CRANE_TRANSPLANT_WARM=0` turns it off), with that kernel's library
+imports done; it ends after `IDLE_S` without a run, when the daemon ends (its stdin closes) and when its kernel's
+process ends (`_KernelWatch`: the daemon polls the kernels' pidfds and kills their workers, idle or running,
+whose layered child and its pid namespace go with them; an idle worker also watches the kernel itself). The
+platform part (confinement) is behind `crane.sandbox.confinement`: Linux's namespaces, Landlock and seccomp;
+elsewhere the run is `unavailable`, the reason naming the platform.
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ import atexit
 import importlib.util
 import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -36,6 +42,7 @@ from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
+from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.ks_worker import BOOTSTRAP
 from crane.sandbox.verdict import ExitStatus, SandboxVerdict, TransplantInfo, unavailable
 
@@ -57,7 +64,7 @@ CLOUDPICKLE_MODULE = KernelModule("_crane_cloudpickle", "CRANE's private copy of
 
 ENABLE_ENV = "CRANE_TRANSPLANT"  # "0": no transplant runs (the fork sandbox's `unavailable` stands)
 WARM_ENV = "CRANE_TRANSPLANT_WARM"  # "0": no idle warm worker
-IDLE_S = 600.0  # an idle warm worker ends after this long
+IDLE_S = float(os.environ.get("CRANE_TRANSPLANT_IDLE_S") or 600.0)  # an idle warm worker ends after this long
 LOAD_S = 20.0  # the worker's own setup (imports, confinement, loading the state) on top of the cell's budget
 EXPORT_TIMEOUT_S = 60.0
 _WORKER_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -70,7 +77,10 @@ def enabled() -> bool:
 class Worker:
     """One worker process (cold or warm), the daemon's child; serves one run."""
 
-    def __init__(self, executable: str, env: dict, cwd: str, preload: list[str], warm: bool):
+    def __init__(self, executable: str, env: dict, cwd: str, preload: list[str], warm: bool,
+                 kernel: KernelRef | None = None):
+        self.kernel = kernel  # the kernel it serves: it ends with that kernel's process
+        self.kernel_ended = False  # it was ended because its kernel's process ended
         self.home = tempfile.mkdtemp(prefix="crane-tw-")
         full = {**env, **_WORKER_ENV, "IPYTHONDIR": os.path.join(self.home, "ipython")}
         full.pop("PYTHONSTARTUP", None)
@@ -82,7 +92,8 @@ class Worker:
                 [executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
                 cwd=cwd if os.path.isdir(cwd) else self.home, env=full, close_fds=True, start_new_session=True)
         header = {"modules": [[m.name, m.doc, list(m.sources)] for m in (CLOUDPICKLE_MODULE, WORKER_MODULE)],
-                  "preload": preload, "idle_s": IDLE_S, "warm": warm}
+                  "preload": preload, "idle_s": IDLE_S, "warm": warm,
+                  "kernel": list(kernel) if kernel is not None else None}
         self._send(json.dumps(header))
 
     def _send(self, line: str) -> None:
@@ -109,14 +120,23 @@ class Worker:
         except OSError:
             return ""
 
+    def kill(self) -> None:
+        """Kill it and its process group (it leads a session of its own; its layered child, in a process group
+        and pid namespace of its own, dies with it through its parent-death signal). Not yet reaped, so neither
+        pid can have been reused."""
+        if self.proc.returncode is not None:
+            return
+        for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
+            try:
+                kill()
+            except OSError:
+                pass
+
     def end(self) -> ExitStatus | None:
         """Kill it if still running, reap it, remove its directory: its exit status."""
         status = None
         if self.proc.poll() is None:
-            try:
-                self.proc.kill()
-            except OSError:
-                pass
+            self.kill()
         try:
             code = self.proc.wait(5.0)
             status = ExitStatus(exitcode=code if code >= 0 else None, signal=-code if code < 0 else None)
@@ -131,16 +151,88 @@ class Worker:
         return status
 
 
-class _Pool:
-    """At most one idle warm worker per interpreter."""
+class KernelRef(NamedTuple):
+    """A kernel's process as the daemon sees it (pid and start time: immune to pid reuse)."""
 
-    def __init__(self):
+    pid: int
+    start: int
+
+
+def _own_pid_namespace() -> int | None:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def kernel_ref(pid: int, start: int, pidns: int | None) -> KernelRef | None:
+    """The kernel's process, when it lives in the daemon's pid namespace and is the one that answered (else its
+    workers end only with the daemon or after idling)."""
+    if pid <= 0 or pidns is None or pidns != _own_pid_namespace() or _starttime(pid) != start:
+        return None
+    return KernelRef(pid, start)
+
+
+class _KernelWatch:
+    """One daemon thread polling the pidfds of the kernels that have workers; `on_gone(ref)` when one ends."""
+
+    def __init__(self, on_gone) -> None:
+        self.on_gone = on_gone
         self.lock = threading.Lock()
-        self.idle: dict[str, Worker] = {}
+        self.fds: dict[KernelRef, int] = {}
+        self.wake: tuple[int, int] | None = None
 
-    def take(self, executable: str) -> Worker | None:
+    def watch(self, ref: KernelRef) -> bool:
+        """Start watching `ref` (False: it is already gone or cannot be watched)."""
         with self.lock:
-            w = self.idle.pop(executable, None)
+            if ref in self.fds:
+                return True
+            try:
+                fd = os.pidfd_open(ref.pid)
+            except (OSError, AttributeError):
+                return False
+            if _starttime(ref.pid) != ref.start:
+                os.close(fd)
+                return False
+            self.fds[ref] = fd
+            if self.wake is None:
+                self.wake = os.pipe()
+                threading.Thread(target=self._loop, name="crane-transplant-kernels", daemon=True).start()
+            else:
+                os.write(self.wake[1], b"w")
+        return True
+
+    def _loop(self) -> None:
+        assert self.wake is not None
+        wake_r = self.wake[0]
+        while True:
+            with self.lock:
+                by_fd = {fd: ref for ref, fd in self.fds.items()}
+            ready, _, _ = select.select([wake_r, *by_fd], [], [])
+            if wake_r in ready:
+                os.read(wake_r, 4096)
+            for fd in ready:
+                ref = by_fd.get(fd)
+                if ref is None:
+                    continue
+                with self.lock:
+                    self.fds.pop(ref, None)
+                os.close(fd)
+                self.on_gone(ref)
+
+
+class _Pool:
+    """At most one idle warm worker per kernel (its interpreter, its imports); the workers running now."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle: dict[tuple[str, KernelRef | None], Worker] = {}
+        self.busy: set[Worker] = set()
+        self.watch = _KernelWatch(self.kernel_gone)
+
+    def take(self, executable: str, kernel: KernelRef | None = None) -> Worker | None:
+        with self.lock:
+            w = self.idle.pop((executable, kernel), None)
         if w is None:
             return None
         if not w.alive() or time.monotonic() - w.started > IDLE_S - 5:
@@ -148,29 +240,63 @@ class _Pool:
             return None
         return w
 
-    def refill(self, executable: str, env: dict, cwd: str, preload: list[str]) -> None:
+    def serving(self, worker: Worker) -> bool:
+        """`worker` takes a run now; False when its kernel has already ended (then it is not run)."""
+        if worker.kernel is not None and not self.watch.watch(worker.kernel):
+            worker.kernel_ended = True
+            return False
+        with self.lock:
+            self.busy.add(worker)
+        return True
+
+    def done(self, worker: Worker) -> None:
+        with self.lock:
+            self.busy.discard(worker)
+
+    def refill(self, executable: str, env: dict, cwd: str, preload: list[str], kernel: KernelRef | None = None) -> None:
         if os.environ.get(WARM_ENV, "1").strip() in ("0", "false", "no", "off"):
             return
+        key = (executable, kernel)
         with self.lock:
-            if executable in self.idle and self.idle[executable].alive():
+            if key in self.idle and self.idle[key].alive():
                 return
+        if kernel is not None and not self.watch.watch(kernel):
+            return  # its kernel has ended: no worker for it
         try:
-            w = Worker(executable, env, cwd, preload, warm=True)
+            w = Worker(executable, env, cwd, preload, warm=True, kernel=kernel)
         except OSError:
             return
         with self.lock:
-            old = self.idle.pop(executable, None)
-            self.idle[executable] = w
+            old = self.idle.pop(key, None)
+            self.idle[key] = w
         if old is not None:
             old.end()
+        if kernel is not None and not self.watch.watch(kernel):
+            self.kernel_gone(kernel)  # it ended meanwhile
+
+    def kernel_gone(self, kernel: KernelRef) -> None:
+        """The kernel's process ended: end its workers, idle or running (with their whole process trees)."""
+        with self.lock:
+            idle = [self.idle.pop(k) for k in [k for k in self.idle if k[1] == kernel]]
+            busy = [w for w in self.busy if w.kernel == kernel]
+        for w in busy + idle:
+            w.kernel_ended = True
+            w.kill()
+        for w in idle:
+            threading.Thread(target=w.end, name="crane-transplant-reap", daemon=True).start()
+
+    def workers_of(self, kernel: KernelRef) -> list[Worker]:
+        """The workers (idle or running) that serve `kernel` (tests)."""
+        with self.lock:
+            return [w for k, w in self.idle.items() if k[1] == kernel] + [w for w in self.busy if w.kernel == kernel]
 
     def wait_ready(self, executable: str, timeout: float) -> bool:
-        """Wait until the idle worker of `executable` is warm (benchmarks)."""
+        """Wait until an idle worker of `executable` is warm (benchmarks)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
-                w = self.idle.get(executable)
-            if w is not None and w.ready():
+                ws = [w for k, w in self.idle.items() if k[0] == executable]
+            if any(w.ready() for w in ws):
                 return True
             time.sleep(0.05)
         return False
@@ -178,6 +304,7 @@ class _Pool:
     def shutdown(self) -> None:
         with self.lock:
             workers, self.idle = list(self.idle.values()), {}
+            workers += list(self.busy)
         for w in workers:
             w.end()
 
@@ -195,6 +322,9 @@ class ExportReply(msgspec.Struct):
     modules: list[str] = []
     cuda: bool = False
     export_ms: float = 0.0
+    kernel_pid: int = 0  # the kernel's process (its workers end with it), its start time and pid namespace
+    kernel_start: int = 0
+    kernel_pidns: int | None = None
 
 
 def _export(conn: KernelConnection, pdir: PrivateDir, source: str, timeout: float) -> ExportReply:
@@ -227,6 +357,9 @@ def transplant(
     Never raises. `reason`: why the kernel was not forked (said in the verdict). `map_devices`: map torch's
     cuda/mps requests to the CPU even when the kernel's torch had no CUDA."""
     t0 = time.monotonic()
+    why = current_confinement().runs("transplant")
+    if why:
+        return unavailable(why)
     try:
         pdir = PrivateDir()
     except OSError as exc:
@@ -245,9 +378,12 @@ def transplant(
         with open(os.path.join(pdir.path, "env.json")) as f:
             facts = json.load(f)
         exe, env, cwd = exp.executable, dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
-        worker = POOL.take(exe)
+        kernel = kernel_ref(exp.kernel_pid, exp.kernel_start, exp.kernel_pidns)
+        worker = POOL.take(exe, kernel)
         if worker is None:
-            worker = Worker(exe, env, cwd, exp.modules, warm=False)
+            worker = Worker(exe, env, cwd, exp.modules, warm=False, kernel=kernel)
+        if not POOL.serving(worker):
+            return unavailable("the kernel ended before its transplant run started")
         args = pdir.args(mode="run", source=source, budget_s=float(budget_s) + LOAD_S, memory_mb=int(memory_mb)
                          + (exp.bytes >> 20), output_limit=64 * 1024, layer="blocking" if layer == "blocking" else "auto",
                          places=list(places), idle=bool(idle), max_processes=int(max_processes))
@@ -259,6 +395,8 @@ def transplant(
         if how in ("deadline", "cancelled"):
             child.kill()
         status = worker.end() if how != "record" else None
+        if worker.kernel_ended:
+            return unavailable("the kernel ended during the run: its transplant worker was ended with it")
         outcome = RunOutcome(data, how, status, pdir.read_capture("stdout"), pdir.read_capture("stderr"))
         v = assemble(outcome, float(budget_s), int(memory_mb))
         if v.verdict == "unavailable" and status is not None and status.exitcode == 70:
@@ -279,12 +417,14 @@ def transplant(
             v.elapsed_ms, v.overhead_ms = total_ms, 0.0
         else:
             v.overhead_ms = max(0.0, total_ms - v.elapsed_ms)
-        POOL.refill(exe, env, cwd, exp.modules)
+        POOL.done(worker)
+        POOL.refill(exe, env, cwd, exp.modules, kernel)
         return v
     except Exception as exc:  # the daemon never dies from one sandbox run
         return unavailable(f"transplant error: {type(exc).__name__}: {exc}")
     finally:
         if worker is not None:
+            POOL.done(worker)
             threading.Thread(target=worker.end, name="crane-transplant-reap", daemon=True).start()
         if child is not None:
             child.close()
