@@ -55,6 +55,7 @@ RULE_DESCRIPTIONS = {
     "pandas-to-numeric": "pd.to_numeric of text that does not parse as a number (ValueError).",
     "pandas-merge-join": "merge/join on a key a side lacks, or overlapping columns without suffixes.",
     "numpy-shapes": "Array or tensor shapes that do not broadcast, align, reshape or index.",
+    "loop-index": "A loop's index that runs past the end of the array or list it indexes (IndexError).",
     "plot-args": "Plot arguments of different lengths, or naming a column the data lacks.",
     "call-signature": "A call that does not match the callable's signature (TypeError).",
     "statsmodels-options": "A statsmodels option outside the accepted values (ValueError).",
