@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from crane.probe.facts import ColumnFacts, Facts
+from crane.probe.facts import ColumnFacts, EstimatorFacts, Facts
 
 SERIES = "pandas.core.series.Series"
 FRAME = "pandas.core.frame.DataFrame"
@@ -230,12 +230,72 @@ def method(f: Facts, name: str, args: list[Any], kw: dict[str, Any], text: str) 
         if not isinstance(k, int) or n is None:
             return None
         return row_subset(f, min(max(k, 0), n) if k >= 0 else max(n + k, 0), text)
+    if name in ("flatten", "ravel") and f.kind == "ndarray" and f.shape and not args and not kw:
+        return _replace(f, name=text, shape=[math.prod(f.shape)], length=math.prod(f.shape))
     if name == "reshape" and f.kind == "ndarray" and f.shape and not kw:
         shape = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else list(args)
         return _reshape(f, shape, text)
     if name == "reset_index" and kw.get("drop") is True and not args and set(kw) <= {"drop"}:
         return _replace(f, name=text, index=None)
     return None
+
+
+def subplots(grid: list[Any], squeeze: Any, text: str) -> tuple | None:
+    """`fig, axes = plt.subplots(nrows, ncols)` with literal sizes: (unknown figure, the axes array's facts).
+    With squeeze (the default) one row or column gives a 1-D array and 1 x 1 a single Axes (not judged)."""
+    nrows = grid[0] if grid and not _is_sentinel(grid[0]) else None
+    ncols = grid[1] if len(grid) > 1 and not _is_sentinel(grid[1]) else None
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in (nrows, ncols)):
+        return None
+    assert isinstance(nrows, int) and isinstance(ncols, int)
+    if squeeze is True:
+        if nrows == 1 and ncols == 1:
+            return None
+        shape = [nrows * ncols] if nrows == 1 or ncols == 1 else [nrows, ncols]
+    elif squeeze is False:
+        shape = [nrows, ncols]
+    else:
+        return None
+    return (None, Facts(name=text + "[1]", type=NDARRAY, kind="ndarray", shape=shape, dtype="object",
+                        length=shape[0]))
+
+
+# scikit-learn transformers that keep X's shape and let NaN through (ignored in fit, kept in transform), since 0.20.
+NAN_KEEPING_SCALERS = {"StandardScaler", "MinMaxScaler", "MaxAbsScaler", "RobustScaler", "PowerTransformer",
+                       "QuantileTransformer"}
+
+
+def scaler(qual: str, text: str) -> Facts | None:
+    """`StandardScaler()` (no arguments that could change its output shape): an unfitted estimator's facts."""
+    if not qual.startswith("sklearn.preprocessing") or qual.rsplit(".", 1)[-1] not in NAN_KEEPING_SCALERS:
+        return None
+    module, cls = qual.rsplit(".", 1)
+    return Facts(name=text, type=qual, kind="estimator",
+                 estimator=EstimatorFacts(class_name=cls, module=module, is_fitted=False))
+
+
+def scaled(est: Facts, x: Facts, fitted: bool, text: str) -> Facts | None:
+    """`scaler.fit_transform(X)` / `scaler.transform(X)` of numeric 2-D X: a float ndarray of X's shape with X's
+    NaN (scikit-learn's scalers ignore NaN in fit and keep them in transform)."""
+    e = est.estimator
+    if e is None or e.class_name not in NAN_KEEPING_SCALERS or not e.module.startswith("sklearn.preprocessing"):
+        return None
+    if not fitted and not e.is_fitted:
+        return None
+    if x.kind == "dataframe":
+        cols = _complete_columns(x)
+        if not cols or not all(c.dtype.startswith(_NUMERIC_PREFIXES) for c in cols):
+            return None
+        n = rows(x)
+        shape = [n, len(cols)] if n is not None else None
+    elif x.kind == "ndarray" and x.shape and len(x.shape) == 2 and (x.dtype or "").startswith(_NUMERIC_PREFIXES):
+        shape = list(x.shape)
+    else:
+        return None
+    if shape is None or (e.n_features_in is not None and e.is_fitted and not fitted and e.n_features_in != shape[1]):
+        return None
+    return Facts(name=text, type=NDARRAY, kind="ndarray", shape=shape, length=shape[0], dtype="float64",
+                 has_nan=x.has_nan, n_nan=x.n_nan, truncated=x.truncated, sampled=x.sampled)
 
 
 def _no_nan(f: Facts) -> Facts:

@@ -161,6 +161,10 @@ class FlowResult:
         text = ast.unparse(node)
         if isinstance(node.func, ast.Attribute):
             base = self.eval(node.func.value, env)
+            if (isinstance(base, Facts) and base.kind == "estimator" and node.func.attr in ("fit_transform", "transform")
+                    and len(node.args) == 1 and not kwargs):
+                x = self.eval(node.args[0], env)
+                return derive.scaled(base, x, node.func.attr == "fit_transform", text) if isinstance(x, Facts) else None
             if isinstance(base, Facts) and base.kind != "module":
                 args = [_literal(a, _NO) for a in node.args]
                 kw = {k: _literal(v, _NO) for k, v in kwargs.items()}
@@ -175,6 +179,13 @@ class FlowResult:
             arg = self.eval(node.args[0], env)
             if isinstance(arg, Facts):
                 return derive.numpy_to_tensor(arg, text)
+        if q.startswith("sklearn.preprocessing.") and not node.args and not kwargs:
+            return derive.scaler(q, text)
+        if q == "matplotlib.pyplot.subplots" and len(node.args) <= 2:
+            grid = [_literal(a, _NO) for a in node.args] + [_literal(kwargs[k], _NO) if k in kwargs else 1
+                                                            for k in ("nrows", "ncols")[len(node.args):]]
+            squeeze = _literal(kwargs["squeeze"], _NO) if "squeeze" in kwargs else True
+            return derive.subplots(grid, squeeze, text)
         if q in ("numpy.array", "numpy.asarray") and len(node.args) == 1 and not kwargs:
             arg = self.eval(node.args[0], env)
             if isinstance(arg, Facts):
@@ -299,6 +310,8 @@ class FlowResult:
                     continue
                 cur = env.get(name)
                 inplace = any(k.arg == "inplace" and _literal(k.value) is True for k in call.keywords)
+                if inplace and self._chained_no_op(f.value, cur):
+                    continue
                 if inplace:
                     if isinstance(cur, Facts) and isinstance(f.value, ast.Name) and all(k.arg for k in call.keywords):
                         args = [_literal(a, _NO) for a in call.args]
@@ -334,6 +347,24 @@ class FlowResult:
                     for n in {x.id for x in info.global_loads} | info.global_stores:
                         if n in env:
                             env[n] = None
+
+    def _chained_no_op(self, recv: ast.expr, frame: Any) -> bool:
+        """An in-place method on a column selected from a live pandas frame (`df['c'].fillna(0, inplace=True)`,
+        `df.c.replace(..., inplace=True)`, `df[['a', 'b']].fillna(...)`) changes nothing in pandas 3: under
+        copy-on-write the selection is a new object (pandas only warns: ChainedAssignmentError)."""
+        version = self.probe.libraries.get("pandas") if self.probe is not None else None
+        if not version or not version.split(".")[0].isdigit() or int(version.split(".")[0]) < 3:
+            return False
+        if not isinstance(frame, Facts) or frame.kind != "dataframe" or frame.columns is None:
+            return False
+        names = {c.name for c in frame.columns}
+        if isinstance(recv, ast.Subscript) and isinstance(recv.value, ast.Name):
+            key = _literal(recv.slice, _NO)
+            keys = key if isinstance(key, list) else [key]
+            return bool(keys) and all(isinstance(k, str) and k in names for k in keys)
+        if isinstance(recv, ast.Attribute) and isinstance(recv.value, ast.Name):
+            return recv.attr in names
+        return False
 
     def _imported(self, name: str) -> bool:
         if name in self.aliases:
