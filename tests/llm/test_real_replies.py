@@ -81,8 +81,10 @@ def fresh_detection():
         yield
         return
     local_server.forget()
+    client._format_downgrades.clear()
     yield
     local_server.forget()
+    client._format_downgrades.clear()  # a downgrade learnt here must not change other files' requests
 
 
 def name_error(confidence: float = 0.95) -> Finding:
