@@ -148,7 +148,7 @@ def verdicts(set_dir: Path, python: str, budget: float, save) -> dict:
         with lock:
             save({"partial": True, "details": details, "truth": truth})
 
-    def real(c, name, v) -> None:
+    def real_one(c, name, v) -> None:
         try:
             truth[f"{c.id}/{name}"] = real_run(Path(c.directory), {"notebook": v.notebook,
                                                                    "target_cell": v.target_cell}, python)
@@ -156,7 +156,7 @@ def verdicts(set_dir: Path, python: str, budget: float, save) -> dict:
             truth[f"{c.id}/{name}"] = {"error": f"{type(exc).__name__}: {exc}"}
         partial()
 
-    futures = [pool.submit(real, c, name, v) for c, name, v in work]
+    futures = [pool.submit(real_one, c, name, v) for c, name, v in work]
     seen: dict = {}
     original = scale.speculate_scaled
 
@@ -181,6 +181,7 @@ def verdicts(set_dir: Path, python: str, budget: float, save) -> dict:
                 "scale": v.scale, "elapsed_ms": v.elapsed_ms, "overhead_ms": v.overhead_ms,
                 "landlock_abi": v.landlock_abi, "denied": v.denied,
                 "transplant": msgspec.to_builtins(t) if t is not None else None,
+                "traceback": v.traceback[-12:], "stderr": v.stderr[-4000:],
             }
         d["result"] = msgspec.to_builtins(result)
         details[f"{result.case}/{result.variant}"] = d
@@ -207,6 +208,38 @@ def verdicts(set_dir: Path, python: str, budget: float, save) -> dict:
                                          else r.predicted_crash == real.get("crash"))})
     return {"auto_wall_s": round(auto_s, 1), "rows": rows, "truth": truth, "details": details,
             "report": msgspec.to_builtins(report)}
+
+
+# ---------------------------------------------------------------------------------------------------- diagnose
+# Plain processes with the transplant worker's environment (GPUs hidden), no confinement: is a wrong verdict the
+# confinement's doing, or the library's under that environment?
+WORKER_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
+              "PYTHONFAULTHANDLER": "1"}
+PROBES = {
+    "jax_cpu_gpus_hidden": "import jax, jax.numpy as jnp\nprint(jax.devices(), (jnp.ones(3) + 1).tolist())",
+    "jax_jit_gpus_hidden": ("import jax, jax.numpy as jnp\nf = jax.jit(lambda w, x: x @ w)\n"
+                            "print(f(jnp.zeros((8, 1)), jnp.ones((4, 8))).shape)"),
+    "torch_adam_step_gpus_hidden": ("import torch\nm = torch.nn.Linear(2, 2)\no = torch.optim.Adam(m.parameters())\n"
+                                    "m(torch.ones(1, 2)).sum().backward()\no.step()\nprint('ok')"),
+    "torch_adam_step_is_available_patched": (
+        "import torch\ntorch.cuda.is_available = lambda: True\nm = torch.nn.Linear(2, 2)\n"
+        "o = torch.optim.Adam(m.parameters())\nm(torch.ones(1, 2)).sum().backward()\no.step()\nprint('ok')"),
+    "torch_sgd_step_is_available_patched": (
+        "import torch\ntorch.cuda.is_available = lambda: True\nm = torch.nn.Linear(2, 2)\n"
+        "o = torch.optim.SGD(m.parameters(), lr=0.1)\nm(torch.ones(1, 2)).sum().backward()\no.step()\nprint('ok')"),
+}
+
+
+def diagnose(python: str) -> dict:
+    out = {}
+    env = {**os.environ, **WORKER_ENV}
+    for name, src in PROBES.items():
+        try:
+            p = subprocess.run([python, "-c", src], capture_output=True, text=True, timeout=60, env=env)
+            out[name] = {"rc": p.returncode, "stdout": p.stdout[-600:], "stderr": p.stderr[-2500:]}
+        except subprocess.TimeoutExpired:
+            out[name] = {"rc": "timeout"}
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------ timing
@@ -357,7 +390,7 @@ def timing(python: str, runs: int, budget: float, save, mib: int = 256, extra: s
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("step", choices=("facts", "verdicts", "timing"))
+    ap.add_argument("step", choices=("facts", "verdicts", "timing", "diagnose"))
     ap.add_argument("set", nargs="?", default="benchmarks/cuda-lite")
     ap.add_argument("--python", default="python3")
     ap.add_argument("--runs", type=int, default=3)
@@ -379,6 +412,8 @@ def main() -> None:
 
     if a.step == "facts":
         doc = facts(a.python)
+    elif a.step == "diagnose":
+        doc = diagnose(a.python)
     elif a.step == "verdicts":
         doc = verdicts(Path(a.set), a.python, a.budget, save if a.out else (lambda d: None))
     else:
