@@ -157,3 +157,26 @@ def test_history_and_notebook_path(kernel, probe, watcher):
         assert probe.read_notebook_path() == "/home/u/nb.ipynb"
     finally:
         kernel.connection.run_cell("del __vsc_ipynb_file__")
+
+
+def test_estimator_constructions_are_validated_without_running_user_code(probe, watcher):
+    """ProbeRequest.constructions: scikit-learn's own classes are built and validated privately; a user subclass
+    (its __init__ is user code) and non-sklearn callables are never called; the kernel is unchanged."""
+    watcher.evaluate(
+        "get_ipython().run_cell('class MyForest(RandomForestClassifier):\\n"
+        "    def __init__(self, max_depth=None):\\n        trap_calls.append(\"MyForest\")\\n"
+        "        super().__init__(max_depth=max_depth)\\n') and None")
+    assert watcher.evaluate("'MyForest' in get_ipython().user_ns") == "True"
+    before = watcher.evaluate(STATE)
+    res = probe.run(ProbeRequest(constructions=[
+        ["a", "RandomForestClassifier", {"max_depth": "-1"}],
+        ["b", "sklearn.linear_model.LogisticRegression", {"C": "-1.0"}],
+        ["c", "MyForest", {"max_depth": "-1"}],
+        ["d", "Trap", {"x": "1"}],
+        ["e", "RandomForestClassifier", {"max_depth": "3"}],
+        ["f", "RandomForestClassifier", {"no_such_param": "1"}],
+    ]))
+    assert set(res.param_errors) == {"a", "b"}, res.param_errors
+    assert res.param_errors["a"].startswith("The 'max_depth' parameter of RandomForestClassifier must be")
+    assert watcher.evaluate("trap_calls") == "[]"
+    assert watcher.evaluate(STATE) == before

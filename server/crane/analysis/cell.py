@@ -34,6 +34,7 @@ IPYTHON_NAMES = frozenset({
 MAX_ATTRS = 64
 MAX_KEYS = 64
 MAX_PATHS = 32
+MAX_CONSTRUCTIONS = 8
 MAX_LABELS = 200
 MAX_LABEL_CHARS = 200
 
@@ -204,8 +205,46 @@ def plan_probe(analysis: CellAnalysis) -> ProbeRequest:
             paths.append(p.path)
     return ProbeRequest(
         names=names, attrs=attrs[:MAX_ATTRS], keys=keys[:MAX_KEYS], modules=modules, paths=paths[:MAX_PATHS],
-        columns=mentioned_labels(analysis),
+        columns=mentioned_labels(analysis), constructions=literal_constructions(analysis),
     )
+
+
+def literal_constructions(analysis: CellAnalysis) -> list[list]:
+    """Class-like calls with keyword arguments only, all literals (`RandomForestClassifier(max_features='auto')`),
+    for the kernel's own parameter validation: [call text, callee (the cell's imports resolved), {kw: source}]."""
+    if analysis.tree is None:
+        return []
+    aliases = {imp.bound: imp.target for imp in analysis.imports if imp.bound != "*" and imp.level == 0}
+    out: list[list] = []
+    seen: set[str] = set()
+    for node in ast.walk(analysis.tree):
+        if not isinstance(node, ast.Call) or node.args or not node.keywords:
+            continue
+        parts: list[str] = []
+        f: ast.expr = node.func
+        while isinstance(f, ast.Attribute):
+            parts.insert(0, f.attr)
+            f = f.value
+        if not isinstance(f, ast.Name) or not (parts[-1] if parts else f.id)[:1].isupper():
+            continue
+        kwargs = {}
+        for k in node.keywords:
+            try:
+                ast.literal_eval(k.value)
+            except Exception:
+                break
+            if k.arg is None:
+                break
+            kwargs[k.arg] = ast.unparse(k.value)
+        else:
+            callee = ".".join([aliases.get(f.id, f.id), *parts])
+            key = ast.unparse(node)
+            if key not in seen and len(key) <= 500:
+                seen.add(key)
+                out.append([key, callee, kwargs])
+        if len(out) >= MAX_CONSTRUCTIONS:
+            break
+    return out
 
 
 def mentioned_labels(analysis: CellAnalysis) -> list[str | int]:

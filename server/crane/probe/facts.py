@@ -282,6 +282,9 @@ class ProbeRequest(msgspec.Struct, omit_defaults=True):
     # The daemon's view of the kernel's activity (what its iopub watcher saw other clients send): facts the
     # probe remembers from a call with another epoch are not reused (see kp_cache).
     epoch: str | None = None
+    # Estimators the cell builds with literal keywords, validated by the kernel's own scikit-learn:
+    # [key (the call's text), callee (dotted, the cell's imports resolved), {keyword: literal source}].
+    constructions: list[list[Any]] = []
 
 
 class ProbeResult(msgspec.Struct, omit_defaults=True):
@@ -305,6 +308,8 @@ class ProbeResult(msgspec.Struct, omit_defaults=True):
     resumable: bool = False
     cached: int = 0  # facts and checks reused from an earlier call (the kernel's state had not changed)
     scanned: int = 0  # elements this call read exactly (scan-budget units: a Python object counts 16)
+    # ProbeRequest.constructions the kernel's scikit-learn rejects: key -> the InvalidParameterError's first line.
+    param_errors: dict[str, str] = {}
 
 
 _decoder = msgspec.json.Decoder(ProbeResult)

@@ -65,6 +65,7 @@ from crane.probe.kp_dl import (  # kernel: strip
 )  # kernel: strip
 from crane.probe.kp_frame import column_facts, dataframe_facts  # kernel: strip
 from crane.probe.kp_ml import (  # kernel: strip
+    construction_errors,  # kernel: strip
     dataloader_facts,  # kernel: strip
     estimator_facts,  # kernel: strip
     is_estimator,  # kernel: strip
@@ -85,6 +86,7 @@ MAX_TOTAL_BYTES = 32768
 TIME_BUDGET_MS = 50.0
 MAX_REQUEST_ITEMS = 200
 MAX_KEYS = 30
+MAX_CONSTRUCTIONS = 8
 LIST_STATS_N = 10000
 _LIBRARIES = (
     "numpy", "pandas", "sklearn", "scipy", "torch", "torchvision", "tensorflow", "keras", "matplotlib", "seaborn",
@@ -421,6 +423,12 @@ def _run(ctx, req, ns, max_var, max_total):
     res["paths"] = paths
     if sugg:
         res["path_suggestions"] = sugg
+    constructions = [c for c in _items(req, "constructions")[:MAX_CONSTRUCTIONS] if type(c) is list and len(c) == 3]
+    if constructions:
+        errs = construction_errors(ctx, ns, constructions)
+        if errs:
+            res["param_errors"] = errs
+            total += size_of(errs)
     total += size_of([undefined, mods, imported, paths, sugg])
     wanted = frozenset(ctx.wanted) if ctx.wanted is not None else None
     reused = 0

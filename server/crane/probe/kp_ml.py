@@ -5,7 +5,10 @@ datasets; scipy sparse matrices. Libraries are reached through `sys.modules` onl
 are read from instance dicts; library methods are called only on classes defined in the library itself.
 """
 
+import ast
 import math
+import sys
+import types
 
 from crane.probe.kp_common import (  # kernel: strip
     class_dict,  # kernel: strip
@@ -305,6 +308,56 @@ def estimator_facts(ctx, est, out):
             ctx.error("get_params", exc)
         _validate_params(ctx, est, t, ef)
     out["estimator"] = ef
+
+
+def _sklearn_class(ns, dotted):
+    """A scikit-learn estimator class named by `dotted` ("RandomForestClassifier", "ensemble.RandomForestClassifier",
+    "sklearn.ensemble.RandomForestClassifier"): from the user's namespace or a loaded module, through module dicts
+    only (never imports, never runs a module's __getattr__), or None."""
+    parts = str(dotted).split(".")
+    obj = ns.get(parts[0], None) if isinstance(ns, dict) else None
+    rest = parts[1:]
+    if obj is None:
+        for i in range(len(parts) - 1, 0, -1):
+            m = sys.modules.get(".".join(parts[:i]))
+            if m is not None:
+                obj, rest = m, parts[i:]
+                break
+    for attr in rest:
+        if type(obj) is not types.ModuleType:
+            return None
+        obj = mod_attr(obj.__name__, attr)
+    if not issubclass(type(obj), type):
+        return None
+    if not in_lib(obj, ("sklearn",)) or not class_lookup(obj, "_parameter_constraints", None):
+        return None
+    vp = class_lookup(obj, "_validate_params", None)
+    if vp is None or not str(getattr(vp, "__module__", "") or "").startswith("sklearn"):
+        return None
+    return obj
+
+
+def construction_errors(ctx, ns, items):
+    """scikit-learn's own parameter validation of estimators a cell builds with literal keywords
+    (`RandomForestClassifier(max_features='auto')`), by the kernel's installed version: [key, callee, {kw: source}]
+    items -> {key: the InvalidParameterError's first line}. scikit-learn's constructors only store their
+    parameters; the instance is dropped at once."""
+    out = {}
+    for item in items:
+        if ctx.over_time():
+            break
+        try:
+            key, callee, kwargs = item
+            cls = _sklearn_class(ns, callee)
+            if cls is None or type(kwargs) is not dict:
+                continue
+            params = {str(k): ast.literal_eval(str(v)) for k, v in kwargs.items()}
+            est = cls(**params)
+            est._validate_params()
+        except Exception as exc:
+            if short_tname(type(exc)) == "InvalidParameterError":
+                out[str(item[0])] = trunc(str(exc).split("\n")[0], 300)
+    return out
 
 
 def _validate_params(ctx, est, t, ef):

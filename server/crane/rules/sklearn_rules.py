@@ -159,6 +159,15 @@ def invalid_params(ctx: RuleContext) -> Iterator[Finding]:
                      f"(scikit-learn {version or '?'})"], 0.9))
                 return
             params = P.params_from_reprs(est.params)
+        if not live:
+            ctor = _constructed_in_cell(ctx, recv.id, call)
+            kernel_error = ctx.probed.param_errors.get(ctx.text(ctor[0])) if ctor is not None else None
+            if kernel_error:  # the kernel's own scikit-learn validated the literal keywords (ProbeRequest.constructions)
+                yield emit(ctx, call, "sklearn-params", Verdict(
+                    "InvalidParameterError", kernel_error, "API misuse",
+                    [f"{recv.id} = {ctx.text(ctor[0])[:80]}: checked by {est.class_name}._validate_params in the "  # type: ignore[index]
+                     f"kernel (scikit-learn {version or '?'})"], 0.9))
+                return
         if not params:
             continue
         verdict = P.check_own_validation(est.module, est.class_name, params, version)
