@@ -10,6 +10,8 @@
 #   verdicts.json  real run and CRANE's auto verdict of every variant, with the sandbox's details
 #   timing.json    transplant cold/warm with CUDA tensors, side-effect attempts, a forked CPU kernel
 #   log.txt        everything the steps wrote on stderr
+# `python3 benchmarks/cuda_check.py diagnose` (not run here) runs the transplant worker's environment without
+# confinement, to tell a library's failure there from the confinement's.
 # Usage (device): bash benchmarks/cuda_check.sh [SET]   (locally: OUT=/tmp/x PY=build/kernel-today/bin/python ...)
 set -u
 SET=${1:-benchmarks/cuda-lite}
