@@ -70,7 +70,8 @@ def column(f: Facts, name: Any, text: str) -> Facts | None:
         has_nan=(c.n_nan > 0) if not f.truncated or c.n_nan == 0 else None, n_nan=c.n_nan if not f.truncated else None,
         value_range=c.value_range, num_unique=c.num_unique, unique_values=c.unique_values,
         example_values=c.example_values, numeric_parse=c.numeric_parse, non_numeric_example=c.non_numeric_example,
-        index=f.index, truncated=f.truncated, series_name=c.name, has_name=True,
+        index=f.index, truncated=f.truncated, series_name=c.name, has_name=True, string_storage=c.string_storage,
+        dtype_repr=c.dtype_repr,
     )
 
 

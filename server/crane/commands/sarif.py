@@ -53,6 +53,7 @@ RULE_DESCRIPTIONS = {
     "sklearn-display": "A confusion matrix display given display_labels of another length than its classes.",
     "pandas-astype-numeric": "astype to a number type of data holding text or NaN it cannot convert (ValueError).",
     "pandas-to-numeric": "pd.to_numeric of text that does not parse as a number (ValueError).",
+    "pandas-string-dtype": "A pandas string column (pandas 3's str) where numpy expects an array or a dtype.",
     "pandas-merge-join": "merge/join on a key a side lacks, or overlapping columns without suffixes.",
     "numpy-shapes": "Array or tensor shapes that do not broadcast, align, reshape or index.",
     "loop-index": "A loop's index that runs past the end of the array or list it indexes (IndexError).",

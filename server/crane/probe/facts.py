@@ -33,6 +33,9 @@ class ColumnFacts(msgspec.Struct, omit_defaults=True):
     # True when NaNs were seen in the sample, None when none were.
     sampled: bool = False
     has_nan: bool | None = None
+    # pandas StringDtype columns (pandas 3's `str`, "string"): storage ("pyarrow" | "python") and the dtype's repr.
+    string_storage: str | None = None
+    dtype_repr: str | None = None
 
 
 class IndexFacts(msgspec.Struct, omit_defaults=True):
@@ -226,6 +229,9 @@ class Facts(msgspec.Struct, omit_defaults=True):
     committed: bool | None = None
     jit: JitFacts | None = None
     batched: bool | None = None
+    # pandas StringDtype Series: as in ColumnFacts.
+    string_storage: str | None = None
+    dtype_repr: str | None = None
 
 
 class AttrCheck(msgspec.Struct, omit_defaults=True):

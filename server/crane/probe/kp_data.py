@@ -321,6 +321,21 @@ def dtype_str(dtype):
         return "?"
 
 
+def string_dtype(dtype, out):
+    """pandas' StringDtype (pandas 3's default `str`, or "string"): its storage ("pyarrow": `.values` is an
+    ArrowStringArray, which cannot reshape; "python") and repr (numpy's "Cannot interpret '<StringDtype(...)>' as a
+    data type" names it). Other dtypes: nothing."""
+    t = type(dtype)
+    if getattr(t, "__name__", None) != "StringDtype" or not in_lib(t, ("pandas",)):
+        return
+    try:
+        storage = object.__getattribute__(dtype, "storage")
+        out["string_storage"] = str.__getitem__(str(storage), slice(0, 20))
+        out["dtype_repr"] = str.__getitem__(repr(dtype), slice(0, 80))
+    except Exception:
+        pass
+
+
 def series_facts(ctx, s, out):
     if in_lib(type(s), ("pandas",)):  # a user subclass could make `name` a property of its own
         try:
@@ -332,6 +347,7 @@ def series_facts(ctx, s, out):
             ctx.error("series name", exc)
     a = s._values
     out["dtype"] = str(a.dtype)
+    string_dtype(a.dtype, out)
     out["length"] = len(s)
     out["shape"] = [len(s)]
     vector_facts(ctx, a, out)

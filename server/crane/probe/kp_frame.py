@@ -27,7 +27,14 @@ import math
 
 from crane.probe.kp_cache import recall, remember  # kernel: strip
 from crane.probe.kp_common import isa  # kernel: strip
-from crane.probe.kp_data import column_values, dtype_str, index_facts, label_str, vector_facts  # kernel: strip
+from crane.probe.kp_data import (  # kernel: strip
+    column_values,  # kernel: strip
+    dtype_str,  # kernel: strip
+    index_facts,  # kernel: strip
+    label_str,  # kernel: strip
+    string_dtype,  # kernel: strip
+    vector_facts,  # kernel: strip
+)  # kernel: strip
 from crane.probe.kp_scan import (  # kernel: strip
     CHUNK,  # kernel: strip
     SAMPLE_N,  # kernel: strip
@@ -287,6 +294,7 @@ def column_facts(ctx, df, i, label, detailed, layout=None):
     a = column_values(df, i)
     kc, is_np = _kind_char(a.dtype), isa(a, ctx.np.ndarray)
     c = {"name": label_str(label, ctx), "dtype": dtype_str(a.dtype)}
+    string_dtype(a.dtype, c)
     if ctx.over_time():
         _unknown(c, kc, is_np)
         return c
