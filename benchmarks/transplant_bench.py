@@ -8,8 +8,11 @@ CRANE_TRANSPLANT_WARM=0) and --runs warm runs (each waits until the idle worker 
 second verdict some seconds after the first finds it). Reports medians: the verdict's wall time, the cell's own
 time, the overhead, the kernel's export time (the only time the kernel is busy), the worker's confinement and
 state-load time. Target (issue 21): a warm verdict with TF loaded within 2 s.
+`--copy-mb 0,128` measures each copy limit in turn (CRANE_TRANSPLANT_COPY_MB; 0: the frame is copied whole,
+the "before"; 128, the default: it is shrunk in the kernel to consistent row subsets first, the "after").
 
-Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--python build/kernel-today/bin/python]
+Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--copy-mb 128]
+       [--python build/kernel-today/bin/python]
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from crane.kernel.manager import start_kernel
 from crane.sandbox import speculate
-from crane.sandbox.transplant import POOL, WARM_ENV
+from crane.sandbox.transplant import COPY_MB_ENV, POOL, WARM_ENV
 
 SETUP = """
 import numpy as np, pandas as pd, tensorflow as tf, keras
@@ -45,12 +48,12 @@ def _one(conn, budget: float) -> dict:
         raise SystemExit(f"unexpected verdict: {v.verdict} {v.reason} {v.ename} {v.evalue}")
     return {"wall_ms": wall, "cell_ms": v.elapsed_ms, "overhead_ms": v.overhead_ms, "export_ms": v.transplant.export_ms,
             "setup_ms": v.setup_ms, "load_ms": v.setup_steps.get("load", 0.0), "bytes": v.transplant.bytes,
-            "warm": v.transplant.warm}
+            "warm": v.transplant.warm, "kept": [f"{k.name}: {k.rows} of {k.of}" for k in v.kept]}
 
 
 def _median(rows: list[dict]) -> dict:
-    return {k: round(statistics.median(r[k] for r in rows), 1) for k in rows[0] if k not in ("warm",)} | {
-        "warm": [r["warm"] for r in rows]}
+    return {k: round(statistics.median(r[k] for r in rows), 1) for k in rows[0] if k not in ("warm", "kept")} | {
+        "warm": [r["warm"] for r in rows], "kept": rows[0]["kept"]}
 
 
 def main() -> None:
@@ -59,6 +62,7 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=0.0)
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--python", default=str(Path("build/kernel-today/bin/python")))
+    ap.add_argument("--copy-mb", default="", help="copy limits to measure in turn, e.g. 0,128 (default: the env's)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="crane-tbench-"))
     kernel = start_kernel(work, python=a.python)
@@ -68,16 +72,21 @@ def main() -> None:
         if run.status != "ok":
             raise SystemExit(f"setup failed: {run.ename}: {run.evalue}")
         exe = conn.evaluate("__import__('sys').executable")
-        os.environ[WARM_ENV] = "0"
-        cold = [_one(conn, a.budget) for _ in range(a.runs)]
-        os.environ[WARM_ENV] = "1"
-        _one(conn, a.budget)  # starts the first warm worker
-        warm = []
-        for _ in range(a.runs):
-            if not POOL.wait_ready(exe, 120.0):
-                raise SystemExit("the warm worker did not get ready in 120 s")
-            warm.append(_one(conn, a.budget))
-        print(json.dumps({"gb": a.gb, "python": a.python, "cold": _median(cold), "warm": _median(warm)}, indent=1))
+        for limit in (a.copy_mb.split(",") if a.copy_mb else [None]):
+            if limit is not None:
+                os.environ[COPY_MB_ENV] = limit.strip()
+            POOL.shutdown()
+            os.environ[WARM_ENV] = "0"
+            cold = [_one(conn, a.budget) for _ in range(a.runs)]
+            os.environ[WARM_ENV] = "1"
+            _one(conn, a.budget)  # starts the first warm worker
+            warm = []
+            for _ in range(a.runs):
+                if not POOL.wait_ready(exe, 120.0):
+                    raise SystemExit("the warm worker did not get ready in 120 s")
+                warm.append(_one(conn, a.budget))
+            print(json.dumps({"gb": a.gb, "python": a.python, "copy_mb": os.environ.get(COPY_MB_ENV, "default"),
+                              "cold": _median(cold), "warm": _median(warm)}, indent=1), flush=True)
     finally:
         POOL.shutdown()
         kernel.shutdown()

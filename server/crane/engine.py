@@ -25,7 +25,7 @@ from crane.pipeline import check_cell, probe_facts
 from crane.policy import DecidedBy, Prediction
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
-from crane.sandbox.verdict import KeptObject, Scale, Verdict
+from crane.sandbox.verdict import KeptObject, Scale, TransplantInfo, Verdict
 from crane.sandbox.verdict import RunMode as SandboxMode
 
 
@@ -46,6 +46,7 @@ class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     sandbox_mode: SandboxMode | None = None  # "layered" (private file layer, workers), "blocking" or "transplant"
     sandbox_mode_reason: str | None = None  # why not layered
     sandbox_kept: list[KeptObject] = []
+    sandbox_transplant: TransplantInfo | None = None  # transplant runs: what was copied and shrunk, and why
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
     # llm mode (or auto with a model): the model's verdict and what it cost
     llm: Prediction | None = None

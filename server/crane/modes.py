@@ -58,6 +58,7 @@ def record_sandbox(result: CellResult, v: SandboxVerdict) -> None:
     if v.verdict != "unavailable":
         result.sandbox_scale, result.sandbox_mode, result.sandbox_mode_reason = v.scale, v.mode, v.mode_reason
         result.sandbox_kept = list(v.kept)
+        result.sandbox_transplant = v.transplant
 
 
 def predict_in_mode(

@@ -72,6 +72,10 @@ def _scale(r) -> str:
         out += f", miniature run: {miniature_text(r.sandbox_kept)}"
     if r.sandbox_mode == "blocking" and r.sandbox_mode_reason != AUTO_BLOCKING_REASON:  # not by choice: say why
         out += ", side effects blocked" + (f" ({r.sandbox_mode_reason})" if r.sandbox_mode_reason else "")
+    if r.sandbox_mode == "transplant":  # not forked: a separate process on a copy (and why it was shrunk)
+        t = r.sandbox_transplant
+        out += ", in a separate process on a copy of the state" + (f", shrunk first: {t.shrunk}" if t and t.shrunk
+                                                                    else "")
     return out
 
 

@@ -249,6 +249,14 @@ def _rows_to_keep(n: int, fraction: float, floor_rows: int, modulus: int, requir
 
 def _positions(n: int, k: int, required: set, rng: random.Random) -> list[int]:
     chosen = set(required)
+    np = sys.modules.get("numpy")
+    if len(chosen) < k and np is not None and n > 100_000:  # millions of rows: numpy's sampling (a local
+        gen = np.random.default_rng(rng.getrandbits(63))  # generator seeded from ours: no global RNG state used)
+        picks = gen.choice(n, size=min(n, k + len(chosen)), replace=False)
+        if chosen:
+            picks = picks[~np.isin(picks, np.fromiter(chosen, dtype=np.int64, count=len(chosen)))]
+        return np.union1d(np.fromiter(chosen, dtype=np.int64, count=len(chosen)),
+                          picks[: k - len(chosen)]).tolist()
     if len(chosen) < k:
         for p in rng.sample(range(n), min(n, k + len(chosen))):
             if len(chosen) >= k:

@@ -10,6 +10,11 @@ alone. `export(args_json)` writes into `args["dir"]`:
   serialization, tf/jax arrays as host arrays); torch tensors on a GPU arrive as CPU tensors;
 - `buf-N`: the out-of-band buffers of protocol 5 (numpy/pandas/arrow data, written once, no in-memory copy);
 - `env.json`: the interpreter, cwd, environment, `sys.path`, the modules to import again, torch's CUDA facts.
+Large values are shrunk BEFORE they are copied (ks_miniature's rules: consistent row subsets, NaN rows and one
+row per class kept, on a copy of the cell's names, never the user's namespace): in a miniature run
+(`args["miniature"]`), and when the values the cell reads hold more than `args["copy_mb"]` MiB. Then
+`state.pkl` also holds, under a key no Python name can have, what the worker needs about each original for
+ks_miniature's `artefact` (the original index, the distinct values of label-like columns).
 What cannot be pickled (open files, sockets, generators, locks, connections, ...) makes the answer
 `{"ok": False, "reason": "... `name` (type) ..."}`.
 """
@@ -23,6 +28,8 @@ import os
 import re
 import sys
 import time
+
+from crane.sandbox.ks_miniature import _REGISTRY, _kind, shrink_namespace  # kernel: strip
 
 _SKIP = {"In", "Out", "get_ipython", "exit", "quit", "_ih", "_oh", "_dh", "_", "__", "___", "__builtins__",
          "__builtin__", "__name__", "__doc__", "__spec__", "__loader__", "__package__"}
@@ -161,6 +168,74 @@ def _torch_facts() -> dict:
         return {"cuda": False}
 
 
+def _raw_bytes(obj) -> int:
+    """The memory of an array-like value (numpy, pandas without deep object sizes, torch), one level into dicts,
+    lists and tuples: what copying it whole would cost. Reads sizes only (no user code)."""
+    def one(v) -> int:
+        mod = type(v).__module__ or ""
+        try:
+            if mod.startswith("numpy") and hasattr(v, "nbytes"):
+                return int(v.nbytes)
+            if mod.startswith("pandas") and hasattr(v, "memory_usage"):
+                used = v.memory_usage(index=True, deep=False)
+                return int(used.sum() if hasattr(used, "sum") else used)
+            if mod.startswith("torch") and hasattr(v, "element_size") and hasattr(v, "numel"):
+                return int(v.element_size() * v.numel())
+        except Exception:
+            return 0
+        return 0
+    total = one(obj)
+    if not total and type(obj) in (dict, list, tuple) and len(obj) <= 32:
+        total = sum(one(v) for v in (obj.values() if type(obj) is dict else obj))
+    return total
+
+
+def _in_kernel_ok(obj) -> bool:
+    """Shrinking runs library code in the kernel: only for values whose subsets touch no file (a Hugging Face
+    dataset's `select` may write an indices cache: those are copied whole)."""
+    vals = obj.values() if type(obj) is dict else obj if type(obj) in (list, tuple) else ()
+    return all((_kind(v) or ("",))[0] != "HFDataset" for v in [obj, *list(vals)[:32]])
+
+
+def _known(kind: str, orig) -> dict | None:
+    """What the worker needs to tell a label the subset dropped from one the data never had (ks_miniature's
+    `artefact`): the original index (RangeIndex, or up to 1M labels; else unknown) and, for each label-like
+    column, its dtype and the sorted stable hashes (pandas' `hash_array`) of its distinct values (up to 1M;
+    else unknown). A hash collision can only make a crash inconclusive, never a false one."""
+    if kind not in ("DataFrame", "Series"):
+        return None
+    pd = sys.modules.get("pandas")
+    idx = orig.index
+    index = idx if (type(idx).__name__ == "RangeIndex" or len(idx) <= 1_000_000) else None
+    cols: dict = {}
+    pairs = [(None, orig)] if kind == "Series" else [(c, orig[c]) for c in list(orig.columns)[:200]]
+    for c, col in pairs:
+        try:
+            if getattr(col, "ndim", 1) != 1 or col.dtype.kind not in "OiubU":
+                continue
+            arr = col.to_numpy()
+            hashes = sys.modules["numpy"].unique(pd.util.hash_array(arr)) if pd is not None else None
+            cols[c] = {"dtype": str(arr.dtype), "hashes": hashes if hashes is not None and len(hashes) <= 1_000_000
+                       else None}
+        except Exception:
+            cols[c] = None
+    return {"index": index, "columns": cols}
+
+
+def _shrink(objs: dict, spec: dict) -> tuple[list, list]:
+    """Replace the large values in `objs` (a copy of the cell's names, never the user's namespace) by consistent
+    row subsets (ks_miniature's rules): (kept, what the worker needs about each original)."""
+    names = [n for n, o in objs.items() if _in_kernel_ok(o)]
+    _REGISTRY["objects"].clear()
+    try:
+        kept = shrink_namespace(objs, names, spec)
+        known = [{"label": label, "kind": kind, "n": n, "k": k, "known": _known(kind, orig)}
+                 for label, kind, orig, _new, n, k in _REGISTRY["objects"]]
+    finally:
+        _REGISTRY["objects"].clear()  # no reference to the user's objects is kept in the kernel
+    return kept, known
+
+
 def _process() -> dict:
     """This kernel's process: pid, start time, pid namespace (the daemon ends its workers when it ends)."""
     out: dict = {"kernel_pid": os.getpid(), "kernel_start": 0, "kernel_pidns": None}
@@ -197,8 +272,9 @@ def export(args_json: str) -> dict:
         return {"ok": False, "reason": "not an IPython kernel"}
     ns = shell.user_ns
     objs: dict = {}
+    skip = set(args.get("skip") or ())  # a session's names already copied
     for name in _names(shell, str(args.get("source") or "")):
-        if name in _SKIP or name not in ns:
+        if name in _SKIP or name in skip or name not in ns:
             continue
         obj = ns[name]
         if _own_hooks(obj):
@@ -208,17 +284,38 @@ def export(args_json: str) -> dict:
         if why:
             return {"ok": False, "reason": f"`{name}` ({_type_name(obj)}) {why}"}
         objs[name] = obj
+    spec, why, raw = args.get("miniature"), None, 0
+    limit = int(args.get("copy_mb") or 0) << 20
+    if not spec and limit:
+        raw = sum(_raw_bytes(o) for o in objs.values())
+        if raw > limit:
+            spec = {"fraction": max(0.0005, min(0.5, limit / raw)), "floor_rows": 64, "min_rows": 2000,
+                    "relative": 0.05, "seed": 0}
+            why = (f"the values it reads hold {raw / 1e6:,.0f} MB, more than the {limit >> 20} MiB a transplant "
+                   "copies whole")
+    kept: list = []
+    known: list = []
+    shrink_error = None
+    if spec:
+        try:
+            kept, known = _shrink(objs, spec)
+        except Exception as exc:  # copied whole, as if nothing were large
+            shrink_error = f"{type(exc).__name__}: {exc}"
+        if kept:
+            objs["\x00crane-shrunk"] = known
     buffers: list = []
     try:
         data = _dump(cp, objs, buffers)
     except Exception:
         return {"ok": False, "reason": _culprit(cp, objs)}
     total = len(data)
-    with open(os.path.join(d, "state.pkl"), "wb") as f:
+    tag = str(args.get("tag") or "")  # a session's exports: state-N.pkl, buf-N-i
+    tag = f"-{int(tag)}" if tag else ""
+    with open(os.path.join(d, f"state{tag}.pkl"), "wb") as f:
         f.write(data)
     sizes = []
     for i, buf in enumerate(buffers):
-        with open(os.path.join(d, f"buf-{i}"), "wb") as f:
+        with open(os.path.join(d, f"buf{tag}-{i}"), "wb") as f:
             f.write(buf)
         sizes.append(buf.nbytes)
         total += buf.nbytes
@@ -228,6 +325,8 @@ def export(args_json: str) -> dict:
              "interactivity": str(getattr(shell, "ast_node_interactivity", "last_expr"))}
     with open(os.path.join(d, "env.json"), "w") as f:
         json.dump(facts, f)
+    objs.pop("\x00crane-shrunk", None)
     return {"ok": True, "copied": [[n, _type_name(o)] for n, o in objs.items()], "bytes": total,
+            "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": sys.executable, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
             **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}

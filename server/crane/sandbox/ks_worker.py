@@ -11,8 +11,8 @@ Started by the daemon (`crane.sandbox.transplant`) with the kernel's environment
    descriptors, namespaces and private layers or the blocking confinement, Landlock, seccomp, rlimits,
    capabilities dropped, audit hook) BEFORE any notebook code: the rest of the kernel's modules, the state
    (`state.pkl` and its out-of-band buffers, mapped copy-on-write) and the cell all run confined;
-3. maps torch's cuda/mps device requests to the CPU where the kernel's torch had CUDA (or when asked), shrinks
-   large inputs for a miniature run, writes a setup line with what was copied, runs the cell (`ks_run`) and
+3. maps torch's cuda/mps device requests to the CPU where the kernel's torch had CUDA (or when asked), records
+   what the kernel shrank before the copy (for ks_miniature's `artefact`), writes a setup line with what was copied, runs the cell (`ks_run`) and
    writes the record on the run's result FIFO: the same lines as a forked child.
 A worker serves one run (its state is the run's) and ends.
 """
@@ -28,10 +28,11 @@ import sys
 import time
 import types
 
-from crane.sandbox.ks_common import _write_json  # kernel: strip
+from crane.sandbox.ks_common import CELL_FILENAME, _write_json  # kernel: strip
 from crane.sandbox.ks_isolation import _POOLS, _prepare_child  # kernel: strip
-from crane.sandbox.ks_miniature import cell_names, shrink_namespace  # kernel: strip
+from crane.sandbox.ks_miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.ks_run import run_source  # kernel: strip
+from crane.sandbox.ks_session import _fsize, _read_commands  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": []}
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
@@ -140,13 +141,17 @@ def worker_main(header: dict, lines: _Lines) -> None:
     if not line:
         return  # idle too long, the daemon is gone, or the kernel it serves has ended
     spec = json.loads(line)
-    _run(spec, shell, bool(header.get("warm")))
+    if spec.get("session"):
+        _session(spec, shell)
+    else:
+        _run(spec, shell, bool(header.get("warm")))
 
 
-def _load_buffers(d: str, n: int) -> list:
+def _load_buffers(d: str, names) -> list:
+    """The out-of-band buffers (`names`, or `buf-0..n-1` for a count), mapped copy-on-write."""
     out = []
-    for i in range(n):
-        with open(os.path.join(d, f"buf-{i}"), "rb") as f:
+    for name in ([f"buf-{i}" for i in range(names)] if isinstance(names, int) else names):
+        with open(os.path.join(d, name), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             out.append(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) if size else bytearray())
     return out
@@ -238,17 +243,94 @@ def _unconfinable(system: str) -> str | None:
     return f"{name}: no confinement for a transplant worker{how}; the run is not made"
 
 
+class _Unknown:
+    """An original's index the kernel did not send (too large): any label may have been in it."""
+
+    def __contains__(self, key) -> bool:
+        return True
+
+
+class _Found:
+    def __init__(self, value: bool):
+        self.value = value
+
+    def any(self) -> bool:
+        return self.value
+
+
+class _KnownColumn:
+    """A label-like column of an original: its dtype and the sorted hashes of its distinct values (None: not
+    sent, any value may have been in it)."""
+
+    class dtype:  # noqa: N801 - read as `col.dtype.kind` by ks_miniature
+        kind = "O"
+
+    ndim = 1
+
+    def __init__(self, known):
+        self.known = known
+
+    def __eq__(self, key):
+        hashes = (self.known or {}).get("hashes")
+        if hashes is None:
+            return _Found(True)
+        np, pd = sys.modules.get("numpy"), sys.modules.get("pandas")
+        if np is None or pd is None:
+            return _Found(True)
+        try:
+            arr = np.array([key], dtype=self.known["dtype"])
+        except Exception:
+            return _Found(False)  # no value of the column's dtype equals it
+        try:
+            h = pd.util.hash_array(arr)[0]
+            i = int(np.searchsorted(hashes, h))
+            return _Found(bool(i < len(hashes) and hashes[i] == h))
+        except Exception:
+            return _Found(True)
+
+    __hash__ = object.__hash__
+
+
+class _Original(_KnownColumn):
+    """What the worker knows of a value the kernel shrank before the copy: enough for ks_miniature's `artefact`
+    (is a missing label one the subset dropped?) without the original itself."""
+
+    def __init__(self, known: dict):
+        cols = dict(known.get("columns") or {})
+        super().__init__(cols.get(None))
+        self.index = known["index"] if known.get("index") is not None else _Unknown()
+        self.columns = [c for c in cols if c is not None]
+        self._cols = cols
+
+    def __getitem__(self, col):
+        return _KnownColumn(self._cols.get(col))
+
+
+def _register_shrunk(known: list, ns: dict) -> None:
+    """ks_miniature's record of what was replaced, as a miniature run in a fork has it (its `artefact` reads the
+    kept and original row counts and asks the originals whether a missing label was dropped)."""
+    import ast
+    _REGISTRY["objects"].clear()
+    for item in known:
+        label = str(item["label"])
+        new = ns.get(label)
+        if new is None and "[" in label:
+            name, _, key = label.partition("[")
+            try:
+                new = ns[name][ast.literal_eval(key[:-1])]
+            except Exception:
+                new = None
+        orig = _Original(item["known"]) if item.get("known") is not None else None
+        _REGISTRY["objects"].append((label, item["kind"], orig, new, int(item["n"]), int(item["k"])))
+
+
 def _fail(ctx, why: str) -> None:
     _write_json(ctx.result_fd, {"verdict": "unavailable", "reason": why})
     os.close(ctx.result_fd)
 
 
-def _run(spec: dict, shell, warm: bool) -> None:
-    args = dict(spec["args"])
-    d = args["dir"]
-    with open(os.path.join(d, "env.json")) as f:
-        facts = json.load(f)
-    t0 = time.perf_counter()
+def _enter_environment(facts: dict, shell) -> None:
+    """The kernel's cwd, environment, `sys.path`, library modules and display setting."""
     try:
         os.chdir(facts["cwd"])
     except OSError:
@@ -260,7 +342,96 @@ def _run(spec: dict, shell, warm: bool) -> None:
     sys.path[:] = list(facts.get("path") or sys.path)
     _import(facts.get("modules") or [], only_library=True)
     shell.ast_node_interactivity = facts.get("interactivity") or "last_expr"
-    mini = args.pop("miniature", None)
+
+
+def _session(spec: dict, shell) -> None:
+    """A transplant session (crane.sandbox.transplant_session): confined in the blocking confinement (no
+    processes), then JSON-line commands from the session's FIFO, replies on the result FIFO, as a forked
+    session's (ks_session) but for `load`: bind the names of one more export of the kernel's state (names the
+    session's own code bound are kept). Checkpoints are the daemon's (a new worker replays the runs)."""
+    import pickle
+    args = dict(spec["args"])
+    d = args["dir"]
+    with open(os.path.join(d, "env.json")) as f:
+        facts = json.load(f)
+    _enter_environment(facts, shell)
+    _POOLS["key"] = None
+    why = _unconfinable(sys.platform)
+    if why:
+        fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
+        _write_json(fd, {"event": "error", "reason": why})
+        os.close(fd)
+        return
+    ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
+    audit = ctx.audit_state
+    ns = shell.user_ns
+    state: dict = {"imported": False, "mapped": False}
+    out_path, err_path = os.path.join(d, "stdout"), os.path.join(d, "stderr")
+    _write_json(ctx.result_fd, {"event": "ready", "pid": os.getpid(), "depth": 0, "confinement": ctx.confinement})
+    for line in _read_commands(ctx.cmd_fd):
+        try:
+            cmd = json.loads(line)
+        except ValueError:
+            _write_json(ctx.result_fd, {"event": "error", "reason": "bad command"})
+            continue
+        op = cmd.get("op")
+        reply: dict = {"event": "reply", "id": cmd.get("id"), "pid": os.getpid(), "depth": 0}
+        if op == "load":
+            audit["bypass"] = True  # loading the kernel's state is not the session's code
+            try:
+                if not state["imported"]:
+                    _import(facts.get("modules") or [], only_library=False)
+                    state["imported"] = True
+                with open(os.path.join(d, str(cmd["state"])), "rb") as f:
+                    data = f.read()
+                bufs = _load_buffers(d, [str(b) for b in cmd.get("buffers") or []])
+                for name, obj in pickle.loads(data, buffers=bufs).items():
+                    if name not in ns:
+                        ns[name] = _rebind(obj, ns)
+                if not state["mapped"]:
+                    state["mapped"] = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
+                reply["ok"] = True
+            except BaseException as exc:  # noqa: BLE001 - the session's next run is then unavailable
+                reply.update({"ok": False, "reason": f"the kernel's state could not be loaded in a separate "
+                                                     f"process: {type(exc).__name__}: {exc}"})
+            finally:
+                audit["bypass"] = False
+        elif op == "run":
+            ctx.displays.clear()
+            ctx.denied.clear()
+            o0, e0 = _fsize(out_path), _fsize(err_path)
+            signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
+            rec = run_source(ctx, cmd.get("source", ""))
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
+                       stderr_span=[e0, _fsize(err_path)])
+            reply.update(rec)
+        elif op == "eval":
+            try:
+                with ctx.shell.builtin_trap:
+                    value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ns)
+                data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
+                reply.update({"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]})
+            except BaseException as exc:  # noqa: BLE001
+                reply.update({"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]})
+        elif op == "close":
+            os._exit(12)
+        else:
+            reply.update({"ok": False, "reason": f"unknown op {op!r} (a transplant session's checkpoints are the "
+                                                 "daemon's)"})
+        audit["bypass"] = True
+        _write_json(ctx.result_fd, reply)
+        audit["bypass"] = False
+
+
+def _run(spec: dict, shell, warm: bool) -> None:
+    args = dict(spec["args"])
+    d = args["dir"]
+    with open(os.path.join(d, "env.json")) as f:
+        facts = json.load(f)
+    t0 = time.perf_counter()
+    _enter_environment(facts, shell)
+    shrunk = spec.get("shrunk") or {}
     _POOLS["key"] = None  # the worker's own thread pools (not the kernel's)
     why = _unconfinable(sys.platform)
     if why:  # never an unconfined run: the daemon checks first (crane.sandbox.confinement), this holds anyway
@@ -278,9 +449,11 @@ def _run(spec: dict, shell, warm: bool) -> None:
         with open(os.path.join(d, "state.pkl"), "rb") as f:
             data = f.read()
         state = pickle.loads(data, buffers=_load_buffers(d, int(facts.get("buffers") or 0)))
+        known = state.pop("\x00crane-shrunk", None) or []
         ns = shell.user_ns
         for name, obj in state.items():
             ns[name] = _rebind(obj, ns)
+        _register_shrunk(known, ns)
         mapped = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
     except BaseException as exc:  # noqa: BLE001 - never a false crash: the run is unavailable
         audit["bypass"] = False
@@ -288,16 +461,12 @@ def _run(spec: dict, shell, warm: bool) -> None:
         return
     audit["bypass"] = False
     t2 = time.perf_counter()
-    if mini:
-        try:
-            ctx.kept = shrink_namespace(shell.user_ns, cell_names(shell, args.get("source", "")), mini)
-        except Exception as exc:
-            ctx.miniature_error = f"{type(exc).__name__}: {exc}"
-        if not ctx.kept:
-            why = ctx.miniature_error or "the cell reads no large DataFrame, array, tensor or dataset"
-            _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}"})
-            os.close(ctx.result_fd)
-            return
+    ctx.kept = list(shrunk.get("kept") or [])  # shrunk in the kernel before the copy (ks_transplant)
+    if shrunk.get("requested") and not ctx.kept:
+        why = shrunk.get("error") or "the cell reads no large DataFrame, array, tensor or dataset"
+        _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}"})
+        os.close(ctx.result_fd)
+        return
     steps = dict(ctx.steps)
     steps.update(environment=round((t1 - t0) * 1000.0 - float(ctx.steps.get("total", 0.0)), 3),
                  load=round((t2 - t1) * 1000.0, 3), total=round((time.perf_counter() - t0) * 1000.0, 3))

@@ -17,6 +17,9 @@ Checkpoints fork through a gate in the seccomp filter (a secret only the session
 cell's code still cannot create processes. A checkpoint needs a single-threaded head (it is refused
 otherwise, with a reason).
 
+Kernels that cannot be forked (TensorFlow, JAX, CUDA, ...) get a `TransplantSession` (transplant_session.py):
+the same interface on a confined worker process holding a copy of the state.
+
 Thread-safety: one session is used by one thread at a time (commands are sequential by nature).
 """
 
@@ -99,6 +102,12 @@ class SandboxSession:
         handle = launch(conn, pdir, "session", args, timeout=request_timeout)
         if isinstance(handle, SandboxVerdict):
             pdir.cleanup()
+            from crane.sandbox.transplant import enabled as transplant_enabled
+            if handle.unforkable and transplant_enabled():  # TF/JAX/CUDA...: a session in a transplant worker
+                from crane.sandbox.transplant_session import TransplantSession
+                return TransplantSession.start(conn, budget_s=budget_s, memory_mb=memory_mb,
+                                               request_timeout=request_timeout, total_cpu_s=total_cpu_s,
+                                               reason=handle.reason)
             raise SandboxError(handle.reason or "the sandbox is unavailable")
         sess = cls(pdir, handle, budget_s)
         try:

@@ -9,6 +9,9 @@ process of the kernel's own interpreter into which the state the cell reads is c
 2. a worker (ks_worker.py) of that interpreter takes the run: an idle warm one of the same interpreter (its
    heavy imports done) or a cold one started now. It confines itself like a forked child (namespaces, private
    layers, Landlock, seccomp, rlimits, no capabilities, oom_score_adj 1000) before loading the state;
+   Large values are shrunk in the kernel before the copy (ks_miniature's rules, on a copy of the cell's
+   names): in a miniature run, and when they hold more than `copy_limit_mb()` (the run is then a miniature
+   one, and the verdict says why);
 3. its lines arrive on the run's result FIFO and are assembled exactly as a forked child's
    (`assemble.assemble`); the verdict says `mode="transplant"` and what was copied (`SandboxVerdict.transplant`).
 One idle worker per kernel is kept warm (`CRANE_TRANSPLANT_WARM=0` turns it off), with that kernel's library
@@ -44,11 +47,11 @@ from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.ks_worker import BOOTSTRAP
-from crane.sandbox.verdict import ExitStatus, SandboxVerdict, TransplantInfo, unavailable
+from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 
 _HERE = Path(__file__).resolve().parent
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
-                                 [_HERE / "ks_transplant.py"])
+                                 [_HERE / "ks_miniature.py", _HERE / "ks_transplant.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS] + [_HERE / "ks_worker.py"])
 
@@ -67,6 +70,16 @@ WARM_ENV = "CRANE_TRANSPLANT_WARM"  # "0": no idle warm worker
 IDLE_S = float(os.environ.get("CRANE_TRANSPLANT_IDLE_S") or 600.0)  # an idle warm worker ends after this long
 LOAD_S = 20.0  # the worker's own setup (imports, confinement, loading the state) on top of the cell's budget
 EXPORT_TIMEOUT_S = 60.0
+COPY_MB_ENV = "CRANE_TRANSPLANT_COPY_MB"  # values the cell reads above this many MiB are shrunk before the copy
+
+
+def copy_limit_mb() -> int:
+    """The most a transplant copies whole (0: no limit): larger values the cell reads are shrunk in the kernel
+    to consistent row subsets first (the run is then a miniature one)."""
+    try:
+        return max(0, int(os.environ.get(COPY_MB_ENV) or 128))
+    except ValueError:
+        return 128
 _WORKER_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
@@ -325,15 +338,23 @@ class ExportReply(msgspec.Struct):
     kernel_pid: int = 0  # the kernel's process (its workers end with it), its start time and pid namespace
     kernel_start: int = 0
     kernel_pidns: int | None = None
+    kept: list[KeptObject] = []  # values shrunk before the copy (miniature rules)
+    shrunk: str | None = None  # why, when the run was not asked to be a miniature (too much to copy whole)
+    raw_bytes: int = 0  # the memory of the values the cell reads, before shrinking
+    shrink_error: str | None = None
 
 
-def _export(conn: KernelConnection, pdir: PrivateDir, source: str, timeout: float) -> ExportReply:
+def _export(conn: KernelConnection, pdir: PrivateDir, source: str, timeout: float,
+            miniature: dict | None = None, extra: dict | None = None) -> ExportReply:
     cp = ModuleClient(conn, CLOUDPICKLE_MODULE)
     out = cp.evaluate({"v": CLOUDPICKLE_MODULE.version_expression()}, timeout, "transplant check")
     if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
         cp.ensure_installed(timeout=max(timeout, 10.0))
+    extra = {"copy_mb": copy_limit_mb(), **(extra or {})}
+    if miniature:
+        extra["miniature"] = miniature
     raw = ModuleClient(conn, TRANSPLANT_MODULE).call(
-        "export", json.dumps(pdir.args(source=source)), timeout=EXPORT_TIMEOUT_S, what="transplant export")
+        "export", json.dumps(pdir.args(source=source, **extra)), timeout=EXPORT_TIMEOUT_S, what="transplant export")
     return msgspec.convert(raw, ExportReply)
 
 
@@ -368,7 +389,7 @@ def transplant(
     child: ChildHandle | None = None
     try:
         try:
-            exp = _export(conn, pdir, source, request_timeout)
+            exp = _export(conn, pdir, source, request_timeout, miniature)
         except KernelTimeout:
             return unavailable("the kernel is busy (it did not answer the transplant request in time)")
         except (KernelError, msgspec.ValidationError) as exc:
@@ -387,9 +408,10 @@ def transplant(
         args = pdir.args(mode="run", source=source, budget_s=float(budget_s) + LOAD_S, memory_mb=int(memory_mb)
                          + (exp.bytes >> 20), output_limit=64 * 1024, layer="blocking" if layer == "blocking" else "auto",
                          places=list(places), idle=bool(idle), max_processes=int(max_processes))
-        if miniature:
-            args["miniature"] = miniature
-        child = worker.run({"args": args, "budget_s": float(budget_s), "map_devices": bool(map_devices)})
+        shrunk = {"kept": [msgspec.to_builtins(k) for k in exp.kept], "requested": bool(miniature),
+                  "error": exp.shrink_error, "why": exp.shrunk}
+        child = worker.run({"args": args, "budget_s": float(budget_s), "map_devices": bool(map_devices),
+                            "shrunk": shrunk})
         deadline = time.monotonic() + float(budget_s) + LOAD_S + _GRACE_S
         data, how = read_until_eof(pdir.result_fd, child, deadline, cancel=cancel, stop_at_record=True)
         if how in ("deadline", "cancelled"):
@@ -405,8 +427,11 @@ def transplant(
         info = TransplantInfo(
             copied=[f"{n} ({t})" for n, t in exp.copied][:50], bytes=exp.bytes, warm=worker.warm,
             confinement=v.mode if v.mode in ("layered", "blocking") else None, export_ms=exp.export_ms, devices_mapped=bool(map_devices or exp.cuda),
-            not_imported=[],
+            not_imported=[], shrunk=exp.shrunk, raw_bytes=exp.raw_bytes,
         )
+        if exp.shrunk and v.verdict == "timeout" and "artefact" in (v.reason or ""):
+            v.reason = (v.reason or "").replace("the full run did not finish in time",
+                                                f"the full state was not copied: {exp.shrunk}")
         setup_extra = _setup_transplant(data)
         info.devices_mapped = bool(setup_extra.get("devices_mapped", info.devices_mapped))
         info.not_imported = [str(x) for x in setup_extra.get("not_imported") or []]

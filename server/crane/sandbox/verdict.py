@@ -46,6 +46,9 @@ class TransplantInfo(msgspec.Struct, omit_defaults=True):
     export_ms: float = 0.0  # the kernel's time to write the state (the kernel is busy only for this)
     devices_mapped: bool = False  # torch's cuda/mps requests ran on the CPU
     not_imported: list[str] = []  # the kernel's modules the worker could not import
+    shrunk: str | None = None  # why large values were shrunk in the kernel before the copy, when the run was
+    # not asked to be a miniature (the verdict's `kept` says what was kept)
+    raw_bytes: int = 0  # the memory of the values the cell reads, before any shrinking
 
 
 class SandboxVerdict(msgspec.Struct, omit_defaults=True):
@@ -130,6 +133,8 @@ def transplant_text(t: TransplantInfo, why: str | None) -> str:
             + (f"; {t.confinement} confinement" if t.confinement else "") + ")")
     if why:
         text += f" (not forked: {why})"
+    if t.shrunk:
+        text += f"; shrunk before the copy ({t.shrunk})"
     text += "; GPUs hidden" + (", cuda/mps requests mapped to the CPU" if t.devices_mapped else "")
     return text + ": device placement not checked"
 

@@ -1,0 +1,205 @@
+"""Sandbox sessions on kernels that cannot be forked: `SandboxSession`'s interface on a transplant worker.
+
+`SandboxSession.open` returns a `TransplantSession` when the kernel refuses to fork (TensorFlow, JAX or CuPy
+loaded, CUDA initialised, a spent thread pool: see crane.sandbox.transplant), so the agent's and `crane fix`'s
+sandboxed tries work there too:
+- the worker (a warm one of the kernel's, or a cold one) confines itself in the blocking confinement (no
+  processes, writes only to its scratch directory, no network), then serves JSON-line commands like a forked
+  session (ks_worker._session);
+- state is copied lazily: before each run or inspect, the names its code reads that the session has not copied
+  yet are exported from the kernel (a private request: nothing in the kernel changes) and loaded; names the
+  session's own code bound are never overwritten;
+- checkpoints are the daemon's: a checkpoint is a position in the session's log of runs; rolling back (or a
+  run over budget) ends the worker and starts another that copies the state again and replays the runs up to
+  that position (a replayed run that does not finish ends the session). Slower than a nested fork, but the
+  kernel's TF/JAX runtime never goes through one.
+Verdicts say `mode="transplant"` and what was copied. Workers end with the session, the kernel or the daemon.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import msgspec
+
+from crane.kernel.client import KernelConnection
+from crane.kernel.errors import KernelError, KernelTimeout
+from crane.sandbox.channel import ChildHandle, PrivateDir, _starttime
+from crane.sandbox.confinement import current as current_confinement
+from crane.sandbox.session import SandboxError, SandboxSession, _Reply
+from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_ref
+from crane.sandbox.verdict import SandboxVerdict, TransplantInfo
+
+
+class TransplantSession(SandboxSession):
+    """A sandbox session in a transplant worker (see the module docstring). Same methods as SandboxSession."""
+
+    def __init__(self, pdir: PrivateDir, head: ChildHandle, budget_s: float):
+        super().__init__(pdir, head, budget_s)
+        self.conn: KernelConnection | None = None
+        self.worker: Worker | None = None
+        self.reason: str | None = None  # why the kernel was not forked
+        self.request_timeout = 5.0
+        self.memory_mb = 2048
+        self.total_cpu_s = 600.0
+        self._exports = 0
+        self._copied: dict[str, str] = {}  # name -> type, in the current worker
+        self._bytes = 0
+        self._log: list[str] = []  # every run since the session opened (replayed after a rollback)
+        self._marks: list[int] = []  # checkpoints: positions in the log (the first is the base)
+        self._warm = False
+
+    @classmethod
+    def start(cls, conn: KernelConnection, *, budget_s: float, memory_mb: int, request_timeout: float,
+              total_cpu_s: float, reason: str | None) -> TransplantSession:
+        """Open a session in a worker; raises SandboxError when none can start (the reason says why)."""
+        why = current_confinement().runs("transplant")
+        if why:
+            raise SandboxError(why)
+        pdir = PrivateDir(session=True)
+        sess = cls(pdir, ChildHandle(0, None), budget_s)
+        sess.conn, sess.reason, sess.request_timeout = conn, reason, request_timeout
+        sess.memory_mb, sess.total_cpu_s = memory_mb, total_cpu_s
+        try:
+            sess._start_worker()
+        except BaseException:
+            sess.close()
+            raise
+        sess._marks = [0]
+        sess._depth = 1
+        return sess
+
+    # -- the worker --------------------------------------------------------------------------------
+    def _export(self, source: str) -> ExportReply:
+        assert self.conn is not None
+        self._exports += 1
+        extra = {"tag": self._exports, "skip": sorted(self._copied), "copy_mb": 0}
+        try:
+            exp = _export(self.conn, self._pdir, source, self.request_timeout, extra=extra)
+        except KernelTimeout:
+            raise SandboxError("the kernel is busy (it did not answer the transplant request in time)") from None
+        except (KernelError, msgspec.ValidationError) as exc:
+            raise SandboxError(f"the kernel's state could not be exported: {exc}") from None
+        if not exp.ok:
+            raise SandboxError(exp.reason or "the kernel's state could not be exported")
+        return exp
+
+    def _start_worker(self) -> None:
+        import json
+        import os
+
+        exp = self._export("")
+        with open(os.path.join(self._pdir.path, "env.json")) as f:
+            facts = json.load(f)
+        env, cwd = dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
+        kernel = kernel_ref(exp.kernel_pid, exp.kernel_start, exp.kernel_pidns)
+        worker = POOL.take(exp.executable, kernel)
+        if worker is None:
+            worker = Worker(exp.executable, env, cwd, exp.modules, warm=False, kernel=kernel)
+        self.worker, self._warm = worker, worker.warm
+        if not POOL.serving(worker):
+            raise SandboxError("the kernel ended before its transplant session started")
+        args = self._pdir.args(mode="session", budget_s=float(self.budget_s), cpu_s=float(self.total_cpu_s),
+                               memory_mb=int(self.memory_mb) + 1024, output_limit=1 << 20, layer="blocking")
+        worker.run({"args": args, "session": True, "map_devices": bool(exp.cuda)})
+        self._head.close()
+        self._head = ChildHandle(worker.proc.pid, _starttime(worker.proc.pid))
+        self._buf = b""
+        self._copied = {}
+        ready = self._read_reply(time.monotonic() + LOAD_S + 60.0)  # a cold worker imports TensorFlow first
+        if ready is None or ready.event != "ready":
+            tail = worker.log_tail().strip().splitlines()[-1:] if ready is None else []
+            raise SandboxError(f"the transplant session did not start: {ready.reason if ready else 'no answer'}"
+                               + (f" ({tail[0]})" if tail else ""))
+        self.landlock_abi = ready.confinement.get("landlock_abi")
+        POOL.refill(exp.executable, env, cwd, exp.modules, kernel)  # the next session or run finds one warm
+
+    def _end_worker(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.kill()
+            POOL.done(worker)
+            threading.Thread(target=worker.end, name="crane-transplant-reap", daemon=True).start()
+
+    def _load_for(self, source: str) -> None:
+        """Copy the names `source` reads that this worker has not copied yet (SandboxError if impossible)."""
+        exp = self._export(source)
+        if not exp.copied:
+            return
+        import os
+
+        tag = f"-{self._exports}"
+        bufs = sorted((n for n in os.listdir(self._pdir.path) if n.startswith(f"buf{tag}-")),
+                      key=lambda n: int(n.rsplit("-", 1)[1]))
+        self._send({"op": "load", "state": f"state{tag}.pkl", "buffers": bufs})
+        rep = self._expect(self.request_timeout + 30.0)
+        if not rep.ok:
+            raise SandboxError(rep.reason or "the kernel's state could not be loaded")
+        for name, kind in exp.copied:
+            self._copied[name] = kind
+        self._bytes += exp.bytes
+
+    def _restore(self, position: int) -> None:
+        """A new worker holding the state the session had after `position` runs (copied again, replayed)."""
+        self._end_worker()
+        self._start_worker()
+        for source in self._log[:position]:
+            self._load_for(source)
+            self._send({"op": "run", "source": source, "budget_s": float(self.budget_s)})
+            rep = self._read_reply(time.monotonic() + self.budget_s + 2.0)
+            if rep is None or rep.event != "reply":
+                raise SandboxError("a checkpoint could not be restored: replaying a run did not finish")
+        del self._log[position:]
+
+    # -- SandboxSession's interface ------------------------------------------------------------------
+    def run(self, source: str, budget_s: float | None = None) -> SandboxVerdict:
+        if self.closed:
+            raise SandboxError("the sandbox session is closed")
+        try:
+            self._load_for(source)
+        except SandboxError as exc:
+            return SandboxVerdict(verdict="unavailable", reason=str(exc), mode="transplant",
+                                  mode_reason=self.reason)
+        self._log.append(source)
+        v = super().run(source, budget_s)
+        v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
+        v.transplant = TransplantInfo(copied=[f"{n} ({t})" for n, t in self._copied.items()][:50],
+                                      bytes=self._bytes, warm=self._warm, confinement="blocking")
+        return v
+
+    def inspect(self, expr: str, limit: int = 4000, timeout: float = 10.0) -> str:
+        self._load_for(expr)
+        return super().inspect(expr, limit, timeout)
+
+    def _checkpoint_abs(self, timeout: float = 10.0) -> None:
+        self._marks.append(len(self._log))
+        self._depth = len(self._marks)
+
+    def rollback(self, timeout: float = 10.0) -> int:
+        if self.depth == 0:
+            raise SandboxError("no checkpoint to roll back to")
+        self._resume_at_checkpoint()
+        return self.depth
+
+    def _after_resume(self, rep: _Reply | None) -> None:
+        # a run over budget (its worker is killed by SandboxSession.run) or a worker that died: back to the last
+        # checkpoint, as a forked session resumes in its checkpoint process
+        self._resume_at_checkpoint()
+
+    def _resume_at_checkpoint(self) -> None:
+        position = self._marks.pop()
+        try:
+            self._restore(position)
+        except BaseException:
+            self.close()
+            raise
+        if not self._marks:
+            self._marks.append(position)  # keep a base under the head
+        self._depth = len(self._marks)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        super().close()
+        self._end_worker()
