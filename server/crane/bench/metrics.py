@@ -21,7 +21,7 @@ class VariantResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     verdict: str | None = None  # mode-specific verdict (e.g. sandbox: crash/no-crash/timeout/blocked/unavailable)
     decided_by: str | None = None  # sandbox | rules | llm | none (crane.policy)
     sandbox_scale: str | None = None  # full | miniature
-    sandbox_mode: str | None = None  # layered | blocking
+    sandbox_mode: str | None = None  # layered | blocking | transplant
     rule: str | None = None
     line: int | None = None
     message: str | None = None

@@ -36,7 +36,10 @@ class BenchReport(msgspec.Struct, rename="camel"):
     decided_by: dict[str, int] = {}  # which source decided each variant: sandbox / rules / llm / none
     sandbox_decided: float | None = None  # share of the variants the sandbox decided (auto mode)
     sandbox_scales: dict[str, int] = {}  # sandbox verdicts reached at full size / in miniature
-    sandbox_modes: dict[str, int] = {}  # layered / blocking
+    sandbox_modes: dict[str, int] = {}  # layered / blocking / transplant
+    # auto mode: the sandbox's verdicts by the mode that reached them (layered / blocking / transplant; "not run":
+    # unavailable) -> verdict -> count; decided = crash + no-crash
+    sandbox_by_mode: dict[str, dict[str, int]] = {}
     rules_overall: Scores | None = None  # auto mode: the rules' own predictions, scored the same way
     kernel_unchanged: int | None = None  # auto mode: variants whose kernel the sandbox left untouched (of n)
     errored: int = 0  # variants that could not be run or whose model request failed: not in the scores
@@ -154,6 +157,7 @@ def build_report(mode: str, results: list[VariantResult]) -> BenchReport:
     if mode == "auto" and results:
         report.sandbox_decided = round(sum(r.decided_by == "sandbox" for r in results) / len(results), 4)
         report.kernel_unchanged = sum(r.kernel_unchanged is True for r in results)
+        report.sandbox_by_mode = _by_mode(results)
     if mode != "static":
         from crane.llm.cost import SESSION
 
@@ -162,6 +166,29 @@ def build_report(mode: str, results: list[VariantResult]) -> BenchReport:
         if totals.requests or totals.failed_requests or totals.cache_hits:
             report.usage = totals
     return report
+
+
+def _by_mode(results: list[VariantResult]) -> dict[str, dict[str, int]]:
+    """The sandbox's verdict histogram per mode (auto mode): which confinement or transplant reached what."""
+    by: dict[str, Counter] = {}
+    for r in results:
+        if r.error or r.verdict is None:
+            continue
+        key = r.sandbox_mode or ("not run" if r.verdict == "unavailable" else None)
+        if key is not None:
+            by.setdefault(key, Counter())[r.verdict] += 1
+    return {k: dict(sorted(v.items())) for k, v in sorted(by.items())}
+
+
+def _mode_lines(rep: BenchReport) -> list[str]:
+    """'  transplant   14: crash 7, no-crash 7 (decided 14/14)' for each mode."""
+    lines = ["sandbox by mode:"] if rep.sandbox_by_mode else []
+    for mode, verdicts in rep.sandbox_by_mode.items():
+        n = sum(verdicts.values())
+        decided = verdicts.get("crash", 0) + verdicts.get("no-crash", 0)
+        lines.append(f"  {mode:<12} {n:>4}: " + ", ".join(f"{k} {v}" for k, v in verdicts.items())
+                     + f" (decided {decided}/{n})")
+    return lines
 
 
 def _rules_scores(results: list[VariantResult]) -> Scores | None:
@@ -199,6 +226,7 @@ def render_text(rep: BenchReport) -> str:
                         if rep.sandbox_scales else "")
                      + (" in mode " + ", ".join(f"{k} {v}" for k, v in sorted(rep.sandbox_modes.items()))
                         if rep.sandbox_modes else ""))
+    lines += _mode_lines(rep)
     if rep.kernel_unchanged is not None:
         unknown = sum(r.kernel_unchanged is None for r in rep.results)
         lines.append(f"kernel left untouched by the sandbox: {rep.kernel_unchanged}/{len(rep.results)}"
