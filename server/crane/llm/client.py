@@ -26,6 +26,7 @@ from crane.llm.errors import (
 )
 from crane.llm.litellm_import import load_litellm
 from crane.llm.schema import (
+    ANSWER_JSON_SCHEMA,
     RESPONSE_FORMAT_OBJECT,
     RESPONSE_FORMAT_SCHEMA,
     AnswerError,
@@ -116,7 +117,11 @@ def _request_kwargs(litellm, settings: LLMSettings, messages: list[dict], fmt: s
         # Local OpenAI-compatible servers need no key, but the OpenAI client insists on one.
         if _provider(litellm, settings.require_model()) == "openai" and not os.environ.get("OPENAI_API_KEY"):
             kwargs["api_key"] = "no-key-required"
-    if _FORMATS[fmt] is not None:
+    if fmt == "schema" and settings.local:
+        from crane.llm.local_server import schema_format
+
+        kwargs["response_format"] = schema_format(settings.api_base, RESPONSE_FORMAT_SCHEMA, ANSWER_JSON_SCHEMA)
+    elif _FORMATS[fmt] is not None:
         kwargs["response_format"] = _FORMATS[fmt]
     return kwargs
 

@@ -7,9 +7,12 @@ answers `json_schema` with HTTP 500). One cheap GET per server and process tells
 - llama.cpp `llama-server`: `GET /props` has `default_generation_settings`;
 - Ollama: `GET /api/version` has `version` (and the Ollama providers of litellm);
 - vLLM: `GET /version` has `version` (and litellm's `hosted_vllm/`);
-- LM Studio: `GET /api/v0/models` has `data` (and litellm's `lm_studio/`).
+- LM Studio: `GET /api/v0/models` has `data` (and litellm's `lm_studio/`);
+- llama-cpp-python: `GET /openapi.json` is titled "llama.cpp Python API".
 
-All four enforce `response_format: json_schema`; anything else gets `json_object` (and the client's fallback
+The first four enforce `response_format: json_schema`. llama-cpp-python enforces a schema in its own dialect,
+`{"type": "json_object", "schema": {...}}` (a grammar; `json_schema` is an HTTP 500 there): `schema_format`
+writes the schema request the server understands. Anything else gets `json_object` (and the client's fallback
 on an error that names response_format). Set `structured` (CRANE_LLM_STRUCTURED, --llm-structured) to skip this.
 """
 
@@ -30,7 +33,9 @@ PROBES: tuple[tuple[str, str, str], ...] = (
     ("ollama", "/api/version", "version"),
     ("lm-studio", "/api/v0/models", "data"),
     ("vllm", "/version", "version"),
+    ("llama-cpp-python", "/openapi.json", "info"),  # FastAPI's schema: also its title must say so (_matches)
 )
+LLAMA_CPP_PYTHON_TITLE = "llama.cpp python"
 PROBE_TIMEOUT_S = 2.0
 
 _known: dict[str, str | None] = {}
@@ -57,8 +62,18 @@ def _get_json(url: str) -> object | None:
         return None
 
 
+def _matches(name: str, body: object, key: str) -> bool:
+    if not isinstance(body, dict) or key not in body:
+        return False
+    if name == "llama-cpp-python":  # any FastAPI app serves /openapi.json
+        info = body.get("info")
+        return isinstance(info, dict) and LLAMA_CPP_PYTHON_TITLE in str(info.get("title", "")).lower()
+    return True
+
+
 def detect_server(api_base: str) -> str | None:
-    """"llama.cpp", "ollama", "lm-studio", "vllm", or None (unknown); asked once per api_base and process."""
+    """"llama.cpp", "ollama", "lm-studio", "vllm", "llama-cpp-python", or None (unknown); asked once per
+    api_base and process."""
     with _lock:
         if api_base in _known:
             return _known[api_base]
@@ -66,7 +81,7 @@ def detect_server(api_base: str) -> str | None:
     root = _root(api_base)
     for name, path, key in PROBES:
         body = _get_json(root + path)
-        if isinstance(body, dict) and key in body:
+        if _matches(name, body, key):
             found = name
             break
     log.info("local model server at %s: %s", api_base, found or "unknown (json_object)")
@@ -81,6 +96,14 @@ def enforces_json_schema(api_base: str | None, model: str) -> bool:
     if not api_base:
         return False
     return detect_server(api_base) is not None
+
+
+def schema_format(api_base: str | None, default: dict, schema: dict) -> dict:
+    """The response_format that asks the server at `api_base` to enforce `schema`: llama-cpp-python's
+    `{"type": "json_object", "schema": ...}`; elsewhere `default` (the OpenAI `json_schema` form)."""
+    if api_base and detect_server(api_base) == "llama-cpp-python":
+        return {"type": "json_object", "schema": schema}
+    return default
 
 
 def forget() -> None:

@@ -1,0 +1,80 @@
+"""Issue 22, measured: exchanges recorded between CRANE and Qwen2.5-Coder-0.5B-Instruct (Q4_K_M) served by
+llama-cpp-python 0.3.36 on this machine's CPU (benchmarks/llm_local_bench.py, docs/llm.md "Local models"),
+replayed through the fake OpenAI-compatible server on 127.0.0.1. Each test pins a defect those real replies
+showed and fails on the code before its fix. The fixtures are `replies/*.jsonl` (benchmarks/llm_record_proxy.py's
+format; local paths replaced by <path>/NAME)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crane.llm import client, local_server
+from crane.llm.cost import CostLedger
+from crane.llm.predictor import predict_with_llm
+from crane.llm.prompt import Prompt
+from crane.llm.schema import ANSWER_JSON_SCHEMA
+from crane.llm.settings import LLMSettings
+
+from .fake_llm_server import Reply
+
+FIXTURES = Path(__file__).resolve().parent / "replies"
+QWEN = FIXTURES / "qwen2.5-coder-0.5b-llama-cpp-python.jsonl"
+MODEL = "openai/qwen2.5-coder-0.5b"
+LLAMA_CPP_PYTHON_OPENAPI = {"openapi": "3.1.0", "info": {"title": "🦙 llama.cpp Python API", "version": "0.3.36"}}
+
+
+def recorded(index: int, path: Path = QWEN) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8").splitlines()[index])
+
+
+def replay(index: int, path: Path = QWEN) -> Reply:
+    rec = recorded(index, path)
+    u = rec["response"].get("usage") or {}
+    return Reply(content=rec["response"]["choices"][0]["message"]["content"],
+                 usage={"prompt_tokens": u.get("prompt_tokens", 0), "completion_tokens": u.get("completion_tokens", 0)})
+
+
+def recorded_prompt(index: int, path: Path = QWEN) -> Prompt:
+    messages = recorded(index, path)["request"]["messages"]
+    chars = sum(len(m["content"]) for m in messages)
+    return Prompt(messages=messages, chars=chars, user_chars=len(messages[-1]["content"]), sections={})
+
+
+def local(server, **kw) -> LLMSettings:
+    base: dict[str, Any] = {"retries": 0, "cache": False}
+    base.update(kw)
+    return LLMSettings(model=MODEL, api_base=server.api_base, **base)
+
+
+@pytest.fixture(autouse=True)
+def fresh_detection():
+    local_server.forget()
+    client._format_downgrades.clear()
+    yield
+    local_server.forget()
+    client._format_downgrades.clear()
+
+
+def test_llama_cpp_python_is_detected_and_gets_the_schema_in_its_own_dialect(llm_server):
+    """llama-cpp-python enforces a schema only as {"type": "json_object", "schema": ...} (a grammar); before, it
+    was an unknown server and got a bare json_object, which no grammar holds to the verdict's fields."""
+    llm_server.reset(replay(0))
+    llm_server.get_routes["/openapi.json"] = LLAMA_CPP_PYTHON_OPENAPI
+    v = predict_with_llm(recorded_prompt(0), local(llm_server), ledger=CostLedger())
+    assert v.answer.crash is True and v.answer.line == 3
+    assert llm_server.requests[0]["body"]["response_format"] == {"type": "json_object", "schema": ANSWER_JSON_SCHEMA}
+    assert local_server.detect_server(llm_server.api_base) == "llama-cpp-python"
+    # the recorded request is what CRANE sends today
+    assert recorded(0)["request"]["response_format"] == llm_server.requests[0]["body"]["response_format"]
+
+
+def test_another_fastapi_server_is_not_taken_for_llama_cpp_python(llm_server):
+    llm_server.reset(replay(0))
+    llm_server.get_routes["/openapi.json"] = {"openapi": "3.1.0", "info": {"title": "My proxy", "version": "1"}}
+    predict_with_llm(recorded_prompt(0), local(llm_server), ledger=CostLedger())
+    assert llm_server.requests[0]["body"]["response_format"] == {"type": "json_object"}
+    assert local_server.detect_server(llm_server.api_base) is None
