@@ -228,6 +228,7 @@ def _map_devices(facts: dict, force: bool) -> bool:
     cuda.get_device_name = lambda i=0: names[int(i) if isinstance(i, int) else 0] if names else "cuda"
     for fn in ("synchronize", "empty_cache", "reset_peak_memory_stats", "set_device"):
         setattr(cuda, fn, lambda *a, **k: None)
+    cuda.is_current_stream_capturing = lambda: False  # optimizers' graph-capture check (torch < 2.12 asks CUDA)
     for fn in ("memory_allocated", "max_memory_allocated", "memory_reserved"):
         setattr(cuda, fn, lambda *a, **k: 0)
     return True
