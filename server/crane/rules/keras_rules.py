@@ -13,13 +13,14 @@ one output) are judged; subclassed models and datasets/generators as x are not.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from crane.finding import Finding
 from crane.probe.facts import Facts, KerasModelFacts
 from crane.rulekit.context import RuleContext
 from crane.rulekit.lib_glue import emit, label, library_version, method_calls, state_may_change, value
-from crane.rulekit.lib_helpers import Verdict, describe, is_array_like, is_tensor, shape_of
+from crane.rulekit.lib_helpers import Verdict, describe, is_array_like, is_series, is_tensor, shape_of
 from crane.rulekit.registry import rule
 
 _INPUT_METHODS = {"fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch"}
@@ -152,6 +153,23 @@ def label_verdict(km: KerasModelFacts, ylabel: str, y: Facts, batch: int) -> Ver
     return None
 
 
+def label_dtype_verdict(ylabel: str, y: Facts) -> Verdict | None:
+    """Keras 3's data adapters read a pandas Series' dtype (and a numpy text array's) through
+    `backend.standardize_dtype`, which rejects text and categories: "Invalid dtype: str" before any batch."""
+    name = None
+    if is_series(y) and y.dtype in ("str", "object", "category"):
+        name = y.dtype
+    elif y.kind == "ndarray" and y.dtype:
+        m = re.fullmatch(r"<U(\d+)", y.dtype)
+        if m:
+            name = f"str{32 * int(m.group(1))}"  # numpy's dtype.name: bits
+    if name is None:
+        return None
+    return Verdict("ValueError", f"Invalid dtype: {name}", "data confusion",
+                   [describe(ylabel, y) + (f", e.g. {y.example_values[0]}" if y.example_values else ""),
+                    "Keras models train on numbers: encode text labels (LabelEncoder, StringLookup) first"], 0.9)
+
+
 def _x_arg(call: ast.Call) -> ast.expr | None:
     if call.args and not isinstance(call.args[0], ast.Starred):
         return call.args[0]
@@ -239,6 +257,11 @@ def keras_model(ctx: RuleContext) -> Iterator[Finding]:
         if meth in _LABEL_METHODS:
             y_node = _y_arg(call)
             y = value(ctx, y_node)
+            if y_node is not None and y is not None and keras3 and meth in ("fit", "evaluate"):
+                v = label_dtype_verdict(label(ctx, y_node), y)
+                if v is not None:
+                    yield emit(ctx, call, "keras-model", v)
+                    return
             if y_node is not None and y is not None:
                 bs = ctx.literal(ctx.kwarg(call, "batch_size"), 32)
                 v = label_verdict(km, label(ctx, y_node), y, bs if isinstance(bs, int) and bs > 0 else 32)
