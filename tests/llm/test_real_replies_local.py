@@ -78,3 +78,28 @@ def test_another_fastapi_server_is_not_taken_for_llama_cpp_python(llm_server):
     predict_with_llm(recorded_prompt(0), local(llm_server), ledger=CostLedger())
     assert llm_server.requests[0]["body"]["response_format"] == {"type": "json_object"}
     assert local_server.detect_server(llm_server.api_base) is None
+
+
+def test_an_exception_copied_from_the_prompts_example_gives_way_to_the_one_the_explanation_names(llm_server):
+    """Qwen explained the probe-verified NameError and wrote the system prompt example's "KeyError" as the
+    exception: `crane diagnose` said "will crash: KeyError at line 3"."""
+    llm_server.reset(replay(0))
+    v = predict_with_llm(recorded_prompt(0), local(llm_server), ledger=CostLedger())
+    assert json.loads(recorded(0)["response"]["choices"][0]["message"]["content"])["exception"] == "KeyError"
+    assert v.answer.exception == "NameError" and v.answer.line == 3
+
+
+def test_a_reply_that_repeats_the_prompts_example_is_no_verdict(llm_server):
+    """For NBspecific_13's clean variant Qwen returned the system prompt's example word for word (df['Age'],
+    KeyError, line 2): a false alarm on a cell that runs clean. It is now an invalid reply: the repair request
+    says why, and a second copy is an LLMBadAnswer (the rules decide), never a crash verdict."""
+    from crane.llm.errors import LLMBadAnswer
+
+    llm_server.reset(replay(1), replay(1))
+    with pytest.raises(LLMBadAnswer):
+        predict_with_llm(recorded_prompt(1), local(llm_server), ledger=CostLedger())
+    repair = llm_server.requests[1]["body"]["messages"][-1]["content"]
+    assert "repeats the example" in repair
+    # a genuine answer about df['Age'] elsewhere is still an answer
+    llm_server.reset(Reply.answer(explanation="df has no column 'Age' (columns: age, name): df['Age'] raises KeyError"))
+    assert predict_with_llm(recorded_prompt(1), local(llm_server), ledger=CostLedger()).answer.exception == "KeyError"

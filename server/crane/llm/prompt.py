@@ -7,6 +7,7 @@ counts use litellm's bundled tokenizers (offline), computed only when asked for.
 
 from __future__ import annotations
 
+import json
 import re
 
 import msgspec
@@ -14,6 +15,7 @@ import msgspec
 from crane.finding import ROOT_CAUSES, Finding
 from crane.llm import history as hist
 from crane.llm.facts_text import facts_text
+from crane.llm.schema import EXAMPLE_ANSWER
 from crane.notebook.model import Cell
 from crane.probe.facts import ProbeResult
 from crane.text import clean_traceback as _clean_traceback
@@ -39,9 +41,7 @@ describes a value: write your own value there, never the description):
 "root_cause": one of {", ".join(repr(r).replace("'", '"') for r in ROOT_CAUSES)} or null, \
 "suggested_fix": "<a short code-level fix>" or null}}
 Example of a complete reply (for another notebook):
-{{"explanation": "df has no column 'Age' (its columns are 'age' and 'name'), so df['Age'] raises KeyError.", \
-"crash": true, "confidence": 0.9, "exception": "KeyError", "line": 2, "root_cause": "data confusion", \
-"suggested_fix": "use df['age']"}}"""
+{json.dumps(EXAMPLE_ANSWER)}"""
 
 
 

@@ -3,8 +3,9 @@
 `decode_answer` accepts what real models send (a bare JSON object, or one wrapped in a ```json fence or a
 sentence) but validates strictly: a missing field, a wrong type, or a confidence outside [0, 1] is an
 `AnswerError`, which triggers the client's one repair retry. It is tolerant where a value is usable: a root
-cause outside the JunoBench taxonomy becomes "unknown" (the verdict is kept), and free text in `exception`
-("KeyError: 'Age' — df has no column ...") becomes the exception class name.
+cause outside the JunoBench taxonomy becomes "unknown" (the verdict is kept), free text in `exception`
+("KeyError: 'Age' — df has no column ...") becomes the exception class name, and an `exception` the answer's own
+explanation contradicts becomes the class the explanation names.
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ ANSWER_JSON_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+# The filled-in example of the system prompt (crane.llm.prompt). A reply that repeats its explanation is no answer
+# about the target cell: Qwen2.5-Coder-0.5B returned it word for word for a clean cell (a false alarm).
+EXAMPLE_ANSWER: dict[str, Any] = {
+    "explanation": "df has no column 'Age' (its columns are 'age' and 'name'), so df['Age'] raises KeyError.",
+    "crash": True, "confidence": 0.9, "exception": "KeyError", "line": 2, "root_cause": "data confusion",
+    "suggested_fix": "use df['age']",
+}
+
 RESPONSE_FORMAT_SCHEMA = {
     "type": "json_schema",
     "json_schema": {"name": "crane_verdict", "schema": ANSWER_JSON_SCHEMA, "strict": True},
@@ -159,4 +168,24 @@ def decode_answer(text: str | None) -> LLMAnswer:
         raise AnswerError(f"the JSON does not match the schema: {exc}") from None
     if not answer.explanation.strip():
         raise AnswerError("explanation is empty")
+    if _words(answer.explanation) == _words(EXAMPLE_ANSWER["explanation"]):
+        raise AnswerError("the reply repeats the example of the system message (another notebook's df['Age']); "
+                          "answer about this target cell, from its runtime facts")
+    return with_explained_exception(answer)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def with_explained_exception(answer: LLMAnswer) -> LLMAnswer:
+    """A crash whose `exception` is a class its own explanation never names, while the explanation names others,
+    gets the first class the explanation names. Small models copy the prompt's example into that field
+    (Qwen2.5-Coder-0.5B: `"explanation": "NameError: name 'X' is not defined ...", "exception": "KeyError"`);
+    the explanation, written first, is what the model reasoned."""
+    if not answer.crash:
+        return answer
+    named = [m.group(1).rsplit(".", 1)[-1] for m in _EXC_CLASS.finditer(answer.explanation)]
+    if named and answer.exception not in named:
+        return msgspec.structs.replace(answer, exception=named[0])
     return answer
