@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from crane.analysis.scope import NotebookScope
 from crane.kernel.manager import start_kernel
 
 from ..kernel_envs import require_today_python
@@ -113,12 +114,22 @@ w = jnp.ones(3)
         ("traced(w, 0.1)", [("jax-traced-control-flow", "TracerBoolConversionError")]),
         ("static(w, 0.1)", []),
         ("by_shape(w)", []),
+        ("jax.grad(lambda v: jnp.sin(v) * 2.0)(w)", [("jax-grad-output", "TypeError")]),
+        ("def sq(v):\n    return v ** 2\njax.grad(sq)(w)", [("jax-grad-output", "TypeError")]),
+        ("jax.value_and_grad(lambda v: jnp.tanh(v) + 1)(w)", [("jax-grad-output", "TypeError")]),
+        ("jax.grad(lambda v: jnp.sum(v ** 2))(w)", []),
+        ("jax.grad(lambda v: v ** 2)(2.0)", []),
+        ("def sq(v):\n    return (v ** 2).mean()\njax.grad(sq)(w)", []),
     ],
 )
 def test_jax(kernel, target, expected):
-    assert crash(predict_source(kernel, JAX, target)) == expected
+    scope = NotebookScope.from_cells([(1, 1, JAX), (2, None, target)])  # the notebook's imports (names in lambdas)
+    findings = predict_source(kernel, JAX, target, scope=scope, target_cell=2)
+    assert crash(findings) == expected
     run = run_target(kernel, target)
     assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)
+    if expected and expected[0][0] == "jax-grad-output":
+        assert findings[0].message == run.evalue
 
 
 POLARS = """

@@ -64,6 +64,7 @@ RULE_DESCRIPTIONS = {
     "keras-model": "A Keras model given inputs or labels its layers and loss reject, used before compile, or a "
                    "removed API.",
     "jax-traced-control-flow": "Python control flow on a traced argument of a jitted function.",
+    "jax-grad-output": "jax.grad of a function that visibly returns a non-scalar array (TypeError).",
     "polars-columns": "A polars column the frame's schema lacks, or a namespace (.dt, .str) on the wrong dtype.",
     "polars-join-keys": "A polars join on keys whose dtypes differ.",
     "boosting-input": "An xgboost/LightGBM model given text columns without categorical support, or unfitted.",

@@ -174,3 +174,109 @@ def jax_traced_control_flow(ctx: RuleContext) -> Iterator[Finding]:
         if v is not None:
             yield emit(ctx, call, "jax-traced-control-flow", v)
             return
+
+
+# -- jax.grad of a function whose output is visibly not a scalar ----------------------------------------------------
+# jax._src.api._check_scalar: "Gradient only defined for scalar-output functions. Output had shape: (3,)."
+_ELEMENTWISE = {
+    "jax.numpy." + n for n in ("sin", "cos", "tan", "exp", "log", "log1p", "expm1", "tanh", "sqrt", "abs", "square",
+                               "negative", "exp2", "log2", "log10", "sinh", "cosh", "arctan")
+} | {"jax.nn.relu", "jax.nn.sigmoid", "jax.nn.softplus", "jax.nn.gelu", "jax.nn.silu"}
+_ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.FloorDiv, ast.Mod)
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    out = []
+    for x, y in zip(((1,) * (len(b) - len(a)) + a), ((1,) * (len(a) - len(b)) + b), strict=True):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def output_shape(ctx: RuleContext, expr: ast.expr, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The shape of `expr` when it is built only of the parameters (known shapes), number literals, arithmetic and
+    element-wise jax functions; None for anything else (reductions, other calls, unknown names)."""
+    if isinstance(expr, ast.Name):
+        return shapes.get(expr.id)
+    if isinstance(expr, ast.Constant) and type(expr.value) in (int, float):
+        return ()
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        return output_shape(ctx, expr.operand, shapes)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, _ARITH):
+        a, b = output_shape(ctx, expr.left, shapes), output_shape(ctx, expr.right, shapes)
+        return _broadcast(a, b) if a is not None and b is not None else None
+    if (isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords
+            and ctx.qualname(expr.func) in _ELEMENTWISE):
+        return output_shape(ctx, expr.args[0], shapes)
+    return None
+
+
+def _grad_target(ctx: RuleContext, fn: ast.expr, at: ast.AST) -> tuple[list[str], ast.expr] | None:
+    """(parameter names, returned expression) of a lambda or of a one-statement function defined earlier in the cell
+    (top level, not rebound before `at`)."""
+    if isinstance(fn, ast.Lambda):
+        a = fn.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+            return None
+        return [p.arg for p in a.args], fn.body
+    if not isinstance(fn, ast.Name):
+        return None
+    found: ast.FunctionDef | None = None
+    for stmt in ctx.statements():
+        if (stmt.lineno, stmt.col_offset) >= (getattr(at, "lineno", 0), getattr(at, "col_offset", 0)):
+            break
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == fn.id:
+            found = stmt
+        elif any(isinstance(n, ast.Name) and n.id == fn.id and isinstance(n.ctx, (ast.Store, ast.Del))
+                 for n in ast.walk(stmt)):
+            found = None
+    if found is None or found.decorator_list:
+        return None
+    a = found.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+        return None
+    body = [s for s in found.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return None
+    return [p.arg for p in a.args], body[0].value
+
+
+@rule("jax-grad-output", needs_probe=True)
+def jax_grad_output(ctx: RuleContext) -> Iterator[Finding]:
+    """`jax.grad(f)(x)` / `jax.value_and_grad(f)(x)` where f visibly returns an array of x's (non-scalar) shape."""
+    for call in ctx.calls():
+        inner = call.func
+        if not (isinstance(inner, ast.Call) and ctx.qualname(inner.func) in ("jax.grad", "jax.value_and_grad")
+                and len(inner.args) == 1 and not inner.keywords and ctx.is_certain(call)):
+            continue
+        if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+            continue
+        target = _grad_target(ctx, inner.args[0], call)
+        if target is None:
+            continue
+        params, ret = target
+        if len(params) != len(call.args):
+            continue
+        shapes: dict[str, tuple[int, ...]] = {}
+        evidence = []
+        for p, arg in zip(params, call.args, strict=True):
+            f = ctx.value(arg)
+            if isinstance(arg, ast.Constant) and type(arg.value) is float:
+                shapes[p] = ()
+                continue
+            if f is None or f.shape is None or f.kind not in ("tensor", "ndarray") or not (f.dtype or "").startswith(
+                    ("float", "bfloat")):
+                continue
+            shapes[p] = tuple(int(d) for d in f.shape)
+            evidence.append(f"{ctx.text(arg)[:40]}: {f.kind} of shape {tuple(f.shape)}, dtype {f.dtype}")
+        out = output_shape(ctx, ret, shapes)
+        if out is None or out == ():
+            continue
+        yield ctx.finding(
+            call, rule="jax-grad-output", ename="TypeError",
+            message=f"Gradient only defined for scalar-output functions. Output had shape: {out}.",
+            root_cause="implementation error", confidence=0.9,
+            evidence=[*evidence, f"the function returns {ctx.text(ret)[:60]}: element-wise, shape {out} (jax.grad "
+                      "needs a scalar: reduce it, e.g. jnp.sum, or use jax.jacobian/jax.vmap)"])
+        return
