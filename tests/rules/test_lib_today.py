@@ -158,12 +158,19 @@ small = pl.DataFrame({'k': [1, 2], 'w': ['a', 'b']}, schema={'k': pl.Int32, 'w':
         ("orders.to_pandas().groupby('Sales')['Order Date'].count()", []),
         ("ids.join(names, on='k')", [("polars-join-keys", "SchemaError")]),
         ("ids.join(small, on='k')", []),  # i64 and i32 keys: polars casts to a common type
+        ("orders.with_columns(pl.col('Sales').str.contains('1'))", [("polars-columns", "InvalidOperationError")]),
+        ("ids.select(pl.col('k').str.len_chars())", [("polars-columns", "SchemaError")]),
+        ("orders.select(pl.col('Order Date').str.len_chars())", []),
+        ("ids.select(pl.col('k').cast(pl.String).str.len_chars())", []),
     ],
 )
 def test_polars(kernel, target, expected):
-    assert crash(predict_source(kernel, POLARS, target)) == expected
+    findings = predict_source(kernel, POLARS, target)
+    assert crash(findings) == expected
     run = run_target(kernel, target)
     assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)
+    if expected and ".str." in target:  # polars' own first line
+        assert findings[0].message == run.evalue.split("\n")[0]
 
 
 BOOST = """

@@ -56,6 +56,26 @@ _DT_OPS = {
 }
 
 
+# `.str.<op>` on a non-String column (polars 2.1, checked on Int64/Float64/Date/Boolean columns): these ops say
+# InvalidOperationError "expected String type, got: i64", these SchemaError "invalid series dtype: expected `String`,
+# got `i64` for series with name `n`".
+_STR_OPS_INVALID = {"contains", "replace", "starts_with"}
+_STR_OPS_SCHEMA = {"to_lowercase", "len_chars", "strip_chars", "to_date", "split", "slice", "to_integer"}
+
+
+def str_verdict(frame: str, name: str, dtype: str, op: str) -> Verdict | None:
+    short = _SHORT.get(dtype)
+    if short is None or short == "str":
+        return None
+    ev = [f"{frame}[{name!r}] is a {dtype} column (probe): `.str` needs a String column (cast it first)"]
+    if op in _STR_OPS_INVALID:
+        return Verdict("InvalidOperationError", f"expected String type, got: {short}", "data confusion", ev, 0.85)
+    if op in _STR_OPS_SCHEMA:
+        return Verdict("SchemaError", f"invalid series dtype: expected `String`, got `{short}` for series with name "
+                       f"`{name}`", "data confusion", ev, 0.85)
+    return None
+
+
 def _col_name(ctx: RuleContext, node: ast.AST) -> str | None:
     if not isinstance(node, ast.Call) or len(node.args) != 1 or node.keywords:
         return None
@@ -104,6 +124,13 @@ def polars_columns(ctx: RuleContext) -> Iterator[Finding]:
                 )
                 return
             parent = ctx.parent(node)
+            if isinstance(parent, ast.Attribute) and parent.attr == "str":
+                op_node = ctx.parent(parent)
+                if isinstance(op_node, ast.Attribute) and isinstance(ctx.parent(op_node), ast.Call):
+                    v = str_verdict(recv.id, name, dtypes[name], op_node.attr)
+                    if v is not None:
+                        yield emit(ctx, op_node, "polars-columns", v)
+                        return
             if isinstance(parent, ast.Attribute) and parent.attr == "dt" and dtypes[name] in _STRING:
                 op_node = ctx.parent(parent)
                 if isinstance(op_node, ast.Attribute) and op_node.attr in _DT_OPS:
