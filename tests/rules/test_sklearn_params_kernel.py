@@ -64,3 +64,13 @@ def test_plan_sends_literal_constructions_only():
     plan = plan_probe(analyze_cell(
         "from sklearn.svm import SVC\nm = SVC(C=-1, kernel='rbf')\nn = SVC(C=c)\np = SVC(1.0)\nq = make(a=1)"))
     assert plan.constructions == [["SVC(C=-1, kernel='rbf')", "sklearn.svm.SVC", {"C": "-1", "kernel": "'rbf'"}]]
+
+
+def test_cross_parameter_message_follows_the_kernels_version(kernel):
+    """fit()'s own solver/penalty check: 'none' in scikit-learn 1.2's message, None from 1.4 on."""
+    target = ("from sklearn.linear_model import LogisticRegression\nlr = LogisticRegression(penalty='l1')\n"
+              "lr.fit(df[['x']], df['y'])")
+    findings = predict_source(kernel, SETUP, target)
+    run = run_target(kernel, target)
+    assert run.ename == "ValueError"
+    assert [(f.rule, f.ename, f.message) for f in findings][:1] == [("sklearn-params", "ValueError", run.evalue)]

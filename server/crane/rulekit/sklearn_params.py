@@ -42,6 +42,11 @@ def params_from_reprs(reprs: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def _at_least(version: str | None, minimum: tuple[int, int]) -> bool:
+    parts = (version or "").split(".")[:2]
+    return len(parts) == 2 and all(p.isdigit() for p in parts) and (int(parts[0]), int(parts[1])) >= minimum
+
+
 def check_cross_params(class_name: str, params: dict[str, Any], version: str | None) -> Verdict | None:
     """Constraints between parameters that fit() enforces (scikit-learn 1.0-1.5)."""
     if class_name == "LogisticRegression":
@@ -57,7 +62,8 @@ def check_cross_params(class_name: str, params: dict[str, Any], version: str | N
         ev = [f"LogisticRegression(solver={solver!r}, penalty={penalty!r}"
               + (f", dual={dual!r}" if "dual" in params else "") + ")"]
         if solver not in ("liblinear", "saga") and penalty not in ("l2", "none", None):
-            return Verdict("ValueError", f"Solver {solver} supports only 'l2' or 'none' penalties, got {penalty} "
+            none = "None" if _at_least(version, (1, 4)) else "'none'"  # 'none' was removed in 1.4
+            return Verdict("ValueError", f"Solver {solver} supports only 'l2' or {none} penalties, got {penalty} "
                            f"penalty.", "API misuse", ev, 0.9)
         if solver != "liblinear" and dual is True:
             return Verdict("ValueError", f"Solver {solver} supports only dual=False, got dual={dual}",
