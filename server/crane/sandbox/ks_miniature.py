@@ -252,11 +252,11 @@ def _positions(n: int, k: int, required: set, rng: random.Random) -> list[int]:
     np = sys.modules.get("numpy")
     if len(chosen) < k and np is not None and n > 100_000:  # millions of rows: numpy's sampling (a local
         gen = np.random.default_rng(rng.getrandbits(63))  # generator seeded from ours: no global RNG state used)
-        picks = gen.choice(n, size=min(n, k + len(chosen)), replace=False)
+        req = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
+        picks = gen.choice(n, size=min(n, k + len(chosen)), replace=False)  # distinct
         if chosen:
-            picks = picks[~np.isin(picks, np.fromiter(chosen, dtype=np.int64, count=len(chosen)))]
-        return np.union1d(np.fromiter(chosen, dtype=np.int64, count=len(chosen)),
-                          picks[: k - len(chosen)]).tolist()
+            picks = picks[~np.isin(picks, req)]
+        return np.sort(np.concatenate([req, picks[: k - len(chosen)]])).tolist()
     if len(chosen) < k:
         for p in rng.sample(range(n), min(n, k + len(chosen))):
             if len(chosen) >= k:
