@@ -399,6 +399,17 @@ def test_a_worker_that_ends_itself_is_the_cells_business(env):
     assert v.verdict in ("no-crash", "blocked") and v.stdout.strip() == "9", v  # blocked: the at-fork handler
 
 
+@pytest.mark.parametrize("layer", ["blocking", "layered"])
+def test_the_cells_thread_is_its_own_for_glibc(env, layer):
+    """B is made by a raw clone: glibc's cached thread id is set to B's (pthread scheduling/affinity calls on the
+    main thread, as abseil/XLA make them, work as in the kernel)."""
+    src = ("import ctypes\nlibc = ctypes.CDLL(None)\nlibc.pthread_self.restype = ctypes.c_ulong\n"
+           "pol = ctypes.c_int()\nprm = (ctypes.c_int * 4)()\n"
+           "print(libc.pthread_getschedparam(ctypes.c_ulong(libc.pthread_self()), ctypes.byref(pol), prm))")
+    v = _check(env, src, layer=layer)
+    assert v.verdict == "no-crash" and v.stdout.strip() == "0", v
+
+
 def test_joblib_after_the_kernel_made_its_pool_gets_a_verdict(env):
     """The kernel's loky executor talks to the kernel's workers; the sandbox's copy starts a pool of its own."""
     conn = env["conn"]

@@ -27,6 +27,7 @@ class ChildLines(msgspec.Struct):
     record: ChildRecord | None = None
     exit: ExitLine | None = None
     denied: list[str] = []  # network attempts of any process of the sandbox (the supervisor's record)
+    started: bool = False  # the cell's own code began (its "cell" line): a death before it is not the cell's
     error: str | None = None
 
 
@@ -46,6 +47,8 @@ def parse_lines(data: bytes) -> ChildLines:
                 out.exit = msgspec.convert(obj, ExitLine)
             elif event == "denied":
                 out.denied.append(msgspec.convert(obj, DeniedLine).what)
+            elif event == "cell":
+                out.started = True
             else:
                 out.record = msgspec.convert(obj, ChildRecord)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -91,6 +94,15 @@ def _signal_verdict(sig: int | None, exitcode: int | None, memory_mb: int, setup
     )
 
 
+def _before_the_cell(v: SandboxVerdict, lines: ChildLines) -> SandboxVerdict:
+    """A process that died before the cell's code began (setting up, shrinking, loading a transplant's copy of
+    the kernel's state) says nothing about the cell."""
+    if v.verdict != "crash" or lines.started:
+        return v
+    return unavailable(f"the sandbox process died before the cell started ({v.reason}): its setup or the copy of "
+                       "the kernel's state failed there, not the cell")
+
+
 def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVerdict:
     """The verdict from what the child wrote and how it ended."""
     lines = parse_lines(outcome.data)
@@ -108,9 +120,9 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
     elif lines.error:
         v = unavailable(lines.error)
     elif lines.exit is not None and (lines.exit.signal is not None or lines.exit.exitcode is not None):
-        v = _signal_verdict(lines.exit.signal, lines.exit.exitcode, memory_mb, setup)
+        v = _before_the_cell(_signal_verdict(lines.exit.signal, lines.exit.exitcode, memory_mb, setup), lines)
     elif outcome.status is not None:
-        v = _signal_verdict(outcome.status.signal, outcome.status.exitcode, memory_mb, setup)
+        v = _before_the_cell(_signal_verdict(outcome.status.signal, outcome.status.exitcode, memory_mb, setup), lines)
     else:
         v = unavailable("the sandbox child ended without a result")
     if lines.denied and v.verdict in ("crash", "no-crash"):

@@ -104,17 +104,45 @@ def writable_places(cwd: str, extra: list[str] | tuple = ()) -> list[str]:
     return sorted(out, key=lambda p: (p.count("/"), p))
 
 
+_TID_SCAN = 4096  # bytes of glibc's thread descriptor searched for the cached thread id
+
+
+def _cached_tid_slot(libc) -> int | None:
+    """The address of glibc's cached thread id in the calling (only) thread's descriptor: the one 4-byte slot
+    of its first bytes holding the thread id (gettid), or None when it is not exactly one."""
+    try:
+        libc.pthread_self.restype = ctypes.c_void_p
+        base = libc.pthread_self()
+        tid = int(libc.syscall(186, 0, 0, 0, 0, 0))  # gettid
+        if not base or tid <= 0:
+            return None
+        data = ctypes.string_at(base, _TID_SCAN)
+    except (OSError, ValueError, AttributeError):
+        return None
+    want = tid.to_bytes(4, "little")
+    hits = [off for off in range(0, _TID_SCAN - 3, 4) if data[off:off + 4] == want]
+    return base + hits[0] if len(hits) == 1 else None
+
+
 def clone_into_namespaces() -> int:
     """A raw clone into new user/mount/pid/IPC namespaces (the caller, A, must be single-threaded), wrapped
-    in CPython's fork hooks. Returns the child's pid in A, 0 in the child (B)."""
+    in CPython's fork hooks. Returns the child's pid in A, 0 in the child (B).
+
+    glibc's own fork updates the thread id it caches in the thread's descriptor; a raw clone does not, so in B
+    it would still be A's (a number of no process in B's pid namespace): `pthread_getschedparam`,
+    `pthread_setaffinity_np(pthread_self())` ... on B's main thread would fail (abseil logs "pthread_getschedparam
+    failed" in every JAX run). The slot is found in A (the one that holds A's id) and set to B's id in B."""
     api = ctypes.pythonapi
     libc = ctypes.PyDLL(None, use_errno=True)
     sc = libc.syscall
     sc.restype = ctypes.c_long
     sc.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    slot = _cached_tid_slot(libc)
     api.PyOS_BeforeFork()
     pid = sc(56, _SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET, 0, 0, 0, 0)
     if pid == 0:
+        if slot is not None:
+            ctypes.c_int.from_address(slot).value = int(sc(186, 0, 0, 0, 0, 0))
         api.PyOS_AfterFork_Child()
         return 0
     err = ctypes.get_errno()

@@ -295,6 +295,8 @@ def run_source(ctx: _Ctx, source: str) -> dict:
             plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
             if audit is not None:
                 audit["running"] = True  # the cell's code is what runs now (ks_audit._guard_process_end)
+            if ctx.args.get("mode") == "run" and ctx.result_fd >= 0:
+                _write_json(ctx.result_fd, {"event": "cell"})  # a death from here on is the cell's (assemble.py)
             _exec_plan(ctx, plan, ns)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         exc = e
