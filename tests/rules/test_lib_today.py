@@ -181,6 +181,9 @@ y = [0, 1] * 10
 unfitted_xgb = xgb.XGBClassifier(n_estimators=2, enable_categorical=True)
 unfitted_lgb = lgb.LGBMClassifier(n_estimators=2, verbose=-1)
 fitted_lgb = lgb.LGBMClassifier(n_estimators=2, verbose=-1, min_child_samples=1).fit(Xc, y)
+N = pd.DataFrame({'a': range(20), 'b': [1.0, 2.0] * 10, 'c': [0, 1, 2, 3] * 5})
+fitted_xgb_n = xgb.XGBClassifier(n_estimators=2).fit(N, y)
+fitted_lgb_n = lgb.LGBMClassifier(n_estimators=2, verbose=-1, min_child_samples=1).fit(N, y)
 """
 
 
@@ -198,13 +201,24 @@ fitted_lgb = lgb.LGBMClassifier(n_estimators=2, verbose=-1, min_child_samples=1)
         ("unfitted_xgb.predict(Xc)", [("sklearn-not-fitted", "NotFittedError")]),
         ("unfitted_lgb.predict_proba(Xc)", [("sklearn-not-fitted", "NotFittedError")]),
         ("fitted_lgb.predict(Xc)", []),
+        ("fitted_xgb_n.predict(N[['a', 'b']])", [("boosting-input", "ValueError")]),  # feature_names mismatch
+        ("fitted_xgb_n.predict(N[['c', 'b', 'a']])", [("boosting-input", "ValueError")]),  # order matters
+        ("fitted_xgb_n.predict(N[['a', 'b']].to_numpy())", [("boosting-input", "ValueError")]),  # shape mismatch
+        ("fitted_xgb_n.predict(N[['a', 'b', 'c']])", []),
+        ("fitted_xgb_n.predict(N.to_numpy())", []),
+        ("fitted_lgb_n.predict(N[['a', 'b']])", [("boosting-input", "LightGBMError")]),
+        ("fitted_lgb_n.predict(N[['c', 'b', 'a']])", []),  # LightGBM checks only the count
+        ("fitted_lgb_n.predict(N[['a', 'b']].to_numpy())", [("boosting-input", "ValueError")]),
         ("m = lgb.LGBMClassifier(n_estimators=2, verbose=-1, min_child_samples=1)\nm.fit(Xc, y)", []),
     ],
 )
 def test_boosting(kernel, target, expected):
-    assert crash(predict_source(kernel, BOOST, target)) == expected
+    findings = predict_source(kernel, BOOST, target)
+    assert crash(findings) == expected
     run = run_target(kernel, target)
     assert (run.ename if run.status == "error" else None) == (expected[0][1] if expected else None)
+    if expected and "fitted_" in target:  # the library's own first line
+        assert findings[0].message == run.evalue.split("\n")[0]
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,7 @@ from crane.probe.kp_data import (  # kernel: strip
     series_facts,  # kernel: strip
 )  # kernel: strip
 from crane.probe.kp_dl import (  # kernel: strip
+    boosting_features,  # kernel: strip
     boosting_params,  # kernel: strip
     is_jax_array,  # kernel: strip
     is_jit_function,  # kernel: strip
@@ -188,6 +189,8 @@ def _library(ctx, v, t, out):
         estimator_facts(ctx, v, out)
         if "params" not in out["estimator"]:
             boosting_params(ctx, v, out["estimator"])
+        if out["estimator"].get("is_fitted") and "n_features_in" not in out["estimator"]:
+            boosting_features(ctx, v, out["estimator"])
     elif is_keras_model(t):
         out["kind"] = "keras_model"
         keras_model_facts(ctx, v, out)

@@ -423,8 +423,32 @@ def boosting_params(ctx, est, ef):
     ef["params"] = {str(k): short(v, ctx, 40) for k, v in list(params.items())[:60]}
 
 
+def boosting_features(ctx, est, ef):
+    """The feature count (and, for xgboost, names) a fitted xgboost/LightGBM model was trained on: LightGBM's
+    `_n_features` (instance dict), xgboost's Booster `num_features()` / `feature_names` (the library's own)."""
+    t = type(est)
+    d = inst_dict(est) or {}
+    try:
+        if in_lib(t, ("lightgbm",)):
+            n = d.get("_n_features")
+            if type(n) is int and n > 0:
+                ef["n_features_in"] = n
+        elif in_lib(t, ("xgboost",)):
+            b = d.get("_Booster")
+            if b is None or not in_lib(type(b), ("xgboost",)):
+                return
+            n = b.num_features()
+            if type(n) is int and n > 0:
+                ef["n_features_in"] = n
+            names = b.feature_names
+            if type(names) is list and len(names) <= 200 and all(type(x) is str for x in names):
+                ef["feature_names_in"] = [x[:80] for x in names]
+    except Exception as exc:
+        ctx.error("boosting features", exc)
+
+
 __all__ = [
     "is_tf_tensor", "tf_tensor_facts", "is_jax_array", "jax_array_facts", "is_jit_function", "jit_facts",
     "keras_extra_facts", "is_keras_history", "keras_history_facts", "tf_dataset_batched", "polars_kind",
-    "polars_facts", "boosting_params",
+    "polars_facts", "boosting_params", "boosting_features",
 ]  # fmt: skip

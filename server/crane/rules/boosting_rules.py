@@ -13,10 +13,10 @@ import ast
 from collections.abc import Iterator
 
 from crane.finding import Finding
-from crane.probe.facts import Facts
+from crane.probe.facts import EstimatorFacts, Facts
 from crane.rulekit.context import RuleContext
-from crane.rulekit.lib_glue import emit, label, method_calls, qualname, value
-from crane.rulekit.lib_helpers import Verdict, is_dataframe
+from crane.rulekit.lib_glue import emit, label, method_calls, qualname, state_may_change, value
+from crane.rulekit.lib_helpers import Verdict, column_names, is_dataframe, shape_of
 from crane.rulekit.registry import rule
 
 _TEXT = ("object", "str", "string")
@@ -86,6 +86,36 @@ def frame_verdict(lib: str, enable_cat: object, xlabel: str, x: Facts, est_label
     return Verdict("ValueError", msg, "API misuse", ev, 0.9)
 
 
+def features_verdict(lib: str, est: EstimatorFacts, xlabel: str, x: Facts, est_label: str) -> Verdict | None:
+    """predict/predict_proba of a fitted model on other features than it was trained on: xgboost compares a
+    DataFrame's column names with the Booster's (order included), else the count; LightGBM only the count."""
+    n_fit, names = est.n_features_in, est.feature_names_in
+    if n_fit is None:
+        return None
+    ev = [f"{est_label}: {est.class_name} trained on {n_fit} features"
+          + (f" {names[:8]}" if names else "") + " (probe)"]
+    if is_dataframe(x):
+        cols = column_names(x)
+        if cols is None:
+            return None
+        ev.append(f"{xlabel}: DataFrame with columns {cols[:8]}")
+        if lib == "xgboost" and names is not None and cols != names:
+            return Verdict("ValueError", f"feature_names mismatch: {names} {cols}", "data confusion", ev, 0.9)
+        if lib == "lightgbm" and len(cols) != n_fit:
+            return Verdict("LightGBMError", f"The number of features in data ({len(cols)}) is not the same as it was "
+                           f"in training data ({n_fit}).", "data confusion", ev, 0.9)
+        return None
+    shp = shape_of(x)
+    if x.kind != "ndarray" or shp is None or len(shp) != 2 or shp[1] == n_fit:
+        return None
+    ev.append(f"{xlabel}: array {tuple(shp)}")
+    if lib == "xgboost":
+        return Verdict("ValueError", f"Feature shape mismatch, expected: {n_fit}, got {shp[1]}", "data confusion", ev,
+                       0.9)
+    return Verdict("ValueError", f"X has {shp[1]} features, but {est.class_name} is expecting {n_fit} features as "
+                   "input.", "data confusion", ev, 0.9)
+
+
 @rule("boosting-input", needs_probe=True)
 def boosting_input(ctx: RuleContext) -> Iterator[Finding]:
     """String (and, without enable_categorical, category) columns given to an xgboost / lightgbm estimator."""
@@ -105,12 +135,16 @@ def boosting_input(ctx: RuleContext) -> Iterator[Finding]:
             enable_cat = {"True": True, "False": False}.get(raw or "", ...)
             if meth != "fit" and not f.estimator.is_fitted:
                 continue
-        if lib is None or enable_cat is ...:
-            continue
         x = value(ctx, call.args[0])
-        if x is None:
+        if lib is None or x is None:
             continue
-        v = frame_verdict(lib, enable_cat, label(ctx, call.args[0]), x, recv.id)
+        v = None
+        if enable_cat is not ...:
+            v = frame_verdict(lib, enable_cat, label(ctx, call.args[0]), x, recv.id)
+        if v is None and built is None and meth != "fit" and not state_may_change(ctx, recv.id, call):
+            est = ctx.facts(recv.id)
+            if est is not None and est.estimator is not None:
+                v = features_verdict(lib, est.estimator, label(ctx, call.args[0]), x, recv.id)
         if v is not None:
             yield emit(ctx, call, "boosting-input", v)
             return
