@@ -172,6 +172,25 @@ def test_a_run_past_its_budget_ends_with_a_clear_report(model, keyerror_nb, reco
         assert p.usage.cost_usd == pytest.approx(3 * (600_000 * 0.15e-6 + 50 * 0.6e-6))
 
 
+def test_a_local_model_server_gets_a_time_budget_that_fits_cpu_inference(model, keyerror_nb, recording):
+    """Issue 22, measured: Qwen2.5-Coder-0.5B on llama-cpp-python (one thread, 2 loaded cores) took 396 s for a
+    1,640-token prompt. With the hosted default (300 s) a local run ended after its first turn; a local server
+    (127.0.0.1 here) gets LOCAL_RUN_SECONDS unless the budget says otherwise."""
+    from crane.agent.loop import HOSTED_RUN_SECONDS, LOCAL_RUN_SECONDS
+
+    model.reset(tool("edit_cell", "the column is lower case", cell=3, source=KEYERROR_FIX),
+                tool("finish", "verified", explanation="df has 'age', not 'Age'."))
+    clock = lambda: 396.0 * len(model.requests)  # noqa: E731 (the virtual clock: 396 s per model turn)
+    p = start_fix(keyerror_nb, 3, settings_for(model), sandbox_factory=factory, clock=clock)
+    assert p.stop_reason == "finished" and len(model.requests) == 2 and p.fixed
+    assert (HOSTED_RUN_SECONDS, LOCAL_RUN_SECONDS) == (300.0, 1200.0)
+    model.reset(tool("edit_cell", "the column is lower case", cell=3, source=KEYERROR_FIX),
+                tool("finish", "verified", explanation="df has 'age', not 'Age'."))
+    p = start_fix(keyerror_nb, 3, settings_for(model), sandbox_factory=factory, clock=clock,
+                  budget=AgentBudget(max_seconds=300.0))
+    assert p.stop_reason == "time budget (300 s)" and len(model.requests) == 1
+
+
 def test_stop_event_ends_the_run_between_steps(model, keyerror_nb, recording):
     stop = threading.Event()
     model.reset(default=tool("inspect", "look", expression="1 + 1"))

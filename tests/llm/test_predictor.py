@@ -75,7 +75,8 @@ def test_dry_run_stats_counts_tokens_offline():
 
 @pytest.mark.skipif(not BENCH_CASE.is_dir(), reason="bench set not present")
 def test_bench_predictor_on_a_real_case(llm_server):
-    llm_server.reset(Reply.answer(exception="ValueError", line=2, root_cause="API misuse"),
+    llm_server.reset(Reply.answer(explanation="penalty='elasticnet' needs solver='saga': fit raises ValueError.",
+                                  exception="ValueError", line=2, root_cause="API misuse"),
                      Reply.answer(crash=False, exception=None, line=None, root_cause=None))
     s = LLMSettings(model="openai/crane-local-test-model", api_base=llm_server.api_base, cache=False)
     predictor = LLMBenchPredictor(s, ledger=CostLedger())

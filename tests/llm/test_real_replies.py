@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from crane.agent import model_call
@@ -20,7 +21,7 @@ from crane.llm.client import LLMTimeout, LLMUnavailable, call_model
 from crane.llm.cost import CostLedger
 from crane.llm.predictor import diagnose, predict_with_llm
 from crane.llm.prompt import SYSTEM_PROMPT, Prompt
-from crane.llm.schema import decode_answer
+from crane.llm.schema import AnswerError, LLMAnswer, decode_answer
 from crane.llm.settings import LLMSettings
 from crane.notebook.model import Cell
 from crane.policy import ModelAnswer, decide
@@ -117,8 +118,10 @@ def test_defect2_the_answer_spec_quotes_its_placeholders_and_gives_a_filled_in_e
     assert not re.search(r'"explanation": 1-3', SYSTEM_PROMPT)  # v1's spec was copied as `"explanation": 1`
     assert '"explanation": "<' in SYSTEM_PROMPT
     example = SYSTEM_PROMPT.split("Example of a complete reply", 1)[1].split("\n", 1)[1]
-    answer = decode_answer(example)
+    answer = msgspec.convert(json.loads(example), LLMAnswer)  # a complete, valid answer ...
     assert answer.crash is True and answer.exception == "KeyError" and answer.root_cause == "data confusion"
+    with pytest.raises(AnswerError, match="repeats the example"):  # ... that is no answer when sent back
+        decode_answer(example)
 
 
 def test_defect2_a_detected_llama_server_gets_json_schema_for_an_alias_litellm_does_not_know(llm_server):

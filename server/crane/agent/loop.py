@@ -37,9 +37,15 @@ NUDGE = ("Reply with exactly one tool call: edit_cell, add_cell, execute_cell, i
 StepGate = Callable[[AgentStep], bool]  # True: go ahead; False: stop the run
 
 
+HOSTED_RUN_SECONDS = 300.0
+LOCAL_RUN_SECONDS = 1200.0
+
+
 class AgentBudget(msgspec.Struct, kw_only=True):
     max_steps: int = 10
-    max_seconds: float = 300.0  # wall clock for the whole run (model and sandbox)
+    # wall clock for the whole run (model and sandbox); None: HOSTED_RUN_SECONDS, or LOCAL_RUN_SECONDS when the
+    # model server is local (CPU inference: one turn took 22-137 s on 2 idle cores, up to 400 s on loaded ones)
+    max_seconds: float | None = None
     max_tokens: int | None = 200_000  # prompt + completion tokens over the run
     max_cost_usd: float | None = None  # None: settings.budget_usd (if any)
     cell_timeout: float = 120.0  # per cell run in the sandbox
@@ -131,6 +137,10 @@ class AgentRun:
         self.clock = clock  # the time budget's clock (seconds)
         self.candidates = list(candidates or [])
         self.budget = budget or AgentBudget()
+        if self.budget.max_seconds is None:
+            self.budget = msgspec.structs.replace(
+                self.budget, max_seconds=LOCAL_RUN_SECONDS if settings.local else HOSTED_RUN_SECONDS)
+        self.max_seconds: float = self.budget.max_seconds or HOSTED_RUN_SECONDS
         self.on_step = on_step
         self.step_gate = step_gate
         self.stop_event = stop_event or threading.Event()
@@ -153,8 +163,8 @@ class AgentRun:
             return "stopped by the user"
         if self.steps >= b.max_steps:
             return f"step limit ({b.max_steps} steps)"
-        if self.clock() - self.start >= b.max_seconds:
-            return f"time budget ({b.max_seconds:g} s)"
+        if self.clock() - self.start >= self.max_seconds:
+            return f"time budget ({self.max_seconds:g} s)"
         t = self.ledger.totals()
         if b.max_tokens is not None and t.prompt_tokens + t.completion_tokens >= b.max_tokens:
             return f"token budget ({b.max_tokens:,} tokens; used {t.prompt_tokens + t.completion_tokens:,})"
@@ -257,12 +267,12 @@ class AgentRun:
             stop_reason = self._limit_reached()
             if stop_reason:
                 break
-            left_s = self.budget.max_seconds - (self.clock() - self.start)
+            left_s = self.max_seconds - (self.clock() - self.start)
             try:
                 turn = request_turn(self.settings, self.messages, self.ledger, deadline=time.monotonic() + left_s)
             except DeadlinePassed as exc:
                 log.info("agent: %s", exc)  # the request in flight was abandoned at the budget's end
-                stop_reason = f"time budget ({self.budget.max_seconds:g} s)"
+                stop_reason = f"time budget ({self.max_seconds:g} s)"
                 break
             except LLMError as exc:
                 error = f"model error: {exc}"
