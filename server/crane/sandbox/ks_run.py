@@ -191,6 +191,19 @@ def _safe_str(e) -> str:
         return ""
 
 
+# what torch/CUDA say when a GPU call finds no device or driver (the transplant worker has none)
+_GPU_GAP = re.compile(r"AcceleratorError|CUDA|cuda(Error|GetDevice|Malloc|Runtime)|NVIDIA driver|no CUDA GPUs|"
+                      r"Torch not compiled with CUDA|CUDA_VISIBLE_DEVICES|device-side|cudnn|nccl|NCCL", re.I)
+
+
+def _raised_in_torch_cuda(e: BaseException) -> bool:
+    """The exception came from torch.cuda's own code (an Event, a Stream, device properties ...)."""
+    try:
+        return any("/torch/cuda/" in f.filename.replace("\\", "/") for f in traceback.extract_tb(e.__traceback__))
+    except Exception:
+        return False
+
+
 def _classify(ctx: _Ctx, exc, as_limit: int) -> tuple[str, str | None]:
     """(verdict, reason) for an exception raised by the cell, or for a clean run (exc None)."""
     if exc is None:
@@ -221,6 +234,12 @@ def _classify(ctx: _Ctx, exc, as_limit: int) -> tuple[str, str | None]:
             return "blocked", f"the sandbox's memory limit left no room for another thread's stack: {text}"
         if isinstance(e, AssertionError) and _NOT_OUR_CHILD.search(text):
             return "blocked", f"a worker process the kernel started is not the sandbox's child: {text}"
+    if _SETUP.get("devices_mapped") and not any(getattr(e, "_crane_device", False) for e in chain):
+        for e in chain:  # a GPU call the CPU stand-in cannot answer (ks_devices): nothing certain about the GPU run
+            text = f"{type(e).__name__}: {_safe_str(e)}"
+            if _GPU_GAP.search(text) or _raised_in_torch_cuda(e):
+                return "blocked", ("the cell made a GPU call that the transplant's CPU stand-in for the kernel's GPU "
+                                   f"cannot answer: {text[:300]}")
     for e in chain:
         if isinstance(e, MemoryError):
             wanted = getattr(e, "_total_size", None)

@@ -111,6 +111,7 @@ def _pickler_class(cp):
                             host = torch.nn.Parameter(host, requires_grad=obj.requires_grad)
                         elif obj.requires_grad:
                             host.requires_grad_(True)
+                        host.__dict__["_crane_vdev"] = str(obj.device)  # the worker keeps it (ks_devices.py)
                         return host.__reduce_ex__(5)
                 except Exception:
                     pass

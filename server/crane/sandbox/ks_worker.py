@@ -29,6 +29,7 @@ import time
 import types
 
 from crane.sandbox.ks_common import CELL_FILENAME, _write_json  # kernel: strip
+from crane.sandbox.ks_devices import map_devices  # kernel: strip
 from crane.sandbox.ks_isolation import _POOLS, _prepare_child  # kernel: strip
 from crane.sandbox.ks_miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.ks_run import run_source  # kernel: strip
@@ -189,49 +190,8 @@ def _rebind(obj, ns: dict):
 
 
 def _map_devices(facts: dict, force: bool) -> bool:
-    """torch: cuda/mps device requests run on the CPU (a TorchFunctionMode rewrites `device=` arguments,
-    `.to(device)` and `.cuda()`); where the kernel's torch had CUDA, `torch.cuda` answers as it did there."""
-    torch = sys.modules.get("torch")
-    if torch is None or not (force or facts.get("cuda")):
-        return False
-    from torch.overrides import TorchFunctionMode
-
-    def cpu(dev):
-        try:
-            d = torch.device(dev) if isinstance(dev, (str, torch.device)) else None
-        except Exception:
-            return dev
-        return torch.device("cpu") if d is not None and d.type in ("cuda", "mps", "xpu") else dev
-
-    class DevicesOnCPU(TorchFunctionMode):
-        def __torch_function__(self, func, types_, args=(), kwargs=None):
-            kwargs = dict(kwargs or {})
-            if "device" in kwargs:
-                kwargs["device"] = cpu(kwargs["device"])
-            name = getattr(func, "__name__", "")
-            if name in ("cuda", "mps") and args and isinstance(args[0], torch.Tensor):
-                return args[0]
-            if name == "to" and len(args) > 1:
-                first = args[1]
-                if isinstance(first, int) and not isinstance(first, bool):
-                    first = torch.device("cpu")
-                args = (args[0], cpu(first), *args[2:])
-            return func(*args, **kwargs)
-
-    DevicesOnCPU().__enter__()
-    n = int(facts.get("count") or 1)
-    names = list(facts.get("names") or ["cuda"])
-    cuda = torch.cuda
-    cuda.is_available = lambda: True
-    cuda.device_count = lambda: n
-    cuda.current_device = lambda: 0
-    cuda.get_device_name = lambda i=0: names[int(i) if isinstance(i, int) else 0] if names else "cuda"
-    for fn in ("synchronize", "empty_cache", "reset_peak_memory_stats", "set_device"):
-        setattr(cuda, fn, lambda *a, **k: None)
-    cuda.is_current_stream_capturing = lambda: False  # optimizers' graph-capture check (torch < 2.12 asks CUDA)
-    for fn in ("memory_allocated", "max_memory_allocated", "memory_reserved"):
-        setattr(cuda, fn, lambda *a, **k: 0)
-    return True
+    """torch: cuda/mps requests answered on the CPU with every tensor's device kept (ks_devices.py)."""
+    return map_devices(facts, force)
 
 
 def _unconfinable(system: str) -> str | None:

@@ -135,8 +135,10 @@ def transplant_text(t: TransplantInfo, why: str | None) -> str:
         text += f" (not forked: {why})"
     if t.shrunk:
         text += f"; shrunk before the copy ({t.shrunk})"
-    text += "; GPUs hidden" + (", cuda/mps requests mapped to the CPU" if t.devices_mapped else "")
-    return text + ": device placement not checked"
+    if t.devices_mapped:  # ks_devices.py: every torch tensor keeps its (virtual) device
+        return text + ("; GPUs hidden, cuda/mps requests mapped to the CPU with each tensor's device kept: torch "
+                       "placement errors reproduce, GPU memory and GPU-only calls are not checked")
+    return text + "; GPUs hidden: device placement not checked"
 
 
 def miniature_text(kept: list[KeptObject]) -> str:

@@ -1,0 +1,84 @@
+"""Transplant runs of torch code written for a GPU, on this machine's CPU (crane.sandbox.ks_devices): the
+worker answers cuda requests on the CPU and keeps every tensor's virtual device, so placement errors (a module on
+the GPU fed a CPU tensor, `.numpy()` on a GPU tensor) crash as on a GPU and placement done right does not. The
+real run on a GPU is what `benchmarks/cuda-lite` checks on a lent machine (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox.transplant import transplant
+
+from ..kernel_envs import require_today_python
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
+
+SETUP = """
+import numpy as np, torch
+torch.manual_seed(0)
+X_test = np.random.rand(8, 4).astype('float32')
+y_test = np.arange(8) % 3
+net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    k = start_kernel(tmp_path_factory.mktemp("devices"), python=require_today_python())
+    run = k.connection.run_cell(SETUP, timeout=180)
+    assert run.status == "ok", run
+    yield k.connection
+    k.shutdown()
+
+
+def _check(conn, source: str):
+    with Untouched(conn) as watch:
+        v = transplant(conn, source, 60.0, map_devices=True)
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    return v
+
+
+PLACED = "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\nmodel = net.to(device)\n"
+
+
+@pytest.mark.parametrize("name, src, ename", [
+    ("module-on-gpu-fed-a-cpu-tensor", PLACED + "preds = model(torch.tensor(X_test))", "RuntimeError"),
+    ("numpy-of-a-gpu-tensor", PLACED + "preds = model(torch.tensor(X_test).to(device))\nlabels = preds.argmax(1).numpy()",
+     "TypeError"),
+    ("loss-with-cpu-targets", PLACED + "out = model(torch.tensor(X_test).to(device))\n"
+     "loss = torch.nn.functional.cross_entropy(out, torch.tensor(y_test))", "RuntimeError"),
+    ("dataloader-batches-left-on-the-cpu", PLACED + "ds = torch.utils.data.TensorDataset(torch.tensor(X_test), "
+     "torch.tensor(y_test))\nfor xb, yb in torch.utils.data.DataLoader(ds, batch_size=4):\n    out = model(xb)",
+     "RuntimeError"),
+])
+def test_placement_errors_crash_as_on_a_gpu(kernel, name, src, ename):
+    v = _check(kernel, src)
+    assert v.verdict == "crash" and v.ename == ename, v
+    assert "device" in (v.evalue or ""), v
+
+
+@pytest.mark.parametrize("name, src", [
+    ("placed-right", PLACED + "preds = model(torch.tensor(X_test).to(device))\nlabels = preds.argmax(1).cpu().numpy()"),
+    ("training-loop-adam", PLACED + "opt = torch.optim.Adam(model.parameters())\n"
+     "xb, yb = torch.tensor(X_test).to(device), torch.tensor(y_test).to(device)\nfor _ in range(3):\n"
+     "    opt.zero_grad()\n    loss = torch.nn.functional.cross_entropy(model(xb), yb)\n    loss.backward()\n"
+     "    opt.step()\nprint(loss.item(), next(model.parameters()).device)"),
+    ("cuda-method-and-scalars", "t = torch.ones(3, 4).cuda()\n(t * torch.tensor(2.0) + 1).sum().item()"),
+    ("mixed-precision", PLACED + "scaler = torch.amp.GradScaler('cuda')\nopt = torch.optim.AdamW(model.parameters())\n"
+     "with torch.autocast('cuda'):\n    loss = model(torch.tensor(X_test).to(device)).sum()\n"
+     "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()"),
+])
+def test_placement_done_right_runs_clean(kernel, name, src):
+    v = _check(kernel, src)
+    assert v.verdict == "no-crash", v
+    if name == "training-loop-adam":
+        assert "cuda:0" in v.stdout, v.stdout  # the parameters say where they would be
+
+
+def test_a_gpu_call_the_cpu_cannot_answer_is_not_a_certain_crash(kernel):
+    v = _check(kernel, "start = torch.cuda.Event(enable_timing=True)\nstart.record()")
+    assert v.verdict in ("blocked", "no-crash"), v
