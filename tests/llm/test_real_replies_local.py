@@ -103,3 +103,25 @@ def test_a_reply_that_repeats_the_prompts_example_is_no_verdict(llm_server):
     # a genuine answer about df['Age'] elsewhere is still an answer
     llm_server.reset(Reply.answer(explanation="df has no column 'Age' (columns: age, name): df['Age'] raises KeyError"))
     assert predict_with_llm(recorded_prompt(1), local(llm_server), ledger=CostLedger()).answer.exception == "KeyError"
+
+
+@pytest.mark.parametrize("index, name", [(2, "edit_cell"), (3, "edit_cell"), (4, "finish")])
+def test_every_recorded_agent_turn_yields_its_tool_call(index, name):
+    from crane.agent.model_call import parse_text_tool_calls
+
+    (call,) = parse_text_tool_calls(recorded(index)["response"]["choices"][0]["message"]["content"])
+    assert call.name == name and json.loads(call.arguments)
+
+
+def test_a_finish_call_with_its_arguments_beside_the_name_keeps_its_explanation(llm_server):
+    """Qwen's last turn: ```json {"name": "finish", "explanation": "..."}``` (no "arguments" key): the explanation
+    was dropped and the finish ran with empty arguments."""
+    from crane.agent.model_call import request_turn
+    from crane.agent.tools import Finish, decode_args
+
+    llm_server.reset(replay(4))
+    turn = request_turn(local(llm_server), recorded(4)["request"]["messages"], CostLedger())
+    (call,) = turn.tool_calls
+    args = decode_args(call)
+    assert turn.text_calls and isinstance(args, Finish)
+    assert args.explanation.startswith("The target cell 3 edited.")

@@ -123,8 +123,8 @@ def _json_objects(text: str) -> list[Any]:
 
 
 def _as_call(value: Any) -> tuple[str, str] | None:
-    """(name, arguments JSON) from {"name": ..., "arguments": {...}} (also "parameters" / "args", or the
-    OpenAI shape {"function": {...}}), when the name is one of the tools."""
+    """(name, arguments JSON) from {"name": ..., "arguments": {...}} (also "parameters" / "args", the arguments
+    flat beside the name, or the OpenAI shape {"function": {...}}), when the name is one of the tools."""
     if not isinstance(value, dict):
         return None
     if isinstance(value.get("function"), dict):
@@ -132,7 +132,10 @@ def _as_call(value: Any) -> tuple[str, str] | None:
     name = value.get("name") or value.get("tool")
     if not isinstance(name, str) or name.strip() not in _TOOL_NAMES:
         return None
-    args: Any = next((value[k] for k in ("arguments", "parameters", "args", "input") if k in value), {})
+    # the arguments under their own key, or flat beside the name (`{"name": "finish", "explanation": "..."}`,
+    # as Qwen2.5-Coder-0.5B wrote its finish call)
+    args: Any = next((value[k] for k in ("arguments", "parameters", "args", "input") if k in value),
+                     {k: v for k, v in value.items() if k not in ("name", "tool", "id", "type")})
     if isinstance(args, str):
         try:
             args = json.loads(args)
