@@ -433,9 +433,6 @@ def transplant(
             v.reason = (v.reason or "").replace("the full run did not finish in time",
                                                 f"the full state was not copied: {exp.shrunk}")
         setup_extra = _setup_transplant(data)
-        if v.verdict == "crash" and v.ename == "DeadKernelError" and not setup_extra:
-            # the worker died loading the state (a library's own crash under confinement): the cell never ran
-            v = unavailable(f"the worker process died before the cell ran ({v.evalue or 'a signal'})")
         info.devices_mapped = bool(setup_extra.get("devices_mapped", info.devices_mapped))
         info.not_imported = [str(x) for x in setup_extra.get("not_imported") or []]
         v.transplant = info
