@@ -23,6 +23,7 @@ torch.manual_seed(0)
 X_test = np.random.rand(8, 4).astype('float32')
 y_test = np.arange(8) % 3
 net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+Xt = torch.tensor(X_test)
 """
 
 
@@ -51,6 +52,8 @@ PLACED = "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\
      "TypeError"),
     ("loss-with-cpu-targets", PLACED + "out = model(torch.tensor(X_test).to(device))\n"
      "loss = torch.nn.functional.cross_entropy(out, torch.tensor(y_test))", "RuntimeError"),
+    ("from-numpy-input", PLACED + "preds = model(torch.from_numpy(X_test).float())", "RuntimeError"),
+    ("the-kernels-cpu-tensor", PLACED + "preds = model(Xt)", "RuntimeError"),
     ("dataloader-batches-left-on-the-cpu", PLACED + "ds = torch.utils.data.TensorDataset(torch.tensor(X_test), "
      "torch.tensor(y_test))\nfor xb, yb in torch.utils.data.DataLoader(ds, batch_size=4):\n    out = model(xb)",
      "RuntimeError"),
@@ -67,6 +70,7 @@ def test_placement_errors_crash_as_on_a_gpu(kernel, name, src, ename):
      "xb, yb = torch.tensor(X_test).to(device), torch.tensor(y_test).to(device)\nfor _ in range(3):\n"
      "    opt.zero_grad()\n    loss = torch.nn.functional.cross_entropy(model(xb), yb)\n    loss.backward()\n"
      "    opt.step()\nprint(loss.item(), next(model.parameters()).device)"),
+    ("the-kernels-cpu-tensor-moved", PLACED + "preds = model(Xt.to(device))\nassert preds.is_cuda"),
     ("cuda-method-and-scalars", "t = torch.ones(3, 4).cuda()\n(t * torch.tensor(2.0) + 1).sum().item()"),
     ("mixed-precision", PLACED + "scaler = torch.amp.GradScaler('cuda')\nopt = torch.optim.AdamW(model.parameters())\n"
      "with torch.autocast('cuda'):\n    loss = model(torch.tensor(X_test).to(device)).sum()\n"

@@ -15,8 +15,9 @@ torch raises them:
   losses, embedding, where) with tensors on two devices, a 0-dim CPU tensor excepted (torch allows a CPU
   scalar) → RuntimeError "Expected all tensors to be on the same device, ...";
 - `.numpy()` / `np.asarray` on a GPU tensor → TypeError "can't convert cuda:0 device type tensor to numpy. ...".
-Tensors made where the mode cannot see (autograd's gradients, C++ internals, the kernel's own CPU tensors, a
-deep copy of a module) have no virtual device and never take part in a mismatch: an error is raised only where
+The kernel's CPU tensors arrive tagged 'cpu' (the pickler tags a new Python object over the same storage), and
+`torch.from_numpy`/`frombuffer`/`from_dlpack` tag theirs. Tensors made where the mode cannot see (autograd's
+gradients, C++ internals, a deep copy of a module, `torch.load`) have no virtual device and never take part in a mismatch: an error is raised only where
 it is certain. A GPU call the CPU cannot answer (CUDA events, device properties, ...) fails as it does without
 a driver; `ks_run` then says the run could not decide (`_SETUP["devices_mapped"]`), never a certain crash.
 """
@@ -216,11 +217,30 @@ def _stand_in_cuda(torch, facts: dict) -> None:
         setattr(cuda, fn, lambda *a, **k: 0)
 
 
+def _cpu_sources(torch) -> None:
+    """Tensors made from host memory without passing torch's function dispatch are on the CPU."""
+    for name in ("from_numpy", "frombuffer", "from_dlpack"):
+        real = getattr(torch, name, None)
+        if real is None:
+            continue
+
+        def made_on_cpu(*args, _real=real, **kwargs):
+            out = _real(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.device.type == "cpu" and TAG not in out.__dict__:
+                out.__dict__[TAG] = "cpu"
+            return out
+
+        made_on_cpu.__name__ = made_on_cpu.__qualname__ = name
+        made_on_cpu.__doc__ = real.__doc__
+        setattr(torch, name, made_on_cpu)
+
+
 def map_devices(facts: dict, force: bool) -> bool:
     """Enter the virtual-device mode where the kernel's torch had a GPU (or `force`). True when it did."""
     torch = sys.modules.get("torch")
     if torch is None or not (force or facts.get("cuda")):
         return False
+    _cpu_sources(torch)
     _mode_class(torch)().__enter__()
     _stand_in_cuda(torch, facts)
     _SETUP["devices_mapped"] = True

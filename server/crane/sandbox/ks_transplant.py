@@ -105,6 +105,18 @@ def _pickler_class(cp):
                 raise TypeError(f"cannot copy an open file or stream ({type(obj).__name__})")
             if torch is not None and isinstance(obj, torch.Tensor):
                 try:
+                    if obj.device.type == "cpu" and type(obj) in (torch.Tensor, torch.nn.Parameter) \
+                            and "_crane_vdev" not in obj.__dict__:
+                        # a new Python object over the same storage carries the device (ks_devices.py): the
+                        # user's tensor is not touched
+                        alias = obj.detach()
+                        if isinstance(obj, torch.nn.Parameter):
+                            alias = torch.nn.Parameter(alias, requires_grad=obj.requires_grad)
+                        elif obj.requires_grad:
+                            alias.requires_grad_(True)
+                        alias.__dict__.update(obj.__dict__)
+                        alias.__dict__["_crane_vdev"] = "cpu"
+                        return alias.__reduce_ex__(5)
                     if obj.device.type not in ("cpu", "meta"):
                         host = obj.detach().to("cpu")
                         if isinstance(obj, torch.nn.Parameter):
