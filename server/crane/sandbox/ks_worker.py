@@ -302,7 +302,18 @@ def _enter_environment(facts: dict, shell) -> None:
     os.environ.update(keep)
     sys.path[:] = list(facts.get("path") or sys.path)
     _import(facts.get("modules") or [], only_library=True)
+    _no_gpu_plugins()
     shell.ast_node_interactivity = facts.get("interactivity") or "last_expr"
+
+
+def _no_gpu_plugins() -> None:
+    """The worker never uses a GPU (JAX_PLATFORMS=cpu), but JAX still loads every installed PJRT plugin when its
+    backends start: a GPU plugin maps hundreds of MiB, past the confinement's address-space limit (on a lent
+    H200 with jax 0.11.2 the mapping failed, the CPU client then could not create its threads, and the worker
+    died loading the state). Plugin discovery is skipped; JAX's own CPU backend is not a plugin."""
+    xb = sys.modules.get("jax._src.xla_bridge")
+    if xb is not None and callable(getattr(xb, "discover_pjrt_plugins", None)):
+        xb.discover_pjrt_plugins = lambda: None
 
 
 def _session(spec: dict, shell) -> None:
