@@ -125,3 +125,26 @@ def test_a_finish_call_with_its_arguments_beside_the_name_keeps_its_explanation(
     args = decode_args(call)
     assert turn.text_calls and isinstance(args, Finish)
     assert args.explanation.startswith("The target cell 3 edited.")
+
+
+def test_where_the_server_enforces_the_schema_the_example_is_left_out(llm_server):
+    """With the example, Qwen sent it back for 3 of 7 verdict requests (NBspecific_13's clean variant twice:
+    a false alarm, then no verdict); the same 6 prompts without it (replies 5-10, the schema grammar on) gave 6
+    valid verdicts and no copy. Without a schema the example stays: it is what taught the format."""
+    from crane.llm.prompt import SYSTEM_PROMPT, SYSTEM_PROMPT_SPEC
+    from crane.llm.schema import EXAMPLE_ANSWER
+
+    assert recorded(1)["request"]["messages"][0]["content"] == SYSTEM_PROMPT  # the prompt as CRANE builds it
+    llm_server.reset(replay(6))
+    llm_server.get_routes["/openapi.json"] = LLAMA_CPP_PYTHON_OPENAPI
+    v = predict_with_llm(recorded_prompt(1), local(llm_server), ledger=CostLedger())
+    sent = llm_server.requests[0]["body"]["messages"]
+    assert sent[0]["content"] == SYSTEM_PROMPT_SPEC == recorded(6)["request"]["messages"][0]["content"]
+    assert EXAMPLE_ANSWER["explanation"] not in sent[0]["content"] and sent[1:] == recorded(1)["request"]["messages"][1:]
+    assert v.answer.crash is False
+    for i in range(5, 11):  # every reply without the example is a verdict of its own
+        llm_server.reset(replay(i))
+        predict_with_llm(recorded_prompt(i), local(llm_server), ledger=CostLedger())
+    llm_server.reset(replay(6))
+    predict_with_llm(recorded_prompt(1), local(llm_server, structured="object"), ledger=CostLedger())
+    assert llm_server.requests[0]["body"]["messages"][0]["content"] == SYSTEM_PROMPT

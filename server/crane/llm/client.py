@@ -268,8 +268,10 @@ def call_model(
     state = {"fmt": fmt or choose_response_format(load_litellm(), settings.require_model(), settings)}
 
     def make_kwargs(litellm) -> dict[str, Any]:
+        from crane.llm.prompt import for_response_format
+
         log.info("LLM request: model=%s format=%s", settings.model, state["fmt"])
-        return _request_kwargs(litellm, settings, messages, state["fmt"])
+        return _request_kwargs(litellm, settings, for_response_format(messages, state["fmt"]), state["fmt"])
 
     def downgrade_format(exc: BaseException, err_cls: type[LLMError]) -> bool:
         fmt_now = state["fmt"]

@@ -24,7 +24,7 @@ PROMPT_VERSION = 2  # 2: quoted placeholders and a filled-in example (small mode
 MAX_TARGET_LINES = 200
 MAX_TRACEBACK_CHARS = 2500
 
-SYSTEM_PROMPT = f"""You are CRANE, a crash detector for Jupyter notebooks. You get:
+SYSTEM_PROMPT_SPEC = f"""You are CRANE, a crash detector for Jupyter notebooks. You get:
 - Executed cells, in execution order (comments removed; code the target does not depend on is omitted as "...").
 - Runtime state: facts read from the live kernel now about the names the target uses. Notation: `name: type shape ...`, \
 [lo..hi] value range, {{a,b}} all unique values, NaN=k missing values (only when k>0), @In[n] last set in execution n, \
@@ -39,9 +39,21 @@ describes a value: write your own value there, never the description):
 "confidence": <a number from 0 to 1: how likely your crash value is right>, \
 "exception": "<the exception class name, e.g. KeyError>" or null, "line": <the 1-based target line> or null, \
 "root_cause": one of {", ".join(repr(r).replace("'", '"') for r in ROOT_CAUSES)} or null, \
-"suggested_fix": "<a short code-level fix>" or null}}
+"suggested_fix": "<a short code-level fix>" or null}}"""
+# The filled-in example teaches the format where nothing enforces it (small models copied v1's bare spec as
+# `"explanation": 1`). Where the server enforces the schema (response_format "schema") it only pulls the answer:
+# Qwen2.5-Coder-0.5B sent it back word for word for 3 of 7 verdict requests (a false alarm each), and none of 6
+# once it was left out (docs/llm.md, "Local models").
+SYSTEM_PROMPT = f"""{SYSTEM_PROMPT_SPEC}
 Example of a complete reply (for another notebook):
 {json.dumps(EXAMPLE_ANSWER)}"""
+
+
+def for_response_format(messages: list[dict], fmt: str) -> list[dict]:
+    """The messages to send with response_format `fmt`: without the example when the server enforces the schema."""
+    if fmt != "schema" or not messages or messages[0].get("content") != SYSTEM_PROMPT:
+        return messages
+    return [{**messages[0], "content": SYSTEM_PROMPT_SPEC}, *messages[1:]]
 
 
 
