@@ -86,3 +86,27 @@ def test_placement_done_right_runs_clean(kernel, name, src):
 def test_a_gpu_call_the_cpu_cannot_answer_is_not_a_certain_crash(kernel):
     v = _check(kernel, "start = torch.cuda.Event(enable_timing=True)\nstart.record()")
     assert v.verdict in ("blocked", "no-crash"), v
+
+
+USER_MODULE = """import os
+class Hooked:
+    def __reduce__(self):
+        open(os.path.join(os.path.dirname(__file__), 'ran.txt'), 'a').write('reduce')
+        return (Hooked, ())
+"""
+
+
+def test_user_pickling_hooks_never_run_in_the_kernel(kernel):
+    """Copying the state must not run the user's code in the kernel: a class of the user's own module with a
+    pickling hook, and a notebook class with one nested in a container, make the run unavailable, naming it."""
+    from pathlib import Path
+    work = Path(kernel.evaluate("__import__('os').getcwd()"))
+    (work / "usermod.py").write_text(USER_MODULE)
+    run = kernel.run_cell("import usermod\nhooked = usermod.Hooked()\n"
+                          "class Local:\n    def __getstate__(self):\n        open('ran.txt', 'a').write('getstate')\n"
+                          "        return {}\nnested = {'a': [Local()]}")
+    assert run.status == "ok", run
+    for name, what in (("hooked", "__reduce__ of usermod.Hooked"), ("nested", "__getstate__ of __main__.Local")):
+        v = _check(kernel, f"print({name})")
+        assert v.verdict == "unavailable" and what in (v.reason or ""), v
+    assert not (work / "ran.txt").exists()

@@ -96,11 +96,58 @@ def _unreproducible(obj) -> str | None:
     return None
 
 
+# what pickling may call on an object besides reading its __dict__: code of the object's class
+_CALLED_HOOKS = _OWN_HOOKS + ("__getnewargs__", "__getnewargs_ex__", "__getattr__", "__getattribute__")
+_USER_HOOKS: dict = {}  # class -> the hook user code defines for it, or ""
+
+
+def _library_roots() -> tuple:
+    import sysconfig
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            roots.add(sysconfig.get_paths()[key])
+        except KeyError:
+            pass
+    return tuple(os.path.realpath(r).rstrip("/") + "/" for r in roots if r)
+
+
+def _user_module(name: str | None) -> bool:
+    """The module is the notebook or a file of the user's own (not under the interpreter's prefixes)."""
+    if not name or name == "__main__":
+        return True
+    mod = sys.modules.get(name)
+    path = getattr(mod, "__file__", None)
+    if mod is None or not path:
+        return False  # built in, or gone: not user code we could run
+    return not os.path.realpath(path).startswith(_library_roots())
+
+
+def _user_hook(cls) -> str:
+    """The pickling hook (or attribute hook) user code defines for `cls`, '' when none."""
+    found = _USER_HOOKS.get(cls)
+    if found is None:
+        found = ""
+        for klass in getattr(cls, "__mro__", (cls,)):
+            if _user_module(getattr(klass, "__module__", None)):
+                hook = next((h for h in _CALLED_HOOKS if h in vars(klass)), "")
+                if hook:
+                    found = f"{hook} of {getattr(klass, '__module__', '?')}.{klass.__qualname__}"
+                    break
+        _USER_HOOKS[cls] = found
+    return found
+
+
 def _pickler_class(cp):
     torch = sys.modules.get("torch")
 
     class Pickler(cp.CloudPickler):
         def reducer_override(self, obj):
+            if not isinstance(obj, type):  # (classes themselves are copied by value, reading their dict)
+                hook = _user_hook(type(obj))
+                if hook:  # pickling it would run that code in the user's kernel
+                    raise TypeError(f"{_type_name(obj)} has its own {hook}: copying it would run the user's code "
+                                    "in the kernel")
             if isinstance(obj, io.IOBase) and not isinstance(obj, (io.BytesIO, io.StringIO)):
                 raise TypeError(f"cannot copy an open file or stream ({type(obj).__name__})")
             if torch is not None and isinstance(obj, torch.Tensor):
