@@ -1,9 +1,9 @@
 """Transplant, kernel side: export what one cell needs from the user's kernel into the run's private directory.
 
 Installed privately as `_crane_transplant` (see `crane.sandbox.transplant`) and called through a private
-request, like the probe: it binds no name in the user's namespace, runs no notebook code (objects whose class,
-defined in the notebook, brings its own pickling hooks are refused), leaves RNG states and event callbacks
-alone. `export(args_json)` writes into `args["dir"]`:
+request, like the probe: it binds no name in the user's namespace, runs no user code (an object, at any depth,
+whose class in the notebook or a module of the user's own defines a pickling or attribute hook is refused by the
+pickler: `_user_hook`), leaves RNG states and event callbacks alone. `export(args_json)` writes into `args["dir"]`:
 - `state.pkl`: `{name: object}` for the names the cell reads, pickled with CRANE's private copy of cloudpickle
   (`sys.modules["_crane_cloudpickle"]`, never the user's) at protocol 5: functions, lambdas and classes of the
   notebook by value, everything else the way its library pickles it (Keras models through their own
