@@ -67,6 +67,7 @@ RULE_DESCRIPTIONS = {
     "jax-grad-output": "jax.grad of a function that visibly returns a non-scalar array (TypeError).",
     "polars-columns": "A polars column the frame's schema lacks, or a namespace (.dt, .str) on the wrong dtype.",
     "polars-join-keys": "A polars join on keys whose dtypes differ.",
+    "polars-concat": "pl.concat of polars frames whose widths, column names or dtypes differ.",
     "boosting-input": "An xgboost/LightGBM model given text columns without categorical support, or unfitted.",
     "sandbox": "The cell crashed when run speculatively in a confined copy of the kernel: the crash is certain.",
     "llm": "The configured language model predicts that the cell crashes.",

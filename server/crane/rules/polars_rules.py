@@ -11,6 +11,7 @@ literals naming one column are judged (no regex `^...$`, no `*`).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from crane.finding import Finding
@@ -213,4 +214,61 @@ def polars_join_keys(ctx: RuleContext) -> Iterator[Finding]:
                         0.85,
                     ),
                 )
+                return
+
+
+# -- pl.concat of eager frames whose schemas differ (how="vertical", the default) -----------------------------------
+_SIMPLE_DTYPE = re.compile(r"[A-Za-z]+[0-9]*")
+
+
+def concat_verdict(labels: list[str], schemas: list[list[tuple[str, str]]]) -> Verdict | None:
+    """polars 2.1's vstack: every frame against the first one, by width, then column by column its name and its
+    exact dtype."""
+    first = schemas[0]
+    for lbl, other in zip(labels[1:], schemas[1:], strict=True):
+        ev = [f"{labels[0]}: {[n for n, _ in first][:8]}", f"{lbl}: {[n for n, _ in other][:8]}"]
+        if len(other) != len(first):
+            return Verdict("ShapeError", f"unable to append to a DataFrame of width {len(first)} with a DataFrame of "
+                           f"width {len(other)}", "data confusion", ev, 0.85)
+        for (n1, d1), (n2, d2) in zip(first, other, strict=True):  # column by column: its name, then its dtype
+            if n1 != n2:
+                return Verdict("ShapeError", f'unable to vstack, column names don\'t match: "{n1}" and "{n2}"',
+                               "data confusion", ev, 0.85)
+            if d1 != d2:
+                if not (_SIMPLE_DTYPE.fullmatch(d1) and _SIMPLE_DTYPE.fullmatch(d2)):
+                    return None
+                return Verdict("SchemaError", f"type {d2} is incompatible with expected type {d1}", "data confusion",
+                               [f"{labels[0]}[{n1!r}]: {d1}", f"{lbl}[{n1!r}]: {d2}",
+                                "pl.concat(how='vertical') needs identical schemas: cast, or how='vertical_relaxed'"],
+                               0.85)
+    return None
+
+
+@rule("polars-concat", needs_probe=True)
+def polars_concat(ctx: RuleContext) -> Iterator[Finding]:
+    """pl.concat([a, b]) of live polars DataFrames whose widths, column names or dtypes differ."""
+    for call in ctx.calls():
+        if qualname(ctx, call.func) != "polars.concat" or not ctx.is_certain(call) or len(call.args) != 1:
+            continue
+        how = ctx.kwarg(call, "how")
+        if (how is not None and ctx.literal(how) != "vertical") or any(
+                k.arg not in ("how", "rechunk", "parallel") for k in call.keywords):
+            continue
+        items = call.args[0]
+        if not isinstance(items, (ast.List, ast.Tuple)) or len(items.elts) < 2:
+            continue
+        schemas, labels = [], []
+        for e in items.elts:
+            if not isinstance(e, ast.Name):
+                break
+            f = ctx.facts(e.id)
+            if f is None or f.kind != "polars_frame" or f.columns is None or f.columns_truncated or not ctx.is_live(
+                    e.id, call):
+                break
+            schemas.append([(c.name, c.dtype) for c in f.columns])
+            labels.append(e.id)
+        else:
+            v = concat_verdict(labels, schemas)
+            if v is not None:
+                yield emit(ctx, call, "polars-concat", v)
                 return
