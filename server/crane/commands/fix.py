@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON report")
     p.add_argument("--max-steps", dest="max_steps", type=int, default=10, metavar="K", help="agent steps (default 10)")
     p.add_argument("--max-seconds", dest="max_seconds", type=float, default=None,
-                   help="wall-clock budget (300; 1200 with a local model server)")
+                   help="wall-clock budget (300; the agent with a local model server: 1200)")
     p.add_argument("--token-budget", dest="token_budget", type=int, default=200_000,
                    help="prompt + completion tokens over the run (default 200000; 0: no limit)")
     p.add_argument("--quiet", action="store_true", help="do not print the agent's steps on stderr")

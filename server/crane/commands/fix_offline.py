@@ -89,7 +89,7 @@ def run_offline(args: argparse.Namespace) -> int:
         if not (args.quiet or args.json):
             print(f"verified after {fix.elapsed_s:.1f} s: {fix.label}", file=sys.stderr)
 
-    budget = SearchBudget(max_seconds=args.max_seconds)
+    budget = SearchBudget(max_seconds=300.0 if args.max_seconds is None else args.max_seconds)
     try:
         with server_session(launcher):
             report = fix_notebook(nb, args.cell, python=args.python, budget=budget, on_fix=progress, launcher=launcher)
