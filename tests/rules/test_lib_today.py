@@ -32,6 +32,10 @@ words = pd.Series(['cat', 'dog', 'cat', 'eel', 'cat', 'dog', 'cat', 'eel'])
 words_obj = words.astype(object)
 words_u = words.to_numpy().astype(str)
 codes = pd.Series(ids)
+import tensorflow as tf
+ds_images = tf.data.Dataset.from_tensor_slices((images, ids)).batch(4)
+ds_flat = tf.data.Dataset.from_tensor_slices((flat, ids)).batch(4)
+ds_unbatched = tf.data.Dataset.from_tensor_slices((flat, ids))
 """
 
 
@@ -69,6 +73,10 @@ def crash(findings):
         ("sparse.fit(flat, words_u, epochs=1, verbose=0)", [("keras-model", "ValueError")]),  # str96
         ("sparse.evaluate(flat, words, verbose=0)", [("keras-model", "ValueError")]),
         ("sparse.fit(flat, codes, epochs=1, verbose=0)", []),
+        ("sparse.fit(ds_images, epochs=1, verbose=0)", [("keras-model", "ValueError")]),  # element_spec (None, 28, 28)
+        ("sparse.fit(ds_unbatched, epochs=1, verbose=0)", [("keras-model", "ValueError")]),  # (784,): not batched
+        ("sparse.fit(ds_flat, epochs=1, verbose=0)", []),
+        ("conv.fit(ds_images, epochs=1, verbose=0)", []),  # the trailing axis of size 1 is added
         ("sparse.fit(flat, words.astype('category').cat.codes, epochs=1, verbose=0)", []),
         ("conv.predict_classes(images)", [("missing-attribute", "AttributeError")]),
         ("conv.save('saved_model_dir')", [("keras-model", "ValueError")]),
@@ -84,6 +92,8 @@ def test_keras(kernel, target, expected):
         assert run.ename == expected[0][1]
         if findings[0].message.startswith("Invalid dtype"):  # labels Keras cannot read: its exact message
             assert findings[0].message == run.evalue
+        if "fit(ds_" in target:  # the shape Keras reports for the dataset's elements
+            assert findings[0].message.rsplit("incompatible shape ", 1)[1] in run.evalue
 
 
 JAX = """

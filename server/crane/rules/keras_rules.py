@@ -50,19 +50,48 @@ def _data_shape(x: Facts | None) -> tuple[int, ...] | None:
     return shape_of(x)
 
 
+def dataset_x_shape(x: Facts) -> tuple[int | None, ...] | None:
+    """The shape of the inputs a tf.data pipeline yields, from its element_spec: a lone TensorSpec or the first of
+    an (x, y[, w]) tuple; the first axis is None when it batches. Keras feeds an element as a batch."""
+    spec = (x.element_spec or "").strip()
+    if not spec.startswith(("TensorSpec(", "(TensorSpec(")):
+        return None
+    m = _SPEC_SHAPE.search(spec)
+    if m is None:
+        return None
+    dims: list[int | None] = []
+    for part in (p.strip() for p in m.group(1).split(",")):
+        if not part:
+            continue
+        if part == "None":
+            dims.append(None)
+        elif part.isdigit():
+            dims.append(int(part))
+        else:
+            return None
+    return tuple(dims) if dims else None
+
+
+_SPEC_SHAPE = re.compile(r"TensorSpec\(shape=\(([^)]*)\)")
+
+
 def input_verdict(km: KerasModelFacts, mname: str, xlabel: str, x: Facts, where: str) -> Verdict | None:
-    """Keras 3's input-rank adjustment and shape check of a one-input model, for data of a known shape."""
+    """Keras 3's input-rank adjustment and shape check of a one-input model, for data of a known shape (arrays,
+    tensors, or a tf.data Dataset's element_spec)."""
     if not km.inputs or len(km.inputs) != 1:
         return None
     ref = km.inputs[0]
-    shp = _data_shape(x)
+    spec = dataset_x_shape(x) if x.element_spec else None
+    shp: tuple[int | None, ...] | None = spec if spec is not None else _data_shape(x)
     if shp is None or len(shp) < 1:
         return None
     ev = [f"{mname}: Keras model, input shape {_shape_text(ref)}", describe(xlabel, x)]
-    seen = (None, *shp[1:])
+    if spec is not None:
+        ev[1] = f"{xlabel}: tf.data Dataset, element_spec {x.element_spec}"
+    seen = shp if spec is not None else (None, *shp[1:])
     seen_text = "(" + ", ".join("None" if d is None else str(d) for d in seen) + ("," if len(seen) == 1 else "") + ")"
     xr, rr = len(shp), len(ref)
-    adjusted: tuple[int, ...] | None = None
+    adjusted: tuple[int | None, ...] | None = None
     if xr == rr:
         adjusted = shp
     elif xr == rr + 1 and shp[-1] == 1:
@@ -79,7 +108,7 @@ def input_verdict(km: KerasModelFacts, mname: str, xlabel: str, x: Facts, where:
             0.9,
         )
     for i, (a, r) in enumerate(zip(adjusted[1:], ref[1:], strict=False), start=1):
-        if r >= 0 and a != r:
+        if r >= 0 and a is not None and a != r:
             return Verdict(
                 "ValueError",
                 f"Input 0 of the model is incompatible: expected axis {i} of input shape "
