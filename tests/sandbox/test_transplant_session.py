@@ -15,7 +15,8 @@ import pytest
 from crane.agent.fork_sandbox import ForkSandbox
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
-from crane.sandbox.session import SandboxError, SandboxSession
+from crane.sandbox.session import SandboxError
+from crane.sandbox.sessions import open_session
 from crane.sandbox.transplant_session import TransplantSession
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
@@ -45,7 +46,7 @@ def test_a_session_on_an_unforkable_kernel_runs_in_a_transplant_worker(kernel_en
         assert conn.run_cell(SETUP + UNFORKABLE[kernel_env], timeout=120).status == "ok"
         real = conn.run_cell("X[:, :2] @ np.ones(4)")  # what the session's crash must equal
         with Untouched(conn) as watch:
-            with SandboxSession.open(conn, budget_s=30) as sb:
+            with open_session(conn, budget_s=30) as sb:
                 assert isinstance(sb, TransplantSession) and sb.depth == 0
                 v = sb.run("Y = scale(X)\nfloat(Y.sum())")
                 assert v.verdict == "no-crash" and v.mode == "transplant" and "132.0" in v.displays[-1].text, v

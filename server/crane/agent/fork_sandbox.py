@@ -32,11 +32,11 @@ class ForkSandbox:
     kind = "fork"
 
     def __init__(self, conn: KernelConnection, budget_s: float = 60.0):
-        from crane.sandbox.session import SandboxSession
+        from crane.sandbox.sessions import open_session
 
         self.conn = conn
         self.budget_s = budget_s
-        self._open = lambda: SandboxSession.open(conn, budget_s=budget_s)
+        self._open = lambda: open_session(conn, budget_s=budget_s)
         self.session: SandboxSession | None = self._open()
         self.session.checkpoint()
         self.resets = 0

@@ -313,7 +313,7 @@ def _no_gpu_plugins() -> None:
     died loading the state). Plugin discovery is skipped; JAX's own CPU backend is not a plugin."""
     xb = sys.modules.get("jax._src.xla_bridge")
     if xb is not None and callable(getattr(xb, "discover_pjrt_plugins", None)):
-        xb.discover_pjrt_plugins = lambda: None
+        vars(xb)["discover_pjrt_plugins"] = lambda: None
 
 
 def _session(spec: dict, shell) -> None:

@@ -17,7 +17,8 @@ Checkpoints fork through a gate in the seccomp filter (a secret only the session
 cell's code still cannot create processes. A checkpoint needs a single-threaded head (it is refused
 otherwise, with a reason).
 
-Kernels that cannot be forked (TensorFlow, JAX, CUDA, ...) get a `TransplantSession` (transplant_session.py):
+Kernels that cannot be forked (TensorFlow, JAX, CUDA, ...) raise `Unforkable`; `sessions.open_session` then
+gives a `TransplantSession` (transplant_session.py):
 the same interface on a confined worker process holding a copy of the state.
 
 Thread-safety: one session is used by one thread at a time (commands are sequential by nature).
@@ -47,6 +48,11 @@ from crane.sandbox.verdict import DisplayOutput, SandboxVerdict, Verdict
 
 class SandboxError(CraneError):
     """The session cannot serve the request (unavailable, closed, died, or an inspected expression raised)."""
+
+
+class Unforkable(SandboxError):
+    """The kernel refuses to fork (TensorFlow, JAX, CUDA, a spent native pool): `crane.sandbox.sessions`
+    opens a transplant session instead."""
 
 
 class _Reply(msgspec.Struct, omit_defaults=True):
@@ -102,12 +108,8 @@ class SandboxSession:
         handle = launch(conn, pdir, "session", args, timeout=request_timeout)
         if isinstance(handle, SandboxVerdict):
             pdir.cleanup()
-            from crane.sandbox.transplant import enabled as transplant_enabled
-            if handle.unforkable and transplant_enabled():  # TF/JAX/CUDA...: a session in a transplant worker
-                from crane.sandbox.transplant_session import TransplantSession
-                return TransplantSession.start(conn, budget_s=budget_s, memory_mb=memory_mb,
-                                               request_timeout=request_timeout, total_cpu_s=total_cpu_s,
-                                               reason=handle.reason)
+            if handle.unforkable:  # TF/JAX/CUDA...: crane.sandbox.sessions.open_session transplants it
+                raise Unforkable(handle.reason or "the kernel cannot be forked")
             raise SandboxError(handle.reason or "the sandbox is unavailable")
         sess = cls(pdir, handle, budget_s)
         try:

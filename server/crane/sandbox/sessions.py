@@ -1,0 +1,29 @@
+"""Opening a sandbox session on any kernel: a forked `SandboxSession` where the kernel can be forked, else a
+`TransplantSession` (a confined worker holding a copy of the state; `CRANE_TRANSPLANT=0` turns that off)."""
+
+from __future__ import annotations
+
+from crane.kernel.client import KernelConnection
+from crane.sandbox.fork_runner import DEFAULT_BUDGET_S, DEFAULT_MEMORY_MB
+from crane.sandbox.session import SandboxError, SandboxSession, Unforkable
+from crane.sandbox.transplant import enabled as transplant_enabled
+from crane.sandbox.transplant_session import TransplantSession
+
+
+def open_session(
+    conn: KernelConnection,
+    *,
+    budget_s: float = DEFAULT_BUDGET_S,
+    memory_mb: int = DEFAULT_MEMORY_MB,
+    request_timeout: float = 5.0,
+    total_cpu_s: float = 600.0,
+) -> SandboxSession:
+    """A session on the kernel's live state. Raises SandboxError if no session can be had."""
+    try:
+        return SandboxSession.open(conn, budget_s=budget_s, memory_mb=memory_mb, request_timeout=request_timeout,
+                                   total_cpu_s=total_cpu_s)
+    except Unforkable as exc:
+        if not transplant_enabled():
+            raise SandboxError(str(exc)) from exc
+        return TransplantSession.start(conn, budget_s=budget_s, memory_mb=memory_mb, request_timeout=request_timeout,
+                                       total_cpu_s=total_cpu_s, reason=str(exc))
