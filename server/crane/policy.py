@@ -12,8 +12,10 @@ Three sources can speak about "if you run this cell now, against the kernel as i
    they predicted the same exception) and `no-crash` clears the rules' findings (kept as `cleared`);
 2. in mode "llm" the model's answer, when it gave one, is the prediction (the rules' findings are its input),
    except that a model never clears a certain rule finding (`certain()`: an undefined name, a missing key,
-   attribute, module or file the probe verified, a syntax error): those stay, and the model may only add its
-   own crash and explanation;
+   attribute, module or file the probe verified, a syntax error, and any finding a rule made at high
+   confidence from the live kernel's facts, e.g. `astype(int)` of text the probe read): those stay, and the
+   model may only add its own crash and explanation — so mode "llm" is never less right than the rules about
+   what they verified;
 3. otherwise the rules' findings stand (sandbox timeout / blocked / unavailable, or no sandbox run);
 4. with no rule finding, the model's answer (mode "auto" with a model configured) decides.
 
@@ -61,9 +63,18 @@ CERTAIN_RULES = frozenset({"undefined-name", "missing-key", "missing-attribute",
 CERTAIN_CONFIDENCE = 0.9
 
 
+def _from_kernel_facts(rule_id: str) -> bool:
+    """The rule judges only from the live kernel's facts (registered with `needs_probe=True`)."""
+    from crane.rulekit.registry import load_rules
+    return bool(getattr(load_rules().get(rule_id), "needs_probe", False))
+
+
 def certain(f: Finding) -> bool:
-    """A finding no model may clear: a crash seen in the sandbox, or a verified rule finding."""
-    return f.source == "sandbox" or (f.rule in CERTAIN_RULES and f.confidence >= CERTAIN_CONFIDENCE)
+    """A finding no model may clear: a crash seen in the sandbox, or a verified rule finding (a fact-checked
+    kind at high confidence, or any rule that judges from the kernel's facts at high confidence)."""
+    if f.source == "sandbox":
+        return True
+    return f.confidence >= CERTAIN_CONFIDENCE and (f.rule in CERTAIN_RULES or _from_kernel_facts(f.rule))
 
 
 def with_model(rules: list[Finding], model: ModelAnswer) -> Decision:

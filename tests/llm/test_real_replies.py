@@ -102,6 +102,19 @@ def test_defect1_llm_mode_keeps_a_probe_verified_name_error_over_a_model_no_cras
     assert decide("llm", [name_error(0.8)], None, ModelAnswer(crash=False)).prediction == "no-crash"
 
 
+def test_defect1_a_rule_that_judged_from_the_kernels_facts_is_not_cleared_either():
+    """Qwen 0.5B's "no crash" cleared pandas_10's astype finding (the probe had read the column's text): mode
+    llm scored under static on the real run. A finding made from kernel facts at high confidence stays."""
+    from crane.rulekit.registry import load_rules
+    load_rules()
+    astype = Finding(rule="pandas-astype-numeric", ename="ValueError", line=2, confidence=0.95,
+                     message="could not convert string to float: 'n/a'", evidence=["df['price'] holds 'n/a' (probe)"])
+    d = decide("llm", [astype], None, ModelAnswer(crash=False))
+    assert d.prediction == "crash" and d.findings == [astype] and d.decided_by == "rules"
+    low = Finding(rule="pandas-astype-numeric", ename="ValueError", line=2, confidence=0.7, message="maybe")
+    assert decide("llm", [low], None, ModelAnswer(crash=False)).prediction == "no-crash"  # a guess: the model's
+
+
 def test_defect1_diagnose_with_the_recorded_qwen_no_crash_still_predicts_the_name_error(llm_server):
     llm_server.reset(replay(45))  # Qwen: "no crash (0.95)", explanation "1-3 sentences grounded in the facts,"
     target = Cell(number=3, cell_type="code", source="from sklearn.tree import DecisionTreeClassifier\nmodel = DecisionTreeClassifier()\n"
