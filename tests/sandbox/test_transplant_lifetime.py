@@ -141,18 +141,3 @@ def test_an_idle_worker_ends_after_idling_and_with_its_kernel(kernel_env, tmp_pa
         assert not POOL.workers_of(ref)
     finally:
         kernel.shutdown()
-
-
-def test_a_worker_dying_before_the_cell_ran_is_unavailable_not_a_crash(tmp_path):
-    """A library object whose unpickling kills the worker (as jaxlib did, confined, on a GPU machine): the cell
-    never ran, so the verdict is `unavailable`, never a certain DeadKernelError of the cell (assemble.py)."""
-    (tmp_path / "bombmod.py").write_text("import ctypes\nclass Bomb:\n    def __reduce__(self):\n"
-                                         "        return (ctypes.string_at, (0,))\n")  # a real SIGSEGV
-    kernel = start_kernel(tmp_path, python=kernel_python("ipython8"))
-    try:
-        conn = kernel.connection
-        assert conn.run_cell("import bombmod\nb = bombmod.Bomb()").status == "ok"
-        v = transplant(conn, "b", 60.0)
-        assert v.verdict == "unavailable" and "died before the cell" in (v.reason or ""), v
-    finally:
-        kernel.shutdown()

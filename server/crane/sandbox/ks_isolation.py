@@ -468,7 +468,8 @@ def _network_watcher(args: dict):
 
 
 def _hand_over_listener(sock, listener: int) -> None:
-    """The network attempts of every thread and process of the run are answered (and recorded) by the daemon."""
+    """The network attempts of every thread and process of the run are answered (and recorded) by the one
+    holding `sock`'s other end: A in layered mode, the daemon in blocking mode."""
     if sock is None:
         return
     try:
@@ -550,16 +551,8 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
             metadata_ok=bool(layer.get("readonly")),
             nproc=None if os.geteuid() == 0 else min(256, int(args.get("max_processes", 1000))),
         )
-        listener = ctx.confinement.pop("listener", -1)
-        if sock is not None:  # hand the seccomp listener to A, which answers and records network attempts
-            try:
-                if listener >= 0:
-                    import socket
-                    socket.send_fds(sock, [b"L"], [listener])
-            finally:
-                sock.close()
-                if listener >= 0:
-                    os.close(listener)
+        # the seccomp listener goes to A, which answers and records network attempts
+        _hand_over_listener(sock, ctx.confinement.pop("listener", -1))
     else:
         if ctx.notif_sock is not None:  # B fell back to the blocking confinement: no listener to hand over
             ctx.notif_sock.close()
