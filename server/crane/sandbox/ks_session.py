@@ -83,17 +83,7 @@ def _session_loop(ctx: _Ctx, gate: int) -> None:
         op = cmd.get("op")
         reply: dict = {"event": "reply", "id": cmd.get("id"), "pid": os.getpid(), "depth": depth}
         if op == "run":
-            ctx.displays.clear()
-            ctx.denied.clear()
-            o0, e0 = _fsize(out_path), _fsize(err_path)
-            signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
-            rec = run_source(ctx, cmd.get("source", ""))
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            rec["displays"] = list(ctx.displays)
-            rec["denied"] = ctx.denied[:20]
-            rec["stdout_span"] = [o0, _fsize(out_path)]
-            rec["stderr_span"] = [e0, _fsize(err_path)]
-            reply.update(rec)
+            reply.update(run_command(ctx, cmd, out_path, err_path))
         elif op == "eval":
             try:
                 with ctx.shell.builtin_trap:
@@ -153,6 +143,20 @@ def _wait_child(pid: int) -> str:
     except ValueError:
         name = str(sig)
     return f"killed ({name})"
+
+
+def run_command(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> dict:
+    """A session's "run" command (forked and transplant sessions): the cell under its budget, its record with
+    the displays, the denials and the byte spans of the capture files it wrote."""
+    ctx.displays.clear()
+    ctx.denied.clear()
+    o0, e0 = _fsize(out_path), _fsize(err_path)
+    signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
+    rec = run_source(ctx, cmd.get("source", ""))
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
+               stderr_span=[e0, _fsize(err_path)])
+    return rec
 
 
 def _fsize(path: str) -> int:

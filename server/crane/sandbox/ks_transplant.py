@@ -29,6 +29,7 @@ import re
 import sys
 import time
 
+from crane.sandbox.ks_library import is_library  # kernel: strip
 from crane.sandbox.ks_miniature import _REGISTRY, _kind, shrink_namespace  # kernel: strip
 
 _SKIP = {"In", "Out", "get_ipython", "exit", "quit", "_ih", "_oh", "_dh", "_", "__", "___", "__builtins__",
@@ -101,17 +102,6 @@ _CALLED_HOOKS = _OWN_HOOKS + ("__getnewargs__", "__getnewargs_ex__", "__getattr_
 _USER_HOOKS: dict = {}  # class -> the hook user code defines for it, or ""
 
 
-def _library_roots() -> tuple:
-    import sysconfig
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        try:
-            roots.add(sysconfig.get_paths()[key])
-        except KeyError:
-            pass
-    return tuple(os.path.realpath(r).rstrip("/") + "/" for r in roots if r)
-
-
 def _user_module(name: str | None) -> bool:
     """The module is the notebook or a file of the user's own (not under the interpreter's prefixes)."""
     if not name or name == "__main__":
@@ -120,7 +110,7 @@ def _user_module(name: str | None) -> bool:
     path = getattr(mod, "__file__", None)
     if mod is None or not path:
         return False  # built in, or gone: not user code we could run
-    return not os.path.realpath(path).startswith(_library_roots())
+    return not is_library(path)
 
 
 def _user_hook(cls) -> str:

@@ -31,21 +31,13 @@ import types
 from crane.sandbox.ks_common import CELL_FILENAME, _write_json  # kernel: strip
 from crane.sandbox.ks_devices import map_devices  # kernel: strip
 from crane.sandbox.ks_isolation import _POOLS, _prepare_child  # kernel: strip
+from crane.sandbox.ks_library import is_library  # kernel: strip
 from crane.sandbox.ks_miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.ks_run import run_source  # kernel: strip
-from crane.sandbox.ks_session import _fsize, _read_commands  # kernel: strip
+from crane.sandbox.ks_session import _read_commands, run_command  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": []}
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
-
-
-def _library_roots() -> tuple[str, ...]:
-    roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p}
-    return tuple(r.rstrip("/") + "/" for r in roots)
-
-
-def _is_library(path: str | None) -> bool:
-    return bool(path) and os.path.realpath(str(path)).startswith(_library_roots())
 
 
 def _import(names, only_library: bool) -> None:
@@ -59,7 +51,7 @@ def _import(names, only_library: bool) -> None:
                 spec = importlib.util.find_spec(name)
             except Exception:
                 continue
-            if spec is None or not _is_library(spec.origin or (list(spec.submodule_search_locations or [""])[0])):
+            if spec is None or not is_library(spec.origin or (list(spec.submodule_search_locations or [""])[0])):
                 continue
         try:
             importlib.import_module(name)
@@ -369,15 +361,7 @@ def _session(spec: dict, shell) -> None:
             finally:
                 audit["bypass"] = False
         elif op == "run":
-            ctx.displays.clear()
-            ctx.denied.clear()
-            o0, e0 = _fsize(out_path), _fsize(err_path)
-            signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
-            rec = run_source(ctx, cmd.get("source", ""))
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
-                       stderr_span=[e0, _fsize(err_path)])
-            reply.update(rec)
+            reply.update(run_command(ctx, cmd, out_path, err_path))
         elif op == "eval":
             try:
                 with ctx.shell.builtin_trap:

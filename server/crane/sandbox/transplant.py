@@ -51,9 +51,10 @@ from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, Transp
 
 _HERE = Path(__file__).resolve().parent
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
-                                 [_HERE / "ks_miniature.py", _HERE / "ks_transplant.py"])
+                                 [_HERE / "ks_library.py", _HERE / "ks_miniature.py", _HERE / "ks_transplant.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
-                             [_HERE / p for p in SANDBOX_PARTS] + [_HERE / "ks_devices.py", _HERE / "ks_worker.py"])
+                             [_HERE / p for p in SANDBOX_PARTS] + [_HERE / "ks_library.py", _HERE / "ks_devices.py",
+                                                                     _HERE / "ks_worker.py"])
 
 
 def _cloudpickle_source() -> Path:
