@@ -1,7 +1,7 @@
 """Daemon side of one sandbox run: what its processes write to fds 1/2, and the blocking run's network attempts.
 
 - Output: the run's stdout/stderr are FIFOs in the private directory, drained by one daemon thread from the
-  moment they exist: each keeps its first `keep` bytes and counts the rest, so no process of the run (worker
+  moment they exist: each keeps its first `keep` bytes and drops the rest, so no process of the run (worker
   processes, programs, C code writing to fds 1 and 2) can make the daemon hold or write more, nothing the run
   prints reaches a disk, and a writer never waits long on a full pipe.
 - Network (blocking confinement): the child connects to the `notify` socket before confining itself and sends
@@ -37,8 +37,6 @@ class RunDrain:
         self.result_path = result_path
         self.fds: dict[str, int] = {}
         self.kept: dict[str, bytearray] = {n: bytearray() for n in self.NAMES}
-        self.total: dict[str, int] = {n: 0 for n in self.NAMES}
-        self.denied: list[str] = []
         self._lock = threading.Lock()
         for name in self.NAMES:
             fifo = os.path.join(path, name)
@@ -72,7 +70,6 @@ class RunDrain:
                 return
             if not chunk:
                 return
-            self.total[name] += len(chunk)
             room = self.keep - len(self.kept[name])
             if room > 0:
                 self.kept[name] += chunk[:room]
@@ -85,7 +82,6 @@ class RunDrain:
 
     # -- network attempts -----------------------------------------------------------------------------------
     def _record(self, what: str) -> None:
-        self.denied.append(what)
         fd = os.open(self.result_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # we hold the read end
         try:
             os.write(fd, (json.dumps({"event": "denied", "what": what}) + "\n").encode())  # < PIPE_BUF: atomic

@@ -191,9 +191,9 @@ def _safe_str(e) -> str:
         return ""
 
 
-# what torch/CUDA say when a GPU call finds no device or driver (the transplant worker has none)
-_GPU_GAP = re.compile(r"AcceleratorError|CUDA|cuda(Error|GetDevice|Malloc|Runtime)|NVIDIA driver|no CUDA GPUs|"
-                      r"Torch not compiled with CUDA|CUDA_VISIBLE_DEVICES|device-side|cudnn|nccl|NCCL", re.I)
+# what torch/CUDA say when a GPU call finds no device or driver (the transplant worker has none): any mention of
+# CUDA (cudaError..., "no CUDA GPUs", "Torch not compiled with CUDA"), the driver, cuDNN or NCCL
+_GPU_GAP = re.compile(r"AcceleratorError|CUDA|NVIDIA driver|device-side|cudnn|nccl", re.I)
 
 
 def _raised_in_torch_cuda(e: BaseException) -> bool:
@@ -307,21 +307,19 @@ def run_source(ctx: _Ctx, source: str) -> dict:
     t0 = time.perf_counter()
     exc = None
     transformed = None
-    audit = getattr(ctx, "audit_state", None)
+    audit = ctx.audit_state
     try:
         with shell.builtin_trap:
             transformed = shell.transform_cell(source)
             plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
-            if audit is not None:
-                audit["running"] = True  # the cell's code is what runs now (ks_audit._guard_process_end)
+            audit["running"] = True  # the cell's code is what runs now (ks_audit._guard_process_end)
             if ctx.args.get("mode") == "run" and ctx.result_fd >= 0:
                 _write_json(ctx.result_fd, {"event": "cell"})  # a death from here on is the cell's (assemble.py)
             _exec_plan(ctx, plan, ns)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         exc = e
     finally:
-        if audit is not None:
-            audit["running"] = False
+        audit["running"] = False
     if exc is None and ctx.shown_exc is not None:
         exc = ctx.shown_exc
     ctx.shown_exc = None
