@@ -12,6 +12,8 @@ from crane.lsp.facts_markdown import column_values, facts_markdown
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ColumnFacts, ProbeRequest
 
+from ..probe.no_time_cap import NO_TIME_CAP
+
 SETUP = """
 import numpy as np, pandas as pd
 names = ['a|b', 'Braund, Mr. Owen', 'Cumings, Mrs. John', 'Heikkinen, Miss', 'Futrelle, Mrs. J', 'Allen, Mr. W',
@@ -34,7 +36,7 @@ def facts(tmp_path_factory):
     try:
         res = kernel.connection.run_cell(SETUP, timeout=120)
         assert res.status == "ok", res.evalue
-        yield ProbeClient(kernel.connection).run(ProbeRequest(names=["df"])).facts["df"]
+        yield ProbeClient(kernel.connection).run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["df"])).facts["df"]
     finally:
         kernel.shutdown()
 

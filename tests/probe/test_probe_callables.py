@@ -12,6 +12,8 @@ import pytest
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest
 
+from .no_time_cap import NO_TIME_CAP
+
 SETUP = textwrap.dedent(
     """
     import functools, numpy as np, pandas as pd, torch
@@ -80,13 +82,13 @@ def client(start, tmp_path_factory):
 
 
 def facts(client, *names):
-    res = client.run(ProbeRequest(names=list(names)))
+    res = client.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=list(names)))
     assert not res.errors, res.errors
     return [res.facts[n] for n in names]
 
 
 def attr(client, expr):
-    res = client.run(ProbeRequest(attrs=[expr]))
+    res = client.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, attrs=[expr]))
     assert not res.errors, res.errors
     return res.attrs[0]
 

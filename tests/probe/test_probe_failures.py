@@ -14,6 +14,8 @@ from crane.kernel.errors import KernelDead, KernelTimeout
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest
 
+from .no_time_cap import NO_TIME_CAP
+
 
 def _busy(kernel, seconds: float) -> None:
     """Another client makes the kernel busy (silently: nothing reaches history)."""
@@ -36,14 +38,14 @@ def light_kernel(tmp_path_factory, start):
 
 def test_timeout_is_clear_and_the_kernel_answers_afterwards(light_kernel):
     probe = ProbeClient(light_kernel.connection)
-    assert probe.run(ProbeRequest(names=["value"])).facts["value"].value == "7"
+    assert probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["value"])).facts["value"].value == "7"
     _busy(light_kernel, 30)
     start = time.monotonic()
     with pytest.raises(KernelTimeout, match="no reply within 0.5 s"):
-        probe.run(ProbeRequest(names=["value"]), timeout=0.5)
+        probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["value"]), timeout=0.5)
     assert time.monotonic() - start < 3
     light_kernel.manager.interrupt_kernel()
-    res = probe.run(ProbeRequest(names=["value"]), timeout=10)
+    res = probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["value"]), timeout=10)
     assert res.facts["value"].value == "7"
 
 
@@ -59,10 +61,10 @@ def test_kernel_dying_mid_request_is_kernel_dead(tmp_path, start, attached):
         threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()  # ... and the kernel dies meanwhile
         start = time.monotonic()
         with pytest.raises(KernelDead, match="died"):
-            probe.run(ProbeRequest(names=["x"]), timeout=30)
+            probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["x"]), timeout=30)
         assert time.monotonic() - start < 10
         with pytest.raises(KernelDead):
-            probe.run(ProbeRequest(names=["x"]), timeout=30)
+            probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["x"]), timeout=30)
     finally:
         if attached:
             conn.close()

@@ -8,12 +8,14 @@ import pytest
 
 from crane.probe.facts import ProbeRequest
 
+from .no_time_cap import NO_TIME_CAP
+
 
 @pytest.fixture(scope="module")
 def facts(probe):
     @functools.cache
     def get(name):
-        res = probe.run(ProbeRequest(names=[name]))
+        res = probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=[name]))
         assert not res.errors, res.errors
         return res.facts[name]
 
@@ -162,6 +164,7 @@ def test_modules_callables_classes(facts):
 def test_undefined_names_modules_and_paths(probe):
     res = probe.run(
         ProbeRequest(
+            time_budget_ms=NO_TIME_CAP,
             names=["df", "undefined_thing", "print"],
             modules=["numpy", "sklearn.linear_model", "no_such_module_xyz", "sklearn.no_such_sub", "json"],
             paths=["data/train.csv", "data/Train.csv", "data/test.csv", "missing_dir/x.csv"],
@@ -182,7 +185,7 @@ def test_module_not_yet_imported_is_found_without_importing(probe, watcher):
     mods = ["wsgiref.simple_server", "wave", "wsgiref.no_such_sub"]
     before = watcher.evaluate(f"[m in __import__('sys').modules for m in {mods!r}]")
     assert before == "[False, False, False]"
-    res = probe.run(ProbeRequest(modules=mods))
+    res = probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, modules=mods))
     assert res.modules == {"wsgiref.simple_server": True, "wave": True, "wsgiref.no_such_sub": False}
     assert res.imported_modules == []
     assert watcher.evaluate(f"[m in __import__('sys').modules for m in {mods + ['wsgiref']!r}]") == "[False] * 4".replace(
@@ -193,6 +196,7 @@ def test_module_not_yet_imported_is_found_without_importing(probe, watcher):
 def test_attribute_checks(probe):
     res = probe.run(
         ProbeRequest(
+            time_budget_ms=NO_TIME_CAP,
             attrs=[
                 "clf.coef_", "rf.feature_importances_", "rf.coef_", "clf.predict", "plt.scatter", "np.float",
                 "np.nosuchthing", "df.age", "df.agee", "df.shape", "df.shape.x", "mlp.fc1", "mlp.fc3", "thing.v",
@@ -225,6 +229,7 @@ def test_attribute_checks(probe):
 def test_key_checks(probe):
     res = probe.run(
         ProbeRequest(
+            time_budget_ms=NO_TIME_CAP,
             keys=[
                 ["df", "age", "columns"], ["df", "Age", "columns"], ["df", 3, "index"], ["df", 99, "index"],
                 ["df_idx", "y", "index"], ["s", 20, "key"], ["cfg", "lr", "key"], ["cfg", 3, "key"],

@@ -13,6 +13,7 @@ from crane.probe.facts import ProbeRequest
 
 from ..sacred import kernel_state
 from .conftest import own_kernel
+from .no_time_cap import NO_TIME_CAP
 
 SETUP = """
 import numpy as np, pandas as pd
@@ -25,6 +26,7 @@ gone = 1
 """
 
 REQUEST = ProbeRequest(
+    time_budget_ms=NO_TIME_CAP,
     names=["frame", "vec", "cfg", "gone"],
     attrs=["frame.c1", "frame.nope"],
     keys=[["frame", "c2", "columns"], ["cfg", "lr", "key"]],
@@ -180,7 +182,7 @@ def test_a_restart_starts_afresh(tmp_path):
     try:
         k.connection.run_cell("x = 1")
         probe = ProbeClient(k.connection)
-        req = ProbeRequest(names=["x"])
+        req = ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["x"])
         probe.run(req)
         assert probe.run(req).cached == 1
         installs = probe.installs

@@ -9,6 +9,8 @@ import pytest
 from crane.probe.collect import MODULE_NAME, ProbeClient, ProbeError, probe_version
 from crane.probe.facts import ProbeRequest
 
+from .no_time_cap import NO_TIME_CAP
+
 STATE = (
     "(sorted((k, id(v)) for k, v in get_ipython().user_ns.items()), get_ipython().execution_count,"
     " len(get_ipython().history_manager.input_hist_raw), sorted(Out), id(_), id(__), id(___),"
@@ -17,6 +19,7 @@ STATE = (
 )
 
 EVERYTHING = ProbeRequest(
+    time_budget_ms=NO_TIME_CAP,
     names=[
         "df", "df_idx", "s", "X", "y", "big_vec", "clf", "rf", "pipe", "iris", "t", "net", "mlp", "loader", "cfg",
         "counts", "lst", "tup", "helper", "Thing", "thing", "np", "plt", "nope", "trap", "trap_ga", "trap_dict",
@@ -52,6 +55,7 @@ def test_probing_changes_nothing_the_user_or_another_client_can_see(probe, watch
 def test_no_user_code_runs(probe, watcher):
     res = probe.run(
         ProbeRequest(
+            time_budget_ms=NO_TIME_CAP,
             names=["trap", "trap_ga", "trap_dict", "trap_list", "trap_obj_arr", "trap_df", "trap_loader",
                    "trap_model", "TrapClass"],  # fmt: skip
             attrs=["trap.prop", "trap.missing", "trap_ga.x", "trap_dict.a", "trap_model.lin", "trap_model.nope",
@@ -87,7 +91,7 @@ def test_no_user_code_runs_on_the_fast_paths_of_a_large_frame(kernel, probe, wat
     )
     assert run.status == "ok", run.evalue
     try:
-        res = probe.run(ProbeRequest(names=["trap_big"], attrs=["trap_big.p"], columns=["p"]))
+        res = probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["trap_big"], attrs=["trap_big.p"], columns=["p"]))
         assert watcher.evaluate("trap_calls") == "[]"
         cols = {c.name: c for c in res.facts["trap_big"].columns}
         assert cols["o"].n_nan == 0 and cols["p"].n_nan == 0 and cols["f"].n_nan == 0
@@ -98,12 +102,12 @@ def test_no_user_code_runs_on_the_fast_paths_of_a_large_frame(kernel, probe, wat
 
 def test_total_and_per_variable_caps(probe, watcher):
     names = watcher.evaluate("sorted(k for k in get_ipython().user_ns if not k.startswith('_'))")
-    req = ProbeRequest(names=eval(names))  # every user name at once
+    req = ProbeRequest(time_budget_ms=NO_TIME_CAP, names=eval(names))  # every user name at once
     res = probe.run(req)
     assert res.payload_bytes <= 32 * 1024 + 512
     for f in res.facts.values():
         assert len(msgspec.json.encode(f)) <= 4096 + 64, f.name
-    small = probe.run(ProbeRequest(names=eval(names), max_total_bytes=3000, max_var_bytes=1000))
+    small = probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=eval(names), max_total_bytes=3000, max_var_bytes=1000))
     assert small.truncated and small.payload_bytes <= 3000 + 512
     assert 0 < len(small.facts) < len(res.facts)
 
@@ -112,7 +116,7 @@ def test_large_array_is_sampled_not_scanned(kernel, probe):
     run = kernel.connection.run_cell("huge = np.zeros(12_000_000); huge[::7] = np.nan")
     assert run.status == "ok"
     try:
-        f = probe.run(ProbeRequest(names=["huge"])).facts["huge"]
+        f = probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["huge"])).facts["huge"]
         assert f.sampled and f.n_nan is None and f.has_nan is True and f.shape == [12_000_000]
     finally:
         kernel.connection.run_cell("del huge")
@@ -121,10 +125,10 @@ def test_large_array_is_sampled_not_scanned(kernel, probe):
 def test_reinstalls_after_restart_or_version_change(probe, watcher):
     watcher.evaluate(f"__import__('sys').modules.pop({MODULE_NAME!r}, None) and None")
     n = probe.installs
-    assert probe.run(ProbeRequest(names=["n_int"])).facts["n_int"].value == "42"
+    assert probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["n_int"])).facts["n_int"].value == "42"
     assert probe.installs == n + 1
     watcher.evaluate(f"setattr(__import__('sys').modules[{MODULE_NAME!r}], 'VERSION', 'old')")
-    assert probe.run(ProbeRequest(names=["n_int"])).facts["n_int"].value == "42"
+    assert probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["n_int"])).facts["n_int"].value == "42"
     assert probe.installs == n + 2
     assert watcher.evaluate(f"__import__('sys').modules[{MODULE_NAME!r}].VERSION") == repr(probe_version())
 
@@ -141,7 +145,7 @@ def test_broken_probe_module_is_a_clear_error(kernel, watcher, run_body, message
     watcher.evaluate(fake)
     try:
         with pytest.raises(ProbeError, match=message):
-            ProbeClient(kernel.connection).run(ProbeRequest(names=["n_int"]))
+            ProbeClient(kernel.connection).run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["n_int"]))
     finally:
         watcher.evaluate(f"__import__('sys').modules.pop({MODULE_NAME!r}, None) and None")
 
@@ -168,7 +172,7 @@ def test_estimator_constructions_are_validated_without_running_user_code(probe, 
         "        super().__init__(max_depth=max_depth)\\n') and None")
     assert watcher.evaluate("'MyForest' in get_ipython().user_ns") == "True"
     before = watcher.evaluate(STATE)
-    res = probe.run(ProbeRequest(constructions=[
+    res = probe.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, constructions=[
         ["a", "RandomForestClassifier", {"max_depth": "-1"}],
         ["b", "sklearn.linear_model.LogisticRegression", {"C": "-1.0"}],
         ["c", "MyForest", {"max_depth": "-1"}],
