@@ -19,6 +19,10 @@
 #   fresh            no crane.python and no interpreter on PATH with CRANE: the extension creates its own server
 #                    environment (pip, dependencies from the package index), attaches, and a second start reuses
 #                    it (fresh.e2e.test.mjs).
+# With more than one scenario the run goes in two lanes at once (CRANE_E2E_LANES=1: one after the other): the
+# scenarios wait on a browser and a kernel far more than they compute, and each has its own folders, port and
+# processes; the two Jupyter scenarios share a lane (they share one extensions folder). Each lane is this
+# script again, with CRANE_E2E_LANE set.
 # Every process started here runs in its own process group and is stopped by its id, also on failure or
 # Ctrl-C. Artefacts: build/e2e/screenshots/*.png, build/e2e/logs/<scenario>/ (kernel, code-server, the CRANE
 # output channel with the server's stderr, the Jupyter extension's log, all VS Code logs).
@@ -37,7 +41,7 @@ SHOTS="$BUILD/screenshots"
 KERNELSPEC="crane-e2e-python"
 KERNEL_DISPLAY_NAME="Python 3 (e2e venv)"
 
-log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+log() { printf "[e2e%s %s] %s\n" "${CRANE_E2E_LANE:+ $CRANE_E2E_LANE}" "$(date +%H:%M:%S)" "$*" >&2; }
 t0=$(date +%s)
 
 SCENARIOS=("$@")
@@ -46,7 +50,7 @@ for sc in "${SCENARIOS[@]}"; do
   case "$sc" in connection-file | jupyter | jupyter-deny | fresh | lm-tools) ;; *) log "unknown scenario $sc"; exit 2 ;; esac
 done
 
-"$HERE/setup.sh"
+[ -n "${CRANE_E2E_LANE:-}" ] || "$HERE/setup.sh"
 
 [ -x "$PYTHON" ] || { log "no Python at $PYTHON (make setup, or set CRANE_PYTHON)"; exit 2; }
 [ -f "$VSIX" ] || { log "no extension package at $VSIX (make vsix, or set CRANE_VSIX)"; exit 2; }
@@ -295,8 +299,29 @@ scenario_jupyter() {  # scenario_jupyter NAME TEST_FILE
   return "$rc"
 }
 
-rm -rf "$SHOTS" "$LOGS" "$BUILD"/run "$BUILD"/run-*
-mkdir -p "$SHOTS" "$LOGS"
+if [ -z "${CRANE_E2E_LANE:-}" ]; then
+  rm -rf "$SHOTS" "$LOGS" "$BUILD"/run "$BUILD"/run-*
+  mkdir -p "$SHOTS" "$LOGS"
+  if [ "${CRANE_E2E_LANES:-2}" -gt 1 ] && [ "${#SCENARIOS[@]}" -gt 1 ]; then
+    lane_a=() lane_b=()  # the Jupyter scenarios (one extensions folder) in lane a, the others in lane b
+    for sc in "${SCENARIOS[@]}"; do
+      case "$sc" in jupyter | jupyter-deny) lane_a+=("$sc") ;; *) lane_b+=("$sc") ;; esac
+    done
+    [ "${#lane_a[@]}" -gt 0 ] || { lane_a=("${lane_b[0]}"); lane_b=("${lane_b[@]:1}"); }
+    [ "${#lane_b[@]}" -gt 0 ] || { lane_b=("${lane_a[-1]}"); unset 'lane_a[-1]'; }
+    log "two lanes: ${lane_a[*]} | ${lane_b[*]}"
+    start_bg - env CRANE_E2E_LANE=a "$HERE/run.sh" "${lane_a[@]}"
+    pid_a=$BG_PID
+    start_bg - env CRANE_E2E_LANE=b "$HERE/run.sh" "${lane_b[@]}"
+    pid_b=$BG_PID
+    rc_a=0 rc_b=0
+    wait "$pid_a" || rc_a=$?
+    wait "$pid_b" || rc_b=$?
+    PIDS=()
+    [ "$rc_a" -eq 0 ] && [ "$rc_b" -eq 0 ] || { log "failed lanes: $([ "$rc_a" -eq 0 ] || echo "a ($rc_a)") $([ "$rc_b" -eq 0 ] || echo "b ($rc_b)")"; exit 1; }
+    exit 0
+  fi
+fi
 failed=()
 for sc in "${SCENARIOS[@]}"; do
   s0=$(date +%s)

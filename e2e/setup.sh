@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the end-to-end test needs, idempotently, caching it under build/e2e:
+# Installs what the end-to-end test needs, idempotently, caching it under build/e2e (code-server outside the
+# checkout, in CRANE_E2E_CACHE, default ~/.cache/crane-e2e, linked from build/e2e/code-server: CI runs on a clean
+# checkout of the same machine reuse it):
 #   - Debian packages chromium (the browser), libkrb5-dev (gssapi headers for code-server's `kerberos`
 #     module) and ripgrep (seeds @vscode/ripgrep's download cache; its postinstall would fetch from GitHub);
 #   - code-server $CODE_SERVER_VERSION installed with npm into build/e2e/code-server;
@@ -15,7 +17,9 @@ BUILD="${CRANE_E2E_BUILD:-$ROOT/build/e2e}"
 CODE_SERVER_VERSION="4.100.3"          # the last code-server release for Node 20 (VS Code 1.100.3)
 RIPGREP_CACHE_NAME="vscode-ripgrep-cache-1.15.11"
 RIPGREP_TARBALL="ripgrep-v13.0.0-10-x86_64-unknown-linux-musl.tar.gz"
-CS_PREFIX="$BUILD/code-server"           # an npm project folder: code-server in node_modules/
+CACHE="${CRANE_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/crane-e2e}"
+CS_PREFIX="$CACHE/code-server-$CODE_SERVER_VERSION"  # an npm project folder: code-server in node_modules/
+CS_LINK="$BUILD/code-server"             # where run.sh finds it
 CS_BIN="$CS_PREFIX/node_modules/.bin/code-server"
 CS_STAMP="$CS_PREFIX/.installed-$CODE_SERVER_VERSION"
 
@@ -68,6 +72,10 @@ if [ ! -e "$CS_STAMP" ] || [ ! -x "$CS_BIN" ]; then
   }
   "$CS_BIN" --version >/dev/null
   touch "$CS_STAMP"
+fi
+if [ "$(readlink "$CS_LINK" 2>/dev/null)" != "$CS_PREFIX" ]; then
+  rm -rf "$CS_LINK"  # an install of an earlier layout, or a link to another version
+  ln -s "$CS_PREFIX" "$CS_LINK"
 fi
 
 # ---- playwright-core ---------------------------------------------------------------------------------------
