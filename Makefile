@@ -10,13 +10,13 @@ JOBS   ?= 2
 # pytest workers: most tests wait on kernels and servers, so three share the two cores well
 PYTEST_JOBS ?= 3
 
-.PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench bench-today kernel-today clean
+.PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench bench-floors bench-today kernel-today clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,lint,bench,llm]'
+# .venv: CRANE editable with its extras, built once per pyproject.toml under $(ENV_CACHE) and linked (see the script)
+$(STAMP): pyproject.toml envs/make_daemon_env.sh
+	PYTHON=$(PYTHON) envs/make_daemon_env.sh $(VENV) $(ENV_CACHE)
 	touch $(STAMP)
 
 demo: setup
@@ -28,10 +28,10 @@ lint: setup
 	$(BIN)/ruff check server tests benchmarks e2e
 	$(BIN)/mypy
 
-# After the linters, the Python suite runs beside the client's checks and the end-to-end test (which run one
-# after the other): the two halves wait on kernels and on a browser, so they share the cores well.
-test: lint
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-python client-then-e2e
+# The linters, the Python suite, and the client's checks followed by the end-to-end test run side by side: the
+# suite keeps the cores busy, the others mostly wait (on a browser, a kernel), so they fit in beside it.
+test: setup
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint test-python client-then-e2e
 
 client-then-e2e: setup
 	$(MAKE) --no-print-directory test-client
@@ -75,6 +75,11 @@ e2e: setup vsix
 
 bench: setup
 	$(BIN)/crane bench $(BENCH) --jobs $(JOBS)
+
+# The accuracy floors on the whole of junobench-lite (static and auto, kernels left unchanged) in one auto run;
+# exit 1 when one is missed. The suite runs the same checks on a sample of one case per library.
+bench-floors: setup
+	$(BIN)/python benchmarks/junobench_floors.py $(BENCH) --jobs $(JOBS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info server/*.egg-info .pytest_cache .mypy_cache .ruff_cache
