@@ -3,7 +3,7 @@ fork-sandbox verification) against real kernel state.
 
     report = fix_search(kernel, [("import pandas as pd\\ndf = ...", True), ("df['x']", False)], target=2)
 
-Cells are (source, executed): the executed ones are run in the kernel, in order, after `%reset -f` (the
+Cells are (source, executed): the executed ones are run in the kernel, in order, after clearing its namespace (the
 kernel belongs to the tests), and get execution counts in the notebook; the others are cells never run. The
 target is never run in the kernel: the search runs it in fork sandboxes only.
 """
@@ -20,6 +20,8 @@ from crane.fixes.search import SearchBudget, search_fixes
 from crane.kernel.manager import start_kernel
 from crane.notebook.model import Cell, Notebook
 from crane.probe.collect import ProbeClient
+
+from ..kernel_reset import CLEAR_USER_NAMESPACE
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +49,7 @@ def notebook(cells: list[tuple[str, bool]], path: str | None = None) -> Notebook
 
 def fix_search(kernel, cells: list[tuple[str, bool]], target: int, budget: SearchBudget | None = None) -> SearchReport:
     conn = kernel.connection
-    conn.run_cell("%reset -f", timeout=60)
+    conn.run_cell(CLEAR_USER_NAMESPACE, timeout=60)
     for source, executed in cells:
         if executed:
             res = conn.run_cell(source, timeout=120)

@@ -8,7 +8,7 @@
   temporary working directory (`kernel_cwd`), shared by every rule test of the session; its `.connection`
   is a KernelConnection.
 - `predict_source(kernel, setup_code, target, scope=None, target_cell=None)`: clears the kernel's user
-  namespace (`%reset -f`, the kernel belongs to the tests), runs `setup_code` as a normal cell (it must
+  namespace (tests/kernel_reset.py, the kernel belongs to the tests), runs `setup_code` as a normal cell (it must
   succeed: a failing setup fails the test with the kernel's error), then analyses `target`
   (crane.analysis.cell.analyze_cell), plans the probe (plan_probe), asks the REAL kernel-side probe
   (crane.probe.collect.ProbeClient), and returns crane.predict.predict(...) — the findings, first crash
@@ -32,6 +32,7 @@ from crane.predict import predict
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest, ProbeResult
 
+from ..kernel_reset import CLEAR_USER_NAMESPACE
 from ..probe.no_time_cap import NO_TIME_CAP
 
 
@@ -59,7 +60,7 @@ def _probe(conn, request: ProbeRequest) -> ProbeResult:
 
 def setup_kernel(kernel: OwnedKernel, setup_code: str) -> None:
     conn = kernel.connection
-    conn.run_cell("%reset -f", timeout=60)
+    conn.run_cell(CLEAR_USER_NAMESPACE, timeout=60)
     if setup_code.strip():
         res = conn.run_cell(setup_code, timeout=120)
         if res.status != "ok":
