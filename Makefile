@@ -14,9 +14,13 @@ PYTEST_JOBS ?= 3
 
 setup: $(STAMP)
 
-# .venv: CRANE editable with its extras, built once per pyproject.toml under $(ENV_CACHE) and linked (see the script)
+# .venv: CRANE editable with its extras, built once per pyproject.toml under $(DAEMON_ENV_CACHE) and linked (see
+# the script). Not under ~/.cache: the tests start kernels of this interpreter as another user (test_non_root), and
+# root's home is not theirs to read.
+DAEMON_ENV_CACHE ?= /var/tmp/crane-envs
+
 $(STAMP): pyproject.toml envs/make_daemon_env.sh
-	PYTHON=$(PYTHON) envs/make_daemon_env.sh $(VENV) $(ENV_CACHE)
+	PYTHON=$(PYTHON) envs/make_daemon_env.sh $(VENV) $(DAEMON_ENV_CACHE)
 	touch $(STAMP)
 
 demo: setup
