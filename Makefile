@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.crane-installed
 BENCH  ?= ../shared/bench/junobench-lite
 JOBS   ?= 2
-# pytest workers: most tests wait on kernels and servers, so three share the two cores well
+# pytest workers: most tests wait on kernels and servers, so three share the two cores well; `worksteal` lets an
+# idle worker take queued tests from a busy one, so the suite does not end on one worker's long tail
 PYTEST_JOBS ?= 3
 
 .PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench bench-floors bench-today kernel-today clean
@@ -42,7 +43,7 @@ client-then-e2e: setup
 	$(MAKE) --no-print-directory e2e
 
 test-python: setup kernel-today
-	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal
 
 # A second kernel environment on today's versions (IPython 9, numpy 2, pandas 3, TensorFlow/Keras 3, JAX, polars,
 # xgboost, lightgbm; envs/kernel-today.txt): the tests run kernels in it beside the bench environment's IPython 8
