@@ -4,15 +4,25 @@
 # Built by envs/make_env.sh from a requirements file naming this checkout and the hash of its pyproject.toml: once
 # per (pyproject.toml, checkout path, Python) in CACHE_DIR, outside the checkout, and linked as VENV, so CI runs on
 # a clean checkout of the same machine reuse it (a fresh one takes minutes). A VENV that is a real folder (made
-# before this script) is kept and brought up to date in place, as before.
+# before this script) is kept and brought up to date in place, as before; so is one made where CACHE_DIR cannot be
+# written.
 set -euo pipefail
 venv="$1"; cache="$2"
 python="${PYTHON:-python3}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 spec="$root[test,lint,bench,llm]"
 
-if [ -d "$venv" ] && [ ! -L "$venv" ]; then
+in_place() {
+    [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
     exec "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+}
+if [ -d "$venv" ] && [ ! -L "$venv" ]; then
+    in_place
+fi
+if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
+    echo "== $cache cannot be written: $venv is built in the checkout instead (not reused by the next checkout)" >&2
+    [ ! -L "$venv" ] || rm -f "$venv"
+    in_place
 fi
 req="$root/build/daemon-env.txt"
 mkdir -p "$(dirname "$req")"
