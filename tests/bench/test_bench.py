@@ -121,8 +121,9 @@ def test_the_floors_command_names_every_miss():
     assert floors.misses(good) == []
     bad = {**good, "overall": {"n": 2, "accuracy": 0.5, "enameMatch": 1.0, "fp": 1},
            "rulesOverall": {"n": 2, "accuracy": 0.5, "f1": 0.0, "falseAlarmRate": 0.5}, "kernelUnchanged": 1,
+           "sandboxDecided": 0.5,
            "results": [result("a", True, "crash", "KeyError"), result("a", False, "crash", unchanged=False)]}
     missed = "\n".join(floors.misses(bad))
     for words in ("static accuracy 0.5", "static f1 0.0", "static false alarms", "auto accuracy 0.5",
-                  "auto false alarms: 1", "('a', 'fixed', 'crash', None)", "kernel changed by the sandbox run: [('a', 'fixed')]"):
+                  "auto false alarms: 1", "the sandbox decided 0.5", "('a', 'fixed', 'crash', None)", "kernel changed by the sandbox run: [('a', 'fixed')]"):
         assert words in missed, missed
