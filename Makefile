@@ -64,11 +64,13 @@ bench-today: setup kernel-today
 	$(BIN)/crane bench $(BENCH) --jobs $(JOBS) --python $(KERNEL_TODAY)/bin/python
 
 # The client's node_modules, installed once per package-lock.json (`make test` needs them for the client's
-# checks and again for the vsix the end-to-end test installs).
+# checks and again for the vsix the end-to-end test installs): in $(NPM_MODULES_CACHE), outside the checkout, and
+# linked (envs/npm_modules.sh), so clean CI checkouts on the same machine reuse them.
 NPM_STAMP := vscode-client/node_modules/.crane-installed
+NPM_MODULES_CACHE ?= $(HOME)/.cache/crane-npm
 
-$(NPM_STAMP): vscode-client/package-lock.json
-	cd vscode-client && npm ci --no-audit --no-fund --loglevel=error
+$(NPM_STAMP): vscode-client/package-lock.json envs/npm_modules.sh
+	envs/npm_modules.sh vscode-client $(NPM_MODULES_CACHE)
 	touch $@
 
 test-client: setup $(NPM_STAMP)
