@@ -9,7 +9,6 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from jsonschema import Draft202012Validator
 
 from crane.commands.sarif import CONFIDENT, RULE_DESCRIPTIONS, level
 from crane.finding import Finding
@@ -30,10 +29,18 @@ def jupyter_notebook(path: Path, cells: list[tuple[str, int | None]]) -> Path:
     return path
 
 
+def validator():
+    """The SARIF 2.1.0 schema's validator. jsonschema is imported here, not at the top: its import builds a URI
+    grammar parser (2.5 CPU-s), which every xdist worker would pay at collection."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(SCHEMA)
+
+
 def sarif(*args, cwd) -> tuple[dict, int, str]:
     res = crane("check", *args, "--format", "sarif", cwd=cwd)
     doc = json.loads(res.stdout)
-    errors = sorted(Draft202012Validator(SCHEMA).iter_errors(doc), key=str)
+    errors = sorted(validator().iter_errors(doc), key=str)
     assert not errors, [e.message for e in errors[:5]]
     return doc, res.returncode, res.stderr
 
@@ -172,8 +179,7 @@ def test_sarif_log_unit_and_the_schema_is_strict(tmp_path):
                          notebooks=[NotebookReport(notebook=str(nb), predicted_crashes=1, cells=[
                              CellResult(cell=2, prediction="crash", findings=[finding], error="probe failed: x")])])
     doc = json.loads(encode(sarif_log(report, {str(nb): nb.read_text()}, root=tmp_path)))
-    validator = Draft202012Validator(SCHEMA)
-    assert not list(validator.iter_errors(doc))
+    assert not list(validator().iter_errors(doc))
     [rule] = doc["runs"][0]["tool"]["driver"]["rules"]
     assert rule["id"] == "future-rule" and "future-rule" in rule["shortDescription"]["text"]
     assert rule["defaultConfiguration"]["level"] == "warning"
@@ -183,4 +189,4 @@ def test_sarif_log_unit_and_the_schema_is_strict(tmp_path):
     assert note["level"] == "warning" and "cell 2: probe failed" in note["message"]["text"]
     result["level"] = "fatal"
     del doc["runs"][0]["tool"]["driver"]["name"]
-    assert len(list(validator.iter_errors(doc))) == 2
+    assert len(list(validator().iter_errors(doc))) == 2
