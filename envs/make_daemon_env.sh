@@ -11,6 +11,7 @@ venv="$1"; cache="$2"
 python="${PYTHON:-python3}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 spec="$root[test,lint,bench,llm]"
+. "$root/envs/build_once.sh"
 
 in_place() {
     [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
@@ -19,7 +20,7 @@ in_place() {
 if [ -d "$venv" ] && [ ! -L "$venv" ]; then
     in_place
 fi
-if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
+if ! cache_writable "$cache"; then
     echo "== $cache cannot be written: $venv is built in the checkout instead (not reused by the next checkout)" >&2
     [ ! -L "$venv" ] || rm -f "$venv"
     in_place

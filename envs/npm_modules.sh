@@ -4,28 +4,28 @@
 # `npm ci` unpacks 218 MB: 21 CPU-s):  envs/npm_modules.sh PROJECT CACHE_DIR
 # A node_modules that is a real folder (made before this script) is kept and brought up to date in place with
 # `npm ci`, as before; so is one made where CACHE_DIR cannot be written. A build that did not finish is never used
-# (the `.complete` marker is written last) and is redone from scratch.
+# and is redone from scratch (envs/build_once.sh).
 set -euo pipefail
 project="$(cd "$1" && pwd)"; cache="$2"
 modules="$project/node_modules"
+. "$(dirname "${BASH_SOURCE[0]}")/build_once.sh"
 npm_ci() { (cd "$1" && npm ci --no-audit --no-fund --loglevel=error); }
 
 if [ -d "$modules" ] && [ ! -L "$modules" ]; then
     npm_ci "$project"; exit 0
 fi
-if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
+if ! cache_writable "$cache"; then
     echo "== $cache cannot be written: node_modules is installed in $project instead (not reused)" >&2
     rm -f "$modules"
     npm_ci "$project"; exit 0
 fi
 key="$(cat "$project/package-lock.json" <(node --version) | sha256sum | cut -c1-12)"
+
+npm_ci_of_project() {
+    echo "== npm ci into $1 (once per package-lock.json)" >&2
+    cp "$project/package.json" "$project/package-lock.json" "$1/"
+    npm_ci "$1"
+}
 dir="$cache/$(basename "$project")-$key"
-if [ ! -f "$dir/.complete" ]; then
-    echo "== npm ci into $dir (once per package-lock.json)" >&2
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    cp "$project/package.json" "$project/package-lock.json" "$dir/"
-    npm_ci "$dir"
-    touch "$dir/.complete"
-fi
-ln -sfn "$dir/node_modules" "$modules"
+build_once "$dir" npm_ci_of_project
+link_to "$dir/node_modules" "$modules"

@@ -1,10 +1,11 @@
-"""The build-once caches a clean CI checkout reuses: envs/npm_modules.sh (the client's node_modules) and
-envs/make_env.sh (a Python environment), run for real with stub `npm`/`node`/Python programs that record their
+"""The build-once caches a clean CI checkout reuses: envs/npm_modules.sh (the client's node_modules),
+envs/make_env.sh (a Python environment) and envs/make_daemon_env.sh (`.venv`), run for real with stub `npm`/`node`/Python programs that record their
 calls, so the tests need no network and no minutes of installing."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -111,6 +112,7 @@ def stub_python(tmp_path):
     log = tmp_path / "pip.log"
     inner = f'[ "$1 $2 $3" = "-m pip install" ]\necho "$@" >> {log}\n'
     outer = (
+        'if [ "$1" = -c ]; then echo 3.11.0; exit 0; fi\n'
         '[ "$1 $2" = "-m venv" ]\nmkdir -p "$3/bin"\n'
         f'cat > "$3/bin/python" <<\'EOS\'\n#!/usr/bin/env bash\nset -eu\n{inner}EOS\nchmod +x "$3/bin/python"\n'
     )
@@ -133,3 +135,44 @@ def test_an_environment_is_built_once_per_requirements_file(tmp_path, stub_pytho
     res = subprocess.run([str(MAKE_ENV), str(req), str(cache), str(link)], env=env, capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0 and len(log.read_text().splitlines()) == 2
+
+
+def _daemon_checkout(tmp_path: Path) -> Path:
+    """A checkout holding the scripts (make_daemon_env.sh writes build/daemon-env.txt into its own checkout)."""
+    root = tmp_path / "checkout"
+    shutil.copytree(ROOT / "envs", root / "envs", ignore=shutil.ignore_patterns("*.txt"))
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    return root
+
+
+def _daemon_env(root: Path, venv: Path, cache: Path, python: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(root / "envs" / "make_daemon_env.sh"), str(venv), str(cache)],
+                          env={**os.environ, "PYTHON": str(python)}, capture_output=True, text=True, timeout=60)
+
+
+def test_the_daemon_environment_is_built_once_per_pyproject_and_linked(tmp_path, stub_python):
+    python, log = stub_python
+    root = _daemon_checkout(tmp_path)
+    venv, cache = root / ".venv", tmp_path / "cache"
+    for _ in range(2):
+        res = _daemon_env(root, venv, cache, python)
+        assert res.returncode == 0, res.stderr
+    assert venv.is_symlink() and Path(os.readlink(venv)).parent == cache and (venv / ".complete").exists()
+    [install] = log.read_text().splitlines()
+    assert install.endswith(str(root / "build" / "daemon-env.txt"))
+    assert f"-e {root}[test,lint,bench,llm]" in (root / "build" / "daemon-env.txt").read_text()
+
+
+def test_a_real_venv_folder_or_an_unwritable_cache_builds_in_the_checkout(tmp_path, stub_python):
+    python, log = stub_python
+    root = _daemon_checkout(tmp_path)
+    venv = root / ".venv"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    res = _daemon_env(root, venv, blocker / "cache", python)
+    assert res.returncode == 0 and "cannot be written" in res.stderr, res.stderr
+    assert venv.is_dir() and not venv.is_symlink()
+    res = _daemon_env(root, venv, tmp_path / "cache", python)  # now a real folder: kept, updated in place
+    assert res.returncode == 0, res.stderr
+    assert not venv.is_symlink() and not (tmp_path / "cache").exists()
+    assert [line.split()[-1] for line in log.read_text().splitlines()] == [f"{root}[test,lint,bench,llm]"] * 2
