@@ -13,10 +13,10 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crane.probe import kernel_probe as kp
+from crane.probe.kernel import entry as kp
 from crane.probe.collect import PROBE_MODULE, PROBE_PARTS
 from crane.probe.facts import Facts, decode_probe_result
-from crane.probe.kp_common import Ctx, dumps
+from crane.probe.kernel.common import Ctx, dumps
 
 from .no_time_cap import NO_TIME_CAP
 
@@ -39,7 +39,7 @@ def test_installed_source_is_stdlib_only_and_parses_as_python_3_8():
 def test_parts_define_each_top_level_name_once() -> None:
     seen: dict[str, str] = {}
     for part in PROBE_PARTS:
-        tree = ast.parse(open(f"server/crane/probe/{part}").read())
+        tree = ast.parse(open(f"server/crane/probe/kernel/{part}").read())
         for node in tree.body:
             names = []
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):

@@ -1,4 +1,4 @@
-"""Exact passes over large values, resumed across requests (kp_scan.run_pass), on a real kernel of its own.
+"""Exact passes over large values, resumed across requests (kernel/scan.run_pass), on a real kernel of its own.
 
 With `scan_slice_ms=0` every pass reads exactly one chunk per request, so how many requests a pass takes is
 fixed by the data alone (never by the machine's speed). The answers before the last are partial (`resumable`,
@@ -16,7 +16,7 @@ import pytest
 from crane.kernel.untouched import Untouched
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest, ProbeResult
-from crane.probe.kp_scan import CHUNK
+from crane.probe.kernel.scan import CHUNK
 
 from .conftest import own_kernel
 

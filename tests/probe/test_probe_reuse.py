@@ -1,4 +1,4 @@
-"""Facts reused while the kernel's state is unchanged (kp_cache), on a real kernel of their own: a repeated request
+"""Facts reused while the kernel's state is unchanged (kernel/cache), on a real kernel of their own: a repeated request
 scans nothing; every kind of execution invalidates (a cell another client runs, visibly or silently; an
 in-place mutation; `del`; a restart; a new daemon epoch); the probe's own private requests do not; the
 execution counter it installs is silent and leaves the user's callbacks, namespace, count and history alone."""

@@ -8,12 +8,12 @@ It binds no name in the user's namespace and runs no user code.
 Both directions go through one silent request (`silent=True, store_history=False`) and its `user_expressions`:
 the execution count, `In`/`Out` and the outputs other clients see are untouched (iopub carries busy/idle only).
 
-- install: `exec(<bootstrap>, {fresh dict})` creates the module (sources compiled under `<crane-kernel/FILE>`
+- install: `exec(<bootstrap>, {fresh dict})` creates the module (sources compiled under `<crane-kernel/PATH>`
   names, so kernel-side tracebacks point at the real file and line);
 - call: `<module>.<function>(*args)` when the installed module has our VERSION, else a sentinel; on the sentinel
   (the kernel restarted, or another CRANE installed another version) `ModuleClient` installs and calls again once.
 
-Cross-part imports in the sources (`from crane.probe.kp_common import x  # kernel: strip`) keep the parts
+Cross-part imports in the sources (`from crane.probe.kernel.common import x  # kernel: strip`) keep the parts
 importable and type-checked in the daemon; each such line is blanked before sending (line numbers stay true).
 Every reply is a Python literal (`repr` of builtins), decoded by `client.literal_value` (`ast.literal_eval`).
 """
@@ -30,6 +30,7 @@ from crane.kernel.client import KernelConnection, literal_value
 from crane.kernel.errors import KernelDead, KernelError, KernelTimeout
 
 STRIP_MARK = "# kernel: strip"
+_PACKAGE = Path(__file__).resolve().parents[1]  # server/crane
 MISSING = "__crane_module_missing__"
 
 _BOOTSTRAP = """
@@ -65,6 +66,15 @@ def strip_marked(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _shown_path(path: Path) -> str:
+    """A part's name in kernel-side tracebacks: its path inside the crane package (`sandbox/kernel/run.py`), so
+    two folders' parts of the same file name stay apart; the file name for a part from elsewhere (cloudpickle)."""
+    try:
+        return path.resolve().relative_to(_PACKAGE).as_posix()
+    except ValueError:
+        return path.name
+
+
 class KernelModule:
     """A bundle of stdlib-only source files installed in a kernel as `sys.modules[name]`."""
 
@@ -76,7 +86,7 @@ class KernelModule:
     @functools.cached_property
     def sources(self) -> tuple[tuple[str, str], ...]:
         """(filename for tracebacks, text) of every part, in execution order."""
-        return tuple((f"<crane-kernel/{p.name}>", strip_marked(p.read_text(encoding="utf-8"))) for p in self.files)
+        return tuple((f"<crane-kernel/{_shown_path(p)}>", strip_marked(p.read_text(encoding="utf-8"))) for p in self.files)
 
     @functools.cached_property
     def version(self) -> str:

@@ -1,6 +1,6 @@
 """Daemon side of the runtime-facts probe: install it in a kernel, ask it about a target cell, decode the answer.
 
-The probe's kernel-side parts (the stdlib-only `kp_*.py` and `kernel_probe.py`) are one private kernel module,
+The probe's kernel-side parts (the stdlib-only files of `probe/kernel/`) are one private kernel module,
 `_crane_probe` (see `crane.kernel.private_module`: installed once per kernel through a silent request, binds no
 name in the user's namespace, reinstalled when a restart or another CRANE replaced it). Every call is one silent
 request whose only expression is `_crane_probe.run('<request JSON>')`: no code runs through the cell machinery,
@@ -22,13 +22,12 @@ from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.probe.facts import RESUME_ROUNDS, ProbeRequest, ProbeResult, decode_probe_result
 
 PROBE_PARTS = (
-    "kp_common.py", "kp_cache.py", "kp_scan.py", "kp_data.py", "kp_frame.py", "kp_ml.py", "kp_dl.py", "kp_checks.py",
-    "kernel_probe.py",
-)  # fmt: skip
+    "common.py", "cache.py", "scan.py", "data.py", "frame.py", "ml.py", "dl.py", "checks.py", "entry.py",
+)  # fmt: skip  (in probe/kernel/, in execution order)
 PROBE_MODULE = KernelModule(
     "_crane_probe",
     "CRANE's private runtime-facts probe (not part of the notebook)",
-    [Path(__file__).parent / part for part in PROBE_PARTS],
+    [Path(__file__).parent / "kernel" / part for part in PROBE_PARTS],
 )
 MODULE_NAME = PROBE_MODULE.name
 

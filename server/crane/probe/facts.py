@@ -1,6 +1,6 @@
 """Runtime facts about the kernel's state, as decoded on the daemon side.
 
-The kernel-side probe (`kernel_probe.py`, standard library only) emits JSON in exactly these shapes; it is
+The kernel-side probe (`kernel/entry.py`, standard library only) emits JSON in exactly these shapes; it is
 decoded and validated here with msgspec (`decode_probe_result`). Every field is optional except the name
 and type: the probe emits what it can learn cheaply and safely, and nothing else. Field coverage is a
 superset of CRANE-LLM's extractor (../shared/notes/crane-llm-study.md §1.1) plus per-column NaN counts,
@@ -286,7 +286,7 @@ class ProbeRequest(msgspec.Struct, omit_defaults=True):
     # numeric_parse for the others. None: value facts for every column (up to 60).
     columns: list[str | int] | None = None
     # The daemon's view of the kernel's activity (what its iopub watcher saw other clients send): facts the
-    # probe remembers from a call with another epoch are not reused (see kp_cache).
+    # probe remembers from a call with another epoch are not reused (see kernel/cache).
     epoch: str | None = None
     # Estimators the cell builds with literal keywords, validated by the kernel's own scikit-learn:
     # [key (the call's text), callee (dotted, the cell's imports resolved), {keyword: literal source}].

@@ -16,7 +16,7 @@ marker, and empties the memory when the marker differs from the one the memory w
 
 Entries are keyed on the identity (`id`) and type of the values they describe: objects bound in the namespace
 (or reached from it through instance dicts) stay alive, and so keep their ids, while the marker is unchanged.
-The memory holds JSON text, small dicts and the state of unfinished exact passes (kp_scan.run_pass: counts,
+The memory holds JSON text, small dicts and the state of unfinished exact passes (kernel/scan.run_pass: counts,
 copied samples and a weak reference to the memory's owner), never a strong reference to the user's objects.
 Without an IPython shell (or when the callback cannot be installed) nothing is reused.
 """
@@ -24,7 +24,7 @@ Without an IPython shell (or when the callback cannot be installed) nothing is r
 import os
 import sys
 
-from crane.probe.kp_common import short_tname, tmodule  # kernel: strip
+from crane.probe.kernel.common import short_tname, tmodule  # kernel: strip
 
 MAX_ENTRIES = 4096  # entries kept per marker (each is at most a variable's facts, about 4 KiB): then emptied
 

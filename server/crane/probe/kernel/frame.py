@@ -1,7 +1,7 @@
 """CRANE kernel probe, part 5 of 9: facts of pandas DataFrames (standard library only).
 
 Columns the cell names (`Ctx.wanted`: a label it mentions, or one differing from it only by case or surrounding
-spaces) get value facts (kp_data.vector_facts), each on the per-value scan budget: their NaN counts are what
+spaces) get value facts (kernel/data.vector_facts), each on the per-value scan budget: their NaN counts are what
 catches estimator crashes. So do all columns of a frame of at most SMALL_FRAME values, or of any frame when the
 request has no `columns` list (hover). Every other listed column gets its name, dtype, its missing values and,
 when text-like, numeric_parse — what rules, hover and prompts read of a column the cell does not name:
@@ -9,7 +9,7 @@ when text-like, numeric_parse — what rules, hover and prompts read of a column
 - integer and bool columns cannot hold NaN: 0, nothing read;
 - exactly, when ALL listed columns fit ONE budget per frame (`Ctx.frame_budget`; named ones count too, so
   the same columns are exact whatever the request names, and their facts can be reused): a whole 2-D float or
-  object block that fits is checked in one pass first (`_block_flag`; a resumable kp_scan.run_pass: while it
+  object block that fits is checked in one pass first (`_block_flag`; a resumable kernel/scan.run_pass: while it
   is unfinished, its columns are `sampled` with nothing seen and the next call goes on), and only the columns
   it flags are counted;
 - when they do not ALL fit (a partial count would give no total), none is read exactly: a numeric column is
@@ -20,14 +20,14 @@ when text-like, numeric_parse — what rules, hover and prompts read of a column
 - those samples share a time budget per request (`Ctx.may_sample`): a column it does not reach is `sampled`
   with nothing seen, and the cut is not remembered, so a later call completes it.
 
-Column facts are reused while the kernel's state is unchanged (kp_cache), keyed on the frame and the position.
+Column facts are reused while the kernel's state is unchanged (kernel/cache), keyed on the frame and the position.
 """
 
 import math
 
-from crane.probe.kp_cache import recall, remember  # kernel: strip
-from crane.probe.kp_common import isa  # kernel: strip
-from crane.probe.kp_data import (  # kernel: strip
+from crane.probe.kernel.cache import recall, remember  # kernel: strip
+from crane.probe.kernel.common import isa  # kernel: strip
+from crane.probe.kernel.data import (  # kernel: strip
     column_values,  # kernel: strip
     dtype_str,  # kernel: strip
     index_facts,  # kernel: strip
@@ -35,7 +35,7 @@ from crane.probe.kp_data import (  # kernel: strip
     string_dtype,  # kernel: strip
     vector_facts,  # kernel: strip
 )  # kernel: strip
-from crane.probe.kp_scan import (  # kernel: strip
+from crane.probe.kernel.scan import (  # kernel: strip
     CHUNK,  # kernel: strip
     SAMPLE_N,  # kernel: strip
     _kind_char,  # kernel: strip
@@ -285,7 +285,7 @@ def _unknown(c, kc, is_np):
 
 def column_facts(ctx, df, i, label, detailed, layout=None):
     """Facts of column i (`detailed`: value facts too, on the per-value budget; else on the frame's budget, see
-    `_layout`), reused while the kernel's state is unchanged (kp_cache)."""
+    `_layout`), reused while the kernel's state is unchanged (kernel/cache)."""
     key = ("column", id(df), i, detailed)
     hit = recall(key)
     if hit is not None:

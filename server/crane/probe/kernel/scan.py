@@ -27,8 +27,8 @@ import sys
 import time
 import weakref
 
-from crane.probe.kp_cache import active, recall, remember  # kernel: strip
-from crane.probe.kp_common import OBJECT_WEIGHT, isa  # kernel: strip
+from crane.probe.kernel.cache import active, recall, remember  # kernel: strip
+from crane.probe.kernel.common import OBJECT_WEIGHT, isa  # kernel: strip
 
 SAMPLE_N = 20000  # elements kept by a strided sample of a value whose facts the cell needs
 CHUNK = 1 << 16  # elements per step of a fused pass (512 KiB of float64: still cached for the next reductions)
@@ -106,7 +106,7 @@ def memory_key(ctx, a):
 def run_pass(ctx, a, what, n, start, step, resumable=True, chunk=CHUNK):
     """One exact pass over the `n` rows of `a`, chunk by chunk: `step(state, s, e)` reads rows s..e-1 into the
     dict `state` (`start()` makes a fresh one; a step may set state["done"] to stop early). The finished state
-    is remembered for `a`'s memory while the kernel's state is unchanged (kp_cache), so the same column asked
+    is remembered for `a`'s memory while the kernel's state is unchanged (kernel/cache), so the same column asked
     twice (as `df.c3` and as column c3) is read once. `resumable`: stop when the call's scan slice is spent
     (`Ctx.may_continue_pass`) and keep the position: the next call continues from there. Returns the state;
     state["done"] is False when the pass is unfinished (the caller reports partial facts)."""

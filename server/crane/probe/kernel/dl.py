@@ -9,7 +9,7 @@ another device gets its shape, dtype and device, and `value_skipped` says why no
 
 import linecache
 
-from crane.probe.kp_common import (  # kernel: strip
+from crane.probe.kernel.common import (  # kernel: strip
     class_dict,  # kernel: strip
     class_lookup,  # kernel: strip
     in_lib,  # kernel: strip
@@ -21,7 +21,7 @@ from crane.probe.kp_common import (  # kernel: strip
     short,  # kernel: strip
     short_tname,  # kernel: strip
 )  # kernel: strip
-from crane.probe.kp_data import vector_facts  # kernel: strip
+from crane.probe.kernel.data import vector_facts  # kernel: strip
 
 DL_MAX_LAYERS = 40
 DL_MAX_SOURCE = 4000  # characters of a jitted function's (or a callee's) source

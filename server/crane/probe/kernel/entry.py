@@ -5,7 +5,7 @@ request's `user_expressions`; it binds no names in the user's namespace. `run` s
 target cell uses and answers its attribute/key/module/path checks, within a size cap per variable and in total
 and a time budget. It never prints and never raises: failures are reported in `errors`.
 
-Facts of names, attribute checks and key checks are reused while the kernel's state is unchanged (kp_cache:
+Facts of names, attribute checks and key checks are reused while the kernel's state is unchanged (kernel/cache:
 keyed on the execution marker and the identity of the values), unless the call that computed them was cut short
 by what it spent earlier (then they depend on the request's order). Module and path checks are always redone:
 installed packages and files change without any execution.
@@ -18,8 +18,8 @@ import time
 import types
 import warnings
 
-from crane.probe.kp_cache import begin, recall, remember  # kernel: strip
-from crane.probe.kp_checks import (  # kernel: strip
+from crane.probe.kernel.cache import begin, recall, remember  # kernel: strip
+from crane.probe.kernel.checks import (  # kernel: strip
     add_callable_facts,  # kernel: strip
     check_attr,  # kernel: strip
     check_key,  # kernel: strip
@@ -27,7 +27,7 @@ from crane.probe.kp_checks import (  # kernel: strip
     module_found,  # kernel: strip
     path_suggestions,  # kernel: strip
 )  # kernel: strip
-from crane.probe.kp_common import (  # kernel: strip
+from crane.probe.kernel.common import (  # kernel: strip
     _SCALARS,  # kernel: strip
     Ctx,  # kernel: strip
     _missing,  # kernel: strip
@@ -42,13 +42,13 @@ from crane.probe.kp_common import (  # kernel: strip
     tmodule,  # kernel: strip
     tname,  # kernel: strip
 )  # kernel: strip
-from crane.probe.kp_data import (  # kernel: strip
+from crane.probe.kernel.data import (  # kernel: strip
     index_facts,  # kernel: strip
     label_str,  # kernel: strip
     ndarray_facts,  # kernel: strip
     series_facts,  # kernel: strip
 )  # kernel: strip
-from crane.probe.kp_dl import (  # kernel: strip
+from crane.probe.kernel.dl import (  # kernel: strip
     boosting_features,  # kernel: strip
     boosting_params,  # kernel: strip
     is_jax_array,  # kernel: strip
@@ -64,8 +64,8 @@ from crane.probe.kp_dl import (  # kernel: strip
     tf_dataset_batched,  # kernel: strip
     tf_tensor_facts,  # kernel: strip
 )  # kernel: strip
-from crane.probe.kp_frame import column_facts, dataframe_facts  # kernel: strip
-from crane.probe.kp_ml import (  # kernel: strip
+from crane.probe.kernel.frame import column_facts, dataframe_facts  # kernel: strip
+from crane.probe.kernel.ml import (  # kernel: strip
     construction_errors,  # kernel: strip
     dataloader_facts,  # kernel: strip
     estimator_facts,  # kernel: strip
@@ -481,7 +481,7 @@ def _run(ctx, req, ns, max_var, max_total):
 
 
 def _reusable(ctx, memo, compute):
-    """(facts dict, its encoded size, 1 if it was reused else 0): from kp_cache under `memo`, else computed and
+    """(facts dict, its encoded size, 1 if it was reused else 0): from kernel/cache under `memo`, else computed and
     remembered — unless this call's budgets cut the work short (then the facts depend on the request's order)."""
     text = recall(memo) if memo is not None else None
     if text is not None:

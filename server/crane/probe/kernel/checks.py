@@ -14,7 +14,7 @@ import os
 import sys
 import types
 
-from crane.probe.kp_common import (  # kernel: strip
+from crane.probe.kernel.common import (  # kernel: strip
     _missing,  # kernel: strip
     class_dict,  # kernel: strip
     class_lookup,  # kernel: strip

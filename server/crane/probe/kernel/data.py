@@ -3,16 +3,16 @@ only).
 
 numpy and pandas are reached through `sys.modules` (via `Ctx`). Every scan is bounded: an exact pass over the
 data only when it fits the value's scan budget (`Ctx.can_scan`), otherwise a strided sample, flagged `sampled`.
-The exact passes are kp_scan's: one read of the data for a numeric column's missing values and range, pandas'
+The exact passes are kernel/scan's: one read of the data for a numeric column's missing values and range, pandas'
 `is_string_array` for an object column of strings. Index facts are reused while the kernel's state is unchanged
-(kp_cache). DataFrames are kp_frame's.
+(kernel/cache). DataFrames are kernel/frame's.
 """
 
 import math
 import sys
 
-from crane.probe.kp_cache import recall, remember  # kernel: strip
-from crane.probe.kp_common import (  # kernel: strip
+from crane.probe.kernel.cache import recall, remember  # kernel: strip
+from crane.probe.kernel.common import (  # kernel: strip
     EXAMPLE_CHARS,  # kernel: strip
     OBJECT_WEIGHT,  # kernel: strip
     in_lib,  # kernel: strip
@@ -23,7 +23,7 @@ from crane.probe.kp_common import (  # kernel: strip
     tmodule,  # kernel: strip
     trunc,  # kernel: strip
 )  # kernel: strip
-from crane.probe.kp_scan import (  # kernel: strip
+from crane.probe.kernel.scan import (  # kernel: strip
     SAMPLE_N,  # kernel: strip
     _kind_char,  # kernel: strip
     count_missing,  # kernel: strip

@@ -1,6 +1,6 @@
 """CRANE kernel probe, part 1 of 9: shared helpers (standard library only).
 
-The probe parts (kp_common, kp_cache, kp_scan, kp_data, kp_frame, kp_ml, kp_checks, kernel_probe) run INSIDE the user's kernel,
+The probe parts (kernel/common, kernel/cache, kernel/scan, kernel/data, kernel/frame, kernel/ml, kernel/checks, kernel/entry) run INSIDE the user's kernel,
 where CRANE is not installed: `collect.PROBE_MODULE` compiles them, in order, into the private module
 `_crane_probe` (the lines marked `# kernel: strip` blanked), installed once per kernel by the daemon's
 private-module installer. They use only the standard library and see third-party libraries only through
@@ -39,10 +39,10 @@ class Ctx:
 
     The scan budget applies to each value on its own (the columns of a DataFrame the cell does not name share
     `frame_budget`), so whether a value's facts are exact depends on the value alone, never on what the request
-    asked before it: facts stay the same whatever the request, and can be reused (kp_cache). The time budgets
+    asked before it: facts stay the same whatever the request, and can be reused (kernel/cache). The time budgets
     are shared: work they cut short is counted in `cuts` and not reused (a later call completes it).
 
-    Exact passes over data that stays alive between calls (kp_scan.run_pass) also stop when the call's scan
+    Exact passes over data that stays alive between calls (kernel/scan.run_pass) also stop when the call's scan
     slice is spent (`slice_ms`, default SCAN_SLICE_SHARE of the time budget: the time all passes together
     spent reading in this call) and keep their position: the next call while nothing ran continues them
     (`unfinished` counts those left). Every pass reads at least one chunk per call, so a small one is never cut

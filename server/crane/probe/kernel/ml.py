@@ -10,7 +10,7 @@ import math
 import sys
 import types
 
-from crane.probe.kp_common import (  # kernel: strip
+from crane.probe.kernel.common import (  # kernel: strip
     class_dict,  # kernel: strip
     class_lookup,  # kernel: strip
     in_lib,  # kernel: strip
@@ -27,7 +27,7 @@ from crane.probe.kp_common import (  # kernel: strip
     tname,  # kernel: strip
     trunc,  # kernel: strip
 )  # kernel: strip
-from crane.probe.kp_data import vector_facts  # kernel: strip
+from crane.probe.kernel.data import vector_facts  # kernel: strip
 
 MAX_LAYERS = 30
 MAX_MODULES_VISITED = 2000
