@@ -1,5 +1,5 @@
 """The agent on a live kernel, as the daemon runs it: a confined fork session of the user's kernel
-(crane.sandbox.session). The user's kernel keeps its namespace (keys and ids), execution count, In/Out, and
+(crane.sandbox.fork_session). The user's kernel keeps its namespace (keys and ids), execution count, In/Out, and
 its iopub carries no output of the agent's runs."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from crane.analysis.cell import analyze_cell, plan_probe
 from crane.kernel.client import KernelConnection
 from crane.probe.collect import ProbeClient
 from crane.sandbox import speculate
-from crane.sandbox.session import SandboxSession
+from crane.sandbox.fork_session import SandboxSession
 
 from ..sacred import IopubWatcher, kernel_state
 

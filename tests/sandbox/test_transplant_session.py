@@ -15,8 +15,8 @@ import pytest
 from crane.agent.fork_sandbox import ForkSandbox
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
-from crane.sandbox.session import SandboxError
-from crane.sandbox.sessions import open_session
+from crane.sandbox.fork_session import SandboxError
+from crane.sandbox.session import open_session
 from crane.sandbox.transplant_session import TransplantSession
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python

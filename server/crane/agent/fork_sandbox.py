@@ -1,4 +1,4 @@
-"""The agent's sandbox on a live kernel: a crane.sandbox.session.SandboxSession (a confined copy-on-write fork
+"""The agent's sandbox on a live kernel: a crane.sandbox.fork_session.SandboxSession (a confined copy-on-write fork
 of the user's kernel) behind the `ExecutionSandbox` interface.
 
 The session is forked from the live state, a checkpoint is taken at once, and `reset_to_history()` rolls
@@ -20,7 +20,7 @@ from crane.notebook.model import Notebook
 from crane.text import cell_line, clean_traceback
 
 if TYPE_CHECKING:
-    from crane.sandbox.session import SandboxSession
+    from crane.sandbox.fork_session import SandboxSession
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class ForkSandbox:
     kind = "fork"
 
     def __init__(self, conn: KernelConnection, budget_s: float = 60.0):
-        from crane.sandbox.sessions import open_session
+        from crane.sandbox.session import open_session
 
         self.conn = conn
         self.budget_s = budget_s
@@ -47,7 +47,7 @@ class ForkSandbox:
 
     def reset_to_history(self) -> None:
         """Back to the live kernel's state as it was when the session opened."""
-        from crane.sandbox.session import SandboxError
+        from crane.sandbox.fork_session import SandboxError
 
         self.resets += 1
         if self.session is not None and not self.session.closed:  # not needs_reset
@@ -62,7 +62,7 @@ class ForkSandbox:
         self.session.checkpoint()
 
     def run_cell(self, source: str, timeout: float = 120.0) -> ExecResult:
-        from crane.sandbox.session import SandboxError
+        from crane.sandbox.fork_session import SandboxError
 
         try:
             v = self._live().run(source, budget_s=min(timeout, self.budget_s))
@@ -77,7 +77,7 @@ class ForkSandbox:
                           traceback=tb, stdout=v.stdout, stderr=v.stderr, elapsed_s=v.elapsed_ms / 1000)
 
     def inspect(self, expression: str, timeout: float = 10.0) -> str:
-        from crane.sandbox.session import SandboxError
+        from crane.sandbox.fork_session import SandboxError
 
         try:
             text = self._live().inspect(inspect_expression(expression), timeout=timeout)
@@ -91,7 +91,7 @@ class ForkSandbox:
             return text
 
     def _live(self) -> SandboxSession:
-        from crane.sandbox.session import SandboxError
+        from crane.sandbox.fork_session import SandboxError
 
         if self.session is None:
             raise SandboxError("the sandbox session is closed")

@@ -6,7 +6,7 @@ Nothing the agent does runs in the user's kernel. Two implementations of one sma
   executed history (in execution order) and then runs the agent's cells. Resetting starts a new kernel and
   replays again. This is the designated fallback where the fork sandbox is unavailable, and it works
   without any live kernel (the CLI, the bench).
-- a fork session (crane.sandbox.session, when present): a copy-on-write fork of the live kernel, confined;
+- a fork session (crane.sandbox.fork_session, when present): a copy-on-write fork of the live kernel, confined;
   resetting rolls back to a checkpoint. Adapted by `crane.agent.fork_sandbox`.
 
 `reset_to_history()` brings the sandbox back to the state the user's kernel has now (before any agent action).

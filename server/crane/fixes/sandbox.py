@@ -3,7 +3,7 @@ runtime facts at the point where a cell crashed ("post-mortem facts").
 
 Two implementations of one small interface, built on the repair agent's sandboxes (crane.agent):
 
-- `ForkFixSandbox(conn)`: a `crane.sandbox.session.SandboxSession` of a kernel (a confined copy-on-write fork;
+- `ForkFixSandbox(conn)`: a `crane.sandbox.fork_session.SandboxSession` of a kernel (a confined copy-on-write fork;
   reset = rollback to the checkpoint taken at open). Facts come from the private probe module, which is made
   sure to be installed in the kernel before the fork, so the fork has it too (`_crane_probe.run` evaluated in
   the session). The kernel itself only sees the private requests that install the probe and start the session.
@@ -61,7 +61,7 @@ class FixSandbox(Protocol):
 
 
 class ForkFixSandbox:
-    """A fork session of a kernel (raises crane.sandbox.session.SandboxError when none can start)."""
+    """A fork session of a kernel (raises crane.sandbox.fork_session.SandboxError when none can start)."""
 
     kind = "fork"
 
@@ -89,7 +89,7 @@ class ForkFixSandbox:
 
     def facts(self, request: ProbeRequest) -> ProbeResult | None:
         from crane.probe.collect import PROBE_MODULE
-        from crane.sandbox.session import SandboxError
+        from crane.sandbox.fork_session import SandboxError
 
         session = self.inner.session
         if session is None or session.closed:
@@ -124,7 +124,7 @@ class ForkFixSandbox:
                           stderr=v.stderr, elapsed_s=v.elapsed_ms / 1000)
 
     def evaluate(self, expr: str) -> Any:
-        from crane.sandbox.session import SandboxError
+        from crane.sandbox.fork_session import SandboxError
 
         session = self.inner.session
         if session is None or session.closed:
@@ -193,7 +193,7 @@ class ReplayFixSandbox:
 def open_sandbox(conn=None, nb=None, python: str | None = None, budget_s: float = 10.0, launcher=None) -> FixSandbox:
     """A fork session of `conn`'s kernel, else (with a notebook) a replay kernel. Raises CraneError (SandboxError,
     KernelError) when neither can start."""
-    from crane.sandbox.session import SandboxError
+    from crane.sandbox.fork_session import SandboxError
 
     if conn is not None:
         try:

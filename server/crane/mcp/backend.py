@@ -172,7 +172,7 @@ class KernelTools:
             from crane.notebook.history import check_target
             from crane.pipeline import check_cell, probe_facts
             from crane.probe.collect import ProbeClient
-            from crane.sandbox.session import SandboxError
+            from crane.sandbox.fork_session import SandboxError
 
             nb, path = self._notebook(args.notebook)
             try:

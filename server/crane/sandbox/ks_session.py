@@ -1,7 +1,7 @@
 """Fork sandbox, kernel side, part 5: the long-lived session child serving the repair agent.
 
 JSON-line commands (run, eval, checkpoint, rollback, close) from the daemon's FIFO; checkpoints are nested
-forks through the seccomp filter's gate (see session.py for the protocol).
+forks through the seccomp filter's gate (see fork_session.py for the protocol).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from crane.sandbox.seccomp import set_parent_death_signal  # kernel: strip
 
 
 def _child_session(args: dict, shell, parent: int, on_main: bool) -> None:
-    """Serve JSON-line commands from the daemon until told to close. See session.py for the protocol."""
+    """Serve JSON-line commands from the daemon until told to close. See fork_session.py for the protocol."""
     import secrets
     args = dict(args)
     args["fork_gate"] = secrets.randbits(63) | 1  # only our own checkpoint clone may pass the filter

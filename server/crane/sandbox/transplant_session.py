@@ -27,7 +27,7 @@ from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.sandbox.channel import ChildHandle, PrivateDir, _starttime
 from crane.sandbox.confinement import current as current_confinement
-from crane.sandbox.session import SandboxError, SandboxSession, _Reply
+from crane.sandbox.fork_session import SandboxError, SandboxSession, _Reply
 from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_ref
 from crane.sandbox.verdict import SandboxVerdict, TransplantInfo
 
