@@ -97,3 +97,81 @@ def test_core_does_not_import_front_ends():
     for m in core:
         bad = {d for d in graph[m] if d.startswith(("crane.lsp", "crane.commands", "crane.cli"))}
         assert not bad, (m, bad)
+
+
+# Where each file runs is the folder it is in: `*/kernel/` runs inside the user's kernel (or its forked child),
+# `sandbox/worker/` in the transplant worker, `sandbox/shared/` on both sides; everything else in the daemon.
+_KERNEL_SIDE = ("crane.probe.kernel", "crane.sandbox.kernel", "crane.sandbox.worker")
+_SHARED = "crane.sandbox.shared"
+# what each kernel-side folder may import from crane (the rest must be the standard library)
+_ALLOWED = {
+    "crane.probe.kernel": ("crane.probe.kernel",),
+    "crane.sandbox.kernel": ("crane.sandbox.kernel", _SHARED),
+    "crane.sandbox.worker": ("crane.sandbox.worker", "crane.sandbox.kernel", _SHARED),
+    _SHARED: (_SHARED,),
+}
+
+
+def _folder(module: str) -> str | None:
+    for folder in (*_KERNEL_SIDE, _SHARED):
+        if module == folder or module.startswith(folder + "."):
+            return folder
+    return None
+
+
+def _imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names)
+    return out
+
+
+def _stdlib(name: str) -> bool:
+    import sys
+
+    top = name.split(".")[0]
+    return top in sys.stdlib_module_names or top == "__future__"
+
+
+def test_kernel_worker_and_shared_files_import_only_the_standard_library_and_their_allowed_siblings():
+    bad = []
+    for name, path in _modules().items():
+        folder = _folder(name)
+        if folder is None:
+            continue
+        for imported in _imports(path):
+            if imported.startswith("crane"):
+                if not any(imported == ok or imported.startswith(ok + ".") for ok in _ALLOWED[folder]):
+                    bad.append((name, imported))
+            elif not _stdlib(imported):
+                bad.append((name, imported))
+    assert bad == []
+
+
+def test_no_daemon_file_imports_a_kernel_or_worker_file():
+    bad = []
+    for name, path in _modules().items():
+        if _folder(name) is not None:
+            continue
+        for imported in _imports(path):
+            if any(imported == k or imported.startswith(k + ".") for k in _KERNEL_SIDE):
+                bad.append((name, imported))
+    assert bad == []
+
+
+def test_kernel_module_parts_are_exactly_the_kernel_side_folders():
+    """Every file of a kernel-side folder travels in a private module, and every part comes from one."""
+    from crane.probe.collect import PROBE_MODULE
+    from crane.sandbox.channel import SANDBOX_MODULE
+    from crane.sandbox.transplant import TRANSPLANT_MODULE, WORKER_MODULE
+
+    crane_root = ROOT / "crane"
+    shipped = {p.resolve() for m in (PROBE_MODULE, SANDBOX_MODULE, TRANSPLANT_MODULE, WORKER_MODULE) for p in m.files}
+    shipped.add((crane_root / "sandbox" / "worker" / "boot.py").resolve())  # sent as the worker's `-c` program
+    on_disk = {p.resolve() for folder in ("probe/kernel", "sandbox/kernel", "sandbox/worker", "sandbox/shared")
+               for p in (crane_root / folder).glob("*.py") if p.name != "__init__.py"}
+    inside = {p for p in shipped if crane_root.resolve() in p.parents}
+    assert on_disk == inside

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from crane.sandbox import confinement, transplant
-from crane.sandbox.ks_worker import _unconfinable
+from crane.sandbox.worker.main import _unconfinable
 
 
 def test_linux_here_runs_every_mode():

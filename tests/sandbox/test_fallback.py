@@ -17,7 +17,7 @@ from crane.sandbox import speculate
 
 LAUNCHER = r"""
 import os, sys
-from crane.sandbox import seccomp as s
+from crane.sandbox.kernel import confine as s
 p = s._Prog()
 p.ld(s._OFF_ARCH)
 p.jmp(s._JEQ, s.AUDIT_ARCH_X86_64, 1, 0)

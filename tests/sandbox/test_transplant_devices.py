@@ -1,4 +1,4 @@
-"""Transplant runs of torch code written for a GPU, on this machine's CPU (crane.sandbox.ks_devices): the
+"""Transplant runs of torch code written for a GPU, on this machine's CPU (crane.sandbox.worker.devices): the
 worker answers cuda requests on the CPU and keeps every tensor's virtual device, so placement errors (a module on
 the GPU fed a CPU tensor, `.numpy()` on a GPU tensor) crash as on a GPU and placement done right does not. The
 real run on a GPU is what `benchmarks/cuda-lite` checks on a lent machine (docs/benchmarks.md)."""

@@ -1,4 +1,4 @@
-"""Transplant runs shrink large values in the kernel BEFORE copying them (ks_miniature's rules: consistent row
+"""Transplant runs shrink large values in the kernel BEFORE copying them (kernel/miniature's rules: consistent row
 subsets): in a miniature run, and when the values a cell reads hold more than the copy limit. The verdict says
 how it was reached (transplant, what was copied, what was shrunk and why); a crash on the kept rows is certain
 unless the smaller data may explain it (a label the subset dropped: inconclusive); the kernel is unchanged. On

@@ -34,8 +34,11 @@ from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.drain import OUTPUT_LIMIT, RunDrain
 from crane.sandbox.verdict import ExitStatus, LaunchReply, RemoteState, SandboxVerdict, exit_status_decoder, unavailable
 
-SANDBOX_PARTS = ("seccomp.py", "ks_common.py", "ks_atfork.py", "ks_audit.py", "ks_mappings.py", "ks_fds.py", "ks_layer.py",
-                 "ks_isolation.py", "ks_miniature.py", "ks_run.py", "ks_session.py", "ks_parent.py")
+# The fork sandbox's kernel-side module, in execution order: paths under sandbox/ (kernel/ runs in the kernel and
+# its forked child; shared/ is imported by the daemon too)
+SANDBOX_PARTS = ("kernel/confine.py", "kernel/common.py", "kernel/atfork.py", "kernel/audit.py", "kernel/mappings.py",
+                 "kernel/fds.py", "shared/notify.py", "kernel/layer.py", "kernel/isolation.py", "kernel/miniature.py",
+                 "kernel/run.py", "kernel/session.py", "kernel/entry.py")
 SANDBOX_MODULE = KernelModule(
     "_crane_sandbox",
     "CRANE's private fork sandbox (not part of the notebook)",

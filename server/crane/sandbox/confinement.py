@@ -3,13 +3,13 @@
 A sandbox run is confined by the operating system, so what exists depends on the platform (`current()`):
 - `Linux` (x86_64): everything (docs/sandbox.md): fork runs (layered: user, mount, pid, IPC and network
   namespaces with private copy-on-write layers; blocking: Landlock + seccomp-BPF) and transplant runs (a worker
-  process that confines itself with the same code, `ks_isolation._prepare_child`, before any notebook code);
+  process that confines itself with the same code, `kernel/isolation._prepare_child`, before any notebook code);
 - `MacOS`: `sandbox_init` (Seatbelt profiles) could confine a transplant worker, and `Windows`: job objects
   plus an AppContainer could; neither is implemented, since neither can be built or tested here. Their
   `unavailable()` says so, naming the platform: every run there is `unavailable` with that reason, never an
   unconfined run passed off as a confined one.
 
-The worker side has the same switch (`ks_worker._confine`: Linux's `_prepare_child`, else the reason): a worker
+The worker side has the same switch (`worker/main._confine`: Linux's `_prepare_child`, else the reason): a worker
 started on a platform without confinement refuses before loading any state.
 """
 

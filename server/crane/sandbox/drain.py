@@ -8,7 +8,7 @@
   its seccomp listener over it; a socket of a network family asked for by any thread of the run, C threads
   included (libzmq, gRPC, database drivers), is answered here: refused with EPERM, and a "denied" line is put
   on the run's result FIFO before the answer (so it precedes the record, and the verdict is `blocked` even when
-  the library gave up quietly). In the layered confinement the supervisor A does the same (ks_layer.supervise).
+  the library gave up quietly). In the layered confinement the supervisor A does the same (kernel/layer.supervise).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import select
 import socket
 import threading
 
-from crane.sandbox.ks_layer import answer_notification
+from crane.sandbox.shared.notify import answer_notification
 
 OUTPUT_LIMIT = 64 * 1024
 PIPE_BYTES = 1 << 20  # each capture FIFO's buffer: a writer waits for the drain only past this

@@ -6,7 +6,7 @@ layers ("layered" mode) or stays in the "blocking" confinement (where namespaces
 or by the default "auto" choice for a cell without a sign of side effects, re-run layered when the blocking
 run refused one: layer_choice.py), confines itself and runs the cell; we wait for its JSON lines without
 blocking the kernel and end it (with its whole process tree) when the wall-clock budget runs out or `cancel`
-is set. `miniature=` runs the cell on row subsets of the large objects it reads (ks_miniature.py; see
+is set. `miniature=` runs the cell on row subsets of the large objects it reads (kernel/miniature.py; see
 `crane.sandbox.scale` for when). Nothing here raises to the caller: every failure becomes an "unavailable"
 verdict with a reason.
 """

@@ -5,7 +5,7 @@
   sized from that duration;
 - else run it at full size; when that times out, run it again as a miniature (the full size is then at least
   the budget: the miniature assumes a few times that);
-- the miniature (`crane.sandbox.ks_miniature`) keeps about `MINI_TARGET_S / expected` of the rows of the large
+- the miniature (`crane.sandbox.kernel.miniature`) keeps about `MINI_TARGET_S / expected` of the rows of the large
   data the cell reads (at least 64 rows and a batch); if it still times out, once more with a tenth of that
   (at least 16 rows).
 A miniature crash or clean run is the verdict (`scale="miniature"`, `kept` says how much was kept); an
@@ -28,7 +28,7 @@ _ASSUMED_FACTOR = 4.0  # a cell that timed out at the budget is assumed to need 
 
 def miniature_spec(expected_s: float, target_s: float = MINI_TARGET_S, floor_rows: int = 64) -> dict:
     """What the kernel side needs to shrink a cell expected to take `expected_s` at full size: keep about
-    `target_s / expected_s` of the rows (at least `floor_rows`, and the batch remainder, see ks_miniature)."""
+    `target_s / expected_s` of the rows (at least `floor_rows`, and the batch remainder, see kernel/miniature)."""
     fraction = min(0.5, max(0.0005, target_s / max(float(expected_s), target_s)))
     return {"fraction": round(fraction, 6), "floor_rows": int(floor_rows), "min_rows": 2000, "relative": 0.05,
             "seed": 0}

@@ -3,13 +3,13 @@ process of the kernel's own interpreter into which the state the cell reads is c
 
 `transplant(conn, source, budget_s, reason=...)` (called by `fork_runner.speculate` when the kernel answers
 `unforkable`: TensorFlow, JAX or CuPy loaded, CUDA initialised):
-1. a private request (`_crane_transplant.export`, ks_transplant.py; CRANE's private copy of cloudpickle is
+1. a private request (`_crane_transplant.export`, kernel/export.py; CRANE's private copy of cloudpickle is
    installed beside it as `_crane_cloudpickle`) writes the names the cell reads, pickled, into the run's
    private directory, with the kernel's interpreter, cwd, environment, `sys.path` and modules;
-2. a worker (ks_worker.py) of that interpreter takes the run: an idle warm one of the same interpreter (its
+2. a worker (worker/main.py) of that interpreter takes the run: an idle warm one of the same interpreter (its
    heavy imports done) or a cold one started now. It confines itself like a forked child (namespaces, private
    layers, Landlock, seccomp, rlimits, no capabilities, oom_score_adj 1000) before loading the state;
-   Large values are shrunk in the kernel before the copy (ks_miniature's rules, on a copy of the cell's
+   Large values are shrunk in the kernel before the copy (kernel/miniature's rules, on a copy of the cell's
    names): in a miniature run, and when they hold more than `copy_limit_mb()` (the run is then a miniature
    one, and the verdict says why);
 3. its lines arrive on the run's result FIFO and are assembled exactly as a forked child's
@@ -46,15 +46,15 @@ from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
-from crane.sandbox.ks_worker import BOOTSTRAP
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 
 _HERE = Path(__file__).resolve().parent
+BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the worker's `-c` program
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
-                                 [_HERE / "ks_library.py", _HERE / "ks_miniature.py", _HERE / "ks_transplant.py"])
+                                 [_HERE / "kernel/library.py", _HERE / "kernel/miniature.py", _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
-                             [_HERE / p for p in SANDBOX_PARTS] + [_HERE / "ks_library.py", _HERE / "ks_devices.py",
-                                                                     _HERE / "ks_worker.py"])
+                             [_HERE / p for p in SANDBOX_PARTS]
+                             + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/main.py"])
 
 
 def _cloudpickle_source() -> Path:

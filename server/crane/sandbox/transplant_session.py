@@ -5,7 +5,7 @@ loaded, CUDA initialised, a spent thread pool: see crane.sandbox.transplant), so
 sandboxed tries work there too:
 - the worker (a warm one of the kernel's, or a cold one) confines itself in the blocking confinement (no
   processes, writes only to its scratch directory, no network), then serves JSON-line commands like a forked
-  session (ks_worker._session);
+  session (worker/main._session);
 - state is copied lazily: before each run or inspect, the names its code reads that the session has not copied
   yet are exported from the kernel (a private request: nothing in the kernel changes) and loaded; names the
   session's own code bound are never overwritten;

@@ -135,7 +135,7 @@ def transplant_text(t: TransplantInfo, why: str | None) -> str:
         text += f" (not forked: {why})"
     if t.shrunk:
         text += f"; shrunk before the copy ({t.shrunk})"
-    if t.devices_mapped:  # ks_devices.py: every torch tensor keeps its (virtual) device
+    if t.devices_mapped:  # worker/devices.py: every torch tensor keeps its (virtual) device
         return text + ("; GPUs hidden, cuda/mps requests mapped to the CPU with each tensor's device kept: torch "
                        "placement errors reproduce, GPU memory and GPU-only calls are not checked")
     return text + "; GPUs hidden: device placement not checked"
@@ -152,19 +152,19 @@ def miniature_text(kept: list[KeptObject]) -> str:
 
 
 class SetupLine(msgspec.Struct, omit_defaults=True):
-    """Written by the child before user code (ks_isolation._prepare_child)."""
+    """Written by the child before user code (kernel/isolation._prepare_child)."""
 
     event: Literal["setup"]
     mode: Mode
     reason: str | None = None
     layer: dict = {}  # layered: places, readonly, pid_max, skipped
-    fds: dict = {}  # inherited descriptors by treatment (ks_fds)
-    mappings: dict = {}  # shared mappings by treatment (ks_mappings): unmapped (or readonly) > 0 matters
+    fds: dict = {}  # inherited descriptors by treatment (kernel/fds)
+    mappings: dict = {}  # shared mappings by treatment (kernel/mappings): unmapped (or readonly) > 0 matters
     pool_threads: int = 0  # native worker threads (OpenMP, BLAS, rayon) the kernel had when it forked
     steps: dict = {}  # setup step -> ms
     pid: int | None = None
     kept: list[KeptObject] = []  # miniature runs: what was shrunk
-    transplant: dict = {}  # transplant runs (ks_worker.py): warm, devices_mapped, preload_ms, not_imported
+    transplant: dict = {}  # transplant runs (worker/main.py): warm, devices_mapped, preload_ms, not_imported
 
 
 class DeniedLine(msgspec.Struct, omit_defaults=True):
@@ -185,7 +185,7 @@ class ExitLine(msgspec.Struct, omit_defaults=True):
 
 
 class ChildRecord(msgspec.Struct, omit_defaults=True):
-    """The JSON line a one-shot sandbox child writes at the end (see ks_run.run_source)."""
+    """The JSON line a one-shot sandbox child writes at the end (see kernel/run.run_source)."""
 
     verdict: Verdict
     reason: str | None = None

@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 2 of 9: reuse of facts while the kernel's state is unchanged (standard library only).
+"""CRANE kernel probe: reuse of facts while the kernel's state is unchanged (standard library only).
 
 Facts about a value can only change when code runs in the kernel, so a repeated request is answered from memory
 as long as no code ran since the facts were computed. `begin(epoch)` names the kernel's state by an execution

@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 8 of 9: attribute, key, module and path checks; callable signatures (stdlib only).
+"""CRANE kernel probe: attribute, key, module and path checks; callable signatures (stdlib only).
 
 Attribute lookups are static (the rules of inspect.getattr_static): no property, descriptor `__get__` written in
 Python, `__getattr__` or `__getattribute__` of the user runs. Where Python would consult such code, the answer is

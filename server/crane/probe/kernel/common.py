@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 1 of 9: shared helpers (standard library only).
+"""CRANE kernel probe: shared helpers (standard library only).
 
 The probe parts (kernel/common, kernel/cache, kernel/scan, kernel/data, kernel/frame, kernel/ml, kernel/checks, kernel/entry) run INSIDE the user's kernel,
 where CRANE is not installed: `collect.PROBE_MODULE` compiles them, in order, into the private module

@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 4 of 9: value facts of numpy arrays and pandas Series and indexes (standard library
+"""CRANE kernel probe: value facts of numpy arrays and pandas Series and indexes (standard library
 only).
 
 numpy and pandas are reached through `sys.modules` (via `Ctx`). Every scan is bounded: an exact pass over the

@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 7 of 9: today's deep-learning and tabular libraries (standard library only).
+"""CRANE kernel probe: today's deep-learning and tabular libraries (standard library only).
 
 TensorFlow tensors/variables/ragged/sparse tensors, jax arrays and jitted functions, Keras 3 models (compiled or
 not, optimizer, losses, layers), Keras History, tf.data batching, polars DataFrame/LazyFrame/Series. Libraries are

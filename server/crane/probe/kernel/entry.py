@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 9 of 9: the entry points `run(request_json)` and `history()` (standard library only).
+"""CRANE kernel probe: the entry points `run(request_json)` and `history()` (standard library only).
 
 Installed once per kernel as the private module `_crane_probe` (see collect.py) and called through a silent
 request's `user_expressions`; it binds no names in the user's namespace. `run` summarises only the names the

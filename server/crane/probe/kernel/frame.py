@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 5 of 9: facts of pandas DataFrames (standard library only).
+"""CRANE kernel probe: facts of pandas DataFrames (standard library only).
 
 Columns the cell names (`Ctx.wanted`: a label it mentions, or one differing from it only by case or surrounding
 spaces) get value facts (kernel/data.vector_facts), each on the per-value scan budget: their NaN counts are what

@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 6 of 9: facts about ML library objects (standard library only).
+"""CRANE kernel probe: facts about ML library objects (standard library only).
 
 torch tensors, nn.Module structure, DataLoaders; scikit-learn estimators; Keras models and iterators; tf.data
 datasets; scipy sparse matrices. Libraries are reached through `sys.modules` only. Attributes of these objects

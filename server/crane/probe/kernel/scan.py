@@ -1,4 +1,4 @@
-"""CRANE kernel probe, part 3 of 9: exact scans and samples of arrays, on numpy's and pandas' fast paths (standard
+"""CRANE kernel probe: exact scans and samples of arrays, on numpy's and pandas' fast paths (standard
 library only).
 
 What a scan costs is what it reads from memory: a contiguous float64 column of n rows is n/8 cache lines, a

@@ -24,12 +24,12 @@ import tempfile
 import threading
 import time
 
-from crane.sandbox.ks_atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
-from crane.sandbox.ks_common import proc_kb  # kernel: strip
-from crane.sandbox.ks_isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
-from crane.sandbox.ks_run import _child_run  # kernel: strip
-from crane.sandbox.ks_session import _child_session  # kernel: strip
-from crane.sandbox.seccomp import prebuild_filters, supported  # kernel: strip
+from crane.sandbox.kernel.atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
+from crane.sandbox.kernel.common import proc_kb  # kernel: strip
+from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
+from crane.sandbox.kernel.run import _child_run  # kernel: strip
+from crane.sandbox.kernel.session import _child_session  # kernel: strip
+from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
 
 
 def _unforkable(source: str = "", ns=None) -> str | None:
@@ -196,13 +196,13 @@ def _fork(args: dict, child_main) -> dict:
     parent = os.getpid()
     on_main = threading.current_thread() is threading.main_thread()
     t0, c0 = time.perf_counter(), time.thread_time()
-    saved = suspend_user_handlers()  # the user's at-fork handlers are not run by our fork (ks_atfork.py)
+    saved = suspend_user_handlers()  # the user's at-fork handlers are not run by our fork (kernel/atfork.py)
     try:
         pid = os.fork()
     except OSError as exc:
         restore(saved)
         return {"ok": False, "verdict": "unavailable", "reason": f"fork failed: {exc}"}
-    if pid == 0:  # the child: never returns; it gives the user's handlers back once confined (ks_isolation)
+    if pid == 0:  # the child: never returns; it gives the user's handlers back once confined (kernel/isolation)
         keep_suspended(saved)
         code = 70
         try:

@@ -21,7 +21,7 @@ import os
 import re
 import struct
 
-from crane.sandbox.seccomp import _libc  # kernel: strip
+from crane.sandbox.kernel.confine import _libc  # kernel: strip
 
 _PROCMAP_QUERY = 0xC0686611  # _IOWR('f', 17, struct procmap_query) (Linux >= 6.11)
 _PMQ_WRITABLE, _PMQ_SHARED, _PMQ_COVERING_OR_NEXT = 0x02, 0x08, 0x10

@@ -1,13 +1,13 @@
 """Kernel-enforced confinement of a forked sandbox child: Landlock, seccomp-BPF and resource limits.
 
 Standard library only (`ctypes`, `os`, `resource`): this file's text is sent into the user's kernel as part
-of the sandbox's kernel-side module (see `ks_common.py`) and runs only inside the forked child, after the
+of the sandbox's kernel-side module (see `kernel/common.py`) and runs only inside the forked child, after the
 fork and before any user code. Nothing here is ever called in the user's kernel process itself.
 
 Two profiles, each enforced by the Linux kernel (not by Python, so C extensions and `ctypes` cannot bypass them):
 
 * `layered` (the child lives in its own user, mount, pid and IPC namespaces, the file system is read-only
-  except for private copy-on-write layers, see `ks_layer.py`): processes and programs are allowed (fork, exec,
+  except for private copy-on-write layers, see `kernel/layer.py`): processes and programs are allowed (fork, exec,
   clone without namespace flags), sockets only of the AF_UNIX family; still refused: new namespaces, mounts,
   ptrace and cross-process memory access, modules, kexec, bpf, perf, io_uring, keyrings, clock and host
   settings, changing identity. Landlock allows write-type rights only below the private layers and on a few
@@ -604,7 +604,7 @@ def prebuild_filters() -> None:
 
 
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full")  # writable in every profile (no side effect)
-PTY_FILES = ("/dev/ptmx",)  # layered profile with a private devpts instance (see ks_layer.py)
+PTY_FILES = ("/dev/ptmx",)  # layered profile with a private devpts instance (see kernel/layer.py)
 
 
 def confine(

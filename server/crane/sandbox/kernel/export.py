@@ -10,11 +10,11 @@ pickler: `_user_hook`), leaves RNG states and event callbacks alone. `export(arg
   serialization, tf/jax arrays as host arrays); torch tensors on a GPU arrive as CPU tensors;
 - `buf-N`: the out-of-band buffers of protocol 5 (numpy/pandas/arrow data, written once, no in-memory copy);
 - `env.json`: the interpreter, cwd, environment, `sys.path`, the modules to import again, torch's CUDA facts.
-Large values are shrunk BEFORE they are copied (ks_miniature's rules: consistent row subsets, NaN rows and one
+Large values are shrunk BEFORE they are copied (kernel/miniature's rules: consistent row subsets, NaN rows and one
 row per class kept, on a copy of the cell's names, never the user's namespace): in a miniature run
 (`args["miniature"]`), and when the values the cell reads hold more than `args["copy_mb"]` MiB. Then
 `state.pkl` also holds, under a key no Python name can have, what the worker needs about each original for
-ks_miniature's `artefact` (the original index, the distinct values of label-like columns).
+kernel/miniature's `artefact` (the original index, the distinct values of label-like columns).
 What cannot be pickled (open files, sockets, generators, locks, connections, ...) makes the answer
 `{"ok": False, "reason": "... `name` (type) ..."}`.
 """
@@ -29,8 +29,8 @@ import re
 import sys
 import time
 
-from crane.sandbox.ks_library import is_library  # kernel: strip
-from crane.sandbox.ks_miniature import _REGISTRY, _kind, shrink_namespace  # kernel: strip
+from crane.sandbox.kernel.library import is_library  # kernel: strip
+from crane.sandbox.kernel.miniature import _REGISTRY, _kind, shrink_namespace  # kernel: strip
 
 _SKIP = {"In", "Out", "get_ipython", "exit", "quit", "_ih", "_oh", "_dh", "_", "__", "___", "__builtins__",
          "__builtin__", "__name__", "__doc__", "__spec__", "__loader__", "__package__"}
@@ -144,7 +144,7 @@ def _pickler_class(cp):
                 try:
                     if obj.device.type == "cpu" and type(obj) in (torch.Tensor, torch.nn.Parameter) \
                             and "_crane_vdev" not in obj.__dict__:
-                        # a new Python object over the same storage carries the device (ks_devices.py): the
+                        # a new Python object over the same storage carries the device (worker/devices.py): the
                         # user's tensor is not touched
                         alias = obj.detach()
                         if isinstance(obj, torch.nn.Parameter):
@@ -160,7 +160,7 @@ def _pickler_class(cp):
                             host = torch.nn.Parameter(host, requires_grad=obj.requires_grad)
                         elif obj.requires_grad:
                             host.requires_grad_(True)
-                        host.__dict__["_crane_vdev"] = str(obj.device)  # the worker keeps it (ks_devices.py)
+                        host.__dict__["_crane_vdev"] = str(obj.device)  # the worker keeps it (worker/devices.py)
                         return host.__reduce_ex__(5)
                 except Exception:
                     pass
@@ -248,7 +248,7 @@ def _in_kernel_ok(obj) -> bool:
 
 
 def _known(kind: str, orig) -> dict | None:
-    """What the worker needs to tell a label the subset dropped from one the data never had (ks_miniature's
+    """What the worker needs to tell a label the subset dropped from one the data never had (kernel/miniature's
     `artefact`): the original index (RangeIndex, or up to 1M labels; else unknown) and, for each label-like
     column, its dtype and the sorted stable hashes (pandas' `hash_array`) of its distinct values (up to 1M;
     else unknown). A hash collision can only make a crash inconclusive, never a false one."""
@@ -274,7 +274,7 @@ def _known(kind: str, orig) -> dict | None:
 
 def _shrink(objs: dict, spec: dict) -> tuple[list, list]:
     """Replace the large values in `objs` (a copy of the cell's names, never the user's namespace) by consistent
-    row subsets (ks_miniature's rules): (kept, what the worker needs about each original)."""
+    row subsets (kernel/miniature's rules): (kept, what the worker needs about each original)."""
     names = [n for n, o in objs.items() if _in_kernel_ok(o)]
     _REGISTRY["objects"].clear()
     try:

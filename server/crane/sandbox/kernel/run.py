@@ -1,4 +1,4 @@
-"""Fork sandbox, kernel side, part 4: running a cell in the confined child and classifying the outcome.
+"""Fork sandbox, kernel side: running a cell in the confined child and classifying the outcome.
 
 The cell is transformed and compiled as IPython would (magics, last-expression display), run against the
 child's copy-on-write namespace, and described: verdict (crash / no-crash / blocked / timeout), exception,
@@ -16,7 +16,7 @@ import signal
 import time
 import traceback
 
-from crane.sandbox.ks_common import (  # kernel: strip
+from crane.sandbox.kernel.common import (  # kernel: strip
     _CO_COROUTINE,
     _SETUP,
     CELL_FILENAME,
@@ -24,8 +24,8 @@ from crane.sandbox.ks_common import (  # kernel: strip
     _Ctx,
     _write_json,
 )
-from crane.sandbox.ks_isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
-from crane.sandbox.ks_miniature import artefact  # kernel: strip
+from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
+from crane.sandbox.kernel.miniature import artefact  # kernel: strip
 
 
 def _compile_plan(shell, source: str, filename: str, transformed: str):
@@ -235,7 +235,7 @@ def _classify(ctx: _Ctx, exc, as_limit: int) -> tuple[str, str | None]:
         if isinstance(e, AssertionError) and _NOT_OUR_CHILD.search(text):
             return "blocked", f"a worker process the kernel started is not the sandbox's child: {text}"
     if _SETUP.get("devices_mapped") and not any(getattr(e, "_crane_device", False) for e in chain):
-        for e in chain:  # a GPU call the CPU stand-in cannot answer (ks_devices): nothing certain about the GPU run
+        for e in chain:  # a GPU call the CPU stand-in cannot answer (worker/devices): nothing certain about the GPU run
             text = f"{type(e).__name__}: {_safe_str(e)}"
             if _GPU_GAP.search(text) or _raised_in_torch_cuda(e):
                 return "blocked", ("the cell made a GPU call that the transplant's CPU stand-in for the kernel's GPU "
@@ -312,7 +312,7 @@ def run_source(ctx: _Ctx, source: str) -> dict:
         with shell.builtin_trap:
             transformed = shell.transform_cell(source)
             plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
-            audit["running"] = True  # the cell's code is what runs now (ks_audit._guard_process_end)
+            audit["running"] = True  # the cell's code is what runs now (kernel/audit._guard_process_end)
             if ctx.args.get("mode") == "run" and ctx.result_fd >= 0:
                 _write_json(ctx.result_fd, {"event": "cell"})  # a death from here on is the cell's (assemble.py)
             _exec_plan(ctx, plan, ns)

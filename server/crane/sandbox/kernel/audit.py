@@ -1,6 +1,6 @@
 """Fork sandbox, kernel side: the Python-level fence (an audit hook) in the child.
 
-In front of the kernel-level confinement (`seccomp.py`): clear messages and a record of what the cell tried.
+In front of the kernel-level confinement (`kernel/confine.py`): clear messages and a record of what the cell tried.
 A refused operation raises `SandboxBlocked` (a PermissionError) before it starts.
 - blocking mode: writes outside the scratch directory, programs, processes, sockets, signals to other
   processes and resource limits are refused;
@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 
-from crane.sandbox.ks_common import _WRITE_FLAGS, SandboxBlocked, _Ctx, _write_json  # kernel: strip
+from crane.sandbox.kernel.common import _WRITE_FLAGS, SandboxBlocked, _Ctx, _write_json  # kernel: strip
 
 _PATH_EVENTS = {
     "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.link": (0, 1),
@@ -120,7 +120,7 @@ def _install_audit_hook(ctx: _Ctx) -> None:
 
     def inside(path) -> bool:
         if isinstance(path, int):
-            return True  # every descriptor the child holds is private (ks_fds.py)
+            return True  # every descriptor the child holds is private (kernel/fds.py)
         try:
             p = realpath(fspath(path))
         except Exception:

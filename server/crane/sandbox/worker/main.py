@@ -7,12 +7,12 @@ Started by the daemon (`crane.sandbox.transplant`) with the kernel's environment
    IPython `InteractiveShell` without history, then waits (a warm worker) for one run request on stdin, or
    ends after idling, when the daemon goes (EOF) or when the kernel it serves ends (a pidfd);
 2. takes the kernel's cwd, environment and `sys.path`, imports the library modules still missing, then
-   confines itself exactly as a forked child does (`ks_isolation._prepare_child`: oom_score_adj 1000,
+   confines itself exactly as a forked child does (`kernel/isolation._prepare_child`: oom_score_adj 1000,
    descriptors, namespaces and private layers or the blocking confinement, Landlock, seccomp, rlimits,
    capabilities dropped, audit hook) BEFORE any notebook code: the rest of the kernel's modules, the state
    (`state.pkl` and its out-of-band buffers, mapped copy-on-write) and the cell all run confined;
 3. maps torch's cuda/mps device requests to the CPU where the kernel's torch had CUDA (or when asked), records
-   what the kernel shrank before the copy (for ks_miniature's `artefact`), writes a setup line with what was copied, runs the cell (`ks_run`) and
+   what the kernel shrank before the copy (for kernel/miniature's `artefact`), writes a setup line with what was copied, runs the cell (`kernel/run`) and
    writes the record on the run's result FIFO: the same lines as a forked child.
 A worker serves one run (its state is the run's) and ends.
 """
@@ -28,13 +28,13 @@ import sys
 import time
 import types
 
-from crane.sandbox.ks_common import CELL_FILENAME, _write_json  # kernel: strip
-from crane.sandbox.ks_devices import map_devices  # kernel: strip
-from crane.sandbox.ks_isolation import _POOLS, _prepare_child  # kernel: strip
-from crane.sandbox.ks_library import is_library  # kernel: strip
-from crane.sandbox.ks_miniature import _REGISTRY  # kernel: strip
-from crane.sandbox.ks_run import run_source  # kernel: strip
-from crane.sandbox.ks_session import _read_commands, run_command  # kernel: strip
+from crane.sandbox.kernel.common import CELL_FILENAME, _write_json  # kernel: strip
+from crane.sandbox.worker.devices import map_devices  # kernel: strip
+from crane.sandbox.kernel.isolation import _POOLS, _prepare_child  # kernel: strip
+from crane.sandbox.kernel.library import is_library  # kernel: strip
+from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
+from crane.sandbox.kernel.run import run_source  # kernel: strip
+from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": []}
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
@@ -182,7 +182,7 @@ def _rebind(obj, ns: dict):
 
 
 def _map_devices(facts: dict, force: bool) -> bool:
-    """torch: cuda/mps requests answered on the CPU with every tensor's device kept (ks_devices.py)."""
+    """torch: cuda/mps requests answered on the CPU with every tensor's device kept (worker/devices.py)."""
     return map_devices(facts, force)
 
 
@@ -215,7 +215,7 @@ class _KnownColumn:
     """A label-like column of an original: its dtype and the sorted hashes of its distinct values (None: not
     sent, any value may have been in it)."""
 
-    class dtype:  # noqa: N801 - read as `col.dtype.kind` by ks_miniature
+    class dtype:  # noqa: N801 - read as `col.dtype.kind` by kernel/miniature
         kind = "O"
 
     ndim = 1
@@ -245,7 +245,7 @@ class _KnownColumn:
 
 
 class _Original(_KnownColumn):
-    """What the worker knows of a value the kernel shrank before the copy: enough for ks_miniature's `artefact`
+    """What the worker knows of a value the kernel shrank before the copy: enough for kernel/miniature's `artefact`
     (is a missing label one the subset dropped?) without the original itself."""
 
     def __init__(self, known: dict):
@@ -260,7 +260,7 @@ class _Original(_KnownColumn):
 
 
 def _register_shrunk(known: list, ns: dict) -> None:
-    """ks_miniature's record of what was replaced, as a miniature run in a fork has it (its `artefact` reads the
+    """kernel/miniature's record of what was replaced, as a miniature run in a fork has it (its `artefact` reads the
     kept and original row counts and asks the originals whether a missing label was dropped)."""
     import ast
     _REGISTRY["objects"].clear()
@@ -311,7 +311,7 @@ def _no_gpu_plugins() -> None:
 def _session(spec: dict, shell) -> None:
     """A transplant session (crane.sandbox.transplant_session): confined in the blocking confinement (no
     processes), then JSON-line commands from the session's FIFO, replies on the result FIFO, as a forked
-    session's (ks_session) but for `load`: bind the names of one more export of the kernel's state (names the
+    session's (kernel/session) but for `load`: bind the names of one more export of the kernel's state (names the
     session's own code bound are kept). Checkpoints are the daemon's (a new worker replays the runs)."""
     import pickle
     args = dict(spec["args"])
@@ -417,7 +417,7 @@ def _run(spec: dict, shell, warm: bool) -> None:
         return
     audit["bypass"] = False
     t2 = time.perf_counter()
-    ctx.kept = list(shrunk.get("kept") or [])  # shrunk in the kernel before the copy (ks_transplant)
+    ctx.kept = list(shrunk.get("kept") or [])  # shrunk in the kernel before the copy (kernel/export)
     if shrunk.get("requested") and not ctx.kept:
         why = shrunk.get("error") or "the cell reads no large DataFrame, array, tensor or dataset"
         _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}"})
@@ -447,34 +447,3 @@ def _run(spec: dict, shell, warm: bool) -> None:
     audit["bypass"] = True
     _write_json(ctx.result_fd, rec)
     os.close(ctx.result_fd)
-
-
-BOOTSTRAP = r"""
-import os, sys, json, types
-def _crane_boot():
-    buf = b""
-    while b"\n" not in buf:
-        chunk = os.read(0, 1 << 20)
-        if not chunk:
-            return
-        buf += chunk
-    head, _, rest = buf.partition(b"\n")
-    h = json.loads(head)
-    for name, doc, parts in h["modules"]:
-        m = types.ModuleType(name, doc)
-        m.__dict__["__file__"] = "<crane-kernel>"
-        sys.modules[name] = m
-        for fname, text in parts:
-            exec(compile(text, fname, "exec"), m.__dict__)
-    sb = sys.modules["_crane_sandbox"]
-    lines = sb._Lines(0)
-    lines.buf = rest
-    sb.worker_main(h, lines)
-try:
-    _crane_boot()
-except BaseException:
-    import traceback
-    traceback.print_exc()
-    os._exit(70)
-os._exit(0)
-"""

@@ -1,11 +1,10 @@
-"""Fork sandbox, kernel side, part 1: names every part shares (standard library only).
+"""Fork sandbox, kernel side: names every part shares (standard library only).
 
-The sandbox's kernel-side parts (`ks_*.py`, after `seccomp.py`) run INSIDE the user's kernel, where CRANE is not
-installed: `fork_runner.SANDBOX_MODULE` compiles them, in order, into one private module (`_crane_sandbox`,
-installed by `crane.kernel.private_module`; the lines marked `# kernel: strip` — imports between parts — are
-blanked). They bind no names in the user's namespace. Order: see `channel.SANDBOX_PARTS` (seccomp, ks_common,
-ks_audit, ks_mappings, ks_fds, ks_layer, ks_isolation, ks_miniature, ks_run, ks_session, ks_parent: the entry
-points `start`, `session`, `collect`, `stop`). `_Ctx` is what a child set up, shared by the parts.
+The sandbox's kernel-side parts (this folder, see its `__init__`) run INSIDE the user's kernel, where CRANE is not
+installed: `channel.SANDBOX_MODULE` compiles them, in the order of `channel.SANDBOX_PARTS`, into one private
+module (`_crane_sandbox`, installed by `crane.kernel.private_module`; the lines marked `# kernel: strip` — imports
+between parts — are blanked). They bind no names in the user's namespace. The entry points (`start`, `session`,
+`collect`, `stop`) are in `entry.py`. `_Ctx` is what a child set up, shared by the parts.
 """
 
 from __future__ import annotations
@@ -119,14 +118,14 @@ class _Ctx:
         self.denied: list[str] = []
         self.confinement: dict = {}
         self.scratch = os.path.realpath(args["scratch"])
-        self.mode = "blocking"  # or "layered" (ks_layer.py)
+        self.mode = "blocking"  # or "layered" (kernel/layer.py)
         self.mode_reason: str | None = None
         self.places: list[str] = []  # layered: the directories with a private layer
-        self.fds: dict = {}  # inherited descriptors by treatment (ks_fds.py)
-        self.mappings: dict = {}  # shared writable mappings by treatment (ks_mappings.py)
+        self.fds: dict = {}  # inherited descriptors by treatment (kernel/fds.py)
+        self.mappings: dict = {}  # shared writable mappings by treatment (kernel/mappings.py)
         self.layer: dict = {}
         self.steps: dict = {}  # setup step -> ms
-        self.kept: list[dict] = []  # miniature runs: what was shrunk (ks_miniature.py)
+        self.kept: list[dict] = []  # miniature runs: what was shrunk (kernel/miniature.py)
         self.miniature_error: str | None = None
         self.notif_sock: Any = None  # layered mode, B: the socket to A that carries the seccomp listener
         self.cpu_before = 0.0  # layered mode, B: the CPU A spent on the setup before the clone

@@ -2,7 +2,7 @@
 
 The worker never uses a GPU (it starts with CUDA_VISIBLE_DEVICES empty and JAX_PLATFORMS=cpu: it must not take
 GPU memory or driver state from the user's kernel). Tensors that lived on a GPU in the kernel arrive on the CPU
-tagged with their device (`ks_transplant`'s pickler); the cell's own requests (`device='cuda'`, `.to('cuda')`,
+tagged with their device (`kernel/export`'s pickler); the cell's own requests (`device='cuda'`, `.to('cuda')`,
 `.cuda()`) are answered on the CPU; `torch.cuda` answers as it did in the kernel (available, device count and
 names; stream capture never on; synchronisation and memory calls are no-ops).
 
@@ -19,14 +19,14 @@ The kernel's CPU tensors arrive tagged 'cpu' (the pickler tags a new Python obje
 `torch.from_numpy`/`frombuffer`/`from_dlpack` tag theirs. Tensors made where the mode cannot see (autograd's
 gradients, C++ internals, a deep copy of a module, `torch.load`) have no virtual device and never take part in a mismatch: an error is raised only where
 it is certain. A GPU call the CPU cannot answer (CUDA events, device properties, ...) fails as it does without
-a driver; `ks_run` then says the run could not decide (`_SETUP["devices_mapped"]`), never a certain crash.
+a driver; `kernel/run` then says the run could not decide (`_SETUP["devices_mapped"]`), never a certain crash.
 """
 
 from __future__ import annotations
 
 import sys
 
-from crane.sandbox.ks_common import _SETUP  # kernel: strip
+from crane.sandbox.kernel.common import _SETUP  # kernel: strip
 
 TAG = "_crane_vdev"
 _GPU_TYPES = ("cuda", "mps", "xpu")

@@ -1,4 +1,4 @@
-"""Fork sandbox, kernel side, part 5: the long-lived session child serving the repair agent.
+"""Fork sandbox, kernel side: the long-lived session child serving the repair agent.
 
 JSON-line commands (run, eval, checkpoint, rollback, close) from the daemon's FIFO; checkpoints are nested
 forks through the seccomp filter's gate (see fork_session.py for the protocol).
@@ -10,10 +10,10 @@ import json
 import os
 import signal
 
-from crane.sandbox.ks_common import _SETUP, CELL_FILENAME, _Ctx, _write_json  # kernel: strip
-from crane.sandbox.ks_isolation import _prepare_child, _single_thread_pools  # kernel: strip
-from crane.sandbox.ks_run import run_source  # kernel: strip
-from crane.sandbox.seccomp import set_parent_death_signal  # kernel: strip
+from crane.sandbox.kernel.common import _SETUP, CELL_FILENAME, _Ctx, _write_json  # kernel: strip
+from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools  # kernel: strip
+from crane.sandbox.kernel.run import run_source  # kernel: strip
+from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
 
 
 def _child_session(args: dict, shell, parent: int, on_main: bool) -> None:

@@ -1,12 +1,12 @@
 """Fork sandbox, kernel side: cutting the child's ties to the kernel and confining it.
 
 Before any user code the child gets its own process group and a parent-death signal; every inherited
-descriptor and every shared writable mapping is made private (ks_fds.py, ks_mappings.py); fd 1/2,
+descriptor and every shared writable mapping is made private (kernel/fds.py, kernel/mappings.py); fd 1/2,
 `sys.stdout`/`sys.stderr`, the display hook and publisher are replaced by capture; ipykernel's output streams
 and session sends are neutralised; thread pools run single-threaded. Then the mode is chosen: "layered" (the
-child moves into its own namespaces with private copy-on-write layers, ks_layer.py) unless the daemon asked
-for "blocking" or the layer cannot be built here (the reason is reported), then `confine()` (seccomp.py) with
-the matching profile and the audit hook (ks_audit.py). A setup line on the result channel says what is in
+child moves into its own namespaces with private copy-on-write layers, kernel/layer.py) unless the daemon asked
+for "blocking" or the layer cannot be built here (the reason is reported), then `confine()` (kernel/confine.py) with
+the matching profile and the audit hook (kernel/audit.py). A setup line on the result channel says what is in
 force.
 """
 
@@ -19,9 +19,9 @@ import sys
 import time
 from typing import Any
 
-from crane.sandbox.ks_atfork import resume_in_sandbox  # kernel: strip
-from crane.sandbox.ks_audit import _install_audit_hook  # kernel: strip
-from crane.sandbox.ks_common import (  # kernel: strip
+from crane.sandbox.kernel.atfork import resume_in_sandbox  # kernel: strip
+from crane.sandbox.kernel.audit import _install_audit_hook  # kernel: strip
+from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
     SandboxBlocked,
     _Capture,
@@ -30,8 +30,8 @@ from crane.sandbox.ks_common import (  # kernel: strip
     _write_json,
     proc_kb,
 )
-from crane.sandbox.ks_fds import privatise_descriptors, reopen_through_mounts  # kernel: strip
-from crane.sandbox.ks_layer import (  # kernel: strip
+from crane.sandbox.kernel.fds import privatise_descriptors, reopen_through_mounts  # kernel: strip
+from crane.sandbox.kernel.layer import (  # kernel: strip
     LayerError,
     build_layer,
     clone_into_namespaces,
@@ -40,9 +40,9 @@ from crane.sandbox.ks_layer import (  # kernel: strip
     writable_places,
     write_id_maps,
 )
-from crane.sandbox.ks_mappings import privatise_shared_mappings  # kernel: strip
-from crane.sandbox.ks_miniature import cell_names, shrink_namespace  # kernel: strip
-from crane.sandbox.seccomp import confine, set_parent_death_signal  # kernel: strip
+from crane.sandbox.kernel.mappings import privatise_shared_mappings  # kernel: strip
+from crane.sandbox.kernel.miniature import cell_names, shrink_namespace  # kernel: strip
+from crane.sandbox.kernel.confine import confine, set_parent_death_signal  # kernel: strip
 
 _PUBLISHER: dict = {}  # the child's capturing display publisher (never built in the kernel process)
 
@@ -77,7 +77,7 @@ def _capture_publisher(shell) -> Any:
 
 
 def _isolate_descriptors(ctx: _Ctx) -> None:
-    """Make every inherited descriptor private (ks_fds.py), then open our own: the result channel (the
+    """Make every inherited descriptor private (kernel/fds.py), then open our own: the result channel (the
     daemon's FIFO, or a file in the kernel-side directory when the daemon cannot see this machine), the
     session's command FIFO, stdout/stderr capture; fd 0 reads /dev/null."""
     ctx.fds = privatise_descriptors()
@@ -342,7 +342,7 @@ def _layer_budget_mb(requested: int) -> int:
 
 
 def _enter_layer(ctx: _Ctx) -> dict | None:
-    """Layered mode (see ks_layer.py). Returns the layer's description in B (the process that runs the cell),
+    """Layered mode (see kernel/layer.py). Returns the layer's description in B (the process that runs the cell),
     or None with `ctx.mode_reason` set when the blocking confinement must be used instead. In A (the process
     forked from the kernel) it never returns: A supervises B and exits."""
     cwd = os.getcwd()

@@ -21,7 +21,7 @@ B, with all capabilities in its own user namespace, builds the layer before any 
 5. a fresh /proc for the pid namespace with pid_max bounding the number of processes (read-only after), and
    a private devpts instance (pseudo-terminals for `!cmd`; the machine's terminals are out of reach).
 Writes in those places succeed in the upper layer, later reads in the run see them, and the layer vanishes
-with the namespace. Writes elsewhere fail with EROFS (and Landlock, see seccomp.py). Any failure: the caller
+with the namespace. Writes elsewhere fail with EROFS (and Landlock, see kernel/confine.py). Any failure: the caller
 falls back to the blocking confinement and says why.
 """
 
@@ -37,7 +37,8 @@ import socket
 import struct
 import time
 
-from crane.sandbox.ks_common import _write_json  # kernel: strip
+from crane.sandbox.kernel.common import _write_json  # kernel: strip
+from crane.sandbox.shared.notify import answer_notification  # kernel: strip
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -166,34 +167,6 @@ def write_id_maps(pid: int) -> None:
             os.write(fd, text.encode())
         finally:
             os.close(fd)
-
-
-_NOTIF_RECV, _NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_RECV / _SEND
-_FAMILIES = {2: "AF_INET", 10: "AF_INET6", 17: "AF_PACKET", 4: "AF_IPX", 5: "AF_APPLETALK", 31: "AF_BLUETOOTH"}
-
-
-def answer_notification(listener: int, record) -> None:
-    """A network socket asked for by a process of the sandbox (seccomp user notification): `record(what)` who
-    tried (before the answer, so the record precedes anything the caller does next: the run is then "blocked",
-    even when a program swallowed the error), then refuse it with EPERM. Nothing when the caller died
-    meanwhile. Used by A (layered) and by the daemon (blocking runs, `crane.sandbox.drain`)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    req = ctypes.create_string_buffer(80)
-    if libc.ioctl(listener, ctypes.c_ulong(_NOTIF_RECV), req) != 0:
-        return
-    nid, pid = struct.unpack_from("=QI", req, 0)
-    family = struct.unpack_from("=Q", req, 32)[0] & 0xFFFFFFFF
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            who = f.read().strip()
-    except OSError:
-        who = "a process"
-    try:
-        record(f"crane sandbox: a network socket ({_FAMILIES.get(family, f'family {family}')}) is blocked: {who}")
-    except OSError:
-        pass
-    resp = ctypes.create_string_buffer(struct.pack("=QqiI", nid, 0, -errno.EPERM, 0), 24)
-    libc.ioctl(listener, ctypes.c_ulong(_NOTIF_SEND), resp)
 
 
 def supervise(pid: int, budget_s: float, result_fd: int, notif_sock=None) -> None:

@@ -1,0 +1,34 @@
+"""The transplant worker's program (`python -c <this file's text>`, in the kernel's interpreter).
+
+It reads one JSON header line on stdin naming the private modules to build (CRANE's cloudpickle and the
+sandbox's worker module: their sources travel in the header), builds them as fresh modules, and hands the rest
+of stdin to `worker_main` (worker/main.py). Standard library only; the daemon sends this file's text, it never
+imports it.
+"""
+import os, sys, json, types
+def _crane_boot():
+    buf = b""
+    while b"\n" not in buf:
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            return
+        buf += chunk
+    head, _, rest = buf.partition(b"\n")
+    h = json.loads(head)
+    for name, doc, parts in h["modules"]:
+        m = types.ModuleType(name, doc)
+        m.__dict__["__file__"] = "<crane-kernel>"
+        sys.modules[name] = m
+        for fname, text in parts:
+            exec(compile(text, fname, "exec"), m.__dict__)
+    sb = sys.modules["_crane_sandbox"]
+    lines = sb._Lines(0)
+    lines.buf = rest
+    sb.worker_main(h, lines)
+try:
+    _crane_boot()
+except BaseException:
+    import traceback
+    traceback.print_exc()
+    os._exit(70)
+os._exit(0)
