@@ -296,8 +296,8 @@ def _tree(d: Path) -> list:
 def timing(python: str, runs: int, budget: float, save, mib: int = 256, extra: str = "") -> dict:
     """`save(out)` after every step: a step cut short by the time limit leaves the ones before it."""
     from crane.kernel.manager import start_kernel
-    from crane.sandbox import speculate
-    from crane.sandbox.transplant import POOL, WARM_ENV
+    from crane.sandbox import options, speculate
+    from crane.sandbox.transplant import POOL
 
     out: dict = {"tensor_mib": mib}
     work = Path(tempfile.mkdtemp(prefix="crane-cuda-"))
@@ -327,7 +327,7 @@ def timing(python: str, runs: int, budget: float, save, mib: int = 256, extra: s
                    "warm": t.warm if t else None}
             return row, v
 
-        os.environ[WARM_ENV] = "0"
+        options.configure(options.SandboxOptions(warm_workers=False))
         cold = []
         for _ in range(runs):
             row, v = one()
@@ -335,7 +335,7 @@ def timing(python: str, runs: int, budget: float, save, mib: int = 256, extra: s
             out["cold"] = cold
             save(out)
         out["cold_verdict"] = _brief(v)
-        os.environ[WARM_ENV] = "1"
+        options.configure(options.SandboxOptions(warm_workers=True))
         one()  # starts the first warm worker
         warm = []
         for _ in range(runs):

@@ -4,11 +4,11 @@
 Starts a kernel of --python (default: the today environment, build/kernel-today), imports TensorFlow and Keras
 (so the fork sandbox refuses it), builds a small Keras model and, with --gb, a pandas DataFrame of that many
 GiB, then runs `speculate` on a trivial cell that reads them: --runs cold runs (no warm worker:
-CRANE_TRANSPLANT_WARM=0) and --runs warm runs (each waits until the idle worker has done its imports, as a
+`SandboxOptions(warm_workers=False)`) and --runs warm runs (each waits until the idle worker has done its imports, as a
 second verdict some seconds after the first finds it). Reports medians: the verdict's wall time, the cell's own
 time, the overhead, the kernel's export time (the only time the kernel is busy), the worker's confinement and
 state-load time. Target (issue 21): a warm verdict with TF loaded within 2 s.
-`--copy-mb 0,128` measures each copy limit in turn (CRANE_TRANSPLANT_COPY_MB; 0: the frame is copied whole,
+`--copy-mb 0,128` measures each copy limit in turn (`SandboxOptions.transplant_copy_mb`; 0: the frame is copied whole,
 the "before"; 128, the default: it is shrunk in the kernel to consistent row subsets first, the "after").
 
 Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--copy-mb 128]
@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from crane.kernel.manager import start_kernel
-from crane.sandbox import speculate
-from crane.sandbox.transplant import COPY_MB_ENV, POOL, WARM_ENV
+from crane.sandbox import options, speculate
+from crane.sandbox.transplant import POOL
 
 SETUP = """
 import numpy as np, pandas as pd, tensorflow as tf, keras
@@ -62,7 +61,7 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=0.0)
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--python", default=str(Path("build/kernel-today/bin/python")))
-    ap.add_argument("--copy-mb", default="", help="copy limits to measure in turn, e.g. 0,128 (default: the env's)")
+    ap.add_argument("--copy-mb", default="", help="copy limits to measure in turn, e.g. 0,128 (default: 128)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="crane-tbench-"))
     kernel = start_kernel(work, python=a.python)
@@ -73,19 +72,18 @@ def main() -> None:
             raise SystemExit(f"setup failed: {run.ename}: {run.evalue}")
         exe = conn.evaluate("__import__('sys').executable")
         for limit in (a.copy_mb.split(",") if a.copy_mb else [None]):
-            if limit is not None:
-                os.environ[COPY_MB_ENV] = limit.strip()
+            copy_mb = int(limit) if limit is not None else options.SandboxOptions().transplant_copy_mb
             POOL.shutdown()
-            os.environ[WARM_ENV] = "0"
+            options.configure(options.SandboxOptions(transplant_copy_mb=copy_mb, warm_workers=False))
             cold = [_one(conn, a.budget) for _ in range(a.runs)]
-            os.environ[WARM_ENV] = "1"
+            options.configure(options.SandboxOptions(transplant_copy_mb=copy_mb, warm_workers=True))
             _one(conn, a.budget)  # starts the first warm worker
             warm = []
             for _ in range(a.runs):
                 if not POOL.wait_ready(exe, 120.0):
                     raise SystemExit("the warm worker did not get ready in 120 s")
                 warm.append(_one(conn, a.budget))
-            print(json.dumps({"gb": a.gb, "python": a.python, "copy_mb": os.environ.get(COPY_MB_ENV, "default"),
+            print(json.dumps({"gb": a.gb, "python": a.python, "copy_mb": copy_mb,
                               "cold": _median(cold), "warm": _median(warm)}, indent=1), flush=True)
     finally:
         POOL.shutdown()

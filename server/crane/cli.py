@@ -6,9 +6,14 @@ import argparse
 import os
 import sys
 
+import msgspec
+
 from crane import __version__
 from crane.commands import bench, check, diagnose, fix, mcp, serve
+from crane.envflag import env_flag
 from crane.errors import CraneError
+from crane.sandbox.options import configure as configure_sandbox
+from crane.sandbox.options import options_from_args
 
 # name -> (module with add_arguments/run, one-line help)
 SUBCOMMANDS = {
@@ -38,8 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return 2
+    debug = env_flag(os.environ, "CRANE_DEBUG")
     try:
+        if hasattr(args, "sandbox_layer"):  # the commands that run cells: their sandbox flags, resolved once here
+            configure_sandbox(options_from_args(args))
         return int(args._run(args) or 0)
+    except msgspec.ValidationError as exc:  # a flag outside its declared bounds
+        print(f"crane: invalid sandbox option: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("crane: interrupted", file=sys.stderr)
         return 130
@@ -47,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"crane: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # never a bare traceback for users; CRANE_DEBUG=1 shows it
-        if os.environ.get("CRANE_DEBUG"):
+        if debug:
             raise
         print(f"crane: internal error: {type(exc).__name__}: {exc} (set CRANE_DEBUG=1 for details)", file=sys.stderr)
         return 2

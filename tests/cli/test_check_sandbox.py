@@ -1,7 +1,7 @@
 """`crane check --mode auto`: how the sandbox reached each verdict is in the report (sandboxMode, sandboxScale,
 what a miniature kept), file writes happen in the private layer only, the recorded timing of a long cell
 (JupyterLab / nbclient `metadata.execution`) sends it straight to a miniature run, and
-`CRANE_SANDBOX_MODE=blocking` forces the fallback confinement."""
+`--sandbox-layer blocking` forces the fallback confinement."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_report_says_how_the_sandbox_decided(nb_dir):
     assert cell["sandbox"] == "crash" and cell["findings"][0]["ename"] == "KeyError", cell
     assert cell["sandboxMode"] == "layered" and cell["sandboxScale"] == "full" and cell["decidedBy"] == "sandbox"
     assert not (nb_dir / "out.csv").exists()  # the write happened in the private layer only
-    [cell] = check(nb, "--budget", "20", env={"CRANE_SANDBOX_MODE": "blocking"})
+    [cell] = check(nb, "--budget", "20", "--sandbox-layer", "blocking")
     assert cell["sandbox"] == "blocked" and cell["sandboxMode"] == "blocking", cell
     assert "asked for" in cell["sandboxModeReason"]
     assert not (nb_dir / "out.csv").exists()

@@ -13,9 +13,9 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crane.probe.kernel import entry as kp
 from crane.probe.collect import PROBE_MODULE, PROBE_PARTS
 from crane.probe.facts import Facts, decode_probe_result
+from crane.probe.kernel import entry as kp
 from crane.probe.kernel.common import Ctx, dumps
 
 from .no_time_cap import NO_TIME_CAP

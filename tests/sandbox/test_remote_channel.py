@@ -26,8 +26,19 @@ from ..sacred import kernel_state
 pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
 
 
+def _interpreter_outside_tmp() -> str:
+    """This environment's interpreter by a path the kernel's private /tmp cannot hide: a checkout under /tmp
+    links `.venv` to an environment elsewhere (envs/make_daemon_env.sh), so the environment's real folder is
+    used; an environment that really lives under /tmp cannot run there (skip, saying so)."""
+    prefix = os.path.realpath(sys.prefix)
+    if prefix == "/tmp" or prefix.startswith("/tmp/"):
+        pytest.skip(f"this environment lives under /tmp ({prefix}), which the kernel's private /tmp hides")
+    return os.path.join(prefix, "bin", os.path.basename(sys.executable))
+
+
 @pytest.fixture(scope="module")
 def remote():
+    python = _interpreter_outside_tmp()
     runtime = Path(jupyter_runtime_dir())
     runtime.mkdir(parents=True, exist_ok=True)
     cwd = Path(tempfile.mkdtemp(prefix="crane-remote-test-", dir=runtime))  # not under /tmp: the kernel sees it
@@ -38,7 +49,7 @@ def remote():
     userns = [] if os.geteuid() == 0 else ["-r"]
     km._kernel_spec.argv = ["unshare", *userns, "-m", "--propagation", "private", "--", "sh", "-c",
                             'mount -t tmpfs tmpfs /tmp && exec "$0" -m ipykernel_launcher -f "$1"',
-                            sys.executable, "{connection_file}"]
+                            python, "{connection_file}"]
     km.start_kernel(cwd=str(cwd), env={**os.environ, **KERNEL_ENV})
     conn = KernelConnection(km.blocking_client(), owner=km)
     try:

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from crane.sandbox.fresh_kernel import speculate_in_fresh_kernel
 from crane.sandbox.fork_session import SandboxError, SandboxSession
+from crane.sandbox.fresh_kernel import speculate_in_fresh_kernel
 
 from ..sacred import kernel_state
 from .conftest import tree_hash

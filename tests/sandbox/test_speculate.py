@@ -13,6 +13,7 @@ from crane.sandbox import speculate, speculate_async
 from crane.sandbox.fork_runner import MODULE_NAME
 
 from ..sacred import kernel_state
+from ..sandbox_options import use_options
 from .conftest import tree_hash
 
 SETUP = """
@@ -201,7 +202,7 @@ def test_threads_pools_do_not_hang_the_child(conn, ready):
 
 def test_unforkable_state_is_unavailable_quickly(tmp_path, monkeypatch):
     from crane.kernel.manager import start_kernel
-    monkeypatch.setenv("CRANE_TRANSPLANT", "0")  # the fork sandbox's own answer (tests/sandbox/test_transplant.py)
+    use_options(monkeypatch, transplant=False)  # the fork sandbox's own answer (tests/sandbox/test_transplant.py)
     k = start_kernel(tmp_path)
     try:
         k.connection.run_cell("import sys, types\nsys.modules['tensorflow'] = types.ModuleType('tensorflow')")

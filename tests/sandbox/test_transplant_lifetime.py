@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from crane.kernel.manager import start_kernel
-from crane.sandbox import transplant as tp
 from crane.sandbox.channel import _starttime
 from crane.sandbox.transplant import POOL, KernelRef, transplant
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from ..sandbox_options import use_options
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the sandbox needs Linux")
 
@@ -127,11 +127,11 @@ def test_stopped_runs_and_a_dead_kernel_leave_no_worker_process(kernel_env, tmp_
 def test_an_idle_worker_ends_after_idling_and_with_its_kernel(kernel_env, tmp_path, monkeypatch):
     kernel, ref = _kernel(tmp_path, kernel_env)
     try:
-        monkeypatch.setattr(tp, "IDLE_S", 3.0)
+        use_options(monkeypatch, worker_idle_seconds=3.0)
         assert transplant(kernel.connection, "a.sum()", 60.0).verdict == "no-crash"
         (idle,) = POOL.workers_of(ref)
         assert idle.proc.wait(60) == 0  # it ended by itself after 3 s without a run
-        monkeypatch.setattr(tp, "IDLE_S", 600.0)
+        use_options(monkeypatch, worker_idle_seconds=600.0)
         assert transplant(kernel.connection, "a.sum()", 60.0).verdict == "no-crash"
         (idle,) = POOL.workers_of(ref)
         assert idle.alive()

@@ -16,10 +16,11 @@ from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.modes import record_sandbox
 from crane.sandbox.scale import miniature_spec
-from crane.sandbox.transplant import COPY_MB_ENV, transplant
+from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import verdict_markdown
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from ..sandbox_options import use_options
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the sandbox needs Linux")
 
@@ -45,7 +46,7 @@ def kernel(request, tmp_path_factory):
 
 
 def _run(conn, source: str, monkeypatch, copy_mb: str = "2", **kw):
-    monkeypatch.setenv(COPY_MB_ENV, copy_mb)
+    use_options(monkeypatch, transplant_copy_mb=int(copy_mb))
     with Untouched(conn) as watch:
         v = transplant(conn, source, 60.0, **kw)
     assert watch.unchanged, (watch.outputs, watch.changes(), v)

@@ -100,7 +100,7 @@ def run_cases(
     not started yet are dropped at once (the running ones end with their kernels)."""
     work = [(c, name, v) for c in cases for name, v in c.variants.items()]
 
-    def one(item):
+    def one(item: tuple[Case, str, Variant]) -> VariantResult:
         r = run_variant(*item, predictor, python, launcher)
         if progress:
             progress(r)

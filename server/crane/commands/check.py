@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
 from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
+from crane.sandbox.options import add_sandbox_arguments
 
 if TYPE_CHECKING:
     from crane.commands.output import CheckReport
@@ -26,6 +27,7 @@ DEFAULT_MODE = "auto"  # as in the editor
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_sandbox_arguments(p)
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="notebooks (.ipynb) and folders (every .ipynb below, hidden folders skipped)")
     p.add_argument(

@@ -20,6 +20,7 @@ from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
 from crane.commands.history_json import HistoryEntry, history_entries
 from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import add_llm_arguments
+from crane.sandbox.options import add_sandbox_arguments
 
 
 class DiagnoseReport(msgspec.Struct, omit_defaults=True, rename="camel"):
@@ -31,6 +32,7 @@ class DiagnoseReport(msgspec.Struct, omit_defaults=True, rename="camel"):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_sandbox_arguments(p)
     p.add_argument("notebook", help="path to an .ipynb file")
     p.add_argument("--cell", type=int, required=True, metavar="N", help="1-based cell number to diagnose")
     p.add_argument("--json", action="store_true", help="print a JSON report")

@@ -25,6 +25,7 @@ from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
 from crane.commands.files import write_atomic
 from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import add_llm_arguments
+from crane.sandbox.options import add_sandbox_arguments
 
 
 class FixReport(msgspec.Struct, rename="camel"):
@@ -47,6 +48,7 @@ def offered_text(path: str, fixes: list) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_sandbox_arguments(p)
     p.add_argument("notebook", help="path to an .ipynb file")
     p.add_argument("--cell", type=int, required=True, metavar="N", help="1-based number of the cell to fix")
     p.add_argument("--goal", help="what the cell should do (for a cell that has not failed yet)")

@@ -22,6 +22,7 @@ import secrets
 import sys
 
 from crane.commands import EXIT_ERROR, EXIT_OK
+from crane.sandbox.options import add_sandbox_arguments
 
 
 def _loopback(value: str) -> tuple[str, int]:
@@ -39,6 +40,7 @@ def _loopback(value: str) -> tuple[str, int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_sandbox_arguments(p)
     where = p.add_argument_group("the kernel (one of)")
     where.add_argument("--connection-file", dest="connection_file", metavar="F",
                        help="a running kernel's connection file (kernel-*.json; `%%connect_info` shows it)")

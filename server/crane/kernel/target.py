@@ -29,6 +29,13 @@ class ServerSpecError(CraneError, ValueError):
     """A server URL or token that cannot be used (the message says why)."""
 
 
+def _reconnect_window(raw: str) -> float:
+    try:
+        return max(0.5, float(raw)) if raw.strip() else 10.0
+    except ValueError:
+        return 10.0
+
+
 @dataclass(frozen=True)
 class ServerSpec:
     """A Jupyter Server's base URL (ending in '/'), its token and the CA file trusted for https."""
@@ -36,13 +43,16 @@ class ServerSpec:
     url: str
     token: str | None = field(default=None, repr=False)
     ca_file: str | None = None
+    reconnect_s: float = 10.0  # how long a dropped kernel websocket may take to come back
 
     @classmethod
     def parse(cls, url: str, token: str | None = None, env: Mapping[str, str] | None = None,
               ca_file: str | None = None) -> ServerSpec:
         """Normalise a URL as users paste it (`http://host:8888/user/me/lab?token=T` works). The token comes
         from `token`, else the URL's `?token=`, else `$JUPYTER_TOKEN`; the CA file from `ca_file`, else
-        `$CRANE_JUPYTER_CA_FILE` (else the system's trust store, which honours `$SSL_CERT_FILE`)."""
+        `$CRANE_JUPYTER_CA_FILE` (else the system's trust store, which honours `$SSL_CERT_FILE`); the reconnection
+        window from `$CRANE_JUPYTER_RECONNECT_S` (seconds, at least 0.5; default 10): connection plumbing read
+        here, where the spec is made at the edge, never below."""
         env = os.environ if env is None else env
         text = (url or "").strip()
         if not text:
@@ -71,7 +81,8 @@ class ServerSpec:
         path = "/" + "".join(s + "/" for s in segments)
         base = urlunsplit((scheme, parts.netloc.rsplit("@", 1)[-1], path, "", ""))
         tok = token if token else query_token if query_token else env.get("JUPYTER_TOKEN") or None
-        return cls(url=base, token=tok, ca_file=ca_file or env.get("CRANE_JUPYTER_CA_FILE") or None)
+        return cls(url=base, token=tok, ca_file=ca_file or env.get("CRANE_JUPYTER_CA_FILE") or None,
+                   reconnect_s=_reconnect_window(env.get("CRANE_JUPYTER_RECONNECT_S", "")))
 
     @property
     def secure(self) -> bool:

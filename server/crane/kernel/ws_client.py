@@ -15,7 +15,7 @@ channels asked for in `start_channels`; the others are dropped, and each queue i
 It pings the server every `ping_interval` seconds; when the socket drops (or nothing, not even a pong, comes
 back for `ping_interval + pong_timeout`), it reconnects with the same session id, so jupyter_server replays the
 messages it buffered meanwhile. Requests sent while reconnecting wait for it. When the kernel is gone (HTTP 404),
-the token is refused, or no reconnection succeeds within `reconnect_window` seconds (`$CRANE_JUPYTER_RECONNECT_S`,
+the token is refused, or no reconnection succeeds within `reconnect_window` seconds (`ServerSpec.reconnect_s`,
 default 10), the client is lost:
 `is_alive()` is False, the heartbeat stops beating and sends raise `ConnectionLost` with the reason.
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import queue
 import socket
 import threading
@@ -102,7 +101,7 @@ class WebSocketKernelClient:
         # so this key is never used (an empty one would make jupyter_client warn about unsigned messages).
         self.session = Session(key=uuid.uuid4().hex.encode(), username="crane", session=str(uuid.uuid4()))
         self.connect_timeout = connect_timeout
-        self.reconnect_window = reconnect_window if reconnect_window is not None else default_reconnect_window()
+        self.reconnect_window = reconnect_window if reconnect_window is not None else spec.reconnect_s
         self.ping_interval = ping_interval
         self.pong_timeout = pong_timeout
         self.protocol_wanted = protocol
@@ -447,15 +446,6 @@ class WebSocketKernelClient:
             q = self._queues.get(channel)
             if q is not None:
                 q.put(msg)
-
-
-def default_reconnect_window(env: dict[str, str] | None = None) -> float:
-    """Seconds a dropped websocket may take to come back: `$CRANE_JUPYTER_RECONNECT_S`, default 10."""
-    raw = (os.environ if env is None else env).get("CRANE_JUPYTER_RECONNECT_S", "")
-    try:
-        return max(0.5, float(raw)) if raw.strip() else 10.0
-    except ValueError:
-        return 10.0
 
 
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)

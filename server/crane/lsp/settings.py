@@ -28,11 +28,15 @@ from msgspec import Meta
 
 from crane.llm.settings import LLMOptions, LLMSettings
 from crane.policy import Mode
+from crane.sandbox.options import SandboxOptions
 
 LogLevel = Literal["error", "warn", "info", "debug"]
 
 
-class SpeculativeSettings(msgspec.Struct, rename="camel", frozen=True):
+class SpeculativeSettings(SandboxOptions, rename="camel", frozen=True, kw_only=True):
+    """`crane.speculative`: the sandbox's options (`crane.sandbox.options.SandboxOptions`, declared there once)
+    and when the editor runs cells speculatively."""
+
     enabled: Annotated[
         bool, Meta(description="Allow speculative runs of a cell in a sandboxed copy of the kernel (never in the kernel itself).")
     ] = True

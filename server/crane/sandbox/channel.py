@@ -15,7 +15,6 @@ Both give the same thing back: the child's JSON lines, how the wait ended, the e
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import select
@@ -25,6 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -32,11 +32,12 @@ from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.drain import OUTPUT_LIMIT, RunDrain
+from crane.sandbox.request import SandboxRequest, encode_request
 from crane.sandbox.verdict import ExitStatus, LaunchReply, RemoteState, SandboxVerdict, exit_status_decoder, unavailable
 
 # The fork sandbox's kernel-side module, in execution order: paths under sandbox/ (kernel/ runs in the kernel and
 # its forked child; shared/ is imported by the daemon too)
-SANDBOX_PARTS = ("kernel/confine.py", "kernel/common.py", "kernel/atfork.py", "kernel/audit.py", "kernel/mappings.py",
+SANDBOX_PARTS = ("kernel/confine.py", "kernel/common.py", "kernel/request.py", "kernel/atfork.py", "kernel/audit.py", "kernel/mappings.py",
                  "kernel/fds.py", "shared/notify.py", "kernel/layer.py", "kernel/isolation.py", "kernel/miniature.py",
                  "kernel/run.py", "kernel/session.py", "kernel/entry.py")
 SANDBOX_MODULE = KernelModule(
@@ -70,11 +71,14 @@ class PrivateDir:
             self.commands_fd = os.open(os.path.join(self.path, "commands"), os.O_RDWR | os.O_CLOEXEC)
         self.capture: RunDrain | None = None if session else RunDrain(self.path, self.path + "/result")
 
+    def request(self, **fields: Any) -> SandboxRequest:
+        """A `SandboxRequest` for the child of this directory (its place, scratch, token, notification socket)."""
+        notify = self.capture.notify_path if self.capture is not None and self.capture.notify_path else None
+        return SandboxRequest(dir=self.path, scratch=self.scratch, token=self.token, notify=notify, **fields)
+
     def args(self, **extra) -> dict:
-        out = {"dir": self.path, "scratch": self.scratch, "token": self.token, **extra}
-        if self.capture is not None and self.capture.notify_path:
-            out["notify"] = self.capture.notify_path
-        return out
+        """The transplant export's arguments (its place and token)."""
+        return {"dir": self.path, "scratch": self.scratch, "token": self.token, **extra}
 
     def read_capture(self, name: str, start: int = 0, end: int | None = None, limit: int = OUTPUT_LIMIT) -> str:
         if self.capture is not None:
@@ -187,10 +191,10 @@ class ChildHandle:
         threading.Thread(target=reap, name="crane-sandbox-end", daemon=True).start()
 
 
-def launch_reply(conn: KernelConnection, entry: str, args: dict, timeout: float) -> LaunchReply | SandboxVerdict:
+def launch_reply(conn: KernelConnection, entry: str, request: SandboxRequest, timeout: float) -> LaunchReply | SandboxVerdict:
     """Ask the kernel to fork; its validated reply, or an 'unavailable' SandboxVerdict."""
     try:
-        raw = ModuleClient(conn, SANDBOX_MODULE).call(entry, json.dumps(args), timeout=timeout, what="sandbox request")
+        raw = ModuleClient(conn, SANDBOX_MODULE).call(entry, encode_request(request), timeout=timeout, what="sandbox request")
         reply = msgspec.convert(raw, LaunchReply)
     except KernelTimeout:
         return unavailable("the kernel is busy (it did not answer the sandbox request in time)")
@@ -203,10 +207,10 @@ def launch_reply(conn: KernelConnection, entry: str, args: dict, timeout: float)
     return reply
 
 
-def launch(conn: KernelConnection, pdir: PrivateDir, entry: str, args: dict, timeout: float = 5.0):
+def launch(conn: KernelConnection, pdir: PrivateDir, entry: str, request: SandboxRequest, timeout: float = 5.0):
     """Ask the kernel to fork a child on the local channel (sessions): a ChildHandle, or an 'unavailable'
     SandboxVerdict."""
-    reply = launch_reply(conn, entry, {**args, "remote_ok": False}, timeout)
+    reply = launch_reply(conn, entry, msgspec.structs.replace(request, remote_ok=False), timeout)
     if isinstance(reply, SandboxVerdict):
         return reply
     return ChildHandle(reply.pid, reply.start)  # type: ignore[arg-type]

@@ -14,7 +14,6 @@ verdict with a reason.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 
@@ -32,6 +31,7 @@ from crane.sandbox.channel import (
     read_until_eof,
 )
 from crane.sandbox.layer_choice import ASKED_FOR, AUTO_BLOCKING_REASON, layer_would_help, needs_layer
+from crane.sandbox.options import active as active_options
 from crane.sandbox.transplant import enabled as transplant_enabled
 from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import (
@@ -43,12 +43,9 @@ from crane.sandbox.verdict import (
 MODULE_NAME = SANDBOX_MODULE.name
 DEFAULT_BUDGET_S = 10.0
 DEFAULT_MEMORY_MB = 2048
-LAYER_ENV = "CRANE_SANDBOX_MODE"  # "auto" (default) | "layered" | "blocking" (see layer_choice.py)
-
-
 def layer_preference(explicit: str | None = None) -> str:
-    """"auto", "layered" or "blocking": the argument, else $CRANE_SANDBOX_MODE, else "auto"."""
-    value = (explicit or os.environ.get(LAYER_ENV) or "auto").strip().lower()
+    """"auto", "layered" or "blocking": the argument, else the configured `SandboxOptions.layer`."""
+    value = explicit or active_options().layer
     return value if value in ("layered", "blocking") else "auto"
 
 
@@ -120,13 +117,11 @@ def _speculate_once(
         return unavailable(f"cannot create the sandbox's private directory: {exc}")
     run = None
     try:
-        args = pdir.args(mode="run", source=source, budget_s=float(budget_s), memory_mb=int(memory_mb),
-                         output_limit=OUTPUT_LIMIT, layer="blocking" if layer == "blocking" else "auto",
-                         places=list(places),
-                         idle=bool(idle), max_processes=int(max_processes))
-        if miniature:
-            args["miniature"] = miniature
-        reply = launch_reply(conn, "start", args, request_timeout)
+        request = pdir.request(mode="run", source=source, budget_s=float(budget_s), memory_mb=int(memory_mb),
+                               output_limit=OUTPUT_LIMIT, layer="blocking" if layer == "blocking" else "auto",
+                               places=list(places), idle=bool(idle), max_processes=int(max_processes),
+                               miniature=miniature or None)
+        reply = launch_reply(conn, "start", request, request_timeout)
         if isinstance(reply, SandboxVerdict):
             return reply
         run = RemoteRun(conn, reply, request_timeout) if reply.channel == "remote" else LocalRun(pdir, reply)

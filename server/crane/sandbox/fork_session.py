@@ -103,9 +103,9 @@ class SandboxSession:
     ) -> SandboxSession:
         """Fork a confined session from the kernel's live state. Raises SandboxError if unavailable."""
         pdir = PrivateDir(session=True)
-        args = pdir.args(mode="session", budget_s=float(budget_s), cpu_s=float(total_cpu_s),
-                         memory_mb=int(memory_mb), output_limit=1 << 20)
-        handle = launch(conn, pdir, "session", args, timeout=request_timeout)
+        request = pdir.request(mode="session", budget_s=float(budget_s), cpu_s=float(total_cpu_s),
+                               memory_mb=int(memory_mb), output_limit=1 << 20)
+        handle = launch(conn, pdir, "session", request, timeout=request_timeout)
         if isinstance(handle, SandboxVerdict):
             pdir.cleanup()
             if handle.unforkable:  # TF/JAX/CUDA...: crane.sandbox.session.open_session transplants it

@@ -15,7 +15,7 @@ process of the kernel's own interpreter into which the state the cell reads is c
 3. its lines arrive on the run's result FIFO and are assembled exactly as a forked child's
    (`assemble.assemble`); the verdict says `mode="transplant"` and what was copied (`SandboxVerdict.transplant`).
 One idle worker per kernel is kept warm (`CRANE_TRANSPLANT_WARM=0` turns it off), with that kernel's library
-imports done; it ends after `IDLE_S` without a run, when the daemon ends (its stdin closes) and when its kernel's
+imports done; it ends after `SandboxOptions.worker_idle_seconds` without a run, when the daemon ends (its stdin closes) and when its kernel's
 process ends (`_KernelWatch`: the daemon polls the kernels' pidfds and kills their workers, idle or running,
 whose layered child and its pid namespace go with them; an idle worker also watches the kernel itself). The
 platform part (confinement) is behind `crane.sandbox.confinement`: Linux's namespaces, Landlock and seccomp;
@@ -46,6 +46,7 @@ from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
+from crane.sandbox.options import active as active_options
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 
 _HERE = Path(__file__).resolve().parent
@@ -66,26 +67,25 @@ def _cloudpickle_source() -> Path:
 
 CLOUDPICKLE_MODULE = KernelModule("_crane_cloudpickle", "CRANE's private copy of cloudpickle", [_cloudpickle_source()])
 
-ENABLE_ENV = "CRANE_TRANSPLANT"  # "0": no transplant runs (the fork sandbox's `unavailable` stands)
-WARM_ENV = "CRANE_TRANSPLANT_WARM"  # "0": no idle warm worker
-IDLE_S = float(os.environ.get("CRANE_TRANSPLANT_IDLE_S") or 600.0)  # an idle warm worker ends after this long
 LOAD_S = 20.0  # the worker's own setup (imports, confinement, loading the state) on top of the cell's budget
 EXPORT_TIMEOUT_S = 60.0
-COPY_MB_ENV = "CRANE_TRANSPLANT_COPY_MB"  # values the cell reads above this many MiB are shrunk before the copy
 
 
 def copy_limit_mb() -> int:
     """The most a transplant copies whole (0: no limit): larger values the cell reads are shrunk in the kernel
-    to consistent row subsets first (the run is then a miniature one)."""
-    try:
-        return max(0, int(os.environ.get(COPY_MB_ENV) or 128))
-    except ValueError:
-        return 128
+    to consistent row subsets first (the run is then a miniature one). `SandboxOptions.transplant_copy_mb`."""
+    return active_options().transplant_copy_mb
+
+
+def idle_s() -> float:
+    """An idle warm worker ends after this long (`SandboxOptions.worker_idle_seconds`)."""
+    return active_options().worker_idle_seconds
 _WORKER_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def enabled() -> bool:
-    return os.environ.get(ENABLE_ENV, "1").strip() not in ("0", "false", "no", "off")
+    """Whether unforkable kernels get copied runs (`SandboxOptions.transplant`)."""
+    return active_options().transplant
 
 
 class Worker:
@@ -106,7 +106,7 @@ class Worker:
                 [executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
                 cwd=cwd if os.path.isdir(cwd) else self.home, env=full, close_fds=True, start_new_session=True)
         header = {"modules": [[m.name, m.doc, list(m.sources)] for m in (CLOUDPICKLE_MODULE, WORKER_MODULE)],
-                  "preload": preload, "idle_s": IDLE_S, "warm": warm,
+                  "preload": preload, "idle_s": idle_s(), "warm": warm,
                   "kernel": list(kernel) if kernel is not None else None}
         self._send(json.dumps(header))
 
@@ -249,7 +249,7 @@ class _Pool:
             w = self.idle.pop((executable, kernel), None)
         if w is None:
             return None
-        if not w.alive() or time.monotonic() - w.started > IDLE_S - 5:
+        if not w.alive() or time.monotonic() - w.started > idle_s() - 5:
             w.end()
             return None
         return w
@@ -268,7 +268,7 @@ class _Pool:
             self.busy.discard(worker)
 
     def refill(self, executable: str, env: dict, cwd: str, preload: list[str], kernel: KernelRef | None = None) -> None:
-        if os.environ.get(WARM_ENV, "1").strip() in ("0", "false", "no", "off"):
+        if not active_options().warm_workers:
             return
         key = (executable, kernel)
         with self.lock:
@@ -406,12 +406,13 @@ def transplant(
             worker = Worker(exe, env, cwd, exp.modules, warm=False, kernel=kernel)
         if not POOL.serving(worker):
             return unavailable("the kernel ended before its transplant run started")
-        args = pdir.args(mode="run", source=source, budget_s=float(budget_s) + LOAD_S, memory_mb=int(memory_mb)
-                         + (exp.bytes >> 20), output_limit=64 * 1024, layer="blocking" if layer == "blocking" else "auto",
-                         places=list(places), idle=bool(idle), max_processes=int(max_processes))
+        request = pdir.request(mode="run", source=source, budget_s=float(budget_s) + LOAD_S,
+                               memory_mb=int(memory_mb) + (exp.bytes >> 20), output_limit=64 * 1024,
+                               layer="blocking" if layer == "blocking" else "auto", places=list(places),
+                               idle=bool(idle), max_processes=int(max_processes))
         shrunk = {"kept": [msgspec.to_builtins(k) for k in exp.kept], "requested": bool(miniature),
                   "error": exp.shrink_error, "why": exp.shrunk}
-        child = worker.run({"args": args, "budget_s": float(budget_s), "map_devices": bool(map_devices),
+        child = worker.run({"args": msgspec.to_builtins(request), "budget_s": float(budget_s), "map_devices": bool(map_devices),
                             "shrunk": shrunk})
         deadline = time.monotonic() + float(budget_s) + LOAD_S + _GRACE_S
         data, how = read_until_eof(pdir.result_fd, child, deadline, cancel=cancel, stop_at_record=True)

@@ -100,9 +100,9 @@ class TransplantSession(SandboxSession):
         self.worker, self._warm = worker, worker.warm
         if not POOL.serving(worker):
             raise SandboxError("the kernel ended before its transplant session started")
-        args = self._pdir.args(mode="session", budget_s=float(self.budget_s), cpu_s=float(self.total_cpu_s),
-                               memory_mb=int(self.memory_mb) + 1024, output_limit=1 << 20, layer="blocking")
-        worker.run({"args": args, "session": True, "map_devices": bool(exp.cuda)})
+        request = self._pdir.request(mode="session", budget_s=float(self.budget_s), cpu_s=float(self.total_cpu_s),
+                                     memory_mb=int(self.memory_mb) + 1024, output_limit=1 << 20, layer="blocking")
+        worker.run({"args": msgspec.to_builtins(request), "session": True, "map_devices": bool(exp.cuda)})
         self._head.close()
         self._head = ChildHandle(worker.proc.pid, _starttime(worker.proc.pid))
         self._buf = b""

@@ -13,6 +13,7 @@ import inspect
 import os
 import sys
 import types
+from typing import Any
 
 from crane.probe.kernel.common import (  # kernel: strip
     _missing,  # kernel: strip
@@ -69,7 +70,7 @@ def signature_facts(ctx, f):
         return None  # a cut signature would make binding checks wrong
     out = []
     for p in params:
-        pf = {"name": p.name, "kind": p.kind.name}
+        pf: dict[str, Any] = {"name": p.name, "kind": p.kind.name}
         if p.default is not p.empty:
             pf["has_default"] = True
             pf["default"] = short(p.default, ctx, 30)

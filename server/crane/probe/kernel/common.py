@@ -249,6 +249,9 @@ def jval(v, ctx=None, depth=0):
 _SCALARS = (int, float, bool, complex, type(None))
 
 
+_BRACKETS: dict[type, tuple[str, str]] = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("{", "}")}
+
+
 def short(v, ctx=None, limit=50, depth=0):
     """A bounded description of any value that runs no user code: a repr for builtin and library scalars and
     small builtin containers, a shape summary for arrays and frames, `<type>` for everything else."""
@@ -301,7 +304,7 @@ def _short_container(v, ctx, limit, depth):
             except Exception:
                 items = []
         parts = [short(x, ctx, 20, depth + 1) for x in items]
-        open_, close = {list: "[]", tuple: "()", set: "{}", frozenset: "{}"}[type(v)]
+        open_, close = _BRACKETS[type(v)]
         body = open_ + ", ".join(parts) + (", \u2026" if n > len(items) else "") + close
     if len(body) > limit + 20:
         body = body[: limit + 19] + "\u2026"

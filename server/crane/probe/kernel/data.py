@@ -241,7 +241,7 @@ def _unfinished(ctx, a, out, kind_key, details, nn):
     if hit is not None:  # the same memory reached again in this call (`df.c3` and column c3), or in the last one
         out.update(hit)
     else:
-        facts = {}
+        facts: dict = {}
         vector_facts(ctx, sample_rows(a, UNFINISHED_SAMPLE_N), facts, exact=False, kind_key=kind_key, details=details)
         if key is not None:
             remember(key, dict(facts))

@@ -8,6 +8,7 @@ another device gets its shape, dtype and device, and `value_skipped` says why no
 """
 
 import linecache
+from typing import Any
 
 from crane.probe.kernel.common import (  # kernel: strip
     class_dict,  # kernel: strip
@@ -275,7 +276,7 @@ def keras_extra_facts(ctx, m, kf):
     if d.get("_functional") is not None and "_inputs" not in d:  # a built Sequential keeps a Functional
         fd = inst_dict(d["_functional"]) or {}
     for key, attr in (("inputs", "_inputs"), ("outputs", "_outputs")):
-        ts = fd.get(attr)
+        ts: Any = fd.get(attr)
         if isa(ts, list):
             shapes = []
             for x in ts[:10]:
@@ -285,7 +286,7 @@ def keras_extra_facts(ctx, m, kf):
                     shapes.append([-1 if s is None else int(s) for s in shp])
             if shapes:
                 kf[key] = shapes
-    layers = d.get("_layers")
+    layers: Any = d.get("_layers")
     if isa(layers, list):
         layers = [x for x in list.__iter__(layers) if short_tname(type(x)) != "InputLayer"]
         out_layers = []
@@ -340,7 +341,7 @@ def polars_kind(t):
 
 
 def _pl_column(ctx, s, name, wanted):
-    col = {"name": str(name)[:80], "dtype": str(s.dtype)}
+    col: dict[str, Any] = {"name": str(name)[:80], "dtype": str(s.dtype)}
     try:
         nn = int(s.null_count())  # metadata: no scan
         col["n_nan"] = nn

@@ -17,6 +17,7 @@ import sys
 import time
 import types
 import warnings
+from typing import Any
 
 from crane.probe.kernel.cache import begin, recall, remember  # kernel: strip
 from crane.probe.kernel.checks import (  # kernel: strip
@@ -98,7 +99,7 @@ _FUNCTION_TYPES = (
     types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MethodDescriptorType,
     types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
 )  # fmt: skip
-_CONTAINER_KIND = {list: "list", tuple: "tuple", set: "set", frozenset: "set"}
+_CONTAINER_KIND: dict[type, str] = {list: "list", tuple: "tuple", set: "set", frozenset: "set"}
 
 
 # -- one value ----------------------------------------------------------------------------------------------------
@@ -380,7 +381,7 @@ def _libraries():
     for name in _LIBRARIES:
         m = sys.modules.get(name)
         d = inst_dict(m) if m is not None else None
-        v = d.get("__version__") if d else None
+        v: Any = d.get("__version__") if d else None
         if isa(v, str):  # torch's is a str subclass
             libs[name] = str.__getitem__(v, slice(0, 40))
     return libs
@@ -529,12 +530,12 @@ def run(request_json, ns=None):
     t0 = time.perf_counter()
     res = {}
     try:
-        req = json.loads(request_json)
+        req: Any = json.loads(request_json)
         if type(req) is not dict:
             raise ValueError("the request must be a JSON object")
         max_var = int(req.get("max_var_bytes") or MAX_VAR_BYTES)
         max_total = int(req.get("max_total_bytes") or MAX_TOTAL_BYTES)
-        slice_ms = req.get("scan_slice_ms")
+        slice_ms: Any = req.get("scan_slice_ms")
         ctx = Ctx(float(req.get("time_budget_ms") or TIME_BUDGET_MS), wanted=_wanted(req),
                   slice_ms=float(slice_ms) if type(slice_ms) in (int, float) else None)  # fmt: skip
         begin(req.get("epoch"))
@@ -572,7 +573,8 @@ def history(limit=500, max_chars=262144):
         ip_mod = sys.modules.get("IPython")
         ip = ip_mod.get_ipython() if ip_mod is not None else None
         raw = ip.history_manager.input_hist_raw if ip is not None else []
-        out, total = [], 0
+        out: list = []
+        total = 0
         for n in range(len(raw) - 1, 0, -1):
             src = raw[n]
             if type(src) is not str or len(out) >= limit or total + len(src) > max_chars:

@@ -58,15 +58,15 @@ def _named_columns(ctx, cols, labels, ncols):
     differs from a mentioned one only by case or surrounding spaces: the column a typo meant), and beyond."""
     wanted = ctx.wanted
     named = [i for i, lab in enumerate(labels) if (type(lab) is str or type(lab) is int) and lab in wanted]
-    loose = {}
+    loose: dict[str, int] = {}
     for i, lab in enumerate(labels):
         if type(lab) is str:
             loose.setdefault(lab.strip().lower(), i)
     for lab in wanted:
         if type(lab) is str:
-            i = loose.get(lab.strip().lower())
-            if i is not None and i not in named:
-                named.append(i)
+            hit = loose.get(lab.strip().lower())
+            if hit is not None and hit not in named:
+                named.append(hit)
     if ncols > len(labels):
         for lab in wanted:
             if len(named) >= MAX_DETAILED_COLS:
@@ -107,7 +107,8 @@ def dataframe_facts(ctx, df, out):
     if ncols > len(labels):
         out["columns_truncated"] = True
     out["columns"] = columns
-    total, seen_nan = 0, False
+    total: int | None = 0
+    seen_nan = False
     for k, c in enumerate(columns):
         if "n_nan" in c:  # exact count: has_nan would be redundant
             if total is not None and k < len(labels):

@@ -9,6 +9,7 @@ import ast
 import math
 import sys
 import types
+from typing import Any
 
 from crane.probe.kernel.common import (  # kernel: strip
     class_dict,  # kernel: strip
@@ -131,7 +132,8 @@ def torch_module_facts(ctx, mod, out):
     d = inst_dict(mod) or {}
     if type(d.get("training")) is bool:
         tm["training"] = d["training"]
-    layers, visited, n_leaves = [], 0, 0
+    layers: list = []
+    visited, n_leaves = 0, 0
     first_shape = None
     for name, m in mod.named_modules():
         visited += 1
@@ -161,17 +163,18 @@ def torch_module_facts(ctx, mod, out):
             if f is not None:
                 tm["expected_in_features"] = f
     try:
-        total, device, dtypes = 0, None, set()
+        total, cut = 0, False
+        device, dtypes = None, set()
         for i, p in enumerate(mod.parameters()):
             if i > 10000 or ctx.over_time():
-                total = None
+                cut = True
                 break
             if device is None:
                 device = str(p.device)
             if p.is_floating_point():
                 dtypes.add(str(p.dtype))
             total += int(p.numel())
-        if total is not None:
+        if not cut:
             tm["n_parameters"] = total
             if len(dtypes) == 1:
                 tm["dtype"] = dtypes.pop()
@@ -400,9 +403,9 @@ def keras_model_facts(ctx, m, out):
         v = _lib_property(ctx, m, key)
         if v is not None:
             kf[key] = trunc(str(v), 200)
-    layers = d.get("_self_tracked_trackables", d.get("_layers"))
+    layers: Any = d.get("_self_tracked_trackables", d.get("_layers"))
     if isa(layers, list):
-        kf["n_layers"] = len(layers)
+        kf["n_layers"] = list.__len__(layers)  # never a subclass's __len__
     if type(d.get("built")) is bool:
         kf["built"] = d["built"]
     loss = d.get("loss", d.get("_loss"))
@@ -417,7 +420,7 @@ def is_tf_dataset(t):
 
 def tf_dataset_facts(ctx, ds, out):
     prop = class_lookup(type(ds), "element_spec", None)
-    if type(prop) is property and in_lib(type(ds), ("tensorflow",)):
+    if type(prop) is property and prop.fget is not None and in_lib(type(ds), ("tensorflow",)):
         try:
             out["element_spec"] = trunc(str(prop.fget(ds)), 300)
         except Exception as exc:

@@ -24,6 +24,7 @@ import errno
 import os
 import signal
 import sys
+from typing import Any
 
 from crane.sandbox.kernel.common import _WRITE_FLAGS, SandboxBlocked, _Ctx, _write_json  # kernel: strip
 
@@ -74,7 +75,7 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
     """The run's own process ending itself (a signal to itself, `os._exit`) is the crash the real kernel would
     have: record it before it happens (see the module docstring). One-shot runs only: a session's head simply
     dies, as its command's reply says."""
-    if ctx.args.get("mode") != "run" or ctx.result_fd < 0:
+    if ctx.args["mode"] != "run" or ctx.result_fd < 0:
         return
     real_exit = os._exit
     real_raise = getattr(signal, "raise_signal", None)
@@ -113,7 +114,7 @@ def _install_audit_hook(ctx: _Ctx) -> None:
     denied = ctx.denied
     realpath, fspath, exists = os.path.realpath, os.fsdecode, os.path.exists
     mypid = os.getpid()
-    state = {"bypass": False}
+    state: dict[str, Any] = {"bypass": False}
     ctx.audit_state = state
     deny_events = {k: v for k, v in _DENY_EVENTS.items() if not (layered and k in _PROCESS_EVENTS)}
     _guard_process_end(ctx, state, mypid)

@@ -70,7 +70,7 @@ class _Capture(io.TextIOBase):
         return self._name
 
     @property
-    def encoding(self):
+    def encoding(self):  # type: ignore[override]  # io.TextIOBase declares a plain attribute
         return "utf-8"
 
     def writable(self):
@@ -134,4 +134,4 @@ class _Ctx:
         self.stderr: _Capture | None = None
         self.shown_exc: BaseException | None = None
         self.displayhook: Callable[[object], None] | None = None  # the child's sys.displayhook
-        self.audit_state: dict[str, bool] = {}  # set by the audit hook; "bypass": it lets everything through
+        self.audit_state: dict[str, Any] = {}  # set by the audit hook; "bypass": it lets everything through

@@ -26,10 +26,11 @@ import time
 
 from crane.sandbox.kernel.atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
 from crane.sandbox.kernel.common import proc_kb  # kernel: strip
+from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
 from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
+from crane.sandbox.kernel.request import RequestError, decode_request  # kernel: strip
 from crane.sandbox.kernel.run import _child_run  # kernel: strip
 from crane.sandbox.kernel.session import _child_session  # kernel: strip
-from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
 
 
 def _unforkable(source: str = "", ns=None) -> str | None:
@@ -171,12 +172,12 @@ def _fork(args: dict, child_main) -> dict:
         shell = get_ipython()
     except Exception:
         shell = None
-    why = _unforkable(str(args.get("source") or ""), shell.user_ns if shell is not None else {})
+    why = _unforkable(args["source"], shell.user_ns if shell is not None else {})
     if why:
         return {"ok": False, "verdict": "unavailable", "reason": why, "unforkable": True}
     _sweep()
     if _check_private_dir(args) is not None:
-        if not args.get("remote_ok", True):
+        if not args["remote_ok"]:
             return {"ok": False, "verdict": "unavailable", "reason": _check_private_dir(args)}
         try:
             args = _remote_dir(args)
@@ -214,19 +215,27 @@ def _fork(args: dict, child_main) -> dict:
             os._exit(code)
     restore(saved)
     fork_ms, fork_cpu_ms = (time.perf_counter() - t0) * 1000.0, (time.thread_time() - c0) * 1000.0
-    run_id = args.get("run_id")
+    run_id = args["run_id"]
     if run_id is not None:
         _RUNS[run_id] = {"pid": pid, "dir": args["dir"], "ended": None}
     threading.Thread(target=_reap, args=(pid, args["dir"], run_id), name="crane-sandbox-reaper", daemon=True).start()
-    return {"ok": True, "pid": pid, "start": _starttime(pid), "channel": args.get("channel", "local"),
+    return {"ok": True, "pid": pid, "start": _starttime(pid), "channel": args["channel"],
             "run_id": run_id, "fork_ms": round(fork_ms, 3), "fork_cpu_ms": round(fork_cpu_ms, 3)}
+
+
+def _fork_request(args_json: str, child_main) -> dict:
+    try:
+        args = decode_request(args_json)
+    except RequestError as exc:
+        return {"ok": False, "verdict": "unavailable", "reason": str(exc)}
+    return _fork(args, child_main)
 
 
 def start(args_json: str) -> dict:
     """Fork a sandbox child that runs one cell; return at once with its pid (parent side)."""
-    return _fork(json.loads(args_json), _child_run)
+    return _fork_request(args_json, _child_run)
 
 
 def session(args_json: str) -> dict:
     """Fork a long-lived sandbox child serving SandboxSession commands (parent side)."""
-    return _fork(json.loads(args_json), _child_session)
+    return _fork_request(args_json, _child_session)

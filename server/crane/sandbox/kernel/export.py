@@ -28,6 +28,7 @@ import os
 import re
 import sys
 import time
+from typing import Any
 
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY, _kind, shrink_namespace  # kernel: strip
@@ -131,7 +132,9 @@ def _user_hook(cls) -> str:
 def _pickler_class(cp):
     torch = sys.modules.get("torch")
 
-    class Pickler(cp.CloudPickler):
+    base: Any = cp.CloudPickler
+
+    class Pickler(base):
         def reducer_override(self, obj):
             if not isinstance(obj, type):  # (classes themselves are copied by value, reading their dict)
                 hook = _user_hook(type(obj))

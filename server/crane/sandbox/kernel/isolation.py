@@ -30,6 +30,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _write_json,
     proc_kb,
 )
+from crane.sandbox.kernel.confine import confine, set_parent_death_signal  # kernel: strip
 from crane.sandbox.kernel.fds import privatise_descriptors, reopen_through_mounts  # kernel: strip
 from crane.sandbox.kernel.layer import (  # kernel: strip
     LayerError,
@@ -42,7 +43,6 @@ from crane.sandbox.kernel.layer import (  # kernel: strip
 )
 from crane.sandbox.kernel.mappings import privatise_shared_mappings  # kernel: strip
 from crane.sandbox.kernel.miniature import cell_names, shrink_namespace  # kernel: strip
-from crane.sandbox.kernel.confine import confine, set_parent_death_signal  # kernel: strip
 
 _PUBLISHER: dict = {}  # the child's capturing display publisher (never built in the kernel process)
 
@@ -82,14 +82,14 @@ def _isolate_descriptors(ctx: _Ctx) -> None:
     session's command FIFO, stdout/stderr capture; fd 0 reads /dev/null."""
     ctx.fds = privatise_descriptors()
     priv = ctx.args["dir"]
-    if ctx.args.get("channel") == "remote":
+    if ctx.args["channel"] == "remote":
         res = os.open(os.path.join(priv, "result"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     else:
         res = os.open(os.path.join(priv, "result"), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         os.set_blocking(res, True)
     ctx.result_fd = res
     _SETUP["result_fd"] = res
-    if ctx.args.get("mode") == "session":
+    if ctx.args["mode"] == "session":
         cmd = os.open(os.path.join(priv, "commands"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         os.set_blocking(cmd, True)
         ctx.cmd_fd = cmd
@@ -106,7 +106,7 @@ def _isolate_descriptors(ctx: _Ctx) -> None:
     os.dup2(err, 2)
     for fd in (devnull, out, err):
         os.close(fd)
-    limit = int(ctx.args.get("output_limit", 1 << 20))
+    limit = ctx.args["output_limit"]
     ctx.stdout = _Capture(1, "<stdout>", limit)
     ctx.stderr = _Capture(2, "<stderr>", limit)
 
@@ -124,7 +124,7 @@ def _neutralise_kernel_io(ctx: _Ctx) -> None:
             return
         try:
             import builtins
-            builtins._ = value
+            builtins._ = value  # type: ignore[attr-defined]  # IPython's displayhook sets it too
         except Exception:
             pass
         _record_display(ctx, value, "execute_result")
@@ -346,7 +346,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
     or None with `ctx.mode_reason` set when the blocking confinement must be used instead. In A (the process
     forked from the kernel) it never returns: A supervises B and exits."""
     cwd = os.getcwd()
-    places = writable_places(cwd, ctx.args.get("places") or ())
+    places = writable_places(cwd, ctx.args["places"])
     if not places:
         ctx.mode_reason = "no writable directory to give a private layer"
         return None
@@ -384,8 +384,8 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
             os._exit(0)
         t2 = time.perf_counter()
         try:
-            info = build_layer(places, cwd, _layer_budget_mb(int(ctx.args.get("layer_mb", 2048))) << 20,
-                               int(ctx.args.get("max_processes", 1000)), sockets)
+            info = build_layer(places, cwd, _layer_budget_mb(ctx.args["layer_mb"]) << 20,
+                               ctx.args["max_processes"], sockets)
         except OSError as exc:
             ctx.mode_reason = f"the private layer could not be built ({exc})"
             return None
@@ -416,7 +416,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         ctx.mode_reason = f"user namespace ids could not be mapped ({exc})"
         return None
     os.write(go_w, b"g")
-    supervise(pid, float(ctx.args.get("budget_s", 10.0)) + 1.5, ctx.result_fd, sock_a)
+    supervise(pid, float(ctx.args["budget_s"]) + 1.5, ctx.result_fd, sock_a)
     os._exit(0)
 
 
@@ -453,8 +453,8 @@ def _channel_closer(fd: int, owner: int):
 def _network_watcher(args: dict):
     """Blocking runs on the local channel: a connection to the daemon's notify socket (made before confinement,
     which refuses sockets), over which the seccomp listener goes; None where there is no daemon to answer."""
-    path = args.get("notify")
-    if not path or args.get("channel") == "remote" or args.get("mode") != "run":
+    path = args["notify"]
+    if not path or args["channel"] == "remote" or args["mode"] != "run":
         return None
     import socket
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -527,13 +527,13 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
     t = step("streams", t)
     ctx.mappings = privatise_shared_mappings()
     t = step("mappings", t)
-    ctx.memory_mb = _memory_budget_mb(int(args.get("memory_mb", 2048)))
-    budget = float(args.get("budget_s", 10.0))
-    cpu = float(args.get("cpu_s", budget + 1.0))
+    ctx.memory_mb = _memory_budget_mb(args["memory_mb"])
+    budget = float(args["budget_s"])
+    cpu = float(args["cpu_s"] if args["cpu_s"] is not None else budget + 1.0)
     layer = None
-    if args.get("mode") == "session":
+    if args["mode"] == "session":
         ctx.mode_reason = "sandbox sessions use the blocking confinement"
-    elif args.get("layer", "auto") == "blocking":
+    elif args["layer"] == "blocking":
         ctx.mode_reason = "the blocking confinement was asked for"
     else:
         layer = _enter_layer(ctx)
@@ -542,14 +542,14 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
         ctx.mode, ctx.layer, ctx.places = "layered", layer, list(layer["places"])
         for name in _THREAD_ENV:  # worker processes that exec a new interpreter start single-threaded too
             os.environ[name] = "1"
-        layer_mb = _layer_budget_mb(int(args.get("layer_mb", 2048)))
+        layer_mb = _layer_budget_mb(args["layer_mb"])
         ptys = ["/dev/pts"] if layer.get("ptys") else []
         sock = ctx.notif_sock
         ctx.confinement = confine(
             notify_network=sock is not None,
             writable=ctx.places + ptys, cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=max(64, layer_mb), profile="layered",
             metadata_ok=bool(layer.get("readonly")),
-            nproc=None if os.geteuid() == 0 else min(256, int(args.get("max_processes", 1000))),
+            nproc=None if os.geteuid() == 0 else min(256, args["max_processes"]),
         )
         # the seccomp listener goes to A, which answers and records network attempts
         _hand_over_listener(sock, ctx.confinement.pop("listener", -1))
@@ -564,8 +564,9 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
         except Exception:
             pass
         watcher = _network_watcher(args)
+        # fork_gate: set by kernel/session.py for its own checkpoint clones (not part of the request)
         ctx.confinement = confine(
-            writable=[ctx.scratch], cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=int(args.get("file_mb", 64)),
+            writable=[ctx.scratch], cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=args["file_mb"],
             profile="blocking", fork_gate=args.get("fork_gate"), notify_network=watcher is not None,
         )
         _hand_over_listener(watcher, ctx.confinement.pop("listener", -1))
@@ -573,19 +574,19 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
     resume_in_sandbox()
     _install_audit_hook(ctx)
     t = step("audit", t)
-    if args.get("miniature") and shell is not None:  # after confinement: shrinking runs library code
+    if args["miniature"] and shell is not None:  # after confinement: shrinking runs library code
         try:
-            ctx.kept = shrink_namespace(shell.user_ns, cell_names(shell, args.get("source", "")), args["miniature"])
+            ctx.kept = shrink_namespace(shell.user_ns, cell_names(shell, args["source"]), args["miniature"])
         except Exception as exc:  # the run then says there was nothing to shrink
             ctx.miniature_error = f"{type(exc).__name__}: {exc}"
         step("miniature", t)
     try:  # the user's kernel comes first (lowered only now: a short setup is not worth being preempted)
         os.nice(5)
-        if args.get("idle"):  # background runs: only spare CPU time (inherited by worker processes)
+        if args["idle"]:  # background runs: only spare CPU time (inherited by worker processes)
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError):
         pass
-    if args.get("mode") == "run":  # processes the cell forks cannot write on the run's result channel
+    if args["mode"] == "run":  # processes the cell forks cannot write on the run's result channel
         os.register_at_fork(after_in_child=_channel_closer(ctx.result_fd, os.getpid()))
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     ctx.steps["cpu"] = round((ctx.cpu_before + time.process_time() - cpu0) * 1000.0, 3)

@@ -28,13 +28,11 @@ falls back to the blocking confinement and says why.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import re
 import select
 import signal
 import socket
-import struct
 import time
 
 from crane.sandbox.kernel.common import _write_json  # kernel: strip

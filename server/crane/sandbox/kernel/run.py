@@ -73,7 +73,8 @@ def _exec_plan(ctx: _Ctx, plan, ns) -> None:
 
 
 def _exception_chain(exc):
-    seen, out = set(), []
+    seen: set = set()
+    out: list = []
     while exc is not None and id(exc) not in seen and len(out) < 20:
         seen.add(id(exc))
         out.append(exc)
@@ -141,7 +142,7 @@ def _confinement_error(ctx: _Ctx, e: OSError) -> str | None:
     if e.errno == errno.ECONNREFUSED and ctx.mode == "layered":
         return f"a local service outside the sandbox cannot be reached from it: {e}"
     if e.errno == errno.EAGAIN and ctx.mode == "layered" and _near_process_bound(
-            int(ctx.args.get("max_processes", 1000))):
+            ctx.args["max_processes"]):
         return f"the sandbox's bound on the number of processes was reached: {e}"
     if e.errno == errno.EBADF and ctx.fds.get("degraded"):
         return f"a file the kernel holds open for writing is read-only in the sandbox (too large to copy): {e}"
@@ -313,7 +314,7 @@ def run_source(ctx: _Ctx, source: str) -> dict:
             transformed = shell.transform_cell(source)
             plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
             audit["running"] = True  # the cell's code is what runs now (kernel/audit._guard_process_end)
-            if ctx.args.get("mode") == "run" and ctx.result_fd >= 0:
+            if ctx.args["mode"] == "run" and ctx.result_fd >= 0:
                 _write_json(ctx.result_fd, {"event": "cell"})  # a death from here on is the cell's (assemble.py)
             _exec_plan(ctx, plan, ns)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
@@ -347,12 +348,12 @@ def _child_run(args: dict, shell, parent: int, on_main: bool) -> None:
             _write_json(fd, {"verdict": "unavailable", "reason": f"sandbox setup failed: {exc}"})
         return
     setup_ms = (time.perf_counter() - t0) * 1000.0
-    if args.get("miniature") and not ctx.kept:
+    if args["miniature"] and not ctx.kept:
         why = ctx.miniature_error or "the cell reads no large DataFrame, array, tensor or dataset"
         _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}", "setup_ms": setup_ms})
         os.close(ctx.result_fd)
         return
-    signal.setitimer(signal.ITIMER_REAL, float(args.get("budget_s", 10.0)) + 1.5)
+    signal.setitimer(signal.ITIMER_REAL, float(args["budget_s"]) + 1.5)
     rec = run_source(ctx, args["source"])
     signal.setitimer(signal.ITIMER_REAL, 0)
     rec["setup_ms"] = setup_ms

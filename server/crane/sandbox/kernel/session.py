@@ -11,9 +11,9 @@ import os
 import signal
 
 from crane.sandbox.kernel.common import _SETUP, CELL_FILENAME, _Ctx, _write_json  # kernel: strip
+from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
 from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
-from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
 
 
 def _child_session(args: dict, shell, parent: int, on_main: bool) -> None:

@@ -5,7 +5,12 @@ sandbox's worker module: their sources travel in the header), builds them as fre
 of stdin to `worker_main` (worker/main.py). Standard library only; the daemon sends this file's text, it never
 imports it.
 """
-import os, sys, json, types
+import json
+import os
+import sys
+import types
+
+
 def _crane_boot():
     buf = b""
     while b"\n" not in buf:

@@ -29,12 +29,13 @@ import time
 import types
 
 from crane.sandbox.kernel.common import CELL_FILENAME, _write_json  # kernel: strip
-from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.kernel.isolation import _POOLS, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
+from crane.sandbox.kernel.request import check_request  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
+from crane.sandbox.worker.devices import map_devices  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": []}
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
@@ -314,7 +315,7 @@ def _session(spec: dict, shell) -> None:
     session's (kernel/session) but for `load`: bind the names of one more export of the kernel's state (names the
     session's own code bound are kept). Checkpoints are the daemon's (a new worker replays the runs)."""
     import pickle
-    args = dict(spec["args"])
+    args = check_request(dict(spec["args"]))
     d = args["dir"]
     with open(os.path.join(d, "env.json")) as f:
         facts = json.load(f)
@@ -381,7 +382,7 @@ def _session(spec: dict, shell) -> None:
 
 
 def _run(spec: dict, shell, warm: bool) -> None:
-    args = dict(spec["args"])
+    args = check_request(dict(spec["args"]))
     d = args["dir"]
     with open(os.path.join(d, "env.json")) as f:
         facts = json.load(f)

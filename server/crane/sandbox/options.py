@@ -1,0 +1,127 @@
+"""The sandbox's options: every knob that changes a verdict or a run, declared once, resolved at the edge.
+
+`SandboxOptions` is filled once where a process starts (the CLI's flags: `add_sandbox_arguments` /
+`options_from_args`; the language server's `crane.speculative.*` settings, whose section is this Struct's
+subclass; `crane mcp`'s flags) and installed with `configure`; the sandbox reads `active()` when a run starts.
+Nothing below the entry points reads an environment variable or parses a value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+LayerChoice = Literal["auto", "layered", "blocking"]
+
+
+class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """What a sandbox run does (the defaults are the product's); the LSP settings' `crane.speculative` section
+    extends it, so the names, defaults, bounds and descriptions below are the settings' own."""
+
+    layer: Annotated[
+        LayerChoice,
+        Meta(extra_json_schema={
+            "markdownDescription": "How a forked sandbox confines a cell's writes. Changes verdicts of cells that "
+                                   "write files.",
+            "enumDescriptions": [
+                "A private copy-on-write layer over the writable places where the machine allows it (the cell "
+                "sees its own writes), else blocking.",
+                "Always the private layer (a run that cannot build it says so).",
+                "Never the layer: the cell's writes outside its scratch folder are refused (the run is then "
+                "`blocked`).",
+            ],
+        }),
+    ] = "auto"
+    transplant: Annotated[
+        bool,
+        Meta(description="Where the kernel cannot be forked (TensorFlow, JAX, CUDA loaded), run the cell in a "
+                         "confined worker of the kernel's interpreter on a copy of the values it reads. Off: such "
+                         "cells get no speculative run."),
+    ] = True
+    transplant_copy_mb: Annotated[
+        int,
+        Meta(ge=0, le=1 << 20,
+             description="Values a copied run reads above this many MiB are first shrunk to consistent row "
+                         "subsets (the run is then a miniature one). 0: always copy whole."),
+    ] = 128
+    warm_workers: Annotated[
+        bool,
+        Meta(description="Keep one idle worker per kernel interpreter with its imports done, so the next copied "
+                         "run skips Python's and the libraries' start-up."),
+    ] = True
+    worker_idle_seconds: Annotated[
+        float,
+        Meta(ge=5, le=86400, description="An idle warm worker ends after this many seconds without a run."),
+    ] = 600.0
+
+
+_lock = threading.Lock()
+_active = SandboxOptions()
+
+
+def configure(options: SandboxOptions) -> None:
+    """Install the options this process resolved at its edge (the CLI's flags, the editor's settings)."""
+    global _active
+    with _lock:
+        _active = options
+
+
+def active() -> SandboxOptions:
+    """The options runs started now use."""
+    return _active
+
+
+def sandbox_options(value: SandboxOptions) -> SandboxOptions:
+    """Exactly the sandbox's fields of `value` (the LSP section is a subclass with more fields)."""
+    return SandboxOptions(**{f.name: getattr(value, f.name) for f in msgspec.structs.fields(SandboxOptions)})
+
+
+def _on_off(text: str) -> bool:
+    from crane.envflag import parse_bool
+
+    value = parse_bool(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return value
+
+
+_DEST = {"layer": "sandbox_layer"}  # field -> the flag's dest, where they differ
+
+
+def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sandbox flags of every command that runs cells (check, bench, fix, diagnose, mcp)."""
+    d = SandboxOptions()
+    g = parser.add_argument_group("sandbox")
+    g.add_argument("--sandbox-layer", dest="sandbox_layer", choices=("auto", "layered", "blocking"), default=d.layer,
+                   help=f"how a forked run confines writes (default {d.layer})")
+    g.add_argument("--transplant", dest="transplant", type=_on_off, metavar="on|off", default=d.transplant,
+                   help="copied runs where the kernel cannot be forked (TF, JAX, CUDA; default on)")
+    g.add_argument("--transplant-copy-mb", dest="transplant_copy_mb", type=int, metavar="MB",
+                   default=d.transplant_copy_mb,
+                   help=f"shrink values above this size before a copied run (default {d.transplant_copy_mb}; 0: never)")
+    g.add_argument("--warm-workers", dest="warm_workers", type=_on_off, metavar="on|off", default=d.warm_workers,
+                   help="keep an idle worker ready per kernel interpreter (default on)")
+    g.add_argument("--worker-idle-seconds", dest="worker_idle_seconds", type=float, metavar="S",
+                   default=d.worker_idle_seconds,
+                   help=f"an idle warm worker ends after this long (default {d.worker_idle_seconds:g})")
+
+
+def options_from_args(args: argparse.Namespace) -> SandboxOptions:
+    """The options the flags say, validated against the declared bounds (msgspec.ValidationError naming the
+    flag otherwise)."""
+    raw = {}
+    for f in msgspec.structs.fields(SandboxOptions):
+        dest = _DEST.get(f.name, f.name)
+        if not hasattr(args, dest):
+            continue
+        try:
+            msgspec.convert({f.encode_name: getattr(args, dest)}, SandboxOptions)
+        except msgspec.ValidationError as exc:
+            flag = "--" + dest.replace("_", "-")
+            raise msgspec.ValidationError(f"{flag}: {str(exc).split(' - at ', 1)[0]}") from None
+        raw[f.encode_name] = getattr(args, dest)
+    return msgspec.convert(raw, SandboxOptions)
