@@ -6,8 +6,9 @@
 - `facts`: where runtime facts come from, a `FactsSource` (a `ProbeRequest` in, a `FactsAnswer` out): the CLI
   asks its replayed kernel (`probe_facts`), the daemon its attached kernel (live, or the last facts, "stale",
   while a user cell runs); None means no kernel;
-- without kernel facts, an optional `StaticEnvironment` adds what can still be known: modules missing from
-  this process's environment and files missing relative to the notebook's folder (with lower confidence).
+- without kernel facts, an optional `StaticEnvironment` tells what can still be known: modules missing from
+  this process's environment and files missing relative to the notebook's folder; the rules run once, and the
+  two that can use it (`environment=True`) judge from it with lower confidence.
 
 What then decides the cell's diagnostics (the sandbox's verdict, a model's answer) is `crane.policy.decide`.
 """
@@ -27,7 +28,7 @@ import msgspec
 from crane.analysis.cell import CellAnalysis, plan_probe
 from crane.analysis.scope import NotebookScope
 from crane.finding import Finding
-from crane.predict import merge, predict
+from crane.predict import predict
 from crane.probe.facts import ProbeRequest, ProbeResult
 
 if TYPE_CHECKING:
@@ -71,9 +72,10 @@ def check_cell(
     t0 = time.perf_counter()
     request = plan_probe(analysis)
     answer = facts(request) if facts is not None else FactsAnswer(None, "static")
-    findings = predict(analysis, answer.probe, scope, target_cell=target)
+    local = None
     if answer.mode == "static" and environment is not None and analysis.tree is not None:
-        findings = environment.add_findings(analysis, request, scope, target, findings)
+        local = environment.facts(request)
+    findings = predict(analysis, answer.probe, scope, target_cell=target, environment=local)
     return CellCheck(findings, answer.probe, answer.mode, answer.error, (time.perf_counter() - t0) * 1000)
 
 
@@ -124,43 +126,13 @@ class StaticEnvironment:
     folder: str | None
     modules: ModuleLookup
 
-    def add_findings(
-        self,
-        analysis: CellAnalysis,
-        request: ProbeRequest,
-        scope: NotebookScope | None,
-        target: int,
-        findings: list[Finding],
-    ) -> list[Finding]:
+    def facts(self, request: ProbeRequest) -> ProbeResult | None:
+        """What this environment tells about the modules and paths `request` asks for (None: nothing asked)."""
         if not request.modules and not (request.paths and self.folder):
-            return findings
+            return None
         folder = self.folder
-        env = ProbeResult(
+        return ProbeResult(
             modules={m: found for m in request.modules if (found := self.modules(m)) is not None},
             paths={p: os.path.exists(os.path.join(folder, p)) for p in request.paths} if folder else {},
             cwd=folder,
         )
-        extra = []
-        for f in predict(analysis, env, scope, target_cell=target):
-            if f.rule == "missing-module":
-                name = f.message.split("'")[1] if "'" in f.message else "?"
-                extra.append(
-                    msgspec.structs.replace(
-                        f,
-                        message=f"No module named '{name}' (looked up in CRANE's environment: no kernel attached)",
-                        confidence=min(f.confidence, 0.7),
-                        evidence=[f"importlib.util.find_spec({name!r}) is None in the language server's environment"],
-                    )
-                )
-            elif f.rule == "missing-file":
-                extra.append(
-                    msgspec.structs.replace(
-                        f,
-                        confidence=min(f.confidence, 0.8),
-                        evidence=[
-                            e.replace("(probe)", "(relative to the notebook's folder; no kernel attached)")
-                            for e in f.evidence
-                        ],
-                    )
-                )
-        return merge(list(findings) + extra, analysis) if extra else findings

@@ -63,10 +63,12 @@ def predict(
     probe: ProbeResult | None,
     scope: NotebookScope | None = None,
     target_cell: int | None = None,
+    environment: ProbeResult | None = None,
 ) -> list[Finding]:
-    """All predicted crashes of the target cell, the first one first."""
+    """All predicted crashes of the target cell, the first one first. `environment`: without a kernel, the
+    modules and files CRANE's own environment sees (`pipeline.StaticEnvironment`)."""
     annotate_defined_in(probe, scope)
-    ctx = RuleContext(analysis, probe, scope, target_cell)
+    ctx = RuleContext(analysis, probe, scope, target_cell, environment)
     return merge(run_rules(ctx), analysis)
 
 

@@ -7,6 +7,9 @@ A rule receives one `RuleContext` and reads:
   the IPython-transformed code; `ctx.finding` maps them back to the original cell lines).
 - `ctx.probe` — the kernel's `ProbeResult` (crane.probe.facts), or None when no kernel is attached
   (static-only mode); `ctx.probed` is the same, typed as set, for rules registered with `needs_probe=True`.
+- `ctx.environment` — without a kernel, what CRANE's own environment tells (modules found by this process,
+  files relative to the notebook's folder) as a `ProbeResult` of `modules`, `paths` and `cwd` only; the rules
+  registered with `environment=True` run on it (`ctx.probed` is then this, and `ctx.probe` is None).
   Kernel facts describe the state BEFORE the cell runs: use `ctx.value(node)` (which follows the cell's own
   assignments and mutations) rather than `ctx.probe.facts[...]` directly.
 - `ctx.scope` — the `NotebookScope` (crane.analysis.scope) of the whole notebook, or None.
@@ -68,9 +71,11 @@ class RuleContext:
         probe: ProbeResult | None = None,
         scope: NotebookScope | None = None,
         target_cell: int | None = None,
+        environment: ProbeResult | None = None,
     ):
         self.analysis = analysis
         self.probe = probe
+        self.environment = environment if probe is None else None
         self.scope = scope
         self.target_cell = target_cell
         self._flow: FlowResult | None = None
@@ -111,10 +116,13 @@ class RuleContext:
     # -- values -------------------------------------------------------------------------------------
     @property
     def probed(self) -> ProbeResult:
-        """`probe`, for the rules registered with `needs_probe=True` (`run_rules` runs them only when it is set)."""
-        if self.probe is None:
-            raise RuntimeError("a rule that needs the kernel's probe ran without one")
-        return self.probe
+        """`probe`, for the rules registered with `needs_probe=True` (`run_rules` runs them only when it is set),
+        else CRANE's own `environment` for those registered with `environment=True`."""
+        if self.probe is not None:
+            return self.probe
+        if self.environment is not None:
+            return self.environment
+        raise RuntimeError("a rule that needs the kernel's probe ran without one")
 
     @property
     def flow(self) -> FlowResult:

@@ -51,15 +51,18 @@ CORE_MODULES = (
 _loaded = False
 
 
-def rule(rule_id: str, *, needs_probe: bool = False) -> Callable[[RuleFn], RuleFn]:
+def rule(rule_id: str, *, needs_probe: bool = False, environment: bool = False) -> Callable[[RuleFn], RuleFn]:
     """Register `fn` under `rule_id`. With `needs_probe=True` the rule is skipped when there is no kernel
-    (`ctx.probe is None`), so the rule body can assume `ctx.probe` is set."""
+    (`ctx.probe is None`), so the rule body can assume `ctx.probed` is set; with `environment=True` too, it also
+    runs without a kernel on what CRANE's own environment tells (`ctx.environment`: modules and files), and
+    `ctx.probed` is then that."""
 
     def deco(fn: RuleFn) -> RuleFn:
         if rule_id in RULES and RULES[rule_id] is not fn:
             raise ValueError(f"rule id {rule_id!r} registered twice")
         fn.rule_id = rule_id  # type: ignore[attr-defined]
         fn.needs_probe = needs_probe  # type: ignore[attr-defined]
+        fn.environment = environment  # type: ignore[attr-defined]
         RULES[rule_id] = fn
         return fn
 
@@ -95,7 +98,9 @@ def run_rules(ctx: RuleContext, only: Iterable[str] | None = None) -> list[Findi
         fn = rules.get(rule_id)
         if fn is None:
             continue
-        if getattr(fn, "needs_probe", False) and ctx.probe is None:
+        if getattr(fn, "needs_probe", False) and ctx.probe is None and not (
+            getattr(fn, "environment", False) and ctx.environment is not None
+        ):
             continue
         try:
             for f in fn(ctx) or ():

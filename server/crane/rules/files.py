@@ -24,7 +24,7 @@ def _chdir_before(ctx, node: ast.expr) -> bool:
     return False
 
 
-@rule("missing-file", needs_probe=True)
+@rule("missing-file", needs_probe=True, environment=True)
 def missing_file(ctx: RuleContext) -> Iterator[Finding]:
     uses = ctx.analysis.paths
     reported: set[str] = set()
@@ -39,8 +39,11 @@ def missing_file(ctx: RuleContext) -> Iterator[Finding]:
             continue
         reported.add(use.path)
         where = f" (kernel working directory: {ctx.probed.cwd})" if ctx.probed.cwd else ""
+        local = ctx.probe is None  # no kernel: relative to the notebook's folder, a weaker sign
+        source = "relative to the notebook's folder; no kernel attached" if local else "probe"
         yield ctx.finding(
             use.arg, rule="missing-file", ename="FileNotFoundError",
             message=f"No such file or directory: {use.path!r}{where}", root_cause="NB specific",
-            confidence=0.93, evidence=[f"{use.func}() reads {use.path!r}, which does not exist (probe)"],
+            confidence=0.8 if local else 0.93,
+            evidence=[f"{use.func}() reads {use.path!r}, which does not exist ({source})"],
         )
