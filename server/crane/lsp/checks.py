@@ -47,13 +47,13 @@ def _unfinished(session: NotebookSession, outcomes: list[CellOutcome]) -> list[s
         uri = out.cell.uri
         if out.mode == "live" and out.probe is not None and out.probe.resumable:
             key = (out.cell.source, session.kernel_gen)  # a new text or kernel state starts a new count
-            last = session.resume_rounds.get(uri)
-            rounds = last[1] + 1 if last is not None and last[0] == key else 1
-            session.resume_rounds[uri] = (key, rounds)
+            rec = session.cell(uri)
+            rounds = rec.resume[1] + 1 if rec.resume is not None and rec.resume[0] == key else 1
+            rec.resume = (key, rounds)
             if rounds <= RESUME_ROUNDS:
                 again.append(uri)
-        else:
-            session.resume_rounds.pop(uri, None)
+        elif uri in session.cells:
+            session.cells[uri].resume = None
     return again
 
 

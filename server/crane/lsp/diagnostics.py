@@ -105,12 +105,7 @@ def publish(host: Host, uri: str, diagnostics: list[types.Diagnostic], version: 
 def clear(host: Host, session: NotebookSession | None, uris: Iterable[str]) -> None:
     for uri in uris:
         if session is not None:
-            session.findings.pop(uri, None)
-            session.rule_findings.pop(uri, None)
-            session.outcomes.pop(uri, None)
-            session.last_edit.pop(uri, None)
-            session.exec_orders.pop(uri, None)
-            session.stale_cells.discard(uri)
+            session.cells.pop(uri, None)
             if session.scheduler is not None:
                 session.scheduler.forget([uri])
         publish(host, uri, [])
@@ -128,12 +123,8 @@ def publish_outcomes(
         doc = host.workspace.text_documents.get(host.key(out.cell.uri))
         if doc is None or doc.version != out.cell.version:
             continue  # closed, or edited since: a newer check is on its way
-        session.rule_findings[out.cell.uri] = list(out.findings)
-        session.outcomes[out.cell.uri] = out
-        if out.mode == "stale":
-            session.stale_cells.add(out.cell.uri)
-        else:
-            session.stale_cells.discard(out.cell.uri)
+        rec = session.cell(out.cell.uri)
+        rec.rule_findings, rec.outcome, rec.stale = list(out.findings), out, out.mode == "stale"
         publish_cell(host, session, snap, out.cell)
         published.append(out.cell)
     return published
@@ -142,7 +133,7 @@ def publish_outcomes(
 def final_findings(settings: Settings, session: NotebookSession, cell: CellSnapshot) -> tuple[list[Finding], dict | None]:
     """What a cell's diagnostics say now (`crane.policy.decide`), and the sandbox's verdict for the
     diagnostics' data (or None)."""
-    rules = session.rule_findings.get(cell.uri) or []
+    rules = session.known(cell.uri).rule_findings or []
     verdict = session.sandbox_verdicts.get(cell.source, session.kernel_gen) if settings.speculative_on else None
     model = session.model_answers.get(cell.source, session.kernel_gen) if settings.mode == "llm" else None
     info = None
@@ -154,12 +145,13 @@ def final_findings(settings: Settings, session: NotebookSession, cell: CellSnaps
 
 def publish_cell(host: Host, session: NotebookSession, snap: NotebookSnapshot, cell: CellSnapshot) -> None:
     """(Re)publish one checked cell's diagnostics from what is known about its current text."""
-    if session.closed or cell.uri not in session.rule_findings:
+    rec = session.cells.get(cell.uri)
+    if session.closed or rec is None or rec.rule_findings is None:
         return
-    out = session.outcomes.get(cell.uri)
+    out = rec.outcome
     mode = out.mode if out is not None else "static"
     findings, sandbox = final_findings(host.settings, session, cell)
-    session.findings[cell.uri] = findings
+    rec.findings = findings
     entry = session.quick_fixes.get(cell.source, session.kernel_gen) if host.settings.speculative_on else None
     fixes = len(entry.fixes) if entry is not None else None
     publish(host, cell.uri, [to_diagnostic(f, cell, snap, mode, sandbox, fixes) for f in findings], cell.version)

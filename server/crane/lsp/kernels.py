@@ -391,8 +391,7 @@ class KernelSupervisor:
         if written is None:
             session.scheduler.request([c.uri for c in snap.cells], 0.0)
             return
-        uris = [u for u, f in session.findings.items() if f]
-        uris += [u for u, f in session.rule_findings.items() if f]  # also those the sandbox cleared
+        uris = [u for u, r in session.cells.items() if r.findings or r.rule_findings]  # also those the sandbox cleared
         for c in snap.code_cells:
             read = self.analysis.names_read(c.source)
             if read is None or read & written:

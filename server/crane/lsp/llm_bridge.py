@@ -153,7 +153,7 @@ class LLMService:
         """A never-executed cell neither the rules nor the sandbox decided (`crane.policy.model_wanted`)."""
         if not cell.is_code or not cell.source.strip() or cell.execution_order is not None:
             return False
-        rules = session.rule_findings.get(cell.uri) or []
+        rules = session.known(cell.uri).rule_findings or []
         if rules:
             return False
         settings = self.host.settings
@@ -169,7 +169,7 @@ class LLMService:
         if session.model_answers.has(cell.source, session.kernel_gen) or self._settings() is None:
             return
         loop = asyncio.get_running_loop()
-        last = session.last_edit.get(cell.uri, 0.0)
+        last = session.known(cell.uri).last_edit
         delay = max(0.0, last + self.host.tuning.llm_delay_ms / 1000 - loop.time())
         pk = (session.uri, cell.uri)
         old = self._pending.pop(pk, None)
@@ -188,7 +188,7 @@ class LLMService:
             gen = session.kernel_gen
             if session.model_answers.has(cell.source, gen):
                 return
-            out = session.outcomes.get(cell_uri)
+            out = session.known(cell_uri).outcome
             probe = out.probe if out is not None else None
             self.requests += 1
             from crane.llm.client import LLMError

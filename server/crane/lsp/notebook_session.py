@@ -97,6 +97,20 @@ class FixEntry:
 
 
 @dataclass
+class CellRecord:
+    """What the session knows about one cell (by cell URI): one record, so forgetting a cell forgets it all."""
+
+    findings: list[Finding] | None = None  # published (None: nothing published yet)
+    rule_findings: list[Finding] | None = None  # the rules' findings of its last check (None: never checked)
+    outcome: CellOutcome | None = None  # its last check
+    stale: bool = False  # its diagnostics rely on stale facts (the kernel was busy)
+    last_edit: float = 0.0  # loop time of its last text edit
+    exec_order: int | None = None  # the client's execution order
+    # ((cell text, kernel_gen), follow-ups asked in a row after resumable answers: crane.lsp.checks)
+    resume: tuple[tuple[str, int], int] | None = None
+
+
+@dataclass
 class NotebookSession:
     uri: str  # the notebook URI as the client sent it
     path: str | None
@@ -108,18 +122,11 @@ class NotebookSession:
     status_message: str = ""
     facts: FactsCache = field(default_factory=FactsCache)
     used_stale: bool = False  # some published diagnostics rely on stale facts
-    stale_cells: set[str] = field(default_factory=set)  # cells whose diagnostics rely on stale facts
-    findings: dict[str, list[Finding]] = field(default_factory=dict)  # cell URI -> published findings
-    rule_findings: dict[str, list[Finding]] = field(default_factory=dict)  # cell URI -> the rules' findings
-    outcomes: dict[str, CellOutcome] = field(default_factory=dict)  # cell URI -> its last check
+    cells: dict[str, CellRecord] = field(default_factory=dict)  # cell URI -> what is known about it
     sandbox_verdicts: StateCache[SandboxVerdict] = field(default_factory=StateCache)
     model_answers: StateCache[ModelAnswer | None] = field(default_factory=StateCache)  # None: asked, no answer
     quick_fixes: StateCache[FixEntry] = field(default_factory=StateCache)  # verified fixes (crane.lsp.quick_fixes)
-    last_edit: dict[str, float] = field(default_factory=dict)  # cell URI -> loop time of its last text edit
-    # cell URI -> ((cell text, kernel_gen), follow-ups asked in a row after resumable answers: crane.lsp.checks)
-    resume_rounds: dict[str, tuple[tuple[str, int], int]] = field(default_factory=dict)
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
-    exec_orders: dict[str, int | None] = field(default_factory=dict)  # cell URI -> client execution order
     run_seconds: dict[str, float] = field(default_factory=dict)  # cell text -> how long the user's last run took
     sandbox_mode: tuple[str, str | None] | None = None  # (mode, why not layered) of the last speculative run
     scheduler: CellScheduler | None = None
@@ -127,6 +134,22 @@ class NotebookSession:
     on_kernel_failure: Any = None  # callable(exc), set by the supervisor; called from worker threads
     on_kernel_restart: Any = None  # callable(), idem
     _probe_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def cell(self, uri: str) -> CellRecord:
+        """The record of cell `uri` (made empty on first use)."""
+        rec = self.cells.get(uri)
+        if rec is None:
+            rec = self.cells[uri] = CellRecord()
+        return rec
+
+    def known(self, uri: str) -> CellRecord:
+        """The record of cell `uri` if there is one, else an empty one that is not kept (for reading)."""
+        return self.cells.get(uri) or CellRecord()
+
+    @property
+    def stale_cells(self) -> list[str]:
+        """Cells whose diagnostics rely on stale facts."""
+        return [u for u, r in self.cells.items() if r.stale]
 
     def facts_for(
         self, request: ProbeRequest, timeout: float, complete: bool = False

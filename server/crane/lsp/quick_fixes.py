@@ -131,16 +131,16 @@ class QuickFixService:
         entry = FixEntry()
         session.quick_fixes.put(source, gen, entry)
         nb = Notebook(path=snap.path, cells=notebook_cells(snap))
-        out = session.outcomes.get(cell.uri)
+        out = session.known(cell.uri).outcome
         pre = out.probe if out is not None and out.cell.source == source else None
-        findings = list(session.rule_findings.get(cell.uri) or [])
+        findings = list(session.known(cell.uri).rule_findings or [])
         cancel = threading.Event()
         self._running[key] = (source, cancel)
         budget_s = self.host.settings.speculative.budget_seconds
         started = asyncio.get_running_loop().time()
 
         def stop() -> bool:  # read on the search's thread: a set flag, ints and a float
-            edited = session.last_edit.get(cell.uri, 0.0) > started
+            edited = session.known(cell.uri).last_edit > started
             return cancel.is_set() or edited or session.closed or session.kernel_gen != gen
 
         def on_fix(fix: VerifiedFix) -> None:  # on the sandbox thread
@@ -165,11 +165,11 @@ class QuickFixService:
             report = None
         finally:
             self._running.pop(key, None)
-        if cancel.is_set() or session.last_edit.get(cell.uri, 0.0) > started:
+        if cancel.is_set() or session.known(cell.uri).last_edit > started:
             # moot (the text changed): the same text later gets a search of its own
             session.quick_fixes.discard(source, gen)
             return
-        if session.kernel_gen != gen and not session.closed and session.findings.get(cell.uri):
+        if session.kernel_gen != gen and not session.closed and session.known(cell.uri).findings:
             # the kernel's state changed meanwhile: the crash is verified again (speculation), then searched
             self.speculation.request(session, cell.uri)
         entry.done = True

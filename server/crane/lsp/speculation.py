@@ -73,7 +73,7 @@ class SpeculationService:
         """Cells worth a speculative run: those with rule findings and those never executed."""
         if not cell.is_code or not cell.source.strip():
             return False
-        return bool(session.rule_findings.get(cell.uri)) or cell.execution_order is None
+        return bool(session.known(cell.uri).rule_findings) or cell.execution_order is None
 
     def consider(self, session: NotebookSession, cell: CellSnapshot) -> None:
         """Called after a cell's rules were published: queue a run, or hand an undecided cell to the LLM."""
@@ -85,7 +85,7 @@ class SpeculationService:
 
     def request(self, session: NotebookSession, cell_uri: str) -> None:
         loop = asyncio.get_running_loop()
-        last = session.last_edit.get(cell_uri, 0.0)
+        last = session.known(cell_uri).last_edit
         due = max(loop.time(), last + self.host.tuning.speculate_delay_ms / 1000)
         self._due[(self.host.key(session.uri), cell_uri)] = due
         self._ensure_task()

@@ -41,7 +41,7 @@ async def did_open(ls: CraneServer, params: types.DidOpenNotebookDocumentParams)
 
     session.scheduler = CellScheduler(run_batch)
     for cell in nb.cells:
-        session.exec_orders[cell.document] = cell.execution_summary.execution_order if cell.execution_summary else None
+        session.cell(cell.document).exec_order = cell.execution_summary.execution_order if cell.execution_summary else None
     ls.sessions[key] = session
     ls.kernels.open(session)
     ls.kernels.notify_status(session)
@@ -66,14 +66,14 @@ async def did_change(ls: CraneServer, params: types.DidChangeNotebookDocumentPar
     ran: list[str] = []
     for data in cells.data or []:
         order = data.execution_summary.execution_order if data.execution_summary else None
-        if order is not None and session.exec_orders.get(data.document) != order:
+        if order is not None and session.known(data.document).exec_order != order:
             ran.append(data.document)
-        session.exec_orders[data.document] = order
+        session.cell(data.document).exec_order = order
         session.scheduler.request([data.document], debounce)  # kind or language may have changed
     edited = [t.document.uri for t in cells.text_content or []]
     now = asyncio.get_running_loop().time()
     for uri in edited:
-        session.last_edit[uri] = now
+        session.cell(uri).last_edit = now
     if recheck_all or (edited and static_scope):
         snap = snapshot(ls.workspace, session.uri)
         if snap is not None:
@@ -111,7 +111,8 @@ async def _close_session(ls: CraneServer, session: NotebookSession, uris: list[s
     session.closed = True
     if session.scheduler is not None:
         session.scheduler.close()
-    for uri in set(uris) | set(session.findings):
+    for uri in set(uris) | {u for u, r in session.cells.items() if r.findings is not None}:
         diagnostics.publish(ls, uri, [])
-    session.findings.clear()
+    for rec in session.cells.values():
+        rec.findings = None
     await ls.kernels.close(session)
