@@ -4,7 +4,7 @@
 table (`set_offline_cost_map`, also called at daemon start so any later import obeys it);
 `suppress_debug_info` stops its banners; its log handlers (which write records below WARNING to *stdout*,
 fatal for the LSP channel) are removed so its records propagate to the application's stderr logging, at
-WARNING unless CRANE_LLM_DEBUG is set.
+WARNING unless CRANE's own log level is debug.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def load_litellm() -> Any:
             litellm.suppress_debug_info = True
             litellm.set_verbose = False
             litellm.telemetry = False
-            level = logging.DEBUG if os.environ.get("CRANE_LLM_DEBUG") else logging.WARNING
+            # litellm's loggers follow CRANE's own level (`crane serve --log-level`, `crane.logLevel`): debug
+            # shows litellm's debug lines too, anything else only its warnings
+            level = logging.DEBUG if logging.getLogger("crane").isEnabledFor(logging.DEBUG) else logging.WARNING
             for name in _LITELLM_LOGGERS:
                 lg = logging.getLogger(name)
                 for h in list(lg.handlers):
