@@ -14,9 +14,11 @@ from typing import Any, Literal
 import msgspec
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
-from crane.agent.proposal import Proposal
+from crane.agent.proposal import Proposal, ProposalStatus
 from crane.errors import CraneError
 from crane.finding import Finding
+from crane.pipeline import FactsMode
+from crane.sandbox.verdict import DisplayKind, RunMode, Verdict
 
 KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
 # how the server found the kernel: named by the client (request), learned by the client through the Jupyter
@@ -75,7 +77,7 @@ class KernelStatus(_Wire):
     kernel: KernelInfo | None = None
     message: str = ""
     stale: bool = False  # diagnostics currently rely on facts read before the kernel's last change
-    sandbox: Literal["layered", "blocking", "transplant"] | None = None  # the speculative runs' mode, once one ran
+    sandbox: RunMode | None = None  # the speculative runs' mode, once one ran
     sandbox_reason: str | None = None  # why blocking (layered: file writes and workers in a private layer)
 
 
@@ -132,7 +134,7 @@ class DiagnosisResult(_Wire):
     verdict: Finding | None  # the most likely crash, or None when no crash is predicted
     markdown: str
     findings: list[Finding] = []
-    mode: Literal["live", "stale", "static"] = "static"  # which kernel facts the diagnosis used
+    mode: FactsMode = "static"  # which kernel facts the diagnosis used
     source: Literal["rules", "llm"] = "rules"
     usage: Usage | None = None  # this answer's tokens and cost (llm)
     session: SessionTotals | None = None  # the session's totals after it (llm)
@@ -144,7 +146,7 @@ class CellCheck(_Wire):
     cell_uri: str
     cell: int
     findings: list[Finding] = []
-    mode: Literal["live", "stale", "static"] = "static"
+    mode: FactsMode = "static"
     error: str | None = None
 
 
@@ -158,7 +160,7 @@ class CheckResult(_Wire):
 
 
 class SpeculativeDisplay(_Wire):
-    kind: Literal["execute_result", "display_data"]  # execute_result: the last expression
+    kind: DisplayKind  # execute_result: the last expression
     text: str = ""
 
 
@@ -186,7 +188,7 @@ class SpeculativeResult(_Wire):
     """`crane.runSpeculatively` result: the cell run in a confined copy-on-write fork of the kernel."""
 
     cell_uri: str
-    verdict: Literal["crash", "no-crash", "timeout", "blocked", "unavailable"]
+    verdict: Verdict
     ename: str | None = None
     evalue: str | None = None
     line: int | None = None  # 1-based, in the cell
@@ -211,7 +213,7 @@ class FixResult(_Wire):
     applying it (change annotations needing confirmation), or null when it changes no code."""
 
     run_id: str
-    status: Literal["fixed", "not-fixed", "stopped", "error", "clean"]
+    status: ProposalStatus
     proposal: Proposal | None
     edit: Any  # an LSP WorkspaceEdit, or null
     markdown: str

@@ -17,12 +17,13 @@ Verdict = Literal["crash", "no-crash", "timeout", "blocked", "unavailable"]
 Mode = Literal["layered", "blocking"]
 RunMode = Literal["layered", "blocking", "transplant"]
 Scale = Literal["full", "miniature"]
+DisplayKind = Literal["execute_result", "display_data"]
 
 
 class DisplayOutput(msgspec.Struct, omit_defaults=True):
     """One output the cell displayed: `execute_result` (its last expression) or `display_data`."""
 
-    kind: Literal["execute_result", "display_data"]
+    kind: DisplayKind
     text: str = ""  # the text/plain repr (bounded)
     mimetypes: list[str] = []
 
