@@ -17,6 +17,7 @@ from crane.policy import MODES, Mode, ModelAnswer, decide, model_wanted
 if TYPE_CHECKING:
     from crane.llm.prompt import Prompt
     from crane.llm.settings import LLMSettings
+    from crane.probe.facts import ProbeResult
     from crane.sandbox.verdict import SandboxVerdict
 
 __all__ = ["MODES", "DEFAULT_BUDGET_S", "predict_in_mode"]
@@ -36,13 +37,15 @@ def replayed_prompt(replayed: ReplayedNotebook, target: int, include_findings: b
     return build_prompt(replayed.history, replayed.nb.cell(target), probe, findings, history_errors=errors)
 
 
-def ask_model(replayed: ReplayedNotebook, target: int, result: CellResult, settings: LLMSettings) -> ModelAnswer | None:
-    """The model's verdict on the cell (its usage recorded on `result`); None when it did not answer."""
+def ask_model(replayed: ReplayedNotebook, target: int, result: CellResult, settings: LLMSettings,
+              probe: ProbeResult | None = None) -> ModelAnswer | None:
+    """The model's verdict on the cell (its usage recorded on `result`, whose findings are the rules' and go
+    into the prompt with `probe`, the facts they used); None when it did not answer."""
     from crane.llm.client import LLMError
     from crane.llm.predictor import predict_with_llm, verdict_to_finding
 
     try:
-        verdict = predict_with_llm(replayed_prompt(replayed, target), settings)
+        verdict = predict_with_llm(replayed_prompt(replayed, target, predicted=(result, probe)), settings)
     except LLMError as exc:
         result.error = f"LLM: {exc}"
         return None
@@ -69,7 +72,8 @@ def predict_in_mode(
     budget_s: float = DEFAULT_BUDGET_S,
 ) -> CellResult:
     """Check one target cell of a replayed notebook in `mode`; the result says what decided it."""
-    return decide_in_mode(replayed, target, replayed.predict(target)[0], mode, settings, budget_s)
+    result, probe = replayed.predict(target)
+    return decide_in_mode(replayed, target, result, mode, settings, budget_s, probe)
 
 
 def decide_in_mode(
@@ -79,8 +83,10 @@ def decide_in_mode(
     mode: Mode,
     settings: LLMSettings | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
+    probe: ProbeResult | None = None,
 ) -> CellResult:
-    """`result` (the rules' check of the target cell) decided in `mode`: the sandbox and the model added."""
+    """`result` (the rules' check of the target cell, made on the facts `probe`) decided in `mode`: the sandbox
+    and the model added. The check is passed forward: the model's prompt reuses it (no second probe request)."""
     if mode == "static":
         return result
     rules = result.findings
@@ -95,7 +101,7 @@ def decide_in_mode(
         record_sandbox(result, sandbox)
     model = None
     if settings is not None and settings.enabled and model_wanted(mode, rules, sandbox):
-        model = ask_model(replayed, target, result, settings)
+        model = ask_model(replayed, target, result, settings, probe)
     decision = decide(mode, rules, sandbox, model)
     result.findings, result.cleared = decision.findings, decision.cleared
     result.prediction, result.decided_by = decision.prediction, decision.decided_by

@@ -50,11 +50,11 @@ class ModePredictor:
         from crane.kernel.untouched import Untouched
         from crane.modes import decide_in_mode
 
-        rules = replayed.predict(target)[0]
+        rules, probe = replayed.predict(target)
         result.rules_predicted_crash = bool(rules.findings)  # before another source decides
         result.rules_predicted_ename = rules.findings[0].ename if rules.findings else None
         if self.mode != "auto":
-            record(decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s), result)
+            record(decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s, probe), result)
             return
         # auto: the sandbox runs beside the replayed kernel's state, which must come out of it untouched (when
         # the kernel cannot be watched, the prediction still counts; `kernel_unchanged` stays unknown)
@@ -63,7 +63,7 @@ class ModePredictor:
                 check: Untouched | None = stack.enter_context(Untouched(replayed.kernel.connection))
             except KernelError:
                 check = None
-            cell = decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s)
+            cell = decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s, probe)
         record(cell, result)
         result.kernel_unchanged = check.unchanged if check is not None else None
 
