@@ -30,7 +30,7 @@ def test_settings_fall_back_key_by_key():
     )
     assert s.mode == "llm"
     assert s.speculative.enabled is False and s.speculative.budget_seconds == 10.0  # only the bad key falls back
-    assert s.llm.model == "openai/m" and s.llm.api_base is None and s.llm.timeout == 5 and s.llm.max_tokens is None
+    assert s.llm.model == "openai/m" and s.llm.api_base is None and s.llm.timeout_s == 5 and s.llm.max_tokens is None
     assert s.agent.max_steps == 3 and s.agent.budget_usd is None and s.agent.step_mode is True
     assert s.kernel.connection_file is None and s.hover is True and s.log_level == "info"
     keys = [p.split(":")[0] for p in problems]

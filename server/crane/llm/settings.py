@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgspec
 from msgspec import Meta
 
+from crane.envflag import parse_bool
 from crane.errors import CraneError
 
 
@@ -118,51 +120,54 @@ class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class LLMOptions(msgspec.Struct, rename="camel", frozen=True):
     """The `crane.llm` section of the editor's settings: every key optional (unset: the environment's value,
-    then the default). The one declaration of these settings (crane.lsp.settings embeds it)."""
+    then the default). The one declaration of these settings (crane.lsp.settings embeds it): the editor's keys
+    (camelCase), the environment variables (`Meta.extra["env"]`), the types and bounds every source is checked
+    against, and the field names of `LLMSettings` all come from here."""
 
     model: Annotated[
         str,
-        Meta(extra_json_schema={"markdownDescription": (
+        Meta(extra={"env": "CRANE_MODEL"}, extra_json_schema={"markdownDescription": (
             "Model for diagnoses and the repair agent, as a LiteLLM model name (e.g. `openai/gpt-4o-mini`). Unset: "
             "no model (the agent and `llm` mode need one). API keys are set with **CRANE: Set API key**, never here."
         )}),
     ] | None = None
     api_base: Annotated[
         str,
-        Meta(pattern=r"^https?://", extra_json_schema={"markdownDescription": (
+        Meta(extra={"env": "CRANE_API_BASE"}, pattern=r"^https?://", extra_json_schema={"markdownDescription": (
             "Base URL of an OpenAI-compatible endpoint (e.g. `http://127.0.0.1:8000/v1`). Unset: the provider's "
             "default."
         )}),
     ] | None = None
-    timeout: Annotated[
+    timeout_s: Annotated[
         float,
         Meta(gt=0, description="Seconds per model request attempt. Unset: 60, or 300 for a model server on this "
-                               "machine or the private network (CPU inference is slow)."),
-    ] | None = None
-    max_tokens: Annotated[int, Meta(gt=0, description="Completion token limit per request. Unset: 800.")] | None = None
+                               "machine or the private network (CPU inference is slow).",
+             extra={"env": "CRANE_LLM_TIMEOUT"}),
+    ] | None = msgspec.field(default=None, name="timeout")
+    max_tokens: Annotated[int, Meta(extra={"env": "CRANE_LLM_MAX_TOKENS"}, gt=0, description="Completion token limit per request. Unset: 800.")] | None = None
     temperature: Annotated[
         float, Meta(ge=0, le=2, description="Sampling temperature (dropped for models that refuse it). Unset: 0.")
     ] | None = None
     retries: Annotated[
         int,
-        Meta(ge=0, le=10, description="Extra attempts after a rate limit, a server error, a timeout or a dropped "
+        Meta(extra={"env": "CRANE_LLM_RETRIES"}, ge=0, le=10, description="Extra attempts after a rate limit, a server error, a timeout or a dropped "
                                       "connection. Unset: 2."),
     ] | None = None
     budget_usd: Annotated[
         float,
-        Meta(ge=0, description="Stop sending model requests once this session has cost this much, in US dollars. "
+        Meta(extra={"env": "CRANE_LLM_BUDGET_USD"}, ge=0, description="Stop sending model requests once this session has cost this much, in US dollars. "
                                "Unset: no limit."),
     ] | None = None
     cache: Annotated[
-        bool, Meta(description="Keep model answers in an on-disk cache, so the same question is not paid twice. "
+        bool, Meta(extra={"env": "CRANE_LLM_CACHE"}, description="Keep model answers in an on-disk cache, so the same question is not paid twice. "
                                "Unset: on.")
     ] | None = None
     cache_dir: Annotated[
-        str, Meta(description="Folder of the answer cache. Unset: $XDG_CACHE_HOME/crane or ~/.cache/crane.")
+        str, Meta(extra={"env": "CRANE_CACHE_DIR"}, description="Folder of the answer cache. Unset: $XDG_CACHE_HOME/crane or ~/.cache/crane.")
     ] | None = None
     structured: Annotated[
         Structured,
-        Meta(extra_json_schema={
+        Meta(extra={"env": "CRANE_LLM_STRUCTURED"}, extra_json_schema={
             "markdownDescription": (
                 "How the model is held to CRANE's JSON verdict (`response_format`). Unset: `auto`. Set `schema` "
                 "for a server that enforces a JSON schema but is not recognised, `object` or `none` for one that "
@@ -180,53 +185,61 @@ class LLMOptions(msgspec.Struct, rename="camel", frozen=True):
     ] | None = None
 
 
-# LSP setting (camelCase, under crane.llm) -> field
-_LSP_KEYS = {
-    "model": "model",
-    "apiBase": "api_base",
-    "timeout": "timeout_s",
-    "timeoutS": "timeout_s",
-    "maxTokens": "max_tokens",
-    "temperature": "temperature",
-    "retries": "retries",
-    "budgetUsd": "budget_usd",
-    "cache": "cache",
-    "cacheDir": "cache_dir",
-    "structured": "structured",
-}
+def _meta_extra(typ: Any) -> dict[str, Any]:
+    """The `Meta(extra=...)` of an (optional) Annotated field type."""
+    for arg in (typ, *get_args(typ)):
+        if get_origin(arg) is Annotated:
+            for meta in get_args(arg)[1:]:
+                if isinstance(meta, Meta) and meta.extra:
+                    return dict(meta.extra)
+    return {}
 
-# environment variable -> field
-_ENV_KEYS = {
-    "CRANE_MODEL": "model",
-    "CRANE_API_BASE": "api_base",
-    "CRANE_LLM_TIMEOUT": "timeout_s",
-    "CRANE_LLM_MAX_TOKENS": "max_tokens",
-    "CRANE_LLM_RETRIES": "retries",
-    "CRANE_LLM_BUDGET_USD": "budget_usd",
-    "CRANE_LLM_CACHE": "cache",
-    "CRANE_CACHE_DIR": "cache_dir",
-    "CRANE_LLM_STRUCTURED": "structured",
-}
 
-_FIELD_TYPES = {"timeout_s": float, "max_tokens": int, "retries": int, "budget_usd": float, "temperature": float}
+def _base_type(typ: Any) -> Any:
+    """bool, int, float or str (or a Literal type) under Optional / Annotated."""
+    while True:
+        if get_origin(typ) is Annotated:
+            typ = get_args(typ)[0]
+            continue
+        args = [a for a in get_args(typ) if a is not type(None)] if get_origin(typ) in (Union, UnionType) else None
+        if args and len(args) == 1:
+            typ = args[0]
+            continue
+        return typ
+
+
+_FIELDS = {f.name: f for f in msgspec.structs.fields(LLMOptions)}
+# the editor's key (camelCase, under crane.llm) -> field, and environment variable -> field: derived
+_LSP_KEYS = {f.encode_name: f.name for f in _FIELDS.values()}
+_ENV_KEYS = {env: name for name, f in _FIELDS.items() if (env := _meta_extra(f.type).get("env"))}
 
 
 def _coerce(field: str, value: Any, where: str) -> Any:
-    if value is None or value == "":
+    """`value` (from the CLI, the editor or the environment's text) as the field's declared type, checked
+    against its bounds; None for unset. SettingsError names `where`."""
+    if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    if field == "cache":
-        if isinstance(value, bool):
-            return value
-        return str(value).strip().lower() not in ("0", "false", "no", "off")
-    typ = _FIELD_TYPES.get(field)
-    if typ is None:
-        if not isinstance(value, str):
-            raise SettingsError(f"{where} must be a string, got {value!r}")
-        return value.strip() or None
+    typ = _FIELDS[field].type
+    if isinstance(value, str):
+        value = value.strip()
+        if _base_type(typ) is bool:
+            flag = parse_bool(value)
+            if flag is None:
+                raise SettingsError(f"{where} must be on or off, got {value!r}")
+            return flag
     try:
-        return typ(value)
-    except (TypeError, ValueError):
-        raise SettingsError(f"{where} must be a number, got {value!r}") from None
+        return msgspec.convert(value, typ, strict=False)
+    except msgspec.ValidationError as exc:
+        base = _base_type(typ)
+        if get_origin(base) is Literal:
+            raise SettingsError(f"{where} must be one of {', '.join(map(str, get_args(base)))}, got {value!r}") from None
+        kind = {float: "a number", int: "a whole number", str: "a string"}.get(base)
+        try:
+            msgspec.convert(value, base, strict=False)
+        except msgspec.ValidationError:
+            raise SettingsError(f"{where} must be {kind or base}, got {value!r}") from None
+        reason = str(exc).split(" - at ", 1)[0]  # within the type, outside the declared bounds
+        raise SettingsError(f"{where} must be {reason.split(' ', 2)[-1]}, got {value!r}") from None
 
 
 def _lsp_llm_section(lsp: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -248,9 +261,6 @@ def resolve_settings(
 ) -> LLMSettings:
     """Merge the three sources (explicit > lsp > env > defaults) and validate. `lsp` is the editor's typed
     `crane.llm` section, or a raw mapping of it (`{"crane": {"llm": {...}}}`, `{"llm": {...}}`, flat keys)."""
-    if isinstance(lsp, LLMOptions):
-        options = lsp
-        lsp = {f.encode_name: getattr(options, f.name) for f in msgspec.structs.fields(LLMOptions)}
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     for var, field in _ENV_KEYS.items():
@@ -258,16 +268,19 @@ def resolve_settings(
             v = _coerce(field, env[var], var)
             if v is not None:
                 values[field] = v
-    for key, raw in _lsp_llm_section(lsp).items():
-        lsp_field = _LSP_KEYS.get(key)
-        if lsp_field is not None:
-            v = _coerce(lsp_field, raw, f"crane.llm.{key}")
-            if v is not None:
-                values[lsp_field] = v
+    if isinstance(lsp, LLMOptions):  # the editor's typed section: checked when it was parsed
+        values.update({name: v for name in _FIELDS if (v := getattr(lsp, name)) is not None})
+    else:
+        for key, raw in _lsp_llm_section(lsp).items():
+            lsp_field = _LSP_KEYS.get(key)
+            if lsp_field is not None:
+                v = _coerce(lsp_field, raw, f"crane.llm.{key}")
+                if v is not None:
+                    values[lsp_field] = v
     for field, raw in (explicit or {}).items():
         if field not in LLMSettings.__struct_fields__:
             raise SettingsError(f"unknown LLM setting {field!r}")
-        v = _coerce(field, raw, field)
+        v = raw  # typed by the caller (the CLI's flags); `validate` checks them
         if v is not None:
             values[field] = v
     return LLMSettings(**values).validate()
