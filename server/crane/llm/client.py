@@ -290,16 +290,32 @@ def call_model(
     return text, usage
 
 
+def _usable(text: str, system_prompt: str) -> LLMAnswer:
+    """The decoded answer, or AnswerError when the reply cannot be used: invalid, or incoherent in itself
+    (crane.llm.claims.reply_problems: a placeholder explanation, a flag its own explanation contradicts, a crash
+    with no exception class)."""
+    from crane.llm.claims import reply_problems
+
+    answer = decode_answer(text)
+    problems = reply_problems(answer, system_prompt)
+    if problems:
+        raise AnswerError("; ".join(problems))
+    return answer
+
+
 def request_answer(settings: LLMSettings, messages: list[dict], ledger: CostLedger) -> tuple[LLMAnswer, Usage, bool]:
-    """Ask for a verdict; on an invalid reply, one repair retry that shows the model what was wrong.
+    """Ask for a verdict; on an unusable reply (invalid, or incoherent in itself), one repair retry that shows
+    the model what was wrong; a second unusable reply is no answer (LLMBadAnswer).
 
     Returns (answer, usage of all requests, repaired).
     """
+    system = next((m["content"] for m in messages if m.get("role") == "system" and isinstance(m.get("content"), str)),
+                  "")
     text, usage = call_model(settings, messages, ledger)
     try:
-        return decode_answer(text), usage, False
+        return _usable(text, system), usage, False
     except AnswerError as first:
-        log.warning("LLM reply invalid (%s); sending one repair request", first)
+        log.warning("LLM reply unusable (%s); sending one repair request", first)
         repair = [
             *messages,
             {"role": "assistant", "content": text[:4000] or "(empty)"},
@@ -312,7 +328,7 @@ def request_answer(settings: LLMSettings, messages: list[dict], ledger: CostLedg
             raise
         usage = usage + usage2
         try:
-            return decode_answer(text2), usage, True
+            return _usable(text2, system), usage, True
         except AnswerError as second:
             raise LLMBadAnswer(
                 f"{settings.model} did not return a valid verdict, even after a repair request: {second}",
