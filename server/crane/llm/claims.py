@@ -68,9 +68,10 @@ def real_exception_class(name: str | None) -> bool:
 
 
 def is_placeholder(explanation: str, system_prompt: str = "") -> bool:
-    """The explanation repeats the prompt's answer spec (or says nothing: no word of three letters)."""
+    """The explanation repeats the prompt's answer spec (or says nothing: fewer than two words of three
+    letters or more, as SmolLM2's ", In[1] cell 2")."""
     words = _words(explanation)
-    if not re.search(r"[a-z]{3,}", words):
+    if len(re.findall(r"\b[a-z]{3,}\b", words)) < 2:
         return True
     if any(words == _words(t) or (len(words) >= 12 and words in _words(t)) for t in _SPEC_TEXTS):
         return True
