@@ -187,7 +187,8 @@ def line_problem(answer: LLMAnswer, source: str) -> str | None:
 
 def model_answer(verdict: LLMVerdict, target: Cell, probe: ProbeResult | None = None) -> ModelAnswer:
     """The model's verdict as the policy sees it: a crash claim counts (`finding`) only when coherent and not
-    contradicted by the runtime facts; `checked` when the facts corroborate it; `dropped` says why not."""
+    contradicted by the runtime facts; `checked` when the facts corroborate it (or the cell already failed
+    with that very exception: its recorded error); `dropped` says why not."""
     from crane.llm.predictor import verdict_to_finding
 
     a = verdict.answer
@@ -204,6 +205,8 @@ def model_answer(verdict: LLMVerdict, target: Cell, probe: ProbeResult | None = 
     finding = verdict_to_finding(verdict, target)
     if finding is None:
         return ModelAnswer(crash=False)
+    if target.error is not None and target.error.ename == a.exception:
+        support.append(f"the cell already failed with {a.exception} (its recorded error)")
     if support:
         finding.evidence = [*finding.evidence, *(f"checked: {s}" for s in support)]
     return ModelAnswer(crash=True, finding=finding, checked=bool(support))
