@@ -50,7 +50,9 @@ class FixCaseResult(msgspec.Struct, rename="camel", omit_defaults=True):
     seconds: float = 0.0
     error: str | None = None
     requests: int = 0  # model requests that got a reply
-    turns_without_call: int = 0  # replies with no usable tool call (native or written as text)
+    turns_without_call: int = 0  # replies with no usable tool call (none, or every one lost)
+    usable_calls: int = 0  # tool calls read and run (a repeat within one reply counted once)
+    lost_calls: list[str] = []  # tool calls that could not be read, each with the reason
 
 
 class FixBenchSummary(msgspec.Struct, rename="camel"):
@@ -67,6 +69,8 @@ class FixBenchSummary(msgspec.Struct, rename="camel"):
     total_seconds: float
     requests: int = 0
     tool_call_rate: float | None = None  # model replies with a usable tool call / replies
+    usable_calls: int = 0
+    lost_calls: int = 0
 
 
 class FixBenchReport(msgspec.Struct, rename="camel"):
@@ -135,7 +139,8 @@ def fix_variant(case: Case, name: str, settings: LLMSettings, budget: AgentBudge
         result.prompt_tokens, result.cached_tokens = u.prompt_tokens, u.cached_tokens
         result.completion_tokens, result.cost_usd = u.completion_tokens, u.cost_usd
         result.requests = u.requests
-        result.turns_without_call = sum(1 for s in p.log if s.action == "reply")
+        result.turns_without_call = max(0, u.requests - p.calls.usable_turns)
+        result.usable_calls, result.lost_calls = p.calls.usable, list(p.calls.lost)
         if p.status in ("fixed", "not-fixed", "stopped") and (p.changes_code or p.run_first):
             result.guard_ok = guard_ok(nb, p)
             result.replay_status, result.replay_error = replay_edited(nb, p, python=python, launcher=launcher)
@@ -167,6 +172,7 @@ def summarize(results: list[FixCaseResult]) -> FixBenchSummary:
         median_seconds=round(statistics.median(secs), 3) if secs else 0.0, total_seconds=round(sum(secs), 3),
         requests=requests,
         tool_call_rate=round(1 - sum(r.turns_without_call for r in results) / requests, 4) if requests else None,
+        usable_calls=sum(r.usable_calls for r in results), lost_calls=sum(len(r.lost_calls) for r in results),
     )
 
 
@@ -203,5 +209,6 @@ def render_text(rep: FixBenchReport) -> str:
                  f"{s.mean_steps}, input tokens per fixed case {per}, cost {cost}, median {s.median_seconds:.1f}s "
                  f"per case, total {s.total_seconds:.1f}s")
     if s.tool_call_rate is not None:
-        lines.append(f"model replies with a usable tool call: {s.tool_call_rate:.1%} of {s.requests}")
+        lines.append(f"model replies with a usable tool call: {s.tool_call_rate:.1%} of {s.requests} "
+                     f"({s.usable_calls} usable call(s), {s.lost_calls} lost)")
     return "\n".join(lines)
