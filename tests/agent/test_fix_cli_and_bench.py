@@ -125,6 +125,10 @@ def test_fix_bench_scores_a_synthetic_bench_set(model, tmp_path):
     assert s.cost_usd is None  # unpriced model
     text = render_text(report)
     assert "fixed 1/2 (fix rate 0.500)" in text and "ages/buggy" in text
+    # issue 32: the offline search ran first and its verified fixes were offered to the agent
+    assert ages.offline_fixes is not None and never.offline_fixes is not None
+    assert s.fixed_without_offline == (1 if ages.offline_fixes == 0 else 0)
+    assert "fixed where the offline search found no verified fix:" in text
     msgspec.json.encode(report)  # JSON-ready
 
 
