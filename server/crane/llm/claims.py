@@ -185,10 +185,12 @@ def line_problem(answer: LLMAnswer, source: str) -> str | None:
     return None
 
 
-def model_answer(verdict: LLMVerdict, target: Cell, probe: ProbeResult | None = None) -> ModelAnswer:
+def model_answer(verdict: LLMVerdict, target: Cell, probe: ProbeResult | None = None,
+                 failed_with: str | None = None) -> ModelAnswer:
     """The model's verdict as the policy sees it: a crash claim counts (`finding`) only when coherent and not
-    contradicted by the runtime facts; `checked` when the facts corroborate it (or the cell already failed
-    with that very exception: its recorded error); `dropped` says why not."""
+    contradicted by the runtime facts; `checked` when the facts corroborate it, or when the cell already failed
+    in this state with that exception (`failed_with`: its exception class, "" when only the failure is known,
+    e.g. the editor's "it raised when it last ran"; or the cell's recorded error); `dropped` says why not."""
     from crane.llm.predictor import verdict_to_finding
 
     a = verdict.answer
@@ -205,8 +207,10 @@ def model_answer(verdict: LLMVerdict, target: Cell, probe: ProbeResult | None = 
     finding = verdict_to_finding(verdict, target)
     if finding is None:
         return ModelAnswer(crash=False)
-    if target.error is not None and target.error.ename == a.exception:
-        support.append(f"the cell already failed with {a.exception} (its recorded error)")
+    if failed_with is None and target.error is not None:
+        failed_with = target.error.ename
+    if failed_with == a.exception or failed_with == "":
+        support.append(f"the cell already failed{f' with {a.exception}' if failed_with else ''} in this state")
     if support:
         finding.evidence = [*finding.evidence, *(f"checked: {s}" for s in support)]
     return ModelAnswer(crash=True, finding=finding, checked=bool(support))

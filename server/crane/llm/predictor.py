@@ -129,6 +129,18 @@ def verdict_to_finding(verdict: LLMVerdict, target: Cell | None = None, min_conf
     )
 
 
+def failed_ename(target: Cell, traceback: str | list[str] | None) -> str | None:
+    """The exception the cell already raised in this state: its recorded error's class, the class on the
+    traceback's last line, "" when only the failure is known (a traceback note), None when it did not fail."""
+    if target.error is not None:
+        return target.error.ename
+    if not traceback:
+        return None
+    last = (traceback if isinstance(traceback, str) else "\n".join(traceback)).strip().splitlines()[-1:]
+    head = last[0].split(":", 1)[0].strip() if last else ""
+    return head if head.isidentifier() and (head.endswith(("Error", "Exception")) or head[:1].isupper()) else ""
+
+
 def offline_diagnosis(target: Cell, findings: list[Finding], llm_error: str | None = None) -> Diagnosis:
     """The rules' diagnosis (no model configured, or the model failed: `llm_error` says how)."""
     top = max(findings, key=lambda f: f.confidence) if findings else None
@@ -162,7 +174,7 @@ def diagnose(
         return offline_diagnosis(target, findings)
     prompt = build_prompt(history, target, probe, findings, traceback, history_errors=history_errors)
     verdict = predict_with_llm(prompt, settings, ledger=ledger)
-    model = model_answer(verdict, target, probe)
+    model = model_answer(verdict, target, probe, failed_with=failed_ename(target, traceback))
     decision = with_model(findings, model)
     counted = model.finding if model.finding is not None and not decision.suspicions else None
     d = Diagnosis(

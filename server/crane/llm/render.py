@@ -47,6 +47,8 @@ def model_part(d: Diagnosis) -> list[tuple[str, str]]:
         out.append(("suspicion", f"{who}'s suspicion, unchecked (no run and no runtime fact confirms it; "
                                  f"shown at confidence {s.confidence:.2f}): line {s.line}: {a.exception}: "
                                  f"{a.explanation.strip()}"))
+        if a.suggested_fix:
+            out.append(("fix", f"{who}'s suggested fix (for its suspicion): {a.suggested_fix.strip()}"))
         return out
     if not a.crash and d.findings:
         out.append(("note", f"{who} said \"no crash\" ({detail}); that does not clear the rules' findings"))
