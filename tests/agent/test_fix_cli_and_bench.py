@@ -136,11 +136,12 @@ def test_crane_bench_fix_command(model, tmp_path, capsys):
     bench = _synthetic_fix_bench(tmp_path)
     _script_fix_bench(model)
     rc = main(["bench", str(bench), "--fix", "--model", MODEL, "--api-base", model.api_base,
-               "--max-steps", "3", "--json", "--quiet"])
+               "--max-steps", "3", "--json", "--quiet", "--no-offline-first"])
     assert rc == 0
     rep = json.loads(capsys.readouterr().out)
     assert [r["case"] for r in rep["results"]] == ["ages", "never_fixed"]
     assert rep["summary"]["fixed"] == 1 and rep["summary"]["cases"] == 2
+    assert all("offlineFixes" not in r for r in rep["results"])  # --no-offline-first: not searched
     assert main(["bench", str(bench), "--fix"]) == 2  # no model: a clear usage error
 
 
