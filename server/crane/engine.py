@@ -48,6 +48,7 @@ class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     sandbox_kept: list[KeptObject] = []
     sandbox_transplant: TransplantInfo | None = None  # transplant runs: what was copied and shrunk, and why
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
+    suspicions: list[Finding] = []  # a model's unchecked crash claim (crane.policy): shown apart, predicts nothing
     # llm mode (or auto with a model): the model's verdict and what it cost
     llm: Prediction | None = None
     usage: Usage | None = None

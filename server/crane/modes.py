@@ -40,9 +40,11 @@ def replayed_prompt(replayed: ReplayedNotebook, target: int, include_findings: b
 def ask_model(replayed: ReplayedNotebook, target: int, result: CellResult, settings: LLMSettings,
               probe: ProbeResult | None = None) -> ModelAnswer | None:
     """The model's verdict on the cell (its usage recorded on `result`, whose findings are the rules' and go
-    into the prompt with `probe`, the facts they used); None when it did not answer."""
+    into the prompt with `probe`, the facts they used), its crash claim checked against those runtime facts
+    (crane.llm.claims); None when it did not answer."""
+    from crane.llm.claims import model_answer
     from crane.llm.client import LLMError
-    from crane.llm.predictor import predict_with_llm, verdict_to_finding
+    from crane.llm.predictor import predict_with_llm
 
     try:
         verdict = predict_with_llm(replayed_prompt(replayed, target, predicted=(result, probe)), settings)
@@ -51,8 +53,7 @@ def ask_model(replayed: ReplayedNotebook, target: int, result: CellResult, setti
         return None
     result.usage = verdict.usage
     result.llm = "crash" if verdict.answer.crash else "no-crash"
-    finding = verdict_to_finding(verdict, replayed.nb.cell(target))
-    return ModelAnswer(crash=finding is not None, finding=finding)
+    return model_answer(verdict, replayed.nb.cell(target), probe)
 
 
 def record_sandbox(result: CellResult, v: SandboxVerdict) -> None:
@@ -104,5 +105,6 @@ def decide_in_mode(
         model = ask_model(replayed, target, result, settings, probe)
     decision = decide(mode, rules, sandbox, model)
     result.findings, result.cleared = decision.findings, decision.cleared
+    result.suspicions = decision.suspicions
     result.prediction, result.decided_by = decision.prediction, decision.decided_by
     return result

@@ -10,14 +10,16 @@ Three sources can speak about "if you run this cell now, against the kernel as i
 
 1. a conclusive sandbox run wins: `crash` is certain (the real exception and line, the rules' root cause when
    they predicted the same exception) and `no-crash` clears the rules' findings (kept as `cleared`);
-2. in mode "llm" the model's answer, when it gave one, is the prediction (the rules' findings are its input),
-   except that a model never clears a certain rule finding (`certain()`: an undefined name, a missing key,
-   attribute, module or file the probe verified, a syntax error, and any finding a rule made at high
-   confidence from the live kernel's facts, e.g. `astype(int)` of text the probe read): those stay, and the
-   model may only add its own crash and explanation — so mode "llm" is never less right than the rules about
-   what they verified;
+2. in mode "llm" the model only adds: the rules' findings stay whatever the model said (a model's "no crash"
+   clears none of them), and a crash claim of the model (already checked for coherence and against the runtime
+   facts by `crane.llm.claims`) is a predicted crash only when the runtime facts corroborate it (`checked`);
+   otherwise it is the model's *suspicion*, shown apart (`Decision.suspicions`, confidence capped at
+   `SUSPICION_CONFIDENCE`) and predicting nothing. So with any model, however weak, mode "llm" predicts a crash
+   wherever the rules do and adds only checked crashes: never less accurate than the rules, no more false
+   alarms;
 3. otherwise the rules' findings stand (sandbox timeout / blocked / unavailable, or no sandbox run);
-4. with no rule finding, the model's answer (mode "auto" with a model configured) decides.
+4. with no rule finding, the model's answer (mode "auto" with a model configured, the sandbox inconclusive)
+   decides in the same way: a checked claim is a crash, an unchecked one a suspicion.
 
 Pure functions over msgspec Structs: no I/O, no kernel. `model_wanted()` says when asking a model can change
 the outcome (the front-ends decide whether the cost is worth it).
@@ -41,10 +43,14 @@ DecidedBy = Literal["sandbox", "rules", "llm", "none"]
 
 
 class ModelAnswer(msgspec.Struct, frozen=True):
-    """A model's verdict on a cell: `finding` is set when it predicts a crash."""
+    """A model's verdict on a cell: `finding` is set when it claims a crash that is coherent and that no runtime
+    fact contradicts (crane.llm.claims.model_answer); `checked` when the runtime facts corroborate it;
+    `dropped`: why a crash claim of the model does not count (incoherent, or contradicted)."""
 
     crash: bool
     finding: Finding | None = None
+    checked: bool = False
+    dropped: list[str] = []
 
 
 class Decision(msgspec.Struct):
@@ -54,6 +60,7 @@ class Decision(msgspec.Struct):
     findings: list[Finding]
     decided_by: DecidedBy
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
+    suspicions: list[Finding] = []  # the model's unchecked crash claims: shown apart, predicting nothing
 
 
 # Rules whose findings, at high confidence, are checked facts (the probe verified the name / key / attribute /
@@ -77,15 +84,30 @@ def certain(f: Finding) -> bool:
     return f.confidence >= CERTAIN_CONFIDENCE and (f.rule in CERTAIN_RULES or _from_kernel_facts(f.rule))
 
 
+SUSPICION_CONFIDENCE = 0.3  # the most a suspicion (an unchecked crash claim of a model) is shown with
+SUSPICION_NOTE = "the model's suspicion: no run and no runtime fact checked it"
+
+
+def as_suspicion(f: Finding) -> Finding:
+    """A model's unchecked crash claim, marked as such: its confidence capped, the first evidence says so."""
+    return msgspec.structs.replace(f, rule="llm-suspicion", confidence=min(f.confidence, SUSPICION_CONFIDENCE),
+                                   evidence=[SUSPICION_NOTE, *f.evidence])
+
+
+def _model_part(model: ModelAnswer, shown: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(checked crash findings, suspicions) of the model, less what a shown finding already says."""
+    f = model.finding if model.crash else None
+    if f is None or any(s.ename == f.ename for s in shown):
+        return [], []  # no claim, or the same exception as a rule's: the rule's finding (with its facts) is shown
+    return ([f], []) if model.checked else ([], [as_suspicion(f)])
+
+
 def with_model(rules: list[Finding], model: ModelAnswer) -> Decision:
-    """Mode "llm": the model's verdict, with the certain rule findings kept whatever the model said."""
-    kept = [f for f in rules if certain(f)]
-    found = [model.finding] if model.crash and model.finding is not None else []
-    if found and any(f.ename == found[0].ename and f.line == found[0].line for f in kept):
-        found = []  # the model agrees with a certain finding: the verified one (with its evidence) is shown
-    if not found and kept:
-        return Decision("crash", kept, "rules")
-    return Decision("crash" if found or kept else "no-crash", kept + found, "llm")
+    """Mode "llm": the rules' findings, and the model's checked crash; an unchecked claim is a suspicion."""
+    found, suspicions = _model_part(model, rules)
+    if rules:
+        return Decision("crash", list(rules) + found, "rules", suspicions=suspicions)
+    return Decision("crash" if found else "no-crash", found, "llm", suspicions=suspicions)
 
 
 def sandbox_conclusive(v: SandboxVerdict | None) -> bool:
@@ -108,8 +130,7 @@ def decide(
     if rules:
         return Decision("crash", list(rules), "rules")
     if model is not None:
-        found = [model.finding] if model.crash and model.finding is not None else []
-        return Decision("crash" if found else "no-crash", found, "llm")
+        return with_model([], model)
     return Decision("no-crash", [], "none")
 
 

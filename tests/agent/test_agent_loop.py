@@ -88,11 +88,12 @@ def test_try_except_wrapping_is_refused_and_the_agent_is_told_why(model, keyerro
                 tool("finish", "done", explanation="use the real column name"))
     steps = []
     p = start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=factory)
-    assert [s.status for s in steps] == ["refused", "error", "ok", "ok"]
+    # the edit was refused, so finish changed nothing: not a fix either (issue 32)
+    assert [s.status for s in steps] == ["refused", "refused", "ok", "ok"]
     assert "refused" in steps[0].result and "try/except" in steps[0].result
     # the refusal reached the model as the tool result, and the refused edit was never applied or run
     assert "try/except" in model.observations(1)[-1]
-    assert "still fails with KeyError" in model.observations(2)[-1]
+    assert "you changed nothing" in model.observations(2)[-1]
     assert wrapped not in recording.instances[0].ran
     assert p.fixed and [(e.cell, e.new) for e in p.edits] == [(3, KEYERROR_FIX)]
     assert len(p.guard) == 1 and "try/except" in p.guard[0]

@@ -125,6 +125,10 @@ def test_fix_bench_scores_a_synthetic_bench_set(model, tmp_path):
     assert s.cost_usd is None  # unpriced model
     text = render_text(report)
     assert "fixed 1/2 (fix rate 0.500)" in text and "ages/buggy" in text
+    # issue 32: the offline search ran first and its verified fixes were offered to the agent
+    assert ages.offline_fixes is not None and never.offline_fixes is not None
+    assert s.fixed_without_offline == (1 if ages.offline_fixes == 0 else 0)
+    assert "fixed where the offline search found no verified fix:" in text
     msgspec.json.encode(report)  # JSON-ready
 
 
@@ -132,11 +136,12 @@ def test_crane_bench_fix_command(model, tmp_path, capsys):
     bench = _synthetic_fix_bench(tmp_path)
     _script_fix_bench(model)
     rc = main(["bench", str(bench), "--fix", "--model", MODEL, "--api-base", model.api_base,
-               "--max-steps", "3", "--json", "--quiet"])
+               "--max-steps", "3", "--json", "--quiet", "--no-offline-first"])
     assert rc == 0
     rep = json.loads(capsys.readouterr().out)
     assert [r["case"] for r in rep["results"]] == ["ages", "never_fixed"]
     assert rep["summary"]["fixed"] == 1 and rep["summary"]["cases"] == 2
+    assert all("offlineFixes" not in r for r in rep["results"])  # --no-offline-first: not searched
     assert main(["bench", str(bench), "--fix"]) == 2  # no model: a clear usage error
 
 

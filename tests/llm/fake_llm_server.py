@@ -35,6 +35,8 @@ class Reply:
         usage: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         body: dict[str, Any] | None = None,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
     ):
         self.content = json.dumps(VALID_ANSWER) if content is None else content
         self.status = status
@@ -43,6 +45,8 @@ class Reply:
         self.usage = usage or {"prompt_tokens": 1000, "completion_tokens": 100, "cached_tokens": 0}
         self.headers = headers or {}
         self.body = body
+        self.raw = raw  # sent as it is (e.g. an HTML page), with `content_type`
+        self.content_type = content_type
 
     @classmethod
     def answer(cls, **fields: Any) -> Reply:
@@ -61,6 +65,7 @@ class FakeLLMServer:
         self.default = Reply()
         self.get_routes: dict[str, Any] = {}  # GET path -> JSON body (a local server's own endpoints); else 404
         self.gets: list[str] = []  # GET paths asked (kept apart from the chat requests)
+        self.require_v1 = False  # POSTs outside /v1/ get a 404, as llama-cpp-python answers them
         self._lock = threading.Lock()
         server = self
 
@@ -90,7 +95,10 @@ class FakeLLMServer:
                     body = None
                 with server._lock:
                     server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-                    reply = server.script.pop(0) if server.script else server.default
+                    if server.require_v1 and not self.path.startswith("/v1/"):
+                        reply = Reply(status=404, body={"detail": "Not Found"})
+                    else:
+                        reply = server.script.pop(0) if server.script else server.default
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 if reply.drop:
@@ -100,7 +108,9 @@ class FakeLLMServer:
                     except OSError:
                         pass
                     return
-                if reply.status != 200:
+                if reply.raw is not None:
+                    payload = reply.raw
+                elif reply.status != 200:
                     payload = json.dumps(reply.body or {}).encode()
                 else:
                     u = reply.usage
@@ -127,7 +137,7 @@ class FakeLLMServer:
                     ).encode()
                 try:
                     self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", reply.content_type)
                     self.send_header("content-length", str(len(payload)))
                     for k, v in reply.headers.items():
                         self.send_header(k, v)
@@ -157,3 +167,4 @@ class FakeLLMServer:
             self.default = Reply()
             self.get_routes = {}
             self.gets.clear()
+            self.require_v1 = False

@@ -81,7 +81,8 @@ def test_unknown_model_counts_tokens_only_and_asks_for_a_json_object(llm_server)
 
 
 def test_invalid_json_then_valid_is_repaired_once(llm_server):
-    llm_server.reset(Reply(content='{"crash": tru'), Reply.answer(crash=False, exception=None, line=None))
+    llm_server.reset(Reply(content='{"crash": tru'), Reply.answer(crash=False, exception=None, line=None,
+                                                                  explanation="df has the column: no error."))
     ledger = CostLedger()
     v = predict_with_llm(make_prompt(), settings(llm_server), ledger=ledger)
     assert v.repaired and v.answer.crash is False

@@ -17,6 +17,7 @@ from crane.llm.prompt import build_prompt
 from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
 from crane.llm.settings import LLMSettings
 from crane.notebook.model import Cell
+from crane.probe.facts import KeyCheck, ProbeResult
 
 from .fake_llm_server import Reply
 
@@ -56,11 +57,17 @@ def test_offline_diagnosis_needs_no_model():
 def test_llm_diagnosis_markdown_and_session_total(llm_server):
     s = LLMSettings(model="openai/gpt-4o-mini", api_base=llm_server.api_base, cache=False)
     ledger = CostLedger()
+    # no runtime fact checks the claim: it is the model's suspicion, predicting nothing (issue 32)
     d = diagnose([], TARGET, None, [], s, ledger=ledger)
-    d2 = diagnose([], TARGET, None, [], s, ledger=ledger)
-    assert d.mode == "llm" and d.prediction == "crash" and d.verdict.source == "llm"
-    assert d.markdown.startswith("**CRANE: cell 3 will crash** — `KeyError` at line 2 (confidence 0.90")
-    assert "**Suggested fix:** use df['age']" in d.markdown and "$0.00021" in d.markdown
+    assert d.mode == "llm" and d.prediction == "no-crash" and d.verdict is None
+    assert d.suspicions[0].rule == "llm-suspicion" and d.suspicions[0].confidence == 0.3
+    assert d.markdown.startswith("**CRANE: cell 3 no crash predicted**") and "suspicion, unchecked" in d.markdown
+    # the probe verified the key is missing: the claim is checked and counts
+    probe = ProbeResult(keys=[KeyCheck(expr="df", key="Age", axis="columns", present=False)])
+    d2 = diagnose([], TARGET, probe, [], s, ledger=ledger)
+    assert d2.prediction == "crash" and d2.verdict.source == "llm" and d2.checked
+    assert d2.markdown.startswith("**CRANE: cell 3 will crash** — `KeyError` at line 2 (the model, checked")
+    assert "**Suggested fix** (openai/gpt-4o-mini): use df['age']" in d2.markdown and "$0.00021" in d2.markdown
     assert d2.session.requests == 2 and d2.session.cost_usd == pytest.approx(0.00042)
 
 
@@ -77,7 +84,8 @@ def test_dry_run_stats_counts_tokens_offline():
 def test_bench_predictor_on_a_real_case(llm_server):
     llm_server.reset(Reply.answer(explanation="penalty='elasticnet' needs solver='saga': fit raises ValueError.",
                                   exception="ValueError", line=2, root_cause="API misuse"),
-                     Reply.answer(crash=False, exception=None, line=None, root_cause=None))
+                     Reply.answer(crash=False, exception=None, line=None, root_cause=None,
+                                  explanation="solver='saga' supports elasticnet: fit runs without error."))
     s = LLMSettings(model="openai/crane-local-test-model", api_base=llm_server.api_base, cache=False)
     predictor = LLMBenchPredictor(s, ledger=CostLedger())
     results = {r.variant: r for r in run_cases(find_cases([str(BENCH_CASE)]), predictor)}

@@ -98,8 +98,8 @@ def name_error(confidence: float = 0.95) -> Finding:
 def test_defect1_llm_mode_keeps_a_probe_verified_name_error_over_a_model_no_crash():
     d = decide("llm", [name_error()], None, ModelAnswer(crash=False))
     assert d.prediction == "crash" and d.findings == [name_error()] and d.decided_by == "rules"
-    # an unverified guess (no kernel: notebook order, 0.8) is the model's to overrule
-    assert decide("llm", [name_error(0.8)], None, ModelAnswer(crash=False)).prediction == "no-crash"
+    # issue 32: a model only adds; even an unverified guess (no kernel: notebook order, 0.8) stays
+    assert decide("llm", [name_error(0.8)], None, ModelAnswer(crash=False)).prediction == "crash"
 
 
 def test_defect1_a_rule_that_judged_from_the_kernels_facts_is_not_cleared_either():
@@ -112,17 +112,19 @@ def test_defect1_a_rule_that_judged_from_the_kernels_facts_is_not_cleared_either
     d = decide("llm", [astype], None, ModelAnswer(crash=False))
     assert d.prediction == "crash" and d.findings == [astype] and d.decided_by == "rules"
     low = Finding(rule="pandas-astype-numeric", ename="ValueError", line=2, confidence=0.7, message="maybe")
-    assert decide("llm", [low], None, ModelAnswer(crash=False)).prediction == "no-crash"  # a guess: the model's
+    assert decide("llm", [low], None, ModelAnswer(crash=False)).prediction == "crash"  # issue 32: kept too
 
 
 def test_defect1_diagnose_with_the_recorded_qwen_no_crash_still_predicts_the_name_error(llm_server):
-    llm_server.reset(replay(45))  # Qwen: "no crash (0.95)", explanation "1-3 sentences grounded in the facts,"
+    # Qwen: "no crash (0.95)", explanation "1-3 sentences grounded in the facts," (issue 32: a placeholder, re-asked)
+    llm_server.reset(replay(45), Reply.answer(crash=False, exception=None, line=None, root_cause=None,
+                                              explanation="X and y are defined, so fit runs without error."))
     target = Cell(number=3, cell_type="code", source="from sklearn.tree import DecisionTreeClassifier\nmodel = DecisionTreeClassifier()\n"
                   "model.fit(X, y)")
     d = diagnose([], target, None, [name_error()], local(llm_server), ledger=CostLedger())
     assert d.answer is not None and d.answer.crash is False  # what the model said is shown as it said it
     assert d.prediction == "crash" and d.kept == [name_error()]
-    assert "does not clear what CRANE verified" in d.markdown
+    assert "does not clear the rules' findings" in d.markdown
 
 
 # -- defect 2: answer specs a small model cannot copy as values ------------------------------------------------

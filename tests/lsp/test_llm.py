@@ -112,7 +112,9 @@ async def test_llm_mode_diagnostics_for_undecided_cells(llm_server, tmp_path):
         assert crane_diags(c, nb.cells[1]) == [] and llm_server.requests == []  # not asked yet: debounced
         d = await wait_for(lambda: crane_diags(c, nb.cells[1]), timeout=15, what="the model's diagnostic")
         assert time.monotonic() - t0 >= 2.0
-        assert d[0].code == "llm" and d[0].source == "crane" and d[0].severity == types.DiagnosticSeverity.Information
+        # issue 32: nothing checked the claim: the model's suspicion, an Information (confidence capped)
+        assert d[0].code == "llm-suspicion" and d[0].source == "crane"
+        assert d[0].severity == types.DiagnosticSeverity.Information
         assert d[0].message.startswith("AttributeError: s.upper() fails") and d[0].range.start.line == 1
         # asked about the undecided never-run cell only: not the executed one, not the one the rules decided
         assert len(llm_server.requests) == 1
@@ -122,7 +124,8 @@ async def test_llm_mode_diagnostics_for_undecided_cells(llm_server, tmp_path):
         nb.set_text(1, "print('y')\n")
         await asyncio.sleep(0.3)
         nb.set_text(1, "print('x')\nprint(s.upper())\n")
-        await wait_for(lambda: (d := crane_diags(c, nb.cells[1])) and d[0].code == "llm", what="cached answer shown")
+        await wait_for(lambda: (d := crane_diags(c, nb.cells[1])) and d[0].code == "llm-suspicion",
+                       what="cached answer shown")
         await asyncio.sleep(2.5)
         assert len(llm_server.requests) == 1
     finally:

@@ -6,7 +6,9 @@ Refused, with the reason sent back to the agent:
 - adding a `try` with `except` handlers, or `contextlib.suppress(...)`, that the original did not have;
 - disabling code with a new `if False:` / `if 0:` block;
 - deleting the failing statement (or replacing it with `pass`), when the failing line is known;
-- commenting out code (a statement of the original reappears in a comment of the proposal).
+- commenting out code (a statement of the original reappears in a comment of the proposal);
+- replacing a cell that parses with text that does not (an error message, "new source of cell 7: ...");
+- replacing a cell with unrelated code: no statement kept, no name in common, little text in common.
 
 Enforced twice: on every `edit_cell` (the edit is not applied) and on the final proposal's diff.
 """
@@ -131,6 +133,23 @@ def _failing_statement(stmts: list[ast.stmt], line: int, line_map: list[int]) ->
     return best
 
 
+def _names(tree: ast.Module) -> set[str]:
+    out = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    out |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    return out
+
+
+def _unrelated(old_tree: ast.Module, new_tree: ast.Module, old_keys: list[str], new_keys: list[str],
+               python_old: str, python_new: str) -> bool:
+    """The proposal shares nothing with the original: no statement, no name, and under a third of its text."""
+    if set(old_keys) & set(new_keys):
+        return False
+    old_names, new_names = _names(old_tree), _names(new_tree)
+    if not old_names or old_names & new_names:
+        return False
+    return difflib.SequenceMatcher(a=_norm(python_old), b=_norm(python_new), autojunk=False).ratio() < 0.34
+
+
 def check_edit(original: str, proposed: str, failing_line: int | None = None) -> str | None:
     """The reason the edit is refused, or None when it is acceptable."""
     old_tree, new_tree = _parse(original), _parse(proposed)
@@ -140,7 +159,8 @@ def check_edit(original: str, proposed: str, failing_line: int | None = None) ->
     if not old_stmts:
         return None
     if new_tree is None:
-        return None  # a syntax error will show when the cell runs; not a guard matter
+        return ("refused: the new source is not valid Python (a syntax error), while the cell's code is. Send the "
+                "cell's complete corrected code as `source`, nothing else.")
     new_stmts = _statements(new_tree)
     if not new_stmts or all(_trivial(s) for s in new_tree.body):
         return ("refused: the edit deletes the cell's code. Fix the cause of the error instead of removing the "
@@ -157,6 +177,9 @@ def check_edit(original: str, proposed: str, failing_line: int | None = None) ->
     python_old, line_map, _ = transform(original)
     old_keys = [_header(s) for s in old_stmts]
     new_keys = [_header(s) for s in new_stmts]
+    if _unrelated(old_tree, new_tree, old_keys, new_keys, python_old, transform(proposed)[0]):
+        return ("refused: the edit replaces the cell's code with unrelated code (no statement kept, no name in "
+                "common). Fix the cell's own code so that it runs.")
     kept = set(new_keys)
     comments = _norm(_comment_text(proposed)) if "#" in proposed else ""
     if comments:

@@ -15,10 +15,20 @@ import msgspec
 
 from crane.agent.context import FixContext, initial_messages
 from crane.agent.model_call import request_turn
-from crane.agent.proposal import AgentStep, AgentUsage, Evidence, Proposal, ProposalStatus, StepUsage
+from crane.agent.proposal import AgentStep, AgentUsage, CallStats, Evidence, Proposal, ProposalStatus, StepUsage
 from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run
 from crane.agent.sandboxes import ExecutionSandbox, replay_sandbox_factory
-from crane.agent.tools import AddCell, EditCell, ExecuteCell, Finish, Inspect, ToolArgsError, action_code, decode_args
+from crane.agent.tools import (
+    AddCell,
+    EditCell,
+    ExecuteCell,
+    Finish,
+    Inspect,
+    ToolArgsError,
+    action_code,
+    call_key,
+    decode_args,
+)
 from crane.llm.client import DeadlinePassed, LLMError
 from crane.llm.cost import CostLedger
 from crane.llm.schema import Usage
@@ -155,6 +165,7 @@ class AgentRun:
         self.explanation = ""
         self.evidence: Evidence | None = None  # the final verification, once run
         self.requests_sent: list[list[dict]] = []  # message lists as sent (tests check the stable prefix)
+        self.calls = CallStats()  # usable, lost (with the reason) and repeated tool calls
 
     # -- budgets ---------------------------------------------------------------------------------------------
     def _limit_reached(self) -> str | None:
@@ -206,7 +217,16 @@ class AgentRun:
             return f"error: {exc}", "error", False
         return "error: unknown action", "error", False
 
+    def _changed(self) -> bool:
+        """The run changed something: an edit, a new cell, or a cell never run before that now runs first."""
+        r = self.runner
+        return bool(r.edits() or r.additions()
+                    or any(not r.cells[c].ran_before for c in r.plan(self.target) if c in r.cells))
+
     def _finish(self, args: Finish) -> tuple[str, str, bool]:
+        if not self._changed():
+            return (f"not accepted: you changed nothing (no edit, no new cell, no never-run cell to run first), so "
+                    f"cell {self.target} still fails. Edit the code that raises, then finish.", "refused", False)
         violations = self.runner.final_guard()
         if violations:
             self.runner.refusals += violations
@@ -228,10 +248,12 @@ class AgentRun:
             args = decode_args(call)
         except ToolArgsError as exc:
             obs = f"error: {exc}"
+            self.calls.lost.append(f"{call.name}: {exc}")
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": obs})
             self._emit(AgentStep(run_id=self.run_id, step=self.steps, phase="done", reflection="", action=call.name,
                                  result=obs, status="error", tokens=tokens, usage=usage))
             return False
+        self.calls.usable += 1
         cell = getattr(args, "cell", None) if not isinstance(args, AddCell) else args.after
         step = AgentStep(run_id=self.run_id, step=self.steps, phase="proposed", reflection=args.reflection,
                          action=call.name, cell=cell, code=action_code(args), tokens=tokens, usage=usage)
@@ -285,23 +307,35 @@ class AgentRun:
             tokens = usage.prompt_tokens + usage.completion_tokens
             if not turn.tool_calls:
                 self.steps += 1
-                self.messages.append({"role": "user", "content": NUDGE})
+                self.calls.lost += turn.lost
+                note = ("Your tool call could not be read: " + "; ".join(turn.lost) + ". ") if turn.lost else ""
+                self.messages.append({"role": "user", "content": note + NUDGE})
                 self._emit(AgentStep(run_id=self.run_id, step=self.steps, phase="done", reflection=turn.content[:500],
-                                     action="reply", result=NUDGE, status="error", tokens=tokens, usage=usage))
+                                     action="reply", result=note + NUDGE, status="error", tokens=tokens, usage=usage))
                 continue
+            usable_before = self.calls.usable
+            seen: set[str] = set()
             for i, call in enumerate(turn.tool_calls):
+                key = call_key(call)
+                if key in seen:  # a runaway reply repeats one call: it runs once, it is one step
+                    self.calls.repeated += 1
+                    self.messages.append({"role": "tool", "tool_call_id": call.id,
+                                          "content": "not run: the same call as an earlier one of this reply"})
+                    continue
+                seen.add(key)
                 reason = self._limit_reached() if i else None
                 if reason or finished:
                     why = "the run already finished" if finished else reason
                     self.messages.append({"role": "tool", "tool_call_id": call.id, "content": f"not run: {why}"})
                     continue
                 finished = self._step(call, usage if i == 0 else StepUsage(), tokens if i == 0 else 0)
+            self.calls.usable_turns += self.calls.usable > usable_before
         if finished:
             return self._proposal("fixed", "finished")
         if error:
             return self._proposal("error", error)
         user_stop = self.stop_event.is_set()
-        if not user_stop and (self.runner.edits() or self.runner.additions() or self.runner.agent_ran):
+        if not user_stop and self._changed():  # nothing changed: nothing to verify, no fix
             try:
                 self.evidence = self.runner.verify()
             except Exception as exc:
@@ -325,6 +359,7 @@ class AgentRun:
                              cost_usd=t.cost_usd if t.requests > t.unpriced_requests else None,
                              unpriced_requests=t.unpriced_requests),
             model=self.settings.model or "", elapsed_s=round(time.monotonic() - self.start, 3), log=list(self.log),
+            calls=msgspec.structs.replace(self.calls, lost=list(self.calls.lost)),
         )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from crane.agent import lenient
 from crane.agent.tools import TOOLS, ToolCall
 from crane.llm.client import LLMError, completion_with_retries
 from crane.llm.cost import CostLedger
@@ -32,6 +33,7 @@ class ModelTurn(msgspec.Struct):
     tool_calls: list[ToolCall]
     usage: Usage
     text_calls: bool = False  # the tool calls were written in the message text (no native tool calling)
+    lost: list[str] = []  # tool calls the reply attempted that could not be read, each with the reason
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation (OpenAI shape). Tool calls read from the text
@@ -104,16 +106,16 @@ _FENCED = re.compile(r"```(?:json|tool_call|tool)?\s*(.*?)```", re.S)
 
 
 def _json_objects(text: str) -> list[Any]:
-    """Every top-level JSON value that starts at a `{` or `[` of `text`, in order (raw_decode, no regex)."""
+    """Every top-level JSON value that starts at a `{` or `[` of `text`, in order (raw_decode, no regex; read
+    leniently: crane.agent.lenient)."""
     out: list[Any] = []
-    dec = json.JSONDecoder()
     i = 0
     while i < len(text):
         j = min((k for k in (text.find("{", i), text.find("[", i)) if k != -1), default=-1)
         if j == -1:
             break
         try:
-            value, end = dec.raw_decode(text, j)
+            value, end = lenient.raw_decode(text, j)  # raw newlines in strings, trailing commas
         except ValueError:
             i = j + 1
             continue
@@ -138,7 +140,7 @@ def _as_call(value: Any) -> tuple[str, str] | None:
                      {k: v for k, v in value.items() if k not in ("name", "tool", "id", "type")})
     if isinstance(args, str):
         try:
-            args = json.loads(args)
+            args = lenient.loads(args)
         except ValueError:
             return None
     if not isinstance(args, dict):
@@ -189,6 +191,23 @@ def parse_text_tool_calls(content: str) -> list[ToolCall]:
     return calls
 
 
+def lost_calls(content: str) -> list[str]:
+    """Why a reply that names a tool held no readable call: one reason per tool named (empty when it names
+    none: a plain text reply is not a lost call)."""
+    named = [n for n in sorted(_TOOL_NAMES) if re.search(rf"\b{n}\b", content or "")]
+    if not named:
+        return []
+    why = "no JSON object with its arguments"
+    start = content.find("{")
+    if start != -1:
+        try:
+            lenient.raw_decode(content, start)
+            why = "its JSON object is not a call of the form {\"name\": ..., \"arguments\": {...}}"
+        except ValueError as exc:
+            why = f"its JSON is broken ({exc})"
+    return [f"{n}: the reply names it but holds {why}" for n in named]
+
+
 def request_turn(settings: LLMSettings, messages: list[dict], ledger: CostLedger, max_tokens: int | None = None,
                  deadline: float | None = None) -> ModelTurn:
     """One model turn with tools; retries 429 / 5xx / timeouts / dropped connections (settings.retries).
@@ -208,4 +227,5 @@ def request_turn(settings: LLMSettings, messages: list[dict], ledger: CostLedger
     if calls:
         return ModelTurn(content=content, tool_calls=calls, usage=usage)
     text_calls = parse_text_tool_calls(content)
-    return ModelTurn(content=content, tool_calls=text_calls, usage=usage, text_calls=bool(text_calls))
+    return ModelTurn(content=content, tool_calls=text_calls, usage=usage, text_calls=bool(text_calls),
+                     lost=[] if text_calls else lost_calls(content))

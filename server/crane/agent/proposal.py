@@ -86,6 +86,16 @@ class AgentUsage(msgspec.Struct, rename="camel"):
     unpriced_requests: int = 0
 
 
+class CallStats(msgspec.Struct, rename="camel"):
+    """The model's tool calls over a run: `usable` ones were read and run (a repeat within one reply counted
+    once); `lost` ones could not be read, each with the reason; `usable_turns`: replies with a usable call."""
+
+    usable: int = 0
+    usable_turns: int = 0
+    repeated: int = 0  # identical calls repeated within one reply (run once)
+    lost: list[str] = []
+
+
 class Proposal(msgspec.Struct, rename="camel", omit_defaults=False):
     run_id: str
     notebook: str | None
@@ -104,6 +114,7 @@ class Proposal(msgspec.Struct, rename="camel", omit_defaults=False):
     model: str = ""
     elapsed_s: float = 0.0
     log: list[AgentStep] = []  # every step, as streamed (phase "done")
+    calls: CallStats = msgspec.field(default_factory=CallStats)
 
     @property
     def changes_code(self) -> bool:

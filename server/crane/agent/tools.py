@@ -7,11 +7,11 @@ number (after the notebook's last cell) and is placed after the cell it names.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import msgspec
 
+from crane.agent import lenient
 from crane.errors import CraneError
 
 REFLECTION = {"type": "string", "description": "One or two sentences: what you learned and why this action."}
@@ -115,7 +115,7 @@ def decode_args(call: ToolCall) -> Any:
     if typ is None:
         raise ToolArgsError(f"unknown tool {call.name!r}; the tools are {', '.join(TOOL_NAMES)}")
     try:
-        raw = json.loads(call.arguments or "{}")
+        raw = lenient.loads(call.arguments or "{}")  # raw newlines in strings, trailing commas, a ```json fence
     except ValueError as exc:
         raise ToolArgsError(f"the arguments of {call.name} are not valid JSON ({exc})") from None
     if not isinstance(raw, dict):
@@ -124,6 +124,17 @@ def decode_args(call: ToolCall) -> Any:
         return msgspec.convert(raw, typ, strict=False)
     except msgspec.ValidationError as exc:
         raise ToolArgsError(f"bad arguments for {call.name}: {exc}") from None
+
+
+def call_key(call: ToolCall) -> str:
+    """What makes two calls the same call: the tool and its arguments (read leniently, keys sorted)."""
+    import json
+
+    try:
+        args = json.dumps(lenient.loads(call.arguments or "{}"), sort_keys=True)
+    except ValueError:
+        args = call.arguments
+    return f"{call.name}:{args}"
 
 
 def action_code(args: Any) -> str:

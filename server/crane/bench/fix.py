@@ -49,8 +49,11 @@ class FixCaseResult(msgspec.Struct, rename="camel", omit_defaults=True):
     cost_usd: float | None = None
     seconds: float = 0.0
     error: str | None = None
+    offline_fixes: int | None = None  # verified quick fixes offered to the agent (None: not searched)
     requests: int = 0  # model requests that got a reply
-    turns_without_call: int = 0  # replies with no usable tool call (native or written as text)
+    turns_without_call: int = 0  # replies with no usable tool call (none, or every one lost)
+    usable_calls: int = 0  # tool calls read and run (a repeat within one reply counted once)
+    lost_calls: list[str] = []  # tool calls that could not be read, each with the reason
 
 
 class FixBenchSummary(msgspec.Struct, rename="camel"):
@@ -67,6 +70,9 @@ class FixBenchSummary(msgspec.Struct, rename="camel"):
     total_seconds: float
     requests: int = 0
     tool_call_rate: float | None = None  # model replies with a usable tool call / replies
+    usable_calls: int = 0
+    lost_calls: int = 0
+    fixed_without_offline: int = 0  # fixed where the offline search had found no verified fix
 
 
 class FixBenchReport(msgspec.Struct, rename="camel"):
@@ -121,13 +127,22 @@ def guard_ok(nb: Notebook, proposal: Proposal) -> bool:
 
 
 def fix_variant(case: Case, name: str, settings: LLMSettings, budget: AgentBudget | None = None,
-                python: str | None = None, sandbox_factory=None, launcher=None) -> FixCaseResult:
+                python: str | None = None, sandbox_factory=None, launcher=None,
+                offline_first: bool = True) -> FixCaseResult:
+    """One buggy variant: the verified quick fixes searched first (`offline_first`) and offered to the agent as
+    its starting point, as `crane fix --model` does; then the agent; then a fresh replay of its proposal."""
     variant = case.variants[name]
     result = FixCaseResult(case=case.id, variant=name, target=variant.target_cell)
     start = time.monotonic()
     try:
         nb = load_notebook(Path(case.directory) / variant.notebook)
-        p = start_fix(nb, variant.target_cell, settings, budget=budget,
+        candidates: list = []
+        if offline_first:
+            from crane.agent.candidates import verified_candidates
+
+            candidates, _ = verified_candidates(nb, variant.target_cell, python=python, launcher=launcher)
+            result.offline_fixes = len(candidates)
+        p = start_fix(nb, variant.target_cell, settings, budget=budget, candidates=candidates,
                       sandbox_factory=sandbox_factory or replay_sandbox_factory(python=python, launcher=launcher))
         u = p.usage
         result.agent_status, result.stop_reason, result.steps = p.status, p.stop_reason, p.steps
@@ -135,7 +150,8 @@ def fix_variant(case: Case, name: str, settings: LLMSettings, budget: AgentBudge
         result.prompt_tokens, result.cached_tokens = u.prompt_tokens, u.cached_tokens
         result.completion_tokens, result.cost_usd = u.completion_tokens, u.cost_usd
         result.requests = u.requests
-        result.turns_without_call = sum(1 for s in p.log if s.action == "reply")
+        result.turns_without_call = max(0, u.requests - p.calls.usable_turns)
+        result.usable_calls, result.lost_calls = p.calls.usable, list(p.calls.lost)
         if p.status in ("fixed", "not-fixed", "stopped") and (p.changes_code or p.run_first):
             result.guard_ok = guard_ok(nb, p)
             result.replay_status, result.replay_error = replay_edited(nb, p, python=python, launcher=launcher)
@@ -167,12 +183,14 @@ def summarize(results: list[FixCaseResult]) -> FixBenchSummary:
         median_seconds=round(statistics.median(secs), 3) if secs else 0.0, total_seconds=round(sum(secs), 3),
         requests=requests,
         tool_call_rate=round(1 - sum(r.turns_without_call for r in results) / requests, 4) if requests else None,
+        usable_calls=sum(r.usable_calls for r in results), lost_calls=sum(len(r.lost_calls) for r in results),
+        fixed_without_offline=sum(r.fixed and r.offline_fixes == 0 for r in results),
     )
 
 
 def run_fix_bench(cases: list[Case], settings: LLMSettings, *, budget: AgentBudget | None = None,
                   python: str | None = None, progress: Callable[[FixCaseResult], None] | None = None,
-                  sandbox_factory=None, launcher=None) -> FixBenchReport:
+                  sandbox_factory=None, launcher=None, offline_first: bool = True) -> FixBenchReport:
     """Run the agent on every variant whose target is expected to crash (the buggy variants)."""
     results = []
     for case in cases:
@@ -180,7 +198,7 @@ def run_fix_bench(cases: list[Case], settings: LLMSettings, *, budget: AgentBudg
             if not variant.expect.crash:
                 continue
             r = fix_variant(case, name, settings, budget=budget, python=python, sandbox_factory=sandbox_factory,
-                            launcher=launcher)
+                            launcher=launcher, offline_first=offline_first)
             if progress:
                 progress(r)
             results.append(r)
@@ -203,5 +221,7 @@ def render_text(rep: FixBenchReport) -> str:
                  f"{s.mean_steps}, input tokens per fixed case {per}, cost {cost}, median {s.median_seconds:.1f}s "
                  f"per case, total {s.total_seconds:.1f}s")
     if s.tool_call_rate is not None:
-        lines.append(f"model replies with a usable tool call: {s.tool_call_rate:.1%} of {s.requests}")
+        lines.append(f"model replies with a usable tool call: {s.tool_call_rate:.1%} of {s.requests} "
+                     f"({s.usable_calls} usable call(s), {s.lost_calls} lost)")
+    lines.append(f"fixed where the offline search found no verified fix: {s.fixed_without_offline}")
     return "\n".join(lines)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import threading
 
+from crane.llm.claims import model_answer
 from crane.llm.client import LLMError
 from crane.llm.cost import SESSION, CostLedger
-from crane.llm.predictor import predict_with_llm, verdict_to_finding
+from crane.llm.predictor import predict_with_llm
 from crane.llm.prompt import Prompt
 from crane.llm.settings import LLMSettings
 from crane.modes import replayed_prompt
-from crane.policy import ModelAnswer, with_model
+from crane.policy import with_model
 
 
 class LLMBenchPredictor:
@@ -50,9 +51,9 @@ class LLMBenchPredictor:
             result.error = f"LLM: {exc}"
             return
         result.verdict = "crash" if verdict.answer.crash else "no-crash"
-        finding = verdict_to_finding(verdict, replayed.nb.cell(target))
-        # crane.policy: the model never clears a certain rule finding (the same decision as `check --mode llm`)
-        decision = with_model(rules, ModelAnswer(crash=finding is not None, finding=finding))
+        # crane.policy: the model only adds (the same decision as `check --mode llm`): its crash claim checked
+        # against the runtime facts (crane.llm.claims), the rules' findings kept whatever it said
+        decision = with_model(rules, model_answer(verdict, replayed.nb.cell(target), probe))
         result.decided_by = decision.decided_by
         if decision.findings:
             top = decision.findings[0]

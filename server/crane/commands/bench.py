@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fix", action="store_true",
                    help="run the repair agent on every buggy variant (needs --model) and report the fix rate")
     p.add_argument("--max-steps", dest="max_steps", type=int, default=10, help="agent steps per case (--fix)")
+    p.add_argument("--no-offline-first", dest="offline_first", action="store_false",
+                   help="with --fix --model: do not search the verified quick fixes first (the agent's starting "
+                        "point; up to 60 s per variant)")
     p.add_argument("--offline", action="store_true",
                    help="with --fix: the verified quick fixes, no model (repair rate checked in a fresh kernel)")
     p.add_argument("--dry-run", action="store_true",
@@ -270,7 +273,8 @@ def _run_fix(args: argparse.Namespace, cases, settings, launcher) -> int:
         print(f"{mark} {r.case}/{r.variant}: {r.steps} steps, {r.seconds:.1f}s {r.error or ''}", file=sys.stderr)
 
     rep = run_fix_bench(cases, settings, budget=AgentBudget(max_steps=args.max_steps), python=args.python,
-                        progress=None if args.quiet else progress, launcher=launcher)
+                        progress=None if args.quiet else progress, launcher=launcher,
+                        offline_first=getattr(args, "offline_first", True))
     print(encode(rep) if args.json else render_fix(rep))
     return EXIT_OK
 

@@ -46,6 +46,9 @@ def _notebook_lines(nb: NotebookReport) -> list[str]:
         if r.error:
             lines.append(f"{path}: cell {r.cell}: {r.error}")
         how = _how(r)
+        for s in r.suspicions:  # a model's unchecked crash claim: shown apart, predicting nothing
+            lines.append(f"{path}: cell {r.cell}, line {s.line}: the model's suspicion (unchecked, confidence "
+                         f"{s.confidence:.2f}): {s.ename}: {s.message}")
         if not r.findings:
             lines.append(f"{path}: cell {r.cell}: no crash predicted{how}")
             continue

@@ -5,7 +5,11 @@ probes the names the cell uses, runs the offline rules, and, with a model config
 asks it for a verdict grounded in those facts; a cell that already failed also sends its traceback. Without
 a model the offline rules' diagnosis is printed. Prints what each answer cost.
 
-Exit code 0: no crash predicted; 1: a crash predicted; 2: usage, input, kernel or model error.
+The rules' (and the replay's) findings are always printed first; the model's part follows, marked as the
+model's, and only where it agrees or adds (crane.llm.render). A failed model call is a note on stderr and in
+the report: the rules' diagnosis is the result.
+
+Exit code 0: no crash predicted; 1: a crash predicted; 2: usage, input or kernel error.
 """
 
 from __future__ import annotations
@@ -101,15 +105,10 @@ def run(args: argparse.Namespace) -> int:
     except KernelError as exc:
         print(f"crane: kernel error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    llm_failed = False
     try:
         d = diagnose(history, target, probe, findings, settings, traceback, history_errors=errors, ledger=SESSION)
-    except LLMError as exc:
-        llm_failed = True
+    except LLMError as exc:  # a note: the rules' diagnosis is the result
         print(f"crane: LLM error: {exc}", file=sys.stderr)
-        if not args.json:
-            return EXIT_ERROR
-        # --json: the rules' diagnosis still goes out, marked with the model's error (exit code 2 all the same)
         from crane.llm.predictor import offline_diagnosis
 
         d = offline_diagnosis(target, findings, llm_error=str(exc))
@@ -123,8 +122,6 @@ def run(args: argparse.Namespace) -> int:
         print(encode(report))
     else:
         print(render_text(args.notebook, d, runs, probe_error))
-    if llm_failed:
-        return EXIT_ERROR
     return EXIT_CRASH if d.prediction == "crash" else EXIT_OK
 
 
@@ -137,10 +134,12 @@ def session_cost(t) -> str:
 
 
 def _wrap(text: str, indent: str = "    ") -> list[str]:
-    return textwrap.wrap(" ".join(text.split()), width=100, initial_indent=indent, subsequent_indent=indent)
+    return textwrap.wrap(" ".join(text.split()), width=100, initial_indent=indent, subsequent_indent=indent + "  ")
 
 
 def render_text(path: str, d, runs, probe_error: str | None) -> str:
+    from crane.llm.render import finding_text, head, model_part
+
     out: list[str] = []
     failed = [r for r in runs if r.status == "error"]
     if failed:
@@ -148,29 +147,14 @@ def render_text(path: str, d, runs, probe_error: str | None) -> str:
         out += [f"  cell {r.number} [{r.execution_count}]: {r.ename}: {r.evalue}" for r in failed]
     if probe_error:
         out.append(f"{path}: cell {d.cell}: {probe_error}")
-    if d.mode == "llm":
-        a = d.answer
-        if a.crash:
-            where = f" at line {d.verdict.line}" if d.verdict and a.line else ""
-            head = f"{path}: cell {d.cell}: will crash: {a.exception or 'Exception'}{where}"
-        elif d.kept:
-            head = (f"{path}: cell {d.cell}: will crash: {d.kept[0].ename} at line {d.kept[0].line} (verified; the "
-                    f"model's \"no crash\" does not clear it)")
-        else:
-            head = f"{path}: cell {d.cell}: no crash predicted"
-        extra = f"confidence {a.confidence:.2f}" + (f", root cause: {a.root_cause}" if a.root_cause else "")
-        out.append(f"{head} ({extra})")
-        out += _wrap(a.explanation)
-        if a.suggested_fix:
-            out += _wrap(f"suggested fix: {a.suggested_fix}")
-    elif d.findings:
-        out.append(f"{path}: cell {d.cell}: will crash (offline rules)")
-    else:
-        out.append(f"{path}: cell {d.cell}: no crash predicted (offline rules)")
+    status, detail = head(d)
+    source = "" if d.mode == "llm" else " (offline rules)"
+    out.append(f"{path}: cell {d.cell}: {status}" + (f": {detail}" if detail else "") + source)
     for f in d.findings:
-        msg = f.message if f.message.startswith(f.ename) else f"{f.ename}: {f.message}"
-        out.append(f"  rules: line {f.line}: {msg}  [{f.rule}]")
+        out.append(f"  rules: line {f.line}: {finding_text(f)}  [{f.rule}]")
         out += [f"    evidence: {e}" for e in f.evidence[:4]]
+    for label, text in model_part(d):
+        out += _wrap(text, "  " if label != "fix" else "    ")
     if d.mode == "llm" and d.usage is not None:
         cached = " (from cache: not paid again)" if d.cached else ""
         out.append(f"  model {d.model}: {d.usage.describe()}{cached}")
@@ -179,6 +163,8 @@ def render_text(path: str, d, runs, probe_error: str | None) -> str:
             cost = session_cost(t)
             out.append(f"  session: {t.requests} request(s), {t.prompt_tokens:,} prompt + "
                        f"{t.completion_tokens:,} completion tokens, {cost}")
+    elif d.llm_error:
+        out += _wrap(f"note: the model failed ({d.llm_error}); this is the offline rules' diagnosis", "  ")
     elif d.mode == "offline":
         out.append("  (no model configured: --model M or CRANE_MODEL for an LLM diagnosis)")
     return "\n".join(out)

@@ -110,21 +110,17 @@ def _verified_candidates(args: argparse.Namespace, nb, launcher) -> list:
     """The verified quick fixes the agent starts from (none when the search fails: the agent goes on alone)."""
     if args.goal:
         return []
-    from crane.errors import CraneError
-    from crane.fixes.offline import fix_notebook
-    from crane.fixes.search import SearchBudget
+    from crane.agent.candidates import verified_candidates
 
-    try:
-        report = fix_notebook(nb, args.cell, python=args.python, budget=SearchBudget(max_seconds=60.0),
-                              launcher=launcher)
-    except CraneError as exc:
+    fixes, error = verified_candidates(nb, args.cell, python=args.python, launcher=launcher)
+    if error is not None:
         if not (args.quiet or args.json):
-            print(f"crane: no verified quick fixes ({exc}); the agent starts from scratch", file=sys.stderr)
+            print(f"crane: no verified quick fixes ({error}); the agent starts from scratch", file=sys.stderr)
         return []
-    if report.fixes and not (args.quiet or args.json):
-        print(f"verified quick fixes for the agent to start from: {', '.join(f.title for f in report.fixes)}",
+    if fixes and not (args.quiet or args.json):
+        print(f"verified quick fixes for the agent to start from: {', '.join(f.title for f in fixes)}",
               file=sys.stderr)
-    return list(report.fixes)
+    return fixes
 
 
 def run(args: argparse.Namespace) -> int:

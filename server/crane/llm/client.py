@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -177,6 +179,72 @@ def classify_error(litellm, exc: BaseException) -> tuple[type[LLMError], bool, s
     return LLMError, False, "failed"
 
 
+_KEY_VAR = re.compile(r"`?\b([A-Z][A-Z0-9_]*_(?:API_KEY|AUTH_TOKEN|KEY))\b`?")
+
+
+def describe_failure(litellm, exc: BaseException, settings: LLMSettings) -> tuple[type[LLMError], bool, str]:
+    """`classify_error`, with the real cause named where litellm's class hides it: a missing API key (litellm:
+    HTTP 500 for OpenAI), an HTML page instead of JSON (HTTP 500), an API base without `/v1` (HTTP 404, which
+    reads as "does not know this model")."""
+    text = str(exc)
+    low = text.lower()
+    if "missing credentials" in low or "no key is set" in low or ("api_key" in low and "must be set" in low):
+        names = list(dict.fromkeys(m.group(1) for m in _KEY_VAR.finditer(text)))
+        var = " or ".join(names[:2]) if names else "the provider's API key variable"
+        return LLMRequestRejected, False, f"needs an API key, and none is set (set {var})"
+    if "<!doctype html" in low or "<html" in low:
+        return (LLMRequestRejected, False, "answered with an HTML page, not JSON: the API base must be the "
+                "server's OpenAI-compatible endpoint (usually ending in /v1), not a web page or proxy")
+    err_cls, retryable, what = classify_error(litellm, exc)
+    base = (settings.api_base or "").rstrip("/")
+    if isinstance(exc, litellm.NotFoundError) and base and not base.endswith("/v1"):
+        from crane.llm.local_server import answers
+
+        hint = f"{base}/v1"
+        if settings.local and answers(hint):
+            return (LLMRequestRejected, False, f"answered HTTP 404 at {base}/chat/completions: the API base has "
+                    f"no /v1 (use --api-base {hint})")
+        return (LLMRequestRejected, False, f"answered HTTP 404 (an unknown path or model): OpenAI-compatible "
+                f"servers usually serve at {hint}, is /v1 missing from the API base?")
+    return err_cls, retryable, what
+
+
+class ServerHung(Exception):
+    """A local server accepted the request but answers nothing, not even GET /models (crane.llm.local_server)."""
+
+
+# A local server's request is watched: after LIVENESS_AFTER_S without a reply, and every LIVENESS_AFTER_S after,
+# the server must answer GET {api_base}/models within LIVENESS_TIMEOUT_S (a busy llama.cpp server does: its HTTP
+# threads answer while a slot computes). One that does not is hung or gone: the request is abandoned, seconds
+# after it was sent, instead of at its timeout (300 s on CPU).
+LIVENESS_AFTER_S = 10.0
+LIVENESS_TIMEOUT_S = 3.0
+
+
+def _watched_completion(litellm, kwargs: dict[str, Any], api_base: str) -> Any:
+    from crane.llm.local_server import answers
+
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["response"] = litellm.completion(**kwargs)
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="crane-llm-request", daemon=True).start()
+    while not done.wait(LIVENESS_AFTER_S):
+        if not done.is_set() and not answers(api_base, LIVENESS_TIMEOUT_S):
+            raise ServerHung(f"no reply to the request, nor to GET {api_base.rstrip('/')}/models within "
+                             f"{LIVENESS_TIMEOUT_S:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["response"]
+
+
 def _format_rejected(exc: BaseException) -> bool:
     """The server's error names response_format (HTTP 400 from most servers, HTTP 500 from llama-cpp-python)."""
     text = str(exc).lower()
@@ -228,10 +296,17 @@ def completion_with_retries(
                 kwargs["timeout"] = limit = left
                 cut = True
         try:
-            response = litellm.completion(**kwargs)
+            if settings.local and settings.api_base:
+                response = _watched_completion(litellm, kwargs, settings.api_base)
+            else:
+                response = litellm.completion(**kwargs)
+        except ServerHung as exc:
+            ledger.add_failure()
+            raise LLMUnavailable(f"{where} does not answer ({exc}): is it running, or hung?",
+                                 attempts=attempt) from None
         except Exception as exc:
             ledger.add_failure()
-            err_cls, retryable, what = classify_error(litellm, exc)
+            err_cls, retryable, what = describe_failure(litellm, exc, settings)
             if err_cls is LLMTimeout and cut:
                 raise DeadlinePassed(f"the time budget ended during the request to {where} (abandoned after "
                                      f"{limit:.0f} s)", attempts=attempt) from None
@@ -290,16 +365,32 @@ def call_model(
     return text, usage
 
 
+def _usable(text: str, system_prompt: str) -> LLMAnswer:
+    """The decoded answer, or AnswerError when the reply cannot be used: invalid, or incoherent in itself
+    (crane.llm.claims.reply_problems: a placeholder explanation, a flag its own explanation contradicts, a crash
+    with no exception class)."""
+    from crane.llm.claims import reply_problems
+
+    answer = decode_answer(text)
+    problems = reply_problems(answer, system_prompt)
+    if problems:
+        raise AnswerError("; ".join(problems))
+    return answer
+
+
 def request_answer(settings: LLMSettings, messages: list[dict], ledger: CostLedger) -> tuple[LLMAnswer, Usage, bool]:
-    """Ask for a verdict; on an invalid reply, one repair retry that shows the model what was wrong.
+    """Ask for a verdict; on an unusable reply (invalid, or incoherent in itself), one repair retry that shows
+    the model what was wrong; a second unusable reply is no answer (LLMBadAnswer).
 
     Returns (answer, usage of all requests, repaired).
     """
+    system = next((m["content"] for m in messages if m.get("role") == "system" and isinstance(m.get("content"), str)),
+                  "")
     text, usage = call_model(settings, messages, ledger)
     try:
-        return decode_answer(text), usage, False
+        return _usable(text, system), usage, False
     except AnswerError as first:
-        log.warning("LLM reply invalid (%s); sending one repair request", first)
+        log.warning("LLM reply unusable (%s); sending one repair request", first)
         repair = [
             *messages,
             {"role": "assistant", "content": text[:4000] or "(empty)"},
@@ -312,7 +403,7 @@ def request_answer(settings: LLMSettings, messages: list[dict], ledger: CostLedg
             raise
         usage = usage + usage2
         try:
-            return decode_answer(text2), usage, True
+            return _usable(text2, system), usage, True
         except AnswerError as second:
             raise LLMBadAnswer(
                 f"{settings.model} did not return a valid verdict, even after a repair request: {second}",

@@ -106,6 +106,19 @@ def schema_format(api_base: str | None, default: dict, schema: dict) -> dict:
     return default
 
 
+def answers(api_base: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """The server at `api_base` answers HTTP at all (any status, even 404): GET {api_base}/models. False when
+    it accepts connections but sends nothing back within `timeout` (hung), or refuses them."""
+    req = urllib.request.Request(api_base.rstrip("/") + "/models", headers={"accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout):  # noqa: S310 (http(s) checked by the settings)
+            return True
+    except urllib.error.HTTPError:
+        return True  # an HTTP status is an answer
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def forget() -> None:
     """Drop what was detected (tests; a server replaced at the same address)."""
     with _lock:

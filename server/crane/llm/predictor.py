@@ -22,10 +22,11 @@ from crane.llm.cache import ResponseCache, cache_key
 from crane.llm.client import request_answer
 from crane.llm.cost import SESSION, CostLedger, SessionTotals
 from crane.llm.prompt import Prompt, build_prompt, with_cache_markers
+from crane.llm.render import render_markdown
 from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
 from crane.llm.settings import LLMSettings
 from crane.notebook.model import Cell
-from crane.policy import ModelAnswer, Prediction, with_model
+from crane.policy import Prediction, with_model
 from crane.probe.facts import ProbeResult
 
 # The CRANE-LLM study's median runtime-augmented prompt input (222 JunoBench cases; notes §1.1).
@@ -47,8 +48,11 @@ class Diagnosis(msgspec.Struct, kw_only=True, rename="camel"):
     model: str | None = None
     prompt_chars: int | None = None
     session: SessionTotals | None = None
-    kept: list[Finding] = []  # certain rule findings kept although the model said "no crash" (crane.policy)
+    kept: list[Finding] = []  # rule findings that stand although the model said "no crash" (crane.policy)
     llm_error: str | None = None  # the model failed: this is the rules' diagnosis
+    suspicions: list[Finding] = []  # the model's crash claim that nothing checked (predicts nothing)
+    dropped: list[str] = []  # why the model's crash claim does not count (incoherent, contradicted by the facts)
+    checked: bool = False  # the runtime facts corroborate the model's crash claim
 
 
 def needs_cache_markers(model: str | None) -> bool:
@@ -125,50 +129,16 @@ def verdict_to_finding(verdict: LLMVerdict, target: Cell | None = None, min_conf
     )
 
 
-def _findings_markdown(findings: list[Finding]) -> list[str]:
-    out = []
-    for f in findings:
-        msg = f.message[len(f.ename) + 1:].strip() if f.message.startswith(f.ename + ":") else f.message
-        out.append(f"- line {f.line}: **{f.ename}**: {msg} (`{f.rule}`, {f.confidence:.2f})")
-        out.extend(f"  - {e}" for e in f.evidence[:4])
-    return out
-
-
-def render_markdown(d: Diagnosis, answer: LLMAnswer | None = None) -> str:
-    md: list[str] = []
-    if d.mode == "llm" and answer is not None:
-        head = f"**CRANE: cell {d.cell} {'will crash' if answer.crash else 'should run without crashing'}**"
-        if answer.crash:
-            detail = [f"`{answer.exception or 'Exception'}`"]
-            if d.verdict and answer.line:
-                detail.append(f"at line {d.verdict.line}")
-            head += " — " + " ".join(detail)
-        extra = [f"confidence {answer.confidence:.2f}"]
-        if answer.root_cause:
-            extra.append(f"root cause: {answer.root_cause}")
-        md += [f"{head} ({', '.join(extra)})", "", answer.explanation.strip()]
-        if d.kept:
-            md += ["", f"**The model's \"no crash\" does not clear what CRANE verified: cell {d.cell} will crash.**",
-                   *_findings_markdown(d.kept)]
-        if answer.suggested_fix:
-            md += ["", f"**Suggested fix:** {answer.suggested_fix.strip()}"]
-        if d.findings:
-            md += ["", "Offline rules:", *_findings_markdown(d.findings)]
-        if d.usage is not None:
-            cost = d.usage.describe() + (" · from cache (not paid again)" if d.cached else "")
-            md += ["", f"<sub>{d.model} · {cost}</sub>"]
-    else:
-        if d.findings:
-            md.append(f"**CRANE: cell {d.cell} will crash** (offline rules)")
-            md += ["", *_findings_markdown(d.findings)]
-        else:
-            md.append(f"**CRANE: no crash predicted for cell {d.cell}** (offline rules)")
-        if d.llm_error:
-            md += ["", f"<sub>The model failed ({d.llm_error}): this is the offline rules' diagnosis.</sub>"]
-        else:
-            md += ["", "<sub>No model configured: set `crane.llm.model` (or CRANE_MODEL / --model) for an LLM "
-                   "diagnosis.</sub>"]
-    return "\n".join(md)
+def failed_ename(target: Cell, traceback: str | list[str] | None) -> str | None:
+    """The exception the cell already raised in this state: its recorded error's class, the class on the
+    traceback's last line, "" when only the failure is known (a traceback note), None when it did not fail."""
+    if target.error is not None:
+        return target.error.ename
+    if not traceback:
+        return None
+    last = (traceback if isinstance(traceback, str) else "\n".join(traceback)).strip().splitlines()[-1:]
+    head = last[0].split(":", 1)[0].strip() if last else ""
+    return head if head.isidentifier() and (head.endswith(("Error", "Exception")) or head[:1].isupper()) else ""
 
 
 def offline_diagnosis(target: Cell, findings: list[Finding], llm_error: str | None = None) -> Diagnosis:
@@ -191,22 +161,29 @@ def diagnose(
     history_errors: dict[int, str] | None = None,
     ledger: CostLedger | None = None,
 ) -> Diagnosis:
-    """Diagnose `target`: with the configured model (raises LLMError if it fails), offline otherwise."""
+    """Diagnose `target`: with the configured model (raises LLMError if it fails), offline otherwise.
+
+    The rules' findings always stand (crane.policy: a model only adds); the model's crash claim is checked
+    (crane.llm.claims) and shown as its own: counted when the runtime facts corroborate it or a rule found the
+    same exception, a suspicion when nothing checked it, dropped (with the reasons) when incoherent or
+    contradicted."""
+    from crane.llm.claims import model_answer
+
     ledger = SESSION if ledger is None else ledger
     if not settings.enabled:
         return offline_diagnosis(target, findings)
     prompt = build_prompt(history, target, probe, findings, traceback, history_errors=history_errors)
     verdict = predict_with_llm(prompt, settings, ledger=ledger)
-    finding = verdict_to_finding(verdict, target)
-    decision = with_model(findings, ModelAnswer(crash=finding is not None, finding=finding))
-    kept = [f for f in decision.findings if f.source != "llm"] if finding is None else []
+    model = model_answer(verdict, target, probe, failed_with=failed_ename(target, traceback))
+    decision = with_model(findings, model)
+    counted = model.finding if model.finding is not None and not decision.suspicions else None
     d = Diagnosis(
         cell=target.number,
         prediction=decision.prediction,
-        kept=kept,
+        kept=list(findings) if findings and not verdict.answer.crash else [],
         mode="llm",
         markdown="",
-        verdict=finding,
+        verdict=counted,
         findings=findings,
         answer=verdict.answer,
         usage=verdict.usage,
@@ -214,8 +191,11 @@ def diagnose(
         model=settings.model,
         prompt_chars=prompt.chars,
         session=ledger.totals(),
+        suspicions=decision.suspicions,
+        dropped=list(model.dropped),
+        checked=model.checked,
     )
-    d.markdown = render_markdown(d, verdict.answer)
+    d.markdown = render_markdown(d)
     return d
 
 

@@ -131,8 +131,8 @@ def publish_outcomes(
 
 
 def final_findings(settings: Settings, session: NotebookSession, cell: CellSnapshot) -> tuple[list[Finding], dict | None]:
-    """What a cell's diagnostics say now (`crane.policy.decide`), and the sandbox's verdict for the
-    diagnostics' data (or None)."""
+    """What a cell's diagnostics say now (`crane.policy.decide`: its findings, then the model's suspicions),
+    and the sandbox's verdict for the diagnostics' data (or None)."""
     rules = session.known(cell.uri).rule_findings or []
     verdict = session.sandbox_verdicts.get(cell.source, session.kernel_gen) if settings.speculative_on else None
     model = session.model_answers.get(cell.source, session.kernel_gen) if settings.mode == "llm" else None
@@ -140,7 +140,8 @@ def final_findings(settings: Settings, session: NotebookSession, cell: CellSnaps
     if verdict is not None:
         info = {"verdict": verdict.verdict, "reason": verdict.reason, "elapsedMs": round(verdict.elapsed_ms, 1),
                 "how": verdict.how(), "scale": verdict.scale, "mode": verdict.mode}
-    return decide(settings.mode, rules, verdict, model).findings, info
+    d = decide(settings.mode, rules, verdict, model)
+    return d.findings + d.suspicions, info  # a suspicion (source "llm", low confidence) is an Information
 
 
 def publish_cell(host: Host, session: NotebookSession, snap: NotebookSnapshot, cell: CellSnapshot) -> None:

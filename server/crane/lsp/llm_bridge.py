@@ -209,15 +209,15 @@ class LLMService:
 
     @staticmethod
     def _predict_blocking(snap: NotebookSnapshot, cell: CellSnapshot, probe: Any, settings: Any) -> ModelAnswer:
-        from crane.llm.predictor import predict_with_llm, verdict_to_finding
+        from crane.llm.claims import model_answer
+        from crane.llm.predictor import predict_with_llm
         from crane.llm.prompt import build_prompt
 
         cells = notebook_cells(snap)
         target = cells[cell.number - 1]
         prompt = build_prompt(executed_history(cells, target.number), target, probe, [])
         verdict = predict_with_llm(prompt, settings)
-        finding = verdict_to_finding(verdict, target)
-        return ModelAnswer(crash=finding is not None, finding=finding)
+        return model_answer(verdict, target, probe)
 
     def close(self) -> None:
         for handle in self._pending.values():

@@ -192,6 +192,7 @@ export interface Proposal {
   model: string;
   elapsedS: number;
   log: AgentStep[];
+  calls: CallStats;
 }
 
 export interface CellEdit {
@@ -254,6 +255,17 @@ export interface StepUsage {
   completionTokens: number;
   cachedTokens: number;
   costUsd: number | null;
+}
+
+/**
+ * The model's tool calls over a run: `usable` ones were read and run (a repeat within one reply counted
+ * once); `lost` ones could not be read, each with the reason; `usable_turns`: replies with a usable call.
+ */
+export interface CallStats {
+  usable: number;
+  usableTurns: number;
+  repeated: number;
+  lost: string[];
 }
 
 export interface StopAgentResult {

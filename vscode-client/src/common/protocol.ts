@@ -32,6 +32,7 @@ export type {
   AgentUsage,
   AttachKernelParams,
   AttachResult,
+  CallStats,
   CellAddition,
   CellCheck,
   CellEdit,
