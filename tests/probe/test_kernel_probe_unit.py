@@ -2,10 +2,12 @@
 and always stays within its caps whatever it is given."""
 
 from __future__ import annotations
+import __future__
 
 import ast
 import json
 import sys
+import types
 from typing import Any
 
 import msgspec
@@ -62,6 +64,23 @@ def test_installed_source_runs_like_the_module() -> None:
     for r in (a, b):
         r.pop("elapsed_ms"), r.pop("payload_bytes")
     assert a == b and a["undefined"] == ["nope"] and a["facts"]["df"]["n_nan"] == 1
+
+
+def test_annotations_are_never_evaluated_in_the_kernel() -> None:
+    """Every part compiles under `from __future__ import annotations`: its annotations (for the type checker)
+    stay strings in the kernel, whose Python may be older than the daemon's (`X | None`) and which lacks the
+    names the stripped sibling imports bring (`Ctx` in a part other than common's)."""
+    ns: dict[str, Any] = {}
+    for filename, text in PROBE_MODULE.sources:
+        code = compile(text, filename, "exec", dont_inherit=True)  # as the kernel's bootstrap: not this file's flags
+        assert code.co_flags & __future__.annotations.compiler_flag, filename
+        exec(code, ns)
+    functions = [f for f in ns.values() if isinstance(f, types.FunctionType)]
+    functions += [m for c in ns.values() if isinstance(c, type) for m in vars(c).values()
+                  if isinstance(m, types.FunctionType)]  # fmt: skip
+    annotations = [ns["__annotations__"]] + [f.__annotations__ for f in functions]
+    assert sum(len(d) for d in annotations) > 300  # the parts are annotated (mypy: disallow_untyped_defs)
+    assert all(type(a) is str for d in annotations for a in d.values())
 
 
 def test_bad_requests_are_answered_with_errors():
