@@ -67,10 +67,13 @@ def test_cell_magic_body_is_analysed_with_offset():
 
 def test_syntax_errors_on_original_lines():
     a = analyze_cell("%matplotlib inline\nx = (1,\n")
+    assert a.syntax_error is not None
     assert a.tree is None and a.syntax_error.line == 2
     a = analyze_cell("!ls\nreturn 3")
+    assert a.syntax_error is not None
     assert a.syntax_error.line == 2 and "outside function" in a.syntax_error.message
     a = analyze_cell("if x:\nprint(1)")
+    assert a.syntax_error is not None
     assert a.syntax_error.ename == "IndentationError"
     assert analyze_cell("await something()").syntax_error is None  # IPython allows top-level await
 
@@ -106,11 +109,13 @@ def test_plan_probe_names_the_columns_the_cell_mentions():
     a = analyze_cell("m = df['price'].mean() + df.qty.sum()\nsns.scatterplot(data=df, x='age', y=\"b\")\n"
                      "z = df[3] + df.iloc[:, -1]\ncols = ['u', 'v']\n")
     labels = plan_probe(a).columns
+    assert labels is not None
     assert {"price", "qty", "age", "b", "u", "v", 3, "mean", "sum"} <= set(labels)
     assert -1 not in labels and all(type(x) in (str, int) for x in labels)
     assert plan_probe(analyze_cell("def f(:\n")).columns == []
     many = analyze_cell("x = [" + ", ".join(f"'c{i}'" for i in range(500)) + "]")
-    assert len(plan_probe(many).columns) == 200
+    many_labels = plan_probe(many).columns
+    assert many_labels is not None and len(many_labels) == 200
 
 
 def test_never_raises_on_garbage():

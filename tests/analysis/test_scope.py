@@ -15,7 +15,9 @@ CELLS = [
 
 def test_definitions_and_imports():
     s = NotebookScope.from_cells(CELLS)
-    assert set(s.cell(2).binds) == {"df", "helper"}  # not the function's locals
+    cell2 = s.cell(2)
+    assert cell2 is not None
+    assert set(cell2.binds) == {"df", "helper"}  # not the function's locals
     assert s.defined_in("X") == 2 and s.defined_in("np") is None  # deleted by a later run
     assert s.import_target("pd") == "pandas"
     assert s.defined_in("df") is None  # its cell never ran

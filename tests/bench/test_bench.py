@@ -105,6 +105,7 @@ def test_auto_mode_on_a_junobench_lite_sample_meets_the_floors_and_leaves_every_
 def test_the_floors_command_names_every_miss():
     """The floors' checks miss nothing on a report that fails them (and pass one that meets them)."""
     spec = importlib.util.spec_from_file_location("junobench_floors", FLOORS)
+    assert spec is not None and spec.loader is not None
     floors = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(floors)
 

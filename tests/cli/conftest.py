@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 
-def make_notebook(path: Path, cells: list[tuple[str, int | str | None]], nbformat: int = 4) -> Path:
+def make_notebook(path: Path, cells: Sequence[tuple[str, int | str | None]], nbformat: int = 4) -> Path:
     """cells: (source, execution_count or None); markdown cells are written as ('# md', 'md')."""
     out: list[dict] = []
     for i, (src, count) in enumerate(cells):

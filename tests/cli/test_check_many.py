@@ -69,6 +69,7 @@ def test_an_error_in_one_notebook_exits_2_and_still_reports_the_others_crashes(n
     report = _report(res)  # auto mode, the default
     assert report.mode == "auto" and report.errors == 2 and report.predicted_crashes == 1
     crash, broken, missing, clean = report.notebooks
+    assert broken.error is not None and missing.error is not None
     assert crash.cells[0].findings[0].ename == "NameError" and crash.cells[0].sandbox == "crash"
     assert "not valid JSON" in broken.error and not broken.cells
     assert "cannot read missing.ipynb" in missing.error
@@ -92,6 +93,7 @@ def test_a_kernel_that_dies_in_one_notebook_does_not_stop_the_next(nb_dir):
     res = crane("check", "dies.ipynb", "crash.ipynb", "--json", "--mode", "static", cwd=nb_dir)
     assert res.returncode == 2
     dies, crash = _report(res).notebooks
+    assert dies.error is not None
     assert "kernel error" in dies.error and "died" in dies.error
     assert crash.predicted_crashes == 1
 
@@ -104,6 +106,7 @@ def test_unreadable_notebooks_are_per_file_errors(nb_dir):
     res = crane("check", "nbs", "--json", "--mode", "static", cwd=nb_dir)
     assert res.returncode == 2
     dangling, ok = _report(res).notebooks
+    assert dangling.error is not None
     assert dangling.notebook == "nbs/dangling.ipynb" and "cannot read nbs/dangling.ipynb" in dangling.error
     assert ok.cells[0].prediction == "no-crash"
 
@@ -117,7 +120,8 @@ def test_a_file_without_read_permission_is_a_per_file_error(nb_dir):
     finally:
         p.chmod(0o644)
     assert res.returncode == 2
-    assert "Permission denied" in _report(res).notebooks[0].error
+    error = _report(res).notebooks[0].error
+    assert error is not None and "Permission denied" in error
 
 
 def test_a_folder_without_notebooks_is_an_error(nb_dir):

@@ -81,6 +81,7 @@ def test_every_character_maps_to_its_raw_json(srcs, style):
                 assert _decoded(_token_at(file_lines, pos)) == ch, (src, i, col, pos)
             if line:  # the exclusive end sits right after the raw text of the line's last character
                 last = tm.locate(number, i, len(line) - 1)
+                assert last is not None
                 width = len(_token_at(file_lines, last).encode("utf-16-le")) // 2
                 assert tm.locate(number, i, len(line), end=True) == (last[0], last[1] + width)
 
@@ -88,13 +89,17 @@ def test_every_character_maps_to_its_raw_json(srcs, style):
 def test_jupyter_layout_maps_to_the_line_of_the_json_file():
     text = _notebook_text(["import pandas as pd\n", "x = 1\ndf['price']\n"], "lines")
     tm = NotebookTextMap.build(text)
-    line, col = tm.locate(3, 2, 0)
+    assert tm is not None
+    pos = tm.locate(3, 2, 0)
+    assert pos is not None
+    line, col = pos
     assert text.split("\n")[line - 1].strip() == '"df[\'price\']\\n"'
     assert text.split("\n")[line - 1][col - 1 :].startswith("df['price']")
 
 
 def test_columns_clamp_and_out_of_range_positions():
     tm = NotebookTextMap.build(_notebook_text(["ab\ncd"], "lines"))
+    assert tm is not None
     assert tm.locate(2, 1, 99) == tm.locate(2, 1, 2)  # clamped to the end of the line (before the newline)
     assert tm.locate(2, 3, 0) is None  # no line 3
     assert tm.locate(9, 1, 0) is None  # no cell 9

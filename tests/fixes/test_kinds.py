@@ -32,6 +32,7 @@ def test_run_first_cell_not_run(kernel):
     r = fix_search(kernel, cells, 3)
     fix = first(r)
     assert (fix.kind, fix.title, fix.run_first, fix.new) == ("run-first", "Run cell 2 first", (2,), fix.old)
+    assert r.crash is not None
     assert r.crash.ename == "NameError" and fix.stdout.strip() == "6"
 
 
@@ -53,6 +54,7 @@ def test_run_stale_cell_above(kernel):
              ("pred = y * 2\n", False), ("print(((y - pred) ** 2).sum())\n", False)]
     r = fix_search(kernel, cells, 5)
     fix = first(r)
+    assert r.crash is not None
     assert fix.kind == "run-stale" and fix.run_first == (4,) and r.crash.ename == "ValueError"
 
 
@@ -312,6 +314,7 @@ def test_join_suffix(kernel):
 def test_clean_and_unfixable_cells(kernel):
     assert fix_search(kernel, [("x = 1\n", True), ("print(x + 1)\n", False)], 2).status == "clean"
     r = fix_search(kernel, [("x = 1\n", True), ("print(x / 0)\n", False)], 2)
+    assert r.crash is not None
     assert r.status == "not-fixed" and not r.fixes and r.crash.ename == "ZeroDivisionError"
 
 

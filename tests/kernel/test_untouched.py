@@ -44,4 +44,4 @@ def test_an_unknown_connection_is_a_clear_error(conn):
         target = owner = None
 
     with pytest.raises(KernelError, match="unknown"):
-        Untouched(Detached())
+        Untouched(Detached())  # type: ignore[arg-type]  # a connection of no known kind, on purpose

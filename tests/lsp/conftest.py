@@ -136,15 +136,15 @@ async def start_client(env: dict[str, str] | None = None, init_options: Any = No
 
     @client.feature("crane/agentStep")
     def _step(ls, params):
-        client.agent_steps.append(params)
+        client.agent_steps.append(params)  # type: ignore[attr-defined]
 
     @client.feature("crane/kernelStatus")
     def _status(ls, params):
-        client.kernel_status.append(params)
+        client.kernel_status.append(params)  # type: ignore[attr-defined]
 
     @client.feature("crane/diagnosis")
     def _diagnosis(ls, params):
-        client.diagnoses.append(params)
+        client.diagnoses.append(params)  # type: ignore[attr-defined]
 
     full_env = dict(os.environ)
     full_env.pop("XDG_RUNTIME_DIR", None)
@@ -322,7 +322,7 @@ class Notebook:
 TIMEOUT_SCALE = float(os.environ.get("CRANE_TEST_TIMEOUT_SCALE", "3"))
 
 
-async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+async def wait_for(predicate: Callable[..., Any], timeout: float = 10.0, what: str = "condition") -> Any:
     timeout *= TIMEOUT_SCALE
     deadline = time.monotonic() + timeout
     while True:

@@ -186,7 +186,7 @@ async def test_a_restart_with_a_new_connection_file_lets_the_old_kernel_go(tmp_p
         assert result.attached and result.kernel.connectionFile == new.connection_file
         d = await wait_for(lambda: (d := crane_diags(client, nb.cells[0])) and d[0].data["facts"] == "live" and d, timeout=20, what="fresh")
         assert d[0].code == "undefined-name"  # the names are gone with the old process
-        assert not [x for x in client.kernel_status if "could not attach" in x.message]
+        assert not [x for x in client.kernel_status if "could not attach" in x.message]  # type: ignore[attr-defined]
     finally:
         await stop_client(client)
         old.owned.shutdown()
@@ -264,6 +264,7 @@ def test_discovery_asks_a_young_silent_kernel_again_soon(tmp_path):
     backoffs = {}
     for f in (young, old):
         key = d._key(str(f))
+        assert key is not None
         for _ in range(4):
             d._no_answer(key)
         backoffs[f.name] = d._silent[key][1]

@@ -57,11 +57,11 @@ def handover(tmp_path, monkeypatch):
         release.wait(60)
 
     host = _Host()
-    sup = KernelSupervisor(host, analysis=None)
+    sup = KernelSupervisor(host, analysis=None)  # type: ignore[arg-type]  # a stand-in host, no analysis needed
     session = NotebookSession(uri="file:///w/nb.ipynb", path=None)
     sup._attach_lock[session.uri] = asyncio.Lock()
     old = _attachment(str(tmp_path / "kernel-old.json"), held_close)
-    session.attachment, session.state = old, "attached"
+    session.attachment, session.state = old, "attached"  # type: ignore[assignment]  # a stand-in attachment
     new_file = tmp_path / "kernel-new.json"
     new_file.write_text("{}")
     new = _attachment(str(new_file), lambda: None)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import queue
 import time
 
+from jupyter_client.provisioning import LocalProvisioner
+
 from .conftest import Kernel, Notebook, TcpKernel, crane_diags, last_status, start_client, stop_client, wait_for
 
 
@@ -41,6 +43,7 @@ async def test_kernel_death_then_restart(runtime_dir, tmp_path):
         await wait_for(lambda: crane_diags(client, nb.cells[1]), what="NameError b_var (live)")
         await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="a_var defined in the kernel")
 
+        assert isinstance(kernel.km.provisioner, LocalProvisioner) and kernel.km.provisioner.process is not None
         kernel.km.provisioner.process.kill()  # the kernel dies (SIGKILL)
         await wait_for(lambda: last_status(client, nb.uri).state == "dead", timeout=15, what="dead status")
         d0 = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="static diagnostics once the kernel is gone")

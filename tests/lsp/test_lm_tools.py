@@ -5,6 +5,7 @@ proven unchanged; bad params are errors and the server keeps serving."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pygls.exceptions import JsonRpcInvalidParams
@@ -14,7 +15,7 @@ from crane.kernel.untouched import Untouched
 from .conftest import SETUP, Notebook, attach
 
 
-async def call(client, nb_uri: str, tool: str, input: dict) -> tuple[bool, object]:
+async def call(client, nb_uri: str, tool: str, input: dict) -> tuple[bool, Any]:
     res = await client.protocol.send_request_async("crane/lmTool", {"notebookUri": nb_uri, "tool": tool,
                                                                     "input": input})
     is_error = bool(getattr(res, "isError", False))

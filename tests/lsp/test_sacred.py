@@ -61,6 +61,7 @@ async def test_session_leaves_the_kernel_untouched(runtime_dir, tmp_path):
             spec = await client.workspace_execute_command_async(
                 types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[5]])
             )
+            assert spec is not None
             assert spec["ename"] == "UnboundLocalError" or spec["ename"] == "NameError", spec
             assert "row 0" in spec["stdout"]
             await wait_for(lambda: crane_diags(client, nb.cells[1]), timeout=15, what="NotFittedError on the discovered kernel")

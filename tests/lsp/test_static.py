@@ -16,7 +16,7 @@ async def test_capabilities_and_fast_initialize(tmp_path):
     client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path)})
     elapsed = time.monotonic() - t0
     try:
-        caps = client.init_result.capabilities
+        caps = client.init_result.capabilities  # type: ignore[attr-defined]  # set by start_client
         assert caps.notebook_document_sync is not None
         selectors = caps.notebook_document_sync.notebook_selector
         assert {s.notebook for s in selectors} == {"jupyter-notebook"}  # not the interactive window

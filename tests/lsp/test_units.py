@@ -80,11 +80,13 @@ def test_facts_cache_answers_only_what_it_knows():
     req = ProbeRequest(names=["df", "gone"], modules=["pandas"], paths=["x.csv"])
     cache.store(req, ProbeResult(facts={"df": Facts(name="df", type="DataFrame")}, undefined=["gone"], modules={"pandas": True}, paths={"x.csv": False}))
     got = cache.lookup(ProbeRequest(names=["df", "gone", "never_seen"], paths=["x.csv"]))
+    assert got is not None
     assert set(got.facts) == {"df"} and got.undefined == ["gone"] and got.paths == {"x.csv": False}
     assert "never_seen" not in got.undefined  # unknown is not undefined
     assert cache.lookup(ProbeRequest(names=["never_seen"])) is None
     cache.store(ProbeRequest(names=["gone"]), ProbeResult(facts={"gone": Facts(name="gone", type="int")}))
-    assert cache.lookup(ProbeRequest(names=["gone"])).undefined == []
+    gone = cache.lookup(ProbeRequest(names=["gone"]))
+    assert gone is not None and gone.undefined == []
 
 
 def test_facts_cache_reuses_a_live_answer_only_for_the_same_request_and_kernel_state():
@@ -169,8 +171,10 @@ def test_finding_to_diagnostic_maps_lines_and_related_cells():
     d = to_diagnostic(f, cells[1], snap, "live")
     assert (d.range.start.line, d.range.start.character, d.range.end.character) == (1, 6, 7)
     assert d.message == "NameError: name 'y' is not defined" and d.source == "crane" and d.code == "undefined-name"
+    assert d.related_information is not None
     assert d.related_information[0].location.uri == "cell-1"
     d2 = to_diagnostic(Finding(rule="r", ename="KeyError", message="KeyError: 'k'", line=1), cells[1], snap, "stale")
+    assert d2.data is not None
     assert d2.message == "KeyError: 'k'" and d2.range.end.character == 1 and d2.data["facts"] == "stale"
 
 
@@ -251,7 +255,7 @@ def test_process_exists_sees_exit_and_zombies():
 
 def test_watch_reports_a_restart_when_the_kernel_process_is_gone_even_if_iopub_is_silent(tmp_path):
     """A SUB socket can miss a restarted kernel's first iopub messages; the vanished pid still tells."""
-    from crane.lsp.kernel_watch import KernelWatch
+    from crane.lsp.kernel_watch import KernelWatch, WatchEvent
 
     # A connection file whose ports nobody serves: iopub and heartbeat stay silent.
     ports = []
@@ -264,7 +268,7 @@ def test_watch_reports_a_restart_when_the_kernel_process_is_gone_even_if_iopub_i
                               "control_port": ports[3], "hb_port": ports[4], "ip": "127.0.0.1", "key": "k",
                               "transport": "tcp", "signature_scheme": "hmac-sha256"}))
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    events = []
+    events: list[WatchEvent] = []
     watch = KernelWatch(str(cf), events.append, heartbeat_interval=0.1, local_pid=proc.pid)
     watch.alive = False  # no heartbeat here: only the process check can speak
     watch.start()

@@ -2,10 +2,13 @@
 and always stays within its caps whatever it is given."""
 
 from __future__ import annotations
+import __future__
 
 import ast
 import json
 import sys
+import types
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -24,7 +27,7 @@ from .no_time_cap import NO_TIME_CAP
 def test_installed_source_is_stdlib_only_and_parses_as_python_3_8():
     src = "\n".join(text for _, text in PROBE_MODULE.sources)
     tree = ast.parse(src, feature_version=(3, 8))
-    imported = set()
+    imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported.update(a.name.split(".")[0] for a in node.names)
@@ -61,6 +64,23 @@ def test_installed_source_runs_like_the_module() -> None:
     for r in (a, b):
         r.pop("elapsed_ms"), r.pop("payload_bytes")
     assert a == b and a["undefined"] == ["nope"] and a["facts"]["df"]["n_nan"] == 1
+
+
+def test_annotations_are_never_evaluated_in_the_kernel() -> None:
+    """Every part compiles under `from __future__ import annotations`: its annotations (for the type checker)
+    stay strings in the kernel, whose Python may be older than the daemon's (`X | None`) and which lacks the
+    names the stripped sibling imports bring (`Ctx` in a part other than common's)."""
+    ns: dict[str, Any] = {}
+    for filename, text in PROBE_MODULE.sources:
+        code = compile(text, filename, "exec", dont_inherit=True)  # as the kernel's bootstrap: not this file's flags
+        assert code.co_flags & __future__.annotations.compiler_flag, filename
+        exec(code, ns)
+    functions = [f for f in ns.values() if isinstance(f, types.FunctionType)]
+    functions += [m for c in ns.values() if isinstance(c, type) for m in vars(c).values()
+                  if isinstance(m, types.FunctionType)]  # fmt: skip
+    annotations = [ns["__annotations__"]] + [f.__annotations__ for f in functions]
+    assert sum(len(d) for d in annotations) > 300  # the parts are annotated (mypy: disallow_untyped_defs)
+    assert all(type(a) is str for d in annotations for a in d.values())
 
 
 def test_bad_requests_are_answered_with_errors():
@@ -130,11 +150,13 @@ def test_any_object_column_gives_decodable_facts(data):
     req = {"names": ["df"], "attrs": ["df.c"], "time_budget_ms": 600_000}  # facts, not timing: no time cap
     res = decode_probe_result(kp.run(json.dumps(req), {"df": df}))
     assert not res.errors, res.errors
-    c = res.facts["df"].columns[0]
+    columns = res.facts["df"].columns
+    assert columns is not None
+    c = columns[0]
     assert c.n_nan == sum(1 for x in data if x is None or (isinstance(x, float) and x != x))
 
 
-def _lib_class(name, module, bases=(), **attrs):
+def _lib_class(name: str, module: str, bases: tuple[type, ...] = (), **attrs: Any) -> Any:
     """A class that claims to live in `module` (TensorFlow/Keras cannot be installed here)."""
     for v in attrs.values():
         fget = getattr(v, "fget", None)
@@ -158,17 +180,19 @@ def test_keras_and_tf_objects_by_library_and_class_name():
     ns = {"m": m, "ds": DatasetV2(), "it": it}
     res = decode_probe_result(kp.run(json.dumps({"names": ["m", "ds", "it"]}), ns))
     km = res.facts["m"].keras_model
+    element_spec = res.facts["ds"].element_spec
+    d = res.facts["it"].dataloader
+    assert km is not None and element_spec is not None and d is not None
     assert res.facts["m"].kind == "keras_model" and km.input_shape == "(None, 28, 28)" and km.output_shape == "(None, 10)"
     assert km.built is True and km.n_layers == 3 and km.loss == "'categorical_crossentropy'"
-    assert res.facts["ds"].kind == "tf_dataset" and res.facts["ds"].element_spec.startswith("TensorSpec(shape=(None, 4)")
-    d = res.facts["it"].dataloader
+    assert res.facts["ds"].kind == "tf_dataset" and element_spec.startswith("TensorSpec(shape=(None, 4)")
     assert (d.num_examples, d.batch_size, d.num_batches, d.num_classes) == (100, 32, 4, 3)
     assert d.image_shape == "[256, 256, 3]" and d.class_mode == "categorical"
 
 
 def test_user_subclass_property_of_a_keras_model_is_not_called():
     calls = []
-    Model = _lib_class("Model", "keras.src.models.model")
+    Model: Any = _lib_class("Model", "keras.src.models.model")
 
     class Mine(Model):
         @property
@@ -177,7 +201,9 @@ def test_user_subclass_property_of_a_keras_model_is_not_called():
             return (1,)
 
     res = decode_probe_result(kp.run(json.dumps({"names": ["m"]}), {"m": Mine()}))
-    assert res.facts["m"].kind == "keras_model" and res.facts["m"].keras_model.input_shape is None and not calls
+    km = res.facts["m"].keras_model
+    assert km is not None
+    assert res.facts["m"].kind == "keras_model" and km.input_shape is None and not calls
 
 
 def test_sparse_index_timestamp_and_time_cap():
@@ -192,7 +218,9 @@ def test_sparse_index_timestamp_and_time_cap():
     res = decode_probe_result(kp.run(json.dumps({"names": ["sp", "idx", "ts"]}), ns))
     sp = res.facts["sp"]
     assert (sp.kind, sp.shape, sp.dtype, sp.value) == ("sparse", [4, 4], "float64", "nnz=4")
-    assert res.facts["idx"].kind == "index" and res.facts["idx"].index.unique is False
+    idx = res.facts["idx"].index
+    assert idx is not None
+    assert res.facts["idx"].kind == "index" and idx.unique is False
     assert res.facts["ts"].value == "2024-01-02 00:00:00"
     capped = decode_probe_result(kp.run(json.dumps({"names": ["df"], "time_budget_ms": 0.000001}), ns))
     assert capped.time_capped and capped.facts["df"].truncated and capped.facts["df"].columns is None
@@ -202,13 +230,15 @@ def _frame_facts(df, columns=None, **req):
     req.setdefault("time_budget_ms", NO_TIME_CAP)
     res = decode_probe_result(kp.run(json.dumps({"names": ["df"], "columns": columns, **req}), {"df": df}))
     assert not res.errors, res.errors
-    return res.facts["df"], {c.name: c for c in res.facts["df"].columns}
+    columns = res.facts["df"].columns
+    assert columns is not None
+    return res.facts["df"], {c.name: c for c in columns}
 
 
 def test_value_facts_only_for_mentioned_columns_and_exact_nan_for_all():
     rng = np.random.default_rng(0)
     n = 50_000
-    data = {f"c{i}": rng.random(n) for i in range(6)}
+    data: dict[str, np.ndarray] = {f"c{i}": rng.random(n) for i in range(6)}
     data["c4"][[3, 99, n - 1]] = np.nan
     data["c5"][[5, 6]] = [np.inf, -np.inf]  # a NaN-free column whose sum is NaN: its own count decides
     data["txt"] = np.array(["1", "2", "x"] * (n // 3) + ["4"] * (n % 3), dtype=object)

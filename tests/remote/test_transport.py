@@ -41,6 +41,7 @@ def test_start_use_and_shut_down_a_server_kernel(jserver, served, monkeypatch):
     with start_server_kernel(jserver.spec(), nb) as k:
         assert k.path == "project/analysis.ipynb" and k.kernel_id in jserver.kernel_ids()
         conn = k.connection
+        assert conn is not None
         assert conn.evaluate("__import__('os').getcwd()") == str(served / "project")  # the notebook's folder
         run = conn.run_cell("x = 41\nprint('hello')\nx + 1")
         assert (run.status, run.stdout, run.execution_count) == ("ok", "hello\n", 1)
@@ -63,6 +64,7 @@ def test_a_session_the_user_has_open_is_never_reused(jserver, served, user_kerne
     user_kernel.run("mine = 'user'")
     with start_server_kernel(jserver.spec(), served / "project" / "analysis.ipynb") as k:
         assert k.kernel_id != user_kernel.kernel_id and k.path.startswith("project/analysis.crane-")
+        assert k.connection is not None
         assert k.connection.evaluate("'mine' in globals()") is False
     assert user_kernel.kernel_id in jserver.kernel_ids()
     assert user_kernel.frontend.evaluate("mine") == "user"
@@ -172,6 +174,7 @@ def test_server_gone_is_a_clear_error(served, tmp_path):
     srv = JupyterServerProcess(root)
     try:
         with start_server_kernel(srv.spec(), write_notebook(root / "nb.ipynb"), root=root) as k:
+            assert k.connection is not None
             client: WebSocketKernelClient = k.connection.client
             client.reconnect_window = 2.0
             assert k.connection.evaluate("1") == 1
@@ -196,6 +199,7 @@ def test_https_proxy_prefix_and_legacy_protocol(tmp_path, variant):
     try:
         assert srv.url.startswith("https://" if variant.startswith("https") else "http://")
         with start_server_kernel(srv.spec(), write_notebook(root / "nb.ipynb"), root=root) as k:
+            assert k.connection is not None
             client: WebSocketKernelClient = k.connection.client
             assert client.protocol == (None if variant == "legacy-json" else "v1.kernel.websocket.jupyter.org")
             assert k.connection.run_cell("print('over', 'the', 'wire')").stdout == "over the wire\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 import pytest
 
@@ -30,8 +31,9 @@ def test_v1_round_trip_matches_jupyter_server():
 def test_v1_decodes_server_frames_with_buffers():
     from jupyter_server.services.kernels.connection.base import serialize_msg_to_ws_v1
 
-    parts = [json.dumps(p).encode() for p in ({"msg_id": "x", "msg_type": "display_data"}, {"msg_id": "p"}, {},
-                                              {"data": {}})]
+    frames: tuple[dict[str, Any], ...] = ({"msg_id": "x", "msg_type": "display_data"}, {"msg_id": "p"}, {},
+                                          {"data": {}})
+    parts = [json.dumps(p).encode() for p in frames]
     ch, msg = decode_v1(serialize_msg_to_ws_v1(parts + [b"\x00\x01"], "iopub"))
     assert ch == "iopub" and msg["parent_header"] == {"msg_id": "p"} and msg["buffers"] == [b"\x00\x01"]
 

@@ -28,7 +28,7 @@ NAN = ("ValueError", "sklearn-input", "Input X contains NaN. LogisticRegression 
 @pytest.fixture(scope="module", params=KERNEL_ENVS)
 def kernel(request, tmp_path_factory):
     k = start_kernel(tmp_path_factory.mktemp("flow"), python=kernel_python(request.param))
-    k.env = request.param
+    k.env = request.param  # type: ignore[attr-defined]  # the module's kernels carry their environment's name
     yield k
     k.shutdown()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from crane.probe.facts import Facts, LayerFacts, ParamFacts, TorchModuleFacts
+from crane.rulekit.lib_helpers import Verdict
 from crane.rules.calls import bind
 from crane.rules.numpy_shapes import broadcast, dot_verdict, index_verdict, reshape_verdict
 from crane.rules.torch_rules import input_verdict, loss_verdict
@@ -15,6 +16,12 @@ PLAIN = [ParamFacts(name="a", kind="POSITIONAL_OR_KEYWORD"), ParamFacts(name="b"
                                                                         has_default=True)]
 
 
+def message(v: Verdict | None) -> str:
+    """The message of a verdict that must be there."""
+    assert v is not None
+    return v.message
+
+
 def test_multiple_values_is_reported_for_any_signature():
     v = bind("scatter", SCATTER, 3, ["s", "c"])
     assert v and v.message == "scatter() got multiple values for argument 's'"
@@ -24,9 +31,9 @@ def test_multiple_values_is_reported_for_any_signature():
 def test_other_binding_errors_only_for_exact_signatures():
     # a decorator may keep accepting an old keyword / positional use: not reported unless the signature is exact
     assert bind("f", PLAIN, 3, []) is None and bind("f", PLAIN, 1, ["old"]) is None
-    assert bind("f", PLAIN, 3, [], exact=True).message == "f() takes from 1 to 2 positional arguments but 3 were given"
-    assert bind("f", PLAIN, 1, ["c"], exact=True).message == "f() got an unexpected keyword argument 'c'"
-    assert bind("f", PLAIN, 0, [], exact=True).message == "f() missing 1 required positional argument: 'a'"
+    assert message(bind("f", PLAIN, 3, [], exact=True)) == "f() takes from 1 to 2 positional arguments but 3 were given"
+    assert message(bind("f", PLAIN, 1, ["c"], exact=True)) == "f() got an unexpected keyword argument 'c'"
+    assert message(bind("f", PLAIN, 0, [], exact=True)) == "f() missing 1 required positional argument: 'a'"
     assert bind("f", PLAIN, 1, ["b"], exact=True) is None
 
 
@@ -37,12 +44,12 @@ def arr(shape, kind="ndarray"):
 
 def test_shapes():
     assert broadcast((68,), (1,)) and broadcast((3, 1), (1, 4)) and not broadcast((68,), (272,))
-    assert dot_verdict("x", arr((75, 4)), "w", arr((1, 4)), "dot").message == \
+    assert message(dot_verdict("x", arr((75, 4)), "w", arr((1, 4)), "dot")) == \
         "shapes (75,4) and (1,4) not aligned: 4 (dim 1) != 1 (dim 0)"
     assert dot_verdict("x", arr((75, 4)), "w", arr((4, 1)), "dot") is None
     assert reshape_verdict("a", arr((10,)), [-1, 2]) is None
-    assert reshape_verdict("a", arr((10,)), [3, -1]).message == "cannot reshape array of size 10 into shape (3,-1)"
-    assert index_verdict("a", arr((5, 2)), (slice(None), 2)).message == "index 2 is out of bounds for axis 1 with size 2"
+    assert message(reshape_verdict("a", arr((10,)), [3, -1])) == "cannot reshape array of size 10 into shape (3,-1)"
+    assert message(index_verdict("a", arr((5, 2)), (slice(None), 2))) == "index 2 is out of bounds for axis 1 with size 2"
     assert index_verdict("a", arr((5, 2)), -5) is None
 
 
@@ -52,7 +59,7 @@ def test_torch_first_layer_and_losses():
                                                                  out_features=5)]))
     custom = Facts(name="net", type="__main__.Net", kind="torch_module", torch_module=seq.torch_module)
     x = arr((64, 10), "tensor")
-    assert input_verdict("net", seq, "x", x).message == "mat1 and mat2 shapes cannot be multiplied (64x10 and 20x5)"
+    assert message(input_verdict("net", seq, "x", x)) == "mat1 and mat2 shapes cannot be multiplied (64x10 and 20x5)"
     assert input_verdict("net", custom, "x", x) is None  # forward order of a custom module is unknown
     assert input_verdict("net", seq, "x", arr((64, 20), "tensor")) is None
     target = Facts(name="y", type="torch.Tensor", kind="tensor", shape=[4], dtype="torch.float32")

@@ -115,7 +115,8 @@ def test_y_strings_only_matter_for_regressors():
     logreg = EstimatorFacts(class_name="LogisticRegression", module="sklearn.linear_model._logistic",
                             is_fitted=False)
     assert C.check_y("y", y, logreg, "fit") is None
-    assert C.check_y("y", series(10, n_nan=2), logreg, "fit").message == "Input y contains NaN."
+    v = C.check_y("y", series(10, n_nan=2), logreg, "fit")
+    assert v and v.message == "Input y contains NaN."
 
 
 def test_inconsistent_lengths():

@@ -21,8 +21,11 @@ copied samples and a weak reference to the memory's owner), never a strong refer
 Without an IPython shell (or when the callback cannot be installed) nothing is reused.
 """
 
+from __future__ import annotations
+
 import os
 import sys
+from typing import Any
 
 from crane.probe.kernel.common import short_tname, tmodule  # kernel: strip
 
@@ -34,10 +37,10 @@ class ExecCounter:
 
     __slots__ = ("n",)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.n = 0
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
         self.n += 1
 
 
@@ -46,7 +49,7 @@ _memory: dict = {"marker": None, "entries": {}}
 STATS = {"calls": 0, "reused": 0}  # probe calls served in this kernel, and facts/checks reused (for tests)
 
 
-def _shell():
+def _shell() -> Any:
     ip_mod = sys.modules.get("IPython")
     get = getattr(ip_mod, "get_ipython", None) if ip_mod is not None else None
     try:
@@ -55,7 +58,7 @@ def _shell():
         return None
 
 
-def _counter(ip):
+def _counter(ip: Any) -> tuple[ExecCounter | None, bool]:
     """Our counter in the shell's `pre_execute` callbacks (installed on first use): (counter, newly installed)."""
     try:
         callbacks = getattr(getattr(ip, "events", None), "callbacks", None)
@@ -78,7 +81,7 @@ def _counter(ip):
     return c, True
 
 
-def begin(epoch):
+def begin(epoch: Any) -> tuple[Any, ...] | None:
     """Start a probe call: the marker of the kernel's execution state (None: nothing may be reused)."""
     STATS["calls"] += 1
     ip = _shell()
@@ -101,12 +104,12 @@ def begin(epoch):
     return marker
 
 
-def active():
+def active() -> bool:
     """Does this call's memory last until the next execution (a marker is set)? Else nothing is kept."""
     return _memory["marker"] is not None
 
 
-def recall(key, counted=True):
+def recall(key: tuple[Any, ...], counted: bool = True) -> Any:
     """What was stored under `key` for the current marker, or None (`counted`: a reuse of facts, in STATS)."""
     if _memory["marker"] is None:
         return None
@@ -116,13 +119,13 @@ def recall(key, counted=True):
     return v
 
 
-def remember(key, value):
+def remember(key: tuple[Any, ...], value: Any) -> None:
     entries = _memory["entries"]
     if _memory["marker"] is not None and len(entries) < 4 * MAX_ENTRIES:  # a huge request stops adding, not fails
         entries[key] = value
 
 
-def forget():
+def forget() -> None:
     """Drop everything (the next call starts afresh)."""
     _memory["entries"] = {}
     _memory["marker"] = None

@@ -6,6 +6,8 @@ Python, `__getattr__` or `__getattribute__` of the user runs. Where Python would
 (`_parameters`/`_buffers`/`_modules`), pandas NDFrame (column access by attribute) and sklearn Bunch (dict keys).
 """
 
+from __future__ import annotations
+
 import difflib
 import importlib.machinery
 import importlib.util
@@ -13,9 +15,11 @@ import inspect
 import os
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 from crane.probe.kernel.common import (  # kernel: strip
+    Ctx,  # kernel: strip
     _missing,  # kernel: strip
     class_dict,  # kernel: strip
     class_lookup,  # kernel: strip
@@ -43,7 +47,7 @@ _SAFE_METACLASS_LIBS = ("abc", "builtins", "enum", "typing", "sklearn", "torch",
 
 
 # -- signatures ---------------------------------------------------------------------------------------------------
-def signature_safe(f):
+def signature_safe(f: Any) -> bool:
     """inspect.signature runs no user code for functions, methods, C callables and classes with a known metaclass."""
     t = type(f)
     if t in (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
@@ -58,7 +62,7 @@ def signature_safe(f):
     return False
 
 
-def signature_facts(ctx, f):
+def signature_facts(ctx: Ctx, f: Any) -> list[dict[str, Any]] | None:
     if not signature_safe(f):
         return None
     try:
@@ -91,7 +95,7 @@ _object_new = class_dict(object)["__new__"]
 _object_init = class_dict(object)["__init__"]
 
 
-def _plain_function(fn):
+def _plain_function(fn: Any) -> bool:
     """`fn` is a Python function whose signature is its own: no __wrapped__/__signature__ (functools.wraps,
     matplotlib's _api decorators, sklearn's positional-args deprecation) and its code's own qualified name."""
     if type(fn) is not types.FunctionType:
@@ -112,7 +116,7 @@ def _plain_function(fn):
         return False
 
 
-def _own_signature(f):
+def _own_signature(f: Any) -> tuple[bool, str | None, int]:
     """(own, name CPython's binding errors use, leading parameters bound) for a callable, or (False, None, 0)."""
     t = type(f)
     if t is types.FunctionType:
@@ -132,7 +136,7 @@ def _own_signature(f):
     return False, None, 0
 
 
-def _str_attr(descr, obj):
+def _str_attr(descr: Any, obj: Any) -> str | None:
     try:
         v = descr.__get__(obj)
         return v if type(v) is str else None
@@ -140,7 +144,7 @@ def _str_attr(descr, obj):
         return None
 
 
-def callable_names(f):
+def callable_names(f: Any) -> tuple[str | None, str | None]:
     """(`__module__.__qualname__`, shortest public alias) of a class or function, read statically, or (None, None)."""
     if type(f) is types.MethodType:
         f = _method_func.__get__(f)
@@ -174,7 +178,7 @@ def callable_names(f):
 _type_qualname_descr = class_dict(type)["__qualname__"]
 
 
-def add_callable_facts(ctx, f, out):
+def add_callable_facts(ctx: Ctx, f: Any, out: dict[str, Any]) -> None:
     """signature (+ whether it is the callable's own, the name TypeErrors use, bound leading parameters) and
     qualname / public_name of a function, method or class, into a Facts or AttrCheck dict."""
     try:
@@ -201,12 +205,12 @@ def add_callable_facts(ctx, f, out):
 
 
 # -- static attribute lookup --------------------------------------------------------------------------------------
-def _is_data_descriptor(x):
+def _is_data_descriptor(x: Any) -> bool:
     tx = type(x)
     return class_lookup(tx, "__set__", None) is not None or class_lookup(tx, "__delete__", None) is not None
 
 
-def _bind(attr, obj, owner):
+def _bind(attr: Any, obj: Any, owner: Any) -> tuple[bool | str, Any]:
     """Bind a class attribute to `obj` without running Python-level descriptor code.
     Returns (status, value): status True (value known) or "opaque" (exists, value not computable statically)."""
     t = type(attr)
@@ -226,9 +230,10 @@ def _bind(attr, obj, owner):
     return True, attr
 
 
-def static_attr(ctx, obj, name):
+def static_attr(ctx: Ctx, obj: Any, name: str) -> tuple[bool | str | None, Any, str | None]:
     """(status, value, where): status True / "opaque" (exists, value unknown) / False (missing) / None (cannot tell)."""
     t = type(obj)
+    d: dict[Any, Any] | None  # a module's dict, or an instance dict when there is one
     if isa(obj, types.ModuleType):
         d = inst_dict(obj) or {}
         if name in d:
@@ -275,12 +280,12 @@ _NUMPY_LAZY_SUBMODULES = frozenset(
 )
 
 
-def _numpy_getattr(ctx, d, name):
+def _numpy_getattr(ctx: Ctx, d: dict[Any, Any], name: str) -> tuple[bool | str | None, Any, str | None]:
     """numpy's module __getattr__ (1.2x), decided from the tables it consults (without calling it)."""
     for table in ("__expired_functions__", "__deprecated_attrs__"):
         if type(d.get(table)) is dict and name in d[table]:
             return "opaque", None, "module"
-    subs = d.get("__numpy_submodules__")
+    subs: Any = d.get("__numpy_submodules__")
     if (type(subs) in (set, frozenset, list, tuple) and name in subs) or name in _NUMPY_LAZY_SUBMODULES:
         return "opaque", None, "module"  # numpy 2 imports these submodules on first access
     former = d.get("__former_attrs__")
@@ -296,7 +301,9 @@ def _numpy_getattr(ctx, d, name):
     return False, None, None
 
 
-def _getattr_hook(ctx, obj, t, d, name):
+def _getattr_hook(
+    ctx: Ctx, obj: Any, t: type, d: dict[Any, Any], name: str
+) -> tuple[bool | str | None, Any, str | None]:
     """Not found by the static rules: decide for the library `__getattr__`s we know, else say "cannot tell"."""
     torch_module = mod_attr("torch.nn", "Module")
     if torch_module is not None and isa(obj, torch_module) and in_lib(_getattr_owner(t), ("torch",)):
@@ -330,16 +337,16 @@ def _getattr_hook(ctx, obj, t, d, name):
     return False, None, None
 
 
-def _getattr_owner(t):
+def _getattr_owner(t: type) -> type:
     for k in mro(t):
         if "__getattr__" in class_dict(k):
             return k
     return object
 
 
-def _attr_names(ctx, obj):
+def _attr_names(ctx: Ctx, obj: Any) -> list[str]:
     """Names an attribute lookup on `obj` could find statically (for "did you mean" suggestions)."""
-    names = set()
+    names: set[str] = set()
     if not isa(obj, types.ModuleType):
         for k in mro(obj if isa(obj, type) else type(obj)):
             names.update(class_dict(k).keys())
@@ -355,7 +362,7 @@ def _attr_names(ctx, obj):
     return [n for n in names if not n.startswith("__")]
 
 
-def _suggest(word, candidates):
+def _suggest(word: str, candidates: list[str]) -> list[str]:
     """Up to 3 existing names like `word`: same name up to case/surrounding spaces first, then difflib's."""
     try:
         w = str(word)
@@ -370,14 +377,14 @@ def _suggest(word, candidates):
         return []
 
 
-def lookup_name(ns, name):
+def lookup_name(ns: dict[str, Any], name: str) -> Any:
     if name in ns:
         return ns[name]
     b = sys.modules.get("builtins")
     return b.__dict__.get(name, _missing) if b is not None else _missing
 
 
-def resolve(ctx, ns, expr):
+def resolve(ctx: Ctx, ns: dict[str, Any], expr: Any) -> tuple[bool | None, Any]:
     """Value of a name or attribute chain, statically: (True, value) or (status, None) when it cannot be known."""
     parts = str(expr).split(".")
     obj = lookup_name(ns, parts[0])
@@ -391,7 +398,13 @@ def resolve(ctx, ns, expr):
     return True, obj
 
 
-def check_attr(ctx, ns, expr, summarize, fit):
+def check_attr(
+    ctx: Ctx,
+    ns: dict[str, Any],
+    expr: Any,
+    summarize: Callable[..., dict[str, Any]],
+    fit: Callable[[Ctx, dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any]:
     """AttrCheck for an attribute chain such as "model.feature_importances_" or "plt.scatter"."""
     parts = str(expr).split(".")
     res = {"expr": expr, "present": None}
@@ -433,18 +446,18 @@ def check_attr(ctx, ns, expr, summarize, fit):
     return res
 
 
-def _is_plain(obj):
+def _is_plain(obj: Any) -> bool:
     return type(obj) in (types.FunctionType, types.BuiltinFunctionType, types.MethodType) or isa(obj, type)
 
 
 # -- keys ---------------------------------------------------------------------------------------------------------
-def _as_key(k):
+def _as_key(k: Any) -> Any:
     if type(k) is list:
         return tuple(_as_key(x) for x in k)
     return k
 
 
-def check_key(ctx, ns, item):
+def check_key(ctx: Ctx, ns: dict[str, Any], item: list[Any]) -> dict[str, Any]:
     """KeyCheck for [expr, key, axis]: membership in dict keys / DataFrame columns / index labels; int bounds."""
     expr, key, axis = item[0], item[1], (item[2] if len(item) > 2 and item[2] else "key")
     res = {"expr": str(expr), "key": key, "axis": axis, "present": None}
@@ -497,14 +510,14 @@ def check_key(ctx, ns, item):
 
 
 # -- modules and paths --------------------------------------------------------------------------------------------
-def _module_spec(m):
+def _module_spec(m: Any) -> importlib.machinery.ModuleSpec | None:
     try:
         return object.__getattribute__(m, "__dict__").get("__spec__")
     except Exception:
         return None
 
 
-def module_found(name):
+def module_found(name: str) -> bool:
     """Can `import name` find the module? importlib.util.find_spec on the top level (never imports), then
     PathFinder inside the package's search locations for dotted names."""
     if name in sys.modules:
@@ -526,7 +539,7 @@ def module_found(name):
     return spec is not None
 
 
-def path_suggestions(path):
+def path_suggestions(path: str) -> list[str]:
     """Entries of the nearest existing parent folder that resemble the missing path's name (bounded listing)."""
     head, base = os.path.split(path)
     if not base or not (head == "" or os.path.isdir(head)):

@@ -11,11 +11,15 @@ objects; type checks by `issubclass(type(v), cls)`), never print, never raise ou
 every scan of data bounded.
 """
 
+from __future__ import annotations
+
 import json
 import math
 import sys
 import time
 import types
+from collections.abc import Collection
+from typing import Any
 
 MAX_STR = 40  # characters kept of a string value
 SCAN_BUDGET = 8000000  # elements one value may have read exactly (an object element counts OBJECT_WEIGHT)
@@ -48,7 +52,14 @@ class Ctx:
     (`unfinished` counts those left). Every pass reads at least one chunk per call, so a small one is never cut
     and a large one always advances."""
 
-    def __init__(self, budget_ms=50.0, scan_budget=SCAN_BUDGET, wanted=None, frame_budget=None, slice_ms=None):
+    def __init__(
+        self,
+        budget_ms: float = 50.0,
+        scan_budget: int = SCAN_BUDGET,
+        wanted: Collection[str | int] | None = None,
+        frame_budget: int | None = None,
+        slice_ms: float | None = None,
+    ) -> None:
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + budget_ms / 1000.0
         self.slice_s = (budget_ms * SCAN_SLICE_SHARE if slice_ms is None else max(0.0, slice_ms)) / 1000.0
@@ -58,27 +69,28 @@ class Ctx:
         self.scan_budget = scan_budget
         self.frame_budget = min(FRAME_BUDGET, scan_budget) if frame_budget is None else frame_budget
         self.sample_s = budget_ms * SAMPLE_SHARE / 1000.0
-        self.sample_deadline = None  # set by the first sample of a column the cell does not name
+        self.sample_deadline: float | None = None  # set by the first sample of a column the cell does not name
         self.scanned = 0  # elements read exactly by this call (reported)
-        self.errors = []
+        self.errors: list[str] = []
         self.time_capped = False
         self.cuts = 0  # times the time budget cut work short
         # Column labels the target cell mentions: DataFrames give value facts for these columns only (names,
         # dtypes, NaN counts and numeric_parse for the others). None: every column is detailed (up to a cap).
         self.wanted = wanted
-        self.attr_message = None  # a library's own AttributeError text for the attribute check in progress
-        self.np = sys.modules.get("numpy")
-        self.pd = sys.modules.get("pandas")
-        self.torch = sys.modules.get("torch")
+        self.attr_message: str | None = None  # a library's own AttributeError text for the attribute check in progress
+        # the libraries' modules, or None (used through their dynamic attributes: typed Any)
+        self.np: Any = sys.modules.get("numpy")
+        self.pd: Any = sys.modules.get("pandas")
+        self.torch: Any = sys.modules.get("torch")
 
-    def over_time(self):
+    def over_time(self) -> bool:
         if time.perf_counter() > self.deadline:
             self.cuts += 1
             self.time_capped = True
             return True
         return False
 
-    def may_sample(self):
+    def may_sample(self) -> bool:
         """May this call still sample a column the cell does not name (SAMPLE_SHARE of the time budget, from the
         first such sample)? No counts as a cut: the column says nothing, and a later call completes it."""
         now = time.perf_counter()
@@ -90,17 +102,17 @@ class Ctx:
             return False
         return True
 
-    def may_continue_pass(self, first):
+    def may_continue_pass(self, first: bool) -> bool:
         """May a resumable exact pass read its next chunk? Its `first` one in this call, always; the others
         while the call's scan slice (and time budget) lasts."""
         return first or (self.pass_s < self.slice_s and time.perf_counter() <= self.deadline)
 
-    def left_unfinished(self):
+    def left_unfinished(self) -> None:
         """A resumable pass stopped before its end: this call's facts of it are partial (a cut, not reused)."""
         self.unfinished += 1
         self.cuts += 1
 
-    def can_scan(self, n, left=None):
+    def can_scan(self, n: int, left: int | None = None) -> bool:
         """May a value read `n` elements exactly (within `left`, default the per-value budget)? Else the caller
         works on a sample."""
         if n <= (self.scan_budget if left is None else left) and not self.over_time():
@@ -108,21 +120,21 @@ class Ctx:
             return True
         return False
 
-    def error(self, what, exc):
+    def error(self, what: str, exc: BaseException) -> None:
         if len(self.errors) < 20:
             self.errors.append("%s: %s: %s" % (what, _type_name.__get__(type(exc)), str(exc)[:120]))
 
 
 # -- types, looked at without running user code ------------------------------------------------------------------
-def mro(t):
+def mro(t: type) -> tuple[type, ...]:
     return _type_mro.__get__(t)
 
 
-def class_dict(t):
+def class_dict(t: type) -> types.MappingProxyType[str, Any]:
     return _type_dict.__get__(t)
 
 
-def tmodule(t):
+def tmodule(t: type) -> str:
     try:
         m = _type_module.__get__(t)
         return m if isinstance(m, str) else ""
@@ -130,7 +142,7 @@ def tmodule(t):
         return ""
 
 
-def tname(t):
+def tname(t: type) -> str:
     """Qualified type name: 'int', 'pandas.core.frame.DataFrame'."""
     try:
         qn = _type_qualname.__get__(t)
@@ -140,14 +152,14 @@ def tname(t):
     return qn if m in ("", "builtins") else m + "." + qn
 
 
-def short_tname(t):
+def short_tname(t: type) -> str:
     try:
         return _type_name.__get__(t)
     except Exception:
         return "?"
 
 
-def isa(v, cls):
+def isa(v: Any, cls: type | None) -> bool:
     """isinstance without asking the object (its `__class__` could be a property)."""
     if cls is None:
         return False
@@ -157,7 +169,7 @@ def isa(v, cls):
         return False
 
 
-def plain_array(np, v):
+def plain_array(np: Any, v: Any) -> Any:
     """`v` itself for numpy's own array types (ndarray, memmap, matrix, masked arrays: library code), else a plain
     ndarray view of its memory (C-level, no copy, no `__array_finalize__`): the probe never calls a `shape`,
     `__len__`, `reshape`, `min`... that a user-defined (or other library's) subclass overrides."""
@@ -167,7 +179,7 @@ def plain_array(np, v):
     return np.ndarray.view(v, np.ndarray)
 
 
-def mod_attr(modname, name):
+def mod_attr(modname: str, name: str) -> Any:
     """A library class or function from a loaded module's dict, or None (never imports)."""
     m = sys.modules.get(modname)
     if m is None:
@@ -178,7 +190,7 @@ def mod_attr(modname, name):
         return None
 
 
-def class_lookup(t, name, default=_missing):
+def class_lookup(t: type, name: str, default: Any = _missing) -> Any:
     """Static lookup of `name` along the MRO of class `t` (plain dict reads)."""
     for k in mro(t):
         d = class_dict(k)
@@ -187,7 +199,7 @@ def class_lookup(t, name, default=_missing):
     return default
 
 
-def in_lib(t, prefixes):
+def in_lib(t: type, prefixes: tuple[str, ...]) -> bool:
     m = tmodule(t)
     for p in prefixes:
         if m == p or m.startswith(p + "."):
@@ -195,7 +207,7 @@ def in_lib(t, prefixes):
     return False
 
 
-def mro_has(t, modprefix, names):
+def mro_has(t: type, modprefix: str, names: tuple[str, ...]) -> bool:
     """Some class in t's MRO is named one of `names` and lives in module `modprefix`[.*]."""
     for k in mro(t):
         if short_tname(k) in names and in_lib(k, (modprefix,)):
@@ -203,7 +215,7 @@ def mro_has(t, modprefix, names):
     return False
 
 
-def inst_dict(obj):
+def inst_dict(obj: Any) -> dict[Any, Any] | None:
     """The instance `__dict__` when the type does not shadow it (as inspect.getattr_static does), else None."""
     t = type(obj)
     for k in mro(t):
@@ -220,11 +232,11 @@ def inst_dict(obj):
 
 
 # -- JSON-safe values and short reprs ---------------------------------------------------------------------------
-def trunc(s, n=MAX_STR):
+def trunc(s: str, n: int = MAX_STR) -> str:
     return s if len(s) <= n else s[: n - 1] + "\u2026"
 
 
-def jval(v, ctx=None, depth=0):
+def jval(v: Any, ctx: Ctx | None = None, depth: int = 0) -> Any:
     """A JSON-safe rendering of a (library or builtin) scalar: numbers stay numbers, the rest become short strings."""
     t = type(v)
     if v is None or t is bool or t is str and len(v) <= MAX_STR:
@@ -252,7 +264,7 @@ _SCALARS = (int, float, bool, complex, type(None))
 _BRACKETS: dict[type, tuple[str, str]] = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("{", "}")}
 
 
-def short(v, ctx=None, limit=50, depth=0):
+def short(v: Any, ctx: Ctx | None = None, limit: int = 50, depth: int = 0) -> str:
     """A bounded description of any value that runs no user code: a repr for builtin and library scalars and
     small builtin containers, a shape summary for arrays and frames, `<type>` for everything else."""
     t = type(v)
@@ -285,7 +297,7 @@ def short(v, ctx=None, limit=50, depth=0):
     return "<%s>" % trunc(tname(t), limit)
 
 
-def _short_container(v, ctx, limit, depth):
+def _short_container(v: Any, ctx: Ctx | None, limit: int, depth: int) -> str:
     n = len(v)  # exact builtin types only (checked by the caller)
     if depth >= 2:
         return "<%s of %d>" % (short_tname(type(v)), n)
@@ -311,7 +323,7 @@ def _short_container(v, ctx, limit, depth):
     return body if n <= 6 else body + " (len %d)" % n
 
 
-def _short_library(v, t, ctx):
+def _short_library(v: Any, t: type, ctx: Ctx | None) -> str | None:
     np = sys.modules.get("numpy")
     pd = sys.modules.get("pandas")
     torch = sys.modules.get("torch")
@@ -338,7 +350,7 @@ def _short_library(v, t, ctx):
     return None
 
 
-def _json_default(o):
+def _json_default(o: Any) -> str:
     return short(o)
 
 
@@ -346,11 +358,11 @@ def _json_default(o):
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_default)
 
 
-def dumps(obj):
+def dumps(obj: Any) -> str:
     return _ENCODER.encode(obj)
 
 
-def size_of(obj):
+def size_of(obj: Any) -> int:
     try:
         return len(dumps(obj))
     except Exception:

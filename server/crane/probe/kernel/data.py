@@ -8,13 +8,17 @@ The exact passes are kernel/scan's: one read of the data for a numeric column's 
 (kernel/cache). DataFrames are kernel/frame's.
 """
 
+from __future__ import annotations
+
 import math
 import sys
+from typing import Any
 
 from crane.probe.kernel.cache import recall, remember  # kernel: strip
 from crane.probe.kernel.common import (  # kernel: strip
     EXAMPLE_CHARS,  # kernel: strip
     OBJECT_WEIGHT,  # kernel: strip
+    Ctx,  # kernel: strip
     in_lib,  # kernel: strip
     isa,  # kernel: strip
     jval,  # kernel: strip
@@ -44,7 +48,7 @@ UNFINISHED_SAMPLE_N = 5000  # elements sampled for the facts of a value while it
 _SAFE_ELEMENT_TYPES = frozenset([str, int, float, bool, bytes, type(None)])
 
 
-def _safe_elements(ctx, values):
+def _safe_elements(ctx: Ctx, values: Any) -> bool:
     """Every element is a str/number/None or a numpy/pandas/datetime scalar (hashing them runs no user code)."""
     np, pd = ctx.np, ctx.pd
     extra = set()
@@ -59,7 +63,7 @@ def _safe_elements(ctx, values):
     return not extra
 
 
-def _sorted_jvals(ctx, values):
+def _sorted_jvals(ctx: Ctx, values: Any) -> list[Any]:
     vals = [jval(x, ctx) for x in values]
     try:
         return sorted(vals)
@@ -67,7 +71,7 @@ def _sorted_jvals(ctx, values):
         return vals
 
 
-def numeric_parse(ctx, values, out):
+def numeric_parse(ctx: Ctx, values: Any, out: dict[str, Any]) -> None:
     """Do the values parse as numbers? 'all' | 'some' | 'none' on up to PARSE_N (distinct) values, with the first
     that fails
     (as Python's error message shows it: the repr of the string)."""
@@ -98,7 +102,7 @@ def numeric_parse(ctx, values, out):
         out["non_numeric_example"] = first_bad
 
 
-def _uniques(ctx, src, kc, is_np, strings=False):
+def _uniques(ctx: Ctx, src: Any, kc: str, is_np: bool, strings: bool = False) -> tuple[Any, int | None]:
     """(unique values, how many) of `src`, or (None, None) when hashing could run user code or fails.
     `strings`: every element is already known to be a str."""
     np, pd = ctx.np, ctx.pd
@@ -112,8 +116,17 @@ def _uniques(ctx, src, kc, is_np, strings=False):
         return None, None
 
 
-def vector_facts(ctx, a, out, exact=None, kind_key="value_kind", details=True, missing=None, strings=False,
-                 resumable=True):  # fmt: skip
+def vector_facts(
+    ctx: Ctx,
+    a: Any,
+    out: dict[str, Any],
+    exact: bool | None = None,
+    kind_key: str = "value_kind",
+    details: bool = True,
+    missing: int | None = None,
+    strings: bool = False,
+    resumable: bool = True,
+) -> None:
     """Value facts of a 1-D ndarray or pandas ExtensionArray into `out` (Facts or ColumnFacts fields):
     n_nan/has_nan, kind, num_unique, unique_values, value_range, example_values, numeric_parse.
     `exact`: True = the caller already reserved the scan, False = `a` is already a sample, None = decide here.
@@ -139,6 +152,7 @@ def vector_facts(ctx, a, out, exact=None, kind_key="value_kind", details=True, m
     rng = None  # (min, max) when the exact pass gave them
     limit = UNIQUE_N if kc != "O" or not is_np else UNIQUE_N_OBJECT
     src = None  # the values uniques come from, when the exact pass sampled them
+    nn: int | None  # missing values (None: the dtype cannot hold any)
     if missing is not None and exact:
         nn = missing
     elif is_np and a.ndim == 1 and (kc in "fmM" or (details and kc in "iu")):
@@ -211,7 +225,7 @@ def vector_facts(ctx, a, out, exact=None, kind_key="value_kind", details=True, m
         out[kind_key] = "continuous"
     else:
         is_cat = short_tname(type(a.dtype)) == "CategoricalDtype"
-        if uniq is not None and nu <= 5:
+        if uniq is not None and nu <= 5:  # type: ignore[operator]  # `nu` is an int whenever `uniq` is set
             out["unique_values"] = _sorted_jvals(ctx, uniq)
         else:
             ex = []
@@ -231,7 +245,7 @@ def vector_facts(ctx, a, out, exact=None, kind_key="value_kind", details=True, m
         numeric_parse(ctx, uniq[:PARSE_N] if uniq is not None else valid[:PARSE_N], out)
 
 
-def _unfinished(ctx, a, out, kind_key, details, nn):
+def _unfinished(ctx: Ctx, a: Any, out: dict[str, Any], kind_key: str, details: bool, nn: int) -> None:
     """Facts of `a` while its exact pass is unfinished (the next call while nothing runs goes on with it): those
     of a small sample (UNFINISHED_SAMPLE_N), `sampled`, plus the missing values the rows read so far showed
     (has_nan; none seen: unknown). Remembered for the memory while the pass is unfinished."""
@@ -251,7 +265,7 @@ def _unfinished(ctx, a, out, kind_key, details, nn):
         out["has_nan"] = True
 
 
-def _value_range(ctx, a, kc, is_np, nn):
+def _value_range(ctx: Ctx, a: Any, kc: str, is_np: bool, nn: int | None) -> tuple[Any, Any]:
     """(min, max) of the non-missing values of `a` (which holds some): NaN-skipping reductions for floats, no copy."""
     np = ctx.np
     if is_np and kc == "f":
@@ -260,7 +274,7 @@ def _value_range(ctx, a, kc, is_np, nn):
     return valid.min(), valid.max()
 
 
-def strided_sample(ctx, a):
+def strided_sample(ctx: Ctx, a: Any) -> Any:
     """A bounded sample (about SAMPLE_N elements) of an n-D array, flattened, reading only what it keeps."""
     if a.flags.c_contiguous:
         flat = a.reshape(-1)
@@ -270,7 +284,7 @@ def strided_sample(ctx, a):
     return a[sl].reshape(-1)
 
 
-def ndarray_facts(ctx, a, out):
+def ndarray_facts(ctx: Ctx, a: Any, out: dict[str, Any]) -> None:
     out["shape"] = [int(d) for d in a.shape]
     out["dtype"] = str(a.dtype)
     if a.dtype.names is not None or _kind_char(a.dtype) == "V":
@@ -291,7 +305,7 @@ def ndarray_facts(ctx, a, out):
         vector_facts(ctx, strided_sample(ctx, a), out, exact=False)
 
 
-def column_values(df, i):
+def column_values(df: Any, i: int) -> Any:
     """Column i's array without building a Series (and without filling the frame's item cache)."""
     try:
         return df._mgr.iget_values(i)
@@ -299,14 +313,14 @@ def column_values(df, i):
         return df.iloc[:, i]._values
 
 
-def label_str(label, ctx):
+def label_str(label: Any, ctx: Ctx) -> str:
     return label if type(label) is str else short(label, ctx, 40)
 
 
 _dtype_names: dict = {}
 
 
-def dtype_str(dtype):
+def dtype_str(dtype: Any) -> str:
     """str(dtype), remembered per dtype object (numpy's str of a dtype is slow next to the rest of a column)."""
     try:
         s = _dtype_names.get(id(dtype))
@@ -321,7 +335,7 @@ def dtype_str(dtype):
         return "?"
 
 
-def string_dtype(dtype, out):
+def string_dtype(dtype: Any, out: dict[str, Any]) -> None:
     """pandas' StringDtype (pandas 3's default `str`, or "string"): its storage ("pyarrow": `.values` is an
     ArrowStringArray, which cannot reshape; "python") and repr (numpy's "Cannot interpret '<StringDtype(...)>' as a
     data type" names it). Other dtypes: nothing."""
@@ -336,7 +350,7 @@ def string_dtype(dtype, out):
         pass
 
 
-def series_facts(ctx, s, out):
+def series_facts(ctx: Ctx, s: Any, out: dict[str, Any]) -> None:
     if in_lib(type(s), ("pandas",)):  # a user subclass could make `name` a property of its own
         try:
             name = s.name
@@ -357,7 +371,7 @@ def series_facts(ctx, s, out):
 MAX_LEVELS = 10
 
 
-def index_facts(ctx, idx):
+def index_facts(ctx: Ctx, idx: Any) -> dict[str, Any]:
     key = ("index", id(idx))
     hit = recall(key)
     if hit is not None:
@@ -369,7 +383,7 @@ def index_facts(ctx, idx):
     return d
 
 
-def _index_facts(ctx, idx):
+def _index_facts(ctx: Ctx, idx: Any) -> dict[str, Any]:
     n = len(idx)
     d = {"type": short_tname(type(idx)), "dtype": str(idx.dtype), "length": n}
     try:

@@ -7,10 +7,13 @@ type lives in the library), never on user subclasses. Values are read only from 
 another device gets its shape, dtype and device, and `value_skipped` says why no value facts.
 """
 
+from __future__ import annotations
+
 import linecache
 from typing import Any
 
 from crane.probe.kernel.common import (  # kernel: strip
+    Ctx,  # kernel: strip
     class_dict,  # kernel: strip
     class_lookup,  # kernel: strip
     in_lib,  # kernel: strip
@@ -35,7 +38,7 @@ DL_EXACT_N = 200_000
 DL_SAMPLE_N = 20000
 
 
-def _dl_own(t, libs):
+def _dl_own(t: type, libs: tuple[str, ...]) -> bool:
     """The exact type is the library's own (so its methods and properties are the library's)."""
     return in_lib(t, libs)
 
@@ -44,18 +47,18 @@ def _dl_own(t, libs):
 _TF_TENSOR_NAMES = ("EagerTensor", "ResourceVariable", "UninitializedVariable", "RaggedTensor", "SparseTensor")
 
 
-def is_tf_tensor(t):
+def is_tf_tensor(t: type) -> bool:
     return _dl_own(t, ("tensorflow",)) and short_tname(t) in _TF_TENSOR_NAMES
 
 
-def _dims(shape):
+def _dims(shape: Any) -> list[int]:
     out = []
     for d in shape:
         out.append(-1 if d is None else int(d))
     return out
 
 
-def tf_tensor_facts(ctx, x, out):
+def tf_tensor_facts(ctx: Ctx, x: Any, out: dict[str, Any]) -> None:
     t = type(x)
     name = short_tname(t)
     out["kind"] = "tensor"
@@ -89,7 +92,7 @@ def tf_tensor_facts(ctx, x, out):
     _host_values(ctx, raw(val) if raw is not None and _dl_own(type(val), ("tensorflow",)) else val.numpy(), out)
 
 
-def _host_values(ctx, arr, out):
+def _host_values(ctx: Ctx, arr: Any, out: dict[str, Any]) -> None:
     """Value facts of a host ndarray (a zero-copy view of the tensor's memory where the library allows)."""
     np = ctx.np
     if np is None or not isa(arr, np.ndarray):
@@ -108,11 +111,11 @@ def _host_values(ctx, arr, out):
 
 
 # -- jax ------------------------------------------------------------------------------------------------------------
-def is_jax_array(t):
+def is_jax_array(t: type) -> bool:
     return _dl_own(t, ("jaxlib", "jax")) and short_tname(t) in ("ArrayImpl", "Array")
 
 
-def jax_array_facts(ctx, x, out):
+def jax_array_facts(ctx: Ctx, x: Any, out: dict[str, Any]) -> None:
     out["kind"] = "tensor"
     out["shape"] = [int(d) for d in x.shape]
     out["dtype"] = str(x.dtype)
@@ -134,11 +137,11 @@ def jax_array_facts(ctx, x, out):
         _host_values(ctx, np.asarray(x), out)  # CPU: a view of the buffer, no transfer
 
 
-def is_jit_function(t):
+def is_jit_function(t: type) -> bool:
     return _dl_own(t, ("jaxlib", "jax")) and short_tname(t) == "PjitFunction"
 
 
-def _source_of(fn):
+def _source_of(fn: Any) -> str | None:
     """The source text of a plain Python function, from linecache (IPython keeps every cell there): no user code."""
     code = getattr(fn, "__code__", None)
     if code is None or type(fn).__name__ != "function":
@@ -166,7 +169,7 @@ def _source_of(fn):
     return text if len(text) <= DL_MAX_SOURCE else None
 
 
-def _callees(fn, depth=0, seen=None):
+def _callees(fn: Any, depth: int = 0, seen: dict[str, str] | None = None) -> dict[str, str]:
     """Sources of the plain Python functions a function names as globals (two levels)."""
     seen = seen if seen is not None else {}
     code = getattr(fn, "__code__", None)
@@ -186,11 +189,11 @@ def _callees(fn, depth=0, seen=None):
     return seen
 
 
-def jit_facts(ctx, f, out):
+def jit_facts(ctx: Ctx, f: Any, out: dict[str, Any]) -> None:
     out["kind"] = "function"
     info = f._jit_info
     wrapped = f.__wrapped__
-    jf = {
+    jf: dict[str, Any] = {
         "function": str(getattr(wrapped, "__qualname__", "?"))[:80],
         "static_argnums": [int(i) for i in info.static_argnums],
         "static_argnames": [str(n) for n in info.static_argnames],
@@ -209,7 +212,7 @@ def jit_facts(ctx, f, out):
 
 
 # -- Keras 3 --------------------------------------------------------------------------------------------------------
-def _kname(obj):
+def _kname(obj: Any) -> str | None:
     """A Keras object's name: a string as is, a loss/metric/activation function's __name__, else its class name."""
     if obj is None:
         return None
@@ -221,9 +224,9 @@ def _kname(obj):
     return short_tname(type(obj))
 
 
-def _layer_facts(layer):
+def _layer_facts(layer: Any) -> dict[str, Any]:
     d = inst_dict(layer) or {}
-    lf = {"name": str(d.get("name", "?"))[:60], "type": short_tname(type(layer))}
+    lf: dict[str, Any] = {"name": str(d.get("name", "?"))[:60], "type": short_tname(type(layer))}
     for key in ("units", "filters"):
         if type(d.get(key)) is int:
             lf[key] = d[key]
@@ -241,7 +244,7 @@ def _layer_facts(layer):
     return lf
 
 
-def keras_extra_facts(ctx, m, kf):
+def keras_extra_facts(ctx: Ctx, m: Any, kf: dict[str, Any]) -> None:
     """Compiled or not, optimizer, losses, metrics, inputs/outputs and layers of a Keras 3 model (instance dicts)."""
     d = inst_dict(m) or {}
     if type(d.get("compiled")) is bool:
@@ -302,11 +305,11 @@ def keras_extra_facts(ctx, m, kf):
     kf["sequential"] = bool(sequential)
 
 
-def is_keras_history(t):
+def is_keras_history(t: type) -> bool:
     return mro_has(t, "keras", ("History",)) and in_lib(t, ("keras", "tf_keras"))
 
 
-def keras_history_facts(ctx, h, out):
+def keras_history_facts(ctx: Ctx, h: Any, out: dict[str, Any]) -> None:
     d = inst_dict(h) or {}
     out["kind"] = "keras_history"
     hist = d.get("history")
@@ -317,7 +320,7 @@ def keras_history_facts(ctx, h, out):
         out["length"] = len(ep)
 
 
-def tf_dataset_batched(ds):
+def tf_dataset_batched(ds: Any) -> bool | None:
     """Whether a tf.data pipeline batches (a batch-like dataset on its chain of `_input_dataset`s), or None."""
     cur = ds
     for _ in range(50):
@@ -333,14 +336,14 @@ def tf_dataset_batched(ds):
 
 
 # -- polars ---------------------------------------------------------------------------------------------------------
-def polars_kind(t):
+def polars_kind(t: type) -> str | None:
     if not _dl_own(t, ("polars",)):
         return None
     name = short_tname(t)
     return {"DataFrame": "polars_frame", "LazyFrame": "polars_lazy", "Series": "polars_series"}.get(name)
 
 
-def _pl_column(ctx, s, name, wanted):
+def _pl_column(ctx: Ctx, s: Any, name: Any, wanted: bool) -> dict[str, Any]:
     col: dict[str, Any] = {"name": str(name)[:80], "dtype": str(s.dtype)}
     try:
         nn = int(s.null_count())  # metadata: no scan
@@ -365,7 +368,7 @@ def _pl_column(ctx, s, name, wanted):
     return col
 
 
-def polars_facts(ctx, v, kind, out):
+def polars_facts(ctx: Ctx, v: Any, kind: str, out: dict[str, Any]) -> None:
     out["kind"] = kind
     if kind == "polars_lazy":
         schema = v.collect_schema()  # resolves the plan's schema; collects nothing
@@ -403,7 +406,7 @@ def polars_facts(ctx, v, kind, out):
 _BOOST_LIBS = ("xgboost", "lightgbm", "catboost")
 
 
-def boosting_params(ctx, est, ef):
+def boosting_params(ctx: Ctx, est: Any, ef: dict[str, Any]) -> None:
     """get_params of xgboost/lightgbm/catboost estimators (the library's own method), as short reprs."""
     t = type(est)
     gp = class_lookup(t, "get_params", None)
@@ -424,7 +427,7 @@ def boosting_params(ctx, est, ef):
     ef["params"] = {str(k): short(v, ctx, 40) for k, v in list(params.items())[:60]}
 
 
-def boosting_features(ctx, est, ef):
+def boosting_features(ctx: Ctx, est: Any, ef: dict[str, Any]) -> None:
     """The feature count (and, for xgboost, names) a fitted xgboost/LightGBM model was trained on: LightGBM's
     `_n_features` (instance dict), xgboost's Booster `num_features()` / `feature_names` (the library's own)."""
     t = type(est)

@@ -11,12 +11,15 @@ by what it spent earlier (then they depend on the request's order). Module and p
 installed packages and files change without any execution.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
 import time
 import types
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from crane.probe.kernel.cache import begin, recall, remember  # kernel: strip
@@ -103,10 +106,10 @@ _CONTAINER_KIND: dict[type, str] = {list: "list", tuple: "tuple", set: "set", fr
 
 
 # -- one value ----------------------------------------------------------------------------------------------------
-def summarize(ctx, v, name, column=None):
+def summarize(ctx: Ctx, v: Any, name: str, column: int | None = None) -> dict[str, Any]:
     """Facts (as a dict) about one value; `column`: summarise that column of DataFrame `v` as a Series."""
     t = type(v)
-    out = {"name": name, "type": tname(t), "kind": "other"}
+    out: dict[str, Any] = {"name": name, "type": tname(t), "kind": "other"}
     try:
         if column is not None:  # the same value facts as the frame's own listing of the column (computed once)
             label = v.columns[column]
@@ -151,7 +154,7 @@ def summarize(ctx, v, name, column=None):
     return out
 
 
-def _library(ctx, v, t, out):
+def _library(ctx: Ctx, v: Any, t: type, out: dict[str, Any]) -> None:
     np, pd, torch = ctx.np, ctx.pd, ctx.torch
     if np is not None and isa(v, np.ndarray):
         out["kind"] = "ndarray"
@@ -178,7 +181,7 @@ def _library(ctx, v, t, out):
         out["kind"] = "dataloader"
         dataloader_facts(ctx, v, out)
     elif polars_kind(t) is not None:
-        polars_facts(ctx, v, polars_kind(t), out)
+        polars_facts(ctx, v, polars_kind(t), out)  # type: ignore[arg-type]  # not None: the branch's test
     elif is_tf_tensor(t):
         tf_tensor_facts(ctx, v, out)
     elif is_jax_array(t):
@@ -214,11 +217,11 @@ def _library(ctx, v, t, out):
         out.update(kind="scalar", value=short(v, ctx, 100))
 
 
-def _signature(ctx, f, out):
+def _signature(ctx: Ctx, f: Any, out: dict[str, Any]) -> None:
     add_callable_facts(ctx, f, out)
 
 
-def _sequence(ctx, v, out, kind):
+def _sequence(ctx: Ctx, v: Any, out: dict[str, Any], kind: str) -> None:
     n = len(v)  # exact builtin types only
     out["kind"] = kind
     out["length"] = n
@@ -241,7 +244,7 @@ def _sequence(ctx, v, out, kind):
                     out["unique_values"] = sorted(jval(x) for x in uniq)
 
 
-def _dict(ctx, v, out):
+def _dict(ctx: Ctx, v: Any, out: dict[str, Any]) -> None:
     out["kind"] = "dict"
     n = dict.__len__(v)
     out["length"] = n
@@ -260,19 +263,19 @@ def _dict(ctx, v, out):
 
 
 # -- size caps ----------------------------------------------------------------------------------------------------
-def _shrink_steps(f):
+def _shrink_steps(f: dict[str, Any]) -> list[Callable[[], None] | str]:
     """Ever more drastic ways of making one variable's facts smaller."""
 
-    def drop_col_fields(fields):
-        def step():
+    def drop_col_fields(fields: tuple[str, ...]) -> Callable[[], None]:
+        def step() -> None:
             for c in f.get("columns") or ():
                 for k in fields:
                     c.pop(k, None)
 
         return step
 
-    def cut(key, n):
-        def step():
+    def cut(key: str, n: int) -> Callable[[], None]:
+        def step() -> None:
             v = f.get(key)
             if type(v) is list and len(v) > n:
                 del v[n:]
@@ -284,14 +287,14 @@ def _shrink_steps(f):
 
         return step
 
-    def cut_layers():
+    def cut_layers() -> None:
         tm = f.get("torch_module")
         if tm and len(tm.get("layers") or ()) > 8:
             del tm["layers"][8:]
             tm["truncated"] = True
 
-    def drop(*keys):
-        def step():
+    def drop(*keys: str) -> Callable[[], None]:
+        def step() -> None:
             for k in keys:
                 f.pop(k, None)
             if f.get("estimator"):
@@ -310,7 +313,7 @@ def _shrink_steps(f):
     ]  # fmt: skip
 
 
-def fit_var(ctx, f, max_bytes):
+def fit_var(ctx: Ctx, f: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     """Shrink one variable's facts below `max_bytes`, marking `truncated`; at worst keep its identity and shape."""
     if size_of(f) <= max_bytes:
         return f
@@ -319,13 +322,13 @@ def fit_var(ctx, f, max_bytes):
     cut = steps.index("columns")
     if _columns_alone_too_big(f, max_bytes):  # every step before "columns" would be measured in vain
         for step in steps[:cut]:
-            step()
+            step()  # type: ignore[operator]  # the steps before the "columns" marker are functions
         steps = steps[cut:]
     for step in steps:
         if step == "columns":
             _fit_columns(f, max_bytes)
         else:
-            step()
+            step()  # type: ignore[operator]  # every step but the "columns" marker is a function
         if size_of(f) <= max_bytes:
             return f
     keep = ("name", "type", "kind", "shape", "length", "dtype", "truncated", "defined_in", "module_name", "qualname",
@@ -333,7 +336,7 @@ def fit_var(ctx, f, max_bytes):
     return {k: f[k] for k in keep if k in f}
 
 
-def _columns_alone_too_big(f, max_bytes):
+def _columns_alone_too_big(f: dict[str, Any], max_bytes: int) -> bool:
     """Would the column list exceed `max_bytes` even with each column cut to its name and dtype (a lower bound of
     its JSON: `{"name":"…","dtype":"…"}`, 22 characters and the texts, and a comma)? Then the list has to be cut."""
     cols = f.get("columns")
@@ -348,7 +351,7 @@ def _columns_alone_too_big(f, max_bytes):
     return False
 
 
-def _fit_columns(f, max_bytes):
+def _fit_columns(f: dict[str, Any], max_bytes: int) -> None:
     """Keep the longest prefix of the column list that fits (each column encoded once; `,` between them)."""
     cols = f.get("columns")
     if not cols or size_of(f) <= max_bytes:
@@ -366,7 +369,7 @@ def _fit_columns(f, max_bytes):
 
 
 # -- entry points -------------------------------------------------------------------------------------------------
-def user_namespace():
+def user_namespace() -> dict[str, Any]:
     ip_mod = sys.modules.get("IPython")
     get = getattr(ip_mod, "get_ipython", None) if ip_mod is not None else None
     ip = get() if get is not None else None
@@ -376,7 +379,7 @@ def user_namespace():
     return main.__dict__ if main is not None else {}
 
 
-def _libraries():
+def _libraries() -> dict[str, str]:
     libs = {"python": sys.version.split()[0]}
     for name in _LIBRARIES:
         m = sys.modules.get(name)
@@ -387,13 +390,13 @@ def _libraries():
     return libs
 
 
-def _items(req, key):
+def _items(req: dict[str, Any], key: str) -> list[Any]:
     v = req.get(key) or []
     return v[:MAX_REQUEST_ITEMS] if type(v) is list else []
 
 
-def _run(ctx, req, ns, max_var, max_total):
-    res = {"cwd": os.getcwd(), "libraries": _libraries()}
+def _run(ctx: Ctx, req: dict[str, Any], ns: dict[str, Any], max_var: int, max_total: int) -> dict[str, Any]:
+    res: dict[str, Any] = {"cwd": os.getcwd(), "libraries": _libraries()}
     total = size_of(res) + 200
     fit = lambda c, f: fit_var(c, f, max_var)  # noqa: E731
     undefined = []
@@ -436,6 +439,7 @@ def _run(ctx, req, ns, max_var, max_total):
     total += size_of([undefined, mods, imported, paths, sugg])
     wanted = frozenset(ctx.wanted) if ctx.wanted is not None else None
     reused = 0
+    n: int | None  # the encoded size of a check's or a name's facts (None: not measured yet)
     for key, check in (("attrs", lambda e: check_attr(ctx, ns, e, summarize, fit)),
                        ("keys", lambda k: check_key(ctx, ns, k))):  # fmt: skip
         out = []
@@ -481,7 +485,9 @@ def _run(ctx, req, ns, max_var, max_total):
     return res
 
 
-def _reusable(ctx, memo, compute):
+def _reusable(
+    ctx: Ctx, memo: tuple[Any, ...] | None, compute: Callable[..., dict[str, Any]]
+) -> tuple[dict[str, Any], int, int]:
     """(facts dict, its encoded size, 1 if it was reused else 0): from kernel/cache under `memo`, else computed and
     remembered — unless this call's budgets cut the work short (then the facts depend on the request's order)."""
     text = recall(memo) if memo is not None else None
@@ -495,7 +501,9 @@ def _reusable(ctx, memo, compute):
     return r, len(text), 0
 
 
-def _check_key(ns, kind, item, max_var, wanted):
+def _check_key(
+    ns: dict[str, Any], kind: str, item: Any, max_var: int, wanted: frozenset[str | int] | None
+) -> tuple[Any, ...] | None:
     """The memo key of an attribute or key check: the expression and the identity of the value it starts from."""
     expr = item if kind == "attrs" else item[0]
     if type(expr) is not str:
@@ -509,11 +517,11 @@ def _check_key(ns, kind, item, max_var, wanted):
         return None
 
 
-def _is_frame(ctx, v):
+def _is_frame(ctx: Ctx, v: Any) -> bool:
     return ctx.pd is not None and isa(v, ctx.pd.DataFrame)
 
 
-def _wanted(req):
+def _wanted(req: dict[str, Any]) -> set[str | int] | None:
     """The column labels the cell mentions (str and int only), or None: detail every column."""
     v = req.get("columns")
     if type(v) is not list:
@@ -521,11 +529,11 @@ def _wanted(req):
     return set(x for x in v[:MAX_REQUEST_ITEMS] if type(x) is str or type(x) is int)
 
 
-def _cheap(v, name):
+def _cheap(v: Any, name: str) -> dict[str, Any]:
     return {"name": name, "type": tname(type(v)), "kind": "other", "truncated": True}
 
 
-def run(request_json, ns=None):
+def run(request_json: str, ns: dict[str, Any] | None = None) -> str:
     """Answer one ProbeRequest (JSON) with a ProbeResult (JSON). Never raises, never prints."""
     t0 = time.perf_counter()
     res = {}
@@ -567,7 +575,7 @@ def run(request_json, ns=None):
     return text[:-1] + ',"payload_bytes":%d}' % n
 
 
-def history(limit=500, max_chars=262144):
+def history(limit: int = 500, max_chars: int = 262144) -> str:
     """The kernel's stored cell sources as JSON [[execution_count, source], ...]: the newest first kept, bounded."""
     try:
         ip_mod = sys.modules.get("IPython")

@@ -23,10 +23,14 @@ when text-like, numeric_parse — what rules, hover and prompts read of a column
 Column facts are reused while the kernel's state is unchanged (kernel/cache), keyed on the frame and the position.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Collection
+from typing import Any, cast
 
 from crane.probe.kernel.cache import recall, remember  # kernel: strip
-from crane.probe.kernel.common import isa  # kernel: strip
+from crane.probe.kernel.common import Ctx, isa  # kernel: strip
 from crane.probe.kernel.data import (  # kernel: strip
     column_values,  # kernel: strip
     dtype_str,  # kernel: strip
@@ -53,10 +57,10 @@ SMALL_FRAME = 100000  # a frame of at most this many values gets value facts for
 UNNAMED_SAMPLE_N = 2000  # values sampled of a numeric column the cell does not name, past the frame's budget
 
 
-def _named_columns(ctx, cols, labels, ncols):
+def _named_columns(ctx: Ctx, cols: Any, labels: list[Any], ncols: int) -> list[int]:
     """Positions of the columns whose label the cell mentions: among the listed `labels` (also a label that
     differs from a mentioned one only by case or surrounding spaces: the column a typo meant), and beyond."""
-    wanted = ctx.wanted
+    wanted = cast("Collection[str | int]", ctx.wanted)  # called only when the cell names columns
     named = [i for i, lab in enumerate(labels) if (type(lab) is str or type(lab) is int) and lab in wanted]
     loose: dict[str, int] = {}
     for i, lab in enumerate(labels):
@@ -81,7 +85,7 @@ def _named_columns(ctx, cols, labels, ncols):
     return named
 
 
-def dataframe_facts(ctx, df, out):
+def dataframe_facts(ctx: Ctx, df: Any, out: dict[str, Any]) -> None:
     """Columns (names, dtypes, missing values; value facts for the columns the cell names), NaN totals and the
     index. Exactness depends on the frame alone (see the module's docstring)."""
     nrows, ncols = df.shape
@@ -127,7 +131,7 @@ def dataframe_facts(ctx, df, out):
     out["index"] = index_facts(ctx, df.index)
 
 
-def _layout(ctx, df, n_listed):
+def _layout(ctx: Ctx, df: Any, n_listed: int) -> dict[str, Any]:
     """How the frame's budget covers its listed columns, in column order: "none" (integer/bool: nothing to
     read), "block" (its 2-D float or object block is checked in one contiguous pass; then only the columns that
     may hold missing values are counted), "exact" (charged on its own) or "sample". Depends on the frame alone."""
@@ -176,7 +180,7 @@ def _layout(ctx, df, n_listed):
             "charged": charged, "samples": {}, "frame": id(df)}
 
 
-def _nothing_to_count(ctx, layout, i, label):
+def _nothing_to_count(ctx: Ctx, layout: dict[str, Any], i: int, label: Any) -> dict[str, Any] | None:
     """The facts of column i when its block proves it holds no missing value and no text (an integer/bool
     block, or a float block whose one pass found none), built without touching the column; else None."""
     mode = layout["mode"][i] if i < len(layout["mode"]) else None
@@ -191,7 +195,7 @@ def _nothing_to_count(ctx, layout, i, label):
         return None
 
 
-def _block_flag(ctx, layout, i):
+def _block_flag(ctx: Ctx, layout: dict[str, Any], i: int) -> bool | str | None:
     """May column i hold a missing value? False (certainly not) / True or None (maybe) / PARTIAL (its block's
     pass is unfinished: a later call completes it), from one contiguous pass over its whole block: per-column
     sums for floats (NaN propagates through a sum; +inf and -inf together also give NaN, then the column's own
@@ -214,7 +218,7 @@ def _block_flag(ctx, layout, i):
 PARTIAL = "partial"  # a block whose pass this call left unfinished
 
 
-def _block_pass(ctx, layout, b):
+def _block_pass(ctx: Ctx, layout: dict[str, Any], b: int) -> list[bool] | bool | str | None:
     """The flags of block b's one pass (a list of bools per column of the block, False: none can hold a missing
     value, None: unknown, PARTIAL: unfinished), a resumable `run_pass` (remembered while the kernel's state is
     unchanged): a float block in runs of rows (each a contiguous region of a frame built from one 2-D array),
@@ -228,7 +232,7 @@ def _block_pass(ctx, layout, b):
     if kc == "f":
         width = max(1, int(vals.shape[0]))
 
-        def sums(st, s, e):
+        def sums(st: dict[str, Any], s: int, e: int) -> None:
             ctx.scanned += width * (e - s) * weight  # what this call reads (nothing when the pass is reused)
             part = np.isnan(np.einsum("ij->i", vals[:, s:e]))
             st["nan"] = part if st["nan"] is None else (st["nan"] | part)
@@ -243,7 +247,7 @@ def _block_pass(ctx, layout, b):
         return None
     flat = vals.reshape(-1)
 
-    def strings(st, s, e):
+    def strings(st: dict[str, Any], s: int, e: int) -> None:
         ctx.scanned += (e - s) * weight
         if not lib.is_string_array(flat[s:e], skipna=False):
             st["strings"], st["done"] = False, True
@@ -254,7 +258,7 @@ def _block_pass(ctx, layout, b):
     return False if st["strings"] else None
 
 
-def _row_sample_flags(ctx, layout, i):
+def _row_sample_flags(ctx: Ctx, layout: dict[str, Any], i: int) -> bool | None:
     """NaN seen in a row sample of column i's block, when the block is a float block whose columns are strided
     (a frame built from one 2-D array): the same UNNAMED_SAMPLE_N rows of every column of the block, taken
     together (each sampled row is one short contiguous read), instead of one strided read per value and column.
@@ -276,7 +280,7 @@ def _row_sample_flags(ctx, layout, i):
         return None
 
 
-def _unknown(c, kc, is_np):
+def _unknown(c: dict[str, Any], kc: str, is_np: bool) -> None:
     """A column nothing was read of: integer/bool columns still hold no NaN; any other is `sampled`, nothing seen."""
     if is_np and kc in "biu":
         c["n_nan"] = 0
@@ -284,7 +288,9 @@ def _unknown(c, kc, is_np):
         c["sampled"] = True
 
 
-def column_facts(ctx, df, i, label, detailed, layout=None):
+def column_facts(
+    ctx: Ctx, df: Any, i: int, label: Any, detailed: bool, layout: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Facts of column i (`detailed`: value facts too, on the per-value budget; else on the frame's budget, see
     `_layout`), reused while the kernel's state is unchanged (kernel/cache)."""
     key = ("column", id(df), i, detailed)
@@ -294,14 +300,14 @@ def column_facts(ctx, df, i, label, detailed, layout=None):
     cuts = ctx.cuts
     a = column_values(df, i)
     kc, is_np = _kind_char(a.dtype), isa(a, ctx.np.ndarray)
-    c = {"name": label_str(label, ctx), "dtype": dtype_str(a.dtype)}
+    c: dict[str, Any] = {"name": label_str(label, ctx), "dtype": dtype_str(a.dtype)}
     string_dtype(a.dtype, c)
     if ctx.over_time():
         _unknown(c, kc, is_np)
         return c
     try:
         mode = layout["mode"][i] if (not detailed and layout is not None and i < len(layout["mode"])) else None
-        flag = _block_flag(ctx, layout, i) if mode == "block" else None
+        flag = _block_flag(ctx, layout, i) if mode == "block" else None  # type: ignore[arg-type]  # "block": a layout
         if detailed:
             vector_facts(ctx, a, c, kind_key="kind", details=True)
         elif mode == "none":
@@ -322,18 +328,21 @@ def column_facts(ctx, df, i, label, detailed, layout=None):
     return c
 
 
-def _sample_column(ctx, layout, i, a, kc, is_np, c):
+def _sample_column(
+    ctx: Ctx, layout: dict[str, Any] | None, i: int, a: Any, kc: str, is_np: bool, c: dict[str, Any]
+) -> None:
     """Column i of a frame too large for its budget: a row sample, within the request's sampling time
     (`Ctx.may_sample`). A text-like column gets numeric_parse from it (what the "could not convert string to
     float" rules read of a column the cell does not name); a numeric column gets `sampled` and, when the sample
     holds a NaN, `has_nan` (evidence the estimator rules read when the whole frame is passed on) — for a strided
     2-D float block, one short row read serves all its columns. Past the sampling time: NaN unknown."""
     row_block = is_np and kc in "biufcmM" and _row_sampled_block(ctx, layout, i)
-    if not (row_block and _block_sampled(layout, i)) and not ctx.may_sample():
+    # (the type: ignores below: `row_block` is only true with a layout)
+    if not (row_block and _block_sampled(layout, i)) and not ctx.may_sample():  # type: ignore[arg-type]
         _unknown(c, kc, is_np)
         return
     if row_block:
-        seen = _row_sample_flags(ctx, layout, i)
+        seen = _row_sample_flags(ctx, layout, i)  # type: ignore[arg-type]
         if seen is None:
             _unknown(c, kc, is_np)
             return
@@ -349,7 +358,7 @@ def _sample_column(ctx, layout, i, a, kc, is_np, c):
     vector_facts(ctx, sample_rows(a, SAMPLE_N), c, exact=False, kind_key="kind", details=False)
 
 
-def _windows(a, n_keep, count=8):
+def _windows(a: Any, n_keep: int, count: int = 8) -> list[Any]:
     """About `n_keep` elements of 1-D `a` as `count` runs of neighbours spread over it: a few memory
     regions read in full instead of one cache line per element (the strided sample costs ~25x more at 5e6)."""
     n = len(a)
@@ -360,7 +369,7 @@ def _windows(a, n_keep, count=8):
     return [a[k * step:k * step + size] for k in range(count)]
 
 
-def _block_sampled(layout, i):
+def _block_sampled(layout: dict[str, Any], i: int) -> bool:
     """Was column i's block row-sampled already by this call (its flags then cost nothing more)?"""
     try:
         return int(layout["blknos"][i]) in layout["samples"]
@@ -368,7 +377,7 @@ def _block_sampled(layout, i):
         return False
 
 
-def _row_sampled_block(ctx, layout, i):
+def _row_sampled_block(ctx: Ctx, layout: dict[str, Any] | None, i: int) -> bool:
     """Is column i part of a 2-D float block whose columns are strided (a frame built from one 2-D array)?"""
     np = ctx.np
     if layout is None or layout["blocks"] is None:
@@ -381,7 +390,7 @@ def _row_sampled_block(ctx, layout, i):
         return False
 
 
-def _missing_beyond(ctx, df, start, layout, total):
+def _missing_beyond(ctx: Ctx, df: Any, start: int, layout: dict[str, Any], total: int) -> int | None:
     """The exact NaN total including the columns past the listed ones (their block's one-pass check when it was
     made, else their own scans on what is left of the frame's budget), or None when they do not fit."""
     np = ctx.np

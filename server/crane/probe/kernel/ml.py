@@ -5,6 +5,8 @@ datasets; scipy sparse matrices. Libraries are reached through `sys.modules` onl
 are read from instance dicts; library methods are called only on classes defined in the library itself.
 """
 
+from __future__ import annotations
+
 import ast
 import math
 import sys
@@ -12,6 +14,7 @@ import types
 from typing import Any
 
 from crane.probe.kernel.common import (  # kernel: strip
+    Ctx,  # kernel: strip
     class_dict,  # kernel: strip
     class_lookup,  # kernel: strip
     in_lib,  # kernel: strip
@@ -58,7 +61,7 @@ _RANK = {
 
 
 # -- torch --------------------------------------------------------------------------------------------------------
-def tensor_facts(ctx, t, out):
+def tensor_facts(ctx: Ctx, t: Any, out: dict[str, Any]) -> None:
     torch, np = ctx.torch, ctx.np
     out["shape"] = [int(d) for d in t.shape]
     out["dtype"] = str(t.dtype)
@@ -106,9 +109,9 @@ def tensor_facts(ctx, t, out):
         out["value_range"] = [jval(valid.min().item()), jval(valid.max().item())]
 
 
-def _layer(name, m):
+def _layer(name: str, m: Any) -> dict[str, Any]:
     d = inst_dict(m) or {}
-    lf = {"name": name or "(root)", "type": short_tname(type(m))}
+    lf: dict[str, Any] = {"name": name or "(root)", "type": short_tname(type(m))}
     for key in ("in_features", "out_features", "in_channels", "out_channels", "num_embeddings", "embedding_dim"):
         v = d.get(key)
         if type(v) is int:
@@ -127,7 +130,7 @@ def _layer(name, m):
     return lf
 
 
-def torch_module_facts(ctx, mod, out):
+def torch_module_facts(ctx: Ctx, mod: Any, out: dict[str, Any]) -> None:
     tm = {}
     d = inst_dict(mod) or {}
     if type(d.get("training")) is bool:
@@ -187,7 +190,7 @@ def torch_module_facts(ctx, mod, out):
     out["torch_module"] = tm
 
 
-def _dataset_len(ctx, ds):
+def _dataset_len(ctx: Ctx, ds: Any) -> int | None:
     """len(dataset) only where no user code can run: builtins, arrays, torch's own datasets and libraries."""
     t = type(ds)
     if t in (list, tuple, range):
@@ -217,17 +220,17 @@ def _dataset_len(ctx, ds):
     return None
 
 
-def _owner(t, name):
+def _owner(t: type, name: str) -> type:
     for k in mro(t):
         if name in class_dict(k):
             return k
     return object
 
 
-def dataloader_facts(ctx, dl, out):
+def dataloader_facts(ctx: Ctx, dl: Any, out: dict[str, Any]) -> None:
     d = inst_dict(dl) or {}
     ds = d.get("dataset")
-    f = {"dataset_type": tname(type(ds))}
+    f: dict[str, Any] = {"dataset_type": tname(type(ds))}
     bs = d.get("batch_size")
     if type(bs) is int:
         f["batch_size"] = bs
@@ -251,7 +254,7 @@ def dataloader_facts(ctx, dl, out):
 
 
 # -- scikit-learn and friends ---------------------------------------------------------------------------------------
-def is_estimator(v):
+def is_estimator(v: Any) -> bool:
     t = type(v)
     return (
         not isa(v, type)
@@ -260,7 +263,7 @@ def is_estimator(v):
     )
 
 
-def _est_fitted(ctx, est, depth=0):
+def _est_fitted(ctx: Ctx, est: Any, depth: int = 0) -> bool:
     t = type(est)
     d = inst_dict(est) or {}
     if in_lib(t, _FIT_CHECK_LIBS) and callable(class_lookup(t, "__sklearn_is_fitted__", None)):
@@ -274,7 +277,7 @@ def _est_fitted(ctx, est, depth=0):
     return any(k.endswith("_") and not k.startswith("__") for k in d)
 
 
-def estimator_facts(ctx, est, out):
+def estimator_facts(ctx: Ctx, est: Any, out: dict[str, Any]) -> None:
     t = type(est)
     d = inst_dict(est) or {}
     ef = {"class_name": short_tname(t), "module": tmodule(t), "is_fitted": _est_fitted(ctx, est)}
@@ -313,12 +316,12 @@ def estimator_facts(ctx, est, out):
     out["estimator"] = ef
 
 
-def _sklearn_class(ns, dotted):
+def _sklearn_class(ns: dict[str, Any], dotted: Any) -> type | None:
     """A scikit-learn estimator class named by `dotted` ("RandomForestClassifier", "ensemble.RandomForestClassifier",
     "sklearn.ensemble.RandomForestClassifier"): from the user's namespace or a loaded module, through module dicts
     only (never imports, never runs a module's __getattr__), or None."""
     parts = str(dotted).split(".")
-    obj = ns.get(parts[0], None) if isinstance(ns, dict) else None
+    obj: Any = ns.get(parts[0], None) if isinstance(ns, dict) else None
     rest = parts[1:]
     if obj is None:
         for i in range(len(parts) - 1, 0, -1):
@@ -340,7 +343,7 @@ def _sklearn_class(ns, dotted):
     return obj
 
 
-def construction_errors(ctx, ns, items):
+def construction_errors(ctx: Ctx, ns: dict[str, Any], items: list[Any]) -> dict[str, str]:
     """scikit-learn's own parameter validation of estimators a cell builds with literal keywords
     (`RandomForestClassifier(max_features='auto')`), by the kernel's installed version: [key, callee, {kw: source}]
     items -> {key: the InvalidParameterError's first line}. scikit-learn's constructors only store their
@@ -363,7 +366,7 @@ def construction_errors(ctx, ns, items):
     return out
 
 
-def _validate_params(ctx, est, t, ef):
+def _validate_params(ctx: Ctx, est: Any, t: type, ef: dict[str, Any]) -> None:
     """scikit-learn's own parameter validation (reads the parameters, changes nothing), for its own classes."""
     vp = class_lookup(t, "_validate_params", None)
     if vp is None or not str(getattr(vp, "__module__", "") or "").startswith("sklearn"):
@@ -378,11 +381,11 @@ def _validate_params(ctx, est, t, ef):
 
 
 # -- Keras / TensorFlow -----------------------------------------------------------------------------------------------
-def is_keras_model(t):
+def is_keras_model(t: type) -> bool:
     return any(mro_has(t, lib, ("Model", "Functional", "Sequential")) for lib in _KERAS_LIBS)
 
 
-def _lib_property(ctx, obj, name):
+def _lib_property(ctx: Ctx, obj: Any, name: str) -> Any:
     """Read a property only when the library itself defines it (a user subclass could override it)."""
     prop = class_lookup(type(obj), name, None)
     fget = getattr(prop, "fget", None) if type(prop) is property else None
@@ -396,9 +399,9 @@ def _lib_property(ctx, obj, name):
         return None
 
 
-def keras_model_facts(ctx, m, out):
+def keras_model_facts(ctx: Ctx, m: Any, out: dict[str, Any]) -> None:
     d = inst_dict(m) or {}
-    kf = {}
+    kf: dict[str, Any] = {}
     for key in ("input_shape", "output_shape"):
         v = _lib_property(ctx, m, key)
         if v is not None:
@@ -414,11 +417,11 @@ def keras_model_facts(ctx, m, out):
     out["keras_model"] = kf
 
 
-def is_tf_dataset(t):
+def is_tf_dataset(t: type) -> bool:
     return mro_has(t, "tensorflow", ("DatasetV2",))
 
 
-def tf_dataset_facts(ctx, ds, out):
+def tf_dataset_facts(ctx: Ctx, ds: Any, out: dict[str, Any]) -> None:
     prop = class_lookup(type(ds), "element_spec", None)
     if type(prop) is property and prop.fget is not None and in_lib(type(ds), ("tensorflow",)):
         try:
@@ -427,13 +430,13 @@ def tf_dataset_facts(ctx, ds, out):
             ctx.error("element_spec", exc)
 
 
-def is_keras_iterator(t):
+def is_keras_iterator(t: type) -> bool:
     return any(mro_has(t, lib, ("Iterator",)) for lib in _KERAS_LIBS + ("keras_preprocessing",))
 
 
-def keras_iterator_facts(ctx, it, out):
+def keras_iterator_facts(ctx: Ctx, it: Any, out: dict[str, Any]) -> None:
     d = inst_dict(it) or {}
-    f = {"dataset_type": short_tname(type(it))}
+    f: dict[str, Any] = {"dataset_type": short_tname(type(it))}
     n, bs = d.get("n", d.get("samples")), d.get("batch_size")
     if type(n) is int:
         f["num_examples"] = n
@@ -453,11 +456,11 @@ def keras_iterator_facts(ctx, it, out):
 
 
 # -- scipy.sparse -------------------------------------------------------------------------------------------------
-def is_sparse(t):
+def is_sparse(t: type) -> bool:
     return in_lib(t, ("scipy.sparse",)) and class_lookup(t, "nnz", None) is not None
 
 
-def sparse_facts(ctx, m, out):
+def sparse_facts(ctx: Ctx, m: Any, out: dict[str, Any]) -> None:
     out["shape"] = [int(s) for s in m.shape]
     out["dtype"] = str(m.dtype)
     out["value"] = "nnz=%d" % int(m.nnz)

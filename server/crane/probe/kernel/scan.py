@@ -22,19 +22,23 @@ state is unchanged:
 Integer and bool numpy arrays cannot hold a missing value: nothing is read for them.
 """
 
+from __future__ import annotations
+
 import math
 import sys
 import time
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 from crane.probe.kernel.cache import active, recall, remember  # kernel: strip
-from crane.probe.kernel.common import OBJECT_WEIGHT, isa  # kernel: strip
+from crane.probe.kernel.common import OBJECT_WEIGHT, Ctx, isa  # kernel: strip
 
 SAMPLE_N = 20000  # elements kept by a strided sample of a value whose facts the cell needs
 CHUNK = 1 << 16  # elements per step of a fused pass (512 KiB of float64: still cached for the next reductions)
 
 
-def _kind_char(dtype):
+def _kind_char(dtype: Any) -> str:
     try:
         k = dtype.kind
         return k if isinstance(k, str) else "O"
@@ -42,7 +46,7 @@ def _kind_char(dtype):
         return "O"
 
 
-def strided_step(a):
+def strided_step(a: Any) -> int:
     """Elements between two consecutive ones of a 1-D numpy array (1: contiguous), bounded to 8 (a cache line)."""
     try:
         return max(1, min(abs(int(a.strides[0])) // max(1, int(a.itemsize)), 8)) if a.ndim == 1 else 1
@@ -50,7 +54,7 @@ def strided_step(a):
         return 1
 
 
-def scan_weight(kc, is_np, a=None):
+def scan_weight(kc: str, is_np: bool, a: Any = None) -> int:
     """Cost of reading one element exactly, in scan-budget units: numbers 1, Python objects OBJECT_WEIGHT; a
     strided 1-D numpy array (a column of a frame built from a 2-D array) costs the cache lines it touches."""
     w = 1 if (is_np and kc in "biufcmM") else OBJECT_WEIGHT
@@ -59,11 +63,11 @@ def scan_weight(kc, is_np, a=None):
     return w
 
 
-def _pandas_lib():
+def _pandas_lib() -> Any:
     return sys.modules.get("pandas._libs.lib")
 
 
-def missing_mask(ctx, a, kc, is_np):
+def missing_mask(ctx: Ctx, a: Any, kc: str, is_np: bool) -> Any:
     """A bool array: which elements of 1-D `a` are missing (None for integer/bool arrays: none can be)."""
     np, pd = ctx.np, ctx.pd
     if is_np and kc in "biu":
@@ -79,7 +83,7 @@ def missing_mask(ctx, a, kc, is_np):
 
 
 # -- exact passes, resumable across calls -------------------------------------------------------------------------
-def memory_key(ctx, a):
+def memory_key(ctx: Ctx, a: Any) -> tuple[tuple[Any, ...] | None, weakref.ref[Any] | None]:
     """(key, weak reference) naming the memory numpy array `a` views: its address, shape, strides and dtype, and
     the object that owns the memory (the end of its `base` chain, weakly referenced: while it lives, and no code
     ran, the memory holds what it held). (None, None) when it cannot be named. Read through ndarray's own
@@ -103,7 +107,16 @@ def memory_key(ctx, a):
         return None, None
 
 
-def run_pass(ctx, a, what, n, start, step, resumable=True, chunk=CHUNK):
+def run_pass(
+    ctx: Ctx,
+    a: Any,
+    what: str | tuple[Any, ...],
+    n: int,
+    start: Callable[[], dict[str, Any]],
+    step: Callable[[dict[str, Any], int, int], None],
+    resumable: bool = True,
+    chunk: int = CHUNK,
+) -> dict[str, Any]:
     """One exact pass over the `n` rows of `a`, chunk by chunk: `step(state, s, e)` reads rows s..e-1 into the
     dict `state` (`start()` makes a fresh one; a step may set state["done"] to stop early). The finished state
     is remembered for `a`'s memory while the kernel's state is unchanged (kernel/cache), so the same column asked
@@ -142,7 +155,7 @@ def run_pass(ctx, a, what, n, start, step, resumable=True, chunk=CHUNK):
     return state
 
 
-def object_scan(ctx, a, resumable=False):
+def object_scan(ctx: Ctx, a: Any, resumable: bool = False) -> tuple[int, bool, bool]:
     """(missing count, every element is a str, done) of a 1-D object numpy array in one `run_pass`: a chunk
     pandas' `is_string_array` proves holds only str has no missing value (no mask); any other is counted with
     `missing_mask`. An unfinished pass gives what the rows read so far hold."""
@@ -150,7 +163,7 @@ def object_scan(ctx, a, resumable=False):
     lib = _pandas_lib()
     check = getattr(lib, "is_string_array", None) if lib is not None else None
 
-    def step(st, s, e):
+    def step(st: dict[str, Any], s: int, e: int) -> None:
         c = a[s:e]
         try:
             if check is not None and check(c, skipna=False):
@@ -164,7 +177,7 @@ def object_scan(ctx, a, resumable=False):
     return st["nn"], st["strings"], st["done"]
 
 
-def count_missing(ctx, a, kc, is_np):
+def count_missing(ctx: Ctx, a: Any, kc: str, is_np: bool) -> int | None:
     """The number of missing values of 1-D `a` (None when its dtype cannot hold any), read in full."""
     np = ctx.np
     if is_np and kc in "biu":
@@ -177,7 +190,9 @@ def count_missing(ctx, a, kc, is_np):
     return int(np.count_nonzero(mask)) if mask is not None else None
 
 
-def number_scan(ctx, a, kc, want_range, keep=0, resumable=False):
+def number_scan(
+    ctx: Ctx, a: Any, kc: str, want_range: bool, keep: int = 0, resumable: bool = False
+) -> tuple[int, Any, Any, Any, bool]:
     """(missing count, min, max, sample, done) of a 1-D numeric (kind i/u/f/m/M) numpy array, reading it from
     memory once (`run_pass`: remembered; `resumable`: possibly over several calls, done False until the last).
     min and max are None when not wanted or when every value is missing; the count is 0 for integers.
@@ -190,7 +205,7 @@ def number_scan(ctx, a, kc, want_range, keep=0, resumable=False):
     buf = None  # for a strided column: allocated on the first chunk this call reads
     step_n = max(1, int(math.ceil(n / float(keep)))) if keep else 0
 
-    def step(st, s, e):
+    def step(st: dict[str, Any], s: int, e: int) -> None:
         c = a[s:e]
         nonlocal buf
         if strided:
@@ -233,7 +248,7 @@ def number_scan(ctx, a, kc, want_range, keep=0, resumable=False):
     return st["nn"], st["lo"], st["hi"], sample, st["done"]
 
 
-def sample_rows(a, n_keep):
+def sample_rows(a: Any, n_keep: int) -> Any:
     """A strided view of about `n_keep` elements of 1-D `a` (reads only what it keeps)."""
     n = len(a)
     return a[:: max(1, int(math.ceil(n / float(max(1, n_keep)))))] if n else a
