@@ -12,9 +12,14 @@ CELL = "import json\nimport crane_no_such_module_xyz\nwith open('present.csv') a
 
 def test_no_kernel_findings_come_from_the_environment_in_one_rules_pass(tmp_path, monkeypatch):
     (tmp_path / "present.csv").write_text("a\n1\n")
-    passes = []
+    passes: list[int] = []
     real = pipeline.predict
-    monkeypatch.setattr(pipeline, "predict", lambda *a, **k: passes.append(1) or real(*a, **k))
+
+    def counted(*a, **k):
+        passes.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(pipeline, "predict", counted)
     check = check_cell(analyze_cell(CELL), None, None, 1, StaticEnvironment(str(tmp_path), ModuleLookup()))
     assert len(passes) == 1
     assert check.mode == "static"

@@ -4,17 +4,16 @@ changes, capabilities, settings."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from lsprotocol import types
 
 from .conftest import Notebook, crane_diags, last_status, start_client, stop_client, wait_for
 
 
-async def test_capabilities_and_fast_initialize(tmp_path):
-    t0 = time.monotonic()
+async def test_capabilities(tmp_path):
+    """(How fast `initialize` answers is a benchmark's, benchmarks/lsp_bench.py: a wall-clock bound here failed
+    on a loaded machine.)"""
     client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path)})
-    elapsed = time.monotonic() - t0
     try:
         caps = client.init_result.capabilities  # type: ignore[attr-defined]  # set by start_client
         assert caps.notebook_document_sync is not None
@@ -31,7 +30,6 @@ async def test_capabilities_and_fast_initialize(tmp_path):
             "crane.attachKernel",
             "crane.runSpeculatively",
         }
-        assert elapsed < 5  # the real target (0.5 s) is measured by benchmarks/lsp_bench.py
     finally:
         await stop_client(client)
 
