@@ -86,12 +86,38 @@ BY_NAME = {t.name: t for t in TOOLS}
 
 
 def object_schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
-    """The JSON Schema of a Struct as one object schema (MCP wants `type: object` at the top), with `$defs`."""
+    """The JSON Schema of a Struct as one object schema (MCP wants `type: object` at the top), with `$defs`.
+
+    An optional property (`X | None = None`) is described as X alone, with its `type` at the top: clients that
+    build arguments from a schema (the MCP Inspector's CLI) read `anyOf` as "a string" and would send a list as
+    text; omitting the property is how a caller says "none" (null is still accepted)."""
     (_ref,), defs = msgspec.json.schema_components([struct], ref_template="#/$defs/{name}")
     top = dict(defs.pop(struct.__name__))
+    if "properties" in top:
+        top["properties"] = {name: _typed(_without_null(prop)) for name, prop in top["properties"].items()}
     if defs:
         top["$defs"] = defs
     return top
+
+
+def _typed(prop: dict[str, Any]) -> dict[str, Any]:
+    """An enum of strings says `type: string` too (some clients want a `type` on every property)."""
+    if "enum" in prop and "type" not in prop and all(isinstance(v, str) for v in prop["enum"]):
+        return {"type": "string", **prop}
+    return prop
+
+
+def _without_null(prop: dict[str, Any]) -> dict[str, Any]:
+    options = prop.get("anyOf")
+    if not options or len(options) != 2 or {"type": "null"} not in options:
+        return prop
+    (kept,) = [o for o in options if o != {"type": "null"}]
+    if "$ref" in kept:
+        return prop
+    out = {**kept, **{k: v for k, v in prop.items() if k not in ("anyOf", "default")}}
+    if prop.get("default") is not None:
+        out["default"] = prop["default"]
+    return out
 
 
 class ArgumentError(ValueError):
