@@ -46,6 +46,9 @@ def _notebook_lines(nb: NotebookReport) -> list[str]:
         if r.error:
             lines.append(f"{path}: cell {r.cell}: {r.error}")
         how = _how(r)
+        if not r.findings and r.prediction == "unknown":
+            lines.append(f"{path}: cell {r.cell}: unknown: neither the kernel's facts nor a sandbox run decided{how}")
+            continue
         if not r.findings:
             lines.append(f"{path}: cell {r.cell}: no crash predicted{how}")
             continue
