@@ -54,7 +54,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Predict whether `code` crashes if run now against the live kernel's state, with the evidence (the facts "
         "each finding used) and how it was reached: mode 'static' runs CRANE's rules on the kernel's facts; "
         "'auto' (default) also runs the code in a confined copy-on-write fork of the kernel, whose real exception "
-        "(or clean run) decides." + _GUARANTEE,
+        "(or clean run) decides. `prediction` is crash, no-crash or unknown (neither the facts nor a run decided: the "
+        "run timed out or was blocked, the kernel was busy); never treat unknown as safe." + _GUARANTEE,
         CheckCodeArgs, Prediction, lambda t, a: t.check_code(a),
     ),
     ToolSpec(
