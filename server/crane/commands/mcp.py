@@ -98,11 +98,26 @@ def _locator(args: argparse.Namespace):
             return GlobLocator(args.connection_file)
         return FileLocator(args.connection_file)
     if args.newest_kernel:
-        return NewestLocator()
+        from crane.lsp.discovery import runtime_dirs
+
+        return NewestLocator(runtime_dirs)
     if args.kernel_of:
-        return NotebookLocator(args.kernel_of, server=server)
+        return NotebookLocator(args.kernel_of, server=server, find_local=None if server else _vscode_kernel_of())
     assert server is not None
     return FixedLocator(KernelTarget.remote(server, args.kernel_id))
+
+
+def _vscode_kernel_of():
+    """Finds the local kernel VS Code's Jupyter extension runs for a notebook (crane.lsp.discovery)."""
+    from crane.lsp.discovery import Discovery, runtime_dirs
+
+    discovery = Discovery(timeout=2.0)
+
+    def find(notebook: str) -> str | None:
+        match = discovery.find(notebook, dirs=runtime_dirs())
+        return match.connection_file if match is not None else None
+
+    return find
 
 
 def _first_look(follower) -> None:

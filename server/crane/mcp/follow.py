@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from crane.errors import CraneError
@@ -115,24 +115,18 @@ class GlobLocator:
 
 @dataclass
 class NewestLocator:
-    """The newest kernel in the Jupyter runtime folders (`dirs`; default: `crane.lsp.discovery.runtime_dirs()`)."""
+    """The newest kernel in the Jupyter runtime folders `dirs()` lists (the command passes
+    `crane.lsp.discovery.runtime_dirs`)."""
 
-    dirs: list[str] | None = None
+    dirs: Callable[[], list[str]]
     describe: str = "the newest kernel in the Jupyter runtime folder"
 
-    def _dirs(self) -> list[str]:
-        if self.dirs is not None:
-            return self.dirs
-        from crane.lsp.discovery import runtime_dirs
-
-        return runtime_dirs()
-
     def candidates(self) -> list[Candidate]:
-        paths = [p for d in self._dirs() for p in glob.glob(os.path.join(glob.escape(d), "kernel-*.json"))]
+        paths = [p for d in self.dirs() for p in glob.glob(os.path.join(glob.escape(d), "kernel-*.json"))]
         return _newest_first(paths)
 
     def missing(self) -> str:
-        return (f"no kernel: no kernel-*.json in the Jupyter runtime folders ({', '.join(self._dirs())}). Start "
+        return (f"no kernel: no kernel-*.json in the Jupyter runtime folders ({', '.join(self.dirs())}). Start "
                 "a kernel (open the notebook and run a cell, or `jupyter lab`); set $JUPYTER_RUNTIME_DIR if your "
                 "kernels write their connection files elsewhere. " + _AGAIN)
 
@@ -147,14 +141,14 @@ def _session_matches(session_path: str, notebook: str) -> bool:
 
 @dataclass
 class NotebookLocator:
-    """The kernel of `notebook`: a Jupyter Server's session for it (`server`), else the runtime folders' kernel
-    that VS Code's Jupyter extension told the notebook's path."""
+    """The kernel of `notebook`: a Jupyter Server's session for it (`server`), else the local kernel
+    `find_local(notebook)` names by its connection file (the command passes `crane.lsp.discovery.Discovery.find`
+    over the runtime folders: the kernel VS Code's Jupyter extension told the notebook's path)."""
 
     notebook: str
     server: ServerSpec | None = None
-    dirs: list[str] | None = None
+    find_local: Callable[[str], str | None] | None = None
     describe: str = ""
-    _discovery: object = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.server is None:
@@ -165,15 +159,8 @@ class NotebookLocator:
     def candidates(self) -> list[Candidate]:
         if self.server is not None:
             return self._from_server(self.server)
-        from crane.lsp.discovery import Discovery, runtime_dirs
-
-        if self._discovery is None:
-            self._discovery = Discovery(timeout=2.0)
-        assert isinstance(self._discovery, Discovery)
-        match = self._discovery.find(self.notebook, dirs=self.dirs if self.dirs is not None else runtime_dirs())
-        if match is None:
-            return []
-        c = _file_candidate(match.connection_file)
+        found = self.find_local(self.notebook) if self.find_local is not None else None
+        c = _file_candidate(found) if found else None
         return [c] if c is not None else []
 
     def _from_server(self, server: ServerSpec) -> list[Candidate]:

@@ -91,7 +91,8 @@ class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
     stdout: str = ""  # bounded
     stderr: str = ""  # bounded
     stdout_truncated: bool = False
-    blocked: list[str] = []  # side effects the sandbox refused (file writes, network, programs, ...)
+    blocked: list[str] = []  # side effects the sandbox refused (file writes, network, programs, signals, ...)
+    absorbed: list[str] = []  # side effects that happened only in the sandbox (files deleted in the private layer)
     reason: str | None = None  # why timeout / blocked / unavailable
     how: str = ""  # how the outcome was reached (mode, scale)
     elapsed_ms: float = 0.0
