@@ -75,6 +75,8 @@ class BackgroundReplay:
                 log.warning("%d of %d replayed cells raised (first: cell %s: %s: %s)", len(self.failed),
                             len(self.history), first.number, first.ename, first.evalue)
         except Exception as exc:  # the kernel would not start, or died during the replay
+            if self._closed.is_set():  # the server stopped it
+                return
             log.warning("replaying %s failed: %s", self.path, exc)
             self.error = f"{type(exc).__name__}: {exc}" if not str(exc).startswith(type(exc).__name__) else str(exc)
         finally:
