@@ -330,3 +330,32 @@ def test_usage_errors_still_exit_2_before_serving():
     r = subprocess.run([sys.executable, "-m", "crane", "mcp", "--newest-kernel", "--connection-file", "x.json"],
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 2 and "give one kernel" in r.stderr and r.stdout == ""
+
+
+async def test_kernel_of_a_notebook_vscode_runs(tmp_path):
+    runtime, home = tmp_path / "runtime", tmp_path / "home"
+    runtime.mkdir()
+    home.mkdir()
+    env = {"HOME": str(home), "JUPYTER_RUNTIME_DIR": str(runtime), "JUPYTER_DATA_DIR": str(home / "data")}
+    mine, other = tmp_path / "mine.ipynb", tmp_path / "other.ipynb"
+    kernels = []
+    try:
+        for nb, value in ((other, "'other'"), (mine, "'mine'")):
+            k = start_kernel(tmp_path)
+            kernels.append(k)
+            # what VS Code's Jupyter extension does in the kernels it starts for a notebook
+            k.connection.run_cell(f"__vsc_ipynb_file__ = {str(nb)!r}\nwhich = {value}", timeout=60)
+            _publish(k, runtime / f"kernel-{nb.stem}.json")
+        older = os.stat(runtime / "kernel-mine.json").st_mtime_ns
+        os.utime(runtime / "kernel-other.json", ns=(older + 10**9, older + 10**9))  # the newest is the other one
+        async with mcp_client("--kernel-of", str(mine), env=env) as client:
+            with Untouched(kernels[1].connection) as check:
+                facts = (await client.call_tool("crane_kernel_facts", {"names": ["which"]})).structured_content
+                assert facts["facts"]["which"]["value"] == "'mine'", facts
+            assert check.unchanged, check.changes()
+        async with mcp_client("--kernel-of", str(tmp_path / "none.ipynb"), env=env) as client:
+            res = await client.call_tool("crane_kernel_facts", {})
+            assert res.is_error and "no running kernel says it belongs to" in _text(res), _text(res)
+    finally:
+        for k in kernels:
+            k.shutdown()
