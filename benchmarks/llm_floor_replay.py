@@ -42,7 +42,8 @@ def main() -> int:
     from crane.finding import Finding
     from crane.llm.client import LLMError
     from crane.llm.cost import CostLedger
-    from crane.llm.predictor import predict_with_llm, verdict_to_finding
+    from crane.llm.model_finding import verdict_to_finding
+    from crane.llm.predictor import predict_with_llm
     from crane.llm.prompt import SYSTEM_PROMPT, Prompt
     from crane.llm.settings import LLMSettings
     from crane.notebook.model import Cell

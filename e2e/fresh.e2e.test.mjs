@@ -67,12 +67,12 @@ step('opening a notebook sets up the server environment, with a progress notific
   await openNotebook(s.page, NOTEBOOK);
   const toast = s.page
     .locator('.notifications-toasts .notification-toast')
-    .filter({ hasText: 'CRANE: setting up its Python environment' })
+    .filter({ hasText: 'CRANE: first-use setup (a minute or a few)' })
     .first();
   await toast.waitFor({ timeout: SLOW });
   // the notification follows pip's steps: the picture shows one of them, over the notebook's cells
   await cellRow(CRASH_CELL).waitFor({ timeout: SLOW });
-  await toast.filter({ hasText: /Collecting|Downloading|Installing/ }).waitFor({ timeout: INSTALL });
+  await toast.filter({ hasText: /collecting|downloading|installing/ }).waitFor({ timeout: INSTALL });
   await shot('progress');
   await waitForLog(/building the server environment from .*Python 3\.\d+/, SLOW);
 });

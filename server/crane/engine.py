@@ -9,7 +9,7 @@ The LSP daemon runs the same `check_cell` against an attached kernel instead of 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -33,7 +33,7 @@ class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     """One checked cell as `crane check --json` and the benchmark report it."""
 
     cell: int
-    prediction: Prediction
+    prediction: Prediction | Literal["unknown"]  # unknown (`crane check`): neither the facts nor a run decided
     findings: list[Finding] = []
     probe_ms: float | None = None
     elapsed_ms: float = 0.0

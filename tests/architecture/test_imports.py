@@ -174,14 +174,20 @@ def test_no_daemon_file_imports_a_kernel_or_worker_file():
 
 def test_kernel_module_parts_are_exactly_the_kernel_side_folders():
     """Every file of a kernel-side folder travels in a private module, and every part comes from one."""
+    import crane
     from crane.probe.collect import PROBE_MODULE
     from crane.sandbox.channel import SANDBOX_MODULE
     from crane.sandbox.transplant import TRANSPLANT_MODULE, WORKER_MODULE
 
+    def inside(paths, root: Path) -> set[str]:
+        """The paths under `root`, relative to it (the package may be imported from another checkout than the
+        one read here: compare what is shipped by its place in the package)."""
+        root = root.resolve()
+        return {p.resolve().relative_to(root).as_posix() for p in paths if root in p.resolve().parents}
+
+    shipped = [p for m in (PROBE_MODULE, SANDBOX_MODULE, TRANSPLANT_MODULE, WORKER_MODULE) for p in m.files]
+    shipped_rel = inside(shipped, Path(crane.__file__).parent) | {"sandbox/worker/boot.py"}  # the worker's -c
     crane_root = ROOT / "crane"
-    shipped = {p.resolve() for m in (PROBE_MODULE, SANDBOX_MODULE, TRANSPLANT_MODULE, WORKER_MODULE) for p in m.files}
-    shipped.add((crane_root / "sandbox" / "worker" / "boot.py").resolve())  # sent as the worker's `-c` program
-    on_disk = {p.resolve() for folder in ("probe/kernel", "sandbox/kernel", "sandbox/worker", "sandbox/shared")
-               for p in (crane_root / folder).glob("*.py") if p.name != "__init__.py"}
-    inside = {p for p in shipped if crane_root.resolve() in p.parents}
-    assert on_disk == inside
+    on_disk = inside([p for folder in ("probe/kernel", "sandbox/kernel", "sandbox/worker", "sandbox/shared")
+                      for p in (crane_root / folder).glob("*.py") if p.name != "__init__.py"], crane_root)
+    assert on_disk == shipped_rel

@@ -53,3 +53,12 @@ def test_recorded_timing_sends_a_long_cell_to_a_miniature(nb_dir):
     [kept] = cell["sandboxKept"]
     assert kept["name"] == "df" and kept["of"] == 20000 and kept["rows"] < 2000
     assert any("miniature run: kept" in e for e in cell["findings"][0]["evidence"])
+
+
+def test_an_endless_cell_is_unknown_not_no_crash(nb_dir):
+    nb = make_notebook(nb_dir / "loop.ipynb", [("x = 1", 1), ("while True:\n    x += 1", None)])
+    [cell] = check(nb, "--budget", "2")
+    assert cell["sandbox"] == "timeout" and cell["prediction"] == "unknown" and not cell.get("findings"), cell
+    res = subprocess.run([sys.executable, "-m", "crane", "check", str(nb), "--budget", "2"], capture_output=True,
+                         text=True, timeout=300)
+    assert "cell 2: unknown: neither the kernel's facts nor a sandbox run decided" in res.stdout, res.stdout

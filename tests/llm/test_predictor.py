@@ -12,7 +12,8 @@ from crane.bench.llm_predictor import LLMBenchPredictor
 from crane.bench.runner import run_cases
 from crane.finding import Finding
 from crane.llm.cost import CostLedger
-from crane.llm.predictor import diagnose, dry_run_stats, verdict_to_finding
+from crane.llm.model_finding import verdict_to_finding
+from crane.llm.predictor import diagnose, dry_run_stats
 from crane.llm.prompt import build_prompt
 from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
 from crane.llm.settings import LLMSettings

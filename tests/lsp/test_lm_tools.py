@@ -1,6 +1,6 @@
 """`crane/lmTool`: the agent tools of `crane mcp` through the language server, for VS Code's language-model tools
 (lmTools.ts), on the kernel attached to an open notebook and its synced (unsaved) cells; the user's kernel
-proven unchanged; bad params are errors and the server keeps serving."""
+proven unchanged; bad arguments are `isError` results, bad params errors, and the server keeps serving."""
 
 from __future__ import annotations
 
@@ -42,9 +42,11 @@ async def test_lm_tools_on_the_open_notebook(client, live_kernel, notebook_path)
         assert not err and run["outcome"] == "crash" and run["stdout"].strip() == "0"
         err, code = await call(client, nb.uri, "crane_check_code", {"code": "df['zz']", "mode": "static"})
         assert not err and code["findings"][0]["ename"] == "KeyError"
+        err, loop = await call(client, nb.uri, "crane_check_code", {"code": "while True:\n    pass", "budget_s": 2})
+        assert not err and loop["prediction"] == "unknown" and loop["sandbox"]["outcome"] == "timeout", loop
     assert check.unchanged, check.changes()
-    with pytest.raises(JsonRpcInvalidParams):
-        await call(client, nb.uri, "crane_try_code", {"code": 1})
+    err, text = await call(client, nb.uri, "crane_try_code", {"code": 1})  # the model reads it and retries
+    assert err and "invalid arguments" in str(text) and "code" in str(text)
     with pytest.raises(JsonRpcInvalidParams):
         await call(client, nb.uri, "crane_nope", {})
     err, text = await call(client, "file:///not/open.ipynb", "crane_kernel_facts", {})

@@ -61,13 +61,13 @@ def listener():
     lst.close()
 
 
-def server_params(*args: str, cwd: Path | None = None) -> StdioServerParameters:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV")}
-    return StdioServerParameters(command=sys.executable, args=["-m", "crane", "mcp", *args], env=env,
+def server_params(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> StdioServerParameters:
+    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV")}
+    return StdioServerParameters(command=sys.executable, args=["-m", "crane", "mcp", *args], env={**base, **(env or {})},
                                  cwd=str(cwd) if cwd else None)
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(*args: str, cwd: Path | None = None) -> AsyncIterator[Client]:
-    async with Client(server_params(*args, cwd=cwd), read_timeout_seconds=300) as client:
+async def mcp_client(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> AsyncIterator[Client]:
+    async with Client(server_params(*args, cwd=cwd, env=env), read_timeout_seconds=300) as client:
         yield client

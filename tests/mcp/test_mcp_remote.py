@@ -1,11 +1,9 @@
 """`crane mcp --server URL --kernel-id K --token T`: the tools on a kernel behind a real Jupyter Server (the
-user's, opened as JupyterLab would), over the server's REST + WebSocket API; the kernel proven unchanged; a wrong
-token is a usage error before serving."""
+user's, opened as JupyterLab would), over the server's REST + WebSocket API, named by its id or as the kernel of a
+notebook (the server's sessions API); the kernel proven unchanged; a wrong token is a tool result with `isError`
+(the handshake still completes)."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import pytest
 
@@ -50,8 +48,23 @@ async def test_tools_on_a_server_kernel(jserver, user_kernel):
     assert check.unchanged, check.changes()
 
 
-def test_wrong_token_is_a_usage_error(jserver, user_kernel):
-    r = subprocess.run([sys.executable, "-m", "crane", "mcp", "--server", jserver.url, "--kernel-id",
-                        user_kernel.kernel_id, "--token", "wrong"], capture_output=True, text=True, timeout=120,
-                       stdin=subprocess.DEVNULL)
-    assert r.returncode == 2 and r.stdout == "" and "crane mcp:" in r.stderr, r.stderr
+async def test_wrong_token_is_a_tool_error(jserver, user_kernel):
+    async with mcp_client("--server", jserver.url, "--kernel-id", user_kernel.kernel_id, "--token", "wrong") as client:
+        assert (await client.list_tools()).tools
+        res = await client.call_tool("crane_kernel_facts", {})
+        assert res.is_error and "token" in res.content[0].text.lower(), res.content
+
+
+async def test_kernel_of_a_notebook_through_the_sessions_api(jserver, user_kernel):
+    with Untouched(user_kernel.frontend) as check:
+        async with mcp_client("--server", jserver.url, "--token", jserver.token, "--kernel-of",
+                              "project/analysis.ipynb") as client:
+            facts = (await client.call_tool("crane_kernel_facts", {"names": ["label"]})).structured_content
+            assert facts["facts"]["label"]["value"] == "'x'", facts
+            other = await client.call_tool("crane_kernel_facts", {})
+            assert not other.is_error
+        async with mcp_client("--server", jserver.url, "--token", jserver.token, "--kernel-of",
+                              "project/none.ipynb") as client:
+            res = await client.call_tool("crane_kernel_facts", {})
+            assert res.is_error and "no session for project/none.ipynb" in res.content[0].text, res.content
+    assert check.unchanged, check.changes()

@@ -1,7 +1,7 @@
 """`crane mcp` over stdio, with the MCP SDK's own client, against a real kernel: every tool, the sandbox's
 confinement (a crash, a clean run, a file write and a network attempt that reach nothing), the user's kernel
-proven unchanged (crane.kernel.untouched), bad arguments answered with MCP errors by a server that keeps
-serving, and a dead kernel reported as a tool error."""
+proven unchanged (crane.kernel.untouched), bad arguments answered with `isError` results (an unknown tool with an
+MCP error) by a server that keeps serving, and a dead kernel reported as a tool error."""
 
 from __future__ import annotations
 
@@ -125,13 +125,14 @@ async def test_bad_arguments_are_errors_and_the_server_keeps_serving(kernel, con
         ("crane_check_cell", {"notebook": str(notebook), "cell": 0}),
         ("crane_kernel_facts", {"names": "df"}),
         ("crane_kernel_facts", {"surprise": 1}),
-        ("crane_no_such_tool", {}),
     ]
     async with mcp_client("--connection-file", _cf(kernel)) as client:
         for name, args in bad:
-            with pytest.raises(MCPError) as err:
-                await client.call_tool(name, args)
-            assert err.value.code == -32602, (name, args, err.value)
+            res = await client.call_tool(name, args)
+            assert res.is_error and "invalid arguments" in res.content[0].text, (name, args, res)
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("crane_no_such_tool", {})
+        assert err.value.code == -32602
         # errors of the work itself: a tool result with isError and the reason
         missing = await client.call_tool("crane_check_cell", {"notebook": "/nonexistent/x.ipynb", "cell": 1})
         assert missing.is_error and "cannot read the notebook" in missing.content[0].text
@@ -159,7 +160,7 @@ async def test_dead_kernel_is_a_clear_tool_error(tmp_path):
 
 
 async def test_notebook_mode_replays_and_serves_resources(notebook, tmp_path):
-    async with mcp_client("--notebook", str(notebook)) as client:
+    async with mcp_client("--notebook", str(notebook), "--replay-wait", "300") as client:
         facts = (await client.call_tool("crane_kernel_facts", {"names": ["n"]})).structured_content
         assert facts["facts"]["n"]["value"] == "42"
         cell = (await client.call_tool("crane_check_cell", {"cell": 3, "mode": "static"})).structured_content
@@ -182,8 +183,8 @@ def test_usage_errors_exit_2(tmp_path):
 
     r = crane_mcp()
     assert r.returncode == 2 and "give one kernel" in r.stderr and r.stdout == ""
-    r = crane_mcp("--connection-file", str(tmp_path / "none.json"))
-    assert r.returncode == 2 and "connection file not found" in r.stderr
+    r = crane_mcp("--server", "http://127.0.0.1:1/")
+    assert r.returncode == 2 and "--kernel-id" in r.stderr
     r = crane_mcp("--notebook", "x.ipynb", "--http", "0.0.0.0:1234")
     assert r.returncode == 2 and "loopback" in r.stderr
 

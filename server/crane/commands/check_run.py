@@ -20,6 +20,7 @@ from crane.commands.output import NotebookReport
 from crane.notebook.model import Notebook, NotebookError, parse_notebook
 
 if TYPE_CHECKING:
+    from crane.engine import CellResult
     from crane.llm.settings import LLMSettings
     from crane.policy import Mode
 
@@ -57,6 +58,17 @@ def load(path: str) -> Loaded:
     return Loaded(path=path, data=data, nb=nb)
 
 
+def mark_unknown(r: CellResult) -> CellResult:
+    """`prediction: "unknown"` where neither the kernel's facts nor a run decided: no finding, and the sandbox
+    run was inconclusive (timeout, blocked, unavailable) or, without one, the facts could not be read. An agent
+    reading `prediction` must not take that for `no-crash`."""
+    if r.findings or r.decided_by in ("sandbox", "rules", "llm"):
+        return r
+    if (r.sandbox is not None and r.sandbox not in ("crash", "no-crash")) or (r.sandbox is None and r.error):
+        r.prediction = "unknown"
+    return r
+
+
 def check_notebook(
     path: str, opts: CheckOptions, settings: LLMSettings | None, progress: bool = False
 ) -> tuple[NotebookReport, Loaded | None]:
@@ -86,7 +98,8 @@ def check_notebook(
     try:
         with ReplayedNotebook(nb, targets, python=opts.python, cell_timeout=opts.cell_timeout_s,
                               launcher=opts.launcher or LOCAL) as replayed:
-            results = [predict_in_mode(replayed, t, opts.mode, settings, opts.budget_s) for t in targets]
+            results = [mark_unknown(predict_in_mode(replayed, t, opts.mode, settings, opts.budget_s))
+                       for t in targets]
             history = history_entries(replayed.history_runs)
     except KernelError as exc:
         return NotebookReport(notebook=path, error=f"kernel error: {exc}",

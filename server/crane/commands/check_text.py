@@ -49,6 +49,9 @@ def _notebook_lines(nb: NotebookReport) -> list[str]:
         for s in r.suspicions:  # a model's unchecked crash claim: shown apart, predicting nothing
             lines.append(f"{path}: cell {r.cell}, line {s.line}: the model's suspicion (unchecked, confidence "
                          f"{s.confidence:.2f}): {s.ename}: {s.message}")
+        if not r.findings and r.prediction == "unknown":
+            lines.append(f"{path}: cell {r.cell}: unknown: neither the kernel's facts nor a sandbox run decided{how}")
+            continue
         if not r.findings:
             lines.append(f"{path}: cell {r.cell}: no crash predicted{how}")
             continue

@@ -191,7 +191,7 @@ def model_answer(verdict: LLMVerdict, target: Cell, probe: ProbeResult | None = 
     contradicted by the runtime facts; `checked` when the facts corroborate it, or when the cell already failed
     in this state with that exception (`failed_with`: its exception class, "" when only the failure is known,
     e.g. the editor's "it raised when it last ran"; or the cell's recorded error); `dropped` says why not."""
-    from crane.llm.predictor import verdict_to_finding
+    from crane.llm.model_finding import verdict_to_finding
 
     a = verdict.answer
     if not a.crash:

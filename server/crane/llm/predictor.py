@@ -13,46 +13,22 @@ import asyncio
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Literal
-
-import msgspec
 
 from crane.finding import Finding
 from crane.llm.cache import ResponseCache, cache_key
 from crane.llm.client import request_answer
-from crane.llm.cost import SESSION, CostLedger, SessionTotals
+from crane.llm.cost import SESSION, CostLedger
+from crane.llm.diagnosis import Diagnosis
 from crane.llm.prompt import Prompt, build_prompt, with_cache_markers
 from crane.llm.render import render_markdown
-from crane.llm.schema import LLMAnswer, LLMVerdict, Usage
+from crane.llm.schema import LLMVerdict
 from crane.llm.settings import LLMSettings
 from crane.notebook.model import Cell
-from crane.policy import Prediction, with_model
+from crane.policy import with_model
 from crane.probe.facts import ProbeResult
 
 # The CRANE-LLM study's median runtime-augmented prompt input (222 JunoBench cases; notes §1.1).
 STUDY_MEDIAN_PROMPT_CHARS = 5198
-
-
-class Diagnosis(msgspec.Struct, kw_only=True, rename="camel"):
-    """A diagnosis of one cell, for the CLI (--json) and the daemon's crane/diagnosis notification."""
-
-    cell: int
-    prediction: Prediction
-    mode: Literal["llm", "offline"]
-    markdown: str
-    verdict: Finding | None = None  # the LLM's finding, or the strongest rule finding offline
-    findings: list[Finding] = []  # the offline rules' findings
-    answer: LLMAnswer | None = None
-    usage: Usage | None = None
-    cached: bool = False
-    model: str | None = None
-    prompt_chars: int | None = None
-    session: SessionTotals | None = None
-    kept: list[Finding] = []  # rule findings that stand although the model said "no crash" (crane.policy)
-    llm_error: str | None = None  # the model failed: this is the rules' diagnosis
-    suspicions: list[Finding] = []  # the model's crash claim that nothing checked (predicts nothing)
-    dropped: list[str] = []  # why the model's crash claim does not count (incoherent, contradicted by the facts)
-    checked: bool = False  # the runtime facts corroborate the model's crash claim
 
 
 def needs_cache_markers(model: str | None) -> bool:
@@ -95,38 +71,6 @@ def predict_with_llm(
 async def apredict_with_llm(prompt: Prompt, settings: LLMSettings, **kwargs) -> LLMVerdict:
     """`predict_with_llm` in a worker thread (for the daemon's event loop); bounded by the settings' timeout."""
     return await asyncio.to_thread(predict_with_llm, prompt, settings, **kwargs)
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def verdict_to_finding(verdict: LLMVerdict, target: Cell | None = None, min_confidence: float = 0.0) -> Finding | None:
-    """The model's crash verdict as a Finding (source "llm"); None for "no crash" or below `min_confidence`."""
-    a = verdict.answer
-    if not a.crash or a.confidence < min_confidence:
-        return None
-    lines = target.source.splitlines() if target is not None else []
-    line = a.line if a.line is not None and (not lines or a.line <= len(lines)) else None
-    text = lines[line - 1] if line and lines else ""
-    ename = (a.exception or "Exception").strip() or "Exception"
-    evidence = [f"{verdict.usage.model or 'LLM'}: {_one_line(a.explanation, 600)}"]
-    if a.suggested_fix:
-        evidence.append(f"suggested fix: {_one_line(a.suggested_fix, 400)}")
-    return Finding(
-        rule="llm",
-        ename=ename,
-        message=_one_line(a.explanation),
-        line=line or 1,
-        col=len(text) - len(text.lstrip()) if text else 0,
-        end_line=line or 1,
-        end_col=len(text.rstrip()) if text else None,
-        root_cause=a.root_cause,
-        confidence=round(a.confidence, 3),
-        evidence=evidence,
-        source="llm",
-    )
 
 
 def failed_ename(target: Cell, traceback: str | list[str] | None) -> str | None:

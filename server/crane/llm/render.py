@@ -1,4 +1,4 @@
-"""How a diagnosis (crane.llm.predictor.Diagnosis) reads: the verdict of the rules and the sandbox first, always;
+"""How a diagnosis (crane.llm.diagnosis.Diagnosis) reads: the verdict of the rules and the sandbox first, always;
 then the model's part, marked as the model's, and only where it agrees or adds. A model's "no crash" over the
 rules' findings, a crash claim nothing checked, a claim that was dropped: each is one line saying so, never the
 head of the diagnosis. `model_part` is shared by the markdown (daemon, --json) and the CLI's text.
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from crane.finding import Finding
 
 if TYPE_CHECKING:
-    from crane.llm.predictor import Diagnosis
+    from crane.llm.diagnosis import Diagnosis
 
 
 def finding_text(f: Finding) -> str:

@@ -4,8 +4,10 @@ chat participant, through `vscode.lm.registerTool` in the extension's `lmTools.t
 The same tools as `crane mcp` (`crane.mcp.tools`), on the kernel attached to the open notebook, with the
 notebook's synced cells (unsaved edits included) for the cell tools. The work runs on a sandbox thread of its
 own with its own kernel connection (`sandbox_thread`), one call at a time; nothing runs in the user's kernel.
-Bad params: invalid params; an unknown tool: invalid params; a notebook that is not open, or no attached
-kernel: a result with `isError` saying so, as for any failure of the tool's work (the model reads it).
+Bad params (not an `LmToolParams`): invalid params; an unknown tool: invalid params; tool arguments that do not
+match the tool's schema, a notebook that is not open, or no attached kernel: a result with `isError` saying so,
+as for any failure of the tool's work (the model reads it and corrects the call). The check tools answer
+`prediction: "unknown"` where neither the kernel's facts nor a sandbox run decided.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ async def lm_tool(ls: CraneServer, params: Any) -> Any:
     try:
         args = decode_args(spec, p.input)
     except ArgumentError as exc:
-        raise JsonRpcInvalidParams(f"{LM_TOOL}: {exc}") from None
+        return _error(p.tool, f"{exc}. Correct the arguments (see the tool's input schema) and call again.")
     session = ls.session_of_notebook(p.notebook_uri)
     snap = snapshot(ls.workspace, session.uri) if session else None
     if session is None or snap is None:

@@ -54,37 +54,86 @@ class ToolFailure(CraneError):
 
 @dataclass
 class Attached:
-    """The kernel the server serves, how it was reached, and what to do when the server stops."""
+    """The kernel the server serves, how it was reached, and what to do when the server stops.
 
-    conn: KernelConnection
+    `conn` is one fixed connection (the editor's attachment); `follow(cancel)` instead finds the kernel again on
+    every call (`crane mcp`: `crane.mcp.follow.KernelFollower`, `crane.mcp.replay.BackgroundReplay`) and raises
+    `KernelUnavailable` saying why there is none; `progress()` says what a call waiting for it waits on."""
+
+    conn: KernelConnection | None
     describe: str
     notebook: str | None = None  # --notebook: the replayed notebook (the default for the cell tools)
     open_notebook: Any = None  # the editor's synced notebook (crane.notebook.model.Notebook), read for `notebook`
     close: Callable[[], None] = lambda: None
+    follow: Callable[[threading.Event | None], KernelConnection] | None = None
+    progress: Callable[[], str] | None = None
+
+
+class _Locks:
+    """Tools that only read (facts, static checks) never wait behind a sandbox run or a fix search."""
+
+    def __init__(self) -> None:
+        self.read = threading.Lock()  # one facts probe at a time
+        self.run = threading.Lock()  # one sandbox run / fix search at a time
 
 
 class KernelTools:
-    def __init__(self, attached: Attached):
+    """The tools' work for one server. `for_call(cancel)` gives the view one call uses: its connection is
+    resolved once, and setting `cancel` ends its sandbox run (and the run's process tree) at once."""
+
+    def __init__(self, attached: Attached, cancel: threading.Event | None = None, locks: _Locks | None = None):
         self.attached = attached
-        self._lock = threading.Lock()  # one kernel conversation at a time
+        self.cancel = cancel
+        self._locks = locks or _Locks()
+        self._conn: KernelConnection | None = None
+
+    def for_call(self, cancel: threading.Event | None) -> KernelTools:
+        return KernelTools(self.attached, cancel, self._locks)
 
     @property
     def conn(self) -> KernelConnection:
-        return self.attached.conn
+        if self._conn is None:
+            if self.attached.follow is not None:
+                self._conn = self.attached.follow(self.cancel)
+            else:
+                assert self.attached.conn is not None
+                self._conn = self.attached.conn
+        return self._conn
 
-    def _guard(self, work: Callable[[], T]) -> T:
-        with self._lock:
-            if not self.conn.is_alive():
-                raise ToolFailure(f"the kernel is not running ({self.attached.describe}): restart it, or start "
-                                  "`crane mcp` again with a live kernel")
+    def _cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def _acquire(self, lock: threading.Lock) -> None:
+        while not lock.acquire(timeout=0.2):
+            if self._cancelled():
+                raise ToolFailure("cancelled before it started")
+
+    def _guard(self, work: Callable[[], T], lock: threading.Lock | None = None) -> T:
+        from crane.mcp.follow import KernelUnavailable
+        from crane.mcp.replay import ReplayPending
+
+        lock = lock if lock is not None else self._locks.run
+        self._acquire(lock)
+        try:
+            try:
+                conn = self.conn
+            except ReplayPending:
+                raise
+            except KernelUnavailable as exc:
+                raise ToolFailure(str(exc)) from None
+            if not conn.is_alive():
+                raise ToolFailure(f"the kernel is not running ({self.attached.describe}): restart it; CRANE looks "
+                                  "for it again on the next call")
             try:
                 return work()
             except KernelError as exc:
                 raise ToolFailure(f"kernel error ({self.attached.describe}): {exc}") from None
+        finally:
+            lock.release()
 
     # -- crane_kernel_facts ------------------------------------------------------------------------------
     def facts(self, args: FactsArgs) -> KernelFacts:
-        return self._guard(lambda: self._facts(args))
+        return self._guard(lambda: self._facts(args), self._locks.read)
 
     def _facts(self, args: FactsArgs) -> KernelFacts:
         from crane.probe.collect import ProbeClient
@@ -107,14 +156,28 @@ class KernelTools:
     def _sandbox_run(self, code: str, budget_s: float) -> SandboxRun:
         from crane.sandbox.fork_runner import speculate
 
-        v = speculate(self.conn, code, budget_s)
+        v = speculate(self.conn, code, budget_s, cancel=self.cancel)
         if v.verdict == "unavailable" and not self.conn.is_alive():
             raise ToolFailure(f"the kernel died ({self.attached.describe})")
         return _as_run(v)
 
     # -- crane_check_code / crane_check_cell -------------------------------------------------------------
     def check_code(self, args: CheckCodeArgs) -> Prediction:
-        return self._guard(lambda: self._predict(args.code, None, 1, args.mode, args.budget_s))
+        return self._pending_unknown(lambda: self._guard(
+            lambda: self._predict(args.code, None, 1, args.mode, args.budget_s), self._lock_for(args.mode)))
+
+    def _lock_for(self, mode: str) -> threading.Lock:
+        return self._locks.run if mode == "auto" else self._locks.read
+
+    def _pending_unknown(self, work: Callable[[], Prediction]) -> Prediction:
+        """A check asked while `--notebook`'s replay goes on: `unknown`, with the replay's progress."""
+        from crane.mcp.replay import ReplayPending
+
+        try:
+            return work()
+        except ReplayPending as exc:
+            return Prediction(prediction="unknown", decided_by="none", facts_mode="static", facts_error=str(exc),
+                              how=f"unknown: {exc}")
 
     def check_cell(self, args: CheckCellArgs) -> Prediction:
         def work() -> Prediction:
@@ -130,7 +193,7 @@ class KernelTools:
             p.cell, p.notebook = args.cell, path
             return p
 
-        return self._guard(work)
+        return self._pending_unknown(lambda: self._guard(work, self._lock_for(args.mode)))
 
     def _predict(self, code: str, scope: Any, target: int, mode: str, budget_s: float) -> Prediction:
         from crane.analysis.cell import analyze_cell
@@ -144,9 +207,10 @@ class KernelTools:
         if mode == "auto":
             from crane.sandbox.fork_runner import speculate
 
-            verdict = speculate(self.conn, code, budget_s)
+            verdict = speculate(self.conn, code, budget_s, cancel=self.cancel)
             run = _as_run(verdict)
         d = decide("auto" if mode == "auto" else "static", check.findings, verdict)
+        prediction, decided_by = _prediction(d.prediction, d.decided_by, check.mode, run)
         how = {
             "sandbox": f"the code {verdict.how() if verdict else ''}: {d.prediction}",
             "rules": "CRANE's rules on the kernel's live facts"
@@ -155,8 +219,10 @@ class KernelTools:
         }.get(d.decided_by, d.decided_by)
         if check.mode != "live":
             how += f" (facts: {check.mode}{': ' + check.error if check.error else ''})"
+        if prediction == "unknown":
+            how = "unknown: neither the kernel's facts nor a sandbox run decided: " + how
         return Prediction(
-            prediction=d.prediction, decided_by=d.decided_by if d.decided_by in ("sandbox", "rules") else "none",
+            prediction=prediction, decided_by=decided_by,
             findings=list(d.findings), cleared=list(d.cleared), sandbox=run, facts_mode=check.mode,
             facts_error=check.error, how=how,
         )
@@ -185,11 +251,15 @@ class KernelTools:
                 sandbox = ForkFixSandbox(self.conn)
             except SandboxError as exc:
                 raise ToolFailure(f"no sandbox to verify fixes in: {exc}") from None
+            stop = _close_on_cancel(self.cancel, sandbox)
             try:
                 report = search_fixes(nb, args.cell, sandbox, pre=check.probe, findings=list(check.findings),
                                       scope=scope, budget=SearchBudget(max_seconds=args.budget_s))
             finally:
+                stop.set()
                 sandbox.close()
+            if self._cancelled():
+                raise ToolFailure("cancelled")
             name = os.path.basename(path)
             edits = [
                 FixEdit(title=f.title, cell=f.target, old_source=f.old, new_source=f.new, run_first=list(f.run_first),
@@ -226,6 +296,37 @@ class KernelTools:
         return [msgspec.to_builtins(c) for c in nb.cells]
 
 
+def _prediction(prediction: str, decided_by: str, facts_mode: str, run: SandboxRun | None) -> tuple[Any, Any]:
+    """`crash` / `no-crash` only when something decided: a conclusive sandbox run, a rule finding, or (static
+    mode) the rules on the live kernel's facts finding nothing; a run that timed out, was blocked or could not
+    start, or facts that could not be read live (the kernel busy), leave it `unknown`."""
+    if decided_by in ("sandbox", "rules"):
+        return prediction, decided_by
+    if run is None and facts_mode == "live":
+        return prediction, "none"
+    return "unknown", "none"
+
+
+def _close_on_cancel(cancel: threading.Event | None, sandbox: Any) -> threading.Event:
+    """Close `sandbox` (ending its fork session and the processes in it) as soon as `cancel` is set, until the
+    returned event is set."""
+    stop = threading.Event()
+    if cancel is None:
+        return stop
+
+    def watch() -> None:
+        while not stop.wait(0.1):
+            if cancel.is_set():
+                try:
+                    sandbox.close()
+                except Exception:  # the search thread sees the closed session and ends
+                    log.debug("closing the fix sandbox on cancel failed", exc_info=True)
+                return
+
+    threading.Thread(target=watch, name="crane-mcp-cancel", daemon=True).start()
+    return stop
+
+
 def _as_run(v: Any) -> SandboxRun:
     """A `SandboxVerdict` as the tools report it (output bounded)."""
     stdout, cut_out = _bounded(v.stdout)
@@ -234,7 +335,7 @@ def _as_run(v: Any) -> SandboxRun:
     return SandboxRun(
         outcome=v.verdict, exception=exception, ename=v.ename, evalue=v.evalue, line=v.line,
         traceback=list(v.traceback), stdout=stdout, stderr=stderr, stdout_truncated=cut_out or cut_err,
-        blocked=list(v.denied), reason=v.reason, how=v.how(), elapsed_ms=round(v.elapsed_ms, 3),
+        blocked=list(v.denied), absorbed=list(getattr(v, "absorbed", [])), reason=v.reason, how=v.how(), elapsed_ms=round(v.elapsed_ms, 3),
     )
 
 

@@ -2,8 +2,8 @@
 
 Each tool's `inputSchema` and `outputSchema` (tools/list) are generated from these Structs
 (`msgspec.json.schema`), so what an agent is told and what the server accepts cannot drift apart. Arguments are
-decoded strictly (unknown fields refused, types checked, bounds checked); a bad argument is an MCP error
-(invalid params), never a dead server.
+decoded strictly (unknown fields refused, types checked, bounds checked); a bad argument is a tool result with
+`isError` and the validation message (the model reads it and corrects the call), never a dead server.
 """
 
 from __future__ import annotations
@@ -17,12 +17,20 @@ from crane.fixes.model import SearchStatus
 from crane.probe.facts import Facts
 
 Code = Annotated[str, msgspec.Meta(max_length=200_000, description="Python code (IPython syntax), as a cell")]
-NotebookPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096,
-                                           description="path of an .ipynb file (absolute, or relative to the "
-                                                       "server's working directory)")]
 CellNumber = Annotated[int, msgspec.Meta(ge=1, le=100_000, description="1-based cell number, as in `crane check`")]
-Budget = Annotated[float, msgspec.Meta(gt=0, le=600, description="seconds of wall clock the run may take")]
-CheckMode = Literal["static", "auto"]
+Budget = Annotated[float, msgspec.Meta(gt=0, le=600, description="seconds of wall clock the sandbox run may take "
+                                                                  "(default 30)")]
+SearchBudget = Annotated[float, msgspec.Meta(gt=0, le=600, description="seconds of wall clock the whole fix search "
+                                                                       "may take (default 60)")]
+CheckMode = Annotated[Literal["static", "auto"], msgspec.Meta(
+    description="'static': CRANE's rules on the kernel's facts only (instant); 'auto' (default): also run the code "
+                "in a confined copy-on-write fork of the kernel, whose real exception or clean run decides")]
+Names = Annotated[list[Annotated[str, msgspec.Meta(max_length=200)]], msgspec.Meta(
+    max_length=200, description="the variables to describe, e.g. [\"df\", \"model\"]; omitted: every user "
+                                "variable (up to 200)")]
+DefaultNotebook = Annotated[str, msgspec.Meta(
+    min_length=1, max_length=4096, description="path of the .ipynb file (absolute, or relative to the server's "
+                                               "working directory); omitted: the notebook `crane mcp` serves")]
 
 
 class _Args(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
@@ -30,8 +38,7 @@ class _Args(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_o
 
 
 class FactsArgs(_Args):
-    names: Annotated[list[Annotated[str, msgspec.Meta(max_length=200)]], msgspec.Meta(max_length=200)] | None = None
-    """Variables to describe; omitted: every user variable (up to 200)."""
+    names: Names | None = None
 
 
 class CheckCodeArgs(_Args):
@@ -42,7 +49,7 @@ class CheckCodeArgs(_Args):
 
 class CheckCellArgs(_Args):
     cell: CellNumber
-    notebook: NotebookPath | None = None  # omitted: the notebook given to `crane mcp --notebook`
+    notebook: DefaultNotebook | None = None  # omitted: the notebook given to `crane mcp --notebook`
     mode: CheckMode = "auto"
     budget_s: Budget = 30.0
 
@@ -54,8 +61,8 @@ class TryCodeArgs(_Args):
 
 class FixesArgs(_Args):
     cell: CellNumber
-    notebook: NotebookPath | None = None
-    budget_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 60.0  # the whole search
+    notebook: DefaultNotebook | None = None
+    budget_s: SearchBudget = 60.0  # the whole search
 
 
 # -- results ---------------------------------------------------------------------------------------------------
@@ -84,16 +91,19 @@ class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
     stdout: str = ""  # bounded
     stderr: str = ""  # bounded
     stdout_truncated: bool = False
-    blocked: list[str] = []  # side effects the sandbox refused (file writes, network, programs, ...)
+    blocked: list[str] = []  # side effects the sandbox refused (file writes, network, programs, signals, ...)
+    absorbed: list[str] = []  # side effects that happened only in the sandbox (files deleted in the private layer)
     reason: str | None = None  # why timeout / blocked / unavailable
     how: str = ""  # how the outcome was reached (mode, scale)
     elapsed_ms: float = 0.0
 
 
 class Prediction(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """Will this code crash if run now against the kernel as it is, and why."""
+    """Will this code crash if run now against the kernel as it is, and why. `unknown`: neither the kernel's
+    facts nor a sandbox run decided (the run timed out, was blocked or could not start; the facts could not be
+    read while the kernel was busy; `--notebook`'s replay still going on): never read it as safe."""
 
-    prediction: Literal["crash", "no-crash"]
+    prediction: Literal["crash", "no-crash", "unknown"]
     decided_by: Literal["sandbox", "rules", "none"]
     findings: list[Finding] = []  # the predicted exception, line, message and evidence (facts used)
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved

@@ -3,10 +3,14 @@ stdio or streamable HTTP on the loopback interface with a bearer token.
 
 Handlers (MCP methods):
 - `tools/list`: the tool table, schemas generated from the msgspec Structs;
-- `tools/call`: arguments decoded strictly (a bad argument or an unknown tool: an MCP error, invalid params);
-  the work runs in a worker thread (one kernel conversation at a time), so pings and lists are answered while
-  a sandbox run goes on; a tool that cannot do its work (dead kernel, unreadable notebook) answers a result
-  with `isError` and the reason; an unexpected exception too — the server never dies from one call;
+- `tools/call`: arguments decoded strictly (a bad argument: a result with `isError` and the validation message,
+  which the model reads; an unknown tool: an MCP error, invalid params); the work runs in a worker thread, so
+  pings, lists and the read-only tools (facts, static checks) are answered while a sandbox run or a fix search
+  goes on (`crane.mcp.backend` keeps one lock for reads, one for runs); `notifications/cancelled` ends the
+  call's sandbox run and its process tree at once; a client that sent a progress token gets a progress
+  notification every few seconds; a tool that cannot do its work (no kernel yet, a dead kernel, an unreadable
+  notebook) answers a result with `isError` and the reason; an unexpected exception too — the server never
+  dies from one call;
 - `resources/list`, `resources/read`: `crane://kernel/facts` (every user variable's facts) and, with a
   notebook, `crane://notebook/cells`.
 """
@@ -16,6 +20,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import threading
+import time
 from typing import Any
 
 import anyio
@@ -72,6 +78,44 @@ def _text_result(payload: dict[str, Any] | str, is_error: bool = False) -> CallT
                           structured_content=payload, is_error=is_error)
 
 
+PROGRESS_EVERY_S = 2.0
+
+
+async def _run_cancellable(ctx: Any, spec: Any, tools: KernelTools, args: Any, cancel: threading.Event) -> Any:
+    """Run the tool in a worker thread; report progress while it runs (when the client asked for it). On
+    cancellation the thread is abandoned at once and `cancel` (set by the caller) ends its sandbox work."""
+    view = tools.for_call(cancel)
+    t0 = time.monotonic()
+    budget = float(getattr(args, "budget_s", 0.0) or 0.0)
+
+    async def report() -> None:
+        while True:
+            await anyio.sleep(PROGRESS_EVERY_S)
+            elapsed = time.monotonic() - t0
+            waiting = tools.attached.progress() if tools.attached.progress else ""
+            message = f"{spec.name}: {elapsed:.0f} s" + (f" of at most {budget:g} s" if budget else "") + \
+                (f"; {waiting}" if waiting else "")
+            try:
+                await ctx.session.report_progress(elapsed, budget or None, message)
+            except Exception:  # a client gone, or one that does not take progress: the work goes on
+                log.debug("progress notification failed", exc_info=True)
+                return
+
+    outcome: list[tuple[bool, Any]] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(report)
+        try:
+            outcome.append((True, await anyio.to_thread.run_sync(spec.call, view, args, abandon_on_cancel=True)))
+        except Exception as exc:  # raised as itself below, not in an exception group
+            outcome.append((False, exc))
+        finally:
+            tg.cancel_scope.cancel()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 def build_server(tools: KernelTools) -> Server[Any]:
     listed = _tool_list()
 
@@ -87,9 +131,15 @@ def build_server(tools: KernelTools) -> Server[Any]:
         try:
             args = decode_args(spec, params.arguments)
         except ArgumentError as exc:
-            raise MCPError(INVALID_PARAMS, str(exc)) from None
+            return _text_result(f"{exc}. The arguments follow the tool's inputSchema; correct them and call "
+                                "again.", is_error=True)
+        cancel = threading.Event()
         try:
-            result = await anyio.to_thread.run_sync(spec.call, tools, args)
+            result = await _run_cancellable(ctx, spec, tools, args, cancel)
+        except anyio.get_cancelled_exc_class():
+            cancel.set()  # notifications/cancelled (or the connection closed): end the run and its processes
+            log.info("%s cancelled", spec.name)
+            raise
         except (ToolFailure, CraneError) as exc:
             log.info("%s failed: %s", spec.name, exc)
             return _text_result(f"{spec.name}: {exc}", is_error=True)
@@ -113,9 +163,9 @@ def build_server(tools: KernelTools) -> Server[Any]:
         uri = str(params.uri)
         try:
             if uri == FACTS_URI:
-                value: Any = encode_result(await anyio.to_thread.run_sync(tools.facts, FactsArgs()))
+                value: Any = encode_result(await anyio.to_thread.run_sync(tools.for_call(None).facts, FactsArgs()))
             elif uri == CELLS_URI and tools.attached.notebook:
-                value = await anyio.to_thread.run_sync(tools.notebook_cells)
+                value = await anyio.to_thread.run_sync(tools.for_call(None).notebook_cells)
             else:
                 raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}")
         except (ToolFailure, CraneError) as exc:
@@ -131,10 +181,34 @@ def build_server(tools: KernelTools) -> Server[Any]:
 
 
 async def serve_stdio(server: Server[Any]) -> None:
+    """Serve on stdin/stdout; a line the SDK cannot decode is answered (`crane.mcp.unparsed`), not dropped."""
     from mcp.server.stdio import stdio_server
+    from mcp.shared._context_streams import create_context_streams
+    from mcp.shared.message import SessionMessage
+
+    from crane.mcp.unparsed import answer
 
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        inner_send, inner_read = create_context_streams[SessionMessage | Exception](0)
+
+        async def pump() -> None:
+            async with inner_send:
+                async for item in read_stream:
+                    if isinstance(item, Exception):
+                        reply = answer(item)
+                        if reply is not None:
+                            log.info("answered an unreadable message: %s", reply)
+                            try:
+                                await write_stream.send(SessionMessage(reply))
+                            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                                return
+                        continue
+                    await inner_send.send(item)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            await server.run(inner_read, write_stream, server.create_initialization_options())
+            tg.cancel_scope.cancel()
 
 
 class TokenGate:

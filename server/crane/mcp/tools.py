@@ -54,7 +54,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Predict whether `code` crashes if run now against the live kernel's state, with the evidence (the facts "
         "each finding used) and how it was reached: mode 'static' runs CRANE's rules on the kernel's facts; "
         "'auto' (default) also runs the code in a confined copy-on-write fork of the kernel, whose real exception "
-        "(or clean run) decides." + _GUARANTEE,
+        "(or clean run) decides. `prediction` is crash, no-crash or unknown (neither the facts nor a run decided: the "
+        "run timed out or was blocked, the kernel was busy); never treat unknown as safe." + _GUARANTEE,
         CheckCodeArgs, Prediction, lambda t, a: t.check_code(a),
     ),
     ToolSpec(
@@ -86,12 +87,38 @@ BY_NAME = {t.name: t for t in TOOLS}
 
 
 def object_schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
-    """The JSON Schema of a Struct as one object schema (MCP wants `type: object` at the top), with `$defs`."""
+    """The JSON Schema of a Struct as one object schema (MCP wants `type: object` at the top), with `$defs`.
+
+    An optional property (`X | None = None`) is described as X alone, with its `type` at the top: clients that
+    build arguments from a schema (the MCP Inspector's CLI) read `anyOf` as "a string" and would send a list as
+    text; omitting the property is how a caller says "none" (null is still accepted)."""
     (_ref,), defs = msgspec.json.schema_components([struct], ref_template="#/$defs/{name}")
     top = dict(defs.pop(struct.__name__))
+    if "properties" in top:
+        top["properties"] = {name: _typed(_without_null(prop)) for name, prop in top["properties"].items()}
     if defs:
         top["$defs"] = defs
     return top
+
+
+def _typed(prop: dict[str, Any]) -> dict[str, Any]:
+    """An enum of strings says `type: string` too (some clients want a `type` on every property)."""
+    if "enum" in prop and "type" not in prop and all(isinstance(v, str) for v in prop["enum"]):
+        return {"type": "string", **prop}
+    return prop
+
+
+def _without_null(prop: dict[str, Any]) -> dict[str, Any]:
+    options = prop.get("anyOf")
+    if not options or len(options) != 2 or {"type": "null"} not in options:
+        return prop
+    (kept,) = [o for o in options if o != {"type": "null"}]
+    if "$ref" in kept:
+        return prop
+    out = {**kept, **{k: v for k, v in prop.items() if k not in ("anyOf", "default")}}
+    if prop.get("default") is not None:
+        out["default"] = prop["default"]
+    return out
 
 
 class ArgumentError(ValueError):

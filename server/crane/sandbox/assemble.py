@@ -111,6 +111,7 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
         v = SandboxVerdict(
             verdict=rec.verdict, ename=rec.ename, evalue=rec.evalue, line=rec.line, traceback=rec.traceback,
             displays=rec.displays, elapsed_ms=rec.elapsed_ms, reason=rec.reason, denied=rec.denied,
+            absorbed=rec.absorbed,
             landlock_abi=rec.confinement.get("landlock_abi") if isinstance(rec.confinement, dict) else None,
         )
     elif outcome.how == "cancelled":

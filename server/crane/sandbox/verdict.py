@@ -73,6 +73,7 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
     overhead_ms: float = 0.0  # everything else: request, fork, confinement, collection
     reason: str | None = None
     denied: list[str] = []  # side effects the sandbox refused (Python-level record)
+    absorbed: list[str] = []  # side effects that happened only in the sandbox (a private layer, its namespaces)
     landlock_abi: int | None = None
     pid: int | None = None
     # how the verdict was reached
@@ -198,6 +199,7 @@ class ChildRecord(msgspec.Struct, omit_defaults=True):
     traceback: list[str] = []
     displays: list[DisplayOutput] = []
     denied: list[str] = []
+    absorbed: list[str] = []
     confinement: dict = {}
 
 

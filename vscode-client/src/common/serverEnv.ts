@@ -290,7 +290,7 @@ const HEALTH =
   '    print("NOCRANE " + type(e).__name__ + ": " + str(e)); sys.exit(4)\n' +
   'print("OK " + sys.version.split()[0])\n';
 
-export type FailureKind = 'no-wheel' | 'no-python' | 'network' | 'install-failed' | 'busy';
+export type FailureKind = 'no-wheel' | 'no-python' | 'network' | 'no-distribution' | 'install-failed' | 'busy';
 
 export type EnsureResult =
   | { ok: true; python: string; action: Decision['action']; version?: string }
@@ -317,8 +317,11 @@ export interface ServerEnvironmentOptions {
   staleLockMs?: number;
 }
 
-const NETWORK_ERROR =
-  /NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|Name or service not known|getaddrinfo failed|nodename nor servname|ConnectTimeout|Read timed out|Max retries exceeded|ProxyError|SSLError|CERTIFICATE_VERIFY_FAILED|No matching distribution found|Could not find a version that satisfies/;
+/** pip's lines that name a network failure (the cause, not pip's conclusion that nothing was found). */
+const NETWORK_CAUSE =
+  /NewConnectionError|Failed to establish a new connection|Connection refused|Temporary failure in name resolution|Name or service not known|getaddrinfo failed|nodename nor servname|ConnectTimeout|Read timed out|Max retries exceeded|ProxyError|SSLError|CERTIFICATE_VERIFY_FAILED|Network is unreachable|No route to host|connection broken/i;
+/** pip found no distribution of a requirement (for this Python and platform, or at all). */
+const NO_DISTRIBUTION = /No matching distribution found for (\S+)|Could not find a version that satisfies the requirement (\S+)/;
 
 /** pip's reason, without its noise: the last lines starting with ERROR, else the last line. */
 function pipReason(out: string): string {
@@ -327,15 +330,56 @@ function pipReason(out: string): string {
   return (errors.length ? errors.slice(-2).join(' ') : lines.slice(-1)[0] ?? '').slice(0, 500);
 }
 
-/** One line of pip's output as a progress message, or undefined for the rest. */
+/** The network cause in pip's output ("Failed to establish a new connection: [Errno -3] Temporary failure in
+ * name resolution"), shortened, or undefined when pip's output names none. */
+export function networkCause(out: string): string | undefined {
+  const line = out.split(/\r?\n/).find((l) => NETWORK_CAUSE.test(l));
+  if (!line) {
+    return undefined;
+  }
+  const inner = /(?:NewConnectionError|ConnectTimeoutError|ProxyError|SSLError)\('?(?:<[^>]*>:\s*)?([^'"]+)/.exec(line);
+  return (inner ? inner[1] : line.replace(/^WARNING:\s*/, '')).trim().slice(0, 300);
+}
+
+/** Why pip failed, told apart: the network (with its cause), a requirement with no distribution for this
+ * Python (the index answered), or anything else. */
+export function classifyPipFailure(
+  out: string,
+  timedOut: boolean,
+): { kind: 'network'; cause: string } | { kind: 'no-distribution'; requirement: string } | { kind: 'other' } {
+  const cause = networkCause(out);
+  if (cause || timedOut) {
+    return { kind: 'network', cause: cause ?? 'pip did not finish in time' };
+  }
+  const m = NO_DISTRIBUTION.exec(out);
+  if (m) {
+    return { kind: 'no-distribution', requirement: m[1] ?? m[2] };
+  }
+  return { kind: 'other' };
+}
+
+/** The longest progress message: the notification shows its title and the message on one line. */
+const PROGRESS_MAX = 32;
+
+/** One line of pip's output as a short progress message ("downloading pyzmq"), or undefined for the rest. */
 export function pipProgress(line: string): string | undefined {
   const m = /^(Collecting|Downloading|Installing collected packages:|Successfully installed)\s*(.*)$/.exec(line);
   if (!m) {
     return undefined;
   }
-  const what = m[2].replace(/\s*\(.*\)$/, '').replace(/^https?:\/\/\S*\//, '');
-  const text = `${m[1].replace(/:$/, '')} ${what}`;
-  return text.length > 90 ? `${text.slice(0, 87)}...` : text;
+  let text: string;
+  if (m[1] === 'Installing collected packages:') {
+    const n = m[2].split(',').filter((p) => p.trim()).length;
+    text = `installing ${n} package${n === 1 ? '' : 's'}`;
+  } else if (m[1] === 'Successfully installed') {
+    text = 'installed';
+  } else {
+    const file = m[2].replace(/\s*\(.*\)$/, '').replace(/^https?:\/\/\S*\//, '').trim();
+    // a requirement ("pygls<2.2,>=2.1") or a file ("pyzmq-27.3.0-cp311-...whl"): its name alone
+    const name = /^[A-Za-z0-9][A-Za-z0-9_.-]*?(?=-\d|[<>=!~[;\s(]|$)/.exec(file)?.[0] ?? file;
+    text = `${m[1].toLowerCase()} ${name}`;
+  }
+  return text.length > PROGRESS_MAX ? `${text.slice(0, PROGRESS_MAX - 1)}…` : text;
 }
 
 export class ServerEnvironment {
@@ -403,10 +447,8 @@ export class ServerEnvironment {
         return { ok: true, python: this.python, action: 'reuse', version: state.health?.detail };
       }
       hooks.log(`server environment: ${decision.action} (${decision.reason})`);
-      const title =
-        decision.action === 'upgrade'
-          ? 'CRANE: updating its Python environment'
-          : 'CRANE: setting up its Python environment';
+      // the expected duration stays in the title: the messages below it change every second
+      const title = decision.action === 'upgrade' ? 'CRANE: updating (a minute or a few)' : 'CRANE: first-use setup (a minute or a few)';
       return await hooks.withProgress(title, (report) => this.build(bundled, decision, hooks, report));
     } finally {
       release();
@@ -431,7 +473,7 @@ export class ServerEnvironment {
     hooks: EnsureHooks,
     report: (message: string) => void,
   ): Promise<EnsureResult> {
-    report('first use, a minute or a few: looking for Python 3.10+');
+    report('looking for Python 3.10+');
     const candidates = await hooks.candidates();
     const { found, rejected } = await findBasePython(this.run, candidates, this.env);
     for (const r of rejected) {
@@ -452,7 +494,7 @@ export class ServerEnvironment {
     hooks.log(`building the server environment from ${found.executable} (Python ${found.version}, ${found.candidate.source})`);
     const partial = path.join(this.o.storageDir, `${ENV_DIR}.partial-${randomBytes(4).toString('hex')}`);
     try {
-      report(`creating a virtual environment with Python ${found.version}`);
+      report(`creating a venv (Python ${found.version})`);
       const venv = await this.run(found.candidate.command, [...found.candidate.args, '-m', 'venv', partial], {
         timeoutMs: 5 * 60_000,
         env: this.env,
@@ -461,7 +503,7 @@ export class ServerEnvironment {
         return this.failed('install-failed', `could not create a virtual environment with ${found.executable}`, venv);
       }
       const python = envPython(partial, this.platform);
-      report(`installing ${bundled.wheel} and its dependencies`);
+      report('installing CRANE');
       hooks.log(`installing ${bundled.wheel} into ${partial} (pip, dependencies from the package index)`);
       const pip = await this.run(python, ['-m', 'pip', 'install', '--progress-bar', 'off', this.o.wheel!], {
         timeoutMs: this.o.pipTimeoutMs ?? 20 * 60_000,
@@ -475,12 +517,35 @@ export class ServerEnvironment {
       });
       if (pip.code !== 0) {
         const out = `${pip.stdout}\n${pip.stderr}`;
-        if (NETWORK_ERROR.test(out) || pip.error === 'TIMEOUT') {
+        let why = classifyPipFailure(out, pip.error === 'TIMEOUT');
+        if (why.kind === 'no-distribution' && /from versions: none/.test(out)) {
+          // pip says the same when the index cannot be reached (it logs why only at -vv): ask once more, verbosely
+          const probe = await this.run(
+            python,
+            ['-m', 'pip', 'download', '--no-deps', '--progress-bar', 'off', '-vv', '-d', path.join(partial, 'probe'), why.requirement],
+            { timeoutMs: 2 * 60_000, env: this.env },
+          );
+          const again = classifyPipFailure(`${probe.stdout}\n${probe.stderr}`, probe.error === 'TIMEOUT');
+          if (again.kind === 'network') {
+            why = again;
+          }
+        }
+        if (why.kind === 'network') {
           return this.failed(
             'network',
             'could not download its dependencies from the package index. Check the network connection and run "CRANE: Restart server"; ' +
               "behind a proxy or a private index, set pip's settings (pip.conf, or PIP_INDEX_URL / HTTPS_PROXY in the environment VS Code starts with); " +
               'or set "crane.python" to an interpreter that has crane-notebook installed',
+            pip,
+            `${why.cause}${pipReason(out) ? ` (pip: ${pipReason(out)})` : ''}`,
+          );
+        }
+        if (why.kind === 'no-distribution') {
+          return this.failed(
+            'no-distribution',
+            `could not install its dependencies: the package index has no version of ${why.requirement} for Python ` +
+              `${found.version} on ${this.platform} (the index was reachable). Select another Python 3.10+ with "Python: Select Interpreter" ` +
+              '(CRANE builds from it) or set "crane.python" to an interpreter that has crane-notebook installed; then run "CRANE: Restart server"',
             pip,
           );
         }
@@ -529,8 +594,8 @@ export class ServerEnvironment {
     }
   }
 
-  private failed(kind: FailureKind, what: string, r: RunResult): EnsureResult {
-    const detail = pipReason(`${r.stdout}\n${r.stderr}`) || r.error || `exit ${r.code}`;
+  private failed(kind: FailureKind, what: string, r: RunResult, cause?: string): EnsureResult {
+    const detail = cause || pipReason(`${r.stdout}\n${r.stderr}`) || r.error || `exit ${r.code}`;
     return { ok: false, kind, message: `CRANE ${what}. Details: ${detail}`, detail: `${r.stdout}\n${r.stderr}`.trim() };
   }
 

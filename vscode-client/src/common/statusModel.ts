@@ -22,6 +22,12 @@ export const SOURCE_LABELS: Record<KernelSource, string> = {
   setting: 'crane.kernel.connectionFile',
 };
 
+/** Why CRANE and the notebook's toolbar may name different kernels (the kernel comes from the setting). */
+export const SETTING_NOTE =
+  "This kernel comes from the setting crane.kernel.connectionFile, not from the notebook's kernel picker: the " +
+  "toolbar shows the notebook's own kernel (\"Select Kernel\" when it has none), which CRANE does not check. " +
+  "Clear the setting to check the notebook's own kernel.";
+
 export interface StatusState {
   server: ServerState;
   serverMessage: string;
@@ -137,6 +143,9 @@ export function renderStatus(s: StatusState): StatusView {
     if (k.message) {
       lines.push(k.message);
     }
+    if (k.kernel?.source === 'setting') {
+      lines.push(SETTING_NOTE);
+    }
     if (k.stale) {
       lines.push('Some diagnostics use facts read before the kernel\'s current run; they are re-checked when it is idle.');
     }
@@ -187,7 +196,9 @@ export function renderStatus(s: StatusState): StatusView {
         ? ' (remote)'
         : k?.kernel?.source === 'jupyter-extension'
           ? ' via Jupyter'
-          : '';
+          : k?.kernel?.source === 'setting'
+            ? ' (from setting)'
+            : '';
   if (!k || k.state === 'static-only') {
     return { text: `$(circle-outline) CRANE: static only${suffix}`, tooltip, kind: 'normal' };
   }

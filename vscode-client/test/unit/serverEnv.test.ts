@@ -3,6 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import {
+  classifyPipFailure,
   Candidate,
   candidateInterpreters,
   decideEnvironment,
@@ -31,7 +32,7 @@ interface FakeInterpreter {
   venv?: boolean;
 }
 
-type PipBehaviour = 'ok' | 'network' | 'broken-wheel' | ((python: string) => Promise<RunResult>);
+type PipBehaviour = 'ok' | 'network' | 'no-distribution' | 'broken-wheel' | ((python: string) => Promise<RunResult>);
 
 class FakePython {
   interpreters: Record<string, FakeInterpreter> = {};
@@ -70,6 +71,16 @@ class FakePython {
             "WARNING: Retrying (Retry(total=4)) after connection broken by 'NewConnectionError('Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')'\n" +
             'ERROR: Could not find a version that satisfies the requirement pygls<2.2,>=2.1 (from crane-notebook) (from versions: none)\n' +
             'ERROR: No matching distribution found for pygls<2.2,>=2.1\n',
+        };
+      }
+      if (this.pip === 'no-distribution') {
+        // the index answered: it has no distribution of the requirement for this Python / platform
+        return {
+          code: 1,
+          stdout: '',
+          stderr:
+            'ERROR: Could not find a version that satisfies the requirement torch==2.9.0 (from crane-notebook) (from versions: 2.1.0, 2.2.0)\n' +
+            'ERROR: No matching distribution found for torch==2.9.0\n',
         };
       }
       if (this.pip === 'broken-wheel') {
@@ -239,8 +250,10 @@ describe('the server environment', () => {
     const h = hooks();
     const first = await make().ensure(h);
     expect(first).toEqual({ ok: true, python: path.join(storage, ENV_DIR, 'bin', 'python'), action: 'create', version: '3.11.7' });
-    expect(h.progressTitles).toEqual([expect.stringMatching(/setting up its Python environment/)]);
-    expect(h.reports).toContain('Collecting pygls<2.2,>=2.1');
+    expect(h.progressTitles).toEqual([expect.stringMatching(/first-use setup \(a minute or a few\)/)]);
+    expect(h.reports).toContain('collecting pygls');
+    // the notification shows the title and one message on a line: every message is short
+    expect(Math.max(...h.reports.map((m) => m.length))).toBeLessThanOrEqual(32);
     expect(py.pipCalls()).toBe(1);
     expect(readMarker(path.join(storage, ENV_DIR))).toMatchObject({ wheelSha256: sha256File(wheel), basePython: '/usr/bin/python3' });
     expect(leftovers(storage)).toEqual([]); // no partial folder, no lock
@@ -298,9 +311,22 @@ describe('the server environment', () => {
       expect(r.message).toMatch(/package index/);
       expect(r.message).toMatch(/PIP_INDEX_URL/);
       expect(r.message).toMatch(/crane\.python/);
+      // the details give the network's cause, not only pip's conclusion
+      expect(r.message).toMatch(/Details: Failed to establish a new connection: \[Errno -3\] Temporary failure in name resolution/);
       expect(r.message).toMatch(/No matching distribution found for pygls/);
     }
     expect(fs.readdirSync(storage).filter((n) => n !== 'ext')).toEqual([]);
+  });
+
+  it('a dependency without a distribution for this Python is not called a network problem', async () => {
+    py.pip = 'no-distribution';
+    const r = await make().ensure(hooks());
+    expect(r).toMatchObject({ ok: false, kind: 'no-distribution' });
+    if (!r.ok) {
+      expect(r.message).toMatch(/no version of torch==2\.9\.0 for Python 3\.11\.7/);
+      expect(r.message).toMatch(/the index was reachable/);
+      expect(r.message).not.toMatch(/network/);
+    }
   });
 
   it('a failed upgrade leaves the environment as it was, not half-replaced, and the build is retried next time', async () => {
@@ -395,10 +421,28 @@ describe('helpers', () => {
   });
 
   it("shows pip's steps, not its noise", () => {
-    expect(pipProgress('Collecting pygls<2.2,>=2.1 (from crane-notebook==0.1.0)')).toBe('Collecting pygls<2.2,>=2.1');
-    expect(pipProgress('Downloading https://files.example/packages/ab/pyzmq-27.3.0-cp311.whl (855 kB)')).toBe('Downloading pyzmq-27.3.0-cp311.whl');
-    expect(pipProgress('Installing collected packages: a, b')).toBe('Installing collected packages a, b');
+    expect(pipProgress('Collecting pygls<2.2,>=2.1 (from crane-notebook==0.1.0)')).toBe('collecting pygls');
+    expect(pipProgress('Downloading https://files.example/packages/ab/pyzmq-27.3.0-cp311.whl (855 kB)')).toBe('downloading pyzmq');
+    expect(pipProgress('Downloading lsprotocol-2025.0.0-py3-none-any.whl (70 kB)')).toBe('downloading lsprotocol');
+    expect(pipProgress('Collecting nvidia-cuda-nvrtc-cu12-with-a-very-long-name==12.4')).toHaveLength(32);
+    expect(pipProgress('Installing collected packages: a, b')).toBe('installing 2 packages');
     expect(pipProgress('  Using cached x.whl')).toBeUndefined();
+  });
+
+  it('tells a network failure (with its cause) from a missing distribution', () => {
+    const refused =
+      "WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPConnection object at 0x7f>: Failed to establish a new connection: [Errno 111] Connection refused')': /simple/x/\n" +
+      'ERROR: No matching distribution found for x\n';
+    expect(classifyPipFailure(refused, false)).toEqual({
+      kind: 'network',
+      cause: 'Failed to establish a new connection: [Errno 111] Connection refused',
+    });
+    expect(classifyPipFailure('ERROR: No matching distribution found for numpy==9.9\n', false)).toEqual({
+      kind: 'no-distribution',
+      requirement: 'numpy==9.9',
+    });
+    expect(classifyPipFailure('', true)).toMatchObject({ kind: 'network' });
+    expect(classifyPipFailure('ERROR: something else\n', false)).toEqual({ kind: 'other' });
   });
 });
 

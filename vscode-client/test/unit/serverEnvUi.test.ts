@@ -52,7 +52,7 @@ describe('the environment the extension owns, in VS Code', () => {
     const result = await own.interpreter(api('/proj/.venv/bin/python', []));
     expect(tried[0]).toBe('/proj/.venv/bin/python');
     expect(window.withProgress).toHaveBeenCalledWith(
-      expect.objectContaining({ location: 15, title: expect.stringMatching(/setting up its Python environment/) }),
+      expect.objectContaining({ location: 15, title: expect.stringMatching(/first-use setup \(a minute or a few\)/) }),
       expect.any(Function),
     );
     expect(typeof result).toBe('string');

@@ -63,6 +63,14 @@ describe('status transitions', () => {
     expect(renderStatus(run(running, active, kernel('attached', NB, 'discovery'))).tooltip).toContain("found by CRANE's discovery");
   });
 
+  it('says when the kernel comes from crane.kernel.connectionFile, and why the toolbar may differ', () => {
+    const view = renderStatus(run(running, active, kernel('attached', NB, 'setting')));
+    expect(view.text).toBe('$(plug) CRANE: kernel attached (from setting)');
+    expect(view.tooltip).toContain('Kernel: attached (crane.kernel.connectionFile: /run/kernel-v3ab.json)');
+    expect(view.tooltip).toMatch(/not from the notebook's kernel picker.*"Select Kernel"/);
+    expect(renderStatus(run(running, active, kernel('attached', NB, 'jupyter-extension'))).tooltip).not.toMatch(/kernel picker/);
+  });
+
   it('says the kernel is restarting while the bridge waits for the new process, whatever the server says meanwhile', () => {
     const restarting: StatusEvent = { type: 'bridgeNote', notebookUri: NB, note: { kind: 'restarting', text: 'restarting…' } };
     const s = run(running, active, kernel('attached', NB, 'jupyter-extension'), restarting, kernel('dead'));

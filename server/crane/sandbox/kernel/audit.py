@@ -16,6 +16,12 @@ Ending the kernel: a cell that signals its own process with a signal whose defau
 process records that as the crash it is (DeadKernelError) and ends: in layered mode it is pid 1 of its namespace,
 which the Linux kernel protects from its own signals, and in both modes a signal's exit status alone cannot be
 told from the budget's kill. Worker processes of the cell are not concerned (their exits are the cell's business).
+The same holds for a signal to its own process group (`os.killpg(0, SIGKILL)`, `os.kill(0, ...)`): in the kernel
+that group is the kernel's. `os.getppid()` answers the kernel's parent, as in the kernel; a signal to it is
+refused (it would reach the Jupyter server or the editor) and recorded in `denied`.
+
+What the sandbox let happen where nothing real sees it (layered mode: a file deleted, renamed or truncated in the
+private layer, a signal to every process that reached only the sandbox's) is recorded in `absorbed`.
 """
 
 from __future__ import annotations
@@ -55,6 +61,9 @@ _DENY_EVENTS = {
 }
 
 
+# file system events the private layer absorbs (layered mode): what the cell did, that nothing real saw
+_DESTRUCTIVE = {"os.remove": "deleting", "os.rmdir": "removing the directory", "shutil.rmtree": "deleting the tree",
+                "os.rename": "renaming", "shutil.move": "moving", "os.truncate": "truncating"}
 # signals whose default action does not end a process
 _HARMLESS = {int(getattr(signal, n)) for n in ("SIGCHLD", "SIGCONT", "SIGURG", "SIGWINCH", "SIGSTOP", "SIGTSTP", "SIGTTIN",
                                             "SIGTTOU") if hasattr(signal, n)}
@@ -86,7 +95,7 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
             "verdict": "crash", "ename": "DeadKernelError",
             "evalue": f"the cell {what}: running it would end the kernel's process",
             "reason": f"the cell {what}", "displays": ctx.displays, "denied": ctx.denied[:20],
-            "confinement": ctx.confinement})
+            "absorbed": ctx.absorbed[:20], "confinement": ctx.confinement})
         real_exit(code)
 
     def guarded_exit(code=0):
@@ -136,6 +145,46 @@ def _install_audit_hook(ctx: _Ctx) -> None:
         denied.append(msg)
         raise SandboxBlocked(errno.EPERM, msg)
 
+    def absorb(what: str) -> None:
+        if len(ctx.absorbed) < 50:
+            ctx.absorbed.append(f"crane sandbox: {what}")
+
+    kernel_ppid = int(getattr(ctx, "kernel_ppid", 0) or 0)
+
+    def signal_name(sig) -> str:
+        try:
+            return signal.Signals(int(sig)).name
+        except (TypeError, ValueError):
+            return str(sig)
+
+    def signalled(event, target, sig):
+        """A signal the real kernel would have sent elsewhere than here (see the module docstring)."""
+        if not isinstance(target, int):
+            return
+        try:
+            group = os.getpgrp()
+        except OSError:
+            group = -1
+        own_group = (event == "os.killpg" and target in (0, group)) or (event == "os.kill" and target in (0, -group))
+        if own_group and _ends_process(sig) and state.get("running") and "end" in state:
+            state["end"](f"sends {signal_name(sig)} to its own process group (in the kernel: the kernel's)",
+                         128 + int(sig))
+        if kernel_ppid > 1 and target in (kernel_ppid, -kernel_ppid):
+            deny(f"signalling the kernel's parent process ({signal_name(sig)})", target)
+        if target == -1:
+            if layered:
+                absorb(f"{signal_name(sig)} to every process reached only the sandbox's own processes")
+            else:
+                deny(f"signalling every process ({signal_name(sig)})", target)
+
+    if kernel_ppid > 1:  # the cell sees the kernel's parent, as in the kernel (a namespace would show 0)
+        real_getppid = os.getppid
+
+        def getppid() -> int:
+            return kernel_ppid if os.getpid() == mypid else real_getppid()
+
+        os.getppid = getppid
+
     def local_socket(event, args) -> bool:
         """Layered mode: AF_UNIX traffic between the sandbox's own processes is allowed."""
         sock = args[0] if args else None
@@ -169,11 +218,16 @@ def _install_audit_hook(ctx: _Ctx) -> None:
             for i in paths:
                 if i < len(args) and not inside(args[i]):
                     deny(f"{event.split('.', 1)[1].replace('_', ' ')} on the file system", args[i])
+            if layered and event in _DESTRUCTIVE and args:
+                absorb(f"{_DESTRUCTIVE[event]} {str(args[0])[:200]} happened in the private layer only (the real "
+                       "file is untouched)")
             return
         if layered and event in _SOCKET_EVENTS and local_socket(event, args):
             return
         if layered and event == "os.exec" and os.getpid() == mypid:
             deny("replacing the kernel's process with a program", args[0] if args else None)
+        if event in ("os.kill", "os.killpg") and len(args) > 1 and os.getpid() == mypid:
+            signalled(event, args[0], args[1])
         what = deny_events.get(event)
         if what is not None:
             deny(what, args[0] if args and event not in ("os.fork", "os.forkpty") else None)

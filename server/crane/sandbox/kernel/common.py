@@ -116,6 +116,8 @@ class _Ctx:
         self.cmd_fd = -1
         self.displays: list[dict] = []
         self.denied: list[str] = []
+        self.absorbed: list[str] = []  # side effects the sandbox let happen where nothing real sees them
+        self.kernel_ppid = 0  # the kernel's parent (what `os.getppid()` returns in the kernel)
         self.confinement: dict = {}
         self.scratch = os.path.realpath(args["scratch"])
         self.mode = "blocking"  # or "layered" (kernel/layer.py)

@@ -492,6 +492,15 @@ def _oom_first() -> None:
         pass
 
 
+def _parent_of(pid: int) -> int:
+    """The parent of process `pid` (0 when unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
     """Everything before user code: isolation, capture, the mode's layer and confinement, the audit hook."""
     t0 = time.perf_counter()
@@ -510,6 +519,7 @@ def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
         except (OSError, ValueError):
             pass
     ctx = _Ctx(args, shell)
+    ctx.kernel_ppid = _parent_of(parent)  # read now: the namespaces entered below hide the kernel's /proc
 
     def step(name: str, since: float) -> float:
         now = time.perf_counter()

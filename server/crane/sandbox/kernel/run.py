@@ -359,6 +359,7 @@ def _child_run(args: dict, shell, parent: int, on_main: bool) -> None:
     rec["setup_ms"] = setup_ms
     rec["displays"] = ctx.displays
     rec["denied"] = ctx.denied[:20]
+    rec["absorbed"] = ctx.absorbed[:20]
     rec["confinement"] = ctx.confinement
     ctx.audit_state["bypass"] = True
     _write_json(ctx.result_fd, rec)
