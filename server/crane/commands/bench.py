@@ -20,6 +20,7 @@ from crane.commands import EXIT_ERROR, EXIT_OK
 from crane.kernel.errors import KernelError
 from crane.kernel.launch import add_server_arguments, launcher_from_args, server_session
 from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
+from crane.sandbox.options import add_confinement_argument, configure, options_from_args
 
 MODES = ("static", "auto", "llm")  # see crane.modes
 
@@ -47,6 +48,7 @@ class BenchReport(msgspec.Struct, rename="camel"):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_confinement_argument(p)  # --sandbox os|portable (crane.sandbox.options)
     p.add_argument("dirs", nargs="+", metavar="DIR", help="bench set directories or single case directories")
     p.add_argument("--mode", choices=MODES, default="static", help="prediction mode")
     p.add_argument("--jobs", type=int, default=1, help="variants run in parallel (one kernel each)")
@@ -89,6 +91,7 @@ def _predictor(args: argparse.Namespace, settings):
 
 
 def run(args: argparse.Namespace) -> int:
+    configure(options_from_args(args))  # the sandbox's options, resolved once here
     try:
         cases = find_cases(args.dirs)
         settings = settings_from_args(args)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
 from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import SettingsError, add_llm_arguments, settings_from_args
+from crane.sandbox.options import add_confinement_argument, configure, options_from_args
 
 if TYPE_CHECKING:
     from crane.commands.output import CheckReport
@@ -45,6 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds allowed per history cell")
     add_server_arguments(p)
     add_llm_arguments(p)
+    add_confinement_argument(p)  # --sandbox os|portable (crane.sandbox.options)
 
 
 def _usage_error(message: str) -> int:
@@ -53,6 +55,7 @@ def _usage_error(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    configure(options_from_args(args))  # the sandbox's options, resolved once here
     from crane.commands.check_paths import find_notebooks
     from crane.commands.check_run import CheckOptions, check_notebook
     from crane.commands.check_text import located, render_text

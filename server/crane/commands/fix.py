@@ -25,6 +25,7 @@ from crane.commands import EXIT_CRASH, EXIT_ERROR, EXIT_OK
 from crane.commands.files import write_atomic
 from crane.kernel.launch import add_server_arguments
 from crane.llm.settings import add_llm_arguments
+from crane.sandbox.options import add_confinement_argument, configure, options_from_args
 
 
 class FixReport(msgspec.Struct, rename="camel"):
@@ -66,6 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pick", type=int, metavar="K", help="--offline: write the K-th verified fix (default: the first)")
     add_server_arguments(p)
     add_llm_arguments(p)
+    add_confinement_argument(p)  # --sandbox os|portable (crane.sandbox.options)
 
 
 def _print_step(step) -> None:
@@ -126,6 +128,7 @@ def _verified_candidates(args: argparse.Namespace, nb, launcher) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
+    configure(options_from_args(args))  # the sandbox's options, resolved once here
     if args.offline:
         from crane.commands.fix_offline import run_offline
 

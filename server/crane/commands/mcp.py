@@ -22,6 +22,7 @@ import secrets
 import sys
 
 from crane.commands import EXIT_ERROR, EXIT_OK
+from crane.sandbox.options import add_confinement_argument, configure, options_from_args
 
 
 def _loopback(value: str) -> tuple[str, int]:
@@ -39,6 +40,7 @@ def _loopback(value: str) -> tuple[str, int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_confinement_argument(p)  # --sandbox os|portable (crane.sandbox.options)
     where = p.add_argument_group("the kernel (one of)")
     where.add_argument("--connection-file", dest="connection_file", metavar="F",
                        help="a running kernel's connection file (kernel-*.json; `%%connect_info` shows it)")
@@ -95,6 +97,7 @@ def _attach(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    configure(options_from_args(args))  # the sandbox's options, resolved once here
     try:
         import anyio
 

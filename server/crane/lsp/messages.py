@@ -75,7 +75,7 @@ class KernelStatus(_Wire):
     kernel: KernelInfo | None = None
     message: str = ""
     stale: bool = False  # diagnostics currently rely on facts read before the kernel's last change
-    sandbox: Literal["layered", "blocking", "transplant"] | None = None  # the speculative runs' mode, once one ran
+    sandbox: Literal["layered", "blocking", "transplant", "portable"] | None = None  # the speculative runs' mode, once one ran
     sandbox_reason: str | None = None  # why blocking (layered: file writes and workers in a private layer)
 
 

@@ -28,6 +28,7 @@ from msgspec import Meta
 
 from crane.llm.settings import LLMOptions, LLMSettings
 from crane.policy import Mode
+from crane.sandbox.options import CONFINEMENT_DESCRIPTIONS, Confinement, SandboxOptions
 
 LogLevel = Literal["error", "warn", "info", "debug"]
 
@@ -114,6 +115,16 @@ class Settings(msgspec.Struct, rename="camel", frozen=True):
         }),
     ] = "auto"
     speculative: SpeculativeSettings = SpeculativeSettings()
+    sandbox: Annotated[
+        Confinement,
+        Meta(extra_json_schema={
+            "markdownDescription": "Which sandbox runs cells speculatively: `os` (Linux x86_64's namespaces, "
+                                   "Landlock and seccomp), `portable` (a call guard and an audit hook in a separate "
+                                   "worker of the kernel's interpreter, as on macOS and Windows), or `auto` (the OS "
+                                   "sandbox where it runs, else the portable one).",
+            "enumDescriptions": CONFINEMENT_DESCRIPTIONS,
+        }),
+    ] = "auto"
     llm: LLMOptions = LLMOptions()
     agent: AgentSettings = AgentSettings()
     kernel: KernelSettings = KernelSettings()
@@ -130,6 +141,10 @@ class Settings(msgspec.Struct, rename="camel", frozen=True):
         from crane.llm.settings import resolve_settings
 
         return resolve_settings(lsp=self.llm)
+
+    def sandbox_options(self) -> SandboxOptions:
+        """The sandbox's options these settings say (passed to every speculative run)."""
+        return SandboxOptions(confinement=self.sandbox)
 
     @property
     def speculative_on(self) -> bool:

@@ -32,6 +32,8 @@ from crane.sandbox.channel import (
     read_until_eof,
 )
 from crane.sandbox.layer_choice import ASKED_FOR, AUTO_BLOCKING_REASON, layer_would_help, needs_layer
+from crane.sandbox.options import SandboxOptions, active
+from crane.sandbox.portable import choose as choose_confinement
 from crane.sandbox.transplant import enabled as transplant_enabled
 from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import (
@@ -65,6 +67,7 @@ def speculate(
     cancel: threading.Event | None = None,
     miniature: dict | None = None,
     max_processes: int = 1000,
+    sandbox: SandboxOptions | None = None,
 ) -> SandboxVerdict:
     """Run `source` (a cell, IPython syntax) against a copy-on-write fork of the kernel's live state, confined
     and under `budget_s` seconds of wall clock. Blocking (use `speculate_async` from an event loop); never
@@ -79,8 +82,15 @@ def speculate(
     live processes and threads (pid namespace; RLIMIT_NPROC, at most 256, for a user other than root).
     `cancel`: set it to stop the run at once
     (the verdict is then "unavailable", reason "stopped"). `miniature`: run on row subsets (see
-    `crane.sandbox.scale.miniature_spec`)."""
+    `crane.sandbox.scale.miniature_spec`). `sandbox`: the options resolved at the edge (default: `active()`);
+    its `confinement` "portable" (or "auto" where the OS sandbox cannot run) runs the cell in the portable
+    sandbox (crane.sandbox.portable): a worker on a copy of the state, never a fork of the kernel."""
     pref = layer_preference(layer)
+    which, why_portable = choose_confinement((sandbox or active()).confinement)
+    if which == "portable":  # -- the portable sandbox: no fork of the kernel on this path
+        return transplant(conn, source, budget_s, reason=None, layer=pref, memory_mb=memory_mb,
+                          request_timeout=request_timeout, places=places, idle=idle, cancel=cancel,
+                          miniature=miniature, max_processes=max_processes, portable=why_portable)
     first = pref
     if pref == "auto":
         first = "layered" if (miniature or idle or needs_layer(source)) else "blocking"

@@ -35,6 +35,7 @@ from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
+from crane.sandbox.worker.portable import prepare_portable, run_portable  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": []}
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
@@ -389,13 +390,17 @@ def _run(spec: dict, shell, warm: bool) -> None:
     _enter_environment(facts, shell)
     shrunk = spec.get("shrunk") or {}
     _POOLS["key"] = None  # the worker's own thread pools (not the kernel's)
-    why = _unconfinable(sys.platform)
-    if why:  # never an unconfined run: the daemon checks first (crane.sandbox.confinement), this holds anyway
-        fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
-        _write_json(fd, {"verdict": "unavailable", "reason": why})
-        os.close(fd)
-        return
-    ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (the platform's part)
+    portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
+    if args.get("confinement") == "portable":
+        ctx, portable = prepare_portable(args, shell)
+    else:  # -- end portable
+        why = _unconfinable(sys.platform)
+        if why:  # never an unconfined run: the daemon checks first (crane.sandbox.confinement), this holds anyway
+            fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
+            _write_json(fd, {"verdict": "unavailable", "reason": why})
+            os.close(fd)
+            return
+        ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (the platform's part)
     t1 = time.perf_counter()
     audit = ctx.audit_state
     audit["bypass"] = True  # loading the state is not the cell's doing (the kernel-level confinement holds)
@@ -432,9 +437,12 @@ def _run(spec: dict, shell, warm: bool) -> None:
                                 "transplant": {"warm": warm, "devices_mapped": mapped,
                                                "preload_ms": _W["preload_ms"],
                                                "not_imported": list(_W["failed"])[:20]}})
-    signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)
-    rec = run_source(ctx, args["source"])
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    timer = hasattr(signal, "setitimer")
+    if timer:
+        signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)
+    rec = run_portable(portable, args["source"]) if portable is not None else run_source(ctx, args["source"])
+    if timer:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     missing = rec.get("evalue") or ""
     if rec.get("ename") == "NameError" and any(f"'{n}'" in missing for n in set(facts.get("names") or ()) - set(
             shell.user_ns)):  # the cell reached a kernel name indirectly (eval, globals()): not copied
