@@ -164,6 +164,9 @@ _FAMILY = {"posix": "os", "nt": "os", "_signal": "signal", "_socket": "socket", 
            "_multiprocessing": "multiprocessing", "_posixshmem": "multiprocessing"}
 
 
+_OWN_FILE = sys._getframe(0).f_code.co_filename  # this file (its code is never vetted)
+
+
 class GuardRefusal(PermissionError):
     """What `on_refuse` raises when it returns (tests); the worker's `on_refuse` ends the process instead."""
 
@@ -221,12 +224,14 @@ class CallGuard:
         self.c_cache: dict = {}  # id(C function) -> refusal label or "" (module functions only; kept alive below)
         self.c_alive: list = []
         self.dirty = False  # a module was imported since the table was last resolved (the audit layer sets it)
+        self.nmods = 0  # len(sys.modules) when the table was last resolved: a change means an import
         self.active = False
         self.tool: int | None = None
         self._resolve_table()
 
     # -- the table ---------------------------------------------------------------------------------------
     def _resolve_table(self) -> None:
+        self.nmods = len(sys.modules)
         rows = self.pending or [(fam, row) for fam, rows in self.table.items() for row in rows]
         self.pending = []
         hot = False
@@ -254,15 +259,22 @@ class CallGuard:
             self._resolve_table()
         else:
             self.dirty = False
+            self.nmods = len(sys.modules)
 
     # -- what is user code ---------------------------------------------------------------------------------
     def is_user(self, code) -> bool:
         u = self.user.get(code)
         if u is None:
             name = code.co_filename or ""
-            u = not (name.startswith("<crane-kernel/") or name.startswith("<frozen ") or is_library(name))
+            u = not (name.startswith("<crane-kernel/") or name.startswith("<frozen ") or name == _OWN_FILE
+                     or is_library(name))
             self.user[code] = u
         return u
+
+    def trust(self, *codes) -> None:
+        """Treat these code objects as CRANE's own (not vetted; tests that install the guard from a test file)."""
+        for code in codes:
+            self.user[code] = False
 
     # -- vetting -------------------------------------------------------------------------------------------
     def _refuse(self, label: str) -> None:
@@ -343,7 +355,7 @@ class CallGuard:
             if u:
                 self.vet_c(arg)
         elif event == "call":
-            if self.dirty:
+            if self.dirty or len(sys.modules) != self.nmods:
                 self.refresh()
             entry = self.codes.get(frame.f_code)
             if entry is not None:
@@ -392,7 +404,7 @@ class CallGuard:
             return None
 
         def on_start(code, offset):
-            if self.dirty:
+            if self.dirty or len(sys.modules) != self.nmods:
                 self.refresh()
                 mon.restart_events()
             if code not in self.codes:

@@ -246,9 +246,10 @@ def _install_portable_hook(run: Portable) -> None:
             return
         paths = _PATH_EVENTS.get(event)
         if paths is not None:
-            for i in _DIR_FD.get(event, ()):
-                if i < len(args) and args[i] not in (None, -1):
+            if any(i < len(args) and args[i] not in (None, -1) for i in _DIR_FD.get(event, ())):
+                if from_user():  # the cell's own: where the descriptor points cannot be checked
                     refuse(f"{event} relative to a directory descriptor")
+                return  # a library's walk below a directory it opened (shutil.rmtree's, already vetted)
             for i in paths:
                 if i < len(args) and not writable(args[i], event, event in _FOLLOWS):
                     refuse(f"{event} outside the cell's working folder ({str(args[i])[:200]!r})")
