@@ -15,7 +15,9 @@ rlimits, /proc, FIFOs of its own or pidfds: the result channel is the path the d
   signals to other processes, `ctypes` from user code, `gc` walks and trace/profile hooks from user code,
   `os.chdir` out of the run folder, resource limits: refused, wherever they come from (a library's internals,
   a C intermediary such as `map(os.remove, ...)` the guard does not see);
-- the **call guard** (worker/guard.py), installed by `run_portable` around the cell only.
+- the **call guard** (worker/guard.py), installed by `run_portable` around the cell only;
+- joblib's tasks (scikit-learn's `n_jobs`) run in the worker's process (`_sequential_workers`), since processes
+  are refused.
 A refusal ends the run at once with a `blocked` record naming the call (`crane sandbox: ... is refused`): never
 a crash, never a guess, and nothing of the cell runs after it.
 """
@@ -285,6 +287,21 @@ def _install_portable_hook(run: Portable) -> None:
     sys.addaudithook(hook)
 
 
+def _sequential_workers() -> bool:
+    """Processes are refused in the portable sandbox: joblib (scikit-learn's `n_jobs`), when loaded, runs its tasks
+    in this process instead (its sequential backend: the tasks' own exceptions are the same), where the guard vets
+    them. Returns whether it did."""
+    jl = sys.modules.get("joblib")
+    config = getattr(jl, "parallel_config", None) or getattr(jl, "parallel_backend", None)
+    if config is None:
+        return False
+    try:
+        config(backend="sequential").__enter__()  # for the rest of this (one-run) process
+        return True
+    except Exception:
+        return False
+
+
 def prepare_portable(args: dict, shell) -> tuple[_Ctx, Portable]:
     """Everything before the state is loaded, without OS confinement (see the module docstring)."""
     t0 = time.perf_counter()
@@ -312,7 +329,8 @@ def prepare_portable(args: dict, shell) -> tuple[_Ctx, Portable]:
     ctx.mode_reason = args.get("portable_reason")
     ctx.places = [folder.root, ctx.scratch]
     layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or [])
-    ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked)}
+    ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked),
+                       "sequential_joblib": _sequential_workers()}
     _install_portable_hook(run)
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     return ctx, run
