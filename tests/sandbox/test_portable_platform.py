@@ -90,3 +90,17 @@ def test_the_portable_path_uses_no_linux_only_calls():
         banned = re.findall(r"/proc/|\bos\.(?:mkfifo|pidfd_open|unshare|sched_\w+)\(|signal\.pidfd_send_signal|"
                             r"prctl\(|setrlimit\(|landlock|seccomp|CLONE_NEW", body)
         assert banned == [], (name, banned)
+
+
+def test_auto_falls_back_to_the_portable_sandbox_when_the_machine_refuses_the_os_confinement():
+    from crane.sandbox.verdict import SandboxVerdict
+
+    refused = SandboxVerdict(verdict="unavailable", reason="sandbox setup failed: seccomp filter: [Errno 22] EINVAL")
+    why = portable.os_refused(refused) or ""
+    assert why.startswith("the OS sandbox could not be set up here (sandbox setup failed: seccomp")
+    worker = SandboxVerdict(verdict="unavailable", reason="the sandbox child failed during setup")
+    assert portable.os_refused(worker)
+    for other in (SandboxVerdict(verdict="unavailable", reason="the kernel is busy"),
+                  SandboxVerdict(verdict="blocked", reason="sandbox setup failed"),
+                  SandboxVerdict(verdict="crash", ename="KeyError")):
+        assert portable.os_refused(other) is None

@@ -34,6 +34,7 @@ from crane.sandbox.channel import (
 from crane.sandbox.layer_choice import ASKED_FOR, AUTO_BLOCKING_REASON, layer_would_help, needs_layer
 from crane.sandbox.options import SandboxOptions, active
 from crane.sandbox.portable import choose as choose_confinement
+from crane.sandbox.portable import os_refused
 from crane.sandbox.transplant import enabled as transplant_enabled
 from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import (
@@ -85,12 +86,36 @@ def speculate(
     `crane.sandbox.scale.miniature_spec`). `sandbox`: the options resolved at the edge (default: `active()`);
     its `confinement` "portable" (or "auto" where the OS sandbox cannot run) runs the cell in the portable
     sandbox (crane.sandbox.portable): a worker on a copy of the state, never a fork of the kernel."""
+    conf = (sandbox or active()).confinement
+    which, why_portable = choose_confinement(conf)
+    kw = dict(memory_mb=memory_mb, request_timeout=request_timeout, places=places, idle=idle, cancel=cancel,
+              miniature=miniature, max_processes=max_processes)
+    if which == "os":
+        v = _speculate_os(conn, source, budget_s, layer=layer, **kw)  # type: ignore[arg-type]
+        why_portable = os_refused(v) if conf == "auto" else None
+        if why_portable is None or (cancel is not None and cancel.is_set()):
+            return v
+    # -- the portable sandbox (crane.sandbox.portable): no fork of the kernel on this path
+    return transplant(conn, source, budget_s, reason=None, layer=layer_preference(layer), portable=why_portable,
+                      **kw)  # type: ignore[arg-type]
+
+
+def _speculate_os(
+    conn: KernelConnection,
+    source: str,
+    budget_s: float,
+    *,
+    memory_mb: int,
+    request_timeout: float,
+    layer: str | None,
+    places: list[str] | tuple[str, ...],
+    idle: bool,
+    cancel: threading.Event | None,
+    miniature: dict | None,
+    max_processes: int,
+) -> SandboxVerdict:
+    """The OS sandbox's run (see `speculate`)."""
     pref = layer_preference(layer)
-    which, why_portable = choose_confinement((sandbox or active()).confinement)
-    if which == "portable":  # -- the portable sandbox: no fork of the kernel on this path
-        return transplant(conn, source, budget_s, reason=None, layer=pref, memory_mb=memory_mb,
-                          request_timeout=request_timeout, places=places, idle=idle, cancel=cancel,
-                          miniature=miniature, max_processes=max_processes, portable=why_portable)
     first = pref
     if pref == "auto":
         first = "layered" if (miniature or idle or needs_layer(source)) else "blocking"

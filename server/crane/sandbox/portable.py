@@ -47,6 +47,20 @@ def choose(pref: str, confinement: Confinement | None = None) -> tuple[str, str 
     return "portable", f"{why}: the portable sandbox runs instead"
 
 
+# how an OS-sandbox run says that this machine refused its confinement (seccomp, Landlock, prctl: the fork child's
+# setup, or a transplant worker's, failed before any user code)
+_OS_SETUP_FAILED = ("sandbox setup failed", "the sandbox child failed during setup")
+
+
+def os_refused(v) -> str | None:
+    """Why the portable sandbox should run instead of this OS-sandbox verdict (auto mode), or None: the machine
+    refused the OS confinement itself (a seccomp filter, Landlock, a prctl)."""
+    reason = v.reason or ""
+    if v.verdict == "unavailable" and reason.startswith(_OS_SETUP_FAILED):
+        return f"the OS sandbox could not be set up here ({reason[:200]}): the portable sandbox runs instead"
+    return None
+
+
 def _sbpl_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
