@@ -129,3 +129,32 @@ def test_attacks_are_refused_and_change_nothing(pk, attack):
 def test_a_refusal_names_the_call(pk):
     v = _run(pk, "f = getattr(os, 'sys' + 'tem')\nf('true')")
     assert v.reason == "crane sandbox: a call to os: posix.system is refused (portable sandbox)", v.reason
+
+
+def test_a_portable_session_runs_cells_refuses_side_effects_and_rolls_back(pk):
+    """`crane fix`'s and the agent's sandboxed tries (open_session) under the portable sandbox: state persists
+    between runs, a refused call makes that run `blocked` and the session goes on, checkpoints roll back."""
+    from crane.sandbox.session import open_session
+
+    conn = pk["conn"]
+    before = (tree_hash(pk["work"]), tree_hash(pk["outside"]))
+    with Untouched(conn) as watch:
+        with open_session(conn, budget_s=30.0, sandbox=PORTABLE) as sb:
+            v = sb.run("n = len(df)\nm = add_one(n)")
+            assert (v.verdict, v.mode) == ("no-crash", "portable"), v
+            assert v.transplant is not None and v.transplant.layers == ["call guard", "audit hook"]
+            assert sb.inspect("m") == "3"
+            v = sb.run(f"getattr(os, 'sys' + 'tem')('touch {pk['outside']}/pwned')")
+            assert v.verdict == "blocked" and "posix.system is refused" in (v.reason or ""), v
+            v = sb.run(f"open('{pk['outside']}/target.txt', 'w').write('x')")
+            assert v.verdict == "blocked", v
+            sb.checkpoint()
+            v = sb.run("m = 'changed'\ndf.to_csv('copy.csv')\nprint(open('copy.csv').read()[:3])")
+            assert v.verdict == "no-crash" and v.stdout.startswith(",a,"), v
+            sb.rollback()
+            assert sb.inspect("m") == "3"
+            v = sb.run("df['missing']")
+            assert (v.verdict, v.ename) == ("crash", "KeyError"), v
+    assert watch.unchanged, (watch.outputs, watch.changes())
+    assert (tree_hash(pk["work"]), tree_hash(pk["outside"])) == before
+    assert not (pk["outside"] / "pwned").exists()

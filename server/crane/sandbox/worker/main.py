@@ -35,9 +35,13 @@ from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
-from crane.sandbox.worker.portable import prepare_portable, run_portable  # kernel: strip
+from crane.sandbox.worker.portable import guarded, prepare_portable, run_portable  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": []}
+
+
+class _Done(Exception):
+    """The portable session's eval has replied."""
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
 
 
@@ -321,13 +325,17 @@ def _session(spec: dict, shell) -> None:
         facts = json.load(f)
     _enter_environment(facts, shell)
     _POOLS["key"] = None
-    why = _unconfinable(sys.platform)
-    if why:
-        fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
-        _write_json(fd, {"event": "error", "reason": why})
-        os.close(fd)
-        return
-    ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
+    portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
+    if args.get("confinement") == "portable":
+        ctx, portable = prepare_portable(args, shell)
+    else:  # -- end portable
+        why = _unconfinable(sys.platform)
+        if why:
+            fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
+            _write_json(fd, {"event": "error", "reason": why})
+            os.close(fd)
+            return
+        ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
     audit = ctx.audit_state
     ns = shell.user_ns
     state: dict = {"imported": False, "mapped": False}
@@ -362,13 +370,22 @@ def _session(spec: dict, shell) -> None:
             finally:
                 audit["bypass"] = False
         elif op == "run":
-            reply.update(run_command(ctx, cmd, out_path, err_path))
+            with guarded(portable):
+                reply.update(run_command(ctx, cmd, out_path, err_path))
         elif op == "eval":
             try:
+                if portable is not None:  # (the portable sandbox vets the expression's calls too)
+                    with guarded(portable), ctx.shell.builtin_trap:
+                        value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ns)
+                    data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
+                    reply.update({"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]})
+                    raise _Done
                 with ctx.shell.builtin_trap:
                     value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ns)
                 data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
                 reply.update({"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]})
+            except _Done:
+                pass
             except BaseException as exc:  # noqa: BLE001
                 reply.update({"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]})
         elif op == "close":

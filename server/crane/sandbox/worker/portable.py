@@ -24,6 +24,8 @@ a crash, never a guess, and nothing of the cell runs after it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -31,7 +33,14 @@ import sys
 import time
 
 from crane.sandbox.kernel.audit import _DENY_EVENTS, _PATH_EVENTS, _ends_process, _guard_process_end  # kernel: strip
-from crane.sandbox.kernel.common import _SETUP, _WRITE_FLAGS, _Capture, _Ctx, _write_json  # kernel: strip
+from crane.sandbox.kernel.common import (  # kernel: strip
+    _SETUP,
+    _WRITE_FLAGS,
+    SandboxBlocked,
+    _Capture,
+    _Ctx,
+    _write_json,
+)
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.worker.guard import CallGuard  # kernel: strip
@@ -150,11 +159,18 @@ class Portable:
             state["own"] = old
 
     def refuse(self, what: str) -> None:
-        """End the run now: `blocked`, naming what was refused (nothing of the cell runs after it)."""
+        """End the run now: `blocked`, naming what was refused (nothing of the cell runs after it). In a session
+        (whose worker must go on serving) the refusal is raised instead (`SandboxBlocked`), recorded, and the run's
+        verdict is `blocked` all the same; the audit hook stays in force after it."""
         ctx = self.ctx
         state = ctx.audit_state
         if state.get("own"):
             return
+        if ctx.args.get("mode") == "session":
+            msg = f"crane sandbox: {what} is refused (portable sandbox)"
+            ctx.denied.append(msg)
+            state["unset"] = True  # raised from the profile hook, this unsets it: not the cell's doing
+            raise SandboxBlocked(errno.EPERM, msg)
         state["own"] = state["bypass"] = True  # (the latter: os._exit below is not the cell's own end)
         try:
             self.guard.uninstall()
@@ -180,6 +196,11 @@ def _open_channel(ctx: _Ctx) -> None:
         os.set_blocking(res, True)
     ctx.result_fd = res
     _SETUP["result_fd"] = res
+    if ctx.args.get("mode") == "session":  # a session's commands (the daemon holds the path open)
+        cmd = os.open(os.path.join(priv, "commands"), os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(cmd, True)
+        ctx.cmd_fd = cmd
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | nonblock
     out = os.open(os.path.join(priv, "stdout"), flags, 0o600)
     err = os.open(os.path.join(priv, "stderr"), flags, 0o600)
@@ -273,6 +294,8 @@ def _install_portable_hook(run: Portable) -> None:
         elif event in ("signal.pthread_kill", "_winapi.CreateProcess", "_winapi.TerminateProcess", "os.startfile"):
             refuse(event)
         elif event in _FROM_USER_EVENTS:
+            if event == "sys.setprofile" and state.pop("unset", False):
+                return  # CPython unsetting the guard's profile hook after it refused a call (a session)
             if from_user():
                 refuse(_FROM_USER_EVENTS[event])
         elif event == "sqlite3.connect" and args:
@@ -334,6 +357,20 @@ def prepare_portable(args: dict, shell) -> tuple[_Ctx, Portable]:
     _install_portable_hook(run)
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     return ctx, run
+
+
+@contextlib.contextmanager
+def guarded(run: Portable | None):
+    """The call guard around one session command (nothing when the session is not portable)."""
+    if run is None:
+        yield
+        return
+    run.guard.refresh()
+    run.ctx.confinement["guard"] = run.guard.install()
+    try:
+        yield
+    finally:
+        run.guard.uninstall()
 
 
 def run_portable(run: Portable, source: str) -> dict:
