@@ -107,6 +107,7 @@ FAMILIES = [
     ("os", "import os\nos.popen('true')"),
     ("os", "import os\nos.kill(os.getpid() + 10_000_000, 0)" if False else "import os\nos.nice(1)"),
     ("os", "import os\nos.fork()"),
+    ("os", "import os\nos.mkfifo({victim_file!r})"),  # (no audit event: only the guard sees it)
     ("shutil", "import shutil\nshutil.rmtree({victim!r})"),
     ("subprocess", "import subprocess\nsubprocess.run(['true'])"),
     ("socket", "import socket\nsocket.socket()"),

@@ -129,7 +129,7 @@ _OS_READS = frozenset((
 # path operations the audit layer sees with their arguments (redirected into the run's folder, else refused)
 _OS_AUDITED = frozenset((
     "open", "remove", "unlink", "rmdir", "mkdir", "rename", "replace", "chmod", "lchmod", "fchmod", "chown",
-    "lchown", "fchown", "utime", "truncate", "ftruncate", "link", "symlink", "kill", "chdir", "fchdir", "mkfifo",
+    "lchown", "fchown", "utime", "truncate", "ftruncate", "link", "symlink", "kill", "chdir", "fchdir",
     "setxattr", "removexattr", "listxattr", "getxattr"))
 BUILTINS_ALLOWED = frozenset((
     "abs", "aiter", "all", "anext", "any", "ascii", "bin", "callable", "chr", "delattr", "dir", "divmod", "format",
