@@ -53,3 +53,14 @@ def test_recorded_timing_sends_a_long_cell_to_a_miniature(nb_dir):
     [kept] = cell["sandboxKept"]
     assert kept["name"] == "df" and kept["of"] == 20000 and kept["rows"] < 2000
     assert any("miniature run: kept" in e for e in cell["findings"][0]["evidence"])
+
+
+def test_sandbox_portable_decides_with_the_portable_sandbox(nb_dir):
+    """`--sandbox portable`: the same verdict from the portable sandbox (no fork of the kernel, no OS confinement),
+    the write in the run's private folder only, and the report says which sandbox and layers ran."""
+    nb = make_notebook(nb_dir / "p.ipynb", [SETUP, WRITES])
+    [cell] = check(nb, "--budget", "30", "--sandbox", "portable")
+    assert cell["sandbox"] == "crash" and cell["findings"][0]["ename"] == "KeyError", cell
+    assert cell["sandboxMode"] == "portable" and cell["decidedBy"] == "sandbox", cell
+    assert cell["sandboxTransplant"]["layers"] == ["call guard", "audit hook"], cell
+    assert not (nb_dir / "out.csv").exists()  # the write happened in the run's private folder only
