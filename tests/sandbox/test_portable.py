@@ -93,6 +93,24 @@ print(sorted(os.listdir('.')))
     v = _run(pk, cell)
     assert v.verdict == "no-crash", v
     assert v.stdout.strip() == "['log.txt', 'models', 'out.csv', 'outside_link']", v.stdout
+
+
+def test_the_working_folders_surroundings_read_as_in_the_kernel(pk):
+    """`../data`-style paths and `Path.cwd()` see what the kernel sees (the run's view mirrors every ancestor);
+    a write next to the working folder goes into the view too."""
+    name = pk["work"].name
+    cell = f"""
+from pathlib import Path
+assert Path.cwd().name == {name!r}, Path.cwd()
+assert pd.read_csv('../{name}/data.csv').shape == (2, 2)
+assert (Path.cwd().parent / {name!r} / 'sub' / 'inner.txt').read_text() == 'keep me\\n'
+os.makedirs('../{name}-results', exist_ok=True)
+df.to_csv('../{name}-results/r.csv')
+assert pd.read_csv('../{name}-results/r.csv').shape[0] == 2
+"""
+    v = _run(pk, cell)
+    assert v.verdict == "no-crash", v
+    assert not (pk["work"].parent / f"{name}-results").exists()
     assert not (pk["work"] / "out.csv").exists()
 
 

@@ -3,8 +3,9 @@ Linux without namespaces/Landlock/seccomp, or `--sandbox portable` anywhere).
 
 `prepare_portable(args, shell)` sets the run up without any OS confinement (no namespaces, Landlock, seccomp,
 rlimits, /proc, FIFOs of its own or pidfds: the result channel is the path the daemon gave, opened for writing):
-- the **run folder**: a private folder of the run (`<run dir>/cwd`) that mirrors the cell's working folder with
-  one symbolic link per entry; the worker works there. Reads go through the links to the real files. A write
+- the **run folder**: a private view of the run (`<run dir>/view/<the working folder's real path>`) that mirrors
+  the cell's working folder and each of its ancestors with one symbolic link per entry (so `../data` reads the
+  same files); the worker works there. Reads go through the links to the real files. A write
   through Python's file APIs (`open`, `os.*`, `shutil.*`, `sqlite3`) or through a writer of the guard's table
   (`to_csv`, `savefig`, `np.save`, `torch.save`, `to_parquet`, ...) into that folder first replaces the links on its
   way by private copies (`RunFolder.materialize`: a directory becomes a directory of links, a file a copy), so the
@@ -66,14 +67,27 @@ _WINREG_WRITES = ("winreg.SetValue", "winreg.CreateKey", "winreg.DeleteKey", "wi
 
 
 class RunFolder:
-    """The run's private working folder: links to the real folder's entries, made private copies on write."""
+    """The run's private view of the file system around the cell's working folder: `mirror` holds the real path
+    of the working folder (`root`, where the worker works) with, at every level from the top, one link per entry
+    of the real directory (so `../data/train.csv` and `Path.cwd().parent` read what they read in the kernel, and
+    `Path.cwd().name` is the real folder's name); links are made private copies on write."""
 
     def __init__(self, real: str, private: str, scratch: str):
         self.real = os.path.realpath(real)
-        self.root = os.path.abspath(private)
+        self.mirror = os.path.abspath(private)
+        drive, rest = os.path.splitdrive(self.real)
+        parts = [p for p in rest.split(os.sep) if p]
+        self.root = os.path.join(self.mirror, *([drive.rstrip(":")] if drive else []), *parts)
         self.scratch = os.path.realpath(scratch)
         os.makedirs(self.root, exist_ok=True)
-        self.linked = self._mirror(self.real, self.root)
+        self.linked = True
+        real_dir, mirror_dir = (drive + os.sep) if drive else os.sep, os.path.join(
+            self.mirror, *([drive.rstrip(":")] if drive else []))
+        for part in parts + [None]:  # every ancestor's other entries, then the working folder's
+            self.linked = self._mirror(real_dir, mirror_dir) and self.linked
+            if part is None:
+                break
+            real_dir, mirror_dir = os.path.join(real_dir, part), os.path.join(mirror_dir, part)
 
     @staticmethod
     def _mirror(real: str, into: str) -> bool:
@@ -84,6 +98,8 @@ class RunFolder:
         except OSError:
             return True
         for name in names:
+            if os.path.lexists(os.path.join(into, name)):
+                continue  # the next directory on the way to the working folder (a real one)
             try:
                 os.symlink(os.path.join(real, name), os.path.join(into, name))
             except FileExistsError:
@@ -102,7 +118,7 @@ class RunFolder:
             p = self._norm(path)
         except (TypeError, ValueError):
             return False
-        if self.linked and (p == self.root or p.startswith(self.root.rstrip(os.sep) + os.sep)):
+        if self.linked and p.startswith(self.mirror.rstrip(os.sep) + os.sep):
             return True
         rp = os.path.realpath(p)
         return rp == self.scratch or rp.startswith(self.scratch.rstrip(os.sep) + os.sep)
@@ -111,11 +127,11 @@ class RunFolder:
         """Replace every link into the real folder on the way to `path` (and `path` itself when `leaf`) by a
         private copy: a directory by a directory of links to its entries, a file by a copy."""
         p = self._norm(path)
-        if not (p == self.root or p.startswith(self.root.rstrip(os.sep) + os.sep)):
+        if not p.startswith(self.mirror.rstrip(os.sep) + os.sep):
             return
-        rel = os.path.relpath(p, self.root)
+        rel = os.path.relpath(p, self.mirror)
         parts = [] if rel == os.curdir else rel.split(os.sep)
-        cur = self.root
+        cur = self.mirror
         for i, part in enumerate(parts):
             cur = os.path.join(cur, part)
             last = i == len(parts) - 1
@@ -345,7 +361,7 @@ def prepare_portable(args: dict, shell) -> tuple[_Ctx, Portable]:
         tempfile.tempdir = ctx.scratch
     except Exception:
         pass
-    folder = RunFolder(os.getcwd(), os.path.join(args["dir"], "cwd"), ctx.scratch)
+    folder = RunFolder(os.getcwd(), os.path.join(args["dir"], "view"), ctx.scratch)
     os.chdir(folder.root)
     run = Portable(ctx, folder)
     ctx.mode = "portable"
