@@ -384,7 +384,7 @@ class CallGuard:
         sys.setprofile(None)
         threading.setprofile(None)
 
-    def _install_monitoring(self, mon) -> str:  # pragma: no cover - Python 3.12+ (the kernels here are 3.11)
+    def _install_monitoring(self, mon) -> str:  # Python 3.12+ (tests/sandbox/test_portable_guard_interpreters.py)
         for tool in (4, 3, 5):
             if mon.get_tool(tool) is None:
                 mon.use_tool_id(tool, "crane-guard")
