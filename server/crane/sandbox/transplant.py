@@ -146,7 +146,7 @@ class Worker:
         for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
             try:
                 kill()
-            except OSError:
+            except (OSError, AttributeError):  # (no process groups on Windows: the handle's kill ends the worker)
                 pass
 
     def end(self) -> ExitStatus | None:
