@@ -62,3 +62,14 @@ def test_an_endless_cell_is_unknown_not_no_crash(nb_dir):
     res = subprocess.run([sys.executable, "-m", "crane", "check", str(nb), "--budget", "2"], capture_output=True,
                          text=True, timeout=300)
     assert "cell 2: unknown: neither the kernel's facts nor a sandbox run decided" in res.stdout, res.stdout
+
+
+def test_sandbox_portable_decides_with_the_portable_sandbox(nb_dir):
+    """`--sandbox portable`: the same verdict from the portable sandbox (no fork of the kernel, no OS confinement),
+    the write in the run's private folder only, and the report says which sandbox and layers ran."""
+    nb = make_notebook(nb_dir / "p.ipynb", [SETUP, WRITES])
+    [cell] = check(nb, "--budget", "30", "--sandbox", "portable")
+    assert cell["sandbox"] == "crash" and cell["findings"][0]["ename"] == "KeyError", cell
+    assert cell["sandboxMode"] == "portable" and cell["decidedBy"] == "sandbox", cell
+    assert cell["sandboxTransplant"]["layers"] == ["call guard", "audit hook"], cell
+    assert not (nb_dir / "out.csv").exists()  # the write happened in the run's private folder only

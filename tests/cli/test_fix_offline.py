@@ -117,3 +117,18 @@ def test_errors_exit_2(tmp_path, capsys):
     assert main(["fix", str(path), "--cell", "3", "--pick", "1"]) == 2  # --pick goes with --offline
     err = capsys.readouterr().err
     assert "does not exist" in err and "not valid JSON" in err and "markdown cell" in err and "--pick" in err
+
+
+def test_sandbox_portable_verifies_fixes_in_the_portable_sandbox(tmp_path, capsys):
+    """`--sandbox portable`: the candidate fixes are tried in a portable session (a worker confined by the call
+    guard and the audit hook, no fork of the kernel); the verified fix is the same."""
+    from crane.sandbox.options import SandboxOptions, configure
+
+    path = write(tmp_path / "sales.ipynb", SALES)
+    try:
+        assert main(["fix", str(path), "--cell", "3", "--offline", "--json", "--sandbox", "portable"]) == 0
+    finally:
+        configure(SandboxOptions())
+    r = json.loads(capsys.readouterr().out)["report"]
+    assert r["status"] == "fixed" and r["crash"]["ename"] == "KeyError", r
+    assert r["fixes"][0]["title"] == "Use column 'Total_Gross'", r

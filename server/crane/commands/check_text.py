@@ -82,6 +82,11 @@ def _scale(r) -> str:
         t = r.sandbox_transplant
         out += ", in a separate process on a copy of the state" + (f", shrunk first: {t.shrunk}" if t and t.shrunk
                                                                     else "")
+    if r.sandbox_mode == "portable":  # the portable sandbox: say which layers ran (no OS confinement)
+        t = r.sandbox_transplant
+        layers = ", ".join(t.layers) if t and t.layers else "call guard, audit hook"
+        out += f", in the portable sandbox ({layers}; no OS confinement)" + (
+            f", shrunk first: {t.shrunk}" if t and t.shrunk else "")
     return out
 
 

@@ -194,7 +194,7 @@ class BackgroundRuns:
         except Exception as exc:
             return unavailable(f"could not connect to the kernel for a background run: {exc}")
         return speculate(conn, source, budget, idle=bool(self.host.tuning.background_idle), cancel=cancel,
-                         places=places)
+                         places=places, sandbox=self.host.settings.sandbox_options())
 
     def close(self) -> None:
         if self._task is not None:

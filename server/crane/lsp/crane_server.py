@@ -31,7 +31,6 @@ from crane.lsp.quick_fixes import QuickFixService
 from crane.lsp.settings import Settings, Tuning, parse_settings
 from crane.lsp.speculation import SpeculationService
 from crane.sandbox.options import configure as configure_sandbox
-from crane.sandbox.options import sandbox_options
 
 log = logging.getLogger("crane.lsp")
 
@@ -145,7 +144,7 @@ class CraneServer(LanguageServer):
     def apply_settings(self, raw: Any, initial: bool = False) -> None:
         settings, problems = parse_settings(raw)
         self.settings = settings
-        configure_sandbox(sandbox_options(settings.speculative))  # runs started from now on use them
+        configure_sandbox(settings.sandbox_options())  # runs started from now on use them
         logging.getLogger("crane").setLevel(_LEVELS[settings.log_level])
         for problem in problems:
             log.warning("settings: %s", problem)

@@ -28,13 +28,13 @@ from msgspec import Meta
 
 from crane.llm.settings import LLMOptions, LLMSettings
 from crane.policy import Mode
-from crane.sandbox.options import SandboxOptions
+from crane.sandbox.options import ConfinementSetting, RunOptions, SandboxOptions, sandbox_options
 
 LogLevel = Literal["error", "warn", "info", "debug"]
 
 
-class SpeculativeSettings(SandboxOptions, rename="camel", frozen=True, kw_only=True):
-    """`crane.speculative`: the sandbox's options (`crane.sandbox.options.SandboxOptions`, declared there once)
+class SpeculativeSettings(RunOptions, rename="camel", frozen=True, kw_only=True):
+    """`crane.speculative`: how sandbox runs are made (`crane.sandbox.options.RunOptions`, declared there once)
     and when the editor runs cells speculatively."""
 
     enabled: Annotated[
@@ -118,6 +118,7 @@ class Settings(msgspec.Struct, rename="camel", frozen=True):
         }),
     ] = "auto"
     speculative: SpeculativeSettings = SpeculativeSettings()
+    sandbox: ConfinementSetting = "auto"
     llm: LLMOptions = LLMOptions()
     agent: AgentSettings = AgentSettings()
     kernel: KernelSettings = KernelSettings()
@@ -134,6 +135,10 @@ class Settings(msgspec.Struct, rename="camel", frozen=True):
         from crane.llm.settings import resolve_settings
 
         return resolve_settings(lsp=self.llm)
+
+    def sandbox_options(self) -> SandboxOptions:
+        """The sandbox's options these settings say (passed to every speculative run)."""
+        return sandbox_options(self.speculative, self.sandbox)
 
     @property
     def speculative_on(self) -> bool:

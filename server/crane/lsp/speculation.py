@@ -211,7 +211,8 @@ class SpeculationService:
             conn = self._conns.get(att)
         except Exception as exc:
             return unavailable(f"could not connect to the kernel for a sandboxed run: {exc}")
-        return speculate_scaled(conn, source, budget, recorded_s=recorded, places=places, cancel=cancel)
+        return speculate_scaled(conn, source, budget, recorded_s=recorded, places=places, cancel=cancel,
+                                sandbox=self.host.settings.sandbox_options())
 
     # -- on demand ------------------------------------------------------------------------------------------
     async def run_now(self, session: NotebookSession, cell: CellSnapshot) -> SandboxVerdict:

@@ -335,7 +335,11 @@ def _as_run(v: Any) -> SandboxRun:
     return SandboxRun(
         outcome=v.verdict, exception=exception, ename=v.ename, evalue=v.evalue, line=v.line,
         traceback=list(v.traceback), stdout=stdout, stderr=stderr, stdout_truncated=cut_out or cut_err,
-        blocked=list(v.denied), absorbed=list(getattr(v, "absorbed", [])), reason=v.reason, how=v.how(), elapsed_ms=round(v.elapsed_ms, 3),
+        blocked=list(v.denied), absorbed=list(getattr(v, "absorbed", [])), reason=v.reason, how=v.how(),
+        elapsed_ms=round(v.elapsed_ms, 3),
+        confinement=None if v.verdict == "unavailable" and v.mode is None else (
+            "portable" if v.mode == "portable" else "os"),
+        layers=list(v.transplant.layers) if v.mode == "portable" and v.transplant is not None else [],
     )
 
 

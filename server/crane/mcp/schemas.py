@@ -96,6 +96,10 @@ class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
     reason: str | None = None  # why timeout / blocked / unavailable
     how: str = ""  # how the outcome was reached (mode, scale)
     elapsed_ms: float = 0.0
+    # which confinement ran: "os" (Linux's namespaces, Landlock, seccomp: the boundary against hostile code) or
+    # "portable" (a call guard and an audit hook in a separate worker: honest side effects and mistakes only)
+    confinement: Literal["os", "portable"] | None = None
+    layers: list[str] = []  # the portable run's layers ("call guard", "audit hook", "sandbox-exec")
 
 
 class Prediction(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -9,6 +9,8 @@ A sandbox run is confined by the operating system, so what exists depends on the
   `unavailable()` says so, naming the platform: every run there is `unavailable` with that reason, never an
   unconfined run passed off as a confined one.
 
+Where this says `unavailable`, `auto` runs the portable sandbox instead (crane.sandbox.portable: a transplant worker
+confined by a call guard and an audit hook, no OS part); `--sandbox os` keeps the `unavailable`.
 The worker side has the same switch (`worker/main._confine`: Linux's `_prepare_child`, else the reason): a worker
 started on a platform without confinement refuses before loading any state.
 """

@@ -31,7 +31,9 @@ from crane.sandbox.channel import (
     read_until_eof,
 )
 from crane.sandbox.layer_choice import ASKED_FOR, AUTO_BLOCKING_REASON, layer_would_help, needs_layer
-from crane.sandbox.options import active as active_options
+from crane.sandbox.options import SandboxOptions, active
+from crane.sandbox.portable import choose as choose_confinement
+from crane.sandbox.portable import os_refused
 from crane.sandbox.transplant import enabled as transplant_enabled
 from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import (
@@ -43,9 +45,11 @@ from crane.sandbox.verdict import (
 MODULE_NAME = SANDBOX_MODULE.name
 DEFAULT_BUDGET_S = 10.0
 DEFAULT_MEMORY_MB = 2048
-def layer_preference(explicit: str | None = None) -> str:
-    """"auto", "layered" or "blocking": the argument, else the configured `SandboxOptions.layer`."""
-    value = explicit or active_options().layer
+
+
+def layer_preference(explicit: str | None = None, sandbox: SandboxOptions | None = None) -> str:
+    """"auto", "layered" or "blocking": the argument, else `sandbox`'s (or the configured) `layer`."""
+    value = explicit or (sandbox or active()).layer
     return value if value in ("layered", "blocking") else "auto"
 
 
@@ -62,13 +66,14 @@ def speculate(
     cancel: threading.Event | None = None,
     miniature: dict | None = None,
     max_processes: int = 1000,
+    sandbox: SandboxOptions | None = None,
 ) -> SandboxVerdict:
     """Run `source` (a cell, IPython syntax) against a copy-on-write fork of the kernel's live state, confined
     and under `budget_s` seconds of wall clock. Blocking (use `speculate_async` from an event loop); never
     raises; never changes the user's kernel (namespace, execution count, history, outputs) or files.
 
     `layer`: "layered" (private copy-on-write layers where the machine allows, else blocking), "blocking", or
-    "auto" (the default, also $CRANE_SANDBOX_MODE): blocking for a cell without a sign of side effects, layered
+    "auto" (the default, unless the options say otherwise): blocking for a cell without a sign of side effects, layered
     for the others and again layered when the blocking run refused a write, a program or a process (see
     `crane.sandbox.layer_choice`).
     `places`: extra directories that get a private layer (the kernel's working directory, $HOME, /tmp, ... do).
@@ -76,7 +81,40 @@ def speculate(
     live processes and threads (pid namespace; RLIMIT_NPROC, at most 256, for a user other than root).
     `cancel`: set it to stop the run at once
     (the verdict is then "unavailable", reason "stopped"). `miniature`: run on row subsets (see
-    `crane.sandbox.scale.miniature_spec`)."""
+    `crane.sandbox.scale.miniature_spec`). `sandbox`: the options resolved at the edge (default: `active()`);
+    its `confinement` "portable" (or "auto" where the OS sandbox cannot run) runs the cell in the portable
+    sandbox (crane.sandbox.portable): a worker on a copy of the state, never a fork of the kernel."""
+    opts = sandbox or active()
+    conf = opts.confinement
+    layer = layer_preference(layer, opts)
+    which, why_portable = choose_confinement(conf)
+    kw = dict(memory_mb=memory_mb, request_timeout=request_timeout, places=places, idle=idle, cancel=cancel,
+              miniature=miniature, max_processes=max_processes)
+    if which == "os":
+        v = _speculate_os(conn, source, budget_s, layer=layer, **kw)  # type: ignore[arg-type]
+        why_portable = os_refused(v) if conf == "auto" else None
+        if why_portable is None or (cancel is not None and cancel.is_set()):
+            return v
+    # -- the portable sandbox (crane.sandbox.portable): no fork of the kernel on this path
+    return transplant(conn, source, budget_s, reason=None, layer=layer, portable=why_portable,
+                      **kw)  # type: ignore[arg-type]
+
+
+def _speculate_os(
+    conn: KernelConnection,
+    source: str,
+    budget_s: float,
+    *,
+    memory_mb: int,
+    request_timeout: float,
+    layer: str | None,
+    places: list[str] | tuple[str, ...],
+    idle: bool,
+    cancel: threading.Event | None,
+    miniature: dict | None,
+    max_processes: int,
+) -> SandboxVerdict:
+    """The OS sandbox's run (see `speculate`)."""
     pref = layer_preference(layer)
     first = pref
     if pref == "auto":

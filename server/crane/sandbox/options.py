@@ -1,9 +1,10 @@
 """The sandbox's options: every knob that changes a verdict or a run, declared once, resolved at the edge.
 
 `SandboxOptions` is filled once where a process starts (the CLI's flags: `add_sandbox_arguments` /
-`options_from_args`; the language server's `crane.speculative.*` settings, whose section is this Struct's
-subclass; `crane mcp`'s flags) and installed with `configure`; the sandbox reads `active()` when a run starts.
-Nothing below the entry points reads an environment variable or parses a value.
+`options_from_args`; the language server's settings: `crane.sandbox` (the confinement) and `crane.speculative.*`,
+whose section extends `RunOptions`; `crane mcp`'s flags) and installed with `configure`; `speculate` takes it
+explicitly (`sandbox=`) or reads `active()` when a run starts. Nothing below the entry points reads an
+environment variable or parses a value.
 """
 
 from __future__ import annotations
@@ -16,10 +17,33 @@ import msgspec
 from msgspec import Meta
 
 LayerChoice = Literal["auto", "layered", "blocking"]
+Confinement = Literal["auto", "os", "portable"]
+CONFINEMENT_DESCRIPTIONS = [
+    "The OS sandbox where it runs (Linux x86_64: namespaces, Landlock, seccomp), else the portable one (macOS, "
+    "Windows, Linux on ARM, Linux that refuses namespaces).",
+    "Only the OS sandbox: where it cannot run, cells get no speculative run.",
+    "The portable sandbox everywhere: the cell runs in a separate worker of the kernel's interpreter on a copy of "
+    "the values it reads, confined by a call guard and an audit hook (no OS help). It keeps a notebook's honest side "
+    "effects and an agent's mistakes from the disk, the network and other processes; code written to escape a "
+    "Python sandbox is not in its threat model.",
+]
 
 
-class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """What a sandbox run does (the defaults are the product's); the LSP settings' `crane.speculative` section
+# The confinement as a setting (`--sandbox`, the editor's top-level `crane.sandbox`), declared once.
+ConfinementSetting = Annotated[
+    Confinement,
+    Meta(extra_json_schema={
+        "markdownDescription": "Which sandbox runs cells speculatively: `os` (Linux x86_64's namespaces, Landlock and "
+                               "seccomp), `portable` (a call guard and an audit hook in a separate worker of the "
+                               "kernel's interpreter, as on macOS and Windows), or `auto` (the OS sandbox where it "
+                               "runs, else the portable one).",
+        "enumDescriptions": CONFINEMENT_DESCRIPTIONS,
+    }),
+]
+
+
+class RunOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """How a sandbox run is made (the defaults are the product's); the LSP settings' `crane.speculative` section
     extends it, so the names, defaults, bounds and descriptions below are the settings' own."""
 
     layer: Annotated[
@@ -59,6 +83,12 @@ class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     ] = 600.0
 
 
+class SandboxOptions(RunOptions, frozen=True, kw_only=True, rename="camel"):
+    """Which sandbox runs a cell (`crane.sandbox`, `--sandbox`), and how (`RunOptions`)."""
+
+    confinement: ConfinementSetting = "auto"
+
+
 _lock = threading.Lock()
 _active = SandboxOptions()
 
@@ -75,9 +105,10 @@ def active() -> SandboxOptions:
     return _active
 
 
-def sandbox_options(value: SandboxOptions) -> SandboxOptions:
-    """Exactly the sandbox's fields of `value` (the LSP section is a subclass with more fields)."""
-    return SandboxOptions(**{f.name: getattr(value, f.name) for f in msgspec.structs.fields(SandboxOptions)})
+def sandbox_options(run: RunOptions, confinement: Confinement = "auto") -> SandboxOptions:
+    """The options of `run`'s `RunOptions` fields (the LSP section is a subclass with more) and `confinement`."""
+    fields = {f.name: getattr(run, f.name) for f in msgspec.structs.fields(RunOptions)}
+    return SandboxOptions(confinement=confinement, **fields)
 
 
 def _on_off(text: str) -> bool:
@@ -89,13 +120,17 @@ def _on_off(text: str) -> bool:
     return value
 
 
-_DEST = {"layer": "sandbox_layer"}  # field -> the flag's dest, where they differ
+_DEST = {"layer": "sandbox_layer", "confinement": "sandbox_confinement"}  # field -> the flag's dest, where they differ
 
 
 def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     """The sandbox flags of every command that runs cells (check, bench, fix, diagnose, mcp)."""
     d = SandboxOptions()
     g = parser.add_argument_group("sandbox")
+    g.add_argument("--sandbox", dest="sandbox_confinement", choices=("auto", "os", "portable"), default=d.confinement,
+                   help="which sandbox runs cells: os (Linux's namespaces, Landlock, seccomp), portable (a call guard "
+                        "and an audit hook in a separate worker, as on macOS and Windows), auto (default: os where it "
+                        "runs, else portable)")
     g.add_argument("--sandbox-layer", dest="sandbox_layer", choices=("auto", "layered", "blocking"), default=d.layer,
                    help=f"how a forked run confines writes (default {d.layer})")
     g.add_argument("--transplant", dest="transplant", type=_on_off, metavar="on|off", default=d.transplant,

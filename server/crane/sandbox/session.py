@@ -6,6 +6,8 @@ from __future__ import annotations
 from crane.kernel.client import KernelConnection
 from crane.sandbox.fork_runner import DEFAULT_BUDGET_S, DEFAULT_MEMORY_MB
 from crane.sandbox.fork_session import SandboxError, SandboxSession, Unforkable
+from crane.sandbox.options import SandboxOptions, active
+from crane.sandbox.portable import choose as choose_confinement
 from crane.sandbox.transplant import enabled as transplant_enabled
 from crane.sandbox.transplant_session import TransplantSession
 
@@ -17,8 +19,15 @@ def open_session(
     memory_mb: int = DEFAULT_MEMORY_MB,
     request_timeout: float = 5.0,
     total_cpu_s: float = 600.0,
+    sandbox: SandboxOptions | None = None,
 ) -> SandboxSession:
-    """A session on the kernel's live state. Raises SandboxError if no session can be had."""
+    """A session on the kernel's live state. Raises SandboxError if no session can be had. Under the portable
+    sandbox (`sandbox`'s confinement, default `active()`: crane.sandbox.portable) it is a transplant session whose
+    worker is confined by the call guard and the audit hook; the kernel is not forked."""
+    which, why_portable = choose_confinement((sandbox or active()).confinement)
+    if which == "portable":  # -- the portable sandbox
+        return TransplantSession.start(conn, budget_s=budget_s, memory_mb=memory_mb, request_timeout=request_timeout,
+                                       total_cpu_s=total_cpu_s, reason=None, portable=why_portable)
     try:
         return SandboxSession.open(conn, budget_s=budget_s, memory_mb=memory_mb, request_timeout=request_timeout,
                                    total_cpu_s=total_cpu_s)

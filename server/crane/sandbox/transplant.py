@@ -47,6 +47,7 @@ from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.options import active as active_options
+from crane.sandbox.portable import worker_argv
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 
 _HERE = Path(__file__).resolve().parent
@@ -55,7 +56,8 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
                                  [_HERE / "kernel/library.py", _HERE / "kernel/miniature.py", _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
-                             + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/main.py"])
+                             + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
+                                _HERE / "worker/portable.py", _HERE / "worker/main.py"])
 
 
 def _cloudpickle_source() -> Path:
@@ -101,9 +103,10 @@ class Worker:
         self.warm = warm
         self.executable = executable
         self.started = time.monotonic()
+        argv, self.os_layers = worker_argv([executable, "-c", BOOTSTRAP])  # macOS: under sandbox-exec (portable.py)
         with open(os.path.join(self.home, "log"), "wb") as log:
             self.proc = subprocess.Popen(
-                [executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
                 cwd=cwd if os.path.isdir(cwd) else self.home, env=full, close_fds=True, start_new_session=True)
         header = {"modules": [[m.name, m.doc, list(m.sources)] for m in (CLOUDPICKLE_MODULE, WORKER_MODULE)],
                   "preload": preload, "idle_s": idle_s(), "warm": warm,
@@ -143,7 +146,7 @@ class Worker:
         for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
             try:
                 kill()
-            except OSError:
+            except (OSError, AttributeError):  # (no process groups on Windows: the handle's kill ends the worker)
                 pass
 
     def end(self) -> ExitStatus | None:
@@ -374,12 +377,14 @@ def transplant(
     miniature: dict | None = None,
     max_processes: int = 1000,
     map_devices: bool = False,
+    portable: str | None = None,
 ) -> SandboxVerdict:
     """Run `source` in a confined worker process on a copy of the state it reads (see the module docstring).
     Never raises. `reason`: why the kernel was not forked (said in the verdict). `map_devices`: map torch's
-    cuda/mps requests to the CPU even when the kernel's torch had no CUDA."""
+    cuda/mps requests to the CPU even when the kernel's torch had no CUDA. `portable`: why the run is a portable
+    one (crane.sandbox.portable: the call guard and the audit hook confine the worker, no OS part), or None."""
     t0 = time.monotonic()
-    why = current_confinement().runs("transplant")
+    why = None if portable else current_confinement().runs("transplant")
     if why:
         return unavailable(why)
     try:
@@ -410,6 +415,9 @@ def transplant(
                                memory_mb=int(memory_mb) + (exp.bytes >> 20), output_limit=64 * 1024,
                                layer="blocking" if layer == "blocking" else "auto", places=list(places),
                                idle=bool(idle), max_processes=int(max_processes))
+        if portable:  # -- the portable sandbox (worker/portable.py)
+            request = msgspec.structs.replace(request, confinement="portable", portable_reason=portable,
+                                              os_layers=list(worker.os_layers))
         shrunk = {"kept": [msgspec.to_builtins(k) for k in exp.kept], "requested": bool(miniature),
                   "error": exp.shrink_error, "why": exp.shrunk}
         child = worker.run({"args": msgspec.to_builtins(request), "budget_s": float(budget_s), "map_devices": bool(map_devices),
@@ -439,6 +447,10 @@ def transplant(
         info.not_imported = [str(x) for x in setup_extra.get("not_imported") or []]
         v.transplant = info
         v.mode, v.mode_reason = "transplant", reason
+        if portable:  # -- the portable sandbox: which layers ran (the worker's record says)
+            v.mode, v.mode_reason = "portable", portable
+            info.confinement = None
+            info.layers = _portable_layers(data) or ["call guard", "audit hook", *worker.os_layers]
         total_ms = (time.monotonic() - t0) * 1000.0
         if how in ("deadline", "cancelled"):
             v.elapsed_ms, v.overhead_ms = total_ms, 0.0
@@ -456,6 +468,15 @@ def transplant(
         if child is not None:
             child.close()
         pdir.cleanup()
+
+
+def _portable_layers(data: bytes) -> list[str]:
+    """The layers a portable worker reports in its record (`confinement.layers`)."""
+    from crane.sandbox.assemble import parse_lines
+
+    rec = parse_lines(data).record
+    layers = rec.confinement.get("layers") if rec is not None and isinstance(rec.confinement, dict) else None
+    return [str(x) for x in layers] if isinstance(layers, list) else []
 
 
 def _setup_transplant(data: bytes) -> dict:

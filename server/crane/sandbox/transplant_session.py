@@ -49,18 +49,21 @@ class TransplantSession(SandboxSession):
         self._log: list[str] = []  # every run since the session opened (replayed after a rollback)
         self._marks: list[int] = []  # checkpoints: positions in the log (the first is the base)
         self._warm = False
+        self.portable: str | None = None  # the portable sandbox confines the worker (why), or None
 
     @classmethod
     def start(cls, conn: KernelConnection, *, budget_s: float, memory_mb: int, request_timeout: float,
-              total_cpu_s: float, reason: str | None) -> TransplantSession:
-        """Open a session in a worker; raises SandboxError when none can start (the reason says why)."""
-        why = current_confinement().runs("transplant")
+              total_cpu_s: float, reason: str | None, portable: str | None = None) -> TransplantSession:
+        """Open a session in a worker; raises SandboxError when none can start (the reason says why). `portable`:
+        why the worker is confined by the portable sandbox (crane.sandbox.portable), or None."""
+        why = None if portable else current_confinement().runs("transplant")
         if why:
             raise SandboxError(why)
         pdir = PrivateDir(session=True)
         sess = cls(pdir, ChildHandle(0, None), budget_s)
         sess.conn, sess.reason, sess.request_timeout = conn, reason, request_timeout
         sess.memory_mb, sess.total_cpu_s = memory_mb, total_cpu_s
+        sess.portable = portable
         try:
             sess._start_worker()
         except BaseException:
@@ -102,6 +105,9 @@ class TransplantSession(SandboxSession):
             raise SandboxError("the kernel ended before its transplant session started")
         request = self._pdir.request(mode="session", budget_s=float(self.budget_s), cpu_s=float(self.total_cpu_s),
                                      memory_mb=int(self.memory_mb) + 1024, output_limit=1 << 20, layer="blocking")
+        if self.portable:  # -- the portable sandbox (worker/portable.py)
+            request = msgspec.structs.replace(request, confinement="portable", portable_reason=self.portable,
+                                              os_layers=list(worker.os_layers))
         worker.run({"args": msgspec.to_builtins(request), "session": True, "map_devices": bool(exp.cuda)})
         self._head.close()
         self._head = ChildHandle(worker.proc.pid, _starttime(worker.proc.pid))
@@ -166,6 +172,11 @@ class TransplantSession(SandboxSession):
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
         v.transplant = TransplantInfo(copied=[f"{n} ({t})" for n, t in self._copied.items()][:50],
                                       bytes=self._bytes, warm=self._warm, confinement="blocking")
+        if self.portable:  # -- the portable sandbox: which layers ran
+            v.mode, v.mode_reason = "portable", self.portable
+            v.transplant.confinement = None
+            v.transplant.layers = ["call guard", "audit hook",
+                                   *(self.worker.os_layers if self.worker is not None else [])]
         return v
 
     def inspect(self, expr: str, limit: int = 4000, timeout: float = 10.0) -> str:

@@ -15,7 +15,7 @@ import msgspec
 
 Verdict = Literal["crash", "no-crash", "timeout", "blocked", "unavailable"]
 Mode = Literal["layered", "blocking"]
-RunMode = Literal["layered", "blocking", "transplant"]
+RunMode = Literal["layered", "blocking", "transplant", "portable"]  # portable: crane.sandbox.portable
 Scale = Literal["full", "miniature"]
 DisplayKind = Literal["execute_result", "display_data"]
 
@@ -50,6 +50,7 @@ class TransplantInfo(msgspec.Struct, omit_defaults=True):
     shrunk: str | None = None  # why large values were shrunk in the kernel before the copy, when the run was
     # not asked to be a miniature (the verdict's `kept` says what was kept)
     raw_bytes: int = 0  # the memory of the values the cell reads, before any shrinking
+    layers: list[str] = []  # portable runs: the layers that confined it ("call guard", "audit hook", "sandbox-exec")
 
 
 class SandboxVerdict(msgspec.Struct, omit_defaults=True):
@@ -98,7 +99,7 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
         if self.verdict == "unavailable":
             return f"sandbox unavailable: {self.reason or 'unknown reason'}"
         where = "a confined copy-on-write fork of the kernel"
-        if self.mode == "transplant" and self.transplant is not None:
+        if self.mode in ("transplant", "portable") and self.transplant is not None:
             where = transplant_text(self.transplant, self.mode_reason)
         elif self.mode == "layered":
             where += " (file writes in a private layer, worker processes allowed)"
@@ -130,11 +131,15 @@ def verdict_markdown(v: SandboxVerdict) -> str:
 def transplant_text(t: TransplantInfo, why: str | None) -> str:
     """How a transplant run was made (for `how()`)."""
     names = ", ".join(c.split(" (")[0] for c in t.copied[:6]) + (", ..." if len(t.copied) > 6 else "")
-    text = (f"a confined {'warm' if t.warm else 'fresh'} process of the kernel's interpreter, on a copy of "
+    confined = f"a {'guarded' if t.layers else 'confined'} {'warm' if t.warm else 'fresh'} process"
+    text = (f"{confined} of the kernel's interpreter, on a copy of "
             f"{names or 'nothing from the kernel'} ({t.bytes / 1e6:.1f} MB"
             + (f"; {t.confinement} confinement" if t.confinement else "") + ")")
+    if t.layers:  # the portable sandbox: say exactly which layers ran
+        text += f"; portable sandbox: {', '.join(t.layers)} (no OS confinement" + (
+            ")" if "sandbox-exec" not in t.layers else " but macOS sandbox-exec)")
     if why:
-        text += f" (not forked: {why})"
+        text += f" (not forked: {why})" if not t.layers else f" ({why})"
     if t.shrunk:
         text += f"; shrunk before the copy ({t.shrunk})"
     if t.devices_mapped:  # worker/devices.py: every torch tensor keeps its (virtual) device
@@ -157,7 +162,7 @@ class SetupLine(msgspec.Struct, omit_defaults=True):
     """Written by the child before user code (kernel/isolation._prepare_child)."""
 
     event: Literal["setup"]
-    mode: Mode
+    mode: Literal["layered", "blocking", "portable"]
     reason: str | None = None
     layer: dict = {}  # layered: places, readonly, pid_max, skipped
     fds: dict = {}  # inherited descriptors by treatment (kernel/fds)

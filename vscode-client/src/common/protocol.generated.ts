@@ -10,7 +10,7 @@ export interface KernelStatus {
   kernel: KernelInfo | null;
   message: string;
   stale: boolean;
-  sandbox: "blocking" | "layered" | "transplant" | null;
+  sandbox: "blocking" | "layered" | "portable" | "transplant" | null;
   sandboxReason: string | null;
 }
 

@@ -32,8 +32,12 @@ REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
     "channel": (str,),
     "remote_ok": (bool,),
     "run_id": (str, _NONE),
+    "confinement": (str,),
+    "portable_reason": (str, _NONE),
+    "os_layers": (list,),
 }
-REQUEST_CHOICES = {"mode": ("run", "session"), "layer": ("auto", "blocking"), "channel": ("local", "remote")}
+REQUEST_CHOICES = {"mode": ("run", "session"), "layer": ("auto", "blocking"), "channel": ("local", "remote"),
+                   "confinement": ("os", "portable")}
 
 
 class RequestError(ValueError):

@@ -36,8 +36,13 @@ from crane.sandbox.kernel.request import check_request  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
+from crane.sandbox.worker.portable import guarded, prepare_portable, run_portable  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": []}
+
+
+class _Done(Exception):
+    """The portable session's eval has replied."""
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
 
 
@@ -321,13 +326,17 @@ def _session(spec: dict, shell) -> None:
         facts = json.load(f)
     _enter_environment(facts, shell)
     _POOLS["key"] = None
-    why = _unconfinable(sys.platform)
-    if why:
-        fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
-        _write_json(fd, {"event": "error", "reason": why})
-        os.close(fd)
-        return
-    ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
+    portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
+    if args.get("confinement") == "portable":
+        ctx, portable = prepare_portable(args, shell)
+    else:  # -- end portable
+        why = _unconfinable(sys.platform)
+        if why:
+            fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
+            _write_json(fd, {"event": "error", "reason": why})
+            os.close(fd)
+            return
+        ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
     audit = ctx.audit_state
     ns = shell.user_ns
     state: dict = {"imported": False, "mapped": False}
@@ -362,13 +371,22 @@ def _session(spec: dict, shell) -> None:
             finally:
                 audit["bypass"] = False
         elif op == "run":
-            reply.update(run_command(ctx, cmd, out_path, err_path))
+            with guarded(portable):
+                reply.update(run_command(ctx, cmd, out_path, err_path))
         elif op == "eval":
             try:
+                if portable is not None:  # (the portable sandbox vets the expression's calls too)
+                    with guarded(portable), ctx.shell.builtin_trap:
+                        value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ns)
+                    data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
+                    reply.update({"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]})
+                    raise _Done
                 with ctx.shell.builtin_trap:
                     value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ns)
                 data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
                 reply.update({"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]})
+            except _Done:
+                pass
             except BaseException as exc:  # noqa: BLE001
                 reply.update({"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]})
         elif op == "close":
@@ -390,13 +408,17 @@ def _run(spec: dict, shell, warm: bool) -> None:
     _enter_environment(facts, shell)
     shrunk = spec.get("shrunk") or {}
     _POOLS["key"] = None  # the worker's own thread pools (not the kernel's)
-    why = _unconfinable(sys.platform)
-    if why:  # never an unconfined run: the daemon checks first (crane.sandbox.confinement), this holds anyway
-        fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
-        _write_json(fd, {"verdict": "unavailable", "reason": why})
-        os.close(fd)
-        return
-    ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (the platform's part)
+    portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
+    if args.get("confinement") == "portable":
+        ctx, portable = prepare_portable(args, shell)
+    else:  # -- end portable
+        why = _unconfinable(sys.platform)
+        if why:  # never an unconfined run: the daemon checks first (crane.sandbox.confinement), this holds anyway
+            fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
+            _write_json(fd, {"verdict": "unavailable", "reason": why})
+            os.close(fd)
+            return
+        ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (the platform's part)
     t1 = time.perf_counter()
     audit = ctx.audit_state
     audit["bypass"] = True  # loading the state is not the cell's doing (the kernel-level confinement holds)
@@ -433,9 +455,12 @@ def _run(spec: dict, shell, warm: bool) -> None:
                                 "transplant": {"warm": warm, "devices_mapped": mapped,
                                                "preload_ms": _W["preload_ms"],
                                                "not_imported": list(_W["failed"])[:20]}})
-    signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)
-    rec = run_source(ctx, args["source"])
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    timer = hasattr(signal, "setitimer")
+    if timer:
+        signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)
+    rec = run_portable(portable, args["source"]) if portable is not None else run_source(ctx, args["source"])
+    if timer:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     missing = rec.get("evalue") or ""
     if rec.get("ename") == "NameError" and any(f"'{n}'" in missing for n in set(facts.get("names") or ()) - set(
             shell.user_ns)):  # the cell reached a kernel name indirectly (eval, globals()): not copied

@@ -1,0 +1,418 @@
+"""Portable sandbox, worker side: the call guard (no help from the operating system).
+
+Every call is vetted before it runs **by the callee object**, never by the name the code used for it
+(`getattr(os, 'sys' + 'tem')` is `os.system`):
+- Python 3.12+: `sys.monitoring` (PEP 669): CALL events in user code give the callee object; PY_START events give
+  the code object of every function that starts (the deny table's Python functions are caught whoever calls them);
+  locations that are not user code are disabled, so library code runs at full speed;
+- before 3.12: a profile hook (`sys.setprofile`, and `threading.setprofile` for threads started later):
+  `c_call` events give the C function object a frame calls, `call` events the code object of the Python function
+  that starts.
+
+What counts as **user code**: any code object whose file is not under the interpreter's prefixes
+(kernel/library.is_library) and not CRANE's own (`<crane-kernel/...>`): the cell, the notebook's functions,
+lambdas, methods and classes (also when a library calls them back, e.g. `df.apply(lambda r: ...)`, a `__del__`,
+a property, an operator), the user's own modules, code made by `exec`/namedtuple/dataclasses (`<string>`).
+User code may call user code (whose own calls are vetted in turn). Library internals are not vetted call by call
+(their own calls to `os` are what reading a CSV is made of): the audit hook (worker/portable.py) is the layer under
+them.
+
+**Refused** (`GUARD_TABLE`, one list per library): callables that write, delete, rename or change metadata of files
+(writers are allowed when every path argument lies in the run's working folder: the write is then redirected into
+the run's private folder, worker/portable.py), open network connections, start processes or threads that outlive
+the call, load native code, or change the interpreter; C functions of `os` other than reads (`_OS_READS`) and the
+path operations the audit layer redirects (`_OS_AUDITED`); builtins outside `BUILTINS_ALLOWED` (`exec`, `eval`,
+`compile`, `breakpoint`); `gc`'s object walks, `sys.settrace`/`setprofile`/`addaudithook`, `signal`, `socket`,
+`ctypes`, `_thread`, `_imp`, `fcntl`, `resource.setrlimit`.
+A refusal calls `on_refuse(label)`, which, in the worker, writes the `blocked` record naming the call and ends the
+process (nothing of the cell runs after it).
+Not in the threat model: code written to escape a Python sandbox (it can reach C functions through C
+intermediaries such as `map`, which no hook sees; the audit hook catches most of those paths, the OS sandbox on
+Linux all of them).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+
+from crane.sandbox.kernel.library import is_library  # kernel: strip
+
+GUARD_ANY = "any"  # vetted whoever calls it (library code included): writes, processes
+GUARD_USER = "user"  # vetted only when user code calls it (libraries start threads, load ctypes, import modules)
+
+# library -> [(module, attribute path, paths, scope[, (mode argument, default, read-only modes)])]
+# paths None: refused; a tuple of argument names ("args[0]": the first positional of *args): a writer, allowed when
+# every one of those arguments that is a path lies in the run's working folder (redirected there), else refused.
+GUARD_TABLE: dict[str, list[tuple]] = {
+    "os": [("os", n, None, GUARD_ANY) for n in (
+        "popen", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp",
+        "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe")]
+    + [("os", "makedirs", ("name",), GUARD_ANY), ("os", "removedirs", ("name",), GUARD_ANY),
+       ("os", "renames", ("old", "new"), GUARD_ANY)],
+    "shutil": [("shutil", n, a, GUARD_ANY) for n, a in (
+        ("rmtree", ("path",)), ("copy", ("dst",)), ("copy2", ("dst",)), ("copyfile", ("dst",)),
+        ("copymode", ("dst",)), ("copystat", ("dst",)), ("copytree", ("dst",)), ("move", ("src", "dst")),
+        ("chown", ("path",)), ("make_archive", ("base_name",)), ("unpack_archive", ("extract_dir",)))],
+    "subprocess": [("subprocess", n, None, GUARD_ANY) for n in (
+        "Popen.__init__", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput")],
+    "socket": [("socket", n, None, GUARD_USER) for n in (
+        "socket.__init__", "create_connection", "create_server", "getaddrinfo", "socketpair", "fromfd")],
+    "urllib": [("urllib.request", "urlopen", None, GUARD_ANY), ("urllib.request", "urlretrieve", None, GUARD_ANY)],
+    "http": [("http.client", "HTTPConnection.connect", None, GUARD_ANY)],
+    "webbrowser": [("webbrowser", "open", None, GUARD_ANY)],
+    "requests": [("requests.sessions", "Session.send", None, GUARD_ANY)],
+    "ctypes": [("ctypes", "CDLL.__init__", None, GUARD_USER), ("ctypes", "LibraryLoader.LoadLibrary", None, GUARD_USER),
+               ("ctypes", "LibraryLoader.__getattr__", None, GUARD_USER)],
+    "signal": [("signal", "signal", None, GUARD_USER)],
+    "threading": [("threading", "Thread.start", None, GUARD_USER), ("threading", "Timer.__init__", None, GUARD_USER)],
+    "multiprocessing": [("multiprocessing.process", "BaseProcess.start", None, GUARD_ANY),
+                        ("multiprocessing.pool", "Pool.__init__", None, GUARD_ANY),
+                        ("concurrent.futures.process", "ProcessPoolExecutor.__init__", None, GUARD_ANY)],
+    "importlib": [("importlib", "import_module", None, GUARD_USER), ("importlib", "reload", None, GUARD_USER),
+                  ("importlib.util", "spec_from_file_location", None, GUARD_USER)],
+    "pandas": [("pandas.core.generic", f"NDFrame.{n}", a, GUARD_ANY) for n, a in (
+        ("to_csv", ("path_or_buf",)), ("to_json", ("path_or_buf",)), ("to_hdf", ("path_or_buf",)),
+        ("to_pickle", ("path",)), ("to_excel", ("excel_writer",)), ("to_sql", None), ("to_clipboard", None),
+        ("to_latex", ("buf",)), ("to_markdown", ("buf",)), ("to_string", ("buf",)))]
+    + [("pandas.core.frame", f"DataFrame.{n}", a, GUARD_ANY) for n, a in (
+        ("to_parquet", ("path",)), ("to_feather", ("path",)), ("to_stata", ("path",)), ("to_orc", ("path",)),
+        ("to_html", ("buf",)), ("to_xml", ("path_or_buffer",)), ("to_markdown", ("buf",)),
+        ("to_string", ("buf",)))]
+    + [("pandas.io.pytables", "HDFStore.__init__", ("path",), GUARD_ANY, ("mode", "a", ("r",))),
+       ("pandas.io.excel._base", "ExcelWriter.__new__", ("path",), GUARD_ANY)],
+    "numpy": [("numpy", n, a, GUARD_ANY) for n, a in (
+        ("save", ("file",)), ("savez", ("file",)), ("savez_compressed", ("file",)), ("savetxt", ("fname",)))]
+    + [("numpy", "memmap.__new__", ("filename",), GUARD_ANY, ("mode", "r+", ("r", "c", "readonly", "copyonwrite")))],
+    "matplotlib": [("matplotlib.figure", "Figure.savefig", ("fname",), GUARD_ANY),
+                   ("matplotlib.pyplot", "savefig", ("args[0]", "fname"), GUARD_ANY),
+                   ("matplotlib.image", "imsave", ("fname",), GUARD_ANY),
+                   ("matplotlib.animation", "Animation.save", ("filename",), GUARD_ANY)],
+    "PIL": [("PIL.Image", "Image.save", ("fp",), GUARD_ANY)],
+    "scipy": [("scipy.io", "savemat", ("file_name",), GUARD_ANY), ("scipy.sparse", "save_npz", ("file",), GUARD_ANY)],
+    "joblib": [("joblib", "dump", ("filename",), GUARD_ANY)],
+    "torch": [("torch.serialization", "save", ("f",), GUARD_ANY), ("torch.jit", "save", ("f",), GUARD_ANY),
+              ("torch.onnx", "export", ("f",), GUARD_ANY)],
+    "keras": [("keras.src.models.model", "Model.save", ("filepath",), GUARD_ANY),
+              ("keras.src.models.model", "Model.save_weights", ("filepath",), GUARD_ANY),
+              ("keras.src.saving.saving_api", "save_model", ("filepath",), GUARD_ANY)],
+    "tensorflow": [("tensorflow", "saved_model.save", ("export_dir",), GUARD_ANY),
+                   ("tensorflow", "io.write_file", ("filename",), GUARD_ANY)],
+    "h5py": [("h5py", "File.__init__", ("name",), GUARD_ANY, ("mode", "r", ("r",)))],
+    "polars": [("polars", f"DataFrame.{n}", a, GUARD_ANY) for n, a in (
+        ("write_csv", ("file",)), ("write_parquet", ("file",)), ("write_ipc", ("file",)), ("write_json", ("file",)),
+        ("write_ndjson", ("file",)), ("write_avro", ("file",)), ("write_excel", ("workbook",)),
+        ("write_delta", ("target",)), ("write_database", None))]
+    + [("polars", f"LazyFrame.{n}", ("path",), GUARD_ANY) for n in ("sink_parquet", "sink_csv", "sink_ipc")],
+    "pyarrow": [("pyarrow.parquet", "write_table", ("where",), GUARD_ANY),
+                ("pyarrow.feather", "write_feather", ("dest",), GUARD_ANY),
+                ("pyarrow.csv", "write_csv", ("output_file",), GUARD_ANY)],
+    "xgboost": [("xgboost", "Booster.save_model", ("fname",), GUARD_ANY)],
+    "lightgbm": [("lightgbm", "Booster.save_model", ("filename",), GUARD_ANY)],
+    "datasets": [("datasets", "Dataset.save_to_disk", ("dataset_path",), GUARD_ANY)],
+}
+
+# C functions, by the module that defines them (the callee's own `__module__`/`__self__`), when user code calls them
+_OS_READS = frozenset((
+    "stat", "lstat", "fstat", "listdir", "scandir", "getcwd", "getcwdb", "getpid", "getppid", "getuid", "geteuid",
+    "getgid", "getegid", "getgroups", "getlogin", "cpu_count", "urandom", "get_terminal_size", "fspath", "strerror",
+    "access", "readlink", "uname", "times", "sched_getaffinity", "getloadavg", "device_encoding", "isatty",
+    "get_blocking", "get_inheritable", "read", "pread", "readv", "lseek", "fsync", "fdatasync", "write", "pwrite",
+    "writev", "close", "dup", "fdopen", "getpgrp", "getpgid", "getsid", "getpriority", "waitstatus_to_exitcode",
+    "WIFEXITED", "WEXITSTATUS", "WIFSIGNALED", "WTERMSIG", "statvfs", "fstatvfs", "getenv", "get_exec_path",
+    "sysconf", "pathconf", "fpathconf", "confstr", "getrandom", "major", "minor", "_path_normpath", "_fspath",
+    "_path_splitroot", "_getfullpathname", "_getfinalpathname", "_path_isdir", "_path_isfile", "_path_exists",
+    "_path_islink", "_path_isjunction", "_path_isdevdrive", "_getvolumepathname", "_getdiskusage", "get_handle_inheritable",
+    "register_at_fork", "putenv", "unsetenv", "umask"))
+# path operations the audit layer sees with their arguments (redirected into the run's folder, else refused)
+_OS_AUDITED = frozenset((
+    "open", "remove", "unlink", "rmdir", "mkdir", "rename", "replace", "chmod", "lchmod", "fchmod", "chown",
+    "lchown", "fchown", "utime", "truncate", "ftruncate", "link", "symlink", "kill", "chdir", "fchdir",
+    "setxattr", "removexattr", "listxattr", "getxattr"))
+BUILTINS_ALLOWED = frozenset((
+    "abs", "aiter", "all", "anext", "any", "ascii", "bin", "callable", "chr", "delattr", "dir", "divmod", "format",
+    "getattr", "globals", "hasattr", "hash", "hex", "id", "isinstance", "issubclass", "iter", "len", "locals", "max",
+    "min", "next", "oct", "ord", "pow", "print", "repr", "round", "setattr", "sorted", "sum", "vars", "open",
+    "__build_class__", "__import__", "input"))
+_C_DENY_ALL = frozenset(("_socket", "_ctypes", "_imp", "_posixsubprocess", "_winapi", "msvcrt", "_multiprocessing",
+                         "_posixshmem", "fcntl", "termios", "_testcapi", "_testinternalcapi", "_xxsubinterpreters",
+                         "_interpreters", "_lsprof", "faulthandler", "sys.monitoring"))
+_C_DENY_SOME = {
+    "sys": frozenset(("settrace", "setprofile", "addaudithook", "_setprofileallthreads", "_settraceallthreads",
+                      "setdlopenflags", "remote_exec", "activate_stack_trampoline", "call_tracing")),
+    "gc": frozenset(("get_objects", "get_referrers", "get_referents", "freeze", "unfreeze", "set_debug")),
+    "_thread": frozenset(("start_new_thread", "start_new", "start_joinable_thread", "interrupt_main")),
+    "resource": frozenset(("setrlimit", "prlimit")),
+    "_signal": None,  # every function but the reads below
+    "posix": None,  # every function but _OS_READS and _OS_AUDITED
+    "nt": None,
+    "builtins": None,  # every builtin outside BUILTINS_ALLOWED
+}
+_C_ALLOW = {
+    "_signal": frozenset(("getsignal", "strsignal", "valid_signals", "getitimer", "default_int_handler")),
+    "posix": _OS_READS | _OS_AUDITED, "nt": _OS_READS | _OS_AUDITED, "builtins": BUILTINS_ALLOWED,
+}
+# methods of C types, refused when user code calls them
+_C_METHODS = {("_socket", "socket"): frozenset(("connect", "connect_ex", "bind", "listen", "sendto", "sendmsg",
+                                                 "sendfile")),
+              ("numpy", "ndarray"): frozenset(("tofile",))}
+
+_FAMILY = {"posix": "os", "nt": "os", "_signal": "signal", "_socket": "socket", "_ctypes": "ctypes",
+           "_thread": "threading", "_imp": "importlib", "_posixsubprocess": "subprocess", "_winapi": "subprocess",
+           "_multiprocessing": "multiprocessing", "_posixshmem": "multiprocessing"}
+
+
+_OWN_FILE = sys._getframe(0).f_code.co_filename  # this file (its code is never vetted)
+
+
+class GuardRefusal(PermissionError):
+    """What `on_refuse` raises when it returns (tests); the worker's `on_refuse` ends the process instead."""
+
+
+def _resolve(module: str, path: str):
+    """The object at `module`.`path` if that module is loaded (no library is imported to build the table)."""
+    obj = sys.modules.get(module)
+    if obj is None:
+        return None
+    for part in path.split("."):
+        obj = getattr(obj, part, None) if not isinstance(obj, type) else obj.__dict__.get(part, getattr(obj, part, None))
+        if obj is None:
+            return None
+    return obj
+
+
+def _codes_of(obj) -> list:
+    """The code objects a callable runs (its `__wrapped__` chain unwrapped; staticmethod/classmethod/property
+    unpacked); decorators' shared wrapper codes are NOT included (they would refuse every decorated function)."""
+    out, seen = [], 0
+    while obj is not None and seen < 10:
+        seen += 1
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        if isinstance(obj, types.MethodType):
+            obj = obj.__func__
+        code = getattr(obj, "__code__", None)
+        if isinstance(code, types.CodeType):
+            out.append(code)
+        obj = getattr(obj, "__wrapped__", None)
+    return out[-1:] if out else []
+
+
+class _Entry:
+    __slots__ = ("label", "paths", "scope", "mode")
+
+    def __init__(self, label: str, paths, scope: str, mode):
+        self.label, self.paths, self.scope, self.mode = label, paths, scope, mode
+
+
+class CallGuard:
+    """The guard of one run. `inside(path)`: may a writer write there (the run's working folder); `prepare(path)`:
+    make a path inside ready for a write (worker/portable.RunFolder.materialize); `on_refuse(label)`: called with
+    what was refused (the worker's ends the run: `blocked`)."""
+
+    def __init__(self, on_refuse, inside=lambda p: False, prepare=lambda p: None, table: dict | None = None):
+        self.on_refuse = on_refuse
+        self.inside = inside
+        self.prepare = prepare
+        self.table = GUARD_TABLE if table is None else table
+        self.codes: dict = {}  # code object -> _Entry (Python callables of the deny table)
+        self.classes: dict = {}  # class -> _Entry (a class whose construction is refused)
+        self.pending: list = []  # table rows whose module is not loaded yet
+        self.user: dict = {}  # code object -> is user code
+        self.c_cache: dict = {}  # id(C function) -> refusal label or "" (module functions only; kept alive below)
+        self.c_alive: list = []
+        self.dirty = False  # a module was imported since the table was last resolved (the audit layer sets it)
+        self.nmods = 0  # len(sys.modules) when the table was last resolved: a change means an import
+        self.active = False
+        self.tool: int | None = None
+        self._resolve_table()
+
+    # -- the table ---------------------------------------------------------------------------------------
+    def _resolve_table(self) -> None:
+        self.nmods = len(sys.modules)
+        rows = self.pending or [(fam, row) for fam, rows in self.table.items() for row in rows]
+        self.pending = []
+        hot = False
+        for fam, row in rows:
+            module, path, paths, scope = row[:4]
+            mode = row[4] if len(row) > 4 else None
+            obj = _resolve(module, path)
+            if obj is None:
+                loaded = sys.modules.get(module)
+                if loaded is None:
+                    self.pending.append((fam, row))  # resolved when the library is imported
+                elif getattr(getattr(loaded, "__spec__", None), "_initializing", False):
+                    self.pending.append((fam, row))
+                    hot = True  # its module is being imported now: look again at the next call
+                continue
+            label = f"{module}.{path}".replace(".__init__", "").replace(".__new__", "")
+            entry = _Entry(f"{fam}: {label}", paths, scope, mode)
+            for code in _codes_of(obj):
+                self.codes.setdefault(code, entry)
+        self.dirty = hot
+
+    def refresh(self) -> None:
+        """Resolve the rows of libraries imported since (called when the audit layer saw an import)."""
+        if self.pending:
+            self._resolve_table()
+        else:
+            self.dirty = False
+            self.nmods = len(sys.modules)
+
+    # -- what is user code ---------------------------------------------------------------------------------
+    def is_user(self, code) -> bool:
+        u = self.user.get(code)
+        if u is None:
+            name = code.co_filename or ""
+            u = not (name.startswith("<crane-kernel/") or name.startswith("<frozen ") or name == _OWN_FILE
+                     or is_library(name))
+            self.user[code] = u
+        return u
+
+    def trust(self, *codes) -> None:
+        """Treat these code objects as CRANE's own (not vetted; tests that install the guard from a test file)."""
+        for code in codes:
+            self.user[code] = False
+
+    # -- vetting -------------------------------------------------------------------------------------------
+    def _refuse(self, label: str) -> None:
+        self.on_refuse(f"a call to {label}")
+        raise GuardRefusal(f"crane sandbox: a call to {label} is refused")
+
+    def vet_c(self, fn) -> None:
+        """A C function (or a bound C method) that user code calls."""
+        owner = getattr(fn, "__self__", None)
+        if owner is None or isinstance(owner, types.ModuleType):
+            key = id(fn)
+            label = self.c_cache.get(key)
+            if label is None:
+                label = self._c_label(fn, owner)
+                self.c_cache[key] = label
+                self.c_alive.append(fn)
+            if label:
+                self._refuse(label)
+            return
+        if isinstance(owner, type):
+            return  # a type's slot wrappers and class methods (tuple.__new__, dict.fromkeys): no side effect
+        self._vet_method(type(owner), fn)
+
+    def _vet_method(self, t: type, fn) -> None:
+        for klass in t.__mro__:
+            names = _C_METHODS.get((getattr(klass, "__module__", ""), klass.__name__))
+            if names and getattr(fn, "__name__", "") in names:
+                self._refuse(f"{_FAMILY.get(klass.__module__, klass.__module__)}: {klass.__name__}.{fn.__name__}")
+
+    def _c_label(self, fn, owner) -> str:
+        mod = getattr(owner, "__name__", None) if owner is not None else getattr(fn, "__module__", None)
+        mod = mod or getattr(fn, "__module__", None) or ""
+        name = getattr(fn, "__name__", "") or ""
+        fam = _FAMILY.get(mod, mod)
+        if mod in _C_DENY_ALL:
+            return f"{fam}: {mod}.{name}"
+        some = _C_DENY_SOME.get(mod, ())
+        if some is None and name not in _C_ALLOW[mod] or some and name in some:
+            return f"builtins: {name}" if mod == "builtins" else f"{fam}: {mod}.{name}"
+        return ""
+
+    def vet_start(self, code, frame) -> None:
+        """A Python function of the deny table starts (`frame`: its frame, its arguments in `f_locals`)."""
+        entry = self.codes.get(code)
+        if entry is None:
+            return
+        if entry.scope == GUARD_USER:
+            back = frame.f_back
+            if back is None or not self.is_user(back.f_code):
+                return
+        if entry.paths is None:
+            self._refuse(entry.label)
+        loc = frame.f_locals
+        if entry.mode is not None:
+            arg, default, readonly = entry.mode
+            mode = loc.get(arg, default)
+            if isinstance(mode, str) and mode in readonly:
+                return
+        for spec in entry.paths:
+            if spec.startswith("args["):
+                seq = loc.get("args") or ()
+                value = seq[int(spec[5:-1])] if len(seq) > int(spec[5:-1]) else None
+            else:
+                value = loc.get(spec)
+            if isinstance(value, (str, bytes, os.PathLike)):
+                if not self.inside(value):
+                    self._refuse(f"{entry.label} (writing {os.fsdecode(value)[:200]!r} outside the cell's working "
+                                 "folder)")
+                self.prepare(value)
+
+    # -- the hooks -------------------------------------------------------------------------------------------
+    def _profile(self, frame, event, arg):
+        if event == "c_call":
+            code = frame.f_code
+            u = self.user.get(code)
+            if u is None:
+                u = self.is_user(code)
+            if u:
+                self.vet_c(arg)
+        elif event == "call":
+            if self.dirty or len(sys.modules) != self.nmods:
+                self.refresh()
+            entry = self.codes.get(frame.f_code)
+            if entry is not None:
+                self.vet_start(frame.f_code, frame)
+
+    def install(self) -> str:
+        """Start guarding this thread and threads started later; the mechanism's name."""
+        self.active = True
+        mon = getattr(sys, "monitoring", None)
+        if mon is not None:
+            return self._install_monitoring(mon)
+        threading.setprofile(self._profile)
+        sys.setprofile(self._profile)
+        return "sys.setprofile"
+
+    def uninstall(self) -> None:
+        self.active = False
+        mon = getattr(sys, "monitoring", None)
+        if mon is not None and self.tool is not None:
+            mon.set_events(self.tool, 0)
+            mon.register_callback(self.tool, mon.events.CALL, None)
+            mon.register_callback(self.tool, mon.events.PY_START, None)
+            mon.free_tool_id(self.tool)
+            self.tool = None
+            return
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+    def _install_monitoring(self, mon) -> str:  # Python 3.12+ (tests/sandbox/test_portable_guard_interpreters.py)
+        for tool in (4, 3, 5):
+            if mon.get_tool(tool) is None:
+                mon.use_tool_id(tool, "crane-guard")
+                self.tool = tool
+                break
+        else:
+            raise RuntimeError("no sys.monitoring tool id is free for the call guard")
+        disable = mon.DISABLE
+
+        def on_call(code, offset, callee, arg0):
+            if not self.is_user(code):
+                return disable
+            if isinstance(callee, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+                self.vet_c(callee)
+            elif isinstance(callee, types.MethodDescriptorType):  # `sock.connect(...)`: the unbound descriptor
+                self._vet_method(callee.__objclass__, callee)
+            return None
+
+        def on_start(code, offset):
+            if self.dirty or len(sys.modules) != self.nmods:
+                self.refresh()
+                mon.restart_events()
+            if code not in self.codes:
+                return disable
+            self.vet_start(code, sys._getframe(1))
+            return None
+
+        mon.register_callback(self.tool, mon.events.CALL, on_call)
+        mon.register_callback(self.tool, mon.events.PY_START, on_start)
+        mon.set_events(self.tool, mon.events.CALL | mon.events.PY_START)
+        return "sys.monitoring"

@@ -1,0 +1,403 @@
+"""Portable sandbox, worker side: a transplant run confined by nothing but Python (macOS, Windows, Linux on ARM,
+Linux without namespaces/Landlock/seccomp, or `--sandbox portable` anywhere).
+
+`prepare_portable(args, shell)` sets the run up without any OS confinement (no namespaces, Landlock, seccomp,
+rlimits, /proc, FIFOs of its own or pidfds: the result channel is the path the daemon gave, opened for writing):
+- the **run folder**: a private view of the run (`<run dir>/view/<the working folder's real path>`) that mirrors
+  the cell's working folder and each of its ancestors with one symbolic link per entry (so `../data` reads the
+  same files); the worker works there. Reads go through the links to the real files. A write
+  through Python's file APIs (`open`, `os.*`, `shutil.*`, `sqlite3`) or through a writer of the guard's table
+  (`to_csv`, `savefig`, `np.save`, `torch.save`, `to_parquet`, ...) into that folder first replaces the links on its
+  way by private copies (`RunFolder.materialize`: a directory becomes a directory of links, a file a copy), so the
+  cell sees its own writes and the real files never change (the layered mode's promise, file by file);
+- the **audit hook** (PEP 578, `_portable_hook`), the layer under the guard: file writes, removals, renames and
+  metadata changes outside the run folder and the run's scratch directory, sockets (connect, bind, send, name
+  resolution, URL/HTTP/mail clients), process creation (`os.system`, `exec`, `spawn`, `fork`, `subprocess`),
+  signals to other processes, `ctypes` from user code, `gc` walks and trace/profile hooks from user code,
+  `os.chdir` out of the run folder, resource limits: refused, wherever they come from (a library's internals,
+  a C intermediary such as `map(os.remove, ...)` the guard does not see);
+- the **call guard** (worker/guard.py), installed by `run_portable` around the cell only;
+- joblib's tasks (scikit-learn's `n_jobs`) run in the worker's process (`_sequential_workers`), since processes
+  are refused.
+A refusal ends the run at once with a `blocked` record naming the call (`crane sandbox: ... is refused`): never
+a crash, never a guess, and nothing of the cell runs after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import sys
+import time
+from typing import Any
+
+from crane.sandbox.kernel.audit import _DENY_EVENTS, _PATH_EVENTS, _ends_process, _guard_process_end  # kernel: strip
+from crane.sandbox.kernel.common import (  # kernel: strip
+    _SETUP,
+    _WRITE_FLAGS,
+    SandboxBlocked,
+    _Capture,
+    _Ctx,
+    _write_json,
+)
+from crane.sandbox.kernel.isolation import _neutralise_kernel_io  # kernel: strip
+from crane.sandbox.kernel.run import run_source  # kernel: strip
+from crane.sandbox.worker.guard import CallGuard  # kernel: strip
+
+PORTABLE_LAYERS = ("call guard", "audit hook")
+# events whose path is followed to its target (the link must become a private copy first)
+_FOLLOWS = {"os.chmod", "os.chown", "os.utime", "os.truncate", "os.chflags", "os.setxattr", "os.removexattr",
+            "shutil.rmtree", "os.rmdir"}
+_DIR_FD = {"os.remove": (1,), "os.rmdir": (1,), "os.mkdir": (2,), "os.chmod": (2,), "os.chown": (3,),
+           "os.utime": (3,), "os.symlink": (2,), "os.rename": (2, 3), "os.link": (2, 3)}
+_FROM_USER_EVENTS = {"ctypes.dlopen": "loading native code with ctypes", "ctypes.dlsym": "ctypes",
+                     "ctypes.dlsym/handle": "ctypes", "ctypes.call_function": "a ctypes call",
+                     "ctypes.cdata": "ctypes memory access", "ctypes.cdata/buffer": "ctypes memory access",
+                     "ctypes.string_at": "ctypes memory access", "ctypes.wstring_at": "ctypes memory access",
+                     "ctypes.addressof": "ctypes memory access", "gc.get_objects": "walking the interpreter's objects",
+                     "gc.get_referrers": "walking the interpreter's objects",
+                     "gc.get_referents": "walking the interpreter's objects",
+                     "sys.setprofile": "changing the interpreter's profile hook",
+                     "sys.settrace": "changing the interpreter's trace hook",
+                     "sys._current_frames": "reading other threads' frames"}
+_WINREG_WRITES = ("winreg.SetValue", "winreg.CreateKey", "winreg.DeleteKey", "winreg.DeleteValue", "winreg.SaveKey",
+                  "winreg.LoadKey", "winreg.ConnectRegistry")
+
+
+class RunFolder:
+    """The run's private view of the file system around the cell's working folder: `mirror` holds the real path
+    of the working folder (`root`, where the worker works) with, at every level from the top, one link per entry
+    of the real directory (so `../data/train.csv` and `Path.cwd().parent` read what they read in the kernel, and
+    `Path.cwd().name` is the real folder's name); links are made private copies on write."""
+
+    def __init__(self, real: str, private: str, scratch: str):
+        self.real = os.path.realpath(real)
+        self.mirror = os.path.abspath(private)
+        drive, rest = os.path.splitdrive(self.real)
+        parts = [p for p in rest.split(os.sep) if p]
+        self.root = os.path.join(self.mirror, *([drive.rstrip(":")] if drive else []), *parts)
+        self.scratch = os.path.realpath(scratch)
+        os.makedirs(self.root, exist_ok=True)
+        self.linked = True
+        real_dir, mirror_dir = (drive + os.sep) if drive else os.sep, os.path.join(
+            self.mirror, *([drive.rstrip(":")] if drive else []))
+        for part in parts + [None]:  # every ancestor's other entries, then the working folder's
+            self.linked = self._mirror(real_dir, mirror_dir) and self.linked
+            if part is None:
+                break
+            real_dir, mirror_dir = os.path.join(real_dir, part), os.path.join(mirror_dir, part)
+
+    @staticmethod
+    def _mirror(real: str, into: str) -> bool:
+        """One link per entry of `real` in `into` (False: links cannot be made here, e.g. Windows without the
+        privilege: then writes into the working folder are refused, never redirected halfway)."""
+        try:
+            names = os.listdir(real)
+        except OSError:
+            return True
+        for name in names:
+            if os.path.lexists(os.path.join(into, name)):
+                continue  # the next directory on the way to the working folder (a real one)
+            try:
+                os.symlink(os.path.join(real, name), os.path.join(into, name))
+            except FileExistsError:
+                pass
+            except (OSError, NotImplementedError):
+                return False
+        return True
+
+    def _norm(self, path) -> str:
+        p = os.fsdecode(path)
+        return os.path.normpath(p if os.path.isabs(p) else os.path.join(os.getcwd(), p))
+
+    def inside(self, path) -> bool:
+        """Inside the run folder or the scratch directory (no link on the way checked yet: `materialize`)."""
+        try:
+            p = self._norm(path)
+        except (TypeError, ValueError):
+            return False
+        if self.linked and p.startswith(self.mirror.rstrip(os.sep) + os.sep):
+            return True
+        rp = os.path.realpath(p)
+        return rp == self.scratch or rp.startswith(self.scratch.rstrip(os.sep) + os.sep)
+
+    def materialize(self, path, leaf: bool = True) -> None:
+        """Replace every link into the real folder on the way to `path` (and `path` itself when `leaf`) by a
+        private copy: a directory by a directory of links to its entries, a file by a copy."""
+        p = self._norm(path)
+        if not p.startswith(self.mirror.rstrip(os.sep) + os.sep):
+            return
+        rel = os.path.relpath(p, self.mirror)
+        parts = [] if rel == os.curdir else rel.split(os.sep)
+        cur = self.mirror
+        for i, part in enumerate(parts):
+            cur = os.path.join(cur, part)
+            last = i == len(parts) - 1
+            if last and not leaf:
+                return
+            if not os.path.islink(cur):
+                if not os.path.isdir(cur):
+                    return
+                continue
+            target = os.path.realpath(cur)
+            if os.path.isdir(target):
+                os.unlink(cur)
+                os.mkdir(cur)
+                self._mirror(target, cur)
+            elif os.path.exists(target) and last:
+                os.unlink(cur)
+                shutil.copy2(target, cur)
+            elif last:
+                os.unlink(cur)  # a dangling link: the write creates the file
+            else:
+                return
+
+
+class Portable:
+    """What one portable run set up (the guard, the run folder, the audit state)."""
+
+    def __init__(self, ctx: _Ctx, folder: RunFolder):
+        self.ctx = ctx
+        self.folder = folder
+        self.guard = CallGuard(self.refuse, inside=self.folder.inside, prepare=self._prepare_write)
+        self.mechanism = ""
+        self.t0 = time.perf_counter()
+
+    def _prepare_write(self, path) -> None:
+        state = self.ctx.audit_state
+        old = state.get("own", False)
+        state["own"] = True
+        try:
+            self.folder.materialize(path)
+        finally:
+            state["own"] = old
+
+    def refuse(self, what: str) -> None:
+        """End the run now: `blocked`, naming what was refused (nothing of the cell runs after it). In a session
+        (whose worker must go on serving) the refusal is raised instead (`SandboxBlocked`), recorded, and the run's
+        verdict is `blocked` all the same; the audit hook stays in force after it."""
+        ctx = self.ctx
+        state = ctx.audit_state
+        if state.get("own"):
+            return
+        if ctx.args.get("mode") == "session":
+            msg = f"crane sandbox: {what} is refused (portable sandbox)"
+            ctx.denied.append(msg)
+            state["unset"] = True  # raised from the profile hook, this unsets it: not the cell's doing
+            raise SandboxBlocked(errno.EPERM, msg)
+        state["own"] = state["bypass"] = True  # (the latter: os._exit below is not the cell's own end)
+        try:
+            self.guard.uninstall()
+        except Exception:
+            pass
+        msg = f"crane sandbox: {what} is refused (portable sandbox)"
+        ctx.denied.append(msg)
+        try:
+            _write_json(ctx.result_fd, {
+                "verdict": "blocked", "reason": msg, "denied": ctx.denied[:20], "displays": ctx.displays,
+                "elapsed_ms": (time.perf_counter() - self.t0) * 1000.0, "confinement": ctx.confinement})
+        finally:
+            os._exit(0)
+
+
+def _open_channel(ctx: _Ctx) -> None:
+    """The result channel and the output capture: the paths the daemon made (opened for writing, whatever they
+    are on this platform); fd 0 reads the null device."""
+    priv = ctx.args["dir"]
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    res = os.open(os.path.join(priv, "result"), os.O_WRONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(res, True)
+    ctx.result_fd = res
+    _SETUP["result_fd"] = res
+    if ctx.args.get("mode") == "session":  # a session's commands (the daemon holds the path open)
+        cmd = os.open(os.path.join(priv, "commands"), os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(cmd, True)
+        ctx.cmd_fd = cmd
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | nonblock
+    out = os.open(os.path.join(priv, "stdout"), flags, 0o600)
+    err = os.open(os.path.join(priv, "stderr"), flags, 0o600)
+    for fd in (out, err):
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for fd in (devnull, out, err):
+        os.close(fd)
+    limit = int(ctx.args.get("output_limit", 1 << 20))
+    ctx.stdout = _Capture(1, "<stdout>", limit)
+    ctx.stderr = _Capture(2, "<stderr>", limit)
+
+
+def _install_portable_hook(run: Portable) -> None:
+    ctx, folder, guard = run.ctx, run.folder, run.guard
+    # "own": the hook's own operations (making private copies, ending a run); the worker's "bypass" (set while it
+    # loads the kernel's state) does not turn this hook off: the notebook's own modules are imported then
+    state: dict[str, Any] = {"bypass": False, "own": False}
+    ctx.audit_state = state
+    mypid = os.getpid()
+    _guard_process_end(ctx, state, mypid)
+    devices = {os.devnull, "/dev/null", "/dev/zero", "/dev/full", "nul", "NUL"}
+    refuse = run.refuse
+
+    def from_user() -> bool:
+        try:
+            f = sys._getframe(2)  # 0: this function, 1: the hook, 2: the code that raised the event
+        except ValueError:
+            return False  # raised with no Python code on the stack (a library's own thread)
+        return guard.is_user(f.f_code)
+
+    def writable(path, event: str, leaf: bool) -> bool:
+        if isinstance(path, int):
+            return event not in _FOLLOWS  # a descriptor: only writable ones exist for the run folder's files
+        try:
+            if os.fsdecode(path) in devices:
+                return True
+        except (TypeError, ValueError):
+            return False
+        if not folder.inside(path):
+            return False
+        state["own"] = True
+        try:
+            folder.materialize(path, leaf=leaf)
+        except OSError:
+            return False
+        finally:
+            state["own"] = False
+        return True
+
+    def hook(event, args):
+        if state["own"]:
+            return
+        if event == "import":
+            guard.dirty = True
+            return
+        if event == "open":
+            flags = args[2] if len(args) > 2 else 0
+            if isinstance(flags, int) and flags & _WRITE_FLAGS and not writable(args[0], event, True):
+                refuse(f"writing a file outside the cell's working folder ({os.fsdecode(args[0])[:200]!r})"
+                       if not isinstance(args[0], int) else "writing a file")
+            return
+        paths = _PATH_EVENTS.get(event)
+        if paths is not None:
+            if any(i < len(args) and args[i] not in (None, -1) for i in _DIR_FD.get(event, ())):
+                if from_user():  # the cell's own: where the descriptor points cannot be checked
+                    refuse(f"{event} relative to a directory descriptor")
+                return  # a library's walk below a directory it opened (shutil.rmtree's, already vetted)
+            for i in paths:
+                if i < len(args) and not writable(args[i], event, event in _FOLLOWS):
+                    refuse(f"{event} outside the cell's working folder ({str(args[i])[:200]!r})")
+            return
+        if event == "os.chdir":
+            if not args or not folder.inside(args[0]):
+                refuse(f"leaving the cell's working folder (os.chdir to {str(args[0] if args else '')[:200]!r})")
+            return
+        what = _DENY_EVENTS.get(event)
+        if what is not None:
+            target = args[0] if args and event not in ("os.fork", "os.forkpty") else None
+            refuse(f"{what}" + (f" ({str(target)[:200]})" if target is not None else ""))
+        if event == "os.kill":
+            if len(args) > 1 and args[0] == mypid and os.getpid() == mypid:
+                if state.get("running") and "end" in state and _ends_process(args[1]):
+                    state["end"](f"sends signal {args[1]} to its own process", 128 + int(args[1]))
+                return
+            refuse(f"signalling another process (pid {args[0] if args else '?'})")
+        elif event in ("signal.pthread_kill", "_winapi.CreateProcess", "_winapi.TerminateProcess", "os.startfile"):
+            refuse(event)
+        elif event in _FROM_USER_EVENTS:
+            if event == "sys.setprofile" and state.pop("unset", False):
+                return  # CPython unsetting the guard's profile hook after it refused a call (a session)
+            if from_user():
+                refuse(_FROM_USER_EVENTS[event])
+        elif event == "sqlite3.connect" and args:
+            db = args[0]
+            name = os.fsdecode(db) if isinstance(db, (str, bytes, os.PathLike)) else ""
+            if name and name != ":memory:" and "mode=memory" not in name and not name.startswith("file::memory:") \
+                    and "mode=ro" not in name and not writable(name, event, True):
+                refuse(f"opening a database outside the cell's working folder ({name[:200]!r})")
+        elif event.startswith(_WINREG_WRITES):
+            refuse(f"changing the Windows registry ({event})")
+
+    sys.addaudithook(hook)
+
+
+def _sequential_workers() -> bool:
+    """Processes are refused in the portable sandbox: joblib (scikit-learn's `n_jobs`), when loaded, runs its tasks
+    in this process instead (its sequential backend: the tasks' own exceptions are the same), where the guard vets
+    them. Returns whether it did."""
+    jl = sys.modules.get("joblib")
+    config = getattr(jl, "parallel_config", None) or getattr(jl, "parallel_backend", None)
+    if config is None:
+        return False
+    try:
+        config(backend="sequential").__enter__()  # for the rest of this (one-run) process
+        return True
+    except Exception:
+        return False
+
+
+def prepare_portable(args: dict, shell) -> tuple[_Ctx, Portable]:
+    """Everything before the state is loaded, without OS confinement (see the module docstring)."""
+    t0 = time.perf_counter()
+    for name in ("SIGALRM", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+    ctx = _Ctx(args, shell)
+    _open_channel(ctx)
+    _neutralise_kernel_io(ctx)
+    sys.dont_write_bytecode = True
+    os.environ["TMPDIR"] = ctx.scratch
+    try:
+        import tempfile
+        tempfile.tempdir = ctx.scratch
+    except Exception:
+        pass
+    folder = RunFolder(os.getcwd(), os.path.join(args["dir"], "view"), ctx.scratch)
+    os.chdir(folder.root)
+    run = Portable(ctx, folder)
+    ctx.mode = "portable"
+    ctx.mode_reason = args.get("portable_reason")
+    ctx.places = [folder.root, ctx.scratch]
+    layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or [])
+    ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked),
+                       "sequential_joblib": _sequential_workers()}
+    _install_portable_hook(run)
+    ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
+    return ctx, run
+
+
+@contextlib.contextmanager
+def guarded(run: Portable | None):
+    """The call guard around one session command (nothing when the session is not portable)."""
+    if run is None:
+        yield
+        return
+    run.guard.refresh()
+    run.ctx.confinement["guard"] = run.guard.install()
+    try:
+        yield
+    finally:
+        run.guard.uninstall()
+
+
+def run_portable(run: Portable, source: str) -> dict:
+    """Run the cell under the call guard (installed around the cell only)."""
+    run.t0 = time.perf_counter()
+    run.guard.refresh()
+    run.ctx.confinement["guard"] = run.guard.install()
+    try:
+        return run_source(run.ctx, source)
+    finally:
+        run.guard.uninstall()
+
+

@@ -1,0 +1,49 @@
+"""Run by test_portable_guard_interpreters.py in another interpreter (3.12+: the sys.monitoring path): the guard's
+parts compiled as the worker compiles them, a few cells per way of reaching a refused callee; exit 1 if one was
+not refused (or an honest one was)."""
+import os
+import sys
+import tempfile
+import types
+
+root = sys.argv[1]  # server/crane/sandbox
+mod = types.ModuleType("g")
+for f in ("kernel/library.py", "worker/guard.py"):
+    text = open(os.path.join(root, f)).read()
+    text = "\n".join("" if ln.rstrip().endswith("# kernel: strip") else ln for ln in text.splitlines())
+    exec(compile(text, "<crane-kernel/" + f + ">", "exec"), mod.__dict__)
+tmp = tempfile.mkdtemp()
+marker = os.path.join(tmp, "marker")
+CELLS = {
+    "getattr": f"import os\ngetattr(os, 'sys' + 'tem')('touch {marker}')",
+    "exec": f"exec('import os; os.system(\"touch {marker}\")')",
+    "__del__": f"import os\nclass C:\n    def __del__(self):\n        os.system('touch {marker}')\nc = C()\ndel c",
+    "property": f"import os\nclass C:\n    @property\n    def p(self):\n        return os.system('touch {marker}')\nC().p",
+    "callback": f"import os, logging\nlg = logging.getLogger('x')\nlg.addFilter(lambda r: os.system('touch {marker}'))\nlg.warning('w')",
+    "subprocess": f"import subprocess\nsubprocess.run(['touch', '{marker}'])",
+    "writer outside": f"import shutil\nshutil.copy(__file__ if False else '/etc/hostname', '{marker}')",
+    "socket method": "import socket\ns = socket.socket.__new__(socket.socket)\ns.connect(('127.0.0.1', 9))",
+    "honest": "import os, json\nx = sorted(os.listdir('.'))\ny = json.dumps({'a': 1})\nclass A:\n    def __add__(self, o):\n        return 1\nA() + 1\n",
+}
+bad = 0
+def run(src):
+    refused = []
+    g = mod.CallGuard(refused.append)
+    g.trust(run.__code__)
+    code = compile(src, "<crane-sandbox-cell>", "exec")
+    how = g.install()
+    try:
+        exec(code, {"__name__": "__main__"})
+    except BaseException:
+        pass
+    finally:
+        g.uninstall()
+    return how, refused
+for name, src in CELLS.items():
+    how, refused = run(src)
+    want = name != "honest"
+    ok = bool(refused) == want and not os.path.exists(marker)
+    bad += not ok
+    print("ok " if ok else "BAD", name, how, refused[:1])
+print(sys.version.split()[0], "bad", bad)
+sys.exit(1 if bad else 0)

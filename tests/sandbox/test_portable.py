@@ -1,0 +1,178 @@
+"""The portable sandbox end to end (`SandboxOptions(confinement="portable")`, `--sandbox portable`): on Linux, with
+every OS confinement off (no namespaces, Landlock, seccomp or rlimits: only the call guard and the audit hook in a
+transplant worker), exactly as macOS and Windows would run it. On IPython 8 and 9 kernels:
+- honest cells: the real run's verdict, exception and line; `sandboxMode` "portable" with the layers that ran;
+- writes into the cell's working folder are redirected into the run's private folder (the cell sees them), the
+  real folder is unchanged;
+- an attack per family (through getattr, a lambda pandas calls back, `__del__`, a property, an operator, exec,
+  a C intermediary the guard cannot see): `blocked`, naming the call; nothing changed outside (files hashed, a
+  loopback listener), the kernel untouched and alive."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.options import SandboxOptions
+
+from ..kernel_envs import KERNEL_ENVS, kernel_python
+from .conftest import tree_hash
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX kernels")
+
+PORTABLE = SandboxOptions(confinement="portable")
+SETUP = """
+import os, pandas as pd
+df = pd.read_csv('data.csv')
+kpid = os.getpid()
+def add_one(x):
+    return x + 1
+class Box:
+    def __init__(self, v):
+        self.v = v
+    def __add__(self, other):
+        return Box(self.v + other)
+"""
+
+
+@pytest.fixture(scope="module", params=KERNEL_ENVS)
+def pk(request, workdir, outside, listener):
+    kernel = start_kernel(workdir, python=kernel_python(request.param))
+    conn = kernel.connection
+    run = conn.run_cell(SETUP, timeout=120)
+    assert run.status == "ok", run
+    yield {"conn": conn, "work": workdir, "outside": outside, "listener": listener}
+    kernel.shutdown()
+
+
+def _run(pk, source: str, budget_s: float = 60.0):
+    conn = pk["conn"]
+    before = (tree_hash(pk["work"]), tree_hash(pk["outside"]))
+    with Untouched(conn) as watch:
+        v = speculate(conn, source, budget_s, sandbox=PORTABLE)
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert conn.evaluate("1 + 1") == 2
+    assert (tree_hash(pk["work"]), tree_hash(pk["outside"])) == before, v
+    assert v.mode == "portable", v
+    return v
+
+
+def test_honest_cells_get_the_real_runs_verdict(pk):
+    v = _run(pk, "df['c'] = df.a.map(add_one)\nb = Box(1) + 2\nprint(df.c.tolist(), b.v)")
+    assert v.verdict == "no-crash", v
+    assert v.stdout.strip() == "[2, 4] 3"
+    assert v.transplant is not None and v.transplant.layers == ["call guard", "audit hook"], v.transplant
+    assert v.landlock_abi is None and "confine" not in v.setup_steps and "layer" not in v.setup_steps, v
+    assert "portable sandbox: call guard, audit hook (no OS confinement)" in v.how()
+    v = _run(pk, "x = 1\ny = df['missing'].sum()\n")
+    assert (v.verdict, v.ename, v.line) == ("crash", "KeyError", 2), v
+
+
+def test_writes_in_the_working_folder_are_redirected_into_the_runs_folder(pk):
+    cell = """
+df.to_csv('out.csv', index=False)
+assert pd.read_csv('out.csv').shape == (2, 2)
+with open('log.txt', 'a') as f:
+    f.write('more\\n')
+assert open('log.txt').read() == 'log\\nmore\\n'
+with open('sub/inner.txt', 'w') as f:
+    f.write('changed')
+assert open('sub/inner.txt').read() == 'changed'
+os.remove('data.csv')
+assert not os.path.exists('data.csv')
+os.makedirs('models/v1', exist_ok=True)
+import shutil
+shutil.rmtree('sub')
+open('outside_link', 'w').write('private')
+print(sorted(os.listdir('.')))
+"""
+    v = _run(pk, cell)
+    assert v.verdict == "no-crash", v
+    assert v.stdout.strip() == "['log.txt', 'models', 'out.csv', 'outside_link']", v.stdout
+
+
+def test_the_working_folders_surroundings_read_as_in_the_kernel(pk):
+    """`../data`-style paths and `Path.cwd()` see what the kernel sees (the run's view mirrors every ancestor);
+    a write next to the working folder goes into the view too."""
+    name = pk["work"].name
+    cell = f"""
+from pathlib import Path
+assert Path.cwd().name == {name!r}, Path.cwd()
+assert pd.read_csv('../{name}/data.csv').shape == (2, 2)
+assert (Path.cwd().parent / {name!r} / 'sub' / 'inner.txt').read_text() == 'keep me\\n'
+os.makedirs('../{name}-results', exist_ok=True)
+df.to_csv('../{name}-results/r.csv')
+assert pd.read_csv('../{name}-results/r.csv').shape[0] == 2
+"""
+    v = _run(pk, cell)
+    assert v.verdict == "no-crash", v
+    assert not (pk["work"].parent / f"{name}-results").exists()
+    assert not (pk["work"] / "out.csv").exists()
+
+
+ATTACKS = {
+    "os.system through getattr": "getattr(os, 'sys' + 'tem')('touch {outside}/pwned')",
+    "a lambda pandas calls back": "df.apply(lambda r: os.remove('{outside}/target.txt'), axis=1)",
+    "__del__": "import shutil\nclass C:\n    def __del__(self):\n        shutil.rmtree('{outside}')\nc = C()\ndel c",
+    "a property": "import socket\nclass C:\n    @property\n    def p(self):\n"
+                  "        return socket.create_connection(('127.0.0.1', {port}))\nC().p",
+    "an operator": "import subprocess\nclass C:\n    def __add__(self, o):\n"
+                   "        return subprocess.run(['touch', '{outside}/pwned'])\nC() + 1",
+    "exec": "exec(\"open('{outside}/target.txt', 'w').write('x')\")",
+    "a C intermediary (map)": "list(map(os.remove, ['{outside}/target.txt']))",
+    "a library writing outside": "df.to_csv('{outside}/out.csv')",
+    "the network through a library": "import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{port}/')",
+    "a signal to the kernel": "import signal\nos.kill(kpid, signal.SIGKILL)",
+    "ctypes": "import ctypes\nctypes.CDLL(None).system(b'touch {outside}/pwned')",
+    "a thread": "import threading\nthreading.Thread(target=lambda: None).start()",
+    "leaving the run's folder": "os.chdir('{outside}')\nopen('x', 'w').write('x')",
+    "an absolute path into the working folder": "open('{work}/log.txt', 'w').write('x')",
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_attacks_are_refused_and_change_nothing(pk, attack):
+    src = ATTACKS[attack].format(outside=pk["outside"], port=pk["listener"].port, work=pk["work"])
+    v = _run(pk, src)
+    assert v.verdict == "blocked", v
+    assert (v.reason or "").startswith("crane sandbox: ") and "is refused (portable sandbox)" in v.reason, v.reason
+    assert not (pk["outside"] / "pwned").exists()
+    assert pk["listener"].received == []
+
+
+def test_a_refusal_names_the_call(pk):
+    v = _run(pk, "f = getattr(os, 'sys' + 'tem')\nf('true')")
+    assert v.reason == "crane sandbox: a call to os: posix.system is refused (portable sandbox)", v.reason
+
+
+def test_a_portable_session_runs_cells_refuses_side_effects_and_rolls_back(pk):
+    """`crane fix`'s and the agent's sandboxed tries (open_session) under the portable sandbox: state persists
+    between runs, a refused call makes that run `blocked` and the session goes on, checkpoints roll back."""
+    from crane.sandbox.session import open_session
+
+    conn = pk["conn"]
+    before = (tree_hash(pk["work"]), tree_hash(pk["outside"]))
+    with Untouched(conn) as watch:
+        with open_session(conn, budget_s=30.0, sandbox=PORTABLE) as sb:
+            v = sb.run("n = len(df)\nm = add_one(n)")
+            assert (v.verdict, v.mode) == ("no-crash", "portable"), v
+            assert v.transplant is not None and v.transplant.layers == ["call guard", "audit hook"]
+            assert sb.inspect("m") == "3"
+            v = sb.run(f"getattr(os, 'sys' + 'tem')('touch {pk['outside']}/pwned')")
+            assert v.verdict == "blocked" and "posix.system is refused" in (v.reason or ""), v
+            v = sb.run(f"open('{pk['outside']}/target.txt', 'w').write('x')")
+            assert v.verdict == "blocked", v
+            sb.checkpoint()
+            v = sb.run("m = 'changed'\ndf.to_csv('copy.csv')\nprint(open('copy.csv').read()[:3])")
+            assert v.verdict == "no-crash" and v.stdout.startswith(",a,"), v
+            sb.rollback()
+            assert sb.inspect("m") == "3"
+            v = sb.run("df['missing']")
+            assert (v.verdict, v.ename) == ("crash", "KeyError"), v
+    assert watch.unchanged, (watch.outputs, watch.changes())
+    assert (tree_hash(pk["work"]), tree_hash(pk["outside"])) == before
+    assert not (pk["outside"] / "pwned").exists()
