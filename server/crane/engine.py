@@ -9,7 +9,7 @@ The LSP daemon runs the same `check_cell` against an attached kernel instead of 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -22,7 +22,7 @@ from crane.llm.schema import Usage
 from crane.notebook.history import check_target, executed_history
 from crane.notebook.model import Notebook
 from crane.pipeline import check_cell, probe_facts
-from crane.policy import DecidedBy, Prediction
+from crane.policy import DecidedBy, Outcome, Prediction
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
 from crane.sandbox.verdict import KeptObject, Scale, TransplantInfo, Verdict
@@ -33,7 +33,7 @@ class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     """One checked cell as `crane check --json` and the benchmark report it."""
 
     cell: int
-    prediction: Prediction | Literal["unknown"]  # unknown (`crane check`): neither the facts nor a run decided
+    prediction: Outcome  # unknown (`crane check`): neither the facts nor a run decided
     findings: list[Finding] = []
     probe_ms: float | None = None
     elapsed_ms: float = 0.0

@@ -134,6 +134,22 @@ def decide(
     return Decision("no-crash", [], "none")
 
 
+Outcome = Literal["crash", "no-crash", "unknown"]
+
+
+def outcome(decision: Decision, sandbox_ran: bool, facts_read: bool) -> Outcome:
+    """What a front-end tells an agent (`crane check --json`, MCP, the editor's language-model tools): the
+    decision's prediction when something decided it (a conclusive run, a rule finding, a model's claim) or when
+    the rules judged the live kernel's facts and no run was asked for; "unknown" when nothing could decide (a
+    run that timed out, was blocked or could not start; facts that could not be read), so an agent reading the
+    prediction never takes "nobody knows" for "no crash"."""
+    if decision.findings or decision.decided_by != "none":
+        return decision.prediction
+    if sandbox_ran or not facts_read:
+        return "unknown"
+    return decision.prediction
+
+
 def model_wanted(mode: Mode, rules: list[Finding], sandbox: SandboxVerdict | None) -> bool:
     """Asking a model can change the outcome: mode "llm" always; otherwise only when neither the sandbox nor
     the rules decided (no rule finding, and the sandbox inconclusive or not run)."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from crane.commands.output import NotebookReport
 from crane.notebook.model import Notebook, NotebookError, parse_notebook
+from crane.policy import Decision, outcome
 
 if TYPE_CHECKING:
     from crane.engine import CellResult
@@ -62,10 +63,9 @@ def mark_unknown(r: CellResult) -> CellResult:
     """`prediction: "unknown"` where neither the kernel's facts nor a run decided: no finding, and the sandbox
     run was inconclusive (timeout, blocked, unavailable) or, without one, the facts could not be read. An agent
     reading `prediction` must not take that for `no-crash`."""
-    if r.findings or r.decided_by in ("sandbox", "rules", "llm"):
-        return r
-    if (r.sandbox is not None and r.sandbox not in ("crash", "no-crash")) or (r.sandbox is None and r.error):
-        r.prediction = "unknown"
+    if r.prediction != "unknown":
+        decision = Decision(r.prediction, list(r.findings), r.decided_by or "none")
+        r.prediction = outcome(decision, sandbox_ran=r.sandbox is not None, facts_read=not (r.sandbox is None and r.error))
     return r
 
 

@@ -198,7 +198,7 @@ class KernelTools:
     def _predict(self, code: str, scope: Any, target: int, mode: str, budget_s: float) -> Prediction:
         from crane.analysis.cell import analyze_cell
         from crane.pipeline import check_cell, probe_facts
-        from crane.policy import decide
+        from crane.policy import decide, outcome
         from crane.probe.collect import ProbeClient
 
         check = check_cell(analyze_cell(code), probe_facts(ProbeClient(self.conn)), scope, target)
@@ -210,7 +210,7 @@ class KernelTools:
             verdict = speculate(self.conn, code, budget_s, cancel=self.cancel)
             run = _as_run(verdict)
         d = decide("auto" if mode == "auto" else "static", check.findings, verdict)
-        prediction, decided_by = _prediction(d.prediction, d.decided_by, check.mode, run)
+        prediction, decided_by = outcome(d, sandbox_ran=run is not None, facts_read=check.mode == "live"), d.decided_by
         how = {
             "sandbox": f"the code {verdict.how() if verdict else ''}: {d.prediction}",
             "rules": "CRANE's rules on the kernel's live facts"
@@ -294,17 +294,6 @@ class KernelTools:
         """The notebook's cells (number, kind, source, execution count, error) for the resource."""
         nb, _ = self._notebook(path)
         return [msgspec.to_builtins(c) for c in nb.cells]
-
-
-def _prediction(prediction: str, decided_by: str, facts_mode: str, run: SandboxRun | None) -> tuple[Any, Any]:
-    """`crash` / `no-crash` only when something decided: a conclusive sandbox run, a rule finding, or (static
-    mode) the rules on the live kernel's facts finding nothing; a run that timed out, was blocked or could not
-    start, or facts that could not be read live (the kernel busy), leave it `unknown`."""
-    if decided_by in ("sandbox", "rules"):
-        return prediction, decided_by
-    if run is None and facts_mode == "live":
-        return prediction, "none"
-    return "unknown", "none"
 
 
 def _close_on_cancel(cancel: threading.Event | None, sandbox: Any) -> threading.Event:

@@ -14,7 +14,11 @@ import msgspec
 
 from crane.finding import Finding
 from crane.fixes.model import SearchStatus
+from crane.pipeline import FactsMode
+from crane.policy import DecidedBy, Outcome
 from crane.probe.facts import Facts
+from crane.sandbox.request import WorkerConfinement
+from crane.sandbox.verdict import Verdict
 
 Code = Annotated[str, msgspec.Meta(max_length=200_000, description="Python code (IPython syntax), as a cell")]
 CellNumber = Annotated[int, msgspec.Meta(ge=1, le=100_000, description="1-based cell number, as in `crane check`")]
@@ -82,7 +86,7 @@ class KernelFacts(msgspec.Struct, omit_defaults=True, kw_only=True):
 class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
     """One run in the sandbox: a confined copy-on-write fork of the kernel; the kernel itself never ran it."""
 
-    outcome: Literal["crash", "no-crash", "timeout", "blocked", "unavailable"]
+    outcome: Verdict
     exception: str | None = None  # "ZeroDivisionError: division by zero"
     ename: str | None = None
     evalue: str | None = None
@@ -98,7 +102,7 @@ class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
     elapsed_ms: float = 0.0
     # which confinement ran: "os" (Linux's namespaces, Landlock, seccomp: the boundary against hostile code) or
     # "portable" (a call guard and an audit hook in a separate worker: honest side effects and mistakes only)
-    confinement: Literal["os", "portable"] | None = None
+    confinement: WorkerConfinement | None = None
     layers: list[str] = []  # the portable run's layers ("call guard", "audit hook", "sandbox-exec")
 
 
@@ -107,12 +111,12 @@ class Prediction(msgspec.Struct, omit_defaults=True, kw_only=True):
     facts nor a sandbox run decided (the run timed out, was blocked or could not start; the facts could not be
     read while the kernel was busy; `--notebook`'s replay still going on): never read it as safe."""
 
-    prediction: Literal["crash", "no-crash", "unknown"]
-    decided_by: Literal["sandbox", "rules", "none"]
+    prediction: Outcome
+    decided_by: DecidedBy
     findings: list[Finding] = []  # the predicted exception, line, message and evidence (facts used)
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
     sandbox: SandboxRun | None = None  # auto mode: the confirming run
-    facts_mode: Literal["live", "stale", "static"] = "live"
+    facts_mode: FactsMode = "live"
     facts_error: str | None = None
     how: str = ""  # one line: how the prediction was reached
     cell: int | None = None
