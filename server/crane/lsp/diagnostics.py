@@ -14,8 +14,10 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import msgspec
 from lsprotocol import types
 
+from crane.lsp.messages import DiagnosticData, DiagnosticSandbox
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot, utf16_col
 from crane.policy import decide
 
@@ -44,7 +46,8 @@ def severity(finding: Finding) -> types.DiagnosticSeverity:
 
 
 def to_diagnostic(
-    finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: FactsMode, sandbox: dict | None = None,
+    finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: FactsMode,
+    sandbox: DiagnosticSandbox | None = None,
     fixes: int | None = None,
 ) -> types.Diagnostic:
     line0 = max(finding.line - 1, 0)
@@ -83,16 +86,10 @@ def to_diagnostic(
         code=finding.rule,
         source=SOURCE,
         related_information=related or None,
-        data={
-            "ename": finding.ename,
-            "rule": finding.rule,
-            "rootCause": finding.root_cause,
-            "confidence": finding.confidence,
-            "facts": mode,
-            "source": finding.source,
-            **({"sandbox": sandbox} if sandbox else {}),
-            **({"fixes": fixes} if fixes else {}),
-        },
+        data=msgspec.to_builtins(DiagnosticData(
+            ename=finding.ename, rule=finding.rule, root_cause=finding.root_cause, confidence=finding.confidence,
+            facts=mode, source=finding.source, sandbox=sandbox, fixes=fixes or None,
+        )),
     )
 
 
@@ -130,7 +127,9 @@ def publish_outcomes(
     return published
 
 
-def final_findings(settings: Settings, session: NotebookSession, cell: CellSnapshot) -> tuple[list[Finding], dict | None]:
+def final_findings(
+    settings: Settings, session: NotebookSession, cell: CellSnapshot
+) -> tuple[list[Finding], DiagnosticSandbox | None]:
     """What a cell's diagnostics say now (`crane.policy.decide`: its findings, then the model's suspicions),
     and the sandbox's verdict for the diagnostics' data (or None)."""
     rules = session.known(cell.uri).rule_findings or []
@@ -138,8 +137,8 @@ def final_findings(settings: Settings, session: NotebookSession, cell: CellSnaps
     model = session.model_answers.get(cell.source, session.kernel_gen) if settings.mode == "llm" else None
     info = None
     if verdict is not None:
-        info = {"verdict": verdict.verdict, "reason": verdict.reason, "elapsedMs": round(verdict.elapsed_ms, 1),
-                "how": verdict.how(), "scale": verdict.scale, "mode": verdict.mode}
+        info = DiagnosticSandbox(verdict=verdict.verdict, reason=verdict.reason, elapsed_ms=round(verdict.elapsed_ms, 1),
+                                 how=verdict.how(), scale=verdict.scale, mode=verdict.mode)
     d = decide(settings.mode, rules, verdict, model)
     return d.findings + d.suspicions, info  # a suspicion (source "llm", low confidence) is an Information
 

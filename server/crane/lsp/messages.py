@@ -16,9 +16,9 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from crane.agent.proposal import Proposal, ProposalStatus
 from crane.errors import CraneError
-from crane.finding import Finding
+from crane.finding import Finding, FindingSource
 from crane.pipeline import FactsMode
-from crane.sandbox.verdict import DisplayKind, RunMode, Verdict
+from crane.sandbox.verdict import DisplayKind, RunMode, Scale, Verdict
 
 KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
 # how the server found the kernel: named by the client (request), learned by the client through the Jupyter
@@ -250,3 +250,27 @@ def _plain(value: Any) -> Any:
 def to_wire(value: msgspec.Struct) -> Any:
     """A Struct as JSON-ready builtins (for `protocol.notify` and command results)."""
     return msgspec.to_builtins(value)
+
+
+class DiagnosticSandbox(msgspec.Struct, rename="camel"):
+    """A diagnostic's `data.sandbox`: the speculative run's verdict on the cell's current text."""
+
+    verdict: Verdict
+    reason: str | None
+    elapsed_ms: float
+    how: str
+    scale: Scale | None
+    mode: RunMode | None
+
+
+class DiagnosticData(msgspec.Struct, rename="camel", omit_defaults=True):
+    """A CRANE diagnostic's `data` (the client's code actions and hovers read it)."""
+
+    ename: str
+    rule: str
+    root_cause: str | None
+    confidence: float
+    facts: FactsMode  # which kernel facts the check used
+    source: FindingSource
+    sandbox: DiagnosticSandbox | None = None
+    fixes: int | None = None  # verified quick fixes found for the cell
