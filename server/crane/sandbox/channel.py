@@ -15,7 +15,6 @@ Both give the same thing back: the child's JSON lines, how the wait ended, the e
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import select
@@ -36,8 +35,8 @@ from crane.sandbox.verdict import ExitStatus, LaunchReply, RemoteState, SandboxV
 
 # The fork sandbox's kernel-side module, in execution order: paths under sandbox/ (kernel/ runs in the kernel and
 # its forked child; shared/ is imported by the daemon too)
-SANDBOX_PARTS = ("kernel/confine.py", "kernel/common.py", "kernel/atfork.py", "kernel/audit.py", "kernel/mappings.py",
-                 "kernel/fds.py", "shared/notify.py", "kernel/layer.py", "kernel/isolation.py", "kernel/miniature.py",
+SANDBOX_PARTS = ("kernel/confine.py", "kernel/guard.py", "kernel/common.py", "kernel/atfork.py", "kernel/audit.py",
+                 "kernel/mappings.py", "kernel/fds.py", "shared/notify.py", "kernel/layer.py", "kernel/isolation.py", "kernel/miniature.py",
                  "kernel/run.py", "kernel/session.py", "kernel/entry.py")
 SANDBOX_MODULE = KernelModule(
     "_crane_sandbox",
@@ -190,7 +189,7 @@ class ChildHandle:
 def launch_reply(conn: KernelConnection, entry: str, args: dict, timeout: float) -> LaunchReply | SandboxVerdict:
     """Ask the kernel to fork; its validated reply, or an 'unavailable' SandboxVerdict."""
     try:
-        raw = ModuleClient(conn, SANDBOX_MODULE).call(entry, json.dumps(args), timeout=timeout, what="sandbox request")
+        raw = ModuleClient(conn, SANDBOX_MODULE).call(entry, args, timeout=timeout, what="sandbox request")
         reply = msgspec.convert(raw, LaunchReply)
     except KernelTimeout:
         return unavailable("the kernel is busy (it did not answer the sandbox request in time)")

@@ -44,6 +44,7 @@ from crane.kernel.client import KernelConnection, literal_value
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
+from crane.sandbox.cell_names import cell_names
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
@@ -51,7 +52,8 @@ from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, Transp
 _HERE = Path(__file__).resolve().parent
 BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the worker's `-c` program
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
-                                 [_HERE / "kernel/library.py", _HERE / "kernel/miniature.py", _HERE / "kernel/export.py"])
+                                 [_HERE / "kernel/guard.py", _HERE / "kernel/library.py", _HERE / "kernel/miniature.py",
+                                  _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/main.py"])
@@ -71,6 +73,7 @@ WARM_ENV = "CRANE_TRANSPLANT_WARM"  # "0": no idle warm worker
 IDLE_S = float(os.environ.get("CRANE_TRANSPLANT_IDLE_S") or 600.0)  # an idle warm worker ends after this long
 LOAD_S = 20.0  # the worker's own setup (imports, confinement, loading the state) on top of the cell's budget
 EXPORT_TIMEOUT_S = 60.0
+EXPORT_MAX_S = 5.0  # the kernel time one export may take: past it the export stops and the run is unavailable
 COPY_MB_ENV = "CRANE_TRANSPLANT_COPY_MB"  # values the cell reads above this many MiB are shrunk before the copy
 
 
@@ -82,6 +85,24 @@ def copy_limit_mb() -> int:
     except ValueError:
         return 128
 _WORKER_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
+# what of the kernel's environment a worker starts with (before it confines itself: nothing that chooses code to
+# load, LD_PRELOAD, PYTHONPATH, PYTHONSTARTUP, plugin paths, ...); the rest is set once it is confined
+_ENV_NAMES = {"HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "PATH", "TMPDIR", "SHELL", "MPLBACKEND",
+              "XLA_FLAGS"}
+_ENV_PREFIXES = ("LC_", "KERAS_", "TF_", "JAX_", "OMP_", "MKL_", "OPENBLAS_", "NUMEXPR_", "HF_", "TRANSFORMERS_",
+                 "TOKENIZERS_", "PANDAS_", "NUMPY_", "PYTORCH_")
+_ENV_NEVER = ("PRELOAD", "LD_", "PYTHON", "PATH", "LIBRARY", "PLUGIN", "_DIR", "HOME_")
+
+
+def worker_env(env: dict) -> dict:
+    """The allowlisted part of the kernel's environment a worker starts with."""
+    out = {}
+    for k, v in env.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            continue
+        if k in _ENV_NAMES or (k.startswith(_ENV_PREFIXES) and not any(w in k for w in _ENV_NEVER)):
+            out[k] = v
+    return out
 
 
 def enabled() -> bool:
@@ -96,8 +117,7 @@ class Worker:
         self.kernel = kernel  # the kernel it serves: it ends with that kernel's process
         self.kernel_ended = False  # it was ended because its kernel's process ended
         self.home = tempfile.mkdtemp(prefix="crane-tw-")
-        full = {**env, **_WORKER_ENV, "IPYTHONDIR": os.path.join(self.home, "ipython")}
-        full.pop("PYTHONSTARTUP", None)
+        full = {**worker_env(env), **_WORKER_ENV, "IPYTHONDIR": os.path.join(self.home, "ipython")}
         self.warm = warm
         self.executable = executable
         self.started = time.monotonic()
@@ -346,16 +366,37 @@ class ExportReply(msgspec.Struct):
 
 
 def _export(conn: KernelConnection, pdir: PrivateDir, source: str, timeout: float,
-            miniature: dict | None = None, extra: dict | None = None) -> ExportReply:
+            miniature: dict | None = None, extra: dict | None = None,
+            cancel: threading.Event | None = None) -> ExportReply:
+    """Ask the kernel to write the state `source` reads into `pdir` (kernel/export.py). The names are found here
+    (`cell_names`), never by the kernel's input transformers; the kernel stops by itself after `EXPORT_MAX_S` and
+    when `cancel` is set (a `cancel` file in `pdir`, which the export polls)."""
     cp = ModuleClient(conn, CLOUDPICKLE_MODULE)
     out = cp.evaluate({"v": CLOUDPICKLE_MODULE.version_expression()}, timeout, "transplant check")
     if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
         cp.ensure_installed(timeout=max(timeout, 10.0))
-    extra = {"copy_mb": copy_limit_mb(), **(extra or {})}
+    extra = {"copy_mb": copy_limit_mb(), "max_s": EXPORT_MAX_S, **(extra or {})}
     if miniature:
         extra["miniature"] = miniature
-    raw = ModuleClient(conn, TRANSPLANT_MODULE).call(
-        "export", json.dumps(pdir.args(source=source, **extra)), timeout=EXPORT_TIMEOUT_S, what="transplant export")
+    args = pdir.args(source=source, names=cell_names(source), **extra)
+    done = threading.Event()
+
+    def forward() -> None:  # the daemon's cancel reaches the kernel's export through its directory
+        while cancel is not None and not done.wait(0.05):
+            if cancel.is_set():
+                try:
+                    Path(pdir.path, "cancel").touch()
+                except OSError:
+                    pass
+                return
+
+    if cancel is not None:
+        threading.Thread(target=forward, name="crane-export-cancel", daemon=True).start()
+    try:
+        raw = ModuleClient(conn, TRANSPLANT_MODULE).call("export", args, timeout=EXPORT_TIMEOUT_S,
+                                                         what="transplant export")
+    finally:
+        done.set()
     return msgspec.convert(raw, ExportReply)
 
 
@@ -390,7 +431,7 @@ def transplant(
     child: ChildHandle | None = None
     try:
         try:
-            exp = _export(conn, pdir, source, request_timeout, miniature)
+            exp = _export(conn, pdir, source, request_timeout, miniature, cancel=cancel)
         except KernelTimeout:
             return unavailable("the kernel is busy (it did not answer the transplant request in time)")
         except (KernelError, msgspec.ValidationError) as exc:
@@ -438,6 +479,8 @@ def transplant(
         info.not_imported = [str(x) for x in setup_extra.get("not_imported") or []]
         v.transplant = info
         v.mode, v.mode_reason = "transplant", reason
+        if v.verdict == "crash":
+            v.certain = crash_certain(v, source, exp.copied)
         total_ms = (time.monotonic() - t0) * 1000.0
         if how in ("deadline", "cancelled"):
             v.elapsed_ms, v.overhead_ms = total_ms, 0.0
@@ -455,6 +498,35 @@ def transplant(
         if child is not None:
             child.close()
         pdir.cleanup()
+
+
+# exceptions whose cause is the process's environment (its C stack, memory, a library's integer width), not the
+# cell's logic alone
+_ENVIRONMENTAL = {"RecursionError", "MemoryError", "OverflowError", "SystemError", "OSError", "ImportError",
+                  "ModuleNotFoundError"}
+_PLAIN_TYPES = {"int", "float", "complex", "bool", "str", "bytes", "bytearray", "NoneType", "list", "tuple", "dict",
+                "set", "frozenset", "range", "slice", "function"}
+
+
+def crash_certain(v: SandboxVerdict, source: str, copied: list[tuple[str, str]]) -> bool:
+    """A transplant crash is certain only when its failing frame cannot depend on library state the worker
+    rebuilt (what a copy can miss is open-ended: settings, registries, monkeypatches, attributes a library's own
+    serialization drops): every frame is the cell's own, the exception is not an environmental one, and every
+    copied name on the failing line holds a plain builtin value or a notebook object."""
+    if (v.ename or "") in _ENVIRONMENTAL:
+        return False
+    frames = [t for t in v.traceback[:-1] if t.strip()]
+    if any(not t.startswith("cell") for t in frames):
+        return False
+    lines = source.splitlines()
+    if not v.line or v.line > len(lines):
+        return False
+    kinds = dict(copied)
+    for name in cell_names(lines[v.line - 1].strip()):
+        kind = kinds.get(name)
+        if kind is not None and ("." in kind or kind not in _PLAIN_TYPES and not kind[:1].isupper()):
+            return False
+    return True
 
 
 def _setup_transplant(data: bytes) -> dict:

@@ -26,10 +26,11 @@ import time
 
 from crane.sandbox.kernel.atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
 from crane.sandbox.kernel.common import proc_kb  # kernel: strip
+from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
+from crane.sandbox.kernel.guard import dumps, private_open  # kernel: strip
 from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
 from crane.sandbox.kernel.run import _child_run  # kernel: strip
 from crane.sandbox.kernel.session import _child_session  # kernel: strip
-from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
 
 
 def _unforkable(source: str = "", ns=None) -> str | None:
@@ -52,7 +53,7 @@ def _unforkable(source: str = "", ns=None) -> str | None:
 
 def _check_private_dir(args: dict) -> str | None:
     try:
-        with open(os.path.join(args["dir"], "token")) as f:
+        with private_open(os.path.join(args["dir"], "token"), "r") as f:
             if f.read() == args["token"]:
                 return None
     except OSError:
@@ -83,7 +84,7 @@ def _sweep() -> None:
 
 def _read_bounded(path: str, limit: int) -> str:
     try:
-        with open(path, "rb") as f:
+        with private_open(path, "rb") as f:
             return f.read(limit).decode("utf-8", "replace")
     except OSError:
         return ""
@@ -129,6 +130,8 @@ def _starttime(pid: int) -> int:
 
 
 def _reap(pid: int, private_dir: str, run_id: str | None) -> None:
+    sys.setprofile(None)  # the thread may have read threading's hooks after the entry point restored them
+    sys.settrace(None)
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:
@@ -140,7 +143,7 @@ def _reap(pid: int, private_dir: str, run_id: str | None) -> None:
     try:
         fd = os.open(os.path.join(private_dir, "status"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(info))
+            f.write(dumps(info))
     except OSError:
         pass  # the daemon already cleaned up
 
@@ -222,11 +225,38 @@ def _fork(args: dict, child_main) -> dict:
             "run_id": run_id, "fork_ms": round(fork_ms, 3), "fork_cpu_ms": round(fork_cpu_ms, 3)}
 
 
-def start(args_json: str) -> dict:
-    """Fork a sandbox child that runs one cell; return at once with its pid (parent side)."""
-    return _fork(json.loads(args_json), _child_run)
+def _args(args) -> dict:
+    """The daemon's arguments: a dict literal (nothing parsed with the kernel's `json`, which the notebook may
+    have replaced); a JSON string from an older daemon is still read."""
+    return args if type(args) is dict else json.loads(args)
 
 
-def session(args_json: str) -> dict:
+def start(args) -> dict:
+    """Fork a sandbox child that runs one cell; return at once with its pid (parent side). The user's profile
+    and trace hooks are off meanwhile (inline: kernel/guard.py), in the kernel and so in the child."""
+    saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
+             threading.__dict__.get("_trace_hook"))
+    sys.setprofile(None)
+    sys.settrace(None)
+    threading.__dict__["_profile_hook"] = threading.__dict__["_trace_hook"] = None
+    try:
+        return _fork(_args(args), _child_run)
+    finally:
+        threading.__dict__["_profile_hook"], threading.__dict__["_trace_hook"] = saved[2], saved[3]
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
+
+
+def session(args) -> dict:
     """Fork a long-lived sandbox child serving SandboxSession commands (parent side)."""
-    return _fork(json.loads(args_json), _child_session)
+    saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
+             threading.__dict__.get("_trace_hook"))
+    sys.setprofile(None)
+    sys.settrace(None)
+    threading.__dict__["_profile_hook"] = threading.__dict__["_trace_hook"] = None
+    try:
+        return _fork(_args(args), _child_session)
+    finally:
+        threading.__dict__["_profile_hook"], threading.__dict__["_trace_hook"] = saved[2], saved[3]
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
