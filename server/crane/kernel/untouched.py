@@ -167,6 +167,7 @@ class Sentinel:
         return Sentinel
 
 def install(ip, name):
+    del HITS[:]
     SAVED['profile'] = sys.getprofile()
     SAVED['tprofile'] = threading.__dict__.get('_profile_hook')
     sys.setprofile(_prof)

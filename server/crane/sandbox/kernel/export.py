@@ -602,8 +602,11 @@ def _settings(recursion_limit: int) -> dict:
         try:
             opts = {}
             for key, reg in list(cfg._registered_options.items()):
-                val = cfg._get_option(key) if hasattr(cfg, "_get_option") else cfg.get_option(key)
-                if type(val) in simple and val != reg.defval and key not in cfg._deprecated_options:
+                if key in cfg._deprecated_options:
+                    continue
+                root, last = cfg._get_root(key)  # read without get_option (which may warn: the user's hook)
+                val = root.get(last, reg.defval)
+                if type(val) in simple and val != reg.defval:
                     opts[key] = val
             out["pandas"] = opts
         except Exception:
