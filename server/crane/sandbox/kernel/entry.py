@@ -92,7 +92,18 @@ def _read_bounded(path: str, limit: int) -> str:
 
 def collect(run_id: str, limit: int = 1 << 20) -> dict:
     """Remote channel: the run's state. `done` once the child has been reaped (then everything is returned and
-    the directory removed)."""
+    the directory removed). The user's profile/trace hooks are off meanwhile (inline: kernel/guard.py)."""
+    saved = (sys.getprofile(), sys.gettrace())
+    sys.setprofile(None)
+    sys.settrace(None)
+    try:
+        return _collect(run_id, limit)
+    finally:
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
+
+
+def _collect(run_id: str, limit: int) -> dict:
     run = _RUNS.get(run_id)
     if run is None:
         return {"done": True, "lost": True}

@@ -85,6 +85,7 @@ _T_MRO = type.__dict__["__mro__"]
 _T_MODULE = type.__dict__["__module__"]
 _T_QUALNAME = type.__dict__["__qualname__"]
 _T_FLAGS = type.__dict__["__flags__"]
+_DATA = (str, bytes, int, float, bool, type(None), tuple, frozenset, dict, list, set, type)
 _HEAPTYPE = 1 << 9
 _O_DICT_GET = object.__getattribute__
 
@@ -127,6 +128,10 @@ def _library_function(v) -> bool:
     if t is types.FunctionType:
         code = v.__code__
         return type(code.co_filename) is str and is_library(code.co_filename)
+    if type.__dict__["__name__"].__get__(t, type) in ("cython_function_or_method", "fused_cython_function"):
+        mod = dict.get(sys.modules, v.__module__) if type(v.__module__) is str else None
+        path = dict.get(_O_DICT_GET(mod, "__dict__"), "__file__") if type(mod) is types.ModuleType else None
+        return type(path) is str and is_library(path)  # compiled into a library's extension module
     return False
 
 
@@ -164,10 +169,13 @@ class _Proof:
             flags = _T_FLAGS.__get__(cls, type)
         except Exception:
             return False
-        if type(mod) is not str or type(qual) is not str or mod == "__main__":
-            return False
         if not flags & _HEAPTYPE:
             return True  # a static type: defined in C, nothing the notebook can make
+        if type(mod) is not str or mod.startswith("_cython_"):  # Cython's shared types (their metatype's
+            meta = type(cls)  # `__module__` is a descriptor)
+            return (meta is type or self.library_class(meta)) and self._only_library_code(cls)
+        if type(qual) is not str or mod == "__main__":
+            return False
         m = dict.get(sys.modules, mod)
         if m is None or type(m) is not types.ModuleType:
             return False
@@ -191,11 +199,18 @@ class _Proof:
             obj = src[part]
         if obj is cls:
             return True
-        for v in _cls_dict(cls).values():  # not importable by its name (a factory's class): its code decides
+        return self._only_library_code(cls)  # not importable by its name (a factory's class): its code decides
+
+    def _only_library_code(self, cls) -> bool:
+        """Every value of the class's dict is library code or plain data."""
+        for v in _cls_dict(cls).values():
             t = type(v)
             if t is types.FunctionType or t is staticmethod or t is classmethod or t is property:
                 if not _library_function(v):
                     return False
+            elif not (_library_function(v) or t in _DATA or type.__dict__["__name__"].__get__(t, type)
+                      in ("PyCapsule", "getset_descriptor", "member_descriptor")):
+                return False
         return True
 
     def check_type(self, t) -> tuple[str, bool]:
