@@ -347,3 +347,60 @@ def test_a_crash_in_library_code_is_likely_and_a_plain_one_certain(env):
     assert v.verdict == "crash" and v.ename == "KeyError" and v.certain is False, v
     v = transplant(conn, "q = [1, 2]\nq[5]", 60.0)
     assert v.verdict == "crash" and v.ename == "IndexError" and v.certain is True, v
+
+
+KERAS = r"""
+import numpy as np, tensorflow as tf, keras
+HITS = []
+class MyLayer(keras.layers.Layer):
+    def __init__(self, units=2, **kw):
+        super().__init__(**kw)
+        self.units = units
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1], self.units))
+    def call(self, x):
+        return x @ self.w
+    def get_config(self):
+        HITS.append('A13 get_config')
+        return {**super().get_config(), 'units': self.units}
+class Sub(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.d = keras.layers.Dense(2)
+    def call(self, x):
+        return self.d(x)
+    def save_own_variables(self, store):
+        HITS.append('A14 save_own_variables')
+        return super().save_own_variables(store)
+X = np.random.rand(8, 4).astype('float32')
+y = np.random.rand(8, 2).astype('float32')
+m13 = keras.Sequential([keras.Input((4,)), MyLayer(2)])
+m14 = Sub()
+m14(X)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+model.compile(optimizer='adam', loss='mse')
+model.fit(X, y, epochs=1, verbose=0)
+model.class_names = ['a', 'b']
+"""
+
+
+def test_keras_notebook_code_never_runs_and_lost_attributes_are_never_a_certain_crash(tmp_path_factory):
+    """TensorFlow/Keras 3 (today's environment): Keras's own pickling (model saving) would call a notebook
+    layer's `get_config` and a subclassed model's `save_own_variables` in the kernel: refused, nothing called.
+    A model's `history` and attributes the user set are not carried by Keras's serialization: the run is the
+    real one's or a likely crash, never a certain one."""
+    kernel = start_kernel(tmp_path_factory.mktemp("t30-keras"), python=kernel_python("ipython9"))
+    try:
+        conn = kernel.connection
+        assert conn.run_cell(KERAS, timeout=300).status == "ok"
+        for cell in ("print(m13.count_params())", "print(m14.d.units)"):
+            v = transplant(conn, cell, 120.0)
+            assert _hits(conn) == [], (cell, _hits(conn), v)
+            assert v.verdict == "unavailable" and "notebook" in (v.reason or ""), (cell, v)
+        for cell in ("print(model.history.history['loss'])", "print(model.class_names)"):
+            assert conn.run_cell(cell, timeout=60).status == "ok"
+            v = transplant(conn, cell, 120.0)
+            assert v.verdict != "crash" or v.certain is False, (cell, v)
+            assert v.verdict != "unavailable" or "busy" not in (v.reason or ""), (cell, v)
+    finally:
+        kernel.shutdown()

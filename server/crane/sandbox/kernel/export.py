@@ -151,6 +151,7 @@ class _Proof:
         self.types: dict = {}  # id(type) -> (type, reason or "", library: bool)
         self.walked: dict = {}  # id(obj) -> obj, for the pre-walk of library reducers' state
         self.libs: dict = {}  # id(class) -> (class, library: bool)
+        self.refs: dict = {}  # id(function) -> the instance attributes that hold it (pre-walk)
 
     def library_class(self, cls) -> bool:
         """`cls` is the library's: the class a library module's qualified name gives, a static (C) type, or a
@@ -183,7 +184,7 @@ class _Proof:
         path = dict.get(d, "__file__")
         if not (type(path) is str and is_library(path)) and mod not in sys.builtin_module_names:
             return False
-        obj = m
+        obj: object = m
         for part in qual.split("."):
             if part == "<locals>":
                 obj = None
@@ -309,7 +310,7 @@ class _Proof:
         for k in d:
             if type(k) is not str:
                 raise _Refused(f"{_type_name(obj)}: its __dict__ has a non-string key")
-            if k.startswith("__") and k.endswith("__"):
+            if k in _PICKLING or k == "__reducer_override__":
                 raise _Refused(f"{_type_name(obj)}: the instance has its own `{k}`: pickling it would run it")
 
     def prewalk(self, obj, limit: int = 200_000) -> None:
@@ -334,6 +335,10 @@ class _Proof:
                                "own pickling would call")
             if t is types.ModuleType:
                 continue
+            if t is types.FunctionType and not _library_function(o) and o is not obj:
+                for ref in self.refs.get(id(o), ()):
+                    raise _Refused(f"{_type_name(obj)} holds the notebook's function `{ref}` on an object, which its "
+                                   "library's own pickling may call")
             if t is dict or (issubclass(t, dict) and self.check_type(t)[1]):
                 stack.extend(dict.values(o))
             elif t is list or t is tuple or ((issubclass(t, (list, tuple))) and self.check_type(t)[1]):
@@ -344,7 +349,10 @@ class _Proof:
                 except Exception:
                     d = None
                 if type(d) is dict:
-                    stack.extend(dict.values(d))
+                    for k, x in dict.items(d):
+                        if type(x) is types.FunctionType:
+                            self.refs.setdefault(id(x), []).append(k)
+                        stack.append(x)
 
 
 def _type_name_of(cls) -> str:
@@ -664,7 +672,8 @@ def _accessors(proof: _Proof) -> list:
         if type(cls) is not type:
             continue
         names = _cls_dict(cls).get("_accessors")
-        for name in sorted(n for n in (names if type(names) in (set, frozenset) else ()) if type(n) is str):
+        found: list = list(names) if type(names) in (set, frozenset) else []  # type: ignore[arg-type]
+        for name in sorted(n for n in found if type(n) is str):
             acc = _cls_dict(cls).get(name)
             inner = None
             try:

@@ -20,6 +20,9 @@ import _io
 import _json
 
 private_open = _io.open
+# Every part of a kernel-side module shares this module's namespace (crane.kernel.private_module): `open` here
+# is what all of them call, never a `builtins.open` the notebook replaced.
+open = _io.open  # noqa: A001
 _ESCAPE = _json.encode_basestring_ascii
 
 

@@ -296,11 +296,12 @@ def _apply_settings(facts: dict) -> None:
             except Exception:
                 pass
     pd = sys.modules.get("pandas")
-    for key, val in (st.get("pandas") or {}).items():
-        try:
-            pd.set_option(key, val)
-        except Exception:
-            pass
+    if pd is not None:
+        for key, val in (st.get("pandas") or {}).items():
+            try:
+                pd.set_option(key, val)
+            except Exception:
+                pass
     jax = sys.modules.get("jax")
     if jax is not None:
         for key, val in (st.get("jax") or {}).items():
