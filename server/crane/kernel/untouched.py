@@ -13,7 +13,8 @@ Effect sentinels (ids prove nothing about code that ran): for the block, `Untouc
 kernel hooks that record every call CRANE's kernel-side code makes into them — a profile hook (`sys.setprofile`,
 and `threading`'s for new threads) recording events below a frame of CRANE's own (`<crane-kernel/...>` code called
 from CRANE's code: the entry point itself being entered and left is what every request shows a hook), wrappers
-around `builtins.open`, `io.open`, `json.loads/dumps/load/dump` recording calls from CRANE's code, and an input
+around `builtins.open` (not `io.open`: `open` in the namespace, ipykernel's, is pickled by that name) and
+`json.loads/dumps/load/dump` recording calls from CRANE's code, and an input
 transformer recording any non-empty cell transformed; with `sentinel="name"` also an object bound under that name
 whose every hook pickling or attribute access may call (`__reduce_ex__`, `__reduce__`, `__getstate__`,
 `__getattr__`, a `__class__` property, ...) records. All are removed after the block, the object before the
@@ -105,7 +106,7 @@ STATE_EXPR = "(lambda g: (exec(%r, g), g['f'](get_ipython()))[1])({})" % _STATE_
 
 # The effect sentinels (see the module docstring), installed as a private module `_crane_untouched`.
 _SENTINEL_SRC = r"""
-import builtins, io, json, sys, threading
+import builtins, json, sys, threading
 HITS = []
 SAVED = {}
 
@@ -174,8 +175,6 @@ def install(ip, name):
     threading.setprofile(_prof)
     SAVED['open'] = builtins.open
     builtins.open = _wrap('builtins.open', builtins.open)
-    SAVED['io.open'] = io.open
-    io.open = _wrap('io.open', io.open)
     for f in ('loads', 'dumps', 'load', 'dump'):
         SAVED['json.' + f] = getattr(json, f)
         setattr(json, f, _wrap('json.' + f, getattr(json, f)))
@@ -188,7 +187,6 @@ def remove(ip, name):
     sys.setprofile(SAVED.get('profile'))
     threading.__dict__['_profile_hook'] = SAVED.get('tprofile')
     builtins.open = SAVED['open']
-    io.open = SAVED['io.open']
     for f in ('loads', 'dumps', 'load', 'dump'):
         setattr(json, f, SAVED['json.' + f])
     while _transformer in ip.input_transformers_post:
