@@ -89,6 +89,10 @@ MAX_REQUEST_ITEMS = 200
 MAX_KEYS = 30
 MAX_CONSTRUCTIONS = 8
 LIST_STATS_N = 10000
+# CRANE's own JSON, bound when the module is installed: a `json.loads`/`json.dumps` the notebook replaced is not called
+_decode = json.JSONDecoder().decode
+_encode = json.JSONEncoder().encode
+
 _LIBRARIES = (
     "numpy", "pandas", "sklearn", "scipy", "torch", "torchvision", "tensorflow", "keras", "matplotlib", "seaborn",
     "statsmodels", "xgboost", "lightgbm", "catboost", "transformers", "plotly", "cv2", "PIL", "nltk", "imblearn",
@@ -485,7 +489,7 @@ def _reusable(ctx, memo, compute):
     remembered — unless this call's budgets cut the work short (then the facts depend on the request's order)."""
     text = recall(memo) if memo is not None else None
     if text is not None:
-        return json.loads(text), len(text), 1
+        return _decode(text), len(text), 1
     cuts = ctx.cuts
     r = compute()
     text = dumps(r)
@@ -525,11 +529,24 @@ def _cheap(v, name):
 
 
 def run(request_json, ns=None):
-    """Answer one ProbeRequest (JSON) with a ProbeResult (JSON). Never raises, never prints."""
+    """Answer one ProbeRequest (JSON) with a ProbeResult (JSON). Never raises, never prints. The user's
+    profile/trace hooks are off meanwhile (turned off inline, as every kernel-side entry point of CRANE's does:
+    sandbox/kernel/guard.py), and its JSON is CRANE's own (`_decode`/`_encode`, bound at install)."""
+    saved = (sys.getprofile(), sys.gettrace())
+    sys.setprofile(None)
+    sys.settrace(None)
+    try:
+        return _answer(request_json, ns)
+    finally:
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
+
+
+def _answer(request_json, ns=None):
     t0 = time.perf_counter()
     res = {}
     try:
-        req = json.loads(request_json)
+        req = _decode(request_json)
         if type(req) is not dict:
             raise ValueError("the request must be a JSON object")
         max_var = int(req.get("max_var_bytes") or MAX_VAR_BYTES)
@@ -567,6 +584,18 @@ def run(request_json, ns=None):
 
 
 def history(limit=500, max_chars=262144):
+    """The kernel's input history (see `_history`), the user's profile/trace hooks off meanwhile."""
+    saved = (sys.getprofile(), sys.gettrace())
+    sys.setprofile(None)
+    sys.settrace(None)
+    try:
+        return _history(limit, max_chars)
+    finally:
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
+
+
+def _history(limit=500, max_chars=262144):
     """The kernel's stored cell sources as JSON [[execution_count, source], ...]: the newest first kept, bounded."""
     try:
         ip_mod = sys.modules.get("IPython")
@@ -580,6 +609,6 @@ def history(limit=500, max_chars=262144):
             out.append([n, src])
             total += len(src)
         out.reverse()
-        return json.dumps(out)
+        return _encode(out)
     except Exception:
         return "[]"
