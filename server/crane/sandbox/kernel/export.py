@@ -179,7 +179,7 @@ class _Proof:
             return False
         m = dict.get(sys.modules, mod)
         if m is None or type(m) is not types.ModuleType:
-            return False
+            return self._only_library_code(cls)  # an extension's type named after a private module
         d = _O_DICT_GET(m, "__dict__")
         path = dict.get(d, "__file__")
         if not (type(path) is str and is_library(path)) and mod not in sys.builtin_module_names:
@@ -203,14 +203,19 @@ class _Proof:
         return self._only_library_code(cls)  # not importable by its name (a factory's class): its code decides
 
     def _only_library_code(self, cls) -> bool:
-        """Every value of the class's dict is library code or plain data."""
-        for v in _cls_dict(cls).values():
+        """Every value of the class's dict is library code or plain data (a namedtuple's generated `__new__`, which
+        neither pickling nor a library's saving calls, aside)."""
+        cd = _cls_dict(cls)
+        for name, v in cd.items():
             t = type(v)
+            if name == "__new__" and t is staticmethod and "_fields" in cd and type(v.__func__) is types.FunctionType \
+                    and v.__func__.__code__.co_filename == "<string>":
+                continue
             if t is types.FunctionType or t is staticmethod or t is classmethod or t is property:
                 if not _library_function(v):
                     return False
             elif not (_library_function(v) or t in _DATA or type.__dict__["__name__"].__get__(t, type)
-                      in ("PyCapsule", "getset_descriptor", "member_descriptor")):
+                      in ("PyCapsule", "getset_descriptor", "member_descriptor", "_tuplegetter")):
                 return False
         return True
 
@@ -282,9 +287,10 @@ class _Proof:
                     continue
                 bd = _cls_dict(b)
                 if any(n in bd and type(bd[n]) is types.FunctionType for n in _PICKLING):
-                    lib_names: set = set()
-                    for x in _T_MRO.__get__(b, type):
-                        lib_names.update(n for n in _cls_dict(x) if type(n) is str and not n.startswith("__"))
+                    lib_names: set = set()  # what the library's classes define: its pickling code may call any
+                    for x in mro:
+                        if x is not object and self.library_class(x):
+                            lib_names.update(n for n in _cls_dict(x) if type(n) is str and not n.startswith("__"))
                     overridden = [n for k in mro if k is not object and not self.library_class(k)
                                   for n in _cls_dict(k) if type(n) is str and n in lib_names]
                     if overridden:
