@@ -128,11 +128,31 @@ def _library_function(v) -> bool:
     if t is types.FunctionType:
         code = v.__code__
         return type(code.co_filename) is str and is_library(code.co_filename)
+    if t is types.MethodType:
+        return _library_function(v.__func__)
+    if _compiled_callable_type(t):  # nanobind's nb_func/nb_method, pybind11's, ... : made by compiled code only
+        return True
     if type.__dict__["__name__"].__get__(t, type) in ("cython_function_or_method", "fused_cython_function"):
         mod = dict.get(sys.modules, v.__module__) if type(v.__module__) is str else None
         path = dict.get(_O_DICT_GET(mod, "__dict__"), "__file__") if type(mod) is types.ModuleType else None
         return type(path) is str and is_library(path)  # compiled into a library's extension module
     return False
+
+
+_COMPILED_CALLABLES = {("nanobind", "nb_func"), ("nanobind", "nb_method"), ("nanobind", "nb_bound_method"),
+                       ("builtins", "pybind11_static_property")}
+
+
+def _compiled_callable_type(t) -> bool:
+    """`t` is the function type of a binding generator (nanobind, pybind11): its objects are made by compiled
+    code only (a heap type named after a module that does not exist, defining no Python function)."""
+    try:
+        key = (_T_MODULE.__get__(t, type), _T_QUALNAME.__get__(t, type))
+    except Exception:
+        return False
+    if key not in _COMPILED_CALLABLES or type(t) is not type:
+        return False
+    return not any(type(x) is types.FunctionType for k in _T_MRO.__get__(t, type) for x in _cls_dict(k).values())
 
 
 class _Refused(Exception):
@@ -182,6 +202,8 @@ class _Proof:
             return self._only_library_code(cls)  # an extension's type named after a private module
         d = _O_DICT_GET(m, "__dict__")
         path = dict.get(d, "__file__")
+        if path is None and mod not in sys.builtin_module_names:
+            return self._only_library_code(cls)  # a submodule an extension made (no file of its own)
         if not (type(path) is str and is_library(path)) and mod not in sys.builtin_module_names:
             return False
         obj: object = m
