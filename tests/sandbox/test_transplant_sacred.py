@@ -328,8 +328,10 @@ def test_honest_cells_get_the_real_verdict(env):
              "def d(k):\n    return 0 if k == 0 else 1 + d(k - 1)\nprint(d(5000))", "print(hdf.geo.center)",
              "assert pd.get_option('display.max_rows') == 7"]
     if env["name"] == "ipython9":
-        assert conn.run_cell("jax.config.update('jax_enable_x64', True)").status == "ok"
-        cells.append("x = jnp.array(2**40)\nprint(x.dtype)")
+        assert conn.run_cell("jax.config.update('jax_enable_x64', True)\njf = jax.jit(lambda v: v * 2)\n"
+                             "tree = jax.tree_util.tree_structure({'a': 1})").status == "ok"
+        cells += ["x = jnp.array(2**40)\nprint(x.dtype)",  # a jitted function and a pytree: compiled types
+                  "print(float(jf(jnp.ones(2)).sum()), tree.num_leaves)"]
     try:
         for cell in cells:
             real = conn.run_cell(cell, timeout=60) if "Out[" not in cell and "_\n" not in cell else None
