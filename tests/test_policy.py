@@ -7,6 +7,7 @@ import pytest
 
 from crane.finding import Finding
 from crane.policy import (
+    LIKELY_CONFIDENCE,
     SUSPICION_CONFIDENCE,
     ModelAnswer,
     decide,
@@ -24,6 +25,7 @@ MODEL_KEY = Finding(rule="llm", ename="KeyError", message="the model agrees", li
 
 CRASH = SandboxVerdict(verdict="crash", ename="KeyError", evalue="'b'", line=2)
 CRASH_OTHER = SandboxVerdict(verdict="crash", ename="ValueError", evalue="bad", line=4)
+LIKELY = SandboxVerdict(verdict="crash", ename="KeyError", evalue="'b'", line=2, certain=False)  # rebuilt state
 CLEAN = SandboxVerdict(verdict="no-crash")
 TIMEOUT = SandboxVerdict(verdict="timeout", reason="budget")
 BLOCKED = SandboxVerdict(verdict="blocked", reason="a write")
@@ -60,6 +62,12 @@ CASES = [
     ("llm: agreeing with a rule shows the rule's finding", "llm", [KEY], None, AGREES, "crash", "rules",
      [("missing-key", "KeyError")], 0, 0),
     ("llm: a model's no-crash on nothing found", "llm", [], None, NO_CRASH, "no-crash", "llm", [], 0, 0),
+    ("a likely crash the rules did not predict decides nothing, shown apart", "auto", [], LIKELY, None,
+     "no-crash", "none", [], 0, 1),
+    ("a likely crash the rules predicted decides", "auto", [GUESS], LIKELY, None, "crash", "sandbox",
+     [("sandbox", "KeyError")], 0, 0),
+    ("a likely crash beside another rule finding", "auto", [TYPE], LIKELY, None, "crash", "rules",
+     [("astype-text", "TypeError")], 0, 1),
     ("llm: a conclusive run still wins", "llm", [GUESS], CRASH_OTHER, CHECKED, "crash", "sandbox",
      [("sandbox", "ValueError")], 0, 0),
 ]
@@ -73,7 +81,10 @@ def test_decide(mode, rules, sandbox, model, prediction, decided_by, shown, clea
     assert [(f.rule, f.ename) for f in d.findings] == shown
     assert len(d.cleared) == cleared and len(d.suspicions) == suspicions
     for s in d.suspicions:
-        assert s.confidence <= SUSPICION_CONFIDENCE and s.rule == "llm-suspicion"
+        if s.source == "sandbox":  # a likely crash of a copied run
+            assert s.rule == "sandbox" and s.confidence == LIKELY_CONFIDENCE
+        else:
+            assert s.confidence <= SUSPICION_CONFIDENCE and s.rule == "llm-suspicion"
 
 
 def test_a_sandbox_crash_carries_the_real_exception_and_the_rules_root_cause():
@@ -91,6 +102,7 @@ def test_a_sandbox_crash_carries_the_real_exception_and_the_rules_root_cause():
     ("auto", [GUESS], TIMEOUT, False),
     ("auto", [], CLEAN, False),
     ("auto", [], CRASH, False),
+    ("auto", [], LIKELY, True),  # a likely crash decides nothing alone
     ("llm", [GUESS], CLEAN, True),
 ])
 def test_a_model_is_asked_only_where_it_can_change_the_outcome(mode, rules, sandbox, wanted):
@@ -106,6 +118,7 @@ def test_a_model_is_asked_only_where_it_can_change_the_outcome(mode, rules, sand
     ([], None, False, "unknown"),  # the facts could not be read (the kernel busy)
     ([GUESS], TIMEOUT, True, "crash"),  # the rules decided
     ([], CRASH, False, "crash"),
+    ([], LIKELY, True, "unknown"),  # only likely: an agent is not told "no crash"
 ])
 def test_what_an_agent_is_told(rules, sandbox, facts_read, told):
     d = decide("auto", rules, sandbox)

@@ -111,7 +111,8 @@ def with_model(rules: list[Finding], model: ModelAnswer) -> Decision:
 
 
 def sandbox_conclusive(v: SandboxVerdict | None) -> bool:
-    return v is not None and v.verdict in ("crash", "no-crash")
+    """A clean run, or a certain crash (a likely one, `certain=False`, never decides alone)."""
+    return v is not None and (v.verdict == "no-crash" or (v.verdict == "crash" and v.certain))
 
 
 def decide(
@@ -120,8 +121,22 @@ def decide(
     sandbox: SandboxVerdict | None = None,
     model: ModelAnswer | None = None,
 ) -> Decision:
-    """The cell's diagnostics from what each source said (see the module docstring for the order)."""
-    if sandbox is not None and sandbox.verdict == "crash":
+    """The cell's diagnostics from what each source said (see the module docstring for the order). A likely
+    sandbox crash (`certain=False`) the rules did not predict decides nothing: it is shown apart, with the
+    suspicions, at its lower confidence."""
+    d = _decide(mode, rules, sandbox, model)
+    if sandbox is not None and sandbox.verdict == "crash" and not sandbox.certain and d.decided_by != "sandbox":
+        likely = sandbox_finding(sandbox, rules)
+        if not any(f.ename == likely.ename and f.line == likely.line for f in d.findings):
+            d.suspicions = [likely, *d.suspicions]
+    return d
+
+
+def _decide(mode: Mode, rules: list[Finding], sandbox: SandboxVerdict | None, model: ModelAnswer | None) -> Decision:
+    if sandbox is not None and sandbox.verdict == "crash" and sandbox.certain:
+        return Decision("crash", [sandbox_finding(sandbox, rules)], "sandbox")
+    if sandbox is not None and sandbox.verdict == "crash" and any(f.ename == sandbox.ename for f in rules):
+        # a likely crash (a transplant's failing frame depends on rebuilt state) the rules predicted too
         return Decision("crash", [sandbox_finding(sandbox, rules)], "sandbox")
     if sandbox is not None and sandbox.verdict == "no-crash":
         return Decision("no-crash", [], "sandbox", cleared=list(rules))
@@ -158,13 +173,18 @@ def model_wanted(mode: Mode, rules: list[Finding], sandbox: SandboxVerdict | Non
     return mode == "auto" and not rules and not sandbox_conclusive(sandbox)
 
 
+LIKELY_CONFIDENCE = 0.7  # a copied run's crash whose failing frames rest on state the copy rebuilt
+
+
 def sandbox_finding(v: SandboxVerdict, rules: list[Finding]) -> Finding:
     """A certain crash seen in the sandbox, with the rules' root cause when they agree on the exception."""
     agree = next((f for f in rules if f.ename == v.ename), None)
     evalue = (v.evalue or "").strip().splitlines()
     miniature = v.scale == "miniature"
     evidence = [f"{v.how()}: " + ("the cell crashed on the kept rows, in a way the smaller data does not explain"
-                                   if miniature else "the crash is certain")]
+                                   if miniature else "the crash is certain" if v.certain else
+                                   "the crash is likely (its failing frame depends on library state the copy "
+                                   "rebuilt)")]
     evidence += _key_frames(v.traceback)
     if agree:
         evidence += [f"the rules predicted it too ({agree.rule}): {agree.message}"]
@@ -174,7 +194,7 @@ def sandbox_finding(v: SandboxVerdict, rules: list[Finding]) -> Finding:
         message=evalue[0][:300] if evalue else "",
         line=v.line or (agree.line if agree else 1),
         root_cause=agree.root_cause if agree else None,
-        confidence=0.95 if miniature else 1.0,
+        confidence=(0.95 if miniature else 1.0) if v.certain else LIKELY_CONFIDENCE,
         evidence=evidence,
         related=agree.related if agree else [],
         source="sandbox",

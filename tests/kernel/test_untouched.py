@@ -45,3 +45,32 @@ def test_an_unknown_connection_is_a_clear_error(conn):
 
     with pytest.raises(KernelError, match="unknown"):
         Untouched(Detached())  # type: ignore[arg-type]  # a connection of no known kind, on purpose
+
+
+# code of CRANE's in the kernel is compiled under `<crane-kernel/...>` names (crane.kernel.private_module)
+_CRANE_CODE = ("(lambda g: (exec(compile(%r, '<crane-kernel/fake.py>', 'exec'), g), g['f']())[1])({})")
+
+
+def test_crane_code_calling_the_users_hooks_is_caught(conn):
+    """Ids prove nothing about code that ran: each effect sentinel must fire when CRANE's code reaches it."""
+    cases = {
+        "json.dumps": "import json\ndef f():\n    return json.dumps(1)\n",
+        "builtins.open": "def f():\n    with open('/proc/self/stat') as fh:\n        return len(fh.read()) > 0\n",
+        "profile hook": "def g():\n    return 1\ndef f():\n    return g()\n",
+        "sentinel": "import pickle, sys\ndef f():\n    return len(pickle.dumps(sys.modules['__main__'].sentinel)) > 0\n",
+    }
+    for what, src in cases.items():
+        with Untouched(conn, sentinel="sentinel") as check:
+            conn.evaluate(_CRANE_CODE % src)
+        assert check.unchanged is False and check.hits, (what, check.hits)
+        assert any(what.split()[0].split(".")[0] in h for h in check.hits), (what, check.hits)
+    assert conn.evaluate("'sentinel' in globals()") is False  # removed after the block
+
+
+def test_the_sentinels_see_nothing_when_crane_code_runs_hooks_off(conn):
+    src = ("import sys, threading, json\ndef g():\n    return json.dumps(2)\ndef f():\n"
+           "    saved = sys.getprofile()\n    sys.setprofile(None)\n    try:\n        return g()\n"
+           "    finally:\n        sys.setprofile(saved)\n")
+    with Untouched(conn, sentinel="sentinel") as check:
+        conn.evaluate(_CRANE_CODE % src.replace("json.dumps(2)", "str(2)"))
+    assert check.unchanged is True and check.hits == [], check.hits

@@ -40,6 +40,9 @@ def static_predictor(replayed: ReplayedNotebook, target: int, result: VariantRes
     record(replayed.predict(target)[0], result)
 
 
+BENCH_SENTINEL = "_crane_bench_sentinel"  # an object whose every pickling/attribute hook records (kernel/untouched)
+
+
 class ModePredictor:
     """auto / llm modes (crane.modes) as a bench predictor."""
 
@@ -60,7 +63,9 @@ class ModePredictor:
         # the kernel cannot be watched, the prediction still counts; `kernel_unchanged` stays unknown)
         with ExitStack() as stack:
             try:
-                check: Untouched | None = stack.enter_context(Untouched(replayed.kernel.connection))
+                # with the effect sentinels: a user hook CRANE's kernel-side code calls counts as a change
+                check: Untouched | None = stack.enter_context(
+                    Untouched(replayed.kernel.connection, sentinel=BENCH_SENTINEL))
             except KernelError:
                 check = None
             cell = decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s, probe)

@@ -46,9 +46,11 @@ def _notebook_lines(nb: NotebookReport) -> list[str]:
         if r.error:
             lines.append(f"{path}: cell {r.cell}: {r.error}")
         how = _how(r)
-        for s in r.suspicions:  # a model's unchecked crash claim: shown apart, predicting nothing
-            lines.append(f"{path}: cell {r.cell}, line {s.line}: the model's suspicion (unchecked, confidence "
-                         f"{s.confidence:.2f}): {s.ename}: {s.message}")
+        for s in r.suspicions:  # shown apart, predicting nothing: a model's unchecked claim, a likely crash
+            what = ("a likely crash (a copied run whose failing frames rest on library state the copy rebuilt"
+                    if s.source == "sandbox" else "the model's suspicion (unchecked")
+            lines.append(f"{path}: cell {r.cell}, line {s.line}: {what}, confidence {s.confidence:.2f}): "
+                         f"{s.ename}: {s.message}")
         if not r.findings and r.prediction == "unknown":
             lines.append(f"{path}: cell {r.cell}: unknown: neither the kernel's facts nor a sandbox run decided{how}")
             continue

@@ -9,7 +9,8 @@ Both directions go through one silent request (`silent=True, store_history=False
 the execution count, `In`/`Out` and the outputs other clients see are untouched (iopub carries busy/idle only).
 
 - install: `exec(<bootstrap>, {fresh dict})` creates the module (sources compiled under `<crane-kernel/PATH>`
-  names, so kernel-side tracebacks point at the real file and line);
+  names, so kernel-side tracebacks point at the real file and line), the user's profile/trace hooks off
+  meanwhile (the module's top-level code is CRANE's);
 - call: `<module>.<function>(*args)` when the installed module has our VERSION, else a sentinel; on the sentinel
   (the kernel restarted, or another CRANE installed another version) `ModuleClient` installs and calls again once.
 
@@ -35,12 +36,19 @@ MISSING = "__crane_module_missing__"
 
 _BOOTSTRAP = """
 import sys as _sys, types as _types
-_m = _types.ModuleType(NAME, DOC)
-_m.__dict__["__file__"] = "<crane-kernel>"
-for _f, _c in SRC:
-    exec(compile(_c, _f, "exec"), _m.__dict__)
-_m.VERSION = VER
-_sys.modules[NAME] = _m
+_hooks = (_sys.getprofile(), _sys.gettrace())
+_sys.setprofile(None)
+_sys.settrace(None)
+try:
+    _m = _types.ModuleType(NAME, DOC)
+    _m.__dict__["__file__"] = "<crane-kernel>"
+    for _f, _c in SRC:
+        exec(compile(_c, _f, "exec"), _m.__dict__)
+    _m.VERSION = VER
+    _sys.modules[NAME] = _m
+finally:
+    _sys.settrace(_hooks[1])
+    _sys.setprofile(_hooks[0])
 """
 
 

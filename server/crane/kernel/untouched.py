@@ -6,7 +6,19 @@ at-fork handlers, OOM score adjustment, CPU affinity and scheduling of the kerne
 states (random, numpy, torch, TensorFlow) — with one private request, which itself changes none of it. `IopubRecorder` is a second client on the kernel's iopub
 channel, as the user's notebook frontend is: it records every message in a thread, so nothing CRANE does can
 show an output (stream, display, result, error, execute_input) without it being seen. `Untouched` combines both
-around a block: `unchanged` is true when the fingerprint is the same after and no output was published.
+around a block: `unchanged` is true when the fingerprint is the same after, no output was published and no
+effect sentinel fired.
+
+Effect sentinels (ids prove nothing about code that ran): for the block, `Untouched` installs privately in the
+kernel hooks that record every call CRANE's kernel-side code makes into them — a profile hook (`sys.setprofile`,
+and `threading`'s for new threads) recording events below a frame of CRANE's own (`<crane-kernel/...>` code called
+from CRANE's code: the entry point itself being entered and left is what every request shows a hook), wrappers
+around `builtins.open` (not `io.open`: `open` in the namespace, ipykernel's, is pickled by that name) and
+`json.loads/dumps/load/dump` recording calls from CRANE's code, and an input
+transformer recording any non-empty cell transformed; with `sentinel="name"` also an object bound under that name
+whose every hook pickling or attribute access may call (`__reduce_ex__`, `__reduce__`, `__getstate__`,
+`__getattr__`, a `__class__` property, ...) records. All are removed after the block, the object before the
+fingerprint is compared. `hits` lists what fired. Audit hooks are not used: they cannot be removed.
 
 Waiting is on events, not sleeps: the recorder counts as subscribed once it has seen the status messages of a
 private request (ZeroMQ subscriptions take effect asynchronously), and the check after the block waits for the
@@ -92,6 +104,105 @@ def f(ip):
 """
 STATE_EXPR = "(lambda g: (exec(%r, g), g['f'](get_ipython()))[1])({})" % _STATE_SRC
 
+# The effect sentinels (see the module docstring), installed as a private module `_crane_untouched`.
+_SENTINEL_SRC = r"""
+import builtins, json, sys, threading
+HITS = []
+SAVED = {}
+
+def _crane(code):
+    return code.co_filename.startswith('<crane-kernel')
+
+def _prof(frame, event, arg):
+    try:
+        if event == 'call':
+            back = frame.f_back
+            if back is not None and _crane(back.f_code) and _crane(frame.f_code):
+                HITS.append('profile hook called for ' + frame.f_code.co_name)
+        elif event == 'c_call':
+            back = frame.f_back
+            if _crane(frame.f_code) and back is not None and _crane(back.f_code):
+                HITS.append('profile hook called for ' + getattr(arg, '__name__', '?'))
+    except Exception:
+        pass
+
+def _wrap(name, fn):
+    def rec(*a, **k):
+        try:
+            f = sys._getframe(1)
+            if _crane(f.f_code):
+                HITS.append(name + ' called by ' + f.f_code.co_filename)
+        except Exception:
+            pass
+        return fn(*a, **k)
+    return rec
+
+def _transformer(lines):
+    if ''.join(lines).strip():
+        HITS.append('input transformer ran on ' + repr(''.join(lines)[:40]))
+    return lines
+
+class Sentinel:
+    def __init__(self):
+        object.__setattr__(self, 'v', 1)
+    def _hit(self, what):
+        HITS.append('sentinel ' + what)
+    def __reduce_ex__(self, p):
+        Sentinel._hit(self, '__reduce_ex__')
+        return (int, (1,))
+    def __reduce__(self):
+        Sentinel._hit(self, '__reduce__')
+        return (int, (1,))
+    def __getstate__(self):
+        Sentinel._hit(self, '__getstate__')
+        return {}
+    def __getattr__(self, name):
+        Sentinel._hit(self, '__getattr__ ' + name)
+        raise AttributeError(name)
+    def __sizeof__(self):
+        Sentinel._hit(self, '__sizeof__')
+        return 64
+    @property
+    def __class__(self):
+        Sentinel._hit(self, '__class__')
+        return Sentinel
+
+def install(ip, name):
+    del HITS[:]
+    SAVED['profile'] = sys.getprofile()
+    SAVED['tprofile'] = threading.__dict__.get('_profile_hook')
+    sys.setprofile(_prof)
+    threading.setprofile(_prof)
+    SAVED['open'] = builtins.open
+    builtins.open = _wrap('builtins.open', builtins.open)
+    for f in ('loads', 'dumps', 'load', 'dump'):
+        SAVED['json.' + f] = getattr(json, f)
+        setattr(json, f, _wrap('json.' + f, getattr(json, f)))
+    ip.input_transformers_post.append(_transformer)
+    if name:
+        ip.user_ns[name] = Sentinel()
+    return True
+
+def remove(ip, name):
+    sys.setprofile(SAVED.get('profile'))
+    threading.__dict__['_profile_hook'] = SAVED.get('tprofile')
+    builtins.open = SAVED['open']
+    for f in ('loads', 'dumps', 'load', 'dump'):
+        setattr(json, f, SAVED['json.' + f])
+    while _transformer in ip.input_transformers_post:
+        ip.input_transformers_post.remove(_transformer)
+    if name:
+        ip.user_ns.pop(name, None)
+    return list(HITS)
+"""
+
+
+def _sentinel_expr(call: str, name: str | None) -> str:
+    """Install (once) the sentinel module privately, then `install`/`remove` it."""
+    return ("(lambda s: (s.modules.setdefault('_crane_untouched', (lambda m: (exec(%r, m.__dict__), m)[1])"
+            "(__import__('types').ModuleType('_crane_untouched'))).%s(get_ipython(), %r)))(__import__('sys'))"
+            % (_SENTINEL_SRC, call, name))
+
 
 def kernel_state(conn: KernelConnection) -> dict:
     """The fingerprint of what the user owns, read with one private request."""
@@ -169,11 +280,14 @@ def watch_target(conn: KernelConnection) -> KernelTarget | None:
 class Untouched:
     """`with Untouched(conn) as check: ...` then `check.unchanged` (and `check.outputs` when it is not)."""
 
-    def __init__(self, conn: KernelConnection, timeout: float = 30.0):
+    def __init__(self, conn: KernelConnection, timeout: float = 30.0, sentinel: str | None = None,
+                 effects: bool = True):
         self.target = watch_target(conn)
         if self.target is None:
             raise KernelError("the kernel's connection is unknown: nothing can watch its iopub channel")
         self.conn, self.timeout = conn, timeout
+        self.sentinel, self.effects = sentinel, effects or sentinel is not None
+        self.hits: list[str] = []  # what an effect sentinel recorded during the block
         self.unchanged: bool | None = None
         self.outputs: list[dict] = []
         self._recorder: IopubRecorder | None = None
@@ -188,6 +302,8 @@ class Untouched:
                 if self._before.get(k) != self.after.get(k)}
 
     def __enter__(self) -> Untouched:
+        if self.effects:
+            self.conn.evaluate(_sentinel_expr("install", self.sentinel))
         self._recorder = rec = IopubRecorder(self.target)
         deadline = time.monotonic() + self.timeout
         while True:  # until the recorder sees a request's statuses: then it is subscribed
@@ -197,6 +313,7 @@ class Untouched:
                 break
             if time.monotonic() > deadline:
                 rec.close()
+                self._remove()
                 raise KernelError("the kernel's iopub channel published nothing: cannot watch it")
         return self
 
@@ -210,6 +327,20 @@ class Untouched:
                 rec.wait_idle_beyond(seen, self.timeout)  # every message the block caused came before it
                 self.outputs = rec.outputs()
                 self.after = after
-                self.unchanged = after == self._before and not self.outputs
+                self._remove()
+                self.unchanged = after == self._before and not self.outputs and not self.hits
         finally:
             rec.close()
+            if self.effects and not self._removed:
+                try:
+                    self._remove()
+                except KernelError:
+                    pass
+
+    _removed = False
+
+    def _remove(self) -> None:
+        if self.effects and not self._removed:
+            self._removed = True
+            hits = self.conn.evaluate(_sentinel_expr("remove", self.sentinel))
+            self.hits = [str(h) for h in hits] if isinstance(hits, list) else [repr(hits)]

@@ -19,7 +19,7 @@ from lsprotocol import types
 
 from crane.lsp.messages import DiagnosticData, DiagnosticSandbox
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot, utf16_col
-from crane.policy import decide
+from crane.policy import LIKELY_CONFIDENCE, decide
 
 if TYPE_CHECKING:
     from crane.finding import Finding
@@ -40,7 +40,8 @@ def _line_length(source: str, line0: int) -> int:
 
 
 def severity(finding: Finding) -> types.DiagnosticSeverity:
-    if finding.source == "llm":  # a model's opinion: never an error squiggle
+    if finding.source == "llm" or (finding.rule == "sandbox" and finding.confidence <= LIKELY_CONFIDENCE):
+        # a model's opinion, or a likely crash of a copied run: never an error squiggle
         return types.DiagnosticSeverity.Warning if finding.confidence >= 0.7 else types.DiagnosticSeverity.Information
     return types.DiagnosticSeverity.Error if finding.confidence >= 0.5 else types.DiagnosticSeverity.Warning
 

@@ -32,13 +32,14 @@ from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.drain import OUTPUT_LIMIT, RunDrain
-from crane.sandbox.request import SandboxRequest, encode_request
+from crane.sandbox.request import SandboxRequest
 from crane.sandbox.verdict import ExitStatus, LaunchReply, RemoteState, SandboxVerdict, exit_status_decoder, unavailable
 
 # The fork sandbox's kernel-side module, in execution order: paths under sandbox/ (kernel/ runs in the kernel and
 # its forked child; shared/ is imported by the daemon too)
-SANDBOX_PARTS = ("kernel/confine.py", "kernel/common.py", "kernel/request.py", "kernel/atfork.py", "kernel/audit.py", "kernel/mappings.py",
-                 "kernel/fds.py", "shared/notify.py", "kernel/layer.py", "kernel/isolation.py", "kernel/miniature.py",
+SANDBOX_PARTS = ("kernel/confine.py", "kernel/shield.py", "kernel/common.py", "kernel/request.py", "kernel/atfork.py",
+                 "kernel/audit.py", "kernel/mappings.py", "kernel/fds.py", "shared/notify.py", "kernel/layer.py",
+                 "kernel/isolation.py", "kernel/miniature.py",
                  "kernel/run.py", "kernel/session.py", "kernel/entry.py")
 SANDBOX_MODULE = KernelModule(
     "_crane_sandbox",
@@ -194,7 +195,9 @@ class ChildHandle:
 def launch_reply(conn: KernelConnection, entry: str, request: SandboxRequest, timeout: float) -> LaunchReply | SandboxVerdict:
     """Ask the kernel to fork; its validated reply, or an 'unavailable' SandboxVerdict."""
     try:
-        raw = ModuleClient(conn, SANDBOX_MODULE).call(entry, encode_request(request), timeout=timeout, what="sandbox request")
+        # a dict literal: nothing is parsed with the kernel's `json` (kernel/shield.py)
+        raw = ModuleClient(conn, SANDBOX_MODULE).call(entry, msgspec.to_builtins(request), timeout=timeout,
+                                                      what="sandbox request")
         reply = msgspec.convert(raw, LaunchReply)
     except KernelTimeout:
         return unavailable("the kernel is busy (it did not answer the sandbox request in time)")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import time
 
@@ -58,6 +59,7 @@ class Unforkable(SandboxError):
 class _Reply(msgspec.Struct, omit_defaults=True):
     event: str
     id: int | None = None
+    key: str | None = None  # the command's per-command key, echoed (a checkpoint's resume key for "resumed")
     pid: int | None = None
     depth: int = 0
     ok: bool | None = None
@@ -85,6 +87,10 @@ class SandboxSession:
         self._head = head
         self._buf = b""
         self._next_id = 0
+        self._expected: tuple[int, str] | None = None  # (id, key) of the command whose reply is awaited
+        self._resume_keys: dict[int, str] = {}  # checkpoint depth -> the key its "resumed" event must carry
+        self._ready = False  # the session announced itself (a later "ready" is forged)
+        self.forged = 0  # lines on the result FIFO that answer no command of ours: discarded
         self._depth = 0  # absolute depth of the head (0 = the process forked from the kernel)
         self.budget_s = budget_s
         self.closed = False
@@ -226,16 +232,42 @@ class SandboxSession:
         self._depth = depth
 
     def _send(self, cmd: dict) -> None:
+        """Send a command with a fresh id and a per-command secret key, which its reply must carry; lines
+        already waiting on the result FIFO answer nothing we asked (stale or forged): discarded first."""
         if self.closed and cmd.get("op") != "close":
             raise SandboxError("the sandbox session is closed")
+        self._drain()
         self._next_id += 1
         cmd["id"] = self._next_id
+        cmd["key"] = secrets.token_hex(16)
+        if cmd.get("op") == "checkpoint":
+            cmd["resume"] = self._resume_keys[self._depth] = secrets.token_hex(16)
+        self._expected = (cmd["id"], cmd["key"])
         data = (json.dumps(cmd) + "\n").encode()
         fd = self._pdir.commands_fd
         if fd < 0:
             raise OSError("closed")
         while data:
             data = data[os.write(fd, data):]
+
+    def _drain(self) -> None:
+        """Discard (and count) the complete lines waiting on the result FIFO: no command is awaited now."""
+        fd = self._pdir.result_fd
+        if fd < 0:
+            return
+        while True:
+            try:
+                r, _, _ = select.select([fd], [], [], 0)
+                chunk = os.read(fd, 1 << 16) if r else b""
+            except (BlockingIOError, OSError, ValueError):
+                chunk = b""
+            if not chunk:
+                break
+            self._buf += chunk
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            if line.strip() and b'"setup"' not in line[:40]:
+                self.forged += 1
 
     def _expect(self, timeout: float, allow_resumed: bool = False) -> _Reply:
         rep = self._read_reply(time.monotonic() + timeout)
@@ -249,29 +281,50 @@ class SandboxSession:
         return rep
 
     def _read_reply(self, deadline: float) -> _Reply | None:
+        """The next genuine line (see `_genuine`); lines that are not are discarded and counted in `forged`."""
         fd = self._pdir.result_fd
-        while b"\n" not in self._buf:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            r, _, _ = select.select([fd], [], [], min(remaining, 0.25))
-            if not r:
-                continue
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk:  # no writer left: every session process is gone
-                time.sleep(0.01)
-                if not self._head.alive():
+        while True:
+            while b"\n" not in self._buf:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     return None
+                r, _, _ = select.select([fd], [], [], min(remaining, 0.25))
+                if not r:
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:  # no writer left: every session process is gone
+                    time.sleep(0.01)
+                    if not self._head.alive():
+                        return None
+                    continue
+                self._buf += chunk
+            line, self._buf = self._buf.split(b"\n", 1)
+            try:
+                rep = _reply_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                self.forged += 1  # not a line of ours
                 continue
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        try:
-            rep = _reply_decoder.decode(line)
-        except msgspec.DecodeError as exc:
-            raise SandboxError(f"malformed reply from the sandbox: {exc}") from None
-        if rep.event == "setup":  # the child's setup line (mode, what was made private): not a reply
-            return self._read_reply(deadline)
-        return rep
+            if rep.event == "setup":  # the child's setup line (mode, what was made private): not a reply
+                continue
+            if self._genuine(rep):
+                return rep
+            self.forged += 1
+
+    def _genuine(self, rep: _Reply) -> bool:
+        """A reply to the awaited command (its id and key), the session's first announcement, or a checkpoint's
+        resumption (the key only that checkpoint process holds)."""
+        if rep.event in ("ready", "error") and not self._ready:
+            self._ready = rep.event == "ready"
+            return True
+        if rep.event == "resumed":
+            key = self._resume_keys.get(rep.depth)
+            return key is not None and rep.key is not None and secrets.compare_digest(key, rep.key)
+        if rep.event in ("reply", "error") and self._expected is not None:
+            want_id, want_key = self._expected
+            if rep.id == want_id and rep.key is not None and secrets.compare_digest(want_key, rep.key):
+                self._expected = None
+                return True
+        return False

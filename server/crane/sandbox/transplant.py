@@ -44,6 +44,7 @@ from crane.kernel.client import KernelConnection, literal_value
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
+from crane.sandbox.cell_names import cell_names
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.options import active as active_options
@@ -53,7 +54,8 @@ from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, Transp
 _HERE = Path(__file__).resolve().parent
 BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the worker's `-c` program
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
-                                 [_HERE / "kernel/library.py", _HERE / "kernel/miniature.py", _HERE / "kernel/export.py"])
+                                 [_HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/miniature.py",
+                                  _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
@@ -71,6 +73,7 @@ CLOUDPICKLE_MODULE = KernelModule("_crane_cloudpickle", "CRANE's private copy of
 
 LOAD_S = 20.0  # the worker's own setup (imports, confinement, loading the state) on top of the cell's budget
 EXPORT_TIMEOUT_S = 60.0
+EXPORT_MAX_S = 5.0  # the kernel time one export may take: past it the export stops and the run is unavailable
 
 
 def copy_limit_mb() -> int:
@@ -83,6 +86,24 @@ def idle_s() -> float:
     """An idle warm worker ends after this long (`SandboxOptions.worker_idle_seconds`)."""
     return active_options().worker_idle_seconds
 _WORKER_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
+# what of the kernel's environment a worker starts with (before it confines itself: nothing that chooses code to
+# load, LD_PRELOAD, PYTHONPATH, PYTHONSTARTUP, plugin paths, ...); the rest is set once it is confined
+_ENV_NAMES = {"HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "PATH", "TMPDIR", "SHELL", "MPLBACKEND",
+              "XLA_FLAGS"}
+_ENV_PREFIXES = ("LC_", "KERAS_", "TF_", "JAX_", "OMP_", "MKL_", "OPENBLAS_", "NUMEXPR_", "HF_", "TRANSFORMERS_",
+                 "TOKENIZERS_", "PANDAS_", "NUMPY_", "PYTORCH_")
+_ENV_NEVER = ("PRELOAD", "LD_", "PYTHON", "PATH", "LIBRARY", "PLUGIN", "_DIR", "HOME_")
+
+
+def worker_env(env: dict) -> dict:
+    """The allowlisted part of the kernel's environment a worker starts with."""
+    out = {}
+    for k, v in env.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            continue
+        if k in _ENV_NAMES or (k.startswith(_ENV_PREFIXES) and not any(w in k for w in _ENV_NEVER)):
+            out[k] = v
+    return out
 
 
 def enabled() -> bool:
@@ -98,8 +119,7 @@ class Worker:
         self.kernel = kernel  # the kernel it serves: it ends with that kernel's process
         self.kernel_ended = False  # it was ended because its kernel's process ended
         self.home = tempfile.mkdtemp(prefix="crane-tw-")
-        full = {**env, **_WORKER_ENV, "IPYTHONDIR": os.path.join(self.home, "ipython")}
-        full.pop("PYTHONSTARTUP", None)
+        full = {**worker_env(env), **_WORKER_ENV, "IPYTHONDIR": os.path.join(self.home, "ipython")}
         self.warm = warm
         self.executable = executable
         self.started = time.monotonic()
@@ -349,16 +369,37 @@ class ExportReply(msgspec.Struct):
 
 
 def _export(conn: KernelConnection, pdir: PrivateDir, source: str, timeout: float,
-            miniature: dict | None = None, extra: dict | None = None) -> ExportReply:
+            miniature: dict | None = None, extra: dict | None = None,
+            cancel: threading.Event | None = None) -> ExportReply:
+    """Ask the kernel to write the state `source` reads into `pdir` (kernel/export.py). The names are found here
+    (`cell_names`), never by the kernel's input transformers; the kernel stops by itself after `EXPORT_MAX_S` and
+    when `cancel` is set (a `cancel` file in `pdir`, which the export polls)."""
     cp = ModuleClient(conn, CLOUDPICKLE_MODULE)
     out = cp.evaluate({"v": CLOUDPICKLE_MODULE.version_expression()}, timeout, "transplant check")
     if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
         cp.ensure_installed(timeout=max(timeout, 10.0))
-    extra = {"copy_mb": copy_limit_mb(), **(extra or {})}
+    extra = {"copy_mb": copy_limit_mb(), "max_s": EXPORT_MAX_S, **(extra or {})}
     if miniature:
         extra["miniature"] = miniature
-    raw = ModuleClient(conn, TRANSPLANT_MODULE).call(
-        "export", json.dumps(pdir.args(source=source, **extra)), timeout=EXPORT_TIMEOUT_S, what="transplant export")
+    args = pdir.args(source=source, names=cell_names(source), **extra)
+    done = threading.Event()
+
+    def forward() -> None:  # the daemon's cancel reaches the kernel's export through its directory
+        while cancel is not None and not done.wait(0.05):
+            if cancel.is_set():
+                try:
+                    Path(pdir.path, "cancel").touch()
+                except OSError:
+                    pass
+                return
+
+    if cancel is not None:
+        threading.Thread(target=forward, name="crane-export-cancel", daemon=True).start()
+    try:
+        raw = ModuleClient(conn, TRANSPLANT_MODULE).call("export", args, timeout=EXPORT_TIMEOUT_S,
+                                                         what="transplant export")
+    finally:
+        done.set()
     return msgspec.convert(raw, ExportReply)
 
 
@@ -395,7 +436,7 @@ def transplant(
     child: ChildHandle | None = None
     try:
         try:
-            exp = _export(conn, pdir, source, request_timeout, miniature)
+            exp = _export(conn, pdir, source, request_timeout, miniature, cancel=cancel)
         except KernelTimeout:
             return unavailable("the kernel is busy (it did not answer the transplant request in time)")
         except (KernelError, msgspec.ValidationError) as exc:
@@ -451,6 +492,8 @@ def transplant(
             v.mode, v.mode_reason = "portable", portable
             info.confinement = None
             info.layers = _portable_layers(data) or ["call guard", "audit hook", *worker.os_layers]
+        if v.verdict == "crash":
+            v.certain = crash_certain(v, source, exp.copied)
         total_ms = (time.monotonic() - t0) * 1000.0
         if how in ("deadline", "cancelled"):
             v.elapsed_ms, v.overhead_ms = total_ms, 0.0
@@ -477,6 +520,41 @@ def _portable_layers(data: bytes) -> list[str]:
     rec = parse_lines(data).record
     layers = rec.confinement.get("layers") if rec is not None and isinstance(rec.confinement, dict) else None
     return [str(x) for x in layers] if isinstance(layers, list) else []
+
+
+# exceptions whose cause is the process's environment (its C stack, memory, a library's integer width), not the
+# cell's logic alone
+_ENVIRONMENTAL = {"RecursionError", "MemoryError", "OverflowError", "SystemError", "OSError", "ImportError",
+                  "ModuleNotFoundError"}
+# Libraries whose behaviour rests on runtime state the worker rebuilds instead of receiving it: execution mode,
+# compiled graphs and their caches, devices, and configuration beyond the values the export carries. Objects of
+# the data libraries (numpy, pandas, scikit-learn, polars, ...) travel by their own pickling, whole, and their
+# settings are carried; these runtimes' state does not travel that way.
+REBUILT_RUNTIMES = frozenset({"tensorflow", "keras", "tf_keras", "jax", "jaxlib", "flax", "optax", "torch", "cupy",
+                              "numba", "triton"})
+
+
+def _runtime_of(where: str) -> str | None:
+    """The rebuilt runtime a traceback frame's file or a copied value's type belongs to, if any."""
+    parts = where.replace("\\", "/").replace(".", "/").split("/")
+    return next((p for p in parts if p in REBUILT_RUNTIMES), None)
+
+
+def crash_certain(v: SandboxVerdict, source: str, copied: list[tuple[str, str]]) -> bool:
+    """A transplant crash is certain only when its failing frames cannot depend on library state the worker
+    rebuilt: not an environmental exception (the recursion limit, memory, integer widths), no frame in a rebuilt
+    runtime (`REBUILT_RUNTIMES`: TensorFlow/Keras, JAX, torch, ...), and no value of one read on the failing line.
+    Otherwise it is "likely": it never decides alone (crane.policy)."""
+    if (v.ename or "") in _ENVIRONMENTAL:
+        return False
+    frames = [t for t in v.traceback[:-1] if t.strip() and not t.startswith("cell")]
+    if any(_runtime_of(t.split(":", 1)[0]) for t in frames):
+        return False
+    lines = source.splitlines()
+    if not v.line or v.line > len(lines):
+        return False
+    kinds = dict(copied)
+    return not any(_runtime_of(kinds.get(name) or "") for name in cell_names(lines[v.line - 1].strip()))
 
 
 def _setup_transplant(data: bytes) -> dict:

@@ -113,6 +113,7 @@ class TransplantSession(SandboxSession):
         self._head = ChildHandle(worker.proc.pid, _starttime(worker.proc.pid))
         self._buf = b""
         self._copied = {}
+        self._ready, self._expected = False, None  # a new worker announces itself once
         ready = self._read_reply(time.monotonic() + LOAD_S + 60.0)  # a cold worker imports TensorFlow first
         if ready is None or ready.event != "ready":
             tail = worker.log_tail().strip().splitlines()[-1:] if ready is None else []

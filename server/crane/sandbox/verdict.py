@@ -89,6 +89,9 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
     channel: Literal["local", "remote"] | None = None  # remote: the kernel cannot see the daemon's files
     transplant: TransplantInfo | None = None  # mode "transplant": a worker process on a copy of the state
     unforkable: bool = False  # unavailable because forking this kernel is unsafe (a transplant run may do)
+    # a crash whose failing frame may depend on state a transplant rebuilt (library objects, settings, anything a
+    # copy can miss) is "likely", not certain: it never overrides a clean rules result (crane.policy)
+    certain: bool = True
 
     @property
     def conclusive(self) -> bool:

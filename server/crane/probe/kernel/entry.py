@@ -93,6 +93,10 @@ MAX_REQUEST_ITEMS = 200
 MAX_KEYS = 30
 MAX_CONSTRUCTIONS = 8
 LIST_STATS_N = 10000
+# CRANE's own JSON, bound when the module is installed: a `json.loads`/`json.dumps` the notebook replaced is not called
+_decode = json.JSONDecoder().decode
+_encode = json.JSONEncoder().encode
+
 _LIBRARIES = (
     "numpy", "pandas", "sklearn", "scipy", "torch", "torchvision", "tensorflow", "keras", "matplotlib", "seaborn",
     "statsmodels", "xgboost", "lightgbm", "catboost", "transformers", "plotly", "cv2", "PIL", "nltk", "imblearn",
@@ -492,7 +496,7 @@ def _reusable(
     remembered — unless this call's budgets cut the work short (then the facts depend on the request's order)."""
     text = recall(memo) if memo is not None else None
     if text is not None:
-        return json.loads(text), len(text), 1
+        return _decode(text), len(text), 1
     cuts = ctx.cuts
     r = compute()
     text = dumps(r)
@@ -534,11 +538,24 @@ def _cheap(v: Any, name: str) -> dict[str, Any]:
 
 
 def run(request_json: str, ns: dict[str, Any] | None = None) -> str:
-    """Answer one ProbeRequest (JSON) with a ProbeResult (JSON). Never raises, never prints."""
+    """Answer one ProbeRequest (JSON) with a ProbeResult (JSON). Never raises, never prints. The user's
+    profile/trace hooks are off meanwhile (turned off inline, as every kernel-side entry point of CRANE's does:
+    sandbox/kernel/shield.py), and its JSON is CRANE's own (`_decode`/`_encode`, bound at install)."""
+    saved = (sys.getprofile(), sys.gettrace())
+    sys.setprofile(None)
+    sys.settrace(None)
+    try:
+        return _answer(request_json, ns)
+    finally:
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
+
+
+def _answer(request_json: str, ns: dict[str, Any] | None = None) -> str:
     t0 = time.perf_counter()
     res = {}
     try:
-        req: Any = json.loads(request_json)
+        req = _decode(request_json)
         if type(req) is not dict:
             raise ValueError("the request must be a JSON object")
         max_var = int(req.get("max_var_bytes") or MAX_VAR_BYTES)
@@ -576,6 +593,18 @@ def run(request_json: str, ns: dict[str, Any] | None = None) -> str:
 
 
 def history(limit: int = 500, max_chars: int = 262144) -> str:
+    """The kernel's input history (see `_history`), the user's profile/trace hooks off meanwhile."""
+    saved = (sys.getprofile(), sys.gettrace())
+    sys.setprofile(None)
+    sys.settrace(None)
+    try:
+        return _history(limit, max_chars)
+    finally:
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
+
+
+def _history(limit: int = 500, max_chars: int = 262144) -> str:
     """The kernel's stored cell sources as JSON [[execution_count, source], ...]: the newest first kept, bounded."""
     try:
         ip_mod = sys.modules.get("IPython")
@@ -590,6 +619,6 @@ def history(limit: int = 500, max_chars: int = 262144) -> str:
             out.append([n, src])
             total += len(src)
         out.reverse()
-        return json.dumps(out)
+        return _encode(out)
     except Exception:
         return "[]"

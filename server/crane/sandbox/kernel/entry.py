@@ -15,7 +15,6 @@ directory is removed once it is done) and `stop(run_id)`. Remote runs nobody col
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -28,9 +27,10 @@ from crane.sandbox.kernel.atfork import keep_suspended, restore, suspend_user_ha
 from crane.sandbox.kernel.common import proc_kb  # kernel: strip
 from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
 from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
-from crane.sandbox.kernel.request import RequestError, decode_request  # kernel: strip
+from crane.sandbox.kernel.request import RequestError, check_request, decode_request  # kernel: strip
 from crane.sandbox.kernel.run import _child_run  # kernel: strip
 from crane.sandbox.kernel.session import _child_session  # kernel: strip
+from crane.sandbox.kernel.shield import dumps, private_open  # kernel: strip
 
 
 def _unforkable(source: str = "", ns=None) -> str | None:
@@ -53,7 +53,7 @@ def _unforkable(source: str = "", ns=None) -> str | None:
 
 def _check_private_dir(args: dict) -> str | None:
     try:
-        with open(os.path.join(args["dir"], "token")) as f:
+        with private_open(os.path.join(args["dir"], "token"), "r") as f:
             if f.read() == args["token"]:
                 return None
     except OSError:
@@ -84,7 +84,7 @@ def _sweep() -> None:
 
 def _read_bounded(path: str, limit: int) -> str:
     try:
-        with open(path, "rb") as f:
+        with private_open(path, "rb") as f:
             return f.read(limit).decode("utf-8", "replace")
     except OSError:
         return ""
@@ -92,7 +92,18 @@ def _read_bounded(path: str, limit: int) -> str:
 
 def collect(run_id: str, limit: int = 1 << 20) -> dict:
     """Remote channel: the run's state. `done` once the child has been reaped (then everything is returned and
-    the directory removed)."""
+    the directory removed). The user's profile/trace hooks are off meanwhile (inline: kernel/shield.py)."""
+    saved = (sys.getprofile(), sys.gettrace())
+    sys.setprofile(None)
+    sys.settrace(None)
+    try:
+        return _collect(run_id, limit)
+    finally:
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
+
+
+def _collect(run_id: str, limit: int) -> dict:
     run = _RUNS.get(run_id)
     if run is None:
         return {"done": True, "lost": True}
@@ -130,6 +141,8 @@ def _starttime(pid: int) -> int:
 
 
 def _reap(pid: int, private_dir: str, run_id: str | None) -> None:
+    sys.setprofile(None)  # the thread may have read threading's hooks after the entry point restored them
+    sys.settrace(None)
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:
@@ -141,7 +154,7 @@ def _reap(pid: int, private_dir: str, run_id: str | None) -> None:
     try:
         fd = os.open(os.path.join(private_dir, "status"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(info))
+            f.write(dumps(info))
     except OSError:
         pass  # the daemon already cleaned up
 
@@ -223,19 +236,43 @@ def _fork(args: dict, child_main) -> dict:
             "run_id": run_id, "fork_ms": round(fork_ms, 3), "fork_cpu_ms": round(fork_cpu_ms, 3)}
 
 
-def _fork_request(args_json: str, child_main) -> dict:
+def _fork_request(args, child_main) -> dict:
+    """Fork for the daemon's `SandboxRequest`: a dict literal (nothing parsed with the kernel's `json`, which the
+    notebook may have replaced; a JSON string is still read), checked against its declaration (kernel/request.py)
+    before anything else: a request of another shape is unavailable, naming what is wrong."""
     try:
-        args = decode_request(args_json)
+        request = check_request(args) if type(args) is dict else decode_request(args)
     except RequestError as exc:
         return {"ok": False, "verdict": "unavailable", "reason": str(exc)}
-    return _fork(args, child_main)
+    return _fork(request, child_main)
 
 
-def start(args_json: str) -> dict:
-    """Fork a sandbox child that runs one cell; return at once with its pid (parent side)."""
-    return _fork_request(args_json, _child_run)
+def start(args) -> dict:
+    """Fork a sandbox child that runs one cell; return at once with its pid (parent side). The user's profile
+    and trace hooks are off meanwhile (inline: kernel/shield.py), in the kernel and so in the child."""
+    saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
+             threading.__dict__.get("_trace_hook"))
+    sys.setprofile(None)
+    sys.settrace(None)
+    threading.__dict__["_profile_hook"] = threading.__dict__["_trace_hook"] = None
+    try:
+        return _fork_request(args, _child_run)
+    finally:
+        threading.__dict__["_profile_hook"], threading.__dict__["_trace_hook"] = saved[2], saved[3]
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
 
 
-def session(args_json: str) -> dict:
+def session(args) -> dict:
     """Fork a long-lived sandbox child serving SandboxSession commands (parent side)."""
-    return _fork_request(args_json, _child_session)
+    saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
+             threading.__dict__.get("_trace_hook"))
+    sys.setprofile(None)
+    sys.settrace(None)
+    threading.__dict__["_profile_hook"] = threading.__dict__["_trace_hook"] = None
+    try:
+        return _fork_request(args, _child_session)
+    finally:
+        threading.__dict__["_profile_hook"], threading.__dict__["_trace_hook"] = saved[2], saved[3]
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])

@@ -1,65 +1,79 @@
 """Transplant, kernel side: export what one cell needs from the user's kernel into the run's private directory.
 
 Installed privately as `_crane_transplant` (see `crane.sandbox.transplant`) and called through a private
-request, like the probe: it binds no name in the user's namespace, runs no user code (an object, at any depth,
-whose class in the notebook or a module of the user's own defines a pickling or attribute hook is refused by the
-pickler: `_user_hook`), leaves RNG states and event callbacks alone. `export(args_json)` writes into `args["dir"]`:
-- `state.pkl`: `{name: object}` for the names the cell reads, pickled with CRANE's private copy of cloudpickle
-  (`sys.modules["_crane_cloudpickle"]`, never the user's) at protocol 5: functions, lambdas and classes of the
-  notebook by value, everything else the way its library pickles it (Keras models through their own
-  serialization, tf/jax arrays as host arrays); torch tensors on a GPU arrive as CPU tensors;
-- `buf-N`: the out-of-band buffers of protocol 5 (numpy/pandas/arrow data, written once, no in-memory copy);
-- `env.json`: the interpreter, cwd, environment, `sys.path`, the modules to import again, torch's CUDA facts.
-Large values are shrunk BEFORE they are copied (kernel/miniature's rules: consistent row subsets, NaN rows and one
-row per class kept, on a copy of the cell's names, never the user's namespace): in a miniature run
-(`args["miniature"]`), and when the values the cell reads hold more than `args["copy_mb"]` MiB. Then
-`state.pkl` also holds, under a key no Python name can have, what the worker needs about each original for
-kernel/miniature's `artefact` (the original index, the distinct values of label-like columns).
-What cannot be pickled (open files, sockets, generators, locks, connections, ...) makes the answer
+request, like the probe: it binds no name in the user's namespace, leaves RNG states and event callbacks alone,
+and runs none of the user's code. `export(args)` (a dict literal: nothing is parsed in the kernel) writes into
+`args["dir"]`:
+- `state.pkl`: `{name: object}` for the names the cell reads (`args["names"]`, found in the daemon: the kernel's
+  input transformers are never run), `In`/`Out`/`_`-names included when the cell reads them, pickled in ONE
+  pickle (identity and sharing between names survive) with CRANE's private copy of cloudpickle
+  (`sys.modules["_crane_cloudpickle"]`) at protocol 5, straight into the file (no in-memory copy);
+- `buf-N`: the out-of-band buffers of protocol 5, each written as the pickler meets it;
+- `env.json`: the interpreter, cwd, environment, `sys.path`, the modules to import again, torch's CUDA facts,
+  and the settings a fresh interpreter would not have (`settings`: the recursion limit, `np.seterr` and print
+  options, pandas options and jax config values, TensorFlow/Keras flags, pandas accessors the notebook
+  registered).
+Safety (the export never runs notebook code and never harms the kernel):
+- only what is proven safe is pickled (`_Proof`): each object's exact type is importable to the same object
+  from a library module, or a notebook class copied by value; no user-defined metaclass; no pickling or
+  attribute hook (`__reduce_ex__`, `__getstate__`, `__getattr__`, `__class__`, ...) of the user's own, on the
+  class or the instance; no property over a slot; no notebook dict/list subclass; no library pickling function
+  the notebook replaced; no library object whose own reducer would meet a notebook object (a Keras model with
+  notebook layers). Every check reads through C-level descriptors (`type.__dict__[...]`), never `getattr` on the
+  user's objects, never `isinstance` (which reads `__class__`);
+- the user's profile/trace hooks are off while it runs (kernel/shield.py); files are opened with `_io.open`;
+- the pickler runs in a thread of its own with a known stack (`_STACK`) under a recursion limit CRANE sets
+  (`_DEPTH`), so a deep structure is refused, never a C-stack overflow;
+- it stops (and the run is refused) past `args["max_s"]` seconds of kernel time, when the daemon writes
+  `cancel` into the directory, past the copy cap (out-of-band and in-band bytes both count), and when the
+  memory the kernel may still use (kernel/shield.memory_headroom, cgroup-aware) falls under `_FLOOR`.
+Large values are shrunk BEFORE they are copied (kernel/miniature's rules: consistent row subsets, on a copy of the
+cell's names, never the user's namespace): in a miniature run (`args["miniature"]`), and when the values the cell
+reads hold more than `args["copy_mb"]` MiB (array data and in-band strings/bytes both count). Then `state.pkl`
+also holds, under a key no Python name can have, what the worker needs about each original for
+kernel/miniature's `artefact`.
+What cannot be pickled (open files, sockets, generators, locks, ...) makes the answer
 `{"ok": False, "reason": "... `name` (type) ..."}`.
 """
 
 from __future__ import annotations
 
 import ast
-import io
-import json
 import os
 import re
 import sys
+import threading
 import time
+import types
 from typing import Any
 
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY, _kind, shrink_namespace  # kernel: strip
+from crane.sandbox.kernel.shield import dumps, memory_headroom, private_open  # kernel: strip
 
-_SKIP = {"In", "Out", "get_ipython", "exit", "quit", "_ih", "_oh", "_dh", "_", "__", "___", "__builtins__",
-         "__builtin__", "__name__", "__doc__", "__spec__", "__loader__", "__package__"}
-_OWN_HOOKS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
+_SKIP = {"get_ipython", "exit", "quit", "__builtins__", "__builtin__", "__name__", "__doc__", "__spec__", "__loader__",
+         "__package__"}
 # modules of the kernel itself, not of the notebook: never imported again in a worker
 _KERNEL_MODS = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "zmq", "tornado", "traitlets", "comm",
                 "debugpy", "prompt_toolkit", "pygments", "jedi", "parso", "matplotlib_inline", "psutil",
                 "nest_asyncio", "pexpect", "ptyprocess", "wcwidth", "stack_data", "executing", "asttokens",
                 "pure_eval", "decorator", "platformdirs", "dateutil", "pickleshare", "backcall", "six", "_pytest")
+_STACK = 256 << 20  # the pickler thread's C stack
+_DEPTH = 20_000  # the recursion limit while pickling (a deeper structure is refused)
+_FLOOR = 256 << 20  # the export stops when the kernel could allocate less than this
+_CHECK_EVERY = 8 << 20  # bytes written between two looks at the clock, the cancel file and the memory left
 
 
-def _names(shell, source: str) -> list[str]:
-    """Names the cell reads, after IPython's transforms (a pure text transform: no history, no callbacks)."""
+def _names(source: str) -> list[str]:
+    """Fallback when the daemon sent no names: the names a plain-Python cell reads (no IPython transform)."""
     try:
-        text = shell.input_transformer_manager.transform_cell(source) if shell is not None else source
-        tree = ast.parse(text)
-    except Exception:
-        return []
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return [n for n in dict.fromkeys(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source))]
     out: list[str] = []
-    for node in ast.walk(tree):  # magics and shell escapes: the names in their text (`%timeit f(x)`, `!ls {d}`)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("run_line_magic", "run_cell_magic", "system", "getoutput")):
-            for arg in node.args:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    out += [n for n in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", arg.value) if n not in out]
     for node in ast.walk(tree):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            node = node.target  # read, then written
+            node = node.target
         elif not (isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del))):
             continue
         if node.id not in out:
@@ -67,90 +81,426 @@ def _names(shell, source: str) -> list[str]:
     return out
 
 
+_T_DICT = type.__dict__["__dict__"]
+_T_MRO = type.__dict__["__mro__"]
+_T_MODULE = type.__dict__["__module__"]
+_T_QUALNAME = type.__dict__["__qualname__"]
+_T_FLAGS = type.__dict__["__flags__"]
+_DATA = (str, bytes, int, float, bool, type(None), tuple, frozenset, dict, list, set, type)
+_HEAPTYPE = 1 << 9
+_O_DICT_GET = object.__getattribute__
+
+
+def _cls_dict(cls) -> dict:
+    return _T_DICT.__get__(cls, type)
+
+
 def _type_name(obj) -> str:
     t = type(obj)
-    mod = getattr(t, "__module__", "") or ""
-    return t.__qualname__ if mod in ("builtins", "__main__") else f"{mod}.{t.__qualname__}"
+    try:
+        mod, qual = _T_MODULE.__get__(t, type), _T_QUALNAME.__get__(t, type)
+    except Exception:
+        return "?"
+    mod = mod if type(mod) is str else "?"
+    qual = qual if type(qual) is str else "?"
+    return qual if mod in ("builtins", "__main__") else f"{mod}.{qual}"
 
 
-def _own_hooks(obj) -> bool:
-    """The object's class, defined in the notebook, has pickling hooks of its own (notebook code)."""
-    t = type(obj)
-    for klass in getattr(t, "__mro__", (t,)):
-        if getattr(klass, "__module__", None) == "__main__" and any(h in vars(klass) for h in _OWN_HOOKS):
-            return True
+# what pickling reads on an object through its class (a user's definition of any of these is user code run by
+# pickle); `__setstate__` is called only when loading (in the confined worker)
+_CALLED = ("__reduce__", "__reduce_ex__", "__getstate__", "__getnewargs__", "__getnewargs_ex__", "__getattr__",
+           "__getattribute__", "__class__", "__dict__", "__reducer_override__")
+_PICKLING = ("__reduce__", "__reduce_ex__", "__getstate__", "__getnewargs__", "__getnewargs_ex__")
+_C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
+                types.GetSetDescriptorType, types.MemberDescriptorType, types.ClassMethodDescriptorType,
+                type(type.__dict__["__dict__"]))
+
+
+def _library_function(v) -> bool:
+    """`v` is code of the interpreter's installation (a C callable, or a Python function whose file is a
+    library's), unwrapping staticmethod/classmethod/property."""
+    t = type(v)
+    if t is staticmethod or t is classmethod:
+        v, t = v.__func__, type(v.__func__)
+    if t is property:
+        return all(f is None or _library_function(f) for f in (v.fget, v.fset, v.fdel))
+    if any(t is c for c in _C_CALLABLES):
+        return True
+    if t is types.FunctionType:
+        code = v.__code__
+        return type(code.co_filename) is str and is_library(code.co_filename)
+    if t is types.MethodType:
+        return _library_function(v.__func__)
+    if _compiled_callable_type(t):  # nanobind's nb_func/nb_method, pybind11's, ... : made by compiled code only
+        return True
+    if type.__dict__["__name__"].__get__(t, type) in ("cython_function_or_method", "fused_cython_function"):
+        mod = dict.get(sys.modules, v.__module__) if type(v.__module__) is str else None
+        path = dict.get(_O_DICT_GET(mod, "__dict__"), "__file__") if type(mod) is types.ModuleType else None
+        return type(path) is str and is_library(path)  # compiled into a library's extension module
     return False
+
+
+_COMPILED_CALLABLES = {("nanobind", "nb_func"), ("nanobind", "nb_method"), ("nanobind", "nb_bound_method"),
+                       ("builtins", "pybind11_static_property")}
+
+
+def _compiled_callable_type(t) -> bool:
+    """`t` is the function type of a binding generator (nanobind, pybind11): its objects are made by compiled
+    code only (a heap type named after a module that does not exist, defining no Python function)."""
+    try:
+        key = (_T_MODULE.__get__(t, type), _T_QUALNAME.__get__(t, type))
+    except Exception:
+        return False
+    if key not in _COMPILED_CALLABLES or type(t) is not type:
+        return False
+    return not any(type(x) is types.FunctionType for k in _T_MRO.__get__(t, type) for x in _cls_dict(k).values())
+
+
+class _Refused(Exception):
+    """An object pickling it would run the user's code for (or that cannot be proven not to)."""
+
+
+class _Stopped(Exception):
+    """The export was stopped: time, cancel, size or memory."""
+
+
+class _Proof:
+    """Proves objects safe to pickle without running the user's code; caches its answers per type (keyed by
+    id, the type held alive: a class is never hashed, which would call its metaclass's `__hash__`)."""
+
+    def __init__(self) -> None:
+        self.types: dict = {}  # id(type) -> (type, reason or "", library: bool)
+        self.walked: dict = {}  # id(obj) -> obj, for the pre-walk of library reducers' state
+        self.libs: dict = {}  # id(class) -> (class, library: bool)
+        self.refs: dict = {}  # id(function) -> the instance attributes that hold it (pre-walk)
+
+    def library_class(self, cls) -> bool:
+        """`cls` is the library's: the class a library module's qualified name gives, a static (C) type, or a
+        class of a library module whose every Python function is library code (a class claiming a module it is
+        not in, with code of the notebook's, is not)."""
+        hit = self.libs.get(id(cls))
+        if hit is not None and hit[0] is cls:
+            return hit[1]
+        ok = self._library_class(cls)
+        self.libs[id(cls)] = (cls, ok)
+        return ok
+
+    def _library_class(self, cls) -> bool:
+        try:
+            mod, qual = _T_MODULE.__get__(cls, type), _T_QUALNAME.__get__(cls, type)
+            flags = _T_FLAGS.__get__(cls, type)
+        except Exception:
+            return False
+        if not flags & _HEAPTYPE:
+            return True  # a static type: defined in C, nothing the notebook can make
+        if type(mod) is not str or mod.startswith("_cython_"):  # Cython's shared types (their metatype's
+            meta = type(cls)  # `__module__` is a descriptor)
+            return (meta is type or self.library_class(meta)) and self._only_library_code(cls)
+        if type(qual) is not str or mod == "__main__":
+            return False
+        m = dict.get(sys.modules, mod)
+        if m is None or type(m) is not types.ModuleType:
+            return self._only_library_code(cls)  # an extension's type named after a private module
+        d = _O_DICT_GET(m, "__dict__")
+        path = dict.get(d, "__file__")
+        if path is None and mod not in sys.builtin_module_names:
+            return self._only_library_code(cls)  # a submodule an extension made (no file of its own)
+        if not (type(path) is str and is_library(path)) and mod not in sys.builtin_module_names:
+            return False
+        obj: object = m
+        for part in qual.split("."):
+            if part == "<locals>":
+                obj = None
+                break
+            try:
+                src = d if obj is m else _cls_dict(obj)
+            except TypeError:
+                obj = None
+                break
+            if part not in src:
+                obj = None
+                break
+            obj = src[part]
+        if obj is cls:
+            return True
+        return self._only_library_code(cls)  # not importable by its name (a factory's class): its code decides
+
+    def _only_library_code(self, cls) -> bool:
+        """Every value of the class's dict is library code or plain data (a namedtuple's generated `__new__`, which
+        neither pickling nor a library's saving calls, aside)."""
+        cd = _cls_dict(cls)
+        for name, v in cd.items():
+            t = type(v)
+            if name == "__new__" and t is staticmethod and "_fields" in cd and type(v.__func__) is types.FunctionType \
+                    and v.__func__.__code__.co_filename == "<string>":
+                continue
+            if t is types.FunctionType or t is staticmethod or t is classmethod or t is property:
+                if not _library_function(v):
+                    return False
+            elif not (_library_function(v) or t in _DATA or type.__dict__["__name__"].__get__(t, type)
+                      in ("PyCapsule", "getset_descriptor", "member_descriptor", "_tuplegetter")):
+                return False
+        return True
+
+    def check_type(self, t) -> tuple[str, bool]:
+        """(why pickling an instance of `t` could run the user's code, or ""; `t` is a library class)."""
+        hit = self.types.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1], hit[2]
+        why, lib = self._check_type(t)
+        self.types[id(t)] = (t, why, lib)
+        return why, lib
+
+    def _check_type(self, t) -> tuple[str, bool]:
+        meta = type(t)
+        if meta is not type:
+            mwhy, mlib = self.check_type(meta)
+            if not mlib:
+                return f"its metaclass {_type_name_of(meta)} is the notebook's", False
+            for k in _T_MRO.__get__(meta, type):  # a library metaclass the notebook patched
+                if k is not type and any(n in _cls_dict(k) and not _library_function(_cls_dict(k)[n])
+                                         for n in ("__getattribute__", "__getattr__", "__hash__", "__eq__")):
+                    return f"its metaclass {_type_name_of(meta)} has a hook of the notebook's", False
+        lib = self.library_class(t)
+        mro = _T_MRO.__get__(t, type)
+        for k in mro:
+            if k is object:
+                continue
+            kd = _cls_dict(k)
+            klib = k is t and lib or (k is not t and self.library_class(k))
+            for name in _CALLED:
+                if name in kd:
+                    v = kd[name]
+                    if _library_function(v) and (klib or type(v) is types.FunctionType):
+                        continue  # the library's own (or library code a notebook class reuses: namedtuple's)
+                    if type(v) is types.GetSetDescriptorType and name in ("__dict__",):
+                        continue
+                    return f"{name} of {_type_name_of(k)} is the notebook's code", lib
+            if not klib:  # a notebook class (or one lying about its module) in the MRO
+                for builtin_base in (dict, list, set, frozenset):
+                    if any(b is builtin_base for b in mro):
+                        return f"{_type_name_of(k)} is a notebook subclass of {builtin_base.__name__}", lib
+                for name, v in kd.items():
+                    if type(v) is property or (hasattr(type(v), "__get__") and hasattr(type(v), "__set__")
+                                               and type(v) is not types.MemberDescriptorType
+                                               and type(v) is not types.GetSetDescriptorType):
+                        if any(self.library_class(b) and b is not object and any(
+                                n in _cls_dict(b) and type(_cls_dict(b)[n]) is types.FunctionType for n in _PICKLING)
+                               for b in mro):
+                            return (f"the property `{name}` of {_type_name_of(k)} may be read by its library "
+                                    "pickling code"), lib
+            slots = kd.get("__slots__")
+            if slots is not None:
+                for s in ([slots] if type(slots) is str else list(slots) if type(slots) in (list, tuple) else []):
+                    if type(s) is not str or s in ("__dict__", "__weakref__"):
+                        continue
+                    attr = f"_{_T_QUALNAME.__get__(k, type).rsplit('.', 1)[-1].lstrip('_')}{s}" \
+                        if s.startswith("__") and not s.endswith("__") else s
+                    for k2 in mro:
+                        d2 = _cls_dict(k2)
+                        if attr in d2:
+                            if type(d2[attr]) is not types.MemberDescriptorType:
+                                return f"`{attr}` of {_type_name_of(k2)} shadows a slot pickle reads", lib
+                            break
+        if not lib:
+            # a notebook class whose library base pickles it with its own Python code: that code may call any
+            # method the notebook overrides (a Keras layer's get_config, a subclassed model's save_own_variables)
+            for b in mro:
+                if b is t or b is object or not self.library_class(b):
+                    continue
+                bd = _cls_dict(b)
+                if any(n in bd and type(bd[n]) is types.FunctionType for n in _PICKLING):
+                    lib_names: set = set()  # what the library's classes define: its pickling code may call any
+                    for x in mro:
+                        if x is not object and self.library_class(x):
+                            lib_names.update(n for n in _cls_dict(x) if type(n) is str and not n.startswith("__"))
+                    overridden = [n for k in mro if k is not object and not self.library_class(k)
+                                  for n in _cls_dict(k) if type(n) is str and n in lib_names]
+                    if overridden:
+                        return (f"{_type_name_of(t)} overrides `{overridden[0]}` of {_type_name_of(b)}, whose own "
+                                "pickling would call it"), lib
+                    break
+        return "", lib
+
+    def check(self, obj) -> None:
+        """Raise `_Refused` when pickling `obj` could run the user's code."""
+        t = type(obj)
+        why, lib = self.check_type(t)
+        if why:
+            raise _Refused(f"{_type_name(obj)}: {why}")
+        if t is types.FunctionType or t is types.ModuleType or issubclass(t, type):
+            return  # a class (its metaclass was checked), a function or a module: no instance hooks pickle reads
+        try:
+            d = _O_DICT_GET(obj, "__dict__")
+        except Exception:
+            return
+        if type(d) is not dict:
+            raise _Refused(f"{_type_name(obj)}: its __dict__ is not a plain dict")
+        for k in d:
+            if type(k) is not str:
+                raise _Refused(f"{_type_name(obj)}: its __dict__ has a non-string key")
+            if k in _PICKLING or k == "__reducer_override__":
+                raise _Refused(f"{_type_name(obj)}: the instance has its own `{k}`: pickling it would run it")
+
+    def prewalk(self, obj, limit: int = 200_000) -> None:
+        """A library object its library pickles with its own code (which pickle does not see into, Keras's
+        model saving): every object reachable through instance dicts, lists, tuples and dicts must be proven
+        safe first, and no notebook class may be among them."""
+        stack, seen = [obj], 0
+        while stack:
+            o = stack.pop()
+            if id(o) in self.walked:
+                continue
+            self.walked[id(o)] = o
+            seen += 1
+            if seen > limit:
+                raise _Refused(f"{_type_name(obj)} holds too many objects to prove its own pickling safe")
+            t = type(o)
+            if t in (int, float, str, bytes, bool, type(None), complex):
+                continue
+            self.check(o)
+            if o is not obj and t is not type and t is not types.FunctionType and not self.library_class(t):
+                raise _Refused(f"{_type_name(obj)} holds a {_type_name(o)} of the notebook's, which its library's "
+                               "own pickling would call")
+            if t is types.ModuleType:
+                continue
+            if t is types.FunctionType and not _library_function(o) and o is not obj:
+                for ref in self.refs.get(id(o), ()):
+                    raise _Refused(f"{_type_name(obj)} holds the notebook's function `{ref}` on an object, which its "
+                                   "library's own pickling may call")
+            if t is dict or (issubclass(t, dict) and self.check_type(t)[1]):
+                stack.extend(dict.values(o))
+            elif t is list or t is tuple or ((issubclass(t, (list, tuple))) and self.check_type(t)[1]):
+                stack.extend(list.__iter__(o) if issubclass(t, list) else tuple.__iter__(o))
+            if t is not type:
+                try:
+                    d = _O_DICT_GET(o, "__dict__")
+                except Exception:
+                    d = None
+                if type(d) is dict:
+                    for k, x in dict.items(d):
+                        if type(x) is types.FunctionType:
+                            self.refs.setdefault(id(x), []).append(k)
+                        stack.append(x)
+
+
+def _type_name_of(cls) -> str:
+    try:
+        mod, qual = _T_MODULE.__get__(cls, type), _T_QUALNAME.__get__(cls, type)
+        return f"{mod}.{qual}" if type(mod) is str and type(qual) is str else "?"
+    except Exception:
+        return "?"
+
+
+_OWN_REDUCER_MODULES = ("keras", "tf_keras", "tensorflow")  # libraries whose pickling walks state pickle cannot see
 
 
 def _unreproducible(obj) -> str | None:
     """State of a library object its own serialization does not carry, which the cell may depend on."""
-    mod = getattr(type(obj), "__module__", "") or ""
-    if mod.startswith(("keras.", "tf_keras.", "tensorflow.")):
+    mod = _T_MODULE.__get__(type(obj), type)
+    if type(mod) is str and mod.startswith(("keras.", "tf_keras.", "tensorflow.")):
         try:
-            d = object.__getattribute__(obj, "__dict__")
+            d = _O_DICT_GET(obj, "__dict__")
         except Exception:
+            return None
+        if type(d) is not dict:
             return None
         traced = any(d.get(f) is not None for f in ("train_function", "test_function", "predict_function"))
         opt = d.get("_optimizer") or d.get("optimizer")
-        if traced and opt is not None and getattr(opt, "built", True) is False:
+        built = True
+        if opt is not None:
+            try:
+                od = _O_DICT_GET(opt, "__dict__") if type(opt) is not type else {}
+            except Exception:
+                od = {}
+            built = od.get("built", True) if type(od) is dict else True
+        if traced and opt is not None and built is False:
             return ("has a traced training step whose optimizer was never built (a failed fit): a copy rebuilt "
                     "from its configuration and weights would not fail the way the kernel's model does")
     return None
 
 
-# what pickling may call on an object besides reading its __dict__: code of the object's class
-_CALLED_HOOKS = _OWN_HOOKS + ("__getnewargs__", "__getnewargs_ex__", "__getattr__", "__getattribute__")
-_USER_HOOKS: dict = {}  # class -> the hook user code defines for it, or ""
+class _Control:
+    """What stops an export: the deadline, the daemon's cancel file, the copy cap, the memory floor."""
+
+    def __init__(self, d: str, max_s: float, cap: int) -> None:
+        self.cancel_path = os.path.join(d, "cancel")
+        self.deadline = time.monotonic() + max_s
+        self.cap = cap
+        self.written = 0
+        self.next_check = 0
+        self.stop: str | None = None
+
+    def add(self, n: int) -> None:
+        self.written += n
+        if self.cap and self.written > self.cap:
+            self.stop = f"the values it reads pickle to more than {self.cap >> 20} MiB"
+        if self.written >= self.next_check:
+            self.next_check = self.written + _CHECK_EVERY
+            self.poll()
+        if self.stop:
+            raise _Stopped(self.stop)
+
+    def poll(self) -> None:
+        if self.stop:
+            return
+        if time.monotonic() > self.deadline:
+            self.stop = "copying its inputs took longer than the kernel may be kept busy"
+        elif os.path.exists(self.cancel_path):
+            self.stop = "cancelled"
+        else:
+            room = memory_headroom()
+            if room is not None and room < _FLOOR:
+                self.stop = (f"the kernel's memory is short ({room >> 20} MiB left before its limit): copying "
+                             "could push it out of memory")
 
 
-def _user_module(name: str | None) -> bool:
-    """The module is the notebook or a file of the user's own (not under the interpreter's prefixes)."""
-    if not name or name == "__main__":
-        return True
-    mod = sys.modules.get(name)
-    path = getattr(mod, "__file__", None)
-    if mod is None or not path:
-        return False  # built in, or gone: not user code we could run
-    return not is_library(path)
+class _Sink:
+    """The state file, written as the pickler goes (its 64 KiB frames), counted."""
+
+    def __init__(self, path: str | None, ctl: _Control) -> None:
+        self.f = private_open(path, "wb", buffering=0) if path else None
+        self.ctl = ctl
+
+    def write(self, b) -> int:
+        n = len(b)
+        self.ctl.add(n)
+        if self.f is not None:
+            self.f.write(b)
+        return n
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
 
 
-def _user_hook(cls) -> str:
-    """The pickling hook (or attribute hook) user code defines for `cls`, '' when none."""
-    found = _USER_HOOKS.get(cls)
-    if found is None:
-        found = ""
-        for klass in getattr(cls, "__mro__", (cls,)):
-            if _user_module(getattr(klass, "__module__", None)):
-                hook = next((h for h in _CALLED_HOOKS if h in vars(klass)), "")
-                if hook:
-                    found = f"{hook} of {getattr(klass, '__module__', '?')}.{klass.__qualname__}"
-                    break
-        _USER_HOOKS[cls] = found
-    return found
-
-
-def _pickler_class(cp):
-    torch = sys.modules.get("torch")
+def _pickler_class(cp, proof: _Proof, ctl: _Control):
+    torch: Any = sys.modules.get("torch")  # when None, `tensor` is None too and no torch branch runs
+    io_base = sys.modules["_io"].__dict__["_IOBase"]
+    tensor = getattr(torch, "Tensor", None) if torch is not None else None
 
     base: Any = cp.CloudPickler
 
     class Pickler(base):
         def reducer_override(self, obj):
-            if not isinstance(obj, type):  # (classes themselves are copied by value, reading their dict)
-                hook = _user_hook(type(obj))
-                if hook:  # pickling it would run that code in the user's kernel
-                    raise TypeError(f"{_type_name(obj)} has its own {hook}: copying it would run the user's code "
-                                    "in the kernel")
-            if isinstance(obj, io.IOBase) and not isinstance(obj, (io.BytesIO, io.StringIO)):
-                raise TypeError(f"cannot copy an open file or stream ({type(obj).__name__})")
-            if torch is not None and isinstance(obj, torch.Tensor):
+            if ctl.stop:
+                raise _Stopped(ctl.stop)
+            proof.check(obj)  # before anything reads the object (cloudpickle's isinstance reads __class__)
+            t = type(obj)
+            mro = _T_MRO.__get__(t, type)
+            if any(k is io_base for k in mro) and t.__name__ not in ("BytesIO", "StringIO"):
+                raise TypeError(f"cannot copy an open file or stream ({t.__name__})")
+            mod = _T_MODULE.__get__(t, type)
+            if type(mod) is str and mod.partition(".")[0] in _OWN_REDUCER_MODULES and id(obj) not in proof.walked:
+                proof.prewalk(obj)
+            if tensor is not None and any(k is tensor for k in mro):
                 try:
-                    if obj.device.type == "cpu" and type(obj) in (torch.Tensor, torch.nn.Parameter) \
+                    if obj.device.type == "cpu" and t in (torch.Tensor, torch.nn.Parameter) \
                             and "_crane_vdev" not in obj.__dict__:
                         # a new Python object over the same storage carries the device (worker/devices.py): the
                         # user's tensor is not touched
                         alias = obj.detach()
-                        if isinstance(obj, torch.nn.Parameter):
+                        if t is torch.nn.Parameter:
                             alias = torch.nn.Parameter(alias, requires_grad=obj.requires_grad)
                         elif obj.requires_grad:
                             alias.requires_grad_(True)
@@ -159,12 +509,14 @@ def _pickler_class(cp):
                         return alias.__reduce_ex__(5)
                     if obj.device.type not in ("cpu", "meta"):
                         host = obj.detach().to("cpu")
-                        if isinstance(obj, torch.nn.Parameter):
+                        if t is torch.nn.Parameter:
                             host = torch.nn.Parameter(host, requires_grad=obj.requires_grad)
                         elif obj.requires_grad:
                             host.requires_grad_(True)
                         host.__dict__["_crane_vdev"] = str(obj.device)  # the worker keeps it (worker/devices.py)
                         return host.__reduce_ex__(5)
+                except (_Refused, _Stopped):
+                    raise
                 except Exception:
                     pass
             return super().reducer_override(obj)
@@ -172,27 +524,196 @@ def _pickler_class(cp):
     return Pickler
 
 
-def _dump(cp, objs: dict, buffers: list):
-    data = io.BytesIO()
+def _dump_thread(cp, objs: dict, d: str | None, tag: str, ctl: _Control, proof: _Proof) -> dict:
+    """Pickle `objs` into `d` (None: count only) in a thread with a known stack and CRANE's recursion limit;
+    the calling thread waits, polling the controls. {"ok", "buffers": [sizes], "bytes", "error"}."""
+    out: dict = {"ok": False, "buffers": [], "bytes": 0, "error": None}
+    sink = _Sink(os.path.join(d, f"state{tag}.pkl") if d else None, ctl)
 
     def keep(pb) -> bool:
         try:
-            buffers.append(pb.raw())
+            raw = pb.raw()
         except BufferError:
             return True  # not contiguous: in band
+        i = len(out["buffers"])
+        ctl.add(raw.nbytes)
+        if d:
+            with private_open(os.path.join(d, f"buf{tag}-{i}"), "wb", buffering=0) as f:
+                step = 1 << 24
+                for off in range(0, raw.nbytes, step):
+                    f.write(raw[off:off + step])
+                    if off:
+                        ctl.add(0)
+        out["buffers"].append(raw.nbytes)
         return False
 
-    _pickler_class(cp)(data, protocol=5, buffer_callback=keep).dump(objs)
-    return data.getbuffer()
-
-
-def _culprit(cp, objs: dict) -> str:
-    for name, obj in objs.items():
+    def work() -> None:
+        sys.setprofile(None)
+        sys.settrace(None)
         try:
-            _dump(cp, {name: obj}, [])
-        except Exception as exc:
-            return f"`{name}` ({_type_name(obj)}) cannot be copied into a separate process: {type(exc).__name__}: {exc}"
-    return "the cell's inputs cannot be copied into a separate process"
+            _pickler_class(cp, proof, ctl)(sink, protocol=5, buffer_callback=keep).dump(objs)
+            out["ok"] = True
+        except RecursionError:
+            out["error"] = ("RecursionError", "it is nested deeper than a copy may go")
+        except BaseException as exc:  # noqa: BLE001 - reported, the kernel carries on
+            out["error"] = (type(exc).__name__, str(exc)[:500])
+        finally:
+            sink.close()
+
+    old_limit = sys.getrecursionlimit()
+    old_stack = threading.stack_size()
+    sys.setrecursionlimit(max(_DEPTH, 200))
+    try:
+        threading.stack_size(_STACK)
+        try:
+            th = threading.Thread(target=work, name="crane-export", daemon=True)
+            th.start()
+        finally:
+            threading.stack_size(old_stack)
+        while th.is_alive():
+            th.join(0.05)
+            ctl.poll()  # the pickler sees `stop` at its next object or write
+    finally:
+        sys.setrecursionlimit(old_limit)
+    out["bytes"] = ctl.written
+    if ctl.stop and not out["ok"]:
+        out["error"] = ("Stopped", ctl.stop)
+    return out
+
+
+def _lib_method(t, name: str):
+    """The library's own function `name` of class `t` (None when the notebook replaced or shadowed it)."""
+    for k in _T_MRO.__get__(t, type):
+        kd = _cls_dict(k)
+        if name in kd:
+            v = kd[name]
+            return v if type(v) is types.FunctionType and _library_function(v) else None
+    return None
+
+
+def _sample_inband(v, depth: int = 0) -> int:
+    """The in-band pickled size of strings, bytes and plain containers of them (sampled: up to 64 items per
+    container, scaled to its length). Exact types only: nothing of the user's is called."""
+    t = type(v)
+    if t is str or t is bytes or t is bytearray:
+        return len(v) + 8
+    if depth > 3:
+        return 16
+    if t is list or t is tuple or t is set or t is frozenset or t is dict:
+        n = len(v)
+        if not n:
+            return 8
+        items = list(dict.values(v))[:64] if t is dict else list(v)[:64] if t is not set else list(set.__iter__(v))[:64]
+        keys = list(dict.keys(v))[:64] if t is dict else []
+        per = sum(_sample_inband(x, depth + 1) for x in items + keys) / len(items)
+        return int(per * n) + 8
+    return 16
+
+
+def _raw_bytes(obj) -> int:
+    """What copying a value whole costs: array data (numpy `nbytes`, pandas' own `memory_usage` without deep
+    sizes, torch) and in-band strings/bytes, one level into plain dicts, lists and tuples. Only the libraries'
+    own functions are called (an accessor or patch of the notebook's that shadows them is not)."""
+    def one(v) -> int:
+        t = type(v)
+        mod = _T_MODULE.__get__(t, type)
+        mod = mod if type(mod) is str else ""
+        try:
+            if mod.startswith("numpy") and "nbytes" in _cls_dict(t):
+                return int(v.nbytes)
+            if mod.startswith("pandas"):
+                fn = _lib_method(t, "memory_usage")
+                if fn is not None:
+                    used = fn(v, index=True, deep=False)
+                    return int(used.sum() if type(used).__name__ == "Series" else used)
+                return 0
+            torch = sys.modules.get("torch")
+            if torch is not None and (t is torch.Tensor or t is torch.nn.Parameter):
+                return int(v.element_size() * v.numel())
+        except Exception:
+            return 0
+        return _sample_inband(v)
+    total = one(obj)
+    t = type(obj)
+    if t in (dict, list, tuple) and len(obj) <= 32:
+        total = max(total, sum(one(x) for x in (dict.values(obj) if t is dict else obj)))
+    return total
+
+
+def _settings(recursion_limit: int) -> dict:
+    """Interpreter and library settings a fresh interpreter would not have (builtins only)."""
+    simple = (bool, int, float, str, type(None))
+    out: dict = {"recursionlimit": recursion_limit}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            out["seterr"] = {k: v for k, v in np.geterr().items() if type(v) is str}
+            out["printoptions"] = {k: v for k, v in np.get_printoptions().items() if type(v) in simple}
+        except Exception:
+            pass
+    cfg = sys.modules.get("pandas._config.config")
+    if cfg is not None:
+        try:
+            opts = {}
+            for key, reg in list(cfg._registered_options.items()):
+                if key in cfg._deprecated_options:
+                    continue
+                root, last = cfg._get_root(key)  # read without get_option (which may warn: the user's hook)
+                val = root.get(last, reg.defval)
+                if type(val) in simple and val != reg.defval:
+                    opts[key] = val
+            out["pandas"] = opts
+        except Exception:
+            pass
+    jcfg = sys.modules.get("jax._src.config")
+    if jcfg is not None:
+        try:
+            holders = jcfg.config._value_holders
+            out["jax"] = {k: h.get_global() if hasattr(h, "get_global") else h.value for k, h in list(holders.items())
+                          if type(h.get_global() if hasattr(h, "get_global") else h.value) in simple}
+        except Exception:
+            pass
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        try:
+            out["tf"] = {"run_functions_eagerly": bool(tf.config.functions_run_eagerly())}
+        except Exception:
+            pass
+    keras_cfg = sys.modules.get("keras.config") or getattr(sys.modules.get("keras"), "config", None)
+    if keras_cfg is not None:
+        try:
+            out["keras"] = {"floatx": keras_cfg.floatx(), "image_data_format": keras_cfg.image_data_format(),
+                            "epsilon": keras_cfg.epsilon()}
+            policy = getattr(keras_cfg, "dtype_policy", None)
+            if policy is not None:
+                out["keras"]["dtype_policy"] = str(policy().name)
+        except Exception:
+            pass
+    return out
+
+
+def _accessors(proof: _Proof) -> list:
+    """Pandas accessors the notebook registered: (class name, accessor name, accessor class), copied by value."""
+    pd = sys.modules.get("pandas")
+    out: list = []
+    if pd is None:
+        return out
+    for target in ("DataFrame", "Series", "Index"):
+        cls = pd.__dict__.get(target)
+        if type(cls) is not type:
+            continue
+        names = _cls_dict(cls).get("_accessors")
+        found: list = list(names) if type(names) in (set, frozenset) else []  # type: ignore[arg-type]
+        for name in sorted(n for n in found if type(n) is str):
+            acc = _cls_dict(cls).get(name)
+            inner = None
+            try:
+                inner = _O_DICT_GET(acc, "__dict__").get("_accessor")
+            except Exception:
+                pass
+            if isinstance(inner, type) and not proof.library_class(inner) and type(inner) is type:
+                out.append((target, name, inner))
+    return out
 
 
 def _modules() -> list[str]:
@@ -219,28 +740,6 @@ def _torch_facts() -> dict:
         return {"cuda": True, "count": n, "names": [torch.cuda.get_device_name(i) for i in range(n)]}
     except Exception:
         return {"cuda": False}
-
-
-def _raw_bytes(obj) -> int:
-    """The memory of an array-like value (numpy, pandas without deep object sizes, torch), one level into dicts,
-    lists and tuples: what copying it whole would cost. Reads sizes only (no user code)."""
-    def one(v) -> int:
-        mod = type(v).__module__ or ""
-        try:
-            if mod.startswith("numpy") and hasattr(v, "nbytes"):
-                return int(v.nbytes)
-            if mod.startswith("pandas") and hasattr(v, "memory_usage"):
-                used = v.memory_usage(index=True, deep=False)
-                return int(used.sum() if hasattr(used, "sum") else used)
-            if mod.startswith("torch") and hasattr(v, "element_size") and hasattr(v, "numel"):
-                return int(v.element_size() * v.numel())
-        except Exception:
-            return 0
-        return 0
-    total = one(obj)
-    if not total and type(obj) in (dict, list, tuple) and len(obj) <= 32:
-        total = sum(one(v) for v in (obj.values() if type(obj) is dict else obj))
-    return total
 
 
 def _in_kernel_ok(obj) -> bool:
@@ -293,7 +792,7 @@ def _process() -> dict:
     """This kernel's process: pid, start time, pid namespace (the daemon ends its workers when it ends)."""
     out: dict = {"kernel_pid": os.getpid(), "kernel_start": 0, "kernel_pidns": None}
     try:
-        with open("/proc/self/stat", "rb") as f:
+        with private_open("/proc/self/stat", "rb") as f:
             data = f.read()
         out["kernel_start"] = int(data[data.rindex(b")") + 2:].split()[19])
         out["kernel_pidns"] = os.stat("/proc/self/ns/pid").st_ino
@@ -302,13 +801,39 @@ def _process() -> dict:
     return out
 
 
-def export(args_json: str) -> dict:
-    """Write the state the cell reads into the run's private directory (see the module docstring)."""
-    t0 = time.perf_counter()
-    args = json.loads(args_json)
-    d = args["dir"]
+def _history_value(ns: dict, name: str):
+    """`In`/`_ih` as a plain list of strings and `Out`/`_oh` as a plain dict (copies: never the user's)."""
+    v = ns[name]
+    if name in ("In", "_ih") and type(v) is list:
+        return [x if type(x) is str else "" for x in list.__iter__(v)]
+    if name in ("Out", "_oh") and type(v) is dict:
+        return dict(dict.items(v))
+    return v
+
+
+def export(args) -> dict:
+    """Write the state the cell reads into the run's private directory (see the module docstring). The user's
+    profile/trace hooks are off meanwhile (inline: kernel/shield.py)."""
+    saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
+             threading.__dict__.get("_trace_hook"))
+    sys.setprofile(None)
+    sys.settrace(None)
+    threading.__dict__["_profile_hook"] = threading.__dict__["_trace_hook"] = None
     try:
-        with open(os.path.join(d, "token")) as f:
+        return _export(args)
+    finally:
+        threading.__dict__["_profile_hook"], threading.__dict__["_trace_hook"] = saved[2], saved[3]
+        sys.settrace(saved[1])
+        sys.setprofile(saved[0])
+
+
+def _export(args) -> dict:
+    t0 = time.perf_counter()
+    if type(args) is not dict:
+        return {"ok": False, "reason": "bad export request"}
+    d = str(args["dir"])
+    try:
+        with private_open(os.path.join(d, "token"), "r") as f:
             if f.read() != args["token"]:
                 raise OSError("token mismatch")
     except OSError:
@@ -316,27 +841,43 @@ def export(args_json: str) -> dict:
     cp = sys.modules.get("_crane_cloudpickle")
     if cp is None:
         return {"ok": False, "reason": "CRANE's private cloudpickle is not installed in the kernel"}
+    shell = None
+    ipy = sys.modules.get("IPython")
     try:
-        from IPython import get_ipython
-        shell = get_ipython()
+        shell = ipy.get_ipython() if ipy is not None else None
     except Exception:
         shell = None
     if shell is None:
         return {"ok": False, "reason": "not an IPython kernel"}
     ns = shell.user_ns
+    if type(ns) is not dict:
+        return {"ok": False, "reason": "the kernel's namespace is not a plain dict"}
+    room = memory_headroom()
+    if room is not None and room < _FLOOR:
+        return {"ok": False, "reason": f"the kernel's memory is short ({room >> 20} MiB left before its limit): "
+                                       "copying its state could push it out of memory"}
+    proof = _Proof()
     objs: dict = {}
     skip = set(args.get("skip") or ())  # a session's names already copied
-    for name in _names(shell, str(args.get("source") or "")):
+    names = args.get("names")
+    names = [n for n in names if type(n) is str] if type(names) is list else _names(str(args.get("source") or ""))
+    for name in names:
         if name in _SKIP or name in skip or name not in ns:
             continue
-        obj = ns[name]
-        if _own_hooks(obj):
-            return {"ok": False, "reason": f"`{name}` ({_type_name(obj)}) has pickling hooks defined in the notebook: "
-                                           "copying it would run notebook code in the kernel"}
+        obj = _history_value(ns, name) if name in ("In", "_ih", "Out", "_oh") else dict.get(ns, name)
+        try:
+            proof.check(obj)
+        except _Refused as exc:
+            return {"ok": False, "reason": f"`{name}` ({_type_name(obj)}) cannot be copied without running the "
+                                           f"notebook's code in the kernel: {exc}"}
         why = _unreproducible(obj)
         if why:
             return {"ok": False, "reason": f"`{name}` ({_type_name(obj)}) {why}"}
         objs[name] = obj
+    for pair in (("In", "_ih"), ("Out", "_oh")):  # read under either name: the same object under both
+        for a, b in (pair, pair[::-1]):
+            if a in objs and b not in objs and b in ns:
+                objs[b] = objs[a]
     spec, why, raw = args.get("miniature"), None, 0
     limit = int(args.get("copy_mb") or 0) << 20
     if not spec and limit:
@@ -346,6 +887,9 @@ def export(args_json: str) -> dict:
                     "relative": 0.05, "seed": 0}
             why = (f"the values it reads hold {raw / 1e6:,.0f} MB, more than the {limit >> 20} MiB a transplant "
                    "copies whole")
+    if room is not None and raw and raw > room - _FLOOR and not spec:
+        return {"ok": False, "reason": f"the values it reads hold {raw >> 20} MiB, more than the kernel's memory "
+                                       f"allows copying ({room >> 20} MiB left before its limit)"}
     kept: list = []
     known: list = []
     shrink_error = None
@@ -356,30 +900,56 @@ def export(args_json: str) -> dict:
             shrink_error = f"{type(exc).__name__}: {exc}"
         if kept:
             objs["\x00crane-shrunk"] = known
-    buffers: list = []
-    try:
-        data = _dump(cp, objs, buffers)
-    except Exception:
-        return {"ok": False, "reason": _culprit(cp, objs)}
-    total = len(data)
+    cap = max(2 * limit, limit + (64 << 20)) if limit else 0
+    if cap and raw > cap and not kept:
+        return {"ok": False, "reason": f"the values it reads hold {raw >> 20} MiB, more than a transplant copies "
+                                       f"({cap >> 20} MiB), and cannot be shrunk to row subsets"}
+    settings = _settings(int(args.get("recursionlimit") or sys.getrecursionlimit()))
+    accessors = _accessors(proof)
+    if accessors:
+        objs["\x00crane-accessors"] = accessors
     tag = str(args.get("tag") or "")  # a session's exports: state-N.pkl, buf-N-i
     tag = f"-{int(tag)}" if tag else ""
-    with open(os.path.join(d, f"state{tag}.pkl"), "wb") as f:
-        f.write(data)
-    sizes = []
-    for i, buf in enumerate(buffers):
-        with open(os.path.join(d, f"buf{tag}-{i}"), "wb") as f:
-            f.write(buf)
-        sizes.append(buf.nbytes)
-        total += buf.nbytes
-    facts: dict = {"executable": sys.executable, "cwd": os.getcwd(), "env": dict(os.environ), "path": list(sys.path),
-             "modules": _modules(), "torch": _torch_facts(), "buffers": len(buffers),
-             "names": [k for k in ns if isinstance(k, str) and not k.startswith("_")][:100000],
-             "interactivity": str(getattr(shell, "ast_node_interactivity", "last_expr"))}
-    with open(os.path.join(d, "env.json"), "w") as f:
-        json.dump(facts, f)
+    ctl = _Control(d, float(args.get("max_s") or 10.0), cap)
+    out = _dump_thread(cp, objs, d, tag, ctl, proof)
+    objs.pop("\x00crane-accessors", None)
+    if not out["ok"]:
+        objs.pop("\x00crane-shrunk", None)
+        ename, evalue = out["error"] or ("Error", "")
+        if ename == "Stopped":
+            return {"ok": False, "reason": f"the cell's inputs were not copied: {evalue}",
+                    "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}
+        return {"ok": False, "reason": _culprit(cp, objs, ename, evalue, d)}
+    sizes = out["buffers"]
+    total = out["bytes"]
+    env = {k: v for k, v in os.environ.items() if type(k) is str and type(v) is str}
+    facts: dict = {"executable": sys.executable, "cwd": os.getcwd(), "env": env,
+                   "path": [p for p in sys.path if type(p) is str], "modules": _modules(), "torch": _torch_facts(),
+                   "buffers": len(sizes), "settings": settings,
+                   "names": [k for k in ns if type(k) is str and not k.startswith("_")][:100000],
+                   "interactivity": str(getattr(shell, "ast_node_interactivity", "last_expr"))}
+    with private_open(os.path.join(d, "env.json"), "w") as f:
+        f.write(dumps(facts))
     objs.pop("\x00crane-shrunk", None)
     return {"ok": True, "copied": [[n, _type_name(o)] for n, o in objs.items()], "bytes": total,
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": sys.executable, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
             **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}
+
+
+def _culprit(cp, objs: dict, ename: str, evalue: str, d: str) -> str:
+    """The first name whose value alone fails the same way (counted, not written, under the same controls)."""
+    if ename == "_Refused":
+        lead = "cannot be copied without running the notebook's code in the kernel"
+    else:
+        lead = "cannot be copied into a separate process"
+    for name, obj in objs.items():
+        if name.startswith("\x00"):
+            continue
+        ctl = _Control(d, 5.0, 0)
+        res = _dump_thread(cp, {name: obj}, None, "", ctl, _Proof())
+        if not res["ok"]:
+            e, v = res["error"] or (ename, evalue)
+            what = v if e in ("_Refused", "_Stopped") else f"{e}: {v}"
+            return f"`{name}` ({_type_name(obj)}) {lead if e == ename else 'cannot be copied'}: {what}"
+    return f"the cell's inputs {lead}: {evalue if ename in ('_Refused', '_Stopped') else f'{ename}: {evalue}'}"

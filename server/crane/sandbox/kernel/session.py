@@ -81,7 +81,11 @@ def _session_loop(ctx: _Ctx, gate: int) -> None:
             _write_json(ctx.result_fd, {"event": "error", "reason": "bad command"})
             continue
         op = cmd.get("op")
-        reply: dict = {"event": "reply", "id": cmd.get("id"), "pid": os.getpid(), "depth": depth}
+        # the command's id and per-command key go back with its reply: the daemon discards any other line (a
+        # cell of an earlier run can write on the result FIFO, never a later command's key)
+        reply: dict = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(),
+                       "depth": depth}
+        resume = cmd.pop("resume", None)  # a checkpoint's: only the checkpoint process keeps it
         if op == "run":
             reply.update(run_command(ctx, cmd, out_path, err_path))
         elif op == "eval":
@@ -104,13 +108,14 @@ def _session_loop(ctx: _Ctx, gate: int) -> None:
                     reply.update({"ok": False, "reason": str(exc)})
                 else:
                     if pid == 0:  # the new head: carries on with the same command stream
+                        resume = line = None  # the checkpoint's resume key is not the head's (its cells')
                         set_parent_death_signal(signal.SIGKILL)
                         depth += 1
                         reply.update({"ok": True, "pid": os.getpid(), "depth": depth})
                     else:  # the checkpoint: frozen until the head ends
                         status = _wait_child(pid)
-                        reply = {"event": "resumed", "id": cmd.get("id"), "pid": os.getpid(), "depth": depth,
-                                 "reason": status}
+                        reply = {"event": "resumed", "id": cmd.get("id"), "key": resume, "pid": os.getpid(),
+                                 "depth": depth, "reason": status}
         elif op == "rollback":
             if depth == 0:
                 reply.update({"ok": False, "reason": "no checkpoint to roll back to"})

@@ -1,6 +1,7 @@
 """Transplant worker: a fresh process of the kernel's own interpreter that runs one cell on a copy of its state.
 
-Started by the daemon (`crane.sandbox.transplant`) with the kernel's environment, GPUs hidden
+Started by the daemon (`crane.sandbox.transplant`) with an allowlisted part of the kernel's environment (no
+LD_PRELOAD, PYTHONPATH, ...: the rest is set once it is confined), GPUs hidden
 (`CUDA_VISIBLE_DEVICES=-1`, `JAX_PLATFORMS=cpu`); the sandbox's parts and this one are compiled into
 `_crane_sandbox` by the bootstrap, CRANE's private cloudpickle into `_crane_cloudpickle`. `worker_main`:
 1. imports the kernel's library modules (those under the interpreter's prefix: no notebook code) and builds an
@@ -283,21 +284,97 @@ def _register_shrunk(known: list, ns: dict) -> None:
         _REGISTRY["objects"].append((label, item["kind"], orig, new, int(item["n"]), int(item["k"])))
 
 
+def _apply_settings(facts: dict) -> None:
+    """The kernel's interpreter and library settings a fresh interpreter lacks (kernel/export `_settings`)."""
+    st = facts.get("settings") or {}
+    try:
+        limit = int(st.get("recursionlimit") or 0)
+        if limit > sys.getrecursionlimit():
+            sys.setrecursionlimit(limit)
+    except (ValueError, RecursionError):
+        pass
+    np = sys.modules.get("numpy")
+    if np is not None:
+        for fn, key in ((np.seterr, "seterr"), (np.set_printoptions, "printoptions")):
+            try:
+                if st.get(key):
+                    fn(**st[key])
+            except Exception:
+                pass
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        for key, val in (st.get("pandas") or {}).items():
+            try:
+                pd.set_option(key, val)
+            except Exception:
+                pass
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        for key, val in (st.get("jax") or {}).items():
+            if any(w in key for w in ("platform", "device", "cuda", "rocm", "backend", "plugin", "cache_dir")):
+                continue
+            try:
+                holder = jax.config._value_holders.get(key)
+                now = holder.get_global() if hasattr(holder, "get_global") else holder.value
+                if now != val:
+                    jax.config.update(key, val)
+            except Exception:
+                pass
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and (st.get("tf") or {}).get("run_functions_eagerly"):
+        try:
+            tf.config.run_functions_eagerly(True)
+        except Exception:
+            pass
+    kcfg = getattr(sys.modules.get("keras"), "config", None)
+    ks = st.get("keras") or {}
+    if kcfg is not None and ks:
+        for fn, key in (("set_floatx", "floatx"), ("set_image_data_format", "image_data_format"),
+                        ("set_epsilon", "epsilon"), ("set_dtype_policy", "dtype_policy")):
+            try:
+                if key in ks and callable(getattr(kcfg, fn, None)):
+                    getattr(kcfg, fn)(ks[key])
+            except Exception:
+                pass
+
+
+def _register_accessors(accessors) -> None:
+    """Pandas accessors the notebook registered, registered again on the copied classes."""
+    pd = sys.modules.get("pandas")
+    if pd is None:
+        return
+    import warnings
+    for target, name, cls in accessors or ():
+        reg = {"DataFrame": pd.api.extensions.register_dataframe_accessor,
+               "Series": pd.api.extensions.register_series_accessor,
+               "Index": pd.api.extensions.register_index_accessor}.get(target)
+        if reg is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                reg(name)(cls)
+
+
 def _fail(ctx, why: str) -> None:
     _write_json(ctx.result_fd, {"verdict": "unavailable", "reason": why})
     os.close(ctx.result_fd)
 
 
-def _enter_environment(facts: dict, shell) -> None:
-    """The kernel's cwd, environment, `sys.path`, library modules and display setting."""
-    try:
-        os.chdir(facts["cwd"])
-    except OSError:
-        pass
+def _kernel_environment(facts: dict) -> None:
+    """The kernel's whole environment, once the worker is confined (it started with an allowlisted part:
+    transplant.worker_env)."""
     keep = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     os.environ.clear()
     os.environ.update(facts.get("env") or {})
     os.environ.update(keep)
+
+
+def _enter_environment(facts: dict, shell) -> None:
+    """The kernel's cwd, `sys.path`, library modules and display setting (its environment comes once the worker
+    is confined: `_kernel_environment`)."""
+    try:
+        os.chdir(facts["cwd"])
+    except OSError:
+        pass
     sys.path[:] = list(facts.get("path") or sys.path)
     _import(facts.get("modules") or [], only_library=True)
     _no_gpu_plugins()
@@ -337,6 +414,7 @@ def _session(spec: dict, shell) -> None:
             os.close(fd)
             return
         ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
+    _kernel_environment(facts)  # the kernel's environment, once confined (worker_env: an allowlist before)
     audit = ctx.audit_state
     ns = shell.user_ns
     state: dict = {"imported": False, "mapped": False}
@@ -349,7 +427,7 @@ def _session(spec: dict, shell) -> None:
             _write_json(ctx.result_fd, {"event": "error", "reason": "bad command"})
             continue
         op = cmd.get("op")
-        reply: dict = {"event": "reply", "id": cmd.get("id"), "pid": os.getpid(), "depth": 0}
+        reply: dict = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(), "depth": 0}
         if op == "load":
             audit["bypass"] = True  # loading the kernel's state is not the session's code
             try:
@@ -359,7 +437,12 @@ def _session(spec: dict, shell) -> None:
                 with open(os.path.join(d, str(cmd["state"])), "rb") as f:
                     data = f.read()
                 bufs = _load_buffers(d, [str(b) for b in cmd.get("buffers") or []])
-                for name, obj in pickle.loads(data, buffers=bufs).items():
+                loaded = pickle.loads(data, buffers=bufs)
+                _register_accessors(loaded.pop("\x00crane-accessors", None))
+                if not state.get("settings"):
+                    _apply_settings(facts)
+                    state["settings"] = True
+                for name, obj in loaded.items():
                     if name not in ns:
                         ns[name] = _rebind(obj, ns)
                 if not state["mapped"]:
@@ -419,6 +502,7 @@ def _run(spec: dict, shell, warm: bool) -> None:
             os.close(fd)
             return
         ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (the platform's part)
+    _kernel_environment(facts)  # the kernel's environment, once confined (worker_env: an allowlist before)
     t1 = time.perf_counter()
     audit = ctx.audit_state
     audit["bypass"] = True  # loading the state is not the cell's doing (the kernel-level confinement holds)
@@ -429,6 +513,8 @@ def _run(spec: dict, shell, warm: bool) -> None:
             data = f.read()
         state = pickle.loads(data, buffers=_load_buffers(d, int(facts.get("buffers") or 0)))
         known = state.pop("\x00crane-shrunk", None) or []
+        _register_accessors(state.pop("\x00crane-accessors", None))
+        _apply_settings(facts)
         ns = shell.user_ns
         for name, obj in state.items():
             ns[name] = _rebind(obj, ns)

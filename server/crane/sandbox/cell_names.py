@@ -1,0 +1,64 @@
+"""The names a cell reads, found in the daemon (never with the kernel's `transform_cell`, which runs the user's
+input transformers and re-tokenises a cell once per `!`/`%` escape).
+
+A transplant copies these names from the kernel. IPython syntax is handled line by line without IPython: a line
+whose first non-blank character is `!` or `%` (or ends with `?`) contributes the identifiers in its text (`!ls
+{d}`, `%timeit f(x)`) and is blanked; `a = !cmd {x}` / `a = %magic x` read the identifiers right of `=`; a cell
+magic's body is Python for the magics that run it (`%%time`, ...), else text whose identifiers count. The rest is
+parsed with `ast`: every `Name` loaded or deleted, and the targets of augmented assignments. When the rewritten
+text still does not parse, every identifier of the cell counts (a superset: a name too many is copied, never
+one too few). Linear in the cell's size.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from crane.analysis.transform import PYTHON_BODY_CELL_MAGICS
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ESCAPED_ASSIGN = re.compile(r"^(\s*)([A-Za-z_][\w.,\s\[\]]*?)\s*=\s*([!%].*)$")
+
+
+def _idents(text: str, out: dict) -> None:
+    for n in _IDENT.findall(text):
+        out.setdefault(n, None)
+
+
+def cell_names(source: str) -> list[str]:
+    """The names `source` reads, in first-seen order."""
+    out: dict = {}
+    lines = source.splitlines()
+    first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
+    if first is not None and lines[first].lstrip().startswith("%%"):
+        magic = lines[first].lstrip()[2:].split(None, 1)
+        _idents(magic[1] if len(magic) > 1 else "", out)
+        if not magic or magic[0] not in PYTHON_BODY_CELL_MAGICS:
+            _idents("\n".join(lines[first + 1:]), out)
+            return list(out)
+        lines = lines[first + 1:]
+    python: list[str] = []
+    for ln in lines:
+        stripped = ln.lstrip()
+        indent = ln[: len(ln) - len(stripped)]
+        m = _ESCAPED_ASSIGN.match(ln)
+        if m and not stripped.startswith(("!", "%")):
+            _idents(m.group(3), out)
+            python.append(f"{m.group(1)}{m.group(2)} = None")
+        elif stripped.startswith(("!", "%")) or (stripped.endswith("?") and not stripped.startswith("#")):
+            _idents(stripped.lstrip("!%").rstrip("?"), out)
+            python.append(f"{indent}pass" if stripped else "")
+        else:
+            python.append(ln)
+    try:
+        tree = ast.parse("\n".join(python))
+    except (SyntaxError, ValueError):
+        _idents(source, out)
+        return list(out)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            out.setdefault(node.target.id, None)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del)):
+            out.setdefault(node.id, None)
+    return list(out)

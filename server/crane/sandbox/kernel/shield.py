@@ -1,0 +1,145 @@
+"""Kernel side: what keeps CRANE's own work in the user's kernel from running the user's code.
+
+- hooks off: the user's profile and trace hooks (`sys.setprofile`/`settrace`, and `threading`'s hooks for new
+  threads) are turned off inline at the top of each kernel-side entry point (the export, the fork path's
+  `start`/`session`) and restored as its last statements: they never see a frame of CRANE's below the entry. What cannot be turned off: audit hooks (`sys.addaudithook` is permanent by design), IPython's
+  `pre_execute`/`post_execute` events, input transformers and display formatters that every execute request
+  (CRANE's private ones included) goes through; docs/sandbox.md says so.
+- `private_open`, `dumps`: file and JSON helpers bound to the C implementations (`_io.open`,
+  `_json.encode_basestring_ascii`) when the module is installed, so a notebook that replaced `builtins.open`,
+  `io.open` or `json.dumps`/`json.loads` does not get called; CRANE's arguments arrive as Python literals, not
+  JSON, so nothing is parsed in the kernel.
+- `memory_headroom`: how much memory the kernel's process may still use, cgroup-aware (v2 `memory.max -
+  memory.current` on the process's cgroup and its ancestors, v1 `memory.limit_in_bytes - memory.usage_in_bytes`;
+  reclaimable page cache discounted), and never more than `/proc/meminfo`'s MemAvailable.
+"""
+
+from __future__ import annotations
+
+import _io
+import _json
+
+private_open = _io.open
+# Every part of a kernel-side module shares this module's namespace (crane.kernel.private_module): `open` here
+# is what all of them call, never a `builtins.open` the notebook replaced.
+open = _io.open  # noqa: A001
+_ESCAPE = _json.encode_basestring_ascii
+
+
+# The pattern every kernel-side entry point follows, inline (no call of ours runs while the user's hooks are on,
+# so they see only the entry point's own frame being entered and left, as they see every private request):
+#     saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
+#              threading.__dict__.get("_trace_hook"))
+#     sys.setprofile(None); sys.settrace(None)
+#     threading.__dict__["_profile_hook"] = threading.__dict__["_trace_hook"] = None
+#     try: ... finally:
+#         threading.__dict__["_profile_hook"], threading.__dict__["_trace_hook"] = saved[2], saved[3]
+#         sys.settrace(saved[1]); sys.setprofile(saved[0])
+
+
+def dumps(obj) -> str:
+    """JSON text of builtins (dict with str keys, list, tuple, str, int, float, bool, None), exact types only
+    (a subclass's methods are never called: its value is written as its base type's)."""
+    out: list = []
+
+    def enc(v, depth: int) -> None:
+        if depth > 64:
+            raise ValueError("too deep")
+        t = type(v)
+        if v is None:
+            out.append("null")
+        elif v is True:
+            out.append("true")
+        elif v is False:
+            out.append("false")
+        elif issubclass(t, str):
+            out.append(_ESCAPE(str.__str__(v)))
+        elif issubclass(t, int):
+            out.append(int.__repr__(v))
+        elif issubclass(t, float):
+            r = float.__repr__(v)
+            out.append(r if r not in ("nan", "inf", "-inf") else "null")
+        elif issubclass(t, dict):
+            out.append("{")
+            for i, (k, x) in enumerate(dict.items(v)):
+                if i:
+                    out.append(",")
+                out.append(_ESCAPE(str.__str__(k)) if issubclass(type(k), str) else _ESCAPE(repr(k)))
+                out.append(":")
+                enc(x, depth + 1)
+            out.append("}")
+        elif issubclass(t, (list, tuple)):
+            out.append("[")
+            for i, x in enumerate(list.__iter__(v) if issubclass(t, list) else tuple.__iter__(v)):
+                if i:
+                    out.append(",")
+                enc(x, depth + 1)
+            out.append("]")
+        else:
+            out.append(_ESCAPE(f"<{t.__name__}>"))
+
+    enc(obj, 0)
+    return "".join(out)
+
+
+def _read(path: str) -> str:
+    try:
+        with private_open(path, "rb") as f:
+            return f.read(1 << 16).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _number(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+def _stat(text: str, key: str) -> int:
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        if k == key and v.strip().isdigit():
+            return int(v)
+    return 0
+
+
+def memory_headroom(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup",
+                    meminfo: str = "/proc/meminfo") -> int | None:
+    """Bytes the kernel's process may still allocate before its cgroup's (or the machine's) limit; None when
+    nothing is known. The smallest headroom along the cgroup's path to the root is the one that counts."""
+    best: int | None = None
+
+    def take(n: int | None) -> None:
+        nonlocal best
+        if n is not None:
+            best = n if best is None else min(best, n)
+
+    for line in _read(proc_cgroup).splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        path = path.strip().strip("/")
+        if controllers == "":  # cgroup v2
+            bases, limit_f, usage_f, cache_key = [root, root + "/unified"], "memory.max", "memory.current", "inactive_file"
+        elif "memory" in controllers.split(","):
+            bases, limit_f, usage_f, cache_key = [root + "/memory"], "memory.limit_in_bytes", "memory.usage_in_bytes", \
+                "total_inactive_file"
+        else:
+            continue
+        for base in bases:
+            segs = path.split("/") if path else []
+            for n in range(len(segs), -1, -1):
+                d = "/".join([base, *segs[:n]])
+                limit = _number(_read(f"{d}/{limit_f}"))
+                usage = _number(_read(f"{d}/{usage_f}"))
+                if limit is None or usage is None or limit >= 1 << 60:
+                    continue
+                cache = _stat(_read(f"{d}/memory.stat"), cache_key)
+                take(limit - max(0, usage - cache))
+    for line in _read(meminfo).splitlines():
+        if line.startswith("MemAvailable:"):
+            fields = line.split()
+            if len(fields) >= 2 and fields[1].isdigit():
+                take(int(fields[1]) * 1024)
+    return best

@@ -1,0 +1,82 @@
+"""Issue 30, without a kernel: the export's memory floor reads the process's cgroup (v1 and v2, a fake cgroup
+tree read by the same code), the cell's names are found in the daemon without IPython's transformer, and a
+transplant worker starts with an allowlisted environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crane.sandbox.cell_names import cell_names
+from crane.sandbox.kernel.shield import dumps, memory_headroom
+from crane.sandbox.transplant import worker_env
+
+GiB = 1 << 30
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def test_cgroup_v2_headroom_is_max_minus_current_along_the_path(tmp_path):
+    root = tmp_path / "cg"
+    _write(root, "user/kernel/memory.max", f"{4 * GiB}\n")
+    _write(root, "user/kernel/memory.current", f"{3 * GiB}\n")
+    _write(root, "user/kernel/memory.stat", f"anon {3 * GiB}\ninactive_file 0\n")
+    _write(root, "user/memory.max", "max\n")
+    _write(root, "user/memory.current", f"{5 * GiB}\n")
+    _write(tmp_path, "cgroup", "0::/user/kernel\n")
+    _write(tmp_path, "meminfo", f"MemTotal: 100000000 kB\nMemAvailable: {64 * 1024 * 1024} kB\n")
+    room = memory_headroom(str(root), str(tmp_path / "cgroup"), str(tmp_path / "meminfo"))
+    assert room == GiB  # the container's 4 GiB, not the host's 64 GiB of /proc/meminfo
+
+
+def test_cgroup_v1_headroom_discounts_reclaimable_cache_and_takes_the_tightest_ancestor(tmp_path):
+    root = tmp_path / "cg"
+    _write(root, "memory/a/b/memory.limit_in_bytes", f"{8 * GiB}\n")
+    _write(root, "memory/a/b/memory.usage_in_bytes", f"{3 * GiB}\n")
+    _write(root, "memory/a/b/memory.stat", f"total_inactive_file {GiB}\n")
+    _write(root, "memory/a/memory.limit_in_bytes", f"{3 * GiB}\n")
+    _write(root, "memory/a/memory.usage_in_bytes", f"{2 * GiB + GiB // 2}\n")
+    _write(tmp_path, "cgroup", "4:memory:/a/b\n3:cpu:/\n")
+    room = memory_headroom(str(root), str(tmp_path / "cgroup"), str(tmp_path / "nothing"))
+    assert room == GiB // 2  # the parent's 3 GiB limit decides; the child's cache does not count as used
+
+
+def test_no_cgroup_limit_falls_back_to_memavailable(tmp_path):
+    _write(tmp_path, "cgroup", "0::/\n")
+    _write(tmp_path, "cg/memory.max", "max\n")
+    _write(tmp_path, "cg/memory.current", "123\n")
+    _write(tmp_path, "meminfo", "MemAvailable: 2048 kB\n")
+    assert memory_headroom(str(tmp_path / "cg"), str(tmp_path / "cgroup"), str(tmp_path / "meminfo")) == 2 << 20
+
+
+def test_private_json_never_calls_a_subclass():
+    class Evil(str):
+        def __str__(self):
+            raise AssertionError("called")
+
+        def __repr__(self):
+            raise AssertionError("called")
+
+    assert dumps({"a": [Evil("x"), 1, 2.5, None, True]}) == '{"a":["x",1,2.5,null,true]}'
+
+
+def test_cell_names_are_found_without_ipython_and_in_escapes_and_magics():
+    assert {"double", "w", "z"} <= set(cell_names("%time z = double(w[:2])\nz.shape"))
+    names = cell_names("files = !ls {d}\nfor f in files:\n    !echo {f} {g}\nprint(h)")
+    assert {"d", "g", "h", "print"} <= set(names) and "files" in names
+    assert {"df"} <= set(cell_names("%%time\nx = df.a.sum()"))
+    assert {"conn"} <= set(cell_names("%%sql conn\nSELECT 1"))
+    huge = "\n".join(f"v{i} = a + {i}" for i in range(8000)) + "\n" + "\n".join(f"!echo {{b}} {i}" for i in range(150))
+    names = cell_names(huge)
+    assert "a" in names and "b" in names
+
+
+def test_a_worker_starts_with_an_allowlisted_environment():
+    env = {"LD_PRELOAD": "/x/evil.so", "PYTHONPATH": "/x", "PYTHONSTARTUP": "/x/s.py", "HOME": "/home/u",
+           "KERAS_BACKEND": "jax", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/x", "LANG": "C.UTF-8", "SECRET": "s",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "LD_LIBRARY_PATH": "/x"}
+    assert worker_env(env) == {"HOME": "/home/u", "KERAS_BACKEND": "jax", "LANG": "C.UTF-8",
+                               "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

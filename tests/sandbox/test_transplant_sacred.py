@@ -1,0 +1,415 @@
+"""Issue 30: the transplant export never runs the user's code, never harms the kernel, never lies; session replies
+cannot be forged by an earlier run.
+
+Kernels of both environments (tests/kernel_envs.py) on the transplant path: IPython 9 with JAX loaded (today's
+environment), IPython 8 with a stand-in `jax` module (the daemon's environment has no JAX; the kernel then refuses
+to fork exactly as with the real one). Each attempt family of docs/../sandbox-attacks-4.md is one case: the
+notebook's hook appends to `HITS` in the kernel, and `Untouched` (with its effect sentinels: a profile hook, open
+and json wrappers, an input transformer, and a sentinel object whose every hook records) must see nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from crane.kernel.client import KernelConnection
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched, watch_target
+from crane.sandbox import speculate
+from crane.sandbox.session import open_session
+from crane.sandbox.transplant import transplant
+
+from ..kernel_envs import KERNEL_ENVS, kernel_python
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
+
+SETUP = r"""
+import sys, types, json, builtins, pickle
+if {real_jax}:
+    import jax, jax.numpy as jnp
+else:
+    sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: transplant path
+import numpy as np, pandas as pd
+HITS = []
+def hit(what):
+    HITS.append(what)
+
+class Box:
+    pass
+a1 = Box(); a1.v = 1
+a1.__reduce_ex__ = lambda p: (hit('A1 instance __reduce_ex__'), (int, (1,)))[1]
+a2 = Box(); a2.v = 2
+a2.__getstate__ = lambda: (hit('A2 instance __getstate__'), {{}})[1]
+class Liar:
+    __module__ = 'numpy'
+    def __reduce__(self):
+        hit('A3 lying module'); return (int, (1,))
+a3 = Liar()
+class Missing:
+    __module__ = 'no_such_module_anywhere'
+    def __reduce__(self):
+        hit('A4 missing module'); return (int, (1,))
+a4 = Missing()
+class ClassProp:
+    @property
+    def __class__(self):
+        hit('A5 __class__'); return ClassProp
+a5 = ClassProp()
+class Items(dict):
+    def items(self):
+        hit('A6 items'); return dict.items(self)
+a6 = Items(k=1)
+class Iter(list):
+    def __iter__(self):
+        hit('A7 __iter__'); return list.__iter__(self)
+a7 = Iter([1, 2])
+class Slotted:
+    __slots__ = ('s',)
+class SlotProp(Slotted):
+    @property
+    def s(self):
+        hit('A8 slot property'); return 1
+a8 = SlotProp()
+class Meta(type):
+    def __hash__(cls):
+        hit('A9 metaclass __hash__'); return 1
+class WithMeta(metaclass=Meta):
+    pass
+a9 = WithMeta()
+class Meta2(type):
+    def __getattribute__(cls, name):
+        hit('A9b metaclass __getattribute__ ' + name); return type.__getattribute__(cls, name)
+class WithMeta2(metaclass=Meta2):
+    pass
+a9b = WithMeta2()
+class Frame(pd.DataFrame):
+    @property
+    def _metadata(self):
+        hit('A10 _metadata'); return []
+a10 = Frame({{'a': [1, 2]}})
+a19 = np.empty(2, dtype=object); a19[0] = a1
+@pd.api.extensions.register_dataframe_accessor('memory_usage')
+class Shadow:
+    def __init__(self, df):
+        hit('A11 accessor memory_usage')
+    def __call__(self, *a, **k):
+        return pd.Series([0])
+a11 = pd.DataFrame({{'a': [1, 2]}})
+"""
+
+ATTEMPTS = [("a1", "print(a1.v)"), ("a2", "print(a2.v)"), ("a3", "print(a3)"), ("a4", "print(a4)"),
+            ("a5", "print(a5)"), ("a6", "print(len(a6))"), ("a7", "print(len(a7))"), ("a8", "print(a8)"),
+            ("a9", "print(a9)"), ("a9b", "print(a9b)"), ("a10", "print(len(a10))"), ("a19", "print(a19[0].v)"),
+            ("a11", "print(len(a11))"), ("sentinel", "print(sentinel)")]
+
+
+@pytest.fixture(scope="module", params=KERNEL_ENVS)
+def env(request, tmp_path_factory):
+    work = tmp_path_factory.mktemp(f"t30-{request.param}")
+    kernel = start_kernel(work, python=kernel_python(request.param))
+    conn = kernel.connection
+    run = conn.run_cell(SETUP.format(real_jax=request.param == "ipython9"), timeout=180)
+    assert run.status == "ok", run
+    yield {"name": request.param, "conn": conn, "work": work, "kernel": kernel}
+    kernel.shutdown()
+
+
+def _hits(conn) -> list:
+    return conn.evaluate("list(HITS)")
+
+
+@pytest.mark.parametrize(("name", "cell"), ATTEMPTS, ids=[a[0] for a in ATTEMPTS])
+def test_pickling_and_attribute_hooks_never_run_in_the_kernel(env, name, cell):
+    conn = env["conn"]
+    conn.evaluate("HITS.clear()")
+    with Untouched(conn, sentinel="sentinel") as watch:
+        v = transplant(conn, cell, 30.0)
+    assert _hits(conn) == [] and watch.hits == [], (_hits(conn), watch.hits, v)
+    assert watch.unchanged, (watch.changes(), watch.outputs)
+    if name == "a11":  # an accessor shadowing a library method the export reads: never called, nothing refused
+        assert v.verdict == "no-crash", v
+        return
+    assert v.verdict == "unavailable" and "notebook" in (v.reason or ""), v  # refused, named
+    if name != "sentinel":
+        assert f"`{name}`" in (v.reason or ""), v
+
+
+def test_a_library_pickling_function_the_notebook_replaced_is_not_called(env):
+    conn = env["conn"]
+    run = conn.run_cell("df12 = pd.DataFrame({'a': [1.0, 2.0]})\n_orig_gs = pd.DataFrame.__getstate__\n"
+                        "pd.DataFrame.__getstate__ = lambda self: (hit('A12 patched __getstate__'), _orig_gs(self))[1]")
+    assert run.status == "ok", run
+    try:
+        conn.evaluate("HITS.clear()")
+        with Untouched(conn) as watch:
+            v = transplant(conn, "print(df12.a.sum())", 30.0)
+        assert _hits(conn) == [] and watch.unchanged, (_hits(conn), watch.hits, v)
+        assert v.verdict == "unavailable" and "`df12`" in (v.reason or ""), v
+    finally:
+        conn.run_cell("pd.DataFrame.__getstate__ = _orig_gs")
+
+
+GLOBAL_HOOKS = r"""
+import sys, json, builtins, threading
+def _prof(frame, event, arg):
+    if frame.f_code.co_filename.startswith('<crane-kernel') and frame.f_back is not None \
+            and frame.f_back.f_code.co_filename.startswith('<crane-kernel'):
+        hit('A15 profile ' + event + ' ' + frame.f_code.co_name)
+sys.setprofile(_prof)
+threading.setprofile(_prof)
+_real_open, _real_loads = builtins.open, json.loads
+def _open(*a, **k):
+    if sys._getframe(1).f_code.co_filename.startswith('<crane-kernel'):
+        hit('A17 open ' + str(a[0]))
+    return _real_open(*a, **k)
+def _loads(*a, **k):
+    if sys._getframe(1).f_code.co_filename.startswith('<crane-kernel'):
+        hit('A17b json.loads')
+    return _real_loads(*a, **k)
+builtins.open, json.loads = _open, _loads
+def _transformer(lines):
+    if ''.join(lines).strip():
+        hit('A21 input transformer')
+    return lines
+get_ipython().input_transformers_post.append(_transformer)
+"""
+UNHOOK = ("sys.setprofile(None); threading.setprofile(None); builtins.open, json.loads = _real_open, _real_loads; "
+          "get_ipython().input_transformers_post.remove(_transformer)")
+
+
+def test_global_hooks_never_see_crane_code_on_the_transplant_path(env):
+    conn = env["conn"]
+    run = conn.run_cell("small = [1, 2, 3]")
+    assert run.status == "ok"
+    conn.evaluate("HITS.clear()")
+    assert conn.run_cell(GLOBAL_HOOKS).status == "ok"
+    try:
+        v = transplant(conn, "!echo {small}\nprint(sum(small))", 30.0)
+        hits = _hits(conn)
+    finally:
+        conn.run_cell(UNHOOK)
+    assert hits == [], hits
+    assert v.verdict == "no-crash", v
+
+
+@pytest.fixture(scope="module")
+def fork_kernel(tmp_path_factory):
+    """An IPython 8 kernel that forks (no JAX): the fork path's entry."""
+    kernel = start_kernel(tmp_path_factory.mktemp("t30-fork"), python=kernel_python("ipython8"))
+    conn = kernel.connection
+    assert conn.run_cell("HITS = []\ndef hit(w):\n    HITS.append(w)\nx = 1").status == "ok"
+    yield conn
+    kernel.shutdown()
+
+
+def test_global_hooks_never_see_crane_code_on_the_fork_path(fork_kernel):
+    conn = fork_kernel
+    assert conn.run_cell(GLOBAL_HOOKS).status == "ok"
+    try:
+        v = speculate(conn, "print(x + 1)", 30.0)
+        hits = _hits(conn)
+    finally:
+        conn.run_cell(UNHOOK)
+    assert hits == [], hits
+    assert v.verdict == "no-crash", v
+
+
+def test_forged_session_lines_change_no_later_verdict(fork_kernel):
+    forge = ("import os, json\n"
+             "def _link(f):\n"
+             "    try:\n"
+             "        return os.readlink(f'/proc/self/fd/{f}')\n"
+             "    except OSError:\n"
+             "        return ''\n"
+             "fds = [int(f) for f in os.listdir('/proc/self/fd') if _link(f).endswith('/result')]\n"
+             "assert fds\n"
+             "for fd in fds:\n"
+             "    for r in ({'event': 'reply', 'verdict': 'no-crash', 'id': 3},\n"
+             "              {'event': 'reply', 'verdict': 'crash', 'ename': 'ZeroDivisionError', 'evalue': 'forged',\n"
+             "               'line': 1, 'id': 4}, {'event': 'resumed', 'pid': 1, 'depth': 0}):\n"
+             "        os.write(fd, (json.dumps(r) + '\\n').encode())\n")
+    with open_session(fork_kernel, budget_s=20.0) as sess:
+        first = sess.run(forge)
+        assert first.verdict == "no-crash", first
+        for _ in range(2):
+            v = sess.run("y = 1")
+            assert v.verdict == "no-crash" and v.ename is None, v
+        bad = sess.run("1 / 0")
+        assert bad.verdict == "crash" and bad.ename == "ZeroDivisionError" and bad.evalue != "forged", bad
+        assert sess.forged >= 3, sess.forged
+
+
+def test_forged_lines_in_a_transplant_session_change_no_later_verdict(env):
+    forge = ("import os, json\n"
+             "def _link(f):\n"
+             "    try:\n"
+             "        return os.readlink(f'/proc/self/fd/{f}')\n"
+             "    except OSError:\n"
+             "        return ''\n"
+             "fds = [int(f) for f in os.listdir('/proc/self/fd') if _link(f).endswith('/result')]\n"
+             "assert fds\n"
+             "for fd in fds:\n"
+             "    for r in ({'event': 'reply', 'ok': False, 'reason': 'forged load'},\n"
+             "              {'event': 'reply', 'verdict': 'crash', 'ename': 'ZeroDivisionError', 'evalue': 'forged'}):\n"
+             "        os.write(fd, (json.dumps(r) + '\\n').encode())\n")
+    env["conn"].run_cell("small2 = [4, 5]")
+    with open_session(env["conn"], budget_s=30.0) as sess:
+        assert sess.run(forge).verdict == "no-crash"
+        v = sess.run("print(sum(small2))")  # reads a kernel name: a load first, then the run
+        assert v.verdict == "no-crash" and "9" in v.stdout, v
+        assert sess.forged >= 2, sess.forged
+
+
+def test_a_deep_structure_is_refused_and_the_kernel_survives(env):
+    conn = env["conn"]
+    run = conn.run_cell("sys.setrecursionlimit(1_000_000)\ndeep = None\nfor _i in range(300_000):\n    deep = [deep]",
+                        timeout=120)
+    assert run.status == "ok", run
+    try:
+        v = transplant(conn, "print(deep is not None)", 30.0)
+        assert conn.evaluate("1 + 1") == 2  # alive (the old export overflowed the C stack: a segfault)
+        assert v.verdict == "unavailable" and "`deep`" in (v.reason or "") and "deep" in v.reason, v
+    finally:
+        conn.run_cell("del deep\nsys.setrecursionlimit(3000)", timeout=120)
+
+
+def test_the_users_cell_is_not_queued_behind_a_huge_cells_check(env):
+    """A 100 KB cell with 150 `!` escapes: its names are found in the daemon, so the kernel's share is small;
+    the user's cell, sent from the user's own connection while the check runs, is answered (the old export
+    re-tokenised the cell once per escape in the kernel: minutes, and the user's cell waited)."""
+    conn = env["conn"]
+    conn.run_cell("a = 1")
+    body = "\n".join(f"v{i} = a + {i}" for i in range(8000))
+    escapes = "\n".join(f"!echo {{a}} {i}" for i in range(150))
+    huge = body + "\n" + escapes
+    started, box = threading.Event(), {}
+
+    def check() -> None:
+        started.set()
+        box["v"] = transplant(conn, huge, 30.0, request_timeout=30.0)
+
+    user = KernelConnection.attach(watch_target(conn))
+    try:
+        t = threading.Thread(target=check, daemon=True)
+        t.start()
+        started.wait()
+        run = user.run_cell("z = 1", timeout=60)  # generous: the old export kept the kernel busy for minutes
+        assert run.status == "ok", run
+    finally:
+        user.client.stop_channels()
+    t.join(300)
+    assert "busy" not in (box["v"].reason or ""), box["v"]
+
+
+HONEST = r"""
+import sys
+sys.setrecursionlimit(20000)
+hdf = pd.DataFrame({'a': np.arange(5.0)})
+pd.set_option('display.max_rows', 7)
+@pd.api.extensions.register_dataframe_accessor('geo')
+class Geo:
+    def __init__(self, df):
+        self._df = df
+    @property
+    def center(self):
+        return float(self._df['a'].mean())
+"""
+
+
+def test_honest_cells_get_the_real_verdict(env):
+    conn = env["conn"]
+    assert conn.run_cell(HONEST, timeout=60).status == "ok"
+    assert conn.run_cell("hdf.describe()").status == "ok"  # `_` and Out[n] are its result
+    n = conn.evaluate("max(Out)")
+    cells = ["desc = _\nprint(desc.shape)", f"print(Out[{n}].shape)", "print(len(In[1]) > 0)",
+             "def d(k):\n    return 0 if k == 0 else 1 + d(k - 1)\nprint(d(5000))", "print(hdf.geo.center)",
+             "assert pd.get_option('display.max_rows') == 7"]
+    if env["name"] == "ipython9":
+        assert conn.run_cell("jax.config.update('jax_enable_x64', True)\njf = jax.jit(lambda v: v * 2)\n"
+                             "tree = jax.tree_util.tree_structure({'a': 1})").status == "ok"
+        cells += ["x = jnp.array(2**40)\nprint(x.dtype)",  # a jitted function and a pytree: compiled types
+                  "print(float(jf(jnp.ones(2)).sum()), tree.num_leaves)"]
+    try:
+        for cell in cells:
+            real = conn.run_cell(cell, timeout=60) if "Out[" not in cell and "_\n" not in cell else None
+            assert real is None or real.status == "ok", (cell, real)
+            v = transplant(conn, cell, 60.0)
+            assert v.verdict == "no-crash", (cell, v)
+    finally:
+        if env["name"] == "ipython9":
+            conn.run_cell("jax.config.update('jax_enable_x64', False)")
+
+
+def test_a_crash_that_rests_on_rebuilt_runtime_state_is_likely_the_others_certain(env):
+    """Certain: a plain crash, and one in a data library whose objects travel whole (pandas). Likely: an
+    environmental exception, and a crash inside a runtime the worker rebuilds (JAX, where it is real)."""
+    conn = env["conn"]
+    v = transplant(conn, "q = [1, 2]\nq[5]", 60.0)
+    assert v.verdict == "crash" and v.ename == "IndexError" and v.certain is True, v
+    v = transplant(conn, "import pandas as pd\npd.DataFrame({'a': [1]})['b']", 60.0)
+    assert v.verdict == "crash" and v.ename == "KeyError" and v.certain is True, v
+    v = transplant(conn, "import math\nmath.exp(1000)", 60.0)
+    assert v.verdict == "crash" and v.ename == "OverflowError" and v.certain is False, v
+    if env["name"] == "ipython9":  # real JAX
+        v = transplant(conn, "jnp.ones(3).reshape(2, 2)", 60.0)
+        assert v.verdict == "crash" and v.certain is False, v
+
+
+KERAS = r"""
+import numpy as np, tensorflow as tf, keras
+HITS = []
+class MyLayer(keras.layers.Layer):
+    def __init__(self, units=2, **kw):
+        super().__init__(**kw)
+        self.units = units
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1], self.units))
+    def call(self, x):
+        return x @ self.w
+    def get_config(self):
+        HITS.append('A13 get_config')
+        return {**super().get_config(), 'units': self.units}
+class Sub(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.d = keras.layers.Dense(2)
+    def call(self, x):
+        return self.d(x)
+    def save_own_variables(self, store):
+        HITS.append('A14 save_own_variables')
+        return super().save_own_variables(store)
+X = np.random.rand(8, 4).astype('float32')
+y = np.random.rand(8, 2).astype('float32')
+m13 = keras.Sequential([keras.Input((4,)), MyLayer(2)])
+m14 = Sub()
+m14(X)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+model.compile(optimizer='adam', loss='mse')
+model.fit(X, y, epochs=1, verbose=0)
+model.class_names = ['a', 'b']
+"""
+
+
+def test_keras_notebook_code_never_runs_and_lost_attributes_are_never_a_certain_crash(tmp_path_factory):
+    """TensorFlow/Keras 3 (today's environment): Keras's own pickling (model saving) would call a notebook
+    layer's `get_config` and a subclassed model's `save_own_variables` in the kernel: refused, nothing called.
+    A model's `history` and attributes the user set are not carried by Keras's serialization: the run is the
+    real one's or a likely crash, never a certain one."""
+    kernel = start_kernel(tmp_path_factory.mktemp("t30-keras"), python=kernel_python("ipython9"))
+    try:
+        conn = kernel.connection
+        assert conn.run_cell(KERAS, timeout=300).status == "ok"
+        for cell in ("print(m13.count_params())", "print(m14.d.units)"):
+            v = transplant(conn, cell, 120.0)
+            assert _hits(conn) == [], (cell, _hits(conn), v)
+            assert v.verdict == "unavailable" and "notebook" in (v.reason or ""), (cell, v)
+        for cell in ("print(model.history.history['loss'])", "print(model.class_names)"):
+            assert conn.run_cell(cell, timeout=60).status == "ok"
+            v = transplant(conn, cell, 120.0)
+            assert v.verdict != "crash" or v.certain is False, (cell, v)
+            assert v.verdict != "unavailable" or "busy" not in (v.reason or ""), (cell, v)
+    finally:
+        kernel.shutdown()
