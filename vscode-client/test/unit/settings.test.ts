@@ -37,9 +37,13 @@ const UNSET_LLM = {
   structured: null,
 };
 
+// the sandbox's run options (crane.sandbox.options.RunOptions, in crane.speculative) at their defaults
+const RUN_DEFAULTS = { layer: 'auto', transplant: true, transplantCopyMb: 128, warmWorkers: true, workerIdleSeconds: 600 };
+
 const CONTRACT_DEFAULTS = {
   mode: 'auto',
-  speculative: { enabled: true, budgetSeconds: 10, backgroundSeconds: 120 },
+  speculative: { ...RUN_DEFAULTS, enabled: true, budgetSeconds: 10, backgroundSeconds: 120 },
+  sandbox: 'auto',
   llm: UNSET_LLM,
   agent: { maxSteps: 10, budgetUsd: null, stepMode: false },
   kernel: { connectionFile: null },
@@ -82,7 +86,8 @@ describe('server settings (initializationOptions / didChangeConfiguration)', () 
     };
     expect(getServerSettings()).toEqual({
       mode: 'llm',
-      speculative: { enabled: false, budgetSeconds: 2.5, backgroundSeconds: 0 },
+      speculative: { ...RUN_DEFAULTS, enabled: false, budgetSeconds: 2.5, backgroundSeconds: 0 },
+      sandbox: 'auto',
       llm: { ...UNSET_LLM, model: 'openai/gpt-4o-mini', apiBase: 'http://127.0.0.1:8000/v1' },
       agent: { maxSteps: 3, budgetUsd: 0.1, stepMode: true },
       kernel: { connectionFile: '/tmp/kernel-1.json' },
