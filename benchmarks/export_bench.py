@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Benchmark: the transplant export never holds the user's kernel (issue 30).
+
+In a kernel with a stand-in `jax` module (so the fork sandbox refuses it and the transplant runs), measures:
+- a huge cell (8,000 lines and 150 `!` escapes) checked while the user runs `z = 1` 0.2 s later: how long the
+  user's cell waits (the old export re-tokenised the cell in the kernel: 285 s);
+- a big in-band export (millions of small Python objects the cell reads) and the user's `z = 1` 0.2 s after it
+  starts: how long the user's cell waits (the export is capped and runs in its own thread);
+- an ordinary export (an 8 MB array) and a 300k-deep nested list (refused, the kernel alive).
+
+Usage: .venv/bin/python benchmarks/export_bench.py [KERNEL_PYTHON] [--objects 3000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from crane.kernel.client import KernelConnection
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import watch_target
+from crane.sandbox.transplant import transplant
+from crane.sandbox.verdict import SandboxVerdict
+
+
+def user_wait_during(c: KernelConnection, source: str) -> tuple[float, SandboxVerdict]:
+    """Start checking `source`; 0.2 s later the user runs `z = 1` on a client of their own: its wait, the verdict."""
+    user = KernelConnection.attach(watch_target(c))
+    box: dict[str, SandboxVerdict] = {}
+    t = threading.Thread(target=lambda: box.setdefault("v", transplant(c, source, 30.0, request_timeout=30.0)))
+    t.start()
+    time.sleep(0.2)
+    t1 = time.monotonic()
+    r = user.run_cell("z = 1", timeout=600)
+    waited = time.monotonic() - t1
+    t.join()
+    user.client.stop_channels()
+    assert r.status == "ok", r
+    return waited, box["v"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("python", nargs="?", default=sys.executable)
+    ap.add_argument("--objects", type=int, default=3_000_000)
+    a = ap.parse_args()
+    k = start_kernel(Path(tempfile.mkdtemp(prefix="crane-export-bench-")), python=a.python)
+    c = k.connection
+    try:
+        setup = ("import sys, types, numpy as np\nsys.modules.setdefault('jax', types.ModuleType('jax'))\na = 1\n"
+                 f"X = np.random.rand(2000, 500)\nbig = [(i, str(i)) for i in range({a.objects})]")
+        assert c.run_cell(setup, timeout=600).status == "ok"
+        huge = "\n".join(f"v{i} = a + {i}" for i in range(8000)) + "\n" + "\n".join(
+            f"!echo {{a}} {i}" for i in range(150))
+        waited, v = user_wait_during(c, huge)
+        print(f"huge cell ({len(huge)} bytes): the user's z = 1 waited {waited:.2f} s; verdict {v.verdict}")
+        waited, v = user_wait_during(c, "len(big)")
+        t = v.transplant
+        print(f"big in-band export ({a.objects:,} tuples): the user's z = 1 waited {waited:.2f} s; verdict "
+              f"{v.verdict} ({v.reason}); export_ms {t.export_ms if t else None}")
+        v = transplant(c, "X.mean()", 30.0)
+        print(f"8 MB array: verdict {v.verdict}, export_ms {v.transplant.export_ms if v.transplant else None}")
+        c.run_cell("sys.setrecursionlimit(1_000_000)\ndeep = None\nfor _i in range(300_000):\n    deep = [deep]",
+                   timeout=120)
+        t0 = time.monotonic()
+        v = transplant(c, "print(deep is not None)", 30.0)
+        print(f"300k-deep list: {v.verdict} in {time.monotonic() - t0:.2f} s ({v.reason}); kernel alive: "
+              f"{c.evaluate('1 + 1') == 2}")
+    finally:
+        k.shutdown()
+
+
+if __name__ == "__main__":
+    main()
