@@ -23,6 +23,7 @@ import functools
 import os
 import sys
 import types
+from typing import Any
 
 _LISTS: dict = {"found": None}  # kind -> the interpreter's list, found once
 # handlers the standard library registers, by kind (names across Python 3.10 - 3.13)
@@ -54,7 +55,7 @@ _C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.Me
                 types.MethodDescriptorType)
 
 
-def is_library_handler(fn) -> bool:
+def is_library_handler(fn: Any) -> bool:
     """True for a handler of the standard library or an installed package (C functions and methods included);
     False for one defined in the notebook or in the user's own files (and for anything we cannot place).
     Reads only exact types and their slots: no attribute of the handler that user code could define runs."""

@@ -30,7 +30,7 @@ import errno
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from crane.sandbox.kernel.common import _WRITE_FLAGS, SandboxBlocked, _Ctx, _write_json  # kernel: strip
 
@@ -69,7 +69,7 @@ _HARMLESS = {int(getattr(signal, n)) for n in ("SIGCHLD", "SIGCONT", "SIGURG", "
                                             "SIGTTOU") if hasattr(signal, n)}
 
 
-def _ends_process(sig) -> bool:
+def _ends_process(sig: Any) -> bool:
     """Would `sig`, delivered to this process as it is set up now, end it?"""
     try:
         sig = int(sig)
@@ -98,14 +98,14 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
             "absorbed": ctx.absorbed[:20], "confinement": ctx.confinement})
         real_exit(code)
 
-    def guarded_exit(code=0):
+    def guarded_exit(code: Any = 0) -> NoReturn:
         if state.get("running") and not state["bypass"] and os.getpid() == mypid:
             end(f"calls os._exit({code})", int(code) if isinstance(code, int) else 1)
         real_exit(code)
 
-    os._exit = guarded_exit
+    os._exit = guarded_exit  # type: ignore[assignment]  # its parameter is named `code`, os._exit's `status`
     if real_raise is not None:
-        def guarded_raise(sig):
+        def guarded_raise(sig: Any) -> None:
             if state.get("running") and not state["bypass"] and os.getpid() == mypid and _ends_process(sig):
                 end(f"raises {signal.Signals(sig).name} in its own process", 128 + int(sig))
             return real_raise(sig)
@@ -128,7 +128,7 @@ def _install_audit_hook(ctx: _Ctx) -> None:
     deny_events = {k: v for k, v in _DENY_EVENTS.items() if not (layered and k in _PROCESS_EVENTS)}
     _guard_process_end(ctx, state, mypid)
 
-    def inside(path) -> bool:
+    def inside(path: Any) -> bool:
         if isinstance(path, int):
             return True  # every descriptor the child holds is private (kernel/fds.py)
         try:
@@ -138,7 +138,7 @@ def _install_audit_hook(ctx: _Ctx) -> None:
         return p in devices or p.startswith("/dev/pts/") and "/dev/pts" in devices or any(
             p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
 
-    def deny(what: str, target=None):
+    def deny(what: str, target: Any = None) -> NoReturn:
         msg = f"crane sandbox: {what} is blocked (the cell has side effects)"
         if target is not None:
             msg += f": {str(target)[:200]}"
@@ -151,13 +151,13 @@ def _install_audit_hook(ctx: _Ctx) -> None:
 
     kernel_ppid = int(getattr(ctx, "kernel_ppid", 0) or 0)
 
-    def signal_name(sig) -> str:
+    def signal_name(sig: Any) -> str:
         try:
             return signal.Signals(int(sig)).name
         except (TypeError, ValueError):
             return str(sig)
 
-    def signalled(event, target, sig):
+    def signalled(event: str, target: Any, sig: Any) -> None:
         """A signal the real kernel would have sent elsewhere than here (see the module docstring)."""
         if not isinstance(target, int):
             return
@@ -185,7 +185,7 @@ def _install_audit_hook(ctx: _Ctx) -> None:
 
         os.getppid = getppid
 
-    def local_socket(event, args) -> bool:
+    def local_socket(event: str, args: tuple[Any, ...]) -> bool:
         """Layered mode: AF_UNIX traffic between the sandbox's own processes is allowed."""
         sock = args[0] if args else None
         if getattr(sock, "family", None) != socket_family_unix:
@@ -205,7 +205,7 @@ def _install_audit_hook(ctx: _Ctx) -> None:
     except Exception:  # pragma: no cover - every Linux Python has it
         socket_family_unix = 1
 
-    def hook(event, args):
+    def hook(event: str, args: tuple[Any, ...]) -> None:
         if state["bypass"]:
             return
         if event == "open":

@@ -39,7 +39,7 @@ def proc_kb(path: str, keys: tuple[str, ...]) -> dict:
     return out
 
 
-def _summarise_data(data, kind: str) -> dict:
+def _summarise_data(data: Any, kind: str) -> dict:
     text = ""
     if isinstance(data, dict):
         text = str(data.get("text/plain", ""))
@@ -62,27 +62,27 @@ def _write_json(fd: int, obj: dict) -> None:
 class _Capture(io.TextIOBase):
     """A text stream writing UTF-8 straight to a descriptor, keeping at most `limit` bytes."""
 
-    def __init__(self, fd: int, name: str, limit: int):
+    def __init__(self, fd: int, name: str, limit: int) -> None:
         self._fd, self._name, self._left = fd, name, limit
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self._name
 
     @property
-    def encoding(self):  # type: ignore[override]  # io.TextIOBase declares a plain attribute
+    def encoding(self) -> str:  # type: ignore[override]  # io.TextIOBase declares a plain attribute
         return "utf-8"
 
-    def writable(self):
+    def writable(self) -> bool:
         return True
 
-    def isatty(self):
+    def isatty(self) -> bool:
         return False
 
-    def fileno(self):
+    def fileno(self) -> int:
         return self._fd
 
-    def write(self, s):
+    def write(self, s: str) -> int:
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         if self._left > 0 and s:
@@ -99,7 +99,7 @@ class _Capture(io.TextIOBase):
                 data = data[n:]
         return len(s)
 
-    def flush(self):
+    def flush(self) -> None:
         pass
 
 
@@ -109,7 +109,7 @@ _SETUP: dict = {}  # child only: what setup got to, for reporting a failure
 class _Ctx:
     """Everything the child set up, for running code and writing the result."""
 
-    def __init__(self, args: dict, shell):
+    def __init__(self, args: dict, shell: Any) -> None:
         self.args = args
         self.shell = shell
         self.result_fd = -1

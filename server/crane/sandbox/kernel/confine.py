@@ -34,6 +34,7 @@ import os
 import platform
 import resource
 import struct
+from typing import Any
 
 # -- syscall numbers (x86_64) -----------------------------------------------------------------------------
 _NR = dict(
@@ -150,7 +151,7 @@ class _Prog:
     def ld(self, off: int) -> None:
         self.ins.append([_LD_W_ABS, 0, 0, off])
 
-    def jmp(self, code: int, k: int, jt, jf) -> None:
+    def jmp(self, code: int, k: int, jt: int | str, jf: int | str) -> None:
         self.ins.append([code, jt, jf, k])
 
     def ret(self, k: int) -> None:
@@ -578,7 +579,7 @@ def set_limits(cpu_s: float, memory_mb: int, file_mb: int, nproc: int | None = N
 _FILTERS: dict = {}  # build_filter's programs that do not depend on the child (no pid, no gate), by arguments
 
 
-def cached_filter(**kw) -> bytes:
+def cached_filter(**kw: Any) -> bytes:
     """`build_filter(**kw)`, kept for the next runs when it does not depend on the child (assembling a program
     in Python costs about a millisecond; the kernel builds the common ones once, before forking)."""
     if kw.get("own_pid") is not None or kw.get("fork_gate") is not None:

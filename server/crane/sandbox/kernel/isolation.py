@@ -17,7 +17,8 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from crane.sandbox.kernel.atfork import resume_in_sandbox  # kernel: strip
 from crane.sandbox.kernel.audit import _install_audit_hook  # kernel: strip
@@ -57,18 +58,19 @@ def publisher_class() -> Any:
         class CapturePublisher(DisplayPublisher):
             sink: list = []
 
-            def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kw):
+            def publish(self, data: Any, metadata: Any = None, source: Any = None, *, transient: Any = None,
+                        update: bool = False, **kw: Any) -> None:
                 if len(self.sink) < 50:
                     self.sink.append(_summarise_data(data, "display_data"))
 
-            def clear_output(self, wait=False):
+            def clear_output(self, wait: bool = False) -> None:
                 pass
 
         cls = _PUBLISHER["cls"] = CapturePublisher
     return cls
 
 
-def _capture_publisher(shell) -> Any:
+def _capture_publisher(shell: Any) -> Any:
     """In the child only: the capturing publisher instance."""
     pub = _PUBLISHER.get("pub")
     if pub is None:
@@ -119,7 +121,7 @@ def _neutralise_kernel_io(ctx: _Ctx) -> None:
     if out is None or err is None:  # set by _isolate_descriptors, which runs first
         raise RuntimeError("the child's output is not captured")
 
-    def _dh(value):
+    def _dh(value: Any) -> None:
         if value is None:
             return
         try:
@@ -155,11 +157,11 @@ def _neutralise_kernel_io(ctx: _Ctx) -> None:
     if pub is not None:
         pub.sink = ctx.displays
         shell.display_pub = pub
-    def _shown(*a, **k):  # a magic (e.g. %%time) caught the exception and shows it: still an error output
+    def _shown(*a: Any, **k: Any) -> None:  # a magic (e.g. %%time) caught the exception and shows it: still an error output
         if ctx.shown_exc is None:
             ctx.shown_exc = sys.exc_info()[1]
 
-    def _no_input(*a, **k):  # the real run would wait for the user to type: not something a sandbox can decide
+    def _no_input(*a: Any, **k: Any) -> NoReturn:  # the real run would wait for the user to type: not something a sandbox can decide
         msg = "crane sandbox: the cell asks for the user's input (input/getpass), which a sandboxed run cannot give"
         ctx.denied.append(msg)
         raise SandboxBlocked(errno.EPERM, msg)
@@ -185,7 +187,7 @@ def _neutralise_kernel_io(ctx: _Ctx) -> None:
         pass
 
 
-def _record_display(ctx: _Ctx, value, kind: str) -> None:
+def _record_display(ctx: _Ctx, value: Any, kind: str) -> None:
     if len(ctx.displays) >= 50:
         return
     try:
@@ -217,7 +219,7 @@ def find_thread_pools() -> None:
     class _Info(ctypes.Structure):
         _fields_ = [("addr", ctypes.c_void_p), ("name", ctypes.c_char_p)]
 
-    def visit(info, size, data):
+    def visit(info: Any, size: int, data: Any) -> int:
         name = info.contents.name
         if name:
             base = name.rsplit(b"/", 1)[-1].lower()
@@ -266,7 +268,7 @@ def native_threads() -> tuple[dict, int]:
 _UNSAFE_POOLS = (("polars", "polars' thread pool (rayon)"), ("lightgbm", "LightGBM's OpenMP thread pool"))
 
 
-def _touches(lib: str, source: str, ns) -> bool:
+def _touches(lib: str, source: str, ns: Any) -> bool:
     """Whether the cell names the library or reads a name bound to one of its objects (or to the module). Reads
     only exact types and plain dicts: no user code runs. A library reached only through a function the cell
     calls is not seen (that run may then sit to its budget: a timeout, never a wrong verdict)."""
@@ -291,7 +293,7 @@ def _touches(lib: str, source: str, ns) -> bool:
     return False
 
 
-def unsafe_pools(source: str = "", ns=None) -> str | None:
+def unsafe_pools(source: str = "", ns: Any = None) -> str | None:
     """In the kernel, before forking: why a thread pool that has already run would hang or crash this cell in a
     forked copy, or None. A pool has run when its threads exist (polars names them polars-N; LightGBM's OpenMP
     workers are native threads Python did not start)."""
@@ -440,7 +442,7 @@ def _fresh_executors() -> None:
                 setattr(mod, attr, None)
 
 
-def _channel_closer(fd: int, owner: int):
+def _channel_closer(fd: int, owner: int) -> Callable[[], None]:
     def close_in_child() -> None:
         if os.getpid() != owner:
             try:
@@ -450,7 +452,7 @@ def _channel_closer(fd: int, owner: int):
     return close_in_child
 
 
-def _network_watcher(args: dict):
+def _network_watcher(args: dict) -> Any:
     """Blocking runs on the local channel: a connection to the daemon's notify socket (made before confinement,
     which refuses sockets), over which the seccomp listener goes; None where there is no daemon to answer."""
     path = args["notify"]
@@ -467,7 +469,7 @@ def _network_watcher(args: dict):
     return sock
 
 
-def _hand_over_listener(sock, listener: int) -> None:
+def _hand_over_listener(sock: Any, listener: int) -> None:
     """The network attempts of every thread and process of the run are answered (and recorded) by the one
     holding `sock`'s other end: A in layered mode, the daemon in blocking mode."""
     if sock is None:
@@ -501,7 +503,7 @@ def _parent_of(pid: int) -> int:
         return 0
 
 
-def _prepare_child(args: dict, shell, parent: int, on_main: bool) -> _Ctx:
+def _prepare_child(args: dict, shell: Any, parent: int, on_main: bool) -> _Ctx:
     """Everything before user code: isolation, capture, the mode's layer and confinement, the audit hook."""
     t0 = time.perf_counter()
     cpu0 = time.process_time()  # a forked child's CPU times start at zero

@@ -34,6 +34,7 @@ import select
 import signal
 import socket
 import time
+from collections.abc import Callable
 
 from crane.sandbox.kernel.common import _write_json  # kernel: strip
 from crane.sandbox.shared.notify import answer_notification  # kernel: strip
@@ -62,7 +63,7 @@ class _MountAttr(ctypes.Structure):
                 ("userns_fd", ctypes.c_uint64)]
 
 
-def _sys():
+def _sys() -> tuple[Callable[..., int], Callable[..., int]]:
     libc = ctypes.CDLL(None, use_errno=True)
     sc = libc.syscall
     sc.restype = ctypes.c_long
@@ -106,7 +107,7 @@ def writable_places(cwd: str, extra: list[str] | tuple = ()) -> list[str]:
 _TID_SCAN = 4096  # bytes of glibc's thread descriptor searched for the cached thread id
 
 
-def _cached_tid_slot(libc) -> int | None:
+def _cached_tid_slot(libc: ctypes.CDLL) -> int | None:
     """The address of glibc's cached thread id in the calling (only) thread's descriptor: the one 4-byte slot
     of its first bytes holding the thread id (gettid), or None when it is not exactly one."""
     try:
@@ -167,7 +168,7 @@ def write_id_maps(pid: int) -> None:
             os.close(fd)
 
 
-def supervise(pid: int, budget_s: float, result_fd: int, notif_sock=None) -> None:
+def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.socket | None = None) -> None:
     """A's life after the clone: wait for B, answer the sandbox's seccomp notifications (B sends the listener
     over `notif_sock`), kill B at the deadline, report its end (a JSON line)."""
     deadline = time.monotonic() + max(0.1, budget_s)
@@ -242,7 +243,7 @@ def _beneath(place: str, mounts: list[str]) -> list[str]:
     return top
 
 
-def _detached_tmpfs(sc, size_bytes: int) -> int:
+def _detached_tmpfs(sc: Callable[..., int], size_bytes: int) -> int:
     fs = _ok(sc(_NR_FSOPEN, b"tmpfs", 1), "fsopen(tmpfs)")
     try:
         for key, value in ((b"size", str(max(1 << 20, size_bytes)).encode()), (b"nr_inodes", b"262144"),
@@ -270,7 +271,7 @@ def listening_unix_sockets() -> list[str]:
     return sorted(set(out))
 
 
-def _cover_sockets(mount, sockets: list[str], places: list[str]) -> int:
+def _cover_sockets(mount: Callable[..., int], sockets: list[str], places: list[str]) -> int:
     """Bind /dev/null over each socket path outside the private layers (inside one the overlay already hides
     the real socket: ECONNREFUSED), so connecting or sending to it by path from any process of the sandbox,
     a shell or a C library included, reaches nothing. Returns how many were covered."""
@@ -353,7 +354,7 @@ def build_layer(places: list[str], cwd: str, tmpfs_bytes: int, max_processes: in
             "sockets_covered": covered}
 
 
-def _private_ptys(mount) -> bool:
+def _private_ptys(mount: Callable[..., int]) -> bool:
     """A new devpts instance on /dev/pts and its ptmx on /dev/ptmx: the cell's pseudo-terminals (IPython's
     `!cmd` runs through one) are its own, and the machine's terminals are out of reach."""
     if mount(b"devpts", b"/dev/pts", b"devpts", _MS_NOSUID | _MS_NOEXEC, b"newinstance,ptmxmode=0666,mode=0620") != 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 _ROOTS: list = []
 
@@ -21,5 +22,5 @@ def library_roots() -> tuple:
     return _ROOTS[0]
 
 
-def is_library(path) -> bool:
+def is_library(path: Any) -> bool:
     return bool(path) and os.path.realpath(str(path)).startswith(library_roots())

@@ -20,6 +20,8 @@ import errno as _errno
 import os
 import re
 import struct
+from collections.abc import Callable
+from typing import Any
 
 from crane.sandbox.kernel.confine import _libc  # kernel: strip
 
@@ -65,7 +67,7 @@ def shared_mappings() -> list[dict]:
     return out
 
 
-def _fns():
+def _fns() -> tuple[Callable[..., Any], ...]:
     mmap = _libc.mmap
     mmap.restype = ctypes.c_void_p
     mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
@@ -79,7 +81,7 @@ def _fns():
     return mmap, mremap, mprotect, munmap
 
 
-def _remap_file(m: dict, prot: int, mmap) -> bool:
+def _remap_file(m: dict, prot: int, mmap: Callable[..., Any]) -> bool:
     path = m["path"]
     if not m["inode"] or not path.startswith("/") or path.endswith(" (deleted)"):
         return False
@@ -96,7 +98,8 @@ def _remap_file(m: dict, prot: int, mmap) -> bool:
         os.close(fd)
 
 
-def _copy_private(m: dict, prot: int, mmap, mremap, munmap) -> bool:
+def _copy_private(m: dict, prot: int, mmap: Callable[..., Any], mremap: Callable[..., Any],
+                  munmap: Callable[..., Any]) -> bool:
     """Copy the mapping's bytes into a private anonymous mapping and move that over the shared one."""
     size = m["end"] - m["start"]
     tmp = mmap(None, size, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)

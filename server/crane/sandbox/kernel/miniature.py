@@ -29,6 +29,7 @@ import math
 import random
 import re
 import sys
+from typing import Any
 
 _LOW_CARDINALITY = 50
 _NAN_ROWS = 2
@@ -36,12 +37,12 @@ _MAX_COLUMNS = 200
 _REGISTRY: dict = {"objects": []}  # child only: (name, kind, original, new, n, k) of what was replaced
 
 
-def _mods():
+def _mods() -> tuple[Any, Any, Any, Any]:
     m = sys.modules
     return m.get("numpy"), m.get("pandas"), m.get("torch"), m.get("torch.utils.data")
 
 
-def cell_names(shell, source: str) -> list[str]:
+def cell_names(shell: Any, source: str) -> list[str]:
     """Names the cell reads (after IPython's transforms), in order of first use."""
     try:
         text = shell.transform_cell(source) if shell is not None else source
@@ -55,7 +56,7 @@ def cell_names(shell, source: str) -> list[str]:
     return out
 
 
-def _kind(obj) -> tuple[str, int] | None:
+def _kind(obj: Any) -> tuple[str, int] | None:
     """(kind, rows) for an object a miniature run can shrink, else None."""
     np, pd, torch, tud = _mods()
     try:
@@ -84,7 +85,7 @@ def _kind(obj) -> tuple[str, int] | None:
     return None
 
 
-def _dataset_kind(ds) -> tuple[str, int] | None:
+def _dataset_kind(ds: Any) -> tuple[str, int] | None:
     _, _, _, tud = _mods()
     if tud is None or isinstance(ds, tud.IterableDataset):
         return None
@@ -100,7 +101,7 @@ def _dataset_kind(ds) -> tuple[str, int] | None:
     return ("Dataset", n) if fields else None
 
 
-def _sized(v) -> int | None:
+def _sized(v: Any) -> int | None:
     if isinstance(v, (list, tuple)):
         return len(v)
     k = _kind(v)
@@ -108,7 +109,7 @@ def _sized(v) -> int | None:
 
 
 # -- which rows must stay ------------------------------------------------------------------------------------
-def _values_required(values, req: set) -> None:
+def _values_required(values: Any, req: set) -> None:
     """A 1-D column: a few NaN rows, and one row per class when it has few distinct values (a sample of the
     column tells high-cardinality columns apart cheaply)."""
     np, pd, _, _ = _mods()
@@ -134,7 +135,7 @@ def _values_required(values, req: set) -> None:
         pass
 
 
-def _required(obj, kind: str, req: set) -> None:
+def _required(obj: Any, kind: str, req: set) -> None:
     np, pd, torch, _ = _mods()
     try:
         if kind == "DataFrame":
@@ -169,7 +170,7 @@ def _required(obj, kind: str, req: set) -> None:
 
 
 # -- taking rows ---------------------------------------------------------------------------------------------
-def _take(obj, kind: str, pos: list[int], memo: dict):
+def _take(obj: Any, kind: str, pos: list[int], memo: dict) -> Any:
     if id(obj) in memo:
         return memo[id(obj)]
     np, pd, torch, tud = _mods()
@@ -208,7 +209,7 @@ def _take(obj, kind: str, pos: list[int], memo: dict):
     return new
 
 
-def _rebuild_loader(dl, dataset):
+def _rebuild_loader(dl: Any, dataset: Any) -> Any:
     """A DataLoader with the same arguments over the shrunk dataset (plain random/sequential sampling only)."""
     _, _, _, tud = _mods()
     sampler = dl.sampler
@@ -265,7 +266,7 @@ def _positions(n: int, k: int, required: set, rng: random.Random) -> list[int]:
     return sorted(chosen)
 
 
-def _candidates(ns: dict, names: list[str]):
+def _candidates(ns: dict, names: list[str]) -> list[tuple[tuple, object, str, int]]:
     """(path, getter-free description, object, kind, rows) of shrinkable objects the cell reads."""
     out: list[tuple[tuple, object, str, int]] = []
     for name in names:
@@ -375,7 +376,7 @@ def _sizes() -> set[int]:
     return out
 
 
-def _dropped_label(key) -> bool:
+def _dropped_label(key: Any) -> bool:
     """`key` (or any element of a list-like key) is a row label or a value the subset dropped."""
     np, pd, _, _ = _mods()
     keys = key if isinstance(key, (list, tuple)) else [key]
@@ -403,7 +404,7 @@ def _dropped_label(key) -> bool:
     return False
 
 
-def artefact(exc) -> str | None:
+def artefact(exc: BaseException | None) -> str | None:
     """Why `exc`, raised in a miniature run, may come from the smaller data (then the run is inconclusive)."""
     if not _REGISTRY["objects"]:
         return None

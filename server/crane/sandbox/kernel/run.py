@@ -15,6 +15,8 @@ import re
 import signal
 import time
 import traceback
+from types import CodeType
+from typing import Any
 
 from crane.sandbox.kernel.common import (  # kernel: strip
     _CO_COROUTINE,
@@ -28,7 +30,7 @@ from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child
 from crane.sandbox.kernel.miniature import artefact  # kernel: strip
 
 
-def _compile_plan(shell, source: str, filename: str, transformed: str):
+def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
     """IPython's transforms (magics, shell escapes, help) are already applied to `transformed`; one code
     object per top-level statement, the last expression compiled 'single' so its value goes to the display
     hook (IPython's `last_expr`)."""
@@ -56,7 +58,7 @@ def _compile_plan(shell, source: str, filename: str, transformed: str):
     return plan, transformed
 
 
-def _exec_plan(ctx: _Ctx, plan, ns) -> None:
+def _exec_plan(ctx: _Ctx, plan: list[CodeType], ns: dict[str, Any]) -> None:
     for code in plan:
         if code.co_flags & _CO_COROUTINE:
             import asyncio
@@ -72,7 +74,7 @@ def _exec_plan(ctx: _Ctx, plan, ns) -> None:
             exec(code, ns)
 
 
-def _exception_chain(exc):
+def _exception_chain(exc: BaseException | None) -> list[BaseException]:
     seen: set = set()
     out: list = []
     while exc is not None and id(exc) not in seen and len(out) < 20:
@@ -82,7 +84,7 @@ def _exception_chain(exc):
     return out
 
 
-def _inside(path, roots) -> bool:
+def _inside(path: Any, roots: list[str]) -> bool:
     try:
         p = os.path.realpath(os.fsdecode(path))
     except (TypeError, ValueError):
@@ -158,7 +160,7 @@ _REFUSED_TEXT = re.compile(r"connection refused|\[errno 111\]|\bECONNREFUSED\b",
 _QUOTED_PATH = re.compile(r"""(?:file path: |['"])(/[^'"\s]+|[\w.-]+\.\w{1,6})""")
 
 
-def _text_denial(ctx: _Ctx, exc) -> str | None:
+def _text_denial(ctx: _Ctx, exc: BaseException) -> str | None:
     """A library that met the confinement in C code and reported it in its own words (torch.save's
     "open file failed because of errno 13", a database driver's "could not create socket: Operation not
     permitted", a subprocess's captured stderr): the message, or None. A permission error about a path
@@ -185,7 +187,7 @@ def _text_denial(ctx: _Ctx, exc) -> str | None:
     return text.strip().splitlines()[0][:300] if text.strip() else m.group(0)
 
 
-def _safe_str(e) -> str:
+def _safe_str(e: object) -> str:
     try:
         return str(e)[:2000]
     except Exception:
@@ -205,7 +207,7 @@ def _raised_in_torch_cuda(e: BaseException) -> bool:
         return False
 
 
-def _classify(ctx: _Ctx, exc, as_limit: int) -> tuple[str, str | None]:
+def _classify(ctx: _Ctx, exc: BaseException | None, as_limit: int) -> tuple[str, str | None]:
     """(verdict, reason) for an exception raised by the cell, or for a clean run (exc None)."""
     if exc is None:
         if ctx.denied:
@@ -271,7 +273,7 @@ def _cell_line(filename: str, lineno: int, n_src: int, source: str, offset: int 
     return None
 
 
-def _describe_exception(exc, source: str, transformed: str | None = None) -> dict:
+def _describe_exception(exc: BaseException, source: str, transformed: str | None = None) -> dict:
     tb = exc.__traceback__
     frames = traceback.extract_tb(tb)
     n_src = len(source.splitlines())
@@ -337,7 +339,7 @@ def run_source(ctx: _Ctx, source: str) -> dict:
     return rec
 
 
-def _child_run(args: dict, shell, parent: int, on_main: bool) -> None:
+def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
     t0 = time.perf_counter()
     ctx = None
     try:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import ctypes
 import errno
 import struct
+from collections.abc import Callable
 
 _NOTIF_RECV, _NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_RECV / _SEND
 _FAMILIES = {2: "AF_INET", 10: "AF_INET6", 17: "AF_PACKET", 4: "AF_IPX", 5: "AF_APPLETALK", 31: "AF_BLUETOOTH"}
 
 
-def answer_notification(listener: int, record) -> None:
+def answer_notification(listener: int, record: Callable[[str], object]) -> None:
     """A network socket asked for by a process of the sandbox (seccomp user notification): `record(what)` who
     tried (before the answer, so the record precedes anything the caller does next: the run is then "blocked",
     even when a program swallowed the error), then refuse it with EPERM. Nothing when the caller died

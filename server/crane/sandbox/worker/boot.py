@@ -5,13 +5,15 @@ sandbox's worker module: their sources travel in the header), builds them as fre
 of stdin to `worker_main` (worker/main.py). Standard library only; the daemon sends this file's text, it never
 imports it.
 """
+# No `from __future__ import annotations` here: compile() below inherits this file's future flags, so it would
+# change how CRANE's cloudpickle copy and the worker's parts are compiled (its one annotation, None, is a constant).
 import json
 import os
 import sys
 import types
 
 
-def _crane_boot():
+def _crane_boot() -> None:
     buf = b""
     while b"\n" not in buf:
         chunk = os.read(0, 1 << 20)

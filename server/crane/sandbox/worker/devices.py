@@ -25,6 +25,7 @@ a driver; `kernel/run` then says the run could not decide (`_SETUP["devices_mapp
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from crane.sandbox.kernel.common import _SETUP  # kernel: strip
 
@@ -46,7 +47,7 @@ _CROSS = frozenset((
 _TO_HOST = frozenset(("numpy", "__array__"))
 
 
-def vdev(t) -> str | None:
+def vdev(t: Any) -> str | None:
     """A tensor's virtual device ('cuda:0', 'cpu'), or None where it is not known."""
     try:
         return t.__dict__.get(TAG)
@@ -54,7 +55,7 @@ def vdev(t) -> str | None:
         return None
 
 
-def _virtual(torch, dev) -> str | None:
+def _virtual(torch: Any, dev: Any) -> str | None:
     """The virtual device a `device` argument names ('cuda' → 'cuda:0'), or None when it names none."""
     if isinstance(dev, int) and not isinstance(dev, bool):
         return f"cuda:{dev}"
@@ -69,7 +70,7 @@ def _virtual(torch, dev) -> str | None:
     return d.type
 
 
-def _tensors(torch, obj, out: list, depth: int = 0) -> list:
+def _tensors(torch: Any, obj: Any, out: list, depth: int = 0) -> list:
     if isinstance(obj, torch.Tensor):
         out.append(obj)
     elif depth < 2 and isinstance(obj, (list, tuple)):
@@ -94,23 +95,23 @@ def _to_host(dev: str) -> TypeError:
     return exc
 
 
-def _mode_class(torch):
+def _mode_class(torch: Any) -> type:
     from torch.overrides import TorchFunctionMode
 
     cpu = torch.device("cpu")
 
-    def on_cpu(dev):
+    def on_cpu(dev: Any) -> Any:
         v = _virtual(torch, dev)
         return cpu if v is not None and v.split(":")[0] in _GPU_TYPES else dev
 
-    def tag(result, dev: str | None, inputs: list) -> None:
+    def tag(result: Any, dev: str | None, inputs: list) -> None:
         if dev is None:
             return
         for t in _tensors(torch, result, []):
             if not any(t is i for i in inputs):
                 t.__dict__[TAG] = dev
 
-    def attribute(func, name: str, args):
+    def attribute(func: Any, name: str, args: tuple) -> Any:
         obj = args[0] if args else None
         dev = vdev(obj)
         if func.__name__ == "__set__":
@@ -133,7 +134,7 @@ def _mode_class(torch):
         return out
 
     class VirtualDevices(TorchFunctionMode):
-        def __torch_function__(self, func, types_, args=(), kwargs=None):
+        def __torch_function__(self, func: Any, types_: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             kwargs = dict(kwargs or {})
             name = getattr(func, "__name__", "")
             if name in ("__get__", "__set__"):
@@ -189,7 +190,7 @@ def _mode_class(torch):
             tag(out, target, [] if name.endswith("_") and not name.endswith("__") else inputs)
             return out
 
-    def _move(t, target: str | None, src: str | None):
+    def _move(t: Any, target: str | None, src: str | None) -> Any:
         if target is None or target == src:
             return t
         out = t.to(cpu, copy=True) if src is not None or target != "cpu" else t
@@ -200,7 +201,7 @@ def _mode_class(torch):
     return VirtualDevices
 
 
-def _stand_in_cuda(torch, facts: dict) -> None:
+def _stand_in_cuda(torch: Any, facts: dict) -> None:
     """`torch.cuda` as the kernel saw it, for code that asks before placing tensors."""
     n = int(facts.get("count") or 1)
     names = list(facts.get("names") or ["cuda"])
@@ -217,14 +218,14 @@ def _stand_in_cuda(torch, facts: dict) -> None:
         setattr(cuda, fn, lambda *a, **k: 0)
 
 
-def _cpu_sources(torch) -> None:
+def _cpu_sources(torch: Any) -> None:
     """Tensors made from host memory without passing torch's function dispatch are on the CPU."""
     for name in ("from_numpy", "frombuffer", "from_dlpack"):
         real = getattr(torch, name, None)
         if real is None:
             continue
 
-        def made_on_cpu(*args, _real=real, **kwargs):
+        def made_on_cpu(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
             out = _real(*args, **kwargs)
             if isinstance(out, torch.Tensor) and out.device.type == "cpu" and TAG not in out.__dict__:
                 out.__dict__[TAG] = "cpu"

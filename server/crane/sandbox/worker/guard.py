@@ -37,6 +37,8 @@ import os
 import sys
 import threading
 import types
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 
@@ -171,7 +173,7 @@ class GuardRefusal(PermissionError):
     """What `on_refuse` raises when it returns (tests); the worker's `on_refuse` ends the process instead."""
 
 
-def _resolve(module: str, path: str):
+def _resolve(module: str, path: str) -> Any:
     """The object at `module`.`path` if that module is loaded (no library is imported to build the table)."""
     obj = sys.modules.get(module)
     if obj is None:
@@ -183,7 +185,7 @@ def _resolve(module: str, path: str):
     return obj
 
 
-def _codes_of(obj) -> list:
+def _codes_of(obj: Any) -> list[types.CodeType]:
     """The code objects a callable runs (its `__wrapped__` chain unwrapped; staticmethod/classmethod/property
     unpacked); decorators' shared wrapper codes are NOT included (they would refuse every decorated function)."""
     out, seen = [], 0
@@ -203,7 +205,7 @@ def _codes_of(obj) -> list:
 class _Entry:
     __slots__ = ("label", "paths", "scope", "mode")
 
-    def __init__(self, label: str, paths, scope: str, mode):
+    def __init__(self, label: str, paths: tuple[str, ...] | None, scope: str, mode: tuple | None) -> None:
         self.label, self.paths, self.scope, self.mode = label, paths, scope, mode
 
 
@@ -212,7 +214,8 @@ class CallGuard:
     make a path inside ready for a write (worker/portable.RunFolder.materialize); `on_refuse(label)`: called with
     what was refused (the worker's ends the run: `blocked`)."""
 
-    def __init__(self, on_refuse, inside=lambda p: False, prepare=lambda p: None, table: dict | None = None):
+    def __init__(self, on_refuse: Callable[[str], object], inside: Callable[[Any], bool] = lambda p: False,
+                 prepare: Callable[[Any], object] = lambda p: None, table: dict | None = None) -> None:
         self.on_refuse = on_refuse
         self.inside = inside
         self.prepare = prepare
@@ -262,7 +265,7 @@ class CallGuard:
             self.nmods = len(sys.modules)
 
     # -- what is user code ---------------------------------------------------------------------------------
-    def is_user(self, code) -> bool:
+    def is_user(self, code: types.CodeType) -> bool:
         u = self.user.get(code)
         if u is None:
             name = code.co_filename or ""
@@ -271,17 +274,17 @@ class CallGuard:
             self.user[code] = u
         return u
 
-    def trust(self, *codes) -> None:
+    def trust(self, *codes: types.CodeType) -> None:
         """Treat these code objects as CRANE's own (not vetted; tests that install the guard from a test file)."""
         for code in codes:
             self.user[code] = False
 
     # -- vetting -------------------------------------------------------------------------------------------
-    def _refuse(self, label: str) -> None:
+    def _refuse(self, label: str) -> NoReturn:
         self.on_refuse(f"a call to {label}")
         raise GuardRefusal(f"crane sandbox: a call to {label} is refused")
 
-    def vet_c(self, fn) -> None:
+    def vet_c(self, fn: Any) -> None:
         """A C function (or a bound C method) that user code calls."""
         owner = getattr(fn, "__self__", None)
         if owner is None or isinstance(owner, types.ModuleType):
@@ -298,13 +301,13 @@ class CallGuard:
             return  # a type's slot wrappers and class methods (tuple.__new__, dict.fromkeys): no side effect
         self._vet_method(type(owner), fn)
 
-    def _vet_method(self, t: type, fn) -> None:
+    def _vet_method(self, t: type, fn: Any) -> None:
         for klass in t.__mro__:
             names = _C_METHODS.get((getattr(klass, "__module__", ""), klass.__name__))
             if names and getattr(fn, "__name__", "") in names:
                 self._refuse(f"{_FAMILY.get(klass.__module__, klass.__module__)}: {klass.__name__}.{fn.__name__}")
 
-    def _c_label(self, fn, owner) -> str:
+    def _c_label(self, fn: Any, owner: Any) -> str:
         mod = getattr(owner, "__name__", None) if owner is not None else getattr(fn, "__module__", None)
         mod = mod or getattr(fn, "__module__", None) or ""
         name = getattr(fn, "__name__", "") or ""
@@ -316,7 +319,7 @@ class CallGuard:
             return f"builtins: {name}" if mod == "builtins" else f"{fam}: {mod}.{name}"
         return ""
 
-    def vet_start(self, code, frame) -> None:
+    def vet_start(self, code: types.CodeType, frame: types.FrameType) -> None:
         """A Python function of the deny table starts (`frame`: its frame, its arguments in `f_locals`)."""
         entry = self.codes.get(code)
         if entry is None:
@@ -346,7 +349,7 @@ class CallGuard:
                 self.prepare(value)
 
     # -- the hooks -------------------------------------------------------------------------------------------
-    def _profile(self, frame, event, arg):
+    def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
         if event == "c_call":
             code = frame.f_code
             u = self.user.get(code)
@@ -384,7 +387,7 @@ class CallGuard:
         sys.setprofile(None)
         threading.setprofile(None)
 
-    def _install_monitoring(self, mon) -> str:  # Python 3.12+ (tests/sandbox/test_portable_guard_interpreters.py)
+    def _install_monitoring(self, mon: Any) -> str:  # Python 3.12+ (tests/sandbox/test_portable_guard_interpreters.py)
         for tool in (4, 3, 5):
             if mon.get_tool(tool) is None:
                 mon.use_tool_id(tool, "crane-guard")
@@ -394,7 +397,7 @@ class CallGuard:
             raise RuntimeError("no sys.monitoring tool id is free for the call guard")
         disable = mon.DISABLE
 
-        def on_call(code, offset, callee, arg0):
+        def on_call(code: types.CodeType, offset: int, callee: object, arg0: object) -> object:
             if not self.is_user(code):
                 return disable
             if isinstance(callee, (types.BuiltinFunctionType, types.BuiltinMethodType)):
@@ -403,7 +406,7 @@ class CallGuard:
                 self._vet_method(callee.__objclass__, callee)
             return None
 
-        def on_start(code, offset):
+        def on_start(code: types.CodeType, offset: int) -> object:
             if self.dirty or len(sys.modules) != self.nmods:
                 self.refresh()
                 mon.restart_events()

@@ -32,6 +32,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from crane.sandbox.kernel.audit import _DENY_EVENTS, _PATH_EVENTS, _ends_process, _guard_process_end  # kernel: strip
@@ -73,7 +74,7 @@ class RunFolder:
     of the real directory (so `../data/train.csv` and `Path.cwd().parent` read what they read in the kernel, and
     `Path.cwd().name` is the real folder's name); links are made private copies on write."""
 
-    def __init__(self, real: str, private: str, scratch: str):
+    def __init__(self, real: str, private: str, scratch: str) -> None:
         self.real = os.path.realpath(real)
         self.mirror = os.path.abspath(private)
         drive, rest = os.path.splitdrive(self.real)
@@ -109,11 +110,11 @@ class RunFolder:
                 return False
         return True
 
-    def _norm(self, path) -> str:
+    def _norm(self, path: Any) -> str:
         p = os.fsdecode(path)
         return os.path.normpath(p if os.path.isabs(p) else os.path.join(os.getcwd(), p))
 
-    def inside(self, path) -> bool:
+    def inside(self, path: Any) -> bool:
         """Inside the run folder or the scratch directory (no link on the way checked yet: `materialize`)."""
         try:
             p = self._norm(path)
@@ -124,7 +125,7 @@ class RunFolder:
         rp = os.path.realpath(p)
         return rp == self.scratch or rp.startswith(self.scratch.rstrip(os.sep) + os.sep)
 
-    def materialize(self, path, leaf: bool = True) -> None:
+    def materialize(self, path: Any, leaf: bool = True) -> None:
         """Replace every link into the real folder on the way to `path` (and `path` itself when `leaf`) by a
         private copy: a directory by a directory of links to its entries, a file by a copy."""
         p = self._norm(path)
@@ -159,14 +160,14 @@ class RunFolder:
 class Portable:
     """What one portable run set up (the guard, the run folder, the audit state)."""
 
-    def __init__(self, ctx: _Ctx, folder: RunFolder):
+    def __init__(self, ctx: _Ctx, folder: RunFolder) -> None:
         self.ctx = ctx
         self.folder = folder
         self.guard = CallGuard(self.refuse, inside=self.folder.inside, prepare=self._prepare_write)
         self.mechanism = ""
         self.t0 = time.perf_counter()
 
-    def _prepare_write(self, path) -> None:
+    def _prepare_write(self, path: Any) -> None:
         state = self.ctx.audit_state
         old = state.get("own", False)
         state["own"] = True
@@ -253,7 +254,7 @@ def _install_portable_hook(run: Portable) -> None:
             return False  # raised with no Python code on the stack (a library's own thread)
         return guard.is_user(f.f_code)
 
-    def writable(path, event: str, leaf: bool) -> bool:
+    def writable(path: Any, event: str, leaf: bool) -> bool:
         if isinstance(path, int):
             return event not in _FOLLOWS  # a descriptor: only writable ones exist for the run folder's files
         try:
@@ -272,7 +273,7 @@ def _install_portable_hook(run: Portable) -> None:
             state["own"] = False
         return True
 
-    def hook(event, args):
+    def hook(event: str, args: tuple[Any, ...]) -> None:
         if state["own"]:
             return
         if event == "import":
@@ -342,7 +343,7 @@ def _sequential_workers() -> bool:
         return False
 
 
-def prepare_portable(args: dict, shell) -> tuple[_Ctx, Portable]:
+def prepare_portable(args: dict, shell: Any) -> tuple[_Ctx, Portable]:
     """Everything before the state is loaded, without OS confinement (see the module docstring)."""
     t0 = time.perf_counter()
     for name in ("SIGALRM", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2"):
@@ -377,7 +378,7 @@ def prepare_portable(args: dict, shell) -> tuple[_Ctx, Portable]:
 
 
 @contextlib.contextmanager
-def guarded(run: Portable | None):
+def guarded(run: Portable | None) -> Iterator[None]:
     """The call guard around one session command (nothing when the session is not portable)."""
     if run is None:
         yield
