@@ -385,9 +385,9 @@ def test_processes_the_cell_forks_cannot_write_its_result(env):
 
 
 @pytest.mark.parametrize("layer", ["blocking", "layered"])
-@pytest.mark.parametrize("src", ["os.kill(os.getpid(), 9)", "os._exit(3)",
+@pytest.mark.parametrize("src", ["os.kill(os.getpid(), 9)", "os._exit(3)", "os._exit(status=3)",
                                  "import signal\nsignal.raise_signal(signal.SIGKILL)"],
-                         ids=["sigkill", "os-exit", "raise-signal"])
+                         ids=["sigkill", "os-exit", "os-exit-by-keyword", "raise-signal"])
 def test_a_cell_that_ends_its_own_process_is_a_crash(env, layer, src):
     v = _check(env, src, layer=layer)  # the real kernel would die (pid 1 of a namespace ignores its own SIGKILL)
     assert v.verdict == "crash" and v.ename == "DeadKernelError", v

@@ -98,12 +98,12 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
             "absorbed": ctx.absorbed[:20], "confinement": ctx.confinement})
         real_exit(code)
 
-    def guarded_exit(code: Any = 0) -> NoReturn:
+    def guarded_exit(status: int) -> NoReturn:  # os._exit's own signature (a cell may name `status=`)
         if state.get("running") and not state["bypass"] and os.getpid() == mypid:
-            end(f"calls os._exit({code})", int(code) if isinstance(code, int) else 1)
-        real_exit(code)
+            end(f"calls os._exit({status})", int(status) if isinstance(status, int) else 1)
+        real_exit(status)
 
-    os._exit = guarded_exit  # type: ignore[assignment]  # its parameter is named `code`, os._exit's `status`
+    os._exit = guarded_exit
     if real_raise is not None:
         def guarded_raise(sig: Any) -> None:
             if state.get("running") and not state["bypass"] and os.getpid() == mypid and _ends_process(sig):
