@@ -1,6 +1,7 @@
 /**
- * A scripted OpenAI-compatible chat-completions server on 127.0.0.1 for the wire test: each request gets the
- * next scripted turn (tool calls, as the repair agent expects); every request body is recorded.
+ * A scripted OpenAI-compatible chat-completions server on 127.0.0.1 for the wire test: each chat-completions
+ * request gets the next scripted turn (tool calls, as the repair agent expects) and its body is recorded; any
+ * other request (the client's probes of a local server) gets a 404 and takes no turn.
  */
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -20,6 +21,12 @@ export class FakeModel {
       let raw = '';
       req.on('data', (d) => (raw += String(d)));
       req.on('end', () => {
+        if (req.method !== 'POST' || !String(req.url).endsWith('/chat/completions')) {
+          // the client's probes of a local server (GET /models, /props, ...): answered, never a scripted turn
+          res.writeHead(404, { 'content-type': 'application/json' });
+          res.end('{"error": "not found"}');
+          return;
+        }
         const body = JSON.parse(raw || '{}');
         this.requests.push(body);
         const n = this.requests.length;
