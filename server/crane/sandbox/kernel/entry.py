@@ -22,6 +22,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from crane.sandbox.kernel.atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
 from crane.sandbox.kernel.common import proc_kb  # kernel: strip
@@ -33,7 +35,7 @@ from crane.sandbox.kernel.session import _child_session  # kernel: strip
 from crane.sandbox.kernel.shield import dumps, private_open  # kernel: strip
 
 
-def _unforkable(source: str = "", ns=None) -> str | None:
+def _unforkable(source: str = "", ns: dict | None = None) -> str | None:
     why = supported()
     if why:
         return why
@@ -179,7 +181,7 @@ def _memory_short() -> str | None:
     return None
 
 
-def _fork(args: dict, child_main) -> dict:
+def _fork(args: dict, child_main: Callable[[dict, Any, int, bool], None]) -> dict:
     try:  # nothing is built or registered here: the capture publisher is made in the child (IPython 9's
         from IPython import get_ipython  # DisplayPublisher registers itself on the shell's events)
         shell = get_ipython()
@@ -236,7 +238,7 @@ def _fork(args: dict, child_main) -> dict:
             "run_id": run_id, "fork_ms": round(fork_ms, 3), "fork_cpu_ms": round(fork_cpu_ms, 3)}
 
 
-def _fork_request(args, child_main) -> dict:
+def _fork_request(args: Any, child_main: Callable[[dict, Any, int, bool], None]) -> dict:
     """Fork for the daemon's `SandboxRequest`: a dict literal (nothing parsed with the kernel's `json`, which the
     notebook may have replaced; a JSON string is still read), checked against its declaration (kernel/request.py)
     before anything else: a request of another shape is unavailable, naming what is wrong."""
@@ -247,7 +249,7 @@ def _fork_request(args, child_main) -> dict:
     return _fork(request, child_main)
 
 
-def start(args) -> dict:
+def start(args: Any) -> dict:
     """Fork a sandbox child that runs one cell; return at once with its pid (parent side). The user's profile
     and trace hooks are off meanwhile (inline: kernel/shield.py), in the kernel and so in the child."""
     saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
@@ -263,7 +265,7 @@ def start(args) -> dict:
         sys.setprofile(saved[0])
 
 
-def session(args) -> dict:
+def session(args: Any) -> dict:
     """Fork a long-lived sandbox child serving SandboxSession commands (parent side)."""
     saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
              threading.__dict__.get("_trace_hook"))

@@ -91,11 +91,11 @@ _HEAPTYPE = 1 << 9
 _O_DICT_GET = object.__getattribute__
 
 
-def _cls_dict(cls) -> dict:
+def _cls_dict(cls: object) -> dict:
     return _T_DICT.__get__(cls, type)
 
 
-def _type_name(obj) -> str:
+def _type_name(obj: Any) -> str:
     t = type(obj)
     try:
         mod, qual = _T_MODULE.__get__(t, type), _T_QUALNAME.__get__(t, type)
@@ -116,7 +116,7 @@ _C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.Me
                 type(type.__dict__["__dict__"]))
 
 
-def _library_function(v) -> bool:
+def _library_function(v: Any) -> bool:
     """`v` is code of the interpreter's installation (a C callable, or a Python function whose file is a
     library's), unwrapping staticmethod/classmethod/property."""
     t = type(v)
@@ -144,7 +144,7 @@ _COMPILED_CALLABLES = {("nanobind", "nb_func"), ("nanobind", "nb_method"), ("nan
                        ("builtins", "pybind11_static_property")}
 
 
-def _compiled_callable_type(t) -> bool:
+def _compiled_callable_type(t: type) -> bool:
     """`t` is the function type of a binding generator (nanobind, pybind11): its objects are made by compiled
     code only (a heap type named after a module that does not exist, defining no Python function)."""
     try:
@@ -174,7 +174,7 @@ class _Proof:
         self.libs: dict = {}  # id(class) -> (class, library: bool)
         self.refs: dict = {}  # id(function) -> the instance attributes that hold it (pre-walk)
 
-    def library_class(self, cls) -> bool:
+    def library_class(self, cls: type) -> bool:
         """`cls` is the library's: the class a library module's qualified name gives, a static (C) type, or a
         class of a library module whose every Python function is library code (a class claiming a module it is
         not in, with code of the notebook's, is not)."""
@@ -185,7 +185,7 @@ class _Proof:
         self.libs[id(cls)] = (cls, ok)
         return ok
 
-    def _library_class(self, cls) -> bool:
+    def _library_class(self, cls: type) -> bool:
         try:
             mod, qual = _T_MODULE.__get__(cls, type), _T_QUALNAME.__get__(cls, type)
             flags = _T_FLAGS.__get__(cls, type)
@@ -225,7 +225,7 @@ class _Proof:
             return True
         return self._only_library_code(cls)  # not importable by its name (a factory's class): its code decides
 
-    def _only_library_code(self, cls) -> bool:
+    def _only_library_code(self, cls: type) -> bool:
         """Every value of the class's dict is library code or plain data (a namedtuple's generated `__new__`, which
         neither pickling nor a library's saving calls, aside)."""
         cd = _cls_dict(cls)
@@ -242,7 +242,7 @@ class _Proof:
                 return False
         return True
 
-    def check_type(self, t) -> tuple[str, bool]:
+    def check_type(self, t: type) -> tuple[str, bool]:
         """(why pickling an instance of `t` could run the user's code, or ""; `t` is a library class)."""
         hit = self.types.get(id(t))
         if hit is not None and hit[0] is t:
@@ -251,7 +251,7 @@ class _Proof:
         self.types[id(t)] = (t, why, lib)
         return why, lib
 
-    def _check_type(self, t) -> tuple[str, bool]:
+    def _check_type(self, t: type) -> tuple[str, bool]:
         meta = type(t)
         if meta is not type:
             mwhy, mlib = self.check_type(meta)
@@ -322,7 +322,7 @@ class _Proof:
                     break
         return "", lib
 
-    def check(self, obj) -> None:
+    def check(self, obj: Any) -> None:
         """Raise `_Refused` when pickling `obj` could run the user's code."""
         t = type(obj)
         why, lib = self.check_type(t)
@@ -342,7 +342,7 @@ class _Proof:
             if k in _PICKLING or k == "__reducer_override__":
                 raise _Refused(f"{_type_name(obj)}: the instance has its own `{k}`: pickling it would run it")
 
-    def prewalk(self, obj, limit: int = 200_000) -> None:
+    def prewalk(self, obj: Any, limit: int = 200_000) -> None:
         """A library object its library pickles with its own code (which pickle does not see into, Keras's
         model saving): every object reachable through instance dicts, lists, tuples and dicts must be proven
         safe first, and no notebook class may be among them."""
@@ -384,7 +384,7 @@ class _Proof:
                         stack.append(x)
 
 
-def _type_name_of(cls) -> str:
+def _type_name_of(cls: type) -> str:
     try:
         mod, qual = _T_MODULE.__get__(cls, type), _T_QUALNAME.__get__(cls, type)
         return f"{mod}.{qual}" if type(mod) is str and type(qual) is str else "?"
@@ -395,7 +395,7 @@ def _type_name_of(cls) -> str:
 _OWN_REDUCER_MODULES = ("keras", "tf_keras", "tensorflow")  # libraries whose pickling walks state pickle cannot see
 
 
-def _unreproducible(obj) -> str | None:
+def _unreproducible(obj: Any) -> str | None:
     """State of a library object its own serialization does not carry, which the cell may depend on."""
     mod = _T_MODULE.__get__(type(obj), type)
     if type(mod) is str and mod.startswith(("keras.", "tf_keras.", "tensorflow.")):
@@ -462,7 +462,7 @@ class _Sink:
         self.f = private_open(path, "wb", buffering=0) if path else None
         self.ctl = ctl
 
-    def write(self, b) -> int:
+    def write(self, b: bytes | bytearray | memoryview) -> int:
         n = len(b)
         self.ctl.add(n)
         if self.f is not None:
@@ -474,7 +474,7 @@ class _Sink:
             self.f.close()
 
 
-def _pickler_class(cp, proof: _Proof, ctl: _Control):
+def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
     torch: Any = sys.modules.get("torch")  # when None, `tensor` is None too and no torch branch runs
     io_base = sys.modules["_io"].__dict__["_IOBase"]
     tensor = getattr(torch, "Tensor", None) if torch is not None else None
@@ -482,7 +482,7 @@ def _pickler_class(cp, proof: _Proof, ctl: _Control):
     base: Any = cp.CloudPickler
 
     class Pickler(base):
-        def reducer_override(self, obj):
+        def reducer_override(self, obj: Any) -> Any:
             if ctl.stop:
                 raise _Stopped(ctl.stop)
             proof.check(obj)  # before anything reads the object (cloudpickle's isinstance reads __class__)
@@ -524,13 +524,13 @@ def _pickler_class(cp, proof: _Proof, ctl: _Control):
     return Pickler
 
 
-def _dump_thread(cp, objs: dict, d: str | None, tag: str, ctl: _Control, proof: _Proof) -> dict:
+def _dump_thread(cp: Any, objs: dict, d: str | None, tag: str, ctl: _Control, proof: _Proof) -> dict:
     """Pickle `objs` into `d` (None: count only) in a thread with a known stack and CRANE's recursion limit;
     the calling thread waits, polling the controls. {"ok", "buffers": [sizes], "bytes", "error"}."""
     out: dict = {"ok": False, "buffers": [], "bytes": 0, "error": None}
     sink = _Sink(os.path.join(d, f"state{tag}.pkl") if d else None, ctl)
 
-    def keep(pb) -> bool:
+    def keep(pb: Any) -> bool:  # a pickle.PickleBuffer
         try:
             raw = pb.raw()
         except BufferError:
@@ -581,7 +581,7 @@ def _dump_thread(cp, objs: dict, d: str | None, tag: str, ctl: _Control, proof: 
     return out
 
 
-def _lib_method(t, name: str):
+def _lib_method(t: type, name: str) -> types.FunctionType | None:
     """The library's own function `name` of class `t` (None when the notebook replaced or shadowed it)."""
     for k in _T_MRO.__get__(t, type):
         kd = _cls_dict(k)
@@ -591,7 +591,7 @@ def _lib_method(t, name: str):
     return None
 
 
-def _sample_inband(v, depth: int = 0) -> int:
+def _sample_inband(v: Any, depth: int = 0) -> int:
     """The in-band pickled size of strings, bytes and plain containers of them (sampled: up to 64 items per
     container, scaled to its length). Exact types only: nothing of the user's is called."""
     t = type(v)
@@ -610,11 +610,11 @@ def _sample_inband(v, depth: int = 0) -> int:
     return 16
 
 
-def _raw_bytes(obj) -> int:
+def _raw_bytes(obj: Any) -> int:
     """What copying a value whole costs: array data (numpy `nbytes`, pandas' own `memory_usage` without deep
     sizes, torch) and in-band strings/bytes, one level into plain dicts, lists and tuples. Only the libraries'
     own functions are called (an accessor or patch of the notebook's that shadows them is not)."""
-    def one(v) -> int:
+    def one(v: Any) -> int:
         t = type(v)
         mod = _T_MODULE.__get__(t, type)
         mod = mod if type(mod) is str else ""
@@ -742,14 +742,14 @@ def _torch_facts() -> dict:
         return {"cuda": False}
 
 
-def _in_kernel_ok(obj) -> bool:
+def _in_kernel_ok(obj: Any) -> bool:
     """Shrinking runs library code in the kernel: only for values whose subsets touch no file (a Hugging Face
     dataset's `select` may write an indices cache: those are copied whole)."""
     vals = obj.values() if type(obj) is dict else obj if type(obj) in (list, tuple) else ()
     return all((_kind(v) or ("",))[0] != "HFDataset" for v in [obj, *list(vals)[:32]])
 
 
-def _known(kind: str, orig) -> dict | None:
+def _known(kind: str, orig: Any) -> dict | None:
     """What the worker needs to tell a label the subset dropped from one the data never had (kernel/miniature's
     `artefact`): the original index (RangeIndex, or up to 1M labels; else unknown) and, for each label-like
     column, its dtype and the sorted stable hashes (pandas' `hash_array`) of its distinct values (up to 1M;
@@ -801,7 +801,7 @@ def _process() -> dict:
     return out
 
 
-def _history_value(ns: dict, name: str):
+def _history_value(ns: dict, name: str) -> Any:
     """`In`/`_ih` as a plain list of strings and `Out`/`_oh` as a plain dict (copies: never the user's)."""
     v = ns[name]
     if name in ("In", "_ih") and type(v) is list:
@@ -811,7 +811,7 @@ def _history_value(ns: dict, name: str):
     return v
 
 
-def export(args) -> dict:
+def export(args: Any) -> dict:
     """Write the state the cell reads into the run's private directory (see the module docstring). The user's
     profile/trace hooks are off meanwhile (inline: kernel/shield.py)."""
     saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
@@ -827,7 +827,7 @@ def export(args) -> dict:
         sys.setprofile(saved[0])
 
 
-def _export(args) -> dict:
+def _export(args: Any) -> dict:
     t0 = time.perf_counter()
     if type(args) is not dict:
         return {"ok": False, "reason": "bad export request"}
@@ -937,7 +937,7 @@ def _export(args) -> dict:
             **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}
 
 
-def _culprit(cp, objs: dict, ename: str, evalue: str, d: str) -> str:
+def _culprit(cp: Any, objs: dict, ename: str, evalue: str, d: str) -> str:
     """The first name whose value alone fails the same way (counted, not written, under the same controls)."""
     if ename == "_Refused":
         lead = "cannot be copied without running the notebook's code in the kernel"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Iterator
+from typing import Any
 
 from crane.sandbox.kernel.common import _SETUP, CELL_FILENAME, _Ctx, _write_json  # kernel: strip
 from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
@@ -16,7 +18,7 @@ from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools 
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 
 
-def _child_session(args: dict, shell, parent: int, on_main: bool) -> None:
+def _child_session(args: dict, shell: Any, parent: int, on_main: bool) -> None:
     """Serve JSON-line commands from the daemon until told to close. See fork_session.py for the protocol."""
     import secrets
     args = dict(args)
@@ -32,7 +34,7 @@ def _child_session(args: dict, shell, parent: int, on_main: bool) -> None:
     _session_loop(ctx, args["fork_gate"])
 
 
-def _read_commands(fd: int):
+def _read_commands(fd: int) -> Iterator[bytes]:
     buf = b""
     while True:
         while b"\n" in buf:
@@ -108,7 +110,9 @@ def _session_loop(ctx: _Ctx, gate: int) -> None:
                     reply.update({"ok": False, "reason": str(exc)})
                 else:
                     if pid == 0:  # the new head: carries on with the same command stream
-                        resume = line = None  # the checkpoint's resume key is not the head's (its cells')
+                        # the checkpoint's resume key is not the head's (its cells'); the ignore: `line` is
+                        # dropped here, never read again before the loop binds the next one
+                        resume = line = None  # type: ignore[assignment]
                         set_parent_death_signal(signal.SIGKILL)
                         depth += 1
                         reply.update({"ok": True, "pid": os.getpid(), "depth": depth})

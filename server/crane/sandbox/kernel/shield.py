@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import _io
 import _json
+from typing import Any
 
 private_open = _io.open
 # Every part of a kernel-side module shares this module's namespace (crane.kernel.private_module): `open` here
@@ -37,12 +38,12 @@ _ESCAPE = _json.encode_basestring_ascii
 #         sys.settrace(saved[1]); sys.setprofile(saved[0])
 
 
-def dumps(obj) -> str:
+def dumps(obj: Any) -> str:
     """JSON text of builtins (dict with str keys, list, tuple, str, int, float, bool, None), exact types only
     (a subclass's methods are never called: its value is written as its base type's)."""
-    out: list = []
+    out: list[str] = []
 
-    def enc(v, depth: int) -> None:
+    def enc(v: Any, depth: int) -> None:
         if depth > 64:
             raise ValueError("too deep")
         t = type(v)

@@ -28,8 +28,10 @@ import signal
 import sys
 import time
 import types
+from collections.abc import Iterable
+from typing import Any
 
-from crane.sandbox.kernel.common import CELL_FILENAME, _write_json  # kernel: strip
+from crane.sandbox.kernel.common import CELL_FILENAME, _Ctx, _write_json  # kernel: strip
 from crane.sandbox.kernel.isolation import _POOLS, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
@@ -47,7 +49,7 @@ class _Done(Exception):
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
 
 
-def _import(names, only_library: bool) -> None:
+def _import(names: Iterable[str], only_library: bool) -> None:
     import importlib
     import importlib.util
     for name in names:
@@ -66,7 +68,7 @@ def _import(names, only_library: bool) -> None:
             _W["failed"].append(name)
 
 
-def _shell():
+def _shell() -> Any:
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
     c = Config()
@@ -77,7 +79,7 @@ def _shell():
 class _Lines:
     """Lines from a descriptor (the daemon's pipe), without a buffered reader in the way of `select`."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int) -> None:
         self.fd, self.buf = fd, b""
 
     def next(self, timeout: float, gone: int | None = None) -> bytes | None:
@@ -96,7 +98,7 @@ class _Lines:
         return line
 
 
-def _kernel_pidfd(kernel) -> int | None:
+def _kernel_pidfd(kernel: list | None) -> int | None:
     """A pidfd of the kernel this worker serves ([pid, start time]; the daemon's pid namespace), or None."""
     if not kernel:
         return None
@@ -147,7 +149,7 @@ def worker_main(header: dict, lines: _Lines) -> None:
         _run(spec, shell, bool(header.get("warm")))
 
 
-def _load_buffers(d: str, names) -> list:
+def _load_buffers(d: str, names: int | list[str]) -> list:
     """The out-of-band buffers (`names`, or `buf-0..n-1` for a count), mapped copy-on-write."""
     out = []
     for name in ([f"buf-{i}" for i in range(names)] if isinstance(names, int) else names):
@@ -157,7 +159,7 @@ def _load_buffers(d: str, names) -> list:
     return out
 
 
-def _rebind(obj, ns: dict):
+def _rebind(obj: Any, ns: dict) -> Any:
     """A notebook function copied by value has globals of its own: give it the namespace's (so it sees the
     names the cell binds, as in the kernel), adding the globals it brought that the namespace lacks."""
     if isinstance(obj, types.FunctionType) and obj.__module__ == "__main__" and obj.__globals__ is not ns:
@@ -206,12 +208,12 @@ def _unconfinable(system: str) -> str | None:
 class _Unknown:
     """An original's index the kernel did not send (too large): any label may have been in it."""
 
-    def __contains__(self, key) -> bool:
+    def __contains__(self, key: object) -> bool:
         return True
 
 
 class _Found:
-    def __init__(self, value: bool):
+    def __init__(self, value: bool) -> None:
         self.value = value
 
     def any(self) -> bool:
@@ -227,10 +229,10 @@ class _KnownColumn:
 
     ndim = 1
 
-    def __init__(self, known):
+    def __init__(self, known: dict | None) -> None:
         self.known = known
 
-    def __eq__(self, key):
+    def __eq__(self, key: object) -> _Found:  # type: ignore[override]  # elementwise, as pandas' `col == key`
         hashes = (self.known or {}).get("hashes")
         if hashes is None:
             return _Found(True)
@@ -238,7 +240,7 @@ class _KnownColumn:
         if np is None or pd is None:
             return _Found(True)
         try:
-            arr = np.array([key], dtype=self.known["dtype"])
+            arr = np.array([key], dtype=self.known["dtype"])  # type: ignore[index]  # set: `hashes` came from it
         except Exception:
             return _Found(False)  # no value of the column's dtype equals it
         try:
@@ -255,14 +257,14 @@ class _Original(_KnownColumn):
     """What the worker knows of a value the kernel shrank before the copy: enough for kernel/miniature's `artefact`
     (is a missing label one the subset dropped?) without the original itself."""
 
-    def __init__(self, known: dict):
+    def __init__(self, known: dict) -> None:
         cols = dict(known.get("columns") or {})
         super().__init__(cols.get(None))
         self.index = known["index"] if known.get("index") is not None else _Unknown()
         self.columns = [c for c in cols if c is not None]
         self._cols = cols
 
-    def __getitem__(self, col):
+    def __getitem__(self, col: Any) -> _KnownColumn:
         return _KnownColumn(self._cols.get(col))
 
 
@@ -338,7 +340,7 @@ def _apply_settings(facts: dict) -> None:
                 pass
 
 
-def _register_accessors(accessors) -> None:
+def _register_accessors(accessors: list | None) -> None:
     """Pandas accessors the notebook registered, registered again on the copied classes."""
     pd = sys.modules.get("pandas")
     if pd is None:
@@ -354,7 +356,7 @@ def _register_accessors(accessors) -> None:
                 reg(name)(cls)
 
 
-def _fail(ctx, why: str) -> None:
+def _fail(ctx: _Ctx, why: str) -> None:
     _write_json(ctx.result_fd, {"verdict": "unavailable", "reason": why})
     os.close(ctx.result_fd)
 
@@ -368,7 +370,7 @@ def _kernel_environment(facts: dict) -> None:
     os.environ.update(keep)
 
 
-def _enter_environment(facts: dict, shell) -> None:
+def _enter_environment(facts: dict, shell: Any) -> None:
     """The kernel's cwd, `sys.path`, library modules and display setting (its environment comes once the worker
     is confined: `_kernel_environment`)."""
     try:
@@ -391,7 +393,7 @@ def _no_gpu_plugins() -> None:
         vars(xb)["discover_pjrt_plugins"] = lambda: None
 
 
-def _session(spec: dict, shell) -> None:
+def _session(spec: dict, shell: Any) -> None:
     """A transplant session (crane.sandbox.transplant_session): confined in the blocking confinement (no
     processes), then JSON-line commands from the session's FIFO, replies on the result FIFO, as a forked
     session's (kernel/session) but for `load`: bind the names of one more export of the kernel's state (names the
@@ -482,7 +484,7 @@ def _session(spec: dict, shell) -> None:
         audit["bypass"] = False
 
 
-def _run(spec: dict, shell, warm: bool) -> None:
+def _run(spec: dict, shell: Any, warm: bool) -> None:
     args = check_request(dict(spec["args"]))
     d = args["dir"]
     with open(os.path.join(d, "env.json")) as f:
