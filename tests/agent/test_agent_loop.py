@@ -10,6 +10,7 @@ import time
 import pytest
 
 from crane.agent.loop import AgentBudget, GoAhead, start_fix
+from crane.agent.proposal import AgentStep, Proposal
 from crane.notebook.model import load_notebook
 
 from .conftest import (
@@ -45,7 +46,7 @@ def test_keyerror_fixed_in_two_steps_with_streamed_steps_and_stable_prefix(model
 
     model.reset(tool("edit_cell", "the column is lower case", cell=3, source=KEYERROR_FIX),
                 tool("finish", "verified", explanation="df has 'age', not 'Age': use the real column name."))
-    steps = []
+    steps: list[AgentStep] = []
     p = start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=factory)
 
     assert p.status == "fixed" and p.fixed and p.stop_reason == "finished"
@@ -56,6 +57,7 @@ def test_keyerror_fixed_in_two_steps_with_streamed_steps_and_stable_prefix(model
     assert "ran clean" in steps[1].result and steps[1].usage.prompt_tokens == 1200
     assert [(e.cell, e.new) for e in p.edits] == [(3, KEYERROR_FIX)] and p.additions == [] and p.run_first == []
     assert p.explanation.startswith("df has 'age'")
+    assert p.evidence is not None
     assert p.evidence.status == "ok" and p.evidence.target == 3 and "40.0" in p.evidence.stdout
     assert p.usage.requests == 2 and p.usage.prompt_tokens == 2400 and p.usage.completion_tokens == 160
     assert p.usage.cost_usd is None and p.usage.unpriced_requests == 2  # unpriced model: tokens only
@@ -86,7 +88,7 @@ def test_try_except_wrapping_is_refused_and_the_agent_is_told_why(model, keyerro
                 tool("finish", "done?", explanation="wrapped"),
                 tool("edit_cell", "fix the cause", cell=3, source=KEYERROR_FIX),
                 tool("finish", "done", explanation="use the real column name"))
-    steps = []
+    steps: list[AgentStep] = []
     p = start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=factory)
     # the edit was refused, so finish changed nothing: not a fix either (issue 32)
     assert [s.status for s in steps] == ["refused", "refused", "ok", "ok"]
@@ -101,7 +103,7 @@ def test_try_except_wrapping_is_refused_and_the_agent_is_told_why(model, keyerro
 
 def test_looping_model_stops_at_the_step_limit(model, keyerror_nb, recording):
     model.reset(default=tool("inspect", "look again", expression="df.shape"))
-    steps = []
+    steps: list[AgentStep] = []
     p = start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=factory,
                   budget=AgentBudget(max_steps=3))
     assert p.status == "not-fixed" and not p.fixed and p.stop_reason == "step limit (3 steps)"
@@ -131,13 +133,13 @@ def test_edits_to_earlier_cells_are_rerun_in_notebook_order(model, tmp_path, rec
                 tool("edit_cell", "weight is missing from the data", cell=1, source=EDIT1),
                 tool("execute_cell", "check again", cell=4),
                 tool("finish", "clean", explanation="build df with the columns the target uses"))
-    steps = []
+    steps: list[AgentStep] = []
     p = start_fix(nb, 4, settings_for(model), on_step=steps.append, sandbox_factory=factory)
     assert p.fixed, p
     assert "first re-ran cells 2 (ok)" in steps[1].result and "raised KeyError" in steps[1].result
     assert "'weight'" in steps[1].result
     assert "first re-ran cells 1 (ok), 2 (ok)" in steps[3].result and "cell 4 ran clean" in steps[3].result
-    assert p.run_first == [1, 2] and p.evidence.ran == [1, 2] and "190" in p.evidence.stdout
+    assert p.run_first == [1, 2] and p.evidence is not None and p.evidence.ran == [1, 2] and "190" in p.evidence.stdout
     assert sorted((e.cell, e.new) for e in p.edits) == [(1, EDIT1), (2, EDIT2)]
     sb = recording.instances[0]
     target = TWO_EDIT_CELLS[3]["source"][0]
@@ -157,17 +159,18 @@ def test_a_run_past_its_budget_ends_with_a_clear_report(model, keyerror_nb, reco
         turn = tool("inspect", "look", expression="df.columns.tolist()",
                     usage={"prompt_tokens": 600_000, "completion_tokens": 50})  # $0.09 per turn
     else:
-        settings, budget = settings_for(model), AgentBudget(max_seconds=1.0)
+        settings, budget = settings_for(model), AgentBudget(max_seconds=100.0)
         turn = tool("inspect", "look", expression="df.columns.tolist()")
-        turn.delay_s = 0.6
     model.reset(default=turn)
-    # the time budget runs on a virtual clock: 0.6 s per model turn, whatever the machine's load
-    clock = (lambda: 0.6 * len(model.requests)) if kind == "time" else time.monotonic
+    # the time budget runs on a virtual clock: 60 s per model turn, whatever the machine's load. (Each request's
+    # real deadline is what the budget has left: 100 s, then 40 s, so neither a loaded machine nor litellm's
+    # first import, seconds in a fresh process, can end the run before the budget does.)
+    clock = (lambda: 60.0 * len(model.requests)) if kind == "time" else time.monotonic
     p = start_fix(keyerror_nb, 3, settings, sandbox_factory=factory, budget=budget, clock=clock)
     assert p.status == "not-fixed" and not p.fixed, p.stop_reason
     assert len(model.requests) == (3 if kind != "time" else 2)
     expected = {"tokens": "token budget (250,000 tokens; used 300,150)",
-                "cost": "cost budget ($0.2000; spent $0.2701)", "time": "time budget (1 s)"}[kind]
+                "cost": "cost budget ($0.2000; spent $0.2701)", "time": "time budget (100 s)"}[kind]
     assert p.stop_reason == expected
     if kind == "cost":
         assert p.usage.cost_usd == pytest.approx(3 * (600_000 * 0.15e-6 + 50 * 0.6e-6))
@@ -210,8 +213,8 @@ def test_step_mode_waits_for_the_go_ahead_before_each_action(model, keyerror_nb,
     model.reset(tool("edit_cell", "fix", cell=3, source=KEYERROR_FIX),
                 tool("execute_cell", "run it", cell=3),
                 tool("finish", "done", explanation="column name"))
-    steps = []
-    result = {}
+    steps: list[AgentStep] = []
+    result: dict[str, Proposal] = {}
     t = threading.Thread(target=lambda: result.setdefault(
         "p", start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, step_gate=gate, stop_event=stop,
                        sandbox_factory=factory)))
@@ -256,7 +259,7 @@ def test_running_a_skipped_cell_is_a_fix_without_code_change(model, tmp_path, re
     p = start_fix(nb, 3, settings_for(model), sandbox_factory=factory)
     assert p.fixed and p.edits == [] and p.additions == [] and p.run_first == [2]
     assert p.summary() == "no code change needed: run cell 2 first"
-    assert p.evidence.ran == [2] and "12.57" in p.evidence.stdout
+    assert p.evidence is not None and p.evidence.ran == [2] and "12.57" in p.evidence.stdout
 
 
 def test_a_cell_that_already_runs_clean_needs_no_fix(model, tmp_path, recording):
@@ -274,7 +277,7 @@ def test_goal_before_any_error_and_an_added_cell(model, tmp_path, recording):
     p = start_fix(nb, 2, settings_for(model), goal="print the list sorted", sandbox_factory=factory)
     assert "print the list sorted" in model.requests[0]["messages"][1]["content"]
     assert p.fixed and p.additions[0].after == 1 and p.additions[0].cell == 3 and p.run_first == [3]
-    assert "[1, 2, 3]" in p.evidence.stdout
+    assert p.evidence is not None and "[1, 2, 3]" in p.evidence.stdout
 
 
 def test_text_replies_are_nudged_and_bad_arguments_are_sent_back(model, keyerror_nb, recording):
@@ -284,7 +287,7 @@ def test_text_replies_are_nudged_and_bad_arguments_are_sent_back(model, keyerror
                 Turn(calls=[("edit_cell", {"reflection": "oops", "cell": "three"})]),
                 tool("edit_cell", "fix", cell=3, source=KEYERROR_FIX),
                 tool("finish", "done", explanation="column name"))
-    steps = []
+    steps: list[AgentStep] = []
     p = start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=factory)
     assert p.fixed and [s.action for s in steps] == ["reply", "edit_cell", "edit_cell", "finish"]
     assert steps[0].status == "error" and model.requests[1]["messages"][-1]["content"].startswith("Reply with")

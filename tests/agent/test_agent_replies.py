@@ -12,6 +12,7 @@ import pytest
 
 from crane.agent.loop import AgentBudget, start_fix
 from crane.agent.model_call import lost_calls, parse_text_tool_calls
+from crane.agent.proposal import AgentStep
 from crane.agent.tools import decode_args
 from crane.bench.fix import FixCaseResult, summarize
 from crane.notebook.model import load_notebook
@@ -78,7 +79,7 @@ def test_the_multi_line_edit_arrives_and_fixes_the_cell(model, keyerror_nb, reco
 
 def test_a_runaway_repetition_is_one_step(model, keyerror_nb, recording):
     model.reset(Turn(text=text(7)), Turn(text=text(6)), tool("finish", "done", explanation="lower case"))
-    steps = []
+    steps: list[AgentStep] = []
     p = start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=factory)
     assert p.fixed and p.steps == 3 and [s.action for s in steps] == ["inspect", "edit_cell", "finish"]
     assert p.calls.repeated == 24 and p.calls.usable == 3
@@ -88,7 +89,7 @@ def test_a_runaway_repetition_is_one_step(model, keyerror_nb, recording):
 def test_the_target_is_never_replaced_by_unrelated_code(model, keyerror_nb, recording):
     model.reset(Turn(text=text(8)), Turn(text=text(9)), Turn(text=text(6)),
                 tool("finish", "done", explanation="lower case"))
-    steps = []
+    steps: list[AgentStep] = []
     p = start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=factory)
     assert [s.status for s in steps[:2]] == ["refused", "refused"]
     assert "not valid Python" in steps[0].result and "unrelated code" in steps[1].result
@@ -98,7 +99,7 @@ def test_the_target_is_never_replaced_by_unrelated_code(model, keyerror_nb, reco
 
 def test_finish_with_no_change_is_not_a_fix(model, keyerror_nb, recording):
     model.reset(Turn(text=text(10)), Turn(text=text(10)))
-    steps = []
+    steps: list[AgentStep] = []
     p = start_fix(keyerror_nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=factory,
                   budget=AgentBudget(max_steps=2))
     assert not p.fixed and p.status == "not-fixed" and p.evidence is None

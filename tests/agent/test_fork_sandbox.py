@@ -10,6 +10,7 @@ import pytest
 
 from crane.agent.fork_sandbox import ForkSandbox, fork_or_replay_factory
 from crane.agent.loop import start_fix
+from crane.agent.proposal import AgentStep
 from crane.notebook.model import load_notebook
 
 from .conftest import KEYERROR_CELLS, KEYERROR_FIX, settings_for, write_notebook
@@ -41,9 +42,9 @@ def test_agent_in_a_fork_session_leaves_the_user_kernel_untouched(model, live):
                 tool("edit_cell", "fix", cell=3, source=KEYERROR_FIX),
                 tool("execute_cell", "check", cell=3),
                 tool("finish", "done", explanation="use 'age'"))
-    steps = []
+    steps: list[AgentStep] = []
     p = start_fix(nb, 3, settings_for(model), on_step=steps.append, sandbox_factory=fork_or_replay_factory(uk.conn))
-    assert p.fixed and p.evidence.sandbox == "fork" and "40.0" in p.evidence.stdout
+    assert p.fixed and p.evidence is not None and p.evidence.sandbox == "fork" and "40.0" in p.evidence.stdout
     assert "raised KeyError" in steps[0].result and "['age', 'name']" in steps[1].result
     assert "ran clean" in steps[3].result
     time.sleep(0.3)

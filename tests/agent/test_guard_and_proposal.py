@@ -94,6 +94,7 @@ def test_workspace_edit_is_annotated_and_needs_confirmation():
     from lsprotocol import converters, types
 
     converted = converters.get_converter().structure(we, types.WorkspaceEdit)
+    assert converted.change_annotations is not None
     assert converted.change_annotations[edit["annotationId"]].needs_confirmation is True
 
 

@@ -3,6 +3,8 @@ prompt: one probe request to the kernel per cell, not a second one to build the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from crane.cli import main
@@ -24,9 +26,14 @@ def fresh_session():
 def test_one_probe_request_per_checked_cell_in_llm_mode(tmp_path, llm_server, monkeypatch, capsys):
     nb = write_notebook(tmp_path / "nb.ipynb")
     llm_server.reset(Reply.answer())
-    calls = []
+    calls: list[int] = []
     real = ProbeClient.run
-    monkeypatch.setattr(ProbeClient, "run", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+
+    def counted_run(self: ProbeClient, *a: Any, **k: Any) -> Any:
+        calls.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(ProbeClient, "run", counted_run)
     main(["check", nb, "--cell", "3", "--mode", "llm", "--model", QWEN, "--api-base", llm_server.api_base,
           "--no-cache"])
     out = capsys.readouterr().out

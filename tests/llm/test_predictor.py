@@ -36,6 +36,7 @@ def verdict(**kw) -> LLMVerdict:
 
 def test_verdict_to_finding():
     f = verdict_to_finding(verdict(), TARGET)
+    assert f is not None
     assert f.source == "llm" and f.rule == "llm" and f.ename == "KeyError"
     assert f.message == "df has no column 'Age'."
     assert (f.line, f.col, f.end_line, f.end_col) == (2, 4, 2, 17)
@@ -44,7 +45,7 @@ def test_verdict_to_finding():
     assert verdict_to_finding(verdict(crash=False), TARGET) is None
     assert verdict_to_finding(verdict(), TARGET, min_confidence=0.9) is None
     out_of_range = verdict_to_finding(verdict(line=40, exception=None), TARGET)
-    assert out_of_range.line == 1 and out_of_range.ename == "Exception"
+    assert out_of_range is not None and out_of_range.line == 1 and out_of_range.ename == "Exception"
 
 
 def test_offline_diagnosis_needs_no_model():
@@ -66,10 +67,10 @@ def test_llm_diagnosis_markdown_and_session_total(llm_server):
     # the probe verified the key is missing: the claim is checked and counts
     probe = ProbeResult(keys=[KeyCheck(expr="df", key="Age", axis="columns", present=False)])
     d2 = diagnose([], TARGET, probe, [], s, ledger=ledger)
-    assert d2.prediction == "crash" and d2.verdict.source == "llm" and d2.checked
+    assert d2.prediction == "crash" and d2.verdict is not None and d2.verdict.source == "llm" and d2.checked
     assert d2.markdown.startswith("**CRANE: cell 3 will crash** — `KeyError` at line 2 (the model, checked")
     assert "**Suggested fix** (openai/gpt-4o-mini): use df['age']" in d2.markdown and "$0.00021" in d2.markdown
-    assert d2.session.requests == 2 and d2.session.cost_usd == pytest.approx(0.00042)
+    assert d2.session is not None and d2.session.requests == 2 and d2.session.cost_usd == pytest.approx(0.00042)
 
 
 def test_dry_run_stats_counts_tokens_offline():

@@ -4,6 +4,7 @@ a real small model said (../shared/llm-replies/), and `crane bench`'s reporting 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -32,8 +33,8 @@ def fresh_session():
 
 
 def write_notebook(path):
-    cells = [{"cell_type": "code", "source": src, "execution_count": n, "metadata": {}, "outputs": []}
-             for src, n in CELLS]
+    cells: list[dict[str, Any]] = [
+        {"cell_type": "code", "source": src, "execution_count": n, "metadata": {}, "outputs": []} for src, n in CELLS]
     path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5,
                                 "metadata": {"language_info": {"name": "python"}}, "cells": cells}))
     return str(path)

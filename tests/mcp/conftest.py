@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.types import CallToolResult, ReadResourceResult, TextContent, TextResourceContents
 
 from crane.kernel.manager import start_kernel
 
@@ -71,3 +72,17 @@ def server_params(*args: str, cwd: Path | None = None, env: dict[str, str] | Non
 async def mcp_client(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> AsyncIterator[Client]:
     async with Client(server_params(*args, cwd=cwd, env=env), read_timeout_seconds=300) as client:
         yield client
+
+
+def text_of(res: CallToolResult) -> str:
+    """The text of a tool result's first content block (crane's tools answer with text)."""
+    block = res.content[0]
+    assert isinstance(block, TextContent), block
+    return block.text
+
+
+def resource_text(res: ReadResourceResult) -> str:
+    """The text of a resource read's first contents (crane's resources are JSON text)."""
+    contents = res.contents[0]
+    assert isinstance(contents, TextResourceContents), contents
+    return contents.text

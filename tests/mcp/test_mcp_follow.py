@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -83,6 +84,8 @@ async def test_follows_a_restart_with_a_new_connection_file(tmp_path, how):
     runtime.mkdir()
     home = tmp_path / "home"
     home.mkdir()
+    args: tuple[str, ...]
+    env: dict[str, str] | None
     if how == "glob":
         args, env = ("--connection-file", str(runtime / "kernel-*.json")), None
     else:  # the runtime folders of an isolated user: only this test's kernels are there
@@ -180,8 +183,8 @@ async def test_cancel_ends_the_run_and_reads_never_wait_behind_it(kernel, conn):
 async def test_progress_notifications_during_a_long_run(kernel):
     seen: list[tuple[float, float | None, str | None]] = []
 
-    async def progress(value: float, total: float | None, message: str | None) -> None:
-        seen.append((value, total, message))
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
 
     async with mcp_client("--connection-file", str(kernel.manager.connection_file)) as client:
         res = await client.call_tool("crane_try_code", {"code": "import time\ntime.sleep(5)", "budget_s": 60},
@@ -222,7 +225,7 @@ async def test_unknown_when_neither_facts_nor_a_run_decide(kernel, conn, tmp_pat
 
 
 async def test_bad_arguments_are_error_results_the_model_can_read(kernel, notebook):
-    bad = [
+    bad: list[tuple[str, dict[str, Any], str]] = [
         ("crane_try_code", {}, "code"),
         ("crane_try_code", {"code": 3}, "Expected `str`"),
         ("crane_try_code", {"code": "1", "budget_s": -1}, "budget_s"),

@@ -19,6 +19,8 @@ from mcp.shared.exceptions import MCPError
 
 from crane.kernel.untouched import Untouched
 
+from .conftest import text_of
+
 
 @pytest.fixture
 def http_server(kernel):
@@ -110,7 +112,7 @@ async def test_http_starts_before_the_kernel_and_answers_malformed_json(tmp_path
         async with Client(transport) as client:
             assert (await client.list_tools()).tools
             res = await client.call_tool("crane_kernel_facts", {})
-            assert res.is_error and "does not exist" in res.content[0].text
+            assert res.is_error and "does not exist" in text_of(res)
             k = start_kernel(tmp_path)
             try:
                 k.connection.run_cell("later = 'yes'", timeout=60)

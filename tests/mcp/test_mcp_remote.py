@@ -11,7 +11,7 @@ from crane.kernel.untouched import Untouched
 
 from ..jupyter_server_proc import JupyterServerProcess
 from ..remote.conftest import UserKernel, write_notebook
-from .conftest import mcp_client
+from .conftest import mcp_client, text_of
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ async def test_wrong_token_is_a_tool_error(jserver, user_kernel):
     async with mcp_client("--server", jserver.url, "--kernel-id", user_kernel.kernel_id, "--token", "wrong") as client:
         assert (await client.list_tools()).tools
         res = await client.call_tool("crane_kernel_facts", {})
-        assert res.is_error and "token" in res.content[0].text.lower(), res.content
+        assert res.is_error and "token" in text_of(res).lower(), res.content
 
 
 async def test_kernel_of_a_notebook_through_the_sessions_api(jserver, user_kernel):
@@ -66,5 +66,5 @@ async def test_kernel_of_a_notebook_through_the_sessions_api(jserver, user_kerne
         async with mcp_client("--server", jserver.url, "--token", jserver.token, "--kernel-of",
                               "project/none.ipynb") as client:
             res = await client.call_tool("crane_kernel_facts", {})
-            assert res.is_error and "no session for project/none.ipynb" in res.content[0].text, res.content
+            assert res.is_error and "no session for project/none.ipynb" in text_of(res), res.content
     assert check.unchanged, check.changes()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -16,7 +17,7 @@ from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.mcp.tools import TOOLS
 
-from .conftest import mcp_client
+from .conftest import mcp_client, resource_text, text_of
 
 TOOL_NAMES = {t.name for t in TOOLS}
 
@@ -44,7 +45,7 @@ async def test_lists_tools_with_schemas_and_reads_facts(kernel, conn):
             assert df["type"].endswith("DataFrame") and df["shape"] == [3, 2]
             cols = {c["name"]: c for c in df["columns"]}
             assert cols["price"]["n_nan"] == 1, cols
-            text = json.loads((await client.call_tool("crane_kernel_facts", {"names": ["n"]})).content[0].text)
+            text = json.loads(text_of(await client.call_tool("crane_kernel_facts", {"names": ["n"]})))
             assert text["facts"]["n"]["type"] == "int"
     assert check.unchanged, check.changes()
 
@@ -117,7 +118,7 @@ async def test_fixes_verified_edits(kernel, conn, notebook):
 
 
 async def test_bad_arguments_are_errors_and_the_server_keeps_serving(kernel, conn, notebook):
-    bad = [
+    bad: list[tuple[str, dict[str, Any]]] = [
         ("crane_try_code", {}),  # missing code
         ("crane_try_code", {"code": 3}),
         ("crane_try_code", {"code": "1", "budget_s": -1}),
@@ -129,17 +130,17 @@ async def test_bad_arguments_are_errors_and_the_server_keeps_serving(kernel, con
     async with mcp_client("--connection-file", _cf(kernel)) as client:
         for name, args in bad:
             res = await client.call_tool(name, args)
-            assert res.is_error and "invalid arguments" in res.content[0].text, (name, args, res)
+            assert res.is_error and "invalid arguments" in text_of(res), (name, args, res)
         with pytest.raises(MCPError) as err:
             await client.call_tool("crane_no_such_tool", {})
         assert err.value.code == -32602
         # errors of the work itself: a tool result with isError and the reason
         missing = await client.call_tool("crane_check_cell", {"notebook": "/nonexistent/x.ipynb", "cell": 1})
-        assert missing.is_error and "cannot read the notebook" in missing.content[0].text
+        assert missing.is_error and "cannot read the notebook" in text_of(missing)
         past = await client.call_tool("crane_check_cell", {"notebook": str(notebook), "cell": 99})
-        assert past.is_error and "99" in past.content[0].text
+        assert past.is_error and "99" in text_of(past)
         nobook = await client.call_tool("crane_fixes", {"cell": 1})
-        assert nobook.is_error and "no notebook given" in nobook.content[0].text
+        assert nobook.is_error and "no notebook given" in text_of(nobook)
         ok = await client.call_tool("crane_kernel_facts", {"names": ["n"]})
         assert ok.structured_content["facts"]["n"]["type"] == "int"
 
@@ -151,9 +152,9 @@ async def test_dead_kernel_is_a_clear_tool_error(tmp_path):
             assert not (await client.call_tool("crane_kernel_facts", {})).is_error
             k.manager.shutdown_kernel(now=True)
             res = await client.call_tool("crane_try_code", {"code": "1"})
-            assert res.is_error and "kernel" in res.content[0].text, res.content
+            assert res.is_error and "kernel" in text_of(res), res.content
             res = await client.call_tool("crane_kernel_facts", {})
-            assert res.is_error and "kernel" in res.content[0].text
+            assert res.is_error and "kernel" in text_of(res)
             assert (await client.list_tools()).tools  # still serving
     finally:
         k.shutdown()
@@ -167,9 +168,9 @@ async def test_notebook_mode_replays_and_serves_resources(notebook, tmp_path):
         assert cell["prediction"] == "crash" and cell["notebook"] == str(notebook)
         uris = {str(r.uri) for r in (await client.list_resources()).resources}
         assert uris == {"crane://kernel/facts", "crane://notebook/cells"}
-        cells = json.loads((await client.read_resource("crane://notebook/cells")).contents[0].text)
+        cells = json.loads(resource_text(await client.read_resource("crane://notebook/cells")))
         assert [c["number"] for c in cells] == [1, 2, 3, 4] and cells[2]["source"] == "total = df['Price'].sum()"
-        facts_res = json.loads((await client.read_resource("crane://kernel/facts")).contents[0].text)
+        facts_res = json.loads(resource_text(await client.read_resource("crane://kernel/facts")))
         assert "df" in facts_res["facts"]
 
 
