@@ -27,7 +27,7 @@ CELLS = {
 }
 bad = 0
 def run(src):
-    refused = []
+    refused: list = []
     g = mod.CallGuard(refused.append)
     g.trust(run.__code__)
     code = compile(src, "<crane-sandbox-cell>", "exec")

@@ -38,6 +38,6 @@ def test_other_platforms_say_unavailable_naming_the_platform(system, name, how, 
 
     monkeypatch.setattr(transplant, "current_confinement", lambda: other)
     before = dict(transplant.POOL.idle), set(transplant.POOL.busy)
-    v = transplant.transplant(NoKernel(), "x = 1", 5.0)
+    v = transplant.transplant(NoKernel(), "x = 1", 5.0)  # type: ignore[arg-type]  # no kernel, on purpose
     assert v.verdict == "unavailable" and (v.reason or "").startswith(f"{name}:"), v
     assert (dict(transplant.POOL.idle), set(transplant.POOL.busy)) == before  # no worker started

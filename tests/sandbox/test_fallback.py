@@ -52,7 +52,7 @@ def no_userns_kernel(tmp_path_factory):
     launcher = cwd.parent / "launch_without_userns.py"
     launcher.write_text(LAUNCHER)
     km = KernelManager(transport="ipc", ip=os.path.join(tempfile.mkdtemp(prefix="crane-k-"), "k"))
-    _ = km.kernel_spec
+    assert km.kernel_spec is not None and km._kernel_spec is not None
     km._kernel_spec.argv = [sys.executable, str(launcher), "{connection_file}"]
     km.start_kernel(cwd=str(cwd), env={**os.environ, **KERNEL_ENV})
     conn = KernelConnection(km.blocking_client(), owner=km)

@@ -109,7 +109,7 @@ def test_process_tree_ends_with_the_run(ending, conn, kpid, ready):
 def test_stop_ends_the_tree_at_once(conn, kpid, ready):
     marker = f"crane-marker-{uuid.uuid4().hex}"
     cancel = threading.Event()
-    box = {}
+    box: dict = {}
     th = threading.Thread(target=lambda: box.setdefault(
         "v", speculate(conn, spawner(marker) + "time.sleep(60)", budget_s=60.0, layer="layered", cancel=cancel)))
     th.start()

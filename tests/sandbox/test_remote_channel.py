@@ -45,7 +45,7 @@ def remote():
     # the connection file must be outside /tmp, which the kernel will not see
     km = KernelManager(transport="tcp", ip="127.0.0.1",
                        connection_file=str(runtime / f"crane-remote-test-{os.getpid()}.json"))
-    _ = km.kernel_spec
+    assert km.kernel_spec is not None and km._kernel_spec is not None
     userns = [] if os.geteuid() == 0 else ["-r"]
     km._kernel_spec.argv = ["unshare", *userns, "-m", "--propagation", "private", "--", "sh", "-c",
                             'mount -t tmpfs tmpfs /tmp && exec "$0" -m ipykernel_launcher -f "$1"',
@@ -83,7 +83,7 @@ def test_timeout_and_stop_through_the_remote_channel(remote):
     v = speculate(remote, "while True:\n    pass", budget_s=1.5)
     assert v.verdict == "timeout" and time.monotonic() - t < 6, v
     cancel = threading.Event()
-    box = {}
+    box: dict = {}
     th = threading.Thread(target=lambda: box.setdefault("v", speculate(remote, "import time\ntime.sleep(60)",
                                                                         budget_s=60, cancel=cancel)))
     th.start()

@@ -55,7 +55,7 @@ def test_session_timeout_rolls_back_and_keeps_serving(conn, ready):
         sb.run("x = 6")
         t = time.monotonic()
         v = sb.run("while True: pass", budget_s=1.0)
-        assert v.verdict == "timeout" and "rolled back" in v.reason
+        assert v.verdict == "timeout" and "rolled back" in (v.reason or "")
         assert time.monotonic() - t < 3.0
         assert sb.inspect("x") == "5" and sb.depth == 0  # resuming consumes the checkpoint
         assert sb.run("x + 1").displays[-1].text == "6"

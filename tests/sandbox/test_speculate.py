@@ -127,7 +127,7 @@ def test_confinement_holds_below_python_layered(conn, workdir, ready):
     ).replace("KERNEL", str(conn.evaluate("__import__('os').getpid()")))
     before = tree_hash(workdir)
     v = speculate(conn, src, layer="layered")
-    assert v.verdict == "blocked" and v.mode == "layered" and "network socket (AF_INET)" in v.reason, v
+    assert v.verdict == "blocked" and v.mode == "layered" and "network socket (AF_INET)" in (v.reason or ""), v
     assert v.stdout.split() == ["True", "0", "-1", "1", "-1", "30", "-1", "3", "True", "True", "False"], v.stdout
     assert tree_hash(workdir) == before
     assert not os.path.exists("/etc/crane_should_not_exist")
@@ -169,7 +169,7 @@ def test_impossible_allocation_is_a_certain_crash(conn, ready):
 
 
 def test_kernel_stays_responsive_while_a_child_runs(conn, ready):
-    box = {}
+    box: dict = {}
     th = threading.Thread(target=lambda: box.setdefault("v", speculate(conn, "while True: pass", budget_s=3.0)))
     th.start()
     time.sleep(0.5)
@@ -208,7 +208,7 @@ def test_unforkable_state_is_unavailable_quickly(tmp_path, monkeypatch):
         k.connection.run_cell("import sys, types\nsys.modules['tensorflow'] = types.ModuleType('tensorflow')")
         t = time.monotonic()
         v = speculate(k.connection, "x = 1")
-        assert v.verdict == "unavailable" and "TensorFlow" in v.reason, v
+        assert v.verdict == "unavailable" and "TensorFlow" in (v.reason or ""), v
         assert time.monotonic() - t < 2.0
     finally:
         k.shutdown()
@@ -221,7 +221,7 @@ def test_dead_or_busy_kernel_is_unavailable_not_an_exception(tmp_path):
         k.connection.client.execute("import time; time.sleep(5)")
         time.sleep(0.2)
         v = speculate(k.connection, "x = 1", request_timeout=0.5)
-        assert v.verdict == "unavailable" and "busy" in v.reason, v
+        assert v.verdict == "unavailable" and "busy" in (v.reason or ""), v
     finally:
         k.shutdown()
 
@@ -232,7 +232,7 @@ def test_auto_mode_starts_cheap_and_escalates_to_a_private_layer(conn, workdir, 
     attempt is not retried; a cell with a sign of side effects starts layered."""
     before = tree_hash(workdir)
     v = speculate(conn, "df.shape[0] + 1")
-    assert v.verdict == "no-crash" and v.mode == "blocking" and "no sign of side effects" in v.mode_reason, v
+    assert v.verdict == "no-crash" and v.mode == "blocking" and "no sign of side effects" in (v.mode_reason or ""), v
     hidden = "f = getattr(df, 'to_' + 'csv')\nf('hidden.csv')\nprint(open('hidden.csv').read().splitlines()[0])"
     v = speculate(conn, hidden)
     assert (v.verdict, v.mode, v.stdout) == ("no-crash", "layered", ",price,city\n"), v

@@ -205,6 +205,6 @@ def test_transplant_on_ipython_8_and_9_kernels_leaves_them_unchanged(kernel_env,
         assert watch.unchanged, (watch.outputs, watch.changes())
         assert bad.verdict == "crash" and bad.ename == "IndexError" and bad.line == 2 and "67" in bad.stdout, bad
         assert good.verdict == "no-crash" and "67" in good.displays[-1].text, good
-        assert good.mode == "transplant" and good.transplant.confinement == "layered", good
+        assert good.mode == "transplant" and good.transplant is not None and good.transplant.confinement == "layered", good
     finally:
         kernel.shutdown()

@@ -50,7 +50,7 @@ def test_a_session_on_an_unforkable_kernel_runs_in_a_transplant_worker(kernel_en
                 assert isinstance(sb, TransplantSession) and sb.depth == 0
                 v = sb.run("Y = scale(X)\nfloat(Y.sum())")
                 assert v.verdict == "no-crash" and v.mode == "transplant" and "132.0" in v.displays[-1].text, v
-                assert {c.split(" (")[0] for c in v.transplant.copied} >= {"X", "scale"}, v.transplant
+                assert v.transplant is not None and {c.split(" (")[0] for c in v.transplant.copied} >= {"X", "scale"}, v.transplant
                 assert "not forked" in v.how() and v.mode_reason, v.how()
                 assert sb.checkpoint() == 1
                 v = sb.run("X = X[:, :2]\nX @ np.ones(4)")
@@ -65,6 +65,7 @@ def test_a_session_on_an_unforkable_kernel_runs_in_a_transplant_worker(kernel_en
                 assert sb.inspect("X.shape") == "(3, 4)"  # resumed at the base checkpoint
                 with pytest.raises(SandboxError, match="NameError"):
                     sb.inspect("Y")
+                assert sb.worker is not None
                 pid = sb.worker.proc.pid
             assert _gone(pid), "the session's worker outlived it"
             agent = ForkSandbox(conn, budget_s=30)  # the agent's sandbox on the same kernel
