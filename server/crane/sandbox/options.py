@@ -77,6 +77,13 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
         Meta(description="Keep one idle worker per kernel interpreter with its imports done, so the next copied "
                          "run skips Python's and the libraries' start-up."),
     ] = True
+    export_seconds: Annotated[
+        float,
+        Meta(ge=0.2, le=60,
+             description="The most kernel time one copy of a cell's inputs may take (copied runs): the user's own "
+                         "cell waits at most this long behind it; a copy that would take longer is not made, and "
+                         "the rules decide the cell."),
+    ] = 1.0
     worker_idle_seconds: Annotated[
         float,
         Meta(ge=5, le=86400, description="An idle warm worker ends after this many seconds without a run."),
@@ -140,6 +147,8 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"shrink values above this size before a copied run (default {d.transplant_copy_mb}; 0: never)")
     g.add_argument("--warm-workers", dest="warm_workers", type=_on_off, metavar="on|off", default=d.warm_workers,
                    help="keep an idle worker ready per kernel interpreter (default on)")
+    g.add_argument("--export-seconds", dest="export_seconds", type=float, metavar="S", default=d.export_seconds,
+                   help=f"the most kernel time one copy of a cell's inputs may take (default {d.export_seconds:g})")
     g.add_argument("--worker-idle-seconds", dest="worker_idle_seconds", type=float, metavar="S",
                    default=d.worker_idle_seconds,
                    help=f"an idle warm worker ends after this long (default {d.worker_idle_seconds:g})")

@@ -73,7 +73,6 @@ CLOUDPICKLE_MODULE = KernelModule("_crane_cloudpickle", "CRANE's private copy of
 
 LOAD_S = 20.0  # the worker's own setup (imports, confinement, loading the state) on top of the cell's budget
 EXPORT_TIMEOUT_S = 60.0
-EXPORT_MAX_S = 5.0  # the kernel time one export may take: past it the export stops and the run is unavailable
 
 
 def copy_limit_mb() -> int:
@@ -372,13 +371,13 @@ def _export(conn: KernelConnection, pdir: PrivateDir, source: str, timeout: floa
             miniature: dict | None = None, extra: dict | None = None,
             cancel: threading.Event | None = None) -> ExportReply:
     """Ask the kernel to write the state `source` reads into `pdir` (kernel/export.py). The names are found here
-    (`cell_names`), never by the kernel's input transformers; the kernel stops by itself after `EXPORT_MAX_S` and
+    (`cell_names`), never by the kernel's input transformers; the kernel stops by itself after `SandboxOptions.export_seconds` and
     when `cancel` is set (a `cancel` file in `pdir`, which the export polls)."""
     cp = ModuleClient(conn, CLOUDPICKLE_MODULE)
     out = cp.evaluate({"v": CLOUDPICKLE_MODULE.version_expression()}, timeout, "transplant check")
     if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
         cp.ensure_installed(timeout=max(timeout, 10.0))
-    extra = {"copy_mb": copy_limit_mb(), "max_s": EXPORT_MAX_S, **(extra or {})}
+    extra = {"copy_mb": copy_limit_mb(), "max_s": active_options().export_seconds, **(extra or {})}
     if miniature:
         extra["miniature"] = miniature
     args = pdir.args(source=source, names=cell_names(source), **extra)
