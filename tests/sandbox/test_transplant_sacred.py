@@ -23,6 +23,7 @@ from crane.sandbox.session import open_session
 from crane.sandbox.transplant import transplant
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from ..sandbox_options import use_options
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
 
@@ -274,6 +275,21 @@ def test_a_deep_structure_is_refused_and_the_kernel_survives(env):
         assert v.verdict == "unavailable" and "`deep`" in (v.reason or "") , v
     finally:
         conn.run_cell("del deep\nsys.setrecursionlimit(3000)", timeout=120)
+
+
+def test_a_big_export_is_cut_at_its_kernel_time_cap_and_the_kernel_goes_on(env, monkeypatch):
+    """Millions of small objects pickle in-band for seconds: the export stops at `export_seconds` of kernel time
+    (here 0.2 s), the run is unavailable saying why (the rules decide), and the kernel answers at once after.
+    (How long the user's cell then waits is measured by benchmarks/export_bench.py, not timed here.)"""
+    conn = env["conn"]
+    assert conn.run_cell("many = [(i, str(i)) for i in range(2_000_000)]", timeout=120).status == "ok"
+    try:
+        use_options(monkeypatch, export_seconds=0.2)
+        v = transplant(conn, "len(many)", 60.0)
+        assert v.verdict == "unavailable" and "longer than the kernel may be kept busy" in (v.reason or ""), v
+        assert conn.evaluate("len(many)") == 2_000_000
+    finally:
+        conn.run_cell("del many")
 
 
 def test_the_users_cell_is_not_queued_behind_a_huge_cells_check(env):

@@ -80,10 +80,10 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     export_seconds: Annotated[
         float,
         Meta(ge=0.2, le=60,
-             description="The most kernel time one copy of a cell's inputs may take (copied runs): the user's own "
-                         "cell waits at most this long behind it; a copy that would take longer is not made, and "
-                         "the rules decide the cell."),
-    ] = 1.0
+             description="The most kernel CPU time one copy of a cell's inputs may take (copied runs): the user's "
+                         "own cell waits about this long behind it at most; a copy that would take longer is not "
+                         "made, and the rules decide the cell."),
+    ] = 0.7
     worker_idle_seconds: Annotated[
         float,
         Meta(ge=5, le=86400, description="An idle warm worker ends after this many seconds without a run."),
