@@ -97,11 +97,19 @@ def _isolate_descriptors(ctx: _Ctx) -> None:
         ctx.cmd_fd = cmd
     # a run's are the daemon's FIFOs, drained as they fill (channel.CaptureDrain: the output limit holds for
     # every process and C code); a session's and the remote channel's are files
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NONBLOCK
+    capture_std_streams(ctx, priv, truncate=True)
+
+
+def capture_std_streams(ctx: _Ctx, priv: str, truncate: bool) -> None:
+    """fd 0 from the null device, fd 1/2 into `priv`'s `stdout`/`stderr` (emptied first when `truncate`; writes
+    blocking), and the capped `_Capture` streams over them (`output_limit`). Written for any platform: the
+    portable worker uses it too (no O_NONBLOCK or `set_blocking` where the platform has none)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NONBLOCK", 0) | (os.O_TRUNC if truncate else 0)
     out = os.open(os.path.join(priv, "stdout"), flags, 0o600)
     err = os.open(os.path.join(priv, "stderr"), flags, 0o600)
-    os.set_blocking(out, True)
-    os.set_blocking(err, True)
+    for fd in (out, err):
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(out, 1)

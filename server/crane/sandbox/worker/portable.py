@@ -40,11 +40,10 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
     _WRITE_FLAGS,
     SandboxBlocked,
-    _Capture,
     _Ctx,
     _write_json,
 )
-from crane.sandbox.kernel.isolation import _neutralise_kernel_io  # kernel: strip
+from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.worker.guard import CallGuard  # kernel: strip
 
@@ -214,26 +213,12 @@ def _open_channel(ctx: _Ctx) -> None:
         os.set_blocking(res, True)
     ctx.result_fd = res
     _SETUP["result_fd"] = res
-    if ctx.args.get("mode") == "session":  # a session's commands (the daemon holds the path open)
+    if ctx.args["mode"] == "session":  # a session's commands (the daemon holds the path open)
         cmd = os.open(os.path.join(priv, "commands"), os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
         if hasattr(os, "set_blocking"):
             os.set_blocking(cmd, True)
         ctx.cmd_fd = cmd
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | nonblock
-    out = os.open(os.path.join(priv, "stdout"), flags, 0o600)
-    err = os.open(os.path.join(priv, "stderr"), flags, 0o600)
-    for fd in (out, err):
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    for fd in (devnull, out, err):
-        os.close(fd)
-    limit = int(ctx.args.get("output_limit", 1 << 20))
-    ctx.stdout = _Capture(1, "<stdout>", limit)
-    ctx.stderr = _Capture(2, "<stderr>", limit)
+    capture_std_streams(ctx, priv, truncate=False)
 
 
 def _install_portable_hook(run: Portable) -> None:
