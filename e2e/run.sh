@@ -165,18 +165,23 @@ start_code_server() {  # start_code_server EXTENSIONS_DIR [ENV...]: sets CS_PID 
     --bind-addr "127.0.0.1:$PORT" --auth none --disable-telemetry --disable-update-check \
     --disable-workspace-trust --disable-getting-started-override --disable-proxy "$RUN/workspace"
   CS_PID=$BG_PID
-  "$PYTHON" - "http://127.0.0.1:$PORT/healthz" <<'EOF' || { log "code-server did not answer /healthz"; cat "$LOGS/$CURRENT_SCENARIO/code-server.log" >&2; exit 1; }
-import sys, time, urllib.request
+  "$PYTHON" - "http://127.0.0.1:$PORT/healthz" "$CS_PID" <<'EOF' || { log "code-server did not answer /healthz"; cat "$LOGS/$CURRENT_SCENARIO/code-server.log" >&2; exit 1; }
+import http.client, json, os, sys, time, urllib.request
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
-deadline = time.monotonic() + 60
+deadline, last = time.monotonic() + 90, None
 while True:
+    try:  # code-server's own answer: JSON with a "status" (a half-started server or another program can answer too)
+        if "status" in json.loads(opener.open(sys.argv[1], timeout=5).read()):
+            break
+    except (OSError, http.client.HTTPException, ValueError, TypeError) as exc:
+        last = exc
     try:
-        opener.open(sys.argv[1], timeout=2).read()
-        break
-    except OSError:
-        if time.monotonic() > deadline:
-            sys.exit(1)
-        time.sleep(0.1)
+        os.kill(int(sys.argv[2]), 0)
+    except ProcessLookupError:
+        sys.exit("code-server exited before answering /healthz")
+    if time.monotonic() > deadline:
+        sys.exit(f"no answer from code-server's /healthz in 90 s (last: {last!r})")
+    time.sleep(0.2)
 EOF
 }
 
