@@ -1,13 +1,22 @@
 """Issue 30, without a kernel: the export's memory floor reads the process's cgroup (v1 and v2, a fake cgroup
 tree read by the same code), the cell's names are found in the daemon without IPython's transformer, and a
-transplant worker starts with an allowlisted environment."""
+transplant worker starts with an allowlisted environment; the export's watch on the kernel's shell queue (real ZeroMQ
+sockets, as ipykernel 7 builds them) sees a queued request without taking it, and is absent elsewhere."""
 
 from __future__ import annotations
 
+import asyncio
+import select
+import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from crane.sandbox.cell_names import cell_names
 from crane.sandbox.kernel.shield import dumps, memory_headroom
+from crane.sandbox.kernel.waiting import shell_watch
 from crane.sandbox.transplant import worker_env
 
 GiB = 1 << 30
@@ -80,3 +89,82 @@ def test_a_worker_starts_with_an_allowlisted_environment():
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "LD_LIBRARY_PATH": "/x"}
     assert worker_env(env) == {"HOME": "/home/u", "KERAS_BACKEND": "jax", "LANG": "C.UTF-8",
                                "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+def _kernel_like(zmq, parent_thread=None):
+    """The objects ipykernel 7 keeps for its main shell (a real inproc PAIR the shell-channel thread forwards
+    requests into, the main thread's stream over it, the main shell's asyncio lock), built here as its
+    SubshellManager builds them."""
+    ctx = zmq.Context.instance()
+    frm, to = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    addr = f"inproc://crane-test-{id(frm)}"
+    frm.bind(addr)
+    to.connect(addr)
+    pair = SimpleNamespace(from_socket=frm, to_socket=to, to_stream=SimpleNamespace(socket=to))
+    sct = SimpleNamespace(parent_thread=parent_thread or threading.current_thread(),
+                          _manager=SimpleNamespace(_shell_channel_to_main=pair))
+    kernel = SimpleNamespace(shell_channel_thread=sct, _main_asyncio_lock=asyncio.Lock())
+    return SimpleNamespace(kernel=kernel), frm, to
+
+
+def test_the_shell_watch_sees_a_forwarded_request_without_taking_it():
+    """A request forwarded to the main shell's queue is seen, again and again, and stays there: the descriptor
+    the main thread's stream waits on is still readable after, and the request is received whole."""
+    zmq = pytest.importorskip("zmq")
+    shell, frm, to = _kernel_like(zmq)
+    try:
+        to.getsockopt(zmq.EVENTS)  # the stream's own look after its last request: the mailbox is drained
+        waiting, what = shell_watch(shell)
+        assert waiting is not None and what == "the kernel's shell queue"
+        assert waiting() is False and waiting() is False
+        frm.send_multipart([b"<IDS|MSG>", b"user's execute_request"])
+        assert waiting() is True and waiting() is True  # seen, never consumed
+        assert select.select([to.getsockopt(zmq.FD)], [], [], 0)[0]  # the stream's loop will still wake
+        assert to.recv_multipart(zmq.NOBLOCK) == [b"<IDS|MSG>", b"user's execute_request"]
+    finally:
+        frm.close(0)
+        to.close(0)
+
+
+def test_the_shell_watch_sees_a_request_waiting_on_the_main_shells_lock():
+    zmq = pytest.importorskip("zmq")
+    shell, frm, to = _kernel_like(zmq)
+
+    async def queued() -> bool:
+        lock = shell.kernel._main_asyncio_lock
+        await lock.acquire()  # CRANE's own request holds it
+        waiting, _ = shell_watch(shell)
+        assert waiting is not None and waiting() is False
+        task = asyncio.ensure_future(lock.acquire())  # a request the main loop already took waits for it
+        await asyncio.sleep(0)
+        seen = waiting()
+        lock.release()
+        await task
+        lock.release()
+        return seen
+
+    try:
+        to.getsockopt(zmq.EVENTS)
+        assert asyncio.run(queued()) is True
+    finally:
+        frm.close(0)
+        to.close(0)
+
+
+def test_no_shell_watch_where_the_kernel_is_not_ipykernel_7_shaped(monkeypatch):
+    """Elsewhere the export's kernel-time cap alone bounds the user's wait, and the reason says why."""
+    zmq = pytest.importorskip("zmq")
+    assert shell_watch(SimpleNamespace(kernel=SimpleNamespace(shell_stream=None))) == (
+        None, "the kernel has no shell-channel thread (ipykernel before 7, or not ipykernel)")
+    other = threading.Thread(target=lambda: None)
+    shell, frm, to = _kernel_like(zmq, parent_thread=other)
+    try:
+        assert shell_watch(shell)[0] is None
+        shell.kernel.shell_channel_thread.parent_thread = threading.current_thread()
+        shell.kernel.shell_channel_thread._manager._shell_channel_to_main.to_stream = SimpleNamespace(socket=frm)
+        assert shell_watch(shell)[0] is None  # a stream over another socket: not the structure known
+    finally:
+        frm.close(0)
+        to.close(0)
+    monkeypatch.delitem(sys.modules, "zmq")
+    assert shell_watch(SimpleNamespace()) == (None, "not a ZeroMQ kernel")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -19,6 +20,8 @@ from crane.kernel.client import KernelConnection
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched, watch_target
 from crane.sandbox import speculate
+from crane.sandbox import transplant as transplant_mod
+from crane.sandbox.channel import PrivateDir
 from crane.sandbox.session import open_session
 from crane.sandbox.transplant import transplant
 
@@ -292,6 +295,54 @@ def test_a_big_export_is_cut_at_its_kernel_time_cap_and_the_kernel_goes_on(env, 
         conn.run_cell("del many")
 
 
+def test_a_big_export_stops_as_soon_as_the_users_cell_is_queued(env, monkeypatch):
+    """With a time cap that cannot be what stops it (60 s), a big in-band export is under way (its state file has
+    its first frame) when the user's cell arrives from the user's own client: the export stops because a request
+    is waiting (the run is unavailable saying so: the rules decide), the user's cell gets its normal reply and
+    execution count, and nothing else of the kernel changed (no effect sentinel fired, no other output). On the
+    old code the export ran on (its kernel-time cap only) and the run was not refused for the user's cell."""
+    conn = env["conn"]
+    assert conn.run_cell("many = [(i, str(i)) for i in range(2_000_000)]", timeout=120).status == "ok"
+    dirs: list[PrivateDir] = []
+
+    class Recorded(PrivateDir):
+        def __init__(self, *a, **k) -> None:
+            super().__init__(*a, **k)
+            dirs.append(self)
+
+    monkeypatch.setattr(transplant_mod, "PrivateDir", Recorded)
+    use_options(monkeypatch, export_seconds=60)
+    target = watch_target(conn)
+    assert target is not None
+    user = KernelConnection.attach(target)  # the user's client, ready before the export starts
+    box: dict = {}
+    try:
+        count = conn.evaluate("get_ipython().execution_count")  # the number the next cell gets
+        with Untouched(conn) as watch:
+            t = threading.Thread(target=lambda: box.setdefault("v", transplant(conn, "len(many)", 60.0,
+                                                                                request_timeout=120.0)))
+            t.start()
+            while not (dirs and os.path.exists(state := os.path.join(dirs[0].path, "state.pkl"))
+                       and os.path.getsize(state) > 0):  # the export is pickling (its first frame is written)
+                assert t.is_alive() and box == {}, box
+                time.sleep(0.005)
+            run = user.run_cell("z_user = 1", timeout=120)
+            t.join(300)
+        assert run.status == "ok" and run.execution_count == count, run
+        v = box["v"]
+        assert v.verdict == "unavailable" and "a request is waiting for the kernel" in (v.reason or ""), v
+        assert [h for h in watch.hits if "z_user" not in h] == [], watch.hits  # the user's cell's own transform
+        assert set(watch.changes()) <= {"ns", "count", "In"}, watch.changes()
+        before, after = (dict(x) for x in watch.changes()["ns"]) if "ns" in watch.changes() else ({}, {})
+        changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+        assert changed <= {"z_user", "_i", "_ii", "_iii", f"_i{count}"}, changed
+        assert [m["msg_type"] for m in watch.outputs] == ["execute_input"], watch.outputs
+        assert conn.evaluate("len(many)") == 2_000_000
+    finally:
+        user.client.stop_channels()
+        conn.run_cell("del many, z_user", timeout=120)
+
+
 def test_the_users_cell_is_not_queued_behind_a_huge_cells_check(env):
     """A 100 KB cell with 150 `!` escapes: its names are found in the daemon, so the kernel's share is small;
     the user's cell, sent from the user's own connection while the check runs, is answered (the old export
@@ -356,6 +407,7 @@ def test_honest_cells_get_the_real_verdict(env):
             assert real is None or real.status == "ok", (cell, real)
             v = transplant(conn, cell, 60.0)
             assert v.verdict == "no-crash", (cell, v)
+            assert v.transplant is not None and v.transplant.export_watch == "the kernel's shell queue", v
     finally:
         if env["name"] == "ipython9":
             conn.run_cell("jax.config.update('jax_enable_x64', False)")

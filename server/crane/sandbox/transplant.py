@@ -55,7 +55,7 @@ _HERE = Path(__file__).resolve().parent
 BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the worker's `-c` program
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
                                  [_HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/miniature.py",
-                                  _HERE / "kernel/export.py"])
+                                  _HERE / "kernel/waiting.py", _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
@@ -365,6 +365,7 @@ class ExportReply(msgspec.Struct):
     shrunk: str | None = None  # why, when the run was not asked to be a miniature (too much to copy whole)
     raw_bytes: int = 0  # the memory of the values the cell reads, before shrinking
     shrink_error: str | None = None
+    watch: str | None = None  # what stopped the export as soon as a request waited (None: only its time cap)
 
 
 def _export(conn: KernelConnection, pdir: PrivateDir, source: str, timeout: float,
@@ -477,7 +478,7 @@ def transplant(
         info = TransplantInfo(
             copied=[f"{n} ({t})" for n, t in exp.copied][:50], bytes=exp.bytes, warm=worker.warm,
             confinement=v.mode if v.mode in ("layered", "blocking") else None, export_ms=exp.export_ms, devices_mapped=bool(map_devices or exp.cuda),
-            not_imported=[], shrunk=exp.shrunk, raw_bytes=exp.raw_bytes,
+            not_imported=[], shrunk=exp.shrunk, raw_bytes=exp.raw_bytes, export_watch=exp.watch,
         )
         if exp.shrunk and v.verdict == "timeout" and "artefact" in (v.reason or ""):
             v.reason = (v.reason or "").replace("the full run did not finish in time",

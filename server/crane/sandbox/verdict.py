@@ -45,6 +45,8 @@ class TransplantInfo(msgspec.Struct, omit_defaults=True):
     warm: bool = False  # an idle worker with the kernel's imports done took the run
     confinement: Mode | None = None  # the worker's confinement (layered or blocking)
     export_ms: float = 0.0  # the kernel's time to write the state (the kernel is busy only for this)
+    export_watch: str | None = None  # what would have stopped the export at once for a request of the user's
+    # ("the kernel's shell queue"); None: only its kernel-time cap (`export_seconds`) bounded the user's wait
     devices_mapped: bool = False  # torch's cuda/mps requests ran on the CPU
     not_imported: list[str] = []  # the kernel's modules the worker could not import
     shrunk: str | None = None  # why large values were shrunk in the kernel before the copy, when the run was

@@ -24,9 +24,11 @@ Safety (the export never runs notebook code and never harms the kernel):
 - the user's profile/trace hooks are off while it runs (kernel/shield.py); files are opened with `_io.open`;
 - the pickler runs in a thread of its own with a known stack (`_STACK`) under a recursion limit CRANE sets
   (`_DEPTH`), so a deep structure is refused, never a C-stack overflow;
-- it stops (and the run is refused) past `args["max_s"]` seconds of kernel time, when the daemon writes
-  `cancel` into the directory, past the copy cap (out-of-band and in-band bytes both count), and when the
-  memory the kernel may still use (kernel/shield.memory_headroom, cgroup-aware) falls under `_FLOOR`.
+- it stops (and the run is refused) as soon as a request waits for the kernel's main thread (the user's cell
+  comes first: kernel/waiting.py watches the kernel's shell queue without reading it; where it cannot, the reply's
+  `watch` says why), past `args["max_s"]` seconds of kernel time, when the daemon writes `cancel` into the
+  directory, past the copy cap (out-of-band and in-band bytes both count), and when the memory the kernel may
+  still use (kernel/shield.memory_headroom, cgroup-aware) falls under `_FLOOR`.
 Large values are shrunk BEFORE they are copied (kernel/miniature's rules: consistent row subsets, on a copy of the
 cell's names, never the user's namespace): in a miniature run (`args["miniature"]`), and when the values the cell
 reads hold more than `args["copy_mb"]` MiB (array data and in-band strings/bytes both count). Then `state.pkl`
@@ -50,6 +52,7 @@ from typing import Any
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY, _kind, shrink_namespace  # kernel: strip
 from crane.sandbox.kernel.shield import dumps, memory_headroom, private_open  # kernel: strip
+from crane.sandbox.kernel.waiting import shell_watch  # kernel: strip
 
 _SKIP = {"get_ipython", "exit", "quit", "__builtins__", "__builtin__", "__name__", "__doc__", "__spec__", "__loader__",
          "__package__"}
@@ -62,6 +65,8 @@ _STACK = 256 << 20  # the pickler thread's C stack
 _DEPTH = 20_000  # the recursion limit while pickling (a deeper structure is refused)
 _FLOOR = 256 << 20  # the export stops when the kernel could allocate less than this
 _CHECK_EVERY = 8 << 20  # bytes written between two looks at the clock, the cancel file and the memory left
+_QUEUED = "a request is waiting for the kernel (the user's cell comes first)"
+_OVER_TIME = "copying its inputs took longer than the kernel may be kept busy"
 
 
 def _names(source: str) -> list[str]:
@@ -421,9 +426,10 @@ def _unreproducible(obj: Any) -> str | None:
 
 
 class _Control:
-    """What stops an export: the deadline, the daemon's cancel file, the copy cap, the memory floor."""
+    """What stops an export: a request waiting for the kernel, the deadline, the daemon's cancel file, the copy
+    cap, the memory floor."""
 
-    def __init__(self, d: str, max_s: float, cap: int) -> None:
+    def __init__(self, d: str, max_s: float, cap: int, waiting: Any = None) -> None:
         self.cancel_path = os.path.join(d, "cancel")
         # the kernel's CPU time is what the user's queued cell waits on (a loaded machine stretches the wall clock,
         # not the work); the wall clock bounds it too, at a multiple, for a kernel starved of CPU
@@ -433,13 +439,19 @@ class _Control:
         self.written = 0
         self.next_check = 0
         self.stop: str | None = None
+        self.waiting = waiting  # kernel/waiting.shell_watch's check (the main thread's only), or None
+
+    def watch(self) -> None:
+        """On the kernel's main thread: stop when a request waits for it."""
+        if not self.stop and self.waiting is not None and self.waiting():
+            self.stop = _QUEUED
 
     def add(self, n: int) -> None:
         self.written += n
         if self.cap and self.written > self.cap:
             self.stop = f"the values it reads pickle to more than {self.cap >> 20} MiB"
         if time.process_time() > self.cpu_deadline:  # at every frame (64 KiB): what the user's cell waits on
-            self.stop = "copying its inputs took longer than the kernel may be kept busy"
+            self.stop = _OVER_TIME
         if self.written >= self.next_check:
             self.next_check = self.written + _CHECK_EVERY
             self.poll()
@@ -450,7 +462,7 @@ class _Control:
         if self.stop:
             return
         if time.monotonic() > self.deadline or time.process_time() > self.cpu_deadline:
-            self.stop = "copying its inputs took longer than the kernel may be kept busy"
+            self.stop = _OVER_TIME
         elif os.path.exists(self.cancel_path):
             self.stop = "cancelled"
         else:
@@ -576,6 +588,7 @@ def _dump_thread(cp: Any, objs: dict, d: str | None, tag: str, ctl: _Control, pr
         finally:
             threading.stack_size(old_stack)
         while th.is_alive():
+            ctl.watch()  # here only: the main thread's own queue
             th.join(0.05)
             ctl.poll()  # the pickler sees `stop` at its next object or write
     finally:
@@ -854,6 +867,7 @@ def _export(args: Any) -> dict:
         shell = None
     if shell is None:
         return {"ok": False, "reason": "not an IPython kernel"}
+    waiting, watch = shell_watch(shell)  # on the main thread, which owns what it watches
     ns = shell.user_ns
     if type(ns) is not dict:
         return {"ok": False, "reason": "the kernel's namespace is not a plain dict"}
@@ -915,16 +929,19 @@ def _export(args: Any) -> dict:
         objs["\x00crane-accessors"] = accessors
     tag = str(args.get("tag") or "")  # a session's exports: state-N.pkl, buf-N-i
     tag = f"-{int(tag)}" if tag else ""
-    ctl = _Control(d, float(args.get("max_s") or 10.0), cap)
+    ctl = _Control(d, float(args.get("max_s") or 10.0), cap, waiting)
     out = _dump_thread(cp, objs, d, tag, ctl, proof)
     objs.pop("\x00crane-accessors", None)
+    watched = watch if waiting is not None else None  # what stopped it for a queued request (None: its time cap)
     if not out["ok"]:
         objs.pop("\x00crane-shrunk", None)
         ename, evalue = out["error"] or ("Error", "")
         if ename == "Stopped":
-            return {"ok": False, "reason": f"the cell's inputs were not copied: {evalue}",
+            if evalue == _OVER_TIME and waiting is None:
+                evalue = f"{evalue} (nothing else could stop it for the user's cell: {watch})"
+            return {"ok": False, "reason": f"the cell's inputs were not copied: {evalue}", "watch": watched,
                     "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}
-        return {"ok": False, "reason": _culprit(cp, objs, ename, evalue, d)}
+        return {"ok": False, "reason": _culprit(cp, objs, ename, evalue, d, waiting), "watch": watched}
     sizes = out["buffers"]
     total = out["bytes"]
     env = {k: v for k, v in os.environ.items() if type(k) is str and type(v) is str}
@@ -939,10 +956,10 @@ def _export(args: Any) -> dict:
     return {"ok": True, "copied": [[n, _type_name(o)] for n, o in objs.items()], "bytes": total,
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": sys.executable, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
-            **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}
+            **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3), "watch": watched}
 
 
-def _culprit(cp: Any, objs: dict, ename: str, evalue: str, d: str) -> str:
+def _culprit(cp: Any, objs: dict, ename: str, evalue: str, d: str, waiting: Any = None) -> str:
     """The first name whose value alone fails the same way (counted, not written, under the same controls)."""
     if ename == "_Refused":
         lead = "cannot be copied without running the notebook's code in the kernel"
@@ -951,8 +968,10 @@ def _culprit(cp: Any, objs: dict, ename: str, evalue: str, d: str) -> str:
     for name, obj in objs.items():
         if name.startswith("\x00"):
             continue
-        ctl = _Control(d, 5.0, 0)
+        ctl = _Control(d, 5.0, 0, waiting)
         res = _dump_thread(cp, {name: obj}, None, "", ctl, _Proof())
+        if ctl.stop == _QUEUED:
+            break  # the user's cell comes first: the search for the culprit ends here
         if not res["ok"]:
             e, v = res["error"] or (ename, evalue)
             what = v if e in ("_Refused", "_Stopped") else f"{e}: {v}"
