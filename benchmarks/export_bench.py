@@ -8,7 +8,8 @@ In a kernel with a stand-in `jax` module (so the fork sandbox refuses it and the
   starts: how long the user's cell waits (the export stops as soon as a request is queued on the kernel's shell
   channel, where kernel/waiting.py can watch it, else at its kernel-time cap `--export-seconds`), and what
   stopped it;
-- an ordinary export (an 8 MB array) and a 300k-deep nested list (refused, the kernel alive).
+- an ordinary export (an 8 MB array) and a 300k-deep nested list (refused, the kernel alive);
+- for scale, the user's `z = 1` alone on an idle kernel (on a loaded machine a round trip alone takes a while).
 
 Usage: .venv/bin/python benchmarks/export_bench.py [KERNEL_PYTHON] [--objects 3000000] [--export-seconds S]
        [--repeat N]   (S=60: the cap cannot be what stops the export; N: the big export's measure N times)
@@ -62,6 +63,11 @@ def main() -> None:
         setup = ("import sys, types, numpy as np\nsys.modules.setdefault('jax', types.ModuleType('jax'))\na = 1\n"
                  f"X = np.random.rand(2000, 500)\nbig = [(i, str(i)) for i in range({a.objects})]")
         assert c.run_cell(setup, timeout=600).status == "ok"
+        user = KernelConnection.attach(watch_target(c))
+        t1 = time.monotonic()
+        assert user.run_cell("z = 1", timeout=600).status == "ok"
+        print(f"the user's z = 1 alone (nothing else running): {time.monotonic() - t1:.2f} s")
+        user.client.stop_channels()
         huge = "\n".join(f"v{i} = a + {i}" for i in range(8000)) + "\n" + "\n".join(
             f"!echo {{a}} {i}" for i in range(150))
         waited, v = user_wait_during(c, huge)
@@ -74,7 +80,8 @@ def main() -> None:
                   f"{waited:.2f} s; verdict {v.verdict} ({v.reason}); export_ms {t.export_ms if t else None}")
         v = transplant(c, "X.mean()", 30.0)
         print(f"8 MB array: verdict {v.verdict}, export_ms {v.transplant.export_ms if v.transplant else None}, "
-              f"stopped for a queued request by: {v.transplant.export_watch if v.transplant else None}")
+              f"what would stop it for a queued request: {v.transplant.export_watch if v.transplant else None} "
+              "(None: only its kernel-time cap)")
         c.run_cell("sys.setrecursionlimit(1_000_000)\ndeep = None\nfor _i in range(300_000):\n    deep = [deep]",
                    timeout=120)
         t0 = time.monotonic()

@@ -46,7 +46,7 @@ def shell_watch(shell: Any) -> tuple[Callable[[], bool] | None, str]:
         pair = getattr(manager, "_shell_channel_to_main", None) if manager is not None else None
         sock = getattr(pair, "to_socket", None)
         stream = getattr(pair, "to_stream", None)
-        known = type(sock) is zmq.Socket and getattr(stream, "socket", None) is sock  # the main thread's stream's
+        known = type(sock) is zmq.Socket and getattr(stream, "socket", None) is sock  # read by the main loop's stream
         if sock is None or not known:
             return None, "the kernel's main shell queue is not the one ipykernel 7 builds"
         if sock.closed:
