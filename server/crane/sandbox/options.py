@@ -80,9 +80,10 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     export_seconds: Annotated[
         float,
         Meta(ge=0.2, le=60,
-             description="The most kernel CPU time one copy of a cell's inputs may take (copied runs): the user's "
-                         "own cell waits about this long behind it at most; a copy that would take longer is not "
-                         "made, and the rules decide the cell."),
+             description="The most kernel CPU time one copy of a cell's inputs may take (copied runs); a copy that "
+                         "would take longer is not made, and the rules decide the cell. The copy also stops as soon "
+                         "as the user's cell is queued on the kernel (ipykernel 7); on other kernels the user's cell "
+                         "waits about this long behind it at most."),
     ] = 0.7
     worker_idle_seconds: Annotated[
         float,

@@ -58,15 +58,19 @@ def shell_watch(shell: Any) -> tuple[Callable[[], bool] | None, str]:
         return None, f"the kernel's shell queue cannot be watched ({type(exc).__name__})"
     if type(fd) is not int or fd < 0:
         return None, "the kernel's main shell queue has no descriptor"
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        ready: Callable[[], bool] = lambda: bool(poller.poll(0))  # noqa: E731
+    else:  # Windows: the descriptor is a socket, which select takes
+        ready = lambda: bool(select.select([fd], [], [], 0)[0])  # noqa: E731
 
     def waiting() -> bool:
         """A request reached the main shell's queue since the main thread last looked, or waits on its lock."""
         try:
-            if poller.poll(0):
+            if ready():
                 return True
-        except OSError:
+        except (OSError, ValueError):
             return False
         waiters = lock_state.get("_waiters") if lock_state is not None else None
         return waiters is not None and len(waiters) > 0
