@@ -151,10 +151,11 @@ class Worker:
         if portable:
             assert self.proc.stdout is not None
             self.reader = PipeReader(self.proc.stdout)
-        self._send(json.dumps(spec))
-        if portable:
+            self._send(json.dumps(spec))
             return ProcessHandle(self.proc)
-        return ChildHandle(self.proc.pid, _starttime(self.proc.pid))
+        else:
+            self._send(json.dumps(spec))
+            return ChildHandle(self.proc.pid, _starttime(self.proc.pid))
 
     def send_bytes(self, data: bytes) -> None:
         """A portable session's command lines go down its stdin."""
@@ -484,11 +485,11 @@ def transplant(
         child = worker.run({"args": msgspec.to_builtins(request), "budget_s": float(budget_s), "map_devices": bool(map_devices),
                             "shrunk": shrunk}, portable=bool(portable))
         deadline = time.monotonic() + float(budget_s) + LOAD_S + _GRACE_S
-        if isinstance(child, ProcessHandle):
+        if portable:
             assert worker.reader is not None
             data, how = read_run(worker.reader, deadline, cancel)
         else:
-            assert isinstance(pdir, PrivateDir)
+            assert isinstance(pdir, PrivateDir) and isinstance(child, ChildHandle)
             data, how = read_until_eof(pdir.result_fd, child, deadline, cancel=cancel, stop_at_record=True)
         if how in ("deadline", "cancelled"):
             child.kill()

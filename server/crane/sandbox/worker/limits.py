@@ -191,3 +191,21 @@ def set_run_limits(memory_mb: int, cpu_s: float, file_mb: int) -> dict[str, Any]
         out = posix_limits(budget, cpu_s, int(file_mb) * MIB)
     out["memory_budget_mb"] = budget // MIB
     return out
+
+
+def lift_memory_limit() -> None:
+    """The memory limit back to its hard value (a session loading more of the kernel's state between runs: the
+    next run's limit is set again from what the worker then holds)."""
+    try:
+        import resource
+    except ImportError:
+        return
+    name = "RLIMIT_DATA" if sys.platform.startswith("linux") else "RLIMIT_AS"
+    which = getattr(resource, name, None)
+    if which is None:
+        return
+    try:
+        _soft, hard = resource.getrlimit(which)
+        resource.setrlimit(which, (hard, hard))
+    except (OSError, ValueError):
+        pass

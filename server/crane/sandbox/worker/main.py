@@ -39,7 +39,13 @@ from crane.sandbox.kernel.request import check_request  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
-from crane.sandbox.worker.portable import apply_limits, guarded, prepare_portable, run_portable  # kernel: strip
+from crane.sandbox.worker.portable import (  # kernel: strip
+    apply_limits,
+    guarded,
+    lift_limits,
+    prepare_portable,
+    run_portable,
+)
 
 _W: dict = {"preload_ms": 0.0, "failed": []}
 
@@ -480,6 +486,8 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
         op = cmd.get("op")
         reply: dict = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(), "depth": 0}
         if op == "load":
+            if portable is not None:
+                lift_limits(portable)  # (the next run's limit counts what this load adds)
             audit["bypass"] = True  # loading the kernel's state is not the session's code
             try:
                 if not state["imported"]:

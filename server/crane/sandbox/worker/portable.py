@@ -50,7 +50,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.worker.guard import CallGuard  # kernel: strip
-from crane.sandbox.worker.limits import set_run_limits  # kernel: strip
+from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 
 PORTABLE_LAYERS = ("call guard", "audit hook")
 # events whose path is followed to its target (the link must become a private copy first)
@@ -376,6 +376,17 @@ def apply_limits(run: Portable, args: dict, budget_s: float) -> None:
         state["own"] = old
     run.ctx.memory_mb = int(limits.get("memory_budget_mb") or 0)
     run.ctx.confinement["limits"] = limits
+
+
+def lift_limits(run: Portable) -> None:
+    """A session's memory limit lifted while it loads more of the kernel's state (set again before the next run)."""
+    state = run.ctx.audit_state
+    old = state.get("own", False)
+    state["own"] = True
+    try:
+        lift_memory_limit()
+    finally:
+        state["own"] = old
 
 
 @contextlib.contextmanager
