@@ -142,7 +142,7 @@ def _mentions_portable(test: ast.AST) -> bool | None:
     return True if _dotted(test).split(".")[-1] == "portable" else None
 
 
-def _banned_calls(tree: ast.AST, banned: set[str], os_only: set[str] = frozenset()) -> list[str]:
+def _banned_calls(tree: ast.AST, banned: set[str], os_only: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Calls to `banned` anywhere, and to `os_only` outside a branch where `portable` is false."""
     found: list[str] = []
 
@@ -150,12 +150,12 @@ def _banned_calls(tree: ast.AST, banned: set[str], os_only: set[str] = frozenset
         if isinstance(node, (ast.If, ast.IfExp)):
             which = _mentions_portable(node.test)
             visit(node.test, os_branch)
-            body = node.body if isinstance(node.body, list) else [node.body]
-            orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
-            for child in body:
-                visit(child, os_branch or which is False)
-            for child in orelse:
-                visit(child, os_branch or which is True)
+            body: list[ast.AST] = list(node.body) if isinstance(node.body, list) else [node.body]
+            orelse: list[ast.AST] = list(node.orelse) if isinstance(node.orelse, list) else [node.orelse]
+            for sub in body:
+                visit(sub, os_branch or which is False)
+            for sub in orelse:
+                visit(sub, os_branch or which is True)
             return
         if isinstance(node, ast.Call):
             name = _dotted(node.func)

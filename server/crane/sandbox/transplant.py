@@ -12,7 +12,8 @@ process of the kernel's own interpreter into which the state the cell reads is c
    Large values are shrunk in the kernel before the copy (kernel/miniature's rules, on a copy of the cell's
    names): in a miniature run, and when they hold more than `copy_limit_mb()` (the run is then a miniature
    one, and the verdict says why);
-3. its lines arrive on the run's result FIFO and are assembled exactly as a forked child's
+3. its lines arrive on the run's result FIFO (a portable run's on the worker's stdout pipe: crane.sandbox.pipes)
+   and are assembled exactly as a forked child's
    (`assemble.assemble`); the verdict says `mode="transplant"` and what was copied (`SandboxVerdict.transplant`).
 One idle worker per kernel is kept warm (`CRANE_TRANSPLANT_WARM=0` turns it off), with that kernel's library
 imports done; it ends after `SandboxOptions.worker_idle_seconds` without a run, when the daemon ends (its stdin closes) and when its kernel's

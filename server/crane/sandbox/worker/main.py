@@ -14,7 +14,8 @@ LD_PRELOAD, PYTHONPATH, ...: the rest is set once it is confined), GPUs hidden
    (`state.pkl` and its out-of-band buffers, mapped copy-on-write) and the cell all run confined;
 3. maps torch's cuda/mps device requests to the CPU where the kernel's torch had CUDA (or when asked), records
    what the kernel shrank before the copy (for kernel/miniature's `artefact`), writes a setup line with what was copied, runs the cell (`kernel/run`) and
-   writes the record on the run's result FIFO: the same lines as a forked child.
+   writes the record on the run's result FIFO (a portable run: up its stdout pipe, moved aside at boot by
+   worker/boot.py; crane.sandbox.pipes): the same lines as a forked child.
 A worker serves one run (its state is the run's) and ends.
 """
 
@@ -447,7 +448,8 @@ def _no_gpu_plugins() -> None:
 
 def _session(spec: dict, shell: Any, lines: _Lines) -> None:
     """A transplant session (crane.sandbox.transplant_session): confined in the blocking confinement (no
-    processes), then JSON-line commands from the session's FIFO, replies on the result FIFO, as a forked
+    processes), then JSON-line commands from the session's FIFO, replies on the result FIFO (a portable session:
+    commands down the worker's stdin pipe, replies up its stdout pipe), as a forked
     session's (kernel/session) but for `load`: bind the names of one more export of the kernel's state (names the
     session's own code bound are kept). Checkpoints are the daemon's (a new worker replays the runs)."""
     import pickle
