@@ -44,6 +44,7 @@ from crane.sandbox.fork_runner import (
     PrivateDir,
     launch,
 )
+from crane.sandbox.pipes import NoProcess, ProcessHandle
 from crane.sandbox.verdict import DisplayOutput, SandboxVerdict, Verdict
 
 
@@ -84,7 +85,7 @@ _reply_decoder = msgspec.json.Decoder(_Reply)
 class SandboxSession:
     def __init__(self, pdir: PrivateDir, head: ChildHandle, budget_s: float):
         self._pdir = pdir
-        self._head = head
+        self._head: ChildHandle | ProcessHandle | NoProcess = head  # (a portable transplant session's: pipes.py)
         self._buf = b""
         self._next_id = 0
         self._expected: tuple[int, str] | None = None  # (id, key) of the command whose reply is awaited
@@ -243,24 +244,34 @@ class SandboxSession:
         if cmd.get("op") == "checkpoint":
             cmd["resume"] = self._resume_keys[self._depth] = secrets.token_hex(16)
         self._expected = (cmd["id"], cmd["key"])
-        data = (json.dumps(cmd) + "\n").encode()
+        self._write_command((json.dumps(cmd) + "\n").encode())
+
+    # -- the channel (the forked session's FIFOs; a portable transplant session's pipes override these) -------------
+    def _write_command(self, data: bytes) -> None:
+        """One command line down the command FIFO."""
         fd = self._pdir.commands_fd
         if fd < 0:
             raise OSError("closed")
         while data:
             data = data[os.write(fd, data):]
 
-    def _drain(self) -> None:
-        """Discard (and count) the complete lines waiting on the result FIFO: no command is awaited now."""
+    def _read_chunk(self, timeout: float) -> bytes | None:
+        """The next bytes on the result channel within `timeout`: None when none came, b"" when no writer is left."""
         fd = self._pdir.result_fd
         if fd < 0:
-            return
+            return b""
+        try:
+            r, _, _ = select.select([fd], [], [], max(0.0, timeout))
+            return os.read(fd, 1 << 16) if r else None
+        except BlockingIOError:
+            return None
+        except (OSError, ValueError):
+            return b""
+
+    def _drain(self) -> None:
+        """Discard (and count) the complete lines waiting on the result channel: no command is awaited now."""
         while True:
-            try:
-                r, _, _ = select.select([fd], [], [], 0)
-                chunk = os.read(fd, 1 << 16) if r else b""
-            except (BlockingIOError, OSError, ValueError):
-                chunk = b""
+            chunk = self._read_chunk(0)
             if not chunk:
                 break
             self._buf += chunk
@@ -282,18 +293,13 @@ class SandboxSession:
 
     def _read_reply(self, deadline: float) -> _Reply | None:
         """The next genuine line (see `_genuine`); lines that are not are discarded and counted in `forged`."""
-        fd = self._pdir.result_fd
         while True:
             while b"\n" not in self._buf:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
-                r, _, _ = select.select([fd], [], [], min(remaining, 0.25))
-                if not r:
-                    continue
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except BlockingIOError:
+                chunk = self._read_chunk(min(remaining, 0.25))
+                if chunk is None:
                     continue
                 if not chunk:  # no writer left: every session process is gone
                     time.sleep(0.01)

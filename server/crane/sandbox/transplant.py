@@ -12,7 +12,8 @@ process of the kernel's own interpreter into which the state the cell reads is c
    Large values are shrunk in the kernel before the copy (kernel/miniature's rules, on a copy of the cell's
    names): in a miniature run, and when they hold more than `copy_limit_mb()` (the run is then a miniature
    one, and the verdict says why);
-3. its lines arrive on the run's result FIFO and are assembled exactly as a forked child's
+3. its lines arrive on the run's result FIFO (a portable run's on the worker's stdout pipe: crane.sandbox.pipes)
+   and are assembled exactly as a forked child's
    (`assemble.assemble`); the verdict says `mode="transplant"` and what was copied (`SandboxVerdict.transplant`).
 One idle worker per kernel is kept warm (`CRANE_TRANSPLANT_WARM=0` turns it off), with that kernel's library
 imports done; it ends after `SandboxOptions.worker_idle_seconds` without a run, when the daemon ends (its stdin closes) and when its kernel's
@@ -48,6 +49,7 @@ from crane.sandbox.cell_names import cell_names
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.options import active as active_options
+from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
 from crane.sandbox.portable import worker_argv
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 
@@ -59,7 +61,7 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
-                                _HERE / "worker/portable.py", _HERE / "worker/main.py"])
+                                _HERE / "worker/limits.py", _HERE / "worker/portable.py", _HERE / "worker/main.py"])
 
 
 def _cloudpickle_source() -> Path:
@@ -123,9 +125,11 @@ class Worker:
         self.executable = executable
         self.started = time.monotonic()
         argv, self.os_layers = worker_argv([executable, "-c", BOOTSTRAP])  # macOS: under sandbox-exec (portable.py)
+        self.reader: PipeReader | None = None  # a portable run's result pipe (the worker's stdout), once it runs
         with open(os.path.join(self.home, "log"), "wb") as log:
+            # stdin and stdout: anonymous pipes only the daemon and the worker hold (crane.sandbox.pipes)
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 cwd=cwd if os.path.isdir(cwd) else self.home, env=full, close_fds=True, start_new_session=True)
         header = {"modules": [[m.name, m.doc, list(m.sources)] for m in (CLOUDPICKLE_MODULE, WORKER_MODULE)],
                   "preload": preload, "idle_s": idle_s(), "warm": warm,
@@ -142,9 +146,25 @@ class Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, spec: dict) -> ChildHandle:
-        self._send(json.dumps(spec))
-        return ChildHandle(self.proc.pid, _starttime(self.proc.pid))
+    def run(self, spec: dict, portable: bool = False) -> ChildHandle | ProcessHandle:
+        """Hand it its run: a portable one answers on its stdout pipe, read from now on (`self.reader`) and is
+        handled through its `Popen` handle; an OS-confined one on the FIFO of the run's PrivateDir (a pidfd)."""
+        if portable:
+            assert self.proc.stdout is not None
+            self.reader = PipeReader(self.proc.stdout)
+            self._send(json.dumps(spec))
+            return ProcessHandle(self.proc)
+        else:
+            self._send(json.dumps(spec))
+            return ChildHandle(self.proc.pid, _starttime(self.proc.pid))
+
+    def send_bytes(self, data: bytes) -> None:
+        """A portable session's command lines go down its stdin."""
+        stdin = self.proc.stdin
+        if stdin is None:
+            raise OSError("the worker has no stdin")
+        stdin.write(data)
+        stdin.flush()
 
     def ready(self) -> bool:
         """Its imports are done and it waits for a run."""
@@ -178,11 +198,12 @@ class Worker:
             status = ExitStatus(exitcode=code if code >= 0 else None, signal=-code if code < 0 else None)
         except subprocess.TimeoutExpired:
             pass
-        if self.proc.stdin is not None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
         shutil.rmtree(self.home, ignore_errors=True)
         return status
 
@@ -368,7 +389,7 @@ class ExportReply(msgspec.Struct):
     watch: str | None = None  # what stopped the export as soon as a request waited (None: only its time cap)
 
 
-def _export(conn: KernelConnection, pdir: PrivateDir, source: str, timeout: float,
+def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str, timeout: float,
             miniature: dict | None = None, extra: dict | None = None,
             cancel: threading.Event | None = None) -> ExportReply:
     """Ask the kernel to write the state `source` reads into `pdir` (kernel/export.py). The names are found here
@@ -428,12 +449,12 @@ def transplant(
     why = None if portable else current_confinement().runs("transplant")
     if why:
         return unavailable(why)
-    try:
-        pdir = PrivateDir()
+    try:  # the portable run's channel is the worker's pipes (crane.sandbox.pipes), the OS run's a FIFO
+        pdir: PrivateDir | PortableDir = PortableDir() if portable else PrivateDir()
     except OSError as exc:
         return unavailable(f"cannot create the sandbox's private directory: {exc}")
     worker: Worker | None = None
-    child: ChildHandle | None = None
+    child: ChildHandle | ProcessHandle | None = None
     try:
         try:
             exp = _export(conn, pdir, source, request_timeout, miniature, cancel=cancel)
@@ -446,7 +467,9 @@ def transplant(
         with open(os.path.join(pdir.path, "env.json")) as f:
             facts = json.load(f)
         exe, env, cwd = exp.executable, dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
-        kernel = kernel_ref(exp.kernel_pid, exp.kernel_start, exp.kernel_pidns)
+        # the portable path reads no /proc and opens no pidfd: its workers are not tied to the kernel's process (they
+        # end with their run, after idling, or with the daemon)
+        kernel = None if portable else kernel_ref(exp.kernel_pid, exp.kernel_start, exp.kernel_pidns)
         worker = POOL.take(exe, kernel)
         if worker is None:
             worker = Worker(exe, env, cwd, exp.modules, warm=False, kernel=kernel)
@@ -462,9 +485,14 @@ def transplant(
         shrunk = {"kept": [msgspec.to_builtins(k) for k in exp.kept], "requested": bool(miniature),
                   "error": exp.shrink_error, "why": exp.shrunk}
         child = worker.run({"args": msgspec.to_builtins(request), "budget_s": float(budget_s), "map_devices": bool(map_devices),
-                            "shrunk": shrunk})
+                            "shrunk": shrunk}, portable=bool(portable))
         deadline = time.monotonic() + float(budget_s) + LOAD_S + _GRACE_S
-        data, how = read_until_eof(pdir.result_fd, child, deadline, cancel=cancel, stop_at_record=True)
+        if portable:
+            assert worker.reader is not None
+            data, how = read_run(worker.reader, deadline, cancel)
+        else:
+            assert isinstance(pdir, PrivateDir) and isinstance(child, ChildHandle)
+            data, how = read_until_eof(pdir.result_fd, child, deadline, cancel=cancel, stop_at_record=True)
         if how in ("deadline", "cancelled"):
             child.kill()
         status = worker.end() if how != "record" else None

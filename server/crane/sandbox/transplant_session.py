@@ -25,9 +25,10 @@ import msgspec
 
 from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
-from crane.sandbox.channel import ChildHandle, PrivateDir, _starttime
+from crane.sandbox.channel import ChildHandle, PrivateDir
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.fork_session import SandboxError, SandboxSession, _Reply
+from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
 from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_ref
 from crane.sandbox.verdict import SandboxVerdict, TransplantInfo
 
@@ -35,8 +36,9 @@ from crane.sandbox.verdict import SandboxVerdict, TransplantInfo
 class TransplantSession(SandboxSession):
     """A sandbox session in a transplant worker (see the module docstring). Same methods as SandboxSession."""
 
-    def __init__(self, pdir: PrivateDir, head: ChildHandle, budget_s: float):
-        super().__init__(pdir, head, budget_s)
+    def __init__(self, pdir: PrivateDir | PortableDir, head: ChildHandle | ProcessHandle | NoProcess,
+                 budget_s: float):
+        super().__init__(pdir, head, budget_s)  # type: ignore[arg-type]  # PortableDir: PrivateDir's interface
         self.conn: KernelConnection | None = None
         self.worker: Worker | None = None
         self.reason: str | None = None  # why the kernel was not forked
@@ -59,8 +61,9 @@ class TransplantSession(SandboxSession):
         why = None if portable else current_confinement().runs("transplant")
         if why:
             raise SandboxError(why)
-        pdir = PrivateDir(session=True)
-        sess = cls(pdir, ChildHandle(0, None), budget_s)
+        # the portable session's channel is its worker's pipes (crane.sandbox.pipes), the OS session's two FIFOs
+        pdir = PortableDir(session=True) if portable else PrivateDir(session=True)
+        sess = cls(pdir, NoProcess() if portable else ChildHandle(0, None), budget_s)
         sess.conn, sess.reason, sess.request_timeout = conn, reason, request_timeout
         sess.memory_mb, sess.total_cpu_s = memory_mb, total_cpu_s
         sess.portable = portable
@@ -96,7 +99,8 @@ class TransplantSession(SandboxSession):
         with open(os.path.join(self._pdir.path, "env.json")) as f:
             facts = json.load(f)
         env, cwd = dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
-        kernel = kernel_ref(exp.kernel_pid, exp.kernel_start, exp.kernel_pidns)
+        # (the portable path reads no /proc and opens no pidfd: its workers are not tied to the kernel's process)
+        kernel = None if self.portable else kernel_ref(exp.kernel_pid, exp.kernel_start, exp.kernel_pidns)
         worker = POOL.take(exp.executable, kernel)
         if worker is None:
             worker = Worker(exp.executable, env, cwd, exp.modules, warm=False, kernel=kernel)
@@ -108,9 +112,10 @@ class TransplantSession(SandboxSession):
         if self.portable:  # -- the portable sandbox (worker/portable.py)
             request = msgspec.structs.replace(request, confinement="portable", portable_reason=self.portable,
                                               os_layers=list(worker.os_layers))
-        worker.run({"args": msgspec.to_builtins(request), "session": True, "map_devices": bool(exp.cuda)})
+        head = worker.run({"args": msgspec.to_builtins(request), "session": True, "map_devices": bool(exp.cuda)},
+                          portable=bool(self.portable))
         self._head.close()
-        self._head = ChildHandle(worker.proc.pid, _starttime(worker.proc.pid))
+        self._head = head
         self._buf = b""
         self._copied = {}
         self._ready, self._expected = False, None  # a new worker announces itself once
@@ -158,6 +163,20 @@ class TransplantSession(SandboxSession):
             if rep is None or rep.event != "reply":
                 raise SandboxError("a checkpoint could not be restored: replaying a run did not finish")
         del self._log[position:]
+
+    # -- the portable session's channel: the worker's pipes ---------------------------------------------
+    def _write_command(self, data: bytes) -> None:
+        if not self.portable:
+            return super()._write_command(data)
+        if self.worker is None:
+            raise OSError("closed")
+        self.worker.send_bytes(data)
+
+    def _read_chunk(self, timeout: float) -> bytes | None:
+        if not self.portable:
+            return super()._read_chunk(timeout)
+        reader = self.worker.reader if self.worker is not None else None
+        return b"" if reader is None else reader.read(timeout)
 
     # -- SandboxSession's interface ------------------------------------------------------------------
     def run(self, source: str, budget_s: float | None = None) -> SandboxVerdict:

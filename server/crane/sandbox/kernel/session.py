@@ -160,9 +160,12 @@ def run_command(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> dict:
     ctx.displays.clear()
     ctx.denied.clear()
     o0, e0 = _fsize(out_path), _fsize(err_path)
-    signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
+    timer = hasattr(signal, "setitimer")  # (Windows has none: the daemon's deadline ends a portable session's run)
+    if timer:
+        signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
     rec = run_source(ctx, cmd.get("source", ""))
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    if timer:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
                stderr_span=[e0, _fsize(err_path)])
     return rec

@@ -14,7 +14,8 @@ LD_PRELOAD, PYTHONPATH, ...: the rest is set once it is confined), GPUs hidden
    (`state.pkl` and its out-of-band buffers, mapped copy-on-write) and the cell all run confined;
 3. maps torch's cuda/mps device requests to the CPU where the kernel's torch had CUDA (or when asked), records
    what the kernel shrank before the copy (for kernel/miniature's `artefact`), writes a setup line with what was copied, runs the cell (`kernel/run`) and
-   writes the record on the run's result FIFO: the same lines as a forked child.
+   writes the record on the run's result FIFO (a portable run: up its stdout pipe, moved aside at boot by
+   worker/boot.py; crane.sandbox.pipes): the same lines as a forked child.
 A worker serves one run (its state is the run's) and ends.
 """
 
@@ -39,7 +40,13 @@ from crane.sandbox.kernel.request import check_request  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
-from crane.sandbox.worker.portable import guarded, prepare_portable, run_portable  # kernel: strip
+from crane.sandbox.worker.portable import (  # kernel: strip
+    apply_limits,
+    guarded,
+    lift_limits,
+    prepare_portable,
+    run_portable,
+)
 
 _W: dict = {"preload_ms": 0.0, "failed": []}
 
@@ -77,25 +84,71 @@ def _shell() -> Any:
 
 
 class _Lines:
-    """Lines from a descriptor (the daemon's pipe), without a buffered reader in the way of `select`."""
+    """Lines from the daemon's request pipe (`fd`), without a buffered reader in the way of `select`; `out` is the
+    pipe back to the daemon (the portable run's result channel: crane.sandbox.pipes)."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd, self.buf = fd, b""
+    def __init__(self, fd: int, out: int = -1) -> None:
+        self.fd, self.out, self.buf = fd, out, b""
+
+    def _wait(self, timeout: float, gone: int | None) -> bool:
+        """Whether the pipe has data (or EOF) within `timeout`, and `gone` (a pidfd) is not ready. `select` takes
+        pipes on POSIX only: elsewhere a helper thread waits on the read."""
+        if os.name == "posix":
+            ready = select.select([self.fd] + ([gone] if gone is not None else []), [], [], max(0.0, timeout))[0]
+            return bool(ready) and gone not in ready
+        import threading
+        got: list[bytes] = []
+        t = threading.Thread(target=lambda: got.append(os.read(self.fd, 1 << 16)), daemon=True)
+        t.start()
+        t.join(max(0.0, timeout))
+        if t.is_alive():
+            return False
+        self.buf += got[0] if got else b""
+        self._eof = not got or not got[0]
+        return True
 
     def next(self, timeout: float, gone: int | None = None) -> bytes | None:
         """The next line; None after `timeout`, at EOF, or when the descriptor `gone` (a pidfd) is ready."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()
-            ready = select.select([self.fd] + ([gone] if gone is not None else []), [], [], max(0.0, left))[0]
-            if left <= 0 or not ready or gone in ready:
+            if left <= 0 or not self._wait(left, gone):
                 return None
+            if os.name != "posix":
+                if getattr(self, "_eof", False):
+                    return None
+                continue
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
                 return None
             self.buf += chunk
         line, _, self.buf = self.buf.partition(b"\n")
         return line
+
+    def commands(self) -> Iterable[bytes]:
+        """A session's command lines until EOF (the portable session: its commands come down this pipe)."""
+        while True:
+            while b"\n" in self.buf:
+                line, _, self.buf = self.buf.partition(b"\n")
+                if line.strip():
+                    yield line
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except InterruptedError:
+                continue
+            if not chunk:
+                return
+            self.buf += chunk
+
+    def close(self) -> None:
+        """The OS-confined paths use their FIFOs, not these pipes."""
+        for fd in (self.fd, self.out):
+            if fd > 2:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.fd = self.out = -1
 
 
 def _kernel_pidfd(kernel: list | None) -> int | None:
@@ -144,9 +197,9 @@ def worker_main(header: dict, lines: _Lines) -> None:
         return  # idle too long, the daemon is gone, or the kernel it serves has ended
     spec = json.loads(line)
     if spec.get("session"):
-        _session(spec, shell)
+        _session(spec, shell, lines)
     else:
-        _run(spec, shell, bool(header.get("warm")))
+        _run(spec, shell, bool(header.get("warm")), lines)
 
 
 def _load_buffers(d: str, names: int | list[str]) -> list:
@@ -393,9 +446,10 @@ def _no_gpu_plugins() -> None:
         vars(xb)["discover_pjrt_plugins"] = lambda: None
 
 
-def _session(spec: dict, shell: Any) -> None:
+def _session(spec: dict, shell: Any, lines: _Lines) -> None:
     """A transplant session (crane.sandbox.transplant_session): confined in the blocking confinement (no
-    processes), then JSON-line commands from the session's FIFO, replies on the result FIFO, as a forked
+    processes), then JSON-line commands from the session's FIFO, replies on the result FIFO (a portable session:
+    commands down the worker's stdin pipe, replies up its stdout pipe), as a forked
     session's (kernel/session) but for `load`: bind the names of one more export of the kernel's state (names the
     session's own code bound are kept). Checkpoints are the daemon's (a new worker replays the runs)."""
     import pickle
@@ -407,8 +461,10 @@ def _session(spec: dict, shell: Any) -> None:
     _POOLS["key"] = None
     portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
     if args.get("confinement") == "portable":
-        ctx, portable = prepare_portable(args, shell)
+        ctx, portable = prepare_portable(args, shell, lines.out)  # commands on stdin, replies on stdout
+        commands: Iterable[bytes] = lines.commands()
     else:  # -- end portable
+        lines.close()
         why = _unconfinable(sys.platform)
         if why:
             fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
@@ -416,13 +472,14 @@ def _session(spec: dict, shell: Any) -> None:
             os.close(fd)
             return
         ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
+        commands = _read_commands(ctx.cmd_fd)
     _kernel_environment(facts)  # the kernel's environment, once confined (worker_env: an allowlist before)
     audit = ctx.audit_state
     ns = shell.user_ns
     state: dict = {"imported": False, "mapped": False}
     out_path, err_path = os.path.join(d, "stdout"), os.path.join(d, "stderr")
     _write_json(ctx.result_fd, {"event": "ready", "pid": os.getpid(), "depth": 0, "confinement": ctx.confinement})
-    for line in _read_commands(ctx.cmd_fd):
+    for line in commands:
         try:
             cmd = json.loads(line)
         except ValueError:
@@ -431,6 +488,8 @@ def _session(spec: dict, shell: Any) -> None:
         op = cmd.get("op")
         reply: dict = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(), "depth": 0}
         if op == "load":
+            if portable is not None:
+                lift_limits(portable)  # (the next run's limit counts what this load adds)
             audit["bypass"] = True  # loading the kernel's state is not the session's code
             try:
                 if not state["imported"]:
@@ -456,6 +515,8 @@ def _session(spec: dict, shell: Any) -> None:
             finally:
                 audit["bypass"] = False
         elif op == "run":
+            if portable is not None:  # the run's resource limits (worker/limits.py), from what the worker holds now
+                apply_limits(portable, args, float(cmd.get("budget_s", 10.0)))
             with guarded(portable):
                 reply.update(run_command(ctx, cmd, out_path, err_path))
         elif op == "eval":
@@ -484,7 +545,7 @@ def _session(spec: dict, shell: Any) -> None:
         audit["bypass"] = False
 
 
-def _run(spec: dict, shell: Any, warm: bool) -> None:
+def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     args = check_request(dict(spec["args"]))
     d = args["dir"]
     with open(os.path.join(d, "env.json")) as f:
@@ -495,8 +556,9 @@ def _run(spec: dict, shell: Any, warm: bool) -> None:
     _POOLS["key"] = None  # the worker's own thread pools (not the kernel's)
     portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
     if args.get("confinement") == "portable":
-        ctx, portable = prepare_portable(args, shell)
+        ctx, portable = prepare_portable(args, shell, lines.out)  # the record goes up the worker's stdout pipe
     else:  # -- end portable
+        lines.close()
         why = _unconfinable(sys.platform)
         if why:  # never an unconfined run: the daemon checks first (crane.sandbox.confinement), this holds anyway
             fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
@@ -543,6 +605,8 @@ def _run(spec: dict, shell: Any, warm: bool) -> None:
                                 "transplant": {"warm": warm, "devices_mapped": mapped,
                                                "preload_ms": _W["preload_ms"],
                                                "not_imported": list(_W["failed"])[:20]}})
+    if portable is not None:  # the run's resource limits (worker/limits.py), from what the worker holds now
+        apply_limits(portable, args, float(args["budget_s"]))
     timer = hasattr(signal, "setitimer")
     if timer:
         signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)

@@ -1,8 +1,9 @@
 """Portable sandbox, worker side: a transplant run confined by nothing but Python (macOS, Windows, Linux on ARM,
 Linux without namespaces/Landlock/seccomp, or `--sandbox portable` anywhere).
 
-`prepare_portable(args, shell)` sets the run up without any OS confinement (no namespaces, Landlock, seccomp,
-rlimits, /proc, FIFOs of its own or pidfds: the result channel is the path the daemon gave, opened for writing):
+`prepare_portable(args, shell, out)` sets the run up without any OS confinement (no namespaces, Landlock,
+seccomp, /proc, FIFOs or pidfds: the result channel is `out`, the worker's stdout pipe to the daemon, and a
+session's commands come down its stdin pipe, crane.sandbox.pipes):
 - the **run folder**: a private view of the run (`<run dir>/view/<the working folder's real path>`) that mirrors
   the cell's working folder and each of its ancestors with one symbolic link per entry (so `../data` reads the
   same files); the worker works there. Reads go through the links to the real files. A write
@@ -18,7 +19,10 @@ rlimits, /proc, FIFOs of its own or pidfds: the result channel is the path the d
   a C intermediary such as `map(os.remove, ...)` the guard does not see);
 - the **call guard** (worker/guard.py), installed by `run_portable` around the cell only;
 - joblib's tasks (scikit-learn's `n_jobs`) run in the worker's process (`_sequential_workers`), since processes
-  are refused.
+  are refused;
+- the **resource limits** (worker/limits.py, `apply_limits`): memory, CPU time and file size set just before the
+  cell (a session: before each run), with the platform's own process limits (rlimits on POSIX, a job object on
+  Windows).
 A refusal ends the run at once with a `blocked` record naming the call (`crane sandbox: ... is refused`): never
 a crash, never a guess, and nothing of the cell runs after it.
 """
@@ -46,6 +50,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.worker.guard import CallGuard  # kernel: strip
+from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 
 PORTABLE_LAYERS = ("call guard", "audit hook")
 # events whose path is followed to its target (the link must become a private copy first)
@@ -203,22 +208,15 @@ class Portable:
             os._exit(0)
 
 
-def _open_channel(ctx: _Ctx) -> None:
-    """The result channel and the output capture: the paths the daemon made (opened for writing, whatever they
-    are on this platform); fd 0 reads the null device."""
-    priv = ctx.args["dir"]
-    nonblock = getattr(os, "O_NONBLOCK", 0)
-    res = os.open(os.path.join(priv, "result"), os.O_WRONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
-    if hasattr(os, "set_blocking"):
-        os.set_blocking(res, True)
-    ctx.result_fd = res
-    _SETUP["result_fd"] = res
-    if ctx.args["mode"] == "session":  # a session's commands (the daemon holds the path open)
-        cmd = os.open(os.path.join(priv, "commands"), os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(cmd, True)
-        ctx.cmd_fd = cmd
-    capture_std_streams(ctx, priv, truncate=False)
+def _open_channel(ctx: _Ctx, out: int) -> None:
+    """The result channel is `out`, the worker's pipe to the daemon (worker/boot.py; a session's commands come down
+    its other pipe); the output goes to plain files in the run's private directory; fd 0 reads the null device.
+    No FIFO, no socket: crane.sandbox.pipes."""
+    if out < 0:
+        raise OSError("the worker has no pipe to the daemon")
+    ctx.result_fd = out
+    _SETUP["result_fd"] = out
+    capture_std_streams(ctx, ctx.args["dir"], truncate=False)
 
 
 def _install_portable_hook(run: Portable) -> None:
@@ -328,8 +326,9 @@ def _sequential_workers() -> bool:
         return False
 
 
-def prepare_portable(args: dict, shell: Any) -> tuple[_Ctx, Portable]:
-    """Everything before the state is loaded, without OS confinement (see the module docstring)."""
+def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
+    """Everything before the state is loaded, without OS confinement (see the module docstring); `out`: the pipe
+    to the daemon."""
     t0 = time.perf_counter()
     for name in ("SIGALRM", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2"):
         sig = getattr(signal, name, None)
@@ -339,7 +338,7 @@ def prepare_portable(args: dict, shell: Any) -> tuple[_Ctx, Portable]:
             except (OSError, ValueError):
                 pass
     ctx = _Ctx(args, shell)
-    _open_channel(ctx)
+    _open_channel(ctx, out)
     _neutralise_kernel_io(ctx)
     sys.dont_write_bytecode = True
     os.environ["TMPDIR"] = ctx.scratch
@@ -360,6 +359,34 @@ def prepare_portable(args: dict, shell: Any) -> tuple[_Ctx, Portable]:
     _install_portable_hook(run)
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     return ctx, run
+
+
+def apply_limits(run: Portable, args: dict, budget_s: float) -> None:
+    """The run's memory, CPU-time and file-size limits (worker/limits.py), set just before the cell (the audit hook
+    refuses `resource.setrlimit` to everyone else). Recorded in the record's `confinement.limits`."""
+    state = run.ctx.audit_state
+    old = state.get("own", False)
+    state["own"] = True
+    try:
+        cpu = args["cpu_s"] if args["cpu_s"] is not None else float(budget_s) + 1.0
+        limits = set_run_limits(int(args["memory_mb"]), float(cpu), int(args["layer_mb"]))
+    except Exception as exc:  # noqa: BLE001 - a platform without them: the deadline still bounds the run
+        limits = {"failed": [f"{type(exc).__name__}: {exc}"]}
+    finally:
+        state["own"] = old
+    run.ctx.memory_mb = int(limits.get("memory_budget_mb") or 0)
+    run.ctx.confinement["limits"] = limits
+
+
+def lift_limits(run: Portable) -> None:
+    """A session's memory limit lifted while it loads more of the kernel's state (set again before the next run)."""
+    state = run.ctx.audit_state
+    old = state.get("own", False)
+    state["own"] = True
+    try:
+        lift_memory_limit()
+    finally:
+        state["own"] = old
 
 
 @contextlib.contextmanager
