@@ -51,7 +51,7 @@ def notebook(served) -> Path:
 
 def _findings(report: dict) -> list[tuple]:
     return [(c["cell"], c["prediction"], [(f["ename"], f["rule"], f["line"]) for f in c.get("findings", [])],
-             c.get("sandbox")) for c in _cells(report)]
+             (c.get("sandbox") or {}).get("verdict")) for c in _cells(report)]
 
 
 def _cells(report: dict) -> list[dict]:
