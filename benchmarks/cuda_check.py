@@ -173,16 +173,8 @@ def verdicts(set_dir: Path, python: str, budget: float, save) -> dict:
         base(replayed, target, result)
         v = seen.get("v")
         d = {"sandbox": None}
-        if v is not None:
-            t = v.transplant
-            d["sandbox"] = {
-                "verdict": v.verdict, "ename": v.ename, "evalue": (v.evalue or "")[:300] or None, "line": v.line,
-                "reason": v.reason, "mode": v.mode, "mode_reason": v.mode_reason, "how": v.how(),
-                "scale": v.scale, "elapsed_ms": v.elapsed_ms, "overhead_ms": v.overhead_ms,
-                "landlock_abi": v.landlock_abi, "denied": v.denied,
-                "transplant": msgspec.to_builtins(t) if t is not None else None,
-                "traceback": v.traceback[-12:], "stderr": v.stderr[-4000:],
-            }
+        if v is not None:  # the sandbox's record as `crane bench --json` nests it, and how it was reached
+            d["sandbox"] = {**msgspec.to_builtins(v), "how": v.how()}
         d["result"] = msgspec.to_builtins(result)
         details[f"{result.case}/{result.variant}"] = d
         partial()
@@ -201,7 +193,7 @@ def verdicts(set_dir: Path, python: str, budget: float, save) -> dict:
         rows.append({"variant": key, "expect_crash": r.expect_crash, "expect_ename": r.expect_ename,
                      "real_crash": real.get("crash"), "real_ename": real.get("ename"),
                      "crane_predicted_crash": r.predicted_crash, "crane_ename": r.predicted_ename,
-                     "verdict": r.verdict, "decided_by": r.decided_by, "sandbox_mode": r.sandbox_mode,
+                     "verdict": r.verdict, "decided_by": r.decided_by, "sandbox_mode": r.sandbox.mode if r.sandbox else None,
                      "kernel_unchanged": r.kernel_unchanged, "seconds": r.seconds,
                      "rules_predicted_crash": r.rules_predicted_crash, "error": r.error,
                      "correct_vs_real": (None if real.get("crash") is None

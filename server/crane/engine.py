@@ -25,8 +25,7 @@ from crane.pipeline import check_cell, probe_facts
 from crane.policy import DecidedBy, Outcome, Prediction
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeResult
-from crane.sandbox.verdict import KeptObject, Scale, TransplantInfo, Verdict
-from crane.sandbox.verdict import RunMode as SandboxMode
+from crane.sandbox.verdict import SandboxVerdict
 
 
 class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
@@ -39,14 +38,9 @@ class CellResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     elapsed_ms: float = 0.0
     error: str | None = None  # the cell could not be checked (probe failed, model error, ...)
     decided_by: DecidedBy | None = None  # which source decided (crane.policy); None: the rules alone ran
-    # auto mode: the sandbox verdict and why, and how it was reached
-    sandbox: Verdict | None = None
-    sandbox_reason: str | None = None
-    sandbox_scale: Scale | None = None  # "full", or "miniature": the cell ran on row subsets (sandbox_kept)
-    sandbox_mode: SandboxMode | None = None  # "layered" (private file layer, workers), "blocking" or "transplant"
-    sandbox_mode_reason: str | None = None  # why not layered
-    sandbox_kept: list[KeptObject] = []
-    sandbox_transplant: TransplantInfo | None = None  # transplant runs: what was copied and shrunk, and why
+    # auto mode: the sandbox's verdict, why, and how it was reached (mode, scale, what a miniature kept, what a
+    # transplant copied): the record `speculate` returned, as it is
+    sandbox: SandboxVerdict | None = None
     cleared: list[Finding] = []  # rule findings a clean sandbox run disproved
     suspicions: list[Finding] = []  # a model's unchecked crash claim (crane.policy): shown apart, predicts nothing
     # llm mode (or auto with a model): the model's verdict and what it cost

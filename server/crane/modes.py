@@ -56,15 +56,6 @@ def ask_model(replayed: ReplayedNotebook, target: int, result: CellResult, setti
     return model_answer(verdict, replayed.nb.cell(target), probe)
 
 
-def record_sandbox(result: CellResult, v: SandboxVerdict) -> None:
-    """The sandbox's verdict on `result`, with how it was reached (scale, mode, what a miniature kept)."""
-    result.sandbox, result.sandbox_reason = v.verdict, v.reason
-    if v.verdict != "unavailable":
-        result.sandbox_scale, result.sandbox_mode, result.sandbox_mode_reason = v.scale, v.mode, v.mode_reason
-        result.sandbox_kept = list(v.kept)
-        result.sandbox_transplant = v.transplant
-
-
 def predict_in_mode(
     replayed: ReplayedNotebook,
     target: int,
@@ -99,7 +90,7 @@ def decide_in_mode(
         cell = replayed.nb.cell(target)
         sandbox = speculate_scaled(replayed.kernel.connection, cell.source, budget_s, recorded_s=cell.recorded_s,
                                    places=[str(replayed.nb.directory)])
-        record_sandbox(result, sandbox)
+        result.sandbox = sandbox
     model = None
     if settings is not None and settings.enabled and model_wanted(mode, rules, sandbox):
         model = ask_model(replayed, target, result, settings, probe)

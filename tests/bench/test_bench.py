@@ -63,7 +63,7 @@ def test_bench_runs_any_directory_in_the_format(tmp_path):
     _write_case(tmp_path, "names_1", "print(b)", "print(a)", "NameError")
     _write_case(tmp_path, "keys_1", "d['z']", "d['k']", "KeyError")
     rep = _bench(str(tmp_path), "--jobs", "2")
-    assert rep["schema"] == "crane.bench/1" and rep["mode"] == "static"
+    assert rep["schema"] == "crane.bench/2" and rep["mode"] == "static"
     assert rep["overall"]["n"] == 4
     assert rep["overall"]["accuracy"] == 1.0
     assert set(rep["byLibrary"]) == {"python"}

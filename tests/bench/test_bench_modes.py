@@ -50,7 +50,7 @@ def test_auto_bench_prints_the_verdicts_by_sandbox_mode_and_the_share_decided(tm
     by = data["sandboxByMode"]
     assert by["transplant"] == {"crash": 1, "no-crash": 1}, by
     assert set(by) == {"transplant", "blocking"} and by["blocking"] == {"crash": 1, "no-crash": 1}, by
-    modes = {r["case"]: r["sandboxMode"] for r in data["results"]}
+    modes = {r["case"]: r["sandbox"]["mode"] for r in data["results"]}
     assert modes == {"jax_reshape": "transplant", "numpy_reshape": "blocking"}, modes
     text = render_text(msgspec.convert(data, BenchReport))
     assert "decided by the sandbox: 4/4 (100.0%)" in text, text

@@ -23,7 +23,7 @@ def test_no_crash_exits_0_and_json_follows_schema(nb_dir):
     res = crane("check", str(nb), "--json")
     assert res.returncode == 0, res.stderr
     report = msgspec.json.decode(res.stdout, type=CheckReport)  # validates the documented schema
-    assert report.schema == "crane.check/2" and report.mode == "auto" and report.errors == 0
+    assert report.schema == "crane.check/3" and report.mode == "auto" and report.errors == 0
     [nb_report] = report.notebooks
     assert nb_report.notebook == str(nb)
     assert [c.cell for c in nb_report.cells] == [3]

@@ -23,7 +23,7 @@ def test_auto_mode_on_the_bundled_titanic_example():
     report = msgspec.json.decode(res.stdout, type=CheckReport)
     assert report.mode == "auto" and report.errors == 0
     [nb] = report.notebooks
-    verdicts = {c.cell: (c.prediction, c.sandbox, c.findings[0].ename if c.findings else None) for c in nb.cells}
+    verdicts = {c.cell: (c.prediction, c.sandbox and c.sandbox.verdict, c.findings[0].ename if c.findings else None) for c in nb.cells}
     assert verdicts == {
         7: ("crash", "crash", "ValueError"),  # LogisticRegression.fit on a text column
         8: ("crash", "crash", "NameError"),  # clf is never defined
@@ -51,6 +51,6 @@ def test_auto_mode_on_bench_case_folders_in_one_report():
             [target] = [c for c in nb.cells if c.cell == variant["target_cell"]]
             expect = variant["expect"]
             assert target.prediction == ("crash" if expect["crash"] else "no-crash"), (case, variant)
-            assert target.sandbox == target.prediction
+            assert target.sandbox is not None and target.sandbox.verdict == target.prediction
             if expect["crash"]:
                 assert target.findings[0].ename == expect["ename"]

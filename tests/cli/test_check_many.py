@@ -70,7 +70,8 @@ def test_an_error_in_one_notebook_exits_2_and_still_reports_the_others_crashes(n
     assert report.mode == "auto" and report.errors == 2 and report.predicted_crashes == 1
     crash, broken, missing, clean = report.notebooks
     assert broken.error is not None and missing.error is not None
-    assert crash.cells[0].findings[0].ename == "NameError" and crash.cells[0].sandbox == "crash"
+    ran = crash.cells[0].sandbox
+    assert crash.cells[0].findings[0].ename == "NameError" and ran is not None and ran.verdict == "crash"
     assert "not valid JSON" in broken.error and not broken.cells
     assert "cannot read missing.ipynb" in missing.error
     assert clean.cells[0].prediction == "no-crash" and clean.error is None
@@ -153,7 +154,7 @@ def test_json_alias_and_format_must_agree(nb_dir):
     res = crane("check", "a.ipynb", "--json", "--format", "sarif", cwd=nb_dir)
     assert res.returncode == 2 and "--json and --format sarif disagree" in res.stderr
     same = crane("check", "a.ipynb", "--json", "--format", "json", "--mode", "static", cwd=nb_dir)
-    assert same.returncode == 1 and json.loads(same.stdout)["schema"] == "crane.check/2"
+    assert same.returncode == 1 and json.loads(same.stdout)["schema"] == "crane.check/3"
 
 
 def test_static_mode_stays_available(nb_dir):

@@ -1,5 +1,5 @@
-"""`crane check --mode auto`: how the sandbox reached each verdict is in the report (sandboxMode, sandboxScale,
-what a miniature kept), file writes happen in the private layer only, the recorded timing of a long cell
+"""`crane check --mode auto`: how the sandbox reached each verdict is in the report (each cell's `sandbox`, the
+sandbox's record of the run, decoded here into `SandboxVerdict`: its mode, scale, what a miniature kept), file writes happen in the private layer only, the recorded timing of a long cell
 (JupyterLab / nbclient `metadata.execution`) sends it straight to a miniature run, and
 `--sandbox-layer blocking` forces the fallback confinement."""
 
@@ -10,7 +10,12 @@ import os
 import subprocess
 import sys
 
+import msgspec
+
+from crane.commands.output import CheckReport
+from crane.engine import CellResult
 from crane.notebook.model import load_notebook
+from crane.sandbox.verdict import SandboxVerdict
 
 from .conftest import make_notebook
 
@@ -20,23 +25,35 @@ WRITES = ("df.to_csv('out.csv')\nback = pd.read_csv('out.csv')\nback['nope']", N
 SLOW = ("for _, r in df.iterrows():\n    time.sleep(0.002)\ndf['nope']", None)  # about 40 s at full size
 
 
-def check(nb, *args, env=None):
+def check(nb, *args, env=None) -> list[CellResult]:
+    """The cells of `crane check --json`'s report, decoded (strictly) into the Structs it is made of: each cell's
+    `sandbox` is the one record (`SandboxVerdict`), nested."""
     full = {**os.environ, **(env or {})}
     res = subprocess.run([sys.executable, "-m", "crane", "check", str(nb), "--json", *args], capture_output=True,
                          text=True, timeout=300, env=full)
     assert res.returncode in (0, 1), res.stderr
-    return json.loads(res.stdout)["notebooks"][0]["cells"]
+    cells = msgspec.json.decode(res.stdout, type=CheckReport).notebooks[0].cells
+    raw = json.loads(res.stdout)["notebooks"][0]["cells"]
+    for cell, wire in zip(cells, raw, strict=True):
+        assert cell.sandbox is None or isinstance(cell.sandbox, SandboxVerdict)
+        assert not [k for k in wire if k.startswith("sandbox") and k != "sandbox"], wire  # no flat copies
+        if cell.sandbox is not None:  # the record, whole: it decodes and encodes back to the same JSON
+            assert msgspec.to_builtins(cell.sandbox) == wire["sandbox"], wire
+    return cells
 
 
 def test_report_says_how_the_sandbox_decided(nb_dir):
     nb = make_notebook(nb_dir / "w.ipynb", [SETUP, WRITES])
     [cell] = check(nb, "--budget", "20")
-    assert cell["sandbox"] == "crash" and cell["findings"][0]["ename"] == "KeyError", cell
-    assert cell["sandboxMode"] == "layered" and cell["sandboxScale"] == "full" and cell["decidedBy"] == "sandbox"
+    v = cell.sandbox
+    assert v is not None and v.verdict == "crash" and cell.findings[0].ename == "KeyError", cell
+    assert v.mode == "layered" and v.scale == "full" and cell.decided_by == "sandbox"
+    assert v.ename == "KeyError" and v.line == 3, v  # the run's own exception and line, in the record
     assert not (nb_dir / "out.csv").exists()  # the write happened in the private layer only
     [cell] = check(nb, "--budget", "20", "--sandbox-layer", "blocking")
-    assert cell["sandbox"] == "blocked" and cell["sandboxMode"] == "blocking", cell
-    assert "asked for" in cell["sandboxModeReason"]
+    v = cell.sandbox
+    assert v is not None and v.verdict == "blocked" and v.mode == "blocking", cell
+    assert v.mode_reason and "asked for" in v.mode_reason
     assert not (nb_dir / "out.csv").exists()
 
 
@@ -48,17 +65,19 @@ def test_recorded_timing_sends_a_long_cell_to_a_miniature(nb_dir):
     nb.write_text(json.dumps(doc))
     assert load_notebook(nb).cell(2).recorded_s == 41.5
     [cell] = check(nb, "--budget", "10")
-    assert cell["sandbox"] == "crash" and cell["sandboxScale"] == "miniature", cell
-    assert cell["findings"][0]["ename"] == "KeyError" and cell["findings"][0]["confidence"] == 0.95
-    [kept] = cell["sandboxKept"]
-    assert kept["name"] == "df" and kept["of"] == 20000 and kept["rows"] < 2000
-    assert any("miniature run: kept" in e for e in cell["findings"][0]["evidence"])
+    v = cell.sandbox
+    assert v is not None and v.verdict == "crash" and v.scale == "miniature", cell
+    assert cell.findings[0].ename == "KeyError" and cell.findings[0].confidence == 0.95
+    [kept] = v.kept
+    assert kept.name == "df" and kept.of == 20000 and kept.rows < 2000
+    assert any("miniature run: kept" in e for e in cell.findings[0].evidence)
 
 
 def test_an_endless_cell_is_unknown_not_no_crash(nb_dir):
     nb = make_notebook(nb_dir / "loop.ipynb", [("x = 1", 1), ("while True:\n    x += 1", None)])
     [cell] = check(nb, "--budget", "2")
-    assert cell["sandbox"] == "timeout" and cell["prediction"] == "unknown" and not cell.get("findings"), cell
+    assert cell.sandbox is not None and cell.sandbox.verdict == "timeout", cell
+    assert cell.prediction == "unknown" and not cell.findings, cell
     res = subprocess.run([sys.executable, "-m", "crane", "check", str(nb), "--budget", "2"], capture_output=True,
                          text=True, timeout=300)
     assert "cell 2: unknown: neither the kernel's facts nor a sandbox run decided" in res.stdout, res.stdout
@@ -69,7 +88,8 @@ def test_sandbox_portable_decides_with_the_portable_sandbox(nb_dir):
     the write in the run's private folder only, and the report says which sandbox and layers ran."""
     nb = make_notebook(nb_dir / "p.ipynb", [SETUP, WRITES])
     [cell] = check(nb, "--budget", "30", "--sandbox", "portable")
-    assert cell["sandbox"] == "crash" and cell["findings"][0]["ename"] == "KeyError", cell
-    assert cell["sandboxMode"] == "portable" and cell["decidedBy"] == "sandbox", cell
-    assert cell["sandboxTransplant"]["layers"] == ["call guard", "audit hook"], cell
+    v = cell.sandbox
+    assert v is not None and v.verdict == "crash" and cell.findings[0].ename == "KeyError", cell
+    assert v.mode == "portable" and cell.decided_by == "sandbox", cell
+    assert v.transplant is not None and v.transplant.layers == ["call guard", "audit hook"], cell
     assert not (nb_dir / "out.csv").exists()  # the write happened in the run's private folder only

@@ -175,7 +175,7 @@ def test_sarif_log_unit_and_the_schema_is_strict(tmp_path):
     nb = jupyter_notebook(tmp_path / "u.ipynb", [("a = 1", 1), ("a.nope", None)])
     finding = Finding(rule="future-rule", ename="AttributeError", message="'int' object has no attribute 'nope'",
                       line=1, col=0, end_line=1, end_col=6, confidence=0.5)
-    report = CheckReport(schema="crane.check/2", mode="static", predicted_crashes=1, errors=0, elapsed_s=0.1,
+    report = CheckReport(schema="crane.check/3", mode="static", predicted_crashes=1, errors=0, elapsed_s=0.1,
                          notebooks=[NotebookReport(notebook=str(nb), predicted_crashes=1, cells=[
                              CellResult(cell=2, prediction="crash", findings=[finding], error="probe failed: x")])])
     doc = json.loads(encode(sarif_log(report, {str(nb): nb.read_text()}, root=tmp_path)))

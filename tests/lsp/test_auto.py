@@ -12,6 +12,9 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
+from crane.lsp.messages import DiagnosticData, SpeculativeResult, decode_params
+from crane.sandbox.verdict import SandboxVerdict
+
 from .conftest import Notebook, crane_diags, last_status, start_client, stop_client, wait_for
 
 SETUP = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nlst = [1, 2, 3]\n"
@@ -42,6 +45,18 @@ def sandboxed(client, uri):
     return d if d and d[0].data.get("sandbox") else None
 
 
+def sandbox_of(diagnostic) -> SandboxVerdict:
+    """A diagnostic's `data.sandbox`, decoded as the client would: the sandbox's one record, nested whole."""
+    data = decode_params(diagnostic.data, DiagnosticData)
+    assert isinstance(data.sandbox, SandboxVerdict), diagnostic.data
+    return data.sandbox
+
+
+def speculative(res) -> SandboxVerdict:
+    """A `crane.runSpeculatively` result, decoded: the cell's record is its `sandbox`."""
+    return decode_params(res, SpeculativeResult).sandbox
+
+
 async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, notebook_path):
     nb = Notebook(
         client,
@@ -60,7 +75,8 @@ async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, note
     assert d0[0].code == "sandbox" and d0[0].source == "crane"
     assert d0[0].message.startswith("KeyError: 'zzz'") and d0[0].range.start.line == 0
     assert d0[0].severity == types.DiagnosticSeverity.Error
-    assert d0[0].data["sandbox"]["verdict"] == "crash" and d0[0].data["ename"] == "KeyError"
+    v0 = sandbox_of(d0[0])
+    assert v0.verdict == "crash" and v0.ename == "KeyError" and d0[0].data["ename"] == "KeyError"
 
     d1 = await wait_for(lambda: sandboxed(client, nb.cells[1]), timeout=30, what="IndexError found by the sandbox")
     assert d1[0].code == "sandbox" and d1[0].message.startswith("IndexError: list index out of range")
@@ -68,9 +84,10 @@ async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, note
 
     d3 = await wait_for(lambda: sandboxed(client, nb.cells[3]), timeout=30, what="blocked verdict on cell 4")
     assert d3[0].code == "undefined-name" and d3[0].message.startswith("NameError")  # the rules' finding stays
-    assert d3[0].data["sandbox"]["verdict"] == "blocked" and "127.0.0.1" not in (d3[0].message or "")
+    v3 = sandbox_of(d3[0])
+    assert v3.verdict == "blocked" and "127.0.0.1" not in (d3[0].message or "")
     assert not (notebook_path.parent / "out.txt").exists()
-    assert d3[0].data["sandbox"]["mode"] == "layered" and d3[0].data["sandbox"]["scale"] == "full"
+    assert v3.mode == "layered" and v3.scale == "full" and v3.denied, v3
     assert crane_diags(client, nb.cells[2]) == []
     status = await wait_for(lambda: (last_status(client, nb.uri) or None) and getattr(last_status(client, nb.uri), "sandbox", None)
                             and last_status(client, nb.uri), timeout=10, what="the sandbox mode in the kernel status")
@@ -80,22 +97,24 @@ async def test_sandbox_confirms_finds_keeps_and_clears(client, auto_kernel, note
     res = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[1]])
     )
-    assert res["verdict"] == "crash" and res["ename"] == "IndexError" and res["line"] == 2
-    assert res["stdout"] == "1\n2\n3\n" and res["cellUri"] == nb.cells[1] and res["cell"] == 2
+    v = speculative(res)
+    assert v.verdict == "crash" and v.ename == "IndexError" and v.line == 2
+    assert v.stdout == "1\n2\n3\n" and res["cellUri"] == nb.cells[1] and res["cell"] == 2
     assert "IndexError" in res["markdown"] and "stdout" in res["markdown"] and "1\n2\n3" in res["markdown"]
     clean = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[2]])
     )
-    assert clean["verdict"] == "no-crash" and clean["stdout"] == "(3, 1)\n" and clean["ename"] is None
+    v = speculative(clean)
+    assert v.verdict == "no-crash" and v.stdout == "(3, 1)\n" and v.ename is None
     shown = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[{"cellUri": nb.cells[0]}])
     )
-    assert shown["verdict"] == "crash" and shown["ename"] == "KeyError"
+    assert speculative(shown).verdict == "crash" and speculative(shown).ename == "KeyError"
     nb.set_text(2, "df.a.sum()\n")
     out = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="crane.runSpeculatively", arguments=[nb.cells[2]])
     )
-    assert out["displays"] == [{"kind": "execute_result", "text": "6"}]
+    assert [(d.kind, d.text) for d in speculative(out).displays] == [("execute_result", "6")]
 
     # the user's kernel changes: the sandbox's crash on cell 2 no longer holds
     auto_kernel.run("lst.extend([4, 5])")
@@ -146,5 +165,5 @@ async def test_a_speculation_stops_when_the_user_runs_a_cell(client, auto_kernel
     await wait_for(lambda: _children(kpid), timeout=60, what="a sandbox child of the kernel")
     auto_kernel.run("user_ran = 1")
     res = await asyncio.wait_for(task, 60)
-    assert res["verdict"] == "unavailable" and "started running a cell" in str(res), res
+    assert speculative(res).verdict == "unavailable" and "started running a cell" in str(res), res
     await wait_for(lambda: not _children(kpid), timeout=30, what="the sandbox's processes gone")

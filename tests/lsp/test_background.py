@@ -13,6 +13,9 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 
+from crane.lsp.messages import DiagnosticData, decode_params
+from crane.sandbox.verdict import SandboxVerdict
+
 from .conftest import Notebook, crane_diags, start_client, stop_client, wait_for
 
 BIG = 40000
@@ -43,9 +46,10 @@ async def attach(client, nb, kernel):
     assert res.attached, res.message
 
 
-def sandbox_data(client, uri):
+def sandbox_data(client, uri) -> SandboxVerdict | None:
+    """The cell's first diagnostic's `data.sandbox`, decoded: the sandbox's record of the run, nested whole."""
     d = crane_diags(client, uri)
-    return d[0].data.get("sandbox") if d and d[0].data else None
+    return decode_params(d[0].data, DiagnosticData).sandbox if d and d[0].data else None
 
 
 def with_marker(marker: str) -> list[int]:
@@ -65,18 +69,17 @@ async def test_miniature_then_background_full_run(client, bg_kernel, notebook_pa
     nb = Notebook(client, notebook_path, [LONG.replace("df['missing_col']", "pass"), LONG])
     await attach(client, nb, bg_kernel)
     # cell 2's text never ran, but cell 1's did: same loop. Cell 2 gets a miniature run first (the budget is 1 s)
-    data = await wait_for(lambda: (sandbox_data(client, nb.cells[1]) or {}).get("scale") and sandbox_data(client, nb.cells[1]),
-                          timeout=60, what="a sandbox verdict on cell 2")
-    assert data["verdict"] == "crash" and (data["mode"] == "layered" or data["scale"] == "full"), data
+    v = await wait_for(lambda: sandbox_data(client, nb.cells[1]), timeout=60, what="a sandbox verdict on cell 2")
+    assert v.verdict == "crash" and (v.mode == "layered" or v.scale == "full"), v
     d = crane_diags(client, nb.cells[1])[0]
     assert d.code == "sandbox" and d.message.startswith("KeyError") and d.range.start.line == 4
-    if data["scale"] == "miniature":
-        assert "miniature run" in data["how"] and "rows of df" in data["how"], data
+    if v.scale == "miniature":
+        assert any(k.name == "df" and k.rows < k.of for k in v.kept), v
         assert d.data["confidence"] == 0.95
         # then the background full-size run replaces it
-        data = await wait_for(lambda: (sandbox_data(client, nb.cells[1]) or {}).get("scale") == "full"
-                              and sandbox_data(client, nb.cells[1]), timeout=90, what="the background full run")
-    assert data["verdict"] == "crash" and data["scale"] == "full"
+        v = await wait_for(lambda: (x := sandbox_data(client, nb.cells[1])) and x.scale == "full" and x,
+                           timeout=90, what="the background full run")
+    assert v.verdict == "crash" and v.scale == "full"
     assert crane_diags(client, nb.cells[1])[0].data["confidence"] == 1.0
     titles = [r[0].title for r in client.progress_reports.values() if r and isinstance(r[0], types.WorkDoneProgressBegin)]
     assert "CRANE: test-running cell 2" in titles, titles

@@ -1,7 +1,7 @@
 """The portable sandbox end to end (`SandboxOptions(confinement="portable")`, `--sandbox portable`): on Linux, with
 every OS confinement off (no namespaces, Landlock, seccomp or rlimits: only the call guard and the audit hook in a
 transplant worker), exactly as macOS and Windows would run it. On IPython 8 and 9 kernels:
-- honest cells: the real run's verdict, exception and line; `sandboxMode` "portable" with the layers that ran;
+- honest cells: the real run's verdict, exception and line; `sandbox.mode` "portable" with the layers that ran;
 - writes into the cell's working folder are redirected into the run's private folder (the cell sees them), the
   real folder is unchanged;
 - an attack per family (through getattr, a lambda pandas calls back, `__del__`, a property, an operator, exec,

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 
+import msgspec
 import pytest
 
 from crane.commands.check_text import _scale
 from crane.engine import CellResult
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
-from crane.modes import record_sandbox
 from crane.sandbox.scale import miniature_spec
 from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import verdict_markdown
@@ -64,11 +64,10 @@ def test_values_over_the_copy_limit_are_shrunk_before_the_copy(kernel, monkeypat
     how = v.how()
     assert "shrunk before the copy" in how and "kept" in how and "200,000 rows of df, y" in how, how
     assert "shrunk before the copy" in verdict_markdown(v)
-    result = CellResult(cell=1, prediction="no-crash")
-    record_sandbox(result, v)
-    assert result.sandbox_mode == "transplant" and result.sandbox_transplant is not None
-    assert result.sandbox_transplant.shrunk == t.shrunk and result.sandbox_kept
-    assert "shrunk first: the values it reads hold" in _scale(result)  # crane check's text
+    result = CellResult(cell=1, prediction="no-crash", sandbox=v)
+    back = msgspec.json.decode(msgspec.json.encode(result), type=CellResult).sandbox  # crane check --json
+    assert back is not None and back == v and back.transplant is not None and back.transplant.shrunk == t.shrunk and back.kept
+    assert "shrunk first: the values it reads hold" in _scale(v)  # crane check's text
     # the same cell under a limit it fits in: copied whole
     whole = _run(kernel, "df['a'].sum()", monkeypatch, copy_mb="0")
     assert whole.verdict == "no-crash" and whole.scale == "full" and not whole.transplant.shrunk, whole

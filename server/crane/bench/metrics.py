@@ -7,6 +7,9 @@ from collections import defaultdict
 
 import msgspec
 
+from crane.policy import DecidedBy
+from crane.sandbox.verdict import SandboxVerdict
+
 
 class VariantResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     case: str
@@ -19,9 +22,8 @@ class VariantResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     expect_ename: str | None = None
     predicted_ename: str | None = None
     verdict: str | None = None  # mode-specific verdict (e.g. sandbox: crash/no-crash/timeout/blocked/unavailable)
-    decided_by: str | None = None  # sandbox | rules | llm | none (crane.policy)
-    sandbox_scale: str | None = None  # full | miniature
-    sandbox_mode: str | None = None  # layered | blocking | transplant
+    decided_by: DecidedBy | None = None  # sandbox | rules | llm | none (crane.policy)
+    sandbox: SandboxVerdict | None = None  # auto mode: the sandbox's record of the run, as `speculate` returned it
     rule: str | None = None
     line: int | None = None
     message: str | None = None
@@ -34,6 +36,11 @@ class VariantResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     @property
     def correct(self) -> bool:
         return self.predicted_crash == self.expect_crash
+
+    @property
+    def sandbox_ran(self) -> SandboxVerdict | None:
+        """The sandbox's record when the cell ran in it (in some mode, at some scale), else None."""
+        return self.sandbox if self.sandbox is not None and self.sandbox.ran else None
 
 
 class Scores(msgspec.Struct, rename="camel"):

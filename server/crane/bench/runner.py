@@ -29,9 +29,9 @@ def record(cell: CellResult, result: VariantResult) -> None:
         f = cell.findings[0]
         result.predicted_crash = True
         result.predicted_ename, result.rule, result.line, result.message = f.ename, f.rule, f.line, f.message
-    result.verdict = cell.sandbox or cell.llm or ("crash" if cell.findings else "no-crash")
+    result.verdict = cell.sandbox.verdict if cell.sandbox else (cell.llm or ("crash" if cell.findings else "no-crash"))
     result.decided_by = cell.decided_by
-    result.sandbox_scale, result.sandbox_mode = cell.sandbox_scale, cell.sandbox_mode
+    result.sandbox = cell.sandbox
     if cell.error:
         result.error = cell.error
 

@@ -24,9 +24,13 @@ from crane.sandbox.options import add_sandbox_arguments
 
 MODES = ("static", "auto", "llm")  # see crane.modes
 
+# /2: each variant's `sandbox` is the sandbox's record of its run (crane.sandbox.verdict.SandboxVerdict), nested;
+# /1 copied its mode and scale into `sandboxMode` / `sandboxScale`
+BENCH_SCHEMA = "crane.bench/2"
+
 
 class BenchReport(msgspec.Struct, rename="camel"):
-    schema: str  # "crane.bench/1"
+    schema: str  # BENCH_SCHEMA
     mode: str
     overall: Scores
     by_library: dict[str, Scores]
@@ -151,13 +155,13 @@ def build_report(mode: str, results: list[VariantResult]) -> BenchReport:
     counted in `errored` and listed, never scored (as "no crash" or otherwise)."""
     scored = [r for r in results if not r.error]
     report = BenchReport(
-        schema="crane.bench/1", mode=mode, overall=score(scored),
+        schema=BENCH_SCHEMA, mode=mode, overall=score(scored),
         by_library=grouped(scored, lambda r: r.library), by_root_cause=grouped(scored, lambda r: r.root_cause),
         timing=timing(results), verdicts=dict(Counter(r.verdict or "error" for r in results)), results=results,
         errored=len(results) - len(scored),
         decided_by=dict(Counter(r.decided_by for r in results if r.decided_by)),
-        sandbox_scales=dict(Counter(r.sandbox_scale for r in results if r.sandbox_scale)),
-        sandbox_modes=dict(Counter(r.sandbox_mode for r in results if r.sandbox_mode)),
+        sandbox_scales=dict(Counter(v.scale for r in results if (v := r.sandbox_ran))),
+        sandbox_modes=dict(Counter(v.mode for r in results if (v := r.sandbox_ran) and v.mode)),
     )
     if mode == "auto" and results:
         report.sandbox_decided = round(sum(r.decided_by == "sandbox" for r in results) / len(results), 4)
@@ -179,7 +183,8 @@ def _by_mode(results: list[VariantResult]) -> dict[str, dict[str, int]]:
     for r in results:
         if r.error or r.verdict is None:
             continue
-        key = r.sandbox_mode or ("not run" if r.verdict == "unavailable" else None)
+        ran = r.sandbox_ran
+        key = (ran.mode if ran else None) or ("not run" if r.verdict == "unavailable" else None)
         if key is not None:
             by.setdefault(key, Counter())[r.verdict] += 1
     return {k: dict(sorted(v.items())) for k, v in sorted(by.items())}

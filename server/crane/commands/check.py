@@ -1,7 +1,7 @@
 """`crane check PATH...`: replay each notebook's history in a fresh kernel and predict which cells will crash.
 
 PATHs are notebooks or folders (every `*.ipynb` below, see `check_paths`); one report covers them all, as text,
-JSON (`crane.check/2`) or SARIF 2.1.0. It never writes to a notebook. Exit code: 2 when any notebook could not
+JSON (`crane.check/3`) or SARIF 2.1.0. It never writes to a notebook. Exit code: 2 when any notebook could not
 be checked (or on a usage error), else 1 when a crash is predicted in any notebook, else 0 — an error in one
 notebook never stops the others, and their crashes are still in the report.
 """
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="1-based cell number to check (repeatable; one notebook only; default: every code cell not run yet)",
     )
     p.add_argument("--format", choices=FORMATS, default=None,
-                   help="report format: text (default), json (schema crane.check/2, docs/cli.md) or sarif (2.1.0)")
+                   help="report format: text (default), json (schema crane.check/3, docs/cli.md) or sarif (2.1.0)")
     p.add_argument("--json", action="store_true", help="same as --format json")
     p.add_argument(
         "--mode", choices=MODES, default=DEFAULT_MODE,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from crane.commands.output import CheckReport, NotebookReport
+from crane.engine import CellResult
 from crane.llm.cost import SessionTotals
 from crane.sandbox.layer_choice import AUTO_BLOCKING_REASON
+from crane.sandbox.verdict import SandboxVerdict, miniature_text
 
 
 def located(path: str, message: str) -> str:
@@ -70,35 +72,35 @@ def _notebook_lines(nb: NotebookReport) -> list[str]:
     return lines
 
 
-def _scale(r) -> str:
+def _scale(v: SandboxVerdict) -> str:
     """', miniature run: kept ...' / ', side effects blocked (...)': how the sandbox ran, when it matters (an
     ordinary cell run in the cheaper blocking confinement by choice is not worth a word on the summary line)."""
+    if not v.ran:
+        return ""
     out = ""
-    if r.sandbox_scale == "miniature":
-        from crane.sandbox.verdict import miniature_text
-
-        out += f", miniature run: {miniature_text(r.sandbox_kept)}"
-    if r.sandbox_mode == "blocking" and r.sandbox_mode_reason != AUTO_BLOCKING_REASON:  # not by choice: say why
-        out += ", side effects blocked" + (f" ({r.sandbox_mode_reason})" if r.sandbox_mode_reason else "")
-    if r.sandbox_mode == "transplant":  # not forked: a separate process on a copy (and why it was shrunk)
-        t = r.sandbox_transplant
+    if v.scale == "miniature":
+        out += f", miniature run: {miniature_text(v.kept)}"
+    if v.mode == "blocking" and v.mode_reason != AUTO_BLOCKING_REASON:  # not by choice: say why
+        out += ", side effects blocked" + (f" ({v.mode_reason})" if v.mode_reason else "")
+    t = v.transplant
+    if v.mode == "transplant":  # not forked: a separate process on a copy (and why it was shrunk)
         out += ", in a separate process on a copy of the state" + (f", shrunk first: {t.shrunk}" if t and t.shrunk
                                                                     else "")
-    if r.sandbox_mode == "portable":  # the portable sandbox: say which layers ran (no OS confinement)
-        t = r.sandbox_transplant
+    if v.mode == "portable":  # the portable sandbox: say which layers ran (no OS confinement)
         layers = ", ".join(t.layers) if t and t.layers else "call guard, audit hook"
         out += f", in the portable sandbox ({layers}; no OS confinement)" + (
             f", shrunk first: {t.shrunk}" if t and t.shrunk else "")
     return out
 
 
-def _how(r) -> str:
+def _how(r: CellResult) -> str:
     """How the verdict was reached, for auto and llm modes."""
-    if r.sandbox in ("crash", "no-crash"):
+    v = r.sandbox
+    if v is not None and v.conclusive:
         extra = f"; {len(r.cleared)} rule finding(s) disproved" if r.cleared else ""
-        return f"  (sandbox: {r.sandbox}{_scale(r)}{extra})"
-    if r.sandbox:
-        return f"  (sandbox {r.sandbox}{_scale(r)}: {r.sandbox_reason or 'inconclusive'}; rules' verdict)"
+        return f"  (sandbox: {v.verdict}{_scale(v)}{extra})"
+    if v is not None:
+        return f"  (sandbox {v.verdict}{_scale(v)}: {v.reason or 'inconclusive'}; rules' verdict)"
     if r.llm:
         return "  (LLM)"
     return ""

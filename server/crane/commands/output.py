@@ -1,7 +1,9 @@
 """The JSON documents `crane check` prints (schema in docs/cli.md), as msgspec Structs.
 
-`crane.check/2`: one report for every notebook checked; each notebook's entry is what `crane.check/1` was for a
-single notebook (minus `schema` and `mode`, which the report carries once).
+`crane.check/3`: one report for every notebook checked; each cell's `sandbox` is the sandbox's record of its run
+(`crane.sandbox.verdict.SandboxVerdict`: verdict, reason, mode, scale, kept, transplant, ...), nested as it is.
+(`crane.check/2` copied parts of it into flat `sandbox`, `sandboxReason`, `sandboxMode`, ... fields;
+`crane.check/1` was one notebook's entry, with `schema` and `mode` at its top.)
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from crane.commands.history_json import HistoryEntry
 from crane.engine import CellResult
 from crane.policy import Mode
 
-CHECK_SCHEMA = "crane.check/2"
+CHECK_SCHEMA = "crane.check/3"
 
 
 class NotebookReport(msgspec.Struct, omit_defaults=True, rename="camel"):

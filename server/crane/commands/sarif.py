@@ -30,6 +30,7 @@ from crane.commands.check_text import located
 from crane.commands.output import CheckReport
 from crane.finding import Finding, FindingSource
 from crane.notebook.json_positions import NotebookTextMap
+from crane.sandbox.verdict import Verdict
 
 if TYPE_CHECKING:
     from crane.engine import CellResult
@@ -137,7 +138,7 @@ class ResultProperties(msgspec.Struct, omit_defaults=True, rename="camel"):
     confidence: float
     source: FindingSource
     root_cause: str | None = None
-    sandbox: str | None = None  # auto mode: the speculative run's verdict
+    sandbox: Verdict | None = None  # auto mode: the speculative run's verdict (its record is in crane check --json)
     evidence: list[str] = []
     other_findings: list[str] = []  # later findings of the same cell ("line N: Ename: message")
 
@@ -237,8 +238,9 @@ def _result(cell_result: CellResult, location_uri: ArtifactLocation,
         related_locations=related,
         properties=ResultProperties(
             cell=cell, cell_line=f.line, cell_column=(f.col or 0) + 1, ename=f.ename, confidence=f.confidence,
-            source=f.source, root_cause=f.root_cause, sandbox=cell_result.sandbox, evidence=f.evidence,
+            source=f.source, root_cause=f.root_cause, evidence=f.evidence,
             other_findings=[f"line {o.line}: {o.ename}: {o.message}" for o in cell_result.findings[1:]],
+            sandbox=cell_result.sandbox.verdict if cell_result.sandbox is not None else None,
         ),
     )
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from lsprotocol import types
 
-from crane.lsp.messages import DiagnosticData, DiagnosticSandbox
+from crane.lsp.messages import DiagnosticData
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot, snapshot, utf16_col
 from crane.policy import LIKELY_CONFIDENCE, decide
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from crane.lsp.notebook_session import CellOutcome, NotebookSession
     from crane.lsp.settings import Settings
     from crane.pipeline import FactsMode
+    from crane.sandbox.verdict import SandboxVerdict
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def severity(finding: Finding) -> types.DiagnosticSeverity:
 
 def to_diagnostic(
     finding: Finding, cell: CellSnapshot, snap: NotebookSnapshot, mode: FactsMode,
-    sandbox: DiagnosticSandbox | None = None,
+    sandbox: SandboxVerdict | None = None,
     fixes: int | None = None,
 ) -> types.Diagnostic:
     line0 = max(finding.line - 1, 0)
@@ -130,18 +131,14 @@ def publish_outcomes(
 
 def final_findings(
     settings: Settings, session: NotebookSession, cell: CellSnapshot
-) -> tuple[list[Finding], DiagnosticSandbox | None]:
+) -> tuple[list[Finding], SandboxVerdict | None]:
     """What a cell's diagnostics say now (`crane.policy.decide`: its findings, then the model's suspicions),
-    and the sandbox's verdict for the diagnostics' data (or None)."""
+    and the sandbox's record for the diagnostics' data (or None)."""
     rules = session.known(cell.uri).rule_findings or []
     verdict = session.sandbox_verdicts.get(cell.source, session.kernel_gen) if settings.speculative_on else None
     model = session.model_answers.get(cell.source, session.kernel_gen) if settings.mode == "llm" else None
-    info = None
-    if verdict is not None:
-        info = DiagnosticSandbox(verdict=verdict.verdict, reason=verdict.reason, elapsed_ms=round(verdict.elapsed_ms, 1),
-                                 how=verdict.how(), scale=verdict.scale, mode=verdict.mode)
     d = decide(settings.mode, rules, verdict, model)
-    return d.findings + d.suspicions, info  # a suspicion (source "llm", low confidence) is an Information
+    return d.findings + d.suspicions, verdict  # a suspicion (source "llm", low confidence) is an Information
 
 
 def publish_cell(host: Host, session: NotebookSession, snap: NotebookSnapshot, cell: CellSnapshot) -> None:

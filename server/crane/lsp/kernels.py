@@ -93,7 +93,7 @@ class KernelSupervisor:
             kernel=att.info if att is not None else None,
             message=session.status_message,
             stale=session.used_stale,
-            sandbox=session.sandbox_mode[0] if session.sandbox_mode else None,  # type: ignore[arg-type]
+            sandbox=session.sandbox_mode[0] if session.sandbox_mode else None,
             sandbox_reason=session.sandbox_mode[1] if session.sandbox_mode else None,
         )
         self.host.notify(KERNEL_STATUS, to_wire(status))

@@ -18,7 +18,7 @@ from crane.agent.proposal import Proposal, ProposalStatus
 from crane.errors import CraneError
 from crane.finding import Finding, FindingSource
 from crane.pipeline import FactsMode
-from crane.sandbox.verdict import DisplayKind, RunMode, Scale, Verdict
+from crane.sandbox.verdict import RunMode, SandboxVerdict
 
 KernelState = Literal["attached", "busy", "idle", "dead", "static-only"]
 # how the server found the kernel: named by the client (request), learned by the client through the Jupyter
@@ -159,11 +159,6 @@ class CheckResult(_Wire):
     cancelled: bool = False
 
 
-class SpeculativeDisplay(_Wire):
-    kind: DisplayKind  # execute_result: the last expression
-    text: str = ""
-
-
 class LmToolParams(_Wire, omit_defaults=True):
     """`crane/lmTool` params: one of CRANE's agent tools (`crane.mcp.tools`: `crane_kernel_facts`,
     `crane_check_code`, `crane_check_cell`, `crane_try_code`, `crane_fixes`) on the kernel attached to the open
@@ -185,20 +180,13 @@ class LmToolResult(_Wire, omit_defaults=True):
 
 
 class SpeculativeResult(_Wire):
-    """`crane.runSpeculatively` result: the cell run in a confined copy-on-write fork of the kernel."""
+    """`crane.runSpeculatively` result: the cell run in a confined copy-on-write fork of the kernel (or a copy of
+    its state), the sandbox's record of the run as it is, and the server's markdown of it."""
 
     cell_uri: str
-    verdict: Verdict
-    ename: str | None = None
-    evalue: str | None = None
-    line: int | None = None  # 1-based, in the cell
-    stdout: str = ""
-    stderr: str = ""
-    displays: list[SpeculativeDisplay] = []
-    reason: str | None = None
-    elapsed_ms: float = 0.0
+    cell: int  # 1-based cell number in the notebook
+    sandbox: SandboxVerdict  # crane.sandbox.verdict: the verdict, exception, line, output, how it was reached
     markdown: str = ""
-    cell: int = 0  # 1-based cell number in the notebook
 
 
 class FixOptions(msgspec.Struct, rename="camel", forbid_unknown_fields=False, omit_defaults=True):
@@ -252,17 +240,6 @@ def to_wire(value: msgspec.Struct) -> Any:
     return msgspec.to_builtins(value)
 
 
-class DiagnosticSandbox(msgspec.Struct, rename="camel"):
-    """A diagnostic's `data.sandbox`: the speculative run's verdict on the cell's current text."""
-
-    verdict: Verdict
-    reason: str | None
-    elapsed_ms: float
-    how: str
-    scale: Scale | None
-    mode: RunMode | None
-
-
 class DiagnosticData(msgspec.Struct, rename="camel", omit_defaults=True):
     """A CRANE diagnostic's `data` (the client's code actions and hovers read it)."""
 
@@ -272,5 +249,5 @@ class DiagnosticData(msgspec.Struct, rename="camel", omit_defaults=True):
     confidence: float
     facts: FactsMode  # which kernel facts the check used
     source: FindingSource
-    sandbox: DiagnosticSandbox | None = None
+    sandbox: SandboxVerdict | None = None  # the speculative run's record for the cell's current text, as it is
     fixes: int | None = None  # verified quick fixes found for the cell

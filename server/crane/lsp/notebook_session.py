@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from crane.lsp.scheduler import CellScheduler
     from crane.policy import ModelAnswer
     from crane.probe.facts import ProbeRequest, ProbeResult
-    from crane.sandbox.verdict import SandboxVerdict
+    from crane.sandbox.verdict import RunMode, SandboxVerdict
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class NotebookSession:
     quick_fixes: StateCache[FixEntry] = field(default_factory=StateCache)  # verified fixes (crane.lsp.quick_fixes)
     kernel_gen: int = 0  # bumped whenever the kernel's state may have changed (keys the sandbox/LLM caches)
     run_seconds: dict[str, float] = field(default_factory=dict)  # cell text -> how long the user's last run took
-    sandbox_mode: tuple[str, str | None] | None = None  # (mode, why not layered) of the last speculative run
+    sandbox_mode: tuple[RunMode, str | None] | None = None  # (mode, why not layered) of the last speculative run
     scheduler: CellScheduler | None = None
     closed: bool = False
     on_kernel_failure: Any = None  # callable(exc), set by the supervisor; called from worker threads

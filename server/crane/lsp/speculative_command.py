@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from crane.lsp.crane_server import CraneServer
-from crane.lsp.messages import RequestFailed, SpeculativeDisplay, SpeculativeResult, command_arg, to_wire
+from crane.lsp.messages import RequestFailed, SpeculativeResult, command_arg, to_wire
 from crane.lsp.notebook_map import CellSnapshot, snapshot
 from crane.lsp.progress import WorkProgress
 
@@ -73,18 +73,4 @@ async def run_speculatively(ls: CraneServer, *args: Any) -> Any:
         raise RequestFailed(f"{COMMAND} needs an attached kernel: {session.status_message or 'no kernel is attached'}")
     async with WorkProgress(ls, f"CRANE: running cell {cell.number} speculatively", cancellable=False):
         v = await ls.speculation.run_now(session, cell)
-    result = SpeculativeResult(
-        cell_uri=cell.uri,
-        cell=cell.number,
-        verdict=v.verdict,
-        ename=v.ename,
-        evalue=v.evalue,
-        line=v.line,
-        stdout=v.stdout,
-        stderr=v.stderr,
-        displays=[SpeculativeDisplay(kind=d.kind, text=d.text) for d in v.displays],
-        reason=v.reason,
-        elapsed_ms=round(v.elapsed_ms, 1),
-        markdown=render(cell, v),
-    )
-    return to_wire(result)
+    return to_wire(SpeculativeResult(cell_uri=cell.uri, cell=cell.number, sandbox=v, markdown=render(cell, v)))

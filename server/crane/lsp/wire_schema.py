@@ -34,6 +34,7 @@ ROOTS: tuple[type[msgspec.Struct], ...] = (
     messages.DiagnosisResult,
     messages.CheckResult,
     messages.SpeculativeResult,
+    messages.DiagnosticData,
     messages.FixOptions,
     messages.FixResult,
     messages.StopAgentResult,

@@ -31,12 +31,12 @@ from crane.mcp.schemas import (
     Prediction,
     SandboxRun,
     TryCodeArgs,
+    bounded,
 )
 
 log = logging.getLogger(__name__)
 
 MAX_NAMES = 200
-STDOUT_LIMIT = 16 * 1024  # characters of stdout / stderr a tool result carries
 FACTS_BUDGET_MS = 2000.0
 # The user's variables: names not hidden by IPython (In, Out, get_ipython, exit...) nor private. Evaluated as a
 # private user expression (silent, no history): it reads the namespace's keys, nothing else.
@@ -159,7 +159,7 @@ class KernelTools:
         v = speculate(self.conn, code, budget_s, cancel=self.cancel)
         if v.verdict == "unavailable" and not self.conn.is_alive():
             raise ToolFailure(f"the kernel died ({self.attached.describe})")
-        return _as_run(v)
+        return SandboxRun.of(v)
 
     # -- crane_check_code / crane_check_cell -------------------------------------------------------------
     def check_code(self, args: CheckCodeArgs) -> Prediction:
@@ -208,7 +208,7 @@ class KernelTools:
             from crane.sandbox.fork_runner import speculate
 
             verdict = speculate(self.conn, code, budget_s, cancel=self.cancel)
-            run = _as_run(verdict)
+            run = SandboxRun.of(verdict)
         d = decide("auto" if mode == "auto" else "static", check.findings, verdict)
         prediction, decided_by = outcome(d, sandbox_ran=run is not None, facts_read=check.mode == "live"), d.decided_by
         how = {
@@ -264,7 +264,7 @@ class KernelTools:
             edits = [
                 FixEdit(title=f.title, cell=f.target, old_source=f.old, new_source=f.new, run_first=list(f.run_first),
                         other_cells={str(c.cell): c.new for c in f.cell_edits}, diff=unified_diff(f, name),
-                        verified_in=f.sandbox, stdout=_bounded(f.stdout)[0])
+                        verified_in=f.sandbox, stdout=bounded(f.stdout)[0])
                 for f in report.fixes
             ]
             return Fixes(status=report.status, cell=args.cell, notebook=path,
@@ -314,25 +314,3 @@ def _close_on_cancel(cancel: threading.Event | None, sandbox: Any) -> threading.
 
     threading.Thread(target=watch, name="crane-mcp-cancel", daemon=True).start()
     return stop
-
-
-def _as_run(v: Any) -> SandboxRun:
-    """A `SandboxVerdict` as the tools report it (output bounded)."""
-    stdout, cut_out = _bounded(v.stdout)
-    stderr, cut_err = _bounded(v.stderr)
-    exception = (f"{v.ename}: {v.evalue}" if v.evalue else v.ename) if v.ename else None
-    return SandboxRun(
-        outcome=v.verdict, exception=exception, ename=v.ename, evalue=v.evalue, line=v.line,
-        traceback=list(v.traceback), stdout=stdout, stderr=stderr, stdout_truncated=cut_out or cut_err,
-        blocked=list(v.denied), absorbed=list(getattr(v, "absorbed", [])), reason=v.reason, how=v.how(),
-        elapsed_ms=round(v.elapsed_ms, 3),
-        confinement=None if v.verdict == "unavailable" and v.mode is None else (
-            "portable" if v.mode == "portable" else "os"),
-        layers=list(v.transplant.layers) if v.mode == "portable" and v.transplant is not None else [],
-    )
-
-
-def _bounded(text: str, limit: int = STDOUT_LIMIT) -> tuple[str, bool]:
-    if len(text) <= limit:
-        return text, False
-    return text[:limit] + f"\n... ({len(text) - limit} more characters)", True

@@ -1,5 +1,9 @@
 """The MCP tools' arguments and results: msgspec Structs, decoded and validated at the edge.
 
+`SandboxRun` is the agents' stable view of a sandbox run (their contract: `outcome`, `exception`, `blocked`, output
+bounded for a model's context); it is made from the sandbox's one record (`crane.sandbox.verdict.SandboxVerdict`)
+by `SandboxRun.of` alone.
+
 Each tool's `inputSchema` and `outputSchema` (tools/list) are generated from these Structs
 (`msgspec.json.schema`), so what an agent is told and what the server accepts cannot drift apart. Arguments are
 decoded strictly (unknown fields refused, types checked, bounds checked); a bad argument is a tool result with
@@ -18,7 +22,7 @@ from crane.pipeline import FactsMode
 from crane.policy import DecidedBy, Outcome
 from crane.probe.facts import Facts
 from crane.sandbox.request import WorkerConfinement
-from crane.sandbox.verdict import Verdict
+from crane.sandbox.verdict import SandboxVerdict, Verdict
 
 Code = Annotated[str, msgspec.Meta(max_length=200_000, description="Python code (IPython syntax), as a cell")]
 CellNumber = Annotated[int, msgspec.Meta(ge=1, le=100_000, description="1-based cell number, as in `crane check`")]
@@ -104,6 +108,30 @@ class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
     # "portable" (a call guard and an audit hook in a separate worker: honest side effects and mistakes only)
     confinement: WorkerConfinement | None = None
     layers: list[str] = []  # the portable run's layers ("call guard", "audit hook", "sandbox-exec")
+
+    @classmethod
+    def of(cls, v: SandboxVerdict, limit: int | None = None) -> SandboxRun:
+        """The tools' view of the sandbox's record `v` (stdout and stderr cut to `limit` characters)."""
+        stdout, cut_out = bounded(v.stdout, limit or STDOUT_LIMIT)
+        stderr, cut_err = bounded(v.stderr, limit or STDOUT_LIMIT)
+        return cls(
+            outcome=v.verdict, exception=(f"{v.ename}: {v.evalue}" if v.evalue else v.ename) if v.ename else None,
+            ename=v.ename, evalue=v.evalue, line=v.line, traceback=list(v.traceback), stdout=stdout, stderr=stderr,
+            stdout_truncated=cut_out or cut_err, blocked=list(v.denied), absorbed=list(v.absorbed), reason=v.reason,
+            how=v.how(), elapsed_ms=round(v.elapsed_ms, 3),
+            confinement=None if not v.ran and v.mode is None else ("portable" if v.mode == "portable" else "os"),
+            layers=list(v.transplant.layers) if v.mode == "portable" and v.transplant is not None else [],
+        )
+
+
+STDOUT_LIMIT = 16 * 1024  # characters of stdout / stderr a tool result carries
+
+
+def bounded(text: str, limit: int = STDOUT_LIMIT) -> tuple[str, bool]:
+    """`text` cut to `limit` characters (saying how many more there were), and whether it was cut."""
+    if len(text) <= limit:
+        return text, False
+    return text[:limit] + f"\n... ({len(text) - limit} more characters)", True
 
 
 class Prediction(msgspec.Struct, omit_defaults=True, kw_only=True):

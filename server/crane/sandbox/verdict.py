@@ -1,6 +1,9 @@
 """Sandbox verdicts: what a speculative run of a cell concluded, decoded and validated at the edge.
 
-`SandboxVerdict` is what `speculate()` returns and what the CLI/LSP show. The sandbox child writes JSON lines
+`SandboxVerdict` is what `speculate()` returns: the one record of a run, nested as it is (camelCase on the wire)
+in `crane check --json` (`CellResult.sandbox`), the bench's variants, the LSP's diagnostic data and
+`crane.runSpeculatively` result; the MCP tools' `SandboxRun` is made from it in one place (`crane.mcp.schemas`).
+Its closed sets (`Verdict`, `RunMode`, `Scale`, ...) are the aliases every boundary shares. The sandbox child writes JSON lines
 on its result channel: a `SetupLine` (the mode in force, what was made private, setup timings) before user
 code, a `ChildRecord` (the outcome) at the end, and, in layered mode, the supervising process adds an
 `ExitLine` (how the process that ran the cell ended). Each is decoded with msgspec; anything else is reported
@@ -13,6 +16,8 @@ from typing import Literal
 
 import msgspec
 
+from crane.sandbox.request import Channel
+
 Verdict = Literal["crash", "no-crash", "timeout", "blocked", "unavailable"]
 Mode = Literal["layered", "blocking"]
 RunMode = Literal["layered", "blocking", "transplant", "portable"]  # portable: crane.sandbox.portable
@@ -20,7 +25,7 @@ Scale = Literal["full", "miniature"]
 DisplayKind = Literal["execute_result", "display_data"]
 
 
-class DisplayOutput(msgspec.Struct, omit_defaults=True):
+class DisplayOutput(msgspec.Struct, omit_defaults=True, rename="camel"):
     """One output the cell displayed: `execute_result` (its last expression) or `display_data`."""
 
     kind: DisplayKind
@@ -28,7 +33,7 @@ class DisplayOutput(msgspec.Struct, omit_defaults=True):
     mimetypes: list[str] = []
 
 
-class KeptObject(msgspec.Struct, omit_defaults=True):
+class KeptObject(msgspec.Struct, omit_defaults=True, rename="camel"):
     """Miniature runs: one object of the kernel's namespace replaced by a row subset."""
 
     name: str  # the name (or name[key] / name.attr) in the cell's namespace
@@ -37,7 +42,7 @@ class KeptObject(msgspec.Struct, omit_defaults=True):
     of: int  # rows in the kernel's object
 
 
-class TransplantInfo(msgspec.Struct, omit_defaults=True):
+class TransplantInfo(msgspec.Struct, omit_defaults=True, rename="camel"):
     """Transplant runs (crane.sandbox.transplant): what was copied from the kernel into the worker process."""
 
     copied: list[str] = []  # "name (type)" of every name the cell reads that was copied
@@ -55,7 +60,7 @@ class TransplantInfo(msgspec.Struct, omit_defaults=True):
     layers: list[str] = []  # portable runs: the layers that confined it ("call guard", "audit hook", "sandbox-exec")
 
 
-class SandboxVerdict(msgspec.Struct, omit_defaults=True):
+class SandboxVerdict(msgspec.Struct, omit_defaults=True, rename="camel"):
     """The outcome of running a cell speculatively against a copy-on-write fork of the kernel.
 
     verdict: "crash" (certain: the real exception, line mapped to the cell), "no-crash" (ran clean within the
@@ -88,7 +93,7 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
     setup_steps: dict[str, float] = {}  # setup step -> ms (descriptors, layer, confine, ...; "cpu": CPU ms)
     fork_ms: float | None = None  # the fork in the kernel (wall clock; fork_cpu_ms: its CPU time)
     fork_cpu_ms: float | None = None
-    channel: Literal["local", "remote"] | None = None  # remote: the kernel cannot see the daemon's files
+    channel: Channel | None = None  # remote: the kernel cannot see the daemon's files
     transplant: TransplantInfo | None = None  # mode "transplant": a worker process on a copy of the state
     unforkable: bool = False  # unavailable because forking this kernel is unsafe (a transplant run may do)
     # a crash whose failing frame may depend on state a transplant rebuilt (library objects, settings, anything a
@@ -98,6 +103,11 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True):
     @property
     def conclusive(self) -> bool:
         return self.verdict in ("crash", "no-crash")
+
+    @property
+    def ran(self) -> bool:
+        """The cell was run (in some mode, at some scale): not `unavailable`."""
+        return self.verdict != "unavailable"
 
     def how(self) -> str:
         """One line saying how the verdict was reached (for hovers, diagnoses and the CLI)."""
@@ -221,7 +231,7 @@ class LaunchReply(msgspec.Struct, omit_defaults=True):
     start: int | None = None
     verdict: Verdict | None = None
     reason: str | None = None
-    channel: Literal["local", "remote"] = "local"
+    channel: Channel = "local"
     run_id: str | None = None  # remote channel: the handle for collect/stop
     fork_ms: float | None = None
     fork_cpu_ms: float | None = None
@@ -248,7 +258,6 @@ class ExitStatus(msgspec.Struct, omit_defaults=True):
 
 child_record_decoder = msgspec.json.Decoder(ChildRecord)
 exit_status_decoder = msgspec.json.Decoder(ExitStatus)
-verdict_encoder = msgspec.json.Encoder()
 
 
 def unavailable(reason: str) -> SandboxVerdict:

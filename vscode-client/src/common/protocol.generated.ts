@@ -132,26 +132,101 @@ export interface CellCheck {
 }
 
 /**
- * `crane.runSpeculatively` result: the cell run in a confined copy-on-write fork of the kernel.
+ * `crane.runSpeculatively` result: the cell run in a confined copy-on-write fork of the kernel (or a copy of
+ * its state), the sandbox's record of the run as it is, and the server's markdown of it.
  */
 export interface SpeculativeResult {
   cellUri: string;
-  verdict: "blocked" | "crash" | "no-crash" | "timeout" | "unavailable";
-  ename: string | null;
-  evalue: string | null;
-  line: number | null;
-  stdout: string;
-  stderr: string;
-  displays: SpeculativeDisplay[];
-  reason: string | null;
-  elapsedMs: number;
-  markdown: string;
   cell: number;
+  sandbox: SandboxVerdict;
+  markdown: string;
 }
 
-export interface SpeculativeDisplay {
+/**
+ * The outcome of running a cell speculatively against a copy-on-write fork of the kernel.
+ *
+ * verdict: "crash" (certain: the real exception, line mapped to the cell), "no-crash" (ran clean within the
+ * budget), "timeout" (wall-clock, CPU or memory budget exhausted: inconclusive), "blocked" (the cell tried a
+ * side effect the sandbox refuses: file writes, network, programs, ... — inconclusive), "unavailable" (the
+ * sandbox could not run here: see `reason`).
+ */
+export interface SandboxVerdict {
+  verdict: "blocked" | "crash" | "no-crash" | "timeout" | "unavailable";
+  ename?: string | null;
+  evalue?: string | null;
+  line?: number | null;
+  traceback?: string[];
+  stdout?: string;
+  stderr?: string;
+  displays?: DisplayOutput[];
+  elapsedMs?: number;
+  overheadMs?: number;
+  reason?: string | null;
+  denied?: string[];
+  absorbed?: string[];
+  landlockAbi?: number | null;
+  pid?: number | null;
+  mode?: "blocking" | "layered" | "portable" | "transplant" | null;
+  modeReason?: string | null;
+  scale?: "full" | "miniature";
+  kept?: KeptObject[];
+  setupMs?: number;
+  setupSteps?: Record<string, number>;
+  forkMs?: number | null;
+  forkCpuMs?: number | null;
+  channel?: "local" | "remote" | null;
+  transplant?: TransplantInfo | null;
+  unforkable?: boolean;
+  certain?: boolean;
+}
+
+/**
+ * One output the cell displayed: `execute_result` (its last expression) or `display_data`.
+ */
+export interface DisplayOutput {
   kind: "display_data" | "execute_result";
-  text: string;
+  text?: string;
+  mimetypes?: string[];
+}
+
+/**
+ * Miniature runs: one object of the kernel's namespace replaced by a row subset.
+ */
+export interface KeptObject {
+  name: string;
+  kind: string;
+  rows: number;
+  of: number;
+}
+
+/**
+ * Transplant runs (crane.sandbox.transplant): what was copied from the kernel into the worker process.
+ */
+export interface TransplantInfo {
+  copied?: string[];
+  bytes?: number;
+  warm?: boolean;
+  confinement?: "blocking" | "layered" | null;
+  exportMs?: number;
+  devicesMapped?: boolean;
+  notImported?: string[];
+  shrunk?: string | null;
+  rawBytes?: number;
+  layers?: string[];
+}
+
+/**
+ * A CRANE diagnostic's `data` (the client's code actions and hovers read it).
+ */
+export interface DiagnosticData {
+  ename: string;
+  rule: string;
+  rootCause: string | null;
+  confidence: number;
+  facts: "live" | "stale" | "static";
+  source: "llm" | "rules" | "sandbox";
+  sandbox?: SandboxVerdict | null;
+  fixes?: number | null;
 }
 
 /**

@@ -39,21 +39,25 @@ export type {
   CheckResult,
   ContinueAgentResult,
   DiagnosisResult,
+  DiagnosticData,
+  DisplayOutput,
   Evidence,
   Finding,
   FixOptions,
   FixResult,
   KernelInfo,
   KernelStatus,
+  KeptObject,
   LmToolParams,
   LmToolResult,
   Proposal,
   Related,
+  SandboxVerdict,
   SessionTotals,
-  SpeculativeDisplay,
   SpeculativeResult,
   StepUsage,
   StopAgentResult,
+  TransplantInfo,
   Usage,
 } from './protocol.generated';
 
@@ -64,7 +68,7 @@ import type {
   KernelInfo,
   KernelStatus,
   Proposal,
-  SpeculativeResult,
+  SandboxVerdict,
 } from './protocol.generated';
 
 /**
@@ -81,4 +85,4 @@ export type DiagnosisParams = DiagnosisResult;
 export type AgentStepParams = AgentStep;
 export type ProposalEvidence = Evidence;
 export type ProposalStatus = Proposal['status'];
-export type SpeculativeVerdict = SpeculativeResult['verdict'];
+export type SpeculativeVerdict = SandboxVerdict['verdict'];

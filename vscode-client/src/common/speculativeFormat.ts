@@ -15,7 +15,10 @@ function fence(text: string): string {
   return `${f}text\n${text.replace(/\s+$/, '')}\n${f}`;
 }
 
-/** The server's markdown is the body; the client adds a header and, when the server sent none, the fields. */
+/**
+ * The server's markdown is the body; the client adds a header and, when the server sent none, the fields of the
+ * sandbox's record (`r.sandbox`).
+ */
 export function formatSpeculative(r: SpeculativeResult, cellLabel: string): string {
   const parts: string[] = [`# CRANE speculative run — ${cellLabel}`, ''];
   const body = (r.markdown ?? '').trim();
@@ -23,29 +26,31 @@ export function formatSpeculative(r: SpeculativeResult, cellLabel: string): stri
     parts.push(body, '');
     return parts.join('\n');
   }
-  const verdict = VERDICTS[r.verdict] ?? r.verdict;
+  const v = r.sandbox;
+  const verdict = VERDICTS[v.verdict] ?? v.verdict;
   parts.push(`**Verdict:** ${verdict}.`, '');
-  if (r.ename) {
-    parts.push(`**Exception:** \`${r.ename}${r.evalue ? `: ${r.evalue}` : ''}\`${r.line ? ` at line ${r.line}` : ''}`, '');
+  if (v.ename) {
+    parts.push(`**Exception:** \`${v.ename}${v.evalue ? `: ${v.evalue}` : ''}\`${v.line ? ` at line ${v.line}` : ''}`, '');
   }
-  if (r.reason) {
-    parts.push(r.reason, '');
+  if (v.reason) {
+    parts.push(v.reason, '');
   }
-  if (r.stdout) {
-    parts.push('## Output', '', fence(r.stdout), '');
+  if (v.stdout) {
+    parts.push('## Output', '', fence(v.stdout), '');
   }
-  if (r.stderr) {
-    parts.push('## Standard error', '', fence(r.stderr), '');
+  if (v.stderr) {
+    parts.push('## Standard error', '', fence(v.stderr), '');
   }
-  for (const d of r.displays ?? []) {
-    parts.push(`## Display (${d.kind})`, '', fence(d.text), '');
+  for (const d of v.displays ?? []) {
+    parts.push(`## Display (${d.kind})`, '', fence(d.text ?? ''), '');
   }
-  const ms = typeof r.elapsedMs === 'number' ? ` in ${Math.round(r.elapsedMs)} ms` : '';
+  const ms = typeof v.elapsedMs === 'number' ? ` in ${Math.round(v.elapsedMs)} ms` : '';
   parts.push('---', '', `*Sandboxed run${ms}: nothing ran in your kernel.*`, '');
   return parts.join('\n');
 }
 
 export function isSpeculativeResult(v: unknown): v is SpeculativeResult {
   const o = v as SpeculativeResult;
-  return !!o && typeof o === 'object' && typeof o.verdict === 'string';
+  return !!o && typeof o === 'object' && !!o.sandbox && typeof o.sandbox === 'object'
+    && typeof o.sandbox.verdict === 'string';
 }

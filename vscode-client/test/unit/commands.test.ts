@@ -92,7 +92,7 @@ describe('palette commands', () => {
   it('Run cell speculatively forwards the cell URI and shows the verdict in the preview', async () => {
     openNotebook();
     const { cmds, server, diagnosis, status } = setup();
-    const result = { cellUri: CELL, verdict: 'crash', ename: 'IndexError', evalue: 'list index out of range', line: 1, stdout: '', stderr: '', displays: [], reason: '', elapsedMs: 40, markdown: '**crash**' };
+    const result = { cellUri: CELL, cell: 2, sandbox: { verdict: 'crash', ename: 'IndexError', evalue: 'list index out of range', line: 1, elapsedMs: 40 }, markdown: '**crash**' };
     server.executeCommand.mockImplementation(async () => {
       expect(status.current.busy).toBe(1);
       return result;
@@ -161,10 +161,10 @@ describe('palette commands', () => {
     await cmds.routeServerCommand('crane.diagnoseCell', [CELL], next);
     expect(next).toHaveBeenCalledWith('crane.diagnoseCell', [CELL]);
     expect(diagnosis.show).toHaveBeenCalled();
-    const spec = vi.fn(async () => ({ cellUri: CELL, verdict: 'no-crash', markdown: 'clean' }));
+    const spec = vi.fn(async () => ({ cellUri: CELL, cell: 1, sandbox: { verdict: 'no-crash' }, markdown: 'clean' }));
     await cmds.routeServerCommand('crane.runSpeculatively', [CELL], spec as never);
     expect(spec).toHaveBeenCalledWith('crane.runSpeculatively', [CELL]);
-    expect(diagnosis.showSpeculative).toHaveBeenCalledWith(expect.objectContaining({ verdict: 'no-crash' }), CELL);
+    expect(diagnosis.showSpeculative).toHaveBeenCalledWith(expect.objectContaining({ sandbox: { verdict: 'no-crash' } }), CELL);
     await cmds.routeServerCommand('crane.other', [1], next);
     expect(next).toHaveBeenLastCalledWith('crane.other', [1]);
     expect(agent.fix).toHaveBeenCalledTimes(1);

@@ -79,15 +79,15 @@ describe('speculative run view', () => {
   const result: SpeculativeResult = {
     cellUri: CELL,
     cell: 2,
-    verdict: 'crash' as const,
-    ename: 'IndexError',
-    evalue: 'list index out of range',
-    line: 1,
-    stdout: 'partial\n',
-    stderr: '',
-    displays: [{ kind: 'display_data', text: '<Figure>' }],
-    reason: '',
-    elapsedMs: 41.6,
+    sandbox: {
+      verdict: 'crash' as const,
+      ename: 'IndexError',
+      evalue: 'list index out of range',
+      line: 1,
+      stdout: 'partial\n',
+      displays: [{ kind: 'display_data', text: '<Figure>' }],
+      elapsedMs: 41.6,
+    },
     markdown: '',
   };
 
@@ -104,6 +104,7 @@ describe('speculative run view', () => {
     expect(server).not.toContain('**Verdict:**');
     expect(isSpeculativeResult(result)).toBe(true);
     expect(isSpeculativeResult({ markdown: 'x' })).toBe(false);
+    expect(isSpeculativeResult({ verdict: 'crash', markdown: 'x' })).toBe(false); // the flat shape of old servers
   });
 
   it('opens it in the preview, in its own document beside the diagnosis', async () => {

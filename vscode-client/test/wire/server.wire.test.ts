@@ -11,6 +11,8 @@ import { FakeModel } from './fakeModel';
 import { PYTHON, WireClient } from './harness';
 import { applyTextEdits, ensureConfirmation, textEditsByUri } from '../../src/common/edits';
 import { ClientCommands, ServerCommands } from '../../src/common/protocol';
+import type { DiagnosticData, SandboxVerdict } from '../../src/common/protocol';
+import { isSpeculativeResult } from '../../src/common/speculativeFormat';
 
 const NB = 'file:///tmp/x/nb.ipynb';
 const CELL = 'vscode-notebook-cell:/tmp/x/nb.ipynb#W0sZmlsZQ%3D%3D';
@@ -404,11 +406,13 @@ describe('crane serve attached to a live kernel', () => {
       60_000,
     );
     expect(result.cellUri).toBe(SPEC_B);
-    expect(result.verdict, JSON.stringify(result)).toBe('crash');
-    expect(result.ename).toBe('IndexError');
-    expect(result.line).toBe(2);
-    expect(typeof result.elapsedMs).toBe('number');
-    expect(Array.isArray(result.displays)).toBe(true);
+    expect(isSpeculativeResult(result), JSON.stringify(result)).toBe(true);
+    const v: SandboxVerdict = result.sandbox; // the sandbox's one record, nested whole
+    expect(v.verdict, JSON.stringify(result)).toBe('crash');
+    expect(v.ename).toBe('IndexError');
+    expect(v.line).toBe(2);
+    expect(typeof v.elapsedMs).toBe('number');
+    expect(v.mode === 'layered' || v.mode === 'blocking', JSON.stringify(v)).toBe(true);
     expect(result.markdown).toContain('IndexError');
 
     const after = kernelClient(connectionFile, 'inspect', exprs);
@@ -472,6 +476,9 @@ describe('crane serve attached to a live kernel', () => {
     const sandbox = confirmed.find((x: any) => x.code === 'sandbox');
     expect(sandbox.source).toBe('crane');
     expect(sandbox.range.start.line).toBe(1);
+    const data: DiagnosticData = sandbox.data; // the run's record, as crane.runSpeculatively gives it
+    expect(data.sandbox?.verdict, JSON.stringify(data)).toBe('crash');
+    expect(data.sandbox?.ename).toBe('IndexError');
 
     const mark = client.mark();
     await client.conn.sendNotification('workspace/didChangeConfiguration', { settings: { crane: { ...AUTO, mode: 'static' } } });
