@@ -44,7 +44,8 @@ RECORD = SandboxVerdict(
     setup_steps={"layer": 1.5, "cpu": 0.75}, fork_ms=2.0, fork_cpu_ms=1.0, channel="remote",
     transplant=TransplantInfo(copied=["df (DataFrame)"], bytes=1 << 20, warm=True, confinement="blocking",
                               export_ms=5.5, devices_mapped=True, not_imported=["torch"], shrunk="over 64 MiB",
-                              raw_bytes=1 << 26, layers=["call guard", "audit hook"]),
+                              raw_bytes=1 << 26, layers=["call guard", "audit hook"],
+                              export_watch="the kernel's shell queue"),
     unforkable=True, certain=False,
 )
 
