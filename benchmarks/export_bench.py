@@ -8,11 +8,15 @@ In a kernel with a stand-in `jax` module (so the fork sandbox refuses it and the
   starts: how long the user's cell waits (the export stops as soon as a request is queued on the kernel's shell
   channel, where kernel/waiting.py can watch it, else at its kernel-time cap `--export-seconds`), and what
   stopped it;
+- with `--shrink-rows R`: a frame of R rows (4 columns) checked as a miniature run, so the export first shrinks
+  it to row subsets in the kernel (seconds for millions of rows): its export alone, then the user's `z = 1`
+  0.2 s after the check starts (while it shrinks): how long the user's cell waits, and what stopped the export;
 - an ordinary export (an 8 MB array) and a 300k-deep nested list (refused, the kernel alive);
 - for scale, the user's `z = 1` alone on an idle kernel (on a loaded machine a round trip alone takes a while).
 
 Usage: .venv/bin/python benchmarks/export_bench.py [KERNEL_PYTHON] [--objects 3000000] [--export-seconds S]
-       [--repeat N]   (S=60: the cap cannot be what stops the export; N: the big export's measure N times)
+       [--repeat N] [--shrink-rows R]   (S=60: the cap cannot be what stops the export; N: the big export's
+       measure N times)
 """
 
 from __future__ import annotations
@@ -31,12 +35,15 @@ from crane.sandbox import options
 from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import SandboxVerdict
 
+MINI = {"fraction": 0.05, "floor_rows": 64, "min_rows": 2000, "relative": 0.05, "seed": 0}
 
-def user_wait_during(c: KernelConnection, source: str) -> tuple[float, SandboxVerdict]:
+
+def user_wait_during(c: KernelConnection, source: str, miniature: dict | None = None) -> tuple[float, SandboxVerdict]:
     """Start checking `source`; 0.2 s later the user runs `z = 1` on a client of their own: its wait, the verdict."""
     user = KernelConnection.attach(watch_target(c))
     box: dict[str, SandboxVerdict] = {}
-    t = threading.Thread(target=lambda: box.setdefault("v", transplant(c, source, 30.0, request_timeout=30.0)))
+    t = threading.Thread(target=lambda: box.setdefault("v", transplant(c, source, 30.0, request_timeout=30.0,
+                                                                       miniature=miniature)))
     t.start()
     time.sleep(0.2)
     t1 = time.monotonic()
@@ -54,6 +61,7 @@ def main() -> None:
     ap.add_argument("--objects", type=int, default=3_000_000)
     ap.add_argument("--export-seconds", type=float, default=None, help="the export's kernel-time cap")
     ap.add_argument("--repeat", type=int, default=1, help="measure the big export's wait this many times")
+    ap.add_argument("--shrink-rows", type=int, default=0, help="also measure a frame of this many rows shrunk")
     a = ap.parse_args()
     if a.export_seconds is not None:
         options.configure(options.SandboxOptions(export_seconds=a.export_seconds))
@@ -78,6 +86,21 @@ def main() -> None:
             t = v.transplant
             print(f"big in-band export ({a.objects:,} tuples, cap {cap:g} s of kernel time): the user's z = 1 waited "
                   f"{waited:.2f} s; verdict {v.verdict} ({v.reason}); export_ms {t.export_ms if t else None}")
+        if a.shrink_rows:
+            r = a.shrink_rows
+            assert c.run_cell(f"import pandas as pd\nframe = pd.DataFrame({{'f': np.arange({r}, dtype=float), "
+                              f"'i': np.arange({r}) % 7, 'c': np.array(['x', 'y', 'z'], dtype=object)"
+                              f"[np.arange({r}) % 3], 'd': np.array(['p', 'q'], dtype=object)[np.arange({r}) % 2]}})",
+                              timeout=600).status == "ok"
+            cell = "frame.groupby('c')['f'].mean()"
+            v = transplant(c, cell, 30.0, request_timeout=60.0, miniature=MINI)
+            t = v.transplant
+            print(f"frame of {r:,} rows shrunk alone: verdict {v.verdict} ({v.reason}); export_ms "
+                  f"{t.export_ms if t else None}")
+            for _ in range(a.repeat):
+                waited, v = user_wait_during(c, cell, MINI)
+                print(f"frame of {r:,} rows shrunk (cap {cap:g} s): the user's z = 1 waited {waited:.2f} s; verdict "
+                      f"{v.verdict} ({v.reason})")
         v = transplant(c, "X.mean()", 30.0)
         print(f"8 MB array: verdict {v.verdict}, export_ms {v.transplant.export_ms if v.transplant else None}, "
               f"what would stop it for a queued request: {v.transplant.export_watch if v.transplant else None} "

@@ -295,23 +295,29 @@ def test_a_big_export_is_cut_at_its_kernel_time_cap_and_the_kernel_goes_on(env, 
         conn.run_cell("del many")
 
 
-def test_a_big_export_stops_as_soon_as_the_users_cell_is_queued(env, monkeypatch):
-    """With a time cap that cannot be what stops it (60 s), a big in-band export is under way (its state file has
-    its first frame) when the user's cell arrives from the user's own client: the export stops because a request
-    is waiting (the run is unavailable saying so: the rules decide), the user's cell gets its normal reply and
-    execution count, and nothing else of the kernel changed (no effect sentinel fired, no other output). On the
-    old code the export ran on (its kernel-time cap only) and the run was not refused for the user's cell."""
+def _users_cell_during_export(env, monkeypatch, cell: str, ready, miniature: dict | None = None, **options) -> tuple:
+    """Check `cell` by transplant while the user's client (attached before) sends `z_user = 1` as soon as
+    `ready(private dir)` says the export reached the point under test. Asserts that the user's cell got its normal
+    reply and execution count and that nothing else of the kernel changed (no effect sentinel fired, no other
+    output); returns (the verdict, the names in the private directory when it was removed, its `phase`)."""
     conn = env["conn"]
-    assert conn.run_cell("many = [(i, str(i)) for i in range(2_000_000)]", timeout=120).status == "ok"
     dirs: list[PrivateDir] = []
+    left: dict = {}
 
     class Recorded(PrivateDir):
         def __init__(self, *a, **k) -> None:
             super().__init__(*a, **k)
             dirs.append(self)
 
+        def cleanup(self) -> None:
+            left["names"] = sorted(os.listdir(self.path))
+            if "phase" in left["names"]:
+                with open(os.path.join(self.path, "phase")) as f:
+                    left["phase"] = f.read()
+            super().cleanup()
+
     monkeypatch.setattr(transplant_mod, "PrivateDir", Recorded)
-    use_options(monkeypatch, export_seconds=60)
+    use_options(monkeypatch, **options)
     target = watch_target(conn)
     assert target is not None
     user = KernelConnection.attach(target)  # the user's client, ready before the export starts
@@ -319,28 +325,81 @@ def test_a_big_export_stops_as_soon_as_the_users_cell_is_queued(env, monkeypatch
     try:
         count = conn.evaluate("get_ipython().execution_count")  # the number the next cell gets
         with Untouched(conn) as watch:
-            t = threading.Thread(target=lambda: box.setdefault("v", transplant(conn, "len(many)", 60.0,
-                                                                                request_timeout=120.0)))
+            t = threading.Thread(target=lambda: box.setdefault("v", transplant(
+                conn, cell, 60.0, request_timeout=120.0, miniature=miniature)))
             t.start()
-            while not (dirs and os.path.exists(state := os.path.join(dirs[0].path, "state.pkl"))
-                       and os.path.getsize(state) > 0):  # the export is pickling (its first frame is written)
-                assert t.is_alive() and box == {}, box
+            while not (dirs and ready(dirs[0].path)):
+                assert t.is_alive() and box == {}, (box, left)  # the export ended before the point under test
                 time.sleep(0.005)
             run = user.run_cell("z_user = 1", timeout=120)
             t.join(300)
         assert run.status == "ok" and run.execution_count == count, run
-        v = box["v"]
-        assert v.verdict == "unavailable" and "a request is waiting for the kernel" in (v.reason or ""), v
         assert [h for h in watch.hits if "z_user" not in h] == [], watch.hits  # the user's cell's own transform
         assert set(watch.changes()) <= {"ns", "count", "In"}, watch.changes()
         before, after = (dict(x) for x in watch.changes()["ns"]) if "ns" in watch.changes() else ({}, {})
         changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
         assert changed <= {"z_user", "_i", "_ii", "_iii", f"_i{count}"}, changed
         assert [m["msg_type"] for m in watch.outputs] == ["execute_input"], watch.outputs
-        assert conn.evaluate("len(many)") == 2_000_000
     finally:
         user.client.stop_channels()
-        conn.run_cell("del many, z_user", timeout=120)
+        conn.run_cell("z_user = None; del z_user", timeout=120)
+    return box["v"], left.get("names"), left.get("phase")
+
+
+def test_a_big_export_stops_as_soon_as_the_users_cell_is_queued(env, monkeypatch):
+    """With a time cap that cannot be what stops it (60 s), a big in-band export is under way (its state file has
+    its first frame) when the user's cell arrives from the user's own client: the export stops because a request
+    is waiting (the run is unavailable saying so, and transient: the language server tries again; the rules
+    decide meanwhile), the user's cell gets its normal reply and execution count, and nothing else of the kernel
+    changed. On the old code the export ran on (its kernel-time cap only) and the run was not refused for the
+    user's cell."""
+    conn = env["conn"]
+    assert conn.run_cell("many = [(i, str(i)) for i in range(2_000_000)]", timeout=120).status == "ok"
+
+    def pickling(d: str) -> bool:  # its first frame is written
+        return os.path.exists(state := os.path.join(d, "state.pkl")) and os.path.getsize(state) > 0
+
+    try:
+        v, _, _ = _users_cell_during_export(env, monkeypatch, "len(many)", pickling, export_seconds=60)
+        assert v.verdict == "unavailable" and "a request is waiting for the kernel" in (v.reason or ""), v
+        assert v.transient, v
+        assert conn.evaluate("len(many)") == 2_000_000
+    finally:
+        conn.run_cell("del many", timeout=120)
+
+
+MINI = {"fraction": 0.05, "floor_rows": 64, "min_rows": 2000, "relative": 0.05, "seed": 0}
+
+
+def test_shrinking_before_the_copy_stops_as_soon_as_the_users_cell_is_queued(env, monkeypatch):
+    """A frame of 6M rows is shrunk to row subsets in the kernel before it is copied (a miniature run: the
+    notebook's `memory_usage` accessor hides its size from the copy limit): seconds of kernel time. The user's cell arrives while shrinking (the export's `phase` file says
+    "shrinking"; the time cap, 60 s, cannot be what stops it): the export stops there, before any copy (no state
+    file was ever written), the run is unavailable saying a request is waiting (transient), the user's cell gets
+    its normal reply, nothing else of the kernel changed, and the frame is the user's, whole. On the old code the
+    shrinking was neither watched nor capped: it ran to its end, and the copy began."""
+    conn = env["conn"]
+    setup = ("big = pd.DataFrame({'f': np.arange(6_000_000, dtype=float), 'i': np.arange(6_000_000) % 7,\n"
+             "    'c': np.array(['x', 'y', 'z'], dtype=object)[np.arange(6_000_000) % 3],\n"
+             "    'd': np.array(['p', 'q'], dtype=object)[np.arange(6_000_000) % 2]})")
+    assert conn.run_cell(setup, timeout=120).status == "ok"
+
+    def shrinking(d: str) -> bool:
+        try:
+            with open(os.path.join(d, "phase")) as f:
+                return f.read() == "shrinking"
+        except OSError:
+            return False
+
+    try:
+        v, names, phase = _users_cell_during_export(env, monkeypatch, "big.groupby('c')['f'].mean()", shrinking,
+                                                    miniature=MINI, export_seconds=60)
+        assert v.verdict == "unavailable" and "a request is waiting for the kernel" in (v.reason or ""), v
+        assert v.transient, v
+        assert phase == "shrinking" and not any(n.startswith(("state", "buf")) for n in names or []), (names, phase)
+        assert tuple(conn.evaluate("(len(big), big['c'].iloc[-1])")) == (6_000_000, "z")
+    finally:
+        conn.run_cell("del big", timeout=120)
 
 
 def test_the_users_cell_is_not_queued_behind_a_huge_cells_check(env):

@@ -8,7 +8,8 @@ run at idle priority while the kernel is idle. Runs happen one at a time,
 on a thread of their own with a kernel connection of their own, only while the kernel is attached and idle,
 once the cell's text has been stable for `CRANE_LSP_SPECULATE_DELAY_MS`. Verdicts are kept by the session
 per (cell text, kernel state generation): typing back the same text, or re-checking a cell, does not fork
-again. A verdict whose cell text or kernel state changed while it ran is discarded. What a verdict does to
+again; a passing `unavailable` (`SandboxVerdict.transient`) is tried again a few times first
+(crane.lsp.transient_stops). A verdict whose cell text or kernel state changed while it ran is discarded. What a verdict does to
 the diagnostics is `crane.policy.decide` (see `diagnostics.final_findings`). `crane.runSpeculatively` runs a
 cell on demand (`run_now`). After a verdict is published, `after_verdict` (the quick-fix search,
 crane.lsp.quick_fixes) is told.
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from crane.lsp.background_run import BackgroundRuns, ThreadConnections
 from crane.lsp.diagnostics import republish
 from crane.lsp.notebook_map import CellSnapshot, snapshot
+from crane.lsp.transient_stops import RETRY_DELAY_S, TransientStops
 
 if TYPE_CHECKING:
     from crane.lsp.host import Host
@@ -55,6 +57,7 @@ class SpeculationService:
         self.on_mode: Callable[[NotebookSession], None] | None = None
         self.runs = 0  # sandbox runs started (for tests and logs)
         self.cancelled = 0  # runs stopped because the user ran a cell meanwhile
+        self.transient = TransientStops()  # passing `unavailable` verdicts: tried again, not kept at once
         # called (on the loop) after a verdict was cached and published: the quick-fix search's trigger
         self.after_verdict: Callable[[NotebookSession, CellSnapshot], None] | None = None
 
@@ -83,10 +86,10 @@ class SpeculationService:
                 return
         self.llm.consider(session, cell)
 
-    def request(self, session: NotebookSession, cell_uri: str) -> None:
+    def request(self, session: NotebookSession, cell_uri: str, after_s: float = 0.0) -> None:
         loop = asyncio.get_running_loop()
         last = session.known(cell_uri).last_edit
-        due = max(loop.time(), last + self.host.tuning.speculate_delay_ms / 1000)
+        due = max(loop.time() + after_s, last + self.host.tuning.speculate_delay_ms / 1000)
         self._due[(self.host.key(session.uri), cell_uri)] = due
         self._ensure_task()
         assert self._wake is not None
@@ -157,6 +160,12 @@ class SpeculationService:
             if self.applicable(session):
                 self.request(session, cell_uri)
             return
+        stops = self.transient.settle((self.host.key(session.uri), cell_uri), cell.source, gen, v)
+        if stops:  # a passing cause (the export yielded to a waiting request, or its time cap): not kept
+            log.info("speculative run of %s stopped (%s): again (%d)", cell_uri, v.reason, stops)
+            if self.applicable(session):
+                self.request(session, cell_uri, RETRY_DELAY_S * stops)
+            return
         session.sandbox_verdicts.put(cell.source, gen, v)
         self._note_mode(session, v)
         self.background.offer(session, cell_uri, cell.source, gen, v)
@@ -226,6 +235,8 @@ class SpeculationService:
             if att is None or not att.alive:
                 return unavailable("no kernel is attached")
             return unavailable("stopped: the kernel started running a cell")
+        if v.transient:
+            return v  # a passing cause: said, not kept (the next trigger tries again)
         if session.kernel_gen == gen and not session.closed:
             session.sandbox_verdicts.put(cell.source, gen, v)
             self._note_mode(session, v)

@@ -72,4 +72,5 @@ def speculate_scaled(
                        + (mini.reason or "the miniature run was inconclusive"))
         return mini
     full.reason = f"{full.reason or 'timeout'}; {mini.reason or 'the miniature run was inconclusive'}"
+    full.transient = full.transient or mini.transient  # a miniature stopped for a passing cause may decide later
     return full

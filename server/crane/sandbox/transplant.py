@@ -387,6 +387,7 @@ class ExportReply(msgspec.Struct):
     raw_bytes: int = 0  # the memory of the values the cell reads, before shrinking
     shrink_error: str | None = None
     watch: str | None = None  # what stopped the export as soon as a request waited (None: only its time cap)
+    transient: bool = False  # stopped for a waiting request or by its kernel-time cap: a passing cause
 
 
 def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str, timeout: float,
@@ -424,6 +425,16 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     return msgspec.convert(raw, ExportReply)
 
 
+def _read_phase(pdir: PrivateDir) -> str | None:
+    """What the kernel's export last said it was doing (kernel/export's `phase` file), if anything."""
+    try:
+        with open(os.path.join(pdir.path, "phase"), encoding="utf-8") as f:
+            text = f.read(32)
+    except OSError:
+        return None
+    return text if text in ("shrinking", "copying") else None
+
+
 def transplant(
     conn: KernelConnection,
     source: str,
@@ -459,11 +470,15 @@ def transplant(
         try:
             exp = _export(conn, pdir, source, request_timeout, miniature, cancel=cancel)
         except KernelTimeout:
-            return unavailable("the kernel is busy (it did not answer the transplant request in time)")
+            phase = _read_phase(pdir)
+            return unavailable("the kernel is busy (it did not answer the transplant request in time"
+                               + (f"; its export was {phase}" if phase else "") + ")")
         except (KernelError, msgspec.ValidationError) as exc:
             return unavailable(f"the kernel's state could not be exported: {exc}")
         if not exp.ok:
-            return unavailable(exp.reason or "the kernel's state could not be exported")
+            v = unavailable(exp.reason or "the kernel's state could not be exported")
+            v.transient = exp.transient
+            return v
         with open(os.path.join(pdir.path, "env.json")) as f:
             facts = json.load(f)
         exe, env, cwd = exp.executable, dict(facts.get("env") or {}), str(facts.get("cwd") or "/")

@@ -99,6 +99,10 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True, rename="camel"):
     # a crash whose failing frame may depend on state a transplant rebuilt (library objects, settings, anything a
     # copy can miss) is "likely", not certain: it never overrides a clean rules result (crane.policy)
     certain: bool = True
+    # "unavailable" for a passing cause (the transplant export stopped for a request waiting for the kernel, or
+    # by its kernel-time cap): the language server does not keep it for the cell's text and kernel state, it
+    # tries again a few times (crane.lsp.transient_stops); the CLI and MCP report it as any other reason
+    transient: bool = False
 
     @property
     def conclusive(self) -> bool:

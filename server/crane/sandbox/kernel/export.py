@@ -9,6 +9,7 @@ and runs none of the user's code. `export(args)` (a dict literal: nothing is par
   pickle (identity and sharing between names survive) with CRANE's private copy of cloudpickle
   (`sys.modules["_crane_cloudpickle"]`) at protocol 5, straight into the file (no in-memory copy);
 - `buf-N`: the out-of-band buffers of protocol 5, each written as the pickler meets it;
+- `phase`: what it is doing ("shrinking", then "copying"), rewritten as it goes;
 - `env.json`: the interpreter, cwd, environment, `sys.path`, the modules to import again, torch's CUDA facts,
   and the settings a fresh interpreter would not have (`settings`: the recursion limit, `np.seterr` and print
   options, pandas options and jax config values, TensorFlow/Keras flags, pandas accessors the notebook
@@ -31,7 +32,9 @@ Safety (the export never runs notebook code and never harms the kernel):
   still use (kernel/shield.memory_headroom, cgroup-aware) falls under `_FLOOR`.
 Large values are shrunk BEFORE they are copied (kernel/miniature's rules: consistent row subsets, on a copy of the
 cell's names, never the user's namespace): in a miniature run (`args["miniature"]`), and when the values the cell
-reads hold more than `args["copy_mb"]` MiB (array data and in-band strings/bytes both count). Then `state.pkl`
+reads hold more than `args["copy_mb"]` MiB (array data and in-band strings/bytes both count). Shrinking is bound
+by the same stops as the copy (one kernel-time budget for both; `_Control.check` between objects, columns and
+chunks of rows). A stop for a waiting request or the time cap is `transient` in the answer. Then `state.pkl`
 also holds, under a key no Python name can have, what the worker needs about each original for
 kernel/miniature's `artefact`.
 What cannot be pickled (open files, sockets, generators, locks, ...) makes the answer
@@ -50,7 +53,14 @@ import types
 from typing import Any
 
 from crane.sandbox.kernel.library import is_library  # kernel: strip
-from crane.sandbox.kernel.miniature import _REGISTRY, _kind, shrink_namespace  # kernel: strip
+from crane.sandbox.kernel.miniature import (  # kernel: strip
+    _REGISTRY,  # kernel: strip
+    _SHRINK_CHUNK,  # kernel: strip
+    ShrinkStopped,  # kernel: strip
+    _kind,  # kernel: strip
+    _shrink_check,  # kernel: strip
+    shrink_namespace,  # kernel: strip
+)  # kernel: strip
 from crane.sandbox.kernel.shield import dumps, memory_headroom, private_open  # kernel: strip
 from crane.sandbox.kernel.waiting import shell_watch  # kernel: strip
 
@@ -446,6 +456,13 @@ class _Control:
         if not self.stop and self.waiting is not None and self.waiting():
             self.stop = _QUEUED
 
+    def check(self) -> None:
+        """On the kernel's main thread, between the steps of shrinking: the same stops as while pickling."""
+        self.watch()
+        self.poll()
+        if self.stop:
+            raise ShrinkStopped(self.stop)
+
     def add(self, n: int) -> None:
         self.written += n
         if self.cap and self.written > self.cap:
@@ -767,40 +784,64 @@ def _in_kernel_ok(obj: Any) -> bool:
     return all((_kind(v) or ("",))[0] != "HFDataset" for v in [obj, *list(vals)[:32]])
 
 
-def _known(kind: str, orig: Any) -> dict | None:
+def _known(kind: str, orig: Any, check: Any = None) -> dict | None:
     """What the worker needs to tell a label the subset dropped from one the data never had (kernel/miniature's
     `artefact`): the original index (RangeIndex, or up to 1M labels; else unknown) and, for each label-like
     column, its dtype and the sorted stable hashes (pandas' `hash_array`) of its distinct values (up to 1M;
-    else unknown). A hash collision can only make a crash inconclusive, never a false one."""
+    else unknown). A hash collision can only make a crash inconclusive, never a false one. `check` is called
+    between columns and chunks (kernel/miniature's `ShrinkStopped` stops it)."""
     if kind not in ("DataFrame", "Series"):
         return None
     pd = sys.modules.get("pandas")
     idx = orig.index
     index = idx if (type(idx).__name__ == "RangeIndex" or len(idx) <= 1_000_000) else None
     cols: dict = {}
-    pairs = [(None, orig)] if kind == "Series" else [(c, orig[c]) for c in list(orig.columns)[:200]]
-    for c, col in pairs:
+    names = [None] if kind == "Series" else list(orig.columns)[:200]
+    for c in names:
+        _shrink_check(check)
         try:
+            col = orig if c is None else orig[c]
             if getattr(col, "ndim", 1) != 1 or col.dtype.kind not in "OiubU":
                 continue
             arr = col.to_numpy()
-            hashes = sys.modules["numpy"].unique(pd.util.hash_array(arr)) if pd is not None else None
-            cols[c] = {"dtype": str(arr.dtype), "hashes": hashes if hashes is not None and len(hashes) <= 1_000_000
-                       else None}
+            hashes = _label_hashes(arr, pd, check) if pd is not None else None
+            cols[c] = {"dtype": str(arr.dtype), "hashes": hashes}
+        except ShrinkStopped:
+            raise
         except Exception:
             cols[c] = None
     return {"index": index, "columns": cols}
 
 
-def _shrink(objs: dict, spec: dict) -> tuple[list, list]:
+def _label_hashes(arr: Any, pd: Any, check: Any) -> Any:
+    """The sorted distinct `hash_array` values of `arr` (each value's hash depends on it alone: chunks of
+    `_SHRINK_CHUNK` rows, `check` between them), or None past 1M."""
+    np = sys.modules["numpy"]
+    acc = None
+    for a in range(0, max(1, len(arr)), _SHRINK_CHUNK):
+        _shrink_check(check)
+        u = np.unique(pd.util.hash_array(arr[a:a + _SHRINK_CHUNK]))
+        acc = u if acc is None else np.union1d(acc, u)
+        if len(acc) > 1_000_000:
+            return None
+    return acc
+
+
+def _shrink(objs: dict, spec: dict, check: Any = None) -> tuple[list, list]:
     """Replace the large values in `objs` (a copy of the cell's names, never the user's namespace) by consistent
-    row subsets (kernel/miniature's rules): (kept, what the worker needs about each original)."""
+    row subsets (kernel/miniature's rules): (kept, what the worker needs about each original). `check` is called
+    between objects, columns and chunks: kernel/miniature's `ShrinkStopped` stops it (`objs` left whole)."""
     names = [n for n, o in objs.items() if _in_kernel_ok(o)]
     _REGISTRY["objects"].clear()
+    before = dict(objs)
     try:
-        kept = shrink_namespace(objs, names, spec)
-        known = [{"label": label, "kind": kind, "n": n, "k": k, "known": _known(kind, orig)}
+        kept = shrink_namespace(objs, names, spec, check)
+        known = [{"label": label, "kind": kind, "n": n, "k": k, "known": _known(kind, orig, check)}
                  for label, kind, orig, _new, n, k in _REGISTRY["objects"]]
+    except ShrinkStopped:
+        objs.clear()
+        objs.update(before)
+        raise
     finally:
         _REGISTRY["objects"].clear()  # no reference to the user's objects is kept in the kernel
     return kept, known
@@ -912,14 +953,20 @@ def _export(args: Any) -> dict:
     kept: list = []
     known: list = []
     shrink_error = None
+    cap = max(2 * limit, limit + (64 << 20)) if limit else 0
+    # one kernel-time budget for the whole export, shrinking included; the same stops from here on
+    ctl = _Control(d, float(args.get("max_s") or 10.0), cap, waiting)
+    watched = watch if waiting is not None else None  # what stopped it for a queued request (None: its time cap)
     if spec:
+        _phase(d, "shrinking")
         try:
-            kept, known = _shrink(objs, spec)
+            kept, known = _shrink(objs, spec, ctl.check)
+        except ShrinkStopped:
+            return _stopped(ctl.stop or _OVER_TIME, waiting, watch, watched, t0)
         except Exception as exc:  # copied whole, as if nothing were large
             shrink_error = f"{type(exc).__name__}: {exc}"
         if kept:
             objs["\x00crane-shrunk"] = known
-    cap = max(2 * limit, limit + (64 << 20)) if limit else 0
     if cap and raw > cap and not kept:
         return {"ok": False, "reason": f"the values it reads hold {raw >> 20} MiB, more than a transplant copies "
                                        f"({cap >> 20} MiB), and cannot be shrunk to row subsets"}
@@ -929,18 +976,14 @@ def _export(args: Any) -> dict:
         objs["\x00crane-accessors"] = accessors
     tag = str(args.get("tag") or "")  # a session's exports: state-N.pkl, buf-N-i
     tag = f"-{int(tag)}" if tag else ""
-    ctl = _Control(d, float(args.get("max_s") or 10.0), cap, waiting)
+    _phase(d, "copying")
     out = _dump_thread(cp, objs, d, tag, ctl, proof)
     objs.pop("\x00crane-accessors", None)
-    watched = watch if waiting is not None else None  # what stopped it for a queued request (None: its time cap)
     if not out["ok"]:
         objs.pop("\x00crane-shrunk", None)
         ename, evalue = out["error"] or ("Error", "")
         if ename == "Stopped":
-            if evalue == _OVER_TIME and waiting is None:
-                evalue = f"{evalue} (nothing else could stop it for the user's cell: {watch})"
-            return {"ok": False, "reason": f"the cell's inputs were not copied: {evalue}", "watch": watched,
-                    "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}
+            return _stopped(evalue, waiting, watch, watched, t0)
         return {"ok": False, "reason": _culprit(cp, objs, ename, evalue, d, waiting), "watch": watched}
     sizes = out["buffers"]
     total = out["bytes"]
@@ -957,6 +1000,26 @@ def _export(args: Any) -> dict:
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": sys.executable, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
             **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3), "watch": watched}
+
+
+def _phase(d: str, what: str) -> None:
+    """Say in the run's private directory what the export is doing (`phase`: "shrinking", then "copying"): the
+    daemon names it when the export outlasts its request."""
+    try:
+        with private_open(os.path.join(d, "phase"), "w") as f:
+            f.write(what)
+    except OSError:
+        pass
+
+
+def _stopped(evalue: str, waiting: Any, watch: str, watched: str | None, t0: float) -> dict:
+    """The answer for an export stopped while shrinking or pickling. `transient`: stopped for the user's cell or
+    by its kernel-time cap (a passing cause: the daemon may try again), not for what the values are."""
+    transient = evalue in (_QUEUED, _OVER_TIME)
+    if evalue == _OVER_TIME and waiting is None:
+        evalue = f"{evalue} (nothing else could stop it for the user's cell: {watch})"
+    return {"ok": False, "reason": f"the cell's inputs were not copied: {evalue}", "watch": watched,
+            "transient": transient, "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}
 
 
 def _culprit(cp: Any, objs: dict, ename: str, evalue: str, d: str, waiting: Any = None) -> str:

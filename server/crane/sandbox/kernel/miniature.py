@@ -15,6 +15,11 @@ level inside dicts, lists and tuples) are replaced in the child's namespace by r
   the same arguments over the shrunk dataset).
 Objects nothing can shrink faithfully (iterable datasets, custom samplers, parameters) are left whole.
 
+Shrinking inside the user's kernel (the transplant export, kernel/export.py) passes `check`: called between
+objects, columns and chunks of `_SHRINK_CHUNK` rows (never inside a library call, never with a user object), it raises
+`ShrinkStopped` to stop at once (a request waits for the kernel, the export's kernel-time cap is reached). The
+fork path's child passes none.
+
 `artefact(exc)` then says whether an exception may be an artefact of the smaller data (sample/split/neighbour/
 component counts, labels dropped from the subset, shapes that mention the kept or original row counts,
 stratification, empty results): such a run is inconclusive, never a crash.
@@ -29,12 +34,23 @@ import math
 import random
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 _LOW_CARDINALITY = 50
+_SHRINK_CHUNK = 1 << 19  # rows of one column looked at between two checks
 _NAN_ROWS = 2
 _MAX_COLUMNS = 200
 _REGISTRY: dict = {"objects": []}  # child only: (name, kind, original, new, n, k) of what was replaced
+
+
+class ShrinkStopped(Exception):
+    """Raised by a shrink's `check` to stop it (the reason is its message)."""
+
+
+def _shrink_check(check: Any) -> None:
+    if check is not None:
+        check()
 
 
 def _mods() -> tuple[Any, Any, Any, Any]:
@@ -109,50 +125,85 @@ def _sized(v: Any) -> int | None:
 
 
 # -- which rows must stay ------------------------------------------------------------------------------------
-def _values_required(values: Any, req: set) -> None:
+def _values_required(values: Any, req: set, check: Any = None) -> None:
     """A 1-D column: a few NaN rows, and one row per class when it has few distinct values (a sample of the
-    column tells high-cardinality columns apart cheaply)."""
+    column tells high-cardinality columns apart cheaply). Long columns are read in chunks of `_SHRINK_CHUNK` rows,
+    `check` called between them (the rows found are the same as in one pass)."""
     np, pd, _, _ = _mods()
     try:
-        if values.dtype.kind in "fc":
-            req.update(int(i) for i in np.flatnonzero(np.isnan(values))[:_NAN_ROWS])
-            return
-        if values.dtype.kind in "mM" or pd is None:
-            req.update(int(i) for i in np.flatnonzero(pd.isna(values) if pd is not None else [])[:_NAN_ROWS])
-            return
         n = len(values)
+        spans = [(s, min(n, s + _SHRINK_CHUNK)) for s in range(0, n, _SHRINK_CHUNK)] or [(0, 0)]
+        if values.dtype.kind in "fc" or values.dtype.kind in "mM" or pd is None:
+            if values.dtype.kind in "fc" or pd is not None:
+                _first_missing(values, spans, np.isnan if values.dtype.kind in "fc" else pd.isna, req, check)
+            return
         sample = values if n <= 5000 else values[np.linspace(0, n - 1, 5000).astype(np.int64)]
         if len(pd.unique(sample)) > _LOW_CARDINALITY:
-            req.update(int(i) for i in np.flatnonzero(pd.isna(values))[:_NAN_ROWS])
+            _first_missing(values, spans, pd.isna, req, check)
             return
-        codes, uniques = pd.factorize(values)
-        if len(uniques) <= _LOW_CARDINALITY:
+        rows: list = []  # each chunk's first row of each of its classes (missing included): the column's
+        for a, b in spans:  # first row of each class is among them
+            _shrink_check(check)
+            codes, uniques = pd.factorize(values[a:b])
+            if len(uniques) > _LOW_CARDINALITY:
+                rows = []
+                break
+            _shrink_check(check)
             _, first = np.unique(codes, return_index=True)
-            req.update(int(i) for i in first)  # code -1 (missing) included
+            rows.extend(a + int(i) for i in first)
+        codes, uniques = pd.factorize(values[np.asarray(rows, dtype=np.int64)]) if rows else (None, ())
+        if rows and len(uniques) <= _LOW_CARDINALITY:
+            _, first = np.unique(codes, return_index=True)
+            req.update(rows[int(i)] for i in first)  # code -1 (missing) included
         else:
-            req.update(int(i) for i in np.flatnonzero(codes == -1)[:_NAN_ROWS])
+            _first_missing(values, spans, pd.isna, req, check)
+    except ShrinkStopped:
+        raise
     except Exception:
         pass
 
 
-def _required(obj: Any, kind: str, req: set) -> None:
+def _first_missing(values: Any, spans: list, missing: Callable[[Any], Any], req: set, check: Any) -> None:
+    """The first `_NAN_ROWS` missing rows of a column, chunk by chunk."""
+    np = sys.modules["numpy"]
+    found = 0
+    for a, b in spans:
+        _shrink_check(check)
+        rows = np.flatnonzero(missing(values[a:b]))[:_NAN_ROWS - found]
+        req.update(a + int(i) for i in rows)
+        found += len(rows)
+        if found >= _NAN_ROWS:
+            return
+
+
+def _required(obj: Any, kind: str, req: set, check: Any = None) -> None:
     np, pd, torch, _ = _mods()
     try:
         if kind == "DataFrame":
             for j in range(min(obj.shape[1], _MAX_COLUMNS)):
-                _values_required(obj.iloc[:, j].to_numpy(), req)
+                _shrink_check(check)
+                _values_required(obj.iloc[:, j].to_numpy(), req, check)
         elif kind == "Series":
-            _values_required(obj.to_numpy(), req)
+            _values_required(obj.to_numpy(), req, check)
         elif kind in ("ndarray", "Tensor"):
             arr = obj.detach().numpy() if kind == "Tensor" else obj
             if arr.ndim == 1:
-                _values_required(arr, req)
+                _values_required(arr, req, check)
             elif arr.dtype.kind == "f" and arr.size <= 50_000_000:
-                rows = np.isnan(arr.reshape(arr.shape[0], -1)).any(axis=1)
-                req.update(int(i) for i in np.flatnonzero(rows)[:_NAN_ROWS])
+                flat = arr.reshape(arr.shape[0], -1)
+                step = max(1, (_SHRINK_CHUNK * 8) // max(1, flat.shape[1]))  # about 4M values between two checks
+                found = 0
+                for a in range(0, flat.shape[0], step):
+                    _shrink_check(check)
+                    rows = np.flatnonzero(np.isnan(flat[a:a + step]).any(axis=1))[:_NAN_ROWS - found]
+                    req.update(a + int(i) for i in rows)
+                    found += len(rows)
+                    if found >= _NAN_ROWS:
+                        break
         elif kind == "TensorDataset":
             for t in obj.tensors:
-                _required(t, "Tensor", req)
+                _shrink_check(check)
+                _required(t, "Tensor", req, check)
         elif kind == "Subset":
             pass  # positions index the subset: its dataset's classes cannot be read without loading it
         elif kind == "Dataset":
@@ -160,11 +211,14 @@ def _required(obj: Any, kind: str, req: set) -> None:
             for v in vars(obj).values():
                 k = _kind(v)
                 if k and k[1] == n and k[0] not in ("DataLoader", "Dataset"):
-                    _required(v, k[0], req)
+                    _shrink_check(check)
+                    _required(v, k[0], req, check)
         elif kind == "DataLoader":
             inner = _dataset_kind(obj.dataset)
             if inner:
-                _required(obj.dataset, inner[0], req)
+                _required(obj.dataset, inner[0], req, check)
+    except ShrinkStopped:
+        raise
     except Exception:
         pass
 
@@ -293,8 +347,9 @@ def _label(path: tuple) -> str:
     return path[0] if len(path) == 1 else f"{path[0]}[{path[1]!r}]"
 
 
-def shrink_namespace(ns: dict, names: list[str], spec: dict) -> list[dict]:
-    """Replace the large objects the cell reads (see the module docstring); returns what was kept."""
+def shrink_namespace(ns: dict, names: list[str], spec: dict, check: Any = None) -> list[dict]:
+    """Replace the large objects the cell reads (see the module docstring); returns what was kept. `check`
+    (see the module docstring) may stop it by raising `ShrinkStopped`: `ns` is then left as it was."""
     fraction = float(spec.get("fraction", 0.05))
     floor_rows = int(spec.get("floor_rows", 64))
     min_rows = int(spec.get("min_rows", 2000))
@@ -315,14 +370,17 @@ def shrink_namespace(ns: dict, names: list[str], spec: dict) -> list[dict]:
         req: set = set()
         modulus = 64  # the usual batch sizes 1..64 keep their last batch; a DataLoader says its own
         for _path, obj, kind, _ in members:
-            _required(obj, kind, req)
+            _shrink_check(check)
+            _required(obj, kind, req, check)
             if kind == "DataLoader" and obj.batch_size:
                 modulus = int(obj.batch_size)
         k = _rows_to_keep(n, fraction, floor_rows, modulus, len(req))
         if k >= 0.8 * n:
             continue
+        _shrink_check(check)
         pos = _positions(n, k, req, rng)
         for path, obj, kind, _ in members:
+            _shrink_check(check)
             try:
                 new = _take(obj, kind, pos, memo)
             except Exception:
