@@ -425,7 +425,7 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     return msgspec.convert(raw, ExportReply)
 
 
-def _read_phase(pdir: PrivateDir) -> str | None:
+def _read_phase(pdir: PrivateDir | PortableDir) -> str | None:
     """What the kernel's export last said it was doing (kernel/export's `phase` file), if anything."""
     try:
         with open(os.path.join(pdir.path, "phase"), encoding="utf-8") as f:

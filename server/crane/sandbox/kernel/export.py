@@ -33,8 +33,9 @@ Safety (the export never runs notebook code and never harms the kernel):
 Large values are shrunk BEFORE they are copied (kernel/miniature's rules: consistent row subsets, on a copy of the
 cell's names, never the user's namespace): in a miniature run (`args["miniature"]`), and when the values the cell
 reads hold more than `args["copy_mb"]` MiB (array data and in-band strings/bytes both count). Shrinking is bound
-by the same stops as the copy (one kernel-time budget for both; `_Control.check` between objects, columns and
-chunks of rows). A stop for a waiting request or the time cap is `transient` in the answer. Then `state.pkl`
+by the same stops as the copy (`_Control.check` between objects, columns and chunks of rows); its time: where the
+watch works, `_WATCHED_SHRINK_S` of its own (nothing of the user's waits behind it), then the copy its `max_s`;
+elsewhere one `max_s` budget for both. A stop for a waiting request or the time cap is `transient` in the answer. Then `state.pkl`
 also holds, under a key no Python name can have, what the worker needs about each original for
 kernel/miniature's `artefact`.
 What cannot be pickled (open files, sockets, generators, locks, ...) makes the answer
@@ -77,6 +78,10 @@ _FLOOR = 256 << 20  # the export stops when the kernel could allocate less than 
 _CHECK_EVERY = 8 << 20  # bytes written between two looks at the clock, the cancel file and the memory left
 _QUEUED = "a request is waiting for the kernel (the user's cell comes first)"
 _OVER_TIME = "copying its inputs took longer than the kernel may be kept busy"
+# Shrinking a large frame to a miniature can take seconds of the kernel; where the watch sees a queued request at
+# once (ipykernel 7), nothing of the user's waits behind it, so it gets this much (the copy after it its own max_s);
+# elsewhere it shares the one max_s budget with the copy
+_WATCHED_SHRINK_S = 10.0
 
 
 def _names(source: str) -> list[str]:
@@ -441,15 +446,26 @@ class _Control:
 
     def __init__(self, d: str, max_s: float, cap: int, waiting: Any = None) -> None:
         self.cancel_path = os.path.join(d, "cancel")
-        # the kernel's CPU time is what the user's queued cell waits on (a loaded machine stretches the wall clock,
-        # not the work); the wall clock bounds it too, at a multiple, for a kernel starved of CPU
-        self.cpu_deadline = time.process_time() + max_s
-        self.deadline = time.monotonic() + max(5.0, 5 * max_s)
+        self.max_s = max_s
+        self.budget(max(max_s, _WATCHED_SHRINK_S) if waiting is not None else max_s)
         self.cap = cap
         self.written = 0
         self.next_check = 0
         self.stop: str | None = None
         self.waiting = waiting  # kernel/waiting.shell_watch's check (the main thread's only), or None
+
+    def budget(self, seconds: float) -> None:
+        """From now on, at most `seconds` of the kernel's CPU time: what the user's queued cell waits on (a loaded
+        machine stretches the wall clock, not the work); the wall clock bounds it too, at a multiple, for a kernel
+        starved of CPU."""
+        self.cpu_deadline = time.process_time() + seconds
+        self.deadline = time.monotonic() + max(5.0, 5 * seconds)
+
+    def copying(self) -> None:
+        """The copy itself starts: its own `max_s` where shrinking had the watched budget (else what is left of
+        the one budget shrinking shared)."""
+        if self.waiting is not None:
+            self.budget(self.max_s)
 
     def watch(self) -> None:
         """On the kernel's main thread: stop when a request waits for it."""
@@ -977,6 +993,7 @@ def _export(args: Any) -> dict:
     tag = str(args.get("tag") or "")  # a session's exports: state-N.pkl, buf-N-i
     tag = f"-{int(tag)}" if tag else ""
     _phase(d, "copying")
+    ctl.copying()
     out = _dump_thread(cp, objs, d, tag, ctl, proof)
     objs.pop("\x00crane-accessors", None)
     if not out["ok"]:
