@@ -106,18 +106,20 @@ SCENARIOS = [
 
 
 def test_every_recorded_verdict_keeps_llm_mode_at_or_above_the_rules(llm_server):
-    """Each reply is sent twice (the model repeats itself on the repair request): the worst case."""
+    """Each reply is sent twice (the model repeats itself on the repair request): the worst case. The request is
+    the same in every scenario, so each reply goes through litellm and the server once; the claim checks then
+    judge that one verdict against each scenario's cell and facts."""
     replies = verdict_rows()
     assert len(replies) >= 40
     rules_right = llm_right = rules_alarms = llm_alarms = 0
     for label, text in replies:
+        llm_server.reset(Reply(content=text), Reply(content=text))
+        try:
+            v: LLMVerdict | None = predict_with_llm(prompt(), local(llm_server), ledger=CostLedger())
+        except LLMError:
+            v = None
         for name, target, findings, probe, truth in SCENARIOS:
-            llm_server.reset(Reply(content=text), Reply(content=text))
-            try:
-                v = predict_with_llm(prompt(), local(llm_server), ledger=CostLedger())
-                model = model_answer(v, target, probe)
-            except LLMError:
-                model = None
+            model = model_answer(v, target, probe) if v is not None else None
             d = decide("llm", findings, None, model)
             rules = decide("static", findings)
             llm_crash, rules_crash = d.prediction == "crash", rules.prediction == "crash"

@@ -21,7 +21,11 @@ from ..jupyter_server_proc import JupyterServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 JUNOBENCH = REPO.parent / "shared" / "bench" / "junobench-lite"
-CASES = ("pandas_3", "numpy_2", "sklearn_9")  # one of each kind: a KeyError, a shape error, an API misuse
+# Two libraries, two exceptions (ValueError, AttributeError), each case a crash and a fix: every variant of
+# junobench-lite takes the same path here (the rules undecided, a blocking sandbox run decides), so a third
+# case (sklearn_9 was one: ValueError again, 1/3 of the test's CPU) adds no path; sklearn_9 runs locally in
+# tests/cli/test_check_examples.py.
+CASES = ("pandas_3", "numpy_2")
 
 
 def crane(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -102,7 +106,7 @@ def test_auto_mode_verdicts_on_junobench_lite_cases_match_local(jserver, served)
             want.append((case, name, crash, v["expect"].get("ename") if crash else None,
                          "crash" if crash else "no-crash", None))
     assert got == sorted(want)
-    assert rep["overall"]["accuracy"] == 1.0 and rep["verdicts"] == {"crash": 3, "no-crash": 3}
+    assert rep["overall"]["accuracy"] == 1.0 and rep["verdicts"] == {"crash": len(CASES), "no-crash": len(CASES)}
     assert jserver.kernel_ids() == []
 
 
