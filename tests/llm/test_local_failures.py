@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from crane.llm import client, local_server
+from crane.llm import client, local_call, local_server
 from crane.llm.client import LLMRequestRejected, LLMUnavailable, call_model
 from crane.llm.cost import CostLedger
 from crane.llm.settings import LLMSettings
@@ -29,8 +29,8 @@ def fresh_detection():
 
 
 def test_a_hung_server_is_abandoned_in_seconds_not_at_the_timeout(monkeypatch):
-    monkeypatch.setattr(client, "LIVENESS_AFTER_S", 0.5)
-    monkeypatch.setattr(client, "LIVENESS_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(local_call, "LIVENESS_AFTER_S", 0.5)
+    monkeypatch.setattr(local_call, "LIVENESS_TIMEOUT_S", 0.5)
     with socket.socket() as hung:  # accepts connections (the backlog) and never answers
         hung.bind(("127.0.0.1", 0))
         hung.listen(16)
@@ -46,7 +46,7 @@ def test_a_hung_server_is_abandoned_in_seconds_not_at_the_timeout(monkeypatch):
 
 
 def test_a_busy_server_that_answers_get_is_waited_for(llm_server, monkeypatch):
-    monkeypatch.setattr(client, "LIVENESS_AFTER_S", 0.2)
+    monkeypatch.setattr(local_call, "LIVENESS_AFTER_S", 0.2)
     llm_server.reset(Reply(delay_s=1.0))  # computing: the chat reply is late, GET /v1/models is answered (404)
     text, _ = call_model(LLMSettings(model="openai/m", api_base=llm_server.api_base, timeout_s=30.0, cache=False,
                                      structured="object"), MESSAGES, CostLedger())

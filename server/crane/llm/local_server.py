@@ -39,6 +39,7 @@ LLAMA_CPP_PYTHON_TITLE = "llama.cpp python"
 PROBE_TIMEOUT_S = 2.0
 
 _known: dict[str, str | None] = {}
+_no_stream: set[str] = set()  # api_bases whose server answered `stream: true` with no event stream, or refused it
 _lock = threading.Lock()
 
 
@@ -119,7 +120,22 @@ def answers(api_base: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
         return False
 
 
+def streams(api_base: str) -> bool:
+    """Whether requests to `api_base` are streamed (crane.llm.local_call): yes, unless its server showed it
+    cannot (`mark_no_stream`)."""
+    with _lock:
+        return api_base not in _no_stream
+
+
+def mark_no_stream(api_base: str) -> None:
+    """The server at `api_base` cannot stream: its requests are sent whole from now on (this process)."""
+    log.warning("the model server at %s does not stream: requests to it are sent without streaming", api_base)
+    with _lock:
+        _no_stream.add(api_base)
+
+
 def forget() -> None:
     """Drop what was detected (tests; a server replaced at the same address)."""
     with _lock:
         _known.clear()
+        _no_stream.clear()
