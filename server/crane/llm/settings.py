@@ -36,9 +36,10 @@ def default_cache_dir(env: Mapping[str, str] | None = None) -> str:
 HOSTED_TIMEOUT_S = 60.0
 LOCAL_TIMEOUT_S = 300.0  # a first agent turn took 52-137 s on 2 CPU cores (docs/llm.md, local models)
 # A local server's streamed reply must start within this (crane.llm.local_call). The first token waits for the
-# prompt's evaluation: CRANE's longest prompt (the agent's first turn, ~1,700 tokens) took 30-115 s at the
-# 15-57 tokens/s one loaded CPU thread evaluates for a 0.5B model (docs/llm.md, "Local models"); a server that
-# sends nothing for longer is stuck or busy with another request.
+# prompt's evaluation: CRANE's longest prompt (the agent's first turn, ~1,700 tokens) needs 30 s at 57 tokens/s
+# (the best rate measured for a 0.5B model on one loaded CPU thread) and 113 s at 15 tokens/s (docs/llm.md,
+# "Local models"); a server that sends nothing for longer is stuck, busy with another request, or too slow for
+# the default (the setting raises it).
 FIRST_TOKEN_S = 120.0
 Structured = Literal["auto", "schema", "object", "none"]
 STRUCTURED: tuple[str, ...] = get_args(Structured)
