@@ -7,7 +7,8 @@ A request with `"stream": true` is answered as an event stream (sse_stream.py), 
 "reject" refuses it (HTTP 400 naming streaming), "silent" accepts the request and never sends a byte (GET
 requests are still answered: the server is alive), "stall" sends the role and `stall_after`
 pieces of the text and then nothing.
-Held requests end when the server is reset or stopped.
+Held requests end when the server is reset or stopped. `model_lock` makes GET /v1/models wait while a chat
+request is being answered, as llama-cpp-python's server does (its /v1/models takes the model's lock).
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ class FakeLLMServer:
         self.require_v1 = False  # POSTs outside /v1/ get a 404, as llama-cpp-python answers them
         self._lock = threading.Lock()
         self._release = threading.Event()  # set: held ("silent", "stall") requests end
+        self.model_lock = False  # GET /v1/models waits for the chat requests being answered (llama-cpp-python)
+        self._answering = 0
+        self._idle = threading.Condition()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -91,6 +95,9 @@ class FakeLLMServer:
                 pass
 
             def do_GET(self):
+                if server.model_lock and self.path.rstrip("/").endswith("/v1/models"):
+                    with server._idle:
+                        server._idle.wait_for(lambda: server._answering == 0 or server._release.is_set(), 60)
                 with server._lock:
                     server.gets.append(self.path)
                     body = server.get_routes.get(self.path)
@@ -102,6 +109,16 @@ class FakeLLMServer:
                 self.wfile.write(payload)
 
             def do_POST(self):
+                with server._idle:
+                    server._answering += 1
+                try:
+                    self._post()
+                finally:
+                    with server._idle:
+                        server._answering -= 1
+                        server._idle.notify_all()
+
+            def _post(self):
                 length = int(self.headers.get("content-length", 0))
                 raw = self.rfile.read(length)
                 try:
@@ -187,13 +204,18 @@ class FakeLLMServer:
 
     def stop(self) -> None:
         self._release.set()
+        with self._idle:
+            self._idle.notify_all()
         self.httpd.shutdown()
         self.httpd.server_close()
 
     def reset(self, *replies: Reply) -> None:
         with self._lock:
             self._release.set()  # requests held by the last test end
+            with self._idle:
+                self._idle.notify_all()
             self._release = threading.Event()
+            self.model_lock = False
             self.script = list(replies)
             self.requests.clear()
             self.default = Reply()

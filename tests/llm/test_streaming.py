@@ -101,7 +101,7 @@ def test_the_liveness_check_still_catches_a_dead_server_while_streaming(monkeypa
 
     monkeypatch.setattr(local_call, "LIVENESS_AFTER_S", 0.5)
     monkeypatch.setattr(local_call, "LIVENESS_TIMEOUT_S", 0.5)
-    with socket.socket() as hung:  # accepts connections and never answers, not even GET /models
+    with socket.socket() as hung:  # accepts connections and never answers, not even GET /health
         hung.bind(("127.0.0.1", 0))
         hung.listen(16)
         s = LLMSettings(model="openai/m", api_base=f"http://127.0.0.1:{hung.getsockname()[1]}/v1", cache=False,

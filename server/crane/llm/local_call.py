@@ -1,10 +1,11 @@
 """One request to a model server on this machine or the private network, bounded three ways so that a server
 that fails costs seconds or the time it was given, never an unbounded wait:
 
-- **alive** — after LIVENESS_AFTER_S without a reply, and every LIVENESS_AFTER_S after, the server must answer
-  `GET {api_base}/models` within LIVENESS_TIMEOUT_S (any HTTP status). A busy llama.cpp server does: its HTTP
-  threads answer while a slot computes. One that does not is dead or hung: `ServerHung`, about 13 s after the
-  request instead of at its timeout.
+- **alive** — after LIVENESS_AFTER_S without a token, and every LIVENESS_AFTER_S after, the server must answer
+  `GET /health` within LIVENESS_TIMEOUT_S (any HTTP status: `crane.llm.local_server.alive`). A busy server
+  does: llama.cpp's HTTP threads answer while a slot computes, llama-cpp-python's web framework answers a path
+  that does not need its model. One that does not is dead or hung: `ServerHung`, about 13 s after the request
+  instead of at its timeout.
 - **first token** — the request is streamed (`stream: true`); the first piece of the reply (text, a tool call
   or reasoning) must arrive within `first_token_s`: `NoFirstToken` otherwise. This bounds a server that is
   alive but never starts the reply (its one slot stuck, or still busy with a request abandoned earlier).
@@ -41,7 +42,7 @@ LIVENESS_TIMEOUT_S = 3.0
 
 
 class ServerHung(Exception):
-    """A local server accepted the request but answers nothing, not even GET /models."""
+    """A local server accepted the request but answers nothing, not even GET /health."""
 
 
 class NoFirstToken(Exception):
@@ -131,7 +132,7 @@ def local_completion(litellm: Any, kwargs: dict[str, Any], api_base: str, *, str
     `stream`, the request is streamed and the pieces are assembled into one response; `first_token_s` bounds
     the wait for the first piece (ignored when it is not below `total_s`) and `total_s` the whole reply from the
     moment the server starts answering."""
-    from crane.llm.local_server import answers
+    from crane.llm.local_server import alive
 
     if stream:
         kwargs = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
@@ -194,9 +195,9 @@ def local_completion(litellm: Any, kwargs: dict[str, Any], api_base: str, *, str
         if total_by is not None and now >= total_by:
             raise abandon(StreamStalled(total_s, sum(map(_is_token, list(chunks)))))
         if now >= check_at:
-            if not first.is_set() and not done.is_set() and not answers(api_base, LIVENESS_TIMEOUT_S):
-                raise abandon(ServerHung(f"no reply to the request, nor to GET {api_base.rstrip('/')}/models "
-                                         f"within {LIVENESS_TIMEOUT_S:g} s"))
+            if not first.is_set() and not done.is_set() and not alive(api_base, LIVENESS_TIMEOUT_S):
+                raise abandon(ServerHung(f"no reply to the request, nor to GET /health within "
+                                         f"{LIVENESS_TIMEOUT_S:g} s"))
             check_at = time.monotonic() + LIVENESS_AFTER_S
         due = [check_at, *(t for t in (first_by if not first.is_set() else None, total_by) if t is not None)]
         wake.wait(max(0.0, min(due) - time.monotonic()))

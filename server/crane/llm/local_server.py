@@ -134,6 +134,22 @@ def mark_no_stream(api_base: str) -> None:
         _no_stream.add(api_base)
 
 
+def alive(api_base: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """The server at `api_base` answers HTTP at all while it may be computing: GET {root}/health, any status
+    (llama.cpp's llama-server and vLLM serve it; llama-cpp-python, Ollama and LM Studio answer 404). Not
+    `/v1/models`: llama-cpp-python serves that under its model lock, so it waits for the reply being computed
+    and, while it waits, makes the server cut a streamed reply short (its `interrupt_requests`). False when
+    the server accepts connections but sends nothing back within `timeout` (hung), or refuses them."""
+    req = urllib.request.Request(_root(api_base) + "/health", headers={"accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout):  # noqa: S310 (http(s) checked by the settings)
+            return True
+    except urllib.error.HTTPError:
+        return True  # an HTTP status is an answer
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def forget() -> None:
     """Drop what was detected (tests; a server replaced at the same address)."""
     with _lock:
