@@ -48,6 +48,7 @@ class Reply:
         content_type: str = "application/json",
         stream: str = "sse",
         stall_after: int = 1,
+        stream_usage: bool = True,
     ):
         self.content = json.dumps(VALID_ANSWER) if content is None else content
         self.status = status
@@ -62,6 +63,7 @@ class Reply:
             raise ValueError(f"unknown stream mode {stream!r}")
         self.stream = stream  # what the server does with a request (see the module's docstring)
         self.stall_after = stall_after  # "stall": pieces of text sent before it stops (0: only the role)
+        self.stream_usage = stream_usage  # False: no usage event even when asked (llama-cpp-python sends none)
 
     @classmethod
     def answer(cls, **fields: Any) -> Reply:
@@ -143,7 +145,7 @@ class FakeLLMServer:
                 elif streamed and reply.stream in ("sse", "stall") and reply.status == 200 and reply.raw is None \
                         and not reply.drop:
                     events = chunk_events((body or {}).get("model", "fake"), reply.content, [],
-                                          reply.usage if wants_usage(body) else None, "stop")
+                                          reply.usage if wants_usage(body) and reply.stream_usage else None, "stop")
                     write_sse(self, events, stall_after=reply.stall_after if reply.stream == "stall" else None,
                               release=server._release)
                     return

@@ -48,6 +48,17 @@ def test_a_streamed_reply_is_put_back_together_with_its_usage(llm_server):
     assert ledger.totals().requests == 1 and ledger.totals().failed_requests == 0
 
 
+def test_a_streamed_reply_without_usage_is_counted_offline(llm_server):
+    """llama-cpp-python sends no usage event: litellm counts the tokens, with its bundled tokenizer (for a
+    "llama-3" name it would download one from Hugging Face; the loopback guard fails the test if it tries)."""
+    llm_server.reset(Reply(stream_usage=False))
+    s = LLMSettings(model="openai/llama-3-8b-instruct", api_base=llm_server.api_base, cache=False,
+                    structured="object")
+    text, usage = call_model(s, MESSAGES, CostLedger())
+    assert json.loads(text) == VALID_ANSWER and llm_server.requests[0]["body"]["stream"] is True
+    assert usage.prompt_tokens > 0 and 20 < usage.completion_tokens < 200  # counted here, not the server's
+
+
 def test_a_server_that_never_sends_a_token_fails_at_the_first_token_timeout(llm_server):
     llm_server.reset(Reply(stream="silent"))  # accepts the request, answers GET: alive, and sends nothing
     ledger = CostLedger()
