@@ -218,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="openai/qwen2.5-coder-0.5b")
     ap.add_argument("--api-base", default="http://127.0.0.1:8080/v1")
     ap.add_argument("--llm-timeout", type=float, default=None, help="seconds per request (default: CRANE's, 300 local)")
+    ap.add_argument("--llm-first-token-timeout", type=float, default=None,
+                    help="seconds a streamed reply may take to start (default: CRANE's, 120)")
     ap.add_argument("--fix", action="store_true", help="also run `crane bench --fix` (the repair agent)")
     ap.add_argument("--fix-dirs", nargs="*", default=None, help="case folders for --fix (default: the same)")
     ap.add_argument("--no-llm", action="store_true", help="skip `--mode llm` (e.g. only --fix)")
@@ -237,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     llm = ["--model", args.model, "--api-base", via, "--no-cache"]
     if args.llm_timeout:
         llm += ["--llm-timeout", str(args.llm_timeout)]
+    if args.llm_first_token_timeout:
+        llm += ["--llm-first-token-timeout", str(args.llm_first_token_timeout)]
     out: dict = {"model": args.model, "server_models": models, "dirs": args.dirs, "record": record}
     ok = True
     try:
