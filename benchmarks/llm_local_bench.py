@@ -105,7 +105,7 @@ def verdict_stats(recs: list[dict]) -> dict:
     from crane.llm.schema import AnswerError, decode_answer
 
     repair_head = REPAIR_PROMPT.split("{")[0]
-    out = {"requests": 0, "valid": 0, "repairs": 0, "repairs_valid": 0, "http_errors": 0}
+    out: dict = {"requests": 0, "valid": 0, "repairs": 0, "repairs_valid": 0, "http_errors": 0}
     secs = []
     for r in recs:
         req = r.get("request") if isinstance(r.get("request"), dict) else {}
@@ -127,14 +127,20 @@ def verdict_stats(recs: list[dict]) -> dict:
         out["repairs_valid"] += is_repair
     out["valid_rate"] = round(out["valid"] / out["requests"], 3) if out["requests"] else None
     out["seconds"] = _dist(secs)
+    out["first_token_seconds"] = _first_tokens([r for r in recs if "tools" not in (r.get("request") or {})])
     return out
+
+
+def _first_tokens(recs: list[dict]) -> dict[str, float]:
+    """Seconds to the first token of the streamed replies (the recording proxy measures them)."""
+    return _dist([float(r["first_token_seconds"]) for r in recs if r.get("first_token_seconds") is not None])
 
 
 def agent_stats(recs: list[dict]) -> dict:
     """Agent turns (requests with tools): how many replies carry a usable tool call, native or as text."""
     from crane.agent.model_call import parse_text_tool_calls
 
-    out = {"turns": 0, "parsed": 0, "native": 0, "text": 0, "http_errors": 0}
+    out: dict = {"turns": 0, "parsed": 0, "native": 0, "text": 0, "http_errors": 0}
     secs = []
     first_turn, later = [], []
     for r in recs:
@@ -159,6 +165,7 @@ def agent_stats(recs: list[dict]) -> dict:
     out["parsed_rate"] = round(out["parsed"] / out["turns"], 3) if out["turns"] else None
     out["seconds"] = _dist(secs)
     out["first_turn_seconds"] = _dist(first_turn)
+    out["first_token_seconds"] = _first_tokens([r for r in recs if "tools" in (r.get("request") or {})])
     out["later_turn_seconds"] = _dist(later)
     return out
 
@@ -211,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="openai/qwen2.5-coder-0.5b")
     ap.add_argument("--api-base", default="http://127.0.0.1:8080/v1")
     ap.add_argument("--llm-timeout", type=float, default=None, help="seconds per request (default: CRANE's, 300 local)")
+    ap.add_argument("--llm-first-token-timeout", type=float, default=None,
+                    help="seconds a streamed reply may take to start (default: CRANE's, 120)")
     ap.add_argument("--fix", action="store_true", help="also run `crane bench --fix` (the repair agent)")
     ap.add_argument("--fix-dirs", nargs="*", default=None, help="case folders for --fix (default: the same)")
     ap.add_argument("--no-llm", action="store_true", help="skip `--mode llm` (e.g. only --fix)")
@@ -230,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     llm = ["--model", args.model, "--api-base", via, "--no-cache"]
     if args.llm_timeout:
         llm += ["--llm-timeout", str(args.llm_timeout)]
+    if args.llm_first_token_timeout:
+        llm += ["--llm-first-token-timeout", str(args.llm_first_token_timeout)]
     out: dict = {"model": args.model, "server_models": models, "dirs": args.dirs, "record": record}
     ok = True
     try:
@@ -295,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"        valid verdicts: {v['valid']}/{v['requests']} requests ({v['valid_rate']}), of which "
                   f"{v['repairs_valid']}/{v['repairs']} repair requests; variants with a verdict "
                   f"{lm['variants_with_verdict']}/{lm['variants_asked']}; {lm['seconds']} s")
-            print(f"        latency per verdict request (s): {v['seconds']}; tokens {lm['tokens']}")
+            print(f"        latency per verdict request (s): {v['seconds']}, to the first token "
+                  f"{v['first_token_seconds']}; tokens {lm['tokens']}")
         if "fix" in out:
             f, a = out["fix"], out["fix"]["agent"]
             print(f"fix:    fixed {f['fixed']}/{f['cases']} ({f['fix_rate']:.3f}); turns with a usable tool call "
@@ -307,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             for why in f["lost"][:10]:
                 print(f"        lost: {why}")
             print(f"        latency per agent turn (s): first {a['first_turn_seconds']}, later "
-                  f"{a['later_turn_seconds']}; tokens {f['tokens']}")
+                  f"{a['later_turn_seconds']}, to the first token {a['first_token_seconds']}; tokens {f['tokens']}")
         print("targets " + ("met" if ok else "MISSED") + " (valid verdicts >= 80 %, llm accuracy >= static with no "
               "more false alarms" + (", usable tool calls >= 90 %, >= 1 fix the offline search did not find)"
                                      if args.fix else ")"))

@@ -2,7 +2,9 @@
 
 (tests/llm/fake_llm_server.py only answers with text.) Each request pops the next scripted turn; a turn is a
 `Turn` (tool calls and/or text, usage, delay) or a callable `(request_body) -> Turn` that can look at the
-conversation so far (e.g. the last tool observation). Every request body is recorded.
+conversation so far (e.g. the last tool observation). Every request body is recorded. A request with
+`"stream": true` (CRANE streams from local servers) is answered as an event stream, each tool call's arguments
+in pieces (tests/llm/sse_stream.py), as llama.cpp's servers do.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.llm.sse_stream import chunk_events, wants_usage, write_sse
 
 
 class Turn:
@@ -64,6 +68,11 @@ class FakeAgentServer:
                         for i, (name, args) in enumerate(turn.calls)
                     ]
                 u = turn.usage
+                if body.get("stream") is True:
+                    write_sse(self, chunk_events(body.get("model", "fake"), turn.text, message.get("tool_calls", []),
+                                                 u if wants_usage(body) else None,
+                                                 "tool_calls" if turn.calls else "stop"))
+                    return
                 payload = json.dumps({
                     "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", "fake"),

@@ -2,6 +2,13 @@
 
 Stdlib only (http.server in a thread). Replies are scripted: each request pops the next `Reply` from the
 queue (the default reply when the queue is empty). Every request is recorded (path, headers, JSON body).
+A request with `"stream": true` is answered as an event stream (sse_stream.py), as real servers do; a `Reply`'s
+`stream` mode scripts the other behaviours of a local server: "json" ignores `stream` (a plain JSON body),
+"reject" refuses it (HTTP 400 naming streaming), "silent" accepts the request and never sends a byte (GET
+requests are still answered: the server is alive), "stall" sends the role and `stall_after`
+pieces of the text and then nothing.
+Held requests end when the server is reset or stopped. `model_lock` makes GET /v1/models wait while a chat
+request is being answered, as llama-cpp-python's server does (its /v1/models takes the model's lock).
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from .sse_stream import chunk_events, wants_usage, write_sse
 
 VALID_ANSWER = {
     "explanation": "df has no column 'Age' (columns: name, age), so df['Age'] raises KeyError.",
@@ -37,6 +46,9 @@ class Reply:
         body: dict[str, Any] | None = None,
         raw: bytes | None = None,
         content_type: str = "application/json",
+        stream: str = "sse",
+        stall_after: int = 1,
+        stream_usage: bool = True,
     ):
         self.content = json.dumps(VALID_ANSWER) if content is None else content
         self.status = status
@@ -47,6 +59,11 @@ class Reply:
         self.body = body
         self.raw = raw  # sent as it is (e.g. an HTML page), with `content_type`
         self.content_type = content_type
+        if stream not in ("sse", "json", "reject", "silent", "stall"):
+            raise ValueError(f"unknown stream mode {stream!r}")
+        self.stream = stream  # what the server does with a request (see the module's docstring)
+        self.stall_after = stall_after  # "stall": pieces of text sent before it stops (0: only the role)
+        self.stream_usage = stream_usage  # False: no usage event even when asked (llama-cpp-python sends none)
 
     @classmethod
     def answer(cls, **fields: Any) -> Reply:
@@ -67,6 +84,10 @@ class FakeLLMServer:
         self.gets: list[str] = []  # GET paths asked (kept apart from the chat requests)
         self.require_v1 = False  # POSTs outside /v1/ get a 404, as llama-cpp-python answers them
         self._lock = threading.Lock()
+        self._release = threading.Event()  # set: held ("silent", "stall") requests end
+        self.model_lock = False  # GET /v1/models waits for the chat requests being answered (llama-cpp-python)
+        self._answering = 0
+        self._idle = threading.Condition()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,6 +97,9 @@ class FakeLLMServer:
                 pass
 
             def do_GET(self):
+                if server.model_lock and self.path.rstrip("/").endswith("/v1/models"):
+                    with server._idle:
+                        server._idle.wait_for(lambda: server._answering == 0 or server._release.is_set(), 60)
                 with server._lock:
                     server.gets.append(self.path)
                     body = server.get_routes.get(self.path)
@@ -87,6 +111,16 @@ class FakeLLMServer:
                 self.wfile.write(payload)
 
             def do_POST(self):
+                with server._idle:
+                    server._answering += 1
+                try:
+                    self._post()
+                finally:
+                    with server._idle:
+                        server._answering -= 1
+                        server._idle.notify_all()
+
+            def _post(self):
                 length = int(self.headers.get("content-length", 0))
                 raw = self.rfile.read(length)
                 try:
@@ -101,6 +135,20 @@ class FakeLLMServer:
                         reply = server.script.pop(0) if server.script else server.default
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
+                streamed = isinstance(body, dict) and body.get("stream") is True
+                if reply.stream == "silent":  # accepted, never answered
+                    server._release.wait()
+                    self.close_connection = True
+                    return
+                if streamed and reply.stream == "reject":
+                    reply = Reply.error(400, "streaming is not supported by this server (stream=true)")
+                elif streamed and reply.stream in ("sse", "stall") and reply.status == 200 and reply.raw is None \
+                        and not reply.drop:
+                    events = chunk_events((body or {}).get("model", "fake"), reply.content, [],
+                                          reply.usage if wants_usage(body) and reply.stream_usage else None, "stop")
+                    write_sse(self, events, stall_after=reply.stall_after if reply.stream == "stall" else None,
+                              release=server._release)
+                    return
                 if reply.drop:
                     self.close_connection = True
                     try:
@@ -157,11 +205,19 @@ class FakeLLMServer:
         return self
 
     def stop(self) -> None:
+        self._release.set()
+        with self._idle:
+            self._idle.notify_all()
         self.httpd.shutdown()
         self.httpd.server_close()
 
     def reset(self, *replies: Reply) -> None:
         with self._lock:
+            self._release.set()  # requests held by the last test end
+            with self._idle:
+                self._idle.notify_all()
+            self._release = threading.Event()
+            self.model_lock = False
             self.script = list(replies)
             self.requests.clear()
             self.default = Reply()

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from crane.llm import local_call, local_server
 from crane.llm.cost import CostLedger, price_usage
 from crane.llm.errors import (
     LLMBadAnswer,
@@ -209,42 +209,6 @@ def describe_failure(litellm, exc: BaseException, settings: LLMSettings) -> tupl
     return err_cls, retryable, what
 
 
-class ServerHung(Exception):
-    """A local server accepted the request but answers nothing, not even GET /models (crane.llm.local_server)."""
-
-
-# A local server's request is watched: after LIVENESS_AFTER_S without a reply, and every LIVENESS_AFTER_S after,
-# the server must answer GET {api_base}/models within LIVENESS_TIMEOUT_S (a busy llama.cpp server does: its HTTP
-# threads answer while a slot computes). One that does not is hung or gone: the request is abandoned, seconds
-# after it was sent, instead of at its timeout (300 s on CPU).
-LIVENESS_AFTER_S = 10.0
-LIVENESS_TIMEOUT_S = 3.0
-
-
-def _watched_completion(litellm, kwargs: dict[str, Any], api_base: str) -> Any:
-    from crane.llm.local_server import answers
-
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def work() -> None:
-        try:
-            box["response"] = litellm.completion(**kwargs)
-        except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=work, name="crane-llm-request", daemon=True).start()
-    while not done.wait(LIVENESS_AFTER_S):
-        if not done.is_set() and not answers(api_base, LIVENESS_TIMEOUT_S):
-            raise ServerHung(f"no reply to the request, nor to GET {api_base.rstrip('/')}/models within "
-                             f"{LIVENESS_TIMEOUT_S:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["response"]
-
-
 def _format_rejected(exc: BaseException) -> bool:
     """The server's error names response_format (HTTP 400 from most servers, HTTP 500 from llama-cpp-python)."""
     text = str(exc).lower()
@@ -295,16 +259,42 @@ def completion_with_retries(
             if left < limit:
                 kwargs["timeout"] = limit = left
                 cut = True
+        streamed = bool(settings.local and settings.api_base and local_server.streams(settings.api_base))
         try:
             if settings.local and settings.api_base:
-                response = _watched_completion(litellm, kwargs, settings.api_base)
+                response = local_call.local_completion(
+                    litellm, kwargs, settings.api_base, stream=streamed,
+                    first_token_s=settings.first_token_timeout_s, total_s=limit)
             else:
                 response = litellm.completion(**kwargs)
-        except ServerHung as exc:
+        except local_call.StreamUnsupported as exc:
+            log.info("%s: %s", where, exc)
+            local_server.mark_no_stream(settings.api_base or "")
+            attempt -= 1
+            continue
+        except local_call.ServerHung as exc:
             ledger.add_failure()
             raise LLMUnavailable(f"{where} does not answer ({exc}): is it running, or hung?",
                                  attempts=attempt) from None
+        except local_call.NoFirstToken as exc:
+            ledger.add_failure()  # not sent again: the server's one slot may still be busy with it
+            raise LLMTimeout(f"{where} sent no token within {exc.seconds:g} s (the first-token timeout: "
+                             f"--llm-first-token-timeout / CRANE_LLM_FIRST_TOKEN_TIMEOUT / "
+                             f"crane.llm.firstTokenTimeout): is it busy with another request, stuck, or too slow "
+                             f"for this prompt?", attempts=attempt) from None
+        except local_call.StreamStalled as exc:
+            ledger.add_failure()
+            if cut:
+                raise DeadlinePassed(f"the time budget ended during the request to {where} ({exc})",
+                                     attempts=attempt) from None
+            raise LLMTimeout(f"{where}: {exc} (the request timeout: --llm-timeout / CRANE_LLM_TIMEOUT / "
+                             f"crane.llm.timeout)", attempts=attempt) from None
         except Exception as exc:
+            if streamed and not isinstance(exc, local_call.HtmlPage) and local_call.stream_rejected(exc):
+                log.info("%s refused streaming: %s", where, short_error(exc))
+                local_server.mark_no_stream(settings.api_base or "")
+                attempt -= 1
+                continue
             ledger.add_failure()
             err_cls, retryable, what = describe_failure(litellm, exc, settings)
             if err_cls is LLMTimeout and cut:

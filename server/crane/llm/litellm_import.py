@@ -2,7 +2,8 @@
 
 `LITELLM_LOCAL_MODEL_COST_MAP=True` is set before the import so it makes no network request for its price
 table (`set_offline_cost_map`, also called at daemon start so any later import obeys it);
-`suppress_debug_info` stops its banners; its log handlers (which write records below WARNING to *stdout*,
+`suppress_debug_info` stops its banners; `disable_hf_tokenizer_download` keeps its token counting on the
+tokenizer it ships; its log handlers (which write records below WARNING to *stdout*,
 fatal for the LSP channel) are removed so its records propagate to the application's stderr logging, at
 WARNING unless CRANE's own log level is debug.
 """
@@ -39,6 +40,9 @@ def load_litellm() -> Any:
             litellm.suppress_debug_info = True
             litellm.set_verbose = False
             litellm.telemetry = False
+            # a streamed reply without a usage event (llama-cpp-python's) is counted by litellm's tokenizer: the
+            # bundled tiktoken one, never one downloaded from Hugging Face (it would for "llama-3" model names)
+            litellm.disable_hf_tokenizer_download = True
             # litellm's loggers follow CRANE's own level (`crane serve --log-level`, `crane.logLevel`): debug
             # shows litellm's debug lines too, anything else only its warnings
             level = logging.DEBUG if logging.getLogger("crane").isEnabledFor(logging.DEBUG) else logging.WARNING

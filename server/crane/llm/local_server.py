@@ -39,6 +39,7 @@ LLAMA_CPP_PYTHON_TITLE = "llama.cpp python"
 PROBE_TIMEOUT_S = 2.0
 
 _known: dict[str, str | None] = {}
+_no_stream: set[str] = set()  # api_bases whose server answered `stream: true` with no event stream, or refused it
 _lock = threading.Lock()
 
 
@@ -119,7 +120,38 @@ def answers(api_base: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
         return False
 
 
+def streams(api_base: str) -> bool:
+    """Whether requests to `api_base` are streamed (crane.llm.local_call): yes, unless its server showed it
+    cannot (`mark_no_stream`)."""
+    with _lock:
+        return api_base not in _no_stream
+
+
+def mark_no_stream(api_base: str) -> None:
+    """The server at `api_base` cannot stream: its requests are sent whole from now on (this process)."""
+    log.warning("the model server at %s does not stream: requests to it are sent without streaming", api_base)
+    with _lock:
+        _no_stream.add(api_base)
+
+
+def alive(api_base: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """The server at `api_base` answers HTTP at all while it may be computing: GET {root}/health, any status
+    (llama.cpp's llama-server and vLLM serve it; llama-cpp-python, Ollama and LM Studio answer 404). Not
+    `/v1/models`: llama-cpp-python serves that under its model lock, so it waits for the reply being computed
+    and, while it waits, makes the server cut a streamed reply short (its `interrupt_requests`). False when
+    the server accepts connections but sends nothing back within `timeout` (hung), or refuses them."""
+    req = urllib.request.Request(_root(api_base) + "/health", headers={"accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout):  # noqa: S310 (http(s) checked by the settings)
+            return True
+    except urllib.error.HTTPError:
+        return True  # an HTTP status is an answer
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def forget() -> None:
     """Drop what was detected (tests; a server replaced at the same address)."""
     with _lock:
         _known.clear()
+        _no_stream.clear()

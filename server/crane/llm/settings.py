@@ -35,6 +35,12 @@ def default_cache_dir(env: Mapping[str, str] | None = None) -> str:
 
 HOSTED_TIMEOUT_S = 60.0
 LOCAL_TIMEOUT_S = 300.0  # a first agent turn took 52-137 s on 2 CPU cores (docs/llm.md, local models)
+# A local server's streamed reply must start within this (crane.llm.local_call). The first token waits for the
+# prompt's evaluation: CRANE's longest prompt (the agent's first turn, ~1,700 tokens) needs 30 s at 57 tokens/s
+# (the best rate measured for a 0.5B model on one loaded CPU thread) and 113 s at 15 tokens/s (docs/llm.md,
+# "Local models"); a server that sends nothing for longer is stuck, busy with another request, or too slow for
+# the default (the setting raises it).
+FIRST_TOKEN_S = 120.0
 Structured = Literal["auto", "schema", "object", "none"]
 STRUCTURED: tuple[str, ...] = get_args(Structured)
 # litellm providers that always run on the user's machine (or network) when no api_base says otherwise
@@ -65,6 +71,9 @@ class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
     model: str | None = None  # litellm model string, e.g. "openai/gpt-4o-mini", "ollama/qwen2.5", "anthropic/..."
     api_base: str | None = None  # e.g. "http://127.0.0.1:11434" for a local server
     timeout_s: float | None = None  # per attempt; None: HOSTED_TIMEOUT_S, or LOCAL_TIMEOUT_S for a local server
+    # a local server's streamed reply must start within this (None: FIRST_TOKEN_S); the attempt's timeout
+    # still bounds the whole reply
+    first_token_s: float | None = None
     max_tokens: int = 800  # completion budget per request
     temperature: float | None = 0.0  # dropped automatically for models that refuse it
     retries: int = 2  # extra attempts on 429 / 5xx / timeouts / connection errors
@@ -93,6 +102,11 @@ class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
             return self.timeout_s
         return LOCAL_TIMEOUT_S if self.local else HOSTED_TIMEOUT_S
 
+    @property
+    def first_token_timeout_s(self) -> float:
+        """Seconds a local server's streamed reply may take to start: the setting, else FIRST_TOKEN_S."""
+        return self.first_token_s if self.first_token_s is not None else FIRST_TOKEN_S
+
     def require_model(self) -> str:
         """`model`, for the code that runs only when `enabled` (request building, pricing); SettingsError if unset."""
         if not self.model:
@@ -107,6 +121,8 @@ class LLMSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
             raise SettingsError(f"structured output must be one of {', '.join(STRUCTURED)}, got {self.structured!r}")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise SettingsError(f"timeout must be positive, got {self.timeout_s}")
+        if self.first_token_s is not None and self.first_token_s <= 0:
+            raise SettingsError(f"first-token timeout must be positive, got {self.first_token_s}")
         if self.max_tokens <= 0:
             raise SettingsError(f"max tokens must be positive, got {self.max_tokens}")
         if self.retries < 0:
@@ -144,6 +160,14 @@ class LLMOptions(msgspec.Struct, rename="camel", frozen=True):
                                "machine or the private network (CPU inference is slow).",
              extra={"env": "CRANE_LLM_TIMEOUT"}),
     ] | None = msgspec.field(default=None, name="timeout")
+    first_token_s: Annotated[
+        float,
+        Meta(gt=0, description="Seconds a model server on this machine or the private network may take to start "
+                               "its reply (CRANE streams from such servers): a server that is alive but sends "
+                               "nothing for this long is given up. The whole reply is still bounded by the "
+                               "timeout. Unset: 120.",
+             extra={"env": "CRANE_LLM_FIRST_TOKEN_TIMEOUT"}),
+    ] | None = msgspec.field(default=None, name="firstTokenTimeout")
     max_tokens: Annotated[int, Meta(extra={"env": "CRANE_LLM_MAX_TOKENS"}, gt=0, description="Completion token limit per request. Unset: 800.")] | None = None
     temperature: Annotated[
         float, Meta(ge=0, le=2, description="Sampling temperature (dropped for models that refuse it). Unset: 0.")
@@ -292,6 +316,8 @@ def add_llm_arguments(parser) -> None:
     g.add_argument("--model", help="litellm model, e.g. openai/gpt-4o-mini, anthropic/claude-..., ollama/qwen2.5")
     g.add_argument("--api-base", dest="api_base", help="base URL of the model server (local servers, proxies)")
     g.add_argument("--llm-timeout", dest="llm_timeout", type=float, help="seconds per request attempt (default 60; 300 for a local server)")
+    g.add_argument("--llm-first-token-timeout", dest="llm_first_token_timeout", type=float,
+                   help="seconds a local server may take to start its streamed reply (default 120)")
     g.add_argument("--llm-structured", dest="llm_structured", choices=STRUCTURED,
                    help="response_format: auto (default), schema (json_schema), object (json_object) or none")
     g.add_argument("--max-tokens", dest="max_tokens", type=int, help="completion token limit (default 800)")
@@ -304,6 +330,7 @@ def settings_from_args(args, env: Mapping[str, str] | None = None) -> LLMSetting
         "model": getattr(args, "model", None),
         "api_base": getattr(args, "api_base", None),
         "timeout_s": getattr(args, "llm_timeout", None),
+        "first_token_s": getattr(args, "llm_first_token_timeout", None),
         "max_tokens": getattr(args, "max_tokens", None),
         "budget_usd": getattr(args, "budget_usd", None),
         "structured": getattr(args, "llm_structured", None),

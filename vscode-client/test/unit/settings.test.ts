@@ -28,6 +28,7 @@ const UNSET_LLM = {
   model: null,
   apiBase: null,
   timeout: null,
+  firstTokenTimeout: null,
   maxTokens: null,
   temperature: null,
   retries: null,
