@@ -178,6 +178,7 @@ export interface SandboxVerdict {
   transplant?: TransplantInfo | null;
   unforkable?: boolean;
   certain?: boolean;
+  transient?: boolean;
 }
 
 /**
@@ -208,6 +209,7 @@ export interface TransplantInfo {
   warm?: boolean;
   confinement?: "blocking" | "layered" | null;
   exportMs?: number;
+  exportWatch?: string | null;
   devicesMapped?: boolean;
   notImported?: string[];
   shrunk?: string | null;
