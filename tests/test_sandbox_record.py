@@ -46,7 +46,7 @@ RECORD = SandboxVerdict(
                               export_ms=5.5, devices_mapped=True, not_imported=["torch"], shrunk="over 64 MiB",
                               raw_bytes=1 << 26, layers=["call guard", "audit hook"],
                               export_watch="the kernel's shell queue"),
-    unforkable=True, certain=False,
+    unforkable=True, certain=False, transient=True,
 )
 
 
