@@ -114,6 +114,32 @@ assert pd.read_csv('../{name}-results/r.csv').shape[0] == 2
     assert not (pk["work"] / "out.csv").exists()
 
 
+def test_making_a_folder_that_exists_outside_is_what_it_is_in_the_kernel(pk):
+    """`makedirs(..., exist_ok=True)` of a folder outside that is already there (a library making sure of its cache
+    folder: matplotlib's at its first draw in the worker, torch's `/tmp/torchinductor_<user>`) changes nothing in
+    the kernel: in the run `os.mkdir` fails with FileExistsError exactly as there (so `exist_ok` goes on), never a
+    refusal; a folder that is not there stays refused."""
+    outside = str(pk["outside"])
+    cell = f"""
+from pathlib import Path
+os.makedirs({outside!r}, exist_ok=True)
+Path({outside!r}).mkdir(parents=True, exist_ok=True)
+try:
+    os.mkdir({outside!r})
+except FileExistsError as e:
+    print('exists', e.errno)
+"""
+    v = _run(pk, cell)
+    assert (v.verdict, v.stdout.strip()) == ("no-crash", "exists 17"), v
+    v = _run(pk, f"from pathlib import Path\nPath({outside + '/new'!r}).mkdir(parents=True, exist_ok=True)")
+    assert v.verdict == "blocked" and "os.mkdir outside the cell's working folder" in (v.reason or ""), v
+    v = _run(pk, f"os.makedirs({outside + '/new'!r}, exist_ok=True)")
+    assert v.verdict == "blocked" and "os.makedirs (writing" in (v.reason or ""), v
+    v = _run(pk, f"os.makedirs({outside!r})")  # without exist_ok: refused, as a write outside
+    assert v.verdict == "blocked", v
+    assert not (pk["outside"] / "new").exists()
+
+
 ATTACKS = {
     "os.system through getattr": "getattr(os, 'sys' + 'tem')('touch {outside}/pwned')",
     "a lambda pandas calls back": "df.apply(lambda r: os.remove('{outside}/target.txt'), axis=1)",

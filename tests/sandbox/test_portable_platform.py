@@ -9,6 +9,7 @@ import argparse
 import ast
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,7 @@ OS_CHANNEL = {"PrivateDir", "ChildHandle", "read_until_eof", "kernel_ref", "_sta
               "_own_pid_namespace"}
 # the functions of the shared files that the portable path runs; what they call on the OS path must sit in the
 # branch where `portable` is false
-SHARED_PORTABLE_PATH = {"transplant.py": ("transplant", "Worker.run", "Worker.__init__", "Worker.end"),
+SHARED_PORTABLE_PATH = {"transplant.py": ("transplant", "kernel_of", "Worker.run", "Worker.__init__", "Worker.end"),
                         "transplant_session.py": ("TransplantSession.start", "TransplantSession._start_worker",
                                                   "TransplantSession._write_command",
                                                   "TransplantSession._read_chunk", "TransplantSession.run")}
@@ -190,13 +191,31 @@ def test_the_daemons_portable_path_uses_no_linux_only_calls():
     """The daemon's side of the portable path: its own modules make no Linux-only call at all (no FIFO, pidfd,
     /proc, fork, poll, UNIX socket); in the shared transplant modules, the OS sandbox's FIFO channel, pidfd
     handles and /proc start times are reached only in the branch where the run is not portable."""
-    for name in ("pipes.py", "portable.py"):
+    for name in ("pipes.py", "portable.py", "process_watch.py"):
         tree = ast.parse((SANDBOX / name).read_text(encoding="utf-8"))
         assert _banned_calls(tree, LINUX_ONLY_CALLS | OS_CHANNEL | {"socket.socket", "socket.socketpair"}) == [], name
     for name, funcs in SHARED_PORTABLE_PATH.items():
         tree = ast.parse((SANDBOX / name).read_text(encoding="utf-8"))
         for fname, fnode in _functions(tree, funcs).items():
             assert _banned_calls(fnode, LINUX_ONLY_CALLS, OS_CHANNEL) == [], (name, fname)
+
+
+def test_the_worker_asks_the_platform_for_the_machines_memory_without_proc():
+    """What the worker's run reaches on the portable path to tell an allocation larger than the machine
+    (kernel/run._classify): no /proc read, no Linux-only call; the OS sandbox keeps /proc/meminfo. On Linux both
+    give the same figure (memory plus swap)."""
+    from crane.sandbox.kernel import isolation
+
+    tree = ast.parse((SANDBOX / "kernel" / "isolation.py").read_text(encoding="utf-8"))
+    (fnode,) = _functions(tree, ("_portable_memory_bytes",)).values()
+    assert _banned_calls(fnode, LINUX_ONLY_CALLS | OS_CHANNEL | {"proc_kb", "open"}) == []
+    run = ast.parse((SANDBOX / "kernel" / "run.py").read_text(encoding="utf-8"))
+    (classify,) = _functions(run, ("_classify",)).values()
+    calls = [n for n in ast.walk(classify) if isinstance(n, ast.Call) and _dotted(n.func) == "_machine_memory_bytes"]
+    assert calls and all(any(k.arg == "portable" for k in c.keywords) for c in calls)
+    assert isolation._portable_memory_bytes() > 0 or sys.platform == "darwin"
+    if sys.platform.startswith("linux"):
+        assert isolation._portable_memory_bytes() == isolation._machine_memory_bytes()
 
 
 def test_the_workers_limits_use_no_linux_only_calls():

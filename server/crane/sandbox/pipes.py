@@ -13,9 +13,11 @@ stdout, which no other process holds. The portable run uses them as its whole ch
   (`PortableDir`), which the daemon reads up to the output limit and removes with the directory (Python's streams
   stop at the limit in the worker; C code writing to fds 1/2 is bounded by the worker's file-size limit where the
   platform has one, worker/limits.py);
-- the worker is ended through its process handle (`ProcessHandle`: psutil when installed, which also ends the
-  processes it started; else the `Popen` handle, on POSIX its process group too). A `Popen` child is not reaped
-  before `wait`, so its pid cannot be reused while the handle lives.
+- the worker is ended through its process handle (`ProcessHandle`: psutil ends the processes it started, then the
+  `Popen` handle the worker, on POSIX its process group too). A `Popen` child is not reaped before `wait`, so its
+  pid cannot be reused while the handle lives;
+- the worker ends when its kernel's process ends: the daemon watches the kernel through psutil
+  (crane.sandbox.process_watch).
 """
 
 from __future__ import annotations
@@ -153,10 +155,8 @@ class PortableDir:
 
 
 def _psutil() -> Any:
-    try:
-        import psutil  # optional: ends the worker's whole tree on every platform
-    except ImportError:
-        return None
+    import psutil  # a daemon dependency, imported on first use (ends the worker's whole tree on every platform)
+
     return psutil
 
 
@@ -174,20 +174,19 @@ class ProcessHandle:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        """End the worker and every process it started (psutil's tree where installed; else its process group on
-        POSIX, which it leads, and the handle's own kill everywhere)."""
+        """End the worker and every process it started (psutil's tree on every platform, its process group on POSIX,
+        which it leads, and the handle's own kill)."""
         if not self.alive():
             return
         ps = _psutil()
-        if ps is not None:
-            try:
-                for child in ps.Process(self.pid).children(recursive=True):
-                    try:
-                        child.kill()
-                    except ps.Error:
-                        pass
-            except ps.Error:
-                pass
+        try:
+            for child in ps.Process(self.pid).children(recursive=True):
+                try:
+                    child.kill()
+                except ps.Error:
+                    pass
+        except ps.Error:
+            pass
         killpg = getattr(os, "killpg", None)
         if killpg is not None:
             try:

@@ -18,7 +18,8 @@ process of the kernel's own interpreter into which the state the cell reads is c
 One idle worker per kernel is kept warm (`CRANE_TRANSPLANT_WARM=0` turns it off), with that kernel's library
 imports done; it ends after `SandboxOptions.worker_idle_seconds` without a run, when the daemon ends (its stdin closes) and when its kernel's
 process ends (`_KernelWatch`: the daemon polls the kernels' pidfds and kills their workers, idle or running,
-whose layered child and its pid namespace go with them; an idle worker also watches the kernel itself). The
+whose layered child and its pid namespace go with them; an idle worker also watches the kernel itself; a portable
+run's kernel is watched through psutil instead, on every platform: crane.sandbox.process_watch). The
 platform part (confinement) is behind `crane.sandbox.confinement`: Linux's namespaces, Landlock and seccomp;
 elsewhere the run is `unavailable`, the reason naming the platform.
 """
@@ -51,6 +52,7 @@ from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.options import active as active_options
 from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
 from crane.sandbox.portable import worker_argv
+from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 
 _HERE = Path(__file__).resolve().parent
@@ -116,7 +118,7 @@ class Worker:
     """One worker process (cold or warm), the daemon's child; serves one run."""
 
     def __init__(self, executable: str, env: dict, cwd: str, preload: list[str], warm: bool,
-                 kernel: KernelRef | None = None):
+                 kernel: KernelRef | ProcessRef | None = None):
         self.kernel = kernel  # the kernel it serves: it ends with that kernel's process
         self.kernel_ended = False  # it was ended because its kernel's process ended
         self.home = tempfile.mkdtemp(prefix="crane-tw-")
@@ -133,7 +135,8 @@ class Worker:
                 cwd=cwd if os.path.isdir(cwd) else self.home, env=full, close_fds=True, start_new_session=True)
         header = {"modules": [[m.name, m.doc, list(m.sources)] for m in (CLOUDPICKLE_MODULE, WORKER_MODULE)],
                   "preload": preload, "idle_s": idle_s(), "warm": warm,
-                  "kernel": list(kernel) if kernel is not None else None}
+                  # an OS worker also watches its kernel itself (a pidfd); a portable one is ended by the daemon
+                  "kernel": list(kernel) if isinstance(kernel, KernelRef) else None}
         self._send(json.dumps(header))
 
     def _send(self, line: str) -> None:
@@ -278,16 +281,33 @@ class _KernelWatch:
                 self.on_gone(ref)
 
 
+def kernel_of(exp: ExportReply, portable: bool, asked_at: float) -> KernelRef | ProcessRef | None:
+    """The kernel's process that answered `exp`, as the run's sandbox watches it: a portable run's through psutil
+    (crane.sandbox.process_watch: pid and creation time, every platform), an OS run's through /proc and pidfds.
+    `asked_at`: `time.time()` before the export was asked for."""
+    if portable:
+        return process_ref(exp.kernel_pid, exp.kernel_start, asked_at)
+    else:
+        return kernel_ref(exp.kernel_pid, exp.kernel_start, exp.kernel_pidns)
+
+
 class _Pool:
     """At most one idle warm worker per kernel (its interpreter, its imports); the workers running now."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.idle: dict[tuple[str, KernelRef | None], Worker] = {}
+        self.idle: dict[tuple[str, KernelRef | ProcessRef | None], Worker] = {}
         self.busy: set[Worker] = set()
-        self.watch = _KernelWatch(self.kernel_gone)
+        self.os_watch = _KernelWatch(self.kernel_gone)  # the OS sandbox's kernels: pidfds
+        self.portable_watch = ProcessWatch(self.kernel_gone)  # the portable sandbox's: psutil
 
-    def take(self, executable: str, kernel: KernelRef | None = None) -> Worker | None:
+    def _watch(self, kernel: KernelRef | ProcessRef) -> bool:
+        """Watch `kernel` (False: it has already ended, or cannot be watched)."""
+        if isinstance(kernel, ProcessRef):
+            return self.portable_watch.watch(kernel)
+        return self.os_watch.watch(kernel)
+
+    def take(self, executable: str, kernel: KernelRef | ProcessRef | None = None) -> Worker | None:
         with self.lock:
             w = self.idle.pop((executable, kernel), None)
         if w is None:
@@ -299,7 +319,7 @@ class _Pool:
 
     def serving(self, worker: Worker) -> bool:
         """`worker` takes a run now; False when its kernel has already ended (then it is not run)."""
-        if worker.kernel is not None and not self.watch.watch(worker.kernel):
+        if worker.kernel is not None and not self._watch(worker.kernel):
             worker.kernel_ended = True
             return False
         with self.lock:
@@ -310,14 +330,15 @@ class _Pool:
         with self.lock:
             self.busy.discard(worker)
 
-    def refill(self, executable: str, env: dict, cwd: str, preload: list[str], kernel: KernelRef | None = None) -> None:
+    def refill(self, executable: str, env: dict, cwd: str, preload: list[str],
+               kernel: KernelRef | ProcessRef | None = None) -> None:
         if not active_options().warm_workers:
             return
         key = (executable, kernel)
         with self.lock:
             if key in self.idle and self.idle[key].alive():
                 return
-        if kernel is not None and not self.watch.watch(kernel):
+        if kernel is not None and not self._watch(kernel):
             return  # its kernel has ended: no worker for it
         try:
             w = Worker(executable, env, cwd, preload, warm=True, kernel=kernel)
@@ -328,10 +349,10 @@ class _Pool:
             self.idle[key] = w
         if old is not None:
             old.end()
-        if kernel is not None and not self.watch.watch(kernel):
+        if kernel is not None and not self._watch(kernel):
             self.kernel_gone(kernel)  # it ended meanwhile
 
-    def kernel_gone(self, kernel: KernelRef) -> None:
+    def kernel_gone(self, kernel: KernelRef | ProcessRef) -> None:
         """The kernel's process ended: end its workers, idle or running (with their whole process trees)."""
         with self.lock:
             idle = [self.idle.pop(k) for k in [k for k in self.idle if k[1] == kernel]]
@@ -342,7 +363,7 @@ class _Pool:
         for w in idle:
             threading.Thread(target=w.end, name="crane-transplant-reap", daemon=True).start()
 
-    def workers_of(self, kernel: KernelRef) -> list[Worker]:
+    def workers_of(self, kernel: KernelRef | ProcessRef) -> list[Worker]:
         """The workers (idle or running) that serve `kernel` (tests)."""
         with self.lock:
             return [w for k, w in self.idle.items() if k[1] == kernel] + [w for w in self.busy if w.kernel == kernel]
@@ -467,6 +488,7 @@ def transplant(
     worker: Worker | None = None
     child: ChildHandle | ProcessHandle | None = None
     try:
+        asked_at = time.time()
         try:
             exp = _export(conn, pdir, source, request_timeout, miniature, cancel=cancel)
         except KernelTimeout:
@@ -482,9 +504,8 @@ def transplant(
         with open(os.path.join(pdir.path, "env.json")) as f:
             facts = json.load(f)
         exe, env, cwd = exp.executable, dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
-        # the portable path reads no /proc and opens no pidfd: its workers are not tied to the kernel's process (they
-        # end with their run, after idling, or with the daemon)
-        kernel = None if portable else kernel_ref(exp.kernel_pid, exp.kernel_start, exp.kernel_pidns)
+        # its workers end with the kernel's process (the portable path watches it through psutil: no /proc, no pidfd)
+        kernel = kernel_of(exp, bool(portable), asked_at)
         worker = POOL.take(exe, kernel)
         if worker is None:
             worker = Worker(exe, env, cwd, exp.modules, warm=False, kernel=kernel)

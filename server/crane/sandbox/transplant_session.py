@@ -29,7 +29,7 @@ from crane.sandbox.channel import ChildHandle, PrivateDir
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.fork_session import SandboxError, SandboxSession, _Reply
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
-from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_ref
+from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of
 from crane.sandbox.verdict import SandboxVerdict, TransplantInfo
 
 
@@ -95,12 +95,13 @@ class TransplantSession(SandboxSession):
         import json
         import os
 
+        asked_at = time.time()
         exp = self._export("")
         with open(os.path.join(self._pdir.path, "env.json")) as f:
             facts = json.load(f)
         env, cwd = dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
-        # (the portable path reads no /proc and opens no pidfd: its workers are not tied to the kernel's process)
-        kernel = None if self.portable else kernel_ref(exp.kernel_pid, exp.kernel_start, exp.kernel_pidns)
+        # its worker ends with the kernel's process (the portable path watches it through psutil: no /proc, no pidfd)
+        kernel = kernel_of(exp, bool(self.portable), asked_at)
         worker = POOL.take(exp.executable, kernel)
         if worker is None:
             worker = Worker(exp.executable, env, cwd, exp.modules, warm=False, kernel=kernel)

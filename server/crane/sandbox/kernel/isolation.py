@@ -338,8 +338,56 @@ def _memory_budget_mb(requested: int) -> int:
     return requested if avail is None else max(64, min(requested, avail // 1024 // 2))
 
 
-def _machine_memory_bytes() -> int:
+def _machine_memory_bytes(portable: bool = False) -> int:
+    """The memory the machine can commit to one allocation, in bytes (0: unknown): an allocation larger than it
+    fails in the kernel too. The OS sandbox reads /proc/meminfo (MemTotal + SwapTotal); the portable sandbox's
+    worker (`portable`, any platform, run in the kernel's interpreter: the stdlib only) asks the platform."""
+    if portable:
+        return _portable_memory_bytes()
     return sum(proc_kb("/proc/meminfo", ("MemTotal", "SwapTotal")).values()) * 1024
+
+
+def _portable_memory_bytes() -> int:
+    """The stdlib's answer, per platform, without /proc: Linux's sysinfo(2) (memory plus swap); Windows'
+    GlobalMemoryStatusEx (its commit limit: memory plus page file); elsewhere on POSIX the physical memory
+    (`os.sysconf`); 0 on macOS, whose swap grows on demand (an allocation past its memory may succeed)."""
+    import ctypes
+
+    if sys.platform == "darwin":
+        return 0
+    if sys.platform == "win32":
+        class _MemoryStatus(ctypes.Structure):
+            _fields_ = [("dwLength", ctypes.c_uint32), ("dwMemoryLoad", ctypes.c_uint32),
+                        ("ullTotalPhys", ctypes.c_uint64), ("ullAvailPhys", ctypes.c_uint64),
+                        ("ullTotalPageFile", ctypes.c_uint64), ("ullAvailPageFile", ctypes.c_uint64),
+                        ("ullTotalVirtual", ctypes.c_uint64), ("ullAvailVirtual", ctypes.c_uint64),
+                        ("ullAvailExtendedVirtual", ctypes.c_uint64)]
+
+        st = _MemoryStatus()
+        st.dwLength = ctypes.sizeof(_MemoryStatus)
+        try:
+            ok = ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(st))  # type: ignore[attr-defined]
+        except (AttributeError, OSError):
+            return 0
+        return int(st.ullTotalPageFile) if ok else 0
+    if sys.platform.startswith("linux"):
+        class _SysInfo(ctypes.Structure):  # struct sysinfo (linux/sysinfo.h), padded past its end
+            _fields_ = [("uptime", ctypes.c_long), ("loads", ctypes.c_ulong * 3), ("totalram", ctypes.c_ulong),
+                        ("freeram", ctypes.c_ulong), ("sharedram", ctypes.c_ulong), ("bufferram", ctypes.c_ulong),
+                        ("totalswap", ctypes.c_ulong), ("freeswap", ctypes.c_ulong), ("procs", ctypes.c_ushort),
+                        ("pad", ctypes.c_ushort), ("totalhigh", ctypes.c_ulong), ("freehigh", ctypes.c_ulong),
+                        ("mem_unit", ctypes.c_uint), ("_f", ctypes.c_char * 64)]
+
+        info = _SysInfo()
+        try:
+            if ctypes.CDLL(None, use_errno=True).sysinfo(ctypes.byref(info)) == 0:
+                return (int(info.totalram) + int(info.totalswap)) * max(1, int(info.mem_unit))
+        except (AttributeError, OSError):
+            pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 0
 
 
 _THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",

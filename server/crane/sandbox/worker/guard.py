@@ -202,6 +202,18 @@ def _codes_of(obj: Any) -> list[types.CodeType]:
     return out[-1:] if out else []
 
 
+def _makes_nothing(entry: _Entry, loc: dict, value: Any) -> bool:
+    """`os.makedirs(name, exist_ok=True)` of a folder that is already there changes nothing (a library making sure
+    of its cache folder: torch's, matplotlib's): it goes on as in the kernel. The `os.mkdir` it still makes meets
+    the audit layer, which answers FileExistsError without letting anything be created (worker/portable.py)."""
+    if not entry.label.endswith("os.makedirs") or loc.get("exist_ok") is not True:
+        return False
+    try:
+        return os.path.isdir(value)
+    except (TypeError, ValueError):
+        return False
+
+
 class _Entry:
     __slots__ = ("label", "paths", "scope", "mode")
 
@@ -344,6 +356,8 @@ class CallGuard:
                 value = loc.get(spec)
             if isinstance(value, (str, bytes, os.PathLike)):
                 if not self.inside(value):
+                    if _makes_nothing(entry, loc, value):
+                        continue
                     self._refuse(f"{entry.label} (writing {os.fsdecode(value)[:200]!r} outside the cell's working "
                                  "folder)")
                 self.prepare(value)

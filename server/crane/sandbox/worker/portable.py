@@ -72,6 +72,14 @@ _WINREG_WRITES = ("winreg.SetValue", "winreg.CreateKey", "winreg.DeleteKey", "wi
                   "winreg.LoadKey", "winreg.ConnectRegistry")
 
 
+def _exists(path: Any) -> bool:
+    """`path` names something that exists (a link counts), without following or changing anything."""
+    try:
+        return os.path.lexists(path)
+    except (TypeError, ValueError):
+        return False
+
+
 class RunFolder:
     """The run's private view of the file system around the cell's working folder: `mirror` holds the real path
     of the working folder (`root`, where the worker works) with, at every level from the top, one link per entry
@@ -276,6 +284,10 @@ def _install_portable_hook(run: Portable) -> None:
                 return  # a library's walk below a directory it opened (shutil.rmtree's, already vetted)
             for i in paths:
                 if i < len(args) and not writable(args[i], event, event in _FOLLOWS):
+                    if event == "os.mkdir" and _exists(args[i]):
+                        # what the call does anyway, changing nothing: a library's makedirs(exist_ok=True) of a
+                        # folder that is there (its cache, its config) goes on as in the kernel
+                        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), args[i])
                     refuse(f"{event} outside the cell's working folder ({str(args[i])[:200]!r})")
             return
         if event == "os.chdir":
