@@ -86,15 +86,17 @@ def test_a_reply_that_stalls_after_its_first_piece_is_bounded_by_the_request_tim
     assert len(llm_server.requests) == 1 and ledger.totals().failed_requests == 1
 
 
-def test_a_server_that_ignores_stream_is_asked_again_without_it_and_remembered(llm_server):
-    llm_server.reset(Reply(stream="json"), Reply(stream="json"), Reply(stream="json"))
+def test_a_server_that_ignores_stream_has_answered_with_its_whole_reply(llm_server):
+    """Its plain JSON chat completion is the reply: asking again would cost a second generation (and a scripted
+    server's next turn), the old code's behaviour."""
+    llm_server.reset(Reply(stream="json"), Reply(stream="json"))
     s = local(llm_server)
     ledger = CostLedger()
     text, _ = call_model(s, MESSAGES, ledger)
     assert json.loads(text) == VALID_ANSWER
-    assert [r["body"].get("stream") for r in llm_server.requests] == [True, None]
-    call_model(s, MESSAGES, ledger)  # the next request is sent whole at once
-    assert [r["body"].get("stream") for r in llm_server.requests] == [True, None, None]
+    assert [r["body"].get("stream") for r in llm_server.requests] == [True]
+    call_model(s, MESSAGES, ledger)
+    assert len(llm_server.requests) == 2
     assert ledger.totals().failed_requests == 0
 
 

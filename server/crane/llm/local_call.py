@@ -18,8 +18,9 @@ that fails costs seconds or the time it was given, never an unbounded wait:
 The streamed pieces are put back together by litellm's `stream_chunk_builder` (text, tool calls split over
 pieces, usage), so callers get the same response object as without streaming.
 
-A server that cannot stream — it answers `stream: true` with a plain JSON body, or refuses it with an error
-that names streaming — raises `StreamUnsupported`; the caller sends the request again without streaming and
+A server that ignores `stream: true` and sends its whole reply as one JSON chat completion has answered: that
+reply is used as it is (asking again would cost a second generation). One that cannot stream otherwise — another
+body, or an error that names streaming — raises `StreamUnsupported`; the caller sends the request again without streaming and
 `crane.llm.local_server` remembers not to stream to it again. Without streaming, the liveness check and the
 request timeout still hold; the first-token bound does not (there is no first token to wait for).
 
@@ -30,6 +31,7 @@ abandoned request ends by itself.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -107,6 +109,19 @@ def _body_start(stream: Any, limit: int = 2000) -> str:
         return ""
 
 
+def _plain_reply(stream: Any) -> dict[str, Any] | None:
+    """The chat completion a server sent whole (as JSON) though asked to stream, or None when the body is not
+    one (an error object, something else): then the request is sent again without streaming."""
+    response = _http_response(stream)
+    try:
+        data = json.loads(response.read()) if response is not None else None
+    except Exception:
+        return None
+    if type(data) is not dict or type(data.get("choices")) is not list or not data["choices"]:
+        return None
+    return data
+
+
 def _close(stream: Any) -> None:
     """Close the abandoned stream's connection, so the server sees the client go and can stop computing."""
     response = _http_response(stream)
@@ -156,6 +171,11 @@ def local_completion(litellm: Any, kwargs: dict[str, Any], api_base: str, *, str
                 _close(response)
                 return
             kind = _content_type(response)
+            if kind is not None and "json" in kind:  # it ignored `stream`: the whole reply is this body
+                reply = _plain_reply(response)
+                if reply is not None:
+                    box["response"] = litellm.ModelResponse(**reply)
+                    return
             if kind is not None and "text/event-stream" not in kind:
                 body = _body_start(response)
                 _close(response)
@@ -204,7 +224,7 @@ def local_completion(litellm: Any, kwargs: dict[str, Any], api_base: str, *, str
         wake.clear()
     if "error" in box:
         raise box["error"]
-    if not stream:
+    if "response" in box:  # not streamed, or a server that answered `stream: true` with its whole reply
         return box["response"]
     built = litellm.stream_chunk_builder(chunks, messages=kwargs.get("messages"))
     if built is None:  # an event stream with no piece at all
