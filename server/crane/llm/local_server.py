@@ -110,14 +110,7 @@ def schema_format(api_base: str | None, default: dict, schema: dict) -> dict:
 def answers(api_base: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """The server at `api_base` answers HTTP at all (any status, even 404): GET {api_base}/models. False when
     it accepts connections but sends nothing back within `timeout` (hung), or refuses them."""
-    req = urllib.request.Request(api_base.rstrip("/") + "/models", headers={"accept": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout):  # noqa: S310 (http(s) checked by the settings)
-            return True
-    except urllib.error.HTTPError:
-        return True  # an HTTP status is an answer
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return _answers_http(api_base.rstrip("/") + "/models", timeout)
 
 
 def streams(api_base: str) -> bool:
@@ -140,7 +133,12 @@ def alive(api_base: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
     `/v1/models`: llama-cpp-python serves that under its model lock, so it waits for the reply being computed
     and, while it waits, makes the server cut a streamed reply short (its `interrupt_requests`). False when
     the server accepts connections but sends nothing back within `timeout` (hung), or refuses them."""
-    req = urllib.request.Request(_root(api_base) + "/health", headers={"accept": "application/json"})
+    return _answers_http(_root(api_base) + "/health", timeout)
+
+
+def _answers_http(url: str, timeout: float) -> bool:
+    """GET `url` gets any HTTP answer within `timeout` (a status is an answer)."""
+    req = urllib.request.Request(url, headers={"accept": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout):  # noqa: S310 (http(s) checked by the settings)
             return True

@@ -31,7 +31,7 @@ import msgspec
 from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
-from crane.sandbox.drain import OUTPUT_LIMIT, RunDrain
+from crane.sandbox.drain import OUTPUT_LIMIT, RunDrain, read_capture_file
 from crane.sandbox.request import SandboxRequest
 from crane.sandbox.verdict import ExitStatus, LaunchReply, RemoteState, SandboxVerdict, exit_status_decoder, unavailable
 
@@ -84,13 +84,7 @@ class PrivateDir:
     def read_capture(self, name: str, start: int = 0, end: int | None = None, limit: int = OUTPUT_LIMIT) -> str:
         if self.capture is not None:
             return self.capture.text(name, limit)
-        try:
-            with open(os.path.join(self.path, name), "rb") as f:
-                f.seek(start)
-                n = limit if end is None else max(0, min(limit, end - start))
-                return f.read(n).decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return read_capture_file(os.path.join(self.path, name), start, end, limit)
 
     def exit_status(self, wait_s: float = 1.0) -> ExitStatus | None:
         deadline = time.monotonic() + wait_s

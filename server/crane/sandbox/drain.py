@@ -23,6 +23,17 @@ import threading
 from crane.sandbox.shared.notify import answer_notification
 
 OUTPUT_LIMIT = 64 * 1024
+
+
+def read_capture_file(path: str, start: int = 0, end: int | None = None, limit: int = OUTPUT_LIMIT) -> str:
+    """Bytes `start`..`end` of a run's output file (at most `limit`), as text; "" when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            n = limit if end is None else max(0, min(limit, end - start))
+            return f.read(n).decode("utf-8", "replace")
+    except OSError:
+        return ""
 PIPE_BYTES = 1 << 20  # each capture FIFO's buffer: a writer waits for the drain only past this
 _F_SETPIPE_SZ = 1031
 

@@ -33,7 +33,7 @@ import threading
 import time
 from typing import IO, Any
 
-from crane.sandbox.drain import OUTPUT_LIMIT
+from crane.sandbox.drain import OUTPUT_LIMIT, read_capture_file
 from crane.sandbox.request import SandboxRequest
 
 POLL_S = 0.1  # how often a waiting run looks at its cancel event
@@ -138,13 +138,7 @@ class PortableDir:
         return {"dir": self.path, "scratch": self.scratch, "token": self.token, **extra}
 
     def read_capture(self, name: str, start: int = 0, end: int | None = None, limit: int = OUTPUT_LIMIT) -> str:
-        try:
-            with open(os.path.join(self.path, name), "rb") as f:
-                f.seek(start)
-                n = limit if end is None else max(0, min(limit, end - start))
-                return f.read(n).decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return read_capture_file(os.path.join(self.path, name), start, end, limit)
 
     def cleanup(self) -> None:
         for _ in range(5):
