@@ -71,3 +71,16 @@ def llm_env(monkeypatch, tmp_path):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     yield
+
+
+@pytest.fixture(autouse=True)
+def fresh_detection():
+    """What the LLM layer learns about a server in this process (its kind, that it cannot stream, a format it
+    refused) is forgotten around each test, so that no test's server changes another's requests."""
+    from crane.llm import client, local_server
+
+    local_server.forget()
+    client._format_downgrades.clear()
+    yield
+    local_server.forget()
+    client._format_downgrades.clear()

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from crane.finding import Finding
-from crane.llm import client
 from crane.llm.claims import contradiction, facts_check, is_placeholder, model_answer, real_exception_class
 from crane.llm.client import LLMBadAnswer, LLMError
 from crane.llm.cost import CostLedger
@@ -61,16 +60,6 @@ def prompt() -> Prompt:
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "## Target cell\n1| x"}]
     return Prompt(messages=messages, chars=100, user_chars=30, sections={})
 
-
-@pytest.fixture(autouse=True)
-def fresh_detection():
-    from crane.llm import local_server
-
-    local_server.forget()
-    client._format_downgrades.clear()
-    yield
-    local_server.forget()
-    client._format_downgrades.clear()
 
 
 def verdict(**fields: Any) -> LLMVerdict:

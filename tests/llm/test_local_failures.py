@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from crane.llm import client, local_call, local_server
+from crane.llm import local_call
 from crane.llm.client import LLMRequestRejected, LLMUnavailable, call_model
 from crane.llm.cost import CostLedger
 from crane.llm.settings import LLMSettings
@@ -18,14 +18,6 @@ from .fake_llm_server import Reply
 
 MESSAGES = [{"role": "system", "content": "Reply with JSON."}, {"role": "user", "content": "hi"}]
 
-
-@pytest.fixture(autouse=True)
-def fresh_detection():
-    local_server.forget()
-    client._format_downgrades.clear()
-    yield
-    local_server.forget()
-    client._format_downgrades.clear()
 
 
 def test_a_hung_server_is_abandoned_in_seconds_not_at_the_timeout(monkeypatch):

@@ -74,19 +74,6 @@ def prompt() -> Prompt:
     return Prompt(messages=messages, chars=100, user_chars=30, sections={})
 
 
-@pytest.fixture(autouse=True)
-def fresh_detection():
-    try:
-        from crane.llm import local_server
-    except ImportError:  # the code before issue 22
-        yield
-        return
-    local_server.forget()
-    client._format_downgrades.clear()
-    yield
-    local_server.forget()
-    client._format_downgrades.clear()  # a downgrade learnt here must not change other files' requests
-
 
 def name_error(confidence: float = 0.95) -> Finding:
     return Finding(rule="undefined-name", ename="NameError", message="name 'X' is not defined", line=3,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from crane.llm import client, local_server
+from crane.llm import local_server
 from crane.llm.cost import CostLedger
 from crane.llm.predictor import predict_with_llm
 from crane.llm.prompt import Prompt
@@ -49,14 +49,6 @@ def local(server, **kw) -> LLMSettings:
     base.update(kw)
     return LLMSettings(model=MODEL, api_base=server.api_base, **base)
 
-
-@pytest.fixture(autouse=True)
-def fresh_detection():
-    local_server.forget()
-    client._format_downgrades.clear()
-    yield
-    local_server.forget()
-    client._format_downgrades.clear()
 
 
 def test_llama_cpp_python_is_detected_and_gets_the_schema_in_its_own_dialect(llm_server):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from crane.agent.model_call import request_turn
-from crane.llm import client, local_call, local_server
+from crane.llm import client, local_call
 from crane.llm.client import LLMTimeout, call_model
 from crane.llm.cost import CostLedger
 from crane.llm.settings import FIRST_TOKEN_S, LLMSettings, SettingsError, resolve_settings
@@ -22,14 +22,6 @@ from .fake_llm_server import VALID_ANSWER, Reply
 
 MESSAGES = [{"role": "system", "content": "Reply with JSON."}, {"role": "user", "content": "hi"}]
 
-
-@pytest.fixture(autouse=True)
-def fresh_detection():
-    local_server.forget()
-    client._format_downgrades.clear()
-    yield
-    local_server.forget()
-    client._format_downgrades.clear()
 
 
 def local(server, **kw) -> LLMSettings:

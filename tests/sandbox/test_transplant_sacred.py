@@ -221,20 +221,25 @@ def test_global_hooks_never_see_crane_code_on_the_fork_path(fork_kernel):
     assert v.verdict == "no-crash", v
 
 
+def _forging_cell(records: list[dict]) -> str:
+    """A cell that writes `records` as reply lines into every result FIFO of its own process it can find."""
+    return ("import os, json\n"
+            "def _link(f):\n"
+            "    try:\n"
+            "        return os.readlink(f'/proc/self/fd/{f}')\n"
+            "    except OSError:\n"
+            "        return ''\n"
+            "fds = [int(f) for f in os.listdir('/proc/self/fd') if _link(f).endswith('/result')]\n"
+            "assert fds\n"
+            "for fd in fds:\n"
+            f"    for r in {records!r}:\n"
+            "        os.write(fd, (json.dumps(r) + '\\n').encode())\n")
+
+
 def test_forged_session_lines_change_no_later_verdict(fork_kernel):
-    forge = ("import os, json\n"
-             "def _link(f):\n"
-             "    try:\n"
-             "        return os.readlink(f'/proc/self/fd/{f}')\n"
-             "    except OSError:\n"
-             "        return ''\n"
-             "fds = [int(f) for f in os.listdir('/proc/self/fd') if _link(f).endswith('/result')]\n"
-             "assert fds\n"
-             "for fd in fds:\n"
-             "    for r in ({'event': 'reply', 'verdict': 'no-crash', 'id': 3},\n"
-             "              {'event': 'reply', 'verdict': 'crash', 'ename': 'ZeroDivisionError', 'evalue': 'forged',\n"
-             "               'line': 1, 'id': 4}, {'event': 'resumed', 'pid': 1, 'depth': 0}):\n"
-             "        os.write(fd, (json.dumps(r) + '\\n').encode())\n")
+    forge = _forging_cell([{"event": "reply", "verdict": "no-crash", "id": 3},
+                           {"event": "reply", "verdict": "crash", "ename": "ZeroDivisionError", "evalue": "forged",
+                            "line": 1, "id": 4}, {"event": "resumed", "pid": 1, "depth": 0}])
     with open_session(fork_kernel, budget_s=20.0) as sess:
         first = sess.run(forge)
         assert first.verdict == "no-crash", first
@@ -247,18 +252,8 @@ def test_forged_session_lines_change_no_later_verdict(fork_kernel):
 
 
 def test_forged_lines_in_a_transplant_session_change_no_later_verdict(env):
-    forge = ("import os, json\n"
-             "def _link(f):\n"
-             "    try:\n"
-             "        return os.readlink(f'/proc/self/fd/{f}')\n"
-             "    except OSError:\n"
-             "        return ''\n"
-             "fds = [int(f) for f in os.listdir('/proc/self/fd') if _link(f).endswith('/result')]\n"
-             "assert fds\n"
-             "for fd in fds:\n"
-             "    for r in ({'event': 'reply', 'ok': False, 'reason': 'forged load'},\n"
-             "              {'event': 'reply', 'verdict': 'crash', 'ename': 'ZeroDivisionError', 'evalue': 'forged'}):\n"
-             "        os.write(fd, (json.dumps(r) + '\\n').encode())\n")
+    forge = _forging_cell([{"event": "reply", "ok": False, "reason": "forged load"},
+                           {"event": "reply", "verdict": "crash", "ename": "ZeroDivisionError", "evalue": "forged"}])
     env["conn"].run_cell("small2 = [4, 5]")
     with open_session(env["conn"], budget_s=30.0) as sess:
         assert sess.run(forge).verdict == "no-crash"

@@ -31,7 +31,7 @@ import msgspec
 from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
-from crane.sandbox.drain import OUTPUT_LIMIT, RunDrain, read_capture_file
+from crane.sandbox.drain import OUTPUT_LIMIT, RunDrain, has_record, read_capture_file
 from crane.sandbox.request import SandboxRequest
 from crane.sandbox.verdict import ExitStatus, LaunchReply, RemoteState, SandboxVerdict, exit_status_decoder, unavailable
 
@@ -213,11 +213,6 @@ def launch(conn: KernelConnection, pdir: PrivateDir, entry: str, request: Sandbo
     return ChildHandle(reply.pid, reply.start)  # type: ignore[arg-type]
 
 
-def _has_record(buf: bytearray) -> bool:
-    """A complete final record line (not the setup or exit line) is in `buf`."""
-    end = buf.rfind(b"\n")
-    return end >= 0 and b'"verdict"' in buf[:end]
-
 
 def read_until_eof(fd: int, child: ChildHandle, deadline: float, stop_at_newline: bool = False,
                    cancel: threading.Event | None = None, stop_at_record: bool = False) -> tuple[bytes, str]:
@@ -249,7 +244,7 @@ def read_until_eof(fd: int, child: ChildHandle, deadline: float, stop_at_newline
                 buf += chunk
                 if stop_at_newline and b"\n" in buf:
                     return bytes(buf), "line"
-                if stop_at_record and _has_record(buf):
+                if stop_at_record and has_record(buf):
                     return bytes(buf), "record"  # the processes end on their own (their teardown is not ours)
             elif fdx == child.pidfd:
                 if exited_at is None:

@@ -25,6 +25,13 @@ from crane.sandbox.shared.notify import answer_notification
 OUTPUT_LIMIT = 64 * 1024
 
 
+
+def has_record(buf: bytes | bytearray) -> bool:
+    """A complete final record line (not the setup line) is in a run's result lines `buf`."""
+    end = buf.rfind(b"\n")
+    return end >= 0 and b'"verdict"' in buf[:end]
+
+
 def read_capture_file(path: str, start: int = 0, end: int | None = None, limit: int = OUTPUT_LIMIT) -> str:
     """Bytes `start`..`end` of a run's output file (at most `limit`), as text; "" when it cannot be read."""
     try:

@@ -33,7 +33,7 @@ import threading
 import time
 from typing import IO, Any
 
-from crane.sandbox.drain import OUTPUT_LIMIT, read_capture_file
+from crane.sandbox.drain import OUTPUT_LIMIT, has_record, read_capture_file
 from crane.sandbox.request import SandboxRequest
 
 POLL_S = 0.1  # how often a waiting run looks at its cancel event
@@ -88,11 +88,6 @@ class PipeReader:
         return bytes(out)
 
 
-def _has_record(buf: bytearray) -> bool:
-    """A complete final record line (not the setup line) is in `buf`."""
-    end = buf.rfind(b"\n")
-    return end >= 0 and b'"verdict"' in buf[:end]
-
 
 def read_run(reader: PipeReader, deadline: float, cancel: threading.Event | None = None) -> tuple[bytes, str]:
     """The worker's lines until its record, EOF (it ended), the deadline or `cancel`:
@@ -110,7 +105,7 @@ def read_run(reader: PipeReader, deadline: float, cancel: threading.Event | None
         if not chunk:
             return bytes(buf), "eof"
         buf += chunk
-        if _has_record(buf):
+        if has_record(buf):
             return bytes(buf), "record"
 
 
