@@ -120,6 +120,7 @@ class SpeculationService:
                 session = self.host.sessions.get(key[0])
                 if session is None or not self.applicable(session):
                     self._due.pop(key, None)
+                    self.transient.forget(key)  # its notebook closed or stopped speculating: no retry pending
                     continue
                 if session.attachment.busy:  # type: ignore[union-attr]
                     continue  # a user cell is running: wait until the kernel is idle
