@@ -143,11 +143,6 @@ class PortableDir:
             time.sleep(0.02)
 
 
-def _psutil() -> Any:
-    import psutil  # a daemon dependency, imported on first use (ends the worker's whole tree on every platform)
-
-    return psutil
-
 
 class ProcessHandle:
     """A worker process the daemon started, through its `Popen` handle (immune to pid reuse: not reaped before
@@ -167,7 +162,7 @@ class ProcessHandle:
         which it leads, and the handle's own kill)."""
         if not self.alive():
             return
-        ps = _psutil()
+        import psutil as ps  # a daemon dependency, imported on first use (its import costs ~40 ms)
         try:
             for child in ps.Process(self.pid).children(recursive=True):
                 try:

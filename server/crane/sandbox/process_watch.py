@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 POLL_S = 1.0  # how often the watched kernels are looked at: a dead kernel's workers end within about a second
 _START_SLACK_S = 1.0  # creation times and the wall clock may disagree by this much (Linux rounds its boot time)
@@ -29,11 +29,6 @@ class ProcessRef(NamedTuple):
     created: float
 
 
-def _psutil() -> Any:
-    import psutil  # a daemon dependency; imported when a portable run first needs it (its import costs ~10 ms)
-
-    return psutil
-
 
 def process_ref(pid: int, start_ticks: int, asked_at: float) -> ProcessRef | None:
     """The kernel's process, when it can be identified and watched (else None: its workers then end only with
@@ -42,7 +37,7 @@ def process_ref(pid: int, start_ticks: int, asked_at: float) -> ProcessRef | Non
     export was asked for (a process made after that cannot be the kernel that answered)."""
     if pid <= 0:
         return None
-    ps = _psutil()
+    import psutil as ps  # a daemon dependency, imported on first use (its import costs ~40 ms)
     try:
         created = float(ps.Process(pid).create_time())
         boot = float(ps.boot_time()) if start_ticks > 0 else 0.0
@@ -62,7 +57,7 @@ def process_ref(pid: int, start_ticks: int, asked_at: float) -> ProcessRef | Non
 
 def process_alive(ref: ProcessRef) -> bool:
     """Whether the process `ref` names still runs (not ended, not a zombie waiting for its parent, pid not reused)."""
-    ps = _psutil()
+    import psutil as ps  # a daemon dependency, imported on first use (its import costs ~40 ms)
     try:
         proc = ps.Process(ref.pid)
         if abs(float(proc.create_time()) - ref.created) > 0.01:
