@@ -47,6 +47,19 @@ def guarded(src: str, ns: dict | None = None, folder: Path | None = None) -> Run
     return Run(refused, error, ns)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_warm_workers_of_other_tests():
+    """These tests install the guard in this test process, which may also hold CRANE's own machinery from other
+    tests run by the same xdist worker: a warm transplant worker ending meanwhile (its kernel gone, its idle time
+    over) starts a reaping thread, which the guard's `threading.setprofile` would vet as user code (CRANE runs from
+    the checkout, not the interpreter's prefix) and refuse (`os.killpg`). The product never meets this (the guard
+    runs only in the worker process, which holds no such machinery), so end those workers first."""
+    from crane.sandbox.transplant import POOL
+
+    POOL.shutdown()
+    yield
+
+
 @pytest.fixture
 def marker(tmp_path):
     p = tmp_path / "marker"
