@@ -26,7 +26,8 @@ def transplant_kernel(runtime_dir, notebook_path):
 @pytest_asyncio.fixture
 async def client(transplant_kernel, tmp_path):
     c = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path)}, mode=None,
-                           init_options={"crane": {"speculative": {"exportSeconds": 0.2}}})
+                           init_options={"crane": {"speculative": {
+                               "exportSeconds": 0.2, "watchedExportSeconds": 0.2}}})
     yield c
     await stop_client(c)
 

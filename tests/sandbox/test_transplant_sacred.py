@@ -102,12 +102,25 @@ class Shadow:
     def __call__(self, *a, **k):
         return pd.Series([0])
 a11 = pd.DataFrame({{'a': [1, 2]}})
+import random, logging
+class Rng(random.Random):  # Random's own __reduce__ calls self.getstate(): pickling would run this
+    def getstate(self):
+        hit('A20 getstate reached from a library reducer'); return random.Random.getstate(self)
+a20 = Rng(1)
+_real_get_logger = logging.getLogger
+def _patched_get_logger(name=None):  # Logger.__reduce__ calls the module's getLogger
+    if name == 'crane-a22':
+        hit('A22 patched library global')
+    return _real_get_logger(name)
+logging.getLogger = _patched_get_logger
+a22 = _real_get_logger('crane-a22')
 """
 
 ATTEMPTS = [("a1", "print(a1.v)"), ("a2", "print(a2.v)"), ("a3", "print(a3)"), ("a4", "print(a4)"),
             ("a5", "print(a5)"), ("a6", "print(len(a6))"), ("a7", "print(len(a7))"), ("a8", "print(a8)"),
             ("a9", "print(a9)"), ("a9b", "print(a9b)"), ("a10", "print(len(a10))"), ("a19", "print(a19[0].v)"),
-            ("a11", "print(len(a11))"), ("sentinel", "print(sentinel)")]
+            ("a11", "print(len(a11))"), ("a20", "print(a20.random() < 1)"), ("a22", "print(a22.name)"),
+            ("sentinel", "print(sentinel)")]
 
 
 @pytest.fixture(scope="module", params=KERNEL_ENVS)
@@ -277,12 +290,12 @@ def test_a_deep_structure_is_refused_and_the_kernel_survives(env):
 
 def test_a_big_export_is_cut_at_its_kernel_time_cap_and_the_kernel_goes_on(env, monkeypatch):
     """Millions of small objects pickle in-band for seconds: the export stops at `export_seconds` of kernel time
-    (here 0.2 s), the run is unavailable saying why (the rules decide), and the kernel answers at once after.
+    (here 0.2 s, watched or not), the run is unavailable saying why (the rules decide), and the kernel answers at once after.
     (How long the user's cell then waits is measured by benchmarks/export_bench.py, not timed here.)"""
     conn = env["conn"]
     assert conn.run_cell("many = [(i, str(i)) for i in range(2_000_000)]", timeout=120).status == "ok"
     try:
-        use_options(monkeypatch, export_seconds=0.2)
+        use_options(monkeypatch, export_seconds=0.2, watched_export_seconds=0.2)
         v = transplant(conn, "len(many)", 60.0)
         assert v.verdict == "unavailable" and "longer than the kernel may be kept busy" in (v.reason or ""), v
         assert conn.evaluate("len(many)") == 2_000_000
@@ -355,7 +368,8 @@ def test_a_big_export_stops_as_soon_as_the_users_cell_is_queued(env, monkeypatch
         return os.path.exists(state := os.path.join(d, "state.pkl")) and os.path.getsize(state) > 0
 
     try:
-        v, _, _ = _users_cell_during_export(env, monkeypatch, "len(many)", pickling, export_seconds=60)
+        v, _, _ = _users_cell_during_export(env, monkeypatch, "len(many)", pickling, export_seconds=60,
+                                           watched_export_seconds=60)
         assert v.verdict == "unavailable" and "a request is waiting for the kernel" in (v.reason or ""), v
         assert v.transient, v
         assert conn.evaluate("len(many)") == 2_000_000
@@ -388,7 +402,7 @@ def test_shrinking_before_the_copy_stops_as_soon_as_the_users_cell_is_queued(env
 
     try:
         v, names, phase = _users_cell_during_export(env, monkeypatch, "big.groupby('c')['f'].mean()", shrinking,
-                                                    miniature=MINI, export_seconds=60)
+                                                    miniature=MINI, export_seconds=60, watched_export_seconds=60)
         assert v.verdict == "unavailable" and "a request is waiting for the kernel" in (v.reason or ""), v
         assert v.transient, v
         assert phase == "shrinking" and not any(n.startswith(("state", "buf")) for n in names or []), (names, phase)
@@ -465,6 +479,70 @@ def test_honest_cells_get_the_real_verdict(env):
     finally:
         if env["name"] == "ipython9":
             conn.run_cell("jax.config.update('jax_enable_x64', False)")
+
+
+TORCH = r"""
+import torch
+from torch import nn
+class Net(nn.Module):  # a notebook module: torch pickles it by its __dict__, calling none of these
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+    def forward(self, x):
+        hit('forward ran in the kernel')
+        return self.fc(x)
+    def extra_repr(self):
+        hit('extra_repr ran in the kernel')
+        return 'net'
+net = Net()
+"""
+
+
+def test_a_notebook_torch_module_is_copied_and_its_cells_get_the_real_verdict(env):
+    """A notebook `nn.Module` (overriding `forward`, `extra_repr`, names torch defines): torch's pickling hook
+    (`Module.__getstate__`) reaches none of them, so the copy is made and the cell runs in the worker (the old rule
+    refused every notebook subclass overriding a library name: `unavailable`). Nothing of it runs in the kernel."""
+    conn = env["conn"]
+    assert conn.run_cell(TORCH, timeout=180).status == "ok"
+    conn.evaluate("HITS.clear()")
+    with Untouched(conn) as watch:
+        ok = transplant(conn, "print(net(torch.ones(1, 4)).shape)", 120.0)
+        bad = transplant(conn, "net(torch.ones(1, 3))", 120.0)
+    assert _hits(conn) == [] and watch.unchanged, (_hits(conn), watch.changes(), ok, bad)
+    assert ok.verdict == "no-crash", ok
+    assert bad.verdict == "crash" and bad.ename == "RuntimeError" and bad.certain is True, bad
+
+
+TORCH_STATE = r"""
+w = torch.ones(2, requires_grad=True)
+(w * 3).sum().backward()  # torch's own pickling drops w.grad
+torch.set_default_dtype(torch.float64)  # process-wide settings a fresh interpreter lacks
+torch.set_grad_enabled(False)
+"""
+
+
+def test_torch_state_the_copy_carries_makes_its_crashes_certain_and_no_false_one(env):
+    """What torch's pickling leaves out is carried (a leaf tensor's `.grad`, the default dtype, grad mode, the
+    random state): each verdict equals the kernel's own run of the cell, and a crash in torch is certain (before,
+    every torch crash of a copied run was only "likely", and `.grad` read after a copy was a crash that does not
+    happen)."""
+    conn = env["conn"]
+    assert conn.run_cell(TORCH, timeout=180).status == "ok"
+    assert conn.run_cell(TORCH_STATE, timeout=60).status == "ok"
+    cells = [("print(float(w.grad.sum()))", None),
+             ("print(torch.ones(2, dtype=torch.float32) @ torch.tensor([1.0, 2.0]))", "RuntimeError"),
+             ("(torch.ones(2, requires_grad=True) * 2).sum().backward()", "RuntimeError")]
+    try:
+        for cell, ename in cells:
+            v = transplant(conn, cell, 120.0)
+            real = conn.run_cell(cell, timeout=60)
+            assert (real.status == "ok") == (ename is None), (cell, real)
+            if ename is None:
+                assert v.verdict == "no-crash", (cell, v)
+            else:
+                assert v.verdict == "crash" and v.ename == ename and v.certain is True, (cell, v)
+    finally:
+        conn.run_cell("torch.set_default_dtype(torch.float32); torch.set_grad_enabled(True)")
 
 
 def test_a_crash_that_rests_on_rebuilt_runtime_state_is_likely_the_others_certain(env):

@@ -85,6 +85,13 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
                          "as the user's cell is queued on the kernel (ipykernel 7); on other kernels the user's cell "
                          "waits about this long behind it at most."),
     ] = 0.7
+    watched_export_seconds: Annotated[
+        float,
+        Meta(ge=0.2, le=60,
+             description="Where the kernel's shell queue is watched (ipykernel 7), the most kernel CPU time one copy "
+                         "of a cell's inputs may take: the copy stops the moment the user's cell (or any request) is "
+                         "queued, so nothing of the user's waits behind it. Elsewhere exportSeconds applies."),
+    ] = 5.0
     worker_idle_seconds: Annotated[
         float,
         Meta(ge=5, le=86400, description="An idle warm worker ends after this many seconds without a run."),
@@ -150,6 +157,10 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
                    help="keep an idle worker ready per kernel interpreter (default on)")
     g.add_argument("--export-seconds", dest="export_seconds", type=float, metavar="S", default=d.export_seconds,
                    help=f"the most kernel time one copy of a cell's inputs may take (default {d.export_seconds:g})")
+    g.add_argument("--watched-export-seconds", dest="watched_export_seconds", type=float, metavar="S",
+                   default=d.watched_export_seconds,
+                   help="the same where the kernel's queue is watched, so the user's cell stops the copy at once "
+                        f"(ipykernel 7; default {d.watched_export_seconds:g})")
     g.add_argument("--worker-idle-seconds", dest="worker_idle_seconds", type=float, metavar="S",
                    default=d.worker_idle_seconds,
                    help=f"an idle warm worker ends after this long (default {d.worker_idle_seconds:g})")

@@ -37,6 +37,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import NamedTuple
 
@@ -407,6 +408,7 @@ class ExportReply(msgspec.Struct):
     shrunk: str | None = None  # why, when the run was not asked to be a miniature (too much to copy whole)
     raw_bytes: int = 0  # the memory of the values the cell reads, before shrinking
     shrink_error: str | None = None
+    carried: list[str] = []  # rebuilt runtimes whose process-wide state the copy carries (kernel/export `_settings`)
     watch: str | None = None  # what stopped the export as soon as a request waited (None: only its time cap)
     transient: bool = False  # stopped for a waiting request or by its kernel-time cap: a passing cause
 
@@ -421,7 +423,9 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     out = cp.evaluate({"v": CLOUDPICKLE_MODULE.version_expression()}, timeout, "transplant check")
     if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
         cp.ensure_installed(timeout=max(timeout, 10.0))
-    extra = {"copy_mb": copy_limit_mb(), "max_s": active_options().export_seconds, **(extra or {})}
+    opts = active_options()
+    extra = {"copy_mb": copy_limit_mb(), "max_s": opts.export_seconds, "watched_max_s": opts.watched_export_seconds,
+             **(extra or {})}
     if miniature:
         extra["miniature"] = miniature
     args = pdir.args(source=source, names=cell_names(source), **extra)
@@ -557,7 +561,8 @@ def transplant(
             info.confinement = None
             info.layers = _portable_layers(data) or ["call guard", "audit hook", *worker.os_layers]
         if v.verdict == "crash":
-            v.certain = crash_certain(v, source, exp.copied)
+            missed = setup_extra.get("settings_missed") or []
+            v.certain = crash_certain(v, source, exp.copied, [r for r in exp.carried if r not in missed])
         total_ms = (time.monotonic() - t0) * 1000.0
         if how in ("deadline", "cancelled"):
             v.elapsed_ms, v.overhead_ms = total_ms, 0.0
@@ -604,21 +609,29 @@ def _runtime_of(where: str) -> str | None:
     return next((p for p in parts if p in REBUILT_RUNTIMES), None)
 
 
-def crash_certain(v: SandboxVerdict, source: str, copied: list[tuple[str, str]]) -> bool:
+def crash_certain(v: SandboxVerdict, source: str, copied: list[tuple[str, str]],
+                  carried: Collection[str] = ()) -> bool:
     """A transplant crash is certain only when its failing frames cannot depend on library state the worker
     rebuilt: not an environmental exception (the recursion limit, memory, integer widths), no frame in a rebuilt
     runtime (`REBUILT_RUNTIMES`: TensorFlow/Keras, JAX, torch, ...), and no value of one read on the failing line.
-    Otherwise it is "likely": it never decides alone (crane.policy)."""
+    A runtime in `carried` is not rebuilt: the copy holds its state (torch on the CPU: tensors with their
+    gradients, modules and optimizers in one pickle, its process-wide settings and random state applied in the
+    worker). Otherwise it is "likely": it never decides alone (crane.policy)."""
     if (v.ename or "") in _ENVIRONMENTAL:
         return False
+
+    def rebuilt(where: str) -> bool:
+        runtime = _runtime_of(where)
+        return runtime is not None and runtime not in carried
+
     frames = [t for t in v.traceback[:-1] if t.strip() and not t.startswith("cell")]
-    if any(_runtime_of(t.split(":", 1)[0]) for t in frames):
+    if any(rebuilt(t.split(":", 1)[0]) for t in frames):
         return False
     lines = source.splitlines()
     if not v.line or v.line > len(lines):
         return False
     kinds = dict(copied)
-    return not any(_runtime_of(kinds.get(name) or "") for name in cell_names(lines[v.line - 1].strip()))
+    return not any(rebuilt(kinds.get(name) or "") for name in cell_names(lines[v.line - 1].strip()))
 
 
 def _setup_transplant(data: bytes) -> dict:

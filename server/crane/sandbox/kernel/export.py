@@ -27,7 +27,7 @@ Safety (the export never runs notebook code and never harms the kernel):
   (`_DEPTH`), so a deep structure is refused, never a C-stack overflow;
 - it stops (and the run is refused) as soon as a request waits for the kernel's main thread (the user's cell
   comes first: kernel/waiting.py watches the kernel's shell queue without reading it; where it cannot, the reply's
-  `watch` says why), past `args["max_s"]` seconds of kernel time, when the daemon writes `cancel` into the
+  `watch` says why), past `args["max_s"]` seconds of kernel time (`args["watched_max_s"]` where the watch works), when the daemon writes `cancel` into the
   directory, past the copy cap (out-of-band and in-band bytes both count), and when the memory the kernel may
   still use (kernel/shield.memory_headroom, cgroup-aware) falls under `_FLOOR`.
 Large values are shrunk BEFORE they are copied (kernel/miniature's rules: consistent row subsets, on a copy of the
@@ -131,6 +131,17 @@ def _type_name(obj: Any) -> str:
 _CALLED = ("__reduce__", "__reduce_ex__", "__getstate__", "__getnewargs__", "__getnewargs_ex__", "__getattr__",
            "__getattribute__", "__class__", "__dict__", "__reducer_override__")
 _PICKLING = ("__reduce__", "__reduce_ex__", "__getstate__", "__getnewargs__", "__getnewargs_ex__")
+# names through which code reaches attributes it does not name (the walk of `_Proof._reachable` cannot bound it)
+_DYNAMIC = frozenset(("getattr", "__getattribute__", "attrgetter", "methodcaller", "eval", "exec", "vars", "globals",
+                      "locals", "__import__", "import_module", "getattr_static"))
+# dunders no operation on an object calls (class set-up and construction); any other a notebook class defines
+# may be called by the hook's code without its name (`str(self)`, `self == x`)
+_NOT_CALLED_BY_OPERATIONS = frozenset((
+    "__init__", "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__", "__slots__",
+    "__init_subclass__", "__class_getitem__", "__set_name__", "__del__", "__firstlineno__", "__static_attributes__",
+    "__orig_bases__", "__parameters__", "__abstractmethods__", "__classcell__", "__type_params__",
+    "__annotate__", "__annotate_func__", "__annotations_cache__", "__setstate__"))
+_REACH_LIMIT = 100  # code objects the walk follows before it gives up (then every library name counts)
 _C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
                 types.GetSetDescriptorType, types.MemberDescriptorType, types.ClassMethodDescriptorType,
                 type(type.__dict__["__dict__"]))
@@ -174,6 +185,39 @@ def _compiled_callable_type(t: type) -> bool:
     if key not in _COMPILED_CALLABLES or type(t) is not type:
         return False
     return not any(type(x) is types.FunctionType for k in _T_MRO.__get__(t, type) for x in _cls_dict(k).values())
+
+
+def _imports(code: types.CodeType) -> bool:
+    """The code imports a module (an IMPORT_NAME instruction; wordcode: every other byte is an opcode). Without
+    the interpreter's `opcode` module loaded, assume it does."""
+    op = sys.modules.get("opcode")
+    opmap = dict.get(_O_DICT_GET(op, "__dict__"), "opmap") if type(op) is types.ModuleType else None
+    num = dict.get(opmap, "IMPORT_NAME") if type(opmap) is dict else None
+    return type(num) is not int or num in code.co_code[::2]
+
+
+def _generated_by_library(f: types.FunctionType) -> bool:
+    """A function made by `exec` (file `<string>`, ...) outside the notebook's namespace: a dataclass's or a
+    namedtuple's generated method in a library module (a notebook's cell has a real file, and code it makes with
+    `exec` runs in `__main__`)."""
+    name = f.__code__.co_filename
+    g = f.__globals__
+    return type(name) is str and name.startswith("<") and not name.startswith("<ipython-input") \
+        and type(g) is dict and dict.get(g, "__name__") != "__main__"
+
+
+_INERT = (str, bytes, int, float, complex, bool, type(None))
+
+
+def _inert(v: Any) -> bool:
+    """A class attribute no code can run through: a plain value, or a plain container of plain values (the set of
+    names scikit-learn's `__init_subclass__` stores on every estimator class)."""
+    t = type(v)
+    if t in _INERT:
+        return True
+    if t is tuple or t is frozenset or t is set or t is list:
+        return len(v) <= 1000 and all(type(x) in _INERT for x in v)
+    return False
 
 
 class _Refused(Exception):
@@ -330,17 +374,99 @@ class _Proof:
                     continue
                 bd = _cls_dict(b)
                 if any(n in bd and type(bd[n]) is types.FunctionType for n in _PICKLING):
-                    lib_names: set = set()  # what the library's classes define: its pickling code may call any
-                    for x in mro:
-                        if x is not object and self.library_class(x):
-                            lib_names.update(n for n in _cls_dict(x) if type(n) is str and not n.startswith("__"))
+                    lib_names, bounded, notebook = self._reachable(mro)
+                    if notebook:
+                        return f"{_type_name_of(b)}'s own pickling reaches {notebook}", lib
+                    if bounded and any(n.startswith("__") and n not in _NOT_CALLED_BY_OPERATIONS and not _inert(v)
+                                       for k in mro if k is not object and not self.library_class(k)
+                                       for n, v in _cls_dict(k).items() if type(n) is str):
+                        bounded = False  # `str(self)`, `self == x`, `len(self)` in the hook call these unnamed
+                    if not bounded:  # the library's pickling code may call any name its classes define
+                        for x in mro:
+                            if x is not object and self.library_class(x):
+                                lib_names.update(n for n in _cls_dict(x) if type(n) is str and not n.startswith("__"))
                     overridden = [n for k in mro if k is not object and not self.library_class(k)
-                                  for n in _cls_dict(k) if type(n) is str and n in lib_names]
+                                  for n, v in _cls_dict(k).items() if type(n) is str and n in lib_names
+                                  and not _inert(v)]
                     if overridden:
                         return (f"{_type_name_of(t)} overrides `{overridden[0]}` of {_type_name_of(b)}, whose own "
                                 "pickling would call it"), lib
                     break
+        elif any(type(_cls_dict(b).get(n)) is types.FunctionType for b in mro if b is not object for n in _PICKLING):
+            notebook = self._reachable(mro)[2]  # a library class: its pickling code may reach what the notebook patched
+            if notebook:
+                return f"{_type_name_of(t)}'s own pickling reaches {notebook}", lib
         return "", lib
+
+    def _reachable(self, mro: tuple) -> tuple[set, bool, str]:
+        """What the library's pickling hooks of these classes can reach: every attribute and global name (and
+        identifier constant) in their code, followed through the library functions those names resolve to (the
+        library classes of `mro`, the hooks' module globals, classes they name, closures, nested code).
+        Returns (names, bounded, notebook): `bounded` False when the names may be incomplete: a computed lookup
+        (`getattr(self, name)`), a module the code names or imports (Keras's pickling goes through its saving
+        modules, which call methods a subclass overrides), more than `_REACH_LIMIT` code objects; `notebook` names a function of the notebook's
+        the hooks reach (a library module or class the notebook patched), else ""."""
+        libs = [x for x in mro if x is not object and self.library_class(x)]
+        todo: list = []
+        for x in libs:
+            for n in _PICKLING:
+                v = _cls_dict(x).get(n)
+                if type(v) is types.FunctionType:
+                    todo.append((v.__code__, v.__globals__, v))
+        names: set = set()
+        seen: set = set()
+        bounded = True
+        while todo:
+            code, globs, fn = todo.pop()
+            if id(code) in seen:
+                continue
+            seen.add(id(code))
+            if len(seen) > _REACH_LIMIT:
+                return names, False, ""
+            co_names = code.co_names
+            if bounded and (any(n in _DYNAMIC for n in co_names) or _imports(code)):
+                bounded = False  # a computed lookup, or a module it imports (whose code calls what?)
+            spaces = [_cls_dict(x) for x in libs]
+            if type(globs) is dict:
+                spaces.append(globs)
+                for n in co_names:
+                    g: Any = dict.get(globs, n)
+                    if type(g) is types.ModuleType:
+                        bounded = False
+                    elif type in _T_MRO.__get__(type(g), type) and self.library_class(g):
+                        for k in _T_MRO.__get__(g, type):
+                            if k is not object:
+                                spaces.append(_cls_dict(k))
+                                co_names += tuple(i for i in ("__init__", "__new__", "__call__") if i in _cls_dict(k))
+            for k in code.co_consts:
+                if type(k) is types.CodeType:
+                    todo.append((k, globs, None))
+                elif type(k) is str and k.isidentifier():
+                    names.add(k)
+            found = []
+            if fn is not None and fn.__closure__ is not None:
+                for cell in fn.__closure__:
+                    try:
+                        found.append(cell.cell_contents)
+                    except ValueError:
+                        continue
+            for n in co_names:
+                names.add(n)
+                for space in spaces:
+                    val: Any = space.get(n)  # a class's mappingproxy or a module's dict
+                    tv = type(val)
+                    if tv is staticmethod or tv is classmethod:
+                        val, tv = val.__func__, type(val.__func__)
+                    found.extend((val.fget, val.fset, val.fdel) if tv is property else (val,))
+            for f in found:
+                if type(f) is not types.FunctionType:
+                    continue
+                if not _library_function(f):
+                    if _generated_by_library(f):
+                        continue  # a dataclass's or namedtuple's generated method: not the notebook's
+                    return names, bounded, f"the notebook's function `{f.__code__.co_name}`"
+                todo.append((f.__code__, f.__globals__, f))
+        return names, bounded, ""
 
     def check(self, obj: Any) -> None:
         """Raise `_Refused` when pickling `obj` could run the user's code."""
@@ -556,6 +682,10 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
                             alias.requires_grad_(True)
                         alias.__dict__.update(obj.__dict__)
                         alias.__dict__["_crane_vdev"] = "cpu"
+                        if obj.is_leaf and obj.grad is not None:
+                            # torch's pickling drops `.grad`; loading sets every `__dict__` key with setattr, so
+                            # the copy gets its gradient back (the `grad` descriptor wins over this key here)
+                            alias.__dict__["grad"] = obj.grad
                         return alias.__reduce_ex__(5)
                     if obj.device.type not in ("cpu", "meta"):
                         host = obj.detach().to("cpu")
@@ -564,6 +694,8 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
                         elif obj.requires_grad:
                             host.requires_grad_(True)
                         host.__dict__["_crane_vdev"] = str(obj.device)  # the worker keeps it (worker/devices.py)
+                        if obj.is_leaf and obj.grad is not None:
+                            host.__dict__["grad"] = obj.grad
                         return host.__reduce_ex__(5)
                 except (_Refused, _Stopped):
                     raise
@@ -724,6 +856,9 @@ def _settings(recursion_limit: int) -> dict:
                           if type(h.get_global() if hasattr(h, "get_global") else h.value) in simple}
         except Exception:
             pass
+    torch_settings = _torch_settings()
+    if torch_settings is not None:
+        out["torch"] = torch_settings
     tf = sys.modules.get("tensorflow")
     if tf is not None:
         try:
@@ -741,6 +876,37 @@ def _settings(recursion_limit: int) -> dict:
         except Exception:
             pass
     return out
+
+
+def _torch_settings() -> dict | None:
+    """torch's process-wide state a fresh interpreter would not have: the default dtype and device, grad mode (the
+    main thread's: cells run there), deterministic algorithms, anomaly detection, matmul precision, the CPU random
+    generator's state. Only torch's own functions are called (one the notebook replaced is not: then None, and a
+    crash in torch stays "likely")."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    td = _O_DICT_GET(torch, "__dict__")
+
+    def call(name: str, owner: dict = td) -> Any:
+        fn = dict.get(owner, name)
+        if fn is None or not _library_function(fn):
+            raise _Refused(name)
+        return fn()
+
+    try:
+        rnd = dict.get(td, "random")
+        rng = call("get_rng_state", _O_DICT_GET(rnd, "__dict__")) if type(rnd) is types.ModuleType else None
+        out = {"default_dtype": str(call("get_default_dtype")), "grad_enabled": bool(call("is_grad_enabled")),
+               "deterministic": bool(call("are_deterministic_algorithms_enabled")),
+               "deterministic_warn_only": bool(call("is_deterministic_algorithms_warn_only_enabled")),
+               "anomaly": bool(call("is_anomaly_enabled")),
+               "matmul_precision": str(call("get_float32_matmul_precision")),
+               "rng": bytes(rng.tolist()).hex() if rng is not None and type(rng) is dict.get(td, "Tensor") else None}
+        out["default_device"] = str(call("get_default_device")) if "get_default_device" in td else "cpu"
+        return out
+    except Exception:
+        return None
 
 
 def _accessors(proof: _Proof) -> list:
@@ -971,7 +1137,9 @@ def _export(args: Any) -> dict:
     shrink_error = None
     cap = max(2 * limit, limit + (64 << 20)) if limit else 0
     # one kernel-time budget for the whole export, shrinking included; the same stops from here on
-    ctl = _Control(d, float(args.get("max_s") or 10.0), cap, waiting)
+    # where the watch works the copy stops the moment a request waits: it may take `watched_max_s` of kernel time
+    max_s = float(args.get("max_s") or 10.0)
+    ctl = _Control(d, float(args.get("watched_max_s") or max_s) if waiting is not None else max_s, cap, waiting)
     watched = watch if waiting is not None else None  # what stopped it for a queued request (None: its time cap)
     if spec:
         _phase(d, "shrinking")
@@ -1016,6 +1184,8 @@ def _export(args: Any) -> dict:
     return {"ok": True, "copied": [[n, _type_name(o)] for n, o in objs.items()], "bytes": total,
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": sys.executable, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
+            "carried": ["torch"] if settings.get("torch") and settings["torch"]["default_device"] == "cpu"
+            and settings["torch"]["rng"] and not facts["torch"].get("cuda") else [],
             **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3), "watch": watched}
 
 

@@ -48,7 +48,7 @@ from crane.sandbox.worker.portable import (  # kernel: strip
     run_portable,
 )
 
-_W: dict = {"preload_ms": 0.0, "failed": []}
+_W: dict = {"preload_ms": 0.0, "failed": [], "settings_missed": []}
 
 
 class _Done(Exception):
@@ -381,6 +381,19 @@ def _apply_settings(facts: dict) -> None:
             tf.config.run_functions_eagerly(True)
         except Exception:
             pass
+    ts = st.get("torch")
+    torch = sys.modules.get("torch")
+    if ts and torch is not None:
+        try:
+            torch.set_default_dtype(getattr(torch, str(ts["default_dtype"]).rpartition(".")[2]))
+            torch.set_grad_enabled(bool(ts["grad_enabled"]))
+            torch.use_deterministic_algorithms(bool(ts["deterministic"]), warn_only=bool(ts["deterministic_warn_only"]))
+            torch.autograd.set_detect_anomaly(bool(ts["anomaly"]))
+            torch.set_float32_matmul_precision(str(ts["matmul_precision"]))
+            if ts.get("rng"):
+                torch.random.set_rng_state(torch.tensor(list(bytes.fromhex(ts["rng"])), dtype=torch.uint8))
+        except Exception:
+            _W["settings_missed"].append("torch")  # a crash in torch then stays "likely" (transplant.crash_certain)
     kcfg = getattr(sys.modules.get("keras"), "config", None)
     ks = st.get("keras") or {}
     if kcfg is not None and ks:
@@ -604,7 +617,8 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
                                 "pid": os.getpid(), "kept": ctx.kept,
                                 "transplant": {"warm": warm, "devices_mapped": mapped,
                                                "preload_ms": _W["preload_ms"],
-                                               "not_imported": list(_W["failed"])[:20]}})
+                                               "not_imported": list(_W["failed"])[:20],
+                                               "settings_missed": list(_W["settings_missed"])}})
     if portable is not None:  # the run's resource limits (worker/limits.py), from what the worker holds now
         apply_limits(portable, args, float(args["budget_s"]))
     timer = hasattr(signal, "setitimer")
