@@ -202,3 +202,60 @@ def test_a_portable_session_runs_cells_refuses_side_effects_and_rolls_back(pk):
     assert watch.unchanged, (watch.outputs, watch.changes())
     assert (tree_hash(pk["work"]), tree_hash(pk["outside"])) == before
     assert not (pk["outside"] / "pwned").exists()
+
+
+LOADERS = """
+import numpy as np, torch
+from torch.utils.data import Dataset, DataLoader
+class DS(Dataset):
+    def __init__(self, X):
+        self.X = X
+    def __len__(self):
+        return len(self.X)
+    def __getitem__(self, i):
+        return self.X[i]
+good = DS(np.arange(64, dtype=np.float32).reshape(32, 2))
+bad = DS(np.array([[1, 'a']] * 32, dtype=object))  # default_collate rejects object rows: TypeError
+class Writer(Dataset):
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        open({target!r}, 'w').write('x')
+        return i
+writer = Writer()
+"""
+
+
+def test_a_dataloaders_worker_processes_run_confined_like_the_worker(pk):
+    """`DataLoader(num_workers=2)`: multiprocessing's fork children of the worker start (a copy of it: the guard and
+    the audit hook hold in them; its channels are UNIX sockets in the run's scratch) and end with the run. The
+    verdict is the real run's (the workers' TypeError, certain); a child's side effect is refused like the
+    worker's own (`blocked`, nothing written); a spawned child (a fresh interpreter without either layer), a
+    grandchild, and a child left running after the cell are refused or ended."""
+    import psutil
+
+    conn = pk["conn"]
+    target = str(pk["outside"] / "pwned")
+    assert conn.run_cell(LOADERS.format(target=target), timeout=180).status == "ok"
+    v = _run(pk, "s = 0\nfor xb in DataLoader(good, batch_size=8, num_workers=2):\n    s += float(xb.sum())\nprint(s)")
+    assert (v.verdict, v.stdout.strip()) == ("no-crash", "2016.0"), v
+    cell = "for xb in DataLoader(bad, batch_size=8, num_workers=2):\n    pass"
+    v = _run(pk, cell)
+    real = conn.run_cell(cell, timeout=120)
+    assert real.status == "error" and real.ename == "TypeError", real
+    assert (v.verdict, v.ename, v.certain) == ("crash", "TypeError", True), v
+    v = _run(pk, "for i in DataLoader(writer, batch_size=2, num_workers=2):\n    pass")
+    assert v.verdict == "blocked" and "writing a file outside the cell's working folder" in (v.reason or ""), v
+    for cell in ("import multiprocessing as mp\nmp.get_context('spawn').Process(target=print).start()",
+                 "import multiprocessing as mp\ndef f():\n    mp.Process(target=print).start()\n"
+                 "p = mp.Process(target=f)\np.start()\np.join()"):
+        v = _run(pk, cell)
+        assert v.verdict == "blocked" and "BaseProcess.start is refused" in (v.reason or ""), (cell, v)
+    v = _run(pk, "import multiprocessing as mp, time\np = mp.Process(target=time.sleep, args=(600,))\np.start()\n"
+                 "print(p.pid)")
+    assert v.verdict == "no-crash", v
+    child = psutil.Process(int(v.stdout.strip())) if psutil.pid_exists(int(v.stdout.strip())) else None
+    if child is not None:  # ended with the run's worker: wait for its end (an event), never a fixed sleep
+        psutil.wait_procs([child], timeout=120)
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    assert not (pk["outside"] / "pwned").exists()

@@ -193,10 +193,10 @@ class Worker:
                 pass
 
     def end(self) -> ExitStatus | None:
-        """Kill it if still running, reap it, remove its directory: its exit status."""
+        """Kill it and what it started (also when it has exited: a process it left behind is still in its group),
+        reap it, remove its directory: its exit status."""
         status = None
-        if self.proc.poll() is None:
-            self.kill()
+        self.kill()
         try:
             code = self.proc.wait(5.0)
             status = ExitStatus(exitcode=code if code >= 0 else None, signal=-code if code < 0 else None)

@@ -214,6 +214,32 @@ def _makes_nothing(entry: _Entry, loc: dict, value: Any) -> bool:
         return False
 
 
+_PROCESS_START = "multiprocessing: multiprocessing.process.BaseProcess.start"
+_MAX_CHILDREN = 64  # live fork children of one run (a DataLoader has num_workers)
+
+
+def forks_a_child(proc: Any) -> bool:
+    """`proc` (a multiprocessing process about to start) is multiprocessing's own process class and starts by
+    `os.fork` (its context's start method is "fork": Linux's default before Python 3.14; a DataLoader's workers,
+    a `Process` of the default context), and fewer than `_MAX_CHILDREN` are alive. Such a child is a copy of this
+    process: the guard (this thread's profile hook, or sys.monitoring) and the audit hook hold in it, and it ends
+    with the run's process tree. A spawned or forkserver child is a fresh interpreter with neither: refused."""
+    ctx = sys.modules.get("multiprocessing.context")
+    if ctx is None or proc is None:
+        return False
+    if len(getattr(sys.modules.get("multiprocessing.process"), "_children", ())) >= _MAX_CHILDREN:
+        return False  # a run starting processes without end
+    t = type(proc)
+    if t is getattr(ctx, "ForkProcess", None):
+        return True
+    if t is not getattr(ctx, "Process", None):
+        return False
+    try:
+        return ctx._default_context.get_start_method(allow_none=False) == "fork"
+    except Exception:
+        return False
+
+
 class _Entry:
     __slots__ = ("label", "paths", "scope", "mode")
 
@@ -227,8 +253,13 @@ class CallGuard:
     what was refused (the worker's ends the run: `blocked`)."""
 
     def __init__(self, on_refuse: Callable[[str], object], inside: Callable[[Any], bool] = lambda p: False,
-                 prepare: Callable[[Any], object] = lambda p: None, table: dict | None = None) -> None:
+                 prepare: Callable[[Any], object] = lambda p: None, table: dict | None = None,
+                 fork_children: bool = False) -> None:
         self.on_refuse = on_refuse
+        # a run that ends its process tree with it: multiprocessing's fork children of this process are allowed
+        # (they inherit the guard and the audit hook; `forks_a_child`)
+        self.fork_children = fork_children
+        self.pid = os.getpid()
         self.inside = inside
         self.prepare = prepare
         self.table = GUARD_TABLE if table is None else table
@@ -341,6 +372,9 @@ class CallGuard:
             if back is None or not self.is_user(back.f_code):
                 return
         if entry.paths is None:
+            if entry.label == _PROCESS_START and self.fork_children and forks_a_child(frame.f_locals.get("self")) \
+                    and os.getpid() == self.pid:
+                return
             self._refuse(entry.label)
         loc = frame.f_locals
         if entry.mode is not None:

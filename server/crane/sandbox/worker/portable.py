@@ -175,7 +175,10 @@ class Portable:
     def __init__(self, ctx: _Ctx, folder: RunFolder) -> None:
         self.ctx = ctx
         self.folder = folder
-        self.guard = CallGuard(self.refuse, inside=self.folder.inside, prepare=self._prepare_write)
+        # a single run ends with its process tree (the daemon kills it): multiprocessing's fork children may start;
+        # a session's worker goes on serving, so none there
+        self.guard = CallGuard(self.refuse, inside=self.folder.inside, prepare=self._prepare_write,
+                               fork_children=ctx.args.get("mode") != "session")
         self.mechanism = ""
         self.t0 = time.perf_counter()
 
@@ -295,6 +298,10 @@ def _install_portable_hook(run: Portable) -> None:
                 refuse(f"leaving the cell's working folder (os.chdir to {str(args[0] if args else '')[:200]!r})")
             return
         what = _DENY_EVENTS.get(event)
+        if event in _UNIX_IPC and guard.fork_children and _ipc_in(args, ctx.scratch):
+            return  # multiprocessing's own channels between the run's processes (a listener in the run's scratch)
+        if event == "os.fork" and guard.fork_children and os.getpid() == mypid and _forked_by_multiprocessing():
+            return  # the guard let a fork child of multiprocessing start (guard.forks_a_child): a copy of this one
         if what is not None:
             target = args[0] if args and event not in ("os.fork", "os.forkpty") else None
             refuse(f"{what}" + (f" ({str(target)[:200]})" if target is not None else ""))
@@ -303,6 +310,8 @@ def _install_portable_hook(run: Portable) -> None:
                 if state.get("running") and "end" in state and _ends_process(args[1]):
                     state["end"](f"sends signal {args[1]} to its own process", 128 + int(args[1]))
                 return
+            if args and os.getpid() == mypid and _our_child(args[0]):
+                return  # multiprocessing ending a fork child it started (a DataLoader's shutdown)
             refuse(f"signalling another process (pid {args[0] if args else '?'})")
         elif event in ("signal.pthread_kill", "_winapi.CreateProcess", "_winapi.TerminateProcess", "os.startfile"):
             refuse(event)
@@ -321,6 +330,46 @@ def _install_portable_hook(run: Portable) -> None:
             refuse(f"changing the Windows registry ({event})")
 
     sys.addaudithook(hook)
+
+
+_UNIX_IPC = ("socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg")
+
+
+def _ipc_in(args: tuple[Any, ...], scratch: str) -> bool:
+    """A UNIX-domain socket operation within the run: its address a path under the run's scratch folder (where
+    multiprocessing makes its listeners: TMPDIR is the scratch), or, for a send, no address (a connected socket:
+    its connection was vetted, or a socket pair). Abstract addresses are refused (they reach other programs)."""
+    sock = args[0] if args else None
+    unix = getattr(sys.modules.get("socket"), "AF_UNIX", None)
+    if unix is None or getattr(sock, "family", None) != unix:
+        return False
+    addr = args[1] if len(args) > 1 else None
+    if addr is None:
+        return True
+    if not isinstance(addr, (str, bytes)) or not addr or addr[:1] in ("\0", b"\0"):
+        return False
+    path = os.path.realpath(os.path.dirname(os.fsdecode(addr)) or ".")
+    root = os.path.realpath(scratch)
+    return path == root or path.startswith(root + os.sep)
+
+
+def _forked_by_multiprocessing() -> bool:
+    """The `os.fork` being audited is made by multiprocessing's fork launcher (`popen_fork.Popen._launch`)."""
+    pf = sys.modules.get("multiprocessing.popen_fork")
+    launch = getattr(getattr(pf, "Popen", None), "_launch", None)
+    code = getattr(launch, "__code__", None)
+    f = sys._getframe(2)  # 0: this function, 1: the audit hook, 2: who called os.fork
+    return code is not None and f.f_code is code
+
+
+def _our_child(pid: Any) -> bool:
+    """`pid` is a live child multiprocessing started from this process."""
+    proc = sys.modules.get("multiprocessing.process")
+    for p in list(getattr(proc, "_children", ()) or ()):
+        popen = getattr(p, "_popen", None)
+        if popen is not None and getattr(popen, "pid", None) == pid and popen.returncode is None:
+            return True
+    return False
 
 
 def _sequential_workers() -> bool:
@@ -424,5 +473,20 @@ def run_portable(run: Portable, source: str) -> dict:
         return run_source(run.ctx, source)
     finally:
         run.guard.uninstall()
+        _end_children()
+
+
+def _end_children() -> None:
+    """Processes the cell's multiprocessing started and left running end with the cell (the daemon then ends the
+    worker's whole tree; these may no longer be in it once the worker is gone)."""
+    proc = sys.modules.get("multiprocessing.process")
+    for p in list(getattr(proc, "_children", ()) or ()):
+        popen = getattr(p, "_popen", None)
+        try:
+            if popen is not None and popen.poll() is None:
+                popen.kill()
+                popen.wait(5.0)
+        except Exception:
+            pass
 
 
