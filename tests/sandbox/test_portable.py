@@ -141,6 +141,13 @@ except FileExistsError as e:
 
 
 ATTACKS = {
+    "a signal through a forged multiprocessing registry": (
+        "import multiprocessing.process as mpp, signal, types\nclass P:\n    pass\np = P()\n"
+        "p._popen = types.SimpleNamespace(pid=kpid, returncode=None)\nmpp._children.add(p)\n"
+        "os.kill(kpid, signal.SIGKILL)"),
+    "multiprocessing's fork launcher called directly": (
+        "import multiprocessing as mp, multiprocessing.popen_fork as pf\n"
+        "pf.Popen(mp.Process(target=open, args=('{outside}/pwned', 'w')))"),
     "os.system through getattr": "getattr(os, 'sys' + 'tem')('touch {outside}/pwned')",
     "a lambda pandas calls back": "df.apply(lambda r: os.remove('{outside}/target.txt'), axis=1)",
     "__del__": "import shutil\nclass C:\n    def __del__(self):\n        shutil.rmtree('{outside}')\nc = C()\ndel c",
@@ -259,3 +266,38 @@ def test_a_dataloaders_worker_processes_run_confined_like_the_worker(pk):
         psutil.wait_procs([child], timeout=120)
         assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
     assert not (pk["outside"] / "pwned").exists()
+
+
+def test_a_unix_socket_link_in_the_runs_scratch_reaches_nothing_outside(pk, tmp_path_factory):
+    """multiprocessing's channels may use UNIX sockets in the run's scratch folder; a link there to a socket
+    elsewhere (a local daemon's) is refused by where it really leads."""
+    import socket
+    import threading
+
+    d = tmp_path_factory.mktemp("sock")
+    path = str(d / "daemon.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(1)
+    srv.settimeout(0.2)
+    hits: list = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                hits.append(srv.accept())
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        v = _run(pk, f"import tempfile\nfrom multiprocessing.connection import Client\n"
+                     f"link = tempfile.gettempdir() + '/d.sock'\nos.symlink({path!r}, link)\nClient(link, 'AF_UNIX')")
+        assert v.verdict == "blocked" and "network connection" in (v.reason or ""), v
+    finally:
+        stop.set()
+        t.join(5)
+        srv.close()
+    assert hits == []

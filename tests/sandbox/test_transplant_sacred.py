@@ -114,12 +114,20 @@ def _patched_get_logger(name=None):  # Logger.__reduce__ calls the module's getL
     return _real_get_logger(name)
 logging.getLogger = _patched_get_logger
 a22 = _real_get_logger('crane-a22')
+import copyreg
+class Registered:
+    pass
+def _reduce_registered(obj):
+    hit('A23 copyreg reducer'); return (Registered, ())
+copyreg.pickle(Registered, _reduce_registered)
+a23 = Registered()
 """
 
 ATTEMPTS = [("a1", "print(a1.v)"), ("a2", "print(a2.v)"), ("a3", "print(a3)"), ("a4", "print(a4)"),
             ("a5", "print(a5)"), ("a6", "print(len(a6))"), ("a7", "print(len(a7))"), ("a8", "print(a8)"),
             ("a9", "print(a9)"), ("a9b", "print(a9b)"), ("a10", "print(len(a10))"), ("a19", "print(a19[0].v)"),
             ("a11", "print(len(a11))"), ("a20", "print(a20.random() < 1)"), ("a22", "print(a22.name)"),
+            ("a23", "print(a23)"),
             ("sentinel", "print(sentinel)")]
 
 
@@ -495,6 +503,20 @@ class Net(nn.Module):  # a notebook module: torch pickles it by its __dict__, ca
         hit('extra_repr ran in the kernel')
         return 'net'
 net = Net()
+class Meta(type):  # a class attribute whose class's metaclass compares: `==` would run it
+    def __eq__(cls, other):
+        hit('A24 metaclass __eq__'); return False
+    __hash__ = type.__hash__
+class Tag(metaclass=Meta):
+    pass
+class Tagged(nn.Module):
+    __tag__ = Tag()
+    def forward(self, x):
+        return x
+tagged = Tagged()
+_orig_obj_state = torch._utils._get_obj_state
+def _patched_obj_state(obj):  # torch's Tensor.__reduce_ex__ reaches this through torch._utils
+    hit('A25 patched torch._utils'); return _orig_obj_state(obj)
 """
 
 
@@ -511,6 +533,14 @@ def test_a_notebook_torch_module_is_copied_and_its_cells_get_the_real_verdict(en
     assert _hits(conn) == [] and watch.unchanged, (_hits(conn), watch.changes(), ok, bad)
     assert ok.verdict == "no-crash", ok
     assert bad.verdict == "crash" and bad.ename == "RuntimeError" and bad.certain is True, bad
+    v = transplant(conn, "print(tagged)", 120.0)
+    assert _hits(conn) == [] and v.verdict == "unavailable", (_hits(conn), v)
+    conn.run_cell("torch._utils._get_obj_state = _patched_obj_state")
+    try:
+        v = transplant(conn, "print(net.fc.weight.sum())", 120.0)
+        assert _hits(conn) == [] and v.verdict == "unavailable" and "notebook" in (v.reason or ""), (_hits(conn), v)
+    finally:
+        conn.run_cell("torch._utils._get_obj_state = _orig_obj_state")
 
 
 TORCH_STATE = r"""
@@ -543,6 +573,11 @@ def test_torch_state_the_copy_carries_makes_its_crashes_certain_and_no_false_one
                 assert v.verdict == "crash" and v.ename == ename and v.certain is True, (cell, v)
     finally:
         conn.run_cell("torch.set_default_dtype(torch.float32); torch.set_grad_enabled(True)")
+    # a tensor inside an autograd graph arrives as a leaf: what it does there is not the kernel's, never certain
+    assert conn.run_cell("yy = torch.ones(2, requires_grad=True) * 2").status == "ok"
+    v = transplant(conn, "yy.add_(1)", 120.0)
+    assert conn.run_cell("yy.add_(1)").status == "ok"
+    assert v.verdict != "crash" or v.certain is False, v
 
 
 def test_a_crash_that_rests_on_rebuilt_runtime_state_is_likely_the_others_certain(env):

@@ -212,11 +212,11 @@ _INERT = (str, bytes, int, float, complex, bool, type(None))
 def _inert(v: Any) -> bool:
     """A class attribute no code can run through: a plain value, or a plain container of plain values (the set of
     names scikit-learn's `__init_subclass__` stores on every estimator class)."""
-    t = type(v)
-    if t in _INERT:
+    t = type(v)  # compared by identity: `in` would call a notebook metaclass's __eq__
+    if any(t is c for c in _INERT):
         return True
     if t is tuple or t is frozenset or t is set or t is list:
-        return len(v) <= 1000 and all(type(x) in _INERT for x in v)
+        return len(v) <= 1000 and all(any(type(x) is c for c in _INERT) for x in v)
     return False
 
 
@@ -237,6 +237,9 @@ class _Proof:
         self.walked: dict = {}  # id(obj) -> obj, for the pre-walk of library reducers' state
         self.libs: dict = {}  # id(class) -> (class, library: bool)
         self.refs: dict = {}  # id(function) -> the instance attributes that hold it (pre-walk)
+        # torch state a copy leaves out, seen while pickling (a non-leaf tensor needing grad, ...): then a crash in
+        # torch is not certain (ExportReply.carried)
+        self.uncarried: list = []
 
     def library_class(self, cls: type) -> bool:
         """`cls` is the library's: the class a library module's qualified name gives, a static (C) type, or a
@@ -375,6 +378,7 @@ class _Proof:
                 bd = _cls_dict(b)
                 if any(n in bd and type(bd[n]) is types.FunctionType for n in _PICKLING):
                     lib_names, bounded, notebook = self._reachable(mro)
+                    notebook = notebook or self._reachable(mro, modules=True)[2]
                     if notebook:
                         return f"{_type_name_of(b)}'s own pickling reaches {notebook}", lib
                     if bounded and any(n.startswith("__") and n not in _NOT_CALLED_BY_OPERATIONS and not _inert(v)
@@ -393,15 +397,17 @@ class _Proof:
                                 "pickling would call it"), lib
                     break
         elif any(type(_cls_dict(b).get(n)) is types.FunctionType for b in mro if b is not object for n in _PICKLING):
-            notebook = self._reachable(mro)[2]  # a library class: its pickling code may reach what the notebook patched
+            notebook = self._reachable(mro, modules=True)[2]  # a library class: may reach what the notebook patched
             if notebook:
                 return f"{_type_name_of(t)}'s own pickling reaches {notebook}", lib
         return "", lib
 
-    def _reachable(self, mro: tuple) -> tuple[set, bool, str]:
+    def _reachable(self, mro: tuple, modules: bool = False) -> tuple[set, bool, str]:
         """What the library's pickling hooks of these classes can reach: every attribute and global name (and
         identifier constant) in their code, followed through the library functions those names resolve to (the
         library classes of `mro`, the hooks' module globals, classes they name, closures, nested code).
+        `modules`: also follow every module the code's names can denote (`torch._utils._get_obj_state`, a name
+        that is also a module's: broader, for the search of patched functions only).
         Returns (names, bounded, notebook): `bounded` False when the names may be incomplete: a computed lookup
         (`getattr(self, name)`), a module the code names or imports (Keras's pickling goes through its saving
         modules, which call methods a subclass overrides), more than `_REACH_LIMIT` code objects; `notebook` names a function of the notebook's
@@ -426,14 +432,18 @@ class _Proof:
             co_names = code.co_names
             if bounded and (any(n in _DYNAMIC for n in co_names) or _imports(code)):
                 bounded = False  # a computed lookup, or a module it imports (whose code calls what?)
-            spaces = [_cls_dict(x) for x in libs]
+            spaces: list = [_cls_dict(x) for x in libs]
+            for n in co_names if modules else ():  # modules it may import by name (`from torch import _utils`)
+                m = dict.get(sys.modules, n)
+                if type(m) is types.ModuleType:
+                    spaces.append(_O_DICT_GET(m, "__dict__"))
             if type(globs) is dict:
                 spaces.append(globs)
                 for n in co_names:
                     g: Any = dict.get(globs, n)
                     if type(g) is types.ModuleType:
                         bounded = False
-                    elif type in _T_MRO.__get__(type(g), type) and self.library_class(g):
+                    elif any(k is type for k in _T_MRO.__get__(type(g), type)) and self.library_class(g):
                         for k in _T_MRO.__get__(g, type):
                             if k is not object:
                                 spaces.append(_cls_dict(k))
@@ -452,9 +462,14 @@ class _Proof:
                         continue
             for n in co_names:
                 names.add(n)
-                for space in spaces:
+                for space in spaces:  # (grows: a module an attribute chain reaches, `torch._utils._get_obj_state`)
                     val: Any = space.get(n)  # a class's mappingproxy or a module's dict
                     tv = type(val)
+                    if tv is types.ModuleType and modules and len(spaces) < 64:
+                        md = _O_DICT_GET(val, "__dict__")
+                        if type(md) is dict and not any(md is x for x in spaces):
+                            spaces.append(md)
+                        continue
                     if tv is staticmethod or tv is classmethod:
                         val, tv = val.__func__, type(val.__func__)
                     found.extend((val.fget, val.fset, val.fdel) if tv is property else (val,))
@@ -652,6 +667,7 @@ class _Sink:
 
 def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
     torch: Any = sys.modules.get("torch")  # when None, `tensor` is None too and no torch branch runs
+    copyreg = sys.modules.get("copyreg")
     io_base = sys.modules["_io"].__dict__["_IOBase"]
     tensor = getattr(torch, "Tensor", None) if torch is not None else None
 
@@ -663,6 +679,10 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
                 raise _Stopped(ctl.stop)
             proof.check(obj)  # before anything reads the object (cloudpickle's isinstance reads __class__)
             t = type(obj)
+            table = dict.get(_O_DICT_GET(copyreg, "__dict__"), "dispatch_table") if copyreg is not None else None
+            red = dict.get(table, t) if type(table) is dict else None
+            if red is not None and not _library_function(red):  # copyreg.pickle(T, notebook_function)
+                raise _Refused(f"{_type_name(obj)}: its pickling was registered with copyreg by the notebook")
             mro = _T_MRO.__get__(t, type)
             if any(k is io_base for k in mro) and t.__name__ not in ("BytesIO", "StringIO"):
                 raise TypeError(f"cannot copy an open file or stream ({t.__name__})")
@@ -671,7 +691,12 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
                 proof.prewalk(obj)
             if tensor is not None and any(k is tensor for k in mro):
                 try:
-                    if obj.device.type == "cpu" and t in (torch.Tensor, torch.nn.Parameter) \
+                    if obj.device.type != "cpu" or obj.retains_grad or obj.is_inference() or (
+                            obj.requires_grad and not obj.is_leaf):
+                        # the copy differs: a CPU leaf in the worker, its graph, retained gradient and
+                        # inference flag gone
+                        proof.uncarried.append("torch")
+                    if obj.device.type == "cpu" and (t is torch.Tensor or t is torch.nn.Parameter) \
                             and "_crane_vdev" not in obj.__dict__:
                         # a new Python object over the same storage carries the device (worker/devices.py): the
                         # user's tensor is not touched
@@ -884,13 +909,16 @@ def _torch_settings() -> dict | None:
     generator's state. Only torch's own functions are called (one the notebook replaced is not: then None, and a
     crash in torch stays "likely")."""
     torch = sys.modules.get("torch")
-    if torch is None:
+    if type(torch) is not types.ModuleType:
         return None
     td = _O_DICT_GET(torch, "__dict__")
 
     def call(name: str, owner: dict = td) -> Any:
-        fn = dict.get(owner, name)
-        if fn is None or not _library_function(fn):
+        fn: Any = dict.get(owner, name)
+        t = type(fn)  # a module's C function or a library's Python function: never a bound method of an object
+        owner_t = type(fn.__self__) if t is types.BuiltinFunctionType else None
+        if not (t is types.BuiltinFunctionType and (owner_t is types.ModuleType or owner_t is type(None))
+                or t is types.FunctionType and _library_function(fn)):
             raise _Refused(name)
         return fn()
 
@@ -1185,7 +1213,7 @@ def _export(args: Any) -> dict:
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": sys.executable, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
             "carried": ["torch"] if settings.get("torch") and settings["torch"]["default_device"] == "cpu"
-            and settings["torch"]["rng"] and not facts["torch"].get("cuda") else [],
+            and settings["torch"]["rng"] and not facts["torch"].get("cuda") and not proof.uncarried else [],
             **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3), "watch": watched}
 
 

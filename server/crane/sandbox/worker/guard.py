@@ -224,20 +224,22 @@ def forks_a_child(proc: Any) -> bool:
     a `Process` of the default context), and fewer than `_MAX_CHILDREN` are alive. Such a child is a copy of this
     process: the guard (this thread's profile hook, or sys.monitoring) and the audit hook hold in it, and it ends
     with the run's process tree. A spawned or forkserver child is a fresh interpreter with neither: refused."""
-    ctx = sys.modules.get("multiprocessing.context")
-    if ctx is None or proc is None:
+    ctx, mproc = sys.modules.get("multiprocessing.context"), sys.modules.get("multiprocessing.process")
+    if type(ctx) is not types.ModuleType or type(mproc) is not types.ModuleType or proc is None:
         return False
-    if len(getattr(sys.modules.get("multiprocessing.process"), "_children", ())) >= _MAX_CHILDREN:
+    # what the cell could have replaced is read by exact type only (this runs inside the profile hook, unguarded)
+    cd, pd = ctx.__dict__, mproc.__dict__
+    children = pd.get("_children")
+    if type(children) is not set or set.__len__(children) >= _MAX_CHILDREN:
         return False  # a run starting processes without end
     t = type(proc)
-    if t is getattr(ctx, "ForkProcess", None):
+    if t is cd.get("ForkProcess"):
         return True
-    if t is not getattr(ctx, "Process", None):
+    default = cd.get("_default_context")
+    if t is not cd.get("Process") or type(default) is not cd.get("DefaultContext"):
         return False
-    try:
-        return ctx._default_context.get_start_method(allow_none=False) == "fork"
-    except Exception:
-        return False
+    actual = default.__dict__.get("_actual_context") or default.__dict__.get("_default_context")
+    return type(actual) is cd.get("ForkContext")
 
 
 class _Entry:

@@ -36,6 +36,7 @@ import shutil
 import signal
 import sys
 import time
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -238,6 +239,8 @@ def _install_portable_hook(run: Portable) -> None:
     ctx.audit_state = state
     mypid = os.getpid()
     _guard_process_end(ctx, state, mypid)
+    if guard.fork_children and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _child_after_fork(guard, mypid))
     devices = {os.devnull, "/dev/null", "/dev/zero", "/dev/full", "nul", "NUL"}
     refuse = run.refuse
 
@@ -346,30 +349,74 @@ def _ipc_in(args: tuple[Any, ...], scratch: str) -> bool:
     addr = args[1] if len(args) > 1 else None
     if addr is None:
         return True
-    if not isinstance(addr, (str, bytes)) or not addr or addr[:1] in ("\0", b"\0"):
+    if type(addr) not in (str, bytes) or not addr or addr[:1] in ("\0", b"\0"):
         return False
-    path = os.path.realpath(os.path.dirname(os.fsdecode(addr)) or ".")
+    path = os.path.realpath(os.fsdecode(addr))  # the whole address: a link in the scratch to another socket is not
     root = os.path.realpath(scratch)
-    return path == root or path.startswith(root + os.sep)
+    return path.startswith(root + os.sep)
+
+
+_CLASS_DICT = type.__dict__["__dict__"]
+
+
+def _library_attr(module: str, cls: str, name: str) -> Any:
+    """`module.cls.__dict__[name]`, read without any attribute lookup the cell could have hooked (None if not there)."""
+    m = sys.modules.get(module)
+    c = m.__dict__.get(cls) if type(m) is types.ModuleType else None
+    if c is None or not issubclass(type(c), type):
+        return None
+    return _CLASS_DICT.__get__(c, type).get(name)
 
 
 def _forked_by_multiprocessing() -> bool:
-    """The `os.fork` being audited is made by multiprocessing's fork launcher (`popen_fork.Popen._launch`)."""
-    pf = sys.modules.get("multiprocessing.popen_fork")
-    launch = getattr(getattr(pf, "Popen", None), "_launch", None)
-    code = getattr(launch, "__code__", None)
-    f = sys._getframe(2)  # 0: this function, 1: the audit hook, 2: who called os.fork
-    return code is not None and f.f_code is code
+    """The `os.fork` being audited is made by multiprocessing's fork launcher (`popen_fork.Popen._launch`) for a
+    `BaseProcess.start` the guard vetted (`guard.forks_a_child`), not by a direct call of the launcher."""
+    codes = []
+    for mod, cls, fn in (("multiprocessing.popen_fork", "Popen", "_launch"),
+                         ("multiprocessing.process", "BaseProcess", "start")):
+        f = _library_attr(mod, cls, fn)
+        if type(f) is not types.FunctionType:
+            return False
+        codes.append(f.__code__)
+    frame: types.FrameType | None = sys._getframe(2)  # 0: this function, 1: the audit hook, 2: who called os.fork
+    if frame is None or frame.f_code is not codes[0]:
+        return False
+    for _ in range(6):  # _launch <- Popen.__init__ <- (Fork)Process._Popen [<- context] <- BaseProcess.start
+        frame = frame.f_back
+        if frame is None:
+            return False
+        if frame.f_code is codes[1]:
+            return True
+    return False
 
 
 def _our_child(pid: Any) -> bool:
-    """`pid` is a live child multiprocessing started from this process."""
-    proc = sys.modules.get("multiprocessing.process")
-    for p in list(getattr(proc, "_children", ()) or ()):
-        popen = getattr(p, "_popen", None)
-        if popen is not None and getattr(popen, "pid", None) == pid and popen.returncode is None:
-            return True
-    return False
+    """`pid` is a child of this process that has not been reaped (asked of the OS, not of multiprocessing's
+    registry, which the cell could change)."""
+    waitid = getattr(os, "waitid", None)
+    if type(pid) is not int or pid <= 0 or waitid is None:
+        return False
+    try:
+        waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return True
+    except (ChildProcessError, OSError):
+        return False
+
+
+def _child_after_fork(guard: CallGuard, parent: int) -> None:
+    """In a fork child: it goes on only under the guard (a fork from a thread the guard did not see ends at once)
+    and only while the worker lives (a watcher ends it when its parent changes: the worker's end, however it
+    ended)."""
+    if not guard.active or (getattr(sys, "monitoring", None) is None and sys.getprofile() is None):
+        os._exit(70)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    import threading
+    threading.Thread(target=watch, name="crane-fork-child-watch", daemon=True).start()
 
 
 def _sequential_workers() -> bool:
@@ -478,15 +525,24 @@ def run_portable(run: Portable, source: str) -> dict:
 
 def _end_children() -> None:
     """Processes the cell's multiprocessing started and left running end with the cell (the daemon then ends the
-    worker's whole tree; these may no longer be in it once the worker is gone)."""
-    proc = sys.modules.get("multiprocessing.process")
-    for p in list(getattr(proc, "_children", ()) or ()):
-        popen = getattr(p, "_popen", None)
-        try:
-            if popen is not None and popen.poll() is None:
-                popen.kill()
-                popen.wait(5.0)
-        except Exception:
-            pass
+    worker's whole tree; these may no longer be in it once the worker is gone). Only what multiprocessing's own
+    fork launcher made is touched, read by exact type (the guard is off here)."""
+    proc, pf = sys.modules.get("multiprocessing.process"), sys.modules.get("multiprocessing.popen_fork")
+    if type(proc) is not types.ModuleType or type(pf) is not types.ModuleType:
+        return
+    children, popen_type = proc.__dict__.get("_children"), pf.__dict__.get("Popen")
+    if type(children) is not set or not isinstance(popen_type, type):
+        return
+    ctx = sys.modules.get("multiprocessing.context")
+    kinds = [ctx.__dict__.get(k) for k in ("Process", "ForkProcess")] if type(ctx) is types.ModuleType else []
+    for p in list(set.__iter__(children)):
+        d = object.__getattribute__(p, "__dict__") if any(type(p) is k for k in kinds if k is not None) else {}
+        popen = d.get("_popen") if type(d) is dict else None
+        pid = popen.__dict__.get("pid") if type(popen) is popen_type else None
+        if type(pid) is int and _our_child(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
