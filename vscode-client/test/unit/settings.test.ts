@@ -40,7 +40,8 @@ const UNSET_LLM = {
 
 // the sandbox's run options (crane.sandbox.options.RunOptions, in crane.speculative) at their defaults
 const RUN_DEFAULTS = {
-  layer: 'auto', transplant: true, transplantCopyMb: 128, warmWorkers: true, exportSeconds: 0.7, workerIdleSeconds: 600,
+  layer: 'auto', transplant: true, transplantCopyMb: 128, warmWorkers: true, exportSeconds: 0.7, watchedExportSeconds: 5,
+  workerIdleSeconds: 600,
 };
 
 const CONTRACT_DEFAULTS = {
