@@ -9,6 +9,7 @@ import asyncio
 import select
 import sys
 import threading
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -97,7 +98,7 @@ def _kernel_like(zmq, parent_thread=None):
     SubshellManager builds them."""
     ctx = zmq.Context.instance()
     frm, to = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
-    addr = f"inproc://crane-test-{id(frm)}"
+    addr = f"inproc://crane-test-{uuid.uuid4().hex}"  # not id(): a collected, unclosed socket keeps its address
     frm.bind(addr)
     to.connect(addr)
     pair = SimpleNamespace(from_socket=frm, to_socket=to, to_stream=SimpleNamespace(socket=to))
