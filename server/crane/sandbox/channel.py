@@ -213,7 +213,6 @@ def launch(conn: KernelConnection, pdir: PrivateDir, entry: str, request: Sandbo
     return ChildHandle(reply.pid, reply.start)  # type: ignore[arg-type]
 
 
-
 def read_until_eof(fd: int, child: ChildHandle, deadline: float, stop_at_newline: bool = False,
                    cancel: threading.Event | None = None, stop_at_record: bool = False) -> tuple[bytes, str]:
     """Read the FIFO until EOF (or one line, or the final record), the child's exit, the deadline or `cancel`:

@@ -23,7 +23,8 @@ import threading
 from crane.sandbox.shared.notify import answer_notification
 
 OUTPUT_LIMIT = 64 * 1024
-
+PIPE_BYTES = 1 << 20  # each capture FIFO's buffer: a writer waits for the drain only past this
+_F_SETPIPE_SZ = 1031
 
 
 def has_record(buf: bytes | bytearray) -> bool:
@@ -41,8 +42,6 @@ def read_capture_file(path: str, start: int = 0, end: int | None = None, limit: 
             return f.read(n).decode("utf-8", "replace")
     except OSError:
         return ""
-PIPE_BYTES = 1 << 20  # each capture FIFO's buffer: a writer waits for the drain only past this
-_F_SETPIPE_SZ = 1031
 
 
 class RunDrain:

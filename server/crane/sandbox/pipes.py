@@ -88,7 +88,6 @@ class PipeReader:
         return bytes(out)
 
 
-
 def read_run(reader: PipeReader, deadline: float, cancel: threading.Event | None = None) -> tuple[bytes, str]:
     """The worker's lines until its record, EOF (it ended), the deadline or `cancel`:
     (data, "record"|"eof"|"deadline"|"cancelled")."""
@@ -141,7 +140,6 @@ class PortableDir:
             if not os.path.exists(self.path):
                 return
             time.sleep(0.02)
-
 
 
 class ProcessHandle:

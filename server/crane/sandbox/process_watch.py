@@ -29,7 +29,6 @@ class ProcessRef(NamedTuple):
     created: float
 
 
-
 def process_ref(pid: int, start_ticks: int, asked_at: float) -> ProcessRef | None:
     """The kernel's process, when it can be identified and watched (else None: its workers then end only with
     their run, after idling or with the daemon). `pid`: what the kernel reported; `start_ticks`: its start time

@@ -667,9 +667,27 @@ class _Sink:
 
 def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
     torch: Any = sys.modules.get("torch")  # when None, `tensor` is None too and no torch branch runs
-    copyreg = sys.modules.get("copyreg")
+    copyreg = sys.modules.get("copyreg")  # its reducers: the notebook's may be registered there (copyreg.pickle)
+    table = dict.get(_O_DICT_GET(copyreg, "__dict__"), "dispatch_table") if copyreg is not None else None
+    registered = table if type(table) is dict else {}
     io_base = sys.modules["_io"].__dict__["_IOBase"]
     tensor = getattr(torch, "Tensor", None) if torch is not None else None
+
+    def tagged(obj: Any, copy: Any, device: str, keep_dict: bool) -> Any:
+        """`copy` (a detached tensor over `obj`'s data, or its CPU copy) made `obj`'s kind again and tagged with
+        the device it lives on (worker/devices.py): what is pickled in its place; the user's tensor is not touched."""
+        if type(obj) is torch.nn.Parameter:
+            copy = torch.nn.Parameter(copy, requires_grad=obj.requires_grad)
+        elif obj.requires_grad:
+            copy.requires_grad_(True)
+        if keep_dict:
+            copy.__dict__.update(obj.__dict__)
+        copy.__dict__["_crane_vdev"] = device
+        if obj.is_leaf and obj.grad is not None:
+            # torch's pickling drops `.grad`; loading sets every `__dict__` key with setattr, so the copy gets its
+            # gradient back (the `grad` descriptor wins over this key here)
+            copy.__dict__["grad"] = obj.grad
+        return copy.__reduce_ex__(5)
 
     base: Any = cp.CloudPickler
 
@@ -679,8 +697,7 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
                 raise _Stopped(ctl.stop)
             proof.check(obj)  # before anything reads the object (cloudpickle's isinstance reads __class__)
             t = type(obj)
-            table = dict.get(_O_DICT_GET(copyreg, "__dict__"), "dispatch_table") if copyreg is not None else None
-            red = dict.get(table, t) if type(table) is dict else None
+            red = dict.get(registered, t)
             if red is not None and not _library_function(red):  # copyreg.pickle(T, notebook_function)
                 raise _Refused(f"{_type_name(obj)}: its pickling was registered with copyreg by the notebook")
             mro = _T_MRO.__get__(t, type)
@@ -691,37 +708,17 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
                 proof.prewalk(obj)
             if tensor is not None and any(k is tensor for k in mro):
                 try:
-                    if obj.device.type != "cpu" or obj.retains_grad or obj.is_inference() or (
+                    device = obj.device.type
+                    if device != "cpu" or obj.retains_grad or obj.is_inference() or (
                             obj.requires_grad and not obj.is_leaf):
                         # the copy differs: a CPU leaf in the worker, its graph, retained gradient and
                         # inference flag gone
                         proof.uncarried.append("torch")
-                    if obj.device.type == "cpu" and (t is torch.Tensor or t is torch.nn.Parameter) \
+                    if device == "cpu" and (t is torch.Tensor or t is torch.nn.Parameter) \
                             and "_crane_vdev" not in obj.__dict__:
-                        # a new Python object over the same storage carries the device (worker/devices.py): the
-                        # user's tensor is not touched
-                        alias = obj.detach()
-                        if t is torch.nn.Parameter:
-                            alias = torch.nn.Parameter(alias, requires_grad=obj.requires_grad)
-                        elif obj.requires_grad:
-                            alias.requires_grad_(True)
-                        alias.__dict__.update(obj.__dict__)
-                        alias.__dict__["_crane_vdev"] = "cpu"
-                        if obj.is_leaf and obj.grad is not None:
-                            # torch's pickling drops `.grad`; loading sets every `__dict__` key with setattr, so
-                            # the copy gets its gradient back (the `grad` descriptor wins over this key here)
-                            alias.__dict__["grad"] = obj.grad
-                        return alias.__reduce_ex__(5)
-                    if obj.device.type not in ("cpu", "meta"):
-                        host = obj.detach().to("cpu")
-                        if t is torch.nn.Parameter:
-                            host = torch.nn.Parameter(host, requires_grad=obj.requires_grad)
-                        elif obj.requires_grad:
-                            host.requires_grad_(True)
-                        host.__dict__["_crane_vdev"] = str(obj.device)  # the worker keeps it (worker/devices.py)
-                        if obj.is_leaf and obj.grad is not None:
-                            host.__dict__["grad"] = obj.grad
-                        return host.__reduce_ex__(5)
+                        return tagged(obj, obj.detach(), "cpu", keep_dict=True)
+                    if device not in ("cpu", "meta"):
+                        return tagged(obj, obj.detach().to("cpu"), str(obj.device), keep_dict=False)
                 except (_Refused, _Stopped):
                     raise
                 except Exception:

@@ -218,19 +218,27 @@ _PROCESS_START = "multiprocessing: multiprocessing.process.BaseProcess.start"
 _MAX_CHILDREN = 64  # live fork children of one run (a DataLoader has num_workers)
 
 
+def multiprocessing_children() -> set | None:
+    """multiprocessing's registry of the processes this one started, when it is the real set (read by exact type:
+    the cell could have replaced it)."""
+    mproc = sys.modules.get("multiprocessing.process")
+    children = mproc.__dict__.get("_children") if type(mproc) is types.ModuleType else None
+    return children if type(children) is set else None
+
+
 def forks_a_child(proc: Any) -> bool:
     """`proc` (a multiprocessing process about to start) is multiprocessing's own process class and starts by
     `os.fork` (its context's start method is "fork": Linux's default before Python 3.14; a DataLoader's workers,
     a `Process` of the default context), and fewer than `_MAX_CHILDREN` are alive. Such a child is a copy of this
     process: the guard (this thread's profile hook, or sys.monitoring) and the audit hook hold in it, and it ends
     with the run's process tree. A spawned or forkserver child is a fresh interpreter with neither: refused."""
-    ctx, mproc = sys.modules.get("multiprocessing.context"), sys.modules.get("multiprocessing.process")
-    if type(ctx) is not types.ModuleType or type(mproc) is not types.ModuleType or proc is None:
+    ctx = sys.modules.get("multiprocessing.context")
+    if type(ctx) is not types.ModuleType or proc is None:
         return False
     # what the cell could have replaced is read by exact type only (this runs inside the profile hook, unguarded)
-    cd, pd = ctx.__dict__, mproc.__dict__
-    children = pd.get("_children")
-    if type(children) is not set or set.__len__(children) >= _MAX_CHILDREN:
+    cd = ctx.__dict__
+    children = multiprocessing_children()
+    if children is None or set.__len__(children) >= _MAX_CHILDREN:
         return False  # a run starting processes without end
     t = type(proc)
     if t is cd.get("ForkProcess"):

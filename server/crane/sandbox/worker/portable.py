@@ -35,6 +35,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 import types
 from collections.abc import Iterator
@@ -50,7 +51,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
-from crane.sandbox.worker.guard import CallGuard  # kernel: strip
+from crane.sandbox.worker.guard import CallGuard, multiprocessing_children  # kernel: strip
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 
 PORTABLE_LAYERS = ("call guard", "audit hook")
@@ -415,7 +416,6 @@ def _child_after_fork(guard: CallGuard, parent: int) -> None:
             time.sleep(0.5)
         os._exit(0)
 
-    import threading
     threading.Thread(target=watch, name="crane-fork-child-watch", daemon=True).start()
 
 
@@ -527,11 +527,10 @@ def _end_children() -> None:
     """Processes the cell's multiprocessing started and left running end with the cell (the daemon then ends the
     worker's whole tree; these may no longer be in it once the worker is gone). Only what multiprocessing's own
     fork launcher made is touched, read by exact type (the guard is off here)."""
-    proc, pf = sys.modules.get("multiprocessing.process"), sys.modules.get("multiprocessing.popen_fork")
-    if type(proc) is not types.ModuleType or type(pf) is not types.ModuleType:
-        return
-    children, popen_type = proc.__dict__.get("_children"), pf.__dict__.get("Popen")
-    if type(children) is not set or not isinstance(popen_type, type):
+    pf = sys.modules.get("multiprocessing.popen_fork")
+    children = multiprocessing_children()
+    popen_type = pf.__dict__.get("Popen") if type(pf) is types.ModuleType else None
+    if children is None or popen_type is None or not issubclass(type(popen_type), type):
         return
     ctx = sys.modules.get("multiprocessing.context")
     kinds = [ctx.__dict__.get(k) for k in ("Process", "ForkProcess")] if type(ctx) is types.ModuleType else []
