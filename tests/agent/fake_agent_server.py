@@ -21,7 +21,8 @@ from tests.llm.sse_stream import chunk_events, wants_usage, write_sse
 
 class Turn:
     def __init__(self, calls: list[tuple[str, dict]] | None = None, text: str | None = None,
-                 usage: dict[str, int] | None = None, delay_s: float = 0.0):
+                 usage: dict[str, int] | None = None, delay_s: float = 0.0, error: tuple[int, dict] | None = None):
+        self.error = error  # (HTTP status, JSON body): the request is answered with this error instead
         self.calls = calls or []
         self.text = text
         self.usage = usage or {"prompt_tokens": 1200, "completion_tokens": 80, "cached_tokens": 0}
@@ -41,6 +42,7 @@ class FakeAgentServer:
         self.script: list = []
         self.default: Turn | Callable[[dict], Turn] = Turn(text="I am done.")
         self.requests: list[dict[str, Any]] = []
+        self.get_routes: dict[str, Any] = {}  # GET path -> JSON body (what a server's own endpoints answer); else 404
         self._lock = threading.Lock()
         server = self
 
@@ -49,6 +51,15 @@ class FakeAgentServer:
 
             def log_message(self, *args):
                 pass
+
+            def do_GET(self) -> None:
+                body = server.get_routes.get(self.path.split("?")[0])
+                payload = json.dumps(body if body is not None else {"detail": "Not Found"}).encode()
+                self.send_response(200 if body is not None else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
@@ -60,6 +71,15 @@ class FakeAgentServer:
                 turn = item(body) if callable(item) else item
                 if turn.delay_s:
                     time.sleep(turn.delay_s)
+                if turn.error is not None:
+                    status, err = turn.error
+                    payload = json.dumps(err).encode()
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
                 message: dict[str, Any] = {"role": "assistant", "content": turn.text}
                 if turn.calls:
                     message["tool_calls"] = [
@@ -109,6 +129,7 @@ class FakeAgentServer:
             self.script = list(turns)
             self.requests.clear()
             self.default = default or Turn(text="I am done.")
+            self.get_routes.clear()
 
     def observations(self, request_index: int) -> list[str]:
         """The tool messages' contents in one recorded request."""

@@ -52,6 +52,20 @@ def test_guard_accepts_real_fixes(proposed):
     assert check_edit(ORIG, proposed, failing_line=3) is None
 
 
+@pytest.mark.parametrize("proposed, refused", [
+    # Qwen2.5-Coder-0.5B's "fix" of seaborn_6 (2026-11-29): the call swapped for a line sharing `df` alone, a third
+    # alike by characters; verified clean, it was accepted before the guard compared names too
+    ("df=df.dropna().drop_duplicates()", True),
+    ("print(df)", True),
+    ("sns.violinplot(df, x='species', y='body_mass_g')", False),
+    ("sns.violinplot(data=df, x='species', y='body_mass_g')", False),
+    ("sns.violinplot(df, y='species')", False),
+])
+def test_a_failing_call_swapped_for_one_that_shares_only_a_name_is_refused(proposed, refused):
+    reason = check_edit("sns.violinplot(df, x='species')", proposed, failing_line=1)
+    assert (reason is not None and "unrelated code" in reason) is refused, reason
+
+
 def test_guard_without_a_known_failing_line_still_refuses_try_and_commenting_out():
     assert check_edit(ORIG, ORIG.replace('x = df["Age"].mean()', '# x = df["Age"].mean()\nx = 1')) is not None
     assert check_edit(ORIG, 'try:\n' + "".join("    " + ln + "\n" for ln in ORIG.splitlines())

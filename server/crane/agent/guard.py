@@ -117,6 +117,22 @@ def _core(python: str, node: ast.stmt) -> str:
     return _first_line(python, node)
 
 
+_WORD = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|'[^']*'|\"[^\"]*\"")
+
+
+def _words(text: str) -> list[str]:
+    """The names, numbers and strings of a line of code, in order (no operators or brackets)."""
+    return _WORD.findall(text)
+
+
+def _kinship(old: str, new: str) -> float:
+    """How much of the failing statement `old` lives on in `new`: the lower of their similarity by characters and
+    by names, numbers and strings (by characters alone, `sns.violinplot(df, x='species')` and
+    `df.dropna().drop_duplicates()` look a third alike; by words they share `df` alone)."""
+    return min(difflib.SequenceMatcher(a=old, b=new, autojunk=False).ratio(),
+               difflib.SequenceMatcher(a=_words(old), b=_words(new), autojunk=False).ratio())
+
+
 def _norm(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
@@ -214,7 +230,7 @@ def check_edit(original: str, proposed: str, failing_line: int | None = None) ->
         # is the failing statement still there in an edited form, or was it swapped for a stub?
         python_new, _, _ = transform(proposed)
         core = _core(python_old, old_stmts[idx])
-        ratios = [difflib.SequenceMatcher(a=core, b=_core(python_new, s)).ratio() for s in replacement]
+        ratios = [_kinship(core, _core(python_new, s)) for s in replacement]
         if not ratios or max(ratios) < 0.3:
             return (f"refused: the edit replaces the failing statement `{failing_text[:80]}` (line {failing_line}) "
                     "with unrelated code. Fix it so that it runs instead of removing it.")

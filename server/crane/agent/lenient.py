@@ -6,6 +6,11 @@ Small local models write tool calls that strict JSON rejects although nothing ab
 - a trailing comma before `}` or `]`;
 - the object fenced in ```json ... ``` or preceded by a sentence.
 
+And a cell's `source` written escaped twice (`"x = 1\\ny = 2"`, the string holding a backslash and an `n`) that is
+not Python, but is once its escapes are read (and the JSON tail the model wrote into it is cut): a model imitates
+the calls it sees in its own history, which some chat templates show JSON-encoded twice (Qwen2.5's renders a
+string `arguments` with `tojson`). `source_text` reads it; Python stays as it was.
+
 Nothing is guessed: text that is still not JSON after these repairs is an error whose message says why.
 """
 
@@ -86,3 +91,32 @@ def raw_decode(text: str, start: int) -> tuple[Any, int]:
         if k < len(cleaned) and cleaned[k] == ch:
             k += 1
     return value, len(text)
+
+
+_ESCAPE = re.compile(r'\\(["\\/nrt])')
+_ESCAPED = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "/": "/"}
+_JSON_TAIL = re.compile(r'"\s*\}+\s*(?:\{.*)?$', re.S)  # `"}}` and what the model began after it
+
+
+def _parses(source: str) -> bool:
+    import ast
+
+    from crane.analysis.transform import transform
+
+    try:
+        ast.parse(transform(source)[0])
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def source_text(source: str) -> str:
+    """`source` as the cell's code: itself when it parses; else, when it holds escaped line breaks (`\\n`), the
+    text with its escapes read (and a trailing JSON tail cut) if that parses."""
+    if "\\n" not in source or _parses(source):
+        return source
+    text = _ESCAPE.sub(lambda m: _ESCAPED[m.group(1)], source)
+    for candidate in (text, _JSON_TAIL.sub("", text)):
+        if candidate.strip() and _parses(candidate):
+            return candidate
+    return source

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import msgspec
 
 from crane.agent.context import FixContext, initial_messages
-from crane.agent.model_call import request_turn
+from crane.agent.model_call import constraint, request_turn
 from crane.agent.proposal import AgentStep, AgentUsage, CallStats, Evidence, Proposal, ProposalStatus, StepUsage
 from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run
 from crane.agent.sandboxes import ExecutionSandbox, replay_sandbox_factory
@@ -26,8 +26,10 @@ from crane.agent.tools import (
     Inspect,
     ToolArgsError,
     action_code,
+    action_key,
     call_key,
     decode_args,
+    tools_for,
 )
 from crane.llm.client import DeadlinePassed, LLMError
 from crane.llm.cost import CostLedger
@@ -46,6 +48,10 @@ NUDGE = ("Reply with exactly one tool call: edit_cell, add_cell, execute_cell, i
 
 StepGate = Callable[[AgentStep], bool]  # True: go ahead; False: stop the run
 
+
+# A model that sends again a call it made in an earlier turn (at temperature 0 a small model repeats its failed edit
+# word for word until the step limit) is sampled at this temperature, at least, until it sends something new.
+STUCK_TEMPERATURE = 0.8
 
 HOSTED_RUN_SECONDS = 300.0
 LOCAL_RUN_SECONDS = 1200.0
@@ -166,6 +172,12 @@ class AgentRun:
         self.evidence: Evidence | None = None  # the final verification, once run
         self.requests_sent: list[list[dict]] = []  # message lists as sent (tests check the stable prefix)
         self.calls = CallStats()  # usable, lost (with the reason) and repeated tool calls
+        # the run's tools: cell parameters limited to the cells that exist or the run's additions can create
+        self.tools = tools_for([c.number for c in nb.cells if c.is_code],
+                               max((c.number for c in nb.cells), default=0), self.budget.max_steps)
+        self.text_turns = False  # the model answered a turn without native tool calls
+        self.made: set[str] = set()  # the actions of earlier turns (crane.agent.tools.action_key)
+        self.stuck = False  # the last turn only repeated earlier calls: the next one is sampled (STUCK_TEMPERATURE)
 
     # -- budgets ---------------------------------------------------------------------------------------------
     def _limit_reached(self) -> str | None:
@@ -183,6 +195,17 @@ class AgentRun:
         if cap is not None and t.cost_usd >= cap:
             return f"cost budget (${cap:.4f}; spent ${t.cost_usd:.4f})"
         return None
+
+    def _tools_now(self) -> list[dict]:
+        """The actions that can be taken now: the schema a grammar-held reply follows. The cells that exist (the
+        notebook's and those the run added); `finish` only once something changed (before, it is always refused:
+        Qwen2.5-Coder-0.5B called it six times in a row on NBspecific_18). Not the tools sent in the prompt, which
+        stay the same all run (a prompt prefix that changes is evaluated again from its start on a local server)."""
+        cells = self.runner.cells
+        tools = tools_for([n for n, c in cells.items() if c.is_code], max(cells, default=0), 0)
+        if not self._changed():
+            tools = [t for t in tools if t["function"]["name"] != "finish"]
+        return tools
 
     def _emit(self, step: AgentStep) -> None:
         if step.phase == "done":
@@ -291,7 +314,12 @@ class AgentRun:
                 break
             left_s = self.max_seconds - (self.clock() - self.start)
             try:
-                turn = request_turn(self.settings, self.messages, self.ledger, deadline=time.monotonic() + left_s)
+                settings = self.settings
+                if self.stuck and (settings.temperature or 0.0) < STUCK_TEMPERATURE:
+                    settings = msgspec.structs.replace(settings, temperature=STUCK_TEMPERATURE)
+                turn = request_turn(settings, self.messages, self.ledger, deadline=time.monotonic() + left_s,
+                                    tools=self.tools, constrain=constraint(self.settings, self.text_turns),
+                                    schema_tools=self._tools_now())
             except DeadlinePassed as exc:
                 log.info("agent: %s", exc)  # the request in flight was abandoned at the budget's end
                 stop_reason = f"time budget ({self.max_seconds:g} s)"
@@ -303,6 +331,7 @@ class AgentRun:
             if self.session_ledger is not None:
                 self.session_ledger.add(turn.usage)
             self.messages.append(turn.as_message())
+            self.text_turns = self.text_turns or turn.text_calls or not turn.tool_calls
             usage = _usage(turn.usage)
             tokens = usage.prompt_tokens + usage.completion_tokens
             if not turn.tool_calls:
@@ -314,6 +343,9 @@ class AgentRun:
                                      action="reply", result=note + NUDGE, status="error", tokens=tokens, usage=usage))
                 continue
             usable_before = self.calls.usable
+            keys = {action_key(c) for c in turn.tool_calls}
+            self.stuck = keys <= self.made
+            self.made |= keys
             seen: set[str] = set()
             for i, call in enumerate(turn.tool_calls):
                 key = call_key(call)

@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 
 from crane.agent import lenient
-from crane.agent.tools import TOOLS, ToolCall
-from crane.llm.client import LLMError, completion_with_retries
+from crane.agent.tools import TOOLS, ToolCall, call_schema
+from crane.llm.client import LLMError, LLMTimeout, completion_with_retries
 from crane.llm.cost import CostLedger
 from crane.llm.schema import Usage
 from crane.llm.settings import LLMSettings
@@ -62,17 +62,91 @@ def with_cache_markers(messages: list[dict]) -> list[dict]:
     return out
 
 
-def _kwargs(litellm, settings: LLMSettings, messages: list[dict], max_tokens: int) -> dict[str, Any]:
+# How a local server is held to one tool call per reply (`constrain`), by the server `detect_server` found:
+# - "required": `tool_choice: "required"`: llama.cpp's llama-server (--jinja), vLLM and LM Studio turn the tools'
+#   schemas into a grammar and the reply into native tool calls;
+# - "schema": `response_format` with `call_schema` (one `{"name", "arguments"}` object, enforced as a grammar),
+#   read by `parse_text_tool_calls`: llama-cpp-python (its chat templates write calls as text, or not at all:
+#   Qwen2.5-Coder-0.5B named `add_cell` with `"cell"` for the required `"after"`) and Ollama (no tool_choice), the
+#   latter only once the model answered a turn without native calls.
+REQUIRED_SERVERS = ("llama.cpp", "vllm", "lm-studio")
+SCHEMA_SERVERS = ("llama-cpp-python",)
+SCHEMA_AFTER_TEXT_SERVERS = ("ollama",)
+TEMPLATE_SERVERS = ("llama-cpp-python",)  # messages go to the chat template as sent: `calls_as_text`
+
+
+def constraint(settings: LLMSettings, text_before: bool = False) -> str | None:
+    """"required", "schema" or None (tool_choice "auto", nothing enforced): see REQUIRED_SERVERS. Never for hosted
+    models (their tool calling is native) nor with `structured` set to "none" or "object" (no schema wanted)."""
+    if not settings.local or settings.structured in ("none", "object"):
+        return None
+    from crane.llm.local_server import detect_server
+
+    model = settings.require_model()
+    server = detect_server(settings.api_base) if settings.api_base else None
+    if server is None and model.startswith(("ollama/", "ollama_chat/")):
+        server = "ollama"
+    if server is None and model.startswith(("hosted_vllm/", "lm_studio/")):
+        server = "vllm"
+    if server in REQUIRED_SERVERS:
+        return "required"
+    if server in SCHEMA_SERVERS or (server in SCHEMA_AFTER_TEXT_SERVERS and text_before):
+        return "schema"
+    return None
+
+
+def calls_as_text(messages: list[dict]) -> list[dict]:
+    """`messages` with each earlier assistant turn's tool calls as the text the model reads: its own reply when
+    it wrote one, else each call as `{"name": ..., "arguments": {...}}` on a line. For servers that hand the
+    messages to the model's chat template as they are (llama-cpp-python, which also insists on `arguments` being
+    a string): templates written for Hugging Face's objects (Qwen2.5's `tool_call.arguments | tojson`) encode the
+    string a second time, and the model, imitating its history, then writes its sources with `\\n` for line
+    breaks (Qwen2.5-Coder-0.5B on sklearn_5, every edit after the first)."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls")
+        if m.get("role") == "assistant" and calls:
+            text = m.get("content") or ""
+            if not text.strip():
+                lines = []
+                for c in calls:
+                    fn = c.get("function") or {}
+                    try:
+                        args = json.loads(fn.get("arguments") or "{}")
+                    except ValueError:
+                        args = fn.get("arguments")
+                    lines.append(json.dumps({"name": fn.get("name"), "arguments": args}))
+                text = "\n".join(lines)
+            m = {k: v for k, v in m.items() if k != "tool_calls"} | {"content": text}
+        out.append(m)
+    return out
+
+
+def _kwargs(litellm, settings: LLMSettings, messages: list[dict], max_tokens: int,
+            tools: list[dict[str, Any]] | None = None, constrain: str | None = None,
+            schema_tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    tools = tools or TOOLS
+    if settings.local and settings.api_base:
+        from crane.llm.local_server import detect_server
+
+        if detect_server(settings.api_base) in TEMPLATE_SERVERS:
+            messages = calls_as_text(messages)
     kwargs: dict[str, Any] = {
         "model": settings.model,
         "messages": with_cache_markers(messages) if _is_anthropic(settings.require_model()) else messages,
-        "tools": TOOLS,
-        "tool_choice": "auto",
+        "tools": tools,
+        "tool_choice": "required" if constrain == "required" else "auto",
         "timeout": settings.request_timeout_s,
         "max_tokens": max_tokens,
         "max_retries": 0,
         "drop_params": True,
     }
+    if constrain == "schema":
+        from crane.llm.local_server import schema_format
+
+        schema = call_schema(schema_tools or tools)
+        kwargs["response_format"] = schema_format(
+            settings.api_base, {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}, schema)
     if settings.temperature is not None:
         kwargs["temperature"] = settings.temperature
     if settings.api_base:
@@ -209,15 +283,35 @@ def lost_calls(content: str) -> list[str]:
 
 
 def request_turn(settings: LLMSettings, messages: list[dict], ledger: CostLedger, max_tokens: int | None = None,
-                 deadline: float | None = None) -> ModelTurn:
+                 deadline: float | None = None, tools: list[dict[str, Any]] | None = None,
+                 constrain: str | None = None, schema_tools: list[dict[str, Any]] | None = None) -> ModelTurn:
     """One model turn with tools; retries 429 / 5xx / timeouts / dropped connections (settings.retries).
     `deadline` (time.monotonic()): the request is abandoned when it passes (crane.llm.client.DeadlinePassed).
-    A reply without native tool calls is read for tool calls written as text (`parse_text_tool_calls`);
-    `ModelTurn.text_calls` says so."""
+    `tools`: the run's tools (crane.agent.tools.tools_for; default TOOLS); `constrain`: how a local server is held
+    to one call (`constraint`); `schema_tools`: the tools whose call schema a "schema" constraint enforces (the
+    cells that exist now; default `tools`). A reply without native tool calls is read for tool calls written as text
+    (`parse_text_tool_calls`); `ModelTurn.text_calls` says so."""
     tokens = max_tokens or max(settings.max_tokens, 1500)
+    from crane.llm import local_server
+
+    state = {"constrain": constrain if local_server.takes_constraint(settings.api_base) else None}
+
+    def unconstrain(exc: BaseException, err_cls: type[LLMError]) -> bool:
+        """A server that rejects the constraint (an error naming tool_choice or response_format) is asked again
+        without it, and not held to it again in this process."""
+        text = str(exc).lower()
+        if state["constrain"] and err_cls is not LLMTimeout and any(
+                k in text for k in ("tool_choice", "response_format", "json_schema", "grammar", "required")):
+            log.warning("%s rejected the tool-call constraint (%s): %s", settings.model, state["constrain"], exc)
+            local_server.mark_no_constraint(settings.api_base)
+            state["constrain"] = None
+            return True
+        return False
+
     response, usage, where = completion_with_retries(
-        settings, ledger, lambda litellm: _kwargs(litellm, settings, messages, tokens), label="agent",
-        deadline=deadline)
+        settings, ledger, lambda litellm: _kwargs(litellm, settings, messages, tokens, tools, state["constrain"],
+                                         schema_tools),
+        label="agent", deadline=deadline, on_error=unconstrain)
     try:
         message = response.choices[0].message
     except (AttributeError, IndexError):

@@ -34,6 +34,20 @@ class WorkCell(msgspec.Struct):
         return self.original is not None and self.source != self.original
 
 
+def same_code(a: str, b: str) -> bool:
+    """`a` and `b` are the same code: equal but for blank space, or the same Python (layout and comments aside)."""
+    if a.strip() == b.strip():
+        return True
+    import ast
+
+    from crane.analysis.transform import transform
+
+    try:
+        return ast.dump(ast.parse(transform(a)[0])) == ast.dump(ast.parse(transform(b)[0]))
+    except (SyntaxError, ValueError):
+        return False
+
+
 class RunnerError(CraneError, ValueError):
     """An action refers to a cell that cannot take it; the message goes back to the model."""
 
@@ -68,6 +82,8 @@ class FixRunner:
 
     def edit(self, n: int, source: str) -> str:
         cell = self._code_cell(n)
+        if same_code(source, cell.source):
+            raise RunnerError(f"nothing changed: cell {n} already has this code.{self._raises(cell)}")
         if cell.original is not None:
             reason = check_edit(cell.original, source, cell.failing_line)
             if reason:
@@ -77,7 +93,17 @@ class FixRunner:
         rerun = " It will be re-run, in order, before the next cell you execute after it." if n != self.target else ""
         return f"cell {n} edited.{rerun}"
 
+    def _raises(self, cell: WorkCell) -> str:
+        """" Line k (`code`) is the one that raises." for a cell whose failing line is known, else ""."""
+        lines = cell.source.splitlines()
+        k = cell.failing_line
+        if k is None or not 1 <= k <= len(lines):
+            return ""
+        return f" Line {k} (`{lines[k - 1].strip()[:200]}`) is the one that raises: change it."
+
     def add(self, after: int, source: str) -> int:
+        if not source.strip():
+            raise RunnerError("nothing added: the new cell's `source` is empty. Send the code the cell should run.")
         if after != 0 and after not in self.cells:
             raise RunnerError(f"there is no cell {after} to add a cell after")
         number = max(self.cells) + 1

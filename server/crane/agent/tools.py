@@ -7,6 +7,8 @@ number (after the notebook's last cell) and is placed after the cell it names.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -61,6 +63,43 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 TOOL_NAMES = tuple(t["function"]["name"] for t in TOOLS)
+
+# The tool parameters that name a cell: those `tools_for` limits to the cells a run can name.
+_CELL_PARAMS = {"edit_cell": "cell", "execute_cell": "cell", "add_cell": "after"}
+
+
+def tools_for(code_cells: Sequence[int], all_cells: int, additions: int) -> list[dict[str, Any]]:
+    """TOOLS for one run, each cell parameter an enum of the cells it may name: `code_cells` (the notebook's code
+    cells) and the numbers the run's own added cells will get (`all_cells` + 1 .. + `additions`, one per step at
+    most); `add_cell`'s `after` also 0 and every cell. A server that turns the schema into a grammar (llama.cpp
+    and its Python bindings, vLLM, Ollama) then cannot write a cell the notebook lacks (Qwen2.5-Coder-0.5B
+    edited "cell 7" of 6, twice); hosted models read the list."""
+    added = list(range(all_cells + 1, all_cells + 1 + max(additions, 0)))
+    numbers = {"cell": sorted(set(code_cells)) + added, "after": list(range(0, all_cells + 1)) + added}
+    out = []
+    for t in TOOLS:
+        name = t["function"]["name"]
+        param = _CELL_PARAMS.get(name)
+        if param is None:
+            out.append(t)
+            continue
+        t = copy.deepcopy(t)
+        spec = t["function"]["parameters"]["properties"][param]
+        spec["enum"] = numbers["after" if param == "after" else "cell"]
+        out.append(t)
+    return out
+
+
+def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """One tool call as a JSON object, `{"name": <tool>, "arguments": {...}}`, for `response_format` where a
+    server enforces a schema but has no tool calling of its own (llama-cpp-python's chat templates): each
+    alternative holds one tool's name and its parameters' schema, so every reply is a call that decodes
+    (crane.agent.model_call.parse_text_tool_calls reads it)."""
+    return {"anyOf": [
+        {"type": "object",
+         "properties": {"name": {"const": t["function"]["name"]}, "arguments": t["function"]["parameters"]},
+         "required": ["name", "arguments"], "additionalProperties": False}
+        for t in tools]}
 
 
 class ToolArgsError(CraneError, ValueError):
@@ -121,9 +160,12 @@ def decode_args(call: ToolCall) -> Any:
     if not isinstance(raw, dict):
         raise ToolArgsError(f"the arguments of {call.name} must be a JSON object")
     try:
-        return msgspec.convert(raw, typ, strict=False)
+        args: Any = msgspec.convert(raw, typ, strict=False)
     except msgspec.ValidationError as exc:
         raise ToolArgsError(f"bad arguments for {call.name}: {exc}") from None
+    if isinstance(args, (EditCell, AddCell)):
+        args.source = lenient.source_text(args.source)  # a source escaped twice
+    return args
 
 
 def call_key(call: ToolCall) -> str:
@@ -135,6 +177,20 @@ def call_key(call: ToolCall) -> str:
     except ValueError:
         args = call.arguments
     return f"{call.name}:{args}"
+
+
+def action_key(call: ToolCall) -> str:
+    """What makes two calls the same action: `call_key` without the reflection (a model that repeats its edit
+    words the reflection anew)."""
+    import json
+
+    try:
+        args = lenient.loads(call.arguments or "{}")
+    except ValueError:
+        return call_key(call)
+    if isinstance(args, dict):
+        args = {k: v for k, v in args.items() if k != "reflection"}
+    return f"{call.name}:{json.dumps(args, sort_keys=True)}"
 
 
 def action_code(args: Any) -> str:

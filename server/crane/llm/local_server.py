@@ -40,6 +40,7 @@ PROBE_TIMEOUT_S = 2.0
 
 _known: dict[str, str | None] = {}
 _no_stream: set[str] = set()  # api_bases whose server answered `stream: true` with no event stream, or refused it
+_no_constraint: set[str] = set()  # api_bases whose server rejected the agent's tool-call constraint
 _lock = threading.Lock()
 
 
@@ -127,6 +128,21 @@ def mark_no_stream(api_base: str) -> None:
         _no_stream.add(api_base)
 
 
+def takes_constraint(api_base: str | None) -> bool:
+    """Whether the agent may hold the server at `api_base` to one tool call per reply (crane.agent.model_call):
+    yes, unless it rejected that before (`mark_no_constraint`)."""
+    with _lock:
+        return api_base not in _no_constraint
+
+
+def mark_no_constraint(api_base: str | None) -> None:
+    """The server at `api_base` rejected `tool_choice: "required"` or a tool-call `response_format`: the agent's
+    requests go without it from now on (this process)."""
+    log.warning("the model server at %s rejected the tool-call constraint: agent requests go without it", api_base)
+    with _lock:
+        _no_constraint.add(api_base or "")
+
+
 def alive(api_base: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """The server at `api_base` answers HTTP at all while it may be computing: GET {root}/health, any status
     (llama.cpp's llama-server and vLLM serve it; llama-cpp-python, Ollama and LM Studio answer 404). Not
@@ -153,3 +169,4 @@ def forget() -> None:
     with _lock:
         _known.clear()
         _no_stream.clear()
+        _no_constraint.clear()
