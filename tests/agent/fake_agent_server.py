@@ -52,14 +52,20 @@ class FakeAgentServer:
             def log_message(self, *args):
                 pass
 
+            def send_json(self, status: int, obj: Any) -> None:
+                payload = json.dumps(obj).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass
+
             def do_GET(self) -> None:
                 body = server.get_routes.get(self.path.split("?")[0])
-                payload = json.dumps(body if body is not None else {"detail": "Not Found"}).encode()
-                self.send_response(200 if body is not None else 404)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                self.send_json(200 if body is not None else 404, body if body is not None else {"detail": "Not Found"})
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
@@ -72,13 +78,7 @@ class FakeAgentServer:
                 if turn.delay_s:
                     time.sleep(turn.delay_s)
                 if turn.error is not None:
-                    status, err = turn.error
-                    payload = json.dumps(err).encode()
-                    self.send_response(status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
+                    self.send_json(*turn.error)
                     return
                 message: dict[str, Any] = {"role": "assistant", "content": turn.text}
                 if turn.calls:
@@ -93,7 +93,7 @@ class FakeAgentServer:
                                                  u if wants_usage(body) else None,
                                                  "tool_calls" if turn.calls else "stop"))
                     return
-                payload = json.dumps({
+                self.send_json(200, {
                     "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", "fake"),
                     "choices": [{"index": 0, "message": message,
@@ -101,15 +101,7 @@ class FakeAgentServer:
                     "usage": {"prompt_tokens": u["prompt_tokens"], "completion_tokens": u["completion_tokens"],
                               "total_tokens": u["prompt_tokens"] + u["completion_tokens"],
                               "prompt_tokens_details": {"cached_tokens": u.get("cached_tokens", 0)}},
-                }).encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except OSError:
-                    pass
+                })
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
