@@ -6,7 +6,8 @@ A request with `"stream": true` is answered as an event stream (sse_stream.py), 
 `stream` mode scripts the other behaviours of a local server: "json" ignores `stream` (a plain JSON body),
 "reject" refuses it (HTTP 400 naming streaming), "silent" accepts the request and never sends a byte (GET
 requests are still answered: the server is alive), "stall" sends the role and `stall_after`
-pieces of the text and then nothing.
+pieces of the text and then nothing, "broken" sends the event stream's headers and closes the connection (as
+llama-cpp-python does when its chat template raises after the headers went out).
 Held requests end when the server is reset or stopped. `model_lock` makes GET /v1/models wait while a chat
 request is being answered, as llama-cpp-python's server does (its /v1/models takes the model's lock).
 """
@@ -59,7 +60,7 @@ class Reply:
         self.body = body
         self.raw = raw  # sent as it is (e.g. an HTML page), with `content_type`
         self.content_type = content_type
-        if stream not in ("sse", "json", "reject", "silent", "stall"):
+        if stream not in ("sse", "json", "reject", "silent", "stall", "broken"):
             raise ValueError(f"unknown stream mode {stream!r}")
         self.stream = stream  # what the server does with a request (see the module's docstring)
         self.stall_after = stall_after  # "stall": pieces of text sent before it stops (0: only the role)
@@ -139,6 +140,13 @@ class FakeLLMServer:
                 if reply.stream == "silent":  # accepted, never answered
                     server._release.wait()
                     self.close_connection = True
+                    return
+                if streamed and reply.stream == "broken":
+                    self.close_connection = True
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.end_headers()
+                    self.wfile.flush()
                     return
                 if streamed and reply.stream == "reject":
                     reply = Reply.error(400, "streaming is not supported by this server (stream=true)")

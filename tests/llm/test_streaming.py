@@ -101,6 +101,20 @@ def test_a_server_that_refuses_stream_is_asked_again_without_it(llm_server):
     assert ledger.totals().failed_requests == 0
 
 
+def test_a_stream_that_breaks_before_any_piece_is_asked_once_more_without_streaming(llm_server):
+    """llama-cpp-python 0.3.36 sent the headers of its event stream, then its chat template raised and it closed
+    the connection (5 agent turns of a real run came back empty that way); the same request unstreamed was
+    answered. The next request streams again: the server can stream."""
+    llm_server.reset(Reply(stream="broken"), Reply(), Reply())
+    ledger = CostLedger()
+    s = local(llm_server, retries=0)
+    text, _ = call_model(s, MESSAGES, ledger)
+    assert json.loads(text) == VALID_ANSWER
+    call_model(s, MESSAGES, ledger)
+    assert [r["body"].get("stream") for r in llm_server.requests] == [True, None, True]
+    assert ledger.totals().failed_requests == 0
+
+
 def test_the_liveness_check_still_catches_a_dead_server_while_streaming(monkeypatch):
     import socket
 

@@ -38,7 +38,9 @@ class ModelTurn(msgspec.Struct):
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation (OpenAI shape). Tool calls read from the text
         are sent back as structured calls, so the tool results that follow have calls to answer."""
-        msg: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+        # null content only beside tool calls (the OpenAI form); an empty reply is "" (llama-cpp-python drops a
+        # null and its chat template then fails on every later request of the run)
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content or (None if self.tool_calls else "")}
         if self.tool_calls:
             msg["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}

@@ -243,6 +243,7 @@ def completion_with_retries(
     litellm = load_litellm()
     where = f"the model server ({settings.api_base})" if settings.api_base else f"the provider of {settings.model}"
     attempt = 0
+    unstreamed = False  # this request goes without streaming (its stream broke)
     while True:
         attempt += 1
         try:
@@ -259,7 +260,8 @@ def completion_with_retries(
             if left < limit:
                 kwargs["timeout"] = limit = left
                 cut = True
-        streamed = bool(settings.local and settings.api_base and local_server.streams(settings.api_base))
+        streamed = bool(settings.local and settings.api_base and local_server.streams(settings.api_base)
+                        and not unstreamed)
         try:
             if settings.local and settings.api_base:
                 response = local_call.local_completion(
@@ -267,6 +269,11 @@ def completion_with_retries(
                     first_token_s=settings.first_token_timeout_s, total_s=limit)
             else:
                 response = litellm.completion(**kwargs)
+        except local_call.StreamBroken as exc:
+            log.warning("%s: %s; asking again without streaming", where, exc)
+            unstreamed = True
+            attempt -= 1
+            continue
         except local_call.StreamUnsupported as exc:
             log.info("%s: %s", where, exc)
             local_server.mark_no_stream(settings.api_base or "")

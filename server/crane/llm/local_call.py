@@ -69,6 +69,12 @@ class StreamUnsupported(Exception):
     """The server answered `stream: true` with a plain reply (JSON), not an event stream."""
 
 
+class StreamBroken(Exception):
+    """The event stream ended with no piece of a reply (llama-cpp-python 0.3.36 raised in its chat template after
+    sending the headers, for some message lists and only when streaming): the request is sent again without
+    streaming, once (an empty reply, were it real, costs one more request)."""
+
+
 class HtmlPage(Exception):
     """The server answered with an HTML page (a web UI or a proxy's page, not the model's API); the text
     holds the page's start, which `crane.llm.client.describe_failure` names as such."""
@@ -226,6 +232,8 @@ def local_completion(litellm: Any, kwargs: dict[str, Any], api_base: str, *, str
         raise box["error"]
     if "response" in box:  # not streamed, or a server that answered `stream: true` with its whole reply
         return box["response"]
+    if not any(map(_is_token, chunks)):  # (litellm's stream adds a finish of its own when the stream ends)
+        raise StreamBroken(f"its event stream ended with no piece of a reply ({len(chunks)} event(s))")
     built = litellm.stream_chunk_builder(chunks, messages=kwargs.get("messages"))
     if built is None:  # an event stream with no piece at all
         raise StreamUnsupported("its event stream held no reply")
