@@ -196,3 +196,15 @@ def test_an_edit_escaped_twice_arrives_as_code(model, keyerror_nb):  # noqa: F81
     model.reset(tool("edit_cell", cell=3, source=escaped), tool("finish", explanation="case"))
     p = start_fix(keyerror_nb, 3, settings_for(model), sandbox_factory=factory)
     assert p.fixed and p.edits[0].new == MULTILINE
+
+
+def test_hosted_models_get_the_plain_tools(keyerror_nb):  # noqa: F811
+    """Cell enums only where a local server's grammar holds the reply to them: Gemini takes string enums only."""
+    from crane.agent.loop import AgentRun
+    from crane.llm.settings import LLMSettings
+
+    hosted = AgentRun(keyerror_nb, 3, LLMSettings(model="gemini/gemini-2.0-flash"), sandbox=None)  # type: ignore[arg-type]
+    assert hosted.tools == TOOLS
+    local = AgentRun(keyerror_nb, 3, LLMSettings(model="openai/m", api_base="http://127.0.0.1:1/v1"),
+                     sandbox=None)  # type: ignore[arg-type]
+    assert local.tools[0]["function"]["parameters"]["properties"]["cell"]["enum"][:2] == [2, 3]

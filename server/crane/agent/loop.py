@@ -19,6 +19,7 @@ from crane.agent.proposal import AgentStep, AgentUsage, CallStats, Evidence, Pro
 from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run
 from crane.agent.sandboxes import ExecutionSandbox, replay_sandbox_factory
 from crane.agent.tools import (
+    TOOLS,
     AddCell,
     EditCell,
     ExecuteCell,
@@ -172,9 +173,12 @@ class AgentRun:
         self.evidence: Evidence | None = None  # the final verification, once run
         self.requests_sent: list[list[dict]] = []  # message lists as sent (tests check the stable prefix)
         self.calls = CallStats()  # usable, lost (with the reason) and repeated tool calls
-        # the run's tools: cell parameters limited to the cells that exist or the run's additions can create
+        # the run's tools; for a local server (whose grammar can hold a reply to them), cell parameters limited to
+        # the cells that exist or the run's additions can create. Hosted models get the plain tools: some providers
+        # take enums of strings only (Gemini).
         self.tools = tools_for([c.number for c in nb.cells if c.is_code],
-                               max((c.number for c in nb.cells), default=0), self.budget.max_steps)
+                               max((c.number for c in nb.cells), default=0),
+                               self.budget.max_steps) if settings.local else list(TOOLS)
         self.text_turns = False  # the model answered a turn without native tool calls
         self.made: set[str] = set()  # the actions of earlier turns (crane.agent.tools.action_key)
         self.stuck = False  # the last turn only repeated earlier calls: the next one is sampled (STUCK_TEMPERATURE)

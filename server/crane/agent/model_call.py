@@ -303,7 +303,7 @@ def request_turn(settings: LLMSettings, messages: list[dict], ledger: CostLedger
         without it, and not held to it again in this process."""
         text = str(exc).lower()
         if state["constrain"] and err_cls is not LLMTimeout and any(
-                k in text for k in ("tool_choice", "response_format", "json_schema", "grammar", "required")):
+                k in text for k in ("tool_choice", "response_format", "json_schema", "grammar")):
             log.warning("%s rejected the tool-call constraint (%s): %s", settings.model, state["constrain"], exc)
             local_server.mark_no_constraint(settings.api_base)
             state["constrain"] = None

@@ -73,7 +73,8 @@ def tools_for(code_cells: Sequence[int], all_cells: int, additions: int) -> list
     cells) and the numbers the run's own added cells will get (`all_cells` + 1 .. + `additions`, one per step at
     most); `add_cell`'s `after` also 0 and every cell. A server that turns the schema into a grammar (llama.cpp
     and its Python bindings, vLLM, Ollama) then cannot write a cell the notebook lacks (Qwen2.5-Coder-0.5B
-    edited "cell 7" of 6, twice); hosted models read the list."""
+    edited "cell 7" of 6, twice). For local servers only (crane.agent.loop): some providers take string enums
+    only."""
     added = list(range(all_cells + 1, all_cells + 1 + max(additions, 0)))
     numbers = {"cell": sorted(set(code_cells)) + added, "after": list(range(0, all_cells + 1)) + added}
     out = []
