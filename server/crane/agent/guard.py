@@ -127,10 +127,13 @@ def _words(text: str) -> list[str]:
 
 def _kinship(old: str, new: str) -> float:
     """How much of the failing statement `old` lives on in `new`: the lower of their similarity by characters and
-    by names, numbers and strings (by characters alone, `sns.violinplot(df, x='species')` and
-    `df.dropna().drop_duplicates()` look a third alike; by words they share `df` alone)."""
-    return min(difflib.SequenceMatcher(a=old, b=new, autojunk=False).ratio(),
-               difflib.SequenceMatcher(a=_words(old), b=_words(new), autojunk=False).ratio())
+    the share of `old`'s names, numbers and strings that `new` keeps, in order (by characters alone,
+    `sns.violinplot(df, x='species')` and `df.dropna().drop_duplicates()` look a third alike; the second keeps one
+    word of five, `df`). A share, not a ratio of both: a fix may add many words (`pd.to_numeric(...,
+    errors='coerce')` around `df['installs']`)."""
+    words = _words(old)
+    kept = sum(b.size for b in difflib.SequenceMatcher(a=words, b=_words(new), autojunk=False).get_matching_blocks())
+    return min(difflib.SequenceMatcher(a=old, b=new).ratio(), kept / len(words) if words else 1.0)
 
 
 def _norm(text: str) -> str:
