@@ -255,14 +255,23 @@ def parse_text_tool_calls(content: str) -> list[ToolCall]:
     or a JSON object (or list of them) with `name` and `arguments`, fenced in ```json or bare."""
     if not content or "{" not in content:
         return []
+    whole = content.strip()
+    if whole.startswith(("{", "[")):  # the reply is the call (a grammar-held reply always is): fences inside its
+        try:                           # strings (a reflection quoting code) are not the call
+            value = lenient.loads(whole)
+        except ValueError:
+            value = None
+        found = [c for c in map(_as_call, value if isinstance(value, list) else [value]) if c is not None]
+        if found:
+            return [ToolCall(id=f"text_call_{i}", name=n, arguments=a) for i, (n, a) in enumerate(found)]
     chunks = _TAGGED.findall(content) or _FENCED.findall(content) or [content]
     calls: list[ToolCall] = []
     for chunk in chunks:
         found_here = [c for value in _json_objects(chunk)
                       for c in map(_as_call, value if isinstance(value, list) else [value]) if c is not None]
         if not found_here:
-            lenient = _lenient_call(chunk)
-            found_here = [lenient] if lenient is not None else []
+            line_call = _lenient_call(chunk)
+            found_here = [line_call] if line_call is not None else []
         calls += [ToolCall(id=f"text_call_{len(calls) + i}", name=n, arguments=a) for i, (n, a) in enumerate(found_here)]
     return calls
 
