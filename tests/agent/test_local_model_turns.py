@@ -227,3 +227,10 @@ def test_a_grammar_held_reply_is_read_whole_though_its_strings_hold_fences():
     [call] = parse_text_tool_calls(fenced)
     args = json.loads(call.arguments)
     assert call.name == "edit_cell" and args["cell"] == 3 and args["source"].startswith("df = df.drop(columns=[")
+
+
+def test_a_rejection_is_remembered_for_a_server_without_an_api_base():
+    """An Ollama model with no api_base is local and may be held to the schema; its rejection must stick too."""
+    assert local_server.takes_constraint(None)
+    local_server.mark_no_constraint(None)
+    assert not local_server.takes_constraint(None) and not local_server.takes_constraint("")

@@ -27,11 +27,13 @@ from crane.analysis.transform import transform
 _BODY_FIELDS = ("body", "orelse", "handlers", "finalbody", "cases")
 
 
-def _parse(source: str) -> ast.Module | None:
+def parse_cell(source: str) -> ast.Module | None:
+    """A cell's code as the kernel runs it (IPython syntax transformed), parsed; None when it is not Python (a
+    syntax error, or a null byte: a ValueError before Python 3.12)."""
     python, _, _ = transform(source)
     try:
         return pyast.parse(python)
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         return None
 
 
@@ -171,7 +173,7 @@ def _unrelated(old_tree: ast.Module, new_tree: ast.Module, old_keys: list[str], 
 
 def check_edit(original: str, proposed: str, failing_line: int | None = None) -> str | None:
     """The reason the edit is refused, or None when it is acceptable."""
-    old_tree, new_tree = _parse(original), _parse(proposed)
+    old_tree, new_tree = parse_cell(original), parse_cell(proposed)
     if old_tree is None:
         return None  # the original does not parse: any edit that makes it parse is a fix attempt
     old_stmts = _statements(old_tree)

@@ -98,25 +98,15 @@ _ESCAPED = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "/": "/"}
 _JSON_TAIL = re.compile(r'"\s*\}+\s*(?:\{.*)?$', re.S)  # `"}}` and what the model began after it
 
 
-def _parses(source: str) -> bool:
-    import ast
-
-    from crane.analysis.transform import transform
-
-    try:
-        ast.parse(transform(source)[0])
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
-
 def source_text(source: str) -> str:
     """`source` as the cell's code: itself when it parses; else, when it holds escaped line breaks (`\\n`), the
     text with its escapes read (and a trailing JSON tail cut) if that parses."""
-    if "\\n" not in source or _parses(source):
+    from crane.agent.guard import parse_cell
+
+    if "\\n" not in source or parse_cell(source) is not None:
         return source
     text = _ESCAPE.sub(lambda m: _ESCAPED[m.group(1)], source)
     for candidate in (text, _JSON_TAIL.sub("", text)):
-        if candidate.strip() and _parses(candidate):
+        if candidate.strip() and parse_cell(candidate) is not None:
             return candidate
     return source

@@ -313,8 +313,8 @@ def request_turn(settings: LLMSettings, messages: list[dict], ledger: CostLedger
         text = str(exc).lower()
         if state["constrain"] and err_cls is not LLMTimeout and any(
                 k in text for k in ("tool_choice", "response_format", "json_schema", "grammar")):
-            log.warning("%s rejected the tool-call constraint (%s): %s", settings.model, state["constrain"], exc)
-            local_server.mark_no_constraint(settings.api_base)
+            log.info("%s rejected the tool-call constraint (%s): %s", settings.model, state["constrain"], exc)
+            local_server.mark_no_constraint(settings.api_base)  # (its warning says so)
             state["constrain"] = None
             return True
         return False

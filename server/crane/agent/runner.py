@@ -10,9 +10,11 @@ re-executed in order, and a cell never runs twice on top of its own effects.
 
 from __future__ import annotations
 
+import ast
+
 import msgspec
 
-from crane.agent.guard import check_edit
+from crane.agent.guard import check_edit, parse_cell
 from crane.agent.proposal import CellAddition, CellEdit, Evidence
 from crane.agent.sandboxes import ExecResult, ExecutionSandbox
 from crane.errors import CraneError
@@ -38,14 +40,8 @@ def same_code(a: str, b: str) -> bool:
     """`a` and `b` are the same code: equal but for blank space, or the same Python (layout and comments aside)."""
     if a.strip() == b.strip():
         return True
-    import ast
-
-    from crane.analysis.transform import transform
-
-    try:
-        return ast.dump(ast.parse(transform(a)[0])) == ast.dump(ast.parse(transform(b)[0]))
-    except (SyntaxError, ValueError):
-        return False
+    tree_a, tree_b = parse_cell(a), parse_cell(b)
+    return tree_a is not None and tree_b is not None and ast.dump(tree_a) == ast.dump(tree_b)
 
 
 class RunnerError(CraneError, ValueError):

@@ -169,29 +169,24 @@ def decode_args(call: ToolCall) -> Any:
     return args
 
 
-def call_key(call: ToolCall) -> str:
-    """What makes two calls the same call: the tool and its arguments (read leniently, keys sorted)."""
-    import json
-
-    try:
-        args = json.dumps(lenient.loads(call.arguments or "{}"), sort_keys=True)
-    except ValueError:
-        args = call.arguments
-    return f"{call.name}:{args}"
-
-
-def action_key(call: ToolCall) -> str:
-    """What makes two calls the same action: `call_key` without the reflection (a model that repeats its edit
-    words the reflection anew)."""
+def call_key(call: ToolCall, without: tuple[str, ...] = ()) -> str:
+    """What makes two calls the same call: the tool and its arguments (read leniently, keys sorted), those named
+    in `without` left out."""
     import json
 
     try:
         args = lenient.loads(call.arguments or "{}")
     except ValueError:
-        return call_key(call)
-    if isinstance(args, dict):
-        args = {k: v for k, v in args.items() if k != "reflection"}
+        return f"{call.name}:{call.arguments}"
+    if without and isinstance(args, dict):
+        args = {k: v for k, v in args.items() if k not in without}
     return f"{call.name}:{json.dumps(args, sort_keys=True)}"
+
+
+def action_key(call: ToolCall) -> str:
+    """What makes two calls the same action: `call_key` without the reflection (a model that repeats its edit
+    words the reflection anew)."""
+    return call_key(call, without=("reflection",))
 
 
 def action_code(args: Any) -> str:

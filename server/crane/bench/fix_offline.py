@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from crane.agent.guard import check_edit
+from crane.agent.guard import check_edit, parse_cell
 from crane.bench.cases import Case
 from crane.fixes.apply import apply_to_notebook, changes
 from crane.fixes.model import VerifiedFix
@@ -81,12 +81,10 @@ class FixBenchReport(msgspec.Struct, rename="camel"):
 
 
 def _norm(source: str) -> str:
-    try:
-        from crane.analysis.transform import transform
-
-        return ast.dump(ast.parse(transform(source)[0]))
-    except (SyntaxError, ValueError):
-        return "\n".join(ln.rstrip() for ln in source.strip().splitlines())
+    tree = parse_cell(source)
+    if tree is not None:
+        return ast.dump(tree)
+    return "\n".join(ln.rstrip() for ln in source.strip().splitlines())
 
 
 def matches_fixed(nb: Notebook, fixed: Notebook, fix: VerifiedFix) -> bool:

@@ -132,7 +132,7 @@ def takes_constraint(api_base: str | None) -> bool:
     """Whether the agent may hold the server at `api_base` to one tool call per reply (crane.agent.model_call):
     yes, unless it rejected that before (`mark_no_constraint`)."""
     with _lock:
-        return api_base not in _no_constraint
+        return (api_base or "") not in _no_constraint
 
 
 def mark_no_constraint(api_base: str | None) -> None:
