@@ -2,7 +2,9 @@
 
 (tests/llm/fake_llm_server.py only answers with text.) Each request pops the next scripted turn; a turn is a
 `Turn` (tool calls and/or text, usage, delay) or a callable `(request_body) -> Turn` that can look at the
-conversation so far (e.g. the last tool observation). Every request body is recorded. A request with
+conversation so far (e.g. the last tool observation). Every request body is recorded. A request without `tools`
+(the agent's focused ask: code wanted, no tool call) is answered from `plain` (default: `NO_CODE`, prose) and
+recorded in `plain_requests`, so the tool-call turns keep their own script and indices. A request with
 `"stream": true` (CRANE streams from local servers) is answered as an event stream, each tool call's arguments
 in pieces (tests/llm/sse_stream.py), as llama.cpp's servers do.
 """
@@ -34,6 +36,9 @@ def tool(name: str, reflection: str = "next step", usage: dict[str, int] | None 
     return Turn(calls=[(name, {"reflection": reflection, **args})], usage=usage)
 
 
+# a focused ask's reply with no code in it, and no tokens (the token budgets of tests are the tool turns')
+NO_CODE = Turn(text="I cannot fix it.", usage={"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0})
+
 Script = list["Turn | Callable[[dict], Turn]"]
 
 
@@ -42,6 +47,8 @@ class FakeAgentServer:
         self.script: list = []
         self.default: Turn | Callable[[dict], Turn] = Turn(text="I am done.")
         self.requests: list[dict[str, Any]] = []
+        self.plain: list = []  # turns for requests without tools
+        self.plain_requests: list[dict[str, Any]] = []
         self.get_routes: dict[str, Any] = {}  # GET path -> JSON body (what a server's own endpoints answer); else 404
         self._lock = threading.Lock()
         server = self
@@ -71,9 +78,13 @@ class FakeAgentServer:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
                 body = json.loads(raw)
                 with server._lock:
-                    server.requests.append(body)
-                    n = len(server.requests)
-                    item = server.script.pop(0) if server.script else server.default
+                    if "tools" in body:
+                        server.requests.append(body)
+                        item = server.script.pop(0) if server.script else server.default
+                    else:
+                        server.plain_requests.append(body)
+                        item = server.plain.pop(0) if server.plain else NO_CODE
+                    n = len(server.requests) + len(server.plain_requests)
                 turn = item(body) if callable(item) else item
                 if turn.delay_s:
                     time.sleep(turn.delay_s)
@@ -116,10 +127,12 @@ class FakeAgentServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def reset(self, *turns, default=None) -> None:
+    def reset(self, *turns, default=None, plain=()) -> None:
         with self._lock:
             self.script = list(turns)
+            self.plain = list(plain)
             self.requests.clear()
+            self.plain_requests.clear()
             self.default = default or Turn(text="I am done.")
             self.get_routes.clear()
 

@@ -13,10 +13,12 @@ from collections.abc import Callable
 
 import msgspec
 
+from crane.agent import focused
 from crane.agent.context import FixContext, initial_messages
+from crane.agent.guard import check_edit, parse_cell
 from crane.agent.model_call import constraint, request_turn
 from crane.agent.proposal import AgentStep, AgentUsage, CallStats, Evidence, Proposal, ProposalStatus, StepUsage
-from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run
+from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run, same_code
 from crane.agent.sandboxes import ExecutionSandbox, replay_sandbox_factory
 from crane.agent.tools import (
     TOOLS,
@@ -32,7 +34,7 @@ from crane.agent.tools import (
     decode_args,
     tools_for,
 )
-from crane.llm.client import DeadlinePassed, LLMError
+from crane.llm.client import DeadlinePassed, LLMError, call_model
 from crane.llm.cost import CostLedger
 from crane.llm.schema import Usage
 from crane.llm.settings import LLMSettings
@@ -110,6 +112,15 @@ def _usage(u: Usage) -> StepUsage:
                      cached_tokens=u.cached_tokens, cost_usd=u.cost_usd)
 
 
+def _outcome(res) -> str:
+    """A sandbox run in one line (ran clean, or the exception and where)."""
+    if res.clean:
+        return "ran clean, but not in a fresh sandbox"
+    if res.status == "error":
+        return f"raised {res.ename}{f' at line {res.line}' if res.line else ''}: {(res.evalue or '')[:200]}"
+    return f"{res.status}: {(res.evalue or '')[:200]}"
+
+
 def build_context(nb: Notebook, target: int, goal: str | None, runner: FixRunner,
                   candidates: list | None = None) -> FixContext:
     """The error (recorded, or observed by running the target in the sandbox), CRANE's findings and facts, and
@@ -182,6 +193,15 @@ class AgentRun:
         self.text_turns = False  # the model answered a turn without native tool calls
         self.made: set[str] = set()  # the actions of earlier turns (crane.agent.tools.action_key)
         self.stuck = False  # the last turn only repeated earlier calls: the next one is sampled (STUCK_TEMPERATURE)
+        # the last turn made no progress (its calls repeated earlier ones, changed nothing or were refused): the
+        # failing line is put to the model alone (crane.agent.focused) before its next turn
+        self.no_progress = False
+        self.progress = False  # a call of the current turn made progress
+        self.focus_rounds = 0
+        self.focus_tried: set[str] = set()  # target sources the focused asks produced (normalized)
+        self.ctx: FixContext | None = None
+        self.variables: list[str] | None = None  # the variables the focused asks show, once probed
+        self.focus_failed: list[str] = []  # the focused changes that failed: "`code` -> what happened"
 
     # -- budgets ---------------------------------------------------------------------------------------------
     def _limit_reached(self) -> str | None:
@@ -267,6 +287,123 @@ class AgentRun:
         return (f"not accepted: in a fresh sandbox, cell {self.target} still fails with {what}. Keep fixing.",
                 "error", False)
 
+    def _gate(self, step: AgentStep) -> bool:
+        """Step mode: show the proposed step and wait for the user's go-ahead. False: the user stopped the run."""
+        if self.step_gate is None:
+            return True
+        self._emit(step)
+        if not self.step_gate(step) or self.stop_event.is_set():
+            self.stop_event.set()
+            return False
+        return True
+
+    def _variables(self, ctx: FixContext) -> list[str]:
+        """The variables the focused asks show (focused.variable_lines); the other variables are probed in the
+        sandbox from the user's state (it is reset first when the run executed something there)."""
+        from crane.probe.facts import ProbeRequest
+
+        used = set(ctx.probe.facts) | set(ctx.probe.undefined) if ctx.probe is not None else set()
+        names = focused.other_names(self.nb, self.target, used)
+        r = self.runner
+        probe = None
+        try:
+            if r.executed and names:  # (a reset may start a new kernel: the client comes after it)
+                r.sandbox.reset_to_history()
+                r.executed = []
+            client = r.sandbox.probe_client() if names else None
+            if client is not None:
+                probe = client.run(ProbeRequest(names=names, time_budget_ms=200, max_total_bytes=64 * 1024),
+                                   timeout=10.0)
+        except Exception as exc:  # the asks go without them
+            log.info("agent: no facts on the other variables: %s", exc)
+        return focused.variable_lines(ctx.probe, probe, names)
+
+    def _focused_round(self) -> bool:
+        """Put the failing line (and the cell) to the model alone (crane.agent.focused); run each new change its
+        replies make in the sandbox, as a step. True when one ran clean and was accepted (a fresh sandbox and the
+        guard). The changes that failed are told to the model in the conversation."""
+        ctx, r = self.ctx, self.runner
+        if ctx is None:
+            return False
+        cell = r.cells[self.target]
+        base = cell.original if cell.original is not None else cell.source
+        if self.variables is None:
+            self.variables = self._variables(ctx)
+        round_no, self.focus_rounds = self.focus_rounds, self.focus_rounds + 1
+        notes: list[str] = []
+        for kind, temperature in focused.plan(round_no, base, ctx.failing_line) if ctx.error else []:
+            if self._limit_reached():
+                break
+            ask = focused.ask(ctx, base, kind, temperature, self.variables, self.focus_failed)
+            settings = msgspec.structs.replace(self.settings, temperature=ask.temperature, max_tokens=ask.max_tokens)
+            left_s = self.max_seconds - (self.clock() - self.start)
+            try:
+                text, usage = call_model(settings, ask.messages, self.ledger, fmt="none",
+                                         deadline=time.monotonic() + left_s)
+            except LLMError as exc:  # (a passed deadline too): the loop's own checks decide what comes next
+                log.info("agent: focused ask failed: %s", exc)
+                break
+            self.calls.focused_requests += 1
+            if self.session_ledger is not None:
+                self.session_ledger.add(usage)
+            new = focused.candidate(base, text, ctx.failing_line)
+            if new is None or same_code(new, base):
+                continue
+            key = "\n".join(x.strip() for x in new.splitlines() if x.strip())
+            if key in self.focus_tried:
+                continue
+            self.focus_tried.add(key)
+            what = focused.changed_lines(base, new)
+            if parse_cell(new) is None:
+                notes.append(f"{what} -> not valid Python")
+                continue
+            reason = check_edit(base, new, cell.failing_line)
+            if reason:
+                r.refusals.append(f"cell {self.target}: {reason}")
+                notes.append(f"{what} -> {reason}")
+                self.focus_failed.append(f"{what} -> {reason.removeprefix('refused: ').split('. ')[0]}")
+                continue
+            self.calls.focused_tried += 1
+            self.steps += 1
+            t0 = time.monotonic()
+            su = _usage(usage)
+            where = f"line {ctx.failing_line}" if ask.ask == "line" else f"cell {self.target}"
+            step = AgentStep(run_id=self.run_id, step=self.steps, phase="proposed", action="edit_cell",
+                             reflection=f"CRANE asked the model for {where} alone (temperature {ask.temperature:g})",
+                             cell=self.target, code=new, tokens=su.prompt_tokens + su.completion_tokens, usage=su)
+            if not self._gate(step):
+                self._emit(msgspec.structs.replace(step, phase="done", result="not run: the user stopped the run",
+                                                   status="stopped"))
+                return False
+            before = cell.source
+            cell.source = new  # (checked above: parsed, changed, the guard holds)
+            try:
+                plan_results, res = r.execute(self.target)
+            except RunnerError as exc:
+                cell.source = before
+                self._emit(msgspec.structs.replace(step, phase="done", result=f"error: {exc}", status="error"))
+                continue
+            obs = describe_run(plan_results, self.target, res)
+            finished = False
+            if res.clean:
+                obs2, status, finished = self._finish(Finish(
+                    explanation=f"{what} (the model's change to {where}, asked alone); cell {self.target} ran clean."))
+                obs += "\n" + obs2
+            status = "ok" if finished else "error"
+            self._emit(msgspec.structs.replace(step, phase="done", result=obs, status=status,
+                                               elapsed_s=round(time.monotonic() - t0, 3)))
+            if finished:
+                return True
+            cell.source = before
+            notes.append(f"{what} -> {_outcome(res)}")
+            self.focus_failed.append(notes[-1])
+        if notes:
+            self.messages.append({"role": "user", "content": (
+                f"CRANE put {focused.subject(ctx.failing_line, self.target)} to you alone; these changes were "
+                f"tried in the sandbox and did not fix it:\n- " + "\n- ".join(notes)
+                + f"\nCell {self.target} is as it was. Try a different change.")})
+        return False
+
     def _step(self, call, usage: StepUsage, tokens: int) -> bool:
         """Run one tool call; append its tool message. True when the run is finished."""
         self.steps += 1
@@ -284,15 +421,14 @@ class AgentRun:
         cell = getattr(args, "cell", None) if not isinstance(args, AddCell) else args.after
         step = AgentStep(run_id=self.run_id, step=self.steps, phase="proposed", reflection=args.reflection,
                          action=call.name, cell=cell, code=action_code(args), tokens=tokens, usage=usage)
-        if self.step_gate is not None:
-            self._emit(step)
-            if not self.step_gate(step) or self.stop_event.is_set():
-                self.stop_event.set()
-                obs = "not run: the user stopped the run"
-                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": obs})
-                self._emit(msgspec.structs.replace(step, phase="done", result=obs, status="stopped"))
-                return False
+        if not self._gate(step):
+            obs = "not run: the user stopped the run"
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": obs})
+            self._emit(msgspec.structs.replace(step, phase="done", result=obs, status="stopped"))
+            return False
         obs, status, finished = self._act(args)
+        if status != "refused" and not obs.startswith(("error: nothing changed", "error: nothing added")):
+            self.progress = True
         left = self.budget.max_steps - self.steps
         if not finished and left == 1:
             obs += "\n(1 step left: finish now if the target cell runs clean.)"
@@ -305,7 +441,7 @@ class AgentRun:
     def run(self) -> Proposal:
         self.evidence = None
         check_target(self.nb, self.target)
-        ctx = build_context(self.nb, self.target, self.goal, self.runner, self.candidates)
+        ctx = self.ctx = build_context(self.nb, self.target, self.goal, self.runner, self.candidates)
         if ctx.error is None and not self.goal:
             return self._proposal("clean", "the target cell already runs clean in the sandbox: nothing to fix")
         self.messages = initial_messages(self.nb, ctx)
@@ -316,6 +452,10 @@ class AgentRun:
             stop_reason = self._limit_reached()
             if stop_reason:
                 break
+            if self.no_progress and self.focus_rounds < focused.MAX_ROUNDS:
+                self.no_progress = False
+                finished = self.calls.focused_fixed = self._focused_round()
+                continue
             left_s = self.max_seconds - (self.clock() - self.start)
             try:
                 settings = self.settings
@@ -349,6 +489,7 @@ class AgentRun:
             usable_before = self.calls.usable
             keys = {action_key(c) for c in turn.tool_calls}
             self.stuck = keys <= self.made
+            self.progress = False
             self.made |= keys
             seen: set[str] = set()
             for i, call in enumerate(turn.tool_calls):
@@ -366,6 +507,7 @@ class AgentRun:
                     continue
                 finished = self._step(call, usage if i == 0 else StepUsage(), tokens if i == 0 else 0)
             self.calls.usable_turns += self.calls.usable > usable_before
+            self.no_progress = self.stuck or not self.progress
         if finished:
             return self._proposal("fixed", "finished")
         if error:

@@ -88,12 +88,18 @@ class AgentUsage(msgspec.Struct, rename="camel"):
 
 class CallStats(msgspec.Struct, rename="camel"):
     """The model's tool calls over a run: `usable` ones were read and run (a repeat within one reply counted
-    once); `lost` ones could not be read, each with the reason; `usable_turns`: replies with a usable call."""
+    once); `lost` ones could not be read, each with the reason; `usable_turns`: replies with a usable call (the
+    focused asks, which want code and no tool call, apart)."""
 
     usable: int = 0
     usable_turns: int = 0
     repeated: int = 0  # identical calls repeated within one reply (run once)
     lost: list[str] = []
+    # the focused asks (crane.agent.focused: the failing line put to the model alone, code back, no tools):
+    # requests sent, and the changes their replies made that ran in the sandbox
+    focused_requests: int = 0
+    focused_tried: int = 0
+    focused_fixed: bool = False  # the accepted fix is a focused ask's change
 
 
 class Proposal(msgspec.Struct, rename="camel", omit_defaults=False):

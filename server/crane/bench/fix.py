@@ -51,7 +51,9 @@ class FixCaseResult(msgspec.Struct, rename="camel", omit_defaults=True):
     error: str | None = None
     offline_fixes: int | None = None  # verified quick fixes offered to the agent (None: not searched)
     requests: int = 0  # model requests that got a reply
-    turns_without_call: int = 0  # replies with no usable tool call (none, or every one lost)
+    focused_requests: int = 0  # of which focused asks (code wanted, no tool call: crane.agent.focused)
+    focused_fix: bool = False  # the agent's accepted fix came from a focused ask
+    turns_without_call: int = 0  # tool-call turns with no usable tool call (none, or every one lost)
     usable_calls: int = 0  # tool calls read and run (a repeat within one reply counted once)
     lost_calls: list[str] = []  # tool calls that could not be read, each with the reason
 
@@ -69,7 +71,8 @@ class FixBenchSummary(msgspec.Struct, rename="camel"):
     median_seconds: float
     total_seconds: float
     requests: int = 0
-    tool_call_rate: float | None = None  # model replies with a usable tool call / replies
+    focused_requests: int = 0  # of the requests, focused asks (no tool call wanted)
+    tool_call_rate: float | None = None  # tool-call turns with a usable tool call / tool-call turns
     usable_calls: int = 0
     lost_calls: int = 0
     fixed_without_offline: int = 0  # fixed where the offline search had found no verified fix
@@ -149,8 +152,9 @@ def fix_variant(case: Case, name: str, settings: LLMSettings, budget: AgentBudge
         result.edits, result.additions, result.run_first = len(p.edits), len(p.additions), p.run_first
         result.prompt_tokens, result.cached_tokens = u.prompt_tokens, u.cached_tokens
         result.completion_tokens, result.cost_usd = u.completion_tokens, u.cost_usd
-        result.requests = u.requests
-        result.turns_without_call = max(0, u.requests - p.calls.usable_turns)
+        result.requests, result.focused_requests = u.requests, p.calls.focused_requests
+        result.focused_fix = p.calls.focused_fixed
+        result.turns_without_call = max(0, u.requests - p.calls.focused_requests - p.calls.usable_turns)
         result.usable_calls, result.lost_calls = p.calls.usable, list(p.calls.lost)
         if p.status in ("fixed", "not-fixed", "stopped") and (p.changes_code or p.run_first):
             result.guard_ok = guard_ok(nb, p)
@@ -173,6 +177,8 @@ def summarize(results: list[FixCaseResult]) -> FixBenchSummary:
     priced = [r.cost_usd for r in results if r.cost_usd is not None]
     secs = [r.seconds for r in results]
     requests = sum(r.requests for r in results)
+    focused_requests = sum(r.focused_requests for r in results)
+    turns = requests - focused_requests
     return FixBenchSummary(
         cases=n, fixed=fixed, fix_rate=round(fixed / n, 4) if n else 0.0,
         mean_steps=round(statistics.fmean([r.steps for r in results]), 2) if n else 0.0,
@@ -181,8 +187,8 @@ def summarize(results: list[FixCaseResult]) -> FixBenchSummary:
         input_tokens_per_fixed=round(prompt / fixed, 1) if fixed else None,
         cost_usd=round(sum(priced), 6) if priced else None,
         median_seconds=round(statistics.median(secs), 3) if secs else 0.0, total_seconds=round(sum(secs), 3),
-        requests=requests,
-        tool_call_rate=round(1 - sum(r.turns_without_call for r in results) / requests, 4) if requests else None,
+        requests=requests, focused_requests=focused_requests,
+        tool_call_rate=round(1 - sum(r.turns_without_call for r in results) / turns, 4) if turns else None,
         usable_calls=sum(r.usable_calls for r in results), lost_calls=sum(len(r.lost_calls) for r in results),
         fixed_without_offline=sum(r.fixed and r.offline_fixes == 0 for r in results),
     )
@@ -221,7 +227,10 @@ def render_text(rep: FixBenchReport) -> str:
                  f"{s.mean_steps}, input tokens per fixed case {per}, cost {cost}, median {s.median_seconds:.1f}s "
                  f"per case, total {s.total_seconds:.1f}s")
     if s.tool_call_rate is not None:
-        lines.append(f"model replies with a usable tool call: {s.tool_call_rate:.1%} of {s.requests} "
-                     f"({s.usable_calls} usable call(s), {s.lost_calls} lost)")
+        lines.append(f"model replies with a usable tool call: {s.tool_call_rate:.1%} of "
+                     f"{s.requests - s.focused_requests} ({s.usable_calls} usable call(s), {s.lost_calls} lost)")
+    if s.focused_requests:
+        lines.append(f"focused asks (the failing line put to the model alone): {s.focused_requests}; fixes from "
+                     f"them: {sum(r.fixed and r.focused_fix for r in rep.results)}")
     lines.append(f"fixed where the offline search found no verified fix: {s.fixed_without_offline}")
     return "\n".join(lines)

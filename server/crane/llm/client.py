@@ -332,9 +332,11 @@ def completion_with_retries(
 
 
 def call_model(
-    settings: LLMSettings, messages: list[dict], ledger: CostLedger, fmt: str | None = None
+    settings: LLMSettings, messages: list[dict], ledger: CostLedger, fmt: str | None = None,
+    deadline: float | None = None,
 ) -> tuple[str, Usage]:
-    """One model reply (with retries on 429 / 5xx / timeouts / dropped connections); its usage is recorded."""
+    """One model reply (with retries on 429 / 5xx / timeouts / dropped connections); its usage is recorded.
+    `deadline`: as completion_with_retries's."""
     if not settings.enabled:
         raise LLMNotConfigured("no model is configured (set --model, CRANE_MODEL or crane.llm.model)")
     state = {"fmt": fmt or choose_response_format(load_litellm(), settings.require_model(), settings)}
@@ -354,7 +356,8 @@ def call_model(
             return True
         return False
 
-    response, usage, _ = completion_with_retries(settings, ledger, make_kwargs, on_error=downgrade_format)
+    response, usage, _ = completion_with_retries(settings, ledger, make_kwargs, on_error=downgrade_format,
+                                                 deadline=deadline)
     try:
         text = response.choices[0].message.content or ""
     except (AttributeError, IndexError):

@@ -336,13 +336,17 @@ export interface StepUsage {
 
 /**
  * The model's tool calls over a run: `usable` ones were read and run (a repeat within one reply counted
- * once); `lost` ones could not be read, each with the reason; `usable_turns`: replies with a usable call.
+ * once); `lost` ones could not be read, each with the reason; `usable_turns`: replies with a usable call (the
+ * focused asks, which want code and no tool call, apart).
  */
 export interface CallStats {
   usable: number;
   usableTurns: number;
   repeated: number;
   lost: string[];
+  focusedRequests: number;
+  focusedTried: number;
+  focusedFixed: boolean;
 }
 
 export interface StopAgentResult {
