@@ -56,6 +56,9 @@ def test_a_reply_is_its_code_block_or_the_python_it_starts_with():
     assert reply_code("x = f(1)\nThis line fixes the call.") == "x = f(1)"
     assert reply_code("I cannot fix it.") == ""  # prose is not code
     assert reply_code("```\nx = (\n```") == "x = ("  # a fenced block is the model's code, even broken
+    # a reasoning model's draft and a shell block are not the code
+    assert reply_code("<think>```python\ndraft()\n```</think>\n```sh\npip install x\n```\nThen:\n"
+                      "```python\nx = 1\n```") == "x = 1"
 
 
 def test_a_corrected_line_replaces_the_failing_line_at_its_indentation():
@@ -77,6 +80,27 @@ def test_a_corrected_cell_that_leaves_out_lines_keeps_them():
                                                               "'Iris-virginica'])").replace("cm_display.plot()\n", "")
     new = merge_reply(CONFUSION, reply, 6)
     assert new == CONFUSION.replace(CONFUSION.splitlines()[3], LABELS3)
+
+
+def test_a_line_like_none_is_inserted_never_written_over_another():
+    cell = "from sklearn.metrics import mean_absolute_error\nmae = mean_absolute_error(y_test, y_pred)\nprint(mae)"
+    # "define it, then the line" for a NameError: the definition goes in before the line, the import stays
+    new = merge_reply(cell, "y_pred = model.predict(X_test)\nmae = mean_absolute_error(y_test, y_pred)", 2)
+    assert new == ("from sklearn.metrics import mean_absolute_error\ny_pred = model.predict(X_test)\n"
+                   "mae = mean_absolute_error(y_test, y_pred)\nprint(mae)")
+    # an anchor that starts with a blank line is an anchor all the same (nothing spliced in twice)
+    assert merge_reply("x = f()\n\nplt.show()", "x = g()\n\nplt.show()", 1) == "x = g()\n\nplt.show()"
+    # a line unlike the failing one, where the reply has it, replaces it
+    assert merge_reply("a = 1\nb = load()\nc = 3", "a = 1\nb = pd.read_csv('x.csv')\nc = 3", 2) == \
+        "a = 1\nb = pd.read_csv('x.csv')\nc = 3"
+
+
+def test_the_reply_keeps_its_own_indentation_shifted_to_the_cell():
+    loop = "for i in r:\n    a(i)\n    b(i)\nprint(1)"
+    # sent unindented from inside the loop: shifted back in; a new line after the loop stays after it
+    assert merge_reply(loop, "a(i)\nc(i)\nb(i)", 2) == "for i in r:\n    a(i)\n    c(i)\n    b(i)\nprint(1)"
+    assert merge_reply("def f():\n    return 1\nf()", "def f():\n    return 1\ny = 2\nf()", 3) == \
+        "def f():\n    return 1\ny = 2\nf()"
 
 
 def test_fewer_lines_replace_the_lines_most_like_them():
@@ -148,15 +172,41 @@ def test_failed_and_refused_changes_are_undone_and_told_to_the_model(model, keye
     assert p.fixed and not p.calls.focused_fixed
     assert p.calls.focused_requests == 6 and p.calls.focused_tried == 1  # `pass` never ran
     assert any("deletes the failing statement" in g for g in p.guard)
-    note = model.requests[1]["messages"][-1]
-    assert note["role"] == "user" and note["content"].startswith("CRANE put line 1 of cell 3 to you alone")
-    assert "`pass` -> refused: the edit deletes the failing statement" in note["content"]
-    assert "`mean_age = df['AGE'].mean()` -> raised KeyError at line 1: 'AGE'" in note["content"]
-    assert "Cell 3 is as it was" in note["content"]
+    messages = model.requests[1]["messages"]
+    assert [m["role"] for m in messages][2:] == ["assistant", "tool"]  # no user message after a tool message
+    note = messages[-1]["content"].split("\n\n", 1)[1]  # added to the last tool result
+    assert messages[-1]["content"].startswith("error: nothing changed")
+    assert note.startswith("CRANE put line 1 of cell 3 to you alone; these changes did not fix it:")
+    assert "`pass` -> refused: the edit deletes the failing statement" in note
+    assert "`mean_age = df['AGE'].mean()` -> raised KeyError at line 1: 'AGE'" in note
+    assert "Cell 3 is as it was" in note
     ran = [e for e in recording.instances[0].events if e != "reset"]
     assert "pass\nprint(mean_age)" not in ran
     # the model's own edit then ran from the cell as it was (the failed change undone)
     assert ran[-1] == KEYERROR_FIX and ran.count("mean_age = df['AGE'].mean()\nprint(mean_age)") == 1
+
+
+def test_edits_run_one_after_the_other_are_progress_not_a_stuck_model(model, keyerror_nb):  # noqa: F811
+    """Edit, run, another edit, run again: the second run repeats the first's call on a changed cell, so it is no
+    repeat, and no focused ask interrupts the model."""
+    model.reset(tool("edit_cell", cell=3, source="mean_age = df['AGE'].mean()\nprint(mean_age)"),
+                tool("execute_cell", cell=3),
+                tool("edit_cell", cell=3, source="mean_age = df['ages'].mean()\nprint(mean_age)"),
+                tool("execute_cell", cell=3), tool("edit_cell", cell=3, source=KEYERROR_FIX),
+                tool("finish", explanation="lower case"))
+    p = start_fix(keyerror_nb, 3, settings_for(model), sandbox_factory=factory)
+    assert p.fixed and p.steps == 6 and model.plain_requests == [] and p.calls.focused_requests == 0
+
+
+def test_a_change_that_kills_the_sandbox_kernel_is_undone_and_the_run_goes_on(model, keyerror_nb):  # noqa: F811
+    deadly = 'mean_age = df["Age"].mean() if __import__("os")._exit(1) else 0'
+    model.reset(tool("edit_cell", "same", cell=3, source=TARGET), tool("edit_cell", cell=3, source=KEYERROR_FIX),
+                tool("finish", explanation="lower case"), plain=[Turn(text=deadly)])
+    p = start_fix(keyerror_nb, 3, settings_for(model), sandbox_factory=factory)
+    assert p.fixed and not p.calls.focused_fixed and p.calls.focused_tried == 1
+    assert p.log[1].code.startswith(deadly) and p.log[1].status == "error"
+    assert [(e.cell, e.new) for e in p.edits] == [(3, KEYERROR_FIX)]  # the deadly change undone
+    assert p.evidence is not None and p.evidence.status == "ok"
 
 
 def test_the_other_variables_let_a_name_error_be_fixed(model, tmp_path):

@@ -15,10 +15,10 @@ import msgspec
 
 from crane.agent import focused
 from crane.agent.context import FixContext, initial_messages
-from crane.agent.guard import check_edit, parse_cell
+from crane.agent.focused_round import focused_round
 from crane.agent.model_call import constraint, request_turn
 from crane.agent.proposal import AgentStep, AgentUsage, CallStats, Evidence, Proposal, ProposalStatus, StepUsage
-from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run, same_code
+from crane.agent.runner import FixRunner, GuardRefusal, RunnerError, describe_run
 from crane.agent.sandboxes import ExecutionSandbox, replay_sandbox_factory
 from crane.agent.tools import (
     TOOLS,
@@ -34,7 +34,7 @@ from crane.agent.tools import (
     decode_args,
     tools_for,
 )
-from crane.llm.client import DeadlinePassed, LLMError, call_model
+from crane.llm.client import DeadlinePassed, LLMError
 from crane.llm.cost import CostLedger
 from crane.llm.schema import Usage
 from crane.llm.settings import LLMSettings
@@ -110,15 +110,6 @@ class GoAhead:
 def _usage(u: Usage) -> StepUsage:
     return StepUsage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
                      cached_tokens=u.cached_tokens, cost_usd=u.cost_usd)
-
-
-def _outcome(res) -> str:
-    """A sandbox run in one line (ran clean, or the exception and where)."""
-    if res.clean:
-        return "ran clean, but not in a fresh sandbox"
-    if res.status == "error":
-        return f"raised {res.ename}{f' at line {res.line}' if res.line else ''}: {(res.evalue or '')[:200]}"
-    return f"{res.status}: {(res.evalue or '')[:200]}"
 
 
 def build_context(nb: Notebook, target: int, goal: str | None, runner: FixRunner,
@@ -264,6 +255,14 @@ class AgentRun:
             return f"error: {exc}", "error", False
         return "error: unknown action", "error", False
 
+    def _state(self) -> str:
+        """The working copy (every cell's source, the cells the agent ran), as a short key."""
+        import hashlib
+
+        r = self.runner
+        text = repr((sorted((n, c.source) for n, c in r.cells.items()), r.order, r.agent_ran))
+        return "@" + hashlib.sha1(text.encode()).hexdigest()[:12]
+
     def _changed(self) -> bool:
         """The run changed something: an edit, a new cell, or a cell never run before that now runs first."""
         r = self.runner
@@ -296,113 +295,6 @@ class AgentRun:
             self.stop_event.set()
             return False
         return True
-
-    def _variables(self, ctx: FixContext) -> list[str]:
-        """The variables the focused asks show (focused.variable_lines); the other variables are probed in the
-        sandbox from the user's state (it is reset first when the run executed something there)."""
-        from crane.probe.facts import ProbeRequest
-
-        used = set(ctx.probe.facts) | set(ctx.probe.undefined) if ctx.probe is not None else set()
-        names = focused.other_names(self.nb, self.target, used)
-        r = self.runner
-        probe = None
-        try:
-            if r.executed and names:  # (a reset may start a new kernel: the client comes after it)
-                r.sandbox.reset_to_history()
-                r.executed = []
-            client = r.sandbox.probe_client() if names else None
-            if client is not None:
-                probe = client.run(ProbeRequest(names=names, time_budget_ms=200, max_total_bytes=64 * 1024),
-                                   timeout=10.0)
-        except Exception as exc:  # the asks go without them
-            log.info("agent: no facts on the other variables: %s", exc)
-        return focused.variable_lines(ctx.probe, probe, names)
-
-    def _focused_round(self) -> bool:
-        """Put the failing line (and the cell) to the model alone (crane.agent.focused); run each new change its
-        replies make in the sandbox, as a step. True when one ran clean and was accepted (a fresh sandbox and the
-        guard). The changes that failed are told to the model in the conversation."""
-        ctx, r = self.ctx, self.runner
-        if ctx is None:
-            return False
-        cell = r.cells[self.target]
-        base = cell.original if cell.original is not None else cell.source
-        if self.variables is None:
-            self.variables = self._variables(ctx)
-        round_no, self.focus_rounds = self.focus_rounds, self.focus_rounds + 1
-        notes: list[str] = []
-        for kind, temperature in focused.plan(round_no, base, ctx.failing_line) if ctx.error else []:
-            if self._limit_reached():
-                break
-            ask = focused.ask(ctx, base, kind, temperature, self.variables, self.focus_failed)
-            settings = msgspec.structs.replace(self.settings, temperature=ask.temperature, max_tokens=ask.max_tokens)
-            left_s = self.max_seconds - (self.clock() - self.start)
-            try:
-                text, usage = call_model(settings, ask.messages, self.ledger, fmt="none",
-                                         deadline=time.monotonic() + left_s)
-            except LLMError as exc:  # (a passed deadline too): the loop's own checks decide what comes next
-                log.info("agent: focused ask failed: %s", exc)
-                break
-            self.calls.focused_requests += 1
-            if self.session_ledger is not None:
-                self.session_ledger.add(usage)
-            new = focused.candidate(base, text, ctx.failing_line)
-            if new is None or same_code(new, base):
-                continue
-            key = "\n".join(x.strip() for x in new.splitlines() if x.strip())
-            if key in self.focus_tried:
-                continue
-            self.focus_tried.add(key)
-            what = focused.changed_lines(base, new)
-            if parse_cell(new) is None:
-                notes.append(f"{what} -> not valid Python")
-                continue
-            reason = check_edit(base, new, cell.failing_line)
-            if reason:
-                r.refusals.append(f"cell {self.target}: {reason}")
-                notes.append(f"{what} -> {reason}")
-                self.focus_failed.append(f"{what} -> {reason.removeprefix('refused: ').split('. ')[0]}")
-                continue
-            self.calls.focused_tried += 1
-            self.steps += 1
-            t0 = time.monotonic()
-            su = _usage(usage)
-            where = f"line {ctx.failing_line}" if ask.ask == "line" else f"cell {self.target}"
-            step = AgentStep(run_id=self.run_id, step=self.steps, phase="proposed", action="edit_cell",
-                             reflection=f"CRANE asked the model for {where} alone (temperature {ask.temperature:g})",
-                             cell=self.target, code=new, tokens=su.prompt_tokens + su.completion_tokens, usage=su)
-            if not self._gate(step):
-                self._emit(msgspec.structs.replace(step, phase="done", result="not run: the user stopped the run",
-                                                   status="stopped"))
-                return False
-            before = cell.source
-            cell.source = new  # (checked above: parsed, changed, the guard holds)
-            try:
-                plan_results, res = r.execute(self.target)
-            except RunnerError as exc:
-                cell.source = before
-                self._emit(msgspec.structs.replace(step, phase="done", result=f"error: {exc}", status="error"))
-                continue
-            obs = describe_run(plan_results, self.target, res)
-            finished = False
-            if res.clean:
-                obs2, status, finished = self._finish(Finish(
-                    explanation=f"{what} (the model's change to {where}, asked alone); cell {self.target} ran clean."))
-                obs += "\n" + obs2
-            status = "ok" if finished else "error"
-            self._emit(msgspec.structs.replace(step, phase="done", result=obs, status=status,
-                                               elapsed_s=round(time.monotonic() - t0, 3)))
-            if finished:
-                return True
-            cell.source = before
-            notes.append(f"{what} -> {_outcome(res)}")
-            self.focus_failed.append(notes[-1])
-        if notes:
-            self.messages.append({"role": "user", "content": (
-                f"CRANE put {focused.subject(ctx.failing_line, self.target)} to you alone; these changes were "
-                f"tried in the sandbox and did not fix it:\n- " + "\n- ".join(notes)
-                + f"\nCell {self.target} is as it was. Try a different change.")})
-        return False
 
     def _step(self, call, usage: StepUsage, tokens: int) -> bool:
         """Run one tool call; append its tool message. True when the run is finished."""
@@ -454,7 +346,7 @@ class AgentRun:
                 break
             if self.no_progress and self.focus_rounds < focused.MAX_ROUNDS:
                 self.no_progress = False
-                finished = self.calls.focused_fixed = self._focused_round()
+                finished = self.calls.focused_fixed = focused_round(self)
                 continue
             left_s = self.max_seconds - (self.clock() - self.start)
             try:
@@ -487,7 +379,9 @@ class AgentRun:
                                      action="reply", result=note + NUDGE, status="error", tokens=tokens, usage=usage))
                 continue
             usable_before = self.calls.usable
-            keys = {action_key(c) for c in turn.tool_calls}
+            state = self._state()
+            # an execute or inspect repeats an earlier one only on the same working copy
+            keys = {action_key(c) + (state if c.name in ("execute_cell", "inspect") else "") for c in turn.tool_calls}
             self.stuck = keys <= self.made
             self.progress = False
             self.made |= keys
