@@ -129,6 +129,10 @@ def test_fix_bench_scores_a_synthetic_bench_set(model, tmp_path):
     assert ages.offline_fixes is not None and never.offline_fixes is not None
     assert s.fixed_without_offline == (1 if ages.offline_fixes == 0 else 0)
     assert "fixed where the offline search found no verified fix:" in text
+    # the stuck case got focused asks (code wanted, no tool call): they are not tool-call turns without a call
+    assert never.focused_requests > 0 and ages.focused_requests == 0
+    assert s.focused_requests == never.focused_requests and s.tool_call_rate == 1.0
+    assert f"focused asks (the failing line put to the model alone): {never.focused_requests}" in text
     msgspec.json.encode(report)  # JSON-ready
 
 
