@@ -17,7 +17,8 @@ request is measured as the server answered it. Reports, against the targets of i
   what `check --mode llm` shows when the model fails);
 - with --fix: the agent's replies with a usable tool call (`toolCallRate` of `crane bench --fix`: a call read
   and run, native or written as text; a lost call does not count) (target >= 90 %), the lost calls with their
-  reasons, the fix rate, and the fixes where the offline search found no verified fix (target >= 1);
+  reasons, the fix rate, and the fixes where the offline search found no verified fix (target >= 1); the focused
+  asks (crane.agent.focused: requests without tools, not agent turns) apart, with the fixes that came from them;
 - requests, tokens and latency per request (median, p90, max) for verdicts and agent turns.
 
 Exit code 0: the targets met; 1: a target missed; 2: no model server at --api-base (nothing measured), or a
@@ -170,6 +171,12 @@ def agent_stats(recs: list[dict]) -> dict:
     return out
 
 
+def focused_stats(recs: list[dict]) -> dict:
+    """The agent's focused asks (requests without tools: crane.agent.focused): how many, and their latency."""
+    asks = [r for r in recs if isinstance(r.get("request"), dict) and "tools" not in r["request"]]
+    return {"requests": len(asks), "seconds": _dist([float(r.get("seconds") or 0) for r in asks])}
+
+
 def tokens(recs: list[dict]) -> dict[str, int]:
     p = c = 0
     for r in recs:
@@ -282,10 +289,12 @@ def main(argv: list[str] | None = None) -> int:
                           "requests": s.get("requests"), "tool_call_rate": s.get("toolCallRate"),
                           "usable_calls": s.get("usableCalls"), "lost_calls": s.get("lostCalls"),
                           "fixed_without_offline": s.get("fixedWithoutOffline"),
+                          "focused_requests": s.get("focusedRequests"), "focused": focused_stats(recs),
                           "lost": [x for r in fix["results"] for x in r.get("lostCalls", [])],
                           "agent": agent_stats(recs), "tokens": tokens(recs), "seconds": round(t_fix),
                           "results": [{k: r.get(k) for k in ("case", "variant", "fixed", "agentStatus", "stopReason",
-                                                             "steps", "seconds", "error", "offlineFixes")}
+                                                             "steps", "seconds", "error", "offlineFixes",
+                                                             "focusedRequests", "focusedFix")}
                                       for r in fix["results"]]}
             ok = (ok and (out["fix"]["tool_call_rate"] or 0) >= 0.9
                   and (out["fix"]["fixed_without_offline"] or 0) >= 1)
@@ -316,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"        usable tool calls: toolCallRate {f['tool_call_rate']} ({f['usable_calls']} usable, "
                   f"{f['lost_calls']} lost); fixed where the offline search found none: "
                   f"{f['fixed_without_offline']}")
+            fo = f["focused"]
+            print(f"        focused asks (the failing line put to the model alone): {fo['requests']}, latency (s) "
+                  f"{fo['seconds']}; fixes from them: {sum(bool(r.get('focusedFix') and r.get('fixed')) for r in f['results'])}")
             for why in f["lost"][:10]:
                 print(f"        lost: {why}")
             print(f"        latency per agent turn (s): first {a['first_turn_seconds']}, later "
