@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 import msgspec
 
@@ -19,8 +19,9 @@ from crane.agent.runner import describe_run, same_code
 from crane.agent.tools import Finish
 from crane.llm.client import LLMError, call_model
 
-if TYPE_CHECKING:
-    from crane.agent.loop import AgentRun
+# `run` below is the crane.agent.loop.AgentRun the round belongs to (typed Any: loop imports this module, and an
+# import back, even for type checkers only, is a cycle: tests/architecture/test_imports.py)
+AgentRun = Any
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,9 @@ def reply_code(text: str) -> str:
     cut."""
     from crane.agent.guard import parse_cell
 
-    text = _THINK.sub("", text)
+    text = _THINK.sub("", text).strip()
+    if "\n" not in text and len(text) > 2 and text[0] == text[-1] == "`":  # one line as inline code
+        text = text.strip("`")
     fenced = [code for lang, code in _blocks(text) if lang in PY_LANGS]
     lines = (fenced[0] if fenced else text).strip("\n").splitlines()
     if parse_cell("\n".join(lines)) is None:
