@@ -167,10 +167,20 @@ export async function craneTooltip(page, text, timeout = SLOW) {
 
 /** Moves the mouse to the middle of `locator` (squiggles sit under the text, which takes the pointer events). */
 export async function moveTo(page, locator) {
-  await locator.scrollIntoViewIfNeeded();
-  const box = await locator.boundingBox();
-  assert.ok(box, 'the element is on screen');
-  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 4 });
+  // The editor re-renders a decoration when diagnostics are published again (the element the locator found is
+  // replaced while it scrolls): the locator is resolved anew, a few times.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await locator.scrollIntoViewIfNeeded();
+      const box = await locator.boundingBox();
+      assert.ok(box, 'the element is on screen');
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 4 });
+      return;
+    } catch (err) {
+      if (attempt >= 5 || !/not attached|detached|element is on screen/.test(String(err && err.message))) throw err;
+      await locator.waitFor({ state: 'attached', timeout: 10000 });
+    }
+  }
 }
 
 /** Moves the mouse onto the first occurrence of `word` in the text of `locator` (one editor line). */
