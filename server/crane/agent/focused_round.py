@@ -28,13 +28,6 @@ log = logging.getLogger(__name__)
 RESERVED_STEPS = 1  # a round leaves the model at least this many steps of its own
 
 
-def _outcome(res) -> str:
-    """A sandbox run in one line (the exception and where)."""
-    if res.status == "error":
-        return f"raised {res.ename}{f' at line {res.line}' if res.line else ''}: {(res.evalue or '')[:200]}"
-    return f"{res.status}: {(res.evalue or '')[:200]}"
-
-
 def _variables(run: AgentRun, ctx: FixContext) -> list[str]:
     """The variables the focused asks show (focused.variable_lines); the other variables are probed in the
     sandbox from the user's state (it is reset first when the run executed something there)."""
@@ -139,8 +132,7 @@ def _try_change(run: AgentRun, ask: focused.FocusedAsk, new: str, what: str, usa
     run.calls.focused_tried += 1
     run.steps += 1
     t0 = time.monotonic()
-    su = StepUsage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-                   cached_tokens=usage.cached_tokens, cost_usd=usage.cost_usd)
+    su = StepUsage.of(usage)
     where = f"line {ctx.failing_line}" if ask.ask == "line" else f"cell {run.target}"
     step = AgentStep(run_id=run.run_id, step=run.steps, phase="proposed", action="edit_cell",
                      reflection=f"CRANE asked the model for {where} alone (temperature {ask.temperature:g})",
@@ -154,7 +146,7 @@ def _try_change(run: AgentRun, ask: focused.FocusedAsk, new: str, what: str, usa
     try:
         plan_results, res = r.execute(run.target)
         obs = describe_run(plan_results, run.target, res)
-        finished, outcome = False, _outcome(res)
+        finished, outcome = False, res.headline(200)
         if res.clean:
             obs2, _, finished = run._finish(Finish(
                 explanation=f"{what} (the model's change to {where}, asked alone); cell {run.target} ran clean."))

@@ -36,7 +36,6 @@ from crane.agent.tools import (
 )
 from crane.llm.client import DeadlinePassed, LLMError
 from crane.llm.cost import CostLedger
-from crane.llm.schema import Usage
 from crane.llm.settings import LLMSettings
 from crane.notebook.history import check_target
 from crane.notebook.model import Notebook
@@ -105,11 +104,6 @@ class GoAhead:
                 return True
             finally:
                 self.waiting = None
-
-
-def _usage(u: Usage) -> StepUsage:
-    return StepUsage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
-                     cached_tokens=u.cached_tokens, cost_usd=u.cost_usd)
 
 
 def build_context(nb: Notebook, target: int, goal: str | None, runner: FixRunner,
@@ -368,7 +362,7 @@ class AgentRun:
                 self.session_ledger.add(turn.usage)
             self.messages.append(turn.as_message())
             self.text_turns = self.text_turns or turn.text_calls or not turn.tool_calls
-            usage = _usage(turn.usage)
+            usage = StepUsage.of(turn.usage)
             tokens = usage.prompt_tokens + usage.completion_tokens
             if not turn.tool_calls:
                 self.steps += 1

@@ -15,6 +15,7 @@ from typing import Literal
 import msgspec
 
 from crane.agent.sandboxes import SandboxKind
+from crane.llm.schema import Usage
 
 StepPhase = Literal["proposed", "done"]
 ProposalStatus = Literal["fixed", "not-fixed", "stopped", "error", "clean"]
@@ -26,6 +27,12 @@ class StepUsage(msgspec.Struct, rename="camel"):
     completion_tokens: int = 0
     cached_tokens: int = 0
     cost_usd: float | None = None
+
+    @classmethod
+    def of(cls, u: Usage) -> StepUsage:
+        """A request's usage (crane.llm.schema.Usage) as a step's."""
+        return cls(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
+                   cached_tokens=u.cached_tokens, cost_usd=u.cost_usd)
 
     def __add__(self, other: StepUsage) -> StepUsage:
         cost = None if self.cost_usd is None and other.cost_usd is None else (self.cost_usd or 0) + (other.cost_usd or 0)

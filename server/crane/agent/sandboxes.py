@@ -53,20 +53,23 @@ class ExecResult(msgspec.Struct, omit_defaults=True):
     def clean(self) -> bool:
         return self.status == "ok"
 
-    def summary(self, limit: int = 1500) -> str:
+    def headline(self, evalue_chars: int = 500) -> str:
+        """The outcome in one line: "ran clean", "raised E at line k: message", or the status and its message."""
         if self.status == "ok":
-            text = "ran clean"
+            return "ran clean"
+        where = f" at line {self.line}" if self.status == "error" and self.line else ""
+        what = f"raised {self.ename}" if self.status == "error" else self.status
+        return f"{what}{where}: {(self.evalue or '')[:evalue_chars]}"
+
+    def summary(self, limit: int = 1500) -> str:
+        text = self.headline()
+        if self.status == "ok":
             out = (self.stdout or "").strip()
             if out:
                 text += "; stdout:\n" + out[-limit:]
-            return text
-        if self.status == "error":
-            where = f" at line {self.line}" if self.line else ""
-            text = f"raised {self.ename}{where}: {(self.evalue or '')[:500]}"
-            if self.traceback:
-                text += "\ntraceback (end):\n" + self.traceback[-limit:]
-            return text
-        return f"{self.status}: {(self.evalue or '')[:500]}"
+        elif self.status == "error" and self.traceback:
+            text += "\ntraceback (end):\n" + self.traceback[-limit:]
+        return text
 
 
 @runtime_checkable
