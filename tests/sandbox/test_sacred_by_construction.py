@@ -158,25 +158,42 @@ def test_locks_taken_in_the_sandbox_do_not_reach_real_files(env, layer, outside)
 
 
 def test_locks_do_not_block_the_users_kernel_sqlite(env):
+    """The user's write while the sandbox's read holds a cursor on the same database: never "database is locked".
+
+    Paced by events, not by the machine's speed: the sandboxed cell opens its cursor and then waits for a flag file
+    that the test creates only after the user's write came back; the test starts that write once the sandbox's
+    process exists (a new descendant of the kernel). The budget is only a guard against a hang."""
+    import psutil
+
     conn = env["conn"]
     assert conn.run_cell("import sqlite3\ncon = sqlite3.connect('big.db')\ncon.execute('create table if not exists t(x)')\n"
                          "con.executemany('insert into t values (?)', [(i,) for i in range(20000)])\ncon.commit()").status == "ok"
+    kernel = psutil.Process(conn.evaluate("__import__('os').getpid()"))
+    before = {p.pid for p in kernel.children(recursive=True)}
+    flag = env["work"] / f"sqlite-go-{os.getpid()}-{threading.get_ident()}"
     done = threading.Event()
     result: dict = {}
 
     def spec():
-        result["v"] = speculate(conn, "for (x,) in con.execute('select x from t'):\n    pass\nimport time\ntime.sleep(2)",
-                                10.0, layer="blocking")
-        done.set()
+        src = (f"cur = con.execute('select x from t')\nfirst = next(cur)\nimport os, time\n"
+               f"while not os.path.exists({str(flag)!r}):\n    time.sleep(0.01)\nfor (x,) in cur:\n    pass")
+        try:
+            result["v"] = speculate(conn, src, 300.0, layer="blocking")
+        finally:
+            done.set()
 
     t = threading.Thread(target=spec)
     t.start()
     try:
-        # the user's real write, while the sandbox's read is in progress or done: never "database is locked"
+        while not done.is_set() and not ({p.pid for p in kernel.children(recursive=True)} - before):
+            done.wait(0.01)
+        # the user's real write, while the sandbox's read is in progress: never "database is locked"
         run = conn.run_cell("con.execute('insert into t values (-1)')\ncon.commit()")
         assert run.status == "ok", run
     finally:
-        t.join(30)
+        flag.write_text("go")
+        t.join(320)
+        flag.unlink(missing_ok=True)
     assert done.is_set() and result["v"].verdict == "no-crash", result
 
 
