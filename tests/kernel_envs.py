@@ -49,3 +49,45 @@ def kernel_python(kernel_env: str) -> str:
     if kernel_env == "ipython9":
         return require_today_python()
     raise ValueError(f"unknown kernel environment {kernel_env!r}")
+
+
+# -- interpreters ----------------------------------------------------------------------------------------------
+# The Pythons CRANE supports (pyproject.toml: requires-python >= 3.10), free-threaded builds ("3.13t") included.
+SUPPORTED_VERSIONS = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.13t", "3.14t"]
+
+
+def _runs(exe: str, version: str) -> bool:
+    """`exe` starts and is that version (a pyenv shim of a version not selected exists but fails)."""
+    import subprocess
+
+    probe = "import sys, sysconfig; print('%d.%d%s' % (*sys.version_info[:2], 't' if sysconfig.get_config_var('Py_GIL_DISABLED') else ''))"
+    try:
+        out = subprocess.run([exe, "-I", "-c", probe], capture_output=True, text=True, timeout=60)
+    except OSError:
+        return False
+    return out.returncode == 0 and out.stdout.strip() == version
+
+
+def find_interpreter(version: str) -> str | None:
+    """An interpreter of `version` ("3.13", "3.13t") on this machine: CRANE_PYTHON<version> (dots dropped, e.g.
+    CRANE_PYTHON313), pyenv's versions, then `python<version>` on PATH; None where there is none."""
+    import glob
+    import shutil
+
+    override = os.environ.get(f"CRANE_PYTHON{version.replace('.', '')}")
+    candidates = [override] if override else []
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates += sorted(glob.glob(f"{pyenv}/versions/{version.rstrip('t')}.*/bin/python{version}"), reverse=True)
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        candidates.append(on_path)
+    for exe in candidates:
+        if _runs(exe, version):
+            return exe
+    return None
+
+
+def supported_interpreters() -> list[str]:
+    """Every supported interpreter this machine has (the running one among them)."""
+    found = [find_interpreter(version) for version in SUPPORTED_VERSIONS]
+    return [exe for exe in found if exe]

@@ -77,8 +77,13 @@ class _Shared(set):
         DAEMON_SESSIONS.add(item)
 
 
-class KernelWatch(threading.Thread):
-    """An iopub + heartbeat listener for one kernel."""
+class KernelWatch:
+    """An iopub + heartbeat listener for one kernel, on a daemon thread it owns.
+
+    It owns its thread rather than subclassing `threading.Thread`: a subclass shares the standard library's
+    private names (Python 3.13 gives every Thread a `_handle`, which hid a `_handle` method here), and
+    tests/architecture/test_stdlib_subclasses.py keeps CRANE's stdlib subclasses off them.
+    """
 
     def __init__(
         self,
@@ -92,7 +97,7 @@ class KernelWatch(threading.Thread):
         from crane.kernel.target import as_target
 
         self.target = as_target(where)
-        super().__init__(name=f"crane-watch-{self.target.short()}", daemon=True)
+        self._thread = threading.Thread(target=self.run, name=f"crane-watch-{self.target.short()}", daemon=True)
         self.on_event = on_event
         self.ignore_sessions = _Shared(ignore_sessions or ())
         self.heartbeat_interval = heartbeat_interval
@@ -116,8 +121,17 @@ class KernelWatch(threading.Thread):
         with self._lock:
             return bool(self._busy_parents)
 
+    def start(self) -> None:
+        self._thread.start()
+
     def stop(self) -> None:
         self._stopping.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
 
     def run(self) -> None:
         last_hb = time.monotonic()
