@@ -6,7 +6,8 @@
   raises a NameError (`extend_plan`).
 - `run-stale`: any crash of a cell that reads names which cells above it, never run, would (re)bind — the
   state may be stale ("Run cell 8 first"); and "run every cell above not run yet, in order".
-- `nearest-name`: a NameError for a name no cell binds: the closest name the state has (a typo).
+- `nearest-name`: a NameError for a name no cell binds: the closest name the state has (a typo), or one a cell
+  binds (that cell run first).
 """
 
 from __future__ import annotations
@@ -159,12 +160,19 @@ def nearest_name(ctx: FixContext):
         pool |= set(d.binds)
     pool |= ctx.known_names()
     matches = nearest(name, sorted(pool - {name}))
+    # a shorter name the missing one starts with ('numvars' / 'num'), bound by a cell
+    matches += [p for p in sorted(pool - {name}, key=len, reverse=True)
+                if len(p) >= 3 and name.lower().startswith(p.lower()) and p not in matches][:2]
     if not matches:
         return
     have = ctx.more_facts(matches) if ctx.ask is not None else {}
     for m in matches:
+        plan: list[int] | None = None
         if m not in have and m not in ctx.known_names() and m not in ctx.analysis.stored_names:
-            continue  # the state does not have it either
+            k = definer(ctx, m, ctx.target, set(ctx.run_first))  # the state lacks it: a cell binding it, run first
+            if k is None:
+                continue
+            plan = close_plan(ctx, [k] + list(ctx.run_first))
         ed = ctx.editor()
         try:
             for n in loads:
@@ -172,4 +180,9 @@ def nearest_name(ctx: FixContext):
             new = ed.apply()
         except ValueError:
             continue
-        yield ctx.candidate("nearest-name", f"Use name '{m}'", new, detail=f"'{name}' is not defined; '{m}' is")
+        if plan is None:
+            yield ctx.candidate("nearest-name", f"Use name '{m}'", new, detail=f"'{name}' is not defined; '{m}' is")
+        else:
+            merged = tuple(sorted(set(plan)))
+            yield ctx.candidate("nearest-name", f"Use name '{m}'; {_title(list(merged)).lower()}", new,
+                                run_first=merged, detail=f"'{name}' is not defined; a cell run first binds '{m}'")

@@ -93,11 +93,13 @@ def search_fixes(
     report.crash = crash = _crash(first)
 
     def context(src: str, cr: Crash, run_first: tuple[int, ...], depth: int, pre_facts,
-                cell_edits: tuple[tuple[int, str], ...] = ()) -> FixContext:
-        post = sandbox.facts(plan_probe(analyze_cell(src))) if observed else None
+                cell_edits: tuple[tuple[int, str], ...] = (), blind: bool = False) -> FixContext:
+        """`blind`: the run happened elsewhere (a private layer): no state at the crash point to ask."""
+        post = sandbox.facts(plan_probe(analyze_cell(src))) if observed and not blind else None
         return FixContext(nb=nb, target=target, original=source, source=src, crash=cr, scope=scope,
                           pre=pre_facts, post=post, findings=list(findings or []), run_first=run_first, depth=depth,
-                          ask=sandbox.facts, evaluator=sandbox.evaluate, guard_line=crash.line, cell_edits=cell_edits)
+                          ask=None if blind else sandbox.facts, evaluator=None if blind else sandbox.evaluate,
+                          guard_line=crash.line, cell_edits=cell_edits)
 
     seq = itertools.count()
     heap: list[tuple[float, int, Candidate]] = []
@@ -165,8 +167,8 @@ def search_fixes(
         where = f" (in cell {failed_cell}, run first)" if failed_cell is not None else ""
         report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status=result.status, error=what + where,
                                        depth=cand.depth))
-        if result.status != "error" or layered:
-            continue  # no follow-up without the state at the crash point
+        if result.status != "error" or (layered and result.ename != "NameError"):
+            continue  # no follow-up without the state at the crash point (a missing name needs none)
         if failed_cell is not None:  # a cell to run first needs another cell: bring it in
             plan = extend_plan(context(cand.source, crash, cand.run_first, cand.depth, pre), cand.run_first,
                                failed_cell, result.evalue or "") if result.ename == "NameError" else None
@@ -178,7 +180,7 @@ def search_fixes(
         if cand.depth >= b.max_depth or _same_failure(new_crash, cand.source, crash, source):
             continue  # no progress: the candidate fails where and as the cell did
         child = context(cand.source, new_crash, cand.run_first, cand.depth + 1, None if cand.run_first else pre,
-                        cand.cell_edits)
+                        cand.cell_edits, blind=layered)
         followups = [c for c in generate(child, report.refused) if c.key not in tried]
         push([msgspec.structs.replace(c, title=_combine(cand, c)) for c in followups[: b.max_children]])
     return done()
@@ -219,8 +221,8 @@ def _plan_title(cand: Candidate, plan: tuple[int, ...]) -> str:
 
 
 def _combine(parent: Candidate, child: Candidate) -> str:
-    if child.title.startswith("Run cell") and parent.title.startswith("Run cell"):
-        return child.title
+    if parent.title.startswith("Run cell") and (child.title.startswith("Run cell") or "; run cell" in child.title):
+        return child.title  # the child's plan holds the parent's cells
     return f"{parent.title}; {child.title[0].lower()}{child.title[1:]}"
 
 
