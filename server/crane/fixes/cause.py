@@ -15,6 +15,8 @@ the user would run it.
   empty selection that fails later): the literal of the column's type, in the cell that built the selection.
 - `grid-size`: "index 14 is out of bounds ... size 14" indexing a `plt.subplots` grid in a loop over the data:
   the grid sized from the loop's data.
+- `label-count`: a literal list of tick labels of the wrong length: the keyword dropped, said in the title.
+- `merge-suffix`: KeyError for a column a merge renamed to 'col_x' / 'col_y': the merge keeps the left names.
 """
 
 from __future__ import annotations
@@ -320,4 +322,69 @@ def grid_size(ctx: FixContext) -> Iterator[Candidate]:
                         detail=f"the loop over {count} items indexes a grid of {(r or 1) * (c or 1)} axes")
 
 
-GENERATORS = (rebuild, other_definition, array_source, literal_dtype, grid_size)
+
+# -- label-count: a literal list of labels whose length does not match the data -----------------------------
+_LABEL_COUNT = re.compile(r"number of \w+ locations \((\d+)\).*?number of labels \((\d+)\)", re.S)
+
+
+def label_count(ctx: FixContext) -> Iterator[Candidate]:
+    """"The number of FixedLocator locations (3) ... does not match the number of labels (2)": a keyword given a
+    literal list of that many labels (`display_labels=[False, True]`) in the cell is dropped, and the title
+    says so (the plot then labels the ticks itself)."""
+    m = _LABEL_COUNT.search(ctx.crash.evalue) if ctx.crash.ename == "ValueError" else None
+    if m is None or ctx.analysis.tree is None:
+        return
+    wrong = int(m.group(2))
+    for call in ctx.all_nodes(ast.Call):
+        assert isinstance(call, ast.Call)
+        for kw in call.keywords:
+            if kw.arg and isinstance(kw.value, (ast.List, ast.Tuple)) and len(kw.value.elts) == wrong and \
+                    all(isinstance(e, ast.Constant) for e in kw.value.elts):
+                try:
+                    new = ctx.editor().remove_argument(call, kw).apply()
+                except ValueError:
+                    continue
+                shown = ctx.text(kw)
+                yield ctx.candidate("label-count", f"Drop `{shown}`: {wrong} labels for {m.group(1)} ticks (the plot "
+                                    "labels its ticks itself)", new, penalty=5.0,
+                                    detail=f"the data has {m.group(1)} classes, `{kw.arg}` lists {wrong}")
+
+
+# -- merge-suffix: a column a merge renamed ('region' → 'region_x') ----------------------------------------
+_KEY = re.compile(r"^KeyError: '([^']+)'$|^'([^']+)'$")
+
+
+def merge_suffix(ctx: FixContext) -> Iterator[Candidate]:
+    """KeyError for a column of a frame a cell built with a merge that renamed it ('region_x', 'region_y': both
+    sides had it): that merge keeps the left column's name (`suffixes=('', '_right')`)."""
+    m = _KEY.match(ctx.crash.evalue.strip()) if ctx.crash.ename == "KeyError" else None
+    col = (m.group(1) or m.group(2)) if m else None
+    if col is None or ctx.cell_edits or ctx.evaluator is None:
+        return
+    for name in failing_names(ctx):
+        cols = ctx.evaluate(f"[c for c in getattr({name}, 'columns', []) if isinstance(c, str)]", [])
+        if not isinstance(cols, list) or col in cols or not any(c.startswith(col + "_") for c in cols):
+            continue
+        steps = [t for t in provenance.trace(ctx.scope, name, ctx.target) if t.how in ("binds", "rebinds")]
+        for step in reversed(steps):
+            a = _analysis(ctx, step.cell)
+            if a is None or a.tree is None:
+                continue
+            merges = [c for c in ast.walk(a.tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                      and c.func.attr == "merge" and not any(k.arg == "suffixes" for k in c.keywords)]
+            for call in merges:
+                try:
+                    new = SourceEdit(a).add_keyword(call, "suffixes=('', '_right')").apply()
+                except ValueError:
+                    continue
+                cand = edit_cell(ctx, "merge-suffix", step.cell, new, "keep the left column names in the merge "
+                                 "(suffixes=('', '_right'))",
+                                 f"`{name}` has no '{col}': the merge in cell {step.cell} renamed it "
+                                 f"({', '.join(c for c in cols if c.startswith(col + '_'))})")
+                if cand is not None:
+                    yield cand
+            if merges:
+                return
+
+
+GENERATORS = (rebuild, other_definition, array_source, literal_dtype, grid_size, label_count, merge_suffix)
