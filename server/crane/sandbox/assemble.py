@@ -14,6 +14,7 @@ from crane.sandbox.verdict import (
     ChildRecord,
     DeniedLine,
     ExitLine,
+    Integrity,
     SandboxVerdict,
     SetupLine,
     unavailable,
@@ -29,11 +30,17 @@ class ChildLines(msgspec.Struct):
     denied: list[str] = []  # network attempts of any process of the sandbox (the supervisor's record)
     started: bool = False  # the cell's own code began (its "cell" line): a death before it is not the cell's
     error: str | None = None
+    extra: list[str] = []  # lines CRANE's processes never write: a second record, setup or "cell" line, a line
+    # after the record other than the supervisor's, a line that is not one of ours (see `parse_lines`)
 
 
 def parse_lines(data: bytes) -> ChildLines:
-    """The child's JSON lines, each validated: setup, the final record, the supervisor's exit line."""
+    """The child's JSON lines, each validated: setup, the final record, the supervisor's exit line. CRANE's own
+    processes write at most one setup line, one "cell" line and one record, then only the supervisor's "denied"
+    and "exit" lines; anything else (a second record, a line after the record, a line that is not one of ours)
+    was written by the cell and is listed in `extra`: the run is then `blocked`, never a verdict (`assemble`)."""
     out = ChildLines()
+    seen: dict[str, int] = {}
     for raw in data.split(b"\n"):
         raw = raw.strip()
         if not raw:
@@ -41,19 +48,29 @@ def parse_lines(data: bytes) -> ChildLines:
         try:
             obj = msgspec.json.decode(raw)
             event = obj.get("event") if isinstance(obj, dict) else None
+            kind = event if event in ("setup", "exit", "denied", "cell") else "record"
+            seen[kind] = seen.get(kind, 0) + 1
+            if kind != "denied" and seen[kind] > 1:
+                out.extra.append(f"a second {kind} line")
+            elif out.record is not None and kind not in ("denied", "exit"):
+                out.extra.append(f"a {kind} line after the record")
             if event == "setup":
-                out.setup = msgspec.convert(obj, SetupLine)
+                out.setup = out.setup or msgspec.convert(obj, SetupLine)
             elif event == "exit":
-                out.exit = msgspec.convert(obj, ExitLine)
+                out.exit = out.exit or msgspec.convert(obj, ExitLine)
             elif event == "denied":
                 out.denied.append(msgspec.convert(obj, DeniedLine).what)
             elif event == "cell":
                 out.started = True
-            else:
+            elif out.record is None:
                 out.record = msgspec.convert(obj, ChildRecord)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, AttributeError) as exc:
             out.error = f"the sandbox child sent a malformed record: {exc}"
+            out.extra.append(f"a line that is not CRANE's ({str(exc)[:80]})")
     return out
+
+
+FORGED = "the cell wrote into CRANE's result channel"
 
 
 def _signal_verdict(sig: int | None, exitcode: int | None, memory_mb: int, setup: SetupLine | None) -> SandboxVerdict:
@@ -107,7 +124,11 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
     """The verdict from what the child wrote and how it ended."""
     lines = parse_lines(outcome.data)
     setup, rec = lines.setup, lines.record
-    if rec is not None:
+    if lines.extra:  # the cell wrote on the channel: whatever the record says, it is not a verdict
+        v = SandboxVerdict(verdict="blocked", reason=f"{FORGED} ({'; '.join(lines.extra[:3])})",
+                           ename=rec.ename if rec is not None else None,
+                           evalue=rec.evalue if rec is not None else None)
+    elif rec is not None:
         v = SandboxVerdict(
             verdict=rec.verdict, ename=rec.ename, evalue=rec.evalue, line=rec.line, traceback=rec.traceback,
             displays=rec.displays, elapsed_ms=rec.elapsed_ms, reason=rec.reason, denied=rec.denied,
@@ -138,4 +159,6 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
         if setup.kept:
             v.scale = "miniature"
     v.stdout, v.stderr = outcome.stdout, outcome.stderr
+    # read to its end (EOF, or the process gone) and nothing but CRANE's lines: the record is the only one
+    v.integrity = Integrity(writer="cell-process", channel_checked=outcome.how in ("eof", "exit", "record") and not lines.extra)
     return v

@@ -215,8 +215,10 @@ def launch(conn: KernelConnection, pdir: PrivateDir, entry: str, request: Sandbo
 
 def read_until_eof(fd: int, child: ChildHandle, deadline: float, stop_at_newline: bool = False,
                    cancel: threading.Event | None = None, stop_at_record: bool = False) -> tuple[bytes, str]:
-    """Read the FIFO until EOF (or one line, or the final record), the child's exit, the deadline or `cancel`:
-    (data, "eof"|"line"|"record"|"exit"|"deadline"|"cancelled")."""
+    """Read the FIFO until EOF (or one line), the child's exit, the deadline or `cancel`:
+    (data, "eof"|"line"|"record"|"exit"|"deadline"|"cancelled"). Never stops at the first record: a record is final
+    only once the channel has ended (the cell can write record-like lines before CRANE's own: assemble.parse_lines
+    finds them); `stop_at_record` then says "record" instead of "eof" when the data holds one."""
     buf = bytearray()
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP)
@@ -237,14 +239,12 @@ def read_until_eof(fd: int, child: ChildHandle, deadline: float, stop_at_newline
                 except BlockingIOError:
                     continue
                 if not chunk:
-                    if ev & select.POLLHUP:
-                        return bytes(buf), "eof"
+                    if ev & select.POLLHUP:  # every writer closed it: the child's record is its last line
+                        return bytes(buf), "record" if stop_at_record and has_record(buf) else "eof"
                     continue
                 buf += chunk
                 if stop_at_newline and b"\n" in buf:
                     return bytes(buf), "line"
-                if stop_at_record and has_record(buf):
-                    return bytes(buf), "record"  # the processes end on their own (their teardown is not ours)
             elif fdx == child.pidfd:
                 if exited_at is None:
                     exited_at = time.monotonic()
@@ -272,7 +272,7 @@ class LocalRun:
         self.pid = reply.pid
 
     def wait(self, deadline: float, cancel: threading.Event | None) -> RunOutcome:
-        data, how = read_until_eof(self.pdir.result_fd, self.child, deadline, cancel=cancel, stop_at_record=True)
+        data, how = read_until_eof(self.pdir.result_fd, self.child, deadline, cancel=cancel)
         status = None
         if how in ("deadline", "cancelled"):
             self.kill()

@@ -89,7 +89,8 @@ class PipeReader:
 
 
 def read_run(reader: PipeReader, deadline: float, cancel: threading.Event | None = None) -> tuple[bytes, str]:
-    """The worker's lines until its record, EOF (it ended), the deadline or `cancel`:
+    """The worker's lines until EOF (it closed the pipe after its record, or ended), the deadline or `cancel`; never
+    only up to a first record (the cell may write record-like lines before the worker's own: assemble.parse_lines):
     (data, "record"|"eof"|"deadline"|"cancelled")."""
     buf = bytearray()
     while True:
@@ -101,11 +102,9 @@ def read_run(reader: PipeReader, deadline: float, cancel: threading.Event | None
         chunk = reader.read(min(remaining, POLL_S))
         if chunk is None:
             continue
-        if not chunk:
-            return bytes(buf), "eof"
+        if not chunk:  # the worker closed the pipe: its record (if any) is its last line
+            return bytes(buf), "record" if has_record(buf) else "eof"
         buf += chunk
-        if has_record(buf):
-            return bytes(buf), "record"
 
 
 class PortableDir:

@@ -60,6 +60,26 @@ class TransplantInfo(msgspec.Struct, omit_defaults=True, rename="camel"):
     layers: list[str] = []  # portable runs: the layers that confined it ("call guard", "audit hook", "sandbox-exec")
 
 
+Writer = Literal["cell-process", "session-head"]
+
+
+class Integrity(msgspec.Struct, omit_defaults=True, rename="camel"):
+    """Which guarantees about who wrote a verdict held (docs/sandbox.md, "Who writes the verdict"), for the editor,
+    the CLI and the MCP tools to show.
+
+    writer: "session-head": a session command's reply, written by the session's head, a process in which no code of
+    any command ran, from the outcome the command's own fresh process sent it (the cell never holds the daemon's
+    channel); "cell-process": a one-shot run's record, written by the process that ran the cell (it holds the
+    channel; what it could add there is what `channel_checked` catches). channel_checked: the channel was read to
+    its end and held CRANE's lines only (one record; an extra line would have made the run `blocked`).
+    fresh_state: a session command ran in a fresh fork of the session's state, which no earlier command that
+    crashed, was refused or timed out has changed (None for one-shot runs, which always start from the kernel)."""
+
+    writer: Writer = "cell-process"
+    channel_checked: bool = False
+    fresh_state: bool | None = None
+
+
 class SandboxVerdict(msgspec.Struct, omit_defaults=True, rename="camel"):
     """The outcome of running a cell speculatively against a copy-on-write fork of the kernel.
 
@@ -103,6 +123,7 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True, rename="camel"):
     # by its kernel-time cap): the language server does not keep it for the cell's text and kernel state, it
     # tries again a few times (crane.lsp.transient_stops); the CLI and MCP report it as any other reason
     transient: bool = False
+    integrity: Integrity | None = None  # who wrote this verdict and what was checked (see `Integrity`)
 
     @property
     def conclusive(self) -> bool:

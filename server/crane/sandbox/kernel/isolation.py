@@ -410,6 +410,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         return None
     sockets = listening_unix_sockets()  # read in A: B's network namespace will not list them
     go_r, go_w = os.pipe()
+    done_r, done_w = os.pipe()  # B -> A: B's record is out, A writes nothing more on the channel (it then ends)
     cpu_a = time.process_time()  # A's setup CPU so far (B's own starts at zero)
     import socket
     notify = hasattr(socket, "send_fds")  # Python >= 3.9: the listener of network attempts goes to A
@@ -421,13 +422,15 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         for end in (sock_a, sock_b):
             if end is not None:
                 end.close()
-        os.close(go_r)
-        os.close(go_w)
+        for fd in (go_r, go_w, done_r, done_w):
+            os.close(fd)
         ctx.mode_reason = f"namespaces unavailable ({exc.strerror or exc})"
         return None
     if pid == 0:  # B
         t1 = time.perf_counter()
         os.close(go_w)
+        os.close(done_r)
+        ctx.done_fd = done_w
         if sock_a is not None:
             sock_a.close()
             ctx.notif_sock = sock_b
@@ -458,6 +461,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         ctx.cpu_before = cpu_a
         return info
     os.close(go_r)  # A
+    os.close(done_w)
     if sock_b is not None:
         sock_b.close()
     try:
@@ -474,7 +478,7 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         ctx.mode_reason = f"user namespace ids could not be mapped ({exc})"
         return None
     os.write(go_w, b"g")
-    supervise(pid, float(ctx.args["budget_s"]) + 1.5, ctx.result_fd, sock_a)
+    supervise(pid, float(ctx.args["budget_s"]) + 1.5, ctx.result_fd, sock_a, done_r)
     os._exit(0)
 
 

@@ -168,9 +168,19 @@ def write_id_maps(pid: int) -> None:
             os.close(fd)
 
 
-def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.socket | None = None) -> None:
+def _denied_writer(result_fd: int) -> Callable[[str], None]:
+    def record(what: str) -> None:
+        if result_fd >= 0:  # (closed once B's record is out)
+            _write_json(result_fd, {"event": "denied", "what": what})
+    return record
+
+
+def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.socket | None = None,
+              done_fd: int = -1) -> None:
     """A's life after the clone: wait for B, answer the sandbox's seccomp notifications (B sends the listener
-    over `notif_sock`), kill B at the deadline, report its end (a JSON line)."""
+    over `notif_sock`), kill B at the deadline, report its end (a JSON line). Once B says on `done_fd` that its
+    record is out, A closes its end of the channel and writes nothing more: the daemon reads the channel to its
+    end (EOF), without waiting for B's teardown."""
     deadline = time.monotonic() + max(0.1, budget_s)
     killed = False
     status = None
@@ -182,7 +192,8 @@ def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.sock
     while True:
         left = deadline - time.monotonic()
         if pidfd >= 0:
-            watch = [pidfd] + ([notif_sock] if notif_sock is not None else []) + ([listener] if listener >= 0 else [])
+            watch = [pidfd] + ([notif_sock] if notif_sock is not None else []) + ([listener] if listener >= 0 else []) \
+                + ([done_fd] if done_fd >= 0 else [])
             try:
                 ready = select.select(watch, [], [], max(0.0, left))[0]
             except InterruptedError:
@@ -195,8 +206,18 @@ def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.sock
                 listener = fds[0] if fds else -1
                 notif_sock.close()
                 notif_sock = None
+            if done_fd >= 0 and done_fd in ready:
+                try:
+                    done = os.read(done_fd, 1)
+                except OSError:
+                    done = b""
+                os.close(done_fd)
+                done_fd = -1
+                if done and result_fd >= 0:  # B's record is out (EOF instead: B ended without one)
+                    os.close(result_fd)
+                    result_fd = -1
             if listener >= 0 and listener in ready:
-                answer_notification(listener, lambda what: _write_json(result_fd, {"event": "denied", "what": what}))
+                answer_notification(listener, _denied_writer(result_fd))
             if pidfd in ready:
                 break
         else:
@@ -214,7 +235,8 @@ def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.sock
             "exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
     try:
-        _write_json(result_fd, info)
+        if result_fd >= 0:
+            _write_json(result_fd, info)
     except OSError:
         pass
 

@@ -354,6 +354,7 @@ def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
         why = ctx.miniature_error or "the cell reads no large DataFrame, array, tensor or dataset"
         _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}", "setup_ms": setup_ms})
         os.close(ctx.result_fd)
+        _record_out(ctx)
         return
     signal.setitimer(signal.ITIMER_REAL, float(args["budget_s"]) + 1.5)
     rec = run_source(ctx, args["source"])
@@ -366,3 +367,14 @@ def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
     ctx.audit_state["bypass"] = True
     _write_json(ctx.result_fd, rec)
     os.close(ctx.result_fd)
+    _record_out(ctx)
+
+
+def _record_out(ctx: _Ctx) -> None:
+    """Layered mode: tell A (the supervisor) that the record is out, so it closes its end of the channel and the
+    daemon's read reaches EOF now (the daemon reads the channel to its end: a record is final only then)."""
+    if ctx.done_fd >= 0:
+        try:
+            os.write(ctx.done_fd, b"d")
+        except OSError:
+            pass

@@ -37,7 +37,7 @@ from crane.sandbox.kernel.isolation import _POOLS, _prepare_child  # kernel: str
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.kernel.request import check_request  # kernel: strip
-from crane.sandbox.kernel.run import run_source  # kernel: strip
+from crane.sandbox.kernel.run import _record_out, run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
@@ -639,3 +639,4 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     audit["bypass"] = True
     _write_json(ctx.result_fd, rec)
     os.close(ctx.result_fd)
+    _record_out(ctx)  # layered: A closes its end of the channel now
