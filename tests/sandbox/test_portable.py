@@ -18,6 +18,7 @@ from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
 from crane.sandbox.options import SandboxOptions
+from crane.sandbox.worker.linux import linux_layer_available
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from .conftest import tree_hash
@@ -25,6 +26,7 @@ from .conftest import tree_hash
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX kernels")
 
 PORTABLE = SandboxOptions(confinement="portable")
+LINUX_LAYER = linux_layer_available() is None  # Landlock under the guard (worker/linux.py)
 SETUP = """
 import os, pandas as pd
 df = pd.read_csv('data.csv')
@@ -65,9 +67,12 @@ def test_honest_cells_get_the_real_runs_verdict(pk):
     v = _run(pk, "df['c'] = df.a.map(add_one)\nb = Box(1) + 2\nprint(df.c.tolist(), b.v)")
     assert v.verdict == "no-crash", v
     assert v.stdout.strip() == "[2, 4] 3"
-    assert v.transplant is not None and v.transplant.layers == ["call guard", "audit hook"], v.transplant
-    assert v.landlock_abi is None and "confine" not in v.setup_steps and "layer" not in v.setup_steps, v
-    assert "portable sandbox: call guard, audit hook (no OS confinement)" in v.how()
+    layers = ["call guard", "audit hook"] + (["landlock"] if LINUX_LAYER else [])
+    assert v.transplant is not None and v.transplant.layers == layers, v.transplant
+    assert (v.landlock_abi is not None) == bool(LINUX_LAYER), v
+    assert "confine" not in v.setup_steps and "layer" not in v.setup_steps, v
+    assert f"portable sandbox: {', '.join(layers)} " + (
+        "(OS layer: landlock)" if LINUX_LAYER else "(no OS confinement)") in v.how()
     v = _run(pk, "x = 1\ny = df['missing'].sum()\n")
     assert (v.verdict, v.ename, v.line) == ("crash", "KeyError", 2), v
 

@@ -86,9 +86,11 @@ def _scale(v: SandboxVerdict) -> str:
     if v.mode == "transplant":  # not forked: a separate process on a copy (and why it was shrunk)
         out += ", in a separate process on a copy of the state" + (f", shrunk first: {t.shrunk}" if t and t.shrunk
                                                                     else "")
-    if v.mode == "portable":  # the portable sandbox: say which layers ran (no OS confinement)
-        layers = ", ".join(t.layers) if t and t.layers else "call guard, audit hook"
-        out += f", in the portable sandbox ({layers}; no OS confinement)" + (
+    if v.mode == "portable":  # the portable sandbox: say which layers ran (and whether an OS layer did)
+        names = list(t.layers) if t and t.layers else ["call guard", "audit hook"]
+        os_layers = [x for x in names if x not in ("call guard", "audit hook")]
+        out += f", in the portable sandbox ({', '.join(names)}; " + (
+            f"OS layer: {', '.join(os_layers)})" if os_layers else "no OS confinement)") + (
             f", shrunk first: {t.shrunk}" if t and t.shrunk else "")
     return out
 

@@ -176,8 +176,9 @@ def transplant_text(t: TransplantInfo, why: str | None) -> str:
             f"{names or 'nothing from the kernel'} ({t.bytes / 1e6:.1f} MB"
             + (f"; {t.confinement} confinement" if t.confinement else "") + ")")
     if t.layers:  # the portable sandbox: say exactly which layers ran
-        text += f"; portable sandbox: {', '.join(t.layers)} (no OS confinement" + (
-            ")" if "sandbox-exec" not in t.layers else " but macOS sandbox-exec)")
+        os_layers = [x for x in t.layers if x not in ("call guard", "audit hook")]
+        text += f"; portable sandbox: {', '.join(t.layers)}" + (
+            " (no OS confinement)" if not os_layers else f" (OS layer: {', '.join(os_layers)})")
     if why:
         text += f" (not forked: {why})" if not t.layers else f" ({why})"
     if t.shrunk:

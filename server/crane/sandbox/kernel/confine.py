@@ -36,6 +36,8 @@ import resource
 import struct
 from typing import Any
 
+from crane.sandbox.kernel.landlock import apply_landlock, landlock_abi  # kernel: strip
+
 # -- syscall numbers (x86_64) -----------------------------------------------------------------------------
 _NR = dict(
     read=0, write=1, open=2, close=3, lseek=8, mmap=9, ioctl=16, pread64=17, pwrite64=18, readv=19, writev=20,
@@ -405,7 +407,6 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 
 PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
 SECCOMP_MODE_FILTER = 2
-_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 
 
 def _check(rc: int, what: str) -> int:
@@ -487,68 +488,6 @@ def drop_capabilities() -> str:
     hdr = _CapHeader(0x20080522, 0)
     _check(_libc.capset(ctypes.byref(hdr), data), "dropping capabilities")
     return hex(_capabilities()[0])
-
-
-# -- Landlock ------------------------------------------------------------------------------------------
-_LL_FS_EXECUTE, _LL_FS_WRITE_FILE = 1 << 0, 1 << 1
-_LL_FS_REMOVE_DIR, _LL_FS_REMOVE_FILE = 1 << 4, 1 << 5
-_LL_FS_MAKE = (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)
-_LL_FS_REFER, _LL_FS_TRUNCATE = 1 << 13, 1 << 14
-_LL_NET_BIND_TCP, _LL_NET_CONNECT_TCP = 1 << 0, 1 << 1
-_LL_SCOPE_ABSTRACT_UNIX, _LL_SCOPE_SIGNAL = 1 << 0, 1 << 1
-
-
-def landlock_abi() -> int:
-    """The Landlock ABI version the running kernel offers (0: none)."""
-    try:
-        rc = _syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    except Exception:
-        return 0
-    return int(rc) if rc > 0 else 0
-
-
-def apply_landlock(writable: list[str], abi: int, *, files: tuple[str, ...] = (), handle_execute: bool = True) -> None:
-    """Deny write-type file rights outside the `writable` directories (and the `files`, e.g. /dev/null),
-    TCP bind/connect, and signals out of the domain. `handle_execute=False` leaves exec allowed everywhere
-    (layered profile: worker processes exec interpreters); True denies it everywhere (blocking profile)."""
-    fs = _LL_FS_WRITE_FILE | _LL_FS_REMOVE_DIR | _LL_FS_REMOVE_FILE | _LL_FS_MAKE
-    if handle_execute:
-        fs |= _LL_FS_EXECUTE
-    if abi >= 2:
-        fs |= _LL_FS_REFER
-    if abi >= 3:
-        fs |= _LL_FS_TRUNCATE
-    net = (_LL_NET_BIND_TCP | _LL_NET_CONNECT_TCP) if abi >= 4 else 0
-    scoped = (_LL_SCOPE_ABSTRACT_UNIX | _LL_SCOPE_SIGNAL) if abi >= 6 else 0
-    if abi >= 6:
-        attr = struct.pack("=QQQ", fs, net, scoped)
-    elif abi >= 4:
-        attr = struct.pack("=QQ", fs, net)
-    else:
-        attr = struct.pack("=Q", fs)
-    abuf = ctypes.create_string_buffer(attr, len(attr))
-    rs = _check(_syscall(_SYS_LANDLOCK_CREATE_RULESET, abuf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)),
-                "landlock_create_ruleset")
-    try:
-        allowed_dir = fs & ~_LL_FS_EXECUTE
-        allowed_file = fs & (_LL_FS_WRITE_FILE | _LL_FS_TRUNCATE)
-        rules = [(d, allowed_dir, os.O_DIRECTORY) for d in writable] + [(f, allowed_file, 0) for f in files]
-        for path, rights, flags in rules:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC | flags)
-            except OSError:
-                continue  # a device this machine does not have
-            try:
-                rule = struct.pack("=Qi", rights, fd)
-                rbuf = ctypes.create_string_buffer(rule, len(rule))
-                _check(_syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(rs), ctypes.c_int(1), rbuf, ctypes.c_uint32(0)),
-                       "landlock_add_rule")
-            finally:
-                os.close(fd)
-        _check(_syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(rs), ctypes.c_uint32(0)),
-               "landlock_restrict_self")
-    finally:
-        os.close(rs)
 
 
 # -- resource limits -----------------------------------------------------------------------------------

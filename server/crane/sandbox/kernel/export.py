@@ -1093,6 +1093,23 @@ def export(args: Any) -> dict:
         sys.setprofile(saved[0])
 
 
+def _connection_file() -> str | None:
+    """The kernel's connection file (`-f PATH` / `--f=PATH` on its command line, read from `sys.argv` by exact
+    type), so the portable worker can hide it (it holds the key that signs requests to this kernel)."""
+    argv = sys.argv
+    if type(argv) is not list:
+        return None
+    for i, a in enumerate(argv):
+        if type(a) is not str:
+            continue
+        if a in ("-f", "--f") and i + 1 < len(argv) and type(argv[i + 1]) is str:
+            return os.path.abspath(argv[i + 1])
+        for p in ("-f=", "--f="):
+            if a.startswith(p):
+                return os.path.abspath(a[len(p):])
+    return None
+
+
 def _export(args: Any) -> dict:
     t0 = time.perf_counter()
     if type(args) is not dict:
@@ -1202,7 +1219,8 @@ def _export(args: Any) -> dict:
                    "path": [p for p in sys.path if type(p) is str], "modules": _modules(), "torch": _torch_facts(),
                    "buffers": len(sizes), "settings": settings,
                    "names": [k for k in ns if type(k) is str and not k.startswith("_")][:100000],
-                   "interactivity": str(getattr(shell, "ast_node_interactivity", "last_expr"))}
+                   "interactivity": str(getattr(shell, "ast_node_interactivity", "last_expr")),
+                   "connection_file": _connection_file()}
     with private_open(os.path.join(d, "env.json"), "w") as f:
         f.write(dumps(facts))
     objs.pop("\x00crane-shrunk", None)

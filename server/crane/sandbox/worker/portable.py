@@ -53,6 +53,7 @@ from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_st
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.worker.guard import CallGuard, multiprocessing_children  # kernel: strip
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
+from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, runtime_dirs  # kernel: strip
 
 PORTABLE_LAYERS = ("call guard", "audit hook")
 # events whose path is followed to its target (the link must become a private copy first)
@@ -434,6 +435,36 @@ def _sequential_workers() -> bool:
         return False
 
 
+def _hidden_paths(run_dir: str) -> list[str]:
+    """What the worker must not read: Jupyter's runtime folders (for the kernel's environment and the worker's own)
+    and the kernel's connection file (its HMAC key signs requests to the user's kernel), as the export recorded it."""
+    import json
+    facts: dict = {}
+    try:
+        with open(os.path.join(run_dir, "env.json")) as f:
+            facts = json.load(f)
+    except (OSError, ValueError):
+        pass
+    env = facts.get("env")
+    hidden = runtime_dirs(env if isinstance(env, dict) else {}) + runtime_dirs(dict(os.environ))
+    conn = facts.get("connection_file")
+    if isinstance(conn, str) and os.path.isabs(conn):
+        hidden.append(os.path.realpath(conn))
+    return list(dict.fromkeys(hidden))
+
+
+def _os_layer(args: dict, scratch: str) -> dict:
+    """The platform's OS layer under the guard, applied now (before the state is loaded): Linux's Landlock
+    (worker/linux.py) for a `portable` run; none for `guard` (the guard alone, asked for) and on other platforms
+    (macOS's sandbox-exec is applied by the daemon when it starts the worker: `os_layers`). A `portable` run on
+    Linux whose layer cannot be set up ends here (the daemon checked first: never a run passed off as confined)."""
+    if args.get("confinement") != "portable" or not sys.platform.startswith("linux"):
+        return {"ran": False, "why": "not asked for" if args.get("confinement") != "portable" else sys.platform}
+    home = os.path.dirname(os.environ.get("IPYTHONDIR") or "")
+    writable = [args["dir"], scratch] + ([home] if os.path.basename(home).startswith("crane-tw-") else [])
+    return confine_worker([os.path.realpath(p) for p in writable], _hidden_paths(args["dir"]))
+
+
 def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     """Everything before the state is loaded, without OS confinement (see the module docstring); `out`: the pipe
     to the daemon."""
@@ -461,9 +492,12 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     ctx.mode = "portable"
     ctx.mode_reason = args.get("portable_reason")
     ctx.places = [folder.root, ctx.scratch]
-    layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or [])
+    os_layer = _os_layer(args, ctx.scratch)
+    layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or []) + ([LINUX_LAYER] if os_layer.get("ran") else [])
     ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked),
-                       "sequential_joblib": _sequential_workers()}
+                       "sequential_joblib": _sequential_workers(), "os_layer": os_layer}
+    if os_layer.get("ran"):
+        ctx.confinement["landlock_abi"] = os_layer.get("abi")
     _install_portable_hook(run)
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     return ctx, run

@@ -1,0 +1,164 @@
+"""Landlock rulesets (Linux 5.13+, any architecture): the one place CRANE builds and applies them.
+
+Standard library only (`ctypes`, `os`, `struct`); shipped as source in the sandbox's kernel-side module and in the
+transplant worker's (kernel/common.py, worker/main.py). Used by the forked child's confinement (`kernel/confine.py`)
+and by the portable worker's Linux layer (`worker/linux.py`). Nothing here runs in the user's kernel process itself.
+
+`apply_landlock(writable, abi, ...)` restricts the calling thread (and every thread and process it starts later):
+- write-type rights (write, truncate, remove, make, link across folders) only below `writable` and on `files`;
+- with `hidden`: reading files only outside those paths (Landlock is an allow-list, so the read rights are granted
+  on every entry of each folder on the way from `/` to a hidden path but that path and the folders leading to it:
+  `read_rules`); listing folders stays allowed everywhere (names only, never contents);
+- programs: exec refused everywhere (`handle_execute`), or left alone;
+- TCP bind and connect refused (ABI >= 4), signals and abstract UNIX sockets scoped to the sandbox (ABI >= 6).
+The landlock syscalls have the same numbers on every architecture (444-446, the unified table).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+import struct
+import sys
+from typing import Any
+
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_LL_RULE_PATH_BENEATH = 1
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_REMOVE_DIR, FS_REMOVE_FILE = 1 << 4, 1 << 5
+FS_MAKE = (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)
+FS_REFER, FS_TRUNCATE = 1 << 13, 1 << 14
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1 << 0, 1 << 1
+_LL_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE  # what a rule on a non-directory may grant
+
+_LL_LIBC: list = []
+
+
+def _ll_syscall(*args: Any) -> int:
+    if not _LL_LIBC:
+        lib = ctypes.CDLL(None, use_errno=True)
+        lib.syscall.restype = ctypes.c_long
+        _LL_LIBC.append(lib)
+    return int(_LL_LIBC[0].syscall(*args))
+
+
+def _ll_check(rc: int, what: str) -> int:
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+    return rc
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version the running kernel offers (0: none, or not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        rc = _ll_syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    except Exception:
+        return 0
+    return rc if rc > 0 else 0
+
+
+def _ll_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def read_rules(hidden: list[str] | tuple[str, ...]) -> list[str]:
+    """The paths that get the read right so that every file is readable but those below `hidden` (real, absolute
+    paths): every entry of each folder on the way from `/` to a hidden path, but that path and the folders on the
+    way (which get none: their other entries get one each, deeper). Empty `hidden`: ["/"]."""
+    hide = sorted({os.path.realpath(h) for h in hidden if h and os.path.isabs(h)})
+    hide = [h for h in hide if h != os.sep]
+    if not hide:
+        return [os.sep]
+    on_way: set[str] = set()
+    for h in hide:
+        d = os.path.dirname(h)
+        while True:
+            on_way.add(d)
+            if d == os.sep:
+                break
+            d = os.path.dirname(d)
+    out: list[str] = []
+    for d in sorted(on_way):
+        if any(_ll_under(d, h) for h in hide):
+            continue  # a folder on the way to one hidden path inside another
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            p = os.path.join(d, name)
+            if p in on_way or any(_ll_under(p, h) for h in hide):
+                continue
+            out.append(p)
+    return out
+
+
+def apply_landlock(writable: list[str], abi: int, *, files: tuple[str, ...] = (), handle_execute: bool = True,
+                   hidden: list[str] | tuple[str, ...] | None = None, network: bool = True,
+                   extra: tuple[tuple[str, int], ...] = ()) -> dict:
+    """Restrict the calling thread (see the module docstring). `writable`: folders where writes are allowed;
+    `files`: single files writable too (/dev/null); `handle_execute`: exec refused everywhere (True) or left
+    alone; `hidden` (None: reads not handled): real paths whose files cannot be read; `network`: TCP bind/connect
+    refused (ABI >= 4); `extra`: more (path, rights) rules. Returns what was confined."""
+    fs = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE
+    if handle_execute:
+        fs |= FS_EXECUTE
+    if abi >= 2:
+        fs |= FS_REFER
+    if abi >= 3:
+        fs |= FS_TRUNCATE
+    reads = hidden is not None
+    if reads:
+        fs |= FS_READ_FILE
+    net = (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 and network else 0
+    scoped = (SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL) if abi >= 6 else 0
+    if abi >= 6:
+        attr = struct.pack("=QQQ", fs, net, scoped)
+    elif abi >= 4:
+        attr = struct.pack("=QQ", fs, net)
+    else:
+        attr = struct.pack("=Q", fs)
+    abuf = ctypes.create_string_buffer(attr, len(attr))
+    rs = _ll_check(_ll_syscall(ctypes.c_long(_SYS_CREATE_RULESET), abuf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)),
+                "landlock_create_ruleset")
+    added = 0
+    try:
+        write_dir = fs & ~FS_EXECUTE
+        write_file = fs & (FS_WRITE_FILE | FS_TRUNCATE | FS_READ_FILE)
+        rules: list[tuple[str, int, int]] = [(d, write_dir, os.O_DIRECTORY) for d in writable]
+        rules += [(f, write_file, 0) for f in files]
+        if reads:
+            rules += [(p, FS_READ_FILE, os.O_NOFOLLOW) for p in read_rules(list(hidden or ()))]
+        rules += [(p, r & fs, 0) for p, r in extra]
+        for path, rights, flags in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC | flags)
+            except OSError:
+                continue  # a device this machine does not have, an entry gone since it was listed
+            try:
+                if not flags & os.O_DIRECTORY and not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    rights &= _LL_FILE_RIGHTS  # a file (or a link itself): only the rights a file can have
+                if not rights:
+                    continue
+                rule = struct.pack("=Qi", rights, fd)
+                rbuf = ctypes.create_string_buffer(rule, len(rule))
+                rc = _ll_syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(rs), ctypes.c_int(_LL_RULE_PATH_BENEATH), rbuf,
+                              ctypes.c_uint32(0))
+                if rc < 0 and ctypes.get_errno() not in (errno.EINVAL, errno.EBADFD):
+                    _ll_check(rc, f"landlock_add_rule({path})")
+                added += rc >= 0
+            finally:
+                os.close(fd)
+        _ll_check(_ll_syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(rs), ctypes.c_uint32(0)),
+               "landlock_restrict_self")
+    finally:
+        os.close(rs)
+    return {"abi": abi, "writes": "confined", "reads": "hidden paths" if reads else "all",
+            "exec": "refused" if handle_execute else "allowed", "tcp": "refused" if net else "not handled",
+            "scoped": "signals, abstract UNIX sockets" if scoped else "not handled", "rules": added}

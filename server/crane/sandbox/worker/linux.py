@@ -1,0 +1,109 @@
+"""Portable sandbox, worker side: the Linux OS layer under the call guard (any architecture: x86_64, ARM).
+
+`confine_worker(...)` runs in the transplant worker, once, after the run folder is made and BEFORE any of the
+kernel's state or the notebook's code is loaded (worker/portable.prepare_portable). It asks the Linux kernel, not
+Python, to hold the worker (and every thread and process it starts from then on), so native writers (pyarrow,
+polars, sqlite, HDF5), `ctypes` and C intermediaries meet it too:
+- **Landlock** (kernel/landlock.py): file writes, truncation, removal, renames, links, new files, FIFOs and device
+  nodes only below the run's private folder (its view and scratch), the worker's own folder and `/dev/shm`
+  (multiprocessing's semaphores), plus the null devices; programs cannot be executed (no `os.system` through
+  `ctypes.pythonapi`, no `_posixsubprocess`); the files of Jupyter's runtime folder and the kernel's connection
+  file cannot be read (they hold the HMAC key that signs requests to the user's kernel); TCP bind/connect refused
+  (ABI >= 4); signals (`kill`, `pidfd_send_signal`, ...) and abstract UNIX sockets scoped to the worker's own
+  processes (ABI >= 6); ptrace-type access to other processes (`/proc/<pid>/environ`, `/mem`) refused by Landlock
+  itself;
+- **no_new_privs**: no set-uid program can raise privileges (needed by Landlock for an unprivileged process).
+What it does not confine (said in docs/sandbox.md): UDP sends, connecting to a path-named UNIX socket, reading
+files elsewhere (reads are allowed everywhere but the hidden paths), `setpriority`/`sched_setaffinity`/
+`sched_setscheduler` on another process of the same user (Landlock has no rule for them: the call guard refuses
+them, worker/guard.py), threads that existed before this call (native thread pools a preloaded library started:
+Landlock restricts the calling thread and what it starts; their number is recorded).
+
+`linux_layer_available()` says whether it can run here, and why not. The record says whether it ran
+(`confinement.os_layer`); the verdict's layers name "landlock" only when it did.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Any
+
+from crane.sandbox.kernel.landlock import apply_landlock, landlock_abi  # kernel: strip
+
+LINUX_LAYER = "landlock"
+_PR_SET_NO_NEW_PRIVS = 38
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
+
+
+def linux_layer_available() -> str | None:
+    """None when the Linux layer can confine a worker here, else why not."""
+    if not sys.platform.startswith("linux"):
+        return f"{sys.platform}: Landlock is Linux's"
+    abi = landlock_abi()
+    if abi < 1:
+        return "this Linux kernel offers no Landlock (5.13+ with Landlock enabled is needed)"
+    return None
+
+
+def runtime_dirs(env: dict) -> list[str]:
+    """Where Jupyter keeps kernel connection files for a process with environment `env` (every candidate
+    jupyter_core could pick: JUPYTER_RUNTIME_DIR, the data folder's `runtime`, the platform runtime folder)."""
+    home = env.get("HOME") or os.path.expanduser("~")
+    out = []
+    if env.get("JUPYTER_RUNTIME_DIR"):
+        out.append(env["JUPYTER_RUNTIME_DIR"])
+    data = env.get("JUPYTER_DATA_DIR") or os.path.join(
+        env.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share"), "jupyter")
+    out.append(os.path.join(data, "runtime"))
+    xdg_runtime = env.get("XDG_RUNTIME_DIR")
+    if xdg_runtime:
+        out.append(os.path.join(xdg_runtime, "jupyter"))
+    try:  # jupyter_core's own answer for that environment, where the kernel's interpreter has it loaded
+        paths = sys.modules.get("jupyter_core.paths")
+        if paths is not None:
+            saved = {k: os.environ.get(k) for k in ("JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR", "XDG_DATA_HOME",
+                                                    "XDG_RUNTIME_DIR", "JUPYTER_PLATFORM_DIRS", "HOME")}
+            try:
+                for k in saved:
+                    if env.get(k) is not None:
+                        os.environ[k] = env[k]
+                out.append(str(paths.jupyter_runtime_dir()))
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+    except Exception:  # noqa: BLE001 - the candidates above stay
+        pass
+    return [os.path.realpath(os.path.expanduser(p)) for p in dict.fromkeys(out) if os.path.isabs(os.path.expanduser(p))]
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+def confine_worker(writable: list[str], hidden: list[str]) -> dict[str, Any]:
+    """Confine this process with Landlock (see the module docstring): writes only below `writable` (and the null
+    devices, /dev/shm), no file below `hidden` readable. Raises OSError when it cannot (the caller then records
+    that it did not run). Returns what it confined."""
+    why = linux_layer_available()
+    if why:
+        raise OSError(why)
+    threads = _threads()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(e)}")
+    places = [p for p in dict.fromkeys(writable) if os.path.isdir(p)]
+    if os.path.isdir("/dev/shm"):
+        places.append("/dev/shm")
+    info = apply_landlock(places, landlock_abi(), files=_DEVICES, handle_execute=True, hidden=hidden)
+    info.update(layer=LINUX_LAYER, ran=True, no_new_privs=True, writable=places, hidden=list(hidden),
+                threads_before=threads)
+    return info
