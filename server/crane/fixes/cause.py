@@ -60,11 +60,27 @@ def edit_cell(ctx: FixContext, kind: str, cell: int, new: str, what: str, detail
     old = ctx.nb.cell(cell).source
     if new == old or check_edit(old, new) is not None:
         return None
-    plan = provenance.dependents(ctx.scope, [cell], ctx.target, _target_reads(ctx))
+    plan = provenance.dependents(ctx.scope, rebuilt_before(ctx, cell) + [cell], ctx.target, _target_reads(ctx))
     cost = change_size(old, new) + RUN_CELL_COST * len(plan)
     return Candidate(kind=kind, title=f"Cell {cell}: {what}; run {_cells_title(plan)} again",
                      source=ctx.source, run_first=tuple(plan), cell_edits=((cell, new),), cost=round(cost, 2),
                      detail=detail)
+
+
+def rebuilt_before(ctx: FixContext, cell: int) -> list[int]:
+    """The cells to run again before cell `cell` so that it finds what it changes as it found it when it ran: for
+    each name it reads and changes (`df = pd.get_dummies(df)`, `df.drop(..., inplace=True)`), the cells that made
+    that name up to it (from the fresh binding)."""
+    d = ctx.scope.cell(cell)
+    if d is None:
+        return []
+    out: set[int] = set()
+    for name in provenance.reads_of(d):
+        steps = provenance.trace(ctx.scope, name, ctx.target)
+        mine = [i for i, t in enumerate(steps) if t.cell == cell and t.how in ("rebinds", "changes")]
+        if mine:
+            out |= {t.cell for t in steps[: mine[0]] if t.cell not in (cell, ctx.target)}
+    return sorted(out)
 
 
 def _analysis(ctx: FixContext, cell: int) -> CellAnalysis | None:

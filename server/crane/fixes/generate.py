@@ -12,7 +12,17 @@ import logging
 from collections.abc import Callable, Iterable
 
 from crane.agent.guard import check_edit
-from crane.fixes import calls, cause, names, near_miss, pandas_fixes, sklearn_inputs, sklearn_models, torch_fixes
+from crane.fixes import (
+    calls,
+    cause,
+    names,
+    near_miss,
+    pandas_fixes,
+    sklearn_inputs,
+    sklearn_models,
+    torch_fixes,
+    upstream,
+)
 from crane.fixes.context import FixContext
 from crane.fixes.model import Candidate
 
@@ -43,6 +53,7 @@ GENERATORS: tuple[Generator, ...] = (
     pandas_fixes.merge_key,
     pandas_fixes.join_suffix,
     *cause.GENERATORS,
+    *upstream.GENERATORS,
 )
 
 

@@ -65,7 +65,24 @@ def _fit_calls(ctx: FixContext, est: str) -> list[tuple[str, list[str]]]:
                     and isinstance(node.func.value, ast.Name) and node.func.value.id in wrappers and node.args:
                 args = [ast.get_source_segment(d.analysis.python, a) or ast.unparse(a) for a in node.args]
                 out.append((node.func.value.id, args))
+    # fitted only inside cross-validation (`cross_val_score(est, X, y, cv=5)` fits clones): its data, after them
+    for d in cells:
+        tree = d.analysis.tree
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and (_callee(node) or "").startswith("cross_val") and len(node.args) >= 2 and \
+                    isinstance(node.args[0], ast.Name) and node.args[0].id == est:
+                y = node.args[2] if len(node.args) > 2 else next((k.value for k in node.keywords if k.arg == "y"), None)
+                args = [ast.get_source_segment(d.analysis.python, a) or ast.unparse(a)
+                        for a in [node.args[1]] + ([y] if y is not None else [])]
+                out.append((f"{_callee(node)}({est}, ...)", args))
     return out
+
+
+def _callee(call: ast.Call) -> str | None:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
 
 
 def not_fitted(ctx: FixContext):
@@ -117,7 +134,8 @@ def not_fitted(ctx: FixContext):
                 new = ed.insert_before(stmt, [f"{est}.fit({', '.join(args)})"]).apply()
             except ValueError:
                 continue
-            via = f" (as {fitted}.fit does)" if fitted != est else ""
+            via = f" (as {fitted}.fit does)" if fitted != est and "(" not in fitted else \
+                f" ({fitted} fits copies of it only)" if fitted != est else ""
             yield ctx.candidate("fit-first", f"Fit {est} first: {est}.fit({', '.join(args)})", new, penalty=4.0,
                                 detail=f"{est} was never fitted{via}")
         return
