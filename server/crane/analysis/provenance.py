@@ -222,3 +222,26 @@ def explain(scope: NotebookScope, names: list[str], target: int | None = None, l
         if len(out) >= limit:
             break
     return out
+
+
+def line_names(source: str, line: int | None) -> list[str]:
+    """Names loaded on line `line` of a cell's source (every name the cell reads first when None), first first."""
+    from crane.analysis.cell import analyze_cell
+
+    a = analyze_cell(source)
+    if a.tree is None:
+        return []
+    if line is None:
+        return [n for n in a.free_names if not is_predefined(n)]
+    out: dict[str, None] = {}
+    for n in ast.walk(a.tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and a.original_line(n.lineno) == line \
+                and not is_predefined(n.id):
+            out.setdefault(n.id, None)
+    return sorted(out, key=lambda k: source.find(k))
+
+
+def explain_line(scope: NotebookScope, source: str, line: int | None, target: int | None = None,
+                 limit: int = 4) -> list[str]:
+    """`explain` for the names of one line of a cell (the failing line)."""
+    return explain(scope, line_names(source, line), target, limit)

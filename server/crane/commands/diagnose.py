@@ -33,6 +33,7 @@ class DiagnoseReport(msgspec.Struct, omit_defaults=True, rename="camel"):
     diagnosis: object  # crane.llm.predictor.Diagnosis
     history: list[HistoryEntry] = []
     probe_error: str | None = None
+    origin: list[str] = []  # where the failing line's values were made (crane.analysis.provenance)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -112,17 +113,32 @@ def run(args: argparse.Namespace) -> int:
         from crane.llm.predictor import offline_diagnosis
 
         d = offline_diagnosis(target, findings, llm_error=str(exc))
+    origin = data_flow(nb, target, findings)
     if args.json:
         from crane.commands.output import encode
 
         report = DiagnoseReport(
             schema="crane.diagnose/1", notebook=args.notebook, diagnosis=d, probe_error=probe_error,
-            history=history_entries(runs),
+            history=history_entries(runs), origin=origin,
         )
         print(encode(report))
     else:
-        print(render_text(args.notebook, d, runs, probe_error))
+        print(render_text(args.notebook, d, runs, probe_error, origin))
     return EXIT_CRASH if d.prediction == "crash" else EXIT_OK
+
+
+def data_flow(nb, target, findings) -> list[str]:
+    """Where the values of the predicted failing line (the first finding's, else the cell's) were made."""
+    from crane.analysis.provenance import explain_line
+    from crane.analysis.scope import NotebookScope
+
+    line = next((f.line for f in findings if getattr(f, "line", None)), None)
+    if target.error is not None and line is None:
+        line = getattr(target.error, "line", None)
+    try:
+        return explain_line(NotebookScope.from_notebook(nb), target.source, line, target.number)
+    except Exception:  # an explanation never fails the diagnosis
+        return []
 
 
 def session_cost(t) -> str:
@@ -137,7 +153,7 @@ def _wrap(text: str, indent: str = "    ") -> list[str]:
     return textwrap.wrap(" ".join(text.split()), width=100, initial_indent=indent, subsequent_indent=indent + "  ")
 
 
-def render_text(path: str, d, runs, probe_error: str | None) -> str:
+def render_text(path: str, d, runs, probe_error: str | None, origin: list[str] | None = None) -> str:
     from crane.llm.render import finding_text, head, model_part
 
     out: list[str] = []
@@ -153,6 +169,8 @@ def render_text(path: str, d, runs, probe_error: str | None) -> str:
     for f in d.findings:
         out.append(f"  rules: line {f.line}: {finding_text(f)}  [{f.rule}]")
         out += [f"    evidence: {e}" for e in f.evidence[:4]]
+    for line in origin or []:
+        out += _wrap(f"data flow: {line}", "  ")
     for label, text in model_part(d):
         out += _wrap(text, "  " if label != "fix" else "    ")
     if d.mode == "llm" and d.usage is not None:

@@ -38,11 +38,16 @@ def render_text(path: str, report, chosen: int | None, written: str | None) -> s
     crash = f" ({report.crash.text.splitlines()[0][:200]})" if report.crash else ""
     if report.status == "clean":
         return f"{path}: cell {report.target} runs without an exception: nothing to fix"
+    if report.origin:
+        out.append("where the failing line's values come from:")
+        out += [f"  {line}" for line in report.origin]
     if report.fixes:
         out.append(f"verified fixes for cell {report.target}{crash}:")
         for i, fix in enumerate(report.fixes, start=1):
             mark = "*" if chosen == i else " "
             out.append(f"{mark}[{i}] {fix.label}")
+            if fix.detail:
+                out.append(f"     why: {fix.detail}")
             if fix.run_first:
                 out.append(f"     run before the cell: {', '.join(f'cell {c}' for c in fix.run_first)}")
             diff = unified_diff(fix, name)

@@ -112,6 +112,7 @@ class SearchReport(msgspec.Struct, rename="camel", omit_defaults=True):
     @property
     def failed(self) -> list[str]:
         return [f"{a.title}: {a.error or a.status}" for a in self.attempts if a.status != "ok"]
+    origin: list[str] = []  # where the failing line's values were made and changed (crane.analysis.provenance)
     reason: str = ""  # why there is no fix / no verification
     elapsed_s: float = 0.0
     first_fix_s: float | None = None  # time until the first verified fix

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import msgspec
 
 from crane.analysis.cell import analyze_cell, plan_probe
+from crane.analysis.provenance import explain_line
 from crane.analysis.scope import NotebookScope
 from crane.finding import Finding
 from crane.fixes.context import RUN_CELL_COST, FixContext
@@ -91,6 +92,7 @@ def search_fixes(
     if first.status != "error":
         return done("unverifiable", f"the sandbox cannot run the cell: {first.status}: {first.evalue or ''}".strip())
     report.crash = crash = _crash(first)
+    report.origin = explain_line(scope, source, crash.line, target)
 
     def context(src: str, cr: Crash, run_first: tuple[int, ...], depth: int, pre_facts,
                 cell_edits: tuple[tuple[int, str], ...] = (), blind: bool = False) -> FixContext:
