@@ -33,6 +33,7 @@ import threading
 import time
 from typing import IO, Any
 
+from crane.sandbox import oslayer
 from crane.sandbox.drain import OUTPUT_LIMIT, has_record, read_capture_file
 from crane.sandbox.request import SandboxRequest
 
@@ -115,6 +116,10 @@ class PortableDir:
 
     def __init__(self, session: bool = False) -> None:
         self.path = tempfile.mkdtemp(prefix="crane-sbx-")
+        try:  # Windows: labelled low integrity, so its low-integrity worker can write here (crane.sandbox.oslayer)
+            oslayer.prepare_folder(self.path)
+        except OSError:
+            pass  # (the worker's writes there are then refused: never a write elsewhere)
         self.scratch = os.path.join(self.path, "scratch")
         os.mkdir(self.scratch, 0o700)
         self.token = secrets.token_hex(16)

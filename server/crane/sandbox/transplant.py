@@ -46,13 +46,13 @@ import msgspec
 from crane.kernel.client import KernelConnection, literal_value
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
+from crane.sandbox import oslayer
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.cell_names import cell_names
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.options import active as active_options
 from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
-from crane.sandbox.portable import worker_argv
 from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 
@@ -60,11 +60,13 @@ _HERE = Path(__file__).resolve().parent
 BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the worker's `-c` program
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
                                  [_HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/miniature.py",
-                                  _HERE / "kernel/waiting.py", _HERE / "kernel/export.py"])
+                                  _HERE / "kernel/waiting.py", _HERE / "shared/carry.py",
+                                  _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
-                                _HERE / "worker/limits.py", _HERE / "worker/linux.py", _HERE / "worker/portable.py", _HERE / "worker/main.py"])
+                                _HERE / "worker/limits.py", _HERE / "worker/linux.py", _HERE / "worker/portable.py", _HERE / "shared/carry.py",
+                                _HERE / "worker/main.py"])
 
 
 def _cloudpickle_source() -> Path:
@@ -127,13 +129,18 @@ class Worker:
         self.warm = warm
         self.executable = executable
         self.started = time.monotonic()
-        argv, self.os_layers = worker_argv([executable, "-c", BOOTSTRAP])  # macOS: under sandbox-exec (portable.py)
+        # the platform's OS layer (crane.sandbox.oslayer): macOS under sandbox-exec, Windows a job object and low
+        # integrity once started (before it is sent anything), Linux's Landlock applied by the worker itself
+        self.launch = oslayer.launch([executable, "-c", BOOTSTRAP], env, self.home)
+        full.update(self.launch.env)
         self.reader: PipeReader | None = None  # a portable run's result pipe (the worker's stdout), once it runs
         with open(os.path.join(self.home, "log"), "wb") as log:
             # stdin and stdout: anonymous pipes only the daemon and the worker hold (crane.sandbox.pipes)
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                self.launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 cwd=cwd if os.path.isdir(cwd) else self.home, env=full, close_fds=True, start_new_session=True)
+        self.os_layer = oslayer.started(self.launch, self.proc).layer
+        self.os_layers = self.os_layer.names()  # only a layer that ran
         header = {"modules": [[m.name, m.doc, list(m.sources)] for m in (CLOUDPICKLE_MODULE, WORKER_MODULE)],
                   "preload": preload, "idle_s": idle_s(), "warm": warm,
                   # an OS worker also watches its kernel itself (a pidfd); a portable one is ended by the daemon

@@ -14,10 +14,12 @@ before the cell runs (after the copied state is loaded), with nothing but the pl
   plus one second): SIGXCPU ends it, reported as the CPU-time budget exceeded (`timeout`).
 - **File size**: `RLIMIT_FSIZE` at the request's `layer_mb` (what the OS sandbox's private layer may hold): it
   bounds the private copies of written files and the output files; SIGXFSZ ends the run as `blocked`.
-- **Windows**: a job object holding the worker (`windows_job_limits` builds the limits; `apply_limits` creates the
-  job and assigns the worker to it): per-process committed memory, per-process user time, and the worker's end
-  when the job's handle closes. Written for Windows and never run here: the structure's construction is tested on
-  Linux, the kernel32 calls are not.
+- **Windows**: a job object holding the worker (`windows_job_limits` builds the limits; `set_run_limits` creates
+  the job and assigns the worker to it): per-process committed memory, per-process user time, one active process
+  (no child processes), and the worker's end when the job's handle closes. It nests in the job the daemon put the
+  worker in before it sent any state (crane.sandbox.oslayer.windows: one process, killed with the daemon, low
+  integrity). Written for Windows and never run here: the structures' sizes and offsets are tested on Linux against
+  the documented x64 layouts, the kernel32 calls run only in the CI matrix's windows job.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ def posix_limits(memory_bytes: int, cpu_s: float, file_bytes: int) -> dict[str, 
 
 # Windows job objects (winnt.h)
 JOB_OBJECT_LIMIT_PROCESS_TIME = 0x00000002
+JOB_OBJECT_LIMIT_ACTIVE_PROCESS = 0x00000008
 JOB_OBJECT_LIMIT_PROCESS_MEMORY = 0x00000100
 JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION = 0x00000400
 JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE = 0x00002000
@@ -147,11 +150,14 @@ class ExtendedLimitInformation(ctypes.Structure):
 
 def windows_job_limits(memory_bytes: int, cpu_s: float) -> ExtendedLimitInformation:
     """The job object's limits for a worker: committed memory `memory_bytes`, user time `cpu_s` (100 ns units),
-    the worker ended when the job's last handle closes, no error dialog on a crash."""
+    one active process (it starts none), the worker ended when the job's last handle closes, no error dialog on a
+    crash."""
     info = ExtendedLimitInformation()
     basic = info.BasicLimitInformation
     basic.LimitFlags = (JOB_OBJECT_LIMIT_PROCESS_MEMORY | JOB_OBJECT_LIMIT_PROCESS_TIME
-                        | JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION)
+                        | JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
+                        | JOB_OBJECT_LIMIT_ACTIVE_PROCESS)
+    basic.ActiveProcessLimit = 1
     basic.PerProcessUserTimeLimit = int(max(1.0, float(cpu_s)) * 10_000_000)
     info.ProcessMemoryLimit = int(memory_bytes)
     return info
@@ -163,7 +169,12 @@ _JOB: dict[str, Any] = {}
 def _windows_job(memory_bytes: int, cpu_s: float) -> dict[str, Any]:
     """Put the worker in a job object with `windows_job_limits` (Windows only; the handle is kept for the worker's
     life, so the job ends with it)."""
-    k32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    vp = ctypes.c_void_p
+    k32.CreateJobObjectW.restype, k32.CreateJobObjectW.argtypes = vp, [vp, ctypes.c_wchar_p]  # handles: pointers
+    k32.SetInformationJobObject.argtypes = [vp, ctypes.c_int, vp, ctypes.c_uint32]
+    k32.AssignProcessToJobObject.argtypes = [vp, vp]
+    k32.GetCurrentProcess.restype = vp
     job = _JOB.get("handle") or k32.CreateJobObjectW(None, None)
     if not job:
         return {"failed": ["CreateJobObjectW"]}

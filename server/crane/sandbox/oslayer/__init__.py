@@ -1,0 +1,82 @@
+"""The OS layer under a portable run (daemon side): one module per platform, chosen once by `sys.platform`.
+
+A portable run's worker (crane.sandbox.transplant) is confined by CRANE's Python guard (worker/guard.py,
+worker/portable.py) and, underneath it, by what the operating system offers:
+- `linux`: the worker confines itself with Landlock and no_new_privs before it loads any state (worker side); the
+  daemon adds nothing at launch, and the worker reports the layers that ran with its verdict;
+- `macos`: the worker is started under `/usr/bin/sandbox-exec` with a Seatbelt profile (no network, no signal or
+  process information to other processes, no reads of Jupyter's runtime folder, writes only in CRANE's folders,
+  no new processes), used only once a trial start under the same profile has shown each denial holds;
+- `windows`: the daemon puts the worker, before it gets any state, in a job object (no child processes, killed
+  when the daemon's handle closes, a memory limit) and lowers its token to low integrity (no writes to the user's
+  medium-integrity files; CRANE's folders are labelled low for it).
+
+Each module answers `launch(argv, env, home)` (the command line, extra environment, and the `OsLayer` it will
+be) and `started(launch, proc)` (the layer once the process exists: what it confines and whether it ran), and
+`prepare_folder(path)` for a run's folder. A layer that did not run says why (`OsLayer.why_not`); no run is ever
+said to be confined by a layer that did not run (`OsLayer.names`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class OsLayer:
+    """What the OS confines under a portable worker: `name` (as verdicts list it), what it `confines`, whether it
+    `ran`, and why not."""
+
+    name: str
+    platform: str
+    confines: tuple[str, ...]
+    ran: bool
+    why_not: str | None = None
+
+    def names(self) -> list[str]:
+        """The layer names a verdict may claim: this one only when it ran."""
+        return [self.name] if self.ran else []
+
+    def failed(self, why: str) -> OsLayer:
+        return replace(self, ran=False, why_not=why)
+
+
+@dataclass
+class Launch:
+    """How one worker is started: its command line, what its environment gains, and its OS layer (`handles`: what
+    the daemon must keep open for the worker's life, e.g. a Windows job object)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    layer: OsLayer
+    handles: list[Any] = field(default_factory=list)
+
+
+def _backend(platform: str) -> Any:
+    if platform == "darwin":
+        from crane.sandbox.oslayer import macos
+        return macos
+    if platform in ("win32", "cygwin"):
+        from crane.sandbox.oslayer import windows
+        return windows
+    from crane.sandbox.oslayer import linux  # Linux on any machine, and other POSIX systems (described there)
+    return linux
+
+
+def launch(argv: list[str], env: dict[str, str], home: str, platform: str = sys.platform) -> Launch:
+    """The worker's launch on `platform` (`env`: the kernel's environment, for where its secrets live; `home`: the
+    worker's own folder)."""
+    return _backend(platform).launch(list(argv), dict(env), home)
+
+
+def started(how: Launch, proc: subprocess.Popen, platform: str = sys.platform) -> Launch:
+    """Once the worker's process exists, before it is sent any state: the platform's remaining steps (Windows)."""
+    return _backend(platform).started(how, proc)
+
+
+def prepare_folder(path: str, platform: str = sys.platform) -> None:
+    """A run's folder made writable for a confined worker (Windows: labelled low integrity; elsewhere nothing)."""
+    _backend(platform).prepare_folder(path)

@@ -1,0 +1,36 @@
+"""Linux OS layer (daemon side), on any architecture: nothing to add at launch.
+
+The portable worker confines itself, once its run folder exists and before it loads any of the kernel's state
+(worker/linux.py, kernel/landlock.py: Landlock writes only in CRANE's folders, no program execution, Jupyter's
+runtime folder unreadable, TCP and, where the kernel's ABI has them, signals and abstract UNIX sockets scoped;
+no_new_privs). Only the worker knows whether that ran on this kernel: its record says so and the verdict names
+"landlock" only then. So the daemon's layer here is a description that never claims a run. Also used for other
+POSIX systems, where nothing is added either.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from crane.sandbox.oslayer import Launch, OsLayer
+
+NAME = "landlock"
+CONFINES = ("file writes outside CRANE's run folders", "program execution", "reads of Jupyter's runtime folders",
+            "TCP bind/connect (Landlock ABI 4+)", "signals and abstract UNIX sockets to other processes (ABI 6+)")
+BY_THE_WORKER = ("applied by the worker itself before it loads any state (worker/linux.py); its record says "
+                 "whether it ran")
+
+
+def launch(argv: list[str], env: dict[str, str], home: str) -> Launch:
+    if not sys.platform.startswith("linux"):
+        return Launch(argv, {}, OsLayer(NAME, sys.platform, (), False, f"{sys.platform}: no OS layer for it"))
+    return Launch(argv, {}, OsLayer(NAME, "linux", CONFINES, False, BY_THE_WORKER))
+
+
+def started(how: Launch, proc: subprocess.Popen) -> Launch:
+    return how
+
+
+def prepare_folder(path: str) -> None:
+    """Nothing: the worker's Landlock ruleset names its folders itself."""

@@ -1,0 +1,280 @@
+"""Windows OS layer (daemon side): a portable worker in a job object, its token lowered to low integrity.
+
+The daemon starts the worker (crane.sandbox.transplant) with its ordinary token; the worker then blocks reading
+its first line from stdin. Before that line (the modules, then the kernel's state) is sent, `started`:
+1. puts the worker in a job object the daemon holds (`job_limits`): one active process (no child processes:
+   CreateProcess fails, and so do `subprocess`, `os.system`, `ctypes` calls to WinExec), killed when the daemon's
+   handle closes (the daemon ending, however it ends), a per-process committed-memory limit, no error dialogs, UI
+   restrictions (no clipboard, desktops, global atoms, or handles of other processes' windows);
+2. lowers the worker's own primary token to low integrity (SetTokenInformation(TokenIntegrityLevel) with the
+   S-1-16-4096 label: lowering needs no privilege) and reads it back: a low-integrity process cannot write, delete
+   or rename files and folders at medium integrity (every file the user owns, by default), nor open the
+   user's other processes for writing (no-write-up), whatever Python or native code it runs.
+The worker's own folder (and its temporary folder, TMP/TEMP/TMPDIR) and each run folder (`prepare_folder`) are
+labelled low (`S:(ML;OICI;NW;;;LW)`, inherited by what is made in them), so the run can write only there.
+Not confined on Windows (said in docs/sandbox.md): network (a low-integrity process may still connect, also to the
+kernel's ZeroMQ ports: an AppContainer would be needed), reads (the connection file's key is readable), signals
+beyond the no-write-up rule; the Python guard is the only layer for those. The code that starts the worker runs
+at medium integrity until step 2 (Python's startup and site, before any state or notebook code arrives).
+
+Structures and constants are plain `ctypes` (importable and tested on Linux for their documented x64 sizes and
+offsets); every Windows call is behind `sys.platform == "win32"`. None of it has run on Windows from here: the
+CI matrix's windows job (.github/workflows/portable.yml) runs tests/sandbox/test_oslayer_windows.py there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from typing import Any
+
+from crane.sandbox.oslayer import Launch, OsLayer
+from crane.sandbox.worker.limits import (
+    JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
+    JOB_OBJECT_LIMIT_ACTIVE_PROCESS,
+    JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION,
+    JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+    JOB_OBJECT_LIMIT_PROCESS_MEMORY,
+    ExtendedLimitInformation,
+    machine_memory_bytes,
+)
+
+NAME = "low integrity + job object"
+CONFINES = ("file writes outside CRANE's run folders (medium-integrity files)", "child processes",
+            "survival of the daemon (killed with it)", "memory (per-process commit limit)",
+            "writes to other processes (no-write-up)", "clipboard, desktops, global atoms")
+
+# winnt.h / securitybaseapi.h / accctrl.h
+SE_GROUP_INTEGRITY = 0x00000020
+TOKEN_QUERY = 0x0008
+TOKEN_ADJUST_DEFAULT = 0x0080
+TOKEN_INTEGRITY_LEVEL_CLASS = 25  # TOKEN_INFORMATION_CLASS.TokenIntegrityLevel
+SECURITY_MANDATORY_LABEL_AUTHORITY = (0, 0, 0, 0, 0, 16)
+SECURITY_MANDATORY_LOW_RID = 0x1000
+SECURITY_MANDATORY_MEDIUM_RID = 0x2000
+SE_FILE_OBJECT = 1
+LABEL_SECURITY_INFORMATION = 0x00000010
+SDDL_REVISION_1 = 1
+LOW_LABEL_SDDL = "S:(ML;OICI;NW;;;LW)"  # mandatory label, object+container inherit, no-write-up, low integrity
+JOB_OBJECT_BASIC_UI_RESTRICTIONS_CLASS = 4
+JOB_OBJECT_UILIMIT_ALL = 0x000000FF  # HANDLES..EXITWINDOWS: every basic UI restriction
+DEFAULT_MEMORY_BYTES = 4 << 30
+
+
+class SidAndAttributes(ctypes.Structure):
+    """SID_AND_ATTRIBUTES (x64: 16 bytes)."""
+
+    _fields_ = [("Sid", ctypes.c_void_p), ("Attributes", ctypes.c_uint32)]
+
+
+class TokenMandatoryLabel(ctypes.Structure):
+    """TOKEN_MANDATORY_LABEL (x64: 16 bytes)."""
+
+    _fields_ = [("Label", SidAndAttributes)]
+
+
+class BasicUiRestrictions(ctypes.Structure):
+    """JOBOBJECT_BASIC_UI_RESTRICTIONS (4 bytes)."""
+
+    _fields_ = [("UIRestrictionsClass", ctypes.c_uint32)]
+
+
+def sid_bytes(authority: tuple[int, ...], *sub_authorities: int) -> bytes:
+    """A SID in its binary form: revision 1, the count, the 6-byte big-endian authority, little-endian RIDs."""
+    return (bytes([1, len(sub_authorities), *authority])
+            + b"".join(int(r).to_bytes(4, "little") for r in sub_authorities))
+
+
+LOW_INTEGRITY_SID = sid_bytes(SECURITY_MANDATORY_LABEL_AUTHORITY, SECURITY_MANDATORY_LOW_RID)  # S-1-16-4096
+
+
+def job_limits(memory_bytes: int) -> ExtendedLimitInformation:
+    """The daemon's job for one worker: one process, killed on the job's close, `memory_bytes` of commit."""
+    info = ExtendedLimitInformation()
+    basic = info.BasicLimitInformation
+    basic.LimitFlags = (JOB_OBJECT_LIMIT_ACTIVE_PROCESS | JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+                        | JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION | JOB_OBJECT_LIMIT_PROCESS_MEMORY)
+    basic.ActiveProcessLimit = 1
+    info.ProcessMemoryLimit = int(memory_bytes)
+    return info
+
+
+def low_label(sid: Any) -> TokenMandatoryLabel:
+    """The TOKEN_MANDATORY_LABEL that sets a token's integrity to `sid` (a pointer to the SID's bytes)."""
+    tml = TokenMandatoryLabel()
+    tml.Label.Sid = ctypes.cast(sid, ctypes.c_void_p)
+    tml.Label.Attributes = SE_GROUP_INTEGRITY
+    return tml
+
+
+def integrity_rid(tml_buffer: bytes, base: int) -> int:
+    """The integrity RID of a TOKEN_MANDATORY_LABEL read back into `tml_buffer` (allocated at address `base`):
+    the SID's last sub-authority (its pointer points into the same buffer)."""
+    tml = TokenMandatoryLabel.from_buffer_copy(tml_buffer[:ctypes.sizeof(TokenMandatoryLabel)])
+    off = int(tml.Label.Sid or 0) - base
+    if off < 0 or off + 8 > len(tml_buffer):
+        return -1
+    count = tml_buffer[off + 1]
+    last = off + 8 + 4 * (count - 1)
+    return int.from_bytes(tml_buffer[last:last + 4], "little") if count else -1
+
+
+class _Win:
+    """The Windows calls used here, with their argument and result types (handles are pointers: never ints)."""
+
+    def __init__(self) -> None:
+        k32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+        adv = ctypes.WinDLL("advapi32", use_last_error=True)  # type: ignore[attr-defined]
+        vp, u32, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int
+        self.CreateJobObjectW = self._fn(k32.CreateJobObjectW, vp, [vp, ctypes.c_wchar_p])
+        self.SetInformationJobObject = self._fn(k32.SetInformationJobObject, i32, [vp, i32, vp, u32])
+        self.AssignProcessToJobObject = self._fn(k32.AssignProcessToJobObject, i32, [vp, vp])
+        self.CloseHandle = self._fn(k32.CloseHandle, i32, [vp])
+        self.LocalFree = self._fn(k32.LocalFree, vp, [vp])
+        self.OpenProcessToken = self._fn(adv.OpenProcessToken, i32, [vp, u32, ctypes.POINTER(vp)])
+        self.SetTokenInformation = self._fn(adv.SetTokenInformation, i32, [vp, i32, vp, u32])
+        self.GetTokenInformation = self._fn(adv.GetTokenInformation, i32,
+                                            [vp, i32, vp, u32, ctypes.POINTER(u32)])
+        self.ConvertStringSecurityDescriptorToSecurityDescriptorW = self._fn(
+            adv.ConvertStringSecurityDescriptorToSecurityDescriptorW, i32,
+            [ctypes.c_wchar_p, u32, ctypes.POINTER(vp), ctypes.POINTER(u32)])
+        self.GetSecurityDescriptorSacl = self._fn(adv.GetSecurityDescriptorSacl, i32,
+                                                  [vp, ctypes.POINTER(i32), ctypes.POINTER(vp), ctypes.POINTER(i32)])
+        self.SetNamedSecurityInfoW = self._fn(adv.SetNamedSecurityInfoW, u32,
+                                              [ctypes.c_wchar_p, i32, u32, vp, vp, vp, vp])
+
+    @staticmethod
+    def _fn(f: Any, restype: Any, argtypes: list[Any]) -> Any:
+        f.restype = restype
+        f.argtypes = argtypes
+        return f
+
+    @staticmethod
+    def error(what: str) -> OSError:
+        code = ctypes.get_last_error()  # type: ignore[attr-defined]
+        return OSError(code, f"{what} failed (Windows error {code})")
+
+
+_WIN: list[_Win] = []
+
+
+def _win() -> _Win:
+    if sys.platform != "win32":
+        raise OSError(f"{sys.platform}: not Windows")
+    if not _WIN:
+        _WIN.append(_Win())
+    return _WIN[0]
+
+
+def contain(process: int, memory_bytes: int) -> Any:
+    """Put the process (a handle) in a new job object with `job_limits` and UI restrictions: the job's handle,
+    which the caller keeps for the process's life (closing it kills the process)."""
+    w = _win()
+    job = w.CreateJobObjectW(None, None)
+    if not job:
+        raise w.error("CreateJobObjectW")
+    info = job_limits(memory_bytes)
+    ui = BasicUiRestrictions(JOB_OBJECT_UILIMIT_ALL)
+    if not w.SetInformationJobObject(job, JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS, ctypes.byref(info),
+                                     ctypes.sizeof(info)):
+        err = w.error("SetInformationJobObject(limits)")
+        w.CloseHandle(job)
+        raise err
+    if not w.SetInformationJobObject(job, JOB_OBJECT_BASIC_UI_RESTRICTIONS_CLASS, ctypes.byref(ui), ctypes.sizeof(ui)):
+        err = w.error("SetInformationJobObject(UI restrictions)")
+        w.CloseHandle(job)
+        raise err
+    if not w.AssignProcessToJobObject(job, process):
+        err = w.error("AssignProcessToJobObject")
+        w.CloseHandle(job)
+        raise err
+    return job
+
+
+def lower_integrity(process: int) -> int:
+    """Lower the process's primary token to low integrity, then read it back: the integrity RID it now has."""
+    w = _win()
+    token = ctypes.c_void_p()
+    if not w.OpenProcessToken(process, TOKEN_ADJUST_DEFAULT | TOKEN_QUERY, ctypes.byref(token)):
+        raise w.error("OpenProcessToken")
+    try:
+        sid = ctypes.create_string_buffer(LOW_INTEGRITY_SID, len(LOW_INTEGRITY_SID))
+        tml = low_label(sid)
+        if not w.SetTokenInformation(token, TOKEN_INTEGRITY_LEVEL_CLASS, ctypes.byref(tml),
+                                     ctypes.sizeof(tml) + len(LOW_INTEGRITY_SID)):
+            raise w.error("SetTokenInformation(TokenIntegrityLevel)")
+        size = ctypes.c_uint32(0)
+        buf = ctypes.create_string_buffer(256)
+        if not w.GetTokenInformation(token, TOKEN_INTEGRITY_LEVEL_CLASS, buf, len(buf), ctypes.byref(size)):
+            raise w.error("GetTokenInformation(TokenIntegrityLevel)")
+        return integrity_rid(buf.raw, ctypes.addressof(buf))
+    finally:
+        w.CloseHandle(token)
+
+
+def label_low(path: str) -> None:
+    """Label a folder (and, inherited, what is made in it) low integrity: a low-integrity worker may write it."""
+    w = _win()
+    sd = ctypes.c_void_p()
+    if not w.ConvertStringSecurityDescriptorToSecurityDescriptorW(LOW_LABEL_SDDL, SDDL_REVISION_1, ctypes.byref(sd),
+                                                                  None):
+        raise w.error("ConvertStringSecurityDescriptorToSecurityDescriptorW")
+    try:
+        present, defaulted, sacl = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_void_p()
+        if not w.GetSecurityDescriptorSacl(sd, ctypes.byref(present), ctypes.byref(sacl), ctypes.byref(defaulted)):
+            raise w.error("GetSecurityDescriptorSacl")
+        rc = w.SetNamedSecurityInfoW(path, SE_FILE_OBJECT, LABEL_SECURITY_INFORMATION, None, None, None, sacl)
+        if rc != 0:
+            raise OSError(rc, f"SetNamedSecurityInfoW({path!r}) failed (Windows error {rc})")
+    finally:
+        w.LocalFree(sd)
+
+
+def temp_env(home: str) -> dict[str, str]:
+    """The worker's temporary folder, inside its (low-labelled) home: the user's %TEMP% is medium integrity."""
+    tmp = os.path.join(home, "tmp")
+    return {"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp}
+
+
+def layer(ran: bool, why_not: str | None = None) -> OsLayer:
+    return OsLayer(NAME, "win32", CONFINES, ran, why_not)
+
+
+def launch(argv: list[str], env: dict[str, str], home: str) -> Launch:
+    """The worker's folder labelled low and its temporary folder put in it; the layer runs once it is `started`."""
+    extra = temp_env(home)
+    try:
+        os.makedirs(extra["TMP"], exist_ok=True)
+        label_low(home)
+    except OSError as exc:
+        return Launch(argv, {}, layer(False, f"the worker's folder could not be labelled low integrity: {exc}"))
+    return Launch(argv, extra, layer(False, "not started yet"))
+
+
+def started(how: Launch, proc: subprocess.Popen) -> Launch:
+    """The worker in its job and at low integrity before it is sent anything; the layer ran only when both held
+    (else the worker is left to the daemon, which ends it: no run is said to be confined)."""
+    if how.layer.why_not != "not started yet":
+        return how
+    handle = getattr(proc, "_handle", None)
+    if handle is None:
+        how.layer = how.layer.failed("no process handle for the worker")
+        return how
+    try:
+        how.handles.append(contain(int(handle), (machine_memory_bytes() // 2) or DEFAULT_MEMORY_BYTES))
+        rid = lower_integrity(int(handle))
+    except OSError as exc:
+        how.layer = how.layer.failed(str(exc))
+        return how
+    if rid != SECURITY_MANDATORY_LOW_RID:
+        how.layer = how.layer.failed(f"the worker's integrity reads back as {rid:#x}, not low")
+        return how
+    how.layer = layer(True)
+    return how
+
+
+def prepare_folder(path: str) -> None:
+    """A run folder labelled low: the worker writes its outputs there, and nowhere else."""
+    label_low(path)

@@ -1,0 +1,148 @@
+"""The Windows OS layer (crane.sandbox.oslayer.windows, worker/limits.py's job object).
+
+Here (Linux): the ctypes structures against the documented x64 layouts (sizes and field offsets from winnt.h),
+the low-integrity SID's bytes, the job's limits, reading an integrity level back from a TOKEN_MANDATORY_LABEL
+buffer, and that no layer is claimed off Windows. On Windows (the CI matrix's windows job) a real worker is
+started, put in the job and lowered to low integrity, and must be unable to write a medium-integrity folder or
+start a process, while writing its low-labelled folder; closing the daemon's job handle must end it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from crane.sandbox import oslayer
+from crane.sandbox.oslayer import windows
+from crane.sandbox.worker import limits
+
+pytestmark = pytest.mark.portable_platform
+x64 = pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8, reason="the documented layouts checked are x64's")
+
+
+def _layout(struct: type[ctypes.Structure]) -> dict[str, int]:
+    return {name: getattr(struct, name).offset for name, *_ in struct._fields_}
+
+
+@x64
+def test_the_structures_match_the_documented_x64_layouts():
+    assert ctypes.sizeof(windows.SidAndAttributes) == 16
+    assert _layout(windows.SidAndAttributes) == {"Sid": 0, "Attributes": 8}
+    assert ctypes.sizeof(windows.TokenMandatoryLabel) == 16
+    assert ctypes.sizeof(windows.BasicUiRestrictions) == 4
+    assert ctypes.sizeof(limits.BasicLimitInformation) == 64  # JOBOBJECT_BASIC_LIMIT_INFORMATION
+    assert _layout(limits.BasicLimitInformation) == {
+        "PerProcessUserTimeLimit": 0, "PerJobUserTimeLimit": 8, "LimitFlags": 16, "MinimumWorkingSetSize": 24,
+        "MaximumWorkingSetSize": 32, "ActiveProcessLimit": 40, "Affinity": 48, "PriorityClass": 56,
+        "SchedulingClass": 60}
+    assert ctypes.sizeof(limits.IoCounters) == 48
+    assert ctypes.sizeof(limits.ExtendedLimitInformation) == 144  # JOBOBJECT_EXTENDED_LIMIT_INFORMATION
+    assert _layout(limits.ExtendedLimitInformation) == {
+        "BasicLimitInformation": 0, "IoInfo": 64, "ProcessMemoryLimit": 112, "JobMemoryLimit": 120,
+        "PeakProcessMemoryUsed": 128, "PeakJobMemoryUsed": 136}
+
+
+def test_the_documented_constants():
+    # S-1-16-4096: revision 1, one sub-authority, SECURITY_MANDATORY_LABEL_AUTHORITY {0,0,0,0,0,16}, RID 0x1000
+    assert windows.LOW_INTEGRITY_SID == bytes.fromhex("0101000000000010" "00100000")
+    assert windows.sid_bytes((0, 0, 0, 0, 0, 5), 32, 544) == bytes.fromhex("0102000000000005" "20000000" "20020000")
+    assert (windows.TOKEN_INTEGRITY_LEVEL_CLASS, windows.SE_GROUP_INTEGRITY) == (25, 0x20)
+    assert (windows.TOKEN_QUERY, windows.TOKEN_ADJUST_DEFAULT) == (0x8, 0x80)
+    assert (limits.JOB_OBJECT_LIMIT_ACTIVE_PROCESS, limits.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+            limits.JOB_OBJECT_LIMIT_PROCESS_MEMORY, limits.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS) == \
+        (0x8, 0x2000, 0x100, 9)
+    assert windows.LOW_LABEL_SDDL == "S:(ML;OICI;NW;;;LW)"
+    assert (windows.SE_FILE_OBJECT, windows.LABEL_SECURITY_INFORMATION) == (1, 0x10)
+
+
+def test_the_daemon_s_job_allows_one_process_killed_on_close_with_a_memory_limit():
+    info = windows.job_limits(3 << 30)
+    basic = info.BasicLimitInformation
+    for flag in (limits.JOB_OBJECT_LIMIT_ACTIVE_PROCESS, limits.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+                 limits.JOB_OBJECT_LIMIT_PROCESS_MEMORY, limits.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION):
+        assert basic.LimitFlags & flag
+    assert basic.ActiveProcessLimit == 1 and info.ProcessMemoryLimit == 3 << 30
+    run = limits.windows_job_limits(1 << 30, 2.5)  # the worker's own, per run (nested in the daemon's)
+    assert run.BasicLimitInformation.ActiveProcessLimit == 1
+    assert run.BasicLimitInformation.LimitFlags & limits.JOB_OBJECT_LIMIT_ACTIVE_PROCESS
+    assert run.BasicLimitInformation.PerProcessUserTimeLimit == 25_000_000
+
+
+def test_the_integrity_label_is_built_and_read_back():
+    sid = ctypes.create_string_buffer(windows.LOW_INTEGRITY_SID, len(windows.LOW_INTEGRITY_SID))
+    tml = windows.low_label(sid)
+    assert tml.Label.Sid == ctypes.addressof(sid) and tml.Label.Attributes == windows.SE_GROUP_INTEGRITY
+    # what GetTokenInformation(TokenIntegrityLevel) writes: the label, its SID right after, pointing into the buffer
+    for rid in (windows.SECURITY_MANDATORY_LOW_RID, windows.SECURITY_MANDATORY_MEDIUM_RID):
+        size = ctypes.sizeof(windows.TokenMandatoryLabel)
+        buf = ctypes.create_string_buffer(64)
+        label = windows.TokenMandatoryLabel()
+        label.Label.Sid = ctypes.addressof(buf) + size
+        label.Label.Attributes = windows.SE_GROUP_INTEGRITY
+        sid_b = windows.sid_bytes(windows.SECURITY_MANDATORY_LABEL_AUTHORITY, rid)
+        ctypes.memmove(buf, ctypes.addressof(label), size)
+        ctypes.memmove(ctypes.addressof(buf) + size, sid_b, len(sid_b))
+        assert windows.integrity_rid(buf.raw, ctypes.addressof(buf)) == rid
+        assert windows.integrity_rid(buf.raw, ctypes.addressof(buf) + 4096) == -1  # a pointer out of the buffer
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="off Windows only")
+def test_off_windows_no_layer_is_claimed(tmp_path):
+    how = oslayer.launch(["python", "-c", "0"], {}, str(tmp_path), platform="win32")
+    assert how.layer.names() == [] and "not Windows" in (how.layer.why_not or "")
+    proc = subprocess.Popen([sys.executable, "-c", "0"])
+    proc.wait()
+    assert oslayer.started(how, proc, platform="win32").layer.names() == []
+    tmp = os.path.join(str(tmp_path), "tmp")
+    assert windows.temp_env(str(tmp_path)) == {"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp}
+    with pytest.raises(OSError):
+        windows.label_low(str(tmp_path))
+
+
+PROBE = r"""
+import json, os, subprocess, sys
+sys.stdin.readline()  # the daemon has confined it
+out = {}
+def tried(name, fn):
+    try:
+        fn()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = "refused: %r" % (e,)
+def write(path):
+    with open(path, "w") as f:
+        f.write("x")
+tried("medium", lambda: write(os.path.join(sys.argv[1], "medium.txt")))
+tried("low", lambda: write(os.path.join(sys.argv[2], "low.txt")))
+tried("child", lambda: subprocess.run([sys.executable, "-c", "0"], check=True, timeout=30))
+print(json.dumps(out), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(sys.platform != "win32", reason="job objects and integrity levels exist only on Windows "
+                                                    "(the CI matrix's windows job)")
+def test_on_windows_a_worker_at_low_integrity_in_its_job_writes_only_its_folder(tmp_path):
+    medium = tempfile.mkdtemp(dir=tmp_path)
+    home = tempfile.mkdtemp(dir=tmp_path)
+    run = tempfile.mkdtemp(dir=tmp_path)
+    how = oslayer.launch([sys.executable, "-c", PROBE, medium, run], {}, home)
+    oslayer.prepare_folder(run)
+    proc = subprocess.Popen(how.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, **how.env})
+    how = oslayer.started(how, proc)
+    assert how.layer.ran, how.layer.why_not
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
+    got = json.loads(proc.stdout.readline())
+    assert got["low"] == "ok"
+    assert got["medium"].startswith("refused") and not os.path.exists(os.path.join(medium, "medium.txt"))
+    assert got["child"].startswith("refused")
+    windows._win().CloseHandle(how.handles[0])  # the daemon's handle closed: the worker ends with it
+    assert proc.wait(timeout=30) != 0
