@@ -73,6 +73,8 @@ def test_model_overwritten_later_in_the_cell_keeps_its_own_name(kernel):
         "model_randomforestclassifier = RandomForestClassifier(n_estimators=5, random_state=0)",
         "model_randomforestclassifier.fit(X, y)"]
     assert fix.new == "print(len(model_randomforestclassifier.feature_importances_))\n" and fix.stdout.strip() == "2"
+    assert fix.title == ("Cell 3: keep the RandomForestClassifier of line 1 as `model_randomforestclassifier`; run cell 3 "
+                         "again; use `model_randomforestclassifier` in cell 4")
 
 
 def test_fit_after_cross_validation(kernel):
@@ -82,3 +84,16 @@ def test_fit_after_cross_validation(kernel):
     r = fix_search(kernel, cells, 4)
     fix = offered(r, "fit-first")
     assert fix.new.splitlines()[0] == "clf.fit(X, y)" and fix.stdout.strip() == "(2,)"
+
+
+def test_index_labels_of_the_values_length(kernel):
+    cells = [(SK + "from sklearn.tree import DecisionTreeClassifier\n", True),
+             ("data = pd.DataFrame({'a': [1., 2, 3, 4], 'b': [0., 1, 0, 1], 'y': [0, 1, 0, 1]})\n"
+              "features = data.drop(columns='y')\n", True),
+             ("tree = DecisionTreeClassifier(random_state=0).fit(features, data['y'])\n", True),
+             ("imp = pd.Series(tree.feature_importances_, index=data.columns)\nprint(len(imp))\n", False)]
+    r = fix_search(kernel, cells, 4)
+    fix = offered(r, "index-length")
+    assert fix.new.splitlines()[0] in ("imp = pd.Series(tree.feature_importances_, index=features.columns)",
+                                       "imp = pd.Series(tree.feature_importances_, index=tree.feature_names_in_)")
+    assert fix.stdout.strip() == "2"

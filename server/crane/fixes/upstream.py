@@ -13,6 +13,8 @@ earlier cell that went stale or were built wrong. Generators only (no code run);
 - `rename-overwritten`: "'SVC' object has no attribute 'feature_importances_'" for a name a later statement of
   the same cell rebound (a loop over models, a second model): the earlier object gets its own name there and
   the failing line uses it.
+- `index-length`: "Length of values (10) does not match length of index (12)" for `index=data.columns`: the
+  labels of what the values describe (an estimator's `feature_names_in_`, a frame with that many columns).
 """
 
 from __future__ import annotations
@@ -317,7 +319,7 @@ def rename_overwritten(ctx: FixContext) -> Iterator[Candidate]:
         if len(binders) < 2:
             return
         n = 0
-        for i, stmt in enumerate(binders[:-1]):
+        for i, stmt in reversed(list(enumerate(binders[:-1]))):  # the latest one first: the nearest intent
             if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Call):
                 continue
             callee = stmt.value.func
@@ -335,12 +337,12 @@ def rename_overwritten(ctx: FixContext) -> Iterator[Candidate]:
             except ValueError:
                 continue
             cand = edit_cell(ctx, "rename-overwritten", cell, new_cell,
-                             f"keep `{_text(a, stmt.value)[:40]}` as `{fresh}`", "")
+                             f"keep the {label} of line {a.original_line(stmt.lineno)} as `{fresh}`", "")
             if cand is None:
                 continue
             yield Candidate(kind="rename-overwritten", title=f"{cand.title}; use `{fresh}` in cell {ctx.target}",
                             source=new_target, run_first=cand.run_first, cell_edits=cand.cell_edits,
-                            cost=cand.cost + len(fresh) - len(name),
+                            cost=cand.cost + len(fresh) - len(name) + 50.0 * n,  # the nearest binding first
                             detail=f"`{name}` is a {m.group(1)} when the cell runs: cell {cell} rebound it after "
                                    f"line {stmt.lineno}")
             n += 1
@@ -349,4 +351,42 @@ def rename_overwritten(ctx: FixContext) -> Iterator[Candidate]:
         return
 
 
-GENERATORS = (stale_input, mask_frame, encode_missed, column_dtype, rename_overwritten)
+# -- index-length: labels taken from another frame than the values' ------------------------------------------
+_LENGTHS = re.compile(r"Length of values \((\d+)\) does not match length of index \((\d+)\)")
+
+
+def index_length(ctx: FixContext) -> Iterator[Candidate]:
+    """`Series(model.feature_importances_, index=data.columns)` with 10 values and 12 labels: the labels of what
+    the values describe — an estimator's `feature_names_in_` of that length, or the columns of a frame of the
+    state with that many columns (one a fit call of the notebook used first)."""
+    m = _LENGTHS.search(ctx.crash.evalue) if ctx.crash.ename == "ValueError" else None
+    if m is None or ctx.evaluator is None:
+        return
+    n = int(m.group(1))
+    kw = next((k for c in ctx.crash_nodes(ast.Call) if isinstance(c, ast.Call) for k in c.keywords
+               if k.arg == "index"), None)
+    if kw is None:
+        return
+    options: list[str] = []
+    for name in sorted({x.id for x in ctx.all_nodes(ast.Name) if isinstance(x, ast.Name)}):
+        if ctx.evaluate(f"len(getattr({name}, 'feature_names_in_', ())) == {n}") is True:
+            options.append(f"{name}.feature_names_in_")
+    frames = ctx.evaluate(f"sorted(k for k, v in list(globals().items()) if not k.startswith('_') and "
+                          f"hasattr(v, 'columns') and getattr(v, 'ndim', 0) == 2 and len(v.columns) == {n})", [])
+    fitted = [a for d in ctx.scope.cells for a in d.analysis.free_names]
+    if isinstance(frames, list):
+        ranked = sorted((f for f in frames if isinstance(f, str)), key=lambda f: (f not in fitted, f))
+        options += [f"{f}.columns" for f in ranked[:3]]
+    old = ctx.text(kw.value)
+    for text in options[:MAX_PER_GENERATOR]:
+        if text == old:
+            continue
+        try:
+            new = ctx.editor().replace(kw.value, text).apply()
+        except ValueError:
+            continue
+        yield ctx.candidate("index-length", f"Label with {text} ({n} labels for {n} values)", new,
+                            detail=f"{n} values, but `{old}` has {m.group(2)} labels")
+
+
+GENERATORS = (stale_input, mask_frame, encode_missed, column_dtype, rename_overwritten, index_length)
