@@ -44,9 +44,9 @@ What cannot be pickled (open files, sockets, generators, locks, ...) makes the a
 
 from __future__ import annotations
 
-import ast
+import _thread
+import itertools
 import os
-import re
 import sys
 import threading
 import time
@@ -55,6 +55,7 @@ from typing import Any
 
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import (  # kernel: strip
+    _GATE,  # kernel: strip
     _REGISTRY,  # kernel: strip
     _SHRINK_CHUNK,  # kernel: strip
     ShrinkStopped,  # kernel: strip
@@ -62,8 +63,90 @@ from crane.sandbox.kernel.miniature import (  # kernel: strip
     _shrink_check,  # kernel: strip
     shrink_namespace,  # kernel: strip
 )  # kernel: strip
-from crane.sandbox.kernel.shield import dumps, memory_headroom, private_open  # kernel: strip
+from crane.sandbox.kernel.shield import BUILTINS, dumps, memory_headroom, private_open  # kernel: strip
 from crane.sandbox.kernel.waiting import shell_watch  # kernel: strip
+from crane.sandbox.shared.carry import read_carried  # kernel: strip
+
+# -- bound at install (the export looks nothing up on a shared module when it runs: the notebook may replace
+# `os.path.join`, `time.perf_counter`, `threading.Thread`, `sys.modules`, ... at any time after) ----------------
+_O_DICT_GET = object.__getattribute__
+_MODULES: dict = sys.modules if type(sys.modules) is dict else {}  # the interpreter's own table, even if rebound
+_SYS: dict = _O_DICT_GET(sys, "__dict__")
+_THREADING: dict = _O_DICT_GET(threading, "__dict__")
+_BUILTIN_NAMES = frozenset(sys.builtin_module_names)
+_STDLIB_NAMES = frozenset(_SYS.get("stdlib_module_names", ()))
+_EXECUTABLE = _SYS.get("executable") if type(_SYS.get("executable")) is str else ""
+_getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
+_getrecursionlimit, _setrecursionlimit = sys.getrecursionlimit, sys.setrecursionlimit
+_start_thread, _stack_size, _allocate_lock = _thread.start_new_thread, _thread.stack_size, _thread.allocate_lock
+_perf, _process_time, _monotonic = time.perf_counter, time.process_time, time.monotonic
+_islice = itertools.islice
+_SEP = os.sep
+_stat, _getcwd, _getpid = os.stat, os.getcwd, os.getpid
+_ENVIRON = os.environ  # read through its `_data` (never its methods, which a subclass may override)
+_ENVIRON_TYPE = type(os.environ)
+_IO_BASE = _O_DICT_GET(_MODULES["_io"], "__dict__")["_IOBase"]
+_MODULE_TYPE = types.ModuleType
+_BuiltinFunctionType = types.BuiltinFunctionType
+_ClassMethodDescriptorType = types.ClassMethodDescriptorType
+_CodeType = types.CodeType
+_FunctionType = types.FunctionType
+_GetSetDescriptorType = types.GetSetDescriptorType
+_MemberDescriptorType = types.MemberDescriptorType
+_MethodDescriptorType = types.MethodDescriptorType
+_MethodType = types.MethodType
+_ModuleType = types.ModuleType
+_SimpleNamespace = types.SimpleNamespace
+_WrapperDescriptorType = types.WrapperDescriptorType
+_FS_ENCODING = sys.getfilesystemencoding()
+
+
+def _join(d: str, name: str) -> str:
+    return d + name if d.endswith(_SEP) else d + _SEP + name
+
+
+def _exists(path: str) -> bool:
+    try:
+        _stat(path)
+    except OSError:
+        return False
+    return True
+
+
+def _module(name: str) -> Any:
+    """`sys.modules[name]` when it is a plain module object (None otherwise: an object of the notebook's that stands
+    in for a module is never touched)."""
+    m = dict.get(_MODULES, name)
+    return m if type(m) is _MODULE_TYPE else None
+
+
+def _mdict(m: Any) -> dict:
+    """A plain module's namespace, read without attribute lookup (a module `__getattr__` is never called)."""
+    d = _O_DICT_GET(m, "__dict__") if type(m) is _MODULE_TYPE else None
+    return d if type(d) is dict else {}
+
+
+def _environ() -> dict:
+    """The process environment as str -> str, from the bound `os.environ`'s own storage (what a child process
+    gets); a notebook's `os.environ = Sub(...)` or a patched mapping method is never called."""
+    if type(_ENVIRON) is not _ENVIRON_TYPE:
+        return {}
+    data = dict.get(_O_DICT_GET(_ENVIRON, "__dict__"), "_data")
+    out: dict = {}
+    if type(data) is not dict:
+        return out
+    for k, v in dict.items(data):
+        if type(k) is bytes and type(v) is bytes:
+            k, v = bytes.decode(k, _FS_ENCODING, "surrogateescape"), bytes.decode(v, _FS_ENCODING, "surrogateescape")
+        if type(k) is str and type(v) is str:
+            out[k] = v
+    return out
+
+
+def _sys_path() -> list:
+    p: Any = dict.get(_SYS, "path")
+    return [x for x in list.__iter__(p) if type(x) is str] if issubclass(type(p), list) else []
+
 
 _SKIP = {"get_ipython", "exit", "quit", "__builtins__", "__builtin__", "__name__", "__doc__", "__spec__", "__loader__",
          "__package__"}
@@ -84,31 +167,14 @@ _OVER_TIME = "copying its inputs took longer than the kernel may be kept busy"
 _WATCHED_SHRINK_S = 10.0
 
 
-def _names(source: str) -> list[str]:
-    """Fallback when the daemon sent no names: the names a plain-Python cell reads (no IPython transform)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return [n for n in dict.fromkeys(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source))]
-    out: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            node = node.target
-        elif not (isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del))):
-            continue
-        if node.id not in out:
-            out.append(node.id)
-    return out
-
-
 _T_DICT = type.__dict__["__dict__"]
 _T_MRO = type.__dict__["__mro__"]
 _T_MODULE = type.__dict__["__module__"]
 _T_QUALNAME = type.__dict__["__qualname__"]
 _T_FLAGS = type.__dict__["__flags__"]
 _DATA = (str, bytes, int, float, bool, type(None), tuple, frozenset, dict, list, set, type)
+_T_NAME = type.__dict__["__name__"]
 _HEAPTYPE = 1 << 9
-_O_DICT_GET = object.__getattribute__
 
 
 def _cls_dict(cls: object) -> dict:
@@ -142,8 +208,8 @@ _NOT_CALLED_BY_OPERATIONS = frozenset((
     "__orig_bases__", "__parameters__", "__abstractmethods__", "__classcell__", "__type_params__",
     "__annotate__", "__annotate_func__", "__annotations_cache__", "__setstate__"))
 _REACH_LIMIT = 100  # code objects the walk follows before it gives up (then every library name counts)
-_C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
-                types.GetSetDescriptorType, types.MemberDescriptorType, types.ClassMethodDescriptorType,
+_C_CALLABLES = (_BuiltinFunctionType, _WrapperDescriptorType, _MethodDescriptorType,
+                _GetSetDescriptorType, _MemberDescriptorType, _ClassMethodDescriptorType,
                 type(type.__dict__["__dict__"]))
 
 
@@ -157,16 +223,16 @@ def _library_function(v: Any) -> bool:
         return all(f is None or _library_function(f) for f in (v.fget, v.fset, v.fdel))
     if any(t is c for c in _C_CALLABLES):
         return True
-    if t is types.FunctionType:
+    if t is _FunctionType:
         code = v.__code__
         return type(code.co_filename) is str and is_library(code.co_filename)
-    if t is types.MethodType:
+    if t is _MethodType:
         return _library_function(v.__func__)
     if _compiled_callable_type(t):  # nanobind's nb_func/nb_method, pybind11's, ... : made by compiled code only
         return True
     if type.__dict__["__name__"].__get__(t, type) in ("cython_function_or_method", "fused_cython_function"):
-        mod = dict.get(sys.modules, v.__module__) if type(v.__module__) is str else None
-        path = dict.get(_O_DICT_GET(mod, "__dict__"), "__file__") if type(mod) is types.ModuleType else None
+        mod = dict.get(_MODULES, v.__module__) if type(v.__module__) is str else None
+        path = dict.get(_O_DICT_GET(mod, "__dict__"), "__file__") if type(mod) is _ModuleType else None
         return type(path) is str and is_library(path)  # compiled into a library's extension module
     return False
 
@@ -184,14 +250,14 @@ def _compiled_callable_type(t: type) -> bool:
         return False
     if key not in _COMPILED_CALLABLES or type(t) is not type:
         return False
-    return not any(type(x) is types.FunctionType for k in _T_MRO.__get__(t, type) for x in _cls_dict(k).values())
+    return not any(type(x) is _FunctionType for k in _T_MRO.__get__(t, type) for x in _cls_dict(k).values())
 
 
 def _imports(code: types.CodeType) -> bool:
     """The code imports a module (an IMPORT_NAME instruction; wordcode: every other byte is an opcode). Without
     the interpreter's `opcode` module loaded, assume it does."""
-    op = sys.modules.get("opcode")
-    opmap = dict.get(_O_DICT_GET(op, "__dict__"), "opmap") if type(op) is types.ModuleType else None
+    op = _MODULES.get("opcode")
+    opmap = dict.get(_O_DICT_GET(op, "__dict__"), "opmap") if type(op) is _ModuleType else None
     num = dict.get(opmap, "IMPORT_NAME") if type(opmap) is dict else None
     return type(num) is not int or num in code.co_code[::2]
 
@@ -207,6 +273,22 @@ def _generated_by_library(f: types.FunctionType) -> bool:
 
 
 _INERT = (str, bytes, int, float, complex, bool, type(None))
+
+
+def _in_mro(t: type, name: str) -> bool:
+    """`name` is defined on `t` or a base (read from the classes' dicts: no metaclass `__getattr__` is called)."""
+    return any(name in _cls_dict(k) for k in _T_MRO.__get__(t, type))
+
+
+def _is_class(v: Any) -> bool:
+    return any(k is type for k in _T_MRO.__get__(type(v), type))
+
+
+def _generated_by_library_value(v: Any) -> bool:
+    t = type(v)
+    if t is staticmethod or t is classmethod:
+        v = v.__func__
+    return type(v) is _FunctionType and _generated_by_library(v)
 
 
 def _inert(v: Any) -> bool:
@@ -265,14 +347,14 @@ class _Proof:
             return (meta is type or self.library_class(meta)) and self._only_library_code(cls)
         if type(qual) is not str or mod == "__main__":
             return False
-        m = dict.get(sys.modules, mod)
-        if m is None or type(m) is not types.ModuleType:
+        m = dict.get(_MODULES, mod)
+        if m is None or type(m) is not _ModuleType:
             return self._only_library_code(cls)  # an extension's type named after a private module
         d = _O_DICT_GET(m, "__dict__")
         path = dict.get(d, "__file__")
-        if path is None and mod not in sys.builtin_module_names:
+        if path is None and mod not in _BUILTIN_NAMES:
             return self._only_library_code(cls)  # a submodule an extension made (no file of its own)
-        if not (type(path) is str and is_library(path)) and mod not in sys.builtin_module_names:
+        if not (type(path) is str and is_library(path)) and mod not in _BUILTIN_NAMES:
             return False
         obj: object = m
         for part in qual.split("."):
@@ -298,16 +380,52 @@ class _Proof:
         cd = _cls_dict(cls)
         for name, v in cd.items():
             t = type(v)
-            if name == "__new__" and t is staticmethod and "_fields" in cd and type(v.__func__) is types.FunctionType \
+            if name == "__new__" and t is staticmethod and "_fields" in cd and type(v.__func__) is _FunctionType \
                     and v.__func__.__code__.co_filename == "<string>":
                 continue
-            if t is types.FunctionType or t is staticmethod or t is classmethod or t is property:
+            if t is _FunctionType or t is staticmethod or t is classmethod or t is property:
                 if not _library_function(v):
                     return False
             elif not (_library_function(v) or t in _DATA or type.__dict__["__name__"].__get__(t, type)
                       in ("PyCapsule", "getset_descriptor", "member_descriptor", "_tuplegetter")):
                 return False
         return True
+
+    def pristine(self, cls: Any) -> bool:
+        """`cls` is a library class none of whose classes (its MRO, its metaclass) holds anything of the notebook's:
+        only library functions, plain data, and objects of library classes holding only those (pandas' accessors
+        included; one the notebook registered is not). Library code may then be called on its instances in the
+        kernel (shrinking, sizing): no method the notebook added or replaced can run."""
+        key = ("pristine", id(cls))
+        hit = self.libs.get(key)
+        if hit is not None and hit[0] is cls:
+            return bool(hit[1])
+        ok = _is_class(cls) and self.library_class(cls) and (type(cls) is type or self.pristine(type(cls)))
+        if ok:
+            for k in _T_MRO.__get__(cls, type):
+                if k is object or k is type:
+                    continue
+                if not self.library_class(k) or not all(self._pristine_value(v, 0) for v in _cls_dict(k).values()):
+                    ok = False
+                    break
+        self.libs[key] = (cls, ok)
+        return ok
+
+    def _pristine_value(self, v: Any, depth: int) -> bool:
+        t = type(v)
+        if _inert(v) or t is dict and len(v) <= 1000 and all(_inert(x) for x in dict.values(v)):
+            return True
+        if _library_function(v) or _generated_by_library_value(v):
+            return True
+        if _is_class(v):
+            return self.library_class(v)
+        if depth > 1 or not self.library_class(t) or self.check_type(t)[0]:
+            return False
+        try:
+            d = _O_DICT_GET(v, "__dict__")
+        except Exception:
+            return True  # a library object without instance state (a slot wrapper, a C descriptor)
+        return type(d) is dict and all(self._pristine_value(x, depth + 1) for x in dict.values(d))
 
     def check_type(self, t: type) -> tuple[str, bool]:
         """(why pickling an instance of `t` could run the user's code, or ""; `t` is a library class)."""
@@ -338,9 +456,9 @@ class _Proof:
             for name in _CALLED:
                 if name in kd:
                     v = kd[name]
-                    if _library_function(v) and (klib or type(v) is types.FunctionType):
+                    if _library_function(v) and (klib or type(v) is _FunctionType):
                         continue  # the library's own (or library code a notebook class reuses: namedtuple's)
-                    if type(v) is types.GetSetDescriptorType and name in ("__dict__",):
+                    if type(v) is _GetSetDescriptorType and name in ("__dict__",):
                         continue
                     return f"{name} of {_type_name_of(k)} is the notebook's code", lib
             if not klib:  # a notebook class (or one lying about its module) in the MRO
@@ -348,11 +466,11 @@ class _Proof:
                     if any(b is builtin_base for b in mro):
                         return f"{_type_name_of(k)} is a notebook subclass of {builtin_base.__name__}", lib
                 for name, v in kd.items():
-                    if type(v) is property or (hasattr(type(v), "__get__") and hasattr(type(v), "__set__")
-                                               and type(v) is not types.MemberDescriptorType
-                                               and type(v) is not types.GetSetDescriptorType):
+                    if type(v) is property or (_in_mro(type(v), "__get__") and _in_mro(type(v), "__set__")
+                                               and type(v) is not _MemberDescriptorType
+                                               and type(v) is not _GetSetDescriptorType):
                         if any(self.library_class(b) and b is not object and any(
-                                n in _cls_dict(b) and type(_cls_dict(b)[n]) is types.FunctionType for n in _PICKLING)
+                                n in _cls_dict(b) and type(_cls_dict(b)[n]) is _FunctionType for n in _PICKLING)
                                for b in mro):
                             return (f"the property `{name}` of {_type_name_of(k)} may be read by its library "
                                     "pickling code"), lib
@@ -366,7 +484,7 @@ class _Proof:
                     for k2 in mro:
                         d2 = _cls_dict(k2)
                         if attr in d2:
-                            if type(d2[attr]) is not types.MemberDescriptorType:
+                            if type(d2[attr]) is not _MemberDescriptorType:
                                 return f"`{attr}` of {_type_name_of(k2)} shadows a slot pickle reads", lib
                             break
         if not lib:
@@ -376,7 +494,7 @@ class _Proof:
                 if b is t or b is object or not self.library_class(b):
                     continue
                 bd = _cls_dict(b)
-                if any(n in bd and type(bd[n]) is types.FunctionType for n in _PICKLING):
+                if any(n in bd and type(bd[n]) is _FunctionType for n in _PICKLING):
                     lib_names, bounded, notebook = self._reachable(mro)
                     notebook = notebook or self._reachable(mro, modules=True)[2]
                     if notebook:
@@ -396,7 +514,7 @@ class _Proof:
                         return (f"{_type_name_of(t)} overrides `{overridden[0]}` of {_type_name_of(b)}, whose own "
                                 "pickling would call it"), lib
                     break
-        elif any(type(_cls_dict(b).get(n)) is types.FunctionType for b in mro if b is not object for n in _PICKLING):
+        elif any(type(_cls_dict(b).get(n)) is _FunctionType for b in mro if b is not object for n in _PICKLING):
             notebook = self._reachable(mro, modules=True)[2]  # a library class: may reach what the notebook patched
             if notebook:
                 return f"{_type_name_of(t)}'s own pickling reaches {notebook}", lib
@@ -417,7 +535,7 @@ class _Proof:
         for x in libs:
             for n in _PICKLING:
                 v = _cls_dict(x).get(n)
-                if type(v) is types.FunctionType:
+                if type(v) is _FunctionType:
                     todo.append((v.__code__, v.__globals__, v))
         names: set = set()
         seen: set = set()
@@ -434,14 +552,14 @@ class _Proof:
                 bounded = False  # a computed lookup, or a module it imports (whose code calls what?)
             spaces: list = [_cls_dict(x) for x in libs]
             for n in co_names if modules else ():  # modules it may import by name (`from torch import _utils`)
-                m = dict.get(sys.modules, n)
-                if type(m) is types.ModuleType:
+                m = dict.get(_MODULES, n)
+                if type(m) is _ModuleType:
                     spaces.append(_O_DICT_GET(m, "__dict__"))
             if type(globs) is dict:
                 spaces.append(globs)
                 for n in co_names:
                     g: Any = dict.get(globs, n)
-                    if type(g) is types.ModuleType:
+                    if type(g) is _ModuleType:
                         bounded = False
                     elif any(k is type for k in _T_MRO.__get__(type(g), type)) and self.library_class(g):
                         for k in _T_MRO.__get__(g, type):
@@ -449,7 +567,7 @@ class _Proof:
                                 spaces.append(_cls_dict(k))
                                 co_names += tuple(i for i in ("__init__", "__new__", "__call__") if i in _cls_dict(k))
             for k in code.co_consts:
-                if type(k) is types.CodeType:
+                if type(k) is _CodeType:
                     todo.append((k, globs, None))
                 elif type(k) is str and k.isidentifier():
                     names.add(k)
@@ -465,7 +583,7 @@ class _Proof:
                 for space in spaces:  # (grows: a module an attribute chain reaches, `torch._utils._get_obj_state`)
                     val: Any = space.get(n)  # a class's mappingproxy or a module's dict
                     tv = type(val)
-                    if tv is types.ModuleType and modules and len(spaces) < 64:
+                    if tv is _ModuleType and modules and len(spaces) < 64:
                         md = _O_DICT_GET(val, "__dict__")
                         if type(md) is dict and not any(md is x for x in spaces):
                             spaces.append(md)
@@ -474,7 +592,7 @@ class _Proof:
                         val, tv = val.__func__, type(val.__func__)
                     found.extend((val.fget, val.fset, val.fdel) if tv is property else (val,))
             for f in found:
-                if type(f) is not types.FunctionType:
+                if type(f) is not _FunctionType:
                     continue
                 if not _library_function(f):
                     if _generated_by_library(f):
@@ -489,7 +607,7 @@ class _Proof:
         why, lib = self.check_type(t)
         if why:
             raise _Refused(f"{_type_name(obj)}: {why}")
-        if t is types.FunctionType or t is types.ModuleType or issubclass(t, type):
+        if t is _FunctionType or t is _ModuleType or issubclass(t, type):
             return  # a class (its metaclass was checked), a function or a module: no instance hooks pickle reads
         try:
             d = _O_DICT_GET(obj, "__dict__")
@@ -520,12 +638,12 @@ class _Proof:
             if t in (int, float, str, bytes, bool, type(None), complex):
                 continue
             self.check(o)
-            if o is not obj and t is not type and t is not types.FunctionType and not self.library_class(t):
+            if o is not obj and t is not type and t is not _FunctionType and not self.library_class(t):
                 raise _Refused(f"{_type_name(obj)} holds a {_type_name(o)} of the notebook's, which its library's "
                                "own pickling would call")
-            if t is types.ModuleType:
+            if t is _ModuleType:
                 continue
-            if t is types.FunctionType and not _library_function(o) and o is not obj:
+            if t is _FunctionType and not _library_function(o) and o is not obj:
                 for ref in self.refs.get(id(o), ()):
                     raise _Refused(f"{_type_name(obj)} holds the notebook's function `{ref}` on an object, which its "
                                    "library's own pickling may call")
@@ -540,7 +658,7 @@ class _Proof:
                     d = None
                 if type(d) is dict:
                     for k, x in dict.items(d):
-                        if type(x) is types.FunctionType:
+                        if type(x) is _FunctionType:
                             self.refs.setdefault(id(x), []).append(k)
                         stack.append(x)
 
@@ -586,7 +704,7 @@ class _Control:
     cap, the memory floor."""
 
     def __init__(self, d: str, max_s: float, cap: int, waiting: Any = None) -> None:
-        self.cancel_path = os.path.join(d, "cancel")
+        self.cancel_path = _join(d, "cancel")
         self.max_s = max_s
         self.budget(max(max_s, _WATCHED_SHRINK_S) if waiting is not None else max_s)
         self.cap = cap
@@ -599,8 +717,8 @@ class _Control:
         """From now on, at most `seconds` of the kernel's CPU time: what the user's queued cell waits on (a loaded
         machine stretches the wall clock, not the work); the wall clock bounds it too, at a multiple, for a kernel
         starved of CPU."""
-        self.cpu_deadline = time.process_time() + seconds
-        self.deadline = time.monotonic() + max(5.0, 5 * seconds)
+        self.cpu_deadline = _process_time() + seconds
+        self.deadline = _monotonic() + max(5.0, 5 * seconds)
 
     def copying(self) -> None:
         """The copy itself starts: its own `max_s` where shrinking had the watched budget (else what is left of
@@ -624,7 +742,7 @@ class _Control:
         self.written += n
         if self.cap and self.written > self.cap:
             self.stop = f"the values it reads pickle to more than {self.cap >> 20} MiB"
-        if time.process_time() > self.cpu_deadline:  # at every frame (64 KiB): what the user's cell waits on
+        if _process_time() > self.cpu_deadline:  # at every frame (64 KiB): what the user's cell waits on
             self.stop = _OVER_TIME
         if self.written >= self.next_check:
             self.next_check = self.written + _CHECK_EVERY
@@ -635,9 +753,9 @@ class _Control:
     def poll(self) -> None:
         if self.stop:
             return
-        if time.monotonic() > self.deadline or time.process_time() > self.cpu_deadline:
+        if _monotonic() > self.deadline or _process_time() > self.cpu_deadline:
             self.stop = _OVER_TIME
-        elif os.path.exists(self.cancel_path):
+        elif _exists(self.cancel_path):
             self.stop = "cancelled"
         else:
             room = memory_headroom()
@@ -666,12 +784,18 @@ class _Sink:
 
 
 def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
-    torch: Any = sys.modules.get("torch")  # when None, `tensor` is None too and no torch branch runs
-    copyreg = sys.modules.get("copyreg")  # its reducers: the notebook's may be registered there (copyreg.pickle)
+    torch: Any = _MODULES.get("torch")  # when None, `tensor` is None too and no torch branch runs
+    copyreg = _MODULES.get("copyreg")  # its reducers: the notebook's may be registered there (copyreg.pickle)
     table = dict.get(_O_DICT_GET(copyreg, "__dict__"), "dispatch_table") if copyreg is not None else None
     registered = table if type(table) is dict else {}
-    io_base = sys.modules["_io"].__dict__["_IOBase"]
-    tensor = getattr(torch, "Tensor", None) if torch is not None else None
+    io_base = _IO_BASE
+    tensor: Any = _mdict(torch).get("Tensor") if torch is not None else None
+    parameter: Any = _mdict(_module("torch.nn.parameter")).get("Parameter") if tensor is not None else None
+    if tensor is not None and not (proof.pristine(tensor) and proof.pristine(parameter)):
+        tensor = None  # torch's classes patched by the notebook: tensors are pickled by torch's own (proven) hook
+    if tensor is not None:
+        torch = _SimpleNamespace(Tensor=tensor, nn=_SimpleNamespace(Parameter=parameter))
+    nd = _ndarray()
 
     def tagged(obj: Any, copy: Any, device: str, keep_dict: bool) -> Any:
         """`copy` (a detached tensor over `obj`'s data, or its CPU copy) made `obj`'s kind again and tagged with
@@ -701,12 +825,14 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
             if red is not None and not _library_function(red):  # copyreg.pickle(T, notebook_function)
                 raise _Refused(f"{_type_name(obj)}: its pickling was registered with copyreg by the notebook")
             mro = _T_MRO.__get__(t, type)
-            if any(k is io_base for k in mro) and t.__name__ not in ("BytesIO", "StringIO"):
-                raise TypeError(f"cannot copy an open file or stream ({t.__name__})")
+            if any(k is io_base for k in mro) and _T_NAME.__get__(t, type) not in ("BytesIO", "StringIO"):
+                raise TypeError(f"cannot copy an open file or stream ({_T_NAME.__get__(t, type)})")
+            if nd is not None and any(k is nd for k in mro):
+                _materialised(obj, nd, ctl)
             mod = _T_MODULE.__get__(t, type)
             if type(mod) is str and mod.partition(".")[0] in _OWN_REDUCER_MODULES and id(obj) not in proof.walked:
                 proof.prewalk(obj)
-            if tensor is not None and any(k is tensor for k in mro):
+            if tensor is not None and (t is tensor or t is parameter):  # torch's own classes: nothing of the notebook's
                 try:
                     device = obj.device.type
                     if device != "cpu" or obj.retains_grad or obj.is_inference() or (
@@ -728,11 +854,43 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control) -> type[Any]:
     return Pickler
 
 
+def _ndarray() -> Any:
+    """numpy's `ndarray` (a static type: nothing on it can be replaced), or None."""
+    nd = _mdict(_module("numpy")).get("ndarray")
+    return nd if type(nd) is type and not _T_FLAGS.__get__(nd, type) & _HEAPTYPE else None
+
+
+def _array_bytes(obj: Any, nd: Any) -> tuple[int, bool]:
+    """(what pickling the array materialises: its `nbytes`, a view's and a broadcast's included; whether its
+    data goes out of band as is: contiguous) read through ndarray's own C descriptors (a subclass's `nbytes` or
+    `shape` property is never called)."""
+    nd_dict = _cls_dict(nd)
+    flags = nd_dict["flags"].__get__(obj, nd)
+    return int(nd_dict["nbytes"].__get__(obj, nd)), bool(flags.c_contiguous or flags.f_contiguous)
+
+
+def _materialised(obj: Any, nd: Any, ctl: _Control) -> None:
+    """Stop before numpy's reducer copies a non-contiguous array (a view, a broadcast, a zero-stride array) in band
+    inside the kernel when the copy would pass the cap or the memory the kernel has left: a broadcast of 8 bytes
+    can be gigabytes once materialised."""
+    nbytes, contiguous = _array_bytes(obj, nd)
+    if contiguous:
+        return  # its buffer goes out of band, written as it is
+    if ctl.cap and ctl.written + nbytes > ctl.cap:
+        ctl.stop = f"the values it reads pickle to more than {ctl.cap >> 20} MiB (a non-contiguous array)"
+        raise _Stopped(ctl.stop)
+    room = memory_headroom()
+    if room is not None and nbytes > room - _FLOOR:
+        ctl.stop = (f"the kernel's memory is short ({room >> 20} MiB left before its limit): copying a "
+                    f"non-contiguous array of {nbytes >> 20} MiB could push it out of memory")
+        raise _Stopped(ctl.stop)
+
+
 def _dump_thread(cp: Any, objs: dict, d: str | None, tag: str, ctl: _Control, proof: _Proof) -> dict:
     """Pickle `objs` into `d` (None: count only) in a thread with a known stack and CRANE's recursion limit;
     the calling thread waits, polling the controls. {"ok", "buffers": [sizes], "bytes", "error"}."""
     out: dict = {"ok": False, "buffers": [], "bytes": 0, "error": None}
-    sink = _Sink(os.path.join(d, f"state{tag}.pkl") if d else None, ctl)
+    sink = _Sink(_join(d, f"state{tag}.pkl") if d else None, ctl)
 
     def keep(pb: Any) -> bool:  # a pickle.PickleBuffer
         try:
@@ -742,7 +900,7 @@ def _dump_thread(cp: Any, objs: dict, d: str | None, tag: str, ctl: _Control, pr
         i = len(out["buffers"])
         ctl.add(raw.nbytes)
         if d:
-            with private_open(os.path.join(d, f"buf{tag}-{i}"), "wb", buffering=0) as f:
+            with private_open(_join(d, f"buf{tag}-{i}"), "wb", buffering=0) as f:
                 step = 1 << 24
                 for off in range(0, raw.nbytes, step):
                     f.write(raw[off:off + step])
@@ -752,8 +910,8 @@ def _dump_thread(cp: Any, objs: dict, d: str | None, tag: str, ctl: _Control, pr
         return False
 
     def work() -> None:
-        sys.setprofile(None)
-        sys.settrace(None)
+        _setprofile(None)
+        _settrace(None)
         try:
             _pickler_class(cp, proof, ctl)(sink, protocol=5, buffer_callback=keep).dump(objs)
             out["ok"] = True
@@ -764,22 +922,28 @@ def _dump_thread(cp: Any, objs: dict, d: str | None, tag: str, ctl: _Control, pr
         finally:
             sink.close()
 
-    old_limit = sys.getrecursionlimit()
-    old_stack = threading.stack_size()
-    sys.setrecursionlimit(max(_DEPTH, 200))
-    try:
-        threading.stack_size(_STACK)
+    old_limit = _getrecursionlimit()
+    done = _allocate_lock()  # held by the pickler thread until it ends (`_thread`: no `threading.Thread` looked up)
+    done.acquire()
+
+    def run() -> None:
         try:
-            th = threading.Thread(target=work, name="crane-export", daemon=True)
-            th.start()
+            work()
         finally:
-            threading.stack_size(old_stack)
-        while th.is_alive():
+            done.release()
+
+    _setrecursionlimit(max(_DEPTH, 200))
+    try:
+        old_stack = _stack_size(_STACK)
+        try:
+            _start_thread(run, ())
+        finally:
+            _stack_size(old_stack)
+        while not done.acquire(True, 0.05):
             ctl.watch()  # here only: the main thread's own queue
-            th.join(0.05)
             ctl.poll()  # the pickler sees `stop` at its next object or write
     finally:
-        sys.setrecursionlimit(old_limit)
+        _setrecursionlimit(old_limit)
     out["bytes"] = ctl.written
     if ctl.stop and not out["ok"]:
         out["error"] = ("Stopped", ctl.stop)
@@ -792,112 +956,164 @@ def _lib_method(t: type, name: str) -> types.FunctionType | None:
         kd = _cls_dict(k)
         if name in kd:
             v = kd[name]
-            return v if type(v) is types.FunctionType and _library_function(v) else None
+            return v if type(v) is _FunctionType and _library_function(v) else None
     return None
 
 
-def _sample_inband(v: Any, depth: int = 0) -> int:
-    """The in-band pickled size of strings, bytes and plain containers of them (sampled: up to 64 items per
-    container, scaled to its length). Exact types only: nothing of the user's is called."""
+_SAMPLE = 64  # items of a container looked at to size it (beyond, the sample is scaled to its length)
+
+
+def _sample(v: Any) -> tuple[list, int]:
+    """(up to `_SAMPLE` items of a plain container, spread over it, keys of a dict included; its length). Exact
+    types only: nothing of the user's is called."""
     t = type(v)
+    n = len(v)
+    if t is dict:
+        if n <= _SAMPLE:
+            return list(dict.keys(v)) + list(dict.values(v)), n
+        out: list = []
+        for k, x in _islice(dict.items(v), 0, None, n // _SAMPLE):  # a dict has no positions: a C-level stride
+            out += (k, x)
+        return out[:2 * _SAMPLE], n
+    if t is list or t is tuple:
+        step = max(1, n // _SAMPLE)
+        return [v[i] for i in range(0, n, step)][:_SAMPLE], n
+    items: list = []
+    for x in set.__iter__(v) if t is set else frozenset.__iter__(v):
+        items.append(x)
+        if len(items) >= _SAMPLE:
+            break
+    return items, n
+
+
+def _raw_bytes(obj: Any, proof: _Proof, depth: int = 0) -> int:
+    """What copying a value whole costs, counted by what a pickle will materialise: numpy arrays at their `nbytes`
+    wherever they sit (a view's and a broadcast's included: numpy's reducer copies those whole), pandas' own
+    `memory_usage` without deep sizes, torch tensors, in-band strings/bytes; plain containers by a sample of their
+    items (`_SAMPLE`) scaled to their length, four levels deep. Only the libraries' own code runs, on classes proven
+    pristine (`_Proof.pristine`), never a class claiming a library's module."""
+    t = type(obj)
     if t is str or t is bytes or t is bytearray:
-        return len(v) + 8
-    if depth > 3:
-        return 16
-    if t is list or t is tuple or t is set or t is frozenset or t is dict:
-        n = len(v)
-        if not n:
+        return len(obj) + 8
+    if t is dict or t is list or t is tuple or t is set or t is frozenset:
+        if depth > 3:
+            return 16
+        items, n = _sample(obj)
+        if not items:
             return 8
-        items = list(dict.values(v))[:64] if t is dict else list(v)[:64] if t is not set else list(set.__iter__(v))[:64]
-        keys = list(dict.keys(v))[:64] if t is dict else []
-        per = sum(_sample_inband(x, depth + 1) for x in items + keys) / len(items)
+        per = sum(_raw_bytes(x, proof, depth + 1) for x in items) / (len(items) / (2 if t is dict else 1))
         return int(per * n) + 8
+    nd = _ndarray()
+    if nd is not None and any(k is nd for k in _T_MRO.__get__(t, type)):
+        return _array_bytes(obj, nd)[0]
+    try:
+        proof.check(obj)
+    except _Refused:
+        return 16
+    if not proof.library_class(t) or not proof.pristine(t):
+        return 16
+    mod = _T_MODULE.__get__(t, type)
+    mod = mod if type(mod) is str else ""
+    try:
+        if mod.startswith("pandas") and _untouched(proof, "pandas") and _untouched(proof, "numpy"):
+            fn = _lib_method(t, "memory_usage")
+            if fn is not None:
+                used = fn(obj, index=True, deep=False)
+                if type(used) is int:
+                    return used
+                total = _lib_method(type(used), "sum")
+                value: Any = total(used) if total is not None else None
+                return int(value) if _is_class(type(value)) and proof.pristine(type(value)) else 0
+            return 0
+        tensor = _mdict(_module("torch")).get("Tensor")
+        if tensor is not None and t is tensor:
+            return int(obj.element_size() * obj.numel())
+    except Exception:
+        return 0
     return 16
 
 
-def _raw_bytes(obj: Any) -> int:
-    """What copying a value whole costs: array data (numpy `nbytes`, pandas' own `memory_usage` without deep
-    sizes, torch) and in-band strings/bytes, one level into plain dicts, lists and tuples. Only the libraries'
-    own functions are called (an accessor or patch of the notebook's that shadows them is not)."""
-    def one(v: Any) -> int:
-        t = type(v)
-        mod = _T_MODULE.__get__(t, type)
-        mod = mod if type(mod) is str else ""
-        try:
-            if mod.startswith("numpy") and "nbytes" in _cls_dict(t):
-                return int(v.nbytes)
-            if mod.startswith("pandas"):
-                fn = _lib_method(t, "memory_usage")
-                if fn is not None:
-                    used = fn(v, index=True, deep=False)
-                    return int(used.sum() if type(used).__name__ == "Series" else used)
-                return 0
-            torch = sys.modules.get("torch")
-            if torch is not None and (t is torch.Tensor or t is torch.nn.Parameter):
-                return int(v.element_size() * v.numel())
-        except Exception:
-            return 0
-        return _sample_inband(v)
-    total = one(obj)
-    t = type(obj)
-    if t in (dict, list, tuple) and len(obj) <= 32:
-        total = max(total, sum(one(x) for x in (dict.values(obj) if t is dict else obj)))
-    return total
-
-
-def _settings(recursion_limit: int) -> dict:
-    """Interpreter and library settings a fresh interpreter would not have (builtins only)."""
-    simple = (bool, int, float, str, type(None))
-    out: dict = {"recursionlimit": recursion_limit}
-    np = sys.modules.get("numpy")
-    if np is not None:
-        try:
-            out["seterr"] = {k: v for k, v in np.geterr().items() if type(v) is str}
-            out["printoptions"] = {k: v for k, v in np.get_printoptions().items() if type(v) in simple}
-        except Exception:
-            pass
-    cfg = sys.modules.get("pandas._config.config")
-    if cfg is not None:
-        try:
-            opts = {}
-            for key, reg in list(cfg._registered_options.items()):
-                if key in cfg._deprecated_options:
-                    continue
-                root, last = cfg._get_root(key)  # read without get_option (which may warn: the user's hook)
-                val = root.get(last, reg.defval)
-                if type(val) in simple and val != reg.defval:
-                    opts[key] = val
-            out["pandas"] = opts
-        except Exception:
-            pass
-    jcfg = sys.modules.get("jax._src.config")
-    if jcfg is not None:
-        try:
-            holders = jcfg.config._value_holders
-            out["jax"] = {k: h.get_global() if hasattr(h, "get_global") else h.value for k, h in list(holders.items())
-                          if type(h.get_global() if hasattr(h, "get_global") else h.value) in simple}
-        except Exception:
-            pass
+def _settings(proof: _Proof, recursion_limit: int) -> dict:
+    """Interpreter and library settings a fresh interpreter would not have (shared/carry.py's read side, through
+    `_Lib`), and torch's."""
+    out = read_carried(_Lib(proof), recursion_limit)
     torch_settings = _torch_settings()
     if torch_settings is not None:
         out["torch"] = torch_settings
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        try:
-            out["tf"] = {"run_functions_eagerly": bool(tf.config.functions_run_eagerly())}
-        except Exception:
-            pass
-    keras_cfg = sys.modules.get("keras.config") or getattr(sys.modules.get("keras"), "config", None)
-    if keras_cfg is not None:
-        try:
-            out["keras"] = {"floatx": keras_cfg.floatx(), "image_data_format": keras_cfg.image_data_format(),
-                            "epsilon": keras_cfg.epsilon()}
-            policy = getattr(keras_cfg, "dtype_policy", None)
-            if policy is not None:
-                out["keras"]["dtype_policy"] = str(policy().name)
-        except Exception:
-            pass
     return out
+
+
+class _Lib:
+    """What shared/carry.py's read side may touch in the kernel: plain modules' namespaces, functions proven to be
+    the library's own (and named as expected: `np.geterr = os.fork` is not called), C-level attributes."""
+
+    def __init__(self, proof: _Proof) -> None:
+        self.proof = proof
+
+    def mod(self, name: str) -> dict:
+        return _mdict(_module(name))
+
+    def call(self, fn: Any, name: str, *args: Any) -> Any:
+        if not _callable_ok(fn, name):
+            raise _Refused(name)
+        return fn(*args)
+
+    def method(self, cls: Any, name: str, *default: Any) -> Any:
+        """`name` as the class's MRO defines it (read from the classes' dicts)."""
+        if _is_class(cls):
+            for k in _T_MRO.__get__(cls, type):
+                kd = _cls_dict(k)
+                if name in kd:
+                    return kd[name]
+        if default:
+            return default[0]
+        raise _Refused(name)
+
+    def attr(self, obj: Any, name: str) -> Any:
+        """A C-level attribute (a getset or member descriptor of the object's class), else refused."""
+        d = self.method(type(obj), name)
+        if type(d) is not _GetSetDescriptorType and type(d) is not _MemberDescriptorType:
+            raise _Refused(name)
+        return d.__get__(obj, type(obj))
+
+    def attrs(self, obj: Any) -> dict:
+        try:
+            d = _O_DICT_GET(obj, "__dict__")
+        except Exception:
+            return {}
+        return d if type(d) is dict else {}
+
+    def proven(self, cls: Any) -> bool:
+        return _is_class(cls) and self.proof.pristine(cls)
+
+    def class_name(self, cls: Any) -> str | None:
+        if not _is_class(cls) or not self.proof.library_class(cls):
+            return None
+        mod, qual = _T_MODULE.__get__(cls, type), _T_QUALNAME.__get__(cls, type)
+        if type(mod) is not str or type(qual) is not str or "<" in qual:
+            return None
+        obj: Any = _module(mod)
+        for part in qual.split("."):
+            obj = (_mdict(obj) if type(obj) is _MODULE_TYPE else _cls_dict(obj) if _is_class(obj) else {}).get(part)
+        return f"{mod}:{qual}" if obj is cls else None
+
+
+def _callable_ok(fn: Any, name: str) -> bool:
+    """`fn` is the library's own function called `name`: a C function of a module, a C method descriptor, or a
+    Python (or compiled) function of a library's file; never a bound method (of an object of whose?)."""
+    t = type(fn)
+    if t is _MethodType or fn is None:
+        return False
+    try:
+        own = _O_DICT_GET(fn, "__name__")
+    except Exception:
+        return False
+    if type(own) is not str or own != name:
+        return False
+    if t is _BuiltinFunctionType:
+        owner = type(_O_DICT_GET(fn, "__self__"))
+        return owner is _MODULE_TYPE or owner is type(None)
+    return _library_function(fn)
 
 
 def _torch_settings() -> dict | None:
@@ -905,23 +1121,23 @@ def _torch_settings() -> dict | None:
     main thread's: cells run there), deterministic algorithms, anomaly detection, matmul precision, the CPU random
     generator's state. Only torch's own functions are called (one the notebook replaced is not: then None, and a
     crash in torch stays "likely")."""
-    torch = sys.modules.get("torch")
-    if type(torch) is not types.ModuleType:
+    torch = _MODULES.get("torch")
+    if type(torch) is not _ModuleType:
         return None
     td = _O_DICT_GET(torch, "__dict__")
 
     def call(name: str, owner: dict = td) -> Any:
         fn: Any = dict.get(owner, name)
         t = type(fn)  # a module's C function or a library's Python function: never a bound method of an object
-        owner_t = type(fn.__self__) if t is types.BuiltinFunctionType else None
-        if not (t is types.BuiltinFunctionType and (owner_t is types.ModuleType or owner_t is type(None))
-                or t is types.FunctionType and _library_function(fn)):
+        owner_t = type(fn.__self__) if t is _BuiltinFunctionType else None
+        if not (t is _BuiltinFunctionType and (owner_t is _ModuleType or owner_t is type(None))
+                or t is _FunctionType and _library_function(fn)):
             raise _Refused(name)
         return fn()
 
     try:
         rnd = dict.get(td, "random")
-        rng = call("get_rng_state", _O_DICT_GET(rnd, "__dict__")) if type(rnd) is types.ModuleType else None
+        rng = call("get_rng_state", _O_DICT_GET(rnd, "__dict__")) if type(rnd) is _ModuleType else None
         out = {"default_dtype": str(call("get_default_dtype")), "grad_enabled": bool(call("is_grad_enabled")),
                "deterministic": bool(call("are_deterministic_algorithms_enabled")),
                "deterministic_warn_only": bool(call("is_deterministic_algorithms_warn_only_enabled")),
@@ -935,59 +1151,76 @@ def _torch_settings() -> dict | None:
 
 
 def _accessors(proof: _Proof) -> list:
-    """Pandas accessors the notebook registered: (class name, accessor name, accessor class), copied by value."""
-    pd = sys.modules.get("pandas")
+    """Pandas accessors the notebook registered: (class name, accessor name, accessor class), copied by value.
+    Read from the classes' dicts, types compared by identity (no `isinstance`, no metaclass `__eq__`)."""
+    pd = _mdict(_module("pandas"))
     out: list = []
-    if pd is None:
-        return out
     for target in ("DataFrame", "Series", "Index"):
-        cls = pd.__dict__.get(target)
-        if type(cls) is not type:
+        cls: Any = pd.get(target)
+        if not _is_class(cls) or not proof.library_class(cls):
             continue
         names = _cls_dict(cls).get("_accessors")
-        found: list = list(names) if type(names) in (set, frozenset) else []  # type: ignore[arg-type]
+        found: list = list(set.__iter__(names)) if type(names) is set else \
+            list(frozenset.__iter__(names)) if type(names) is frozenset else []
         for name in sorted(n for n in found if type(n) is str):
             acc = _cls_dict(cls).get(name)
-            inner = None
+            if not _is_class(type(acc)) or not proof.library_class(type(acc)):
+                continue
             try:
-                inner = _O_DICT_GET(acc, "__dict__").get("_accessor")
+                d = _O_DICT_GET(acc, "__dict__")
             except Exception:
-                pass
-            if isinstance(inner, type) and not proof.library_class(inner) and type(inner) is type:
+                continue
+            inner = dict.get(d, "_accessor") if type(d) is dict else None
+            if type(inner) is type and not proof.library_class(inner):
                 out.append((target, name, inner))
     return out
 
 
 def _modules() -> list[str]:
-    std = getattr(sys, "stdlib_module_names", ())
+    """The top-level packages the notebook imported (not the standard library's, not the kernel's own), to import
+    again in the worker: read from `sys.modules` as a dict, each module's `__file__` from its namespace (a module
+    object's `__getattr__`, or an object standing in for a module, is never touched)."""
     out: list[str] = []
-    for name in list(sys.modules):
-        top = name.partition(".")[0]
-        if top in out or top in std or top.startswith(("_", "pydev")) or top in _KERNEL_MODS:
+    for name in list(dict.keys(_MODULES)):
+        if type(name) is not str:
             continue
-        mod = sys.modules.get(top)
-        if mod is not None and getattr(mod, "__file__", None):
+        top = name.partition(".")[0]
+        if top in out or top in _STDLIB_NAMES or top.startswith(("_", "pydev")) or top in _KERNEL_MODS:
+            continue
+        path = _mdict(_module(top)).get("__file__")
+        if type(path) is str and path:
             out.append(top)
     return out
 
 
 def _torch_facts() -> dict:
-    torch = sys.modules.get("torch")
-    if torch is None:
+    cuda = _mdict(_module("torch.cuda"))
+    if not cuda:
         return {}
     try:
-        if not torch.cuda.is_initialized():
+        if not _call(cuda, "is_initialized"):
             return {"cuda": False}
-        n = torch.cuda.device_count()
-        return {"cuda": True, "count": n, "names": [torch.cuda.get_device_name(i) for i in range(n)]}
+        n = _call(cuda, "device_count")
+        if type(n) is not int:
+            return {"cuda": False}
+        names = [_call(cuda, "get_device_name", i) for i in range(n)]
+        return {"cuda": True, "count": n, "names": [x if type(x) is str else "?" for x in names]}
     except Exception:
         return {"cuda": False}
 
 
+def _call(owner: dict, name: str, *args: Any) -> Any:
+    """`owner[name](*args)` when it is the library's own function of that name (else refused)."""
+    fn: Any = dict.get(owner, name)
+    if not _callable_ok(fn, name):
+        raise _Refused(name)
+    return fn(*args)
+
+
 def _in_kernel_ok(obj: Any) -> bool:
     """Shrinking runs library code in the kernel: only for values whose subsets touch no file (a Hugging Face
-    dataset's `select` may write an indices cache: those are copied whole)."""
-    vals = obj.values() if type(obj) is dict else obj if type(obj) in (list, tuple) else ()
+    dataset's `select` may write an indices cache: those are copied whole). Called under `_shrink`'s gate."""
+    vals = dict.values(obj) if type(obj) is dict else obj if type(obj) is list or type(obj) is tuple else ()
     return all((_kind(v) or ("",))[0] != "HFDataset" for v in [obj, *list(vals)[:32]])
 
 
@@ -999,7 +1232,7 @@ def _known(kind: str, orig: Any, check: Any = None) -> dict | None:
     between columns and chunks (kernel/miniature's `ShrinkStopped` stops it)."""
     if kind not in ("DataFrame", "Series"):
         return None
-    pd = sys.modules.get("pandas")
+    pd = _MODULES.get("pandas")
     idx = orig.index
     index = idx if (type(idx).__name__ == "RangeIndex" or len(idx) <= 1_000_000) else None
     cols: dict = {}
@@ -1034,11 +1267,60 @@ def _label_hashes(arr: Any, pd: Any, check: Any) -> Any:
     return acc
 
 
-def _shrink(objs: dict, spec: dict, check: Any = None) -> tuple[list, list]:
+_SHRINK_LIBRARIES = ("numpy", "pandas", "pandas.util", "torch", "torch.utils.data", "scipy.sparse", "datasets")
+
+
+def _untouched(proof: _Proof, name: str) -> bool:
+    """A library module none of whose top-level functions and classes the notebook replaced or patched (its
+    classes pristine: `_Proof.pristine`); a module not loaded is untouched. Cached in the proof."""
+    key = ("untouched", name)
+    hit = proof.libs.get(key)
+    if hit is not None:
+        return bool(hit)
+    m = dict.get(_MODULES, name)
+    ok = m is None or type(m) is _MODULE_TYPE
+    if ok and m is not None:
+        for v in list(dict.values(_mdict(m))):
+            if _is_class(v):
+                ok = proof.library_class(v) and proof.pristine(v)
+            elif type(v) is _FunctionType or type(v) is _BuiltinFunctionType:
+                ok = _library_function(v)
+            if not ok:
+                break
+    proof.libs[key] = ok
+    return ok
+
+
+def _shrink_gate(proof: _Proof) -> Any:
+    """What kernel/miniature may look into while it shrinks in the kernel: an object proven (`_Proof.check`), a
+    plain container, or an instance of a pristine library class, and only while the libraries shrinking calls are
+    untouched by the notebook (their functions and classes its own)."""
+    def gate(obj: Any) -> bool:
+        if not all(_untouched(proof, n) for n in _SHRINK_LIBRARIES):
+            return False
+        try:
+            proof.check(obj)
+        except _Refused:
+            return False
+        t = type(obj)
+        return t is dict or t is list or t is tuple or proof.pristine(t)
+    return gate
+
+
+def _shrink(objs: dict, spec: dict, proof: _Proof, check: Any = None) -> tuple[list, list]:
     """Replace the large values in `objs` (a copy of the cell's names, never the user's namespace) by consistent
     row subsets (kernel/miniature's rules): (kept, what the worker needs about each original). `check` is called
-    between objects, columns and chunks: kernel/miniature's `ShrinkStopped` stops it (`objs` left whole)."""
-    names = [n for n, o in objs.items() if _in_kernel_ok(o)]
+    between objects, columns and chunks: kernel/miniature's `ShrinkStopped` stops it (`objs` left whole).
+    kernel/miniature looks only into what `_shrink_gate` passes: nothing of the notebook's is sized or called."""
+    _GATE[:] = [_shrink_gate(proof)]
+    try:
+        return _shrink_gated(objs, spec, check)
+    finally:
+        _GATE.clear()
+
+
+def _shrink_gated(objs: dict, spec: dict, check: Any = None) -> tuple[list, list]:
+    names = [n for n, o in dict.items(objs) if _in_kernel_ok(o)]
     _REGISTRY["objects"].clear()
     before = dict(objs)
     try:
@@ -1056,12 +1338,12 @@ def _shrink(objs: dict, spec: dict, check: Any = None) -> tuple[list, list]:
 
 def _process() -> dict:
     """This kernel's process: pid, start time, pid namespace (the daemon ends its workers when it ends)."""
-    out: dict = {"kernel_pid": os.getpid(), "kernel_start": 0, "kernel_pidns": None}
+    out: dict = {"kernel_pid": _getpid(), "kernel_start": 0, "kernel_pidns": None}
     try:
         with private_open("/proc/self/stat", "rb") as f:
             data = f.read()
         out["kernel_start"] = int(data[data.rindex(b")") + 2:].split()[19])
-        out["kernel_pidns"] = os.stat("/proc/self/ns/pid").st_ino
+        out["kernel_pidns"] = _stat("/proc/self/ns/pid").st_ino
     except (OSError, ValueError, IndexError):
         pass
     return out
@@ -1069,7 +1351,7 @@ def _process() -> dict:
 
 def _history_value(ns: dict, name: str) -> Any:
     """`In`/`_ih` as a plain list of strings and `Out`/`_oh` as a plain dict (copies: never the user's)."""
-    v = ns[name]
+    v = dict.get(ns, name)
     if name in ("In", "_ih") and type(v) is list:
         return [x if type(x) is str else "" for x in list.__iter__(v)]
     if name in ("Out", "_oh") and type(v) is dict:
@@ -1080,73 +1362,169 @@ def _history_value(ns: dict, name: str) -> Any:
 def export(args: Any) -> dict:
     """Write the state the cell reads into the run's private directory (see the module docstring). The user's
     profile/trace hooks are off meanwhile (inline: kernel/shield.py)."""
-    saved = (sys.getprofile(), sys.gettrace(), threading.__dict__.get("_profile_hook"),
-             threading.__dict__.get("_trace_hook"))
-    sys.setprofile(None)
-    sys.settrace(None)
-    threading.__dict__["_profile_hook"] = threading.__dict__["_trace_hook"] = None
+    saved = (_getprofile(), _gettrace(), _THREADING.get("_profile_hook"),
+             _THREADING.get("_trace_hook"))
+    _setprofile(None)
+    _settrace(None)
+    _THREADING["_profile_hook"] = _THREADING["_trace_hook"] = None
     try:
         return _export(args)
     finally:
-        threading.__dict__["_profile_hook"], threading.__dict__["_trace_hook"] = saved[2], saved[3]
-        sys.settrace(saved[1])
-        sys.setprofile(saved[0])
+        _THREADING["_profile_hook"], _THREADING["_trace_hook"] = saved[2], saved[3]
+        _settrace(saved[1])
+        _setprofile(saved[0])
 
 
 def _connection_file() -> str | None:
     """The kernel's connection file (`-f PATH` / `--f=PATH` on its command line, read from `sys.argv` by exact
     type), so the portable worker can hide it (it holds the key that signs requests to this kernel)."""
-    argv = sys.argv
+    argv = dict.get(_SYS, "argv")
     if type(argv) is not list:
         return None
+    argv = list(list.__iter__(argv))
     for i, a in enumerate(argv):
         if type(a) is not str:
             continue
         if a in ("-f", "--f") and i + 1 < len(argv) and type(argv[i + 1]) is str:
-            return os.path.abspath(argv[i + 1])
+            return _abspath(argv[i + 1])
         for p in ("-f=", "--f="):
             if a.startswith(p):
-                return os.path.abspath(a[len(p):])
+                return _abspath(a[len(p):])
     return None
 
 
+def _abspath(p: str) -> str:
+    return p if p.startswith(_SEP) else _join(_getcwd(), p)
+
+
+def _cloudpickle() -> Any:
+    """CRANE's private cloudpickle, taken once (a reference kept from then on: the notebook replacing
+    `sys.modules["_crane_cloudpickle"]` or its classes later changes nothing), its `CloudPickler` proven to be
+    CRANE's own code; the module's `__builtins__` become CRANE's (the C pickler imports the modules of the classes
+    it saves through the `__import__` it finds there)."""
+    m = dict.get(_MODULES, "_crane_cloudpickle")
+    if _CP and (m is None or _CP[0] is m):
+        return _CP[1]
+    if type(m) is not _MODULE_TYPE:
+        return None
+    md = _mdict(m)
+    cls = md.get("CloudPickler")
+    if type(cls) is not type or not all(
+            type(v) is not _FunctionType or v.__code__.co_filename.startswith("<crane-kernel")
+            for v in _cls_dict(cls).values()):
+        return None
+    md["__builtins__"] = BUILTINS
+    _CP[:] = [m, _SimpleNamespace(CloudPickler=cls)]
+    return _CP[1]
+
+
+_CP: list = []
+# builtins the export and the libraries it calls rely on: one the notebook replaced (before CRANE was installed, or
+# since) would run in the kernel
+_CORE_BUILTINS = ("__import__", "__build_class__", "len", "isinstance", "issubclass", "getattr", "hasattr", "setattr",
+                  "iter", "next", "super", "type", "object", "dict", "list", "tuple", "set", "frozenset", "str",
+                  "bytes", "int", "float", "bool", "repr", "hash", "id", "sorted", "min", "max", "sum", "any", "all",
+                  "map", "filter", "zip", "enumerate", "range", "compile", "exec", "eval", "vars", "callable",
+                  "format", "abs", "round", "divmod", "ord", "chr", "reversed", "slice", "memoryview", "bytearray",
+                  "property", "staticmethod", "classmethod")
+_BUILTINS_DICT: dict = _O_DICT_GET(_MODULES["builtins"], "__dict__")
+
+
+def _patched_builtins() -> str | None:
+    """A builtin the notebook replaced (named), else None: the C pickler and every library function look theirs
+    up in the builtins module at call time."""
+    for name in _CORE_BUILTINS:
+        now, then = dict.get(_BUILTINS_DICT, name), dict.get(BUILTINS, name)
+        if now is not then or not (type(then) is _BuiltinFunctionType or type(then) is type):
+            return f"`builtins.{name}`"
+    return None
+
+
+def _shell() -> Any:
+    """The kernel's InteractiveShell: IPython's singleton, read from the class's own dict (no `get_ipython` the
+    notebook may have replaced)."""
+    cls = _mdict(_module("IPython.core.interactiveshell")).get("InteractiveShell")
+    if not _is_class(cls):
+        return None
+    shell = _cls_dict(cls).get("_instance")
+    return shell if shell is not None and _is_class(type(shell)) and _Proof().library_class(type(shell)) else None
+
+
+def _user_ns(shell: Any) -> Any:
+    """The shell's namespace from its instance dict (IPython 8: `user_ns`, 9: `_user_ns` behind a property)."""
+    try:
+        d = _O_DICT_GET(shell, "__dict__")
+    except Exception:
+        return None
+    if type(d) is not dict:
+        return None
+    ns = dict.get(d, "_user_ns")
+    return ns if ns is not None else dict.get(d, "user_ns")
+
+
+def _interactivity(shell: Any) -> str:
+    """`ast_node_interactivity` from the shell's trait values (an exact str; else IPython's default)."""
+    try:
+        values = dict.get(_O_DICT_GET(shell, "__dict__"), "_trait_values")
+    except Exception:
+        values = None
+    v = dict.get(values, "ast_node_interactivity") if type(values) is dict else None
+    return v if type(v) is str else "last_expr"
+
+
+def _patched_classes(proof: _Proof, objs: dict) -> list:
+    """The short names of the library classes of copied values the notebook patched (a method added or replaced):
+    an AttributeError naming one in the copy is only "likely" (the copy's class is the library's own)."""
+    out: list = []
+    for v in dict.values(objs):
+        t = type(v)
+        if proof.library_class(t) and not proof.pristine(t):
+            name = _T_NAME.__get__(t, type)
+            if type(name) is str and name not in out:
+                out.append(name)
+    return out
+
+
 def _export(args: Any) -> dict:
-    t0 = time.perf_counter()
+    t0 = _perf()
     if type(args) is not dict:
         return {"ok": False, "reason": "bad export request"}
     d = str(args["dir"])
     try:
-        with private_open(os.path.join(d, "token"), "r") as f:
+        with private_open(_join(d, "token"), "r") as f:
             if f.read() != args["token"]:
                 raise OSError("token mismatch")
     except OSError:
         return {"ok": False, "reason": "the kernel does not see the daemon's files (another machine or container)"}
-    cp = sys.modules.get("_crane_cloudpickle")
+    cp = _cloudpickle()
     if cp is None:
         return {"ok": False, "reason": "CRANE's private cloudpickle is not installed in the kernel"}
-    shell = None
-    ipy = sys.modules.get("IPython")
-    try:
-        shell = ipy.get_ipython() if ipy is not None else None
-    except Exception:
-        shell = None
+    patched = _patched_builtins()
+    if patched:
+        return {"ok": False, "reason": f"the notebook replaced {patched}: copying would call it in the kernel"}
+    shell = _shell()
     if shell is None:
         return {"ok": False, "reason": "not an IPython kernel"}
     waiting, watch = shell_watch(shell)  # on the main thread, which owns what it watches
-    ns = shell.user_ns
+    ns = _user_ns(shell)
     if type(ns) is not dict:
         return {"ok": False, "reason": "the kernel's namespace is not a plain dict"}
+    keys = list(dict.keys(ns))
+    if not all(type(k) is str for k in keys):  # a str subclass's __eq__/__hash__ would run on every lookup
+        return {"ok": False, "reason": "the kernel's namespace has a key that is not a plain string"}
     room = memory_headroom()
     if room is not None and room < _FLOOR:
         return {"ok": False, "reason": f"the kernel's memory is short ({room >> 20} MiB left before its limit): "
                                        "copying its state could push it out of memory"}
     proof = _Proof()
     objs: dict = {}
-    skip = set(args.get("skip") or ())  # a session's names already copied
+    skip = args.get("skip") or []  # a session's names already copied
+    skip = {n for n in skip if type(n) is str} if type(skip) is list else set()
     names = args.get("names")
-    names = [n for n in names if type(n) is str] if type(names) is list else _names(str(args.get("source") or ""))
+    if type(names) is not list:
+        return {"ok": False, "reason": "bad export request (no names)"}
     for name in names:
-        if name in _SKIP or name in skip or name not in ns:
+        if type(name) is not str or name in _SKIP or name in skip or name not in ns:
             continue
         obj = _history_value(ns, name) if name in ("In", "_ih", "Out", "_oh") else dict.get(ns, name)
         try:
@@ -1165,7 +1543,7 @@ def _export(args: Any) -> dict:
     spec, why, raw = args.get("miniature"), None, 0
     limit = int(args.get("copy_mb") or 0) << 20
     if not spec and limit:
-        raw = sum(_raw_bytes(o) for o in objs.values())
+        raw = sum(_raw_bytes(o, proof) for o in dict.values(objs))
         if raw > limit:
             spec = {"fraction": max(0.0005, min(0.5, limit / raw)), "floor_rows": 64, "min_rows": 2000,
                     "relative": 0.05, "seed": 0}
@@ -1186,7 +1564,7 @@ def _export(args: Any) -> dict:
     if spec:
         _phase(d, "shrinking")
         try:
-            kept, known = _shrink(objs, spec, ctl.check)
+            kept, known = _shrink(objs, spec, proof, ctl.check)
         except ShrinkStopped:
             return _stopped(ctl.stop or _OVER_TIME, waiting, watch, watched, t0)
         except Exception as exc:  # copied whole, as if nothing were large
@@ -1196,7 +1574,7 @@ def _export(args: Any) -> dict:
     if cap and raw > cap and not kept:
         return {"ok": False, "reason": f"the values it reads hold {raw >> 20} MiB, more than a transplant copies "
                                        f"({cap >> 20} MiB), and cannot be shrunk to row subsets"}
-    settings = _settings(int(args.get("recursionlimit") or sys.getrecursionlimit()))
+    settings = _settings(proof, int(args.get("recursionlimit") or _getrecursionlimit()))
     accessors = _accessors(proof)
     if accessors:
         objs["\x00crane-accessors"] = accessors
@@ -1214,29 +1592,27 @@ def _export(args: Any) -> dict:
         return {"ok": False, "reason": _culprit(cp, objs, ename, evalue, d, waiting), "watch": watched}
     sizes = out["buffers"]
     total = out["bytes"]
-    env = {k: v for k, v in os.environ.items() if type(k) is str and type(v) is str}
-    facts: dict = {"executable": sys.executable, "cwd": os.getcwd(), "env": env,
-                   "path": [p for p in sys.path if type(p) is str], "modules": _modules(), "torch": _torch_facts(),
-                   "buffers": len(sizes), "settings": settings,
-                   "names": [k for k in ns if type(k) is str and not k.startswith("_")][:100000],
-                   "interactivity": str(getattr(shell, "ast_node_interactivity", "last_expr")),
-                   "connection_file": _connection_file()}
-    with private_open(os.path.join(d, "env.json"), "w") as f:
+    facts: dict = {"executable": _EXECUTABLE, "cwd": _getcwd(), "env": _environ(), "path": _sys_path(),
+                   "modules": _modules(), "torch": _torch_facts(), "buffers": len(sizes), "settings": settings,
+                   "names": [k for k in keys if not k.startswith("_")][:100000],
+                   "interactivity": _interactivity(shell), "connection_file": _connection_file()}
+    with private_open(_join(d, "env.json"), "w") as f:
         f.write(dumps(facts))
     objs.pop("\x00crane-shrunk", None)
-    return {"ok": True, "copied": [[n, _type_name(o)] for n, o in objs.items()], "bytes": total,
+    return {"ok": True, "copied": [[n, _type_name(o)] for n, o in dict.items(objs)], "bytes": total,
+            "patched": _patched_classes(proof, objs),
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
-            "executable": sys.executable, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
+            "executable": _EXECUTABLE, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
             "carried": ["torch"] if settings.get("torch") and settings["torch"]["default_device"] == "cpu"
             and settings["torch"]["rng"] and not facts["torch"].get("cuda") and not proof.uncarried else [],
-            **_process(), "export_ms": round((time.perf_counter() - t0) * 1000.0, 3), "watch": watched}
+            **_process(), "export_ms": round((_perf() - t0) * 1000.0, 3), "watch": watched}
 
 
 def _phase(d: str, what: str) -> None:
     """Say in the run's private directory what the export is doing (`phase`: "shrinking", then "copying"): the
     daemon names it when the export outlasts its request."""
     try:
-        with private_open(os.path.join(d, "phase"), "w") as f:
+        with private_open(_join(d, "phase"), "w") as f:
             f.write(what)
     except OSError:
         pass
@@ -1249,7 +1625,7 @@ def _stopped(evalue: str, waiting: Any, watch: str, watched: str | None, t0: flo
     if evalue == _OVER_TIME and waiting is None:
         evalue = f"{evalue} (nothing else could stop it for the user's cell: {watch})"
     return {"ok": False, "reason": f"the cell's inputs were not copied: {evalue}", "watch": watched,
-            "transient": transient, "export_ms": round((time.perf_counter() - t0) * 1000.0, 3)}
+            "transient": transient, "export_ms": round((_perf() - t0) * 1000.0, 3)}
 
 
 def _culprit(cp: Any, objs: dict, ename: str, evalue: str, d: str, waiting: Any = None) -> str:

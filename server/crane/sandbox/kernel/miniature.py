@@ -42,6 +42,15 @@ _SHRINK_CHUNK = 1 << 19  # rows of one column looked at between two checks
 _NAN_ROWS = 2
 _MAX_COLUMNS = 200
 _REGISTRY: dict = {"objects": []}  # child only: (name, kind, original, new, n, k) of what was replaced
+# The transplant export's gate (kernel/export `_shrink`), set only while it shrinks in the user's kernel: an object
+# it does not pass (not proven, or of a class the notebook defined or patched) is never looked into, sized or taken
+# from; types are compared through the classes' own `__mro__` descriptor (no `isinstance`, which reads `__class__`)
+_GATE: list = []
+_SYS_MODULES = sys.modules  # bound at install
+_MRO = type.__dict__["__mro__"]
+_MODULE = type(sys)
+_DICT_OF = object.__getattribute__
+_COPY, _CEIL, _RANDOM = copy.copy, math.ceil, random.Random
 
 
 class ShrinkStopped(Exception):
@@ -54,8 +63,28 @@ def _shrink_check(check: Any) -> None:
 
 
 def _mods() -> tuple[Any, Any, Any, Any]:
-    m = sys.modules
-    return m.get("numpy"), m.get("pandas"), m.get("torch"), m.get("torch.utils.data")
+    return _mod("numpy"), _mod("pandas"), _mod("torch"), _mod("torch.utils.data")
+
+
+def _mod(name: str) -> Any:
+    m = dict.get(_SYS_MODULES, name)
+    return m if type(m) is _MODULE else None
+
+
+def _cls(mod: Any, name: str) -> Any:
+    """A class of a plain module, read from its namespace (None if it is not a class)."""
+    if mod is None:
+        return None
+    v = dict.get(_DICT_OF(mod, "__dict__"), name)
+    return v if any(k is type for k in _MRO.__get__(type(v), type)) else None
+
+
+def _isa(obj: Any, cls: Any) -> bool:
+    return cls is not None and any(k is cls for k in _MRO.__get__(type(obj), type))
+
+
+def _gated(obj: Any) -> bool:
+    return not _GATE or bool(_GATE[0](obj))
 
 
 def cell_names(shell: Any, source: str) -> list[str]:
@@ -75,27 +104,28 @@ def cell_names(shell: Any, source: str) -> list[str]:
 def _kind(obj: Any) -> tuple[str, int] | None:
     """(kind, rows) for an object a miniature run can shrink, else None."""
     np, pd, torch, tud = _mods()
+    if not _gated(obj):
+        return None
     try:
-        if pd is not None and isinstance(obj, (pd.DataFrame, pd.Series)):
-            return type(obj).__name__, len(obj)
-        if np is not None and isinstance(obj, np.ndarray):
+        for name in ("DataFrame", "Series"):
+            if _isa(obj, _cls(pd, name)):
+                return name, len(obj)
+        if _isa(obj, _cls(np, "ndarray")):
             return ("ndarray", int(obj.shape[0])) if obj.ndim >= 1 else None
-        if torch is not None and isinstance(obj, torch.Tensor):
-            if obj.dim() < 1 or obj.requires_grad or isinstance(obj, torch.nn.Parameter) or obj.device.type != "cpu":
+        if _isa(obj, _cls(torch, "Tensor")):
+            if obj.dim() < 1 or obj.requires_grad or _isa(obj, _cls(_mod("torch.nn.parameter"), "Parameter")) \
+                    or obj.device.type != "cpu":
                 return None
             return "Tensor", int(obj.shape[0])
-        if tud is not None:
-            if isinstance(obj, tud.DataLoader):
-                inner = _dataset_kind(obj.dataset)
-                return ("DataLoader", inner[1]) if inner and obj.batch_size is not None else None
-            if isinstance(obj, tud.Dataset):
-                return _dataset_kind(obj)
-        sp = sys.modules.get("scipy.sparse")
-        if sp is not None and sp.issparse(obj) and obj.ndim == 2:
+        if _isa(obj, _cls(tud, "DataLoader")):
+            inner = _dataset_kind(obj.dataset)
+            return ("DataLoader", inner[1]) if inner and obj.batch_size is not None else None
+        if _isa(obj, _cls(tud, "Dataset")):
+            return _dataset_kind(obj)
+        if _isa(obj, _cls(_mod("scipy.sparse._base"), "_spbase")) and obj.ndim == 2:
             return "sparse", int(obj.shape[0])
-        hf = sys.modules.get("datasets")
-        if hf is not None and isinstance(obj, getattr(hf, "Dataset", ())):
-            return "HFDataset", len(obj)  # type: ignore[arg-type]
+        if _isa(obj, _cls(_mod("datasets"), "Dataset")):
+            return "HFDataset", len(obj)
     except Exception:
         return None
     return None
@@ -103,22 +133,22 @@ def _kind(obj: Any) -> tuple[str, int] | None:
 
 def _dataset_kind(ds: Any) -> tuple[str, int] | None:
     _, _, _, tud = _mods()
-    if tud is None or isinstance(ds, tud.IterableDataset):
+    if tud is None or not _gated(ds) or _isa(ds, _cls(tud, "IterableDataset")):
         return None
     try:
         n = len(ds)
     except Exception:
         return None
-    if isinstance(ds, tud.TensorDataset):
+    if _isa(ds, _cls(tud, "TensorDataset")):
         return "TensorDataset", n
-    if isinstance(ds, tud.Subset):
+    if _isa(ds, _cls(tud, "Subset")):
         return "Subset", n
     fields = [v for v in vars(ds).values() if _sized(v) == n] if hasattr(ds, "__dict__") else []
     return ("Dataset", n) if fields else None
 
 
 def _sized(v: Any) -> int | None:
-    if isinstance(v, (list, tuple)):
+    if type(v) is list or type(v) is tuple:
         return len(v)
     k = _kind(v)
     return k[1] if k and k[0] not in ("DataLoader",) else None
@@ -240,11 +270,11 @@ def _take(obj: Any, kind: str, pos: list[int], memo: dict) -> Any:
     elif kind == "TensorDataset":
         new = type(obj)(*[_take(t, "Tensor", pos, memo) for t in obj.tensors])
     elif kind == "Subset":
-        new = copy.copy(obj)
+        new = _COPY(obj)
         new.indices = [obj.indices[i] for i in pos]
     elif kind == "Dataset":
         n = len(obj)
-        new = copy.copy(obj)
+        new = _COPY(obj)
         for attr, v in vars(obj).items():
             if isinstance(v, (list, tuple)) and len(v) == n:
                 setattr(new, attr, type(v)(v[i] for i in pos) if isinstance(v, list) else tuple(v[i] for i in pos))
@@ -293,11 +323,11 @@ def _rows_to_keep(n: int, fraction: float, floor_rows: int, modulus: int, requir
     """About `fraction` of `n` rows (at least `floor_rows` and the `required` ones), rounded so that the count
     keeps `n`'s remainder modulo the batch size: whole batches plus the same last batch as the full run (the
     last batch alone when the floor allows and it holds a few rows)."""
-    k = max(floor_rows, int(math.ceil(fraction * n)), required)
+    k = max(floor_rows, int(_CEIL(fraction * n)), required)
     if modulus > 1 and n > 2 * modulus:
         rem = n % modulus
         fewest = 0 if (floor_rows <= rem and rem >= 8) else 1
-        m = max(fewest, math.ceil((k - rem) / modulus))
+        m = max(fewest, _CEIL((k - rem) / modulus))
         k = m * modulus + rem
     return min(k, n)
 
@@ -332,10 +362,12 @@ def _candidates(ns: dict, names: list[str]) -> list[tuple[tuple, object, str, in
             out.append(((name,), obj, k[0], k[1]))
             continue
         items = []
+        if not _gated(obj):
+            continue
         if isinstance(obj, dict) and len(obj) <= 32:
-            items = [(key, v) for key, v in obj.items() if isinstance(key, (str, int))]
+            items = [(key, v) for key, v in dict.items(obj) if type(key) is str or type(key) is int]
         elif isinstance(obj, (list, tuple)) and len(obj) <= 16:
-            items = list(enumerate(obj))
+            items = list(enumerate(list.__iter__(obj) if isinstance(obj, list) else tuple.__iter__(obj)))
         for key, v in items:
             k = _kind(v)
             if k:
@@ -354,7 +386,7 @@ def shrink_namespace(ns: dict, names: list[str], spec: dict, check: Any = None) 
     floor_rows = int(spec.get("floor_rows", 64))
     min_rows = int(spec.get("min_rows", 2000))
     relative = float(spec.get("relative", 0.05))
-    rng = random.Random(int(spec.get("seed", 0)))
+    rng = _RANDOM(int(spec.get("seed", 0)))
     cands = _candidates(ns, names)
     if not cands:
         return []
@@ -397,7 +429,7 @@ def shrink_namespace(ns: dict, names: list[str], spec: dict, check: Any = None) 
         holder = containers.get(name)
         if holder is None:
             orig = ns[name]
-            holder = dict(orig) if isinstance(orig, dict) and type(orig) is not dict else copy.copy(orig)
+            holder = dict(orig) if isinstance(orig, dict) and type(orig) is not dict else _COPY(orig)
             if isinstance(orig, tuple):
                 holder = list(orig)
             containers[name] = holder

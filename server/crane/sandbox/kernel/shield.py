@@ -12,13 +12,21 @@
 - `memory_headroom`: how much memory the kernel's process may still use, cgroup-aware (v2 `memory.max -
   memory.current` on the process's cgroup and its ancestors, v1 `memory.limit_in_bytes - memory.usage_in_bytes`;
   reclaimable page cache discounted), and never more than `/proc/meminfo`'s MemAvailable.
+- builtins bound at install: this part comes first in the transplant's private module, and the module's
+  `__builtins__` becomes a copy of the builtins taken then, so every function of the parts after it (the export)
+  calls the `len`, `isinstance`, `__import__`, ... of that moment, never a `builtins.len` the notebook replaced
+  later (`BUILTINS`; also given to CRANE's private cloudpickle, whose pickler imports modules by name).
 """
 
 from __future__ import annotations
 
 import _io
 import _json
+import builtins
 from typing import Any
+
+BUILTINS: dict = dict(builtins.__dict__)
+globals()["__builtins__"] = BUILTINS
 
 private_open = _io.open
 # Every part of a kernel-side module shares this module's namespace (crane.kernel.private_module): `open` here

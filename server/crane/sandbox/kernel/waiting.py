@@ -20,50 +20,108 @@ an asyncio task not yet started, neither in the socket nor on the lock); the tim
 
 from __future__ import annotations
 
+import _thread
 import select
 import sys
-import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from crane.sandbox.kernel.library import is_library  # kernel: strip
+
 WATCH_SHELL = "the kernel's shell queue"  # what stops the export when the user sends a request
+# bound at install: nothing is looked up on a shared module, and nothing of the kernel's objects is reached through
+# attribute lookup (a class the notebook patched would run its code): instance dicts and trait values only
+_W_MODULES = sys.modules
+_W_GET = object.__getattribute__
+_W_MRO = type.__dict__["__mro__"]
+_W_DICT = type.__dict__["__dict__"]
+_W_NAME = type.__dict__["__name__"]
+_W_IDENT = _thread.get_ident
+_W_POLL = getattr(select, "poll", None)
+_W_SELECT = select.select
+_W_POLLIN = getattr(select, "POLLIN", 1)
+_W_GETSET = type(type.__dict__["__dict__"])
+_W_DEQUE = deque
+
+
+def _w_field(obj: Any, name: str) -> Any:
+    """An attribute as stored: a traitlets trait's value, else the instance dict's entry (None when absent)."""
+    try:
+        d = _W_GET(obj, "__dict__")
+    except Exception:
+        return None
+    if type(d) is not dict:
+        return None
+    values = dict.get(d, "_trait_values")
+    if type(values) is dict and name in values:
+        return dict.get(values, name)
+    return dict.get(d, name)
+
+
+def _w_class_attr(cls: Any, name: str) -> Any:
+    for k in _W_MRO.__get__(cls, type):
+        kd = _W_DICT.__get__(k, type)
+        if name in kd:
+            return kd[name]
+    return None
+
+
+def _w_library_callable(fn: Any) -> bool:
+    """A Python function of a library's file, or a Cython function compiled into a library's module."""
+    t = type(fn)
+    if t is type(_w_field):
+        return is_library(fn.__code__.co_filename)
+    if _W_NAME.__get__(t, type) != "cython_function_or_method":
+        return False
+    mod = _W_GET(fn, "__module__")
+    m = dict.get(_W_MODULES, mod) if type(mod) is str else None
+    path = dict.get(_W_GET(m, "__dict__"), "__file__") if type(m) is type(sys) else None
+    return type(path) is str and is_library(path)
 
 
 def shell_watch(shell: Any) -> tuple[Callable[[], bool] | None, str]:
     """(a check, cheap and read-only, that a shell request waits for the main thread; what it watches), or
     (None, why there is no watch). Call on the kernel's main thread: the one that runs the export."""
-    zmq = sys.modules.get("zmq")
-    if zmq is None:
+    zmq = dict.get(_W_MODULES, "zmq")
+    if type(zmq) is not type(sys):
         return None, "not a ZeroMQ kernel"
     try:
-        kernel = getattr(shell, "kernel", None)
-        sct = getattr(kernel, "shell_channel_thread", None) if kernel is not None else None
+        kernel = _w_field(shell, "kernel")
+        sct = _w_field(kernel, "shell_channel_thread") if kernel is not None else None
         if sct is None:
             return None, "the kernel has no shell-channel thread (ipykernel before 7, or not ipykernel)"
-        if getattr(sct, "parent_thread", None) is not threading.current_thread():
+        parent = _w_field(sct, "parent_thread")
+        if parent is None or _w_field(parent, "_ident") != _W_IDENT():
             return None, "the export does not run on the kernel's main shell thread"
-        manager = getattr(sct, "_manager", None)  # never the `manager` property: it would create one
-        pair = getattr(manager, "_shell_channel_to_main", None) if manager is not None else None
-        sock = getattr(pair, "to_socket", None)
-        stream = getattr(pair, "to_stream", None)
-        known = type(sock) is zmq.Socket and getattr(stream, "socket", None) is sock  # read by the main loop's stream
-        if sock is None or not known:
+        manager = _w_field(sct, "_manager")  # never the `manager` property: it would create one
+        pair = _w_field(manager, "_shell_channel_to_main") if manager is not None else None
+        sock = _w_field(pair, "to_socket") if pair is not None else None
+        stream = _w_field(pair, "to_stream") if pair is not None else None
+        socket_cls = dict.get(_W_GET(zmq, "__dict__"), "Socket")
+        known = sock is not None and type(sock) is socket_cls and _w_field(stream, "socket") is sock
+        if not known:
             return None, "the kernel's main shell queue is not the one ipykernel 7 builds"
-        if sock.closed:
+        closed, getsockopt = _w_class_attr(socket_cls, "closed"), _w_class_attr(socket_cls, "getsockopt")
+        fd_opt = dict.get(_W_GET(zmq, "__dict__"), "FD")
+        if type(closed) is not _W_GETSET or not _w_library_callable(getsockopt) or not issubclass(type(fd_opt), int):
+            return None, "the kernel's shell queue cannot be watched (its socket class was changed)"
+        if closed.__get__(sock, socket_cls):
             return None, "the kernel's main shell queue is closed"
-        fd = sock.getsockopt(zmq.FD)  # the mailbox's descriptor: reading it processes nothing
-        lock = getattr(kernel, "_main_asyncio_lock", None)
-        lock_state = vars(lock) if lock is not None and "_waiters" in vars(lock) else None
+        fd = getsockopt(sock, fd_opt)  # the mailbox's descriptor: reading it processes nothing
+        lock = _w_field(kernel, "_main_asyncio_lock")
+        lock_state = _W_GET(lock, "__dict__") if lock is not None else None
+        lock_state = lock_state if type(lock_state) is dict and "_waiters" in lock_state else None
     except Exception as exc:  # noqa: BLE001 - an unknown structure: no watch
         return None, f"the kernel's shell queue cannot be watched ({type(exc).__name__})"
     if type(fd) is not int or fd < 0:
         return None, "the kernel's main shell queue has no descriptor"
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
+    if _W_POLL is not None:
+        poller = _W_POLL()
+        poller.register(fd, _W_POLLIN)
         ready: Callable[[], bool] = lambda: bool(poller.poll(0))  # noqa: E731
     else:  # Windows: the descriptor is a socket, which select takes
-        ready = lambda: bool(select.select([fd], [], [], 0)[0])  # noqa: E731
+        ready = lambda: bool(_W_SELECT([fd], [], [], 0)[0])  # noqa: E731
 
     def waiting() -> bool:
         """A request reached the main shell's queue since the main thread last looked, or waits on its lock."""
@@ -72,7 +130,7 @@ def shell_watch(shell: Any) -> tuple[Callable[[], bool] | None, str]:
                 return True
         except (OSError, ValueError):
             return False
-        waiters = lock_state.get("_waiters") if lock_state is not None else None
-        return waiters is not None and len(waiters) > 0
+        waiters = dict.get(lock_state, "_waiters") if lock_state is not None else None
+        return type(waiters) is _W_DEQUE and len(waiters) > 0
 
     return waiting, WATCH_SHELL

@@ -39,6 +39,7 @@ from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.kernel.request import check_request  # kernel: strip
 from crane.sandbox.kernel.run import _record_out, run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
+from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
     apply_limits,
@@ -340,47 +341,11 @@ def _register_shrunk(known: list, ns: dict) -> None:
 
 
 def _apply_settings(facts: dict) -> None:
-    """The kernel's interpreter and library settings a fresh interpreter lacks (kernel/export `_settings`)."""
+    """The kernel's interpreter and library settings a fresh interpreter lacks (kernel/export `_settings`): each
+    library's through shared/carry.py (applied, then read back and compared: what differs is `settings_missed`,
+    and a crash that rests on it is only "likely"), torch's here."""
     st = facts.get("settings") or {}
-    try:
-        limit = int(st.get("recursionlimit") or 0)
-        if limit > sys.getrecursionlimit():
-            sys.setrecursionlimit(limit)
-    except (ValueError, RecursionError):
-        pass
-    np = sys.modules.get("numpy")
-    if np is not None:
-        for fn, key in ((np.seterr, "seterr"), (np.set_printoptions, "printoptions")):
-            try:
-                if st.get(key):
-                    fn(**st[key])
-            except Exception:
-                pass
-    pd = sys.modules.get("pandas")
-    if pd is not None:
-        for key, val in (st.get("pandas") or {}).items():
-            try:
-                pd.set_option(key, val)
-            except Exception:
-                pass
-    jax = sys.modules.get("jax")
-    if jax is not None:
-        for key, val in (st.get("jax") or {}).items():
-            if any(w in key for w in ("platform", "device", "cuda", "rocm", "backend", "plugin", "cache_dir")):
-                continue
-            try:
-                holder = jax.config._value_holders.get(key)
-                now = holder.get_global() if hasattr(holder, "get_global") else holder.value
-                if now != val:
-                    jax.config.update(key, val)
-            except Exception:
-                pass
-    tf = sys.modules.get("tensorflow")
-    if tf is not None and (st.get("tf") or {}).get("run_functions_eagerly"):
-        try:
-            tf.config.run_functions_eagerly(True)
-        except Exception:
-            pass
+    _W["settings_missed"].extend(apply_carried(st))
     ts = st.get("torch")
     torch = sys.modules.get("torch")
     if ts and torch is not None:
@@ -394,16 +359,6 @@ def _apply_settings(facts: dict) -> None:
                 torch.random.set_rng_state(torch.tensor(list(bytes.fromhex(ts["rng"])), dtype=torch.uint8))
         except Exception:
             _W["settings_missed"].append("torch")  # a crash in torch then stays "likely" (transplant.crash_certain)
-    kcfg = getattr(sys.modules.get("keras"), "config", None)
-    ks = st.get("keras") or {}
-    if kcfg is not None and ks:
-        for fn, key in (("set_floatx", "floatx"), ("set_image_data_format", "image_data_format"),
-                        ("set_epsilon", "epsilon"), ("set_dtype_policy", "dtype_policy")):
-            try:
-                if key in ks and callable(getattr(kcfg, fn, None)):
-                    getattr(kcfg, fn)(ks[key])
-            except Exception:
-                pass
 
 
 def _register_accessors(accessors: list | None) -> None:

@@ -1,0 +1,402 @@
+"""Carried state: the process-wide settings a fresh interpreter would not have, one library at a time, each with
+its read side (the kernel: kernel/export.py, as part of `_crane_transplant`) beside its apply-and-compare side (the
+transplant worker: worker/main.py, as part of its `_crane_sandbox`). Standard library only (see the package).
+
+Read side (`read_carried`): runs in the user's kernel, so it touches nothing but what `lib` gives it (kernel/export's
+`_Lib`): plain modules' namespaces read as dicts (`lib.mod`), calls of functions proven to be the library's own
+whose name is the expected one (`lib.call`: a function the notebook replaced is never called, the library's state
+is then reported unread), C-level attributes (`lib.attr`). Values are kept only when they are plain builtins
+(exact types): the result is JSON.
+
+Apply side (`apply_carried`): in the worker, after the state is loaded, each library's settings are applied and read back
+the same way; a library whose state, read back, differs from the kernel's (or that could not be read there) is
+returned by name: a crash in it is then only "likely" (crane.sandbox.transplant.crash_certain).
+
+What travels: the recursion limit and `sys.get_int_max_str_digits()`; `warnings` filters whose parts are plain
+(an action, a message and module regex, a category that is a builtin warning class, a line number); the `decimal`
+context (precision, rounding, Emin/Emax, capitals, clamp, traps and flags); the global RNG states (`random`,
+numpy's legacy global RandomState); numpy's error handling and print options; pandas options that differ from
+their defaults; JAX's config values (x64, default dtype bits, PRNG implementation, ...); TensorFlow's eager and
+soft-placement flags; Keras' floatx, image data format, epsilon and dtype policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_SIMPLE = (bool, int, float, str, type(None))
+_SIGNALS = ("Clamped", "DivisionByZero", "Inexact", "Overflow", "Rounded", "Subnormal", "Underflow",
+            "InvalidOperation", "FloatOperation")
+_DECIMAL_FIELDS = ("prec", "rounding", "Emin", "Emax", "capitals", "clamp")
+# JAX settings that name a machine's devices or files: not the worker's to take (it has its own devices)
+_JAX_LOCAL = ("platform", "device", "cuda", "rocm", "backend", "plugin", "cache_dir", "compilation_cache")
+# libraries whose whole carried state, proven equal in the worker, makes a crash in them certain
+CARRIED_RUNTIMES = {"jax": ("jax", "jaxlib", "flax", "optax"), "tf": ("tensorflow",), "keras": ("keras", "tf_keras")}
+
+
+def _simple(v: Any) -> bool:
+    t = type(v)
+    return any(t is c for c in _SIMPLE)
+
+
+# -- read side (the kernel) ----------------------------------------------------------------------------------
+def read_carried(lib: Any, recursion_limit: int) -> dict:
+    """Every library's carried state the kernel has loaded: {key: value}; `unread` lists the libraries loaded
+    whose state could not be read without calling code that is not the library's own."""
+    out: dict = {"recursionlimit": recursion_limit, "unread": []}
+    for key, fn, module in _READERS:
+        if module and not lib.mod(module):
+            continue
+        try:
+            value = fn(lib)
+        except Exception:
+            value = None
+        if value is None:
+            out["unread"].append(key)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_interpreter(lib: Any) -> Any:
+    sysd = lib.mod("sys")
+    return {"int_max_str_digits": lib.call(sysd.get("get_int_max_str_digits"), "get_int_max_str_digits")} \
+        if "get_int_max_str_digits" in sysd else {}
+
+
+def _read_numpy(lib: Any) -> Any:
+    np = lib.mod("numpy")
+    err = lib.call(np.get("geterr"), "geterr")
+    opts = lib.call(np.get("get_printoptions"), "get_printoptions")
+    if type(err) is not dict or type(opts) is not dict:
+        return None
+    return {"seterr": {k: v for k, v in dict.items(err) if type(k) is str and type(v) is str},
+            "printoptions": {k: v for k, v in dict.items(opts) if type(k) is str and _simple(v)}}
+
+
+def _read_numpy_random(lib: Any) -> Any:
+    """numpy's legacy global RandomState (`np.random.seed`, `np.random.rand`): its MT19937 state."""
+    mt = lib.mod("numpy.random.mtrand")
+    rand = mt.get("_rand")
+    cls = mt.get("RandomState")
+    if type(rand) is not cls or not lib.proven(cls):
+        return None
+    state = lib.call(lib.method(cls, "get_state"), "get_state", rand)
+    if type(state) is not tuple or len(state) != 5 or state[0] != "MT19937":
+        return None
+    keys = lib.call(lib.method(type(state[1]), "tolist"), "tolist", state[1])
+    if type(keys) is not list or not all(type(k) is int for k in keys):
+        return None
+    pos, has_gauss, cached = state[2], state[3], state[4]
+    if type(pos) is not int or type(has_gauss) is not int or type(cached) is not float:
+        return None
+    return [keys, pos, has_gauss, cached]
+
+
+def _read_random(lib: Any) -> Any:
+    """The `random` module's global generator (`random.seed`, `random.random`)."""
+    rd = lib.mod("random")
+    inst, cls = rd.get("_inst"), rd.get("Random")
+    if type(inst) is not cls or not lib.proven(cls):
+        return None
+    state = lib.call(lib.method(cls, "getstate"), "getstate", inst)
+    if type(state) is not tuple or len(state) != 3 or type(state[1]) is not tuple:
+        return None
+    if not all(type(k) is int for k in state[1]) or not (state[2] is None or type(state[2]) is float):
+        return None
+    return [state[0], list(state[1]), state[2]]
+
+
+def _read_decimal(lib: Any) -> Any:
+    dec = lib.mod("decimal")
+    ctx = lib.call(dec.get("getcontext"), "getcontext")
+    if not lib.proven(type(ctx)):
+        return None
+    out: dict = {f: lib.attr(ctx, f) for f in _DECIMAL_FIELDS}
+    if not all(_simple(v) for v in out.values()):
+        return None
+    for field in ("traps", "flags"):
+        signals = lib.attr(ctx, field)
+        get = lib.method(type(signals), "__getitem__")  # the C mapping's own (`lib.call` refuses any other)
+        values = {}
+        for name in _SIGNALS:
+            sig = dec.get(name)
+            if sig is None:
+                continue
+            v = lib.call(get, "__getitem__", signals, sig)
+            if type(v) is not bool:
+                return None
+            values[name] = v
+        out[field] = values
+    return out
+
+
+def _read_warnings(lib: Any) -> Any:
+    """The `warnings` filters when every part of each is plain (else None: not carried, not comparable)."""
+    w = lib.mod("warnings")
+    filters = w.get("filters")
+    pattern = lib.mod("re").get("Pattern")
+    if type(filters) is not list:
+        return None
+    out = []
+    for f in list.__iter__(filters):
+        if type(f) is not tuple or len(f) != 5:
+            return None
+        action, msg, cat, mod, lineno = f
+        parts: list = []
+        for rx in (msg, mod):
+            if rx is None:
+                parts.append(None)
+            elif type(rx) is str:  # matched by equality (the interpreter's own default filters)
+                parts.append(["str", rx])
+            elif type(rx) is pattern and pattern is not None:
+                p, flags = lib.attr(rx, "pattern"), lib.attr(rx, "flags")
+                if type(p) is not str or type(flags) is not int:
+                    return None
+                parts.append(["re", p, flags])
+            else:
+                return None
+        name = lib.class_name(cat)
+        if type(action) is not str or type(lineno) is not int or name is None:
+            return None
+        out.append([action, parts[0], name, parts[1], lineno])
+    return out
+
+
+def _read_pandas(lib: Any) -> Any:
+    """pandas options that differ from their defaults, read from its option tree (no `get_option`, which may warn,
+    and no function of pandas' own is called)."""
+    cfg = lib.mod("pandas._config.config")
+    registered, deprecated, root = cfg.get("_registered_options"), cfg.get("_deprecated_options"), \
+        cfg.get("_global_config")
+    if type(registered) is not dict or type(deprecated) is not dict or type(root) is not dict:
+        return None
+    out = {}
+    for key, reg in dict.items(registered):
+        if type(key) is not str or key in deprecated or not lib.proven(type(reg)) or not issubclass(type(reg), tuple):
+            continue
+        node: Any = root
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = dict.get(node, p) if type(node) is dict else None
+        if type(node) is not dict:
+            continue
+        default = tuple.__getitem__(reg, 1)
+        val = dict.get(node, parts[-1], default)
+        if _simple(val) and not (_simple(default) and type(default) is type(val) and val == default):
+            out[key] = val
+    return out
+
+
+def _read_jax(lib: Any) -> Any:
+    cfg = lib.mod("jax._src.config")
+    config = cfg.get("config")
+    if not lib.proven(type(config)):
+        return None
+    holders = lib.attrs(config).get("_value_holders")
+    if type(holders) is not dict:
+        return None
+    out = {}
+    for key, h in dict.items(holders):
+        if type(key) is not str or any(w in key for w in _JAX_LOCAL):
+            continue
+        if not lib.proven(type(h)):
+            return None
+        get = lib.method(type(h), "get_global", None)
+        val = lib.call(get, "get_global", h) if get is not None else lib.attr(h, "value")
+        if _simple(val):
+            out[key] = val
+    return out
+
+
+def _read_tf(lib: Any) -> Any:
+    cfg = lib.mod("tensorflow._api.v2.config") or lib.mod("tensorflow.config")
+    out = {"run_functions_eagerly": lib.call(cfg.get("functions_run_eagerly"), "functions_run_eagerly"),
+           "soft_device_placement": lib.call(cfg.get("get_soft_device_placement"), "get_soft_device_placement")}
+    return out if all(type(v) is bool for v in out.values()) else None
+
+
+def _read_keras(lib: Any) -> Any:
+    cfg = lib.mod("keras.config") or lib.mod("keras.src.backend.config")
+    out = {name: lib.call(cfg.get(name), name) for name in ("floatx", "image_data_format", "epsilon")}
+    policy = cfg.get("dtype_policy")
+    if policy is not None:
+        p = lib.call(policy, "dtype_policy")
+        name = lib.attrs(p).get("_name") if lib.proven(type(p)) else None
+        if type(name) is not str:
+            return None
+        out["dtype_policy"] = name
+    return out if all(_simple(v) for v in out.values()) else None
+
+
+# (key, reader, the module whose presence means the library is loaded; "" for always)
+_READERS = (("interpreter", _read_interpreter, ""), ("numpy", _read_numpy, "numpy"),
+            ("numpy_random", _read_numpy_random, "numpy.random.mtrand"), ("random", _read_random, "random"),
+            ("decimal", _read_decimal, "decimal"), ("warnings", _read_warnings, "warnings"),
+            ("pandas", _read_pandas, "pandas._config.config"), ("jax", _read_jax, "jax._src.config"),
+            ("tf", _read_tf, "tensorflow"), ("keras", _read_keras, "keras"))
+
+
+# -- apply side (the worker) ---------------------------------------------------------------------------------
+def apply_carried(settings: dict) -> list[str]:
+    """Apply the kernel's carried state in this (worker) process; the libraries whose state, read back, is not the
+    kernel's (or could not be read in the kernel) are returned by name."""
+    import sys
+    missed: list[str] = [str(k) for k in settings.get("unread") or ()]
+    try:
+        limit = int(settings.get("recursionlimit") or 0)
+        if limit > sys.getrecursionlimit():
+            sys.setrecursionlimit(limit)
+    except (ValueError, RecursionError):
+        pass
+    lib = WorkerLib()
+    for key, fn, module in _READERS:
+        if key not in settings or key in missed:
+            continue
+        want = settings[key]
+        try:
+            if module and module not in sys.modules:
+                __import__(module)
+            _APPLY[key](want)
+            if fn(lib) != want:
+                missed.append(key)
+        except Exception:
+            missed.append(key)
+    return missed
+
+
+class WorkerLib:
+    """The read side's accessors in the worker: the process is the copy's own, so plain lookups are fine."""
+
+    def mod(self, name: str) -> dict:
+        import sys
+        m = sys.modules.get(name)
+        return vars(m) if m is not None else {}
+
+    def call(self, fn: Any, name: str, *args: Any) -> Any:
+        if fn is None:
+            raise LookupError(name)
+        return fn(*args)
+
+    def method(self, cls: type, name: str, *default: Any) -> Any:
+        return getattr(cls, name, *default)
+
+    def attr(self, obj: Any, name: str) -> Any:
+        return getattr(obj, name)
+
+    def attrs(self, obj: Any) -> dict:
+        return vars(obj) if hasattr(obj, "__dict__") else {}
+
+    def proven(self, cls: Any) -> bool:
+        return cls is not None
+
+    def class_name(self, cls: Any) -> str | None:
+        return f"{cls.__module__}:{cls.__qualname__}" if resolve_class(f"{cls.__module__}:{cls.__qualname__}") is cls \
+            else None
+
+
+def resolve_class(name: str) -> Any:
+    """The class a `module:qualname` names in this process (its module already imported), else None."""
+    import sys
+    mod, _, qual = name.partition(":")
+    obj: Any = sys.modules.get(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+    return obj if isinstance(obj, type) else None
+
+
+def _loaded(name: str) -> Any:
+    """A library the worker imported again (worker/main `_import`), by name (a shared file imports only the
+    standard library)."""
+    import importlib
+    return importlib.import_module(name)
+
+
+def _apply_interpreter(v: dict) -> None:
+    import sys
+    if "int_max_str_digits" in v:
+        sys.set_int_max_str_digits(int(v["int_max_str_digits"]))
+
+
+def _apply_numpy(v: dict) -> None:
+    np: Any = _loaded("numpy")
+    np.seterr(**v["seterr"])
+    np.set_printoptions(**v["printoptions"])
+
+
+def _apply_numpy_random(v: list) -> None:
+    np: Any = _loaded("numpy")
+    np.random.set_state(("MT19937", np.array(v[0], dtype=np.uint32), v[1], v[2], v[3]))
+
+
+def _apply_random(v: list) -> None:
+    import random
+    random.setstate((v[0], tuple(v[1]), v[2]))
+
+
+def _apply_decimal(v: dict) -> None:
+    import decimal
+    ctx = decimal.getcontext()
+    for f in _DECIMAL_FIELDS:
+        setattr(ctx, f, v[f])
+    for field in ("traps", "flags"):
+        signals = getattr(ctx, field)
+        for name, on in v[field].items():
+            signals[getattr(decimal, name)] = on
+
+
+def _apply_warnings(v: list) -> None:
+    import warnings
+    filters = []
+    for action, msg, cat, mod, lineno in v:
+        category = resolve_class(cat)
+        if category is None:
+            raise LookupError(cat)
+        filters.append((action, _matcher(msg), category, _matcher(mod), lineno))
+    current: Any = warnings.filters
+    current[:] = filters
+    warnings._filters_mutated()  # type: ignore[attr-defined]
+
+
+def _matcher(part: list | None) -> Any:
+    import re
+    if part is None:
+        return None
+    return part[1] if part[0] == "str" else re.compile(part[1], part[2])
+
+
+def _apply_pandas(v: dict) -> None:
+    pd: Any = _loaded("pandas")
+    for key, val in v.items():
+        pd.set_option(key, val)
+
+
+def _apply_jax(v: dict) -> None:
+    jax: Any = _loaded("jax")
+    holders = jax.config._value_holders
+    for key, val in v.items():
+        h = holders.get(key)
+        now = h.get_global() if hasattr(h, "get_global") else getattr(h, "value", None)
+        if h is not None and now != val:
+            jax.config.update(key, val)
+
+
+def _apply_tf(v: dict) -> None:
+    tf: Any = _loaded("tensorflow")
+    tf.config.run_functions_eagerly(v["run_functions_eagerly"])
+    tf.config.set_soft_device_placement(v["soft_device_placement"])
+
+
+def _apply_keras(v: dict) -> None:
+    keras: Any = _loaded("keras")
+    cfg = keras.config
+    cfg.set_floatx(v["floatx"])
+    cfg.set_image_data_format(v["image_data_format"])
+    cfg.set_epsilon(v["epsilon"])
+    if "dtype_policy" in v:
+        cfg.set_dtype_policy(v["dtype_policy"])
+
+
+_APPLY: dict[str, Any] = {"interpreter": _apply_interpreter, "numpy": _apply_numpy, "numpy_random": _apply_numpy_random,
+          "random": _apply_random, "decimal": _apply_decimal, "warnings": _apply_warnings, "pandas": _apply_pandas,
+          "jax": _apply_jax, "tf": _apply_tf, "keras": _apply_keras}
