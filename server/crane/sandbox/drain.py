@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import select
@@ -61,8 +60,9 @@ class RunDrain:
             # O_RDWR: opening never blocks, and writers never see a missing reader while the run lasts
             fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
+                import fcntl  # (here: POSIX only, and the package must import on Windows, where no FIFO is made)
                 fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BYTES)
-            except OSError:
+            except (ImportError, OSError):
                 pass  # over the machine's pipe-max-size: the default buffer, drained all the same
             self.fds[name] = fd
         self.notify_path: str | None = os.path.join(path, "notify")
