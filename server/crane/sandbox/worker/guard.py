@@ -67,7 +67,13 @@ GUARD_TABLE: dict[str, list[tuple]] = {
     "webbrowser": [("webbrowser", "open", None, GUARD_ANY)],
     "requests": [("requests.sessions", "Session.send", None, GUARD_ANY)],
     "ctypes": [("ctypes", "CDLL.__init__", None, GUARD_USER), ("ctypes", "LibraryLoader.LoadLibrary", None, GUARD_USER),
-               ("ctypes", "LibraryLoader.__getattr__", None, GUARD_USER)],
+               ("ctypes", "LibraryLoader.__getattr__", None, GUARD_USER),
+               ("ctypes", "CDLL.__getattr__", None, GUARD_USER),  # ctypes.pythonapi.system, libc.setpriority
+               ("ctypes", "CDLL.__getitem__", None, GUARD_USER)],
+    "psutil": [("psutil", f"Process.{n}", None, GUARD_ANY, (a, None, (None,))) for n, a in (
+        ("nice", "value"), ("cpu_affinity", "cpus"), ("ionice", "ioclass"), ("rlimit", "limits"))]
+    + [("psutil", f"Process.{n}", None, GUARD_USER) for n in (
+        "send_signal", "terminate", "kill", "suspend", "resume")],
     "signal": [("signal", "signal", None, GUARD_USER)],
     "threading": [("threading", "Thread.start", None, GUARD_USER), ("threading", "Timer.__init__", None, GUARD_USER)],
     "multiprocessing": [("multiprocessing.process", "BaseProcess.start", None, GUARD_ANY),
@@ -382,6 +388,8 @@ class CallGuard:
             if back is None or not self.is_user(back.f_code):
                 return
         if entry.paths is None:
+            if entry.mode is not None:
+                self._refuse(entry.label)
             if entry.label == _PROCESS_START and self.fork_children and forks_a_child(frame.f_locals.get("self")) \
                     and os.getpid() == self.pid:
                 return
@@ -390,7 +398,7 @@ class CallGuard:
         if entry.mode is not None:
             arg, default, readonly = entry.mode
             mode = loc.get(arg, default)
-            if isinstance(mode, str) and mode in readonly:
+            if (mode is None or isinstance(mode, str)) and mode in readonly:
                 return
         for spec in entry.paths:
             if spec.startswith("args["):
@@ -477,3 +485,86 @@ class CallGuard:
         mon.register_callback(self.tool, mon.events.PY_START, on_start)
         mon.set_events(self.tool, mon.events.CALL | mon.events.PY_START)
         return "sys.monitoring"
+
+
+# -- C functions with no audit event, replaced in their modules ------------------------------------------------------
+# Calls that reach another process of the same user or make special files, and that CPython 3.11 audits not at all:
+# whoever calls them (the cell directly, `map`/`itertools.starmap`/`functools.partial`, a pool thread, a library on
+# the cell's behalf), the replacement decides on the arguments. What stays allowed is what touches only the worker
+# itself (pid 0 or its own) or the run's folder.
+_SELF_PID = {"setpriority": 1, "sched_setaffinity": 0, "sched_setscheduler": 0, "sched_setparam": 0,
+             "pidfd_open": 0}
+_IN_FOLDER = ("mkfifo", "mknod")
+_ALWAYS = {"signal": ("pidfd_send_signal",), "_posixsubprocess": ("fork_exec",),
+           "_thread": ("start_new_thread", "start_new"), "gc": ("get_objects", "get_referrers", "get_referents")}
+
+
+def _own(pid: Any) -> bool:
+    return type(pid) is int and pid in (0, os.getpid())
+
+
+def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: False) -> list[str]:
+    """Replace the unaudited process and special-file calls (`_SELF_PID`, `_IN_FOLDER`, `_ALWAYS`) in their modules
+    by functions that refuse them (through `guard.on_refuse`) unless they touch only this process or the run's
+    folder; `is_own()`: CRANE's own operation in progress (never refused). Returns what was replaced."""
+    import functools
+    done: list[str] = []
+
+    def put(mod: Any, name: str, wrapper: Callable) -> None:
+        orig = mod.__dict__.get(name)
+        if orig is None or getattr(orig, "__crane_shield__", False):
+            return
+        w = functools.wraps(orig)(wrapper(orig))
+        del w.__wrapped__  # (the original is not handed to the cell by name)
+        setattr(w, "__crane_shield__", True)  # noqa: B010
+        mod.__dict__[name] = w
+        done.append(f"{mod.__name__}.{name}")
+
+    def self_only(name: str, argi: int) -> Callable:
+        def make(orig: Callable) -> Callable:
+            def call(*args: Any, **kw: Any) -> Any:
+                target = args[argi] if len(args) > argi else kw.get("who" if name == "setpriority" else "pid")
+                if name == "setpriority" and (args[0] if args else kw.get("which")) != getattr(os, "PRIO_PROCESS", 0):
+                    target = None  # a process group or a user: other processes
+                if not is_own() and not _own(target):
+                    guard._refuse(f"os: posix.{name} on another process ({target!r})")
+                return orig(*args, **kw)
+            return call
+        return make
+
+    def in_folder(name: str) -> Callable:
+        def make(orig: Callable) -> Callable:
+            def call(path: Any, *args: Any, **kw: Any) -> Any:
+                if not is_own():
+                    if kw.get("dir_fd") is not None or not guard.inside(path):
+                        guard._refuse(f"os: posix.{name} outside the cell's working folder ({str(path)[:200]!r})")
+                    guard.prepare(path)
+                return orig(path, *args, **kw)
+            return call
+        return make
+
+    def never(label: str) -> Callable:
+        def make(orig: Callable) -> Callable:
+            def call(*args: Any, **kw: Any) -> Any:
+                if not is_own():
+                    guard._refuse(label)
+                return orig(*args, **kw)
+            return call
+        return make
+
+    for modname in ("posix", "os", "nt"):
+        mod = sys.modules.get(modname)
+        if mod is None:
+            continue
+        for name, argi in _SELF_PID.items():
+            put(mod, name, self_only(name, argi))
+        for name in _IN_FOLDER:
+            put(mod, name, in_folder(name))
+    for modname, names in _ALWAYS.items():
+        try:
+            mod = __import__(modname)  # built-in modules: one instance, loaded now if not yet
+        except ImportError:
+            continue
+        for name in names:
+            put(mod, name, never(f"{_FAMILY.get(modname, modname)}: {modname}.{name}"))
+    return done

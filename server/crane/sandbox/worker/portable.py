@@ -51,7 +51,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
-from crane.sandbox.worker.guard import CallGuard, multiprocessing_children  # kernel: strip
+from crane.sandbox.worker.guard import CallGuard, multiprocessing_children, shield_unaudited  # kernel: strip
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, runtime_dirs  # kernel: strip
 
@@ -499,6 +499,7 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     if os_layer.get("ran"):
         ctx.confinement["landlock_abi"] = os_layer.get("abi")
     _install_portable_hook(run)
+    ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: bool(ctx.audit_state.get("own")))
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     return ctx, run
 

@@ -1,0 +1,96 @@
+"""Round 5's portable-path families (../shared/notes/sandbox-attacks-5.md P1-P4, P6), on IPython 8 and 9 kernels,
+through the portable sandbox (`SandboxOptions(confinement="portable")`: the call guard, the audit hook and, where
+Linux has Landlock, the OS layer) and through the guard alone (`confinement="guard"`) for honest code:
+- every attempt: nothing outside changed (files hashed, a loopback listener), the kernel unchanged (namespace,
+  execution count, outputs: `Untouched`; nice value, CPU affinity, scheduling policy) and alive;
+- attacks: `blocked` (refused by a Python layer) or a run whose calls the OS refused; never a certain crash;
+- honest code (`..` paths, the view walked, resolved, listed): the kernel's own verdict, the real files unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.options import SandboxOptions
+
+from ..kernel_envs import KERNEL_ENVS, kernel_python
+from .conftest import tree_hash
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux process controls")
+
+PORTABLE = SandboxOptions(confinement="portable")
+SETUP = "import os, functools, itertools, signal\nkpid = os.getpid()\nx = 41\n"
+
+
+@pytest.fixture(scope="module", params=KERNEL_ENVS)
+def k5(request, workdir, outside, listener):
+    kernel = start_kernel(workdir, python=kernel_python(request.param))
+    conn = kernel.connection
+    run = conn.run_cell(SETUP, timeout=120)
+    assert run.status == "ok", run
+    yield {"conn": conn, "work": workdir, "outside": outside, "listener": listener, "kpid": conn.evaluate("kpid")}
+    kernel.shutdown()
+
+
+def _sched(pid: int) -> tuple:
+    return os.getpriority(os.PRIO_PROCESS, pid), sorted(os.sched_getaffinity(pid)), os.sched_getscheduler(pid)
+
+
+def run5(k5, source: str, sandbox: SandboxOptions = PORTABLE):
+    """The cell in the sandbox; asserts nothing outside the run changed and the kernel is unchanged and alive."""
+    conn, kpid = k5["conn"], k5["kpid"]
+    src = source.replace("@OUTSIDE@", str(k5["outside"])).replace("@WORK@", str(k5["work"]))
+    before = (tree_hash(k5["work"]), tree_hash(k5["outside"]), _sched(kpid))
+    with Untouched(conn) as watch:
+        v = speculate(conn, src, 60.0, sandbox=sandbox)
+    assert watch.unchanged, (watch.changes(), v)
+    assert conn.evaluate("x") == 41
+    assert (tree_hash(k5["work"]), tree_hash(k5["outside"]), _sched(kpid)) == before, v
+    assert k5["listener"].received == []
+    assert v.mode == "portable", v
+    assert not (v.verdict == "crash" and v.certain), v  # an attack never makes a certain crash
+    return v
+
+
+# P2: the user's kernel re-niced, pinned, re-scheduled or killed, through C intermediaries and library calls
+P2 = {
+    "setpriority through map": "list(map(os.setpriority, [os.PRIO_PROCESS], [kpid], [19]))",
+    "setpriority through partial": "functools.partial(os.setpriority, os.PRIO_PROCESS, kpid, 18)()",
+    "setpriority of the user": "list(map(os.setpriority, [os.PRIO_USER], [os.getuid()], [19]))",
+    "affinity through map": "list(map(os.sched_setaffinity, [kpid], [{0}]))",
+    "SCHED_IDLE through starmap": "list(itertools.starmap(os.sched_setscheduler, [(kpid, os.SCHED_IDLE, "
+                                  "os.sched_param(0))]))",
+    "pidfd kill through map": "list(map(signal.pidfd_send_signal, map(os.pidfd_open, [kpid]), [9]))",
+    "psutil nice": "import psutil\npsutil.Process(kpid).nice(19)",
+    "psutil affinity": "import psutil\npsutil.Process(kpid).cpu_affinity([0])",
+    "a pool thread makes a FIFO outside": "import concurrent.futures as cf\n"
+                                          "cf.ThreadPoolExecutor(1).submit(os.mkfifo, '@OUTSIDE@/fifo').result()",
+    "mknod through map": "list(map(os.mknod, ['@OUTSIDE@/node']))",
+    "a program through spawnv_passfds": "import multiprocessing.util as u\n"
+                                        "u.spawnv_passfds(b'/bin/sh', [b'sh', b'-c', b'touch @OUTSIDE@/sh'], [])",
+    "ctypes.pythonapi": "import ctypes\nctypes.pythonapi.system(b'touch @OUTSIDE@/ct')",
+    "gc walked by library code": "import gc, concurrent.futures.thread as t, concurrent.futures as cf\n"
+                                 "fu = cf.Future()\nt._WorkItem(fu, gc.get_objects, (), {}).run()\nlen(fu.result())",
+    "a thread with no profile hook": "import _thread\nlist(map(_thread.start_new_thread, [os.mkfifo], "
+                                     "[('@OUTSIDE@/late',)]))",
+}
+
+
+@pytest.mark.parametrize("attack", list(P2))
+def test_p2_the_kernel_is_neither_reniced_pinned_rescheduled_nor_signalled(k5, attack):
+    v = run5(k5, P2[attack])
+    assert v.verdict in ("blocked", "no-crash", "crash"), v
+    if v.verdict == "blocked":
+        assert (v.reason or "").startswith("crane sandbox: "), v
+    assert os.path.exists(f"/proc/{k5['kpid']}")
+
+
+def test_p2_the_worker_may_still_change_itself(k5):
+    v = run5(k5, "os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0))\n"
+                 "os.sched_setaffinity(0, os.sched_getaffinity(0))\nprint('ok')")
+    assert (v.verdict, v.stdout.strip()) == ("no-crash", "ok"), v
