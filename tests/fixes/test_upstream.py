@@ -97,3 +97,17 @@ def test_index_labels_of_the_values_length(kernel):
     assert fix.new.splitlines()[0] in ("imp = pd.Series(tree.feature_importances_, index=features.columns)",
                                        "imp = pd.Series(tree.feature_importances_, index=tree.feature_names_in_)")
     assert fix.stdout.strip() == "2"
+
+
+def test_loop_variable_that_overwrote_a_fitted_model_is_renamed(kernel):
+    head = SK + "from sklearn.ensemble import RandomForestClassifier\n"
+    cells = [(head, True), ("X = np.arange(20.).reshape(10, 2)\ny = np.array([0, 1] * 5)\n", True),
+             ("model = RandomForestClassifier(n_estimators=5, random_state=0)\n", True), ("model.fit(X, y)\n", True),
+             ("models = {'lr': LogisticRegression()}\nfor name, model in models.items():\n    model.fit(X, y)\n", True),
+             ("print(len(model.feature_importances_))\n", False)]
+    r = fix_search(kernel, cells, 6)
+    fix = offered(r, "rename-overwritten")
+    (change,) = fix.cell_edits
+    assert change.cell == 5 and change.new.splitlines()[1:] == ["for name, each_model in models.items():",
+                                                                "    each_model.fit(X, y)"]
+    assert fix.run_first == (3, 4, 5) and fix.new == fix.old and fix.stdout.strip() == "2"

@@ -85,6 +85,9 @@ def context_message(nb: Notebook, ctx: FixContext) -> str:
         parts.append(p)
     if ctx.findings:
         parts.append("## CRANE's prediction for the target cell\n" + findings_text(ctx.findings))
+    flow = data_flow_text(nb, ctx)
+    if flow:
+        parts.append(flow)
     if ctx.probe is not None:
         text, _ = facts_text(ctx.probe)
         parts.append("## Runtime state (names the target uses)\n" + (text or "(nothing notable)"))
@@ -98,6 +101,23 @@ def context_message(nb: Notebook, ctx: FixContext) -> str:
     return "\n\n".join(parts)
 
 
+def data_flow_text(nb: Notebook, ctx: FixContext) -> str:
+    """Where the failing line's values were made and changed (crane.analysis.provenance): the cells that can hold
+    the cause."""
+    from crane.analysis.provenance import explain_line
+    from crane.analysis.scope import NotebookScope
+
+    line = ctx.failing_line or next((f.line for f in ctx.findings if getattr(f, "line", None)), None)
+    try:
+        lines = explain_line(NotebookScope.from_notebook(nb), nb.cell(ctx.target).source, line, ctx.target)
+    except Exception:  # an explanation never stops the agent
+        return ""
+    if not lines:
+        return ""
+    return ("## Where the failing line's values come from (the cause may be in one of these cells)\n"
+            + "\n".join(f"- {ln}" for ln in lines))
+
+
 def candidates_text(fixes: list) -> str:
     """The verified quick fixes CRANE found without a model (crane.fixes), for the agent to start from."""
     out = ["## Verified candidate fixes (each already ran clean in a sandbox of the current state; smallest first)",
@@ -108,6 +128,10 @@ def candidates_text(fixes: list) -> str:
         if f.run_first:
             head += f" — run cell{'s' if len(f.run_first) > 1 else ''} {', '.join(map(str, f.run_first))} first"
         out.append(head)
+        if getattr(f, "detail", ""):
+            out.append(f"   why: {f.detail}")
+        for c in getattr(f, "cell_edits", ()):
+            out.append(f"   new source of cell {c.cell}:\n```python\n{c.new.rstrip()}\n```")
         if f.new != f.old:
             out.append(f"   new source of cell {f.target}:\n```python\n{f.new.rstrip()}\n```")
     return "\n".join(out)

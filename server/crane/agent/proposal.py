@@ -138,7 +138,11 @@ class Proposal(msgspec.Struct, rename="camel", omit_defaults=False):
             cells = ", ".join(str(c) for c in self.run_first)
             return f"no code change needed: run cell{'s' if len(self.run_first) > 1 else ''} {cells} first"
         if self.fixed:
-            return f"fixed: {len(self.edits)} cell edit(s), {len(self.additions)} new cell(s)"
+            from crane.agent.removals import removal_note
+
+            drops = "; ".join(f"cell {e.cell} {note}" for e in self.edits if (note := removal_note(e.old, e.new)))
+            return f"fixed: {len(self.edits)} cell edit(s), {len(self.additions)} new cell(s)" + \
+                (f" — {drops}" if drops else "")
         return f"not a fix ({self.stop_reason})"
 
 

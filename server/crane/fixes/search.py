@@ -146,7 +146,8 @@ def search_fixes(
                 status, result, failed_cell, layered = again.status, again, None, True
         if status == "ok":
             edited = dict(cand.cell_edits)
-            fix = VerifiedFix(kind=cand.kind, title=cand.title, target=target, old=source, new=cand.source,
+            fix = VerifiedFix(kind=cand.kind, title=_say_removals(cand, nb, source), target=target, old=source,
+                              new=cand.source,
                               run_first=cand.run_first,
                               run_first_sources=tuple(edited.get(k, nb.cell(k).source) for k in cand.run_first),
                               cell_edits=tuple(CellChange(cell=k, old=nb.cell(k).source, new=s)
@@ -212,6 +213,17 @@ def _same_failure(a: Crash, a_source: str, b: Crash, b_source: str) -> bool:
     statement may be the candidate's rewrite of the failing one)."""
     return a.ename == b.ename and _shape(a.evalue) == _shape(b.evalue) and \
         _origin_line(b_source, a_source, a.line) == b.line
+
+
+def _say_removals(cand: Candidate, nb: Notebook, source: str) -> str:
+    """The candidate's title, with what its edits remove when the title does not say it already."""
+    from crane.agent.removals import removal_note
+
+    notes = [n for n in [removal_note(source, cand.source)] if n]
+    notes += [f"cell {k} {n}" for k, new in cand.cell_edits if (n := removal_note(nb.cell(k).source, new))]
+    if not notes or cand.title.lower().startswith(("drop", "remove")):
+        return cand.title
+    return f"{cand.title} ({'; '.join(notes)})"
 
 
 def _plan_title(cand: Candidate, plan: tuple[int, ...]) -> str:

@@ -23,11 +23,20 @@ import ast
 import re
 from collections.abc import Iterator
 
+from crane.agent.guard import check_edit
 from crane.analysis import provenance
 from crane.analysis.cell import CellAnalysis
-from crane.fixes.cause import MAX_PER_GENERATOR, _analysis, _target_reads, _text, edit_cell, failing_names
-from crane.fixes.context import FixContext
-from crane.fixes.edits import SourceEdit
+from crane.fixes.cause import (
+    MAX_PER_GENERATOR,
+    _analysis,
+    _cells_title,
+    _target_reads,
+    _text,
+    edit_cell,
+    failing_names,
+)
+from crane.fixes.context import RUN_CELL_COST, FixContext
+from crane.fixes.edits import SourceEdit, change_size
 from crane.fixes.model import Candidate
 
 
@@ -316,6 +325,11 @@ def rename_overwritten(ctx: FixContext) -> Iterator[Candidate]:
         if a is None or a.tree is None:
             return
         binders = _binders(a.tree, name)
+        if binders and isinstance(binders[-1], ast.For):  # a loop over models rebound it: rename its variable
+            loop = _loop_rename(ctx, name, cell, a, binders[-1], binders[:-1], node, m.group(1))
+            if loop is not None:
+                yield loop
+            return
         if len(binders) < 2:
             return
         n = 0
@@ -349,6 +363,46 @@ def rename_overwritten(ctx: FixContext) -> Iterator[Candidate]:
             if n >= MAX_PER_GENERATOR:
                 return
         return
+
+
+def _loop_rename(ctx: FixContext, name: str, cell: int, a: CellAnalysis, loop: ast.For, before: list[ast.stmt],
+                 node: ast.Attribute, cls: str) -> Candidate | None:
+    """`for name, model in models.items(): ...` rebound `model`: the loop's variable renamed (in its target and
+    body); the cells that made `model` before the loop (its binding, its fit) run again, then the edited cell."""
+    if any(isinstance(b, ast.Assign) for b in before):
+        return None  # bound earlier in the same cell: it runs again with the cell
+    hist = provenance.history(ctx.scope, ctx.target)
+    order = [d.number for d in hist]
+    if cell not in order:
+        return None
+    made: list[int] = []
+    for d in hist[: order.index(cell)]:
+        for t in provenance.touches(d, name):
+            if t.how in ("binds", "deletes"):
+                made = [] if t.how == "deletes" else [t.cell]
+            elif made and t.cell not in made:
+                made.append(t.cell)
+    if not made:
+        return None
+    fresh = ctx.fresh_name(f"each_{name}")
+    ed = SourceEdit(a)
+    try:
+        for n in ast.walk(loop):
+            if isinstance(n, ast.Name) and n.id == name:
+                ed.replace(n, fresh)
+        new = ed.apply()
+    except ValueError:
+        return None
+    old = ctx.nb.cell(cell).source
+    if check_edit(old, new) is not None:
+        return None
+    plan = provenance.dependents(ctx.scope, made + [cell], ctx.target, _target_reads(ctx))
+    cost = change_size(old, new) + RUN_CELL_COST * len(plan)
+    return Candidate(kind="rename-overwritten", title=f"Cell {cell}: name the loop's variable `{fresh}`, not "
+                     f"`{name}`; run {_cells_title(plan)} again", source=ctx.source, run_first=tuple(plan),
+                     cell_edits=((cell, new),), cost=round(cost, 2),
+                     detail=f"`{name}` is a {cls} when the cell runs: the loop in cell {cell} rebound the one made in "
+                            f"cell {made[0]}")
 
 
 # -- index-length: labels taken from another frame than the values' ------------------------------------------
