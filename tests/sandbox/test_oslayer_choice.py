@@ -18,7 +18,8 @@ def test_one_module_per_platform():
     assert oslayer._backend("win32") is windows and oslayer._backend("cygwin") is windows
     assert oslayer._backend("linux") is linux and oslayer._backend("freebsd14") is linux
     for mod in (linux, macos, windows):
-        assert mod.CONFINES and all(callable(getattr(mod, f)) for f in ("launch", "started", "prepare_folder"))
+        assert mod.CONFINES and all(callable(getattr(mod, f))
+                                    for f in ("launch", "started", "prepare_folder", "release"))
 
 
 def test_a_layer_names_itself_only_when_it_ran():

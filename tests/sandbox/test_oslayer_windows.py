@@ -144,5 +144,6 @@ def test_on_windows_a_worker_at_low_integrity_in_its_job_writes_only_its_folder(
     assert got["low"] == "ok"
     assert got["medium"].startswith("refused") and not os.path.exists(os.path.join(medium, "medium.txt"))
     assert got["child"].startswith("refused")
-    windows._win().CloseHandle(how.handles[0])  # the daemon's handle closed: the worker ends with it
-    assert proc.wait(timeout=30) != 0
+    oslayer.release(how)  # the daemon's job handle closed: the worker ends with it, its stdin still open
+    proc.wait(timeout=30)
+    assert how.handles == []

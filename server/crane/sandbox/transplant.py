@@ -215,6 +215,7 @@ class Worker:
                     pipe.close()
                 except OSError:
                     pass
+        oslayer.release(self.launch)  # (Windows: the job's handle)
         shutil.rmtree(self.home, ignore_errors=True)
         return status
 

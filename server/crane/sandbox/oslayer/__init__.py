@@ -13,7 +13,7 @@ worker/portable.py) and, underneath it, by what the operating system offers:
 
 Each module answers `launch(argv, env, home)` (the command line, extra environment, and the `OsLayer` it will
 be) and `started(launch, proc)` (the layer once the process exists: what it confines and whether it ran), and
-`prepare_folder(path)` for a run's folder. A layer that did not run says why (`OsLayer.why_not`); no run is ever
+`prepare_folder(path)` for a run's folder, and `release(launch)` once the worker has ended. A layer that did not run says why (`OsLayer.why_not`); no run is ever
 said to be confined by a layer that did not run (`OsLayer.names`).
 """
 
@@ -75,6 +75,11 @@ def launch(argv: list[str], env: dict[str, str], home: str, platform: str = sys.
 def started(how: Launch, proc: subprocess.Popen, platform: str = sys.platform) -> Launch:
     """Once the worker's process exists, before it is sent any state: the platform's remaining steps (Windows)."""
     return _backend(platform).started(how, proc)
+
+
+def release(how: Launch, platform: str = sys.platform) -> None:
+    """The worker has ended: what the daemon held for it is closed (Windows: its job's handle)."""
+    _backend(platform).release(how)
 
 
 def prepare_folder(path: str, platform: str = sys.platform) -> None:

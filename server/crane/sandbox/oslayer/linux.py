@@ -32,5 +32,9 @@ def started(how: Launch, proc: subprocess.Popen) -> Launch:
     return how
 
 
+def release(how: Launch) -> None:
+    """Nothing is held for the worker."""
+
+
 def prepare_folder(path: str) -> None:
     """Nothing: the worker's Landlock ruleset names its folders itself."""

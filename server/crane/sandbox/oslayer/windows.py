@@ -275,6 +275,14 @@ def started(how: Launch, proc: subprocess.Popen) -> Launch:
     return how
 
 
+def release(how: Launch) -> None:
+    """The job's handle closed (the worker has ended; were it alive, this would end it)."""
+    while how.handles:
+        handle = how.handles.pop()
+        if sys.platform == "win32":
+            _win().CloseHandle(handle)
+
+
 def prepare_folder(path: str) -> None:
     """A run folder labelled low: the worker writes its outputs there, and nowhere else."""
     label_low(path)
