@@ -49,6 +49,8 @@ def parse_lines(data: bytes) -> ChildLines:
             obj = msgspec.json.decode(raw)
             event = obj.get("event") if isinstance(obj, dict) else None
             kind = event if event in ("setup", "exit", "denied", "cell") else "record"
+            if kind == "setup" and "transplant" in obj:  # a transplant worker's own, after its confinement's
+                kind = "transplant setup"
             seen[kind] = seen.get(kind, 0) + 1
             if kind != "denied" and seen[kind] > 1:
                 out.extra.append(f"a second {kind} line")
