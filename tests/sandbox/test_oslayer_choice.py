@@ -50,3 +50,18 @@ def test_a_real_transplant_worker_carries_its_platform_s_layer(tmp_path):
             assert w.os_layer.why_not
     finally:
         w.end()
+
+
+def test_whether_this_platform_s_layer_can_run_is_checked_for_real():
+    """Here (Linux): Landlock asked of the kernel; in the CI matrix's macOS and Windows jobs, the real trials must
+    pass for the interpreter running the tests."""
+    why = oslayer.available()
+    if sys.platform.startswith("linux"):
+        from crane.sandbox.worker.linux import linux_layer_available
+        assert why == linux_layer_available()
+    else:
+        assert why is None, why
+    if sys.platform != "darwin":
+        assert "macOS only" in (oslayer.available(platform="darwin") or "")
+    if sys.platform != "win32":
+        assert "Windows" in (oslayer.available(platform="win32") or "")

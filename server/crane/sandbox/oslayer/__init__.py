@@ -11,7 +11,7 @@ worker/portable.py) and, underneath it, by what the operating system offers:
   when the daemon's handle closes, a memory limit) and lowers its token to low integrity (no writes to the user's
   medium-integrity files; CRANE's folders are labelled low for it).
 
-Each module answers `launch(argv, env, home)` (the command line, extra environment, and the `OsLayer` it will
+Each module answers `available(executable)` (None, or why its layer cannot run here), `launch(argv, env, home)` (the command line, extra environment, and the `OsLayer` it will
 be) and `started(launch, proc)` (the layer once the process exists: what it confines and whether it ran), and
 `prepare_folder(path)` for a run's folder, and `release(launch)` once the worker has ended. A layer that did not run says why (`OsLayer.why_not`); no run is ever
 said to be confined by a layer that did not run (`OsLayer.names`).
@@ -64,6 +64,13 @@ def _backend(platform: str) -> Any:
         return windows
     from crane.sandbox.oslayer import linux  # Linux on any machine, and other POSIX systems (described there)
     return linux
+
+
+def available(executable: str = sys.executable, platform: str = sys.platform) -> str | None:
+    """None when this platform's OS layer can confine a worker of `executable` here, else why not (for `auto`,
+    which does not run the portable sandbox without one). Checked for real, once: Linux asks the kernel for
+    Landlock, macOS runs the Seatbelt trial, Windows confines a trial process and reads its integrity back."""
+    return _backend(platform).available(executable)
 
 
 def launch(argv: list[str], env: dict[str, str], home: str, platform: str = sys.platform) -> Launch:

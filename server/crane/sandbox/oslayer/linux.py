@@ -22,6 +22,12 @@ BY_THE_WORKER = ("applied by the worker itself before it loads any state (worker
                  "whether it ran")
 
 
+def available(executable: str) -> str | None:
+    """Whether the worker's Landlock layer can run on this kernel (worker/linux.py's own check)."""
+    from crane.sandbox.worker.linux import linux_layer_available
+    return linux_layer_available()
+
+
 def launch(argv: list[str], env: dict[str, str], home: str) -> Launch:
     if not sys.platform.startswith("linux"):
         return Launch(argv, {}, OsLayer(NAME, sys.platform, (), False, f"{sys.platform}: no OS layer for it"))

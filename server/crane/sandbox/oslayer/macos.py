@@ -236,6 +236,11 @@ def _run(argv: list[str]) -> tuple[int, str]:
 _TRIALS: dict[tuple, str | None] = {}
 
 
+def available(executable: str) -> str | None:
+    """The trial, for `executable` with the daemon's own Jupyter runtime folders (cached)."""
+    return usable(executable, tempfile.gettempdir(), jupyter_runtime_dirs({}, dict(os.environ)))
+
+
 def layer(ran: bool, why_not: str | None = None) -> OsLayer:
     return OsLayer(NAME, "darwin", CONFINES, ran, why_not)
 

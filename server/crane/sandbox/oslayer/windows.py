@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 from crane.sandbox.oslayer import Launch, OsLayer
@@ -236,6 +238,36 @@ def temp_env(home: str) -> dict[str, str]:
     """The worker's temporary folder, inside its (low-labelled) home: the user's %TEMP% is medium integrity."""
     tmp = os.path.join(home, "tmp")
     return {"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp}
+
+
+_AVAILABLE: dict[str, str | None] = {}
+
+
+def available(executable: str) -> str | None:
+    """A trial: `executable` started idle, put in its job and lowered to low integrity, then ended (once)."""
+    if sys.platform != "win32":
+        return f"{sys.platform}: job objects and integrity levels are Windows'"
+    if executable in _AVAILABLE:
+        return _AVAILABLE[executable]
+    home = tempfile.mkdtemp(prefix="crane-tw-trial-")
+    try:
+        how = launch([executable, "-I", "-S", "-c", "import sys; sys.stdin.read()"], {}, home)
+        proc = subprocess.Popen(how.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            why = started(how, proc).layer.why_not
+        finally:
+            release(how)
+            proc.kill()
+            proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
+    except OSError as exc:
+        why = f"a trial worker could not be started: {exc}"
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    _AVAILABLE[executable] = why
+    return why
 
 
 def layer(ran: bool, why_not: str | None = None) -> OsLayer:
