@@ -111,3 +111,20 @@ def test_loop_variable_that_overwrote_a_fitted_model_is_renamed(kernel):
     assert change.cell == 5 and change.new.splitlines()[1:] == ["for name, each_model in models.items():",
                                                                 "    each_model.fit(X, y)"]
     assert fix.run_first == (3, 4, 5) and fix.new == fix.old and fix.stdout.strip() == "2"
+
+
+def test_shadowed_builtin_renamed_and_verified_in_a_fresh_replay(tmp_path):
+    """`max` bound by a cell: renamed where it is bound and read; verified by replaying the written notebook."""
+    from crane.fixes.offline import fix_notebook
+
+    from .conftest import notebook
+
+    nb = notebook([("ages = [31, 45, 27]\n", True), ("max = ages[0]\nfor a in ages:\n    if a > max:\n        max = a\n",
+                    True), ("print('oldest', max)\n", True), ("print(max(ages) - min(ages))\n", False)],
+                  path=str(tmp_path / "nb.ipynb"))
+    r = fix_notebook(nb, 4)
+    fix = offered(r, "shadowed-builtin")
+    assert fix.sandbox == "fresh" and fix.new == fix.old and fix.stdout.strip() == "18"
+    assert [c.cell for c in fix.cell_edits] == [2, 3] and fix.run_first == (2, 3)
+    assert fix.cell_edits[1].new == "print('oldest', max_value)\n"
+    assert fix.title == "Cells 2, 3: name the variable `max_value`, not `max` (it hid the builtin); run cells 2, 3 again"

@@ -5,6 +5,7 @@ old and new sources); used by crane.agent.proposal and crane.fixes.search. Runs 
 from __future__ import annotations
 
 import ast
+import difflib
 
 from crane.agent.guard import parse_cell
 
@@ -36,7 +37,6 @@ def removed_parts(old: str, new: str) -> list[str]:
     if a is None or b is None:
         return []
     out: list[str] = []
-    new_text = ast.unparse(b)
     new_calls = _calls(b)
     for func, calls in _calls(a).items():
         kept = new_calls.get(func)
@@ -52,16 +52,16 @@ def removed_parts(old: str, new: str) -> list[str]:
             if len(c.args) > most_args:
                 kept_args = {ast.unparse(x) for k in kept for x in k.args}
                 out += [ast.unparse(x) for x in c.args if ast.unparse(x) not in kept_args][: len(c.args) - most_args]
-    new_stmts = set(_statements(b))
-    gone = [s for s in _statements(a) if s not in new_stmts]
-    for s in gone:
-        # a statement rewritten in place is a change, not a removal: only those whose every name is gone from
-        # the new source, or that stood alone (an expression statement, an assignment not made any more)
-        names = {n.id for n in ast.walk(ast.parse(s)) if isinstance(n, ast.Name)}
-        targets = [t for t in ast.walk(ast.parse(s)) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)]
-        if (names and not any(n in new_text for n in names)) or \
-                (targets and not any(f"{t.id} =" in new_text or f"{t.id}=" in new_text for t in targets)):
-            out.append(s)
+    # statements: matched in order; those the new source has no counterpart for (not rewritten in place) are gone
+    old_stmts, new_stmts = _statements(a), _statements(b)
+    matcher = difflib.SequenceMatcher(a=old_stmts, b=new_stmts, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "delete":
+            out += old_stmts[i1:i2]
+        elif tag == "replace" and i2 - i1 > j2 - j1:
+            rest = old_stmts[i1:i2]
+            kept = set(new_stmts[j1:j2])
+            out += [x for x in rest if x not in kept][: (i2 - i1) - (j2 - j1)]
     return [_short(x) for x in dict.fromkeys(out)]
 
 

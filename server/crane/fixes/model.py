@@ -46,6 +46,8 @@ class Candidate(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True)
     cost: float = 0.0
     detail: str = ""  # why this candidate: the fact it comes from
     depth: int = 1  # 1: from the original crash; 2+: built on another candidate's new crash
+    fresh: bool = False  # verified only in a fresh replay of the written notebook (the live state cannot show it:
+    # the cause is a binding the fix removes, e.g. a builtin a cell overwrote)
 
     @property
     def key(self) -> tuple:
@@ -74,7 +76,8 @@ class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=Tru
     detail: str = ""
     cost: float = 0.0
     sandbox: str = "fork"  # where it was verified: "fork" (a session of the kernel), "fork-layered" (a fork with a
-    # private copy-on-write layer: the cells write files or start programs), "replay" (a kernel replaying the history)
+    # private copy-on-write layer: the cells write files or start programs), "replay" (a kernel replaying the history),
+    # "fresh" (a new kernel replaying the written notebook: its history with the fix's edits, then the target)
     elapsed_s: float = 0.0  # time from the start of the search until this fix was verified
     stdout: str = ""  # what the verified run printed (bounded)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from crane.fixes.model import SearchReport, VerifiedFix
-from crane.fixes.sandbox import open_sandbox
+from crane.fixes.sandbox import ReplayFixSandbox, open_sandbox
 from crane.fixes.search import SearchBudget, search_fixes
 from crane.notebook.history import check_target
 from crane.notebook.model import Notebook
@@ -40,8 +40,11 @@ def fix_notebook(
         assert replayed.kernel is not None
         sandbox = open_sandbox(replayed.kernel.connection, nb, python=python, budget_s=run_budget_s,
                                launcher=launcher)
+        def fresh(written: Notebook) -> ReplayFixSandbox:
+            return ReplayFixSandbox(written, python=python, budget_s=max(run_budget_s, 60.0), launcher=launcher)
+
         try:
             return search_fixes(nb, target, sandbox, pre=probe, findings=list(result.findings), scope=replayed.scope,
-                                budget=budget, on_fix=on_fix)
+                                budget=budget, on_fix=on_fix, fresh=fresh)
         finally:
             sandbox.close()

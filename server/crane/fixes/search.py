@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from crane.agent.sandboxes import ExecResult
 from crane.analysis.cell import analyze_cell, plan_probe
 from crane.analysis.provenance import explain_line
 from crane.analysis.scope import NotebookScope
@@ -63,9 +64,12 @@ def search_fixes(
     budget: SearchBudget | None = None,
     on_fix: Callable[[VerifiedFix], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    fresh: Callable[[Notebook], FixSandbox] | None = None,
 ) -> SearchReport:
     """Verified fixes for cell `target` of `nb` (see the module docstring). Raises NotebookError for a bad
-    target; sandbox failures end the search with what was found."""
+    target; sandbox failures end the search with what was found. `fresh(notebook)`: a sandbox replaying a
+    notebook's history in a new kernel, for candidates the live state cannot verify (`Candidate.fresh`; without
+    it they are not tried)."""
     b = budget or SearchBudget()
     t0 = time.monotonic()
     source = check_target(nb, target).source
@@ -127,19 +131,20 @@ def search_fixes(
             report.reason = "stopped"
             break
         _, _, cand = heapq.heappop(heap)
-        if cand.key in tried:
+        if cand.key in tried or (cand.fresh and fresh is None):
             continue
         tried.add(cand.key)
         report.tried += 1
         try:
-            outcome = _verify(nb, cand, sandbox)
+            outcome = _verify_fresh(nb, target, cand, fresh) if cand.fresh and fresh is not None else \
+                _verify(nb, cand, sandbox)
         except Exception as exc:  # a broken sandbox ends the search with what it has
             log.warning("fixes: the sandbox failed (%s)", exc)
             report.reason = f"sandbox error: {exc}"
             break
         status, result, failed_cell = outcome
-        layered = False
-        if status == "blocked":  # a side effect the session refuses: the same cells in a private layer
+        layered = cand.fresh  # run elsewhere: no state at the crash point here
+        if status == "blocked" and not cand.fresh:  # a side effect the session refuses: the same cells in a private layer
             again = sandbox.run_layered([dict(cand.cell_edits).get(k, nb.cell(k).source) for k in cand.run_first]
                                         + [cand.source])
             if again is not None:
@@ -153,7 +158,8 @@ def search_fixes(
                               cell_edits=tuple(CellChange(cell=k, old=nb.cell(k).source, new=s)
                                                for k, s in cand.cell_edits),
                               detail=cand.detail, cost=cand.cost,
-                              sandbox=f"{sandbox.kind}-layered" if layered else sandbox.kind,
+                              sandbox="fresh" if cand.fresh else f"{sandbox.kind}-layered" if layered
+                              else sandbox.kind,
                               elapsed_s=round(time.monotonic() - t0, 3), stdout=(result.stdout or "")[-2000:])
             report.fixes.append(fix)
             report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status="ok", depth=cand.depth))
@@ -251,6 +257,35 @@ def _verify(nb: Notebook, cand: Candidate, sandbox: FixSandbox):
             return r.status, r, k
     r = sandbox.run(cand.source)
     return r.status, r, None
+
+
+def written_notebook(nb: Notebook, target: int, cand: Candidate) -> Notebook:
+    """The notebook as `crane fix --out` writes the candidate (crane.fixes.apply): edited sources, and the cells
+    to run first counted after the existing history, in order."""
+    edited = dict(cand.cell_edits)
+    edited[target] = cand.source
+    last = max((c.execution_count or 0 for c in nb.cells if c.is_code), default=0)
+    counts = {k: last + i for i, k in enumerate(cand.run_first, start=1)}
+    cells = [msgspec.structs.replace(c, source=edited.get(c.number, c.source),
+                                     execution_count=counts.get(c.number, c.execution_count)) for c in nb.cells]
+    return msgspec.structs.replace(nb, cells=cells)
+
+
+def _verify_fresh(nb: Notebook, target: int, cand: Candidate, fresh: Callable[[Notebook], FixSandbox]):
+    """(status, result, failed run-first cell) in a new kernel replaying the written notebook: the fix as the user
+    would run it after a restart (its cells to run first are in that history, after the rest)."""
+    written = written_notebook(nb, target, cand)
+    box = fresh(written)
+    try:
+        runs = {r.number: r for r in getattr(getattr(box, "inner", None), "history_runs", [])}
+        for k in cand.run_first:
+            r = runs.get(k)
+            if r is not None and r.status != "ok":
+                return r.status, ExecResult(status=r.status, ename=r.ename, evalue=r.evalue), k
+        res = box.run(cand.source)
+        return res.status, res, None
+    finally:
+        box.close()
 
 
 _FRAME = re.compile(r"^(?P<file>.+?), line (?P<line>\d+), in (?P<fn>[^:]+?)(?:: (?P<text>.*))?$")

@@ -15,6 +15,8 @@ earlier cell that went stale or were built wrong. Generators only (no code run);
   the failing line uses it.
 - `index-length`: "Length of values (10) does not match length of index (12)" for `index=data.columns`: the
   labels of what the values describe (an estimator's `feature_names_in_`, a frame with that many columns).
+- `shadowed-builtin`: "'int' object is not callable" calling `max(...)` after a cell bound `max`: that variable
+  renamed where it is bound and read; verified in a fresh replay of the written notebook.
 """
 
 from __future__ import annotations
@@ -443,4 +445,61 @@ def index_length(ctx: FixContext) -> Iterator[Candidate]:
                             detail=f"{n} values, but `{old}` has {m.group(2)} labels")
 
 
-GENERATORS = (stale_input, mask_frame, encode_missed, column_dtype, rename_overwritten, index_length)
+# -- shadowed-builtin: a cell bound a builtin's name ----------------------------------------------------------
+_NOT_CALLABLE = re.compile(r"^'(\w+)' object is not callable")
+
+
+def shadowed_builtin(ctx: FixContext) -> Iterator[Candidate]:
+    """"'int' object is not callable" calling `max(...)`, `list(...)`: an executed cell bound the builtin's name
+    (`max = df.Age.max()`, `for list in ...`). That variable gets its own name in the cells that bind or read it
+    (calls of the builtin left alone); verified in a fresh replay of the written notebook (`fresh`): the live
+    state keeps the overwritten name whatever runs."""
+    from crane.analysis.cell import BUILTIN_NAMES
+
+    m = _NOT_CALLABLE.match(ctx.crash.evalue) if ctx.crash.ename == "TypeError" else None
+    if m is None or ctx.cell_edits or ctx.depth > 1:
+        return
+    called = {c.func.id for c in ctx.crash_nodes(ast.Call) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+              and c.func.id in BUILTIN_NAMES}
+    hist = [d for d in provenance.history(ctx.scope, ctx.target) if d.number != ctx.target]
+    for name in sorted(called):
+        binders = [d.number for d in hist if any(t.how in ("binds", "rebinds") for t in provenance.touches(d, name))]
+        if not binders:
+            continue
+        fresh = ctx.fresh_name(f"{name}_value")
+        edits: list[tuple[int, str]] = []
+        first = next(i for i, d in enumerate(hist) if d.number in binders)
+        for d in hist[first:]:  # before the first binding, a load of the name is the builtin's
+            if d.analysis.tree is None:
+                continue
+            calls = {id(c.func) for c in ast.walk(d.analysis.tree) if isinstance(c, ast.Call)}
+            nodes = [n for n in ast.walk(d.analysis.tree) if isinstance(n, ast.Name) and n.id == name
+                     and id(n) not in calls]
+            if not nodes:
+                continue
+            ed = SourceEdit(d.analysis)
+            try:
+                for n in nodes:
+                    ed.replace(n, fresh)
+                new = ed.apply()
+            except ValueError:
+                edits = []
+                break
+            if check_edit(ctx.nb.cell(d.number).source, new) is not None:
+                edits = []
+                break
+            edits.append((d.number, new))
+        if not edits:
+            continue
+        cells = sorted({k for k, _ in edits})
+        plan = provenance.dependents(ctx.scope, cells, ctx.target, _target_reads(ctx))
+        cost = sum(change_size(ctx.nb.cell(k).source, v) for k, v in edits) + RUN_CELL_COST * len(plan)
+        yield Candidate(kind="shadowed-builtin", title=f"{_cells_title(cells).capitalize()}: name the variable "
+                        f"`{fresh}`, not `{name}` (it hid the builtin); run {_cells_title(plan)} again",
+                        source=ctx.source, run_first=tuple(plan), cell_edits=tuple(edits), cost=round(cost, 2),
+                        fresh=True, detail=f"cell {binders[-1]} bound `{name}` to a {m.group(1)}, hiding the builtin "
+                                           f"`{name}()` the failing line calls")
+
+
+GENERATORS = (stale_input, mask_frame, encode_missed, column_dtype, rename_overwritten, index_length,
+              shadowed_builtin)
