@@ -60,8 +60,8 @@ def removed_parts(old: str, new: str) -> list[str]:
             out += old_stmts[i1:i2]
         elif tag == "replace" and i2 - i1 > j2 - j1:
             rest = old_stmts[i1:i2]
-            kept = set(new_stmts[j1:j2])
-            out += [x for x in rest if x not in kept][: (i2 - i1) - (j2 - j1)]
+            same = set(new_stmts[j1:j2])
+            out += [x for x in rest if x not in same][: (i2 - i1) - (j2 - j1)]
     return [_short(x) for x in dict.fromkeys(out)]
 
 
