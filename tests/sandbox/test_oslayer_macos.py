@@ -92,7 +92,8 @@ def test_the_runtime_folders_are_unreadable_and_unwritable_after_every_allow():
     dirs = ["/Users/me/Library/Jupyter/runtime", "/Volumes/data/jr"]
     text = macos.seatbelt_profile(T, dirs)
     last = _rules(text)[-1]
-    assert last == '(deny file-read* file-write* (subpath "/Users/me/Library/Jupyter/runtime") (subpath "/Volumes/data/jr"))'
+    assert last == ('(deny file-read* file-write* (subpath "/Users/me/Library/Jupyter/runtime") '
+                    '(subpath "/Volumes/data/jr"))')
     assert text.rindex("(deny file-read*") > text.rindex("(allow ")
 
 

@@ -105,6 +105,15 @@ def test_off_windows_no_layer_is_claimed(tmp_path):
         windows.label_low(str(tmp_path))
 
 
+def test_the_worker_keeps_systemroot_which_python_needs_to_start_on_windows(monkeypatch):
+    monkeypatch.delenv("SYSTEMROOT", raising=False)
+    monkeypatch.delenv("SystemRoot", raising=False)
+    assert windows.system_env({"SystemRoot": "C:\\Windows"}) == {"SYSTEMROOT": "C:\\Windows"}
+    assert windows.system_env({}) == {}
+    monkeypatch.setenv("SYSTEMROOT", "D:\\Win")
+    assert windows.system_env({}) == {"SYSTEMROOT": "D:\\Win"}
+
+
 PROBE = r"""
 import json, os, subprocess, sys
 sys.stdin.readline()  # the daemon has confined it

@@ -11,9 +11,10 @@ worker/portable.py) and, underneath it, by what the operating system offers:
   when the daemon's handle closes, a memory limit) and lowers its token to low integrity (no writes to the user's
   medium-integrity files; CRANE's folders are labelled low for it).
 
-Each module answers `available(executable)` (None, or why its layer cannot run here), `launch(argv, env, home)` (the command line, extra environment, and the `OsLayer` it will
-be) and `started(launch, proc)` (the layer once the process exists: what it confines and whether it ran), and
-`prepare_folder(path)` for a run's folder, and `release(launch)` once the worker has ended. A layer that did not run says why (`OsLayer.why_not`); no run is ever
+Each module answers `available(executable)` (None, or why its layer cannot run here), `launch(argv, env, home)`
+(the command line, extra environment, and the `OsLayer` it will be), `started(launch, proc)` (the layer once the
+process exists: what it confines and whether it ran), `prepare_folder(path)` for a run's folder and
+`release(launch)` once the worker has ended. A layer that did not run says why (`OsLayer.why_not`); no run is ever
 said to be confined by a layer that did not run (`OsLayer.names`).
 """
 

@@ -240,6 +240,13 @@ def temp_env(home: str) -> dict[str, str]:
     return {"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp}
 
 
+def system_env(env: dict[str, str]) -> dict[str, str]:
+    """What any Windows process needs of the environment (the worker's is an allowlist): SYSTEMROOT, without which
+    Python cannot even seed its hashes at startup."""
+    root = next((e[k] for e in (env, os.environ) for k in ("SYSTEMROOT", "SystemRoot") if e.get(k)), None)
+    return {"SYSTEMROOT": root} if root else {}
+
+
 _AVAILABLE: dict[str, str | None] = {}
 
 
@@ -276,12 +283,13 @@ def layer(ran: bool, why_not: str | None = None) -> OsLayer:
 
 def launch(argv: list[str], env: dict[str, str], home: str) -> Launch:
     """The worker's folder labelled low and its temporary folder put in it; the layer runs once it is `started`."""
-    extra = temp_env(home)
+    extra = {**system_env(env), **temp_env(home)}
     try:
         os.makedirs(extra["TMP"], exist_ok=True)
         label_low(home)
     except OSError as exc:
-        return Launch(argv, {}, layer(False, f"the worker's folder could not be labelled low integrity: {exc}"))
+        why = f"the worker's folder could not be labelled low integrity: {exc}"
+        return Launch(argv, system_env(env), layer(False, why))
     return Launch(argv, extra, layer(False, "not started yet"))
 
 
