@@ -112,3 +112,29 @@ def test_cause_candidate_not_offered_when_it_does_not_fix(kernel):
     r = fix_search(kernel, cells, 4)
     assert "literal-dtype" in tried_kinds(r)
     assert all(f.kind != "literal-dtype" for f in r.fixes)
+
+
+def test_raw_cell_made_code_and_written_as_code(tmp_path):
+    """The cell binding the name is a raw (NBConvert) cell: made a code cell and run first; the written notebook
+    has it as a code cell with the next execution count and no outputs."""
+    import json
+
+    from crane.fixes.apply import apply_to_notebook
+    from crane.fixes.offline import fix_notebook
+    from crane.notebook.model import load_notebook, parse_notebook
+
+    cells = [{"cell_type": "code", "execution_count": 1, "id": "a", "metadata": {}, "outputs": [],
+              "source": ["values = [1, 2, 3]\n"]},
+             {"cell_type": "raw", "id": "b", "metadata": {}, "source": ["doubled = [v * 2 for v in values]\n"]},
+             {"cell_type": "code", "execution_count": None, "id": "c", "metadata": {}, "outputs": [],
+              "source": ["print(sum(doubled))\n"]}]
+    path = tmp_path / "raw.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1))
+    nb = load_notebook(path)
+    r = fix_notebook(nb, 3)
+    fix = offered(r, "raw-cell")
+    assert fix.to_code == (2,) and fix.run_first == (2,) and fix.stdout.strip() == "12"
+    written = apply_to_notebook(path.read_bytes(), nb, fix)
+    cell = json.loads(written)["cells"][1]
+    assert (cell["cell_type"], cell["execution_count"], cell["outputs"]) == ("code", 2, [])
+    assert parse_notebook(written).cell(2).is_code

@@ -153,9 +153,10 @@ def apply_proposal(data: bytes, proposal: Proposal) -> bytes:
 
 
 def apply_cell_changes(data: bytes, sources: dict[int, tuple[str, str]], counts: dict[int, int],
-                       name: str | None = None) -> bytes:
+                       name: str | None = None, to_code: frozenset[int] = frozenset()) -> bytes:
     """The notebook file's bytes with cell sources replaced (`{cell: (old, new)}`; `old` must match) and code
-    cells given execution counts (`{cell: count}`); every other byte stays."""
+    cells given execution counts (`{cell: count}`); the raw cells in `to_code` become code cells (with their count,
+    else none, and no outputs); every other byte stays."""
     try:
         text = data.decode("utf-8")
         top, _ = _object_members(text, _skip(text, 0))
@@ -164,7 +165,7 @@ def apply_cell_changes(data: bytes, sources: dict[int, tuple[str, str]], counts:
         raise NotebookError(f"cannot edit {name or 'the notebook'}: not a notebook file ({exc})") from None
     ascii_only = _ensure_ascii(text)
     splices: list[tuple[int, int, str]] = []
-    for cell in sorted(set(sources) | set(counts)):
+    for cell in sorted(set(sources) | set(counts) | set(to_code)):
         if not 1 <= cell <= len(items):
             raise NotebookError(f"cell {cell} does not exist in {name or 'the notebook'}")
         members, _ = _object_members(text, items[cell - 1][0])
@@ -179,6 +180,14 @@ def apply_cell_changes(data: bytes, sources: dict[int, tuple[str, str]], counts:
                 raise NotebookError(f"cell {cell} changed since the fix was made: not applied")
             if new != old:
                 splices.append((s, e, _encode_source(new, text[s:e], _line_indent(text, s), ascii_only)))
+        if cell in to_code and "execution_count" not in members:
+            if "cell_type" not in members or json.loads(text[slice(*members["cell_type"])]) != "raw":
+                raise NotebookError(f"cell {cell} is not a raw cell")
+            s, e = members["cell_type"]
+            indent = _line_indent(text, s)
+            count = str(int(counts[cell])) if cell in counts else "null"
+            splices.append((s, e, f'"code",\n{indent}"execution_count": {count},\n{indent}"outputs": []'))
+            continue
         if cell in counts:
             if "execution_count" not in members:
                 raise NotebookError(f"cell {cell} is not a code cell")

@@ -30,7 +30,7 @@ def changes(fix: VerifiedFix) -> dict[int, tuple[str, str]]:
 
 
 def apply_to_notebook(data: bytes, nb: Notebook, fix: VerifiedFix) -> bytes:
-    return apply_cell_changes(data, changes(fix), execution_counts(nb, fix), nb.path)
+    return apply_cell_changes(data, changes(fix), execution_counts(nb, fix), nb.path, frozenset(fix.to_code))
 
 
 def unified_diff(fix: VerifiedFix, path: str = "notebook.ipynb") -> str:

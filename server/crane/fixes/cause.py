@@ -17,6 +17,7 @@ the user would run it.
   the grid sized from the loop's data.
 - `label-count`: a literal list of tick labels of the wrong length: the keyword dropped, said in the title.
 - `merge-suffix`: KeyError for a column a merge renamed to 'col_x' / 'col_y': the merge keeps the left names.
+- `raw-cell`: NameError for a name only a raw (NBConvert) cell binds: that cell made a code cell, run first.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+
+import msgspec
 
 from crane.agent.guard import check_edit
 from crane.analysis import provenance
@@ -403,4 +406,30 @@ def merge_suffix(ctx: FixContext) -> Iterator[Candidate]:
                 return
 
 
-GENERATORS = (rebuild, other_definition, array_source, literal_dtype, grid_size, label_count, merge_suffix)
+# -- raw-cell: the binding cell is a raw cell -----------------------------------------------------------------
+def raw_cell(ctx: FixContext) -> Iterator[Candidate]:
+    """NameError for a name only a raw (NBConvert) cell binds, in Python: that cell made a code cell and run
+    first (with the cells it needs)."""
+    from crane.analysis.scope import cell_defs
+    from crane.fixes.names import close_plan, missing_name
+
+    name = missing_name(ctx.crash.evalue) if ctx.crash.ename == "NameError" else None
+    if name is None:
+        return
+    for c in ctx.nb.cells:
+        if c.cell_type != "raw" or not c.source.strip() or c.number in ctx.run_first:
+            continue
+        d = cell_defs(c.number, None, c.source)
+        if d.analysis.tree is None or name not in d.binds:
+            continue
+        missing = [n for n in provenance.reads_of(d) if ctx.is_undefined(n)]
+        plan = close_plan(ctx, list(ctx.run_first) + [ctx.scope.definers(n)[0].number for n in missing
+                                                       if ctx.scope.definers(n)]) if missing else list(ctx.run_first)
+        run = tuple(sorted(set(plan) | {c.number}, key=lambda k: (k == c.number, k)))
+        cand = ctx.candidate("raw-cell", f"Make cell {c.number} a code cell (it is raw) and run it first",
+                             run_first=run, detail=f"'{name}' is bound by cell {c.number}, a raw cell: it never runs")
+        yield msgspec.structs.replace(cand, to_code=(c.number,))
+        return
+
+
+GENERATORS = (rebuild, other_definition, array_source, literal_dtype, grid_size, label_count, merge_suffix, raw_cell)

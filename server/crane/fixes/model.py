@@ -46,12 +46,13 @@ class Candidate(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True)
     cost: float = 0.0
     detail: str = ""  # why this candidate: the fact it comes from
     depth: int = 1  # 1: from the original crash; 2+: built on another candidate's new crash
+    to_code: tuple[int, ...] = ()  # raw cells the fix makes code cells (they are in run_first)
     fresh: bool = False  # verified only in a fresh replay of the written notebook (the live state cannot show it:
     # the cause is a binding the fix removes, e.g. a builtin a cell overwrote)
 
     @property
     def key(self) -> tuple:
-        return (self.source, self.run_first, self.cell_edits)
+        return (self.source, self.run_first, self.cell_edits, self.to_code)
 
 
 class CellChange(msgspec.Struct, rename="camel", frozen=True):
@@ -73,6 +74,7 @@ class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=Tru
     run_first: tuple[int, ...] = ()
     run_first_sources: tuple[str, ...] = ()  # the sources of the run-first cells as verified (edited ones edited)
     cell_edits: tuple[CellChange, ...] = ()  # other cells the fix edits (they are in run_first)
+    to_code: tuple[int, ...] = ()  # raw cells the fix makes code cells (they are in run_first)
     detail: str = ""
     cost: float = 0.0
     sandbox: str = "fork"  # where it was verified: "fork" (a session of the kernel), "fork-layered" (a fork with a

@@ -156,7 +156,7 @@ def search_fixes(
                               run_first=cand.run_first,
                               run_first_sources=tuple(edited.get(k, nb.cell(k).source) for k in cand.run_first),
                               cell_edits=tuple(CellChange(cell=k, old=nb.cell(k).source, new=s)
-                                               for k, s in cand.cell_edits),
+                                               for k, s in cand.cell_edits), to_code=cand.to_code,
                               detail=cand.detail, cost=cand.cost,
                               sandbox="fresh" if cand.fresh else f"{sandbox.kind}-layered" if layered
                               else sandbox.kind,
@@ -267,6 +267,7 @@ def written_notebook(nb: Notebook, target: int, cand: Candidate) -> Notebook:
     last = max((c.execution_count or 0 for c in nb.cells if c.is_code), default=0)
     counts = {k: last + i for i, k in enumerate(cand.run_first, start=1)}
     cells = [msgspec.structs.replace(c, source=edited.get(c.number, c.source),
+                                     cell_type="code" if c.number in cand.to_code else c.cell_type,
                                      execution_count=counts.get(c.number, c.execution_count)) for c in nb.cells]
     return msgspec.structs.replace(nb, cells=cells)
 
