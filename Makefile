@@ -16,7 +16,8 @@ PYTEST_JOBS ?= 3
 # of the wheel.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench bench-floors bench-today kernel-today clean
+.PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench bench-floors bench-today kernel-today \
+	kernel-pythons daemon-pythons clean
 
 setup: $(STAMP)
 
@@ -52,8 +53,14 @@ client-then-e2e: setup
 	$(MAKE) --no-print-directory test-client
 	$(MAKE) --no-print-directory e2e
 
-test-python: setup kernel-today
+test-python: setup kernel-today kernel-pythons daemon-pythons
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal
+	@for dir in $(DAEMON_PYTHON_DIRS); do \
+	  [ -x $$dir/bin/python ] || continue; \
+	  echo "== the language server's kernel-following tests with the server on $$($$dir/bin/python -V) ($$dir)"; \
+	  CRANE_SERVER_PYTHON=$(CURDIR)/$$dir/bin/python $(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal \
+	    $(SERVER_TESTS) -k "$(SERVER_TESTS_K)" || exit 1; \
+	done
 
 # A second kernel environment on today's versions (IPython 9, numpy 2, pandas 3, TensorFlow/Keras 3, JAX, polars,
 # xgboost, lightgbm; envs/kernel-today.txt): the tests run kernels in it beside the bench environment's IPython 8
@@ -63,6 +70,36 @@ KERNEL_TODAY := build/kernel-today
 
 kernel-today:
 	envs/make_env.sh envs/kernel-today.txt $(ENV_CACHE) $(KERNEL_TODAY)
+
+# Kernels of every supported Python the machine has (envs/find_python.sh finds them): a small environment per
+# version (envs/kernel-py3XX.txt: ipykernel, IPython 9, numpy, pandas, scikit-learn) in build/kernel-py3XX, built
+# once per version of its file under $(ENV_CACHE) like kernel-today. A version with no interpreter here is left out
+# (the tests that need it are skipped and say so).
+KERNEL_PYTHONS ?= 3.11 3.12 3.13
+
+kernel-pythons:
+	@for v in $(KERNEL_PYTHONS); do n=$$(echo $$v | tr -d .); \
+	  exe=$$(envs/find_python.sh $$v) || { echo "== no Python $$v on this machine: no build/kernel-py$$n"; continue; }; \
+	  PYTHON=$$exe envs/make_env.sh envs/kernel-py$$n.txt $(ENV_CACHE) build/kernel-py$$n || exit 1; \
+	done
+
+# The language server on the other Pythons the machine has (Python 3.13 hid a private name of a thread class of
+# ours once, tests/architecture/test_stdlib_subclasses.py): CRANE alone (no extras) in build/daemon-py3XX for each
+# of SERVER_PYTHONS other than .venv's; `make test-python` runs SERVER_TESTS (live squiggles, busy, restart, a
+# background run stopped when the user runs a cell) again with the server on each (CRANE_SERVER_PYTHON; pytest
+# itself stays in .venv).
+SERVER_PYTHONS ?= 3.11 3.12 3.13
+SERVER_TESTS ?= tests/lsp/test_live.py tests/lsp/test_kernel_lifecycle.py tests/lsp/test_background.py
+SERVER_TESTS_K ?= live_squiggles or busy_kernel or death_then_restart or stops_on_edit
+DAEMON_PYTHON_DIRS = $(foreach v,$(SERVER_PYTHONS),build/daemon-py$(subst .,,$(v)))
+
+daemon-pythons: setup
+	@own=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	for v in $(SERVER_PYTHONS); do n=$$(echo $$v | tr -d .); \
+	  rm -f build/daemon-py$$n; [ "$$v" != "$$own" ] || continue; \
+	  exe=$$(envs/find_python.sh $$v) || { echo "== no Python $$v on this machine: the server is not tested on it"; continue; }; \
+	  PYTHON=$$exe EXTRAS= envs/make_daemon_env.sh build/daemon-py$$n $(DAEMON_ENV_CACHE) || exit 1; \
+	done
 
 # `crane bench` with kernels of that environment (dl-lite's README lists the versions it was labelled with).
 bench-today: setup kernel-today

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The daemon's environment: CRANE installed editable from this checkout, with its test, lint, bench and LLM extras:
 #   envs/make_daemon_env.sh VENV CACHE_DIR
+# (PYTHON picks the interpreter; EXTRAS="" installs CRANE alone: the language server on another Python, whose tests
+# run from .venv, `make daemon-pythons`.)
 # Built by envs/make_env.sh from a requirements file naming this checkout and the hash of its pyproject.toml: once
 # per (pyproject.toml, checkout path, Python) in CACHE_DIR, outside the checkout, and linked as VENV, so CI runs on
 # a clean checkout of the same machine reuse it (a fresh one takes minutes). A VENV that is a real folder (made
@@ -10,7 +12,8 @@ set -euo pipefail
 venv="$1"; cache="$2"
 python="${PYTHON:-python3}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-spec="$root[test,lint,bench,llm]"
+extras="${EXTRAS-test,lint,bench,llm}"
+spec="$root${extras:+[$extras]}"
 . "$root/envs/build_once.sh"
 
 in_place() {
@@ -25,7 +28,10 @@ if ! cache_writable "$cache"; then
     [ ! -L "$venv" ] || rm -f "$venv"
     in_place
 fi
-req="$root/build/daemon-env.txt"
+# one requirements file per environment (.venv's keeps its name, build/daemon-env.txt)
+name="$(basename "$venv")"
+[ "$name" != .venv ] || name=daemon-env
+req="$root/build/$name.txt"
 mkdir -p "$(dirname "$req")"
 {
     echo "# pyproject.toml $(sha256sum "$root/pyproject.toml" | cut -c1-12), $("$python" -c 'import sys; print(sys.version.split()[0])')"

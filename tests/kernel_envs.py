@@ -5,6 +5,11 @@ JAX, polars, xgboost, lightgbm), built by `make kernel-today` (which `make test`
 `KERNEL_ENVS` parametrises a test over both: `@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)` and
 `kernel_python(kernel_env)` gives the interpreter to start the kernel with. Under CI the today environment must
 exist (a missing one fails the test); elsewhere a test that needs it is skipped with the command that builds it.
+
+`PYTHON_KERNELS` ("3.11", "3.12", "3.13") and `python_kernel(version)`: a small kernel environment per Python
+(`make kernel-pythons`, envs/kernel-py3XX.txt) for the tests that run CRANE on each supported interpreter
+(tests/kernel/test_kernel_pythons.py); a version the machine has no interpreter of is skipped, saying so.
+`supported_interpreters()`: every supported Python found here (envs/find_python.sh), kernels or not.
 """
 
 from __future__ import annotations
@@ -54,40 +59,37 @@ def kernel_python(kernel_env: str) -> str:
 # -- interpreters ----------------------------------------------------------------------------------------------
 # The Pythons CRANE supports (pyproject.toml: requires-python >= 3.10), free-threaded builds ("3.13t") included.
 SUPPORTED_VERSIONS = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.13t", "3.14t"]
-
-
-def _runs(exe: str, version: str) -> bool:
-    """`exe` starts and is that version (a pyenv shim of a version not selected exists but fails)."""
-    import subprocess
-
-    probe = "import sys, sysconfig; print('%d.%d%s' % (*sys.version_info[:2], 't' if sysconfig.get_config_var('Py_GIL_DISABLED') else ''))"
-    try:
-        out = subprocess.run([exe, "-I", "-c", probe], capture_output=True, text=True, timeout=60)
-    except OSError:
-        return False
-    return out.returncode == 0 and out.stdout.strip() == version
+# The kernels of each Python the tests run through CRANE: build/kernel-py3XX (`make kernel-pythons`,
+# envs/kernel-py3XX.txt), one per version the machine has an interpreter of.
+PYTHON_KERNELS = ["3.11", "3.12", "3.13"]
 
 
 def find_interpreter(version: str) -> str | None:
-    """An interpreter of `version` ("3.13", "3.13t") on this machine: CRANE_PYTHON<version> (dots dropped, e.g.
-    CRANE_PYTHON313), pyenv's versions, then `python<version>` on PATH; None where there is none."""
-    import glob
-    import shutil
+    """An interpreter of `version` ("3.13", "3.13t") on this machine (envs/find_python.sh), or None."""
+    import subprocess
 
-    override = os.environ.get(f"CRANE_PYTHON{version.replace('.', '')}")
-    candidates = [override] if override else []
-    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    candidates += sorted(glob.glob(f"{pyenv}/versions/{version.rstrip('t')}.*/bin/python{version}"), reverse=True)
-    on_path = shutil.which(f"python{version}")
-    if on_path:
-        candidates.append(on_path)
-    for exe in candidates:
-        if _runs(exe, version):
-            return exe
-    return None
+    out = subprocess.run([str(ROOT / "envs" / "find_python.sh"), version], capture_output=True, text=True,
+                         timeout=120)
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
 def supported_interpreters() -> list[str]:
     """Every supported interpreter this machine has (the running one among them)."""
     found = [find_interpreter(version) for version in SUPPORTED_VERSIONS]
     return [exe for exe in found if exe]
+
+
+def python_kernel(version: str) -> str:
+    """The interpreter of the kernel environment for Python `version` (one of PYTHON_KERNELS), or skip: where the
+    machine has no such interpreter, and where the environment is not built (under CI that fails)."""
+    link = ROOT / "build" / f"kernel-py{version.replace('.', '')}"
+    exe = link / "bin" / "python"
+    if exe.exists() and (link / ".complete").exists():
+        return str(exe)
+    if find_interpreter(version) is None:
+        pytest.skip(f"no Python {version} interpreter on this machine (envs/find_python.sh {version}): its kernels "
+                    "are not tested")
+    message = f"the Python {version} kernel environment is not built: run `make kernel-pythons`"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)

@@ -20,7 +20,10 @@ from lsprotocol import types
 from pytest_lsp.client import LanguageClient, make_test_lsp_client
 
 REPO = Path(__file__).resolve().parents[2]
-SERVER_CMD = [sys.executable, "-m", "crane.lsp", "--log-level", "info"]
+# The server's interpreter: the tests' own, or CRANE_SERVER_PYTHON (`make test-python` runs the tests that follow
+# a kernel again with the server on every other Python the machine has: build/daemon-py3XX).
+SERVER_PYTHON = os.environ.get("CRANE_SERVER_PYTHON") or sys.executable
+SERVER_CMD = [SERVER_PYTHON, "-m", "crane.lsp", "--log-level", "info"]
 
 CAPABILITIES = types.ClientCapabilities(
     notebook_document=types.NotebookDocumentClientCapabilities(

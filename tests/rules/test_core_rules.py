@@ -133,7 +133,10 @@ def test_missing_file(kernel, kernel_cwd):
 
 # -- syntax-error ---------------------------------------------------------------------------------------
 def test_syntax_error(kernel):
-    check(kernel, "%matplotlib inline\nx = (1,\nprint(x)", [("syntax-error", "SyntaxError", 2)])
+    # IPython compiles with codeop's flags: the cell ends inside the open bracket, "incomplete input" at its end
+    f = check(kernel, "%matplotlib inline\nx = (1,\nprint(x)", [("syntax-error", "SyntaxError", 3)])
+    assert f[0].message == "SyntaxError: incomplete input" and "'(' was never closed (line 2)" in f[0].evidence[0]
+    check(kernel, "%matplotlib inline\nx = (1,\ny = 2\n", [("syntax-error", "SyntaxError", 2)])
     check(kernel, "%matplotlib inline\nx = (1,)\nprint(x)", [], verify=False)
 
 

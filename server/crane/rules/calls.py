@@ -10,7 +10,8 @@ already filled ("got multiple values for argument") is reported for every callab
 that call valid. Too many positional arguments, an unexpected keyword and missing required arguments are
 reported only when the probe says the signature is the callable's own (`Facts.signature_own`: a plain Python
 function, a bound method of one, or a plain class's `__init__`), with CPython's wording and counts (`self`
-included, as `signature_bound` says).
+included, as `signature_bound` says) on the kernel's Python (3.13 adds "Did you mean" to an unexpected keyword:
+rulekit/python_versions.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from crane.probe.facts import ParamFacts
 from crane.rulekit.context import RuleContext
 from crane.rulekit.lib_glue import emit, qualname
 from crane.rulekit.lib_helpers import Verdict
+from crane.rulekit.python_versions import kernel_python, unexpected_keyword
 from crane.rulekit.registry import rule
 
 POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
@@ -37,10 +39,11 @@ def _names_list(names: list[str]) -> str:
 
 
 def bind(fname: str, params: list[ParamFacts], n_positional: int, keywords: list[str],
-         exact: bool = False, bound: int = 0) -> Verdict | None:
+         exact: bool = False, bound: int = 0, python: tuple[int, int] | None = None) -> Verdict | None:
     """What binding `fname(<n_positional args>, **{k: ... for k in keywords})` raises, if anything, in CPython's
-    order and wording. `params` excludes the `bound` leading parameters already filled (self of a bound method
-    or of `__init__`), which CPython's counts include. Without `exact` only "multiple values" is judged."""
+    order and wording on `python` (the kernel's version; None: the daemon's). `params` excludes the `bound`
+    leading parameters already filled (self of a bound method or of `__init__`), which CPython's counts include.
+    Without `exact` only "multiple values" is judged."""
     var_pos = any(p.kind == "VAR_POSITIONAL" for p in params)
     var_kw = any(p.kind == "VAR_KEYWORD" for p in params)
     positional = []
@@ -60,7 +63,8 @@ def bind(fname: str, params: list[ParamFacts], n_positional: int, keywords: list
             if posonly:
                 return _type_error(f"{fname}() got some positional-only arguments passed as keyword arguments: "
                                    f"'{k}'", sig)
-            return _type_error(f"{fname}() got an unexpected keyword argument '{k}'", sig)
+            keyword_params = [p.name for p in params if p.kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")]
+            return _type_error(unexpected_keyword(fname, k, keyword_params, python or kernel_python(None)), sig)
         if k in filled:
             return _type_error(f"{fname}() got multiple values for argument '{k}'", sig)
     if not exact:
@@ -147,7 +151,7 @@ def call_signature(ctx: RuleContext) -> Iterator[Finding]:
         if callee is None:
             continue
         v = bind(callee.name, callee.params, len(call.args), [k.arg for k in call.keywords if k.arg is not None],
-                 exact=callee.exact, bound=callee.bound)
+                 exact=callee.exact, bound=callee.bound, python=kernel_python(ctx))
         if v is not None:
             q = qualname(ctx, call.func)
             if q:
