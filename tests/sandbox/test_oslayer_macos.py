@@ -200,6 +200,21 @@ def test_the_worker_starts_under_sandbox_exec_only_after_a_passing_trial(tmp_pat
     assert oslayer.launch(argv, {}, str(tmp_path), platform="linux").argv == argv
 
 
+def test_a_macos_that_does_not_know_file_link_gets_the_rest_and_the_layer_says_so(tmp_path):
+    def older_macos(cmd: list[str]) -> tuple[int, str]:
+        if "(deny file-link)" in cmd[2]:
+            return 65, "sandbox-exec: unbound variable: file-link"
+        with open(os.path.join(cmd[cmd.index("-c") + 2], "written"), "w") as f:
+            f.write("ok")
+        return 0, ""
+
+    how = macos.launch(["/usr/bin/python3"], {}, str(tmp_path), platform="darwin", exists=lambda p: True,
+                       runner=older_macos)
+    assert how.layer.ran and "(deny file-link)" not in how.argv[2] and "(deny network*)" in how.argv[2]
+    assert "hard links" not in how.layer.confines and "hard links" in macos.CONFINES
+    assert macos.seatbelt_profile(T, deny_links=False).count("file-link") == 0
+
+
 @pytest.mark.skipif(sys.platform == "darwin", reason="unconfined here: the trial is run without sandbox-exec")
 def test_the_trial_fails_an_unconfined_interpreter(tmp_path):
     """The trial can fail: run without sandbox-exec, every denial it checks is reported as allowed."""

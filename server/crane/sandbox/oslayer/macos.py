@@ -17,7 +17,8 @@ that cannot be named safely (a quote, a backslash, a control character; `^` in a
 `launch(...)` uses the profile only after a trial start of the worker's own interpreter under it
 (`trial_check`, once per interpreter and folders) has shown that it starts, writes in a run folder, and is denied
 a write outside, a TCP and a UNIX-socket connection, a signal to its parent, a fork and a read of a runtime folder;
-otherwise the layer did not run and says why. None of this can run on the Linux machine CRANE is built on: the
+otherwise the layer did not run and says why. (A profile failing its trial is tried once more without the
+`file-link` rule, an operation older releases may not know; the layer then does not claim hard links.) None of this can run on the Linux machine CRANE is built on: the
 profile's text is tested here, and the trial runs in the macOS job of the CI matrix (.github/workflows/portable.yml).
 """
 
@@ -101,10 +102,12 @@ def interpreter_paths(executable: str) -> list[str]:
     return out
 
 
-def seatbelt_profile(temp_dir: str, runtime_dirs: Iterable[str] = (), executables: Iterable[str] = ()) -> str:
+def seatbelt_profile(temp_dir: str, runtime_dirs: Iterable[str] = (), executables: Iterable[str] = (),
+                     deny_links: bool = True) -> str:
     """The profile a portable worker starts under (see the module docstring). `temp_dir`: where CRANE makes its
-    run folders; `runtime_dirs`: Jupyter runtime folders, unreadable; `executables`: the only files it may exec.
-    Raises `Unnameable` for a path it cannot name safely."""
+    run folders; `runtime_dirs`: Jupyter runtime folders, unreadable; `executables`: the only files it may exec;
+    `deny_links`: the `file-link` rule (an operation older macOS releases may not know: the trial tries without it
+    only when the whole profile fails). Raises `Unnameable` for a path it cannot name safely."""
     run_re = "^" + sbpl_regex_prefix(real(temp_dir)) + "/" + RUN_FOLDERS
     lines = [
         "(version 1)",
@@ -132,7 +135,7 @@ def seatbelt_profile(temp_dir: str, runtime_dirs: Iterable[str] = (), executable
         "(deny file-write*)",
         f"(allow file-write* (regex #{sbpl_string(run_re)})",
         "    " + " ".join(WRITABLE_DEVICES) + ")",
-        "(deny file-link)",
+        *(["(deny file-link)"] if deny_links else []),
     ]
     secrets = [sbpl_string(real(d)) for d in runtime_dirs]
     if secrets:
@@ -189,7 +192,7 @@ if fails:
 
 
 def trial_check(executable: str, temp_dir: str, runtime_dirs: list[str],
-                runner: Callable[[list[str]], tuple[int, str]] | None = None) -> str | None:
+                runner: Callable[[list[str]], tuple[int, str]] | None = None, deny_links: bool = True) -> str | None:
     """Start `executable` under the profile with `TRIAL_PROGRAM`: None when it ran and every denial held, else
     why not. The daemon listens on a TCP port and a UNIX socket for it to be refused (not turned away)."""
     run_dir = tempfile.mkdtemp(prefix="crane-sbx-trial-", dir=temp_dir)
@@ -203,7 +206,7 @@ def trial_check(executable: str, temp_dir: str, runtime_dirs: list[str],
         tcp.listen(1)
         unix.bind(unix_path)
         unix.listen(1)
-        profile = seatbelt_profile(temp_dir, runtime_dirs, interpreter_paths(executable))
+        profile = seatbelt_profile(temp_dir, runtime_dirs, interpreter_paths(executable), deny_links)
         argv = seatbelt_argv([executable, "-I", "-S", "-c", TRIAL_PROGRAM, run_dir, outside, unix_path,
                               str(tcp.getsockname()[1]),
                               *[d for d in runtime_dirs if os.path.isdir(d)]], profile)
@@ -233,34 +236,39 @@ def _run(argv: list[str]) -> tuple[int, str]:
     return p.returncode, p.stderr.decode("utf-8", "replace")
 
 
-_TRIALS: dict[tuple, str | None] = {}
+_TRIALS: dict[tuple, tuple[str | None, bool]] = {}
 
 
 def available(executable: str) -> str | None:
     """The trial, for `executable` with the daemon's own Jupyter runtime folders (cached)."""
-    return usable(executable, tempfile.gettempdir(), jupyter_runtime_dirs({}, dict(os.environ)))
+    return usable(executable, tempfile.gettempdir(), jupyter_runtime_dirs({}, dict(os.environ)))[0]
 
 
-def layer(ran: bool, why_not: str | None = None) -> OsLayer:
-    return OsLayer(NAME, "darwin", CONFINES, ran, why_not)
+def layer(ran: bool, why_not: str | None = None, deny_links: bool = True) -> OsLayer:
+    return OsLayer(NAME, "darwin", CONFINES if deny_links else tuple(c for c in CONFINES if c != "hard links"),
+                   ran, why_not)
 
 
 def usable(executable: str, temp_dir: str, runtime_dirs: list[str], platform: str = sys.platform,
            exists: Callable[[str], bool] = os.path.exists,
-           runner: Callable[[list[str]], tuple[int, str]] | None = None) -> str | None:
-    """None when a worker of `executable` can start under the profile (macOS, the binary there, the trial passed:
-    once per interpreter and folders, unless `runner` is given), else why not."""
+           runner: Callable[[list[str]], tuple[int, str]] | None = None) -> tuple[str | None, bool]:
+    """(None when a worker of `executable` can start under the profile, else why not; whether the profile keeps
+    its `file-link` rule): macOS, the binary there, the trial passed (once per interpreter and folders, unless
+    `runner` is given). A profile failing the trial is tried once more without the `file-link` rule; the layer
+    then does not claim hard links."""
     if platform != "darwin":
-        return f"{platform}: no sandbox-exec (macOS only)"
+        return f"{platform}: no sandbox-exec (macOS only)", True
     if not exists(SANDBOX_EXEC):
-        return f"{SANDBOX_EXEC} is not there"
+        return f"{SANDBOX_EXEC} is not there", True
     key = (executable, temp_dir, tuple(runtime_dirs))
     if runner is None and key in _TRIALS:
         return _TRIALS[key]
-    why = trial_check(executable, temp_dir, runtime_dirs, runner)
+    out: tuple[str | None, bool] = (trial_check(executable, temp_dir, runtime_dirs, runner), True)
+    if out[0] is not None and trial_check(executable, temp_dir, runtime_dirs, runner, deny_links=False) is None:
+        out = (None, False)
     if runner is None:
-        _TRIALS[key] = why
-    return why
+        _TRIALS[key] = out
+    return out
 
 
 def launch(argv: list[str], env: dict[str, str], home: str, platform: str = "darwin",
@@ -270,14 +278,14 @@ def launch(argv: list[str], env: dict[str, str], home: str, platform: str = "dar
     why it did not run."""
     temp_dir = tempfile.gettempdir()
     runtime = jupyter_runtime_dirs(env)
-    why = usable(argv[0], temp_dir, runtime, platform, exists, runner)
+    why, deny_links = usable(argv[0], temp_dir, runtime, platform, exists, runner)
     if why is not None:
         return Launch(list(argv), {}, layer(False, why))
     try:
-        profile = seatbelt_profile(temp_dir, runtime, interpreter_paths(argv[0]))
+        profile = seatbelt_profile(temp_dir, runtime, interpreter_paths(argv[0]), deny_links)
     except Unnameable as exc:
         return Launch(list(argv), {}, layer(False, str(exc)))
-    return Launch(seatbelt_argv(list(argv), profile), {}, layer(True))
+    return Launch(seatbelt_argv(list(argv), profile), {}, layer(True, None, deny_links))
 
 
 def started(how: Launch, proc: subprocess.Popen) -> Launch:
