@@ -105,6 +105,14 @@ def test_off_windows_no_layer_is_claimed(tmp_path):
         windows.label_low(str(tmp_path))
 
 
+def test_jupyter_s_runtime_folders_on_windows(tmp_path):
+    appdata = str(tmp_path / "AppData" / "Roaming")
+    got = windows.jupyter_runtime_dirs({"APPDATA": appdata, "JUPYTER_DATA_DIR": str(tmp_path / "jd")}, {})
+    assert got == [os.path.realpath(tmp_path / "jd" / "runtime"), os.path.realpath(os.path.join(appdata, "jupyter",
+                                                                                                "runtime"))]
+    assert windows.NO_READ_UP_SDDL == "S:(ML;OICI;NRNW;;;ME)"
+
+
 def test_the_worker_keeps_systemroot_which_python_needs_to_start_on_windows(monkeypatch):
     monkeypatch.delenv("SYSTEMROOT", raising=False)
     monkeypatch.delenv("SystemRoot", raising=False)
@@ -130,6 +138,7 @@ def write(path):
 tried("medium", lambda: write(os.path.join(sys.argv[1], "medium.txt")))
 tried("low", lambda: write(os.path.join(sys.argv[2], "low.txt")))
 tried("child", lambda: subprocess.run([sys.executable, "-c", "0"], check=True, timeout=30))
+tried("runtime", lambda: open(os.path.join(sys.argv[3], "kernel-1.json")).read())
 print(json.dumps(out), flush=True)
 sys.stdin.readline()
 """
@@ -141,7 +150,12 @@ def test_on_windows_a_worker_at_low_integrity_in_its_job_writes_only_its_folder(
     medium = tempfile.mkdtemp(dir=tmp_path)
     home = tempfile.mkdtemp(dir=tmp_path)
     run = tempfile.mkdtemp(dir=tmp_path)
-    how = oslayer.launch([sys.executable, "-c", PROBE, medium, run], {}, home)
+    runtime = tmp_path / "jupyter" / "runtime"
+    runtime.mkdir(parents=True)
+    (runtime / "kernel-1.json").write_text('{"key": "secret"}')
+    how = oslayer.launch([sys.executable, "-c", PROBE, medium, run, str(runtime)],
+                         {"JUPYTER_RUNTIME_DIR": str(runtime)}, home)
+    assert windows.RUNTIME in how.layer.confines
     oslayer.prepare_folder(run)
     proc = subprocess.Popen(how.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, **how.env})
     how = oslayer.started(how, proc)
@@ -153,6 +167,8 @@ def test_on_windows_a_worker_at_low_integrity_in_its_job_writes_only_its_folder(
     assert got["low"] == "ok"
     assert got["medium"].startswith("refused") and not os.path.exists(os.path.join(medium, "medium.txt"))
     assert got["child"].startswith("refused")
+    assert got["runtime"].startswith("refused")  # the key, hidden by the no-read-up label
+    assert (runtime / "kernel-1.json").read_text() == '{"key": "secret"}'  # the user's own processes still read it
     oslayer.release(how)  # the daemon's job handle closed: the worker ends with it, its stdin still open
     proc.wait(timeout=30)
     assert how.handles == []

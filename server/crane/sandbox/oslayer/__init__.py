@@ -20,8 +20,10 @@ said to be confined by a layer that did not run (`OsLayer.names`).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -54,6 +56,20 @@ class Launch:
     env: dict[str, str]
     layer: OsLayer
     handles: list[Any] = field(default_factory=list)
+
+
+def jupyter_runtime_dirs(env: dict[str, str], own_env: dict[str, str] | None = None,
+                         defaults: Callable[[dict[str, str]], list[str]] = lambda e: []) -> list[str]:
+    """Where kernels' connection files (their keys) can live: `$JUPYTER_RUNTIME_DIR`, `$JUPYTER_DATA_DIR/runtime`
+    and the platform's `defaults`, of the kernel's environment `env` and of the daemon's own; resolved (symbolic
+    links followed as far as the path exists), absolute ones only, each once."""
+    out: list[str] = []
+    for e in (env, own_env if own_env is not None else dict(os.environ)):
+        data = e.get("JUPYTER_DATA_DIR")
+        for p in (e.get("JUPYTER_RUNTIME_DIR"), os.path.join(data, "runtime") if data else None, *defaults(e)):
+            if p and os.path.isabs(p) and os.path.realpath(p) not in out:
+                out.append(os.path.realpath(p))
+    return out
 
 
 def _backend(platform: str) -> Any:

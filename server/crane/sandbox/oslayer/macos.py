@@ -32,6 +32,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 
+from crane.sandbox import oslayer
 from crane.sandbox.oslayer import Launch, OsLayer
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"  # an absolute path: never one found on $PATH
@@ -76,19 +77,15 @@ def real(path: str) -> str:
     return out.rstrip("/") or "/"
 
 
+def _home_runtime(e: dict[str, str]) -> list[str]:
+    home = e.get("HOME") or os.path.expanduser("~")
+    return [os.path.join(home, "Library", "Jupyter", "runtime"), os.path.join(home, ".local", "share", "jupyter",
+                                                                               "runtime")]
+
+
 def jupyter_runtime_dirs(env: dict[str, str], own_env: dict[str, str] | None = None) -> list[str]:
-    """Where the kernel's connection files can live: `$JUPYTER_RUNTIME_DIR`, `$JUPYTER_DATA_DIR/runtime`, and the
-    macOS and XDG defaults under `$HOME`, of the kernel's environment and of the daemon's own; resolved, unique."""
-    out: list[str] = []
-    for e in (env, own_env if own_env is not None else dict(os.environ)):
-        home = e.get("HOME") or os.path.expanduser("~")
-        for p in (e.get("JUPYTER_RUNTIME_DIR"),
-                  os.path.join(e["JUPYTER_DATA_DIR"], "runtime") if e.get("JUPYTER_DATA_DIR") else None,
-                  os.path.join(home, "Library", "Jupyter", "runtime"),
-                  os.path.join(home, ".local", "share", "jupyter", "runtime")):
-            if p and os.path.isabs(p) and real(p) not in out:
-                out.append(real(p))
-    return out
+    """The runtime folders (oslayer.jupyter_runtime_dirs) with macOS's and the XDG defaults under `$HOME`."""
+    return oslayer.jupyter_runtime_dirs(env, own_env, _home_runtime)
 
 
 def interpreter_paths(executable: str) -> list[str]:

@@ -12,9 +12,12 @@ its first line from stdin. Before that line (the modules, then the kernel's stat
    user's other processes for writing (no-write-up), whatever Python or native code it runs.
 The worker's own folder (and its temporary folder, TMP/TEMP/TMPDIR) and each run folder (`prepare_folder`) are
 labelled low (`S:(ML;OICI;NW;;;LW)`, inherited by what is made in them), so the run can write only there.
+Jupyter's runtime folders (`%APPDATA%\\jupyter\\runtime`, `$JUPYTER_RUNTIME_DIR`, `$JUPYTER_DATA_DIR\\runtime`) are
+labelled medium with no-read-up (`S:(ML;OICI;NRNW;;;ME)`: the user's own processes, at medium, are unaffected),
+so the worker cannot read the connection files' keys there (a connection file elsewhere stays readable).
 Not confined on Windows (said in docs/sandbox.md): network (a low-integrity process may still connect, also to the
-kernel's ZeroMQ ports: an AppContainer would be needed), reads (the connection file's key is readable), signals
-beyond the no-write-up rule; the Python guard is the only layer for those. The code that starts the worker runs
+kernel's ZeroMQ ports: an AppContainer would be needed), reads elsewhere, signals beyond the no-write-up rule; the
+Python guard is the only layer for those. The code that starts the worker runs
 at medium integrity until step 2 (Python's startup and site, before any state or notebook code arrives).
 
 Structures and constants are plain `ctypes` (importable and tested on Linux for their documented x64 sizes and
@@ -30,8 +33,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from typing import Any
 
+from crane.sandbox import oslayer
 from crane.sandbox.oslayer import Launch, OsLayer
 from crane.sandbox.worker.limits import (
     JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
@@ -46,7 +51,9 @@ from crane.sandbox.worker.limits import (
 NAME = "low integrity + job object"
 CONFINES = ("file writes outside CRANE's run folders (medium-integrity files)", "child processes",
             "survival of the daemon (killed with it)", "memory (per-process commit limit)",
-            "writes to other processes (no-write-up)", "clipboard, desktops, global atoms")
+            "writes to other processes (no-write-up)", "clipboard, desktops, global atoms",
+            "reads of Jupyter's runtime folders (kernel connection keys)")
+RUNTIME = CONFINES[-1]
 
 # winnt.h / securitybaseapi.h / accctrl.h
 SE_GROUP_INTEGRITY = 0x00000020
@@ -60,9 +67,11 @@ SE_FILE_OBJECT = 1
 LABEL_SECURITY_INFORMATION = 0x00000010
 SDDL_REVISION_1 = 1
 LOW_LABEL_SDDL = "S:(ML;OICI;NW;;;LW)"  # mandatory label, object+container inherit, no-write-up, low integrity
+NO_READ_UP_SDDL = "S:(ML;OICI;NRNW;;;ME)"  # medium (the user's own level), no-read-up and no-write-up for lower ones
 JOB_OBJECT_BASIC_UI_RESTRICTIONS_CLASS = 4
 JOB_OBJECT_UILIMIT_ALL = 0x000000FF  # HANDLES..EXITWINDOWS: every basic UI restriction
 DEFAULT_MEMORY_BYTES = 4 << 30
+NOT_STARTED = "not started yet"
 
 
 class SidAndAttributes(ctypes.Structure):
@@ -216,12 +225,12 @@ def lower_integrity(process: int) -> int:
         w.CloseHandle(token)
 
 
-def label_low(path: str) -> None:
-    """Label a folder (and, inherited, what is made in it) low integrity: a low-integrity worker may write it."""
+def set_label(path: str, sddl: str) -> None:
+    """Set the mandatory label of `sddl` (a SACL-only descriptor) on a file or folder; inheritable labels also
+    reach what is already in a folder (SetNamedSecurityInfo propagates them)."""
     w = _win()
     sd = ctypes.c_void_p()
-    if not w.ConvertStringSecurityDescriptorToSecurityDescriptorW(LOW_LABEL_SDDL, SDDL_REVISION_1, ctypes.byref(sd),
-                                                                  None):
+    if not w.ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl, SDDL_REVISION_1, ctypes.byref(sd), None):
         raise w.error("ConvertStringSecurityDescriptorToSecurityDescriptorW")
     try:
         present, defaulted, sacl = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_void_p()
@@ -232,6 +241,27 @@ def label_low(path: str) -> None:
             raise OSError(rc, f"SetNamedSecurityInfoW({path!r}) failed (Windows error {rc})")
     finally:
         w.LocalFree(sd)
+
+
+def label_low(path: str) -> None:
+    """Label a folder (and, inherited, what is made in it) low integrity: a low-integrity worker may write it."""
+    set_label(path, LOW_LABEL_SDDL)
+
+
+def hide_from_low(path: str) -> None:
+    """Label a folder medium with no-read-up (inherited by its files): the user's own processes, at medium, read and
+    write it as before; a low-integrity worker can neither list nor read it. For Jupyter's runtime folders."""
+    set_label(path, NO_READ_UP_SDDL)
+
+
+def _appdata_runtime(e: dict[str, str]) -> list[str]:
+    appdata = e.get("APPDATA")
+    return [os.path.join(appdata, "jupyter", "runtime")] if appdata else []
+
+
+def jupyter_runtime_dirs(env: dict[str, str], own_env: dict[str, str] | None = None) -> list[str]:
+    """The runtime folders (oslayer.jupyter_runtime_dirs) with Windows' default under `%APPDATA%`."""
+    return oslayer.jupyter_runtime_dirs(env, own_env, _appdata_runtime)
 
 
 def temp_env(home: str) -> dict[str, str]:
@@ -290,13 +320,23 @@ def launch(argv: list[str], env: dict[str, str], home: str) -> Launch:
     except OSError as exc:
         why = f"the worker's folder could not be labelled low integrity: {exc}"
         return Launch(argv, system_env(env), layer(False, why))
-    return Launch(argv, extra, layer(False, "not started yet"))
+    hidden = True
+    for d in jupyter_runtime_dirs(env):
+        if os.path.isdir(d):
+            try:
+                hide_from_low(d)
+            except OSError:
+                hidden = False  # (the layer then does not claim it)
+    pending = layer(False, NOT_STARTED)
+    if not hidden:
+        pending = replace(pending, confines=tuple(c for c in CONFINES if c != RUNTIME))
+    return Launch(argv, extra, pending)
 
 
 def started(how: Launch, proc: subprocess.Popen) -> Launch:
     """The worker in its job and at low integrity before it is sent anything; the layer ran only when both held
     (else the worker is left to the daemon, which ends it: no run is said to be confined)."""
-    if how.layer.why_not != "not started yet":
+    if how.layer.why_not != NOT_STARTED:
         return how
     handle = getattr(proc, "_handle", None)
     if handle is None:
@@ -311,7 +351,7 @@ def started(how: Launch, proc: subprocess.Popen) -> Launch:
     if rid != SECURITY_MANDATORY_LOW_RID:
         how.layer = how.layer.failed(f"the worker's integrity reads back as {rid:#x}, not low")
         return how
-    how.layer = layer(True)
+    how.layer = replace(how.layer, ran=True, why_not=None)
     return how
 
 
