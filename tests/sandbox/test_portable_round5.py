@@ -17,6 +17,7 @@ from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
 from crane.sandbox.options import SandboxOptions
+from crane.sandbox.worker.linux import linux_layer_available
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from .conftest import tree_hash
@@ -24,6 +25,9 @@ from .conftest import tree_hash
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux process controls")
 
 PORTABLE = SandboxOptions(confinement="portable")
+GUARD = SandboxOptions(confinement="guard")  # the Python layers alone: what must hold for honest code without the OS
+BOTH = [pytest.param(PORTABLE, id="portable"), pytest.param(GUARD, id="guard")]
+LANDLOCK = linux_layer_available() is None
 SETUP = "import os, functools, itertools, signal\nkpid = os.getpid()\nx = 41\n"
 
 
@@ -81,9 +85,10 @@ P2 = {
 }
 
 
+@pytest.mark.parametrize("sandbox", BOTH)
 @pytest.mark.parametrize("attack", list(P2))
-def test_p2_the_kernel_is_neither_reniced_pinned_rescheduled_nor_signalled(k5, attack):
-    v = run5(k5, P2[attack])
+def test_p2_the_kernel_is_neither_reniced_pinned_rescheduled_nor_signalled(k5, attack, sandbox):
+    v = run5(k5, P2[attack], sandbox)
     assert v.verdict in ("blocked", "no-crash", "crash"), v
     if v.verdict == "blocked":
         assert (v.reason or "").startswith("crane sandbox: "), v
@@ -94,3 +99,49 @@ def test_p2_the_worker_may_still_change_itself(k5):
     v = run5(k5, "os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0))\n"
                  "os.sched_setaffinity(0, os.sched_getaffinity(0))\nprint('ok')")
     assert (v.verdict, v.stdout.strip()) == ("no-crash", "ok"), v
+
+
+# P1: `..` after a mirrored folder, after the cell's own link, through the writers of the guard table: honest code
+# keeps working on the run's private copies; nothing reaches the real folder or anything outside it
+P1_HONEST = """
+import os, shutil, numpy as np
+open(os.path.join('sub', '..', 'results.csv'), 'w').write('x')
+assert open('results.csv').read() == 'x'
+os.remove('sub/../log.txt')
+assert not os.path.exists('log.txt')
+np.save('sub/../arr.npy', np.arange(3))
+assert np.load('arr.npy').tolist() == [0, 1, 2]
+open('sub/../data.csv', 'a').write('5,6\\n')
+os.truncate('sub/../data.csv', 4)
+os.chmod('sub/../data.csv', 0o600)
+os.rename('sub/../data.csv', 'sub/../data2.csv')
+shutil.rmtree('sub/../sub')
+assert sorted(os.listdir('.')) == sorted(['arr.npy', 'data2.csv', 'outside_link', 'results.csv']), os.listdir('.')
+print('ok')
+"""
+
+P1_ESCAPES = {
+    "up from a mirrored folder": "open('sub/' + '../' * 40 + '@OUTSIDE@'.lstrip('/') + '/new.txt', 'w').write('x')",
+    "remove through a mirrored folder": "os.remove('sub/' + '../' * 40 + '@OUTSIDE@'.lstrip('/') + '/target.txt')",
+    "the cell's own link": "os.symlink('@OUTSIDE@', 'o2')\nopen('o2/../' + os.path.basename('@OUTSIDE@') + "
+                           "'/pwn.txt', 'w').write('x')",
+    "a writer up from a mirrored folder": "import numpy as np\nnp.save('sub/' + '../' * 40 + "
+                                          "'@OUTSIDE@'.lstrip('/') + '/a.npy', np.arange(2))",
+}
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_p1_dotdot_after_a_mirrored_folder_stays_in_the_run(k5, sandbox):
+    v = run5(k5, P1_HONEST, sandbox)
+    assert (v.verdict, v.stdout.strip()) == ("no-crash", "ok"), v
+    assert v.transplant is not None and ("landlock" in v.transplant.layers) == (sandbox is PORTABLE and LANDLOCK), v
+    # a link of the working folder to a file outside: the write goes to the run's private copy
+    v = run5(k5, "open('outside_link', 'w').write('x')\nprint(open('outside_link').read())", sandbox)
+    assert (v.verdict, v.stdout.strip()) == ("no-crash", "x"), v
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(P1_ESCAPES))
+def test_p1_dotdot_never_reaches_outside(k5, attack, sandbox):
+    v = run5(k5, P1_ESCAPES[attack], sandbox)
+    assert v.verdict in ("blocked", "crash"), v  # refused by a Python layer, or by the OS (PermissionError)

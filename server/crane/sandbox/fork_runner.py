@@ -32,8 +32,8 @@ from crane.sandbox.channel import (
 )
 from crane.sandbox.layer_choice import ASKED_FOR, AUTO_BLOCKING_REASON, layer_would_help, needs_layer
 from crane.sandbox.options import SandboxOptions, active
+from crane.sandbox.portable import NO_OS_LAYER, os_refused, portable_or_none
 from crane.sandbox.portable import choose as choose_confinement
-from crane.sandbox.portable import os_refused
 from crane.sandbox.transplant import enabled as transplant_enabled
 from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import (
@@ -88,6 +88,8 @@ def speculate(
     conf = opts.confinement
     layer = layer_preference(layer, opts)
     which, why_portable = choose_confinement(conf)
+    if which == "none":  # no OS layer for the portable sandbox here: the rules decide (the reason says why)
+        return unavailable(why_portable or NO_OS_LAYER)
     kw = dict(memory_mb=memory_mb, request_timeout=request_timeout, places=places, idle=idle, cancel=cancel,
               miniature=miniature, max_processes=max_processes)
     if which == "os":
@@ -95,9 +97,12 @@ def speculate(
         why_portable = os_refused(v) if conf == "auto" else None
         if why_portable is None or (cancel is not None and cancel.is_set()):
             return v
+        which, why_portable = portable_or_none(why_portable)
+        if which == "none":
+            return unavailable(why_portable or NO_OS_LAYER)
     # -- the portable sandbox (crane.sandbox.portable): no fork of the kernel on this path
     return transplant(conn, source, budget_s, reason=None, layer=layer, portable=why_portable,
-                      **kw)  # type: ignore[arg-type]
+                      confinement="guard" if which == "guard" else "portable", **kw)  # type: ignore[arg-type]
 
 
 def _speculate_os(

@@ -17,15 +17,19 @@ import msgspec
 from msgspec import Meta
 
 LayerChoice = Literal["auto", "layered", "blocking"]
-Confinement = Literal["auto", "os", "portable"]
+Confinement = Literal["auto", "os", "portable", "guard"]
 CONFINEMENT_DESCRIPTIONS = [
-    "The OS sandbox where it runs (Linux x86_64: namespaces, Landlock, seccomp), else the portable one (macOS, "
-    "Windows, Linux on ARM, Linux that refuses namespaces).",
+    "The OS sandbox where it runs (Linux x86_64: namespaces, Landlock, seccomp), else the portable one where this "
+    "platform's OS layer can confine it (macOS, Windows, Linux on ARM, Linux that refuses namespaces); where "
+    "neither can, no speculative run: the rules decide, and the diagnostic says why.",
     "Only the OS sandbox: where it cannot run, cells get no speculative run.",
     "The portable sandbox everywhere: the cell runs in a separate worker of the kernel's interpreter on a copy of "
-    "the values it reads, confined by a call guard and an audit hook (no OS help). It keeps a notebook's honest side "
-    "effects and an agent's mistakes from the disk, the network and other processes; code written to escape a "
-    "Python sandbox is not in its threat model.",
+    "the values it reads, confined by the platform's OS layer (Linux: Landlock; macOS: Seatbelt; Windows: a job "
+    "object and a low-integrity token) under a call guard and an audit hook. Where no OS layer can be set up, no "
+    "run.",
+    "The call guard and the audit hook alone, in the portable sandbox's worker (no OS layer): opt-in. It keeps a "
+    "notebook's honest side effects and an agent's mistakes from the disk, the network and other processes; code "
+    "written to escape a Python sandbox is not in its threat model.",
 ]
 
 
@@ -34,9 +38,10 @@ ConfinementSetting = Annotated[
     Confinement,
     Meta(extra_json_schema={
         "markdownDescription": "Which sandbox runs cells speculatively: `os` (Linux x86_64's namespaces, Landlock and "
-                               "seccomp), `portable` (a call guard and an audit hook in a separate worker of the "
-                               "kernel's interpreter, as on macOS and Windows), or `auto` (the OS sandbox where it "
-                               "runs, else the portable one).",
+                               "seccomp), `portable` (a separate worker of the kernel's interpreter confined by the "
+                               "platform's OS layer under a call guard and an audit hook, as on macOS and Windows), "
+                               "`guard` (the call guard and the audit hook alone, opt-in), or `auto` (the OS sandbox "
+                               "where it runs, else the portable one where an OS layer can confine it).",
         "enumDescriptions": CONFINEMENT_DESCRIPTIONS,
     }),
 ]
@@ -142,10 +147,12 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     """The sandbox flags of every command that runs cells (check, bench, fix, diagnose, mcp)."""
     d = SandboxOptions()
     g = parser.add_argument_group("sandbox")
-    g.add_argument("--sandbox", dest="sandbox_confinement", choices=("auto", "os", "portable"), default=d.confinement,
-                   help="which sandbox runs cells: os (Linux's namespaces, Landlock, seccomp), portable (a call guard "
-                        "and an audit hook in a separate worker, as on macOS and Windows), auto (default: os where it "
-                        "runs, else portable)")
+    g.add_argument("--sandbox", dest="sandbox_confinement", choices=("auto", "os", "portable", "guard"),
+                   default=d.confinement,
+                   help="which sandbox runs cells: os (Linux's namespaces, Landlock, seccomp), portable (a separate "
+                        "worker under the platform's OS layer, a call guard and an audit hook, as on macOS and "
+                        "Windows), guard (the call guard and the audit hook alone, opt-in), auto (default: os where "
+                        "it runs, else portable where an OS layer can confine it, else none)")
     g.add_argument("--sandbox-layer", dest="sandbox_layer", choices=("auto", "layered", "blocking"), default=d.layer,
                    help=f"how a forked run confines writes (default {d.layer})")
     g.add_argument("--transplant", dest="transplant", type=_on_off, metavar="on|off", default=d.transplant,

@@ -18,22 +18,43 @@ confines and whether it ran.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from crane.sandbox.confinement import Confinement
 from crane.sandbox.confinement import current as current_confinement
 
 ASKED = "the portable sandbox was asked for (--sandbox portable / crane.sandbox)"
+GUARD_ASKED = "the guard alone was asked for (--sandbox guard / crane.sandbox): no OS layer"
+NO_OS_LAYER = "no speculative run: the rules decide"
 
 
-def choose(pref: str, confinement: Confinement | None = None) -> tuple[str, str | None]:
-    """("os" | "portable", why portable) for a run under the `pref` confinement ("auto", "os", "portable")."""
-    if pref == "portable":
-        return "portable", ASKED
+def choose(pref: str, confinement: Confinement | None = None,
+           os_layer: Callable[[], str | None] | None = None) -> tuple[str, str | None]:
+    """("os" | "portable" | "guard" | "none", why) for a run under the `pref` confinement ("auto", "os", "portable",
+    "guard"). `os_layer()`: None when this platform's OS layer can confine a portable worker, else why not
+    (default: crane.sandbox.oslayer.available). A portable run is never started without its OS layer: "none" then,
+    the reason saying why (and that `guard` runs the guard alone)."""
+    if pref == "guard":
+        return "guard", GUARD_ASKED
     if pref == "os":
         return "os", None
-    why = (confinement or current_confinement()).unavailable()
-    if why is None:
-        return "os", None
-    return "portable", f"{why}: the portable sandbox runs instead"
+    if pref == "auto":
+        why = (confinement or current_confinement()).unavailable()
+        if why is None:
+            return "os", None
+    return portable_or_none(ASKED if pref == "portable" else f"{why}: the portable sandbox runs instead", os_layer)
+
+
+def portable_or_none(why_portable: str, os_layer: Callable[[], str | None] | None = None) -> tuple[str, str | None]:
+    """("portable", `why_portable`) where the platform's OS layer can confine the worker, else ("none", why not)."""
+    if os_layer is None:
+        from crane.sandbox.oslayer import available
+        os_layer = available
+    missing = os_layer()
+    if missing is None:
+        return "portable", why_portable
+    return "none", (f"{missing}: the portable sandbox needs this platform's OS layer under its guard, so "
+                    f"{NO_OS_LAYER} (--sandbox guard / crane.sandbox \"guard\" runs the guard alone)")
 
 
 # how an OS-sandbox run says that this machine refused its confinement (seccomp, Landlock, prctl: the fork child's

@@ -17,7 +17,7 @@ from crane.sandbox.drain import OUTPUT_LIMIT
 RunMode = Literal["run", "session"]
 LayerRequest = Literal["auto", "blocking"]
 Channel = Literal["local", "remote"]
-WorkerConfinement = Literal["os", "portable"]
+WorkerConfinement = Literal["os", "portable", "guard"]
 
 
 class SandboxRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -43,8 +43,8 @@ class SandboxRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     channel: Channel = "local"  # "remote": the kernel made its own directory; the daemon polls
     remote_ok: bool = True  # False: answer unavailable instead of making a directory of its own
     run_id: str | None = None  # remote channel: the handle for collect/stop
-    # transplant workers: "portable" confines the worker with the call guard and the audit hook alone
-    # (worker/portable.py), `portable_reason` says why, `os_layers` the OS layers it started under (macOS)
+    # transplant workers: "portable" confines the worker with the platform's OS layer under the call guard and the
+    # audit hook (worker/portable.py), "guard" with the guard and the hook alone, `portable_reason` says why, `os_layers` the OS layers it started under (macOS)
     confinement: WorkerConfinement = "os"
     portable_reason: str | None = None
     os_layers: list[str] = []

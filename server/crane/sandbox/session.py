@@ -25,7 +25,9 @@ def open_session(
     sandbox (`sandbox`'s confinement, default `active()`: crane.sandbox.portable) it is a transplant session whose
     worker is confined by the call guard and the audit hook; the kernel is not forked."""
     which, why_portable = choose_confinement((sandbox or active()).confinement)
-    if which == "portable":  # -- the portable sandbox
+    if which == "none":
+        raise SandboxError(why_portable or "no sandbox can run here")
+    if which in ("portable", "guard"):  # -- the portable sandbox (a session's worker always gets its OS layer)
         return TransplantSession.start(conn, budget_s=budget_s, memory_mb=memory_mb, request_timeout=request_timeout,
                                        total_cpu_s=total_cpu_s, reason=None, portable=why_portable)
     try:

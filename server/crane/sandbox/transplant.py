@@ -484,11 +484,13 @@ def transplant(
     max_processes: int = 1000,
     map_devices: bool = False,
     portable: str | None = None,
+    confinement: str = "portable",
 ) -> SandboxVerdict:
     """Run `source` in a confined worker process on a copy of the state it reads (see the module docstring).
     Never raises. `reason`: why the kernel was not forked (said in the verdict). `map_devices`: map torch's
     cuda/mps requests to the CPU even when the kernel's torch had no CUDA. `portable`: why the run is a portable
-    one (crane.sandbox.portable: the call guard and the audit hook confine the worker, no OS part), or None."""
+    one (crane.sandbox.portable: the platform's OS layer, the call guard and the audit hook confine the worker), or
+    None; `confinement`: "guard" for the guard and the hook alone (asked for)."""
     t0 = time.monotonic()
     why = None if portable else current_confinement().runs("transplant")
     if why:
@@ -528,7 +530,8 @@ def transplant(
                                layer="blocking" if layer == "blocking" else "auto", places=list(places),
                                idle=bool(idle), max_processes=int(max_processes))
         if portable:  # -- the portable sandbox (worker/portable.py)
-            request = msgspec.structs.replace(request, confinement="portable", portable_reason=portable,
+            request = msgspec.structs.replace(request, confinement="guard" if confinement == "guard" else "portable",
+                                              portable_reason=portable,
                                               os_layers=list(worker.os_layers))
         shrunk = {"kept": [msgspec.to_builtins(k) for k in exp.kept], "requested": bool(miniature),
                   "error": exp.shrink_error, "why": exp.shrunk}

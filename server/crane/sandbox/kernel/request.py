@@ -37,7 +37,7 @@ REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
     "os_layers": (list,),
 }
 REQUEST_CHOICES = {"mode": ("run", "session"), "layer": ("auto", "blocking"), "channel": ("local", "remote"),
-                   "confinement": ("os", "portable")}
+                   "confinement": ("os", "portable", "guard")}
 
 
 class RequestError(ValueError):

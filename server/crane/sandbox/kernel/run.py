@@ -246,7 +246,7 @@ def _classify(ctx: _Ctx, exc: BaseException | None, as_limit: int) -> tuple[str,
     for e in chain:
         if isinstance(e, MemoryError):
             wanted = getattr(e, "_total_size", None)
-            machine = _machine_memory_bytes(portable=ctx.args.get("confinement") == "portable")
+            machine = _machine_memory_bytes(portable=ctx.args.get("confinement") in ("portable", "guard"))
             if isinstance(wanted, int) and machine and wanted > machine:
                 return "crash", f"the allocation ({wanted} bytes) exceeds this machine's memory"
             return "timeout", f"the cell exceeded the sandbox memory budget ({ctx.memory_mb} MiB)"

@@ -105,5 +105,5 @@ def confine_worker(writable: list[str], hidden: list[str]) -> dict[str, Any]:
         places.append("/dev/shm")
     info = apply_landlock(places, landlock_abi(), files=_DEVICES, handle_execute=True, hidden=hidden)
     info.update(layer=LINUX_LAYER, ran=True, no_new_privs=True, writable=places, hidden=list(hidden),
-                threads_before=threads)
+                threads_before=threads, record={"landlock_abi": info["abi"]})
     return info

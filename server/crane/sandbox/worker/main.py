@@ -428,7 +428,7 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
     _enter_environment(facts, shell)
     _POOLS["key"] = None
     portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
-    if args.get("confinement") == "portable":
+    if args.get("confinement") in ("portable", "guard"):
         ctx, portable = prepare_portable(args, shell, lines.out)  # commands on stdin, replies on stdout
         commands: Iterable[bytes] = lines.commands()
     else:  # -- end portable
@@ -523,7 +523,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     shrunk = spec.get("shrunk") or {}
     _POOLS["key"] = None  # the worker's own thread pools (not the kernel's)
     portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
-    if args.get("confinement") == "portable":
+    if args.get("confinement") in ("portable", "guard"):
         ctx, portable = prepare_portable(args, shell, lines.out)  # the record goes up the worker's stdout pipe
     else:  # -- end portable
         lines.close()

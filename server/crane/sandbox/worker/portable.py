@@ -97,6 +97,7 @@ class RunFolder:
         self.root = os.path.join(self.mirror, *([drive.rstrip(":")] if drive else []), *parts)
         self.scratch = os.path.realpath(scratch)
         os.makedirs(self.root, exist_ok=True)
+        self.mirror_real = os.path.realpath(self.mirror)
         self.linked = True
         real_dir, mirror_dir = (drive + os.sep) if drive else os.sep, os.path.join(
             self.mirror, *([drive.rstrip(":")] if drive else []))
@@ -125,51 +126,108 @@ class RunFolder:
                 return False
         return True
 
-    def _norm(self, path: Any) -> str:
+    def _abs(self, path: Any) -> str:
         p = os.fsdecode(path)
-        return os.path.normpath(p if os.path.isabs(p) else os.path.join(os.getcwd(), p))
+        return p if os.path.isabs(p) else os.path.join(os.getcwd(), p)
+
+    def _counterpart(self, at: str) -> str | None:
+        """The real path a view entry `at` (a resolved path under the view) mirrors."""
+        rel = os.path.relpath(at, self.mirror_real)
+        if rel == os.curdir or rel.startswith(os.pardir):
+            return None
+        parts = rel.split(os.sep)
+        if os.name == "nt":
+            return parts[0] + ":" + os.sep + os.sep.join(parts[1:])
+        return os.sep + os.sep.join(parts)
+
+    def _view_link(self, at: str) -> str | None:
+        """The real target when `at` is one of the view's own links (made by `_mirror`: it points at its
+        counterpart), else None (the cell's own link, or not a link)."""
+        try:
+            target = os.readlink(at)
+        except (OSError, ValueError):
+            return None
+        want = self._counterpart(at)
+        return target if want is not None and target == want else None
+
+    def _under(self, p: str) -> bool:
+        return (self.linked and _within(p, self.mirror_real)) or _within(p, self.scratch)
+
+    def resolve(self, path: Any, make: bool = False, leaf: bool = True) -> str | None:
+        """Where the operating system would reach `path` once the view's links on its way are private copies: the
+        path walked component by component as the OS does (`..` after whatever the previous component resolved
+        to), following the cell's own links and anything outside the view for real, and taking the view's own links
+        as the private folders they become. `make`: make them private copies now, along exactly these components
+        (and the last one too when `leaf`). None: the path cannot be walked (a link loop, a bad name)."""
+        try:
+            text = self._abs(path)
+            return self._walk(text.replace("/", os.sep) if os.name == "nt" else text, make, leaf)
+        except (TypeError, ValueError, OSError):
+            return None
+
+    def _walk(self, text: str, make: bool, leaf: bool) -> str | None:
+        todo = text.split(os.sep)
+        drive, _ = os.path.splitdrive(todo[0] + os.sep) if os.name == "nt" else ("", "")
+        cur = (drive + os.sep) if drive else os.sep
+        todo = todo[1:] if drive or not todo[0] else todo
+        hops = 0
+        while todo:
+            comp = todo.pop(0)
+            if comp in ("", os.curdir):
+                continue
+            if comp == os.pardir:
+                cur = os.path.dirname(cur)
+                continue
+            nxt = os.path.join(cur, comp)
+            if not os.path.islink(nxt):
+                cur = nxt
+                continue
+            last = not [c for c in todo if c not in ("", os.curdir)]
+            if self.linked and _within(nxt, self.mirror_real) and self._view_link(nxt) is not None:
+                if make and (leaf or not last):
+                    self._materialize_one(nxt, last)
+                cur = nxt  # a private folder (or file) of the view, once materialized
+                continue
+            hops += 1
+            if hops > 40:
+                return None
+            try:
+                target = os.readlink(nxt)
+            except OSError:
+                return None
+            todo = target.split(os.sep) + todo if not os.path.isabs(target) else target.split(os.sep)[1:] + todo
+            if os.path.isabs(target):
+                cur = os.sep
+        return cur
 
     def inside(self, path: Any) -> bool:
-        """Inside the run folder or the scratch directory (no link on the way checked yet: `materialize`)."""
-        try:
-            p = self._norm(path)
-        except (TypeError, ValueError):
-            return False
-        if self.linked and p.startswith(self.mirror.rstrip(os.sep) + os.sep):
-            return True
-        rp = os.path.realpath(p)
-        return rp == self.scratch or rp.startswith(self.scratch.rstrip(os.sep) + os.sep)
+        """`path` reaches the run folder (the view, its links taken as the private copies a write makes of them) or
+        the scratch directory, decided on the path the OS would resolve (`resolve`), never on its text."""
+        at = self.resolve(path)
+        return at is not None and self._under(at)
+
+    def _materialize_one(self, at: str, last: bool) -> None:
+        target = os.path.realpath(at)
+        if os.path.isdir(target):
+            os.unlink(at)
+            os.mkdir(at)
+            self._mirror(target, at)
+        elif os.path.exists(target):
+            if last:
+                os.unlink(at)
+                shutil.copy2(target, at)
+        elif last:
+            os.unlink(at)  # a dangling link: the write creates the file
 
     def materialize(self, path: Any, leaf: bool = True) -> None:
-        """Replace every link into the real folder on the way to `path` (and `path` itself when `leaf`) by a
-        private copy: a directory by a directory of links to its entries, a file by a copy."""
-        p = self._norm(path)
-        if not p.startswith(self.mirror.rstrip(os.sep) + os.sep):
-            return
-        rel = os.path.relpath(p, self.mirror)
-        parts = [] if rel == os.curdir else rel.split(os.sep)
-        cur = self.mirror
-        for i, part in enumerate(parts):
-            cur = os.path.join(cur, part)
-            last = i == len(parts) - 1
-            if last and not leaf:
-                return
-            if not os.path.islink(cur):
-                if not os.path.isdir(cur):
-                    return
-                continue
-            target = os.path.realpath(cur)
-            if os.path.isdir(target):
-                os.unlink(cur)
-                os.mkdir(cur)
-                self._mirror(target, cur)
-            elif os.path.exists(target) and last:
-                os.unlink(cur)
-                shutil.copy2(target, cur)
-            elif last:
-                os.unlink(cur)  # a dangling link: the write creates the file
-            else:
-                return
+        """Replace every view link on the way to `path` (and `path` itself when `leaf`) by a private copy, along
+        the components the OS resolves (`resolve`): a directory by a directory of links to its entries, a file by
+        a copy."""
+        self.resolve(path, make=True, leaf=leaf)
+
+
+def _within(p: str, root: str) -> bool:
+    return p == root or p.startswith(root.rstrip(os.sep) + os.sep)
 
 
 class Portable:
@@ -496,8 +554,7 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or []) + ([LINUX_LAYER] if os_layer.get("ran") else [])
     ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked),
                        "sequential_joblib": _sequential_workers(), "os_layer": os_layer}
-    if os_layer.get("ran"):
-        ctx.confinement["landlock_abi"] = os_layer.get("abi")
+    ctx.confinement.update(os_layer.pop("record", None) or {})  # what the layer adds to the record (its ABI)
     _install_portable_hook(run)
     ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: bool(ctx.audit_state.get("own")))
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
