@@ -45,7 +45,7 @@ from crane.sandbox.fork_runner import (
     launch,
 )
 from crane.sandbox.pipes import NoProcess, ProcessHandle
-from crane.sandbox.verdict import DisplayOutput, SandboxVerdict, Verdict
+from crane.sandbox.verdict import DisplayOutput, Integrity, SandboxVerdict, Verdict, Writer
 
 
 class SandboxError(CraneError):
@@ -82,7 +82,16 @@ class _Reply(msgspec.Struct, omit_defaults=True):
 _reply_decoder = msgspec.json.Decoder(_Reply)
 
 
+# what the session's head says when the run's code wrote on its private result pipe (kernel/session.py)
+FORGED = "the cell wrote into CRANE's result channel"
+
+
 class SandboxSession:
+    # who writes a run's reply (verdict.Integrity): here the head, from the command's own fresh process
+    writer: Writer = "session-head"
+    fresh_state = True  # every command runs in a fresh fork of a state no failed command changed
+    head_reads_to_end = True  # the head read the command's pipe to its end (one line, else blocked)
+
     def __init__(self, pdir: PrivateDir, head: ChildHandle, budget_s: float):
         self._pdir = pdir
         self._head: ChildHandle | ProcessHandle | NoProcess = head  # (a portable transplant session's: pipes.py)
@@ -179,6 +188,9 @@ class SandboxSession:
             verdict=rep.verdict or "unavailable", ename=rep.ename, evalue=rep.evalue, line=rep.line,
             traceback=rep.traceback, displays=rep.displays, denied=rep.denied, elapsed_ms=rep.elapsed_ms,
             reason=rep.reason, landlock_abi=self.landlock_abi, pid=rep.pid,
+            integrity=Integrity(writer=self.writer, channel_checked=self.head_reads_to_end
+                                and not (rep.reason or "").startswith(FORGED),
+                                fresh_state=self.fresh_state),
         )
         if len(rep.stdout_span) == 2:
             v.stdout = self._pdir.read_capture("stdout", rep.stdout_span[0], rep.stdout_span[1], OUTPUT_LIMIT)

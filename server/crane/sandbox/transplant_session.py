@@ -36,6 +36,10 @@ from crane.sandbox.verdict import SandboxVerdict, TransplantInfo
 class TransplantSession(SandboxSession):
     """A sandbox session in a transplant worker (see the module docstring). Same methods as SandboxSession."""
 
+    writer = "cell-process"  # the worker that runs the commands writes their replies (verdict.Integrity)
+    fresh_state = False
+    head_reads_to_end = False
+
     def __init__(self, pdir: PrivateDir | PortableDir, head: ChildHandle | ProcessHandle | NoProcess,
                  budget_s: float):
         super().__init__(pdir, head, budget_s)  # type: ignore[arg-type]  # PortableDir: PrivateDir's interface

@@ -115,6 +115,7 @@ class _Ctx:
         self.result_fd = -1
         self.cmd_fd = -1
         self.done_fd = -1  # layered mode, B: tells A that the record is out (kernel/layer.supervise)
+        self.handover: Any = None  # sessions: the socket pair over which the head hands its channel on
         self.displays: list[dict] = []
         self.denied: list[str] = []
         self.absorbed: list[str] = []  # side effects the sandbox let happen where nothing real sees them

@@ -591,6 +591,9 @@ def _prepare_child(args: dict, shell: Any, parent: int, on_main: bool) -> _Ctx:
     _oom_first()
     t = step("start", t0)
     _isolate_descriptors(ctx)
+    if args["mode"] == "session":  # made before confinement (which refuses socketpair): a command's own process
+        import socket  # becomes the session's head by receiving the channel on it (kernel/session.py)
+        ctx.handover = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     t = step("descriptors", t)
     _neutralise_kernel_io(ctx)
     sys.dont_write_bytecode = True

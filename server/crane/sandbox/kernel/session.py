@@ -2,6 +2,18 @@
 
 JSON-line commands (run, eval, checkpoint, rollback, close) from the daemon's FIFO; checkpoints are nested
 forks through the seccomp filter's gate (see fork_session.py for the protocol).
+
+The writer is not the cell (issue 41). The head never runs a command's code: every `run` and `eval` runs in a
+fresh fork of the head (the command's process), which closes the daemon's channel before the code runs and sends
+its outcome up a private pipe; the head reads that pipe to its end (the process closes every copy of it once its
+outcome is out, or ends) and writes the keyed reply itself. One outcome line is CRANE's: anything else there was
+written by the code, and the run is `blocked` ("the cell wrote into CRANE's result channel"). Then:
+- a clean run (no-crash, nothing extra, one thread left as /proc says) is kept: the head hands its channel to the
+  run's process over the session's socket pair and waits for it as a checkpoint does (it is the new head, its
+  state the session's; it mirrors how that process ends, so a rollback or a kill reaches the checkpoint below);
+- any other run (crash, blocked, timeout) is not: the next command starts from the head's state, which that run
+  never touched; its process stays parked, single-threaded, for `eval`s of the state where it stopped (post-mortem
+  facts) until the next command that is not an `eval`.
 """
 
 from __future__ import annotations
@@ -70,11 +82,25 @@ def _gated_fork(gate: int) -> int:
     return pid
 
 
-def _session_loop(ctx: _Ctx, gate: int) -> None:
-    depth = 0
+FORGED = "the cell wrote into CRANE's result channel"
+_KEEP, _PARK = b"k", b"p"  # the head's word to a command's process once its outcome is read (else: EOF, it ends)
+_TAMPERED = 87  # the exit code of a command's process whose code changed CRANE's own code (`_fence`)
+
+
+class _Parked:
+    """A run's process that was not kept: it answers `eval`s on the state where it stopped."""
+
+    def __init__(self, pid: int, ctl: int, post: int) -> None:
+        self.pid, self.ctl, self.post, self.n = pid, ctl, post, 0
+
+
+def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -> None:
     out_path = os.path.join(ctx.args["dir"], "stdout")
     err_path = os.path.join(ctx.args["dir"], "stderr")
-    _write_json(ctx.result_fd, {"event": "ready", "pid": os.getpid(), "depth": 0, "confinement": ctx.confinement})
+    if announce:
+        _write_json(ctx.result_fd, {"event": "ready", "pid": os.getpid(), "depth": 0,
+                                    "confinement": ctx.confinement})
+    parked: _Parked | None = None
     commands = _read_commands(ctx.cmd_fd)
     for line in commands:
         try:
@@ -83,56 +109,347 @@ def _session_loop(ctx: _Ctx, gate: int) -> None:
             _write_json(ctx.result_fd, {"event": "error", "reason": "bad command"})
             continue
         op = cmd.get("op")
-        # the command's id and per-command key go back with its reply: the daemon discards any other line (a
-        # cell of an earlier run can write on the result FIFO, never a later command's key)
-        reply: dict = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(),
-                       "depth": depth}
+        # the command's id and per-command key go back with its reply: the daemon discards any other line (the
+        # command's own process is a copy of this one, key included, but holds no descriptor of the daemon's)
+        ident, key = cmd.pop("id", None), cmd.pop("key", None)
         resume = cmd.pop("resume", None)  # a checkpoint's: only the checkpoint process keeps it
+        line = None  # type: ignore[assignment]  # (bound again by the loop)
+        keep = None
+        if op != "eval" and parked is not None:
+            _drop(parked)
+            parked = None
+        rec: dict | None = None
         if op == "run":
-            reply.update(run_command(ctx, cmd, out_path, err_path))
+            rec, keep, parked = _in_fork(ctx, gate, cmd, depth, out_path, err_path)
         elif op == "eval":
-            try:
-                with ctx.shell.builtin_trap:
-                    value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ctx.shell.user_ns)
-                data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
-                reply.update({"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]})
-            except BaseException as exc:  # noqa: BLE001
-                reply.update({"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]})
+            rec = _eval_parked(parked, cmd) if parked is not None else None
+            if rec is None:  # none parked, or it did not answer as CRANE's code does: a fresh fork of the head
+                if parked is not None:
+                    _drop(parked)
+                    parked = None
+                rec = _in_fork(ctx, gate, cmd, depth, out_path, err_path)[0]
         elif op == "checkpoint":
             _single_thread_pools()
             threads = len(os.listdir("/proc/self/task"))
             if threads > 1:
-                reply.update({"ok": False, "reason": f"{threads} threads are running; a checkpoint needs one"})
+                rec = {"ok": False, "reason": f"{threads} threads are running; a checkpoint needs one"}
             else:
                 try:
                     pid = _gated_fork(gate)
                 except OSError as exc:
-                    reply.update({"ok": False, "reason": str(exc)})
+                    rec = {"ok": False, "reason": str(exc)}
                 else:
                     if pid == 0:  # the new head: carries on with the same command stream
-                        # the checkpoint's resume key is not the head's (its cells'); the ignore: `line` is
-                        # dropped here, never read again before the loop binds the next one
-                        resume = line = None  # type: ignore[assignment]
+                        resume = None  # the checkpoint's resume key is not the head's
                         set_parent_death_signal(signal.SIGKILL)
                         depth += 1
-                        reply.update({"ok": True, "pid": os.getpid(), "depth": depth})
+                        rec = {"ok": True, "pid": os.getpid(), "depth": depth}
                     else:  # the checkpoint: frozen until the head ends
                         status = _wait_child(pid)
-                        reply = {"event": "resumed", "id": cmd.get("id"), "key": resume, "pid": os.getpid(),
-                                 "depth": depth, "reason": status}
+                        ident, key, rec = ident, resume, {"event": "resumed", "reason": status}
         elif op == "rollback":
             if depth == 0:
-                reply.update({"ok": False, "reason": "no checkpoint to roll back to"})
+                rec = {"ok": False, "reason": "no checkpoint to roll back to"}
             else:
                 os._exit(11)  # the checkpoint below wakes up and announces itself
         elif op == "close":
             os._exit(12)
         else:
-            reply.update({"ok": False, "reason": f"unknown op {op!r}"})
+            rec = {"ok": False, "reason": f"unknown op {op!r}"}
+        reply: dict = {"event": "reply", "id": ident, "key": key, "pid": os.getpid(), "depth": depth}
+        reply.update(rec or {})
         _write_json(ctx.result_fd, reply)
+        reply = rec = cmd = key = resume = None  # type: ignore[assignment]
+        if keep is not None:  # the run's process is the new head: hand it the channel, follow it
+            _hand_over(ctx, keep)
 
 
-def _wait_child(pid: int) -> str:
+def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str,
+             err_path: str) -> tuple[dict, tuple[int, int] | None, _Parked | None]:
+    """Run one command (run or eval) in a fresh fork of this head: (its outcome as the head read it, the process
+    to keep as the new head with its control pipe, the process parked for post-mortem evals)."""
+    is_run = cmd.get("op") == "run"
+    res_r, res_w = os.pipe()
+    ctl_r, ctl_w = os.pipe()
+    post_r, post_w = os.pipe()
+    head = os.getpid()
+    try:
+        pid = _gated_fork(gate)
+    except OSError as exc:
+        for fd in (res_r, res_w, ctl_r, ctl_w, post_r, post_w):
+            os.close(fd)
+        why = f"the command's process could not be forked: {exc}"
+        return ({"verdict": "unavailable", "reason": why} if is_run else {"ok": False, "ename": "SandboxError",
+                                                                          "evalue": why}), None, None
+    if pid == 0:
+        try:
+            _command_process(ctx, gate, cmd, depth, head, (out_path, err_path), res_w, ctl_r, post_w,
+                             (res_r, ctl_w, post_r))
+        finally:
+            os._exit(0)
+    for fd in (res_w, ctl_r, post_w):
+        os.close(fd)
+    lines = [x for x in _read_to_end(res_r).split(b"\n") if x.strip()]
+    os.close(res_r)
+    outcome = None
+    if len(lines) == 1:
+        try:
+            obj = json.loads(lines[0])
+            if type(obj) is dict and obj.pop("event", None) == "outcome":
+                outcome = obj
+        except ValueError:
+            pass
+    if outcome is None and lines:  # anything but one outcome line: the code wrote there
+        why = f"{FORGED} ({len(lines)} line(s) where CRANE writes one)"
+        outcome = {"verdict": "blocked", "reason": why} if is_run else {"ok": False, "ename": "SandboxError",
+                                                                          "evalue": why}
+        lines = []  # never kept nor parked
+    threads = _threads(pid)
+    if outcome is None:  # it ended without an outcome
+        status = _wait_child(pid, mirror=False)
+        outcome = _ended(status) if is_run else {"ok": False, "ename": "SandboxError",
+                                                 "evalue": f"the sandbox process ended ({status})"}
+        pid = 0
+    elif is_run and threads == 1 and outcome.get("verdict") == "no-crash":
+        os.close(post_r)
+        return outcome, (pid, ctl_w), None
+    elif is_run and threads == 1:
+        os.write(ctl_w, _PARK)
+        return outcome, None, _Parked(pid, ctl_w, post_r)
+    os.close(ctl_w)  # it ends (EOF on its control pipe)
+    os.close(post_r)
+    if pid:
+        _wait_child(pid, mirror=False)
+    return outcome, None, None
+
+
+def _command_process(ctx: _Ctx, gate: int, cmd: dict, depth: int, head: int, paths: tuple[str, str], res: int,
+                     ctl: int, post: int, theirs: tuple[int, ...]) -> None:
+    """The command's own process: no channel of the daemon's, its outcome up `res`, then the head's word."""
+    for fd in (*theirs, ctx.result_fd, ctx.cmd_fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    ctx.result_fd = ctx.cmd_fd = -1
+    set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != head:
+        return
+    import posix
+    fence, send, close_every, end = _fence, _write_json, _close_every, posix._exit  # bound before the code runs
+    before = fence()
+    rec = run_command(ctx, cmd, *paths) if cmd.get("op") == "run" else evaluate(ctx, cmd)
+    ctx.audit_state["bypass"] = True
+    if any(k in before and before[k] != v for k, v in fence().items()):
+        # its code rebound CRANE's own code or what the outcome path runs on: nothing this process would write
+        # can be trusted, so it writes nothing and says so by how it ends (a C function bound before the code ran)
+        end(_TAMPERED)
+    rec["event"] = "outcome"
+    send(res, rec)
+    close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
+    word = _read_byte(ctl)
+    if word == _KEEP:
+        import socket
+        _, fds, _, _ = socket.recv_fds(ctx.handover[1], 16, 2)
+        ctx.audit_state["bypass"] = False
+        if len(fds) != 2:
+            return
+        ctx.result_fd, ctx.cmd_fd = fds
+        os.close(ctl)
+        os.close(post)
+        _session_loop(ctx, gate, depth, announce=False)
+    elif word == _PARK:
+        ctx.audit_state["bypass"] = False
+        _serve_evals(ctx, ctl, post)
+
+
+# the standard modules the outcome path calls (a rebound function there is a forged outcome in waiting)
+_FENCED_MODULES = ("os", "posix", "json", "json.encoder", "json.decoder", "signal", "traceback", "linecache", "re",
+                   "time", "errno", "io", "socket", "select", "ast", "ctypes")
+_IPYTHON_BUILTINS = {"display", "get_ipython", "exit", "quit", "help", "dreload", "copyright", "credits", "license"}
+
+
+def _fence() -> dict:
+    """What a command's outcome is made with, by identity: every global of CRANE's kernel-side module (functions
+    by code, defaults and closure too, classes by attribute), the standard modules it calls and the builtins. A
+    command whose code changed any of these is `blocked` and never kept (defence in depth: Python-level rebinding;
+    see docs/sandbox.md for what it does not cover)."""
+    import builtins
+    import sys
+    out: dict = {}
+    for name, value in list(globals().items()):
+        out[name] = id(value)
+        if isinstance(value, type) and value.__module__ == __name__:
+            for attr, member in list(vars(value).items()):
+                out[f"{name}.{attr}"] = id(member)
+        elif type(value).__name__ == "function":
+            out[name + ".code"] = (id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__),
+                                   tuple(id(c.cell_contents) for c in value.__closure__ or () if _filled(c)))
+    for mod in _FENCED_MODULES:
+        m = sys.modules.get(mod)
+        if m is not None:
+            out[mod] = id(m)
+            for attr, member in list(vars(m).items()):
+                if not attr.startswith("__"):
+                    out[f"{mod}.{attr}"] = id(member)
+                    if isinstance(member, type) and member.__module__ == mod:  # json.JSONEncoder.encode, ...
+                        for name, x in list(vars(member).items()):
+                            out[f"{mod}.{attr}.{name}"] = id(x)
+    for attr, member in list(vars(builtins).items()):
+        if not attr.startswith("_") and attr not in _IPYTHON_BUILTINS:
+            out[f"builtins.{attr}"] = id(member)
+    return out
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _hand_over(ctx: _Ctx, keep: tuple[int, int]) -> None:
+    """Give the channel to the kept run's process, then mirror how it ends (never returns)."""
+    import socket
+    pid, ctl = keep
+    a, b = ctx.handover
+    b.setblocking(False)
+    try:
+        while True:  # whatever the run queued on the pair is not ours
+            socket.recv_fds(b, 16, 8)
+    except OSError:
+        pass
+    b.setblocking(True)
+    ctx.audit_state["bypass"] = True  # (the audit hook refuses sendmsg: this is CRANE's own, no code runs here)
+    socket.send_fds(a, [b"F"], [ctx.result_fd, ctx.cmd_fd])
+    os.write(ctl, _KEEP)
+    os.close(ctl)
+    _wait_child(pid, mirror=True)
+
+
+def _serve_evals(ctx: _Ctx, ctl: int, post: int) -> None:
+    """A parked run's process: evals of the state where the run stopped, until the head closes the pipe."""
+    for line in _read_commands(ctl):
+        try:
+            cmd = json.loads(line)
+        except ValueError:
+            return
+        rec = evaluate(ctx, cmd)
+        rec["n"] = cmd.get("n")
+        _write_json(post, rec)
+
+
+def _eval_parked(parked: _Parked, cmd: dict) -> dict | None:
+    """An eval in the parked run's process; None when it does not answer as CRANE's code does."""
+    import select
+    parked.n += 1
+    try:
+        while select.select([parked.post], [], [], 0)[0]:  # something waiting that no eval asked for
+            return None
+        os.write(parked.ctl, (json.dumps(dict(cmd, n=parked.n)) + "\n").encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            if not select.select([parked.post], [], [], 60.0)[0]:
+                return None
+            chunk = os.read(parked.post, 1 << 16)
+            if not chunk:
+                return None
+            data += chunk
+        rec = json.loads(data)
+    except (OSError, ValueError):
+        return None
+    if type(rec) is not dict or rec.pop("n", None) != parked.n or data.count(b"\n") != 1:
+        return None
+    return rec
+
+
+def _drop(parked: _Parked) -> None:
+    """End a parked run's process (EOF on its control pipe) and reap it."""
+    os.close(parked.ctl)
+    os.close(parked.post)
+    _wait_child(parked.pid, mirror=False)
+
+
+def evaluate(ctx: _Ctx, cmd: dict) -> dict:
+    """An "eval" command: the text/plain repr of the expression, or the exception it raised."""
+    try:
+        with ctx.shell.builtin_trap:
+            value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ctx.shell.user_ns)
+        data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
+        return {"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]}
+    except BaseException as exc:  # noqa: BLE001
+        return {"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]}
+
+
+def _ended(status: str) -> dict:
+    """The outcome of a run whose process ended without one (its exit, as `_wait_child` words it)."""
+    if status == f"exited ({_TAMPERED})":
+        return {"verdict": "blocked", "reason": "the cell changed CRANE's own code or what it runs on (its functions, "
+                                                "the standard functions or builtins its outcome is made with): its "
+                                                "outcome cannot be trusted"}
+    if status in ("killed (SIGALRM)", "killed (SIGXCPU)", "killed (SIGKILL)"):
+        return {"verdict": "timeout", "reason": f"the cell exceeded its budget ({status})"}
+    if status == "killed (SIGSYS)":
+        return {"verdict": "blocked", "reason": "the cell made a system call the sandbox forbids"}
+    return {"verdict": "crash", "ename": "DeadKernelError", "reason": f"the sandbox process {status}",
+            "evalue": f"the process ended ({status}): running this cell would end the kernel's process"}
+
+
+def _read_to_end(fd: int) -> bytes:
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except InterruptedError:
+            continue
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _read_byte(fd: int) -> bytes:
+    while True:
+        try:
+            return os.read(fd, 1)
+        except InterruptedError:
+            continue
+
+
+def _close_every(fd: int) -> None:
+    """Close `fd` and every other descriptor of this process on the same pipe."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            n = int(name)
+            other = os.fstat(n)
+        except (OSError, ValueError):
+            continue
+        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            try:
+                os.close(n)
+            except OSError:
+                pass
+
+
+def _threads(pid: int) -> int:
+    """How many threads process `pid` has, as the Linux kernel says (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _wait_child(pid: int, mirror: bool = False) -> str:
+    """Wait for child `pid`: how it ended ("rollback", "exited (n)", "killed (SIGNAME)"). A close (12) ends this
+    process too; with `mirror` (a head that handed its channel on) so does any end, the same way."""
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -143,15 +460,22 @@ def _wait_child(pid: int) -> str:
             return "lost"
     if os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)
-        if code == 12:
-            os._exit(12)
+        if code == 12 or mirror:
+            os._exit(code)
+        if code > 128:  # a head that handed its channel on mirrors its successor's death by a signal
+            return f"killed ({_signame(code - 128)})"
         return "rollback" if code == 11 else f"exited ({code})"
     sig = os.WTERMSIG(status)
+    if mirror:
+        os._exit(128 + sig)
+    return f"killed ({_signame(sig)})"
+
+
+def _signame(sig: int) -> str:
     try:
-        name = signal.Signals(sig).name
+        return signal.Signals(sig).name
     except ValueError:
-        name = str(sig)
-    return f"killed ({name})"
+        return str(sig)
 
 
 def run_command(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> dict:
