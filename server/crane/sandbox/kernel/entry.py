@@ -32,7 +32,7 @@ from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, u
 from crane.sandbox.kernel.request import RequestError, check_request, decode_request  # kernel: strip
 from crane.sandbox.kernel.run import _child_run  # kernel: strip
 from crane.sandbox.kernel.session import _child_session  # kernel: strip
-from crane.sandbox.kernel.shield import dumps, private_open  # kernel: strip
+from crane.sandbox.kernel.shield import dumps, free_threaded, private_open  # kernel: strip
 
 
 def _unforkable(source: str = "", ns: dict | None = None) -> str | None:
@@ -187,6 +187,9 @@ def _fork(args: dict, child_main: Callable[[dict, Any, int, bool], None]) -> dic
         shell = get_ipython()
     except Exception:
         shell = None
+    why = free_threaded()
+    if why:  # no copy either (the transplant's export refuses it too): no fallback
+        return {"ok": False, "verdict": "unavailable", "reason": why}
     why = _unforkable(args["source"], shell.user_ns if shell is not None else {})
     if why:
         return {"ok": False, "verdict": "unavailable", "reason": why, "unforkable": True}

@@ -63,7 +63,7 @@ from crane.sandbox.kernel.miniature import (  # kernel: strip
     _shrink_check,  # kernel: strip
     shrink_namespace,  # kernel: strip
 )  # kernel: strip
-from crane.sandbox.kernel.shield import BUILTINS, dumps, memory_headroom, private_open  # kernel: strip
+from crane.sandbox.kernel.shield import BUILTINS, dumps, free_threaded, memory_headroom, private_open  # kernel: strip
 from crane.sandbox.kernel.waiting import shell_watch  # kernel: strip
 from crane.sandbox.shared.carry import read_carried  # kernel: strip
 
@@ -1368,6 +1368,9 @@ def export(args: Any) -> dict:
     _settrace(None)
     _THREADING["_profile_hook"] = _THREADING["_trace_hook"] = None
     try:
+        why = free_threaded()
+        if why:
+            return {"ok": False, "reason": why}
         return _export(args)
     finally:
         _THREADING["_profile_hook"], _THREADING["_trace_hook"] = saved[2], saved[3]

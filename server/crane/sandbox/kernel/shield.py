@@ -23,6 +23,7 @@ from __future__ import annotations
 import _io
 import _json
 import builtins
+import sys
 from typing import Any
 
 BUILTINS: dict = dict(builtins.__dict__)
@@ -152,3 +153,19 @@ def memory_headroom(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self
             if len(fields) >= 2 and fields[1].isdigit():
                 take(int(fields[1]) * 1024)
     return best
+
+
+# Bound at install, like the builtins above: never a `sys._is_gil_enabled` the notebook replaced later.
+_IS_GIL_ENABLED = getattr(sys, "_is_gil_enabled", None)
+
+
+def free_threaded() -> str | None:
+    """Why this kernel gets no sandbox run, where its Python runs without the GIL (a free-threaded build, 3.13t+,
+    with the GIL off: `sys._is_gil_enabled()` False; it can change at run time, so it is asked each time); None
+    where the GIL holds. The fork and the copy's export both rely on it: a fork taken while other threads run
+    Python code in parallel can leave their objects half-changed in the child, and the export reads objects other
+    threads could change at the same moment. Neither has been made or proven safe without it."""
+    if _IS_GIL_ENABLED is None or _IS_GIL_ENABLED():
+        return None
+    return ("the kernel runs a free-threaded Python with the GIL disabled (sys._is_gil_enabled() is False): "
+            "CRANE's sandbox (fork and copy) needs the GIL, so no speculative run is made")
