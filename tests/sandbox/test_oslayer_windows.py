@@ -1,4 +1,4 @@
-"""The Windows OS layer (crane.sandbox.oslayer.windows, worker/limits.py's job object).
+"""The Windows OS layer (crane.sandbox.oslayer.windows; shared/winjob.py's structures; worker/limits.py's job).
 
 Here (Linux): the ctypes structures against the documented x64 layouts (sizes and field offsets from winnt.h),
 the low-integrity SID's bytes, the job's limits, reading an integrity level back from a TOKEN_MANDATORY_LABEL
@@ -20,6 +20,7 @@ import pytest
 
 from crane.sandbox import oslayer
 from crane.sandbox.oslayer import windows
+from crane.sandbox.shared import winjob
 from crane.sandbox.worker import limits
 
 pytestmark = pytest.mark.portable_platform
@@ -36,14 +37,14 @@ def test_the_structures_match_the_documented_x64_layouts():
     assert _layout(windows.SidAndAttributes) == {"Sid": 0, "Attributes": 8}
     assert ctypes.sizeof(windows.TokenMandatoryLabel) == 16
     assert ctypes.sizeof(windows.BasicUiRestrictions) == 4
-    assert ctypes.sizeof(limits.BasicLimitInformation) == 64  # JOBOBJECT_BASIC_LIMIT_INFORMATION
-    assert _layout(limits.BasicLimitInformation) == {
+    assert ctypes.sizeof(winjob.BasicLimitInformation) == 64  # JOBOBJECT_BASIC_LIMIT_INFORMATION
+    assert _layout(winjob.BasicLimitInformation) == {
         "PerProcessUserTimeLimit": 0, "PerJobUserTimeLimit": 8, "LimitFlags": 16, "MinimumWorkingSetSize": 24,
         "MaximumWorkingSetSize": 32, "ActiveProcessLimit": 40, "Affinity": 48, "PriorityClass": 56,
         "SchedulingClass": 60}
-    assert ctypes.sizeof(limits.IoCounters) == 48
-    assert ctypes.sizeof(limits.ExtendedLimitInformation) == 144  # JOBOBJECT_EXTENDED_LIMIT_INFORMATION
-    assert _layout(limits.ExtendedLimitInformation) == {
+    assert ctypes.sizeof(winjob.IoCounters) == 48
+    assert ctypes.sizeof(winjob.ExtendedLimitInformation) == 144  # JOBOBJECT_EXTENDED_LIMIT_INFORMATION
+    assert _layout(winjob.ExtendedLimitInformation) == {
         "BasicLimitInformation": 0, "IoInfo": 64, "ProcessMemoryLimit": 112, "JobMemoryLimit": 120,
         "PeakProcessMemoryUsed": 128, "PeakJobMemoryUsed": 136}
 
@@ -54,8 +55,8 @@ def test_the_documented_constants():
     assert windows.sid_bytes((0, 0, 0, 0, 0, 5), 32, 544) == bytes.fromhex("0102000000000005" "20000000" "20020000")
     assert (windows.TOKEN_INTEGRITY_LEVEL_CLASS, windows.SE_GROUP_INTEGRITY) == (25, 0x20)
     assert (windows.TOKEN_QUERY, windows.TOKEN_ADJUST_DEFAULT) == (0x8, 0x80)
-    assert (limits.JOB_OBJECT_LIMIT_ACTIVE_PROCESS, limits.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
-            limits.JOB_OBJECT_LIMIT_PROCESS_MEMORY, limits.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS) == \
+    assert (winjob.JOB_OBJECT_LIMIT_ACTIVE_PROCESS, winjob.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+            winjob.JOB_OBJECT_LIMIT_PROCESS_MEMORY, winjob.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS) == \
         (0x8, 0x2000, 0x100, 9)
     assert windows.LOW_LABEL_SDDL == "S:(ML;OICI;NW;;;LW)"
     assert (windows.SE_FILE_OBJECT, windows.LABEL_SECURITY_INFORMATION) == (1, 0x10)
@@ -64,13 +65,13 @@ def test_the_documented_constants():
 def test_the_daemon_s_job_allows_one_process_killed_on_close_with_a_memory_limit():
     info = windows.job_limits(3 << 30)
     basic = info.BasicLimitInformation
-    for flag in (limits.JOB_OBJECT_LIMIT_ACTIVE_PROCESS, limits.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
-                 limits.JOB_OBJECT_LIMIT_PROCESS_MEMORY, limits.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION):
+    for flag in (winjob.JOB_OBJECT_LIMIT_ACTIVE_PROCESS, winjob.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+                 winjob.JOB_OBJECT_LIMIT_PROCESS_MEMORY, winjob.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION):
         assert basic.LimitFlags & flag
     assert basic.ActiveProcessLimit == 1 and info.ProcessMemoryLimit == 3 << 30
     run = limits.windows_job_limits(1 << 30, 2.5)  # the worker's own, per run (nested in the daemon's)
     assert run.BasicLimitInformation.ActiveProcessLimit == 1
-    assert run.BasicLimitInformation.LimitFlags & limits.JOB_OBJECT_LIMIT_ACTIVE_PROCESS
+    assert run.BasicLimitInformation.LimitFlags & winjob.JOB_OBJECT_LIMIT_ACTIVE_PROCESS
     assert run.BasicLimitInformation.PerProcessUserTimeLimit == 25_000_000
 
 

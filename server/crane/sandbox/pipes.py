@@ -33,8 +33,8 @@ import threading
 import time
 from typing import IO, Any
 
-from crane.sandbox import oslayer
 from crane.sandbox.drain import OUTPUT_LIMIT, has_record, read_capture_file
+from crane.sandbox.oslayer import prepare_folder
 from crane.sandbox.request import SandboxRequest
 
 POLL_S = 0.1  # how often a waiting run looks at its cancel event
@@ -117,7 +117,7 @@ class PortableDir:
     def __init__(self, session: bool = False) -> None:
         self.path = tempfile.mkdtemp(prefix="crane-sbx-")
         try:  # Windows: labelled low integrity, so its low-integrity worker can write here (crane.sandbox.oslayer)
-            oslayer.prepare_folder(self.path)
+            prepare_folder(self.path)
         except OSError:
             pass  # (the worker's writes there are then refused: never a write elsewhere)
         self.scratch = os.path.join(self.path, "scratch")

@@ -46,12 +46,14 @@ import msgspec
 from crane.kernel.client import KernelConnection, literal_value
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
-from crane.sandbox import oslayer
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.cell_names import cell_names
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.options import active as active_options
+from crane.sandbox.oslayer import launch as os_launch
+from crane.sandbox.oslayer import release as os_release
+from crane.sandbox.oslayer import started as os_started
 from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
 from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
@@ -65,7 +67,7 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
-                                _HERE / "worker/limits.py", _HERE / "worker/linux.py", _HERE / "worker/portable.py", _HERE / "shared/carry.py",
+                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/linux.py", _HERE / "worker/portable.py", _HERE / "shared/carry.py",
                                 _HERE / "worker/main.py"])
 
 
@@ -131,7 +133,7 @@ class Worker:
         self.started = time.monotonic()
         # the platform's OS layer (crane.sandbox.oslayer): macOS under sandbox-exec, Windows a job object and low
         # integrity once started (before it is sent anything), Linux's Landlock applied by the worker itself
-        self.launch = oslayer.launch([executable, "-c", BOOTSTRAP], env, self.home)
+        self.launch = os_launch([executable, "-c", BOOTSTRAP], env, self.home)
         full.update(self.launch.env)
         self.reader: PipeReader | None = None  # a portable run's result pipe (the worker's stdout), once it runs
         with open(os.path.join(self.home, "log"), "wb") as log:
@@ -139,7 +141,7 @@ class Worker:
             self.proc = subprocess.Popen(
                 self.launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 cwd=cwd if os.path.isdir(cwd) else self.home, env=full, close_fds=True, start_new_session=True)
-        self.os_layer = oslayer.started(self.launch, self.proc).layer
+        self.os_layer = os_started(self.launch, self.proc).layer
         self.os_layers = self.os_layer.names()  # only a layer that ran
         header = {"modules": [[m.name, m.doc, list(m.sources)] for m in (CLOUDPICKLE_MODULE, WORKER_MODULE)],
                   "preload": preload, "idle_s": idle_s(), "warm": warm,
@@ -215,7 +217,7 @@ class Worker:
                     pipe.close()
                 except OSError:
                     pass
-        oslayer.release(self.launch)  # (Windows: the job's handle)
+        os_release(self.launch)  # (Windows: the job's handle)
         shutil.rmtree(self.home, ignore_errors=True)
         return status
 

@@ -10,10 +10,11 @@ POSIX systems, where nothing is added either.
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import sys
 
-from crane.sandbox.oslayer import Launch, OsLayer
+from crane.sandbox.oslayer.layer import Launch, OsLayer
 
 NAME = "landlock"
 CONFINES = ("file writes outside CRANE's run folders", "program execution", "reads of Jupyter's runtime folders",
@@ -22,10 +23,32 @@ BY_THE_WORKER = ("applied by the worker itself before it loads any state (worker
                  "whether it ran")
 
 
+_SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every architecture (x86_64, aarch64, ...)
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI the running kernel offers (0: none, or not Linux); the daemon's own question (worker/linux.py
+    asks it again in the worker, through kernel/landlock.py, which the daemon does not import)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        rc = libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
+                          ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return int(rc) if rc > 0 else 0
+
+
 def available(executable: str) -> str | None:
-    """Whether the worker's Landlock layer can run on this kernel (worker/linux.py's own check)."""
-    from crane.sandbox.worker.linux import linux_layer_available
-    return linux_layer_available()
+    """Whether the worker's Landlock layer can run on this kernel."""
+    if not sys.platform.startswith("linux"):
+        return f"{sys.platform}: Landlock is Linux's"
+    if landlock_abi() < 1:
+        return "this Linux kernel offers no Landlock (5.13+ with Landlock enabled is needed)"
+    return None
 
 
 def launch(argv: list[str], env: dict[str, str], home: str) -> Launch:

@@ -32,8 +32,8 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 
-from crane.sandbox import oslayer
-from crane.sandbox.oslayer import Launch, OsLayer
+from crane.sandbox.oslayer.layer import Launch, OsLayer
+from crane.sandbox.oslayer.layer import jupyter_runtime_dirs as _runtime_dirs
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"  # an absolute path: never one found on $PATH
 NAME = "sandbox-exec"
@@ -85,7 +85,7 @@ def _home_runtime(e: dict[str, str]) -> list[str]:
 
 def jupyter_runtime_dirs(env: dict[str, str], own_env: dict[str, str] | None = None) -> list[str]:
     """The runtime folders (oslayer.jupyter_runtime_dirs) with macOS's and the XDG defaults under `$HOME`."""
-    return oslayer.jupyter_runtime_dirs(env, own_env, _home_runtime)
+    return _runtime_dirs(env, own_env, _home_runtime)
 
 
 def interpreter_paths(executable: str) -> list[str]:

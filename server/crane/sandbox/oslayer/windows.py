@@ -36,16 +36,15 @@ import tempfile
 from dataclasses import replace
 from typing import Any
 
-from crane.sandbox import oslayer
-from crane.sandbox.oslayer import Launch, OsLayer
-from crane.sandbox.worker.limits import (
+from crane.sandbox.oslayer.layer import Launch, OsLayer
+from crane.sandbox.oslayer.layer import jupyter_runtime_dirs as _runtime_dirs
+from crane.sandbox.shared.winjob import (
     JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
     JOB_OBJECT_LIMIT_ACTIVE_PROCESS,
     JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION,
     JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
     JOB_OBJECT_LIMIT_PROCESS_MEMORY,
     ExtendedLimitInformation,
-    machine_memory_bytes,
 )
 
 NAME = "low integrity + job object"
@@ -179,6 +178,17 @@ def _win() -> _Win:
     return _WIN[0]
 
 
+def _half_the_memory() -> int:
+    """The daemon's job's cap for one worker: half the machine's memory (each run's own budget is the worker's
+    nested job, worker/limits.py)."""
+    import psutil
+
+    try:
+        return int(psutil.virtual_memory().total) // 2 or DEFAULT_MEMORY_BYTES
+    except (OSError, RuntimeError):
+        return DEFAULT_MEMORY_BYTES
+
+
 def contain(process: int, memory_bytes: int) -> Any:
     """Put the process (a handle) in a new job object with `job_limits` and UI restrictions: the job's handle,
     which the caller keeps for the process's life (closing it kills the process)."""
@@ -261,7 +271,7 @@ def _appdata_runtime(e: dict[str, str]) -> list[str]:
 
 def jupyter_runtime_dirs(env: dict[str, str], own_env: dict[str, str] | None = None) -> list[str]:
     """The runtime folders (oslayer.jupyter_runtime_dirs) with Windows' default under `%APPDATA%`."""
-    return oslayer.jupyter_runtime_dirs(env, own_env, _appdata_runtime)
+    return _runtime_dirs(env, own_env, _appdata_runtime)
 
 
 def temp_env(home: str) -> dict[str, str]:
@@ -343,7 +353,7 @@ def started(how: Launch, proc: subprocess.Popen) -> Launch:
         how.layer = how.layer.failed("no process handle for the worker")
         return how
     try:
-        how.handles.append(contain(int(handle), (machine_memory_bytes() // 2) or DEFAULT_MEMORY_BYTES))
+        how.handles.append(contain(int(handle), _half_the_memory()))
         rid = lower_integrity(int(handle))
     except OSError as exc:
         how.layer = how.layer.failed(str(exc))

@@ -29,6 +29,16 @@ import os
 import sys
 from typing import Any
 
+from crane.sandbox.shared.winjob import (  # kernel: strip
+    JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
+    JOB_OBJECT_LIMIT_ACTIVE_PROCESS,
+    JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION,
+    JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+    JOB_OBJECT_LIMIT_PROCESS_MEMORY,
+    JOB_OBJECT_LIMIT_PROCESS_TIME,
+    ExtendedLimitInformation,
+)
+
 MIB = 1024 * 1024
 
 
@@ -118,34 +128,6 @@ def posix_limits(memory_bytes: int, cpu_s: float, file_bytes: int) -> dict[str, 
         except (OSError, ValueError):
             done.setdefault("failed", []).append(name)
     return done
-
-
-# Windows job objects (winnt.h)
-JOB_OBJECT_LIMIT_PROCESS_TIME = 0x00000002
-JOB_OBJECT_LIMIT_ACTIVE_PROCESS = 0x00000008
-JOB_OBJECT_LIMIT_PROCESS_MEMORY = 0x00000100
-JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION = 0x00000400
-JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE = 0x00002000
-JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS = 9
-
-
-class IoCounters(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_ulonglong) for n in ("ReadOperationCount", "WriteOperationCount", "OtherOperationCount",
-                                                  "ReadTransferCount", "WriteTransferCount", "OtherTransferCount")]
-
-
-class BasicLimitInformation(ctypes.Structure):
-    _fields_ = [("PerProcessUserTimeLimit", ctypes.c_longlong), ("PerJobUserTimeLimit", ctypes.c_longlong),
-                ("LimitFlags", ctypes.c_uint32), ("MinimumWorkingSetSize", ctypes.c_size_t),
-                ("MaximumWorkingSetSize", ctypes.c_size_t), ("ActiveProcessLimit", ctypes.c_uint32),
-                ("Affinity", ctypes.c_size_t), ("PriorityClass", ctypes.c_uint32),
-                ("SchedulingClass", ctypes.c_uint32)]
-
-
-class ExtendedLimitInformation(ctypes.Structure):
-    _fields_ = [("BasicLimitInformation", BasicLimitInformation), ("IoInfo", IoCounters),
-                ("ProcessMemoryLimit", ctypes.c_size_t), ("JobMemoryLimit", ctypes.c_size_t),
-                ("PeakProcessMemoryUsed", ctypes.c_size_t), ("PeakJobMemoryUsed", ctypes.c_size_t)]
 
 
 def windows_job_limits(memory_bytes: int, cpu_s: float) -> ExtendedLimitInformation:
