@@ -446,7 +446,7 @@ def index_length(ctx: FixContext) -> Iterator[Candidate]:
 
 
 # -- shadowed-builtin: a cell bound a builtin's name ----------------------------------------------------------
-_NOT_CALLABLE = re.compile(r"^'(\w+)' object is not callable")
+_NOT_CALLABLE = re.compile(r"^'([\w.]+)' object is not callable")
 
 
 def shadowed_builtin(ctx: FixContext) -> Iterator[Candidate]:
