@@ -56,8 +56,9 @@ def parse_lines(data: bytes) -> ChildLines:
                 out.extra.append(f"a second {kind} line")
             elif out.record is not None and kind not in ("denied", "exit"):
                 out.extra.append(f"a {kind} line after the record")
-            if event == "setup":
-                out.setup = out.setup or msgspec.convert(obj, SetupLine)
+            if event == "setup":  # a transplant worker's own line (after its confinement's) is the one that counts
+                out.setup = msgspec.convert(obj, SetupLine) if kind == "transplant setup" or out.setup is None \
+                    else out.setup
             elif event == "exit":
                 out.exit = out.exit or msgspec.convert(obj, ExitLine)
             elif event == "denied":
@@ -73,10 +74,15 @@ def parse_lines(data: bytes) -> ChildLines:
 
 
 FORGED = "the cell wrote into CRANE's result channel"
+TAMPERED = 87  # the exit code of a sandbox process whose cell rebound CRANE's own code (kernel/common._TAMPERED)
 
 
 def _signal_verdict(sig: int | None, exitcode: int | None, memory_mb: int, setup: SetupLine | None) -> SandboxVerdict:
     if sig is None:
+        if exitcode == TAMPERED:  # kernel/common._TAMPERED: it wrote nothing, and says why by how it ended
+            return SandboxVerdict(verdict="blocked", reason="the cell changed CRANE's own code or what it runs on (its "
+                                  "functions, the standard functions or builtins its record is made with): its "
+                                  "record cannot be trusted")
         if exitcode == 70:
             return unavailable("the sandbox child failed during setup")
         return unavailable(f"the sandbox child ended without a result (exit code {exitcode})")
@@ -136,6 +142,7 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
             displays=rec.displays, elapsed_ms=rec.elapsed_ms, reason=rec.reason, denied=rec.denied,
             absorbed=rec.absorbed,
             landlock_abi=rec.confinement.get("landlock_abi") if isinstance(rec.confinement, dict) else None,
+            refusal=rec.refusal,
         )
     elif outcome.how == "cancelled":
         v = unavailable("stopped before the cell finished")
