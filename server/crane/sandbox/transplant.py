@@ -56,6 +56,7 @@ from crane.sandbox.oslayer import release as os_release
 from crane.sandbox.oslayer import started as os_started
 from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
 from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
+from crane.sandbox.shared.carry import CARRIED_RUNTIMES
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 
 _HERE = Path(__file__).resolve().parent
@@ -419,6 +420,7 @@ class ExportReply(msgspec.Struct):
     raw_bytes: int = 0  # the memory of the values the cell reads, before shrinking
     shrink_error: str | None = None
     carried: list[str] = []  # rebuilt runtimes whose process-wide state the copy carries (kernel/export `_settings`)
+    patched: list[str] = []  # library classes of copied values the notebook patched (kernel/export)
     watch: str | None = None  # what stopped the export as soon as a request waited (None: only its time cap)
     transient: bool = False  # stopped for a waiting request or by its kernel-time cap: a passing cause
 
@@ -574,8 +576,10 @@ def transplant(
             info.confinement = None
             info.layers = _portable_layers(data) or ["call guard", "audit hook", *worker.os_layers]
         if v.verdict == "crash":
-            missed = setup_extra.get("settings_missed") or []
-            v.certain = crash_certain(v, source, exp.copied, [r for r in exp.carried if r not in missed])
+            missed = [str(m) for m in setup_extra.get("settings_missed") or []]
+            lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
+            v.certain = crash_certain(v, source, exp.copied, [r for r in exp.carried if r not in lost],
+                                      missed=missed, patched=exp.patched)
         total_ms = (time.monotonic() - t0) * 1000.0
         if how in ("deadline", "cancelled"):
             v.elapsed_ms, v.overhead_ms = total_ms, 0.0
@@ -623,21 +627,31 @@ def _runtime_of(where: str) -> str | None:
 
 
 def crash_certain(v: SandboxVerdict, source: str, copied: list[tuple[str, str]],
-                  carried: Collection[str] = ()) -> bool:
+                  carried: Collection[str] = (), missed: Collection[str] = (), patched: Collection[str] = ()) -> bool:
     """A transplant crash is certain only when its failing frames cannot depend on library state the worker
     rebuilt: not an environmental exception (the recursion limit, memory, integer widths), no frame in a rebuilt
     runtime (`REBUILT_RUNTIMES`: TensorFlow/Keras, JAX, torch, ...), and no value of one read on the failing line.
-    A runtime in `carried` is not rebuilt: the copy holds its state (torch on the CPU: tensors with their
-    gradients, modules and optimizers in one pickle, its process-wide settings and random state applied in the
-    worker). Otherwise it is "likely": it never decides alone (crane.policy)."""
-    if (v.ename or "") in _ENVIRONMENTAL:
+    A runtime in `carried` is not rebuilt: the copy holds its state, applied and compared equal in the worker
+    (torch on the CPU; JAX's config; TensorFlow's and Keras' settings when none of their objects was copied).
+    `missed`: carried state (shared/carry.py's keys) the worker could not prove equal to the kernel's: a crash that
+    may rest on it is "likely" (`_MISSED_STATE`). `patched`: library classes of copied values the notebook added
+    to or changed (the copy's class is the library's own): an AttributeError naming one is "likely". So is a
+    missing process (the kernel's pids are not the worker's). Otherwise it is "likely": it never decides alone
+    (crane.policy)."""
+    ename, evalue = v.ename or "", v.evalue or ""
+    if ename in _ENVIRONMENTAL or ename in _PROCESS_LOOKUP:
+        return False
+    if ename == "AttributeError" and any(f"'{name}' object has no attribute" in evalue
+                                         or f"type object '{name}' has no attribute" in evalue for name in patched):
+        return False
+    frames = [t for t in v.traceback[:-1] if t.strip() and not t.startswith("cell")]
+    if any(rests(v, source, frames) for key, rests in _MISSED_STATE.items() if key in missed):
         return False
 
     def rebuilt(where: str) -> bool:
         runtime = _runtime_of(where)
         return runtime is not None and runtime not in carried
 
-    frames = [t for t in v.traceback[:-1] if t.strip() and not t.startswith("cell")]
     if any(rebuilt(t.split(":", 1)[0]) for t in frames):
         return False
     lines = source.splitlines()
@@ -645,6 +659,29 @@ def crash_certain(v: SandboxVerdict, source: str, copied: list[tuple[str, str]],
         return False
     kinds = dict(copied)
     return not any(rebuilt(kinds.get(name) or "") for name in cell_names(lines[v.line - 1].strip()))
+
+
+_PROCESS_LOOKUP = {"ProcessLookupError", "NoSuchProcess", "ZombieProcess"}  # a pid of the kernel's is not the worker's
+_DECIMAL_SIGNALS = {"DecimalException", "Clamped", "DivisionByZero", "Inexact", "Overflow", "Rounded", "Subnormal",
+                    "Underflow", "InvalidOperation", "FloatOperation", "DivisionImpossible", "DivisionUndefined",
+                    "InvalidContext", "ConversionSyntax"}
+
+
+def _in_frames(frames: list[str], *libs: str) -> bool:
+    return any(lib in t.split(":", 1)[0].replace("\\", "/").replace(".", "/").split("/") for t in frames for lib in libs)
+
+
+# carried state (shared/carry.py's keys) -> does this crash possibly rest on it (when it was not proven equal)
+_MISSED_STATE = {
+    "warnings": lambda v, source, frames: (v.ename or "").endswith("Warning"),
+    "decimal": lambda v, source, frames: (v.ename or "") in _DECIMAL_SIGNALS or _in_frames(frames, "decimal",
+                                                                                             "_pydecimal"),
+    "interpreter": lambda v, source, frames: (v.ename or "") == "ValueError" and "digits" in (v.evalue or ""),
+    "numpy": lambda v, source, frames: (v.ename or "") == "FloatingPointError" or _in_frames(frames, "numpy"),
+    "pandas": lambda v, source, frames: _in_frames(frames, "pandas"),
+    "random": lambda v, source, frames: "random" in source,
+    "numpy_random": lambda v, source, frames: "random" in source,
+}
 
 
 def _setup_transplant(data: bytes) -> dict:

@@ -65,7 +65,7 @@ from crane.sandbox.kernel.miniature import (  # kernel: strip
 )  # kernel: strip
 from crane.sandbox.kernel.shield import BUILTINS, dumps, free_threaded, memory_headroom, private_open  # kernel: strip
 from crane.sandbox.kernel.waiting import shell_watch  # kernel: strip
-from crane.sandbox.shared.carry import read_carried  # kernel: strip
+from crane.sandbox.shared.carry import CARRIED_RUNTIMES, read_carried  # kernel: strip
 
 # -- bound at install (the export looks nothing up on a shared module when it runs: the notebook may replace
 # `os.path.join`, `time.perf_counter`, `threading.Thread`, `sys.modules`, ... at any time after) ----------------
@@ -82,7 +82,7 @@ _start_thread, _stack_size, _allocate_lock = _thread.start_new_thread, _thread.s
 _perf, _process_time, _monotonic = time.perf_counter, time.process_time, time.monotonic
 _islice = itertools.islice
 _SEP = os.sep
-_stat, _getcwd, _getpid = os.stat, os.getcwd, os.getpid
+_os_stat, _getcwd, _getpid = os.stat, os.getcwd, os.getpid
 _ENVIRON = os.environ  # read through its `_data` (never its methods, which a subclass may override)
 _ENVIRON_TYPE = type(os.environ)
 _IO_BASE = _O_DICT_GET(_MODULES["_io"], "__dict__")["_IOBase"]
@@ -107,7 +107,7 @@ def _join(d: str, name: str) -> str:
 
 def _exists(path: str) -> bool:
     try:
-        _stat(path)
+        _os_stat(path)
     except OSError:
         return False
     return True
@@ -1107,7 +1107,11 @@ def _callable_ok(fn: Any, name: str) -> bool:
     try:
         own = _O_DICT_GET(fn, "__name__")
     except Exception:
-        return False
+        own = None
+        if _compiled_callable_type(t):  # nanobind's functions answer `__name__` in their type's own C getattr
+            getter = next((_cls_dict(k)["__getattribute__"] for k in _T_MRO.__get__(t, type)
+                           if "__getattribute__" in _cls_dict(k)), None)
+            own = getter(fn, "__name__") if type(getter) is _WrapperDescriptorType else None
     if type(own) is not str or own != name:
         return False
     if t is _BuiltinFunctionType:
@@ -1343,7 +1347,7 @@ def _process() -> dict:
         with private_open("/proc/self/stat", "rb") as f:
             data = f.read()
         out["kernel_start"] = int(data[data.rindex(b")") + 2:].split()[19])
-        out["kernel_pidns"] = _stat("/proc/self/ns/pid").st_ino
+        out["kernel_pidns"] = _os_stat("/proc/self/ns/pid").st_ino
     except (OSError, ValueError, IndexError):
         pass
     return out
@@ -1443,6 +1447,20 @@ def _patched_builtins() -> str | None:
     return None
 
 
+_COPYREG_CALLED = ("_slotnames", "__newobj__", "__newobj_ex__", "_reconstructor", "_reduce_ex")
+
+
+def _patched_copyreg() -> str | None:
+    """A function of `copyreg` the C pickler calls for every plain instance (`object.__reduce_ex__`) that the
+    notebook replaced (named), else None."""
+    cr = _mdict(_module("copyreg"))
+    for name in _COPYREG_CALLED:
+        fn = cr.get(name)
+        if fn is not None and not (type(fn) is _FunctionType and _library_function(fn)) and not _is_class(fn):
+            return f"`copyreg.{name}`"
+    return None
+
+
 def _shell() -> Any:
     """The kernel's InteractiveShell: IPython's singleton, read from the class's own dict (no `get_ipython` the
     notebook may have replaced)."""
@@ -1475,6 +1493,25 @@ def _interactivity(shell: Any) -> str:
     return v if type(v) is str else "last_expr"
 
 
+def _carried(settings: dict, facts: dict, proof: _Proof, objs: dict) -> list:
+    """The rebuilt runtimes whose process-wide state the copy carries (then compared in the worker, shared/carry.py):
+    torch on the CPU (its tensors carried whole); JAX, TensorFlow and Keras when their settings were read, no GPU is
+    in play (their devices are the worker's own then), and, for TensorFlow/Keras, no value of theirs is copied
+    (rebuilt from its configuration by its own saving code: not the kernel's object)."""
+    out: list = []
+    ts = settings.get("torch")
+    if ts and ts["default_device"] == "cpu" and ts["rng"] and not facts["torch"].get("cuda") and not proof.uncarried:
+        out.append("torch")
+    if _exists("/dev/nvidia0") or _exists("/dev/kfd"):
+        return out
+    own_values = any(type(m) is str and m.partition(".")[0] in _OWN_REDUCER_MODULES
+                     for m in (_T_MODULE.__get__(type(v), type) for v in dict.values(objs)))
+    for key, runtimes in CARRIED_RUNTIMES.items():
+        if key in settings and (key == "jax" or not own_values):
+            out.extend(runtimes)
+    return out
+
+
 def _patched_classes(proof: _Proof, objs: dict) -> list:
     """The short names of the library classes of copied values the notebook patched (a method added or replaced):
     an AttributeError naming one in the copy is only "likely" (the copy's class is the library's own)."""
@@ -1502,7 +1539,7 @@ def _export(args: Any) -> dict:
     cp = _cloudpickle()
     if cp is None:
         return {"ok": False, "reason": "CRANE's private cloudpickle is not installed in the kernel"}
-    patched = _patched_builtins()
+    patched = _patched_builtins() or _patched_copyreg()
     if patched:
         return {"ok": False, "reason": f"the notebook replaced {patched}: copying would call it in the kernel"}
     shell = _shell()
@@ -1606,8 +1643,7 @@ def _export(args: Any) -> dict:
             "patched": _patched_classes(proof, objs),
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": _EXECUTABLE, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
-            "carried": ["torch"] if settings.get("torch") and settings["torch"]["default_device"] == "cpu"
-            and settings["torch"]["rng"] and not facts["torch"].get("cuda") and not proof.uncarried else [],
+            "carried": _carried(settings, facts, proof, objs),
             **_process(), "export_ms": round((_perf() - t0) * 1000.0, 3), "watch": watched}
 
 

@@ -15,17 +15,17 @@ import sysconfig
 from typing import Any
 
 _REALPATH = os.path.realpath
-_ROOTS: list = []
+_LIB_ROOTS: list = []
 _SEEN: dict = {}  # path -> answer (a code object's file is asked about again and again)
 
 
 def library_roots() -> tuple:
-    if not _ROOTS:
+    if not _LIB_ROOTS:
         roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
         paths = sysconfig.get_paths()
         roots.update(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k))
-        _ROOTS.append(tuple(_REALPATH(r).rstrip("/") + "/" for r in roots if r))
-    return _ROOTS[0]
+        _LIB_ROOTS.append(tuple(_REALPATH(r).rstrip("/") + "/" for r in roots if r))
+    return _LIB_ROOTS[0]
 
 
 library_roots()  # at install

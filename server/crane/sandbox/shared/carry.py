@@ -116,7 +116,8 @@ def _read_decimal(lib: Any) -> Any:
     if not all(_simple(v) for v in out.values()):
         return None
     for field in ("traps", "flags"):
-        signals = lib.attr(ctx, field)
+        # `Context.__getattribute__` (C) hands out the signal dicts
+        signals = lib.call(lib.method(type(ctx), "__getattribute__"), "__getattribute__", ctx, field)
         get = lib.method(type(signals), "__getitem__")  # the C mapping's own (`lib.call` refuses any other)
         values = {}
         for name in _SIGNALS:
@@ -193,6 +194,9 @@ def _read_jax(lib: Any) -> Any:
     config = cfg.get("config")
     if not lib.proven(type(config)):
         return None
+    backends = lib.mod("jax._src.xla_bridge").get("_backends")
+    if type(backends) is dict and any(k != "cpu" for k in dict.keys(backends)):
+        return None  # an accelerator backend: the worker's devices are not the kernel's
     holders = lib.attrs(config).get("_value_holders")
     if type(holders) is not dict:
         return None
