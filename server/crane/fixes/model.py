@@ -79,7 +79,8 @@ class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=Tru
     cost: float = 0.0
     sandbox: str = "fork"  # where it was verified: "fork" (a session of the kernel), "fork-layered" (a fork with a
     # private copy-on-write layer: the cells write files or start programs), "replay" (a kernel replaying the history),
-    # "fresh" (a new kernel replaying the written notebook: its history with the fix's edits, then the target)
+    # "fresh" (a new kernel replaying the written notebook: its history with the fix's edits, then the target);
+    # "+fresh": verified in the sandbox, then checked again that way (the fix moves cells of the history)
     elapsed_s: float = 0.0  # time from the start of the search until this fix was verified
     stdout: str = ""  # what the verified run printed (bounded)
 

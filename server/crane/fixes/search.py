@@ -149,6 +149,22 @@ def search_fixes(
                                         + [cand.source])
             if again is not None:
                 status, result, failed_cell, layered = again.status, again, None, True
+        rechecked = status == "ok" and fresh is not None and not cand.fresh and _moves_history(nb, cand)
+        if rechecked and fresh is not None:
+            # the written notebook runs these cells at their new place only: check it as replayed after a restart
+            try:
+                again_status, again_result, again_cell = _verify_fresh(nb, target, cand, fresh)
+            except Exception as exc:
+                again_status, again_result, again_cell = "unavailable", None, None
+                log.info("fixes: no fresh replay (%s)", exc)
+            if again_status != "ok":
+                what = f"{again_result.ename}: {(again_result.evalue or '').splitlines()[0][:160]}" \
+                    if again_result is not None and again_result.ename else again_status
+                where = f" in cell {again_cell}" if again_cell is not None else ""
+                report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status=again_status,
+                                               error=f"the written notebook, replayed fresh: {what}{where}",
+                                               depth=cand.depth))
+                continue
         if status == "ok":
             edited = dict(cand.cell_edits)
             fix = VerifiedFix(kind=cand.kind, title=_say_removals(cand, nb, source), target=target, old=source,
@@ -159,7 +175,7 @@ def search_fixes(
                                                for k, s in cand.cell_edits), to_code=cand.to_code,
                               detail=cand.detail, cost=cand.cost,
                               sandbox="fresh" if cand.fresh else f"{sandbox.kind}-layered" if layered
-                              else sandbox.kind,
+                              else sandbox.kind + ("+fresh" if rechecked else ""),
                               elapsed_s=round(time.monotonic() - t0, 3), stdout=(result.stdout or "")[-2000:])
             report.fixes.append(fix)
             report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status="ok", depth=cand.depth))
@@ -268,8 +284,16 @@ def written_notebook(nb: Notebook, target: int, cand: Candidate) -> Notebook:
     counts = {k: last + i for i, k in enumerate(cand.run_first, start=1)}
     cells = [msgspec.structs.replace(c, source=edited.get(c.number, c.source),
                                      cell_type="code" if c.number in cand.to_code else c.cell_type,
-                                     execution_count=counts.get(c.number, c.execution_count)) for c in nb.cells]
+                                     execution_count=None if c.number == target else
+                                     counts.get(c.number, c.execution_count)) for c in nb.cells]
     return msgspec.structs.replace(nb, cells=cells)
+
+
+def _moves_history(nb: Notebook, cand: Candidate) -> bool:
+    """Does the written fix change where cells of the history run (an edited cell, a raw cell made code, a cell
+    that ran before run again: each keeps only its new count)?"""
+    return bool(cand.cell_edits or cand.to_code) or any(
+        nb.cell(k).is_code and nb.cell(k).execution_count is not None for k in cand.run_first)
 
 
 def _verify_fresh(nb: Notebook, target: int, cand: Candidate, fresh: Callable[[Notebook], FixSandbox]):
