@@ -80,6 +80,16 @@ class Integrity(msgspec.Struct, omit_defaults=True, rename="camel"):
     fresh_state: bool | None = None
 
 
+class Refusal(msgspec.Struct, omit_defaults=True, rename="camel"):
+    """What a sandbox refused, as a cause other modules read (never parsed from `reason`): the `layer` that refused
+    it ("call guard", "audit hook", "landlock", ...), the `call` (or the exception the OS layer's refusal raised in
+    the cell), and the `path` when one was named."""
+
+    layer: str
+    call: str
+    path: str | None = None
+
+
 class SandboxVerdict(msgspec.Struct, omit_defaults=True, rename="camel"):
     """The outcome of running a cell speculatively against a copy-on-write fork of the kernel.
 
@@ -124,6 +134,7 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True, rename="camel"):
     # tries again a few times (crane.lsp.transient_stops); the CLI and MCP report it as any other reason
     transient: bool = False
     integrity: Integrity | None = None  # who wrote this verdict and what was checked (see `Integrity`)
+    refusal: Refusal | None = None  # a `blocked` run: which layer refused what (see `Refusal`)
 
     @property
     def conclusive(self) -> bool:
@@ -247,6 +258,7 @@ class ChildRecord(msgspec.Struct, omit_defaults=True):
     denied: list[str] = []
     absorbed: list[str] = []
     confinement: dict = {}
+    refusal: Refusal | None = None
 
 
 class LaunchReply(msgspec.Struct, omit_defaults=True):
