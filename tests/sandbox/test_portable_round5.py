@@ -145,3 +145,77 @@ def test_p1_dotdot_after_a_mirrored_folder_stays_in_the_run(k5, sandbox):
 def test_p1_dotdot_never_reaches_outside(k5, attack, sandbox):
     v = run5(k5, P1_ESCAPES[attack], sandbox)
     assert v.verdict in ("blocked", "crash"), v  # refused by a Python layer, or by the OS (PermissionError)
+
+
+# P3: writers in native code. Attacks: refused (blocked) or failing on the OS layer; honest writers in the working
+# folder, over files that are there (the view's links), write the run's private copies.
+P3_SQLITE = {
+    "ATTACH outside": "import sqlite3\nc = sqlite3.connect(':memory:')\n"
+                      "c.execute(\"ATTACH DATABASE '@OUTSIDE@/att.db' AS x\")\nc.execute('create table x.t(a)')",
+    "VACUUM INTO outside": "import sqlite3\nsqlite3.connect(':memory:').execute(\"VACUUM INTO '@OUTSIDE@/vac.db'\")",
+    "ATTACH from a local database": "import sqlite3\nsqlite3.connect('local.db').execute("
+                                    "\"ATTACH '@OUTSIDE@/shared.db' AS s\")",
+    "mode=ro as a substring": "import sqlite3\nsqlite3.connect('file:@OUTSIDE@/u.db?mode=rwc&x=mode=ro', uri=True)"
+                              ".execute('create table t(a)')",
+    "mode=ro then mode=rwc": "import sqlite3\nsqlite3.connect('file:@OUTSIDE@/u2.db?mode=ro&mode=rwc', uri=True)"
+                             ".execute('create table t(a)')",
+    "the authorizer removed": "import sqlite3\nc = sqlite3.connect(':memory:')\nc.set_authorizer(None)\n"
+                              "c.execute(\"ATTACH '@OUTSIDE@/att2.db' AS x\")",
+}
+P3_ARROW = {
+    "ParquetWriter": "import pyarrow as pa, pyarrow.parquet as pq\nt = pa.table({'a': [1]})\n"
+                     "w = pq.ParquetWriter('@OUTSIDE@/w.parquet', t.schema)\nw.write_table(t)\nw.close()",
+    "write_dataset": "import pyarrow as pa, pyarrow.dataset as ds\n"
+                     "ds.write_dataset(pa.table({'a': [1]}), '@OUTSIDE@/ds', format='parquet')",
+    "ipc.new_file": "import pyarrow as pa\nt = pa.table({'a': [1]})\nw = pa.ipc.new_file('@OUTSIDE@/t.arrow', t.schema)\n"
+                    "w.write_table(t)\nw.close()",
+    "polars sink_ndjson": "import polars as pl\npl.DataFrame({'a': [1]}).lazy().sink_ndjson('@OUTSIDE@/p.ndjson')",
+    "polars write_ipc_stream": "import polars as pl\npl.DataFrame({'a': [1]}).write_ipc_stream('@OUTSIDE@/p.arrows')",
+}
+P3_HONEST_SQLITE = """
+import sqlite3
+c = sqlite3.connect('local.db')
+c.execute('create table t(a)')
+c.execute("ATTACH 'other.db' AS o")
+c.execute('create table o.t(a)')
+c.execute("VACUUM INTO 'copy.db'")
+ro = sqlite3.connect('file:copy.db?mode=ro', uri=True)
+print(ro.execute('select count(*) from t').fetchone()[0])
+"""
+P3_HONEST_ARROW = """
+import pyarrow as pa, pyarrow.parquet as pq, pyarrow.dataset as ds, polars as pl
+t = pa.table({'a': [1, 2]})
+pq.write_table(t, 'log.txt')                      # over a file of the working folder: its private copy
+ds.write_dataset(t, 'sub', format='parquet', existing_data_behavior='overwrite_or_ignore')
+pl.DataFrame({'a': [1]}).write_ipc_stream('data.csv')
+print(pq.read_table('log.txt').num_rows, sorted(os.listdir('sub')))
+"""
+
+
+def _has(k5, module: str) -> bool:
+    return bool(k5["conn"].evaluate(f"__import__('importlib.util').util.find_spec({module!r}) is not None"))
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(P3_SQLITE) + list(P3_ARROW))
+def test_p3_native_writers_write_nothing_outside(k5, attack, sandbox):
+    if attack in P3_ARROW and not (_has(k5, "pyarrow") and _has(k5, "polars")):
+        pytest.skip("pyarrow and polars are in the IPython 9 kernel's environment")
+    v = run5(k5, {**P3_SQLITE, **P3_ARROW}[attack], sandbox)
+    assert v.verdict == "blocked", v  # refused by a Python layer, or the OS layer's refusal made the run blocked
+    assert v.refusal is not None and v.refusal.layer in ("call guard", "audit hook", "landlock"), v
+    if sandbox is GUARD:
+        assert v.refusal.layer != "landlock", v
+    if attack.startswith(("ATTACH", "VACUUM")):
+        assert v.refusal.path and v.refusal.path.startswith(str(k5["outside"])), v.refusal
+    assert not [p for p in k5["outside"].iterdir() if p.name != "target.txt"], v
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_p3_honest_native_writers_write_the_runs_copies(k5, sandbox):
+    v = run5(k5, P3_HONEST_SQLITE, sandbox)
+    assert (v.verdict, v.stdout.strip()) == ("no-crash", "0"), v
+    if not (_has(k5, "pyarrow") and _has(k5, "polars")):
+        return
+    v = run5(k5, P3_HONEST_ARROW, sandbox)
+    assert (v.verdict, v.stdout.strip()) == ("no-crash", "2 ['inner.txt', 'part-0.parquet']"), v

@@ -113,8 +113,19 @@ GUARD_TABLE: dict[str, list[tuple]] = {
         ("write_csv", ("file",)), ("write_parquet", ("file",)), ("write_ipc", ("file",)), ("write_json", ("file",)),
         ("write_ndjson", ("file",)), ("write_avro", ("file",)), ("write_excel", ("workbook",)),
         ("write_delta", ("target",)), ("write_database", None))]
-    + [("polars", f"LazyFrame.{n}", ("path",), GUARD_ANY) for n in ("sink_parquet", "sink_csv", "sink_ipc")],
+    + [("polars", f"DataFrame.{n}", ("file",), GUARD_ANY) for n in ("write_ipc_stream",)]
+    + [("polars", f"LazyFrame.{n}", ("path",), GUARD_ANY) for n in ("sink_parquet", "sink_csv", "sink_ipc",
+                                                                      "sink_ndjson")],
     "pyarrow": [("pyarrow.parquet", "write_table", ("where",), GUARD_ANY),
+                ("pyarrow.parquet", "ParquetWriter.__init__", ("where",), GUARD_ANY),
+                ("pyarrow.parquet", "write_to_dataset", ("root_path",), GUARD_ANY),
+                ("pyarrow.dataset", "write_dataset", ("base_dir",), GUARD_ANY),
+                ("pyarrow.orc", "write_table", ("where",), GUARD_ANY),
+                ("pyarrow.orc", "ORCWriter.__init__", ("where",), GUARD_ANY),
+                ("pyarrow.ipc", "new_file", ("sink",), GUARD_ANY),
+                ("pyarrow.ipc", "new_stream", ("sink",), GUARD_ANY),
+                ("pyarrow.ipc", "RecordBatchFileWriter.__init__", ("sink",), GUARD_ANY),
+                ("pyarrow.ipc", "RecordBatchStreamWriter.__init__", ("sink",), GUARD_ANY),
                 ("pyarrow.feather", "write_feather", ("dest",), GUARD_ANY),
                 ("pyarrow.csv", "write_csv", ("output_file",), GUARD_ANY)],
     "xgboost": [("xgboost", "Booster.save_model", ("fname",), GUARD_ANY)],
@@ -165,7 +176,8 @@ _C_ALLOW = {
 # methods of C types, refused when user code calls them
 _C_METHODS = {("_socket", "socket"): frozenset(("connect", "connect_ex", "bind", "listen", "sendto", "sendmsg",
                                                  "sendfile")),
-              ("numpy", "ndarray"): frozenset(("tofile",))}
+              ("numpy", "ndarray"): frozenset(("tofile",)),
+              ("sqlite3", "Connection"): frozenset(("set_authorizer",))}  # CRANE's authorizer stays (P3)
 
 _FAMILY = {"posix": "os", "nt": "os", "_signal": "signal", "_socket": "socket", "_ctypes": "ctypes",
            "_thread": "threading", "_imp": "importlib", "_posixsubprocess": "subprocess", "_winapi": "subprocess",
@@ -221,6 +233,10 @@ def _makes_nothing(entry: _Entry, loc: dict, value: Any) -> bool:
 
 
 _PROCESS_START = "multiprocessing: multiprocessing.process.BaseProcess.start"
+# writers of a folder of files (some of which may be there already): the folder is made private whole before
+_DEEP = frozenset(("pyarrow: pyarrow.dataset.write_dataset", "pyarrow: pyarrow.parquet.write_to_dataset",
+                   "polars: polars.DataFrame.write_delta", "datasets: datasets.Dataset.save_to_disk",
+                   "tensorflow: tensorflow.saved_model.save"))
 _MAX_CHILDREN = 64  # live fork children of one run (a DataLoader has num_workers)
 
 
@@ -270,7 +286,7 @@ class CallGuard:
 
     def __init__(self, on_refuse: Callable[[str], object], inside: Callable[[Any], bool] = lambda p: False,
                  prepare: Callable[[Any], object] = lambda p: None, table: dict | None = None,
-                 fork_children: bool = False) -> None:
+                 fork_children: bool = False, prepare_tree: Callable[[Any], object] | None = None) -> None:
         self.on_refuse = on_refuse
         # a run that ends its process tree with it: multiprocessing's fork children of this process are allowed
         # (they inherit the guard and the audit hook; `forks_a_child`)
@@ -278,6 +294,7 @@ class CallGuard:
         self.pid = os.getpid()
         self.inside = inside
         self.prepare = prepare
+        self.prepare_tree = prepare_tree or prepare  # a folder a writer fills (`_DEEP`): made private whole
         self.table = GUARD_TABLE if table is None else table
         self.codes: dict = {}  # code object -> _Entry (Python callables of the deny table)
         self.classes: dict = {}  # class -> _Entry (a class whose construction is refused)
@@ -412,7 +429,7 @@ class CallGuard:
                         continue
                     self._refuse(f"{entry.label} (writing {os.fsdecode(value)[:200]!r} outside the cell's working "
                                  "folder)")
-                self.prepare(value)
+                (self.prepare_tree if entry.label in _DEEP else self.prepare)(value)
 
     # -- the hooks -------------------------------------------------------------------------------------------
     def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:

@@ -219,6 +219,19 @@ class RunFolder:
         elif last:
             os.unlink(at)  # a dangling link: the write creates the file
 
+    def materialize_tree(self, path: Any) -> None:
+        """`materialize(path)`, and when it is a folder, every view link below it too (a writer that fills a folder,
+        overwriting files that may be there: none of them may be a link to a real file)."""
+        at = self.resolve(path, make=True)
+        if at is None or not self._under(at) or not os.path.isdir(at) or os.path.islink(at):
+            return
+        for top, dirs, files in os.walk(at):
+            for name in dirs + files:
+                p = os.path.join(top, name)
+                if os.path.islink(p) and self._view_link(p) is not None:
+                    self._materialize_one(p, True)
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+
     def materialize(self, path: Any, leaf: bool = True) -> None:
         """Replace every view link on the way to `path` (and `path` itself when `leaf`) by a private copy, along
         the components the OS resolves (`resolve`): a directory by a directory of links to its entries, a file by
@@ -238,8 +251,8 @@ class Portable:
         self.folder = folder
         # a single run ends with its process tree (the daemon kills it): multiprocessing's fork children may start;
         # a session's worker goes on serving, so none there
-        self.guard = CallGuard(self.refuse, inside=self.folder.inside, prepare=self._prepare_write,
-                               fork_children=ctx.args.get("mode") != "session")
+        self.guard = CallGuard(lambda what: self.refuse(what, "call guard"), inside=self.folder.inside, prepare=self._prepare_write,
+                               fork_children=ctx.args.get("mode") != "session", prepare_tree=self._prepare_tree)
         self.mechanism = ""
         self.t0 = time.perf_counter()
 
@@ -252,8 +265,18 @@ class Portable:
         finally:
             state["own"] = old
 
-    def refuse(self, what: str) -> None:
-        """End the run now: `blocked`, naming what was refused (nothing of the cell runs after it). In a session
+    def _prepare_tree(self, path: Any) -> None:
+        state = self.ctx.audit_state
+        old = state.get("own", False)
+        state["own"] = True
+        try:
+            self.folder.materialize_tree(path)
+        finally:
+            state["own"] = old
+
+    def refuse(self, what: str, layer: str = "audit hook", path: Any = None) -> None:
+        """End the run now: `blocked`, naming what was refused (`reason`, and `refusal`: the `layer` that refused it,
+        the call, the `path` when there is one); nothing of the cell runs after it. In a session
         (whose worker must go on serving) the refusal is raised instead (`SandboxBlocked`), recorded, and the run's
         verdict is `blocked` all the same; the audit hook stays in force after it."""
         ctx = self.ctx
@@ -275,9 +298,45 @@ class Portable:
         try:
             _write_json(ctx.result_fd, {
                 "verdict": "blocked", "reason": msg, "denied": ctx.denied[:20], "displays": ctx.displays,
-                "elapsed_ms": (time.perf_counter() - self.t0) * 1000.0, "confinement": ctx.confinement})
+                "elapsed_ms": (time.perf_counter() - self.t0) * 1000.0, "confinement": ctx.confinement,
+                "refusal": _refusal(layer, what, path)})
         finally:
             os._exit(0)
+
+
+def _refusal(layer: str, what: str, path: Any) -> dict:
+    """The record's structured refusal (verdict.Refusal)."""
+    out: dict = {"layer": layer, "call": what[:300]}
+    if isinstance(path, (str, bytes, os.PathLike)):
+        try:
+            out["path"] = os.fsdecode(path)[:1000]
+        except (TypeError, ValueError):
+            pass
+    return out
+
+
+# what an exception says when the OS refused the call behind it (EACCES, EPERM, SQLite's and Arrow's wording)
+_OS_DENIALS = ("Permission denied", "Operation not permitted", "[Errno 13]", "[Errno 1]", "unable to open database",
+               "readonly database", "EACCES", "EPERM")
+
+
+def _os_refusal(rec: dict, os_layer: dict) -> dict:
+    """A crash that the OS layer's refusal may have caused (a PermissionError, or a library's message for one) is not
+    the cell's crash: the kernel, unconfined, could have run on. The run is `blocked`, its refusal naming the OS
+    layer and the exception; never a crash, never a guess."""
+    if rec.get("verdict") != "crash" or not os_layer.get("ran"):
+        return rec
+    ename, evalue = str(rec.get("ename") or ""), str(rec.get("evalue") or "")
+    if ename != "PermissionError" and not any(d in evalue for d in _OS_DENIALS):
+        return rec
+    layer = str(os_layer.get("layer") or "OS layer")
+    call = f"{ename}: {evalue}"[:300]
+    path = evalue.rsplit(": ", 1)[-1].strip("'\"") if ": " in evalue else None
+    out = dict(rec)
+    out.update(verdict="blocked", reason=f"crane sandbox: the OS layer ({layer}) refused a call of the cell ({call}); "
+                                         "unconfined, the kernel may have run on (portable sandbox)",
+               refusal=_refusal(layer, call, path if path and os.path.isabs(path) else None))
+    return out
 
 
 def _open_channel(ctx: _Ctx, out: int) -> None:
@@ -330,6 +389,38 @@ def _install_portable_hook(run: Portable) -> None:
             state["own"] = False
         return True
 
+    def db_ok(name: str) -> bool:
+        """A database name SQLite may open or attach: in memory, read-only (`mode=ro` as a URI parameter), or a file
+        the run may write (its private copy made first)."""
+        path, readonly = _sqlite_target(name)
+        return path is None or readonly or writable(path, "sqlite3.connect", True)
+
+    def authorize(con: Any) -> None:
+        """CRANE's authorizer on every connection the run opens: ATTACH and VACUUM INTO (SQLITE_ATTACH) only of
+        databases `db_ok` accepts (SQLite writes them in C, unseen by the audit hook)."""
+        def auth(action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
+            if action == _SQLITE_ATTACH and not db_ok(str(arg1 or "")):
+                refuse(f"attaching a database outside the cell's working folder ({str(arg1)[:200]!r})", path=arg1)
+                return _SQLITE_DENY  # (a session: the refusal is recorded, SQLite answers "not authorized")
+            return 0
+        try:
+            con.set_authorizer(auth)
+        except Exception:  # noqa: BLE001 - a connection that takes no authorizer: refuse it, never let it write
+            refuse("a database connection CRANE cannot authorize")
+
+    def sqlite_connect(orig: Any) -> Any:
+        def connect(*args: Any, **kwargs: Any) -> Any:
+            state["sqlite"] = state.get("sqlite", 0) + 1
+            try:
+                con = orig(*args, **kwargs)
+            finally:
+                state["sqlite"] -= 1
+            authorize(con)
+            return con
+        return connect
+
+    _wrap_sqlite(sqlite_connect)
+
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if state["own"]:
             return
@@ -340,7 +431,7 @@ def _install_portable_hook(run: Portable) -> None:
             flags = args[2] if len(args) > 2 else 0
             if isinstance(flags, int) and flags & _WRITE_FLAGS and not writable(args[0], event, True):
                 refuse(f"writing a file outside the cell's working folder ({os.fsdecode(args[0])[:200]!r})"
-                       if not isinstance(args[0], int) else "writing a file")
+                       if not isinstance(args[0], int) else "writing a file", path=args[0])
             return
         paths = _PATH_EVENTS.get(event)
         if paths is not None:
@@ -354,11 +445,12 @@ def _install_portable_hook(run: Portable) -> None:
                         # what the call does anyway, changing nothing: a library's makedirs(exist_ok=True) of a
                         # folder that is there (its cache, its config) goes on as in the kernel
                         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), args[i])
-                    refuse(f"{event} outside the cell's working folder ({str(args[i])[:200]!r})")
+                    refuse(f"{event} outside the cell's working folder ({str(args[i])[:200]!r})", path=args[i])
             return
         if event == "os.chdir":
             if not args or not folder.inside(args[0]):
-                refuse(f"leaving the cell's working folder (os.chdir to {str(args[0] if args else '')[:200]!r})")
+                refuse(f"leaving the cell's working folder (os.chdir to {str(args[0] if args else '')[:200]!r})",
+                       path=args[0] if args else None)
             return
         what = _DENY_EVENTS.get(event)
         if event in _UNIX_IPC and guard.fork_children and _ipc_in(args, ctx.scratch):
@@ -386,13 +478,54 @@ def _install_portable_hook(run: Portable) -> None:
         elif event == "sqlite3.connect" and args:
             db = args[0]
             name = os.fsdecode(db) if isinstance(db, (str, bytes, os.PathLike)) else ""
-            if name and name != ":memory:" and "mode=memory" not in name and not name.startswith("file::memory:") \
-                    and "mode=ro" not in name and not writable(name, event, True):
-                refuse(f"opening a database outside the cell's working folder ({name[:200]!r})")
+            if not db_ok(name):
+                refuse(f"opening a database outside the cell's working folder ({name[:200]!r})", path=name)
+        elif event == "sqlite3.connect/handle" and args and not state.get("sqlite"):
+            refuse("a database connection not made through sqlite3.connect (CRANE's authorizer cannot be set on it)")
         elif event.startswith(_WINREG_WRITES):
             refuse(f"changing the Windows registry ({event})")
 
     sys.addaudithook(hook)
+
+
+_SQLITE_ATTACH, _SQLITE_DENY = 24, 1
+
+
+def _wrap_sqlite(wrap: Any) -> None:
+    """`sqlite3.connect` (in `_sqlite3`, `sqlite3.dbapi2` and `sqlite3`) replaced by `wrap(original)`, which sets
+    CRANE's authorizer on each connection (the audit event comes before a connection can take one)."""
+    import functools
+    try:
+        import sqlite3
+        import sqlite3.dbapi2
+    except ImportError:
+        return
+    orig = sqlite3.dbapi2.__dict__.get("connect")
+    if orig is None or getattr(orig, "__crane_shield__", False):
+        return
+    w = functools.wraps(orig)(wrap(orig))
+    del w.__wrapped__
+    setattr(w, "__crane_shield__", True)  # noqa: B010
+    for name in ("_sqlite3", "sqlite3.dbapi2", "sqlite3"):
+        mod = sys.modules.get(name)
+        if mod is not None and mod.__dict__.get("connect") is orig:
+            mod.__dict__["connect"] = w
+
+
+def _sqlite_target(name: str) -> tuple[str | None, bool]:
+    """(the file a database name opens, None for memory; whether it is opened read-only): a `file:` URI is parsed
+    (its path, and its `mode` parameter: every value must be `ro` or `memory`), never matched as a substring."""
+    if not name or name == ":memory:":
+        return None, True
+    if not name.startswith("file:"):
+        return name, False
+    from urllib.parse import parse_qs, unquote, urlsplit
+    parts = urlsplit(name)
+    modes = parse_qs(parts.query, keep_blank_values=True).get("mode", [])
+    if modes and all(m == "memory" for m in modes) or parts.path in ("", ":memory:") and not parts.netloc:
+        return None, True
+    path = unquote(parts.path)
+    return path, bool(modes) and all(m in ("ro", "memory") for m in modes)
 
 
 _UNIX_IPC = ("socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg")
@@ -609,10 +742,11 @@ def run_portable(run: Portable, source: str) -> dict:
     run.guard.refresh()
     run.ctx.confinement["guard"] = run.guard.install()
     try:
-        return run_source(run.ctx, source)
+        rec = run_source(run.ctx, source)
     finally:
         run.guard.uninstall()
         _end_children()
+    return _os_refusal(rec, run.ctx.confinement.get("os_layer") or {})
 
 
 def _end_children() -> None:
