@@ -12,6 +12,11 @@ set -euo pipefail
 venv="$1"; cache="$2"
 python="${PYTHON:-python3}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# PYTHON=python3.13 where no such command runs (a pyenv shim of a version not selected): that version's interpreter
+if ! "$python" -c '' 2>/dev/null && [[ "$python" =~ ^python([0-9]+\.[0-9]+t?)$ ]]; then
+    python="$("$root/envs/find_python.sh" "${BASH_REMATCH[1]}")" || { echo "== no $PYTHON on this machine" >&2; exit 1; }
+fi
+export PYTHON="$python"
 extras="${EXTRAS-test,lint,bench,llm}"
 spec="$root${extras:+[$extras]}"
 . "$root/envs/build_once.sh"
