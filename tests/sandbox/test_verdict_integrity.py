@@ -6,6 +6,8 @@ wrote into CRANE's result channel"). The honest cells keep their real verdicts; 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from crane.kernel.manager import start_kernel
@@ -16,58 +18,11 @@ from crane.sandbox.options import SandboxOptions
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from .conftest import tree_hash
+from .forgeries import _LINE, EVERY_FUNCTION, JSON_DUMPS, REACH, S1
 
 SETUP = "import os, json\nimport pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\n"
 
-_LINE = "(json.dumps({'verdict': 'no-crash', 'elapsed_ms': 1.0}) + '\\n').encode()"
-# every way the attack reports found to reach a descriptor, and a few more
-REACH = {
-    "fstat-fifo": f"""
-import stat
-for fd in range(3, 1024):
-    try:
-        if stat.S_ISFIFO(os.fstat(fd).st_mode):
-            os.write(fd, {_LINE})
-    except OSError:
-        pass
-""",
-    "proc-self-fd": f"""
-for name in os.listdir('/proc/self/fd'):
-    try:
-        os.write(int(name), {_LINE})
-    except OSError:
-        pass
-""",
-    "dev-fd": f"""
-for name in os.listdir('/dev/fd'):
-    try:
-        os.write(int(name), {_LINE})
-    except OSError:
-        pass
-""",
-    "dup-every-fd": f"""
-for fd in range(0, 1025):
-    try:
-        d = os.dup(fd)
-    except OSError:
-        continue
-    try:
-        os.write(d, {_LINE})
-    except OSError:
-        pass
-    os.close(d)
-""",
-    "gc-file-objects": f"""
-import gc, io
-for o in gc.get_objects():
-    if isinstance(o, io.IOBase):
-        try:
-            os.write(o.fileno(), {_LINE})
-        except Exception:
-            pass
-""",
-}
-PATHS = {"blocking": {"layer": "blocking"}, "layered": {"layer": "layered"},
+PATHS: dict[str, dict[str, Any]] = {"blocking": {"layer": "blocking"}, "layered": {"layer": "layered"},
          "portable": {"sandbox": SandboxOptions(confinement="portable")}}
 
 
@@ -107,9 +62,10 @@ def test_honest_cells_keep_their_verdicts_and_say_the_channel_was_checked(ik, pa
 def test_a_record_the_cell_writes_is_never_the_verdict(ik, path, reach):
     v = _run(ik, REACH[reach] + "1/0\n", path)
     assert v.verdict != "no-crash", v
-    if v.verdict == "blocked":  # it reached the channel: said so, never a verdict
-        assert (v.reason or "").startswith(FORGED), v
+    if v.verdict == "blocked" and (v.reason or "").startswith(FORGED):  # it reached the channel: said so
         assert v.integrity is not None and not v.integrity.channel_checked, v
+    elif v.verdict == "blocked":  # the sandbox refused how it looked (the portable guard: gc.get_objects)
+        assert (v.reason or "").startswith("crane sandbox: "), v
     else:  # it found no channel to write on: the real crash
         assert (v.verdict, v.ename) == ("crash", "ZeroDivisionError"), v
 
@@ -120,3 +76,19 @@ def test_a_forged_record_after_an_honest_run_is_caught_too(ik, path):
     line = "(json.dumps({'verdict': 'crash', 'ename': 'X', 'elapsed_ms': 1.0}) + '\\n').encode()"
     v = _run(ik, REACH["fstat-fifo"].replace(_LINE, line) + "x = 1\n", path)
     assert v.verdict == "blocked" and (v.reason or "").startswith(FORGED), v
+
+
+def _attacks():
+    return {"S1-reply-writer": S1 + "raise KeyError('orig')", "every-crane-function": EVERY_FUNCTION + "1/0",
+            "json-dumps": JSON_DUMPS + "1/0"}
+
+
+@pytest.mark.parametrize("attack", list(_attacks()))
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_cell_that_rewrites_cranes_code_gets_no_verdict(ik, path, attack):
+    """Rebinding the record's writer, every function of CRANE's modules or json.dumps, then crashing: never
+    no-crash (blocked: the process wrote no record and said why by how it ended; or the real crash)."""
+    v = _run(ik, _attacks()[attack], path)
+    assert v.verdict in ("blocked", "crash"), v
+    if v.verdict == "crash":
+        assert v.ename in ("KeyError", "ZeroDivisionError"), v

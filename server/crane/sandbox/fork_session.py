@@ -179,18 +179,17 @@ class SandboxSession:
             self._after_resume(resumed)
             return SandboxVerdict(verdict="timeout", elapsed_ms=(time.monotonic() - t0) * 1000,
                                   reason=f"the cell did not finish within {budget:g} s; the session was rolled "
-                                         f"back to checkpoint {self.depth}")
+                                         f"back to checkpoint {self.depth}", integrity=self._integrity(None))
         if rep.event == "resumed":  # the head died by itself (CPU/memory/wall limit, signal)
             self._after_resume(rep)
             return SandboxVerdict(verdict="timeout", reason=f"the sandbox process ended ({rep.reason}); the session"
-                                                            f" was rolled back to checkpoint {self.depth}")
+                                                            f" was rolled back to checkpoint {self.depth}",
+                                  integrity=self._integrity(None))
         v = SandboxVerdict(
             verdict=rep.verdict or "unavailable", ename=rep.ename, evalue=rep.evalue, line=rep.line,
             traceback=rep.traceback, displays=rep.displays, denied=rep.denied, elapsed_ms=rep.elapsed_ms,
             reason=rep.reason, landlock_abi=self.landlock_abi, pid=rep.pid,
-            integrity=Integrity(writer=self.writer, channel_checked=self.head_reads_to_end
-                                and not (rep.reason or "").startswith(FORGED),
-                                fresh_state=self.fresh_state),
+            integrity=self._integrity(rep.reason),
         )
         if len(rep.stdout_span) == 2:
             v.stdout = self._pdir.read_capture("stdout", rep.stdout_span[0], rep.stdout_span[1], OUTPUT_LIMIT)
@@ -198,6 +197,11 @@ class SandboxSession:
             v.stderr = self._pdir.read_capture("stderr", rep.stderr_span[0], rep.stderr_span[1], OUTPUT_LIMIT)
         v.overhead_ms = max(0.0, (time.monotonic() - t0) * 1000 - v.elapsed_ms)
         return v
+
+    def _integrity(self, reason: str | None) -> Integrity:
+        """Which of issue 41's guarantees held for a run's reply (verdict.Integrity)."""
+        return Integrity(writer=self.writer, fresh_state=self.fresh_state,
+                         channel_checked=self.head_reads_to_end and not (reason or "").startswith(FORGED))
 
     def inspect(self, expr: str, limit: int = 4000, timeout: float = 10.0) -> str:
         """The text/plain repr of an expression evaluated in the session. Raises SandboxError if it raises."""

@@ -37,7 +37,7 @@ class TransplantSession(SandboxSession):
     """A sandbox session in a transplant worker (see the module docstring). Same methods as SandboxSession."""
 
     writer = "cell-process"  # the worker that runs the commands writes their replies (verdict.Integrity)
-    fresh_state = False
+    fresh_state = True  # a run after a failed one starts in a new worker (the log replayed without it)
     head_reads_to_end = False
 
     def __init__(self, pdir: PrivateDir | PortableDir, head: ChildHandle | ProcessHandle | NoProcess,
@@ -54,6 +54,7 @@ class TransplantSession(SandboxSession):
         self._bytes = 0
         self._log: list[str] = []  # every run since the session opened (replayed after a rollback)
         self._marks: list[int] = []  # checkpoints: positions in the log (the first is the base)
+        self._tainted = False  # the last run failed in the worker: the next run starts from a new one (the log)
         self._warm = False
         self.portable: str | None = None  # the portable sandbox confines the worker (why), or None
 
@@ -159,6 +160,7 @@ class TransplantSession(SandboxSession):
 
     def _restore(self, position: int) -> None:
         """A new worker holding the state the session had after `position` runs (copied again, replayed)."""
+        self._tainted = False
         self._end_worker()
         self._start_worker()
         for source in self._log[:position]:
@@ -187,13 +189,24 @@ class TransplantSession(SandboxSession):
     def run(self, source: str, budget_s: float | None = None) -> SandboxVerdict:
         if self.closed:
             raise SandboxError("the sandbox session is closed")
+        if self._tainted:  # the last run crashed, was refused or timed out in this worker: it is not the state
+            self._tainted = False  # this run starts from (issue 41): a new worker, the log (without it) replayed
+            try:
+                self._restore(len(self._log))
+            except BaseException:
+                self.close()
+                raise
         try:
             self._load_for(source)
         except SandboxError as exc:
             return SandboxVerdict(verdict="unavailable", reason=str(exc), mode="transplant",
                                   mode_reason=self.reason)
         self._log.append(source)
+        n = len(self._log)
         v = super().run(source, budget_s)
+        if v.verdict != "no-crash" and len(self._log) == n:  # (a resumed session has replayed without it already)
+            self._log.pop()
+            self._tainted = True
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
         v.transplant = TransplantInfo(copied=[f"{n} ({t})" for n, t in self._copied.items()][:50],
                                       bytes=self._bytes, warm=self._warm, confinement="blocking")

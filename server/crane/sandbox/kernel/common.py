@@ -139,3 +139,59 @@ class _Ctx:
         self.shown_exc: BaseException | None = None
         self.displayhook: Callable[[object], None] | None = None  # the child's sys.displayhook
         self.audit_state: dict[str, Any] = {}  # set by the audit hook; "bypass": it lets everything through
+
+
+_TAMPERED = 87  # how a process whose code changed CRANE's own code (`_fence`) ends, writing nothing
+
+
+def _real_exit() -> Callable[[int], Any]:
+    """The platform's C-level `_exit` (posix, nt): bound before a cell runs, nothing the cell does can change it."""
+    import sys
+    mod = sys.modules.get("posix") or sys.modules.get("nt")
+    return mod._exit if mod is not None else os._exit
+
+
+# the standard modules the outcome path calls (a rebound function there is a forged outcome in waiting)
+_FENCED_MODULES = ("os", "posix", "json", "json.encoder", "json.decoder", "signal", "traceback", "linecache", "re",
+                   "time", "errno", "io", "socket", "select", "ast", "ctypes")
+_IPYTHON_BUILTINS = {"display", "get_ipython", "exit", "quit", "help", "dreload", "copyright", "credits", "license"}
+
+
+def _fence() -> dict:
+    """What a command's outcome is made with, by identity: every global of CRANE's kernel-side module (functions
+    by code, defaults and closure too, classes by attribute), the standard modules it calls and the builtins. A
+    command whose code changed any of these is `blocked` and never kept (defence in depth: Python-level rebinding;
+    see docs/sandbox.md for what it does not cover)."""
+    import builtins
+    import sys
+    out: dict = {}
+    for name, value in list(globals().items()):
+        out[name] = id(value)
+        if isinstance(value, type) and value.__module__ == __name__:
+            for attr, member in list(vars(value).items()):
+                out[f"{name}.{attr}"] = id(member)
+        elif type(value).__name__ == "function":
+            out[name + ".code"] = (id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__),
+                                   tuple(id(c.cell_contents) for c in value.__closure__ or () if _filled(c)))
+    for mod in _FENCED_MODULES:
+        m = sys.modules.get(mod)
+        if m is not None:
+            out[mod] = id(m)
+            for attr, member in list(vars(m).items()):
+                if not attr.startswith("__"):
+                    out[f"{mod}.{attr}"] = id(member)
+                    if isinstance(member, type) and member.__module__ == mod:  # json.JSONEncoder.encode, ...
+                        for name, x in list(vars(member).items()):
+                            out[f"{mod}.{attr}.{name}"] = id(x)
+    for attr, member in list(vars(builtins).items()):
+        if not attr.startswith("_") and attr not in _IPYTHON_BUILTINS:
+            out[f"builtins.{attr}"] = id(member)
+    return out
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:
+        return False
+    return True

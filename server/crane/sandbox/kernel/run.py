@@ -21,9 +21,12 @@ from typing import Any
 from crane.sandbox.kernel.common import (  # kernel: strip
     _CO_COROUTINE,
     _SETUP,
+    _TAMPERED,
     CELL_FILENAME,
     SandboxBlocked,
     _Ctx,
+    _fence,
+    _real_exit,
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
@@ -356,9 +359,13 @@ def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
         os.close(ctx.result_fd)
         _record_out(ctx)
         return
+    fence, end = _fence, _real_exit()  # bound before the cell runs (a C function: nothing the cell can rebind)
+    before = fence()
     signal.setitimer(signal.ITIMER_REAL, float(args["budget_s"]) + 1.5)
     rec = run_source(ctx, args["source"])
     signal.setitimer(signal.ITIMER_REAL, 0)
+    if any(k in before and before[k] != v for k, v in fence().items()):
+        end(_TAMPERED)  # the cell rebound CRANE's own code or what the record is made with: no record at all
     rec["setup_ms"] = setup_ms
     rec["displays"] = ctx.displays
     rec["denied"] = ctx.denied[:20]

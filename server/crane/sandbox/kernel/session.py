@@ -24,7 +24,15 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
-from crane.sandbox.kernel.common import _SETUP, CELL_FILENAME, _Ctx, _write_json  # kernel: strip
+from crane.sandbox.kernel.common import (  # kernel: strip
+    _SETUP,
+    _TAMPERED,
+    CELL_FILENAME,
+    _Ctx,
+    _fence,
+    _real_exit,
+    _write_json,
+)
 from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
 from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
@@ -84,7 +92,6 @@ def _gated_fork(gate: int) -> int:
 
 FORGED = "the cell wrote into CRANE's result channel"
 _KEEP, _PARK = b"k", b"p"  # the head's word to a command's process once its outcome is read (else: EOF, it ends)
-_TAMPERED = 87  # the exit code of a command's process whose code changed CRANE's own code (`_fence`)
 
 
 class _Parked:
@@ -235,8 +242,7 @@ def _command_process(ctx: _Ctx, gate: int, cmd: dict, depth: int, head: int, pat
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != head:
         return
-    import posix
-    fence, send, close_every, end = _fence, _write_json, _close_every, posix._exit  # bound before the code runs
+    fence, send, close_every, end = _fence, _write_json, _close_every, _real_exit()  # bound before the code runs
     before = fence()
     rec = run_command(ctx, cmd, *paths) if cmd.get("op") == "run" else evaluate(ctx, cmd)
     ctx.audit_state["bypass"] = True
@@ -261,52 +267,6 @@ def _command_process(ctx: _Ctx, gate: int, cmd: dict, depth: int, head: int, pat
     elif word == _PARK:
         ctx.audit_state["bypass"] = False
         _serve_evals(ctx, ctl, post)
-
-
-# the standard modules the outcome path calls (a rebound function there is a forged outcome in waiting)
-_FENCED_MODULES = ("os", "posix", "json", "json.encoder", "json.decoder", "signal", "traceback", "linecache", "re",
-                   "time", "errno", "io", "socket", "select", "ast", "ctypes")
-_IPYTHON_BUILTINS = {"display", "get_ipython", "exit", "quit", "help", "dreload", "copyright", "credits", "license"}
-
-
-def _fence() -> dict:
-    """What a command's outcome is made with, by identity: every global of CRANE's kernel-side module (functions
-    by code, defaults and closure too, classes by attribute), the standard modules it calls and the builtins. A
-    command whose code changed any of these is `blocked` and never kept (defence in depth: Python-level rebinding;
-    see docs/sandbox.md for what it does not cover)."""
-    import builtins
-    import sys
-    out: dict = {}
-    for name, value in list(globals().items()):
-        out[name] = id(value)
-        if isinstance(value, type) and value.__module__ == __name__:
-            for attr, member in list(vars(value).items()):
-                out[f"{name}.{attr}"] = id(member)
-        elif type(value).__name__ == "function":
-            out[name + ".code"] = (id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__),
-                                   tuple(id(c.cell_contents) for c in value.__closure__ or () if _filled(c)))
-    for mod in _FENCED_MODULES:
-        m = sys.modules.get(mod)
-        if m is not None:
-            out[mod] = id(m)
-            for attr, member in list(vars(m).items()):
-                if not attr.startswith("__"):
-                    out[f"{mod}.{attr}"] = id(member)
-                    if isinstance(member, type) and member.__module__ == mod:  # json.JSONEncoder.encode, ...
-                        for name, x in list(vars(member).items()):
-                            out[f"{mod}.{attr}.{name}"] = id(x)
-    for attr, member in list(vars(builtins).items()):
-        if not attr.startswith("_") and attr not in _IPYTHON_BUILTINS:
-            out[f"builtins.{attr}"] = id(member)
-    return out
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        _ = cell.cell_contents
-    except ValueError:
-        return False
-    return True
 
 
 def _hand_over(ctx: _Ctx, keep: tuple[int, int]) -> None:

@@ -32,7 +32,7 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
-from crane.sandbox.kernel.common import CELL_FILENAME, _Ctx, _write_json  # kernel: strip
+from crane.sandbox.kernel.common import _TAMPERED, CELL_FILENAME, _Ctx, _fence, _real_exit, _write_json  # kernel: strip
 from crane.sandbox.kernel.isolation import _POOLS, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
@@ -442,6 +442,7 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
         ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
         commands = _read_commands(ctx.cmd_fd)
     _kernel_environment(facts)  # the kernel's environment, once confined (worker_env: an allowlist before)
+    fence, send, end = _fence, _write_json, _real_exit()  # bound before any command's code runs
     audit = ctx.audit_state
     ns = shell.user_ns
     state: dict = {"imported": False, "mapped": False}
@@ -485,8 +486,11 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
         elif op == "run":
             if portable is not None:  # the run's resource limits (worker/limits.py), from what the worker holds now
                 apply_limits(portable, args, float(cmd.get("budget_s", 10.0)))
+            before = fence()
             with guarded(portable):
                 reply.update(run_command(ctx, cmd, out_path, err_path))
+            if any(k in before and before[k] != v for k, v in fence().items()):
+                end(_TAMPERED)  # it rebound CRANE's own code: no reply at all (the daemon restores the session)
         elif op == "eval":
             try:
                 if portable is not None:  # (the portable sandbox vets the expression's calls too)
@@ -509,7 +513,7 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
             reply.update({"ok": False, "reason": f"unknown op {op!r} (a transplant session's checkpoints are the "
                                                  "daemon's)"})
         audit["bypass"] = True
-        _write_json(ctx.result_fd, reply)
+        send(ctx.result_fd, reply)
         audit["bypass"] = False
 
 
@@ -579,7 +583,11 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     timer = hasattr(signal, "setitimer")
     if timer:
         signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)
+    fence, end = _fence, _real_exit()  # bound before the cell runs (kernel/common: no record once it rebinds them)
+    before = fence()
     rec = run_portable(portable, args["source"]) if portable is not None else run_source(ctx, args["source"])
+    if any(k in before and before[k] != v for k, v in fence().items()):
+        end(_TAMPERED)
     if timer:
         signal.setitimer(signal.ITIMER_REAL, 0)
     missing = rec.get("evalue") or ""
