@@ -22,7 +22,7 @@ from crane.pipeline import FactsMode
 from crane.policy import DecidedBy, Outcome
 from crane.probe.facts import Facts
 from crane.sandbox.request import WorkerConfinement
-from crane.sandbox.verdict import SandboxVerdict, Verdict
+from crane.sandbox.verdict import Integrity, SandboxVerdict, Verdict
 
 Code = Annotated[str, msgspec.Meta(max_length=200_000, description="Python code (IPython syntax), as a cell")]
 CellNumber = Annotated[int, msgspec.Meta(ge=1, le=100_000, description="1-based cell number, as in `crane check`")]
@@ -108,6 +108,10 @@ class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
     # "portable" (a call guard and an audit hook in a separate worker: honest side effects and mistakes only)
     confinement: WorkerConfinement | None = None
     layers: list[str] = []  # the portable run's layers ("call guard", "audit hook", "sandbox-exec")
+    # who wrote the outcome and what was checked (issue 41): "session-head" (a session's head, from the command's own
+    # fresh process) or "cell-process"; channel_checked: nothing but CRANE's one record on the channel; fresh_state:
+    # a session command started from a state no earlier failed command changed
+    integrity: Integrity | None = None
 
     @classmethod
     def of(cls, v: SandboxVerdict, limit: int | None = None) -> SandboxRun:
@@ -121,6 +125,7 @@ class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
             how=v.how(), elapsed_ms=round(v.elapsed_ms, 3),
             confinement=None if not v.ran and v.mode is None else ("portable" if v.mode == "portable" else "os"),
             layers=list(v.transplant.layers) if v.mode == "portable" and v.transplant is not None else [],
+            integrity=v.integrity,
         )
 
 

@@ -63,7 +63,7 @@ class TransplantInfo(msgspec.Struct, omit_defaults=True, rename="camel"):
 Writer = Literal["cell-process", "session-head"]
 
 
-class Integrity(msgspec.Struct, omit_defaults=True, rename="camel"):
+class Integrity(msgspec.Struct, rename="camel"):  # every field always shown
     """Which guarantees about who wrote a verdict held (docs/sandbox.md, "Who writes the verdict"), for the editor,
     the CLI and the MCP tools to show.
 
