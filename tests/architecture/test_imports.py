@@ -177,6 +177,7 @@ def test_kernel_module_parts_are_exactly_the_kernel_side_folders():
     import crane
     from crane.probe.collect import PROBE_MODULE
     from crane.sandbox.channel import SANDBOX_MODULE
+    from crane.sandbox.prewarm import PREWARM_MODULE
     from crane.sandbox.transplant import TRANSPLANT_MODULE, WORKER_MODULE
 
     def inside(paths, root: Path) -> set[str]:
@@ -185,7 +186,8 @@ def test_kernel_module_parts_are_exactly_the_kernel_side_folders():
         root = root.resolve()
         return {p.resolve().relative_to(root).as_posix() for p in paths if root in p.resolve().parents}
 
-    shipped = [p for m in (PROBE_MODULE, SANDBOX_MODULE, TRANSPLANT_MODULE, WORKER_MODULE) for p in m.files]
+    shipped = [p for m in (PROBE_MODULE, SANDBOX_MODULE, TRANSPLANT_MODULE, WORKER_MODULE, PREWARM_MODULE)
+               for p in m.files]
     shipped_rel = inside(shipped, Path(crane.__file__).parent) | {"sandbox/worker/boot.py"}  # the worker's -c
     crane_root = ROOT / "crane"
     on_disk = inside([p for folder in ("probe/kernel", "sandbox/kernel", "sandbox/worker", "sandbox/shared")

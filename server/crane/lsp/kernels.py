@@ -29,6 +29,7 @@ from crane.lsp.kernel_watch import WatchEvent
 from crane.lsp.messages import AttachResult, KernelSource, KernelStatus, to_wire
 from crane.lsp.notebook_map import same_path, snapshot
 from crane.lsp.notebook_session import NotebookSession
+from crane.lsp.prewarm import Prewarmer
 
 if TYPE_CHECKING:
     from crane.lsp.analysis_service import AnalysisService
@@ -50,6 +51,7 @@ class KernelSupervisor:
         self._tasks: dict[str, asyncio.Task] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._attach_lock: dict[str, asyncio.Lock] = {}
+        self.prewarm = Prewarmer(host)  # the kernel's copy-path worker, ready before its first run
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def open(self, session: NotebookSession) -> None:
@@ -173,6 +175,7 @@ class KernelSupervisor:
             warn = self._path_warning(session, att)
             self._set_state(session, "busy" if att.busy else "attached", self._attached_message(att, warn))
             self.recheck_all(session)
+            self.prewarm.kernel_changed(session, att)
             if old is not None:  # after the new state is said (see _let_go)
                 await asyncio.to_thread(old.close)
             return True, f"attached to {what}{warn}"
@@ -299,6 +302,7 @@ class KernelSupervisor:
         session.kernel_changed()
         self._set_state(session, "attached", "the kernel restarted (fresh namespace): re-checking every cell")
         self.recheck_all(session)
+        self.prewarm.kernel_changed(session, session.attachment)
 
     async def _confirm_run(self, session: NotebookSession, att: Attachment, event: WatchEvent) -> None:
         """Another client's request finished. It was a user run only if the execution count advanced past the
@@ -334,6 +338,7 @@ class KernelSupervisor:
         session.kernel_changed()  # a user cell changed the state: speculative results are discarded
         self._set_state(session, "idle", "the kernel is idle")
         self.recheck_after_run(session, event.code)
+        self.prewarm.kernel_changed(session, att)  # it may have imported libraries
 
     async def _let_go(self, session: NotebookSession, att: Attachment, message: str) -> None:
         """The attached kernel is not there any more (restarted, stopped): static until it is found again."""

@@ -101,6 +101,13 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
         float,
         Meta(ge=5, le=86400, description="An idle warm worker ends after this many seconds without a run."),
     ] = 600.0
+    prewarm_free_mb: Annotated[
+        int,
+        Meta(ge=0, le=1 << 22,
+             description="A worker is prepared ahead of a kernel's first copied run (after a cell imported its "
+                         "libraries) only while the machine has this many MiB available beyond the worker's "
+                         "expected size."),
+    ] = 1024
 
 
 class SandboxOptions(RunOptions, frozen=True, kw_only=True, rename="camel"):

@@ -37,6 +37,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Collection
 from pathlib import Path
 from typing import NamedTuple
@@ -47,6 +48,7 @@ from crane.kernel.client import KernelConnection, literal_value
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
+from crane.sandbox.background import bounded, data_cap, restore, start_low
 from crane.sandbox.cell_names import cell_names
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
@@ -310,6 +312,8 @@ class _Pool:
         self.lock = threading.Lock()
         self.idle: dict[tuple[str, KernelRef | ProcessRef | None], Worker] = {}
         self.busy: set[Worker] = set()
+        self.preloads: weakref.WeakKeyDictionary[Worker, frozenset[str]] = weakref.WeakKeyDictionary()  # its imports
+        self.lowered: weakref.WeakSet[Worker] = weakref.WeakSet()  # prewarmed: started at background priority
         self.os_watch = _KernelWatch(self.kernel_gone)  # the OS sandbox's kernels: pidfds
         self.portable_watch = ProcessWatch(self.kernel_gone)  # the portable sandbox's: psutil
 
@@ -327,6 +331,9 @@ class _Pool:
         if not w.alive() or time.monotonic() - w.started > idle_s() - 5:
             w.end()
             return None
+        if w in self.lowered:  # a prewarmed worker takes a foreground run: its normal priority where allowed
+            self.lowered.discard(w)
+            restore(w.proc.pid)
         return w
 
     def serving(self, worker: Worker) -> bool:
@@ -352,17 +359,47 @@ class _Pool:
                 return
         if kernel is not None and not self._watch(kernel):
             return  # its kernel has ended: no worker for it
-        try:
-            w = Worker(executable, env, cwd, preload, warm=True, kernel=kernel)
+        try:  # in the background like a prewarmed one: it must not slow the user's kernel (prewarm's docstring)
+            w = start_low(lambda: Worker(executable, env, cwd, preload, warm=True, kernel=kernel))
         except OSError:
             return
+        bounded(w.proc.pid, data_cap())
         with self.lock:
             old = self.idle.pop(key, None)
             self.idle[key] = w
+            self.preloads[w] = frozenset(preload)
+            self.lowered.add(w)
         if old is not None:
             old.end()
         if kernel is not None and not self._watch(kernel):
             self.kernel_gone(kernel)  # it ended meanwhile
+
+    def prewarm(self, executable: str, env: dict, cwd: str, preload: list[str], kernel: KernelRef | ProcessRef,
+                heavy: Collection[str]) -> Worker | None:
+        """Start `kernel`'s idle worker ahead of its first run (crane.sandbox.prewarm), importing `preload`, at the
+        lowest CPU and I/O priority, first to go under memory pressure, its private memory capped
+        (`background.data_cap`) until its run sets its own limit (crane.sandbox.background). An idle worker of
+        that kernel whose imports already hold every `heavy` library is kept (None: nothing started); any other
+        is replaced (at most one idle worker per kernel)."""
+        key = (executable, kernel)
+        with self.lock:
+            old = self.idle.get(key)
+            if old is not None and old.alive() and frozenset(heavy) <= self.preloads.get(old, frozenset()):
+                return None
+        if not self._watch(kernel):
+            return None  # its kernel has ended
+        w = start_low(lambda: Worker(executable, env, cwd, list(preload), warm=True, kernel=kernel))
+        bounded(w.proc.pid, data_cap())
+        with self.lock:
+            old = self.idle.pop(key, None)
+            self.idle[key] = w
+            self.preloads[w] = frozenset(preload)
+            self.lowered.add(w)
+        if old is not None:
+            threading.Thread(target=old.end, name="crane-transplant-reap", daemon=True).start()
+        if not self._watch(kernel):
+            self.kernel_gone(kernel)  # it ended meanwhile
+        return w
 
     def kernel_gone(self, kernel: KernelRef | ProcessRef) -> None:
         """The kernel's process ended: end its workers, idle or running (with their whole process trees)."""

@@ -41,7 +41,7 @@ const UNSET_LLM = {
 // the sandbox's run options (crane.sandbox.options.RunOptions, in crane.speculative) at their defaults
 const RUN_DEFAULTS = {
   layer: 'auto', transplant: true, transplantCopyMb: 128, warmWorkers: true, exportSeconds: 0.7, watchedExportSeconds: 5,
-  workerIdleSeconds: 600,
+  workerIdleSeconds: 600, prewarmFreeMb: 1024,
 };
 
 const CONTRACT_DEFAULTS = {
