@@ -11,8 +11,16 @@ state-load time. Target (issue 21): a warm verdict with TF loaded within 2 s.
 `--copy-mb 0,128` measures each copy limit in turn (`SandboxOptions.transplant_copy_mb`; 0: the frame is copied whole,
 the "before"; 128, the default: it is shrunk in the kernel to consistent row subsets first, the "after").
 
+`--prewarm` (issue 45): the FIRST verdict in a fresh kernel after `import tensorflow`, side by side per run: "cold"
+(no worker yet: the verdict starts one and waits for its imports) and "prewarmed" (crane.sandbox.prewarm started
+the kernel's worker after the import, as the editor does after the cell ran; the bench waits until it is ready, as
+the seconds the user spends typing do, then times the verdict; `ready_ms`: from the prewarm call to the worker's
+imports done). It also times a user cell (`USER_CELL`, --user-runs times, median) in the kernel while idle and
+while the prewarmed worker imports TensorFlow at background priority: `warming / idle` is the slowdown the user
+sees (target 1.2 at most).
+
 Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--copy-mb 128]
-       [--python build/kernel-today/bin/python]
+       [--python build/kernel-today/bin/python] [--prewarm [--user-runs 15]]
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from pathlib import Path
 
 from crane.kernel.manager import start_kernel
 from crane.sandbox import options, speculate
+from crane.sandbox.prewarm import prewarm_kernel
 from crane.sandbox.transplant import POOL
 
 SETUP = """
@@ -50,6 +59,73 @@ def _one(conn, budget: float) -> dict:
             "warm": v.transplant.warm, "kept": [f"{k.name}: {k.rows} of {k.of}" for k in v.kept]}
 
 
+USER_CELL = "s = 0\nfor i in range(300000):\n    s += i * i"  # ~30-60 ms of the kernel's CPU
+
+
+def _user_ms(conn, runs: int, until=None) -> list[float]:
+    """Wall times of the user's cell (`until()` true: stop early, the warming ended)."""
+    out = []
+    for _ in range(runs):
+        if until is not None and until():
+            break
+        t0 = time.monotonic()
+        if conn.run_cell(USER_CELL, timeout=120).status != "ok":
+            raise SystemExit("the user's cell failed")
+        out.append((time.monotonic() - t0) * 1000.0)
+    return out
+
+
+def _warmed(ref):
+    """True once the prewarmed worker of the kernel `ref` has done its imports."""
+    return lambda: any(w.ready() for w in POOL.workers_of(ref))
+
+
+def _fresh(python: str, gb: float):
+    kernel = start_kernel(Path(tempfile.mkdtemp(prefix="crane-tbench-")), python=python)
+    run = kernel.connection.run_cell(SETUP.format(gb=gb), timeout=600)
+    if run.status != "ok":
+        raise SystemExit(f"setup failed: {run.ename}: {run.evalue}")
+    return kernel
+
+
+def prewarm_mode(a: argparse.Namespace) -> None:
+    """The first verdict in a fresh TF kernel, cold and prewarmed (module docstring)."""
+    options.configure(options.SandboxOptions(warm_workers=True))
+    cold, warm, ready, idle_user, warming_user = [], [], [], [], []
+    for _ in range(a.runs):
+        POOL.shutdown()
+        kernel = _fresh(a.python, a.gb)
+        try:
+            cold.append(_one(kernel.connection, a.budget))
+        finally:
+            POOL.shutdown()
+            kernel.shutdown()
+        kernel = _fresh(a.python, a.gb)
+        try:
+            conn = kernel.connection
+            exe = conn.evaluate("__import__('sys').executable")
+            idle_user += _user_ms(conn, a.user_runs)
+            t0 = time.monotonic()
+            done = prewarm_kernel(conn)
+            if not done.started:
+                raise SystemExit(f"no prewarm: {done.why}")
+            warming_user += _user_ms(conn, a.user_runs, until=_warmed(done.kernel))
+            if not POOL.wait_ready(exe, 300.0):
+                raise SystemExit("the prewarmed worker did not get ready in 300 s")
+            ready.append((time.monotonic() - t0) * 1000.0)
+            time.sleep(1.0)  # the user is still typing
+            warm.append(_one(conn, a.budget))
+        finally:
+            POOL.shutdown()
+            kernel.shutdown()
+    user = {"idle_ms": round(statistics.median(idle_user), 1), "warming_ms": round(statistics.median(warming_user), 1),
+            "warming_samples": len(warming_user)}
+    user["warming / idle"] = round(user["warming_ms"] / user["idle_ms"], 2)
+    print(json.dumps({"python": a.python, "gb": a.gb, "first verdict cold": _median(cold),
+                      "first verdict prewarmed": _median(warm),
+                      "prewarm ready_ms": round(statistics.median(ready), 1), "user cell": user}, indent=1), flush=True)
+
+
 def _median(rows: list[dict]) -> dict:
     return {k: round(statistics.median(r[k] for r in rows), 1) for k in rows[0] if k not in ("warm", "kept")} | {
         "warm": [r["warm"] for r in rows], "kept": rows[0]["kept"]}
@@ -62,7 +138,12 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--python", default=str(Path("build/kernel-today/bin/python")))
     ap.add_argument("--copy-mb", default="", help="copy limits to measure in turn, e.g. 0,128 (default: 128)")
+    ap.add_argument("--prewarm", action="store_true", help="the first verdict in a fresh kernel, cold and prewarmed")
+    ap.add_argument("--user-runs", type=int, default=15, help="--prewarm: the user's cell, this many times each")
     a = ap.parse_args()
+    if a.prewarm:
+        prewarm_mode(a)
+        return
     work = Path(tempfile.mkdtemp(prefix="crane-tbench-"))
     kernel = start_kernel(work, python=a.python)
     try:
