@@ -64,7 +64,7 @@ from crane.sandbox.kernel.miniature import (  # kernel: strip
     shrink_namespace,  # kernel: strip
 )  # kernel: strip
 from crane.sandbox.kernel.shield import BUILTINS, dumps, free_threaded, memory_headroom, private_open  # kernel: strip
-from crane.sandbox.kernel.waiting import shell_watch  # kernel: strip
+from crane.sandbox.kernel.waiting import own_dict, shell_watch  # kernel: strip
 from crane.sandbox.shared.carry import CARRIED_RUNTIMES, read_carried  # kernel: strip
 
 # -- bound at install (the export looks nothing up on a shared module when it runs: the notebook may replace
@@ -417,6 +417,10 @@ class _Proof:
             return True
         if _library_function(v) or _generated_by_library_value(v):
             return True
+        if t is staticmethod or t is classmethod:
+            return self._pristine_value(v.__func__, depth)  # a classmethod over functools.cache, over a class
+        if t is _FunctionType or t is _MethodType or t is property:
+            return False  # code of the notebook's
         if _is_class(v):
             return self.library_class(v)
         if depth > 1 or not self.library_class(t) or self.check_type(t)[0]:
@@ -436,6 +440,19 @@ class _Proof:
         self.types[id(t)] = (t, why, lib)
         return why, lib
 
+    def module_hook(self, mod: Any) -> str:
+        """Why looking a name up in the module `mod` names (as pickling a class or function by reference does) could
+        run the notebook's code: an object standing in for a module, or a module `__getattr__` of the notebook's;
+        else ""."""
+        m = dict.get(_MODULES, mod) if type(mod) is str else None
+        if m is None:
+            return ""
+        if type(m) is not _MODULE_TYPE:
+            return "" if self.library_class(type(m)) and self.pristine(type(m)) else \
+                f"`sys.modules[{mod!r}]` is an object of the notebook's"
+        hook = _mdict(m).get("__getattr__")
+        return "" if hook is None or _library_function(hook) else f"the module `{mod}` has a `__getattr__` of the notebook's"
+
     def _check_type(self, t: type) -> tuple[str, bool]:
         meta = type(t)
         if meta is not type:
@@ -447,6 +464,9 @@ class _Proof:
                                          for n in ("__getattribute__", "__getattr__", "__hash__", "__eq__")):
                     return f"its metaclass {_type_name_of(meta)} has a hook of the notebook's", False
         lib = self.library_class(t)
+        hook = self.module_hook(_T_MODULE.__get__(t, type))
+        if hook:
+            return f"its class's module: {hook}", lib
         mro = _T_MRO.__get__(t, type)
         for k in mro:
             if k is object:
@@ -488,6 +508,9 @@ class _Proof:
                                 return f"`{attr}` of {_type_name_of(k2)} shadows a slot pickle reads", lib
                             break
         if not lib:
+            why = self._c_reducer_override(t, mro)
+            if why:
+                return why, lib
             # a notebook class whose library base pickles it with its own Python code: that code may call any
             # method the notebook overrides (a Keras layer's get_config, a subclassed model's save_own_variables)
             for b in mro:
@@ -519,6 +542,27 @@ class _Proof:
             if notebook:
                 return f"{_type_name_of(t)}'s own pickling reaches {notebook}", lib
         return "", lib
+
+    def _c_reducer_override(self, t: type, mro: tuple) -> str:
+        """A notebook subclass of an extension type whose reducer is compiled code (numpy's ndarray reads `shape`,
+        `__dict__`, ... through attribute lookup): which names that code reads cannot be seen, so a name the
+        notebook defines over one of the library's, or any property of its own, could be called by it."""
+        base = next((b for b in mro if b is not object and _T_MODULE.__get__(b, type) != "builtins"
+                     and self.library_class(b) and any(n in _cls_dict(b) and type(_cls_dict(b)[n]) is not _FunctionType
+                                                        and _library_function(_cls_dict(b)[n]) for n in _PICKLING)), None)
+        if base is None:
+            return ""
+        library_names = {n for k in mro if k is not object and self.library_class(k) for n in _cls_dict(k)}
+        for k in mro:
+            if k is object or self.library_class(k):
+                continue
+            for n, v in _cls_dict(k).items():
+                if type(n) is str and not _inert(v) and n not in _NOT_CALLED_BY_OPERATIONS and (
+                        n in library_names or type(v) is property or _in_mro(type(v), "__get__")
+                        and type(v) is not _FunctionType):
+                    return (f"{_type_name_of(k)} defines `{n}` over {_type_name_of(base)}, whose compiled pickling "
+                            "may read it")
+        return ""
 
     def _reachable(self, mro: tuple, modules: bool = False) -> tuple[set, bool, str]:
         """What the library's pickling hooks of these classes can reach: every attribute and global name (and
@@ -607,8 +651,15 @@ class _Proof:
         why, lib = self.check_type(t)
         if why:
             raise _Refused(f"{_type_name(obj)}: {why}")
-        if t is _FunctionType or t is _ModuleType or issubclass(t, type):
-            return  # a class (its metaclass was checked), a function or a module: no instance hooks pickle reads
+        if t is _FunctionType or issubclass(t, type) or t is _BuiltinFunctionType:
+            mod = _T_MODULE.__get__(obj, type) if t is not _FunctionType and t is not _BuiltinFunctionType \
+                else obj.__module__  # (a function's and a C function's: a C member of their static type)
+            hook = self.module_hook(mod) if mod is not None else self.hooked_modules()
+            if hook:  # pickled by reference: its name is looked up in its module (or, unnamed, in every module)
+                raise _Refused(f"{_type_name(obj)}: {hook}")
+            return  # a class (its metaclass was checked) or a function: no instance hooks pickle reads
+        if t is _ModuleType:
+            return
         try:
             d = _O_DICT_GET(obj, "__dict__")
         except Exception:
@@ -620,6 +671,15 @@ class _Proof:
                 raise _Refused(f"{_type_name(obj)}: its __dict__ has a non-string key")
             if k in _PICKLING or k == "__reducer_override__":
                 raise _Refused(f"{_type_name(obj)}: the instance has its own `{k}`: pickling it would run it")
+
+    def hooked_modules(self) -> str:
+        """A module whose name lookups could run the notebook's code, if any (pickle searches every module for an
+        object that names none)."""
+        hit = self.libs.get("hooked")
+        if hit is None:
+            hit = next((h for h in (self.module_hook(n) for n in list(dict.keys(_MODULES))) if h), "")
+            self.libs["hooked"] = hit
+        return str(hit)
 
     def prewalk(self, obj: Any, limit: int = 200_000) -> None:
         """A library object its library pickles with its own code (which pickle does not see into, Keras's
@@ -678,20 +738,12 @@ def _unreproducible(obj: Any) -> str | None:
     """State of a library object its own serialization does not carry, which the cell may depend on."""
     mod = _T_MODULE.__get__(type(obj), type)
     if type(mod) is str and mod.startswith(("keras.", "tf_keras.", "tensorflow.")):
-        try:
-            d = _O_DICT_GET(obj, "__dict__")
-        except Exception:
-            return None
-        if type(d) is not dict:
-            return None
+        d = own_dict(obj)
         traced = any(d.get(f) is not None for f in ("train_function", "test_function", "predict_function"))
         opt = d.get("_optimizer") or d.get("optimizer")
         built = True
         if opt is not None:
-            try:
-                od = _O_DICT_GET(opt, "__dict__") if type(opt) is not type else {}
-            except Exception:
-                od = {}
+            od = own_dict(opt) if type(opt) is not type else {}
             built = od.get("built", True) if type(od) is dict else True
         if traced and opt is not None and built is False:
             return ("has a traced training step whose optimizer was never built (a failed fit): a copy rebuilt "
@@ -986,51 +1038,59 @@ def _sample(v: Any) -> tuple[list, int]:
     return items, n
 
 
-def _raw_bytes(obj: Any, proof: _Proof, depth: int = 0) -> int:
+def _raw_bytes(obj: Any, proof: _Proof, depth: int = 0, seen: dict | None = None) -> int:
     """What copying a value whole costs, counted by what a pickle will materialise: numpy arrays at their `nbytes`
-    wherever they sit (a view's and a broadcast's included: numpy's reducer copies those whole), pandas' own
-    `memory_usage` without deep sizes, torch tensors, in-band strings/bytes; plain containers by a sample of their
-    items (`_SAMPLE`) scaled to their length, four levels deep. Only the libraries' own code runs, on classes proven
-    pristine (`_Proof.pristine`), never a class claiming a library's module."""
+    wherever they sit (a view's and a broadcast's included: numpy's reducer copies those whole; each array once),
+    in-band strings/bytes, plain containers by a sample of their items (`_SAMPLE`) scaled to their length, and
+    objects of library classes (a DataFrame and its blocks, a sparse matrix, a fitted model) by the arrays their
+    instance dicts hold, five levels deep. Nothing is called: no pandas `memory_usage`, no `nbytes` property of a
+    class claiming numpy; reads go through C descriptors and instance dicts only."""
+    seen = {} if seen is None else seen
+    if id(obj) in seen or len(seen) > 20_000:
+        return 0
+    seen[id(obj)] = obj
     t = type(obj)
     if t is str or t is bytes or t is bytearray:
         return len(obj) + 8
+    if depth > 5:
+        return 16
     if t is dict or t is list or t is tuple or t is set or t is frozenset:
-        if depth > 3:
-            return 16
         items, n = _sample(obj)
         if not items:
             return 8
-        per = sum(_raw_bytes(x, proof, depth + 1) for x in items) / (len(items) / (2 if t is dict else 1))
+        per = sum(_raw_bytes(x, proof, depth + 1, seen) for x in items) / (len(items) / (2 if t is dict else 1))
         return int(per * n) + 8
     nd = _ndarray()
-    if nd is not None and any(k is nd for k in _T_MRO.__get__(t, type)):
+    mro = _T_MRO.__get__(t, type)
+    if nd is not None and any(k is nd for k in mro):
         return _array_bytes(obj, nd)[0]
-    try:
-        proof.check(obj)
-    except _Refused:
-        return 16
-    if not proof.library_class(t) or not proof.pristine(t):
-        return 16
-    mod = _T_MODULE.__get__(t, type)
-    mod = mod if type(mod) is str else ""
-    try:
-        if mod.startswith("pandas") and _untouched(proof, "pandas") and _untouched(proof, "numpy"):
-            fn = _lib_method(t, "memory_usage")
-            if fn is not None:
-                used = fn(obj, index=True, deep=False)
-                if type(used) is int:
-                    return used
-                total = _lib_method(type(used), "sum")
-                value: Any = total(used) if total is not None else None
-                return int(value) if _is_class(type(value)) and proof.pristine(type(value)) else 0
-            return 0
-        tensor = _mdict(_module("torch")).get("Tensor")
-        if tensor is not None and t is tensor:
+    tensor = _mdict(_module("torch")).get("Tensor")
+    if tensor is not None and t is tensor and proof.pristine(tensor):
+        try:
             return int(obj.element_size() * obj.numel())
-    except Exception:
-        return 0
-    return 16
+        except Exception:
+            return 0
+    if not proof.library_class(t) or proof.check_type(t)[0]:
+        return 16
+    return 16 + sum(_raw_bytes(x, proof, depth + 1, seen) for x in _held(obj, t, mro))
+
+
+def _held(obj: Any, t: type, mro: tuple) -> list:
+    """What a library object holds: its instance dict's values, and the fields compiled extension classes of its
+    MRO expose (Cython's `cdef public` attributes: pandas' blocks and their values), read through those static
+    types' own C descriptors."""
+    out = list(dict.values(own_dict(obj)))[:256]
+    for k in mro:
+        if k is object or _T_FLAGS.__get__(k, type) & _HEAPTYPE or _T_MODULE.__get__(k, type) == "builtins":
+            continue
+        for name, d in list(_cls_dict(k).items())[:64]:
+            if (type(d) is _GetSetDescriptorType or type(d) is _MemberDescriptorType) and type(name) is str \
+                    and not name.startswith("__"):
+                try:
+                    out.append(d.__get__(obj, t))
+                except Exception:
+                    continue
+    return out
 
 
 def _settings(proof: _Proof, recursion_limit: int) -> dict:
@@ -1077,11 +1137,7 @@ class _Lib:
         return d.__get__(obj, type(obj))
 
     def attrs(self, obj: Any) -> dict:
-        try:
-            d = _O_DICT_GET(obj, "__dict__")
-        except Exception:
-            return {}
-        return d if type(d) is dict else {}
+        return own_dict(obj)
 
     def proven(self, cls: Any) -> bool:
         return _is_class(cls) and self.proof.pristine(cls)
@@ -1170,11 +1226,7 @@ def _accessors(proof: _Proof) -> list:
             acc = _cls_dict(cls).get(name)
             if not _is_class(type(acc)) or not proof.library_class(type(acc)):
                 continue
-            try:
-                d = _O_DICT_GET(acc, "__dict__")
-            except Exception:
-                continue
-            inner = dict.get(d, "_accessor") if type(d) is dict else None
+            inner = dict.get(own_dict(acc), "_accessor")
             if type(inner) is type and not proof.library_class(inner):
                 out.append((target, name, inner))
     return out
@@ -1275,22 +1327,34 @@ _SHRINK_LIBRARIES = ("numpy", "pandas", "pandas.util", "torch", "torch.utils.dat
 
 
 def _untouched(proof: _Proof, name: str) -> bool:
-    """A library module none of whose top-level functions and classes the notebook replaced or patched (its
-    classes pristine: `_Proof.pristine`); a module not loaded is untouched. Cached in the proof."""
+    """A library none of whose loaded modules (`name` and `name.*`) holds a function the notebook put there or a
+    class the notebook patched (`_Proof.pristine`): its code, run in the kernel (shrinking), reaches only its own.
+    A library not loaded is untouched. Cached in the proof."""
     key = ("untouched", name)
     hit = proof.libs.get(key)
     if hit is not None:
         return bool(hit)
-    m = dict.get(_MODULES, name)
-    ok = m is None or type(m) is _MODULE_TYPE
-    if ok and m is not None:
+    ok = True
+    prefix = name + "."
+    for mod_name in list(dict.keys(_MODULES)):
+        if type(mod_name) is not str or not (mod_name == name or mod_name.startswith(prefix)):
+            continue
+        m = dict.get(_MODULES, mod_name)
+        if m is None:
+            continue
+        if type(m) is not _MODULE_TYPE and not (proof.library_class(type(m)) and proof.pristine(type(m))):
+            ok = False
+            break
         for v in list(dict.values(_mdict(m))):
             if _is_class(v):
-                ok = proof.library_class(v) and proof.pristine(v)
-            elif type(v) is _FunctionType or type(v) is _BuiltinFunctionType:
-                ok = _library_function(v)
+                own = _T_MODULE.__get__(v, type)
+                ok = proof.library_class(v) and (not (type(own) is str and own.startswith(name)) or proof.pristine(v))
+            elif type(v) is _FunctionType or type(v) is _MethodType:
+                ok = _library_function(v) or _generated_by_library_value(v)
             if not ok:
                 break
+        if not ok:
+            break
     proof.libs[key] = ok
     return ok
 
@@ -1473,22 +1537,14 @@ def _shell() -> Any:
 
 def _user_ns(shell: Any) -> Any:
     """The shell's namespace from its instance dict (IPython 8: `user_ns`, 9: `_user_ns` behind a property)."""
-    try:
-        d = _O_DICT_GET(shell, "__dict__")
-    except Exception:
-        return None
-    if type(d) is not dict:
-        return None
+    d = own_dict(shell)
     ns = dict.get(d, "_user_ns")
     return ns if ns is not None else dict.get(d, "user_ns")
 
 
 def _interactivity(shell: Any) -> str:
     """`ast_node_interactivity` from the shell's trait values (an exact str; else IPython's default)."""
-    try:
-        values = dict.get(_O_DICT_GET(shell, "__dict__"), "_trait_values")
-    except Exception:
-        values = None
+    values = dict.get(own_dict(shell), "_trait_values")
     v = dict.get(values, "ast_node_interactivity") if type(values) is dict else None
     return v if type(v) is str else "last_expr"
 
@@ -1583,7 +1639,8 @@ def _export(args: Any) -> dict:
     spec, why, raw = args.get("miniature"), None, 0
     limit = int(args.get("copy_mb") or 0) << 20
     if not spec and limit:
-        raw = sum(_raw_bytes(o, proof) for o in dict.values(objs))
+        seen: dict = {}
+        raw = sum(_raw_bytes(o, proof, 0, seen) for o in dict.values(objs))
         if raw > limit:
             spec = {"fraction": max(0.0005, min(0.5, limit / raw)), "floor_rows": 64, "min_rows": 2000,
                     "relative": 0.05, "seed": 0}

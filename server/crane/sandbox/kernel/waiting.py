@@ -45,14 +45,25 @@ _W_GETSET = type(type.__dict__["__dict__"])
 _W_DEQUE = deque
 
 
+def own_dict(obj: Any) -> dict:
+    """The object's instance dict, read only through the C `__dict__` descriptor of a class in its MRO (a
+    `__dict__` property a class of the notebook's defines is never called); {} when it has none."""
+    try:
+        for k in _W_MRO.__get__(type(obj), type):
+            desc = _W_DICT.__get__(k, type).get("__dict__")
+            if desc is not None:
+                if type(desc) is not _W_GETSET:
+                    return {}
+                d = desc.__get__(obj, type(obj))
+                return d if type(d) is dict else {}
+    except Exception:
+        return {}
+    return {}
+
+
 def _w_field(obj: Any, name: str) -> Any:
     """An attribute as stored: a traitlets trait's value, else the instance dict's entry (None when absent)."""
-    try:
-        d = _W_GET(obj, "__dict__")
-    except Exception:
-        return None
-    if type(d) is not dict:
-        return None
+    d = own_dict(obj)
     values = dict.get(d, "_trait_values")
     if type(values) is dict and name in values:
         return dict.get(values, name)
@@ -110,8 +121,8 @@ def shell_watch(shell: Any) -> tuple[Callable[[], bool] | None, str]:
             return None, "the kernel's main shell queue is closed"
         fd = getsockopt(sock, fd_opt)  # the mailbox's descriptor: reading it processes nothing
         lock = _w_field(kernel, "_main_asyncio_lock")
-        lock_state = _W_GET(lock, "__dict__") if lock is not None else None
-        lock_state = lock_state if type(lock_state) is dict and "_waiters" in lock_state else None
+        lock_state = own_dict(lock) if lock is not None else None
+        lock_state = lock_state if lock_state and "_waiters" in lock_state else None
     except Exception as exc:  # noqa: BLE001 - an unknown structure: no watch
         return None, f"the kernel's shell queue cannot be watched ({type(exc).__name__})"
     if type(fd) is not int or fd < 0:
