@@ -219,3 +219,42 @@ def test_p3_honest_native_writers_write_the_runs_copies(k5, sandbox):
         return
     v = run5(k5, P3_HONEST_ARROW, sandbox)
     assert (v.verdict, v.stdout.strip()) == ("no-crash", "2 ['inner.txt', 'part-0.parquet']"), v
+
+
+# P6: honest code that walks, lists or resolves the working folder: the same answers as in the kernel (the view's
+# folders are real folders once listed), and a crash that went near what still differs (links where the kernel has
+# files, paths resolving out of the view) is never certain
+P6_SAME = """
+import os
+from pathlib import Path
+paths = sorted(os.path.join(r, f) for r, _, fs in os.walk('.') for f in fs if f == 'inner.txt')
+print(Path(paths[0]).read_text().strip())
+print([p.name for p in Path('.').rglob('*.txt') if p.name == 'inner.txt'][0])
+print(sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk('.') for f in fs))
+print(sorted(d for _, ds, _ in os.walk('..') for d in ds if d == 'sub'))
+"""
+P6_DIFFERENT = {
+    "islink": "assert not os.path.islink('data.csv')",
+    "resolve": "from pathlib import Path\nPath('data.csv').resolve().relative_to(Path.cwd().resolve())",
+    "realpath": "assert os.path.realpath('data.csv').startswith(os.getcwd())",
+}
+
+
+def _walked_size(root) -> int:
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(root) for f in fs)
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_p6_walks_and_globs_see_what_the_kernel_sees(k5, sandbox):
+    v = run5(k5, P6_SAME, sandbox)
+    assert v.verdict == "no-crash", v
+    subs = sorted(d for _, ds, _ in os.walk(k5["work"].parent) for d in ds if d == "sub")  # what the kernel sees
+    assert v.stdout.split("\n")[:4] == ["keep me", "inner.txt", str(_walked_size(k5["work"])), str(subs)], v.stdout
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("cell", list(P6_DIFFERENT))
+def test_p6_a_crash_the_view_may_have_caused_is_never_certain(k5, cell, sandbox):
+    v = run5(k5, P6_DIFFERENT[cell], sandbox)
+    assert v.verdict in ("crash", "no-crash"), v
+    assert not v.certain or v.verdict == "no-crash", v

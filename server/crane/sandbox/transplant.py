@@ -617,6 +617,8 @@ def transplant(
             lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
             v.certain = crash_certain(v, source, exp.copied, [r for r in exp.carried if r not in lost],
                                       missed=missed, patched=exp.patched)
+            if portable and _view_touched(data):  # the run's view of the folder may be what failed (P6)
+                v.certain = False
         total_ms = (time.monotonic() - t0) * 1000.0
         if how in ("deadline", "cancelled"):
             v.elapsed_ms, v.overhead_ms = total_ms, 0.0
@@ -634,6 +636,15 @@ def transplant(
         if child is not None:
             child.close()
         pdir.cleanup()
+
+
+def _view_touched(data: bytes) -> bool:
+    """A portable worker's crash that went near what tells its view of the folder from the real one (its record's
+    `confinement.view_touched`, worker/portable.py)."""
+    from crane.sandbox.assemble import parse_lines
+
+    rec = parse_lines(data).record
+    return bool(rec is not None and isinstance(rec.confinement, dict) and rec.confinement.get("view_touched"))
 
 
 def _portable_layers(data: bytes) -> list[str]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import signal
 import sys
@@ -219,6 +220,23 @@ class RunFolder:
         elif last:
             os.unlink(at)  # a dangling link: the write creates the file
 
+    def unfold(self, path: Any) -> None:
+        """A folder of the view is being listed (`os.scandir`/`os.listdir`: `os.walk`, `Path.rglob`, `glob`): its
+        entries that are the view's links to folders become real folders (of links), so a walk descends into them as
+        it does in the kernel (`followlinks=False` does not follow a link). Files stay links (read through)."""
+        at = self.resolve("." if path is None else path)
+        if at is None or not self.linked or not _within(at, self.mirror_real) or not os.path.isdir(at):
+            return
+        try:
+            names = os.listdir(at)
+        except OSError:
+            return
+        for name in names:
+            p = os.path.join(at, name)
+            real = self._view_link(p) if os.path.islink(p) else None
+            if real is not None and os.path.isdir(real) and not os.path.islink(real):  # (a walk skips real links)
+                self._materialize_one(p, False)
+
     def materialize_tree(self, path: Any) -> None:
         """`materialize(path)`, and when it is a folder, every view link below it too (a writer that fills a folder,
         overwriting files that may be there: none of them may be a link to a real file)."""
@@ -339,6 +357,23 @@ def _os_refusal(rec: dict, os_layer: dict) -> dict:
     return out
 
 
+# what can tell the run's view from the real folder (links where the kernel has files, paths that resolve out of
+# the view): a crash that went near them may be the view's, not the cell's
+_VIEW_NAMES = re.compile(r"\b(?:islink|is_symlink|lstat|readlink|realpath|resolve|samefile|relative_to|relpath|"
+                         r"walk|rglob|glob|iglob|scandir|iterdir|listdir|is_junction|absolute|abspath|getcwd|cwd|"
+                         r"inode|st_ino|st_dev|S_ISLNK)\b")
+_VIEW_FILES = ("os.py", "posixpath.py", "ntpath.py", "pathlib.py", "glob.py", "shutil.py", "genericpath.py")
+
+
+def _view_sensitive(source: str, rec: dict) -> bool:
+    """The crashed cell looked at the file system in a way the run's view can answer differently from the real
+    folder (its text names such a call, or a frame of its traceback is in the path modules)."""
+    if _VIEW_NAMES.search(source):
+        return True
+    frames = [str(t).split(":", 1)[0] for t in rec.get("traceback") or []]
+    return any(f.endswith(_VIEW_FILES) for f in frames)
+
+
 def _open_channel(ctx: _Ctx, out: int) -> None:
     """The result channel is `out`, the worker's pipe to the daemon (worker/boot.py; a session's commands come down
     its other pipe); the output goes to plain files in the run's private directory; fd 0 reads the null device.
@@ -446,6 +481,17 @@ def _install_portable_hook(run: Portable) -> None:
                         # folder that is there (its cache, its config) goes on as in the kernel
                         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), args[i])
                     refuse(f"{event} outside the cell's working folder ({str(args[i])[:200]!r})", path=args[i])
+            return
+        if event in ("os.scandir", "os.listdir"):
+            if args and isinstance(args[0], int):
+                return
+            state["own"] = True
+            try:
+                folder.unfold(args[0] if args else None)
+            except OSError:
+                pass
+            finally:
+                state["own"] = False
             return
         if event == "os.chdir":
             if not args or not folder.inside(args[0]):
@@ -746,6 +792,8 @@ def run_portable(run: Portable, source: str) -> dict:
     finally:
         run.guard.uninstall()
         _end_children()
+    if rec.get("verdict") == "crash" and _view_sensitive(source, rec):
+        run.ctx.confinement["view_touched"] = True  # the daemon makes the crash "likely", never certain
     return _os_refusal(rec, run.ctx.confinement.get("os_layer") or {})
 
 
