@@ -78,12 +78,15 @@ class ReplayedNotebook:
     """A fresh kernel holding the state a notebook's history leaves (for the CLI and the bench)."""
 
     def __init__(self, nb: Notebook, targets: list[int], python: str | None = None, cell_timeout: float = 600.0,
-                 launcher: KernelLauncher = LOCAL):
+                 launcher: KernelLauncher = LOCAL, prewarm: bool = False):
         self.nb = nb
         self.targets = targets
         self.python = python
         self.cell_timeout = cell_timeout
         self.launcher = launcher  # where the fresh kernel runs: here, or on a Jupyter Server (--server)
+        # start the copy path's worker after a replayed cell that imports (crane.sandbox.prewarm), so it imports
+        # TensorFlow & co. while the rest replays: for runs that will use the sandbox
+        self.prewarm = prewarm
         self.kernel: Any = None  # OwnedKernel | ServerKernel
         self.history_runs: list[HistoryRun] = []
         # "If you run this cell now": every target sees the kernel as the whole recorded history left it,
@@ -94,13 +97,25 @@ class ReplayedNotebook:
     def __enter__(self) -> ReplayedNotebook:
         self.kernel = self.launcher.start(notebook_file(self.nb), python=self.python)
         try:
-            self.history_runs = replay(self.kernel.connection, self.history, cell_timeout=self.cell_timeout)
+            self.history_runs = replay(self.kernel.connection, self.history, cell_timeout=self.cell_timeout,
+                                       after=self._prewarm if self.prewarm else None)
         except BaseException:
             self.kernel.shutdown()
             raise
         self.probe_client = ProbeClient(self.kernel.connection)
         self.scope = scope_of(self.nb)
         return self
+
+    def _prewarm(self, cell: Any) -> None:
+        if "import" not in cell.source:  # (the kernel's modules say what was imported; this only spares requests)
+            return
+        from crane.kernel.errors import KernelError
+        from crane.sandbox.prewarm import prewarm_kernel
+
+        try:
+            prewarm_kernel(self.kernel.connection)
+        except (KernelError, msgspec.ValidationError, OSError):  # no answer, no process: its first verdict is cold
+            pass
 
     def __exit__(self, *exc) -> None:
         if self.kernel:

@@ -97,7 +97,7 @@ def check_notebook(
         print(f"crane: {path}: replaying {n} executed cell(s) in {where} in {nb.directory} ...", file=sys.stderr)
     try:
         with ReplayedNotebook(nb, targets, python=opts.python, cell_timeout=opts.cell_timeout_s,
-                              launcher=opts.launcher or LOCAL) as replayed:
+                              launcher=opts.launcher or LOCAL, prewarm=opts.mode == "auto") as replayed:
             results = [mark_unknown(predict_in_mode(replayed, t, opts.mode, settings, opts.budget_s))
                        for t in targets]
             history = history_entries(replayed.history_runs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from crane.kernel.client import KernelConnection
@@ -17,8 +19,10 @@ class HistoryRun(msgspec.Struct):
     elapsed_s: float = 0.0
 
 
-def replay(conn: KernelConnection, history: list[Cell], cell_timeout: float = 600.0) -> list[HistoryRun]:
-    """Run `history` (already in execution order). A cell that raises is recorded and the replay goes on."""
+def replay(conn: KernelConnection, history: list[Cell], cell_timeout: float = 600.0,
+           after: Callable[[Cell], None] | None = None) -> list[HistoryRun]:
+    """Run `history` (already in execution order). A cell that raises is recorded and the replay goes on.
+    `after(cell)` is called once each cell has run (the CLI prepares the copy path's worker there)."""
     runs = []
     for cell in history:
         res = conn.run_cell(cell.source, timeout=cell_timeout)
@@ -32,4 +36,6 @@ def replay(conn: KernelConnection, history: list[Cell], cell_timeout: float = 60
                 elapsed_s=res.elapsed_s,
             )
         )
+        if after is not None:
+            after(cell)
     return runs
