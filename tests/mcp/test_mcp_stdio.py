@@ -135,7 +135,8 @@ async def test_bad_arguments_are_errors_and_the_server_keeps_serving(kernel, con
             await client.call_tool("crane_no_such_tool", {})
         assert err.value.code == -32602
         # errors of the work itself: a tool result with isError and the reason
-        missing = await client.call_tool("crane_check_cell", {"notebook": "/nonexistent/x.ipynb", "cell": 1})
+        missing = await client.call_tool("crane_check_cell", {"notebook": str(notebook.parent / "nope.ipynb"),
+                                                              "cell": 1})
         assert missing.is_error and "cannot read the notebook" in text_of(missing)
         past = await client.call_tool("crane_check_cell", {"notebook": str(notebook), "cell": 99})
         assert past.is_error and "99" in text_of(past)

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
@@ -67,6 +67,9 @@ class Attached:
     close: Callable[[], None] = lambda: None
     follow: Callable[[threading.Event | None], KernelConnection] | None = None
     progress: Callable[[], str] | None = None
+    # the folders whose notebooks a `notebook` argument may name (the server's working folder when it started,
+    # --notebook's folder); the kernel's working folder is served too (`KernelTools._served`)
+    served: list[str] = field(default_factory=lambda: [os.getcwd()])
 
 
 class _Locks:
@@ -285,10 +288,36 @@ class KernelTools:
         if not path:
             raise ToolFailure("no notebook given (pass `notebook`, or start `crane mcp --notebook NB`)")
         path = os.path.abspath(os.path.expanduser(path))
+        if given is not None and not self._served(path):
+            raise ToolFailure(f"the notebook {path} is outside the folders this server serves "
+                              f"({', '.join(self._roots())}): refused")
         try:
             return load_notebook(path), path
         except (NotebookError, OSError) as exc:
             raise ToolFailure(f"cannot read the notebook {path}: {exc}") from None
+
+    def _roots(self) -> list[str]:
+        return [os.path.realpath(r) for r in [*self.attached.served,
+                                               *([os.path.dirname(self.attached.notebook)]
+                                                 if self.attached.notebook else [])]]
+
+    def _served(self, path: str) -> bool:
+        """`path` (its links resolved) lies in a served folder: the server's own (`Attached.served`, --notebook's),
+        else the kernel's working folder (asked only then)."""
+        real = os.path.realpath(path)
+
+        def inside(root: str) -> bool:
+            return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+        if any(inside(r) for r in self._roots()):
+            return True
+        try:
+            from crane.probe.collect import ProbeClient
+            from crane.probe.facts import ProbeRequest
+            cwd = ProbeClient(self.conn).run(ProbeRequest(names=[], time_budget_ms=50), timeout=10.0).cwd
+        except Exception:  # noqa: BLE001 - no kernel to ask: only the server's own folders are served
+            return False
+        return bool(cwd) and inside(os.path.realpath(str(cwd)))
 
     def notebook_cells(self, path: str | None = None) -> list[dict[str, Any]]:
         """The notebook's cells (number, kind, source, execution count, error) for the resource."""
