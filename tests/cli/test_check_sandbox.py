@@ -16,6 +16,7 @@ from crane.commands.output import CheckReport
 from crane.engine import CellResult
 from crane.notebook.model import load_notebook
 from crane.sandbox.verdict import SandboxVerdict
+from crane.sandbox.worker.linux import linux_layer_available
 
 from .conftest import make_notebook
 
@@ -84,12 +85,13 @@ def test_an_endless_cell_is_unknown_not_no_crash(nb_dir):
 
 
 def test_sandbox_portable_decides_with_the_portable_sandbox(nb_dir):
-    """`--sandbox portable`: the same verdict from the portable sandbox (no fork of the kernel, no OS confinement),
+    """`--sandbox portable`: the same verdict from the portable sandbox (no fork of the kernel; Landlock under it),
     the write in the run's private folder only, and the report says which sandbox and layers ran."""
     nb = make_notebook(nb_dir / "p.ipynb", [SETUP, WRITES])
     [cell] = check(nb, "--budget", "30", "--sandbox", "portable")
     v = cell.sandbox
     assert v is not None and v.verdict == "crash" and cell.findings[0].ename == "KeyError", cell
     assert v.mode == "portable" and cell.decided_by == "sandbox", cell
-    assert v.transplant is not None and v.transplant.layers == ["call guard", "audit hook"], cell
+    os_layer = ["landlock"] if linux_layer_available() is None else []  # Linux's OS layer under the guard
+    assert v.transplant is not None and v.transplant.layers == ["call guard", "audit hook", *os_layer], cell
     assert not (nb_dir / "out.csv").exists()  # the write happened in the run's private folder only
