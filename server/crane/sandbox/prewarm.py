@@ -39,13 +39,14 @@ PREWARM_MODULE = KernelModule("_crane_prewarm", "CRANE's private read of the ker
 
 # libraries whose loading makes the OS sandbox copy the kernel instead of forking it (kernel/entry.py)
 UNFORKABLE = frozenset({"tensorflow", "jax", "cupy"})
-# what a worker's import of each heavy library costs in memory (MiB, resident, measured roughly on Linux x86_64);
-# a change in these (a new one imported) refreshes the prewarmed worker
-HEAVY_MB = {"tensorflow": 700, "keras": 120, "tf_keras": 120, "jax": 350, "jaxlib": 0, "flax": 80, "optax": 30,
-            "torch": 500, "torchvision": 60, "cupy": 250, "transformers": 250, "datasets": 120, "polars": 90,
-            "pandas": 90, "pyarrow": 80, "sklearn": 120, "scipy": 80, "xgboost": 60, "lightgbm": 40,
-            "catboost": 80, "statsmodels": 80, "numba": 100, "triton": 80, "matplotlib": 50, "seaborn": 20}
-BASE_MB = 120  # the worker's Python, IPython and numpy
+# what a worker's import of each heavy library adds to its resident size (MiB; measured on Linux x86_64 with
+# today's environment: TF + Keras 763, JAX 164, pandas 109, polars 54; torch, CuPy and the rest estimated); a
+# change in these (a new one imported) refreshes the prewarmed worker
+HEAVY_MB = {"tensorflow": 450, "keras": 80, "tf_keras": 80, "jax": 110, "jaxlib": 0, "flax": 40, "optax": 10,
+            "torch": 350, "torchvision": 40, "cupy": 200, "transformers": 150, "datasets": 80, "polars": 20,
+            "pandas": 50, "pyarrow": 20, "numpy": 10, "sklearn": 40, "scipy": 30, "xgboost": 40, "lightgbm": 30,
+            "catboost": 60, "statsmodels": 50, "numba": 80, "triton": 60, "matplotlib": 20, "seaborn": 10}
+BASE_MB = 40  # the worker's Python, IPython and CRANE's parts
 
 
 class KernelImports(msgspec.Struct):
