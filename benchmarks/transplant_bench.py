@@ -15,9 +15,10 @@ the "before"; 128, the default: it is shrunk in the kernel to consistent row sub
 (no worker yet: the verdict starts one and waits for its imports) and "prewarmed" (crane.sandbox.prewarm started
 the kernel's worker after the import, as the editor does after the cell ran; the bench waits until it is ready, as
 the seconds the user spends typing do, then times the verdict; `ready_ms`: from the prewarm call to the worker's
-imports done). It also times a user cell (`USER_CELL`, --user-runs times, median) in the kernel while idle and
-while the prewarmed worker imports TensorFlow at background priority: `warming / idle` is the slowdown the user
-sees (target 1.2 at most).
+imports done). It also times a user cell (`USER_CELL`, --user-runs times, median) in the kernel while idle (before
+and after), while the prewarmed worker imports TensorFlow at background priority (`warming / idle`: the slowdown
+the user sees, target 1.2 at most) and, for comparison, while a worker imports it at normal priority (how
+background workers were started before issue 45).
 
 Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--copy-mb 128]
        [--python build/kernel-today/bin/python] [--prewarm [--user-runs 15]]
@@ -34,8 +35,8 @@ from pathlib import Path
 
 from crane.kernel.manager import start_kernel
 from crane.sandbox import options, speculate
-from crane.sandbox.prewarm import prewarm_kernel
-from crane.sandbox.transplant import POOL
+from crane.sandbox.prewarm import prewarm_kernel, read_imports
+from crane.sandbox.transplant import POOL, Worker
 
 SETUP = """
 import numpy as np, pandas as pd, tensorflow as tf, keras
@@ -91,7 +92,7 @@ def _fresh(python: str, gb: float):
 def prewarm_mode(a: argparse.Namespace) -> None:
     """The first verdict in a fresh TF kernel, cold and prewarmed (module docstring)."""
     options.configure(options.SandboxOptions(warm_workers=True))
-    cold, warm, ready, idle_user, warming_user = [], [], [], [], []
+    cold, warm, ready, idle_user, warming_user, normal_user = [], [], [], [], [], []
     for _ in range(a.runs):
         POOL.shutdown()
         kernel = _fresh(a.python, a.gb)
@@ -104,7 +105,15 @@ def prewarm_mode(a: argparse.Namespace) -> None:
         try:
             conn = kernel.connection
             exe = conn.evaluate("__import__('sys').executable")
+            _user_ms(conn, 3)  # the cell's first runs (discarded)
             idle_user += _user_ms(conn, a.user_runs)
+            # before issue 45: a background worker importing TF at normal priority (as refill started them)
+            facts = read_imports(conn)
+            plain = Worker(facts.executable, dict(facts.env), facts.cwd, list(facts.modules), warm=True)
+            try:
+                normal_user += _user_ms(conn, a.user_runs, until=plain.ready)
+            finally:
+                plain.end()
             t0 = time.monotonic()
             done = prewarm_kernel(conn)
             if not done.started:
@@ -113,14 +122,17 @@ def prewarm_mode(a: argparse.Namespace) -> None:
             if not POOL.wait_ready(exe, 300.0):
                 raise SystemExit("the prewarmed worker did not get ready in 300 s")
             ready.append((time.monotonic() - t0) * 1000.0)
+            idle_user += _user_ms(conn, a.user_runs)  # idle again, after the warming
             time.sleep(1.0)  # the user is still typing
             warm.append(_one(conn, a.budget))
         finally:
             POOL.shutdown()
             kernel.shutdown()
     user = {"idle_ms": round(statistics.median(idle_user), 1), "warming_ms": round(statistics.median(warming_user), 1),
-            "warming_samples": len(warming_user)}
+            "warming_samples": len(warming_user), "normal_priority_warming_ms": round(statistics.median(normal_user), 1),
+            "normal_priority_samples": len(normal_user)}
     user["warming / idle"] = round(user["warming_ms"] / user["idle_ms"], 2)
+    user["normal priority warming / idle"] = round(user["normal_priority_warming_ms"] / user["idle_ms"], 2)
     print(json.dumps({"python": a.python, "gb": a.gb, "first verdict cold": _median(cold),
                       "first verdict prewarmed": _median(warm),
                       "prewarm ready_ms": round(statistics.median(ready), 1), "user cell": user}, indent=1), flush=True)
