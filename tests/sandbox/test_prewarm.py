@@ -41,6 +41,17 @@ def _ready(worker, timeout: float = READY_S) -> bool:
     return False
 
 
+def _workers_of_pid(pid: int) -> list:
+    """The pool's workers (idle or running) serving the kernel whose process is `pid`."""
+    with POOL.lock:
+        return [w for (_, k), w in POOL.idle.items() if k is not None and k.pid == pid] + [
+            w for w in POOL.busy if w.kernel is not None and w.kernel.pid == pid]
+
+
+def _pid(conn) -> int:
+    return int(conn.evaluate("__import__('os').getpid()"))
+
+
 def _ended(pid: int, timeout: float) -> bool:
     try:
         fd = os.pidfd_open(pid)
@@ -105,19 +116,17 @@ def test_no_worker_when_the_machine_is_short_of_memory(kernel):
     conn = kernel.connection
     assert conn.run_cell("import pandas as pd").status == "ok"
     floor = SandboxOptions(confinement="portable", prewarm_free_mb=1 << 22)  # 4 TiB kept free: never met
-    before = len(POOL.idle)
     out = prewarm_kernel(conn, floor)
     assert not out.started and "MiB available" in out.why, out
-    assert len(POOL.idle) == before
+    assert _workers_of_pid(_pid(conn)) == []
 
 
 def test_no_worker_where_the_os_sandbox_forks_the_kernel(kernel):
     conn = kernel.connection
     assert conn.run_cell("import pandas as pd").status == "ok"
-    before = len(POOL.idle)
     out = prewarm_kernel(conn, SandboxOptions(confinement="os"))
     assert not out.started and "forks" in out.why, out
-    assert len(POOL.idle) == before
+    assert _workers_of_pid(_pid(conn)) == []
 
 
 def test_the_os_sandbox_gets_a_worker_once_jax_is_loaded(tmp_path):
