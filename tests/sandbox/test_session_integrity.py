@@ -100,5 +100,5 @@ def test_a_refused_call_caught_by_the_cell_ends_nothing_outside(sk, kind):
     attack = (f"try:\n    open('{sk['outside']}/s4.txt', 'w')\nexcept Exception:\n    pass\n"
               f"os.mkfifo('{sk['outside']}/s4fifo')\n")
     first = _after(sk, attack, kind)[0]
-    assert first.verdict == "blocked", first
+    assert first.verdict in ("blocked", "unavailable"), first  # (unavailable: the state it names was not copied)
     assert not (sk["outside"] / "s4fifo").exists() and not (sk["outside"] / "s4.txt").exists()

@@ -200,7 +200,7 @@ class TransplantSession(SandboxSession):
             self._load_for(source)
         except SandboxError as exc:
             return SandboxVerdict(verdict="unavailable", reason=str(exc), mode="transplant",
-                                  mode_reason=self.reason)
+                                  mode_reason=self.reason, integrity=self._integrity(None))
         self._log.append(source)
         n = len(self._log)
         v = super().run(source, budget_s)

@@ -152,8 +152,9 @@ def _real_exit() -> Callable[[int], Any]:
 
 
 # the standard modules the outcome path calls (a rebound function there is a forged outcome in waiting)
-_FENCED_MODULES = ("os", "posix", "json", "json.encoder", "json.decoder", "signal", "traceback", "linecache", "re",
-                   "time", "errno", "io", "socket", "select", "ast", "ctypes")
+_FENCED_MODULES = ("os", "posix", "posixpath", "genericpath", "json", "json.encoder", "signal", "traceback",
+                   "linecache", "re", "time", "io", "select", "socket")
+_FENCED_CLASSES = (("json.encoder", "JSONEncoder"),)  # classes whose methods the outcome path calls
 _IPYTHON_BUILTINS = {"display", "get_ipython", "exit", "quit", "help", "dreload", "copyright", "credits", "license"}
 
 
@@ -178,11 +179,12 @@ def _fence() -> dict:
         if m is not None:
             out[mod] = id(m)
             for attr, member in list(vars(m).items()):
-                if not attr.startswith("__"):
+                if callable(member) and not attr.startswith("__"):  # (constants cannot be rebound into code)
                     out[f"{mod}.{attr}"] = id(member)
-                    if isinstance(member, type) and member.__module__ == mod:  # json.JSONEncoder.encode, ...
-                        for name, x in list(vars(member).items()):
-                            out[f"{mod}.{attr}.{name}"] = id(x)
+    for mod, cls in _FENCED_CLASSES:
+        klass = getattr(sys.modules.get(mod), cls, None)
+        for attr, member in list(vars(klass).items()) if klass is not None else ():
+            out[f"{mod}.{cls}.{attr}"] = id(member)
     for attr, member in list(vars(builtins).items()):
         if not attr.startswith("_") and attr not in _IPYTHON_BUILTINS:
             out[f"builtins.{attr}"] = id(member)

@@ -35,7 +35,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
 from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools  # kernel: strip
-from crane.sandbox.kernel.run import run_source  # kernel: strip
+from crane.sandbox.kernel.run import _compile_plan, _describe_exception, run_source  # kernel: strip
 
 
 def _child_session(args: dict, shell: Any, parent: int, on_main: bool) -> None:
@@ -108,6 +108,8 @@ def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -
         _write_json(ctx.result_fd, {"event": "ready", "pid": os.getpid(), "depth": 0,
                                     "confinement": ctx.confinement})
     parked: _Parked | None = None
+    paths = (out_path, err_path)
+    spare = _spawn(ctx, gate, depth, paths)  # the next command's process, forked ahead
     commands = _read_commands(ctx.cmd_fd)
     for line in commands:
         try:
@@ -126,15 +128,20 @@ def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -
             _drop(parked)
             parked = None
         rec: dict | None = None
+        if op not in ("run", "eval"):
+            _drop_spare(spare)  # (a checkpoint, a rollback, a close: the spare is this head's child)
+            spare = None
         if op == "run":
-            rec, keep, parked = _in_fork(ctx, gate, cmd, depth, out_path, err_path)
+            rec, keep, parked = _in_fork(ctx, gate, cmd, depth, out_path, err_path, spare)
+            spare = None
         elif op == "eval":
             rec = _eval_parked(parked, cmd) if parked is not None else None
             if rec is None:  # none parked, or it did not answer as CRANE's code does: a fresh fork of the head
                 if parked is not None:
                     _drop(parked)
                     parked = None
-                rec = _in_fork(ctx, gate, cmd, depth, out_path, err_path)[0]
+                rec = _in_fork(ctx, gate, cmd, depth, out_path, err_path, spare)[0]
+                spare = None
         elif op == "checkpoint":
             _single_thread_pools()
             threads = len(os.listdir("/proc/self/task"))
@@ -169,35 +176,79 @@ def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -
         reply = rec = cmd = key = resume = None  # type: ignore[assignment]
         if keep is not None:  # the run's process is the new head: hand it the channel, follow it
             _hand_over(ctx, keep)
+        if spare is None:
+            spare = _spawn(ctx, gate, depth, paths)
 
 
-def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str,
-             err_path: str) -> tuple[dict, tuple[int, int] | None, _Parked | None]:
-    """Run one command (run or eval) in a fresh fork of this head: (its outcome as the head read it, the process
-    to keep as the new head with its control pipe, the process parked for post-mortem evals)."""
-    is_run = cmd.get("op") == "run"
+_HEAD_FDS: set[int] = set()  # the head's ends of its command processes' pipes: no process it forks keeps them
+
+
+def _head_close(*fds: int) -> None:
+    for fd in fds:
+        _HEAD_FDS.discard(fd)
+        os.close(fd)
+
+
+class _Spare:
+    """A command process forked ahead (after the last reply, never with a command's key), warmed up on CRANE's own
+    code path, waiting for its command: the head's side of its pipes."""
+
+    def __init__(self, pid: int, go: int, res: int, ctl: int, post: int) -> None:
+        self.pid, self.go, self.res, self.ctl, self.post = pid, go, res, ctl, post
+
+
+def _spawn(ctx: _Ctx, gate: int, depth: int, paths: tuple[str, str]) -> _Spare | None:
+    """Fork the next command's process now (None when the fork fails: the command forks its own then)."""
+    go_r, go_w = os.pipe()
     res_r, res_w = os.pipe()
     ctl_r, ctl_w = os.pipe()
     post_r, post_w = os.pipe()
     head = os.getpid()
     try:
         pid = _gated_fork(gate)
-    except OSError as exc:
-        for fd in (res_r, res_w, ctl_r, ctl_w, post_r, post_w):
+    except OSError:
+        for fd in (go_r, go_w, res_r, res_w, ctl_r, ctl_w, post_r, post_w):
             os.close(fd)
-        why = f"the command's process could not be forked: {exc}"
-        return ({"verdict": "unavailable", "reason": why} if is_run else {"ok": False, "ename": "SandboxError",
-                                                                          "evalue": why}), None, None
+        return None
     if pid == 0:
         try:
-            _command_process(ctx, gate, cmd, depth, head, (out_path, err_path), res_w, ctl_r, post_w,
-                             (res_r, ctl_w, post_r))
+            theirs = (go_w, res_r, ctl_w, post_r, *_HEAD_FDS)  # every head-side end, other processes' too
+            _HEAD_FDS.clear()
+            _command_process(ctx, gate, go_r, depth, head, paths, res_w, ctl_r, post_w, theirs)
         finally:
             os._exit(0)
-    for fd in (res_w, ctl_r, post_w):
+    for fd in (go_r, res_w, ctl_r, post_w):
         os.close(fd)
+    _HEAD_FDS.update((go_w, res_r, ctl_w, post_r))
+    return _Spare(pid, go_w, res_r, ctl_w, post_r)
+
+
+def _drop_spare(spare: _Spare | None) -> None:
+    if spare is not None:
+        _head_close(spare.go, spare.res, spare.ctl, spare.post)
+        _wait_child(spare.pid, mirror=False)
+
+
+def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_path: str,
+             spare: _Spare | None = None) -> tuple[dict, tuple[int, int] | None, _Parked | None]:
+    """Run one command (run or eval) in a fresh fork of this head (`spare`, forked ahead, or one forked now): (its
+    outcome as the head read it, the process to keep as the new head with its control pipe, the process parked
+    for post-mortem evals)."""
+    is_run = cmd.get("op") == "run"
+    if spare is None:
+        spare = _spawn(ctx, gate, depth, (out_path, err_path))
+    if spare is None:
+        why = "the command's process could not be forked"
+        return ({"verdict": "unavailable", "reason": why} if is_run else {"ok": False, "ename": "SandboxError",
+                                                                          "evalue": why}), None, None
+    pid, res_r, ctl_w, post_r = spare.pid, spare.res, spare.ctl, spare.post
+    try:
+        os.write(spare.go, (json.dumps(cmd) + "\n").encode())
+    except OSError:
+        pass  # it is gone: its end is read below
+    _head_close(spare.go)
     lines = [x for x in _read_to_end(res_r).split(b"\n") if x.strip()]
-    os.close(res_r)
+    _head_close(res_r)
     outcome = None
     if len(lines) == 1:
         try:
@@ -218,21 +269,21 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str,
                                                  "evalue": f"the sandbox process ended ({status})"}
         pid = 0
     elif is_run and threads == 1 and outcome.get("verdict") == "no-crash":
-        os.close(post_r)
+        _head_close(post_r)
         return outcome, (pid, ctl_w), None
     elif is_run and threads == 1:
         os.write(ctl_w, _PARK)
         return outcome, None, _Parked(pid, ctl_w, post_r)
-    os.close(ctl_w)  # it ends (EOF on its control pipe)
-    os.close(post_r)
+    _head_close(ctl_w, post_r)  # it ends (EOF on its control pipe)
     if pid:
         _wait_child(pid, mirror=False)
     return outcome, None, None
 
 
-def _command_process(ctx: _Ctx, gate: int, cmd: dict, depth: int, head: int, paths: tuple[str, str], res: int,
+def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths: tuple[str, str], res: int,
                      ctl: int, post: int, theirs: tuple[int, ...]) -> None:
-    """The command's own process: no channel of the daemon's, its outcome up `res`, then the head's word."""
+    """The command's own process: no channel of the daemon's; warmed up, it waits for its command on `go`, sends
+    its outcome up `res`, then waits for the head's word."""
     for fd in (*theirs, ctx.result_fd, ctx.cmd_fd):
         try:
             os.close(fd)
@@ -244,6 +295,15 @@ def _command_process(ctx: _Ctx, gate: int, cmd: dict, depth: int, head: int, pat
         return
     fence, send, close_every, end = _fence, _write_json, _close_every, _real_exit()  # bound before the code runs
     before = fence()
+    _warm_up(ctx)
+    line = _read_to_end(go)
+    os.close(go)
+    try:
+        cmd = json.loads(line)
+    except ValueError:
+        return
+    if type(cmd) is not dict:
+        return
     rec = run_command(ctx, cmd, *paths) if cmd.get("op") == "run" else evaluate(ctx, cmd)
     ctx.audit_state["bypass"] = True
     if any(k in before and before[k] != v for k, v in fence().items()):
@@ -269,6 +329,23 @@ def _command_process(ctx: _Ctx, gate: int, cmd: dict, depth: int, head: int, pat
         _serve_evals(ctx, ctl, post)
 
 
+def _warm_up(ctx: _Ctx) -> None:
+    """CRANE's own path through a command, on nothing of the user's, before the command comes: the pages a command
+    touches are copied now (copy-on-write), off the daemon's wait."""
+    try:
+        shell = ctx.shell
+        with shell.builtin_trap:
+            _compile_plan(shell, "1", "<crane-warm-up>", shell.transform_cell("1"))
+        shell.display_formatter.format(1, include={"text/plain"})
+        try:
+            raise ValueError("warm-up")
+        except ValueError as exc:
+            _describe_exception(exc, "1")
+        json.dumps({"verdict": "no-crash", "displays": [], "traceback": ["x"]}, default=str)
+    except Exception:  # noqa: BLE001 - only a warm-up
+        pass
+
+
 def _hand_over(ctx: _Ctx, keep: tuple[int, int]) -> None:
     """Give the channel to the kept run's process, then mirror how it ends (never returns)."""
     import socket
@@ -284,7 +361,7 @@ def _hand_over(ctx: _Ctx, keep: tuple[int, int]) -> None:
     ctx.audit_state["bypass"] = True  # (the audit hook refuses sendmsg: this is CRANE's own, no code runs here)
     socket.send_fds(a, [b"F"], [ctx.result_fd, ctx.cmd_fd])
     os.write(ctl, _KEEP)
-    os.close(ctl)
+    _head_close(ctl)
     _wait_child(pid, mirror=True)
 
 
@@ -326,8 +403,7 @@ def _eval_parked(parked: _Parked, cmd: dict) -> dict | None:
 
 def _drop(parked: _Parked) -> None:
     """End a parked run's process (EOF on its control pipe) and reap it."""
-    os.close(parked.ctl)
-    os.close(parked.post)
+    _head_close(parked.ctl, parked.post)
     _wait_child(parked.pid, mirror=False)
 
 
