@@ -43,3 +43,22 @@ def test_explain_names_the_cells():
     s = scope(("df = load()\n", 1), ("df.drop(columns='region', inplace=True)\n", 2))
     assert provenance.explain(s, ["df", "nothing"]) == [
         "`df` made in cell 1 [1]: `df = load()`; `df` changed in cell 2 [2]: `df.drop(columns='region', inplace=True)`"]
+
+
+def test_a_written_fix_is_replayed_fresh_only_when_a_later_cell_read_a_moved_one():
+    from crane.fixes.model import Candidate
+    from crane.fixes.search import _moves_history
+    from crane.notebook.model import Cell, Notebook
+
+    sources = [("df = load()\n", 1), ("cols = list(df.columns)\n", 2), ("df.drop(columns='a', inplace=True)\n", 3),
+               ("print(df.shape)\n", None)]
+    nb = Notebook(path=None, cells=[Cell(number=i, cell_type="code", source=s, execution_count=c)
+                                    for i, (s, c) in enumerate(sources, start=1)])
+    s = NotebookScope.from_notebook(nb)
+    # cell 1 run again: cells 2 and 3 ran after it and read df (not run again) -> the replay order matters
+    assert _moves_history(nb, s, Candidate(kind="k", title="t", source="x", run_first=(1,)))
+    # cell 3 edited and run again: nothing after it reads df -> the sandbox's run is the written one
+    assert not _moves_history(nb, s, Candidate(kind="k", title="t", source="x", run_first=(3,),
+                                               cell_edits=((3, "df.drop(columns='b', inplace=True)\n"),)))
+    # every reader run again too
+    assert not _moves_history(nb, s, Candidate(kind="k", title="t", source="x", run_first=(1, 2, 3)))

@@ -149,7 +149,7 @@ def search_fixes(
                                         + [cand.source])
             if again is not None:
                 status, result, failed_cell, layered = again.status, again, None, True
-        rechecked = status == "ok" and fresh is not None and not cand.fresh and _moves_history(nb, cand)
+        rechecked = status == "ok" and fresh is not None and not cand.fresh and _moves_history(nb, scope, cand)
         if rechecked and fresh is not None:
             # the written notebook runs these cells at their new place only: check it as replayed after a restart
             try:
@@ -289,11 +289,24 @@ def written_notebook(nb: Notebook, target: int, cand: Candidate) -> Notebook:
     return msgspec.structs.replace(nb, cells=cells)
 
 
-def _moves_history(nb: Notebook, cand: Candidate) -> bool:
-    """Does the written fix change where cells of the history run (an edited cell, a raw cell made code, a cell
-    that ran before run again: each keeps only its new count)?"""
-    return bool(cand.cell_edits or cand.to_code) or any(
-        nb.cell(k).is_code and nb.cell(k).execution_count is not None for k in cand.run_first)
+def _moves_history(nb: Notebook, scope: NotebookScope, cand: Candidate) -> bool:
+    """Could the written fix run differently from the sandbox's run? The written notebook runs an edited cell,
+    or a cell that ran before and is run again, only at its new count (after the history): a cell of the history
+    that ran after it there and reads what it binds or changes (and is not run again) then runs without it."""
+    from crane.analysis.provenance import history, reads_of, touches
+
+    moved = {k for k, _ in cand.cell_edits} | {k for k in cand.run_first
+                                               if nb.cell(k).is_code and nb.cell(k).execution_count is not None}
+    hist = history(scope)
+    for m in moved:
+        d = scope.cell(m)
+        if d is None or d.execution_count is None:
+            continue
+        made = set(d.binds) | {n for n in reads_of(d) if any(t.how != "binds" for t in touches(d, n))}
+        later = [e for e in hist if (e.execution_count or 0) > d.execution_count and e.number not in cand.run_first]
+        if any(reads_of(e) & made for e in later):
+            return True
+    return False
 
 
 def _verify_fresh(nb: Notebook, target: int, cand: Candidate, fresh: Callable[[Notebook], FixSandbox]):
