@@ -21,7 +21,7 @@ the user sees, target 1.2 at most) and, for comparison, while a worker imports i
 background workers were started before issue 45).
 
 Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--copy-mb 128]
-       [--python build/kernel-today/bin/python] [--prewarm [--user-runs 15]]
+       [--python build/kernel-today/bin/python] [--prewarm [--user-runs 15] [--lib tf|jax]]
 """
 
 from __future__ import annotations
@@ -47,11 +47,21 @@ rows = int({gb} * (1 << 30) / 64)
 df = pd.DataFrame(np.ones((rows, 8))) if rows else pd.DataFrame({{'a': [1.0]}})
 """
 CELL = "n = len(df) + X.shape[0]\ny = model(X[:4])\ny.shape"
+# --lib jax: the same shape of state with JAX instead of TensorFlow/Keras
+JAX_SETUP = """
+import numpy as np, pandas as pd, jax, jax.numpy as jnp
+X = np.random.rand(256, 8).astype('float32')
+w = jnp.ones((8, 16))
+rows = int({gb} * (1 << 30) / 64)
+df = pd.DataFrame(np.ones((rows, 8))) if rows else pd.DataFrame({{'a': [1.0]}})
+"""
+JAX_CELL = "n = len(df) + X.shape[0]\ny = jax.nn.relu(jnp.dot(X[:4], w))\ny.shape"
+LIBS = {"tf": (SETUP, CELL), "jax": (JAX_SETUP, JAX_CELL)}
 
 
-def _one(conn, budget: float) -> dict:
+def _one(conn, budget: float, cell: str = CELL) -> dict:
     t0 = time.monotonic()
-    v = speculate(conn, CELL, budget)
+    v = speculate(conn, cell, budget)
     wall = (time.monotonic() - t0) * 1000.0
     if v.verdict != "no-crash" or v.transplant is None:
         raise SystemExit(f"unexpected verdict: {v.verdict} {v.reason} {v.ename} {v.evalue}")
@@ -81,9 +91,9 @@ def _warmed(ref):
     return lambda: any(w.ready() for w in POOL.workers_of(ref))
 
 
-def _fresh(python: str, gb: float):
+def _fresh(python: str, gb: float, setup: str):
     kernel = start_kernel(Path(tempfile.mkdtemp(prefix="crane-tbench-")), python=python)
-    run = kernel.connection.run_cell(SETUP.format(gb=gb), timeout=600)
+    run = kernel.connection.run_cell(setup.format(gb=gb), timeout=600)
     if run.status != "ok":
         raise SystemExit(f"setup failed: {run.ename}: {run.evalue}")
     return kernel
@@ -92,16 +102,17 @@ def _fresh(python: str, gb: float):
 def prewarm_mode(a: argparse.Namespace) -> None:
     """The first verdict in a fresh TF kernel, cold and prewarmed (module docstring)."""
     options.configure(options.SandboxOptions(warm_workers=True))
+    setup, cell = LIBS[a.lib]
     cold, warm, ready, idle_user, warming_user, normal_user = [], [], [], [], [], []
     for _ in range(a.runs):
         POOL.shutdown()
-        kernel = _fresh(a.python, a.gb)
+        kernel = _fresh(a.python, a.gb, setup)
         try:
-            cold.append(_one(kernel.connection, a.budget))
+            cold.append(_one(kernel.connection, a.budget, cell))
         finally:
             POOL.shutdown()
             kernel.shutdown()
-        kernel = _fresh(a.python, a.gb)
+        kernel = _fresh(a.python, a.gb, setup)
         try:
             conn = kernel.connection
             exe = conn.evaluate("__import__('sys').executable")
@@ -124,7 +135,7 @@ def prewarm_mode(a: argparse.Namespace) -> None:
             ready.append((time.monotonic() - t0) * 1000.0)
             idle_user += _user_ms(conn, a.user_runs)  # idle again, after the warming
             time.sleep(1.0)  # the user is still typing
-            warm.append(_one(conn, a.budget))
+            warm.append(_one(conn, a.budget, cell))
         finally:
             POOL.shutdown()
             kernel.shutdown()
@@ -133,7 +144,7 @@ def prewarm_mode(a: argparse.Namespace) -> None:
             "normal_priority_samples": len(normal_user)}
     user["warming / idle"] = round(user["warming_ms"] / user["idle_ms"], 2)
     user["normal priority warming / idle"] = round(user["normal_priority_warming_ms"] / user["idle_ms"], 2)
-    print(json.dumps({"python": a.python, "gb": a.gb, "first verdict cold": _median(cold),
+    print(json.dumps({"python": a.python, "lib": a.lib, "gb": a.gb, "first verdict cold": _median(cold),
                       "first verdict prewarmed": _median(warm),
                       "prewarm ready_ms": round(statistics.median(ready), 1), "user cell": user}, indent=1), flush=True)
 
@@ -152,6 +163,7 @@ def main() -> None:
     ap.add_argument("--copy-mb", default="", help="copy limits to measure in turn, e.g. 0,128 (default: 128)")
     ap.add_argument("--prewarm", action="store_true", help="the first verdict in a fresh kernel, cold and prewarmed")
     ap.add_argument("--user-runs", type=int, default=15, help="--prewarm: the user's cell, this many times each")
+    ap.add_argument("--lib", choices=sorted(LIBS), default="tf", help="--prewarm: TensorFlow/Keras or JAX")
     a = ap.parse_args()
     if a.prewarm:
         prewarm_mode(a)
