@@ -258,3 +258,24 @@ def test_p6_a_crash_the_view_may_have_caused_is_never_certain(k5, cell, sandbox)
     v = run5(k5, P6_DIFFERENT[cell], sandbox)
     assert v.verdict in ("crash", "no-crash"), v
     assert not v.certain or v.verdict == "no-crash", v
+
+
+# P4: CRANE's state reached by walking frames up from the cell (the guard switched off, the audit hook told to let
+# everything through), then a program run: refused at the walk's first step, nothing runs
+P4 = {
+    "sys._getframe": "import sys\nf = sys._getframe()\nwhile f is not None:\n"
+                     "    c = f.f_locals.get('ctx')\n"
+                     "    if c is not None and hasattr(c, 'audit_state'):\n        c.audit_state['own'] = True\n"
+                     "    f = f.f_back\nos.system('touch @OUTSIDE@/fw.txt')",
+    "inspect.stack": "import inspect\nfor fi in inspect.stack():\n    c = fi.frame.f_locals.get('ctx')\n"
+                     "    if c is not None and hasattr(c, 'audit_state'):\n        c.audit_state['own'] = True\n"
+                     "os.system('touch @OUTSIDE@/fw2.txt')",
+}
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(P4))
+def test_p4_crane_state_is_not_walked_to_from_the_cell(k5, attack, sandbox):
+    v = run5(k5, P4[attack], sandbox)
+    assert v.verdict == "blocked" and v.refusal is not None and v.refusal.layer == "call guard", v
+    assert not [p for p in k5["outside"].iterdir() if p.name != "target.txt"], v

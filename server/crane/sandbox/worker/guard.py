@@ -79,6 +79,7 @@ GUARD_TABLE: dict[str, list[tuple]] = {
     "multiprocessing": [("multiprocessing.process", "BaseProcess.start", None, GUARD_ANY),
                         ("multiprocessing.pool", "Pool.__init__", None, GUARD_ANY),
                         ("concurrent.futures.process", "ProcessPoolExecutor.__init__", None, GUARD_ANY)],
+    "inspect": [("inspect", n, None, GUARD_USER) for n in ("currentframe", "stack", "getouterframes", "trace")],
     "importlib": [("importlib", "import_module", None, GUARD_USER), ("importlib", "reload", None, GUARD_USER),
                   ("importlib.util", "spec_from_file_location", None, GUARD_USER)],
     "pandas": [("pandas.core.generic", f"NDFrame.{n}", a, GUARD_ANY) for n, a in (
@@ -160,7 +161,8 @@ _C_DENY_ALL = frozenset(("_socket", "_ctypes", "_imp", "_posixsubprocess", "_win
                          "_interpreters", "_lsprof", "faulthandler", "sys.monitoring"))
 _C_DENY_SOME = {
     "sys": frozenset(("settrace", "setprofile", "addaudithook", "_setprofileallthreads", "_settraceallthreads",
-                      "setdlopenflags", "remote_exec", "activate_stack_trampoline", "call_tracing")),
+                      "setdlopenflags", "remote_exec", "activate_stack_trampoline", "call_tracing",
+                      "_getframe", "_getframemodulename")),  # CRANE's frames (P4): walked from the cell's, refused
     "gc": frozenset(("get_objects", "get_referrers", "get_referents", "freeze", "unfreeze", "set_debug")),
     "_thread": frozenset(("start_new_thread", "start_new", "start_joinable_thread", "interrupt_main")),
     "resource": frozenset(("setrlimit", "prlimit")),
