@@ -29,8 +29,14 @@ def test_with_an_os_layer_auto_runs_the_portable_sandbox_where_the_os_one_cannot
 
 
 def test_guard_is_the_guard_alone_whatever_the_platform_offers():
-    for layer in (None, MISSING):
-        assert portable.choose("guard", confinement.for_platform("linux"), os_layer=lambda layer=layer: layer) == (
+    def none() -> str | None:
+        return None
+
+    def missing() -> str | None:
+        return MISSING
+
+    for layer in (none, missing):
+        assert portable.choose("guard", confinement.for_platform("linux"), os_layer=layer) == (
             "guard", portable.GUARD_ASKED)
 
 
