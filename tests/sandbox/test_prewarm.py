@@ -23,6 +23,7 @@ from crane.sandbox.prewarm import prewarm_kernel
 from crane.sandbox.transplant import POOL
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python, require_today_python
+from ..sandbox_options import use_options
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the sandbox needs Linux")
 
@@ -145,3 +146,14 @@ def test_the_os_sandbox_gets_a_worker_once_jax_is_loaded(tmp_path):
         assert v.pid == out.pid
     finally:
         k.shutdown()
+
+
+def test_no_refill_after_a_run_when_the_machine_is_short_of_memory(kernel, monkeypatch):
+    """The pool's refill after a run is a background worker too: none below the same floor (with it met, the run
+    leaves one: tests/sandbox/test_transplant_lifetime.py). The options installed as an entry point does."""
+    conn = kernel.connection
+    assert conn.run_cell("import pandas as pd\ndf = pd.DataFrame({'a': [1]})").status == "ok"
+    floor = use_options(monkeypatch, confinement="portable", prewarm_free_mb=1 << 22)
+    v = speculate(conn, "df.a.sum()", 60.0, sandbox=floor)
+    assert v.verdict == "no-crash" and v.transplant is not None and not v.transplant.warm, v
+    assert _workers_of_pid(_pid(conn)) == []

@@ -11,7 +11,7 @@ after each user run, crane.lsp.prewarm). It decides, in order:
 3. no worker when the runs will not need one: the OS sandbox forks the kernel unless TensorFlow, JAX or CuPy is
    loaded (kernel/entry.py's `_unforkable`); the portable sandbox always runs a worker;
 4. no worker when the machine is short of memory: psutil's available memory below the worker's expected size
-   (`expected_mb`: its heavy libraries) plus `SandboxOptions.prewarm_free_mb`;
+   (crane.sandbox.worker_size: its heavy libraries) plus `SandboxOptions.prewarm_free_mb`;
 5. else `POOL.prewarm` (crane.sandbox.transplant): one idle worker per kernel, keyed exactly as the kernel's runs
    take it, started at background priority and bounded in memory (crane.sandbox.background), kept while it
    already imports the kernel's heavy libraries, replaced when a new one was imported, ended with its kernel.
@@ -32,6 +32,7 @@ from crane.sandbox.options import SandboxOptions, active
 from crane.sandbox.portable import choose
 from crane.sandbox.process_watch import ProcessRef, process_ref
 from crane.sandbox.transplant import POOL, KernelRef, kernel_ref
+from crane.sandbox.worker_size import HEAVY_MB, no_room
 
 _HERE = Path(__file__).resolve().parent
 PREWARM_MODULE = KernelModule("_crane_prewarm", "CRANE's private read of the kernel's imported libraries",
@@ -39,14 +40,6 @@ PREWARM_MODULE = KernelModule("_crane_prewarm", "CRANE's private read of the ker
 
 # libraries whose loading makes the OS sandbox copy the kernel instead of forking it (kernel/entry.py)
 UNFORKABLE = frozenset({"tensorflow", "jax", "cupy"})
-# what a worker's import of each heavy library adds to its resident size (MiB; measured on Linux x86_64 with
-# today's environment: TF + Keras 763, JAX 164, pandas 109, polars 54; torch, CuPy and the rest estimated); a
-# change in these (a new one imported) refreshes the prewarmed worker
-HEAVY_MB = {"tensorflow": 450, "keras": 80, "tf_keras": 80, "jax": 110, "jaxlib": 0, "flax": 40, "optax": 10,
-            "torch": 350, "torchvision": 40, "cupy": 200, "transformers": 150, "datasets": 80, "polars": 20,
-            "pandas": 50, "pyarrow": 20, "numpy": 10, "sklearn": 40, "scipy": 30, "xgboost": 40, "lightgbm": 30,
-            "catboost": 60, "statsmodels": 50, "numba": 80, "triton": 60, "matplotlib": 20, "seaborn": 10}
-BASE_MB = 40  # the worker's Python, IPython and CRANE's parts
 
 
 class KernelImports(msgspec.Struct):
@@ -70,18 +63,6 @@ class Prewarm:
     pid: int | None = None
     preload: tuple[str, ...] = ()
     kernel: KernelRef | ProcessRef | None = None  # the pool's key for the kernel's workers
-
-
-def expected_mb(modules: list[str]) -> int:
-    """A worker's expected resident size once it imported `modules`."""
-    return BASE_MB + sum(HEAVY_MB.get(m, 0) for m in modules)
-
-
-def available_mb() -> int:
-    """The memory this machine has available now (psutil), in MiB."""
-    import psutil as ps
-
-    return int(ps.virtual_memory().available) >> 20
 
 
 def read_imports(conn: KernelConnection, timeout: float = 5.0) -> KernelImports:
@@ -114,11 +95,9 @@ def prewarm_kernel(conn: KernelConnection, sandbox: SandboxOptions | None = None
     if not portable and not UNFORKABLE.intersection(facts.modules):
         return Prewarm(False, "the OS sandbox forks this kernel: no worker is needed")
     heavy = [m for m in facts.modules if m in HEAVY_MB]
-    need = expected_mb(facts.modules) + opts.prewarm_free_mb
-    free = available_mb()
-    if free < need:
-        return Prewarm(False, f"the machine has {free} MiB available, less than a worker's expected "
-                              f"{expected_mb(facts.modules)} MiB plus {opts.prewarm_free_mb} MiB kept free")
+    short = no_room(facts.modules, opts.prewarm_free_mb)
+    if short:
+        return Prewarm(False, short)
     kernel: KernelRef | ProcessRef | None = (process_ref(facts.pid, facts.start, asked_at) if portable
                                              else kernel_ref(facts.pid, facts.start, facts.pidns))
     if kernel is None or not facts.executable:

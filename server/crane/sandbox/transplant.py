@@ -60,6 +60,7 @@ from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
 from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
 from crane.sandbox.shared.carry import CARRIED_RUNTIMES
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
+from crane.sandbox.worker_size import no_room
 
 _HERE = Path(__file__).resolve().parent
 BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the worker's `-c` program
@@ -359,6 +360,8 @@ class _Pool:
                 return
         if kernel is not None and not self._watch(kernel):
             return  # its kernel has ended: no worker for it
+        if no_room(preload, active_options().prewarm_free_mb):
+            return  # the machine is short of memory: the next run starts its own
         try:  # in the background like a prewarmed one: it must not slow the user's kernel (prewarm's docstring)
             w = start_low(lambda: Worker(executable, env, cwd, preload, warm=True, kernel=kernel))
         except OSError:
