@@ -104,9 +104,9 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     prewarm_free_mb: Annotated[
         int,
         Meta(ge=0, le=1 << 22,
-             description="A worker is prepared ahead of a kernel's first copied run (after a cell imported its "
-                         "libraries) only while the machine has this many MiB available beyond the worker's "
-                         "expected size."),
+             description="Background workers (one prepared ahead of a kernel's first copied run once a cell "
+                         "imported its libraries, or kept idle after a run) are started only while the machine has "
+                         "this many MiB available beyond the worker's expected size."),
     ] = 1024
 
 
