@@ -38,11 +38,12 @@ def choose(pref: str, confinement: Confinement | None = None,
         return "guard", GUARD_ASKED
     if pref == "os":
         return "os", None
-    if pref == "auto":
-        why = (confinement or current_confinement()).unavailable()
-        if why is None:
-            return "os", None
-    return portable_or_none(ASKED if pref == "portable" else f"{why}: the portable sandbox runs instead", os_layer)
+    if pref != "auto":
+        return portable_or_none(ASKED, os_layer)
+    why = (confinement or current_confinement()).unavailable()
+    if why is None:
+        return "os", None
+    return portable_or_none(f"{why}: the portable sandbox runs instead", os_layer)
 
 
 def portable_or_none(why_portable: str, os_layer: Callable[[], str | None] | None = None) -> tuple[str, str | None]:
