@@ -44,3 +44,17 @@ def test_the_flag_takes_guard():
     p = argparse.ArgumentParser()
     add_sandbox_arguments(p)
     assert options_from_args(p.parse_args(["--sandbox", "guard"])) == SandboxOptions(confinement="guard")
+
+
+def test_speculate_makes_no_run_without_an_os_layer_and_says_why(monkeypatch):
+    """`auto` on a platform whose OS sandbox cannot run and whose OS layer cannot be set up: no worker, no fork, an
+    `unavailable` verdict whose reason says why (the rules then decide); `guard` still runs (not asserted here:
+    tests/sandbox/test_portable_round5.py)."""
+    from crane.sandbox import oslayer
+    from crane.sandbox.fork_runner import speculate
+
+    monkeypatch.setattr(portable, "current_confinement", lambda: confinement.for_platform("darwin"))
+    monkeypatch.setattr(oslayer, "available", lambda *a, **k: MISSING)
+    v = speculate(None, "1/0", 5.0, sandbox=SandboxOptions(confinement="auto"))  # type: ignore[arg-type]
+    assert v.verdict == "unavailable" and v.transplant is None, v
+    assert (v.reason or "").startswith(MISSING) and portable.NO_OS_LAYER in (v.reason or ""), v.reason
