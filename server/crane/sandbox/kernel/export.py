@@ -44,6 +44,7 @@ What cannot be pickled (open files, sockets, generators, locks, ...) makes the a
 
 from __future__ import annotations
 
+import _imp
 import _thread
 import itertools
 import os
@@ -86,6 +87,7 @@ _os_stat, _getcwd, _getpid = os.stat, os.getcwd, os.getpid
 _ENVIRON = os.environ  # read through its `_data` (never its methods, which a subclass may override)
 _ENVIRON_TYPE = type(os.environ)
 _IO_BASE = _O_DICT_GET(_MODULES["_io"], "__dict__")["_IOBase"]
+_IS_FROZEN = _imp.is_frozen
 _MODULE_TYPE = types.ModuleType
 _BuiltinFunctionType = types.BuiltinFunctionType
 _ClassMethodDescriptorType = types.ClassMethodDescriptorType
@@ -225,7 +227,7 @@ def _library_function(v: Any) -> bool:
         return True
     if t is _FunctionType:
         code = v.__code__
-        return type(code.co_filename) is str and is_library(code.co_filename)
+        return type(code.co_filename) is str and (is_library(code.co_filename) or _frozen_stdlib(v))
     if t is _MethodType:
         return _library_function(v.__func__)
     if _compiled_callable_type(t):  # nanobind's nb_func/nb_method, pybind11's, ... : made by compiled code only
@@ -237,8 +239,30 @@ def _library_function(v: Any) -> bool:
     return False
 
 
+def _frozen_stdlib(f: Any) -> bool:
+    """A function of a standard-library module the interpreter froze (`<frozen io>`: io, os, ... since 3.11),
+    living in that module's namespace."""
+    name = f.__code__.co_filename
+    if not (name.startswith("<frozen ") and name.endswith(">")):
+        return False
+    mod = name[8:-1]
+    return _IS_FROZEN(mod) and f.__globals__ is _mdict(_module(mod))
+
+
 _COMPILED_CALLABLES = {("nanobind", "nb_func"), ("nanobind", "nb_method"), ("nanobind", "nb_bound_method"),
                        ("builtins", "pybind11_static_property")}
+
+
+def _compiled_object(v: Any) -> bool:
+    """An object of a type defined in C (a static type, or one of a built-in module like `_abc`) holding no Python
+    code: nothing of the notebook's can run through it."""
+    t = type(v)
+    if own_dict(v):
+        return False
+    if not _T_FLAGS.__get__(t, type) & _HEAPTYPE:
+        return True
+    return _T_MODULE.__get__(t, type) in _BUILTIN_NAMES and not any(
+        type(x) is _FunctionType for k in _T_MRO.__get__(t, type) for x in _cls_dict(k).values())
 
 
 def _compiled_callable_type(t: type) -> bool:
@@ -386,8 +410,9 @@ class _Proof:
             if t is _FunctionType or t is staticmethod or t is classmethod or t is property:
                 if not _library_function(v):
                     return False
-            elif not (_library_function(v) or t in _DATA or type.__dict__["__name__"].__get__(t, type)
-                      in ("PyCapsule", "getset_descriptor", "member_descriptor", "_tuplegetter")):
+            elif not (_library_function(v) or any(t is d for d in _DATA) or _T_NAME.__get__(t, type)
+                      in ("PyCapsule", "getset_descriptor", "member_descriptor", "_tuplegetter")
+                      or _compiled_object(v)):  # a C object (abc's `_abc_data`)
                 return False
         return True
 
@@ -1038,7 +1063,7 @@ def _sample(v: Any) -> tuple[list, int]:
     return items, n
 
 
-def _raw_bytes(obj: Any, proof: _Proof, depth: int = 0, seen: dict | None = None) -> int:
+def _raw_bytes(obj: Any, proof: _Proof, depth: int = 0, seen: dict | None = None, top: str = "") -> int:
     """What copying a value whole costs, counted by what a pickle will materialise: numpy arrays at their `nbytes`
     wherever they sit (a view's and a broadcast's included: numpy's reducer copies those whole; each array once),
     in-band strings/bytes, plain containers by a sample of their items (`_SAMPLE`) scaled to their length, and
@@ -1058,7 +1083,7 @@ def _raw_bytes(obj: Any, proof: _Proof, depth: int = 0, seen: dict | None = None
         items, n = _sample(obj)
         if not items:
             return 8
-        per = sum(_raw_bytes(x, proof, depth + 1, seen) for x in items) / (len(items) / (2 if t is dict else 1))
+        per = sum(_raw_bytes(x, proof, depth + 1, seen, top) for x in items) / (len(items) / (2 if t is dict else 1))
         return int(per * n) + 8
     nd = _ndarray()
     mro = _T_MRO.__get__(t, type)
@@ -1072,20 +1097,33 @@ def _raw_bytes(obj: Any, proof: _Proof, depth: int = 0, seen: dict | None = None
             return 0
     if not proof.library_class(t) or proof.check_type(t)[0]:
         return 16
-    return 16 + sum(_raw_bytes(x, proof, depth + 1, seen) for x in _held(obj, t, mro))
+    size = next((_cls_dict(k)["nbytes"] for k in mro if "nbytes" in _cls_dict(k)), None)
+    if type(size) is _GetSetDescriptorType:  # a compiled class's own size (pyarrow's arrays): C code, no property
+        try:
+            n = size.__get__(obj, t)
+            return n if type(n) is int else 16
+        except Exception:
+            return 16
+    if not top:  # the library of the outermost library object: only its own compiled fields are read
+        mod = _T_MODULE.__get__(t, type)
+        top = mod.partition(".")[0] if type(mod) is str else "?"
+    return 16 + sum(_raw_bytes(x, proof, depth + 1, seen, top) for x in _held(obj, t, mro, proof, top))
 
 
-def _held(obj: Any, t: type, mro: tuple) -> list:
-    """What a library object holds: its instance dict's values, and the fields compiled extension classes of its
-    MRO expose (Cython's `cdef public` attributes: pandas' blocks and their values), read through those static
-    types' own C descriptors."""
+def _held(obj: Any, t: type, mro: tuple, proof: _Proof, top: str) -> list:
+    """What a library object holds: its instance dict's values, and the fields the classes of the outermost
+    object's own library (`top`) expose through C descriptors (slots; Cython's `cdef public` attributes: pandas'
+    blocks and their values; never another library's, whose fields may be computed properties)."""
     out = list(dict.values(own_dict(obj)))[:256]
     for k in mro:
-        if k is object or _T_FLAGS.__get__(k, type) & _HEAPTYPE or _T_MODULE.__get__(k, type) == "builtins":
+        mod = _T_MODULE.__get__(k, type)
+        if k is object or type(mod) is not str or mod.partition(".")[0] != top or not proof.library_class(k):
             continue
         for name, d in list(_cls_dict(k).items())[:64]:
-            if (type(d) is _GetSetDescriptorType or type(d) is _MemberDescriptorType) and type(name) is str \
-                    and not name.startswith("__"):
+            # slots (a struct field: no code), and Cython's `cdef public` fields (getsets without a docstring; a
+            # documented getset is a computed property, which may warn or compute: never read)
+            if (type(d) is _MemberDescriptorType or type(d) is _GetSetDescriptorType and d.__doc__ is None) \
+                    and type(name) is str and not name.startswith("__"):
                 try:
                     out.append(d.__get__(obj, t))
                 except Exception:
@@ -1348,7 +1386,8 @@ def _untouched(proof: _Proof, name: str) -> bool:
         for v in list(dict.values(_mdict(m))):
             if _is_class(v):
                 own = _T_MODULE.__get__(v, type)
-                ok = proof.library_class(v) and (not (type(own) is str and own.startswith(name)) or proof.pristine(v))
+                ok = (proof.library_class(v) or _no_notebook_code(v)) and (
+                    not (type(own) is str and own.startswith(name)) or proof.pristine(v))
             elif type(v) is _FunctionType or type(v) is _MethodType:
                 ok = _library_function(v) or _generated_by_library_value(v)
             if not ok:
@@ -1357,6 +1396,17 @@ def _untouched(proof: _Proof, name: str) -> bool:
             break
     proof.libs[key] = ok
     return ok
+
+
+def _no_notebook_code(cls: type) -> bool:
+    """No function, method wrapper or property of the class's own dict is code of the notebook's (its data aside:
+    zoneinfo's class keeps a cache in a class attribute)."""
+    for v in _cls_dict(cls).values():
+        t = type(v)
+        if (t is _FunctionType or t is staticmethod or t is classmethod or t is property) and not (
+                _library_function(v) or _generated_by_library_value(v)):
+            return False
+    return True
 
 
 def _shrink_gate(proof: _Proof) -> Any:
@@ -1639,8 +1689,7 @@ def _export(args: Any) -> dict:
     spec, why, raw = args.get("miniature"), None, 0
     limit = int(args.get("copy_mb") or 0) << 20
     if not spec and limit:
-        seen: dict = {}
-        raw = sum(_raw_bytes(o, proof, 0, seen) for o in dict.values(objs))
+        raw = sum(_raw_bytes(o, proof) for o in dict.values(objs))  # each name on its own, as each is pickled
         if raw > limit:
             spec = {"fraction": max(0.0005, min(0.5, limit / raw)), "floor_rows": 64, "min_rows": 2000,
                     "relative": 0.05, "seed": 0}
