@@ -102,3 +102,14 @@ def test_a_refused_call_caught_by_the_cell_ends_nothing_outside(sk, kind):
     first = _after(sk, attack, kind)[0]
     assert first.verdict in ("blocked", "unavailable"), first  # (unavailable: the state it names was not copied)
     assert not (sk["outside"] / "s4fifo").exists() and not (sk["outside"] / "s4.txt").exists()
+
+
+@pytest.mark.parametrize("kind", ["fork", "portable"])
+def test_a_clean_run_that_starts_thread_pools_keeps_its_state(sk, kind):
+    """A clean run that loads a library with its own BLAS/OpenMP pool (scipy.linalg: scikit-learn, statsmodels and
+    seaborn import it) is still the state the next command starts from: "run cell K first, then the target"."""
+    with _open(sk, kind) as sb:
+        first = sb.run("import scipy.linalg\nB3 = 3\nscipy.linalg.inv([[2.0, 0.0], [0.0, 2.0]])")
+        assert first.verdict == "no-crash", first
+        after = sb.run("print(B3 * 2)")
+        assert (after.verdict, after.stdout.strip()) == ("no-crash", "6"), after

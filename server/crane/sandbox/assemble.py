@@ -32,6 +32,8 @@ class ChildLines(msgspec.Struct):
     error: str | None = None
     extra: list[str] = []  # lines CRANE's processes never write: a second record, setup or "cell" line, a line
     # after the record other than the supervisor's, a line that is not one of ours (see `parse_lines`)
+    refusals: list[ChildRecord] = []  # every `blocked` record, the first included: the cell's own processes (a
+    # DataLoader's workers, a pool's children) each end with CRANE's refusal record when one of them is refused
 
 
 def parse_lines(data: bytes) -> ChildLines:
@@ -65,8 +67,11 @@ def parse_lines(data: bytes) -> ChildLines:
                 out.denied.append(msgspec.convert(obj, DeniedLine).what)
             elif event == "cell":
                 out.started = True
-            elif out.record is None:
-                out.record = msgspec.convert(obj, ChildRecord)
+            else:
+                rec = msgspec.convert(obj, ChildRecord)
+                out.record = out.record or rec
+                if rec.verdict == "blocked":
+                    out.refusals.append(rec)
         except (msgspec.DecodeError, msgspec.ValidationError, AttributeError) as exc:
             out.error = f"the sandbox child sent a malformed record: {exc}"
             out.extra.append(f"a line that is not CRANE's ({str(exc)[:80]})")
@@ -128,11 +133,25 @@ def _before_the_cell(v: SandboxVerdict, lines: ChildLines) -> SandboxVerdict:
                        "the kernel's state failed there, not the cell")
 
 
+def _only_refusals(lines: ChildLines) -> bool:
+    """Every extra line is a further record, and one of the records is CRANE's refusal (`blocked`): the cell's own
+    processes (a DataLoader's workers, a pool's children) were refused, and the process that waited on them then
+    ended too (its crash is the refusal's consequence)."""
+    further = ("a second record line", "a record line after the record")
+    return bool(lines.refusals) and all(x in further for x in lines.extra)
+
+
 def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVerdict:
     """The verdict from what the child wrote and how it ended."""
     lines = parse_lines(outcome.data)
     setup, rec = lines.setup, lines.record
-    if lines.extra:  # the cell wrote on the channel: whatever the record says, it is not a verdict
+    if lines.extra and _only_refusals(lines):
+        # processes of the cell (a DataLoader's workers, a pool's children) ended with CRANE's refusal: blocked,
+        # named by the first refusal (a record the cell forged can only make a run "blocked" this way, never a
+        # crash or a clean run)
+        first = lines.refusals[0]
+        v = SandboxVerdict(verdict="blocked", reason=first.reason, denied=first.denied, refusal=first.refusal)
+    elif lines.extra:  # the cell wrote on the channel: whatever the record says, it is not a verdict
         v = SandboxVerdict(verdict="blocked", reason=f"{FORGED} ({'; '.join(lines.extra[:3])})",
                            ename=rec.ename if rec is not None else None,
                            evalue=rec.evalue if rec is not None else None)

@@ -34,7 +34,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _write_json,
 )
 from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
-from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools  # kernel: strip
+from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools, find_thread_pools  # kernel: strip
 from crane.sandbox.kernel.run import _compile_plan, _describe_exception, run_source  # kernel: strip
 
 
@@ -294,6 +294,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     if os.getppid() != head:
         return
     fence, send, close_every, end = _fence, _write_json, _close_every, _real_exit()  # bound before the code runs
+    find_pools, quiet_pools = find_thread_pools, _single_thread_pools
     before = fence()
     _warm_up(ctx)
     line = _read_to_end(go)
@@ -310,6 +311,11 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         # its code rebound CRANE's own code or what the outcome path runs on: nothing this process would write
         # can be trusted, so it writes nothing and says so by how it ends (a C function bound before the code ran)
         end(_TAMPERED)
+    if cmd.get("op") == "run" and rec.get("verdict") == "no-crash":
+        # the pools a clean run started (an import of scipy.linalg loads its own OpenBLAS) run single-threaded
+        # and their workers are joined, as a checkpoint's are: a process of one thread can be kept as the new head
+        find_pools()
+        quiet_pools()
     rec["event"] = "outcome"
     send(res, rec)
     close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
