@@ -102,11 +102,13 @@ def no_linux(monkeypatch):
 
 def _by_psutil(frame) -> bool:
     """The read is psutil's (the portable process layer the daemon uses: it reads /proc on Linux, and asks each
-    other platform its own way), not CRANE's own code."""
+    other platform its own way), or the background worker's best-effort OOM score (crane.sandbox.background: Linux
+    only, nothing elsewhere, nothing the run needs), not CRANE's own code."""
     for _ in range(6):
         if frame is None:
             return False
-        if str(frame.f_globals.get("__name__", "")).split(".")[0] == "psutil":
+        name = str(frame.f_globals.get("__name__", ""))
+        if name.split(".")[0] == "psutil" or (name == "crane.sandbox.background" and frame.f_code.co_name == "bounded"):
             return True
         frame = frame.f_back
     return False
