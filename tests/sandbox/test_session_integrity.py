@@ -113,3 +113,12 @@ def test_a_clean_run_that_starts_thread_pools_keeps_its_state(sk, kind):
         assert first.verdict == "no-crash", first
         after = sb.run("print(B3 * 2)")
         assert (after.verdict, after.stdout.strip()) == ("no-crash", "6"), after
+
+
+def test_a_clean_run_left_with_threads_says_its_state_is_not_kept(sk):
+    """A clean run that leaves a thread of its own running cannot be the session's state (its process is not forked
+    again): the verdict says so instead of the next command losing its bindings in silence."""
+    with _open(sk, "fork") as sb:
+        first = sb.run("import threading, time\nstop = threading.Event()\n"
+                       "threading.Thread(target=stop.wait, daemon=True).start()\nT4 = 4")
+        assert first.verdict == "no-crash" and "not kept" in (first.reason or ""), first

@@ -274,6 +274,10 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
     elif is_run and threads == 1:
         os.write(ctl_w, _PARK)
         return outcome, None, _Parked(pid, ctl_w, post_r)
+    elif is_run and outcome.get("verdict") == "no-crash" and not outcome.get("reason"):
+        # clean, but not the session's state from now on: said, never a silent loss of the run's bindings
+        outcome["reason"] = (f"the run's state is not kept for the next command: {threads} threads were running "
+                             "when it ended (a process of several threads cannot be forked safely)")
     _head_close(ctl_w, post_r)  # it ends (EOF on its control pipe)
     if pid:
         _wait_child(pid, mirror=False)
