@@ -122,3 +122,12 @@ def test_a_clean_run_left_with_threads_says_its_state_is_not_kept(sk):
         first = sb.run("import threading, time\nstop = threading.Event()\n"
                        "threading.Thread(target=stop.wait, daemon=True).start()\nT4 = 4")
         assert first.verdict == "no-crash" and "not kept" in (first.reason or ""), first
+
+
+def test_a_crashing_run_that_started_thread_pools_is_parked_for_evals(sk):
+    """Post-mortem facts (crane fix's candidates read the state where the crash stopped) after a run that loaded a
+    library with its own BLAS pool: the crashed run's process is parked single-threaded, its bindings readable."""
+    with _open(sk, "fork") as sb:
+        crash = sb.run("import scipy.linalg\nP5 = 5\nscipy.linalg.inv([[1.0, 2.0], [2.0, 4.0]])")
+        assert (crash.verdict, crash.ename) == ("crash", "LinAlgError"), crash
+        assert sb.inspect("P5") == "5"
