@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .conftest import predict_source, run_target
+from .conftest import kernel_library, predict_source, run_target
 
 SETUP = """
 import functools, dataclasses
@@ -52,6 +52,7 @@ def first(a):
     return a
 
 thing = Thing(2)
+fig0, ax0 = plt.subplots()
 """
 
 
@@ -90,6 +91,14 @@ CRASHES = [
 ]
 
 
+# facecolor passed positionally: matplotlib 3.6-3.7's make_keyword_only takes it with a deprecation warning,
+# from 3.8 on it is keyword-only (CLEAN below has it otherwise)
+FIGURE = "fig = plt.figure(1, (4, 3), 100, 'white')\nplt.close(fig)"
+FIGURE_IS_KEYWORD_ONLY = kernel_library("matplotlib") >= (3, 8)
+if FIGURE_IS_KEYWORD_ONLY:
+    CRASHES.append((FIGURE, "figure() takes from 0 to 3 positional arguments but 4 were given"))
+
+
 # Python 3.13 suggests the closest parameter for an unexpected keyword (rulekit/python_versions.py); 'depth' is
 # too far from area's parameters for one.
 SUGGESTED_FROM_3_13 = {"LinearRegression.__init__() got an unexpected keyword argument 'fit_intercep'": "fit_intercept"}
@@ -108,8 +117,9 @@ CLEAN = [
     "model = LinearRegression(fit_intercept=False)",
     # decorated: the wrapper accepts more than the signature inspect reports
     "first(1, 2, 3)",
-    # matplotlib's make_keyword_only: facecolor may still be passed positionally (with a deprecation warning)
-    "fig = plt.figure(1, (4, 3), 100, 'white')\nplt.close(fig)",
+    # matplotlib's make_keyword_only (3.8-3.9: call_axes_locator; 3.7: a plain parameter)
+    "bb = ax0.get_tightbbox(fig0.canvas.get_renderer(), True)",
+    *([] if FIGURE_IS_KEYWORD_ONLY else [FIGURE]),
     # the cell redefines the function before calling it
     "def pair(a, b, c):\n    return a\npair(1, 2, 3)",
     # conditional: may not run

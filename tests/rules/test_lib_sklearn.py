@@ -7,7 +7,7 @@ import pytest
 
 from crane.analysis.scope import NotebookScope
 
-from .conftest import predict_source, run_target
+from .conftest import kernel_library, predict_source, run_target
 
 SETUP = """
 import numpy as np, pandas as pd
@@ -85,9 +85,19 @@ def test_string_target_for_a_scaler(kernel):
 
 def test_nan_rejected_by_trees_in_1_2_accepted_by_hist_gradient_boosting(kernel):
     setup = SETUP + "homes.loc[3, 'area'] = np.nan\nX = homes[['rooms', 'area']]"
-    first, run = check(kernel, setup, "rf = RandomForestRegressor(n_estimators=5)\nrf.fit(X, price)", "ValueError", "sklearn-input")
-    assert first.message.startswith("Input X contains NaN.")
+    rf = "rf = RandomForestRegressor(n_estimators=5)\nrf.fit(X, price)"
+    if kernel_library("scikit-learn") < (1, 3):
+        first, run = check(kernel, setup, rf, "ValueError", "sklearn-input")
+        assert first.message.startswith("Input X contains NaN.")
+    elif kernel_library("scikit-learn") >= (1, 4):  # random forests take NaN from 1.4 on (1.3: the trees only)
+        check(kernel, setup, rf)
     check(kernel, setup, "hgb = HistGradientBoostingRegressor(max_iter=5)\nhgb.fit(X, price)")
+
+
+def test_nan_rejected_by_linear_models_in_every_release(kernel):
+    setup = SETUP + "homes.loc[3, 'area'] = np.nan\nX = homes[['rooms', 'area']]"
+    first, run = check(kernel, setup, "lr = LinearRegression()\nlr.fit(X, price)", "ValueError", "sklearn-input")
+    assert first.message.startswith("Input X contains NaN.") and run.evalue.startswith("Input X contains NaN.")
 
 
 def test_inconsistent_lengths_in_fit(kernel):

@@ -5,6 +5,7 @@ name an index level instead of a column, whatever the index type."""
 
 from __future__ import annotations
 
+from .conftest import kernel_library
 from .test_lib_sklearn import check
 
 BASE = """
@@ -58,4 +59,16 @@ def test_seaborn_variable_naming_an_index_level_is_fine(kernel):
 
 def test_seaborn_unknown_variable_with_a_filtered_index(kernel):
     first, run = check(kernel, BASE, "ax = sns.scatterplot(data=big, x='shop', y='cost')", "ValueError", "plot-args")
-    assert first.message == run.evalue == "Could not interpret value `cost` for parameter `y`"
+    assert first.message == run.evalue == (  # seaborn 0.13 words it anew (seaborn._core.data.PlotData)
+        "Could not interpret value `cost` for `y`. An entry with this name does not appear in `data`."
+        if kernel_library("seaborn") >= (0, 13) else "Could not interpret value `cost` for parameter `y`")
+
+
+def test_seaborn_categorical_variable_naming_an_index_level(kernel):
+    # seaborn 0.12's categorical functions look only at columns; from 0.13 they take index level names too
+    target = "ax = sns.countplot(data=by_shop, x='shop')\nplt.close('all')"
+    if kernel_library("seaborn") >= (0, 13):
+        check(kernel, BASE, target)
+    else:
+        first, run = check(kernel, BASE, target, "ValueError", "plot-args")
+        assert first.message == run.evalue == "Could not interpret input 'shop'"

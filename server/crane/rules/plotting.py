@@ -1,6 +1,7 @@
 """matplotlib / seaborn misuse rules: x and y of different lengths (plot, scatter, bar), seaborn variables
-named by a column the `data=` frame does not have, and seaborn 0.12 categorical plots given only a
-non-numeric x (or y), which makes them infer a numeric orientation they cannot draw.
+named by a column the `data=` frame does not have (worded as the kernel's seaborn words it: 0.12's two
+interfaces, 0.13's one), and seaborn 0.12 categorical plots given only a non-numeric x (or y), which makes them
+infer a numeric orientation they cannot draw (0.13 draws those).
 """
 
 from __future__ import annotations
@@ -23,16 +24,20 @@ from crane.rulekit.lib_helpers import (
     n_samples,
     shape_of,
 )
+from crane.rulekit.python_versions import parse_version
 from crane.rulekit.registry import rule
 
-# seaborn functions whose variables go through the old categorical interface (0.12): unknown names raise
-# "Could not interpret input 'name'" whatever the index is called.
+# seaborn functions whose variables go through the old categorical interface (before 0.13): unknown names raise
+# "Could not interpret input 'name'" whatever the index is called. From 0.13 on every function reads its
+# variables through seaborn._core.data.PlotData (columns, then index level names) and words the error as
+# NEW_INTERFACE_MISSING below.
 SNS_CATEGORICAL = {"barplot", "boxplot", "violinplot", "boxenplot", "stripplot", "swarmplot", "pointplot", "countplot"}
 # Categorical plots that need a numeric value axis: with only one of x/y given it must be numeric.
 SNS_VALUE_AXIS = {"barplot", "boxplot", "violinplot", "boxenplot", "pointplot"}
 # seaborn functions of the new interface: a name may also be an index level name, so those are checked too.
 SNS_VECTOR = {"scatterplot", "lineplot", "histplot", "kdeplot", "ecdfplot", "rugplot", "relplot", "displot"}
 SNS_VARS = ("x", "y", "hue", "size", "style")
+NEW_INTERFACE_MISSING = "Could not interpret value `{col}` for `{var}`. An entry with this name does not appear in `data`."
 
 AXES_TYPES = ("matplotlib.axes._axes.Axes", "matplotlib.axes._subplots.AxesSubplot")
 
@@ -61,9 +66,13 @@ def seaborn_verdict(fn: str, data_lbl: str, data: Facts, variables: dict[str, st
             continue
         shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
         ev = [f"{data_lbl}: pandas DataFrame, columns {shown}; no column {col!r}"]
+        levels = index_level_names(data)
+        if (parse_version(version) or (0, 0)) >= (0, 13):  # one interface for every function
+            if levels is not None and col not in levels:
+                return Verdict("ValueError", NEW_INTERFACE_MISSING.format(col=col, var=var), "data confusion", ev, 0.9)
+            return None
         if fn in SNS_CATEGORICAL:
             return Verdict("ValueError", f"Could not interpret input '{col}'", "data confusion", ev, 0.9)
-        levels = index_level_names(data)
         if fn in SNS_VECTOR and levels is not None and col not in levels:
             return Verdict("ValueError", f"Could not interpret value `{col}` for parameter `{var}`",
                            "data confusion", ev, 0.9)
