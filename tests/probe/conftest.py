@@ -4,6 +4,7 @@ that watches iopub like another frontend would."""
 
 from __future__ import annotations
 
+import importlib.util
 import queue
 import textwrap
 from pathlib import Path
@@ -13,9 +14,16 @@ import pytest
 from crane.kernel.manager import start_kernel
 from crane.probe.collect import ProbeClient
 
+# The kernels run this interpreter (start_kernel's default): torch is there unless the bench extra leaves it out
+# (Python 3.12+, pyproject.toml). Its values (TORCH_SETUP) are made only where it is; every other value and trap
+# is made everywhere, so only the tests of torch's values skip without it.
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed for this Python (pyproject.toml's "
+                                 "bench extra has none from 3.12)")
+
 SETUP = textwrap.dedent(
     """
-    import numpy as np, pandas as pd, torch, os
+    import numpy as np, pandas as pd, os
     from collections import defaultdict, OrderedDict
     from sklearn.linear_model import LogisticRegression
     from sklearn.ensemble import RandomForestClassifier
@@ -23,7 +31,6 @@ SETUP = textwrap.dedent(
     from sklearn.preprocessing import StandardScaler
     from sklearn.datasets import load_iris
     import matplotlib.pyplot as plt
-    from torch.utils.data import DataLoader, TensorDataset, Dataset
 
     df = pd.DataFrame({
         "age": [22.0, 38.0, np.nan, 35.0, np.nan, 54.0],
@@ -48,20 +55,6 @@ SETUP = textwrap.dedent(
     pipe = Pipeline([("sc", StandardScaler()), ("lr", LogisticRegression())]).fit(
         pd.DataFrame(X, columns=["a", "b", "c"]), y)
     iris = load_iris()
-    t = torch.tensor([[1.0, float("nan")], [2.0, 3.0]], requires_grad=True)
-    labels_t = torch.tensor([0, 1, 2, 1])
-    net = torch.nn.Sequential(torch.nn.Dropout(0.1), torch.nn.Conv2d(1, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                              torch.nn.Linear(8 * 26 * 26, 10))
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1 = torch.nn.Linear(20, 16)
-            self.out = torch.nn.Linear(16, 2)
-        def forward(self, x):
-            return self.out(self.fc1(x))
-    mlp = Net()
-    ds = TensorDataset(torch.randn(50, 1, 28, 28), torch.randint(0, 10, (50,)))
-    loader = DataLoader(ds, batch_size=16, shuffle=True)
     cfg = {"lr": 0.1, "layers": [64, 32], 3: "three"}
     counts = defaultdict(int)
     lst = [3, 1, 2, 3]
@@ -118,17 +111,6 @@ SETUP = textwrap.dedent(
             trap_calls.append("contains"); return True
         def __len__(self):
             trap_calls.append("dictlen"); return 0
-    class TrapDataset(Dataset):
-        def __len__(self):
-            trap_calls.append("dataset_len"); return 10
-        def __getitem__(self, i):
-            trap_calls.append("dataset_getitem"); return torch.zeros(2)
-    class TrapModel(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(2, 2)
-        def forward(self, x):
-            trap_calls.append("forward"); return x
     class TrapMeta(type):
         def __getattr__(cls, n):
             trap_calls.append(("meta_getattr", n)); raise AttributeError(n)
@@ -140,11 +122,49 @@ SETUP = textwrap.dedent(
     trap_list = [Trap(), Trap()]
     trap_obj_arr = np.array([Trap(), Trap(), "x"], dtype=object)
     trap_df = pd.DataFrame({"o": [Trap(), Trap(), "x"]})
-    trap_loader = DataLoader(TrapDataset(), batch_size=2)
-    trap_model = TrapModel()
-    trap_calls.clear()  # building the arrays above asked the traps about themselves
     """
 )
+
+# torch's values, and its traps (after SETUP: they record into trap_calls)
+TORCH_SETUP = textwrap.dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset, Dataset
+    t = torch.tensor([[1.0, float("nan")], [2.0, 3.0]], requires_grad=True)
+    labels_t = torch.tensor([0, 1, 2, 1])
+    net = torch.nn.Sequential(torch.nn.Dropout(0.1), torch.nn.Conv2d(1, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(8 * 26 * 26, 10))
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(20, 16)
+            self.out = torch.nn.Linear(16, 2)
+        def forward(self, x):
+            return self.out(self.fc1(x))
+    mlp = Net()
+    ds = TensorDataset(torch.randn(50, 1, 28, 28), torch.randint(0, 10, (50,)))
+    loader = DataLoader(ds, batch_size=16, shuffle=True)
+    class TrapDataset(Dataset):
+        def __len__(self):
+            trap_calls.append("dataset_len"); return 10
+        def __getitem__(self, i):
+            trap_calls.append("dataset_getitem"); return torch.zeros(2)
+    class TrapModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+        def forward(self, x):
+            trap_calls.append("forward"); return x
+    trap_loader = DataLoader(TrapDataset(), batch_size=2)
+    trap_model = TrapModel()
+    """
+)
+
+
+def torch_only(*items):
+    """`items` where torch is installed (its values exist in the kernel), else nothing: for probe requests that
+    name torch's values beside others."""
+    return list(items) if HAS_TORCH else []
 
 
 @pytest.fixture(scope="session")
@@ -164,7 +184,8 @@ def start():
 @pytest.fixture(scope="session")
 def kernel(data_dir):
     k = start_kernel(data_dir)
-    run = k.connection.run_cell(SETUP, timeout=120)
+    # building the arrays asked the traps about themselves: cleared after
+    run = k.connection.run_cell(SETUP + (TORCH_SETUP if HAS_TORCH else "") + "trap_calls.clear()\n", timeout=120)
     assert run.status == "ok", (run.ename, run.evalue, run.traceback)
     yield k
     k.shutdown()

@@ -12,11 +12,13 @@ import pytest
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest
 
+from ..library_versions import kernel_library
+from .conftest import HAS_TORCH, needs_torch
 from .no_time_cap import NO_TIME_CAP
 
 SETUP = textwrap.dedent(
     """
-    import functools, numpy as np, pandas as pd, torch
+    import functools, numpy as np, pandas as pd
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -64,10 +66,15 @@ SETUP = textwrap.dedent(
     frame = pd.DataFrame({"k": [1, 2], "v": [3, 4]}).set_index("k")
     multi = pd.DataFrame({"a": [1, 2], "b": [3, 4], "v": [5, 6]}).set_index(["a", "b"])
     flat = pd.DataFrame({"v": [1, 2]})
+    calls.clear()
+    """
+)
+TORCH_SETUP = textwrap.dedent(
+    """
+    import torch
     lin32 = torch.nn.Sequential(torch.nn.Linear(3, 2))
     lin64 = torch.nn.Linear(3, 2).double()
     mixed = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2).double())
-    calls.clear()
     """
 )
 
@@ -75,7 +82,7 @@ SETUP = textwrap.dedent(
 @pytest.fixture(scope="module")
 def client(start, tmp_path_factory):
     k = start(tmp_path_factory.mktemp("probe-callables"))
-    run = k.connection.run_cell(SETUP, timeout=120)
+    run = k.connection.run_cell(SETUP + (TORCH_SETUP if HAS_TORCH else ""), timeout=120)
     assert run.status == "ok", (run.ename, run.evalue)
     yield ProbeClient(k.connection)
     k.shutdown()
@@ -123,7 +130,13 @@ def test_signatures_that_may_be_rewritten_are_not_own(client, name):
     assert not f.signature_own and f.signature_name is None
 
 
-@pytest.mark.parametrize("expr", ["plt.figure", "plt.Axes.scatter"])
+# matplotlib's _api.make_keyword_only wraps plt.figure up to 3.7 (facecolor) and Axes.get_tightbbox from 3.8
+# (call_axes_locator); from 3.8 plt.figure is a plain function (pyplot.figure below)
+MPL_3_8 = kernel_library("matplotlib") >= (3, 8)
+KEYWORD_ONLY_WRAPPED = "plt.Axes.get_tightbbox" if MPL_3_8 else "plt.figure"
+
+
+@pytest.mark.parametrize("expr", [KEYWORD_ONLY_WRAPPED, "plt.Axes.scatter"])
 def test_matplotlib_decorated_functions_are_not_own(client, expr):
     chk = attr(client, expr)
     assert chk.present and chk.signature and not chk.signature_own
@@ -132,6 +145,9 @@ def test_matplotlib_decorated_functions_are_not_own(client, expr):
 def test_pyplot_function_without_decorators_is_own(client):
     chk = attr(client, "plt.hist")
     assert chk.signature_own and chk.signature_name == "hist" and chk.qualname == "matplotlib.pyplot.hist"
+    if MPL_3_8:
+        chk = attr(client, "plt.figure")
+        assert chk.signature_own and chk.signature_name == "figure" and chk.qualname == "matplotlib.pyplot.figure"
 
 
 def test_metaclass_code_never_runs(client):
@@ -157,6 +173,7 @@ def test_index_level_names(client):
     assert named.index.names == [None]
 
 
+@needs_torch
 def test_torch_parameter_dtype(client):
     lin32, lin64, mixed = facts(client, "lin32", "lin64", "mixed")
     assert lin32.torch_module.dtype == "torch.float32" and not lin32.torch_module.mixed_dtypes

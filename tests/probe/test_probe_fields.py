@@ -8,6 +8,7 @@ import pytest
 
 from crane.probe.facts import ProbeRequest
 
+from .conftest import HAS_TORCH, needs_torch, torch_only
 from .no_time_cap import NO_TIME_CAP
 
 
@@ -84,6 +85,7 @@ def test_large_array_nan_found_exactly_within_scan_budget(facts):
     assert f.value_range == [0.0, 2999998.0]
 
 
+@needs_torch
 def test_tensor(facts):
     f = facts("t")
     assert f.kind == "tensor" and f.shape == [2, 2] and f.dtype == "torch.float32"
@@ -92,6 +94,7 @@ def test_tensor(facts):
     assert g.dtype == "torch.int64" and g.num_unique == 3 and g.value_range == [0, 2]
 
 
+@needs_torch
 def test_torch_module_structure(facts):
     tm = facts("net").torch_module
     assert [ly.type for ly in tm.layers] == ["Dropout", "Conv2d", "ReLU", "Flatten", "Linear"]
@@ -103,6 +106,7 @@ def test_torch_module_structure(facts):
     assert [(ly.name, ly.in_features, ly.out_features) for ly in mlp.layers] == [("fc1", 20, 16), ("out", 16, 2)]
 
 
+@needs_torch
 def test_dataloader(facts):
     d = facts("loader").dataloader
     assert (d.batch_size, d.num_examples, d.num_batches) == (16, 50, 4)
@@ -178,7 +182,8 @@ def test_undefined_names_modules_and_paths(probe):
     assert "numpy" in res.imported_modules and "no_such_module_xyz" not in res.imported_modules
     assert res.paths == {"data/train.csv": True, "data/Train.csv": False, "data/test.csv": False, "missing_dir/x.csv": False}
     assert res.path_suggestions["data/Train.csv"] == ["data/train.csv"]
-    assert res.cwd and res.libraries["numpy"] and res.libraries["sklearn"] and res.libraries["torch"]
+    assert res.cwd and res.libraries["numpy"] and res.libraries["sklearn"]
+    assert bool(res.libraries.get("torch")) == HAS_TORCH
 
 
 def test_module_not_yet_imported_is_found_without_importing(probe, watcher):
@@ -199,8 +204,9 @@ def test_attribute_checks(probe):
             time_budget_ms=NO_TIME_CAP,
             attrs=[
                 "clf.coef_", "rf.feature_importances_", "rf.coef_", "clf.predict", "plt.scatter", "np.float",
-                "np.nosuchthing", "df.age", "df.agee", "df.shape", "df.shape.x", "mlp.fc1", "mlp.fc3", "thing.v",
+                "np.nosuchthing", "df.age", "df.agee", "df.shape", "df.shape.x", "thing.v",
                 "thing.method", "thing.nope", "iris.data", "Thing.method", "undefined_root.x",
+                *torch_only("mlp.fc1", "mlp.fc3"),
             ]
         )
     )
@@ -216,8 +222,9 @@ def test_attribute_checks(probe):
     assert a["df.age"].present and a["df.age"].facts.kind == "series" and a["df.age"].facts.n_nan == 2
     assert a["df.agee"].present is False and "age" in a["df.agee"].suggestions
     assert a["df.shape"].present is True and a["df.shape.x"].present is None
-    assert a["mlp.fc1"].present and a["mlp.fc1"].facts.torch_module.layers[0].in_features == 20
-    assert a["mlp.fc3"].present is False and "fc1" in a["mlp.fc3"].suggestions
+    if HAS_TORCH:
+        assert a["mlp.fc1"].present and a["mlp.fc1"].facts.torch_module.layers[0].in_features == 20
+        assert a["mlp.fc3"].present is False and "fc1" in a["mlp.fc3"].suggestions
     assert a["thing.v"].facts.value == "5"
     assert [p.name for p in a["thing.method"].signature] == ["x", "y"]
     assert a["thing.nope"].present is False

@@ -9,6 +9,7 @@ import pytest
 from crane.probe.collect import MODULE_NAME, ProbeClient, ProbeError, probe_version
 from crane.probe.facts import ProbeRequest
 
+from .conftest import HAS_TORCH, torch_only
 from .no_time_cap import NO_TIME_CAP
 
 STATE = (
@@ -21,11 +22,12 @@ STATE = (
 EVERYTHING = ProbeRequest(
     time_budget_ms=NO_TIME_CAP,
     names=[
-        "df", "df_idx", "s", "X", "y", "big_vec", "clf", "rf", "pipe", "iris", "t", "net", "mlp", "loader", "cfg",
+        "df", "df_idx", "s", "X", "y", "big_vec", "clf", "rf", "pipe", "iris", "cfg",
         "counts", "lst", "tup", "helper", "Thing", "thing", "np", "plt", "nope", "trap", "trap_ga", "trap_dict",
-        "trap_list", "trap_obj_arr", "trap_df", "trap_loader", "trap_model", "TrapClass",
+        "trap_list", "trap_obj_arr", "trap_df", "TrapClass",
+        *torch_only("t", "net", "mlp", "loader", "trap_loader", "trap_model"),
     ],
-    attrs=["clf.coef_", "plt.scatter", "df.age", "np.float", "thing.method", "mlp.fc1", "nope.x"],
+    attrs=["clf.coef_", "plt.scatter", "df.age", "np.float", "thing.method", "nope.x", *torch_only("mlp.fc1")],
     keys=[["df", "age", "columns"], ["cfg", "lr", "key"], ["lst", 9, "key"]],
     modules=["numpy", "no_such_module_xyz", "wsgiref.simple_server"],
     paths=["data/train.csv", "nope.csv"],
@@ -56,10 +58,10 @@ def test_no_user_code_runs(probe, watcher):
     res = probe.run(
         ProbeRequest(
             time_budget_ms=NO_TIME_CAP,
-            names=["trap", "trap_ga", "trap_dict", "trap_list", "trap_obj_arr", "trap_df", "trap_loader",
-                   "trap_model", "TrapClass"],  # fmt: skip
-            attrs=["trap.prop", "trap.missing", "trap_ga.x", "trap_dict.a", "trap_model.lin", "trap_model.nope",
-                   "TrapClass.zz", "trap_list.append"],  # fmt: skip
+            names=["trap", "trap_ga", "trap_dict", "trap_list", "trap_obj_arr", "trap_df", "TrapClass",
+                   *torch_only("trap_loader", "trap_model")],  # fmt: skip
+            attrs=["trap.prop", "trap.missing", "trap_ga.x", "trap_dict.a", "TrapClass.zz", "trap_list.append",
+                   *torch_only("trap_model.lin", "trap_model.nope")],  # fmt: skip
             keys=[["trap_dict", "a", "key"], ["trap", "a", "key"], ["trap_list", 1, "key"]],
         )
     )
@@ -70,12 +72,13 @@ def test_no_user_code_runs(probe, watcher):
     assert f["trap_dict"].keys == ["a"] and f["trap_dict"].length == 1
     assert f["trap_obj_arr"].num_unique is None and f["trap_obj_arr"].n_nan == 0
     assert f["trap_df"].columns[0].n_nan == 0
-    assert f["trap_loader"].dataloader.batch_size == 2 and f["trap_loader"].dataloader.num_examples is None
-    assert f["trap_model"].torch_module.layers[0].type == "Linear"
+    if HAS_TORCH:
+        assert f["trap_loader"].dataloader.batch_size == 2 and f["trap_loader"].dataloader.num_examples is None
+        assert f["trap_model"].torch_module.layers[0].type == "Linear"
     a = {c.expr: c.present for c in res.attrs}
     assert a == {
-        "trap.prop": True, "trap.missing": None, "trap_ga.x": None, "trap_dict.a": False, "trap_model.lin": True,
-        "trap_model.nope": False, "TrapClass.zz": None, "trap_list.append": True,
+        "trap.prop": True, "trap.missing": None, "trap_ga.x": None, "trap_dict.a": False, "TrapClass.zz": None,
+        "trap_list.append": True, **({"trap_model.lin": True, "trap_model.nope": False} if HAS_TORCH else {}),
     }  # fmt: skip
     k = {c.expr: c.present for c in res.keys}
     assert k == {"trap_dict": None, "trap": None, "trap_list": True}

@@ -16,17 +16,12 @@
   (analysis, probe_result) for tests that want to look at the facts.
 - `run_target(kernel, target)`: runs the target for real (after a predict_source) and returns the CellRun,
   so a test can check that the prediction matches what actually happens.
-- `kernel_library(dist)`: (major, minor) of a distribution installed where the kernel runs (the kernel is this
-  interpreter: start_kernel's default), for the few expectations that differ between library releases (the
-  libraries' own behaviour, e.g. seaborn 0.13's new wording; each such test says which release does what).
 
 Files a setup refers to live in `kernel_cwd` (a pytest tmp dir); write them there.
 Keep each test's setup small: the kernel is shared and every test pays for its own setup.
 """
 
 from __future__ import annotations
-
-from importlib.metadata import version
 
 import msgspec
 import pytest
@@ -36,7 +31,6 @@ from crane.kernel.manager import OwnedKernel, start_kernel
 from crane.predict import predict
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest, ProbeResult
-from crane.rulekit.python_versions import parse_version
 
 from ..kernel_reset import CLEAR_USER_NAMESPACE
 from ..probe.no_time_cap import NO_TIME_CAP
@@ -86,9 +80,3 @@ def predict_source(kernel: OwnedKernel, setup_code: str, target: str, scope=None
 
 def run_target(kernel: OwnedKernel, target: str):
     return kernel.connection.run_cell(target, timeout=120)
-
-
-def kernel_library(dist: str) -> tuple[int, int]:
-    found = parse_version(version(dist))
-    assert found is not None, f"{dist}: no (major, minor) in {version(dist)!r}"
-    return found

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from .conftest import kernel_library, predict_source, run_target
+from ..library_versions import kernel_library
+from .conftest import predict_source, run_target
 
 SETUP = """
 import functools, dataclasses

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import kernel_library
+from ..library_versions import kernel_library
 from .test_lib_sklearn import check
 
 BASE = """

@@ -7,7 +7,8 @@ import pytest
 
 from crane.analysis.scope import NotebookScope
 
-from .conftest import kernel_library, predict_source, run_target
+from ..library_versions import kernel_library
+from .conftest import predict_source, run_target
 
 SETUP = """
 import numpy as np, pandas as pd

@@ -5,7 +5,7 @@ name an index level instead of a column, whatever the index type."""
 
 from __future__ import annotations
 
-from .conftest import kernel_library
+from ..library_versions import kernel_library
 from .test_lib_sklearn import check
 
 BASE = """
