@@ -3,7 +3,9 @@
   PYTHON_KERNELS carry `[py3.X` in their ids), with the reason of any version skipped;
 - a test that failed only because a library the bench extra leaves out on this Python is not installed (torch on
   3.12+: pyproject.toml) is reported skipped, saying so. Only when the library really cannot be found here (the
-  tests' kernels run this interpreter) and the failure names it as missing.
+  tests' kernels run this interpreter), the failure names it as missing, and CRANE's own code in this process did
+  not raise it (the daemon never needs torch: that is a bug, reported failed). Tests that know they need torch say
+  so with tests/library_versions.needs_torch; this catches the rest (bench notebooks that import it).
 """
 
 from __future__ import annotations
@@ -11,11 +13,20 @@ from __future__ import annotations
 import importlib.util
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 NOT_IN_THE_BENCH_EXTRA_FROM_3_12 = ("torch",)
 _MISSING = re.compile(r"No module named '([A-Za-z0-9_]+)")
+_CRANE = Path(__file__).resolve().parent.parent / "server" / "crane"
+
+
+def _raised_by_crane(excinfo) -> bool:
+    """The import failed in CRANE's own code, in this process (not in a kernel or a worker, whose errors reach the
+    tests as text)."""
+    return excinfo.errisinstance(ImportError) and any(
+        Path(str(entry.path)).resolve().is_relative_to(_CRANE) for entry in excinfo.traceback)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -25,7 +36,8 @@ def pytest_runtest_makereport(item, call):
     if not report.failed or call.excinfo is None:
         return
     found = _MISSING.search(str(call.excinfo.value))
-    if found and found.group(1) in NOT_IN_THE_BENCH_EXTRA_FROM_3_12 and importlib.util.find_spec(found.group(1)) is None:
+    if (found and found.group(1) in NOT_IN_THE_BENCH_EXTRA_FROM_3_12 and importlib.util.find_spec(found.group(1)) is None
+            and not _raised_by_crane(call.excinfo)):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0,
                            f"Skipped: {found.group(1)} is not installed for this Python (pyproject.toml's bench extra "

@@ -4,7 +4,6 @@ that watches iopub like another frontend would."""
 
 from __future__ import annotations
 
-import importlib.util
 import queue
 import textwrap
 from pathlib import Path
@@ -14,12 +13,11 @@ import pytest
 from crane.kernel.manager import start_kernel
 from crane.probe.collect import ProbeClient
 
+from ..library_versions import HAS_TORCH
+
 # The kernels run this interpreter (start_kernel's default): torch is there unless the bench extra leaves it out
 # (Python 3.12+, pyproject.toml). Its values (TORCH_SETUP) are made only where it is; every other value and trap
-# is made everywhere, so only the tests of torch's values skip without it.
-HAS_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed for this Python (pyproject.toml's "
-                                 "bench extra has none from 3.12)")
+# is made everywhere, so only the tests of torch's values skip without it (needs_torch).
 
 SETUP = textwrap.dedent(
     """

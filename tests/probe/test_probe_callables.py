@@ -12,8 +12,7 @@ import pytest
 from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest
 
-from ..library_versions import kernel_library
-from .conftest import HAS_TORCH, needs_torch
+from ..library_versions import HAS_TORCH, kernel_library, needs_torch
 from .no_time_cap import NO_TIME_CAP
 
 SETUP = textwrap.dedent(

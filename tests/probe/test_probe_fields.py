@@ -8,7 +8,8 @@ import pytest
 
 from crane.probe.facts import ProbeRequest
 
-from .conftest import HAS_TORCH, needs_torch, torch_only
+from ..library_versions import HAS_TORCH, needs_torch
+from .conftest import torch_only
 from .no_time_cap import NO_TIME_CAP
 
 

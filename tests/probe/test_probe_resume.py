@@ -18,7 +18,8 @@ from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest, ProbeResult
 from crane.probe.kernel.scan import CHUNK
 
-from .conftest import HAS_TORCH, own_kernel, torch_only
+from ..library_versions import HAS_TORCH
+from .conftest import own_kernel, torch_only
 
 ROWS = 300_000  # five chunks of a numeric column (more of an object column or of a block of columns)
 SETUP = f"""

@@ -9,7 +9,8 @@ import pytest
 from crane.probe.collect import MODULE_NAME, ProbeClient, ProbeError, probe_version
 from crane.probe.facts import ProbeRequest
 
-from .conftest import HAS_TORCH, torch_only
+from ..library_versions import HAS_TORCH
+from .conftest import torch_only
 from .no_time_cap import NO_TIME_CAP
 
 STATE = (

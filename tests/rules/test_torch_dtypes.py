@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from ..library_versions import needs_torch
 from .test_lib_sklearn import check
+
+pytestmark = needs_torch
 
 TORCH = """
 import numpy as np
