@@ -81,7 +81,7 @@ def runtime_dirs(env: dict) -> list[str]:
     return [os.path.realpath(os.path.expanduser(p)) for p in dict.fromkeys(out) if os.path.isabs(os.path.expanduser(p))]
 
 
-def _threads() -> int:
+def _own_thread_count() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
     except OSError:
@@ -95,7 +95,7 @@ def confine_worker(writable: list[str], hidden: list[str]) -> dict[str, Any]:
     why = linux_layer_available()
     if why:
         raise OSError(why)
-    threads = _threads()
+    threads = _own_thread_count()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         e = ctypes.get_errno()
