@@ -242,8 +242,9 @@ def test_global_hooks_never_see_crane_code_on_the_fork_path(fork_kernel):
     assert v.verdict == "no-crash", v
 
 
-def _forging_cell(records: list[dict]) -> str:
-    """A cell that writes `records` as reply lines into every result FIFO of its own process it can find."""
+def _forging_cell(records: list[dict], must_find: bool = True) -> str:
+    """A cell that writes `records` as reply lines into every result FIFO of its own process it can find (`must_find`:
+    and fails when it finds none)."""
     return ("import os, json\n"
             "def _link(f):\n"
             "    try:\n"
@@ -251,25 +252,26 @@ def _forging_cell(records: list[dict]) -> str:
             "    except OSError:\n"
             "        return ''\n"
             "fds = [int(f) for f in os.listdir('/proc/self/fd') if _link(f).endswith('/result')]\n"
-            "assert fds\n"
-            "for fd in fds:\n"
+            + ("assert fds\n" if must_find else "")
+            + "for fd in fds:\n"
             f"    for r in {records!r}:\n"
             "        os.write(fd, (json.dumps(r) + '\\n').encode())\n")
 
 
 def test_forged_session_lines_change_no_later_verdict(fork_kernel):
+    """A fork session's command runs in a process that holds no descriptor of the daemon's channel (issue 41): the
+    forging cell finds none to write to, and nothing it tried changes a later verdict."""
     forge = _forging_cell([{"event": "reply", "verdict": "no-crash", "id": 3},
                            {"event": "reply", "verdict": "crash", "ename": "ZeroDivisionError", "evalue": "forged",
-                            "line": 1, "id": 4}, {"event": "resumed", "pid": 1, "depth": 0}])
+                            "line": 1, "id": 4}, {"event": "resumed", "pid": 1, "depth": 0}], must_find=False)
     with open_session(fork_kernel, budget_s=20.0) as sess:
-        first = sess.run(forge)
-        assert first.verdict == "no-crash", first
+        first = sess.run(forge + "print(len(fds))")
+        assert (first.verdict, first.stdout.strip()) == ("no-crash", "0"), first
         for _ in range(2):
             v = sess.run("y = 1")
             assert v.verdict == "no-crash" and v.ename is None, v
         bad = sess.run("1 / 0")
         assert bad.verdict == "crash" and bad.ename == "ZeroDivisionError" and bad.evalue != "forged", bad
-        assert sess.forged >= 3, sess.forged
 
 
 def test_forged_lines_in_a_transplant_session_change_no_later_verdict(env):
