@@ -40,6 +40,7 @@ from crane.sandbox.kernel.request import check_request  # kernel: strip
 from crane.sandbox.kernel.run import _record_out, run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
+from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
     apply_limits,
@@ -48,6 +49,7 @@ from crane.sandbox.worker.portable import (  # kernel: strip
     prepare_portable,
     run_portable,
 )
+from crane.sandbox.worker.reaper import end_descendants, hold_descendants  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": [], "settings_missed": []}
 
@@ -517,6 +519,12 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
         audit["bypass"] = False
 
 
+def _guard_arrow(run: Any) -> list[str]:
+    def refuse(what: str, path: Any) -> None:
+        run.refuse(what, "call guard", path)
+    return guard_arrow(run.folder.inside, run._prepare_write, refuse, run.ctx.scratch)
+
+
 def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     args = check_request(dict(spec["args"]))
     d = args["dir"]
@@ -529,6 +537,8 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
     if args.get("confinement") in ("portable", "guard"):
         ctx, portable = prepare_portable(args, shell, lines.out)  # the record goes up the worker's stdout pipe
+        ctx.confinement["descendants"] = hold_descendants()  # no process of the run outlives it (worker/reaper.py)
+        ctx.confinement["arrow"] = _guard_arrow(portable)  # pyarrow's native writers vetted (worker/arrow.py)
     else:  # -- end portable
         lines.close()
         why = _unconfinable(sys.platform)
@@ -586,6 +596,8 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     fence, end = _fence, _real_exit()  # bound before the cell runs (kernel/common: no record once it rebinds them)
     before = fence()
     rec = run_portable(portable, args["source"]) if portable is not None else run_source(ctx, args["source"])
+    if portable is not None:
+        end_descendants()  # (before the record: no process of the run is left when the verdict arrives)
     if any(k in before and before[k] != v for k, v in fence().items()):
         end(_TAMPERED)
     if timer:

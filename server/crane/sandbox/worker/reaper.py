@@ -1,0 +1,145 @@
+"""Portable sandbox, worker side (Linux): no process a run started outlives the run, whatever the cell did to
+Python's view of it.
+
+A fork child of the cell (multiprocessing's fork start, the one kind of process the portable run allows) can
+leave every registry Python keeps: call `os.setsid` (out of the worker's process group and session, which the
+daemon kills), drop out of `multiprocessing.process._children`, replace `os.getppid`/`os._exit` (what a Python
+watcher thread would use). So the worker holds its descendants through the Linux kernel instead:
+- `hold_descendants()` (before the cell runs): the worker becomes a **child subreaper**
+  (`prctl(PR_SET_CHILD_SUBREAPER)`): a descendant whose parent ends is re-parented to the worker, never to init,
+  so every process the run started is the worker's child or below one while the worker lives (the daemon's
+  `children(recursive=True)` kill sees them all); and every fork child, in C at fork time, gets a **parent-death
+  signal** (`prctl(PR_SET_PDEATHSIG, SIGKILL)`): it is killed by the Linux kernel when the thread that forked it
+  ends, so however the worker ends (its record written, a refusal, the cell's own `os._exit`, a signal, the
+  daemon's kill), its children end with it, and theirs with them. `setsid`, registries and rebound names change
+  neither (only native code in the child could clear its own parent-death signal: `ctypes` is refused by the guard,
+  and under Landlock the child still writes nothing outside and signals nothing outside the run);
+- `end_descendants()` (after the cell, before the record is written): every child the Linux kernel lists for this
+  process (`/proc/self/task/*/children`, re-parented orphans included) is killed and reaped, again until none is
+  left, with the platform's C functions bound when this module was built (before any cell ran).
+Elsewhere (macOS, Windows) both do nothing: the job object (Windows) and the daemon's kill of the worker's tree
+are what ends a run's processes there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_posix = sys.modules.get("posix")
+# bound now, when the worker's module is built: a cell that rebinds `os.kill`, `os.getppid`, ... changes nothing
+_KILL = getattr(_posix, "kill", None)
+_WAITPID = getattr(_posix, "waitpid", None)
+_OPEN = getattr(_posix, "open", None)
+_READ = getattr(_posix, "read", None)
+_CLOSE = getattr(_posix, "close", None)
+_LISTDIR = getattr(_posix, "listdir", None)
+_GETPID = getattr(_posix, "getpid", None)
+_GETPPID = getattr(_posix, "getppid", None)
+_EXIT = getattr(_posix, "_exit", None)
+_MONOTONIC, _SLEEP = time.monotonic, time.sleep
+_SIGKILL, _WNOHANG, _O_RDONLY = int(signal.SIGKILL), os.WNOHANG, os.O_RDONLY
+_HELD: dict = {}  # what hold_descendants set up (once per process)
+
+
+def _linux() -> bool:
+    return sys.platform.startswith("linux") and None not in (_KILL, _WAITPID, _OPEN, _READ, _LISTDIR, _GETPID)
+
+
+def hold_descendants() -> dict[str, Any]:
+    """Make this process a child subreaper and give each of its (and its descendants') fork children a
+    parent-death SIGKILL (module docstring). Returns what it did (`ran`, or `why` not)."""
+    if _HELD:
+        return dict(_HELD)
+    if not _linux():
+        return {"ran": False, "why": f"{sys.platform}: no child subreaper"}
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+        if prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            e = ctypes.get_errno()
+            return {"ran": False, "why": f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(e)}"}
+    except (OSError, AttributeError) as exc:
+        return {"ran": False, "why": f"{type(exc).__name__}: {exc}"}
+    forker = [0]
+    getpid: Any = _GETPID
+    getppid: Any = _GETPPID
+    exit_: Any = _EXIT
+
+    def before() -> None:
+        forker[0] = getpid()
+
+    def in_child() -> None:
+        # killed when the forking thread ends; ended now if that happened before the signal was set
+        if prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0) != 0 or getppid() != forker[0]:
+            exit_(70)
+
+    os.register_at_fork(before=before, after_in_child=in_child)
+    _HELD.update(ran=True, subreaper=True, parent_death_signal="SIGKILL")
+    return dict(_HELD)
+
+
+def _children() -> list[int]:
+    """This process's children as the Linux kernel lists them (every thread's; re-parented orphans included)."""
+    assert _LISTDIR is not None and _OPEN is not None and _READ is not None and _CLOSE is not None
+    assert _GETPID is not None
+    me = _GETPID()
+    out: list[int] = []
+    try:
+        tids = _LISTDIR(f"/proc/{me}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            fd = _OPEN(f"/proc/{me}/task/{tid}/children", _O_RDONLY)
+        except OSError:
+            continue
+        try:
+            data = b""
+            while True:
+                chunk = _READ(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            data = b""
+        finally:
+            _CLOSE(fd)
+        out.extend(int(p) for p in data.split() if p.isdigit())
+    return out
+
+
+def end_descendants(timeout_s: float = 5.0) -> int:
+    """Kill and reap every child of this process (orphaned descendants re-parented here included), again until the
+    Linux kernel lists none (a child's own children are re-parented here as it dies). Returns how many ended."""
+    if not _HELD.get("ran") or not _linux():
+        return 0
+    assert _KILL is not None and _WAITPID is not None
+    ended = 0
+    deadline = _MONOTONIC() + timeout_s
+    while _MONOTONIC() < deadline:
+        kids = _children()
+        if not kids:
+            break
+        for pid in kids:
+            try:
+                _KILL(pid, _SIGKILL)
+            except OSError:
+                pass
+        for pid in kids:
+            while _MONOTONIC() < deadline:
+                try:
+                    done, _status = _WAITPID(pid, _WNOHANG)
+                except ChildProcessError:
+                    break
+                if done:
+                    ended += 1
+                    break
+                _SLEEP(0.002)
+    return ended
