@@ -288,6 +288,16 @@ P4 = {
     "inspect.stack": "import inspect\nfor fi in inspect.stack():\n    c = fi.frame.f_locals.get('ctx')\n"
                      "    if c is not None and hasattr(c, 'audit_state'):\n        c.audit_state['own'] = True\n"
                      "os.system('touch @OUTSIDE@/fw2.txt')",
+    "a traceback's frame": "import sys\ntry:\n    1/0\nexcept ZeroDivisionError:\n    tb = sys.exc_info()[2]\n"
+                           "f = getattr(tb, 'tb_' + 'frame')\nwhile f is not None:\n    f = f.f_back\n"
+                           "os.system('touch @OUTSIDE@/fw3.txt')",
+    "an exception's __traceback__": "import operator\ntry:\n    1/0\nexcept ZeroDivisionError as e:\n"
+                                    "    f = operator.attrgetter('tb_frame')(e.__traceback__)\n"
+                                    "os.system('touch @OUTSIDE@/fw4.txt')",
+    "a generator's frame": "def g():\n    yield 1\nf = next(map(getattr, [g()], ['gi_frame']))\n"
+                           "os.system('touch @OUTSIDE@/fw5.txt')",
+    "every thread's frame": "import sys\nf = list(sys._current_frames().values())[0]\n"
+                            "os.system('touch @OUTSIDE@/fw6.txt')",
 }
 
 
@@ -295,7 +305,44 @@ P4 = {
 @pytest.mark.parametrize("attack", list(P4))
 def test_p4_crane_state_is_not_walked_to_from_the_cell(k5, attack, sandbox):
     v = run5(k5, P4[attack], sandbox)
-    assert v.verdict == "blocked" and v.refusal is not None and v.refusal.layer == "call guard", v
+    assert v.verdict == "blocked" and v.refusal is not None and v.refusal.layer in ("call guard", "audit hook"), v
+    assert "frame" in v.refusal.call or "inspect" in v.refusal.call, v.refusal  # the walk's first step, not later
+    assert not [p for p in k5["outside"].iterdir() if p.name != "target.txt"], v
+
+
+# P4 on Linux: the Python layers switched off through a way to CRANE's frames they do not see
+# (`traceback.walk_stack`: library code calling sys._getframe, docs/sandbox.md): Landlock still holds the worker
+WALL = """
+import traceback
+off = 0
+for f, _ in traceback.walk_stack(None):
+    for v in list(f.f_locals.values()):
+        st = getattr(getattr(v, 'ctx', None), 'audit_state', None)
+        if isinstance(st, dict):
+            st['own'] = st['bypass'] = True
+            off += 1
+        if hasattr(getattr(v, 'guard', None), 'uninstall'):
+            v.guard.uninstall()
+            off += 1
+print('off', off)
+for what, fn in [('write', lambda: open('@OUTSIDE@/wall.txt', 'w').write('x')),
+                 ('remove', lambda: os.remove('@OUTSIDE@/target.txt')),
+                 ('program', lambda: os.execv('/bin/sh', ['sh', '-c', 'touch @OUTSIDE@/wall2.txt'])),
+                 ('signal', lambda: os.kill(kpid, 0))]:
+    try:
+        fn()
+        print(what, 'ran')
+    except OSError as e:
+        print(what, 'refused')
+"""
+
+
+@pytest.mark.skipif(not LANDLOCK, reason="Linux's Landlock layer")
+def test_p4_with_the_python_layers_off_the_os_layer_still_holds(k5):
+    v = run5(k5, WALL, PORTABLE)
+    lines = v.stdout.split("\n")
+    assert lines[0] != "off 0", v  # the walk reached CRANE's state and switched the Python layers off
+    assert lines[1:5] == ["write refused", "remove refused", "program refused", "signal refused"], v.stdout
     assert not [p for p in k5["outside"].iterdir() if p.name != "target.txt"], v
 
 

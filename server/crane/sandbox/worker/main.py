@@ -42,6 +42,7 @@ from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: 
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
+from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
     apply_limits,
     guarded,
@@ -525,6 +526,14 @@ def _guard_arrow(run: Any) -> list[str]:
     return guard_arrow(run.folder.inside, run._prepare_write, refuse, run.ctx.scratch)
 
 
+def _refuse_frame_reads(run: Any) -> None:
+    guard = run.guard
+
+    def refuse(what: str) -> None:
+        run.refuse(what, "call guard")
+    refuse_frame_reads(lambda: guard.active, guard.is_user, refuse)
+
+
 def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     args = check_request(dict(spec["args"]))
     d = args["dir"]
@@ -539,6 +548,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         ctx, portable = prepare_portable(args, shell, lines.out)  # the record goes up the worker's stdout pipe
         ctx.confinement["descendants"] = hold_descendants()  # no process of the run outlives it (worker/reaper.py)
         ctx.confinement["arrow"] = _guard_arrow(portable)  # pyarrow's native writers vetted (worker/arrow.py)
+        _refuse_frame_reads(portable)  # tracebacks' and generators' frames from user code (worker/frames.py)
     else:  # -- end portable
         lines.close()
         why = _unconfinable(sys.platform)
