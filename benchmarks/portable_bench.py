@@ -4,13 +4,18 @@ same run, on the same kernel.
 
 Two kernels of --python (default: the today environment, build/kernel-today): a pandas/scikit-learn one (a
 fitted model and a small frame: the OS sandbox forks it) and a TensorFlow/Keras one (a small model: the OS sandbox
-runs a transplant worker confined by namespaces, Landlock and seccomp). On each, --runs verdicts of a small cell
-under each confinement, alternating `os` and `portable` (so both meet the same load); each run waits first until
-the kernel's idle worker has done its imports (a second verdict some seconds after the first finds it warm); the
-first verdict of each confinement (cold) is not counted. Reports medians: wall time of the verdict, the cell's own
-time, the overhead. Target (issue 34): a warm portable verdict within 1 s for a small state.
+runs a transplant worker confined by namespaces, Landlock and seccomp). On each, --runs verdicts of each cell
+under each confinement (`--sandbox`: default `os` (the fork path on the pandas kernel), `portable` (Landlock under
+the Python layers) and `guard` (the Python layers alone)), round-robin (so all meet the same load); each run waits
+first until the kernel's idle worker has done its imports (a second verdict some seconds after the first finds it
+warm); the first verdict of each confinement (cold) is not counted. The cells: `verdict` (a small cell on the
+kernel's state: the warm verdict's wall time), and on the pandas kernel the cell's own time (`elapsed_ms`, measured
+inside the run) of `calls` (a loop of 1e6 Python calls), `groupby` (a pandas groupby of 200k rows) and `fit` (a
+scikit-learn fit). Reports medians, and each confinement's ratio to `os`. Targets (issue 45): a warm portable verdict
+<= 2x the fork path's; a cell's own time under `portable` <= 1.5x its time on the fork path.
 
 Usage: .venv/bin/python benchmarks/portable_bench.py [--runs 5] [--python build/kernel-today/bin/python]
+       [--sandbox os portable guard] [--only pandas/scikit-learn]
 """
 
 from __future__ import annotations
@@ -24,21 +29,26 @@ from pathlib import Path
 
 from crane.kernel.manager import start_kernel
 from crane.sandbox import speculate
-from crane.sandbox.options import SandboxOptions
+from crane.sandbox.options import Confinement, SandboxOptions
 from crane.sandbox.transplant import POOL
 
 KERNELS = {
     "pandas/scikit-learn": (
         "import numpy as np, pandas as pd\nfrom sklearn.linear_model import LogisticRegression\n"
         "rng = np.random.default_rng(0)\ndf = pd.DataFrame(rng.random((500, 4)), columns=list('abcd'))\n"
-        "y = (df.a > 0.5).astype(int)\nclf = LogisticRegression().fit(df, y)\n",
-        "p = clf.predict_proba(df[['a', 'b', 'c', 'd']])[:, 1]\ns = df.assign(p=p).groupby(y).p.mean()\ns",
+        "y = (df.a > 0.5).astype(int)\nclf = LogisticRegression().fit(df, y)\n"
+        "big = pd.DataFrame({'k': rng.integers(0, 1000, 200_000), 'v': rng.random(200_000)})\n"
+        "X = rng.random((4000, 20))\nyy = (X[:, 0] + X[:, 1] > 1).astype(int)\n",
+        {"verdict": "p = clf.predict_proba(df[['a', 'b', 'c', 'd']])[:, 1]\ns = df.assign(p=p).groupby(y).p.mean()\ns",
+         "calls": "def _f(x):\n    return x + 1\nn = 0\nfor _i in range(1_000_000):\n    n = _f(n)\nn",
+         "groupby": "g = big.groupby('k').v.agg(['mean', 'std', 'count'])\ng.shape",
+         "fit": "m = LogisticRegression(max_iter=300).fit(X, yy)\nm.score(X, yy)"},
     ),
     "TensorFlow/Keras": (
         "import numpy as np, tensorflow as tf, keras\nX = np.random.rand(256, 8).astype('float32')\n"
         "model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation='relu'), "
         "keras.layers.Dense(1)])\nmodel.compile(optimizer='adam', loss='mse')\n",
-        "y = model(X[:4])\ny.shape",
+        {"verdict": "y = model(X[:4])\ny.shape"},
     ),
 }
 
@@ -47,7 +57,7 @@ def _median(xs: list[float]) -> float:
     return round(statistics.median(xs), 1) if xs else float("nan")
 
 
-def bench(python: str | None, name: str, setup: str, cell: str, runs: int) -> dict:
+def bench(python: str | None, setup: str, cells: dict[str, str], runs: int, confs: list[Confinement]) -> dict:
     work = Path(tempfile.mkdtemp(prefix="crane-pbench-"))
     kernel = start_kernel(work, python=python)
     try:
@@ -56,20 +66,38 @@ def bench(python: str | None, name: str, setup: str, cell: str, runs: int) -> di
         exe = kernel.connection.evaluate("__import__('sys').executable")
         out: dict = {}
         for i in range(runs + 1):
-            for conf in ("os", "portable"):
-                POOL.wait_ready(exe, 120.0)
-                t0 = time.monotonic()
-                v = speculate(kernel.connection, cell, 60.0, sandbox=SandboxOptions(confinement=conf))
-                wall = (time.monotonic() - t0) * 1000.0
-                rec = out.setdefault(conf, {"mode": v.mode, "verdicts": [], "wall": [], "cell": [], "overhead": []})
-                rec["verdicts"].append(v.verdict)
-                if i > 0:
-                    rec["wall"].append(wall)
-                    rec["cell"].append(v.elapsed_ms)
-                    rec["overhead"].append(v.overhead_ms)
-        return {conf: {"mode": rec["mode"], "verdicts": rec["verdicts"], "wall_ms": _median(rec["wall"]),
-                       "cell_ms": _median(rec["cell"]), "overhead_ms": _median(rec["overhead"])}
-                for conf, rec in out.items()}
+            for cname, cell in cells.items():
+                for conf in confs:
+                    POOL.wait_ready(exe, 120.0)
+                    t0 = time.monotonic()
+                    v = speculate(kernel.connection, cell, 120.0, sandbox=SandboxOptions(confinement=conf))
+                    wall = (time.monotonic() - t0) * 1000.0
+                    rec = out.setdefault(conf, {}).setdefault(cname, {
+                        "mode": v.mode, "layers": list(v.transplant.layers) if v.transplant else [], "verdicts": [],
+                        "wall": [], "cell": [], "overhead": [], "export": [], "warm": []})
+                    rec["verdicts"].append(v.verdict)
+                    if i > 0:
+                        rec["wall"].append(wall)
+                        rec["cell"].append(v.elapsed_ms)
+                        rec["overhead"].append(v.overhead_ms)
+                        if v.transplant is not None:  # the copy path: the export's share, and a warm worker?
+                            rec["export"].append(v.transplant.export_ms)
+                            rec["warm"].append(bool(v.transplant.warm))
+        report: dict = {}
+        for conf, by_cell in out.items():
+            for cname, rec in by_cell.items():
+                row = {"mode": rec["mode"], "layers": rec["layers"], "verdicts": rec["verdicts"],
+                       "wall_ms": _median(rec["wall"]), "cell_ms": _median(rec["cell"]),
+                       "overhead_ms": _median(rec["overhead"])}
+                if rec["export"]:
+                    row.update(export_ms=_median(rec["export"]), warm_workers=sum(rec["warm"]))
+                base = out.get("os", {}).get(cname)
+                if base is not None and conf != "os":
+                    key = "wall_ms" if cname == "verdict" else "cell_ms"
+                    b = _median(base["wall"] if cname == "verdict" else base["cell"])
+                    row["x_os"] = round(row[key] / b, 2) if b else float("nan")
+                report.setdefault(conf, {})[cname] = row
+        return report
     finally:
         kernel.shutdown()
 
@@ -79,12 +107,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="warm verdicts per confinement and kernel")
     ap.add_argument("--python", default=str(Path(__file__).resolve().parent.parent / "build/kernel-today/bin/python"))
     ap.add_argument("--only", choices=list(KERNELS), help="one kernel only")
+    ap.add_argument("--sandbox", nargs="+", default=["os", "portable", "guard"],
+                    choices=["os", "portable", "guard"], help="the confinements measured side by side")
+    ap.add_argument("--cells", nargs="+", help="only these cells (verdict, calls, groupby, fit)")
     args = ap.parse_args()
     report = {}
-    for name, (setup, cell) in KERNELS.items():
+    for name, (setup, cells) in KERNELS.items():
         if args.only and name != args.only:
             continue
-        report[name] = bench(args.python, name, setup, cell, args.runs)
+        chosen = {k: v for k, v in cells.items() if not args.cells or k in args.cells}
+        report[name] = bench(args.python, setup, chosen, args.runs, args.sandbox)
         print(json.dumps({name: report[name]}), flush=True)
     POOL.shutdown()
 

@@ -288,8 +288,12 @@ class CallGuard:
 
     def __init__(self, on_refuse: Callable[[str], object], inside: Callable[[Any], bool] = lambda p: False,
                  prepare: Callable[[Any], object] = lambda p: None, table: dict | None = None,
-                 fork_children: bool = False, prepare_tree: Callable[[Any], object] | None = None) -> None:
+                 fork_children: bool = False, prepare_tree: Callable[[Any], object] | None = None,
+                 lean: bool = False) -> None:
         self.on_refuse = on_refuse
+        # an OS layer holds the worker (Landlock ran): no per-call hook where `sys.monitoring` is missing (the
+        # table's functions and the refused C functions are replaced instead; see "The lean guard" below)
+        self.lean = lean and getattr(sys, "monitoring", None) is None
         # a run that ends its process tree with it: multiprocessing's fork children of this process are allowed
         # (they inherit the guard and the audit hook; `forks_a_child`)
         self.fork_children = fork_children
@@ -308,6 +312,10 @@ class CallGuard:
         self.nmods = 0  # len(sys.modules) when the table was last resolved: a change means an import
         self.active = False
         self.tool: int | None = None
+        self.unarmed: list = []  # (function, entry) of the table not yet given a trampoline (lean)
+        self.originals: dict = {}  # function -> its own code, where the lean guard gave it a trampoline
+        self.armed = False  # the lean guard's replacements are in place (they stay; `active` switches them)
+        self._busy = False  # the lean guard is reading frames (its own sys._getframe is not vetted)
         self._resolve_table()
 
     # -- the table ---------------------------------------------------------------------------------------
@@ -332,7 +340,12 @@ class CallGuard:
             entry = _Entry(f"{fam}: {label}", paths, scope, mode)
             for code in _codes_of(obj):
                 self.codes.setdefault(code, entry)
+            fn = _function_of(obj)
+            if fn is not None:
+                self.unarmed.append((fn, entry))
         self.dirty = hot
+        if self.armed and self.unarmed:
+            self._arm_functions()
 
     def refresh(self) -> None:
         """Resolve the rows of libraries imported since (called when the audit layer saw an import)."""
@@ -402,18 +415,20 @@ class CallGuard:
         entry = self.codes.get(code)
         if entry is None:
             return
-        if entry.scope == GUARD_USER:
-            back = frame.f_back
-            if back is None or not self.is_user(back.f_code):
-                return
+        back = frame.f_back
+        self._vet_entry(entry, frame.f_locals, back.f_code if back is not None else None)
+
+    def _vet_entry(self, entry: _Entry, loc: dict, caller: types.CodeType | None) -> None:
+        """A call of the table's function `entry` with arguments `loc` (by parameter name), from `caller`."""
+        if entry.scope == GUARD_USER and (caller is None or not self.is_user(caller)):
+            return
         if entry.paths is None:
             if entry.mode is not None:
                 self._refuse(entry.label)
-            if entry.label == _PROCESS_START and self.fork_children and forks_a_child(frame.f_locals.get("self")) \
+            if entry.label == _PROCESS_START and self.fork_children and forks_a_child(loc.get("self")) \
                     and os.getpid() == self.pid:
                 return
             self._refuse(entry.label)
-        loc = frame.f_locals
         if entry.mode is not None:
             arg, default, readonly = entry.mode
             mode = loc.get(arg, default)
@@ -455,6 +470,9 @@ class CallGuard:
         mon = getattr(sys, "monitoring", None)
         if mon is not None:
             return self._install_monitoring(mon)
+        if self.lean:
+            self.arm()
+            return LEAN_MECHANISM
         threading.setprofile(self._profile)
         sys.setprofile(self._profile)
         return "sys.setprofile"
@@ -469,6 +487,8 @@ class CallGuard:
             mon.free_tool_id(self.tool)
             self.tool = None
             return
+        if self.lean:
+            return  # the replacements stay, switched off by `active`
         sys.setprofile(None)
         threading.setprofile(None)
 
@@ -504,6 +524,202 @@ class CallGuard:
         mon.register_callback(self.tool, mon.events.PY_START, on_start)
         mon.set_events(self.tool, mon.events.CALL | mon.events.PY_START)
         return "sys.monitoring"
+
+
+    # -- the lean guard (an OS layer underneath, no sys.monitoring) ------------------------------------------------
+    # A profile hook makes every Python call of the run several times slower (a loop of 1e6 calls: ~6x with an empty
+    # hook, ~11x with the vetting; docs/benchmarks.md). Where Landlock holds the worker, writes outside the run's
+    # folders, programs and TCP are refused by the kernel whatever the cell does, so the guard keeps only what the OS
+    # layer leaves to it, with no per-call work:
+    # - the deny table's Python functions get a trampoline as their code (`_arm_functions`): the function object
+    #   stays the same (references taken before, `map(np.save, ...)`, bound methods, subclasses all reach it), and
+    #   each call is vetted by `_vet_entry` as the profile hook's `call` event would (writers redirected into the
+    #   run's private copies, refusals with their labels); libraries imported later are armed at the next audit event
+    #   after their import (before that, a writer's call meets the OS layer: `blocked`, never a write outside);
+    # - the C functions the guard refuses to user code (`_c_label`: `os`'s non-reads, `signal`, `fcntl`, `termios`,
+    #   `resource`, shared memory, `faulthandler`) are replaced in their modules and in the modules that re-export
+    #   them (`os`, `signal`) by wrappers that refuse them when the caller is user code (`map(os.setsid, ...)` too:
+    #   the caller is the cell's frame);
+    # - `sys._getframe` from user code (the walk to CRANE's frames, P4) is refused through its audit event;
+    # - what the audit hook refuses (sockets: UDP, path-named UNIX sockets; processes; signals; ctypes and gc walks
+    #   from user code; sqlite's authorizer) and `shield_unaudited` (setpriority/sched_* on other processes, ...)
+    #   stay as they are.
+    # Not vetted here (the OS layer and the audit hook hold them): builtins (`exec`, `eval`, `compile` run code that
+    # is itself user code under the same layers) and C functions user code took before the run (`from os import
+    # setsid` in the kernel: the same object, not the wrapper).
+    def _caller_is_user(self, depth: int) -> bool:
+        self._busy = True
+        try:
+            f: types.FrameType | None = sys._getframe(depth)  # 0: this function
+        except ValueError:
+            return False
+        finally:
+            self._busy = False
+        return f is not None and self.is_user(f.f_code)
+
+    def code_of(self, fn: types.FunctionType) -> types.CodeType:
+        """The code `fn` runs as its own (what it had before the lean guard gave it a trampoline)."""
+        return self.originals.get(fn) or fn.__code__
+
+    def arm(self) -> None:
+        """Put the lean guard's replacements in place (once; inert until `install`)."""
+        if self.armed:
+            return
+        self.armed = True
+        self._arm_functions()
+        self._arm_c_functions()
+        sys.addaudithook(self._lean_audit)
+
+    def _lean_audit(self, event: str, args: tuple) -> None:
+        if not self.active or self._busy:
+            return
+        if self.dirty or len(sys.modules) != self.nmods:
+            if event != "import":  # (the module is not run yet at its import event: armed at a later one)
+                self.refresh()
+        if event in ("sys._getframe", "sys._getframemodulename"):
+            self._busy = True
+            try:
+                f: types.FrameType | None = sys._getframe(1)  # 0: this hook, 1: who called sys._getframe
+            finally:
+                self._busy = False
+            entry = self.codes.get(f.f_code) if f is not None else None
+            if entry is not None and f is not None and entry.scope == GUARD_USER:  # inspect.currentframe, stack
+                back = f.f_back
+                self._vet_entry(entry, {}, back.f_code if back is not None else None)
+            elif f is not None and self.is_user(f.f_code):
+                self._refuse(f"sys: {event}")
+
+    def _arm_functions(self) -> None:
+        todo, self.unarmed = self.unarmed, []
+        for fn, entry in todo:
+            if getattr(fn, "__crane_armed__", False) or _reads_frames(fn.__code__):
+                continue  # (a trampoline would shift the frames it reads: vetted at its sys._getframe instead)
+            try:
+                _give_trampoline(fn, self._checked_call(fn, entry))
+            except (TypeError, ValueError, AttributeError):
+                continue  # a function whose code cannot be replaced: its calls meet the OS layer
+            fn.__crane_armed__ = True
+
+    def _checked_call(self, fn: Any, entry: _Entry) -> Callable:
+        self.originals[fn] = fn.__code__
+        orig = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        orig.__kwdefaults__ = fn.__kwdefaults__
+        orig.__qualname__ = fn.__qualname__
+        import inspect
+        sig = inspect.signature(orig)  # (a function it fails on is left as it is: ValueError, TypeError)
+        fn.__signature__ = sig  # what inspect says of the function stays its own (not the trampoline's)
+        guard = self
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if guard.active:
+                try:
+                    bound = sig.bind(*args, **kwargs)
+                    bound.apply_defaults()
+                except TypeError:
+                    return orig(*args, **kwargs)  # the call's own TypeError
+                loc = dict(bound.arguments)
+                caller = None
+                if entry.scope == GUARD_USER:
+                    guard._busy = True
+                    try:
+                        caller = sys._getframe(2).f_code  # 0: this, 1: the trampoline (the function), 2: its caller
+                    finally:
+                        guard._busy = False
+                guard._vet_entry(entry, loc, caller)
+            return orig(*args, **kwargs)
+        # its frame reads as the function's own in tracebacks and to `is_user` (a library's file)
+        call.__code__ = call.__code__.replace(co_filename=fn.__code__.co_filename, co_name=fn.__code__.co_name,
+                                              co_qualname=fn.__code__.co_qualname)
+        return call
+
+    def _arm_c_functions(self) -> None:
+        wrapped: dict[int, Callable] = {}
+        for modname in _LEAN_C_MODULES:
+            try:
+                mod = __import__(modname)
+            except ImportError:
+                continue
+            for name, fn in list(mod.__dict__.items()):
+                if not isinstance(fn, types.BuiltinFunctionType) or name.startswith("__"):
+                    continue
+                label = self._c_label(fn, mod) if name not in _LEAN_AUDITED else ""
+                if label:
+                    wrapped[id(fn)] = self._c_wrapper(fn, label)
+        for modname in _LEAN_C_MODULES + _LEAN_C_EXPORTS:
+            where = sys.modules.get(modname)
+            if where is None:
+                continue
+            for name, fn in list(where.__dict__.items()):
+                w = wrapped.get(id(fn))
+                if w is not None and isinstance(fn, types.BuiltinFunctionType):
+                    where.__dict__[name] = w
+
+    def _c_wrapper(self, orig: Any, label: str) -> Callable:
+        guard = self
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if guard.active and guard._caller_is_user(2):  # 0: _caller_is_user, 1: this, 2: the caller
+                guard._refuse(label)
+            return orig(*args, **kwargs)
+        call.__name__ = call.__qualname__ = getattr(orig, "__name__", "call")
+        call.__doc__ = getattr(orig, "__doc__", None)
+        call.__module__ = getattr(orig, "__module__", None) or ""
+        return call
+
+
+LEAN_MECHANISM = "lean (trampolines and audit events; OS layer underneath)"
+# modules whose C functions `_c_label` refuses to user code, replaced by the lean guard; where they are re-exported
+_LEAN_C_MODULES = ("posix", "nt", "_signal", "fcntl", "termios", "resource", "_posixshmem", "_multiprocessing",
+                   "faulthandler")
+_LEAN_C_EXPORTS = ("os", "signal")
+# left to the audit hook, which refuses them to everyone but the one fork it lets through (multiprocessing's
+# launcher for a start the guard vetted, found by the frames that called `os.fork`, which a wrapper would change)
+_LEAN_AUDITED = frozenset(("fork", "forkpty"))
+_MARK = "__crane_call__"
+
+
+def _function_of(obj: Any) -> types.FunctionType | None:
+    """The innermost Python function a table row names (the one whose code `_codes_of` gives)."""
+    found, seen = None, 0
+    while obj is not None and seen < 10:
+        seen += 1
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        if isinstance(obj, types.MethodType):
+            obj = obj.__func__
+        if isinstance(obj, types.FunctionType):
+            found = obj
+        obj = getattr(obj, "__wrapped__", None)
+    return found
+
+
+def _reads_frames(code: types.CodeType) -> bool:
+    """The function reads its caller's frame (`inspect.currentframe`, `sys._getframe`): it keeps its own code."""
+    return any(n in ("_getframe", "currentframe") for n in code.co_names)
+
+
+def _give_trampoline(fn: types.FunctionType, call: Callable) -> None:
+    """Make `fn` run `call(*args, **kwargs)`: its code becomes a trampoline of the same name, file and line (as
+    many free variables as its closure has cells, as CPython requires), with `call` as a constant."""
+    import warnings
+    n = len(fn.__code__.co_freevars)
+    cells = [f"_crane_c{i}" for i in range(n)]
+    src = "def _outer():\n"
+    if cells:
+        src += f"    {' = '.join(cells)} = None\n"
+    src += "    def _t(*args, **kwargs):\n"
+    if cells:
+        src += f"        {', '.join(cells)}\n"
+    src += f"        return {_MARK!r}(*args, **kwargs)\n    return _t\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outer = compile(src, fn.__code__.co_filename, "exec")
+    code = next(c for c in next(c for c in outer.co_consts if isinstance(c, types.CodeType)).co_consts
+                if isinstance(c, types.CodeType))
+    code = code.replace(co_consts=tuple(call if type(c) is str and c == _MARK else c for c in code.co_consts),
+                        co_name=fn.__code__.co_name, co_qualname=fn.__code__.co_qualname,
+                        co_firstlineno=fn.__code__.co_firstlineno)
+    fn.__code__ = code
 
 
 # -- C functions with no audit event, replaced in their modules ------------------------------------------------------

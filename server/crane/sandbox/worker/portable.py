@@ -17,7 +17,8 @@ session's commands come down its stdin pipe, crane.sandbox.pipes):
   signals to other processes, `ctypes` from user code, `gc` walks and trace/profile hooks from user code,
   `os.chdir` out of the run folder, resource limits: refused, wherever they come from (a library's internals,
   a C intermediary such as `map(os.remove, ...)` the guard does not see);
-- the **call guard** (worker/guard.py), installed by `run_portable` around the cell only;
+- the **call guard** (worker/guard.py), installed by `run_portable` around the cell only (lean where Landlock
+  holds the worker and `sys.monitoring` is missing: no per-call hook, see worker/guard.py);
 - joblib's tasks (scikit-learn's `n_jobs`) run in the worker's process (`_sequential_workers`), since processes
   are refused;
 - the **resource limits** (worker/limits.py, `apply_limits`): memory, CPU time and file size set just before the
@@ -501,7 +502,7 @@ def _install_portable_hook(run: Portable) -> None:
         what = _DENY_EVENTS.get(event)
         if event in _UNIX_IPC and guard.fork_children and _ipc_in(args, ctx.scratch):
             return  # multiprocessing's own channels between the run's processes (a listener in the run's scratch)
-        if event == "os.fork" and guard.fork_children and os.getpid() == mypid and _forked_by_multiprocessing():
+        if event == "os.fork" and guard.fork_children and os.getpid() == mypid and _forked_by_multiprocessing(guard):
             return  # the guard let a fork child of multiprocessing start (guard.forks_a_child): a copy of this one
         if what is not None:
             target = args[0] if args and event not in ("os.fork", "os.forkpty") else None
@@ -607,7 +608,7 @@ def _library_attr(module: str, cls: str, name: str) -> Any:
     return _CLASS_DICT.__get__(c, type).get(name)
 
 
-def _forked_by_multiprocessing() -> bool:
+def _forked_by_multiprocessing(guard: CallGuard) -> bool:
     """The `os.fork` being audited is made by multiprocessing's fork launcher (`popen_fork.Popen._launch`) for a
     `BaseProcess.start` the guard vetted (`guard.forks_a_child`), not by a direct call of the launcher."""
     codes = []
@@ -616,7 +617,7 @@ def _forked_by_multiprocessing() -> bool:
         f = _library_attr(mod, cls, fn)
         if type(f) is not types.FunctionType:
             return False
-        codes.append(f.__code__)
+        codes.append(guard.code_of(f))  # (its own code, where the lean guard gave it a trampoline)
     frame: types.FrameType | None = sys._getframe(2)  # 0: this function, 1: the audit hook, 2: who called os.fork
     if frame is None or frame.f_code is not codes[0]:
         return False
@@ -646,7 +647,7 @@ def _child_after_fork(guard: CallGuard, parent: int) -> None:
     """In a fork child: it goes on only under the guard (a fork from a thread the guard did not see ends at once)
     and only while the worker lives (a watcher ends it when its parent changes: the worker's end, however it
     ended)."""
-    if not guard.active or (getattr(sys, "monitoring", None) is None and sys.getprofile() is None):
+    if not guard.active or (getattr(sys, "monitoring", None) is None and not guard.lean and sys.getprofile() is None):
         os._exit(70)
 
     def watch() -> None:
@@ -734,8 +735,13 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked),
                        "sequential_joblib": _sequential_workers(), "os_layer": os_layer}
     ctx.confinement.update(os_layer.pop("record", None) or {})  # what the layer adds to the record (its ABI)
+    # Landlock holds the worker: the guard keeps only what the OS layer leaves to it, with no per-call hook where
+    # sys.monitoring is missing (worker/guard.py, "the lean guard"); `guard` runs and other platforms keep it whole
+    run.guard.lean = bool(os_layer.get("ran")) and getattr(sys, "monitoring", None) is None
     _install_portable_hook(run)
     ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: bool(ctx.audit_state.get("own")))
+    if run.guard.lean:
+        run.guard.arm()  # before the state is loaded and the fence is taken (its replacements are CRANE's own)
     ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
     return ctx, run
 
