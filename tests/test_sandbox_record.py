@@ -27,7 +27,7 @@ from crane.lsp.messages import DiagnosticData, SpeculativeResult, decode_params,
 from crane.lsp.notebook_map import CellSnapshot, NotebookSnapshot
 from crane.mcp.schemas import STDOUT_LIMIT, SandboxRun
 from crane.mcp.tools import encode_result
-from crane.sandbox.verdict import DisplayOutput, KeptObject, SandboxVerdict, TransplantInfo
+from crane.sandbox.verdict import DisplayOutput, Integrity, KeptObject, Refusal, SandboxVerdict, TransplantInfo
 
 
 class StrictVerdict(SandboxVerdict, forbid_unknown_fields=True):
@@ -47,6 +47,8 @@ RECORD = SandboxVerdict(
                               raw_bytes=1 << 26, layers=["call guard", "audit hook"],
                               export_watch="the kernel's shell queue"),
     unforkable=True, certain=False, transient=True,
+    integrity=Integrity(writer="session-head", channel_checked=True, fresh_state=True),
+    refusal=Refusal(layer="landlock", call="open('/etc/x', 'w')", path="/etc/x"),
 )
 
 

@@ -179,6 +179,8 @@ export interface SandboxVerdict {
   unforkable?: boolean;
   certain?: boolean;
   transient?: boolean;
+  integrity?: Integrity | null;
+  refusal?: Refusal | null;
 }
 
 /**
@@ -215,6 +217,35 @@ export interface TransplantInfo {
   shrunk?: string | null;
   rawBytes?: number;
   layers?: string[];
+}
+
+/**
+ * Which guarantees about who wrote a verdict held (docs/sandbox.md, "Who writes the verdict"), for the editor,
+ * the CLI and the MCP tools to show.
+ *
+ * writer: "session-head": a session command's reply, written by the session's head, a process in which no code of
+ * any command ran, from the outcome the command's own fresh process sent it (the cell never holds the daemon's
+ * channel); "cell-process": a one-shot run's record, written by the process that ran the cell (it holds the
+ * channel; what it could add there is what `channel_checked` catches). channel_checked: the channel was read to
+ * its end and held CRANE's lines only (one record; an extra line would have made the run `blocked`).
+ * fresh_state: a session command ran in a fresh fork of the session's state, which no earlier command that
+ * crashed, was refused or timed out has changed (None for one-shot runs, which always start from the kernel).
+ */
+export interface Integrity {
+  writer: "cell-process" | "session-head";
+  channelChecked: boolean;
+  freshState: boolean | null;
+}
+
+/**
+ * What a sandbox refused, as a cause other modules read (never parsed from `reason`): the `layer` that refused
+ * it ("call guard", "audit hook", "landlock", ...), the `call` (or the exception the OS layer's refusal raised in
+ * the cell), and the `path` when one was named.
+ */
+export interface Refusal {
+  layer: string;
+  call: string;
+  path?: string | null;
 }
 
 /**
