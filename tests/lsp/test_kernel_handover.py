@@ -29,6 +29,7 @@ class _Host:
         self.tuning = Tuning()
         self.statuses: list[Any] = []  # every crane/kernelStatus it sent, in order
         self.workspace = SimpleNamespace(get_notebook_document=lambda **_: None)  # no cells to re-check
+        self.settings = SimpleNamespace(speculative_on=False)  # no worker prepared (crane.lsp.prewarm: not tested here)
 
     def notify(self, method: str, params: Any) -> None:
         if method == "crane/kernelStatus":
