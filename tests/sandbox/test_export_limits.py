@@ -92,6 +92,15 @@ def test_a_worker_starts_with_an_allowlisted_environment():
                                "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 
+class _Obj:
+    """A plain object with the given attributes, as ipykernel's own (traitlets) objects are: an instance dict read
+    through the class's C `__dict__` descriptor (a SimpleNamespace's is a member descriptor, which the kernel-side
+    reader does not take)."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
 def _kernel_like(zmq, parent_thread=None):
     """The objects ipykernel 7 keeps for its main shell (a real inproc PAIR the shell-channel thread forwards
     requests into, the main thread's stream over it, the main shell's asyncio lock), built here as its
@@ -101,11 +110,11 @@ def _kernel_like(zmq, parent_thread=None):
     addr = f"inproc://crane-test-{uuid.uuid4().hex}"  # not id(): a collected, unclosed socket keeps its address
     frm.bind(addr)
     to.connect(addr)
-    pair = SimpleNamespace(from_socket=frm, to_socket=to, to_stream=SimpleNamespace(socket=to))
-    sct = SimpleNamespace(parent_thread=parent_thread or threading.current_thread(),
-                          _manager=SimpleNamespace(_shell_channel_to_main=pair))
-    kernel = SimpleNamespace(shell_channel_thread=sct, _main_asyncio_lock=asyncio.Lock())
-    return SimpleNamespace(kernel=kernel), frm, to
+    pair = _Obj(from_socket=frm, to_socket=to, to_stream=_Obj(socket=to))
+    sct = _Obj(parent_thread=parent_thread or threading.current_thread(),
+               _manager=_Obj(_shell_channel_to_main=pair))
+    kernel = _Obj(shell_channel_thread=sct, _main_asyncio_lock=asyncio.Lock())
+    return _Obj(kernel=kernel), frm, to
 
 
 def test_the_shell_watch_sees_a_forwarded_request_without_taking_it():
