@@ -1,6 +1,7 @@
 """Candidates for inputs a scikit-learn estimator rejects (at `est.fit / predict / transform / ...(X, y)`).
 
-- `reshape-2d`: "Expected 2D array, got 1D array instead" → `df[['col']]` for `df['col']`, `s.to_frame()` for
+- `reshape-2d`: "Expected 2D array, got 1D array instead" (a Series on scikit-learn 1.5: "Expected a
+  2-dimensional container") → `df[['col']]` for `df['col']`, `s.to_frame()` for
   a Series, `a.reshape(-1, 1)` for an array (inline, or rebinding the name so later uses get it too).
 - `encode-strings`: "could not convert string to float" → encode the text columns of X with an
   OrdinalEncoder fitted on the fit input (and applied to the later predict/transform inputs of the same cell
@@ -46,8 +47,12 @@ def _text_columns(f: Facts) -> list[str]:
 
 
 # -- 1-D → 2-D -------------------------------------------------------------------------------------------------
+# scikit-learn's words for 1-D X: an array's (every release), a pandas Series' (1.5's; 1.2 says the array's)
+ONE_D = ("Expected 2D array, got 1D array", "Expected a 2-dimensional container")
+
+
 def reshape_2d(ctx: FixContext):
-    if ctx.crash.ename != "ValueError" or "Expected 2D array, got 1D array" not in ctx.crash.evalue:
+    if ctx.crash.ename != "ValueError" or not any(m in ctx.crash.evalue for m in ONE_D):
         return
     for call in estimator_calls(ctx):
         arg = call.args[0]
