@@ -607,7 +607,10 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     before = fence()
     rec = run_portable(portable, args["source"]) if portable is not None else run_source(ctx, args["source"])
     if portable is not None:
-        end_descendants()  # (before the record: no process of the run is left when the verdict arrives)
+        try:  # (before the record: no process of the run is left when the verdict arrives)
+            end_descendants()
+        except BaseException:  # noqa: BLE001 - the cell's own signal handler: their parent-death signal ends them
+            pass
     if any(k in before and before[k] != v for k, v in fence().items()):
         end(_TAMPERED)
     if timer:

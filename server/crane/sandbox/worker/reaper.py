@@ -15,8 +15,8 @@ watcher thread would use). So the worker holds its descendants through the Linux
   neither (only native code in the child could clear its own parent-death signal: `ctypes` is refused by the guard,
   and under Landlock the child still writes nothing outside and signals nothing outside the run);
 - `end_descendants()` (after the cell, before the record is written): every child the Linux kernel lists for this
-  process (`/proc/self/task/*/children`, re-parented orphans included) is killed and reaped, again until none is
-  left, with the platform's C functions bound when this module was built (before any cell ran).
+  process (`/proc/self/task/*/children`, re-parented orphans included) is killed, again until none is left running
+  (left unreaped: multiprocessing may still signal its own as its children), with the platform's C functions bound when this module was built (before any cell ran).
 Elsewhere (macOS, Windows) both do nothing: the job object (Windows) and the daemon's kill of the worker's tree
 are what ends a run's processes there.
 """
@@ -35,7 +35,8 @@ _PR_SET_CHILD_SUBREAPER = 36
 _posix = sys.modules.get("posix")
 # bound now, when the worker's module is built: a cell that rebinds `os.kill`, `os.getppid`, ... changes nothing
 _KILL = getattr(_posix, "kill", None)
-_WAITPID = getattr(_posix, "waitpid", None)
+_WAITID = getattr(_posix, "waitid", None)
+_P_PID, _WEXITED, _WNOWAIT = getattr(os, "P_PID", 1), getattr(os, "WEXITED", 4), getattr(os, "WNOWAIT", 0x1000000)
 _OPEN = getattr(_posix, "open", None)
 _READ = getattr(_posix, "read", None)
 _CLOSE = getattr(_posix, "close", None)
@@ -45,11 +46,12 @@ _GETPPID = getattr(_posix, "getppid", None)
 _EXIT = getattr(_posix, "_exit", None)
 _MONOTONIC, _SLEEP = time.monotonic, time.sleep
 _SIGKILL, _WNOHANG, _O_RDONLY = int(signal.SIGKILL), os.WNOHANG, os.O_RDONLY
+_REAP_SIGNAL, _REAP_SIGCHLD, _REAP_SIG_DFL = signal.signal, getattr(signal, "SIGCHLD", None), signal.SIG_DFL
 _HELD: dict = {}  # what hold_descendants set up (once per process)
 
 
 def _linux() -> bool:
-    return sys.platform.startswith("linux") and None not in (_KILL, _WAITPID, _OPEN, _READ, _LISTDIR, _GETPID)
+    return sys.platform.startswith("linux") and None not in (_KILL, _WAITID, _OPEN, _READ, _LISTDIR, _GETPID)
 
 
 def hold_descendants() -> dict[str, Any]:
@@ -116,15 +118,21 @@ def _children() -> list[int]:
 
 
 def end_descendants(timeout_s: float = 5.0) -> int:
-    """Kill and reap every child of this process (orphaned descendants re-parented here included), again until the
+    """Kill (and leave unreaped) every child of this process (orphaned descendants re-parented here included), again until the
     Linux kernel lists none (a child's own children are re-parented here as it dies). Returns how many ended."""
     if not _HELD.get("ran") or not _linux():
         return 0
-    assert _KILL is not None and _WAITPID is not None
+    assert _KILL is not None and _WAITID is not None
+    if _REAP_SIGCHLD is not None:  # the cell's SIGCHLD handler (torch's DataLoader raises from it) is over with the cell
+        try:
+            _REAP_SIGNAL(_REAP_SIGCHLD, _REAP_SIG_DFL)
+        except (OSError, ValueError):
+            pass
     ended = 0
+    dead: set[int] = set()  # ended, left unreaped (zombies): multiprocessing may still signal its own, as its child
     deadline = _MONOTONIC() + timeout_s
     while _MONOTONIC() < deadline:
-        kids = _children()
+        kids = [p for p in _children() if p not in dead]
         if not kids:
             break
         for pid in kids:
@@ -135,10 +143,11 @@ def end_descendants(timeout_s: float = 5.0) -> int:
         for pid in kids:
             while _MONOTONIC() < deadline:
                 try:
-                    done, _status = _WAITPID(pid, _WNOHANG)
+                    done = _WAITID(_P_PID, pid, _WEXITED | _WNOHANG | _WNOWAIT)
                 except ChildProcessError:
-                    break
+                    done = True
                 if done:
+                    dead.add(pid)
                     ended += 1
                     break
                 _SLEEP(0.002)
