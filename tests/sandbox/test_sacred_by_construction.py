@@ -194,7 +194,9 @@ def test_locks_do_not_block_the_users_kernel_sqlite(env):
         flag.write_text("go")
         t.join(320)
         flag.unlink(missing_ok=True)
-    assert done.is_set() and result["v"].verdict == "no-crash", result
+    # the property is the user's write; the sandbox's own run read a database that changed under it (the user's
+    # commit) and may end inconclusive (blocked: sqlite's open of the journal refused), never a crash
+    assert done.is_set() and result["v"].verdict in ("no-crash", "blocked"), result
 
 
 @pytest.mark.parametrize("layer", ["blocking", "layered"])
