@@ -64,7 +64,15 @@ from crane.sandbox.kernel.miniature import (  # kernel: strip
     _shrink_check,  # kernel: strip
     shrink_namespace,  # kernel: strip
 )  # kernel: strip
-from crane.sandbox.kernel.shield import BUILTINS, dumps, free_threaded, memory_headroom, private_open  # kernel: strip
+from crane.sandbox.kernel.shield import (  # kernel: strip
+    BUILTINS,
+    dumps,
+    environ_strings,
+    free_threaded,
+    memory_headroom,
+    private_open,
+    process_identity,
+)
 from crane.sandbox.kernel.waiting import own_dict, shell_watch  # kernel: strip
 from crane.sandbox.shared.carry import CARRIED_RUNTIMES, read_carried  # kernel: strip
 
@@ -83,9 +91,7 @@ _start_thread, _stack_size, _allocate_lock = _thread.start_new_thread, _thread.s
 _perf, _process_time, _monotonic = time.perf_counter, time.process_time, time.monotonic
 _islice = itertools.islice
 _SEP = os.sep
-_os_stat, _getcwd, _getpid = os.stat, os.getcwd, os.getpid
-_ENVIRON = os.environ  # read through its `_data` (never its methods, which a subclass may override)
-_ENVIRON_TYPE = type(os.environ)
+_os_stat, _getcwd = os.stat, os.getcwd
 _IO_BASE = _O_DICT_GET(_MODULES["_io"], "__dict__")["_IOBase"]
 _IS_FROZEN = _imp.is_frozen
 _MODULE_TYPE = types.ModuleType
@@ -100,7 +106,6 @@ _MethodType = types.MethodType
 _ModuleType = types.ModuleType
 _SimpleNamespace = types.SimpleNamespace
 _WrapperDescriptorType = types.WrapperDescriptorType
-_FS_ENCODING = sys.getfilesystemencoding()
 
 
 def _join(d: str, name: str) -> str:
@@ -126,23 +131,6 @@ def _mdict(m: Any) -> dict:
     """A plain module's namespace, read without attribute lookup (a module `__getattr__` is never called)."""
     d = _O_DICT_GET(m, "__dict__") if type(m) is _MODULE_TYPE else None
     return d if type(d) is dict else {}
-
-
-def _environ() -> dict:
-    """The process environment as str -> str, from the bound `os.environ`'s own storage (what a child process
-    gets); a notebook's `os.environ = Sub(...)` or a patched mapping method is never called."""
-    if type(_ENVIRON) is not _ENVIRON_TYPE:
-        return {}
-    data = dict.get(_O_DICT_GET(_ENVIRON, "__dict__"), "_data")
-    out: dict = {}
-    if type(data) is not dict:
-        return out
-    for k, v in dict.items(data):
-        if type(k) is bytes and type(v) is bytes:
-            k, v = bytes.decode(k, _FS_ENCODING, "surrogateescape"), bytes.decode(v, _FS_ENCODING, "surrogateescape")
-        if type(k) is str and type(v) is str:
-            out[k] = v
-    return out
 
 
 def _sys_path() -> list:
@@ -1456,15 +1444,8 @@ def _shrink_gated(objs: dict, spec: dict, check: Any = None) -> tuple[list, list
 
 def _process() -> dict:
     """This kernel's process: pid, start time, pid namespace (the daemon ends its workers when it ends)."""
-    out: dict = {"kernel_pid": _getpid(), "kernel_start": 0, "kernel_pidns": None}
-    try:
-        with private_open("/proc/self/stat", "rb") as f:
-            data = f.read()
-        out["kernel_start"] = int(data[data.rindex(b")") + 2:].split()[19])
-        out["kernel_pidns"] = _os_stat("/proc/self/ns/pid").st_ino
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
+    pid, start, pidns = process_identity()
+    return {"kernel_pid": pid, "kernel_start": start, "kernel_pidns": pidns}
 
 
 def _history_value(ns: dict, name: str) -> Any:
@@ -1738,7 +1719,7 @@ def _export(args: Any) -> dict:
         return {"ok": False, "reason": _culprit(cp, objs, ename, evalue, d, waiting), "watch": watched}
     sizes = out["buffers"]
     total = out["bytes"]
-    facts: dict = {"executable": _EXECUTABLE, "cwd": _getcwd(), "env": _environ(), "path": _sys_path(),
+    facts: dict = {"executable": _EXECUTABLE, "cwd": _getcwd(), "env": environ_strings(), "path": _sys_path(),
                    "modules": _modules(), "torch": _torch_facts(), "buffers": len(sizes), "settings": settings,
                    "names": [k for k in keys if not k.startswith("_")][:100000],
                    "interactivity": _interactivity(shell), "connection_file": _connection_file()}

@@ -19,7 +19,7 @@ import threading
 import types
 
 from crane.sandbox.kernel.library import is_library  # kernel: strip
-from crane.sandbox.kernel.shield import private_open  # kernel: strip
+from crane.sandbox.kernel.shield import environ_strings, process_identity  # kernel: strip
 
 # -- bound at install (nothing is looked up on a shared module when it runs: the notebook may rebind any of it)
 _O_GET = object.__getattribute__
@@ -30,10 +30,7 @@ _STDLIB = frozenset(_SYS.get("stdlib_module_names", ()))
 _EXECUTABLE = _SYS.get("executable") if type(_SYS.get("executable")) is str else ""
 _MODULE_TYPE = types.ModuleType
 _getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
-_getcwd, _getpid, _stat = os.getcwd, os.getpid, os.stat
-_ENVIRON = os.environ
-_ENVIRON_TYPE = type(os.environ)
-_FS_ENCODING = sys.getfilesystemencoding()
+_getcwd = os.getcwd
 # the kernel's own packages (ipykernel and what it runs on): never a notebook's library
 _KERNEL = frozenset(("ipykernel", "IPython", "jupyter_client", "jupyter_core", "zmq", "tornado", "traitlets", "comm",
                      "debugpy", "prompt_toolkit", "pygments", "jedi", "parso", "matplotlib_inline", "psutil",
@@ -63,32 +60,9 @@ def _library_packages() -> list:
     return out
 
 
-def _environ() -> dict:
-    """The environment a child process gets, from `os.environ`'s own storage (no method of a mapping is called)."""
-    if type(_ENVIRON) is not _ENVIRON_TYPE:
-        return {}
-    data = dict.get(_O_GET(_ENVIRON, "__dict__"), "_data")
-    out: dict = {}
-    if type(data) is not dict:
-        return out
-    for k, v in dict.items(data):
-        if type(k) is bytes and type(v) is bytes:
-            k, v = bytes.decode(k, _FS_ENCODING, "surrogateescape"), bytes.decode(v, _FS_ENCODING, "surrogateescape")
-        if type(k) is str and type(v) is str:
-            out[k] = v
-    return out
-
-
 def _process() -> dict:
-    out: dict = {"pid": _getpid(), "start": 0, "pidns": None}
-    try:
-        with private_open("/proc/self/stat", "rb") as f:
-            data = f.read()
-        out["start"] = int(data[data.rindex(b")") + 2:].split()[19])
-        out["pidns"] = _stat("/proc/self/ns/pid").st_ino
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
+    pid, start, pidns = process_identity()
+    return {"pid": pid, "start": start, "pidns": pidns}
 
 
 def imported() -> dict:
@@ -102,7 +76,7 @@ def imported() -> dict:
             cwd = _getcwd()
         except OSError:
             cwd = "/"
-        return {"executable": _EXECUTABLE, "cwd": cwd, "env": _environ(), "modules": _library_packages(),
+        return {"executable": _EXECUTABLE, "cwd": cwd, "env": environ_strings(), "modules": _library_packages(),
                 **_process()}
     finally:
         _THREADING["_profile_hook"], _THREADING["_trace_hook"] = saved[2], saved[3]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import _io
 import _json
 import builtins
+import os
 import sys
 from typing import Any
 
@@ -34,6 +35,12 @@ private_open = _io.open
 # is what all of them call, never a `builtins.open` the notebook replaced.
 open = _io.open  # noqa: A001
 _ESCAPE = _json.encode_basestring_ascii
+# bound at install: the environment's own storage and the process functions (a notebook's `os.environ = Sub(...)`,
+# `os.getpid = ...` or a patched mapping method is never called)
+_SH_ENVIRON, _SH_ENVIRON_TYPE = os.environ, type(os.environ)
+_SH_FS_ENCODING = sys.getfilesystemencoding()
+_SH_GET = object.__getattribute__
+_SH_GETPID, _SH_STAT = os.getpid, os.stat
 
 
 # The pattern every kernel-side entry point follows, inline (no call of ours runs while the user's hooks are on,
@@ -169,3 +176,34 @@ def free_threaded() -> str | None:
         return None
     return ("the kernel runs a free-threaded Python with the GIL disabled (sys._is_gil_enabled() is False): "
             "CRANE's sandbox (fork and copy) needs the GIL, so no speculative run is made")
+
+
+def environ_strings() -> dict:
+    """The environment a child process gets, as str -> str, from the bound `os.environ`'s own storage (no method of
+    a mapping is called)."""
+    if type(_SH_ENVIRON) is not _SH_ENVIRON_TYPE:
+        return {}
+    data = dict.get(_SH_GET(_SH_ENVIRON, "__dict__"), "_data")
+    out: dict = {}
+    if type(data) is not dict:
+        return out
+    for k, v in dict.items(data):
+        if type(k) is bytes and type(v) is bytes:
+            k = bytes.decode(k, _SH_FS_ENCODING, "surrogateescape")
+            v = bytes.decode(v, _SH_FS_ENCODING, "surrogateescape")
+        if type(k) is str and type(v) is str:
+            out[k] = v
+    return out
+
+
+def process_identity() -> tuple[int, int, int | None]:
+    """This process: (pid, start time in clock ticks, pid namespace inode); 0 and None where /proc cannot say."""
+    pid, start, pidns = _SH_GETPID(), 0, None
+    try:
+        with private_open("/proc/self/stat", "rb") as f:
+            data = f.read()
+        start = int(data[data.rindex(b")") + 2:].split()[19])
+        pidns = _SH_STAT("/proc/self/ns/pid").st_ino
+    except (OSError, ValueError, IndexError):
+        pass
+    return pid, start, pidns
