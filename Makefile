@@ -54,7 +54,7 @@ client-then-e2e: setup
 	$(MAKE) --no-print-directory e2e
 
 test-python: setup kernel-today kernel-pythons daemon-pythons
-	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal --durations=25
 	@for dir in $(DAEMON_PYTHON_DIRS); do \
 	  [ -x $$dir/bin/python ] || continue; \
 	  echo "== the language server's kernel-following tests with the server on $$($$dir/bin/python -V) ($$dir)"; \
