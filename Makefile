@@ -4,7 +4,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.crane-installed
+# .venv's stamp is named by PYTHON's interpreter (its version and real path, envs/python_identity.sh), so
+# `PYTHON=python3.13 make test` builds (or links again) a 3.13 daemon environment where .venv was another Python's,
+# and a later plain `make test` links the default one back.
+PYTHON_ID := $(shell PYTHON='$(PYTHON)' envs/python_identity.sh 2>/dev/null | sha256sum | cut -c1-12)
+STAMP  := $(VENV)/.crane-installed-$(PYTHON_ID)
 BENCH  ?= ../shared/bench/junobench-lite
 JOBS   ?= 2
 # pytest workers: most tests wait on kernels and servers, so three share the two cores well; `worksteal` lets an
@@ -26,7 +30,7 @@ setup: $(STAMP)
 # root's home is not theirs to read.
 DAEMON_ENV_CACHE ?= /var/tmp/crane-envs
 
-$(STAMP): pyproject.toml envs/make_daemon_env.sh
+$(STAMP): pyproject.toml envs/make_daemon_env.sh envs/python_identity.sh
 	PYTHON=$(PYTHON) envs/make_daemon_env.sh $(VENV) $(DAEMON_ENV_CACHE)
 	touch $(STAMP)
 

@@ -108,11 +108,13 @@ def test_an_unwritable_cache_installs_in_the_checkout(tmp_path, stub_npm):
 
 @pytest.fixture
 def stub_python(tmp_path):
-    """A Python whose `-m venv DIR` makes DIR/bin/python, itself a stub whose `-m pip install -r REQ` records REQ."""
+    """A Python whose `-m venv DIR` makes DIR/bin/python, itself a stub whose `-m pip install -r REQ` records REQ
+    (both say they are 3.11.0 at the stub's path, as a venv's interpreter resolves to its base's)."""
     log = tmp_path / "pip.log"
-    inner = f'[ "$1 $2 $3" = "-m pip install" ]\necho "$@" >> {log}\n'
+    identity = f'if [ "$1" = -I ]; then shift; fi\nif [ "$1" = -c ]; then echo 3.11.0 {tmp_path}/python-stub; exit 0; fi\n'
+    inner = f'{identity}[ "$1 $2 $3" = "-m pip install" ]\necho "$@" >> {log}\n'
     outer = (
-        'if [ "$1" = -c ]; then echo 3.11.0; exit 0; fi\n'
+        identity +
         '[ "$1 $2" = "-m venv" ]\nmkdir -p "$3/bin"\n'
         f'cat > "$3/bin/python" <<\'EOS\'\n#!/usr/bin/env bash\nset -eu\n{inner}EOS\nchmod +x "$3/bin/python"\n'
     )
