@@ -13,11 +13,15 @@ polars, sqlite, HDF5), `ctypes` and C intermediaries meet it too:
   processes (ABI >= 6); ptrace-type access to other processes (`/proc/<pid>/environ`, `/mem`) refused by Landlock
   itself;
 - **no_new_privs**: no set-uid program can raise privileges (needed by Landlock for an unprivileged process).
+- **seccomp** (worker/seccomp.py, x86_64 and aarch64; every thread of the worker): `setpriority`, `sched_set*`,
+  `ioprio_set`, `prlimit64`, `migrate_pages`/`move_pages`, `process_vm_*` only on the worker itself (pid 0 or its
+  own), `ptrace`/`pidfd_getfd`/`process_madvise` refused: Landlock has no rule for them. Elsewhere Landlock alone,
+  and `layers` says so.
 What it does not confine (said in docs/sandbox.md): UDP sends, connecting to a path-named UNIX socket, reading
-files elsewhere (reads are allowed everywhere but the hidden paths), `setpriority`/`sched_setaffinity`/
-`sched_setscheduler` on another process of the same user (Landlock has no rule for them: the call guard refuses
-them, worker/guard.py), threads that existed before this call (native thread pools a preloaded library started:
-Landlock restricts the calling thread and what it starts; their number is recorded).
+files elsewhere (reads are allowed everywhere but the hidden paths), those process controls on an architecture
+without a seccomp table here (the call guard refuses them from Python, worker/guard.py), threads that existed
+before this call for Landlock (native thread pools a preloaded library started: Landlock restricts the calling
+thread and what it starts; their number is recorded; the seccomp filter reaches them).
 
 `linux_layer_available()` says whether it can run here, and why not. The record says whether it ran
 (`confinement.os_layer`); the verdict's layers name "landlock" only when it did.
@@ -31,6 +35,7 @@ import sys
 from typing import Any
 
 from crane.sandbox.kernel.landlock import apply_landlock, landlock_abi  # kernel: strip
+from crane.sandbox.worker.seccomp import SECCOMP_LAYER, confine_process_controls  # kernel: strip
 
 LINUX_LAYER = "landlock"
 _PR_SET_NO_NEW_PRIVS = 38
@@ -104,6 +109,8 @@ def confine_worker(writable: list[str], hidden: list[str]) -> dict[str, Any]:
     if os.path.isdir("/dev/shm"):
         places.append("/dev/shm")
     info = apply_landlock(places, landlock_abi(), files=_DEVICES, handle_execute=True, hidden=hidden)
+    controls = confine_process_controls()  # other processes' scheduling, limits, memory (worker/seccomp.py)
     info.update(layer=LINUX_LAYER, ran=True, no_new_privs=True, writable=places, hidden=list(hidden),
-                threads_before=threads, record={"landlock_abi": info["abi"]})
+                threads_before=threads, record={"landlock_abi": info["abi"]}, seccomp=controls,
+                layers=[LINUX_LAYER] + ([SECCOMP_LAYER] if controls["ran"] else []))
     return info

@@ -731,7 +731,8 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     ctx.mode_reason = args.get("portable_reason")
     ctx.places = [folder.root, ctx.scratch]
     os_layer = _os_layer(args, ctx.scratch)
-    layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or []) + ([LINUX_LAYER] if os_layer.get("ran") else [])
+    layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or []) + (
+        list(os_layer.get("layers") or [LINUX_LAYER]) if os_layer.get("ran") else [])  # landlock (+ seccomp)
     ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked),
                        "sequential_joblib": _sequential_workers(), "os_layer": os_layer}
     ctx.confinement.update(os_layer.pop("record", None) or {})  # what the layer adds to the record (its ABI)
