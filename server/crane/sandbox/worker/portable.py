@@ -54,6 +54,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.worker.guard import CallGuard, multiprocessing_children, shield_unaudited  # kernel: strip
+from crane.sandbox.worker.imports import import_leeway  # kernel: strip
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, runtime_dirs  # kernel: strip
 
@@ -504,7 +505,7 @@ def _install_portable_hook(run: Portable) -> None:
             return  # multiprocessing's own channels between the run's processes (a listener in the run's scratch)
         if event == "os.fork" and guard.fork_children and os.getpid() == mypid and _forked_by_multiprocessing(guard):
             return  # the guard let a fork child of multiprocessing start (guard.forks_a_child): a copy of this one
-        if what is not None:
+        if what is not None and not guard.leeway(event):  # (a library's import-time program or bind, worker/imports.py)
             target = args[0] if args and event not in ("os.fork", "os.forkpty") else None
             refuse(f"{what}" + (f" ({str(target)[:200]})" if target is not None else ""))
         if event == "os.kill":
@@ -739,6 +740,7 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     # Landlock holds the worker: the guard keeps only what the OS layer leaves to it, with no per-call hook where
     # sys.monitoring is missing (worker/guard.py, "the lean guard"); `guard` runs and other platforms keep it whole
     run.guard.lean = bool(os_layer.get("ran")) and getattr(sys, "monitoring", None) is None
+    run.guard.leeway = import_leeway(bool(os_layer.get("ran") or args.get("os_layers")), run.guard.is_user)
     _install_portable_hook(run)
     ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: bool(ctx.audit_state.get("own")))
     if run.guard.lean:

@@ -1,0 +1,67 @@
+"""Library imports in the portable worker: the side effects a library's import makes inside the run are let through
+to the OS layer when one holds the worker. Runs in the transplant worker (part of its `_crane_sandbox`).
+
+A library may start a program or bind a socket while it is imported: `platform.processor()` runs `uname -p`
+(h5py's import asks it), urllib3 binds a socket on `::1` to learn whether IPv6 works (TensorFlow's import reaches
+it). Neither leaves the run: under Linux's layer (worker/linux.py) the program cannot be executed (Landlock's
+execute right; the library catches the `OSError`, as it does where `uname` is missing) and a TCP bind is refused
+by Landlock's network rules where the kernel has them, else a socket bound on an ephemeral port that nobody can
+reach before it is closed. So where an OS layer ran under the worker, the guard's and the audit hook's refusals
+of exactly these (`IMPORT_EFFECTS`) give way while a library module is being imported; connections, sends, name
+resolution, signals and writes stay refused everywhere. Where no OS layer ran (`--sandbox guard`, a platform
+whose layer is missing) nothing gives way: the Python layers are the only wall there.
+
+"A library module is being imported": the innermost module body on the stack (a frame running `<module>`) is a
+file of the interpreter's libraries, run by the import system, and no user code (the notebook's, its own
+modules', `exec`) runs between it and the call. The notebook's own modules are user code: their imports get no
+such leeway.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+
+# what a library's import may do under an OS layer: labels of the call guard's rows and shielded C functions, and
+# audit events, each of which meets the OS layer when let through
+IMPORT_EFFECTS = frozenset((
+    # the call guard's subprocess rows and the shielded C launcher (worker/guard.py)
+    "subprocess: subprocess.Popen", "subprocess: subprocess.run", "subprocess: subprocess.call",
+    "subprocess: subprocess.check_call", "subprocess: subprocess.check_output",
+    "subprocess: subprocess.getoutput", "subprocess: subprocess.getstatusoutput",
+    "subprocess: _posixsubprocess.fork_exec",
+    # the audit hook's events (kernel/audit._DENY_EVENTS)
+    "subprocess.Popen", "os.posix_spawn", "socket.bind",
+))
+_IMPORT_SYSTEM = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
+
+def library_importing(is_user: Callable[[types.CodeType], bool]) -> bool:
+    """Is the calling code part of a library module's import (see the module docstring)? CRANE's own frames on the
+    way (the hook, the guard's wrappers) are neither user code nor module bodies."""
+    f: types.FrameType | None = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "<module>":
+            if is_user(code):
+                return False  # the notebook's own module (or the cell) runs this
+            back = f.f_back
+            # a library's module body run by the import system (not runpy, not an exec of its code)
+            return back is not None and back.f_code.co_filename in _IMPORT_SYSTEM
+        if is_user(code):
+            return False  # user code between the module body and the call (a callback)
+        f = f.f_back
+    return False
+
+
+def import_leeway(os_wall: bool, is_user: Callable[[types.CodeType], bool]) -> Callable[[str], bool]:
+    """The predicate the guard and the audit hook ask before refusing `what` (a guard label or an audit event):
+    True when an OS layer holds the worker (`os_wall`), `what` is one of `IMPORT_EFFECTS` and a library module is
+    being imported. Without an OS layer: always False."""
+    if not os_wall:
+        return lambda what: False
+
+    def leeway(what: str) -> bool:
+        return what in IMPORT_EFFECTS and library_importing(is_user)
+    return leeway
