@@ -6,7 +6,10 @@ forks through the seccomp filter's gate (see fork_session.py for the protocol).
 The writer is not the cell (issue 41). The head never runs a command's code: every `run` and `eval` runs in a
 fresh fork of the head (the command's process), which closes the daemon's channel before the code runs and sends
 its outcome up a private pipe; the head reads that pipe to its end (the process closes every copy of it once its
-outcome is out, or ends) and writes the keyed reply itself. One outcome line is CRANE's: anything else there was
+outcome is out, or ends) and writes the keyed reply itself. A command's process is forked on demand, or ahead when
+the head has been idle `IDLE_S` (never holding a command's key); nothing a command does not need (the reaping of
+ended processes, the fence's watch of CRANE's code) is on its way: the watch is taken once by the head and checked
+after the command by identity (`common._Watch`). One outcome line is CRANE's: anything else there was
 written by the code, and the run is `blocked` ("the cell wrote into CRANE's result channel"). Then:
 - a clean run (no-crash, nothing extra, one thread left as /proc says) is kept: the head hands its channel to the
   run's process over the session's socket pair and waits for it as a checkpoint does (it is the new head, its
@@ -21,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from typing import Any
 
 from crane.sandbox.kernel.common import (  # kernel: strip
@@ -29,8 +31,8 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _TAMPERED,
     CELL_FILENAME,
     _Ctx,
-    _fence,
     _real_exit,
+    _Watch,
     _write_json,
 )
 from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
@@ -51,42 +53,69 @@ def _child_session(args: dict, shell: Any, parent: int, on_main: bool) -> None:
         if fd >= 0:
             _write_json(fd, {"event": "error", "reason": f"sandbox setup failed: {exc}"})
         return
+    _bind()
     _session_loop(ctx, args["fork_gate"])
 
 
-def _read_commands(fd: int) -> Iterator[bytes]:
-    buf = b""
-    while True:
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            if line.strip():
-                yield line
-        try:
-            chunk = os.read(fd, 65536)
-        except InterruptedError:
-            continue
-        if not chunk:
-            return
-        buf += chunk
+# what the session's processes call, bound by the first head before any command ran (a kept head inherits it): no
+# module a command imported or replaced later (`sys.modules["ctypes"]`, `socket`, `select`) is ever looked up
+_BOUND: dict[str, Any] = {}
+
+IDLE_S = 0.05  # with a run's process parked (evals of it likely next), the next command's is forked after this idle
+
+
+def _bind() -> None:
+    import ctypes
+    import select
+    import socket
+    api = ctypes.pythonapi
+    sc = ctypes.PyDLL(None).syscall
+    sc.restype = ctypes.c_long
+    sc.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    _BOUND.update(clone=(api.PyOS_BeforeFork, sc, api.PyOS_AfterFork_Child, api.PyOS_AfterFork_Parent,
+                         ctypes.get_errno), select=select.select, send_fds=socket.send_fds,
+                  recv_fds=socket.recv_fds)
+    # what a command's process checks after its code ran (common._Watch), taken once: a checkpoint's new head and
+    # the process of a kept run (whose check found nothing watched changed) start from it
+    _BOUND["watch"] = _Watch()
+
+
+class _CommandLines:
+    """JSON-line commands from a descriptor: `get` gives the next line, None when none came within `timeout`
+    (None: wait), b"" at EOF."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buf = fd, b""
+
+    def get(self, timeout: float | None = None) -> bytes | None:
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                if line.strip():
+                    return line
+            if timeout is not None and not _BOUND["select"]([self.fd], [], [], timeout)[0]:
+                return None
+            try:
+                chunk = os.read(self.fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                return b""
+            self.buf += chunk
 
 
 def _gated_fork(gate: int) -> int:
     """fork() through the session's gate: a raw clone(SIGCHLD) carrying the secret in the (ignored)
     parent-tid argument, wrapped in CPython's own before/after-fork hooks."""
-    import ctypes
-    api = ctypes.pythonapi
-    libc = ctypes.PyDLL(None)
-    sc = libc.syscall
-    sc.restype = ctypes.c_long
-    sc.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    api.PyOS_BeforeFork()
+    before, sc, after_child, after_parent, errno = _BOUND["clone"]
+    before()
     pid = sc(56, 17, 0, gate, 0, 0)
     if pid == 0:
-        api.PyOS_AfterFork_Child()
+        after_child()
         return 0
-    api.PyOS_AfterFork_Parent()
+    after_parent()
     if pid < 0:
-        raise OSError(ctypes.get_errno(), "checkpoint fork failed")
+        raise OSError(errno(), "checkpoint fork failed")
     return pid
 
 
@@ -109,9 +138,15 @@ def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -
                                     "confinement": ctx.confinement})
     parked: _Parked | None = None
     paths = (out_path, err_path)
-    spare = _spawn(ctx, gate, depth, paths)  # the next command's process, forked ahead
-    commands = _read_commands(ctx.cmd_fd)
-    for line in commands:
+    spare: _Spare | None = None
+    commands = _CommandLines(ctx.cmd_fd)
+    while True:
+        line = commands.get(None if spare is not None else IDLE_S if parked is not None else 0)
+        if line is None:  # no command waiting: the next command's process is forked ahead now
+            spare = _spawn(ctx, gate, depth, paths, ahead=True)
+            continue
+        if not line:
+            break
         try:
             cmd = json.loads(line)
         except ValueError:
@@ -122,14 +157,14 @@ def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -
         # command's own process is a copy of this one, key included, but holds no descriptor of the daemon's)
         ident, key = cmd.pop("id", None), cmd.pop("key", None)
         resume = cmd.pop("resume", None)  # a checkpoint's: only the checkpoint process keeps it
-        line = None  # type: ignore[assignment]  # (bound again by the loop)
+        line = None  # (bound again by the loop)
         keep = None
         if op != "eval" and parked is not None:
             _drop(parked)
             parked = None
         rec: dict | None = None
-        if op not in ("run", "eval"):
-            _drop_spare(spare)  # (a checkpoint, a rollback, a close: the spare is this head's child)
+        if op == "checkpoint" and spare is not None:  # (the new head's must be its own child)
+            _drop_spare(spare)
             spare = None
         if op == "run":
             rec, keep, parked = _in_fork(ctx, gate, cmd, depth, out_path, err_path, spare)
@@ -154,18 +189,20 @@ def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -
                     rec = {"ok": False, "reason": str(exc)}
                 else:
                     if pid == 0:  # the new head: carries on with the same command stream
+                        _ENDING.clear()  # (the checkpoint's children)
                         resume = None  # the checkpoint's resume key is not the head's
                         set_parent_death_signal(signal.SIGKILL)
                         depth += 1
                         rec = {"ok": True, "pid": os.getpid(), "depth": depth}
                     else:  # the checkpoint: frozen until the head ends
+                        _reap_ended()
                         status = _wait_child(pid)
                         ident, key, rec = ident, resume, {"event": "resumed", "reason": status}
         elif op == "rollback":
             if depth == 0:
                 rec = {"ok": False, "reason": "no checkpoint to roll back to"}
             else:
-                os._exit(11)  # the checkpoint below wakes up and announces itself
+                os._exit(11)  # the checkpoint below wakes up and announces itself (this head's children end with it)
         elif op == "close":
             os._exit(12)
         else:
@@ -176,11 +213,11 @@ def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -
         reply = rec = cmd = key = resume = None  # type: ignore[assignment]
         if keep is not None:  # the run's process is the new head: hand it the channel, follow it
             _hand_over(ctx, keep)
-        if spare is None:
-            spare = _spawn(ctx, gate, depth, paths)
+        _reap_ended()
 
 
 _HEAD_FDS: set[int] = set()  # the head's ends of its command processes' pipes: no process it forks keeps them
+_ENDING: list[int] = []  # the head's children told to end (EOF on their pipes): reaped after a reply, never waited for
 
 
 def _head_close(*fds: int) -> None:
@@ -190,15 +227,15 @@ def _head_close(*fds: int) -> None:
 
 
 class _Spare:
-    """A command process forked ahead (after the last reply, never with a command's key), warmed up on CRANE's own
-    code path, waiting for its command: the head's side of its pipes."""
+    """A command's process, forked on demand or ahead (never with a command's key), waiting for its command: the
+    head's side of its pipes."""
 
     def __init__(self, pid: int, go: int, res: int, ctl: int, post: int) -> None:
         self.pid, self.go, self.res, self.ctl, self.post = pid, go, res, ctl, post
 
 
-def _spawn(ctx: _Ctx, gate: int, depth: int, paths: tuple[str, str]) -> _Spare | None:
-    """Fork the next command's process now (None when the fork fails: the command forks its own then)."""
+def _spawn(ctx: _Ctx, gate: int, depth: int, paths: tuple[str, str], ahead: bool = False) -> _Spare | None:
+    """Fork the next command's process now (None when the fork fails), `ahead` of its command (it warms up)."""
     go_r, go_w = os.pipe()
     res_r, res_w = os.pipe()
     ctl_r, ctl_w = os.pipe()
@@ -214,7 +251,7 @@ def _spawn(ctx: _Ctx, gate: int, depth: int, paths: tuple[str, str]) -> _Spare |
         try:
             theirs = (go_w, res_r, ctl_w, post_r, *_HEAD_FDS)  # every head-side end, other processes' too
             _HEAD_FDS.clear()
-            _command_process(ctx, gate, go_r, depth, head, paths, res_w, ctl_r, post_w, theirs)
+            _command_process(ctx, gate, go_r, depth, head, paths, res_w, ctl_r, post_w, theirs, ahead)
         finally:
             os._exit(0)
     for fd in (go_r, res_w, ctl_r, post_w):
@@ -223,10 +260,23 @@ def _spawn(ctx: _Ctx, gate: int, depth: int, paths: tuple[str, str]) -> _Spare |
     return _Spare(pid, go_w, res_r, ctl_w, post_r)
 
 
-def _drop_spare(spare: _Spare | None) -> None:
-    if spare is not None:
-        _head_close(spare.go, spare.res, spare.ctl, spare.post)
-        _wait_child(spare.pid, mirror=False)
+def _drop_spare(spare: _Spare) -> None:
+    """End a spare (EOF on its command pipe); reaped later."""
+    _head_close(spare.go, spare.res, spare.ctl, spare.post)
+    _ENDING.append(spare.pid)
+
+
+def _reap_ended() -> None:
+    """Reap the children told to end that have ended (never waits)."""
+    for pid in list(_ENDING):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        except InterruptedError:
+            continue
+        if done:
+            _ENDING.remove(pid)
 
 
 def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_path: str,
@@ -280,13 +330,13 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
                              "when it ended (a process of several threads cannot be forked safely)")
     _head_close(ctl_w, post_r)  # it ends (EOF on its control pipe)
     if pid:
-        _wait_child(pid, mirror=False)
+        _ENDING.append(pid)
     return outcome, None, None
 
 
 def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths: tuple[str, str], res: int,
-                     ctl: int, post: int, theirs: tuple[int, ...]) -> None:
-    """The command's own process: no channel of the daemon's; warmed up, it waits for its command on `go`, sends
+                     ctl: int, post: int, theirs: tuple[int, ...], ahead: bool) -> None:
+    """The command's own process: no channel of the daemon's; it waits for its command on `go`, sends
     its outcome up `res`, then waits for the head's word."""
     for fd in (*theirs, ctx.result_fd, ctx.cmd_fd):
         try:
@@ -294,13 +344,15 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         except OSError:
             pass
     ctx.result_fd = ctx.cmd_fd = -1
+    _ENDING.clear()  # (the head's children)
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != head:
         return
-    fence, send, close_every, end = _fence, _write_json, _close_every, _real_exit()  # bound before the code runs
+    # bound before the code runs; the watch was taken by the head, whose state this process starts from
+    tampered, send, close_every, end = _BOUND["watch"].tampered, _write_json, _close_every, _real_exit()
     find_pools, quiet_pools = find_thread_pools, _single_thread_pools
-    before = fence()
-    _warm_up(ctx)
+    if ahead:
+        _warm_up(ctx, go)
     line = _read_to_end(go)
     os.close(go)
     try:
@@ -309,9 +361,12 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         return
     if type(cmd) is not dict:
         return
-    rec = run_command(ctx, cmd, *paths) if cmd.get("op") == "run" else evaluate(ctx, cmd)
+    try:
+        rec = run_command(ctx, cmd, *paths) if cmd.get("op") == "run" else evaluate(ctx, cmd)
+    except BaseException:  # CRANE's own path through the command failed under what the code did: no outcome
+        end(_TAMPERED)
     ctx.audit_state["bypass"] = True
-    if any(k in before and before[k] != v for k, v in fence().items()):
+    if tampered():
         # its code rebound CRANE's own code or what the outcome path runs on: nothing this process would write
         # can be trusted, so it writes nothing and says so by how it ends (a C function bound before the code ran)
         end(_TAMPERED)
@@ -326,8 +381,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
     word = _read_byte(ctl)
     if word == _KEEP:
-        import socket
-        _, fds, _, _ = socket.recv_fds(ctx.handover[1], 16, 2)
+        _, fds, _, _ = _BOUND["recv_fds"](ctx.handover[1], 16, 2)
         ctx.audit_state["bypass"] = False
         if len(fds) != 2:
             return
@@ -340,37 +394,38 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         _serve_evals(ctx, ctl, post)
 
 
-def _warm_up(ctx: _Ctx) -> None:
-    """CRANE's own path through a command, on nothing of the user's, before the command comes: the pages a command
-    touches are copied now (copy-on-write), off the daemon's wait."""
-    try:
-        shell = ctx.shell
-        with shell.builtin_trap:
-            _compile_plan(shell, "1", "<crane-warm-up>", shell.transform_cell("1"))
-        shell.display_formatter.format(1, include={"text/plain"})
+def _warm_up(ctx: _Ctx, go: int) -> None:
+    """CRANE's own path through a command, on nothing of the user's, while no command has come: the pages a command
+    touches are copied now (copy-on-write), off the daemon's wait. It stops as soon as the command is there."""
+    shell, select = ctx.shell, _BOUND["select"]
+    steps = (lambda: _compile_plan(shell, "1", "<crane-warm-up>", shell.transform_cell("1")),
+             lambda: shell.display_formatter.format(1, include={"text/plain"}),
+             lambda: _describe_exception(ValueError("warm-up"), "1"),
+             lambda: json.dumps({"verdict": "no-crash", "displays": [], "traceback": ["x"]}, default=str),
+             _BOUND["watch"].tampered)  # (its pass takes a reference to every object it watches: their pages)
+    for step in steps:
+        if select([go], [], [], 0)[0]:
+            return
         try:
-            raise ValueError("warm-up")
-        except ValueError as exc:
-            _describe_exception(exc, "1")
-        json.dumps({"verdict": "no-crash", "displays": [], "traceback": ["x"]}, default=str)
-    except Exception:  # noqa: BLE001 - only a warm-up
-        pass
+            with shell.builtin_trap:
+                step()
+        except Exception:  # noqa: BLE001 - only a warm-up
+            pass
 
 
 def _hand_over(ctx: _Ctx, keep: tuple[int, int]) -> None:
     """Give the channel to the kept run's process, then mirror how it ends (never returns)."""
-    import socket
     pid, ctl = keep
     a, b = ctx.handover
     b.setblocking(False)
     try:
         while True:  # whatever the run queued on the pair is not ours
-            socket.recv_fds(b, 16, 8)
+            _BOUND["recv_fds"](b, 16, 8)
     except OSError:
         pass
     b.setblocking(True)
     ctx.audit_state["bypass"] = True  # (the audit hook refuses sendmsg: this is CRANE's own, no code runs here)
-    socket.send_fds(a, [b"F"], [ctx.result_fd, ctx.cmd_fd])
+    _BOUND["send_fds"](a, [b"F"], [ctx.result_fd, ctx.cmd_fd])
     os.write(ctl, _KEEP)
     _head_close(ctl)
     _wait_child(pid, mirror=True)
@@ -378,7 +433,8 @@ def _hand_over(ctx: _Ctx, keep: tuple[int, int]) -> None:
 
 def _serve_evals(ctx: _Ctx, ctl: int, post: int) -> None:
     """A parked run's process: evals of the state where the run stopped, until the head closes the pipe."""
-    for line in _read_commands(ctl):
+    commands = _CommandLines(ctl)
+    while line := commands.get():
         try:
             cmd = json.loads(line)
         except ValueError:
@@ -390,15 +446,15 @@ def _serve_evals(ctx: _Ctx, ctl: int, post: int) -> None:
 
 def _eval_parked(parked: _Parked, cmd: dict) -> dict | None:
     """An eval in the parked run's process; None when it does not answer as CRANE's code does."""
-    import select
+    select = _BOUND["select"]
     parked.n += 1
     try:
-        while select.select([parked.post], [], [], 0)[0]:  # something waiting that no eval asked for
+        while select([parked.post], [], [], 0)[0]:  # something waiting that no eval asked for
             return None
         os.write(parked.ctl, (json.dumps(dict(cmd, n=parked.n)) + "\n").encode())
         data = b""
         while not data.endswith(b"\n"):
-            if not select.select([parked.post], [], [], 60.0)[0]:
+            if not select([parked.post], [], [], 60.0)[0]:
                 return None
             chunk = os.read(parked.post, 1 << 16)
             if not chunk:
@@ -413,9 +469,9 @@ def _eval_parked(parked: _Parked, cmd: dict) -> dict | None:
 
 
 def _drop(parked: _Parked) -> None:
-    """End a parked run's process (EOF on its control pipe) and reap it."""
+    """End a parked run's process (EOF on its control pipe); reaped later."""
     _head_close(parked.ctl, parked.post)
-    _wait_child(parked.pid, mirror=False)
+    _ENDING.append(parked.pid)
 
 
 def evaluate(ctx: _Ctx, cmd: dict) -> dict:
