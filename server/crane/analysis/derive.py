@@ -22,6 +22,12 @@ NDARRAY = "numpy.ndarray"
 _NUMERIC_PREFIXES = ("int", "uint", "float")
 
 
+def series_type(f: Facts) -> str:
+    """The type name of a Series made from frame or Series `f`, as the kernel's pandas names it: pandas 3 names its
+    classes at the top level (pandas.DataFrame, pandas.Series), pandas 2 by their modules."""
+    return "pandas.Series" if f.type in ("pandas.DataFrame", "pandas.Series") else SERIES
+
+
 def _replace(f: Facts, **kw: Any) -> Facts:
     return msgspec.structs.replace(f, **kw)
 
@@ -66,7 +72,7 @@ def column(f: Facts, name: Any, text: str) -> Facts | None:
         return None
     n = rows(f)
     return Facts(
-        name=text, type=SERIES, kind="series", length=n, shape=[n] if n is not None else None, dtype=c.dtype,
+        name=text, type=series_type(f), kind="series", length=n, shape=[n] if n is not None else None, dtype=c.dtype,
         has_nan=(c.n_nan > 0) if not f.truncated or c.n_nan == 0 else None, n_nan=c.n_nan if not f.truncated else None,
         value_range=c.value_range, num_unique=c.num_unique, unique_values=c.unique_values,
         example_values=c.example_values, numeric_parse=c.numeric_parse, non_numeric_example=c.non_numeric_example,
@@ -116,7 +122,7 @@ def row_subset(f: Facts, n: int | None, text: str) -> Facts | None:
 
 def bool_series(f: Facts, text: str) -> Facts:
     n = rows(f)
-    return Facts(name=text, type=SERIES, kind="series", dtype="bool", length=n, shape=[n] if n is not None else None,
+    return Facts(name=text, type=series_type(f), kind="series", dtype="bool", length=n, shape=[n] if n is not None else None,
                  has_nan=False, n_nan=0, index=f.index)
 
 

@@ -28,6 +28,7 @@ from crane.rulekit.lib_helpers import (
     shape_of,
     shape_text,
 )
+from crane.rulekit.python_versions import parse_version
 
 
 def estimator_line(label: str, est: EstimatorFacts) -> str:
@@ -73,6 +74,19 @@ def _non_numeric(x: Facts) -> tuple[str, list] | None:
     return None
 
 
+def one_d_message(x: Facts, version: str | None) -> str:
+    """check_array's words for a 1-D X on the kernel's scikit-learn: from 1.4 a pandas Series is "Expected a
+    2-dimensional container", naming its class as the kernel's repr does (`<class 'pandas.core.series.Series'>` on
+    pandas 2, `<class 'pandas.Series'>` on pandas 3: the probe's type name); an array (a Series before 1.4) "Expected
+    2D array", whose printed values the facts do not carry: left out. An unknown version is a current one."""
+    found = parse_version(version)
+    if is_series(x) and (found is None or found >= (1, 4)):
+        return (f"Expected a 2-dimensional container but got <class '{x.type}'> instead. Pass a DataFrame "
+                "containing a single row (i.e. single sample) or a single column (i.e. single feature) instead.")
+    return ("Expected 2D array, got 1D array instead. Reshape your data either using array.reshape(-1, 1) if your "
+            "data has a single feature or array.reshape(1, -1) if it contains a single sample.")
+
+
 def check_x(label: str, x: Facts, est: EstimatorFacts, method: str, version: str | None) -> Verdict | None:
     """X given to a numeric estimator: strings, 1-D, NaN, no samples."""
     if not T.needs_numeric_x(est.class_name, est.module) or method not in T.X_METHODS:
@@ -87,14 +101,7 @@ def check_x(label: str, x: Facts, est: EstimatorFacts, method: str, version: str
         msg = f"could not convert string to float: {example!r}" if example else "could not convert string to float"
         return Verdict("ValueError", msg, "data confusion" if cols else "API misuse", ev, 0.9)
     if ndim(x) == 1:
-        return Verdict(
-            "ValueError",
-            "Expected 2D array, got 1D array instead: reshape your data with array.reshape(-1, 1) if it has a "
-            "single feature",
-            "API misuse",
-            [describe(label, x), est_line],
-            0.85,
-        )
+        return Verdict("ValueError", one_d_message(x, version), "API misuse", [describe(label, x), est_line], 0.85)
     if T.rejects_nan(est.class_name, est.module, version):
         n = nan_count(x)
         if n and not x.truncated:
