@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from .conftest import REPO, SERVER_CMD
+from .conftest import REPO, SERVER_CMD, TIMEOUT_SCALE
 
 NB = "file:///tmp/crane-fuzz/nb.ipynb"
 CELLS = [f"vscode-notebook-cell:/tmp/crane-fuzz/nb.ipynb#W{i}sZmlsZQ%3D%3D" for i in range(4)]
@@ -71,7 +71,9 @@ class RawServer:
         return self.wait(lambda m: m.get("id") == rid and "method" not in m, timeout)
 
     def wait(self, pred, timeout: float = 10.0) -> dict:
-        deadline = time.monotonic() + timeout
+        # a bound on a failure, scaled on loaded machines like the other LSP tests' waits (a server's first start
+        # under load, compiling its sources, took over 10 s to answer initialize)
+        deadline = time.monotonic() + timeout * TIMEOUT_SCALE
         while time.monotonic() < deadline:
             try:
                 msg = self.inbox.get(timeout=0.05)
