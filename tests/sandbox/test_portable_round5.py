@@ -310,8 +310,10 @@ def test_p4_crane_state_is_not_walked_to_from_the_cell(k5, attack, sandbox):
     assert not [p for p in k5["outside"].iterdir() if p.name != "target.txt"], v
 
 
-# P4 on Linux: the Python layers switched off through a way to CRANE's frames they do not see
-# (`traceback.walk_stack`: library code calling sys._getframe, docs/sandbox.md): Landlock still holds the worker
+# P4: the way to CRANE's frames that the Python layers once did not see (`traceback.walk_stack`: library code
+# calling sys._getframe, then the frames' f_locals): refused at the first read of a CRANE frame's locals
+# (worker/frames.py); with no Python layer at all, Landlock and seccomp hold the worker on Linux
+# (test_portable_linux_layer.py, test_portable_seccomp.py: raw libc calls in a process with no Python layer)
 WALL = """
 import traceback
 off = 0
@@ -337,12 +339,12 @@ for what, fn in [('write', lambda: open('@OUTSIDE@/wall.txt', 'w').write('x')),
 """
 
 
-@pytest.mark.skipif(not LANDLOCK, reason="Linux's Landlock layer")
-def test_p4_with_the_python_layers_off_the_os_layer_still_holds(k5):
-    v = run5(k5, WALL, PORTABLE)
-    lines = v.stdout.split("\n")
-    assert lines[0] != "off 0", v  # the walk reached CRANE's state and switched the Python layers off
-    assert lines[1:5] == ["write refused", "remove refused", "program refused", "signal refused"], v.stdout
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_p4_a_library_walk_to_cranes_frames_is_refused_at_their_locals(k5, sandbox):
+    v = run5(k5, WALL, sandbox)
+    assert v.verdict == "blocked" and v.refusal is not None and v.refusal.layer == "call guard", v
+    assert v.refusal.call == "reading a frame's f_locals (CRANE's: the walk to its state)", v.refusal
+    assert "off" not in v.stdout, v  # nothing of CRANE's was switched off
     assert not [p for p in k5["outside"].iterdir() if p.name != "target.txt"], v
 
 
