@@ -92,3 +92,107 @@ def test_a_cell_that_rewrites_cranes_code_gets_no_verdict(ik, path, attack):
     assert v.verdict in ("blocked", "crash"), v
     if v.verdict == "crash":
         assert v.ename in ("KeyError", "ZeroDivisionError"), v
+
+
+# -- the cell that forges and then ends its process (issue 41's last hole) -------------------------------------------
+# It writes a "no-crash" record on every FIFO or pipe it finds (fstat over its descriptors, /proc/self/fd), closes
+# every descriptor, then ends its own process in one of many ways. In the kernel that ends the kernel: the truthful
+# verdict is a crash-like "the cell ends the kernel's process", never no-crash. A record counts only when the run's
+# process ends sealed by CRANE's epilogue, as its parent sees from outside (/proc); none of these can seal.
+FORGE_AND_CLOSE = f"""
+import stat, signal
+for fd in set(range(3, 1024)) | {{int(n) for n in os.listdir('/proc/self/fd')}}:
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.write(fd, {_LINE})
+    except OSError:
+        pass
+os.closerange(0, 4096)
+"""
+ENDINGS = {
+    "os._exit": "os._exit(0)",
+    "posix._exit": "import posix\nposix._exit(0)",
+    "os.abort": "os.abort()",
+    "kill-self": "os.kill(os.getpid(), signal.SIGKILL)",
+    "kill-own-group": "os.killpg(0, signal.SIGTERM)",
+    "raise-signal": "signal.raise_signal(signal.SIGTERM)",
+    "pthread-kill": "import threading\nsignal.pthread_kill(threading.main_thread().ident, signal.SIGKILL)",
+    "own-pidfd": "signal.pidfd_send_signal(os.pidfd_open(os.getpid()), signal.SIGKILL)",
+    "exit-from-a-thread": "import threading\nt = threading.Thread(target=os._exit, args=(0,))\nt.start()\nt.join()",
+    "a-fresh-posix-module": ("import importlib.util\nm = importlib.util.module_from_spec(importlib.util.find_spec('posix'))"
+                             "\nm._exit(0)"),
+    "segfault": "import faulthandler\nfaulthandler._sigsegv()",
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+@pytest.mark.parametrize("path", ["blocking", "layered"])
+def test_a_cell_that_forges_and_ends_its_process_ends_the_kernel(ik, path, ending):
+    v = _run(ik, FORGE_AND_CLOSE + ENDINGS[ending] + "\n", path)
+    assert v.verdict != "no-crash", v
+    if ending == "segfault":  # a signal nobody of CRANE's sent (or a withheld mapping's: blocked)
+        assert v.verdict in ("crash", "blocked"), v
+    else:
+        assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v
+        assert "ends the kernel's process" in (v.evalue or "") or "running it would end" in (v.evalue or ""), v
+    assert v.integrity is not None and not v.integrity.channel_checked, v
+
+
+@pytest.mark.parametrize("path", ["blocking", "layered"])
+def test_a_cell_that_forges_and_lingers_times_out(ik, path):
+    """Forged record, every descriptor closed, its budget alarm ignored, then it waits to be ended: the record is
+    never sealed, so the run is what it was, a timeout."""
+    src = FORGE_AND_CLOSE + "import time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\ntime.sleep(120)\n"
+    conn = ik["conn"]
+    with Untouched(conn) as watch:
+        v = speculate(conn, src, 3.0, layer=path)
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert v.verdict == "timeout", v
+
+
+@pytest.mark.parametrize("after", ["1/0", "x = 1", "import sys, threading\nthreading.Thread(target=sys.exit).start()"])
+@pytest.mark.parametrize("path", ["blocking", "layered"])
+def test_a_cell_that_forges_and_closes_the_channel_gets_no_verdict_of_its_own(ik, path, after):
+    """Forged record, every descriptor closed, then the cell raises or ends clean: CRANE's record cannot be written,
+    and what the channel holds is not what CRANE wrote there."""
+    v = _run(ik, FORGE_AND_CLOSE + after + "\n", path)
+    assert v.verdict == "blocked" and FORGED in (v.reason or ""), v
+
+
+@pytest.mark.parametrize("path", ["blocking", "layered"])
+def test_a_thread_that_forges_while_the_cell_raises(ik, path):
+    """A thread of the cell keeps writing records on every pipe while CRANE's epilogue runs: extra bytes."""
+    src = ("import threading, stat, time\n"
+           "def spam():\n"
+           "    for _ in range(200):\n"
+           "        for fd in range(3, 64):\n"
+           "            try:\n"
+           "                if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+           f"                    os.write(fd, {_LINE})\n"
+           "            except OSError:\n"
+           "                pass\n"
+           "        time.sleep(0.001)\n"
+           "threading.Thread(target=spam, daemon=True).start()\n"
+           "time.sleep(0.05)\n"
+           "1/0\n")
+    v = _run(ik, src, path)
+    assert v.verdict != "no-crash", v
+    assert v.verdict == "blocked" or (v.verdict, v.ename) == ("crash", "ZeroDivisionError"), v
+
+
+HONEST_WITH_LOOSE_ENDS = {
+    "a-thread-still-running": "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True)"
+                              ".start()\ny = df['a'].sum()",
+    "its-own-files-closed": "import tempfile\nfd, p = tempfile.mkstemp()\nos.write(fd, b'x')\nos.close(fd)\ny = 1",
+    "a-signal-handler-of-its-own": "import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)\ny = 1",
+}
+
+
+@pytest.mark.parametrize("cell", list(HONEST_WITH_LOOSE_ENDS))
+@pytest.mark.parametrize("path", ["blocking", "layered"])
+def test_honest_cells_with_loose_ends_keep_their_verdicts(ik, path, cell):
+    v = _run(ik, HONEST_WITH_LOOSE_ENDS[cell], path)
+    assert v.verdict == "no-crash", v
+    assert v.integrity is not None and v.integrity.channel_checked, v
+    v = _run(ik, HONEST_WITH_LOOSE_ENDS[cell] + "\n{}['missing']", path)
+    assert (v.verdict, v.ename) == ("crash", "KeyError"), v

@@ -5,6 +5,7 @@ the fork runs (fork_runner.py) and the transplant runs (transplant.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import signal
 
 import msgspec
@@ -14,6 +15,7 @@ from crane.sandbox.verdict import (
     ChildRecord,
     DeniedLine,
     ExitLine,
+    ExitStatus,
     Integrity,
     SandboxVerdict,
     SetupLine,
@@ -141,11 +143,79 @@ def _only_refusals(lines: ChildLines) -> bool:
     return bool(lines.refusals) and all(x in further for x in lines.extra)
 
 
+# the seal's codes (kernel/common): how CRANE's epilogue says the cell ended
+SEAL_CLEAN, SEAL_RAISED, SEAL_ENDS, SEAL_TAMPERED, SEAL_RECORD = 1, 2, 3, 4, 5
+# what a record may say under each code: "no-crash" only where the cell ended clean
+_SEAL_ALLOWS = {SEAL_CLEAN: {"no-crash", "crash", "blocked", "timeout"}, SEAL_RAISED: {"crash", "blocked", "timeout"},
+                SEAL_RECORD: {"timeout", "unavailable", "blocked"}}
+ENDED_ITSELF = "the cell ends the kernel's process"
+
+
+def _digest(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _ended_itself(status: ExitStatus, memory_mb: int, setup: SetupLine | None) -> SandboxVerdict:
+    """A run's process that ended before CRANE's epilogue sealed it, after its cell began: by its own exit (any
+    code: in the kernel that ends the kernel) or a signal nobody of CRANE's sent."""
+    if status.signal is None:
+        code = status.exitcode
+        if code == 70:  # (kernel/entry._fork: CRANE's own code failed)
+            return unavailable("the sandbox child failed")
+        return SandboxVerdict(verdict="crash", ename="DeadKernelError",
+                              evalue=f"{ENDED_ITSELF} (it exited with code {code}): running it would end the kernel",
+                              reason=f"{ENDED_ITSELF} (exit code {code})")
+    return _signal_verdict(status.signal, None, memory_mb, setup)
+
+
+def _sealed_verdict(outcome: RunOutcome, lines: ChildLines, budget_s: float, memory_mb: int) -> SandboxVerdict | None:
+    """The verdict of a run whose parent looked for the seal (`status.checked`): None when the record stands as
+    it is (sealed over exactly these bytes, and saying what the seal allows)."""
+    st, rec = outcome.status, lines.record
+    assert st is not None
+    seal = st.sealed if st.sealed and len(st.sealed) == 2 else None
+    if seal is None:
+        if outcome.how == "cancelled":
+            return unavailable("stopped before the cell finished")
+        if outcome.how == "deadline" or st.deadline:  # (what it wrote meanwhile is not a record: never sealed)
+            return SandboxVerdict(verdict="timeout", reason=f"the cell did not finish within {budget_s:g} s")
+        if not lines.started:  # before the cell: only CRANE's code ran, its lines stand
+            return None if rec is not None else _before_the_cell(_ended_itself(st, memory_mb, lines.setup), lines)
+        if st.signal is None and st.exitcode is None:
+            return unavailable("the sandbox child ended without a result")
+        v = _ended_itself(st, memory_mb, lines.setup)
+        if rec is not None or lines.extra:
+            v.reason = f"{v.reason}; {FORGED} first" if v.reason else FORGED
+        return v
+    code, digest = seal
+    exact = digest == _digest(outcome.data)
+    if code == SEAL_ENDS:
+        evalue = rec.evalue if exact and rec is not None and rec.ename == "DeadKernelError" else None
+        return SandboxVerdict(verdict="crash", ename="DeadKernelError",
+                              evalue=evalue or f"{ENDED_ITSELF}: running it would end the kernel",
+                              reason=(rec.reason if exact and rec is not None else None) or ENDED_ITSELF)
+    if code == SEAL_TAMPERED:
+        return _signal_verdict(None, TAMPERED, memory_mb, lines.setup)
+    if not exact:
+        return SandboxVerdict(verdict="blocked", reason=f"{FORGED} (what CRANE wrote there is not what it holds)")
+    if rec is None:
+        return SandboxVerdict(verdict="blocked", reason="the cell closed CRANE's result channel: its record could not "
+                                                        "be delivered")
+    if rec.verdict not in _SEAL_ALLOWS.get(code, set()):
+        return SandboxVerdict(verdict="blocked", reason=f"{FORGED} (the record says {rec.verdict!r}, how the cell "
+                                                        "ended says otherwise)")
+    return None
+
+
 def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVerdict:
     """The verdict from what the child wrote and how it ended."""
     lines = parse_lines(outcome.data)
     setup, rec = lines.setup, lines.record
-    if lines.extra and _only_refusals(lines):
+    st = outcome.status
+    sealed = _sealed_verdict(outcome, lines, budget_s, memory_mb) if st is not None and st.checked else None
+    if sealed is not None:
+        v = sealed
+    elif lines.extra and _only_refusals(lines):
         # processes of the cell (a DataLoader's workers, a pool's children) ended with CRANE's refusal: blocked,
         # named by the first refusal (a record the cell forged can only make a run "blocked" this way, never a
         # crash or a clean run)
@@ -175,11 +245,12 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
         v = _before_the_cell(_signal_verdict(outcome.status.signal, outcome.status.exitcode, memory_mb, setup), lines)
     else:
         v = unavailable("the sandbox child ended without a result")
-    if lines.denied and v.verdict in ("crash", "no-crash"):
+    denied = lines.denied + list(outcome.denied) + (list(st.denied) if st is not None else [])
+    if denied and v.verdict in ("crash", "no-crash") and v.ename != "DeadKernelError":
         # a program the cell started tried the network: what it did without it says nothing certain
         what = f" ({v.ename} followed)" if v.verdict == "crash" and v.ename else ""
-        v.verdict, v.reason = "blocked", f"{lines.denied[0]}{what}"
-    v.denied = list(v.denied) + lines.denied[:20]
+        v.verdict, v.reason = "blocked", f"{denied[0]}{what}"
+    v.denied = list(v.denied) + denied[:20]
     if setup is not None:
         v.mode, v.mode_reason, v.kept = setup.mode, setup.reason, setup.kept
         v.setup_ms = float(setup.steps.get("total", 0.0) or 0.0)
@@ -187,6 +258,10 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
         if setup.kept:
             v.scale = "miniature"
     v.stdout, v.stderr = outcome.stdout, outcome.stderr
-    # read to its end (EOF, or the process gone) and nothing but CRANE's lines: the record is the only one
-    v.integrity = Integrity(writer="cell-process", channel_checked=outcome.how in ("eof", "exit", "record") and not lines.extra)
+    # read to its end (EOF, or the process gone) and nothing but CRANE's lines: the record is the only one (and,
+    # where the parent looked for the seal, sealed over exactly these bytes)
+    checked = outcome.how in ("eof", "exit", "record") and not lines.extra
+    if st is not None and st.checked:
+        checked = checked and st.sealed is not None and len(st.sealed) == 2 and st.sealed[1] == _digest(outcome.data)
+    v.integrity = Integrity(writer="cell-process", channel_checked=checked)
     return v

@@ -99,7 +99,7 @@ class PrivateDir:
                 pass
             if time.monotonic() >= deadline:
                 return None
-            time.sleep(0.005)
+            time.sleep(0.001)
 
     def cleanup(self) -> None:
         if self.capture is not None:
@@ -261,6 +261,7 @@ class RunOutcome(msgspec.Struct):
     status: ExitStatus | None
     stdout: str
     stderr: str
+    denied: list[str] = []  # network attempts the daemon's supervisor recorded (blocking runs)
 
 
 class LocalRun:
@@ -273,13 +274,23 @@ class LocalRun:
 
     def wait(self, deadline: float, cancel: threading.Event | None) -> RunOutcome:
         data, how = read_until_eof(self.pdir.result_fd, self.child, deadline, cancel=cancel)
-        status = None
+        if how not in ("deadline", "cancelled"):
+            # a record counts only once its process's parent has seen it sealed and ended it (kernel/common): a
+            # process that lingers after the channel closed is waited for up to the deadline like any other
+            while not self.child.wait_gone(min(POLL_S, max(0.0, deadline - time.monotonic()))):
+                if cancel is not None and cancel.is_set():
+                    how = "cancelled"
+                    break
+                if time.monotonic() >= deadline:
+                    how = "deadline"
+                    break
         if how in ("deadline", "cancelled"):
             self.kill()
             self.child.wait_gone(2.0)
-        elif b'"verdict"' not in data:
-            status = self.pdir.exit_status(1.0)
-        return RunOutcome(data, how, status, self.pdir.read_capture("stdout"), self.pdir.read_capture("stderr"))
+        status = self.pdir.exit_status(1.0)
+        denied = list(self.pdir.capture.denied) if self.pdir.capture is not None else []
+        return RunOutcome(data, how, status, self.pdir.read_capture("stdout"), self.pdir.read_capture("stderr"),
+                          denied)
 
     def kill(self) -> None:
         self.child.kill()

@@ -288,10 +288,17 @@ class RemoteState(msgspec.Struct, omit_defaults=True):
 
 
 class ExitStatus(msgspec.Struct, omit_defaults=True):
-    """Written by the kernel's reaper thread when the child has been reaped."""
+    """How a run's process ended, written into the private directory by its parent once it is reaped (the
+    kernel's reaper thread; in layered mode A, for B): the cell cannot write there (docs/sandbox.md, "Who writes
+    the verdict")."""
 
     exitcode: int | None = None
     signal: int | None = None
+    sealed: list[int] | None = None  # [code, digest]: CRANE's epilogue finished, seen in /proc (kernel/common)
+    checked: bool | None = None  # whether the parent could look for the seal (None: a path without one)
+    by_parent: bool = False  # the parent ended it, after its seal
+    deadline: bool = False  # A killed B at the wall-clock deadline
+    denied: list[str] = []  # A: network attempts of the layered run's processes
 
 
 child_record_decoder = msgspec.json.Decoder(ChildRecord)

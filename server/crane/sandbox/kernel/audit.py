@@ -12,10 +12,11 @@ The hook lives in this interpreter (and in forked workers); programs the cell ex
 confinement.
 
 Ending the kernel: a cell that signals its own process with a signal whose default action ends it
-(`os.kill(os.getpid(), SIGKILL)`, SIGTERM, ...) or calls `os._exit` would kill the user's kernel. The run's own
-process records that as the crash it is (DeadKernelError) and ends: in layered mode it is pid 1 of its namespace,
-which the Linux kernel protects from its own signals, and in both modes a signal's exit status alone cannot be
-told from the budget's kill. Worker processes of the cell are not concerned (their exits are the cell's business).
+(`os.kill(os.getpid(), SIGKILL)`, SIGTERM, `signal.pthread_kill`, its own pidfd, ...) or calls `os._exit`,
+`posix._exit` or `os.abort` would kill the user's kernel. The run's own process records that as the crash it is
+(DeadKernelError) and seals it (kernel/common): in layered mode it is pid 1 of its namespace, which the Linux kernel
+protects from its own signals, and in both modes a signal's exit status alone cannot be told from the budget's
+kill. Any other way it ends itself ends it unsealed, which the daemon reports the same way. Worker processes of the cell are not concerned (their exits are the cell's business).
 The same holds for a signal to its own process group (`os.killpg(0, SIGKILL)`, `os.kill(0, ...)`): in the kernel
 that group is the kernel's. `os.getppid()` answers the kernel's parent, as in the kernel; a signal to it is
 refused (it would reach the Jupyter server or the editor) and recorded in `denied`.
@@ -32,7 +33,14 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from crane.sandbox.kernel.common import _WRITE_FLAGS, SandboxBlocked, _Ctx, _write_json  # kernel: strip
+from crane.sandbox.kernel.common import (  # kernel: strip
+    _WRITE_FLAGS,
+    SEAL_ENDS,
+    SandboxBlocked,
+    _Ctx,
+    _seal_other,
+    _write_json,
+)
 
 _PATH_EVENTS = {
     "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.link": (0, 1),
@@ -81,37 +89,88 @@ def _ends_process(sig: Any) -> bool:
 
 
 def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
-    """The run's own process ending itself (a signal to itself, `os._exit`) is the crash the real kernel would
-    have: record it before it happens (see the module docstring). One-shot runs only: a session's head simply
-    dies, as its command's reply says."""
+    """The run's own process ending itself (`os._exit`/`posix._exit`, `os.abort`, a signal that ends it raised,
+    sent to itself, its own thread or its own pidfd) is the crash the real kernel would have: the run ends there
+    as "the cell ends the kernel's process", sealed as such (kernel/common), with the record when the channel is
+    still open. One-shot runs only: a session's command process simply dies, as its reply says. Any other way out
+    (a C call, a new `posix` module's `_exit`) ends the process unsealed, which the daemon reports the same way."""
     if ctx.args["mode"] != "run" or ctx.result_fd < 0:
         return
     real_exit = os._exit
-    real_raise = getattr(signal, "raise_signal", None)
 
-    def end(what: str, code: int) -> None:
+    def active() -> bool:
+        return bool(state.get("running")) and not state["bypass"] and os.getpid() == mypid
+
+    def end(what: str, code: int = 0) -> NoReturn:
         state["bypass"] = True
-        _write_json(ctx.result_fd, {
-            "verdict": "crash", "ename": "DeadKernelError",
-            "evalue": f"the cell {what}: running it would end the kernel's process",
-            "reason": f"the cell {what}", "displays": ctx.displays, "denied": ctx.denied[:20],
-            "absorbed": ctx.absorbed[:20], "confinement": ctx.confinement})
-        real_exit(code)
+        state["running"] = False
+        if ctx.result_fd >= 0:
+            try:
+                _write_json(ctx.result_fd, {
+                    "verdict": "crash", "ename": "DeadKernelError",
+                    "evalue": f"the cell {what}: running it would end the kernel's process",
+                    "reason": f"the cell {what}", "displays": ctx.displays, "denied": ctx.denied[:20],
+                    "absorbed": ctx.absorbed[:20], "confinement": ctx.confinement})
+            except OSError:
+                pass
+        _seal_other(ctx, SEAL_ENDS)
+        raise SystemExit(code)  # (never reached: the parent ends this process)
 
     def guarded_exit(status: int) -> NoReturn:  # os._exit's own signature (a cell may name `status=`)
-        if state.get("running") and not state["bypass"] and os.getpid() == mypid:
+        if active():
             end(f"calls os._exit({status})", int(status) if isinstance(status, int) else 1)
         real_exit(status)
 
     os._exit = guarded_exit
+    posix = sys.modules.get("posix")
+    if posix is not None:
+        posix._exit = guarded_exit  # type: ignore[attr-defined]
+    real_abort = os.abort
+
+    def guarded_abort() -> NoReturn:
+        if active():
+            end("calls os.abort()", 134)
+        real_abort()
+
+    os.abort = guarded_abort
+    if posix is not None and hasattr(posix, "abort"):
+        posix.abort = guarded_abort  # type: ignore[attr-defined]
+    real_raise = getattr(signal, "raise_signal", None)
     if real_raise is not None:
         def guarded_raise(sig: Any) -> None:
-            if state.get("running") and not state["bypass"] and os.getpid() == mypid and _ends_process(sig):
-                end(f"raises {signal.Signals(sig).name} in its own process", 128 + int(sig))
+            if active() and _ends_process(sig):
+                end(f"raises {_signal_name(sig)} in its own process", 128 + int(sig))
             return real_raise(sig)
 
         signal.raise_signal = guarded_raise
+    real_pidfd_send = getattr(signal, "pidfd_send_signal", None)
+    if real_pidfd_send is not None:
+        def guarded_pidfd_send(pidfd: int, sig: int, siginfo: Any = None, flags: int = 0) -> None:
+            if active() and _ends_process(sig) and _pidfd_of(pidfd) == mypid:
+                end(f"sends {_signal_name(sig)} to its own process (pidfd)", 128 + int(sig))
+            return real_pidfd_send(pidfd, sig, siginfo, flags)
+
+        signal.pidfd_send_signal = guarded_pidfd_send
     state["end"] = end
+
+
+def _signal_name(sig: Any) -> str:
+    try:
+        return signal.Signals(int(sig)).name
+    except (TypeError, ValueError):
+        return str(sig)
+
+
+def _pidfd_of(fd: Any) -> int:
+    """The process a pidfd refers to (its fdinfo's Pid line), 0 when it is not one."""
+    try:
+        with open(f"/proc/self/fdinfo/{int(fd)}", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, TypeError, IndexError):
+        pass
+    return 0
 
 
 def _install_audit_hook(ctx: _Ctx) -> None:
@@ -228,6 +287,9 @@ def _install_audit_hook(ctx: _Ctx) -> None:
             deny("replacing the kernel's process with a program", args[0] if args else None)
         if event in ("os.kill", "os.killpg") and len(args) > 1 and os.getpid() == mypid:
             signalled(event, args[0], args[1])
+        if event == "signal.pthread_kill" and len(args) > 1 and os.getpid() == mypid and state.get("running") \
+                and "end" in state and _ends_process(args[1]):
+            state["end"](f"sends {signal_name(args[1])} to one of its own threads", 128 + int(args[1]))
         what = deny_events.get(event)
         if what is not None:
             deny(what, args[0] if args and event not in ("os.fork", "os.forkpty") else None)

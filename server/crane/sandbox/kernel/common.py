@@ -51,11 +51,14 @@ def _summarise_data(data: Any, kind: str) -> dict:
 
 def _write_json(fd: int, obj: dict) -> None:
     data = (json.dumps(obj, default=str) + "\n").encode("utf-8", "replace")
-    while data:
+    h = _SEALED["h"] if fd >= 0 and fd == _SEALED["fd"] else None  # the run's channel: the seal names what CRANE
+    while data:  # wrote there
         try:
             n = os.write(fd, data)
         except InterruptedError:
             continue
+        if h is not None:
+            h.update(data[:n])
         data = data[n:]
 
 
@@ -139,6 +142,123 @@ class _Ctx:
         self.shown_exc: BaseException | None = None
         self.displayhook: Callable[[object], None] | None = None  # the child's sys.displayhook
         self.audit_state: dict[str, Any] = {}  # set by the audit hook; "bypass": it lets everything through
+
+
+# -- the seal (issue 41; docs/sandbox.md, "Who writes the verdict") ------------------------------------------------
+# A one-shot run's record counts only when its process ends *sealed*: after writing it, CRANE's epilogue wakes its
+# parent (`done_fd`) and blocks for good in a raw read(2) whose unused argument registers carry SEAL_MAGIC, a code
+# saying how the cell ended (from CRANE's control flow) and a digest of every byte CRANE wrote on the channel. The
+# parent (the kernel's reaper thread, or A in layered mode) sees that from outside in /proc/<pid>/syscall, ends the
+# process itself and writes how it ended into the private directory, where the cell cannot write. No function the
+# standard library offers makes a raw system call with chosen registers: pure Python cannot seal (ctypes can).
+SEAL_MAGIC = 0x4352414E45534541
+SEAL_CLEAN, SEAL_RAISED, SEAL_ENDS, SEAL_TAMPERED, SEAL_RECORD = 1, 2, 3, 4, 5
+_SEALED: dict = {"fd": -1, "h": None}  # the run's channel and the digest of what CRANE wrote on it
+
+
+def _track_channel(fd: int) -> None:
+    import hashlib
+    _SEALED["fd"], _SEALED["h"] = fd, hashlib.blake2b(digest_size=8)
+
+
+def _channel_digest() -> int:
+    h = _SEALED["h"]
+    return int.from_bytes(h.digest(), "little") if h is not None else 0
+
+
+def _seal_parts(pipe: bool = True) -> tuple[Any, int, Any]:
+    """What a sealed wait needs, made now: (libc's syscall, a pipe's read end nobody writes — its write end stays
+    open, so no EOF ends the wait; -1 without `pipe` —, a 1-byte buffer)."""
+    import ctypes
+    fn = ctypes.CDLL(None, use_errno=True).syscall
+    fn.restype = ctypes.c_long
+    fn.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                   ctypes.c_ulong]
+    r = os.pipe()[0] if pipe else -1
+    return fn, r, ctypes.create_string_buffer(1)
+
+
+def _wake_parent(ctx: _Ctx) -> None:
+    """Tell the process that will check the seal that it is coming (then it looks in /proc)."""
+    if ctx.done_fd >= 0:
+        try:
+            os.write(ctx.done_fd, b"d")
+        except OSError:
+            pass
+
+
+def _seal_other(ctx: _Ctx, code: int) -> None:
+    """Seal with `code` and wait to be ended; never returns. Only the codes that say nothing of a cell's own end:
+    the cell ended its process, changed CRANE's code, or never ran (a record CRANE wrote without it). The two that
+    do — clean, raised — are written out where the cell's end is (kernel/run._child_run), never here."""
+    code = int(code) if code in (SEAL_ENDS, SEAL_TAMPERED) else SEAL_RECORD
+    digest = _channel_digest()
+    _close_channel(ctx)
+    fn, r, buf = _seal_parts()
+    _wake_parent(ctx)
+    while True:
+        try:
+            fn(0, r, buf, 1, code, digest, SEAL_MAGIC)
+        except Exception:  # noqa: BLE001 - nothing to do but wait for the parent
+            import time
+            time.sleep(0.05)
+
+
+def _close_channel(ctx: _Ctx) -> None:
+    if ctx.result_fd >= 0:
+        try:
+            os.close(ctx.result_fd)
+        except OSError:
+            pass
+        ctx.result_fd = -1
+
+
+def read_seal(pid: int) -> tuple[int, int] | None | bool:
+    """From outside (the parent): (code, digest) when a thread of process `pid` is in CRANE's sealed wait (the main
+    thread's is looked at first; the cell may end its process from another thread); None when none is (running,
+    elsewhere, gone); False when this process may not read its /proc/<pid>/syscall."""
+    found = _seal_at(f"/proc/{pid}/syscall")
+    if found is not None:
+        return found
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        if tid != str(pid):
+            found = _seal_at(f"/proc/{pid}/task/{tid}/syscall")
+            if found:
+                return found
+    return None
+
+
+def _seal_at(path: str) -> tuple[int, int] | None | bool:
+    try:
+        with open(path, "rb") as f:
+            fields = f.read().split()
+    except PermissionError:
+        return False
+    except OSError:
+        return None
+    try:
+        if len(fields) >= 7 and int(fields[0]) == 0 and int(fields[6], 16) == SEAL_MAGIC:
+            return int(fields[4], 16), int(fields[5], 16)
+    except ValueError:
+        pass
+    return None
+
+
+def await_seal(pid: int, within_s: float) -> tuple[int, int] | None | bool:
+    """`read_seal`, again for up to `within_s` (the process wrote its wake-up just before entering the wait)."""
+    import time
+    deadline = time.monotonic() + within_s
+    pause = 0.0002
+    while True:
+        seal = read_seal(pid)
+        if seal is not None or time.monotonic() >= deadline:
+            return seal
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
 
 
 _TAMPERED = 87  # how a process whose code changed CRANE's own code (`_fence`) ends, writing nothing

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crane.sandbox.kernel.atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
-from crane.sandbox.kernel.common import proc_kb  # kernel: strip
+from crane.sandbox.kernel.common import await_seal, proc_kb, read_seal  # kernel: strip
 from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
 from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
 from crane.sandbox.kernel.request import RequestError, check_request, decode_request  # kernel: strip
@@ -142,15 +142,17 @@ def _starttime(pid: int) -> int:
         return 0
 
 
-def _reap(pid: int, private_dir: str, run_id: str | None) -> None:
+def _reap(pid: int, private_dir: str, run_id: str | None, done_r: int = -1) -> None:
     sys.setprofile(None)  # the thread may have read threading's hooks after the entry point restored them
     sys.settrace(None)
+    seal, checked, by_parent = _watch_seal(pid, done_r) if done_r >= 0 else (None, None, False)
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:
         return
     info = {"exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "sealed": list(seal) if seal else None, "checked": checked, "by_parent": by_parent}
     if run_id is not None and run_id in _RUNS:
         _RUNS[run_id]["ended"] = time.monotonic()
     try:
@@ -158,7 +160,53 @@ def _reap(pid: int, private_dir: str, run_id: str | None) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(dumps(info))
     except OSError:
-        pass  # the daemon already cleaned up
+        pass  # the daemon already cleaned up, or A wrote how B ended (layered mode)
+
+
+def _watch_seal(pid: int, done_r: int) -> tuple[tuple[int, int] | None, bool | None, bool]:
+    """A one-shot run's process (blocking mode), from its parent: when it says on `done_r` that its record is out,
+    look for its seal in /proc (kernel/common) and end it then. Returns (the seal, whether /proc could be read,
+    whether this thread ended it). "L" on the pipe: the process is A, which checks B's seal itself."""
+    import select
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        os.close(done_r)
+        return None, None, False
+    checked: bool | None = None
+    poll: float | None = None
+    try:
+        while True:
+            ready = select.select([pidfd] + ([done_r] if done_r >= 0 else []), [], [], poll)[0]
+            if pidfd in ready:
+                return None, checked, False
+            if done_r >= 0 and done_r in ready:
+                word = os.read(done_r, 4096)
+                if not word or b"L" in word:
+                    os.close(done_r)
+                    done_r = -1
+                    if word:  # layered: A checks B's seal and reports it; if A is ended first, nothing is sealed
+                        return None, True, False
+                    poll = 0.05  # closed (the cell's code may close it): a look now and then until it ends
+                found = await_seal(pid, 0.25 if word else 0.0)
+            elif poll is not None:
+                found = read_seal(pid)
+            else:
+                continue
+            if found is None:
+                checked = True
+                continue
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+            if found is False:  # its /proc/<pid>/syscall is not ours to read: its word is all there is
+                return None, False, True
+            return found, True, True  # type: ignore[return-value]
+    finally:
+        if done_r >= 0:
+            os.close(done_r)
+        os.close(pidfd)
 
 
 # A run is refused when the machine's available memory is below this floor, or below what the kernel itself
@@ -215,13 +263,21 @@ def _fork(args: dict, child_main: Callable[[dict, Any, int, bool], None]) -> dic
     parent = os.getpid()
     on_main = threading.current_thread() is threading.main_thread()
     t0, c0 = time.perf_counter(), time.thread_time()
+    # a one-shot run's process tells its parent (the reaper below) when its record is out: then its seal is looked for
+    done_r, done_w = os.pipe() if args["mode"] == "run" else (-1, -1)
     saved = suspend_user_handlers()  # the user's at-fork handlers are not run by our fork (kernel/atfork.py)
     try:
         pid = os.fork()
     except OSError as exc:
+        if done_r >= 0:
+            os.close(done_r)
+            os.close(done_w)
         restore(saved)
         return {"ok": False, "verdict": "unavailable", "reason": f"fork failed: {exc}"}
     if pid == 0:  # the child: never returns; it gives the user's handlers back once confined (kernel/isolation)
+        if done_r >= 0:
+            os.close(done_r)
+            args = dict(args, done_fd=done_w)
         keep_suspended(saved)
         code = 70
         try:
@@ -232,11 +288,13 @@ def _fork(args: dict, child_main: Callable[[dict, Any, int, bool], None]) -> dic
         finally:
             os._exit(code)
     restore(saved)
+    if done_w >= 0:
+        os.close(done_w)
     fork_ms, fork_cpu_ms = (time.perf_counter() - t0) * 1000.0, (time.thread_time() - c0) * 1000.0
     run_id = args["run_id"]
     if run_id is not None:
         _RUNS[run_id] = {"pid": pid, "dir": args["dir"], "ended": None}
-    threading.Thread(target=_reap, args=(pid, args["dir"], run_id), name="crane-sandbox-reaper", daemon=True).start()
+    threading.Thread(target=_reap, args=(pid, args["dir"], run_id, done_r), name="crane-sandbox-reaper", daemon=True).start()
     return {"ok": True, "pid": pid, "start": _starttime(pid), "channel": args["channel"],
             "run_id": run_id, "fork_ms": round(fork_ms, 3), "fork_cpu_ms": round(fork_cpu_ms, 3)}
 

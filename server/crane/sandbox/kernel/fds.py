@@ -51,14 +51,15 @@ def _memfd_copy(fd: int, size: int, flags: int, with_contents: bool) -> int:
     return new
 
 
-def privatise_descriptors(copy_budget: int = 8 << 20, copy_file_limit: int = 1 << 20) -> dict:
-    """Replace every inherited descriptor >= 3 (see the module docstring). Returns counts by treatment."""
+def privatise_descriptors(copy_budget: int = 8 << 20, copy_file_limit: int = 1 << 20, keep: tuple = ()) -> dict:
+    """Replace every inherited descriptor >= 3 but `keep` (CRANE's own: see the module docstring). Returns counts by
+    treatment."""
     counts = {"reopened": 0, "copied": 0, "sunk": 0, "kept": 0, "degraded": 0}
     sink = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     left = int(copy_budget)
     try:
         for fd in sorted(int(x) for x in os.listdir("/proc/self/fd")):
-            if fd < 3 or fd == sink:
+            if fd < 3 or fd == sink or fd in keep:
                 continue
             try:
                 st = os.fstat(fd)

@@ -28,6 +28,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _Capture,
     _Ctx,
     _summarise_data,
+    _track_channel,
     _write_json,
     proc_kb,
 )
@@ -82,7 +83,8 @@ def _isolate_descriptors(ctx: _Ctx) -> None:
     """Make every inherited descriptor private (kernel/fds.py), then open our own: the result channel (the
     daemon's FIFO, or a file in the kernel-side directory when the daemon cannot see this machine), the
     session's command FIFO, stdout/stderr capture; fd 0 reads /dev/null."""
-    ctx.fds = privatise_descriptors()
+    done = int(ctx.args.get("done_fd", -1))  # (one-shot runs: the pipe to the reaper, kernel/entry._fork)
+    ctx.fds = privatise_descriptors(keep=(done,) if done >= 0 else ())
     priv = ctx.args["dir"]
     if ctx.args["channel"] == "remote":
         res = os.open(os.path.join(priv, "result"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -91,6 +93,9 @@ def _isolate_descriptors(ctx: _Ctx) -> None:
         os.set_blocking(res, True)
     ctx.result_fd = res
     _SETUP["result_fd"] = res
+    if ctx.args["mode"] == "run":
+        _track_channel(res)  # what CRANE writes there is what the seal names (kernel/common)
+        ctx.done_fd = int(ctx.args.get("done_fd", -1))  # to the kernel's reaper, which checks the seal
     if ctx.args["mode"] == "session":
         cmd = os.open(os.path.join(priv, "commands"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         os.set_blocking(cmd, True)
@@ -426,10 +431,13 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
             os.close(fd)
         ctx.mode_reason = f"namespaces unavailable ({exc.strerror or exc})"
         return None
+    reaper_fd = ctx.done_fd  # the kernel's reaper checks A's end; A checks B's seal
     if pid == 0:  # B
         t1 = time.perf_counter()
         os.close(go_w)
         os.close(done_r)
+        if reaper_fd >= 0:
+            os.close(reaper_fd)
         ctx.done_fd = done_w
         if sock_a is not None:
             sock_a.close()
@@ -477,8 +485,16 @@ def _enter_layer(ctx: _Ctx) -> dict | None:
         os.waitpid(pid, 0)
         ctx.mode_reason = f"user namespace ids could not be mapped ({exc})"
         return None
+    if reaper_fd >= 0:  # "L": the run's process is B, whose seal A checks (the reaper only waits for A)
+        try:
+            os.write(reaper_fd, b"L")
+        except OSError:
+            pass
+        os.close(reaper_fd)
+        ctx.done_fd = -1
     os.write(go_w, b"g")
-    supervise(pid, float(ctx.args["budget_s"]) + 1.5, ctx.result_fd, sock_a, done_r)
+    supervise(pid, float(ctx.args["budget_s"]) + 1.5, ctx.result_fd, sock_a, done_r,
+              os.path.join(ctx.args["dir"], "status"))
     os._exit(0)
 
 

@@ -5,7 +5,8 @@ a raw clone(SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC 
 interface but a loopback that is down, and abstract UNIX sockets of its own), wrapped in CPython's
 before/after-fork hooks. A writes B's uid/gid maps (root: the full identity map, so the sandbox is root as the
 kernel is; another user: its own uid and gid), then lets B go and supervises it: it kills B at the wall-clock
-deadline, relays B's exit status as a JSON line on the result channel, and exits. B is pid 1 of its own pid
+deadline, ends B once it sees B's record sealed (kernel/common), writes how B ended into the private directory,
+and exits. B is pid 1 of its own pid
 namespace: when it ends (success, crash, deadline, or A's death through the parent-death signal) the Linux
 kernel kills every process B started, so the whole process tree ends with the run.
 
@@ -36,7 +37,8 @@ import socket
 import time
 from collections.abc import Callable
 
-from crane.sandbox.kernel.common import _write_json  # kernel: strip
+from crane.sandbox.kernel.common import await_seal  # kernel: strip
+from crane.sandbox.kernel.shield import dumps  # kernel: strip
 from crane.sandbox.shared.notify import answer_notification  # kernel: strip
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
@@ -168,34 +170,51 @@ def write_id_maps(pid: int) -> None:
             os.close(fd)
 
 
-def _denied_writer(result_fd: int) -> Callable[[str], None]:
-    def record(what: str) -> None:
-        if result_fd >= 0:  # (closed once B's record is out)
-            _write_json(result_fd, {"event": "denied", "what": what})
-    return record
-
-
 def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.socket | None = None,
-              done_fd: int = -1) -> None:
+              done_fd: int = -1, status_path: str | None = None) -> None:
     """A's life after the clone: wait for B, answer the sandbox's seccomp notifications (B sends the listener
-    over `notif_sock`), kill B at the deadline, report its end (a JSON line). Once B says on `done_fd` that its
-    record is out, A closes its end of the channel and writes nothing more: the daemon reads the channel to its
-    end (EOF), without waiting for B's teardown."""
+    over `notif_sock`: network attempts are kept for the report), kill B at the deadline, and report how B ended in
+    `status_path` (the private directory, where B cannot write: kernel/common's seal). A writes nothing on the
+    channel (B's lines alone are there, as the seal names them) and closes its copy at once. When B says on
+    `done_fd` that its record is out, A looks for B's seal in /proc and, when it is there, ends B itself."""
+    if result_fd >= 0:
+        os.close(result_fd)
     deadline = time.monotonic() + max(0.1, budget_s)
-    killed = False
+    killed = by_parent = False
+    seal: tuple[int, int] | None = None
+    checked: bool | None = None
+    poll: float | None = None  # once B's wake-up pipe is gone: a look in /proc now and then
+    denied: list[str] = []
     status = None
     listener = -1
     try:
         pidfd = os.pidfd_open(pid)
     except (OSError, AttributeError):
         pidfd = -1
+
+    def look(within: float) -> None:
+        nonlocal seal, checked, by_parent
+        found = await_seal(pid, within)
+        if found is False:  # /proc/<B>/syscall is not ours to read: B's word is all there is (docs: unchecked)
+            checked = False
+        elif found is not None:
+            checked, seal = True, found  # type: ignore[assignment]
+        else:
+            checked = True if checked is None else checked
+            return
+        by_parent = True
+        try:
+            os.kill(pid, signal.SIGKILL)  # (B is not reaped yet: the pid is still B)
+        except OSError:
+            pass
+
     while True:
         left = deadline - time.monotonic()
         if pidfd >= 0:
             watch = [pidfd] + ([notif_sock] if notif_sock is not None else []) + ([listener] if listener >= 0 else []) \
                 + ([done_fd] if done_fd >= 0 else [])
             try:
-                ready = select.select(watch, [], [], max(0.0, left))[0]
+                ready = select.select(watch, [], [], max(0.0, min(left, poll) if poll is not None else left))[0]
             except InterruptedError:
                 continue
             if notif_sock is not None and notif_sock in ready:
@@ -206,39 +225,45 @@ def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.sock
                 listener = fds[0] if fds else -1
                 notif_sock.close()
                 notif_sock = None
-            if done_fd >= 0 and done_fd in ready:
-                try:
-                    done = os.read(done_fd, 1)
-                except OSError:
-                    done = b""
-                os.close(done_fd)
-                done_fd = -1
-                if done and result_fd >= 0:  # B's record is out (EOF instead: B ended without one)
-                    os.close(result_fd)
-                    result_fd = -1
             if listener >= 0 and listener in ready:
-                answer_notification(listener, _denied_writer(result_fd))
+                answer_notification(listener, lambda what: denied.append(what) if len(denied) < 20 else None)
             if pidfd in ready:
                 break
+            if not by_parent and done_fd >= 0 and done_fd in ready:
+                try:
+                    word = os.read(done_fd, 64)
+                except OSError:
+                    word = b""
+                if not word:  # closed (B's code may close it): look now and then until B ends
+                    os.close(done_fd)
+                    done_fd, poll = -1, 0.05
+                look(0.25 if word else 0.0)
+            elif poll is not None and not by_parent and not ready:
+                look(0.0)
         else:
             got, st = os.waitpid(pid, os.WNOHANG)
             if got == pid:
                 status = st
                 break
             time.sleep(min(0.02, max(0.0, left)))
-        if time.monotonic() >= deadline and not killed:
+        if time.monotonic() >= deadline and not killed and not by_parent:
             os.kill(pid, signal.SIGKILL)
             killed = True
     if status is None:
         _, status = os.waitpid(pid, 0)
-    info = {"event": "exit", "deadline": killed,
-            "exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
-    try:
-        if result_fd >= 0:
-            _write_json(result_fd, info)
-    except OSError:
-        pass
+    info = {"deadline": killed, "exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "sealed": list(seal) if seal is not None else None, "checked": checked, "by_parent": by_parent,
+            "denied": denied}
+    if status_path is not None:
+        try:
+            fd = os.open(status_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, (dumps(info) + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # the daemon already cleaned up
 
 
 _OCTAL = re.compile(rb"\\([0-7]{3})")

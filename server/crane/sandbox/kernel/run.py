@@ -21,12 +21,18 @@ from typing import Any
 from crane.sandbox.kernel.common import (  # kernel: strip
     _CO_COROUTINE,
     _SETUP,
-    _TAMPERED,
     CELL_FILENAME,
+    SEAL_MAGIC,
+    SEAL_RECORD,
+    SEAL_TAMPERED,
     SandboxBlocked,
+    _channel_digest,
+    _close_channel,
     _Ctx,
     _fence,
-    _real_exit,
+    _seal_other,
+    _seal_parts,
+    _wake_parent,
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
@@ -306,26 +312,21 @@ def _describe_exception(exc: BaseException, source: str, transformed: str | None
     return {"ename": type(exc).__name__, "evalue": evalue[:4000], "line": line, "traceback": short}
 
 
-def run_source(ctx: _Ctx, source: str) -> dict:
-    """Run one cell's source in this (confined) process; the verdict record (without captured streams)."""
+def _cell_begins(ctx: _Ctx, source: str, seen: dict) -> list[CodeType]:
+    """IPython's transforms and the compile (`seen["transformed"]`), then the cell's code is what runs: the audit
+    guard's `running`, and on a one-shot run's channel the "cell" line (a death from here on is the cell's)."""
     shell = ctx.shell
-    ns = shell.user_ns if shell is not None else {}
-    t0 = time.perf_counter()
-    exc = None
-    transformed = None
-    audit = ctx.audit_state
-    try:
-        with shell.builtin_trap:
-            transformed = shell.transform_cell(source)
-            plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
-            audit["running"] = True  # the cell's code is what runs now (kernel/audit._guard_process_end)
-            if ctx.args["mode"] == "run" and ctx.result_fd >= 0:
-                _write_json(ctx.result_fd, {"event": "cell"})  # a death from here on is the cell's (assemble.py)
-            _exec_plan(ctx, plan, ns)
-    except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
-        exc = e
-    finally:
-        audit["running"] = False
+    seen["transformed"] = transformed = shell.transform_cell(source)
+    plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
+    ctx.audit_state["running"] = True  # (kernel/audit._guard_process_end)
+    if ctx.args["mode"] == "run" and ctx.result_fd >= 0:
+        _write_json(ctx.result_fd, {"event": "cell"})
+    return plan
+
+
+def _cell_record(ctx: _Ctx, exc: BaseException | None, source: str, seen: dict, t0: float) -> dict:
+    """The verdict record of a cell that raised `exc` (None: it ended clean), without captured streams."""
+    ctx.audit_state["running"] = False
     if exc is None and ctx.shown_exc is not None:
         exc = ctx.shown_exc
     ctx.shown_exc = None
@@ -338,11 +339,31 @@ def run_source(ctx: _Ctx, source: str) -> dict:
                                           f"of the smaller data ({why}); the full run did not finish in time")
     rec = {"verdict": verdict, "reason": reason, "elapsed_ms": elapsed}
     if exc is not None:
-        rec.update(_describe_exception(exc, source, transformed))
+        rec.update(_describe_exception(exc, source, seen.get("transformed")))
     return rec
 
 
+def run_source(ctx: _Ctx, source: str) -> dict:
+    """Run one cell's source in this (confined) process; the verdict record (without captured streams)."""
+    shell = ctx.shell
+    ns = shell.user_ns if shell is not None else {}
+    t0 = time.perf_counter()
+    exc = None
+    seen: dict = {}
+    try:
+        with shell.builtin_trap:
+            _exec_plan(ctx, _cell_begins(ctx, source, seen), ns)
+    except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
+        exc = e
+    finally:
+        ctx.audit_state["running"] = False
+    return _cell_record(ctx, exc, source, seen, t0)
+
+
 def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
+    """The one-shot child: set up, run the cell, write the record and wait, sealed, to be ended by the parent (see
+    kernel/common: the seal). How the cell ended is said by where the seal is made — one place for a cell that
+    raised, one for a clean end, the code a constant there — never by a value the cell's code could change."""
     t0 = time.perf_counter()
     ctx = None
     try:
@@ -351,30 +372,88 @@ def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
         fd = _SETUP.get("result_fd", -1)
         if fd >= 0:
             _write_json(fd, {"verdict": "unavailable", "reason": f"sandbox setup failed: {exc}"})
-        return
+        return  # (before the cell: what it wrote counts without a seal, assemble.py)
     setup_ms = (time.perf_counter() - t0) * 1000.0
     if args["miniature"] and not ctx.kept:
         why = ctx.miniature_error or "the cell reads no large DataFrame, array, tensor or dataset"
         _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}", "setup_ms": setup_ms})
-        os.close(ctx.result_fd)
-        _record_out(ctx)
-        return
-    fence, end = _fence, _real_exit()  # bound before the cell runs (a C function: nothing the cell can rebind)
+        _seal_other(ctx, SEAL_RECORD)
+    fence = _fence
     before = fence()
     signal.setitimer(signal.ITIMER_REAL, float(args["budget_s"]) + 1.5)
-    rec = run_source(ctx, args["source"])
+    ns = shell.user_ns if shell is not None else {}
+    seen: dict = {}
+    t1 = time.perf_counter()
+    try:
+        with shell.builtin_trap:
+            _exec_plan(ctx, _cell_begins(ctx, args["source"], seen), ns)
+    except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
+        _epilogue_begins(ctx)
+        digest = _record(ctx, _cell_record(ctx, e, args["source"], seen, t1), setup_ms, before, fence)
+        fn, r, buf = _seal_parts()
+        _wake_parent(ctx)
+        while True:  # sealed: the cell raised (code 2); the parent ends this process
+            try:
+                fn(0, r, buf, 1, 2, digest, SEAL_MAGIC)
+            except Exception:  # noqa: BLE001
+                time.sleep(0.05)
+    _epilogue_begins(ctx)
+    digest = _record(ctx, _cell_record(ctx, None, args["source"], seen, t1), setup_ms, before, fence)
+    fn, r, buf = _seal_parts()
+    _wake_parent(ctx)
+    while True:  # sealed: the cell ended clean (code 1); the parent ends this process
+        try:
+            fn(0, r, buf, 1, 1, digest, SEAL_MAGIC)
+        except Exception:  # noqa: BLE001
+            time.sleep(0.05)
+
+
+def _epilogue_begins(ctx: _Ctx) -> None:
+    """Right after the cell: its budget timer, its trace/profile/monitoring hooks, its Python signal handlers and
+    the garbage collector's runs (finalizers, gc callbacks) stop, so no code of the cell's runs between CRANE's
+    statements on that account while the record is made (its exception's own methods still run, see docs)."""
+    import gc
+    import sys
+    ctx.audit_state["running"] = False
     signal.setitimer(signal.ITIMER_REAL, 0)
+    sys.settrace(None)
+    sys.setprofile(None)
+    mon = getattr(sys, "monitoring", None)
+    if mon is not None:
+        for tool in range(6):
+            try:
+                mon.set_events(tool, 0)
+                mon.free_tool_id(tool)
+            except (ValueError, AttributeError):
+                pass
+    gc.disable()
+    for sig in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError, TypeError):
+            pass
+
+
+def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: dict, fence: Any) -> int:
+    """Write the record on the channel and close it: the digest of everything CRANE wrote there. A cell that
+    rebound CRANE's code or what the record is made with gets no record: the seal says so instead."""
     if any(k in before and before[k] != v for k, v in fence().items()):
-        end(_TAMPERED)  # the cell rebound CRANE's own code or what the record is made with: no record at all
+        _seal_other(ctx, SEAL_TAMPERED)
     rec["setup_ms"] = setup_ms
     rec["displays"] = ctx.displays
     rec["denied"] = ctx.denied[:20]
     rec["absorbed"] = ctx.absorbed[:20]
     rec["confinement"] = ctx.confinement
     ctx.audit_state["bypass"] = True
-    _write_json(ctx.result_fd, rec)
-    os.close(ctx.result_fd)
-    _record_out(ctx)
+    if ctx.result_fd >= 0:
+        try:
+            _write_json(ctx.result_fd, rec)
+        except OSError:
+            pass  # (the cell closed it: the digest then names what was really written)
+    digest = _channel_digest()
+    _close_channel(ctx)
+    return digest
 
 
 def _record_out(ctx: _Ctx) -> None:
