@@ -2,9 +2,11 @@
 
 Here (Linux): the ctypes structures against the documented x64 layouts (sizes and field offsets from winnt.h),
 the low-integrity SID's bytes, the job's limits, reading an integrity level back from a TOKEN_MANDATORY_LABEL
-buffer, and that no layer is claimed off Windows. On Windows (the CI matrix's windows job) a real worker is
-started, put in the job and lowered to low integrity, and must be unable to write a medium-integrity folder or
-start a process, while writing its low-labelled folder; closing the daemon's job handle must end it.
+buffer, the TOKEN_PRIVILEGES the privilege removal reads and writes, and that no layer is claimed off Windows. On
+Windows (the CI matrix's windows job) a real worker is started, put in the job, its privileges removed and
+lowered to low integrity, and must be unable to write a medium-integrity folder or start a process, while
+writing its low-labelled folder, and keep no privilege but SeChangeNotify; closing the daemon's job handle must
+end it. None of the Windows calls has run from here.
 """
 
 from __future__ import annotations
@@ -93,6 +95,36 @@ def test_the_integrity_label_is_built_and_read_back():
         assert windows.integrity_rid(buf.raw, ctypes.addressof(buf) + 4096) == -1  # a pointer out of the buffer
 
 
+@x64
+def test_the_privilege_structures_and_constants():
+    assert ctypes.sizeof(windows.Luid) == 8 and _layout(windows.Luid) == {"LowPart": 0, "HighPart": 4}
+    assert ctypes.sizeof(windows.LuidAndAttributes) == 12  # TOKEN_PRIVILEGES: a DWORD count, then 12-byte entries
+    assert _layout(windows.LuidAndAttributes) == {"Luid": 0, "Attributes": 8}
+    assert (windows.TOKEN_ADJUST_PRIVILEGES, windows.TOKEN_PRIVILEGES_CLASS, windows.SE_PRIVILEGE_REMOVED,
+            windows.SE_CHANGE_NOTIFY_PRIVILEGE, windows.ERROR_NOT_ALL_ASSIGNED) == (0x20, 3, 0x4, 23, 1300)
+    assert any("privileges" in c for c in windows.CONFINES)
+
+
+def test_every_privilege_but_change_notify_is_removed():
+    # what GetTokenInformation(TokenPrivileges) writes for an elevated user: SeChangeNotify (23, enabled),
+    # SeDebug (20), SeBackup (17), SeRestore (18), SeTakeOwnership (9), SeShutdown (19), one with a high part
+    held = [(23, 0, 3), (20, 0, 0), (17, 0, 0), (18, 0, 0), (9, 0, 0), (19, 0, 2), (23, 1, 0)]
+    buf = len(held).to_bytes(4, "little") + b"".join(
+        lo.to_bytes(4, "little") + hi.to_bytes(4, "little", signed=True) + a.to_bytes(4, "little")
+        for lo, hi, a in held)
+    assert windows.token_privileges(buf) == held
+    change = windows.removal(windows.token_privileges(buf))
+    assert len(change) == 4 + 12 * 6
+    assert windows.token_privileges(change) == [(lo, hi, windows.SE_PRIVILEGE_REMOVED) for lo, hi, _ in held
+                                                if (lo, hi) != (23, 0)]
+    assert windows.removal([(23, 0, 3)]) == bytes(4)  # nothing to remove: an empty list
+    with pytest.raises(ValueError):
+        windows.token_privileges((5).to_bytes(4, "little") + bytes(12))
+    if sys.platform != "win32":
+        with pytest.raises(OSError, match="not Windows"):
+            windows.strip_privileges(0)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="off Windows only")
 def test_off_windows_no_layer_is_claimed(tmp_path):
     how = oslayer.launch(["python", "-c", "0"], {}, str(tmp_path), platform="win32")
@@ -161,6 +193,8 @@ def test_on_windows_a_worker_at_low_integrity_in_its_job_writes_only_its_folder(
     proc = subprocess.Popen(how.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, **how.env})
     how = oslayer.started(how, proc)
     assert how.layer.ran, how.layer.why_not
+    left = windows.strip_privileges(int(proc._handle))  # type: ignore[attr-defined]
+    assert left in ([], [windows.SE_CHANGE_NOTIFY_PRIVILEGE]), left  # the worker's token kept no other privilege
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"go\n")
     proc.stdin.flush()

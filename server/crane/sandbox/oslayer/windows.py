@@ -6,10 +6,18 @@ its first line from stdin. Before that line (the modules, then the kernel's stat
    CreateProcess fails, and so do `subprocess`, `os.system`, `ctypes` calls to WinExec), killed when the daemon's
    handle closes (the daemon ending, however it ends), a per-process committed-memory limit, no error dialogs, UI
    restrictions (no clipboard, desktops, global atoms, or handles of other processes' windows);
-2. lowers the worker's own primary token to low integrity (SetTokenInformation(TokenIntegrityLevel) with the
-   S-1-16-4096 label: lowering needs no privilege) and reads it back: a low-integrity process cannot write, delete
-   or rename files and folders at medium integrity (every file the user owns, by default), nor open the
-   user's other processes for writing (no-write-up), whatever Python or native code it runs.
+2. removes every privilege of the worker's primary token but SeChangeNotifyPrivilege (`strip_privileges`:
+   AdjustTokenPrivileges with SE_PRIVILEGE_REMOVED, for good: the privilege set CreateRestrictedToken's
+   DISABLE_MAX_PRIVILEGE leaves; an elevated daemon's SeDebug, SeBackup, SeRestore, SeTakeOwnership,
+   SeImpersonate, ... are gone) and reads the list back;
+3. lowers that token to low integrity (SetTokenInformation(TokenIntegrityLevel) with the S-1-16-4096 label:
+   lowering needs no privilege) and reads it back: a low-integrity process cannot write, delete or rename files
+   and folders at medium integrity (every file the user owns, by default), nor open the user's other processes
+   for writing (no-write-up), whatever Python or native code it runs.
+Why not a new restricted token (CreateRestrictedToken): the worker is the daemon's `subprocess.Popen` child, which
+takes no token, and a running process's primary token cannot be replaced; privileges and the integrity level are
+the two parts of a token that can be changed in place. So the worker's groups are not made deny-only and it has
+no restricting SIDs (that would need CreateProcessAsUserW with such a token: not done).
 The worker's own folder (and its temporary folder, TMP/TEMP/TMPDIR) and each run folder (`prepare_folder`) are
 labelled low (`S:(ML;OICI;NW;;;LW)`, inherited by what is made in them), so the run can write only there.
 Jupyter's runtime folders (`%APPDATA%\\jupyter\\runtime`, `$JUPYTER_RUNTIME_DIR`, `$JUPYTER_DATA_DIR\\runtime`) are
@@ -18,7 +26,8 @@ so the worker cannot read the connection files' keys there (a connection file el
 Not confined on Windows (said in docs/sandbox.md): network (a low-integrity process may still connect, also to the
 kernel's ZeroMQ ports: an AppContainer would be needed), reads elsewhere, signals beyond the no-write-up rule; the
 Python guard is the only layer for those. The code that starts the worker runs
-at medium integrity until step 2 (Python's startup and site, before any state or notebook code arrives).
+with its privileges and at medium integrity until steps 2-3 (Python's startup and site, before any state or
+notebook code arrives).
 
 Structures and constants are plain `ctypes` (importable and tested on Linux for their documented x64 sizes and
 offsets); every Windows call is behind `sys.platform == "win32"`. None of it has run on Windows from here: the
@@ -51,6 +60,7 @@ NAME = "low integrity + job object"
 CONFINES = ("file writes outside CRANE's run folders (medium-integrity files)", "child processes",
             "survival of the daemon (killed with it)", "memory (per-process commit limit)",
             "writes to other processes (no-write-up)", "clipboard, desktops, global atoms",
+            "privileges (every one removed but SeChangeNotifyPrivilege)",
             "reads of Jupyter's runtime folders (kernel connection keys)")
 RUNTIME = CONFINES[-1]
 
@@ -58,6 +68,11 @@ RUNTIME = CONFINES[-1]
 SE_GROUP_INTEGRITY = 0x00000020
 TOKEN_QUERY = 0x0008
 TOKEN_ADJUST_DEFAULT = 0x0080
+TOKEN_ADJUST_PRIVILEGES = 0x0020
+TOKEN_PRIVILEGES_CLASS = 3  # TOKEN_INFORMATION_CLASS.TokenPrivileges
+SE_PRIVILEGE_REMOVED = 0x00000004
+SE_CHANGE_NOTIFY_PRIVILEGE = 23  # its well-known LUID (low part; high part 0): kept, as DISABLE_MAX_PRIVILEGE keeps it
+ERROR_NOT_ALL_ASSIGNED = 1300
 TOKEN_INTEGRITY_LEVEL_CLASS = 25  # TOKEN_INFORMATION_CLASS.TokenIntegrityLevel
 SECURITY_MANDATORY_LABEL_AUTHORITY = (0, 0, 0, 0, 0, 16)
 SECURITY_MANDATORY_LOW_RID = 0x1000
@@ -89,6 +104,42 @@ class BasicUiRestrictions(ctypes.Structure):
     """JOBOBJECT_BASIC_UI_RESTRICTIONS (4 bytes)."""
 
     _fields_ = [("UIRestrictionsClass", ctypes.c_uint32)]
+
+
+class Luid(ctypes.Structure):
+    """LUID (8 bytes)."""
+
+    _fields_ = [("LowPart", ctypes.c_uint32), ("HighPart", ctypes.c_int32)]
+
+
+class LuidAndAttributes(ctypes.Structure):
+    """LUID_AND_ATTRIBUTES (12 bytes, 4-aligned: TOKEN_PRIVILEGES' entries follow its count at offset 4)."""
+
+    _fields_ = [("Luid", Luid), ("Attributes", ctypes.c_uint32)]
+
+
+def token_privileges(buf: bytes) -> list[tuple[int, int, int]]:
+    """A TOKEN_PRIVILEGES buffer (what GetTokenInformation(TokenPrivileges) writes) read as (LUID low part, high
+    part, attributes) per privilege."""
+    count = int.from_bytes(buf[:4], "little")
+    size = ctypes.sizeof(LuidAndAttributes)
+    if 4 + count * size > len(buf):
+        raise ValueError("TOKEN_PRIVILEGES buffer shorter than its count")
+    out = []
+    for i in range(count):
+        e = LuidAndAttributes.from_buffer_copy(buf, 4 + i * size)
+        out.append((int(e.Luid.LowPart), int(e.Luid.HighPart), int(e.Attributes)))
+    return out
+
+
+def removal(privileges: list[tuple[int, int, int]]) -> bytes:
+    """The TOKEN_PRIVILEGES for AdjustTokenPrivileges that removes each of `privileges` but SeChangeNotify."""
+    gone = [(lo, hi) for lo, hi, _ in privileges if (lo, hi) != (SE_CHANGE_NOTIFY_PRIVILEGE, 0)]
+    out = len(gone).to_bytes(4, "little")
+    for lo, hi in gone:
+        e = LuidAndAttributes(Luid(lo, hi), SE_PRIVILEGE_REMOVED)
+        out += ctypes.string_at(ctypes.addressof(e), ctypes.sizeof(e))
+    return out
 
 
 def sid_bytes(authority: tuple[int, ...], *sub_authorities: int) -> bytes:
@@ -143,6 +194,7 @@ class _Win:
         self.AssignProcessToJobObject = self._fn(k32.AssignProcessToJobObject, i32, [vp, vp])
         self.CloseHandle = self._fn(k32.CloseHandle, i32, [vp])
         self.LocalFree = self._fn(k32.LocalFree, vp, [vp])
+        self.AdjustTokenPrivileges = self._fn(adv.AdjustTokenPrivileges, i32, [vp, i32, vp, u32, vp, vp])
         self.OpenProcessToken = self._fn(adv.OpenProcessToken, i32, [vp, u32, ctypes.POINTER(vp)])
         self.SetTokenInformation = self._fn(adv.SetTokenInformation, i32, [vp, i32, vp, u32])
         self.GetTokenInformation = self._fn(adv.GetTokenInformation, i32,
@@ -231,6 +283,34 @@ def lower_integrity(process: int) -> int:
         if not w.GetTokenInformation(token, TOKEN_INTEGRITY_LEVEL_CLASS, buf, len(buf), ctypes.byref(size)):
             raise w.error("GetTokenInformation(TokenIntegrityLevel)")
         return integrity_rid(buf.raw, ctypes.addressof(buf))
+    finally:
+        w.CloseHandle(token)
+
+
+def _privileges_of(w: _Win, token: Any) -> list[tuple[int, int, int]]:
+    size = ctypes.c_uint32(0)
+    w.GetTokenInformation(token, TOKEN_PRIVILEGES_CLASS, None, 0, ctypes.byref(size))  # asks the size
+    buf = ctypes.create_string_buffer(max(int(size.value), 4))
+    if not w.GetTokenInformation(token, TOKEN_PRIVILEGES_CLASS, buf, len(buf), ctypes.byref(size)):
+        raise w.error("GetTokenInformation(TokenPrivileges)")
+    return token_privileges(buf.raw)
+
+
+def strip_privileges(process: int) -> list[int]:
+    """Remove every privilege of the process's primary token but SeChangeNotifyPrivilege (for good: a removed
+    privilege cannot be enabled again), then read them back: the LUIDs (low parts) left."""
+    w = _win()
+    token = ctypes.c_void_p()
+    if not w.OpenProcessToken(process, TOKEN_ADJUST_PRIVILEGES | TOKEN_QUERY, ctypes.byref(token)):
+        raise w.error("OpenProcessToken")
+    try:
+        change = removal(_privileges_of(w, token))
+        if int.from_bytes(change[:4], "little"):
+            buf = ctypes.create_string_buffer(change, len(change))
+            ok = w.AdjustTokenPrivileges(token, 0, buf, 0, None, None)
+            if not ok or ctypes.get_last_error() == ERROR_NOT_ALL_ASSIGNED:  # type: ignore[attr-defined]
+                raise w.error("AdjustTokenPrivileges(SE_PRIVILEGE_REMOVED)")
+        return [lo for lo, _, _ in _privileges_of(w, token)]
     finally:
         w.CloseHandle(token)
 
@@ -344,8 +424,9 @@ def launch(argv: list[str], env: dict[str, str], home: str) -> Launch:
 
 
 def started(how: Launch, proc: subprocess.Popen) -> Launch:
-    """The worker in its job and at low integrity before it is sent anything; the layer ran only when both held
-    (else the worker is left to the daemon, which ends it: no run is said to be confined)."""
+    """The worker in its job, its privileges removed and at low integrity before it is sent anything; the layer
+    ran only when all three held (else the worker is left to the daemon, which ends it: no run is said to be
+    confined)."""
     if how.layer.why_not != NOT_STARTED:
         return how
     handle = getattr(proc, "_handle", None)
@@ -354,9 +435,13 @@ def started(how: Launch, proc: subprocess.Popen) -> Launch:
         return how
     try:
         how.handles.append(contain(int(handle), _half_the_memory()))
+        left = strip_privileges(int(handle))
         rid = lower_integrity(int(handle))
     except OSError as exc:
         how.layer = how.layer.failed(str(exc))
+        return how
+    if [p for p in left if p != SE_CHANGE_NOTIFY_PRIVILEGE]:
+        how.layer = how.layer.failed(f"the worker's token still has privileges {left} after their removal")
         return how
     if rid != SECURITY_MANDATORY_LOW_RID:
         how.layer = how.layer.failed(f"the worker's integrity reads back as {rid:#x}, not low")
