@@ -3,8 +3,9 @@
 The portable worker confines itself, once its run folder exists and before it loads any of the kernel's state
 (worker/linux.py, kernel/landlock.py: Landlock writes only in CRANE's folders, no program execution, Jupyter's
 runtime folder unreadable, TCP and, where the kernel's ABI has them, signals and abstract UNIX sockets scoped;
-no_new_privs). Only the worker knows whether that ran on this kernel: its record says so and the verdict names
-"landlock" only then. So the daemon's layer here is a description that never claims a run. Also used for other
+no_new_privs; and on x86_64 and aarch64 a seccomp filter, worker/seccomp.py: other processes' priority, affinity,
+scheduling, limits and memory out of reach). Only the worker knows whether that ran on this kernel: its record
+says so and the verdict names "landlock" (and "seccomp") only then. So the daemon's layer here is a description that never claims a run. Also used for other
 POSIX systems, where nothing is added either.
 """
 
@@ -18,7 +19,8 @@ from crane.sandbox.oslayer.layer import Launch, OsLayer
 
 NAME = "landlock"
 CONFINES = ("file writes outside CRANE's run folders", "program execution", "reads of Jupyter's runtime folders",
-            "TCP bind/connect (Landlock ABI 4+)", "signals and abstract UNIX sockets to other processes (ABI 6+)")
+            "TCP bind/connect (Landlock ABI 4+)", "signals and abstract UNIX sockets to other processes (ABI 6+)",
+            "other processes' priority, affinity, scheduling, limits, memory, ptrace (seccomp: x86_64, aarch64)")
 BY_THE_WORKER = ("applied by the worker itself before it loads any state (worker/linux.py); its record says "
                  "whether it ran")
 
