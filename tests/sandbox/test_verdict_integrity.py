@@ -196,3 +196,28 @@ def test_honest_cells_with_loose_ends_keep_their_verdicts(ik, path, cell):
     assert v.integrity is not None and v.integrity.channel_checked, v
     v = _run(ik, HONEST_WITH_LOOSE_ENDS[cell] + "\n{}['missing']", path)
     assert (v.verdict, v.ename) == ("crash", "KeyError"), v
+
+
+# -- the same in a fork session's command process (its outcome pipe, read by the session's head) --------------------
+SESSION_ENDINGS = {k: ENDINGS[k] for k in ("os._exit", "posix._exit", "os.abort", "kill-self", "exit-from-a-thread",
+                                           "a-fresh-posix-module")}
+SESSION_ENDINGS["lingers"] = "import time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\ntime.sleep(8)"
+
+
+def test_a_session_command_that_forges_and_ends_its_process_gets_no_verdict_of_its_own(ik):
+    """Each forger in turn, then the commands after it: never no-crash for the forger, the real verdicts after."""
+    from crane.sandbox.fork_session import SandboxSession
+
+    conn = ik["conn"]
+    with Untouched(conn) as watch:
+        with SandboxSession.open(conn, budget_s=6) as sb:
+            for name, ending in SESSION_ENDINGS.items():
+                v = sb.run(FORGE_AND_CLOSE.replace("'verdict'", "'event': 'outcome', 'verdict'") + ending)
+                assert v.verdict != "no-crash", (name, v)
+                if name in ("os._exit", "posix._exit", "os.abort", "exit-from-a-thread", "a-fresh-posix-module"):
+                    assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), (name, v)
+                crash = sb.run("y = df['missing']")
+                assert (crash.verdict, crash.ename) == ("crash", "KeyError"), (name, crash)
+                assert sb.run("z = int(df['a'].sum())").verdict == "no-crash", name
+            assert sb.inspect("z") == "3"
+    assert watch.unchanged, (watch.outputs, watch.changes())

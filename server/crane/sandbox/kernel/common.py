@@ -248,17 +248,44 @@ def _seal_at(path: str) -> tuple[int, int] | None | bool:
     return None
 
 
-def await_seal(pid: int, within_s: float) -> tuple[int, int] | None | bool:
-    """`read_seal`, again for up to `within_s` (the process wrote its wake-up just before entering the wait)."""
+def await_seal(pid: int, within_s: float, gone: Callable[[], bool] | None = None) -> tuple[int, int] | None | bool:
+    """`read_seal`, again for up to `within_s` (the process wrote its wake-up just before entering the wait), or
+    until `gone()` says the process has ended."""
     import time
     deadline = time.monotonic() + within_s
     pause = 0.0002
     while True:
         seal = read_seal(pid)
-        if seal is not None or time.monotonic() >= deadline:
+        if seal is not None or time.monotonic() >= deadline or (gone is not None and gone()):
             return seal
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
+
+
+def sealed_over(pid: int, data: bytes, within_s: float = 2.0) -> bool:
+    """From the parent: child `pid` is in CRANE's sealed wait over exactly `data` (what the parent read from it), or
+    its /proc cannot be read here (then what it sent is taken as it came)."""
+    import hashlib
+    seal = await_seal(pid, within_s, lambda: ended_now(pid, 0.0))
+    if seal is False:
+        return True
+    return isinstance(seal, tuple) and seal[1] == int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(),
+                                                                 "little")
+
+
+def ended_now(pid: int, within_s: float) -> bool:
+    """Child `pid` has ended (it is not reaped here), or does within `within_s`."""
+    import time
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
 
 
 _TAMPERED = 87  # how a process whose code changed CRANE's own code (`_fence`) ends, writing nothing
