@@ -17,6 +17,7 @@ from crane.engine import CellResult
 from crane.notebook.model import load_notebook
 from crane.sandbox.verdict import SandboxVerdict
 from crane.sandbox.worker.linux import linux_layer_available
+from crane.sandbox.worker.seccomp import pc_arch
 
 from .conftest import make_notebook
 
@@ -92,6 +93,7 @@ def test_sandbox_portable_decides_with_the_portable_sandbox(nb_dir):
     v = cell.sandbox
     assert v is not None and v.verdict == "crash" and cell.findings[0].ename == "KeyError", cell
     assert v.mode == "portable" and cell.decided_by == "sandbox", cell
-    os_layer = ["landlock"] if linux_layer_available() is None else []  # Linux's OS layer under the guard
+    os_layer = (["landlock"] + (["seccomp"] if pc_arch() else [])  # Linux's OS layer under the guard
+                if linux_layer_available() is None else [])
     assert v.transplant is not None and v.transplant.layers == ["call guard", "audit hook", *os_layer], cell
     assert not (nb_dir / "out.csv").exists()  # the write happened in the run's private folder only

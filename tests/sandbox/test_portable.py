@@ -19,6 +19,7 @@ from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
 from crane.sandbox.options import SandboxOptions
 from crane.sandbox.worker.linux import linux_layer_available
+from crane.sandbox.worker.seccomp import pc_arch
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from .conftest import tree_hash
@@ -67,7 +68,7 @@ def test_honest_cells_get_the_real_runs_verdict(pk):
     v = _run(pk, "df['c'] = df.a.map(add_one)\nb = Box(1) + 2\nprint(df.c.tolist(), b.v)")
     assert v.verdict == "no-crash", v
     assert v.stdout.strip() == "[2, 4] 3"
-    layers = ["call guard", "audit hook"] + (["landlock"] if LINUX_LAYER else [])
+    layers = ["call guard", "audit hook"] + (["landlock"] + (["seccomp"] if pc_arch() else []) if LINUX_LAYER else [])
     assert v.transplant is not None and v.transplant.layers == layers, v.transplant
     assert (v.landlock_abi is not None) == bool(LINUX_LAYER), v
     assert "confine" not in v.setup_steps and "layer" not in v.setup_steps, v
