@@ -30,10 +30,16 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
     _TAMPERED,
     CELL_FILENAME,
+    SEAL_MAGIC,
+    _channel_digest,
     _Ctx,
     _real_exit,
+    _seal_parts,
+    _track_channel,
     _Watch,
     _write_json,
+    ended_now,
+    sealed_over,
 )
 from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
 from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools, find_thread_pools  # kernel: strip
@@ -300,7 +306,8 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
     except OSError:
         pass  # it is gone: its end is read below
     _head_close(spare.go)
-    lines = [x for x in _read_to_end(res_r).split(b"\n") if x.strip()]
+    raw = _read_to_end(res_r)
+    lines = [x for x in raw.split(b"\n") if x.strip()]
     _head_close(res_r)
     outcome = None
     if len(lines) == 1:
@@ -318,6 +325,12 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
     threads = _threads(pid)
     if outcome is None:  # it ended without an outcome
         status = _wait_child(pid, mirror=False)
+    if outcome is not None and lines and not sealed_over(pid, raw):  # issue 41: an outcome counts only sealed
+        if not ended_now(pid, 0.5):  # there, not in CRANE's sealed wait: the code wrote the line and lingers
+            _head_close(ctl_w, post_r)  # (it ends with the session: parent-death signal)
+            return ({"verdict": "blocked", "reason": f"{FORGED} (its process never finished CRANE's epilogue)"}
+                    if is_run else {"ok": False, "ename": "SandboxError", "evalue": FORGED}), None, None
+        outcome = None  # it ended itself: said by how it ended
         outcome = _ended(status) if is_run else {"ok": False, "ename": "SandboxError",
                                                  "evalue": f"the sandbox process ended ({status})"}
         pid = 0
@@ -382,8 +395,20 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     rec["event"] = "outcome"
     send(res, rec)
     close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
-    word = _read_byte(ctl)
+    code = 1 if rec.get("verdict") == "no-crash" or rec.get("ok") else 2
+    fn, _, buf = _seal_parts(pipe=False)
+    got = -1
+    for _ in range(1000):  # sealed (kernel/common): the head sees it in /proc while this waits for its word
+        try:
+            got = fn(0, ctl, buf, 1, code, digest, SEAL_MAGIC)
+        except Exception:  # noqa: BLE001
+            break
+        if got >= 0:
+            break  # (-1: interrupted by a signal, again)
+    word = buf.raw[:1] if got == 1 else b""
+    _track_channel(res)
     if word == _KEEP:
+    digest = _channel_digest()
         _, fds, _, _ = _BOUND["recv_fds"](ctx.handover[1], 16, 2)
         ctx.audit_state["bypass"] = False
         if len(fds) != 2:
