@@ -5,6 +5,9 @@ Linux has Landlock, the OS layer) and through the guard alone (`confinement="gua
   execution count, outputs: `Untouched`; nice value, CPU affinity, scheduling policy) and alive;
 - attacks: `blocked` (refused by a Python layer) or a run whose calls the OS refused; never a certain crash;
 - honest code (`..` paths, the view walked, resolved, listed): the kernel's own verdict, the real files unchanged.
+A table of cells that use the standard library alone runs on the first kernel only where both kernels run one
+interpreter (kernel_choice.kernels: the worker runs the same code under the same layers for either); cells that go
+through an environment's own libraries (numpy, psutil, pyarrow, polars: their own tables) and P70's ends run on both.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from crane.sandbox.worker.linux import linux_layer_available
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from .conftest import tree_hash
+from .kernel_choice import kernels
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux process controls")
 
@@ -72,8 +76,6 @@ P2 = {
     "SCHED_IDLE through starmap": "list(itertools.starmap(os.sched_setscheduler, [(kpid, os.SCHED_IDLE, "
                                   "os.sched_param(0))]))",
     "pidfd kill through map": "list(map(signal.pidfd_send_signal, map(os.pidfd_open, [kpid]), [9]))",
-    "psutil nice": "import psutil\npsutil.Process(kpid).nice(19)",
-    "psutil affinity": "import psutil\npsutil.Process(kpid).cpu_affinity([0])",
     "a pool thread makes a FIFO outside": "import concurrent.futures as cf\n"
                                           "cf.ThreadPoolExecutor(1).submit(os.mkfifo, '@OUTSIDE@/fifo').result()",
     "mknod through map": "list(map(os.mknod, ['@OUTSIDE@/node']))",
@@ -85,21 +87,41 @@ P2 = {
     "a thread with no profile hook": "import _thread\nlist(map(_thread.start_new_thread, [os.mkfifo], "
                                      "[('@OUTSIDE@/late',)]))",
 }
+P2_PSUTIL = {  # through the environment's own psutil (its C extension)
+    "psutil nice": "import psutil\npsutil.Process(kpid).nice(19)",
+    "psutil affinity": "import psutil\npsutil.Process(kpid).cpu_affinity([0])",
+}
 
 
-@pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("attack", list(P2))
-def test_p2_the_kernel_is_neither_reniced_pinned_rescheduled_nor_signalled(k5, attack, sandbox):
-    v = run5(k5, P2[attack], sandbox)
+def _p2(k5, source: str, sandbox: SandboxOptions) -> None:
+    v = run5(k5, source, sandbox)
     assert v.verdict in ("blocked", "no-crash", "crash"), v
     if v.verdict == "blocked":
         assert (v.reason or "").startswith("crane sandbox: "), v
     assert os.path.exists(f"/proc/{k5['kpid']}")
 
 
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(P2))
+@pytest.mark.parametrize("k5", kernels(*P2.values()), indirect=True, scope="module")
+def test_p2_the_kernel_is_neither_reniced_pinned_rescheduled_nor_signalled(k5, attack, sandbox):
+    _p2(k5, P2[attack], sandbox)
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(P2_PSUTIL))
+@pytest.mark.parametrize("k5", kernels(*P2_PSUTIL.values()), indirect=True, scope="module")
+def test_p2_nor_through_psutil(k5, attack, sandbox):
+    _p2(k5, P2_PSUTIL[attack], sandbox)
+
+
+ITSELF = ("os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0))\n"
+          "os.sched_setaffinity(0, os.sched_getaffinity(0))\nprint('ok')")
+
+
+@pytest.mark.parametrize("k5", kernels(ITSELF), indirect=True, scope="module")
 def test_p2_the_worker_may_still_change_itself(k5):
-    v = run5(k5, "os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0))\n"
-                 "os.sched_setaffinity(0, os.sched_getaffinity(0))\nprint('ok')")
+    v = run5(k5, ITSELF)
     assert (v.verdict, v.stdout.strip()) == ("no-crash", "ok"), v
 
 
@@ -127,12 +149,15 @@ P1_ESCAPES = {
     "remove through a mirrored folder": "os.remove('sub/' + '../' * 40 + '@OUTSIDE@'.lstrip('/') + '/target.txt')",
     "the cell's own link": "os.symlink('@OUTSIDE@', 'o2')\nopen('o2/../' + os.path.basename('@OUTSIDE@') + "
                            "'/pwn.txt', 'w').write('x')",
+}
+P1_ESCAPES_NUMPY = {  # through the environment's own numpy
     "a writer up from a mirrored folder": "import numpy as np\nnp.save('sub/' + '../' * 40 + "
                                           "'@OUTSIDE@'.lstrip('/') + '/a.npy', np.arange(2))",
 }
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("k5", kernels(P1_HONEST), indirect=True, scope="module")
 def test_p1_dotdot_after_a_mirrored_folder_stays_in_the_run(k5, sandbox):
     v = run5(k5, P1_HONEST, sandbox)
     assert (v.verdict, v.stdout.strip()) == ("no-crash", "ok"), v
@@ -144,8 +169,17 @@ def test_p1_dotdot_after_a_mirrored_folder_stays_in_the_run(k5, sandbox):
 
 @pytest.mark.parametrize("sandbox", BOTH)
 @pytest.mark.parametrize("attack", list(P1_ESCAPES))
+@pytest.mark.parametrize("k5", kernels(*P1_ESCAPES.values()), indirect=True, scope="module")
 def test_p1_dotdot_never_reaches_outside(k5, attack, sandbox):
     v = run5(k5, P1_ESCAPES[attack], sandbox)
+    assert v.verdict in ("blocked", "crash"), v  # refused by a Python layer, or by the OS (PermissionError)
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(P1_ESCAPES_NUMPY))
+@pytest.mark.parametrize("k5", kernels(*P1_ESCAPES_NUMPY.values()), indirect=True, scope="module")
+def test_p1_dotdot_never_reaches_outside_through_numpy(k5, attack, sandbox):
+    v = run5(k5, P1_ESCAPES_NUMPY[attack], sandbox)
     assert v.verdict in ("blocked", "crash"), v  # refused by a Python layer, or by the OS (PermissionError)
 
 
@@ -229,11 +263,13 @@ def _refused_outside(k5, v, sandbox, attack: str) -> None:
 
 @pytest.mark.parametrize("sandbox", BOTH)
 @pytest.mark.parametrize("attack", list(P3_SQLITE))
+@pytest.mark.parametrize("k5", kernels(*P3_SQLITE.values()), indirect=True, scope="module")
 def test_p3_sqlite_writes_nothing_outside(k5, attack, sandbox):
     _refused_outside(k5, run5(k5, P3_SQLITE[attack], sandbox), sandbox, attack)
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("k5", kernels(P3_HONEST_SQLITE), indirect=True, scope="module")
 def test_p3_honest_sqlite_writes_the_runs_copies(k5, sandbox):
     v = run5(k5, P3_HONEST_SQLITE, sandbox)
     assert (v.verdict, v.stdout.strip()) == ("no-crash", "0"), v
@@ -263,6 +299,7 @@ def _walked_size(root) -> int:
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("k5", kernels(P6_SAME), indirect=True, scope="module")
 def test_p6_walks_and_globs_see_what_the_kernel_sees(k5, sandbox):
     v = run5(k5, P6_SAME, sandbox)
     assert v.verdict == "no-crash", v
@@ -272,6 +309,7 @@ def test_p6_walks_and_globs_see_what_the_kernel_sees(k5, sandbox):
 
 @pytest.mark.parametrize("sandbox", BOTH)
 @pytest.mark.parametrize("cell", list(P6_DIFFERENT))
+@pytest.mark.parametrize("k5", kernels(*P6_DIFFERENT.values()), indirect=True, scope="module")
 def test_p6_a_crash_the_view_may_have_caused_is_never_certain(k5, cell, sandbox):
     v = run5(k5, P6_DIFFERENT[cell], sandbox)
     assert v.verdict in ("crash", "no-crash"), v
@@ -303,6 +341,7 @@ P4 = {
 
 @pytest.mark.parametrize("sandbox", BOTH)
 @pytest.mark.parametrize("attack", list(P4))
+@pytest.mark.parametrize("k5", kernels(*P4.values()), indirect=True, scope="module")
 def test_p4_crane_state_is_not_walked_to_from_the_cell(k5, attack, sandbox):
     v = run5(k5, P4[attack], sandbox)
     assert v.verdict == "blocked" and v.refusal is not None and v.refusal.layer in ("call guard", "audit hook"), v
@@ -340,6 +379,7 @@ for what, fn in [('write', lambda: open('@OUTSIDE@/wall.txt', 'w').write('x')),
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("k5", kernels(WALL), indirect=True, scope="module")
 def test_p4_a_library_walk_to_cranes_frames_is_refused_at_their_locals(k5, sandbox):
     v = run5(k5, WALL, sandbox)
     assert v.verdict == "blocked" and v.refusal is not None and v.refusal.layer == "call guard", v
