@@ -248,6 +248,8 @@ def test_a_dataloaders_worker_processes_run_confined_like_the_worker(pk):
     import psutil
 
     conn = pk["conn"]
+    if not conn.evaluate("__import__('importlib.util').util.find_spec('torch') is not None"):
+        pytest.skip("torch is not installed for this kernel's Python (pyproject.toml's bench extra has none from 3.12)")
     target = str(pk["outside"] / "pwned")
     assert conn.run_cell(LOADERS.format(target=target), timeout=180).status == "ok"
     v = _run(pk, "s = 0\nfor xb in DataLoader(good, batch_size=8, num_workers=2):\n    s += float(xb.sum())\nprint(s)")
