@@ -24,3 +24,10 @@ def kernel_library(dist: str) -> tuple[int, int]:
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed for this Python (pyproject.toml's "
                                  "bench extra has none from 3.12)")
+
+
+def skip_without_torch_in(conn) -> None:
+    """Skip, saying why, where the kernel behind `conn` (a KernelConnection) cannot import torch: the bench
+    extra's kernels from Python 3.12 (today's environment has it on every Python)."""
+    if not conn.evaluate("__import__('importlib.util').util.find_spec('torch') is not None"):
+        pytest.skip("torch is not installed for this kernel's Python (pyproject.toml's bench extra has none from 3.12)")

@@ -26,6 +26,7 @@ from crane.sandbox.session import open_session
 from crane.sandbox.transplant import transplant
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from ..library_versions import skip_without_torch_in
 from ..sandbox_options import use_options
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
@@ -541,6 +542,7 @@ def test_a_notebook_torch_module_is_copied_and_its_cells_get_the_real_verdict(en
     (`Module.__getstate__`) reaches none of them, so the copy is made and the cell runs in the worker (the old rule
     refused every notebook subclass overriding a library name: `unavailable`). Nothing of it runs in the kernel."""
     conn = env["conn"]
+    skip_without_torch_in(conn)
     assert conn.run_cell(TORCH, timeout=180).status == "ok"
     conn.evaluate("HITS.clear()")
     with Untouched(conn) as watch:
@@ -573,6 +575,7 @@ def test_torch_state_the_copy_carries_makes_its_crashes_certain_and_no_false_one
     every torch crash of a copied run was only "likely", and `.grad` read after a copy was a crash that does not
     happen)."""
     conn = env["conn"]
+    skip_without_torch_in(conn)
     assert conn.run_cell(TORCH, timeout=180).status == "ok"
     assert conn.run_cell(TORCH_STATE, timeout=60).status == "ok"
     cells = [("print(float(w.grad.sum()))", None),
