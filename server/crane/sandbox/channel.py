@@ -275,9 +275,12 @@ class LocalRun:
     def wait(self, deadline: float, cancel: threading.Event | None) -> RunOutcome:
         data, how = read_until_eof(self.pdir.result_fd, self.child, deadline, cancel=cancel)
         if how not in ("deadline", "cancelled"):
-            # a record counts only once its process's parent has seen it sealed and ended it (kernel/common): a
-            # process that lingers after the channel closed is waited for up to the deadline like any other
-            while not self.child.wait_gone(min(POLL_S, max(0.0, deadline - time.monotonic()))):
+            # a record counts only once its process's parent has seen it sealed and ended it (kernel/common; the
+            # parent says so at once): a process that lingers after the channel closed is waited for up to the
+            # deadline like any other
+            while not self.child.wait_gone(min(0.002, max(0.0, deadline - time.monotonic()))):
+                if os.path.exists(os.path.join(self.pdir.path, "status")):
+                    break
                 if cancel is not None and cancel.is_set():
                     how = "cancelled"
                     break

@@ -259,7 +259,7 @@ def await_seal(pid: int, within_s: float, gone: Callable[[], bool] | None = None
         if seal is not None or time.monotonic() >= deadline or (gone is not None and gone()):
             return seal
         time.sleep(pause)
-        pause = min(pause * 2, 0.02)
+        pause = min(pause * 2, 0.002)
 
 
 def sealed_over(pid: int, data: bytes, within_s: float = 2.0) -> bool:

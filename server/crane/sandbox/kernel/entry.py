@@ -146,21 +146,28 @@ def _reap(pid: int, private_dir: str, run_id: str | None, done_r: int = -1) -> N
     sys.setprofile(None)  # the thread may have read threading's hooks after the entry point restored them
     sys.settrace(None)
     seal, checked, by_parent = _watch_seal(pid, done_r) if done_r >= 0 else (None, None, False)
+    if by_parent:  # said at once (the daemon waits for it, not for the process's teardown): ended by us, sealed
+        _write_status(private_dir, {"exitcode": None, "signal": int(signal.SIGKILL), "checked": checked,
+                                    "sealed": list(seal) if seal else None, "by_parent": True})
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:
         return
-    info = {"exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "sealed": list(seal) if seal else None, "checked": checked, "by_parent": by_parent}
     if run_id is not None and run_id in _RUNS:
         _RUNS[run_id]["ended"] = time.monotonic()
+    _write_status(private_dir, {"exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                                "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                                "sealed": None, "checked": checked, "by_parent": False})
+
+
+def _write_status(private_dir: str, info: dict) -> None:
+    """How the run's process ended, once (the first writer wins: in layered mode A writes how B ended)."""
     try:
         fd = os.open(os.path.join(private_dir, "status"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(dumps(info))
     except OSError:
-        pass  # the daemon already cleaned up, or A wrote how B ended (layered mode)
+        pass  # the daemon already cleaned up, or the status is out already
 
 
 def _watch_seal(pid: int, done_r: int) -> tuple[tuple[int, int] | None, bool | None, bool]:
@@ -170,15 +177,17 @@ def _watch_seal(pid: int, done_r: int) -> tuple[tuple[int, int] | None, bool | N
     import select
     try:
         pidfd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        os.close(done_r)
-        return None, None, False
+    except (OSError, AttributeError):  # (Linux < 5.3) its wake-up alone: end it once sealed
+        pidfd = -1
     checked: bool | None = None
     poll: float | None = None
     try:
         while True:
-            ready = select.select([pidfd] + ([done_r] if done_r >= 0 else []), [], [], poll)[0]
-            if pidfd in ready:
+            watch = ([pidfd] if pidfd >= 0 else []) + ([done_r] if done_r >= 0 else [])
+            if not watch:
+                return None, checked, False
+            ready = select.select(watch, [], [], poll)[0]
+            if pidfd >= 0 and pidfd in ready:
                 return None, checked, False
             if done_r >= 0 and done_r in ready:
                 word = os.read(done_r, 4096)
@@ -197,7 +206,10 @@ def _watch_seal(pid: int, done_r: int) -> tuple[tuple[int, int] | None, bool | N
                 checked = True
                 continue
             try:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                if pidfd >= 0:
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)  # (not reaped yet: still our child)
             except OSError:
                 pass
             if found is False:  # its /proc/<pid>/syscall is not ours to read: its word is all there is
@@ -206,7 +218,8 @@ def _watch_seal(pid: int, done_r: int) -> tuple[tuple[int, int] | None, bool | N
     finally:
         if done_r >= 0:
             os.close(done_r)
-        os.close(pidfd)
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 # A run is refused when the machine's available memory is below this floor, or below what the kernel itself

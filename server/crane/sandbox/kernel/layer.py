@@ -192,6 +192,17 @@ def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.sock
     except (OSError, AttributeError):
         pidfd = -1
 
+    def report(info: dict) -> None:  # once: the first one written stands (a sealed B's, at once)
+        if status_path is not None:
+            try:
+                fd = os.open(status_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                try:
+                    os.write(fd, (dumps(info) + "\n").encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # the daemon already cleaned up, or the report is out already
+
     def look(within: float) -> None:
         nonlocal seal, checked, by_parent
         found = await_seal(pid, within)
@@ -207,6 +218,8 @@ def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.sock
             os.kill(pid, signal.SIGKILL)  # (B is not reaped yet: the pid is still B)
         except OSError:
             pass
+        report({"deadline": False, "exitcode": None, "signal": int(signal.SIGKILL), "by_parent": True,
+                "sealed": list(seal) if seal is not None else None, "checked": checked, "denied": denied})
 
     while True:
         left = deadline - time.monotonic()
@@ -251,19 +264,9 @@ def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.sock
             killed = True
     if status is None:
         _, status = os.waitpid(pid, 0)
-    info = {"deadline": killed, "exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "sealed": list(seal) if seal is not None else None, "checked": checked, "by_parent": by_parent,
-            "denied": denied}
-    if status_path is not None:
-        try:
-            fd = os.open(status_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, (dumps(info) + "\n").encode())
-            finally:
-                os.close(fd)
-        except OSError:
-            pass  # the daemon already cleaned up
+    report({"deadline": killed, "exitcode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, "sealed": None, "checked": checked,
+            "by_parent": False, "denied": denied})
 
 
 _OCTAL = re.compile(rb"\\([0-7]{3})")
