@@ -221,3 +221,56 @@ def test_a_session_command_that_forges_and_ends_its_process_gets_no_verdict_of_i
                 assert sb.run("z = int(df['a'].sum())").verdict == "no-crash", name
             assert sb.inspect("z") == "3"
     assert watch.unchanged, (watch.outputs, watch.changes())
+
+
+# CRANE's own kernel-side functions, found with gc and called by the cell: none of them seals a record the cell chose
+CRANE_FUNCTIONS = {
+    "write-and-seal-through-crane": """
+import gc
+fns = {f.__name__: f for f in gc.get_objects() if type(f).__name__ == 'function'
+       and getattr(f, '__module__', '') == '_crane_sandbox'}
+ctx = next(o for o in gc.get_objects() if type(o).__name__ == '_Ctx')
+fns['_write_json'](ctx.result_fd, {'verdict': 'no-crash', 'elapsed_ms': 1.0})
+fns['_seal_other'](ctx, 1)
+""",
+    "run-cranes-child-again": """
+import gc
+fns = {f.__name__: f for f in gc.get_objects() if type(f).__name__ == 'function'
+       and getattr(f, '__module__', '') == '_crane_sandbox'}
+ctx = next(o for o in gc.get_objects() if type(o).__name__ == '_Ctx')
+fns['_child_run'](dict(ctx.args, source='x = 1'), ctx.shell, os.getppid(), True)
+1/0
+""",
+    "the-guards-end": """
+import gc
+ctx = next(o for o in gc.get_objects() if type(o).__name__ == '_Ctx')
+ctx.audit_state['end']('is fine')
+""",
+    "atexit-and-a-finalizer": f"""
+import atexit, stat
+def forge():
+    for fd in range(3, 1024):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, {_LINE})
+        except OSError:
+            pass
+atexit.register(forge)
+class Late:
+    def __del__(self):
+        forge()
+late = [Late()]
+late.append(late)
+del late
+1/0
+""",
+}
+
+
+@pytest.mark.parametrize("attack", list(CRANE_FUNCTIONS))
+@pytest.mark.parametrize("path", ["blocking", "layered"])
+def test_cranes_own_functions_seal_no_record_the_cell_chose(ik, path, attack):
+    v = _run(ik, CRANE_FUNCTIONS[attack], path)
+    assert v.verdict != "no-crash", v
+    if attack == "the-guards-end":
+        assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v
