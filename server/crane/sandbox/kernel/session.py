@@ -322,15 +322,15 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
         outcome = {"verdict": "blocked", "reason": why} if is_run else {"ok": False, "ename": "SandboxError",
                                                                           "evalue": why}
         lines = []  # never kept nor parked
-    threads = _threads(pid)
-    if outcome is None:  # it ended without an outcome
-        status = _wait_child(pid, mirror=False)
     if outcome is not None and lines and not sealed_over(pid, raw):  # issue 41: an outcome counts only sealed
         if not ended_now(pid, 0.5):  # there, not in CRANE's sealed wait: the code wrote the line and lingers
             _head_close(ctl_w, post_r)  # (it ends with the session: parent-death signal)
             return ({"verdict": "blocked", "reason": f"{FORGED} (its process never finished CRANE's epilogue)"}
                     if is_run else {"ok": False, "ename": "SandboxError", "evalue": FORGED}), None, None
         outcome = None  # it ended itself: said by how it ended
+    threads = _threads(pid)
+    if outcome is None:  # it ended without an outcome
+        status = _wait_child(pid, mirror=False)
         outcome = _ended(status) if is_run else {"ok": False, "ename": "SandboxError",
                                                  "evalue": f"the sandbox process ended ({status})"}
         pid = 0
@@ -393,7 +393,9 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         find_pools()
         quiet_pools()
     rec["event"] = "outcome"
+    _track_channel(res)
     send(res, rec)
+    digest = _channel_digest()
     close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
     code = 1 if rec.get("verdict") == "no-crash" or rec.get("ok") else 2
     fn, _, buf = _seal_parts(pipe=False)
@@ -406,9 +408,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         if got >= 0:
             break  # (-1: interrupted by a signal, again)
     word = buf.raw[:1] if got == 1 else b""
-    _track_channel(res)
     if word == _KEEP:
-    digest = _channel_digest()
         _, fds, _, _ = _BOUND["recv_fds"](ctx.handover[1], 16, 2)
         ctx.audit_state["bypass"] = False
         if len(fds) != 2:
