@@ -386,10 +386,11 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         # its code rebound CRANE's own code or what the outcome path runs on: nothing this process would write
         # can be trusted, so it writes nothing and says so by how it ends (a C function bound before the code ran)
         end(_TAMPERED)
-    if cmd.get("op") == "run":
+    if cmd.get("op") == "run" and len(os.listdir("/proc/self/task")) > 1:
         # the pools a run started (an import of scipy.linalg loads its own OpenBLAS) run single-threaded and their
         # workers are joined, as a checkpoint's are: a process of one thread can be kept as the new head (a clean
-        # run) or parked for post-mortem evals of where it stopped (a crash)
+        # run) or parked for post-mortem evals of where it stopped (a crash). (A process still of one thread has
+        # none to join: OpenBLAS's shutdown alone took ~6 ms there, waiting on threads this fork never had.)
         find_pools()
         quiet_pools()
     rec["event"] = "outcome"
