@@ -278,7 +278,7 @@ class LocalRun:
             # a record counts only once its process's parent has seen it sealed and ended it (kernel/common; the
             # parent says so at once): a process that lingers after the channel closed is waited for up to the
             # deadline like any other
-            while not self.child.wait_gone(min(0.002, max(0.0, deadline - time.monotonic()))):
+            while not self.child.wait_gone(min(0.001, max(0.0, deadline - time.monotonic()))):
                 if os.path.exists(os.path.join(self.pdir.path, "status")):
                     break
                 if cancel is not None and cancel.is_set():
