@@ -52,6 +52,7 @@ from crane.sandbox.background import bounded, data_cap, restore, start_low
 from crane.sandbox.cell_names import cell_names
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
+from crane.sandbox.export_request import ExportRequest, export_args
 from crane.sandbox.options import active as active_options
 from crane.sandbox.oslayer import launch as os_launch
 from crane.sandbox.oslayer import release as os_release
@@ -66,7 +67,9 @@ _HERE = Path(__file__).resolve().parent
 BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the worker's `-c` program
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
                                  [_HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/miniature.py",
-                                  _HERE / "kernel/waiting.py", _HERE / "shared/carry.py",
+                                  _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/bound.py",
+                                  _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
+                                  _HERE / "kernel/environment.py", _HERE / "kernel/export_request.py",
                                   _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
@@ -466,8 +469,8 @@ class ExportReply(msgspec.Struct):
 
 
 def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str, timeout: float,
-            miniature: dict | None = None, extra: dict | None = None,
-            cancel: threading.Event | None = None) -> ExportReply:
+            miniature: dict | None = None, *, skip: list[str] | None = None, tag: int = 0,
+            copy_mb: int | None = None, cancel: threading.Event | None = None) -> ExportReply:
     """Ask the kernel to write the state `source` reads into `pdir` (kernel/export.py). The names are found here
     (`cell_names`), never by the kernel's input transformers; the kernel stops by itself after `SandboxOptions.export_seconds` and
     when `cancel` is set (a `cancel` file in `pdir`, which the export polls)."""
@@ -476,11 +479,10 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
         cp.ensure_installed(timeout=max(timeout, 10.0))
     opts = active_options()
-    extra = {"copy_mb": copy_limit_mb(), "max_s": opts.export_seconds, "watched_max_s": opts.watched_export_seconds,
-             **(extra or {})}
-    if miniature:
-        extra["miniature"] = miniature
-    args = pdir.args(source=source, names=cell_names(source), **extra)
+    args = export_args(ExportRequest(
+        dir=pdir.path, token=pdir.token, names=cell_names(source), skip=list(skip or []), tag=tag,
+        copy_mb=copy_limit_mb() if copy_mb is None else copy_mb, max_s=opts.export_seconds,
+        watched_max_s=opts.watched_export_seconds, miniature=miniature or None))
     done = threading.Event()
 
     def forward() -> None:  # the daemon's cancel reaches the kernel's export through its directory

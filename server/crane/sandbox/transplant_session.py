@@ -85,9 +85,9 @@ class TransplantSession(SandboxSession):
     def _export(self, source: str) -> ExportReply:
         assert self.conn is not None
         self._exports += 1
-        extra = {"tag": self._exports, "skip": sorted(self._copied), "copy_mb": 0}
         try:
-            exp = _export(self.conn, self._pdir, source, self.request_timeout, extra=extra)
+            exp = _export(self.conn, self._pdir, source, self.request_timeout, skip=sorted(self._copied),
+                          tag=self._exports, copy_mb=0)
         except KernelTimeout:
             raise SandboxError("the kernel is busy (it did not answer the transplant request in time)") from None
         except (KernelError, msgspec.ValidationError) as exc:

@@ -1,0 +1,290 @@
+"""Transplant export, kernel side: what the worker needs to rebuild the kernel's interpreter around the copy.
+
+Runs in the user's kernel (part of `_crane_transplant`; kernel/export.py is the entry). `_facts` is `env.json`:
+the interpreter, cwd, environment, `sys.path`, the modules to import again, torch's CUDA facts, the kernel's
+connection file (hidden from the portable worker), the shell's interactivity, and the settings a fresh interpreter
+would not have (`_settings`: shared/carry.py's read side, through `_Lib`, which touches only plain modules'
+namespaces, functions proven the library's own, and C-level attributes; torch's own state). The reply's
+`carried` (`_carried`: the rebuilt runtimes whose process-wide state the copy carries), `patched`
+(`_patched_classes`) and the kernel's process (`_process`) come from here too. Everything is read through
+kernel/bound.py's readers; nothing of the notebook's is called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crane.sandbox.kernel.bound import (  # kernel: strip
+    _EXECUTABLE,
+    _MODULE_TYPE,
+    _MODULES,
+    _O_DICT_GET,
+    _SEP,
+    _STDLIB_NAMES,
+    _SYS,
+    _T_MODULE,
+    _T_MRO,
+    _T_NAME,
+    _T_QUALNAME,
+    _BuiltinFunctionType,
+    _cls_dict,
+    _exists,
+    _FunctionType,
+    _getcwd,
+    _GetSetDescriptorType,
+    _join,
+    _mdict,
+    _MemberDescriptorType,
+    _module,
+    _ModuleType,
+)
+from crane.sandbox.kernel.proof import (  # kernel: strip
+    _OWN_REDUCER_MODULES,
+    _call,
+    _callable_ok,
+    _is_class,
+    _library_function,
+    _Proof,
+    _Refused,
+)
+from crane.sandbox.kernel.shield import environ_strings, process_identity  # kernel: strip
+from crane.sandbox.kernel.waiting import own_dict  # kernel: strip
+from crane.sandbox.shared.carry import CARRIED_RUNTIMES, read_carried  # kernel: strip
+
+# modules of the kernel itself, not of the notebook: never imported again in a worker
+_KERNEL_MODS = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "zmq", "tornado", "traitlets", "comm",
+                "debugpy", "prompt_toolkit", "pygments", "jedi", "parso", "matplotlib_inline", "psutil",
+                "nest_asyncio", "pexpect", "ptyprocess", "wcwidth", "stack_data", "executing", "asttokens",
+                "pure_eval", "decorator", "platformdirs", "dateutil", "pickleshare", "backcall", "six", "_pytest")
+
+
+def _sys_path() -> list:
+    p: Any = dict.get(_SYS, "path")
+    return [x for x in list.__iter__(p) if type(x) is str] if issubclass(type(p), list) else []
+
+
+
+def _facts(shell: Any, keys: list, settings: dict, buffers: int) -> dict:
+    """`env.json`: what the worker rebuilds the kernel's interpreter from (`keys`: the namespace's names)."""
+    return {"executable": _EXECUTABLE, "cwd": _getcwd(), "env": environ_strings(), "path": _sys_path(),
+            "modules": _modules(), "torch": _torch_facts(), "buffers": buffers, "settings": settings,
+            "names": [k for k in keys if not k.startswith("_")][:100000],
+            "interactivity": _interactivity(shell), "connection_file": _connection_file()}
+
+
+def _connection_file() -> str | None:
+    """The kernel's connection file (`-f PATH` / `--f=PATH` on its command line, read from `sys.argv` by exact
+    type), so the portable worker can hide it (it holds the key that signs requests to this kernel)."""
+    argv = dict.get(_SYS, "argv")
+    if type(argv) is not list:
+        return None
+    argv = list(list.__iter__(argv))
+    for i, a in enumerate(argv):
+        if type(a) is not str:
+            continue
+        if a in ("-f", "--f") and i + 1 < len(argv) and type(argv[i + 1]) is str:
+            return _abspath(argv[i + 1])
+        for p in ("-f=", "--f="):
+            if a.startswith(p):
+                return _abspath(a[len(p):])
+    return None
+
+
+def _abspath(p: str) -> str:
+    return p if p.startswith(_SEP) else _join(_getcwd(), p)
+
+
+def _interactivity(shell: Any) -> str:
+    """`ast_node_interactivity` from the shell's trait values (an exact str; else IPython's default)."""
+    values = dict.get(own_dict(shell), "_trait_values")
+    v = dict.get(values, "ast_node_interactivity") if type(values) is dict else None
+    return v if type(v) is str else "last_expr"
+
+
+def _modules() -> list[str]:
+    """The top-level packages the notebook imported (not the standard library's, not the kernel's own), to import
+    again in the worker: read from `sys.modules` as a dict, each module's `__file__` from its namespace (a module
+    object's `__getattr__`, or an object standing in for a module, is never touched)."""
+    out: list[str] = []
+    for name in list(dict.keys(_MODULES)):
+        if type(name) is not str:
+            continue
+        top = name.partition(".")[0]
+        if top in out or top in _STDLIB_NAMES or top.startswith(("_", "pydev")) or top in _KERNEL_MODS:
+            continue
+        path = _mdict(_module(top)).get("__file__")
+        if type(path) is str and path:
+            out.append(top)
+    return out
+
+
+def _torch_facts() -> dict:
+    cuda = _mdict(_module("torch.cuda"))
+    if not cuda:
+        return {}
+    try:
+        if not _call(cuda, "is_initialized"):
+            return {"cuda": False}
+        n = _call(cuda, "device_count")
+        if type(n) is not int:
+            return {"cuda": False}
+        names = [_call(cuda, "get_device_name", i) for i in range(n)]
+        return {"cuda": True, "count": n, "names": [x if type(x) is str else "?" for x in names]}
+    except Exception:
+        return {"cuda": False}
+
+
+def _process() -> dict:
+    """This kernel's process: pid, start time, pid namespace (the daemon ends its workers when it ends)."""
+    pid, start, pidns = process_identity()
+    return {"kernel_pid": pid, "kernel_start": start, "kernel_pidns": pidns}
+
+
+def _settings(proof: _Proof, recursion_limit: int) -> dict:
+    """Interpreter and library settings a fresh interpreter would not have (shared/carry.py's read side, through
+    `_Lib`), and torch's."""
+    out = read_carried(_Lib(proof), recursion_limit)
+    torch_settings = _torch_settings()
+    if torch_settings is not None:
+        out["torch"] = torch_settings
+    return out
+
+
+class _Lib:
+    """What shared/carry.py's read side may touch in the kernel: plain modules' namespaces, functions proven to be
+    the library's own (and named as expected: `np.geterr = os.fork` is not called), C-level attributes."""
+
+    def __init__(self, proof: _Proof) -> None:
+        self.proof = proof
+
+    def mod(self, name: str) -> dict:
+        return _mdict(_module(name))
+
+    def call(self, fn: Any, name: str, *args: Any) -> Any:
+        if not _callable_ok(fn, name):
+            raise _Refused(name)
+        return fn(*args)
+
+    def method(self, cls: Any, name: str, *default: Any) -> Any:
+        """`name` as the class's MRO defines it (read from the classes' dicts)."""
+        if _is_class(cls):
+            for k in _T_MRO.__get__(cls, type):
+                kd = _cls_dict(k)
+                if name in kd:
+                    return kd[name]
+        if default:
+            return default[0]
+        raise _Refused(name)
+
+    def attr(self, obj: Any, name: str) -> Any:
+        """A C-level attribute (a getset or member descriptor of the object's class), else refused."""
+        d = self.method(type(obj), name)
+        if type(d) is not _GetSetDescriptorType and type(d) is not _MemberDescriptorType:
+            raise _Refused(name)
+        return d.__get__(obj, type(obj))
+
+    def attrs(self, obj: Any) -> dict:
+        return own_dict(obj)
+
+    def proven(self, cls: Any) -> bool:
+        return _is_class(cls) and self.proof.pristine(cls)
+
+    def class_name(self, cls: Any) -> str | None:
+        if not _is_class(cls) or not self.proof.library_class(cls):
+            return None
+        mod, qual = _T_MODULE.__get__(cls, type), _T_QUALNAME.__get__(cls, type)
+        if type(mod) is not str or type(qual) is not str or "<" in qual:
+            return None
+        obj: Any = _module(mod)
+        for part in qual.split("."):
+            obj = (_mdict(obj) if type(obj) is _MODULE_TYPE else _cls_dict(obj) if _is_class(obj) else {}).get(part)
+        return f"{mod}:{qual}" if obj is cls else None
+
+
+
+def _torch_settings() -> dict | None:
+    """torch's process-wide state a fresh interpreter would not have: the default dtype and device, grad mode (the
+    main thread's: cells run there), deterministic algorithms, anomaly detection, matmul precision, the CPU random
+    generator's state. Only torch's own functions are called (one the notebook replaced is not: then None, and a
+    crash in torch stays "likely")."""
+    torch = _MODULES.get("torch")
+    if type(torch) is not _ModuleType:
+        return None
+    td = _O_DICT_GET(torch, "__dict__")
+
+    def call(name: str, owner: dict = td) -> Any:
+        fn: Any = dict.get(owner, name)
+        t = type(fn)  # a module's C function or a library's Python function: never a bound method of an object
+        owner_t = type(fn.__self__) if t is _BuiltinFunctionType else None
+        if not (t is _BuiltinFunctionType and (owner_t is _ModuleType or owner_t is type(None))
+                or t is _FunctionType and _library_function(fn)):
+            raise _Refused(name)
+        return fn()
+
+    try:
+        rnd = dict.get(td, "random")
+        rng = call("get_rng_state", _O_DICT_GET(rnd, "__dict__")) if type(rnd) is _ModuleType else None
+        out = {"default_dtype": str(call("get_default_dtype")), "grad_enabled": bool(call("is_grad_enabled")),
+               "deterministic": bool(call("are_deterministic_algorithms_enabled")),
+               "deterministic_warn_only": bool(call("is_deterministic_algorithms_warn_only_enabled")),
+               "anomaly": bool(call("is_anomaly_enabled")),
+               "matmul_precision": str(call("get_float32_matmul_precision")),
+               "rng": bytes(rng.tolist()).hex() if rng is not None and type(rng) is dict.get(td, "Tensor") else None}
+        out["default_device"] = str(call("get_default_device")) if "get_default_device" in td else "cpu"
+        return out
+    except Exception:
+        return None
+
+
+def _accessors(proof: _Proof) -> list:
+    """Pandas accessors the notebook registered: (class name, accessor name, accessor class), copied by value.
+    Read from the classes' dicts, types compared by identity (no `isinstance`, no metaclass `__eq__`)."""
+    pd = _mdict(_module("pandas"))
+    out: list = []
+    for target in ("DataFrame", "Series", "Index"):
+        cls: Any = pd.get(target)
+        if not _is_class(cls) or not proof.library_class(cls):
+            continue
+        names = _cls_dict(cls).get("_accessors")
+        found: list = list(set.__iter__(names)) if type(names) is set else \
+            list(frozenset.__iter__(names)) if type(names) is frozenset else []
+        for name in sorted(n for n in found if type(n) is str):
+            acc = _cls_dict(cls).get(name)
+            if not _is_class(type(acc)) or not proof.library_class(type(acc)):
+                continue
+            inner = dict.get(own_dict(acc), "_accessor")
+            if type(inner) is type and not proof.library_class(inner):
+                out.append((target, name, inner))
+    return out
+
+
+def _carried(settings: dict, facts: dict, proof: _Proof, objs: dict) -> list:
+    """The rebuilt runtimes whose process-wide state the copy carries (then compared in the worker, shared/carry.py):
+    torch on the CPU (its tensors carried whole); JAX, TensorFlow and Keras when their settings were read, no GPU is
+    in play (their devices are the worker's own then), and, for TensorFlow/Keras, no value of theirs is copied
+    (rebuilt from its configuration by its own saving code: not the kernel's object)."""
+    out: list = []
+    ts = settings.get("torch")
+    if ts and ts["default_device"] == "cpu" and ts["rng"] and not facts["torch"].get("cuda") and not proof.uncarried:
+        out.append("torch")
+    if _exists("/dev/nvidia0") or _exists("/dev/kfd"):
+        return out
+    own_values = any(type(m) is str and m.partition(".")[0] in _OWN_REDUCER_MODULES
+                     for m in (_T_MODULE.__get__(type(v), type) for v in dict.values(objs)))
+    for key, runtimes in CARRIED_RUNTIMES.items():
+        if key in settings and (key == "jax" or not own_values):
+            out.extend(runtimes)
+    return out
+
+
+def _patched_classes(proof: _Proof, objs: dict) -> list:
+    """The short names of the library classes of copied values the notebook patched (a method added or replaced):
+    an AttributeError naming one in the copy is only "likely" (the copy's class is the library's own)."""
+    out: list = []
+    for v in dict.values(objs):
+        t = type(v)
+        if proof.library_class(t) and not proof.pristine(t):
+            name = _T_NAME.__get__(t, type)
+            if type(name) is str and name not in out:
+                out.append(name)
+    return out

@@ -1,0 +1,258 @@
+"""Transplant export, kernel side: the pickling of the proven objects into the run's private directory.
+
+Runs in the user's kernel (part of `_crane_transplant`; kernel/export.py is the entry). `dump_state(objs, reducers,
+...)` pickles `{name: object}` in ONE pickle (identity and sharing between names survive) with CRANE's private
+copy of cloudpickle (`_cloudpickle`: `sys.modules["_crane_cloudpickle"]`, taken once and proven CRANE's) at
+protocol 5, straight into `state.pkl` (no in-memory copy), each out-of-band buffer into `buf-N` as the pickler
+meets it. Every object is proven (`_Proof.check`) before anything reads it; then `reducers` (an exact type -> a
+function of the object returning a reduce tuple, or NotImplemented for cloudpickle's own) is consulted, looked up
+only once the type is proven (a metaclass `__hash__` of the notebook's is refused before). The pickler runs in a
+thread of its own with a known stack (`_STACK`) under a recursion limit CRANE sets (`_DEPTH`), so a deep
+structure is refused, never a C-stack overflow; the kernel's main thread waits, polling the stops
+(kernel/stops.py). `_culprit` names the first value that fails alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crane.sandbox.kernel.bound import (  # kernel: strip
+    _IO_BASE,
+    _MODULE_TYPE,
+    _MODULES,
+    _O_DICT_GET,
+    _T_MODULE,
+    _T_MRO,
+    _T_NAME,
+    _allocate_lock,
+    _cls_dict,
+    _FunctionType,
+    _getrecursionlimit,
+    _join,
+    _mdict,
+    _module,
+    _setprofile,
+    _setrecursionlimit,
+    _settrace,
+    _SimpleNamespace,
+    _stack_size,
+    _start_thread,
+    _type_name,
+)
+from crane.sandbox.kernel.proof import _OWN_REDUCER_MODULES, _library_function, _Proof, _Refused  # kernel: strip
+from crane.sandbox.kernel.shield import BUILTINS, private_open  # kernel: strip
+from crane.sandbox.kernel.stops import _QUEUED, _Control, _materialised, _ndarray, _Stopped  # kernel: strip
+
+_STACK = 256 << 20  # the pickler thread's C stack
+_DEPTH = 20_000  # the recursion limit while pickling (a deeper structure is refused)
+
+
+class _Sink:
+    """The state file, written as the pickler goes (its 64 KiB frames), counted."""
+
+    def __init__(self, path: str | None, ctl: _Control) -> None:
+        self.f = private_open(path, "wb", buffering=0) if path else None
+        self.ctl = ctl
+
+    def write(self, b: bytes | bytearray | memoryview) -> int:
+        n = len(b)
+        self.ctl.add(n)
+        if self.f is not None:
+            self.f.write(b)
+        return n
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+
+
+def torch_reducers(proof: _Proof) -> dict:
+    """torch's own `Tensor` and `Parameter` (when the notebook patched neither: else tensors are pickled by torch's
+    own, proven, hook) -> a reducer that pickles a detached copy tagged with the device it lives on
+    (worker/devices.py); the user's tensor is not touched. What the copy leaves out (a CUDA tensor's device, a
+    non-leaf's graph, a retained gradient, the inference flag) is noted in `proof.uncarried`."""
+    tensor: Any = _mdict(_module("torch")).get("Tensor")
+    if tensor is None:
+        return {}
+    parameter: Any = _mdict(_module("torch.nn.parameter")).get("Parameter")
+    if not (proof.pristine(tensor) and proof.pristine(parameter)):
+        return {}
+
+    def tagged(obj: Any, copy: Any, device: str, keep_dict: bool) -> Any:
+        """`copy` (a detached tensor over `obj`'s data, or its CPU copy) made `obj`'s kind again and tagged with
+        the device it lives on: what is pickled in its place."""
+        if type(obj) is parameter:
+            copy = parameter(copy, requires_grad=obj.requires_grad)
+        elif obj.requires_grad:
+            copy.requires_grad_(True)
+        if keep_dict:
+            copy.__dict__.update(obj.__dict__)
+        copy.__dict__["_crane_vdev"] = device
+        if obj.is_leaf and obj.grad is not None:
+            # torch's pickling drops `.grad`; loading sets every `__dict__` key with setattr, so the copy gets its
+            # gradient back (the `grad` descriptor wins over this key here)
+            copy.__dict__["grad"] = obj.grad
+        return copy.__reduce_ex__(5)
+
+    def reduce(obj: Any) -> Any:
+        try:
+            device = obj.device.type
+            if device != "cpu" or obj.retains_grad or obj.is_inference() or (obj.requires_grad and not obj.is_leaf):
+                # the copy differs: a CPU leaf in the worker, its graph, retained gradient and inference flag gone
+                proof.uncarried.append("torch")
+            if device == "cpu" and "_crane_vdev" not in obj.__dict__:
+                return tagged(obj, obj.detach(), "cpu", keep_dict=True)
+            if device not in ("cpu", "meta"):
+                return tagged(obj, obj.detach().to("cpu"), str(obj.device), keep_dict=False)
+        except (_Refused, _Stopped):
+            raise
+        except Exception:
+            pass
+        return NotImplemented
+
+    return {tensor: reduce, parameter: reduce}
+
+
+def _pickler_class(cp: Any, proof: _Proof, ctl: _Control, reducers: dict) -> type[Any]:
+    copyreg = _MODULES.get("copyreg")  # its reducers: the notebook's may be registered there (copyreg.pickle)
+    table = dict.get(_O_DICT_GET(copyreg, "__dict__"), "dispatch_table") if copyreg is not None else None
+    registered = table if type(table) is dict else {}
+    io_base = _IO_BASE
+    nd = _ndarray()
+    base: Any = cp.CloudPickler
+
+    class Pickler(base):
+        def reducer_override(self, obj: Any) -> Any:
+            if ctl.stop:
+                raise _Stopped(ctl.stop)
+            proof.check(obj)  # before anything reads the object (cloudpickle's isinstance reads __class__)
+            t = type(obj)
+            red = dict.get(registered, t)
+            if red is not None and not _library_function(red):  # copyreg.pickle(T, notebook_function)
+                raise _Refused(f"{_type_name(obj)}: its pickling was registered with copyreg by the notebook")
+            mro = _T_MRO.__get__(t, type)
+            if any(k is io_base for k in mro) and _T_NAME.__get__(t, type) not in ("BytesIO", "StringIO"):
+                raise TypeError(f"cannot copy an open file or stream ({_T_NAME.__get__(t, type)})")
+            if nd is not None and any(k is nd for k in mro):
+                _materialised(obj, nd, ctl)
+            mod = _T_MODULE.__get__(t, type)
+            if type(mod) is str and mod.partition(".")[0] in _OWN_REDUCER_MODULES and id(obj) not in proof.walked:
+                proof.prewalk(obj)
+            own = dict.get(reducers, t)  # CRANE's reducer for this exact type (the type is proven: hashing it is)
+            if own is not None:
+                out = own(obj)
+                if out is not NotImplemented:
+                    return out
+            return super().reducer_override(obj)
+
+    return Pickler
+
+
+def dump_state(objs: dict, reducers: dict, *, cp: Any, d: str | None, tag: str, ctl: _Control, proof: _Proof) -> dict:
+    """Pickle `objs` (CRANE's dict of proven objects, by name) with CRANE's `reducers` (an exact type -> a function
+    of the object: a reduce tuple, or NotImplemented for cloudpickle's own) into `d` (None: count only) in a thread with a known stack and CRANE's recursion limit;
+    the calling thread waits, polling the controls. {"ok", "buffers": [sizes], "bytes", "error"}."""
+    out: dict = {"ok": False, "buffers": [], "bytes": 0, "error": None}
+    sink = _Sink(_join(d, f"state{tag}.pkl") if d else None, ctl)
+
+    def keep(pb: Any) -> bool:  # a pickle.PickleBuffer
+        try:
+            raw = pb.raw()
+        except BufferError:
+            return True  # not contiguous: in band
+        i = len(out["buffers"])
+        ctl.add(raw.nbytes)
+        if d:
+            with private_open(_join(d, f"buf{tag}-{i}"), "wb", buffering=0) as f:
+                step = 1 << 24
+                for off in range(0, raw.nbytes, step):
+                    f.write(raw[off:off + step])
+                    if off:
+                        ctl.add(0)
+        out["buffers"].append(raw.nbytes)
+        return False
+
+    def work() -> None:
+        _setprofile(None)
+        _settrace(None)
+        try:
+            _pickler_class(cp, proof, ctl, reducers)(sink, protocol=5, buffer_callback=keep).dump(objs)
+            out["ok"] = True
+        except RecursionError:
+            out["error"] = ("RecursionError", "it is nested deeper than a copy may go")
+        except BaseException as exc:  # noqa: BLE001 - reported, the kernel carries on
+            out["error"] = (type(exc).__name__, str(exc)[:500])
+        finally:
+            sink.close()
+
+    old_limit = _getrecursionlimit()
+    done = _allocate_lock()  # held by the pickler thread until it ends (`_thread`: no `threading.Thread` looked up)
+    done.acquire()
+
+    def run() -> None:
+        try:
+            work()
+        finally:
+            done.release()
+
+    _setrecursionlimit(max(_DEPTH, 200))
+    try:
+        old_stack = _stack_size(_STACK)
+        try:
+            _start_thread(run, ())
+        finally:
+            _stack_size(old_stack)
+        while not done.acquire(True, 0.05):
+            ctl.watch()  # here only: the main thread's own queue
+            ctl.poll()  # the pickler sees `stop` at its next object or write
+    finally:
+        _setrecursionlimit(old_limit)
+    out["bytes"] = ctl.written
+    if ctl.stop and not out["ok"]:
+        out["error"] = ("Stopped", ctl.stop)
+    return out
+
+
+
+def _cloudpickle() -> Any:
+    """CRANE's private cloudpickle, taken once (a reference kept from then on: the notebook replacing
+    `sys.modules["_crane_cloudpickle"]` or its classes later changes nothing), its `CloudPickler` proven to be
+    CRANE's own code; the module's `__builtins__` become CRANE's (the C pickler imports the modules of the classes
+    it saves through the `__import__` it finds there)."""
+    m = dict.get(_MODULES, "_crane_cloudpickle")
+    if _CP and (m is None or _CP[0] is m):
+        return _CP[1]
+    if type(m) is not _MODULE_TYPE:
+        return None
+    md = _mdict(m)
+    cls = md.get("CloudPickler")
+    if type(cls) is not type or not all(
+            type(v) is not _FunctionType or v.__code__.co_filename.startswith("<crane-kernel")
+            for v in _cls_dict(cls).values()):
+        return None
+    md["__builtins__"] = BUILTINS
+    _CP[:] = [m, _SimpleNamespace(CloudPickler=cls)]
+    return _CP[1]
+
+
+_CP: list = []
+
+
+def _culprit(cp: Any, objs: dict, reducers: dict, ename: str, evalue: str, d: str, waiting: Any = None) -> str:
+    """The first name whose value alone fails the same way (counted, not written, under the same controls)."""
+    if ename == "_Refused":
+        lead = "cannot be copied without running the notebook's code in the kernel"
+    else:
+        lead = "cannot be copied into a separate process"
+    for name, obj in objs.items():
+        if name.startswith("\x00"):
+            continue
+        ctl = _Control(d, 5.0, 0, waiting)
+        res = dump_state({name: obj}, reducers, cp=cp, d=None, tag="", ctl=ctl, proof=_Proof())
+        if ctl.stop == _QUEUED:
+            break  # the user's cell comes first: the search for the culprit ends here
+        if not res["ok"]:
+            e, v = res["error"] or (ename, evalue)
+            what = v if e in ("_Refused", "_Stopped") else f"{e}: {v}"
+            return f"`{name}` ({_type_name(obj)}) {lead if e == ename else 'cannot be copied'}: {what}"
+    return f"the cell's inputs {lead}: {evalue if ename in ('_Refused', '_Stopped') else f'{ename}: {evalue}'}"
