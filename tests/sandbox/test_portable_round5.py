@@ -402,9 +402,9 @@ def child():
 p = mp.Process(target=child)
 p.start()
 mp.process._children.discard(p)
-while os.getsid(p.pid) != p.pid:
+while os.getsid(p.pid) != p.pid and p.exitcode is None:  # (a child whose setsid was refused has ended)
     time.sleep(0.01)
-print(p.pid, flush=True)
+print(p.pid, p.exitcode, flush=True)
 """
 P70_ENDS = {
     "the run ends": "",
@@ -422,7 +422,9 @@ def test_p4_a_fork_child_that_left_the_registries_does_not_outlive_the_run(k5, e
     if sandbox is PORTABLE and v.verdict == "blocked" and v.refusal is not None and "setsid" in v.refusal.call:
         return  # the lean guard under Landlock refuses the child's setsid itself (worker/guard.py): held earlier
     assert v.verdict == {"": "no-crash", "os._exit(0)": "crash", "os.system('true')": "blocked"}[P70_ENDS[end]], v
-    pid = int(v.stdout.split()[0])
+    pid_text, exitcode = v.stdout.split()[:2]
+    assert exitcode == "None", v  # the child left its session and was still running when the cell went on
+    pid = int(pid_text)
     if end == "the run ends":  # ended and reaped by the worker before it wrote its record
         assert not _running(pid), pid
         return
