@@ -6,7 +6,9 @@ transplant worker), exactly as macOS and Windows would run it. On IPython 8 and 
   real folder is unchanged;
 - an attack per family (through getattr, a lambda pandas calls back, `__del__`, a property, an operator, exec,
   a C intermediary the guard cannot see): `blocked`, naming the call; nothing changed outside (files hashed, a
-  loopback listener), the kernel untouched and alive."""
+  loopback listener), the kernel untouched and alive.
+An attack of the standard library alone runs on the first kernel only where both run one interpreter
+(kernel_choice.kernels: the worker runs the same code under the same layers for either); one through pandas on both."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from crane.sandbox.worker.seccomp import pc_arch
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from .conftest import tree_hash
+from .kernel_choice import kernels
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX kernels")
 
@@ -155,7 +158,6 @@ ATTACKS = {
         "import multiprocessing as mp, multiprocessing.popen_fork as pf\n"
         "pf.Popen(mp.Process(target=open, args=('{outside}/pwned', 'w')))"),
     "os.system through getattr": "getattr(os, 'sys' + 'tem')('touch {outside}/pwned')",
-    "a lambda pandas calls back": "df.apply(lambda r: os.remove('{outside}/target.txt'), axis=1)",
     "__del__": "import shutil\nclass C:\n    def __del__(self):\n        shutil.rmtree('{outside}')\nc = C()\ndel c",
     "a property": "import socket\nclass C:\n    @property\n    def p(self):\n"
                   "        return socket.create_connection(('127.0.0.1', {port}))\nC().p",
@@ -163,7 +165,6 @@ ATTACKS = {
                    "        return subprocess.run(['touch', '{outside}/pwned'])\nC() + 1",
     "exec": "exec(\"open('{outside}/target.txt', 'w').write('x')\")",
     "a C intermediary (map)": "list(map(os.remove, ['{outside}/target.txt']))",
-    "a library writing outside": "df.to_csv('{outside}/out.csv')",
     "the network through a library": "import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{port}/')",
     "a signal to the kernel": "import signal\nos.kill(kpid, signal.SIGKILL)",
     "ctypes": "import ctypes\nctypes.CDLL(None).system(b'touch {outside}/pwned')",
@@ -171,11 +172,15 @@ ATTACKS = {
     "leaving the run's folder": "os.chdir('{outside}')\nopen('x', 'w').write('x')",
     "an absolute path into the working folder": "open('{work}/log.txt', 'w').write('x')",
 }
+ATTACKS_THROUGH_PANDAS = {  # the environment's own pandas
+    "a lambda pandas calls back": "df.apply(lambda r: os.remove('{outside}/target.txt'), axis=1)",
+    "a library writing outside": "df.to_csv('{outside}/out.csv')",
+}
+SETUP_LIBRARY_NAMES = ("df", "pd")  # SETUP's names bound to pandas' objects
 
 
-@pytest.mark.parametrize("attack", list(ATTACKS))
-def test_attacks_are_refused_and_change_nothing(pk, attack):
-    src = ATTACKS[attack].format(outside=pk["outside"], port=pk["listener"].port, work=pk["work"])
+def _refused(pk, attack: str) -> None:
+    src = attack.format(outside=pk["outside"], port=pk["listener"].port, work=pk["work"])
     v = _run(pk, src)
     assert v.verdict == "blocked", v
     assert (v.reason or "").startswith("crane sandbox: ") and "is refused (portable sandbox)" in v.reason, v.reason
@@ -183,8 +188,26 @@ def test_attacks_are_refused_and_change_nothing(pk, attack):
     assert pk["listener"].received == []
 
 
+@pytest.mark.parametrize("attack", list(ATTACKS))
+@pytest.mark.parametrize("pk", kernels(*ATTACKS.values(), library_names=SETUP_LIBRARY_NAMES), indirect=True,
+                         scope="module")
+def test_attacks_are_refused_and_change_nothing(pk, attack):
+    _refused(pk, ATTACKS[attack])
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS_THROUGH_PANDAS))
+@pytest.mark.parametrize("pk", kernels(*ATTACKS_THROUGH_PANDAS.values(), library_names=SETUP_LIBRARY_NAMES),
+                         indirect=True, scope="module")
+def test_attacks_through_pandas_are_refused_and_change_nothing(pk, attack):
+    _refused(pk, ATTACKS_THROUGH_PANDAS[attack])
+
+
+NAMED = "f = getattr(os, 'sys' + 'tem')\nf('true')"
+
+
+@pytest.mark.parametrize("pk", kernels(NAMED, library_names=SETUP_LIBRARY_NAMES), indirect=True, scope="module")
 def test_a_refusal_names_the_call(pk):
-    v = _run(pk, "f = getattr(os, 'sys' + 'tem')\nf('true')")
+    v = _run(pk, NAMED)
     assert v.reason == "crane sandbox: a call to os: posix.system is refused (portable sandbox)", v.reason
 
 
