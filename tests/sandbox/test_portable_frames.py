@@ -52,6 +52,10 @@ def closure():
 def run_cell(cell):
     ctx = STATE
     return cell()
+class Guard:
+    def hook(self):
+        return STATE
+GUARD = Guard()
 def own_walk():
     f = sys._getframe()
     out = []
@@ -104,6 +108,12 @@ def cell():
     attempt("own __closure__", lambda: [x.cell_contents for x in mine.__closure__])
     attempt("own __globals__", lambda: mine.__globals__ is globals())
     attempt("CRANE walks itself", lambda: crane["own_walk"]()[-1])
+    hook = crane["GUARD"].hook
+    attempt("a CRANE method's __self__", lambda: hook.__self__)
+    class Mine:
+        def m(self):
+            return 1
+    attempt("own method's __self__", lambda: type(Mine().m.__self__).__name__)
     return "cell ran"
 ''', "<user>", "exec"), user)
 user["out"] = out
@@ -130,9 +140,9 @@ def test_crane_frames_and_functions_are_hidden_from_user_code(python):
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["installed"] == ["frame.f_back", "frame.f_locals", "frame.f_globals", "function.__globals__",
-                                "function.__closure__"]
+                                "function.__closure__", "method.__self__"]
     for what in ("f_back into CRANE", "getattr f_back", "f_locals of CRANE", "f_globals of CRANE",
-                 "f_locals of the bottom", "__globals__", "__closure__"):
+                 "f_locals of the bottom", "__globals__", "__closure__", "a CRANE method's __self__"):
         assert out[what].startswith("refused: reading a"), (what, out[what])
     assert "run_cell" in out["walk names"]  # a library's walk keeps its depth ...
     assert out["argvalues (library)"] == "{}" and "STATE" not in out["getclosurevars (library)"], out  # ... not its state
@@ -140,6 +150,7 @@ def test_crane_frames_and_functions_are_hidden_from_user_code(python):
     assert out["own frame locals"].startswith("[") and out["own f_globals"] == "True", out
     assert out["own __closure__"] == "[5]" and out["own __globals__"] == "True", out
     assert out["CRANE walks itself"].startswith("("), out  # CRANE's own reads are real
+    assert out["own method's __self__"] == "'Mine'", out
     assert out["result"] == "cell ran" and out["off: __globals__"] is True, out
 
 
@@ -159,6 +170,8 @@ ATTACKS = {
                                    "os.system('touch @OUTSIDE@/g4')",
     "the bootstrap's locals": "import traceback\nsb = [f for f, _ in traceback.walk_stack(None)][-2].f_locals['sb']\n"
                               "sb._FR_POLICY['active'] = lambda: False\nos.system('touch @OUTSIDE@/g5')",
+    "the profile hook's __self__": "import sys, threading\nh = sys.getprofile() or threading.getprofile()\n"
+                                   "h.__self__.uninstall()\nos.system('touch @OUTSIDE@/g7')",
     "f_globals through walk_stack": "import traceback\nfor f, _ in traceback.walk_stack(None):\n"
                                     "    g = f.f_globals.get('_FR_POLICY')\n"
                                     "    if g:\n        g['active'] = lambda: False\n"
@@ -220,6 +233,8 @@ def _run(kf, src, sandbox):
 def test_the_cell_cannot_walk_to_cranes_state(kf, attack, sandbox):
     if sandbox.confinement == "portable" and attack not in ("a wrapper's __globals__", "the bootstrap's locals"):
         pytest.skip("the same refusal as under the guard (one pair is enough here: the machine has 2 cores)")
+    if attack == "the profile hook's __self__" and kf["conn"].evaluate("__import__('sys').version_info >= (3, 12)"):
+        pytest.skip("the guard has no profile hook from 3.12 (sys.monitoring)")
     v = _run(kf, ATTACKS[attack], sandbox)
     assert v.verdict == "blocked" and v.refusal is not None and v.refusal.layer == "call guard", v
     assert v.refusal.call.startswith("reading a"), v.refusal  # the walk's first step, not the program after it

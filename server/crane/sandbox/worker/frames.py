@@ -14,6 +14,7 @@ runs):
   `f_globals` and the function type's `__globals__`, `__closure__` are replaced, once per process, by properties
   that ask the original descriptor and then look at what it gives): a frame of CRANE's (its globals are the
   worker module's) read as `f_back`, its `f_locals`/`f_globals`, and a CRANE function's `__globals__`/`__closure__`
+  and a bound method's `__self__` that is an instance of a CRANE class (the profile hook's, `sys.getprofile()`)
   are refused when user code reads them (the run is `blocked`, layer `call guard`); library code reading them on
   the cell's behalf (`traceback.walk_stack`, `logging`'s caller search, `inspect.getclosurevars`, IPython's
   traceback formatting) gets the real `f_back` (a walk keeps its depth: `walk_stack` counts frames) but an empty
@@ -22,9 +23,9 @@ runs):
   gives it nothing. CRANE's own reads, and every read while the guard is off, get the real values. The worker
   module leaves `sys.modules` (`import _crane_sandbox` finds nothing; the bootstrap holds it).
 Library code keeps tracebacks' frames (IPython's and `traceback`'s formatting read `tb_frame`).
-Not covered (docs/sandbox.md): attributes of CRANE objects the cell is handed otherwise (`sys.getprofile()`'s
-hook, the capture streams, the shell's patched methods' `__self__`): code written to escape a Python sandbox may
-still find one; the OS layer (Landlock + seccomp on Linux) holds regardless.
+Not covered (docs/sandbox.md): attributes of CRANE objects the cell is handed otherwise (the capture streams'
+`vars()`, a `__self__` a library reads for the cell): code written to escape a Python sandbox may still find one;
+the OS layer (Landlock + seccomp on Linux) holds regardless.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ _FRAME_ATTRS = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
 _FRAME_EVENTS = frozenset(("sys._current_frames", "sys._current_exceptions"))
 # the descriptors replaced (type -> attribute names) and the current policy: one install per process, each run's
 # `refuse_frame_reads` only points the policy at its own guard
-_FR_HIDDEN = {types.FrameType: ("f_back", "f_locals", "f_globals"), types.FunctionType: ("__globals__", "__closure__")}
+_FR_HIDDEN = {types.FrameType: ("f_back", "f_locals", "f_globals"), types.FunctionType: ("__globals__", "__closure__"),
+              types.MethodType: ("__self__",)}
 _FR_POLICY: dict[str, Any] = {}
 _FR_REFERENTS = gc.get_referents  # taken when the worker module is built (the guard replaces gc's later)
 
@@ -96,7 +98,8 @@ def hide_crane_objects(crane: dict, active: Callable[[], bool], is_user: Callabl
     frame_globals = originals[(types.FrameType, "f_globals")].__get__
     frame_code = types.FrameType.__dict__["f_code"].__get__
     func_globals = originals[(types.FunctionType, "__globals__")].__get__
-    getframe, frame_t, func_t = sys._getframe, types.FrameType, types.FunctionType
+    getframe, frame_t, func_t, method_t = sys._getframe, types.FrameType, types.FunctionType, types.MethodType
+    type_module = type.__dict__["__module__"].__get__
 
     def decide(what: str) -> bool:
         """True: the reader gets the real value; False: a library reader gets the harmless one. A user reader
@@ -116,6 +119,10 @@ def hide_crane_objects(crane: dict, active: Callable[[], bool], is_user: Callabl
 
     def crane_function(fn: Any) -> bool:
         return func_globals(fn, func_t) is _FR_POLICY["crane"] and _FR_POLICY["active"]()
+
+    def crane_object(obj: Any) -> bool:  # an instance of a class of CRANE's (the guard, the capture streams, ...)
+        p = _FR_POLICY
+        return type_module(type(obj), type) == p["crane"].get("__name__") and p["active"]()
 
     def frame_attr(name: str, harmless: Callable[..., Any], of_result: bool) -> property:
         get = originals[(frame_t, name)].__get__
@@ -137,12 +144,23 @@ def hide_crane_objects(crane: dict, active: Callable[[], bool], is_user: Callabl
             return value
         return property(read, doc=f"function.{name} (CRANE's functions hidden from the cell: worker/frames.py)")
 
+    def method_self() -> property:
+        get = originals[(method_t, "__self__")].__get__
+
+        def read(m: Any) -> Any:
+            value = get(m, method_t)
+            if crane_object(value):
+                decide("a bound method's __self__")  # user code: refused; a library gets it (a call needs it)
+            return value
+        return property(read, doc="method.__self__ (CRANE's objects hidden from the cell: worker/frames.py)")
+
     replaced = {
         (frame_t, "f_back"): frame_attr("f_back", originals[(frame_t, "f_back")].__get__, True),
         (frame_t, "f_locals"): frame_attr("f_locals", lambda f, t: {}, False),
         (frame_t, "f_globals"): frame_attr("f_globals", lambda f, t: {"__name__": "<crane>"}, False),
         (func_t, "__globals__"): function_attr("__globals__", lambda fn: {"__name__": "<crane>"}),
         (func_t, "__closure__"): function_attr("__closure__", lambda fn: None),
+        (method_t, "__self__"): method_self(),
     }
     modified = ctypes.pythonapi.PyType_Modified
     modified.argtypes = [ctypes.py_object]
