@@ -91,7 +91,8 @@ def hide_crane_objects(crane: dict, active: Callable[[], bool], is_user: Callabl
         if f.f_globals is not crane:
             below.append(f)
         f = f.f_back
-    _FR_POLICY.update(crane=crane, active=active, is_user=is_user, refuse=refuse, below=tuple(below))
+    _FR_POLICY.update(crane=crane, active=active, is_user=is_user, refuse=refuse, below=tuple(below),
+                      below_ids=frozenset(map(id, below)))  # (alive as long as the worker: their ids stay theirs)
     if _FR_POLICY.get("installed"):
         return _FR_POLICY["installed"]
     originals = {(t, n): t.__dict__[n] for t, names in _FR_HIDDEN.items() for n in names}
@@ -114,7 +115,7 @@ def hide_crane_objects(crane: dict, active: Callable[[], bool], is_user: Callabl
 
     def crane_frame(f: Any) -> bool:
         p = _FR_POLICY
-        return f is not None and (frame_globals(f, frame_t) is p["crane"] or any(f is b for b in p["below"])) \
+        return f is not None and (frame_globals(f, frame_t) is p["crane"] or id(f) in p["below_ids"]) \
             and p["active"]()
 
     def crane_function(fn: Any) -> bool:
