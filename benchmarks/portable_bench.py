@@ -6,7 +6,9 @@ Two kernels of --python (default: the today environment, build/kernel-today): a 
 fitted model and a small frame: the OS sandbox forks it) and a TensorFlow/Keras one (a small model: the OS sandbox
 runs a transplant worker confined by namespaces, Landlock and seccomp). On each, --runs verdicts of each cell
 under each confinement (`--sandbox`: default `os` (the fork path on the pandas kernel), `portable` (Landlock under
-the Python layers) and `guard` (the Python layers alone)), round-robin (so all meet the same load); each run waits
+the Python layers; a warm worker serves verdict after verdict as a head, each run in a fresh fork child of it:
+worker/head.py), `portable-fresh` (the same without heads: a fresh worker per verdict, as before heads; on a second
+kernel of the same state, so the heads of the first are not consumed) and `guard` (the Python layers alone)), round-robin (so all meet the same load); each run waits
 first until the kernel's idle worker has done its imports (a second verdict some seconds after the first finds it
 warm); the first verdict of each confinement (cold) is not counted. The cells: `verdict` (a small cell on the
 kernel's state: the warm verdict's wall time), and on the pandas kernel the cell's own time (`elapsed_ms`, measured
@@ -15,7 +17,7 @@ scikit-learn fit). Reports medians, and each confinement's ratio to `os`. Target
 <= 2x the fork path's; a cell's own time under `portable` <= 1.5x its time on the fork path.
 
 Usage: .venv/bin/python benchmarks/portable_bench.py [--runs 5] [--python build/kernel-today/bin/python]
-       [--sandbox os portable guard] [--only pandas/scikit-learn]
+       [--sandbox os portable portable-fresh guard] [--only pandas/scikit-learn]
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ from pathlib import Path
 
 from crane.kernel.manager import start_kernel
 from crane.sandbox import speculate
-from crane.sandbox.options import Confinement, SandboxOptions
+from crane.sandbox.options import SandboxOptions
+from crane.sandbox.portable import HEADS
 from crane.sandbox.transplant import POOL
+
+FRESH = "portable-fresh"  # the portable run without heads: a fresh worker per verdict (before worker/head.py)
 
 KERNELS = {
     "pandas/scikit-learn": (
@@ -57,29 +62,49 @@ def _median(xs: list[float]) -> float:
     return round(statistics.median(xs), 1) if xs else float("nan")
 
 
-def bench(python: str | None, setup: str, cells: dict[str, str], runs: int, confs: list[Confinement]) -> dict:
+def _all_ready(executable: str, timeout: float) -> None:
+    """Wait until every idle worker of `executable` (one per kernel) has done its imports."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with POOL.lock:
+            ws = [w for k, w in POOL.idle.items() if k[0] == executable]
+        if ws and all(w.ready() for w in ws):
+            return
+        time.sleep(0.05)
+
+
+def bench(python: str | None, setup: str, cells: dict[str, str], runs: int, confs: list[str]) -> dict:
     work = Path(tempfile.mkdtemp(prefix="crane-pbench-"))
     kernel = start_kernel(work, python=python)
+    # `portable-fresh` runs on a second kernel of the same state (each kernel has its own idle worker: the heads of
+    # the first are not consumed by the fresh runs of the second)
+    other = start_kernel(work, python=python) if FRESH in confs else None
     try:
-        r = kernel.connection.run_cell(setup, timeout=300)
-        assert r.status == "ok", r
+        for k in [kernel] + ([other] if other is not None else []):
+            r = k.connection.run_cell(setup, timeout=300)
+            assert r.status == "ok", r
         exe = kernel.connection.evaluate("__import__('sys').executable")
         out: dict = {}
         for i in range(runs + 1):
             for cname, cell in cells.items():
                 for conf in confs:
-                    POOL.wait_ready(exe, 120.0)
+                    _all_ready(exe, 120.0)
+                    HEADS["on"] = conf != FRESH
+                    k = other if conf == FRESH and other is not None else kernel
                     t0 = time.monotonic()
-                    v = speculate(kernel.connection, cell, 120.0, sandbox=SandboxOptions(confinement=conf))
+                    v = speculate(k.connection, cell, 120.0, sandbox=SandboxOptions(
+                        confinement="portable" if conf == FRESH else conf))  # type: ignore[arg-type]
                     wall = (time.monotonic() - t0) * 1000.0
+                    HEADS["on"] = True
                     rec = out.setdefault(conf, {}).setdefault(cname, {
                         "mode": v.mode, "layers": list(v.transplant.layers) if v.transplant else [], "verdicts": [],
-                        "wall": [], "cell": [], "overhead": [], "export": [], "warm": []})
+                        "wall": [], "cell": [], "overhead": [], "export": [], "warm": [], "setup": []})
                     rec["verdicts"].append(v.verdict)
                     if i > 0:
                         rec["wall"].append(wall)
                         rec["cell"].append(v.elapsed_ms)
                         rec["overhead"].append(v.overhead_ms)
+                        rec["setup"].append(v.setup_ms)
                         if v.transplant is not None:  # the copy path: the export's share, and a warm worker?
                             rec["export"].append(v.transplant.export_ms)
                             rec["warm"].append(bool(v.transplant.warm))
@@ -88,7 +113,7 @@ def bench(python: str | None, setup: str, cells: dict[str, str], runs: int, conf
             for cname, rec in by_cell.items():
                 row = {"mode": rec["mode"], "layers": rec["layers"], "verdicts": rec["verdicts"],
                        "wall_ms": _median(rec["wall"]), "cell_ms": _median(rec["cell"]),
-                       "overhead_ms": _median(rec["overhead"])}
+                       "overhead_ms": _median(rec["overhead"]), "setup_ms": _median(rec["setup"])}
                 if rec["export"]:
                     row.update(export_ms=_median(rec["export"]), warm_workers=sum(rec["warm"]))
                 base = out.get("os", {}).get(cname)
@@ -100,6 +125,8 @@ def bench(python: str | None, setup: str, cells: dict[str, str], runs: int, conf
         return report
     finally:
         kernel.shutdown()
+        if other is not None:
+            other.shutdown()
 
 
 def main() -> None:
@@ -108,7 +135,7 @@ def main() -> None:
     ap.add_argument("--python", default=str(Path(__file__).resolve().parent.parent / "build/kernel-today/bin/python"))
     ap.add_argument("--only", choices=list(KERNELS), help="one kernel only")
     ap.add_argument("--sandbox", nargs="+", default=["os", "portable", "guard"],
-                    choices=["os", "portable", "guard"], help="the confinements measured side by side")
+                    choices=["os", "portable", FRESH, "guard"], help="the confinements measured side by side")
     ap.add_argument("--cells", nargs="+", help="only these cells (verdict, calls, groupby, fit)")
     args = ap.parse_args()
     report = {}

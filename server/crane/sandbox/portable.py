@@ -18,7 +18,10 @@ confines and whether it ran.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from crane.sandbox.confinement import Confinement
 from crane.sandbox.confinement import current as current_confinement
@@ -70,3 +73,75 @@ def os_refused(v) -> str | None:
     if v.verdict == "unavailable" and reason.startswith(_OS_SETUP_FAILED):
         return f"the OS sandbox could not be set up here ({reason[:200]}): the portable sandbox runs instead"
     return None
+
+
+HEADS = {"on": True}  # off: every portable run gets a fresh worker, as before heads (benchmarks/portable_bench.py)
+
+
+def reuse_head(confinement: str) -> bool:
+    """A portable run on Linux under its OS layer asks its worker to run it in a fork child and to stay a warm head
+    for the next run (worker/head.py): the worker decides whether it can, and says so first (`read_forked`)."""
+    import sys
+    return HEADS["on"] and confinement == "portable" and sys.platform.startswith("linux")
+
+
+class Forked(NamedTuple):
+    """What a head sent for one run: the run's lines, how they ended ("record" | "eof" | "deadline" | "cancelled"),
+    the run's exit status when it ran in a fork child ((exit code, signal)), and whether the head serves again (it
+    says so: every process of the run is gone)."""
+    data: bytes
+    how: str
+    status: tuple[int | None, int | None] | None
+    again: bool
+
+
+def read_forked(reader: Any, deadline: float, cancel: threading.Event | None = None) -> Forked:
+    """A run asked of a head (`reuse_head`): its first line says how it ran. `S`: in the head itself, a one-shot
+    worker, read as before to the pipe's end (crane.sandbox.pipes.read_run); `F <length> <exit code> <signal> <again>`: in
+    a fork child, whose lines (`length` bytes) follow, framed by the head, which then waits for the next request.
+    Anything else, or more bytes than the frame, and the head is not used again."""
+    from crane.sandbox.drain import has_record
+    from crane.sandbox.pipes import read_run
+    buf = bytearray()
+    while b"\n" not in buf:
+        got = _chunk(reader, deadline, cancel)
+        if isinstance(got, str):
+            return Forked(bytes(buf), got, None, False)
+        if not got:
+            return Forked(bytes(buf), "eof", None, False)
+        buf += got
+    first, _, rest = bytes(buf).partition(b"\n")
+    if first == b"S":
+        data, how = read_run(reader, deadline, cancel)
+        data = rest + data
+        return Forked(data, "record" if how == "eof" and has_record(data) else how, None, False)
+    parts = first.split()
+    if len(parts) != 5 or parts[0] != b"F" or not all(p.lstrip(b"-").isdigit() for p in parts[1:]):
+        return Forked(bytes(buf), "eof", None, False)
+    size, code, sig, again = (int(p) for p in parts[1:])
+    body = bytearray(rest)
+    while len(body) < size:
+        got = _chunk(reader, deadline, cancel)
+        if isinstance(got, str):
+            return Forked(bytes(body), got, None, False)
+        if not got:
+            return Forked(bytes(body), "eof", None, False)
+        body += got
+    data = bytes(body[:size])
+    status = (None if code < 0 else code, sig or None)
+    return Forked(data, "record" if has_record(data) else "eof", status,
+                  bool(again) and len(body) == size and not reader.eof)
+
+
+def _chunk(reader: Any, deadline: float, cancel: threading.Event | None) -> bytes | str:
+    """The next chunk of `reader` (b"" at its end), or "deadline" / "cancelled"."""
+    from crane.sandbox.pipes import POLL_S
+    while True:
+        if cancel is not None and cancel.is_set():
+            return "cancelled"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "deadline"
+        chunk = reader.read(min(remaining, POLL_S))
+        if chunk is not None:
+            return chunk

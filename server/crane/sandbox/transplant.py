@@ -58,6 +58,7 @@ from crane.sandbox.oslayer import launch as os_launch
 from crane.sandbox.oslayer import release as os_release
 from crane.sandbox.oslayer import started as os_started
 from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
+from crane.sandbox.portable import read_forked, reuse_head
 from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
 from crane.sandbox.shared.carry import CARRIED_RUNTIMES
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
@@ -74,7 +75,7 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
-                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/portable.py", _HERE / "worker/reaper.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/imports.py", _HERE / "shared/carry.py",
+                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/portable.py", _HERE / "worker/reaper.py", _HERE / "worker/head.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/imports.py", _HERE / "shared/carry.py",
                                 _HERE / "worker/main.py"])
 
 
@@ -171,7 +172,8 @@ class Worker:
         handled through its `Popen` handle; an OS-confined one on the FIFO of the run's PrivateDir (a pidfd)."""
         if portable:
             assert self.proc.stdout is not None
-            self.reader = PipeReader(self.proc.stdout)
+            if self.reader is None:  # (one reader for the worker's life: a head serves run after run)
+                self.reader = PipeReader(self.proc.stdout)
             self._send(json.dumps(spec))
             return ProcessHandle(self.proc)
         else:
@@ -352,6 +354,23 @@ class _Pool:
     def done(self, worker: Worker) -> None:
         with self.lock:
             self.busy.discard(worker)
+
+    def give_back(self, worker: Worker, modules: list[str]) -> bool:
+        """A head that served a run waits for the next one (worker/head.py): it is `worker.kernel`'s idle worker
+        again, unless that kernel has one already or has ended (False: the caller ends it)."""
+        key = (worker.executable, worker.kernel)
+        if not worker.alive() or worker.kernel_ended:
+            return False
+        with self.lock:
+            old = self.idle.get(key)
+            if old is not None and old.alive():
+                return False
+            self.idle[key] = worker
+            self.preloads[worker] = self.preloads.get(worker, frozenset()) | frozenset(modules)
+        worker.warm, worker.started = True, time.monotonic()
+        if worker.kernel is not None and not self._watch(worker.kernel):
+            self.kernel_gone(worker.kernel)
+        return True
 
     def refill(self, executable: str, env: dict, cwd: str, preload: list[str],
                kernel: KernelRef | ProcessRef | None = None) -> None:
@@ -581,10 +600,16 @@ def transplant(
                                               os_layers=list(worker.os_layers))
         shrunk = {"kept": [msgspec.to_builtins(k) for k in exp.kept], "requested": bool(miniature),
                   "error": exp.shrink_error, "why": exp.shrunk}
+        fork = bool(portable) and reuse_head(confinement)  # run in a fork child of a warm head (worker/head.py)
         child = worker.run({"args": msgspec.to_builtins(request), "budget_s": float(budget_s), "map_devices": bool(map_devices),
-                            "shrunk": shrunk}, portable=bool(portable))
+                            "shrunk": shrunk, "fork": fork}, portable=bool(portable))
         deadline = time.monotonic() + float(budget_s) + LOAD_S + _GRACE_S
-        if portable:
+        forked = None
+        if fork:
+            assert worker.reader is not None
+            forked = read_forked(worker.reader, deadline, cancel)
+            data, how = forked.data, forked.how
+        elif portable:
             assert worker.reader is not None
             data, how = read_run(worker.reader, deadline, cancel)
         else:
@@ -592,7 +617,11 @@ def transplant(
             data, how = read_until_eof(pdir.result_fd, child, deadline, cancel=cancel, stop_at_record=True)
         if how in ("deadline", "cancelled"):
             child.kill()
-        status = worker.end() if how != "record" else None
+        keep = forked is not None and forked.again and how in ("record", "eof")  # the head serves the next run
+        if forked is not None and forked.status is not None:
+            status: ExitStatus | None = ExitStatus(exitcode=forked.status[0], signal=forked.status[1])
+        else:
+            status = worker.end() if how != "record" else None
         if worker.kernel_ended:
             return unavailable("the kernel ended during the run: its transplant worker was ended with it")
         outcome = RunOutcome(data, how, status, pdir.read_capture("stdout"), pdir.read_capture("stderr"))
@@ -630,7 +659,10 @@ def transplant(
         else:
             v.overhead_ms = max(0.0, total_ms - v.elapsed_ms)
         POOL.done(worker)
-        POOL.refill(exe, env, cwd, exp.modules, kernel)
+        if keep and POOL.give_back(worker, exp.modules):
+            worker = None  # (not ended below)
+        else:
+            POOL.refill(exe, env, cwd, exp.modules, kernel)
         return v
     except Exception as exc:  # the daemon never dies from one sandbox run
         return unavailable(f"transplant error: {type(exc).__name__}: {exc}")

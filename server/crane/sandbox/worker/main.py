@@ -43,6 +43,7 @@ from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
+from crane.sandbox.worker.head import answer_self, fork_refused, serve_forked  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
     apply_limits,
     guarded,
@@ -200,10 +201,26 @@ def worker_main(header: dict, lines: _Lines) -> None:
     if not line:
         return  # idle too long, the daemon is gone, or the kernel it serves has ended
     spec = json.loads(line)
+    warm = bool(header.get("warm"))
+
+    def run_one(spec: dict, fd: int) -> None:  # (in the head's fork child)
+        _run(spec, shell, warm, _Lines(-1, fd))
+
+    while spec.get("fork") and fork_refused(spec) is None:  # a head: each run in a fork child (worker/head.py)
+        if not serve_forked(spec, lines.out, (lines.fd, lines.out), run_one,
+                            lambda mods: _import(mods, only_library=True)):
+            return
+        warm = True
+        line = lines.next(float(header.get("idle_s", 600.0)))
+        if not line:
+            return
+        spec = json.loads(line)
+    if spec.get("fork"):
+        answer_self(lines.out)  # (run here, as a one-shot worker)
     if spec.get("session"):
         _session(spec, shell, lines)
     else:
-        _run(spec, shell, bool(header.get("warm")), lines)
+        _run(spec, shell, warm, lines)
 
 
 def _load_buffers(d: str, names: int | list[str]) -> list:

@@ -92,13 +92,14 @@ class RunFolder:
     of the real directory (so `../data/train.csv` and `Path.cwd().parent` read what they read in the kernel, and
     `Path.cwd().name` is the real folder's name); links are made private copies on write."""
 
-    def __init__(self, real: str, private: str, scratch: str) -> None:
+    def __init__(self, real: str, private: str, scratch: str, staged: str | None = None) -> None:
         self.real = os.path.realpath(real)
         self.mirror = os.path.abspath(private)
         drive, rest = os.path.splitdrive(self.real)
         parts = [p for p in rest.split(os.sep) if p]
         self.root = os.path.join(self.mirror, *([drive.rstrip(":")] if drive else []), *parts)
         self.scratch = os.path.realpath(scratch)
+        self.staged = staged is not None and _adopt(staged, self.real, self.mirror)  # brought up to date below
         os.makedirs(self.root, exist_ok=True)
         self.mirror_real = os.path.realpath(self.mirror)
         self.linked = True
@@ -110,17 +111,22 @@ class RunFolder:
                 break
             real_dir, mirror_dir = os.path.join(real_dir, part), os.path.join(mirror_dir, part)
 
-    @staticmethod
-    def _mirror(real: str, into: str) -> bool:
+    def _mirror(self, real: str, into: str) -> bool:
         """One link per entry of `real` in `into` (False: links cannot be made here, e.g. Windows without the
-        privilege: then writes into the working folder are refused, never redirected halfway)."""
+        privilege: then writes into the working folder are refused, never redirected halfway). A staged view
+        (`stage_view`) is brought up to date: links made for new entries, the view's links to entries gone removed."""
         try:
             names = os.listdir(real)
+            have = set(os.listdir(into))
         except OSError:
             return True
+        for name in have.difference(names):  # (only in a staged view: entries removed since it was made)
+            at = os.path.join(into, name)
+            if os.path.islink(at) and self._view_link(at) is not None:
+                os.unlink(at)
         for name in names:
-            if os.path.lexists(os.path.join(into, name)):
-                continue  # the next directory on the way to the working folder (a real one)
+            if name in have:
+                continue  # the next directory on the way to the working folder (a real one), or staged already
             try:
                 os.symlink(os.path.join(real, name), os.path.join(into, name))
             except FileExistsError:
@@ -261,6 +267,42 @@ class RunFolder:
 
 def _within(p: str, root: str) -> bool:
     return p == root or p.startswith(root.rstrip(os.sep) + os.sep)
+
+
+_STAGED_FOR = ".for"  # next to a staged view: the real folder it mirrors
+
+
+def stage_view(real: str, staged: str) -> bool:
+    """Make the view of `real` (its ancestors' entries as links: `RunFolder`) at `staged`, ahead of the run that
+    will take it (a head, between runs: worker/head.py); whatever was at `staged` is removed first."""
+    for old in (staged, staged + _STAGED_FOR):
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        elif os.path.lexists(old):
+            os.unlink(old)
+    if os.path.lexists(staged):
+        return False
+    folder = RunFolder(real, staged, staged)
+    if not folder.linked:
+        return False
+    with open(staged + _STAGED_FOR, "w", encoding="utf-8") as f:
+        f.write(folder.real)
+    return True
+
+
+def _adopt(staged: str, real: str, mirror: str) -> bool:
+    """Move the view staged for `real` to `mirror` (one rename), if there is one for that folder."""
+    try:
+        with open(staged + _STAGED_FOR, encoding="utf-8") as f:
+            if f.read() != real:
+                return False
+        os.unlink(staged + _STAGED_FOR)
+        if os.path.lexists(mirror) or os.path.islink(staged):
+            return False
+        os.rename(staged, mirror)
+        return True
+    except OSError:
+        return False
 
 
 class Portable:
@@ -725,16 +767,21 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
         tempfile.tempdir = ctx.scratch
     except Exception:
         pass
-    folder = RunFolder(os.getcwd(), os.path.join(args["dir"], "view"), ctx.scratch)
+    t_view = time.perf_counter()
+    home = os.path.dirname(os.environ.get("IPYTHONDIR") or "")  # (a head's: its view staged for this run)
+    staged = os.path.join(home, "view-next") if os.path.basename(home).startswith("crane-tw-") else None
+    folder = RunFolder(os.getcwd(), os.path.join(args["dir"], "view"), ctx.scratch, staged)
     os.chdir(folder.root)
     run = Portable(ctx, folder)
+    t_layer = time.perf_counter()
     ctx.mode = "portable"
     ctx.mode_reason = args.get("portable_reason")
     ctx.places = [folder.root, ctx.scratch]
     os_layer = _os_layer(args, ctx.scratch)
+    t_guard = time.perf_counter()
     layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or []) + (
         list(os_layer.get("layers") or [LINUX_LAYER]) if os_layer.get("ran") else [])  # landlock (+ seccomp)
-    ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked),
+    ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked), "staged_view": folder.staged,
                        "sequential_joblib": _sequential_workers(), "os_layer": os_layer}
     ctx.confinement.update(os_layer.pop("record", None) or {})  # what the layer adds to the record (its ABI)
     # Landlock holds the worker: the guard keeps only what the OS layer leaves to it, with no per-call hook where
@@ -745,7 +792,9 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: bool(ctx.audit_state.get("own")))
     if run.guard.lean:
         run.guard.arm()  # before the state is loaded and the fence is taken (its replacements are CRANE's own)
-    ctx.steps["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
+    t_end = time.perf_counter()
+    ctx.steps.update(start=round((t_view - t0) * 1000.0, 3), view=round((t_layer - t_view) * 1000.0, 3), os_layer=round((t_guard - t_layer) * 1000.0, 3),
+                     guard=round((t_end - t_guard) * 1000.0, 3), total=round((t_end - t0) * 1000.0, 3))
     return ctx, run
 
 

@@ -1,0 +1,165 @@
+"""Portable sandbox, worker side (Linux, Landlock): a warm worker that serves run after run, each in a fresh fork
+child of itself (the worker is then a "head"), so a warm verdict pays neither a new interpreter nor its imports.
+
+The head is the warm worker as it waits today: CRANE's modules, the preloaded libraries, an IPython shell; it never
+loads a kernel's state, never runs a cell, installs no hook and is not confined. For each run request the daemon
+marks `fork` (a one-shot portable run under the Linux layer, crane.sandbox.portable.reuse_head), `serve_forked`:
+- forks a child that closes the head's two pipes to the daemon at once (its commands cannot be read, its result
+  lines cannot reach the daemon directly), gets a parent-death SIGKILL, and runs the request exactly as a fresh
+  worker would (`run_one`: the run folder, Landlock, the guard, the state, the cell, the record), writing its lines
+  into a pipe of its own, then ends;
+- reads that pipe to its end (the child and every process it started are gone: the child's own reaper ends them
+  before the record, the head, a child subreaper, kills whatever is left), and sends the daemon one frame on its
+  result pipe: `F <length> <exit code> <signal> <again>\n` + the child's lines (crane.sandbox.portable.read_forked). Nothing
+  the cell wrote after its record, nor any leftover process, can reach the next run's channel: each run has its own;
+- imports the library modules the run loaded (as a refilled worker would), so the next child loads only the state,
+  and stages the next run's view of the working folder in its own folder (worker/portable.stage_view: one link per
+  entry of every ancestor, which the next child takes with one rename and brings up to date).
+Where a fork is not safe the head answers `S\n` and runs the request itself, as a one-shot worker (the daemon ends
+it afterwards, as before): not Linux, no Landlock, a session, Python threads in the head, or a library loaded that
+must not be forked (TensorFlow, JAX: multithreaded runtimes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+_FORK_UNSAFE = ("tensorflow", "jax", "jaxlib")
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_HEAD: dict = {}  # the head's own set-up (subreaper, once)
+
+
+def fork_refused(spec: dict) -> str | None:
+    """None when this head may run `spec` in a fork child, else why not (module docstring)."""
+    args = spec.get("args") or {}
+    if not spec.get("fork") or spec.get("session") or args.get("confinement") != "portable":
+        return "not a one-shot portable run"
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return sys.platform
+    if threading.active_count() != 1:
+        return "the worker runs Python threads"
+    loaded = [m for m in _FORK_UNSAFE if m in sys.modules]
+    if loaded:
+        return f"{loaded[0]} is loaded (a multithreaded runtime)"
+    from crane.sandbox.worker.linux import linux_layer_available  # kernel: strip
+    return linux_layer_available()
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _end_leftovers(child: int, timeout_s: float = 5.0) -> bool:
+    """Kill every other process the Linux kernel lists as the head's child (a descendant of the run re-parented to
+    the head) and reap them all (False: some could not be reaped in `timeout_s`)."""
+    import time
+
+    from crane.sandbox.worker.reaper import _children  # kernel: strip
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid in _children():  # (again each time: an orphan may be re-parented here meanwhile)
+            if pid != child:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            threading.Event().wait(0.005)
+    return False
+
+
+def _facts_of(spec: dict) -> tuple[list[str], str | None]:
+    """The run's library modules and working folder (its env.json, written by the kernel's export)."""
+    try:
+        with open(os.path.join((spec.get("args") or {}).get("dir", ""), "env.json")) as f:
+            facts = json.load(f)
+        cwd = facts.get("cwd")
+        return [m for m in facts.get("modules") or [] if isinstance(m, str)], cwd if isinstance(cwd, str) else None
+    except (OSError, ValueError, AttributeError):
+        return [], None
+
+
+def _stage(cwd: str | None) -> None:
+    """The next run's view of `cwd`, made now in the head's own folder (worker/portable.stage_view): the run takes
+    it with one rename and brings it up to date, instead of making a link per entry of every ancestor."""
+    from crane.sandbox.worker.portable import stage_view  # kernel: strip
+    home = os.path.dirname(os.environ.get("IPYTHONDIR") or "")
+    if cwd and os.path.basename(home).startswith("crane-tw-") and os.path.isdir(cwd):
+        try:
+            stage_view(cwd, os.path.join(home, "view-next"))
+        except OSError:
+            pass
+
+
+def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable[[dict, int], None],
+                 warm_up: Callable[[list[str]], None]) -> bool:
+    """Run `spec` in a fork child (`run_one(spec, result_fd)` there), and frame its result lines up `out`, the
+    head's result pipe; `close`: the head's descriptors the child closes first. `warm_up(modules)` imports the
+    run's library modules into the head afterwards. False when the head cannot go on serving (it then ends)."""
+    if not _HEAD:
+        _HEAD["subreaper"] = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    head = os.getpid()
+    modules, cwd = _facts_of(spec)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the run's process
+        code = 70
+        try:
+            os.close(r)
+            for fd in close:
+                os.close(fd)
+            if not _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL)) or os.getppid() != head:
+                os._exit(70)
+            run_one(spec, w)
+            code = 0
+        except BaseException:  # noqa: BLE001 - as a one-shot worker's boot: the traceback to the log, exit 70
+            import traceback
+            traceback.print_exc()
+        os._exit(code)
+    os.close(w)
+    data = bytearray()
+    while True:
+        try:
+            chunk = os.read(r, 1 << 16)
+        except InterruptedError:
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    again = _end_leftovers(pid) and bool(_HEAD["subreaper"])
+    code = os.waitstatus_to_exitcode(status)
+    header = f"F {len(data)} {code if code >= 0 else -1} {-code if code < 0 else 0} {int(again)}\n".encode()
+    payload = header + bytes(data)
+    while payload:
+        try:
+            payload = payload[os.write(out, payload):]
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+    if again:
+        warm_up(modules)  # (a library that starts a thread here: the next request is answered `S`, fork_refused)
+        _stage(cwd)
+    return again
+
+
+def answer_self(out: int) -> None:
+    """Tell the daemon this head runs the request itself (a one-shot worker: its lines follow, then its end)."""
+    os.write(out, b"S\n")
