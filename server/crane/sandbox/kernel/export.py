@@ -43,6 +43,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _accessors,
     _carried,
     _facts,
+    _Lib,
     _patched_classes,
     _process,
     _settings,
@@ -65,6 +66,8 @@ from crane.sandbox.kernel.stops import (  # kernel: strip
     _unreproducible,
 )
 from crane.sandbox.kernel.waiting import own_dict, shell_watch  # kernel: strip
+from crane.sandbox.shared.keras_graph import KERAS_KEY, KerasGraph  # kernel: strip
+from crane.sandbox.shared.tf_data import tf_data_reducers  # kernel: strip
 
 _SKIP = {"get_ipython", "exit", "quit", "__builtins__", "__builtin__", "__name__", "__doc__", "__spec__", "__loader__",
          "__package__"}
@@ -151,8 +154,11 @@ def _export(args: Any) -> dict:
     tag = f"-{req['tag']}" if req["tag"] else ""  # a session's exports: state-N.pkl, buf-N-i
     _phase(d, "copying")
     ctl.copying()
-    reducers = torch_reducers(proof)
+    graph = KerasGraph(_Lib(proof))  # Keras graphs whole, tf.data pipelines named (shared/keras_graph.py, tf_data.py)
+    reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof)), **graph.reducers()}
+    objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
     out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof)
+    objs.pop(KERAS_KEY, None)
     objs.pop("\x00crane-accessors", None)
     if not out["ok"]:
         objs.pop("\x00crane-shrunk", None)
@@ -168,7 +174,7 @@ def _export(args: Any) -> dict:
             "patched": _patched_classes(proof, objs),
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": _EXECUTABLE, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
-            "carried": _carried(settings, facts, proof, objs),
+            "carried": _carried(settings, facts, proof, {k: v for k, v in dict.items(objs) if not graph.covers(v)}),
             **_process(), "export_ms": round((_perf() - t0) * 1000.0, 3), "watch": watched}
 
 

@@ -40,6 +40,7 @@ from crane.sandbox.kernel.request import check_request  # kernel: strip
 from crane.sandbox.kernel.run import _record_out, run_source  # kernel: strip
 from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
+from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
@@ -492,6 +493,7 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
                 if not state.get("settings"):
                     _apply_settings(facts)
                     state["settings"] = True
+                _W["settings_missed"].extend(apply_keras(loaded.pop(KERAS_KEY, None)))  # Keras graphs built whole
                 for name, obj in loaded.items():
                     if name not in ns:
                         ns[name] = _rebind(obj, ns)
@@ -588,6 +590,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         known = state.pop("\x00crane-shrunk", None) or []
         _register_accessors(state.pop("\x00crane-accessors", None))
         _apply_settings(facts)
+        _W["settings_missed"].extend(apply_keras(state.pop(KERAS_KEY, None)))  # Keras graphs built whole
         ns = shell.user_ns
         for name, obj in state.items():
             ns[name] = _rebind(obj, ns)

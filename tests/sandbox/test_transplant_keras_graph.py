@@ -1,0 +1,89 @@
+"""Keras functional graphs in the copy (shared/keras_graph.py): a kernel of today's environment (TF 2.21 / Keras 3)
+holding a two-input functional model with a shared layer, its symbolic tensors, and a nested encoder/decoder.
+Copied in one pickle, identity survives (`model.layers[2] is shared`), a new model built from copied symbolic
+tensors runs clean (it raised a false IndexError: the layers came back without their nodes), a fitted model's
+history and flags come along, and a shape mismatch is a certain crash with the kernel's own exception. A tf.data
+pipeline is `unavailable`, named (shared/tf_data.py). The user's kernel is unchanged (`Untouched`)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+
+from ..kernel_envs import require_today_python
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
+
+SETUP = """
+import numpy as np, tensorflow as tf, keras
+from keras import layers
+np.random.seed(0)
+inp_a = keras.Input((8,), name="a")
+inp_b = keras.Input((8,), name="b")
+shared = layers.Dense(4, activation="relu", name="shared")
+xa, xb = shared(inp_a), shared(inp_b)
+merged = layers.concatenate([xa, xb])
+model = keras.Model([inp_a, inp_b], layers.Dense(1)(merged))
+model.compile(optimizer="adam", loss="mse")
+A = np.random.rand(16, 8).astype("float32")
+B = np.random.rand(16, 8).astype("float32")
+y = np.random.rand(16, 1).astype("float32")
+enc = keras.Model(inp_a, layers.Dense(3, name="code")(inp_a), name="enc")
+dec_in = keras.Input((3,))
+dec = keras.Model(dec_in, layers.Dense(8)(dec_in), name="dec")
+auto = keras.Model(inp_a, dec(enc(inp_a)), name="auto")
+auto.compile(optimizer="adam", loss="mse")
+auto.fit(A, A, epochs=1, verbose=0)
+auto.n_classes = 3
+ds = tf.data.Dataset.from_tensor_slices((A, y)).shuffle(16).batch(4)
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    k = start_kernel(tmp_path_factory.mktemp("keras-graph"), python=require_today_python())
+    run = k.connection.run_cell(SETUP, timeout=300)
+    assert run.status == "ok", run
+    yield k.connection
+    k.shutdown()
+
+
+def _check(conn, source: str):
+    with Untouched(conn) as watch:
+        v = speculate(conn, source, 120.0)
+    assert watch.unchanged, (watch.changes(), v)
+    return v
+
+
+def test_symbolic_tensors_and_shared_layers_keep_their_graph(kernel):
+    v = _check(kernel, "m2 = keras.Model(inp_a, layers.Dense(2)(xa))\n"
+                       "m3 = keras.Model([inp_a, inp_b], layers.Dense(3)(merged))\n"
+                       "(m2.predict(A, verbose=0).shape, m3.predict([A, B], verbose=0).shape, "
+                       "model.layers[2] is shared, auto.layers[1] is enc)")
+    assert v.mode == "transplant" and v.verdict == "no-crash", v
+    assert v.displays and v.displays[-1].text == "((16, 2), (16, 3), True, True)", v.displays
+
+
+def test_a_fitted_model_trains_on_with_its_history_and_attributes(kernel):
+    v = _check(kernel, "model.fit([A, B], y, epochs=1, verbose=0)\n"
+                       "auto.fit(A, A, epochs=1, verbose=0)\n"
+                       "(len(auto.history.epoch), auto.n_classes, enc.predict(A, verbose=0).shape)")
+    assert v.verdict == "no-crash" and v.displays and v.displays[-1].text == "(1, 3, (16, 3))", v
+
+
+def test_a_shape_mismatch_is_a_certain_crash_with_the_kernels_exception(kernel):
+    bad = "model.predict([A, B[:, :5]], verbose=0)"
+    v = _check(kernel, bad)
+    real = kernel.run_cell(bad, timeout=120)
+    assert real.status == "error" and v.verdict == "crash" and v.ename == real.ename and v.line == 1, (v, real)
+    assert v.certain, v.how()
+
+
+def test_a_tf_data_pipeline_is_unavailable_and_named(kernel):
+    v = _check(kernel, "for xb, yb in ds.take(1):\n    print(xb.shape)")
+    assert v.verdict == "unavailable" and "`ds`" in (v.reason or "") and "tf.data pipeline" in v.reason, v
