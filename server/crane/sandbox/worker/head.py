@@ -51,7 +51,7 @@ def fork_refused(spec: dict) -> str | None:
     return linux_layer_available()
 
 
-def _prctl(option: int, value: int) -> bool:
+def _head_prctl(option: int, value: int) -> bool:
     try:
         return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
@@ -110,7 +110,7 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
     head's result pipe; `close`: the head's descriptors the child closes first. `warm_up(modules)` imports the
     run's library modules into the head afterwards. False when the head cannot go on serving (it then ends)."""
     if not _HEAD:
-        _HEAD["subreaper"] = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        _HEAD["subreaper"] = _head_prctl(_PR_SET_CHILD_SUBREAPER, 1)
     head = os.getpid()
     modules, cwd = _facts_of(spec)
     r, w = os.pipe()
@@ -121,7 +121,7 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
             os.close(r)
             for fd in close:
                 os.close(fd)
-            if not _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL)) or os.getppid() != head:
+            if not _head_prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL)) or os.getppid() != head:
                 os._exit(70)
             run_one(spec, w)
             code = 0
