@@ -291,9 +291,9 @@ class CallGuard:
                  fork_children: bool = False, prepare_tree: Callable[[Any], object] | None = None,
                  lean: bool = False) -> None:
         self.on_refuse = on_refuse
-        # an OS layer holds the worker (Landlock ran): no per-call hook where `sys.monitoring` is missing (the
+        # an OS layer holds the worker (Landlock ran): no per-call hook, profile hook or `sys.monitoring` (the
         # table's functions and the refused C functions are replaced instead; see "The lean guard" below)
-        self.lean = lean and getattr(sys, "monitoring", None) is None
+        self.lean = lean
         # a run that ends its process tree with it: multiprocessing's fork children of this process are allowed
         # (they inherit the guard and the audit hook; `forks_a_child`)
         self.fork_children = fork_children
@@ -471,12 +471,12 @@ class CallGuard:
     def install(self) -> str:
         """Start guarding this thread and threads started later; the mechanism's name."""
         self.active = True
-        mon = getattr(sys, "monitoring", None)
-        if mon is not None:
-            return self._install_monitoring(mon)
         if self.lean:
             self.arm()
             return LEAN_MECHANISM
+        mon = getattr(sys, "monitoring", None)
+        if mon is not None:
+            return self._install_monitoring(mon)
         threading.setprofile(self._profile)
         sys.setprofile(self._profile)
         return "sys.setprofile"
@@ -530,9 +530,10 @@ class CallGuard:
         return "sys.monitoring"
 
 
-    # -- the lean guard (an OS layer underneath, no sys.monitoring) ------------------------------------------------
+    # -- the lean guard (an OS layer underneath) --------------------------------------------------------------------
     # A profile hook makes every Python call of the run several times slower (a loop of 1e6 calls: ~6x with an empty
-    # hook, ~11x with the vetting; docs/benchmarks.md). Where Landlock holds the worker, writes outside the run's
+    # hook, ~11x with the vetting; docs/benchmarks.md), and so do `sys.monitoring`'s CALL events in user code on
+    # 3.12+ (a Python callback per call the cell makes: ~7x on the same loop). Where Landlock holds the worker, writes outside the run's
     # folders, programs and TCP are refused by the kernel whatever the cell does, so the guard keeps only what the OS
     # layer leaves to it, with no per-call work:
     # - the deny table's Python functions get a trampoline as their code (`_arm_functions`): the function object

@@ -18,7 +18,7 @@ session's commands come down its stdin pipe, crane.sandbox.pipes):
   `os.chdir` out of the run folder, resource limits: refused, wherever they come from (a library's internals,
   a C intermediary such as `map(os.remove, ...)` the guard does not see);
 - the **call guard** (worker/guard.py), installed by `run_portable` around the cell only (lean where Landlock
-  holds the worker and `sys.monitoring` is missing: no per-call hook, see worker/guard.py);
+  holds the worker: no per-call hook, neither a profile hook nor `sys.monitoring`, see worker/guard.py);
 - joblib's tasks (scikit-learn's `n_jobs`) run in the worker's process (`_sequential_workers`), since processes
   are refused;
 - the **resource limits** (worker/limits.py, `apply_limits`): memory, CPU time and file size set just before the
@@ -784,9 +784,9 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked), "staged_view": folder.staged,
                        "sequential_joblib": _sequential_workers(), "os_layer": os_layer}
     ctx.confinement.update(os_layer.pop("record", None) or {})  # what the layer adds to the record (its ABI)
-    # Landlock holds the worker: the guard keeps only what the OS layer leaves to it, with no per-call hook where
-    # sys.monitoring is missing (worker/guard.py, "the lean guard"); `guard` runs and other platforms keep it whole
-    run.guard.lean = bool(os_layer.get("ran")) and getattr(sys, "monitoring", None) is None
+    # Landlock holds the worker: the guard keeps only what the OS layer leaves to it, with no per-call hook (no
+    # profile hook, no sys.monitoring: worker/guard.py, "the lean guard"); `guard` runs and other platforms keep it
+    run.guard.lean = bool(os_layer.get("ran"))
     run.guard.leeway = import_leeway(bool(os_layer.get("ran") or args.get("os_layers")), run.guard.is_user)
     _install_portable_hook(run)
     ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: bool(ctx.audit_state.get("own")))
