@@ -20,8 +20,13 @@ and after), while the prewarmed worker imports TensorFlow at background priority
 the user sees, target 1.2 at most) and, for comparison, while a worker imports it at normal priority (how
 background workers were started before issue 45).
 
+`--reuse` (issue 45, "pay for nothing twice"): warm verdicts side by side in one kernel, each pair a "before" (the
+export's kept proofs dropped first, `_crane_transplant.forget()`: every class proven again, as before the change)
+and an "after" (the next verdict on the unchanged state: what the last export proved is reused while its witness
+holds, kernel/witness.py), each on a ready warm worker. `export + load` is the issue's measure (target 0.5 s).
+
 Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--copy-mb 128]
-       [--python build/kernel-today/bin/python] [--prewarm [--user-runs 15] [--lib tf|jax]]
+       [--python build/kernel-today/bin/python] [--prewarm [--user-runs 15] [--lib tf|jax]] [--reuse [--lib tf|jax]]
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ import time
 from pathlib import Path
 
 from crane.kernel.manager import start_kernel
+from crane.kernel.private_module import ModuleClient
 from crane.sandbox import options, speculate
 from crane.sandbox.prewarm import prewarm_kernel, read_imports
-from crane.sandbox.transplant import POOL, Worker
+from crane.sandbox.transplant import POOL, TRANSPLANT_MODULE, Worker
 
 SETUP = """
 import numpy as np, pandas as pd, tensorflow as tf, keras
@@ -149,6 +155,36 @@ def prewarm_mode(a: argparse.Namespace) -> None:
                       "prewarm ready_ms": round(statistics.median(ready), 1), "user cell": user}, indent=1), flush=True)
 
 
+def reuse_mode(a: argparse.Namespace) -> None:
+    """Warm verdicts before (kept proofs dropped) and after (reused), side by side (module docstring)."""
+    options.configure(options.SandboxOptions(warm_workers=True))
+    setup, cell = LIBS[a.lib]
+    POOL.shutdown()
+    kernel = _fresh(a.python, a.gb, setup)
+    try:
+        conn = kernel.connection
+        exe = conn.evaluate("__import__('sys').executable")
+        _one(conn, a.budget, cell)  # the first verdict: installs the export, starts the warm worker
+        export = ModuleClient(conn, TRANSPLANT_MODULE)
+        before, after = [], []
+        for _ in range(a.runs):
+            for rows, drop in ((before, True), (after, False)):
+                if not POOL.wait_ready(exe, 300.0):
+                    raise SystemExit("the warm worker did not get ready in 300 s")
+                if drop:
+                    export.call("forget", timeout=30.0, what="forget the kept proofs")
+                rows.append(_one(conn, a.budget, cell))
+        out = {"python": a.python, "lib": a.lib, "gb": a.gb, "runs": a.runs}
+        for label, rows in (("before (proven again)", before), ("after (reused)", after)):
+            m = _median(rows)
+            m["export + load_ms"] = round(statistics.median(r["export_ms"] + r["load_ms"] for r in rows), 1)
+            out[label] = m
+        print(json.dumps(out, indent=1), flush=True)
+    finally:
+        POOL.shutdown()
+        kernel.shutdown()
+
+
 def _median(rows: list[dict]) -> dict:
     return {k: round(statistics.median(r[k] for r in rows), 1) for k in rows[0] if k not in ("warm", "kept")} | {
         "warm": [r["warm"] for r in rows], "kept": rows[0]["kept"]}
@@ -163,10 +199,14 @@ def main() -> None:
     ap.add_argument("--copy-mb", default="", help="copy limits to measure in turn, e.g. 0,128 (default: 128)")
     ap.add_argument("--prewarm", action="store_true", help="the first verdict in a fresh kernel, cold and prewarmed")
     ap.add_argument("--user-runs", type=int, default=15, help="--prewarm: the user's cell, this many times each")
-    ap.add_argument("--lib", choices=sorted(LIBS), default="tf", help="--prewarm: TensorFlow/Keras or JAX")
+    ap.add_argument("--lib", choices=sorted(LIBS), default="tf", help="--prewarm/--reuse: TensorFlow/Keras or JAX")
+    ap.add_argument("--reuse", action="store_true", help="warm verdicts with the kept proofs dropped, and reused")
     a = ap.parse_args()
     if a.prewarm:
         prewarm_mode(a)
+        return
+    if a.reuse:
+        reuse_mode(a)
         return
     work = Path(tempfile.mkdtemp(prefix="crane-tbench-"))
     kernel = start_kernel(work, python=a.python)

@@ -6,7 +6,6 @@ namespace, and reads no default of its own."""
 from __future__ import annotations
 
 import ast
-import types
 import typing
 from pathlib import Path
 
@@ -16,18 +15,7 @@ import pytest
 from crane.sandbox.export_request import ExportRequest, export_args
 from crane.sandbox.kernel import export_request as kernel_request
 
-
-def _accepted(annotation) -> set[type]:
-    """The Python types a field's annotation admits in the literal (a float also accepts an int)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        out: set[type] = set()
-        for arg in typing.get_args(annotation):
-            out |= _accepted(arg)
-        return out
-    if origin is not None:
-        return {origin}
-    return {int, float} if annotation is float else {annotation}
+from .test_request import _accepted  # the Python types a field's annotation admits (a float: an int too)
 
 
 def _request(**change) -> ExportRequest:

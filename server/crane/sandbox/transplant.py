@@ -69,7 +69,7 @@ BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the wo
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
                                  [_HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/miniature.py",
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/bound.py",
-                                  _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
+                                  _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
                                   _HERE / "kernel/environment.py", _HERE / "kernel/export_request.py", _HERE / "shared/keras_graph.py",
                                   _HERE / "shared/tf_data.py",
                                   _HERE / "kernel/export.py"])

@@ -21,7 +21,6 @@ Runs in the user's kernel (part of `_crane_transplant`; kernel/export.py is the 
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from crane.sandbox.kernel.bound import (  # kernel: strip
@@ -364,7 +363,7 @@ def _known(kind: str, orig: Any, check: Any = None) -> dict | None:
 def _label_hashes(arr: Any, pd: Any, check: Any) -> Any:
     """The sorted distinct `hash_array` values of `arr` (each value's hash depends on it alone: chunks of
     `_SHRINK_CHUNK` rows, `check` between them), or None past 1M."""
-    np = sys.modules["numpy"]
+    np = _MODULES["numpy"]  # (bound at install: never a `sys.modules` the notebook rebound)
     acc = None
     for a in range(0, max(1, len(arr)), _SHRINK_CHUNK):
         _shrink_check(check)

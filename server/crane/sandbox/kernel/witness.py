@@ -1,0 +1,129 @@
+"""Transplant export, kernel side: what the export keeps between requests, and the witness that proves it holds.
+
+Runs in the user's kernel (part of `_crane_transplant`, before kernel/proof.py). Proving a library class's own
+pickling reaches none of the notebook's code (`_Proof._reachable`: its hooks' code followed through module
+globals, classes and closures) is the export's largest cost on a TensorFlow/Keras kernel, and the same classes
+are proven again at every verdict. Its answer is kept here (`_REACHED`) with a `_Witness` of everything the walk
+read: each name it looked up and where (a class's own dict, a module's, a function's globals, `sys.modules`) with
+the value found (or its absence) and that value's type; each function it met (its code, its closure's contents,
+whether it is library code); each class's MRO and whether the proof took it for the library's. The answer is
+reused only while every one of them is still the same object (compared by identity; the witness holds what it
+compares, so no id is reused by another object): a method or module function the notebook added, replaced or
+deleted, a class's bases or a function's code swapped, a module replaced in `sys.modules` each make the walk run
+again. Nothing is called to check it: dicts are read through their own C methods, classes and functions through
+C descriptors, and the proof's own judges (`library_function`, `library_class`) are asked again. An answer that
+names a function of the notebook's is not kept. `forget()` drops what is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crane.sandbox.kernel.bound import _T_MRO, _cls_dict  # kernel: strip
+
+_KEEP = 512  # answers kept at most (then all are dropped and proven again)
+_REACHED: dict = {}  # (modules, ids of the library classes) -> (those classes, answer, _Witness)
+REACH_COUNTS: dict = {"walked": 0, "reused": 0}  # walks done and answers reused since the install (tests, benches)
+_ABSENT = object()
+
+
+def _look(owner: Any, name: str) -> Any:
+    """`owner[name]` (a plain dict, or a class's own dict), `_ABSENT` when it has none."""
+    return dict.get(owner, name, _ABSENT) if type(owner) is dict else _cls_dict(owner).get(name, _ABSENT)
+
+
+def _closure(f: Any) -> tuple:
+    """The contents of a function's closure cells (an empty cell: `_ABSENT`)."""
+    out = []
+    for cell in f.__closure__ or ():
+        try:
+            out.append(cell.cell_contents)
+        except ValueError:
+            out.append(_ABSENT)
+    return tuple(out)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+class _Witness:
+    """What one walk read (see the module docstring), to prove later that it would read the same."""
+
+    def __init__(self) -> None:
+        self.looked: dict = {}  # (id(owner), name) -> (owner, name, value or _ABSENT, its type)
+        self.fns: dict = {}  # id(function) -> (function, code, closure contents, the proof's judgement)
+        self.mros: dict = {}  # id(class) -> (class, its MRO)
+        self.libs: dict = {}  # id(class) -> (class, whether the proof took it for the library's)
+
+    def get(self, owner: Any, name: str) -> Any:
+        """`owner.get(name)` (a plain dict, or a class's own dict), recorded."""
+        v = _look(owner, name)
+        self.looked.setdefault((id(owner), name), (owner, name, v, type(v)))
+        return None if v is _ABSENT else v
+
+    def has(self, owner: Any, name: str) -> bool:
+        """`name in owner` (as `get`), recorded."""
+        self.get(owner, name)
+        return _look(owner, name) is not _ABSENT
+
+    def mro(self, c: Any) -> tuple:
+        mro = _T_MRO.__get__(c, type)
+        self.mros.setdefault(id(c), (c, mro))
+        return mro
+
+    def fn(self, f: Any, judgement: Any) -> None:
+        self.fns.setdefault(id(f), (f, f.__code__, _closure(f), judgement))
+
+    def lib(self, c: Any, library: bool) -> bool:
+        """`c` was judged the library's (or not): recorded, `library` returned."""
+        self.libs.setdefault(id(c), (c, library))
+        return library
+
+    def holds(self, judge_function: Any, library_class: Any) -> bool:
+        """Every lookup, function, MRO and judgement is still the same (`judge_function`, `library_class`: the
+        proof's judges of a function and of a class, asked again)."""
+        for owner, name, v, t in self.looked.values():
+            now = _look(owner, name)
+            if now is not v or type(now) is not t:
+                return False
+        for c, mro in self.mros.values():
+            if not _same(_T_MRO.__get__(c, type), mro):
+                return False
+        for c, library in self.libs.values():
+            if library_class(c) is not library:
+                return False
+        for f, code, cells, judgement in self.fns.values():
+            if f.__code__ is not code or not _same(_closure(f), cells) or judge_function(f) != judgement:
+                return False
+        return True
+
+
+def _reached(modules: bool, libs: tuple, judge_function: Any, library_class: Any) -> tuple | None:
+    """The kept answer of the walk over these library classes, while its witness holds (else dropped: None)."""
+    key = (modules, tuple(map(id, libs)))
+    hit = _REACHED.get(key)
+    if hit is None:
+        return None
+    if _same(hit[0], libs) and hit[2].holds(judge_function, library_class):
+        REACH_COUNTS["reused"] += 1
+        return hit[1]
+    del _REACHED[key]
+    return None
+
+
+def _keep_reached(modules: bool, libs: tuple, answer: tuple | None, witness: _Witness) -> None:
+    """Keep a walk's answer with its witness (None: the walk was done, its answer not kept)."""
+    REACH_COUNTS["walked"] += 1
+    if answer is None:
+        return
+    if len(_REACHED) >= _KEEP:
+        _REACHED.clear()
+    _REACHED[(modules, tuple(map(id, libs)))] = (libs, answer, witness)
+
+
+def forget() -> int:
+    """Drop every kept answer (the next export proves everything again); how many there were."""
+    n = len(_REACHED)
+    _REACHED.clear()
+    return n
