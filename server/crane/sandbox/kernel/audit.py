@@ -37,6 +37,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _WRITE_FLAGS,
     SEAL_ENDS,
     SandboxBlocked,
+    _close_channel,
     _Ctx,
     _seal_other,
     _write_json,
@@ -113,6 +114,12 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
                     "absorbed": ctx.absorbed[:20], "confinement": ctx.confinement})
             except OSError:
                 pass
+        if ctx.args.get("confinement") in ("portable", "guard"):  # a transplant worker: no parent reads a seal
+            # (the daemon takes the record from the pipe): the process ends now, and its fork children with it
+            # (their parent-death signal, worker/reaper.py), so the pipe's end, which a child that left the
+            # session still held, comes at once instead of at the deadline
+            _close_channel(ctx)
+            real_exit(code)
         _seal_other(ctx, SEAL_ENDS)
         raise SystemExit(code)  # (never reached: the parent ends this process)
 
