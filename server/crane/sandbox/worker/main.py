@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from crane.sandbox.kernel.common import _TAMPERED, CELL_FILENAME, _Ctx, _fence, _real_exit, _write_json  # kernel: strip
@@ -38,7 +38,7 @@ from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.kernel.request import check_request  # kernel: strip
 from crane.sandbox.kernel.run import _record_out, run_source  # kernel: strip
-from crane.sandbox.kernel.session import _read_commands, run_command  # kernel: strip
+from crane.sandbox.kernel.session import _CommandLines, run_command  # kernel: strip
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
@@ -60,6 +60,13 @@ _W: dict = {"preload_ms": 0.0, "failed": [], "settings_missed": []}
 class _Done(Exception):
     """The portable session's eval has replied."""
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
+
+
+def _session_lines(fd: int) -> Iterator[bytes]:
+    """The OS-confined session's JSON-line commands from its FIFO, until EOF."""
+    reader = _CommandLines(fd)
+    while line := reader.get():
+        yield line
 
 
 def _import(names: Iterable[str], only_library: bool) -> None:
@@ -461,7 +468,7 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
             os.close(fd)
             return
         ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
-        commands = _read_commands(ctx.cmd_fd)
+        commands = _session_lines(ctx.cmd_fd)
     _kernel_environment(facts)  # the kernel's environment, once confined (worker_env: an allowlist before)
     fence, send, end = _fence, _write_json, _real_exit()  # bound before any command's code runs
     audit = ctx.audit_state
