@@ -59,7 +59,7 @@ _W: dict = {"preload_ms": 0.0, "failed": [], "settings_missed": []}
 
 class _Done(Exception):
     """The portable session's eval has replied."""
-_KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL")
+_KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL", "JOBLIB_MULTIPROCESSING")
 
 
 def _session_lines(fd: int) -> Iterator[bytes]:

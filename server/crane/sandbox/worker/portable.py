@@ -704,7 +704,11 @@ def _child_after_fork(guard: CallGuard, parent: int) -> None:
 def _sequential_workers() -> bool:
     """Processes are refused in the portable sandbox: joblib (scikit-learn's `n_jobs`), when loaded, runs its tasks
     in this process instead (its sequential backend: the tasks' own exceptions are the same), where the guard vets
-    them. Returns whether it did."""
+    them; where the cell imports joblib itself, its process backends are off (`JOBLIB_MULTIPROCESSING=0`, kept
+    through the kernel's environment: worker/main.py `_KEEP_ENV`): it runs them in this process or its threads,
+    never loky's processes (a program: refused) nor a memmapping folder in /dev/shm. Returns whether joblib was
+    loaded and set sequential."""
+    os.environ["JOBLIB_MULTIPROCESSING"] = "0"
     jl = sys.modules.get("joblib")
     config = getattr(jl, "parallel_config", None) or getattr(jl, "parallel_backend", None)
     if config is None:
