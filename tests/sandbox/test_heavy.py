@@ -19,6 +19,7 @@ from crane.notebook.history import history_before
 from crane.notebook.model import load_notebook
 from crane.sandbox.scale import speculate_scaled
 
+from ..library_versions import skip_without_torch_in
 from ..sacred import IopubWatcher, kernel_state
 
 ROOT = Path(__file__).resolve().parents[3] / "shared" / "bench" / "heavy-lite"
@@ -39,6 +40,8 @@ def test_variant(case_dir: Path, variant: str):
     kernel = start_kernel(case_dir)
     try:
         conn = kernel.connection
+        if any("torch" in cell.source for cell in nb.cells):
+            skip_without_torch_in(conn)  # the bench extra has no torch from Python 3.12
         for cell in history_before(nb, var["target_cell"]):
             conn.run_cell(cell.source, timeout=600)
         before_files = sorted(p.relative_to(case_dir).as_posix() for p in case_dir.rglob("*"))

@@ -14,6 +14,7 @@ import pytest
 
 from crane.sandbox import speculate
 
+from ..library_versions import skip_without_torch_in
 from ..sacred import kernel_state
 from .conftest import tree_hash
 
@@ -139,6 +140,8 @@ def _check_nothing_changed(name, conn, watcher, workdir, listener, outside, prep
 @pytest.mark.parametrize("name", sorted(ATTEMPTS))
 def test_side_effect(name, mode, conn, watcher, workdir, listener, outside, prepared):
     source, layered_expect, blocking_expect = ATTEMPTS[name]
+    if "import torch" in source:
+        skip_without_torch_in(conn)
     source = source.replace("UDP_PORT", str(listener.udp_port)).replace("PORT", str(listener.port))
     source = source.replace("UNIX_PATH", repr(listener.unix_path))
     v = speculate(conn, source, budget_s=30.0, layer=mode)
