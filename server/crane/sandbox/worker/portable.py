@@ -784,7 +784,7 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     os_layer = _os_layer(args, ctx.scratch)
     t_guard = time.perf_counter()
     layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or []) + (
-        list(os_layer.get("layers") or [LINUX_LAYER]) if os_layer.get("ran") else [])  # landlock (+ seccomp)
+        list(os_layer.get("layers") or [LINUX_LAYER]) if os_layer.get("ran") else [])  # the OS layers that ran, in order
     ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked), "staged_view": folder.staged,
                        "sequential_joblib": _sequential_workers(), "os_layer": os_layer}
     ctx.confinement.update(os_layer.pop("record", None) or {})  # what the layer adds to the record (its ABI)
