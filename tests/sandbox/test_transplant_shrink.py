@@ -91,3 +91,33 @@ def test_a_miniature_run_shrinks_in_the_kernel(kernel, monkeypatch):
     assert v.transplant.bytes < 10_000_000 and {k.name for k in v.kept} == {"df"}, v
     v = _run(kernel, "lookup.shape", monkeypatch, copy_mb="0", miniature=miniature_spec(100.0))
     assert v.verdict == "timeout" and "no miniature run" in (v.reason or ""), v
+
+
+UNREADIED = """
+import sys, scipy.sparse.linalg  # scikit-learn imports it: ARPACK/PROPACK wrappers built by f2py
+_mro_slot = type.__dict__['__mro__']
+assert any(_mro_slot.__get__(type(v), type) is None
+           for n, m in list(sys.modules.items()) if n.startswith('scipy.sparse')
+           for v in list(getattr(m, '__dict__', {}).values())), 'no object of a type never readied here'
+"""
+
+
+def test_shrinking_looks_past_compiled_types_never_readied(tmp_path, monkeypatch):
+    """SciPy's f2py modules (scipy.sparse.linalg's ARPACK and PROPACK, loaded by scikit-learn) hold objects of a
+    static type that was never readied, whose `__mro__` slot reads None. Shrinking checks that the libraries it
+    calls are the notebook's nowhere (kernel/proof's `_untouched`, scanning scipy.sparse) and took that None for
+    a tuple: every miniature run of a notebook that imported scikit-learn was lost ("no miniature run: TypeError:
+    'NoneType' object is not iterable"). The bench environment's SciPy (1.13) has such types; 1.17's has none."""
+    k = start_kernel(tmp_path, python=kernel_python("ipython8"))
+    try:
+        conn = k.connection
+        assert conn.run_cell(SETUP, timeout=120).status == "ok"
+        assert conn.run_cell(UNREADIED, timeout=120).status == "ok"
+        v = _run(conn, "df.groupby('label')['a'].mean().shape", monkeypatch, copy_mb="0",
+                 miniature=miniature_spec(100.0))
+        assert v.verdict == "no-crash" and v.scale == "miniature", v
+        assert {k.name for k in v.kept} == {"df"} and v.transplant.bytes < 10_000_000, v
+        v = _run(conn, "m = df.merge(lookup, on='label')\nassert len(m) == len(y)", monkeypatch)  # over the limit
+        assert v.verdict == "no-crash" and v.transplant.shrunk and {k.name for k in v.kept} == {"df", "y"}, v
+    finally:
+        k.shutdown()

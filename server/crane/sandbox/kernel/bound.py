@@ -85,6 +85,14 @@ _T_NAME = type.__dict__["__name__"]
 _HEAPTYPE = 1 << 9
 
 
+def _mro(cls: Any) -> tuple:
+    """`cls.__mro__` read from the C slot (no metaclass hook runs); () for a static type that was never readied,
+    whose slot is empty (f2py's `fortran` type in SciPy's compiled modules, numpy's `fortran` too): such a type is
+    compiled code's, holds no Python function, and is nobody's base."""
+    mro = _T_MRO.__get__(cls, type)
+    return mro if type(mro) is tuple else ()
+
+
 def _cls_dict(cls: object) -> dict:
     return _T_DICT.__get__(cls, type)
 

@@ -23,7 +23,6 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _STDLIB_NAMES,
     _SYS,
     _T_MODULE,
-    _T_MRO,
     _T_NAME,
     _T_QUALNAME,
     _BuiltinFunctionType,
@@ -37,6 +36,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _MemberDescriptorType,
     _module,
     _ModuleType,
+    _mro,
 )
 from crane.sandbox.kernel.proof import (  # kernel: strip
     _OWN_REDUCER_MODULES,
@@ -168,7 +168,7 @@ class _Lib:
     def method(self, cls: Any, name: str, *default: Any) -> Any:
         """`name` as the class's MRO defines it (read from the classes' dicts)."""
         if _is_class(cls):
-            for k in _T_MRO.__get__(cls, type):
+            for k in _mro(cls):
                 kd = _cls_dict(k)
                 if name in kd:
                     return kd[name]

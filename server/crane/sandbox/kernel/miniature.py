@@ -76,11 +76,17 @@ def _cls(mod: Any, name: str) -> Any:
     if mod is None:
         return None
     v = dict.get(_DICT_OF(mod, "__dict__"), name)
-    return v if any(k is type for k in _MRO.__get__(type(v), type)) else None
+    return v if any(k is type for k in _mini_mro(type(v))) else None
 
 
 def _isa(obj: Any, cls: Any) -> bool:
-    return cls is not None and any(k is cls for k in _MRO.__get__(type(obj), type))
+    return cls is not None and any(k is cls for k in _mini_mro(type(obj)))
+
+
+def _mini_mro(t: Any) -> tuple:
+    """`t.__mro__` from the C slot; () for a static type never readied (f2py's `fortran`: the slot is empty)."""
+    mro = _MRO.__get__(t, type)
+    return mro if type(mro) is tuple else ()
 
 
 def _gated(obj: Any) -> bool:

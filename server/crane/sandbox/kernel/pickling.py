@@ -22,7 +22,6 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _MODULES,
     _O_DICT_GET,
     _T_MODULE,
-    _T_MRO,
     _T_NAME,
     _allocate_lock,
     _cls_dict,
@@ -31,6 +30,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _join,
     _mdict,
     _module,
+    _mro,
     _setprofile,
     _setrecursionlimit,
     _settrace,
@@ -130,7 +130,7 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control, reducers: dict) -> typ
             red = dict.get(registered, t)
             if red is not None and not _library_function(red):  # copyreg.pickle(T, notebook_function)
                 raise _Refused(f"{_type_name(obj)}: its pickling was registered with copyreg by the notebook")
-            mro = _T_MRO.__get__(t, type)
+            mro = _mro(t)
             if any(k is io_base for k in mro) and _T_NAME.__get__(t, type) not in ("BytesIO", "StringIO"):
                 raise TypeError(f"cannot copy an open file or stream ({_T_NAME.__get__(t, type)})")
             if nd is not None and any(k is nd for k in mro):

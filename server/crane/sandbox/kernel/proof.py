@@ -28,7 +28,6 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _O_DICT_GET,
     _T_FLAGS,
     _T_MODULE,
-    _T_MRO,
     _T_NAME,
     _T_QUALNAME,
     _BuiltinFunctionType,
@@ -43,6 +42,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _MethodType,
     _module,
     _ModuleType,
+    _mro,
     _type_name,
     _type_name_of,
     _WrapperDescriptorType,
@@ -118,7 +118,7 @@ def _compiled_object(v: Any) -> bool:
     if not _T_FLAGS.__get__(t, type) & _HEAPTYPE:
         return True
     return _T_MODULE.__get__(t, type) in _BUILTIN_NAMES and not any(
-        type(x) is _FunctionType for k in _T_MRO.__get__(t, type) for x in _cls_dict(k).values())
+        type(x) is _FunctionType for k in _mro(t) for x in _cls_dict(k).values())
 
 
 def _compiled_callable_type(t: type) -> bool:
@@ -130,7 +130,7 @@ def _compiled_callable_type(t: type) -> bool:
         return False
     if key not in _COMPILED_CALLABLES or type(t) is not type:
         return False
-    return not any(type(x) is _FunctionType for k in _T_MRO.__get__(t, type) for x in _cls_dict(k).values())
+    return not any(type(x) is _FunctionType for k in _mro(t) for x in _cls_dict(k).values())
 
 
 def _imports(code: types.CodeType, w: _Witness) -> bool:
@@ -158,11 +158,11 @@ _INERT = (str, bytes, int, float, complex, bool, type(None))
 
 def _in_mro(t: type, name: str) -> bool:
     """`name` is defined on `t` or a base (read from the classes' dicts: no metaclass `__getattr__` is called)."""
-    return any(name in _cls_dict(k) for k in _T_MRO.__get__(t, type))
+    return any(name in _cls_dict(k) for k in _mro(t))
 
 
 def _is_class(v: Any) -> bool:
-    return any(k is type for k in _T_MRO.__get__(type(v), type))
+    return any(k is type for k in _mro(type(v)))
 
 
 def _generated_by_library_value(v: Any) -> bool:
@@ -281,7 +281,7 @@ class _Proof:
             return bool(hit[1])
         ok = _is_class(cls) and self.library_class(cls) and (type(cls) is type or self.pristine(type(cls)))
         if ok:
-            for k in _T_MRO.__get__(cls, type):
+            for k in _mro(cls):
                 if k is object or k is type:
                     continue
                 if not self.library_class(k) or not all(self._pristine_value(v, 0) for v in _cls_dict(k).values()):
@@ -338,7 +338,7 @@ class _Proof:
             mwhy, mlib = self.check_type(meta)
             if not mlib:
                 return f"its metaclass {_type_name_of(meta)} is the notebook's", False
-            for k in _T_MRO.__get__(meta, type):  # a library metaclass the notebook patched
+            for k in _mro(meta):  # a library metaclass the notebook patched
                 if k is not type and any(n in _cls_dict(k) and not _library_function(_cls_dict(k)[n])
                                          for n in ("__getattribute__", "__getattr__", "__hash__", "__eq__")):
                     return f"its metaclass {_type_name_of(meta)} has a hook of the notebook's", False
@@ -346,7 +346,7 @@ class _Proof:
         hook = self.module_hook(_T_MODULE.__get__(t, type))
         if hook:
             return f"its class's module: {hook}", lib
-        mro = _T_MRO.__get__(t, type)
+        mro = _mro(t)
         for k in mro:
             if k is object:
                 continue
@@ -503,7 +503,7 @@ class _Proof:
                     g: Any = w.get(globs, n)
                     if type(g) is _ModuleType:
                         bounded = False
-                    elif any(k is type for k in _T_MRO.__get__(type(g), type)) and w.lib(g, self.library_class(g)):
+                    elif any(k is type for k in _mro(type(g))) and w.lib(g, self.library_class(g)):
                         for k in w.mro(g):
                             if k is not object:
                                 spaces.append(k)
@@ -638,7 +638,7 @@ def _callable_ok(fn: Any, name: str) -> bool:
     except Exception:
         own = None
         if _compiled_callable_type(t):  # nanobind's functions answer `__name__` in their type's own C getattr
-            getter = next((_cls_dict(k)["__getattribute__"] for k in _T_MRO.__get__(t, type)
+            getter = next((_cls_dict(k)["__getattribute__"] for k in _mro(t)
                            if "__getattribute__" in _cls_dict(k)), None)
             own = getter(fn, "__name__") if type(getter) is _WrapperDescriptorType else None
     if type(own) is not str or own != name:

@@ -28,7 +28,6 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _MODULES,
     _T_FLAGS,
     _T_MODULE,
-    _T_MRO,
     _cls_dict,
     _exists,
     _GetSetDescriptorType,
@@ -38,6 +37,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _MemberDescriptorType,
     _module,
     _monotonic,
+    _mro,
     _process_time,
 )
 from crane.sandbox.kernel.miniature import (  # kernel: strip
@@ -216,7 +216,7 @@ def _raw_bytes(obj: Any, proof: _Proof, depth: int = 0, seen: dict | None = None
         per = sum(_raw_bytes(x, proof, depth + 1, seen, top) for x in items) / (len(items) / (2 if t is dict else 1))
         return int(per * n) + 8
     nd = _ndarray()
-    mro = _T_MRO.__get__(t, type)
+    mro = _mro(t)
     if nd is not None and any(k is nd for k in mro):
         return _array_bytes(obj, nd)[0]
     tensor = _mdict(_module("torch")).get("Tensor")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crane.sandbox.kernel.bound import _T_MRO, _cls_dict  # kernel: strip
+from crane.sandbox.kernel.bound import _cls_dict, _mro  # kernel: strip
 
 _KEEP = 512  # answers kept at most (then all are dropped and proven again)
 _REACHED: dict = {}  # (modules, ids of the library classes) -> (those classes, answer, _Witness)
@@ -68,7 +68,7 @@ class _Witness:
         return _look(owner, name) is not _ABSENT
 
     def mro(self, c: Any) -> tuple:
-        mro = _T_MRO.__get__(c, type)
+        mro = _mro(c)
         self.mros.setdefault(id(c), (c, mro))
         return mro
 
@@ -88,7 +88,7 @@ class _Witness:
             if now is not v or type(now) is not t:
                 return False
         for c, mro in self.mros.values():
-            if not _same(_T_MRO.__get__(c, type), mro):
+            if not _same(_mro(c), mro):
                 return False
         for c, library in self.libs.values():
             if library_class(c) is not library:
