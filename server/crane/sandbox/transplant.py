@@ -358,9 +358,10 @@ class _Pool:
 
     def give_back(self, worker: Worker, modules: list[str]) -> bool:
         """A head that served a run waits for the next one (worker/head.py): it is `worker.kernel`'s idle worker
-        again, unless that kernel has one already or has ended (False: the caller ends it)."""
+        again, unless that kernel has one already or has ended, or the machine is short of memory for an idle
+        worker (the same floor as a refill's: `SandboxOptions.prewarm_free_mb`) (False: the caller ends it)."""
         key = (worker.executable, worker.kernel)
-        if not worker.alive() or worker.kernel_ended:
+        if not worker.alive() or worker.kernel_ended or no_room(modules, active_options().prewarm_free_mb):
             return False
         with self.lock:
             old = self.idle.get(key)
