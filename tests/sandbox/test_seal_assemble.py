@@ -90,3 +90,23 @@ def test_a_parent_that_could_not_look_leaves_the_record_as_before():
     data = _bytes(SETUP, CELL, CLEAN)
     v = _run(data, ExitStatus(signal=9, checked=False, by_parent=True))
     assert v.verdict == "no-crash", v
+
+
+
+@pytest.mark.parametrize("how,verdict", [("deadline", "timeout"), ("eof", "unavailable"), ("exit", "unavailable"),
+                                         ("cancelled", "unavailable")])
+def test_a_fork_run_whose_parent_never_said_how_it_ended_keeps_no_record(how, verdict):
+    """The kernel's reaper is late (a loaded machine) or gone: the record on the channel may be the cell's own."""
+    data = _bytes(SETUP, CELL, CLEAN)
+    v = assemble(RunOutcome(data, how, None, "", ""), 10.0, 2048, expect_seal=True)
+    assert v.verdict == verdict and not v.integrity.channel_checked, v
+    assert _run(data, None, how=how if how != "eof" else "exit").verdict in ("no-crash", verdict)  # (no seal: read)
+
+
+@pytest.mark.parametrize("status,verdict", [(ExitStatus(exitcode=0, checked=None), "crash"),
+                                            (ExitStatus(signal=9, checked=None), "timeout"),
+                                            (ExitStatus(signal=9, checked=None, deadline=True), "timeout")])
+def test_a_process_that_ended_before_its_parent_looked_is_unsealed(status, verdict):
+    """It ended before saying its record was out: its parent never looked, and there is no seal to find."""
+    v = assemble(RunOutcome(_bytes(SETUP, CELL, CLEAN), "eof", status, "", ""), 10.0, 2048, expect_seal=True)
+    assert v.verdict == verdict and not v.integrity.channel_checked, v

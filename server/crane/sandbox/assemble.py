@@ -207,14 +207,31 @@ def _sealed_verdict(outcome: RunOutcome, lines: ChildLines, budget_s: float, mem
     return None
 
 
-def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVerdict:
-    """The verdict from what the child wrote and how it ended."""
+def _unsealed_verdict(outcome: RunOutcome, budget_s: float) -> SandboxVerdict:
+    """A run whose process should have been sealed by its parent (every fork run), with no word from that parent
+    on how it ended (its status never came, or came without the watch): whatever the channel holds may be the
+    cell's, so it is never the verdict."""
+    if outcome.how == "cancelled":
+        return unavailable("stopped before the cell finished")
+    if outcome.how == "deadline":
+        return SandboxVerdict(verdict="timeout", reason=f"the cell did not finish within {budget_s:g} s")
+    return unavailable("the kernel-side watcher never said how the sandbox's process ended: its record cannot be "
+                       "trusted")
+
+
+def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int, expect_seal: bool = False) -> SandboxVerdict:
+    """The verdict from what the child wrote and how it ended. `expect_seal`: the run's parent watches for the
+    seal (fork runs): without its word the record never stands."""
     lines = parse_lines(outcome.data)
     setup, rec = lines.setup, lines.record
     st = outcome.status
-    sealed = _sealed_verdict(outcome, lines, budget_s, memory_mb) if st is not None and st.checked else None
+    # a parent that never looked (the process ended before it said its record was out) found no seal either
+    looked = st is not None and (st.checked or (expect_seal and st.checked is None))
+    sealed = _sealed_verdict(outcome, lines, budget_s, memory_mb) if looked else None
     if sealed is not None:
         v = sealed
+    elif expect_seal and st is None and (rec is not None or lines.extra):
+        v = _unsealed_verdict(outcome, budget_s)
     elif lines.extra and _only_refusals(lines):
         # processes of the cell (a DataLoader's workers, a pool's children) ended with CRANE's refusal: blocked,
         # named by the first refusal (a record the cell forged can only make a run "blocked" this way, never a
@@ -261,7 +278,10 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int) -> SandboxVer
     # read to its end (EOF, or the process gone) and nothing but CRANE's lines: the record is the only one (and,
     # where the parent looked for the seal, sealed over exactly these bytes)
     checked = outcome.how in ("eof", "exit", "record") and not lines.extra
-    if st is not None and st.checked:
+    if expect_seal and st is None:
+        checked = False
+    elif looked:
+        assert st is not None
         checked = checked and st.sealed is not None and len(st.sealed) == 2 and st.sealed[1] == _digest(outcome.data)
     v.integrity = Integrity(writer="cell-process", channel_checked=checked)
     return v

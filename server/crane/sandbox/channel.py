@@ -47,6 +47,7 @@ SANDBOX_MODULE = KernelModule(
     [Path(__file__).resolve().parent / part for part in SANDBOX_PARTS],
 )
 POLL_S = 0.1  # how often a waiting run looks at its cancel event (and, remote, asks the kernel)
+STATUS_WAIT_S = 5.0  # how long the kernel's reaper may take to say how a run's process ended
 END_GRACE_S = 2.0  # how long a child may take to end after its record before it is killed
 
 
@@ -290,7 +291,9 @@ class LocalRun:
         if how in ("deadline", "cancelled"):
             self.kill()
             self.child.wait_gone(2.0)
-        status = self.pdir.exit_status(1.0)
+        # the parent's word comes at once where it ended the process; after a kill its reaper waits for the
+        # teardown first, which on a loaded machine can take seconds (without it the record never stands)
+        status = self.pdir.exit_status(STATUS_WAIT_S)
         denied = list(self.pdir.capture.denied) if self.pdir.capture is not None else []
         return RunOutcome(data, how, status, self.pdir.read_capture("stdout"), self.pdir.read_capture("stderr"),
                           denied)

@@ -169,7 +169,7 @@ def _speculate_once(
             return reply
         run = RemoteRun(conn, reply, request_timeout) if reply.channel == "remote" else LocalRun(pdir, reply)
         outcome = run.wait(time.monotonic() + float(budget_s) + _GRACE_S, cancel)
-        v = assemble(outcome, float(budget_s), int(memory_mb))
+        v = assemble(outcome, float(budget_s), int(memory_mb), expect_seal=True)
         v.pid, v.channel, v.fork_ms, v.fork_cpu_ms = reply.pid, reply.channel, reply.fork_ms, reply.fork_cpu_ms
         if miniature:
             v.scale = "miniature"

@@ -202,8 +202,8 @@ def _watch_seal(pid: int, done_r: int) -> tuple[tuple[int, int] | None, bool | N
                 found = read_seal(pid)
             else:
                 continue
-            if found is None:
-                checked = True
+            if found is None:  # not in its wait yet (a loaded machine can hold it past the look): look again
+                checked, poll = True, 0.02
                 continue
             try:
                 if pidfd >= 0:

@@ -204,14 +204,15 @@ def supervise(pid: int, budget_s: float, result_fd: int, notif_sock: socket.sock
                 pass  # the daemon already cleaned up, or the report is out already
 
     def look(within: float) -> None:
-        nonlocal seal, checked, by_parent
+        nonlocal seal, checked, by_parent, poll
         found = await_seal(pid, within)
         if found is False:  # /proc/<B>/syscall is not ours to read: B's word is all there is (docs: unchecked)
             checked = False
         elif found is not None:
             checked, seal = True, found  # type: ignore[assignment]
-        else:
+        else:  # not in its wait yet (a loaded machine can hold it past the look): look again now and then
             checked = True if checked is None else checked
+            poll = 0.02 if poll is None else poll
             return
         by_parent = True
         try:
