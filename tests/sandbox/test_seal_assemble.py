@@ -99,7 +99,7 @@ def test_a_fork_run_whose_parent_never_said_how_it_ended_keeps_no_record(how, ve
     """The kernel's reaper is late (a loaded machine) or gone: the record on the channel may be the cell's own."""
     data = _bytes(SETUP, CELL, CLEAN)
     v = assemble(RunOutcome(data, how, None, "", ""), 10.0, 2048, expect_seal=True)
-    assert v.verdict == verdict and not v.integrity.channel_checked, v
+    assert v.verdict == verdict and v.integrity is not None and not v.integrity.channel_checked, v
     assert _run(data, None, how=how if how != "eof" else "exit").verdict in ("no-crash", verdict)  # (no seal: read)
 
 
@@ -109,4 +109,4 @@ def test_a_fork_run_whose_parent_never_said_how_it_ended_keeps_no_record(how, ve
 def test_a_process_that_ended_before_its_parent_looked_is_unsealed(status, verdict):
     """It ended before saying its record was out: its parent never looked, and there is no seal to find."""
     v = assemble(RunOutcome(_bytes(SETUP, CELL, CLEAN), "eof", status, "", ""), 10.0, 2048, expect_seal=True)
-    assert v.verdict == verdict and not v.integrity.channel_checked, v
+    assert v.verdict == verdict and v.integrity is not None and not v.integrity.channel_checked, v
