@@ -93,12 +93,17 @@ class Forked(NamedTuple):
     how: str
     status: tuple[int | None, int | None] | None
     again: bool
+    # the head's look at the run's process (issue 41, worker/head.py): whether it could read its /proc (None: it
+    # never looked), and the seal it found there ((code, digest)), when it ended the process after it
+    checked: bool | None = None
+    sealed: tuple[int, int] | None = None
 
 
 def read_forked(reader: Any, deadline: float, cancel: threading.Event | None = None) -> Forked:
     """A run asked of a head (`reuse_head`): its first line says how it ran. `S`: in the head itself, a one-shot
     worker, read as before to the pipe's end (crane.sandbox.pipes.read_run); `F <length> <exit code> <signal> <again>`: in
-    a fork child, whose lines (`length` bytes) follow, framed by the head, which then waits for the next request.
+    a fork child, whose lines (`length` bytes) follow, framed by the head, which then waits for the next request (and,
+    on a head that reads its runs' seals, ` <checked> <seal code> <digest>` after `again`: worker/head.py).
     Anything else, or more bytes than the frame, and the head is not used again."""
     from crane.sandbox.drain import has_record
     from crane.sandbox.pipes import read_run
@@ -116,9 +121,12 @@ def read_forked(reader: Any, deadline: float, cancel: threading.Event | None = N
         data = rest + data
         return Forked(data, "record" if how == "eof" and has_record(data) else how, None, False)
     parts = first.split()
-    if len(parts) != 5 or parts[0] != b"F" or not all(p.lstrip(b"-").isdigit() for p in parts[1:]):
+    if len(parts) not in (5, 8) or parts[0] != b"F" or not all(p.lstrip(b"-").isdigit() for p in parts[1:]):
         return Forked(bytes(buf), "eof", None, False)
-    size, code, sig, again = (int(p) for p in parts[1:])
+    size, code, sig, again = (int(p) for p in parts[1:5])
+    looked, seal_code, digest = (int(p) for p in parts[5:]) if len(parts) == 8 else (-1, 0, 0)
+    checked = None if looked < 0 else bool(looked)
+    sealed = (seal_code, digest) if seal_code else None
     body = bytearray(rest)
     while len(body) < size:
         got = _chunk(reader, deadline, cancel)
@@ -130,7 +138,7 @@ def read_forked(reader: Any, deadline: float, cancel: threading.Event | None = N
     data = bytes(body[:size])
     status = (None if code < 0 else code, sig or None)
     return Forked(data, "record" if has_record(data) else "eof", status,
-                  bool(again) and len(body) == size and not reader.eof)
+                  bool(again) and len(body) == size and not reader.eof, checked, sealed)
 
 
 def _chunk(reader: Any, deadline: float, cancel: threading.Event | None) -> bytes | str:

@@ -52,13 +52,14 @@ from crane.sandbox.background import bounded, data_cap, restore, start_low
 from crane.sandbox.cell_names import cell_names
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
 from crane.sandbox.confinement import current as current_confinement
+from crane.sandbox.copy_seal import seal_readable, settle
 from crane.sandbox.export_request import ExportRequest, export_args
 from crane.sandbox.options import active as active_options
 from crane.sandbox.oslayer import launch as os_launch
 from crane.sandbox.oslayer import release as os_release
 from crane.sandbox.oslayer import started as os_started
 from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
-from crane.sandbox.portable import read_forked, reuse_head
+from crane.sandbox.portable import Forked, read_forked, reuse_head
 from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
 from crane.sandbox.shared.carry import CARRIED_RUNTIMES
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
@@ -617,17 +618,21 @@ def transplant(
         else:
             assert isinstance(pdir, PrivateDir) and isinstance(child, ChildHandle)
             data, how = read_until_eof(pdir.result_fd, child, deadline, cancel=cancel, stop_at_record=True)
+        status, sealing = _run_end(worker, pdir, forked, how, deadline, cancel)
+        if status is None and how not in ("deadline", "cancelled") and sealing and (forked is None or
+                                                                                      forked.status is None):
+            how = "deadline" if time.monotonic() >= deadline else "cancelled"  # (neither sealed nor ended in time)
         if how in ("deadline", "cancelled"):
             child.kill()
         keep = forked is not None and forked.again and how in ("record", "eof")  # the head serves the next run
-        if forked is not None and forked.status is not None:
-            status: ExitStatus | None = ExitStatus(exitcode=forked.status[0], signal=forked.status[1])
-        else:
-            status = worker.end() if how != "record" else None
+        if status is None:
+            status = worker.end() if how != "record" or sealing else None
+            if status is not None and not sealing:
+                status.checked = False  # (no /proc here: the record is read as it came, docs/sandbox.md)
         if worker.kernel_ended:
             return unavailable("the kernel ended during the run: its transplant worker was ended with it")
         outcome = RunOutcome(data, how, status, pdir.read_capture("stdout"), pdir.read_capture("stderr"))
-        v = assemble(outcome, float(budget_s), int(memory_mb))
+        v = assemble(outcome, float(budget_s), int(memory_mb), expect_seal=sealing)
         if v.verdict == "unavailable" and status is not None and status.exitcode == 70:
             v.reason = f"{v.reason}: {worker.log_tail().strip().splitlines()[-1:] or ''}"
         v.pid, v.channel = worker.proc.pid, "local"
@@ -675,6 +680,26 @@ def transplant(
         if child is not None:
             child.close()
         pdir.cleanup()
+
+
+def _run_end(worker: Worker, pdir: PrivateDir | PortableDir, forked: Forked | None, how: str, deadline: float,
+             cancel: threading.Event | None) -> tuple[ExitStatus | None, bool]:
+    """How the run's process ended, as its parent saw it (issue 41: crane.sandbox.copy_seal), and whether a seal was
+    looked for (Linux). A head's fork child: the head's word, in its frame; a worker that ran the cell itself: the
+    daemon's own look at it once its channel ended (layered: A's word in the private directory)."""
+    sealing = seal_readable()
+    if forked is not None and forked.status is not None:
+        return ExitStatus(exitcode=forked.status[0], signal=forked.status[1],
+                          sealed=list(forked.sealed) if forked.sealed else None, checked=forked.checked,
+                          by_parent=forked.sealed is not None), sealing
+    if not sealing or how in ("deadline", "cancelled"):
+        return None, sealing
+
+    def parent_word() -> ExitStatus | None:
+        return pdir.exit_status(0.0) if isinstance(pdir, PrivateDir) else None
+
+    status, _ = settle(worker.proc.pid, worker.proc.poll, worker.kill, parent_word, deadline, cancel)
+    return status, sealing
 
 
 def _view_touched(data: bytes) -> bool:

@@ -114,7 +114,8 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
                     "absorbed": ctx.absorbed[:20], "confinement": ctx.confinement})
             except OSError:
                 pass
-        if ctx.args.get("confinement") in ("portable", "guard"):  # a transplant worker: no parent reads a seal
+        if ctx.args.get("confinement") in ("portable", "guard") and not ctx.args.get("sealed"):
+            # a transplant worker whose parent reads no seal (macOS, Windows: no /proc; worker/main.py)
             # (the daemon takes the record from the pipe): the process ends now, and its fork children with it
             # (their parent-death signal, worker/reaper.py), so the pipe's end, which a child that left the
             # session still held, comes at once instead of at the deadline

@@ -30,6 +30,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from crane.sandbox.kernel.entry import _watch_seal  # kernel: strip
+
 _FORK_UNSAFE = ("tensorflow", "jax", "jaxlib")
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _HEAD: dict = {}  # the head's own set-up (subreaper, once)
@@ -114,22 +116,28 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
     head = os.getpid()
     modules, cwd = _facts_of(spec)
     r, w = os.pipe()
+    done_r, done_w = os.pipe()  # the run's process says its record is out: the head looks for its seal (issue 41)
     pid = os.fork()
     if pid == 0:  # the run's process
         code = 70
         try:
             os.close(r)
+            os.close(done_r)
             for fd in close:
                 os.close(fd)
             if not _head_prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL)) or os.getppid() != head:
                 os._exit(70)
-            run_one(spec, w)
+            run_one(dict(spec, done_fd=done_w), w)
             code = 0
         except BaseException:  # noqa: BLE001 - as a one-shot worker's boot: the traceback to the log, exit 70
             import traceback
             traceback.print_exc()
         os._exit(code)
     os.close(w)
+    os.close(done_w)
+    seal: list = []  # kernel/entry._watch_seal's word: (the seal, whether /proc could be read, whether it ended it)
+    watch = threading.Thread(target=lambda: seal.append(_watch_seal(pid, done_r)), name="crane-head-seal", daemon=True)
+    watch.start()
     data = bytearray()
     while True:
         try:
@@ -143,9 +151,13 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
         data += chunk
     os.close(r)
     _, status = os.waitpid(pid, 0)
+    watch.join()  # (it returns once the process has ended: its pidfd)
     again = _end_leftovers(pid) and bool(_HEAD["subreaper"])
     code = os.waitstatus_to_exitcode(status)
-    header = f"F {len(data)} {code if code >= 0 else -1} {-code if code < 0 else 0} {int(again)}\n".encode()
+    found, checked, _ = seal[0] if seal else (None, None, False)
+    sealed = f" {-1 if checked is None else int(checked)} {found[0]} {found[1]}" if found else \
+        f" {-1 if checked is None else int(checked)} 0 0"  # the run's end as its parent saw it (the cell cannot write here)
+    header = f"F {len(data)} {code if code >= 0 else -1} {-code if code < 0 else 0} {int(again)}{sealed}\n".encode()
     payload = header + bytes(data)
     while payload:
         try:

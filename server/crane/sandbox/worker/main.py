@@ -32,12 +32,33 @@ import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from crane.sandbox.kernel.common import _TAMPERED, CELL_FILENAME, _Ctx, _fence, _real_exit, _write_json  # kernel: strip
+from crane.sandbox.kernel.common import (  # kernel: strip
+    _TAMPERED,
+    CELL_FILENAME,
+    SEAL_MAGIC,
+    SEAL_TAMPERED,
+    _channel_digest,
+    _close_channel,
+    _Ctx,
+    _fence,
+    _real_exit,
+    _seal_other,
+    _seal_parts,
+    _track_channel,
+    _wake_parent,
+    _write_json,
+)
 from crane.sandbox.kernel.isolation import _POOLS, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.kernel.request import check_request  # kernel: strip
-from crane.sandbox.kernel.run import _record_out, run_source  # kernel: strip
+from crane.sandbox.kernel.run import (  # kernel: strip
+    _cell_begins,
+    _cell_record,
+    _epilogue_begins,
+    _exec_plan,
+    _record_out,
+)
 from crane.sandbox.kernel.session import _CommandLines, run_command  # kernel: strip
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
@@ -47,10 +68,12 @@ from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
 from crane.sandbox.worker.head import answer_self, fork_refused, serve_forked  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
     apply_limits,
+    begin_portable,
+    finish_portable,
+    guard_off,
     guarded,
     lift_limits,
     prepare_portable,
-    run_portable,
 )
 from crane.sandbox.worker.reaper import end_descendants, hold_descendants  # kernel: strip
 
@@ -569,9 +592,14 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     _enter_environment(facts, shell)
     shrunk = spec.get("shrunk") or {}
     _POOLS["key"] = None  # the worker's own thread pools (not the kernel's)
+    if sys.platform.startswith("linux"):  # its parent (the head, or the daemon) reads its seal in /proc (issue 41)
+        args["sealed"] = os.getpid()
     portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
     if args.get("confinement") in ("portable", "guard"):
         ctx, portable = prepare_portable(args, shell, lines.out)  # the record goes up the worker's stdout pipe
+        if args.get("sealed"):
+            _track_channel(ctx.result_fd)  # what CRANE writes there is what the seal names (kernel/common)
+            ctx.done_fd = int(spec.get("done_fd", -1))  # a head's fork child: the pipe that wakes the head
         ctx.confinement["descendants"] = hold_descendants()  # no process of the run outlives it (worker/reaper.py)
         ctx.confinement["arrow"] = _guard_arrow(portable)  # pyarrow's native writers vetted (worker/arrow.py)
         _refuse_frame_reads(portable)  # tracebacks' and generators' frames from user code (worker/frames.py)
@@ -627,31 +655,94 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
                                                "settings_missed": list(_W["settings_missed"])}})
     if portable is not None:  # the run's resource limits (worker/limits.py), from what the worker holds now
         apply_limits(portable, args, float(args["budget_s"]))
-    timer = hasattr(signal, "setitimer")
-    if timer:
+    if hasattr(signal, "setitimer"):
         signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)
     fence, end = _fence, _real_exit()  # bound before the cell runs (kernel/common: no record once it rebinds them)
     before = fence()
-    rec = run_portable(portable, args["source"]) if portable is not None else run_source(ctx, args["source"])
+    sealed = bool(args.get("sealed"))
+    source, ns = args["source"], shell.user_ns
+    seen: dict = {}
     if portable is not None:
+        begin_portable(portable)
+    t_cell = time.perf_counter()
+    # how the cell ended is said by where the seal is made (one place for a raise, one for a clean end, the code a
+    # constant at each), never by a value the cell could change: kernel/run._child_run, the fork path's twin
+    try:
+        with shell.builtin_trap:
+            _exec_plan(ctx, _cell_begins(ctx, source, seen), ns)
+    except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
+        rec = _cell_record(ctx, e, source, seen, t_cell)  # (the guard still on: the exception's text is the cell's)
+        _after_cell(ctx, portable)
+        digest = _finish(ctx, portable, rec, steps, facts, before, fence, end)
+        if not sealed:
+            return
+        fn, r, buf = _seal_parts()
+        _wake_parent(ctx)
+        while True:  # sealed: the cell raised (code 2); the parent ends this process
+            try:
+                fn(0, r, buf, 1, 2, digest, SEAL_MAGIC)
+            except Exception:  # noqa: BLE001
+                time.sleep(0.05)
+    rec = _cell_record(ctx, None, source, seen, t_cell)
+    _after_cell(ctx, portable)
+    digest = _finish(ctx, portable, rec, steps, facts, before, fence, end)
+    if not sealed:
+        return
+    fn, r, buf = _seal_parts()
+    _wake_parent(ctx)
+    while True:  # sealed: the cell ended clean (code 1); the parent ends this process
+        try:
+            fn(0, r, buf, 1, 1, digest, SEAL_MAGIC)
+        except Exception:  # noqa: BLE001
+            time.sleep(0.05)
+
+
+def _after_cell(ctx: _Ctx, portable: Any) -> None:
+    """Right after the cell's record is made: the call guard off; a sealed run also stops the cell's timer, hooks,
+    signal handlers and the garbage collector's runs (kernel/run._epilogue_begins), elsewhere its timer only."""
+    if portable is not None:
+        try:
+            guard_off(portable)
+        except BaseException:  # noqa: BLE001 - (the record still comes; the seal says how the cell ended)
+            pass
+    if ctx.args.get("sealed"):
+        _epilogue_begins(ctx)
+    elif hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _finish(ctx: _Ctx, portable: Any, rec: dict, steps: dict, facts: dict, before: dict, fence: Any,
+            end: Any) -> int:
+    """The run's record, written and its channel closed: the digest of every byte CRANE wrote there. A cell that
+    rebound CRANE's code gets no record (sealed as such, or, with no parent reading a seal, an exit with code 87)."""
+    source = ctx.args["source"]
+    if portable is not None:
+        rec = finish_portable(portable, source, rec)
         try:  # (before the record: no process of the run is left when the verdict arrives)
             end_descendants()
         except BaseException:  # noqa: BLE001 - the cell's own signal handler: their parent-death signal ends them
             pass
     if any(k in before and before[k] != v for k, v in fence().items()):
+        if ctx.args.get("sealed"):
+            _seal_other(ctx, SEAL_TAMPERED)
         end(_TAMPERED)
-    if timer:
-        signal.setitimer(signal.ITIMER_REAL, 0)
     missing = rec.get("evalue") or ""
     if rec.get("ename") == "NameError" and any(f"'{n}'" in missing for n in set(facts.get("names") or ()) - set(
-            shell.user_ns)):  # the cell reached a kernel name indirectly (eval, globals()): not copied
+            ctx.shell.user_ns)):  # the cell reached a kernel name indirectly (eval, globals()): not copied
         rec = {"verdict": "unavailable", "reason": f"the cell reads a name of the kernel it does not name ({missing}): "
                                                   "it was not copied"}
     rec["setup_ms"] = steps["total"]
     rec["displays"] = ctx.displays
     rec["denied"] = ctx.denied[:20]
     rec["confinement"] = ctx.confinement
-    audit["bypass"] = True
-    _write_json(ctx.result_fd, rec)
-    os.close(ctx.result_fd)
-    _record_out(ctx)  # layered: A closes its end of the channel now
+    ctx.audit_state["bypass"] = True
+    if ctx.result_fd >= 0:
+        try:
+            _write_json(ctx.result_fd, rec)
+        except OSError:
+            pass  # (the cell closed it: the digest then names what was really written)
+    digest = _channel_digest()
+    _close_channel(ctx)
+    if not ctx.args.get("sealed"):
+        _record_out(ctx)  # layered: A closes its end of the channel now (sealed: the seal's wake-up says it)
+    return digest

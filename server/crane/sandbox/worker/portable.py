@@ -47,8 +47,10 @@ from crane.sandbox.kernel.audit import _DENY_EVENTS, _PATH_EVENTS, _ends_process
 from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
     _WRITE_FLAGS,
+    SEAL_RECORD,
     SandboxBlocked,
     _Ctx,
+    _seal_other,
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
@@ -363,6 +365,8 @@ class Portable:
                 "elapsed_ms": (time.perf_counter() - self.t0) * 1000.0, "confinement": ctx.confinement,
                 "refusal": _refusal(layer, what, path)})
         finally:
+            if ctx.args.get("sealed") == os.getpid():  # the run's own process, whose parent reads its seal: the
+                _seal_other(ctx, SEAL_RECORD)  # record is CRANE's refusal (issue 41; never returns)
             os._exit(0)
 
 
@@ -846,14 +850,30 @@ def guarded(run: Portable | None) -> Iterator[None]:
 
 def run_portable(run: Portable, source: str) -> dict:
     """Run the cell under the call guard (installed around the cell only)."""
-    run.t0 = time.perf_counter()
-    run.guard.refresh()
-    run.ctx.confinement["guard"] = run.guard.install()
+    begin_portable(run)
     try:
         rec = run_source(run.ctx, source)
     finally:
-        run.guard.uninstall()
-        _end_children()
+        guard_off(run)
+    return finish_portable(run, source, rec)
+
+
+def begin_portable(run: Portable) -> None:
+    """Just before the cell: the call guard installed (around the cell only)."""
+    run.t0 = time.perf_counter()
+    run.guard.refresh()
+    run.ctx.confinement["guard"] = run.guard.install()
+
+
+def guard_off(run: Portable) -> None:
+    """Right after the cell: the call guard off, the processes its multiprocessing left ended."""
+    run.guard.uninstall()
+    _end_children()
+
+
+def finish_portable(run: Portable, source: str, rec: dict) -> dict:
+    """The cell's record as the portable sandbox reports it (a crash near the run's view of the folder, a refusal
+    of the OS layer's)."""
     if rec.get("verdict") == "crash" and _view_sensitive(source, rec):
         run.ctx.confinement["view_touched"] = True  # the daemon makes the crash "likely", never certain
     return _os_refusal(rec, run.ctx.confinement.get("os_layer") or {})
