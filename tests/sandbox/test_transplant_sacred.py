@@ -436,20 +436,37 @@ def test_shrinking_before_the_copy_stops_as_soon_as_the_users_cell_is_queued(pla
         conn.run_cell("del big", timeout=120)
 
 
-def test_the_users_cell_is_not_queued_behind_a_huge_cells_check(env):
+def test_the_users_cell_is_not_queued_behind_a_huge_cells_check(env, monkeypatch):
     """A 100 KB cell with 150 `!` escapes: its names are found in the daemon, so the kernel's share is small;
     the user's cell, sent from the user's own connection while the check runs, is answered (the old export
-    re-tokenised the cell once per escape in the kernel: minutes, and the user's cell waited)."""
+    re-tokenised the cell once per escape in the kernel: minutes, and the user's cell waited), and the export
+    itself ends well (neither past its kernel-time cap nor without the kernel's answer: both say "busy").
+    The kernel's share is the export: once it has answered, the worker's run of the cell (150 shells; its own
+    transform of the cell) proves nothing here, so the run is cancelled then instead of waiting out its budget."""
     conn = env["conn"]
     conn.run_cell("a = 1")
     body = "\n".join(f"v{i} = a + {i}" for i in range(8000))
     escapes = "\n".join(f"!echo {{a}} {i}" for i in range(150))
     huge = body + "\n" + escapes
-    started, box = threading.Event(), {}
+    started, cancel, box = threading.Event(), threading.Event(), {}
+    exported: dict[str, object] = {}
+    real_export = transplant_mod._export
+
+    def export(*args, **kwargs):  # the real export; the run after it is cancelled once it has answered
+        try:
+            exported["reply"] = reply = real_export(*args, **kwargs)
+            return reply
+        except BaseException as exc:
+            exported["error"] = exc
+            raise
+        finally:
+            cancel.set()
+
+    monkeypatch.setattr(transplant_mod, "_export", export)
 
     def check() -> None:
         started.set()
-        box["v"] = transplant(conn, huge, 30.0, request_timeout=30.0)
+        box["v"] = transplant(conn, huge, 30.0, request_timeout=30.0, cancel=cancel)
 
     target = watch_target(conn)
     assert target is not None
@@ -464,6 +481,8 @@ def test_the_users_cell_is_not_queued_behind_a_huge_cells_check(env):
         user.client.stop_channels()
     t.join(300)
     assert "busy" not in (box["v"].reason or ""), box["v"]
+    reply = exported.get("reply")
+    assert isinstance(reply, transplant_mod.ExportReply) and reply.ok, (exported, box["v"])
 
 
 HONEST = r"""
