@@ -274,6 +274,32 @@ def forks_a_child(proc: Any) -> bool:
     return type(actual) is cd.get("ForkContext")
 
 
+# the pools whose processes start by fork where the Linux layer holds the run (`CallGuard.pools`, worker/pools.py)
+_FORK_POOLS = {"multiprocessing: multiprocessing.pool.Pool": ("context", "processes"),
+               "multiprocessing: concurrent.futures.process.ProcessPoolExecutor": ("mp_context", "max_workers")}
+
+
+def forks_a_pool(label: str, loc: dict) -> bool:
+    """The pool being made (`loc`: its constructor's arguments) starts its processes by fork (its context, or the
+    default one, is multiprocessing's fork context) and asks for fewer than `_MAX_CHILDREN` of them. Its processes
+    are each vetted again as they start (`forks_a_child`); a `ThreadPool` starts none."""
+    ctx = sys.modules.get("multiprocessing.context")
+    if type(ctx) is not types.ModuleType:
+        return False
+    cd = ctx.__dict__
+    context_arg, count_arg = _FORK_POOLS[label]
+    count = loc.get(count_arg)
+    if count is not None and (type(count) is not int or count >= _MAX_CHILDREN):
+        return False
+    context = loc.get(context_arg)
+    if context is None:
+        default = cd.get("_default_context")
+        if type(default) is not cd.get("DefaultContext"):
+            return False
+        context = default.__dict__.get("_actual_context") or default.__dict__.get("_default_context")
+    return type(context) is cd.get("ForkContext")
+
+
 class _Entry:
     __slots__ = ("label", "paths", "scope", "mode")
 
@@ -297,6 +323,8 @@ class CallGuard:
         # a run that ends its process tree with it: multiprocessing's fork children of this process are allowed
         # (they inherit the guard and the audit hook; `forks_a_child`)
         self.fork_children = fork_children
+        # the Linux layer holds the run as well (set by the worker): pools that fork (`forks_a_pool`) may start
+        self.pools = False
         # what gives way to the OS layer underneath: a library's import-time program or socket bind (worker/imports.py)
         self.leeway: Callable[[str], bool] = lambda what: False
         self.pid = os.getpid()
@@ -429,6 +457,9 @@ class CallGuard:
                 self._refuse(entry.label)
             if entry.label == _PROCESS_START and self.fork_children and forks_a_child(loc.get("self")) \
                     and os.getpid() == self.pid:
+                return
+            if entry.label in _FORK_POOLS and self.pools and self.fork_children and os.getpid() == self.pid \
+                    and forks_a_pool(entry.label, loc):
                 return
             if self.leeway(entry.label):
                 return

@@ -19,8 +19,10 @@ session's commands come down its stdin pipe, crane.sandbox.pipes):
   a C intermediary such as `map(os.remove, ...)` the guard does not see);
 - the **call guard** (worker/guard.py), installed by `run_portable` around the cell only (lean where Landlock
   holds the worker: no per-call hook, neither a profile hook nor `sys.monitoring`, see worker/guard.py);
-- joblib's tasks (scikit-learn's `n_jobs`) run in the worker's process (`_sequential_workers`), since processes
-  are refused;
+- **pools**: where the Linux layer holds the worker, multiprocessing's fork pools and joblib's tasks run in real
+  processes of the run (worker/pools.py); elsewhere joblib's tasks run in the worker's process and pools are
+  refused. A fork child's refusal is the run's: the child hands it to the worker (`_tell_parent`: a pipe and a
+  signal), which ends the run `blocked`; a child never writes on the result channel (closed in it at fork);
 - the **resource limits** (worker/limits.py, `apply_limits`): memory, CPU time and file size set just before the
   cell (a session: before each run), with the platform's own process limits (rlimits on POSIX, a job object on
   Windows).
@@ -59,6 +61,8 @@ from crane.sandbox.worker.guard import CallGuard, multiprocessing_children, shie
 from crane.sandbox.worker.imports import import_leeway  # kernel: strip
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, runtime_dirs  # kernel: strip
+from crane.sandbox.worker.pools import install_joblib  # kernel: strip
+from crane.sandbox.worker.reaper import end_descendants  # kernel: strip
 
 PORTABLE_LAYERS = ("call guard", "audit hook")
 # events whose path is followed to its target (the link must become a private copy first)
@@ -353,6 +357,8 @@ class Portable:
             state["unset"] = True  # raised from the profile hook, this unsets it: not the cell's doing
             raise SandboxBlocked(errno.EPERM, msg)
         state["own"] = state["bypass"] = True  # (the latter: os._exit below is not the cell's own end)
+        if _NOTICES and os.getpid() != _NOTICES["pid"]:
+            _tell_parent(what, layer, path)  # a fork child of the run: the worker ends the run (never returns)
         try:
             self.guard.uninstall()
         except Exception:
@@ -442,7 +448,8 @@ def _install_portable_hook(run: Portable) -> None:
     mypid = os.getpid()
     _guard_process_end(ctx, state, mypid)
     if guard.fork_children and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=lambda: _child_after_fork(guard, mypid))
+        _listen_to_children(run, mypid)
+        os.register_at_fork(after_in_child=lambda: _child_after_fork(guard, mypid, ctx))
     devices = {os.devnull, "/dev/null", "/dev/zero", "/dev/full", "nul", "NUL"}
     refuse = run.refuse
 
@@ -690,12 +697,21 @@ def _our_child(pid: Any) -> bool:
         return False
 
 
-def _child_after_fork(guard: CallGuard, parent: int) -> None:
+def _child_after_fork(guard: CallGuard, parent: int, ctx: _Ctx) -> None:
     """In a fork child: it goes on only under the guard (a fork from a thread the guard did not see ends at once)
     and only while the worker lives (a watcher ends it when its parent changes: the worker's end, however it
-    ended)."""
+    ended). The run's result channel (and a head's wake-up pipe) is closed in it: what a child has to say (a
+    refusal) goes through the worker (`_tell_parent`), so no line of a child ever reaches the channel."""
     if not guard.active or (getattr(sys, "monitoring", None) is None and not guard.lean and sys.getprofile() is None):
         os._exit(70)
+    if _NOTICES:
+        for fd in (ctx.result_fd, getattr(ctx, "done_fd", -1)):
+            if type(fd) is int and fd > 2:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        ctx.result_fd = -1
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -705,23 +721,64 @@ def _child_after_fork(guard: CallGuard, parent: int) -> None:
     threading.Thread(target=watch, name="crane-fork-child-watch", daemon=True).start()
 
 
-def _sequential_workers() -> bool:
-    """Processes are refused in the portable sandbox: joblib (scikit-learn's `n_jobs`), when loaded, runs its tasks
-    in this process instead (its sequential backend: the tasks' own exceptions are the same), where the guard vets
-    them; where the cell imports joblib itself, its process backends are off (`JOBLIB_MULTIPROCESSING=0`, kept
-    through the kernel's environment: worker/main.py `_KEEP_ENV`): it runs them in this process or its threads,
-    never loky's processes (a program: refused) nor a memmapping folder in /dev/shm. Returns whether joblib was
-    loaded and set sequential."""
-    os.environ["JOBLIB_MULTIPROCESSING"] = "0"
-    jl = sys.modules.get("joblib")
-    config = getattr(jl, "parallel_config", None) or getattr(jl, "parallel_backend", None)
-    if config is None:
-        return False
+_NOTICES: dict[str, Any] = {}  # the run's channel from its fork children to the worker (`_listen_to_children`)
+# the signal a fork child sends the worker with its refusal (a real-time one where there are: no library's)
+_NOTICE_SIGNAL = getattr(signal, "SIGRTMIN", 0) + 3 if hasattr(signal, "SIGRTMIN") else getattr(signal, "SIGUSR2", 0)
+
+
+def _listen_to_children(run: Portable, mypid: int) -> None:
+    """A refusal in a fork child of the run (a pool's task, a DataLoader's worker) is the run's: the child writes
+    it into a pipe made here and signals the worker (`_tell_parent`), whose handler ends the run `blocked` as its
+    own refusal would (a pool whose child ended would otherwise wait for it until the deadline). Whatever is still
+    in the pipe after the cell is read then (`_end_children`)."""
+    if not _NOTICE_SIGNAL or threading.current_thread() is not threading.main_thread():
+        return
     try:
-        config(backend="sequential").__enter__()  # for the rest of this (one-run) process
-        return True
-    except Exception:
-        return False
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        signal.signal(_NOTICE_SIGNAL, lambda signum, frame: _children_refused())
+    except (OSError, ValueError, AttributeError):
+        return
+    _NOTICES.update(pid=mypid, r=r, w=w, refuse=run.refuse, state=run.ctx.audit_state, denied=run.ctx.denied)
+
+
+def _tell_parent(what: str, layer: str, path: Any) -> None:
+    """In a fork child of the run: hand the refusal to the worker and end (the child writes nothing else)."""
+    import json
+    try:
+        where = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else None
+        line = json.dumps({"what": what[:1000], "layer": layer[:100], "path": where and where[:1000],
+                           "pid": os.getpid()}).encode()
+        os.write(_NOTICES["w"], line[:3000] + b"\n")  # (one write, under PIPE_BUF: whole or not at all)
+        os.kill(_NOTICES["pid"], _NOTICE_SIGNAL)
+    except (OSError, TypeError, ValueError):
+        pass
+    finally:
+        os._exit(0)
+
+
+def _children_refused() -> None:
+    """In the worker (its signal handler, and after the cell): a refusal a fork child handed over ends the run
+    `blocked`, named as the child's. Nothing while CRANE's own work is under way (read again after the cell)."""
+    if not _NOTICES or os.getpid() != _NOTICES["pid"] or _NOTICES["state"].get("own"):
+        return
+    import json
+    try:
+        data = os.read(_NOTICES["r"], 65536)
+    except OSError:  # (nothing there)
+        return
+    got: Any = None
+    try:
+        got = json.loads(data.split(b"\n", 1)[0])
+        what = str(got["what"]) if isinstance(got, dict) else ""
+        layer = str(got.get("layer") or "audit hook")
+        path = got.get("path") if isinstance(got.get("path"), str) else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        what, layer, path = "", "audit hook", None
+    child = got.get("pid") if isinstance(got, dict) else None
+    _NOTICES["denied"].append(f"crane sandbox: a process the cell started (pid {child if type(child) is int else '?'}) "
+                              "was refused the call below")
+    _NOTICES["refuse"](what or "a call in a process the cell started", layer, path)
 
 
 def _hidden_paths(run_dir: str) -> list[str]:
@@ -790,11 +847,15 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     layers = list(PORTABLE_LAYERS) + list(args.get("os_layers") or []) + (
         list(os_layer.get("layers") or [LINUX_LAYER]) if os_layer.get("ran") else [])  # the OS layers that ran, in order
     ctx.confinement = {"portable": True, "layers": layers, "redirect": bool(folder.linked), "staged_view": folder.staged,
-                       "sequential_joblib": _sequential_workers(), "os_layer": os_layer}
+                       "os_layer": os_layer}
     ctx.confinement.update(os_layer.pop("record", None) or {})  # what the layer adds to the record (its ABI)
     # Landlock holds the worker: the guard keeps only what the OS layer leaves to it, with no per-call hook (no
     # profile hook, no sys.monitoring: worker/guard.py, "the lean guard"); `guard` runs and other platforms keep it
     run.guard.lean = bool(os_layer.get("ran"))
+    # ... and its pools' processes inherit it: they run inside the run (worker/pools.py); elsewhere none
+    run.guard.pools = bool(os_layer.get("ran")) and run.guard.fork_children
+    ctx.confinement["joblib"] = install_joblib(run.guard.pools)
+    ctx.confinement["sequential_joblib"] = not run.guard.pools
     run.guard.leeway = import_leeway(bool(os_layer.get("ran") or args.get("os_layers")), run.guard.is_user)
     _install_portable_hook(run)
     ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: bool(ctx.audit_state.get("own")))
@@ -882,7 +943,18 @@ def finish_portable(run: Portable, source: str, rec: dict) -> dict:
 def _end_children() -> None:
     """Processes the cell's multiprocessing started and left running end with the cell (the daemon then ends the
     worker's whole tree; these may no longer be in it once the worker is gone). Only what multiprocessing's own
-    fork launcher made is touched, read by exact type (the guard is off here)."""
+    fork launcher made is touched, read by exact type (the guard is off here). Then, every child gone
+    (worker/reaper.py), a refusal one of them handed over is the run's (`_children_refused`)."""
+    _kill_multiprocessing_children()
+    if _NOTICES:
+        try:
+            end_descendants()
+        except BaseException:  # noqa: BLE001 - the cell's own signal handler: their parent-death signal ends them
+            pass
+        _children_refused()
+
+
+def _kill_multiprocessing_children() -> None:
     pf = sys.modules.get("multiprocessing.popen_fork")
     children = multiprocessing_children()
     popen_type = pf.__dict__.get("Popen") if type(pf) is types.ModuleType else None
