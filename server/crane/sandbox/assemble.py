@@ -146,7 +146,9 @@ def _only_refusals(lines: ChildLines) -> bool:
 # the seal's codes (kernel/common): how CRANE's epilogue says the cell ended
 SEAL_CLEAN, SEAL_RAISED, SEAL_ENDS, SEAL_TAMPERED, SEAL_RECORD = 1, 2, 3, 4, 5
 # what a record may say under each code: "no-crash" only where the cell ended clean
-_SEAL_ALLOWS = {SEAL_CLEAN: {"no-crash", "crash", "blocked", "timeout"}, SEAL_RAISED: {"crash", "blocked", "timeout"},
+# (a transplant worker's record of a raised cell may say "unavailable": a NameError on a kernel name it did not copy)
+_SEAL_ALLOWS = {SEAL_CLEAN: {"no-crash", "crash", "blocked", "timeout"},
+                SEAL_RAISED: {"crash", "blocked", "timeout", "unavailable"},
                 SEAL_RECORD: {"timeout", "unavailable", "blocked"}}
 ENDED_ITSELF = "the cell ends the kernel's process"
 
