@@ -122,10 +122,11 @@ def test_multiprocessing_pools_map_in_their_processes(pk):
             "    pids = p.map(whoami, range(8), chunksize=1)\n"
             "from concurrent.futures import ProcessPoolExecutor\n"
             "with ProcessPoolExecutor(2) as ex:\n    print(list(ex.map(add_one, range(3))))\n"
+            "from multiprocessing.pool import ThreadPool\nwith ThreadPool(2) as tp:\n    print(tp.map(add_one, [7]))\n"
             "print('worker', os.getpid(), 'tasks', *sorted(set(pids)))")
     v = _run(pk, cell)
     assert v.verdict == "no-crash", v
-    assert v.stdout.splitlines()[:2] == ["[1, 2, 3, 4, 5]", "[1, 2, 3]"], v.stdout
+    assert v.stdout.splitlines()[:3] == ["[1, 2, 3, 4, 5]", "[1, 2, 3]", "[8]"], v.stdout
     worker, tasks = _pids(v.stdout)
     assert tasks and worker not in tasks, v.stdout
     _gone(sorted(tasks))

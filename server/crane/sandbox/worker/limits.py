@@ -10,6 +10,10 @@ before the cell runs (after the copied state is loaded), with nothing but the pl
   the guard and the audit hook refuse `resource.setrlimit`). An allocation past it raises `MemoryError`, which the
   run reports as the sandbox's memory budget exceeded (`timeout`, as the OS sandbox does): never a crash.
   macOS accepts these limits but does not enforce them for `mmap` (its memory is then bounded by the deadline only).
+- **Processes of the run** (fork children: a pool's, a DataLoader's; worker/pools.py) inherit these soft limits at
+  fork: each is held to the run's memory limit on its own (per process, not their sum: a run with n children may
+  hold up to n + 1 times the budget while it lasts; no cgroup is used, where one exists it is not delegated), their
+  number bounded by the guard (64 live children; joblib's pools at most the run's CPUs).
 - **CPU time**: the soft `RLIMIT_CPU` at the CPU the worker has used plus the run's `cpu_s` (default: its budget
   plus one second): SIGXCPU ends it, reported as the CPU-time budget exceeded (`timeout`).
 - **File size**: `RLIMIT_FSIZE` at the request's `layer_mb` (what the OS sandbox's private layer may hold): it
