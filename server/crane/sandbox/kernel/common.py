@@ -248,25 +248,32 @@ def _seal_at(path: str) -> tuple[int, int] | None | bool:
     return None
 
 
-def await_seal(pid: int, within_s: float, gone: Callable[[], bool] | None = None) -> tuple[int, int] | None | bool:
+def await_seal(pid: int, within_s: float, gone: Callable[[], bool] | None = None,
+               spin_s: float = 0.0) -> tuple[int, int] | None | bool:
     """`read_seal`, again for up to `within_s` (the process wrote its wake-up just before entering the wait), or
-    until `gone()` says the process has ended."""
+    until `gone()` says the process has ended. For the first `spin_s` it looks again without sleeping, yielding the
+    CPU in between (the process is a few instructions from its wait: a sleep would outlast it many times)."""
     import time
-    deadline = time.monotonic() + within_s
+    now = time.monotonic()
+    deadline, spin_until = now + within_s, now + spin_s
     pause = 0.0002
     while True:
         seal = read_seal(pid)
-        if seal is not None or time.monotonic() >= deadline or (gone is not None and gone()):
+        now = time.monotonic()
+        if seal is not None or now >= deadline or (gone is not None and gone()):
             return seal
+        if now < spin_until:
+            os.sched_yield()
+            continue
         time.sleep(pause)
         pause = min(pause * 2, 0.002)
 
 
-def sealed_over(pid: int, data: bytes, within_s: float = 2.0) -> bool:
+def sealed_over(pid: int, data: bytes, within_s: float = 2.0, spin_s: float = 0.0) -> bool:
     """From the parent: child `pid` is in CRANE's sealed wait over exactly `data` (what the parent read from it), or
     its /proc cannot be read here (then what it sent is taken as it came)."""
     import hashlib
-    seal = await_seal(pid, within_s, lambda: ended_now(pid, 0.0))
+    seal = await_seal(pid, within_s, lambda: ended_now(pid, 0.0), spin_s)
     if seal is False:
         return True
     return isinstance(seal, tuple) and seal[1] == int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(),
