@@ -44,6 +44,12 @@ def check(i):
     return i
 def whoami(_):
     return os.getpid()
+def poke(_):
+    os.kill(kpid, __import__("signal").SIGCONT)
+def renice(_):
+    os.setpriority(os.PRIO_PROCESS, kpid, 19)
+def dial(port):
+    __import__("socket").create_connection(("127.0.0.1", port), timeout=5)
 def write_outside(i):
     with open({target!r}, "w") as f:
         f.write("pwned")
@@ -151,6 +157,19 @@ def test_a_pools_side_effect_is_refused_like_the_workers(pk):
     assert v.verdict == "blocked" and "multiprocessing.pool.Pool is refused" in (v.reason or ""), v
 
 
+def test_a_pools_processes_keep_every_refusal_the_worker_has(pk, listener):
+    """Children run under the same guard, audit hook, Landlock and seccomp: a signal to the kernel, re-nicing it, a
+    TCP connection, each from a pool's task, is `blocked`; the kernel keeps its priority, the listener hears nothing."""
+    kpid = pk["conn"].evaluate("kpid")
+    nice = psutil.Process(kpid).nice()
+    for fn, arg in (("poke", 0), ("renice", 0), ("dial", listener.port)):
+        v = _run(pk, f"import multiprocessing as mp\nwith mp.Pool(2) as p:\n    p.map({fn}, [{arg}] * 2)")
+        assert v.verdict == "blocked", (fn, v)
+        assert any("a process the cell started" in d for d in v.denied), (fn, v)
+    assert psutil.Process(kpid).nice() == nice
+    assert not listener.received, listener.received
+
+
 def test_without_an_os_layer_pools_stay_refused_and_joblib_runs_in_the_worker(pk):
     v = _run(pk, "import multiprocessing as mp\nwith mp.Pool(2) as p:\n    p.map(abs, [1])", sandbox=GUARD)
     assert v.verdict == "blocked" and "multiprocessing.pool.Pool is refused" in (v.reason or ""), v
@@ -159,3 +178,24 @@ def test_without_an_os_layer_pools_stay_refused_and_joblib_runs_in_the_worker(pk
     assert v.verdict == "no-crash", v
     worker, tasks = _pids(v.stdout)
     assert tasks == {worker}, v.stdout
+
+
+def test_a_joblib_the_cell_imports_itself_gets_the_pool_too(workdir, outside):
+    """A kernel that never imported joblib: the worker has not loaded it either, and the cell's own import gets the
+    fork pool right after `joblib.parallel` runs (worker/pools.py's finder); the kernel untouched."""
+    kernel = start_kernel(workdir, python=kernel_python(KERNEL_ENVS[0]))
+    try:
+        conn = kernel.connection
+        assert conn.run_cell("import os\nx = 1", timeout=120).status == "ok"
+        pk = {"conn": conn, "work": workdir, "outside": outside, "target": str(outside / "pwned")}
+        v = _run(pk, "import os\nfrom joblib import Parallel, delayed\n"
+                     "pids = Parallel(n_jobs=2, batch_size=1)(delayed(os.getpid)() for _ in range(6))\n"
+                     "print('worker', os.getpid(), 'tasks', *sorted(set(pids)))")
+        assert v.verdict == "no-crash", v
+        worker, tasks = _pids(v.stdout)
+        if CPUS >= 2:
+            assert tasks and worker not in tasks, v.stdout
+        _gone(sorted(tasks - {worker}))
+        assert conn.evaluate("'joblib' in __import__('sys').modules") is False
+    finally:
+        kernel.shutdown()
