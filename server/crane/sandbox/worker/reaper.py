@@ -1,7 +1,8 @@
 """Portable sandbox, worker side (Linux): no process a run started outlives the run, whatever the cell did to
 Python's view of it.
 
-A fork child of the cell (multiprocessing's fork start, the one kind of process the portable run allows) can
+A fork child of the cell (multiprocessing's fork start, the one kind of process the portable run allows: a DataLoader's
+workers, a pool's processes and joblib's under the Linux layer, worker/pools.py) can
 leave every registry Python keeps: call `os.setsid` (out of the worker's process group and session, which the
 daemon kills), drop out of `multiprocessing.process._children`, replace `os.getppid`/`os._exit` (what a Python
 watcher thread would use). So the worker holds its descendants through the Linux kernel instead:
