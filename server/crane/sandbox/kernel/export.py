@@ -118,6 +118,9 @@ def _export(args: Any) -> dict:
     if not all(type(k) is str for k in keys):  # a str subclass's __eq__/__hash__ would run on every lookup
         return {"ok": False, "reason": "the kernel's namespace has a key that is not a plain string"}
     proof = _Proof()
+    # Keras graphs whole, layers of notebook classes rebuilt (shared/keras_graph.py, keras_layers.py; made before any
+    # proof: it tells the proof which notebook classes it rebuilds), tf.data pipelines named (shared/tf_data.py)
+    graph = KerasGraph(_Lib(proof))
     limit = req["copy_mb"] << 20
     try:
         room = _memory_room()
@@ -154,7 +157,6 @@ def _export(args: Any) -> dict:
     tag = f"-{req['tag']}" if req["tag"] else ""  # a session's exports: state-N.pkl, buf-N-i
     _phase(d, "copying")
     ctl.copying()
-    graph = KerasGraph(_Lib(proof))  # Keras graphs whole, tf.data pipelines named (shared/keras_graph.py, tf_data.py)
     reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof)), **graph.reducers()}
     objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
     out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof)
@@ -165,7 +167,7 @@ def _export(args: Any) -> dict:
         ename, evalue = out["error"] or ("Error", "")
         if ename == "Stopped":
             return _stopped(evalue, waiting, watch, watched, t0)
-        return {"ok": False, "reason": _culprit(cp, objs, reducers, ename, evalue, d, waiting), "watch": watched}
+        return {"ok": False, "reason": _culprit(cp, objs, reducers, ename, evalue, d, waiting, proof.rebuilt), "watch": watched}
     facts = _facts(shell, keys, settings, len(out["buffers"]))
     with private_open(_join(d, "env.json"), "w") as f:
         f.write(dumps(facts))

@@ -39,7 +39,13 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _start_thread,
     _type_name,
 )
-from crane.sandbox.kernel.proof import _OWN_REDUCER_MODULES, _library_function, _Proof, _Refused  # kernel: strip
+from crane.sandbox.kernel.proof import (  # kernel: strip
+    _OWN_REDUCER_MODULES,
+    _PICKLING,
+    _library_function,
+    _Proof,
+    _Refused,
+)
 from crane.sandbox.kernel.shield import BUILTINS, private_open  # kernel: strip
 from crane.sandbox.kernel.stops import _QUEUED, _Control, _materialised, _ndarray, _Stopped  # kernel: strip
 
@@ -135,17 +141,36 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control, reducers: dict) -> typ
                 raise TypeError(f"cannot copy an open file or stream ({_T_NAME.__get__(t, type)})")
             if nd is not None and any(k is nd for k in mro):
                 _materialised(obj, nd, ctl)
-            mod = _T_MODULE.__get__(t, type)
-            if type(mod) is str and mod.partition(".")[0] in _OWN_REDUCER_MODULES and id(obj) not in proof.walked:
-                proof.prewalk(obj)
             own = dict.get(reducers, t)  # CRANE's reducer for this exact type (the type is proven: hashing it is)
-            if own is not None:
+            if own is not None:  # (one that calls a library's own pickling proves what it reaches first)
                 out = own(obj)
                 if out is not NotImplemented:
                     return out
+            mod = _T_MODULE.__get__(t, type)
+            if type(mod) is str and mod.partition(".")[0] in _OWN_REDUCER_MODULES and id(obj) not in proof.walked \
+                    and _own_pickling(mro):  # (one pickled by pickle itself: each object it reaches comes here)
+                proof.prewalk(obj)
             return super().reducer_override(obj)
 
     return Pickler
+
+
+def _own_pickling(mro: tuple) -> bool:
+    """A class of the MRO pickles with Python code of one of `_OWN_REDUCER_MODULES` (Keras's `__reduce__`: its
+    saving code), which may reach objects pickle never sees (a namedtuple's `__getnewargs__`, collections' code,
+    gives pickle its items)."""
+    for k in mro:
+        if k is object:
+            continue
+        kd = _cls_dict(k)
+        for n in _PICKLING:
+            fn = kd.get(n)
+            if type(fn) is _FunctionType:
+                g = fn.__globals__
+                mod = dict.get(g, "__name__") if type(g) is dict else None
+                if type(mod) is not str or mod.partition(".")[0] in _OWN_REDUCER_MODULES:
+                    return True
+    return False
 
 
 def dump_state(objs: dict, reducers: dict, *, cp: Any, d: str | None, tag: str, ctl: _Control, proof: _Proof) -> dict:
@@ -238,8 +263,10 @@ def _cloudpickle() -> Any:
 _CP: list = []
 
 
-def _culprit(cp: Any, objs: dict, reducers: dict, ename: str, evalue: str, d: str, waiting: Any = None) -> str:
-    """The first name whose value alone fails the same way (counted, not written, under the same controls)."""
+def _culprit(cp: Any, objs: dict, reducers: dict, ename: str, evalue: str, d: str, waiting: Any = None,
+             rebuilt: dict | None = None) -> str:
+    """The first name whose value alone fails the same way (counted, not written, under the same controls;
+    `rebuilt`: the notebook's Keras classes the reducers rebuild, as the export's proof knew them)."""
     if ename == "_Refused":
         lead = "cannot be copied without running the notebook's code in the kernel"
     else:
@@ -248,7 +275,9 @@ def _culprit(cp: Any, objs: dict, reducers: dict, ename: str, evalue: str, d: st
         if name.startswith("\x00"):
             continue
         ctl = _Control(d, 5.0, 0, waiting)
-        res = dump_state({name: obj}, reducers, cp=cp, d=None, tag="", ctl=ctl, proof=_Proof())
+        proof = _Proof()
+        proof.rebuilt.update(rebuilt or {})
+        res = dump_state({name: obj}, reducers, cp=cp, d=None, tag="", ctl=ctl, proof=proof)
         if ctl.stop == _QUEUED:
             break  # the user's cell comes first: the search for the culprit ends here
         if not res["ok"]:

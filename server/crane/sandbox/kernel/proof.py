@@ -200,6 +200,9 @@ class _Proof:
         # torch state a copy leaves out, seen while pickling (a non-leaf tensor needing grad, ...): then a crash in
         # torch is not certain (ExportReply.carried)
         self.uncarried: list = []
+        # id -> a Keras layer class of the notebook's that the export's reducer rebuilds in the worker from what Keras
+        # recorded (shared/keras_layers.py): neither pickle nor its library's pickling is ever called on its objects
+        self.rebuilt: dict = {}
 
     def library_class(self, cls: type) -> bool:
         """`cls` is the library's: the class a library module's qualified name gives, a static (C) type, or a
@@ -347,6 +350,7 @@ class _Proof:
         if hook:
             return f"its class's module: {hook}", lib
         mro = _mro(t)
+        rebuilt = not lib and self.rebuilt.get(id(t)) is t
         for k in mro:
             if k is object:
                 continue
@@ -364,7 +368,7 @@ class _Proof:
                 for builtin_base in (dict, list, set, frozenset):
                     if any(b is builtin_base for b in mro):
                         return f"{_type_name_of(k)} is a notebook subclass of {builtin_base.__name__}", lib
-                for name, v in kd.items():
+                for name, v in kd.items() if not rebuilt else ():  # (a rebuilt one's properties are never read)
                     if type(v) is property or (_in_mro(type(v), "__get__") and _in_mro(type(v), "__set__")
                                                and type(v) is not _MemberDescriptorType
                                                and type(v) is not _GetSetDescriptorType):
@@ -386,6 +390,8 @@ class _Proof:
                             if type(d2[attr]) is not _MemberDescriptorType:
                                 return f"`{attr}` of {_type_name_of(k2)} shadows a slot pickle reads", lib
                             break
+        if rebuilt:
+            return "", lib  # its reducer reads only instance dicts; Keras's own pickling is never reached
         if not lib:
             why = self._c_reducer_override(t, mro)
             if why:
@@ -618,12 +624,17 @@ class _Proof:
                     d = None
                 if type(d) is dict:
                     for k, x in dict.items(d):
+                        if k in _GRAPH_LINKS:
+                            continue  # where a Keras layer was called: its saving never reads them (pickle does)
                         if type(x) is _FunctionType:
                             self.refs.setdefault(id(x), []).append(k)
                         stack.append(x)
 
 
 
+# a Keras layer's links to the nodes it was called at: Keras's saving code never follows them (a model's layers are
+# reached through `_layers`/`_operations`); shared/keras_graph.py carries them in pickle state, which pickle walks
+_GRAPH_LINKS = frozenset(("_inbound_nodes", "_outbound_nodes"))
 _OWN_REDUCER_MODULES = ("keras", "tf_keras", "tensorflow")  # libraries whose pickling walks state pickle cannot see
 
 

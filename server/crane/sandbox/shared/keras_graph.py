@@ -31,6 +31,16 @@ import abc
 import copyreg
 from typing import Any
 
+from crane.sandbox.shared.keras_layers import (  # kernel: strip
+    LAYER_KEY,
+    LayerReader,
+    build_config,
+    compile_like,
+    items,
+    notebook_layer_classes,
+    rebuild_layer,
+)
+
 KERAS_KEY = "\x00crane-keras"  # the state pickle's entry for the record (no Python name can be it)
 _NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]  # (the C pickler writes NEWOBJ for it: the class's own __new__ in the worker)
 _SUBCLASSES = type.__dict__["__subclasses__"]  # bound at install: C-level reads only
@@ -41,7 +51,11 @@ _DICT_KEYS = dict.keys
 _GRAPH_ATTRS = ("_inbound_nodes", "_outbound_nodes")
 _TRAINING_ATTRS = ("history", "_eval_epoch_iterator")  # carried when None or a History (its epochs and losses)
 _MISSING = object()
-_BUILD_KEY = "\x00crane-build"  # a functional model's (inputs, outputs, name, trainable, graph state, compile args)
+_BUILD_KEY = "\x00crane-build"  # a functional model's (inputs, outputs, name, trainable, graph state, compile args,
+# optimizer values)
+_SEQUENTIAL_KEY = "\x00crane-sequential"  # a Sequential holding a notebook layer: (layers, name, trainable, build
+# config, graph state, compile args, optimizer values)
+_NEWOBJ_EX = copyreg.__newobj_ex__  # type: ignore[attr-defined]  # (NEWOBJ_EX: `cls.__new__(cls, **kwargs)` in the worker)
 
 
 def _plain(v: Any) -> bool:
@@ -95,33 +109,31 @@ class KerasGraph:
         self.functional = lib.mod("keras.src.models.functional").get("Functional")
         self.tensor = lib.mod("keras.src.backend.common.keras_tensor").get("KerasTensor")
         self.history = lib.mod("keras.src.callbacks.history").get("History")
+        self.sequential = lib.mod("keras.src.models.sequential").get("Sequential")
         self.own_reduce = lib.method(saveable, "__reduce__", None) if saveable is not None else None
+        self.reader = LayerReader(lib)
+        self.notebook: dict = {}  # id -> a Layer class of the notebook's, rebuilt in the worker (keras_layers)
         if self.operation is None or self.own_reduce is None:
             return
         self.table = library_subclasses(self.operation, "keras.", self.reduce)
+        layer = lib.mod("keras.src.layers.layer").get("Layer")
+        if layer is not None and dict.get(self.table, layer) is not None:
+            self.notebook = notebook_layer_classes(layer, lib.proof.library_class)
+            lib.proof.rebuilt.update(self.notebook)  # the proof lets them through: their code is never called here
+            for cls in self.notebook.values():
+                self.table[cls] = self.reduce_notebook
 
     def reducers(self) -> dict:
         """{exact type: reducer} for the export's pickler (kernel/pickling's `reducers`)."""
         return dict(self.table)
 
     def _items(self, seq: Any) -> list | None:
-        """A node list's items: an exact list's, Keras's tracked list's (a list subclass), or the items TensorFlow's
-        `ListWrapper` keeps in its `_storage` (its list part stays empty); read with C methods only."""
-        if seq is None or not issubclass(type(seq), list):
-            return None
-        if type(seq) is not list:
-            storage = dict.get(self.lib.attrs(seq), "_storage")
-            if type(storage) is list:
-                return list(_LIST_ITER(storage))
-        return list(_LIST_ITER(seq))
+        """A node list's items (keras_layers' `items`: C methods only)."""
+        return items(seq, self.lib.attrs)
 
-    def reduce(self, obj: Any) -> Any:
-        t = type(obj)
-        if not self.lib.proven(t):  # a class the notebook patched (or one only named like Keras's): Keras's own
-            return NotImplemented
-        d = self.lib.attrs(obj)
-        if type(d) is not dict:
-            return NotImplemented
+    def _graph_state(self, d: dict) -> dict:
+        """What a rebuilt layer would lack of the kernel's graph: the nodes it was called at, an input layer's
+        tensor, a fit's history."""
         state: dict = {}
         for k in _GRAPH_ATTRS:
             nodes = self._items(dict.get(d, k))
@@ -134,29 +146,74 @@ class KerasGraph:
         held = dict.get(d, "_input_tensor")
         if held is not None and type(held) is self.tensor:
             state["_input_tensor"] = held
+        return state
+
+    def _remember(self, obj: Any, d: dict, rebuilt: bool) -> None:
+        """Record the object's attribute names and plain values (`apply_keras` compares them; a rebuilt object of
+        the notebook's, or a model rebuilt here, gets every plain value of the kernel's)."""
         keys = [k for k in _DICT_KEYS(d) if type(k) is str]
         plain = {k: v for k in keys if _plain(v := dict.get(d, k))}  # given to the copy where it lacks them
+        self.record["keys"].append((obj, keys, plain))
+        if rebuilt:
+            self.record.setdefault("rebuilt", []).append(obj)
+        self.ids.add(id(obj))
+
+    def _holds_notebook(self, d: dict, depth: int = 0) -> bool:
+        """A layer of a notebook class among the model's layers (`_layers`, nested)."""
+        for sub in self._items(dict.get(d, "_layers")) or ():
+            if self.notebook.get(id(type(sub))) is type(sub) or (
+                    depth < 32 and self._holds_notebook(self.lib.attrs(sub), depth + 1)):
+                return True
+        return False
+
+    def reduce_notebook(self, obj: Any) -> Any:
+        """A layer or model of a class the notebook defined: made by `cls.__new__(cls, **kwargs)` in the worker and
+        finished there by keras_layers' `rebuild_layer`; never NotImplemented (Keras's own pickling would call its
+        code here): a TypeError naming why when it cannot be rebuilt."""
+        d = self.lib.attrs(obj)
+        if type(d) is not dict:
+            raise TypeError(f"a Keras layer of the notebook's class {type(obj).__name__} has no plain instance dict")
+        kwargs, spec = self.reader.spec(obj)
+        self._remember(obj, d, True)
+        return (_NEWOBJ_EX, (type(obj), (), kwargs), {LAYER_KEY: (spec, self._graph_state(d))})
+
+    def reduce(self, obj: Any) -> Any:
+        t = type(obj)
+        if not self.lib.proven(t):  # a class the notebook patched (or one only named like Keras's): Keras's own
+            return NotImplemented
+        d = self.lib.attrs(obj)
+        if type(d) is not dict:
+            return NotImplemented
+        state = self._graph_state(d)
         if t is self.functional:
             # made empty here, built in the worker once every object of the graph is whole (`apply_keras`): its
             # inputs' layers may hold a node of this very model (`Model(inp, dec(enc(inp)))` holds enc's)
-            compiled = dict.get(d, "_compile_config")
-            config = dict.get(self.lib.attrs(compiled), "config") \
-                if compiled is not None and dict.get(d, "compiled") is True else None
             trainable = dict.get(d, "_trainable")
             build = (dict.get(d, "_inputs_struct"), dict.get(d, "_outputs_struct"), dict.get(d, "name"),
                      trainable if type(trainable) is bool else None, state,
-                     dict(config) if type(config) is dict else None)
-            self.record["keys"].append((obj, keys, plain))
-            self.ids.add(id(obj))
+                     self.reader.compile_config(d), self.reader.optimizer_values(d))
+            self._remember(obj, d, False)
             # its graph goes in its own pickle state, so every object the record names is pickled before it
             return (_NEWOBJ, (t,), {_BUILD_KEY: build})
+        if t is self.sequential and self.notebook and self._holds_notebook(d):
+            # Keras's own saving would call its notebook layers' code: made empty here, built in the worker from
+            # its layers (each carried in this pickle) once they are whole
+            trainable = dict.get(d, "_trainable")
+            shapes = dict.get(d, "_build_shapes_dict")
+            made = (self._items(dict.get(d, "_layers")) or [], dict.get(d, "name"),
+                    trainable if type(trainable) is bool else None,
+                    build_config(shapes) if dict.get(d, "built") is True else None, state,
+                    self.reader.compile_config(d), self.reader.optimizer_values(d))
+            self._remember(obj, d, True)
+            return (_NEWOBJ, (t,), {_SEQUENTIAL_KEY: made})
         if self.lib.method(t, "__reduce__", None) is not self.own_reduce:
             return NotImplemented
+        if id(obj) not in self.lib.proof.walked:  # Keras's own saving reaches what pickle does not see: proven first
+            self.lib.proof.prewalk(obj)
         rv = self.lib.call(self.own_reduce, "__reduce__", obj)
         if type(rv) is not tuple or len(rv) != 2:
             return NotImplemented
-        self.record["keys"].append((obj, keys, plain))
-        self.ids.add(id(obj))
+        self._remember(obj, d, False)
         return (rv[0], rv[1], state) if state else rv
 
     def covers(self, value: Any) -> bool:
@@ -167,43 +224,64 @@ class KerasGraph:
 
 # -- apply side (the worker) ---------------------------------------------------------------------------------
 def apply_keras(record: dict | None) -> list[str]:
-    """After the state is loaded: build each functional model from its own tensors (every object of the graph is
-    whole now), give it back the nodes it was called at and compile it as the kernel's was; then compare each
-    rebuilt object's attributes with the kernel's. Returns ["keras"] (shared/carry's key: a crash in Keras is then
-    only likely) when one lacks an attribute the kernel's had or could not be compiled, else []. A model that cannot
-    be built raises: the copy would not be the kernel's graph (the run is then unavailable, never a guess)."""
+    """After the state is loaded (and the kernel's settings applied): finish each layer of a notebook class
+    (keras_layers' `rebuild_layer`), then build each functional model from its own tensors and each Sequential that
+    held a notebook layer from its layers (every object of the graph is whole now), give them back the nodes they
+    were called at and compile them as the kernel's were, with the optimizer's variables; then compare each rebuilt
+    object's attributes with the kernel's. Returns ["keras"] (shared/carry's key: a crash in Keras is then only
+    likely) when one lacks an attribute the kernel's had or could not be compiled as the kernel's, else []. A layer
+    or model that cannot be rebuilt raises: the copy would not be the kernel's graph (the run is then unavailable,
+    never a guess)."""
     if not record:
         return []
     missed = False
-    pending = [(obj, vars(obj).pop(_BUILD_KEY)) for obj, _k, _p in record.get("keys") or () if _BUILD_KEY in vars(obj)]
-    for model, (_i, _o, _n, _t, state, _c) in pending:  # a model called inside another: its nodes there first
-        vars(model).update(state)
+    objs = [obj for obj, _k, _p in record.get("keys") or ()][::-1]  # (reduced outer first: inner ones first here)
+    for obj in objs:  # a notebook layer is made from plain arguments: nothing else of the graph is needed first
+        spec = vars(obj).pop(LAYER_KEY, None)
+        if spec is not None:
+            missed = not rebuild_layer(obj, spec[0], spec[1]) or missed
+    pending = [(obj, vars(obj).pop(key), key) for obj in objs for key in (_BUILD_KEY, _SEQUENTIAL_KEY)
+               if key in vars(obj)]
+    for model, spec, key in pending:  # a model called inside another: its nodes there first
+        if key == _BUILD_KEY:
+            vars(model).update(spec[4])
     while pending:
         failed, error = [], None
         for entry in pending:
-            model, (inputs, outputs, name, trainable, state, config) = entry
+            model, spec, key = entry
             try:
-                kwargs = {"trainable": trainable} if trainable is not None else {}
-                type(model).__init__(model, inputs, outputs, name=name, **kwargs)
+                state, config, opt_values = _init_model(model, spec, key)
             except Exception as exc:  # noqa: BLE001 - a model it calls may not be built yet: the next pass
                 failed.append(entry)
                 error = exc
                 continue
             vars(model).update(state)
-            if config is not None:
-                try:
-                    model.compile(**config)
-                except Exception:  # noqa: BLE001 - the copy is not compiled as the kernel's was: said, not hidden
-                    missed = True
+            missed = not compile_like(model, config, opt_values) or missed
         if len(failed) == len(pending):
-            raise RuntimeError(f"a Keras functional model could not be rebuilt from its graph: {error!r}")
+            raise RuntimeError(f"a Keras model could not be rebuilt from its graph: {error!r}")
         pending = failed
+    rebuilt = {id(obj) for obj in record.get("rebuilt") or ()}
     for obj, keys, plain in record.get("keys") or ():
         own = vars(obj)
         for k in keys:
-            if k not in own:
-                if k not in plain:
-                    missed = True
-                    continue
+            if k in plain and (k not in own or id(obj) in rebuilt):
                 own[k] = plain[k]  # a flag or a value the notebook set (`stop_predicting`, `model.n_classes = 3`)
+            elif k not in own:
+                missed = True
     return ["keras"] if missed else []
+
+
+def _init_model(model: Any, spec: tuple, key: str) -> tuple:
+    """`__init__` of a functional model (from its tensors) or of a Sequential (from its layers, then built with
+    the kernel's shapes); (graph state, compile arguments, optimizer values)."""
+    if key == _BUILD_KEY:
+        inputs, outputs, name, trainable, state, config, opt_values = spec
+        kwargs = {"trainable": trainable} if trainable is not None else {}
+        type(model).__init__(model, inputs, outputs, name=name, **kwargs)
+        return state, config, opt_values
+    layers, name, trainable, build, state, config, opt_values = spec
+    kwargs = {"trainable": trainable} if trainable is not None else {}
+    type(model).__init__(model, layers=layers, name=name, **kwargs)
+    if build is not None and not model.built:
+        model.build_from_config(build)
+    return state, config, opt_values
