@@ -6,6 +6,7 @@
   tests' kernels run this interpreter), the failure names it as missing, and CRANE's own code in this process did
   not raise it (the daemon never needs torch: that is a bug, reported failed). Tests that know they need torch say
   so with tests/library_versions.needs_torch; this catches the rest (bench notebooks that import it).
+- the costliest files run first (tests/slow_first.py): xdist's workers then end together, not on one long file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from .slow_first import slow_first
 
 NOT_IN_THE_BENCH_EXTRA_FROM_3_12 = ("torch",)
 _MISSING = re.compile(r"No module named '([A-Za-z0-9_]+)")
@@ -42,6 +45,11 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (str(item.path), item.location[1] or 0,
                            f"Skipped: {found.group(1)} is not installed for this Python (pyproject.toml's bench extra "
                            "has none from 3.12)")
+
+@pytest.hookimpl(trylast=True)  # after pytest's own order (module-scoped parameters grouped) and -k/-m
+def pytest_collection_modifyitems(items) -> None:
+    items[:] = slow_first(items)
+
 
 _PYTHON_ID = re.compile(r"\[py(3\.\d+t?)")
 
