@@ -34,6 +34,7 @@ Linux all of them).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import types
@@ -116,7 +117,12 @@ GUARD_TABLE: dict[str, list[tuple]] = {
         ("write_delta", ("target",)), ("write_database", None))]
     + [("polars", f"DataFrame.{n}", ("file",), GUARD_ANY) for n in ("write_ipc_stream",)]
     + [("polars", f"LazyFrame.{n}", ("path",), GUARD_ANY) for n in ("sink_parquet", "sink_csv", "sink_ipc",
-                                                                      "sink_ndjson")],
+                                                                      "sink_ndjson")]
+    # round 6: polars writers by path that the table missed (P3: `serialize(file)` writes in Rust)
+    + [("polars", f"{c}.serialize", ("file",), GUARD_ANY) for c in ("DataFrame", "LazyFrame")]
+    + [("polars", "DataFrame.write_iceberg", ("target",), GUARD_ANY),
+       ("polars", "LazyFrame.sink_delta", ("target",), GUARD_ANY),
+       ("polars", "LazyFrame.sink_iceberg", ("target",), GUARD_ANY)],
     "pyarrow": [("pyarrow.parquet", "write_table", ("where",), GUARD_ANY),
                 ("pyarrow.parquet", "ParquetWriter.__init__", ("where",), GUARD_ANY),
                 ("pyarrow.parquet", "write_to_dataset", ("root_path",), GUARD_ANY),
@@ -128,7 +134,10 @@ GUARD_TABLE: dict[str, list[tuple]] = {
                 ("pyarrow.ipc", "RecordBatchFileWriter.__init__", ("sink",), GUARD_ANY),
                 ("pyarrow.ipc", "RecordBatchStreamWriter.__init__", ("sink",), GUARD_ANY),
                 ("pyarrow.feather", "write_feather", ("dest",), GUARD_ANY),
-                ("pyarrow.csv", "write_csv", ("output_file",), GUARD_ANY)],
+                ("pyarrow.csv", "write_csv", ("output_file",), GUARD_ANY),
+                # round 6: writers by path that the table missed (P3)
+                ("pyarrow.parquet", "write_metadata", ("where",), GUARD_ANY),
+                ("pyarrow.fs", "copy_files", ("destination",), GUARD_ANY)],
     "xgboost": [("xgboost", "Booster.save_model", ("fname",), GUARD_ANY)],
     "lightgbm": [("lightgbm", "Booster.save_model", ("filename",), GUARD_ANY)],
     "datasets": [("datasets", "Dataset.save_to_disk", ("dataset_path",), GUARD_ANY)],
@@ -237,6 +246,7 @@ def _makes_nothing(entry: _Entry, loc: dict, value: Any) -> bool:
 _PROCESS_START = "multiprocessing: multiprocessing.process.BaseProcess.start"
 # writers of a folder of files (some of which may be there already): the folder is made private whole before
 _DEEP = frozenset(("pyarrow: pyarrow.dataset.write_dataset", "pyarrow: pyarrow.parquet.write_to_dataset",
+                   "pyarrow: pyarrow.fs.copy_files", "polars: polars.LazyFrame.sink_delta",
                    "polars: polars.DataFrame.write_delta", "datasets: datasets.Dataset.save_to_disk",
                    "tensorflow: tensorflow.saved_model.save"))
 _MAX_CHILDREN = 64  # live fork children of one run (a DataLoader has num_workers)
@@ -300,6 +310,23 @@ def forks_a_pool(label: str, loc: dict) -> bool:
     return type(context) is cd.get("ForkContext")
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _local_path(value: Any) -> Any:
+    """The local path a writer's path argument names: the path itself, or a `file://` URL's path (pyarrow, polars
+    and fsspec open those themselves: the text is not a relative path in the working folder, round 6 P1/P3);
+    None for a URL of any other scheme (another file system: s3://, memory://, hdfs://, ...)."""
+    text = value if isinstance(value, str) else value.decode("utf-8", "replace") if isinstance(value, bytes) else None
+    if text is None or not _URL.match(text):
+        return value
+    from urllib.parse import unquote, urlsplit
+    parts = urlsplit(text)
+    if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost"):
+        return None
+    return unquote(parts.path)
+
+
 class _Entry:
     __slots__ = ("label", "paths", "scope", "mode")
 
@@ -346,6 +373,7 @@ class CallGuard:
         self.originals: dict = {}  # function -> its own code, where the lean guard gave it a trampoline
         self.armed = False  # the lean guard's replacements are in place (they stay; `active` switches them)
         self._busy = False  # the lean guard is reading frames (its own sys._getframe is not vetted)
+        self.after_import: list[Callable[[], object]] = []  # run when libraries loaded since are resolved
         self._resolve_table()
 
     # -- the table ---------------------------------------------------------------------------------------
@@ -376,6 +404,8 @@ class CallGuard:
         self.dirty = hot
         if self.armed and self.unarmed:
             self._arm_functions()
+        for after in self.after_import:
+            after()
 
     def refresh(self) -> None:
         """Resolve the rows of libraries imported since (called when the audit layer saw an import)."""
@@ -476,6 +506,9 @@ class CallGuard:
             else:
                 value = loc.get(spec)
             if isinstance(value, (str, bytes, os.PathLike)):
+                value = _local_path(value)
+                if value is None:
+                    self._refuse(f"{entry.label} (writing to a URL)")
                 if not self.inside(value):
                     if _makes_nothing(entry, loc, value):
                         continue
@@ -766,8 +799,36 @@ def _give_trampoline(fn: types.FunctionType, call: Callable) -> None:
 _SELF_PID = {"setpriority": 1, "sched_setaffinity": 0, "sched_setscheduler": 0, "sched_setparam": 0,
              "pidfd_open": 0}
 _IN_FOLDER = ("mkfifo", "mknod")
+# libraries' C functions that act on a process named by its pid (their first argument) with no audit event: psutil's
+# process controls (`Process.nice`/`cpu_affinity`/`ionice`/`rlimit` call them; the cell can call them directly, or
+# through `map`). Replaced in their extension module once it is loaded (at set-up, else when the guard resolves the
+# libraries imported since: `CallGuard.after_import`), refused unless the pid is this process (round 6, P2)
+_LIBRARY_PID = {"psutil._psutil_linux": ("proc_cpu_affinity_set", "proc_ioprio_set", "proc_priority_set",
+                                         "linux_prlimit"),
+                "psutil._psutil_posix": ("setpriority",), "psutil._psutil_osx": ("proc_priority_set",),
+                "psutil._psutil_bsd": ("proc_cpu_affinity_set", "proc_priority_set"),
+                "psutil._psutil_windows": ("proc_priority_set", "proc_io_priority_set", "proc_cpu_affinity_set",
+                                           "proc_suspend_or_resume", "proc_kill")}
 _ALWAYS = {"signal": ("pidfd_send_signal",), "_posixsubprocess": ("fork_exec",),
            "_thread": ("start_new_thread", "start_new"), "gc": ("get_objects", "get_referrers", "get_referents")}
+
+
+# `os.open(..., dir_fd=fd)`: its audit event names the path alone, not the folder it is relative to (round 6, P1: a
+# descriptor of a folder outside, opened for reading, and a relative name "inside" wrote there). A write-open relative
+# to a folder descriptor goes on only where that folder (the descriptor's path, /proc/self/fd) holds the name inside
+# the run's folder; elsewhere, or where the path cannot be read, it is refused.
+_OPEN_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _at_folder(dir_fd: Any, path: Any) -> str | None:
+    """The path `path` names relative to the folder descriptor `dir_fd` (None where it cannot be told)."""
+    try:
+        name = os.fsdecode(path)
+        if os.path.isabs(name):
+            return name
+        return os.path.join(os.readlink(f"/proc/self/fd/{int(dir_fd)}"), name)
+    except (OSError, TypeError, ValueError):
+        return None
 
 
 def _own(pid: Any) -> bool:
@@ -775,7 +836,8 @@ def _own(pid: Any) -> bool:
 
 
 def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: False) -> list[str]:
-    """Replace the unaudited process and special-file calls (`_SELF_PID`, `_IN_FOLDER`, `_ALWAYS`) in their modules
+    """Replace the unaudited process and special-file calls (`_SELF_PID`, `_IN_FOLDER`, `_ALWAYS`, `_LIBRARY_PID`,
+    `os.open` relative to a folder descriptor) in their modules
     by functions that refuse them (through `guard.on_refuse`) unless they touch only this process or the run's
     folder; `is_own()`: CRANE's own operation in progress (never refused). Returns what was replaced."""
     import functools
@@ -798,7 +860,8 @@ def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: Fals
                 if name == "setpriority" and (args[0] if args else kw.get("which")) != getattr(os, "PRIO_PROCESS", 0):
                     target = None  # a process group or a user: other processes
                 if not is_own() and not _own(target):
-                    guard._refuse(f"os: posix.{name} on another process ({target!r})")
+                    what = f"{name.split('.')[0]}: {name}" if "." in name else f"os: posix.{name}"
+                    guard._refuse(f"{what} on another process ({target!r})")
                 return orig(*args, **kw)
             return call
         return make
@@ -811,6 +874,22 @@ def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: Fals
                         guard._refuse(f"os: posix.{name} outside the cell's working folder ({str(path)[:200]!r})")
                     guard.prepare(path)
                 return orig(path, *args, **kw)
+            return call
+        return make
+
+    def at_folder(name: str) -> Callable:
+        def make(orig: Callable) -> Callable:
+            def call(*args: Any, **kw: Any) -> Any:
+                dir_fd = kw.get("dir_fd")
+                flags = args[1] if len(args) > 1 else kw.get("flags")
+                if dir_fd is not None and not is_own() and (type(flags) is not int or flags & _OPEN_WRITES):
+                    path = args[0] if args else kw.get("path")
+                    at = _at_folder(dir_fd, path)
+                    if at is None or not guard.inside(at):
+                        guard._refuse(f"os: posix.{name} for writing relative to a folder descriptor "
+                                      f"({str(at or path)[:200]!r})")
+                    guard.prepare(at)
+                return orig(*args, **kw)
             return call
         return make
 
@@ -831,6 +910,7 @@ def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: Fals
             put(mod, name, self_only(name, argi))
         for name in _IN_FOLDER:
             put(mod, name, in_folder(name))
+        put(mod, "open", at_folder("open"))
     for modname, names in _ALWAYS.items():
         try:
             mod = __import__(modname)  # built-in modules: one instance, loaded now if not yet
@@ -838,4 +918,15 @@ def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: Fals
             continue
         for name in names:
             put(mod, name, never(f"{_FAMILY.get(modname, modname)}: {modname}.{name}"))
+
+    def libraries() -> None:
+        for modname, names in _LIBRARY_PID.items():
+            mod = sys.modules.get(modname)
+            if type(mod) is not types.ModuleType:
+                continue
+            for name in names:
+                if isinstance(mod.__dict__.get(name), types.BuiltinFunctionType):
+                    put(mod, name, self_only(f"{modname}.{name}", 0))
+    libraries()
+    guard.after_import.append(libraries)
     return done

@@ -415,17 +415,22 @@ def _os_refusal(rec: dict, os_layer: dict) -> dict:
 # the view): a crash that went near them may be the view's, not the cell's
 _VIEW_NAMES = re.compile(r"\b(?:islink|is_symlink|lstat|readlink|realpath|resolve|samefile|relative_to|relpath|"
                          r"walk|rglob|glob|iglob|scandir|iterdir|listdir|is_junction|absolute|abspath|getcwd|cwd|"
-                         r"inode|st_ino|st_dev|S_ISLNK)\b")
-_VIEW_FILES = ("os.py", "posixpath.py", "ntpath.py", "pathlib.py", "glob.py", "shutil.py", "genericpath.py")
+                         r"inode|st_ino|st_dev|S_ISLNK|tarfile|make_archive)\b")
+_VIEW_FILES = ("os.py", "posixpath.py", "ntpath.py", "pathlib.py", "glob.py", "shutil.py", "genericpath.py",
+               "tarfile.py", "zipfile.py", "filecmp.py")  # (tarfile stores a view link as a link: round 6, P6)
 
 
-def _view_sensitive(source: str, rec: dict) -> bool:
+def _view_sensitive(source: str, rec: dict, places: tuple[str, ...] = ()) -> bool:
     """The crashed cell looked at the file system in a way the run's view can answer differently from the real
-    folder (its text names such a call, or a frame of its traceback is in the path modules)."""
+    folder (its text names such a call, a frame of its traceback is in the path modules, or its message names the
+    view or the real folder's path, which a view link leaks: `places`)."""
     if _VIEW_NAMES.search(source):
         return True
     frames = [str(t).split(":", 1)[0] for t in rec.get("traceback") or []]
-    return any(f.endswith(_VIEW_FILES) for f in frames)
+    if any(f.endswith(_VIEW_FILES) for f in frames):
+        return True
+    said = str(rec.get("evalue") or "")
+    return any(p and len(p) > 1 and p in said for p in places)
 
 
 def _open_channel(ctx: _Ctx, out: int) -> None:
@@ -452,6 +457,19 @@ def _install_portable_hook(run: Portable) -> None:
         os.register_at_fork(after_in_child=lambda: _child_after_fork(guard, mypid, ctx))
     devices = {os.devnull, "/dev/null", "/dev/zero", "/dev/full", "nul", "NUL"}
     refuse = run.refuse
+    # the kernel's connection file and Jupyter's runtime folders: hidden by Landlock where it ran, else refused here
+    # (round 6: `--sandbox guard` read the file and drove the kernel with jupyter_client)
+    hidden = frozenset() if (ctx.confinement or {}).get("os_layer", {}).get("ran") else _hidden_inodes(
+        _hidden_paths(ctx.args["dir"]))
+
+    def is_hidden(path: Any) -> bool:
+        if not hidden or isinstance(path, int):
+            return False
+        try:
+            st = os.stat(path)
+        except (OSError, TypeError, ValueError):
+            return False
+        return (st.st_dev, st.st_ino) in hidden
 
     def from_user() -> bool:
         try:
@@ -518,6 +536,9 @@ def _install_portable_hook(run: Portable) -> None:
             guard.dirty = True
             return
         if event == "open":
+            if hidden and args and is_hidden(args[0]):
+                refuse(f"reading the kernel's connection file or Jupyter's runtime folder ({str(args[0])[:200]!r})",
+                       path=args[0])
             flags = args[2] if len(args) > 2 else 0
             if isinstance(flags, int) and flags & _WRITE_FLAGS and not writable(args[0], event, True):
                 refuse(f"writing a file outside the cell's working folder ({os.fsdecode(args[0])[:200]!r})"
@@ -540,6 +561,8 @@ def _install_portable_hook(run: Portable) -> None:
         if event in ("os.scandir", "os.listdir"):
             if args and isinstance(args[0], int):
                 return
+            if hidden and is_hidden("." if not args or args[0] is None else args[0]):
+                refuse(f"listing Jupyter's runtime folder ({str(args[0])[:200]!r})", path=args[0])
             state["own"] = True
             try:
                 folder.unfold(args[0] if args else None)
@@ -799,6 +822,26 @@ def _hidden_paths(run_dir: str) -> list[str]:
     return list(dict.fromkeys(hidden))
 
 
+def _hidden_inodes(paths: list[str]) -> frozenset:
+    """(device, inode) of each of `paths` and of each entry of those that are folders: what the audit hook refuses
+    to open or list where no OS layer hides them (a link or another name for the same file is the same inode)."""
+    out = set()
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.add((st.st_dev, st.st_ino))
+            names = os.listdir(p) if os.path.isdir(p) else []
+        except OSError:
+            continue
+        for name in names:
+            try:
+                st = os.stat(os.path.join(p, name))
+            except OSError:
+                continue
+            out.add((st.st_dev, st.st_ino))
+    return frozenset(out)
+
+
 def _os_layer(args: dict, scratch: str) -> dict:
     """The platform's OS layer under the guard, applied now (before the state is loaded): Linux's Landlock
     (worker/linux.py) for a `portable` run; none for `guard` (the guard alone, asked for) and on other platforms
@@ -935,7 +978,8 @@ def guard_off(run: Portable) -> None:
 def finish_portable(run: Portable, source: str, rec: dict) -> dict:
     """The cell's record as the portable sandbox reports it (a crash near the run's view of the folder, a refusal
     of the OS layer's)."""
-    if rec.get("verdict") == "crash" and _view_sensitive(source, rec):
+    folder = run.folder
+    if rec.get("verdict") == "crash" and _view_sensitive(source, rec, (folder.real, folder.mirror, folder.mirror_real)):
         run.ctx.confinement["view_touched"] = True  # the daemon makes the crash "likely", never certain
     return _os_refusal(rec, run.ctx.confinement.get("os_layer") or {})
 
