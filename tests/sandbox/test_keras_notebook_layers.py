@@ -5,7 +5,8 @@ the worker from what Keras recorded (constructor arguments, build shapes, weight
 optimizer's variables): a clean `predict` gives the kernel's own numbers, a shape mismatch in `model(x)` is a certain
 crash with the kernel's exception. The notebook class's methods that Keras's own saving would call (`get_config`,
 `get_build_config`, `save_own_variables`, `get_weights`) write a marker file: none is ever called in the kernel, and
-the kernel is unchanged (`Untouched`). A layer made with an argument Keras could not record is `unavailable`, named."""
+the kernel is unchanged (`Untouched`). A layer made with an argument Keras could not record, and a library layer
+whose own saving would call a notebook layer (`TimeDistributed(MyDense(2))`), are `unavailable`, named."""
 
 from __future__ import annotations
 
@@ -90,6 +91,7 @@ inp = keras.Input((4,))
 mid = MyDense(3, name="mid")
 func = keras.Model(inp, layers.Dense(1)(mid(inp)))
 scaled = Scaled(np.arange(4.0, dtype="float32"))
+wrapped = keras.Sequential([keras.Input((3, 4)), layers.TimeDistributed(MyDense(2))])
 """
 
 
@@ -155,3 +157,9 @@ def test_a_layer_keras_could_not_record_is_unavailable_and_named(kernel):
     v = _check(kernel, "scaled(X)")
     assert v.verdict == "unavailable" and "`scaled`" in (v.reason or "") and "Scaled" in v.reason, v
     assert "constructor arguments" in v.reason, v.reason
+
+
+def test_a_library_layer_whose_own_saving_would_call_a_notebook_layer_is_refused(kernel):
+    # TimeDistributed is Keras's: its own saving would call the inner layer's get_config in the kernel
+    v = _check(kernel, "wrapped(np.zeros((1, 3, 4), 'float32'))")
+    assert v.verdict == "unavailable" and "`wrapped`" in (v.reason or "") and "MyDense" in v.reason, v

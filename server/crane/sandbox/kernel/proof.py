@@ -587,10 +587,33 @@ class _Proof:
             self.libs["hooked"] = hit
         return str(hit)
 
+    def _keras_nodes(self, links: Any) -> bool:
+        """`links` is a list (Keras's tracked list included) of Keras's own `Node` objects only (exact class, the
+        library's): nothing else planted there is skipped by the pre-walk."""
+        t = type(links)
+        if not (t is list or issubclass(t, list) and self.library_class(t)) or len(links) > 100_000:
+            return False
+        for node in list.__iter__(links):
+            nt = type(node)
+            if _T_NAME.__get__(nt, type) != "Node" or _T_MODULE.__get__(nt, type) != "keras.src.ops.node" \
+                    or not self.library_class(nt):
+                return False
+        return True
+
     def prewalk(self, obj: Any, limit: int = 200_000) -> None:
         """A library object its library pickles with its own code (which pickle does not see into, Keras's
         model saving): every object reachable through instance dicts, lists, tuples and dicts must be proven
-        safe first, and no notebook class may be among them."""
+        safe first, and no notebook class may be among them. A walk that refuses leaves nothing in `walked` (which
+        then names only objects proven: a later look, as `_culprit`'s, walks them again)."""
+        before = len(self.walked)
+        try:
+            self._prewalk(obj, limit)
+        except BaseException:
+            for key in list(self.walked)[before:]:  # (insertion order: what this walk added)
+                del self.walked[key]
+            raise
+
+    def _prewalk(self, obj: Any, limit: int) -> None:
         stack, seen = [obj], 0
         while stack:
             o = stack.pop()
@@ -624,7 +647,7 @@ class _Proof:
                     d = None
                 if type(d) is dict:
                     for k, x in dict.items(d):
-                        if k in _GRAPH_LINKS:
+                        if k in _GRAPH_LINKS and self._keras_nodes(x):
                             continue  # where a Keras layer was called: its saving never reads them (pickle does)
                         if type(x) is _FunctionType:
                             self.refs.setdefault(id(x), []).append(k)
@@ -634,6 +657,7 @@ class _Proof:
 
 # a Keras layer's links to the nodes it was called at: Keras's saving code never follows them (a model's layers are
 # reached through `_layers`/`_operations`); shared/keras_graph.py carries them in pickle state, which pickle walks
+# (skipped by the pre-walk only when they hold Keras's own nodes alone: `_Proof._keras_nodes`)
 _GRAPH_LINKS = frozenset(("_inbound_nodes", "_outbound_nodes"))
 _OWN_REDUCER_MODULES = ("keras", "tf_keras", "tensorflow")  # libraries whose pickling walks state pickle cannot see
 
