@@ -50,6 +50,8 @@ def renice(_):
     os.setpriority(os.PRIO_PROCESS, kpid, 19)
 def dial(port):
     __import__("socket").create_connection(("127.0.0.1", port), timeout=5)
+def threaded(i):
+    return sum(Parallel(n_jobs=2, prefer="threads")(delayed(add_one)(j) for j in range(i)))
 def write_outside(i):
     with open({target!r}, "w") as f:
         f.write("pwned")
@@ -100,12 +102,13 @@ def test_joblib_runs_its_tasks_in_processes_of_the_run(pk):
     cell = ("squares = Parallel(n_jobs=2)(delayed(pow)(i, 2) for i in range(10))\n"
             "plus = Parallel(n_jobs=2)(delayed(lambda x: x + 1)(i) for i in range(4))\n"
             "ones = Parallel(n_jobs=2)(delayed(add_one)(i) for i in range(4))\n"
+            "nested = Parallel(n_jobs=2)(delayed(threaded)(i) for i in range(4))\n"
             "pids = Parallel(n_jobs=2, batch_size=1)(delayed(whoami)(i) for i in range(8))\n"
-            "print(sum(squares), plus, ones)\n"
+            "print(sum(squares), plus, ones, nested)\n"
             "print('worker', os.getpid(), 'tasks', *sorted(set(pids)))")
     v = _run(pk, cell)
     assert v.verdict == "no-crash", v
-    assert v.stdout.splitlines()[0] == "285 [1, 2, 3, 4] [1, 2, 3, 4]", v.stdout
+    assert v.stdout.splitlines()[0] == "285 [1, 2, 3, 4] [1, 2, 3, 4] [0, 1, 3, 6]", v.stdout
     worker, tasks = _pids(v.stdout)
     if CPUS >= 2:  # (a run with one CPU runs joblib's tasks in its own process, as n_jobs=1 does)
         assert tasks and worker not in tasks and pk["conn"].evaluate("kpid") not in tasks, v.stdout

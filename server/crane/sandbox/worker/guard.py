@@ -289,6 +289,13 @@ _FORK_POOLS = {"multiprocessing: multiprocessing.pool.Pool": ("context", "proces
                "multiprocessing: concurrent.futures.process.ProcessPoolExecutor": ("mp_context", "max_workers")}
 
 
+def _a_thread_pool(pool: Any) -> bool:
+    """`pool` is multiprocessing's own `ThreadPool` (threads only: also in a pool's process, where joblib's
+    `prefer="threads"` makes one, e.g. a forest's predict inside a task)."""
+    mpool = sys.modules.get("multiprocessing.pool")
+    return type(mpool) is types.ModuleType and pool is not None and type(pool) is mpool.__dict__.get("ThreadPool")
+
+
 def forks_a_pool(label: str, loc: dict) -> bool:
     """The pool being made (`loc`: its constructor's arguments) starts its processes by fork (its context, or the
     default one, is multiprocessing's fork context) and asks for fewer than `_MAX_CHILDREN` of them. Its processes
@@ -488,8 +495,8 @@ class CallGuard:
             if entry.label == _PROCESS_START and self.fork_children and forks_a_child(loc.get("self")) \
                     and os.getpid() == self.pid:
                 return
-            if entry.label in _FORK_POOLS and self.pools and self.fork_children and os.getpid() == self.pid \
-                    and forks_a_pool(entry.label, loc):
+            if entry.label in _FORK_POOLS and self.pools and self.fork_children and (
+                    _a_thread_pool(loc.get("self")) or os.getpid() == self.pid and forks_a_pool(entry.label, loc)):
                 return
             if self.leeway(entry.label):
                 return
