@@ -118,3 +118,22 @@ def test_round6_variants_through_the_cli(kernel_env, nb_dir, tmp_path_factory, s
                 assert (v.verdict, v.stdout.strip()) == ("no-crash", HONEST_OUT[name]) or (
                     v.verdict == "crash" and not v.certain), (sandbox, name, v)
             assert (_tree(work), _tree(out), _sched(sentinel)) == before, (sandbox, name, v)
+
+
+PIDS = ("import os, psutil\nproc = psutil.Process(os.getpid())\nkpid = os.getpid()", 1)
+PID_CELLS = ("print(proc.memory_info().rss > 0)", "os.kill(kpid, 0)\nprint('alive')")
+
+
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_a_pid_the_kernel_recorded_is_no_certain_crash(kernel_env, nb_dir):
+    """P6 on the default path (the OS sandbox's fork): the kernel's own pid, recorded in a cell before, is not in the
+    fork's pid namespace; the kernel runs these cells clean, so a NoSuchProcess/ProcessLookupError there is never a
+    certain crash (nor the sandbox's decision)."""
+    nb = make_notebook(nb_dir / "pids.ipynb", [PIDS, *((src, None) for src in PID_CELLS)])
+    results = check(nb, "--budget", "30", "--python", kernel_python(kernel_env))
+    assert len(results) == len(PID_CELLS), results
+    for cell in results:
+        v = cell.sandbox
+        assert v is not None, cell
+        assert v.verdict == "no-crash" or not (v.verdict == "crash" and v.certain), v
+        assert cell.prediction != "crash" or cell.decided_by != "sandbox", cell

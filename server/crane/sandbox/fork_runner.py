@@ -34,8 +34,8 @@ from crane.sandbox.layer_choice import ASKED_FOR, AUTO_BLOCKING_REASON, layer_wo
 from crane.sandbox.options import SandboxOptions, active
 from crane.sandbox.portable import NO_OS_LAYER, os_refused, portable_or_none
 from crane.sandbox.portable import choose as choose_confinement
+from crane.sandbox.transplant import _PROCESS_LOOKUP, transplant
 from crane.sandbox.transplant import enabled as transplant_enabled
-from crane.sandbox.transplant import transplant
 from crane.sandbox.verdict import (
     DisplayOutput,
     SandboxVerdict,
@@ -94,6 +94,9 @@ def speculate(
               miniature=miniature, max_processes=max_processes)
     if which == "os":
         v = _speculate_os(conn, source, budget_s, layer=layer, **kw)  # type: ignore[arg-type]
+        if v.verdict == "crash" and v.mode in ("layered", "blocking") and v.ename in _PROCESS_LOOKUP:
+            v.certain = False  # the fork's pid namespace hides the kernel's processes: a pid the notebook recorded
+            # (`psutil.Process(os.getpid())` in a cell before) is not found there, but is in the kernel (round 6, P6)
         why_portable = os_refused(v) if conf == "auto" else None
         if why_portable is None or (cancel is not None and cancel.is_set()):
             return v
