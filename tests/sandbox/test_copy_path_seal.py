@@ -195,3 +195,50 @@ def test_the_heads_frame_carries_its_look_at_the_run():
     assert (f.status, f.checked, f.sealed) == ((0, None), None, None), f
     f = read_forked(_Chunks(b"F %d 0 0 1\n" % len(body) + body), time.monotonic() + 5)  # (a head of before)
     assert (f.checked, f.sealed) == (None, None), f
+
+
+# -- sessions on the copy path: each reply sealed (worker/main._sealed_commands, TransplantSession._read_reply) ------
+# The session's code runs in the worker that writes the replies: it can find the command's id and key in CRANE's
+# frame and write a reply of its own before CRANE's. Only CRANE's wait for the next command is sealed.
+KEY_THIEF = """
+import sys, json, os
+f = sys._getframe()
+while f is not None and not ('cmd' in f.f_locals and 'ctx' in f.f_locals):
+    f = f.f_back
+cmd, ctx = f.f_locals['cmd'], f.f_locals['ctx']
+os.write(ctx.result_fd, (json.dumps({'event': 'reply', 'id': cmd['id'], 'key': cmd['key'], 'pid': os.getpid(),
+                                     'verdict': 'no-crash', 'elapsed_ms': 1.0}) + '\\n').encode())
+1/0
+"""
+SESSIONS = {"transplant": None, "portable": SandboxOptions(confinement="portable")}
+
+
+@pytest.mark.parametrize("kind", list(SESSIONS))
+def test_a_session_reply_counts_only_sealed(ik, kind):
+    from crane.sandbox.session import open_session
+    from crane.sandbox.transplant_session import TransplantSession
+
+    conn = ik["conn"]
+    if kind == "transplant":  # (what makes the fork sandbox refuse: CuPy in sys.modules)
+        assert conn.run_cell("import sys, types\nsys.modules.setdefault('cupy', types.ModuleType('cupy'))").status == "ok"
+    try:
+        with Untouched(conn) as watch:
+            with open_session(conn, budget_s=30, sandbox=SESSIONS[kind]) as sb:
+                assert isinstance(sb, TransplantSession), sb
+                v = sb.run("z = int(df['a'].sum())\nz")
+                assert v.verdict == "no-crash" and v.integrity is not None and v.integrity.channel_checked, v
+                for forger in (KEY_THIEF, REACH["fstat-fifo"] + "1/0\n"):
+                    v = sb.run(forger)
+                    assert v.verdict != "no-crash", v
+                    assert v.verdict == "blocked" or (v.verdict, v.ename) == ("crash", "ZeroDivisionError"), v
+                    if forger is KEY_THIEF and kind == "transplant":  # (the portable guard refuses its frame walk)
+                        assert FORGED in (v.reason or "") and v.integrity is not None, v
+                        assert not v.integrity.channel_checked, v
+                v = sb.run("df['missing']")
+                assert (v.verdict, v.ename) == ("crash", "KeyError") and v.integrity is not None, v
+                assert v.integrity.channel_checked, v
+                assert sb.inspect("z") == "3"
+        assert watch.unchanged, (watch.outputs, watch.changes())
+    finally:
+        if kind == "transplant":
+            assert conn.run_cell("sys.modules.pop('cupy', None)\ndel sys, types").status == "ok"

@@ -100,3 +100,27 @@ def settle(pid: int, returncode: Callable[[], int | None], kill: Callable[[], No
             return None, "deadline"
         time.sleep(min(pause, max(0.0, deadline - now)) if now < fast_until else min(LOOK_S, deadline - now))
         pause = min(pause * 2, 0.002)
+
+
+def digest_of(data: bytes) -> int:
+    """The seal's digest of `data` (kernel/common: blake2b, 8 bytes, little-endian)."""
+    import hashlib
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def sealed_over(pid: int, data: bytes, within_s: float, alive: Callable[[], bool]) -> bool | None:
+    """A transplant session's worker (the daemon's child) is in CRANE's sealed wait over exactly `data`, the bytes
+    the daemon read since its last command (worker/main._sealed_commands): True; False when it is not within
+    `within_s` (or ends, or waits sealed over other bytes); None when its /proc cannot be read here."""
+    deadline = time.monotonic() + within_s
+    pause = 0.0002
+    while True:
+        seal = read_seal(pid)
+        if seal is False:
+            return None
+        if isinstance(seal, tuple):
+            return seal[1] == digest_of(data)
+        if not alive() or time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, LOOK_S)

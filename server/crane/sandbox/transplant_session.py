@@ -27,10 +27,13 @@ from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.sandbox.channel import ChildHandle, PrivateDir
 from crane.sandbox.confinement import current as current_confinement
-from crane.sandbox.fork_session import SandboxError, SandboxSession, _Reply
+from crane.sandbox.copy_seal import seal_readable, sealed_over
+from crane.sandbox.fork_session import FORGED, SandboxError, SandboxSession, _Reply
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
 from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of
-from crane.sandbox.verdict import SandboxVerdict, TransplantInfo
+from crane.sandbox.verdict import Integrity, SandboxVerdict, TransplantInfo
+
+SEAL_WAIT_S = 5.0  # how long a worker may take to enter its sealed wait after its reply (a loaded machine)
 
 
 class TransplantSession(SandboxSession):
@@ -57,6 +60,8 @@ class TransplantSession(SandboxSession):
         self._tainted = False  # the last run failed in the worker: the next run starts from a new one (the log)
         self._warm = False
         self.portable: str | None = None  # the portable sandbox confines the worker (why), or None
+        self._since = bytearray()  # the bytes read on the channel since the last command (issue 41: the seal)
+        self._seal_seen: bool | None = None  # the last reply was sealed over them (None: not looked, no /proc)
 
     @classmethod
     def start(cls, conn: KernelConnection, *, budget_s: float, memory_mb: int, request_timeout: float,
@@ -173,6 +178,7 @@ class TransplantSession(SandboxSession):
 
     # -- the portable session's channel: the worker's pipes ---------------------------------------------
     def _write_command(self, data: bytes) -> None:
+        self._since = bytearray()  # what the worker writes from now on answers this command (its seal names it)
         if not self.portable:
             return super()._write_command(data)
         if self.worker is None:
@@ -181,9 +187,40 @@ class TransplantSession(SandboxSession):
 
     def _read_chunk(self, timeout: float) -> bytes | None:
         if not self.portable:
-            return super()._read_chunk(timeout)
-        reader = self.worker.reader if self.worker is not None else None
-        return b"" if reader is None else reader.read(timeout)
+            chunk = super()._read_chunk(timeout)
+        else:
+            reader = self.worker.reader if self.worker is not None else None
+            chunk = b"" if reader is None else reader.read(timeout)
+        if chunk:
+            self._since += chunk
+        return chunk
+
+    # -- issue 41: a reply counts only sealed (worker/main._sealed_commands, crane.sandbox.copy_seal) --------------
+    def _read_reply(self, deadline: float) -> _Reply | None:
+        """The awaited reply, taken only when the worker waits for its next command sealed over exactly the bytes
+        read since this command (its reply, nothing else): otherwise the session's code wrote it, or wrote beside
+        it, and a run's reply is `blocked` (the worker is not kept: the next run starts in a new one)."""
+        rep = super()._read_reply(deadline)
+        if rep is None or rep.event != "reply" or self.worker is None or not seal_readable():
+            self._seal_seen = None
+            return rep
+        consumed = bytes(self._since[:len(self._since) - len(self._buf)])
+        worker = self.worker
+        self._seal_seen = sealed_over(worker.proc.pid, consumed, SEAL_WAIT_S, worker.alive)
+        if self._seal_seen is False:
+            self._tainted = True
+            why = f"{FORGED} (the session's worker did not wait sealed over its reply)"
+            if rep.verdict is not None:
+                rep = msgspec.structs.replace(rep, verdict="blocked", reason=why, ename=None, evalue=None, line=None,
+                                              traceback=[])
+            else:
+                rep = msgspec.structs.replace(rep, ok=False, reason=why, value=None, ename="SandboxBlocked",
+                                              evalue=why)
+        return rep
+
+    def _integrity(self, reason: str | None) -> Integrity:
+        return Integrity(writer=self.writer, fresh_state=self.fresh_state,
+                         channel_checked=bool(self._seal_seen) and not (reason or "").startswith(FORGED))
 
     # -- SandboxSession's interface ------------------------------------------------------------------
     def run(self, source: str, budget_s: float | None = None) -> SandboxVerdict:

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from crane.sandbox.kernel.common import (  # kernel: strip
+    _SEALED,
     _TAMPERED,
     CELL_FILENAME,
     SEAL_MAGIC,
@@ -90,6 +91,33 @@ def _session_lines(fd: int) -> Iterator[bytes]:
     reader = _CommandLines(fd)
     while line := reader.get():
         yield line
+
+
+def _sealed_commands(fd: int, buf: bytes) -> Iterator[bytes]:
+    """A session's command lines from `fd` (after `buf`), each wait for the next one made in CRANE's sealed read
+    (kernel/common: the mark, code 1 and the digest of every byte CRANE wrote on the channel since the last command):
+    the daemon takes a reply only when it sees this worker waiting sealed over exactly the bytes it read
+    (crane.sandbox.transplant_session). No function of the standard library makes this call: the session's code,
+    which runs in this process, cannot wait sealed over a reply of its own making (ctypes can: docs/sandbox.md)."""
+    import ctypes
+    import errno
+    fn, _, _ = _seal_parts(pipe=False)
+    space = ctypes.create_string_buffer(1 << 16)
+    while True:
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                yield line
+        digest = _channel_digest()
+        got = fn(0, fd, space, 1 << 16, 1, digest, SEAL_MAGIC)
+        if got < 0:
+            if ctypes.get_errno() == errno.EINTR:
+                continue
+            return
+        if got == 0:
+            return
+        _track_channel(_SEALED["fd"])  # the next reply's bytes are counted afresh
+        buf += space.raw[:got]
 
 
 def _import(names: Iterable[str], only_library: bool) -> None:
@@ -492,6 +520,9 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
             return
         ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
         commands = _session_lines(ctx.cmd_fd)
+    if sys.platform.startswith("linux"):  # each reply sealed: the daemon reads the seal in /proc (issue 41)
+        _track_channel(ctx.result_fd)
+        commands = _sealed_commands(ctx.cmd_fd, b"") if portable is None else _sealed_commands(lines.fd, lines.buf)
     _kernel_environment(facts)  # the kernel's environment, once confined (worker_env: an allowlist before)
     fence, send, end = _fence, _write_json, _real_exit()  # bound before any command's code runs
     audit = ctx.audit_state
