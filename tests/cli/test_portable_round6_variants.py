@@ -121,7 +121,8 @@ def test_round6_variants_through_the_cli(kernel_env, nb_dir, tmp_path_factory, s
 
 
 PIDS = ("import os, psutil\nproc = psutil.Process(os.getpid())\nkpid = os.getpid()", 1)
-PID_CELLS = ("print(proc.memory_info().rss > 0)", "os.kill(kpid, 0)\nprint('alive')")
+PID_CELLS = ("print(proc.memory_info().rss > 0)", "os.kill(kpid, 0)\nprint('alive')",
+             "print(open(f'/proc/{kpid}/status').read()[:5])")
 
 
 @pytest.mark.parametrize("kernel_env", KERNEL_ENVS)

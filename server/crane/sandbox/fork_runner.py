@@ -14,6 +14,7 @@ verdict with a reason.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 
@@ -43,6 +44,7 @@ from crane.sandbox.verdict import (
 )
 
 MODULE_NAME = SANDBOX_MODULE.name
+_PROC_PID = re.compile(r"'/proc/\d+/")  # a process's own entry in /proc, named in an exception's message
 DEFAULT_BUDGET_S = 10.0
 DEFAULT_MEMORY_MB = 2048
 
@@ -94,9 +96,11 @@ def speculate(
               miniature=miniature, max_processes=max_processes)
     if which == "os":
         v = _speculate_os(conn, source, budget_s, layer=layer, **kw)  # type: ignore[arg-type]
-        if v.verdict == "crash" and v.mode in ("layered", "blocking") and v.ename in _PROCESS_LOOKUP:
+        if v.verdict == "crash" and v.mode in ("layered", "blocking") and (
+                v.ename in _PROCESS_LOOKUP or v.ename == "FileNotFoundError" and _PROC_PID.search(v.evalue or "")):
             v.certain = False  # the fork's pid namespace hides the kernel's processes: a pid the notebook recorded
-            # (`psutil.Process(os.getpid())` in a cell before) is not found there, but is in the kernel (round 6, P6)
+            # (`psutil.Process(os.getpid())` in a cell before, `/proc/<pid>/status`) is not found there, but is in
+            # the kernel (round 6, P6)
         why_portable = os_refused(v) if conf == "auto" else None
         if why_portable is None or (cancel is not None and cancel.is_set()):
             return v
