@@ -24,13 +24,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from typing import Any
 
+from crane.sandbox.kernel.atfork import restore, suspend_user_handlers  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
     _TAMPERED,
     CELL_FILENAME,
+    SEAL_CLEAN,
     SEAL_MAGIC,
+    SEAL_RAISED,
     _channel_digest,
     _Ctx,
     _real_exit,
@@ -38,12 +42,20 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _track_channel,
     _Watch,
     _write_json,
+    await_seal,
     ended_now,
-    sealed_over,
 )
 from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
 from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools, find_thread_pools  # kernel: strip
-from crane.sandbox.kernel.run import _compile_plan, _describe_exception, run_source  # kernel: strip
+from crane.sandbox.kernel.run import (  # kernel: strip
+    _cell_begins,
+    _cell_record,
+    _compile_plan,
+    _describe_exception,
+    _epilogue_begins,
+    _exec_plan,
+    run_source,
+)
 
 
 def _child_session(args: dict, shell: Any, parent: int, on_main: bool) -> None:
@@ -72,8 +84,11 @@ IDLE_S = 0.05  # with a run parked (evals of it likely next) or after a rollback
 
 def _bind() -> None:
     import ctypes
+    import gc
+    import hashlib
     import select
     import socket
+    import sys
     api = ctypes.pythonapi
     sc = ctypes.PyDLL(None).syscall
     sc.restype = ctypes.c_long
@@ -83,7 +98,10 @@ def _bind() -> None:
                   recv_fds=socket.recv_fds, poll=select.poll,
                   # the sealed wait's raw read(2) (kernel/common), made once: nothing is built after a command's
                   # code ran, between its outcome and the wait the head looks for
-                  seal=_seal_parts(pipe=False)[::2])
+                  seal=_seal_parts(pipe=False)[::2], digest=hashlib.blake2b,
+                  # a run's hooks, read and stopped after its code by functions no command can have rebound
+                  hooks=(sys.getprofile, sys.gettrace, gc.isenabled), off=(sys.setprofile, sys.settrace, gc.disable),
+                  on=(sys.setprofile, sys.settrace, gc.enable))
     # what a command's process checks after its code ran (common._Watch), taken once: a checkpoint's new head and
     # the process of a kept run (whose check found nothing watched changed) start from it
     _BOUND["watch"] = _Watch()
@@ -115,14 +133,18 @@ class _CommandLines:
 
 def _gated_fork(gate: int) -> int:
     """fork() through the session's gate: a raw clone(SIGCHLD) carrying the secret in the (ignored)
-    parent-tid argument, wrapped in CPython's own before/after-fork hooks."""
+    parent-tid argument, wrapped in CPython's own before/after-fork hooks, without the handlers a cell registered
+    (`os.register_at_fork`: kernel/atfork.py): no code of a kept run's runs in the head (they stay registered)."""
     before, sc, after_child, after_parent, errno = _BOUND["clone"]
+    saved = suspend_user_handlers()
     before()
     pid = sc(56, 17, 0, gate, 0, 0)
     if pid == 0:
         after_child()
+        restore(saved)
         return 0
     after_parent()
+    restore(saved)
     if pid < 0:
         raise OSError(errno(), "checkpoint fork failed")
     return pid
@@ -345,7 +367,8 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
         outcome = {"verdict": "blocked", "reason": why} if is_run else {"ok": False, "ename": "SandboxError",
                                                                           "evalue": why}
         lines = []  # never kept nor parked
-    if outcome is not None and lines and not sealed_over(pid, raw, spin_s=SPIN_S):  # issue 41: only sealed
+    sealed = _seal_code(pid, raw) if outcome is not None and lines else None
+    if outcome is not None and lines and sealed is None:  # issue 41: an outcome counts only sealed
         if not ended_now(pid, 0.5):  # there, not in CRANE's sealed wait: the code wrote the line and lingers
             _head_close(ctl_w, post_r)  # (it ends with the session: parent-death signal)
             return ({"verdict": "blocked", "reason": f"{FORGED} (its process never finished CRANE's epilogue)"}
@@ -357,6 +380,10 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
         outcome = _ended(status) if is_run else {"ok": False, "ename": "SandboxError",
                                                  "evalue": f"the sandbox process ended ({status})"}
         pid = 0
+    elif is_run and outcome.get("verdict") == "no-crash" and sealed not in (SEAL_CLEAN, _UNCHECKED):
+        # a clean record from a cell that raised (the code is said by where the cell ended, the record could be
+        # rewritten by what the cell left running): never kept, never a verdict
+        outcome = {"verdict": "blocked", "reason": f"{FORGED} (a no-crash record, but the cell raised)"}
     elif is_run and threads == 1 and outcome.get("verdict") == "no-crash":
         _head_close(post_r)
         return outcome, (pid, ctl_w), None
@@ -403,7 +430,11 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     if type(cmd) is not dict:
         return
     try:
-        rec = run_command(ctx, cmd, *paths) if cmd.get("op") == "run" else evaluate(ctx, cmd)
+        if cmd.get("op") == "run":
+            rec, raised = _run_cell(ctx, cmd, *paths)
+        else:
+            rec = evaluate(ctx, cmd)
+            raised = not rec.get("ok")
     except BaseException:  # CRANE's own path through the command failed under what the code did: no outcome
         end(_TAMPERED)
     ctx.audit_state["bypass"] = True
@@ -422,7 +453,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     _track_channel(res)
     send(res, rec)
     digest = _channel_digest()
-    code = 1 if rec.get("verdict") == "no-crash" or rec.get("ok") else 2
+    code = SEAL_RAISED if raised else SEAL_CLEAN  # (where the cell ended: the head takes no-crash only clean)
     close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
     got = -1
     for _ in range(1000):  # sealed (kernel/common): the head sees it in /proc while this waits for its word
@@ -477,7 +508,8 @@ def _warm_head(cmd_fd: int) -> None:
               "stdout_span": [0, 0], "stderr_span": [0, 0]}
     raw = (json.dumps(sample) + "\n").encode()
     steps = (lambda: json.loads(raw.split(b"\n")[0]),
-             lambda: sealed_over(me, raw, 0.0),  # (its own /proc: running, not sealed)
+             lambda: _seal_code(me, raw),  # (its own /proc: running, not sealed)
+             lambda: _BOUND["digest"](raw, digest_size=8).digest(),
              lambda: _threads(me),
              lambda: json.dumps(dict(sample, id=1, key="0" * 32, pid=me, depth=0), default=str),
              lambda: _BOUND["poll"]().register(cmd_fd, 0))
@@ -577,6 +609,19 @@ def _ended(status: str) -> dict:
 
 
 SPIN_S = 0.002  # after the outcome's pipe hangs up, the head looks for the seal this long without sleeping
+_UNCHECKED = -1  # `_seal_code` where this process may not read the command process's /proc
+
+
+def _seal_code(pid: int, raw: bytes) -> int | None:
+    """The code of CRANE's seal when command process `pid` is in its sealed wait over exactly `raw` (what the head
+    read from it): SEAL_CLEAN or SEAL_RAISED, from where its cell ended; `_UNCHECKED` where /proc cannot be read
+    here (what it sent is then taken as it came); None when it is not sealed over `raw`."""
+    seal = await_seal(pid, 2.0, lambda: ended_now(pid, 0.0), SPIN_S)
+    if seal is False:
+        return _UNCHECKED
+    if isinstance(seal, tuple) and seal[1] == int.from_bytes(_BOUND["digest"](raw, digest_size=8).digest(), "little"):
+        return seal[0]
+    return None
 
 
 def _read_at_hangup(fd: int) -> bytes:
@@ -652,15 +697,11 @@ def _close_every(fd: int) -> None:
 
 
 def _threads(pid: int) -> int:
-    """How many threads process `pid` has, as the Linux kernel says (0 when it is gone)."""
+    """How many threads process `pid` has, as the Linux kernel says (0 when it is gone): its task entries."""
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Threads:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
 
 
 def _wait_child(pid: int, mirror: bool = False) -> str:
@@ -692,6 +733,78 @@ def _signame(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return str(sig)
+
+
+_USER_HOOKS: dict = {}  # a kept run's hooks (profile, trace, gc, Python signal handlers): off in the head, on again
+# in each later run's process before its code (kernel state as the real kernel keeps it; never CRANE's code's)
+
+
+def _run_cell(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> tuple[dict, bool]:
+    """A fork session's run in its command's process: (its record, whether the cell raised — said by where the
+    cell ended, never read from the record). Right after the cell every hook that could run the cell's code among
+    CRANE's statements stops (kernel/run._epilogue_begins, and the profile, trace and gc through functions bound
+    before any command: a cell that rebinds `sys.setprofile` still leaves none on), so nothing of the cell's
+    rewrites the record, and a kept run's process serves as the head with none of them; they are kept for the
+    session's later runs."""
+    shell = ctx.shell
+    ctx.displays.clear()
+    ctx.denied.clear()
+    o0, e0 = _fsize(out_path), _fsize(err_path)
+    _hooks_on()
+    signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
+    source = cmd.get("source", "")
+    seen: dict = {}
+    t1 = time.perf_counter()
+    try:
+        with shell.builtin_trap:
+            _exec_plan(ctx, _cell_begins(ctx, source, seen), shell.user_ns)
+    except BaseException as exc:  # noqa: BLE001 - the cell's own exception, SystemExit included
+        _hooks_off(ctx)
+        rec = _cell_record(ctx, exc, source, seen, t1)
+        rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
+                   stderr_span=[e0, _fsize(err_path)])
+        return rec, True
+    _hooks_off(ctx)
+    rec = _cell_record(ctx, None, source, seen, t1)
+    rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
+               stderr_span=[e0, _fsize(err_path)])
+    return rec, False
+
+
+def _hooks_off(ctx: _Ctx) -> None:
+    getprofile, gettrace, gc_enabled = _BOUND["hooks"]
+    saved: dict = {"profile": getprofile(), "trace": gettrace(), "gc": gc_enabled(), "signals": {}}
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+        if callable(handler):
+            saved["signals"][sig] = handler
+    _epilogue_begins(ctx)  # (its budget timer, hooks, sys.monitoring, Python signal handlers, gc)
+    setprofile, settrace, gc_off = _BOUND["off"]
+    setprofile(None)
+    settrace(None)
+    gc_off()
+    _USER_HOOKS.clear()
+    _USER_HOOKS.update(saved)
+
+
+def _hooks_on() -> None:
+    """In a run's process, before its code: the hooks of the kept run this state comes from (none after a rollback
+    to a state no run changed: those were never turned off)."""
+    if not _USER_HOOKS:
+        return
+    setprofile, settrace, gc_on = _BOUND["on"]
+    for sig, handler in _USER_HOOKS["signals"].items():
+        try:
+            signal.signal(sig, handler)
+        except (OSError, ValueError, TypeError):
+            pass
+    if _USER_HOOKS["gc"]:
+        gc_on()
+    settrace(_USER_HOOKS["trace"])
+    setprofile(_USER_HOOKS["profile"])
 
 
 def run_command(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> dict:
