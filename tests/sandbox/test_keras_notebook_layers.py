@@ -6,7 +6,8 @@ optimizer's variables): a clean `predict` gives the kernel's own numbers, a shap
 crash with the kernel's exception. The notebook class's methods that Keras's own saving would call (`get_config`,
 `get_build_config`, `save_own_variables`, `get_weights`) write a marker file: none is ever called in the kernel, and
 the kernel is unchanged (`Untouched`). A layer made with an argument Keras could not record, and a library layer
-whose own saving would call a notebook layer (`TimeDistributed(MyDense(2))`), are `unavailable`, named."""
+whose own saving would call a notebook layer (`TimeDistributed(MyDense(2))`), are `unavailable`, named. Two
+Sequential models sharing a library layer keep it shared in the copy."""
 
 from __future__ import annotations
 
@@ -92,6 +93,11 @@ mid = MyDense(3, name="mid")
 func = keras.Model(inp, layers.Dense(1)(mid(inp)))
 scaled = Scaled(np.arange(4.0, dtype="float32"))
 wrapped = keras.Sequential([keras.Input((3, 4)), layers.TimeDistributed(MyDense(2))])
+shared_dense = layers.Dense(3, name="shared_dense")
+left = keras.Sequential([keras.Input((4,)), shared_dense, layers.Dense(1)], name="left")
+right = keras.Sequential([keras.Input((4,)), shared_dense], name="right")
+left.compile(optimizer="adam", loss="mse")
+left.fit(X, y, epochs=1, verbose=0)
 """
 
 
@@ -163,3 +169,12 @@ def test_a_library_layer_whose_own_saving_would_call_a_notebook_layer_is_refused
     # TimeDistributed is Keras's: its own saving would call the inner layer's get_config in the kernel
     v = _check(kernel, "wrapped(np.zeros((1, 3, 4), 'float32'))")
     assert v.verdict == "unavailable" and "`wrapped`" in (v.reason or "") and "MyDense" in v.reason, v
+
+
+def test_sequential_models_sharing_a_layer_keep_it_shared(kernel):
+    cell = ("shared_dense.kernel.assign(np.zeros((4, 3), 'float32'))\n"
+            "shared_dense.bias.assign(np.ones(3, 'float32'))\n"
+            "print(left.layers[0] is shared_dense, right.layers[0] is shared_dense, "
+            "float(np.asarray(right(X)).sum()), int(left.optimizer.iterations))")
+    v = _check(kernel, cell)
+    assert v.verdict == "no-crash" and v.stdout.strip() == "True True 96.0 1", (v.stdout, v.reason)

@@ -113,6 +113,7 @@ class KerasGraph:
         self.own_reduce = lib.method(saveable, "__reduce__", None) if saveable is not None else None
         self.reader = LayerReader(lib)
         self.notebook: dict = {}  # id -> a Layer class of the notebook's, rebuilt in the worker (keras_layers)
+        self.shared_in: set = set()  # id() of the Sequential models holding a layer also reached elsewhere (`scan`)
         if self.operation is None or self.own_reduce is None:
             return
         self.table = library_subclasses(self.operation, "keras.", self.reduce)
@@ -158,6 +159,50 @@ class KerasGraph:
             self.record.setdefault("rebuilt", []).append(obj)
         self.ids.add(id(obj))
 
+    def scan(self, objs: dict) -> None:
+        """Before pickling: find the Sequential models one of whose layers (`_layers`, nested) is also a copied name's
+        value or another model's layer. Keras's own saving would give such a model layers of its own (`left.layers[0]
+        is shared` false in the copy): these are rebuilt from their layers in the one pickle instead (`reduce`).
+        Instance dicts only; a class is looked up in the table only when its metaclass is `type` or ABCMeta exactly
+        (hashing it runs nothing of the notebook's)."""
+        if not self.table or self.sequential is None:
+            return
+        owners: dict = {}
+        sequentials: list = []
+        seen: set = set()
+
+        def visit(obj: Any, owner: Any, depth: int) -> None:
+            t = type(obj)
+            meta = type(t)
+            if (meta is not type and meta is not _ABCMETA) or dict.get(self.table, t) is None:
+                return
+            owners.setdefault(id(obj), set()).add(owner)
+            if id(obj) in seen or depth > 32:
+                return
+            seen.add(id(obj))
+            if t is self.sequential:
+                sequentials.append(obj)
+            for sub in self._items(dict.get(self.lib.attrs(obj), "_layers")) or ():
+                visit(sub, id(obj), depth + 1)
+
+        for name, value in dict.items(objs):
+            t = type(value)
+            inner = list(_LIST_ITER(value)) if t is list else list(value) if t is tuple else \
+                list(dict.values(value)) if t is dict else [value]
+            for i, v in enumerate(inner[:1000]):
+                visit(v, (name, i), 0)
+        shared = {i for i, o in owners.items() if len(o) > 1}
+        for model in sequentials:
+            if self._holds(self.lib.attrs(model), shared):
+                self.shared_in.add(id(model))
+
+    def _holds(self, d: dict, ids: set, depth: int = 0) -> bool:
+        """One of the model's layers (`_layers`, nested) is among `ids`."""
+        for sub in self._items(dict.get(d, "_layers")) or ():
+            if id(sub) in ids or (depth < 32 and self._holds(self.lib.attrs(sub), ids, depth + 1)):
+                return True
+        return False
+
     def _holds_notebook(self, d: dict, depth: int = 0) -> bool:
         """A layer of a notebook class among the model's layers (`_layers`, nested)."""
         for sub in self._items(dict.get(d, "_layers")) or ():
@@ -195,9 +240,9 @@ class KerasGraph:
             self._remember(obj, d, False)
             # its graph goes in its own pickle state, so every object the record names is pickled before it
             return (_NEWOBJ, (t,), {_BUILD_KEY: build})
-        if t is self.sequential and self.notebook and self._holds_notebook(d):
-            # Keras's own saving would call its notebook layers' code: made empty here, built in the worker from
-            # its layers (each carried in this pickle) once they are whole
+        if t is self.sequential and (id(obj) in self.shared_in or self.notebook and self._holds_notebook(d)):
+            # Keras's own saving would call its notebook layers' code, or give it layers of its own where one is
+            # shared: made empty here, built in the worker from its layers (each in this pickle) once they are whole
             trainable = dict.get(d, "_trainable")
             shapes = dict.get(d, "_build_shapes_dict")
             made = (self._items(dict.get(d, "_layers")) or [], dict.get(d, "name"),
