@@ -1,8 +1,10 @@
 """Issue 45, "pay for nothing twice": what the export proved at one verdict is reused at the next only while it is
 proven unchanged, never trusted blindly (kernel/witness.py).
 
-Kernels of both environments (tests/kernel_envs.py) on the transplant path (IPython 9 with TensorFlow loaded,
-IPython 8 with a stand-in `jax` module). The export keeps the answers of its costliest proof (a library class's
+Kernels of both environments (tests/kernel_envs.py), called on the transplant path (IPython 8 with a stand-in `jax`
+module, as if the kernel refused to fork; IPython 9 with TensorFlow/Keras, loaded by the Keras case alone, the
+module's last: a worker imports every library its kernel loaded, TensorFlow costs seconds in each of them, and no
+other case reads anything of it). The export keeps the answers of its costliest proof (a library class's
 own pickling code followed through modules, classes and closures) with a witness of everything it read:
 - a second verdict on the same state reuses them (the kept answers are there, and used);
 - a library function or method the notebook replaced after the first verdict (in a class's dict, in a module's
@@ -29,11 +31,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox nee
 
 SETUP = r"""
 import os, sys, types
-if {real_tf}:
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-    import tensorflow as tf, keras
-    net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False, kernel_initializer='ones')])
-else:
+if {stand_in}:
     sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: transplant path
 import numpy as np, pandas as pd
 from sklearn.linear_model import LinearRegression
@@ -49,6 +47,12 @@ df = pd.DataFrame({{'a': [1.0, 2.0, 3.0]}})
 arr = np.arange(4.0)
 conf = {{'k': 1, 'rows': [1, 2]}}
 lr = LinearRegression().fit(np.array([[0.0], [1.0], [2.0]]), np.array([0.0, 2.0, 4.0]))
+"""
+KERAS = r"""
+if 'net' not in globals():
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+    import tensorflow as tf, keras
+    net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False, kernel_initializer='ones')])
 """
 
 # What the walk kept (kernel/witness.py): the number of answers, and a function of a library module it read whose
@@ -72,7 +76,7 @@ def env(request, tmp_path_factory):
     work = tmp_path_factory.mktemp(f"t45-{request.param}")
     kernel = start_kernel(work, python=kernel_python(request.param))
     conn = kernel.connection
-    run = conn.run_cell(SETUP.format(real_tf=request.param == "ipython9"), timeout=300)
+    run = conn.run_cell(SETUP.format(stand_in=request.param == "ipython8"), timeout=300)
     assert run.status == "ok", run
     yield {"name": request.param, "conn": conn}
     kernel.shutdown()
@@ -146,8 +150,10 @@ MUTATIONS = [  # (id, the cell checked, the notebook's change between the two ve
 @pytest.mark.parametrize(("case", "cell", "change"), MUTATIONS, ids=[m[0] for m in MUTATIONS])
 def test_an_object_the_notebook_changed_is_exported_again(env, case, cell, change):
     conn = env["conn"]
-    if case == "keras-weights" and env["name"] != "ipython9":
-        pytest.skip("Keras is in today's environment only")
+    if case == "keras-weights":
+        if env["name"] != "ipython9":
+            pytest.skip("Keras is in today's environment only")
+        assert conn.run_cell(KERAS, timeout=300).status == "ok"
     assert conn.run_cell(cell, timeout=60).status == "ok"
     first = _verdict(conn, cell)
     assert first.verdict == "no-crash", first
