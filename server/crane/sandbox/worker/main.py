@@ -79,6 +79,7 @@ from crane.sandbox.worker.portable import (  # kernel: strip
 from crane.sandbox.worker.reaper import end_descendants, hold_descendants  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": [], "settings_missed": []}
+LOADED_MAX = 5000  # the modules a state's load imported, named in the setup line (worker/head.loaded_by)
 
 
 class _Done(Exception):
@@ -647,6 +648,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     t1 = time.perf_counter()
     audit = ctx.audit_state
     audit["bypass"] = True  # loading the state is not the cell's doing (the kernel-level confinement holds)
+    had = set(sys.modules)  # (what the load imports: a head imports it before its next run, worker/head.py)
     try:
         _import(facts.get("modules") or [], only_library=False)
         import pickle
@@ -668,6 +670,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         return
     audit["bypass"] = False
     t2 = time.perf_counter()
+    loaded = [m for m in list(sys.modules) if m not in had]
     ctx.kept = list(shrunk.get("kept") or [])  # shrunk in the kernel before the copy (kernel/export)
     if shrunk.get("requested") and not ctx.kept:
         why = shrunk.get("error") or "the cell reads no large DataFrame, array, tensor or dataset"
@@ -683,6 +686,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
                                 "transplant": {"warm": warm, "devices_mapped": mapped,
                                                "preload_ms": _W["preload_ms"],
                                                "not_imported": list(_W["failed"])[:20],
+                                               "loaded_modules": loaded[:LOADED_MAX],
                                                "settings_missed": list(_W["settings_missed"])}})
     if portable is not None:  # the run's resource limits (worker/limits.py), from what the worker holds now
         apply_limits(portable, args, float(args["budget_s"]))
