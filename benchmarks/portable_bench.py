@@ -13,7 +13,8 @@ first until the kernel's idle worker has done its imports (a second verdict some
 warm); the first verdict of each confinement (cold) is not counted. The cells: `verdict` (a small cell on the
 kernel's state: the warm verdict's wall time), and on the pandas kernel the cell's own time (`elapsed_ms`, measured
 inside the run) of `calls` (a loop of 1e6 Python calls), `groupby` (a pandas groupby of 200k rows) and `fit` (a
-scikit-learn fit). Reports medians, and each confinement's ratio to `os`. Targets (issue 45): a warm portable verdict
+scikit-learn fit). Reports medians, each confinement's ratio to `os`, and a copy run's set-up steps (`steps_ms`:
+the view of the folder, the OS layer, the guard, the state's load). Targets (issue 45): a warm portable verdict
 <= 2x the fork path's; a cell's own time under `portable` <= 1.5x its time on the fork path.
 
 Usage: .venv/bin/python benchmarks/portable_bench.py [--runs 5] [--python build/kernel-today/bin/python]
@@ -35,6 +36,8 @@ from crane.sandbox.options import SandboxOptions
 from crane.sandbox.portable import HEADS
 from crane.sandbox.transplant import POOL
 
+# the set-up steps reported (medians): the run folder's view, the OS layer, the guard's arming, the state's load
+STEPS = ("view", "os_layer", "guard", "load")
 FRESH = "portable-fresh"  # the portable run without heads: a fresh worker per verdict (before worker/head.py)
 
 KERNELS = {
@@ -98,13 +101,16 @@ def bench(python: str | None, setup: str, cells: dict[str, str], runs: int, conf
                     HEADS["on"] = True
                     rec = out.setdefault(conf, {}).setdefault(cname, {
                         "mode": v.mode, "layers": list(v.transplant.layers) if v.transplant else [], "verdicts": [],
-                        "wall": [], "cell": [], "overhead": [], "export": [], "warm": [], "setup": []})
+                        "wall": [], "cell": [], "overhead": [], "export": [], "warm": [], "setup": [], "steps": {}})
                     rec["verdicts"].append(v.verdict)
                     if i > 0:
                         rec["wall"].append(wall)
                         rec["cell"].append(v.elapsed_ms)
                         rec["overhead"].append(v.overhead_ms)
                         rec["setup"].append(v.setup_ms)
+                        for step in STEPS:  # the worker's set-up, step by step (its setup line)
+                            if step in v.setup_steps:
+                                rec["steps"].setdefault(step, []).append(v.setup_steps[step])
                         if v.transplant is not None:  # the copy path: the export's share, and a warm worker?
                             rec["export"].append(v.transplant.export_ms)
                             rec["warm"].append(bool(v.transplant.warm))
@@ -114,6 +120,8 @@ def bench(python: str | None, setup: str, cells: dict[str, str], runs: int, conf
                 row = {"mode": rec["mode"], "layers": rec["layers"], "verdicts": rec["verdicts"],
                        "wall_ms": _median(rec["wall"]), "cell_ms": _median(rec["cell"]),
                        "overhead_ms": _median(rec["overhead"]), "setup_ms": _median(rec["setup"])}
+                if rec["steps"]:
+                    row["steps_ms"] = {k: _median(xs) for k, xs in rec["steps"].items()}
                 if rec["export"]:
                     row.update(export_ms=_median(rec["export"]), warm_workers=sum(rec["warm"]))
                 base = out.get("os", {}).get(cname)
