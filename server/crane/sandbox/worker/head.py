@@ -12,8 +12,10 @@ marks `fork` (a one-shot portable run under the Linux layer, crane.sandbox.porta
   before the record, the head, a child subreaper, kills whatever is left), and sends the daemon one frame on its
   result pipe: `F <length> <exit code> <signal> <again>\n` + the child's lines (crane.sandbox.portable.read_forked). Nothing
   the cell wrote after its record, nor any leftover process, can reach the next run's channel: each run has its own;
-- imports the library modules the run loaded (as a refilled worker would), so the next child loads only the state,
-  and stages the next run's view of the working folder in its own folder (worker/portable.stage_view: one link per
+- imports the library modules the run loaded (as a refilled worker would) and those its state's load imported
+  (`loaded_by`: a fitted model's submodules), so the next child loads only the state; freezes its own objects out
+  of the garbage collector's passes before each fork (`_freeze`: a child's collection would copy the head's whole
+  heap); and stages the next run's view of the working folder in its own folder (worker/portable.stage_view: one link per
   entry of every ancestor, which the next child takes with one rename and brings up to date).
 Where a fork is not safe the head answers `S\n` and runs the request itself, as a one-shot worker (the daemon ends
 it afterwards, as before): not Linux, no Landlock, a session, Python threads in the head, or a library loaded that
