@@ -592,6 +592,9 @@ def _install_portable_hook(run: Portable) -> None:
             if args and os.getpid() == mypid and _our_child(args[0]):
                 return  # multiprocessing ending a fork child it started (a DataLoader's shutdown)
             refuse(f"signalling another process (pid {args[0] if args else '?'})")
+        elif event == "signal.pthread_kill" and _NOTICES.get("listener") == threading.get_ident() \
+                and os.getpid() == mypid:
+            return  # the notices' thread ringing the worker's main thread (`_listen_to_children`)
         elif event in ("signal.pthread_kill", "_winapi.CreateProcess", "_winapi.TerminateProcess", "os.startfile"):
             refuse(event)
         elif event in _FROM_USER_EVENTS:
@@ -751,18 +754,35 @@ _NOTICE_SIGNAL = getattr(signal, "SIGRTMIN", 0) + 3 if hasattr(signal, "SIGRTMIN
 
 def _listen_to_children(run: Portable, mypid: int) -> None:
     """A refusal in a fork child of the run (a pool's task, a DataLoader's worker) is the run's: the child writes
-    it into a pipe made here and signals the worker (`_tell_parent`), whose handler ends the run `blocked` as its
-    own refusal would (a pool whose child ended would otherwise wait for it until the deadline). Whatever is still
-    in the pipe after the cell is read then (`_end_children`)."""
+    it into a pipe made here (`_tell_parent`); a thread of the worker waits for it and signals the worker's main
+    thread (`pthread_kill`: a signal sent to the process could reach another thread and leave the main thread
+    waiting on its pool), again every 50 ms while it is unread; the handler there ends the run `blocked` as the
+    worker's own refusal would (a pool whose process ended would otherwise wait for it until the deadline).
+    Whatever is still in the pipe after the cell is read then (`_end_children`)."""
     if not _NOTICE_SIGNAL or threading.current_thread() is not threading.main_thread():
         return
+    import select
+    wait, ring, nap, main = select.select, signal.pthread_kill, time.sleep, threading.get_ident()
     try:
         r, w = os.pipe()
         os.set_blocking(r, False)
         signal.signal(_NOTICE_SIGNAL, lambda signum, frame: _children_refused())
     except (OSError, ValueError, AttributeError):
         return
+
+    def listen() -> None:
+        while True:
+            try:
+                if wait([r], [], [])[0]:
+                    ring(main, _NOTICE_SIGNAL)
+            except (OSError, ValueError):
+                return
+            nap(0.05)
+
     _NOTICES.update(pid=mypid, r=r, w=w, refuse=run.refuse, state=run.ctx.audit_state, denied=run.ctx.denied)
+    t = threading.Thread(target=listen, name="crane-child-notices", daemon=True)
+    t.start()
+    _NOTICES["listener"] = t.ident
 
 
 def _tell_parent(what: str, layer: str, path: Any) -> None:
@@ -773,7 +793,6 @@ def _tell_parent(what: str, layer: str, path: Any) -> None:
         line = json.dumps({"what": what[:1000], "layer": layer[:100], "path": where and where[:1000],
                            "pid": os.getpid()}).encode()
         os.write(_NOTICES["w"], line[:3000] + b"\n")  # (one write, under PIPE_BUF: whole or not at all)
-        os.kill(_NOTICES["pid"], _NOTICE_SIGNAL)
     except (OSError, TypeError, ValueError):
         pass
     finally:
