@@ -1,8 +1,10 @@
 """Issue 42: the transplant export runs nothing of the notebook's in the kernel, by construction, and the copy
 carries the interpreter and library state a fresh worker would not have.
 
-Kernels of both environments (tests/kernel_envs.py) on the transplant path: IPython 9 with JAX and TensorFlow
-loaded, IPython 8 with a stand-in `jax` module (the kernel then refuses to fork exactly as with the real one). Each
+Kernels of both environments (tests/kernel_envs.py) on the transplant path: IPython 9 with JAX loaded (and
+TensorFlow from the first T3 case on: the carried state beside its import; before, a worker importing TensorFlow
+again for every T1/T2 case, which reads nothing of it, cost seconds each), IPython 8 with a stand-in `jax` module
+(the kernel then refuses to fork exactly as with the real one). Each
 case of round 5's T1/T2 families (../shared/notes/sandbox-attacks-5.md), and variants of them, patches the kernel
 with a hook that records a marker when a frame of CRANE's kernel-side code (`<crane-kernel/...>`) is on the stack
 (the report's method); the case asserts no marker, the kernel unchanged (`Untouched`), and an honest verdict. T2:
@@ -30,7 +32,6 @@ import os, sys, types, builtins, threading, time, warnings, decimal, random
 if {real_jax}:
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
     import jax, jax.numpy as jnp
-    import tensorflow as tf
 else:
     sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: transplant path
 import numpy as np, pandas as pd
@@ -242,6 +243,13 @@ def test_a_hidden_broadcast_never_materialises_in_the_kernel(env, case, setup):
 
 
 # -- T3: state a fresh worker does not get -------------------------------------------------------------------
+def _with_tensorflow(env) -> None:
+    """T3 runs beside TensorFlow in today's kernel (the worker imports it again, and the carried state must hold
+    beside it); loaded once, by the first T3 case."""
+    if env["name"] == "ipython9":
+        assert env["conn"].run_cell("if 'tf' not in globals():\n    import tensorflow as tf", timeout=300).status == "ok"
+
+
 def _second_draw(seed: int) -> float:
     r = random.Random(seed)
     r.random()
@@ -276,6 +284,7 @@ CARRIED = [  # (id, kernel state, undo, cell, the kernel's verdict)
 
 @pytest.mark.parametrize(("case", "setup", "undo", "cell", "real"), CARRIED, ids=[c[0] for c in CARRIED])
 def test_carried_state_gives_the_kernels_verdict(env, case, setup, undo, cell, real):
+    _with_tensorflow(env)
     conn = env["conn"]
     assert conn.run_cell(setup, timeout=60).status == "ok", setup
     try:
@@ -294,6 +303,7 @@ def test_carried_state_gives_the_kernels_verdict(env, case, setup, undo, cell, r
 def test_a_method_the_notebook_added_to_a_library_class_is_never_a_certain_crash(env):
     """HT5: the copy's class is the library's own; an AttributeError naming a class the notebook patched is
     "likely" (the crash names it), never certain."""
+    _with_tensorflow(env)
     conn = env["conn"]
     assert conn.run_cell("pd.DataFrame.double = lambda s: s * 2\nprint(df.double().shape)").status == "ok"
     try:
@@ -306,6 +316,7 @@ def test_a_method_the_notebook_added_to_a_library_class_is_never_a_certain_crash
 
 def test_a_pid_of_the_kernels_is_never_a_certain_crash(env):
     """HT8: the kernel's pid is not the worker's (a pid namespace hides it): a missing process is "likely"."""
+    _with_tensorflow(env)
     conn = env["conn"]
     assert conn.run_cell("MYPID = os.getpid()").status == "ok"
     v = transplant(conn, "os.kill(MYPID, 0)\nprint('alive')", 60.0)
@@ -324,6 +335,7 @@ JAX_CRASHES = [  # crashes inside JAX, certain once its config is carried and co
 def test_jax_crashes_are_certain_when_its_config_is_carried(env, case, cell):
     if env["name"] != "ipython9":
         pytest.skip("JAX is in today's environment only")
+    _with_tensorflow(env)
     conn = env["conn"]
     real = conn.run_cell(cell, timeout=120)
     assert real.status == "error", real
