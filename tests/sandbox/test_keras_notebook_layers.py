@@ -93,6 +93,29 @@ mid = MyDense(3, name="mid")
 func = keras.Model(inp, layers.Dense(1)(mid(inp)))
 scaled = Scaled(np.arange(4.0, dtype="float32"))
 wrapped = keras.Sequential([keras.Input((3, 4)), layers.TimeDistributed(MyDense(2))])
+class Block(keras.layers.Layer):
+    def __init__(self, units=(6, 2), **kwargs):
+        super().__init__(**kwargs)
+        self.inner = MyDense(units[0])
+        self.norm = layers.LayerNormalization()
+        self.out = layers.Dense(units[1])
+        self.seen = self.add_weight(shape=(), initializer="zeros", trainable=False)
+    def call(self, x):
+        self.seen.assign_add(1.0)
+        return self.out(self.norm(self.inner(x)))
+
+class TwoInputs(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = layers.Dense(2), Block(units=[3, 2], dtype="float64")
+    def call(self, inputs):
+        left, right = inputs
+        return self.a(left) + tf.cast(self.b(right), "float32")
+
+blocky = keras.Sequential([keras.Input((4,)), Block(units=[6, 2]), layers.Dense(1)])
+blocky(X); blocky(X)
+two = TwoInputs()
+two([X, X])
 shared_dense = layers.Dense(3, name="shared_dense")
 left = keras.Sequential([keras.Input((4,)), shared_dense, layers.Dense(1)], name="left")
 right = keras.Sequential([keras.Input((4,)), shared_dense], name="right")
@@ -178,3 +201,11 @@ def test_sequential_models_sharing_a_layer_keep_it_shared(kernel):
             "float(np.asarray(right(X)).sum()), int(left.optimizer.iterations))")
     v = _check(kernel, cell)
     assert v.verdict == "no-crash" and v.stdout.strip() == "True True 96.0 1", (v.stdout, v.reason)
+
+
+def test_nested_notebook_layers_several_inputs_and_counters_come_as_the_kernels(kernel):
+    expr = ("(round(float(np.asarray(blocky(X)).sum()), 4), round(float(np.asarray(two([X, X])).sum()), 4), "
+            "float(blocky.layers[0].seen.numpy()), float(two.b.seen.numpy()), two.b.compute_dtype)")
+    v = _check(kernel, f"print(repr({expr}))")
+    assert v.verdict == "no-crash", (v.reason, v.how())
+    assert v.stdout.strip() == _kernel_value(kernel, expr), v.stdout

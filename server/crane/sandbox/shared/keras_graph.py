@@ -247,7 +247,7 @@ class KerasGraph:
             shapes = dict.get(d, "_build_shapes_dict")
             made = (self._items(dict.get(d, "_layers")) or [], dict.get(d, "name"),
                     trainable if type(trainable) is bool else None,
-                    build_config(shapes) if dict.get(d, "built") is True else None, state,
+                    build_config(shapes, self.lib.attrs) if dict.get(d, "built") is True else None, state,
                     self.reader.compile_config(d), self.reader.optimizer_values(d))
             self._remember(obj, d, True)
             return (_NEWOBJ, (t,), {_SEQUENTIAL_KEY: made})

@@ -20,7 +20,8 @@ when it was made and built, read from instance dicts as data (C-level reads; no 
 In the worker the pickle makes it with `cls.__new__(cls, **kwargs)` (NEWOBJ_EX: Keras's `__new__` sees the
 constructor's arguments, as in the kernel); `rebuild_layer`, called by keras_graph's `apply_keras` once every object
 is loaded and the kernel's settings applied, runs `__init__(**kwargs)`, gives it the kernel's name, builds it with
-Keras's `build_from_config`, compares the rebuilt weights' count and shapes with the kernel's and assigns the
+Keras's `build_from_config` (a class without a `build` of its own first by running `call` on symbolic inputs, as
+Keras's first call did), compares the rebuilt weights' count and shapes with the kernel's and assigns the
 values (a difference raises: the copy would not be the kernel's layer, so the run is unavailable, never a guess).
 """
 
@@ -35,21 +36,6 @@ _ABCMETA = abc.ABCMeta
 _LIST_ITER = list.__iter__
 _VARIABLE_LISTS = ("_trainable_variables", "_non_trainable_variables")
 _SCALARS = (bool, int, float, str, type(None))
-
-
-def plain_tree(v: Any, depth: int = 0) -> bool:
-    """A value made only of builtin scalars in exact lists, tuples and dicts with string keys (what Keras's auto
-    config and build shapes hold), small enough to carry."""
-    t = type(v)
-    if any(t is s for s in _SCALARS):
-        return True
-    if depth > 8:
-        return False
-    if t is list or t is tuple:
-        return len(v) <= 1000 and all(plain_tree(x, depth + 1) for x in v)
-    if t is dict:
-        return len(v) <= 1000 and all(type(k) is str and plain_tree(x, depth + 1) for k, x in dict.items(v))
-    return False
 
 
 def notebook_layer_classes(base: type, library_class: Any) -> dict:
@@ -109,13 +95,37 @@ def weights_of(layer: Any, attrs: Any) -> list:
     return out
 
 
-def build_config(shapes: Any) -> dict | None:
-    """What Keras's default `get_build_config` gives for the recorded build shapes (a dict subclass's items read
-    with the C method), or None when it was never built or the shapes are not plain."""
-    if shapes is None or not issubclass(type(shapes), dict):
-        return None
-    d = dict(dict.items(shapes))
-    if not plain_tree(d):
+_NOT_PLAIN = object()
+
+
+def plain_copy(v: Any, attrs: Any, depth: int = 0) -> Any:
+    """`v` as exact builtin lists, tuples and dicts of scalars (Keras's tracked lists and dicts, TensorFlow's
+    `ListWrapper`, read with C methods only), or `_NOT_PLAIN`."""
+    t = type(v)
+    if any(t is s for s in _SCALARS):
+        return v
+    if depth > 8:
+        return _NOT_PLAIN
+    if issubclass(t, list) or issubclass(t, tuple):
+        seq = items(v, attrs) if issubclass(t, list) else list(tuple.__iter__(v))
+        out = [plain_copy(x, attrs, depth + 1) for x in (seq or [])[:1001]]
+        if len(out) > 1000 or any(x is _NOT_PLAIN for x in out):
+            return _NOT_PLAIN
+        return out if issubclass(t, list) else tuple(out)
+    if issubclass(t, dict):
+        pairs = list(dict.items(v))
+        if len(pairs) > 1000 or not all(type(k) is str for k, _x in pairs):
+            return _NOT_PLAIN
+        d = {k: plain_copy(x, attrs, depth + 1) for k, x in pairs}
+        return _NOT_PLAIN if any(x is _NOT_PLAIN for x in d.values()) else d
+    return _NOT_PLAIN
+
+
+def build_config(shapes: Any, attrs: Any) -> dict | None:
+    """What Keras's default `get_build_config` gives for the recorded build shapes (read as plain data:
+    `plain_copy`), or None when it was never built or the shapes are not plain."""
+    d = plain_copy(shapes, attrs) if shapes is not None and issubclass(type(shapes), dict) else _NOT_PLAIN
+    if type(d) is not dict:
         return None
     if len(d) == 1:
         return {"input_shape": next(iter(d.values()))}
@@ -170,13 +180,14 @@ class LayerReader:
         d = self.attrs(obj)
         auto = dict.get(d, "_auto_config")
         config = dict.get(self.attrs(auto), "config") if auto is not None else None
-        if type(config) is not dict or not plain_tree(config):
+        config = plain_copy(config, self.attrs) if config is not None else None
+        if type(config) is not dict:
             raise TypeError(f"a Keras layer of the notebook's class {name}: Keras recorded no constructor arguments "
                             "for it (one is not a str, int, float, bool or None), so the copy cannot rebuild it "
                             "without running its code in the kernel")
         shapes = dict.get(d, "_build_shapes_dict")
         built = dict.get(d, "built") is True
-        build = build_config(shapes) if built else None
+        build = build_config(shapes, self.attrs) if built else None
         if built and build is None and weights_of(obj, self.attrs):
             raise TypeError(f"a Keras layer of the notebook's class {name}: it holds weights but Keras recorded no "
                             "plain shapes it was built with, so the copy cannot rebuild them")
@@ -245,6 +256,12 @@ def rebuild_layer(obj: Any, spec: tuple, state: dict) -> bool:
     if name is not None:
         _attrs(obj)["name"] = name  # before its build: the name scope of its variables, as in the kernel
     if build is not None and not obj.built:
+        if getattr(getattr(type(obj), "build", None), "_is_default", False):
+            # no `build` of its own: built, as Keras's first call did, by running `call` on symbolic inputs
+            if "input_shape" in build:
+                obj._build_by_run_for_single_pos_arg(build["input_shape"])
+            else:
+                obj._build_by_run_for_kwargs(build["shapes_dict"])
         obj.build_from_config(build)
     assign(weights_of(obj, _attrs), values, what)
     if trainable is not None and obj.trainable is not trainable:
