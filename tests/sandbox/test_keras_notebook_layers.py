@@ -18,6 +18,7 @@ import pytest
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
+from crane.sandbox.options import SandboxOptions
 
 from ..kernel_envs import require_today_python
 
@@ -135,10 +136,10 @@ def kernel(tmp_path_factory):
     k.shutdown()
 
 
-def _check(kernel, source: str):
+def _check(kernel, source: str, **options):
     conn, marker = kernel
     with Untouched(conn) as watch:
-        v = speculate(conn, source, 120.0)
+        v = speculate(conn, source, 120.0, **options)
     assert watch.unchanged, (watch.changes(), v)
     assert not os.path.exists(marker), (open(marker).read(), v)  # nothing of the notebook's ran in the kernel
     return v
@@ -209,3 +210,12 @@ def test_nested_notebook_layers_several_inputs_and_counters_come_as_the_kernels(
     v = _check(kernel, f"print(repr({expr}))")
     assert v.verdict == "no-crash", (v.reason, v.how())
     assert v.stdout.strip() == _kernel_value(kernel, expr), v.stdout
+
+
+def test_the_portable_sandbox_rebuilds_them_too(kernel):
+    portable = SandboxOptions(confinement="portable")
+    v = _check(kernel, f"print(repr({_sums('{m}.predict(X, verbose=0)')}))", sandbox=portable)
+    assert v.mode == "portable" and v.verdict == "no-crash", (v.reason, v.how())
+    assert v.stdout.strip() == _kernel_value(kernel, _sums("{m}(X)")), v.stdout
+    v = _check(kernel, "tower(X_bad)", sandbox=portable)
+    assert v.verdict == "crash" and v.ename == "ValueError" and v.certain, (v.reason, v.how())
