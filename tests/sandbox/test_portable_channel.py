@@ -110,6 +110,8 @@ def _by_psutil(frame) -> bool:
         name = str(frame.f_globals.get("__name__", ""))
         if name.split(".")[0] == "psutil" or (name == "crane.sandbox.background" and frame.f_code.co_name == "bounded"):
             return True
+        if name == "crane.sandbox.copy_seal":  # issue 41's look at a worker's seal: on top of the channel, Linux
+            return True  # only (copy_seal.seal_readable: elsewhere it is not made and replies are read unchecked)
         frame = frame.f_back
     return False
 
@@ -157,7 +159,8 @@ def test_a_portable_session_works_over_the_workers_pipes(pk, no_linux):
             assert (v.verdict, v.mode, v.stdout) == ("no-crash", "portable", "m is 3\n"), v
             assert sb.inspect("m") == "3"
             v = sb.run(FORGE.replace("{next_id}", str(sb._next_id + 2)))
-            assert v.verdict == "no-crash", v
+            # (issue 41: the worker's reply is sealed over what CRANE wrote, and the cell wrote beside it: not taken)
+            assert v.verdict == "blocked" and "the cell wrote into CRANE's result channel" in (v.reason or ""), v
             sb.checkpoint()
             v = sb.run("m = 'changed'")
             assert v.verdict == "no-crash", v

@@ -14,6 +14,7 @@ read as before (`checked: false`).
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 import threading
@@ -56,8 +57,8 @@ def _seal_at(path: str) -> tuple[int, int] | None | bool:
             fields = f.read().split()
     except PermissionError:
         return False
-    except OSError:
-        return None
+    except OSError as exc:  # gone (ENOENT, ESRCH), or /proc refused to this process: not ours to read
+        return None if exc.errno in (errno.ENOENT, errno.ESRCH) else False
     try:
         if len(fields) >= 7 and int(fields[0]) == 0 and int(fields[6], 16) == SEAL_MAGIC:
             return int(fields[4], 16), int(fields[5], 16)
