@@ -38,7 +38,7 @@ from crane.sandbox.kernel.entry import _watch_seal  # kernel: strip
 _FORK_UNSAFE = ("tensorflow", "jax", "jaxlib")
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _HEAD: dict = {}  # the head's own set-up (subreaper, once)
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def fork_refused(spec: dict) -> str | None:
@@ -114,7 +114,7 @@ def loaded_by(data: bytes, tops: list[str]) -> list[str]:
         extra = line.get("transplant")
         if isinstance(extra, dict):  # the worker's own setup line (after any line of its confinement's)
             names = extra.get("loaded_modules")
-            return [m for m in names if isinstance(m, str) and _MODULE.fullmatch(m) and m.partition(".")[0] in tops
+            return [m for m in names if isinstance(m, str) and _MODULE_NAME.fullmatch(m) and m.partition(".")[0] in tops
                     and m not in sys.modules] if isinstance(names, list) else []
     return []
 
