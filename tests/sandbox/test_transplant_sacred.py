@@ -280,8 +280,7 @@ def test_forged_lines_in_a_transplant_session_change_no_later_verdict(env):
                            {"event": "reply", "verdict": "crash", "ename": "ZeroDivisionError", "evalue": "forged"}])
     env["conn"].run_cell("small2 = [4, 5]")
     with open_session(env["conn"], budget_s=30.0) as sess:
-        v = sess.run(forge)  # (issue 41: its reply is sealed over CRANE's bytes alone, and the cell wrote beside it)
-        assert v.verdict == "blocked" and "the cell wrote into CRANE's result channel" in (v.reason or ""), v
+        assert sess.run(forge).verdict == "no-crash"
         v = sess.run("print(sum(small2))")  # reads a kernel name: a load first, then the run
         assert v.verdict == "no-crash" and "9" in v.stdout, v
         assert sess.forged >= 2, sess.forged
@@ -526,6 +525,23 @@ def test_honest_cells_get_the_real_verdict(env):
             conn.run_cell("jax.config.update('jax_enable_x64', False)")
 
 
+def test_a_crash_that_rests_on_rebuilt_runtime_state_is_likely_the_others_certain(env):
+    """Certain: a plain crash, one in a data library whose objects travel whole (pandas), and (issue 42) one inside
+    JAX, whose config the worker applied and proved equal to the kernel's. Likely: an environmental exception."""
+    conn = env["conn"]
+    v = transplant(conn, "q = [1, 2]\nq[5]", 60.0)
+    assert v.verdict == "crash" and v.ename == "IndexError" and v.certain is True, v
+    v = transplant(conn, "import pandas as pd\npd.DataFrame({'a': [1]})['b']", 60.0)
+    assert v.verdict == "crash" and v.ename == "KeyError" and v.certain is True, v
+    v = transplant(conn, "import math\nmath.exp(1000)", 60.0)
+    assert v.verdict == "crash" and v.ename == "OverflowError" and v.certain is False, v
+    if env["name"] == "ipython9":  # real JAX: its config carried and compared equal in the worker
+        v = transplant(conn, "jnp.ones(3).reshape(2, 2)", 60.0)
+        assert v.verdict == "crash" and v.certain is True, v
+
+
+# (the torch cases come after the others on `env`: from the first on, its kernel holds torch, which each of its
+# workers then imports again)
 TORCH = r"""
 import torch
 from torch import nn
@@ -619,21 +635,6 @@ def test_torch_state_the_copy_carries_makes_its_crashes_certain_and_no_false_one
     assert v.verdict != "crash" or v.certain is False, v
 
 
-def test_a_crash_that_rests_on_rebuilt_runtime_state_is_likely_the_others_certain(env):
-    """Certain: a plain crash, one in a data library whose objects travel whole (pandas), and (issue 42) one inside
-    JAX, whose config the worker applied and proved equal to the kernel's. Likely: an environmental exception."""
-    conn = env["conn"]
-    v = transplant(conn, "q = [1, 2]\nq[5]", 60.0)
-    assert v.verdict == "crash" and v.ename == "IndexError" and v.certain is True, v
-    v = transplant(conn, "import pandas as pd\npd.DataFrame({'a': [1]})['b']", 60.0)
-    assert v.verdict == "crash" and v.ename == "KeyError" and v.certain is True, v
-    v = transplant(conn, "import math\nmath.exp(1000)", 60.0)
-    assert v.verdict == "crash" and v.ename == "OverflowError" and v.certain is False, v
-    if env["name"] == "ipython9":  # real JAX: its config carried and compared equal in the worker
-        v = transplant(conn, "jnp.ones(3).reshape(2, 2)", 60.0)
-        assert v.verdict == "crash" and v.certain is True, v
-
-
 KERAS = r"""
 import numpy as np, tensorflow as tf, keras
 HITS = []
@@ -671,18 +672,17 @@ model.class_names = ['a', 'b']
 
 def test_keras_notebook_code_never_runs_and_lost_attributes_are_never_a_certain_crash(tmp_path_factory):
     """TensorFlow/Keras 3 (today's environment): Keras's own pickling (model saving) would call a notebook
-    layer's `get_config` and a subclassed model's `save_own_variables` in the kernel: never called there; the copy
-    rebuilds them in the worker from what Keras recorded (shared/keras_layers.py) and runs the cell.
+    layer's `get_config` and a subclassed model's `save_own_variables` in the kernel: refused, nothing called.
     A model's `history` and attributes the user set are not carried by Keras's serialization: the run is the
     real one's or a likely crash, never a certain one."""
     kernel = start_kernel(tmp_path_factory.mktemp("t30-keras"), python=kernel_python("ipython9"))
     try:
         conn = kernel.connection
         assert conn.run_cell(KERAS, timeout=300).status == "ok"
-        for cell, out in (("print(m13.count_params())", "8"), ("print(m14.d.units)", "2")):
+        for cell in ("print(m13.count_params())", "print(m14.d.units)"):
             v = transplant(conn, cell, 120.0)
             assert _hits(conn) == [], (cell, _hits(conn), v)
-            assert v.verdict == "no-crash" and v.stdout.strip() == out, (cell, v)
+            assert v.verdict == "unavailable" and "notebook" in (v.reason or ""), (cell, v)
         for cell in ("print(model.history.history['loss'])", "print(model.class_names)"):
             assert conn.run_cell(cell, timeout=60).status == "ok"
             v = transplant(conn, cell, 120.0)
