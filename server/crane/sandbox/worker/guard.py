@@ -827,14 +827,24 @@ _ALWAYS = {"signal": ("pidfd_send_signal",), "_posixsubprocess": ("fork_exec",),
 _OPEN_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
+def _fd_path(fd: int) -> str:
+    """The path of an open folder descriptor: fcntl's F_GETPATH on macOS and the BSDs, Linux's descriptor links
+    elsewhere (OSError where neither can tell: the write is then refused)."""
+    import fcntl
+    getpath = getattr(fcntl, "F_GETPATH", None)
+    if getpath is not None:
+        return os.fsdecode(fcntl.fcntl(fd, getpath, bytes(1024)).rstrip(b"\0"))
+    return os.readlink(f"/proc/self/fd/{fd}")  # (Linux)
+
+
 def _at_folder(dir_fd: Any, path: Any) -> str | None:
     """The path `path` names relative to the folder descriptor `dir_fd` (None where it cannot be told)."""
     try:
         name = os.fsdecode(path)
         if os.path.isabs(name):
             return name
-        return os.path.join(os.readlink(f"/proc/self/fd/{int(dir_fd)}"), name)
-    except (OSError, TypeError, ValueError):
+        return os.path.join(_fd_path(int(dir_fd)), name)
+    except (OSError, TypeError, ValueError, ImportError):
         return None
 
 
