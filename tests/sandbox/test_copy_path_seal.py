@@ -77,6 +77,13 @@ def test_honest_cells_keep_their_verdicts_sealed(ik, path):
     assert v.integrity is not None and v.integrity.channel_checked, v
 
 
+def _forgery_off_the_channel(v) -> bool:
+    """The forger's first write went into the pipe the run's pool processes hand refusals on (it is among "every
+    pipe"): the run ended blocked there, before its write on the result channel, which then held CRANE's lines alone."""
+    from crane.sandbox.worker.portable import NOTICES_FORGED
+    return v.verdict == "blocked" and NOTICES_FORGED in (v.reason or "")
+
+
 def _not_its_own(v, *real: str) -> None:
     """Never no-crash: blocked (the forged line found, or the sandbox refused how the cell looked) or the real end."""
     assert v.verdict != "no-crash", v
@@ -97,7 +104,7 @@ def test_a_forger_that_closes_every_descriptor_gets_no_verdict_of_its_own(ik, pa
     v = _run(ik, FORGE_AND_CLOSE + after + "\n", path)
     assert v.verdict == "blocked", v
     assert FORGED in (v.reason or "") or (v.reason or "").startswith("crane sandbox: "), v
-    assert v.integrity is not None and not v.integrity.channel_checked, v
+    assert v.integrity is not None and (not v.integrity.channel_checked or _forgery_off_the_channel(v)), v
 
 
 @pytest.mark.parametrize("ending", ["os._exit", "kill-self", "exit-from-a-thread"])
@@ -107,7 +114,7 @@ def test_a_forger_that_ends_its_process_ends_the_kernel(ik, path, ending):
     _not_its_own(v, "DeadKernelError")
     if path.startswith("transplant"):  # (the portable guard may refuse how it looked first: blocked)
         assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v
-    assert v.integrity is not None and not v.integrity.channel_checked, v
+    assert v.integrity is not None and (not v.integrity.channel_checked or _forgery_off_the_channel(v)), v
 
 
 @pytest.mark.parametrize("path", ["transplant-blocking", "portable-alone"])

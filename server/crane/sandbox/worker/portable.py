@@ -747,6 +747,7 @@ def _child_after_fork(guard: CallGuard, parent: int, ctx: _Ctx) -> None:
     threading.Thread(target=watch, name="crane-fork-child-watch", daemon=True).start()
 
 
+NOTICES_FORGED = "the cell wrote into CRANE's result channel (the pipe its pools' processes hand refusals on)"
 _NOTICES: dict[str, Any] = {}  # the run's channel from its fork children to the worker (`_listen_to_children`)
 # the signal a fork child sends the worker with its refusal (a real-time one where there are: no library's)
 _NOTICE_SIGNAL = getattr(signal, "SIGRTMIN", 0) + 3 if hasattr(signal, "SIGRTMIN") else getattr(signal, "SIGUSR2", 0)
@@ -812,12 +813,16 @@ def _children_refused() -> None:
     got: Any = None
     try:
         got = json.loads(data.split(b"\n", 1)[0])
-        what = str(got["what"]) if isinstance(got, dict) else ""
-        layer = str(got.get("layer") or "audit hook")
-        path = got.get("path") if isinstance(got.get("path"), str) else None
-    except (ValueError, KeyError, TypeError, AttributeError):
-        what, layer, path = "", "audit hook", None
+    except ValueError:
+        pass
     child = got.get("pid") if isinstance(got, dict) else None
+    if not (isinstance(got, dict) and set(got) == {"what", "layer", "path", "pid"} and isinstance(got["what"], str)
+            and isinstance(got["layer"], str) and (got["path"] is None or isinstance(got["path"], str))
+            and type(child) is int and child != _NOTICES["pid"]):
+        # not what `_tell_parent` writes: the cell wrote into this pipe (it holds its write end, for its pools)
+        _NOTICES["refuse"](f"{NOTICES_FORGED}: writing there", "audit hook", None)
+        return
+    what, layer, path = got["what"], got["layer"] or "audit hook", got["path"]
     _NOTICES["denied"].append(f"crane sandbox: a process the cell started (pid {child if type(child) is int else '?'}) "
                               "was refused the call below")
     _NOTICES["refuse"](what or "a call in a process the cell started", layer, path)
