@@ -28,6 +28,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from crane.sandbox.worker.after_import import AfterImport  # kernel: strip
+
 _ARROW_WRITE_MODES = ("w", "a", "+", "x")
 
 
@@ -188,45 +190,18 @@ def _arrow_patch(name: str, vet: _ArrowVet) -> None:
     mod.__dict__.update(new)
 
 
-class _ArrowAfterImport:
-    """A `sys.meta_path` finder: when a target module is imported, its replacements are put in right after it is
-    executed (before `pyarrow/__init__.py` or `pyarrow/fs.py` import names from it)."""
+class _ArrowAfterImport(AfterImport):
+    """When a target module is imported, its replacements are put in right after it is executed (before
+    `pyarrow/__init__.py` or `pyarrow/fs.py` import names from it)."""
 
     def __init__(self, vet: _ArrowVet) -> None:
         self.vet = vet
-        self.busy = False
 
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in _ARROW_TARGETS or name in _ARROW_DONE or self.busy:
-            return None
-        self.busy = True
-        try:
-            spec = None
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(name, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self.busy = False
-        loader = getattr(spec, "loader", None)
-        run = getattr(loader, "exec_module", None)
-        if run is None:
-            return spec
-        vet = self.vet
+    def wants(self, name: str) -> bool:
+        return name in _ARROW_TARGETS and name not in _ARROW_DONE
 
-        def exec_module(module: types.ModuleType) -> None:
-            run(module)
-            _arrow_patch(name, vet)
-        try:
-            loader.exec_module = exec_module  # type: ignore[union-attr]
-        except (AttributeError, TypeError):
-            return spec
-        return spec
-
-    def invalidate_caches(self) -> None:
-        pass
+    def after(self, name: str, module: types.ModuleType) -> None:
+        _arrow_patch(name, self.vet)
 
 
 def guard_arrow(inside: Callable[[Any], bool], prepare: Callable[[Any], object],

@@ -23,6 +23,8 @@ import sys
 import types
 from typing import Any
 
+from crane.sandbox.worker.after_import import AfterImport  # kernel: strip
+
 _JOBLIB_DONE: dict[str, Any] = {}  # what install_joblib did in this process
 
 
@@ -100,44 +102,17 @@ def _put_backend(cpus: int) -> bool:
     return True
 
 
-class _JoblibAfterImport:
-    """A `sys.meta_path` finder: `joblib.parallel`, imported by the cell, gets the fork pool right after it runs."""
+class _JoblibAfterImport(AfterImport):
+    """`joblib.parallel`, imported by the cell, gets the fork pool right after it runs."""
 
     def __init__(self, cpus: int) -> None:
         self.cpus = cpus
-        self.busy = False
 
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "joblib.parallel" or self.busy or _JOBLIB_DONE.get("backend"):
-            return None
-        self.busy = True
-        try:
-            spec = None
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(name, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self.busy = False
-        loader = getattr(spec, "loader", None)
-        run = getattr(loader, "exec_module", None)
-        if run is None:
-            return spec
-        cpus = self.cpus
+    def wants(self, name: str) -> bool:
+        return name == "joblib.parallel" and not _JOBLIB_DONE.get("backend")
 
-        def exec_module(module: types.ModuleType) -> None:
-            run(module)
-            _put_backend(cpus)
-        try:
-            loader.exec_module = exec_module  # type: ignore[union-attr]
-        except (AttributeError, TypeError):
-            pass
-        return spec
-
-    def invalidate_caches(self) -> None:
-        pass
+    def after(self, name: str, module: types.ModuleType) -> None:
+        _put_backend(self.cpus)
 
 
 def install_joblib(pools: bool) -> dict[str, Any]:
