@@ -144,7 +144,10 @@ async def test_only_an_advancing_execution_count_is_a_user_run(tmp_path):
         await wait_for(lambda: (d := crane_diags(client, nb.cells[0])) and d[0].data["facts"] == "live", what="live NameError")
         count = kernel.conn.evaluate("get_ipython().execution_count")
 
+        # one after the other, each seen before the next: a request whose end is read while another request
+        # runs counts as a run (the count cannot be read then; re-checking is the safe side), see below
         run_like_the_jupyter_extension(kernel.conn, "print('the variables view')")
+        await wait_for(lambda: sum("not a user run" in m for m in logs(client)) == 1, what="the first request seen")
         run_like_the_jupyter_extension(kernel.conn, "_vscode_tmp = 1\ndel _vscode_tmp")
         await wait_for(lambda: sum("not a user run" in m for m in logs(client)) == 2, what="both requests seen")
         assert not [m for m in logs(client) if "kernels: a user run" in m]
@@ -155,6 +158,44 @@ async def test_only_an_advancing_execution_count_is_a_user_run(tmp_path):
         await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="NameError gone after the user's run")
         assert [m for m in logs(client) if f"kernels: a user run (count {count})" in m]
         assert last_status(client, nb.uri).state in ("idle", "attached")
+    finally:
+        await stop_client(client)
+        kernel.shutdown()
+
+
+async def test_a_request_read_while_another_runs_is_not_taken_for_a_restart(tmp_path):
+    """The CI failure of stop 47: the extension's request ended while its next one already ran, so the count
+    could not be read and the first was counted as a run (the safe side); the second, under the same count,
+    then read as "the count went back" and the daemon let a live kernel go as restarted. A request whose
+    count is unconfirmed only says the kernel had reached that count."""
+    rt = tmp_path / "rt"
+    rt.mkdir()
+    nbp = notebook_file(tmp_path / "nb", "queued.ipynb")
+    kernel = Kernel(rt, nbp)
+    client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path / "empty")})
+    try:
+        nb = Notebook(client, nbp, ["print(zz_var)\n"])
+        assert (await attach(client, nb, kernel.connection_file, "request")).attached
+        await wait_for(lambda: (d := crane_diags(client, nb.cells[0])) and d[0].data["facts"] == "live", what="live NameError")
+        count = kernel.conn.evaluate("get_ipython().execution_count")
+        c = kernel.conn.client
+        # both queued at once: the second (3 s) runs when the first's end is read, and the daemon's own question
+        # for the count waits behind it past its 1 s limit
+        first = c.execute("import time; time.sleep(0.2)", silent=False, store_history=False, allow_stdin=False)
+        second = c.execute("time.sleep(3)", silent=False, store_history=False, allow_stdin=False)
+        for msg_id in (first, second):
+            reply = c.get_shell_msg(timeout=60)
+            while reply["parent_header"].get("msg_id") != msg_id:
+                reply = c.get_shell_msg(timeout=60)
+            assert reply["content"]["status"] == "ok", reply["content"]
+        await wait_for(lambda: sum(f"(count {count})" in m and ("user run" in m) for m in logs(client)) == 2,
+                       timeout=30, what="both requests judged")
+        assert len([m for m in logs(client) if "kernels: a user run" in m]) == 1  # the unconfirmed one
+        assert [m for m in logs(client) if "not a user run" in m]  # the second: the count stayed
+        assert not [m for m in logs(client) if "restarted" in m]
+        assert len([m for m in logs(client) if "kernel_attach: attached to" in m]) == 1  # never let go
+        assert last_status(client, nb.uri).state in ("idle", "attached", "busy")
+        assert kernel.conn.evaluate("get_ipython().execution_count") == count
     finally:
         await stop_client(client)
         kernel.shutdown()

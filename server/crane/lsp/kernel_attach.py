@@ -82,7 +82,7 @@ class Attachment:
     watch: KernelWatch
     io: ThreadPoolExecutor
     probe: Any = None  # crane.probe.collect.ProbeClient, created on first use
-    last_count: int | None = None  # execution count of the last user run (one whose count advanced)
+    last_count: int | None = None  # one less than the least execution count the kernel can show unrestarted
     closed: bool = field(default=False)
 
     @property

@@ -328,8 +328,11 @@ class KernelSupervisor:
                 log.info("a request (count %s) left the execution count at %s: not a user run", count, ident.execution_count)
                 return
         log.info("a user run (count %s) finished: re-checking the cells it affects", count)
-        if count is not None:
-            att.last_count = count
+        # the least count the kernel can now show without a restart (less one): read when we could, else the
+        # count the request ran under (an unconfirmed request may have left the count where it was)
+        floor = ident.execution_count if ident is not None and ident.execution_count is not None else count
+        if floor is not None and (att.last_count is None or floor - 1 > att.last_count):
+            att.last_count = floor - 1
         if event.code and event.seconds is not None:  # how long the cell takes: the sandbox's scale for it
             session.run_seconds.pop(event.code, None)
             session.run_seconds[event.code] = event.seconds
