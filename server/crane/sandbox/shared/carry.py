@@ -17,7 +17,8 @@ What travels: the recursion limit and `sys.get_int_max_str_digits()`; `warnings`
 context (precision, rounding, Emin/Emax, capitals, clamp, traps and flags); the global RNG states (`random`,
 numpy's legacy global RandomState); numpy's error handling and print options; pandas options that differ from
 their defaults; JAX's config values (x64, default dtype bits, PRNG implementation, ...); TensorFlow's eager and
-soft-placement flags; Keras' floatx, image data format, epsilon and dtype policy.
+soft-placement flags and its eager global seed with the generator of its operation seeds; Keras' floatx, image data
+format, epsilon, dtype policy, global seed and global `SeedGenerator` state.
 """
 
 from __future__ import annotations
@@ -95,16 +96,7 @@ def _read_numpy_random(lib: Any) -> Any:
 
 def _read_random(lib: Any) -> Any:
     """The `random` module's global generator (`random.seed`, `random.random`)."""
-    rd = lib.mod("random")
-    inst, cls = rd.get("_inst"), rd.get("Random")
-    if type(inst) is not cls or not lib.proven(cls):
-        return None
-    state = lib.call(lib.method(cls, "getstate"), "getstate", inst)
-    if type(state) is not tuple or len(state) != 3 or type(state[1]) is not tuple:
-        return None
-    if not all(type(k) is int for k in state[1]) or not (state[2] is None or type(state[2]) is float):
-        return None
-    return [state[0], list(state[1]), state[2]]
+    return _random_state(lib, lib.mod("random").get("_inst"))
 
 
 def _read_decimal(lib: Any) -> Any:
@@ -217,7 +209,41 @@ def _read_tf(lib: Any) -> Any:
     cfg = lib.mod("tensorflow._api.v2.config") or lib.mod("tensorflow.config")
     out = {"run_functions_eagerly": lib.call(cfg.get("functions_run_eagerly"), "functions_run_eagerly"),
            "soft_device_placement": lib.call(cfg.get("get_soft_device_placement"), "get_soft_device_placement")}
-    return out if all(type(v) is bool for v in out.values()) else None
+    if not all(type(v) is bool for v in out.values()):
+        return None
+    seed = _read_tf_seed(lib)
+    return None if seed is None else {**out, "seed": seed}
+
+
+def _read_tf_seed(lib: Any) -> Any:
+    """TensorFlow's eager global seed (`tf.random.set_seed`, the context's `_seed`) and the generator its random
+    ops draw their operation seeds from (`_rng`, a `random.Random`): [seed, its state], [None, None] when no seed
+    was set; None when either is not plain (then TensorFlow's state is unread: a crash in it only likely)."""
+    ctx = lib.mod("tensorflow.python.eager.context").get("_context")
+    if ctx is None:
+        return [None, None]
+    if not lib.proven(type(ctx)):
+        return None
+    d = lib.attrs(ctx)
+    seed, rng = d.get("_seed"), d.get("_rng")
+    if seed is None and rng is None:
+        return [None, None]
+    if type(seed) is not int:
+        return None
+    return [seed, _random_state(lib, rng)] if rng is not None else [seed, None]
+
+
+def _random_state(lib: Any, inst: Any) -> Any:
+    """A `random.Random`'s state as plain lists (`getstate`, the class proven the library's), else None."""
+    cls = lib.mod("random").get("Random")
+    if cls is None or type(inst) is not cls or not lib.proven(cls):
+        return None
+    state = lib.call(lib.method(cls, "getstate"), "getstate", inst)
+    if type(state) is not tuple or len(state) != 3 or type(state[1]) is not tuple:
+        return None
+    if not all(type(k) is int for k in state[1]) or not (state[2] is None or type(state[2]) is float):
+        return None
+    return [state[0], list(state[1]), state[2]]
 
 
 def _read_keras(lib: Any) -> Any:
@@ -230,7 +256,38 @@ def _read_keras(lib: Any) -> Any:
         if type(name) is not str:
             return None
         out["dtype_policy"] = name
-    return out if all(_simple(v) for v in out.values()) else None
+    if not all(_simple(v) for v in out.values()):
+        return None
+    seed = _read_keras_seed(lib)
+    return None if seed is None else {**out, "seed": seed}
+
+
+def _read_keras_seed(lib: Any) -> Any:
+    """Keras's global random state (`keras.utils.set_random_seed`, `keras.random.*` without a seed): the seed it
+    recorded and its global `SeedGenerator`'s state variable (the kernel's main thread's: the export runs there),
+    [seed, [two ints] or None]; None when not plain or not read by the library's own code."""
+    tracker = lib.mod("keras.src.backend.common.global_state").get("GLOBAL_STATE_TRACKER")
+    if tracker is None:
+        return [None, None]
+    if not lib.proven(type(tracker)):
+        return None
+    d = lib.call(lib.method(type(tracker), "__getattribute__"), "__getattribute__", tracker, "__dict__")
+    if type(d) is not dict:
+        return None
+    seed, gen = d.get("global_random_seed"), d.get("global_seed_generator")
+    if not (seed is None or type(seed) is int):
+        return None
+    if gen is None:
+        return [seed, None]
+    cls = lib.mod("keras.src.random.seed_generator").get("SeedGenerator")
+    var = lib.attrs(gen).get("state") if type(gen) is cls and lib.proven(cls) else None
+    if var is None or not lib.proven(type(var)):
+        return None
+    arr = lib.call(lib.method(type(var), "numpy", None), "numpy", var)
+    values = lib.call(lib.method(type(arr), "tolist"), "tolist", arr)
+    if type(values) is not list or len(values) != 2 or not all(type(x) is int for x in values):
+        return None
+    return [seed, values]
 
 
 # (key, reader, the module whose presence means the library is loaded; "" for always)
@@ -389,6 +446,12 @@ def _apply_tf(v: dict) -> None:
     tf: Any = _loaded("tensorflow")
     tf.config.run_functions_eagerly(v["run_functions_eagerly"])
     tf.config.set_soft_device_placement(v["soft_device_placement"])
+    seed, rng = v.get("seed") or (None, None)
+    if seed is not None:
+        ctx: Any = _loaded("tensorflow.python.eager.context").context()
+        ctx._set_global_seed(seed)
+        if rng is not None:
+            ctx._rng.setstate((rng[0], tuple(rng[1]), rng[2]))
 
 
 def _apply_keras(v: dict) -> None:
@@ -399,6 +462,17 @@ def _apply_keras(v: dict) -> None:
     cfg.set_epsilon(v["epsilon"])
     if "dtype_policy" in v:
         cfg.set_dtype_policy(v["dtype_policy"])
+    seed, state = v.get("seed") or (None, None)
+    if seed is not None or state is not None:
+        np: Any = _loaded("numpy")
+        glob: Any = _loaded("keras.src.backend.common.global_state")
+        glob.set_global_attribute("global_random_seed", seed)
+        if state is None:
+            glob.set_global_attribute("global_seed_generator", None)
+        else:
+            gen = _loaded("keras.src.random.seed_generator").SeedGenerator(seed=0)  # (draws nothing from `random`)
+            gen.state.assign(np.asarray(state, dtype=gen.state.dtype))
+            glob.set_global_attribute("global_seed_generator", gen)
 
 
 _APPLY: dict[str, Any] = {"interpreter": _apply_interpreter, "numpy": _apply_numpy, "numpy_random": _apply_numpy_random,

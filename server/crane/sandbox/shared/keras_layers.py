@@ -71,28 +71,62 @@ def items(seq: Any, attrs: Any) -> list | None:
     return list(_LIST_ITER(seq))
 
 
-def weights_of(layer: Any, attrs: Any) -> list:
-    """The layer's weights in Keras's `Layer.weights` order, read from instance dicts (`attrs`): its own trainable
-    then non-trainable variables, then each sublayer's, depth first, each variable once."""
+def layers_of(layer: Any, attrs: Any) -> list:
+    """The layer and its sublayers, depth first (the layer first, then each of `_layers` in order), each once; read
+    from instance dicts (`attrs`)."""
     out: list = []
-    seen: set = set()
     walked: set = set()
 
     def walk(obj: Any) -> None:
         if id(obj) in walked:
             return
         walked.add(id(obj))
+        out.append(obj)
+        for sub in items(dict.get(attrs(obj), "_layers"), attrs) or ():
+            walk(sub)
+
+    walk(layer)
+    return out
+
+
+def weights_of(layer: Any, attrs: Any) -> list:
+    """The layer's weights in Keras's `Layer.weights` order, read from instance dicts (`attrs`): its own trainable
+    then non-trainable variables, then each sublayer's, depth first, each variable once."""
+    out: list = []
+    seen: set = set()
+    for obj in layers_of(layer, attrs):
         d = attrs(obj)
         for key in _VARIABLE_LISTS:
             for v in items(dict.get(d, key), attrs) or ():
                 if id(v) not in seen:
                     seen.add(id(v))
                     out.append(v)
-        for sub in items(dict.get(d, "_layers"), attrs) or ():
-            walk(sub)
-
-    walk(layer)
     return out
+
+
+def seed_states_of(layer: Any, attrs: Any) -> list:
+    """The state variables of the seed generators of the layer and its sublayers (`_seed_generators`, a Dropout's,
+    a noise layer's), in `layers_of` order, each once: what draws their next random numbers."""
+    out: list = []
+    seen: set = set()
+    for obj in layers_of(layer, attrs):
+        for gen in items(dict.get(attrs(obj), "_seed_generators"), attrs) or ():
+            v = dict.get(attrs(gen), "state")
+            if v is not None and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+    return out
+
+
+def trainable_flags(layer: Any, attrs: Any) -> tuple:
+    """(each sublayer's own `trainable` flag in `layers_of` order, the layer itself left out; each weight's, in
+    `weights_of` order): a sublayer frozen after it was made (`block.inner.trainable = False`), a weight frozen
+    alone. None where the flag is not a bool."""
+    def flag(obj: Any) -> bool | None:
+        f = dict.get(attrs(obj), "_trainable")
+        return f if type(f) is bool else None
+
+    return [flag(sub) for sub in layers_of(layer, attrs)[1:]], [flag(v) for v in weights_of(layer, attrs)]
 
 
 _NOT_PLAIN = object()
@@ -196,12 +230,15 @@ class LayerReader:
         if traced and opt is not None and dict.get(self.attrs(opt), "built") is False:
             raise TypeError(f"a Keras model of the notebook's class {name} has a traced training step whose optimizer "
                             "was never built (a failed fit): a rebuilt copy would not fail the way the kernel's does")
-        values = self.values(weights_of(obj, self.attrs), f"a Keras layer of the notebook's class {name}")
+        what = f"a Keras layer of the notebook's class {name}"
+        values = self.values(weights_of(obj, self.attrs), what)
+        seeds = self.values(seed_states_of(obj, self.attrs), what)
         trainable = dict.get(d, "_trainable")
         own_name = dict.get(d, "name")
         return dict(config), (dict(config), own_name if type(own_name) is str else None, build, values,
                               trainable if type(trainable) is bool else None,
-                              self.compile_config(d), self.optimizer_values(d))
+                              self.compile_config(d), self.optimizer_values(d),
+                              trainable_flags(obj, self.attrs), seeds)
 
 
 # -- apply side (the worker) ---------------------------------------------------------------------------------
@@ -250,21 +287,61 @@ def rebuild_layer(obj: Any, spec: tuple, state: dict) -> bool:
     name, its build, its weights (compared, then assigned), its graph state (`state`: the nodes it was called at),
     compile and optimizer. Raises when it cannot be made the kernel's; returns False when its compile or optimizer
     differs (the Keras state is "missed")."""
-    kwargs, name, build, values, trainable, compile_config, opt_values = spec
+    kwargs, name, build, values, trainable, compile_config, opt_values, flags, seeds = spec
     what = f"the notebook's Keras layer {type(obj).__name__}"
-    type(obj).__init__(obj, **kwargs)
-    if name is not None:
-        _attrs(obj)["name"] = name  # before its build: the name scope of its variables, as in the kernel
-    if build is not None and not obj.built:
-        if getattr(getattr(type(obj), "build", None), "_is_default", False):
-            # no `build` of its own: built, as Keras's first call did, by running `call` on symbolic inputs
-            if "input_shape" in build:
-                obj._build_by_run_for_single_pos_arg(build["input_shape"])
-            else:
-                obj._build_by_run_for_kwargs(build["shapes_dict"])
-        obj.build_from_config(build)
+    with _KeptRngs():  # its `__init__` may draw seeds (a Dropout's SeedGenerator): the kernel's RNGs stay
+        type(obj).__init__(obj, **kwargs)
+        if name is not None:
+            _attrs(obj)["name"] = name  # before its build: the name scope of its variables, as in the kernel
+        if build is not None and not obj.built:
+            if getattr(getattr(type(obj), "build", None), "_is_default", False):
+                # no `build` of its own: built, as Keras's first call did, by running `call` on symbolic inputs
+                if "input_shape" in build:
+                    obj._build_by_run_for_single_pos_arg(build["input_shape"])
+                else:
+                    obj._build_by_run_for_kwargs(build["shapes_dict"])
+            obj.build_from_config(build)
     assign(weights_of(obj, _attrs), values, what)
+    assign(seed_states_of(obj, _attrs), seeds, f"{what}'s seed generators")
     if trainable is not None and obj.trainable is not trainable:
         obj.trainable = trainable
+    set_trainable(obj, flags, what)
     _attrs(obj).update(state)
     return compile_like(obj, compile_config, opt_values)
+
+
+def set_trainable(obj: Any, flags: tuple, what: str) -> None:
+    """Give the rebuilt layer's sublayers, then its weights, the kernel's `trainable` flags (`trainable_flags`):
+    each sublayer through Keras's setter, parents before children as the setter reaches down, then each weight's
+    own flag. A count that differs raises (ValueError: the copy would not be the kernel's layer)."""
+    layer_flags, weight_flags = flags
+    subs, weights = layers_of(obj, _attrs)[1:], weights_of(obj, _attrs)
+    if len(subs) != len(layer_flags) or len(weights) != len(weight_flags):
+        raise ValueError(f"{what} was rebuilt with {len(subs)} sublayers and {len(weights)} weights, the kernel's "
+                         f"has {len(layer_flags)} and {len(weight_flags)}")
+    for sub, f in zip(subs, layer_flags, strict=True):
+        if f is not None and sub.trainable is not f:
+            sub.trainable = f
+    for v, f in zip(weights, weight_flags, strict=True):
+        if f is not None and v.trainable is not f:
+            v.trainable = f
+
+
+class _KeptRngs:
+    """Restores the `random` module's and numpy's global generators on exit: what the worker's rebuilding draws
+    from them is not the notebook's (the kernel's states were applied before, shared/carry.py)."""
+
+    def __enter__(self) -> None:
+        import random
+        import sys
+        self.saved = random.getstate()
+        np = sys.modules.get("numpy")
+        self.np_saved = np.random.get_state() if np is not None else None
+
+    def __exit__(self, *exc: Any) -> None:
+        import random
+        import sys
+        random.setstate(self.saved)
+        np = sys.modules.get("numpy")
+        if np is not None and self.np_saved is not None:
+            np.random.set_state(self.np_saved)
