@@ -8,13 +8,18 @@
 - the miniature (`crane.sandbox.kernel.miniature`) keeps about `MINI_TARGET_S / expected` of the rows of the large
   data the cell reads (at least 64 rows and a batch); if it still times out, once more with a tenth of that
   (at least 16 rows).
-A miniature crash or clean run is the verdict (`scale="miniature"`, `kept` says how much was kept); an
-inconclusive miniature (an exception the smaller data may have caused, nothing large to shrink, still too slow)
-leaves the full run's "timeout", with the miniature's reason added.
+- when that miniature is inconclusive too and the cell has a `for` statement, a loop miniature: the data whole,
+  each `for` loop bounded to its first `LOOP_ITERATIONS` iterations (a range's last one too; kernel/miniature's
+  rule of what it may conclude: a crash before any cut is certain, after one it is a miniature crash unless the
+  skipped iterations may explain it); if it times out, once more with one iteration per loop.
+A miniature crash or clean run is the verdict (`scale="miniature"`, `kept` says how much was kept, a loop
+miniature's `reason` what its verdict rests on); an inconclusive miniature (an exception the smaller data may have
+caused, nothing large to shrink, still too slow) leaves the full run's "timeout", with the miniature's reason added.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 
 from crane.kernel.client import KernelConnection
@@ -32,6 +37,16 @@ def miniature_spec(expected_s: float, target_s: float = MINI_TARGET_S, floor_row
     fraction = min(0.5, max(0.0005, target_s / max(float(expected_s), target_s)))
     return {"fraction": round(fraction, 6), "floor_rows": int(floor_rows), "min_rows": 2000, "relative": 0.05,
             "seed": 0}
+
+
+LOOP_ITERATIONS = 2  # a loop miniature's iterations per `for` loop (then 1 when that still times out)
+_FOR = re.compile(r"^[ \t]*for\s.+\sin\s", re.M)
+
+
+def loop_spec(iterations: int = LOOP_ITERATIONS) -> dict:
+    """A loop miniature's spec (kernel/miniature): the data kept whole, each `for` loop bounded."""
+    return {"fraction": 1.0, "floor_rows": 0, "min_rows": 2000, "relative": 0.05, "seed": 0, "rows": False,
+            "loops": int(iterations)}
 
 
 def _inconclusive_mini(v: SandboxVerdict) -> bool:
@@ -65,6 +80,15 @@ def speculate_scaled(
             cancel is not None and cancel.is_set()):
         mini = speculate(conn, source, mini_budget, miniature=miniature_spec(expected * 10, target, floor_rows=16),
                          cancel=cancel, **kw)
+    if _inconclusive_mini(mini) and _FOR.search(source) and not (cancel is not None and cancel.is_set()):
+        loop = speculate(conn, source, mini_budget, miniature=loop_spec(), cancel=cancel, **kw)
+        if loop.verdict == "timeout" and loop.kept and "artefact" not in (loop.reason or "") and not (
+                cancel is not None and cancel.is_set()):
+            loop = speculate(conn, source, mini_budget, miniature=loop_spec(1), cancel=cancel, **kw)
+        if not _inconclusive_mini(loop):
+            return loop
+        mini.reason = f"{mini.reason or 'the miniature run was inconclusive'}; loop miniature: {loop.reason}"
+        mini.transient = mini.transient or loop.transient
     if not _inconclusive_mini(mini):
         return mini
     if full is None:

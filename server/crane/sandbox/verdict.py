@@ -203,11 +203,12 @@ def transplant_text(t: TransplantInfo, why: str | None) -> str:
 def miniature_text(kept: list[KeptObject]) -> str:
     """'kept 1,333 of 40,000 rows of X, y; 166 of 5,000 of X_test' (objects grouped by size)."""
     groups: dict[tuple[int, int], list[str]] = {}
-    for k in kept:
+    loops = [f"each `for` loop bounded to its first {k.rows} iterations" for k in kept if k.kind == "loop"][:1]
+    for k in (k for k in kept if k.kind != "loop"):
         groups.setdefault((k.rows, k.of), []).append(k.name)
     parts = [f"{rows:,} of {of:,} rows of {', '.join(names[:4])}{', ...' if len(names) > 4 else ''}"
              for (rows, of), names in sorted(groups.items(), key=lambda kv: -kv[0][1])]
-    return ("kept " + "; ".join(parts)) if parts else "nothing large to shrink"
+    return "; ".join(([("kept " + "; ".join(parts))] if parts else []) + loops) or "nothing large to shrink"
 
 
 class SetupLine(msgspec.Struct, omit_defaults=True):

@@ -1,4 +1,5 @@
-"""Fork sandbox, kernel side: miniature runs (a long cell run on row subsets of the large data it reads).
+"""Fork sandbox, kernel side: miniature runs (a long cell run on row subsets of the large data it reads, or with
+its `for` loops bounded to their first iterations).
 
 In the confined child, before the cell runs, the large objects the cell reads by name (DataFrames, Series,
 numpy arrays, tensors, scipy sparse matrices, torch Datasets and DataLoaders, Hugging Face Datasets; also one
@@ -23,6 +24,17 @@ fork path's child passes none.
 `artefact(exc)` then says whether an exception may be an artefact of the smaller data (sample/split/neighbour/
 component counts, labels dropped from the subset, shapes that mention the kept or original row counts,
 stratification, empty results): such a run is inconclusive, never a crash.
+A loop miniature (`spec["loops"]` = n, `spec["rows"]` False: the data stay whole) is said by a `loop` entry of what
+was kept; in the process that runs the cell (the fork's child, the transplant worker), `arm_loops` rewrites every
+`for` statement of the cell (those in functions and classes it defines included; comprehensions, `async for` and
+`while` are left alone) to iterate through `__crane_loop__`, a generator compiled here as user-level code (its
+globals a fresh dict: no CRANE object is handed to the cell), which yields the first n items and stops, pulling
+item n + 1 first (so a failure there is the full run's too) and recording the cut; a `range` longer than n + 1 also
+yields its last item after the first n (the last epoch, the last partial batch). The rule of what such a run may
+conclude (`loop_note`, `_loop_artefact`): an exception raised before any loop was cut is on the full run's own path
+(certain, and the verdict's reason says so); one raised after a cut is the cell's crash only where the skipped
+iterations cannot explain it (not a missing or None value, an index, a count, an empty result, an assert: those
+make the run inconclusive), and is labelled a miniature crash; a clean run is a miniature's clean run, as for rows.
 Standard library only (pandas/numpy/torch are used only when the kernel already imported them).
 """
 
@@ -388,6 +400,9 @@ def _label(path: tuple) -> str:
 def shrink_namespace(ns: dict, names: list[str], spec: dict, check: Any = None) -> list[dict]:
     """Replace the large objects the cell reads (see the module docstring); returns what was kept. `check`
     (see the module docstring) may stop it by raising `ShrinkStopped`: `ns` is then left as it was."""
+    loops = loop_kept(spec)
+    if spec.get("rows") is False:  # a loop miniature alone: the data stay whole
+        return loops
     fraction = float(spec.get("fraction", 0.05))
     floor_rows = int(spec.get("floor_rows", 64))
     min_rows = int(spec.get("min_rows", 2000))
@@ -395,7 +410,7 @@ def shrink_namespace(ns: dict, names: list[str], spec: dict, check: Any = None) 
     rng = _RANDOM(int(spec.get("seed", 0)))
     cands = _candidates(ns, names)
     if not cands:
-        return []
+        return loops
     n_max = max(c[3] for c in cands)
     groups: dict[int, list] = {}
     for c in cands:
@@ -445,7 +460,7 @@ def shrink_namespace(ns: dict, names: list[str], spec: dict, check: Any = None) 
         if isinstance(orig, tuple):
             holder = orig._make(holder) if hasattr(orig, "_make") else tuple(holder)  # type: ignore
         ns[name] = holder
-    return kept
+    return kept + loops
 
 
 # -- artefacts -----------------------------------------------------------------------------------------------
@@ -501,9 +516,11 @@ def _dropped_label(key: Any) -> bool:
 
 
 def artefact(exc: BaseException | None) -> str | None:
-    """Why `exc`, raised in a miniature run, may come from the smaller data (then the run is inconclusive)."""
-    if not _REGISTRY["objects"]:
-        return None
+    """Why `exc`, raised in a miniature run, may come from the smaller data or the iterations a loop miniature
+    skipped (then the run is inconclusive)."""
+    why = _loop_artefact(exc)
+    if why or not _REGISTRY["objects"]:
+        return why
     chain: list[BaseException] = []
     seen: set[int] = set()
     e = exc
@@ -530,3 +547,127 @@ def artefact(exc: BaseException | None) -> str | None:
         if _ARTEFACT_TEXT.search(text):
             return "an error about sample, class or shape counts"
     return None
+
+
+# -- loop miniatures -----------------------------------------------------------------------------------------
+# the process that runs the cell only: n, the cuts list the helper appends (line, n, the range's length or -1)
+_LOOPS: dict = {"n": 0, "cuts": None, "bounded": 0}
+_LOOP_NAME = "__crane_loop__"
+_LOOP_FILE = "<crane-sandbox/loops>"  # (frames under this name are left out of the verdict's traceback)
+_LOOP_HELPER = """
+def __crane_loop__(iterable, line):
+    n = _N
+    if type(iterable) is range and len(iterable) > n + 1:
+        for i in range(n):
+            yield iterable[i]
+        _CUTS.append((line, n, len(iterable)))
+        yield iterable[-1]
+        return
+    k = 0
+    for item in iterable:
+        if k == n:
+            _CUTS.append((line, n, -1))
+            return
+        k += 1
+        yield item
+"""
+
+
+def loop_kept(spec: dict) -> list[dict]:
+    """What a loop miniature keeps (one `loop` entry: each loop's first `rows` iterations), or nothing."""
+    n = spec.get("loops")
+    return [{"name": "for loops", "kind": "loop", "rows": n, "of": 0}] if type(n) is int and n > 0 else []
+
+
+class _LoopBound(ast.NodeTransformer):
+    """`for T in IT:` -> `for T in __crane_loop__(IT, line):` (same lines; nested loops and function bodies too)."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset  # the cell's lines IPython's transforms dropped before the code (leading blank lines)
+
+    def visit_For(self, node: ast.For) -> ast.For:
+        self.generic_visit(node)
+        line = ast.Constant(node.lineno + self.offset)
+        call = ast.Call(func=ast.Name(_LOOP_NAME, ast.Load()), args=[node.iter, line],
+                        keywords=[])
+        node.iter = ast.fix_missing_locations(ast.copy_location(call, node.iter))
+        _LOOPS["bounded"] += 1
+        return node
+
+
+def arm_loops(kept: list, shell: Any, offset: int = 0) -> None:
+    """In the process that runs the cell, before it is compiled: a loop miniature's bound put in place (the helper
+    in the cell's namespace, the rewrite among IPython's AST transformers; `offset`: the cell's leading lines the
+    transforms dropped, for the lines the cuts name). Nothing for another run."""
+    n = next((k.get("rows") for k in kept if type(k) is dict and k.get("kind") == "loop"), 0)
+    if type(n) is not int or n <= 0 or shell is None:
+        return
+    import builtins
+    cuts: list = []
+    g: dict = {"__builtins__": builtins, "_N": n, "_CUTS": cuts}
+    exec(compile(_LOOP_HELPER, _LOOP_FILE, "exec"), g)  # noqa: S102 - CRANE's own constant source
+    _LOOPS.update(n=n, cuts=cuts, bounded=0)
+    shell.user_ns[_LOOP_NAME] = g[_LOOP_NAME]
+    shell.ast_transformers.append(_LoopBound(offset))
+
+
+def _loop_cuts() -> list[tuple]:
+    """The cuts made so far (the cell can reach the list: whatever is not CRANE's own tuple counts as a cut)."""
+    cuts = _LOOPS["cuts"]
+    if cuts is None:
+        return []
+    if type(cuts) is not list:
+        return [(0, 0, -1)]
+    return [c if type(c) is tuple and len(c) == 3 and all(type(x) is int for x in c) else (0, 0, -1)
+            for c in list.__iter__(cuts)]
+
+
+_LOOP_ARTEFACT = ("NameError", "UnboundLocalError", "IndexError", "KeyError")
+
+
+def _loop_artefact(exc: BaseException | None) -> str | None:
+    """Why `exc`, raised after a loop miniature cut a loop, may come from the iterations it skipped."""
+    cuts = _loop_cuts()
+    if exc is None or not cuts:
+        return None
+    lengths = {c[2] for c in cuts if c[2] >= 10}
+    e: BaseException | None = exc
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen and len(seen) < 10:
+        seen.add(id(e))
+        name = type(e).__name__
+        try:
+            text = str(e)
+        except Exception:
+            text = ""
+        if name in _ALWAYS_ARTEFACT or name in _LOOP_ARTEFACT:
+            return f"{name} after a loop was cut short"
+        if "NoneType" in text or "None" in text.split():
+            return "a value a skipped iteration would have set"
+        if {int(x) for x in re.findall(r"\d+", text)} & lengths:
+            return "the message mentions a loop length the miniature changed"
+        if _ARTEFACT_TEXT.search(text):
+            return "an error about counts, sizes or empty results after a loop was cut short"
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def loop_note(verdict: str) -> str | None:
+    """What a loop miniature's crash or clean run rests on (the verdict's reason), or None for other runs."""
+    if not _LOOPS["n"]:
+        return None
+    n, cuts = _LOOPS["n"], _loop_cuts()
+    bound = f"each `for` loop bounded to its first {n} iterations (a range's last one too)"
+    if not _LOOPS["bounded"]:
+        return "loop miniature: the cell has no `for` statement to bound, so this was a full run"
+    where = list(dict.fromkeys(c[0] for c in cuts if c[0]))[:6]
+    lines = (f"line{'s' if len(where) > 1 else ''} " + ", ".join(map(str, where))) if where else "?"
+    if verdict == "crash" and not cuts:
+        return (f"loop miniature ({bound}): raised before any loop was cut short, on the path the full run takes: "
+                "certain")
+    if verdict == "crash":
+        return (f"loop miniature ({bound}): raised after the loops on {lines} were cut short; not certain (the "
+                "iterations it skipped do not explain the exception, as far as CRANE can tell)")
+    if not cuts:
+        return f"loop miniature ({bound}): no loop reached its bound, so this was the full run"
+    return f"loop miniature ({bound}): ran clean with the loops on {lines} cut short"

@@ -36,7 +36,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
-from crane.sandbox.kernel.miniature import artefact  # kernel: strip
+from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note  # kernel: strip
 
 
 def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
@@ -317,6 +317,7 @@ def _cell_begins(ctx: _Ctx, source: str, seen: dict) -> list[CodeType]:
     guard's `running`, and on a one-shot run's channel the "cell" line (a death from here on is the cell's)."""
     shell = ctx.shell
     seen["transformed"] = transformed = shell.transform_cell(source)
+    arm_loops(ctx.kept, shell, _line_offset(source, transformed))  # a loop miniature: `for` loops bounded
     plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
     ctx.audit_state["running"] = True  # (kernel/audit._guard_process_end)
     if ctx.args["mode"] == "run" and ctx.result_fd >= 0:
@@ -337,6 +338,8 @@ def _cell_record(ctx: _Ctx, exc: BaseException | None, source: str, seen: dict, 
         if why:  # a miniature run's crash that the smaller data may have caused: inconclusive
             verdict, reason = "timeout", (f"the miniature run raised {type(exc).__name__}, which may be an artefact "
                                           f"of the smaller data ({why}); the full run did not finish in time")
+    if verdict in ("crash", "no-crash") and ctx.kept:
+        reason = loop_note(verdict) or reason  # what a loop miniature's verdict rests on (kernel/miniature)
     rec = {"verdict": verdict, "reason": reason, "elapsed_ms": elapsed}
     if exc is not None:
         rec.update(_describe_exception(exc, source, seen.get("transformed")))
