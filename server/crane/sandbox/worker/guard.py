@@ -668,21 +668,20 @@ class CallGuard:
     def _arm_functions(self) -> None:
         todo, self.unarmed = self.unarmed, []
         for fn, entry in todo:
-            if getattr(fn, "__crane_armed__", False) or _reads_frames(fn.__code__):
-                continue  # (a trampoline would shift the frames it reads: vetted at its sys._getframe instead)
+            if getattr(fn, "__crane_armed__", False):
+                continue
             try:
-                _give_trampoline(fn, self._checked_call(fn, entry))
+                own = _own_function(fn)
+                if own is None:
+                    continue  # (a trampoline would shift the frames it reads: vetted at its sys._getframe instead)
+                _give_trampoline(fn, self._checked_call(fn, entry, own))
             except (TypeError, ValueError, AttributeError):
                 continue  # a function whose code cannot be replaced: its calls meet the OS layer
             fn.__crane_armed__ = True
 
-    def _checked_call(self, fn: Any, entry: _Entry) -> Callable:
+    def _checked_call(self, fn: Any, entry: _Entry, own: tuple) -> Callable:
+        orig, sig = own  # (`_own_function`: the function's own code as a function of its own, its signature)
         self.originals[fn] = fn.__code__
-        orig = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-        orig.__kwdefaults__ = fn.__kwdefaults__
-        orig.__qualname__ = fn.__qualname__
-        import inspect
-        sig = inspect.signature(orig)  # (a function it fails on is left as it is: ValueError, TypeError)
         fn.__signature__ = sig  # what inspect says of the function stays its own (not the trampoline's)
         guard = self
 
@@ -774,11 +773,65 @@ def _reads_frames(code: types.CodeType) -> bool:
     return any(n in ("_getframe", "currentframe") for n in code.co_names)
 
 
-def _give_trampoline(fn: types.FunctionType, call: Callable) -> None:
-    """Make `fn` run `call(*args, **kwargs)`: its code becomes a trampoline of the same name, file and line (as
-    many free variables as its closure has cells, as CPython requires), with `call` as a constant."""
+# What arming a table function needs that does not depend on the run, made once in a warm head before it forks its
+# runs (`prepare_trampolines`; worker/head.py) and inherited by each fork child: per function, its own code as a
+# function of its own and that function's signature; per closure size, the trampoline's code (compiled once). A run
+# only fills in its own `call` (a constant of the trampoline) and the function's name, file and line. An entry counts
+# only while the function still has the code, defaults and keyword defaults it was made from (else made again).
+_PREPARED: dict = {}  # function -> (code, defaults, kwdefaults, own function, signature), or None: reads frames
+_TRAMPOLINES: dict[int, types.CodeType] = {}  # number of free variables -> the trampoline's code (`_MARK` constant)
+
+
+def _make_own(fn: types.FunctionType) -> tuple | None:
+    if _reads_frames(fn.__code__):
+        return None
+    orig = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    orig.__kwdefaults__ = fn.__kwdefaults__
+    orig.__qualname__ = fn.__qualname__
+    orig.__annotations__ = fn.__annotations__
+    import inspect
+    return orig, inspect.signature(orig)  # (a function it fails on is left as it is: ValueError, TypeError)
+
+
+def _own_function(fn: types.FunctionType) -> tuple | None:
+    """(`fn`'s own code as a function of its own, its signature), or None where `fn` reads its caller's frames."""
+    code, defaults, kwdefaults = fn.__code__, fn.__defaults__, fn.__kwdefaults__
+    if fn in _PREPARED:
+        got = _PREPARED[fn]
+        if got is None or (got[0] is code and got[1] is defaults and got[2] is kwdefaults):
+            return None if got is None else (got[3], got[4])
+    return _make_own(fn)
+
+
+def prepare_trampolines() -> int:
+    """In a warm head (never a run): prepare the lean guard's arming of every table function loaded now, and the
+    trampolines' code for every closure size they have, so each fork child's `arm` only binds them (the run's own
+    guard, armed per run as before). Returns how many functions were prepared now."""
+    made = 0
+    for fn, _ in CallGuard(lambda label: None).unarmed:  # (resolving the table imports nothing, installs nothing)
+        if getattr(fn, "__crane_armed__", False):
+            continue
+        got = _PREPARED.get(fn, False)
+        if got is None or (got is not False and got[0] is fn.__code__ and got[1] is fn.__defaults__
+                           and got[2] is fn.__kwdefaults__):
+            continue
+        try:
+            own = _make_own(fn)
+            _trampoline_code(len(fn.__code__.co_freevars))
+        except (TypeError, ValueError, AttributeError):
+            continue
+        _PREPARED[fn] = None if own is None else (fn.__code__, fn.__defaults__, fn.__kwdefaults__) + own
+        made += 1
+    return made
+
+
+def _trampoline_code(n: int) -> types.CodeType:
+    """The trampoline's code for a function with `n` free variables (compiled once per `n`): it calls the constant
+    `_MARK` (replaced by the run's `call`) with its arguments."""
+    code = _TRAMPOLINES.get(n)
+    if code is not None:
+        return code
     import warnings
-    n = len(fn.__code__.co_freevars)
     cells = [f"_crane_c{i}" for i in range(n)]
     src = "def _outer():\n"
     if cells:
@@ -789,12 +842,20 @@ def _give_trampoline(fn: types.FunctionType, call: Callable) -> None:
     src += f"        return {_MARK!r}(*args, **kwargs)\n    return _t\n"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        outer = compile(src, fn.__code__.co_filename, "exec")
+        outer = compile(src, "<crane-trampoline>", "exec")
     code = next(c for c in next(c for c in outer.co_consts if isinstance(c, types.CodeType)).co_consts
                 if isinstance(c, types.CodeType))
+    _TRAMPOLINES[n] = code
+    return code
+
+
+def _give_trampoline(fn: types.FunctionType, call: Callable) -> None:
+    """Make `fn` run `call(*args, **kwargs)`: its code becomes a trampoline of the same name, file and line (as
+    many free variables as its closure has cells, as CPython requires), with `call` as a constant."""
+    code = _trampoline_code(len(fn.__code__.co_freevars))
     code = code.replace(co_consts=tuple(call if type(c) is str and c == _MARK else c for c in code.co_consts),
-                        co_name=fn.__code__.co_name, co_qualname=fn.__code__.co_qualname,
-                        co_firstlineno=fn.__code__.co_firstlineno)
+                        co_filename=fn.__code__.co_filename, co_name=fn.__code__.co_name,
+                        co_qualname=fn.__code__.co_qualname, co_firstlineno=fn.__code__.co_firstlineno)
     fn.__code__ = code
 
 

@@ -15,8 +15,12 @@ marks `fork` (a one-shot portable run under the Linux layer, crane.sandbox.porta
 - imports the library modules the run loaded (as a refilled worker would) and those its state's load imported
   (`loaded_by`: a fitted model's submodules), so the next child loads only the state; freezes its own objects out
   of the garbage collector's passes before each fork (`_freeze`: a child's collection would copy the head's whole
-  heap); and stages the next run's view of the working folder in its own folder (worker/portable.stage_view: one link per
-  entry of every ancestor, which the next child takes with one rename and brings up to date).
+  heap); prepares the lean guard's trampolines for the functions now loaded (worker/guard.prepare_trampolines: each
+  child only binds them to its own guard); and stages the next run's view of the working folder in its own folder
+  (worker/portable.stage_view), which the next child takes with one rename and brings up to date: the last run's
+  view, moved out of its run folder once the run's processes are gone (`_keep_view`) and made clean (only what the
+  run changed is undone), else a link per entry of every ancestor, made until the next request comes (the child
+  makes the rest).
 Where a fork is not safe the head answers `S\n` and runs the request itself, as a one-shot worker (the daemon ends
 it afterwards, as before): not Linux, no Landlock, a session, Python threads in the head, or a library loaded that
 must not be forked (TensorFlow, JAX: multithreaded runtimes).
@@ -34,6 +38,7 @@ import threading
 from collections.abc import Callable
 
 from crane.sandbox.kernel.entry import _watch_seal  # kernel: strip
+from crane.sandbox.worker.guard import prepare_trampolines  # kernel: strip
 
 _FORK_UNSAFE = ("tensorflow", "jax", "jaxlib")
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -133,25 +138,67 @@ def _freeze(collect: bool) -> None:
     gc.freeze()
 
 
-def _stage(cwd: str | None) -> None:
-    """The next run's view of `cwd`, made now in the head's own folder (worker/portable.stage_view): the run takes
-    it with one rename and brings it up to date, instead of making a link per entry of every ancestor."""
-    from crane.sandbox.worker.portable import stage_view  # kernel: strip
+def _head_home() -> str | None:
     home = os.path.dirname(os.environ.get("IPYTHONDIR") or "")
-    if cwd and os.path.basename(home).startswith("crane-tw-") and os.path.isdir(cwd):
+    return home if os.path.basename(home).startswith("crane-tw-") else None
+
+
+def _keep_view(spec: dict) -> str | None:
+    """Move the run's view of the working folder out of its run folder into the head's own (one rename), once
+    every process of the run is gone and before the daemon hears of its end (it then removes the run folder): the
+    next view is made from it (`_stage`). None where there is none to keep."""
+    home, d = _head_home(), (spec.get("args") or {}).get("dir")
+    if home is None or not isinstance(d, str):
+        return None
+    used = os.path.join(home, "view-used")
+    try:
+        if os.path.lexists(used):
+            return None  # (one left over that could not be removed: the next view is made afresh)
+        os.rename(os.path.join(d, "view"), used)
+        return used
+    except OSError:
+        return None
+
+
+def _stage(cwd: str | None, used: str | None, waiting: Callable[[], bool]) -> None:
+    """The next run's view of `cwd`, made now in the head's own folder (worker/portable.stage_view): from the last
+    run's view `used` where it was one of `cwd` (only what that run changed undone), else afresh, stopped where
+    `waiting()` says a request came (the run makes the links still missing itself). The run takes it with one
+    rename and brings it up to date, instead of making a link per entry of every ancestor."""
+    from crane.sandbox.worker.portable import _remove_entry, stage_view  # kernel: strip
+    home = _head_home()
+    if home is None or not cwd or not os.path.isdir(cwd):
+        if used is not None:
+            _remove_entry(used)
+        return
+    try:
+        stage_view(cwd, os.path.join(home, "view-next"), stop=waiting, used=used)
+    except OSError:
+        pass
+
+
+def _waiting(fd: int) -> Callable[[], bool]:
+    """Whether the daemon's next request is waiting on the head's command pipe `fd` (the head's work between runs
+    then stops: what is left of it is not on that request's way)."""
+    import select
+
+    def waiting() -> bool:
         try:
-            stage_view(cwd, os.path.join(home, "view-next"))
-        except OSError:
-            pass
+            return bool(select.select([fd], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
+    return waiting
 
 
 def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable[[dict, int], None],
                  warm_up: Callable[[list[str]], None]) -> bool:
     """Run `spec` in a fork child (`run_one(spec, result_fd)` there), and frame its result lines up `out`, the
-    head's result pipe; `close`: the head's descriptors the child closes first. `warm_up(modules)` imports the
-    run's library modules into the head afterwards. False when the head cannot go on serving (it then ends)."""
+    head's result pipe; `close`: the head's descriptors the child closes first, its command pipe first (the head's
+    work after the run stops early where the next request is waiting there). `warm_up(modules)` imports the run's
+    library modules into the head afterwards. False when the head cannot go on serving (it then ends)."""
     if not _HEAD:
         _HEAD["subreaper"] = _head_prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        prepare_trampolines()  # (after each run too, for the modules imported since: worker/guard.py)
     head = os.getpid()
     modules, cwd = _facts_of(spec)
     r, w = os.pipe()
@@ -193,6 +240,7 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
     _, status = os.waitpid(pid, 0)
     watch.join()  # (it returns once the process has ended: its pidfd)
     again = _end_leftovers(pid) and bool(_HEAD["subreaper"])
+    used = _keep_view(spec) if again else None  # (no process of the run is left to change it)
     code = os.waitstatus_to_exitcode(status)
     found, checked, _ = seal[0] if seal else (None, None, False)
     sealed = f" {-1 if checked is None else int(checked)} {found[0]} {found[1]}" if found else \
@@ -209,7 +257,8 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
     if again:
         warm_up(modules + loaded_by(bytes(data), modules))  # (a library that starts a thread here: the next
         # request is answered `S`, fork_refused)
-        _stage(cwd)
+        prepare_trampolines()
+        _stage(cwd, used, _waiting(close[0]) if close else lambda: False)
         _freeze(collect=True)
     return again
 

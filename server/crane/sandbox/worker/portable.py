@@ -38,11 +38,12 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from crane.sandbox.kernel.audit import _DENY_EVENTS, _PATH_EVENTS, _ends_process, _guard_process_end  # kernel: strip
@@ -98,7 +99,8 @@ class RunFolder:
     of the real directory (so `../data/train.csv` and `Path.cwd().parent` read what they read in the kernel, and
     `Path.cwd().name` is the real folder's name); links are made private copies on write."""
 
-    def __init__(self, real: str, private: str, scratch: str, staged: str | None = None) -> None:
+    def __init__(self, real: str, private: str, scratch: str, staged: str | None = None,
+                 stop: Callable[[], bool] | None = None) -> None:
         self.real = os.path.realpath(real)
         self.mirror = os.path.abspath(private)
         drive, rest = os.path.splitdrive(self.real)
@@ -111,16 +113,18 @@ class RunFolder:
         self.linked = True
         real_dir, mirror_dir = (drive + os.sep) if drive else os.sep, os.path.join(
             self.mirror, *([drive.rstrip(":")] if drive else []))
+        self.stopped = False  # `stop()` said to stop (a head's staging: a request waits) before every link was made
         for part in parts + [None]:  # every ancestor's other entries, then the working folder's
-            self.linked = self._mirror(real_dir, mirror_dir) and self.linked
-            if part is None:
+            self.linked = self._mirror(real_dir, mirror_dir, stop) and self.linked
+            if part is None or self.stopped:
                 break
             real_dir, mirror_dir = os.path.join(real_dir, part), os.path.join(mirror_dir, part)
 
-    def _mirror(self, real: str, into: str) -> bool:
+    def _mirror(self, real: str, into: str, stop: Callable[[], bool] | None = None) -> bool:
         """One link per entry of `real` in `into` (False: links cannot be made here, e.g. Windows without the
         privilege: then writes into the working folder are refused, never redirected halfway). A staged view
-        (`stage_view`) is brought up to date: links made for new entries, the view's links to entries gone removed."""
+        (`stage_view`) is brought up to date: links made for new entries, the view's links to entries gone removed.
+        `stop` (staging only) is asked every 32 entries; where it says so, the rest is left undone (`stopped`)."""
         try:
             names = os.listdir(real)
             have = set(os.listdir(into))
@@ -130,7 +134,10 @@ class RunFolder:
             at = os.path.join(into, name)
             if os.path.islink(at) and self._view_link(at) is not None:
                 os.unlink(at)
-        for name in names:
+        for i, name in enumerate(names):
+            if stop is not None and i % 32 == 0 and stop():
+                self.stopped = True
+                return True
             if name in have:
                 continue  # the next directory on the way to the working folder (a real one), or staged already
             try:
@@ -278,21 +285,72 @@ def _within(p: str, root: str) -> bool:
 _STAGED_FOR = ".for"  # next to a staged view: the real folder it mirrors
 
 
-def stage_view(real: str, staged: str) -> bool:
+def stage_view(real: str, staged: str, stop: Callable[[], bool] | None = None, used: str | None = None) -> bool:
     """Make the view of `real` (its ancestors' entries as links: `RunFolder`) at `staged`, ahead of the run that
-    will take it (a head, between runs: worker/head.py); whatever was at `staged` is removed first."""
+    will take it (a head, between runs: worker/head.py); whatever was at `staged` is removed first. `used`: the last
+    run's view, moved out of its folder by the head once every process of that run was gone: where it was a view of
+    `real` it is made clean (`_clean_view`: only what that run changed is undone) and brought up to date, instead of
+    a link per entry of every ancestor made again. Else a fresh view. Either is made until `stop()` says a request
+    waits: the run takes what was made and makes the links still missing itself (`RunFolder._mirror`)."""
     for old in (staged, staged + _STAGED_FOR):
-        if os.path.isdir(old) and not os.path.islink(old):
-            shutil.rmtree(old, ignore_errors=True)
-        elif os.path.lexists(old):
-            os.unlink(old)
+        _remove_entry(old)
     if os.path.lexists(staged):
         return False
-    folder = RunFolder(real, staged, staged)
+    real = os.path.realpath(real)
+    if used is not None and _clean_view(used, real):
+        os.rename(used, staged)  # (then brought up to date below: the links of entries made since, or it undid)
+    elif used is not None:
+        _remove_entry(used)
+    folder = RunFolder(real, staged, staged, stop=stop)
     if not folder.linked:
+        _remove_entry(staged)
         return False
     with open(staged + _STAGED_FOR, "w", encoding="utf-8") as f:
-        f.write(folder.real)
+        f.write(real)
+    return True
+
+
+def _remove_entry(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _clean_view(view: str, real: str) -> bool:
+    """Make `view`, a run's view of `real` (that run's processes all gone), what `RunFolder` makes: at every level
+    from the top, the links to their counterparts (`RunFolder._view_link`) and the real folder on the way to the
+    working folder, nothing else. Whatever the run changed is removed (a private copy, an unfolded folder, a file,
+    folder or link of its own, a folder on the way replaced): links are never followed, no folder of the view is
+    entered unless it is a real folder (lstat). False where it cannot be made so (the caller then removes it)."""
+    drive, rest = os.path.splitdrive(real)
+    parts = [p for p in rest.split(os.sep) if p]
+    if drive or not os.path.isabs(real):
+        return False  # (POSIX heads only)
+    real_dir, at = os.sep, view
+    try:
+        for i in range(len(parts) + 1):
+            if not stat.S_ISDIR(os.lstat(at).st_mode):
+                return False
+            nxt = parts[i] if i < len(parts) else None
+            with os.scandir(at) as it:
+                entries = list(it)
+            for e in entries:
+                if e.name == nxt and e.is_dir(follow_symlinks=False):
+                    continue  # (the folder on the way: cleaned at the next level)
+                if e.name != nxt and e.is_symlink() and os.readlink(e.path) == os.path.join(real_dir, e.name):
+                    continue  # a link to its counterpart: as `_mirror` makes it
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path)  # (shutil's own walk: links inside are removed, never followed)
+                else:
+                    os.unlink(e.path)
+            if nxt is None:
+                return True
+            real_dir, at = os.path.join(real_dir, nxt), os.path.join(at, nxt)
+            if not os.path.lexists(at):
+                os.mkdir(at, 0o700)
+    except (OSError, ValueError):
+        return False
     return True
 
 
