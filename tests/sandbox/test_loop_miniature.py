@@ -1,5 +1,6 @@
 """Loop miniatures (real kernel, the fork sandbox and the portable one): a long cell whose time is in `for` loops runs
-with each loop bounded to its first iterations (a range's last one too), its data whole. What such a run may
+with each loop cut after its first iterations once it has run a time slice (quick loops run whole; a cut range runs
+its last iteration too), its data whole. What such a run may
 conclude (kernel/miniature): a crash before any loop was cut is on the full run's own path (certain, said in the
 reason); one after a cut is a miniature crash, unless the skipped iterations may explain it (then inconclusive); a
 clean bounded run is a miniature's clean run, never called certain. The kernel is untouched."""
@@ -42,6 +43,13 @@ CLEAN = TRAIN.format(w="W") + "print(len(history), history[-1])\n"
 FIRST_BATCH = TRAIN.format(w="W_bad")  # raises in the first step: the full run's own path
 AFTER_LOOP = TRAIN.format(w="W") + "pred = X_test @ W\n"  # raises after the loop, whatever the epochs did
 SKIPPED = TRAIN.format(w="W") + "print(history[EPOCHS // 2])\n"  # an index the skipped epochs would have filled
+QUICK_THEN_SLOW = """cols = []
+for k in ('a', 'b', 'c', 'd', 'e', 'f'):
+    cols.append(k)
+for epoch in range(EPOCHS):
+    time.sleep(0.3)
+print(len(cols), len(cols) * 2)
+"""
 IN_FUNCTION = """
 def fit(n):
     for i in range(n):
@@ -70,7 +78,7 @@ def test_a_crash_before_any_cut_is_certain(conn, ready):
     assert v.verdict == "crash" and v.ename == "ValueError" and v.line == 5, v
     assert v.scale == "miniature" and [k.kind for k in v.kept] == ["loop"], v
     assert "before any loop was cut" in (v.reason or "") and "certain" in (v.reason or ""), v
-    assert "bounded to its first 2 iterations" in v.how()
+    assert "cut after 2 iterations once it had run 0.5 s" in v.how()
     v = loops(conn, IN_FUNCTION)  # a loop in a function the cell defines is bounded too: the crash is in it
     assert v.verdict == "crash" and v.ename == "RuntimeError" and v.line == 6, v
     assert "before any loop was cut" in (v.reason or ""), v
@@ -91,8 +99,10 @@ def test_a_clean_bounded_run_is_a_miniature_no_crash(conn, ready):
     assert v.verdict == "no-crash" and v.scale == "miniature", v
     assert v.stdout.split() == ["3", "96.0"], v  # epochs 0, 1 and the last (399); each of 2 batches
     assert "cut short" in (v.reason or "") and "certain" not in (v.reason or ""), v
-    v = loops(conn, "for i in range(2):\n    time.sleep(0.01)\nprint(i)")  # never reaches its bound: a full run
-    assert v.verdict == "no-crash" and "no loop reached its bound" in (v.reason or ""), v
+    v = loops(conn, "t = 0\nfor i in range(3000):\n    t += i\nprint(t)")  # quick: never cut, a full run
+    assert v.verdict == "no-crash" and "no loop reached its bound" in (v.reason or "") and v.stdout == "4498500\n", v
+    v = loops(conn, QUICK_THEN_SLOW)  # the quick loop runs whole, only the slow one is cut
+    assert v.verdict == "no-crash" and v.stdout == "6 12\n" and "loops on line 4 cut short" in (v.reason or ""), v
     assert kernel_state(conn) == ready
 
 

@@ -9,9 +9,10 @@
   data the cell reads (at least 64 rows and a batch); if it still times out, once more with a tenth of that
   (at least 16 rows).
 - when that miniature is inconclusive too and the cell has a `for` statement, a loop miniature: the data whole,
-  each `for` loop bounded to its first `LOOP_ITERATIONS` iterations (a range's last one too; kernel/miniature's
-  rule of what it may conclude: a crash before any cut is certain, after one it is a miniature crash unless the
-  skipped iterations may explain it); if it times out, once more with one iteration per loop.
+  each `for` loop cut after `LOOP_ITERATIONS` iterations once it has run `LOOP_MS` (quick loops run whole; a cut
+  range runs its last iteration too; kernel/miniature's rule of what it may conclude: a crash before any cut is
+  certain, after one it is a miniature crash unless the skipped iterations may explain it); if it times out, once
+  more with one iteration and a fifth of the time.
 A miniature crash or clean run is the verdict (`scale="miniature"`, `kept` says how much was kept, a loop
 miniature's `reason` what its verdict rests on); an inconclusive miniature (an exception the smaller data may have
 caused, nothing large to shrink, still too slow) leaves the full run's "timeout", with the miniature's reason added.
@@ -39,14 +40,16 @@ def miniature_spec(expected_s: float, target_s: float = MINI_TARGET_S, floor_row
             "seed": 0}
 
 
-LOOP_ITERATIONS = 2  # a loop miniature's iterations per `for` loop (then 1 when that still times out)
+LOOP_ITERATIONS = 2  # a loop miniature cuts a `for` loop after this many iterations once it has run LOOP_MS
+LOOP_MS = 500  # (then 1 iteration and LOOP_MS / 5 when that still times out): quick loops run whole
 _FOR = re.compile(r"^[ \t]*for\s.+\sin\s", re.M)
 
 
-def loop_spec(iterations: int = LOOP_ITERATIONS) -> dict:
-    """A loop miniature's spec (kernel/miniature): the data kept whole, each `for` loop bounded."""
+def loop_spec(iterations: int = LOOP_ITERATIONS, loop_ms: int = LOOP_MS) -> dict:
+    """A loop miniature's spec (kernel/miniature): the data kept whole, each `for` loop cut after `iterations`
+    once it has run `loop_ms`."""
     return {"fraction": 1.0, "floor_rows": 0, "min_rows": 2000, "relative": 0.05, "seed": 0, "rows": False,
-            "loops": int(iterations)}
+            "loops": int(iterations), "loop_ms": int(loop_ms)}
 
 
 def _inconclusive_mini(v: SandboxVerdict) -> bool:
@@ -84,7 +87,7 @@ def speculate_scaled(
         loop = speculate(conn, source, mini_budget, miniature=loop_spec(), cancel=cancel, **kw)
         if loop.verdict == "timeout" and loop.kept and "artefact" not in (loop.reason or "") and not (
                 cancel is not None and cancel.is_set()):
-            loop = speculate(conn, source, mini_budget, miniature=loop_spec(1), cancel=cancel, **kw)
+            loop = speculate(conn, source, mini_budget, miniature=loop_spec(1, LOOP_MS // 5), cancel=cancel, **kw)
         if not _inconclusive_mini(loop):
             return loop
         mini.reason = f"{mini.reason or 'the miniature run was inconclusive'}; loop miniature: {loop.reason}"

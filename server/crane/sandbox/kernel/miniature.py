@@ -24,17 +24,19 @@ fork path's child passes none.
 `artefact(exc)` then says whether an exception may be an artefact of the smaller data (sample/split/neighbour/
 component counts, labels dropped from the subset, shapes that mention the kept or original row counts,
 stratification, empty results): such a run is inconclusive, never a crash.
-A loop miniature (`spec["loops"]` = n, `spec["rows"]` False: the data stay whole) is said by a `loop` entry of what
-was kept; in the process that runs the cell (the fork's child, the transplant worker), `arm_loops` rewrites every
-`for` statement of the cell (those in functions and classes it defines included; comprehensions, `async for` and
-`while` are left alone) to iterate through `__crane_loop__`, a generator compiled here as user-level code (its
-globals a fresh dict: no CRANE object is handed to the cell), which yields the first n items and stops, pulling
-item n + 1 first (so a failure there is the full run's too) and recording the cut; a `range` longer than n + 1 also
-yields its last item after the first n (the last epoch, the last partial batch). The rule of what such a run may
-conclude (`loop_note`, `_loop_artefact`): an exception raised before any loop was cut is on the full run's own path
-(certain, and the verdict's reason says so); one raised after a cut is the cell's crash only where the skipped
-iterations cannot explain it (not a missing or None value, an index, a count, an empty result, an assert: those
-make the run inconclusive), and is labelled a miniature crash; a clean run is a miniature's clean run, as for rows.
+A loop miniature (`spec["loops"]` = n, `spec["loop_ms"]` = a time slice, `spec["rows"]` False: the data stay
+whole) is said by a `loop` entry of what was kept; in the process that runs the cell (the fork's child, the
+transplant worker), `arm_loops` rewrites every `for` statement of the cell (those in functions and classes it
+defines included; comprehensions, `async for` and `while` are left alone) to iterate through `__crane_loop__`, a
+generator compiled here as user-level code (its globals a fresh dict: no CRANE object is handed to the cell). Each
+loop runs whole while it is quick: it is cut only once it has run n iterations AND the time slice (a loop over a
+few columns finishes; a training loop stops after its first batches); the item it pulled last is the full run's
+next one (a failure there is the full run's too); a cut `range` still runs its last item (the last epoch, the last
+partial batch); each cut is recorded. The rule of what such a run may conclude (`loop_note`, `_loop_artefact`):
+an exception raised before any loop was cut is on the full run's own path (certain, and the verdict's reason says
+so); one raised after a cut is the cell's crash only where the skipped iterations cannot explain it (not a missing
+or None value, an index, a count, an empty result, an assert: those make the run inconclusive), and is labelled a
+miniature crash; a clean run is a miniature's clean run, as for rows.
 Standard library only (pandas/numpy/torch are used only when the kernel already imported them).
 """
 
@@ -551,32 +553,35 @@ def artefact(exc: BaseException | None) -> str | None:
 
 # -- loop miniatures -----------------------------------------------------------------------------------------
 # the process that runs the cell only: n, the cuts list the helper appends (line, n, the range's length or -1)
-_LOOPS: dict = {"n": 0, "cuts": None, "bounded": 0}
+_LOOPS: dict = {"n": 0, "ms": 0, "cuts": None, "bounded": 0}
 _LOOP_NAME = "__crane_loop__"
 _LOOP_FILE = "<crane-sandbox/loops>"  # (frames under this name are left out of the verdict's traceback)
 _LOOP_HELPER = """
 def __crane_loop__(iterable, line):
-    n = _N
-    if type(iterable) is range and len(iterable) > n + 1:
-        for i in range(n):
-            yield iterable[i]
-        _CUTS.append((line, n, len(iterable)))
-        yield iterable[-1]
-        return
+    n, t0 = _N, _CLOCK()
+    last = iterable[-1] if type(iterable) is range and len(iterable) else _NONE
     k = 0
     for item in iterable:
-        if k == n:
-            _CUTS.append((line, n, -1))
-            return
+        if k >= n and _CLOCK() - t0 > _SLICE:
+            if last is not _NONE and item != last:
+                _CUTS.append((line, k, len(iterable)))
+                yield last
+                return
+            if last is _NONE:
+                _CUTS.append((line, k, -1))
+                return
         k += 1
         yield item
 """
 
 
 def loop_kept(spec: dict) -> list[dict]:
-    """What a loop miniature keeps (one `loop` entry: each loop's first `rows` iterations), or nothing."""
-    n = spec.get("loops")
-    return [{"name": "for loops", "kind": "loop", "rows": n, "of": 0}] if type(n) is int and n > 0 else []
+    """What a loop miniature keeps (one `loop` entry: each loop cut after `rows` iterations once it has run `of`
+    ms), or nothing."""
+    n, ms = spec.get("loops"), spec.get("loop_ms", 0)
+    if type(n) is not int or n <= 0 or type(ms) is not int or ms < 0:
+        return []
+    return [{"name": "for loops", "kind": "loop", "rows": n, "of": ms}]
 
 
 class _LoopBound(ast.NodeTransformer):
@@ -599,14 +604,17 @@ def arm_loops(kept: list, shell: Any, offset: int = 0) -> None:
     """In the process that runs the cell, before it is compiled: a loop miniature's bound put in place (the helper
     in the cell's namespace, the rewrite among IPython's AST transformers; `offset`: the cell's leading lines the
     transforms dropped, for the lines the cuts name). Nothing for another run."""
-    n = next((k.get("rows") for k in kept if type(k) is dict and k.get("kind") == "loop"), 0)
-    if type(n) is not int or n <= 0 or shell is None:
+    loop = next((k for k in kept if type(k) is dict and k.get("kind") == "loop"), None)
+    n, ms = (loop.get("rows"), loop.get("of")) if loop is not None else (0, 0)
+    if type(n) is not int or n <= 0 or type(ms) is not int or shell is None:
         return
     import builtins
+    import time
     cuts: list = []
-    g: dict = {"__builtins__": builtins, "_N": n, "_CUTS": cuts}
+    g: dict = {"__builtins__": builtins, "_N": n, "_SLICE": ms / 1000.0, "_CLOCK": time.perf_counter,
+               "_NONE": object(), "_CUTS": cuts}
     exec(compile(_LOOP_HELPER, _LOOP_FILE, "exec"), g)  # noqa: S102 - CRANE's own constant source
-    _LOOPS.update(n=n, cuts=cuts, bounded=0)
+    _LOOPS.update(n=n, ms=ms, cuts=cuts, bounded=0)
     shell.user_ns[_LOOP_NAME] = g[_LOOP_NAME]
     shell.ast_transformers.append(_LoopBound(offset))
 
@@ -657,7 +665,8 @@ def loop_note(verdict: str) -> str | None:
     if not _LOOPS["n"]:
         return None
     n, cuts = _LOOPS["n"], _loop_cuts()
-    bound = f"each `for` loop bounded to its first {n} iterations (a range's last one too)"
+    bound = (f"each `for` loop cut after {n} iterations once it had run {_LOOPS['ms'] / 1000:g} s, a range's last "
+             "iteration run too")
     if not _LOOPS["bounded"]:
         return "loop miniature: the cell has no `for` statement to bound, so this was a full run"
     where = list(dict.fromkeys(c[0] for c in cuts if c[0]))[:6]
