@@ -11,8 +11,8 @@
 - when that miniature is inconclusive too and the cell has a `for` statement, a loop miniature: the data whole,
   each `for` loop cut after `LOOP_ITERATIONS` iterations once it has run `LOOP_MS` (quick loops run whole; a cut
   range runs its last iteration too; kernel/miniature's rule of what it may conclude: a crash before any cut is
-  certain, after one it is a miniature crash unless the skipped iterations may explain it); if it times out, once
-  more with one iteration and a fifth of the time.
+  certain, after one it is a miniature crash unless the skipped iterations may explain it). Still too slow (the
+  time is not in a `for` loop of the cell): the full run's "timeout" stays.
 A miniature crash or clean run is the verdict (`scale="miniature"`, `kept` says how much was kept, a loop
 miniature's `reason` what its verdict rests on); an inconclusive miniature (an exception the smaller data may have
 caused, nothing large to shrink, still too slow) leaves the full run's "timeout", with the miniature's reason added.
@@ -41,7 +41,7 @@ def miniature_spec(expected_s: float, target_s: float = MINI_TARGET_S, floor_row
 
 
 LOOP_ITERATIONS = 2  # a loop miniature cuts a `for` loop after this many iterations once it has run LOOP_MS
-LOOP_MS = 500  # (then 1 iteration and LOOP_MS / 5 when that still times out): quick loops run whole
+LOOP_MS = 500  # (quick loops run whole; the slice is wall clock, so a loaded machine runs fewer iterations)
 _FOR = re.compile(r"^[ \t]*for\s.+\sin\s", re.M)
 
 
@@ -85,9 +85,6 @@ def speculate_scaled(
                          cancel=cancel, **kw)
     if _inconclusive_mini(mini) and _FOR.search(source) and not (cancel is not None and cancel.is_set()):
         loop = speculate(conn, source, mini_budget, miniature=loop_spec(), cancel=cancel, **kw)
-        if loop.verdict == "timeout" and loop.kept and "artefact" not in (loop.reason or "") and not (
-                cancel is not None and cancel.is_set()):
-            loop = speculate(conn, source, mini_budget, miniature=loop_spec(1, LOOP_MS // 5), cancel=cancel, **kw)
         if not _inconclusive_mini(loop):
             return loop
         mini.reason = f"{mini.reason or 'the miniature run was inconclusive'}; loop miniature: {loop.reason}"
