@@ -25,13 +25,23 @@ from crane.sandbox.worker.portable import _STAGED_FOR, RunFolder, stage_view
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="a head stages views on Linux only")
 
 
-def _tree(root: str) -> dict:
-    """Every entry under `root` (links not followed): relative path -> link target, or 'dir' / 'file'."""
+def _tree(root: str, stable: str | None = None) -> dict:
+    """Every entry under `root` (links not followed): relative path -> link target, or 'dir' / 'file'. With `stable`
+    (a view's root and the test's own folder in it), the levels between the top and that folder are left out:
+    other processes make and remove entries in /tmp meanwhile (the view's own levels are compared whole)."""
     out = {}
     for here, dirs, files in os.walk(root):
+        rel_here = os.path.relpath(here, root)
+        if stable is not None and rel_here != os.curdir and not (rel_here + os.sep).startswith(stable + os.sep) \
+                and not (stable + os.sep).startswith(rel_here + os.sep):
+            continue
+        volatile = stable is not None and rel_here != os.curdir and (stable + os.sep).startswith(rel_here + os.sep) \
+            and rel_here != stable
         for name in dirs + files:
             p = os.path.join(here, name)
             rel = os.path.relpath(p, root)
+            if volatile and not (stable + os.sep).startswith(rel + os.sep):
+                continue
             out[rel] = ("link", os.readlink(p)) if os.path.islink(p) else ("dir" if os.path.isdir(p) else "file")
     return out
 
@@ -79,7 +89,8 @@ def test_the_last_runs_view_is_made_clean_and_equals_a_fresh_one(work, tmp_path)
     assert not os.path.lexists(used)  # taken (renamed), not copied
     fresh = os.path.join(home, "fresh")
     assert stage_view(real, fresh)
-    assert _tree(os.path.join(home, "view-next")) == _tree(fresh)
+    mine = os.path.relpath(os.path.realpath(str(tmp_path)), os.sep)
+    assert _tree(os.path.join(home, "view-next"), mine) == _tree(fresh, mine)
     assert _tree(outside) == before_outside and open(os.path.join(outside, "precious.txt")).read() == "keep me"
     with open(os.path.join(real, "notes.txt")) as f:
         assert f.read() == "notes"
@@ -104,7 +115,8 @@ def test_a_view_of_another_folder_is_not_reused(work, tmp_path):
     assert not os.path.lexists(used)
     fresh = os.path.join(home, "fresh")
     assert stage_view(real, fresh)
-    assert _tree(staged) == _tree(fresh)
+    mine = os.path.relpath(os.path.realpath(str(tmp_path)), os.sep)
+    assert _tree(staged, mine) == _tree(fresh, mine)
     with open(staged + _STAGED_FOR) as f:
         assert f.read() == os.path.realpath(real)
 
@@ -124,10 +136,11 @@ def test_a_staging_stopped_by_a_request_is_completed_by_the_run(work, tmp_path):
     assert len(asked) > 1
     fresh = os.path.join(home, "fresh")
     assert stage_view(real, fresh)
+    mine = os.path.relpath(os.path.realpath(str(tmp_path)), os.sep)
     assert _tree(staged) != _tree(fresh)  # (stopped before every link was made)
     folder = RunFolder(real, mirror, str(tmp_path), staged)
     assert folder.staged and folder.linked
-    assert _tree(mirror) == _tree(fresh)
+    assert _tree(mirror, mine) == _tree(fresh, mine)
 
 
 def _fresh_interpreter_state() -> None:

@@ -152,8 +152,11 @@ def _keep_view(spec: dict) -> str | None:
         return None
     used = os.path.join(home, "view-used")
     try:
-        if os.path.lexists(used):
-            return None  # (one left over that could not be removed: the next view is made afresh)
+        if os.path.lexists(used):  # (the head's folder is the run's to write: whatever it left there goes)
+            from crane.sandbox.worker.portable import _remove_entry  # kernel: strip
+            _remove_entry(used)
+            if os.path.lexists(used):
+                return None  # (the next view is then made afresh)
         os.rename(os.path.join(d, "view"), used)
         return used
     except OSError:
@@ -165,11 +168,12 @@ def _stage(cwd: str | None, used: str | None, waiting: Callable[[], bool]) -> No
     run's view `used` where it was one of `cwd` (only what that run changed undone), else afresh, stopped where
     `waiting()` says a request came (the run makes the links still missing itself). The run takes it with one
     rename and brings it up to date, instead of making a link per entry of every ancestor."""
-    from crane.sandbox.worker.portable import _remove_entry, stage_view  # kernel: strip
+    from crane.sandbox.worker.portable import _STAGED_FOR, _remove_entry, stage_view  # kernel: strip
     home = _head_home()
     if home is None or not cwd or not os.path.isdir(cwd):
-        if used is not None:
-            _remove_entry(used)
+        for old in ([used] if used is not None else []) + ([os.path.join(home, "view-next" + s) for s in ("", _STAGED_FOR)]
+                                                          if home is not None else []):
+            _remove_entry(old)  # (none is taken by the next run: nothing a run left in the head's folder is)
         return
     try:
         stage_view(cwd, os.path.join(home, "view-next"), stop=waiting, used=used)
