@@ -30,17 +30,17 @@ def _tree(root: str, stable: str | None = None) -> dict:
     (a view's root and the test's own folder in it), the levels between the top and that folder are left out:
     other processes make and remove entries in /tmp meanwhile (the view's own levels are compared whole)."""
     out = {}
+    mine = None if stable is None else stable + os.sep
     for here, dirs, files in os.walk(root):
         rel_here = os.path.relpath(here, root)
-        if stable is not None and rel_here != os.curdir and not (rel_here + os.sep).startswith(stable + os.sep) \
-                and not (stable + os.sep).startswith(rel_here + os.sep):
+        on_way = mine is not None and rel_here != os.curdir and mine.startswith(rel_here + os.sep)
+        if mine is not None and rel_here != os.curdir and not (rel_here + os.sep).startswith(mine) and not on_way:
             continue
-        volatile = stable is not None and rel_here != os.curdir and (stable + os.sep).startswith(rel_here + os.sep) \
-            and rel_here != stable
+        volatile = on_way and rel_here != stable
         for name in dirs + files:
             p = os.path.join(here, name)
             rel = os.path.relpath(p, root)
-            if volatile and not (stable + os.sep).startswith(rel + os.sep):
+            if volatile and mine is not None and not mine.startswith(rel + os.sep):
                 continue
             out[rel] = ("link", os.readlink(p)) if os.path.islink(p) else ("dir" if os.path.isdir(p) else "file")
     return out
