@@ -77,6 +77,7 @@ from crane.sandbox.worker.portable import (  # kernel: strip
     prepare_portable,
 )
 from crane.sandbox.worker.reaper import end_descendants, hold_descendants  # kernel: strip
+from crane.sandbox.worker.warmup import warm_up  # kernel: strip
 
 _W: dict = {"preload_ms": 0.0, "failed": [], "settings_missed": []}
 LOADED_MAX = 5000  # the modules a state's load imported, named in the setup line (worker/head.loaded_by)
@@ -249,6 +250,8 @@ def worker_main(header: dict, lines: _Lines) -> None:
     t0 = time.perf_counter()
     _import(header.get("preload") or [], only_library=True)
     shell = _shell()
+    if header.get("warm"):  # the libraries' first calls, before any request (worker/warmup.py)
+        warm_up()
     _W["preload_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
     try:  # the daemon's sign that this worker is warm (benchmarks wait on it)
         open(os.path.join(os.path.dirname(os.environ.get("IPYTHONDIR", "/nonexistent/x")), "ready"), "w").close()

@@ -1,0 +1,130 @@
+"""Issue 45: a warm transplant worker pays the libraries' first calls before its run (worker/warmup.py), and what
+that leaves is nothing a cell can see but the libraries' caches.
+
+- In today's interpreter (TF 2.21 / Keras 3), the warm-up itself, loaded from its source file as the worker's
+  bundle holds it: it runs whole (Keras's saving path taken: the per-class skip sets it computes are kept), and
+  the `random`/numpy global RNG states, Keras's global state (the layer-name counters, the name scopes, ...) and
+  settings, and TensorFlow's global seed and its operation-seed generator are as they were.
+- End to end on a real kernel of today's environment that imported TensorFlow/Keras (so every copied run takes a
+  worker): a prewarmed worker has warmed (the skip set, which nothing else in that worker computes, is there in
+  the run), and a cell that reads what the warm-up could have changed — the next draws of `random`, numpy and
+  TensorFlow, a new layer's automatic name, Keras's global state's keys — prints the same in that warm worker as
+  in a cold one (no warm-up), and its random draws are the kernel's own; the kernel is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.options import SandboxOptions
+from crane.sandbox.prewarm import prewarm_kernel
+from crane.sandbox.transplant import POOL
+
+from ..kernel_envs import require_today_python
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the sandbox needs Linux")
+
+WARMUP = Path(__file__).resolve().parents[2] / "server" / "crane" / "sandbox" / "worker" / "warmup.py"
+READY_S = 300.0  # a generous bound on a worker's TensorFlow import on a loaded machine (its ready file ends it)
+
+PROBE = """
+import importlib.util, json, random, sys
+import numpy as np, tensorflow as tf, keras
+from keras.src.backend.common import global_state as gs
+spec = importlib.util.spec_from_file_location("_warmup_under_test", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+
+random.seed(3); np.random.seed(4); tf.random.set_seed(5)
+_ = tf.random.uniform((2,))                  # TensorFlow's operation-seed generator advanced
+first = keras.layers.Dense(2).name           # a layer-name counter in Keras's global state
+
+def seen():
+    ctx = sys.modules["tensorflow.python.eager.context"].context()
+    return {"random": repr(random.getstate()), "numpy": repr(np.random.get_state()),
+            "tf": [ctx._seed, repr(ctx._rng.getstate())],
+            "state": sorted(k for k in vars(gs.GLOBAL_STATE_TRACKER) if not k.startswith("saving_attr_skipset_")),
+            "uids": repr(dict(gs.get_global_attribute("object_name_uids") or {})),
+            "settings": repr(sorted(vars(gs.GLOBAL_SETTINGS_TRACKER).items()))}
+
+before = seen()
+done = mod.warm_up()
+after = seen()
+print(json.dumps({"done": sorted(done), "first": first, "next": keras.layers.Dense(2).name,
+                  "same": {k: before[k] == after[k] for k in before},
+                  "skipset": gs.get_global_attribute("saving_attr_skipset_Sequential") is not None}))
+"""
+
+
+def test_the_warm_up_runs_whole_and_puts_back_what_a_cell_could_see(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = subprocess.run([require_today_python(), "-c", PROBE, str(WARMUP)], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["done"] == ["keras"], got  # it ran whole
+    assert got["skipset"], got  # Keras's saving path was taken (its cache kept)
+    assert got["same"] == {k: True for k in got["same"]}, got
+    assert (got["first"], got["next"]) == ("dense", "dense_1"), got  # the counter as if nothing had run
+
+
+SETUP = """
+import random, numpy as np, tensorflow as tf, keras
+keras.utils.set_random_seed(7)
+_ = tf.random.uniform((2,))
+X = np.random.rand(4, 3).astype("float32")
+"""
+
+# what the warm-up could change, as a cell sees it (the skip set: only to tell that the warm-up ran)
+EXPR = ("(random.random(), float(np.random.rand()), round(float(np.asarray(tf.random.uniform((2,))).sum()), 6), "
+        "round(float(np.asarray(keras.random.normal((2,))).sum()), 6), keras.layers.Dense(2).name, X.shape, "
+        "sorted(k for k in vars(__import__('keras.src.backend.common.global_state', fromlist=['x'])"
+        ".GLOBAL_STATE_TRACKER) if not k.startswith('saving_attr_skipset_')))")
+WARMED = ("__import__('keras.src.backend.common.global_state', fromlist=['x'])"
+          ".get_global_attribute('saving_attr_skipset_Sequential') is not None")
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    k = start_kernel(tmp_path_factory.mktemp("warmup"), python=require_today_python())
+    run = k.connection.run_cell(SETUP, timeout=300)
+    assert run.status == "ok", run
+    yield k.connection
+    POOL.shutdown()
+    k.shutdown()
+
+
+def _in_copy(conn, warm: bool) -> tuple:
+    cell = f"print(repr({EXPR}))\nprint({WARMED})"
+    options = SandboxOptions(warm_workers=warm)
+    with Untouched(conn) as watch:
+        v = speculate(conn, cell, 120.0, sandbox=options)
+    assert watch.unchanged, (watch.changes(), v)
+    assert v.mode == "transplant" and v.verdict == "no-crash" and v.transplant is not None, (v.reason, v.how())
+    assert v.transplant.warm is warm, v.how()
+    seen, warmed = v.stdout.strip().splitlines()
+    return seen, warmed == "True"
+
+
+def test_a_warm_worker_sees_what_a_cold_one_sees(kernel):
+    POOL.shutdown()
+    cold, cold_warmed = _in_copy(kernel, warm=False)
+    assert not cold_warmed  # (the skip set is the warm-up's alone in such a worker)
+    done = prewarm_kernel(kernel, SandboxOptions(warm_workers=True))  # (or the worker refilled after that run)
+    assert done.kernel is not None and POOL.workers_of(done.kernel), done.why
+    exe = kernel.evaluate("__import__('sys').executable")
+    assert POOL.wait_ready(exe, READY_S), [w.log_tail() for w in POOL.workers_of(done.kernel)]
+    warm, warmed = _in_copy(kernel, warm=True)
+    assert warmed, "the prewarmed worker did not warm up"
+    assert warm == cold, (warm, cold)
+    real = kernel.run_cell(f"print(repr({EXPR}))", timeout=120)  # the copies ran first: the kernel's next draws
+    assert real.status == "ok", real
+    assert real.stdout.strip().split(", 'dense")[0] == cold.split(", 'dense")[0], (real.stdout, cold)
