@@ -39,6 +39,15 @@ def test_a_silent_namespace_change_is_caught(conn):
     conn.evaluate("globals().pop('leaked')")
 
 
+@pytest.mark.parametrize("which", ["before", "after_in_parent", "after_in_child"])
+def test_an_at_fork_handler_registered_silently_is_caught(conn, which):
+    """The interpreter's three at-fork handler lists, found by one walk of the kernel's objects for all their
+    anchors (threading's and logging's handlers): a handler added to any of them is a change, and the only one."""
+    with Untouched(conn) as check:
+        conn.evaluate(f"__import__('os').register_at_fork({which}=lambda: None) is None")
+    assert check.unchanged is False and set(check.changes()) == {"atfork"}, check.changes()
+
+
 def test_an_unknown_connection_is_a_clear_error(conn):
     class Detached:
         target = owner = None
