@@ -11,6 +11,7 @@ import signal
 import msgspec
 
 from crane.sandbox.channel import RunOutcome
+from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_ENDS, SEAL_RAISED, SEAL_RECORD, SEAL_TAMPERED
 from crane.sandbox.verdict import (
     ChildRecord,
     DeniedLine,
@@ -143,8 +144,7 @@ def _only_refusals(lines: ChildLines) -> bool:
     return bool(lines.refusals) and all(x in further for x in lines.extra)
 
 
-# the seal's codes (kernel/common): how CRANE's epilogue says the cell ended
-SEAL_CLEAN, SEAL_RAISED, SEAL_ENDS, SEAL_TAMPERED, SEAL_RECORD = 1, 2, 3, 4, 5
+# the seal's codes (shared/seal.py, imported above): how CRANE's epilogue says the cell ended
 # what a record may say under each code: "no-crash" only where the cell ended clean
 # (a transplant worker's record of a raised cell may say "unavailable": a NameError on a kernel name it did not copy)
 _SEAL_ALLOWS = {SEAL_CLEAN: {"no-crash", "crash", "blocked", "timeout"},

@@ -1,8 +1,9 @@
 """The seal on the copy paths (issue 41), daemon side: how a transplant worker the daemon started ended its run.
 
 Runs in the daemon. A worker (worker/main.py) that runs a cell on Linux ends it as a forked child does: after its
-record it blocks for good in CRANE's sealed `read(2)` (kernel/common: the mark, a code for how the cell ended, the
-digest of every byte CRANE wrote on the channel). Its parent reads that from outside and ends it: a head's fork
+record it blocks for good in CRANE's sealed `read(2)` (shared/seal.py: the mark, a code for how the cell ended, the
+digest of every byte CRANE wrote on the channel; read here as the kernel side reads it, but for what a refused read
+means: unchecked here). Its parent reads that from outside and ends it: a head's fork
 child is the head's to check (worker/head.py, the word comes in its frame); a worker that ran the cell itself (an
 OS-confined run in the blocking confinement, a portable run the worker did not fork for) is the daemon's, its
 parent, checked here in `/proc/<pid>/syscall`; in the layered confinement the worker is A, which checks B and writes
@@ -14,16 +15,16 @@ read as before (`checked: false`).
 
 from __future__ import annotations
 
-import errno
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 
+from crane.sandbox.shared.seal import SEAL_CLEAN, seal_digest
+from crane.sandbox.shared.seal import read_seal as _read_seal
 from crane.sandbox.verdict import ExitStatus
 
-SEAL_MAGIC = 0x4352414E45534541  # kernel/common's mark (the daemon does not import the kernel-side parts)
 LOOK_S = 0.02  # how often a process that is not yet in its sealed wait is looked at again
 
 
@@ -34,37 +35,9 @@ def seal_readable() -> bool:
 
 def read_seal(pid: int) -> tuple[int, int] | None | bool:
     """(code, digest) when a thread of process `pid` is in CRANE's sealed wait; None when none is (running, elsewhere,
-    gone); False when this process may not read its /proc/<pid>/syscall (Yama, an LSM)."""
-    import os
-    found = _seal_at(f"/proc/{pid}/syscall")
-    if found is not None:
-        return found
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    for tid in tasks:
-        if tid != str(pid):
-            found = _seal_at(f"/proc/{pid}/task/{tid}/syscall")
-            if found:
-                return found
-    return None
-
-
-def _seal_at(path: str) -> tuple[int, int] | None | bool:
-    try:
-        with open(path, "rb") as f:
-            fields = f.read().split()
-    except PermissionError:
-        return False
-    except OSError as exc:  # gone (ENOENT, ESRCH), or /proc refused to this process: not ours to read
-        return None if exc.errno in (errno.ENOENT, errno.ESRCH) else False
-    try:
-        if len(fields) >= 7 and int(fields[0]) == 0 and int(fields[6], 16) == SEAL_MAGIC:
-            return int(fields[4], 16), int(fields[5], 16)
-    except ValueError:
-        pass
-    return None
+    gone); False when this process may not read its /proc/<pid>/syscall (Yama, an LSM, or any other refusal: the
+    daemon then says the run's end unchecked, where the kernel side takes it as not sealed: shared/seal.py)."""
+    return _read_seal(pid, refused=False)
 
 
 def settle(pid: int, returncode: Callable[[], int | None], kill: Callable[[], None],
@@ -103,15 +76,10 @@ def settle(pid: int, returncode: Callable[[], int | None], kill: Callable[[], No
         pause = min(pause * 2, 0.002)
 
 
-def digest_of(data: bytes) -> int:
-    """The seal's digest of `data` (kernel/common: blake2b, 8 bytes, little-endian)."""
-    import hashlib
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
-
-
-def sealed_over(pid: int, data: bytes, within_s: float, alive: Callable[[], bool]) -> bool | None:
+def sealed_code(pid: int, data: bytes, within_s: float, alive: Callable[[], bool]) -> int | bool | None:
     """A transplant session's worker (the daemon's child) is in CRANE's sealed wait over exactly `data`, the bytes
-    the daemon read since its last command (worker/main._sealed_commands): True; False when it is not within
+    the daemon read since its last command (worker/main._sealed_commands): the seal's code (SEAL_CLEAN: the command
+    ended clean; SEAL_RAISED: it raised, so no reply of it says it ran clean); False when it is not within
     `within_s` (or ends, or waits sealed over other bytes); None when its /proc cannot be read here."""
     deadline = time.monotonic() + within_s
     pause = 0.0002
@@ -120,8 +88,14 @@ def sealed_over(pid: int, data: bytes, within_s: float, alive: Callable[[], bool
         if seal is False:
             return None
         if isinstance(seal, tuple):
-            return seal[1] == digest_of(data)
+            return seal[0] if seal[1] == seal_digest(data) and seal[0] > 0 else False
         if not alive() or time.monotonic() >= deadline:
             return False
         time.sleep(pause)
         pause = min(pause * 2, LOOK_S)
+
+
+def clean_only(code: int | bool | None) -> bool:
+    """Whether a reply sealed under `code` (`sealed_code`) may say its command ran clean: only under SEAL_CLEAN, or
+    where the seal could not be read at all (None: the reply is then taken unchecked, as the Integrity says)."""
+    return code is None or code == SEAL_CLEAN

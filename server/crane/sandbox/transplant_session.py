@@ -27,7 +27,7 @@ from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError, KernelTimeout
 from crane.sandbox.channel import ChildHandle, PrivateDir
 from crane.sandbox.confinement import current as current_confinement
-from crane.sandbox.copy_seal import seal_readable, sealed_over
+from crane.sandbox.copy_seal import clean_only, seal_readable, sealed_code
 from crane.sandbox.fork_session import FORGED, SandboxError, SandboxSession, _Reply
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
 from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of
@@ -206,10 +206,18 @@ class TransplantSession(SandboxSession):
             return rep
         consumed = bytes(self._since[:len(self._since) - len(self._buf)])
         worker = self.worker
-        self._seal_seen = sealed_over(worker.proc.pid, consumed, SEAL_WAIT_S, worker.alive)
-        if self._seal_seen is False:
-            self._tainted = True
+        code = sealed_code(worker.proc.pid, consumed, SEAL_WAIT_S, worker.alive)
+        self._seal_seen = None if code is None else code is not False
+        # sealed, but a reply that says its command ran clean counts only under the seal's clean code (said by where
+        # the command ended in the worker, never by the reply: a hook or a patch can rewrite a reply, not the code)
+        clean_claim = rep.verdict == "no-crash" if rep.verdict is not None else bool(rep.ok)
+        why = None
+        if code is False:
             why = f"{FORGED} (the session's worker did not wait sealed over its reply)"
+        elif clean_claim and not clean_only(code):
+            why = f"{FORGED} (a reply that says it ran clean, but its command raised)"
+        if why is not None:
+            self._tainted = True
             if rep.verdict is not None:
                 rep = msgspec.structs.replace(rep, verdict="blocked", reason=why, ename=None, evalue=None, line=None,
                                               traceback=[])

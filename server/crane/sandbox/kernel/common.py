@@ -13,7 +13,9 @@ import io
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
+
+from crane.sandbox.shared.seal import SEAL_ENDS, SEAL_RECORD, SEAL_TAMPERED, read_seal, wait_sealed  # kernel: strip
 
 CELL_FILENAME = "<crane-sandbox-cell>"
 _CO_COROUTINE = 0x80
@@ -145,37 +147,26 @@ class _Ctx:
 
 
 # -- the seal (issue 41; docs/sandbox.md, "Who writes the verdict") ------------------------------------------------
-# A one-shot run's record counts only when its process ends *sealed*: after writing it, CRANE's epilogue wakes its
-# parent (`done_fd`) and blocks for good in a raw read(2) whose unused argument registers carry SEAL_MAGIC, a code
-# saying how the cell ended (from CRANE's control flow) and a digest of every byte CRANE wrote on the channel. The
-# parent (the kernel's reaper thread, or A in layered mode) sees that from outside in /proc/<pid>/syscall, ends the
-# process itself and writes how it ended into the private directory, where the cell cannot write. No function the
-# standard library offers makes a raw system call with chosen registers: pure Python cannot seal (ctypes can).
-SEAL_MAGIC = 0x4352414E45534541
-SEAL_CLEAN, SEAL_RAISED, SEAL_ENDS, SEAL_TAMPERED, SEAL_RECORD = 1, 2, 3, 4, 5
+# A one-shot run's record counts only when its process ends *sealed* (shared/seal.py): after writing it, CRANE's
+# epilogue wakes its parent (`done_fd`) and blocks for good in a raw read(2) whose unused argument registers carry
+# SEAL_MAGIC, a code saying how the cell ended (from CRANE's control flow) and a digest of every byte CRANE wrote on
+# the channel. The parent (the kernel's reaper thread, or A in layered mode) sees that from outside in
+# /proc/<pid>/syscall, ends the process itself and writes how it ended into the private directory, where the cell
+# cannot write.
 _SEALED: dict = {"fd": -1, "h": None}  # the run's channel and the digest of what CRANE wrote on it
 
 
-def _track_channel(fd: int) -> None:
+def _track_channel(fd: int) -> Any:
+    """From now on `_write_json` counts what it writes on `fd` into a fresh digest, returned (a caller that keeps it
+    can tell it from one the cell's code put in its place)."""
     import hashlib
     _SEALED["fd"], _SEALED["h"] = fd, hashlib.blake2b(digest_size=8)
+    return _SEALED["h"]
 
 
 def _channel_digest() -> int:
     h = _SEALED["h"]
     return int.from_bytes(h.digest(), "little") if h is not None else 0
-
-
-def _seal_parts(pipe: bool = True) -> tuple[Any, int, Any]:
-    """What a sealed wait needs, made now: (libc's syscall, a pipe's read end nobody writes — its write end stays
-    open, so no EOF ends the wait; -1 without `pipe` —, a 1-byte buffer)."""
-    import ctypes
-    fn = ctypes.CDLL(None, use_errno=True).syscall
-    fn.restype = ctypes.c_long
-    fn.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                   ctypes.c_ulong]
-    r = os.pipe()[0] if pipe else -1
-    return fn, r, ctypes.create_string_buffer(1)
 
 
 def _wake_parent(ctx: _Ctx) -> None:
@@ -187,21 +178,14 @@ def _wake_parent(ctx: _Ctx) -> None:
             pass
 
 
-def _seal_other(ctx: _Ctx, code: int) -> None:
+def _seal_other(ctx: _Ctx, code: int) -> NoReturn:
     """Seal with `code` and wait to be ended; never returns. Only the codes that say nothing of a cell's own end:
     the cell ended its process, changed CRANE's code, or never ran (a record CRANE wrote without it). The two that
     do — clean, raised — are written out where the cell's end is (kernel/run._child_run), never here."""
     code = int(code) if code in (SEAL_ENDS, SEAL_TAMPERED) else SEAL_RECORD
     digest = _channel_digest()
     _close_channel(ctx)
-    fn, r, buf = _seal_parts()
-    _wake_parent(ctx)
-    while True:
-        try:
-            fn(0, r, buf, 1, code, digest, SEAL_MAGIC)
-        except Exception:  # noqa: BLE001 - nothing to do but wait for the parent
-            import time
-            time.sleep(0.05)
+    wait_sealed(code, digest, ctx.done_fd)
 
 
 def _close_channel(ctx: _Ctx) -> None:
@@ -211,41 +195,6 @@ def _close_channel(ctx: _Ctx) -> None:
         except OSError:
             pass
         ctx.result_fd = -1
-
-
-def read_seal(pid: int) -> tuple[int, int] | None | bool:
-    """From outside (the parent): (code, digest) when a thread of process `pid` is in CRANE's sealed wait (the main
-    thread's is looked at first; the cell may end its process from another thread); None when none is (running,
-    elsewhere, gone); False when this process may not read its /proc/<pid>/syscall."""
-    found = _seal_at(f"/proc/{pid}/syscall")
-    if found is not None:
-        return found
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    for tid in tasks:
-        if tid != str(pid):
-            found = _seal_at(f"/proc/{pid}/task/{tid}/syscall")
-            if found:
-                return found
-    return None
-
-
-def _seal_at(path: str) -> tuple[int, int] | None | bool:
-    try:
-        with open(path, "rb") as f:
-            fields = f.read().split()
-    except PermissionError:
-        return False
-    except OSError:
-        return None
-    try:
-        if len(fields) >= 7 and int(fields[0]) == 0 and int(fields[6], 16) == SEAL_MAGIC:
-            return int(fields[4], 16), int(fields[5], 16)
-    except ValueError:
-        pass
-    return None
 
 
 def await_seal(pid: int, within_s: float, gone: Callable[[], bool] | None = None,
@@ -267,17 +216,6 @@ def await_seal(pid: int, within_s: float, gone: Callable[[], bool] | None = None
             continue
         time.sleep(pause)
         pause = min(pause * 2, 0.002)
-
-
-def sealed_over(pid: int, data: bytes, within_s: float = 2.0, spin_s: float = 0.0) -> bool:
-    """From the parent: child `pid` is in CRANE's sealed wait over exactly `data` (what the parent read from it), or
-    its /proc cannot be read here (then what it sent is taken as it came)."""
-    import hashlib
-    seal = await_seal(pid, within_s, lambda: ended_now(pid, 0.0), spin_s)
-    if seal is False:
-        return True
-    return isinstance(seal, tuple) and seal[1] == int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(),
-                                                                 "little")
 
 
 def ended_now(pid: int, within_s: float) -> bool:

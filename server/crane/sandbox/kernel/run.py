@@ -15,28 +15,27 @@ import re
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
 from crane.sandbox.kernel.common import (  # kernel: strip
     _CO_COROUTINE,
     _SETUP,
+    _TAMPERED,
     CELL_FILENAME,
-    SEAL_MAGIC,
-    SEAL_RECORD,
-    SEAL_TAMPERED,
     SandboxBlocked,
     _channel_digest,
     _close_channel,
     _Ctx,
     _fence,
+    _real_exit,
     _seal_other,
-    _seal_parts,
-    _wake_parent,
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note  # kernel: strip
+from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_RAISED, SEAL_RECORD, SEAL_TAMPERED, wait_sealed  # kernel: strip
 
 
 def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
@@ -393,22 +392,10 @@ def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         _epilogue_begins(ctx)
         digest = _record(ctx, _cell_record(ctx, e, args["source"], seen, t1), setup_ms, before, fence)
-        fn, r, buf = _seal_parts()
-        _wake_parent(ctx)
-        while True:  # sealed: the cell raised (code 2); the parent ends this process
-            try:
-                fn(0, r, buf, 1, 2, digest, SEAL_MAGIC)
-            except Exception:  # noqa: BLE001
-                time.sleep(0.05)
+        wait_sealed(SEAL_RAISED, digest, ctx.done_fd)  # sealed: the cell raised; the parent ends this process
     _epilogue_begins(ctx)
     digest = _record(ctx, _cell_record(ctx, None, args["source"], seen, t1), setup_ms, before, fence)
-    fn, r, buf = _seal_parts()
-    _wake_parent(ctx)
-    while True:  # sealed: the cell ended clean (code 1); the parent ends this process
-        try:
-            fn(0, r, buf, 1, 1, digest, SEAL_MAGIC)
-        except Exception:  # noqa: BLE001
-            time.sleep(0.05)
+    wait_sealed(SEAL_CLEAN, digest, ctx.done_fd)  # sealed: the cell ended clean; the parent ends this process
 
 
 def _epilogue_begins(ctx: _Ctx) -> None:
@@ -438,11 +425,18 @@ def _epilogue_begins(ctx: _Ctx) -> None:
             pass
 
 
-def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: dict, fence: Any) -> int:
-    """Write the record on the channel and close it: the digest of everything CRANE wrote there. A cell that
-    rebound CRANE's code or what the record is made with gets no record: the seal says so instead."""
+def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: dict, fence: Any, sealed: bool = True,
+            end: Callable[[int], Any] | None = None) -> int:
+    """A one-shot run's epilogue, the forked child's (`_child_run`) and the transplant worker's (worker/main._finish):
+    write the record on the channel and close it; the digest of everything CRANE wrote there. A cell that rebound
+    CRANE's code or what the record is made with gets no record: the seal says so instead, or, where no parent
+    reads a seal (not `sealed`: a portable worker on macOS or Windows), its process ends with `_TAMPERED` through
+    `end` (bound before the cell). Unsealed, the channel's end is said to A at once (`_record_out`; sealed: the
+    seal's wake-up says it)."""
     if any(k in before and before[k] != v for k, v in fence().items()):
-        _seal_other(ctx, SEAL_TAMPERED)
+        if sealed:
+            _seal_other(ctx, SEAL_TAMPERED)
+        (end or _real_exit())(_TAMPERED)
     rec["setup_ms"] = setup_ms
     rec["displays"] = ctx.displays
     rec["denied"] = ctx.denied[:20]
@@ -456,6 +450,8 @@ def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: dict, fence: Any) -> 
             pass  # (the cell closed it: the digest then names what was really written)
     digest = _channel_digest()
     _close_channel(ctx)
+    if not sealed:
+        _record_out(ctx)
     return digest
 
 

@@ -21,10 +21,12 @@ written by the code, and the run is `blocked` ("the cell wrote into CRANE's resu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from crane.sandbox.kernel.atfork import restore, suspend_user_handlers  # kernel: strip
@@ -32,13 +34,9 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
     _TAMPERED,
     CELL_FILENAME,
-    SEAL_CLEAN,
-    SEAL_MAGIC,
-    SEAL_RAISED,
     _channel_digest,
     _Ctx,
     _real_exit,
-    _seal_parts,
     _track_channel,
     _Watch,
     _write_json,
@@ -54,8 +52,8 @@ from crane.sandbox.kernel.run import (  # kernel: strip
     _describe_exception,
     _epilogue_begins,
     _exec_plan,
-    run_source,
 )
+from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_MAGIC, SEAL_RAISED, _seal_parts  # kernel: strip
 
 
 def _child_session(args: dict, shell: Any, parent: int, on_main: bool) -> None:
@@ -84,11 +82,10 @@ IDLE_S = 0.05  # with a run parked (evals of it likely next) or after a rollback
 
 def _bind() -> None:
     import ctypes
-    import gc
     import hashlib
     import select
     import socket
-    import sys
+    _bind_hooks()
     api = ctypes.pythonapi
     sc = ctypes.PyDLL(None).syscall
     sc.restype = ctypes.c_long
@@ -96,15 +93,22 @@ def _bind() -> None:
     _BOUND.update(clone=(api.PyOS_BeforeFork, sc, api.PyOS_AfterFork_Child, api.PyOS_AfterFork_Parent,
                          ctypes.get_errno), select=select.select, send_fds=socket.send_fds,
                   recv_fds=socket.recv_fds, poll=select.poll,
-                  # the sealed wait's raw read(2) (kernel/common), made once: nothing is built after a command's
-                  # code ran, between its outcome and the wait the head looks for
-                  seal=_seal_parts(pipe=False)[::2], digest=hashlib.blake2b,
-                  # a run's hooks, read and stopped after its code by functions no command can have rebound
-                  hooks=(sys.getprofile, sys.gettrace, gc.isenabled), off=(sys.setprofile, sys.settrace, gc.disable),
-                  on=(sys.setprofile, sys.settrace, gc.enable))
+                  # the sealed wait's raw read(2) (shared/seal), made once: nothing is built after a command's
+                  # code ran, between its outcome and the wait the head looks for (`space`: a parked run's sealed
+                  # read of its next eval)
+                  seal=_seal_parts(pipe=False)[::2], digest=hashlib.blake2b, space=ctypes.create_string_buffer(1 << 16))
     # what a command's process checks after its code ran (common._Watch), taken once: a checkpoint's new head and
     # the process of a kept run (whose check found nothing watched changed) start from it
     _BOUND["watch"] = _Watch()
+
+
+def _bind_hooks() -> None:
+    """A command's hooks, read and stopped after its code by functions no command can have rebound: bound before
+    any command (fork sessions' first head; a transplant worker that seals its replies, worker/main._session)."""
+    import gc
+    import sys
+    _BOUND.update(hooks=(sys.getprofile, sys.gettrace, gc.isenabled), off=(sys.setprofile, sys.settrace, gc.disable),
+                  on=(sys.setprofile, sys.settrace, gc.enable))
 
 
 class _CommandLines:
@@ -205,11 +209,11 @@ def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -
             rec, keep, parked = _in_fork(ctx, gate, cmd, depth, out_path, err_path, spare)
             spare = None
         elif op == "eval":
-            rec = _eval_parked(parked, cmd) if parked is not None else None
+            rec, stays = _eval_parked(parked, cmd) if parked is not None else (None, False)
+            if parked is not None and not stays:
+                _drop(parked)
+                parked = None
             if rec is None:  # none parked, or it did not answer as CRANE's code does: a fresh fork of the head
-                if parked is not None:
-                    _drop(parked)
-                    parked = None
                 rec = _in_fork(ctx, gate, cmd, depth, out_path, err_path, spare)[0]
                 spare = None
         elif op == "checkpoint":
@@ -384,6 +388,8 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
         # a clean record from a cell that raised (the code is said by where the cell ended, the record could be
         # rewritten by what the cell left running): never kept, never a verdict
         outcome = {"verdict": "blocked", "reason": f"{FORGED} (a no-crash record, but the cell raised)"}
+    elif not is_run and outcome.get("ok") and sealed not in (SEAL_CLEAN, _UNCHECKED):
+        outcome = {"ok": False, "ename": "SandboxError", "evalue": f"{FORGED} (an answer, but its expression raised)"}
     elif is_run and threads == 1 and outcome.get("verdict") == "no-crash":
         _head_close(post_r)
         return outcome, (pid, ctl_w), None
@@ -419,6 +425,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     tampered, send, close_every, end = _BOUND["watch"].tampered, _write_json, _close_every, _real_exit()
     find_pools, quiet_pools = find_thread_pools, _single_thread_pools
     fn, buf = _BOUND["seal"]
+    answers = (tampered, end, _BOUND["digest"], fn, _BOUND["space"])  # (a parked run's evals: `_serve_evals`)
     if ahead:
         _warm_up(ctx, go)
     line = _read_to_end(go)
@@ -431,10 +438,9 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         return
     try:
         if cmd.get("op") == "run":
-            rec, raised = _run_cell(ctx, cmd, *paths)
+            rec, raised = run_command(ctx, cmd, *paths)
         else:
-            rec = evaluate(ctx, cmd)
-            raised = not rec.get("ok")
+            rec, raised = evaluate(ctx, cmd)
     except BaseException:  # CRANE's own path through the command failed under what the code did: no outcome
         end(_TAMPERED)
     ctx.audit_state["bypass"] = True
@@ -453,7 +459,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     _track_channel(res)
     send(res, rec)
     digest = _channel_digest()
-    code = SEAL_RAISED if raised else SEAL_CLEAN  # (where the cell ended: the head takes no-crash only clean)
+    code = SEAL_RAISED if raised else SEAL_CLEAN  # (where the code ended: the head takes a clean answer only clean)
     close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
     got = -1
     for _ in range(1000):  # sealed (kernel/common): the head sees it in /proc while this waits for its word
@@ -475,7 +481,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         _session_loop(ctx, gate, depth, announce=False)
     elif word == _PARK:
         ctx.audit_state["bypass"] = False
-        _serve_evals(ctx, ctl, post)
+        _serve_evals(ctx, ctl, post, answers)
 
 
 def _warm_up(ctx: _Ctx, go: int) -> None:
@@ -540,41 +546,87 @@ def _hand_over(ctx: _Ctx, keep: tuple[int, int]) -> None:
     _wait_child(pid, mirror=True)
 
 
-def _serve_evals(ctx: _Ctx, ctl: int, post: int) -> None:
-    """A parked run's process: evals of the state where the run stopped, until the head closes the pipe."""
-    commands = _CommandLines(ctl)
-    while line := commands.get():
+def _serve_evals(ctx: _Ctx, ctl: int, post: int, answers: tuple) -> None:
+    """A parked run's process: evals of the state where the run stopped, until the head closes the pipe. Each answer
+    is sealed as a run's outcome is: after writing it, this process waits for the next eval in CRANE's sealed read
+    (shared/seal: the code says where the eval ended, the digest names the answer's bytes), which the head looks for
+    before it takes the answer (`_eval_parked`). `answers` (the check of CRANE's code, the C `_exit`, the digest,
+    the sealed read and its buffer) were bound by the command's process before the run's code ran."""
+    tampered, end, digest_of, fn, space = answers
+    code = digest = 0  # (no answer yet: the head looks for a seal only after an answer)
+    buf = b""
+    tries = 0
+    while True:
+        while b"\n" not in buf:
+            got = fn(0, ctl, space, len(space), code, digest, SEAL_MAGIC)
+            if got < 0:  # (interrupted by a signal: again)
+                tries += 1
+                if tries > 1000:
+                    return
+                continue
+            if got == 0:
+                return
+            buf += space.raw[:got]
+        line, buf = buf.split(b"\n", 1)
+        if not line.strip():
+            continue
         try:
             cmd = json.loads(line)
         except ValueError:
             return
-        rec = evaluate(ctx, cmd)
+        if type(cmd) is not dict:
+            return
+        try:
+            rec, raised = evaluate(ctx, cmd)
+        except BaseException:  # noqa: BLE001 - CRANE's own path failed under what the code did: no answer
+            end(_TAMPERED)
+        ctx.audit_state["bypass"] = True
+        if tampered():  # the eval's code rebound CRANE's own code: nothing this process would write is trusted
+            end(_TAMPERED)
         rec["n"] = cmd.get("n")
-        _write_json(post, rec)
+        data = (json.dumps(rec, default=str) + "\n").encode("utf-8", "replace")
+        view = data
+        while view:
+            try:
+                view = view[os.write(post, view):]
+            except InterruptedError:
+                continue
+        ctx.audit_state["bypass"] = False
+        code = SEAL_RAISED if raised else SEAL_CLEAN
+        digest = int.from_bytes(digest_of(data, digest_size=8).digest(), "little")
 
 
-def _eval_parked(parked: _Parked, cmd: dict) -> dict | None:
-    """An eval in the parked run's process; None when it does not answer as CRANE's code does."""
+def _eval_parked(parked: _Parked, cmd: dict) -> tuple[dict | None, bool]:
+    """An eval in the parked run's process: (its answer, whether the process stays parked). (None, False) when it
+    does not answer as CRANE's code does (gone, or something waiting no eval asked for: a fresh fork answers); an
+    answer not sealed over exactly its bytes, or one that says the expression ran clean under the seal's raised
+    code, is the code's own: a SandboxError answer, and the process is dropped."""
     select = _BOUND["select"]
     parked.n += 1
     try:
         while select([parked.post], [], [], 0)[0]:  # something waiting that no eval asked for
-            return None
+            return None, False
         os.write(parked.ctl, (json.dumps(dict(cmd, n=parked.n)) + "\n").encode())
         data = b""
         while not data.endswith(b"\n"):
             if not select([parked.post], [], [], 60.0)[0]:
-                return None
+                return None, False
             chunk = os.read(parked.post, 1 << 16)
             if not chunk:
-                return None
+                return None, False
             data += chunk
         rec = json.loads(data)
     except (OSError, ValueError):
-        return None
+        return None, False
     if type(rec) is not dict or rec.pop("n", None) != parked.n or data.count(b"\n") != 1:
-        return None
-    return rec
+        return None, False
+    sealed = _seal_code(parked.pid, data)  # (issue 41: an answer counts only sealed, as a run's outcome)
+    if sealed is None:
+        return {"ok": False, "ename": "SandboxError",
+                "evalue": f"{FORGED} (the parked run's process did not wait sealed over its answer)"}, False
+    if rec.get("ok") and sealed not in (SEAL_CLEAN, _UNCHECKED):
+        return {"ok": False, "ename": "SandboxError", "evalue": f"{FORGED} (an answer, but its expression raised)"}, False
+    return rec, True
 
 
 def _drop(parked: _Parked) -> None:
@@ -583,15 +635,26 @@ def _drop(parked: _Parked) -> None:
     _ENDING.append(parked.pid)
 
 
-def evaluate(ctx: _Ctx, cmd: dict) -> dict:
-    """An "eval" command: the text/plain repr of the expression, or the exception it raised."""
+def evaluate(ctx: _Ctx, cmd: dict, guard: Callable[[], Any] = contextlib.nullcontext) -> tuple[dict, bool]:
+    """An "eval" command: (the text/plain repr of the expression, or the exception it raised; whether it raised —
+    said by where it ended, never read from the answer). The expression runs under `guard()` (a portable session's
+    call guard) with the session's hooks on; they stop once its answer's text is made (`_hooks_off`: nothing of
+    the code's runs while CRANE writes the answer)."""
+    _hooks_on()
     try:
-        with ctx.shell.builtin_trap:
+        with guard(), ctx.shell.builtin_trap:
             value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ctx.shell.user_ns)
         data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
-        return {"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]}
+        text = str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]
     except BaseException as exc:  # noqa: BLE001
-        return {"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]}
+        try:
+            rec = {"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]}
+        except BaseException:  # noqa: BLE001 - its text raised too
+            rec = {"ok": False, "ename": "Exception", "evalue": "<str() failed>"}
+        _hooks_off(ctx, timer=False)
+        return rec, True
+    _hooks_off(ctx, timer=False)
+    return {"ok": True, "value": text}, False
 
 
 def _ended(status: str) -> dict:
@@ -739,19 +802,21 @@ _USER_HOOKS: dict = {}  # a kept run's hooks (profile, trace, gc, Python signal 
 # in each later run's process before its code (kernel state as the real kernel keeps it; never CRANE's code's)
 
 
-def _run_cell(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> tuple[dict, bool]:
-    """A fork session's run in its command's process: (its record, whether the cell raised — said by where the
-    cell ended, never read from the record). Right after the cell every hook that could run the cell's code among
-    CRANE's statements stops (kernel/run._epilogue_begins, and the profile, trace and gc through functions bound
-    before any command: a cell that rebinds `sys.setprofile` still leaves none on), so nothing of the cell's
-    rewrites the record, and a kept run's process serves as the head with none of them; they are kept for the
-    session's later runs."""
+def run_command(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> tuple[dict, bool]:
+    """A session's run — a fork session's in its command's process, a transplant or portable session's in its
+    worker —: (its record with the displays, the denials and the byte spans of the capture files it wrote; whether
+    the cell raised — said by where the cell ended, never read from the record). Right after the cell every hook
+    that could run the cell's code among CRANE's statements stops (`_hooks_off`), so nothing of the cell's rewrites
+    the record, and a kept run's process serves as the head with none of them; they are kept for the session's
+    later runs."""
     shell = ctx.shell
     ctx.displays.clear()
     ctx.denied.clear()
     o0, e0 = _fsize(out_path), _fsize(err_path)
     _hooks_on()
-    signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
+    timer = hasattr(signal, "setitimer")  # (Windows has none: the daemon's deadline ends a portable session's run)
+    if timer:
+        signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
     source = cmd.get("source", "")
     seen: dict = {}
     t1 = time.perf_counter()
@@ -759,19 +824,28 @@ def _run_cell(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> tuple[dict,
         with shell.builtin_trap:
             _exec_plan(ctx, _cell_begins(ctx, source, seen), shell.user_ns)
     except BaseException as exc:  # noqa: BLE001 - the cell's own exception, SystemExit included
-        _hooks_off(ctx)
+        _hooks_off(ctx, timer)
         rec = _cell_record(ctx, exc, source, seen, t1)
         rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
                    stderr_span=[e0, _fsize(err_path)])
         return rec, True
-    _hooks_off(ctx)
+    _hooks_off(ctx, timer)
     rec = _cell_record(ctx, None, source, seen, t1)
     rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
                stderr_span=[e0, _fsize(err_path)])
     return rec, False
 
 
-def _hooks_off(ctx: _Ctx) -> None:
+def _hooks_off(ctx: _Ctx, timer: bool = True) -> None:
+    """Right after a command's code: its budget timer, and where the session seals its replies (the hooks bound
+    before any command: `_bind_hooks`) its profile, trace and monitoring hooks, Python signal handlers and the
+    garbage collector's runs stop (kernel/run._epilogue_begins, and through functions bound before any command: a
+    command that rebinds `sys.setprofile` still leaves none on). They are kept for the next command's code."""
+    if "hooks" not in _BOUND:  # (no seal here: a portable session on macOS or Windows)
+        if timer:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        ctx.audit_state["running"] = False
+        return
     getprofile, gettrace, gc_enabled = _BOUND["hooks"]
     saved: dict = {"profile": getprofile(), "trace": gettrace(), "gc": gc_enabled(), "signals": {}}
     for sig in signal.valid_signals():
@@ -791,8 +865,8 @@ def _hooks_off(ctx: _Ctx) -> None:
 
 
 def _hooks_on() -> None:
-    """In a run's process, before its code: the hooks of the kept run this state comes from (none after a rollback
-    to a state no run changed: those were never turned off)."""
+    """In a command's process, before its code: the hooks the session's state has (those of the last command that
+    ran: none after a rollback to a state no command changed, whose hooks were never turned off)."""
     if not _USER_HOOKS:
         return
     setprofile, settrace, gc_on = _BOUND["on"]
@@ -805,23 +879,6 @@ def _hooks_on() -> None:
         gc_on()
     settrace(_USER_HOOKS["trace"])
     setprofile(_USER_HOOKS["profile"])
-
-
-def run_command(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> dict:
-    """A session's "run" command (forked and transplant sessions): the cell under its budget, its record with
-    the displays, the denials and the byte spans of the capture files it wrote."""
-    ctx.displays.clear()
-    ctx.denied.clear()
-    o0, e0 = _fsize(out_path), _fsize(err_path)
-    timer = hasattr(signal, "setitimer")  # (Windows has none: the daemon's deadline ends a portable session's run)
-    if timer:
-        signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
-    rec = run_source(ctx, cmd.get("source", ""))
-    if timer:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
-               stderr_span=[e0, _fsize(err_path)])
-    return rec
 
 
 def _fsize(path: str) -> int:

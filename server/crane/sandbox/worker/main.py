@@ -29,24 +29,16 @@ import signal
 import sys
 import time
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import Any
 
 from crane.sandbox.kernel.common import (  # kernel: strip
     _SEALED,
     _TAMPERED,
-    CELL_FILENAME,
-    SEAL_MAGIC,
-    SEAL_TAMPERED,
-    _channel_digest,
-    _close_channel,
     _Ctx,
     _fence,
     _real_exit,
-    _seal_other,
-    _seal_parts,
     _track_channel,
-    _wake_parent,
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _POOLS, _prepare_child  # kernel: strip
@@ -58,11 +50,12 @@ from crane.sandbox.kernel.run import (  # kernel: strip
     _cell_record,
     _epilogue_begins,
     _exec_plan,
-    _record_out,
+    _record,
 )
-from crane.sandbox.kernel.session import _CommandLines, run_command  # kernel: strip
+from crane.sandbox.kernel.session import _bind_hooks, _CommandLines, evaluate, run_command  # kernel: strip
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
+from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_MAGIC, SEAL_RAISED, _seal_parts, wait_sealed  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
@@ -83,42 +76,45 @@ _W: dict = {"preload_ms": 0.0, "failed": [], "settings_missed": []}
 LOADED_MAX = 5000  # the modules a state's load imported, named in the setup line (worker/head.loaded_by)
 
 
-class _Done(Exception):
-    """The portable session's eval has replied."""
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL", "JOBLIB_MULTIPROCESSING")
 
 
-def _session_lines(fd: int) -> Iterator[bytes]:
+def _session_lines(fd: int) -> Generator[bytes, int, None]:
     """The OS-confined session's JSON-line commands from its FIFO, until EOF."""
     reader = _CommandLines(fd)
     while line := reader.get():
         yield line
 
 
-def _sealed_commands(fd: int, buf: bytes) -> Iterator[bytes]:
+def _sealed_commands(fd: int, buf: bytes) -> Generator[bytes, int, None]:
     """A session's command lines from `fd` (after `buf`), each wait for the next one made in CRANE's sealed read
-    (kernel/common: the mark, code 1 and the digest of every byte CRANE wrote on the channel since the last command):
-    the daemon takes a reply only when it sees this worker waiting sealed over exactly the bytes it read
-    (crane.sandbox.transplant_session). No function of the standard library makes this call: the session's code,
-    which runs in this process, cannot wait sealed over a reply of its own making (ctypes can: docs/sandbox.md)."""
+    (shared/seal: the mark, the code the session sends in with its reply — SEAL_CLEAN, or SEAL_RAISED where the
+    command's code raised — and the digest of every byte CRANE wrote on the channel since the last command): the
+    daemon takes a reply only when it sees this worker waiting sealed over exactly the bytes it read, and one that
+    says it ran clean only under the clean code (crane.sandbox.transplant_session). No function of the standard
+    library makes this call: the session's code, which runs in this process, cannot wait sealed over a reply of its
+    own making (ctypes can: docs/sandbox.md)."""
     import ctypes
     import errno
     fn, _, _ = _seal_parts(pipe=False)
     space = ctypes.create_string_buffer(1 << 16)
+    code = SEAL_CLEAN
+    out, h = _SEALED["fd"], _SEALED["h"]  # the reply channel and its digest, as made before any command ran
     while True:
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
             if line.strip():
-                yield line
-        digest = _channel_digest()
-        got = fn(0, fd, space, 1 << 16, 1, digest, SEAL_MAGIC)
+                code = yield line
+        # (a digest the command's code put in CRANE's place names nothing: the daemon then finds no seal over its bytes)
+        digest = int.from_bytes(h.digest(), "little") if h is not None and _SEALED["h"] is h else 0
+        got = fn(0, fd, space, 1 << 16, code, digest, SEAL_MAGIC)
         if got < 0:
             if ctypes.get_errno() == errno.EINTR:
                 continue
             return
         if got == 0:
             return
-        _track_channel(_SEALED["fd"])  # the next reply's bytes are counted afresh
+        h = _track_channel(out)  # the next reply's bytes are counted afresh
         buf += space.raw[:got]
 
 
@@ -191,7 +187,7 @@ class _Lines:
         line, _, self.buf = self.buf.partition(b"\n")
         return line
 
-    def commands(self) -> Iterable[bytes]:
+    def commands(self) -> Generator[bytes, int, None]:
         """A session's command lines until EOF (the portable session: its commands come down this pipe)."""
         while True:
             while b"\n" in self.buf:
@@ -513,7 +509,7 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
     portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
     if args.get("confinement") in ("portable", "guard"):
         ctx, portable = prepare_portable(args, shell, lines.out)  # commands on stdin, replies on stdout
-        commands: Iterable[bytes] = lines.commands()
+        commands: Generator[bytes, int, None] = lines.commands()
     else:  # -- end portable
         lines.close()
         why = _unconfinable(sys.platform)
@@ -527,6 +523,7 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
     if sys.platform.startswith("linux"):  # each reply sealed: the daemon reads the seal in /proc (issue 41)
         _track_channel(ctx.result_fd)
         commands = _sealed_commands(ctx.cmd_fd, b"") if portable is None else _sealed_commands(lines.fd, lines.buf)
+        _bind_hooks()  # (a command's hooks stop before its reply is made: kernel/session._hooks_off)
     _kernel_environment(facts)  # the kernel's environment, once confined (worker_env: an allowlist before)
     fence, send, end = _fence, _write_json, _real_exit()  # bound before any command's code runs
     audit = ctx.audit_state
@@ -534,15 +531,21 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
     state: dict = {"imported": False, "mapped": False}
     out_path, err_path = os.path.join(d, "stdout"), os.path.join(d, "stderr")
     _write_json(ctx.result_fd, {"event": "ready", "pid": os.getpid(), "depth": 0, "confinement": ctx.confinement})
-    for line in commands:
+    raised = False  # whether the command's code raised: said by where it ended, sealed with its reply
+    line = next(commands, None)
+    while line is not None:
+        raised = False
         try:
             cmd = json.loads(line)
         except ValueError:
-            _write_json(ctx.result_fd, {"event": "error", "reason": "bad command"})
-            continue
-        op = cmd.get("op")
-        reply: dict = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(), "depth": 0}
-        if op == "load":
+            cmd = None
+        op = cmd.get("op") if type(cmd) is dict else None
+        reply: dict = {"event": "error", "reason": "bad command"}
+        if type(cmd) is dict:
+            reply = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(), "depth": 0}
+        if type(cmd) is not dict:
+            pass
+        elif op == "load":
             if portable is not None:
                 lift_limits(portable)  # (the next run's limit counts what this load adds)
             audit["bypass"] = True  # loading the kernel's state is not the session's code
@@ -575,25 +578,16 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
                 apply_limits(portable, args, float(cmd.get("budget_s", 10.0)))
             before = fence()
             with guarded(portable):
-                reply.update(run_command(ctx, cmd, out_path, err_path))
+                rec, raised = run_command(ctx, cmd, out_path, err_path)
+            reply.update(rec)
             if any(k in before and before[k] != v for k, v in fence().items()):
                 end(_TAMPERED)  # it rebound CRANE's own code: no reply at all (the daemon restores the session)
-        elif op == "eval":
-            try:
-                if portable is not None:  # (the portable sandbox vets the expression's calls too)
-                    with guarded(portable), ctx.shell.builtin_trap:
-                        value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ns)
-                    data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
-                    reply.update({"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]})
-                    raise _Done
-                with ctx.shell.builtin_trap:
-                    value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ns)
-                data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
-                reply.update({"ok": True, "value": str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]})
-            except _Done:
-                pass
-            except BaseException as exc:  # noqa: BLE001
-                reply.update({"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]})
+        elif op == "eval":  # (the portable sandbox vets the expression's calls too)
+            before = fence()
+            rec, raised = evaluate(ctx, cmd, lambda: guarded(portable))
+            reply.update(rec)
+            if any(k in before and before[k] != v for k, v in fence().items()):
+                end(_TAMPERED)
         elif op == "close":
             os._exit(12)
         else:
@@ -602,6 +596,10 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
         audit["bypass"] = True
         send(ctx.result_fd, reply)
         audit["bypass"] = False
+        try:
+            line = commands.send(SEAL_RAISED if raised else SEAL_CLEAN)
+        except StopIteration:
+            line = None
 
 
 def _guard_arrow(run: Any) -> list[str]:
@@ -714,25 +712,13 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         digest = _finish(ctx, portable, rec, steps, facts, before, fence, end)
         if not sealed:
             return
-        fn, r, buf = _seal_parts()
-        _wake_parent(ctx)
-        while True:  # sealed: the cell raised (code 2); the parent ends this process
-            try:
-                fn(0, r, buf, 1, 2, digest, SEAL_MAGIC)
-            except Exception:  # noqa: BLE001
-                time.sleep(0.05)
+        wait_sealed(SEAL_RAISED, digest, ctx.done_fd)  # sealed: the cell raised; the parent ends this process
     rec = _cell_record(ctx, None, source, seen, t_cell)
     _after_cell(ctx, portable)
     digest = _finish(ctx, portable, rec, steps, facts, before, fence, end)
     if not sealed:
         return
-    fn, r, buf = _seal_parts()
-    _wake_parent(ctx)
-    while True:  # sealed: the cell ended clean (code 1); the parent ends this process
-        try:
-            fn(0, r, buf, 1, 1, digest, SEAL_MAGIC)
-        except Exception:  # noqa: BLE001
-            time.sleep(0.05)
+    wait_sealed(SEAL_CLEAN, digest, ctx.done_fd)  # sealed: the cell ended clean; the parent ends this process
 
 
 def _after_cell(ctx: _Ctx, portable: Any) -> None:
@@ -751,8 +737,9 @@ def _after_cell(ctx: _Ctx, portable: Any) -> None:
 
 def _finish(ctx: _Ctx, portable: Any, rec: dict, steps: dict, facts: dict, before: dict, fence: Any,
             end: Any) -> int:
-    """The run's record, written and its channel closed: the digest of every byte CRANE wrote there. A cell that
-    rebound CRANE's code gets no record (sealed as such, or, with no parent reading a seal, an exit with code 87)."""
+    """The run's record, written and its channel closed (kernel/run._record, the forked child's epilogue): the
+    digest of every byte CRANE wrote there. A cell that rebound CRANE's code gets no record (sealed as such, or,
+    with no parent reading a seal, an exit with code 87)."""
     source = ctx.args["source"]
     if portable is not None:
         rec = finish_portable(portable, source, rec)
@@ -760,27 +747,9 @@ def _finish(ctx: _Ctx, portable: Any, rec: dict, steps: dict, facts: dict, befor
             end_descendants()
         except BaseException:  # noqa: BLE001 - the cell's own signal handler: their parent-death signal ends them
             pass
-    if any(k in before and before[k] != v for k, v in fence().items()):
-        if ctx.args.get("sealed"):
-            _seal_other(ctx, SEAL_TAMPERED)
-        end(_TAMPERED)
     missing = rec.get("evalue") or ""
     if rec.get("ename") == "NameError" and any(f"'{n}'" in missing for n in set(facts.get("names") or ()) - set(
             ctx.shell.user_ns)):  # the cell reached a kernel name indirectly (eval, globals()): not copied
         rec = {"verdict": "unavailable", "reason": f"the cell reads a name of the kernel it does not name ({missing}): "
                                                   "it was not copied"}
-    rec["setup_ms"] = steps["total"]
-    rec["displays"] = ctx.displays
-    rec["denied"] = ctx.denied[:20]
-    rec["confinement"] = ctx.confinement
-    ctx.audit_state["bypass"] = True
-    if ctx.result_fd >= 0:
-        try:
-            _write_json(ctx.result_fd, rec)
-        except OSError:
-            pass  # (the cell closed it: the digest then names what was really written)
-    digest = _channel_digest()
-    _close_channel(ctx)
-    if not ctx.args.get("sealed"):
-        _record_out(ctx)  # layered: A closes its end of the channel now (sealed: the seal's wake-up says it)
-    return digest
+    return _record(ctx, rec, steps["total"], before, fence, bool(ctx.args.get("sealed")), end)
