@@ -20,7 +20,7 @@ class _Item(Protocol):
 
 
 SECONDS: dict[str, float] = {
-    "tests/sandbox/test_export_by_construction.py": 880.0,
+    "tests/sandbox/test_export_by_construction.py": 728.0,
     "tests/sandbox/test_transplant_sacred.py": 499.0,
     "tests/sandbox/test_portable_round5.py": 488.0,
     "tests/sandbox/test_session_integrity.py": 403.0,

@@ -1,10 +1,11 @@
 """Issue 42: the transplant export runs nothing of the notebook's in the kernel, by construction, and the copy
 carries the interpreter and library state a fresh worker would not have.
 
-Kernels of both environments (tests/kernel_envs.py) on the transplant path: IPython 9 with JAX loaded (and
-TensorFlow from the first T3 case on: the carried state beside its import; before, a worker importing TensorFlow
-again for every T1/T2 case, which reads nothing of it, cost seconds each), IPython 8 with a stand-in `jax` module
-(the kernel then refuses to fork exactly as with the real one). Each
+Kernels of both environments (tests/kernel_envs.py) on the transplant path: a stand-in `jax` module in both (the
+kernel then refuses to fork exactly as with the real one) for the T1/T2 cases, which read nothing of JAX; in the
+IPython 9 kernel the real JAX and TensorFlow from the first T3 case on (the carried state beside their imports:
+every worker of the kernel imports them again, seconds each, so before, every T1/T2 case paid JAX's import and
+TensorFlow's too). Each
 case of round 5's T1/T2 families (../shared/notes/sandbox-attacks-5.md), and variants of them, patches the kernel
 with a hook that records a marker when a frame of CRANE's kernel-side code (`<crane-kernel/...>`) is on the stack
 (the report's method); the case asserts no marker, the kernel unchanged (`Untouched`), and an honest verdict. T2:
@@ -29,11 +30,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox nee
 
 SETUP = r"""
 import os, sys, types, builtins, threading, time, warnings, decimal, random
-if {real_jax}:
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-    import jax, jax.numpy as jnp
-else:
-    sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: transplant path
+sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: transplant path
 import numpy as np, pandas as pd
 HITS = []
 def hit(what):
@@ -168,7 +165,7 @@ def env(request, tmp_path_factory):
     work = tmp_path_factory.mktemp(f"t42-{request.param}")
     kernel = start_kernel(work, python=kernel_python(request.param))
     conn = kernel.connection
-    run = conn.run_cell(SETUP.format(real_jax=request.param == "ipython9"), timeout=300)
+    run = conn.run_cell(SETUP.format(), timeout=300)
     assert run.status == "ok", run
     v = transplant(conn, "print(sum(small))", 60.0)  # CRANE's private modules installed (T10 patches one)
     assert v.verdict == "no-crash", v
@@ -243,11 +240,22 @@ def test_a_hidden_broadcast_never_materialises_in_the_kernel(env, case, setup):
 
 
 # -- T3: state a fresh worker does not get -------------------------------------------------------------------
-def _with_tensorflow(env) -> None:
-    """T3 runs beside TensorFlow in today's kernel (the worker imports it again, and the carried state must hold
-    beside it); loaded once, by the first T3 case."""
+LIBRARIES = """
+if 'tf' not in globals():
+    if not hasattr(sys.modules.get('jax'), '__version__'):  # the stand-in goes (the kernel stays unforkable)
+        del sys.modules['jax']
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+    import jax, jax.numpy as jnp
+    import tensorflow as tf
+"""
+
+
+def _with_libraries(env) -> None:
+    """T3 runs beside the real JAX and TensorFlow in today's kernel (its workers import them again, and the carried
+    state must hold beside them); loaded once, by the first T3 case."""
     if env["name"] == "ipython9":
-        assert env["conn"].run_cell("if 'tf' not in globals():\n    import tensorflow as tf", timeout=300).status == "ok"
+        assert env["conn"].run_cell(LIBRARIES, timeout=300).status == "ok"
+        assert env["conn"].evaluate("type(jnp.ones(1)).__module__.startswith('jax')")
 
 
 def _second_draw(seed: int) -> float:
@@ -284,7 +292,7 @@ CARRIED = [  # (id, kernel state, undo, cell, the kernel's verdict)
 
 @pytest.mark.parametrize(("case", "setup", "undo", "cell", "real"), CARRIED, ids=[c[0] for c in CARRIED])
 def test_carried_state_gives_the_kernels_verdict(env, case, setup, undo, cell, real):
-    _with_tensorflow(env)
+    _with_libraries(env)
     conn = env["conn"]
     assert conn.run_cell(setup, timeout=60).status == "ok", setup
     try:
@@ -303,7 +311,7 @@ def test_carried_state_gives_the_kernels_verdict(env, case, setup, undo, cell, r
 def test_a_method_the_notebook_added_to_a_library_class_is_never_a_certain_crash(env):
     """HT5: the copy's class is the library's own; an AttributeError naming a class the notebook patched is
     "likely" (the crash names it), never certain."""
-    _with_tensorflow(env)
+    _with_libraries(env)
     conn = env["conn"]
     assert conn.run_cell("pd.DataFrame.double = lambda s: s * 2\nprint(df.double().shape)").status == "ok"
     try:
@@ -316,7 +324,7 @@ def test_a_method_the_notebook_added_to_a_library_class_is_never_a_certain_crash
 
 def test_a_pid_of_the_kernels_is_never_a_certain_crash(env):
     """HT8: the kernel's pid is not the worker's (a pid namespace hides it): a missing process is "likely"."""
-    _with_tensorflow(env)
+    _with_libraries(env)
     conn = env["conn"]
     assert conn.run_cell("MYPID = os.getpid()").status == "ok"
     v = transplant(conn, "os.kill(MYPID, 0)\nprint('alive')", 60.0)
@@ -335,7 +343,7 @@ JAX_CRASHES = [  # crashes inside JAX, certain once its config is carried and co
 def test_jax_crashes_are_certain_when_its_config_is_carried(env, case, cell):
     if env["name"] != "ipython9":
         pytest.skip("JAX is in today's environment only")
-    _with_tensorflow(env)
+    _with_libraries(env)
     conn = env["conn"]
     real = conn.run_cell(cell, timeout=120)
     assert real.status == "error", real
