@@ -2,12 +2,13 @@
 that leaves is nothing a cell can see but the libraries' caches.
 
 - In today's interpreter (TF 2.21 / Keras 3), the warm-up itself, loaded from its source file as the worker's
-  bundle holds it: it runs whole (Keras's saving path taken: the per-class skip sets it computes are kept), and
+  bundle holds it: it runs whole (Keras's saving path taken: the per-class skip sets it computes are kept; the
+  heap then frozen out of the garbage collector's passes), and
   the `random`/numpy global RNG states, Keras's global state (the layer-name counters, the name scopes, ...) and
   settings, and TensorFlow's global seed and its operation-seed generator are as they were.
 - End to end on a real kernel of today's environment that imported TensorFlow/Keras (so every copied run takes a
   worker): a prewarmed worker has warmed (the skip set, which nothing else in that worker computes, is there in
-  the run), and a cell that reads what the warm-up could have changed — the next draws of `random`, numpy and
+  the run, and its heap is frozen), and a cell that reads what the warm-up could have changed — the next draws of `random`, numpy and
   TensorFlow, a new layer's automatic name, Keras's global state's keys — prints the same in that warm worker as
   in a cold one (no warm-up), and its random draws are the kernel's own; the kernel is untouched.
 """
@@ -58,7 +59,7 @@ def seen():
 before = seen()
 done = mod.warm_up()
 after = seen()
-print(json.dumps({"done": sorted(done), "first": first, "next": keras.layers.Dense(2).name,
+print(json.dumps({"done": sorted(done), "frozen": __import__("gc").get_freeze_count() > 0, "first": first, "next": keras.layers.Dense(2).name,
                   "same": {k: before[k] == after[k] for k in before},
                   "skipset": gs.get_global_attribute("saving_attr_skipset_Sequential") is not None}))
 """
@@ -70,7 +71,7 @@ def test_the_warm_up_runs_whole_and_puts_back_what_a_cell_could_see(tmp_path):
                          timeout=600, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["done"] == ["keras"], got  # it ran whole
+    assert got["done"] == ["gc", "keras"] and got["frozen"], got  # it ran whole, the heap then frozen
     assert got["skipset"], got  # Keras's saving path was taken (its cache kept)
     assert got["same"] == {k: True for k in got["same"]}, got
     assert (got["first"], got["next"]) == ("dense", "dense_1"), got  # the counter as if nothing had run
@@ -89,7 +90,8 @@ EXPR = ("(random.random(), float(np.random.rand()), round(float(np.asarray(tf.ra
         "sorted(k for k in vars(__import__('keras.src.backend.common.global_state', fromlist=['x'])"
         ".GLOBAL_STATE_TRACKER) if not k.startswith('saving_attr_skipset_')))")
 WARMED = ("__import__('keras.src.backend.common.global_state', fromlist=['x'])"
-          ".get_global_attribute('saving_attr_skipset_Sequential') is not None")
+          ".get_global_attribute('saving_attr_skipset_Sequential') is not None, "
+          "__import__('gc').get_freeze_count() > 0")
 
 
 @pytest.fixture(scope="module")
@@ -111,19 +113,19 @@ def _in_copy(conn, warm: bool) -> tuple:
     assert v.mode == "transplant" and v.verdict == "no-crash" and v.transplant is not None, (v.reason, v.how())
     assert v.transplant.warm is warm, v.how()
     seen, warmed = v.stdout.strip().splitlines()
-    return seen, warmed == "True"
+    return seen, warmed
 
 
 def test_a_warm_worker_sees_what_a_cold_one_sees(kernel):
     POOL.shutdown()
     cold, cold_warmed = _in_copy(kernel, warm=False)
-    assert not cold_warmed  # (the skip set is the warm-up's alone in such a worker)
+    assert cold_warmed == "False False"  # (the skip set and a frozen heap are the warm-up's alone in such a worker)
     done = prewarm_kernel(kernel, SandboxOptions(warm_workers=True))  # (or the worker refilled after that run)
     assert done.kernel is not None and POOL.workers_of(done.kernel), done.why
     exe = kernel.evaluate("__import__('sys').executable")
     assert POOL.wait_ready(exe, READY_S), [w.log_tail() for w in POOL.workers_of(done.kernel)]
     warm, warmed = _in_copy(kernel, warm=True)
-    assert warmed, "the prewarmed worker did not warm up"
+    assert warmed == "True True", f"the prewarmed worker did not warm up: {warmed}"
     assert warm == cold, (warm, cold)
     real = kernel.run_cell(f"print(repr({EXPR}))", timeout=120)  # the copies ran first: the kernel's next draws
     assert real.status == "ok", real
