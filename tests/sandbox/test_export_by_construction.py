@@ -206,8 +206,8 @@ def test_shrinking_and_sizing_touch_nothing_of_the_notebooks(env, monkeypatch, c
 
 
 # The refusal, description and sizing paths (issue 42): a cell reading a DataFrame, an array larger than the copy
-# limit (sized, shrunk) or a model (a library estimator; a notebook class with its own `__reduce__`, refused and
-# described) under patches of the functions the export's path resolution and library checks reach. Each case is the
+# limit (sized, shrunk), a model (a library estimator; a notebook class with its own `__reduce__`, refused and
+# described) or the notebook's function and class (pickled by value: cloudpickle's code, `dis`) under patches of the functions the export's path resolution and library checks reach. Each case is the
 # kernel's first such export: CRANE's cache of which files are the library's is emptied first (a warm cache hides a
 # call, it does not remove it).
 REFUSABLE = """
@@ -218,8 +218,14 @@ class MyModel:
     def __reduce__(self):
         return (MyModel, ())
 mymodel = MyModel()
+nbfn = lambda x: x + 1
+class ByValue:
+    def m(self):
+        return nbfn(1)
+nbobj = ByValue()
 """
-REFUSABLE_CELLS = ("print(df.shape)", "print(bigarr.shape)", "print(est.coef_)", "print(mymodel)")
+REFUSABLE_CELLS = ("print(df.shape)", "print(bigarr.shape)", "print(est.coef_)", "print(mymodel)",
+                   "print(nbobj.m())")  # (the last: the notebook's function and class pickled by value)
 _SWEPT = ("os", "posixpath", "genericpath", "stat", "time", "threading", "_thread", "io", "json", "pickle", "warnings",
           "linecache", "traceback", "inspect", "gc", "weakref", "functools", "itertools", "operator", "re", "types",
           "collections", "abc", "contextlib", "codecs", "struct", "math", "enum", "sysconfig", "importlib", "copy",

@@ -19,6 +19,8 @@ import time
 import types
 from typing import Any
 
+from crane.sandbox.kernel.shield import BUILTINS  # kernel: strip
+
 _O_DICT_GET = object.__getattribute__
 _MODULES: dict = sys.modules if type(sys.modules) is dict else {}  # the interpreter's own table, even if rebound
 _SYS: dict = _O_DICT_GET(sys, "__dict__")
@@ -115,3 +117,44 @@ def _type_name_of(cls: type) -> str:
     except Exception:
         return "?"
 
+
+
+def _snapshot(m: Any, memo: dict, depth: int) -> Any:
+    """A private copy of the module `m` as it is now: a fresh module whose namespace is a copy of `m`'s, each of
+    `m`'s Python functions copied to run in it (its globals), CRANE's builtins; the modules it names copied the same
+    way, `depth` levels down. Nothing such a function looks up at call time (`dis.get_instructions` calling
+    `_get_instructions_bytes`, `sys.modules`, `types.new_class`) is then the shared module's, which the notebook may
+    change. Mutable state stays shared (`sys.modules` is the interpreter's own dict)."""
+    hit = memo.get(id(m))
+    if hit is not None:
+        return hit[1]
+    src = _mdict(m)
+    name = src.get("__name__")
+    priv = _ModuleType(name if type(name) is str else "?")
+    memo[id(m)] = (m, priv)
+    pd = _O_DICT_GET(priv, "__dict__")
+    pd.update(src)
+    pd["__builtins__"] = BUILTINS
+    if m is sys:
+        pd["modules"] = _MODULES  # the interpreter's table, never a mapping the notebook bound to `sys.modules`
+    for n, v in list(src.items()):
+        if type(v) is _FunctionType and v.__globals__ is src:
+            f = _FunctionType(v.__code__, pd, v.__name__, v.__defaults__, v.__closure__)
+            f.__kwdefaults__ = v.__kwdefaults__
+            f.__qualname__ = v.__qualname__
+            f.__module__ = v.__module__
+            pd[n] = f
+        elif type(v) is _ModuleType and depth > 0 and n != "__builtins__":
+            pd[n] = _snapshot(v, memo, depth - 1)
+    return priv
+
+
+def private_modules(md: dict, depth: int = 1) -> None:
+    """Every module named in the namespace `md` (CRANE's private cloudpickle's `dis`, `sys`, `types`, `weakref`,
+    ...) replaced by a private copy taken now (`_snapshot`): its code then calls nothing the notebook rebinds in
+    those modules later."""
+    memo: dict = {}
+    for n, v in list(md.items()):
+        # (not `logging`: cloudpickle returns its `getLogger` for pickling by reference, as the library's own)
+        if type(v) is _ModuleType and n not in ("__builtins__", "logging"):
+            md[n] = _snapshot(v, memo, depth)

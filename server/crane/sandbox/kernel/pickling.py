@@ -38,6 +38,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _stack_size,
     _start_thread,
     _type_name,
+    private_modules,
 )
 from crane.sandbox.kernel.proof import (  # kernel: strip
     _OWN_REDUCER_MODULES,
@@ -256,6 +257,7 @@ def _cloudpickle() -> Any:
             for v in _cls_dict(cls).values()):
         return None
     md["__builtins__"] = BUILTINS
+    private_modules(md)  # its `dis`, `sys`, `types`, ...: private copies (kernel/bound.py)
     _CP[:] = [m, _SimpleNamespace(CloudPickler=cls)]
     return _CP[1]
 
