@@ -207,9 +207,9 @@ def test_shrinking_and_sizing_touch_nothing_of_the_notebooks(env, monkeypatch, c
 
 # The refusal, description and sizing paths (issue 42): a cell reading a DataFrame, an array larger than the copy
 # limit (sized, shrunk), a model (a library estimator; a notebook class with its own `__reduce__`, refused and
-# described) or the notebook's function and class (pickled by value: cloudpickle's code, `dis`) under patches of the functions the export's path resolution and library checks reach. Each case is the
-# kernel's first such export: CRANE's cache of which files are the library's is emptied first (a warm cache hides a
-# call, it does not remove it).
+# described) or the notebook's function and class (pickled by value: cloudpickle's code, `dis`, `uuid`) under the
+# patches below. Each export is the kernel's first such: CRANE's cache of which files are the library's is emptied
+# first (a warm cache hides a call, it does not remove it).
 REFUSABLE = """
 bigarr = np.zeros((400_000, 2))
 import sklearn.linear_model as _lm
@@ -230,40 +230,34 @@ _SWEPT = ("os", "posixpath", "genericpath", "stat", "time", "threading", "_threa
           "linecache", "traceback", "inspect", "gc", "weakref", "functools", "itertools", "operator", "re", "types",
           "collections", "abc", "contextlib", "codecs", "struct", "math", "enum", "sysconfig", "importlib", "copy",
           "select", "ast", "random", "tokenize", "reprlib", "fnmatch", "dataclasses", "typing", "numbers")
-REFUSAL_PATCHES = [  # (id, setup, teardown)
-    ("R-T12-os-path-join", CASES[[c[0] for c in CASES].index("T12-os-path-join")][1], "os.path.join = _real_join"),
-    ("R-T14-os-getcwd", CASES[[c[0] for c in CASES].index("T14-os-getcwd")][1], "os.getcwd = _real_cwd"),
-    ("R-T1-T2-together", "\n".join(c[1] for c in CASES if c[0] in (
-        "T11-threading-thread", "T12-os-path-join", "T13-time-perf-counter", "T14-os-getcwd",
-        "T14b-time-process-time-and-os-stat", "T15-environ-subclass", "T16-sys-path-subclass", "T24-warnings-filters-subclass")),
-     "\n".join(c[2] for c in CASES if c[0] in (
-         "T11-threading-thread", "T12-os-path-join", "T13-time-perf-counter", "T14-os-getcwd",
-         "T14b-time-process-time-and-os-stat", "T15-environ-subclass", "T16-sys-path-subclass",
-         "T24-warnings-filters-subclass"))),
-    ("R-every-function-of-the-stdlib-modules", "_SWEPT_REAL = []\n"
-     "def _wrap(f, n):\n    def g(*a, **k):\n        hit(n)\n        return f(*a, **k)\n    return g\n"
-     f"for _mn in {_SWEPT!r}:\n    __import__(_mn)\n    _md = sys.modules[_mn].__dict__\n"
-     "    for _n, _f in list(_md.items()):\n"
-     "        if type(_f) in (types.FunctionType, types.BuiltinFunctionType):\n"
-     "            _SWEPT_REAL.append((_md, _n, _f))\n            _md[_n] = _wrap(_f, _mn + '.' + _n)",
-     "for _md, _n, _f in _SWEPT_REAL:\n    _md[_n] = _f"),
-]
+_TOGETHER = ("T11-threading-thread", "T12-os-path-join", "T13-time-perf-counter", "T14-os-getcwd",
+             "T14b-time-process-time-and-os-stat", "T15-environ-subclass", "T16-sys-path-subclass",
+             "T24-warnings-filters-subclass")
+# the T1/T2 patches together (each hit names its patch), then every function of the `_SWEPT` modules wrapped over
+# them (a hit names the function): one case per kernel, undone in the reverse order
+REFUSAL_SETUP = "\n".join(c[1] for c in CASES if c[0] in _TOGETHER) + (
+    "\n_SWEPT_REAL = []\n"
+    "def _wrap(f, n):\n    def g(*a, **k):\n        hit(n)\n        return f(*a, **k)\n    return g\n"
+    f"for _mn in {_SWEPT!r}:\n    __import__(_mn)\n    _md = sys.modules[_mn].__dict__\n"
+    "    for _n, _f in list(_md.items()):\n"
+    "        if type(_f) in (types.FunctionType, types.BuiltinFunctionType):\n"
+    "            _SWEPT_REAL.append((_md, _n, _f))\n            _md[_n] = _wrap(_f, _mn + '.' + _n)\n")
+REFUSAL_TEARDOWN = "for _md, _n, _f in reversed(_SWEPT_REAL):\n    _md[_n] = _f\n" + "\n".join(
+    c[2] for c in reversed(CASES) if c[0] in _TOGETHER)
 
 
-@pytest.mark.parametrize(("case", "setup", "teardown"), REFUSAL_PATCHES, ids=[c[0] for c in REFUSAL_PATCHES])
-def test_refusing_describing_and_sizing_run_nothing_of_the_notebooks(env, monkeypatch, case, setup, teardown):
-    """Each cell reads one value the export refuses, describes, sizes or shrinks (copy limit 1 MiB); the patches
-    are in place while it looks: no call of theirs from CRANE's frames, the kernel unchanged, an honest verdict."""
+def test_refusing_describing_and_sizing_run_nothing_of_the_notebooks(env, monkeypatch):
+    """Each cell reads one value the export refuses, describes, sizes, shrinks (copy limit 1 MiB) or pickles by
+    value; the patches are in place while it looks: no call of theirs from CRANE's frames, the kernel unchanged, an
+    honest verdict."""
     from ..sandbox_options import use_options
     use_options(monkeypatch, transplant_copy_mb=1)
     conn = env["conn"]
-    if not env.get("refusable"):
-        assert conn.run_cell(REFUSABLE, timeout=120).status == "ok"
-        env["refusable"] = True
+    assert conn.run_cell(REFUSABLE, timeout=120).status == "ok"
     for cell in REFUSABLE_CELLS:
         # the kernel's first such export: CRANE's cache of library files emptied
         assert conn.evaluate("sys.modules['_crane_transplant'].__dict__['_SEEN'].clear()") is None
-        _check(env, setup, teardown, cell, ("no-crash", "unavailable"))
+        _check(env, REFUSAL_SETUP, REFUSAL_TEARDOWN, cell, ("no-crash", "unavailable"))
 
 
 def _vm(conn, key: str) -> int:
