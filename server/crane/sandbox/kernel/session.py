@@ -585,15 +585,15 @@ def _serve_evals(ctx: _Ctx, ctl: int, post: int, answers: tuple) -> None:
             end(_TAMPERED)
         rec["n"] = cmd.get("n")
         data = (json.dumps(rec, default=str) + "\n").encode("utf-8", "replace")
+        code = SEAL_RAISED if raised else SEAL_CLEAN  # (made before the answer goes: its wait follows at once)
+        digest = int.from_bytes(digest_of(data, digest_size=8).digest(), "little")
+        ctx.audit_state["bypass"] = False
         view = data
         while view:
             try:
                 view = view[os.write(post, view):]
             except InterruptedError:
                 continue
-        ctx.audit_state["bypass"] = False
-        code = SEAL_RAISED if raised else SEAL_CLEAN
-        digest = int.from_bytes(digest_of(data, digest_size=8).digest(), "little")
 
 
 def _eval_parked(parked: _Parked, cmd: dict) -> tuple[dict | None, bool]:
