@@ -243,8 +243,13 @@ def _raw_bytes(obj: Any, proof: _Proof, depth: int = 0, seen: dict | None = None
 def _held(obj: Any, t: type, mro: tuple, proof: _Proof, top: str) -> list:
     """What a library object holds: its instance dict's values, and the fields the classes of the outermost
     object's own library (`top`) expose through C descriptors (slots; Cython's `cdef public` attributes: pandas'
-    blocks and their values; never another library's, whose fields may be computed properties)."""
+    blocks and their values; never another library's, whose fields may be computed properties). Never the
+    interpreter's own fields (`builtins`: a generator's `gi_frame`, a frame's `f_globals`, ...): they lead into the
+    notebook's namespace, which a value does not hold (a generator was sized as the whole namespace, and refused as
+    too large instead of as a generator)."""
     out = list(dict.values(own_dict(obj)))[:256]
+    if top == "builtins":
+        return out
     for k in mro:
         mod = _T_MODULE.__get__(k, type)
         if k is object or type(mod) is not str or mod.partition(".")[0] != top or not proof.library_class(k):
