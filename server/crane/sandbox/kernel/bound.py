@@ -5,6 +5,9 @@ entry). The export looks nothing up on a shared module when it runs: the noteboo
 `time.perf_counter`, `threading.Thread`, `sys.modules`, ... at any time after the install. So the interpreter's
 functions and tables are taken here once, and the readers every other part uses go through C-level descriptors
 (`type.__dict__[...]`, a module's own `__dict__`): no attribute lookup on the notebook's objects, no `isinstance`.
+A Python function of the standard library bound here would not be enough (`os.path.realpath` looks `os.lstat`,
+`os.path.join`, ... up in its module each time it runs): only C functions are bound; CRANE's private cloudpickle gets
+private copies of the modules it names (`private_modules`), whose functions look their names up in the copy.
 """
 
 from __future__ import annotations
