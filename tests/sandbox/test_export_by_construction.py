@@ -236,16 +236,22 @@ _SWEPT = ("os", "posixpath", "genericpath", "stat", "time", "threading", "_threa
 _TOGETHER = ("T11-threading-thread", "T12-os-path-join", "T13-time-perf-counter", "T14-os-getcwd",
              "T14b-time-process-time-and-os-stat", "T15-environ-subclass", "T16-sys-path-subclass",
              "T24-warnings-filters-subclass")
-# the T1/T2 patches together (each hit names its patch), then every function of the `_SWEPT` modules wrapped over
+# the T1/T2 patches together (each hit names its patch), `sys.modules` rebound to a dict subclass, then every function of the `_SWEPT` modules wrapped over
 # them (a hit names the function): one case per kernel, undone in the reverse order
-REFUSAL_SETUP = "\n".join(c[1] for c in CASES if c[0] in _TOGETHER) + (
+_SYS_MODULES_SUBCLASS = ("_real_mods = sys.modules\nclass MD(dict):\n"
+                         + "".join(f"    def {m}(self, *a):\n        hit('sys.modules {m}')\n"
+                                   f"        return dict.{m}(self, *a)\n"
+                                   for m in ("get", "__getitem__", "__contains__", "__iter__", "copy", "items",
+                                             "keys", "values"))
+                         + "sys.modules = MD(sys.modules)\n")
+REFUSAL_SETUP = "\n".join(c[1] for c in CASES if c[0] in _TOGETHER) + "\n" + _SYS_MODULES_SUBCLASS + (
     "\n_SWEPT_REAL = []\n"
     "def _wrap(f, n):\n    def g(*a, **k):\n        hit(n)\n        return f(*a, **k)\n    return g\n"
     f"for _mn in {_SWEPT!r}:\n    __import__(_mn)\n    _md = sys.modules[_mn].__dict__\n"
     "    for _n, _f in list(_md.items()):\n"
     "        if type(_f) in (types.FunctionType, types.BuiltinFunctionType):\n"
     "            _SWEPT_REAL.append((_md, _n, _f))\n            _md[_n] = _wrap(_f, _mn + '.' + _n)\n")
-REFUSAL_TEARDOWN = "for _md, _n, _f in reversed(_SWEPT_REAL):\n    _md[_n] = _f\n" + "\n".join(
+REFUSAL_TEARDOWN = "for _md, _n, _f in reversed(_SWEPT_REAL):\n    _md[_n] = _f\nsys.modules = _real_mods\n" + "\n".join(
     c[2] for c in reversed(CASES) if c[0] in _TOGETHER)
 
 
@@ -263,6 +269,10 @@ def test_refusing_describing_and_sizing_run_nothing_of_the_notebooks(env, monkey
         v = _check(env, REFUSAL_SETUP, REFUSAL_TEARDOWN, cell, ("no-crash", "unavailable"))
         if "gen" in cell:  # described as what it is (sized as what it holds, not as the namespace its frame sees)
             assert v.verdict == "unavailable" and "generator" in (v.reason or ""), v
+    # alone (the sweep above closes the shrinking gate): the array shrunk in the kernel under a rebound `sys.modules`
+    assert conn.evaluate("sys.modules['_crane_transplant'].__dict__['_SEEN'].clear()") is None
+    v = _check(env, _SYS_MODULES_SUBCLASS, "sys.modules = _real_mods", "print(bigarr.shape)", ("no-crash",))
+    assert v.kept and v.transplant is not None and v.transplant.shrunk, v  # (it was shrunk in the kernel)
     conn.run_cell("del gen, huge")
 
 

@@ -215,7 +215,7 @@ def _values_required(values: Any, req: set, check: Any = None) -> None:
 
 def _first_missing(values: Any, spans: list, missing: Callable[[Any], Any], req: set, check: Any) -> None:
     """The first `_NAN_ROWS` missing rows of a column, chunk by chunk."""
-    np = sys.modules["numpy"]
+    np: Any = dict.get(_SYS_MODULES, "numpy")  # (never a `sys.modules` the notebook rebound)
     found = 0
     for a, b in spans:
         _shrink_check(check)
@@ -354,7 +354,7 @@ def _rows_to_keep(n: int, fraction: float, floor_rows: int, modulus: int, requir
 
 def _positions(n: int, k: int, required: set, rng: random.Random) -> list[int]:
     chosen = set(required)
-    np = sys.modules.get("numpy")
+    np = dict.get(_SYS_MODULES, "numpy")
     if len(chosen) < k and np is not None and n > 100_000:  # millions of rows: numpy's sampling (a local
         gen = np.random.default_rng(rng.getrandbits(63))  # generator seeded from ours: no global RNG state used)
         req = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
