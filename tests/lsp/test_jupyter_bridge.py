@@ -19,6 +19,7 @@ import json
 import os
 import re
 import signal
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -55,11 +56,16 @@ def run_like_the_jupyter_extension(conn, code: str) -> tuple[str, list[str]]:
             stdout.append(msg["content"]["text"])
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             break
-    reply = client.get_shell_msg(timeout=30)
-    while reply["parent_header"].get("msg_id") != msg_id:
-        reply = client.get_shell_msg(timeout=30)
-    assert reply["content"]["status"] == "ok", reply["content"]
+    assert_reply_ok(client, msg_id, 30)
     return "".join(stdout), types
+
+
+def assert_reply_ok(client, msg_id: str, timeout: float) -> None:
+    """Read the shell channel up to `msg_id`'s reply and check that it ran."""
+    reply = client.get_shell_msg(timeout=timeout)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = client.get_shell_msg(timeout=timeout)
+    assert reply["content"]["status"] == "ok", reply["content"]
 
 
 def notebook_file(d: Path, name: str) -> Path:
@@ -77,6 +83,25 @@ async def attach(client, nb: Notebook, connection_file: str, source: str = "jupy
 
 def logs(client) -> list[str]:
     return [m.message for m in client.log_messages]
+
+
+@asynccontextmanager
+async def live_name_error(tmp_path: Path, name: str):
+    """A kernel of the test's, the server attached to it for a notebook whose cell reads an undefined name, the
+    live NameError published: yields (kernel, client, notebook, the kernel's execution count then)."""
+    rt = tmp_path / "rt"
+    rt.mkdir()
+    nbp = notebook_file(tmp_path / "nb", name)
+    kernel = Kernel(rt, nbp)
+    client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path / "empty")})
+    try:
+        nb = Notebook(client, nbp, ["print(zz_var)\n"])
+        assert (await attach(client, nb, kernel.connection_file, "request")).attached
+        await wait_for(lambda: (d := crane_diags(client, nb.cells[0])) and d[0].data["facts"] == "live", what="live NameError")
+        yield kernel, client, nb, kernel.conn.evaluate("get_ipython().execution_count")
+    finally:
+        await stop_client(client)
+        kernel.shutdown()
 
 
 def test_the_probe_prints_the_connection_file_and_leaves_the_user_state_alone(tmp_path):
@@ -133,17 +158,7 @@ async def test_naming_the_attached_kernel_again_changes_only_how_it_was_found(tm
 async def test_only_an_advancing_execution_count_is_a_user_run(tmp_path):
     """Defect 3: the Jupyter extension's own requests (startup code, variables view, other extensions' code)
     go through the user's session with store_history=False: not user runs (no re-check, no identity check)."""
-    rt = tmp_path / "rt"
-    rt.mkdir()
-    nbp = notebook_file(tmp_path / "nb", "runs.ipynb")
-    kernel = Kernel(rt, nbp)
-    client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path / "empty")})
-    try:
-        nb = Notebook(client, nbp, ["print(zz_var)\n"])
-        assert (await attach(client, nb, kernel.connection_file, "request")).attached
-        await wait_for(lambda: (d := crane_diags(client, nb.cells[0])) and d[0].data["facts"] == "live", what="live NameError")
-        count = kernel.conn.evaluate("get_ipython().execution_count")
-
+    async with live_name_error(tmp_path, "runs.ipynb") as (kernel, client, nb, count):
         # one after the other, each seen before the next: a request whose end is read while another request
         # runs counts as a run (the count cannot be read then; re-checking is the safe side), see below
         run_like_the_jupyter_extension(kernel.conn, "print('the variables view')")
@@ -158,9 +173,6 @@ async def test_only_an_advancing_execution_count_is_a_user_run(tmp_path):
         await wait_for(lambda: crane_diags(client, nb.cells[0]) == [], what="NameError gone after the user's run")
         assert [m for m in logs(client) if f"kernels: a user run (count {count})" in m]
         assert last_status(client, nb.uri).state in ("idle", "attached")
-    finally:
-        await stop_client(client)
-        kernel.shutdown()
 
 
 async def test_a_request_read_while_another_runs_is_not_taken_for_a_restart(tmp_path):
@@ -168,26 +180,14 @@ async def test_a_request_read_while_another_runs_is_not_taken_for_a_restart(tmp_
     could not be read and the first was counted as a run (the safe side); the second, under the same count,
     then read as "the count went back" and the daemon let a live kernel go as restarted. A request whose
     count is unconfirmed only says the kernel had reached that count."""
-    rt = tmp_path / "rt"
-    rt.mkdir()
-    nbp = notebook_file(tmp_path / "nb", "queued.ipynb")
-    kernel = Kernel(rt, nbp)
-    client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path / "empty")})
-    try:
-        nb = Notebook(client, nbp, ["print(zz_var)\n"])
-        assert (await attach(client, nb, kernel.connection_file, "request")).attached
-        await wait_for(lambda: (d := crane_diags(client, nb.cells[0])) and d[0].data["facts"] == "live", what="live NameError")
-        count = kernel.conn.evaluate("get_ipython().execution_count")
+    async with live_name_error(tmp_path, "queued.ipynb") as (kernel, client, nb, count):
         c = kernel.conn.client
         # both queued at once: the second (5 s) runs when the first's end is read, and the daemon's own question
         # for the count waits behind it past its 1 s limit
         first = c.execute("import time; time.sleep(0.2)", silent=False, store_history=False, allow_stdin=False)
         second = c.execute("time.sleep(5)", silent=False, store_history=False, allow_stdin=False)
         for msg_id in (first, second):
-            reply = c.get_shell_msg(timeout=60)
-            while reply["parent_header"].get("msg_id") != msg_id:
-                reply = c.get_shell_msg(timeout=60)
-            assert reply["content"]["status"] == "ok", reply["content"]
+            assert_reply_ok(c, msg_id, 60)
         await wait_for(lambda: sum(f"(count {count})" in m and ("user run" in m) for m in logs(client)) == 2,
                        timeout=30, what="both requests judged")
         # the first is unconfirmed (a run, the safe side) unless the daemon, held up past the second's end, could
@@ -198,9 +198,6 @@ async def test_a_request_read_while_another_runs_is_not_taken_for_a_restart(tmp_
         assert len([m for m in logs(client) if "kernel_attach: attached to" in m]) == 1  # never let go
         assert last_status(client, nb.uri).state in ("idle", "attached", "busy")
         assert kernel.conn.evaluate("get_ipython().execution_count") == count
-    finally:
-        await stop_client(client)
-        kernel.shutdown()
 
 
 async def test_a_restart_with_a_new_connection_file_lets_the_old_kernel_go(tmp_path):

@@ -29,6 +29,7 @@ from crane.sandbox.transplant import transplant
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from .conftest import tree_hash
+from .copy_sessions import SESSIONS, copy_path_kernel
 from .forgeries import _LINE, REACH
 from .test_verdict_integrity import ENDINGS, FORGE_AND_CLOSE
 
@@ -217,7 +218,6 @@ os.write(ctx.result_fd, (json.dumps({'event': 'reply', 'id': cmd['id'], 'key': c
                                      'verdict': 'no-crash', 'elapsed_ms': 1.0}) + '\\n').encode())
 1/0
 """
-SESSIONS = {"transplant": None, "portable": SandboxOptions(confinement="portable")}
 
 
 @pytest.mark.parametrize("kind", list(SESSIONS))
@@ -226,9 +226,7 @@ def test_a_session_reply_counts_only_sealed(ik, kind):
     from crane.sandbox.transplant_session import TransplantSession
 
     conn = ik["conn"]
-    if kind == "transplant":  # (what makes the fork sandbox refuse: CuPy in sys.modules)
-        assert conn.run_cell("import sys, types\nsys.modules.setdefault('cupy', types.ModuleType('cupy'))").status == "ok"
-    try:
+    with copy_path_kernel(conn, kind):
         with Untouched(conn) as watch:
             with open_session(conn, budget_s=30, sandbox=SESSIONS[kind]) as sb:
                 assert isinstance(sb, TransplantSession), sb
@@ -246,6 +244,3 @@ def test_a_session_reply_counts_only_sealed(ik, kind):
                 assert v.integrity.channel_checked, v
                 assert sb.inspect("z") == "3"
         assert watch.unchanged, (watch.outputs, watch.changes())
-    finally:
-        if kind == "transplant":
-            assert conn.run_cell("sys.modules.pop('cupy', None)\ndel sys, types").status == "ok"

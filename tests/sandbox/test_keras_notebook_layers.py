@@ -16,11 +16,10 @@ import os
 import pytest
 
 from crane.kernel.manager import start_kernel
-from crane.kernel.untouched import Untouched
-from crane.sandbox import speculate
 from crane.sandbox.options import SandboxOptions
 
 from ..kernel_envs import require_today_python
+from .marked_runs import speculate_unmarked as _check
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
 
@@ -134,15 +133,6 @@ def kernel(tmp_path_factory):
     assert not os.path.exists(marker), open(marker).read()  # (Keras itself called none of them in the set-up)
     yield k.connection, marker
     k.shutdown()
-
-
-def _check(kernel, source: str, **options):
-    conn, marker = kernel
-    with Untouched(conn) as watch:
-        v = speculate(conn, source, 120.0, **options)
-    assert watch.unchanged, (watch.changes(), v)
-    assert not os.path.exists(marker), (open(marker).read(), v)  # nothing of the notebook's ran in the kernel
-    return v
 
 
 def _kernel_value(kernel, expr: str) -> str:

@@ -14,11 +14,10 @@ import os
 import pytest
 
 from crane.kernel.manager import start_kernel
-from crane.kernel.untouched import Untouched
-from crane.sandbox import speculate
 from crane.sandbox.options import SandboxOptions
 
 from ..kernel_envs import require_today_python
+from .marked_runs import speculate_unmarked as _check
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
 
@@ -75,15 +74,6 @@ def kernel(tmp_path_factory):
         os.unlink(marker)  # (tf.data traced `scale` once in the set-up: that is the notebook's own run)
     yield k.connection, marker
     k.shutdown()
-
-
-def _check(kernel, source: str, **options):
-    conn, marker = kernel
-    with Untouched(conn) as watch:
-        v = speculate(conn, source, 120.0, **options)
-    assert watch.unchanged, (watch.changes(), v)
-    assert not os.path.exists(marker), (open(marker).read(), v)  # nothing of the notebook's ran in the kernel
-    return v
 
 
 def test_pipelines_are_rebuilt_and_give_the_kernels_elements(kernel):

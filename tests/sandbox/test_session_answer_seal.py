@@ -23,9 +23,9 @@ import pytest
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.sandbox.fork_session import SandboxError, SandboxSession
-from crane.sandbox.options import SandboxOptions
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from .copy_sessions import SESSIONS, copy_path_kernel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seal is read in Linux's /proc")
 
@@ -143,7 +143,6 @@ def test_an_eval_in_a_fresh_fork_counts_only_sealed(conn):
 
 
 # -- transplant and portable sessions: the reply's clean claim only under the clean code (worker/main._session) -------
-SESSIONS = {"transplant": None, "portable": SandboxOptions(confinement="portable")}
 
 
 FORGERS = {"hooks": ["sys.setprofile(_hook)\n1 / 0", "late()", "sys.settrace(_hook)\nraise KeyError('k')"],
@@ -156,9 +155,7 @@ def test_a_copy_session_reply_says_clean_only_under_the_clean_code(conn, kind, f
     from crane.sandbox.session import open_session
     from crane.sandbox.transplant_session import TransplantSession
 
-    if kind == "transplant":  # (what makes the fork sandbox refuse: CuPy in sys.modules)
-        assert conn.run_cell("import sys, types\nsys.modules.setdefault('cupy', types.ModuleType('cupy'))").status == "ok"
-    try:
+    with copy_path_kernel(conn, kind):
         with Untouched(conn) as watch:
             with open_session(conn, budget_s=30, sandbox=SESSIONS[kind]) as sb:
                 assert isinstance(sb, TransplantSession), sb
@@ -178,6 +175,3 @@ def test_a_copy_session_reply_says_clean_only_under_the_clean_code(conn, kind, f
                 crash = sb.run("{}['k']")
                 assert (crash.verdict, crash.ename) == ("crash", "KeyError"), crash
         assert watch.unchanged, (watch.outputs, watch.changes())
-    finally:
-        if kind == "transplant":
-            assert conn.run_cell("sys.modules.pop('cupy', None)\ndel sys, types").status == "ok"
