@@ -246,7 +246,7 @@ def worker_main(header: dict, lines: _Lines) -> None:
     t0 = time.perf_counter()
     _import(header.get("preload") or [], only_library=True)
     shell = _shell()
-    if header.get("warm"):  # the libraries' first calls, before any request (worker/warmup.py)
+    if header.get("warm"):  # the heap frozen, before any request (worker/warmup.py)
         warm_up()
     _W["preload_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
     try:  # the daemon's sign that this worker is warm (benchmarks wait on it)
