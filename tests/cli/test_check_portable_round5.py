@@ -1,7 +1,8 @@
-"""Round 5's portable-path reproducers through the CLI (`crane check NB --cell 2 --sandbox portable|guard`, a
-notebook whose first cell ran): honest `..` paths after a mirrored folder write the run's copies only (the real
-`important.csv` survives `os.remove('data/../important.csv')`), a walk finds what the kernel finds, attacks are
-`blocked` with a structured refusal, and the report names the layers that ran (Landlock only with `portable`)."""
+"""Round 5's portable-path reproducers through the CLI (`crane check NB --sandbox portable|guard`, a notebook
+whose first cell ran and whose four reproducer cells did not): honest `..` paths after a mirrored folder write the
+run's copies only (the real `important.csv` survives `os.remove('data/../important.csv')`), a walk finds what the
+kernel finds, attacks are `blocked` with a structured refusal, and the report names the layers that ran (Landlock
+only with `portable`)."""
 
 from __future__ import annotations
 
@@ -30,22 +31,26 @@ def _tree(d) -> dict:
 
 
 def test_round5_reproducers_through_the_cli(nb_dir, tmp_path_factory):
+    """The four cells in one notebook, checked once per sandbox (each unrun cell is judged on its own from the
+    replayed state, in its own run; the files are compared after the command, so a write by any cell fails it)."""
     work, out = nb_dir / "work", tmp_path_factory.mktemp("outside")
     (work / "data").mkdir(parents=True)
     (work / "data" / "train.csv").write_text("a,b\n1,2\n3,4\n")
     (work / "important.csv").write_text("keep me\n")
     before = (_tree(work), _tree(out))
     landlock = linux_layer_available() is None
+    sources = [(src.replace("@OUT@", str(out)), count) for src, count in CELLS.values()]
     for sandbox in ("portable", "guard"):
-        for name, (src, count) in CELLS.items():
-            nb = make_notebook(work / f"{name}.ipynb", [SETUP, (src.replace("@OUT@", str(out)), count)])
-            [cell] = check(nb, "--cell", "2", "--budget", "30", "--sandbox", sandbox)
-            (work / f"{name}.ipynb").unlink()
+        nb = make_notebook(work / "r5.ipynb", [SETUP, *sources])
+        cells = check(nb, "--budget", "30", "--sandbox", sandbox)
+        (work / "r5.ipynb").unlink()
+        assert len(cells) == len(CELLS), cells
+        assert (_tree(work), _tree(out)) == before, (sandbox, cells)
+        for name, cell in zip(CELLS, cells, strict=True):
             v = cell.sandbox
             assert v is not None and v.mode == "portable", (sandbox, name, cell)
             assert v.transplant is not None and ("landlock" in v.transplant.layers) == (
                 sandbox == "portable" and landlock), (sandbox, name, v.transplant)
-            assert (_tree(work), _tree(out)) == before, (sandbox, name, v)
             if name == "honest":
                 assert (v.verdict, v.stdout.strip()) == ("no-crash", "2"), (sandbox, v)
             elif name == "crash":
