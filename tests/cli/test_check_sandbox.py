@@ -12,6 +12,7 @@ import sys
 
 import msgspec
 
+from crane.commands.check_text import render_text
 from crane.commands.output import CheckReport
 from crane.engine import CellResult
 from crane.notebook.model import load_notebook
@@ -30,18 +31,24 @@ SLOW = ("for _, r in df.iterrows():\n    time.sleep(0.002)\ndf['nope']", None)  
 def check(nb, *args, env=None) -> list[CellResult]:
     """The cells of `crane check --json`'s report, decoded (strictly) into the Structs it is made of: each cell's
     `sandbox` is the one record (`SandboxVerdict`), nested."""
+    return check_report(nb, *args, env=env).notebooks[0].cells
+
+
+def check_report(nb, *args, env=None) -> CheckReport:
+    """`check`'s report whole (the text report is rendered from it: `render_text`)."""
     full = {**os.environ, **(env or {})}
     res = subprocess.run([sys.executable, "-m", "crane", "check", str(nb), "--json", *args], capture_output=True,
                          text=True, timeout=300, env=full)
     assert res.returncode in (0, 1), res.stderr
-    cells = msgspec.json.decode(res.stdout, type=CheckReport).notebooks[0].cells
+    report = msgspec.json.decode(res.stdout, type=CheckReport)
+    cells = report.notebooks[0].cells
     raw = json.loads(res.stdout)["notebooks"][0]["cells"]
     for cell, wire in zip(cells, raw, strict=True):
         assert cell.sandbox is None or isinstance(cell.sandbox, SandboxVerdict)
         assert not [k for k in wire if k.startswith("sandbox") and k != "sandbox"], wire  # no flat copies
         if cell.sandbox is not None:  # the record, whole: it decodes and encodes back to the same JSON
             assert msgspec.to_builtins(cell.sandbox) == wire["sandbox"], wire
-    return cells
+    return report
 
 
 def test_report_says_how_the_sandbox_decided(nb_dir):
@@ -77,12 +84,12 @@ def test_recorded_timing_sends_a_long_cell_to_a_miniature(nb_dir):
 
 def test_an_endless_cell_is_unknown_not_no_crash(nb_dir):
     nb = make_notebook(nb_dir / "loop.ipynb", [("x = 1", 1), ("while True:\n    x += 1", None)])
-    [cell] = check(nb, "--budget", "2")
+    report = check_report(nb, "--budget", "2")
+    [cell] = report.notebooks[0].cells
     assert cell.sandbox is not None and cell.sandbox.verdict == "timeout", cell
     assert cell.prediction == "unknown" and not cell.findings, cell
-    res = subprocess.run([sys.executable, "-m", "crane", "check", str(nb), "--budget", "2"], capture_output=True,
-                         text=True, timeout=300)
-    assert "cell 2: unknown: neither the kernel's facts nor a sandbox run decided" in res.stdout, res.stdout
+    text = render_text(report)  # what the text report prints for this run (the CLI's text path renders the same)
+    assert "cell 2: unknown: neither the kernel's facts nor a sandbox run decided" in text, text
 
 
 def test_sandbox_portable_decides_with_the_portable_sandbox(nb_dir):
