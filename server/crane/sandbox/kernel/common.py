@@ -15,7 +15,14 @@ import os
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from crane.sandbox.shared.seal import SEAL_ENDS, SEAL_RECORD, SEAL_TAMPERED, read_seal, wait_sealed  # kernel: strip
+from crane.sandbox.shared.seal import (  # kernel: strip
+    SEAL_ENDS,
+    SEAL_RECORD,
+    SEAL_TAMPERED,
+    read_seal,
+    seal_digest,
+    wait_sealed,
+)
 
 CELL_FILENAME = "<crane-sandbox-cell>"
 _CO_COROUTINE = 0x80
@@ -51,17 +58,22 @@ def _summarise_data(data: Any, kind: str) -> dict:
     return {"kind": kind, "text": text[:4000], "mimetypes": mimes[:10]}
 
 
-def _write_json(fd: int, obj: dict) -> None:
+def _write_json(fd: int, obj: dict) -> bytes:
+    """Write `obj` as one JSON line on `fd`. On the run's channel (`_track_channel`) the line is counted before it
+    is written, and the result is every byte CRANE meant to write there so far (the caller's to seal: a line that
+    could not be delivered still counts, so the channel then never matches); elsewhere, the line."""
     data = (json.dumps(obj, default=str) + "\n").encode("utf-8", "replace")
-    h = _SEALED["h"] if fd >= 0 and fd == _SEALED["fd"] else None  # the run's channel: the seal names what CRANE
-    while data:  # wrote there
+    out = data
+    if fd >= 0 and fd == _SEALED["fd"]:  # the run's channel: the seal names what CRANE wrote there
+        out = _sent() + data
+        _SEALED["sent"] = out
+    view = data
+    while view:
         try:
-            n = os.write(fd, data)
+            view = view[os.write(fd, view):]
         except InterruptedError:
             continue
-        if h is not None:
-            h.update(data[:n])
-        data = data[n:]
+    return out
 
 
 class _Capture(io.TextIOBase):
@@ -153,20 +165,29 @@ class _Ctx:
 # the channel. The parent (the kernel's reaper thread, or A in layered mode) sees that from outside in
 # /proc/<pid>/syscall, ends the process itself and writes how it ended into the private directory, where the cell
 # cannot write.
-_SEALED: dict = {"fd": -1, "h": None}  # the run's channel and the digest of what CRANE wrote on it
+# What the seal names is never an object the cell could feed or replace: `_SEALED` holds the channel's number and
+# the *bytes* CRANE wrote there (immutable), and the epilogue seals the digest of what `_write_json` returned for its
+# own last line — CRANE's record or reply always at its end. A cell that rebinds `_SEALED["sent"]` only chooses what
+# the seal says came before CRANE's line: either that is what the channel holds before it (extra lines: `blocked`)
+# or the seal matches nothing; one that closes or replaces the channel leaves CRANE's line out of what the channel
+# holds, never out of the digest (issue 41; tests/sandbox/test_sealed_state.py).
+_SEALED: dict = {"fd": -1, "sent": b""}  # the run's channel and every byte CRANE wrote on it
 
 
-def _track_channel(fd: int) -> Any:
-    """From now on `_write_json` counts what it writes on `fd` into a fresh digest, returned (a caller that keeps it
-    can tell it from one the cell's code put in its place)."""
-    import hashlib
-    _SEALED["fd"], _SEALED["h"] = fd, hashlib.blake2b(digest_size=8)
-    return _SEALED["h"]
+def _track_channel(fd: int) -> None:
+    """From now on `_write_json` counts what it writes on `fd`, from nothing."""
+    _SEALED["fd"], _SEALED["sent"] = fd, b""
 
 
-def _channel_digest() -> int:
-    h = _SEALED["h"]
-    return int.from_bytes(h.digest(), "little") if h is not None else 0
+def _sent() -> bytes:
+    """What CRANE wrote on the run's channel, as `_SEALED` says (a value that is not bytes names nothing)."""
+    sent = _SEALED["sent"]
+    return sent if type(sent) is bytes else b"\x00not CRANE's\n"
+
+
+def _channel_digest(sent: bytes | None = None) -> int:
+    """The seal's digest of `sent` (what `_write_json` returned for CRANE's last line), or of `_sent()`."""
+    return seal_digest(_sent() if sent is None else sent)
 
 
 def _wake_parent(ctx: _Ctx) -> None:
@@ -280,6 +301,11 @@ def _fence() -> dict:
     for attr, member in list(vars(builtins).items()):
         if not attr.startswith("_") and attr not in _IPYTHON_BUILTINS:
             out[f"builtins.{attr}"] = id(member)
+    bound = globals().get("_BOUND")  # (kernel/session: what a session's commands are stopped and sealed with)
+    if type(bound) is dict:
+        out["_BOUND#"] = len(bound)
+        for key, member in list(bound.items()):
+            out[f"_BOUND.{key}"] = id(member)
     return out
 
 
@@ -327,6 +353,11 @@ class _Watch:
         # what the check calls, bound now (a name the code adds to CRANE's module or its builtins never reaches it)
         self.is_, self.all_, self.map_, self.len_, self.getattr_ = operator.is_, all, map, len, getattr
         self.contents_, self.frozenset_ = operator.attrgetter("cell_contents"), frozenset
+
+    def also(self, space: dict) -> None:
+        """Watch every entry of `space` too, strictly (a fork session's `_BOUND`, once bound: the functions that stop
+        a command's hooks, its sealed read, the digest, this watch)."""
+        self._add(space, list(space), strict=True)
 
     def _add(self, space: Any, keys: list, strict: bool = False, open_: bool = False) -> None:
         """Watch `keys` of `space`; its size too: `strict`, no name may be added; else (a standard module) no

@@ -31,6 +31,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _fence,
     _real_exit,
     _seal_other,
+    _sent,
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
@@ -443,12 +444,13 @@ def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: dict, fence: Any, sea
     rec["absorbed"] = ctx.absorbed[:20]
     rec["confinement"] = ctx.confinement
     ctx.audit_state["bypass"] = True
+    sent = None  # (the seal names CRANE's record, delivered or not: kernel/common, `_SEALED`)
     if ctx.result_fd >= 0:
         try:
-            _write_json(ctx.result_fd, rec)
+            sent = _write_json(ctx.result_fd, rec)
         except OSError:
-            pass  # (the cell closed it: the digest then names what was really written)
-    digest = _channel_digest()
+            sent = _sent()  # (the cell closed it: what CRANE meant to write there, never what it holds)
+    digest = _channel_digest(sent)
     _close_channel(ctx)
     if not sealed:
         _record_out(ctx)

@@ -100,6 +100,9 @@ def _bind() -> None:
     # what a command's process checks after its code ran (common._Watch), taken once: a checkpoint's new head and
     # the process of a kept run (whose check found nothing watched changed) start from it
     _BOUND["watch"] = _Watch()
+    # ... and `_BOUND` itself, strictly: a command whose code replaced what stops its hooks, seals its outcome or
+    # checks it (or anything else here) is `blocked` and never kept (issue 41; tests/sandbox/test_sealed_state.py)
+    _BOUND["watch"].also(_BOUND)
 
 
 def _bind_hooks() -> None:
@@ -457,8 +460,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         quiet_pools()
     rec["event"] = "outcome"
     _track_channel(res)
-    send(res, rec)
-    digest = _channel_digest()
+    digest = _channel_digest(send(res, rec))  # (CRANE's line, whatever `_SEALED` holds by now: kernel/common)
     code = SEAL_RAISED if raised else SEAL_CLEAN  # (where the code ended: the head takes a clean answer only clean)
     close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
     got = -1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+from hashlib import blake2b as _SEAL_HASH
 from typing import Any, NoReturn
 
 SEAL_MAGIC = 0x4352414E45534541
@@ -21,9 +22,9 @@ SEAL_CLEAN, SEAL_RAISED, SEAL_ENDS, SEAL_TAMPERED, SEAL_RECORD = 1, 2, 3, 4, 5
 
 
 def seal_digest(data: bytes) -> int:
-    """The seal's digest of `data` (blake2b, 8 bytes, little-endian)."""
-    import hashlib
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+    """The seal's digest of `data` (blake2b, 8 bytes, little-endian), by the hash bound when this module was loaded
+    (never a `hashlib` a cell rebinds later)."""
+    return int.from_bytes(_SEAL_HASH(data, digest_size=8).digest(), "little")
 
 
 def read_seal(pid: int, refused: bool | None = None) -> tuple[int, int] | None | bool:

@@ -35,9 +35,11 @@ from typing import Any
 from crane.sandbox.kernel.common import (  # kernel: strip
     _SEALED,
     _TAMPERED,
+    _channel_digest,
     _Ctx,
     _fence,
     _real_exit,
+    _sent,
     _track_channel,
     _write_json,
 )
@@ -79,14 +81,14 @@ LOADED_MAX = 5000  # the modules a state's load imported, named in the setup lin
 _KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "IPYTHONDIR", "TF_CPP_MIN_LOG_LEVEL", "JOBLIB_MULTIPROCESSING")
 
 
-def _session_lines(fd: int) -> Generator[bytes, int, None]:
+def _session_lines(fd: int) -> Generator[bytes, Any, None]:
     """The OS-confined session's JSON-line commands from its FIFO, until EOF."""
     reader = _CommandLines(fd)
     while line := reader.get():
         yield line
 
 
-def _sealed_commands(fd: int, buf: bytes) -> Generator[bytes, int, None]:
+def _sealed_commands(fd: int, buf: bytes) -> Generator[bytes, tuple[int, bytes], None]:
     """A session's command lines from `fd` (after `buf`), each wait for the next one made in CRANE's sealed read
     (shared/seal: the mark, the code the session sends in with its reply — SEAL_CLEAN, or SEAL_RAISED where the
     command's code raised — and the digest of every byte CRANE wrote on the channel since the last command): the
@@ -98,15 +100,16 @@ def _sealed_commands(fd: int, buf: bytes) -> Generator[bytes, int, None]:
     import errno
     fn, _, _ = _seal_parts(pipe=False)
     space = ctypes.create_string_buffer(1 << 16)
-    code = SEAL_CLEAN
-    out, h = _SEALED["fd"], _SEALED["h"]  # the reply channel and its digest, as made before any command ran
+    code, sent = SEAL_CLEAN, _sent()  # (before the first command: CRANE's ready line)
+    out = _SEALED["fd"]  # the reply channel, as made before any command ran
     while True:
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
             if line.strip():
-                code = yield line
-        # (a digest the command's code put in CRANE's place names nothing: the daemon then finds no seal over its bytes)
-        digest = int.from_bytes(h.digest(), "little") if h is not None and _SEALED["h"] is h else 0
+                # the session sends in the code and what `_write_json` returned for its reply: the seal names CRANE's
+                # reply whatever the command's code did to `_SEALED` (kernel/common)
+                code, sent = yield line
+        digest = _channel_digest(sent)
         got = fn(0, fd, space, 1 << 16, code, digest, SEAL_MAGIC)
         if got < 0:
             if ctypes.get_errno() == errno.EINTR:
@@ -114,7 +117,7 @@ def _sealed_commands(fd: int, buf: bytes) -> Generator[bytes, int, None]:
             return
         if got == 0:
             return
-        h = _track_channel(out)  # the next reply's bytes are counted afresh
+        _track_channel(out)  # the next reply's bytes are counted afresh
         buf += space.raw[:got]
 
 
@@ -509,7 +512,7 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
     portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
     if args.get("confinement") in ("portable", "guard"):
         ctx, portable = prepare_portable(args, shell, lines.out)  # commands on stdin, replies on stdout
-        commands: Generator[bytes, int, None] = lines.commands()
+        commands: Generator[bytes, Any, None] = lines.commands()
     else:  # -- end portable
         lines.close()
         why = _unconfinable(sys.platform)
@@ -594,10 +597,10 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
             reply.update({"ok": False, "reason": f"unknown op {op!r} (a transplant session's checkpoints are the "
                                                  "daemon's)"})
         audit["bypass"] = True
-        send(ctx.result_fd, reply)
+        sent = send(ctx.result_fd, reply)
         audit["bypass"] = False
         try:
-            line = commands.send(SEAL_RAISED if raised else SEAL_CLEAN)
+            line = commands.send((SEAL_RAISED if raised else SEAL_CLEAN, sent))
         except StopIteration:
             line = None
 

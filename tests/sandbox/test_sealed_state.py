@@ -1,0 +1,151 @@
+"""CRANE's seal state is not the cell's to change (issue 41, part B), on IPython 8 and 9 kernels.
+
+What the seal names and what stops a session command's hooks were held in mutable module dicts the fence did not
+watch (`kernel/common._SEALED`, `kernel/session._BOUND`): a cell that reached them (a frame walk to CRANE's globals)
+could
+- on a one-shot run, feed or replace the digest of what CRANE wrote on the channel, write a record of its own
+  choosing there and close the channel: its record was then sealed (a crash with the cell's details; under a clean
+  end, a crash the cell never had);
+- in a fork session, replace the bound functions that stop its hooks before its outcome (its profile hook then
+  rewrote the crash's details) or anything else bound there (a clean run doing so was kept as the session's state).
+Now the seal's digest covers CRANE's own record bytes whatever the dict holds (a record CRANE could not deliver
+never matches), and a command whose code changed `_BOUND` is `blocked` and never kept. Each test failed before."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.fork_session import SandboxSession
+from crane.sandbox.options import SandboxOptions
+
+from ..kernel_envs import KERNEL_ENVS, kernel_python
+from .copy_sessions import SESSIONS, copy_path_kernel
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seal is read in Linux's /proc")
+
+PATHS: dict[str, dict[str, Any]] = {"blocking": {"layer": "blocking"}, "layered": {"layer": "layered"},
+                                    "portable": {"sandbox": SandboxOptions(confinement="portable")}}
+
+# the cell finds CRANE's seal state, writes a crash record of its own on the channel, makes the seal name it (the
+# digest object fed or replaced, or the bytes CRANE counts rebound) and closes the channel so CRANE's record goes
+# nowhere; then it raises (`AFTER`) or ends clean
+FORGER = """
+import sys, os, json
+f = sys._getframe()
+while f is not None and '_SEALED' not in f.f_globals:
+    f = f.f_back
+S = f.f_globals['_SEALED']
+fd = S['fd']
+forged = (json.dumps({'verdict': 'crash', 'ename': 'ForgedError', 'evalue': 'the cell chose this', 'line': 1,
+                      'traceback': [], 'elapsed_ms': 1.0}) + '\\n').encode()
+os.write(fd, forged)
+if 'h' in S:  # (the digest object of before)
+    h = S['h']
+    if MODE == 'replace':
+        named = h.copy()
+        named.update(forged)
+        class _Digest:
+            def update(self, data):
+                pass
+            def digest(self):
+                return named.digest()
+            def copy(self):
+                return self
+        S['h'] = _Digest()
+    else:
+        h.update(forged)
+else:  # (the bytes CRANE counts)
+    S['sent'] = S['sent'] + forged
+os.close(fd)
+"""
+
+
+@pytest.fixture(scope="module", params=KERNEL_ENVS)
+def conn(request, workdir):
+    kernel = start_kernel(workdir, python=kernel_python(request.param))
+    assert kernel.connection.run_cell("base = 1", timeout=120).status == "ok"
+    yield kernel.connection
+    kernel.shutdown()
+
+
+@pytest.mark.parametrize("after", ["raise ValueError('real')", "x = 1"])
+@pytest.mark.parametrize("mode", ["replace", "feed"])
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_cell_that_rewrites_what_the_seal_names_gets_no_record_of_its_own(conn, path, mode, after):
+    with Untouched(conn) as watch:
+        v = speculate(conn, f"MODE = {mode!r}\n" + FORGER + after + "\n", 60.0, **PATHS[path])
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert v.ename != "ForgedError", v
+    assert v.verdict == "blocked", v
+
+
+# -- sessions: `_BOUND` (kernel/session), what stops a command's hooks and seals its outcome -------------------------
+# a profile hook that gives every crash record or reply CRANE writes details of its own, kept on: CRANE's bound
+# hook-stoppers replaced with no-ops (and `sys.setprofile`/`settrace`, which the epilogue also calls)
+SWAP_STOPPERS = '''
+import sys
+def _hook(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "_write_json":
+        obj = frame.f_locals.get("obj")
+        if type(obj) is dict and obj.get("verdict") == "crash":
+            obj.update(ename="ForgedError", evalue="the cell chose this")
+    return None
+f = sys._getframe()
+while f is not None and '_BOUND' not in f.f_globals:
+    f = f.f_back
+B = f.f_globals['_BOUND']
+_noop = lambda *args: None
+B['off'] = (_noop, _noop, _noop)
+sys.setprofile(_hook)
+sys.setprofile = sys.settrace = _noop
+'''
+# a clean run that replaces one bound function with a wrapper of its own (kept, it would run in every later command)
+SWAP_SELECT = '''
+import sys
+f = sys._getframe()
+while f is not None and '_BOUND' not in f.f_globals:
+    f = f.f_back
+B = f.f_globals['_BOUND']
+_select = B['select']
+B['select'] = lambda *args: _select(*args)
+kept = 1
+'''
+
+
+def test_a_fork_session_command_that_replaces_what_stops_its_hooks_is_blocked(conn):
+    with Untouched(conn) as watch:
+        with SandboxSession.open(conn, budget_s=20) as sb:
+            v = sb.run(SWAP_STOPPERS + "1 / 0")
+            assert v.ename != "ForgedError", v
+            assert v.verdict == "blocked", v
+            v = sb.run(SWAP_SELECT)
+            assert v.verdict == "blocked", v  # (never kept)
+            v = sb.run("kept")
+            assert (v.verdict, v.ename) == ("crash", "NameError"), v
+            v = sb.run("{}['k']")
+            assert (v.verdict, v.ename) == ("crash", "KeyError"), v
+    assert watch.unchanged, (watch.outputs, watch.changes())
+
+
+@pytest.mark.parametrize("kind", list(SESSIONS))
+def test_a_copy_session_command_that_replaces_what_stops_its_hooks_is_blocked(conn, kind):
+    from crane.sandbox.session import open_session
+
+    with copy_path_kernel(conn, kind):
+        with Untouched(conn) as watch:
+            with open_session(conn, budget_s=30, sandbox=SESSIONS[kind]) as sb:
+                v = sb.run(SWAP_STOPPERS + "1 / 0")
+                assert v.ename != "ForgedError", v
+                # (a worker whose command changed CRANE's state ends without a reply, as for any rebinding of CRANE's
+                # code: its session is restored, the command reported as not finished; the portable guard may refuse
+                # the frame walk first)
+                assert v.verdict in ("blocked", "timeout"), v
+                v = sb.run("{}['k']")
+                assert (v.verdict, v.ename) == ("crash", "KeyError"), v
+        assert watch.unchanged, (watch.outputs, watch.changes())
