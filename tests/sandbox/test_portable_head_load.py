@@ -2,7 +2,7 @@
 modules a run's state load imported (unpickling a fitted scikit-learn model imports sklearn.linear_model,
 sklearn.metrics, scipy.optimize, ...) are imported by the head before its next run, read from the run's setup line
 (`loaded_by`); nothing the cell itself imported ever is; the head's objects are frozen out of the garbage
-collector's passes before each fork (`_freeze`), while the run's own garbage is still collected. Verdicts stay the
+collector's passes before each fork (`worker/warmup.freeze_heap`), while the run's own garbage is still collected. Verdicts stay the
 kernel's: an honest cell passes, a crashing one crashes. Real kernels (IPython 8 and 9), the real daemon-side
 transplant, the head's process read in /proc; no mocks."""
 

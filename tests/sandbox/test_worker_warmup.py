@@ -9,7 +9,9 @@
   worker): a prewarmed worker's heap is frozen in the run (none in a cold worker), and a cell that reads what a
   worker's start could change — the next draws of `random`, numpy and TensorFlow, a new layer's automatic name,
   Keras's global state's keys — prints the same in that warm worker as in a cold one, and its random draws are
-  the kernel's own; the kernel is untouched.
+  the kernel's own; the kernel is untouched. Ready and idle, the prewarmed worker has no thread of TensorFlow's
+  runtime (`tf_*`, started by its first op): nothing of TensorFlow ran before the run's confinement (a warm-up that
+  did hung a layered run's `model.fit`: worker/warmup.py).
 """
 
 from __future__ import annotations
@@ -111,6 +113,17 @@ def _in_copy(conn, warm: bool) -> tuple:
     return seen, warmed
 
 
+def _thread_names(pid: int) -> list[str]:
+    """The names of a process's threads (/proc: TensorFlow names its runtime's threads `tf_...`)."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out.append(Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip())
+        except OSError:
+            pass  # (a thread that ended meanwhile)
+    return out
+
+
 def test_a_warm_worker_sees_what_a_cold_one_sees(kernel):
     POOL.shutdown()
     cold, cold_warmed = _in_copy(kernel, warm=False)
@@ -119,6 +132,9 @@ def test_a_warm_worker_sees_what_a_cold_one_sees(kernel):
     assert done.kernel is not None and POOL.workers_of(done.kernel), done.why
     exe = kernel.evaluate("__import__('sys').executable")
     assert POOL.wait_ready(exe, READY_S), [w.log_tail() for w in POOL.workers_of(done.kernel)]
+    for w in POOL.workers_of(done.kernel):  # ready and idle: TensorFlow's runtime not started before the run's
+        names = _thread_names(w.proc.pid)   # confinement (its first op starts tf_Compute/tf_graph_runner threads)
+        assert names and not [n for n in names if n.startswith("tf_")], names
     warm, warmed = _in_copy(kernel, warm=True)
     assert warmed == "True", f"the prewarmed worker's heap is not frozen: {warmed}"
     assert warm == cold, (warm, cold)

@@ -14,7 +14,7 @@ marks `fork` (a one-shot portable run under the Linux layer, crane.sandbox.porta
   the cell wrote after its record, nor any leftover process, can reach the next run's channel: each run has its own;
 - imports the library modules the run loaded (as a refilled worker would) and those its state's load imported
   (`loaded_by`: a fitted model's submodules), so the next child loads only the state; freezes its own objects out
-  of the garbage collector's passes before each fork (`_freeze`: a child's collection would copy the head's whole
+  of the garbage collector's passes before each fork (worker/warmup.freeze_heap: a child's collection would copy the head's whole
   heap); prepares the lean guard's trampolines for the functions now loaded (worker/guard.prepare_trampolines: each
   child only binds them to its own guard); and stages the next run's view of the working folder in its own folder
   (worker/portable.stage_view), which the next child takes with one rename and brings up to date: the last run's
@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 from crane.sandbox.kernel.entry import _watch_seal  # kernel: strip
 from crane.sandbox.worker.guard import prepare_trampolines  # kernel: strip
+from crane.sandbox.worker.warmup import freeze_heap  # kernel: strip
 
 _FORK_UNSAFE = ("tensorflow", "jax", "jaxlib")
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -124,20 +125,6 @@ def loaded_by(data: bytes, tops: list[str]) -> list[str]:
     return []
 
 
-def _freeze(collect: bool) -> None:
-    """Move every object the head holds out of reach of the garbage collector's passes (`gc.freeze`), after
-    collecting what is garbage now where `collect` (off a verdict's path: after a run, only the objects made since
-    the last freeze are scanned). A fork child shares the head's memory copy-on-write, and a collection writes to
-    every object it scans: the child's first full pass copied the head's whole heap (~1,700 modules with
-    scikit-learn) page by page, 0.5-1.2 s at load 11-15 in whichever step of the run's set-up it fell (the guard's
-    trampolines, the state's load). The child's own objects are collected as before; the head's are not scanned
-    there (the cell's `gc` walks are refused: worker/guard.py)."""
-    import gc
-    if collect:
-        gc.collect()
-    gc.freeze()
-
-
 def _head_home() -> str | None:
     home = os.path.dirname(os.environ.get("IPYTHONDIR") or "")
     return home if os.path.basename(home).startswith("crane-tw-") else None
@@ -207,7 +194,7 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
     modules, cwd = _facts_of(spec)
     r, w = os.pipe()
     done_r, done_w = os.pipe()  # the run's process says its record is out: the head looks for its seal (issue 41)
-    _freeze(collect=False)  # (the objects the head made since its last run)
+    freeze_heap(collect=False)  # (the objects the head made since its last run)
     pid = os.fork()
     if pid == 0:  # the run's process
         code = 70
@@ -263,7 +250,7 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
         # request is answered `S`, fork_refused)
         prepare_trampolines()
         _stage(cwd, used, _waiting(close[0]) if close else lambda: False)
-        _freeze(collect=True)
+        freeze_heap(collect=True)
     return again
 
 

@@ -10,8 +10,14 @@ imports left is collected and every object the worker holds is moved out of the 
 the run's own objects are collected as before (a forked head does the same before each fork: worker/head.py).
 
 Not here: running the libraries' first calls ahead (a small Keras model made, copied and called before the run).
-It halved the state's load, but TensorFlow then starts its runtime threads before the run's confinement, and a
-`model.fit` in the run hung until its deadline (test_transplant_keras_graph): withdrawn.
+It halved the state's load but was withdrawn: TensorFlow's first op starts its runtime's thread pools (the process
+has 4 threads after the import, 9 after one op), and both copy paths confine after the request came. On the OS path
+a run is layered unless the blocking confinement is asked for: the worker (A) clones B into new namespaces, and B is a copy of A's memory without A's threads, so TF's
+pools exist there in name only and the run's first op that hands work to them waits forever (reproduced
+2026-12-05: test_transplant_keras_graph's fitted-model case after another case, B's `model.fit` a 120 s
+`timeout`). On the portable path (and a blocking run) Landlock restricts the calling thread and what it starts (its TSYNC flag is ABI 8,
+Linux 7.0), so threads started before it would be outside the wall. A warm-up can only come after the run's whole
+confinement (B made, Landlock applied), i.e. with the run's folder and options known before the request: not done.
 """
 
 from __future__ import annotations
@@ -19,10 +25,20 @@ from __future__ import annotations
 import time
 
 
+def freeze_heap(collect: bool) -> None:
+    """Move every object this process holds out of reach of the garbage collector's passes (`gc.freeze`), after
+    collecting what is garbage now where `collect`. The one function for a warm worker (`warm_up`, before its run)
+    and a forked head (worker/head.py, before each fork: a child's first full pass would copy the head's whole heap,
+    copy-on-write; off a verdict's path the head collects, on it only the objects made since the last freeze are
+    frozen). The run's own objects are collected as before."""
+    import gc
+    if collect:
+        gc.collect()
+    gc.freeze()
+
+
 def warm_up() -> dict:
     """Collect the garbage and freeze the heap: {"gc": ms spent}."""
-    import gc
     t0 = time.perf_counter()
-    gc.collect()
-    gc.freeze()
+    freeze_heap(collect=True)
     return {"gc": round((time.perf_counter() - t0) * 1000.0, 3)}
