@@ -53,6 +53,7 @@ from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
 from crane.sandbox.kernel.pickling import _cloudpickle, _culprit, dump_state, torch_reducers  # kernel: strip
 from crane.sandbox.kernel.proof import _is_class, _patched_builtins, _patched_copyreg, _Proof, _Refused  # kernel: strip
 from crane.sandbox.kernel.shield import dumps, free_threaded, private_open  # kernel: strip
+from crane.sandbox.kernel.stdlib_own import patched_stdlib  # kernel: strip
 from crane.sandbox.kernel.stops import (  # kernel: strip
     _OVER_TIME,
     _QUEUED,
@@ -98,15 +99,15 @@ def _export(args: Any) -> dict:
         req = check_export_request(args)
     except ExportRequestError as exc:
         return {"ok": False, "reason": f"bad export request: {exc}"}
+    patched = _patched_builtins() or _patched_copyreg() or patched_stdlib()  # (before any step: a file's codec)
+    if patched:
+        return {"ok": False, "reason": f"the notebook replaced {patched}: copying would call it in the kernel"}
     d = req["dir"]
     if not _sees(d, req["token"]):
         return {"ok": False, "reason": "the kernel does not see the daemon's files (another machine or container)"}
     cp = _cloudpickle()
     if cp is None:
         return {"ok": False, "reason": "CRANE's private cloudpickle is not installed in the kernel"}
-    patched = _patched_builtins() or _patched_copyreg()
-    if patched:
-        return {"ok": False, "reason": f"the notebook replaced {patched}: copying would call it in the kernel"}
     shell = _shell()
     if shell is None:
         return {"ok": False, "reason": "not an IPython kernel"}
