@@ -262,15 +262,19 @@ def _carried(settings: dict, facts: dict, proof: _Proof, objs: dict) -> list:
     """The rebuilt runtimes whose process-wide state the copy carries (then compared in the worker, shared/carry.py):
     torch on the CPU (its tensors carried whole); JAX, TensorFlow and Keras when their settings were read, no GPU is
     in play (their devices are the worker's own then), and, for TensorFlow/Keras, no value of theirs is copied
-    (rebuilt from its configuration by its own saving code: not the kernel's object)."""
+    (rebuilt from its configuration by its own saving code: not the kernel's object) other than tf.data pipelines
+    made again exactly by the same calls (`proof.tf_data`; one approximate stage keeps them out)."""
     out: list = []
     ts = settings.get("torch")
     if ts and ts["default_device"] == "cpu" and ts["rng"] and not facts["torch"].get("cuda") and not proof.uncarried:
         out.append("torch")
     if _exists("/dev/nvidia0") or _exists("/dev/kfd"):
         return out
-    own_values = any(type(m) is str and m.partition(".")[0] in _OWN_REDUCER_MODULES
-                     for m in (_T_MODULE.__get__(type(v), type) for v in dict.values(objs)))
+    # (a tf.data pipeline rebuilt by the same calls, shared/tf_data.py, is the kernel's: not one of these, unless a
+    # stage was made again only approximately)
+    own_values = bool(proof.tf_data_approximate) or any(
+        type(m) is str and m.partition(".")[0] in _OWN_REDUCER_MODULES
+        for m in (_T_MODULE.__get__(type(v), type) for v in dict.values(objs) if id(v) not in proof.tf_data))
     for key, runtimes in CARRIED_RUNTIMES.items():
         if key in settings and (key == "jax" or not own_values):
             out.extend(runtimes)

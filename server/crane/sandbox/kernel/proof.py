@@ -203,6 +203,10 @@ class _Proof:
         # id -> a Keras layer class of the notebook's that the export's reducer rebuilds in the worker from what Keras
         # recorded (shared/keras_layers.py): neither pickle nor its library's pickling is ever called on its objects
         self.rebuilt: dict = {}
+        # tf.data pipelines rebuilt stage by stage (shared/tf_data.py): id -> a dataset made again by the same calls,
+        # and the stages made again only approximately (a shuffle without any seed: random in both)
+        self.tf_data: dict = {}
+        self.tf_data_approximate: list = []
 
     def library_class(self, cls: type) -> bool:
         """`cls` is the library's: the class a library module's qualified name gives, a static (C) type, or a

@@ -17,6 +17,9 @@ notebook's function there. A stage is rebuilt only when its record makes it the 
   `repeat`, `take`, `skip`, `unbatch`, `cache` in memory;
 - `shuffle` when its seeds do not come from TensorFlow's global seed (none was set when it was made, and none is
   set now): its order is then the kernel's (the same seeds; a shuffle made without any seed is random in both).
+A crash in TensorFlow's frames over a pipeline rebuilt so is certain (kernel/environment's `_carried` counts a
+rebuilt dataset as the kernel's, not as a value TensorFlow's saving rebuilt), unless a stage was made again only
+approximately (an unseeded shuffle: its order random in both), which keeps it "likely".
 Anything else is refused, naming the stage and why (a TypeError the export names with the value's name and type:
 the run is `unavailable`, the rules decide the cell): a file or generator source (its reads live in the kernel's
 process), a shuffle seeded from the global seed, a ragged or sparse element, a stage this module does not know.
@@ -135,6 +138,13 @@ class TfData:
         return out
 
     def reduce(self, ds: Any) -> Any:
+        out = self.stage(ds)
+        proof = getattr(self.lib, "proof", None)  # (kernel/environment's `_Lib`: the export's proof)
+        if proof is not None:
+            proof.tf_data[id(ds)] = ds
+        return out
+
+    def stage(self, ds: Any) -> Any:
         cls = type(ds)
         name = _CLASS_NAME.__get__(cls, type)
         if not self.lib.proven(cls):
@@ -217,6 +227,9 @@ class TfData:
         global_now = self.lib.attrs(ctx).get("_seed") if ctx is not None and self.lib.proven(type(ctx)) else None
         if global_now is None and seed in (None, 0) and seed2 in (None, 0):  # (tf.data's (0, 0): no seed at all)
             op_seed = None
+            proof = getattr(self.lib, "proof", None)
+            if proof is not None:  # random in both: the copy's order is not the kernel's next one
+                proof.tf_data_approximate.append("a shuffle without a seed")
         elif global_now is None and seed == _DEFAULT_GRAPH_SEED and type(seed2) is int:
             op_seed = seed2
         else:
