@@ -71,10 +71,19 @@ def read_rules(hidden: list[str] | tuple[str, ...]) -> list[str]:
     """The paths that get the read right so that every file is readable but those below `hidden` (real, absolute
     paths): every entry of each folder on the way from `/` to a hidden path, but that path and the folders on the
     way (which get none: their other entries get one each, deeper). Empty `hidden`: ["/"]."""
+    return [p for p, _ in _read_plan(hidden)]
+
+
+def _hide(hidden: list[str] | tuple[str, ...]) -> list[str]:
     hide = sorted({os.path.realpath(h) for h in hidden if h and os.path.isabs(h)})
-    hide = [h for h in hide if h != os.sep]
+    return [h for h in hide if h != os.sep]
+
+
+def _read_plan(hidden: list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
+    """`read_rules`, each path with the inode its folder's listing names (0 for "/")."""
+    hide = _hide(hidden)
     if not hide:
-        return [os.sep]
+        return [(os.sep, 0)]
     on_way: set[str] = set()
     for h in hide:
         d = os.path.dirname(h)
@@ -83,20 +92,56 @@ def read_rules(hidden: list[str] | tuple[str, ...]) -> list[str]:
             if d == os.sep:
                 break
             d = os.path.dirname(d)
-    out: list[str] = []
+    out: list[tuple[str, int]] = []
     for d in sorted(on_way):
         if any(_ll_under(d, h) for h in hide):
             continue  # a folder on the way to one hidden path inside another
         try:
-            names = os.listdir(d)
+            with os.scandir(d) as entries:
+                names = [(e.name, e.inode()) for e in entries]
         except OSError:
             continue
-        for name in names:
+        for name, ino in names:
             p = os.path.join(d, name)
             if p in on_way or any(_ll_under(p, h) for h in hide):
                 continue
-            out.append(p)
+            out.append((p, ino))
     return out
+
+
+def _create_ruleset(attr: bytes) -> int:
+    abuf = ctypes.create_string_buffer(attr, len(attr))
+    return _ll_check(_ll_syscall(ctypes.c_long(_SYS_CREATE_RULESET), abuf, ctypes.c_size_t(len(attr)),
+                                 ctypes.c_uint32(0)), "landlock_create_ruleset")
+
+
+def _add_rule(rs: int, path: str, rights: int, flags: int) -> tuple[int, int] | None:
+    """One rule of `rights` on `path` (opened with `flags`; a file gets only a file's rights) in ruleset `rs`: the
+    (device, inode) it holds, or None where none was added (gone, a device this machine lacks, no right left)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC | flags)
+    except OSError:
+        return None  # a device this machine does not have, an entry gone since it was listed
+    try:
+        st = os.fstat(fd)
+        if not flags & os.O_DIRECTORY and not stat.S_ISDIR(st.st_mode):
+            rights &= _LL_FILE_RIGHTS  # a file (or a link itself): only the rights a file can have
+        if not rights:
+            return None
+        rule = struct.pack("=Qi", rights, fd)
+        rbuf = ctypes.create_string_buffer(rule, len(rule))
+        rc = _ll_syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(rs), ctypes.c_int(_LL_RULE_PATH_BENEATH), rbuf,
+                         ctypes.c_uint32(0))
+        if rc < 0 and ctypes.get_errno() not in (errno.EINVAL, errno.EBADFD):
+            _ll_check(rc, f"landlock_add_rule({path})")
+        return (st.st_dev, st.st_ino) if rc >= 0 else None
+    finally:
+        os.close(fd)
+
+
+def _restrict(rs: int) -> None:
+    _ll_check(_ll_syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(rs), ctypes.c_uint32(0)),
+              "landlock_restrict_self")
 
 
 def apply_landlock(writable: list[str], abi: int, *, files: tuple[str, ...] = (), handle_execute: bool = True,
@@ -124,9 +169,7 @@ def apply_landlock(writable: list[str], abi: int, *, files: tuple[str, ...] = ()
         attr = struct.pack("=QQ", fs, net)
     else:
         attr = struct.pack("=Q", fs)
-    abuf = ctypes.create_string_buffer(attr, len(attr))
-    rs = _ll_check(_ll_syscall(ctypes.c_long(_SYS_CREATE_RULESET), abuf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)),
-                "landlock_create_ruleset")
+    rs = _create_ruleset(attr)
     added = 0
     try:
         write_dir = fs & ~FS_EXECUTE
@@ -137,28 +180,93 @@ def apply_landlock(writable: list[str], abi: int, *, files: tuple[str, ...] = ()
             rules += [(p, FS_READ_FILE, os.O_NOFOLLOW) for p in read_rules(list(hidden or ()))]
         rules += [(p, r & fs, 0) for p, r in extra]
         for path, rights, flags in rules:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC | flags)
-            except OSError:
-                continue  # a device this machine does not have, an entry gone since it was listed
-            try:
-                if not flags & os.O_DIRECTORY and not stat.S_ISDIR(os.fstat(fd).st_mode):
-                    rights &= _LL_FILE_RIGHTS  # a file (or a link itself): only the rights a file can have
-                if not rights:
-                    continue
-                rule = struct.pack("=Qi", rights, fd)
-                rbuf = ctypes.create_string_buffer(rule, len(rule))
-                rc = _ll_syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(rs), ctypes.c_int(_LL_RULE_PATH_BENEATH), rbuf,
-                              ctypes.c_uint32(0))
-                if rc < 0 and ctypes.get_errno() not in (errno.EINVAL, errno.EBADFD):
-                    _ll_check(rc, f"landlock_add_rule({path})")
-                added += rc >= 0
-            finally:
-                os.close(fd)
-        _ll_check(_ll_syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(rs), ctypes.c_uint32(0)),
-               "landlock_restrict_self")
+            added += _add_rule(rs, path, rights, flags) is not None
+        _restrict(rs)
     finally:
         os.close(rs)
     return {"abi": abi, "writes": "confined", "reads": "hidden paths" if reads else "all",
             "exec": "refused" if handle_execute else "allowed", "tcp": "refused" if net else "not handled",
             "scoped": "signals, abstract UNIX sockets" if scoped else "not handled", "rules": added}
+
+
+def prepare_reads(hidden: list[str] | tuple[str, ...], abi: int) -> dict:
+    """The read half of `apply_landlock(..., hidden=hidden)` made ahead, in a process that stays unconfined (a
+    portable head between runs, worker/head.py): a ruleset that handles reads (and, ABI >= 2, reparenting) only,
+    with a read rule on every entry `read_rules(hidden)` names. Its run's process takes it with `restrict_prepared`
+    instead of adding those rules itself (one per entry of each folder on the way to a hidden path: ~1,800 rules,
+    25-45 ms under load, where the kernel's connection file is in /tmp). Raises OSError where Landlock refuses."""
+    fs = FS_READ_FILE | (FS_REFER if abi >= 2 else 0)
+    rs = _create_ruleset(struct.pack("=Q", fs))
+    try:
+        plan = _read_plan(hidden)
+        held = {got for p, _ in plan if (got := _add_rule(rs, p, FS_READ_FILE, os.O_NOFOLLOW)) is not None}
+    except BaseException:
+        os.close(rs)
+        raise
+    return {"fd": rs, "abi": abi, "hidden": _hide(hidden), "listed": set(plan), "held": held, "rules": len(held)}
+
+
+def _held_below(roots: list[str], held: set) -> str | None:
+    """The first path at or below `roots` (links not followed) whose (device, inode) is in `held`, or None."""
+    stack = list(roots)
+    while stack:
+        p = stack.pop()
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in held:
+            return p
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                stack += [os.path.join(p, name) for name in os.listdir(p)]
+            except OSError:
+                pass
+    return None
+
+
+def restrict_prepared(prepared: dict, writable: list[str], files: tuple[str, ...], hidden: list[str] | tuple[str, ...],
+                      abi: int) -> dict:
+    """Restrict the calling thread as `apply_landlock(writable, abi, files=files, hidden=hidden)` does, from a
+    ruleset `prepare_reads` made ahead (for the same hidden paths and ABI), in two layers: the prepared one (reads,
+    reparenting) brought up to date now, then a small one of the writes, exec, TCP and scopes (`apply_landlock`
+    without reads). A path is readable under both exactly where it is under the one ruleset (Landlock allows an
+    access only where every layer that handles it does). Up to date: an entry listed since it was prepared gets its
+    rule now, like the run's own folders; an entry gone or replaced keeps a rule on its old inode, which is allowed
+    only while no hidden path, no folder on the way to one and (where an entry went) nothing below a hidden path is
+    that inode (moved there since): else OSError, as for other hidden paths or another ABI, and the caller applies a
+    whole ruleset. The prepared ruleset is closed
+    here in every case (nothing the run loads can add to it)."""
+    rs = int(prepared["fd"])
+    try:
+        if prepared.get("abi") != abi or prepared.get("hidden") != _hide(hidden):
+            raise OSError("the prepared Landlock ruleset was made for other hidden paths")
+        held = prepared["held"]
+        for h in prepared["hidden"]:
+            p = h
+            while True:
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    st = None
+                if st is not None and (st.st_dev, st.st_ino) in held:
+                    raise OSError(f"{p} is an inode the prepared Landlock ruleset grants reads on")
+                if p == os.sep:
+                    break
+                p = os.path.dirname(p)
+        listed, now = prepared["listed"], set(_read_plan(hidden))
+        if listed - now:  # an entry gone or replaced since: its inode may have been moved below a hidden path
+            found = _held_below(prepared["hidden"], held)
+            if found is not None:
+                raise OSError(f"{found} is an inode the prepared Landlock ruleset grants reads on")
+        added = sum(_add_rule(rs, p, FS_READ_FILE, os.O_NOFOLLOW) is not None for p, _ in now - listed)
+        own = FS_READ_FILE | (FS_REFER if abi >= 2 else 0)
+        added += sum(_add_rule(rs, d, own, os.O_DIRECTORY) is not None for d in writable)
+        added += sum(_add_rule(rs, f, FS_READ_FILE, 0) is not None for f in files)
+        _restrict(rs)
+    finally:
+        os.close(rs)
+    info = apply_landlock(writable, abi, files=files, handle_execute=True, hidden=None)
+    info.update(reads="hidden paths", rules=int(prepared["rules"]) + added + int(info["rules"]), prepared=True,
+                layers=2)
+    return info

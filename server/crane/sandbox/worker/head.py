@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 from crane.sandbox.kernel.entry import _watch_seal  # kernel: strip
 from crane.sandbox.worker.guard import prepare_trampolines  # kernel: strip
+from crane.sandbox.worker.linux import drop_prepared, hidden_paths, prepare_read_layer  # kernel: strip
 from crane.sandbox.worker.warmup import freeze_heap  # kernel: strip
 
 _FORK_UNSAFE = ("tensorflow", "jax", "jaxlib")
@@ -93,15 +94,16 @@ def _end_leftovers(child: int, timeout_s: float = 5.0) -> bool:
     return False
 
 
-def _facts_of(spec: dict) -> tuple[list[str], str | None]:
-    """The run's library modules and working folder (its env.json, written by the kernel's export)."""
+def _facts_of(spec: dict) -> tuple[list[str], str | None, dict]:
+    """The run's library modules and working folder, and its env.json (written by the kernel's export)."""
     try:
         with open(os.path.join((spec.get("args") or {}).get("dir", ""), "env.json")) as f:
             facts = json.load(f)
         cwd = facts.get("cwd")
-        return [m for m in facts.get("modules") or [] if isinstance(m, str)], cwd if isinstance(cwd, str) else None
+        return ([m for m in facts.get("modules") or [] if isinstance(m, str)], cwd if isinstance(cwd, str) else None,
+                facts)
     except (OSError, ValueError, AttributeError):
-        return [], None
+        return [], None, {}
 
 
 def loaded_by(data: bytes, tops: list[str]) -> list[str]:
@@ -191,7 +193,7 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
         _HEAD["subreaper"] = _head_prctl(_PR_SET_CHILD_SUBREAPER, 1)
         prepare_trampolines()  # (after each run too, for the modules imported since: worker/guard.py)
     head = os.getpid()
-    modules, cwd = _facts_of(spec)
+    modules, cwd, facts = _facts_of(spec)
     r, w = os.pipe()
     done_r, done_w = os.pipe()  # the run's process says its record is out: the head looks for its seal (issue 41)
     freeze_heap(collect=False)  # (the objects the head made since its last run)
@@ -211,6 +213,7 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
             import traceback
             traceback.print_exc()
         os._exit(code)
+    drop_prepared()  # (the run's process took the read rules made for it: the head's copy goes)
     os.close(w)
     os.close(done_w)
     seal: list = []  # kernel/entry._watch_seal's word: (the seal, whether /proc could be read, whether it ended it)
@@ -249,6 +252,7 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
         warm_up(modules + loaded_by(bytes(data), modules))  # (a library that starts a thread here: the next
         # request is answered `S`, fork_refused)
         prepare_trampolines()
+        prepare_read_layer(hidden_paths(facts))  # (the next run's Landlock read rules: worker/linux.py)
         _stage(cwd, used, _waiting(close[0]) if close else lambda: False)
         freeze_heap(collect=True)
     return again
@@ -256,4 +260,5 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
 
 def answer_self(out: int) -> None:
     """Tell the daemon this head runs the request itself (a one-shot worker: its lines follow, then its end)."""
+    drop_prepared()  # (made for a fork child: this run makes its own)
     os.write(out, b"S\n")

@@ -34,12 +34,18 @@ import os
 import sys
 from typing import Any
 
-from crane.sandbox.kernel.landlock import apply_landlock, landlock_abi  # kernel: strip
+from crane.sandbox.kernel.landlock import (  # kernel: strip
+    apply_landlock,
+    landlock_abi,
+    prepare_reads,
+    restrict_prepared,
+)
 from crane.sandbox.worker.seccomp import SECCOMP_LAYER, confine_process_controls  # kernel: strip
 
 LINUX_LAYER = "landlock"
 _PR_SET_NO_NEW_PRIVS = 38
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
+_READ_RULES: dict = {}  # the read rules a head made ahead for its next run's process (`prepare_read_layer`)
 
 
 def linux_layer_available() -> str | None:
@@ -86,6 +92,42 @@ def runtime_dirs(env: dict) -> list[str]:
     return [os.path.realpath(os.path.expanduser(p)) for p in dict.fromkeys(out) if os.path.isabs(os.path.expanduser(p))]
 
 
+def hidden_paths(facts: dict) -> list[str]:
+    """What the worker must not read: Jupyter's runtime folders (for the kernel's environment `facts["env"]` and the
+    worker's own) and the kernel's connection file (its HMAC key signs requests to the user's kernel), as the
+    export recorded them (`facts`: the run's env.json)."""
+    env = facts.get("env")
+    hidden = runtime_dirs(env if isinstance(env, dict) else {}) + runtime_dirs(dict(os.environ))
+    conn = facts.get("connection_file")
+    if isinstance(conn, str) and os.path.isabs(conn):
+        hidden.append(os.path.realpath(conn))
+    return list(dict.fromkeys(hidden))
+
+
+def prepare_read_layer(hidden: list[str]) -> None:
+    """Make the Landlock read rules for `hidden` now, off the next verdict's way, in a head that stays unconfined
+    (worker/head.py, after a run): its next run's process takes them in `confine_worker` (kernel/landlock.
+    restrict_prepared: brought up to date there, used only for the same hidden paths, else made afresh). Replaces
+    any earlier one; nothing where Landlock is not offered or refuses."""
+    drop_prepared()
+    if linux_layer_available() is None:
+        try:
+            _READ_RULES.update(prepare_reads(hidden, landlock_abi()))
+        except OSError:
+            pass
+
+
+def drop_prepared() -> None:
+    """Close the prepared read rules (a head after forking its run's process, or running a request itself)."""
+    fd = _READ_RULES.pop("fd", None)
+    _READ_RULES.clear()
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def _own_thread_count() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -108,7 +150,16 @@ def confine_worker(writable: list[str], hidden: list[str]) -> dict[str, Any]:
     places = [p for p in dict.fromkeys(writable) if os.path.isdir(p)]
     if os.path.isdir("/dev/shm"):
         places.append("/dev/shm")
-    info = apply_landlock(places, landlock_abi(), files=_DEVICES, handle_execute=True, hidden=hidden)
+    abi, prepared = landlock_abi(), dict(_READ_RULES)
+    _READ_RULES.clear()
+    info = None
+    if prepared:  # a head's, made ahead (closed there in any case: nothing the run loads can add to it)
+        try:
+            info = restrict_prepared(prepared, places, _DEVICES, hidden, abi)
+        except OSError:
+            info = None  # (then one whole ruleset, as without a head: stacked on a layer that already ran, no wider)
+    if info is None:
+        info = apply_landlock(places, abi, files=_DEVICES, handle_execute=True, hidden=hidden)
     controls = confine_process_controls()  # other processes' scheduling, limits, memory (worker/seccomp.py)
     info.update(layer=LINUX_LAYER, ran=True, no_new_privs=True, writable=places, hidden=list(hidden),
                 threads_before=threads, record={"landlock_abi": info["abi"]}, seccomp=controls,

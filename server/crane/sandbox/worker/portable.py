@@ -61,7 +61,7 @@ from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.worker.guard import CallGuard, multiprocessing_children, shield_unaudited  # kernel: strip
 from crane.sandbox.worker.imports import import_leeway  # kernel: strip
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
-from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, runtime_dirs  # kernel: strip
+from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, hidden_paths  # kernel: strip
 from crane.sandbox.worker.pools import install_joblib  # kernel: strip
 from crane.sandbox.worker.reaper import end_descendants  # kernel: strip
 
@@ -887,8 +887,7 @@ def _children_refused() -> None:
 
 
 def _hidden_paths(run_dir: str) -> list[str]:
-    """What the worker must not read: Jupyter's runtime folders (for the kernel's environment and the worker's own)
-    and the kernel's connection file (its HMAC key signs requests to the user's kernel), as the export recorded it."""
+    """What the worker must not read (worker/linux.hidden_paths), from the run's env.json."""
     import json
     facts: dict = {}
     try:
@@ -896,12 +895,7 @@ def _hidden_paths(run_dir: str) -> list[str]:
             facts = json.load(f)
     except (OSError, ValueError):
         pass
-    env = facts.get("env")
-    hidden = runtime_dirs(env if isinstance(env, dict) else {}) + runtime_dirs(dict(os.environ))
-    conn = facts.get("connection_file")
-    if isinstance(conn, str) and os.path.isabs(conn):
-        hidden.append(os.path.realpath(conn))
-    return list(dict.fromkeys(hidden))
+    return hidden_paths(facts if isinstance(facts, dict) else {})
 
 
 def _hidden_inodes(paths: list[str]) -> frozenset:
