@@ -71,7 +71,10 @@ def read_rules(hidden: list[str] | tuple[str, ...]) -> list[str]:
     """The paths that get the read right so that every file is readable but those below `hidden` (real, absolute
     paths): every entry of each folder on the way from `/` to a hidden path, but that path and the folders on the
     way (which get none: their other entries get one each, deeper). Empty `hidden`: ["/"]."""
-    return [p for p, _ in _read_plan(hidden)]
+    hide = _hide(hidden)
+    if not hide:
+        return [os.sep]
+    return [os.path.join(d, name) for d, names in _listings(hide).items() for name in names]
 
 
 def _hide(hidden: list[str] | tuple[str, ...]) -> list[str]:
@@ -79,11 +82,11 @@ def _hide(hidden: list[str] | tuple[str, ...]) -> list[str]:
     return [h for h in hide if h != os.sep]
 
 
-def _read_plan(hidden: list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
-    """`read_rules`, each path with the inode its folder's listing names (0 for "/")."""
-    hide = _hide(hidden)
-    if not hide:
-        return [(os.sep, 0)]
+def _listings(hide: list[str]) -> dict[str, dict[str, int]]:
+    """Each folder on the way from `/` to a path of `hide` (`_hide`'s), with the entries `read_rules` grants in it:
+    name -> the inode its listing names. An entry of such a folder can be below a hidden path only by being one (the
+    folder itself is not below one), so only the names of the hidden paths and of the folders on the way are left
+    out: no work per entry but the listing's (/tmp's ~1,800 entries are listed once per run)."""
     on_way: set[str] = set()
     for h in hide:
         d = os.path.dirname(h)
@@ -92,20 +95,22 @@ def _read_plan(hidden: list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
             if d == os.sep:
                 break
             d = os.path.dirname(d)
-    out: list[tuple[str, int]] = []
+    skip: dict[str, list[str]] = {}
+    for p in on_way.union(hide):
+        if p != os.sep:
+            skip.setdefault(os.path.dirname(p), []).append(os.path.basename(p))
+    out: dict[str, dict[str, int]] = {}
     for d in sorted(on_way):
         if any(_ll_under(d, h) for h in hide):
             continue  # a folder on the way to one hidden path inside another
         try:
             with os.scandir(d) as entries:
-                names = [(e.name, e.inode()) for e in entries]
+                names = {e.name: e.inode() for e in entries}
         except OSError:
             continue
-        for name, ino in names:
-            p = os.path.join(d, name)
-            if p in on_way or any(_ll_under(p, h) for h in hide):
-                continue
-            out.append((p, ino))
+        for name in skip.get(d, ()):
+            names.pop(name, None)
+        out[d] = names
     return out
 
 
@@ -197,13 +202,15 @@ def prepare_reads(hidden: list[str] | tuple[str, ...], abi: int) -> dict:
     25-45 ms under load, where the kernel's connection file is in /tmp). Raises OSError where Landlock refuses."""
     fs = FS_READ_FILE | (FS_REFER if abi >= 2 else 0)
     rs = _create_ruleset(struct.pack("=Q", fs))
+    hide = _hide(hidden)
     try:
-        plan = _read_plan(hidden)
-        held = {got for p, _ in plan if (got := _add_rule(rs, p, FS_READ_FILE, os.O_NOFOLLOW)) is not None}
+        listed = _listings(hide) if hide else {}
+        paths = [os.path.join(d, name) for d, names in listed.items() for name in names] if hide else [os.sep]
+        held = {got for p in paths if (got := _add_rule(rs, p, FS_READ_FILE, os.O_NOFOLLOW)) is not None}
     except BaseException:
         os.close(rs)
         raise
-    return {"fd": rs, "abi": abi, "hidden": _hide(hidden), "listed": set(plan), "held": held, "rules": len(held)}
+    return {"fd": rs, "abi": abi, "hidden": hide, "listed": listed, "held": held, "rules": len(held)}
 
 
 def _held_below(roots: list[str], held: set) -> str | None:
@@ -254,12 +261,15 @@ def restrict_prepared(prepared: dict, writable: list[str], files: tuple[str, ...
                 if p == os.sep:
                     break
                 p = os.path.dirname(p)
-        listed, now = prepared["listed"], set(_read_plan(hidden))
-        if listed - now:  # an entry gone or replaced since: its inode may have been moved below a hidden path
-            found = _held_below(prepared["hidden"], held)
+        listed = prepared["listed"]
+        now = _listings(prepared["hidden"]) if prepared["hidden"] else {}
+        new = [os.path.join(d, name) for d, names in now.items()
+               for name, _ in names.items() - (listed.get(d) or {}).items()]
+        if any(d not in now or names.items() - now[d].items() for d, names in listed.items()):
+            found = _held_below(prepared["hidden"], held)  # (an entry gone or replaced since: moved below one?)
             if found is not None:
                 raise OSError(f"{found} is an inode the prepared Landlock ruleset grants reads on")
-        added = sum(_add_rule(rs, p, FS_READ_FILE, os.O_NOFOLLOW) is not None for p, _ in now - listed)
+        added = sum(_add_rule(rs, p, FS_READ_FILE, os.O_NOFOLLOW) is not None for p in new)
         own = FS_READ_FILE | (FS_REFER if abi >= 2 else 0)
         added += sum(_add_rule(rs, d, own, os.O_DIRECTORY) is not None for d in writable)
         added += sum(_add_rule(rs, f, FS_READ_FILE, 0) is not None for f in files)
