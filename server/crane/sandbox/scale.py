@@ -8,11 +8,12 @@
 - the miniature (`crane.sandbox.kernel.miniature`) keeps about `MINI_TARGET_S / expected` of the rows of the large
   data the cell reads (at least 64 rows and a batch); if it still times out, once more with a tenth of that
   (at least 16 rows).
-- when that miniature is inconclusive too and the cell has a `for` statement, a loop miniature: the data whole,
-  each `for` loop cut after `LOOP_ITERATIONS` iterations once it has run `LOOP_MS` (quick loops run whole; a cut
-  range runs its last iteration too; kernel/miniature's rule of what it may conclude: a crash before any cut is
-  certain, after one it is a miniature crash unless the skipped iterations may explain it). Still too slow (the
-  time is not in a `for` loop of the cell): the full run's "timeout" stays.
+- when that miniature is inconclusive too and the cell has a `for` or `while` loop or a call (which may reach a
+  function an earlier cell defined), a loop miniature: the data whole, each `for` and `while` loop of the cell and
+  of the notebook's functions cut after `LOOP_ITERATIONS` iterations once it has run `LOOP_MS` (quick loops run
+  whole; a cut range runs its last iteration too; kernel/miniature's rule of what it may conclude: a crash before
+  any cut is certain, after one it is a miniature crash unless the skipped iterations may explain it). Still too
+  slow (the time is not in a loop CRANE bounds): the full run's "timeout" stays.
 A miniature crash or clean run is the verdict (`scale="miniature"`, `kept` says how much was kept, a loop
 miniature's `reason` what its verdict rests on); an inconclusive miniature (an exception the smaller data may have
 caused, nothing large to shrink, still too slow) leaves the full run's "timeout", with the miniature's reason added.
@@ -40,13 +41,14 @@ def miniature_spec(expected_s: float, target_s: float = MINI_TARGET_S, floor_row
             "seed": 0}
 
 
-LOOP_ITERATIONS = 2  # a loop miniature cuts a `for` loop after this many iterations once it has run LOOP_MS
+LOOP_ITERATIONS = 2  # a loop miniature cuts a loop after this many iterations once it has run LOOP_MS
 LOOP_MS = 500  # (quick loops run whole; the slice is wall clock, so a loaded machine runs fewer iterations)
-_FOR = re.compile(r"^[ \t]*for\s.+\sin\s", re.M)
+# a loop of the cell (`for`, `while`), or a call (it may reach a loop of a function an earlier cell defined)
+_LOOPY = re.compile(r"^[ \t]*(?:for\s.+\sin\s|while\b)|\b[A-Za-z_][\w.]*\s*\(", re.M)
 
 
 def loop_spec(iterations: int = LOOP_ITERATIONS, loop_ms: int = LOOP_MS) -> dict:
-    """A loop miniature's spec (kernel/miniature): the data kept whole, each `for` loop cut after `iterations`
+    """A loop miniature's spec (kernel/miniature): the data kept whole, each loop cut after `iterations`
     once it has run `loop_ms`."""
     return {"fraction": 1.0, "floor_rows": 0, "min_rows": 2000, "relative": 0.05, "seed": 0, "rows": False,
             "loops": int(iterations), "loop_ms": int(loop_ms)}
@@ -83,7 +85,7 @@ def speculate_scaled(
             cancel is not None and cancel.is_set()):
         mini = speculate(conn, source, mini_budget, miniature=miniature_spec(expected * 10, target, floor_rows=16),
                          cancel=cancel, **kw)
-    if _inconclusive_mini(mini) and _FOR.search(source) and not (cancel is not None and cancel.is_set()):
+    if _inconclusive_mini(mini) and _LOOPY.search(source) and not (cancel is not None and cancel.is_set()):
         loop = speculate(conn, source, mini_budget, miniature=loop_spec(), cancel=cancel, **kw)
         if not _inconclusive_mini(loop):
             return loop

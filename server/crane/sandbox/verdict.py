@@ -203,7 +203,7 @@ def transplant_text(t: TransplantInfo, why: str | None) -> str:
 def miniature_text(kept: list[KeptObject]) -> str:
     """'kept 1,333 of 40,000 rows of X, y; 166 of 5,000 of X_test' (objects grouped by size)."""
     groups: dict[tuple[int, int], list[str]] = {}
-    loops = [f"each `for` loop cut after {k.rows} iterations once it had run {k.of / 1000:g} s" for k in kept
+    loops = [f"each `for` and `while` loop cut after {k.rows} iterations once it had run {k.of / 1000:g} s" for k in kept
              if k.kind == "loop"][:1]
     for k in (k for k in kept if k.kind != "loop"):
         groups.setdefault((k.rows, k.of), []).append(k.name)

@@ -125,7 +125,9 @@ def _export(args: Any) -> dict:
     limit = req["copy_mb"] << 20
     try:
         room = _memory_room()
-        objs = _cell_objects(ns, req["names"], req["skip"], proof)
+        loops = type(req["miniature"]) is dict and bool(dict.get(req["miniature"], "loops"))  # a loop miniature's
+        names = req["names"] + (["_ih"] if loops else [])  # worker reads earlier cells' sources (kernel/miniature)
+        objs = _cell_objects(ns, names, req["skip"], proof)
         spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
     except (_Refused, _TooLarge) as exc:
         return {"ok": False, "reason": str(exc)}

@@ -26,21 +26,30 @@ component counts, labels dropped from the subset, shapes that mention the kept o
 stratification, empty results): such a run is inconclusive, never a crash.
 A loop miniature (`spec["loops"]` = n, `spec["loop_ms"]` = a time slice, `spec["rows"]` False: the data stay
 whole) is said by a `loop` entry of what was kept; in the process that runs the cell (the fork's child, the
-transplant worker), `arm_loops` rewrites every `for` statement of the cell (those in functions and classes it
-defines included; comprehensions, `async for` and `while` are left alone) to iterate through `__crane_loop__`, a
-generator compiled here as user-level code (its globals a fresh dict: no CRANE object is handed to the cell). Each
-loop runs whole while it is quick: it is cut only once it has run n iterations AND the time slice (a loop over a
-few columns finishes; a training loop stops after its first batches); the item it pulled last is the full run's
-next one (a failure there is the full run's too); a cut `range` still runs its last item (the last epoch, the last
-partial batch); each cut is recorded. The rule of what such a run may conclude (`loop_note`, `_loop_artefact`):
-an exception raised before any loop was cut is on the full run's own path (certain, and the verdict's reason says
-so); one raised after a cut is the cell's crash only where the skipped iterations cannot explain it (not a missing
-or None value, an index, a count, an empty result, an assert: those make the run inconclusive), and is labelled a
-miniature crash; a clean run is a miniature's clean run, as for rows.
+transplant worker), `arm_loops` rewrites every `for` and `while` statement of the cell (those in functions and
+classes it defines included; comprehensions and `async for` are left alone) to go through `__crane_loop__` /
+`__crane_while__`, helpers compiled here as user-level code (their globals a fresh dict: no CRANE object is handed
+to the cell; they read no frames, which the portable guard refuses). `bound_earlier` does the same, in that
+process's copy only, for the functions and methods earlier cells defined: each one's source (the line cache in the
+fork's child; the copied `_ih` in the transplant worker) is accepted only when it compiles to the very bytecode the
+function has, and the function's `__code__` becomes the bounded compile (same file, lines and free variables; the
+user's kernel never runs any of this). Each loop runs whole while it is quick: it is cut only once it has run n
+iterations AND the time slice (a loop over a few columns finishes; a training loop stops after its first batches);
+for `for`, the item it pulled last is the full run's next one (a failure there is the full run's too) and a cut
+`range` still runs its last item (the last epoch, the last partial batch); a cut `while` simply ends (its test was
+evaluated, and true, as in the full run); each cut is recorded. The rule of what such a run may conclude
+(`loop_note`, `_loop_artefact`): an exception raised before any loop was cut is on the full run's own path
+(certain, and the verdict's reason says so); one raised after a cut is the cell's crash only where the skipped
+iterations cannot explain it (not a missing or None value, an index, a count, an empty result, an assert: those
+make the run inconclusive), and is labelled a miniature crash; a clean run is a miniature's clean run, as for rows.
+Comprehensions and generator expressions are not bounded: their iterations build one value the rest of the cell
+reads whole (a cut list is a shorter result, an artefact rather than the full run's path), and they are rarely
+where a training loop's time goes.
 Standard library only (pandas/numpy/torch are used only when the kernel already imported them).
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import copy
@@ -552,9 +561,11 @@ def artefact(exc: BaseException | None) -> str | None:
 
 
 # -- loop miniatures -----------------------------------------------------------------------------------------
-# the process that runs the cell only: n, the cuts list the helper appends (line, n, the range's length or -1)
-_LOOPS: dict = {"n": 0, "ms": 0, "cuts": None, "bounded": 0}
+# the process that runs the cell only: n, the cuts list the helpers append (where, n, the range's length or -1;
+# where: the cell's line, or "line L of `f`" for a loop of an earlier cell's function), the functions rebound
+_LOOPS: dict = {"n": 0, "ms": 0, "cuts": None, "bounded": 0, "earlier": []}
 _LOOP_NAME = "__crane_loop__"
+_WHILE_NAME = "__crane_while__"
 _LOOP_FILE = "<crane-sandbox/loops>"  # (frames under this name are left out of the verdict's traceback)
 _LOOP_HELPER = """
 def __crane_loop__(iterable, line):
@@ -572,6 +583,20 @@ def __crane_loop__(iterable, line):
                 return
         k += 1
         yield item
+
+def __crane_while__(state, *test):
+    if not test:
+        return [0, _CLOCK(), state]
+    if not test[0]:
+        return False
+    if type(state) is not list or len(state) != 3:
+        _CUTS.append((0, 0, -1))
+        return False
+    if state[0] >= _N and _CLOCK() - state[1] > _SLICE:
+        _CUTS.append((state[2], state[0], -1))
+        return False
+    state[0] += 1
+    return True
 """
 
 
@@ -581,29 +606,45 @@ def loop_kept(spec: dict) -> list[dict]:
     n, ms = spec.get("loops"), spec.get("loop_ms", 0)
     if type(n) is not int or n <= 0 or type(ms) is not int or ms < 0:
         return []
-    return [{"name": "for loops", "kind": "loop", "rows": n, "of": ms}]
+    return [{"name": "loops", "kind": "loop", "rows": n, "of": ms}]
 
 
 class _LoopBound(ast.NodeTransformer):
-    """`for T in IT:` -> `for T in __crane_loop__(IT, line):` (same lines; nested loops and function bodies too)."""
+    """`for T in IT:` -> `for T in __crane_loop__(IT, line):`; `while C:` -> `__crane_wL_C__ = __crane_while__(line)`
+    (a fresh count and clock each time the loop starts, in a local of its scope: the helpers read no frames, which
+    the portable guard refuses) then `while __crane_while__(__crane_wL_C__, C):` (C evaluated and tested once, as
+    before; False once the loop is cut). Same lines; nested loops and function bodies too. `where(line)`: what a cut
+    names."""
 
-    def __init__(self, offset: int) -> None:
+    def __init__(self, offset: int, where: Callable[[int], Any] | None = None) -> None:
         self.offset = offset  # the cell's lines IPython's transforms dropped before the code (leading blank lines)
+        self.where = where or (lambda line: line + offset)
+
+    def _call(self, name: str, args: list, node: ast.AST) -> ast.Call:
+        call = ast.Call(func=ast.Name(name, ast.Load()), args=args, keywords=[])
+        return ast.fix_missing_locations(ast.copy_location(call, node))
 
     def visit_For(self, node: ast.For) -> ast.For:
         self.generic_visit(node)
-        line = ast.Constant(node.lineno + self.offset)
-        call = ast.Call(func=ast.Name(_LOOP_NAME, ast.Load()), args=[node.iter, line],
-                        keywords=[])
-        node.iter = ast.fix_missing_locations(ast.copy_location(call, node.iter))
+        node.iter = self._call(_LOOP_NAME, [node.iter, ast.Constant(self.where(node.lineno))], node.iter)
         _LOOPS["bounded"] += 1
         return node
 
+    def visit_While(self, node: ast.While) -> list:
+        self.generic_visit(node)
+        state = f"__crane_w{node.lineno}_{node.col_offset}__"  # (a local of the loop's scope: re-entry, recursion)
+        node.test = self._call(_WHILE_NAME, [ast.Name(state, ast.Load()), node.test], node.test)
+        start = ast.Assign(targets=[ast.Name(state, ast.Store())],
+                           value=self._call(_WHILE_NAME, [ast.Constant(self.where(node.lineno))], node))
+        _LOOPS["bounded"] += 1
+        return [ast.fix_missing_locations(ast.copy_location(start, node)), node]
+
 
 def arm_loops(kept: list, shell: Any, offset: int = 0) -> None:
-    """In the process that runs the cell, before it is compiled: a loop miniature's bound put in place (the helper
+    """In the process that runs the cell, before it is compiled: a loop miniature's bound put in place (the helpers
     in the cell's namespace, the rewrite among IPython's AST transformers; `offset`: the cell's leading lines the
-    transforms dropped, for the lines the cuts name). Nothing for another run."""
+    transforms dropped, for the lines the cuts name), and the loops of functions earlier cells defined bounded in
+    their code objects here (`bound_earlier`). Nothing for another run."""
     loop = next((k for k in kept if type(k) is dict and k.get("kind") == "loop"), None)
     n, ms = (loop.get("rows"), loop.get("of")) if loop is not None else (0, 0)
     if type(n) is not int or n <= 0 or type(ms) is not int or shell is None:
@@ -614,9 +655,172 @@ def arm_loops(kept: list, shell: Any, offset: int = 0) -> None:
     g: dict = {"__builtins__": builtins, "_N": n, "_SLICE": ms / 1000.0, "_CLOCK": time.perf_counter,
                "_NONE": object(), "_CUTS": cuts}
     exec(compile(_LOOP_HELPER, _LOOP_FILE, "exec"), g)  # noqa: S102 - CRANE's own constant source
-    _LOOPS.update(n=n, ms=ms, cuts=cuts, bounded=0)
+    _LOOPS.update(n=n, ms=ms, cuts=cuts, bounded=0, earlier=[])
     shell.user_ns[_LOOP_NAME] = g[_LOOP_NAME]
+    shell.user_ns[_WHILE_NAME] = g[_WHILE_NAME]
     shell.ast_transformers.append(_LoopBound(offset))
+    try:
+        _LOOPS["earlier"] = bound_earlier(shell)
+    except Exception:
+        _LOOPS["earlier"] = []
+
+
+_EARLIER_MAX = 200  # functions looked at
+
+
+def _notebook_functions(ns: dict) -> list:
+    """Functions the notebook defined that the cell's namespace reaches: its values, the methods (static, class,
+    property accessors) of the notebook's classes, one `__wrapped__` level under a decorator's wrapper."""
+    import types
+    out: list = []
+    seen: set[int] = set()
+
+    def add(f: Any) -> None:
+        for _ in range(3):
+            if type(f) is types.FunctionType and id(f) not in seen and f.__module__ == "__main__":
+                seen.add(id(f))
+                out.append(f)
+            f = f.__dict__.get("__wrapped__") if hasattr(f, "__dict__") and type(f.__dict__) is dict else None
+            if f is None:
+                return
+
+    for name, v in list(dict.items(ns)):
+        if type(name) is not str or name.startswith("__crane"):
+            continue
+        if isinstance(v, type) and v.__dict__.get("__module__") == "__main__":
+            for m in list(v.__dict__.values()):
+                if isinstance(m, (staticmethod, classmethod)):
+                    m = m.__func__
+                if isinstance(m, property):
+                    for acc in (m.fget, m.fset, m.fdel):
+                        add(acc)
+                    continue
+                add(m)
+        else:
+            add(v)
+        if len(out) >= _EARLIER_MAX:
+            break
+    return out
+
+
+def _def_in(tree: ast.Module, qualname: str, first: int) -> list | None:
+    """The path of class and function definitions to `qualname` whose first line (decorators included) is
+    `first`, or None (a function made in another function's body has `<locals>` in its name: never looked for)."""
+    parts = qualname.split(".")
+    if "<locals>" in parts:
+        return None
+    body: list = tree.body
+    path: list = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        kinds = (ast.FunctionDef, ast.AsyncFunctionDef) if last else (ast.ClassDef,)
+        found = [d for d in body if isinstance(d, kinds) and d.name == part]
+        if last:
+            found = [d for d in found if min([d.lineno] + [x.lineno for x in d.decorator_list]) == first]
+        if len(found) != 1:
+            return None
+        path.append(found[0])
+        body = found[0].body
+    return path
+
+
+def _code_in(code: Any, name: str, first: int) -> Any:
+    """The code object of function `name` on line `first` compiled inside `code` (depth first)."""
+    import types
+    for c in code.co_consts:
+        if type(c) is types.CodeType:
+            if c.co_name == name and c.co_firstlineno == first:
+                return c
+            got = _code_in(c, name, first)
+            if got is not None:
+                return got
+    return None
+
+
+def _compiled_def(path: list, filename: str, flags: int, bound: _LoopBound | None) -> Any:
+    """`path`'s innermost function compiled alone inside its classes (the same names, lines and free variables
+    as in its cell; the loops bounded when `bound` is given)."""
+    node = copy.deepcopy(path[-1])
+    if bound is not None:
+        node = bound.visit(node)
+    for outer in reversed(path[:-1]):
+        shell_cls = copy.copy(outer)
+        shell_cls.body = [node]
+        shell_cls.decorator_list = []
+        node = shell_cls
+    mod = ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[]))
+    code = compile(mod, filename, "exec", flags=flags, dont_inherit=True)
+    first = min([path[-1].lineno] + [x.lineno for x in path[-1].decorator_list])
+    return _code_in(code, path[-1].name, first)
+
+
+def _sources_of(shell: Any, filename: str, history: list) -> list[str]:
+    """Where an earlier cell's source may be: the line cache (the fork's child has the kernel's), else the inputs
+    of the kernel's history (`_ih`, as copied: the transplant worker has no line cache of the kernel's; transformed
+    once into `history`)."""
+    import linecache
+    lines = linecache.getlines(filename)
+    if lines:
+        return ["".join(lines)]
+    if not history:
+        hist = dict.get(shell.user_ns, "_ih")
+        for raw in reversed(hist[-200:] if type(hist) is list else []):
+            if type(raw) is str and "def " in raw:
+                try:
+                    history.append(shell.transform_cell(raw))
+                except Exception:
+                    continue
+        history.append("")
+    return history
+
+
+def _named(qualname: str) -> Callable[[int], str]:
+    """What a cut of a loop in an earlier cell's function names: its line in that cell and the function."""
+    return lambda line: f"line {line} of `{qualname}`"
+
+
+_FUTURE_FLAGS = __future__.annotations.compiler_flag | __future__.barry_as_FLUFL.compiler_flag  # (as compiled)
+
+
+def bound_earlier(shell: Any) -> list[str]:
+    """In the process that runs the cell only: each function an earlier cell defined (`_notebook_functions`) that
+    has a `for` or `while` loop gets, in this process's copy of it, the code of its source with the loops bounded
+    (its source found by its file, name and first line, and accepted only when it compiles, unbounded, to the very
+    code the function has). Returns the names of the functions bounded."""
+    done: list[str] = []
+    parsed: dict[str, list] = {}
+    history: list[str] = []
+    for fn in _notebook_functions(shell.user_ns):
+        code = fn.__code__
+        if code.co_filename.startswith("<crane") or fn.__globals__ is not shell.user_ns:
+            continue  # (the helpers are names of the cell's namespace: a function of other globals is left whole)
+        flags = code.co_flags & _FUTURE_FLAGS
+        if code.co_filename not in parsed:
+            trees = []
+            for text in _sources_of(shell, code.co_filename, history):
+                try:
+                    trees.append(ast.parse(text))
+                except SyntaxError:
+                    continue
+            parsed[code.co_filename] = trees
+        for tree in parsed[code.co_filename]:
+            path = _def_in(tree, fn.__qualname__, code.co_firstlineno)
+            if path is None or not any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(path[-1])):
+                continue
+            try:
+                plain = _compiled_def(path, code.co_filename, flags, None)
+                if plain is None or plain.co_code != code.co_code or plain.co_names != code.co_names \
+                        or plain.co_freevars != code.co_freevars:
+                    continue
+                new = _compiled_def(path, code.co_filename, flags, _LoopBound(0, _named(fn.__qualname__)))
+            except Exception:
+                continue
+            if new is None or new.co_freevars != code.co_freevars:
+                continue
+            fn.__code__ = new
+            done.append(fn.__qualname__)
+            break
+    return done
 
 
 def _loop_cuts() -> list[tuple]:
@@ -626,8 +830,8 @@ def _loop_cuts() -> list[tuple]:
         return []
     if type(cuts) is not list:
         return [(0, 0, -1)]
-    return [c if type(c) is tuple and len(c) == 3 and all(type(x) is int for x in c) else (0, 0, -1)
-            for c in list.__iter__(cuts)]
+    return [c if type(c) is tuple and len(c) == 3 and type(c[0]) in (int, str) and type(c[1]) is int
+            and type(c[2]) is int else (0, 0, -1) for c in list.__iter__(cuts)]
 
 
 _LOOP_ARTEFACT = ("NameError", "UnboundLocalError", "IndexError", "KeyError")
@@ -665,12 +869,20 @@ def loop_note(verdict: str) -> str | None:
     if not _LOOPS["n"]:
         return None
     n, cuts = _LOOPS["n"], _loop_cuts()
-    bound = (f"each `for` loop cut after {n} iterations once it had run {_LOOPS['ms'] / 1000:g} s, a range's last "
-             "iteration run too")
+    earlier = [e for e in _LOOPS["earlier"] if type(e) is str][:4]
+    bound = (f"each `for` and `while` loop cut after {n} iterations once it had run {_LOOPS['ms'] / 1000:g} s, a "
+             "range's last iteration run too")
+    if earlier:
+        more = len(_LOOPS["earlier"]) - len(earlier)
+        bound += ("; so were the loops of the functions earlier cells defined (" + ", ".join(f"`{e}`" for e in earlier)
+                  + (f" and {more} more" if more > 0 else "") + "), in this run's copy only")
     if not _LOOPS["bounded"]:
-        return "loop miniature: the cell has no `for` statement to bound, so this was a full run"
+        return "loop miniature: the cell has no `for` or `while` loop to bound, so this was a full run"
     where = list(dict.fromkeys(c[0] for c in cuts if c[0]))[:6]
-    lines = (f"line{'s' if len(where) > 1 else ''} " + ", ".join(map(str, where))) if where else "?"
+    own = [str(w) for w in where if type(w) is int]
+    parts = ([f"line{'s' if len(own) > 1 else ''} " + ", ".join(own)] if own else []) + [
+        str(w) for w in where if type(w) is not int]
+    lines = ", ".join(parts) or "?"
     if verdict == "crash" and not cuts:
         return (f"loop miniature ({bound}): raised before any loop was cut short, on the path the full run takes: "
                 "certain")

@@ -1,0 +1,154 @@
+"""Loop miniatures in the general case (real kernel, the fork sandbox and the portable one): `while` loops are bounded
+by the same rule as `for` loops, and so are the loops of functions EARLIER cells defined that the cell calls (their
+code rebuilt with the bound only in the run's copy: the user's function object keeps its code). Both ways for each
+shape: a crash in the first iterations is found (certain when no cut came first), a clean long loop is a miniature
+no-crash never called certain; the kernel is untouched."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from crane.sandbox import speculate
+from crane.sandbox.options import SandboxOptions
+from crane.sandbox.scale import loop_spec, speculate_scaled
+
+from ..sacred import kernel_state
+
+SETUP = """
+import time
+EPOCHS = 400
+
+def train(n_epochs, bad_at=None, step_s=0.02):
+    history = []
+    epoch = 0
+    while epoch < n_epochs:
+        for step in range(50):
+            time.sleep(step_s)
+            if bad_at is not None and epoch == bad_at and step == 1:
+                raise RuntimeError('loss is nan')
+        history.append(epoch)
+        epoch += 1
+    return history
+
+class Trainer:
+    def __init__(self):
+        self.done = 0
+    def fit(self, steps):
+        converged = False
+        while not converged:
+            time.sleep(0.05)
+            self.done += 1
+            converged = self.done >= steps
+        return self.done
+"""
+
+WHILE_CLEAN = """
+epoch, losses = 0, []
+while epoch < EPOCHS:
+    time.sleep(0.3)
+    losses.append(1.0 / (epoch + 1))
+    epoch += 1
+print(len(losses) > 0, losses[0])
+"""
+WHILE_FIRST = """
+epoch = 0
+while epoch < EPOCHS:
+    time.sleep(0.3)
+    if epoch == 1:
+        raise RuntimeError('diverged at epoch 1')
+    epoch += 1
+"""
+WHILE_NOT = """
+converged, k = False, 0
+while not converged:
+    time.sleep(0.3)
+    k += 1
+    converged = k > 10_000
+w = [1, 2] @ [3]
+"""
+QUICK_WHILE = "i = t = 0\nwhile i < 3000:\n    t += i\n    i += 1\nprint(t)"
+EARLIER = "the functions earlier cells defined ("
+EARLIER_CLEAN = "h = train(EPOCHS)\nprint(len(h) >= 1, h[0])\n"
+EARLIER_FIRST = "h = train(EPOCHS, bad_at=0)\n"
+EARLIER_METHOD = "tr = Trainer()\nprint(tr.fit(100_000) >= 2)\n"
+
+
+@pytest.fixture(scope="module")
+def ready(conn, watcher):
+    res = conn.run_cell(SETUP, timeout=120)
+    assert res.status == "ok", res
+    time.sleep(0.2)
+    watcher.clear()
+    return kernel_state(conn)
+
+
+def code_of(conn, expr: str) -> str:
+    """A digest of the kernel's own function code (its bytecode, line table and names), read privately."""
+    c = f"({expr}).__code__"
+    return conn.evaluate(f"__import__('hashlib').sha256({c}.co_code + {c}.co_linetable + repr({c}.co_names).encode()"
+                         ").hexdigest()", timeout=30)
+
+
+def loops(conn, source: str, budget: float = 30.0, **kw):
+    return speculate(conn, source, budget, miniature=loop_spec(), **kw)
+
+
+def test_while_loops_both_ways(conn, ready):
+    v = loops(conn, WHILE_FIRST)
+    assert v.verdict == "crash" and v.ename == "RuntimeError" and v.line == 6, v
+    assert "before any loop was cut" in (v.reason or "") and "certain" in (v.reason or ""), v
+    assert "`while`" in (v.reason or ""), v
+    v = loops(conn, WHILE_CLEAN)
+    assert v.verdict == "no-crash" and v.scale == "miniature" and v.stdout == "True 1.0\n", v
+    assert "loops on line 3 cut short" in (v.reason or "") and "certain" not in (v.reason or ""), v
+    v = loops(conn, WHILE_NOT)  # a `while not converged` cut; the crash after it is not about the skipped epochs
+    assert v.verdict == "crash" and v.ename == "TypeError" and v.line == 7, v
+    assert "not certain" in (v.reason or "") and "line 3 were cut" in (v.reason or ""), v
+    v = loops(conn, QUICK_WHILE)  # quick: never cut, the full run
+    assert v.verdict == "no-crash" and v.stdout == "4498500\n" and "no loop reached" in (v.reason or ""), v
+    assert kernel_state(conn) == ready
+
+
+def test_earlier_cells_functions_both_ways(conn, ready):
+    before = code_of(conn, "train"), code_of(conn, "Trainer.fit")
+    v = loops(conn, EARLIER_FIRST)
+    assert v.verdict == "crash" and v.ename == "RuntimeError" and v.line == 1, v
+    assert "before any loop was cut" in (v.reason or "") and EARLIER in v.reason and "`train`" in v.reason, v
+    v = loops(conn, EARLIER_CLEAN)
+    assert v.verdict == "no-crash" and v.scale == "miniature" and v.stdout == "True 0\n", v
+    assert "of `train` cut short" in (v.reason or "") and "certain" not in (v.reason or ""), v
+    v = loops(conn, EARLIER_METHOD)  # a method of an earlier cell's class
+    assert v.verdict == "no-crash" and v.stdout == "True\n" and "of `Trainer.fit`" in (v.reason or ""), v
+    assert (code_of(conn, "train"), code_of(conn, "Trainer.fit")) == before  # the user's functions untouched
+    assert kernel_state(conn) == ready
+
+
+def test_scaled_reaches_an_earlier_function(conn, ready):
+    # no loop in the cell's text: the call reaches one; the full run (3 s to the crash) times out at 2 s
+    v = speculate_scaled(conn, "h = train(EPOCHS, bad_at=1, step_s=0.15)", budget_s=2.0)
+    assert v.verdict == "crash" and v.ename == "RuntimeError" and v.scale == "miniature", v
+    assert "not certain" in (v.reason or "") and "of `train` were cut" in (v.reason or ""), v
+    v = speculate_scaled(conn, WHILE_CLEAN, budget_s=2.0)
+    assert v.verdict == "no-crash" and v.scale == "miniature", v
+    assert kernel_state(conn) == ready
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX kernels")
+def test_portable_path(conn, ready):
+    portable = SandboxOptions(confinement="portable")
+    before = code_of(conn, "train")
+    v = loops(conn, WHILE_FIRST, 60.0, sandbox=portable)
+    assert v.mode == "portable" and v.verdict == "crash" and v.ename == "RuntimeError" and v.line == 6, v
+    assert "before any loop was cut" in (v.reason or ""), v
+    v = loops(conn, WHILE_CLEAN, 60.0, sandbox=portable)
+    assert v.verdict == "no-crash" and v.scale == "miniature" and "certain" not in (v.reason or ""), v
+    v = loops(conn, EARLIER_FIRST, 60.0, sandbox=portable)
+    assert v.verdict == "crash" and v.ename == "RuntimeError" and "before any loop was cut" in (v.reason or ""), v
+    assert EARLIER in (v.reason or "") and "`train`" in (v.reason or ""), v
+    v = loops(conn, EARLIER_CLEAN, 60.0, sandbox=portable)
+    assert v.verdict == "no-crash" and v.stdout == "True 0\n" and "of `train` cut short" in (v.reason or ""), v
+    assert code_of(conn, "train") == before
+    assert kernel_state(conn) == ready
