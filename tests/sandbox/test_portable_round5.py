@@ -392,9 +392,9 @@ def test_p4_a_library_walk_to_cranes_frames_is_refused_at_their_locals(k5, sandb
 # multiprocessing's `_children`, `os.getppid`/`os._exit` rebound) ends with the run however the run ends: the
 # worker is its subreaper and the child has a parent-death SIGKILL from the Linux kernel (worker/reaper.py)
 P70_CHILD = """
-import multiprocessing as mp, time
+import multiprocessing as mp, time, collections
 def child():
-    list(itertools.starmap(os.setsid, [()]))
+    collections.defaultdict(os.setsid)[0]  # (a C type calling its factory: no hook sees it, nor is it vetted)
     os.getppid = lambda: 1
     os._exit = lambda *a: None
     while True:

@@ -15,9 +15,13 @@ before the cell runs where pyarrow is loaded, else right after the cell's import
 - `pyarrow._csv`: `CSVWriter` (a path sink).
 A path in the cell's working folder or the run's scratch is made ready (its private copy, `prepare`) and the call
 goes on; any other path is refused (`refuse`: the run is `blocked`, naming the call and the path).
-What stays out of reach of this layer (docs/sandbox.md): a `LocalFileSystem` pyarrow makes in C++
-(`FileSystem.from_uri('file:///...')`), and the originals, reachable through the replacements' `__mro__` or
-closures: the guard alone is no wall against code written to escape it; Linux's Landlock layer is.
+- `pyarrow.fs.FileSystem` (in `pyarrow.fs` only): its `from_uri` hands back this module's `LocalFileSystem` for a
+  local URI (pyarrow makes that one in C++, of its own class; the guard refuses that class's writers to user code:
+  worker/guard.py `_C_METHODS`).
+What stays out of reach of this layer (docs/sandbox.md): a file system of pyarrow's own class reached another way
+(`pyarrow._fs.FileSystem.from_uri`, a dataset's `filesystem`) called directly, and the originals, reachable through
+the replacements' `__mro__` or closures: the guard alone is no wall against code written to escape it; Linux's
+Landlock layer is.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ def _new_of(base: Any) -> Any:
     return base.__new__
 
 
-def _subclass(base: Any, ns: dict[str, Any]) -> Any:
+def _subclass(base: Any, ns: dict[str, Any], meta: Any = None) -> Any:
     """A Python subclass of a Cython class, with the class's C method table (`__pyx_vtable__`, looked up in the
     type's own dict when the object is handed to Cython code)."""
     ns = {"__module__": base.__module__, "__doc__": base.__doc__, **ns}
@@ -73,7 +77,7 @@ def _subclass(base: Any, ns: dict[str, Any]) -> Any:
         if vtable is not None:
             ns["__pyx_vtable__"] = vtable
             break
-    return type(base)(base.__name__, (base,), ns)
+    return (meta or type(base))(base.__name__, (base,), ns)
 
 
 def _arrow_writes(mode: Any) -> bool:
@@ -143,6 +147,20 @@ def _arrow_fs(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
                 return _orig(self, *args, **kw)
             ns[name] = method
         out["LocalFileSystem"] = _subclass(local, ns)
+    base = d.get("FileSystem")
+    vetted_local = out.get("LocalFileSystem")
+    from_uri: Any = getattr(base, "from_uri", None)
+    if isinstance(base, type) and isinstance(local, type) and vetted_local is not None and callable(from_uri):
+        plain: type = local
+
+        def from_uri_vetted(uri: Any) -> Any:
+            fs, path = from_uri(uri)
+            return _vetted_fs(fs, plain, vetted_local), path
+        # pyarrow makes a `file://` URI's file system in C++, of its own class (whose writers no hook sees): the
+        # one handed back is this module's `LocalFileSystem` (its writers vetted by path); objects pyarrow made
+        # stay instances of `pyarrow.fs.FileSystem` (round 7)
+        out["FileSystem"] = _subclass(base, {"__qualname__": base.__qualname__, "__crane_base__": base,
+                                             "from_uri": staticmethod(from_uri_vetted)}, _ArrowFsMeta)
     if isinstance(subtree, type) and isinstance(local, type):
         def new_subtree(cls: type, base_path: Any, base_fs: Any, *args: Any, **kw: Any) -> Any:
             if isinstance(base_fs, local):
@@ -150,6 +168,26 @@ def _arrow_fs(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
             return _new_of(subtree)(cls, base_path, base_fs, *args, **kw)
         out["SubTreeFileSystem"] = _subclass(subtree, {"__new__": new_subtree})
     return out
+
+
+class _ArrowFsMeta(type):
+    """The metaclass of the vetted `FileSystem`: what pyarrow made with its own class is still an instance."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls.__dict__["__crane_base__"])
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, cls.__dict__["__crane_base__"])
+
+
+def _vetted_fs(fs: Any, local: type, vetted: type) -> Any:
+    """A local file system of pyarrow's own class, made again of the vetted class (the same options)."""
+    if type(fs) is not local:
+        return fs
+    try:
+        return vetted(use_mmap=bool(getattr(fs, "use_mmap", False)))
+    except TypeError:
+        return vetted()
 
 
 def _arrow_csv(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
@@ -168,6 +206,8 @@ _ARROW_TARGETS: dict[str, tuple[Callable[[types.ModuleType, _ArrowVet], dict[str
     "pyarrow.lib": (_arrow_lib, ("pyarrow",)), "pyarrow._fs": (_arrow_fs, ("pyarrow.fs",)),
     "pyarrow._csv": (_arrow_csv, ("pyarrow.csv",))}
 _ARROW_DONE: dict[str, dict[str, Any]] = {}
+_ARROW_ORIGINALS: dict[str, dict[str, Any]] = {}
+_REEXPORTED_ONLY = frozenset(("FileSystem",))
 
 
 def _arrow_patch(name: str, vet: _ArrowVet) -> None:
@@ -180,14 +220,24 @@ def _arrow_patch(name: str, vet: _ArrowVet) -> None:
     except Exception:  # noqa: BLE001 - a pyarrow this does not know: its writers stay as they are (Landlock holds)
         new = {}
     _ARROW_DONE[name] = new
-    origs = {attr: mod.__dict__.get(attr) for attr in new}
+    _ARROW_ORIGINALS[name] = {attr: mod.__dict__.get(attr) for attr in new}
     for modname in users:  # the modules that re-export its names (those already loaded)
-        m = sys.modules.get(modname)
-        if type(m) is types.ModuleType:
-            for attr, value in new.items():
-                if m.__dict__.get(attr) is origs[attr]:
-                    m.__dict__[attr] = value
-    mod.__dict__.update(new)
+        _reexport(name, modname)
+    # (`FileSystem` stays pyarrow's own in the Cython module: pyarrow's other Cython modules import their argument
+    # types from it when they load, and a file system pyarrow made must still pass for one)
+    mod.__dict__.update({k: v for k, v in new.items() if k not in _REEXPORTED_ONLY})
+
+
+def _reexport(name: str, modname: str) -> None:
+    """The replacements of Cython module `name` put in `modname`, which re-exports its names."""
+    m, origs = sys.modules.get(modname), _ARROW_ORIGINALS.get(name, {})
+    if type(m) is types.ModuleType:
+        for attr, value in _ARROW_DONE.get(name, {}).items():
+            if m.__dict__.get(attr) is origs.get(attr):
+                m.__dict__[attr] = value
+
+
+_REEXPORTERS = {user: name for name, (_, users) in _ARROW_TARGETS.items() for user in users}
 
 
 class _ArrowAfterImport(AfterImport):
@@ -198,10 +248,13 @@ class _ArrowAfterImport(AfterImport):
         self.vet = vet
 
     def wants(self, name: str) -> bool:
-        return name in _ARROW_TARGETS and name not in _ARROW_DONE
+        return name in _ARROW_TARGETS and name not in _ARROW_DONE or name in _REEXPORTERS
 
     def after(self, name: str, module: types.ModuleType) -> None:
-        _arrow_patch(name, self.vet)
+        if name in _REEXPORTERS:  # (a re-exporting module loaded after its Cython module was done)
+            _reexport(_REEXPORTERS[name], name)
+        else:
+            _arrow_patch(name, self.vet)
 
 
 def guard_arrow(inside: Callable[[Any], bool], prepare: Callable[[Any], object],

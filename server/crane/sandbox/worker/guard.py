@@ -26,13 +26,18 @@ path operations the audit layer redirects (`_OS_AUDITED`); builtins outside `BUI
 `ctypes`, `_thread`, `_imp`, `fcntl`, `resource.setrlimit`.
 A refusal calls `on_refuse(label)`, which, in the worker, writes the `blocked` record naming the call and ends the
 process (nothing of the cell runs after it).
-Not in the threat model: code written to escape a Python sandbox (it can reach C functions through C
-intermediaries such as `map`, which no hook sees; the audit hook catches most of those paths, the OS sandbox on
-Linux all of them).
+C code that calls a callable it is handed (`map`, `functools.partial`, `sorted(key=)`, ...) calls it where no hook
+sees: those callables are replaced for a run with no OS layer and vet what user code hands them, and library code
+that calls what it is handed (a thread's target, an executor, a finalizer; under the profile hook any library
+function) is vetted when the cell hands it (`guard_combinators`, `CallGuard.handed_label`). Other processes'
+entries of the process file system are refused on the resolved path (`other_process_entry`).
+Not in the threat model: code written to escape a Python sandbox (the originals of what is replaced stay reachable
+through `__mro__`/`__subclasses__()`; the audit hook catches most of those paths, the OS sandbox on Linux all).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -41,7 +46,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from crane.sandbox.kernel.library import is_library  # kernel: strip
+from crane.sandbox.kernel.library import _LB_GETCWD, _LB_LSTAT, _lb_realpath, is_library  # kernel: strip
 
 GUARD_ANY = "any"  # vetted whoever calls it (library code included): writes, processes
 GUARD_USER = "user"  # vetted only when user code calls it (libraries start threads, load ctypes, import modules)
@@ -77,6 +82,15 @@ GUARD_TABLE: dict[str, list[tuple]] = {
         "send_signal", "terminate", "kill", "suspend", "resume")],
     "signal": [("signal", "signal", None, GUARD_USER)],
     "threading": [("threading", "Thread.start", None, GUARD_USER), ("threading", "Timer.__init__", None, GUARD_USER)],
+    # round 7: library code that calls a callable the cell hands it (a thread's `run`, a pool's work item, a
+    # finalizer): the callable is vetted as the cell's own call when it is handed ("handed:<argument>")
+    "handed": [("threading", "Thread.__init__", ("handed:target",), GUARD_USER),
+               ("concurrent.futures.thread", "ThreadPoolExecutor.submit", ("handed:fn",), GUARD_USER),
+               ("concurrent.futures.thread", "_WorkItem.__init__", ("handed:fn",), GUARD_USER),
+               ("concurrent.futures._base", "Executor.map", ("handed:fn",), GUARD_USER),
+               ("weakref", "finalize.__init__", ("handed:func",), GUARD_USER)]
+    + [("multiprocessing.pool", f"Pool.{n}", ("handed:func",), GUARD_USER) for n in (
+        "apply", "apply_async", "map", "map_async", "imap", "imap_unordered", "starmap", "starmap_async")],
     "multiprocessing": [("multiprocessing.process", "BaseProcess.start", None, GUARD_ANY),
                         ("multiprocessing.pool", "Pool.__init__", None, GUARD_ANY),
                         ("concurrent.futures.process", "ProcessPoolExecutor.__init__", None, GUARD_ANY)],
@@ -188,7 +202,15 @@ _C_ALLOW = {
 _C_METHODS = {("_socket", "socket"): frozenset(("connect", "connect_ex", "bind", "listen", "sendto", "sendmsg",
                                                  "sendfile")),
               ("numpy", "ndarray"): frozenset(("tofile",)),
-              ("sqlite3", "Connection"): frozenset(("set_authorizer",))}  # CRANE's authorizer stays (P3)
+              ("sqlite3", "Connection"): frozenset(("set_authorizer",)),  # CRANE's authorizer stays (P3)
+              # a file system pyarrow made in C++ (`FileSystem.from_uri('file://...')`, a dataset's or a sub-tree's
+              # `filesystem`/`base_fs`) is of pyarrow's own class, whose writers worker/arrow.py cannot vet: refused
+              # to user code (those of arrow.py's `LocalFileSystem` are Python methods, vetted by path; round 7)
+              ("pyarrow._fs", "FileSystem"): frozenset((
+                  "open_output_stream", "open_append_stream", "create_dir", "delete_dir", "delete_dir_contents",
+                  "delete_root_dir_contents", "delete_file", "move", "copy_file"))}
+# names of those methods: `operator.methodcaller(name)` made by user code is refused for them (it calls the C method)
+_C_METHOD_NAMES = frozenset(n for names in _C_METHODS.values() for n in names)
 
 _FAMILY = {"posix": "os", "nt": "os", "_signal": "signal", "_socket": "socket", "_ctypes": "ctypes",
            "_thread": "threading", "_imp": "importlib", "_posixsubprocess": "subprocess", "_winapi": "subprocess",
@@ -334,6 +356,38 @@ def _local_path(value: Any) -> Any:
     return unquote(parts.path)
 
 
+_PARTIAL = functools.partial  # (the C type, bound at import: the cell may replace `functools.partial`)
+_PARTIAL_FUNC = _PARTIAL.__dict__["func"]
+
+
+def _method_label(t: type, fn: Any) -> str:
+    """The refusal label of C method `fn` of a `t` (`_C_METHODS`, by its classes), or ""."""
+    try:
+        mro = type.__dict__["__mro__"].__get__(t)
+    except TypeError:
+        return ""
+    for klass in mro:
+        names = _C_METHODS.get((getattr(klass, "__module__", ""), klass.__name__))
+        if names and getattr(fn, "__name__", "") in names:
+            return f"{_FAMILY.get(klass.__module__, klass.__module__)}: {klass.__name__}.{fn.__name__}"
+    return ""
+
+
+def _crane_code(code: types.CodeType) -> bool:
+    name = code.co_filename or ""
+    return name.startswith("<crane-kernel/") or name == _OWN_FILE
+
+
+_HANDED_TYPES = (types.BuiltinFunctionType, types.MethodDescriptorType, types.ClassMethodDescriptorType)
+
+
+def _handed_kind(value: Any) -> bool:
+    """`value` may be a C callable the guard refuses (`CallGuard.handed_label` says which)."""
+    t = type(value)
+    return t in _HANDED_TYPES or isinstance(value, (_PARTIAL, types.BuiltinFunctionType)) \
+        or t is types.MethodType or t.__name__ == "cython_function_or_method"  # (PyCMethod: `builtin_method`)
+
+
 class _Entry:
     __slots__ = ("label", "paths", "scope", "mode")
 
@@ -460,10 +514,43 @@ class CallGuard:
         self._vet_method(type(owner), fn)
 
     def _vet_method(self, t: type, fn: Any) -> None:
-        for klass in t.__mro__:
-            names = _C_METHODS.get((getattr(klass, "__module__", ""), klass.__name__))
-            if names and getattr(fn, "__name__", "") in names:
-                self._refuse(f"{_FAMILY.get(klass.__module__, klass.__module__)}: {klass.__name__}.{fn.__name__}")
+        label = _method_label(t, fn)
+        if label:
+            self._refuse(label)
+
+    def handed_label(self, obj: Any) -> str:
+        """What user code may not call, for a callable it hands to code that will call it (`map`, `partial`, a
+        thread's target, ...): a C function or C method the guard refuses to user code (also inside a `partial`),
+        as its refusal label; "" for anything else (Python callables are vetted when they start)."""
+        for _ in range(8):
+            if not isinstance(obj, _PARTIAL):
+                break
+            obj = _PARTIAL_FUNC.__get__(obj)  # (the C member: a subclass cannot pretend another `func`)
+        if isinstance(obj, types.BuiltinFunctionType):
+            owner = obj.__self__
+            if owner is None or isinstance(owner, types.ModuleType):
+                key = id(obj)
+                label = self.c_cache.get(key)
+                if label is None:
+                    label = self.c_cache[key] = self._c_label(obj, owner)
+                    self.c_alive.append(obj)
+                return label
+            return "" if isinstance(owner, type) else _method_label(type(owner), obj)
+        if isinstance(obj, (types.MethodDescriptorType, types.ClassMethodDescriptorType)):
+            return _method_label(obj.__objclass__, obj)
+        if isinstance(obj, types.MethodType) and not isinstance(obj.__func__, types.FunctionType):
+            return _method_label(type(obj.__self__), obj.__func__)  # a Cython method bound (pyarrow's file systems)
+        if type(obj).__name__ == "cython_function_or_method":  # a Cython method taken from its class
+            owner, _, name = str(getattr(obj, "__qualname__", "")).rpartition(".")
+            names = _C_METHODS.get((str(getattr(obj, "__module__", "")), owner))
+            if names and name in names:
+                return f"{_FAMILY.get(obj.__module__, obj.__module__)}: {owner}.{name}"
+        return ""
+
+    def vet_handed(self, obj: Any) -> None:
+        label = self.handed_label(obj)
+        if label:
+            self._refuse(f"{label} (handed to code that calls it)")
 
     def _c_label(self, fn: Any, owner: Any) -> str:
         mod = getattr(owner, "__name__", None) if owner is not None else getattr(fn, "__module__", None)
@@ -507,6 +594,9 @@ class CallGuard:
             if (mode is None or isinstance(mode, str)) and mode in readonly:
                 return
         for spec in entry.paths:
+            if spec.startswith("handed:"):
+                self.vet_handed(loc.get(spec[7:]))
+                continue
             if spec.startswith("args["):
                 seq = loc.get("args") or ()
                 value = seq[int(spec[5:-1])] if len(seq) > int(spec[5:-1]) else None
@@ -538,6 +628,27 @@ class CallGuard:
             entry = self.codes.get(frame.f_code)
             if entry is not None:
                 self.vet_start(frame.f_code, frame)
+            back = frame.f_back
+            if back is not None and self.is_user(back.f_code) and not self.is_user(frame.f_code) \
+                    and not _crane_code(frame.f_code):  # (CRANE's own wrappers hold the originals they call)
+                self._vet_handed_arguments(frame.f_locals)
+
+    def _vet_handed_arguments(self, loc: dict) -> None:
+        """User code calls library code (the profile hook's `call`): a refused C callable among its arguments (or
+        in a tuple, list or dict of them: `args=`, `kwargs=`) would be called by that code on the cell's behalf
+        (`Thread(target=...).run()`, an executor's work item, `df.apply(...)`): refused as the cell's own call."""
+        for value in dict.values(loc):
+            t = type(value)
+            if t in (tuple, list) and len(value) <= 32:
+                for item in value:
+                    if _handed_kind(item):
+                        self.vet_handed(item)
+            elif t is dict and len(value) <= 32:
+                for item in dict.values(value):
+                    if _handed_kind(item):
+                        self.vet_handed(item)
+            elif _handed_kind(value):
+                self.vet_handed(value)
 
     def install(self) -> str:
         """Start guarding this thread and threads started later; the mechanism's name."""
@@ -909,6 +1020,70 @@ def _at_folder(dir_fd: Any, path: Any) -> str | None:
         return None
 
 
+# -- other processes' entries of the process file system (round 7, the guard alone) ---------------------------------
+# `/proc/<kernel pid>/mem` written (the kernel's memory), its `fd/N` reopened (its sockets, its connection file),
+# its `environ`, `maps`, `cwd`, `root`: a path the cell opens is checked on its text and on where it resolves (any
+# spelling: `/proc/self/../PID`, a thread's folder, a link to it, a folder descriptor of `/proc/PID`), with this
+# module's own realpath (C functions bound at import: `os.path`/`os.lstat` are the cell's to replace). The worker
+# itself opens nothing there. Another process's status files stay readable (psutil's reads: `stat`, `status`, ...).
+_PROCFS = "proc"  # the first component of the process file system's paths (Linux; elsewhere no path has it)
+_PROC_GETPID = sys.modules[os.name].getpid  # (bound now: the cell may replace `os.getpid`, `os.path.normpath`)
+_PROC_NORMPATH = os.path.normpath
+_PROC_READABLE = frozenset((
+    "stat", "status", "statm", "cmdline", "comm", "io", "limits", "cgroup", "oom_score", "oom_score_adj", "sched",
+    "schedstat", "wchan", "loginuid", "sessionid", "cpuset", "num_threads"))
+
+
+def _proc_entry(text: str) -> tuple[int, list[str]] | None:
+    """(pid, the components below its folder) where `text` (absolute, normalized) is in a process's folder."""
+    parts = text.split("/")
+    if len(parts) < 3 or parts[0] != "" or parts[1] != _PROCFS or not parts[2].isdigit():
+        return None
+    return int(parts[2]), [p for p in parts[3:] if p]
+
+
+def _own_task(pid: int) -> bool:
+    """`pid` is this process or one of its threads (a thread's id also names a folder of the process file system)."""
+    own = _PROC_GETPID()
+    if pid == own:
+        return True
+    try:
+        return _LB_LSTAT is not None and _LB_LSTAT(f"/{_PROCFS}/{own}/task/{pid}") is not None
+    except OSError:
+        return False
+
+
+def other_process_entry(path: Any, write: bool) -> str | None:
+    """The entry of another process's folder in the process file system that opening `path` would reach and the run
+    may not open (`write`: for writing: none; for reading: only `_PROC_READABLE`), or None."""
+    if os.sep != "/" or isinstance(path, int) or not sys.platform.startswith("linux"):
+        return None
+    try:
+        text = os.fsdecode(os.fspath(path))
+        if not text.startswith("/"):
+            text = _LB_GETCWD() + "/" + text
+    except (TypeError, ValueError, OSError):
+        return None
+    head, _, leaf = text.rstrip("/").rpartition("/")
+    spellings = [text]
+    for resolve in (lambda: _lb_realpath(text), lambda: _lb_realpath(head or "/") + "/" + leaf):
+        try:
+            spellings.append(resolve())
+        except (TypeError, ValueError, OSError):
+            continue  # (what cannot be resolved is judged on the other spellings)
+    for spelled in spellings:
+        spelled = "/" + _PROC_NORMPATH(spelled).lstrip("/")
+        found = _proc_entry(spelled)
+        if found is None or _own_task(found[0]):
+            continue
+        rest = found[1]
+        if len(rest) >= 2 and rest[0] == "task" and rest[1].isdigit():
+            rest = rest[2:]  # a thread of that process: the same entries
+        if write or len(rest) != 1 or rest[0] not in _PROC_READABLE:
+            return spelled
+    return None
+
+
 def _own(pid: Any) -> bool:
     return type(pid) is int and pid in (0, os.getpid())
 
@@ -960,6 +1135,11 @@ def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: Fals
             def call(*args: Any, **kw: Any) -> Any:
                 dir_fd = kw.get("dir_fd")
                 flags = args[1] if len(args) > 1 else kw.get("flags")
+                if dir_fd is not None and not is_own():  # another process's entry, through its folder's descriptor
+                    at = _at_folder(dir_fd, args[0] if args else kw.get("path"))
+                    entry = other_process_entry(at, type(flags) is not int or bool(flags & _OPEN_WRITES)) if at else None
+                    if entry is not None:
+                        guard._refuse(f"os: posix.{name} of another process's {entry!r}")
                 if dir_fd is not None and not is_own() and (type(flags) is not int or flags & _OPEN_WRITES):
                     path = args[0] if args else kw.get("path")
                     at = _at_folder(dir_fd, path)
@@ -1007,4 +1187,108 @@ def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: Fals
                     put(mod, name, self_only(f"{modname}.{name}", 0))
     libraries()
     guard.after_import.append(libraries)
+    if not guard.lean:  # (under an OS layer the writes and processes they could reach are the OS's to refuse)
+        done += guard_combinators(guard)
+    return done
+
+
+# -- C code that calls what it is handed (round 7) -------------------------------------------------------------------
+# `map(sqlite3.Connection.set_authorizer, [con], [None])`: `map`'s `__next__` calls the C method from C, where no call
+# hook sees it (neither the profile hook's `c_call` nor `sys.monitoring`'s CALL: both see calls made by bytecode).
+# The builtins and standard modules that call a callable they are handed are replaced, for the run, by versions that
+# vet that callable when user code hands it (`CallGuard.vet_handed`: refused as the cell's own call would be): the
+# types by subclasses that objects the originals made still pass `isinstance` for (`_HandedMeta`), the functions by
+# wrappers. C functions of modules refused to user code are also caught where they run (the lean guard's wrappers,
+# `shield_unaudited`); this covers the C methods of C types (immutable: they cannot be replaced).
+class _HandedMeta(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls.__dict__["__crane_base__"])
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, cls.__dict__["__crane_base__"])
+
+
+def _first(args: tuple, kw: dict) -> tuple:
+    return args[:1]
+
+
+def _key(args: tuple, kw: dict) -> tuple:
+    return (kw["key"],) if "key" in kw else ()
+
+
+# (module, name, the handed callables of a call, is a type)
+_COMBINATORS: tuple = (
+    ("builtins", "map", _first, True), ("builtins", "filter", _first, True),
+    ("builtins", "sorted", _key, False), ("builtins", "min", _key, False), ("builtins", "max", _key, False),
+    ("builtins", "iter", lambda a, k: a[:1] if len(a) == 2 else (), False),
+    ("functools", "partial", _first, True), ("functools", "reduce", _first, False),
+    ("itertools", "starmap", _first, True), ("itertools", "filterfalse", _first, True),
+    ("itertools", "takewhile", _first, True), ("itertools", "dropwhile", _first, True),
+    ("itertools", "groupby", lambda a, k: a[1:2] + ((k["key"],) if "key" in k else ()), True),
+    ("itertools", "accumulate", lambda a, k: a[1:2] + ((k["func"],) if "func" in k else ()), True),
+    ("atexit", "register", _first, False), ("functools", "cmp_to_key", _first, False),
+) + tuple(("bisect", n, _key, False) for n in ("bisect", "bisect_left", "bisect_right", "insort", "insort_left",
+                                                "insort_right"))
+_COMBINATORS_DONE: dict = {}  # (module, name) -> (original, replacement)
+
+
+def _handed_type(guard: CallGuard, base: type, picks: Callable) -> type:
+    def __new__(cls: type, *args: Any, **kw: Any) -> Any:
+        handed = picks(args, kw)
+        if handed and guard.active and guard._caller_is_user(2):  # 0: that, 1: this, 2: who made the object
+            for fn in handed:
+                guard.vet_handed(fn)
+        return base.__new__(cls, *args, **kw)
+    ns = {"__new__": __new__, "__module__": base.__module__, "__qualname__": base.__qualname__,
+          "__doc__": base.__doc__, "__crane_base__": base, "__slots__": ()}
+    return _HandedMeta(base.__name__, (base,), ns)
+
+
+def _handed_function(guard: CallGuard, orig: Callable, picks: Callable) -> Callable:
+    def call(*args: Any, **kw: Any) -> Any:
+        handed = picks(args, kw)
+        if handed and guard.active and guard._caller_is_user(2):
+            for fn in handed:
+                guard.vet_handed(fn)
+        return orig(*args, **kw)
+    call.__name__ = call.__qualname__ = getattr(orig, "__name__", "call")
+    call.__doc__ = getattr(orig, "__doc__", None)
+    call.__module__ = getattr(orig, "__module__", None) or "builtins"
+    return call
+
+
+def _methodcaller(guard: CallGuard, orig: Callable) -> Callable:
+    def methodcaller(name: Any, /, *args: Any, **kw: Any) -> Any:
+        if type(name) is str and name in _C_METHOD_NAMES and guard.active and guard._caller_is_user(2):
+            guard._refuse(f"operator: methodcaller({name!r}) (a C method the cell may not call)")
+        return orig(name, *args, **kw)
+    methodcaller.__doc__ = getattr(orig, "__doc__", None)
+    methodcaller.__module__ = "operator"
+    return methodcaller
+
+
+def guard_combinators(guard: CallGuard) -> list[str]:
+    """Replace `_COMBINATORS` and `operator.methodcaller` in their modules (and the C modules they come from) for
+    this process's runs; returns what was replaced."""
+    done: list[str] = []
+    for modname, name, picks, is_type in _COMBINATORS + (("operator", "methodcaller", None, False),):
+        try:
+            mod = __import__(modname)
+        except ImportError:
+            continue
+        orig = mod.__dict__.get(name)
+        if orig is None or (modname, name) in _COMBINATORS_DONE:
+            continue
+        if picks is None:
+            new = _methodcaller(guard, orig)
+        elif is_type:
+            new = _handed_type(guard, orig, picks)
+        else:
+            new = _handed_function(guard, orig, picks)
+        _COMBINATORS_DONE[(modname, name)] = (orig, new)
+        for where in (modname, "_" + modname):
+            m = sys.modules.get(where)
+            if type(m) is types.ModuleType and m.__dict__.get(name) is orig:
+                m.__dict__[name] = new
+        done.append(f"{modname}.{name}")
     return done

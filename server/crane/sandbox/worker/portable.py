@@ -58,7 +58,12 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
-from crane.sandbox.worker.guard import CallGuard, multiprocessing_children, shield_unaudited  # kernel: strip
+from crane.sandbox.worker.guard import (  # kernel: strip
+    CallGuard,
+    multiprocessing_children,
+    other_process_entry,
+    shield_unaudited,
+)
 from crane.sandbox.worker.imports import import_leeway  # kernel: strip
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, hidden_paths  # kernel: strip
@@ -598,7 +603,12 @@ def _install_portable_hook(run: Portable) -> None:
                 refuse(f"reading the kernel's connection file or Jupyter's runtime folder ({str(args[0])[:200]!r})",
                        path=args[0])
             flags = args[2] if len(args) > 2 else 0
-            if isinstance(flags, int) and flags & _WRITE_FLAGS and not writable(args[0], event, True):
+            writes = bool(isinstance(flags, int) and flags & _WRITE_FLAGS)
+            if args and not isinstance(args[0], int):
+                entry = other_process_entry(args[0], writes or not isinstance(flags, int))
+                if entry is not None:  # (round 7: the guard alone read and wrote the kernel's memory this way)
+                    refuse(f"opening another process's {entry!r}", path=entry)
+            if writes and not writable(args[0], event, True):
                 refuse(f"writing a file outside the cell's working folder ({os.fsdecode(args[0])[:200]!r})"
                        if not isinstance(args[0], int) else "writing a file", path=args[0])
             return
