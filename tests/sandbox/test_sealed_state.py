@@ -149,3 +149,44 @@ def test_a_copy_session_command_that_replaces_what_stops_its_hooks_is_blocked(co
                 v = sb.run("{}['k']")
                 assert (v.verdict, v.ename) == ("crash", "KeyError"), v
         assert watch.unchanged, (watch.outputs, watch.changes())
+
+
+# -- the fence's snapshot: frozen (kernel/common._fence), the seal's codes literals where they are made -------------
+# the cell finds the fence's snapshot in CRANE's frame and makes it match what it then rebinds: the record writer
+# (every crash record becomes clean) and the raised code (made the clean one); before, the snapshot was a dict
+BYPASS = """
+import sys
+f = sys._getframe()
+while f is not None and 'before' not in f.f_locals:
+    f = f.f_back
+g, before = f.f_globals, f.f_locals['before']
+_real_write = g['_write_json']
+def _forger(fd, obj):
+    if type(obj) is dict and obj.get('verdict') == 'crash':
+        obj.update(verdict='no-crash', ename=None, evalue=None, traceback=[], line=None)
+    return _real_write(fd, obj)
+g['_write_json'] = _forger
+g['SEAL_RAISED'] = g['SEAL_CLEAN']
+try:
+    before.update(g['_fence']())
+except AttributeError:  # (frozen: nothing to update)
+    pass
+raise ValueError('real')
+"""
+
+
+def test_the_seal_codes_written_out_are_the_seals():
+    from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_RAISED
+
+    assert (SEAL_CLEAN, SEAL_RAISED) == (1, 2)  # (kernel/run, worker/main, kernel/session write them as literals)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_cell_that_updates_the_fences_snapshot_gets_no_record_of_its_own(conn, path):
+    with Untouched(conn) as watch:
+        v = speculate(conn, BYPASS, 60.0, **PATHS[path])
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert v.verdict != "no-crash", v
+    if path != "portable":  # (the portable guard refuses the frame walk: its own block)
+        assert v.verdict == "blocked" and "changed CRANE's own code" in (v.reason or ""), v
+

@@ -271,11 +271,13 @@ _FENCED_CLASSES = (("json.encoder", "JSONEncoder"),)  # classes whose methods th
 _IPYTHON_BUILTINS = {"display", "get_ipython", "exit", "quit", "help", "dreload", "copyright", "credits", "license"}
 
 
-def _fence() -> dict:
+def _fence() -> frozenset:
     """What a command's outcome is made with, by identity: every global of CRANE's kernel-side module (functions
     by code, defaults and closure too, classes by attribute), the standard modules it calls and the builtins. A
     command whose code changed any of these is `blocked` and never kept (defence in depth: Python-level rebinding;
-    see docs/sandbox.md for what it does not cover)."""
+    see docs/sandbox.md for what it does not cover). Frozen (name, identity) pairs: `before <= fence()` holds while
+    nothing watched was rebound or removed. The snapshot cannot be mutated by the code it watches (a dict could be
+    found in CRANE's frame and updated to match what the code changed: tests/sandbox/test_sealed_state.py)."""
     import builtins
     import sys
     out: dict = {}
@@ -306,7 +308,7 @@ def _fence() -> dict:
         out["_BOUND#"] = len(bound)
         for key, member in list(bound.items()):
             out[f"_BOUND.{key}"] = id(member)
-    return out
+    return frozenset(out.items())
 
 
 class _Watch:

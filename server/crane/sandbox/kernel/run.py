@@ -36,7 +36,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note  # kernel: strip
-from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_RAISED, SEAL_RECORD, SEAL_TAMPERED, wait_sealed  # kernel: strip
+from crane.sandbox.shared.seal import SEAL_RECORD, SEAL_TAMPERED, wait_sealed  # kernel: strip
 
 
 def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
@@ -393,10 +393,11 @@ def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         _epilogue_begins(ctx)
         digest = _record(ctx, _cell_record(ctx, e, args["source"], seen, t1), setup_ms, before, fence)
-        wait_sealed(SEAL_RAISED, digest, ctx.done_fd)  # sealed: the cell raised; the parent ends this process
+        wait_sealed(2, digest, ctx.done_fd)  # sealed: the cell raised (SEAL_RAISED, a literal: no global a thread
+        # or finalizer of the cell's could rebind after the fence's check); the parent ends this process
     _epilogue_begins(ctx)
     digest = _record(ctx, _cell_record(ctx, None, args["source"], seen, t1), setup_ms, before, fence)
-    wait_sealed(SEAL_CLEAN, digest, ctx.done_fd)  # sealed: the cell ended clean; the parent ends this process
+    wait_sealed(1, digest, ctx.done_fd)  # sealed: the cell ended clean (SEAL_CLEAN, a literal); the parent ends it
 
 
 def _epilogue_begins(ctx: _Ctx) -> None:
@@ -426,7 +427,7 @@ def _epilogue_begins(ctx: _Ctx) -> None:
             pass
 
 
-def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: dict, fence: Any, sealed: bool = True,
+def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: frozenset, fence: Any, sealed: bool = True,
             end: Callable[[int], Any] | None = None) -> int:
     """A one-shot run's epilogue, the forked child's (`_child_run`) and the transplant worker's (worker/main._finish):
     write the record on the channel and close it; the digest of everything CRANE wrote there. A cell that rebound
@@ -434,7 +435,7 @@ def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: dict, fence: Any, sea
     reads a seal (not `sealed`: a portable worker on macOS or Windows), its process ends with `_TAMPERED` through
     `end` (bound before the cell). Unsealed, the channel's end is said to A at once (`_record_out`; sealed: the
     seal's wake-up says it)."""
-    if any(k in before and before[k] != v for k, v in fence().items()):
+    if not before <= fence():  # (frozen pairs: kernel/common._fence)
         if sealed:
             _seal_other(ctx, SEAL_TAMPERED)
         (end or _real_exit())(_TAMPERED)

@@ -53,7 +53,7 @@ from crane.sandbox.kernel.run import (  # kernel: strip
     _epilogue_begins,
     _exec_plan,
 )
-from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_MAGIC, SEAL_RAISED, _seal_parts  # kernel: strip
+from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_MAGIC, _seal_parts  # kernel: strip
 
 
 def _child_session(args: dict, shell: Any, parent: int, on_main: bool) -> None:
@@ -461,7 +461,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     rec["event"] = "outcome"
     _track_channel(res)
     digest = _channel_digest(send(res, rec))  # (CRANE's line, whatever `_SEALED` holds by now: kernel/common)
-    code = SEAL_RAISED if raised else SEAL_CLEAN  # (where the code ended: the head takes a clean answer only clean)
+    code = 2 if raised else 1  # SEAL_RAISED / SEAL_CLEAN (literals: kernel/run): the head takes a clean answer only clean
     close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
     got = -1
     for _ in range(1000):  # sealed (kernel/common): the head sees it in /proc while this waits for its word
@@ -587,7 +587,7 @@ def _serve_evals(ctx: _Ctx, ctl: int, post: int, answers: tuple) -> None:
             end(_TAMPERED)
         rec["n"] = cmd.get("n")
         data = (json.dumps(rec, default=str) + "\n").encode("utf-8", "replace")
-        code = SEAL_RAISED if raised else SEAL_CLEAN  # (made before the answer goes: its wait follows at once)
+        code = 2 if raised else 1  # SEAL_RAISED / SEAL_CLEAN, literals (made before the answer goes: its wait follows)
         digest = int.from_bytes(digest_of(data, digest_size=8).digest(), "little")
         ctx.audit_state["bypass"] = False
         view = data

@@ -57,7 +57,7 @@ from crane.sandbox.kernel.run import (  # kernel: strip
 from crane.sandbox.kernel.session import _bind_hooks, _CommandLines, evaluate, run_command  # kernel: strip
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
-from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_MAGIC, SEAL_RAISED, _seal_parts, wait_sealed  # kernel: strip
+from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_MAGIC, _seal_parts, wait_sealed  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
@@ -583,13 +583,13 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
             with guarded(portable):
                 rec, raised = run_command(ctx, cmd, out_path, err_path)
             reply.update(rec)
-            if any(k in before and before[k] != v for k, v in fence().items()):
+            if not before <= fence():  # (frozen pairs: kernel/common._fence)
                 end(_TAMPERED)  # it rebound CRANE's own code: no reply at all (the daemon restores the session)
         elif op == "eval":  # (the portable sandbox vets the expression's calls too)
             before = fence()
             rec, raised = evaluate(ctx, cmd, lambda: guarded(portable))
             reply.update(rec)
-            if any(k in before and before[k] != v for k, v in fence().items()):
+            if not before <= fence():  # (frozen pairs: kernel/common._fence)
                 end(_TAMPERED)
         elif op == "close":
             os._exit(12)
@@ -600,7 +600,7 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
         sent = send(ctx.result_fd, reply)
         audit["bypass"] = False
         try:
-            line = commands.send((SEAL_RAISED if raised else SEAL_CLEAN, sent))
+            line = commands.send((2 if raised else 1, sent))  # (SEAL_RAISED / SEAL_CLEAN as literals: kernel/run)
         except StopIteration:
             line = None
 
@@ -715,13 +715,13 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         digest = _finish(ctx, portable, rec, steps, facts, before, fence, end)
         if not sealed:
             return
-        wait_sealed(SEAL_RAISED, digest, ctx.done_fd)  # sealed: the cell raised; the parent ends this process
+        wait_sealed(2, digest, ctx.done_fd)  # sealed: the cell raised (SEAL_RAISED, a literal: kernel/run)
     rec = _cell_record(ctx, None, source, seen, t_cell)
     _after_cell(ctx, portable)
     digest = _finish(ctx, portable, rec, steps, facts, before, fence, end)
     if not sealed:
         return
-    wait_sealed(SEAL_CLEAN, digest, ctx.done_fd)  # sealed: the cell ended clean; the parent ends this process
+    wait_sealed(1, digest, ctx.done_fd)  # sealed: the cell ended clean (SEAL_CLEAN, a literal)
 
 
 def _after_cell(ctx: _Ctx, portable: Any) -> None:
@@ -738,7 +738,7 @@ def _after_cell(ctx: _Ctx, portable: Any) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def _finish(ctx: _Ctx, portable: Any, rec: dict, steps: dict, facts: dict, before: dict, fence: Any,
+def _finish(ctx: _Ctx, portable: Any, rec: dict, steps: dict, facts: dict, before: frozenset, fence: Any,
             end: Any) -> int:
     """The run's record, written and its channel closed (kernel/run._record, the forked child's epilogue): the
     digest of every byte CRANE wrote there. A cell that rebound CRANE's code gets no record (sealed as such, or,
