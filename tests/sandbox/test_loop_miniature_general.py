@@ -69,6 +69,28 @@ while not converged:
     converged = k > 10_000
 w = [1, 2] @ [3]
 """
+# an early stop the full run reaches at epoch 300/390; a cut loop's `else` is not the full run's path: skipped
+WHILE_ELSE = """
+k = 0
+while k < EPOCHS:
+    time.sleep(0.3)
+    k += 1
+    if k == 300:
+        break
+else:
+    raise RuntimeError('never stopped early')
+print(k)
+"""
+FOR_ELSE = """
+for epoch in range(EPOCHS):
+    time.sleep(0.3)
+    if epoch == EPOCHS - 10:
+        break
+else:
+    raise RuntimeError('never stopped early')
+print('stopped')
+"""
+QUICK_ELSE = "i = 0\nwhile i < 3:\n    i += 1\nelse:\n    print('done', i)\nfor j in range(2):\n    pass\nelse:\n    print(j)"
 QUICK_WHILE = "i = t = 0\nwhile i < 3000:\n    t += i\n    i += 1\nprint(t)"
 EARLIER = "the functions earlier cells defined ("
 EARLIER_CLEAN = "h = train(EPOCHS)\nprint(len(h) >= 1, h[0])\n"
@@ -109,6 +131,16 @@ def test_while_loops_both_ways(conn, ready):
     assert "not certain" in (v.reason or "") and "line 3 were cut" in (v.reason or ""), v
     v = loops(conn, QUICK_WHILE)  # quick: never cut, the full run
     assert v.verdict == "no-crash" and v.stdout == "4498500\n" and "no loop reached" in (v.reason or ""), v
+    assert kernel_state(conn) == ready
+
+
+def test_a_cut_loops_else_is_skipped(conn, ready):
+    v = loops(conn, WHILE_ELSE)
+    assert v.verdict == "no-crash" and v.stdout == "2\n" and "line 3 cut short" in (v.reason or ""), v
+    v = loops(conn, FOR_ELSE)
+    assert v.verdict == "no-crash" and v.stdout == "stopped\n" and "line 2 cut short" in (v.reason or ""), v
+    v = loops(conn, QUICK_ELSE)  # loops never cut run their `else` as the full run does
+    assert v.verdict == "no-crash" and v.stdout == "done 3\n1\n", v
     assert kernel_state(conn) == ready
 
 

@@ -37,9 +37,10 @@ user's kernel never runs any of this). Each loop runs whole while it is quick: i
 iterations AND the time slice (a loop over a few columns finishes; a training loop stops after its first batches);
 for `for`, the item it pulled last is the full run's next one (a failure there is the full run's too) and a cut
 `range` still runs its last item (the last epoch, the last partial batch); a cut `while` simply ends (its test was
-evaluated, and true, as in the full run); each cut is recorded. The rule of what such a run may conclude
-(`loop_note`, `_loop_artefact`): an exception raised before any loop was cut is on the full run's own path
-(certain, and the verdict's reason says so); one raised after a cut is the cell's crash only where the skipped
+evaluated, and true, as in the full run); a cut loop's `else` is skipped (it did not end as the full run's would:
+an `else: raise ...` after a search is not the full run's path); each cut is recorded. The rule of what such a run
+may conclude (`loop_note`, `_loop_artefact`): an exception raised before any loop was cut is on the full run's
+own path (certain, and the verdict's reason says so); one raised after a cut is the cell's crash only where the skipped
 iterations cannot explain it (not a missing or None value, an index, a count, an empty result, an assert: those
 make the run inconclusive), and is labelled a miniature crash; a clean run is a miniature's clean run, as for rows.
 Comprehensions and generator expressions are not bounded: their iterations build one value the rest of the cell
@@ -568,12 +569,14 @@ _LOOP_NAME = "__crane_loop__"
 _WHILE_NAME = "__crane_while__"
 _LOOP_FILE = "<crane-sandbox/loops>"  # (frames under this name are left out of the verdict's traceback)
 _LOOP_HELPER = """
-def __crane_loop__(iterable, line):
+def __crane_loop__(iterable, line, cut=None):
     n, t0 = _N, _CLOCK()
     last = iterable[-1] if type(iterable) is range and len(iterable) else _NONE
     k = 0
     for item in iterable:
         if k >= n and _CLOCK() - t0 > _SLICE:
+            if type(cut) is list and cut:
+                cut[0] = True
             if last is not _NONE and item != last:
                 _CUTS.append((line, k, len(iterable)))
                 yield last
@@ -586,14 +589,17 @@ def __crane_loop__(iterable, line):
 
 def __crane_while__(state, *test):
     if not test:
-        return [0, _CLOCK(), state]
-    if not test[0]:
-        return False
-    if type(state) is not list or len(state) != 3:
+        return [0, _CLOCK(), state, False]
+    if type(state) is not list or len(state) != 4:
         _CUTS.append((0, 0, -1))
+        return False
+    if len(test) == 2:
+        return state[3]
+    if not test[0]:
         return False
     if state[0] >= _N and _CLOCK() - state[1] > _SLICE:
         _CUTS.append((state[2], state[0], -1))
+        state[3] = True
         return False
     state[0] += 1
     return True
@@ -610,11 +616,12 @@ def loop_kept(spec: dict) -> list[dict]:
 
 
 class _LoopBound(ast.NodeTransformer):
-    """`for T in IT:` -> `for T in __crane_loop__(IT, line):`; `while C:` -> `__crane_wL_C__ = __crane_while__(line)`
+    """`for T in IT:` -> `for T in __crane_loop__(IT, line):` (with an `else`, a flag the cut sets, which skips
+    it); `while C:` -> `__crane_wL_C__ = __crane_while__(line)`
     (a fresh count and clock each time the loop starts, in a local of its scope: the helpers read no frames, which
     the portable guard refuses) then `while __crane_while__(__crane_wL_C__, C):` (C evaluated and tested once, as
-    before; False once the loop is cut). Same lines; nested loops and function bodies too. `where(line)`: what a cut
-    names."""
+    before; False once the loop is cut; its `else` then skipped). Same lines; nested loops and function bodies
+    too. `where(line)`: what a cut names."""
 
     def __init__(self, offset: int, where: Callable[[int], Any] | None = None) -> None:
         self.offset = offset  # the cell's lines IPython's transforms dropped before the code (leading blank lines)
@@ -624,16 +631,29 @@ class _LoopBound(ast.NodeTransformer):
         call = ast.Call(func=ast.Name(name, ast.Load()), args=args, keywords=[])
         return ast.fix_missing_locations(ast.copy_location(call, node))
 
-    def visit_For(self, node: ast.For) -> ast.For:
+    def visit_For(self, node: ast.For) -> Any:
         self.generic_visit(node)
-        node.iter = self._call(_LOOP_NAME, [node.iter, ast.Constant(self.where(node.lineno))], node.iter)
+        args = [node.iter, ast.Constant(self.where(node.lineno))]
         _LOOPS["bounded"] += 1
-        return node
+        if not node.orelse:
+            node.iter = self._call(_LOOP_NAME, args, node.iter)
+            return node
+        flag = f"__crane_f{node.lineno}_{node.col_offset}__"  # set when this loop is cut: its `else` skipped
+        node.iter = self._call(_LOOP_NAME, [*args, ast.Name(flag, ast.Load())], node.iter)
+        first = ast.Subscript(ast.Name(flag, ast.Load()), ast.Constant(0), ast.Load())
+        guard = ast.If(test=ast.UnaryOp(ast.Not(), first), body=node.orelse, orelse=[])
+        node.orelse = [ast.fix_missing_locations(ast.copy_location(guard, node.orelse[0]))]
+        start = ast.Assign(targets=[ast.Name(flag, ast.Store())], value=ast.List([ast.Constant(False)], ast.Load()))
+        return [ast.fix_missing_locations(ast.copy_location(start, node)), node]
 
     def visit_While(self, node: ast.While) -> list:
         self.generic_visit(node)
         state = f"__crane_w{node.lineno}_{node.col_offset}__"  # (a local of the loop's scope: re-entry, recursion)
         node.test = self._call(_WHILE_NAME, [ast.Name(state, ast.Load()), node.test], node.test)
+        if node.orelse:  # a cut loop did not end as the full run's would: its `else` (often a raise) is skipped
+            cut = self._call(_WHILE_NAME, [ast.Name(state, ast.Load()), ast.Constant(None), ast.Constant(None)], node)
+            guard = ast.If(test=ast.UnaryOp(ast.Not(), cut), body=node.orelse, orelse=[])
+            node.orelse = [ast.fix_missing_locations(ast.copy_location(guard, node.orelse[0]))]
         start = ast.Assign(targets=[ast.Name(state, ast.Store())],
                            value=self._call(_WHILE_NAME, [ast.Constant(self.where(node.lineno))], node))
         _LOOPS["bounded"] += 1
