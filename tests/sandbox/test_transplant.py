@@ -2,8 +2,9 @@
 cannot be forked safely; its cells run in a confined worker process of the kernel's interpreter on a copy of the
 state they read. Verdicts equal the real run's; what cannot be copied is `unavailable`, named; the worker's writes
 and network attempts reach nothing; nothing is left after a timeout; the user's kernel is unchanged (`Untouched`:
-namespace, counters, history, event callbacks, RNG states, outputs). Two kernels: JAX and torch (most tests), and
-TensorFlow/Keras (its own: a worker imports what its kernel has loaded, and TensorFlow alone costs seconds)"""
+namespace, counters, history, event callbacks, RNG states, outputs). Two kernels: JAX (most tests; torch loaded by
+the CUDA test alone, the module's last, as no other test reads anything of it), and TensorFlow/Keras (its own: a
+worker imports what its kernel has loaded, and TensorFlow or torch alone costs seconds in each)"""
 
 from __future__ import annotations
 
@@ -24,14 +25,13 @@ from .conftest import tree_hash
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
 
 SETUP = """
-import numpy as np, jax, jax.numpy as jnp, torch
+import numpy as np, jax, jax.numpy as jnp
 np.random.seed(0)
 X = np.random.rand(32, 4).astype('float32')
 def double(a):
     return a * scale
 scale = 2.0
 w = jnp.ones((4, 2))
-tx = torch.ones(3, 4)
 fh = open('data.csv')
 gen = (i for i in range(3))
 """
@@ -113,17 +113,6 @@ def test_jax_traced_if_crashes_and_clean_jit_runs(today):
     good = "g = jax.jit(lambda x: jnp.where(x.sum() > 0, x, -x))\ng(w).shape"
     v = _check(today, good)
     assert v.verdict == "no-crash" and "(4, 2)" in v.displays[-1].text, v
-
-
-def test_torch_cuda_requests_run_on_the_cpu(today):
-    good = "t = tx.cuda()\nu = torch.ones(4, 2, device='cuda')\n(t @ u.to('cuda:0')).shape"
-    v = _check(today, good, direct=True, map_devices=True)
-    assert v.verdict == "no-crash" and "torch.Size([3, 2])" in v.displays[-1].text, v
-    assert v.transplant.devices_mapped and "mapped to the CPU" in v.how(), v.how()
-    bad = "t = tx.cuda()\nt @ torch.ones(3, 2, device='cuda')"
-    v = _check(today, bad, direct=True, map_devices=True)
-    real = _real(today, "tx @ torch.ones(3, 2)")  # the same error on the CPU
-    assert real.status == "error" and v.verdict == "crash" and v.ename == real.ename == "RuntimeError", (v, real)
 
 
 def test_uncopyable_state_is_unavailable_and_named(today):
@@ -208,3 +197,19 @@ def test_transplant_on_ipython_8_and_9_kernels_leaves_them_unchanged(kernel_env,
         assert good.mode == "transplant" and good.transplant is not None and good.transplant.confinement == "layered", good
     finally:
         kernel.shutdown()
+
+
+TORCH = "import torch\ntx = torch.ones(3, 4)"
+
+
+def test_torch_cuda_requests_run_on_the_cpu(today):
+    """The module's last test on `today`: torch loaded from here on (every later worker of the kernel imports it)."""
+    assert _real(today, TORCH).status == "ok"
+    good = "t = tx.cuda()\nu = torch.ones(4, 2, device='cuda')\n(t @ u.to('cuda:0')).shape"
+    v = _check(today, good, direct=True, map_devices=True)
+    assert v.verdict == "no-crash" and "torch.Size([3, 2])" in v.displays[-1].text, v
+    assert v.transplant.devices_mapped and "mapped to the CPU" in v.how(), v.how()
+    bad = "t = tx.cuda()\nt @ torch.ones(3, 2, device='cuda')"
+    v = _check(today, bad, direct=True, map_devices=True)
+    real = _real(today, "tx @ torch.ones(3, 2)")  # the same error on the CPU
+    assert real.status == "error" and v.verdict == "crash" and v.ename == real.ename == "RuntimeError", (v, real)
