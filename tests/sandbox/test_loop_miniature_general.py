@@ -184,3 +184,19 @@ def test_portable_path(conn, ready):
     assert v.verdict == "no-crash" and v.stdout == "True 0\n" and "of `train` cut short" in (v.reason or ""), v
     assert code_of(conn, "train") == before
     assert kernel_state(conn) == ready
+
+
+def test_fewer_items_after_a_cut_is_inconclusive():
+    """A cut generator or collecting loop hands the rest of the cell fewer items than the full run: those errors
+    are the skipped iterations' (kernel/miniature `_loop_artefact`), never a crash; without a cut they are not."""
+    from crane.sandbox.kernel import miniature
+    saved = dict(miniature._LOOPS)
+    try:
+        for text in ("not enough values to unpack (expected 2, got 0)", "need at least one array to stack"):
+            miniature._LOOPS.update(cuts=[(3, 2, -1)])
+            assert miniature._loop_artefact(ValueError(text)), text
+            miniature._LOOPS.update(cuts=[])
+            assert miniature._loop_artefact(ValueError(text)) is None, text
+    finally:
+        miniature._LOOPS.clear()
+        miniature._LOOPS.update(saved)

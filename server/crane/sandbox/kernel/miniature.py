@@ -855,6 +855,9 @@ def _loop_cuts() -> list[tuple]:
 
 
 _LOOP_ARTEFACT = ("NameError", "UnboundLocalError", "IndexError", "KeyError")
+# fewer items than the full run (a cut generator of batches, a cut loop that collects them)
+_LOOP_ARTEFACT_TEXT = re.compile(r"not enough values to unpack|need at least one array|ran out of data|exhausted",
+                                 re.I)
 
 
 def _loop_artefact(exc: BaseException | None) -> str | None:
@@ -878,7 +881,7 @@ def _loop_artefact(exc: BaseException | None) -> str | None:
             return "a value a skipped iteration would have set"
         if {int(x) for x in re.findall(r"\d+", text)} & lengths:
             return "the message mentions a loop length the miniature changed"
-        if _ARTEFACT_TEXT.search(text):
+        if _ARTEFACT_TEXT.search(text) or _LOOP_ARTEFACT_TEXT.search(text):
             return "an error about counts, sizes or empty results after a loop was cut short"
         e = e.__cause__ or e.__context__
     return None
