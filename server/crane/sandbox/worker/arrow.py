@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crane.sandbox.worker.after_import import AfterImport  # kernel: strip
+from crane.sandbox.worker.guard import _HandedMeta  # kernel: strip
 
 _ARROW_WRITE_MODES = ("w", "a", "+", "x")
 
@@ -160,7 +161,7 @@ def _arrow_fs(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
         # one handed back is this module's `LocalFileSystem` (its writers vetted by path); objects pyarrow made
         # stay instances of `pyarrow.fs.FileSystem` (round 7)
         out["FileSystem"] = _subclass(base, {"__qualname__": base.__qualname__, "__crane_base__": base,
-                                             "from_uri": staticmethod(from_uri_vetted)}, _ArrowFsMeta)
+                                             "from_uri": staticmethod(from_uri_vetted)}, _HandedMeta)
     if isinstance(subtree, type) and isinstance(local, type):
         def new_subtree(cls: type, base_path: Any, base_fs: Any, *args: Any, **kw: Any) -> Any:
             if isinstance(base_fs, local):
@@ -168,16 +169,6 @@ def _arrow_fs(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
             return _new_of(subtree)(cls, base_path, base_fs, *args, **kw)
         out["SubTreeFileSystem"] = _subclass(subtree, {"__new__": new_subtree})
     return out
-
-
-class _ArrowFsMeta(type):
-    """The metaclass of the vetted `FileSystem`: what pyarrow made with its own class is still an instance."""
-
-    def __instancecheck__(cls, obj: Any) -> bool:
-        return isinstance(obj, cls.__dict__["__crane_base__"])
-
-    def __subclasscheck__(cls, sub: Any) -> bool:
-        return issubclass(sub, cls.__dict__["__crane_base__"])
 
 
 def _vetted_fs(fs: Any, local: type, vetted: type) -> Any:

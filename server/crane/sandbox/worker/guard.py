@@ -847,10 +847,15 @@ class CallGuard:
             if guard.active and guard._caller_is_user(2):  # 0: _caller_is_user, 1: this, 2: the caller
                 guard._refuse(label)
             return orig(*args, **kwargs)
-        call.__name__ = call.__qualname__ = getattr(orig, "__name__", "call")
-        call.__doc__ = getattr(orig, "__doc__", None)
-        call.__module__ = getattr(orig, "__module__", None) or ""
-        return call
+        return _named_as(call, orig, "")
+
+
+def _named_as(call: Callable, orig: Any, module: str) -> Callable:
+    """`call` (a wrapper of `orig`) with `orig`'s name, doc and module (`module` where it has none)."""
+    call.__name__ = call.__qualname__ = getattr(orig, "__name__", "call")
+    call.__doc__ = getattr(orig, "__doc__", None)
+    call.__module__ = getattr(orig, "__module__", None) or module
+    return call
 
 
 LEAN_MECHANISM = "lean (trampolines and audit events; OS layer underneath)"
@@ -1201,6 +1206,9 @@ def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: Fals
 # wrappers. C functions of modules refused to user code are also caught where they run (the lean guard's wrappers,
 # `shield_unaudited`); this covers the C methods of C types (immutable: they cannot be replaced).
 class _HandedMeta(type):
+    """The metaclass of a replacement subclass (`__crane_base__`: the type it replaces): what the original type
+    made is still an instance (arrow.py's `FileSystem` too)."""
+
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, cls.__dict__["__crane_base__"])
 
@@ -1251,10 +1259,7 @@ def _handed_function(guard: CallGuard, orig: Callable, picks: Callable) -> Calla
             for fn in handed:
                 guard.vet_handed(fn)
         return orig(*args, **kw)
-    call.__name__ = call.__qualname__ = getattr(orig, "__name__", "call")
-    call.__doc__ = getattr(orig, "__doc__", None)
-    call.__module__ = getattr(orig, "__module__", None) or "builtins"
-    return call
+    return _named_as(call, orig, "builtins")
 
 
 def _methodcaller(guard: CallGuard, orig: Callable) -> Callable:
