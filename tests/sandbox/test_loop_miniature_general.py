@@ -18,6 +18,7 @@ from crane.sandbox.scale import loop_spec, speculate_scaled
 from ..sacred import kernel_state
 
 SETUP = """
+import functools
 import time
 EPOCHS = 400
 
@@ -32,6 +33,26 @@ def train(n_epochs, bad_at=None, step_s=0.02):
         history.append(epoch)
         epoch += 1
     return history
+
+def logged(f):
+    @functools.wraps(f)
+    def wrapper(*a, **k):
+        return f(*a, **k)
+    return wrapper
+
+class Base:
+    def step(self, i):
+        time.sleep(0.1)
+        return i
+
+class Model(Base):
+    @logged
+    def fit(self, epochs):
+        losses, e = [], 0
+        while e < epochs:
+            losses.append(super().step(e))
+            e += 1
+        return losses
 
 class Trainer:
     def __init__(self):
@@ -95,6 +116,8 @@ QUICK_WHILE = "i = t = 0\nwhile i < 3000:\n    t += i\n    i += 1\nprint(t)"
 EARLIER = "the functions earlier cells defined ("
 EARLIER_CLEAN = "h = train(EPOCHS)\nprint(len(h) >= 1, h[0])\n"
 EARLIER_FIRST = "h = train(EPOCHS, bad_at=0)\n"
+# a decorated method (reached through `__wrapped__`; its closure-held function) that calls `super()`
+EARLIER_WRAPPED = "losses = Model().fit(10_000)\nprint(len(losses) >= 2, losses[0])\n"
 EARLIER_METHOD = "tr = Trainer()\nprint(tr.fit(100_000) >= 2)\n"
 
 
@@ -154,6 +177,8 @@ def test_earlier_cells_functions_both_ways(conn, ready):
     assert "of `train` cut short" in (v.reason or "") and "certain" not in (v.reason or ""), v
     v = loops(conn, EARLIER_METHOD)  # a method of an earlier cell's class
     assert v.verdict == "no-crash" and v.stdout == "True\n" and "of `Trainer.fit`" in (v.reason or ""), v
+    v = loops(conn, EARLIER_WRAPPED)
+    assert v.verdict == "no-crash" and v.stdout == "True 0\n" and "of `Model.fit` cut short" in (v.reason or ""), v
     assert (code_of(conn, "train"), code_of(conn, "Trainer.fit")) == before  # the user's functions untouched
     assert kernel_state(conn) == ready
 
@@ -171,7 +196,7 @@ def test_scaled_reaches_an_earlier_function(conn, ready):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX kernels")
 def test_portable_path(conn, ready):
     portable = SandboxOptions(confinement="portable")
-    before = code_of(conn, "train")
+    before, wrapped = code_of(conn, "train"), code_of(conn, "Model.fit.__wrapped__")
     v = loops(conn, WHILE_FIRST, 60.0, sandbox=portable)
     assert v.mode == "portable" and v.verdict == "crash" and v.ename == "RuntimeError" and v.line == 6, v
     assert "before any loop was cut" in (v.reason or ""), v
@@ -182,7 +207,9 @@ def test_portable_path(conn, ready):
     assert EARLIER in (v.reason or "") and "`train`" in (v.reason or ""), v
     v = loops(conn, EARLIER_CLEAN, 60.0, sandbox=portable)
     assert v.verdict == "no-crash" and v.stdout == "True 0\n" and "of `train` cut short" in (v.reason or ""), v
-    assert code_of(conn, "train") == before
+    v = loops(conn, EARLIER_WRAPPED, 60.0, sandbox=portable)
+    assert v.verdict == "no-crash" and v.stdout == "True 0\n" and "of `Model.fit` cut short" in (v.reason or ""), v
+    assert code_of(conn, "train") == before and code_of(conn, "Model.fit.__wrapped__") == wrapped
     assert kernel_state(conn) == ready
 
 

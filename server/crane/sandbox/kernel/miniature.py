@@ -812,8 +812,8 @@ def bound_earlier(shell: Any) -> list[str]:
     history: list[str] = []
     for fn in _notebook_functions(shell.user_ns):
         code = fn.__code__
-        if code.co_filename.startswith("<crane") or fn.__globals__ is not shell.user_ns:
-            continue  # (the helpers are names of the cell's namespace: a function of other globals is left whole)
+        if code.co_filename.startswith("<crane") or type(fn.__globals__) is not dict:
+            continue
         flags = code.co_flags & _FUTURE_FLAGS
         if code.co_filename not in parsed:
             trees = []
@@ -837,6 +837,9 @@ def bound_earlier(shell: Any) -> list[str]:
                 continue
             if new is None or new.co_freevars != code.co_freevars:
                 continue
+            if fn.__globals__ is not shell.user_ns:  # (a copy's own globals: the worker's unpickled closures)
+                for helper in (_LOOP_NAME, _WHILE_NAME):
+                    fn.__globals__[helper] = shell.user_ns[helper]
             fn.__code__ = new
             done.append(fn.__qualname__)
             break
