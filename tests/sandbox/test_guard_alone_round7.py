@@ -10,19 +10,23 @@ portable sandbox (Landlock and seccomp under the same layers where Linux has the
   writers through `map`/`functools.partial`.
 Each attack: `blocked` by a Python layer under the guard alone, nothing outside changed, the kernel unchanged and
 alive, never a certain crash (`run5`). Honest code doing the same kinds of things inside the run keeps the kernel's
-verdict under both. `other_process_entry` (worker/guard.py) is checked on its own for the spellings it must see.
+verdict under both. `other_process_entry` (worker/guard.py) is checked on its own for the spellings it must see, and
+the handed-callable vetting in each interpreter here (3.11's profile hook, 3.12+'s `sys.monitoring`).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from crane.sandbox.worker.guard import other_process_entry
 
 from .kernel_choice import kernels
+from .test_portable_guard_interpreters import SANDBOX, _interpreters
 from .test_portable_round5 import BOTH, GUARD, _refused_outside, arrow, k5, run5  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the process file system, sqlite ATTACH")
@@ -145,3 +149,14 @@ def test_other_process_entries_by_any_spelling(tmp_path):
     for path in (f"/proc/{other}/status", f"/proc/{other}/task/{other}/stat", f"/proc/{me}/mem", "/proc/self/maps",
                  "/proc/thread-self/status", "/proc/meminfo", "/proc/self/fd/0", str(tmp_path)):
         assert other_process_entry(path, False) is None, path
+
+
+@pytest.mark.parametrize("python", _interpreters() or [pytest.param(None, marks=pytest.mark.skip("no interpreter"))])
+def test_handed_callables_are_vetted_on_every_interpreter(python):
+    """3.12+'s `sys.monitoring` path and 3.11's profile hook (`handed_in_interpreter.py`): a refused C method handed
+    to `map`, `partial`, `starmap`, `min(key=)`, `methodcaller`, a thread's `run`, `bisect`'s key is refused; the
+    same combinators used honestly are not."""
+    res = subprocess.run([python, str(Path(__file__).with_name("handed_in_interpreter.py")), str(SANDBOX)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr[-2000:]
+    assert " bad 0" in res.stdout, res.stdout

@@ -1,0 +1,55 @@
+"""Run by test_guard_alone_round7.py in each interpreter (3.12+: the sys.monitoring path, 3.11: the profile hook):
+the guard's parts compiled as the worker compiles them, its combinators installed as a run with no OS layer installs
+them; cells that hand a refused C method (CRANE's SQLite authorizer taken off) to code that calls it: each refused;
+honest cells using the same combinators: not. Exit 1 if one was not so."""
+import os
+import sys
+import types
+
+root = sys.argv[1]  # server/crane/sandbox
+mod = types.ModuleType("g")
+for f in ("kernel/library.py", "worker/guard.py"):
+    text = open(os.path.join(root, f)).read()
+    text = "\n".join("" if ln.rstrip().endswith("# kernel: strip") else ln for ln in text.splitlines())
+    exec(compile(text, "<crane-kernel/" + f + ">", "exec"), mod.__dict__)
+PRE = "import sqlite3, functools, itertools, operator, threading, bisect\ncon = sqlite3.connect(':memory:')\n"
+CELLS = {
+    "map": "list(map(sqlite3.Connection.set_authorizer, [con], [None]))",
+    "partial": "functools.partial(con.set_authorizer, None)()",
+    "starmap": "list(itertools.starmap(con.set_authorizer, [(None,)]))",
+    "min key": "min([None], key=con.set_authorizer)",
+    "methodcaller": "operator.methodcaller('set_authorizer', None)(con)",
+    "thread run": "threading.Thread(target=con.set_authorizer, args=(None,)).run()",
+    "bisect key": "bisect.bisect([None], 0, key=con.set_authorizer)",
+    "honest": "x = list(map(abs, [-1])), sorted([2, 1], key=abs), functools.partial(max, 0)(3), "
+              "list(itertools.starmap(pow, [(2, 3)])), bisect.bisect([1, 3], 2), "
+              "isinstance(functools.partial(print), functools.partial)\n"
+              "threading.Thread(target=len, args=('ab',)).run()",
+}
+refused: list = []
+g = mod.CallGuard(refused.append)
+mod.guard_combinators(g)  # (once per process: what `shield_unaudited` does where no OS layer ran)
+bad = 0
+
+
+def run(src):
+    del refused[:]
+    g.trust(run.__code__)
+    code = compile(PRE + src, "<crane-sandbox-cell>", "exec")
+    how = g.install()
+    try:
+        exec(code, {"__name__": "__main__"})
+    except BaseException:
+        pass
+    finally:
+        g.uninstall()
+    return how, list(refused)
+
+
+for name, src in CELLS.items():
+    how, got = run(src)
+    ok = bool(got) == (name != "honest")
+    bad += not ok
+    print("ok " if ok else "BAD", name, how, got[:1])
+print(sys.version.split()[0], "bad", bad)
+sys.exit(1 if bad else 0)
