@@ -60,7 +60,8 @@ _SO_IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE
 _SO_NAMEDTUPLE_GLOBALS = frozenset(("_tuple_new", "__builtins__", "__name__"))
 _SO_CALLABLE = callable
 _SO_CLASS_NAMES: set = set()  # (id of a module's namespace, name) that held a class at install
-_SO_AT_INSTALL: dict = {}  # (id of a namespace, name) -> the callable it held at install
+_SO_AT_INSTALL: dict = {}
+_SO_SEEN: dict = {}  # id -> each namespace and class `_so_install` took (held: ids stay theirs)  # (id of a namespace, name) -> the callable it held at install
 
 
 def _so_stdlib_namespaces() -> dict:
@@ -167,7 +168,9 @@ def patched_stdlib(functions: bool = False) -> str | None:
     code calls none of them (bound at install, private copies for its cloudpickle), and the function sweep of
     test_export_by_construction shows the stdlib classes' methods the export runs calling none either."""
     memo: dict = {}
-    for mname, md in _so_namespaces():
+    spaces = _so_namespaces()
+    _so_install([md for _, md in spaces if md and id(md) not in _SO_SEEN])
+    for mname, md in spaces:
         for n, v in list(dict.items(md)):
             if _so_is_class(v):
                 bad = _so_class(v, memo)
@@ -180,15 +183,15 @@ def patched_stdlib(functions: bool = False) -> str | None:
     return None
 
 
-def _so_install() -> None:
-    """What passes only as it was at install (`_so_kept`), by its owner (a class, a module's namespace) and name."""
-    seen: set = set()
-    todo: list = [md for _, md in _so_namespaces()]
+def _so_install(namespaces: list) -> None:
+    """What passes only as it was at install (`_so_kept`), by its owner (a class, a module's namespace) and name; a
+    module of `_SO_MODULES` imported since (by CRANE's cloudpickle, or the notebook) is taken when first checked."""
+    todo: list = list(namespaces)
     while todo:
         owner = todo.pop()
-        if id(owner) in seen:
+        if id(owner) in _SO_SEEN:
             continue
-        seen.add(id(owner))
+        _SO_SEEN[id(owner)] = owner
         items = dict.items(owner) if type(owner) is dict else _cls_dict(owner).items()
         for n, v in list(items):
             if _so_is_class(v):
@@ -199,7 +202,7 @@ def _so_install() -> None:
                 _SO_AT_INSTALL[(id(owner), n)] = v
 
 
-_so_install()
+_so_install([md for _, md in _so_namespaces()])
 _SO_BEFORE = patched_stdlib(functions=True)
 if _SO_BEFORE:  # patched before CRANE's first export: installing the export's other parts would call it
     raise ImportError(f"the notebook replaced {_SO_BEFORE} before CRANE's first export: CRANE's export is not "
