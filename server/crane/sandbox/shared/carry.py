@@ -17,7 +17,8 @@ What travels: the recursion limit and `sys.get_int_max_str_digits()`; `warnings`
 context (precision, rounding, Emin/Emax, capitals, clamp, traps and flags); the global RNG states (`random`,
 numpy's legacy global RandomState); numpy's error handling and print options; pandas options that differ from
 their defaults; JAX's config values (x64, default dtype bits, PRNG implementation, ...); TensorFlow's eager and
-soft-placement flags and its eager global seed with the generator of its operation seeds; Keras' floatx, image data
+soft-placement flags and its eager global seed with the generator of its operation seeds, and its global
+`tf.random.Generator`'s algorithm and state; Keras' floatx, image data
 format, epsilon, dtype policy, global seed and global `SeedGenerator` state.
 """
 
@@ -212,7 +213,38 @@ def _read_tf(lib: Any) -> Any:
     if not all(type(v) is bool for v in out.values()):
         return None
     seed = _read_tf_seed(lib)
-    return None if seed is None else {**out, "seed": seed}
+    gen = _read_tf_generator(lib)
+    return None if seed is None or gen is False else {**out, "seed": seed, "generator": gen}
+
+
+def _read_tf_generator(lib: Any) -> Any:
+    """TensorFlow's global `tf.random.Generator` (`tf.random.get_global_generator()`, made on first use):
+    [algorithm, its state as ints] read by the library's own properties (`Generator.state`, `.algorithm`, the
+    variable's `numpy`), None when none was made yet; False when it cannot be read so."""
+    gen = lib.mod("tensorflow.python.ops.stateful_random_ops").get("global_generator")
+    if gen is None:
+        return None
+    cls = type(gen)
+    if not lib.proven(cls):
+        return False
+
+    def prop(obj: Any, name: str) -> Any:
+        p = lib.method(type(obj), name, None)
+        if type(p) is not property:
+            raise LookupError(name)
+        return lib.call(lib.attr(p, "fget"), name, obj)
+
+    try:
+        alg, var = prop(gen, "algorithm"), prop(gen, "state")
+        if not lib.proven(type(var)):
+            return False
+        arr = lib.call(lib.method(type(var), "numpy", None), "numpy", var)
+        state = lib.call(lib.method(type(arr), "tolist", None), "tolist", arr)
+    except LookupError:
+        return False
+    if type(alg) is not int or type(state) is not list or not all(type(x) is int for x in state):
+        return False
+    return [alg, state]
 
 
 def _read_tf_seed(lib: Any) -> Any:
@@ -452,6 +484,9 @@ def _apply_tf(v: dict) -> None:
         ctx._set_global_seed(seed)
         if rng is not None:
             ctx._rng.setstate((rng[0], tuple(rng[1]), rng[2]))
+    gen = v.get("generator")
+    if gen is not None:  # (none made in the kernel: the worker makes none either, read back as None)
+        tf.random.set_global_generator(tf.random.Generator.from_state(gen[1], gen[0]))
 
 
 def _apply_keras(v: dict) -> None:
