@@ -65,11 +65,12 @@ _SO_SEEN: dict = {}  # id -> each namespace and class `_so_install` took (held: 
 
 
 def _so_stdlib_namespaces() -> dict:
-    """id of a namespace -> the name of the standard-library module it is, for each in the interpreter's table."""
+    """id of a namespace -> the `<frozen NAME>` file names it may hold code of: each name the interpreter's table
+    has it under (3.13's `_collections_abc` is also `collections.abc`, and says so in its `__name__`)."""
     out: dict = {}
     for name, m in list(dict.items(_MODULES)):
         if type(name) is str and type(m) is _ModuleType and name.partition(".")[0] in _STDLIB_NAMES:
-            out[id(_mdict(m))] = name
+            out.setdefault(id(_mdict(m)), set()).add(f"<frozen {name}>")
     return out
 
 
@@ -85,7 +86,7 @@ def _so_function(f: Any, memo: dict) -> bool:
         spaces = memo.get("\x00ns")
         if spaces is None:
             spaces = memo["\x00ns"] = _so_stdlib_namespaces()
-        return fn == f"<frozen {spaces.get(id(g))}>"
+        return fn in spaces.get(id(g), ())
     if fn == "<string>":
         gname = dict.get(g, "__name__")
         return type(gname) is str and gname.startswith("namedtuple_") and frozenset(g) <= _SO_NAMEDTUPLE_GLOBALS
