@@ -11,6 +11,7 @@ import os
 import pytest
 
 from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import kernel_state
 
 from ..kernel_envs import require_today_python
 from .marked_runs import speculate_unmarked as _check
@@ -40,5 +41,9 @@ def kernel(tmp_path_factory):
 def test_the_global_generator_draws_the_kernels_next_numbers_in_the_copy(kernel):
     v = _check(kernel, CELL)
     assert v.mode == "transplant" and v.verdict == "no-crash", (v.reason, v.how())
+    before = kernel_state(kernel[0])["rng"]
     real = kernel[0].run_cell(CELL, timeout=120)  # (last: it moves the kernel's generator)
     assert real.status == "ok" and v.stdout.strip() == real.stdout.strip(), (v.stdout, real)
+    # the untouched fingerprint sees the generator (a CRANE run that moved it would be caught)
+    after = kernel_state(kernel[0])["rng"]
+    assert "tensorflow" in before and before["tensorflow"] != after["tensorflow"], (before, after)

@@ -94,7 +94,7 @@ def f(ip):
         except Exception:
             pass
     tfr = sys.modules.get('tensorflow.python.ops.stateful_random_ops')
-    gen = getattr(tfr, 'global_generator', None) and tfr.__dict__.get('_global_generator')
+    gen = getattr(tfr, '__dict__', {}).get('global_generator')  # (made on first use: None before)
     if gen is not None:
         try:
             rng['tensorflow'] = hashlib.sha256(gen.state.numpy().tobytes()).hexdigest()
