@@ -49,8 +49,9 @@ from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.background import bounded, data_cap, restore, start_low
+from crane.sandbox.cell_deadline import CellClock, CellWatch, read_fifo, setup_reason, timeout_reason
 from crane.sandbox.cell_names import cell_names
-from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime, read_until_eof
+from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import seal_readable, settle
 from crane.sandbox.export_request import ExportRequest, export_args
@@ -609,18 +610,27 @@ def transplant(
         fork = bool(portable) and reuse_head(confinement)  # run in a fork child of a warm head (worker/head.py)
         child = worker.run({"args": msgspec.to_builtins(request), "budget_s": float(budget_s), "map_devices": bool(map_devices),
                             "shrunk": shrunk, "fork": fork}, portable=bool(portable))
+        # the setup's allowance, then the cell's budget from its start (crane.sandbox.cell_deadline: the daemon's
+        # kill, where the worker's own timer cannot end the cell)
         deadline = time.monotonic() + float(budget_s) + LOAD_S + _GRACE_S
+        clock = CellClock(float(budget_s), cancel)
         forked = None
         if fork:
             assert worker.reader is not None
-            forked = read_forked(worker.reader, deadline, cancel)
+            watch = CellWatch(worker.reader, clock, framed=True)
+            forked = read_forked(watch, deadline, clock)
+            forked = forked._replace(how=clock.how(forked.how))
+            live = not watch.framed and not watch.off  # (an `S` run's lines came live; a fork child's framed)
             data, how = forked.data, forked.how
         elif portable:
             assert worker.reader is not None
-            data, how = read_run(worker.reader, deadline, cancel)
+            data, how = read_run(CellWatch(worker.reader, clock), deadline, clock)  # type: ignore[arg-type]
+            how, live = clock.how(how), True
         else:
             assert isinstance(pdir, PrivateDir) and isinstance(child, ChildHandle)
-            data, how = read_until_eof(pdir.result_fd, child, deadline, cancel=cancel, stop_at_record=True)
+            data, how = read_fifo(pdir.result_fd, child, deadline, clock)
+            live = True
+        deadline = clock.until(deadline)
         status, sealing = _run_end(worker, pdir, forked, how, deadline, cancel)
         if status is None and how not in ("deadline", "cancelled") and sealing and (forked is None or
                                                                                       forked.status is None):
@@ -644,6 +654,11 @@ def transplant(
             confinement=v.mode if v.mode in ("layered", "blocking") else None, export_ms=exp.export_ms, devices_mapped=bool(map_devices or exp.cuda),
             not_imported=[], shrunk=exp.shrunk, raw_bytes=exp.raw_bytes, export_watch=exp.watch,
         )
+        if how == "deadline" and v.verdict == "timeout":  # which deadline ended it (crane.sandbox.cell_deadline)
+            if clock.deadline is not None:
+                v.reason = timeout_reason(float(budget_s))
+            elif live:
+                v.reason = setup_reason(float(budget_s) + LOAD_S)
         if exp.shrunk and v.verdict == "timeout" and "artefact" in (v.reason or ""):
             v.reason = (v.reason or "").replace("the full run did not finish in time",
                                                 f"the full state was not copied: {exp.shrunk}")
