@@ -24,7 +24,7 @@ from crane.sandbox import speculate
 from crane.sandbox.fork_session import SandboxSession
 from crane.sandbox.options import SandboxOptions
 
-from ..kernel_envs import KERNEL_ENVS, kernel_python
+from ..kernel_envs import KERNEL_ENVS, kernel_python, python_kernel
 from .copy_sessions import SESSIONS, copy_path_kernel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seal is read in Linux's /proc")
@@ -157,9 +157,12 @@ def test_a_copy_session_command_that_replaces_what_stops_its_hooks_is_blocked(co
 BYPASS = """
 import sys
 f = sys._getframe()
-while f is not None and 'before' not in f.f_locals:
+while f is not None and '_fence' not in f.f_globals:
     f = f.f_back
-g, before = f.f_globals, f.f_locals['before']
+g, frames = f.f_globals, []
+while f is not None:
+    frames.append(f)
+    f = f.f_back
 _real_write = g['_write_json']
 def _forger(fd, obj):
     if type(obj) is dict and obj.get('verdict') == 'crash':
@@ -167,10 +170,11 @@ def _forger(fd, obj):
     return _real_write(fd, obj)
 g['_write_json'] = _forger
 g['SEAL_RAISED'] = g['SEAL_CLEAN']
-try:
-    before.update(g['_fence']())
-except AttributeError:  # (frozen: nothing to update)
-    pass
+for f in frames:
+    try:
+        f.f_locals['before'].update(g['_fence']())
+    except (AttributeError, KeyError):  # (frozen, or none there: nothing to update)
+        pass
 raise ValueError('real')
 """
 
@@ -192,16 +196,22 @@ def test_a_cell_that_updates_the_fences_snapshot_gets_no_record_of_its_own(conn,
 
 
 
-# OPEN (docs/sandbox.md, "What the seal names"): the cell's tracer, set on CRANE's `_child_run` frame, writes a fresh
-# fence snapshot into its `before` local when the `except` line is traced (3.11/3.12 write a trace function's f_locals
-# back), after rebinding the record writer and `wait_sealed`: a raising cell comes back no-crash. Strict xfail: it
-# fails the day the hole is closed, to be turned into a plain test then.
-TRACED = """
+# -- hooks and frame-local writes in CRANE's frames (issue 41): CRANE's part of a one-shot fork run is untraced
+# (kernel/common._untraced: no trace, profile or sys.monitoring event fires in its frames, the cell runs through
+# `sys.call_tracing`), and what the check after the cell reads is in the run's code constants (kernel/run._fenced_run)
+# the cell rebinds the record writer (every crash record becomes clean) and the sealed wait (every seal says clean),
+# then sets a hook (`HOOK`) that, on any event (`EVENT`, or all) in a frame of CRANE's, puts a fresh fence snapshot
+# in every `before` local of CRANE's frames (3.11/3.12 write a trace function's f_locals back), then raises. Before,
+# a tracer on `_child_run`'s frame fired at its `except` line and the run came back no-crash.
+HOOKED = """
 import sys
 f = sys._getframe()
-while f is not None and 'before' not in f.f_locals:
+while f is not None and '_fence' not in f.f_globals:
     f = f.f_back
-F, g = f, f.f_globals
+g, cranes = f.f_globals, []
+while f is not None:
+    cranes.append(f)
+    f = f.f_back
 _real_write, _real_wait = g['_write_json'], g['wait_sealed']
 def _forger(fd, obj):
     if type(obj) is dict and obj.get('verdict') == 'crash':
@@ -209,19 +219,77 @@ def _forger(fd, obj):
     return _real_write(fd, obj)
 g['_write_json'] = _forger
 g['wait_sealed'] = lambda code, digest, done=-1: _real_wait(1, digest, done)
+def _forge_locals(frame):
+    if frame.f_globals is g:
+        for c in cranes:
+            if 'before' in c.f_locals:
+                c.f_locals['before'] = g['_fence']()
 def _tr(frame, event, arg):
-    if frame is F:
-        frame.f_locals['before'] = g['_fence']()
+    if EVENT in (None, event):
+        _forge_locals(frame)
     return _tr
-F.f_trace = _tr
-sys.settrace(_tr)
+if HOOK == 'settrace':
+    for c in cranes:
+        c.f_trace = _tr
+    sys.settrace(_tr)
+elif HOOK == 'setprofile':
+    sys.setprofile(lambda frame, event, arg: _tr(frame, event, arg) and None)
+elif HOOK == 'monitoring':  # (3.12+): every event, globally and on each of CRANE's code objects
+    m = sys.monitoring
+    E = m.events
+    every = E.PY_START | E.PY_RESUME | E.PY_RETURN | E.PY_YIELD | E.LINE | E.RAISE | E.RERAISE | E.EXCEPTION_HANDLED \
+        | E.PY_UNWIND | E.CALL | E.C_RETURN | E.C_RAISE
+    def _mon(*args):
+        _forge_locals(sys._getframe(1))
+    for event in (E.PY_START, E.PY_RESUME, E.PY_RETURN, E.PY_YIELD, E.LINE, E.RAISE, E.RERAISE, E.EXCEPTION_HANDLED,
+                  E.PY_UNWIND, E.CALL, E.C_RETURN, E.C_RAISE):
+        m.register_callback(3, event, _mon)
+    try:
+        m.use_tool_id(3, 'forger')
+    except ValueError:
+        pass
+    m.set_events(3, every)
+    for c in cranes:
+        m.set_local_events(3, c.f_code, every & ~(E.C_RETURN | E.C_RAISE))
 raise ValueError('real')
 """
 
 
-@pytest.mark.xfail(strict=True, reason="open: a trace function on CRANE's frame rewrites its locals (docs/sandbox.md)")
-def test_a_tracer_on_cranes_frame_gets_no_record_of_its_own(conn):
+@pytest.mark.parametrize("hook, event", [("settrace", None), ("settrace", "line"), ("settrace", "exception"),
+                                         ("settrace", "return"), ("setprofile", None), ("setprofile", "return")])
+def test_a_hook_in_cranes_frames_gets_no_record_of_its_own(conn, hook, event):
     with Untouched(conn) as watch:
-        v = speculate(conn, TRACED, 60.0, layer="blocking")
+        v = speculate(conn, f"HOOK, EVENT = {hook!r}, {event!r}\n" + HOOKED, 60.0, layer="blocking")
     assert watch.unchanged, (watch.outputs, watch.changes(), v)
-    assert v.verdict != "no-crash", v
+    assert v.verdict == "blocked" and "changed CRANE's own code" in (v.reason or ""), v
+
+
+def test_a_tracer_on_cranes_frame_gets_no_record_of_its_own_layered(conn):
+    with Untouched(conn) as watch:
+        v = speculate(conn, "HOOK, EVENT = 'settrace', None\n" + HOOKED, 60.0, layer="layered")
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert v.verdict == "blocked" and "changed CRANE's own code" in (v.reason or ""), v
+
+
+# the same on the other Pythons' kernels: sys.monitoring (3.12+); on 3.13 (PEP 667) any code writes a frame's locals
+# through `f_locals`, no hook needed (`WRITE`: the cell puts the fresh snapshot in CRANE's `before` locals itself)
+WRITE = HOOKED.replace("raise ValueError('real')", "for c in cranes:\n    _forge_locals(c)\nraise ValueError('real')")
+
+
+@pytest.fixture(scope="module", params=["3.12", "3.13"])
+def newer(request, workdir):
+    kernel = start_kernel(workdir, python=python_kernel(request.param))
+    assert kernel.connection.run_cell("base = 1", timeout=120).status == "ok"
+    yield request.param, kernel.connection
+    kernel.shutdown()
+
+
+@pytest.mark.parametrize("hook, cell", [("settrace", HOOKED), ("monitoring", HOOKED), ("write", WRITE)])
+def test_hooks_and_local_writes_on_newer_pythons_get_no_record_of_their_own(newer, hook, cell):
+    version, conn = newer
+    if hook == "write" and version == "3.12":
+        pytest.skip("a frame's locals are written through f_locals from 3.13 (PEP 667)")
+    with Untouched(conn) as watch:
+        v = speculate(conn, f"HOOK, EVENT = {hook!r}, None\n" + cell, 60.0, layer="blocking")
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert v.verdict == "blocked" and "changed CRANE's own code" in (v.reason or ""), v

@@ -268,47 +268,106 @@ def _real_exit() -> Callable[[int], Any]:
 _FENCED_MODULES = ("os", "posix", "posixpath", "genericpath", "json", "json.encoder", "signal", "traceback",
                    "linecache", "re", "time", "io", "select", "socket")
 _FENCED_CLASSES = (("json.encoder", "JSONEncoder"),)  # classes whose methods the outcome path calls
-_IPYTHON_BUILTINS = {"display", "get_ipython", "exit", "quit", "help", "dreload", "copyright", "credits", "license"}
+_IPYTHON_BUILTINS = frozenset(("display", "get_ipython", "exit", "quit", "help", "dreload", "copyright", "credits",
+                               "license"))
+_FENCE_GLOBALS = ("_FENCED_MODULES", "_FENCED_CLASSES", "_IPYTHON_BUILTINS")  # the module's names `_fence` reads
 
 
-def _fence() -> frozenset:
+def _fence(space: dict | None = None, modules: dict | None = None, builtins_module: Any = None) -> frozenset:
     """What a command's outcome is made with, by identity: every global of CRANE's kernel-side module (functions
     by code, defaults and closure too, classes by attribute), the standard modules it calls and the builtins. A
     command whose code changed any of these is `blocked` and never kept (defence in depth: Python-level rebinding;
     see docs/sandbox.md for what it does not cover). Frozen (name, identity) pairs: `before <= fence()` holds while
     nothing watched was rebound or removed. The snapshot cannot be mutated by the code it watches (a dict could be
-    found in CRANE's frame and updated to match what the code changed: tests/sandbox/test_sealed_state.py)."""
-    import builtins
-    import sys
+    found in CRANE's frame and updated to match what the code changed: tests/sandbox/test_sealed_state.py).
+    It runs no code of the cell's (no attribute of an object it does not know the type of, no `isinstance` that
+    could ask an object its `__class__`), so none can rebind what it already looked at; given `space` (CRANE's
+    module's globals), `modules` (`sys.modules`) and `builtins_module` it imports and looks up nothing: a one-shot
+    run calls its code with fresh globals and builtins (kernel/run._fenced_run)."""
+    if space is None:
+        import builtins as builtins_module
+        import sys
+        space, modules = globals(), sys.modules
+    type_dict = type.__dict__["__dict__"].__get__  # a class's own namespace (no metaclass's `__dict__` asked)
+    function, module = type(lambda: None), type(builtins_module)
     out: dict = {}
-    for name, value in list(globals().items()):
+    # (a name that is not exactly a `str` is one the code added: never in the snapshot, and never hashed here)
+    for name, value in list(space.items()):
+        if type(name) is not str:
+            continue
         out[name] = id(value)
-        if isinstance(value, type) and value.__module__ == __name__:
-            for attr, member in list(vars(value).items()):
-                out[f"{name}.{attr}"] = id(member)
-        elif type(value).__name__ == "function":
-            out[name + ".code"] = (id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__),
-                                   tuple(id(c.cell_contents) for c in value.__closure__ or () if _filled(c)))
+        kind = type(value)
+        if issubclass(kind, type):
+            where = type_dict(value).get("__module__")
+            if type(where) is str and where == __name__:
+                for attr, member in list(type_dict(value).items()):
+                    if type(attr) is str:
+                        out[f"{name}.{attr}"] = id(member)
+        elif kind is function:
+            cells = []
+            for c in value.__closure__ or ():
+                try:
+                    cells.append(id(c.cell_contents))
+                except ValueError:  # (an empty cell)
+                    pass
+            out[name + ".code"] = (id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__), tuple(cells))
     for mod in _FENCED_MODULES:
-        m = sys.modules.get(mod)
+        m = modules.get(mod)  # type: ignore[union-attr]
         if m is not None:
             out[mod] = id(m)
-            for attr, member in list(vars(m).items()):
-                if callable(member) and not attr.startswith("__"):  # (constants cannot be rebound into code)
-                    out[f"{mod}.{attr}"] = id(member)
+            if type(m) is module:  # (another object in its place already fails the check)
+                for attr, member in list(vars(m).items()):
+                    if type(attr) is str and callable(member) and not attr.startswith("__"):
+                        out[f"{mod}.{attr}"] = id(member)  # (constants cannot be rebound into code)
     for mod, cls in _FENCED_CLASSES:
-        klass = getattr(sys.modules.get(mod), cls, None)
-        for attr, member in list(vars(klass).items()) if klass is not None else ():
-            out[f"{mod}.{cls}.{attr}"] = id(member)
-    for attr, member in list(vars(builtins).items()):
-        if not attr.startswith("_") and attr not in _IPYTHON_BUILTINS:
+        m = modules.get(mod)  # type: ignore[union-attr]
+        klass = vars(m).get(cls) if type(m) is module else None
+        if klass is not None and issubclass(type(klass), type):
+            for attr, member in list(type_dict(klass).items()):
+                if type(attr) is str:
+                    out[f"{mod}.{cls}.{attr}"] = id(member)
+    for attr, member in list(vars(builtins_module).items()):
+        if type(attr) is str and not attr.startswith("_") and attr not in _IPYTHON_BUILTINS:
             out[f"builtins.{attr}"] = id(member)
-    bound = globals().get("_BOUND")  # (kernel/session: what a session's commands are stopped and sealed with)
+    bound = space.get("_BOUND")  # (kernel/session: what a session's commands are stopped and sealed with)
     if type(bound) is dict:
         out["_BOUND#"] = len(bound)
         for key, member in list(bound.items()):
-            out[f"_BOUND.{key}"] = id(member)
+            if type(key) is str:
+                out[f"_BOUND.{key}"] = id(member)
     return frozenset(out.items())
+
+
+def _fence_shape() -> None:
+    """(a plain function: `_fence` compares types with this one's)"""
+
+
+def _untraced(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)`, called from inside a trace function (CPython counts the thread as tracing meanwhile:
+    `PyThreadState_EnterTracing`): no trace, profile or `sys.monitoring` event fires for any frame while it runs,
+    whatever hooks are set, so no hook can run in its frames nor write their locals back (a trace function's
+    `f_locals` write-back, 3.11/3.12). Only what it hands to `sys.call_tracing` (the cell: kernel/run._exec_plan)
+    runs with the count at 0, and the count is back when that returns or raises, before any frame of CRANE's
+    resumes. Its value is returned, its exception raised."""
+    import sys
+    box: list = []
+
+    def enter(frame: Any, event: str, arg: Any) -> None:
+        sys.settrace(None)
+        try:
+            box.append((True, fn(*args)))
+        except BaseException as exc:  # noqa: BLE001 - passed on below
+            box.append((False, exc))
+
+    sys.settrace(enter)
+    _fence_shape()  # (its 'call' event runs `enter`)
+    sys.settrace(None)
+    if not box:
+        raise RuntimeError("the untraced call did not run")
+    ok, value = box.pop()
+    if not ok:
+        raise value
+    return value
 
 
 class _Watch:

@@ -13,6 +13,7 @@ import linecache
 import os
 import re
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any
 
 from crane.sandbox.kernel.common import (  # kernel: strip
     _CO_COROUTINE,
+    _FENCE_GLOBALS,
     _SETUP,
     _TAMPERED,
     CELL_FILENAME,
@@ -32,11 +34,12 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _real_exit,
     _seal_other,
     _sent,
+    _untraced,
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note  # kernel: strip
-from crane.sandbox.shared.seal import SEAL_RECORD, SEAL_TAMPERED, wait_sealed  # kernel: strip
+from crane.sandbox.shared.seal import SEAL_RECORD, SEAL_TAMPERED, _seal_parts, wait_sealed  # kernel: strip
 
 
 def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
@@ -67,20 +70,30 @@ def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> t
     return plan, transformed
 
 
-def _exec_plan(ctx: _Ctx, plan: list[CodeType], ns: dict[str, Any]) -> None:
+def _exec_plan(ctx: _Ctx, plan: list[CodeType], ns: dict[str, Any], untraced: bool = False) -> None:
+    """Run the cell's statements in `ns`. `untraced` (a one-shot fork run: kernel/common._untraced): each through
+    `sys.call_tracing`, so the cell's code is traced as it would be in the kernel while CRANE's frames are not."""
+    call = _call_tracing if untraced else _call
     for code in plan:
         if code.co_flags & _CO_COROUTINE:
             import asyncio
             loop = asyncio.new_event_loop()
             try:
-                loop.run_until_complete(eval(code, ns))
+                call(loop.run_until_complete, (eval(code, ns),))
             finally:
                 try:
                     loop.close()
                 except Exception:
                     pass
         else:
-            exec(code, ns)
+            call(exec, (code, ns))
+
+
+_call_tracing = sys.call_tracing  # (bound at install, as every name the outcome path calls: kernel/common._fence)
+
+
+def _call(fn: Callable[..., Any], args: tuple) -> Any:
+    return fn(*args)
 
 
 def _exception_chain(exc: BaseException | None) -> list[BaseException]:
@@ -366,7 +379,13 @@ def run_source(ctx: _Ctx, source: str) -> dict:
 def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
     """The one-shot child: set up, run the cell, write the record and wait, sealed, to be ended by the parent (see
     kernel/common: the seal). How the cell ended is said by where the seal is made — one place for a cell that
-    raised, one for a clean end, the code a constant there — never by a value the cell's code could change."""
+    raised, one for a clean end, the code a constant there — never by a value the cell's code could change.
+    All of it runs untraced (`common._untraced`): no trace, profile or `sys.monitoring` hook the cell sets ever
+    runs in a frame of CRANE's, which the cell's statements leave only by returning or raising."""
+    _untraced(_child_main, args, shell, parent, on_main)
+
+
+def _child_main(args: dict, shell: Any, parent: int, on_main: bool) -> None:
     t0 = time.perf_counter()
     ctx = None
     try:
@@ -381,23 +400,68 @@ def _child_run(args: dict, shell: Any, parent: int, on_main: bool) -> None:
         why = ctx.miniature_error or "the cell reads no large DataFrame, array, tensor or dataset"
         _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}", "setup_ms": setup_ms})
         _seal_other(ctx, SEAL_RECORD)
-    fence = _fence
-    before = fence()
+    run = _fenced_run(ctx)  # (its frame's locals hold nothing the check after the cell reads: its constants do)
     signal.setitimer(signal.ITIMER_REAL, float(args["budget_s"]) + 1.5)
+    run(ctx, args, shell, setup_ms)
+
+
+def _fenced_run(ctx: _Ctx) -> Callable[[_Ctx, dict, Any, float], None]:
+    """A copy of `_cell_then_seal` whose constants are what the check after the cell needs, taken now, before the
+    cell: the fence's snapshot, its code and what to run it with (fresh globals and builtins made from immutable
+    pairs at the check, so no name the cell rebinds or adds reaches the fence's own code), and a sealed wait made
+    ready now. A running frame's constants cannot change; on 3.13 (PEP 667) its locals can, through `f_locals`."""
+    import builtins
+    import sys
+    from types import FunctionType
+
+    space = _fence.__globals__  # (CRANE's private module: every part's globals are one namespace there)
+    taken = {
+        "<le>": frozenset.__le__, "<before>": _fence(),
+        "<fn>": type.__call__.__get__(FunctionType),  # (bound: `FunctionType.__call__` would call a function)
+        "<fence>": _fence.__code__, "<dict>": dict,
+        "<globals>": tuple((k, space[k]) for k in (*_FENCE_GLOBALS, "__name__")),
+        "<builtins>": tuple(vars(builtins).items()), "<space>": space,
+        "<modules>": sys.modules, "<module>": builtins,
+        "<seal>": _seal_parts(), "<done>": ctx.done_fd, "<write>": os.write,
+    }
+    code = _cell_then_seal.__code__
+    consts = tuple(taken[c] if type(c) is str and c in taken else c for c in code.co_consts)
+    return FunctionType(code.replace(co_consts=consts), globals(), "_cell_then_seal")
+
+
+def _cell_then_seal(ctx: _Ctx, args: dict, shell: Any, setup_ms: float) -> None:
+    """The cell, then its record and the seal (a template: see `_fenced_run`). Whether anything the record is made
+    or sealed with was rebound is checked after the record is out (no code of the cell's runs after the check, but
+    a thread it left), from this run's constants alone: no local, no global, no builtin of the module."""
     ns = shell.user_ns if shell is not None else {}
     seen: dict = {}
     t1 = time.perf_counter()
     try:
         with shell.builtin_trap:
-            _exec_plan(ctx, _cell_begins(ctx, args["source"], seen), ns)
+            _exec_plan(ctx, _cell_begins(ctx, args["source"], seen), ns, untraced=True)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         _epilogue_begins(ctx)
-        digest = _record(ctx, _cell_record(ctx, e, args["source"], seen, t1), setup_ms, before, fence)
-        wait_sealed(2, digest, ctx.done_fd)  # sealed: the cell raised (SEAL_RAISED, a literal: no global a thread
-        # or finalizer of the cell's could rebind after the fence's check); the parent ends this process
-    _epilogue_begins(ctx)
-    digest = _record(ctx, _cell_record(ctx, None, args["source"], seen, t1), setup_ms, before, fence)
-    wait_sealed(1, digest, ctx.done_fd)  # sealed: the cell ended clean (SEAL_CLEAN, a literal); the parent ends it
+        sent = _record_write(ctx, _cell_record(ctx, e, args["source"], seen, t1), setup_ms)
+        if "<le>".__call__("<before>", "<fn>".__call__("<fence>", "<dict>".__call__(  # type: ignore[operator]
+                "<globals>", __builtins__="<dict>".__call__("<builtins>")))(  # type: ignore[operator]
+                "<space>", "<modules>", "<module>")) is True:
+            wait_sealed(2, _channel_digest(sent), ctx.done_fd)  # sealed: the cell raised (SEAL_RAISED, a literal:
+            # no global a thread or finalizer of the cell's could rebind after the fence's check); the parent ends it
+    else:
+        _epilogue_begins(ctx)
+        sent = _record_write(ctx, _cell_record(ctx, None, args["source"], seen, t1), setup_ms)
+        if "<le>".__call__("<before>", "<fn>".__call__("<fence>", "<dict>".__call__(  # type: ignore[operator]
+                "<globals>", __builtins__="<dict>".__call__("<builtins>")))(  # type: ignore[operator]
+                "<space>", "<modules>", "<module>")) is True:
+            wait_sealed(1, _channel_digest(sent), ctx.done_fd)  # sealed: the cell ended clean (SEAL_CLEAN, a literal)
+    try:  # CRANE's code or what it calls was rebound: sealed so (SEAL_TAMPERED), from constants alone
+        "<write>".__call__("<done>", b"d")  # type: ignore[operator]
+    except OSError:
+        pass
+    while True:
+        # (the sealed read(2) of shared/seal.py, made ready before the cell; 4: SEAL_TAMPERED, then SEAL_MAGIC)
+        "<seal>".__getitem__(0).__call__(0, "<seal>".__getitem__(1),  # type: ignore[operator]
+                                         "<seal>".__getitem__(2), 1, 4, 0, 0x4352414E45534541)
 
 
 def _epilogue_begins(ctx: _Ctx) -> None:
@@ -439,6 +503,15 @@ def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: frozenset, fence: Any
         if sealed:
             _seal_other(ctx, SEAL_TAMPERED)
         (end or _real_exit())(_TAMPERED)
+    digest = _channel_digest(_record_write(ctx, rec, setup_ms))
+    if not sealed:
+        _record_out(ctx)
+    return digest
+
+
+def _record_write(ctx: _Ctx, rec: dict, setup_ms: float) -> bytes | None:
+    """Write the record on the channel and close it; what `_write_json` returned (every byte CRANE wrote there,
+    or meant to: a channel the cell closed), for the seal's digest."""
     rec["setup_ms"] = setup_ms
     rec["displays"] = ctx.displays
     rec["denied"] = ctx.denied[:20]
@@ -451,11 +524,8 @@ def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: frozenset, fence: Any
             sent = _write_json(ctx.result_fd, rec)
         except OSError:
             sent = _sent()  # (the cell closed it: what CRANE meant to write there, never what it holds)
-    digest = _channel_digest(sent)
     _close_channel(ctx)
-    if not sealed:
-        _record_out(ctx)
-    return digest
+    return sent
 
 
 def _record_out(ctx: _Ctx) -> None:
