@@ -9,7 +9,10 @@ could
 - in a fork session, replace the bound functions that stop its hooks before its outcome (its profile hook then
   rewrote the crash's details) or anything else bound there (a clean run doing so was kept as the session's state).
 Now the seal's digest covers CRANE's own record bytes whatever the dict holds (a record CRANE could not deliver
-never matches), and a command whose code changed `_BOUND` is `blocked` and never kept. Each test failed before."""
+never matches), and a command whose code changed `_BOUND` is `blocked` and never kept. Hooks and frame-local writes in CRANE's frames, and a fence fooled by a builtin or a name the cell
+shadows or by code of the cell's it ran, forged a raising cell's `no-crash` on the one-shot fork path (issue 41):
+now blocked (kernel/common._untraced, kernel/run._fenced_run). Each test failed before (the profile and `return`
+variants and sys.monitoring on 3.12 came back `blocked` for another reason, not forged)."""
 
 from __future__ import annotations
 
@@ -293,3 +296,69 @@ def test_hooks_and_local_writes_on_newer_pythons_get_no_record_of_their_own(newe
         v = speculate(conn, f"HOOK, EVENT = {hook!r}, None\n" + cell, 60.0, layer="blocking")
     assert watch.unchanged, (watch.outputs, watch.changes(), v)
     assert v.verdict == "blocked" and "changed CRANE's own code" in (v.reason or ""), v
+
+
+# -- what the fence's own code runs with: no builtin or name of the cell's, no code of the cell's (kernel/common._fence)
+# the cell rebinds the record writer and the sealed wait, then makes the fence's `frozenset` answer "nothing changed":
+# in CRANE's private builtins, or as a global of CRANE's module shadowing the builtin
+SHADOWED = """
+import sys
+f = sys._getframe()
+while f is not None and '_fence' not in f.f_globals:
+    f = f.f_back
+g = f.f_globals
+_real_write, _real_wait = g['_write_json'], g['wait_sealed']
+def _forger(fd, obj):
+    if type(obj) is dict and obj.get('verdict') == 'crash':
+        obj.update(verdict='no-crash', ename=None, evalue=None, traceback=[], line=None)
+    return _real_write(fd, obj)
+class _Above:
+    def __ge__(self, other):
+        return True
+    def __le__(self, other):
+        return False
+g['_write_json'] = _forger
+g['wait_sealed'] = lambda code, digest, done=-1: _real_wait(1, digest, done)
+space = g['__builtins__'] if WHERE == 'builtins' else g
+space = space if type(space) is dict else vars(space)
+space['frozenset'] = lambda items=(): _Above()
+raise ValueError('real')
+"""
+# an object the cell adds to CRANE's module whose `__class__` (asked by an `isinstance`) rebinds the record writer and
+# the sealed wait once the fence has listed the module's names
+LATE = """
+import sys
+f = sys._getframe()
+while f is not None and '_fence' not in f.f_globals:
+    f = f.f_back
+g = f.f_globals
+_real_write, _real_wait = g['_write_json'], g['wait_sealed']
+def _forger(fd, obj):
+    if type(obj) is dict and obj.get('verdict') == 'crash':
+        obj.update(verdict='no-crash', ename=None, evalue=None, traceback=[], line=None)
+    return _real_write(fd, obj)
+class _Late:
+    @property
+    def __class__(self):
+        if sys._getframe(1).f_code.co_name == '_fence':
+            g['_write_json'] = _forger
+            g['wait_sealed'] = lambda code, digest, done=-1: _real_wait(1, digest, done)
+        return _Late
+g['zzz_late'] = _Late()
+raise ValueError('real')
+"""
+
+
+@pytest.mark.parametrize("where", ["builtins", "module"])
+def test_a_cell_that_shadows_what_the_fence_calls_gets_no_record_of_its_own(conn, where):
+    with Untouched(conn) as watch:
+        v = speculate(conn, f"WHERE = {where!r}\n" + SHADOWED, 60.0, layer="blocking")
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert v.verdict == "blocked" and "changed CRANE's own code" in (v.reason or ""), v
+
+
+def test_no_code_of_the_cells_runs_in_the_fence(conn):
+    with Untouched(conn) as watch:
+        v = speculate(conn, LATE, 60.0, layer="blocking")
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert (v.verdict, v.ename) == ("crash", "ValueError"), v  # (its rebinding never ran)
