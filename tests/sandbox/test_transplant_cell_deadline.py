@@ -5,9 +5,9 @@ A real kernel of today's environment with JAX loaded (it cannot be forked: `spec
 The layered worker's cell runs as pid 1 of its pid namespace, where its own SIGALRM timer cannot fire; a cell can
 also ignore and block SIGALRM. Either way the daemon kills the worker at the cell's deadline, and the verdict's
 reason says that deadline ended it (never the setup's allowance, which ended such runs before: 22 s for a 2 s
-budget). Where the worker's own timer (budget + 1.5 s, a backstop) can fire (the blocking confinement, portable
-runs) it may come first on a starved daemon. No assertion on wall-clock speed: the verdict says which mechanism
-ended the run."""
+budget). Where the worker's own timer (budget + 1.5 s) can fire (the blocking confinement, portable runs) it ends
+the cell first, the daemon's kill 0.5 s behind it. No assertion on wall-clock speed: the verdict says which
+mechanism ended the run."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_a_busy_cell_ends_at_its_budget_from_its_start(jax_kernel):
     if v.transplant.confinement == "layered":  # pid 1 of its namespace: its own timer cannot fire
         assert "pid 1\n" in v.stdout, v.stdout
         assert v.reason == timeout_reason(BUDGET), v
-    else:  # the blocking confinement: the worker's timer is a backstop
+    else:  # the blocking confinement: the worker's timer, the daemon's kill behind it
         assert v.reason in (TIMER, timeout_reason(BUDGET)), v
     assert v.reason != setup_reason(BUDGET + LOAD_S)
 
@@ -66,7 +66,7 @@ def test_a_cell_that_ignores_and_blocks_its_timer_is_ended_from_outside(jax_kern
 
 def test_a_portable_run_ends_at_its_budget(jax_kernel):
     """The portable worker's cell is not pid 1 (no pid namespace) and the call guard refuses it the signal
-    module: its timer can fire, behind the daemon's cell deadline (a JAX kernel's head runs the request itself,
+    module: its timer fires, the daemon's cell deadline behind it (a JAX kernel's head runs the request itself,
     its lines live)."""
     v = transplant(jax_kernel, BUSY, BUDGET, portable="asked for", confinement="portable")
     assert v.verdict == "timeout", v

@@ -5,13 +5,14 @@ A worker's setup (imports, confinement, loading the copied state) has its own al
 top of the budget); the cell then gets its budget from the moment the worker says it begins: its "cell" line
 (kernel/run._cell_begins), which CRANE writes after its setup lines and before any of the cell's code runs. Only
 the first such line after nothing but setup lines counts: the cell can neither write an earlier one nor move it.
-`CELL_GRACE_S` after the budget (the fork path's grace, crane.sandbox.fork_runner) the daemon kills the worker
-(its layered child and pid namespace go with it: a parent-death signal). The worker's own timer (budget + 1.5 s,
-worker/main.py) is only a backstop: it cannot fire where the cell runs as pid 1 of its pid namespace (the layered
-worker's child: Linux drops a default-action signal sent to a namespace's init from inside), nor where the cell
-ignores or blocks SIGALRM, and those runs ended at the setup's whole allowance before (a 2 s budget: 22.6 s). A
-head's fork child (worker/head.py), whose lines come framed after it ended, is still ended by that timer (the
-call guard refuses the cell the signal module) and else by the setup's allowance.
+`CELL_GRACE_S` after the budget the daemon kills the worker (its layered child and pid namespace go with it: a
+parent-death signal): just after the worker's own timer (budget + 1.5 s, worker/main.py), which ends the cell
+first where it can fire, so every path gives the cell what that timer gives it. It cannot fire where the cell runs
+as pid 1 of its pid namespace (the layered worker's child: Linux drops a default-action signal sent to a
+namespace's init from inside), nor where the cell ignores or blocks SIGALRM: those runs ended at the setup's whole
+allowance before (a 2 s budget: 22.6 s). A head's fork child (worker/head.py), whose lines come framed after it
+ended, is still ended by that timer (the call guard refuses the cell the signal module), else by the setup's
+allowance.
 
 Readers: `read_fifo` (the OS run's FIFO, crane.sandbox.channel.read_until_eof), and for the portable runs'
 pipes `CellWatch` (the reader, read through) with `CellClock` (the stop event the pipe readers look at:
@@ -29,7 +30,8 @@ from crane.sandbox.channel import ChildHandle, read_until_eof
 from crane.sandbox.drain import has_record
 from crane.sandbox.pipes import PipeReader
 
-CELL_GRACE_S = _GRACE_S  # the daemon's kill after the cell's budget (as on the fork path)
+TIMER_S = 1.5  # the worker's own timer: the budget + 1.5 s (worker/main.py, kernel/run.py's twin)
+CELL_GRACE_S = TIMER_S + _GRACE_S  # the daemon's kill after the cell's budget: once the timer had its chance
 _PREFIX = ("setup", "denied")  # CRANE's lines before the cell's
 
 
