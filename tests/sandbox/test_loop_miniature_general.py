@@ -111,6 +111,24 @@ else:
     raise RuntimeError('never stopped early')
 print('stopped')
 """
+# `while True:` with no `break`: only an exception ends it (a next() that runs dry, say): a clean cut run says nothing
+ENDLESS = """
+k = 0
+while True:
+    time.sleep(0.3)
+    k += 1
+"""
+ENDLESS_BREAK = """
+k = 0
+while True:
+    time.sleep(0.3)
+    k += 1
+    for j in range(2):
+        break
+    if k >= 300:
+        break
+print(k)
+"""
 QUICK_ELSE = "i = 0\nwhile i < 3:\n    i += 1\nelse:\n    print('done', i)\nfor j in range(2):\n    pass\nelse:\n    print(j)"
 QUICK_WHILE = "i = t = 0\nwhile i < 3000:\n    t += i\n    i += 1\nprint(t)"
 EARLIER = "the functions earlier cells defined ("
@@ -152,6 +170,10 @@ def test_while_loops_both_ways(conn, ready):
     v = loops(conn, WHILE_NOT)  # a `while not converged` cut; the crash after it is not about the skipped epochs
     assert v.verdict == "crash" and v.ename == "TypeError" and v.line == 7, v
     assert "not certain" in (v.reason or "") and "line 3 were cut" in (v.reason or ""), v
+    v = loops(conn, ENDLESS)  # cut, clean: inconclusive (the full run never ends)
+    assert v.verdict == "timeout" and "endless `while` loop on line 3 was cut short" in (v.reason or ""), v
+    v = loops(conn, ENDLESS_BREAK)  # its own `break` (not the inner loop's): the usual rule
+    assert v.verdict == "no-crash" and v.stdout == "2\n" and "line 3 cut short" in (v.reason or ""), v
     v = loops(conn, QUICK_WHILE)  # quick: never cut, the full run
     assert v.verdict == "no-crash" and v.stdout == "4498500\n" and "no loop reached" in (v.reason or ""), v
     assert kernel_state(conn) == ready

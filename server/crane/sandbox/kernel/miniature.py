@@ -563,7 +563,7 @@ def artefact(exc: BaseException | None) -> str | None:
 
 # -- loop miniatures -----------------------------------------------------------------------------------------
 # the process that runs the cell only: n, the cuts list the helpers append (where, n, the range's length or -1;
-# where: the cell's line, or "line L of `f`" for a loop of an earlier cell's function), the functions rebound
+# -2 for an endless `while`; where: the cell's line, or "line L of `f`" for a loop of an earlier cell's function), the functions rebound
 _LOOPS: dict = {"n": 0, "ms": 0, "cuts": None, "bounded": 0, "earlier": []}
 _LOOP_NAME = "__crane_loop__"
 _WHILE_NAME = "__crane_while__"
@@ -587,10 +587,10 @@ def __crane_loop__(iterable, line, cut=None):
         k += 1
         yield item
 
-def __crane_while__(state, *test):
+def __crane_while__(state, *test, endless=False):
     if not test:
-        return [0, _CLOCK(), state, False]
-    if type(state) is not list or len(state) != 4:
+        return [0, _CLOCK(), state, False, endless]
+    if type(state) is not list or len(state) != 5:
         _CUTS.append((0, 0, -1))
         return False
     if len(test) == 2:
@@ -598,7 +598,7 @@ def __crane_while__(state, *test):
     if not test[0]:
         return False
     if state[0] >= _N and _CLOCK() - state[1] > _SLICE:
-        _CUTS.append((state[2], state[0], -1))
+        _CUTS.append((state[2], state[0], -2 if state[4] else -1))
         state[3] = True
         return False
     state[0] += 1
@@ -647,6 +647,7 @@ class _LoopBound(ast.NodeTransformer):
         return [ast.fix_missing_locations(ast.copy_location(start, node)), node]
 
     def visit_While(self, node: ast.While) -> list:
+        endless = _endless(node)  # (before the nested loops are rewritten)
         self.generic_visit(node)
         state = f"__crane_w{node.lineno}_{node.col_offset}__"  # (a local of the loop's scope: re-entry, recursion)
         node.test = self._call(_WHILE_NAME, [ast.Name(state, ast.Load()), node.test], node.test)
@@ -656,8 +657,30 @@ class _LoopBound(ast.NodeTransformer):
             node.orelse = [ast.fix_missing_locations(ast.copy_location(guard, node.orelse[0]))]
         start = ast.Assign(targets=[ast.Name(state, ast.Store())],
                            value=self._call(_WHILE_NAME, [ast.Constant(self.where(node.lineno))], node))
+        if endless:
+            start.value.keywords = [ast.keyword("endless", ast.Constant(True))]
         _LOOPS["bounded"] += 1
         return [ast.fix_missing_locations(ast.copy_location(start, node)), node]
+
+
+def _endless(node: ast.While) -> bool:
+    """A `while` that only an exception can leave: its test a true constant (`while True:`, `while 1:`) and no
+    `break` of its own (nor a `return`, a `yield` handing control back) in its body."""
+    if not (isinstance(node.test, ast.Constant) and node.test.value):
+        return False
+    todo: list = list(node.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.Break, ast.Return, ast.Yield, ast.YieldFrom, ast.Await)):
+            return False
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(n, (ast.For, ast.AsyncFor, ast.While)):  # their own `break`s are theirs; `else` is ours
+            todo.extend(n.orelse)
+            todo.extend(x for x in ast.walk(n) if isinstance(x, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await)))
+            continue
+        todo.extend(ast.iter_child_nodes(n))
+    return True
 
 
 def arm_loops(kept: list, shell: Any, offset: int = 0) -> None:
@@ -888,6 +911,20 @@ def _loop_artefact(exc: BaseException | None) -> str | None:
             return "an error about counts, sizes or empty results after a loop was cut short"
         e = e.__cause__ or e.__context__
     return None
+
+
+def loop_unended() -> str | None:
+    """Why a loop miniature's clean run says nothing (the verdict's reason), or None: it cut a `while` that only an
+    exception can leave (`_endless`: `while True:` with no `break`; its cut entry's length -2), so the full run either
+    never ends or ends raising: a clean run with it cut short is no evidence. A crash is judged as usual."""
+    lines = list(dict.fromkeys(str(c[0]) for c in _loop_cuts() if c[2] == -2))
+    if not lines:
+        return None
+    many = len(lines) > 1
+    return (f"loop miniature: ran clean until the endless `while` loop{'s' if many else ''} on line"
+            f"{'s' if many else ''} {', '.join(lines[:6])} {'were' if many else 'was'} cut short; only an exception "
+            "ends such a loop, so the full run either never ends or raises: no verdict (the full run did not finish "
+            "in time)")
 
 
 def loop_note(verdict: str) -> str | None:

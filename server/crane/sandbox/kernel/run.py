@@ -38,7 +38,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
-from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note  # kernel: strip
+from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note, loop_unended  # kernel: strip
 from crane.sandbox.shared.seal import SEAL_RECORD, SEAL_TAMPERED, _seal_parts, wait_sealed  # kernel: strip
 
 
@@ -351,6 +351,10 @@ def _cell_record(ctx: _Ctx, exc: BaseException | None, source: str, seen: dict, 
         if why:  # a miniature run's crash that the smaller data may have caused: inconclusive
             verdict, reason = "timeout", (f"the miniature run raised {type(exc).__name__}, which may be an artefact "
                                           f"of the smaller data ({why}); the full run did not finish in time")
+    if verdict == "no-crash" and ctx.kept:
+        unended = loop_unended()  # a clean run with a `while` cut short: it may never end (kernel/miniature)
+        if unended:
+            verdict, reason = "timeout", unended
     if verdict in ("crash", "no-crash") and ctx.kept:
         reason = loop_note(verdict) or reason  # what a loop miniature's verdict rests on (kernel/miniature)
     rec = {"verdict": verdict, "reason": reason, "elapsed_ms": elapsed}
