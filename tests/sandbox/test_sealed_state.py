@@ -9,10 +9,11 @@ could
 - in a fork session, replace the bound functions that stop its hooks before its outcome (its profile hook then
   rewrote the crash's details) or anything else bound there (a clean run doing so was kept as the session's state).
 Now the seal's digest covers CRANE's own record bytes whatever the dict holds (a record CRANE could not deliver
-never matches), and a command whose code changed `_BOUND` is `blocked` and never kept. Hooks and frame-local writes in CRANE's frames, and a fence fooled by a builtin or a name the cell
-shadows or by code of the cell's it ran, forged a raising cell's `no-crash` on the one-shot fork path (issue 41):
-now blocked (kernel/common._untraced, kernel/run._fenced_run). Each test failed before (the profile and `return`
-variants and sys.monitoring on 3.12 came back `blocked` for another reason, not forged)."""
+never matches), and a command whose code changed `_BOUND` is `blocked` and never kept. Hooks and frame-local writes
+in CRANE's frames, and a fence fooled by a builtin or a name the cell shadows or by code of the cell's it ran,
+forged a raising cell's `no-crash` on the one-shot fork path (issue 41): now blocked (kernel/common._untraced,
+kernel/run._fenced_run). Each test failed before (the profile and `return` variants and sys.monitoring on 3.12 came
+back `blocked` for another reason, not forged)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note, loop_unended  # kernel: strip
-from crane.sandbox.shared.seal import SEAL_RECORD, SEAL_TAMPERED, _seal_parts, wait_sealed  # kernel: strip
+from crane.sandbox.shared.seal import _SEAL_HASH, SEAL_RECORD, SEAL_TAMPERED, _seal_parts  # kernel: strip
 
 
 def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
@@ -412,12 +412,14 @@ def _child_main(args: dict, shell: Any, parent: int, on_main: bool) -> None:
 def _fenced_run(ctx: _Ctx) -> Callable[[_Ctx, dict, Any, float], None]:
     """A copy of `_cell_then_seal` whose constants are what the check after the cell needs, taken now, before the
     cell: the fence's snapshot, its code and what to run it with (fresh globals and builtins made from immutable
-    pairs at the check, so no name the cell rebinds or adds reaches the fence's own code), and a sealed wait made
-    ready now. A running frame's constants cannot change; on 3.13 (PEP 667) its locals can, through `f_locals`."""
+    pairs at the check, so no name the cell rebinds or adds reaches the fence's own code), and what the seal is made
+    with (libc's `syscall`, the hash the seal's digest is by, `os.pipe`, `os.write`). A running frame's constants
+    cannot change; on 3.13 (PEP 667) its locals can, through `f_locals`."""
     import builtins
     import sys
     from types import FunctionType
 
+    syscall, _, buf = _seal_parts(pipe=False)  # (libc's syscall and a buffer; the pipe is made at the seal)
     space = _fence.__globals__  # (CRANE's private module: every part's globals are one namespace there)
     taken = {
         "<le>": frozenset.__le__, "<before>": _fence(),
@@ -426,7 +428,8 @@ def _fenced_run(ctx: _Ctx) -> Callable[[_Ctx, dict, Any, float], None]:
         "<globals>": tuple((k, space[k]) for k in (*_FENCE_GLOBALS, "__name__")),
         "<builtins>": tuple(vars(builtins).items()), "<space>": space,
         "<modules>": sys.modules, "<module>": builtins,
-        "<seal>": _seal_parts(), "<done>": ctx.done_fd, "<write>": os.write,
+        "<syscall>": syscall, "<buf>": buf, "<pipe>": os.pipe, "<done>": ctx.done_fd, "<write>": os.write,
+        "<int>": int.from_bytes, "<hash>": _SEAL_HASH,
     }
     code = _cell_then_seal.__code__
     consts = tuple(taken[c] if type(c) is str and c in taken else c for c in code.co_consts)
@@ -436,7 +439,10 @@ def _fenced_run(ctx: _Ctx) -> Callable[[_Ctx, dict, Any, float], None]:
 def _cell_then_seal(ctx: _Ctx, args: dict, shell: Any, setup_ms: float) -> None:
     """The cell, then its record and the seal (a template: see `_fenced_run`). Whether anything the record is made
     or sealed with was rebound is checked after the record is out (no code of the cell's runs after the check, but
-    a thread it left), from this run's constants alone: no local, no global, no builtin of the module."""
+    a thread it left), and the seal made, from this run's constants alone: no global, no builtin of the module, no
+    local but `sent` (what CRANE wrote on the channel: changed, the seal matches nothing). Each seal is shared/seal's
+    `wait_sealed` written out: wake the parent, then wait for good in a read(2) of a new pipe nobody writes, its
+    registers saying SEAL_MAGIC, the code (a literal here) and the digest of `sent`."""
     ns = shell.user_ns if shell is not None else {}
     seen: dict = {}
     t1 = time.perf_counter()
@@ -449,23 +455,38 @@ def _cell_then_seal(ctx: _Ctx, args: dict, shell: Any, setup_ms: float) -> None:
         if "<le>".__call__("<before>", "<fn>".__call__("<fence>", "<dict>".__call__(  # type: ignore[operator]
                 "<globals>", __builtins__="<dict>".__call__("<builtins>")))(  # type: ignore[operator]
                 "<space>", "<modules>", "<module>")) is True:
-            wait_sealed(2, _channel_digest(sent), ctx.done_fd)  # sealed: the cell raised (SEAL_RAISED, a literal:
-            # no global a thread or finalizer of the cell's could rebind after the fence's check); the parent ends it
+            # sealed: the cell raised (SEAL_RAISED, 2); the parent ends this process
+            try:
+                "<write>".__call__("<done>", b"d")  # type: ignore[operator]
+            except OSError:
+                pass
+            while True:
+                "<syscall>".__call__(0, "<pipe>".__call__().__getitem__(0), "<buf>", 1, 2,  # type: ignore[operator]
+                                     "<int>".__call__("<hash>".__call__(  # type: ignore[operator]
+                                         sent, digest_size=8).digest(), "little"), 0x4352414E45534541)
     else:
         _epilogue_begins(ctx)
         sent = _record_write(ctx, _cell_record(ctx, None, args["source"], seen, t1), setup_ms)
         if "<le>".__call__("<before>", "<fn>".__call__("<fence>", "<dict>".__call__(  # type: ignore[operator]
                 "<globals>", __builtins__="<dict>".__call__("<builtins>")))(  # type: ignore[operator]
                 "<space>", "<modules>", "<module>")) is True:
-            wait_sealed(1, _channel_digest(sent), ctx.done_fd)  # sealed: the cell ended clean (SEAL_CLEAN, a literal)
-    try:  # CRANE's code or what it calls was rebound: sealed so (SEAL_TAMPERED), from constants alone
+            # sealed: the cell ended clean (SEAL_CLEAN, 1); the parent ends this process
+            try:
+                "<write>".__call__("<done>", b"d")  # type: ignore[operator]
+            except OSError:
+                pass
+            while True:
+                "<syscall>".__call__(0, "<pipe>".__call__().__getitem__(0), "<buf>", 1, 1,  # type: ignore[operator]
+                                     "<int>".__call__("<hash>".__call__(  # type: ignore[operator]
+                                         sent, digest_size=8).digest(), "little"), 0x4352414E45534541)
+    # CRANE's code or what it calls was rebound: sealed so (SEAL_TAMPERED, 4; its digest names nothing)
+    try:
         "<write>".__call__("<done>", b"d")  # type: ignore[operator]
     except OSError:
         pass
     while True:
-        # (the sealed read(2) of shared/seal.py, made ready before the cell; 4: SEAL_TAMPERED, then SEAL_MAGIC)
-        "<seal>".__getitem__(0).__call__(0, "<seal>".__getitem__(1),  # type: ignore[operator]
-                                         "<seal>".__getitem__(2), 1, 4, 0, 0x4352414E45534541)
+        "<syscall>".__call__(0, "<pipe>".__call__().__getitem__(0), "<buf>", 1, 4,  # type: ignore[operator]
+                             0, 0x4352414E45534541)
 
 
 def _epilogue_begins(ctx: _Ctx) -> None:
@@ -513,7 +534,7 @@ def _record(ctx: _Ctx, rec: dict, setup_ms: float, before: frozenset, fence: Any
     return digest
 
 
-def _record_write(ctx: _Ctx, rec: dict, setup_ms: float) -> bytes | None:
+def _record_write(ctx: _Ctx, rec: dict, setup_ms: float) -> bytes:
     """Write the record on the channel and close it; what `_write_json` returned (every byte CRANE wrote there,
     or meant to: a channel the cell closed), for the seal's digest."""
     rec["setup_ms"] = setup_ms
@@ -529,7 +550,7 @@ def _record_write(ctx: _Ctx, rec: dict, setup_ms: float) -> bytes | None:
         except OSError:
             sent = _sent()  # (the cell closed it: what CRANE meant to write there, never what it holds)
     _close_channel(ctx)
-    return sent
+    return _sent() if sent is None else sent
 
 
 def _record_out(ctx: _Ctx) -> None:
