@@ -655,10 +655,10 @@ class _LoopBound(ast.NodeTransformer):
             cut = self._call(_WHILE_NAME, [ast.Name(state, ast.Load()), ast.Constant(None), ast.Constant(None)], node)
             guard = ast.If(test=ast.UnaryOp(ast.Not(), cut), body=node.orelse, orelse=[])
             node.orelse = [ast.fix_missing_locations(ast.copy_location(guard, node.orelse[0]))]
-        start = ast.Assign(targets=[ast.Name(state, ast.Store())],
-                           value=self._call(_WHILE_NAME, [ast.Constant(self.where(node.lineno))], node))
+        begin = self._call(_WHILE_NAME, [ast.Constant(self.where(node.lineno))], node)
         if endless:
-            start.value.keywords = [ast.keyword("endless", ast.Constant(True))]
+            begin.keywords = [ast.keyword("endless", ast.Constant(True))]
+        start = ast.Assign(targets=[ast.Name(state, ast.Store())], value=begin)
         _LOOPS["bounded"] += 1
         return [ast.fix_missing_locations(ast.copy_location(start, node)), node]
 
