@@ -363,3 +363,42 @@ def test_no_code_of_the_cells_runs_in_the_fence(conn):
         v = speculate(conn, LATE, 60.0, layer="blocking")
     assert watch.unchanged, (watch.outputs, watch.changes(), v)
     assert (v.verdict, v.ename) == ("crash", "ValueError"), v  # (its rebinding never ran)
+
+
+# honest hooks the cell sets in one statement reach its next ones, as in the kernel (a profiler enabled, then the
+# work, then its report: on 3.11 each statement in its own `sys.call_tracing` left the next one unprofiled and
+# `pstats.Stats` raised a TypeError, a false crash)
+PROFILED = """
+import cProfile, pstats, sys
+def work():
+    return sum(i * i for i in range(2000))
+pr = cProfile.Profile()
+pr.enable()
+work()
+pr.disable()
+st = pstats.Stats(pr)
+assert any(k[2] == 'work' for k in st.stats), sorted(st.stats)[:5]
+seen = []
+def tr(frame, event, arg):
+    if frame.f_code.co_name == 'work':
+        seen.append(event)
+    return tr
+sys.settrace(tr)
+work()
+sys.settrace(None)
+assert 'call' in seen and 'line' in seen and 'return' in seen, seen
+print('profiled')
+"""
+
+
+def test_a_cells_own_profiler_and_tracer_span_its_statements(conn):
+    with Untouched(conn) as watch:
+        v = speculate(conn, PROFILED, 60.0, layer="blocking")
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    assert v.verdict == "no-crash" and v.stdout == "profiled\n", v
+
+
+def test_a_cells_own_profiler_spans_its_statements_on_newer_pythons(newer):
+    version, conn = newer
+    v = speculate(conn, PROFILED, 60.0, layer="blocking")
+    assert v.verdict == "no-crash" and v.stdout == "profiled\n", (version, v)

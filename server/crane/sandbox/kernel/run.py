@@ -71,29 +71,34 @@ def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> t
 
 
 def _exec_plan(ctx: _Ctx, plan: list[CodeType], ns: dict[str, Any], untraced: bool = False) -> None:
-    """Run the cell's statements in `ns`. `untraced` (a one-shot fork run: kernel/common._untraced): each through
-    `sys.call_tracing`, so the cell's code is traced as it would be in the kernel while CRANE's frames are not."""
-    call = _call_tracing if untraced else _call
+    """Run the cell's statements in `ns`. `untraced` (a one-shot fork run: kernel/common._untraced): all of them in
+    ONE `sys.call_tracing`, so the cell's code is traced as it would be in the kernel while CRANE's frames are not.
+    One call, not one per statement: on 3.11 a hook the cell sets in one statement (`sys.setprofile`, a profiler's
+    `enable()`, coverage's `start()`) reaches the next only within the same call (the thread's tracing flag is
+    copied from the caller into each new evaluation loop, and `call_tracing` restores the caller's when it returns)."""
+    if untraced:
+        _call_tracing(_run_statements, (plan, ns))
+    else:
+        _run_statements(plan, ns)
+
+
+def _run_statements(plan: list[CodeType], ns: dict[str, Any]) -> None:
     for code in plan:
         if code.co_flags & _CO_COROUTINE:
             import asyncio
             loop = asyncio.new_event_loop()
             try:
-                call(loop.run_until_complete, (eval(code, ns),))
+                loop.run_until_complete(eval(code, ns))
             finally:
                 try:
                     loop.close()
                 except Exception:
                     pass
         else:
-            call(exec, (code, ns))
+            exec(code, ns)
 
 
 _call_tracing = sys.call_tracing  # (bound at install, as every name the outcome path calls: kernel/common._fence)
-
-
-def _call(fn: Callable[..., Any], args: tuple) -> Any:
-    return fn(*args)
 
 
 def _exception_chain(exc: BaseException | None) -> list[BaseException]:
