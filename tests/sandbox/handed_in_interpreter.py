@@ -28,8 +28,27 @@ CELLS = {
 }
 refused: list = []
 g = mod.CallGuard(refused.append)
+import copy  # noqa: E402
+import functools  # noqa: E402
+import pickle  # noqa: E402
+
+EARLY = (functools.partial(int, base=2), map(abs, [-3]))  # made by the original types, before the run's guard
 mod.guard_combinators(g)  # (once per process: what `shield_unaudited` does where no OS layer ran)
 bad = 0
+# what the original types made still pickles and copies (by the replacements its module names now), and a class
+# derived from a replacement checks instances as any class does
+try:
+    p, m = pickle.loads(pickle.dumps(EARLY))
+    assert p("11") == 3 and list(m) == [3] and copy.deepcopy(EARLY[0])("101") == 5
+    assert isinstance(EARLY[0], functools.partial) and type(functools.partial) is not type
+
+    class MyPartial(functools.partial):
+        pass
+    assert isinstance(MyPartial(int), MyPartial) and not isinstance(1, MyPartial) and not issubclass(int, MyPartial)
+    print("ok  made before, derived")
+except Exception as e:  # noqa: BLE001 - reported
+    bad += 1
+    print("BAD made before, derived", type(e).__name__, e)
 
 
 def run(src):

@@ -37,6 +37,7 @@ through `__mro__`/`__subclasses__()`; the audit hook catches most of those paths
 
 from __future__ import annotations
 
+import copyreg
 import functools
 import os
 import re
@@ -1210,10 +1211,12 @@ class _HandedMeta(type):
     made is still an instance (arrow.py's `FileSystem` too)."""
 
     def __instancecheck__(cls, obj: Any) -> bool:
-        return isinstance(obj, cls.__dict__["__crane_base__"])
+        base = cls.__dict__.get("__crane_base__")  # (a class the cell or a library derives from it: the usual check)
+        return isinstance(obj, base) if base is not None else type.__instancecheck__(cls, obj)
 
     def __subclasscheck__(cls, sub: Any) -> bool:
-        return issubclass(sub, cls.__dict__["__crane_base__"])
+        base = cls.__dict__.get("__crane_base__")
+        return issubclass(sub, base) if base is not None else type.__subclasscheck__(cls, sub)
 
 
 def _first(args: tuple, kw: dict) -> tuple:
@@ -1249,7 +1252,11 @@ def _handed_type(guard: CallGuard, base: type, picks: Callable) -> type:
         return base.__new__(cls, *args, **kw)
     ns = {"__new__": __new__, "__module__": base.__module__, "__qualname__": base.__qualname__,
           "__doc__": base.__doc__, "__crane_base__": base, "__slots__": ()}
-    return _HandedMeta(base.__name__, (base,), ns)
+    new = _HandedMeta(base.__name__, (base,), ns)
+    # an object the original type made (before the run, or by C code) pickles and copies by the replacement, which
+    # its module's name now gives (pickle checks the name leads back to the very type it saves)
+    copyreg.pickle(base, lambda obj: (new, *base.__reduce__(obj)[1:]))
+    return new
 
 
 def _handed_function(guard: CallGuard, orig: Callable, picks: Callable) -> Callable:
