@@ -1255,7 +1255,8 @@ def _handed_type(guard: CallGuard, base: type, picks: Callable) -> type:
     new = _HandedMeta(base.__name__, (base,), ns)
     # an object the original type made (before the run, or by C code) pickles and copies by the replacement, which
     # its module's name now gives (pickle checks the name leads back to the very type it saves)
-    copyreg.pickle(base, lambda obj: (new, *base.__reduce__(obj)[1:]))
+    reduce: Callable[[Any], Any] = getattr(base, "__reduce__")  # noqa: B009 - the unbound method (typed: one argument)
+    copyreg.pickle(base, lambda obj: (new, *reduce(obj)[1:]))
     return new
 
 
