@@ -249,3 +249,25 @@ def test_fewer_items_after_a_cut_is_inconclusive():
     finally:
         miniature._LOOPS.clear()
         miniature._LOOPS.update(saved)
+
+
+# a newer history entry that defines the same function on the same line but never ran it (its first line raised):
+# same bytecode, other constants — never the source a loop miniature takes (the copy would return 'B')
+DONOR_A = "import time\ndef stage(n):\n    for i in range(n):\n        time.sleep(0.3)\n    return 'A'\n"
+DONOR_B = "1 / 0\ndef stage(n):\n    for i in range(n):\n        time.sleep(0.3)\n    return 'B'\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX kernels")
+def test_a_def_that_never_ran_is_not_the_functions_source(tmp_path):
+    from crane.kernel.manager import start_kernel
+    k = start_kernel(tmp_path)
+    try:
+        c = k.connection
+        assert c.run_cell(DONOR_A, timeout=60).status == "ok"
+        assert c.run_cell(DONOR_B, timeout=60).status == "error"
+        for sandbox in (None, SandboxOptions(confinement="portable")):
+            kw = {"sandbox": sandbox} if sandbox is not None else {}
+            v = loops(c, "print(stage(1000))", 60.0, **kw)
+            assert v.verdict == "no-crash" and v.stdout == "A\n" and "of `stage` cut short" in (v.reason or ""), v
+    finally:
+        k.shutdown()

@@ -853,7 +853,7 @@ def bound_earlier(shell: Any) -> list[str]:
             try:
                 plain = _compiled_def(path, code.co_filename, flags, None)
                 if plain is None or plain.co_code != code.co_code or plain.co_names != code.co_names \
-                        or plain.co_freevars != code.co_freevars:
+                        or plain.co_freevars != code.co_freevars or plain.co_consts != code.co_consts:
                     continue
                 new = _compiled_def(path, code.co_filename, flags, _LoopBound(0, _named(fn.__qualname__)))
             except Exception:
