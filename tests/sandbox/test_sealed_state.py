@@ -200,6 +200,21 @@ def test_a_cell_that_updates_the_fences_snapshot_gets_no_record_of_its_own(conn,
 
 
 
+# what the forging cells below share: the walk to a frame of CRANE's module (`f`), and a record writer that turns
+# every crash record clean (`_forger`, over the real one, from CRANE's globals `g`)
+_TO_CRANE = """import sys
+f = sys._getframe()
+while f is not None and '_fence' not in f.f_globals:
+    f = f.f_back
+"""
+_FORGE = """_real_write, _real_wait = g['_write_json'], g['wait_sealed']
+def _forger(fd, obj):
+    if type(obj) is dict and obj.get('verdict') == 'crash':
+        obj.update(verdict='no-crash', ename=None, evalue=None, traceback=[], line=None)
+    return _real_write(fd, obj)
+"""
+
+
 # -- hooks and frame-local writes in CRANE's frames (issue 41): CRANE's part of a one-shot fork run is untraced
 # (kernel/common._untraced: no trace, profile or sys.monitoring event fires in its frames, the cell runs through
 # `sys.call_tracing`), and what the check after the cell reads is in the run's code constants (kernel/run._fenced_run)
@@ -207,21 +222,11 @@ def test_a_cell_that_updates_the_fences_snapshot_gets_no_record_of_its_own(conn,
 # then sets a hook (`HOOK`) that, on any event (`EVENT`, or all) in a frame of CRANE's, puts a fresh fence snapshot
 # in every `before` local of CRANE's frames (3.11/3.12 write a trace function's f_locals back), then raises. Before,
 # a tracer on `_child_run`'s frame fired at its `except` line and the run came back no-crash.
-HOOKED = """
-import sys
-f = sys._getframe()
-while f is not None and '_fence' not in f.f_globals:
-    f = f.f_back
-g, cranes = f.f_globals, []
+HOOKED = "\n" + _TO_CRANE + """g, cranes = f.f_globals, []
 while f is not None:
     cranes.append(f)
     f = f.f_back
-_real_write, _real_wait = g['_write_json'], g['wait_sealed']
-def _forger(fd, obj):
-    if type(obj) is dict and obj.get('verdict') == 'crash':
-        obj.update(verdict='no-crash', ename=None, evalue=None, traceback=[], line=None)
-    return _real_write(fd, obj)
-g['_write_json'] = _forger
+""" + _FORGE + """g['_write_json'] = _forger
 g['wait_sealed'] = lambda code, digest, done=-1: _real_wait(1, digest, done)
 def _forge_locals(frame):
     if frame.f_globals is g:
@@ -302,18 +307,8 @@ def test_hooks_and_local_writes_on_newer_pythons_get_no_record_of_their_own(newe
 # -- what the fence's own code runs with: no builtin or name of the cell's, no code of the cell's (kernel/common._fence)
 # the cell rebinds the record writer and the sealed wait, then makes the fence's `frozenset` answer "nothing changed":
 # in CRANE's private builtins, or as a global of CRANE's module shadowing the builtin
-SHADOWED = """
-import sys
-f = sys._getframe()
-while f is not None and '_fence' not in f.f_globals:
-    f = f.f_back
-g = f.f_globals
-_real_write, _real_wait = g['_write_json'], g['wait_sealed']
-def _forger(fd, obj):
-    if type(obj) is dict and obj.get('verdict') == 'crash':
-        obj.update(verdict='no-crash', ename=None, evalue=None, traceback=[], line=None)
-    return _real_write(fd, obj)
-class _Above:
+SHADOWED = "\n" + _TO_CRANE + """g = f.f_globals
+""" + _FORGE + """class _Above:
     def __ge__(self, other):
         return True
     def __le__(self, other):
@@ -327,18 +322,8 @@ raise ValueError('real')
 """
 # an object the cell adds to CRANE's module whose `__class__` (asked by an `isinstance`) rebinds the record writer and
 # the sealed wait once the fence has listed the module's names
-LATE = """
-import sys
-f = sys._getframe()
-while f is not None and '_fence' not in f.f_globals:
-    f = f.f_back
-g = f.f_globals
-_real_write, _real_wait = g['_write_json'], g['wait_sealed']
-def _forger(fd, obj):
-    if type(obj) is dict and obj.get('verdict') == 'crash':
-        obj.update(verdict='no-crash', ename=None, evalue=None, traceback=[], line=None)
-    return _real_write(fd, obj)
-class _Late:
+LATE = "\n" + _TO_CRANE + """g = f.f_globals
+""" + _FORGE + """class _Late:
     @property
     def __class__(self):
         if sys._getframe(1).f_code.co_name == '_fence':
