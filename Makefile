@@ -59,12 +59,13 @@ client-then-e2e: setup
 
 test-python: setup kernel-today kernel-pythons daemon-pythons
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal --durations=25
-	@for dir in $(DAEMON_PYTHON_DIRS); do \
+	@pids=""; for dir in $(DAEMON_PYTHON_DIRS); do \
 	  [ -x $$dir/bin/python ] || continue; \
-	  echo "== the language server's kernel-following tests with the server on $$($$dir/bin/python -V) ($$dir)"; \
-	  CRANE_SERVER_PYTHON=$(CURDIR)/$$dir/bin/python $(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal \
-	    $(SERVER_TESTS) -k "$(SERVER_TESTS_K)" || exit 1; \
-	done
+	  ( out=$$(CRANE_SERVER_PYTHON=$(CURDIR)/$$dir/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider \
+	      $(SERVER_TESTS) -k "$(SERVER_TESTS_K)" 2>&1); rc=$$?; \
+	    echo "== the language server's kernel-following tests with the server on $$($$dir/bin/python -V) ($$dir)"; \
+	    echo "$$out"; exit $$rc ) & pids="$$pids $$!"; \
+	done; rc=0; for p in $$pids; do wait $$p || rc=1; done; exit $$rc
 
 # A second kernel environment on today's versions (IPython 9, numpy 2, pandas 3, TensorFlow/Keras 3, JAX, polars,
 # xgboost, lightgbm; envs/kernel-today.txt): the tests run kernels in it beside the bench environment's IPython 8
@@ -91,7 +92,8 @@ kernel-pythons:
 # ours once, tests/architecture/test_stdlib_subclasses.py): CRANE alone (no extras) in build/daemon-py3XX for each
 # of SERVER_PYTHONS other than .venv's; `make test-python` runs SERVER_TESTS (live squiggles, busy, restart, a
 # background run stopped when the user runs a cell) again with the server on each (CRANE_SERVER_PYTHON; pytest
-# itself stays in .venv).
+# itself stays in .venv): the Pythons at once, each pass without xdist (its four tests on three workers set
+# test_live's module fixtures up twice and started three workers: 20 vs 11 CPU-s a pass), its output when it ends.
 SERVER_PYTHONS ?= 3.11 3.12 3.13
 SERVER_TESTS ?= tests/lsp/test_live.py tests/lsp/test_kernel_lifecycle.py tests/lsp/test_background.py
 SERVER_TESTS_K ?= live_squiggles or busy_kernel or death_then_restart or stops_on_edit

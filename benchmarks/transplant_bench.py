@@ -23,7 +23,9 @@ background workers were started before issue 45).
 `--reuse` (issue 45, "pay for nothing twice"): warm verdicts side by side in one kernel, each pair a "before" (the
 export's kept proofs dropped first, `_crane_transplant.forget()`: every class proven again, as before the change)
 and an "after" (the next verdict on the unchanged state: what the last export proved is reused while its witness
-holds, kernel/witness.py), each on a ready warm worker. `export + load` is the issue's measure (target 0.5 s).
+holds, kernel/witness.py; and a Keras model's saved bytes while its content key is equal, kernel/keras_saved.py: the
+"before" drops those too where the tree has them), each on a ready warm worker. `export + load` is the issue's
+measure (target 0.5 s). "keras saves": the kernel's count of Keras saves made and reused (absent before that module).
 
 Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--copy-mb 128]
        [--python build/kernel-today/bin/python] [--prewarm [--user-runs 15] [--lib tf|jax]] [--reuse [--lib tf|jax]]
@@ -166,6 +168,8 @@ def reuse_mode(a: argparse.Namespace) -> None:
         exe = conn.evaluate("__import__('sys').executable")
         _one(conn, a.budget, cell)  # the first verdict: installs the export, starts the warm worker
         export = ModuleClient(conn, TRANSPLANT_MODULE)
+        saves = "getattr(__import__('sys').modules['_crane_transplant'], 'KERAS_SAVES', None)"
+        has_saved = conn.evaluate(f"{saves} is not None")
         before, after = [], []
         for _ in range(a.runs):
             for rows, drop in ((before, True), (after, False)):
@@ -173,8 +177,11 @@ def reuse_mode(a: argparse.Namespace) -> None:
                     raise SystemExit("the warm worker did not get ready in 300 s")
                 if drop:
                     export.call("forget", timeout=30.0, what="forget the kept proofs")
+                    if has_saved:  # and the Keras models' saved bytes (kernel/keras_saved.py, where the tree has it)
+                        export.call("forget_saved", timeout=30.0, what="forget the saved Keras bytes")
                 rows.append(_one(conn, a.budget, cell))
-        out = {"python": a.python, "lib": a.lib, "gb": a.gb, "runs": a.runs}
+        out = {"python": a.python, "lib": a.lib, "gb": a.gb, "runs": a.runs,
+               "keras saves": conn.evaluate(f"dict({saves} or {{}})")}
         for label, rows in (("before (proven again)", before), ("after (reused)", after)):
             m = _median(rows)
             m["export + load_ms"] = round(statistics.median(r["export_ms"] + r["load_ms"] for r in rows), 1)

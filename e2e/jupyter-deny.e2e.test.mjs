@@ -53,12 +53,12 @@ async function waitFor(what, predicate, timeout = SLOW) {
 }
 
 step('the workbench loads with the workspace, in a fresh profile', async () => {
-  await s.page.goto(WORKBENCH_URL);
+  await s.page.goto(WORKBENCH_URL, { timeout: SLOW }); // code-server serves the workbench slowly on a loaded machine
   await s.page.locator('.monaco-workbench').waitFor({ timeout: SLOW });
   await s.page.locator('.explorer-folders-view').getByText(NOTEBOOK, { exact: true }).waitFor({ timeout: SLOW });
   await recordStatusTexts(s.page);
   await openNotebook(s.page, NOTEBOOK);
-  await cellRow(s.page, FIX_CELL).waitFor();
+  await cellRow(s.page, FIX_CELL).waitFor({ timeout: SLOW }); // the notebook renders its cells slowly on a loaded machine
   await waitForKernelPicked(s.page, KERNEL_NAME);
   await runCell(s.page, IMPORT_CELL);
   await s.screenshot('cell-run');

@@ -58,7 +58,9 @@ export function scenario({ prefix = '' } = {}) {
     // recording it took 40 % of a scenario's CPU (49 -> 29 CPU-s for connection-file), paid on every passing run
     if (tracing) await s.context.tracing.start({ screenshots: true, snapshots: true });
     s.page = s.context.pages()[0] ?? (await s.context.newPage());
-    s.page.setDefaultTimeout(30_000);
+    // every wait (page loads, cell rows, clicks) as generous as the scenarios' own: at load 25 code-server took over
+    // 30 s to serve the workbench and show a notebook's rows, and a scenario failed before CRANE did anything
+    s.page.setDefaultTimeout(SLOW);
   });
 
   after(async () => {

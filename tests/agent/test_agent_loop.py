@@ -13,6 +13,7 @@ from crane.agent.loop import AgentBudget, GoAhead, start_fix
 from crane.agent.proposal import AgentStep, Proposal
 from crane.notebook.model import load_notebook
 
+from ..sacred import settle
 from .conftest import (
     KEYERROR_CELLS,
     KEYERROR_FIX,
@@ -41,7 +42,7 @@ def test_keyerror_fixed_in_two_steps_with_streamed_steps_and_stable_prefix(model
     uk.conn.run_cell(keyerror_nb.cell(2).source)
     uk.conn.run_cell(keyerror_nb.cell(3).source)
     before = uk.state()
-    time.sleep(0.3)
+    settle(uk.watcher, uk.conn)  # the user's runs' messages all in before the watcher is cleared
     uk.watcher.messages.clear()
 
     model.reset(tool("edit_cell", "the column is lower case", cell=3, source=KEYERROR_FIX),

@@ -15,6 +15,7 @@ from crane.kernel.manager import start_kernel
 from crane.notebook.model import load_notebook
 
 from ..kernel_envs import KERNEL_ENVS
+from ..sacred import settle
 from .conftest import KEYERROR_CELLS, KEYERROR_FIX, code, settings_for, write_notebook
 from .fake_agent_server import tool
 
@@ -37,7 +38,7 @@ def live(user_kernel, tmp_path):
 def test_agent_in_a_fork_session_leaves_the_user_kernel_untouched(model, live):
     nb, uk = live
     before = uk.state()
-    time.sleep(0.2)
+    settle(uk.watcher, uk.conn)  # the user's runs' messages all in before the watcher is cleared
     uk.watcher.messages.clear()
     model.reset(tool("execute_cell", "see the error", cell=3),
                 tool("inspect", "columns", expression="df.columns.tolist()"),
@@ -114,7 +115,7 @@ def test_a_focused_ask_in_a_session_leaves_the_user_kernel_untouched(model, tmp_
         pid = conn.evaluate("__import__('os').getpid()")
         hits.unlink(missing_ok=True)
         before = kernel_state(conn)
-        time.sleep(0.2)
+        settle(watcher, conn)  # the setup's messages all in before the watcher is cleared
         watcher.messages.clear()
         model.reset(tool("edit_cell", "same", cell=4, source=nb.cell(4).source),
                     plain=[Turn(text="mean_age = df['AGE'].mean()"), Turn(text='mean_age = df["age"].mean()')])

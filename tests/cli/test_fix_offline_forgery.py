@@ -41,3 +41,27 @@ def test_a_forging_crash_is_never_reported_clean(tmp_path, capsys, kernel_env, s
         configure(SandboxOptions())
     r = json.loads(capsys.readouterr().out)["report"]
     assert r["status"] == "fixed" and r["crash"]["ename"] == "KeyError", r
+
+
+# the newer families (issue 41): a crashing cell that makes CRANE's record say no-crash (its exception's text) and
+# reaches the seal's own C call — its pointer class's `__call__`, an argument converter (`c_ulong.from_param` with
+# `argtypes` set back), or a Python signal handler set while the record is made that seals CRANE's bytes clean
+# itself (tests/sandbox/test_seal_call.py): each came back `no-crash` on the fork path before, and `crane fix` then
+# had no crash to fix
+@pytest.mark.parametrize("attack", ["call", "from_param", "signal"])
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_a_crash_that_reaches_the_seals_call_is_never_reported_clean(tmp_path, capsys, kernel_env, attack):
+    from ..sandbox.test_seal_call import ATTACKS, RECORD
+
+    cell = RECORD + ATTACKS[attack] + "try:\n    " + CRASHING.replace("\n", "\n    ").rstrip() + \
+        "\nexcept KeyError:\n    raise E()\n"
+    path = write(tmp_path / "sealing.ipynb", [*SALES[:2], code(cell)])
+    before = path.read_bytes()
+    try:
+        main(["fix", str(path), "--cell", "3", "--offline", "--json", "--python", kernel_python(kernel_env),
+              "--sandbox", "os"])
+    finally:
+        configure(SandboxOptions())
+    r = json.loads(capsys.readouterr().out)["report"]
+    assert r["status"] != "clean", r
+    assert path.read_bytes() == before

@@ -91,8 +91,10 @@ def sentinel():
     proc.communicate(timeout=30)
 
 
+@pytest.mark.timeout(600)  # (13 cells, each its own portable run; 300 s at load 15-20 on the 2 shared cores)
+@pytest.mark.parametrize("sandbox", ["guard", "portable"])
 @pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
-def test_round6_variants_through_the_cli(kernel_env, nb_dir, tmp_path_factory, sentinel):
+def test_round6_variants_through_the_cli(kernel_env, sandbox, nb_dir, tmp_path_factory, sentinel):
     python = kernel_python(kernel_env)
     work, out = nb_dir / "work", tmp_path_factory.mktemp("outside")
     work.mkdir()
@@ -103,21 +105,20 @@ def test_round6_variants_through_the_cli(kernel_env, nb_dir, tmp_path_factory, s
     cells = list(attacks.items()) + list(honest.items())
     sources = [(src.replace("@OUT@", str(out)).replace("@SENT@", str(sentinel)), None) for _, src in cells]
     before = (_tree(work), _tree(out), _sched(sentinel))
-    for sandbox in ("guard", "portable"):
-        nb = make_notebook(work / "r6.ipynb", [SETUP, *sources])
-        results = check(nb, "--budget", "60", "--sandbox", sandbox, "--python", python)
-        (work / "r6.ipynb").unlink()
-        assert len(results) == len(cells), results
-        for (name, _), cell in zip(cells, results, strict=True):
-            v = cell.sandbox
-            assert v is not None and v.mode == "portable", (sandbox, name, cell)
-            if name in attacks:
-                assert v.verdict == "blocked", (sandbox, name, v)
-                assert sandbox == "portable" or v.refusal is not None, (sandbox, name, v)  # (else the OS layer's)
-            else:
-                assert (v.verdict, v.stdout.strip()) == ("no-crash", HONEST_OUT[name]) or (
-                    v.verdict == "crash" and not v.certain), (sandbox, name, v)
-            assert (_tree(work), _tree(out), _sched(sentinel)) == before, (sandbox, name, v)
+    nb = make_notebook(work / "r6.ipynb", [SETUP, *sources])
+    results = check(nb, "--budget", "60", "--sandbox", sandbox, "--python", python)
+    (work / "r6.ipynb").unlink()
+    assert len(results) == len(cells), results
+    for (name, _), cell in zip(cells, results, strict=True):
+        v = cell.sandbox
+        assert v is not None and v.mode == "portable", (sandbox, name, cell)
+        if name in attacks:
+            assert v.verdict == "blocked", (sandbox, name, v)
+            assert sandbox == "portable" or v.refusal is not None, (sandbox, name, v)  # (else the OS layer's)
+        else:
+            assert (v.verdict, v.stdout.strip()) == ("no-crash", HONEST_OUT[name]) or (
+                v.verdict == "crash" and not v.certain), (sandbox, name, v)
+        assert (_tree(work), _tree(out), _sched(sentinel)) == before, (sandbox, name, v)
 
 
 PIDS = ("import os, psutil\nproc = psutil.Process(os.getpid())\nkpid = os.getpid()", 1)

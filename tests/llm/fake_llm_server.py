@@ -129,7 +129,8 @@ class FakeLLMServer:
                 except ValueError:
                     body = None
                 with server._lock:
-                    server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
+                                            "at": time.monotonic()})  # when it came (the system's monotonic clock)
                     if server.require_v1 and not self.path.startswith("/v1/"):
                         reply = Reply(status=404, body={"detail": "Not Found"})
                     else:

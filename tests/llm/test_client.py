@@ -137,11 +137,11 @@ def test_client_errors_are_not_retried(llm_server):
 
 
 def test_slow_reply_past_the_timeout(llm_server):
-    llm_server.reset(Reply(delay_s=3.0))
-    start = time.monotonic()
+    # never answered while the test runs: the 0.5 s timeout (the message says it) is what ends the call, with no
+    # wall-clock bound (a 3 s reply and a 2.5 s bound measured the machine's load)
+    llm_server.reset(Reply(stream="silent"))
     with pytest.raises(LLMTimeout, match=r"timed out after 0\.5 s \(1 attempt\)"):
         predict_with_llm(make_prompt(), settings(llm_server, timeout_s=0.5, retries=0), ledger=CostLedger())
-    assert time.monotonic() - start < 2.5
 
 
 def test_dropped_connection(llm_server):

@@ -165,10 +165,19 @@ async def start_client(env: dict[str, str] | None = None, init_options: Any = No
 
 
 async def stop_client(client: LanguageClient) -> None:
-    # the server exits once its threads end (an agent step or a sandbox run being stopped): scaled like the waits
+    # the server exits once its threads end (an agent step or a sandbox run being stopped): scaled like the waits.
+    # Its stderr is read until it has exited (pytest-lsp's `stop` ends that reading first, then waits for the exit
+    # without end: a server still logging filled the pipe and both waited for ever); one that has not exited by
+    # then is killed, and the teardown says so.
+    bound = 10 * TIMEOUT_SCALE
     try:
-        await asyncio.wait_for(client.shutdown_session(), timeout=10 * TIMEOUT_SCALE)
+        await asyncio.wait_for(client.shutdown_session(), timeout=bound)
+    except TimeoutError:
+        raise AssertionError(f"the server had not exited {bound:g} s after shutdown and exit") from None
     finally:
+        server = client._server
+        if server is not None and server.returncode is None:
+            server.kill()
         await client.stop()
 
 
@@ -176,6 +185,16 @@ async def stop_client(client: LanguageClient) -> None:
 async def static_client(tmp_path):
     """A server that finds no kernel (an empty runtime dir)."""
     client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path)})
+    yield client
+    await stop_client(client)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_static_client(tmp_path_factory):
+    """One server that finds no kernel for a module's tests (a server's start is most of a static test's CPU):
+    for tests that each open a notebook of their own, in a folder of their own, and read only its diagnostics,
+    status and progress. Such a test runs in the module's event loop: `@pytest.mark.asyncio(loop_scope="module")`."""
+    client = await start_client(env={"JUPYTER_RUNTIME_DIR": str(tmp_path_factory.mktemp("runtime"))})
     yield client
     await stop_client(client)
 

@@ -218,7 +218,7 @@ async def test_a_restart_with_a_new_connection_file_lets_the_old_kernel_go(tmp_p
         pid = old.conn.evaluate("__import__('os').getpid()")
         Path(old.connection_file).unlink()
         os.kill(pid, signal.SIGKILL)
-        s = await wait_for(lambda: (s := last_status(client, nb.uri)) and s.state == "dead" and s, timeout=20, what="let go")
+        s = await wait_for(lambda: (s := last_status(client, nb.uri)) and s.state == "dead" and s, timeout=60, what="let go")
         assert "connection file is gone" in s.message
 
         new = Kernel(rt, nbp)  # the new process, a new file

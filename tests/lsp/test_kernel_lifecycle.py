@@ -45,7 +45,7 @@ async def test_kernel_death_then_restart(runtime_dir, tmp_path):
 
         assert isinstance(kernel.km.provisioner, LocalProvisioner) and kernel.km.provisioner.process is not None
         kernel.km.provisioner.process.kill()  # the kernel dies (SIGKILL)
-        await wait_for(lambda: last_status(client, nb.uri).state == "dead", timeout=15, what="dead status")
+        await wait_for(lambda: last_status(client, nb.uri).state == "dead", timeout=60, what="dead status")
         d0 = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="static diagnostics once the kernel is gone")
         assert d0[0].data["facts"] == "static"
 

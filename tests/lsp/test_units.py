@@ -206,12 +206,15 @@ def test_serve_over_tcp(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "crane", "serve", "--tcp", f"127.0.0.1:{port}"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 15
+        # until the server listens (its imports took over 15 s at load 25 in a CI run: a wall-clock deadline that
+        # short made the test depend on the machine's speed); a server that exited fails at once
+        deadline = time.monotonic() + 240
         while True:
             try:
                 conn = socket.create_connection(("127.0.0.1", port), timeout=5)
                 break
             except OSError:
+                assert proc.poll() is None, f"the server exited ({proc.returncode}) before it listened"
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
@@ -226,7 +229,7 @@ def test_serve_over_tcp(tmp_path):
         conn.close()
     finally:
         proc.kill()
-        out = proc.communicate(timeout=5)[0]
+        out = proc.communicate(timeout=120)[0]  # killed: the bound ends a failing test
     assert out == b""  # nothing on stdout in TCP mode either
 
 
@@ -243,7 +246,7 @@ def test_process_exists_sees_exit_and_zombies():
     try:
         assert process_exists(proc.pid)
         proc.kill()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60  # an event waited for; the bound ends a failing test
         while process_exists(proc.pid) and time.monotonic() < deadline:  # a zombie until reaped: still "gone"
             time.sleep(0.05)
         assert not process_exists(proc.pid)
@@ -277,7 +280,7 @@ def test_watch_reports_a_restart_when_the_kernel_process_is_gone_even_if_iopub_i
         assert not [e for e in events if e.kind == "restarted"]
         proc.kill()
         proc.wait()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60  # an event waited for; the bound ends a failing test
         while not [e for e in events if e.kind == "restarted"] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [e.kind for e in events if e.kind == "restarted"] == ["restarted"]

@@ -142,14 +142,14 @@ def test_reinstalls_after_restart_or_version_change(probe, watcher):
     [("lambda s: 1/0", "ZeroDivisionError"), ("lambda s: 'not json'", "malformed result")],
 )
 def test_broken_probe_module_is_a_clear_error(kernel, watcher, run_body, message):
-    fake = (
-        "exec(\"import sys, types\\nm = types.ModuleType('x')\\nm.VERSION = V\\nm.run = eval(B)\\n"
-        f"sys.modules[{MODULE_NAME!r}] = m\", {{'V': {probe_version()!r}, 'B': {run_body!r}}})"
-    )
-    watcher.evaluate(fake)
+    # (CRANE calls only the module its own install made: this client installs it, then its `run` is broken)
+    client = ProbeClient(kernel.connection)
+    client.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["n_int"]))
+    broken = f"exec(\"import sys\\nsys.modules[{MODULE_NAME!r}].run = eval(B)\", {{'B': {run_body!r}}})"
+    watcher.evaluate(broken)
     try:
         with pytest.raises(ProbeError, match=message):
-            ProbeClient(kernel.connection).run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["n_int"]))
+            client.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["n_int"]))
     finally:
         watcher.evaluate(f"__import__('sys').modules.pop({MODULE_NAME!r}, None) and None")
 

@@ -15,7 +15,7 @@ from crane.probe.collect import ProbeClient
 from crane.sandbox import speculate
 from crane.sandbox.fork_session import SandboxSession
 
-from ..sacred import IopubWatcher, kernel_state
+from ..sacred import IopubWatcher, kernel_state, settle
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def watcher(user_kernel):
 def ready(user_kernel, crane_conn, watcher):
     user_kernel.run("import os\nrows = [{'a': 1, 'b': None}, {'a': 2}]\nconfig = {'lr': 0.1}\nn = len(rows)")
     user_kernel.run("n * 2")
-    time.sleep(0.3)  # let the user's own run's iopub settle before the fingerprint
+    settle(watcher, crane_conn)  # the user's own runs' iopub all in before the watcher is cleared
     watcher.clear()
     return kernel_state(crane_conn)
 

@@ -23,8 +23,9 @@ def num(name, n_nan=0):
     return ColumnFacts(name=name, dtype="float64", n_nan=n_nan)
 
 
-def text(name, parse="none", example="'Rue 12'"):
-    return ColumnFacts(name=name, dtype="object", numeric_parse=parse, non_numeric_example=example)
+def text(name, parse="none", example="'Rue 12'", position=0):
+    return ColumnFacts(name=name, dtype="object", numeric_parse=parse, non_numeric_example=example,
+                       non_numeric_position=position)
 
 
 def series(n, dtype="int64", **kw):
@@ -78,6 +79,23 @@ def test_string_columns_crash_numeric_estimators_only():
     assert C.check_x("X_train", ok, LR, "fit", "1.2.2") is None  # "12" converts to float
 
 
+def test_the_value_is_named_as_the_first_only_when_it_is():
+    # the kernel names the first value that does not convert: the probe's example is that one only when it read
+    # every row (it found the row) and the rows are all there in their order (the first text column's then: pandas
+    # converts a frame column by column)
+    hedged = [
+        ("X_train", frame(10, [text("street", position=None)]), "not every row was read"),
+        ("X_tr", frame(10, [text("street")], truncated=True), "X_tr is a subset of rows, whose order only a run shows"),
+    ]
+    for label, x, why in hedged:
+        v = C.check_x(label, x, LR, "fit", "1.2.2")
+        assert v and v.ename == "ValueError", (label, why)
+        assert v.message == (f"could not convert string to float: a text value of {label} such as 'Rue 12' (which one "
+                             f"comes first is known only when the cell runs: {why})"), v.message
+    v = C.check_x("X_train", frame(10, [text("street"), text("city", example="'Paris'")]), LR, "fit", "1.2.2")
+    assert v and v.message == "could not convert string to float: 'Rue 12'"
+
+
 def test_row_subsets_only_trust_columns_where_nothing_parses():
     some = frame(10, [text("id", parse="some", example="'Order ID'")], truncated=True)
     assert C.check_x("X", some, LR, "fit", "1.2.2") is None
@@ -109,7 +127,7 @@ def test_one_dimensional_and_empty_x():
 
 
 def test_y_strings_only_matter_for_regressors():
-    y = series(10, dtype="object", numeric_parse="none", non_numeric_example="'No'")
+    y = series(10, dtype="object", numeric_parse="none", non_numeric_example="'No'", non_numeric_position=3)
     v = C.check_y("y", y, LR, "fit")
     assert v and v.message == "could not convert string to float: 'No'"
     logreg = EstimatorFacts(class_name="LogisticRegression", module="sklearn.linear_model._logistic",
@@ -130,7 +148,7 @@ def test_feature_names_and_counts_at_predict():
     est = EstimatorFacts(class_name="RandomForestRegressor", module="sklearn.ensemble._forest", is_fitted=True,
                          n_features_in=3, feature_names_in=["a", "b", "c"])
     v = C.check_feature_names("test", frame(5, [num("a"), num("b")]), est, "predict")
-    assert v and "seen at fit time, yet now missing: c" in v.message
+    assert v and "seen at fit time, yet now missing: - c" in v.message
     v = C.check_feature_names("test", frame(5, [num("b"), num("a"), num("c")]), est, "predict")
     assert v and "same order" in v.message
     assert C.check_feature_names("test", frame(5, [num("a"), num("b"), num("c")]), est, "predict") is None

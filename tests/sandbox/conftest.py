@@ -15,6 +15,7 @@ import pytest
 
 from crane.kernel.manager import start_kernel
 
+from ..kernel_envs import KERNEL_ENVS, kernel_python, python_kernel
 from ..sacred import IopubWatcher
 
 
@@ -127,6 +128,24 @@ def kernel(workdir):
 @pytest.fixture(scope="module")
 def conn(kernel):
     return kernel.connection
+
+
+@pytest.fixture(scope="module", params=KERNEL_ENVS)
+def env_conn(request, workdir):
+    """A kernel of each kernel environment (IPython 8 and 9: `KERNEL_ENVS`) that has run one cell, per module."""
+    kernel = start_kernel(workdir, python=kernel_python(request.param))
+    assert kernel.connection.run_cell("base = 1", timeout=120).status == "ok"
+    yield kernel.connection
+    kernel.shutdown()
+
+
+@pytest.fixture(scope="module", params=["3.12", "3.13"])
+def newer_conn(request, workdir):
+    """(version, connection) of a kernel on Python 3.12 and on 3.13 that has run one cell, per module."""
+    kernel = start_kernel(workdir, python=python_kernel(request.param))
+    assert kernel.connection.run_cell("base = 1", timeout=120).status == "ok"
+    yield request.param, kernel.connection
+    kernel.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,10 @@ not refused (or an honest one was)."""
 import os
 import sys
 import tempfile
-import types
 
-root = sys.argv[1]  # server/crane/sandbox
-mod = types.ModuleType("g")
-for f in ("kernel/library.py", "worker/guard.py"):
-    text = open(os.path.join(root, f)).read()
-    text = "\n".join("" if ln.rstrip().endswith("# kernel: strip") else ln for ln in text.splitlines())
-    exec(compile(text, "<crane-kernel/" + f + ">", "exec"), mod.__dict__)
+from guard_script import load_guard, run_cell
+
+mod = load_guard(sys.argv[1])  # server/crane/sandbox
 tmp = tempfile.mkdtemp()
 marker = os.path.join(tmp, "marker")
 CELLS = {
@@ -26,19 +22,13 @@ CELLS = {
     "honest": "import os, json\nx = sorted(os.listdir('.'))\ny = json.dumps({'a': 1})\nclass A:\n    def __add__(self, o):\n        return 1\nA() + 1\n",
 }
 bad = 0
+
+
 def run(src):
-    refused: list = []
-    g = mod.CallGuard(refused.append)
-    g.trust(run.__code__)
-    code = compile(src, "<crane-sandbox-cell>", "exec")
-    how = g.install()
-    try:
-        exec(code, {"__name__": "__main__"})
-    except BaseException:
-        pass
-    finally:
-        g.uninstall()
-    return how, refused
+    refused: list = []  # a fresh guard for each cell
+    return run_cell(mod.CallGuard(refused.append), refused, src)
+
+
 for name, src in CELLS.items():
     how, refused = run(src)
     want = name != "honest"

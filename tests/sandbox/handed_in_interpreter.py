@@ -2,16 +2,11 @@
 the guard's parts compiled as the worker compiles them, its combinators installed as a run with no OS layer installs
 them; cells that hand a refused C method (CRANE's SQLite authorizer taken off) to code that calls it: each refused;
 honest cells using the same combinators: not. Exit 1 if one was not so."""
-import os
 import sys
-import types
 
-root = sys.argv[1]  # server/crane/sandbox
-mod = types.ModuleType("g")
-for f in ("kernel/library.py", "worker/guard.py"):
-    text = open(os.path.join(root, f)).read()
-    text = "\n".join("" if ln.rstrip().endswith("# kernel: strip") else ln for ln in text.splitlines())
-    exec(compile(text, "<crane-kernel/" + f + ">", "exec"), mod.__dict__)
+from guard_script import load_guard, run_cells
+
+mod = load_guard(sys.argv[1])  # server/crane/sandbox
 PRE = "import sqlite3, functools, itertools, operator, threading, bisect\ncon = sqlite3.connect(':memory:')\n"
 CELLS = {
     "map": "list(map(sqlite3.Connection.set_authorizer, [con], [None]))",
@@ -50,25 +45,4 @@ except Exception as e:  # noqa: BLE001 - reported
     bad += 1
     print("BAD made before, derived", type(e).__name__, e)
 
-
-def run(src):
-    del refused[:]
-    g.trust(run.__code__)
-    code = compile(PRE + src, "<crane-sandbox-cell>", "exec")
-    how = g.install()
-    try:
-        exec(code, {"__name__": "__main__"})
-    except BaseException:
-        pass
-    finally:
-        g.uninstall()
-    return how, list(refused)
-
-
-for name, src in CELLS.items():
-    how, got = run(src)
-    ok = bool(got) == (name != "honest")
-    bad += not ok
-    print("ok " if ok else "BAD", name, how, got[:1])
-print(sys.version.split()[0], "bad", bad)
-sys.exit(1 if bad else 0)
+sys.exit(run_cells(g, refused, PRE, CELLS, bad))

@@ -8,9 +8,12 @@ every worker of the kernel imports them again, seconds each, so before, every T1
 TensorFlow's too). Each
 case of round 5's T1/T2 families (../shared/notes/sandbox-attacks-5.md), and variants of them, patches the kernel
 with a hook that records a marker when a frame of CRANE's kernel-side code (`<crane-kernel/...>`) is on the stack
-(the report's method); the case asserts no marker, the kernel unchanged (`Untouched`), and an honest verdict. T2:
+(the report's method); the case asserts no marker, the kernel unchanged (`Untouched`), and an honest verdict (the
+cases that must run clean are checked in groups of patches that touch different things, one export and one worker
+run a group: each worker imports the kernel's libraries again, most of a case's time). T2:
 the kernel's peak memory (VmHWM) stays within the export's budget with a broadcast array hidden in a container.
-T3: the carried state (shared/carry.py) gives the kernel's verdicts; a crash the copy cannot prove is "likely".
+T3: the carried state (shared/carry.py) gives the kernel's verdicts (the states whose cells run clean set together,
+their cells in one run); a crash the copy cannot prove is "likely".
 """
 
 from __future__ import annotations
@@ -194,7 +197,31 @@ def _check(env, setup: str, teardown: str, cell: str, allowed: tuple):
     return v
 
 
-@pytest.mark.parametrize(("case", "setup", "teardown", "cell", "allowed"), CASES, ids=[c[0] for c in CASES])
+# The cases whose verdict must be "no-crash" run in groups: each group's patches in place together (each hit names
+# its patch; none patches what another of its group patches), one export and one worker run, the patches undone
+# in the reverse order. The export must then get past every patch of the group, as in the case alone (a patch that
+# made it refuse would fail the group's "no-crash"); the cases that may be refused run alone.
+TOGETHER = [
+    ("modules", ("T01-module-getattr", "T02-object-as-module", "T29-sys-modules-str-subclass-key",
+                 "T30-ipython-get-ipython")),
+    ("os-time-threads", ("T11-threading-thread", "T12-os-path-join", "T13-time-perf-counter", "T14-os-getcwd",
+                         "T14b-time-process-time-and-os-stat")),
+    ("process-containers", ("T15-environ-subclass", "T16-sys-path-subclass", "T17-interactivity-str-subclass",
+                            "T24-warnings-filters-subclass", "T18b-np-geterr-another-library-function")),
+    ("library-options", ("T05-option-metaclass-eq", "T18-np-geterr", "T19-np-printoptions", "T20-pandas-get-root",
+                         "T20b-pandas-option-node-subclass")),
+    ("state-objects", ("T22-random-instance-getstate", "T23-decimal-context-subclass")),
+]
+_BY_ID = {c[0]: c for c in CASES}
+_GROUPED = {i for _, ids in TOGETHER for i in ids}
+ALONE = [c for c in CASES if c[0] not in _GROUPED]
+GROUPS: list[tuple[str, str, str, str, tuple[str, ...]]] = [(name, "\n".join(_BY_ID[i][1] for i in ids), "\n".join(_BY_ID[i][2] for i in reversed(ids)),
+           "\n".join(dict.fromkeys(_BY_ID[i][3] for i in ids)), ("no-crash",)) for name, ids in TOGETHER]
+assert all(_BY_ID[i][4] == ("no-crash",) for i in _GROUPED) and len(_GROUPED) == sum(len(g[1]) for g in TOGETHER)
+
+
+@pytest.mark.parametrize(("case", "setup", "teardown", "cell", "allowed"), ALONE + GROUPS,
+                         ids=[c[0] for c in ALONE + GROUPS])
 def test_the_export_runs_nothing_of_the_notebooks(env, case, setup, teardown, cell, allowed):
     _check(env, setup, teardown, cell, allowed)
 
@@ -361,7 +388,16 @@ CARRIED = [  # (id, kernel state, undo, cell, the kernel's verdict)
 ]
 
 
-@pytest.mark.parametrize(("case", "setup", "undo", "cell", "real"), CARRIED, ids=[c[0] for c in CARRIED])
+# The states whose cells run clean are set together and their cells checked in one copied run, each cell followed
+# by its marker (none of them sets what another reads; a false crash names its cell by the markers printed before
+# it); a crash ends its run, so each crash case has a run of its own.
+_CLEAN = [c for c in CARRIED if c[4] == "no-crash"]
+CARRIED_RUNS = [c for c in CARRIED if c[4] == "crash"] + [(
+    "clean-together", "\n".join(c[1] for c in _CLEAN), "\n".join(c[2] for c in reversed(_CLEAN)),
+    "".join(f"{c[3]}\nprint('carried {c[0]} ran')\n" for c in _CLEAN), "no-crash")]
+
+
+@pytest.mark.parametrize(("case", "setup", "undo", "cell", "real"), CARRIED_RUNS, ids=[c[0] for c in CARRIED_RUNS])
 def test_carried_state_gives_the_kernels_verdict(env, case, setup, undo, cell, real):
     _with_libraries(env)
     conn = env["conn"]
@@ -372,6 +408,8 @@ def test_carried_state_gives_the_kernels_verdict(env, case, setup, undo, cell, r
         assert watch.unchanged, watch.changes()
         if real == "no-crash":
             assert v.verdict == "no-crash", v
+            marks = [f"carried {c[0]} ran" for c in _CLEAN] if case == "clean-together" else []
+            assert [line for line in v.stdout.splitlines() if line.startswith("carried ")] == marks, v.stdout
         else:
             assert v.verdict == "crash", v
             assert v.certain, v  # the state it rests on was carried and compared equal

@@ -8,7 +8,6 @@ clean bounded run is a miniature's clean run, never called certain. The kernel i
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -16,7 +15,7 @@ from crane.sandbox import speculate
 from crane.sandbox.options import SandboxOptions
 from crane.sandbox.scale import loop_spec, speculate_scaled
 
-from ..sacred import kernel_state
+from ..sacred import kernel_state, settle
 
 SETUP = """
 import time
@@ -64,7 +63,7 @@ fit(10_000)
 def ready(conn, watcher):
     res = conn.run_cell(SETUP, timeout=120)
     assert res.status == "ok", res
-    time.sleep(0.2)
+    settle(watcher, conn)  # the setup's messages all in before the watcher is cleared
     watcher.clear()
     return kernel_state(conn)
 

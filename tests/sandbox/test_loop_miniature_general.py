@@ -7,7 +7,6 @@ no-crash never called certain; the kernel is untouched."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -15,7 +14,7 @@ from crane.sandbox import speculate
 from crane.sandbox.options import SandboxOptions
 from crane.sandbox.scale import loop_spec, speculate_scaled
 
-from ..sacred import kernel_state
+from ..sacred import kernel_state, settle
 
 SETUP = """
 import functools
@@ -143,7 +142,7 @@ EARLIER_METHOD = "tr = Trainer()\nprint(tr.fit(100_000) >= 2)\n"
 def ready(conn, watcher):
     res = conn.run_cell(SETUP, timeout=120)
     assert res.status == "ok", res
-    time.sleep(0.2)
+    settle(watcher, conn)  # the setup's messages all in before the watcher is cleared
     watcher.clear()
     return kernel_state(conn)
 

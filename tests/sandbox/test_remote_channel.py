@@ -79,9 +79,8 @@ def test_verdicts_through_the_remote_channel(remote):
 
 
 def test_timeout_and_stop_through_the_remote_channel(remote):
-    t = time.monotonic()
     v = speculate(remote, "while True:\n    pass", budget_s=1.5)
-    assert v.verdict == "timeout" and time.monotonic() - t < 6, v
+    assert v.verdict == "timeout" and "within 1.5 s" in (v.reason or ""), v  # its budget ended it (no wall clock)
     cancel = threading.Event()
     box: dict = {}
     th = threading.Thread(target=lambda: box.setdefault("v", speculate(remote, "import time\ntime.sleep(60)",
@@ -89,9 +88,9 @@ def test_timeout_and_stop_through_the_remote_channel(remote):
     th.start()
     time.sleep(1.0)
     cancel.set()
-    th.join(10)
+    th.join(120)  # the bound ends a failing test (the 60 s cell outlives it only when the stop failed)
     assert box["v"].verdict == "unavailable" and "stopped" in box["v"].reason, box["v"]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # an event waited for; the bound ends a failing test
     while remote.evaluate("len(__import__('sys').modules['_crane_sandbox']._RUNS)") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert remote.evaluate("len(__import__('sys').modules['_crane_sandbox']._RUNS)") == 0

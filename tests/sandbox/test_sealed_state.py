@@ -22,13 +22,11 @@ from typing import Any
 
 import pytest
 
-from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
 from crane.sandbox.fork_session import SandboxSession
 from crane.sandbox.options import SandboxOptions
 
-from ..kernel_envs import KERNEL_ENVS, kernel_python, python_kernel
 from .copy_sessions import SESSIONS, copy_path_kernel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seal is read in Linux's /proc")
@@ -70,12 +68,9 @@ os.close(fd)
 """
 
 
-@pytest.fixture(scope="module", params=KERNEL_ENVS)
-def conn(request, workdir):
-    kernel = start_kernel(workdir, python=kernel_python(request.param))
-    assert kernel.connection.run_cell("base = 1", timeout=120).status == "ok"
-    yield kernel.connection
-    kernel.shutdown()
+@pytest.fixture(scope="module")
+def conn(env_conn):
+    return env_conn
 
 
 @pytest.mark.parametrize("after", ["raise ValueError('real')", "x = 1"])
@@ -285,12 +280,9 @@ def test_a_tracer_on_cranes_frame_gets_no_record_of_its_own_layered(conn):
 WRITE = HOOKED.replace("raise ValueError('real')", "for c in cranes:\n    _forge_locals(c)\nraise ValueError('real')")
 
 
-@pytest.fixture(scope="module", params=["3.12", "3.13"])
-def newer(request, workdir):
-    kernel = start_kernel(workdir, python=python_kernel(request.param))
-    assert kernel.connection.run_cell("base = 1", timeout=120).status == "ok"
-    yield request.param, kernel.connection
-    kernel.shutdown()
+@pytest.fixture(scope="module")
+def newer(newer_conn):
+    return newer_conn
 
 
 @pytest.mark.parametrize("hook, cell", [("settrace", HOOKED), ("monitoring", HOOKED), ("write", WRITE)])

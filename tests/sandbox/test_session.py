@@ -10,14 +10,14 @@ import pytest
 from crane.sandbox.fork_session import SandboxError, SandboxSession
 from crane.sandbox.fresh_kernel import speculate_in_fresh_kernel
 
-from ..sacred import kernel_state
+from ..sacred import kernel_state, settle
 from .conftest import tree_hash
 
 
 @pytest.fixture(scope="module")
 def ready(conn, watcher):
     assert conn.run_cell("import numpy as np\nx = 1\nm = np.ones((50, 50))").status == "ok"
-    time.sleep(0.2)
+    settle(watcher, conn)  # the setup's messages all in before the watcher is cleared
     watcher.clear()
     return kernel_state(conn)
 
@@ -53,10 +53,10 @@ def test_session_timeout_rolls_back_and_keeps_serving(conn, ready):
         sb.run("x = 5")
         sb.checkpoint()
         sb.run("x = 6")
-        t = time.monotonic()
         v = sb.run("while True: pass", budget_s=1.0)
-        assert v.verdict == "timeout" and "rolled back" in (v.reason or "")
-        assert time.monotonic() - t < 3.0
+        # ended by the run's own 1 s budget, not the session's 3 s (the reason says which: a wall-clock bound
+        # measured the machine's load)
+        assert v.verdict == "timeout" and "rolled back" in (v.reason or "") and "within 1 s" in (v.reason or ""), v
         assert sb.inspect("x") == "5" and sb.depth == 0  # resuming consumes the checkpoint
         assert sb.run("x + 1").displays[-1].text == "6"
 

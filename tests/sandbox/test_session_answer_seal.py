@@ -20,11 +20,9 @@ import sys
 
 import pytest
 
-from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.sandbox.fork_session import SandboxError, SandboxSession
 
-from ..kernel_envs import KERNEL_ENVS, kernel_python
 from .copy_sessions import SESSIONS, copy_path_kernel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seal is read in Linux's /proc")
@@ -90,12 +88,9 @@ f.f_globals['_SEALED']['h'] = _Digest()
 """
 
 
-@pytest.fixture(scope="module", params=KERNEL_ENVS)
-def conn(request, workdir):
-    kernel = start_kernel(workdir, python=kernel_python(request.param))
-    assert kernel.connection.run_cell("base = 1", timeout=120).status == "ok"
-    yield kernel.connection
-    kernel.shutdown()
+@pytest.fixture(scope="module")
+def conn(env_conn):
+    return env_conn
 
 
 def _answer(sb, expr: str) -> str | None:

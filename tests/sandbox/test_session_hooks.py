@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from crane.kernel.manager import start_kernel
 from crane.sandbox.fork_session import SandboxSession
-
-from ..kernel_envs import KERNEL_ENVS, kernel_python
 
 # a hook that turns every record or reply about a crash into a clean one, wherever CRANE writes it
 REWRITE = '''
@@ -41,12 +38,9 @@ HOOKS = {
 }
 
 
-@pytest.fixture(scope="module", params=KERNEL_ENVS)
-def conn(request, workdir):
-    kernel = start_kernel(workdir, python=kernel_python(request.param))
-    assert kernel.connection.run_cell("base = 1", timeout=120).status == "ok"
-    yield kernel.connection
-    kernel.shutdown()
+@pytest.fixture(scope="module")
+def conn(env_conn):
+    return env_conn
 
 
 @pytest.mark.parametrize("hook", list(HOOKS))

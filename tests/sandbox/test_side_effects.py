@@ -15,7 +15,7 @@ import pytest
 from crane.sandbox import speculate
 
 from ..library_versions import skip_without_torch_in
-from ..sacred import kernel_state
+from ..sacred import kernel_state, settle
 from .conftest import tree_hash
 
 SETUP = """
@@ -119,7 +119,7 @@ ATTEMPTS = {
 def prepared(conn, watcher, workdir, listener, outside):
     res = conn.run_cell(SETUP)
     assert res.status == "ok", res
-    time.sleep(0.3)
+    settle(watcher, conn)  # the setup's messages all in before the watcher is cleared
     watcher.clear()
     return {"state": kernel_state(conn), "tree": tree_hash(workdir), "outside": tree_hash(outside)}
 

@@ -64,7 +64,7 @@ def test_placement_errors_crash_as_on_a_gpu(kernel, name, src, ename):
     assert "device" in (v.evalue or ""), v
 
 
-@pytest.mark.parametrize("name, src", [
+DONE_RIGHT = [
     ("placed-right", PLACED + "preds = model(torch.tensor(X_test).to(device))\nlabels = preds.argmax(1).cpu().numpy()"),
     ("training-loop-adam", PLACED + "opt = torch.optim.Adam(model.parameters())\n"
      "xb, yb = torch.tensor(X_test).to(device), torch.tensor(y_test).to(device)\nfor _ in range(3):\n"
@@ -75,12 +75,19 @@ def test_placement_errors_crash_as_on_a_gpu(kernel, name, src, ename):
     ("mixed-precision", PLACED + "scaler = torch.amp.GradScaler('cuda')\nopt = torch.optim.AdamW(model.parameters())\n"
      "with torch.autocast('cuda'):\n    loss = model(torch.tensor(X_test).to(device)).sum()\n"
      "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()"),
-])
-def test_placement_done_right_runs_clean(kernel, name, src):
-    v = _check(kernel, src)
+]
+
+
+def test_placement_done_right_runs_clean(kernel):
+    """Every cell in one copied run (each worker imports torch again: most of a run's time), each followed by its
+    marker: a false crash names its cell by the markers printed before it; each cell places its model itself."""
+    v = _check(kernel, "".join(f"{src}\nprint('done right: {name}')\n" for name, src in DONE_RIGHT))
     assert v.verdict == "no-crash", v
-    if name == "training-loop-adam":
-        assert "cuda:0" in v.stdout, v.stdout  # the parameters say where they would be
+    lines = v.stdout.splitlines()
+    assert [line for line in lines if line.startswith("done right: ")] == [
+        f"done right: {name}" for name, _ in DONE_RIGHT], v.stdout
+    loop = lines[lines.index("done right: placed-right") + 1:lines.index("done right: training-loop-adam")]
+    assert any("cuda:0" in line for line in loop), v.stdout  # the parameters say where they would be
 
 
 def test_a_gpu_call_the_cpu_cannot_answer_is_not_a_certain_crash(kernel):

@@ -76,8 +76,8 @@ def column(f: Facts, name: Any, text: str) -> Facts | None:
         has_nan=(c.n_nan > 0) if not f.truncated or c.n_nan == 0 else None, n_nan=c.n_nan if not f.truncated else None,
         value_range=c.value_range, num_unique=c.num_unique, unique_values=c.unique_values,
         example_values=c.example_values, numeric_parse=c.numeric_parse, non_numeric_example=c.non_numeric_example,
-        index=f.index, truncated=f.truncated, series_name=c.name, has_name=True, string_storage=c.string_storage,
-        dtype_repr=c.dtype_repr,
+        non_numeric_position=c.non_numeric_position, index=f.index, truncated=f.truncated, series_name=c.name,
+        has_name=True, string_storage=c.string_storage, dtype_repr=c.dtype_repr,
     )
 
 
@@ -145,7 +145,8 @@ def to_numpy(f: Facts, text: str) -> Facts | None:
         return Facts(name=text, type=NDARRAY, kind="ndarray", shape=f.shape, length=f.length, dtype=f.dtype,
                      has_nan=f.has_nan, n_nan=f.n_nan, value_range=f.value_range, num_unique=f.num_unique,
                      unique_values=f.unique_values, example_values=f.example_values, numeric_parse=f.numeric_parse,
-                     non_numeric_example=f.non_numeric_example, truncated=f.truncated)
+                     non_numeric_example=f.non_numeric_example, non_numeric_position=f.non_numeric_position,
+                     truncated=f.truncated)
     cols = _complete_columns(f)
     if cols is None or not cols or any(c.dtype == "unknown" for c in cols):
         return None
@@ -230,7 +231,7 @@ def method(f: Facts, name: str, args: list[Any], kw: dict[str, Any], text: str) 
         value = args[0] if args else kw["value"]
         if value is None or isinstance(value, dict):
             return None
-        return _no_nan(_replace(f, name=text))
+        return _no_nan(_unplaced(_replace(f, name=text)))
     if name in ("head", "tail") and set(kw) <= {"n"} and len(args) <= 1:
         k = args[0] if args else kw.get("n", 5)
         n = rows(f)
@@ -303,6 +304,12 @@ def scaled(est: Facts, x: Facts, fitted: bool, text: str) -> Facts | None:
         return None
     return Facts(name=text, type=NDARRAY, kind="ndarray", shape=shape, length=shape[0], dtype="float64",
                  has_nan=x.has_nan, n_nan=x.n_nan, truncated=x.truncated, sampled=x.sampled)
+
+
+def _unplaced(f: Facts) -> Facts:
+    """`f` without the rows of its first unparsable values (a filled row may now be the first)."""
+    cols = [msgspec.structs.replace(c, non_numeric_position=None) for c in f.columns] if f.columns is not None else None
+    return _replace(f, columns=cols, non_numeric_position=None)
 
 
 def _no_nan(f: Facts) -> Facts:

@@ -1,7 +1,15 @@
-"""Scores for crash prediction: crash is the positive class."""
+"""Scores for crash prediction (crash is the positive class), and whether a predicted message is the kernel's (runs in
+the daemon: the CLI's `crane bench`).
+
+A prediction names the exception and the message the kernel will show. With `--real-run` the bench runs each
+target cell for real in its replay kernel once the prediction is made (its own kernel, never a user's) and keeps
+what it raised; `message_match` is then the share of the predicted crashes that really crashed whose predicted
+exception name and message are the kernel's (`same_message`: compared after `normalise_message`; CRANE's own
+explanation may follow the kernel's text)."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 
@@ -32,10 +40,28 @@ class VariantResult(msgspec.Struct, omit_defaults=True, rename="camel"):
     kernel_unchanged: bool | None = None  # auto mode: the kernel's state and outputs untouched by the sandbox
     unexpected_history_errors: list[str] = []
     error: str | None = None  # the variant could not be run
+    # --real-run: what the target cell raised when run for real in the replay kernel after the prediction
+    # (`real_ran` False: it could not run, `real_error` says why); the rules' own message in auto/llm modes
+    real_ran: bool | None = None
+    real_ename: str | None = None
+    real_message: str | None = None
+    real_error: str | None = None
+    rules_predicted_message: str | None = None
 
     @property
     def correct(self) -> bool:
         return self.predicted_crash == self.expect_crash
+
+    @property
+    def message_compared(self) -> bool:
+        """A predicted crash whose target cell, run for real, raised: its message can be compared."""
+        return self.predicted_crash and self.real_ename is not None
+
+    @property
+    def message_matches(self) -> bool:
+        """The predicted exception name and message are what the kernel raised (`same_message`)."""
+        return (self.message_compared and self.predicted_ename == self.real_ename
+                and same_message(self.message, self.real_message))
 
     @property
     def sandbox_ran(self) -> SandboxVerdict | None:
@@ -56,6 +82,29 @@ class Scores(msgspec.Struct, rename="camel"):
     false_alarm_rate: float  # FP / non-crashing variants
     ename_match: float | None  # among predicted crashes that are real crashes: right exception name
     ename_match_all: float | None  # among all real crashes: predicted, with the right exception name
+    # --real-run: among predicted crashes whose target really raised, the right exception name and message
+    message_match: float | None = None
+    messages_compared: int = 0
+
+
+_ARRAY_VALUES = re.compile(r"array=\[.*?\]\.?(?=\s|$)", re.S)
+# what may join CRANE's own explanation to the kernel's text in a finding's message: "'Amount' — df has no
+# column 'Amount'", "name 'plt' is not defined: 'plt' is defined in cell 1 ...", "... (did you mean 'price'?)"
+EXPLANATION_JOINS = (" — ", ": ", " (")
+
+
+def normalise_message(text: str | None) -> str:
+    """A message as compared: whitespace runs (newlines included) as one space, the ends stripped, and an array's
+    printed values (scikit-learn's `array=[...]`, which a prediction cannot know) left out."""
+    return " ".join(_ARRAY_VALUES.sub("", text or "").split())
+
+
+def same_message(predicted: str | None, real: str | None) -> bool:
+    """The predicted message is the kernel's (both normalised), alone or followed by CRANE's explanation after one
+    of `EXPLANATION_JOINS`. A kernel text that continues otherwise — 3.13's ". Did you mean 'x'?" — must be
+    predicted whole."""
+    p, r = normalise_message(predicted), normalise_message(real)
+    return p == r or (bool(r) and any(p.startswith(r + join) for join in EXPLANATION_JOINS))
 
 
 def _div(a: float, b: float) -> float:
@@ -71,6 +120,7 @@ def score(results: list[VariantResult]) -> Scores:
     hits = [r for r in results if r.expect_crash and r.predicted_crash]
     crashes = [r for r in results if r.expect_crash]
     right = sum(r.predicted_ename == r.expect_ename for r in hits)
+    compared = [r for r in results if r.message_compared]
     return Scores(
         n=len(results), tp=tp, fp=fp, tn=tn, fn=fn,
         accuracy=round(_div(tp + tn, len(results)), 4),
@@ -78,6 +128,8 @@ def score(results: list[VariantResult]) -> Scores:
         false_alarm_rate=round(_div(fp, fp + tn), 4),
         ename_match=round(_div(right, len(hits)), 4) if hits else None,
         ename_match_all=round(_div(right, len(crashes)), 4) if crashes else None,
+        message_match=round(_div(sum(r.message_matches for r in compared), len(compared)), 4) if compared else None,
+        messages_compared=len(compared),
     )
 
 

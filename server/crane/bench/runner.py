@@ -1,4 +1,6 @@
-"""Run bench variants: replay each variant's history in a fresh kernel, then predict its target cell."""
+"""Run bench variants: replay each variant's history in a fresh kernel, then predict its target cell (runs in the
+daemon). With `real_run` the target cell then runs for real in that replay kernel (the bench's own, a throwaway),
+and what it raised is kept beside the prediction (crane.bench.metrics: `message_match`)."""
 
 from __future__ import annotations
 
@@ -40,6 +42,22 @@ def static_predictor(replayed: ReplayedNotebook, target: int, result: VariantRes
     record(replayed.predict(target)[0], result)
 
 
+REAL_RUN_TIMEOUT_S = 600.0
+_MESSAGE_CAP = 4000  # characters of the real exception's message kept
+
+
+def real_run(replayed: ReplayedNotebook, target: int, result: VariantResult) -> None:
+    """Run the target cell for real in the replay kernel, after every prediction and check was made there."""
+    try:
+        run = replayed.kernel.connection.run_cell(replayed.nb.cell(target).source, timeout=REAL_RUN_TIMEOUT_S)
+    except Exception as exc:  # the kernel died or the cell outran the timeout: nothing to compare
+        result.real_ran, result.real_error = False, f"{type(exc).__name__}: {exc}"
+        return
+    result.real_ran = True
+    if run.status == "error":
+        result.real_ename, result.real_message = run.ename, (run.evalue or "")[:_MESSAGE_CAP]
+
+
 BENCH_SENTINEL = "_crane_bench_sentinel"  # an object whose every pickling/attribute hook records (kernel/untouched)
 
 
@@ -56,6 +74,7 @@ class ModePredictor:
         rules, probe = replayed.predict(target)
         result.rules_predicted_crash = bool(rules.findings)  # before another source decides
         result.rules_predicted_ename = rules.findings[0].ename if rules.findings else None
+        result.rules_predicted_message = rules.findings[0].message if rules.findings else None
         if self.mode != "auto":
             record(decide_in_mode(replayed, target, rules, self.mode, self.settings, self.budget_s, probe), result)
             return
@@ -74,8 +93,11 @@ class ModePredictor:
 
 
 def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, python: str | None,
-                launcher: KernelLauncher = LOCAL) -> VariantResult:
+                launcher: KernelLauncher = LOCAL, real: bool = False) -> VariantResult:
+    """One variant: its history replayed, its target predicted (`seconds` times this much); with `real`, the
+    target then run for real (not timed)."""
     start = time.monotonic()
+    predicted: float | None = None
     result = VariantResult(
         case=case.id, variant=name, library=case.library, root_cause=case.root_cause,
         expect_crash=variant.expect.crash, expect_ename=variant.expect.ename,
@@ -91,22 +113,27 @@ def run_variant(case: Case, name: str, variant: Variant, predictor: Predictor, p
                 if h.status == "error" and h.number not in allowed
             ]
             predictor(replayed, variant.target_cell, result)
+            if real and not result.error:
+                predicted = time.monotonic()
+                real_run(replayed, variant.target_cell, result)
     except Exception as exc:  # one broken variant is reported, the bench goes on
         result.error = f"{type(exc).__name__}: {exc}"
-    result.seconds = round(time.monotonic() - start, 3)
+    result.seconds = round((predicted if predicted is not None else time.monotonic()) - start, 3)
     return result
 
 
 def run_cases(
     cases: list[Case], predictor: Predictor, jobs: int = 1, python: str | None = None,
     progress: Callable[[VariantResult], None] | None = None, launcher: KernelLauncher = LOCAL,
+    real: bool = False,
 ) -> list[VariantResult]:
-    """Every variant of `cases`, `jobs` at a time, each in a fresh kernel from `launcher`. On Ctrl-C the variants
-    not started yet are dropped at once (the running ones end with their kernels)."""
+    """Every variant of `cases`, `jobs` at a time, each in a fresh kernel from `launcher` (`real`: each target
+    also run for real once predicted). On Ctrl-C the variants not started yet are dropped at once (the running
+    ones end with their kernels)."""
     work = [(c, name, v) for c in cases for name, v in c.variants.items()]
 
     def one(item: tuple[Case, str, Variant]) -> VariantResult:
-        r = run_variant(*item, predictor, python, launcher)
+        r = run_variant(*item, predictor, python, launcher, real)
         if progress:
             progress(r)
         return r

@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the full JSON report")
     p.add_argument("--python", help="interpreter for the replay kernels (default: this one)")
     p.add_argument("--quiet", action="store_true", help="no per-variant progress lines on stderr")
+    p.add_argument("--real-run", dest="real_run", action="store_true",
+                   help="then run each target cell for real in its replay kernel and score whether the predicted "
+                        "exception and message are what it raised (message match)")
     p.add_argument("--budget", type=float, default=30.0, help="seconds per speculative run (auto mode)")
     p.add_argument("--fix", action="store_true",
                    help="run the repair agent on every buggy variant (needs --model) and report the fix rate")
@@ -133,7 +136,7 @@ def _run(args: argparse.Namespace, cases, settings, launcher) -> int:
     predictor = _predictor(args, settings)
     progress = None if args.quiet else _progress
     results = run_cases(cases, predictor, jobs=max(1, args.jobs), python=args.python, progress=progress,
-                        launcher=launcher)
+                        launcher=launcher, real=args.real_run)
     if args.dry_run:
         from crane.llm.predictor import dry_run_stats
 
@@ -201,11 +204,26 @@ def _mode_lines(rep: BenchReport) -> list[str]:
     return lines
 
 
+def _message_lines(rep: BenchReport) -> list[str]:
+    """--real-run: how many predicted messages are the kernel's, and the ones that are not."""
+    lines = []
+    for label, s in (("", rep.overall), ("the rules alone: ", rep.rules_overall)):
+        if s is not None and s.message_match is not None:
+            lines.append(f"{label}message match (exception and message as the kernel raised them): "
+                         f"{round(s.message_match * s.messages_compared)}/{s.messages_compared}")
+    for r in rep.results:
+        if r.message_compared and not r.message_matches:
+            lines.append(f"  {r.case}/{r.variant}: predicted {r.predicted_ename}: {(r.message or '')[:150]!r}; "
+                         f"the kernel: {r.real_ename}: {(r.real_message or '')[:150]!r}")
+    return lines
+
+
 def _rules_scores(results: list[VariantResult]) -> Scores | None:
     """The rules' own predictions (recorded before the sandbox or the model decided), scored as a static run."""
     ran = [r for r in results if r.rules_predicted_crash is not None]
     return score([msgspec.structs.replace(r, predicted_crash=r.rules_predicted_crash,
-                                          predicted_ename=r.rules_predicted_ename) for r in ran]) if ran else None
+                                          predicted_ename=r.rules_predicted_ename, message=r.rules_predicted_message)
+                  for r in ran]) if ran else None
 
 
 def _row(label: str, s: Scores) -> str:
@@ -226,6 +244,7 @@ def render_text(rep: BenchReport) -> str:
     lines += ["by root cause:"] + [_row(f"  {k}", v) for k, v in rep.by_root_cause.items()] + [""]
     o = rep.overall
     lines.append(f"confusion: TP {o.tp}  FP {o.fp}  TN {o.tn}  FN {o.fn}")
+    lines += _message_lines(rep)
     lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.verdicts.items())))
     if rep.decided_by:
         lines.append("decided by: " + ", ".join(f"{k} {v}" for k, v in sorted(rep.decided_by.items())))

@@ -158,7 +158,7 @@ def _attach(args: argparse.Namespace):
     follower = KernelFollower(_locator(args))
     threading.Thread(target=_first_look, args=(follower,), name="crane-mcp-first-look", daemon=True).start()
     return Attached(conn=None, describe=follower.locator.describe, close=follower.close,
-                    follow=lambda cancel: follower.connection())
+                    follow=lambda cancel: follower.connection(), busy=follower.busy)
 
 
 def run(args: argparse.Namespace) -> int:

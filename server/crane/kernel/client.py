@@ -27,6 +27,10 @@ from crane import pyast
 from crane.kernel.errors import ConnectionLost, KernelDead, KernelError, KernelTimeout
 from crane.kernel.target import KernelTarget, as_target
 
+# how long a kernel reached through its connection file may miss heartbeats before it counts as dead (jupyter_client
+# pings once a second and re-pings at once after a miss: five chances)
+HEARTBEAT_GRACE_S = 5.0
+
 
 class CellRun(msgspec.Struct):
     """The outcome of running one cell (replay)."""
@@ -140,22 +144,37 @@ class KernelConnection:
 
     # -- liveness -----------------------------------------------------------------------------------
     def is_alive(self) -> bool:
+        """The kernel's process runs (a kernel CRANE started), or it answers its heartbeat. A kernel known by its
+        connection file alone has the heartbeat only, whose one missed reply (a second's window: a loaded machine,
+        the first ping of a fresh connection) says nothing yet: "dead" is the heartbeat silent for
+        `HEARTBEAT_GRACE_S`, waited for on the heartbeat's own next replies."""
         if self.owner is not None:
             try:
                 return bool(self.owner.is_alive())
             except Exception:
                 return False
-        try:
-            return bool(self.client.is_alive())
-        except Exception:
-            return False
+        heartbeat = getattr(self.client, "_hb_channel", None) is not None
+        deadline = time.monotonic() + (HEARTBEAT_GRACE_S if heartbeat else 0.0)
+        while True:
+            try:
+                if self.client.is_alive():
+                    return True
+            except Exception:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def wait_ready(self, timeout: float) -> None:
-        """Wait until the kernel answers a kernel_info request."""
+        """Wait until the kernel answers a comm_info request.
+
+        Not kernel_info: IPython 9's kernel_info reply carries the shell's banner, whose tip is drawn with the
+        global `random.choice` — every kernel_info request moves the user's `random` state. comm_info reads the
+        kernel's comm table only, and is answered on the shell channel as kernel_info is (protocol 5.1+)."""
         deadline = time.monotonic() + timeout
         with self._lock:
             while True:
-                msg_id = self.client.kernel_info()
+                msg_id = self.client.comm_info()
                 self._await_shell_reply(msg_id, deadline, timeout)
                 # ZMQ "slow joiner": the shell reply can arrive before our iopub subscription is live, and a
                 # request sent then would miss its own idle status. Every request produces iopub status
@@ -173,7 +192,7 @@ class KernelConnection:
             self._check_owner_alive()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise KernelTimeout(f"kernel did not answer kernel_info within {timeout:.0f} s")
+                raise KernelTimeout(f"kernel did not answer within {timeout:.0f} s")
             try:
                 msg = self.client.get_shell_msg(timeout=min(remaining, 0.5))
             except queue.Empty:

@@ -77,12 +77,15 @@ def start_kernel(
     try:
         conn.wait_ready(startup_timeout)
     except KernelError:
+        # read before it is stopped: a kernel still running when the wait ran out is slow (a loaded machine, heavy
+        # imports), not dead; stopped first, every failed start read "died during startup"
+        died = not km.is_alive()
         conn.close()
         try:
             km.shutdown_kernel(now=True)
         except Exception:
             pass
-        if not km.is_alive():
+        if died:
             raise KernelDead(
                 f"the kernel started with {exe} died during startup (is ipykernel installed there?)"
             ) from None

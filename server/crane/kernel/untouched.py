@@ -28,6 +28,7 @@ idle status of its own request, which iopub delivers after every message the blo
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 from typing import Any
@@ -103,7 +104,57 @@ def f(ip):
     out['rng'] = rng
     return out
 """
-STATE_EXPR = "(lambda g: (exec(%r, g), g['f'](get_ipython()))[1])({})" % _STATE_SRC
+
+# The private requests below read no name of the notebook's (they are evaluated in its namespace: a notebook's
+# `exec`, `__import__` or `get_ipython` there, or in the builtins, would run): `_UT_SYS_EXPR` reaches `sys` from
+# literals by C descriptors, `exec` is the builtins module's (one the notebook put there is used:
+# this test-side check has no other way to run its source), and a
+# bootstrap run on empty builtins gives the source a copy of the interpreter's builtins whose `__import__` is the
+# import machinery's own (`_frozen_importlib.__import__`) and the shell from `InteractiveShell._instance` (no
+# `get_ipython`). `KEEP`: the private module the source is kept in (installed once), else a fresh namespace.
+_BOOTSTRAP = """
+_md = T.__dict__["__dict__"].__get__(MT)["__dict__"].__get__
+_b = D.copy()
+_b["__import__"] = _md(M["_frozen_importlib"])["__import__"]
+_ip = T.__dict__["__dict__"].__get__(_md(M["IPython.core.interactiveshell"])["InteractiveShell"])["_instance"]
+_m = M.get(KEEP) if KEEP else None
+if _m is None:
+    _g = {"__builtins__": _b, "__name__": KEEP or "_crane_untouched_state"}
+    E(SRC, _g)
+    if KEEP:
+        _m = MT(KEEP)
+        _md(_m).update(_g)
+        {}.__class__.__setitem__(M, KEEP, _m)
+else:
+    _g = _md(_m)
+R = _g[FN](_ip, *ARGS)
+"""
+_PRIVATE_EXPR = (
+    "(lambda P: (lambda T, BF, D, S, SD, M, MT: (lambda e: (e(@BOOT@, g := {'__builtins__': {}, 'T': T, 'D': D, "
+    "'M': M, 'MT': MT, 'E': e, 'SRC': @SRC@, 'KEEP': @KEEP@, 'FN': @FN@, 'ARGS': @ARGS@, 'R': None}), g['R'])[1])"
+    "(D.get('exec')))(*P) if P else 'untouched: the interpreter\\'s sys was not found')(@SYS@)"
+)
+
+
+# `sys` from literals (the builtins' `__spec__`, the frozen import machinery's namespace), as kernel/private_module's
+# `_SYS_EXPR` but not refusing a `sys` whose hook functions the notebook replaced (this check runs in such kernels):
+# (type, None, the builtins' dict, sys, None, the module table, the module type)
+_UT_SYS_EXPR = (
+    "(lambda T, D, FT: (lambda S: (T, None, D, S, None, T.__dict__['__dict__'].__get__(T(S))['__dict__'].__get__(S)"
+    "['modules'], T(S)))(FT.__dict__['__globals__'].__get__(T.__dict__['__dict__'].__get__(T(D.get('__spec__')))"
+    "['__init__'])['sys']))(().__class__.__class__, (lambda: 0).__builtins__, (lambda: 0).__class__)"
+)
+
+
+def _private_expr(src: str, fn: str, args: tuple, keep: str | None = None) -> str:
+    """The expression running `fn(shell, *args)` of the source `src` (kept as the private module `keep`, or in a
+    fresh namespace), reading no name of the notebook's."""
+    parts = {"BOOT": repr(_BOOTSTRAP), "SRC": repr(src), "KEEP": repr(keep), "FN": repr(fn), "ARGS": repr(args),
+             "SYS": _UT_SYS_EXPR}
+    return re.sub(r"@([A-Z]+)@", lambda m: parts[m.group(1)], _PRIVATE_EXPR)
+
+
+STATE_EXPR = _private_expr(_STATE_SRC, "f", ())
 
 # The effect sentinels (see the module docstring), installed as a private module `_crane_untouched`.
 _SENTINEL_SRC = r"""
@@ -199,10 +250,8 @@ def remove(ip, name):
 
 
 def _sentinel_expr(call: str, name: str | None) -> str:
-    """Install (once) the sentinel module privately, then `install`/`remove` it."""
-    return ("(lambda s: (s.modules.setdefault('_crane_untouched', (lambda m: (exec(%r, m.__dict__), m)[1])"
-            "(__import__('types').ModuleType('_crane_untouched'))).%s(get_ipython(), %r)))(__import__('sys'))"
-            % (_SENTINEL_SRC, call, name))
+    """Install (once) the sentinel module privately, then `install`/`remove` it (no name of the notebook's read)."""
+    return _private_expr(_SENTINEL_SRC, call, (name,), keep="_crane_untouched")
 
 
 def kernel_state(conn: KernelConnection) -> dict:

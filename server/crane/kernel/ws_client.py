@@ -2,8 +2,8 @@
 
 `WebSocketKernelClient` offers what `crane.kernel.client.KernelConnection` and the kernel watcher use from
 jupyter_client's `BlockingKernelClient` — `session.session`, `start_channels`/`stop_channels`,
-`channels_running`, `execute`, `kernel_info`, `get_shell_msg`/`get_iopub_msg`/`get_control_msg` with timeouts
-(raising `queue.Empty`), `is_alive` and `hb_channel.is_beating()` — so the probe, the sandbox, sessions and the
+`channels_running`, `execute`, `comm_info`, `get_shell_msg`/`get_iopub_msg`/`get_control_msg` with timeouts (raising
+`queue.Empty`), `is_alive` and `hb_channel.is_beating()` — so the probe, the sandbox, sessions and the
 watcher run unchanged on a kernel behind JupyterHub, a remote Jupyter Server or Enterprise Gateway.
 
 Wire: `GET <base>api/kernels/<id>/channels?session_id=<our session>` with `Authorization: token T`, asking for
@@ -147,12 +147,14 @@ class WebSocketKernelClient:
 
         jupyter_server answers the websocket handshake before it has subscribed the new connection to the
         kernel's iopub: messages of that moment (a user cell that starts) would be missed by a watcher. A
-        `kernel_info_request` on the control channel (answered even while a cell runs) is handled once the
-        connection is set up, and its busy/idle status comes back on iopub: the subscription is live then."""
+        `comm_info_request` on the control channel (answered even while a cell runs) is handled once the
+        connection is set up, and its busy/idle status comes back on iopub: the subscription is live then. Not
+        kernel_info: IPython 9 draws the banner's tip from the user's global `random` on every kernel_info
+        request (`crane.kernel.client.KernelConnection.wait_ready`)."""
         if not self.channels_running:
             return False
         self._synced.clear()
-        msg_id = self._send("control", "kernel_info_request", {})
+        msg_id = self._send("control", "comm_info_request", {})
         with self._state_cond:
             self._sync_ids.add(msg_id)
         try:
@@ -197,8 +199,8 @@ class WebSocketKernelClient:
                    "stop_on_error": stop_on_error}
         return self._send("shell", "execute_request", content)
 
-    def kernel_info(self) -> str:
-        return self._send("shell", "kernel_info_request", {})
+    def comm_info(self, target_name: str | None = None) -> str:
+        return self._send("shell", "comm_info_request", {} if target_name is None else {"target_name": target_name})
 
     def get_shell_msg(self, timeout: float | None = None) -> dict:
         return self._queues["shell"].get(timeout)

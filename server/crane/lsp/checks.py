@@ -3,8 +3,10 @@
 `refresh_cells` is the batch every `CellScheduler` runs; `publish_checked` is shared with the commands that
 check cells on demand (`crane.checkNotebook`, `crane.diagnoseCell`). After publishing, each still-current
 cell is offered to the sandbox (auto/llm modes), which hands undecided cells to the model (llm mode); the
-kernel status is re-sent when diagnostics start or stop relying on stale facts. Cells whose facts the probe
-left partial (`resumable`) are checked again at once, and offered on once their facts settle.
+kernel status is re-sent when diagnostics start or stop relying on stale facts, and cells left stale are
+handed to the kernel supervisor, which checks them again once the kernel can answer (`stale_published`).
+Cells whose facts the probe left partial (`resumable`) are checked again at once, and offered on once their
+facts settle.
 """
 
 from __future__ import annotations
@@ -68,3 +70,4 @@ def publish_checked(ls: CraneServer, session: NotebookSession, snap: NotebookSna
     if any_stale != session.used_stale:
         session.used_stale = any_stale
         ls.kernels.notify_status(session)
+    ls.kernels.stale_published(session)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -163,7 +164,12 @@ class CraneServer(LanguageServer):
 
 
 class LspLogHandler(logging.Handler):
-    """Forwards `crane` log records to the client as `window/logMessage` (sent from the event loop)."""
+    """Forwards `crane` log records to the client as `window/logMessage` (sent from the event loop).
+
+    A record logged while one is being sent is about that send (pygls reports a failed send through
+    `report_server_error`, which logs): it stays on stderr, never forwarded. Once the channel is closed (after
+    `exit`, while a thread the server waits for still logs), forwarding it would fail and log again, without
+    end: a traceback on stderr per turn of the event loop, until a client no longer reading stderr blocked it."""
 
     _TYPES = {
         logging.ERROR: types.MessageType.Error,
@@ -175,8 +181,11 @@ class LspLogHandler(logging.Handler):
     def __init__(self, ls: CraneServer):
         super().__init__()
         self.ls = ls
+        self._sending = threading.local()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self._sending, "active", False):
+            return
         try:
             msg = self.format(record)
             kind = self._TYPES.get(record.levelno, types.MessageType.Error if record.levelno > logging.ERROR else types.MessageType.Log)
@@ -185,7 +194,10 @@ class LspLogHandler(logging.Handler):
             self.handleError(record)
 
     def _send(self, kind: types.MessageType, msg: str) -> None:
+        self._sending.active = True
         try:
             self.ls.window_log_message(types.LogMessageParams(type=kind, message=msg))
         except Exception:
             pass
+        finally:
+            self._sending.active = False

@@ -15,7 +15,8 @@ for messages. It reports, through `on_event` (called on the watcher thread):
   counts a run only when the execution count advanced;
 - `WatchEvent("restarted")` on a `starting`/`restarting` status, a `shutdown_reply` on iopub, or an
   `iopub_welcome` after the first (our subscription was renewed: a new kernel behind the same address);
-- `WatchEvent("dead")` when the heartbeat stops, and `WatchEvent("alive")` when it comes back;
+- `WatchEvent("dead")` when the heartbeat stops (silent for `crane.kernel.client.HEARTBEAT_GRACE_S`: one missed
+  reply on a loaded machine is not a death), and `WatchEvent("alive")` when it comes back;
 - `WatchEvent("resync")` when the watcher's connection was renewed (a kernel behind a Jupyter Server: the
   websocket dropped and reconnected): iopub messages of the gap may be lost, so the state may have changed.
 
@@ -114,6 +115,7 @@ class KernelWatch:
         self.activity = 0  # other clients' requests that may have changed the kernel's state, restarts, deaths
         self._welcomed = False  # ipykernel >= 7 welcomes each new iopub subscriber: the first is our own start
         self._reconnects = 0  # the websocket client's reconnections already reported
+        self._silent_since: float | None = None  # when the heartbeat was first seen missing (None: beating)
 
     @property
     def busy(self) -> bool:
@@ -166,6 +168,16 @@ class KernelWatch:
             beating = bool(self._client.hb_channel.is_beating())
         except Exception:
             beating = False
+        from crane.kernel import client as kernel_client
+
+        now = time.monotonic()
+        if beating:
+            self._silent_since = None
+        elif self._silent_since is None:
+            self._silent_since = now
+        # one missed reply (jupyter_client gives a second: a loaded machine) is not a death: dead is the heartbeat
+        # silent for HEARTBEAT_GRACE_S (a kernel whose process is gone is "restarted" at once: _check_process)
+        silent = not beating and now - (self._silent_since or now) >= kernel_client.HEARTBEAT_GRACE_S
         reconnects = getattr(self._client, "reconnects", 0)
         if beating and reconnects != self._reconnects:
             self._reconnects = reconnects
@@ -177,7 +189,7 @@ class KernelWatch:
         if beating and not self.alive:
             self.alive = True
             self._emit(WatchEvent("alive"))
-        elif not beating and self.alive:
+        elif silent and self.alive:
             self.alive = False
             with self._lock:
                 self._busy_parents.clear()

@@ -12,7 +12,10 @@ restarted the kernel with a new file, or stopped it) lets the kernel go at once.
 watcher's thread and are marshalled onto the event loop. A request of another client is a user run only when
 the kernel's execution count advanced past it (the Jupyter extension's own requests on the user's session do
 not advance it): then the cells that read the names it wrote (plus the cells that have diagnostics) are
-re-checked; a new kernel re-checks every cell.
+re-checked; a new kernel re-checks every cell. Cells checked with stale facts (the kernel was busy, or the
+probe timed out) are checked again when the kernel goes idle, or, when no idle event is coming (it passed while
+their check ran; the kernel was held by a request the watcher does not follow), after a delay that doubles from
+STALE_RETRY_FIRST_S to STALE_RETRY_MAX_S while they stay stale: stale facts never outlive a free kernel.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 KERNEL_STATUS = "crane/kernelStatus"
 RUN_SECONDS_KEPT = 512  # cell texts whose last run time is remembered
 BUSY_AFTER_S = 0.15  # a user request must run this long before the status says "busy"
+STALE_RETRY_FIRST_S = 0.5  # stale diagnostics with no idle event to come: checked again after this
+STALE_RETRY_MAX_S = 30.0  # doubling up to this while they stay stale (a kernel held by another client's request)
 GONE = "the kernel stopped or restarted (its connection file is gone): static-only diagnostics until it is found"
 
 
@@ -51,6 +56,8 @@ class KernelSupervisor:
         self._tasks: dict[str, asyncio.Task] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._attach_lock: dict[str, asyncio.Lock] = {}
+        self._stale_delay: dict[str, float] = {}  # notebook URI -> the next stale re-check's delay
+        self._stale_due: dict[str, Attachment] = {}  # notebook URI -> the attachment its pending re-check is for
         self.prewarm = Prewarmer(host)  # the kernel's copy-path worker, ready before its first run
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -68,6 +75,8 @@ class KernelSupervisor:
             task.cancel()
         self._wake.pop(session.uri, None)
         self._attach_lock.pop(session.uri, None)
+        self._stale_delay.pop(session.uri, None)
+        self._stale_due.pop(session.uri, None)
         att, session.attachment = session.attachment, None
         if att is not None:
             await asyncio.to_thread(att.close)
@@ -266,6 +275,7 @@ class KernelSupervisor:
         elif event.kind == "idle":
             if session.state == "busy":
                 self._set_state(session, "idle", "the kernel is idle")
+            self._stale_delay.pop(session.uri, None)  # a fresh start for the re-checks after this one
             if session.stale_cells and session.scheduler is not None:  # they were checked against old facts
                 session.scheduler.request(list(session.stale_cells), 0.0)
         elif event.kind == "dead":
@@ -383,6 +393,42 @@ class KernelSupervisor:
         elif session.state == "dead":
             self._set_state(session, "attached", "the kernel is back")
             self.recheck_all(session)
+
+    # -- stale facts ------------------------------------------------------------------------------
+    def stale_published(self, session: NotebookSession) -> None:
+        """Checks of `session` were published (crane.lsp.checks). Cells whose diagnostics rely on stale facts
+        must be checked again once the kernel can answer. While a user request runs, its `idle` event does it:
+        the watcher clears `busy` before it queues that event, so a `busy` seen here means the event is still
+        to be handled. Otherwise no event is coming — the `idle` was handled while their check ran, or the
+        probe timed out behind a request the watcher does not follow (another client's completion or comm
+        message, CRANE's own sandbox export) —: they are checked again after a delay that doubles while they
+        stay stale (STALE_RETRY_FIRST_S up to STALE_RETRY_MAX_S: a kernel held long is asked rarely)."""
+        uri = session.uri
+        if not session.stale_cells:
+            self._stale_delay.pop(uri, None)
+            return
+        att = session.attachment
+        if session.closed or att is None or not att.alive or att.busy or self._stale_due.get(uri) is att:
+            return  # (a re-check pending for an earlier attachment or notebook does not stand for this one)
+        delay = self._stale_delay.get(uri, STALE_RETRY_FIRST_S)
+        self._stale_delay[uri] = min(2 * delay, STALE_RETRY_MAX_S)
+        self._stale_due[uri] = att
+        self.host.call_later(delay, self._recheck_stale, session, att)
+
+    def _recheck_stale(self, session: NotebookSession, att: Attachment) -> None:
+        if self._stale_due.get(session.uri) is att:
+            del self._stale_due[session.uri]
+        if session.closed:
+            return
+        if session.attachment is not att:  # re-attached meanwhile: its own publish may have found this one pending
+            self.stale_published(session)
+            return
+        if not att.alive or att.busy:
+            return  # a dead kernel re-checks every cell when found again; a running request's idle event these
+        stale = list(session.stale_cells)
+        if stale and session.scheduler is not None:
+            log.info("%d cell(s) checked with stale facts and no idle event to come: checking again", len(stale))
+            session.scheduler.request(stale, 0.0)
 
     # -- what to re-check -------------------------------------------------------------------------
     def recheck_all(self, session: NotebookSession) -> None:

@@ -11,7 +11,7 @@ import logging
 
 from lsprotocol import types
 
-from crane.llm.litellm_import import set_offline_cost_map
+from crane.llm.litellm_import import abandon, set_offline_cost_map
 from crane.lsp import lm_tools
 from crane.lsp.agent_runs import stop_all
 from crane.lsp.crane_server import CraneServer
@@ -50,6 +50,8 @@ async def did_change_configuration(ls: CraneServer, params: types.DidChangeConfi
 
 
 async def shutdown(ls: CraneServer, params: None) -> None:
+    # a model request still waiting for litellm's import ends now: the loop's end waits for its thread
+    abandon()
     stop_all(ls.agent_runs)
     ls.llm.close()
     ls.quick_fixes.close()

@@ -3,7 +3,9 @@ verified fixes. Synchronous (the server calls it from a worker thread, one call 
 
 Nothing here runs in the kernel's namespace: facts come from the private probe (silent requests, no history),
 code runs only in a confined copy-on-write fork of the kernel (`crane.sandbox`), fixes are searched in a fork
-session. A kernel that died, or cannot be reached, gives a `ToolFailure` saying so.
+session. A kernel that died, or cannot be reached, gives a `ToolFailure` saying so. While another client's cell
+runs in the kernel (`Attached.busy`), nothing is asked of it: a check answers at once from static facts, a run is
+`unavailable`, facts and fixes are a `ToolFailure` — a private request would only queue behind the cell.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 
 MAX_NAMES = 200
 FACTS_BUDGET_MS = 2000.0
+BUSY = "the kernel is running a cell: CRANE asks it nothing until the cell ends"
 # The user's variables: names not hidden by IPython (In, Out, get_ipython, exit...) nor private. Evaluated as a
 # private user expression (silent, no history): it reads the namespace's keys, nothing else.
 _NAMES_EXPR = (
@@ -67,6 +70,8 @@ class Attached:
     close: Callable[[], None] = lambda: None
     follow: Callable[[threading.Event | None], KernelConnection] | None = None
     progress: Callable[[], str] | None = None
+    # another client's cell runs in the kernel now (`crane.mcp.follow.KernelFollower.busy`); None: not watched
+    busy: Callable[[], bool] | None = None
     # the folders whose notebooks a `notebook` argument may name (the server's working folder when it started,
     # --notebook's folder); the kernel's working folder is served too (`KernelTools._served`)
     served: list[str] = field(default_factory=lambda: [os.getcwd()])
@@ -102,6 +107,13 @@ class KernelTools:
                 assert self.attached.conn is not None
                 self._conn = self.attached.conn
         return self._conn
+
+    def _busy(self) -> bool:
+        return self.attached.busy is not None and self.attached.busy()
+
+    def _not_busy(self) -> None:
+        if self._busy():
+            raise ToolFailure(f"{BUSY} ({self.attached.describe}); call again when it has ended")
 
     def _cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
@@ -142,6 +154,7 @@ class KernelTools:
         from crane.probe.collect import ProbeClient
         from crane.probe.facts import ProbeRequest
 
+        self._not_busy()
         names = args.names
         if names is None:
             out = self.conn.private({"n": _NAMES_EXPR}, timeout=10.0)
@@ -157,9 +170,7 @@ class KernelTools:
         return self._guard(lambda: self._sandbox_run(args.code, args.budget_s))
 
     def _sandbox_run(self, code: str, budget_s: float) -> SandboxRun:
-        from crane.sandbox.fork_runner import speculate
-
-        v = speculate(self.conn, code, budget_s, cancel=self.cancel)
+        v = self._speculate(code, budget_s)
         if v.verdict == "unavailable" and not self.conn.is_alive():
             raise ToolFailure(f"the kernel died ({self.attached.describe})")
         return SandboxRun.of(v)
@@ -200,17 +211,14 @@ class KernelTools:
 
     def _predict(self, code: str, scope: Any, target: int, mode: str, budget_s: float) -> Prediction:
         from crane.analysis.cell import analyze_cell
-        from crane.pipeline import check_cell, probe_facts
+        from crane.pipeline import check_cell
         from crane.policy import decide, outcome
-        from crane.probe.collect import ProbeClient
 
-        check = check_cell(analyze_cell(code), probe_facts(ProbeClient(self.conn)), scope, target)
+        check = check_cell(analyze_cell(code), self._facts_source(), scope, target)
         run: SandboxRun | None = None
         verdict = None
         if mode == "auto":
-            from crane.sandbox.fork_runner import speculate
-
-            verdict = speculate(self.conn, code, budget_s, cancel=self.cancel)
+            verdict = self._speculate(code, budget_s)
             run = SandboxRun.of(verdict)
         d = decide("auto" if mode == "auto" else "static", check.findings, verdict)
         prediction, decided_by = outcome(d, sandbox_ran=run is not None, facts_read=check.mode == "live"), d.decided_by
@@ -230,6 +238,28 @@ class KernelTools:
             facts_error=check.error, how=how,
         )
 
+    def _facts_source(self) -> Any:
+        """The kernel's live facts, or none at once while the kernel runs a cell (`crane.pipeline.FactsSource`)."""
+        from crane.pipeline import FactsAnswer, probe_facts
+        from crane.probe.collect import ProbeClient
+
+        live = probe_facts(ProbeClient(self.conn))
+
+        def source(request: Any) -> FactsAnswer:
+            return FactsAnswer(None, "static", BUSY) if self._busy() else live(request)
+
+        return source
+
+    def _speculate(self, code: str, budget_s: float) -> Any:
+        """`crane.sandbox.fork_runner.speculate`, or `unavailable` at once while the kernel runs a cell (the
+        fork request would wait behind it)."""
+        from crane.sandbox.fork_runner import speculate
+        from crane.sandbox.verdict import unavailable
+
+        if self._busy():
+            return unavailable(BUSY)
+        return speculate(self.conn, code, budget_s, cancel=self.cancel)
+
     # -- crane_fixes -------------------------------------------------------------------------------------
     def fixes(self, args: FixesArgs) -> Fixes:
         def work() -> Fixes:
@@ -248,6 +278,7 @@ class KernelTools:
                 source = check_target(nb, args.cell).source
             except (CraneError, ValueError) as exc:
                 raise ToolFailure(str(exc)) from None
+            self._not_busy()
             scope = NotebookScope.from_notebook(nb)
             check = check_cell(analyze_cell(source), probe_facts(ProbeClient(self.conn)), scope, args.cell)
             try:

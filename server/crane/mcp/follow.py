@@ -16,7 +16,9 @@ A `Locator` names the kernel the user meant and lists where it may be now, best 
 `KernelFollower.connection()` returns a live connection to the first candidate that answers, keeping the one it
 has while that is still the best candidate and alive; a candidate that did not answer is skipped for a while
 (its file unchanged) unless it is the best one. When none answers it raises `KernelUnavailable`, whose message names the problem and what
-to do; the MCP tools turn it into a result with `isError`.
+to do; the MCP tools turn it into a result with `isError`. Each connection it keeps is watched
+(`crane.mcp.busy.BusyWatch`): `KernelFollower.busy()` says another client's cell is running, so a tool answers at
+once instead of queueing a private request behind the user's cell until its timeout.
 """
 
 from __future__ import annotations
@@ -207,12 +209,29 @@ def _attach(target: KernelTarget, timeout: float) -> object:
     return KernelConnection.attach(target, timeout=timeout)
 
 
+class Watch(Protocol):
+    @property
+    def busy(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+def _watch(target: KernelTarget, conn: Any) -> Watch:
+    """Follow the kernel's iopub on a client of its own; `conn`'s own requests are not the user's cells."""
+    from crane.mcp.busy import BusyWatch
+
+    return BusyWatch(target, conn.client.session.session)
+
+
 class KernelFollower:
     """A live connection to the kernel a `Locator` names, found again on each `connection()` (thread-safe)."""
 
-    def __init__(self, locator: Locator, attach: Attach = _attach, timeout: float = ATTACH_TIMEOUT_S):
+    def __init__(self, locator: Locator, attach: Attach = _attach, timeout: float = ATTACH_TIMEOUT_S,
+                 watch: Callable[[KernelTarget, Any], Watch | None] = _watch):
         self.locator = locator
         self._attach = attach
+        self._start_watch = watch
+        self._watch: Watch | None = None
         self.timeout = timeout
         self._lock = threading.Lock()
         self._conn: Any = None
@@ -252,13 +271,25 @@ class KernelFollower:
                     continue
                 self._drop()
                 self._conn, self._key, self._target = conn, c.key, c.target
+                try:
+                    self._watch = self._start_watch(c.target, conn)
+                except Exception:  # no watch: a busy kernel is found out by the requests' timeouts, as before
+                    log.info("cannot watch %s", c.target.describe(), exc_info=True)
                 log.info("serving %s", c.target.describe())
                 return conn
             self._drop()
             raise KernelUnavailable(f"no kernel answers ({self.locator.describe}): " + "; ".join(tried)
                                     + ". Start or restart the kernel. " + _AGAIN)
 
+    def busy(self) -> bool:
+        """Another client's cell runs in the kernel served now (as far as its iopub has shown)."""
+        watch = self._watch
+        return watch is not None and bool(watch.busy)
+
     def _drop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         if self._conn is not None:
             try:
                 self._conn.close()

@@ -29,6 +29,9 @@ class ColumnFacts(msgspec.Struct, omit_defaults=True):
     # "all" | "some" | "none"; with the first value that does not parse.
     numeric_parse: str | None = None
     non_numeric_example: str | None = None  # repr of the value, as Python's error message shows it
+    # its row (0-based, missing values counted): the "at position N" of pd.to_numeric's error; only when every
+    # row was looked at and no value before it is one pandas' parser rejects but float() takes ("1_000")
+    non_numeric_position: int | None = None
     # Large columns: value facts come from a strided sample. Then n_nan is not a count (left 0) and has_nan is
     # True when NaNs were seen in the sample, None when none were.
     sampled: bool = False
@@ -189,6 +192,7 @@ class Facts(msgspec.Struct, omit_defaults=True):
     example_values: list[str] | None = None
     numeric_parse: str | None = None  # as in ColumnFacts, for object arrays / Series
     non_numeric_example: str | None = None
+    non_numeric_position: int | None = None  # as in ColumnFacts
     columns: list[ColumnFacts] | None = None
     columns_truncated: bool = False
     index: IndexFacts | None = None
@@ -240,6 +244,7 @@ class AttrCheck(msgspec.Struct, omit_defaults=True):
     expr: str  # "model.feature_importances_"
     present: bool | None  # None: cannot tell statically (e.g. the type defines __getattr__)
     owner_type: str | None = None  # type of the object the attribute was looked up on
+    owner_shown: str | None = None  # that type's name as CPython's messages show it (its tp_name), when absent
     facts: Facts | None = None  # facts of the attribute's value, when it is plain data in an instance dict
     signature: list[ParamFacts] | None = None  # when the attribute is a callable
     suggestions: list[str] | None = None  # close names that do exist, when present is False

@@ -74,6 +74,22 @@ def _non_numeric(x: Facts) -> tuple[str, list] | None:
     return None
 
 
+def _convert_message(label: str, x: Facts, example: str, cols: list) -> str:
+    """numpy's words for the first value that does not convert. pandas converts a frame column by column (its
+    text columns, one block, in their order), an array in its order: the value is the first column's example when
+    that is the first in row order — all rows read (the probe found its row), not a row subset (a shuffled
+    split's first row is known only by running). Otherwise the example is named as one, and why the first is not
+    known."""
+    if x.truncated:
+        why = f"{label} is a subset of rows, whose order only a run shows"
+    elif (cols[0][0] if cols else x).non_numeric_position is None:
+        why = "not every row was read"
+    else:
+        return f"could not convert string to float: {example!r}"
+    return (f"could not convert string to float: a text value of {label} such as {example!r} (which one comes first "
+            f"is known only when the cell runs: {why})")
+
+
 def one_d_message(x: Facts, version: str | None) -> str:
     """check_array's words for a 1-D X on the kernel's scikit-learn: from 1.4 a pandas Series is "Expected a
     2-dimensional container", naming its class as the kernel's repr does (`<class 'pandas.core.series.Series'>` on
@@ -98,7 +114,7 @@ def check_x(label: str, x: Facts, est: EstimatorFacts, method: str, version: str
     if bad is not None:
         example, cols = bad
         ev = [describe(label, x, cols), est_line]
-        msg = f"could not convert string to float: {example!r}" if example else "could not convert string to float"
+        msg = _convert_message(label, x, example, cols) if example else "could not convert string to float"
         return Verdict("ValueError", msg, "data confusion" if cols else "API misuse", ev, 0.9)
     if ndim(x) == 1:
         return Verdict("ValueError", one_d_message(x, version), "API misuse", [describe(label, x), est_line], 0.85)
@@ -139,7 +155,7 @@ def check_y(label: str, y: Facts, est: EstimatorFacts, method: str) -> Verdict |
         if bad is not None:
             return Verdict(
                 "ValueError",
-                f"could not convert string to float: {bad[0]!r}",
+                _convert_message(label, y, bad[0], bad[1]),
                 "data confusion",
                 [describe(label, y, bad[1]), est_line],
                 0.85,
@@ -184,19 +200,23 @@ def check_feature_names(label: str, x: Facts, est: EstimatorFacts, method: str) 
         return None
     if any(_NON_STR_NAME.match(n) for n in names):
         return None  # non-string labels: X has no feature names, sklearn only warns
-    unseen = [n for n in names if n not in fit_names]
-    missing = [n for n in fit_names if n not in names]
-    detail = []
+    unseen = sorted(set(names) - set(fit_names))
+    missing = sorted(set(fit_names) - set(names))
+
+    def listed(found: list[str]) -> str:  # scikit-learn's own list: sorted, five at most
+        return "".join(f" - {n}" for n in found[:5]) + (" - ..." if len(found) > 5 else "")
+
+    # scikit-learn's message (the same from 1.0 to 1.9), its line breaks as spaces
+    message = "The feature names should match those that were passed during fit."
     if unseen:
-        detail.append("unseen at fit time: " + ", ".join(unseen[:5]) + (" ..." if len(unseen) > 5 else ""))
+        message += " Feature names unseen at fit time:" + listed(unseen)
     if missing:
-        detail.append("seen at fit time, yet now missing: " + ", ".join(missing[:5])
-                      + (" ..." if len(missing) > 5 else ""))
-    if not detail:
-        detail.append("must be in the same order as they were in fit")
+        message += " Feature names seen at fit time, yet now missing:" + listed(missing)
+    if not unseen and not missing:
+        message += " Feature names must be in the same order as they were in fit."
     return Verdict(
         "ValueError",
-        "The feature names should match those that were passed during fit. Feature names " + "; ".join(detail),
+        message,
         "data confusion",
         [describe(label, x) + f", {len(names)} columns",
          estimator_line("estimator", est) + f" ({len(fit_names)} named features)"],

@@ -43,7 +43,9 @@ def missing_attribute(ctx: RuleContext) -> Iterator[Finding]:
         if is_module:
             message = f"module '{obj}' has no attribute '{attr}'"
         else:
-            message = f"'{owner.rsplit('.', 1)[-1]}' object has no attribute '{attr}'"
+            # the type as CPython names it: a class by its name, a C type module-qualified ('numpy.ndarray')
+            shown = chk.owner_shown or owner.rsplit(".", 1)[-1]
+            message = f"'{shown}' object has no attribute '{attr}'"
         message += hint(attr, chk.suggestions)
         if chk.message:  # the library's own text (numpy's removed aliases: "`np.NaN` was removed in ...")
             message = chk.message

@@ -6,7 +6,9 @@ the index (only without errors='ignore'). The answer comes from the probe's KeyC
 still the kernel's object at that point of the cell, else from the flow-sensitive facts (e.g. after the cell
 dropped or added columns). Containers of other types (defaultdict, Counter, custom classes) are not judged.
 Related information points at an executed cell that already dropped or deleted that key (re-run cells).
-The message names the closest existing key or column when one is close (`crane.rulekit.suggest`).
+The message is the KeyError's text as the kernel shows it (pandas' words for drops and lists of keys, on the
+kernel's pandas), then, after " — ", what is missing where, and the closest existing key or column when one is
+close (`crane.rulekit.suggest`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Iterator
 from crane.finding import Finding, Related
 from crane.probe.facts import Facts
 from crane.rulekit.context import RuleContext
+from crane.rulekit.lib_glue import library_version
+from crane.rulekit.python_versions import parse_version
 from crane.rulekit.registry import rule
 from crane.rulekit.suggest import closest
 
@@ -85,15 +89,34 @@ def _related(ctx, lk, missing: list) -> list[Related]:
     return out[-3:]
 
 
-def _message(lk, missing: list, kind: str) -> str:
+def _index_dtype(keys: list, pandas: tuple[int, int] | None) -> str:
+    """The dtype pandas gives an Index of these keys (text keys are 'str' from pandas 3, 'object' before)."""
+    if keys and all(isinstance(k, str) for k in keys):
+        return "str" if pandas is not None and pandas >= (3, 0) else "object"
+    if keys and all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
+        return "int64"
+    if keys and all(isinstance(k, float) for k in keys):
+        return "float64"
+    return "object"
+
+
+def _message(ctx, lk, missing: list, kind: str) -> str:
+    """The KeyError's text as the kernel shows it (str of a KeyError: the repr of its argument, as pandas and dict
+    word it on the kernel's pandas), then CRANE's note after " — "."""
+    what = {"dataframe": "column", "series": "index label", "dict": "key"}[kind]
+    if lk.op == "drop" and lk.axis == "index":
+        what = "index label"
+    note = f" — {lk.expr} has no {what}{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}"
     if lk.op == "drop":
-        return f"{[*missing]!r} not found in axis of {lk.expr}"
+        return repr(f"{[*missing]!r} not found in axis") + note
     if len(lk.keys) > 1:
         if len(missing) == len(lk.keys):
-            return f"none of {missing!r} are in the columns of {lk.expr}"
-        return f"{missing!r} not in index (columns of {lk.expr})"
-    what = {"dataframe": "column", "series": "index label", "dict": "key"}[kind]
-    return f"{missing[0]!r} — {lk.expr} has no {what} {missing[0]!r}"
+            pandas = parse_version(library_version(ctx, "pandas"))
+            index = f"Index({[*lk.keys]!r}, dtype='{_index_dtype([*lk.keys], pandas)}')"
+            axis = "index" if kind == "series" or lk.axis == "index" else "columns"
+            return repr(f"None of [{index}] are in the [{axis}]") + note
+        return repr(f"{[*missing]!r} not in index") + note
+    return f"{missing[0]!r}" + note
 
 
 @rule("missing-key")
@@ -125,7 +148,7 @@ def missing_key(ctx: RuleContext) -> Iterator[Finding]:
             evidence.append(f"{lk.expr} columns: {[c.name for c in facts.columns]}")
         yield ctx.finding(
             lk.node, rule="missing-key", ename="KeyError",
-            message=_message(lk, missing, kind) + _did_you_mean(ctx, lk, missing, facts, kind),
+            message=_message(ctx, lk, missing, kind) + _did_you_mean(ctx, lk, missing, facts, kind),
             root_cause="NB specific" if related else "data confusion", confidence=0.92,
             evidence=evidence, related=related,
         )

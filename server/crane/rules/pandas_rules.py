@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from crane.finding import Finding
 from crane.probe.facts import ColumnFacts, Facts
 from crane.rulekit.context import RuleContext
-from crane.rulekit.lib_glue import emit, label, qualname, value
+from crane.rulekit.lib_glue import emit, label, library_version, qualname, value
 from crane.rulekit.lib_helpers import (
     NOVALUE,
     Verdict,
@@ -28,6 +28,7 @@ from crane.rulekit.lib_helpers import (
     literal,
     non_numeric_text,
 )
+from crane.rulekit.python_versions import parse_version
 from crane.rulekit.registry import rule
 
 _INT_NAMES = {"int", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "long"}
@@ -160,8 +161,14 @@ def to_numeric(ctx: RuleContext) -> Iterator[Finding]:
         bad = non_numeric_text(data, data.truncated)
         if bad is None or bad == "":
             continue  # to_numeric turns '' into NaN
+        # pandas quotes the value as Python's repr does from 3.0, in double quotes before; it adds " at position
+        # N", the value's row: the probe's when it looked at every row of this very data (1-D, not a row subset)
+        pandas = parse_version(library_version(ctx, "pandas"))
+        quoted = repr(bad) if pandas is not None and pandas >= (3, 0) else f'"{bad}"'
+        pos = data.non_numeric_position
+        where = f" at position {pos}" if pos is not None and not data.truncated and len(data.shape or ()) == 1 else ""
         yield emit(ctx, call, "pandas-to-numeric", Verdict(
-            "ValueError", f'Unable to parse string "{bad}"', "data confusion",
+            "ValueError", f"Unable to parse string {quoted}{where}", "data confusion",
             [describe(label(ctx, arg), data) + _value_hint(data)], 0.9))
         return
 

@@ -11,7 +11,7 @@ import signal
 import msgspec
 
 from crane.sandbox.channel import RunOutcome
-from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_ENDS, SEAL_RAISED, SEAL_RECORD, SEAL_TAMPERED
+from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_ENDS, SEAL_RAISED, SEAL_RECORD, SEAL_TAMPERED, TAMPERED_EXIT
 from crane.sandbox.verdict import (
     ChildRecord,
     DeniedLine,
@@ -82,7 +82,7 @@ def parse_lines(data: bytes) -> ChildLines:
 
 
 FORGED = "the cell wrote into CRANE's result channel"
-TAMPERED = 87  # the exit code of a sandbox process whose cell rebound CRANE's own code (kernel/common._TAMPERED)
+TAMPERED = TAMPERED_EXIT  # the exit code of a sandbox process whose cell rebound CRANE's own code
 
 
 def _signal_verdict(sig: int | None, exitcode: int | None, memory_mb: int, setup: SetupLine | None) -> SandboxVerdict:
@@ -164,6 +164,8 @@ def _ended_itself(status: ExitStatus, memory_mb: int, setup: SetupLine | None) -
         code = status.exitcode
         if code == 70:  # (kernel/entry._fork: CRANE's own code failed)
             return unavailable("the sandbox child failed")
+        if code == TAMPERED:  # (a handler of the cell's stayed set through the seal's signal step: kernel/run)
+            return _signal_verdict(None, TAMPERED, memory_mb, setup)
         return SandboxVerdict(verdict="crash", ename="DeadKernelError",
                               evalue=f"{ENDED_ITSELF} (it exited with code {code}): running it would end the kernel",
                               reason=f"{ENDED_ITSELF} (exit code {code})")

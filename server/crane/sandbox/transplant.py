@@ -69,16 +69,16 @@ from crane.sandbox.worker_size import no_room
 _HERE = Path(__file__).resolve().parent
 BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the worker's `-c` program
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
-                                 [_HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/bound.py",
+                                 [_HERE / "kernel/pristine.py", _HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/bound.py",
                                   _HERE / "kernel/stdlib_own.py", _HERE / "kernel/miniature.py",
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
-                                  _HERE / "kernel/environment.py", _HERE / "kernel/export_request.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
-                                  _HERE / "shared/tf_data.py",
+                                  _HERE / "kernel/environment.py", _HERE / "kernel/export_request.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
+                                  _HERE / "shared/keras_graph.py", _HERE / "shared/tf_data.py",
                                   _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
-                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/imports.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
+                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/imports.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
                                 _HERE / "worker/warmup.py", _HERE / "worker/main.py"])
 
 
@@ -498,8 +498,7 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     (`cell_names`), never by the kernel's input transformers; the kernel stops by itself after `SandboxOptions.export_seconds` and
     when `cancel` is set (a `cancel` file in `pdir`, which the export polls)."""
     cp, export = ModuleClient(conn, CLOUDPICKLE_MODULE), ModuleClient(conn, TRANSPLANT_MODULE)
-    out = cp.evaluate({"v": CLOUDPICKLE_MODULE.version_expression(), "t": TRANSPLANT_MODULE.version_expression()},
-                      timeout, "transplant check")
+    out = cp.evaluate({"v": cp.version_expression(), "t": export.version_expression()}, timeout, "transplant check")
     if literal_value(out.get("t"), "transplant check", KernelError) != TRANSPLANT_MODULE.version:
         export.ensure_installed(timeout=max(timeout, 10.0))  # first: it refuses to install over a patched stdlib
     if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
@@ -523,8 +522,7 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     if cancel is not None:
         threading.Thread(target=forward, name="crane-export-cancel", daemon=True).start()
     try:
-        raw = export.call("export", args, timeout=EXPORT_TIMEOUT_S,
-                                                         what="transplant export")
+        raw = export.call("export", args, timeout=EXPORT_TIMEOUT_S, what="transplant export", also=(cp,))
     finally:
         done.set()
     return msgspec.convert(raw, ExportReply)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from lsprotocol import types
 
 from ..conftest import Notebook, attach, crane_diags, wait_for
@@ -21,8 +22,9 @@ async def test_execution_summary_triggers_a_recheck(client, live_kernel, noteboo
     live_kernel.conn.private({}, code="del summary_var")
 
 
-async def test_names_follow_notebook_order_and_structure(static_client, tmp_path):
-    client = static_client
+@pytest.mark.asyncio(loop_scope="module")
+async def test_names_follow_notebook_order_and_structure(shared_static_client, tmp_path):
+    client = shared_static_client
     nb = Notebook(client, tmp_path / "order.ipynb", ["y = x + 1\n", "x = 1\n"])
     diags = await wait_for(lambda: crane_diags(client, nb.cells[0]), what="NameError for x defined below")
     assert diags[0].code == "undefined-name"
@@ -37,9 +39,9 @@ async def test_names_follow_notebook_order_and_structure(static_client, tmp_path
     await wait_for(lambda: crane_diags(client, removed) == [], what="diagnostics of a deleted cell cleared")
 
 
-async def test_close_clears_everything_even_mid_analysis(static_client, tmp_path):
-
-    client = static_client
+@pytest.mark.asyncio(loop_scope="module")
+async def test_close_clears_everything_even_mid_analysis(shared_static_client, tmp_path):
+    client = shared_static_client
     nb = Notebook(client, tmp_path / "c.ipynb", ["print(undefined_thing)\n"])
     await wait_for(lambda: crane_diags(client, nb.cells[0]), what="NameError")
     nb.set_text(0, "print(undefined_thing)\nprint(other_undefined)\n")  # a check is scheduled...
@@ -52,10 +54,11 @@ async def test_close_clears_everything_even_mid_analysis(static_client, tmp_path
     await wait_for(lambda: crane_diags(client, nb2.cells[0]), what="a new notebook is checked")
 
 
-async def test_cell_numbers_count_markdown_cells(static_client, tmp_path):
+@pytest.mark.asyncio(loop_scope="module")
+async def test_cell_numbers_count_markdown_cells(shared_static_client, tmp_path):
     """vscode-languageclient syncs the cells the server declares: python and markdown, so numbers are the
     positions in the full notebook (here cell 4, not 3)."""
-    client = static_client
+    client = shared_static_client
     sync = client.init_result.capabilities.notebook_document_sync
     languages = {c.language for f in sync.notebook_selector for c in f.cells}
     assert languages == {"python", "markdown"}

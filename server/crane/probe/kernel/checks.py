@@ -31,6 +31,7 @@ from crane.probe.kernel.common import (  # kernel: strip
     plain_array,  # kernel: strip
     short,  # kernel: strip
     short_tname,  # kernel: strip
+    shown_tname,  # kernel: strip
     tmodule,  # kernel: strip
     tname,  # kernel: strip
 )  # kernel: strip
@@ -420,6 +421,7 @@ def check_attr(
         st, v, where = static_attr(ctx, obj, attr)
         if st is False:
             res["present"] = False
+            res["owner_shown"] = shown_tname(type(obj))
             if ctx.attr_message:
                 res["message"] = ctx.attr_message
                 ctx.attr_message = None

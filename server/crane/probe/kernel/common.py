@@ -34,6 +34,7 @@ _type_mro = type.__dict__["__mro__"]
 _type_module = type.__dict__["__module__"]
 _type_qualname = type.__dict__["__qualname__"]
 _type_name = type.__dict__["__name__"]
+_type_flags = type.__dict__["__flags__"]
 _DICT_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
 _missing = object()
 
@@ -157,6 +158,17 @@ def short_tname(t: type) -> str:
         return _type_name.__get__(t)
     except Exception:
         return "?"
+
+
+def shown_tname(t: type) -> str:
+    """The name CPython's own messages give a type (its tp_name, as in "'x' object has no attribute 'y'"): a class
+    statement's class (a heap type, mutable) by its __name__; a type defined in C (static, or immutable from a
+    spec) module-qualified, as `tname`."""
+    try:
+        flags = _type_flags.__get__(t)
+    except Exception:
+        return tname(t)
+    return short_tname(t) if flags & (1 << 9) and not flags & (1 << 8) else tname(t)
 
 
 def isa(v: Any, cls: type | None) -> bool:

@@ -42,6 +42,7 @@ from crane.probe.kernel.scan import (  # kernel: strip
 UNIQUE_N = 50000  # most elements `unique` is computed on (a strided sample beyond)
 UNIQUE_N_OBJECT = 10000  # the same for object arrays (their element types are checked one by one first)
 PARSE_N = 2000  # most non-null values tried with float() for numeric_parse
+POSITION_N = 4096  # elements compared at once when looking for the row of the first value that does not parse
 UNFINISHED_SAMPLE_N = 5000  # elements sampled for the facts of a value while its exact pass goes on (~0.2 ms)
 
 
@@ -71,13 +72,17 @@ def _sorted_jvals(ctx: Ctx, values: Any) -> list[Any]:
         return vals
 
 
-def numeric_parse(ctx: Ctx, values: Any, out: dict[str, Any]) -> None:
+def numeric_parse(ctx: Ctx, values: Any, out: dict[str, Any]) -> str | None:
     """Do the values parse as numbers? 'all' | 'some' | 'none' on up to PARSE_N (distinct) values, with the first
     that fails
-    (as Python's error message shows it: the repr of the string)."""
+    (as Python's error message shows it: the repr of the string). Returns that first failing value when it is a
+    str and no value before it is one float() takes but pandas' own parser (`pd.to_numeric`) rejects
+    (`_lenient`): then, the values being in row order, it is also the first value `pd.to_numeric` stops at."""
     np = ctx.np
     ok = bad = 0
     first_bad = None
+    found = None
+    lenient = False
     for i, x in enumerate(values):
         if i >= PARSE_N:
             break
@@ -86,6 +91,7 @@ def numeric_parse(ctx: Ctx, values: Any, out: dict[str, Any]) -> None:
             try:
                 float(x)
                 ok += 1
+                lenient = lenient or (first_bad is None and _lenient(x))
                 continue
             except ValueError:
                 pass
@@ -95,11 +101,59 @@ def numeric_parse(ctx: Ctx, values: Any, out: dict[str, Any]) -> None:
         bad += 1
         if first_bad is None:
             first_bad = repr(trunc(x, 40)) if t is str else short(x, ctx, 40)
+            found = x if t is str and not lenient else None
     if ok + bad == 0:
-        return
+        return None
     out["numeric_parse"] = "all" if not bad else ("none" if not ok else "some")
     if first_bad is not None:
         out["non_numeric_example"] = first_bad
+    return found
+
+
+def _lenient(s: str) -> bool:
+    """A string float() takes that pandas' number parser rejects (on some version): digits grouped by '_', non-ASCII
+    digits or spaces, NaN spelled out, a number too large for a float ('1e500': inf to float(), refused by pandas
+    2.x's parser)."""
+    if "_" in s or not s.isascii():
+        return True
+    word = s.strip().lstrip("+-").lower()
+    return word == "nan" or (word not in ("inf", "infinity") and abs(float(s)) == float("inf"))
+
+
+def first_position(ctx: Ctx, a: Any, value: str) -> int | None:
+    """The row of the first element of 1-D `a` equal to `value`: a vectorised comparison over chunks growing
+    4x from POSITION_N, those past the first on the scan budget, so the cost follows the row; None past it.
+    Only for data whose elements are str/number/None/library scalars (comparing them runs no user code)."""
+    np = ctx.np
+    n = len(a)
+    lo, size = 0, POSITION_N
+    while lo < n:
+        chunk = a[lo:lo + size]
+        if lo and not ctx.can_scan(len(chunk) * OBJECT_WEIGHT):
+            return None
+        eq = chunk == value
+        if not isa(eq, np.ndarray):  # a nullable BooleanArray: a missing value is not equal
+            eq = eq.to_numpy(dtype=bool, na_value=False)
+        hits = np.flatnonzero(eq)
+        if len(hits):
+            return lo + int(hits[0])
+        lo += size
+        size *= 4
+    return None
+
+
+def _position(ctx: Ctx, a: Any, bad: str | None, out: dict[str, Any], ordered: bool) -> None:
+    """`non_numeric_position`: the row of the first value `pd.to_numeric` rejects, when every row was looked at
+    (`ordered`: the distinct values were taken in row order from all of `a`, and comparing runs no user code)."""
+    if bad is None or not ordered or out.get("sampled"):
+        return
+    try:
+        pos = first_position(ctx, a, bad)
+    except Exception as exc:
+        ctx.error("non_numeric_position", exc)
+        return
+    if pos is not None:
+        out["non_numeric_position"] = pos
 
 
 def _uniques(ctx: Ctx, src: Any, kc: str, is_np: bool, strings: bool = False) -> tuple[Any, int | None]:
@@ -198,7 +252,8 @@ def vector_facts(
     if not details:
         if nu is not None:
             out["num_unique"] = nu
-        numeric_parse(ctx, uniq[:PARSE_N] if uniq is not None else valid[:PARSE_N], out)
+        bad = numeric_parse(ctx, uniq[:PARSE_N] if uniq is not None else valid[:PARSE_N], out)
+        _position(ctx, a, bad, out, src is a and _row_ordered(ctx, uniq, strings))
         return
     if nu is not None:
         out["num_unique"] = nu
@@ -242,7 +297,15 @@ def vector_facts(
             first = valid[0]
             out[kind_key] = "text" if type(first) is str else "other"
         # distinct values answer the same question, far faster (one float() per distinct string)
-        numeric_parse(ctx, uniq[:PARSE_N] if uniq is not None else valid[:PARSE_N], out)
+        bad = numeric_parse(ctx, uniq[:PARSE_N] if uniq is not None else valid[:PARSE_N], out)
+        _position(ctx, a, bad, out, src is a and _row_ordered(ctx, uniq, strings))
+
+
+def _row_ordered(ctx: Ctx, uniq: Any, strings: bool) -> bool:
+    """Were the values numeric_parse saw in row order, and are `a`'s elements safe to compare? pandas' `unique`
+    keeps the order of first appearance (numpy's sorts); without distinct values (hashing could run user code,
+    or failed) only elements known to be str are."""
+    return ctx.pd is not None if uniq is not None else strings
 
 
 def _unfinished(ctx: Ctx, a: Any, out: dict[str, Any], kind_key: str, details: bool, nn: int) -> None:

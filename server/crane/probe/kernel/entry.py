@@ -309,7 +309,7 @@ def _shrink_steps(f: dict[str, Any]) -> list[Callable[[], None] | str]:
 
     return [
         drop_col_fields(("example_values",)),
-        drop_col_fields(("unique_values", "non_numeric_example")),
+        drop_col_fields(("unique_values", "non_numeric_example", "non_numeric_position")),
         cut("preview", 2), cut("keys", 10), cut_layers, drop("example_values", "element_types"),
         drop_col_fields(("value_range", "num_unique", "kind", "numeric_parse")),
         "columns",  # keep as many (name, dtype, n_nan) columns as fit

@@ -103,7 +103,10 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
         return bool(state.get("running")) and not state["bypass"] and os.getpid() == mypid
 
     def end(what: str, code: int = 0) -> NoReturn:
-        state["bypass"] = True
+        # the run's end is decided: a refusal a fork child hands over meanwhile (worker/portable._children_refused,
+        # run from a signal handler in the seal's wait) neither writes a second record nor seals over this one.
+        # Not "own": the audit hook and the guard stay on for whatever of the cell's still runs (a finalizer)
+        state["ended"] = state["bypass"] = True
         state["running"] = False
         if ctx.result_fd >= 0:
             try:

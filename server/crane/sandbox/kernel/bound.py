@@ -1,10 +1,13 @@
 """Transplant export, kernel side: every name the export calls, bound when `_crane_transplant` is installed.
 
-Runs in the user's kernel (part of `_crane_transplant`, the first of the export's parts; kernel/export.py is its
-entry). The export looks nothing up on a shared module when it runs: the notebook may replace `os.path.join`,
-`time.perf_counter`, `threading.Thread`, `sys.modules`, ... at any time after the install. So the interpreter's
-functions and tables are taken here once, and the readers every other part uses go through C-level descriptors
-(`type.__dict__[...]`, a module's own `__dict__`): no attribute lookup on the notebook's objects, no `isinstance`.
+Runs in the user's kernel (part of `_crane_transplant`, after kernel/pristine.py, shield.py and library.py;
+kernel/export.py is its entry). The export looks nothing up on a shared module when it runs: the notebook may
+replace `os.path.join`, `time.perf_counter`, `threading.Thread`, `sys.modules`, ... at any time, before the install
+too. So the interpreter's C functions are taken here once from their C modules (`posix.stat`,
+`time.perf_counter`), each checked to be that module's own under its name (kernel/shield.own_c;
+kernel/stdlib_own.py refuses the install otherwise), the types from what makes them (never `types.X`), and the
+readers every other part uses go through C-level descriptors (`type.__dict__[...]`, a module's own `__dict__`): no
+attribute lookup on the notebook's objects, no `isinstance`. Nothing here calls a Python function.
 A Python function of the standard library bound here would not be enough (`os.path.realpath` looks `os.lstat`,
 `os.path.join`, ... up in its module each time it runs): only C functions are bound; CRANE's private cloudpickle gets
 private copies of the modules it names (`private_modules`), whose functions look their names up in the copy.
@@ -12,17 +15,14 @@ private copies of the modules it names (`private_modules`), whose functions look
 
 from __future__ import annotations
 
-import _imp
-import _thread
 import itertools
 import os
 import sys
 import threading
-import time
-import types
+import types  # kernel: strip
 from typing import Any
 
-from crane.sandbox.kernel.shield import BUILTINS  # kernel: strip
+from crane.sandbox.kernel.shield import BUILTINS, SH_NOT_OWN, own_c  # kernel: strip
 
 _O_DICT_GET = object.__getattribute__
 _MODULES: dict = sys.modules if type(sys.modules) is dict else {}  # the interpreter's own table, even if rebound
@@ -31,27 +31,44 @@ _THREADING: dict = _O_DICT_GET(threading, "__dict__")
 _BUILTIN_NAMES = frozenset(sys.builtin_module_names)
 _STDLIB_NAMES = frozenset(_SYS.get("stdlib_module_names", ()))
 _EXECUTABLE = _SYS.get("executable") if type(_SYS.get("executable")) is str else ""
-_getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
-_getrecursionlimit, _setrecursionlimit = sys.getrecursionlimit, sys.setrecursionlimit
-_start_thread, _stack_size, _allocate_lock = _thread.start_new_thread, _thread.stack_size, _thread.allocate_lock
-_perf, _process_time, _monotonic = time.perf_counter, time.process_time, time.monotonic
-_islice = itertools.islice
+# the C functions, from their C modules, each checked to be the interpreter's own (shield.own_c)
+_getprofile, _setprofile = own_c("sys", "getprofile"), own_c("sys", "setprofile")
+_gettrace, _settrace = own_c("sys", "gettrace"), own_c("sys", "settrace")
+_getrecursionlimit, _setrecursionlimit = own_c("sys", "getrecursionlimit"), own_c("sys", "setrecursionlimit")
+_start_thread, _stack_size = own_c("_thread", "start_new_thread"), own_c("_thread", "stack_size")
+_allocate_lock = own_c("_thread", "allocate_lock")
+_perf, _process_time = own_c("time", "perf_counter"), own_c("time", "process_time")
+_monotonic = own_c("time", "monotonic")
 _SEP = os.sep
-_os_stat, _getcwd = os.stat, os.getcwd
+_os_stat, _getcwd = own_c(os.name, "stat"), own_c(os.name, "getcwd")
+_IS_FROZEN = own_c("_imp", "is_frozen")
 _IO_BASE = _O_DICT_GET(_MODULES["_io"], "__dict__")["_IOBase"]
-_IS_FROZEN = _imp.is_frozen
-_MODULE_TYPE = types.ModuleType
-_BuiltinFunctionType = types.BuiltinFunctionType
-_ClassMethodDescriptorType = types.ClassMethodDescriptorType
-_CodeType = types.CodeType
-_FunctionType = types.FunctionType
-_GetSetDescriptorType = types.GetSetDescriptorType
-_MemberDescriptorType = types.MemberDescriptorType
-_MethodDescriptorType = types.MethodDescriptorType
-_MethodType = types.MethodType
-_ModuleType = types.ModuleType
-_SimpleNamespace = types.SimpleNamespace
-_WrapperDescriptorType = types.WrapperDescriptorType
+
+
+class _Bound:  # (a class of CRANE's own: its method's type is the interpreter's `MethodType`)
+    def m(self) -> None:
+        pass
+
+
+# the interpreter's types from what makes them (as `types` does), never `types.X`, which the notebook may rebind
+# (`types` is imported for the annotations alone)
+_islice: Any = _O_DICT_GET(itertools, "__dict__").get("islice")
+if not (type(_islice) is type and type.__dict__["__name__"].__get__(_islice) == "islice"
+        and (not type.__dict__["__flags__"].__get__(_islice) & (1 << 9)  # static (3.11), or C's heap type (3.12+):
+             or type.__dict__["__flags__"].__get__(_islice) & (1 << 8))):  # immutable, nothing of Python's in it
+    SH_NOT_OWN.append("itertools.islice")
+_MODULE_TYPE: type[types.ModuleType] = type(sys)
+_BuiltinFunctionType: type[types.BuiltinFunctionType] = type(len)  # type: ignore[assignment]
+_ClassMethodDescriptorType: type[types.ClassMethodDescriptorType] = type(dict.__dict__["fromkeys"])
+_CodeType: type[types.CodeType] = type(_Bound.m.__code__)
+_FunctionType: type[types.FunctionType] = type(_Bound.m)  # type: ignore[assignment]
+_GetSetDescriptorType: type[types.GetSetDescriptorType] = type(_FunctionType.__dict__["__code__"])
+_MemberDescriptorType: type[types.MemberDescriptorType] = type(_FunctionType.__dict__["__globals__"])
+_MethodDescriptorType: type[types.MethodDescriptorType] = type(str.join)  # type: ignore[assignment]
+_MethodType: type[types.MethodType] = type(_Bound().m)  # type: ignore[assignment]
+_ModuleType: type[types.ModuleType] = _MODULE_TYPE
+_SimpleNamespace: type[types.SimpleNamespace] = type(sys.implementation)  # type: ignore[assignment]
+_WrapperDescriptorType: type[types.WrapperDescriptorType] = type(object.__init__)  # type: ignore[assignment]
 
 
 def _join(d: str, name: str) -> str:

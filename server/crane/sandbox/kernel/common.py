@@ -19,6 +19,7 @@ from crane.sandbox.shared.seal import (  # kernel: strip
     SEAL_ENDS,
     SEAL_RECORD,
     SEAL_TAMPERED,
+    TAMPERED_EXIT,
     read_seal,
     seal_digest,
     wait_sealed,
@@ -156,6 +157,7 @@ class _Ctx:
         self.shown_exc: BaseException | None = None
         self.displayhook: Callable[[object], None] | None = None  # the child's sys.displayhook
         self.audit_state: dict[str, Any] = {}  # set by the audit hook; "bypass": it lets everything through
+        self.untraced = False  # CRANE's part runs untraced (`_untraced`): the cell's statements through call_tracing
 
 
 # -- the seal (issue 41; docs/sandbox.md, "Who writes the verdict") ------------------------------------------------
@@ -254,7 +256,7 @@ def ended_now(pid: int, within_s: float) -> bool:
         time.sleep(0.01)
 
 
-_TAMPERED = 87  # how a process whose code changed CRANE's own code (`_fence`) ends, writing nothing
+_TAMPERED = TAMPERED_EXIT  # how a process whose code changed CRANE's own code (`_fence`) ends, writing nothing
 
 
 def _real_exit() -> Callable[[int], Any]:
@@ -267,7 +269,8 @@ def _real_exit() -> Callable[[int], Any]:
 # the standard modules the outcome path calls (a rebound function there is a forged outcome in waiting)
 _FENCED_MODULES = ("os", "posix", "posixpath", "genericpath", "json", "json.encoder", "signal", "traceback",
                    "linecache", "re", "time", "io", "select", "socket")
-_FENCED_CLASSES = (("json.encoder", "JSONEncoder"),)  # classes whose methods the outcome path calls
+_FENCED_CLASSES = (("json.encoder", "JSONEncoder"), ("socket", "socket"))  # classes whose methods the outcome path
+# calls (a fork session's head hands its channel on through the socket's methods: kernel/session._hand_over)
 _IPYTHON_BUILTINS = frozenset(("display", "get_ipython", "exit", "quit", "help", "dreload", "copyright", "credits",
                                "license"))
 _FENCE_GLOBALS = ("_FENCED_MODULES", "_FENCED_CLASSES", "_IPYTHON_BUILTINS")  # the module's names `_fence` reads

@@ -49,6 +49,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _settings,
 )
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
+from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
 from crane.sandbox.kernel.pickling import _cloudpickle, _culprit, dump_state, torch_reducers  # kernel: strip
 from crane.sandbox.kernel.proof import _is_class, _patched_builtins, _patched_copyreg, _Proof, _Refused  # kernel: strip
@@ -121,7 +122,7 @@ def _export(args: Any) -> dict:
     proof = _Proof()
     # Keras graphs whole, layers of notebook classes rebuilt (shared/keras_graph.py, keras_layers.py; made before any
     # proof: it tells the proof which notebook classes it rebuilds), tf.data pipelines named (shared/tf_data.py)
-    graph = KerasGraph(_Lib(proof))
+    graph = KerasGraph(_Lib(proof), saved_reduce)  # (a model's saved bytes reused while unchanged: keras_saved.py)
     limit = req["copy_mb"] << 20
     try:
         room = _memory_room()

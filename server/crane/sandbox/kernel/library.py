@@ -3,7 +3,9 @@ their stdlib/site-packages) rather than the user's own. Library modules are impo
 confinement; a class of the user's own (the notebook, or a module outside those places) is user code, which the
 export never runs in the kernel.
 
-The roots are found when the module is installed. A path is resolved by `_lb_realpath`, this module's own:
+The roots are found when the module is installed (in the user's kernel: the prefixes and the standard library's
+directory from the interpreter's data first, sysconfig's paths once kernel/stdlib_own.py's install check proved
+sysconfig's code the standard library's: `base_roots`, `library_roots`). A path is resolved by `_lb_realpath`, this module's own:
 `os.path.realpath` is Python code of `posixpath`/`ntpath` that looks `os.lstat`, `os.path.join`, `os.getcwd`,
 `stat.S_ISLNK`, ... up in shared modules each time it runs (the notebook may have replaced any of them since the
 install), so it is never called at run time; only the interpreter's C functions (`posix.lstat`, `posix.readlink`,
@@ -14,18 +16,21 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 from typing import Any
 
-_LB_OS: Any = sys.modules[os.name]  # `posix` or `nt`: the C functions themselves (never `os`'s names, rebindable)
-_LB_LSTAT = getattr(_LB_OS, "lstat", None)
-_LB_READLINK = getattr(_LB_OS, "readlink", None)
-_LB_GETCWD = _LB_OS.getcwd
-_LB_FULL = getattr(_LB_OS, "_getfullpathname", None)  # Windows
-_LB_FINAL = getattr(_LB_OS, "_getfinalpathname", None)  # Windows
-_LB_IFMT, _LB_IFLNK = 0o170000, 0o120000  # stat's S_IFMT mask and S_IFLNK (POSIX values)
+from crane.sandbox.kernel.shield import own_c  # kernel: strip
+
 _LB_POSIX = os.sep == "/"
-_LIB_ROOTS: list = []
+# `posix` or `nt`: the C functions themselves (never `os`'s names, rebindable), each checked by `own_c`
+_LB_LSTAT = own_c(os.name, "lstat")
+_LB_READLINK = own_c(os.name, "readlink")
+_LB_GETCWD = own_c(os.name, "getcwd")
+_LB_FULL = None if _LB_POSIX else own_c(os.name, "_getfullpathname")  # Windows
+_LB_FINAL = None if _LB_POSIX else own_c(os.name, "_getfinalpathname")  # Windows
+_LB_IFMT, _LB_IFLNK = 0o170000, 0o120000  # stat's S_IFMT mask and S_IFLNK (POSIX values)
+_LB_SYS: dict = object.__getattribute__(sys, "__dict__")
+_LIB_ROOTS: list = []  # [the roots], once `library_roots` asked sysconfig
+_LB_BASE: list = []  # [the roots the interpreter's own data give] (the install's check runs on these)
 _SEEN: dict = {}  # path -> answer (a code object's file is asked about again and again)
 
 
@@ -86,17 +91,38 @@ def _lb_nt_realpath(path: str) -> str:
     return final[4:] if final.startswith("\\\\?\\") else final
 
 
+def _lb_roots(roots: set) -> tuple:
+    sep = os.sep
+    return tuple(_lb_realpath(r).rstrip(sep) + sep for r in roots if type(r) is str and r)
+
+
+def base_roots() -> tuple:
+    """The installation's prefixes and its standard library's directory, from the interpreter's own data alone
+    (`sys.prefix`, ..., `sys._stdlib_dir`): nothing is called but the C path functions above."""
+    if not _LB_BASE:
+        _LB_BASE.append(_lb_roots({dict.get(_LB_SYS, k) for k in ("prefix", "base_prefix", "exec_prefix",
+                                                                 "base_exec_prefix", "_stdlib_dir")}))
+    return _LB_BASE[0]
+
+
 def library_roots() -> tuple:
+    """`base_roots` and sysconfig's install paths (a distribution's scheme may put site-packages elsewhere).
+    sysconfig's code runs here, so in the kernel this is first asked after the install's check proved it, `os`
+    and `posixpath` the standard library's (kernel/stdlib_own.py); until then `is_library` answers from
+    `base_roots`."""
     if not _LIB_ROOTS:
-        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+        import sysconfig
+
+        roots = set(base_roots())
         paths = sysconfig.get_paths()
         roots.update(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k))
-        sep = os.sep
-        _LIB_ROOTS.append(tuple(_lb_realpath(r).rstrip(sep) + sep for r in roots if type(r) is str and r))
+        _LIB_ROOTS.append(_lb_roots(roots))
+        _SEEN.clear()  # (answers from the base roots alone)
     return _LIB_ROOTS[0]
 
 
-library_roots()  # at install
+if "_pr_import" not in globals():  # at install; the transplant's kernel side asks after its check (kernel/pristine.py
+    library_roots()               # comes first there; kernel/stdlib_own.py then asks)
 
 
 def is_library(path: Any) -> bool:
@@ -104,7 +130,7 @@ def is_library(path: Any) -> bool:
         return False
     hit = _SEEN.get(path)
     if hit is None:
-        hit = _SEEN[path] = _lb_realpath(path).startswith(library_roots())
+        hit = _SEEN[path] = _lb_realpath(path).startswith(_LIB_ROOTS[0] if _LIB_ROOTS else base_roots())
         if len(_SEEN) > 100_000:
             _SEEN.clear()
     return hit

@@ -258,11 +258,48 @@ def _cloudpickle() -> Any:
         return None
     md["__builtins__"] = BUILTINS
     private_modules(md)  # its `dis`, `sys`, `types`, ...: private copies (kernel/bound.py)
+    walker = _global_walker(md.get("dis"))
+    if walker is None:
+        return None
+    md["_walk_global_ops"] = walker  # no `dis` on the way (3.12+: its ArgResolver's methods are the shared module's)
     _CP[:] = [m, _SimpleNamespace(CloudPickler=cls)]
     return _CP[1]
 
 
 _CP: list = []
+
+
+def _global_walker(dis_module: Any) -> Any:
+    """cloudpickle's `_walk_global_ops` without `dis`: the names a code object's global loads, stores and deletes
+    refer to, read from its bytecode (`co_code`, un-specialised; EXTENDED_ARG prefixes; LOAD_GLOBAL's name index is
+    its argument >> 1 from 3.11). `dis.get_instructions` runs Python code of the shared `dis` module on 3.12+ (its
+    ArgResolver's methods look `_deoptop`, `_get_name_info`, ... up there), which the notebook may have patched;
+    the opcode numbers are read once, now, from the private copy of `dis` (None: no such copy, no export)."""
+    if type(dis_module) is not _MODULE_TYPE:
+        return None
+    ops = _mdict(dis_module).get("opmap")
+    if type(ops) is not dict:
+        return None
+    numbers = [dict.get(ops, n) for n in ("EXTENDED_ARG", "LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL")]
+    if not all(type(n) is int for n in numbers):
+        return None
+
+    def _walk_global_ops(code: Any, _ext_op: Any = numbers[0], _load: Any = numbers[1], _store: Any = numbers[2],
+                         _delete: Any = numbers[3]) -> Any:
+        raw, names = code.co_code, code.co_names
+        ext = 0
+        for i in range(0, len(raw), 2):
+            op, arg = raw[i], raw[i + 1] | ext
+            if op == _ext_op:
+                ext = arg << 8
+                continue
+            ext = 0
+            if op == _load:
+                yield names[arg >> 1]
+            elif op == _store or op == _delete:
+                yield names[arg]
+
+    return _walk_global_ops
 
 
 def _culprit(cp: Any, objs: dict, reducers: dict, ename: str, evalue: str, d: str, waiting: Any = None,

@@ -48,6 +48,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _WrapperDescriptorType,
 )
 from crane.sandbox.kernel.library import is_library  # kernel: strip
+from crane.sandbox.kernel.pristine import _PR_C_IMPORT  # kernel: strip
 from crane.sandbox.kernel.shield import BUILTINS  # kernel: strip
 from crane.sandbox.kernel.waiting import own_dict  # kernel: strip
 from crane.sandbox.kernel.witness import _keep_reached, _reached, _Witness  # kernel: strip
@@ -759,7 +760,8 @@ def _patched_builtins() -> str | None:
     """A builtin the notebook replaced (named), else None: the C pickler and every library function look theirs
     up in the builtins module at call time."""
     for name in _CORE_BUILTINS:
-        now, then = dict.get(_BUILTINS_DICT, name), dict.get(BUILTINS, name)
+        # (CRANE's own `__import__` is kernel/pristine.py's: the interpreter's, proven at install, is behind it)
+        now, then = dict.get(_BUILTINS_DICT, name), _PR_C_IMPORT if name == "__import__" else dict.get(BUILTINS, name)
         if now is not then or not (type(then) is _BuiltinFunctionType or type(then) is type):
             return f"`builtins.{name}`"
     return None

@@ -39,7 +39,15 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note, loop_unended  # kernel: strip
-from crane.sandbox.shared.seal import _SEAL_HASH, SEAL_RECORD, SEAL_TAMPERED, _seal_parts  # kernel: strip
+from crane.sandbox.shared.seal import (  # kernel: strip
+    _SEAL_HASH,
+    SEAL_RECORD,
+    SEAL_TAMPERED,
+    SEAL_TRIES,
+    bind_wait,
+    quiet_parts,
+    seal_call,
+)
 
 
 def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
@@ -76,7 +84,7 @@ def _exec_plan(ctx: _Ctx, plan: list[CodeType], ns: dict[str, Any], untraced: bo
     One call, not one per statement: on 3.11 a hook the cell sets in one statement (`sys.setprofile`, a profiler's
     `enable()`, coverage's `start()`) reaches the next only within the same call (the thread's tracing flag is
     copied from the caller into each new evaluation loop, and `call_tracing` restores the caller's when it returns)."""
-    if untraced:
+    if untraced or ctx.untraced:
         _call_tracing(_run_statements, (plan, ns))
     else:
         _run_statements(plan, ns)
@@ -416,15 +424,21 @@ def _child_main(args: dict, shell: Any, parent: int, on_main: bool) -> None:
 
 def _fenced_run(ctx: _Ctx) -> Callable[[_Ctx, dict, Any, float], None]:
     """A copy of `_cell_then_seal` whose constants are what the check after the cell needs, taken now, before the
-    cell: the fence's snapshot, its code and what to run it with (fresh globals and builtins made from immutable
-    pairs at the check, so no name the cell rebinds or adds reaches the fence's own code), and what the seal is made
-    with (libc's `syscall`, the hash the seal's digest is by, `os.pipe`, `os.write`). A running frame's constants
-    cannot change; on 3.13 (PEP 667) its locals can, through `f_locals`."""
+    cell (`_seal_constants`). A running frame's constants cannot change; on 3.13 (PEP 667) its locals can, through
+    `f_locals`."""
+    return _fenced(_cell_then_seal, _seal_constants(ctx.done_fd))
+
+
+def _seal_constants(done_fd: int) -> dict[str, Any]:
+    """What a template's check after the cell and its seal read, taken now, before the cell: the fence's snapshot,
+    its code and what to run it with (fresh globals and builtins made from immutable pairs at the check, so no name
+    the cell rebinds or adds reaches the fence's own code), and what the seal is made with (libc's `syscall`, the
+    hash the seal's digest is by, `os.pipe`, `os.write`, the parent's wake-up `done_fd`). The keys are the string
+    constants `_fenced` replaces (this one-shot fork run's `_cell_then_seal`, the transplant worker's templates)."""
     import builtins
-    import sys
+    import gc
     from types import FunctionType
 
-    syscall, _, buf = _seal_parts(pipe=False)  # (libc's syscall and a buffer; the pipe is made at the seal)
     space = _fence.__globals__  # (CRANE's private module: every part's globals are one namespace there)
     taken = {
         "<le>": frozenset.__le__, "<before>": _fence(),
@@ -433,12 +447,56 @@ def _fenced_run(ctx: _Ctx) -> Callable[[_Ctx, dict, Any, float], None]:
         "<globals>": tuple((k, space[k]) for k in (*_FENCE_GLOBALS, "__name__")),
         "<builtins>": tuple(vars(builtins).items()), "<space>": space,
         "<modules>": sys.modules, "<module>": builtins,
-        "<syscall>": syscall, "<buf>": buf, "<pipe>": os.pipe, "<done>": ctx.done_fd, "<write>": os.write,
+        "<pipe>": os.pipe, "<done>": done_fd, "<write>": os.write,
         "<int>": int.from_bytes, "<hash>": _SEAL_HASH,
+        "<tries>": range(SEAL_TRIES), "<gc_off>": gc.disable, **_c_seal(), **_quiet_constants(),
     }
-    code = _cell_then_seal.__code__
+    bind_wait(taken)  # (the seal of the other codes, shared/seal.wait_sealed, bound before the cell too)
+    return taken
+
+
+def _quiet_constants() -> dict[str, Any]:
+    """What stops, again, what code of the cell's set while its record was made, before CRANE writes it (issue 41),
+    each bound before the cell and none a Python function: every signal blocked by a raw rt_sigprocmask(2) made as
+    the seal is (`_c_seal`'s pointer: Python's `signal.pthread_sigmask` runs the handlers already due after it sets
+    the mask, and one could unblock it again), `sys.unraisablehook` set to a C builtin (a signal due with no Python
+    handler is reported there), every callable Python handler set to SIG_IGN by `_signal.signal` (which runs the
+    handlers already due first); in passes, until a pass after which no callable handler is set and the hook is
+    CRANE's (checked by C builtins alone: no code of the cell's runs from then on). Tries run out, or a handler's
+    exception between the passes' own `try`s: the process ends as TAMPERED, CRANE's bytes never written.
+    The signals are an immutable tuple of exact ints (a set in the template's constants could be emptied by the
+    cell through its frames' code objects). Keys: `<nr_mask>`, `<all>`, `<byref>`, `<signals>`, `<getsignal>`,
+    `<signal>`, `<ign>`, `<callable>`, `<any>`, `<map>`, `<sysdict>`, `<get>`, `<setitem>`, `<hook>`, `<is>`,
+    `<end>` and `<tampered>` (C `_exit(87)`: a process whose cell changed CRANE's own code, `_TAMPERED`)."""
+    return {**quiet_parts(), "<end>": _real_exit(), "<tampered>": _TAMPERED}
+
+
+def _c_seal() -> dict[str, Any]:
+    """How a template makes its sealed system calls, set up before the cell from `_ctypes`' immutable C types alone,
+    so that no code of the cell's runs in one (issue 41): libc's `syscall` called through the C base's own call slot
+    (`_ctypes.CFuncPtr.__call__`; never the pointer's class's, which a cell can rebind) on a pointer made at the call
+    by the C base's own `__new__` from a private pointer class declared here without `argtypes`, `restype` or
+    `errcheck` (its C fields fixed at its making: no `from_param` converter, no `_check_retval_`; the result a C
+    int); every argument an exact `int` (passed as a C int: no Python code) or, for the 64-bit ones (an address, the
+    digest, the mark), an instance of a private unsigned 64-bit type made at the call by its metaclass's C
+    `from_buffer_copy` (no `__new__`/`__init__`/`from_param` of a class a cell can patch; made after the cell, so
+    never an object the cell could hold and change). Before, the seal called a ctypes pointer whose class's
+    `__call__`, whose `argtypes` converters (`c_ulong.from_param`, then `argtypes` set back to the same list) and
+    whose `errcheck` a cell could set: its code then ran in the seal and chose the seal's code (a raising cell
+    sealed clean). Keys: `<call>`, `<new>`, `<sealer>`, `<sc>` (libc's `syscall`), `<copy>`, `<u64>`, `<to>`,
+    `<order>`, `<mark>` (SEAL_MAGIC's bytes). Raises where the C types are not immutable (then the run is
+    unavailable: nothing is sealed through a class a cell could change)."""
+    return seal_call()  # (shared/seal: the wait of the other codes, `wait_sealed`, is made the same way)
+
+
+def _fenced(template: Callable[..., Any], taken: dict[str, Any]) -> Callable[..., Any]:
+    """A copy of `template` whose string constants named in `taken` are the objects there (no nested code object
+    of the template is changed: a template names them in its own code only). No import: a fork session's kept head
+    fences each command's templates in a process an earlier command ran in (kernel/session._fenced_command)."""
+    function: Any = type(_fenced)  # (types.FunctionType)
+    code = template.__code__
     consts = tuple(taken[c] if type(c) is str and c in taken else c for c in code.co_consts)
-    return FunctionType(code.replace(co_consts=consts), globals(), "_cell_then_seal")
+    return function(code.replace(co_consts=consts), template.__globals__, template.__name__)
 
 
 def _cell_then_seal(ctx: _Ctx, args: dict, shell: Any, setup_ms: float) -> None:
@@ -456,42 +514,95 @@ def _cell_then_seal(ctx: _Ctx, args: dict, shell: Any, setup_ms: float) -> None:
             _exec_plan(ctx, _cell_begins(ctx, args["source"], seen), ns, untraced=True)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         _epilogue_begins(ctx)
-        sent = _record_write(ctx, _cell_record(ctx, e, args["source"], seen, t1), setup_ms)
-        if "<le>".__call__("<before>", "<fn>".__call__("<fence>", "<dict>".__call__(  # type: ignore[operator]
-                "<globals>", __builtins__="<dict>".__call__("<builtins>")))(  # type: ignore[operator]
-                "<space>", "<modules>", "<module>")) is True:
-            # sealed: the cell raised (SEAL_RAISED, 2); the parent ends this process
-            try:
-                "<write>".__call__("<done>", b"d")  # type: ignore[operator]
-            except OSError:
-                pass
-            while True:
-                "<syscall>".__call__(0, "<pipe>".__call__().__getitem__(0), "<buf>", 1, 2,  # type: ignore[operator]
-                                     "<int>".__call__("<hash>".__call__(  # type: ignore[operator]
-                                         sent, digest_size=8).digest(), "little"), 0x4352414E45534541)
+        rec = _cell_record(ctx, e, args["source"], seen, t1)
+        try:  # (tries run out, or a handler of the cell's raised between the passes' own `try`s: `_TAMPERED`)
+            for _ in "<tries>":  # (passes until one ran no code of the cell's: `_quiet_constants`)
+                try:
+                    "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                      "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore
+                    "<setitem>".__call__("<sysdict>", "unraisablehook", "<hook>")  # type: ignore[operator]
+                    for s in "<signals>":
+                        if "<callable>".__call__("<getsignal>".__call__(s)):  # type: ignore[operator]
+                            "<signal>".__call__(s, "<ign>")  # type: ignore[operator]
+                except BaseException:  # noqa: BLE001, S110 - a handler of the cell's ran (and raised): checked below
+                    pass
+                if "<any>".__call__("<map>".__call__("<callable>", "<map>".__call__(  # type: ignore[operator]
+                        "<getsignal>", "<signals>"))) is False and "<is>".__call__("<get>".__call__(  # type: ignore
+                        "<sysdict>", "unraisablehook"), "<hook>") is True:
+                    # no handler of the cell's is set, nor its unraisable hook: no code of its runs from here on
+                    "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                      "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore
+                    "<gc_off>".__call__()  # type: ignore[operator]
+                    sent = _record_write(ctx, rec, setup_ms)
+                    if "<le>".__call__("<before>", "<fn>".__call__("<fence>", "<dict>".__call__(  # type: ignore[operator]
+                            "<globals>", __builtins__="<dict>".__call__("<builtins>")))(  # type: ignore[operator]
+                            "<space>", "<modules>", "<module>")) is True:
+                        # sealed: the cell raised (SEAL_RAISED, 2); the parent ends this process
+                        try:
+                            "<write>".__call__("<done>", b"d")  # type: ignore[operator]
+                        except OSError:
+                            pass
+                        while True:
+                            "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), 0,  # type: ignore[operator]
+                                              "<pipe>".__call__().__getitem__(0), 0, 1, 2,  # type: ignore[operator]
+                                              "<copy>".__call__("<u64>", "<to>".__call__("<int>".__call__(  # type: ignore[operator]
+                                                  "<hash>".__call__(sent, digest_size=8).digest(), "little"),  # type: ignore
+                                                  8, "<order>")), "<copy>".__call__("<u64>", "<mark>"))  # type: ignore[operator]
+                    break
+            else:  # (tries ran out: a handler of the cell's still set; CRANE's bytes never written)
+                "<end>".__call__("<tampered>")  # type: ignore[operator]
+        except BaseException:  # noqa: BLE001 - a handler of the cell's raised between the passes' `try`s
+            "<end>".__call__("<tampered>")  # type: ignore[operator]
     else:
         _epilogue_begins(ctx)
-        sent = _record_write(ctx, _cell_record(ctx, None, args["source"], seen, t1), setup_ms)
-        if "<le>".__call__("<before>", "<fn>".__call__("<fence>", "<dict>".__call__(  # type: ignore[operator]
-                "<globals>", __builtins__="<dict>".__call__("<builtins>")))(  # type: ignore[operator]
-                "<space>", "<modules>", "<module>")) is True:
-            # sealed: the cell ended clean (SEAL_CLEAN, 1); the parent ends this process
-            try:
-                "<write>".__call__("<done>", b"d")  # type: ignore[operator]
-            except OSError:
-                pass
-            while True:
-                "<syscall>".__call__(0, "<pipe>".__call__().__getitem__(0), "<buf>", 1, 1,  # type: ignore[operator]
-                                     "<int>".__call__("<hash>".__call__(  # type: ignore[operator]
-                                         sent, digest_size=8).digest(), "little"), 0x4352414E45534541)
+        rec = _cell_record(ctx, None, args["source"], seen, t1)
+        try:  # (tries run out, or a handler of the cell's raised between the passes' own `try`s: `_TAMPERED`)
+            for _ in "<tries>":  # (passes until one ran no code of the cell's: `_quiet_constants`)
+                try:
+                    "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                      "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore
+                    "<setitem>".__call__("<sysdict>", "unraisablehook", "<hook>")  # type: ignore[operator]
+                    for s in "<signals>":
+                        if "<callable>".__call__("<getsignal>".__call__(s)):  # type: ignore[operator]
+                            "<signal>".__call__(s, "<ign>")  # type: ignore[operator]
+                except BaseException:  # noqa: BLE001, S110 - a handler of the cell's ran (and raised): checked below
+                    pass
+                if "<any>".__call__("<map>".__call__("<callable>", "<map>".__call__(  # type: ignore[operator]
+                        "<getsignal>", "<signals>"))) is False and "<is>".__call__("<get>".__call__(  # type: ignore
+                        "<sysdict>", "unraisablehook"), "<hook>") is True:
+                    # no handler of the cell's is set, nor its unraisable hook: no code of its runs from here on
+                    "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                      "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore
+                    "<gc_off>".__call__()  # type: ignore[operator]
+                    sent = _record_write(ctx, rec, setup_ms)
+                    if "<le>".__call__("<before>", "<fn>".__call__("<fence>", "<dict>".__call__(  # type: ignore[operator]
+                            "<globals>", __builtins__="<dict>".__call__("<builtins>")))(  # type: ignore[operator]
+                            "<space>", "<modules>", "<module>")) is True:
+                        # sealed: the cell ended clean (SEAL_CLEAN, 1); the parent ends this process
+                        try:
+                            "<write>".__call__("<done>", b"d")  # type: ignore[operator]
+                        except OSError:
+                            pass
+                        while True:
+                            "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), 0,  # type: ignore[operator]
+                                              "<pipe>".__call__().__getitem__(0), 0, 1, 1,  # type: ignore[operator]
+                                              "<copy>".__call__("<u64>", "<to>".__call__("<int>".__call__(  # type: ignore[operator]
+                                                  "<hash>".__call__(sent, digest_size=8).digest(), "little"),  # type: ignore
+                                                  8, "<order>")), "<copy>".__call__("<u64>", "<mark>"))  # type: ignore[operator]
+                    break
+            else:  # (tries ran out: a handler of the cell's still set; CRANE's bytes never written)
+                "<end>".__call__("<tampered>")  # type: ignore[operator]
+        except BaseException:  # noqa: BLE001 - a handler of the cell's raised between the passes' `try`s
+            "<end>".__call__("<tampered>")  # type: ignore[operator]
     # CRANE's code or what it calls was rebound: sealed so (SEAL_TAMPERED, 4; its digest names nothing)
     try:
         "<write>".__call__("<done>", b"d")  # type: ignore[operator]
     except OSError:
         pass
     while True:
-        "<syscall>".__call__(0, "<pipe>".__call__().__getitem__(0), "<buf>", 1, 4,  # type: ignore[operator]
-                             0, 0x4352414E45534541)
+        "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), 0,  # type: ignore[operator]
+                          "<pipe>".__call__().__getitem__(0), 0, 1, 4, 0,  # type: ignore[operator]
+                          "<copy>".__call__("<u64>", "<mark>"))  # type: ignore[operator]
 
 
 def _epilogue_begins(ctx: _Ctx) -> None:

@@ -34,10 +34,10 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
     _TAMPERED,
     CELL_FILENAME,
-    _channel_digest,
     _Ctx,
     _real_exit,
     _track_channel,
+    _untraced,
     _Watch,
     _write_json,
     await_seal,
@@ -46,18 +46,29 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 from crane.sandbox.kernel.confine import set_parent_death_signal  # kernel: strip
 from crane.sandbox.kernel.isolation import _prepare_child, _single_thread_pools, find_thread_pools  # kernel: strip
 from crane.sandbox.kernel.run import (  # kernel: strip
+    _c_seal,
+    _call_tracing,
     _cell_begins,
     _cell_record,
     _compile_plan,
     _describe_exception,
     _epilogue_begins,
     _exec_plan,
+    _fenced,
+    _quiet_constants,
 )
-from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_MAGIC, _seal_parts  # kernel: strip
+from crane.sandbox.shared.seal import SEAL_CLEAN  # kernel: strip
 
 
 def _child_session(args: dict, shell: Any, parent: int, on_main: bool) -> None:
-    """Serve JSON-line commands from the daemon until told to close. See fork_session.py for the protocol."""
+    """Serve JSON-line commands from the daemon until told to close. See fork_session.py for the protocol.
+    All of it — the head, every command's process, a kept run's process serving as the next head — runs untraced
+    (`common._untraced`): no trace, profile or `sys.monitoring` hook a command sets ever runs in a frame of CRANE's;
+    only the command's own code runs traced, through `sys.call_tracing` (issue 41)."""
+    _untraced(_session_main, args, shell, parent, on_main)
+
+
+def _session_main(args: dict, shell: Any, parent: int, on_main: bool) -> None:
     import secrets
     args = dict(args)
     args["fork_gate"] = secrets.randbits(63) | 1  # only our own checkpoint clone may pass the filter
@@ -90,19 +101,105 @@ def _bind() -> None:
     sc = ctypes.PyDLL(None).syscall
     sc.restype = ctypes.c_long
     sc.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    _BOUND.update(clone=(api.PyOS_BeforeFork, sc, api.PyOS_AfterFork_Child, api.PyOS_AfterFork_Parent,
-                         ctypes.get_errno), select=select.select, send_fds=socket.send_fds,
+    pointers = (api.PyOS_BeforeFork, sc, api.PyOS_AfterFork_Child, api.PyOS_AfterFork_Parent)
+    base = _c_funcptr(pointers)
+    # each C function called through the C base's own call slot, bound now (an immutable type's: never the
+    # pointer's heap class's `__call__`, which a command could rebind); what that slot reads (each pointer's
+    # restype, argtypes, errcheck) is checked after every command by identity (`_pointer_watch`)
+    call = vars(base)["__call__"].__get__
+    _BOUND.update(clone=(*map(call, pointers), ctypes.get_errno), select=select.select, send_fds=socket.send_fds,
                   recv_fds=socket.recv_fds, poll=select.poll,
-                  # the sealed wait's raw read(2) (shared/seal), made once: nothing is built after a command's
-                  # code ran, between its outcome and the wait the head looks for (`space`: a parked run's sealed
-                  # read of its next eval)
-                  seal=_seal_parts(pipe=False)[::2], digest=hashlib.blake2b, space=ctypes.create_string_buffer(1 << 16))
+                  # what the sealed wait is made with, made once: nothing is built after a command's code ran,
+                  # between its outcome and the wait the head looks for (`space`: a parked run's sealed read of its
+                  # next eval)
+                  digest=hashlib.blake2b, space=_pinned(ctypes, 1 << 16),
+                  # ... each made in the command's process through `_ctypes`' C types alone (kernel/run._c_seal: a
+                  # pointer without argtypes/restype/errcheck made at the call, its 64-bit arguments made by C there):
+                  # no converter, result check or class of the command's runs in it (a `c_void_p.from_param` set and
+                  # `argtypes` set back to the same list ran the command's code at its own sealed read)
+                  c_seal=_c_seal())
+    import operator
     # what a command's process checks after its code ran (common._Watch), taken once: a checkpoint's new head and
     # the process of a kept run (whose check found nothing watched changed) start from it
-    _BOUND["watch"] = _Watch()
+    _BOUND["watched"] = []  # (below: the watch's immutable snapshot, what the check reads: `_unchanged`)
+    _BOUND["watch"] = watch = _Watch()
     # ... and `_BOUND` itself, strictly: a command whose code replaced what stops its hooks, seals its outcome or
     # checks it (or anything else here) is `blocked` and never kept (issue 41; tests/sandbox/test_sealed_state.py)
-    _BOUND["watch"].also(_BOUND)
+    watch.also(_BOUND)
+    # ... and the namespace of every mutable class (a heap type's) that an object here belongs to, or is, strictly:
+    # a command that rebinds or adds a method there (`__call__` on ctypes' function-pointer classes) is `blocked`
+    for klass in _mutable_classes(_BOUND, pointers):
+        watch.also(vars(klass))  # type: ignore[arg-type]
+    # the check reads this snapshot, never the watch's attributes (a command could empty them): tuples of the
+    # watched namespaces, their keys and objects; the C functions the check calls; the one holder that names it
+    ops = (operator.is_, all, map, len, getattr, operator.attrgetter("cell_contents"), frozenset, ValueError, zip, type,
+           str)
+    snapshot = (tuple(watch.spaces), watch.attrs, watch.cells, watch.shadow, ops, _pointer_watch(base, pointers))
+    # a code object's constants are interned in place, tuples within included (each command's `_fenced_command`):
+    # done once here, so no command's process writes (copies) the snapshot's pages to do it again
+    _bind.__code__.replace(co_consts=(None, snapshot))
+    for space, keys, objects, _, _ in snapshot[0]:  # ... and a string swapped so is put back where it came from (CRANE's
+        if type(space) is dict:  # own dicts): the check's C-speed pass by identity holds (the equal-string pass is slow)
+            for key, value in zip(keys, objects, strict=True):
+                if type(value) is str and space.get(key) is not value and space.get(key) == value:
+                    space[key] = value
+    _BOUND["watched"].append(snapshot)
+
+
+def _c_funcptr(pointers: tuple) -> type:
+    """The C base class of ctypes' function pointers (`_ctypes.CFuncPtr`), from the pointers' own classes: an
+    immutable type (no command can rebind its slots). Raises when there is none so (nothing is called through a
+    class a command could change)."""
+    for klass in type(pointers[0]).__mro__:
+        if klass.__module__ == "_ctypes" and klass.__name__ == "CFuncPtr" and klass.__flags__ & _SESSION_IMMUTABLE:
+            if all(isinstance(p, klass) for p in pointers):
+                return klass
+    raise RuntimeError("ctypes' function-pointer base is not an immutable C type")
+
+
+_SESSION_IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a static type's, or a heap type's that no code can change
+
+
+def _pointer_watch(base: type, pointers: tuple) -> tuple:
+    """What the C call slot of `pointers` reads, taken now and compared after each command by identity: (the getset
+    descriptors' `__get__` slot, the descriptors, the pointers, their values), each pointer's `restype`, `argtypes`
+    and `errcheck` read through the C base's own descriptors (a class attribute a command adds never shadows them)."""
+    names = ("restype", "argtypes", "errcheck")
+    descriptors = tuple(vars(base)[name] for pointer in pointers for name in names)
+    get = vars(type(descriptors[0]))["__get__"]
+    owners = tuple(pointer for pointer in pointers for _ in names)
+    return get, descriptors, owners, tuple(map(get, descriptors, owners))
+
+
+def _mutable_classes(bound: dict, pointers: tuple) -> list[type]:
+    """Every class that an object `bound` holds (in its tuples, lists and dicts too) belongs to or is, and every class
+    in their MROs, that code can change (a heap type not marked immutable); the `pointers` (bound in `_BOUND` through
+    the C call slot), their result and argument types too."""
+    seen: dict[int, type] = {}
+    todo: list = [*bound.values(), *pointers, *(p.restype for p in pointers),
+                  *(t for p in pointers for t in p.argtypes or ())]
+    done: set[int] = set()
+    while todo:
+        obj = todo.pop()
+        if id(obj) in done:
+            continue
+        done.add(id(obj))
+        if type(obj) in (tuple, list):
+            todo.extend(obj)
+        elif type(obj) is dict:
+            todo.extend(obj.values())
+        for klass in (*type(obj).__mro__, *(obj.__mro__ if isinstance(obj, type) else ())):
+            if not klass.__flags__ & _SESSION_IMMUTABLE:
+                seen[id(klass)] = klass
+    return list(seen.values())
+
+
+def _pinned(ctypes: Any, size: int) -> tuple[bytearray, Any, int]:
+    """A buffer the sealed reads fill: (a bytearray, the export that pins it — it can never be resized or moved —, its
+    address). Read through the bytearray (a C type no code can patch), never a ctypes object's `raw`."""
+    space = bytearray(size)
+    pin = ctypes.c_char.from_buffer(space)
+    return space, pin, ctypes.addressof(pin)
 
 
 def _bind_hooks() -> None:
@@ -424,11 +521,9 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != head:
         return
-    # bound before the code runs; the watch was taken by the head, whose state this process starts from
-    tampered, send, close_every, end = _BOUND["watch"].tampered, _write_json, _close_every, _real_exit()
-    find_pools, quiet_pools = find_thread_pools, _single_thread_pools
-    fn, buf = _BOUND["seal"]
-    answers = (tampered, end, _BOUND["digest"], fn, _BOUND["space"])  # (a parked run's evals: `_serve_evals`)
+    # made before the code runs: what the check after it and the seal read are this copy's code constants (see
+    # `_fenced_command`), never a local the code could write (3.13) or a hook could write back (3.11/3.12)
+    run = _fenced_command(ctx, gate, depth, res, ctl, post)
     if ahead:
         _warm_up(ctx, go)
     line = _read_to_end(go)
@@ -439,51 +534,386 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
         return
     if type(cmd) is not dict:
         return
+    run(cmd, paths)
+
+
+def _become_head(ctx: _Ctx, gate: int, depth: int, ctl: int, post: int) -> None:
+    """A kept run's process, told so by the head: it receives the session's channel and serves as the new head."""
+    _, fds, _, _ = _BOUND["recv_fds"](ctx.handover[1], 16, 2)
+    ctx.audit_state["bypass"] = False
+    if len(fds) != 2:
+        return
+    ctx.result_fd, ctx.cmd_fd = fds
+    os.close(ctl)
+    os.close(post)
+    _session_loop(ctx, gate, depth, announce=False)
+
+
+def _unchanged(watched: tuple, holder: list, extra: tuple = ()) -> bool:
+    """Whether nothing the session's watch covers (`_bind`) was rebound, removed or shadowed: `common._Watch.tampered`
+    over the watch's immutable snapshot `watched`, which `holder` (in `_BOUND`, itself watched) must still name. Its
+    code reads no global and no builtin (every function it calls is in the snapshot): a command process runs it with
+    fresh globals, from its code constants (`_command_then_seal`); `extra`: more namespaces so watched, taken by the
+    command's process (the session's context: `_fenced_command`). A string the snapshot holds may have been swapped
+    for an equal one (a code object's constants are interned in place, tuples within included): equal strings pass."""
+    spaces, attrs, cells, shadow, ops, pointers = watched
+    is_, all_, map_, len_, getattr_, contents, frozenset_, value_error, zip_, type_, str_ = ops
+    if len_(holder) != 1 or holder[0] is not watched:
+        return False
+    get, descriptors, owners, objects = pointers  # the C function pointers' restype, argtypes, errcheck
+    if not all_(map_(is_, map_(get, descriptors, owners), objects)):
+        return False
+    for group in (spaces, extra):
+        for space, keys, objects, size, names in group:
+            if not all_(map_(is_, map_(space.get, keys), objects)):
+                for now, then in zip_(map_(space.get, keys), objects):
+                    if now is not then and not (type_(now) is str_ and type_(then) is str_ and now == then):
+                        return False
+            if size >= 0 and len_(space) != size:
+                if names is None or not shadow.isdisjoint(frozenset_(space) - names):
+                    return False
+    fns, attr_names, objects = attrs
+    if not all_(map_(is_, map_(getattr_, fns, attr_names), objects)):
+        return False
+    cell_list, objects = cells
     try:
-        if cmd.get("op") == "run":
-            rec, raised = run_command(ctx, cmd, *paths)
+        for now, then in zip_(map_(contents, cell_list), objects):
+            if now is not then and not (type_(now) is str_ and type_(then) is str_ and now == then):
+                return False
+    except value_error:  # a cell emptied
+        return False
+    return True
+
+
+def _fenced_command(ctx: _Ctx, gate: int, depth: int, res: int, ctl: int, post: int) -> Callable[[dict, tuple], None]:
+    """A copy of `_command_then_seal` whose constants are what it reads after the command's code, taken in the
+    command's process before that code runs (kernel/run._fenced_run's construction, issue 41): the session's context,
+    the watch's snapshot and the check's code (`_unchanged`, run with fresh globals), the functions that stop hooks
+    again, the sealed read and the pinned buffer it fills, the digest's hash, the pipes, the C `_exit`, and what the
+    process does on the head's word (`_become_head` with the gate and depth; the parked run's evals, a copy of
+    `_evals_then_seal` made the same way). A running frame's constants cannot change; its locals can (3.13, PEP 667),
+    and a hook's write-back could (3.11/3.12; but no hook runs in CRANE's frames: `common._untraced`)."""
+    function: Any = type(_unchanged)  # (types.FunctionType, without an import)
+    setprofile, settrace, gc_off = _BOUND["off"]
+    holder = _BOUND["watched"]
+    space, _, address = _BOUND["space"]
+    # the session's context too, by identity (a kept run's process serves as the head with it: a command that put an
+    # object of its own there, or in its setup arguments, would run its code in the head): every attribute but the
+    # exception a display shows (set and cleared during a run), and every setup argument
+    own, args = vars(ctx), ctx.args
+    keys = tuple(k for k in own if k != "shown_exc")
+    extra = ((own, keys, tuple(own[k] for k in keys), -1, None), (args, tuple(args), tuple(args.values()), len(args),
+                                                                   None))
+    taken = {"<extra>": extra, "<fn>": type.__call__.__get__(function), "<unchanged>": _unchanged.__code__, "<dict>": dict,
+             "<watched>": holder[0], "<holder>": holder, "<space>": space,
+             "<size>": len(space), "<res>": res, "<ctl>": ctl, "<post>": post, "<ctx>": ctx, "<gate>": gate,
+             "<depth>": depth, "<int>": int.from_bytes, "<hash>": _BOUND["digest"], "<setprofile>": setprofile,
+             "<settrace>": settrace, "<gc_off>": gc_off, "<end>": _real_exit(), "<tampered>": _TAMPERED,
+             "<tries>": range(1000), "<bytes>": bytes, "<keep>": _become_head,
+             "<room_at>": address.to_bytes(8, _BOUND["c_seal"]["<order>"]), **_BOUND["c_seal"],
+             **_quiet_constants()}
+    taken["<evals>"] = _fenced(_evals_then_seal, taken)
+    return _fenced(_command_then_seal, taken)
+
+
+def _command_then_seal(cmd: dict, paths: tuple[str, str]) -> None:
+    """A command (run or eval) in its process, its outcome sent up the outcome pipe, the check, the seal, and what
+    the head's word says (a template: see `_fenced_command`; `"<ctx>"` is the session's context). Whatever of the
+    code's own runs while the outcome is made and written (its exception's `__str__`, a value's `__repr__`) runs
+    before the check; after it, every hook is stopped again and nothing but this run's constants is read: no global,
+    no builtin, no local but `sent` (what CRANE wrote: changed, the seal matches nothing) and `got`. How the code
+    ended is said by which branch seals (the code a literal there): a command whose code rebound anything watched
+    ends with `_TAMPERED`, its outcome never taken. The head's word: b"k" (kept: the new head), b"p" (parked: the
+    evals of where it stopped), else (EOF) the process ends."""
+    is_run = cmd.get("op") == "run"
+    state = _command_begins("<ctx>", cmd, is_run, paths)  # type: ignore[arg-type]
+    try:
+        value = _command_code("<ctx>", cmd, state, is_run)  # type: ignore[arg-type]
+    except BaseException as e:  # noqa: BLE001 - the code's own exception, SystemExit included
+        try:
+            rec = _command_record("<ctx>", state, is_run, e, None, paths)  # type: ignore[arg-type]
+            try:  # (a handler of the cell's raising between the passes' own `try`s: TAMPERED too)
+                for _ in "<tries>":  # (no code of the code's runs once CRANE's bytes exist: run._quiet_constants; kept or
+                    try:  # parked, `_hooks_on` gives the code its handlers and mask back)
+                        "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                          "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore
+                        "<setitem>".__call__("<sysdict>", "unraisablehook", "<hook>")  # type: ignore[operator]
+                        for s in "<signals>":
+                            if "<callable>".__call__("<getsignal>".__call__(s)):  # type: ignore[operator]
+                                "<signal>".__call__(s, "<ign>")  # type: ignore[operator]
+                    except BaseException:  # noqa: BLE001, S110 - a handler of the code's ran (and raised): checked below
+                        pass
+                    if "<any>".__call__("<map>".__call__("<callable>", "<map>".__call__(  # type: ignore[operator]
+                            "<getsignal>", "<signals>"))) is False and "<is>".__call__("<get>".__call__(  # type: ignore
+                            "<sysdict>", "unraisablehook"), "<hook>") is True:
+                        break
+                else:  # (tries ran out, a handler of the cell's still set: no record is sealed)
+                    "<end>".__call__("<tampered>")  # type: ignore[operator]
+            except BaseException:  # noqa: BLE001
+                "<end>".__call__("<tampered>")  # type: ignore[operator]
+            "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                              "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore[operator]
+            "<gc_off>".__call__()  # type: ignore[operator]
+            sent = _outcome_out("<ctx>", rec, is_run, "<res>")  # type: ignore[arg-type]
+        except BaseException:  # noqa: BLE001 - CRANE's own path failed under what the code did: no outcome
+            "<end>".__call__("<tampered>")  # type: ignore[operator]
+        "<setprofile>".__call__(None)  # type: ignore[operator]
+        "<settrace>".__call__(None)  # type: ignore[operator]
+        "<gc_off>".__call__()  # type: ignore[operator]
+        if "<fn>".__call__("<unchanged>", "<dict>".__call__())(  # type: ignore[operator]
+                "<watched>", "<holder>", "<extra>") is True:
+            # sealed: the code raised (SEAL_RAISED, 2), over what CRANE wrote; the head's word ends the wait
+            got = -1
+            for _ in "<tries>":  # (-1: interrupted by a signal, again)
+                got = "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), 0, "<ctl>",  # type: ignore[operator]
+                    "<copy>".__call__("<u64>", "<room_at>"), 1, 2, "<copy>".__call__(  # type: ignore[operator]
+                        "<u64>", "<to>".__call__("<int>".__call__("<hash>".__call__(  # type: ignore[operator]
+                            sent, digest_size=8).digest(), "little"), 8, "<order>")),
+                    "<copy>".__call__("<u64>", "<mark>"))  # type: ignore[operator]
+                if got >= 0:
+                    break
+            if got == 1 and "<space>".__getitem__(0) == 112:  # b"p": parked
+                "<evals>".__call__("<ctx>")  # type: ignore[operator]
+            return
+    else:
+        try:
+            rec = _command_record("<ctx>", state, is_run, None, value, paths)  # type: ignore[arg-type]
+            try:  # (a handler of the cell's raising between the passes' own `try`s: TAMPERED too)
+                for _ in "<tries>":  # (no code of the code's runs once CRANE's bytes exist: run._quiet_constants; kept or
+                    try:  # parked, `_hooks_on` gives the code its handlers and mask back)
+                        "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                          "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore
+                        "<setitem>".__call__("<sysdict>", "unraisablehook", "<hook>")  # type: ignore[operator]
+                        for s in "<signals>":
+                            if "<callable>".__call__("<getsignal>".__call__(s)):  # type: ignore[operator]
+                                "<signal>".__call__(s, "<ign>")  # type: ignore[operator]
+                    except BaseException:  # noqa: BLE001, S110 - a handler of the code's ran (and raised): checked below
+                        pass
+                    if "<any>".__call__("<map>".__call__("<callable>", "<map>".__call__(  # type: ignore[operator]
+                            "<getsignal>", "<signals>"))) is False and "<is>".__call__("<get>".__call__(  # type: ignore
+                            "<sysdict>", "unraisablehook"), "<hook>") is True:
+                        break
+                else:  # (tries ran out, a handler of the cell's still set: no record is sealed)
+                    "<end>".__call__("<tampered>")  # type: ignore[operator]
+            except BaseException:  # noqa: BLE001
+                "<end>".__call__("<tampered>")  # type: ignore[operator]
+            "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                              "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore[operator]
+            "<gc_off>".__call__()  # type: ignore[operator]
+            sent = _outcome_out("<ctx>", rec, is_run, "<res>")  # type: ignore[arg-type]
+        except BaseException:  # noqa: BLE001 - CRANE's own path failed under what the code did: no outcome
+            "<end>".__call__("<tampered>")  # type: ignore[operator]
+        "<setprofile>".__call__(None)  # type: ignore[operator]
+        "<settrace>".__call__(None)  # type: ignore[operator]
+        "<gc_off>".__call__()  # type: ignore[operator]
+        if "<fn>".__call__("<unchanged>", "<dict>".__call__())(  # type: ignore[operator]
+                "<watched>", "<holder>", "<extra>") is True:
+            # sealed: the code ended clean (SEAL_CLEAN, 1), over what CRANE wrote; the head's word ends the wait
+            got = -1
+            for _ in "<tries>":
+                got = "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), 0, "<ctl>",  # type: ignore[operator]
+                    "<copy>".__call__("<u64>", "<room_at>"), 1, 1, "<copy>".__call__(  # type: ignore[operator]
+                        "<u64>", "<to>".__call__("<int>".__call__("<hash>".__call__(  # type: ignore[operator]
+                            sent, digest_size=8).digest(), "little"), 8, "<order>")),
+                    "<copy>".__call__("<u64>", "<mark>"))  # type: ignore[operator]
+                if got >= 0:
+                    break
+            if got == 1 and "<space>".__getitem__(0) == 107:  # b"k": kept, the new head
+                "<keep>".__call__("<ctx>", "<gate>", "<depth>", "<ctl>", "<post>")  # type: ignore[operator]
+            elif got == 1 and "<space>".__getitem__(0) == 112:  # b"p": parked
+                "<evals>".__call__("<ctx>")  # type: ignore[operator]
+            return
+    # the code rebound CRANE's code or what it runs on: its outcome is not taken (the head sees how this ends)
+    "<end>".__call__("<tampered>")  # type: ignore[operator]
+
+
+def _evals_then_seal(ctx: _Ctx) -> None:
+    """A parked run's process: evals of the state where the run stopped, until the head closes the pipe (a template,
+    made with `_command_then_seal`'s constants: see `_fenced_command`). Each answer is sealed as a run's outcome is:
+    after writing it, this process waits for the next eval in CRANE's sealed read (shared/seal: the code — a literal,
+    by where the expression ended — and the digest of the answer's bytes), which the head looks for before it takes
+    the answer (`_eval_parked`). Nothing read after an expression's code but this copy's constants and `sent`/`got`;
+    a command line is read whole before an expression runs, and nothing of one survives it."""
+    data = b""
+    while True:
+        while b"\n" not in data:
+            got = "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), 0, "<ctl>",  # type: ignore[operator]
+                                    "<copy>".__call__("<u64>", "<room_at>"), "<size>", 0, 0,  # type: ignore[operator]
+                                    "<copy>".__call__("<u64>", "<mark>"))  # type: ignore[operator]
+            if got == 0:
+                return
+            if got > 0:
+                data = data + "<bytes>".__call__("<space>"[:got])  # type: ignore[operator]
+        cmd = _eval_command(data)
+        data = b""
+        if cmd is None:
+            return
+        try:
+            value = _command_code(ctx, cmd, _command_begins(ctx, cmd, False, ("", "")), False)
+        except BaseException as e:  # noqa: BLE001 - the expression's own exception
+            try:
+                rec = _command_record(ctx, {}, False, e, None, ("", ""))
+                try:  # (a handler of the cell's raising between the passes' own `try`s: TAMPERED too)
+                    for _ in "<tries>":  # (no code of the code's runs once CRANE's bytes exist: run._quiet_constants; kept or
+                        try:  # parked, `_hooks_on` gives the code its handlers and mask back)
+                            "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                              "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore
+                            "<setitem>".__call__("<sysdict>", "unraisablehook", "<hook>")  # type: ignore[operator]
+                            for s in "<signals>":
+                                if "<callable>".__call__("<getsignal>".__call__(s)):  # type: ignore[operator]
+                                    "<signal>".__call__(s, "<ign>")  # type: ignore[operator]
+                        except BaseException:  # noqa: BLE001, S110 - a handler of the code's ran (and raised): checked below
+                            pass
+                        if "<any>".__call__("<map>".__call__("<callable>", "<map>".__call__(  # type: ignore[operator]
+                                "<getsignal>", "<signals>"))) is False and "<is>".__call__("<get>".__call__(  # type: ignore
+                                "<sysdict>", "unraisablehook"), "<hook>") is True:
+                            break
+                    else:  # (tries ran out, a handler of the cell's still set: no record is sealed)
+                        "<end>".__call__("<tampered>")  # type: ignore[operator]
+                except BaseException:  # noqa: BLE001
+                    "<end>".__call__("<tampered>")  # type: ignore[operator]
+                "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                  "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore[operator]
+                "<gc_off>".__call__()  # type: ignore[operator]
+                sent = _answer_out(ctx, rec, cmd, "<post>")  # type: ignore[arg-type]
+            except BaseException:  # noqa: BLE001 - CRANE's own path failed under what the code did: no answer
+                "<end>".__call__("<tampered>")  # type: ignore[operator]
+            "<setprofile>".__call__(None)  # type: ignore[operator]
+            "<settrace>".__call__(None)  # type: ignore[operator]
+            "<gc_off>".__call__()  # type: ignore[operator]
+            if "<fn>".__call__("<unchanged>", "<dict>".__call__())(  # type: ignore[operator]
+                    "<watched>", "<holder>", "<extra>") is not True:
+                "<end>".__call__("<tampered>")  # type: ignore[operator]
+            # sealed: the expression raised (SEAL_RAISED, 2), over the answer; the next eval ends the wait
+            got = -1
+            for _ in "<tries>":
+                got = "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), 0, "<ctl>",  # type: ignore[operator]
+                    "<copy>".__call__("<u64>", "<room_at>"), "<size>", 2, "<copy>".__call__(  # type: ignore[operator]
+                        "<u64>", "<to>".__call__("<int>".__call__("<hash>".__call__(  # type: ignore[operator]
+                            sent, digest_size=8).digest(), "little"), 8, "<order>")),
+                    "<copy>".__call__("<u64>", "<mark>"))  # type: ignore[operator]
+                if got >= 0:
+                    break
         else:
-            rec, raised = evaluate(ctx, cmd)
-    except BaseException:  # CRANE's own path through the command failed under what the code did: no outcome
-        end(_TAMPERED)
+            try:
+                rec = _command_record(ctx, {}, False, None, value, ("", ""))
+                try:  # (a handler of the cell's raising between the passes' own `try`s: TAMPERED too)
+                    for _ in "<tries>":  # (no code of the code's runs once CRANE's bytes exist: run._quiet_constants; kept or
+                        try:  # parked, `_hooks_on` gives the code its handlers and mask back)
+                            "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                              "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore
+                            "<setitem>".__call__("<sysdict>", "unraisablehook", "<hook>")  # type: ignore[operator]
+                            for s in "<signals>":
+                                if "<callable>".__call__("<getsignal>".__call__(s)):  # type: ignore[operator]
+                                    "<signal>".__call__(s, "<ign>")  # type: ignore[operator]
+                        except BaseException:  # noqa: BLE001, S110 - a handler of the code's ran (and raised): checked below
+                            pass
+                        if "<any>".__call__("<map>".__call__("<callable>", "<map>".__call__(  # type: ignore[operator]
+                                "<getsignal>", "<signals>"))) is False and "<is>".__call__("<get>".__call__(  # type: ignore
+                                "<sysdict>", "unraisablehook"), "<hook>") is True:
+                            break
+                    else:  # (tries ran out, a handler of the cell's still set: no record is sealed)
+                        "<end>".__call__("<tampered>")  # type: ignore[operator]
+                except BaseException:  # noqa: BLE001
+                    "<end>".__call__("<tampered>")  # type: ignore[operator]
+                "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), "<nr_mask>", 0,  # type: ignore[operator]
+                                  "<byref>".__call__("<copy>".__call__("<u64>", "<all>")), 0, 8)  # type: ignore[operator]
+                "<gc_off>".__call__()  # type: ignore[operator]
+                sent = _answer_out(ctx, rec, cmd, "<post>")  # type: ignore[arg-type]
+            except BaseException:  # noqa: BLE001
+                "<end>".__call__("<tampered>")  # type: ignore[operator]
+            "<setprofile>".__call__(None)  # type: ignore[operator]
+            "<settrace>".__call__(None)  # type: ignore[operator]
+            "<gc_off>".__call__()  # type: ignore[operator]
+            if "<fn>".__call__("<unchanged>", "<dict>".__call__())(  # type: ignore[operator]
+                    "<watched>", "<holder>", "<extra>") is not True:
+                "<end>".__call__("<tampered>")  # type: ignore[operator]
+            # sealed: the expression ended clean (SEAL_CLEAN, 1), over the answer; the next eval ends the wait
+            got = -1
+            for _ in "<tries>":
+                got = "<call>".__call__("<new>".__call__("<sealer>", "<sc>"), 0, "<ctl>",  # type: ignore[operator]
+                    "<copy>".__call__("<u64>", "<room_at>"), "<size>", 1, "<copy>".__call__(  # type: ignore[operator]
+                        "<u64>", "<to>".__call__("<int>".__call__("<hash>".__call__(  # type: ignore[operator]
+                            sent, digest_size=8).digest(), "little"), 8, "<order>")),
+                    "<copy>".__call__("<u64>", "<mark>"))  # type: ignore[operator]
+                if got >= 0:
+                    break
+        if got <= 0:
+            return
+        data = "<bytes>".__call__("<space>"[:got])  # type: ignore[operator]
+
+
+def _eval_command(data: bytes) -> dict | None:
+    """The one eval command in `data` (one JSON line, nothing after it), or None."""
+    line, _, rest = data.partition(b"\n")
+    if rest.strip():
+        return None
+    try:
+        cmd = json.loads(line)
+    except ValueError:
+        return None
+    return cmd if type(cmd) is dict else None
+
+
+def _answer_out(ctx: _Ctx, rec: dict, cmd: dict, post: int) -> bytes:
+    """Write an eval's answer (numbered as its command) on `post`; its bytes, for the seal's digest."""
     ctx.audit_state["bypass"] = True
-    if tampered():
-        # its code rebound CRANE's own code or what the outcome path runs on: nothing this process would write
-        # can be trusted, so it writes nothing and says so by how it ends (a C function bound before the code ran)
-        end(_TAMPERED)
-    if cmd.get("op") == "run" and len(os.listdir("/proc/self/task")) > 1:
+    rec["n"] = cmd.get("n")
+    data = (json.dumps(rec, default=str) + "\n").encode("utf-8", "replace")
+    ctx.audit_state["bypass"] = False
+    view = data
+    while view:
+        try:
+            view = view[os.write(post, view):]
+        except InterruptedError:
+            continue
+    return data
+
+
+def _command_begins(ctx: _Ctx, cmd: dict, is_run: bool, paths: tuple[str, str]) -> dict:
+    """Before a command's code: a run's (`_run_begins`), or an eval's hooks on."""
+    if is_run:
+        return _run_begins(ctx, cmd, *paths)
+    _hooks_on()
+    return {}
+
+
+def _command_code(ctx: _Ctx, cmd: dict, state: dict, is_run: bool) -> str | None:
+    """The command's own code, untraced by CRANE's frames (`sys.call_tracing`): a run's cell, or an eval's expression
+    (its text/plain repr)."""
+    if is_run:
+        with ctx.shell.builtin_trap:
+            _exec_plan(ctx, _cell_begins(ctx, state["source"], state["seen"]), ctx.shell.user_ns, untraced=True)
+        return None
+    return _eval_text(ctx, cmd, contextlib.nullcontext, untraced=True)
+
+
+def _command_record(ctx: _Ctx, state: dict, is_run: bool, exc: BaseException | None, value: str | None,
+                    paths: tuple[str, str]) -> dict:
+    """A command's outcome, its hooks stopped (`_hooks_off`)."""
+    if is_run:
+        return _run_record(ctx, state, exc, *paths)
+    rec = _eval_error(exc) if exc is not None else {"ok": True, "value": value}
+    _hooks_off(ctx, timer=False)
+    return rec
+
+
+def _outcome_out(ctx: _Ctx, rec: dict, is_run: bool, res: int) -> bytes:
+    """Send a command's outcome up `res` and close every copy of it (the head reads to EOF); every byte CRANE wrote
+    there (`_write_json`), for the seal's digest."""
+    ctx.audit_state["bypass"] = True
+    if is_run and len(os.listdir("/proc/self/task")) > 1:
         # the pools a run started (an import of scipy.linalg loads its own OpenBLAS) run single-threaded and their
         # workers are joined, as a checkpoint's are: a process of one thread can be kept as the new head (a clean
         # run) or parked for post-mortem evals of where it stopped (a crash). (A process still of one thread has
         # none to join: OpenBLAS's shutdown alone took ~6 ms there, waiting on threads this fork never had.)
-        find_pools()
-        quiet_pools()
+        find_thread_pools()
+        _single_thread_pools()
     rec["event"] = "outcome"
     _track_channel(res)
-    digest = _channel_digest(send(res, rec))  # (CRANE's line, whatever `_SEALED` holds by now: kernel/common)
-    code = 2 if raised else 1  # SEAL_RAISED / SEAL_CLEAN (literals: kernel/run): the head takes a clean answer only clean
-    close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
-    got = -1
-    for _ in range(1000):  # sealed (kernel/common): the head sees it in /proc while this waits for its word
-        try:
-            got = fn(0, ctl, buf, 1, code, digest, SEAL_MAGIC)
-        except Exception:  # noqa: BLE001
-            break
-        if got >= 0:
-            break  # (-1: interrupted by a signal, again)
-    word = buf.raw[:1] if got == 1 else b""
-    if word == _KEEP:
-        _, fds, _, _ = _BOUND["recv_fds"](ctx.handover[1], 16, 2)
-        ctx.audit_state["bypass"] = False
-        if len(fds) != 2:
-            return
-        ctx.result_fd, ctx.cmd_fd = fds
-        os.close(ctl)
-        os.close(post)
-        _session_loop(ctx, gate, depth, announce=False)
-    elif word == _PARK:
-        ctx.audit_state["bypass"] = False
-        _serve_evals(ctx, ctl, post, answers)
+    sent = _write_json(res, rec)  # (CRANE's line, whatever `_SEALED` holds by now: kernel/common)
+    _close_every(res)  # the head reads to EOF: every copy of the pipe goes, a copy the code made included
+    return sent
 
 
 def _warm_up(ctx: _Ctx, go: int) -> None:
@@ -494,7 +924,8 @@ def _warm_up(ctx: _Ctx, go: int) -> None:
              lambda: shell.display_formatter.format(1, include={"text/plain"}),
              lambda: _describe_exception(ValueError("warm-up"), "1"),
              lambda: json.dumps({"verdict": "no-crash", "displays": [], "traceback": ["x"]}, default=str),
-             _BOUND["watch"].tampered)  # (its pass takes a reference to every object it watches: their pages)
+             lambda: _unchanged(_BOUND["watched"][0], _BOUND["watched"]))  # (its pass takes a reference to every
+    # object it watches: their pages)
     for step in steps:
         if select([go], [], [], 0)[0]:
             return
@@ -548,56 +979,6 @@ def _hand_over(ctx: _Ctx, keep: tuple[int, int]) -> None:
     _wait_child(pid, mirror=True)
 
 
-def _serve_evals(ctx: _Ctx, ctl: int, post: int, answers: tuple) -> None:
-    """A parked run's process: evals of the state where the run stopped, until the head closes the pipe. Each answer
-    is sealed as a run's outcome is: after writing it, this process waits for the next eval in CRANE's sealed read
-    (shared/seal: the code says where the eval ended, the digest names the answer's bytes), which the head looks for
-    before it takes the answer (`_eval_parked`). `answers` (the check of CRANE's code, the C `_exit`, the digest,
-    the sealed read and its buffer) were bound by the command's process before the run's code ran."""
-    tampered, end, digest_of, fn, space = answers
-    code = digest = 0  # (no answer yet: the head looks for a seal only after an answer)
-    buf = b""
-    tries = 0
-    while True:
-        while b"\n" not in buf:
-            got = fn(0, ctl, space, len(space), code, digest, SEAL_MAGIC)
-            if got < 0:  # (interrupted by a signal: again)
-                tries += 1
-                if tries > 1000:
-                    return
-                continue
-            if got == 0:
-                return
-            buf += space.raw[:got]
-        line, buf = buf.split(b"\n", 1)
-        if not line.strip():
-            continue
-        try:
-            cmd = json.loads(line)
-        except ValueError:
-            return
-        if type(cmd) is not dict:
-            return
-        try:
-            rec, raised = evaluate(ctx, cmd)
-        except BaseException:  # noqa: BLE001 - CRANE's own path failed under what the code did: no answer
-            end(_TAMPERED)
-        ctx.audit_state["bypass"] = True
-        if tampered():  # the eval's code rebound CRANE's own code: nothing this process would write is trusted
-            end(_TAMPERED)
-        rec["n"] = cmd.get("n")
-        data = (json.dumps(rec, default=str) + "\n").encode("utf-8", "replace")
-        code = 2 if raised else 1  # SEAL_RAISED / SEAL_CLEAN, literals (made before the answer goes: its wait follows)
-        digest = int.from_bytes(digest_of(data, digest_size=8).digest(), "little")
-        ctx.audit_state["bypass"] = False
-        view = data
-        while view:
-            try:
-                view = view[os.write(post, view):]
-            except InterruptedError:
-                continue
-
-
 def _eval_parked(parked: _Parked, cmd: dict) -> tuple[dict | None, bool]:
     """An eval in the parked run's process: (its answer, whether the process stays parked). (None, False) when it
     does not answer as CRANE's code does (gone, or something waiting no eval asked for: a fresh fork answers); an
@@ -644,19 +1025,31 @@ def evaluate(ctx: _Ctx, cmd: dict, guard: Callable[[], Any] = contextlib.nullcon
     the code's runs while CRANE writes the answer)."""
     _hooks_on()
     try:
-        with guard(), ctx.shell.builtin_trap:
-            value = eval(compile(cmd.get("expr", ""), CELL_FILENAME, "eval"), ctx.shell.user_ns)
-        data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
-        text = str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]
+        text = _eval_text(ctx, cmd, guard)
     except BaseException as exc:  # noqa: BLE001
-        try:
-            rec = {"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]}
-        except BaseException:  # noqa: BLE001 - its text raised too
-            rec = {"ok": False, "ename": "Exception", "evalue": "<str() failed>"}
+        rec = _eval_error(exc)
         _hooks_off(ctx, timer=False)
         return rec, True
     _hooks_off(ctx, timer=False)
     return {"ok": True, "value": text}, False
+
+
+def _eval_text(ctx: _Ctx, cmd: dict, guard: Callable[[], Any], untraced: bool = False) -> str:
+    """An eval's expression, run under `guard()`: the text/plain repr of its value. `untraced` (a fork session's
+    command: CRANE's frames untraced) through `sys.call_tracing`, so the session's hooks see it as in the kernel."""
+    with guard(), ctx.shell.builtin_trap:
+        code = compile(cmd.get("expr", ""), CELL_FILENAME, "eval")
+        value = _call_tracing(eval, (code, ctx.shell.user_ns)) if untraced else eval(code, ctx.shell.user_ns)
+    data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
+    return str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]
+
+
+def _eval_error(exc: BaseException) -> dict:
+    """An eval's answer when its expression raised `exc`."""
+    try:
+        return {"ok": False, "ename": type(exc).__name__, "evalue": str(exc)[:2000]}
+    except BaseException:  # noqa: BLE001 - its text raised too
+        return {"ok": False, "ename": "Exception", "evalue": "<str() failed>"}
 
 
 def _ended(status: str) -> dict:
@@ -728,14 +1121,6 @@ def _read_to_end(fd: int) -> bytes:
         if not chunk:
             return data
         data += chunk
-
-
-def _read_byte(fd: int) -> bytes:
-    while True:
-        try:
-            return os.read(fd, 1)
-        except InterruptedError:
-            continue
 
 
 def _close_every(fd: int) -> None:
@@ -811,31 +1196,37 @@ def run_command(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> tuple[dic
     that could run the cell's code among CRANE's statements stops (`_hooks_off`), so nothing of the cell's rewrites
     the record, and a kept run's process serves as the head with none of them; they are kept for the session's
     later runs."""
-    shell = ctx.shell
+    state = _run_begins(ctx, cmd, out_path, err_path)
+    try:
+        with ctx.shell.builtin_trap:
+            _exec_plan(ctx, _cell_begins(ctx, state["source"], state["seen"]), ctx.shell.user_ns)
+    except BaseException as exc:  # noqa: BLE001 - the cell's own exception, SystemExit included
+        return _run_record(ctx, state, exc, out_path, err_path), True
+    return _run_record(ctx, state, None, out_path, err_path), False
+
+
+def _run_begins(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> dict:
+    """Before a run's cell: its displays and denials cleared, the capture files' sizes, its hooks on, its timer."""
     ctx.displays.clear()
     ctx.denied.clear()
-    o0, e0 = _fsize(out_path), _fsize(err_path)
+    state = {"spans": (_fsize(out_path), _fsize(err_path)), "source": cmd.get("source", ""), "seen": {}}
     _hooks_on()
-    timer = hasattr(signal, "setitimer")  # (Windows has none: the daemon's deadline ends a portable session's run)
+    state["timer"] = timer = hasattr(signal, "setitimer")  # (Windows has none: the daemon's deadline ends a portable
+    # session's run)
     if timer:
         signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
-    source = cmd.get("source", "")
-    seen: dict = {}
-    t1 = time.perf_counter()
-    try:
-        with shell.builtin_trap:
-            _exec_plan(ctx, _cell_begins(ctx, source, seen), shell.user_ns)
-    except BaseException as exc:  # noqa: BLE001 - the cell's own exception, SystemExit included
-        _hooks_off(ctx, timer)
-        rec = _cell_record(ctx, exc, source, seen, t1)
-        rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
-                   stderr_span=[e0, _fsize(err_path)])
-        return rec, True
-    _hooks_off(ctx, timer)
-    rec = _cell_record(ctx, None, source, seen, t1)
+    state["t1"] = time.perf_counter()
+    return state
+
+
+def _run_record(ctx: _Ctx, state: dict, exc: BaseException | None, out_path: str, err_path: str) -> dict:
+    """Right after a run's cell (`exc`: what it raised, None when it ended clean): its hooks off, its record."""
+    _hooks_off(ctx, state["timer"])
+    rec = _cell_record(ctx, exc, state["source"], state["seen"], state["t1"])
+    o0, e0 = state["spans"]
     rec.update(displays=list(ctx.displays), denied=ctx.denied[:20], stdout_span=[o0, _fsize(out_path)],
                stderr_span=[e0, _fsize(err_path)])
-    return rec, False
+    return rec
 
 
 def _hooks_off(ctx: _Ctx, timer: bool = True) -> None:
@@ -849,7 +1240,9 @@ def _hooks_off(ctx: _Ctx, timer: bool = True) -> None:
         ctx.audit_state["running"] = False
         return
     getprofile, gettrace, gc_enabled = _BOUND["hooks"]
-    saved: dict = {"profile": getprofile(), "trace": gettrace(), "gc": gc_enabled(), "signals": {}}
+    saved: dict = {"profile": getprofile(), "trace": gettrace(), "gc": gc_enabled(), "signals": {},
+                   # (the mask the code left: the outcome's epilogue blocks every signal, `_fenced_command`)
+                   "mask": signal.pthread_sigmask(signal.SIG_BLOCK, ())}
     for sig in signal.valid_signals():
         try:
             handler = signal.getsignal(sig)
@@ -879,6 +1272,8 @@ def _hooks_on() -> None:
             pass
     if _USER_HOOKS["gc"]:
         gc_on()
+    if "mask" in _USER_HOOKS:  # (signals due meanwhile reach the state's handlers here, before the code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, _USER_HOOKS["mask"])
     settrace(_USER_HOOKS["trace"])
     setprofile(_USER_HOOKS["profile"])
 

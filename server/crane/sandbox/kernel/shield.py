@@ -12,35 +12,60 @@
 - `memory_headroom`: how much memory the kernel's process may still use, cgroup-aware (v2 `memory.max -
   memory.current` on the process's cgroup and its ancestors, v1 `memory.limit_in_bytes - memory.usage_in_bytes`;
   reclaimable page cache discounted), and never more than `/proc/meminfo`'s MemAvailable.
-- builtins bound at install: this part comes first in the transplant's private module, and the module's
+- builtins bound at install: this part comes first in the fork sandbox's private module (in the transplant's,
+  right after kernel/pristine.py, whose proven copy and private `__import__` it takes), and the module's
   `__builtins__` becomes a copy of the builtins taken then, so every function of the parts after it (the export)
   calls the `len`, `isinstance`, `__import__`, ... of that moment, never a `builtins.len` the notebook replaced
   later (`BUILTINS`; also given to CRANE's private cloudpickle, whose pickler imports modules by name).
+- `own_c(module, name)`: the C functions every part binds, read from the interpreter's C module (`posix.stat`,
+  never `os.stat`) and checked to be its own under that name; one that is not is named in `SH_NOT_OWN`, and the
+  transplant refuses to install (kernel/stdlib_own.py). Install-time code calls none of them.
 """
 
 from __future__ import annotations
 
-import _io
-import _json
+import _io  # noqa: F401  (loaded: own_c reads it from the table)
+import _json  # noqa: F401
 import builtins
 import os
 import sys
 from typing import Any
 
-BUILTINS: dict = dict(builtins.__dict__)
+_SH_HELD = globals()["__builtins__"]  # (the transplant's: kernel/pristine.py's proven copy, its private import)
+BUILTINS: dict = dict(_SH_HELD) if type(_SH_HELD) is dict else dict(builtins.__dict__)
 globals()["__builtins__"] = BUILTINS
+_SH_GET = object.__getattribute__
+_SH_MODULE = type(sys)
+_SH_C_FUNCTION: Any = type(().__class__.__base__.__subclasses__)  # type: ignore[union-attr]  # C function
+_SH_SYS_MODULES: Any = dict.get(_SH_GET(sys, "__dict__"), "modules")
+_SH_SYS_MODULES = _SH_SYS_MODULES if type(_SH_SYS_MODULES) is dict else {}
+SH_NOT_OWN: list = []  # `module.name` of each C function bound below that is not the interpreter's own
 
-private_open = _io.open
+
+def own_c(module: str, name: str) -> Any:
+    """The C function `name` of the interpreter's module `module` (`posix`, `time`, `sys`, ...: read from its own
+    namespace, never an attribute of `os`, which the notebook may rebind), as it is now; when it is not that
+    module's own C function under that name (the notebook replaced it before the install) it is named in
+    `SH_NOT_OWN` (the transplant then refuses to install: kernel/stdlib_own.py). Nothing is called."""
+    m = dict.get(_SH_SYS_MODULES, module)
+    f: Any = dict.get(_SH_GET(m, "__dict__"), name) if type(m) is _SH_MODULE else None
+    if not (type(f) is _SH_C_FUNCTION and f.__self__ is m and f.__name__ == name):
+        SH_NOT_OWN.append(f"{module}.{name}")
+    return f
+
+
+_SH_OS = os.name  # `posix` or `nt`: the module of os's C functions
+private_open = own_c("_io", "open")
 # Every part of a kernel-side module shares this module's namespace (crane.kernel.private_module): `open` here
 # is what all of them call, never a `builtins.open` the notebook replaced.
-open = _io.open  # noqa: A001
-_ESCAPE = _json.encode_basestring_ascii
+open = private_open  # noqa: A001
+_ESCAPE = own_c("_json", "encode_basestring_ascii")
 # bound at install: the environment's own storage and the process functions (a notebook's `os.environ = Sub(...)`,
-# `os.getpid = ...` or a patched mapping method is never called)
-_SH_ENVIRON, _SH_ENVIRON_TYPE = os.environ, type(os.environ)
-_SH_FS_ENCODING = sys.getfilesystemencoding()
-_SH_GET = object.__getattribute__
-_SH_GETPID, _SH_STAT = os.getpid, os.stat
+# `os.getpid = ...` or a patched mapping method is never called); `os._Environ` is proven the standard library's
+# class at install (kernel/stdlib_own.py checks `os`)
+_SH_ENVIRON, _SH_ENVIRON_TYPE = os.environ, dict.get(_SH_GET(os, "__dict__"), "_Environ")
+_SH_FS_ENCODING_OF = own_c("sys", "getfilesystemencoding")  # (called at an export, after the install's check)
+_SH_GETPID, _SH_STAT = own_c(_SH_OS, "getpid"), own_c(_SH_OS, "stat")
 
 
 # The pattern every kernel-side entry point follows, inline (no call of ours runs while the user's hooks are on,
@@ -162,8 +187,14 @@ def memory_headroom(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self
     return best
 
 
-# Bound at install, like the builtins above: never a `sys._is_gil_enabled` the notebook replaced later.
-_IS_GIL_ENABLED = getattr(sys, "_is_gil_enabled", None)
+# Bound at install, like the builtins above: never a `sys._is_gil_enabled` the notebook replaced later. One the
+# notebook replaced BEFORE the install is never called (it is named in SH_NOT_OWN: the copy's export refuses to
+# install); the fork path then goes by the build's ABI flags, read as data at install (a free-threaded build's
+# `sys.abiflags` holds "t"; 3.13 builds with the GIL always on answer True anyway).
+_IS_GIL_ENABLED = own_c("sys", "_is_gil_enabled") if "_is_gil_enabled" in _SH_GET(sys, "__dict__") else None
+_SH_GIL_OWN = _IS_GIL_ENABLED is not None and "sys._is_gil_enabled" not in SH_NOT_OWN
+_SH_ABIFLAGS = dict.get(_SH_GET(sys, "__dict__"), "abiflags")
+_SH_FREE_BUILD = type(_SH_ABIFLAGS) is not str or "t" in _SH_ABIFLAGS  # (no flags: Windows before 3.14, unknown)
 
 
 def free_threaded() -> str | None:
@@ -171,8 +202,19 @@ def free_threaded() -> str | None:
     with the GIL off: `sys._is_gil_enabled()` False; it can change at run time, so it is asked each time); None
     where the GIL holds. The fork and the copy's export both rely on it: a fork taken while other threads run
     Python code in parallel can leave their objects half-changed in the child, and the export reads objects other
-    threads could change at the same moment. Neither has been made or proven safe without it."""
-    if _IS_GIL_ENABLED is None or _IS_GIL_ENABLED():
+    threads could change at the same moment. Neither has been made or proven safe without it. Where the notebook
+    replaced `sys._is_gil_enabled` before the install, its function is never called: a build whose ABI flags show
+    the GIL always on runs; any other gets no run, naming the replacement."""
+    if _IS_GIL_ENABLED is None:
+        return None
+    if not _SH_GIL_OWN:
+        if not _SH_FREE_BUILD:
+            return None
+        return ("the notebook replaced `sys._is_gil_enabled` before CRANE's install and this Python may be a "
+                "free-threaded build (its ABI flags do not rule it out): whether the GIL is on cannot be asked "
+                "without calling the notebook's function, and CRANE's sandbox (fork and copy) needs the GIL, so no "
+                "speculative run is made")
+    if _IS_GIL_ENABLED():
         return None
     return ("the kernel runs a free-threaded Python with the GIL disabled (sys._is_gil_enabled() is False): "
             "CRANE's sandbox (fork and copy) needs the GIL, so no speculative run is made")
@@ -187,10 +229,11 @@ def environ_strings() -> dict:
     out: dict = {}
     if type(data) is not dict:
         return out
+    encoding = _SH_FS_ENCODING_OF()
     for k, v in dict.items(data):
         if type(k) is bytes and type(v) is bytes:
-            k = bytes.decode(k, _SH_FS_ENCODING, "surrogateescape")
-            v = bytes.decode(v, _SH_FS_ENCODING, "surrogateescape")
+            k = bytes.decode(k, encoding, "surrogateescape")
+            v = bytes.decode(v, encoding, "surrogateescape")
         if type(k) is str and type(v) is str:
             out[k] = v
     return out

@@ -98,8 +98,9 @@ def library_subclasses(base: type, prefix: str, reducer: Any) -> dict:
 class KerasGraph:
     """One export's Keras graph reducers and the record the worker applies (`record`, pickled last)."""
 
-    def __init__(self, lib: Any) -> None:
+    def __init__(self, lib: Any, save: Any = None) -> None:
         self.lib = lib
+        self.save = save  # (lib, obj, Keras's own __reduce__) -> its value: kernel/keras_saved's `saved_reduce`
         self.record: dict = {"keys": []}
         self.ids: set = set()  # id() of the Keras objects reduced here (kept alive by `record`)
         self.table: dict = {}
@@ -255,7 +256,9 @@ class KerasGraph:
             return NotImplemented
         if id(obj) not in self.lib.proof.walked:  # Keras's own saving reaches what pickle does not see: proven first
             self.lib.proof.prewalk(obj)
-        rv = self.lib.call(self.own_reduce, "__reduce__", obj)
+        # Keras's own saving, or (the export's `save`: kernel/keras_saved.py) its answer kept while proven unchanged
+        rv = self.save(self.lib, obj, self.own_reduce) if self.save is not None else \
+            self.lib.call(self.own_reduce, "__reduce__", obj)
         if type(rv) is not tuple or len(rv) != 2:
             return NotImplemented
         self._remember(obj, d, False)

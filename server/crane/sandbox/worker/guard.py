@@ -30,15 +30,21 @@ C code that calls a callable it is handed (`map`, `functools.partial`, `sorted(k
 sees: those callables are replaced for a run with no OS layer and vet what user code hands them, and library code
 that calls what it is handed (a thread's target, an executor, a finalizer; under the profile hook any library
 function) is vetted when the cell hands it (`guard_combinators`, `CallGuard.handed_label`). Other processes'
-entries of the process file system are refused on the resolved path (`other_process_entry`).
-Not in the threat model: code written to escape a Python sandbox (the originals of what is replaced stay reachable
-through `__mro__`/`__subclasses__()`; the audit hook catches most of those paths, the OS sandbox on Linux all).
+entries of the process file system are refused on the resolved path (`other_process_entry`). Round 8: the refused C
+methods are vetted in their types themselves (`vet_c_methods`, `replace_type_method`: any caller, any route) and the
+refused C functions in their modules (`_arm_c_functions`), so no list of callers is needed for them.
+Round 9: a C type whose construction opens a file has its `tp_new` reached only through a vetting `__new__`
+(`replace_type_new`: pyarrow's `OSFile`, however the class is reached), and a function refused to user code alone
+that library code calls is refused where the cell handed it to that library code (`_vet_handed_through`: 3.12+ too).
+Not in the threat model: code written to escape a Python sandbox (docs/sandbox.md lists what stays open; the OS
+sandbox on Linux holds all).
 """
 
 from __future__ import annotations
 
 import copyreg
 import functools
+import gc
 import os
 import re
 import sys
@@ -124,7 +130,9 @@ GUARD_TABLE: dict[str, list[tuple]] = {
               ("keras.src.models.model", "Model.save_weights", ("filepath",), GUARD_ANY),
               ("keras.src.saving.saving_api", "save_model", ("filepath",), GUARD_ANY)],
     "tensorflow": [("tensorflow", "saved_model.save", ("export_dir",), GUARD_ANY),
-                   ("tensorflow", "io.write_file", ("filename",), GUARD_ANY)],
+                   ("tensorflow", "io.write_file", ("filename",), GUARD_ANY),
+                   ("tensorflow.python.profiler.profiler_v2", "start", ("logdir",), GUARD_ANY),
+                   ("tensorflow.python.profiler.profiler_v2", "start_server", None, GUARD_ANY)],
     "h5py": [("h5py", "File.__init__", ("name",), GUARD_ANY, ("mode", "r", ("r",)))],
     "polars": [("polars", f"DataFrame.{n}", a, GUARD_ANY) for n, a in (
         ("write_csv", ("file",)), ("write_parquet", ("file",)), ("write_ipc", ("file",)), ("write_json", ("file",)),
@@ -153,8 +161,14 @@ GUARD_TABLE: dict[str, list[tuple]] = {
                 # round 6: writers by path that the table missed (P3)
                 ("pyarrow.parquet", "write_metadata", ("where",), GUARD_ANY),
                 ("pyarrow.fs", "copy_files", ("destination",), GUARD_ANY)],
-    "xgboost": [("xgboost", "Booster.save_model", ("fname",), GUARD_ANY)],
-    "lightgbm": [("lightgbm", "Booster.save_model", ("filename",), GUARD_ANY)],
+    # round 10: writers that call the library's C API through ctypes (no audit event for the file), profilers that
+    # write their traces natively and serve them on a TCP port (worker/native.py vets the extension modules' own)
+    "xgboost": [("xgboost", "Booster.save_model", ("fname",), GUARD_ANY),
+                ("xgboost", "DMatrix.save_binary", ("fname",), GUARD_ANY)],
+    "lightgbm": [("lightgbm", "Booster.save_model", ("filename",), GUARD_ANY),
+                 ("lightgbm", "Dataset.save_binary", ("filename",), GUARD_ANY)],
+    "jax": [("jax._src.profiler", "start_trace", ("log_dir",), GUARD_ANY),
+            ("jax._src.profiler", "start_server", None, GUARD_ANY)],
     "datasets": [("datasets", "Dataset.save_to_disk", ("dataset_path",), GUARD_ANY)],
 }
 
@@ -357,6 +371,22 @@ def _local_path(value: Any) -> Any:
     return unquote(parts.path)
 
 
+# a writer's file-system argument (pyarrow's `filesystem=`, `destination_filesystem=`): each resolver (worker/arrow.py
+# adds pyarrow's) gives (kind, the local path it names) for a file system it knows, else None; "local" paths are
+# vetted as any path, `_NOT_NATIVE_FS` ones are not native writes, any other kind (s3, gcs, ...) is refused
+FILE_SYSTEM_PATHS: list[Callable[[Any, Any], tuple[str, Any] | None]] = []
+_NOT_NATIVE_FS = ("mock", "py")
+
+
+def _through_file_system(fs: Any, path: Any) -> tuple[str, Any]:
+    """(kind, path) of `path` in file system `fs` as a resolver knows it; ("", path) where none does."""
+    for resolve in FILE_SYSTEM_PATHS:
+        got = resolve(fs, path)
+        if got is not None:
+            return got
+    return "", path
+
+
 _PARTIAL = functools.partial  # (the C type, bound at import: the cell may replace `functools.partial`)
 _PARTIAL_FUNC = _PARTIAL.__dict__["func"]
 
@@ -379,14 +409,28 @@ def _crane_code(code: types.CodeType) -> bool:
     return name.startswith("<crane-kernel/") or name == _OWN_FILE
 
 
+_HIDDEN_BUDGET, _HIDDEN_ITEMS = 512, 64  # objects looked into for a hidden refused callable; items per container
+_EMPTY_CELL = types.CellType()  # (an empty closure cell compares equal to this one only)
+_BUILTINS_DICT = __builtins__ if isinstance(__builtins__, dict) else vars(__builtins__)
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time (by a `class` statement or `type()`), not a C type
 _HANDED_TYPES = (types.BuiltinFunctionType, types.MethodDescriptorType, types.ClassMethodDescriptorType)
 
 
 def _handed_kind(value: Any) -> bool:
     """`value` may be a C callable the guard refuses (`CallGuard.handed_label` says which)."""
     t = type(value)
-    return t in _HANDED_TYPES or isinstance(value, (_PARTIAL, types.BuiltinFunctionType)) \
-        or t is types.MethodType or t.__name__ == "cython_function_or_method"  # (PyCMethod: `builtin_method`)
+    return t in _HANDED_TYPES or isinstance(value, (_PARTIAL, types.BuiltinFunctionType, type)) \
+        or t is types.MethodType or t is types.FunctionType \
+        or t.__name__ == "cython_function_or_method"  # (PyCMethod: `builtin_method`)
+
+
+def _arguments_of(frame: types.FrameType) -> dict:
+    """A frame's arguments by name (its parameters, `*args` and `**kwargs` included; not its other locals)."""
+    code = frame.f_code
+    n = code.co_argcount + code.co_kwonlyargcount
+    n += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)  # CO_VARARGS, CO_VARKEYWORDS
+    loc = frame.f_locals
+    return {name: loc[name] for name in code.co_varnames[:n] if name in loc}
 
 
 class _Entry:
@@ -429,6 +473,7 @@ class CallGuard:
         self.c_alive: list = []
         self.dirty = False  # a module was imported since the table was last resolved (the audit layer sets it)
         self.nmods = 0  # len(sys.modules) when the table was last resolved: a change means an import
+        self.hot: list = []  # modules with rows still pending that were being imported then (`_hot_done`)
         self.active = False
         self.tool: int | None = None
         self.unarmed: list = []  # (function, entry) of the table not yet given a trampoline (lean)
@@ -443,7 +488,7 @@ class CallGuard:
         self.nmods = len(sys.modules)
         rows = self.pending or [(fam, row) for fam, rows in self.table.items() for row in rows]
         self.pending = []
-        hot = False
+        hot: list = []
         for fam, row in rows:
             module, path, paths, scope = row[:4]
             mode = row[4] if len(row) > 4 else None
@@ -454,7 +499,8 @@ class CallGuard:
                     self.pending.append((fam, row))  # resolved when the library is imported
                 elif getattr(getattr(loaded, "__spec__", None), "_initializing", False):
                     self.pending.append((fam, row))
-                    hot = True  # its module is being imported now: look again at the next call
+                    if loaded not in hot:
+                        hot.append(loaded)  # its module is being imported now: look again once it is done
                 continue
             label = f"{module}.{path}".replace(".__init__", "").replace(".__new__", "")
             entry = _Entry(f"{fam}: {label}", paths, scope, mode)
@@ -463,7 +509,10 @@ class CallGuard:
             fn = _function_of(obj)
             if fn is not None:
                 self.unarmed.append((fn, entry))
-        self.dirty = hot
+        # (round 9: before, a row whose module was being imported made every call event resolve the whole table
+        # again until that import ended — every call of `import tensorflow`, whose rows wait for the whole import:
+        # now the rows are resolved again at the next import, or once such a module is done: `_hot_done`)
+        self.dirty, self.hot = False, hot
         if self.armed and self.unarmed:
             self._arm_functions()
         for after in self.after_import:
@@ -474,8 +523,15 @@ class CallGuard:
         if self.pending:
             self._resolve_table()
         else:
-            self.dirty = False
+            self.dirty, self.hot = False, []
             self.nmods = len(sys.modules)
+
+    def _hot_done(self) -> bool:
+        """A module the table waits for, being imported when the table was last resolved, is done now."""
+        for mod in self.hot:
+            if not getattr(getattr(mod, "__spec__", None), "_initializing", False):
+                return True
+        return False
 
     # -- what is user code ---------------------------------------------------------------------------------
     def is_user(self, code: types.CodeType) -> bool:
@@ -522,11 +578,17 @@ class CallGuard:
     def handed_label(self, obj: Any) -> str:
         """What user code may not call, for a callable it hands to code that will call it (`map`, `partial`, a
         thread's target, ...): a C function or C method the guard refuses to user code (also inside a `partial`),
-        as its refusal label; "" for anything else (Python callables are vetted when they start)."""
+        as its refusal label; a Python function or class of the table refused to user code alone (`GUARD_USER`:
+        `ctypes.CDLL`, a `CDLL`'s `__getattr__`, `importlib.import_module`; round 8: code it is handed to is the
+        cell's agent, not a library calling it for its own sake); "" for anything else (other Python callables are
+        vetted when they start)."""
         for _ in range(8):
             if not isinstance(obj, _PARTIAL):
                 break
             obj = _PARTIAL_FUNC.__get__(obj)  # (the C member: a subclass cannot pretend another `func`)
+        user_only = self._user_only_label(obj)
+        if user_only:
+            return user_only
         if isinstance(obj, types.BuiltinFunctionType):
             owner = obj.__self__
             if owner is None or isinstance(owner, types.ModuleType):
@@ -546,6 +608,28 @@ class CallGuard:
             names = _C_METHODS.get((str(getattr(obj, "__module__", "")), owner))
             if names and name in names:
                 return f"{_FAMILY.get(obj.__module__, obj.__module__)}: {owner}.{name}"
+        return ""
+
+    def _user_only_label(self, obj: Any) -> str:
+        """The label of the table's `GUARD_USER` refusal (no path arguments) that calling `obj` makes, or ""."""
+        t = type(obj)
+        if t is types.MethodType:
+            obj, t = obj.__func__, type(obj.__func__)
+        if t is types.FunctionType:
+            codes = [self.code_of(obj)]
+        elif isinstance(obj, type):
+            try:
+                mro = type.__dict__["__mro__"].__get__(obj)
+            except TypeError:
+                return ""
+            init = next((k.__dict__["__init__"] for k in mro if "__init__" in k.__dict__), None)
+            codes = [self.code_of(f) for f in ((init,) if type(init) is types.FunctionType else ())]
+        else:
+            return ""
+        for code in codes:
+            entry = self.codes.get(code)
+            if entry is not None and entry.scope == GUARD_USER and entry.paths is None and entry.mode is None:
+                return entry.label
         return ""
 
     def vet_handed(self, obj: Any) -> None:
@@ -571,7 +655,117 @@ class CallGuard:
         if entry is None:
             return
         back = frame.f_back
+        if back is not None and entry.scope == GUARD_USER and entry.paths is None and entry.mode is None \
+                and not self.is_user(back.f_code):
+            self._vet_handed_through(back)
         self._vet_entry(entry, frame.f_locals, back.f_code if back is not None else None)
+
+    def _vet_handed_through(self, back: types.FrameType) -> None:
+        """A function refused to user code alone starts, called by library code (round 9: judged by the function,
+        not only by its caller). Where that library code runs for the cell — the nearest user frame up the stack
+        called it — and the cell handed it a refused callable (in the arguments of the library function the cell
+        called, or of the function's direct caller: `json.loads(s, parse_int=ctypes.CDLL)`, whose C scanner calls
+        it), the call is the cell's: refused as its own. On 3.11 the profile hook's argument scan refuses the same
+        hand-over earlier; on 3.12+ (`sys.monitoring` sees no arguments) this is where it is caught. A library's
+        own call (no user frame above it, or nothing refused handed to it) goes on."""
+        frames: list[types.FrameType] = []
+        f: types.FrameType | None = back
+        while f is not None and not self.is_user(f.f_code):
+            if len(frames) > 512:
+                return
+            frames.append(f)
+            f = f.f_back
+        if f is None:
+            return  # a library's own thread: nothing of the cell's called it
+        # (round 10: and the cell's own objects among the arguments of the library frames between: a decoder of the
+        # cell's class, whose attribute its scanner calls, is an argument of `raw_decode`, not of `json.loads`)
+        ends = [frames[0], frames[-1]]
+        self._vet_handed_within([_arguments_of(f) for f in ends if not _crane_code(f.f_code)],
+                                [_arguments_of(f) for f in frames[1:-1] if not _crane_code(f.f_code)])
+
+    def _vet_handed_within(self, locs: list[dict], between: list[dict]) -> None:
+        """Round 10: `_vet_handed_arguments` over the arguments of the library function the cell called and of the
+        refused function's caller (`locs`), and the objects of the cell's own classes among the arguments of the
+        library frames between (`between`), also for a refused callable hidden inside what was handed — in a
+        container, a `partial`'s arguments, a bound method's object, an object of the cell's own classes (its
+        attributes, its class's: `class C: __call__ = staticmethod(ctypes.CDLL)`), a function of the cell's (its
+        closure, defaults). Library objects are not looked into (their own references are the library's). Runs only
+        when a function refused to user code alone starts from library code that the cell called (never per call),
+        over a bounded number of objects."""
+        todo: list = [v for loc in between for v in dict.values(loc) if self._users_class(type(v))]
+        todo += [v for loc in locs for v in dict.values(loc)]  # (the library function the cell called, and the caller)
+        seen: set[int] = set()
+        budget = _HIDDEN_BUDGET
+        while todo and budget > 0:
+            value = todo.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            budget -= 1
+            if _handed_kind(value):
+                label = self.handed_label(value)
+                if label:
+                    self._refuse(f"{label} (handed to code that calls it)")
+            todo.extend(self._hidden_in(value))
+
+    def _hidden_in(self, value: Any) -> list:
+        """What `value` holds that code calling it could call (`_vet_handed_within`); [] for a library's object."""
+        t = type(value)
+        if t in (tuple, list, set, frozenset):
+            return list(value)[:_HIDDEN_ITEMS]
+        if t is dict:  # (not a module's namespace: its builtins and functions are the module's, not handed)
+            name = dict.get(value, "__name__")
+            mod = sys.modules.get(name) if type(name) is str else None
+            if "__builtins__" in value or value is _BUILTINS_DICT or type(mod) is types.ModuleType \
+                    and mod.__dict__ is value:
+                return []
+            return list(dict.values(value))[:_HIDDEN_ITEMS]
+        if isinstance(value, _PARTIAL):
+            return [_PARTIAL_FUNC.__get__(value), *_PARTIAL.__dict__["args"].__get__(value)[:_HIDDEN_ITEMS],
+                    *dict.values(_PARTIAL.__dict__["keywords"].__get__(value) or {})]
+        if t is types.MethodType:
+            return [value.__func__, value.__self__]
+        if t in (staticmethod, classmethod):
+            return [value.__func__]
+        if t is types.FunctionType:
+            if not self.is_user(self.code_of(value)):
+                return []
+            cells = [c.cell_contents for c in value.__closure__ or () if c != _EMPTY_CELL]
+            return [*cells, *(value.__defaults__ or ()), *dict.values(value.__kwdefaults__ or {})]
+        if isinstance(value, type):
+            return list(dict.values(_gd_type_dict(value)))[:_HIDDEN_ITEMS] if self._users_class(value) else []
+        if not self._users_class(t):
+            return []
+        out: list = []
+        for r in _GD_REFERENTS(value):  # (its `__dict__`, slots and class, read with no code of the cell's)
+            out += list(dict.values(r))[:_HIDDEN_ITEMS] if type(r) is dict else [r]
+        return out
+
+    def _users_class(self, t: type) -> bool:
+        """`t` was made by the cell or the user's own modules: a heap type whose module is `__main__` (the cell's
+        namespace; the process's own `__main__` may be a library's launcher), or is a file of the user's, or does not
+        hold it under its name (a class of the cell's that names a library's module, or made at run time: judged by a
+        function of its own, else counted as the cell's). A library's own classes, and C types, are not."""
+        if not type.__dict__["__flags__"].__get__(t) & _HEAPTYPE:
+            return False
+        try:
+            d = _gd_type_dict(t)
+        except (TypeError, StopIteration):
+            return False
+        modname = d.get("__module__")
+        if modname == "__main__":
+            return True
+        mod = sys.modules.get(modname) if type(modname) is str else None
+        held: Any = mod if type(mod) is types.ModuleType else None
+        for part in str(type.__dict__["__qualname__"].__get__(t)).split("."):  # (not in the type's own dict)
+            held = held.__dict__.get(part) if isinstance(held, (types.ModuleType, type)) else None
+        if held is t and mod is not None:
+            name = mod.__dict__.get("__file__")
+            return isinstance(name, str) and not is_library(name)
+        for v in dict.values(d):
+            if type(v) is types.FunctionType:
+                return self.is_user(self.code_of(v))
+        return True
 
     def _vet_entry(self, entry: _Entry, loc: dict, caller: types.CodeType | None) -> None:
         """A call of the table's function `entry` with arguments `loc` (by parameter name), from `caller`."""
@@ -603,6 +797,13 @@ class CallGuard:
                 value = seq[int(spec[5:-1])] if len(seq) > int(spec[5:-1]) else None
             else:
                 value = loc.get(spec)
+            fs = loc.get("filesystem", loc.get("destination_filesystem"))
+            if fs is not None and isinstance(value, (str, bytes, os.PathLike)):
+                kind, value = _through_file_system(fs, value)
+                if kind not in ("local", "", *_NOT_NATIVE_FS):
+                    self._refuse(f"{entry.label} (writing through a {kind!r} file system)")
+                if kind in _NOT_NATIVE_FS:
+                    continue  # in memory, or a Python handler whose own opens the audit hook sees
             if isinstance(value, (str, bytes, os.PathLike)):
                 value = _local_path(value)
                 if value is None:
@@ -624,7 +825,7 @@ class CallGuard:
             if u:
                 self.vet_c(arg)
         elif event == "call":
-            if self.dirty or len(sys.modules) != self.nmods:
+            if self.dirty or len(sys.modules) != self.nmods or self.hot and self._hot_done():
                 self.refresh()
             entry = self.codes.get(frame.f_code)
             if entry is not None:
@@ -699,7 +900,7 @@ class CallGuard:
             return None
 
         def on_start(code: types.CodeType, offset: int) -> object:
-            if self.dirty or len(sys.modules) != self.nmods:
+            if self.dirty or len(sys.modules) != self.nmods or self.hot and self._hot_done():
                 self.refresh()
                 mon.restart_events()
             if code not in self.codes:
@@ -761,7 +962,7 @@ class CallGuard:
     def _lean_audit(self, event: str, args: tuple) -> None:
         if not self.active or self._busy:
             return
-        if self.dirty or len(sys.modules) != self.nmods:
+        if self.dirty or len(sys.modules) != self.nmods or self.hot and self._hot_done():
             if event != "import":  # (the module is not run yet at its import event: armed at a later one)
                 self.refresh()
         if event in ("sys._getframe", "sys._getframemodulename"):
@@ -1195,6 +1396,8 @@ def shield_unaudited(guard: CallGuard, is_own: Callable[[], bool] = lambda: Fals
     guard.after_import.append(libraries)
     if not guard.lean:  # (under an OS layer the writes and processes they could reach are the OS's to refuse)
         done += guard_combinators(guard)
+        done += vet_c_methods(guard)
+        guard._arm_c_functions()  # (round 8: a refused C function handed to any C caller meets its wrapper)
     return done
 
 
@@ -1305,3 +1508,188 @@ def guard_combinators(guard: CallGuard) -> list[str]:
                 m.__dict__[name] = new
         done.append(f"{modname}.{name}")
     return done
+
+
+# -- C methods vetted where they are defined (round 8) -------------------------------------------------------------
+# A C method the guard refuses (`_C_METHODS`) can be handed to any C code that calls what it is given — `list.sort
+# (key=)`, `collections.defaultdict`'s factory, a `property`, `weakref`'s callbacks, `functools.lru_cache`, `copyreg`,
+# a C extension's own `sorted` — and, on 3.12+ (no argument scan), to library code: no list of callers is complete.
+# The general rule: where no OS layer runs, such a method is replaced in its type's own dict (behind the read-only
+# mappingproxy, as worker/frames.py does for the frame type; `PyType_Modified` drops the lookup caches) by a Python
+# function that vets the call itself, however the method was reached (`obj.m`, `type(obj).m`, `__mro__`, a
+# subclass, a bound method handed on) and whoever calls it: no original is left in the type for the cell to find.
+# A writer is vetted on its path as the guard table's writers are (`_vet_entry`); `set_authorizer` is refused to
+# anything but CRANE's own code (its authorizer on every connection, worker/portable.py). pyarrow's file systems are
+# done the same way by worker/arrow.py.
+_GD_REFERENTS = gc.get_referents  # (bound at import: the run's `gc` functions are the shield's)
+_GD_MODIFIED: list = []  # ctypes.pythonapi.PyType_Modified, bound at the first replacement (before the cell)
+
+
+def _gd_type_dict(t: type) -> dict:
+    """The type's own attribute dict (behind its read-only mappingproxy)."""
+    return next(r for r in _GD_REFERENTS(type.__dict__["__dict__"].__get__(t)) if isinstance(r, dict))
+
+
+def replace_type_method(t: type, name: str, make: Callable[[Any], Any]) -> bool:
+    """Put `make(original)` in type `t`'s own dict as `name` (once; an immutable C type too); False where `t` has no
+    such attribute of its own or it was done already."""
+    d = _gd_type_dict(t)
+    orig = d.get(name)
+    if orig is None or getattr(orig, "__crane_vetted__", False):
+        return False
+    if not _GD_MODIFIED:
+        import ctypes
+        modified = ctypes.pythonapi.PyType_Modified
+        modified.argtypes = [ctypes.py_object]
+        _GD_MODIFIED.append(modified)
+    new = make(orig)
+    new.__crane_vetted__ = True
+    d[name] = new
+    _GD_MODIFIED[0](t)
+    return True
+
+
+def _called_by(depth: int, name: str) -> bool:
+    """The frame `depth` levels up (0: this function's caller) runs CRANE's own function `name` itself (not any of
+    CRANE's code: a CRANE wrapper the cell calls — `functools.reduce`'s — may call the method on the cell's behalf)."""
+    try:
+        f = sys._getframe(depth + 1)
+    except ValueError:
+        return False
+    return f.f_code.co_name == name and _crane_code(f.f_code)
+
+
+def _refused_but_to(name: str) -> Callable[[CallGuard, str], Callable[[Any], Callable]]:
+    """Refused to every caller but CRANE's function `name` (worker/portable.py's `authorize`, which puts CRANE's
+    authorizer on every connection: were it renamed, every connection would be refused, never let through)."""
+    def vetting(guard: CallGuard, label: str) -> Callable[[Any], Callable]:
+        def make(orig: Any) -> Callable:
+            def call(self: Any, *args: Any, **kw: Any) -> Any:
+                if guard.active and not _called_by(1, name):  # 0: `_called_by`'s caller (this), 1: the method's
+                    guard._refuse(label)
+                return orig(self, *args, **kw)
+            return _named_as(call, orig, "")
+        return make
+    return vetting
+
+
+def _path_writer(guard: CallGuard, label: str, arg: str) -> Callable[[Any], Callable]:
+    entry = _Entry(label, (arg,), GUARD_ANY, None)
+
+    def make(orig: Any) -> Callable:
+        def call(self: Any, *args: Any, **kw: Any) -> Any:
+            if guard.active:
+                guard._vet_entry(entry, {arg: args[0] if args else kw.get(arg)}, None)
+            return orig(self, *args, **kw)
+        return _named_as(call, orig, "")
+    return make
+
+
+# (module, type) -> {method: the vetting made for it}
+_VETTED_METHODS: dict[tuple[str, str], dict[str, Callable[[CallGuard, str], Callable[[Any], Callable]]]] = {
+    ("sqlite3", "Connection"): {"set_authorizer": _refused_but_to("authorize")},
+    ("numpy", "ndarray"): {"tofile": lambda g, label: _path_writer(g, label, "fid")},
+}
+
+
+def vet_c_methods(guard: CallGuard) -> list[str]:
+    """Replace `_VETTED_METHODS` in their types (those loaded now, and later ones when the guard resolves the
+    libraries imported since: `CallGuard.after_import`); returns what was replaced now."""
+    done: list[str] = []
+
+    def types_loaded() -> None:
+        for (modname, typename), methods in _VETTED_METHODS.items():
+            mod = sys.modules.get(modname)
+            t = mod.__dict__.get(typename) if type(mod) is types.ModuleType else None
+            if not isinstance(t, type):
+                continue
+            for name, vetting in methods.items():
+                label = f"{_FAMILY.get(modname, modname)}: {typename}.{name}"
+                if replace_type_method(t, name, vetting(guard, label)):
+                    done.append(f"{modname}.{typename}.{name}")
+    types_loaded()
+    guard.after_import.append(types_loaded)
+    return done
+
+
+# -- a C type's construction vetted in the type itself (round 9) -----------------------------------------------------
+# A Cython class that opens a file when it is made (pyarrow's `OSFile` in a writing mode: `CompressedOutputStream`,
+# `CSVWriter`, the IPC and Feather writers and `pa.output_stream` all make one from a path) opens it in its C
+# `tp_new`, which `type.__call__` reaches through the class's C slots, never through its dict: a Python subclass in
+# the module (worker/arrow.py) leaves the original one `__mro__[1]` away, and pyarrow's own Cython code makes the
+# original directly. So the class itself is changed: its `tp_new` slot becomes CPython's generic slot (the one every
+# Python class with a `__new__` has: it calls the `__new__` found on the type), its vectorcall shortcut is cleared (so
+# a call goes through `tp_new`), and its dict's `__new__` is a Python function that vets the call and then calls the
+# original C `tp_new` (kept only as a ctypes function pointer). Every way to make one — the class reached through any
+# module, `__mro__`, `__class__`, a subclass, pyarrow's own C calls — meets the vetting. Only where the type object's
+# layout is the one checked here (CPython 3.11-3.13, GIL build: `tp_flags`/`tp_base` found where expected).
+_TN_WORD = 8  # (pointer size: checked against ctypes below)
+_TN_FLAGS, _TN_BASE, _TN_NEW, _TN_VECTORCALL = 21, 32, 39, 50  # indexes of PyTypeObject's fields, in words
+
+
+class _TnProbeA:
+    def __new__(cls) -> Any:  # (two Python classes with `__new__`: their tp_new is CPython's slot_tp_new)
+        return object.__new__(cls)
+
+
+class _TnProbeB:
+    def __new__(cls) -> Any:
+        return object.__new__(cls)
+
+
+def _tn_slots(t: type) -> Any:
+    """The ctypes module and a reader of `t`'s type-object words, where its layout is the one expected; else None."""
+    import ctypes
+    if ctypes.sizeof(ctypes.c_void_p) != _TN_WORD or not (3, 11) <= sys.version_info[:2] <= (3, 13) \
+            or "t" in getattr(sys, "abiflags", ""):
+        return None
+
+    def word(obj: type, i: int) -> Any:
+        return ctypes.c_void_p.from_address(id(obj) + i * _TN_WORD)
+    base = type.__dict__["__base__"].__get__(t)
+    flags = type.__dict__["__flags__"].__get__(t)
+    if (word(t, _TN_FLAGS).value or 0) != flags or word(t, _TN_BASE).value != id(base) \
+            or word(_TnProbeA, _TN_NEW).value != word(_TnProbeB, _TN_NEW).value \
+            or word(_TnProbeA, _TN_VECTORCALL).value is not None:
+        return None
+    return ctypes, word
+
+
+def replace_type_new(t: type, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    """Make every construction of C type `t` (whatever reached it) run `make(original)(cls, *args, **kw)`, where
+    `original(cls, *args, **kw)` makes the object as `t`'s own C `tp_new` does (once; False where the type's layout
+    is not the one expected, or `t` has no `__new__` of its own)."""
+    d = _gd_type_dict(t)
+    if "__new__" not in d or getattr(d["__new__"], "__crane_vetted__", False):
+        return False
+    got = _tn_slots(t)
+    if got is None:
+        return False
+    ctypes, word = got
+    new_slot = word(t, _TN_NEW)
+    c_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.py_object, ctypes.c_void_p)(new_slot.value)
+
+    def original(cls: type, *args: Any, **kw: Any) -> Any:
+        return c_new(cls, args, id(kw) if kw else None)  # (kwds: NULL where there are none, as CPython passes)
+    vetted = make(original)
+    vetted.__crane_vetted__ = True  # type: ignore[attr-defined]
+    if not _GD_MODIFIED:
+        modified = ctypes.pythonapi.PyType_Modified
+        modified.argtypes = [ctypes.py_object]
+        _GD_MODIFIED.append(modified)
+    held = staticmethod(vetted)
+    held.__crane_vetted__ = True  # type: ignore[attr-defined]
+    d["__new__"] = held
+    original_new, generic = new_slot.value, word(_TnProbeA, _TN_NEW).value
+    todo, seen = [t], set()
+    while todo:  # (subclasses made before, which copied the C `tp_new`, find the vetting `__new__` through the MRO)
+        k = todo.pop()
+        if id(k) in seen:
+            continue
+        seen.add(id(k))
+        if k is t or word(k, _TN_NEW).value == original_new and _tn_slots(k) is not None:
+            word(k, _TN_NEW).value = generic
+            word(k, _TN_VECTORCALL).value = None
+            _GD_MODIFIED[0](k)
+        todo.extend(type.__dict__["__subclasses__"](k))
+    return True

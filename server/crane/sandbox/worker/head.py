@@ -20,7 +20,9 @@ marks `fork` (a one-shot portable run under the Linux layer, crane.sandbox.porta
   (worker/portable.stage_view), which the next child takes with one rename and brings up to date: the last run's
   view, moved out of its run folder once the run's processes are gone (`_keep_view`) and made clean (only what the
   run changed is undone), else a link per entry of every ancestor, made until the next request comes (the child
-  makes the rest).
+  makes the rest); then forks the next run's process ahead (`_fork_ahead`: it walks CRANE's fenced pages, copying
+  them, and waits for its request on a pipe of its own; the next request is handed to it, `_hand_ahead`, else forked
+  as before), so neither the fork nor that first walk is on the next verdict's way.
 Where a fork is not safe the head answers `S\n` and runs the request itself, as a one-shot worker (the daemon ends
 it afterwards, as before): not Linux, no Landlock, a session, Python threads in the head, or a library loaded that
 must not be forked (TensorFlow, JAX: multithreaded runtimes).
@@ -37,6 +39,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from crane.sandbox.kernel.common import _fence  # kernel: strip
 from crane.sandbox.kernel.entry import _watch_seal  # kernel: strip
 from crane.sandbox.worker.guard import prepare_trampolines  # kernel: strip
 from crane.sandbox.worker.linux import drop_prepared, hidden_paths, prepare_read_layer  # kernel: strip
@@ -45,6 +48,7 @@ from crane.sandbox.worker.warmup import freeze_heap  # kernel: strip
 _FORK_UNSAFE = ("tensorflow", "jax", "jaxlib")
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _HEAD: dict = {}  # the head's own set-up (subreaper, once)
+_AHEAD: dict = {}  # the next run's process, forked ahead: (pid, its result pipe, done pipe, request pipe)
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -194,28 +198,8 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
         prepare_trampolines()  # (after each run too, for the modules imported since: worker/guard.py)
     head = os.getpid()
     modules, cwd, facts = _facts_of(spec)
-    r, w = os.pipe()
-    done_r, done_w = os.pipe()  # the run's process says its record is out: the head looks for its seal (issue 41)
-    freeze_heap(collect=False)  # (the objects the head made since its last run)
-    pid = os.fork()
-    if pid == 0:  # the run's process
-        code = 70
-        try:
-            os.close(r)
-            os.close(done_r)
-            for fd in close:
-                os.close(fd)
-            if not _head_prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL)) or os.getppid() != head:
-                os._exit(70)
-            run_one(dict(spec, done_fd=done_w), w)
-            code = 0
-        except BaseException:  # noqa: BLE001 - as a one-shot worker's boot: the traceback to the log, exit 70
-            import traceback
-            traceback.print_exc()
-        os._exit(code)
+    pid, r, done_r = _hand_ahead(spec) or _fork_run(head, close, run_one, spec)[:3]
     drop_prepared()  # (the run's process took the read rules made for it: the head's copy goes)
-    os.close(w)
-    os.close(done_w)
     seal: list = []  # kernel/entry._watch_seal's word: (the seal, whether /proc could be read, whether it ended it)
     watch = threading.Thread(target=lambda: seal.append(_watch_seal(pid, done_r)), name="crane-head-seal", daemon=True)
     watch.start()
@@ -255,10 +239,136 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
         prepare_read_layer(hidden_paths(facts))  # (the next run's Landlock read rules: worker/linux.py)
         _stage(cwd, used, _waiting(close[0]) if close else lambda: False)
         freeze_heap(collect=True)
+        _fork_ahead(head, close, run_one)
     return again
+
+
+def _fork_run(head: int, close: tuple[int, ...], run_one: Callable[[dict, int], None],
+              spec: dict | None) -> tuple[int, int, int, int]:
+    """Fork the run's process: (its pid, its result pipe, its done pipe, the pipe its request goes down (-1: none)).
+    Given `spec`, it runs it at once; None (`_fork_ahead`): it first walks what CRANE's record check walks
+    (kernel/common._fence: the pages it reads are copied now, not on the verdict's way), then waits for its request
+    on a pipe of its own (the head's are closed), and ends quietly where none comes."""
+    r, w = os.pipe()
+    done_r, done_w = os.pipe()  # the run's process says its record is out: the head looks for its seal (issue 41)
+    spec_r, spec_w = os.pipe() if spec is None else (-1, -1)
+    freeze_heap(collect=False)  # (the objects the head made since its last run)
+    pid = os.fork()
+    if pid == 0:  # the run's process
+        code = 70
+        try:
+            for fd in (r, done_r, spec_w, *close):
+                if fd >= 0:
+                    os.close(fd)
+            if not _head_prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL)) or os.getppid() != head:
+                os._exit(70)
+            if spec is None:
+                _fence()
+                spec = _request_of(spec_r)
+                if spec is None:
+                    os._exit(0)
+            run_one(dict(spec, done_fd=done_w), w)
+            code = 0
+        except BaseException:  # noqa: BLE001 - as a one-shot worker's boot: the traceback to the log, exit 70
+            import traceback
+            traceback.print_exc()
+        os._exit(code)
+    for fd in (w, done_w, spec_r):
+        if fd >= 0:
+            os.close(fd)
+    return pid, r, done_r, spec_w
+
+
+def _request_of(fd: int) -> dict | None:
+    """The request a process forked ahead is handed (`_hand_ahead`): read to the pipe's end; None where none came."""
+    data = bytearray()
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    os.close(fd)
+    try:
+        spec = json.loads(bytes(data)) if data else None
+    except ValueError:
+        return None
+    return spec if isinstance(spec, dict) else None
+
+
+def _fork_ahead(head: int, close: tuple[int, ...], run_one: Callable[[dict, int], None]) -> None:
+    """Once the head has made ready for its next run, fork that run's process now, off the next verdict's way (a
+    fork of the head's heap and the first walk of CRANE's pages cost tens of milliseconds under load). It is the
+    same process the request would fork: nothing changes in the head between now and the request (it only waits).
+    Not where the next run could not be forked (fork_refused: a thread, a multithreaded runtime loaded)."""
+    if threading.active_count() != 1 or any(m in sys.modules for m in _FORK_UNSAFE):
+        return
+    try:
+        _AHEAD["run"] = _fork_run(head, close, run_one, None)
+    except OSError:
+        return
+    drop_prepared()  # (the process forked ahead holds the read rules made for the next run)
+
+
+def _hand_ahead(spec: dict) -> tuple[int, int, int] | None:
+    """The request handed to the run's process forked ahead ((its pid, result pipe, done pipe)), or None (none, or
+    it is gone: the request is forked as before)."""
+    ahead = _AHEAD.pop("run", None)
+    if ahead is None:
+        return None
+    pid, r, done_r, spec_w = ahead
+    reaped = False  # (reaped here, or not the head's child: its pid is never signalled again — it may be reused)
+    try:
+        reaped = os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:
+        reaped = True
+    gone = reaped
+    if not gone:
+        try:
+            payload = json.dumps(spec).encode()
+            while payload:
+                payload = payload[os.write(spec_w, payload):]
+        except (OSError, TypeError, ValueError):
+            gone = True
+    os.close(spec_w)
+    if gone:
+        _end_ahead((pid, r, done_r, -1), reaped=reaped)
+        return None
+    return pid, r, done_r
+
+
+def _end_ahead(ahead: tuple[int, int, int, int] | None = None, reaped: bool = False) -> None:
+    """End and reap the run's process forked ahead (the head serves a request itself, whatever it is, or it could
+    not be handed one); `reaped`: already reaped, its pipes are closed only (its pid may be another's by now)."""
+    ahead = ahead or _AHEAD.pop("run", None)
+    if ahead is None:
+        return
+    pid, *fds = ahead
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)
+    if reaped:
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def end_ahead() -> None:
+    """End the process forked ahead, if any, before the head serves any request itself (a session, a run taken
+    from the pooled head without "fork"): no unconfined child stays beside it (worker/main)."""
+    _end_ahead()
 
 
 def answer_self(out: int) -> None:
     """Tell the daemon this head runs the request itself (a one-shot worker: its lines follow, then its end)."""
+    _end_ahead()  # (no process of the head's but this run's)
     drop_prepared()  # (made for a fork child: this run makes its own)
     os.write(out, b"S\n")

@@ -33,14 +33,13 @@ from collections.abc import Generator, Iterable
 from typing import Any
 
 from crane.sandbox.kernel.common import (  # kernel: strip
-    _SEALED,
     _TAMPERED,
-    _channel_digest,
     _Ctx,
     _fence,
     _real_exit,
     _sent,
     _track_channel,
+    _untraced,
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _POOLS, _prepare_child  # kernel: strip
@@ -52,16 +51,18 @@ from crane.sandbox.kernel.run import (  # kernel: strip
     _cell_record,
     _epilogue_begins,
     _exec_plan,
+    _fenced,
     _record,
+    _record_write,
+    _seal_constants,
 )
 from crane.sandbox.kernel.session import _bind_hooks, _CommandLines, evaluate, run_command  # kernel: strip
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
-from crane.sandbox.shared.seal import SEAL_CLEAN, SEAL_MAGIC, _seal_parts, wait_sealed  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
-from crane.sandbox.worker.head import answer_self, fork_refused, serve_forked  # kernel: strip
+from crane.sandbox.worker.head import answer_self, end_ahead, fork_refused, serve_forked  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
     apply_limits,
     begin_portable,
@@ -86,39 +87,6 @@ def _session_lines(fd: int) -> Generator[bytes, Any, None]:
     reader = _CommandLines(fd)
     while line := reader.get():
         yield line
-
-
-def _sealed_commands(fd: int, buf: bytes) -> Generator[bytes, tuple[int, bytes], None]:
-    """A session's command lines from `fd` (after `buf`), each wait for the next one made in CRANE's sealed read
-    (shared/seal: the mark, the code the session sends in with its reply — SEAL_CLEAN, or SEAL_RAISED where the
-    command's code raised — and the digest of every byte CRANE wrote on the channel since the last command): the
-    daemon takes a reply only when it sees this worker waiting sealed over exactly the bytes it read, and one that
-    says it ran clean only under the clean code (crane.sandbox.transplant_session). No function of the standard
-    library makes this call: the session's code, which runs in this process, cannot wait sealed over a reply of its
-    own making (ctypes can: docs/sandbox.md)."""
-    import ctypes
-    import errno
-    fn, _, _ = _seal_parts(pipe=False)
-    space = ctypes.create_string_buffer(1 << 16)
-    code, sent = SEAL_CLEAN, _sent()  # (before the first command: CRANE's ready line)
-    out = _SEALED["fd"]  # the reply channel, as made before any command ran
-    while True:
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            if line.strip():
-                # the session sends in the code and what `_write_json` returned for its reply: the seal names CRANE's
-                # reply whatever the command's code did to `_SEALED` (kernel/common)
-                code, sent = yield line
-        digest = _channel_digest(sent)
-        got = fn(0, fd, space, 1 << 16, code, digest, SEAL_MAGIC)
-        if got < 0:
-            if ctypes.get_errno() == errno.EINTR:
-                continue
-            return
-        if got == 0:
-            return
-        _track_channel(out)  # the next reply's bytes are counted afresh
-        buf += space.raw[:got]
 
 
 def _import(names: Iterable[str], only_library: bool) -> None:
@@ -279,6 +247,8 @@ def worker_main(header: dict, lines: _Lines) -> None:
         spec = json.loads(line)
     if spec.get("fork"):
         answer_self(lines.out)  # (run here, as a one-shot worker)
+    end_ahead()  # (whatever the request, no process forked ahead outlives the head serving it itself: a session,
+    # a run without "fork" taken from a pooled head)
     if spec.get("session"):
         _session(spec, shell, lines)
     else:
@@ -502,7 +472,6 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
     commands down the worker's stdin pipe, replies up its stdout pipe), as a forked
     session's (kernel/session) but for `load`: bind the names of one more export of the kernel's state (names the
     session's own code bound are kept). Checkpoints are the daemon's (a new worker replays the runs)."""
-    import pickle
     args = check_request(dict(spec["args"]))
     d = args["dir"]
     with open(os.path.join(d, "env.json")) as f:
@@ -512,103 +481,302 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
     portable = None  # -- portable sandbox (worker/portable.py): the call guard and the audit hook, no OS part
     if args.get("confinement") in ("portable", "guard"):
         ctx, portable = prepare_portable(args, shell, lines.out)  # commands on stdin, replies on stdout
-        commands: Generator[bytes, Any, None] = lines.commands()
+        fd, buf = lines.fd, lines.buf
     else:  # -- end portable
         lines.close()
         why = _unconfinable(sys.platform)
         if why:
-            fd = os.open(os.path.join(d, "result"), os.O_WRONLY)
-            _write_json(fd, {"event": "error", "reason": why})
-            os.close(fd)
+            out = os.open(os.path.join(d, "result"), os.O_WRONLY)
+            _write_json(out, {"event": "error", "reason": why})
+            os.close(out)
             return
         ctx = _prepare_child(args, shell, os.getppid(), False)  # confined from here on (blocking: no processes)
-        commands = _session_lines(ctx.cmd_fd)
-    if sys.platform.startswith("linux"):  # each reply sealed: the daemon reads the seal in /proc (issue 41)
+        fd, buf = ctx.cmd_fd, b""
+    sealed = sys.platform.startswith("linux")  # each reply sealed: the daemon reads the seal in /proc (issue 41)
+    if sealed:
         _track_channel(ctx.result_fd)
-        commands = _sealed_commands(ctx.cmd_fd, b"") if portable is None else _sealed_commands(lines.fd, lines.buf)
         _bind_hooks()  # (a command's hooks stop before its reply is made: kernel/session._hooks_off)
     _kernel_environment(facts)  # the kernel's environment, once confined (worker_env: an allowlist before)
-    fence, send, end = _fence, _write_json, _real_exit()  # bound before any command's code runs
-    audit = ctx.audit_state
-    ns = shell.user_ns
     state: dict = {"imported": False, "mapped": False}
-    out_path, err_path = os.path.join(d, "stdout"), os.path.join(d, "stderr")
+    paths = (os.path.join(d, "stdout"), os.path.join(d, "stderr"))
     _write_json(ctx.result_fd, {"event": "ready", "pid": os.getpid(), "depth": 0, "confinement": ctx.confinement})
-    raised = False  # whether the command's code raised: said by where it ended, sealed with its reply
-    line = next(commands, None)
-    while line is not None:
-        raised = False
-        try:
-            cmd = json.loads(line)
-        except ValueError:
-            cmd = None
-        op = cmd.get("op") if type(cmd) is dict else None
-        reply: dict = {"event": "error", "reason": "bad command"}
-        if type(cmd) is dict:
-            reply = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(), "depth": 0}
-        if type(cmd) is not dict:
-            pass
-        elif op == "load":
-            if portable is not None:
-                lift_limits(portable)  # (the next run's limit counts what this load adds)
-            audit["bypass"] = True  # loading the kernel's state is not the session's code
-            try:
-                if not state["imported"]:
-                    _import(facts.get("modules") or [], only_library=False)
-                    state["imported"] = True
-                with open(os.path.join(d, str(cmd["state"])), "rb") as f:
-                    data = f.read()
-                bufs = _load_buffers(d, [str(b) for b in cmd.get("buffers") or []])
-                loaded = pickle.loads(data, buffers=bufs)
-                _register_accessors(loaded.pop("\x00crane-accessors", None))
-                if not state.get("settings"):
-                    _apply_settings(facts)
-                    state["settings"] = True
-                _W["settings_missed"].extend(apply_keras(loaded.pop(KERAS_KEY, None)))  # Keras graphs built whole
-                for name, obj in loaded.items():
-                    if name not in ns:
-                        ns[name] = _rebind(obj, ns)
-                if not state["mapped"]:
-                    state["mapped"] = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
-                reply["ok"] = True
-            except BaseException as exc:  # noqa: BLE001 - the session's next run is then unavailable
-                reply.update({"ok": False, "reason": f"the kernel's state could not be loaded in a separate "
-                                                     f"process: {type(exc).__name__}: {exc}"})
-            finally:
-                audit["bypass"] = False
-        elif op == "run":
-            if portable is not None:  # the run's resource limits (worker/limits.py), from what the worker holds now
-                apply_limits(portable, args, float(cmd.get("budget_s", 10.0)))
-            before = fence()
-            with guarded(portable):
-                rec, raised = run_command(ctx, cmd, out_path, err_path)
-            reply.update(rec)
-            if not before <= fence():  # (frozen pairs: kernel/common._fence)
-                end(_TAMPERED)  # it rebound CRANE's own code: no reply at all (the daemon restores the session)
-        elif op == "eval":  # (the portable sandbox vets the expression's calls too)
-            before = fence()
-            rec, raised = evaluate(ctx, cmd, lambda: guarded(portable))
-            reply.update(rec)
-            if not before <= fence():  # (frozen pairs: kernel/common._fence)
-                end(_TAMPERED)
-        elif op == "close":
-            os._exit(12)
+    if sealed:
+        # the loop is a copy of `_serve_sealed` whose constants hold what its check and its sealed waits read, taken
+        # before any command; CRANE's part runs untraced, each command's code through sys.call_tracing — but where
+        # the portable call guard is a per-call hook (no OS layer: it must see the code CRANE's frames run for the
+        # cell, an exception's text) and refuses hooks and frame walks itself
+        serve = _sealed_copy(_serve_sealed, _session_constants(ctx, portable, fd))
+        if portable is None or portable.guard.lean:
+            ctx.untraced = True
+            _untraced(serve, spec, facts, state, paths, buf)
         else:
-            reply.update({"ok": False, "reason": f"unknown op {op!r} (a transplant session's checkpoints are the "
-                                                 "daemon's)"})
-        audit["bypass"] = True
-        sent = send(ctx.result_fd, reply)
-        audit["bypass"] = False
+            serve(spec, facts, state, paths, buf)
+        return
+    commands: Iterable[bytes] = _session_lines(fd) if portable is None else lines.commands()
+    end = _real_exit()  # bound before any command's code runs
+    for line in commands:  # (no seal where no /proc is read: macOS, Windows)
+        before = _fence()
+        reply, _ = _command(ctx, portable, line, spec, facts, state, paths)
+        if not before <= _fence():  # (frozen pairs: kernel/common._fence)
+            end(_TAMPERED)  # it rebound CRANE's own code: no reply at all (the daemon restores the session)
+        ctx.audit_state["bypass"] = True
+        _write_json(ctx.result_fd, reply)
+        ctx.audit_state["bypass"] = False
+
+
+def _sealed_copy(template: Any, taken: dict[str, Any]) -> Any:
+    """A copy of `template` whose string constants named in `taken` hold those objects (kernel/run._fenced), each
+    as a builtin method bound to it (`object.__sizeof__`'s; None's own): read back through its `__self__`, which
+    nothing can rebind, and hashable by identity, so the copy's code object stays hashable (the portable guard and
+    audit hook key their caches by code object; a dict or a ctypes object among its constants is not hashable)."""
+    return _fenced(template, {k: None.__sizeof__ if v is None else object.__sizeof__.__get__(v)
+                              for k, v in taken.items()})
+
+
+def _session_constants(ctx: _Ctx, portable: Any, fd: int) -> dict[str, Any]:
+    """What `_serve_sealed`'s copy reads from its constants: the fence's snapshot and what the check and the sealed
+    waits are made with (kernel/run._seal_constants), the session's context, its call guard, the command pipe and a
+    buffer for the sealed read, the reply channel and its writer, the real `_exit` — all bound before any command."""
+    import _ctypes
+    import ctypes
+    room = bytearray(1 << 16)  # (read back as the bytearray, a C type: never through a ctypes object's `raw`)
+    pin = ctypes.c_char.from_buffer(room)  # (the export pins it: never resized or moved while the worker lives)
+    taken = _seal_constants(-1)
+    taken.update({"<ctx>": ctx, "<portable>": portable, "<fd>": fd, "<room>": (room, pin),  # (the pin held there)
+                  "<room_at>": ctypes.addressof(pin).to_bytes(8, sys.byteorder),  # (as the read's 64-bit argument)
+                  "<errno>": _ctypes.get_errno, "<out>": ctx.result_fd, "<send>": _write_json, "<end>": _real_exit()})
+    taken.update(_kept_constants(ctypes))
+    return taken
+
+
+def _kept_constants(ctypes: Any) -> dict[str, Any]:
+    """What a sealed session's signal step keeps of a command's state for the next one (issue 41): before each reply
+    every signal is blocked by the raw rt_sigprocmask(2) and the collector stopped (kernel/run._quiet_constants), and
+    the worker waits for the next command so; that command starts with the signal mask, the collector's state and
+    the unraisable hook the last one left (its handlers come back through kernel/session._hooks_on). `<kept>`: the
+    mask (8 bytes, filled by the raw call through `<kept_at>`) and the collector's state (byte 8), pinned;
+    `<hooks>`: the unraisable hook. Only the next command's own state is kept there: nothing CRANE's reply or seal
+    reads."""
+    import gc
+    kept = bytearray(16)
+    pin = ctypes.c_char.from_buffer(kept)  # (held in the constants beside it: never resized or moved)
+    mask = 0
+    for s in signal.pthread_sigmask(signal.SIG_BLOCK, ()):
+        mask |= 1 << (int(s) - 1)
+    kept[:8] = mask.to_bytes(8, sys.byteorder)
+    kept[8] = 1 if gc.isenabled() else 0
+    return {"<kept>": (kept, pin), "<kept_at>": ctypes.addressof(pin).to_bytes(8, sys.byteorder),
+            "<hooks>": [sys.unraisablehook], "<gc_on>": gc.enable, "<gc_is>": gc.isenabled,
+            "<set_byte>": bytearray.__setitem__, "<set_at>": list.__setitem__}
+
+
+def _serve_sealed(spec: dict, facts: dict, state: dict, paths: tuple[str, str], buf: bytes) -> None:
+    """A sealed session's commands until EOF (a template: `_session` runs a copy whose string constants are
+    `_session_constants`). Each wait for the next command is CRANE's sealed read(2) (shared/seal: the mark, the code
+    — a literal where it is made: 1 where the last command ended clean, 2 where its code raised, from CRANE's control
+    flow in kernel/session.run_command / evaluate — and the digest of every byte CRANE wrote on the channel since the
+    last command: its reply, or the ready line); the daemon takes a reply only when it sees this worker waiting
+    sealed over exactly the bytes it read, and one that says it ran clean only under the clean code
+    (crane.sandbox.transplant_session). After each command, before its reply, the fence's check from the constants
+    alone (kernel/run._cell_then_seal): a command that rebound CRANE's code or what it runs on ends the worker with
+    `_TAMPERED`, no reply. No local of this frame is read by the check or the seal but `raised` and `sent`, assigned
+    after the command's code returned: the branch on `raised` comes right after it is assigned, `sent` is what the
+    seal's digest names (a thread the command left could, on 3.13, write it: the seal then matches nothing)."""
+    sent, buf = _sent(), buf.lstrip()  # before any command: CRANE's ready line, sealed clean
+    while b"\n" not in buf:  # sealed: CRANE's ready line (SEAL_CLEAN, 1)
+        got = "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), 0,  # type: ignore[attr-defined]
+                                "<fd>".__self__, "<copy>".__self__("<u64>".__self__, "<room_at>".__self__),  # type: ignore[attr-defined]
+                                1 << 16, 1, "<copy>".__self__("<u64>".__self__, "<to>".__self__(  # type: ignore[attr-defined]
+                                    "<int>".__self__("<hash>".__self__(sent, digest_size=8).digest(),  # type: ignore[attr-defined]
+                                                     "little"), 8, "<order>".__self__)),  # type: ignore[attr-defined]
+                                "<copy>".__self__("<u64>".__self__, "<mark>".__self__))  # type: ignore[attr-defined]
+        if got <= 0:
+            if got < 0 and "<errno>".__self__() == 4:  # type: ignore[attr-defined]  # EINTR
+                continue
+            return
+        _track_channel("<out>".__self__)  # type: ignore[attr-defined]  # (the next reply's bytes counted afresh)
+        buf = (buf + "<room>".__self__[0][:got]).lstrip()  # type: ignore[attr-defined]
+    while True:
+        # the command starts with the signal mask, the collector and the unraisable hook the last one left (the seal's
+        # signal step blocked, stopped and replaced them: `_kept_constants`)
+        "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), "<nr_mask>".__self__, 2,  # type: ignore[attr-defined]
+            "<copy>".__self__("<u64>".__self__, "<kept_at>".__self__), 0, 8)  # type: ignore[attr-defined]
+        "<setitem>".__self__("<sysdict>".__self__, "unraisablehook", "<hooks>".__self__[0])  # type: ignore[attr-defined]
+        if "<kept>".__self__[0][8] == 1:  # type: ignore[attr-defined]
+            "<gc_on>".__self__()  # type: ignore[attr-defined]
+        line, buf = buf.split(b"\n", 1)
+        buf = buf.lstrip()
+        reply, raised = _command("<ctx>".__self__, "<portable>".__self__,  # type: ignore[attr-defined]
+                                 line, spec, facts, state, paths)
+        # (the branch right after the assignment: no switch to another thread in between, GIL builds)
+        if raised is False:
+            try:  # (tries run out, or a handler of the command's raised between the passes' own `try`s: `_TAMPERED`)
+                # the command's mask, collector and unraisable hook, kept for the next command (`_kept_constants`)
+                "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), "<nr_mask>".__self__, 0,  # type: ignore[attr-defined]
+                    "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)),  # type: ignore[attr-defined]
+                    "<copy>".__self__("<u64>".__self__, "<kept_at>".__self__), 8)  # type: ignore[attr-defined]
+                "<set_byte>".__self__("<kept>".__self__[0], 8, "<gc_is>".__self__())  # type: ignore[attr-defined]
+                "<set_at>".__self__("<hooks>".__self__, 0, "<get>".__self__("<sysdict>".__self__, "unraisablehook"))  # type: ignore[attr-defined]
+                for _ in "<tries>".__self__:  # type: ignore[attr-defined]  # (passes until one ran no code of the command's: run._quiet_constants)
+                    try:
+                        "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__),  # type: ignore[attr-defined]
+                            "<nr_mask>".__self__, 0, "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)), 0, 8)  # type: ignore[attr-defined]
+                        "<setitem>".__self__("<sysdict>".__self__, "unraisablehook", "<hook>".__self__)  # type: ignore[attr-defined]
+                        for s in "<signals>".__self__:  # type: ignore[attr-defined]
+                            if "<callable>".__self__("<getsignal>".__self__(s)):  # type: ignore[attr-defined]
+                                "<signal>".__self__(s, "<ign>".__self__)  # type: ignore[attr-defined]
+                    except BaseException:  # noqa: BLE001, S110 - a handler of the command's ran (and raised): checked below
+                        pass
+                    if "<any>".__self__("<map>".__self__("<callable>".__self__, "<map>".__self__(  # type: ignore[attr-defined]
+                            "<getsignal>".__self__, "<signals>".__self__))) is False and "<is>".__self__(  # type: ignore[attr-defined]
+                            "<get>".__self__("<sysdict>".__self__, "unraisablehook"), "<hook>".__self__) is True:  # type: ignore[attr-defined]
+                        break  # no handler of the command's is set, nor its unraisable hook: none of its code runs now
+                else:  # (tries ran out: a handler of the command's still set; no reply)
+                    "<end>".__self__("<tampered>".__self__)  # type: ignore[attr-defined]
+            except BaseException:  # noqa: BLE001 - a handler of the command's raised between the passes' `try`s
+                "<end>".__self__("<tampered>".__self__)  # type: ignore[attr-defined]
+            "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__),  # type: ignore[attr-defined]
+                "<nr_mask>".__self__, 0, "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)), 0, 8)  # type: ignore[attr-defined]
+            "<gc_off>".__self__()  # type: ignore[attr-defined]
+            if "<le>".__self__("<before>".__self__, "<fn>".__self__(  # type: ignore[attr-defined]
+                    "<fence>".__self__, "<dict>".__self__(  # type: ignore[attr-defined]
+                        "<globals>".__self__, __builtins__="<dict>".__self__("<builtins>".__self__)))(  # type: ignore[attr-defined]
+                    "<space>".__self__, "<modules>".__self__, "<module>".__self__)) is not True:  # type: ignore[attr-defined]
+                "<end>".__self__(87)  # type: ignore[attr-defined]  # (_TAMPERED: the daemon restores the session)
+            "<ctx>".__self__.audit_state["bypass"] = True  # type: ignore[attr-defined]
+            sent = "<send>".__self__("<out>".__self__, reply)  # type: ignore[attr-defined]
+            "<ctx>".__self__.audit_state["bypass"] = False  # type: ignore[attr-defined]
+            while b"\n" not in buf:  # sealed: the command ended clean (SEAL_CLEAN, 1)
+                got = "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), 0,  # type: ignore[attr-defined]
+                                        "<fd>".__self__, "<copy>".__self__("<u64>".__self__, "<room_at>".__self__),  # type: ignore[attr-defined]
+                                        1 << 16, 1, "<copy>".__self__("<u64>".__self__, "<to>".__self__(  # type: ignore[attr-defined]
+                                            "<int>".__self__("<hash>".__self__(sent, digest_size=8).digest(),  # type: ignore[attr-defined]
+                                                             "little"), 8, "<order>".__self__)),  # type: ignore[attr-defined]
+                                        "<copy>".__self__("<u64>".__self__, "<mark>".__self__))  # type: ignore[attr-defined]
+                if got <= 0:
+                    if got < 0 and "<errno>".__self__() == 4:  # type: ignore[attr-defined]  # EINTR
+                        continue
+                    return
+                _track_channel("<out>".__self__)  # type: ignore[attr-defined]  # (the next reply's bytes counted afresh)
+                buf = (buf + "<room>".__self__[0][:got]).lstrip()  # type: ignore[attr-defined]
+        else:
+            try:  # (tries run out, or a handler of the command's raised between the passes' own `try`s: `_TAMPERED`)
+                # the command's mask, collector and unraisable hook, kept for the next command (`_kept_constants`)
+                "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), "<nr_mask>".__self__, 0,  # type: ignore[attr-defined]
+                    "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)),  # type: ignore[attr-defined]
+                    "<copy>".__self__("<u64>".__self__, "<kept_at>".__self__), 8)  # type: ignore[attr-defined]
+                "<set_byte>".__self__("<kept>".__self__[0], 8, "<gc_is>".__self__())  # type: ignore[attr-defined]
+                "<set_at>".__self__("<hooks>".__self__, 0, "<get>".__self__("<sysdict>".__self__, "unraisablehook"))  # type: ignore[attr-defined]
+                for _ in "<tries>".__self__:  # type: ignore[attr-defined]  # (passes until one ran no code of the command's: run._quiet_constants)
+                    try:
+                        "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__),  # type: ignore[attr-defined]
+                            "<nr_mask>".__self__, 0, "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)), 0, 8)  # type: ignore[attr-defined]
+                        "<setitem>".__self__("<sysdict>".__self__, "unraisablehook", "<hook>".__self__)  # type: ignore[attr-defined]
+                        for s in "<signals>".__self__:  # type: ignore[attr-defined]
+                            if "<callable>".__self__("<getsignal>".__self__(s)):  # type: ignore[attr-defined]
+                                "<signal>".__self__(s, "<ign>".__self__)  # type: ignore[attr-defined]
+                    except BaseException:  # noqa: BLE001, S110 - a handler of the command's ran (and raised): checked below
+                        pass
+                    if "<any>".__self__("<map>".__self__("<callable>".__self__, "<map>".__self__(  # type: ignore[attr-defined]
+                            "<getsignal>".__self__, "<signals>".__self__))) is False and "<is>".__self__(  # type: ignore[attr-defined]
+                            "<get>".__self__("<sysdict>".__self__, "unraisablehook"), "<hook>".__self__) is True:  # type: ignore[attr-defined]
+                        break  # no handler of the command's is set, nor its unraisable hook: none of its code runs now
+                else:  # (tries ran out: a handler of the command's still set; no reply)
+                    "<end>".__self__("<tampered>".__self__)  # type: ignore[attr-defined]
+            except BaseException:  # noqa: BLE001 - a handler of the command's raised between the passes' `try`s
+                "<end>".__self__("<tampered>".__self__)  # type: ignore[attr-defined]
+            "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__),  # type: ignore[attr-defined]
+                "<nr_mask>".__self__, 0, "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)), 0, 8)  # type: ignore[attr-defined]
+            "<gc_off>".__self__()  # type: ignore[attr-defined]
+            if "<le>".__self__("<before>".__self__, "<fn>".__self__(  # type: ignore[attr-defined]
+                    "<fence>".__self__, "<dict>".__self__(  # type: ignore[attr-defined]
+                        "<globals>".__self__, __builtins__="<dict>".__self__("<builtins>".__self__)))(  # type: ignore[attr-defined]
+                    "<space>".__self__, "<modules>".__self__, "<module>".__self__)) is not True:  # type: ignore[attr-defined]
+                "<end>".__self__(87)  # type: ignore[attr-defined]  # (_TAMPERED: the daemon restores the session)
+            "<ctx>".__self__.audit_state["bypass"] = True  # type: ignore[attr-defined]
+            sent = "<send>".__self__("<out>".__self__, reply)  # type: ignore[attr-defined]
+            "<ctx>".__self__.audit_state["bypass"] = False  # type: ignore[attr-defined]
+            while b"\n" not in buf:  # sealed: the command's code raised (SEAL_RAISED, 2)
+                got = "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), 0,  # type: ignore[attr-defined]
+                                        "<fd>".__self__, "<copy>".__self__("<u64>".__self__, "<room_at>".__self__),  # type: ignore[attr-defined]
+                                        1 << 16, 2, "<copy>".__self__("<u64>".__self__, "<to>".__self__(  # type: ignore[attr-defined]
+                                            "<int>".__self__("<hash>".__self__(sent, digest_size=8).digest(),  # type: ignore[attr-defined]
+                                                             "little"), 8, "<order>".__self__)),  # type: ignore[attr-defined]
+                                        "<copy>".__self__("<u64>".__self__, "<mark>".__self__))  # type: ignore[attr-defined]
+                if got <= 0:
+                    if got < 0 and "<errno>".__self__() == 4:  # type: ignore[attr-defined]  # EINTR
+                        continue
+                    return
+                _track_channel("<out>".__self__)  # type: ignore[attr-defined]  # (the next reply's bytes counted afresh)
+                buf = (buf + "<room>".__self__[0][:got]).lstrip()  # type: ignore[attr-defined]
+
+
+def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, state: dict,
+             paths: tuple[str, str]) -> tuple[dict, bool]:
+    """One session command: (its reply, whether its code raised — said by where it ended, kernel/session)."""
+    import pickle
+    args, d, ns = ctx.args, ctx.args["dir"], ctx.shell.user_ns
+    raised = False
+    try:
+        cmd = json.loads(line)
+    except ValueError:
+        cmd = None
+    op = cmd.get("op") if type(cmd) is dict else None
+    reply: dict = {"event": "error", "reason": "bad command"}
+    if type(cmd) is dict:
+        reply = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(), "depth": 0}
+    if type(cmd) is not dict:
+        pass
+    elif op == "load":
+        if portable is not None:
+            lift_limits(portable)  # (the next run's limit counts what this load adds)
+        audit = ctx.audit_state
+        audit["bypass"] = True  # loading the kernel's state is not the session's code
         try:
-            line = commands.send((2 if raised else 1, sent))  # (SEAL_RAISED / SEAL_CLEAN as literals: kernel/run)
-        except StopIteration:
-            line = None
+            if not state["imported"]:
+                _import(facts.get("modules") or [], only_library=False)
+                state["imported"] = True
+            with open(os.path.join(d, str(cmd["state"])), "rb") as f:
+                data = f.read()
+            bufs = _load_buffers(d, [str(b) for b in cmd.get("buffers") or []])
+            loaded = pickle.loads(data, buffers=bufs)
+            _register_accessors(loaded.pop("\x00crane-accessors", None))
+            if not state.get("settings"):
+                _apply_settings(facts)
+                state["settings"] = True
+            _W["settings_missed"].extend(apply_keras(loaded.pop(KERAS_KEY, None)))  # Keras graphs built whole
+            for name, obj in loaded.items():
+                if name not in ns:
+                    ns[name] = _rebind(obj, ns)
+            if not state["mapped"]:
+                state["mapped"] = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
+            reply["ok"] = True
+        except BaseException as exc:  # noqa: BLE001 - the session's next run is then unavailable
+            reply.update({"ok": False, "reason": f"the kernel's state could not be loaded in a separate "
+                                                 f"process: {type(exc).__name__}: {exc}"})
+        finally:
+            audit["bypass"] = False
+    elif op == "run":
+        if portable is not None:  # the run's resource limits (worker/limits.py), from what the worker holds now
+            apply_limits(portable, args, float(cmd.get("budget_s", 10.0)))
+        with guarded(portable):
+            rec, raised = run_command(ctx, cmd, *paths)
+        reply.update(rec)
+    elif op == "eval":  # (the portable sandbox vets the expression's calls too)
+        rec, raised = evaluate(ctx, cmd, lambda: guarded(portable))
+        reply.update(rec)
+    elif op == "close":
+        os._exit(12)
+    else:
+        reply.update({"ok": False, "reason": f"unknown op {op!r} (a transplant session's checkpoints are the "
+                                             "daemon's)"})
+    return reply, raised
 
 
 def _guard_arrow(run: Any) -> list[str]:
     def refuse(what: str, path: Any) -> None:
         run.refuse(what, "call guard", path)
-    return guard_arrow(run.folder.inside, run._prepare_write, refuse, run.ctx.scratch)
+    return guard_arrow(run.folder.inside, run._prepare_write, refuse, run.ctx.scratch, run._prepare_tree)
 
 
 def _refuse_frame_reads(run: Any) -> None:
@@ -696,32 +864,150 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         apply_limits(portable, args, float(args["budget_s"]))
     if hasattr(signal, "setitimer"):
         signal.setitimer(signal.ITIMER_REAL, float(spec.get("budget_s", 10.0)) + 1.5)
+    if args.get("sealed"):
+        # the cell, its record and the seal: a copy of `_copy_cell_then_seal` whose constants hold what the check after
+        # the cell and the seal read, taken now (kernel/run._seal_constants); CRANE's part runs untraced, the cell
+        # through sys.call_tracing (kernel/run._child_run, the fork path's twin) — but where the portable call guard
+        # is a per-call hook (no OS layer: it must see what CRANE's frames run for the cell, the exception's text)
+        # and refuses hooks and frame walks itself
+        run = _sealed_copy(_copy_cell_then_seal, _seal_constants(ctx.done_fd))
+        if portable is None or portable.guard.lean:
+            ctx.untraced = True
+            _untraced(run, ctx, portable, steps, facts)
+        else:
+            run(ctx, portable, steps, facts)
+        return  # (not reached: the run ends sealed)
     fence, end = _fence, _real_exit()  # bound before the cell runs (kernel/common: no record once it rebinds them)
-    before = fence()
-    sealed = bool(args.get("sealed"))
+    before = fence()  # (no seal where no /proc is read: macOS, Windows)
     source, ns = args["source"], shell.user_ns
     seen: dict = {}
     if portable is not None:
         begin_portable(portable)
     t_cell = time.perf_counter()
-    # how the cell ended is said by where the seal is made (one place for a raise, one for a clean end, the code a
-    # constant at each), never by a value the cell could change: kernel/run._child_run, the fork path's twin
+    raised: BaseException | None = None
     try:
         with shell.builtin_trap:
             _exec_plan(ctx, _cell_begins(ctx, source, seen), ns)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
+        raised = e
+    rec = _cell_record(ctx, raised, source, seen, t_cell)  # (the guard still on: the exception's text is the cell's)
+    _after_cell(ctx, portable)
+    _record(ctx, _final_record(ctx, portable, rec, facts), steps["total"], before, fence, False, end)
+
+
+def _copy_cell_then_seal(ctx: _Ctx, portable: Any, steps: dict, facts: dict) -> None:
+    """The cell, then its record and the seal (a template: `_run` runs a copy whose string constants are
+    kernel/run._seal_constants). How the cell ended is said by where the seal is made — one place for a raise, one
+    for a clean end, the code a literal at each —, never by a value the cell could change. Whether anything the
+    record is made or sealed with was rebound is checked after the record is out, and the seal made, from the run's
+    constants alone: no global, no builtin of the module, no local but `sent` (kernel/run._cell_then_seal, the fork
+    path's twin; each seal is shared/seal's `wait_sealed` written out)."""
+    source, shell = ctx.args["source"], ctx.shell
+    ns = shell.user_ns
+    seen: dict = {}
+    if portable is not None:
+        begin_portable(portable)
+    t_cell = time.perf_counter()
+    try:
+        with shell.builtin_trap:
+            _exec_plan(ctx, _cell_begins(ctx, source, seen), ns, untraced=True)
+    except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         rec = _cell_record(ctx, e, source, seen, t_cell)  # (the guard still on: the exception's text is the cell's)
         _after_cell(ctx, portable)
-        digest = _finish(ctx, portable, rec, steps, facts, before, fence, end)
-        if not sealed:
-            return
-        wait_sealed(2, digest, ctx.done_fd)  # sealed: the cell raised (SEAL_RAISED, a literal: kernel/run)
-    rec = _cell_record(ctx, None, source, seen, t_cell)
-    _after_cell(ctx, portable)
-    digest = _finish(ctx, portable, rec, steps, facts, before, fence, end)
-    if not sealed:
-        return
-    wait_sealed(1, digest, ctx.done_fd)  # sealed: the cell ended clean (SEAL_CLEAN, a literal)
+        rec = _final_record(ctx, portable, rec, facts)
+        try:  # (tries run out, or a handler of the cell's raised between the passes' own `try`s: `_TAMPERED`)
+            for _ in "<tries>".__self__:  # type: ignore[attr-defined]  # (passes until one ran no code of the cell's: run._quiet_constants)
+                try:
+                    "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__),  # type: ignore[attr-defined]
+                        "<nr_mask>".__self__, 0, "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)), 0, 8)  # type: ignore[attr-defined]
+                    "<setitem>".__self__("<sysdict>".__self__, "unraisablehook", "<hook>".__self__)  # type: ignore[attr-defined]
+                    for s in "<signals>".__self__:  # type: ignore[attr-defined]
+                        if "<callable>".__self__("<getsignal>".__self__(s)):  # type: ignore[attr-defined]
+                            "<signal>".__self__(s, "<ign>".__self__)  # type: ignore[attr-defined]
+                except BaseException:  # noqa: BLE001, S110 - a handler of the cell's ran (and raised): checked below
+                    pass
+                if "<any>".__self__("<map>".__self__("<callable>".__self__, "<map>".__self__(  # type: ignore[attr-defined]
+                        "<getsignal>".__self__, "<signals>".__self__))) is False and "<is>".__self__(  # type: ignore[attr-defined]
+                        "<get>".__self__("<sysdict>".__self__, "unraisablehook"), "<hook>".__self__) is True:  # type: ignore[attr-defined]
+                    # no handler of the cell's is set, nor its unraisable hook: no code of its runs from here on
+                    "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__),  # type: ignore[attr-defined]
+                        "<nr_mask>".__self__, 0, "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)), 0, 8)  # type: ignore[attr-defined]
+                    "<gc_off>".__self__()  # type: ignore[attr-defined]
+                    sent = _record_write(ctx, rec, steps["total"])
+                    if "<le>".__self__("<before>".__self__, "<fn>".__self__(  # type: ignore[attr-defined]
+                            "<fence>".__self__, "<dict>".__self__(  # type: ignore[attr-defined]
+                                "<globals>".__self__, __builtins__="<dict>".__self__("<builtins>".__self__)))(  # type: ignore[attr-defined]
+                            "<space>".__self__, "<modules>".__self__, "<module>".__self__)) is True:  # type: ignore[attr-defined]
+                        # sealed: the cell raised (SEAL_RAISED, 2); the parent ends this process
+                        try:
+                            "<write>".__self__("<done>".__self__, b"d")  # type: ignore[attr-defined]
+                        except OSError:
+                            pass
+                        while True:
+                            "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), 0,  # type: ignore[attr-defined]
+                                "<pipe>".__self__()[0], 0, 1, 2, "<copy>".__self__(  # type: ignore[attr-defined]
+                                    "<u64>".__self__, "<to>".__self__("<int>".__self__(  # type: ignore[attr-defined]
+                                        "<hash>".__self__(sent, digest_size=8).digest(),  # type: ignore[attr-defined]
+                                        "little"), 8, "<order>".__self__)),  # type: ignore[attr-defined]
+                                "<copy>".__self__("<u64>".__self__, "<mark>".__self__))  # type: ignore[attr-defined]
+                    break
+            else:  # (tries ran out: a handler of the cell's still set; CRANE's bytes never written)
+                "<end>".__self__("<tampered>".__self__)  # type: ignore[attr-defined]
+        except BaseException:  # noqa: BLE001 - a handler of the cell's raised between the passes' `try`s
+            "<end>".__self__("<tampered>".__self__)  # type: ignore[attr-defined]
+    else:
+        rec = _cell_record(ctx, None, source, seen, t_cell)
+        _after_cell(ctx, portable)
+        rec = _final_record(ctx, portable, rec, facts)
+        try:  # (tries run out, or a handler of the cell's raised between the passes' own `try`s: `_TAMPERED`)
+            for _ in "<tries>".__self__:  # type: ignore[attr-defined]  # (passes until one ran no code of the cell's: run._quiet_constants)
+                try:
+                    "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__),  # type: ignore[attr-defined]
+                        "<nr_mask>".__self__, 0, "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)), 0, 8)  # type: ignore[attr-defined]
+                    "<setitem>".__self__("<sysdict>".__self__, "unraisablehook", "<hook>".__self__)  # type: ignore[attr-defined]
+                    for s in "<signals>".__self__:  # type: ignore[attr-defined]
+                        if "<callable>".__self__("<getsignal>".__self__(s)):  # type: ignore[attr-defined]
+                            "<signal>".__self__(s, "<ign>".__self__)  # type: ignore[attr-defined]
+                except BaseException:  # noqa: BLE001, S110 - a handler of the cell's ran (and raised): checked below
+                    pass
+                if "<any>".__self__("<map>".__self__("<callable>".__self__, "<map>".__self__(  # type: ignore[attr-defined]
+                        "<getsignal>".__self__, "<signals>".__self__))) is False and "<is>".__self__(  # type: ignore[attr-defined]
+                        "<get>".__self__("<sysdict>".__self__, "unraisablehook"), "<hook>".__self__) is True:  # type: ignore[attr-defined]
+                    # no handler of the cell's is set, nor its unraisable hook: no code of its runs from here on
+                    "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__),  # type: ignore[attr-defined]
+                        "<nr_mask>".__self__, 0, "<byref>".__self__("<copy>".__self__("<u64>".__self__, "<all>".__self__)), 0, 8)  # type: ignore[attr-defined]
+                    "<gc_off>".__self__()  # type: ignore[attr-defined]
+                    sent = _record_write(ctx, rec, steps["total"])
+                    if "<le>".__self__("<before>".__self__, "<fn>".__self__(  # type: ignore[attr-defined]
+                            "<fence>".__self__, "<dict>".__self__(  # type: ignore[attr-defined]
+                                "<globals>".__self__, __builtins__="<dict>".__self__("<builtins>".__self__)))(  # type: ignore[attr-defined]
+                            "<space>".__self__, "<modules>".__self__, "<module>".__self__)) is True:  # type: ignore[attr-defined]
+                        # sealed: the cell ended clean (SEAL_CLEAN, 1); the parent ends this process
+                        try:
+                            "<write>".__self__("<done>".__self__, b"d")  # type: ignore[attr-defined]
+                        except OSError:
+                            pass
+                        while True:
+                            "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), 0,  # type: ignore[attr-defined]
+                                "<pipe>".__self__()[0], 0, 1, 1, "<copy>".__self__(  # type: ignore[attr-defined]
+                                    "<u64>".__self__, "<to>".__self__("<int>".__self__(  # type: ignore[attr-defined]
+                                        "<hash>".__self__(sent, digest_size=8).digest(),  # type: ignore[attr-defined]
+                                        "little"), 8, "<order>".__self__)),  # type: ignore[attr-defined]
+                                "<copy>".__self__("<u64>".__self__, "<mark>".__self__))  # type: ignore[attr-defined]
+                    break
+            else:  # (tries ran out: a handler of the cell's still set; CRANE's bytes never written)
+                "<end>".__self__("<tampered>".__self__)  # type: ignore[attr-defined]
+        except BaseException:  # noqa: BLE001 - a handler of the cell's raised between the passes' `try`s
+            "<end>".__self__("<tampered>".__self__)  # type: ignore[attr-defined]
+    # CRANE's code or what it calls was rebound: sealed so (SEAL_TAMPERED, 4; its digest names nothing)
+    try:
+        "<write>".__self__("<done>".__self__, b"d")  # type: ignore[attr-defined]
+    except OSError:
+        pass
+    while True:
+        "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), 0,  # type: ignore[attr-defined]
+                          "<pipe>".__self__()[0], 0, 1, 4, 0,  # type: ignore[attr-defined]
+                          "<copy>".__self__("<u64>".__self__, "<mark>".__self__))  # type: ignore[attr-defined]
 
 
 def _after_cell(ctx: _Ctx, portable: Any) -> None:
@@ -738,11 +1024,9 @@ def _after_cell(ctx: _Ctx, portable: Any) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def _finish(ctx: _Ctx, portable: Any, rec: dict, steps: dict, facts: dict, before: frozenset, fence: Any,
-            end: Any) -> int:
-    """The run's record, written and its channel closed (kernel/run._record, the forked child's epilogue): the
-    digest of every byte CRANE wrote there. A cell that rebound CRANE's code gets no record (sealed as such, or,
-    with no parent reading a seal, an exit with code 87)."""
+def _final_record(ctx: _Ctx, portable: Any, rec: dict, facts: dict) -> dict:
+    """The run's record as it is written (kernel/run._record_write): the portable sandbox's report of it, no process
+    of the run left, and a name of the kernel's the cell reached indirectly made `unavailable`."""
     source = ctx.args["source"]
     if portable is not None:
         rec = finish_portable(portable, source, rec)
@@ -755,4 +1039,4 @@ def _finish(ctx: _Ctx, portable: Any, rec: dict, steps: dict, facts: dict, befor
             ctx.shell.user_ns)):  # the cell reached a kernel name indirectly (eval, globals()): not copied
         rec = {"verdict": "unavailable", "reason": f"the cell reads a name of the kernel it does not name ({missing}): "
                                                   "it was not copied"}
-    return _record(ctx, rec, steps["total"], before, fence, bool(ctx.args.get("sealed")), end)
+    return rec

@@ -414,6 +414,9 @@ class Portable:
         state = ctx.audit_state
         if state.get("own"):
             return
+        if state.get("ended"):  # the run's end is decided (kernel/audit._guard_process_end): what the cell still runs
+            # (a finalizer) is refused all the same, with no second record and no new seal
+            raise SandboxBlocked(errno.EPERM, f"crane sandbox: {what} is refused (portable sandbox)")
         if ctx.args.get("mode") == "session":
             msg = f"crane sandbox: {what} is refused (portable sandbox)"
             ctx.denied.append(msg)
@@ -857,11 +860,20 @@ def _listen_to_children(run: Portable, mypid: int) -> None:
 def _tell_parent(what: str, layer: str, path: Any) -> None:
     """In a fork child of the run: hand the refusal to the worker and end (the child writes nothing else)."""
     import json
+    import select
     try:
         where = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else None
-        line = json.dumps({"what": what[:1000], "layer": layer[:100], "path": where and where[:1000],
-                           "pid": os.getpid()}).encode()
-        os.write(_NOTICES["w"], line[:3000] + b"\n")  # (one write, under PIPE_BUF: whole or not at all)
+        # one write of at most PIPE_BUF bytes is whole, however many children write at once (4096 on Linux, 512 on
+        # macOS, the POSIX minimum): a cut or interleaved line is no JSON, which the worker takes for a forged notice
+        limit = min(getattr(select, "PIPE_BUF", 512), 4096)
+        keep = 1000  # characters of the call and the path: fewer until the line fits (an escape is up to 12 bytes)
+        while True:
+            line = json.dumps({"what": what[:keep], "layer": layer[:100], "path": where and where[:keep],
+                               "pid": os.getpid()}).encode() + b"\n"
+            if len(line) <= limit or keep < 4:
+                break
+            keep //= 2
+        os.write(_NOTICES["w"], line)
     except (OSError, TypeError, ValueError):
         pass
     finally:
@@ -871,7 +883,7 @@ def _tell_parent(what: str, layer: str, path: Any) -> None:
 def _children_refused() -> None:
     """In the worker (its signal handler, and after the cell): a refusal a fork child handed over ends the run
     `blocked`, named as the child's. Nothing while CRANE's own work is under way (read again after the cell)."""
-    if not _NOTICES or os.getpid() != _NOTICES["pid"] or _NOTICES["state"].get("own"):
+    if not _NOTICES or os.getpid() != _NOTICES["pid"] or _NOTICES["state"].get("own") or _NOTICES["state"].get("ended"):
         return
     import json
     try:

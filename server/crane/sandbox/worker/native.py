@@ -1,0 +1,356 @@
+"""Portable sandbox, worker side: other C extensions' native writers, vetted where they are defined (round 10, the
+guard alone). h5py, torch and TensorFlow open, create, rename and delete files in C/C++ (HDF5's `H5Fcreate`, torch's
+`PyTorchFileWriter`, TensorFlow's file system and its kernels): no Python `open`, so no audit event, and a cell can
+reach them without the Python functions of the guard table (`h5py.h5f.create`, `torch._C._save_jit_module`,
+`tf.raw_ops.WriteFile`, `tf.io.gfile.GFile`). Each is replaced where it is defined — in its extension module's dict
+(and the modules that re-export it), or in its type's own dict (any route to the method meets it) — by one that vets
+the path argument as the guard table's writers are (worker/arrow.py's `_ArrowVet`: inside the cell's working folder it
+is made ready and the call goes on, else the run is `blocked`, naming the call and the path). The targets are put in
+arrow.py's `_ARROW_TARGETS`: patched at set-up where the library is loaded, else right after the cell's import of it.
+
+- h5py: `h5f.create`, `h5f.open` for writing (`ACC_RDWR`), and the property lists that name other files
+  (`PropDCID.set_external`, `PropFAID.set_fapl_log`, `set_fapl_split`'s extensions);
+- torch: `PyTorchFileWriter` made on a path (`torch.save`'s writer), `ScriptModule.save`/`_save_for_mobile`,
+  `torch._C._save_jit_module`/`_save_mobile_module`/`_save_parameters`, `from_file`/`UntypedStorage.from_file`
+  with `shared=True` (a writable shared mapping of the file);
+- TensorFlow: the file system's calls (`_pywrap_file_io`: `WritableFile`, `DeleteFile`, `RenameFile`, `CopyFile`,
+  `CreateDir`, `DeleteRecursively`, ...), `TFRecordWriter`'s `RecordWriter`, and every eager op execution
+  (`TFE_Py_FastPathExecute`, `TFE_Py_Execute`): an op of `_TF_WRITE_OPS` (`WriteFile`, `SaveV2`,
+  `MergeV2Checkpoints`, `CreateSummaryFileWriter`, `SaveDataset`, `DatasetToTFRecord`, `PrintV2` to a file, ...) has
+  its path inputs vetted (a checkpoint prefix: every existing file named after it made ready too).
+Not covered (docs/sandbox.md): ops that run inside a compiled graph (`tf.function`, a loaded SavedModel) or a
+TorchScript function (`aten::save`, `aten::from_file` through `torch.ops`), whose kernels run in C++ with no Python
+call per op; the Linux layer (Landlock) holds those under the portable sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from crane.sandbox.worker.guard import _URL, replace_type_method  # kernel: strip
+
+
+def _nv_text(path: Any) -> Any:
+    """A path argument as the one plain `str`/`bytes` both vetted and handed on (a path-like's `__fspath__`, or a
+    `str` subclass's `encode`/`__eq__`, could answer differently the second time); anything else as it is. Also
+    arrow.py's (pyarrow's and polars' writers)."""
+    if isinstance(path, os.PathLike) and not isinstance(path, (str, bytes)):
+        path = os.fspath(path)
+    if isinstance(path, str):
+        return str.__str__(path)
+    if isinstance(path, bytes):
+        return bytes.__bytes__(path)
+    return path
+
+
+def _nv_path(vet: Any, family: str, label: str, path: Any) -> Any:
+    """`path` (one plain text) vetted as a write by `family`'s `label`: a URL of another scheme than file:// (a
+    remote or in-memory file system of the library's own) is refused; returns the text to hand on."""
+    path = _nv_text(path)
+    if isinstance(path, (str, bytes)):
+        text = os.fsdecode(path)
+        if _URL.match(text) and not text.startswith("file://"):
+            vet.refuse(f"a call to {family}: {label} (writing to a URL: {text[:200]!r})", None)
+        vet.path(label, path, family)
+    return path
+
+
+def _nv_prefix(vet: Any, family: str, label: str, prefix: Any) -> None:
+    """A writer of the files named `prefix` + a suffix (TensorFlow's checkpoints: `prefix.index`,
+    `prefix.data-...`, `prefix_temp/`): the prefix vetted, and every file already there named after it made ready
+    (so no write follows a link of the view to the user's own file)."""
+    text = _nv_path(vet, family, label, prefix)
+    if not isinstance(text, (str, bytes)):
+        return
+    text = os.fsdecode(text)
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    folder, base = os.path.split(text)
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return
+    for name in names:
+        if base and name.startswith(base) and name != base:
+            vet.prepare(os.path.join(folder, name))
+
+
+def _nv_function(vet: Any, family: str, label: str, orig: Callable[..., Any],
+                 check: Callable[[Any, tuple, dict], tuple[tuple, dict]]) -> Callable[..., Any]:
+    """A function that runs `check(vet, args, kw)` (which vets and may hand on plain texts) before `orig`."""
+    def call(*args: Any, **kw: Any) -> Any:
+        args, kw = check(vet, args, kw)
+        return orig(*args, **kw)
+    call.__name__ = call.__qualname__ = getattr(orig, "__name__", label.rpartition(".")[2])
+    call.__doc__ = getattr(orig, "__doc__", None)
+    call.__module__ = getattr(orig, "__module__", None) or family
+    return call
+
+
+def _nv_arg(family: str, label: str, at: int, key: str, when: Callable[[tuple, dict], bool] = lambda a, k: True,
+            prefix: bool = False) -> Callable[[Any, tuple, dict], tuple[tuple, dict]]:
+    """The check of a path argument at position `at` (or keyword `key`), vetted when `when(args, kw)`."""
+    def check(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+        if not when(args, kw):
+            return args, kw
+        if len(args) > at:
+            value = args[at]
+        elif key in kw:
+            value = kw[key]
+        else:
+            return args, kw
+        if prefix:
+            _nv_prefix(vet, family, label, value)
+            return args, kw
+        value = _nv_path(vet, family, label, value)
+        if len(args) > at:
+            return args[:at] + (value,) + args[at + 1:], kw
+        return args, {**kw, key: value}
+    return check
+
+
+def _nv_both(*checks: Callable[[Any, tuple, dict], tuple[tuple, dict]]) -> Callable[[Any, tuple, dict],
+                                                                                     tuple[tuple, dict]]:
+    def check(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+        for one in checks:
+            args, kw = one(vet, args, kw)
+        return args, kw
+    return check
+
+
+def _nv_method(vet: Any, family: str, label: str, check: Callable[[Any, tuple, dict], tuple[tuple, dict]],
+               static: bool = False) -> Callable[[Any], Any]:
+    """The maker of a type's method (`replace_type_method`) that vets its arguments (after `self`; a static
+    method's all) before the original."""
+    def make(orig: Any) -> Any:
+        if static:
+            inner = orig.__func__ if isinstance(orig, staticmethod) else orig
+            return staticmethod(_nv_function(vet, family, label, inner, check))
+
+        def call(self: Any, *args: Any, **kw: Any) -> Any:
+            args, kw = check(vet, args, kw)
+            return orig(self, *args, **kw)
+        call.__name__ = call.__qualname__ = label.rpartition(".")[2]
+        call.__doc__ = getattr(orig, "__doc__", None)
+        return call
+    return make
+
+
+def _nv_replace_in(names: tuple[str, ...], orig: Any, new: Any) -> None:
+    """`new` in place of `orig` in the loaded modules `names` that hold it (by any name: the library's re-exports;
+    a walk of every module of a library would cost each run ~1 s where TensorFlow is loaded)."""
+    for name in names:
+        m = sys.modules.get(name)
+        if type(m) is types.ModuleType:
+            d = m.__dict__
+            for attr, value in list(d.items()):
+                if value is orig:
+                    d[attr] = new
+
+
+def _nv_module_functions(family: str, functions: dict[str, Callable[[Any, tuple, dict], tuple[tuple, dict]]],
+                         types_: dict[str, dict[str, tuple[Callable[[Any, tuple, dict], tuple[tuple, dict]], bool]]]
+                         | None = None) -> Callable[[types.ModuleType, Any], dict[str, Any]]:
+    """A maker (arrow.py's `_ARROW_TARGETS`) for an extension module: its `functions` replaced in its dict (its
+    re-exporters get them from arrow.py's table), its `types_`' methods in the types' own dicts."""
+    def make(mod: types.ModuleType, vet: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, check in functions.items():
+            orig = mod.__dict__.get(name)
+            if callable(orig) and not getattr(orig, "__crane_vetted__", False):
+                new = _nv_function(vet, family, f"{mod.__name__}.{name}", orig, check)
+                new.__crane_vetted__ = True  # type: ignore[attr-defined]
+                _nv_replace_in((mod.__name__,), orig, new)
+                out[name] = new
+        for tname, methods in (types_ or {}).items():
+            t = mod.__dict__.get(tname)
+            if not isinstance(t, type):
+                continue
+            for mname, (check, static) in methods.items():
+                replace_type_method(t, mname, _nv_method(vet, family, f"{mod.__name__}.{tname}.{mname}", check,
+                                                         static))
+        return out
+    return make
+
+
+# -- h5py ----------------------------------------------------------------------------------------------------------
+def _h5_writes(args: tuple, kw: dict) -> bool:
+    flags = args[1] if len(args) > 1 else kw.get("flags", 0)
+    return type(flags) is not int or bool(flags & 0x0001)  # H5F_ACC_RDWR (a flags value not a plain int: writes)
+
+
+def _h5_split(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+    """`set_fapl_split(meta_ext, meta_plist, raw_ext, raw_plist)`: the extensions are appended to the file's name
+    (a separator in one names a file elsewhere)."""
+    for value in (args[0] if args else kw.get("meta_ext"), args[2] if len(args) > 2 else kw.get("raw_ext")):
+        if isinstance(value, (str, bytes)) and (b"/" in os.fsencode(value) or b"\\" in os.fsencode(value)):
+            vet.refuse(f"a call to h5py: h5p.PropFAID.set_fapl_split (an extension naming another folder: "
+                       f"{os.fsdecode(value)[:200]!r})", None)
+    return args, kw
+
+
+_H5F = _nv_module_functions("h5py", {
+    "create": _nv_arg("h5py", "h5py.h5f.create", 0, "name"),
+    "open": _nv_arg("h5py", "h5py.h5f.open", 0, "name", _h5_writes)})
+_H5P = _nv_module_functions("h5py", {}, {
+    "PropDCID": {"set_external": (_nv_arg("h5py", "h5py.h5p.PropDCID.set_external", 0, "name"), False)},
+    "PropFAID": {"set_fapl_log": (_nv_arg("h5py", "h5py.h5p.PropFAID.set_fapl_log", 0, "logfile"), False),
+                 "set_fapl_split": (_h5_split, False)}})
+
+
+# -- torch ---------------------------------------------------------------------------------------------------------
+def _shared(at: int) -> Callable[[tuple, dict], bool]:
+    def when(args: tuple, kw: dict) -> bool:
+        return bool(args[at] if len(args) > at else kw.get("shared", False))
+    return when
+
+
+def _torch(mod: types.ModuleType, vet: Any) -> dict[str, Any]:
+    """`torch` once it has executed (its `from_file` is the C function copied from `_VariableFunctions`)."""
+    out: dict[str, Any] = {}
+    c = sys.modules.get("torch._C")
+    if type(c) is not types.ModuleType:
+        return out
+    out.update({k: v for k, v in _nv_module_functions("torch", {
+        "_save_jit_module": _nv_arg("torch", "torch._C._save_jit_module", 1, "arg1"),
+        "_save_mobile_module": _nv_arg("torch", "torch._C._save_mobile_module", 1, "arg1"),
+        "_save_parameters": _nv_arg("torch", "torch._C._save_parameters", 1, "arg1")}, {
+        "PyTorchFileWriter": {"__init__": (_nv_arg("torch", "torch._C.PyTorchFileWriter", 0, "file_name"), False)},
+        "ScriptModule": {"save": (_nv_arg("torch", "torch._C.ScriptModule.save", 0, "filename"), False),
+                         "_save_for_mobile": (_nv_arg("torch", "torch._C.ScriptModule._save_for_mobile", 0,
+                                                      "filename"), False)},
+        "StorageBase": {"from_file": (_nv_arg("torch", "torch.UntypedStorage.from_file", 0, "filename",
+                                              _shared(1)), True)}})(c, vet).items()})
+    vf = c.__dict__.get("_VariableFunctionsClass")
+    if isinstance(vf, type) and "from_file" in vf.__dict__:
+        orig = vf.__dict__["from_file"]
+        inner = orig.__func__ if isinstance(orig, staticmethod) else orig
+        replace_type_method(vf, "from_file", _nv_method(vet, "torch", "torch.from_file",
+                                                        _nv_arg("torch", "torch.from_file", 0, "filename",
+                                                                _shared(1)), True))
+        new = vf.__dict__["from_file"]
+        new = new.__func__ if isinstance(new, staticmethod) else new
+        if new is not inner:
+            _nv_replace_in(("torch",), inner, new)  # (`torch/__init__.py` copies `_VariableFunctions`' names)
+    return {}  # (every replacement is made in place above)
+
+
+# -- TensorFlow ----------------------------------------------------------------------------------------------------
+# op -> ((index of a path input, how it is written: "file", "prefix" (files named after it), "tree" (a folder it
+# fills)), ...), attributes naming a file
+_TF_WRITE_OPS: dict[str, tuple[tuple[tuple[int, str], ...], tuple[str, ...]]] = {
+    "WriteFile": (((0, "file"),), ()), "Save": (((0, "file"),), ()), "SaveSlices": (((0, "file"),), ()),
+    "SaveV2": (((0, "prefix"),), ()), "MergeV2Checkpoints": (((0, "prefix"), (1, "prefix")), ()),
+    "CreateSummaryFileWriter": (((1, "tree"),), ()), "CreateSummaryDbWriter": (((1, "file"),), ()),
+    "SaveDataset": (((1, "tree"),), ()), "SaveDatasetV2": (((1, "tree"),), ()),
+    "DatasetToTFRecord": (((1, "file"),), ()), "ExperimentalDatasetToTFRecord": (((1, "file"),), ()),
+    "SnapshotDataset": (((1, "tree"),), ()), "SnapshotDatasetV2": (((1, "tree"),), ()),
+    "ExperimentalSnapshotDataset": (((1, "tree"),), ()), "CacheDataset": (((1, "prefix"),), ()),
+    "CacheDatasetV2": (((1, "prefix"),), ()), "PrintV2": ((), ("output_stream",)),
+    "DebugIdentityV2": ((), ("dump_root",)), "DebugIdentity": ((), ("debug_urls",))}
+
+
+def _tf_texts(value: Any) -> list | None:
+    """The strings a path input holds (an eager tensor's values, a str, bytes, or a list of them), None where they
+    cannot be told (a symbolic tensor)."""
+    if isinstance(value, (str, bytes)):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        out: list = []
+        for v in value[:10000]:
+            got = _tf_texts(v)
+            if got is None:
+                return None
+            out += got
+        return out
+    numpy = getattr(value, "numpy", None)
+    if callable(numpy):
+        try:
+            got = numpy()
+        except Exception:  # noqa: BLE001 - a symbolic tensor, or anything else that has no values now
+            return None
+        items = got.ravel().tolist() if hasattr(got, "ravel") else [got]
+        return items if all(isinstance(v, (str, bytes)) for v in items) else None
+    return None
+
+
+def _tf_vet_op(vet: Any, op: str, inputs: Any, attrs: Any) -> None:
+    """An eager op about to run: a file-writing op's path inputs (by their index among the inputs) and the values
+    that follow its file-naming attributes' names (wherever they are: an input equal to a name is vetted too)."""
+    paths, names = _TF_WRITE_OPS[op]
+    label = f"tensorflow op {op}"
+    for i, how in paths:
+        texts = _tf_texts(inputs[i]) if i < len(inputs) else []
+        if texts is None:
+            vet.refuse(f"a call to tensorflow: {label} (a path that is not known before it runs)", None)
+            return
+        for text in texts:
+            if text in ("", b""):
+                continue  # (CacheDataset's "": in memory)
+            if how == "prefix":
+                _nv_prefix(vet, "tensorflow", label, text)
+                continue
+            text = os.fsdecode(_nv_path(vet, "tensorflow", label, text))
+            if how == "tree":
+                vet.prepare_tree(text[len("file://"):] if text.startswith("file://") else text)
+    for k in range(len(attrs) - 1):
+        if type(attrs[k]) is not str or attrs[k] not in names:
+            continue
+        value = attrs[k + 1]
+        for text in _tf_texts(value) or [value]:
+            t = os.fsdecode(text) if isinstance(text, (str, bytes)) else None
+            if t is None:
+                vet.refuse(f"a call to tensorflow: {label} ({attrs[k]} not a text)", None)
+            elif attrs[k] != "output_stream" or t.startswith("file://"):
+                _nv_path(vet, "tensorflow", label, t[len("file://"):] if t.startswith("file://") else t)
+
+
+def _tf_fast_path(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+    """`TFE_Py_FastPathExecute(ctx, op_name, name, *inputs, *attr_name_value_pairs)`."""
+    if len(args) > 1 and type(args[1]) is str and args[1] in _TF_WRITE_OPS:
+        _tf_vet_op(vet, args[1], args[3:], args[3:])  # (inputs first, by index; then attribute names and values)
+    return args, kw
+
+
+def _tf_execute(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+    """`TFE_Py_Execute(ctx, device, op_name, inputs, attrs, ...)` (and `TFE_Py_ExecuteCancelable`)."""
+    op = args[2] if len(args) > 4 else None
+    if type(op) is bytes:  # (the eager fallbacks name the op in bytes: `_execute.execute(b"WriteFile", ...)`)
+        op = op.decode("utf-8", "replace")
+    if type(op) is str and op in _TF_WRITE_OPS:
+        _tf_vet_op(vet, op, list(args[3] or ()), tuple(args[4] or ()))
+    return args, kw
+
+
+def _both_paths(family: str, label: str, at: tuple[int, ...]) -> Callable[[Any, tuple, dict], tuple[tuple, dict]]:
+    return _nv_both(*(_nv_arg(family, label, i, f"arg{i}") for i in at))
+
+
+_TF_FILE_IO = _nv_module_functions("tensorflow", {
+    "DeleteFile": _nv_arg("tensorflow", "tf.io.gfile.remove", 0, "filename"),
+    "DeleteRecursively": _nv_arg("tensorflow", "tf.io.gfile.rmtree", 0, "dirname"),
+    "CreateDir": _nv_arg("tensorflow", "tf.io.gfile.mkdir", 0, "dirname"),
+    "RecursivelyCreateDir": _nv_arg("tensorflow", "tf.io.gfile.makedirs", 0, "dirname"),
+    "RenameFile": _both_paths("tensorflow", "tf.io.gfile.rename", (0, 1)),
+    "CopyFile": _nv_arg("tensorflow", "tf.io.gfile.copy", 1, "newpath"),
+    "WriteStringToFile": _nv_arg("tensorflow", "tf.io.write_file", 0, "filename")}, {
+    "WritableFile": {"__init__": (_nv_arg("tensorflow", "tf.io.gfile.GFile", 0, "filename"), False)}})
+_TF_RECORD_IO = _nv_module_functions("tensorflow", {}, {
+    "RecordWriter": {"__init__": (_nv_arg("tensorflow", "tf.io.TFRecordWriter", 0, "path"), False)}})
+_TF_EAGER = _nv_module_functions("tensorflow", {
+    "TFE_Py_FastPathExecute": _tf_fast_path, "TFE_Py_Execute": _tf_execute,
+    "TFE_Py_ExecuteCancelable": _tf_execute})
+
+
+# extension module -> (its maker, the Python modules that re-export its names): merged into arrow.py's targets
+NATIVE_TARGETS: dict[str, tuple[Callable[[types.ModuleType, Any], dict[str, Any]], tuple[str, ...]]] = {
+    "h5py.h5f": (_H5F, ()), "h5py.h5p": (_H5P, ()),
+    "torch": (_torch, ()),
+    "tensorflow.python.lib.io._pywrap_file_io": (_TF_FILE_IO, ()),
+    "tensorflow.python.lib.io._pywrap_record_io": (_TF_RECORD_IO, ()),
+    "tensorflow.python._pywrap_tfe": (_TF_EAGER, ("tensorflow.python.pywrap_tfe",)),
+}

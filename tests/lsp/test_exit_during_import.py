@@ -1,0 +1,55 @@
+"""The server's `exit` while litellm's import is under way (a model request's first step): the process ends
+promptly, with code 0, without waiting for the import. The import is held (never let finish) by a finder that
+the server's interpreter installs at start (a `sitecustomize` on its path): it blocks the import of `litellm` on
+a FIFO no one opens, as a slow import on a loaded machine would, only for ever. Real server over stdio, real
+model request path (mode llm, a never-run cell no rule decides); the test waits on the server's log line that
+the import started, never on time."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from .conftest import REPO, Notebook, start_client, stop_client, wait_for
+from .test_llm import FIRST_REQUEST_S, MODEL, llm_env
+
+HOLD = '''import os, sys
+
+
+class _HoldLitellm:
+    """Blocks the first import of litellm until the FIFO is opened for writing (the test never does)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "litellm" and self in sys.meta_path:
+            sys.meta_path.remove(self)
+            open(os.environ["CRANE_TEST_LITELLM_HOLD"]).close()
+        return None
+
+
+sys.meta_path.insert(0, _HoldLitellm())
+'''
+
+
+@pytest.mark.timeout(300)
+async def test_exit_does_not_wait_for_the_litellm_import(tmp_path):
+    hold_dir = tmp_path / "hold"
+    hold_dir.mkdir()
+    (hold_dir / "sitecustomize.py").write_text(HOLD)
+    fifo = tmp_path / "litellm-hold"
+    os.mkfifo(fifo)
+    env = {**llm_env(tmp_path), "PYTHONPATH": os.pathsep.join([str(hold_dir), str(REPO / "server")]),
+           "CRANE_TEST_LITELLM_HOLD": str(fifo)}
+    c = await start_client(
+        env=env,
+        init_options={"crane": {"mode": "llm", "llm": {"model": MODEL, "apiBase": "http://127.0.0.1:9/v1",
+                                                        "retries": 0}}},
+    )
+    try:
+        nb = Notebook(c, tmp_path / "m.ipynb", ["s = 1\n", "print(s)\n"])
+        nb.executed(0, order=1)
+        await wait_for(lambda: any("importing litellm" in m.message for m in c.log_messages),
+                       timeout=FIRST_REQUEST_S, what="the server's log line that litellm's import started")
+    finally:
+        await stop_client(c)  # shutdown, exit: fails (and kills the server) when it has not exited within its bound
+    assert c._server is not None and c._server.returncode == 0
