@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import threading
-from typing import NoReturn
+from typing import BinaryIO, NoReturn, cast
 
 from crane.commands import EXIT_ERROR, EXIT_OK
 
@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.log_level != "debug":  # pygls logs every message it sends at INFO
         logging.getLogger("pygls").setLevel(logging.WARNING)
+    from crane.lsp.input_end import InputEnd
+    from crane.lsp.lifecycle import leaving
     from crane.lsp.server import LspLogHandler, server
 
     handler = LspLogHandler(server)
@@ -51,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
             host, port = args.tcp
             server.start_tcp(host, port)
         else:
-            server.start_io()
+            # the input's end (the editor gone without `exit`) ends the session's waits, as `exit` does
+            server.start_io(cast(BinaryIO, InputEnd(sys.stdin.buffer, lambda: leaving(server))))
     except OSError as exc:
         print(f"crane serve: {exc}", file=sys.stderr)
         return EXIT_ERROR

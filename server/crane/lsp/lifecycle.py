@@ -1,8 +1,10 @@
-"""`initialize`, `initialized`, `workspace/didChangeConfiguration` and `shutdown`.
+"""`initialize`, `initialized`, `workspace/didChangeConfiguration`, `shutdown` and `exit`.
 
 Settings come from `initializationOptions` and later configuration changes; invalid ones are shown to the
 user (window/showMessage) and fall back to defaults. The analysis engine is imported in the background
-after `initialized`, so `initialize` answers at once.
+after `initialized`, so `initialize` answers at once. The process leaves promptly after `exit` with or without
+a `shutdown` before it (an editor that gives up on its server sends `exit` alone), and when its input ends (the
+editor died): `leaving` ends every wait the process's end would wait for (litellm's import, the repair agent's runs).
 """
 
 from __future__ import annotations
@@ -49,12 +51,22 @@ async def did_change_configuration(ls: CraneServer, params: types.DidChangeConfi
         ls.kernels.recheck_all(session)
 
 
-async def shutdown(ls: CraneServer, params: None) -> None:
-    # a model request still waiting for litellm's import ends now: the loop's end waits for its thread
+def leaving(ls: CraneServer) -> None:
+    """The session is over: a model request still waiting for litellm's import ends now (the loop's end and the
+    interpreter's wait for its thread), and so do the repair agent's runs. Idempotent, from any thread."""
     abandon()
     stop_all(ls.agent_runs)
+
+
+async def shutdown(ls: CraneServer, params: None) -> None:
+    leaving(ls)
     ls.llm.close()
     ls.quick_fixes.close()
     lm_tools.close(ls)
     ls.speculation.close()
     await ls.kernels.shutdown()
+
+
+def exit(ls: CraneServer, params: None) -> None:  # noqa: A001 - the LSP notification's name
+    # pygls calls this first, then closes the channel and ends the loop (whose end waits for the executors' threads)
+    leaving(ls)

@@ -21,6 +21,7 @@ server.feature(types.INITIALIZE)(lifecycle.initialize)
 server.feature(types.INITIALIZED)(lifecycle.initialized)
 server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)(lifecycle.did_change_configuration)
 server.feature(types.SHUTDOWN)(lifecycle.shutdown)
+server.feature(types.EXIT)(lifecycle.exit)
 
 server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)(sync.did_open)
 server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)(sync.did_change)
