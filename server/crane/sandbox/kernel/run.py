@@ -79,15 +79,25 @@ def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> t
 
 
 def _exec_plan(ctx: _Ctx, plan: list[CodeType], ns: dict[str, Any], untraced: bool = False) -> None:
-    """Run the cell's statements in `ns`. `untraced` (a one-shot fork run: kernel/common._untraced): all of them in
-    ONE `sys.call_tracing`, so the cell's code is traced as it would be in the kernel while CRANE's frames are not.
-    One call, not one per statement: on 3.11 a hook the cell sets in one statement (`sys.setprofile`, a profiler's
-    `enable()`, coverage's `start()`) reaches the next only within the same call (the thread's tracing flag is
-    copied from the caller into each new evaluation loop, and `call_tracing` restores the caller's when it returns)."""
+    """Run the cell's statements in `ns`, IPython's builtin trap on (`get_ipython`, `exit`... as in the kernel's
+    cell). `untraced` (a one-shot fork run: kernel/common._untraced): all of them in ONE `sys.call_tracing`, so the
+    cell's code is traced as it would be in the kernel while CRANE's frames are not. One call, not one per statement:
+    on 3.11 a hook the cell sets in one statement reaches the next only within the same call (the thread's tracing
+    flag is copied from the caller into each new evaluation loop, and `call_tracing` restores the caller's when it
+    returns).
+    The trap is entered and left by plain calls, never as a `with` block around the cell (issue 41): a context
+    manager's `__exit__` is code the cell can change (`type(get_ipython().builtin_trap).__exit__.__code__`, or a
+    kept session command's patch for every later one), and an `__exit__` that returns true swallows the exception
+    going through it, so a raising cell reached CRANE's clean branch and came back `no-crash` on every path. The
+    cell's exception goes straight to CRANE's caller; the trap is left only after a clean end (a raised run's
+    process ends, is parked or dropped: its builtins are never a later cell's)."""
+    trap = ctx.shell.builtin_trap
+    trap.__enter__()
     if untraced or ctx.untraced:
         _call_tracing(_run_statements, (plan, ns))
     else:
         _run_statements(plan, ns)
+    trap.__exit__(None, None, None)
 
 
 def _run_statements(plan: list[CodeType], ns: dict[str, Any]) -> None:
@@ -384,8 +394,7 @@ def run_source(ctx: _Ctx, source: str) -> dict:
     exc = None
     seen: dict = {}
     try:
-        with shell.builtin_trap:
-            _exec_plan(ctx, _cell_begins(ctx, source, seen), ns)
+        _exec_plan(ctx, _cell_begins(ctx, source, seen), ns)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         exc = e
     finally:
@@ -510,8 +519,7 @@ def _cell_then_seal(ctx: _Ctx, args: dict, shell: Any, setup_ms: float) -> None:
     seen: dict = {}
     t1 = time.perf_counter()
     try:
-        with shell.builtin_trap:
-            _exec_plan(ctx, _cell_begins(ctx, args["source"], seen), ns, untraced=True)
+        _exec_plan(ctx, _cell_begins(ctx, args["source"], seen), ns, untraced=True)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         _epilogue_begins(ctx)
         rec = _cell_record(ctx, e, args["source"], seen, t1)

@@ -882,8 +882,7 @@ def _command_code(ctx: _Ctx, cmd: dict, state: dict, is_run: bool) -> str | None
     """The command's own code, untraced by CRANE's frames (`sys.call_tracing`): a run's cell, or an eval's expression
     (its text/plain repr)."""
     if is_run:
-        with ctx.shell.builtin_trap:
-            _exec_plan(ctx, _cell_begins(ctx, state["source"], state["seen"]), ctx.shell.user_ns, untraced=True)
+        _exec_plan(ctx, _cell_begins(ctx, state["source"], state["seen"]), ctx.shell.user_ns, untraced=True)
         return None
     return _eval_text(ctx, cmd, contextlib.nullcontext, untraced=True)
 
@@ -1037,9 +1036,12 @@ def evaluate(ctx: _Ctx, cmd: dict, guard: Callable[[], Any] = contextlib.nullcon
 def _eval_text(ctx: _Ctx, cmd: dict, guard: Callable[[], Any], untraced: bool = False) -> str:
     """An eval's expression, run under `guard()`: the text/plain repr of its value. `untraced` (a fork session's
     command: CRANE's frames untraced) through `sys.call_tracing`, so the session's hooks see it as in the kernel."""
-    with guard(), ctx.shell.builtin_trap:
+    trap = ctx.shell.builtin_trap  # (entered and left by calls, never a `with`: kernel/run._exec_plan)
+    with guard():
+        trap.__enter__()
         code = compile(cmd.get("expr", ""), CELL_FILENAME, "eval")
         value = _call_tracing(eval, (code, ctx.shell.user_ns)) if untraced else eval(code, ctx.shell.user_ns)
+        trap.__exit__(None, None, None)
     data, _ = ctx.shell.display_formatter.format(value, include={"text/plain"})
     return str(data.get("text/plain", ""))[: int(cmd.get("limit", 4000))]
 
@@ -1198,8 +1200,7 @@ def run_command(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> tuple[dic
     later runs."""
     state = _run_begins(ctx, cmd, out_path, err_path)
     try:
-        with ctx.shell.builtin_trap:
-            _exec_plan(ctx, _cell_begins(ctx, state["source"], state["seen"]), ctx.shell.user_ns)
+        _exec_plan(ctx, _cell_begins(ctx, state["source"], state["seen"]), ctx.shell.user_ns)
     except BaseException as exc:  # noqa: BLE001 - the cell's own exception, SystemExit included
         return _run_record(ctx, state, exc, out_path, err_path), True
     return _run_record(ctx, state, None, out_path, err_path), False

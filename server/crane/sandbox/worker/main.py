@@ -886,8 +886,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     t_cell = time.perf_counter()
     raised: BaseException | None = None
     try:
-        with shell.builtin_trap:
-            _exec_plan(ctx, _cell_begins(ctx, source, seen), ns)
+        _exec_plan(ctx, _cell_begins(ctx, source, seen), ns)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         raised = e
     rec = _cell_record(ctx, raised, source, seen, t_cell)  # (the guard still on: the exception's text is the cell's)
@@ -909,8 +908,7 @@ def _copy_cell_then_seal(ctx: _Ctx, portable: Any, steps: dict, facts: dict) -> 
         begin_portable(portable)
     t_cell = time.perf_counter()
     try:
-        with shell.builtin_trap:
-            _exec_plan(ctx, _cell_begins(ctx, source, seen), ns, untraced=True)
+        _exec_plan(ctx, _cell_begins(ctx, source, seen), ns, untraced=True)
     except BaseException as e:  # noqa: BLE001 - the cell's own exception, SystemExit included
         rec = _cell_record(ctx, e, source, seen, t_cell)  # (the guard still on: the exception's text is the cell's)
         _after_cell(ctx, portable)

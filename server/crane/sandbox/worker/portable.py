@@ -68,7 +68,7 @@ from crane.sandbox.worker.imports import import_leeway  # kernel: strip
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, hidden_paths  # kernel: strip
 from crane.sandbox.worker.pools import install_joblib  # kernel: strip
-from crane.sandbox.worker.reaper import end_descendants  # kernel: strip
+from crane.sandbox.worker.reaper import end_descendants, kill_child  # kernel: strip
 
 PORTABLE_LAYERS = ("call guard", "audit hook")
 # events whose path is followed to its target (the link must become a private copy first)
@@ -1108,10 +1108,7 @@ def _kill_multiprocessing_children() -> None:
         d = object.__getattribute__(p, "__dict__") if any(type(p) is k for k in kinds if k is not None) else {}
         popen = d.get("_popen") if type(d) is dict else None
         pid = popen.__dict__.get("pid") if type(popen) is popen_type else None
-        if type(pid) is int and _our_child(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        if type(pid) is int:
+            kill_child(pid)  # (a pidfd: one its pool's handler reaped meanwhile is never signalled, nor judged)
 
 

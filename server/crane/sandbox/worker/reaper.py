@@ -18,6 +18,14 @@ watcher thread would use). So the worker holds its descendants through the Linux
 - `end_descendants()` (after the cell, before the record is written): every child the Linux kernel lists for this
   process (`/proc/self/task/*/children`, re-parented orphans included) is killed, again until none is left running
   (left unreaped: multiprocessing may still signal its own as its children), with the platform's C functions bound when this module was built (before any cell ran).
+- `kill_child(pid)`: CRANE's one way to kill a child of the run (the calls above, and multiprocessing's children
+  the portable worker ends after the cell). A child can be reaped by the run's own code at any moment, also while
+  CRANE ends it (a pool left open: its handler thread reaps a killed worker and forks another): so the child is
+  named by a pidfd, not its number: one reaped before is found gone and never signalled, a number used again is
+  never hit, and `pidfd_open`/`pidfd_send_signal` raise no audit event, so the run's audit hook, which judges the
+  cell's `os.kill`, never takes CRANE's kill for the cell's (a `kill` of a pid reaped in between was refused:
+  "signalling another process", the run `blocked`). Where there is no pidfd (Linux < 5.3, macOS): `kill` after a
+  check that it is an unreaped child, as before.
 Elsewhere (macOS, Windows) both do nothing: the job object (Windows) and the daemon's kill of the worker's tree
 are what ends a run's processes there.
 """
@@ -25,6 +33,7 @@ are what ends a run's processes there.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import sys
@@ -47,6 +56,9 @@ _GETPPID = getattr(_posix, "getppid", None)
 _EXIT = getattr(_posix, "_exit", None)
 _MONOTONIC, _SLEEP = time.monotonic, time.sleep
 _SIGKILL, _WNOHANG, _O_RDONLY = int(signal.SIGKILL), os.WNOHANG, os.O_RDONLY
+# (the real ones: the portable run later wraps signal.pidfd_send_signal for the cell, kernel/audit.py)
+_PIDFD_OPEN, _PIDFD_SEND = getattr(_posix, "pidfd_open", None), getattr(signal, "pidfd_send_signal", None)
+_P_PIDFD = getattr(os, "P_PIDFD", None)
 _REAP_SIGNAL, _REAP_SIGCHLD, _REAP_SIG_DFL = signal.signal, getattr(signal, "SIGCHLD", None), signal.SIG_DFL
 _HELD: dict = {}  # what hold_descendants set up (once per process)
 
@@ -118,6 +130,44 @@ def _children() -> list[int]:
     return out
 
 
+def kill_child(pid: int) -> bool:
+    """SIGKILL `pid` if it is a child of this process not yet reaped (a zombie counts); whether it was signalled.
+    Through a pidfd where there is one, else `kill` (module docstring)."""
+    if type(pid) is not int or pid <= 0 or _WAITID is None:
+        return False
+    if _PIDFD_OPEN is not None and _PIDFD_SEND is not None and _CLOSE is not None:
+        try:
+            fd = _PIDFD_OPEN(pid)
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                return False  # reaped already: nothing to end
+            fd = -1  # (no pidfd here: ENOSYS, or refused)
+        if fd >= 0:
+            try:  # the process the pidfd holds is an unreaped child of this one (else ChildProcessError)
+                try:
+                    if _P_PIDFD is None:
+                        raise OSError(errno.EINVAL, "no P_PIDFD")
+                    _WAITID(_P_PIDFD, fd, _WEXITED | _WNOHANG | _WNOWAIT)
+                except ChildProcessError:
+                    return False
+                except OSError:  # (EINVAL: no P_PIDFD before Linux 5.4; the pid then, the signal by the pidfd)
+                    _WAITID(_P_PID, pid, _WEXITED | _WNOHANG | _WNOWAIT)
+                _PIDFD_SEND(fd, _SIGKILL)
+                return True
+            except OSError:
+                return False
+            finally:
+                _CLOSE(fd)
+    if _KILL is None:
+        return False
+    try:
+        _WAITID(_P_PID, pid, _WEXITED | _WNOHANG | _WNOWAIT)
+        _KILL(pid, _SIGKILL)
+        return True
+    except OSError:
+        return False
+
+
 def end_descendants(timeout_s: float = 5.0) -> int:
     """Kill (and leave unreaped) every child of this process (orphaned descendants re-parented here included), again until the
     Linux kernel lists none (a child's own children are re-parented here as it dies). Returns how many ended."""
@@ -137,10 +187,7 @@ def end_descendants(timeout_s: float = 5.0) -> int:
         if not kids:
             break
         for pid in kids:
-            try:
-                _KILL(pid, _SIGKILL)
-            except OSError:
-                pass
+            kill_child(pid)
         for pid in kids:
             while _MONOTONIC() < deadline:
                 try:
