@@ -12,7 +12,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 
 from crane.kernel.untouched import Untouched
 
-from .conftest import SETUP, Notebook, attach
+from .conftest import SETUP, Notebook, attach, last_status, wait_for
 
 
 async def call(client, nb_uri: str, tool: str, input: dict) -> tuple[bool, Any]:
@@ -53,3 +53,58 @@ async def test_lm_tools_on_the_open_notebook(client, live_kernel, notebook_path)
     assert err and "not open" in str(text)
     err, facts = await call(client, nb.uri, "crane_kernel_facts", {"names": ["df"]})  # still serving
     assert not err
+
+
+GATED = "import os, time\nwhile not os.path.exists({!r}):\n    time.sleep(0.05)\n"
+
+
+async def test_lm_tools_ask_a_kernel_running_the_users_cell_nothing(client, live_kernel, notebook_path, tmp_path):
+    """While the user's cell runs, a check answers at once from static facts, a run is `unavailable`, facts are an
+    error saying so (as `crane mcp`); a silent request of the editor's (its variable view) is no cell: the tools
+    still ask the kernel. Each wait ends on an event: the server's `busy` status (its watch saw the request start)."""
+    from crane.mcp.backend import BUSY
+
+    nb = Notebook(client, notebook_path, [SETUP, "total = df['A'].sum()\n"])
+    nb.executed(0, order=1)
+    await attach(client, nb, live_kernel)
+    err, facts = await call(client, nb.uri, "crane_kernel_facts", {"names": ["df"]})
+    assert not err and facts["facts"]["df"]["shape"] == [3, 2]
+    user = live_kernel.owned.manager.client()  # the user's front-end
+    user.start_channels()
+    silent_gate, cell_gate = tmp_path / "silent-request-may-end", tmp_path / "user-cell-may-end"
+    try:
+        mark = len(client.kernel_status)
+        user.execute(GATED.format(str(silent_gate)), silent=True, store_history=False)
+        await wait_for(lambda: any(s.state == "busy" for s in client.kernel_status[mark:]),
+                       what="the server's watch seeing the silent request start")
+        # asked, not refused: the private request waits behind the silent one, which ends only when the gate opens
+        err, text = await call(client, nb.uri, "crane_kernel_facts", {})
+        assert err and "running a cell" not in text and "no reply within" in text, text
+        silent_gate.write_text("open")
+        await wait_for(lambda: last_status(client, nb.uri).state != "busy", what="the silent request's end")
+
+        mark = len(client.kernel_status)
+        user.execute(GATED.format(str(cell_gate)))
+        await wait_for(lambda: any(s.state == "busy" for s in client.kernel_status[mark:]),
+                       what="the server's watch seeing the user's cell start")
+        # its execute_input follows its busy status on iopub: a call the watch answered before reading it is asked
+        # and waits for its timeout; the next is refused
+        for _ in range(3):
+            err, text = await call(client, nb.uri, "crane_kernel_facts", {})
+            assert err, text
+            if "running a cell" in text:
+                break
+            assert "no reply within" in text, text
+        assert BUSY in text, text
+        err, pred = await call(client, nb.uri, "crane_check_cell", {"cell": 2})
+        assert not err and pred["facts_mode"] == "static" and pred["facts_error"] == BUSY, pred
+        err, run = await call(client, nb.uri, "crane_try_code", {"code": "df['a'].sum()"})
+        assert not err and run["outcome"] == "unavailable" and run["reason"] == BUSY, run
+        assert not cell_gate.exists()  # the cell cannot have ended
+    finally:
+        silent_gate.write_text("open")
+        cell_gate.write_text("open")
+    await wait_for(lambda: last_status(client, nb.uri).state != "busy", what="the user's cell's end")
+    err, facts = await call(client, nb.uri, "crane_kernel_facts", {"names": ["df"]})
+    assert not err and facts["facts"]["df"]["shape"] == [3, 2]
+    user.stop_channels()

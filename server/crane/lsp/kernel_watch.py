@@ -24,7 +24,11 @@ Traffic whose parent is CRANE's own session (the probe's silent requests) is ign
 daemon opened on any kernel (`DAEMON_SESSIONS`: probe, sandbox and agent connections of every notebook), so
 that two notebooks attached to one kernel do not take each other's private requests for user activity (each
 would invalidate the other's sandbox results, over and over). `busy` tells, at any time, whether a user
-request is running: the probe uses it to avoid queueing behind a user cell. `activity`
+request is running: the probe uses it to avoid queueing behind a user cell. `cell_running` is narrower: a cell
+runs, i.e. another client's execute request that is not silent (its `execute_input` shown) until its `idle`, the
+rule of `crane mcp`'s busy watch (`crane.mcp.busy`); a silent request (the Jupyter extension's variable view, a
+tool's probe) ends in moments and is no cell. The shell runs one request at a time, so any execute request that
+starts (the daemon's own included) ends the cell known to run: a missed `idle` is forgotten, never kept. `activity`
 counts what may have changed the kernel's state since the watch began: every other client's request that
 can run code (execute, also silent or expression-only; comm messages; anything but the read-only requests
 below), restarts, deaths and reconnections (what ran in the gap is unknown). It is bumped on the watcher
@@ -109,6 +113,7 @@ class KernelWatch:
         self._stopping = threading.Event()
         self._running: dict[str, dict] = {}  # user execute_request msg_id -> {"code", "count", "ok"}
         self._busy_parents: set[str] = set()
+        self._cell: str | None = None  # msg_id of another client's cell (execute_input seen, not yet idle)
         self._lock = threading.Lock()
         self.alive = True
         self.last_activity = time.monotonic()
@@ -122,6 +127,12 @@ class KernelWatch:
         """A user request is running in the kernel right now."""
         with self._lock:
             return bool(self._busy_parents)
+
+    @property
+    def cell_running(self) -> bool:
+        """Another client's cell runs in the kernel right now (not a silent request: see the module's doc)."""
+        with self._lock:
+            return self._cell is not None
 
     def start(self) -> None:
         self._thread.start()
@@ -184,6 +195,7 @@ class KernelWatch:
             with self._lock:  # a run we saw start may have ended during the gap
                 self._busy_parents.clear()
                 self._running.clear()
+                self._cell = None
                 self.activity += 1  # and what ran in the gap is unknown
             self._emit(WatchEvent("resync"))
         if beating and not self.alive:
@@ -194,6 +206,7 @@ class KernelWatch:
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self._cell = None
                 self.activity += 1
             self._emit(WatchEvent("dead"))
 
@@ -204,6 +217,7 @@ class KernelWatch:
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self._cell = None
                 self.activity += 1
             self._emit(WatchEvent("restarted"))
 
@@ -216,6 +230,7 @@ class KernelWatch:
             with self._lock:
                 self._busy_parents.clear()
                 self._running.clear()
+                self._cell = None
                 self.activity += 1
             self._emit(WatchEvent("restarted"))
             return
@@ -230,6 +245,10 @@ class KernelWatch:
         if mtype == "iopub_welcome":
             self._welcomed = True
             return
+        if (mtype == "status" and content.get("execution_state") == "busy"
+                and parent.get("msg_type") == "execute_request"):
+            with self._lock:  # one request at a time: whatever cell ran before has ended
+                self._cell = None
         if parent.get("session") in self.ignore_sessions or parent.get("session") in DAEMON_SESSIONS:
             return
         if mtype == "status" and content.get("execution_state") == "busy" and (
@@ -251,6 +270,8 @@ class KernelWatch:
             elif state == "idle":
                 with self._lock:
                     was_busy = pid in self._busy_parents
+                    if self._cell == pid:
+                        self._cell = None
                     self._busy_parents.discard(pid)
                     now_idle = was_busy and not self._busy_parents
                     run = self._running.pop(pid, None)
@@ -261,6 +282,7 @@ class KernelWatch:
                     self._emit(WatchEvent("idle"))
         elif mtype == "execute_input":
             with self._lock:
+                self._cell = pid
                 self._running[pid] = {"code": content.get("code", ""), "count": content.get("execution_count"), "ok": True,
                                       "t0": time.monotonic()}
         elif mtype == "error":

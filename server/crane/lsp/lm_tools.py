@@ -8,6 +8,12 @@ Bad params (not an `LmToolParams`): invalid params; an unknown tool: invalid par
 match the tool's schema, a notebook that is not open, or no attached kernel: a result with `isError` saying so,
 as for any failure of the tool's work (the model reads it and corrects the call). The check tools answer
 `prediction: "unknown"` where neither the kernel's facts nor a sandbox run decided.
+
+While the user's cell runs in the kernel, the kernel is asked nothing, as in `crane mcp` (`Attached.busy`): a check
+answers at once from static facts, a run is `unavailable`, facts and fixes are an error saying so (a private request
+would only queue behind the cell). A cell is what the kernel watch's `cell_running` says: another client's execute
+request that is not silent, until its `idle`; not the watch's `busy`, which counts the Jupyter extension's silent
+requests (its variable view) too, and would refuse tools whenever the editor refreshes a view.
 """
 
 from __future__ import annotations
@@ -74,7 +80,8 @@ async def lm_tool(ls: CraneServer, params: Any) -> Any:
     describe = getattr(getattr(att, "info", None), "description", "") or "the notebook's kernel"
 
     def work(conn: Any) -> Any:
-        tools = KernelTools(Attached(conn=conn, describe=describe, notebook=snap.path, open_notebook=nb))
+        tools = KernelTools(Attached(conn=conn, describe=describe, notebook=snap.path, open_notebook=nb,
+                                     busy=lambda: att.watch.cell_running))
         return spec.call(tools, args)
 
     try:
