@@ -73,7 +73,9 @@ async def _ends_alone(c: LanguageClient, after: str) -> int:
         if server.returncode is None:
             server.kill()
         await c.stop()
-    return server.returncode
+    code = server.returncode
+    assert code is not None  # it has ended
+    return code
 
 
 @pytest.mark.timeout(300)
