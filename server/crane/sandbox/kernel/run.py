@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import errno
+import functools
 import linecache
+import operator
 import os
 import re
 import signal
@@ -31,6 +33,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _close_channel,
     _Ctx,
     _fence,
+    _fence_shape,
     _real_exit,
     _seal_other,
     _sent,
@@ -94,29 +97,101 @@ def _exec_plan(ctx: _Ctx, plan: list[CodeType], ns: dict[str, Any], untraced: bo
     trap = ctx.shell.builtin_trap
     trap.__enter__()
     if untraced or ctx.untraced:
-        _call_tracing(_run_statements, (plan, ns))
+        _call_tracing(_run_statements, (plan, ns, True))
     else:
         _run_statements(plan, ns)
     trap.__exit__(None, None, None)
 
 
-def _run_statements(plan: list[CodeType], ns: dict[str, Any]) -> None:
+def _run_statements(plan: list[CodeType], ns: dict[str, Any], untraced: bool = False) -> None:
+    """The cell's statements, one after the other. A statement with a top-level `await` runs through `_awaited`:
+    from inside `sys.call_tracing` (`untraced`), back in CRANE's untraced frames (`_untraced_step`). No `try` here:
+    a frame of CRANE's that the cell's exception leaves by a handler is one a line tracer of the cell's can jump
+    out of (a `finally` closing the statement's event loop let a raising cell's tracer jump back to the loop's head
+    and come back `no-crash`, issue 41)."""
     for code in plan:
         if code.co_flags & _CO_COROUTINE:
-            import asyncio
-            loop = asyncio.new_event_loop()
-            try:
-                loop.run_until_complete(eval(code, ns))
-            finally:
-                try:
-                    loop.close()
-                except Exception:
-                    pass
+            if untraced:
+                _untraced_step(_awaited, eval(code, ns))
+            else:
+                _awaited(eval(code, ns))
         else:
             exec(code, ns)
 
 
+def _awaited(coro: Any) -> None:
+    """A statement with a top-level `await`: its coroutine run to its end on an event loop of its own (as
+    `asyncio.run` would: the kernel's loop is not running in a copy), through `sys.call_tracing` (the cell's hooks
+    see it as in the kernel). Whether it ended is not asyncio's word (issue 41): `run_until_complete` returns the
+    task's result, and a cell can patch the loop (`asyncio.new_event_loop`, `BaseEventLoop.run_until_complete`: a
+    library patch) or set its own task done (`asyncio.Future.set_result(asyncio.current_task(), None)`) and then
+    raise, and came back `no-crash` on every copy and layered path. The coroutine is awaited by a one-line wrapper
+    of CRANE's (`_await_template`: no local, no handler, a tracer's jump can only run its line again), and after
+    the loop the wrapper's own frame says how it ended: its last instruction the `return` (`_returned_lasti`, the
+    same code run on a coroutine that returns) or not; not (the statement raised, or did not end, and yet the loop
+    returned) is `blocked`. The check is a copy of `_await_check` whose constants are the wrapper and its frame,
+    made before any code of the cell's can run again here, and called from a tuple made then (on 3.13 the cell can
+    write this frame's locals while the loop runs)."""
+    import asyncio
+    loop = asyncio.new_event_loop()
+    run_until, close = loop.run_until_complete, loop.close  # (their lookups may run the cell's code: before the
+    # wrapper and its check exist)
+    wrapper = _fenced(_await_template, {"<coro>": coro})()
+    check = _fenced(_await_check, {"<wrapper>": wrapper, "<frame>": wrapper.cr_frame, "<returned>": _returned_lasti(),
+                                   "<pick>": (int, _await_refused)})
+    tuple(map(_CALL, (_partial(_call_tracing, run_until, (wrapper,)), check, close)))
+
+
+async def _await_template() -> Any:
+    return await "<coro>"  # type: ignore[misc]  # (a template: `_awaited`'s copy, the statement's coroutine)
+
+
+def _await_check() -> None:
+    "<pick>"["<frame>".f_lasti != "<returned>" or "<wrapper>".cr_frame is not None]()  # type: ignore[operator, attr-defined]
+
+
+async def _await_returns() -> None:
+    """(a coroutine that returns: `_returned_lasti`)"""
+
+
+def _returned_lasti() -> int:
+    """The last instruction of `_await_template`'s frame when its awaited coroutine returned (3.11: 20; 3.12 and 3.13:
+    24); one that raised stops elsewhere. Taken on CRANE's own coroutine, each time (nothing kept a cell can
+    change)."""
+    wrapper = _fenced(_await_template, {"<coro>": _await_returns()})()
+    frame = wrapper.cr_frame
+    try:
+        wrapper.send(None)
+    except StopIteration:
+        pass
+    return frame.f_lasti
+
+
+def _await_refused() -> None:
+    raise SandboxBlocked("the cell's awaited statement did not end by its own code, yet its event loop returned "
+                         "(its task set done by the cell's code, or a patched event loop): no verdict")
+
+
+def _untraced_step(fn: Callable[..., Any], *args: Any) -> None:
+    """`fn(*args)` in CRANE's untraced frames, called from the cell's traced statements (`_run_statements`): as
+    kernel/common._untraced, from inside a trace function, but the thread's trace function (the cell's own) is
+    set back at once, so what `fn` hands to `sys.call_tracing` is traced as in the kernel. No value; its exception
+    goes straight up through the trace call (no box a cell could swap on 3.13; CPython then unsets the trace
+    function, as a raising statement ends the cell)."""
+    old = _gettrace()
+
+    def enter(frame: Any, event: str, arg: Any) -> None:
+        _settrace(old)
+        fn(*args)
+
+    _settrace(enter)
+    _fence_shape()  # (its 'call' event runs `enter`)
+
+
 _call_tracing = sys.call_tracing  # (bound at install, as every name the outcome path calls: kernel/common._fence)
+_gettrace, _settrace = sys.gettrace, sys.settrace
+_partial = functools.partial
+_CALL = operator.methodcaller("__call__")
 
 
 def _exception_chain(exc: BaseException | None) -> list[BaseException]:
