@@ -20,7 +20,7 @@ PYTEST_JOBS ?= 3
 # of the wheel.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench bench-floors bench-today kernel-today \
+.PHONY: setup demo lint test test-python client-then-e2e test-client vsix e2e bench bench-floors bench-today bench-pythons kernel-today \
 	kernel-pythons daemon-pythons clean
 
 setup: $(STAMP)
@@ -105,6 +105,18 @@ daemon-pythons: setup
 	  rm -f build/daemon-py$$n; [ "$$v" != "$$own" ] || continue; \
 	  exe=$$(envs/find_python.sh $$v) || { echo "== no Python $$v on this machine: the server is not tested on it"; continue; }; \
 	  PYTHON=$$exe EXTRAS= envs/make_daemon_env.sh build/daemon-py$$n $(DAEMON_ENV_CACHE) || exit 1; \
+	done
+
+# The bench's kernels on the other Pythons the machine has: pyproject.toml's bench extra (the versions the bench was
+# labelled with wherever they have a wheel for that Python, so a variant behaves as labelled: issue 44) in
+# build/bench-py3XX, built once per pyproject.toml under $(DAEMON_ENV_CACHE) like .venv (whose own Python has it);
+# `crane bench $(BENCH) --python build/bench-py313/bin/python`. A version with no interpreter here is left out.
+BENCH_PYTHONS ?= 3.12 3.13
+
+bench-pythons:
+	@for v in $(BENCH_PYTHONS); do n=$$(echo $$v | tr -d .); \
+	  exe=$$(envs/find_python.sh $$v) || { echo "== no Python $$v on this machine: no build/bench-py$$n"; continue; }; \
+	  PYTHON=$$exe EXTRAS=bench envs/make_daemon_env.sh build/bench-py$$n $(DAEMON_ENV_CACHE) || exit 1; \
 	done
 
 # `crane bench` with kernels of that environment (dl-lite's README lists the versions it was labelled with).
