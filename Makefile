@@ -58,14 +58,17 @@ client-then-e2e: setup
 	$(MAKE) --no-print-directory e2e
 
 test-python: setup kernel-today kernel-pythons daemon-pythons
-	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal --durations=25
-	@pids=""; for dir in $(DAEMON_PYTHON_DIRS); do \
+	@logs=$$(mktemp -d); pids=""; for dir in $(DAEMON_PYTHON_DIRS); do \
 	  [ -x $$dir/bin/python ] || continue; \
-	  ( out=$$(CRANE_SERVER_PYTHON=$(CURDIR)/$$dir/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider \
-	      $(SERVER_TESTS) -k "$(SERVER_TESTS_K)" 2>&1); rc=$$?; \
-	    echo "== the language server's kernel-following tests with the server on $$($$dir/bin/python -V) ($$dir)"; \
-	    echo "$$out"; exit $$rc ) & pids="$$pids $$!"; \
-	done; rc=0; for p in $$pids; do wait $$p || rc=1; done; exit $$rc
+	  ( CRANE_SERVER_PYTHON=$(CURDIR)/$$dir/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider \
+	      $(SERVER_TESTS) -k "$(SERVER_TESTS_K)" >$$logs/$${dir##*/} 2>&1 ) & pids="$$pids $$!:$$dir"; \
+	done; \
+	echo "$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal --durations=25"; \
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist worksteal --durations=25; rc=$$?; \
+	for p in $$pids; do dir=$${p#*:}; wait $${p%%:*} || rc=1; \
+	  echo "== the language server's kernel-following tests with the server on $$($$dir/bin/python -V) ($$dir)"; \
+	  cat $$logs/$${dir##*/}; \
+	done; rm -rf $$logs; exit $$rc
 
 # A second kernel environment on today's versions (IPython 9, numpy 2, pandas 3, TensorFlow/Keras 3, JAX, polars,
 # xgboost, lightgbm; envs/kernel-today.txt): the tests run kernels in it beside the bench environment's IPython 8
@@ -93,7 +96,9 @@ kernel-pythons:
 # of SERVER_PYTHONS other than .venv's; `make test-python` runs SERVER_TESTS (live squiggles, busy, restart, a
 # background run stopped when the user runs a cell) again with the server on each (CRANE_SERVER_PYTHON; pytest
 # itself stays in .venv): the Pythons at once, each pass without xdist (its four tests on three workers set
-# test_live's module fixtures up twice and started three workers: 20 vs 11 CPU-s a pass), its output when it ends.
+# test_live's module fixtures up twice and started three workers: 20 vs 11 CPU-s a pass), started before the main
+# suite and running beside it (they mostly wait on kernels and servers: ~21 s of wall after the suite before),
+# each pass's output printed after the suite's, and every failure, the suite's or a pass's, fails the target.
 SERVER_PYTHONS ?= 3.11 3.12 3.13
 SERVER_TESTS ?= tests/lsp/test_live.py tests/lsp/test_kernel_lifecycle.py tests/lsp/test_background.py
 SERVER_TESTS_K ?= live_squiggles or busy_kernel or death_then_restart or stops_on_edit
