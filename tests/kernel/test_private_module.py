@@ -62,4 +62,8 @@ def test_install_call_reinstall_in_a_real_kernel(tmp_path):
             client.call("boom", timeout=10, what="demo")
         assert conn.evaluate(f"{module.name!r} in get_ipython().user_ns") is False
         assert conn.evaluate("get_ipython().execution_count") == 1
-        assert conn.evaluate(module.call_expression("add", 1, 2).replace(module.version, "other")) == MISSING
+        seal = client.address
+        assert seal is not None
+        assert conn.evaluate(module.call_expression("add", 1, 2, seal=seal)) == 3
+        assert conn.evaluate(module.call_expression("add", 1, 2, seal=seal).replace(module.version, "other")) == MISSING
+        assert conn.evaluate(module.call_expression("add", 1, 2, seal="<not the seal>")) == MISSING

@@ -286,7 +286,7 @@ def _first_install(env, patch: str, undo: str, cell: str, crashes: bool = False)
     finally:
         assert conn.run_cell(undo + "\n_fresh()", timeout=60).status == "ok", undo
     assert hits == [], (hits, v)
-    assert watch.unchanged, (watch.changes(), watch.outputs)
+    assert watch.unchanged, (watch.changes(), watch.outputs, watch.hits)
     assert crashes or not (v.verdict == "crash" and v.certain), v  # (no false certain crash)
     return v
 
@@ -373,5 +373,40 @@ def test_a_module_of_the_notebooks_with_crane_version_is_never_used(env, name, d
         assert conn.run_cell("_fresh()", timeout=60).status == "ok"
     assert hits == [], (hits, v)
     assert replaced
+    assert watch.unchanged, (watch.changes(), [m.get("content") for m in watch.outputs])
+    assert v.verdict == "no-crash" and v.certain, v
+
+
+# CRANE's own modules, installed, then a function (or a class's method) in them rebound by the notebook: the daemon
+# calls (and the export uses) a module only while it binds what its install (or CRANE's own re-seal of its private
+# cloudpickle, at its first export) left (kernel/private_module's seal), so it installs afresh. Before, the rebound
+# `export`, the export's `_cell_objects`, cloudpickle's pickler method and module function were called.
+REBIND = {
+    "transplant-entry": "_m = sys.modules['_crane_transplant']\n_m.export = _wrap(_m.export, 'export')",
+    "transplant-inner": "_m = sys.modules['_crane_transplant']\n_m._cell_objects = _wrap(_m._cell_objects, 'cell')",
+    "cloudpickle-method": "_m = sys.modules['_crane_cloudpickle']\n"
+                          "_m.CloudPickler.reducer_override = _wrap(_m.CloudPickler.reducer_override, 'override')",
+    "cloudpickle-function": "_m = sys.modules['_crane_cloudpickle']\n"
+                            "_m._should_pickle_by_reference = _wrap(_m._should_pickle_by_reference, 'by_ref')",
+}
+
+
+@pytest.mark.parametrize("case", sorted(REBIND))
+def test_a_function_rebound_in_cranes_modules_is_never_called(env, case):
+    conn = env["conn"]
+    cell = "print(hit.__name__, sum(small))"  # (a notebook function: pickled by value through cloudpickle)
+    v = transplant(conn, cell, 60.0)
+    assert v.verdict == "no-crash", v
+    v = transplant(conn, cell, 60.0)  # (after CRANE's re-seal of its cloudpickle at the first export)
+    assert v.verdict == "no-crash", v
+    assert conn.run_cell(REBIND[case], timeout=60).status == "ok"
+    try:
+        conn.evaluate("HITS.clear()")
+        with Untouched(conn) as watch:
+            v = transplant(conn, cell, 60.0)
+        hits = conn.evaluate("list(HITS)")
+    finally:
+        assert conn.run_cell("_fresh()", timeout=60).status == "ok"
+    assert hits == [], (hits, v)
     assert watch.unchanged, (watch.changes(), [m.get("content") for m in watch.outputs])
     assert v.verdict == "no-crash" and v.certain, v

@@ -71,8 +71,13 @@ class ForkFixSandbox:
 
         self.budget_s = budget_s
         self.conn = conn
+        # the seal of the probe module this process installed (None: not installed), which the fork inherits: the
+        # session's facts call only that very module, binding what its install left (kernel/private_module.py)
+        self.probe_seal: str | None = None
         try:  # the fork inherits the probe module only if the kernel has it: an empty request installs it
-            ProbeClient(conn).run(ProbeRequest(), timeout=10.0)
+            probe = ProbeClient(conn)
+            probe.run(ProbeRequest(), timeout=10.0)
+            self.probe_seal = probe.seal
         except Exception as exc:  # no post-mortem facts then; candidates still come from the exception
             log.info("fixes: the probe is not available in the kernel (%s)", exc)
         self.inner = ForkSandbox(conn, budget_s=budget_s)
@@ -92,11 +97,12 @@ class ForkFixSandbox:
         from crane.sandbox.fork_session import SandboxError
 
         session = self.inner.session
-        if session is None or session.closed:
+        if session is None or session.closed or self.probe_seal is None:
             return None
         payload = msgspec.json.encode(request).decode("utf-8")
         try:
-            text = session.inspect(PROBE_MODULE.call_expression("run", payload), limit=FACTS_LIMIT)
+            text = session.inspect(PROBE_MODULE.call_expression("run", payload, seal=self.probe_seal),
+                                   limit=FACTS_LIMIT)
             value = ast.literal_eval(text)
             if not isinstance(value, str):
                 return None

@@ -13,16 +13,31 @@ the execution count, `In`/`Out` and the outputs other clients see are untouched 
   of CRANE's runs): from literals, by C-level descriptors alone, it reaches the interpreter's `sys` (through the
   builtins module's `__spec__` and the frozen import machinery's namespace, proven by `sys.getprofile` being a C
   function bound to it), proves `exec` and `compile` the builtins module's own C functions, and runs the bootstrap
-  with empty builtins and only those proven objects; the bootstrap proves `sys`'s hook functions, turns the user's
-  profile/trace hooks off meanwhile, creates the module (sources compiled under `<crane-kernel/PATH>` names, so
-  kernel-side tracebacks point at the real file and line; its `__builtins__` the interpreter's) and registers it
-  in the table. Its value is None, or why it refused (a str: something on that path is not the interpreter's);
-- call: `<module>.<function>(*args)` when the installed module has our VERSION and is the very module this
-  process's install made (its address, `object.__repr__`, as that install reported it), else a sentinel, the module
-  found the same way (no name read); on the sentinel (the kernel restarted, another CRANE installed its own, or the
-  notebook put a module of its own, with our VERSION, at that name) `ModuleClient` installs and calls again once.
-  A module this process has not installed is never called (the first call installs). Not proven: that the notebook
-  did not free CRANE's module and make another at the same address.
+  with empty builtins and only those proven objects; the bootstrap turns the collector off (`gc`'s own functions,
+  or where `gc` is not loaded a private instance of it from `_imp.create_builtin`) and the user's profile/trace
+  hooks off (proven `sys`'s) before it calls or allocates anything, creates the module (sources compiled under
+  `<crane-kernel/PATH>` names, so kernel-side tracebacks point at the real file and line; its `__builtins__` the
+  interpreter's), seals it and registers it in the table. Its value is ('sealed', the seal's address), or why it
+  refused (a str: something on that path is not the interpreter's);
+- the seal: a weak reference to the module, rooted for the process's life by an `atexit` entry (`type(seal)` at
+  exit: harmless), so no other object can ever be at its address; its callback (a list's `count`) holds the
+  install's snapshot of what the module binds (each name and value, each function's code, defaults and keyword
+  defaults, and the same for the module's own classes' names: compared by identity, `__warningregistry__` aside)
+  and the install's `_check`/`_call`, compiled with no builtins. CRANE may take the snapshot again for a change of
+  its own (the export's re-seal of its cloudpickle: kernel/pickling._cloudpickle);
+- call: `<module>.<function>(*args)` when the installed module has our VERSION, its `__crane_seal__` is at the
+  address this process's install reported (`object.__repr__`) and refers to that module, and the module binds what
+  the snapshot holds; `_call` checks that with the hooks and the collector off and, for a `quiet` module, calls
+  the function with both still off (the fork sandbox's, not quiet, gets them back first). Else a sentinel, the
+  module found the same way (no name read); on the sentinel (the kernel restarted, another CRANE installed its
+  own, the notebook put a module of its own at that name — even at a freed module's address, its namespace and
+  seal copied — or rebound a function, a class's method or a code object in ours) `ModuleClient` installs and
+  calls again once. A module this process has not installed is never called (the first call installs). Not
+  proven: what the seal's own parts hold (a notebook that finds the seal's list through `gc` and forges its
+  snapshot, or removes the `atexit` entry with `atexit._clear()`), mutable containers inside the module (a list or
+  dict CRANE's code reads), closure cells and the functions inside `staticmethod`/`classmethod`/`property`
+  wrappers; and the request's own first steps (IPython's handling of it, the expression up to the bootstrap, and
+  where `gc` is not loaded the private instance's few allocations) may still let the collector run.
 
 Cross-part imports in the sources (`from crane.probe.kernel.common import x  # kernel: strip`) keep the parts
 importable and type-checked in the daemon; each such line is blanked before sending (line numbers stay true).
@@ -70,24 +85,34 @@ _SYS_EXPR = (
     "().__class__.__class__(().__class__.__base__.__subclasses__), {}.__class__)"
 )
 # `NAME`'s module in the table when it is a plain module holding `VERSION` (an exact str) and, where the daemon
-# installed it itself (`ADDR`), the very object that install made: `object.__repr__` (a static type's slot, which the
-# notebook cannot replace) names the object's address; else None
+# installed it itself (`ADDR`: the address of that install's seal), the very object that install made, as it made it:
+# else None. The seal (made by the bootstrap below) is a weak reference to the module that the install roots forever
+# (an `atexit` entry holds it), so no other object ever has its address: `object.__repr__` (a static type's slot,
+# which the notebook cannot replace) of the module's `__crane_seal__` naming that address proves it the seal, its
+# referent being the module proves the module the one that install made (never one of the notebook's at a freed
+# module's address), and its callback's list holds the install's check, which compares by identity everything the
+# module's namespace and its own classes bind, and the functions' code and defaults, with what the install left (a
+# function the notebook rebound there, or a code object it swapped, fails it).
 _HELD_EXPR = (
     "(lambda T, BF, D, S, SD, M, MT: (lambda m: m if T(m) is MT and "
     "T(v := T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__(m).get('VERSION')) is ''.__class__ "
     "and v == @VER@@ADDR@ else None)"
     "({}.__class__.get(M, @NAME@)))(*P)"
 )
-# the address of a held module (`object.__repr__`), which the daemon keeps for its later requests
-_ADDR_EXPR = "(lambda m: ().__class__.__base__.__repr__(m) if m is not None else None)(@HELD@)"
+_SEAL_ID = (
+    " and ().__class__.__base__.__repr__(w := T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__(m)"
+    ".get('__crane_seal__')) == @SEAL@ and w() is m"
+)
+_SEAL_SAME = " and BF.__dict__['__self__'].__get__(w.__callback__)[1](m) is True"
 # The install: `exec` and `compile` of the builtins, proven the interpreter's own (C functions bound to the module
 # whose namespace those builtins are, under their own names), run the bootstrap below on an empty builtins dict with
-# only what was proven; the value is None once installed, else why not (a str).
+# only what was proven; the value is ('sealed', the address of the install's seal) once installed, else why
+# not (a str).
 _INSTALL_EXPR = (
     "(lambda P: (lambda T, BF, D, S, SD, M, MT: (lambda e, c, own: "
     "e(c(@BOOT@, '<crane-kernel/bootstrap>', 'exec', 0, True), g := {'__builtins__': {}, 'T': T, 'BF': BF, 'D': D, "
     "'S': S, 'SD': SD, 'MODULES': M, 'MT': MT, 'E': e, 'C': c, 'R': None, 'SRC': @SRC@, 'VER': @VER@, "
-    "'NAME': @NAME@, 'DOC': @DOC@}) or g['R'] if own(e, 'exec') and own(c, 'compile') else "
+    "'NAME': @NAME@, 'DOC': @DOC@, 'A': None, 'DG': {}.__class__.get, 'MDD': T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__, 'SELF': BF.__dict__['__self__'].__get__, 'FNAME': BF.__dict__['__name__'].__get__}) or g['R'] or ('sealed', g['A']) if own(e, 'exec') and own(c, 'compile') else "
     "'the notebook replaced `builtins.' + ('compile' if own(e, 'exec') else 'exec') + '` (not the interpreter\\'s "
     "own) before CRANE\\'s first export or probe: CRANE\\'s private module is not installed in this kernel (it would "
     "call that code)')"
@@ -100,28 +125,185 @@ _INSTALL_EXPR = (
 )
 # Runs with no builtins: every name is one the install expression gave, proven there (`sys`'s hook functions here).
 _BOOTSTRAP = """
-for _n in ("getprofile", "gettrace", "setprofile", "settrace"):
-    _f = SD.get(_n)
-    if not (T(_f) is BF and BF.__dict__["__self__"].__get__(_f) is S and BF.__dict__["__name__"].__get__(_f) == _n):
-        R = "the notebook replaced `sys." + _n + "` (not the interpreter's own) before CRANE's first export or " \\
-            "probe: CRANE's private module is not installed in this kernel (it would call that code)"
-if R is None:
-    _gp, _gt, _sp, _st = SD["getprofile"], SD["gettrace"], SD["setprofile"], SD["settrace"]
-    _hooks = (_gp(), _gt())
+# First, by statements that call no Python function and allocate nothing the collector counts (the install expression
+# gave the readers): the collector off (a finalizer of the notebook's must not run on CRANE's allocations: the
+# interpreter's `gc` where it is loaded) and the user's profile/trace hooks off (proven `sys`'s own first).
+_gcm = DG(MODULES, "gc")
+_gc_is = _gc_off = _gc_on = None
+if T(_gcm) is MT:
+    _gc_is = DG(MDD(_gcm), "isenabled")
+    _gc_off = DG(MDD(_gcm), "disable")
+    _gc_on = DG(MDD(_gcm), "enable")
+_gc_was = False
+if T(_gc_is) is BF and SELF(_gc_is) is _gcm and FNAME(_gc_is) == "isenabled" and T(_gc_off) is BF \\
+        and SELF(_gc_off) is _gcm and FNAME(_gc_off) == "disable" and T(_gc_on) is BF and SELF(_gc_on) is _gcm \\
+        and FNAME(_gc_on) == "enable":
+    _gc_was = _gc_is()
+    _gc_off()
+else:
+    # not loaded: a fresh instance of the built-in module, made by `_imp.create_builtin` (no import machinery; its
+    # few allocations precede the switch)
+    _gc_is = _gc_off = _gc_on = None
+    _ip = DG(MODULES, "_imp")
+    _cb = DG(MDD(_ip), "create_builtin") if T(_ip) is MT else None
+    if T(_cb) is BF and SELF(_cb) is _ip and FNAME(_cb) == "create_builtin":
+        _spec = MT("gc")
+        MDD(_spec)["name"] = "gc"
+        _gcm = _cb(_spec)
+        if T(_gcm) is MT:
+            _gc_is = DG(MDD(_gcm), "isenabled")
+            _gc_off = DG(MDD(_gcm), "disable")
+            _gc_on = DG(MDD(_gcm), "enable")
+    if T(_gc_is) is BF and SELF(_gc_is) is _gcm and FNAME(_gc_is) == "isenabled" and T(_gc_off) is BF \\
+            and SELF(_gc_off) is _gcm and FNAME(_gc_off) == "disable" and T(_gc_on) is BF \\
+            and SELF(_gc_on) is _gcm and FNAME(_gc_on) == "enable":
+        _gc_was = _gc_is()
+        _gc_off()
+    else:
+        R = "the notebook replaced `gc` or `_imp.create_builtin` (not the interpreter's own) before CRANE's " \\
+            "first export or probe: CRANE's private module is not installed in this kernel (it would call that code)"
+_gp, _gt, _sp, _st = DG(SD, "getprofile"), DG(SD, "gettrace"), DG(SD, "setprofile"), DG(SD, "settrace")
+if not (T(_gp) is BF and SELF(_gp) is S and FNAME(_gp) == "getprofile" and T(_gt) is BF and SELF(_gt) is S
+        and FNAME(_gt) == "gettrace" and T(_sp) is BF and SELF(_sp) is S and FNAME(_sp) == "setprofile"
+        and T(_st) is BF and SELF(_st) is S and FNAME(_st) == "settrace"):
+    R = "the notebook replaced `sys.getprofile`, `gettrace`, `setprofile` or `settrace` (not the interpreter's " \\
+        "own) before CRANE's first export or probe: CRANE's private module is not installed in this kernel (it " \\
+        "would call that code)"
+    _gp = None
+if _gp is not None:
+    _prof = _gp()
+    _trace = _gt()
     _sp(None)
     _st(None)
-    try:
+try:
+    _own = lambda f, mod, n: T(f) is BF and SELF(f) is mod and FNAME(f) == n
+    # the seal's parts: the weak reference type, and `atexit.register`, which roots each seal for the process's life
+    _wr, _ax = DG(MODULES, "_weakref"), DG(MODULES, "atexit")
+    W = MDD(_wr).get("ref") if T(_wr) is MT else None
+    _reg = MDD(_ax).get("register") if T(_ax) is MT else None
+    if R is None and not (T(W) is T and not T.__dict__["__flags__"].__get__(W) & 512
+                          and T.__dict__["__name__"].__get__(W) == "ReferenceType" and _own(_reg, _ax, "register")):
+        R = "the notebook replaced `_weakref.ref` or `atexit.register` (or their modules: not the interpreter's " \\
+            "own) before CRANE's first export or probe: CRANE's private module is not installed in this kernel (it " \\
+            "would call that code)"
+    FT = T(lambda: 0)
+    _CODE = FT.__dict__["__code__"].__get__
+    _DEFS = FT.__dict__["__defaults__"].__get__
+    _KWDS = FT.__dict__["__kwdefaults__"].__get__
+    _TFLAGS, _TDICT = T.__dict__["__flags__"].__get__, T.__dict__["__dict__"].__get__
+    _MP_ITEMS = T.__dict__["__dict__"].__get__(T(T.__dict__))["items"]
+    _D_ITEMS, _LEN, _STR = {}.__class__.items, [].__class__.__len__, "".__class__
+
+    def _snap(m):
+        # what the module binds, in order: each key and value of its namespace (`__warningregistry__`, which
+        # `warnings` writes, excepted), each function's code, defaults and keyword defaults, and the same for every
+        # name of the module's own classes (a class whose `__module__` is this module's name, metaclass `type`)
+        out = []
+        for k, v in _D_ITEMS(MDD(m)):
+            if T(k) is _STR and k == "__warningregistry__":
+                continue
+            out.append(k)
+            out.append(v)
+            if T(v) is FT:
+                out.append(_CODE(v))
+                out.append(_DEFS(v))
+                out.append(_KWDS(v))
+            elif T(v) is T and _TFLAGS(v) & 512:
+                cd = _TDICT(v)
+                mod = cd.get("__module__")
+                if T(mod) is _STR and mod == NAME:
+                    for k2, v2 in _MP_ITEMS(cd):
+                        out.append(k2)
+                        out.append(v2)
+                        if T(v2) is FT:
+                            out.append(_CODE(v2))
+                            out.append(_DEFS(v2))
+                            out.append(_KWDS(v2))
+        return out
+
+    def _same(m):
+        # the module binds what its install (or CRANE's own re-seal) left, object for object
+        now, then = _snap(m), _hold[0]
+        if _LEN(now) != _LEN(then):
+            return False
+        i = 0
+        for x in now:
+            if x is not then[i]:
+                return False
+            i += 1
+        return True
+
+    def _check(m):
+        # (the user's profile/trace hooks and the collector off first: they see this frame entered and left, no other)
+        prof = _gp()
+        trace = _gt()
+        _sp(None)
+        _st(None)
+        on = _gc_is()
+        _gc_off()
+        try:
+            return _same(m)
+        finally:
+            if on:
+                _gc_on()
+            _st(trace)
+            _sp(prof)
+
+    def _call(m, name, args, quiet, missing):
+        # the call of a sealed module's function: the module checked with the hooks and the collector off, then the
+        # function called (a `quiet` module's with both still off: none of the notebook's finalizers runs on its
+        # allocations; another's as the notebook set them, for the code it runs as the notebook would)
+        prof = _gp()
+        trace = _gt()
+        _sp(None)
+        _st(None)
+        on = _gc_is()
+        _gc_off()
+        try:
+            if not _same(m):
+                return missing
+            f = MDD(m).get(name)
+            if not quiet:
+                if on:
+                    _gc_on()
+                on = False
+                _st(trace)
+                _sp(prof)
+            return f(*args)
+        finally:
+            if on:
+                _gc_on()
+            _st(trace)
+            _sp(prof)
+
+    if R is None:
         _m = MT(NAME, DOC)
-        _md = T.__dict__["__dict__"].__get__(MT)["__dict__"].__get__(_m)
+        _md = MDD(_m)
         _md["__file__"] = "<crane-kernel>"
         _md["__builtins__"] = D
         for _f, _c in SRC:
             E(C(_c, _f, "exec"), _md)
         _md["VERSION"] = VER
+        # the seal: a weak reference to the module, rooted for the process's life (so no other object ever has its
+        # address), whose callback (a list's `count`: harmless when the module dies) holds the snapshot, the check
+        # and the call; `_hold[0]` is what the module bound when the install ended
+        _hold = [None, _check, _snap, _call]
+        _w = W(_m, _hold.count)
+        _reg(T, _w)
+        _md["__crane_seal__"] = _w
+        _hold[0] = _snap(_m)
+        A = ().__class__.__base__.__repr__(_w)
         {}.__class__.__setitem__(MODULES, NAME, _m)
-    finally:
-        _st(_hooks[1])
-        _sp(_hooks[0])
+        # (these globals live as long as the seal's functions: nothing here may keep the module, or the sources, alive)
+        del _m, _md, _w, SRC
+        _f = _c = None
+finally:
+    if _gp is not None:
+        _st(_trace)
+        _sp(_prof)
+        _prof = _trace = None
+    if _gc_was:
+        _gc_on()
 """
 
 
@@ -159,10 +341,13 @@ def _shown_path(path: Path) -> str:
 class KernelModule:
     """A bundle of stdlib-only source files installed in a kernel as `sys.modules[name]`."""
 
-    def __init__(self, name: str, doc: str, files: Sequence[Path]):
+    def __init__(self, name: str, doc: str, files: Sequence[Path], quiet: bool = True):
         self.name = name
         self.doc = doc
         self.files = tuple(files)
+        # the collector stays off while a call of it runs (none of the notebook's finalizers runs on its allocations);
+        # False for a module whose call runs the notebook's code as the notebook would (the fork sandbox's start)
+        self.quiet = quiet
 
     @functools.cached_property
     def sources(self) -> tuple[tuple[str, str], ...]:
@@ -181,45 +366,49 @@ class KernelModule:
         return re.sub(r"@([A-Z]+)@", lambda m: names[m.group(1)], template)
 
     def install_expression(self) -> str:
-        """The install request: None once installed, else why not (a str); no name of the notebook's is read."""
+        """The install request: ('sealed', the address of the install's seal) once installed, else why not (a str);
+        no name of the notebook's is read."""
         return self._filled(_INSTALL_EXPR, SYS=_SYS_EXPR, BOOT=repr(_BOOTSTRAP), SRC=repr(self.sources),
                             VER=repr(self.version), NAME=repr(self.name), DOC=repr(self.doc))
 
-    def _held(self, addr: str | None = None) -> str:
-        """`(lambda P: <our module, or None> if P else None)(SYS)`: the installed module of our version (and, given
-        `addr`, the very module the install that answered `addr` made)."""
-        check = "" if addr is None else f" and ().__class__.__base__.__repr__(m) == {addr!r}"
+    def _held(self, seal: str | None = None, checked: bool = True) -> str:
+        """`(lambda P: <our module, or None> if P else None)(SYS)`: the installed module of our version and, given
+        `seal`, the very module the install that answered `seal` made (its seal at that address, the seal's referent
+        the module) binding what that install left (the install's check, unless `checked` is false: the call runs
+        it itself)."""
+        check = "" if seal is None else self._filled(_SEAL_ID, SEAL=repr(seal)) + (_SEAL_SAME if checked else "")
         held = self._filled(_HELD_EXPR, VER=repr(self.version), NAME=repr(self.name), ADDR=check)
         return f"(lambda P: {held} if P else None)({_SYS_EXPR})"
 
-    def version_expression(self, addr: str | None = None) -> str:
-        """Our VERSION when our module of that version is installed (given `addr`: the module that install made),
-        else None."""
-        return f"(lambda m: {self.version!r} if m is not None else None)({self._held(addr)})"
+    def version_expression(self, seal: str | None = None) -> str:
+        """Our VERSION when our module of that version is installed (given `seal`: the module that install made,
+        binding what it left), else None."""
+        return f"(lambda m: {self.version!r} if m is not None else None)({self._held(seal)})"
 
-    def address_expression(self) -> str:
-        """The address of our module of our version (`object.__repr__`), or None."""
-        return self._filled(_ADDR_EXPR, HELD=self._held())
+    def call_expression(self, function: str, *args: Any, seal: str) -> str:
+        """`<module>.<function>(*args)` when the installed module is the one the install that answered `seal` made
+        and binds what that install left (checked, and the function called, by the install's own `_call`: with the
+        collector off where the module is `quiet`), else the MISSING sentinel. Arguments must be Python literals
+        (their `repr` is sent); no name of the notebook's is read."""
+        arglist = "".join(f"{a!r}, " for a in args)
+        call = (f"BF.__dict__['__self__'].__get__(T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__(m)"
+                f"['__crane_seal__'].__callback__)[3](m, {function!r}, ({arglist}), {self.quiet!r}, {MISSING!r})")
+        return (f"(lambda P: (lambda T, BF, D, S, SD, M, MT: (lambda m: {call} if m is not None else {MISSING!r})"
+                f"({self._held(seal, checked=False)}))(*P) if P else {MISSING!r})({_SYS_EXPR})")
 
-    def call_expression(self, function: str, *args: Any, addr: str | None = None) -> str:
-        """`<module>.<function>(*args)` when the installed module has our version (given `addr`: is the module the
-        install that answered `addr` made), else the MISSING sentinel. Arguments must be Python literals (their
-        `repr` is sent); no name of the notebook's is read."""
-        arglist = ", ".join(repr(a) for a in args)
-        return f"(lambda m: m.{function}({arglist}) if m is not None else {MISSING!r})({self._held(addr)})"
 
-
-# kernel -> {module name: the address (`object.__repr__`) of the module this process's last install of it made}:
-# a module found at that name is called only when it is that very object (never a module the notebook made and
-# filled with our VERSION). Kept per kernel, so the connections one process holds to it (the language server's
-# attachment, its background runs, an agent's fix run) share one install instead of installing over each other
-# at every alternation; by connection where the kernel is known by no file or server id (a kernel CRANE started)
+# kernel -> {module name: the address (`object.__repr__`) of the seal of the module this process's last install of it
+# made}: a module found at that name is called only when it is that very object, binding what that install left (never
+# a module the notebook made and filled with our VERSION, nor one at a freed module's address, nor one whose functions
+# it rebound). Kept per kernel, so the connections one process holds to it (the language server's attachment, its
+# background runs, an agent's fix run) share one install instead of installing over each other at every alternation;
+# by connection where the kernel is known by no file or server id (a kernel CRANE started)
 _INSTALLED: weakref.WeakKeyDictionary[KernelConnection, dict[str, str]] = weakref.WeakKeyDictionary()
 _INSTALLED_IN: dict[tuple[str | None, str | None, str | None], dict[str, str]] = {}
 
 
 def _installed(conn: KernelConnection) -> dict[str, str]:
-    """This process's installs in the kernel `conn` reaches: {module name: address}."""
+    """This process's installs in the kernel `conn` reaches: {module name: the address of its seal}."""
     target = conn.target
     if target is None:
         return _INSTALLED.setdefault(conn, {})
@@ -242,7 +431,7 @@ class ModuleClient:
 
     @property
     def address(self) -> str | None:
-        """The address of the module this process installed in this kernel last (None: none yet)."""
+        """The address of the seal of the module this process installed in this kernel last (None: none yet)."""
         return _installed(self.conn).get(self.module.name)
 
     def version_expression(self) -> str:
@@ -270,19 +459,14 @@ class ModuleClient:
         our version this process did not make (another CRANE's, or the notebook's)."""
         what = f"installing {self.module.name}"
         out = self.evaluate(  # (evaluated in this order: `before` reads the table before the install)
-            {"before": self.module.version_expression(), "install": self.module.install_expression(),
-             "version": self.module.version_expression(), "address": self.module.address_expression()}, timeout, what
+            {"before": self.module.version_expression(), "install": self.module.install_expression()}, timeout, what
         )
-        refused = literal_value(out.get("install"), what, self.error)
-        if refused is not None:
-            raise self.error(f"{what}: {refused}")
-        version = literal_value(out.get("version"), what, self.error)
-        if version != self.module.version:
-            raise self.error(f"{what}: the kernel reports version {version!r}, expected {self.module.version!r}")
-        addr = literal_value(out.get("address"), what, self.error)
-        if type(addr) is not str:
-            raise self.error(f"{what}: the kernel reports no module at {self.module.name!r} right after installing it")
-        _installed(self.conn)[self.module.name] = addr
+        sealed = literal_value(out.get("install"), what, self.error)
+        if type(sealed) is str:
+            raise self.error(f"{what}: {sealed}")
+        if not (type(sealed) is tuple and len(sealed) == 2 and sealed[0] == "sealed" and type(sealed[1]) is str):
+            raise self.error(f"{what}: the kernel answered {sealed!r}, not the address of the install's seal")
+        _installed(self.conn)[self.module.name] = sealed[1]
         if literal_value(out.get("before"), what, self.error) == self.module.version:
             self.replaced += 1
         else:
@@ -297,7 +481,10 @@ class ModuleClient:
             for c in clients:
                 if c.address is None:  # (never a module this process did not install: installed first)
                     c.ensure_installed(timeout=max(timeout, 10.0))
-            expr = self.module.call_expression(function, *args, addr=self.address)
+            seal = self.address
+            if seal is None:
+                raise self.error(f"{what}: the module {self.module.name} was not installed")
+            expr = self.module.call_expression(function, *args, seal=seal)
             for c in also:
                 expr = f"(lambda o: {expr} if o is not None else {MISSING!r})({c.module._held(c.address)})"
             out = self.evaluate({"r": expr}, timeout, what)

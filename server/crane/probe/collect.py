@@ -53,6 +53,12 @@ class ProbeClient:
         """How many times this client (re)installed the probe: a rise means the kernel restarted."""
         return self._module.installs
 
+    @property
+    def seal(self) -> str | None:
+        """The address of the seal of the probe module this process installed in the kernel (None: none yet): what
+        a call in a fork of the kernel names (kernel/private_module.py)."""
+        return self._module.address
+
     def ensure_installed(self, timeout: float = 10.0) -> None:
         """Install (or replace) the probe module in the kernel, privately; check that our version answers."""
         self._module.ensure_installed(timeout)

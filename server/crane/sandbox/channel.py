@@ -45,6 +45,7 @@ SANDBOX_MODULE = KernelModule(
     "_crane_sandbox",
     "CRANE's private fork sandbox (not part of the notebook)",
     [Path(__file__).resolve().parent / part for part in SANDBOX_PARTS],
+    quiet=False,  # (its start forks the kernel to run the cell: the child keeps the collector as the notebook set it)
 )
 POLL_S = 0.1  # how often a waiting run looks at its cancel event (and, remote, asks the kernel)
 STATUS_WAIT_S = 5.0  # how long the kernel's reaper may take to say how a run's process ended

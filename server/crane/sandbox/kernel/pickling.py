@@ -50,6 +50,7 @@ from crane.sandbox.kernel.proof import (  # kernel: strip
 from crane.sandbox.kernel.shield import BUILTINS, private_open  # kernel: strip
 from crane.sandbox.kernel.stops import _QUEUED, _Control, _materialised, _ndarray, _Stopped  # kernel: strip
 
+_WEAKREF = _mdict(_module("_weakref")).get("ref")  # (the seal's type: kernel/private_module.py)
 _STACK = 256 << 20  # the pickler thread's C stack
 _DEPTH = 20_000  # the recursion limit while pickling (a deeper structure is refused)
 
@@ -262,6 +263,14 @@ def _cloudpickle() -> Any:
     if walker is None:
         return None
     md["_walk_global_ops"] = walker  # no `dis` on the way (3.12+: its ArgResolver's methods are the shared module's)
+    # its install's seal (kernel/private_module.py) taken again: the daemon calls only while the module binds what it
+    # binds now (CRANE's changes above in, any later rebinding of the notebook's out); the request that called this
+    # checked that seal just before
+    seal: Any = md.get("__crane_seal__")
+    hold = seal.__callback__.__self__ if type(seal) is _WEAKREF and seal() is m else None
+    if type(hold) is not list or len(hold) != 4:
+        return None
+    hold[0] = hold[2](m)
     _CP[:] = [m, _SimpleNamespace(CloudPickler=cls)]
     return _CP[1]
 
