@@ -22,7 +22,9 @@ import sys
 import pytest
 
 from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
 from crane.sandbox.session import open_session
+from crane.sandbox.transplant import transplant
 
 from .copy_sessions import copy_path_kernel
 from .test_seal_call import _run
@@ -88,9 +90,25 @@ def conn(env_conn):
     return env_conn
 
 
+# The NATIVE cell's budget: a deadlocked run (an allowed end) lasts its whole budget (the daemon's kill at budget +
+# 2 s), so it is short: the cell itself takes milliseconds, this kernel has no library state to copy (62.7 s for
+# one deadlock under test_seal_call's 60 s, the suite's slowest test in CI). A run cut short by a loaded machine
+# is a timeout, which the assertion already allows: never a false pass of no-crash.
+NATIVE_BUDGET_S = 15.0
+NATIVE_PATHS = {"blocking": lambda conn, src: speculate(conn, src, NATIVE_BUDGET_S, layer="blocking"),
+                "transplant": lambda conn, src: transplant(conn, src, NATIVE_BUDGET_S, layer="blocking")}
+
+
+def _run_native(conn, path: str):
+    with Untouched(conn) as watch:
+        v = NATIVE_PATHS[path](conn, NATIVE)
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    return v
+
+
 @pytest.mark.parametrize("path", ["blocking", "transplant"])
 def test_a_native_handler_never_makes_a_raising_cell_clean(conn, path):
-    v = _run(conn, path, NATIVE)
+    v = _run_native(conn, path)
     # the handler ran: it made the record say no-crash, which the seal's raised code refutes; or, Python run in
     # signal context wherever the thread was, it deadlocked its process (a timeout) or corrupted it and it died of a
     # fault (as the kernel itself would): never clean
@@ -105,7 +123,7 @@ def test_a_transplant_session_command_with_a_native_handler_gets_no_clean_reply(
             with open_session(conn, budget_s=30) as sb:
                 v = sb.run("y = base + 1")
                 assert v.verdict == "no-crash", v
-                v = sb.run(NATIVE)
+                v = sb.run(NATIVE, budget_s=NATIVE_BUDGET_S)
                 # (timeout: its Python in signal context deadlocked; a fault's death: it corrupted the process)
                 assert v.verdict in ("blocked", "timeout") or _died_of_a_fault(v), v
                 v = sb.run("{}['k']")
