@@ -66,12 +66,13 @@ def _median(xs: list[float]) -> float:
 
 
 def _all_ready(executable: str, timeout: float) -> None:
-    """Wait until every idle worker of `executable` (one per kernel) has done its imports."""
+    """Wait until every idle worker of `executable` (one per kernel) has done its imports (none: nothing to wait
+    for — before the first copied run, and on the fork path's turns; a run's refill is in the pool when it returns)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with POOL.lock:
             ws = [w for k, w in POOL.idle.items() if k[0] == executable]
-        if ws and all(w.ready() for w in ws):
+        if all(w.ready() for w in ws):
             return
         time.sleep(0.05)
 

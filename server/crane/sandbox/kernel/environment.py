@@ -66,8 +66,9 @@ def _sys_path() -> list:
 
 def _facts(shell: Any, keys: list, settings: dict, buffers: int) -> dict:
     """`env.json`: what the worker rebuilds the kernel's interpreter from (`keys`: the namespace's names)."""
+    modules = _modules()
     return {"executable": _EXECUTABLE, "cwd": _getcwd(), "env": environ_strings(), "path": _sys_path(),
-            "modules": _modules(), "torch": _torch_facts(), "buffers": buffers, "settings": settings,
+            "modules": modules, "submodules": _submodules(modules), "torch": _torch_facts(), "buffers": buffers, "settings": settings,
             "names": [k for k in keys if not k.startswith("_")][:100000],
             "interactivity": _interactivity(shell), "connection_file": _connection_file()}
 
@@ -115,6 +116,25 @@ def _modules() -> list[str]:
         path = _mdict(_module(top)).get("__file__")
         if type(path) is str and path:
             out.append(top)
+    return out
+
+
+_SUBMODULES_MAX = 5000
+
+
+def _submodules(tops: list[str]) -> list[str]:
+    """The submodules of the packages `tops` (`_modules`) that the kernel holds now, loaded modules only (no `None`
+    placeholder nor any other object the table holds), read from `sys.modules` as a dict: a warm portable head
+    imports them ahead of its next run (worker/head.kernel_held), so a cell's first call in a run does not import
+    what the kernel had already loaded lazily (a fitted model's predict imports ~20 narwhals/pyarrow modules)."""
+    under = set(tops)
+    out: list[str] = []
+    for name in list(dict.keys(_MODULES)):
+        if type(name) is str and "." in name and name.partition(".")[0] in under \
+                and type(dict.get(_MODULES, name)) is _ModuleType:
+            out.append(name)
+            if len(out) >= _SUBMODULES_MAX:
+                break
     return out
 
 

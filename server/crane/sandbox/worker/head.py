@@ -131,6 +131,19 @@ def loaded_by(data: bytes, tops: list[str]) -> list[str]:
     return []
 
 
+def kernel_held(facts: dict, tops: list[str]) -> list[str]:
+    """The library submodules the kernel holds (its env.json's `submodules`, written by the export before the run:
+    never anything the run wrote) that the head lacks, each under a package the kernel imported (`tops`): imported
+    by the head after a run (`warm_up`, library ones only), so the next run's cell does not import what the kernel
+    had loaded lazily (a fitted scikit-learn model's `predict_proba` on a frame imports ~20 narwhals and pyarrow
+    modules in a fresh process: its first call 2-4x its second)."""
+    names = facts.get("submodules")
+    if not isinstance(names, list):
+        return []
+    return [m for m in names if isinstance(m, str) and _MODULE_NAME.fullmatch(m) and m.partition(".")[0] in tops
+            and m not in sys.modules]
+
+
 def _head_home() -> str | None:
     home = os.path.dirname(os.environ.get("IPYTHONDIR") or "")
     return home if os.path.basename(home).startswith("crane-tw-") else None
@@ -235,6 +248,11 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
     if again:
         warm_up(modules + loaded_by(bytes(data), modules))  # (a library that starts a thread here: the next
         # request is answered `S`, fork_refused)
+        waiting = _waiting(close[0]) if close else (lambda: False)
+        for name in kernel_held(facts, modules):  # (one at a time: stopped where the next request waits, the rest
+            if waiting():  # after its run)
+                break
+            warm_up([name])
         prepare_trampolines()
         prepare_read_layer(hidden_paths(facts))  # (the next run's Landlock read rules: worker/linux.py)
         _stage(cwd, used, _waiting(close[0]) if close else lambda: False)
