@@ -7,7 +7,7 @@ line mapped back to the cell, a short traceback. `_child_run` is the one-shot ch
 
 from __future__ import annotations
 
-import ast
+import _ast
 import errno
 import functools
 import linecache
@@ -52,12 +52,18 @@ from crane.sandbox.shared.seal import (  # kernel: strip
     seal_call,
 )
 
+# what a cell's source is parsed and compiled with: the C parser's own node types and flag (issue 41), never `ast`'s
+# Python-level names — `ast.parse` is a Python function, `ast.Module` a name a cell can rebind to a subclass whose
+# `body` reads empty: a kept session command that did either turned every later command into an empty one, `no-crash`
+# (IPython parses through `compile` itself, so in the kernel those cells still raise)
+_ONLY_AST = _ast.PyCF_ONLY_AST
+
 
 def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
     """IPython's transforms (magics, shell escapes, help) are already applied to `transformed`; one code
     object per top-level statement, the last expression compiled 'single' so its value goes to the display
     hook (IPython's `last_expr`)."""
-    tree = ast.parse(transformed, filename=filename)
+    tree = compile(transformed, filename, "exec", _ONLY_AST, dont_inherit=True)  # (`ast.parse`'s own call)
     if shell is not None:
         try:
             tree = shell.transform_ast(tree)
@@ -66,17 +72,17 @@ def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> t
     linecache.cache[filename] = (len(transformed), None, transformed.splitlines(True), filename)
     interactivity = getattr(shell, "ast_node_interactivity", "last_expr") if shell is not None else "last_expr"
     body = tree.body
-    flags = (getattr(getattr(shell, "compile", None), "flags", 0) or 0) | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    flags = (getattr(getattr(shell, "compile", None), "flags", 0) or 0) | _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     quiet = source.rstrip().endswith(";")
     plan = []
     for i, node in enumerate(body):
-        interactive = isinstance(node, ast.Expr) and not quiet and (
+        interactive = isinstance(node, _ast.Expr) and not quiet and (
             interactivity == "all" or (interactivity in ("last_expr", "last_expr_or_assign", "last") and i == len(body) - 1)
         )
         if interactive:
-            code = compile(ast.Interactive([node]), filename, "single", flags, dont_inherit=True)
+            code = compile(_ast.Interactive([node]), filename, "single", flags, dont_inherit=True)
         else:
-            code = compile(ast.Module([node], []), filename, "exec", flags, dont_inherit=True)
+            code = compile(_ast.Module([node], []), filename, "exec", flags, dont_inherit=True)
         plan.append(code)
     return plan, transformed
 
