@@ -63,7 +63,10 @@ OTHERS = {
                                     "lgb.Dataset(np.ones((20, 2)), label=np.ones(20)).construct()"
                                     ".save_binary('@OUTSIDE@/l.bin')",
 }
-FAMILIES = {"torch": ("torch", TORCH), "h5py": ("h5py", H5PY), "tensorflow": ("tensorflow", TF)}
+# The order the cases run in: each kernel imports a family's library once, for good (`_imported`), and every later
+# run's worker imports all its kernel holds (a guard run: a fresh worker each), so the lighter library goes first
+# (h5py before torch: its runs need no torch)
+FAMILIES = {"h5py": ("h5py", H5PY), "torch": ("torch", TORCH), "tensorflow": ("tensorflow", TF)}
 IMPORTS = {"torch": "import torch", "h5py": "import h5py", "tensorflow": "import tensorflow as tf"}
 CASES = [(fam, name) for fam, (_, cells) in FAMILIES.items() for name in cells]
 
