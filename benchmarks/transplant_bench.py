@@ -18,7 +18,10 @@ the seconds the user spends typing do, then times the verdict; `ready_ms`: from 
 imports done). It also times a user cell (`USER_CELL`, --user-runs times, median) in the kernel while idle (before
 and after), while the prewarmed worker imports TensorFlow at background priority (`warming / idle`: the slowdown
 the user sees, target 1.2 at most) and, for comparison, while a worker imports it at normal priority (how
-background workers were started before issue 45).
+background workers were started before issue 45). `--paired N` then starts a second prewarmed worker and times the
+user cell in up to N pairs while it warms, one with the worker stopped (SIGSTOP) and one with it running: both of a
+pair meet the same load from the rest of the machine, so `paired warming / paused` is the worker's own cost (the idle
+phases, minutes apart, meet another load on a shared machine).
 
 `--reuse` (issue 45, "pay for nothing twice"): warm verdicts side by side in one kernel, each pair a "before" (the
 export's kept proofs dropped first, `_crane_transplant.forget()`: every class proven again, as before the change)
@@ -28,13 +31,15 @@ holds, kernel/witness.py; and a Keras model's saved bytes while its content key 
 measure (target 0.5 s). "keras saves": the kernel's count of Keras saves made and reused (absent before that module).
 
 Usage: .venv/bin/python benchmarks/transplant_bench.py [--runs 3] [--gb 0] [--copy-mb 128]
-       [--python build/kernel-today/bin/python] [--prewarm [--user-runs 15] [--lib tf|jax]] [--reuse [--lib tf|jax]]
+       [--python build/kernel-today/bin/python] [--prewarm [--user-runs 15] [--paired 40] [--lib tf|jax]] [--reuse [--lib tf|jax]]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import tempfile
 import time
@@ -94,6 +99,27 @@ def _user_ms(conn, runs: int, until=None) -> list[float]:
     return out
 
 
+def _paired_ms(conn, runs: int, worker: Worker, until) -> tuple[list[float], list[float]]:
+    """The user's cell while `worker` warms, in pairs: once with the worker's process group stopped (SIGSTOP), once
+    running; (running, paused) wall times. Both of a pair meet the same load from the rest of the machine, so their
+    ratio is the worker's own cost to the user's kernel (an idle phase measured before or after meets another load)."""
+    running: list[float] = []
+    paused: list[float] = []
+    pg = worker.proc.pid  # (the worker leads a session and process group of its own)
+    for _ in range(runs):
+        if until():
+            break
+        os.killpg(pg, signal.SIGSTOP)
+        try:
+            paused += _user_ms(conn, 1)
+        finally:
+            os.killpg(pg, signal.SIGCONT)
+        if until():
+            break
+        running += _user_ms(conn, 1)
+    return running, paused
+
+
 def _warmed(ref):
     """True once the prewarmed worker of the kernel `ref` has done its imports."""
     return lambda: any(w.ready() for w in POOL.workers_of(ref))
@@ -112,6 +138,8 @@ def prewarm_mode(a: argparse.Namespace) -> None:
     options.configure(options.SandboxOptions(warm_workers=True))
     setup, cell = LIBS[a.lib]
     cold, warm, ready, idle_user, warming_user, normal_user = [], [], [], [], [], []
+    pair_running: list[float] = []
+    pair_paused: list[float] = []
     for _ in range(a.runs):
         POOL.shutdown()
         kernel = _fresh(a.python, a.gb, setup)
@@ -141,6 +169,17 @@ def prewarm_mode(a: argparse.Namespace) -> None:
             if not POOL.wait_ready(exe, 300.0):
                 raise SystemExit("the prewarmed worker did not get ready in 300 s")
             ready.append((time.monotonic() - t0) * 1000.0)
+            if a.paired:  # a second prewarmed worker (the first is ready), its warming measured in pairs
+                POOL.shutdown()
+                done = prewarm_kernel(conn)
+                if not done.started:
+                    raise SystemExit(f"no prewarm: {done.why}")
+                w = POOL.workers_of(done.kernel)[0]
+                got = _paired_ms(conn, a.paired, w, until=w.ready)
+                pair_running += got[0]
+                pair_paused += got[1]
+                if not POOL.wait_ready(exe, 300.0):
+                    raise SystemExit("the prewarmed worker did not get ready in 300 s")
             idle_user += _user_ms(conn, a.user_runs)  # idle again, after the warming
             time.sleep(1.0)  # the user is still typing
             warm.append(_one(conn, a.budget, cell))
@@ -152,6 +191,10 @@ def prewarm_mode(a: argparse.Namespace) -> None:
             "normal_priority_samples": len(normal_user)}
     user["warming / idle"] = round(user["warming_ms"] / user["idle_ms"], 2)
     user["normal priority warming / idle"] = round(user["normal_priority_warming_ms"] / user["idle_ms"], 2)
+    if pair_running and pair_paused:
+        user.update(paired_warming_ms=round(statistics.median(pair_running), 1),
+                    paired_paused_ms=round(statistics.median(pair_paused), 1), paired_samples=len(pair_running))
+        user["paired warming / paused"] = round(user["paired_warming_ms"] / user["paired_paused_ms"], 3)
     print(json.dumps({"python": a.python, "lib": a.lib, "gb": a.gb, "first verdict cold": _median(cold),
                       "first verdict prewarmed": _median(warm),
                       "prewarm ready_ms": round(statistics.median(ready), 1), "user cell": user}, indent=1), flush=True)
@@ -206,6 +249,8 @@ def main() -> None:
     ap.add_argument("--copy-mb", default="", help="copy limits to measure in turn, e.g. 0,128 (default: 128)")
     ap.add_argument("--prewarm", action="store_true", help="the first verdict in a fresh kernel, cold and prewarmed")
     ap.add_argument("--user-runs", type=int, default=15, help="--prewarm: the user's cell, this many times each")
+    ap.add_argument("--paired", type=int, default=0, help="--prewarm: also time the user's cell in up to this many "
+                    "pairs while a second worker warms (the worker stopped / running: its own cost, whatever the load)")
     ap.add_argument("--lib", choices=sorted(LIBS), default="tf", help="--prewarm/--reuse: TensorFlow/Keras or JAX")
     ap.add_argument("--reuse", action="store_true", help="warm verdicts with the kept proofs dropped, and reused")
     a = ap.parse_args()
