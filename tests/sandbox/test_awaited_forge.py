@@ -148,11 +148,13 @@ def newer(newer_conn):
     return newer_conn
 
 
-def test_a_tracer_jumping_out_of_cranes_await_is_never_clean_on_newer_pythons(newer):
+def test_a_tracer_jumping_out_of_cranes_await_or_a_patched_loop_is_never_clean_on_newer_pythons(newer):
     version, conn = newer
     with Untouched(conn) as watch:
         v = speculate(conn, JUMP + RAISING, 60.0, layer="layered")
     assert watch.unchanged, (watch.outputs, watch.changes(), v)
     assert (v.verdict, v.ename) == ("crash", "ZeroDivisionError"), (version, v)
+    v = speculate(conn, PATCH_LOOP + RAISING, 60.0, layer="layered")  # (the check's raise through a trace call)
+    assert v.verdict == "blocked" and "awaited statement" in (v.reason or ""), (version, v)
     v = speculate(conn, TRACED, 60.0, layer="layered")
     assert v.verdict == "no-crash" and v.stdout == "awaited\n", (version, v)
