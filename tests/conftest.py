@@ -6,7 +6,9 @@
   tests' kernels run this interpreter), the failure names it as missing, and CRANE's own code in this process did
   not raise it (the daemon never needs torch: that is a bug, reported failed). Tests that know they need torch say
   so with tests/library_versions.needs_torch; this catches the rest (bench notebooks that import it).
-- the costliest files run first (tests/slow_first.py): xdist's workers then end together, not on one long file.
+- the costliest files run first (tests/slow_first.py): xdist's workers then end together, not on one long file;
+  with `--durations`, the run ends by printing each file's summed seconds (tests/file_seconds.py), which that
+  order is refreshed from.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from .file_seconds import write_seconds_by_file
 from .slow_first import slow_first
 
 NOT_IN_THE_BENCH_EXTRA_FROM_3_12 = ("torch",)
@@ -55,6 +58,7 @@ _PYTHON_ID = re.compile(r"\[py(3\.\d+t?)")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    write_seconds_by_file(terminalreporter)
     counts: dict[str, Counter] = {}
     reasons: dict[str, set[str]] = {}
     for outcome in ("passed", "failed", "skipped", "error"):

@@ -6,7 +6,8 @@ parameter) is kept, and files not listed keep theirs, after the listed ones.
 `SECONDS`: what each file cost one worker in a CI run (`pytest --durations=0 --durations-min=1.0`, calls and setups
 of 1 s or more summed: the 3.13 CI run of 2026-12-05 at `-n 3`, on a machine loaded about three times CI's usual, so
 about three times the usual seconds; the files cut since, by what they saved). Files under 60 s are not listed.
-Rough is enough: only the order matters. Re-measure when a file's time changes much.
+Rough is enough: only the order matters. Re-measure when a file's time changes much: a run with `--durations`
+(`make test-python`'s) ends with every file's summed seconds (tests/file_seconds.py).
 """
 
 from __future__ import annotations
