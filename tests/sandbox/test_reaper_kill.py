@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,40 @@ def test_cranes_kill_is_never_the_cells_and_never_hits_a_reaped_child(tmp_path):
     # no kill of CRANE's went through an audited call: the run's audit hook, which judges the cell's `os.kill`
     # (an unreaped child of the worker only), never sees one, so never takes it for the cell's
     assert out["signals"] == [], out
+
+
+POOL_SCRIPT = r"""
+import json, multiprocessing as mp, os, signal, sys
+from crane.sandbox.worker.portable import _stop_pool_handlers
+
+p = mp.Pool(2)
+first = sorted(w.pid for w in p._pool)
+_stop_pool_handlers()
+for pid in first:
+    signal.pidfd_send_signal(os.pidfd_open(pid), signal.SIGKILL)
+p._worker_handler.join(60)  # (an event: the handler leaves its loop when the kill wakes it; the bound ends a failure)
+print(json.dumps({"first": first, "now": sorted(w.pid for w in p._pool), "handler": p._worker_handler.is_alive()}))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"),
+                    reason="the portable worker's end of pools runs under the Linux layer")
+def test_a_pool_left_open_stops_replacing_its_workers_before_they_are_killed(tmp_path):
+    # after the cell (portable._end_children) the pool's handler thread no longer forks a replacement for each worker
+    # CRANE kills (a child that ended at once, unguarded, and was replaced again: a fork storm the end chased)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SERVER), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", POOL_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=tmp_path, start_new_session=True)
+    try:  # (a replacement worker, where the handler went on, holds the pipe: its group is ended below)
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line, proc.stderr.read() if proc.stderr else ""
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+    out = json.loads(line)
+    assert out["handler"] is False and out["now"] == out["first"], out

@@ -1087,6 +1087,7 @@ def _end_children() -> None:
     worker's whole tree; these may no longer be in it once the worker is gone). Only what multiprocessing's own
     fork launcher made is touched, read by exact type (the guard is off here). Then, every child gone
     (worker/reaper.py), a refusal one of them handed over is the run's (`_children_refused`)."""
+    _stop_pool_handlers()
     _kill_multiprocessing_children()
     if _NOTICES:
         try:
@@ -1094,6 +1095,32 @@ def _end_children() -> None:
         except BaseException:  # noqa: BLE001 - the cell's own signal handler: their parent-death signal ends them
             pass
         _children_refused()
+
+
+def _stop_pool_handlers() -> None:
+    """Each `multiprocessing.Pool` the cell left open stops replacing its workers before they are killed: its worker
+    handler thread's state set to TERMINATE, as `Pool.terminate` does first, so the handler leaves its loop when a
+    kill wakes it. Else it reaps each killed worker and forks another, which ends at once unguarded
+    (`_child_after_fork`) and is replaced again: a fork storm the end chased until its deadline (up to 5 s, twice,
+    under load). Only the standard library's handler, read by exact type (the guard is off here; the cell's own
+    subclass of Pool may keep its storm: its kills are still by pidfd, `reaper.kill_child`)."""
+    pool = sys.modules.get("multiprocessing.pool")
+    th = sys.modules.get("threading")
+    if type(pool) is not types.ModuleType or type(th) is not types.ModuleType:
+        return
+    cls, thread_type, active = pool.__dict__.get("Pool"), th.__dict__.get("Thread"), th.__dict__.get("_active")
+    handle: Any = cls.__dict__.get("_handle_workers") if type(cls) is type else None
+    func = handle.__func__ if type(handle) in (classmethod, staticmethod) else None
+    stop = pool.__dict__.get("TERMINATE")
+    if func is None or type(stop) not in (str, int) or type(thread_type) is not type or type(active) is not dict:
+        return
+    for t in list(dict.values(active)):
+        if type(t) is not thread_type:
+            continue
+        d = object.__getattribute__(t, "__dict__")
+        target = d.get("_target") if type(d) is dict else None
+        if target is func or (type(target) is types.MethodType and object.__getattribute__(target, "__func__") is func):
+            d["_state"] = stop
 
 
 def _kill_multiprocessing_children() -> None:
