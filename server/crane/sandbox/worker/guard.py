@@ -83,6 +83,9 @@ GUARD_TABLE: dict[str, list[tuple]] = {
                ("ctypes", "LibraryLoader.__getattr__", None, GUARD_USER),
                ("ctypes", "CDLL.__getattr__", None, GUARD_USER),  # ctypes.pythonapi.system, libc.setpriority
                ("ctypes", "CDLL.__getitem__", None, GUARD_USER)],
+    # round 11: cffi, ctypes' sibling (a C function of any library called with no audit event: `setpriority` on
+    # the kernel): what user code loads or casts into a callable C function refused, as ctypes' `CDLL`
+    "cffi": [("cffi.api", f"FFI.{n}", None, GUARD_USER) for n in ("dlopen", "verify", "compile", "cast", "callback")],
     "psutil": [("psutil", f"Process.{n}", None, GUARD_ANY, (a, None, (None,))) for n, a in (
         ("nice", "value"), ("cpu_affinity", "cpus"), ("ionice", "ioclass"), ("rlimit", "limits"))]
     + [("psutil", f"Process.{n}", None, GUARD_USER) for n in (
@@ -194,7 +197,8 @@ BUILTINS_ALLOWED = frozenset((
     "getattr", "globals", "hasattr", "hash", "hex", "id", "isinstance", "issubclass", "iter", "len", "locals", "max",
     "min", "next", "oct", "ord", "pow", "print", "repr", "round", "setattr", "sorted", "sum", "vars", "open",
     "__build_class__", "__import__", "input"))
-_C_DENY_ALL = frozenset(("_socket", "_ctypes", "_imp", "_posixsubprocess", "_winapi", "msvcrt", "_multiprocessing",
+_C_DENY_ALL = frozenset(("_socket", "_ctypes", "_cffi_backend", "_imp", "_posixsubprocess", "_winapi", "msvcrt",
+                         "_multiprocessing",
                          "_posixshmem", "fcntl", "termios", "_testcapi", "_testinternalcapi", "_xxsubinterpreters",
                          "_interpreters", "_lsprof", "faulthandler", "sys.monitoring"))
 _C_DENY_SOME = {
@@ -228,6 +232,7 @@ _C_METHODS = {("_socket", "socket"): frozenset(("connect", "connect_ex", "bind",
 _C_METHOD_NAMES = frozenset(n for names in _C_METHODS.values() for n in names)
 
 _FAMILY = {"posix": "os", "nt": "os", "_signal": "signal", "_socket": "socket", "_ctypes": "ctypes",
+           "_cffi_backend": "cffi",
            "_thread": "threading", "_imp": "importlib", "_posixsubprocess": "subprocess", "_winapi": "subprocess",
            "_multiprocessing": "multiprocessing", "_posixshmem": "multiprocessing"}
 
