@@ -521,12 +521,16 @@ def _arrow_patch(name: str, vet: _ArrowVet) -> None:
     if name in _ARROW_DONE or type(mod) is not types.ModuleType:
         return
     make, users = _ARROW_TARGETS[name]
+    # (the originals as they were before the maker ran: a maker may replace them in the module's dict itself,
+    # worker/native.py's do, and the re-exporters are matched against these: TensorFlow's `pywrap_tfe` kept the
+    # unvetted eager executors, so no eager op was vetted)
+    before = dict(mod.__dict__)
     try:
         new = make(mod, vet)
     except Exception:  # noqa: BLE001 - a pyarrow this does not know: its writers stay as they are (Landlock holds)
         new = {}
     _ARROW_DONE[name] = new
-    _ARROW_ORIGINALS[name] = {attr: mod.__dict__.get(attr) for attr in new}
+    _ARROW_ORIGINALS[name] = {attr: before.get(attr) for attr in new}
     for modname in users:  # the modules that re-export its names (those already loaded)
         _reexport(name, modname)
     # (`FileSystem` stays pyarrow's own in the Cython module: pyarrow's other Cython modules import their argument

@@ -209,12 +209,146 @@ def _shared(at: int) -> Callable[[tuple, dict], bool]:
     return when
 
 
+# TorchScript's file ops: op -> (its path argument, its `shared` argument (written only when shared) or None)
+_TORCH_FILE_OPS: dict[str, tuple[int, int | None]] = {"aten::save": (1, None), "aten::from_file": (0, 1)}
+# a script function's or method's graph -> its file ops' path sources (cached; the object kept, so its key stays its own)
+_TORCH_SITES: dict[tuple, tuple[Any, tuple[tuple[str, str, Any], ...]]] = {}
+
+
+def _torch_op(vet: Any, qualname: str, op: Any, shift: int = 0) -> Any:
+    """`torch.ops`' callable of a file op (`op_dk` takes a dispatch key first: `shift` 1), vetting its path."""
+    at, shared = _TORCH_FILE_OPS[qualname]
+    label = f"torch.ops.{qualname.replace('::', '.')}"
+    when = _shared(shared + shift) if shared is not None else (lambda a, k: True)
+    new = _nv_function(vet, "torch", label, op, _nv_arg("torch", label, at + shift, "filename", when))
+    new.__crane_vetted__ = True  # type: ignore[attr-defined]
+    return new
+
+
+def _torch_operations(c: types.ModuleType, vet: Any) -> None:
+    """`torch._C._jit_get_operation` / `_get_operation_overload` (how `torch.ops.aten.X` gets its C callable) hand
+    back vetting ones for the file ops; packets already made are given them too."""
+    get, overload = c.__dict__.get("_jit_get_operation"), c.__dict__.get("_get_operation_overload")
+    if callable(get) and not getattr(get, "__crane_vetted__", False):
+        def jit_get_operation(name: Any, *a: Any, **k: Any) -> Any:
+            got = get(name, *a, **k)
+            if type(name) is str and name in _TORCH_FILE_OPS:
+                if isinstance(got, tuple) and got:
+                    return (_torch_op(vet, name, got[0]), *got[1:])
+                return _torch_op(vet, name, got)
+            return got
+        jit_get_operation.__crane_vetted__ = True  # type: ignore[attr-defined]
+        c.__dict__["_jit_get_operation"] = jit_get_operation
+    if callable(overload) and not getattr(overload, "__crane_vetted__", False):
+        def get_operation_overload(name: Any, *a: Any, **k: Any) -> Any:
+            got = overload(name, *a, **k)
+            if type(name) is str and name in _TORCH_FILE_OPS and isinstance(got, tuple) and len(got) > 1:
+                return (_torch_op(vet, name, got[0]), _torch_op(vet, name, got[1], 1), *got[2:])
+            return got
+        get_operation_overload.__crane_vetted__ = True  # type: ignore[attr-defined]
+        c.__dict__["_get_operation_overload"] = get_operation_overload
+    ops = sys.modules.get("torch._ops")
+    aten = getattr(getattr(ops, "ops", None), "aten", None)
+    for qualname in _TORCH_FILE_OPS:  # (packets made before the run: `_op` of each, and of its overloads)
+        packet = getattr(aten, "__dict__", {}).get(qualname.partition("::")[2])
+        if packet is None:
+            continue
+        for one in [packet, *(v for v in vars(packet).values() if hasattr(v, "_op_dk"))]:
+            if not getattr(one._op, "__crane_vetted__", False):
+                one._op = _torch_op(vet, qualname, one._op)
+            if hasattr(one, "_op_dk") and not getattr(one._op_dk, "__crane_vetted__", False):
+                one._op_dk = _torch_op(vet, qualname, one._op_dk, 1)
+
+
+def _torch_script_sites(fn: Any, method: bool) -> tuple[tuple[str, str, Any], ...]:
+    """A script function's or method's file ops (its inlined graph: the functions it calls are in it), each with
+    its path's source: ("const", text), ("arg", index among the call's arguments) or ("unknown", None); a
+    `from_file` whose `shared` is a constant false writes nothing."""
+    owner = fn.owner if method else fn
+    key = ("m", hash(owner), fn.name) if method else ("f", id(fn))
+    if key in _TORCH_SITES:
+        return _TORCH_SITES[key][1]
+    graph = fn.inlined_graph
+    inputs = list(graph.inputs())
+    sites: list[tuple[str, str, Any]] = []
+    for qualname, (at, shared) in _TORCH_FILE_OPS.items():
+        for node in graph.findAllNodes(qualname, True):
+            args = list(node.inputs())
+            if shared is not None and shared < len(args) and args[shared].node().kind() == "prim::Constant" and \
+                    not args[shared].toIValue():
+                continue
+            value = args[at] if at < len(args) else None
+            if value is not None and value.node().kind() == "prim::Constant":
+                sites.append((qualname, "const", value.toIValue()))
+            elif value is not None and value in inputs:
+                sites.append((qualname, "arg", inputs.index(value) - (1 if method else 0)))
+            else:
+                sites.append((qualname, "unknown", None))
+    out = tuple(sites)
+    _TORCH_SITES[key] = (owner, out)
+    return out
+
+
+def _torch_script_vet(vet: Any, fn: Any, method: bool, args: tuple, kw: dict) -> None:
+    try:
+        sites = _torch_script_sites(fn, method)
+    except Exception:  # noqa: BLE001 - a graph this torch cannot show: refused only where it has a file op
+        sites = (("torchscript", "unknown", None),)
+    for qualname, kind, where in sites:
+        label = f"torch.jit ({qualname} in {getattr(fn, 'qualified_name', None) or getattr(fn, 'name', '?')})"
+        if kind == "const":
+            _nv_path(vet, "torch", label, where)
+        elif kind == "arg" and not kw and 0 <= where < len(args):
+            _nv_path(vet, "torch", label, args[where])
+        else:
+            vet.refuse(f"a call to torch: {label} (a path that is not known before it runs)", None)
+
+
+def _torch_script(c: types.ModuleType, vet: Any) -> None:
+    """TorchScript functions and methods (their ops run in C++, no Python call each): vetted where they are called
+    (`ScriptFunction.__call__`, `ScriptMethod.__call__`, `torch._C.fork` of one); a graph run directly
+    (`_jit_interpret_graph`) with a file op is refused."""
+    for tname, method in (("ScriptFunction", False), ("ScriptMethod", True)):
+        t = c.__dict__.get(tname)
+        if not isinstance(t, type) or "__call__" not in t.__dict__:
+            continue
+
+        def make(orig: Any, method: bool = method) -> Any:
+            def call(self: Any, *args: Any, **kw: Any) -> Any:
+                _torch_script_vet(vet, self, method, args, kw)
+                return orig(self, *args, **kw)
+            call.__name__ = call.__qualname__ = "__call__"
+            return call
+        replace_type_method(t, "__call__", make)
+    fork = c.__dict__.get("fork")
+    if callable(fork) and not getattr(fork, "__crane_vetted__", False):
+        script = tuple(t for t in (c.__dict__.get("ScriptFunction"), c.__dict__.get("ScriptMethod"))
+                       if isinstance(t, type))
+
+        def forked(fn: Any, *args: Any, **kw: Any) -> Any:
+            if isinstance(fn, script):
+                _torch_script_vet(vet, fn, type(fn) is c.__dict__.get("ScriptMethod"), args, kw)
+            return fork(fn, *args, **kw)
+        forked.__crane_vetted__ = True  # type: ignore[attr-defined]
+        _nv_replace_in(("torch._C", "torch.jit._async", "torch.jit"), fork, forked)
+    interpret = c.__dict__.get("_jit_interpret_graph")
+    if callable(interpret) and not getattr(interpret, "__crane_vetted__", False):
+        def interpret_graph(graph: Any, *args: Any, **kw: Any) -> Any:
+            if any(graph.findAllNodes(q, True) for q in _TORCH_FILE_OPS):
+                vet.refuse("a call to torch: torch._C._jit_interpret_graph (a graph with a file op)", None)
+            return interpret(graph, *args, **kw)
+        interpret_graph.__crane_vetted__ = True  # type: ignore[attr-defined]
+        c.__dict__["_jit_interpret_graph"] = interpret_graph
+
+
 def _torch(mod: types.ModuleType, vet: Any) -> dict[str, Any]:
     """`torch` once it has executed (its `from_file` is the C function copied from `_VariableFunctions`)."""
     out: dict[str, Any] = {}
     c = sys.modules.get("torch._C")
     if type(c) is not types.ModuleType:
         return out
+    _torch_operations(c, vet)
+    _torch_script(c, vet)
     out.update({k: v for k, v in _nv_module_functions("torch", {
         "_save_jit_module": _nv_arg("torch", "torch._C._save_jit_module", 1, "arg1"),
         "_save_mobile_module": _nv_arg("torch", "torch._C._save_mobile_module", 1, "arg1"),
@@ -309,20 +443,154 @@ def _tf_vet_op(vet: Any, op: str, inputs: Any, attrs: Any) -> None:
                 _nv_path(vet, "tensorflow", label, t[len("file://"):] if t.startswith("file://") else t)
 
 
+# -- TensorFlow graph functions (`tf.function`, a loaded SavedModel, a dataset's functions) -----------------------
+# A graph function's ops run in C++ with no Python call each: the eager executor is called once, with the function's
+# name as the op. So a function is read once (its FunctionDef from the context, and every function it calls) for its
+# file-writing ops, each with where its path comes from: a constant of the graph (its text), one of the function's
+# own inputs (the eager value it is called with), or anything else (not known before it runs: the run is refused).
+# function name -> its write sites: (op, how ("file", "prefix", "tree"), source ("const", texts) | ("arg", index) |
+# ("unknown", None)); () for a name that is no function or writes nothing (the cost of every later call: one lookup)
+_TF_SITES: dict[str, tuple[tuple[str, str, tuple[str, Any]], ...]] = {}
+_TF_UNKNOWN: tuple[str, Any] = ("unknown", None)
+
+
+def _tf_fdef(name: str) -> Any:
+    ctx = sys.modules.get("tensorflow.python.eager.context")
+    try:
+        context = ctx.context()  # type: ignore[union-attr]
+        return context.get_function_def(name) if context.has_function(name) else None
+    except Exception:  # noqa: BLE001 - no such function (a primitive op), or a context not made yet
+        return None
+
+
+def _tf_source(nodes: dict, args: dict, text: str, depth: int = 0) -> tuple[str, Any]:
+    """Where a node input (`arg`, `node:output:i`) of a function body comes from."""
+    name = text.split(":", 1)[0]
+    if name in args:
+        return ("arg", args[name])
+    node = nodes.get(name)
+    if node is None or depth > 50:
+        return _TF_UNKNOWN
+    if node.op == "Const":
+        tensor = node.attr["value"].tensor
+        return ("const", tuple(tensor.string_val)) if tensor.string_val else _TF_UNKNOWN
+    if node.op in ("Identity", "Snapshot", "StopGradient") and node.input:
+        return _tf_source(nodes, args, node.input[0], depth + 1)
+    return _TF_UNKNOWN
+
+
+def _tf_called(node: Any) -> list[tuple[str, bool]]:
+    """The functions a node calls: (name, whether its data inputs are the callee's arguments in order)."""
+    out: list[tuple[str, bool]] = []
+    if _tf_fdef(node.op) is not None:
+        out.append((node.op, True))
+    for key, value in node.attr.items():
+        if value.HasField("func") and value.func.name:
+            out.append((value.func.name, key == "f" and node.op in ("PartitionedCall", "StatefulPartitionedCall")))
+        for f in value.list.func:
+            out.append((f.name, False))
+    return out
+
+
+def _tf_sites(name: str, busy: frozenset = frozenset()) -> tuple[tuple[str, str, tuple[str, Any]], ...]:
+    """The write sites of function `name` (cached), with `("arg", i)` its own i-th input."""
+    if name in _TF_SITES:
+        return _TF_SITES[name]
+    fdef = _tf_fdef(name)
+    if fdef is None:
+        _TF_SITES[name] = ()
+        return ()
+    if name in busy or len(busy) > 30:  # (a function that calls itself: its sites are those of the first reading)
+        return ()
+    busy = busy | {name}
+    args = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
+    nodes = {n.name: n for n in fdef.node_def}
+    sites: list[tuple[str, str, tuple[str, Any]]] = []
+    for node in fdef.node_def:
+        data = [i for i in node.input if not i.startswith("^")]
+        if node.op in _TF_WRITE_OPS:
+            paths, names = _TF_WRITE_OPS[node.op]
+            for at, how in paths:
+                sites.append((node.op, how, _tf_source(nodes, args, data[at]) if at < len(data) else _TF_UNKNOWN))
+            for attr in names:
+                if attr in node.attr:
+                    value = node.attr[attr]
+                    texts = tuple(value.list.s) or (value.s,)
+                    if attr == "output_stream":
+                        texts = tuple(t[len(b"file://"):] for t in texts if t.startswith(b"file://"))
+                    sites += [(node.op, "file", ("const", (t,))) for t in texts if t]
+        for callee, positional in _tf_called(node):
+            for op, how, (kind, where) in _tf_sites(callee, busy):
+                if kind == "arg":  # (the callee's input: the caller's value for it where the call maps them in
+                    # order, a call of it by name or a PartitionedCall; else, `If`'s branches, `While`'s body, not known)
+                    source = _tf_source(nodes, args, data[where]) if positional and where < len(data) else _TF_UNKNOWN
+                    sites.append((op, how, source))
+                else:
+                    sites.append((op, how, (kind, where)))
+    out = tuple(sites)
+    _TF_SITES[name] = out
+    return out
+
+
+def _tf_vet_function(vet: Any, name: str, inputs: Any) -> None:
+    """A graph function about to run: its write sites' paths vetted (an input's eager value; a constant), or the run
+    refused where a path is not known before it runs."""
+    for op, how, (kind, where) in _tf_sites(name):
+        label = f"tensorflow op {op} in the graph function {name}"
+        if kind == "arg":
+            texts = _tf_texts(inputs[where]) if where < len(inputs) else None
+        else:
+            texts = list(where) if kind == "const" else None
+        if texts is None:
+            vet.refuse(f"a call to tensorflow: {label} (a path that is not known before it runs)", None)
+            return
+        for text in texts:
+            if text in ("", b""):
+                continue
+            if how == "prefix":
+                _nv_prefix(vet, "tensorflow", label, text)
+                continue
+            text = os.fsdecode(_nv_path(vet, "tensorflow", label, text))
+            if how == "tree":
+                vet.prepare_tree(text[len("file://"):] if text.startswith("file://") else text)
+
+
+def _tf_attr_functions(vet: Any, op: str, attrs: Any) -> None:
+    """An op given functions as attributes (a dataset's `map`, `While`, ...): their write sites vetted, with no
+    input known (each runs on values made later)."""
+    for value in attrs:  # (the fast path's inputs and attributes in one tuple: every value looked at)
+        if type(value) in (int, float, bool, str, bytes) or value is None:
+            continue
+        for f in value[:16] if isinstance(value, (list, tuple)) else (value,):
+            fname = getattr(f, "name", None)
+            if isinstance(fname, bytes):
+                fname = fname.decode("utf-8", "replace")
+            if isinstance(fname, str) and _tf_sites(fname):
+                _tf_vet_function(vet, fname, ())
+
+
 def _tf_fast_path(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
     """`TFE_Py_FastPathExecute(ctx, op_name, name, *inputs, *attr_name_value_pairs)`."""
-    if len(args) > 1 and type(args[1]) is str and args[1] in _TF_WRITE_OPS:
-        _tf_vet_op(vet, args[1], args[3:], args[3:])  # (inputs first, by index; then attribute names and values)
+    if len(args) > 1 and type(args[1]) is str:
+        if args[1] in _TF_WRITE_OPS:
+            _tf_vet_op(vet, args[1], args[3:], args[3:])  # (inputs first, by index; then attribute names and values)
+        else:
+            _tf_attr_functions(vet, args[1], args[3:])
     return args, kw
 
 
 def _tf_execute(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
-    """`TFE_Py_Execute(ctx, device, op_name, inputs, attrs, ...)` (and `TFE_Py_ExecuteCancelable`)."""
+    """`TFE_Py_Execute(ctx, device, op_name, inputs, attrs, ...)` (and `TFE_Py_ExecuteCancelable`): a write op's
+    paths, or a graph function's (called by its name as the op)."""
     op = args[2] if len(args) > 4 else None
     if type(op) is bytes:  # (the eager fallbacks name the op in bytes: `_execute.execute(b"WriteFile", ...)`)
         op = op.decode("utf-8", "replace")
     if type(op) is str and op in _TF_WRITE_OPS:
         _tf_vet_op(vet, op, list(args[3] or ()), tuple(args[4] or ()))
+    elif type(op) is str:
+        if _tf_sites(op):
+            _tf_vet_function(vet, op, list(args[3] or ()))
+        _tf_attr_functions(vet, op, tuple(args[4] or ()))
     return args, kw
 
 

@@ -1,0 +1,116 @@
+"""Round 11 (issue 40, h2): native writers that ran C++ code with no Python call per op, under the guard alone
+(`confinement="guard"`) and the portable sandbox, on the kernels that have the library (IPython 9's environment has
+TensorFlow, the IPython 8 one torch):
+- TensorFlow's eager ops: `tf.io.write_file` of a path tensor, `tf.raw_ops.SaveV2`, `tf.print(output_stream=
+  'file://...')` wrote outside under the guard alone. Their eager executors (`pywrap_tfe.TFE_Py_FastPathExecute`,
+  the name the generated ops call) were never the vetted ones: worker/arrow.py's `_arrow_patch` recorded the
+  originals after worker/native.py's maker had already replaced them in the extension module, so the re-exporting
+  `pywrap_tfe` kept the unvetted ones (no eager op was vetted);
+- TensorFlow graph functions (`tf.function`, a dataset's `map`): the write ops of the graph are read from the
+  function's definition (and every function it calls) and their paths vetted where they are constants or the
+  function's inputs; anything else is `blocked` (not known before it runs);
+- TorchScript: `aten::save` in a scripted function or module (its argument, a constant, an attribute), through
+  `torch.jit.fork`; `aten::from_file` shared through `torch.ops.aten` (the packet, an overload, the C operation);
+- cffi (ctypes' sibling, no audit event for its calls): `ffi.dlopen(None).setpriority(...)` re-niced another process
+  of the user's (the kernel: 10 -> 19 under the guard alone); what user code loads or casts into a C function is
+  refused as ctypes' `CDLL` is.
+Each attack: `blocked` (under the guard alone by the call guard, naming the library), nothing outside changed, the
+kernel unchanged and alive, never a certain crash (`run5`); honest code using the same writers inside the run keeps
+the kernel's verdict.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from .test_guard_alone_round10 import _blocked_by_name, _imported
+from .test_portable_round5 import BOTH, GUARD, _has, k5, run5  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker's run folder view")
+
+TF = {
+    "write_file of a path tensor": "tf.io.write_file(tf.constant('@OUTSIDE@/wf.txt'), 'x')",
+    "raw_ops.SaveV2": "tf.raw_ops.SaveV2(prefix='@OUTSIDE@/ck', tensor_names=['a'], shape_and_slices=[''], "
+                      "tensors=[tf.constant(1.0)])",
+    "print to a file": "tf.print('x', output_stream='file://@OUTSIDE@/pr.txt')",
+    "a graph function's input": "@tf.function\ndef f(p):\n    tf.raw_ops.WriteFile(filename=p, contents='x')\n"
+                                "f(tf.constant('@OUTSIDE@/g.txt'))",
+    "a graph function's print": "@tf.function\ndef f():\n    tf.print('x', output_stream='file://@OUTSIDE@/gp.txt')\n"
+                                "f()",
+    "a dataset's map": "ds = tf.data.Dataset.from_tensor_slices(['@OUTSIDE@/dm.txt'])\n"
+                       "list(ds.map(lambda p: (tf.io.write_file(p, 'x'), p)[1]))",
+}
+TORCH = {
+    "aten::save of a script function's argument": "@torch.jit.script\ndef f(x: torch.Tensor, p: str):\n"
+                                                  "    torch.save(x, p)\nf(torch.ones(2), '@OUTSIDE@/s.pt')",
+    "aten::save of a constant": "@torch.jit.script\ndef f(x: torch.Tensor):\n    torch.save(x, '@OUTSIDE@/c.pt')\n"
+                                "f(torch.ones(2))",
+    "aten::save of a script module's attribute": "class M(torch.nn.Module):\n    def __init__(self):\n"
+                                                 "        super().__init__()\n        self.p = '@OUTSIDE@/m.pt'\n"
+                                                 "    def forward(self, x):\n        torch.save(x, self.p)\n"
+                                                 "        return x\ntorch.jit.script(M())(torch.ones(1))",
+    "aten::save through torch.jit.fork": "@torch.jit.script\ndef f(x: torch.Tensor, p: str) -> int:\n"
+                                         "    torch.save(x, p)\n    return 1\n"
+                                         "torch.jit.wait(torch.jit.fork(f, torch.ones(2), '@OUTSIDE@/fk.pt'))",
+    "torch.ops.aten.from_file shared": "torch.ops.aten.from_file('@OUTSIDE@/target.txt', True, 2, "
+                                      "dtype=torch.uint8).fill_(65)",
+    "its overload": "torch.ops.aten.from_file.default('@OUTSIDE@/target.txt', shared=True, size=2, "
+                    "dtype=torch.uint8).fill_(65)",
+    "its C operation": "torch._C._jit_get_operation('aten::from_file')[0]('@OUTSIDE@/target.txt', True, 2, "
+                       "dtype=torch.uint8).fill_(65)",
+}
+# torch before TensorFlow: each kernel imports a family's library once, for good (round 10's `_imported`), and every
+# later run's worker has all the kernel holds (TensorFlow's import is the heavier)
+CASES = [("torch", n) for n in TORCH] + [("tensorflow", n) for n in TF]
+SOURCES = {"tensorflow": TF, "torch": TORCH}
+IMPORTS = {"torch": "import torch", "tensorflow": "import tensorflow as tf"}
+HONEST = {
+    "tensorflow": ("@tf.function\ndef f(p):\n    tf.io.write_file(p, 'x')\n"
+                   "    tf.print('y', output_stream='file://' + p + '2')\n"
+                   "f(tf.constant('w.txt'))\ntf.io.write_file(tf.constant('t.txt'), 'z')\n"
+                   "print(open('w.txt').read(), open('w.txt2').read().strip(), open('t.txt').read())", "x y z"),
+    "torch": ("@torch.jit.script\ndef f(x: torch.Tensor, p: str):\n    torch.save(x, p)\n    return x * 2\n"
+              "y = f(torch.ones(2), 'in.pt')\nm = torch.jit.script(torch.nn.Linear(1, 1))\n"
+              "print(y.tolist(), torch.load('in.pt').tolist(), m(torch.ones(1)).shape, "
+              "torch.ops.aten.from_file('in.pt', False, 2, dtype=torch.uint8).shape)",
+              "[2.0, 2.0] [1.0, 1.0] torch.Size([1]) torch.Size([2])"),
+}
+
+
+CFFI = {
+    "dlopen": "import cffi\nffi = cffi.FFI()\nffi.cdef('int setpriority(int, int, int);')\n"
+              "ffi.dlopen(None).setpriority(0, kpid, 19)",
+    "the backend's own load_library": "import _cffi_backend as b\nb.load_library(None)",
+    "a cast to a function": "import cffi, ctypes\nffi = cffi.FFI()\nffi.cast('int(*)(int, int, int)', 0)",
+}
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(CFFI))
+def test_cffi_calls_nothing_in_c_from_user_code(k5, attack, sandbox):  # noqa: F811 (fixtures)
+    if not _has(k5, "cffi"):
+        pytest.skip("cffi is not in this kernel's environment")
+    v = run5(k5, CFFI[attack], sandbox)  # (run5: the kernel's nice value, affinity and policy unchanged)
+    assert v.verdict in (("blocked",) if sandbox is GUARD else ("blocked", "no-crash")), v
+    assert sandbox is not GUARD or (v.refusal is not None and "cffi" in v.refusal.call), v
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("family,attack", CASES, ids=[f"{f}-{n}" for f, n in CASES])
+def test_native_ops_without_a_python_call_refused_outside(k5, family, attack, sandbox):  # noqa: F811 (fixtures)
+    _imported(k5, family)
+    v = run5(k5, IMPORTS[family] + "\n" + SOURCES[family][attack], sandbox)
+    _blocked_by_name(v, sandbox, family)
+    assert sorted(p.name for p in k5["outside"].iterdir()) == ["target.txt"], v
+    assert (k5["outside"] / "target.txt").read_text() == "outside, keep me\n"
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("family", ["torch", "tensorflow"])
+def test_honest_graphs_and_scripts_keep_the_kernels_verdict(k5, family, sandbox):  # noqa: F811 (fixtures)
+    _imported(k5, family)
+    source, out = HONEST[family]
+    v = run5(k5, IMPORTS[family] + "\n" + source, sandbox)
+    assert (v.verdict, v.stdout.strip()) == ("no-crash", out), v
