@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from crane.probe.collect import MODULE_NAME, ProbeClient, ProbeError, probe_version
+from crane.probe.collect import MODULE_NAME, ProbeClient, probe_version
 from crane.probe.facts import ProbeRequest
 
 from ..library_versions import HAS_TORCH
@@ -137,19 +137,16 @@ def test_reinstalls_after_restart_or_version_change(probe, watcher):
     assert watcher.evaluate(f"__import__('sys').modules[{MODULE_NAME!r}].VERSION") == repr(probe_version())
 
 
-@pytest.mark.parametrize(
-    ("run_body", "message"),
-    [("lambda s: 1/0", "ZeroDivisionError"), ("lambda s: 'not json'", "malformed result")],
-)
-def test_broken_probe_module_is_a_clear_error(kernel, watcher, run_body, message):
-    # (CRANE calls only the module its own install made: this client installs it, then its `run` is broken)
+@pytest.mark.parametrize("run_body", ["lambda s: 1/0", "lambda s: 'not json'"])
+def test_a_probe_function_the_notebook_rebound_is_never_called(kernel, watcher, run_body):
+    # (CRANE calls only the module its own install made, binding what that install left: kernel/private_module's
+    # seal. Before it, a `run` rebound there was called, and its error or malformed answer came back)
     client = ProbeClient(kernel.connection)
     client.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["n_int"]))
     broken = f"exec(\"import sys\\nsys.modules[{MODULE_NAME!r}].run = eval(B)\", {{'B': {run_body!r}}})"
     watcher.evaluate(broken)
     try:
-        with pytest.raises(ProbeError, match=message):
-            client.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["n_int"]))
+        assert client.run(ProbeRequest(time_budget_ms=NO_TIME_CAP, names=["n_int"])).facts["n_int"].value == "42"
     finally:
         watcher.evaluate(f"__import__('sys').modules.pop({MODULE_NAME!r}, None) and None")
 

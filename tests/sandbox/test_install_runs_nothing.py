@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
 
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
-from crane.sandbox.transplant import transplant
+from crane.sandbox.transplant import TRANSPLANT_MODULE, transplant
 
 from ..kernel_envs import KERNEL_ENVS, PYTHON_KERNELS, kernel_python, python_kernel
 
@@ -382,7 +383,8 @@ def test_a_module_of_the_notebooks_with_crane_version_is_never_used(env, name, d
 # cloudpickle, at its first export) left (kernel/private_module's seal), so it installs afresh. Before, the rebound
 # `export`, the export's `_cell_objects`, cloudpickle's pickler method and module function were called.
 REBIND = {
-    "transplant-entry": "_m = sys.modules['_crane_transplant']\n_m.export = _wrap(_m.export, 'export')",
+    "transplant-entry": "_m = sys.modules['_crane_transplant']\n_e = _m.export\n"
+                        "_m.export = lambda *a, **k: (HITS.append('export'), _e(*a, **k))[1]",
     "transplant-inner": "_m = sys.modules['_crane_transplant']\n_m._cell_objects = _wrap(_m._cell_objects, 'cell')",
     "cloudpickle-method": "_m = sys.modules['_crane_cloudpickle']\n"
                           "_m.CloudPickler.reducer_override = _wrap(_m.CloudPickler.reducer_override, 'override')",
@@ -410,3 +412,48 @@ def test_a_function_rebound_in_cranes_modules_is_never_called(env, case):
     assert hits == [], (hits, v)
     assert watch.unchanged, (watch.changes(), [m.get("content") for m in watch.outputs])
     assert v.verdict == "no-crash" and v.certain, v
+
+
+# A key of the notebook's in a table the export looks names up in (kernel/lookups.py): its `__eq__` ran inside
+# CRANE's frames whenever a name CRANE asked for (here: libraries the kernel has not loaded, the DataFrame's class)
+# shared its hash. Before, each recorded a hit (the sys.modules and dispatch-table cases reproduced with the
+# export's own lookups: `dict.get(_MODULES, 'torch')`, `dict.get(copyreg.dispatch_table, DataFrame)`).
+# (the names CRANE's export asks namespaces for, from its own sources; the namespaces it reads while copying)
+_ASKED = sorted(set(re.findall(r'get\("([A-Za-z_][A-Za-z_0-9]*)"', "".join(t for _, t in TRANSPLANT_MODULE.sources))))
+_SPACES = ("numpy", "pandas", "builtins", "sys", "os", "copyreg", "threading", "pandas.core.frame",
+           "IPython.core.interactiveshell")
+_COLLIDE = ("class _Collide:\n    def __init__(self, h):\n        self.h = h\n    def __hash__(self):\n"
+            "        return self.h\n    def __eq__(self, o):\n        hit('key __eq__')\n        return False\n")
+TABLE_KEYS = [
+    ("table-key-sys-modules", _COLLIDE + "_keys = [_Collide(hash(n)) for n in ('torch', 'tensorflow', 'jax', 'keras', "
+     "'polars', 'scipy', 'sklearn', 'cupy', 'lightgbm', 'xgboost', 'pyarrow', 'matplotlib')]\n"
+     "for _k in _keys:\n    sys.modules[_k] = sys", "for _k in _keys:\n    del sys.modules[_k]", "`sys.modules`"),
+    ("table-key-module-namespace", _COLLIDE + f"_nk = []\nfor _mn in {_SPACES!r}:\n    _d = vars(sys.modules[_mn])\n"
+     f"    for _n in {_ASKED!r}:\n        if _n not in _d:\n            _nk.append((_d, _Collide(hash(_n))))\n"
+     "            _d[_nk[-1][1]] = 1", "for _d, _k in _nk:\n    del _d[_k]", "the namespace of the module"),
+    ("table-key-dispatch-table", _COLLIDE + "_dk = _Collide(hash(pd.DataFrame))\ncopyreg.dispatch_table[_dk] = len",
+     "del copyreg.dispatch_table[_dk]", "`copyreg.dispatch_table`"),
+    ("table-key-extension-registry", _COLLIDE + "_ek = (_Collide(hash('pandas.core.frame')), 'DataFrame')\n"
+     "copyreg._extension_registry[_ek] = 4242", "del copyreg._extension_registry[_ek]",
+     "`copyreg._extension_registry`"),
+]
+
+
+@pytest.mark.parametrize(("case", "patch", "undo", "named"), TABLE_KEYS, ids=[c[0] for c in TABLE_KEYS])
+def test_a_key_of_the_notebooks_in_a_table_the_export_reads_runs_nothing(env, case, patch, undo, named):
+    conn = env["conn"]
+    v = transplant(conn, "print(sum(small))", 60.0)  # (installed: the check is the export's, at every copy)
+    assert v.verdict == "no-crash", v
+    assert conn.run_cell(patch, timeout=60).status == "ok", patch
+    try:
+        conn.evaluate("HITS.clear()")
+        with Untouched(conn) as watch:
+            v = transplant(conn, "print(sum(small), df.shape)", 60.0)
+        hits = conn.evaluate("list(HITS)")
+    finally:
+        assert conn.run_cell(undo, timeout=60).status == "ok", undo
+    assert hits == [], (hits, v)
+    assert watch.unchanged, (watch.changes(), watch.outputs, watch.hits)
+    assert v.verdict == "unavailable" and named in (v.reason or ""), v
+    v = transplant(conn, "print(sum(small), df.shape)", 60.0)  # (undone: the honest copy again)
+    assert v.verdict == "no-crash" and v.certain, (v.reason, v)

@@ -50,6 +50,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
 )
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
+from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
 from crane.sandbox.kernel.pickling import _cloudpickle, _culprit, dump_state, torch_reducers  # kernel: strip
 from crane.sandbox.kernel.proof import _is_class, _patched_builtins, _patched_copyreg, _Proof, _Refused  # kernel: strip
@@ -100,6 +101,10 @@ def _export(args: Any) -> dict:
         req = check_export_request(args)
     except ExportRequestError as exc:
         return {"ok": False, "reason": f"bad export request: {exc}"}
+    odd = odd_key()  # (first: every step after looks names up in these tables)
+    if odd:
+        return {"ok": False, "reason": f"the notebook put a key of its own in {odd}: a lookup there would call it in "
+                                       "the kernel"}
     patched = _patched_builtins() or _patched_copyreg() or patched_stdlib()  # (before any step: a file's codec)
     if patched:
         return {"ok": False, "reason": f"the notebook replaced {patched}: copying would call it in the kernel"}
