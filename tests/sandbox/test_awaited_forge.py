@@ -87,7 +87,8 @@ sys.settrace(None)
 assert x == 2 and 'line' in seen and 'return' in seen, seen
 print('awaited')
 '''
-PATHS = {"layered": {"layer": "layered"}, "portable": {"sandbox": SandboxOptions(confinement="portable")}}
+PATHS: dict[str, dict[str, Any]] = {"layered": {"layer": "layered"},
+                                    "portable": {"sandbox": SandboxOptions(confinement="portable")}}
 
 
 @pytest.fixture(scope="module")
