@@ -28,7 +28,8 @@ the execution count, `In`/`Out` and the outputs other clients see are untouched 
 - call: `<module>.<function>(*args)` when the installed module has our VERSION, its `__crane_seal__` is at the
   address this process's install reported (`object.__repr__`) and refers to that module, and the module binds what
   the snapshot holds; `_call` checks that with the hooks and the collector off and, for a `quiet` module, calls
-  the function with both still off (the fork sandbox's, not quiet, gets them back first). Else a sentinel, the
+  the function with both still off (the fork sandbox's, not quiet, hands the function back for the request to call
+  with both as the notebook set them). Else a sentinel, the
   module found the same way (no name read); on the sentinel (the kernel restarted, another CRANE installed its
   own, the notebook put a module of its own at that name — even at a freed module's address, its namespace and
   seal copied — or rebound a function, a class's method or a code object in ours) `ModuleClient` installs and
@@ -250,9 +251,11 @@ try:
             _sp(prof)
 
     def _call(m, name, args, quiet, missing):
-        # the call of a sealed module's function: the module checked with the hooks and the collector off, then the
-        # function called (a `quiet` module's with both still off: none of the notebook's finalizers runs on its
-        # allocations; another's as the notebook set them, for the code it runs as the notebook would)
+        # the call of a sealed module's function: the module checked with the hooks and the collector off, then a
+        # `quiet` module's function called with both still off (none of the notebook's finalizers runs on its
+        # allocations): (0, its value), or (0, missing) for a module that fails the check; another's function is
+        # handed back, (1, function), for the request's expression to call with both as the notebook set them (its
+        # code runs the notebook's as the notebook would; the hooks see it called from the request, as before)
         prof = _gp()
         trace = _gt()
         _sp(None)
@@ -261,15 +264,11 @@ try:
         _gc_off()
         try:
             if not _same(m):
-                return missing
+                return (0, missing)
             f = MDD(m).get(name)
             if not quiet:
-                if on:
-                    _gc_on()
-                on = False
-                _st(trace)
-                _sp(prof)
-            return f(*args)
+                return (1, f)
+            return (0, f(*args))
         finally:
             if on:
                 _gc_on()
@@ -391,8 +390,9 @@ class KernelModule:
         collector off where the module is `quiet`), else the MISSING sentinel. Arguments must be Python literals
         (their `repr` is sent); no name of the notebook's is read."""
         arglist = "".join(f"{a!r}, " for a in args)
-        call = (f"BF.__dict__['__self__'].__get__(T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__(m)"
-                f"['__crane_seal__'].__callback__)[3](m, {function!r}, ({arglist}), {self.quiet!r}, {MISSING!r})")
+        call = (f"(lambda r: r[1]({arglist}) if r[0] else r[1])(BF.__dict__['__self__'].__get__("
+                f"T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__(m)['__crane_seal__'].__callback__)[3](m, "
+                f"{function!r}, ({arglist}), {self.quiet!r}, {MISSING!r}))")
         return (f"(lambda P: (lambda T, BF, D, S, SD, M, MT: (lambda m: {call} if m is not None else {MISSING!r})"
                 f"({self._held(seal, checked=False)}))(*P) if P else {MISSING!r})({_SYS_EXPR})")
 
