@@ -89,19 +89,54 @@ def _session_lines(fd: int) -> Generator[bytes, Any, None]:
         yield line
 
 
-def _import(names: Iterable[str], only_library: bool) -> None:
+def _spec_is_library(spec: Any) -> bool:
+    """Whether a module spec's file (or a package's first folder) lies under the standard library or an installed
+    package (kernel/library.is_library)."""
+    if spec is None:
+        return False
+    try:
+        return is_library(spec.origin or (list(spec.submodule_search_locations or [""])[0]))
+    except Exception:  # noqa: BLE001 - a spec we cannot place: not a library's
+        return False
+
+
+def _library_imported(name: str) -> bool:
+    """Import `name` only where it and every package above it is a library's (issue 45): each parent is decided
+    (and imported) before its child is looked up, since `find_spec("pkg.sub")` imports `pkg` first, and a top-level
+    name is placed by `find_spec` alone, which runs none of its code. True where `name` is then imported and a
+    library's; a module already held counts only where its own spec is a library's."""
     import importlib
     import importlib.util
+    held = sys.modules.get(name)
+    if held is not None:
+        return _spec_is_library(getattr(held, "__spec__", None))
+    parent = name.rpartition(".")[0]
+    if parent and not _library_imported(parent):
+        return False
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:  # noqa: BLE001 - not placed: not imported
+        return False
+    if not _spec_is_library(spec):
+        return False
+    try:
+        importlib.import_module(name)
+    except BaseException:  # noqa: BLE001 - a module the worker cannot import: the state load will say so
+        _W["failed"].append(name)
+        return False
+    return name in sys.modules
+
+
+def _import(names: Iterable[str], only_library: bool) -> None:
+    """Import `names` the worker lacks; `only_library`: those of a library only (no code of the notebook's own
+    packages runs: the portable head, docs/sandbox.md)."""
+    import importlib
     for name in names:
         if name in sys.modules:
             continue
         if only_library:
-            try:
-                spec = importlib.util.find_spec(name)
-            except Exception:
-                continue
-            if spec is None or not is_library(spec.origin or (list(spec.submodule_search_locations or [""])[0])):
-                continue
+            _library_imported(name)
+            continue
         try:
             importlib.import_module(name)
         except BaseException:  # noqa: BLE001 - a module the worker cannot import: the state load will say so
