@@ -34,8 +34,15 @@ the execution count, `In`/`Out` and the outputs other clients see are untouched 
   own, the notebook put a module of its own at that name — even at a freed module's address, its namespace and
   seal copied — or rebound a function, a class's method or a code object in ours) `ModuleClient` installs and
   calls again once. A module this process has not installed is never called (the first call installs). Not
-  proven: what the seal's own parts hold (a notebook that finds the seal's list through `gc` and forges its
-  snapshot, or removes the `atexit` entry with `atexit._clear()`), mutable containers inside the module (a list or
+  proven: anything against a notebook that goes after the seal itself. Its parts are public attributes, not hidden:
+  `m.__crane_seal__.__callback__.__self__` is the list [snapshot, _check, _snap, _call] (no `gc` needed), and the
+  call expression calls its item 3 as it finds it, so `hold[3] = f` has the next call run the notebook's `f`, and
+  rebinding a function of the module then `hold[0] = hold[2](m)` re-takes the snapshot so the rebound function is
+  called; the seal's functions' `__code__`/`__defaults__` and their shared globals (`_call.__globals__`: `_hold`,
+  `_same`, the hook and collector switches) are writable the same way, and `atexit._clear()` drops the seal's root.
+  The seal proves the module the object this process's install made and, while the seal's parts are as the install
+  left them, that it binds what the snapshot holds: it stops a module of the notebook's at the name and a rebound
+  function, not a deliberate forger. Also not proven: mutable containers inside the module (a list or
   dict CRANE's code reads), closure cells and the functions inside `staticmethod`/`classmethod`/`property`
   wrappers; and the request's own first steps (IPython's handling of it, the expression up to the bootstrap, and
   where `gc` is not loaded the private instance's few allocations) may still let the collector run.
