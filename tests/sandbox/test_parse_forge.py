@@ -7,7 +7,8 @@ subclass whose `body` reads empty). A clean session command that did so was kept
 later command compiled to nothing: `1 / 0` came back `no-crash` in fork, transplant and portable sessions; so did
 every one-shot run of a kernel whose user had made that patch. IPython parses through `compile` and bound `Module` at
 its import, so in the kernel these cells still raise. Now kernel/run._compile_plan calls `compile(..., PyCF_ONLY_AST)`
-and the `_ast` node types. Each test failed before (`no-crash`)."""
+and node types taken from trees the C parser made when CRANE's module was made (a cell can rebind `_ast.Module` and
+`_ast.Interactive` too: the review's `_ast` case). Each test failed before (`no-crash`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ PATCHES = {
     "parse": "import ast\nast.parse = lambda source, *a, **k: ast.Module(body=[], type_ignores=[])\n",
     "module": ("import ast\nclass _Empty(ast.Module):\n    body = property(lambda self: [], lambda self, v: None)\n"
                "ast.Module = _Empty\n"),
+    # the C parser's module rebound too (`_ast`'s names, which `ast` re-exports): the review's reproducer
+    "_ast": ("import _ast\nclass _EmptyM(_ast.Module):\n    body = property(lambda self: [], lambda self, v: None)\n"
+             "class _EmptyI(_ast.Interactive):\n    body = property(lambda self: [], lambda self, v: None)\n"
+             "_ast.Module, _ast.Interactive = _EmptyM, _EmptyI\n"),
 }
 
 
@@ -66,13 +71,20 @@ def test_a_copy_session_command_patching_ast_forges_no_later_verdict(conn, kind)
         assert watch.unchanged, (watch.outputs, watch.changes())
 
 
+_SAVE = ("import ast as _crane_ast, _ast as _crane_cast\n"
+         "_crane_saved = _crane_ast.parse, _crane_ast.Module, _crane_cast.Module, _crane_cast.Interactive")
+_RESTORE = ("(_crane_ast.parse, _crane_ast.Module, _crane_cast.Module, _crane_cast.Interactive) = _crane_saved\n"
+            "del _crane_ast, _crane_cast, _crane_saved")
+
+
+@pytest.mark.parametrize("patch", ["parse", "_ast"])
 @pytest.mark.parametrize("path", ["blocking", "portable"])
-def test_a_kernel_whose_ast_is_patched_still_gets_its_crashes(conn, path):
+def test_a_kernel_whose_ast_is_patched_still_gets_its_crashes(conn, path, patch):
     options: dict[str, Any] = ({"layer": "blocking"} if path == "blocking"
                                else {"sandbox": SandboxOptions(confinement="portable")})
-    assert conn.run_cell("import ast as _crane_ast\n_crane_saved = _crane_ast.parse, _crane_ast.Module").status == "ok"
+    assert conn.run_cell(_SAVE).status == "ok"
     try:
-        assert conn.run_cell(PATCHES["parse"]).status == "ok"
+        assert conn.run_cell(PATCHES[patch]).status == "ok"
         assert conn.run_cell("1 / 0").status == "error"  # (the kernel's own word)
         with Untouched(conn) as watch:
             v = speculate(conn, "1 / 0", 60.0, **options)
@@ -80,4 +92,4 @@ def test_a_kernel_whose_ast_is_patched_still_gets_its_crashes(conn, path):
         # (a portable run's export from such a kernel may also be refused: `unavailable`, never a verdict of its own)
         assert (v.verdict, v.ename) == ("crash", "ZeroDivisionError") or (path, v.verdict) == ("portable", "unavailable"), v
     finally:
-        assert conn.run_cell("_crane_ast.parse, _crane_ast.Module = _crane_saved\ndel _crane_ast, _crane_saved").status == "ok"
+        assert conn.run_cell(_RESTORE).status == "ok"

@@ -7,7 +7,6 @@ line mapped back to the cell, a short traceback. `_child_run` is the one-shot ch
 
 from __future__ import annotations
 
-import _ast
 import errno
 import functools
 import linecache
@@ -55,8 +54,16 @@ from crane.sandbox.shared.seal import (  # kernel: strip
 # what a cell's source is parsed and compiled with: the C parser's own node types and flag (issue 41), never `ast`'s
 # Python-level names — `ast.parse` is a Python function, `ast.Module` a name a cell can rebind to a subclass whose
 # `body` reads empty: a kept session command that did either turned every later command into an empty one, `no-crash`
-# (IPython parses through `compile` itself, so in the kernel those cells still raise)
-_ONLY_AST = _ast.PyCF_ONLY_AST
+# (IPython parses through `compile` itself, so in the kernel those cells still raise). Nor `_ast`'s names at the
+# time of the call: a cell can rebind `_ast.Module`/`_ast.Interactive`/`_ast.Expr` as well (the review reproduced
+# it), so the node types are taken once from trees the C parser made (their types are the interpreter's own, whatever
+# a module attribute says) and the flags are CPython's fixed values (Include/cpython/compile.h); globals of this
+# module, so `_fence` watches them by identity.
+_ONLY_AST = 0x0400  # PyCF_ONLY_AST
+_TOP_AWAIT = 0x2000  # PyCF_ALLOW_TOP_LEVEL_AWAIT
+_MODULE_NODE = type(compile("0", "<crane>", "exec", _ONLY_AST, dont_inherit=True))
+_INTERACTIVE_NODE = type(compile("0", "<crane>", "single", _ONLY_AST, dont_inherit=True))
+_EXPR_NODE = type(compile("0", "<crane>", "exec", _ONLY_AST, dont_inherit=True).body[0])
 
 
 def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
@@ -72,17 +79,17 @@ def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> t
     linecache.cache[filename] = (len(transformed), None, transformed.splitlines(True), filename)
     interactivity = getattr(shell, "ast_node_interactivity", "last_expr") if shell is not None else "last_expr"
     body = tree.body
-    flags = (getattr(getattr(shell, "compile", None), "flags", 0) or 0) | _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    flags = (getattr(getattr(shell, "compile", None), "flags", 0) or 0) | _TOP_AWAIT
     quiet = source.rstrip().endswith(";")
     plan = []
     for i, node in enumerate(body):
-        interactive = isinstance(node, _ast.Expr) and not quiet and (
+        interactive = isinstance(node, _EXPR_NODE) and not quiet and (
             interactivity == "all" or (interactivity in ("last_expr", "last_expr_or_assign", "last") and i == len(body) - 1)
         )
         if interactive:
-            code = compile(_ast.Interactive([node]), filename, "single", flags, dont_inherit=True)
+            code = compile(_INTERACTIVE_NODE([node]), filename, "single", flags, dont_inherit=True)
         else:
-            code = compile(_ast.Module([node], []), filename, "exec", flags, dont_inherit=True)
+            code = compile(_MODULE_NODE([node], []), filename, "exec", flags, dont_inherit=True)
         plan.append(code)
     return plan, transformed
 
