@@ -7,12 +7,23 @@ package above a name (without importing it) before it looks the name up. A real 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.sandbox import speculate
+from crane.sandbox.transplant import POOL
 from crane.sandbox.worker.head import kernel_held
+from crane.sandbox.worker.linux import linux_layer_available
+
+from ..kernel_envs import KERNEL_ENVS, kernel_python
+from ..sandbox_options import use_options
 
 _IMPORTS = """
 import json, sys
@@ -52,3 +63,67 @@ def test_import_only_library_never_runs_a_local_packages_code(tmp_path):
 def test_kernel_held_still_names_a_local_packages_submodules_the_import_refuses():
     # (the filter is `_import`'s: kernel_held names them, so the refusal above is the one that matters)
     assert kernel_held({"submodules": ["localpkg.sub"]}, ["localpkg"]) == ["localpkg.sub"]
+
+
+def _ahead(head: int, timeout: float = 180.0) -> bool:
+    """Whether the head forked its next run's process ahead within `timeout` (worker/head._fork_ahead: the last
+    thing it does after a run's warm-up, so its imports are done). Waited for as an event; the deadline only bounds
+    a failure."""
+    done = threading.Event()
+    while not done.wait(0.1):
+        try:
+            if any(p.read_text().split() for p in Path(f"/proc/{head}/task").glob("*/children")):
+                return True
+        except OSError:
+            return False
+        timeout -= 0.1
+        if timeout <= 0:
+            return False
+    return False
+
+
+def _held_package(root: Path) -> Path:
+    """A local package whose `__init__` keeps its `held.txt` open (a read: a confined run may import it too,
+    where a write would be refused), so a process that ran it shows the file among its descriptors."""
+    pkg = root / "localpkg"
+    pkg.mkdir()
+    held = pkg / "held.txt"
+    held.write_text("held\n")
+    (pkg / "__init__.py").write_text("import os\n_HELD = open(os.path.join(os.path.dirname(__file__), 'held.txt'))\n")
+    (pkg / "sub.py").write_text("x = 1\n")
+    return held
+
+
+def _holds(pid: int, path: Path) -> bool:
+    found = False
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found = found or os.readlink(fd) == str(path)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(linux_layer_available() is not None, reason="heads serve runs under Landlock")
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_a_head_never_imports_the_kernels_local_package(kernel_env, tmp_path, monkeypatch):
+    held = _held_package(tmp_path)  # next to the notebook, the kernel's folder (where its worker starts too)
+    opts = use_options(monkeypatch, confinement="portable", warm_workers=True, worker_idle_seconds=600.0)
+    kernel = start_kernel(tmp_path, python=kernel_python(kernel_env))
+    try:
+        conn = kernel.connection
+        setup = "import sklearn.svm\nfrom localpkg.sub import x\n"
+        assert conn.run_cell(setup).status == "ok"
+        first = speculate(conn, "y = x + 1\nprint(y)", 120.0, sandbox=opts)
+        assert (first.verdict, first.mode) == ("no-crash", "portable"), first
+        head = first.pid
+        assert head is not None
+        assert _ahead(head), "the head never made ready for its next run"
+        # the kernel's package ran in the kernel (and perhaps in a run's confined process), never in the head
+        assert not _holds(head, held), "the head ran localpkg's __init__"
+        second = speculate(conn, "print(x + 2)", 120.0, sandbox=opts)
+        assert (second.verdict, second.pid, second.stdout.strip()) == ("no-crash", head, "3"), second
+        assert not _holds(head, held), "the head ran localpkg's __init__"
+    finally:
+        kernel.shutdown()
+        POOL.shutdown()
