@@ -8,7 +8,9 @@ TensorFlow, the IPython 8 one torch):
   `pywrap_tfe` kept the unvetted ones (no eager op was vetted);
 - TensorFlow graph functions (`tf.function`, a dataset's `map`): the write ops of the graph are read from the
   function's definition (and every function it calls) and their paths vetted where they are constants or the
-  function's inputs; anything else is `blocked` (not known before it runs);
+  function's inputs; anything else is `blocked` (not known before it runs), as is a function read 31+ calls deep or
+  one that calls itself; the sites read are read again after any change of the function library (a function swapped
+  under its name);
 - TorchScript: `aten::save` in a scripted function or module (its argument, a constant, an attribute), through
   `torch.jit.fork`; `aten::from_file` shared through `torch.ops.aten` (the packet, an overload, the C operation);
 - cffi (ctypes' sibling, no audit event for its calls): `ffi.dlopen(None).setpriority(...)` re-niced another process
@@ -41,6 +43,21 @@ TF = {
                                 "f()",
     "a dataset's map": "ds = tf.data.Dataset.from_tensor_slices(['@OUTSIDE@/dm.txt'])\n"
                        "list(ds.map(lambda p: (tf.io.write_file(p, 'x'), p)[1]))",
+    # (review of 5df20b4, H2: a function read 31+ calls deep, or one that calls itself, was let through as writing
+    # nothing; H3: the sites cached by a function's name held after its definition was swapped for another)
+    "a graph function 41 calls deep": "@tf.function\ndef f0(p):\n    tf.io.write_file(p, 'x')\ng = f0\n"
+                                      "for _ in range(40):\n    g = (lambda h: tf.function(lambda p: h(p)))(g)\n"
+                                      "g(tf.constant('@OUTSIDE@/deep40.txt'))",
+    "a graph function swapped under its name": "from tensorflow.python.eager import context\n@tf.function\n"
+                                               "def f(p):\n    return tf.strings.length(p)\n"
+                                               "cf = f.get_concrete_function(tf.TensorSpec([], tf.string))\n"
+                                               "cf(tf.constant('a'))\n@tf.function\ndef w(p):\n"
+                                               "    tf.io.write_file(p, 'x')\n    return tf.strings.length(p)\n"
+                                               "fdef = w.get_concrete_function(tf.TensorSpec([], tf.string))"
+                                               ".function_def\nname = cf.function_def.signature.name\n"
+                                               "fdef.signature.name = name\nctx = context.context()\n"
+                                               "ctx.remove_function(name)\nctx.add_function_def(fdef)\n"
+                                               "cf(tf.constant('@OUTSIDE@/swapped.txt'))",
 }
 TORCH = {
     "aten::save of a script function's argument": "@torch.jit.script\ndef f(x: torch.Tensor, p: str):\n"

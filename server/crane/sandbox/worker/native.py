@@ -449,7 +449,10 @@ def _tf_vet_op(vet: Any, op: str, inputs: Any, attrs: Any) -> None:
 # file-writing ops, each with where its path comes from: a constant of the graph (its text), one of the function's
 # own inputs (the eager value it is called with), or anything else (not known before it runs: the run is refused).
 # function name -> its write sites: (op, how ("file", "prefix", "tree"), source ("const", texts) | ("arg", index) |
-# ("unknown", None)); () for a name that is no function or writes nothing (the cost of every later call: one lookup)
+# ("unknown", None)); () for a name that is no function or writes nothing (the cost of every later call: one lookup).
+# The cache holds only while the context's function library is unchanged: every call that adds or removes a function
+# (`TFE_ContextAddFunction*`, `TFE_ContextRemoveFunction`, ...) empties it (`_tf_library_changed`), so a name whose
+# function is swapped for another (removed, and a new definition added under it) is read again
 _TF_SITES: dict[str, tuple[tuple[str, str, tuple[str, Any]], ...]] = {}
 _TF_UNKNOWN: tuple[str, Any] = ("unknown", None)
 
@@ -500,8 +503,8 @@ def _tf_sites(name: str, busy: frozenset = frozenset()) -> tuple[tuple[str, str,
     if fdef is None:
         _TF_SITES[name] = ()
         return ()
-    if name in busy or len(busy) > 30:  # (a function that calls itself: its sites are those of the first reading)
-        return ()
+    if name in busy or len(busy) > 30:  # (a function that calls itself, or one read 31 calls deep: not read to the
+        return (("a graph function not read", "file", _TF_UNKNOWN),)  # end, so not known before it runs: refused)
     busy = busy | {name}
     args = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
     nodes = {n.name: n for n in fdef.node_def}
@@ -594,6 +597,13 @@ def _tf_execute(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
     return args, kw
 
 
+def _tf_library_changed(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+    """A call that changes the context's function library: every function's write sites read again on its next call
+    (a name's cached sites, or its being no function, may no longer be true)."""
+    _TF_SITES.clear()
+    return args, kw
+
+
 def _both_paths(family: str, label: str, at: tuple[int, ...]) -> Callable[[Any, tuple, dict], tuple[tuple, dict]]:
     return _nv_both(*(_nv_arg(family, label, i, f"arg{i}") for i in at))
 
@@ -611,7 +621,9 @@ _TF_RECORD_IO = _nv_module_functions("tensorflow", {}, {
     "RecordWriter": {"__init__": (_nv_arg("tensorflow", "tf.io.TFRecordWriter", 0, "path"), False)}})
 _TF_EAGER = _nv_module_functions("tensorflow", {
     "TFE_Py_FastPathExecute": _tf_fast_path, "TFE_Py_Execute": _tf_execute,
-    "TFE_Py_ExecuteCancelable": _tf_execute})
+    "TFE_Py_ExecuteCancelable": _tf_execute, **{name: _tf_library_changed for name in (
+        "TFE_ContextAddFunction", "TFE_ContextAddFunctionDef", "TFE_ContextAddFunctionDefNoSerialization",
+        "TFE_ContextRemoveFunction", "TFE_ContextClearCaches")}})
 
 
 # extension module -> (its maker, the Python modules that re-export its names): merged into arrow.py's targets
