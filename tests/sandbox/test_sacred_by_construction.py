@@ -44,6 +44,18 @@ df_arr = np.arange(12).reshape(3, 4)
 """
 
 
+# A test that simulates a condition inside CRANE's own kernel-side module (a memory floor, an older Landlock ABI)
+# re-takes the module's seal afterwards, as CRANE does for a change of its own (kernel/pickling._cloudpickle):
+# otherwise the seal (kernel/private_module) sees the module changed and CRANE installs it afresh, undoing the
+# simulation
+_MOD = "__import__('sys').modules['_crane_sandbox']"
+_RESEAL = f"(lambda m: (lambda h: h.__setitem__(0, h[2](m)))(m.__crane_seal__.__callback__.__self__))({_MOD})"
+
+
+def _set_in_module(conn, statement: str) -> None:
+    conn.evaluate(f"({statement}, {_RESEAL})")
+
+
 @pytest.fixture(scope="module", params=KERNEL_ENVS)
 def env(request, tmp_path_factory, outside):
     python = kernel_python(request.param)
@@ -324,14 +336,14 @@ def test_a_run_is_refused_when_free_memory_is_short(env):
     conn = env["conn"]
     v_ok = _check(env, "z = 1", layer="blocking")
     assert v_ok.verdict == "no-crash"
-    mod = "__import__('sys').modules['_crane_sandbox']"
+    mod = _MOD
     old = conn.evaluate(f"{mod}.MIN_AVAILABLE_MB")
-    conn.evaluate(f"setattr({mod}, 'MIN_AVAILABLE_MB', 1 << 40)")
+    _set_in_module(conn, f"setattr({mod}, 'MIN_AVAILABLE_MB', 1 << 40)")
     try:
         v = speculate(conn, "z = 1", 10.0)
         assert v.verdict == "unavailable" and "free memory is short" in (v.reason or ""), v
     finally:
-        conn.evaluate(f"setattr({mod}, 'MIN_AVAILABLE_MB', {old})")
+        _set_in_module(conn, f"setattr({mod}, 'MIN_AVAILABLE_MB', {old})")
 
 
 @pytest.mark.parametrize("layer", ["blocking", "layered"])
@@ -454,7 +466,7 @@ def test_older_linux_without_landlock_signal_scoping(env):
     name = f"crane-test-abstract-{env['name']}-{os.getpid()}"
     service = UnixService("\0" + name)
     _check(env, "z = 1")  # the module is installed
-    conn.evaluate(f"setattr({mod}, '_real_abi', {mod}.landlock_abi) or setattr({mod}, 'landlock_abi', lambda: 5)")
+    _set_in_module(conn, f"setattr({mod}, '_real_abi', {mod}.landlock_abi) or setattr({mod}, 'landlock_abi', lambda: 5)")
     try:
         for layer in ("blocking", "layered"):
             v = _check(env, "r, w = os.pipe()\nfcntl.fcntl(r, fcntl.F_SETOWN, os.getppid())\nfcntl.fcntl(r, 10, 9)\n"
@@ -468,6 +480,6 @@ def test_older_linux_without_landlock_signal_scoping(env):
                         "capture_output=True, text=True).stdout)", layer="layered")
         assert v.verdict in ("no-crash", "blocked") and "sent" not in v.stdout, v
     finally:
-        conn.evaluate(f"setattr({mod}, 'landlock_abi', {mod}._real_abi)")
+        _set_in_module(conn, f"setattr({mod}, 'landlock_abi', {mod}._real_abi) or delattr({mod}, '_real_abi')")
         service.close()
     assert service.got == []
