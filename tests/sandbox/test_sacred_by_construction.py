@@ -483,3 +483,17 @@ def test_older_linux_without_landlock_signal_scoping(env):
         _set_in_module(conn, f"setattr({mod}, 'landlock_abi', {mod}._real_abi) or delattr({mod}, '_real_abi')")
         service.close()
     assert service.got == []
+
+
+def test_a_fresh_install_still_runs_none_of_the_users_at_fork_handlers(env):
+    """After CRANE installs its module afresh (its seal saw the module changed), the earlier install stays alive,
+    rooted by its seal, with the at-fork handler lists it found; the fresh module took those lists for a user's and
+    forked with the user's handlers in place (their `before` ran in the kernel, `after_in_child` before confinement:
+    the final local CI of 623e8f3, IPython 9). The lists an earlier install found are not a user's reference."""
+    conn = env["conn"]
+    _check(env, "z = 1")  # the module is installed and has found the lists
+    conn.evaluate(f"setattr({_MOD}, '_crane_test_changed', 1)")  # (a change the seal sees: the next call installs afresh)
+    before = env["marker"].read_text() if env["marker"].exists() else ""
+    v = _check(env, "z = 2")
+    assert v.verdict == "no-crash", v
+    assert (env["marker"].read_text() if env["marker"].exists() else "") == before

@@ -92,9 +92,12 @@ def _find_lists() -> dict:
                 continue
             refs = gc.get_referrers(fn)
             for ref in refs:
-                # the interpreter's list is referenced by no Python object (a user's list would be)
+                # the interpreter's list is referenced by no Python object (a user's list would be) but the lists
+                # found by an earlier install of this module (its `_LISTS["found"]`: a dict keyed by the kinds), which
+                # the seal keeps alive after CRANE installs the module afresh (kernel/private_module)
                 if type(ref) is list and ref is not refs and any(x is fn for x in ref) and not [
-                        h for h in gc.get_referrers(ref) if h is not refs and type(h) is not types.FrameType]:
+                        h for h in gc.get_referrers(ref) if h is not refs and type(h) is not types.FrameType
+                        and not (type(h) is dict and h and all(type(k) is str and k in _ANCHORS for k in h))]:
                     found[kind] = ref
                     break
             del refs
