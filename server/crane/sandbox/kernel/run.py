@@ -61,9 +61,10 @@ from crane.sandbox.shared.seal import (  # kernel: strip
 # module, so `_fence` watches them by identity.
 _ONLY_AST = 0x0400  # PyCF_ONLY_AST
 _TOP_AWAIT = 0x2000  # PyCF_ALLOW_TOP_LEVEL_AWAIT
-_MODULE_NODE = type(compile("0", "<crane>", "exec", _ONLY_AST, dont_inherit=True))
 _INTERACTIVE_NODE = type(compile("0", "<crane>", "single", _ONLY_AST, dont_inherit=True))
-_EXPR_NODE = type(compile("0", "<crane>", "exec", _ONLY_AST, dont_inherit=True).body[0])
+_MODULE_NODE = type(_zero := compile("0", "<crane>", "exec", _ONLY_AST, dont_inherit=True))
+_EXPR_NODE = type(_zero.body[0])
+del _zero
 
 
 def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
