@@ -2,7 +2,8 @@
 
 stdout is the LSP channel: nothing else is ever written there. Logs go to stderr (and to the client's
 log through `window/logMessage`). Once the session is over (`shutdown` has ended what the server started, `exit`
-closed the channel), the process leaves promptly: see `_leave`.
+closed the channel), the process leaves promptly: see `_leave`. Its exit code is the LSP's: 0 after a `shutdown`
+request, 1 when the client left without one (`exit` alone, or the end of its input).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import threading
 from typing import BinaryIO, NoReturn, cast
 
 from crane.commands import EXIT_ERROR, EXIT_OK
+
+EXIT_WITHOUT_SHUTDOWN = 1  # the LSP's code for a client that left without `shutdown` (`exit` alone, input's end)
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"crane serve: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    _leave(EXIT_OK)
+    _leave(EXIT_OK if server.shutdown_requested else EXIT_WITHOUT_SHUTDOWN)
 
 
 def _leave(code: int) -> NoReturn:

@@ -94,6 +94,7 @@ class CraneServer(LanguageServer):
         self._executor = ThreadPoolExecutor(max_workers=3, thread_name_prefix="crane-work")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
+        self.shutdown_requested = False  # the client sent `shutdown`: the process's exit code is 0, else 1 (LSP)
 
     # -- loop and threads ---------------------------------------------------------------------------
     def bind_loop(self) -> None:

@@ -5,6 +5,7 @@ user (window/showMessage) and fall back to defaults. The analysis engine is impo
 after `initialized`, so `initialize` answers at once. The process leaves promptly after `exit` with or without
 a `shutdown` before it (an editor that gives up on its server sends `exit` alone), and when its input ends (the
 editor died): `leaving` ends every wait the process's end would wait for (litellm's import, the repair agent's runs).
+Its exit code is the LSP's: 0 when a `shutdown` request came before, 1 otherwise (`exit` alone, or the input's end).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def leaving(ls: CraneServer) -> None:
 
 
 async def shutdown(ls: CraneServer, params: None) -> None:
+    ls.shutdown_requested = True  # received: the exit that follows is clean (code 0) even if what follows fails
     leaving(ls)
     ls.llm.close()
     ls.quick_fixes.close()
