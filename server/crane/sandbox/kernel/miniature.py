@@ -26,7 +26,7 @@ component counts, labels dropped from the subset, shapes that mention the kept o
 stratification, empty results): such a run is inconclusive, never a crash.
 A loop miniature (`spec["loops"]` = n, `spec["loop_ms"]` = a time slice, `spec["rows"]` False: the data stay
 whole) is said by a `loop` entry of what was kept; in the process that runs the cell (the fork's child, the
-transplant worker), `arm_loops` rewrites every `for` and `while` statement of the cell (those in functions and
+transplant worker), `arm_loops` gives the rewrite of every `for` and `while` statement of the cell (those in functions and
 classes it defines included; comprehensions and `async for` are left alone) to go through `__crane_loop__` /
 `__crane_while__`, helpers compiled here as user-level code (their globals a fresh dict: no CRANE object is handed
 to the cell; they read no frames, which the portable guard refuses). `bound_earlier` does the same, in that
@@ -52,7 +52,6 @@ Standard library only (pandas/numpy/torch are used only when the kernel already 
 from __future__ import annotations
 import __future__
 
-import ast
 import copy
 import math
 import random
@@ -75,6 +74,189 @@ _MRO = type.__dict__["__mro__"]
 _MODULE = type(sys)
 _DICT_OF = object.__getattribute__
 _COPY, _CEIL, _RANDOM = copy.copy, math.ceil, random.Random
+
+
+# -- the cell's trees, never through `ast`'s Python-level names (issue 41) ------------------------------------
+# What a loop miniature parses, walks, builds and compiles: trees the C parser makes (`compile(..., PyCF_ONLY_AST)`,
+# `ast.parse`'s own call), node types taken from one such tree when this module is made (their types are the
+# interpreter's own, whatever a module attribute says), and walks, locations and the rewrite written here. `ast.parse`,
+# `ast.Module`, `ast.NodeTransformer`, `ast.walk`, `ast.copy_location` and `_ast`'s names are all rebindable by a
+# notebook; IPython's own path never calls most of them, so a patch of one changed what the miniature ran and not what
+# the kernel runs (`ast.NodeTransformer.visit` made to return an empty module: a raising cell's miniature came back
+# `no-crash`). The node classes themselves are mutable heap types: a class a cell changed (a property, an `__init__`,
+# a base of its own: `_N_PLAIN`) could read CRANE's rewritten nodes differently from the kernel's, so a tree with
+# any such class in it is left unbounded (a full run, the kernel's own path).
+_N_ONLY_AST = 0x0400  # PyCF_ONLY_AST (CPython's fixed value, Include/cpython/compile.h)
+_N_SAMPLE = compile(
+    "async def f():\n    async for a in b:\n        await c\n    yield\n"
+    "def g():\n    yield from z\n"
+    "class C:\n    pass\n"
+    "for x in y:\n    break\n"
+    "while not t[0]:\n    return\n"
+    "x = [f(k=1)]\n"
+    "if a:\n    pass\n"
+    "lambda: 0\n",
+    "<crane>", "exec", _N_ONLY_AST, dont_inherit=True)
+_N_MODULE = type(_N_SAMPLE)
+_N_ASYNC_DEF = type(_N_SAMPLE.body[0])
+_N_ASYNC_FOR = type(_N_SAMPLE.body[0].body[0])
+_N_AWAIT = type(_N_SAMPLE.body[0].body[0].body[0].value)
+_N_YIELD = type(_N_SAMPLE.body[0].body[1].value)
+_N_DEF = type(_N_SAMPLE.body[1])
+_N_YIELD_FROM = type(_N_SAMPLE.body[1].body[0].value)
+_N_CLASS = type(_N_SAMPLE.body[2])
+_N_FOR = type(_N_SAMPLE.body[3])
+_N_BREAK = type(_N_SAMPLE.body[3].body[0])
+_N_WHILE = type(_N_SAMPLE.body[4])
+_N_UNARY = type(_N_SAMPLE.body[4].test)
+_N_NOT = type(_N_SAMPLE.body[4].test.op)
+_N_SUBSCRIPT = type(_N_SAMPLE.body[4].test.operand)
+_N_NAME = type(_N_SAMPLE.body[4].test.operand.value)
+_N_LOAD = type(_N_SAMPLE.body[4].test.operand.value.ctx)
+_N_CONSTANT = type(_N_SAMPLE.body[4].test.operand.slice)
+_N_RETURN = type(_N_SAMPLE.body[4].body[0])
+_N_ASSIGN = type(_N_SAMPLE.body[5])
+_N_STORE = type(_N_SAMPLE.body[5].targets[0].ctx)
+_N_LIST = type(_N_SAMPLE.body[5].value)
+_N_CALL = type(_N_SAMPLE.body[5].value.elts[0])
+_N_KEYWORD = type(_N_SAMPLE.body[5].value.elts[0].keywords[0])
+_N_IF = type(_N_SAMPLE.body[6])
+_N_LAMBDA = type(_N_SAMPLE.body[7].value)
+_N_TUPLE = type(compile("a, b", "<crane>", "eval", _N_ONLY_AST, dont_inherit=True).body)
+_N_USUB = type(compile("-1", "<crane>", "eval", _N_ONLY_AST, dont_inherit=True).body.op)
+del _N_SAMPLE
+_N_TYPE_DICT = type.__dict__["__dict__"].__get__  # a class's own namespace (no metaclass's `__dict__` asked)
+_N_AST = _MRO.__get__(_N_MODULE, type)[-2]  # the base of every node type (`_ast.AST`)
+_N_DESCRIPTOR = type(type.__dict__["__dict__"])  # (getset_descriptor: a node class's `__dict__`, `__weakref__`)
+_N_PLAIN = (type(None), str, tuple, dict, int)  # what a node class's namespace holds besides the base's C methods
+# the deprecated aliases the `ast` module itself puts on node classes when it is imported (`Constant.n`, `Constant.s`,
+# `Tuple.dims`): no node type has a field or attribute of these names, so neither `compile` nor CRANE reads them
+_N_ALIASES = frozenset(("n", "s", "dims"))
+# the base's own methods (`__init__`, `__getattribute__`, `__setattr__`, `__reduce__`, `__new__`...), C functions
+_N_AST_OWN = {name: v for name, v in _N_TYPE_DICT(_N_AST).items()
+              if type(v) in (type(object.__init__), type(object.__dir__), type(object.__new__))}
+_N_LOCATION = ("lineno", "col_offset", "end_lineno", "end_col_offset")
+
+
+class _TreeTampered(Exception):
+    """A node class of the tree holds what a cell put there (`_tree_pristine`)."""
+
+
+def _tree_pristine(t: Any, seen: dict) -> bool:
+    """`t` (a node's type) and each class above it hold only what the interpreter made them with: plain values
+    (`_fields`, docs, defaults), their `__dict__`/`__weakref__` slots, the base's own C methods and `ast`'s deprecated
+    aliases (`_N_ALIASES`); no function, property or other object a cell can have put there (what compiling or
+    building a node would then run).
+    `seen`: the answers so far (by the type's id)."""
+    key = id(t)
+    got = seen.get(key)
+    if got is not None:
+        return got
+    mro = _mini_mro(t)
+    ok = len(mro) >= 2 and mro[-2] is _N_AST and mro[-1] is object
+    for k in mro[:-1] if ok else ():
+        for name, v in list(_N_TYPE_DICT(k).items()):
+            kind = type(v)
+            if kind in _N_PLAIN or (kind is _N_DESCRIPTOR and name in ("__dict__", "__weakref__")) \
+                    or name in _N_ALIASES:
+                continue
+            if k is _N_AST and _N_AST_OWN.get(name) is v:
+                continue
+            ok = False
+    seen[key] = ok
+    return ok
+
+
+_N_IS_NODE: dict = {}  # type -> whether it is a node type (types hash and compare by identity: `type`'s own)
+
+
+def _is_node(x: Any) -> bool:
+    t = type(x)
+    got = _N_IS_NODE.get(t)
+    if got is None:
+        got = _N_IS_NODE[t] = any(k is _N_AST for k in _mini_mro(t))
+    return got
+
+
+def _tree_fields(node: Any, names: str = "_fields") -> tuple:
+    got = getattr(type(node), names, ())
+    return got if type(got) is tuple else ()
+
+
+def _tree_children(node: Any) -> list:
+    out: list = []
+    for field in _tree_fields(node):
+        v = getattr(node, field, None) if type(field) is str else None
+        if type(v) is list:
+            out.extend(x for x in v if _is_node(x))
+        elif _is_node(v):
+            out.append(v)
+    return out
+
+
+def _tree_walk(node: Any, seen: dict | None = None) -> list:
+    """Every node of `node`'s tree (`ast.walk`'s order); `_TreeTampered` when a node's class is not pristine (checked
+    before any field of it is read)."""
+    seen = {} if seen is None else seen
+    out: list = [node]
+    i = 0
+    while i < len(out):
+        n = out[i]
+        i += 1
+        if not _tree_pristine(type(n), seen):
+            raise _TreeTampered(f"the node class {type.__dict__['__name__'].__get__(type(n))} was changed")
+        out.extend(_tree_children(n))
+    return out
+
+
+def _tree_parse(text: str, mode: str = "exec") -> Any:
+    """`text`'s tree as the C parser makes it (a SyntaxError raised as `ast.parse`'s)."""
+    return compile(text, "<unknown>", mode, _N_ONLY_AST, dont_inherit=True)
+
+
+def _tree_located(new: Any, old: Any = None) -> Any:
+    """`ast.copy_location(new, old)` (given `old`) then `ast.fix_missing_locations(new)`: `new` takes `old`'s place in
+    the source, and every node under it without one takes its parent's."""
+    if old is not None and "lineno" in _tree_fields(new, "_attributes"):
+        for attr in _N_LOCATION:
+            value = getattr(old, attr, None)
+            if value is not None:
+                setattr(new, attr, value)
+    todo = [(new, (1, 0, 1, 0))]
+    while todo:
+        n, loc = todo.pop()
+        if "lineno" in _tree_fields(n, "_attributes"):
+            here = []
+            for attr, parent in zip(_N_LOCATION, loc, strict=True):
+                value = getattr(n, attr, None)
+                if value is None:
+                    setattr(n, attr, parent)
+                    value = parent
+                here.append(value)
+            loc = (here[0], here[1], here[2], here[3])
+        todo.extend((c, loc) for c in _tree_children(n))
+    return new
+
+
+def _tree_literal(text: str) -> Any:
+    """`ast.literal_eval` of what a pandas `KeyError` lists: constants, signed numbers, lists and tuples of them;
+    ValueError for anything else."""
+    tree = _tree_parse(text.strip(), "eval")
+    _tree_walk(tree)
+    return _tree_value(tree.body)
+
+
+def _tree_value(node: Any) -> Any:
+    kind = type(node)
+    if kind is _N_CONSTANT:
+        return node.value
+    if kind is _N_LIST or kind is _N_TUPLE:
+        values = [_tree_value(elt) for elt in node.elts]
+        return values if kind is _N_LIST else tuple(values)
+    if kind is _N_UNARY and type(node.op) is _N_USUB and type(node.operand) is _N_CONSTANT \
+            and type(node.operand.value) in (int, float, complex):
+        return -node.operand.value
+    raise ValueError("not a literal")
 
 
 class ShrinkStopped(Exception):
@@ -121,12 +303,12 @@ def cell_names(shell: Any, source: str) -> list[str]:
     """Names the cell reads (after IPython's transforms), in order of first use."""
     try:
         text = shell.transform_cell(source) if shell is not None else source
-        tree = ast.parse(text)
+        nodes = _tree_walk(_tree_parse(text))
     except Exception:
         return []
     out: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in out:
+    for node in nodes:
+        if type(node) is _N_NAME and type(node.ctx) is _N_LOAD and type(node.id) is str and node.id not in out:
             out.append(node.id)
     return out
 
@@ -505,7 +687,7 @@ def _dropped_label(key: Any) -> bool:
     keys = key if isinstance(key, (list, tuple)) else [key]
     if isinstance(key, str) and key.startswith("[") and key.endswith("not in index"):
         try:
-            keys = ast.literal_eval(key[: key.rindex("]") + 1])
+            keys = _tree_literal(key[: key.rindex("]") + 1])
         except Exception:
             keys = []
     for _name, kind, orig, new, _n, _k in _REGISTRY["objects"]:
@@ -564,7 +746,7 @@ def artefact(exc: BaseException | None) -> str | None:
 # -- loop miniatures -----------------------------------------------------------------------------------------
 # the process that runs the cell only: n, the cuts list the helpers append (where, n, the range's length or -1;
 # -2 for an endless `while`; where: the cell's line, or "line L of `f`" for a loop of an earlier cell's function), the functions rebound
-_LOOPS: dict = {"n": 0, "ms": 0, "cuts": None, "bounded": 0, "earlier": []}
+_LOOPS: dict = {"n": 0, "ms": 0, "cuts": None, "bounded": 0, "earlier": [], "tampered": False}
 _LOOP_NAME = "__crane_loop__"
 _WHILE_NAME = "__crane_while__"
 _LOOP_FILE = "<crane-sandbox/loops>"  # (frames under this name are left out of the verdict's traceback)
@@ -615,97 +797,139 @@ def loop_kept(spec: dict) -> list[dict]:
     return [{"name": "loops", "kind": "loop", "rows": n, "of": ms}]
 
 
-class _LoopBound(ast.NodeTransformer):
+class _LoopBound:
     """`for T in IT:` -> `for T in __crane_loop__(IT, line):` (with an `else`, a flag the cut sets, which skips
     it); `while C:` -> `__crane_wL_C__ = __crane_while__(line)`
     (a fresh count and clock each time the loop starts, in a local of its scope: the helpers read no frames, which
     the portable guard refuses) then `while __crane_while__(__crane_wL_C__, C):` (C evaluated and tested once, as
     before; False once the loop is cut; its `else` then skipped). Same lines; nested loops and function bodies
-    too. `where(line)`: what a cut names."""
+    too. `where(line)`: what a cut names. `visit` (what IPython's `transform_ast` calls, as on an
+    `ast.NodeTransformer`) rewrites a tree in place, with CRANE's own walk and node types (never `ast`'s names);
+    a tree with a node class a cell changed is left as it is (`_tree_pristine`: the run is then a full one)."""
 
     def __init__(self, offset: int, where: Callable[[int], Any] | None = None) -> None:
         self.offset = offset  # the cell's lines IPython's transforms dropped before the code (leading blank lines)
         self.where = where or (lambda line: line + offset)
 
-    def _call(self, name: str, args: list, node: ast.AST) -> ast.Call:
-        call = ast.Call(func=ast.Name(name, ast.Load()), args=args, keywords=[])
-        return ast.fix_missing_locations(ast.copy_location(call, node))
+    def visit(self, node: Any) -> Any:
+        try:
+            _tree_walk(node)  # every class checked before anything is changed
+        except _TreeTampered:
+            _LOOPS["tampered"] = True
+            return node
+        return self._visit(node)
 
-    def visit_For(self, node: ast.For) -> Any:
+    def _visit(self, node: Any) -> Any:
+        kind = type(node)
+        if kind is _N_FOR:
+            return self.visit_For(node)
+        if kind is _N_WHILE:
+            return self.visit_While(node)
+        return self.generic_visit(node)
+
+    def generic_visit(self, node: Any) -> Any:
+        """`ast.NodeTransformer.generic_visit`: each child rewritten (a statement may become several)."""
+        for field in _tree_fields(node):
+            old = getattr(node, field, None) if type(field) is str else None
+            if type(old) is list:
+                new: list = []
+                for v in old:
+                    if _is_node(v):
+                        v = self._visit(v)
+                        if type(v) is list:
+                            new.extend(v)
+                            continue
+                    new.append(v)
+                old[:] = new
+            elif _is_node(old):
+                setattr(node, field, self._visit(old))
+        return node
+
+    def _call(self, name: str, args: list, node: Any) -> Any:
+        return _tree_located(_N_CALL(func=_N_NAME(id=name, ctx=_N_LOAD()), args=args, keywords=[]), node)
+
+    def visit_For(self, node: Any) -> Any:
         self.generic_visit(node)
-        args = [node.iter, ast.Constant(self.where(node.lineno))]
+        args = [node.iter, _N_CONSTANT(value=self.where(node.lineno))]
         _LOOPS["bounded"] += 1
         if not node.orelse:
             node.iter = self._call(_LOOP_NAME, args, node.iter)
             return node
         flag = f"__crane_f{node.lineno}_{node.col_offset}__"  # set when this loop is cut: its `else` skipped
-        node.iter = self._call(_LOOP_NAME, [*args, ast.Name(flag, ast.Load())], node.iter)
-        first = ast.Subscript(ast.Name(flag, ast.Load()), ast.Constant(0), ast.Load())
-        guard = ast.If(test=ast.UnaryOp(ast.Not(), first), body=node.orelse, orelse=[])
-        node.orelse = [ast.fix_missing_locations(ast.copy_location(guard, node.orelse[0]))]
-        start = ast.Assign(targets=[ast.Name(flag, ast.Store())], value=ast.List([ast.Constant(False)], ast.Load()))
-        return [ast.fix_missing_locations(ast.copy_location(start, node)), node]
+        node.iter = self._call(_LOOP_NAME, [*args, _N_NAME(id=flag, ctx=_N_LOAD())], node.iter)
+        first = _N_SUBSCRIPT(value=_N_NAME(id=flag, ctx=_N_LOAD()), slice=_N_CONSTANT(value=0), ctx=_N_LOAD())
+        guard = _N_IF(test=_N_UNARY(op=_N_NOT(), operand=first), body=node.orelse, orelse=[])
+        node.orelse = [_tree_located(guard, node.orelse[0])]
+        start = _N_ASSIGN(targets=[_N_NAME(id=flag, ctx=_N_STORE())],
+                          value=_N_LIST(elts=[_N_CONSTANT(value=False)], ctx=_N_LOAD()))
+        return [_tree_located(start, node), node]
 
-    def visit_While(self, node: ast.While) -> list:
+    def visit_While(self, node: Any) -> list:
         endless = _endless(node)  # (before the nested loops are rewritten)
         self.generic_visit(node)
         state = f"__crane_w{node.lineno}_{node.col_offset}__"  # (a local of the loop's scope: re-entry, recursion)
-        node.test = self._call(_WHILE_NAME, [ast.Name(state, ast.Load()), node.test], node.test)
+        node.test = self._call(_WHILE_NAME, [_N_NAME(id=state, ctx=_N_LOAD()), node.test], node.test)
         if node.orelse:  # a cut loop did not end as the full run's would: its `else` (often a raise) is skipped
-            cut = self._call(_WHILE_NAME, [ast.Name(state, ast.Load()), ast.Constant(None), ast.Constant(None)], node)
-            guard = ast.If(test=ast.UnaryOp(ast.Not(), cut), body=node.orelse, orelse=[])
-            node.orelse = [ast.fix_missing_locations(ast.copy_location(guard, node.orelse[0]))]
-        begin = self._call(_WHILE_NAME, [ast.Constant(self.where(node.lineno))], node)
+            cut = self._call(_WHILE_NAME, [_N_NAME(id=state, ctx=_N_LOAD()), _N_CONSTANT(value=None),
+                                           _N_CONSTANT(value=None)], node)
+            guard = _N_IF(test=_N_UNARY(op=_N_NOT(), operand=cut), body=node.orelse, orelse=[])
+            node.orelse = [_tree_located(guard, node.orelse[0])]
+        begin = self._call(_WHILE_NAME, [_N_CONSTANT(value=self.where(node.lineno))], node)
         if endless:
-            begin.keywords = [ast.keyword("endless", ast.Constant(True))]
-        start = ast.Assign(targets=[ast.Name(state, ast.Store())], value=begin)
+            begin.keywords = [_N_KEYWORD(arg="endless", value=_N_CONSTANT(value=True))]
+        start = _N_ASSIGN(targets=[_N_NAME(id=state, ctx=_N_STORE())], value=begin)
         _LOOPS["bounded"] += 1
-        return [ast.fix_missing_locations(ast.copy_location(start, node)), node]
+        return [_tree_located(start, node), node]
 
 
-def _endless(node: ast.While) -> bool:
+def _endless(node: Any) -> bool:
     """A `while` that only an exception can leave: its test a true constant (`while True:`, `while 1:`) and no
     `break` of its own (nor a `return`, a `yield` handing control back) in its body."""
-    if not (isinstance(node.test, ast.Constant) and node.test.value):
+    if not (type(node.test) is _N_CONSTANT and node.test.value):
         return False
+    leaves = (_N_RETURN, _N_YIELD, _N_YIELD_FROM, _N_AWAIT)
     todo: list = list(node.body)
     while todo:
         n = todo.pop()
-        if isinstance(n, (ast.Break, ast.Return, ast.Yield, ast.YieldFrom, ast.Await)):
+        kind = type(n)
+        if kind is _N_BREAK or kind in leaves:
             return False
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if kind in (_N_DEF, _N_ASYNC_DEF, _N_CLASS, _N_LAMBDA):
             continue
-        if isinstance(n, (ast.For, ast.AsyncFor, ast.While)):  # their own `break`s are theirs; `else` is ours
+        if kind in (_N_FOR, _N_ASYNC_FOR, _N_WHILE):  # their own `break`s are theirs; `else` is ours
             todo.extend(n.orelse)
-            todo.extend(x for x in ast.walk(n) if isinstance(x, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await)))
+            todo.extend(x for x in _tree_walk(n) if type(x) in leaves)
             continue
-        todo.extend(ast.iter_child_nodes(n))
+        todo.extend(_tree_children(n))
     return True
 
 
-def arm_loops(kept: list, shell: Any, offset: int = 0) -> None:
+def arm_loops(kept: list, shell: Any, offset: int = 0) -> _LoopBound | None:
     """In the process that runs the cell, before it is compiled: a loop miniature's bound put in place (the helpers
-    in the cell's namespace, the rewrite among IPython's AST transformers; `offset`: the cell's leading lines the
-    transforms dropped, for the lines the cuts name), and the loops of functions earlier cells defined bounded in
-    their code objects here (`bound_earlier`). Nothing for another run."""
+    in the cell's namespace; `offset`: the cell's leading lines the transforms dropped, for the lines the cuts name),
+    and the loops of functions earlier cells defined bounded in their code objects here (`bound_earlier`). Returns
+    the rewrite the cell's tree goes through after IPython's own AST transformers (kernel/run._compile_plan), None
+    for another run. It is not put among the shell's `ast_transformers`: with one there, IPython's `transform_ast`
+    also calls `ast.fix_missing_locations`, which a kernel with none never calls (a notebook could rebind it to
+    change the tree of the miniature alone)."""
     loop = next((k for k in kept if type(k) is dict and k.get("kind") == "loop"), None)
     n, ms = (loop.get("rows"), loop.get("of")) if loop is not None else (0, 0)
     if type(n) is not int or n <= 0 or type(ms) is not int or shell is None:
-        return
+        return None
     import builtins
     import time
     cuts: list = []
     g: dict = {"__builtins__": builtins, "_N": n, "_SLICE": ms / 1000.0, "_CLOCK": time.perf_counter,
                "_NONE": object(), "_CUTS": cuts}
     exec(compile(_LOOP_HELPER, _LOOP_FILE, "exec"), g)  # noqa: S102 - CRANE's own constant source
-    _LOOPS.update(n=n, ms=ms, cuts=cuts, bounded=0, earlier=[])
+    _LOOPS.update(n=n, ms=ms, cuts=cuts, bounded=0, earlier=[], tampered=False)
     shell.user_ns[_LOOP_NAME] = g[_LOOP_NAME]
     shell.user_ns[_WHILE_NAME] = g[_WHILE_NAME]
-    shell.ast_transformers.append(_LoopBound(offset))
     try:
         _LOOPS["earlier"] = bound_earlier(shell)
     except Exception:
         _LOOPS["earlier"] = []
+    return _LoopBound(offset)
 
 
 _EARLIER_MAX = 200  # functions looked at
@@ -746,7 +970,7 @@ def _notebook_functions(ns: dict) -> list:
     return out
 
 
-def _def_in(tree: ast.Module, qualname: str, first: int) -> list | None:
+def _def_in(tree: Any, qualname: str, first: int) -> list | None:
     """The path of class and function definitions to `qualname` whose first line (decorators included) is
     `first`, or None (a function made in another function's body has `<locals>` in its name: never looked for)."""
     parts = qualname.split(".")
@@ -756,8 +980,8 @@ def _def_in(tree: ast.Module, qualname: str, first: int) -> list | None:
     path: list = []
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
-        kinds = (ast.FunctionDef, ast.AsyncFunctionDef) if last else (ast.ClassDef,)
-        found = [d for d in body if isinstance(d, kinds) and d.name == part]
+        kinds = (_N_DEF, _N_ASYNC_DEF) if last else (_N_CLASS,)
+        found = [d for d in body if type(d) in kinds and d.name == part]
         if last:
             found = [d for d in found if min([d.lineno] + [x.lineno for x in d.decorator_list]) == first]
         if len(found) != 1:
@@ -780,21 +1004,23 @@ def _code_in(code: Any, name: str, first: int) -> Any:
     return None
 
 
-def _compiled_def(path: list, filename: str, flags: int, bound: _LoopBound | None) -> Any:
-    """`path`'s innermost function compiled alone inside its classes (the same names, lines and free variables
-    as in its cell; the loops bounded when `bound` is given)."""
-    node = copy.deepcopy(path[-1])
+def _compiled_def(text: str, qualname: str, first: int, filename: str, flags: int, bound: _LoopBound | None) -> Any:
+    """The function `qualname` whose first line is `first` in `text`, compiled alone inside its classes (the same
+    names, lines and free variables as in its cell; the loops bounded when `bound` is given), from a tree of its own
+    (the bounded rewrite changes the tree it is given), or None."""
+    path = _def_in(_tree_parse(text), qualname, first)
+    if path is None:
+        return None
+    node = path[-1]
     if bound is not None:
         node = bound.visit(node)
     for outer in reversed(path[:-1]):
-        shell_cls = copy.copy(outer)
-        shell_cls.body = [node]
-        shell_cls.decorator_list = []
-        node = shell_cls
-    mod = ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[]))
+        outer.body = [node]
+        outer.decorator_list = []
+        node = outer
+    mod = _tree_located(_N_MODULE(body=[node], type_ignores=[]))
     code = compile(mod, filename, "exec", flags=flags, dont_inherit=True)
-    first = min([path[-1].lineno] + [x.lineno for x in path[-1].decorator_list])
-    return _code_in(code, path[-1].name, first)
+    return _code_in(code, qualname.rpartition(".")[2], first)
 
 
 def _sources_of(shell: Any, filename: str, history: list) -> list[str]:
@@ -842,20 +1068,27 @@ def bound_earlier(shell: Any) -> list[str]:
             trees = []
             for text in _sources_of(shell, code.co_filename, history):
                 try:
-                    trees.append(ast.parse(text))
+                    tree = _tree_parse(text)
+                    _tree_walk(tree)  # (a node class a cell changed: no function of this source is bounded)
+                except _TreeTampered:
+                    _LOOPS["tampered"] = True
+                    continue
                 except SyntaxError:
                     continue
+                trees.append((text, tree))
             parsed[code.co_filename] = trees
-        for tree in parsed[code.co_filename]:
+        for text, tree in parsed[code.co_filename]:
             path = _def_in(tree, fn.__qualname__, code.co_firstlineno)
-            if path is None or not any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(path[-1])):
+            if path is None or not any(type(n) in (_N_FOR, _N_WHILE) for n in _tree_walk(path[-1])):
                 continue
+            first = min([path[-1].lineno] + [x.lineno for x in path[-1].decorator_list])
             try:
-                plain = _compiled_def(path, code.co_filename, flags, None)
+                plain = _compiled_def(text, fn.__qualname__, first, code.co_filename, flags, None)
                 if plain is None or plain.co_code != code.co_code or plain.co_names != code.co_names \
                         or plain.co_freevars != code.co_freevars or plain.co_consts != code.co_consts:
                     continue
-                new = _compiled_def(path, code.co_filename, flags, _LoopBound(0, _named(fn.__qualname__)))
+                new = _compiled_def(text, fn.__qualname__, first, code.co_filename, flags,
+                                    _LoopBound(0, _named(fn.__qualname__)))
             except Exception:
                 continue
             if new is None or new.co_freevars != code.co_freevars:
@@ -939,6 +1172,10 @@ def loop_note(verdict: str) -> str | None:
         more = len(_LOOPS["earlier"]) - len(earlier)
         bound += ("; so were the loops of the functions earlier cells defined (" + ", ".join(f"`{e}`" for e in earlier)
                   + (f" and {more} more" if more > 0 else "") + "), in this run's copy only")
+    if _LOOPS["tampered"] is not False:
+        return ("loop miniature: the notebook changed a class of Python's syntax trees that the cell's code is made of, "
+                "so no loop was bounded (CRANE's rewrite could be read differently from the kernel's code): this was "
+                "a full run")
     if not _LOOPS["bounded"]:
         return "loop miniature: the cell has no `for` or `while` loop to bound, so this was a full run"
     where = list(dict.fromkeys(c[0] for c in cuts if c[0]))[:6]

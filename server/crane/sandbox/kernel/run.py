@@ -67,14 +67,21 @@ _EXPR_NODE = type(_zero.body[0])
 del _zero
 
 
-def _compile_plan(shell: Any, source: str, filename: str, transformed: str) -> tuple[list[CodeType], str]:
+def _compile_plan(shell: Any, source: str, filename: str, transformed: str,
+                  bound: Any = None) -> tuple[list[CodeType], str]:
     """IPython's transforms (magics, shell escapes, help) are already applied to `transformed`; one code
     object per top-level statement, the last expression compiled 'single' so its value goes to the display
-    hook (IPython's `last_expr`)."""
+    hook (IPython's `last_expr`). `bound`: a loop miniature's rewrite (kernel/miniature.arm_loops), after the
+    shell's own AST transformers."""
     tree = compile(transformed, filename, "exec", _ONLY_AST, dont_inherit=True)  # (`ast.parse`'s own call)
     if shell is not None:
         try:
             tree = shell.transform_ast(tree)
+        except Exception:
+            pass
+    if bound is not None:
+        try:
+            tree = bound.visit(tree)
         except Exception:
             pass
     linecache.cache[filename] = (len(transformed), None, transformed.splitlines(True), filename)
@@ -442,8 +449,8 @@ def _cell_begins(ctx: _Ctx, source: str, seen: dict) -> list[CodeType]:
     guard's `running`, and on a one-shot run's channel the "cell" line (a death from here on is the cell's)."""
     shell = ctx.shell
     seen["transformed"] = transformed = shell.transform_cell(source)
-    arm_loops(ctx.kept, shell, _line_offset(source, transformed))  # a loop miniature: `for` loops bounded
-    plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed)
+    bound = arm_loops(ctx.kept, shell, _line_offset(source, transformed))  # a loop miniature: loops bounded
+    plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed, bound)
     ctx.audit_state["running"] = True  # (kernel/audit._guard_process_end)
     if ctx.args["mode"] == "run" and ctx.result_fd >= 0:
         _write_json(ctx.result_fd, {"event": "cell"})
