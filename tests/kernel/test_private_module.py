@@ -66,4 +66,6 @@ def test_install_call_reinstall_in_a_real_kernel(tmp_path):
         assert seal is not None
         assert conn.evaluate(module.call_expression("add", 1, 2, seal=seal)) == 3
         assert conn.evaluate(module.call_expression("add", 1, 2, seal=seal).replace(module.version, "other")) == MISSING
-        assert conn.evaluate(module.call_expression("add", 1, 2, seal="<not the seal>")) == MISSING
+        assert conn.evaluate(module.call_expression("add", 1, 2, seal=seal._replace(seal="<not the seal>"))) == MISSING
+        assert conn.evaluate(module.call_expression("add", 1, 2, seal=seal._replace(holder="<not>"))) == MISSING
+        assert conn.evaluate(module.call_expression("add", 1, 2, seal=seal._replace(code="<not>"))) == MISSING

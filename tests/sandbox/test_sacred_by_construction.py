@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from crane.kernel.manager import start_kernel
+from crane.kernel.private_module import ModuleClient
 from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
 from crane.sandbox.channel import OUTPUT_LIMIT, PrivateDir
+from crane.sandbox.fork_runner import SANDBOX_MODULE
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 
@@ -45,15 +47,18 @@ df_arr = np.arange(12).reshape(3, 4)
 
 
 # A test that simulates a condition inside CRANE's own kernel-side module (a memory floor, an older Landlock ABI)
-# re-takes the module's seal afterwards, as CRANE does for a change of its own (kernel/pickling._cloudpickle):
-# otherwise the seal (kernel/private_module) sees the module changed and CRANE installs it afresh, undoing the
-# simulation
+# seals the module again in the same request, as CRANE does for a change of its own (kernel/pickling._cloudpickle),
+# and this process calls it by the new seal: otherwise the seal (kernel/private_module) sees the module changed and
+# CRANE installs it afresh, undoing the simulation
 _MOD = "__import__('sys').modules['_crane_sandbox']"
-_RESEAL = f"(lambda m: (lambda h: h.__setitem__(0, h[2](m)))(m.__crane_seal__.__callback__.__self__))({_MOD})"
 
 
 def _set_in_module(conn, statement: str) -> None:
-    conn.evaluate(f"({statement}, {_RESEAL})")
+    client = ModuleClient(conn, SANDBOX_MODULE)
+    seal = client.address
+    assert seal is not None  # (installed by this process's first speculation)
+    resealed = conn.evaluate(f"({statement}, {SANDBOX_MODULE.reseal_expression(seal)})[1]")
+    assert client.adopt(resealed), resealed
 
 
 @pytest.fixture(scope="module", params=KERNEL_ENVS)

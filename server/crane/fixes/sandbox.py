@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import msgspec
 
 from crane.agent.sandboxes import ExecResult
+from crane.kernel.private_module import Seal
 from crane.probe.facts import ProbeRequest, ProbeResult, decode_probe_result
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class ForkFixSandbox:
         self.conn = conn
         # the seal of the probe module this process installed (None: not installed), which the fork inherits: the
         # session's facts call only that very module, binding what its install left (kernel/private_module.py)
-        self.probe_seal: str | None = None
+        self.probe_seal: Seal | None = None
         try:  # the fork inherits the probe module only if the kernel has it: an empty request installs it
             probe = ProbeClient(conn)
             probe.run(ProbeRequest(), timeout=10.0)

@@ -61,7 +61,7 @@ import re
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from crane.kernel.client import KernelConnection, literal_value
 from crane.kernel.errors import KernelDead, KernelError, KernelTimeout
@@ -93,25 +93,32 @@ _SYS_EXPR = (
     "().__class__.__class__(().__class__.__base__.__subclasses__), {}.__class__)"
 )
 # `NAME`'s module in the table when it is a plain module holding `VERSION` (an exact str) and, where the daemon
-# installed it itself (`ADDR`: the address of that install's seal), the very object that install made, as it made it:
-# else None. The seal (made by the bootstrap below) is a weak reference to the module that the install roots forever
-# (an `atexit` entry holds it), so no other object ever has its address: `object.__repr__` (a static type's slot,
-# which the notebook cannot replace) of the module's `__crane_seal__` naming that address proves it the seal, its
-# referent being the module proves the module the one that install made (never one of the notebook's at a freed
-# module's address), and its callback's list holds the install's check, which compares by identity everything the
-# module's namespace and its own classes bind, and the functions' code and defaults, with what the install left (a
-# function the notebook rebound there, or a code object it swapped, fails it).
+# installed it itself (`ADDR`: `_SEAL_ID`), the very object that install made, binding what it left: `THEN` (the
+# module, or the call of it), else `ELSE`.
 _HELD_EXPR = (
-    "(lambda T, BF, D, S, SD, M, MT: (lambda m: m if T(m) is MT and "
+    "(lambda T, BF, D, S, SD, M, MT: (lambda m: @THEN@ if T(m) is MT and "
     "T(v := T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__(m).get('VERSION')) is ''.__class__ "
-    "and v == @VER@@ADDR@ else None)"
+    "and v == @VER@@ADDR@ else @ELSE@)"
     "({}.__class__.get(M, @NAME@)))(*P)"
 )
+# The seal (made by the bootstrap below, `_seal` op 2) is a weak reference to the module that the install roots for
+# the process's life (an `atexit` entry), so no other object has its address while that root holds: the module's
+# `__crane_seal__` of the interpreter's own weak reference type (a static type: read by C getters, no lookup, before
+# anything else of it is read) at the address the install answered (`object.__repr__`, a static type's slot, which
+# the notebook cannot replace) referring to the module; its callback a tuple's `count`, the tuple (of one item: the
+# seal's code object) and that code object at the addresses the install answered. A tuple and a code object are
+# immutable, and the code object holds the snapshot and every tool the check calls among its own constants: nothing
+# of the seal can be rebound, and a function made afresh from that code object (`_SEAL_SAME`, the call expression)
+# is the install's.
 _SEAL_ID = (
-    " and ().__class__.__base__.__repr__(w := T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__(m)"
-    ".get('__crane_seal__')) == @SEAL@ and w() is m"
+    " and not T.__dict__['__flags__'].__get__(WT := T(w := T.__dict__['__dict__'].__get__(MT)['__dict__']"
+    ".__get__(m).get('__crane_seal__'))) & 512 and T.__dict__['__name__'].__get__(WT) == 'ReferenceType' "
+    "and ().__class__.__base__.__repr__(w) == @SEAL@ and w() is m and T(cb := w.__callback__) is BF "
+    "and T(h := BF.__dict__['__self__'].__get__(cb)) is ().__class__ and ().__class__.__base__.__repr__(h) == @HOLD@ "
+    "and ().__class__.__len__(h) == 1 and T(c := h[0]) is T((lambda: 0).__code__) "
+    "and ().__class__.__base__.__repr__(c) == @CODE@"
 )
-_SEAL_SAME = " and BF.__dict__['__self__'].__get__(w.__callback__)[1](m) is True"
+_SEAL_SAME = " and (lambda: 0).__class__(c, {'__builtins__': {}})(0, m, None, None, None, None) is True"
 # The install: `exec` and `compile` of the builtins, proven the interpreter's own (C functions bound to the module
 # whose namespace those builtins are, under their own names), run the bootstrap below on an empty builtins dict with
 # only what was proven; the value is ('sealed', the address of the install's seal) once installed, else why
@@ -195,94 +202,116 @@ try:
             "own) before CRANE's first export or probe: CRANE's private module is not installed in this kernel (it " \\
             "would call that code)"
     FT = T(lambda: 0)
-    _CODE = FT.__dict__["__code__"].__get__
-    _DEFS = FT.__dict__["__defaults__"].__get__
-    _KWDS = FT.__dict__["__kwdefaults__"].__get__
-    _TFLAGS, _TDICT = T.__dict__["__flags__"].__get__, T.__dict__["__dict__"].__get__
-    _MP_ITEMS = T.__dict__["__dict__"].__get__(T(T.__dict__))["items"]
-    _D_ITEMS, _LEN, _STR = {}.__class__.items, [].__class__.__len__, "".__class__
-
-    def _snap(m):
-        # what the module binds, in order: each key and value of its namespace (`__warningregistry__`, which
-        # `warnings` writes, excepted), each function's code, defaults and keyword defaults, and the same for every
-        # name of the module's own classes (a class whose `__module__` is this module's name, metaclass `type`)
-        out = []
-        for k, v in _D_ITEMS(MDD(m)):
-            if T(k) is _STR and k == "__warningregistry__":
+    _TUP = T(())
+    # the seal's one function, compiled here with no builtins: it reads no global and no closure cell (every tool it
+    # calls is a constant of its own code object: `@K@`, and the snapshot `@S@`, put in by `op == 2` below), so a
+    # function made afresh from its code object (`FT(code, {'__builtins__': {}})`, as the call expression does) is
+    # the install's, whatever the notebook rebinds; op 0: does the module bind what the snapshot holds (True/False);
+    # op 1: the call (below); op 2: a new seal for the module, binding what it binds now (its three addresses)
+    _SEAL_SRC = '''
+def _seal(op, m, name, args, quiet, missing):
+    K = "@K@"
+    S = "@S@"
+    T, FT, TUP, STR, MDD, D_ITEMS, MP_ITEMS, CODE, DEFS, KWDS, TFLAGS, TDICT, NAME, GP, GT, SP, ST, GIS, GOFF, GON, \\
+        W, REG, OREPR, BASE, PK, PS, BM = K
+    prof = GP()
+    trace = GT()
+    SP(None)
+    ST(None)
+    on = GIS()
+    GOFF()
+    try:
+        # what the module binds, in order: each key and value of its namespace (`__crane_seal__`, which the call
+        # checks by its address, and `__warningregistry__`, which `warnings` writes, excepted), each function's code,
+        # defaults and keyword defaults; then the same for every name of the module's own classes (a class whose
+        # `__module__` is this module's name, metaclass `type`), read only once the namespace matched
+        top = []
+        kinds = []
+        for k, v in D_ITEMS(MDD(m)):
+            if T(k) is STR and (k == "__warningregistry__" or k == "__crane_seal__"):
                 continue
-            out.append(k)
-            out.append(v)
+            top.append(k)
+            top.append(v)
             if T(v) is FT:
-                out.append(_CODE(v))
-                out.append(_DEFS(v))
-                out.append(_KWDS(v))
-            elif T(v) is T and _TFLAGS(v) & 512:
-                cd = _TDICT(v)
-                mod = cd.get("__module__")
-                if T(mod) is _STR and mod == NAME:
-                    for k2, v2 in _MP_ITEMS(cd):
-                        out.append(k2)
-                        out.append(v2)
-                        if T(v2) is FT:
-                            out.append(_CODE(v2))
-                            out.append(_DEFS(v2))
-                            out.append(_KWDS(v2))
-        return out
-
-    def _same(m):
-        # the module binds what its install (or CRANE's own re-seal) left, object for object
-        now, then = _snap(m), _hold[0]
-        if _LEN(now) != _LEN(then):
-            return False
+                top.append(CODE(v))
+                top.append(DEFS(v))
+                top.append(KWDS(v))
+            elif T(v) is T and TFLAGS(v) & 512:
+                kinds.append(v)
+        if op != 2:
+            then = S.__self__[0]
+            if top.__len__() != then.__len__():
+                return False if op == 0 else (0, missing)
+            i = 0
+            for x in top:
+                if x is not then[i]:
+                    return False if op == 0 else (0, missing)
+                i += 1
+        inner = []
+        for v in kinds:
+            cd = TDICT(v)
+            mod = cd.get("__module__")
+            if T(mod) is STR and mod == NAME:
+                for k2, v2 in MP_ITEMS(cd):
+                    inner.append(k2)
+                    inner.append(v2)
+                    if T(v2) is FT:
+                        inner.append(CODE(v2))
+                        inner.append(DEFS(v2))
+                        inner.append(KWDS(v2))
+        if op == 2:
+            # (held by a bound method: creating a code object interns the strings of its constants' tuples in place,
+            # which would swap a key for the interned string of the same text; a method object is not looked into)
+            snap = BM(TUP, (TUP(top), TUP(inner)))
+            consts = []
+            for c in BASE.co_consts:
+                if T(c) is STR and c == PK:
+                    consts.append(K)
+                elif T(c) is STR and c == PS:
+                    consts.append(snap)
+                else:
+                    consts.append(c)
+            code = BASE.replace(co_consts=TUP(consts))
+            # (its first run here, the collector off: a code object's first run allocates in its first lines)
+            FT(code, {"__builtins__": {}})(0, m, None, None, None, None)
+            hold = (code,)
+            w = W(m, hold.count)
+            REG(T, w)
+            MDD(m)["__crane_seal__"] = w
+            return (OREPR(w), OREPR(hold), OREPR(code))
+        then = S.__self__[1]
+        if inner.__len__() != then.__len__():
+            return False if op == 0 else (0, missing)
         i = 0
-        for x in now:
+        for x in inner:
             if x is not then[i]:
-                return False
+                return False if op == 0 else (0, missing)
             i += 1
-        return True
-
-    def _check(m):
-        # (the user's profile/trace hooks and the collector off first: they see this frame entered and left, no other)
-        prof = _gp()
-        trace = _gt()
-        _sp(None)
-        _st(None)
-        on = _gc_is()
-        _gc_off()
-        try:
-            return _same(m)
-        finally:
-            if on:
-                _gc_on()
-            _st(trace)
-            _sp(prof)
-
-    def _call(m, name, args, quiet, missing):
-        # the call of a sealed module's function: the module checked with the hooks and the collector off, then a
-        # `quiet` module's function called with both still off (none of the notebook's finalizers runs on its
-        # allocations): (0, its value), or (0, missing) for a module that fails the check; another's function is
-        # handed back, (1, function), for the request's expression to call with both as the notebook set them (its
-        # code runs the notebook's as the notebook would; the hooks see it called from the request, as before)
-        prof = _gp()
-        trace = _gt()
-        _sp(None)
-        _st(None)
-        on = _gc_is()
-        _gc_off()
-        try:
-            if not _same(m):
-                return (0, missing)
-            f = MDD(m).get(name)
-            if not quiet:
-                return (1, f)
-            return (0, f(*args))
-        finally:
-            if on:
-                _gc_on()
-            _st(trace)
-            _sp(prof)
+        if op == 0:
+            return True
+        f = MDD(m).get(name)
+        if not quiet:
+            return (1, f)
+        return (0, f(*args))
+    finally:
+        if on:
+            GON()
+        ST(trace)
+        SP(prof)
+'''
 
     if R is None:
+        _sg = {"__builtins__": {}}
+        E(C(_SEAL_SRC, "<crane-kernel/seal>", "exec"), _sg)
+        _base = FT.__dict__["__code__"].__get__(_sg["_seal"])
+        _K = (T, FT, _TUP, "".__class__, MDD, {}.__class__.items, T.__dict__["__dict__"].__get__(T(T.__dict__))["items"],
+              FT.__dict__["__code__"].__get__, FT.__dict__["__defaults__"].__get__,
+              FT.__dict__["__kwdefaults__"].__get__, T.__dict__["__flags__"].__get__, T.__dict__["__dict__"].__get__,
+              NAME, _gp, _gt, _sp, _st, _gc_is, _gc_off, _gc_on, W, _reg, ().__class__.__base__.__repr__, _base, "@K@",
+              "@S@", T(FT.__dict__["__get__"](lambda: 0, 0)))
+        _cs = []
+        for _x in _base.co_consts:
+            _cs.append(_K if T(_x) is "".__class__ and _x == "@K@" else _x)
         _m = MT(NAME, DOC)
         _md = MDD(_m)
         _md["__file__"] = "<crane-kernel>"
@@ -290,19 +319,15 @@ try:
         for _f, _c in SRC:
             E(C(_c, _f, "exec"), _md)
         _md["VERSION"] = VER
-        # the seal: a weak reference to the module, rooted for the process's life (so no other object ever has its
-        # address), whose callback (a list's `count`: harmless when the module dies) holds the snapshot, the check
-        # and the call; `_hold[0]` is what the module bound when the install ended
-        _hold = [None, _check, _snap, _call]
-        _w = W(_m, _hold.count)
-        _reg(T, _w)
-        _md["__crane_seal__"] = _w
-        _hold[0] = _snap(_m)
-        A = ().__class__.__base__.__repr__(_w)
+        # the seal: a weak reference to the module, rooted for the process's life (an `atexit` entry), whose callback
+        # (a tuple's `count`: harmless when the module dies) holds the seal's code object, whose constants hold the
+        # snapshot; its address, the tuple's and the code object's are the install's answer (op 2 of a first code
+        # object holding no snapshot makes it)
+        A = FT(_base.replace(co_consts=_TUP(_cs)), {"__builtins__": {}})(2, _m, None, None, None, None)
         {}.__class__.__setitem__(MODULES, NAME, _m)
-        # (these globals live as long as the seal's functions: nothing here may keep the module, or the sources, alive)
-        del _m, _md, _w, SRC
-        _f = _c = None
+        # (nothing here may keep the module, or the sources, alive)
+        del _m, _md, SRC, _sg
+        _f = _c = _x = _cs = None
 finally:
     if _gp is not None:
         _st(_trace)
@@ -377,31 +402,61 @@ class KernelModule:
         return self._filled(_INSTALL_EXPR, SYS=_SYS_EXPR, BOOT=repr(_BOOTSTRAP), SRC=repr(self.sources),
                             VER=repr(self.version), NAME=repr(self.name), DOC=repr(self.doc))
 
-    def _held(self, seal: str | None = None, checked: bool = True) -> str:
-        """`(lambda P: <our module, or None> if P else None)(SYS)`: the installed module of our version and, given
-        `seal`, the very module the install that answered `seal` made (its seal at that address, the seal's referent
-        the module) binding what that install left (the install's check, unless `checked` is false: the call runs
-        it itself)."""
-        check = "" if seal is None else self._filled(_SEAL_ID, SEAL=repr(seal)) + (_SEAL_SAME if checked else "")
-        held = self._filled(_HELD_EXPR, VER=repr(self.version), NAME=repr(self.name), ADDR=check)
-        return f"(lambda P: {held} if P else None)({_SYS_EXPR})"
+    def _held(self, seal: Seal | None = None, checked: bool = True, then: str = "m", otherwise: str = "None") -> str:
+        """`(lambda T, ...: <then> or <otherwise>)(*P)`: `then` (an expression of the module `m`, and of the seal's
+        code object `c` given `seal`) when the installed module has our version and, given `seal`, is the very module
+        the install that answered `seal` made (its seal, holder and code object at those addresses) binding what that
+        install left (the seal's own check, unless `checked` is false: the call runs it itself); else `otherwise`."""
+        check = "" if seal is None else (self._filled(_SEAL_ID, SEAL=repr(seal.seal), HOLD=repr(seal.holder),
+                                                      CODE=repr(seal.code)) + (_SEAL_SAME if checked else ""))
+        return self._filled(_HELD_EXPR, VER=repr(self.version), NAME=repr(self.name), ADDR=check, THEN=then,
+                            ELSE=otherwise)
 
-    def version_expression(self, seal: str | None = None) -> str:
+    def held_expression(self, seal: Seal | None = None) -> str:
+        """The installed module of our version (given `seal`: the one that install made, binding what it left), else
+        None."""
+        return f"(lambda P: {self._held(seal)} if P else None)({_SYS_EXPR})"
+
+    def version_expression(self, seal: Seal | None = None) -> str:
         """Our VERSION when our module of that version is installed (given `seal`: the module that install made,
         binding what it left), else None."""
-        return f"(lambda m: {self.version!r} if m is not None else None)({self._held(seal)})"
+        return f"(lambda m: {self.version!r} if m is not None else None)({self.held_expression(seal)})"
 
-    def call_expression(self, function: str, *args: Any, seal: str) -> str:
+    def call_expression(self, function: str, *args: Any, seal: Seal) -> str:
         """`<module>.<function>(*args)` when the installed module is the one the install that answered `seal` made
-        and binds what that install left (checked, and the function called, by the install's own `_call`: with the
-        collector off where the module is `quiet`), else the MISSING sentinel. Arguments must be Python literals
-        (their `repr` is sent); no name of the notebook's is read."""
+        and binds what that install left (checked, and the function called, by a function made afresh from the
+        seal's own code object: with the collector off where the module is `quiet`), else the MISSING sentinel.
+        Arguments must be Python literals (their `repr` is sent); no name of the notebook's is read."""
         arglist = "".join(f"{a!r}, " for a in args)
-        call = (f"(lambda r: r[1]({arglist}) if r[0] else r[1])(BF.__dict__['__self__'].__get__("
-                f"T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__(m)['__crane_seal__'].__callback__)[3](m, "
-                f"{function!r}, ({arglist}), {self.quiet!r}, {MISSING!r}))")
-        return (f"(lambda P: (lambda T, BF, D, S, SD, M, MT: (lambda m: {call} if m is not None else {MISSING!r})"
-                f"({self._held(seal, checked=False)}))(*P) if P else {MISSING!r})({_SYS_EXPR})")
+        call = (f"(lambda r: r[1]({arglist}) if r[0] else r[1])((lambda: 0).__class__(c, {{'__builtins__': {{}}}})"
+                f"(1, m, {function!r}, ({arglist}), {self.quiet!r}, {MISSING!r}))")
+        held = self._held(seal, checked=False, then=call, otherwise=repr(MISSING))
+        return f"(lambda P: {held} if P else {MISSING!r})({_SYS_EXPR})"
+
+    def reseal_expression(self, seal: Seal) -> str:
+        """A new seal for the module the install that answered `seal` made, binding what it binds NOW (its three
+        addresses), else None: for a change of CRANE's own to that module, made in the same request just before
+        (a test's simulated condition). Kernel-side code re-seals the same way (kernel/pickling._cloudpickle)."""
+        reseal = "(lambda: 0).__class__(c, {'__builtins__': {}})(2, m, None, None, None, None)"
+        held = self._held(seal, checked=False, then=reseal)
+        return f"(lambda P: {held} if P else None)({_SYS_EXPR})"
+
+
+class Seal(NamedTuple):
+    """What an install answered (`object.__repr__` of each: their addresses): the seal (a weak reference to the
+    module, rooted for the process's life), the tuple its callback is bound to, and the seal's code object (it holds
+    the snapshot). A call takes the module only while all three are there, as the install made them."""
+
+    seal: str
+    holder: str
+    code: str
+
+    @classmethod
+    def of(cls, value: Any) -> Seal | None:
+        """The seal a kernel's answer names (a tuple of three `object.__repr__` strings), else None."""
+        if type(value) in (tuple, list) and len(value) == 3 and all(type(x) is str for x in value):
+            return cls(*value)
+        return None
 
 
 # kernel -> {module name: the address (`object.__repr__`) of the seal of the module this process's last install of it
@@ -410,11 +465,11 @@ class KernelModule:
 # it rebound). Kept per kernel, so the connections one process holds to it (the language server's attachment, its
 # background runs, an agent's fix run) share one install instead of installing over each other at every alternation;
 # by connection where the kernel is known by no file or server id (a kernel CRANE started)
-_INSTALLED: weakref.WeakKeyDictionary[KernelConnection, dict[str, str]] = weakref.WeakKeyDictionary()
-_INSTALLED_IN: dict[tuple[str | None, str | None, str | None], dict[str, str]] = {}
+_INSTALLED: weakref.WeakKeyDictionary[KernelConnection, dict[str, Seal]] = weakref.WeakKeyDictionary()
+_INSTALLED_IN: dict[tuple[str | None, str | None, str | None], dict[str, Seal]] = {}
 
 
-def _installed(conn: KernelConnection) -> dict[str, str]:
+def _installed(conn: KernelConnection) -> dict[str, Seal]:
     """This process's installs in the kernel `conn` reaches: {module name: the address of its seal}."""
     target = conn.target
     if target is None:
@@ -437,9 +492,19 @@ class ModuleClient:
         self.replaced = 0  # how many times it installed over a module of our version it had not made
 
     @property
-    def address(self) -> str | None:
-        """The address of the seal of the module this process installed in this kernel last (None: none yet)."""
+    def address(self) -> Seal | None:
+        """The seal of the module this process installed in this kernel last (None: none yet)."""
         return _installed(self.conn).get(self.module.name)
+
+    def adopt(self, value: Any) -> bool:
+        """Take `value`, the three addresses of a new seal that CRANE's own code made for this module inside one of
+        this process's requests (a re-seal after a change of its own: kernel/pickling._cloudpickle), as the seal to
+        call by from now on. False (nothing kept) when it is not such a triple."""
+        seal = Seal.of(value)
+        if seal is None:
+            return False
+        _installed(self.conn)[self.module.name] = seal
+        return True
 
     def version_expression(self) -> str:
         """Our VERSION when the module this process installed is there, else None (`KernelModule`'s)."""
@@ -471,9 +536,10 @@ class ModuleClient:
         sealed = literal_value(out.get("install"), what, self.error)
         if type(sealed) is str:
             raise self.error(f"{what}: {sealed}")
-        if not (type(sealed) is tuple and len(sealed) == 2 and sealed[0] == "sealed" and type(sealed[1]) is str):
-            raise self.error(f"{what}: the kernel answered {sealed!r}, not the address of the install's seal")
-        _installed(self.conn)[self.module.name] = sealed[1]
+        seal = Seal.of(sealed[1]) if type(sealed) is tuple and len(sealed) == 2 and sealed[0] == "sealed" else None
+        if seal is None:
+            raise self.error(f"{what}: the kernel answered {sealed!r}, not the addresses of the install's seal")
+        _installed(self.conn)[self.module.name] = seal
         if literal_value(out.get("before"), what, self.error) == self.module.version:
             self.replaced += 1
         else:
@@ -493,7 +559,7 @@ class ModuleClient:
                 raise self.error(f"{what}: the module {self.module.name} was not installed")
             expr = self.module.call_expression(function, *args, seal=seal)
             for c in also:
-                expr = f"(lambda o: {expr} if o is not None else {MISSING!r})({c.module._held(c.address)})"
+                expr = f"(lambda o: {expr} if o is not None else {MISSING!r})({c.module.held_expression(c.address)})"
             out = self.evaluate({"r": expr}, timeout, what)
             value = literal_value(out.get("r"), what, self.error)
             if value != MISSING:

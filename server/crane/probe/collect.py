@@ -18,7 +18,7 @@ import msgspec
 
 from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError
-from crane.kernel.private_module import KernelModule, ModuleClient
+from crane.kernel.private_module import KernelModule, ModuleClient, Seal
 from crane.probe.facts import RESUME_ROUNDS, ProbeRequest, ProbeResult, decode_probe_result
 
 PROBE_PARTS = (
@@ -54,8 +54,8 @@ class ProbeClient:
         return self._module.installs
 
     @property
-    def seal(self) -> str | None:
-        """The address of the seal of the probe module this process installed in the kernel (None: none yet): what
+    def seal(self) -> Seal | None:
+        """The seal of the probe module this process installed in the kernel (None: none yet; its addresses): what
         a call in a fork of the kernel names (kernel/private_module.py)."""
         return self._module.address
 

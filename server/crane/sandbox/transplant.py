@@ -489,6 +489,9 @@ class ExportReply(msgspec.Struct):
     patched: list[str] = []  # library classes of copied values the notebook patched (kernel/export)
     watch: str | None = None  # what stopped the export as soon as a request waited (None: only its time cap)
     transient: bool = False  # stopped for a waiting request or by its kernel-time cap: a passing cause
+    # CRANE's cloudpickle sealed again after CRANE's changes to it at its first export (the new seal's addresses:
+    # kernel/pickling._cloudpickle); the daemon calls it by that seal from then on
+    cp_seal: tuple[str, str, str] | None = None
 
 
 def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str, timeout: float,
@@ -525,7 +528,10 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
         raw = export.call("export", args, timeout=EXPORT_TIMEOUT_S, what="transplant export", also=(cp,))
     finally:
         done.set()
-    return msgspec.convert(raw, ExportReply)
+    reply = msgspec.convert(raw, ExportReply)
+    if reply.cp_seal is not None:
+        cp.adopt(reply.cp_seal)  # (made by the export this process asked for, in that request: kernel/pickling)
+    return reply
 
 
 def _read_phase(pdir: PrivateDir | PortableDir) -> str | None:

@@ -88,14 +88,18 @@ def export(args: Any) -> dict:
         why = free_threaded()
         if why:
             return {"ok": False, "reason": why}
-        return _export(args)
+        resealed: list = []  # (this request's own: the new seal of CRANE's cloudpickle, when this export made one)
+        out = _export(args, resealed)
+        if resealed:
+            out["cp_seal"] = resealed[0]
+        return out
     finally:
         _THREADING["_profile_hook"], _THREADING["_trace_hook"] = saved[2], saved[3]
         _settrace(saved[1])
         _setprofile(saved[0])
 
 
-def _export(args: Any) -> dict:
+def _export(args: Any, resealed: list) -> dict:
     t0 = _perf()
     try:
         req = check_export_request(args)
@@ -111,7 +115,7 @@ def _export(args: Any) -> dict:
     d = req["dir"]
     if not _sees(d, req["token"]):
         return {"ok": False, "reason": "the kernel does not see the daemon's files (another machine or container)"}
-    cp = _cloudpickle()
+    cp = _cloudpickle(resealed)
     if cp is None:
         return {"ok": False, "reason": "CRANE's private cloudpickle is not installed in the kernel"}
     shell = _shell()

@@ -25,6 +25,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _T_NAME,
     _allocate_lock,
     _cls_dict,
+    _CodeType,
     _FunctionType,
     _getrecursionlimit,
     _join,
@@ -241,17 +242,26 @@ def dump_state(objs: dict, reducers: dict, *, cp: Any, d: str | None, tag: str, 
 
 
 
-def _cloudpickle() -> Any:
+def _cloudpickle(resealed: list | None = None) -> Any:
     """CRANE's private cloudpickle, taken once (a reference kept from then on: the notebook replacing
     `sys.modules["_crane_cloudpickle"]` or its classes later changes nothing), its `CloudPickler` proven to be
     CRANE's own code; the module's `__builtins__` become CRANE's (the C pickler imports the modules of the classes
-    it saves through the `__import__` it finds there)."""
+    it saves through the `__import__` it finds there). When it takes the module (CRANE's changes above made), it
+    seals it again and appends the new seal's three addresses to `resealed` (the request's own list: the export's
+    reply carries them to the daemon, which calls the module by that seal from then on)."""
     m = dict.get(_MODULES, "_crane_cloudpickle")
     if _CP and (m is None or _CP[0] is m):
         return _CP[1]
     if type(m) is not _MODULE_TYPE:
         return None
     md = _mdict(m)
+    # its install's seal (kernel/private_module.py), which the request that called this checked just before: its
+    # code object, made into a function afresh, seals the module again once CRANE's changes below are in
+    seal: Any = md.get("__crane_seal__")
+    hold = seal.__callback__.__self__ if type(seal) is _WEAKREF and seal() is m else None
+    code = hold[0] if type(hold) is tuple and len(hold) == 1 else None
+    if type(code) is not _CodeType:
+        return None
     cls = md.get("CloudPickler")
     if type(cls) is not type or not all(
             type(v) is not _FunctionType or v.__code__.co_filename.startswith("<crane-kernel")
@@ -263,14 +273,11 @@ def _cloudpickle() -> Any:
     if walker is None:
         return None
     md["_walk_global_ops"] = walker  # no `dis` on the way (3.12+: its ArgResolver's methods are the shared module's)
-    # its install's seal (kernel/private_module.py) taken again: the daemon calls only while the module binds what it
-    # binds now (CRANE's changes above in, any later rebinding of the notebook's out); the request that called this
-    # checked that seal just before
-    seal: Any = md.get("__crane_seal__")
-    hold = seal.__callback__.__self__ if type(seal) is _WEAKREF and seal() is m else None
-    if type(hold) is not list or len(hold) != 4:
-        return None
-    hold[0] = hold[2](m)
+    # the new seal: the daemon calls only while the module binds what it binds now (CRANE's changes above in, any
+    # later rebinding of the notebook's out)
+    new = _FunctionType(code, {"__builtins__": {}})(2, m, None, None, None, None)
+    if resealed is not None:
+        resealed.append(new)
     _CP[:] = [m, _SimpleNamespace(CloudPickler=cls)]
     return _CP[1]
 
