@@ -17,35 +17,50 @@ the execution count, `In`/`Out` and the outputs other clients see are untouched 
   or where `gc` is not loaded a private instance of it from `_imp.create_builtin`) and the user's profile/trace
   hooks off (proven `sys`'s) before it calls or allocates anything, creates the module (sources compiled under
   `<crane-kernel/PATH>` names, so kernel-side tracebacks point at the real file and line; its `__builtins__` the
-  interpreter's), seals it and registers it in the table. Its value is ('sealed', the seal's address), or why it
-  refused (a str: something on that path is not the interpreter's);
+  interpreter's), seals it and registers it in the table. Its value is ('sealed', the seal's three addresses), or
+  why it refused (a str: something on that path is not the interpreter's);
 - the seal: a weak reference to the module, rooted for the process's life by an `atexit` entry (`type(seal)` at
-  exit: harmless), so no other object can ever be at its address; its callback (a list's `count`) holds the
-  install's snapshot of what the module binds (each name and value, each function's code, defaults and keyword
-  defaults, and the same for the module's own classes' names: compared by identity, `__warningregistry__` aside)
-  and the install's `_check`/`_call`, compiled with no builtins. CRANE may take the snapshot again for a change of
-  its own (the export's re-seal of its cloudpickle: kernel/pickling._cloudpickle);
-- call: `<module>.<function>(*args)` when the installed module has our VERSION, its `__crane_seal__` is at the
-  address this process's install reported (`object.__repr__`) and refers to that module, and the module binds what
-  the snapshot holds; `_call` checks that with the hooks and the collector off and, for a `quiet` module, calls
-  the function with both still off (the fork sandbox's, not quiet, hands the function back for the request to call
-  with both as the notebook set them). Else a sentinel, the
-  module found the same way (no name read); on the sentinel (the kernel restarted, another CRANE installed its
-  own, the notebook put a module of its own at that name — even at a freed module's address, its namespace and
-  seal copied — or rebound a function, a class's method or a code object in ours) `ModuleClient` installs and
-  calls again once. A module this process has not installed is never called (the first call installs). Not
-  proven: anything against a notebook that goes after the seal itself. Its parts are public attributes, not hidden:
-  `m.__crane_seal__.__callback__.__self__` is the list [snapshot, _check, _snap, _call] (no `gc` needed), and the
-  call expression calls its item 3 as it finds it, so `hold[3] = f` has the next call run the notebook's `f`, and
-  rebinding a function of the module then `hold[0] = hold[2](m)` re-takes the snapshot so the rebound function is
-  called; the seal's functions' `__code__`/`__defaults__` and their shared globals (`_call.__globals__`: `_hold`,
-  `_same`, the hook and collector switches) are writable the same way, and `atexit._clear()` drops the seal's root.
-  The seal proves the module the object this process's install made and, while the seal's parts are as the install
-  left them, that it binds what the snapshot holds: it stops a module of the notebook's at the name and a rebound
-  function, not a deliberate forger. Also not proven: mutable containers inside the module (a list or
-  dict CRANE's code reads), closure cells and the functions inside `staticmethod`/`classmethod`/`property`
-  wrappers; and the request's own first steps (IPython's handling of it, the expression up to the bootstrap, and
-  where `gc` is not loaded the private instance's few allocations) may still let the collector run.
+  exit: harmless), so no other object is at its address while that root holds. Nothing of it can be rebound: its
+  callback (read-only) is a tuple's `count`; the tuple (the holder) holds one code object, `_seal`'s, compiled
+  with no builtins, whose constants hold the snapshot of what the module binds (tuples, kept in a bound method so
+  that creating the code object does not swap a key for the interned string of the same text: each name and
+  value, each function's code, defaults and keyword defaults, then the same for the module's own classes' names;
+  compared by identity, `__crane_seal__` and `__warningregistry__` aside) and every tool the check calls (the
+  interpreter's hook and collector switches, C getters, the weak reference type, `atexit.register`). The code reads
+  no global, no closure cell and no default: a function made afresh from it (`FT(code, {'__builtins__': {}})`) is
+  the install's whatever the notebook does, and a tuple, a code object and its constants' tuples cannot be
+  changed from Python. The install answers the addresses (`object.__repr__`, a static slot) of the seal, the
+  holder and the code object (`Seal`); the daemon keeps them per kernel. Sealing again is op 2 of that code: a new
+  seal (new addresses) that only a request of this process can tell the daemon about: the export re-seals CRANE's
+  cloudpickle after CRANE's own change to it and its reply carries the new addresses (kernel/pickling._cloudpickle,
+  `ExportReply.cp_seal`, `ModuleClient.adopt`); a notebook that calls op 2 gets a seal the daemon does not know;
+- call: `<module>.<function>(*args)` when the installed module has our VERSION and its `__crane_seal__` is of the
+  interpreter's own weak reference type (a static type named `ReferenceType`, read by C getters before anything
+  else of it: a subclass whose `object.__repr__` reads the same is refused), at the seal's address, refers to that
+  module, its callback is a `builtin_function_or_method` bound to an exact tuple at the holder's address of one
+  item, a code object at the code's address; then a function made afresh from that code object checks, with the
+  user's hooks and the collector off, that the module binds what the snapshot holds and, for a `quiet` module,
+  calls the function with both still off (the fork sandbox's, not quiet, hands the function back for the request
+  to call with both as the notebook set them). Else a sentinel, the module found the same way (no name read); on
+  the sentinel (the kernel restarted, another CRANE installed its own, the notebook put a module of its own at that
+  name — even at a freed module's address, its namespace and seal copied — rebound a function, a class's method or
+  a code object in ours, or went after the seal: `tests/kernel/test_seal_forgery.py`) `ModuleClient` installs and
+  calls again once. A module this process has not installed is never called (the first call installs).
+
+  What the seal proves: the module is the object this process's install made (or CRANE's own re-seal named) and
+  binds, object for object, what that install left, as long as the seal's root holds. Not proven: a notebook that
+  drops every reference to the seal (`atexit._clear()` and the module's `__crane_seal__`), frees it, its holder and
+  its code object, and then gets objects of its own made at each of the three freed addresses (a search loop per
+  address; pure Python has no root a notebook cannot drop: atexit's, the at-fork lists and any container are
+  reachable through `gc`), or that writes memory (ctypes). Dropping the root alone, a weak reference of the
+  notebook's at the freed seal's address (with its own holder, or the genuine one), or a subclass there, is
+  refused. Also not proven: mutable containers inside the module (a list or dict CRANE's code reads), the contents
+  of closure cells and of keyword-defaults dicts, the functions inside `staticmethod`/`classmethod`/`property`
+  wrappers, a key of the notebook's (a `str` subclass with a colliding hash) put in the module's namespace, whose
+  `__eq__` the expression's `.get('VERSION')` would call before the snapshot sees it; a trace function of the
+  notebook's that sees the request's own frames (it can rewrite their locals until the seal's code turns it off);
+  and the request's own first steps (IPython's handling of it, the expression up to the bootstrap, and where `gc`
+  is not loaded the private instance's few allocations) may still let the collector run.
 
 Cross-part imports in the sources (`from crane.probe.kernel.common import x  # kernel: strip`) keep the parts
 importable and type-checked in the daemon; each such line is blanked before sending (line numbers stay true).
@@ -121,7 +136,7 @@ _SEAL_ID = (
 _SEAL_SAME = " and (lambda: 0).__class__(c, {'__builtins__': {}})(0, m, None, None, None, None) is True"
 # The install: `exec` and `compile` of the builtins, proven the interpreter's own (C functions bound to the module
 # whose namespace those builtins are, under their own names), run the bootstrap below on an empty builtins dict with
-# only what was proven; the value is ('sealed', the address of the install's seal) once installed, else why
+# only what was proven; the value is ('sealed', the install's seal's three addresses) once installed, else why
 # not (a str).
 _INSTALL_EXPR = (
     "(lambda P: (lambda T, BF, D, S, SD, M, MT: (lambda e, c, own: "
@@ -397,7 +412,7 @@ class KernelModule:
         return re.sub(r"@([A-Z]+)@", lambda m: names[m.group(1)], template)
 
     def install_expression(self) -> str:
-        """The install request: ('sealed', the address of the install's seal) once installed, else why not (a str);
+        """The install request: ('sealed', the seal's three addresses: `Seal`) once installed, else why not (a str);
         no name of the notebook's is read."""
         return self._filled(_INSTALL_EXPR, SYS=_SYS_EXPR, BOOT=repr(_BOOTSTRAP), SRC=repr(self.sources),
                             VER=repr(self.version), NAME=repr(self.name), DOC=repr(self.doc))
@@ -459,8 +474,8 @@ class Seal(NamedTuple):
         return None
 
 
-# kernel -> {module name: the address (`object.__repr__`) of the seal of the module this process's last install of it
-# made}: a module found at that name is called only when it is that very object, binding what that install left (never
+# kernel -> {module name: the addresses (`object.__repr__`) of the seal of the module this process's last install of
+# it made, or CRANE's own re-seal of it named: `Seal`}: a module found at that name is called only when it is that very object, binding what that install left (never
 # a module the notebook made and filled with our VERSION, nor one at a freed module's address, nor one whose functions
 # it rebound). Kept per kernel, so the connections one process holds to it (the language server's attachment, its
 # background runs, an agent's fix run) share one install instead of installing over each other at every alternation;
@@ -470,7 +485,7 @@ _INSTALLED_IN: dict[tuple[str | None, str | None, str | None], dict[str, Seal]] 
 
 
 def _installed(conn: KernelConnection) -> dict[str, Seal]:
-    """This process's installs in the kernel `conn` reaches: {module name: the address of its seal}."""
+    """This process's installs in the kernel `conn` reaches: {module name: its seal's addresses}."""
     target = conn.target
     if target is None:
         return _INSTALLED.setdefault(conn, {})
