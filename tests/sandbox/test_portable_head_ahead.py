@@ -32,14 +32,16 @@ def _head_of(conn) -> int:
     return heads[0].proc.pid
 
 
-def _forked_ahead(head: int, timeout: float = 120.0) -> int:
-    """The head's one child once it has forked it (an event: the head does it after the verdict is sent)."""
+def _forked_ahead(head: int, ran: tuple[int, ...], timeout: float = 120.0) -> int:
+    """The head's one child once it has forked it, never the process of a run that already ran (`ran`): a sealed
+    run's process may still be ending when its verdict arrives (worker/head._frame_sealed); the head reaps it, then
+    forks the next one ahead (an event, after the verdict is sent)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with open(f"/proc/{head}/task/{head}/children") as f:
-            kids = f.read().split()
-        if len(kids) == 1:
-            return int(kids[0])
+            kids = [int(k) for k in f.read().split()]
+        if len(kids) == 1 and kids[0] not in ran:
+            return kids[0]
         time.sleep(0.02)
     raise AssertionError(f"the head {head} forked no process ahead")
 
@@ -52,15 +54,15 @@ def test_the_next_run_goes_to_the_process_forked_ahead(kernel_env, tmp_path, mon
         conn = kernel.connection
         assert conn.run_cell("import os\nbase = 41").status == "ok"
         before = conn.evaluate("(base, sorted(k for k in globals() if not k.startswith('_')))")
-        first = speculate(conn, "leak = base + 1\nleak", 60.0, sandbox=opts)
+        first = speculate(conn, "leak = base + 1\nprint(os.getpid())\nleak", 60.0, sandbox=opts)
         assert (first.verdict, first.mode) == ("no-crash", "portable"), first
         head = _head_of(conn)
-        ahead = _forked_ahead(head)
+        ahead = _forked_ahead(head, (int(first.stdout.split()[0]),))
         second = speculate(conn, "print(os.getpid(), 'leak' in globals())\nbase + 1", 60.0, sandbox=opts)
         assert (second.verdict, second.mode, second.pid) == ("no-crash", "portable", head), second
         assert second.transplant is not None and "landlock" in second.transplant.layers, second.transplant
         assert second.stdout.split("\n")[0] == f"{ahead} False", second.stdout  # that process ran it, state fresh
-        gone = _forked_ahead(head)  # the next one, killed before its request: the head forks another
+        gone = _forked_ahead(head, (ahead,))  # the next one, killed before its request: the head forks another
         assert gone != ahead
         os.kill(gone, signal.SIGKILL)
         third = speculate(conn, "print(os.getpid())\nbase + 2", 60.0, sandbox=opts)
@@ -93,10 +95,10 @@ def test_a_head_serving_a_session_itself_ends_the_process_forked_ahead(kernel_en
     try:
         conn = kernel.connection
         assert conn.run_cell("base = 41").status == "ok"
-        first = speculate(conn, "base + 1", 60.0, sandbox=opts)
+        first = speculate(conn, "import os\nprint(os.getpid())\nbase + 1", 60.0, sandbox=opts)
         assert (first.verdict, first.mode) == ("no-crash", "portable"), first
         head = _head_of(conn)
-        ahead = _forked_ahead(head)
+        ahead = _forked_ahead(head, (int(first.stdout.split()[0]),))
         born = _started(ahead)
         assert born is not None
         with open_session(conn, budget_s=30.0, sandbox=opts) as sb:

@@ -8,10 +8,14 @@ marks `fork` (a one-shot portable run under the Linux layer, crane.sandbox.porta
   lines cannot reach the daemon directly), gets a parent-death SIGKILL, and runs the request exactly as a fresh
   worker would (`run_one`: the run folder, Landlock, the guard, the state, the cell, the record), writing its lines
   into a pipe of its own, then ends;
-- reads that pipe to its end (the child and every process it started are gone: the child's own reaper ends them
-  before the record, the head, a child subreaper, kills whatever is left), and sends the daemon one frame on its
-  result pipe: `F <length> <exit code> <signal> <again>\n` + the child's lines (crane.sandbox.portable.read_forked). Nothing
-  the cell wrote after its record, nor any leftover process, can reach the next run's channel: each run has its own;
+- reads that pipe to its end (the child's own reaper ends every process the run started before the record; the
+  head, a child subreaper, kills whatever else is left), and sends the daemon one frame on its result pipe:
+  `F <length> <exit code> <signal> <again>\n` + the child's lines (crane.sandbox.portable.read_forked). A sealed run is
+  framed as soon as the head has ended its process (SIGKILL to a process blocked in its seal, every signal blocked:
+  nothing of it runs again), as the kernel's reaper says a fork run's end (kernel/entry._reap), not once the Linux
+  kernel has torn down that process's copy of the head's memory (`_frame_sealed`); the head reaps it right after the
+  frame, and ends what its end re-parents here, before anything else. Nothing the cell wrote after its record, nor
+  any leftover process, can reach the next run's channel: each run has its own;
 - imports the library modules the run loaded (as a refilled worker would) and those its state's load imported
   (`loaded_by`: a fitted model's submodules), so the next child loads only the state; freezes its own objects out
   of the garbage collector's passes before each fork (worker/warmup.freeze_heap: a child's collection would copy the head's whole
@@ -96,6 +100,42 @@ def _end_leftovers(child: int, timeout_s: float = 5.0) -> bool:
         if pid == 0:
             threading.Event().wait(0.005)
     return False
+
+
+def _end_others(run: int, timeout_s: float = 5.0) -> bool:
+    """Kill and reap every child of the head but `run` (the run's process, ended by the head and not waited for:
+    `_frame_sealed`), until none but `run` is left (False: some could not be reaped in `timeout_s`). `run` itself
+    may be reaped here meanwhile; nothing else of it is needed (the head ended it)."""
+    import time
+
+    from crane.sandbox.worker.reaper import _children  # kernel: strip
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        others = [pid for pid in _children() if pid != run]  # (zombies too, until reaped)
+        if not others:
+            return True
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            got, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if got == 0:
+            threading.Event().wait(0.005)
+    return False
+
+
+def _frame_sealed(seal: list) -> bool:
+    """Whether the run's end can be framed before its process is reaped: the head's seal watcher found it in its
+    seal and ended it (SIGKILL, sent by the watcher through a pidfd to a process blocked for good in its sealed
+    read(2) with every signal blocked: from the kill on, no thread of it runs again, and the Linux kernel lets no
+    fork or clone of it complete). Its exit status is then the SIGKILL's, known without waiting for the kernel to
+    tear down its copy-on-write copy of the head's memory (tens of ms per hundred MB, on the verdict's way before)."""
+    found, checked, ended = seal[0] if seal else (None, None, False)
+    return bool(ended) and checked is True and type(found) is tuple
 
 
 def _facts_of(spec: dict) -> tuple[list[str], str | None, dict]:
@@ -228,11 +268,18 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
             break
         data += chunk
     os.close(r)
-    _, status = os.waitpid(pid, 0)
-    watch.join()  # (it returns once the process has ended: its pidfd)
-    again = _end_leftovers(pid) and bool(_HEAD["subreaper"])
-    used = _keep_view(spec) if again else None  # (no process of the run is left to change it)
-    code = os.waitstatus_to_exitcode(status)
+    watch.join()  # (it returns once it has ended the sealed process, or once the process has ended: its pidfd)
+    early = _frame_sealed(seal)
+    if early:  # said now; reaped right after the frame (the kernel's teardown of its memory is not on the way)
+        code = -int(signal.SIGKILL)
+        again = _end_others(pid) and bool(_HEAD["subreaper"])
+    else:
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        again = _end_leftovers(pid) and bool(_HEAD["subreaper"])
+    # (no process of the run is left to change the view: the run's own is ended for good where not reaped yet, and
+    # what its end re-parents here is ended below before the view is staged again)
+    used = _keep_view(spec) if again else None
     found, checked, _ = seal[0] if seal else (None, None, False)
     sealed = f" {-1 if checked is None else int(checked)} {found[0]} {found[1]}" if found else \
         f" {-1 if checked is None else int(checked)} 0 0"  # the run's end as its parent saw it (the cell cannot write here)
@@ -245,6 +292,13 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
             continue
         except OSError:
             return False
+    if early:  # the run's process reaped now, and anything its end re-parented here (a process a thread of the
+        try:  # cell started after the run's reaper ended the others) ended, before the head does anything else
+            os.waitpid(pid, 0)
+        except ChildProcessError:  # (reaped by `_end_others` already)
+            pass
+        if not _end_leftovers(-1):
+            return False  # (the head ends: it never serves with a process of a past run beside it)
     if again:
         warm_up(modules + loaded_by(bytes(data), modules))  # (a library that starts a thread here: the next
         # request is answered `S`, fork_refused)
