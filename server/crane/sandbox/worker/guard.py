@@ -59,8 +59,9 @@ GUARD_ANY = "any"  # vetted whoever calls it (library code included): writes, pr
 GUARD_USER = "user"  # vetted only when user code calls it (libraries start threads, load ctypes, import modules)
 
 # library -> [(module, attribute path, paths, scope[, (mode argument, default, read-only modes)])]
-# paths None: refused; a tuple of argument names ("args[0]": the first positional of *args): a writer, allowed when
-# every one of those arguments that is a path lies in the run's working folder (redirected there), else refused.
+# paths None: refused; a tuple of argument names ("args[0]": the first positional of *args; "kwargs:name": that key of
+# **kwargs): a writer, allowed when every one of those arguments that is a path lies in the run's working folder
+# (redirected there), else refused.
 GUARD_TABLE: dict[str, list[tuple]] = {
     "os": [("os", n, None, GUARD_ANY) for n in (
         "popen", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp",
@@ -167,9 +168,20 @@ GUARD_TABLE: dict[str, list[tuple]] = {
     # round 10: writers that call the library's C API through ctypes (no audit event for the file), profilers that
     # write their traces natively and serve them on a TCP port (worker/native.py vets the extension modules' own)
     "xgboost": [("xgboost", "Booster.save_model", ("fname",), GUARD_ANY),
-                ("xgboost", "DMatrix.save_binary", ("fname",), GUARD_ANY)],
+                ("xgboost", "DMatrix.save_binary", ("fname",), GUARD_ANY),
+                # round 12 (h7): external memory's cache pages, written in C++ at a `DataIter`'s `cache_prefix`;
+                # vetted where every path of xgboost's reaches its C API, the JSON arguments made from the value
+                # xgboost read (an attribute the cell may set after `__init__`, or serve by a property)
+                ("xgboost.core", "make_jcargs", ("kwargs:cache_prefix",), GUARD_ANY),
+                # round 12 (h7): the collective's communicator connects to its tracker in C++ (no socket of
+                # Python's: a loopback service reached under the guard alone)
+                ("xgboost.collective", "init", None, GUARD_ANY),
+                ("xgboost.tracker", "RabitTracker.__init__", None, GUARD_ANY)],
     "lightgbm": [("lightgbm", "Booster.save_model", ("filename",), GUARD_ANY),
-                 ("lightgbm", "Dataset.save_binary", ("filename",), GUARD_ANY)],
+                 ("lightgbm", "Dataset.save_binary", ("filename",), GUARD_ANY),
+                 # round 12 (h7): distributed training's network (`machines` in the parameters: the booster calls
+                 # it) listens and connects in C++, no socket of Python's
+                 ("lightgbm", "Booster.set_network", None, GUARD_ANY)],
     "jax": [("jax._src.profiler", "start_trace", ("log_dir",), GUARD_ANY),
             ("jax._src.profiler", "start_server", None, GUARD_ANY)],
     "datasets": [("datasets", "Dataset.save_to_disk", ("dataset_path",), GUARD_ANY)],
@@ -800,6 +812,11 @@ class CallGuard:
             if spec.startswith("args["):
                 seq = loc.get("args") or ()
                 value = seq[int(spec[5:-1])] if len(seq) > int(spec[5:-1]) else None
+            elif spec.startswith("kwargs:"):  # a keyword of a `**kwargs` function; "" names no path (xgboost's)
+                kw = loc.get("kwargs")
+                value = dict.get(kw, spec[7:]) if type(kw) is dict else None
+                if isinstance(value, (str, bytes)) and not value:
+                    continue
             else:
                 value = loc.get(spec)
             fs = loc.get("filesystem", loc.get("destination_filesystem"))

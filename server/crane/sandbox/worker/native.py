@@ -359,6 +359,19 @@ def _torch(mod: types.ModuleType, vet: Any) -> dict[str, Any]:
                                                       "filename"), False)},
         "StorageBase": {"from_file": (_nv_arg("torch", "torch.UntypedStorage.from_file", 0, "filename",
                                               _shared(1)), True)}})(c, vet).items()})
+    # round 12 (h7): the profiler's traces, written in C++ (Kineto's `_ProfilerResult.save`: a profile's
+    # `export_chrome_trace`; the execution-trace observer's file, named when it is registered)
+    ag = c.__dict__.get("_autograd")
+    if type(ag) is types.ModuleType:
+        _nv_module_functions("torch", {}, {"_ProfilerResult": {
+            "save": (_nv_arg("torch", "torch._C._autograd._ProfilerResult.save", 0, "arg0"), False)}})(ag, vet)
+    prof = c.__dict__.get("_profiler")
+    et = prof.__dict__.get("_add_execution_trace_observer") if type(prof) is types.ModuleType else None
+    if callable(et) and not getattr(et, "__crane_vetted__", False):
+        label = "torch._C._profiler._add_execution_trace_observer"
+        new_et = _nv_function(vet, "torch", label, et, _nv_arg("torch", label, 0, "output_file_path"))
+        new_et.__crane_vetted__ = True  # type: ignore[attr-defined]
+        _nv_replace_in(("torch._C._profiler", "torch.profiler.profiler"), et, new_et)
     vf = c.__dict__.get("_VariableFunctionsClass")
     if isinstance(vf, type) and "from_file" in vf.__dict__:
         orig = vf.__dict__["from_file"]

@@ -72,6 +72,35 @@ from crane.sandbox.worker.reaper import end_descendants, kill_child  # kernel: s
 
 PORTABLE_LAYERS = ("call guard", "audit hook")
 # events whose path is followed to its target (the link must become a private copy first)
+# round 12 (h7): environment variables naming paths that native code writes at, with no Python `open` for the audit
+# hook to see: XLA reads its flags when a backend first compiles (`--xla_dump_to=<folder>`: HLO dumps written in C++;
+# its caches' `..._dir`, `..._to` flags), TensorFlow its graph-dump prefix. When the cell sets one (`os.environ[k] =
+# v`: the `os.putenv` audit event), every path it names is vetted as a path the run writes.
+_NATIVE_FLAG_VARIABLES = frozenset(("XLA_FLAGS", "TF_XLA_FLAGS", "LIBTPU_INIT_ARGS"))
+_NATIVE_PATH_VARIABLES = frozenset(("TF_DUMP_GRAPH_PREFIX",))
+_PATH_FLAG = re.compile(r"""--?([A-Za-z0-9_]+)=("[^"]*"|'[^']*'|\S*)""")
+_PATH_FLAG_ENDS = ("_to", "_dir", "_directory", "_path", "_file", "_prefix")
+
+
+def native_env_paths(key: Any, value: Any) -> list[str]:
+    """The paths the environment variable `key` set to `value` has native code write at ([] for other variables;
+    `-`, XLA's standard output, is none)."""
+    try:
+        k, v = os.fsdecode(key), os.fsdecode(value)
+    except (TypeError, ValueError):
+        return []
+    if k in _NATIVE_PATH_VARIABLES:
+        return [v] if v else []
+    if k not in _NATIVE_FLAG_VARIABLES:
+        return []
+    found = []
+    for name, val in _PATH_FLAG.findall(v):
+        val = val[1:-1] if val[:1] in "\"'" and len(val) > 1 and val[-1] == val[0] else val
+        if name.lower().endswith(_PATH_FLAG_ENDS) and val not in ("", "-"):
+            found.append(val)
+    return found
+
+
 _FOLLOWS = {"os.chmod", "os.chown", "os.utime", "os.truncate", "os.chflags", "os.setxattr", "os.removexattr",
             "shutil.rmtree", "os.rmdir"}
 _DIR_FD = {"os.remove": (1,), "os.rmdir": (1,), "os.mkdir": (2,), "os.chmod": (2,), "os.chown": (3,),
@@ -673,6 +702,11 @@ def _install_portable_hook(run: Portable) -> None:
                 return  # CPython unsetting the guard's profile hook after it refused a call (a session)
             if from_user():
                 refuse(_FROM_USER_EVENTS[event])
+        elif event == "os.putenv" and len(args) > 1:
+            for p in native_env_paths(args[0], args[1]):
+                if not writable(p, "open", True):
+                    refuse(f"setting {os.fsdecode(args[0])} to have native code write outside the cell's working "
+                           f"folder ({p[:200]!r})", path=p)
         elif event == "sqlite3.connect" and args:
             db = args[0]
             name = os.fsdecode(db) if isinstance(db, (str, bytes, os.PathLike)) else ""

@@ -1,0 +1,140 @@
+"""Round 12 (issues 40, h7): native writers and native network that no Python call of the guard table reached, under
+the guard alone (`confinement="guard"`) and the portable sandbox, on the kernels that have the library:
+- xgboost's external memory: a `DataIter`'s `cache_prefix` names where C++ writes the cache pages (an absolute path,
+  a `..` path set on the iterator after `__init__`, a property): it wrote outside under the guard alone. Vetted where
+  every route of xgboost's reaches its C API, the JSON arguments (`make_jcargs`) made from the value it read;
+- xgboost's collective and lightgbm's distributed training: the communicator connects to its tracker, the network
+  listens and connects, in C++ (a loopback service was reached, a port listened on, under the guard alone);
+- XLA's flags: `os.environ['XLA_FLAGS'] = '--xla_dump_to=<folder>'` (or `os.putenv`, `environ.update`) has JAX's
+  first compile dump HLO there in C++; every path-valued flag is vetted when the variable is set (`os.putenv`'s audit
+  event);
+- torch's profiler: a profile's `export_chrome_trace` (Kineto's `_ProfilerResult.save`, C++) and the
+  execution-trace observer's file wrote outside under the guard alone.
+Each attack: `blocked` (under the guard alone by a Python layer, naming the library or the variable), nothing outside
+changed, no loopback service reached, the kernel unchanged and alive, never a certain crash (`run5`); honest code
+writing the same files inside the run keeps the kernel's verdict. Every attack here wrote outside (or reached the
+listener) under the guard alone before the fix.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from .test_portable_round5 import BOTH, GUARD, _has, k5, run5  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker's run folder view")
+
+UP = "'sub/' + '../' * 30 + '@OUTSIDE@'.lstrip('/')"  # (the outside folder reached from a mirrored one)
+ITER = ("import xgboost as xgb, numpy as np\n"
+        "class It(xgb.DataIter):\n    def __init__(self, p):\n        self.i = 0\n"
+        "        super().__init__(cache_prefix=p)\n"
+        "    def next(self, input_data):\n        if self.i == 2:\n            return 0\n"
+        "        input_data(data=np.arange(150.0).reshape(50, 3), label=np.arange(50.0))\n"
+        "        self.i += 1\n        return 1\n"
+        "    def reset(self):\n        self.i = 0\n")
+XGB_CACHE = {
+    "an absolute prefix": ITER + "m = xgb.DMatrix(It(os.path.join('@OUTSIDE@', 'cache')))\n"
+                                 "xgb.train({'tree_method': 'hist'}, m, 2)",
+    "a .. prefix set after __init__": ITER + "it = It(None)\nit.cache_prefix = " + UP + " + '/c2'\n"
+                                             "xgb.train({'tree_method': 'hist'}, xgb.DMatrix(it), 2)",
+    "a property, ExtMemQuantileDMatrix": ITER + "class P(It):\n"
+                                                "    cache_prefix = property(lambda s: '@OUTSIDE@/c3', lambda s, v: None)\n"
+                                                "xgb.train({'tree_method': 'hist'}, xgb.ExtMemQuantileDMatrix(P(None)), 2)",
+}
+NETWORK = {  # (library, attack) -> cell; @PORT@: the loopback listener's
+    ("xgboost", "collective.init"): "import xgboost.collective as c\n"
+                                    "c.init(dmlc_tracker_uri='127.0.0.1', dmlc_tracker_port=@PORT@, dmlc_task_id='0', "
+                                    "dmlc_timeout=2)",
+    ("xgboost", "CommunicatorContext"): "import xgboost.collective as c\n"
+                                        "with c.CommunicatorContext(dmlc_tracker_uri='127.0.0.1', "
+                                        "dmlc_tracker_port=@PORT@, dmlc_timeout=2):\n    pass",
+    ("lightgbm", "distributed training"): "import lightgbm as lgb, numpy as np\n"
+                                          "d = lgb.Dataset(np.arange(120.0).reshape(60, 2), label=np.arange(60) % 2)\n"
+                                          "lgb.train({'verbose': -1, 'tree_learner': 'data', 'num_machines': 2, "
+                                          "'machines': '127.0.0.1:@PORT@,127.0.0.1:12401', 'local_listen_port': 12401, "
+                                          "'time_out': 1}, d, 1)",
+}
+JIT = "import jax, jax.numpy as jnp\njax.jit(lambda x: x * 7 + 3)(jnp.ones(5)).block_until_ready()\n"
+XLA = {
+    "environ": "os.environ['XLA_FLAGS'] = '--xla_dump_to=@OUTSIDE@/xla'\n" + JIT,
+    "putenv, a .. path": "os.putenv('XLA_FLAGS', '--xla_dump_hlo_as_text --xla_dump_to=' + " + UP + " + '/x2')\n" + JIT,
+    "environ.update, quoted": "os.environ.update(XLA_FLAGS='--xla_dump_to=\"@OUTSIDE@/x3\"')\n" + JIT,
+}
+TORCH = {
+    "export_chrome_trace": "with torch.autograd.profiler.profile() as p:\n    torch.ones(3) + 1\n"
+                           "p.export_chrome_trace('@OUTSIDE@/trace.json')",
+    "the result's save, a .. path": "with torch.autograd.profiler.profile() as p:\n    torch.ones(3) + 1\n"
+                                    "p.kineto_results.save(" + UP + " + '/k.json')",
+    "the execution-trace observer": "from torch.profiler import ExecutionTraceObserver\n"
+                                    "o = ExecutionTraceObserver().register_callback('@OUTSIDE@/et.json')\n"
+                                    "o.start()\ntorch.ones(3) + 1\no.stop()",
+}
+HONEST = {
+    "xgboost": ITER + "m = xgb.DMatrix(It(os.path.join('sub', 'xc')))\nxgb.train({'tree_method': 'hist'}, m, 2)\n"
+                      "print(m.num_row(), any(n.startswith('xc') for n in os.listdir('sub')))",
+    "jax": "os.environ['XLA_FLAGS'] = '--xla_dump_to=xla_dump'\n" + JIT + "print(100, len(os.listdir('xla_dump')) > 0)",
+    "torch": "import torch\nwith torch.autograd.profiler.profile() as p:\n    torch.ones(3) + 1\n"
+             "p.export_chrome_trace('t.json')\nprint(100, os.path.getsize('t.json') > 0)",
+}
+OUT = {"xgboost": "100 True", "jax": "100 True", "torch": "100 True"}
+
+
+def _library(k5, module: str) -> None:  # noqa: F811 (the fixture's value)
+    """The library imported in the kernel once (its worker then has it before the run), or skip where the kernel's
+    environment lacks it; torch only where TensorFlow is not (a worker holding both is too slow: round 11)."""
+    if not _has(k5, module):
+        pytest.skip(f"{module} is not in this kernel's environment")
+    if module == "torch" and _has(k5, "tensorflow"):
+        pytest.skip("torch runs on the kernel environment without TensorFlow")
+    done = k5.setdefault("imported", set())
+    if module not in done:
+        run = k5["conn"].run_cell(f"import {module}", timeout=300)
+        assert run.status == "ok", run
+        done.add(module)
+
+
+def _blocked(k5, v, sandbox, named: str) -> None:  # noqa: F811 (the fixture's value)
+    assert v.verdict == "blocked", v
+    if sandbox is GUARD:
+        assert v.refusal is not None and v.refusal.layer != "landlock" and named in (v.reason or ""), v
+    assert sorted(p.name for p in k5["outside"].iterdir()) == ["target.txt"], v
+    assert (k5["outside"] / "target.txt").read_text() == "outside, keep me\n"
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(XGB_CACHE))
+def test_xgboost_cache_pages_never_written_outside(k5, attack, sandbox):  # noqa: F811 (fixtures)
+    _library(k5, "xgboost")
+    _blocked(k5, run5(k5, XGB_CACHE[attack], sandbox), sandbox, "xgboost")
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("library,attack", list(NETWORK), ids=[f"{m}-{a}" for m, a in NETWORK])
+def test_native_network_of_ml_libraries_reaches_no_service(k5, library, attack, sandbox):  # noqa: F811 (fixtures)
+    _library(k5, library)
+    source = f"import {library}\n" + NETWORK[library, attack].replace("@PORT@", str(k5["listener"].port))
+    _blocked(k5, run5(k5, source, sandbox), sandbox, library)  # (run5: the listener received nothing)
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(XLA))
+def test_xla_flags_never_dump_outside(k5, attack, sandbox):  # noqa: F811 (fixtures)
+    _library(k5, "jax")
+    _blocked(k5, run5(k5, XLA[attack], sandbox), sandbox, "XLA_FLAGS")
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("attack", list(TORCH))
+def test_torch_profiler_traces_never_written_outside(k5, attack, sandbox):  # noqa: F811 (fixtures)
+    _library(k5, "torch")
+    _blocked(k5, run5(k5, "import torch\n" + TORCH[attack], sandbox), sandbox, "torch")
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("module", list(HONEST))
+def test_honest_writers_inside_the_run_keep_the_kernels_verdict(k5, module, sandbox):  # noqa: F811 (fixtures)
+    _library(k5, module)
+    v = run5(k5, HONEST[module], sandbox)
+    assert (v.verdict, v.stdout.strip().splitlines()[-1:]) == ("no-crash", [OUT[module]]), v
