@@ -12,6 +12,8 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +111,44 @@ def test_sealed_runs_framed_early_keep_their_verdicts_and_the_head(kernel_env, t
         runs = [r for _, r in seen]
         assert len(set(runs)) == 3 and heads.isdisjoint(runs), seen  # each in a process of its own
         assert conn.evaluate("(base, sorted(k for k in globals() if not k.startswith('_')))") == before
+    finally:
+        kernel.shutdown()
+        POOL.shutdown()
+
+
+def _forked_ahead(head: int, ran: int, timeout: float = 180.0) -> bool:
+    """Whether the head forked its next run's process ahead (worker/head._fork_ahead, the last thing it does after a
+    run's warm-up): a child that is not the last run's process `ran`. An event waited for; the bound ends a failure."""
+    done = threading.Event()
+    while not done.wait(0.05):
+        if any(int(k) != ran for p in Path(f"/proc/{head}/task").glob("*/children") for k in p.read_text().split()):
+            return True
+        timeout -= 0.05
+        if timeout <= 0:
+            return False
+    return False
+
+
+@pytest.mark.skipif(linux_layer_available() is not None, reason="heads serve runs under Landlock")
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_the_head_imports_the_standard_modules_every_runs_set_up_imports(kernel_env, tmp_path, monkeypatch):
+    """getpass (termios) and sqlite3 (_sqlite3), imported by each run's set-up (its input guard, its SQLite
+    authorizer): held by the head after its first run, so the next runs do not import them (before: every run did,
+    each loading the two extension modules)."""
+    opts = use_options(monkeypatch, confinement="portable", warm_workers=True, worker_idle_seconds=600.0)
+    kernel = start_kernel(tmp_path, python=kernel_python(kernel_env))
+    try:
+        conn = kernel.connection
+        assert conn.run_cell("base = 41").status == "ok"
+        first = speculate(conn, "import os\nprint(os.getpid())\nbase + 1", 60.0, sandbox=opts)
+        assert (first.verdict, first.mode) == ("no-crash", "portable"), first
+        head = first.pid
+        assert head is not None and _forked_ahead(head, int(first.stdout.split()[0])), first
+        maps = Path(f"/proc/{head}/maps").read_text()
+        assert "/_sqlite3." in maps and "/termios." in maps, "the head lacks the set-up's standard modules"
+        second = speculate(conn, "import sys\nprint(sorted(m for m in ('getpass', 'sqlite3') if m in sys.modules))",
+                           60.0, sandbox=opts)
+        assert (second.verdict, second.pid, second.stdout.strip()) == ("no-crash", head, "['getpass', 'sqlite3']"), second
     finally:
         kernel.shutdown()
         POOL.shutdown()

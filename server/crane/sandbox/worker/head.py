@@ -16,8 +16,9 @@ marks `fork` (a one-shot portable run under the Linux layer, crane.sandbox.porta
   kernel has torn down that process's copy of the head's memory (`_frame_sealed`); the head reaps it right after the
   frame, and ends what its end re-parents here, before anything else. Nothing the cell wrote after its record, nor
   any leftover process, can reach the next run's channel: each run has its own;
-- imports the library modules the run loaded (as a refilled worker would) and those its state's load imported
-  (`loaded_by`: a fitted model's submodules), so the next child loads only the state; freezes its own objects out
+- imports the library modules the run loaded (as a refilled worker would), those its state's load imported
+  (`loaded_by`: a fitted model's submodules) and the standard modules every run's set-up imports (`_SETUP_STDLIB`),
+  so the next child loads only the state; freezes its own objects out
   of the garbage collector's passes before each fork (worker/warmup.freeze_heap: a child's collection would copy the head's whole
   heap); prepares the lean guard's trampolines for the functions now loaded (worker/guard.prepare_trampolines: each
   child only binds them to its own guard); and stages the next run's view of the working folder in its own folder
@@ -50,6 +51,11 @@ from crane.sandbox.worker.linux import drop_prepared, hidden_paths, prepare_read
 from crane.sandbox.worker.warmup import freeze_heap  # kernel: strip
 
 _FORK_UNSAFE = ("tensorflow", "jax", "jaxlib")
+# the standard modules every portable run's set-up imports before its state (kernel/isolation._neutralise_kernel_io:
+# getpass, and with it termios; worker/portable._wrap_sqlite: sqlite3, its dbapi2 and _sqlite3), imported by the head
+# after a run (`warm_up`, library ones only: never a notebook's module of the same name) so no run pays them again;
+# each run still replaces what it replaces in them (the head's are the modules as imported)
+_SETUP_STDLIB = ("getpass", "sqlite3", "sqlite3.dbapi2")
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _HEAD: dict = {}  # the head's own set-up (subreaper, once)
 _AHEAD: dict = {}  # the next run's process, forked ahead: (pid, its result pipe, done pipe, request pipe)
@@ -300,7 +306,7 @@ def serve_forked(spec: dict, out: int, close: tuple[int, ...], run_one: Callable
         if not _end_leftovers(-1):
             return False  # (the head ends: it never serves with a process of a past run beside it)
     if again:
-        warm_up(modules + loaded_by(bytes(data), modules))  # (a library that starts a thread here: the next
+        warm_up(modules + loaded_by(bytes(data), modules) + list(_SETUP_STDLIB))  # (a library that starts a thread here: the next
         # request is answered `S`, fork_refused)
         waiting = _waiting(close[0]) if close else (lambda: False)
         for name in kernel_held(facts, modules):  # (one at a time: stopped where the next request waits, the rest
