@@ -248,6 +248,26 @@ def _own_pid_namespace() -> int | None:
         return None
 
 
+def kernel_vm_mb(kernel: KernelRef | ProcessRef | None) -> int:
+    """The virtual size (MiB) of the kernel's process that answered the export, read in /proc (0: not a kernel
+    the daemon sees there, or no longer the same process): a transplant worker's address-space floor
+    (`SandboxRequest.vm_floor_mb`)."""
+    if not isinstance(kernel, KernelRef):
+        return 0
+    try:
+        with open(f"/proc/{kernel.pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return 0
+    if _starttime(kernel.pid) != kernel.start:
+        return 0
+    for line in status.splitlines():
+        if line.startswith(b"VmSize:"):
+            parts = line.split()
+            return int(parts[1]) >> 10 if len(parts) > 1 and parts[1].isdigit() else 0
+    return 0
+
+
 def kernel_ref(pid: int, start: int, pidns: int | None) -> KernelRef | None:
     """The kernel's process, when it lives in the daemon's pid namespace and is the one that answered (else its
     workers end only with the daemon or after idling)."""
@@ -604,7 +624,8 @@ def transplant(
         request = pdir.request(mode="run", source=source, budget_s=float(budget_s) + LOAD_S,
                                memory_mb=int(memory_mb) + (exp.bytes >> 20), output_limit=64 * 1024,
                                layer="blocking" if layer == "blocking" else "auto", places=list(places),
-                               idle=bool(idle), max_processes=int(max_processes))
+                               idle=bool(idle), max_processes=int(max_processes),
+                               vm_floor_mb=0 if portable else kernel_vm_mb(kernel))
         if portable:  # -- the portable sandbox (worker/portable.py)
             request = msgspec.structs.replace(request, confinement="guard" if confinement == "guard" else "portable",
                                               portable_reason=portable,

@@ -30,7 +30,7 @@ from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import clean_only, seal_readable, sealed_code
 from crane.sandbox.fork_session import FORGED, SandboxError, SandboxSession, _Reply
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
-from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of
+from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of, kernel_vm_mb
 from crane.sandbox.verdict import Integrity, SandboxVerdict, TransplantInfo
 
 SEAL_WAIT_S = 5.0  # how long a worker may take to enter its sealed wait after its reply (a loaded machine)
@@ -119,7 +119,8 @@ class TransplantSession(SandboxSession):
         if not POOL.serving(worker):
             raise SandboxError("the kernel ended before its transplant session started")
         request = self._pdir.request(mode="session", budget_s=float(self.budget_s), cpu_s=float(self.total_cpu_s),
-                                     memory_mb=int(self.memory_mb) + 1024, output_limit=1 << 20, layer="blocking")
+                                     memory_mb=int(self.memory_mb) + 1024, output_limit=1 << 20, layer="blocking",
+                                     vm_floor_mb=0 if self.portable else kernel_vm_mb(kernel))
         if self.portable:  # -- the portable sandbox (worker/portable.py)
             request = msgspec.structs.replace(request, confinement="portable", portable_reason=self.portable,
                                               os_layers=list(worker.os_layers))

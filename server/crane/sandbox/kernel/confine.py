@@ -499,13 +499,14 @@ def _vm_size_bytes() -> int:
     return 0
 
 
-def set_limits(cpu_s: float, memory_mb: int, file_mb: int, nproc: int | None = None) -> int:
-    """CPU seconds (SIGXCPU, then SIGKILL one second later), address space = now + memory_mb, file size, no
-    core dumps, and (if given) at most `nproc` processes (counted per user namespace: the sandbox's own; not
+def set_limits(cpu_s: float, memory_mb: int, file_mb: int, nproc: int | None = None, vm_floor_mb: int = 0) -> int:
+    """CPU seconds (SIGXCPU, then SIGKILL one second later), address space = max(now, `vm_floor_mb`) + memory_mb
+    (the floor: a transplant worker's kernel's size, so the worker gets what a fork of the kernel gets), file size,
+    no core dumps, and (if given) at most `nproc` processes (counted per user namespace: the sandbox's own; not
     enforced for root, whose bound is the pid namespace's pid_max). Returns the address-space limit."""
     cpu = max(1, int(cpu_s + 0.999))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    as_limit = _vm_size_bytes() + int(memory_mb) * 1024 * 1024
+    as_limit = max(_vm_size_bytes(), max(0, int(vm_floor_mb)) * 1024 * 1024) + int(memory_mb) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (as_limit, as_limit))
     fsz = int(file_mb) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsz, fsz))
@@ -558,6 +559,7 @@ def confine(
     nproc: int | None = None,
     fork_gate: int | None = None,
     notify_network: bool = False,
+    vm_floor_mb: int = 0,
 ) -> dict:
     """Apply every layer to the calling (single-threaded, forked) process. Raises OSError if any layer the
     sandbox relies on cannot be applied. `writable`: the directories where writes are allowed (the scratch
@@ -567,7 +569,7 @@ def confine(
     if why:
         raise OSError(_errno.ENOSYS, why)
     layered = profile == "layered"
-    as_limit = set_limits(cpu_s, memory_mb, file_mb, nproc)
+    as_limit = set_limits(cpu_s, memory_mb, file_mb, nproc, vm_floor_mb)
     set_no_new_privs()
     abi = landlock_abi()
     if abi:

@@ -204,7 +204,11 @@ def _record_display(ctx: _Ctx, value: Any, kind: str) -> None:
     if len(ctx.displays) >= 50:
         return
     try:
-        data, _md = ctx.shell.display_formatter.format(value, include={"text/plain"})
+        # the cell's last value is formatted as IPython's display hook formats it: every enabled formatter, not
+        # text/plain alone (round 12, h7: a `_repr_html_`/`_repr_latex_` that raises is the cell's error in the
+        # kernel — ipykernel marks the request failed for a traceback shown while the display hook runs — and was
+        # `no-crash` here); a formatter's exception goes to `showtraceback` (`_shown`), as any magic's
+        data, _md = ctx.shell.display_formatter.format(value)
     except Exception:
         try:
             data = {"text/plain": repr(value)}
@@ -640,7 +644,7 @@ def _prepare_child(args: dict, shell: Any, parent: int, on_main: bool) -> _Ctx:
             notify_network=sock is not None,
             writable=ctx.places + ptys, cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=max(64, layer_mb), profile="layered",
             metadata_ok=bool(layer.get("readonly")),
-            nproc=None if os.geteuid() == 0 else min(256, args["max_processes"]),
+            nproc=None if os.geteuid() == 0 else min(256, args["max_processes"]), vm_floor_mb=args["vm_floor_mb"],
         )
         # the seccomp listener goes to A, which answers and records network attempts
         _hand_over_listener(sock, ctx.confinement.pop("listener", -1))
@@ -659,6 +663,7 @@ def _prepare_child(args: dict, shell: Any, parent: int, on_main: bool) -> _Ctx:
         ctx.confinement = confine(
             writable=[ctx.scratch], cpu_s=cpu, memory_mb=ctx.memory_mb, file_mb=args["file_mb"],
             profile="blocking", fork_gate=args.get("fork_gate"), notify_network=watcher is not None,
+            vm_floor_mb=args["vm_floor_mb"],
         )
         _hand_over_listener(watcher, ctx.confinement.pop("listener", -1))
     t = step("confine", t)

@@ -35,6 +35,7 @@ REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
     "confinement": (str,),
     "portable_reason": (str, _NONE),
     "os_layers": (list,),
+    "vm_floor_mb": (int,),
 }
 REQUEST_CHOICES = {"mode": ("run", "session"), "layer": ("auto", "blocking"), "channel": ("local", "remote"),
                    "confinement": ("os", "portable", "guard")}

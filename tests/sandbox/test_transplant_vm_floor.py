@@ -1,0 +1,73 @@
+"""A transplant worker's address-space limit is what a fork of the kernel gets (issue 42 part 2, benchmarks/dl-fresh).
+
+The fork sandbox limits its child's address space to the kernel's size at the fork plus the run's budget. A
+transplant worker is a fresh process: the reservations a library makes once per process, lazily (pyarrow's
+mimalloc arenas, 1 GiB at the first pandas 3 `df.drop`; TensorFlow's thread stacks), were already made in the
+kernel but are made again in the worker, after its limit was set from its own smaller size. On dl-fresh's
+`keras_sequential_target_in_features/fixed` (a pandas 3 frame, a Keras `fit` with `validation_split`) the
+arenas took the budget and TensorFlow's tf.data thread could not be created: the worker aborted (`killed by
+SIGSEGV`, a "likely" DeadKernelError) where the kernel runs the cell clean. The worker's limit is now
+max(its size, the kernel's) + the budget.
+
+Here a small module stands for such a library: its first call in a process reserves 3 GiB of address space
+(read-only, no memory used) and the kernel has called it. A cell calling it again must be as clean in the copy as
+in the kernel; a cell reserving past the kernel's size plus the budget is still refused there (as in a fork)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+
+from ..kernel_envs import KERNEL_ENVS, kernel_python
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the OS sandbox needs Linux")
+
+LIBRARY = '''
+import mmap
+
+_ARENA = None
+
+
+def use():
+    """Reserve this process's arena on first use (as an allocator does), then hand out from it."""
+    global _ARENA
+    if _ARENA is None:
+        _ARENA = mmap.mmap(-1, 3 << 30, prot=mmap.PROT_READ)
+    return len(_ARENA) >> 30
+'''
+
+# the kernel cannot be forked (the fork sandbox recognises CuPy by its module), so every run is a transplant
+SETUP = ("import sys, types\nsys.modules['cupy'] = types.ModuleType('cupy')\n"
+         "import arena_lib\nsizes = [arena_lib.use()]\n")
+
+
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_a_reservation_the_kernel_made_fits_in_the_copy(kernel_env, tmp_path):
+    lib_dir = tmp_path / "site"
+    lib_dir.mkdir()
+    (lib_dir / "arena_lib.py").write_text(LIBRARY)
+    work = tmp_path / "nb"
+    work.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(lib_dir))
+    kernel = start_kernel(work, python=kernel_python(kernel_env), env=env)
+    try:
+        conn = kernel.connection
+        assert conn.run_cell(SETUP, timeout=120).status == "ok"
+        cell = "sizes.append(arena_lib.use())\nprint(sizes)"
+        with Untouched(conn) as watch:
+            v = speculate(conn, cell, 60.0)
+        assert watch.unchanged, watch.changes()
+        assert v.mode == "transplant", (v.mode, v.reason)
+        assert v.verdict == "no-crash" and v.stdout.strip() == "[3, 3]", (v.verdict, v.reason, v.ename, v.evalue)
+        # the floor is the kernel's size, not a way past the budget: 8 GiB more than the kernel holds is refused
+        v = speculate(conn, "import mmap\nbig = mmap.mmap(-1, 8 << 30, prot=mmap.PROT_READ)", 60.0)
+        assert v.mode == "transplant" and v.verdict != "no-crash", (v.verdict, v.reason)
+    finally:
+        kernel.shutdown()
+
