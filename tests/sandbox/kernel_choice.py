@@ -54,3 +54,34 @@ def kernels(*sources: str, library_names: tuple[str, ...] = ()) -> list[str]:
     if all(standard_library_only(s, library_names) for s in sources) and one_interpreter():
         return KERNEL_ENVS[:1]
     return list(KERNEL_ENVS)
+
+
+@cache
+def _library_build(python: str, module: str) -> str:
+    """`python`'s interpreter build and the distributions (and versions) that install `module` in its environment;
+    "" where `module` is not installed there."""
+    probe = ("import importlib.metadata as md, importlib.util as u, sys\n"
+             f"name = {module!r}\n"
+             "if u.find_spec(name) is None:\n    raise SystemExit\n"
+             "dists = sorted(md.packages_distributions().get(name, []))\n"
+             "print(sys.base_prefix, sys.version, sys.implementation.cache_tag, sys.abiflags,"
+             " [(d, md.version(d)) for d in dists])")
+    return subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120).stdout.strip()
+
+
+def library_kernels(module: str) -> list[str]:
+    """The kernels a cell that exercises one library's own code in the worker (`module`: its native writers under the
+    guard) runs on: each kernel environment that has `module`, but one only of any two that run one interpreter build
+    with the same installed version of it (the worker runs the same code under the same layers for either: torch on
+    IPython 8's kernel, not again on IPython 9's); every environment where today's is not built (its tests then skip,
+    or fail under CI, as the others do)."""
+    if today_python() is None:
+        return list(KERNEL_ENVS)
+    seen: set[str] = set()
+    chosen = []
+    for env in KERNEL_ENVS:
+        build = _library_build(kernel_python(env), module)
+        if build and build not in seen:
+            seen.add(build)
+            chosen.append(env)
+    return chosen

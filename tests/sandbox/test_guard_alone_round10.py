@@ -1,6 +1,7 @@
 """Round 10 (issue 40): other C extensions' native writers under the guard alone (`confinement="guard"`: the call
-guard and the audit hook, no OS layer) and the portable sandbox, on the kernels that have the library (IPython 9's
-environment has all of them; the IPython 8 one has torch):
+guard and the audit hook, no OS layer) and the portable sandbox, each library's cases on a kernel that has imported
+that library alone (`fk`), in each kernel environment with its own build of it (kernel_choice.library_kernels:
+IPython 9's environment has all of them; torch, the same build in IPython 8's, runs there):
 - h5py: `h5f.create`, `h5f.open` read-write, an external dataset file (`PropDCID.set_external`);
 - torch: `PyTorchFileWriter` on a path, `from_file`/`UntypedStorage.from_file` shared, `ScriptModule.save` through
   `_c`, `torch._C._save_jit_module`/`_save_parameters`;
@@ -25,8 +26,12 @@ from pathlib import Path
 
 import pytest
 
+from crane.kernel.manager import start_kernel
+
+from ..kernel_envs import kernel_python
+from .kernel_choice import library_kernels
 from .test_portable_guard_interpreters import SANDBOX, _interpreters
-from .test_portable_round5 import BOTH, GUARD, _has, k5, run5  # noqa: F401 (fixtures)
+from .test_portable_round5 import BOTH, GUARD, SETUP, run5
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker's run folder view")
 
@@ -63,12 +68,19 @@ OTHERS = {
                                     "lgb.Dataset(np.ones((20, 2)), label=np.ones(20)).construct()"
                                     ".save_binary('@OUTSIDE@/l.bin')",
 }
-# The order the cases run in: each kernel imports a family's library once, for good (`_imported`), and every later
-# run's worker imports all its kernel holds (a guard run: a fresh worker each), so the lighter library goes first
-# (h5py before torch: its runs need no torch)
+# Each family's cases run on a kernel of their own that has imported the family's library (`fk`): every run's worker
+# imports all its kernel holds, so a worker of a kernel that also held another family's library (TensorFlow's ~7 CPU-s
+# import beside torch's or h5py's) paid for it in every run; and only on the kernel environments that differ for
+# that library (kernel_choice.library_kernels: torch, the same build on both, on IPython 8's alone)
 FAMILIES = {"h5py": ("h5py", H5PY), "torch": ("torch", TORCH), "tensorflow": ("tensorflow", TF)}
 IMPORTS = {"torch": "import torch", "h5py": "import h5py", "tensorflow": "import tensorflow as tf"}
-CASES = [(fam, name) for fam, (_, cells) in FAMILIES.items() for name in cells]
+CASES = [pytest.param((env, fam), name, id=f"{env}-{fam}-{name}")
+         for fam, (module, cells) in FAMILIES.items() for env in library_kernels(module) for name in cells]
+# the ctypes writers' libraries imported in their kernel too: a cell's `import xgboost` in a worker that lacks it
+# pulls numpy and scipy in under the per-call guard, past the budget under load (docs/benchmarks.md, H6's second
+# round)
+CTYPES = [pytest.param((env, attack.split()[0]), attack, id=f"{env}-{attack}")
+          for attack in OTHERS for env in library_kernels(attack.split()[0])]
 
 HONEST = {
     "torch": ("torch.save({'w': torch.ones(2)}, 'm.pt')\ntorch.jit.script(torch.nn.Linear(1, 1)).save('j.pt')\n"
@@ -86,17 +98,22 @@ HONEST = {
 }
 
 
-def _imported(k5, family: str) -> None:  # noqa: F811 (the fixture's value)
-    """The family's library imported in the kernel (once per kernel: the worker then has it before the run, as a
-    warm worker has the kernel's imports), or skip where the kernel's environment lacks it."""
-    module = FAMILIES[family][0]
-    if not _has(k5, module):
-        pytest.skip(f"{module} is not in this kernel's environment")
-    done = k5.setdefault("imported", set())
-    if family not in done:
-        run = k5["conn"].run_cell(IMPORTS[family], timeout=300)
+@pytest.fixture(scope="module")
+def fk(request, workdir, outside, listener):
+    """A kernel of one environment that has imported one library (`request.param`: (environment, the library's
+    module; "": none)), for that library's cases: the worker then has the library before the run, as a warm worker
+    has the kernel's imports. The same keys as round 5's `k5` (run5)."""
+    env, family = request.param
+    kernel = start_kernel(workdir, python=kernel_python(env))
+    conn = kernel.connection
+    run = conn.run_cell(SETUP, timeout=120)
+    assert run.status == "ok", run
+    if family:
+        run = conn.run_cell(f"import {family}", timeout=300)
         assert run.status == "ok", run
-        done.add(family)
+    yield {"conn": conn, "work": workdir, "outside": outside, "listener": listener, "kpid": conn.evaluate("kpid"),
+           "family": family}
+    kernel.shutdown()
 
 
 def _blocked_by_name(v, sandbox, family: str) -> None:
@@ -107,31 +124,31 @@ def _blocked_by_name(v, sandbox, family: str) -> None:
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("family,attack", CASES, ids=[f"{f}-{n}" for f, n in CASES])
-def test_native_writers_refused_outside(k5, family, attack, sandbox):  # noqa: F811 (fixtures)
-    _imported(k5, family)
-    v = run5(k5, IMPORTS[family] + "\n" + FAMILIES[family][1][attack], sandbox)
+@pytest.mark.parametrize("fk,attack", CASES, indirect=["fk"], scope="module")
+def test_native_writers_refused_outside(fk, attack, sandbox):
+    family = fk["family"]
+    v = run5(fk, IMPORTS[family] + "\n" + FAMILIES[family][1][attack], sandbox)
     _blocked_by_name(v, sandbox, family)
-    assert [p.name for p in k5["outside"].iterdir()] == ["target.txt"], v
+    assert [p.name for p in fk["outside"].iterdir()] == ["target.txt"], v
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("attack", list(OTHERS))
-def test_ctypes_writers_refused_outside(k5, attack, sandbox):  # noqa: F811 (fixtures)
-    module = attack.split()[0]
-    if not _has(k5, module):
-        pytest.skip(f"{module} is not in this kernel's environment")
-    v = run5(k5, OTHERS[attack], sandbox)
-    _blocked_by_name(v, sandbox, module)
-    assert [p.name for p in k5["outside"].iterdir()] == ["target.txt"], v
+@pytest.mark.parametrize("fk,attack", CTYPES, indirect=["fk"], scope="module")
+def test_ctypes_writers_refused_outside(fk, attack, sandbox):
+    v = run5(fk, OTHERS[attack], sandbox)
+    _blocked_by_name(v, sandbox, attack.split()[0])
+    assert [p.name for p in fk["outside"].iterdir()] == ["target.txt"], v
+
+
+HONEST_KERNELS = [pytest.param((env, fam), id=f"{env}-{fam}") for fam in HONEST for env in library_kernels(fam)]
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("family", list(HONEST))
-def test_honest_native_writers_keep_the_kernels_verdict(k5, family, sandbox):  # noqa: F811 (fixtures)
-    _imported(k5, family)
+@pytest.mark.parametrize("fk", HONEST_KERNELS, indirect=True, scope="module")
+def test_honest_native_writers_keep_the_kernels_verdict(fk, sandbox):
+    family = fk["family"]
     source, out = HONEST[family]
-    v = run5(k5, IMPORTS[family] + "\n" + source, sandbox)
+    v = run5(fk, IMPORTS[family] + "\n" + source, sandbox)
     assert (v.verdict, v.stdout.strip()) == ("no-crash", out), v
 
 

@@ -27,8 +27,9 @@ import sys
 
 import pytest
 
-from .test_guard_alone_round10 import _blocked_by_name, _imported
-from .test_portable_round5 import BOTH, GUARD, _has, k5, run5  # noqa: F401 (fixtures)
+from .kernel_choice import library_kernels
+from .test_guard_alone_round10 import _blocked_by_name, fk  # noqa: F401 (fixtures)
+from .test_portable_round5 import BOTH, GUARD, run5
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker's run folder view")
 
@@ -78,19 +79,12 @@ TORCH = {
     "its C operation": "torch._C._jit_get_operation('aten::from_file')[0]('@OUTSIDE@/target.txt', True, 2, "
                        "dtype=torch.uint8).fill_(65)",
 }
-# Each kernel imports a family's library once, for good (round 10's `_imported`), and every later run's worker has
-# all the kernel holds: a kernel that holds both TensorFlow and torch makes each run's worker too slow for the budget
-# at the shared machine's load, so each family has one kernel environment, decided by what the environments have and
-# never by the order the tests came in (a shared kernel skipped whichever family came second, and xdist's order
-# decides that: review L3): TensorFlow wherever it is installed (IPython 9's), torch only where TensorFlow is not
-# (IPython 8's)
-CASES = [("tensorflow", n) for n in TF] + [("torch", n) for n in TORCH]
-
-
-def _alone(k5, family: str) -> None:  # noqa: F811 (the fixture's value)
-    if family == "torch" and _has(k5, "tensorflow"):
-        pytest.skip("torch runs on the kernel environment without TensorFlow (a worker holding both is too slow)")
-    _imported(k5, family)
+# Each family's cases run on a kernel that has imported its library alone (round 10's `fk`): every run's worker has
+# all its kernel holds, and a worker holding both TensorFlow and torch was too slow for the budget at the shared
+# machine's load; in each kernel environment with its own build of the library (kernel_choice.library_kernels:
+# TensorFlow in IPython 9's, torch in IPython 8's where both have the same build, else in each)
+CASES = [pytest.param((env, fam), name, id=f"{env}-{fam}-{name}")
+         for fam, cells in (("tensorflow", TF), ("torch", TORCH)) for env in library_kernels(fam) for name in cells]
 
 
 SOURCES = {"tensorflow": TF, "torch": TORCH}
@@ -116,30 +110,36 @@ CFFI = {
 }
 
 
+# (on a kernel that has imported nothing more: the cell's own import of cffi runs in the worker, under the guard)
+CFFI_CASES = [pytest.param((env, ""), attack, id=f"{env}-{attack}") for env in library_kernels("cffi") for attack in CFFI]
+
+
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("attack", list(CFFI))
-def test_cffi_calls_nothing_in_c_from_user_code(k5, attack, sandbox):  # noqa: F811 (fixtures)
-    if not _has(k5, "cffi"):
-        pytest.skip("cffi is not in this kernel's environment")
-    v = run5(k5, CFFI[attack], sandbox)  # (run5: the kernel's nice value, affinity and policy unchanged)
+@pytest.mark.parametrize("fk,attack", CFFI_CASES, indirect=["fk"], scope="module")
+def test_cffi_calls_nothing_in_c_from_user_code(fk, attack, sandbox):  # noqa: F811 (fixtures)
+    v = run5(fk, CFFI[attack], sandbox)  # (run5: the kernel's nice value, affinity and policy unchanged)
     assert v.verdict in (("blocked",) if sandbox is GUARD else ("blocked", "no-crash")), v
     assert sandbox is not GUARD or (v.refusal is not None and "cffi" in v.refusal.call), v
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("family,attack", CASES, ids=[f"{f}-{n}" for f, n in CASES])
-def test_native_ops_without_a_python_call_refused_outside(k5, family, attack, sandbox):  # noqa: F811 (fixtures)
-    _alone(k5, family)
-    v = run5(k5, IMPORTS[family] + "\n" + SOURCES[family][attack], sandbox)
+@pytest.mark.parametrize("fk,attack", CASES, indirect=["fk"], scope="module")
+def test_native_ops_without_a_python_call_refused_outside(fk, attack, sandbox):  # noqa: F811 (fixtures)
+    family = fk["family"]
+    v = run5(fk, IMPORTS[family] + "\n" + SOURCES[family][attack], sandbox)
     _blocked_by_name(v, sandbox, family)
-    assert sorted(p.name for p in k5["outside"].iterdir()) == ["target.txt"], v
-    assert (k5["outside"] / "target.txt").read_text() == "outside, keep me\n"
+    assert sorted(p.name for p in fk["outside"].iterdir()) == ["target.txt"], v
+    assert (fk["outside"] / "target.txt").read_text() == "outside, keep me\n"
+
+
+HONEST_KERNELS = [pytest.param((env, fam), id=f"{env}-{fam}") for fam in ("tensorflow", "torch")
+                  for env in library_kernels(fam)]
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("family", ["tensorflow", "torch"])
-def test_honest_graphs_and_scripts_keep_the_kernels_verdict(k5, family, sandbox):  # noqa: F811 (fixtures)
-    _alone(k5, family)
+@pytest.mark.parametrize("fk", HONEST_KERNELS, indirect=True, scope="module")
+def test_honest_graphs_and_scripts_keep_the_kernels_verdict(fk, sandbox):  # noqa: F811 (fixtures)
+    family = fk["family"]
     source, out = HONEST[family]
-    v = run5(k5, IMPORTS[family] + "\n" + source, sandbox)
+    v = run5(fk, IMPORTS[family] + "\n" + source, sandbox)
     assert (v.verdict, v.stdout.strip()) == ("no-crash", out), v
