@@ -532,18 +532,24 @@ def test_honest_cells_get_the_real_verdict(env):
 
 
 def test_a_crash_that_rests_on_rebuilt_runtime_state_is_likely_the_others_certain(env):
-    """Certain: a plain crash, one in a data library whose objects travel whole (pandas), and (issue 42) one inside
-    JAX, whose config the worker applied and proved equal to the kernel's. Likely: an environmental exception."""
+    """Certain: a plain crash, one in a data library whose objects travel whole (pandas), (issue 42) one inside
+    JAX, whose config the worker applied and proved equal to the kernel's, and (issue 42 part 2, dl-fresh) an
+    overflow of the interpreter's or numpy 2's arithmetic (the kernel's interpreter on the kernel's machine).
+    Likely: an environmental exception (the recursion limit)."""
     conn = env["conn"]
     v = transplant(conn, "q = [1, 2]\nq[5]", 60.0)
     assert v.verdict == "crash" and v.ename == "IndexError" and v.certain is True, v
     v = transplant(conn, "import pandas as pd\npd.DataFrame({'a': [1]})['b']", 60.0)
     assert v.verdict == "crash" and v.ename == "KeyError" and v.certain is True, v
     v = transplant(conn, "import math\nmath.exp(1000)", 60.0)
-    assert v.verdict == "crash" and v.ename == "OverflowError" and v.certain is False, v
+    assert v.verdict == "crash" and v.ename == "OverflowError" and v.certain is True, v
+    v = transplant(conn, "def deep(n):\n    return deep(n + 1)\ndeep(0)", 60.0)
+    assert v.verdict == "crash" and v.ename == "RecursionError" and v.certain is False, v
     if env["name"] == "ipython9":  # real JAX: its config carried and compared equal in the worker
         v = transplant(conn, "jnp.ones(3).reshape(2, 2)", 60.0)
         assert v.verdict == "crash" and v.certain is True, v
+        v = transplant(conn, "import numpy as np\nnp.arange(250, 256, dtype=np.uint8) * 257", 60.0)  # numpy 2
+        assert v.verdict == "crash" and v.ename == "OverflowError" and v.certain is True, v
 
 
 # (the torch cases come after the others on `env`: from the first on, its kernel holds torch, which each of its

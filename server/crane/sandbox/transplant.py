@@ -765,8 +765,10 @@ def _portable_layers(data: bytes) -> list[str]:
 
 # exceptions whose cause is the process's environment (its C stack, memory, a library's integer width), not the
 # cell's logic alone
-_ENVIRONMENTAL = {"RecursionError", "MemoryError", "OverflowError", "SystemError", "OSError", "ImportError",
-                  "ModuleNotFoundError"}
+# (not OverflowError: the worker runs the kernel's interpreter and libraries on the kernel's machine, so an
+# overflow of the interpreter's or numpy's arithmetic (`math.exp(1000)`, numpy 2's `uint8_array * 257`) is the
+# kernel's; one that rests on a rebuilt runtime's setting (JAX's x64 flag) is judged by its frames and names below)
+_ENVIRONMENTAL = {"RecursionError", "MemoryError", "SystemError", "OSError", "ImportError", "ModuleNotFoundError"}
 # Libraries whose behaviour rests on runtime state the worker rebuilds instead of receiving it: execution mode,
 # compiled graphs and their caches, devices, and configuration beyond the values the export carries. Objects of
 # the data libraries (numpy, pandas, scikit-learn, polars, ...) travel by their own pickling, whole, and their
@@ -784,7 +786,7 @@ def _runtime_of(where: str) -> str | None:
 def crash_certain(v: SandboxVerdict, source: str, copied: list[tuple[str, str]],
                   carried: Collection[str] = (), missed: Collection[str] = (), patched: Collection[str] = ()) -> bool:
     """A transplant crash is certain only when its failing frames cannot depend on library state the worker
-    rebuilt: not an environmental exception (the recursion limit, memory, integer widths), no frame in a rebuilt
+    rebuilt: not an environmental exception (the recursion limit, memory, the OS), no frame in a rebuilt
     runtime (`REBUILT_RUNTIMES`: TensorFlow/Keras, JAX, torch, ...), and no value of one read on the failing line.
     A runtime in `carried` is not rebuilt: the copy holds its state, applied and compared equal in the worker
     (torch on the CPU; JAX's config; TensorFlow's and Keras' settings when none of their objects was copied).
