@@ -1,0 +1,71 @@
+"""A cell whose displayed value's rich formatter raises is that crash (issue 41, round 12, h7), on IPython 8 and 9.
+
+IPython's display hook formats the cell's last value with every enabled formatter (`text/html`, `text/latex`, ...);
+a formatter's exception is shown as a traceback (`catch_format_error`), and ipykernel marks the execute request
+failed when that happens while the display hook runs (`_last_traceback_during_displayhook`): the kernel answers
+`error`. CRANE's display hook formatted `text/plain` alone, so a `_repr_html_` or `_repr_latex_` that raises —
+ordinary notebook code, a buggy rich repr of a notebook class — came back `no-crash` (certain) on every one-shot
+path (fork blocking, transplant, portable). Now the value is formatted as IPython's hook formats it. The same value
+not displayed (not last, or the cell ends with `;`) and a working rich repr stay `no-crash`, as in the kernel."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.options import SandboxOptions
+from crane.sandbox.transplant import transplant
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's confinement is Linux's")
+
+PATHS = {
+    "blocking": lambda conn, src: speculate(conn, src, 60.0, layer="blocking"),
+    "transplant": lambda conn, src: transplant(conn, src, 60.0, layer="blocking"),
+    "portable": lambda conn, src: speculate(conn, src, 60.0, sandbox=SandboxOptions(confinement="portable")),
+}
+HTML = "class H:\n    def _repr_html_(self):\n        raise ValueError('html')\n    def __repr__(self):\n        return 'h'\n"
+LATEX = "class L:\n    def _repr_latex_(self):\n        raise ValueError('latex')\n"
+RAISING = {"a _repr_html_ that raises": HTML + "H()", "a _repr_latex_ that raises": LATEX + "L()"}
+CLEAN = {
+    "not the last value": HTML + "H()\ny = 1",
+    "the cell ends with ;": HTML + "H();",
+    "a working _repr_html_": "class G:\n    def _repr_html_(self):\n        return '<b>g</b>'\nG()",
+}
+
+
+@pytest.fixture(scope="module")
+def conn(env_conn):
+    return env_conn
+
+
+def _one_shot(conn: Any, path: str, source: str) -> Any:
+    with Untouched(conn) as watch:
+        v = PATHS[path](conn, source)
+    assert watch.unchanged, (watch.outputs, watch.changes(), v)
+    return v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("cell", list(RAISING))
+def test_a_displayed_value_whose_rich_formatter_raises_is_that_crash(conn, cell, path):
+    v = _one_shot(conn, path, RAISING[cell])
+    assert (v.verdict, v.ename) == ("crash", "ValueError"), v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("cell", list(CLEAN))
+def test_a_value_not_displayed_or_formatted_cleanly_is_no_crash(conn, cell, path):
+    v = _one_shot(conn, path, CLEAN[cell])
+    assert v.verdict == "no-crash", v
+
+
+def test_the_kernels_own_word_on_those_cells(conn):
+    """What the tests above hold CRANE to: the kernel's execute reply (its iopub shows the formatter's traceback)."""
+    for source in RAISING.values():
+        assert conn.run_cell(source).status == "error", source
+    for source in CLEAN.values():
+        assert conn.run_cell(source).status == "ok", source
