@@ -13,7 +13,11 @@ replaced (`holder-item`), the snapshot taken again after the rebinding (`resnaps
 its root (`forged-at-address`: for the old layout a list whose item 3 is the notebook's; for the new one the seal's
 genuine code object in a tuple of the notebook's, which may land at the freed holder's address), a weak reference
 subclass at that address whose `object.__repr__` reads the same (`ref-subclass`). Each attack step is tried under
-both layouts; a step the layout refuses (a tuple is not assignable) is recorded in `FAILED`, not raised.
+both layouts; a step the layout refuses (a tuple is not assignable) is recorded in `FAILED`, not raised. The two
+address cases free the seal and make the notebook's object at once (`forge_at`); where another thread's allocation
+took the address first, the case is staged again on a fresh install (at most 5 times). Also on the Python 3.12 and
+3.13 kernels. Still open, and recorded as a strict xfail: a trace function of the notebook's with opcode events
+rewrites the request's own lambda locals between the checks and the call.
 """
 
 from __future__ import annotations
@@ -47,14 +51,22 @@ def attempt(f):
 def fresh_seal(m):  # the seal's own code made into a function (the new layout): op 2 seals the module as it is now
     return types.FunctionType(m.__crane_seal__.__callback__.__self__[0], {'__builtins__': {}})(2, m, None, None, None,
                                                                                               None)
-def at_address(m, at, callback, kind=weakref.ref):  # a weak reference to `m` made at the address `at` (freed)
+def forge_at(m, make):  # the seal's root dropped, the seal freed, and `make()` until one lands at its address
+    global STAGED
+    at = id(m.__crane_seal__)
+    atexit._clear()
     made = []
-    for _ in range(200000):
-        w = kind(m, callback)
-        if id(w) == at:
-            return w
+    d = m.__dict__
+    del d['__crane_seal__']  # (its last reference: freed here, then made again at once)
+    w = make()
+    while id(w) != at and len(made) < 200000:
         made.append(w)
-    return None
+        w = make()
+    if id(w) != at:  # (another thread's object took the address first: the test stages it again)
+        STAGED = False
+        return None
+    d['__crane_seal__'] = w
+    return w
 """
 
 ATTACKS = {
@@ -99,19 +111,13 @@ m.add = evil
     # a weak reference of the notebook's at the freed seal's address
     "forged-at-address": """
 m.add = evil
-at = id(m.__crane_seal__)
 forged = [None, None, None, evil_call] if type(h) is list else (h[0],)
-atexit._clear()
-del m.__crane_seal__, h
-gc.collect()
-w = at_address(m, at, forged.count)
-assert w is not None
-m.__crane_seal__ = w
+cb = forged.count  # (made first: a bound method allocated between the free and the reference could take the address)
+forge_at(m, lambda: weakref.ref(m, cb))
 """,
     # a subclass of the weak reference type at that address, `object.__repr__` reading as the seal's
     "ref-subclass": """
 m.add = evil
-at = id(m.__crane_seal__)
 forged = [None, None, None, evil_call] if type(h) is list else (h[0],)
 class ReferenceType(weakref.ref):
     __module__ = 'weakref'
@@ -120,12 +126,8 @@ class ReferenceType(weakref.ref):
     def __callback__(self):
         MARK.append('callback')
         return forged.count
-atexit._clear()
-del m.__crane_seal__, h
-gc.collect()
-w = at_address(m, at, None, ReferenceType)
-assert w is not None and object.__repr__(w).startswith('<weakref.ReferenceType object at ')
-m.__crane_seal__ = w
+w = forge_at(m, lambda: ReferenceType(m, None))
+assert w is None or object.__repr__(w).startswith('<weakref.ReferenceType object at ')
 """,
 }
 
@@ -151,9 +153,17 @@ def test_a_notebook_that_goes_after_the_seal_gets_a_fresh_install_never_a_call(k
     assert client.call("add", 2, 3, timeout=10, what="demo") == 5
     assert client.call("via_class", 2, 3, timeout=10, what="demo") == 5
     assert (client.installs, client.replaced) == (1, 0)
-    attack = f"MARK.clear()\nm = sys.modules[{module.name!r}]\nh = m.__crane_seal__.__callback__.__self__\n" + ATTACKS[case]
-    run = conn.run_cell(attack, timeout=120)
-    assert run.status == "ok", (case, run)
+    attack = (f"MARK.clear()\nSTAGED = True\nm = sys.modules[{module.name!r}]\n"
+              f"h = m.__crane_seal__.__callback__.__self__\n{ATTACKS[case]}")
+    for _ in range(5):
+        run = conn.run_cell(attack, timeout=120)
+        assert run.status == "ok", (case, run)
+        if conn.evaluate("STAGED"):
+            break
+        assert client.call("add", 2, 3, timeout=10, what="demo") == 5  # (installed afresh: staged again on it)
+    else:
+        pytest.fail(f"{case}: the freed seal's address was never free for the notebook's object")
+    replaced = client.replaced
     assert conn.evaluate(f"sys.modules[{module.name!r}].add(0, 0)") == "fake"  # (the rebinding is in)
     assert conn.evaluate("MARK") == ["evil"]
     conn.run_cell("MARK.clear()", timeout=60)
@@ -162,6 +172,54 @@ def test_a_notebook_that_goes_after_the_seal_gets_a_fresh_install_never_a_call(k
     assert client.call("via_class", 4, 1, timeout=10, what="demo") == 5, case
     assert kernel_state(conn) == before, case
     assert conn.evaluate("MARK") == [], case  # nothing of the notebook's ran in CRANE's requests
-    assert client.replaced == 1, case  # installed afresh, once
+    assert client.replaced == replaced + 1, case  # installed afresh, once
     assert conn.evaluate(f"sys.modules[{module.name!r}] is not m") is True, case
     conn.run_cell("del m", timeout=60)
+
+
+TRACER = r"""
+import dis
+def evil(op, m, name, args, quiet, missing):  # (reads no global: made into a function with empty builtins)
+    m.__dict__.setdefault('FORGED', []).append(op)
+    return (0, 'fake') if op == 1 else True
+_ins = {}
+def tracer(frame, event, arg):  # opcode events in the request's own `<string>` frames
+    if frame.f_code.co_filename != '<string>':
+        return None
+    frame.f_trace_opcodes = True
+    def local(frame, event, arg):
+        if event == 'opcode':
+            code = frame.f_code
+            if code not in _ins:
+                i = list(dis.get_instructions(code))
+                _ins[code] = {a.offset: (a, b) for a, b in zip(i, i[1:])}
+            a, b = _ins[code].get(frame.f_lasti, (None, None))
+            if a is not None and a.opname.startswith('LOAD_FAST') and 'c' in (a.argval if type(a.argval) is tuple
+                                                                             else (a.argval,)) \
+                    and b.argval == '__builtins__':
+                frame.f_locals['c'] = evil.__code__  # (after the checks, before the call)
+        return local
+    return local
+sys.settrace(tracer)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="open (found while fixing M1): a trace function of the notebook's with opcode "
+                   "events sees the request's own lambda frames and rewrites their locals between the seal's checks "
+                   "and the call (here the seal's code object for one of its own); closing it needs the user's hooks "
+                   "and the collector off before the request enters any frame (docs/sandbox.md, 'Not proven')")
+def test_a_trace_function_of_the_notebooks_cannot_swap_the_checked_code(kernel, request):
+    if request.node.callspec.params["kernel"].startswith("py"):
+        pytest.skip("the repro's opcode tracing is written for the two environments' Python (3.11)")
+    k, work = kernel
+    conn = k.connection
+    module = KernelModule("_crane_test_seal_tracer", "a test module", [work / "demo.py"])
+    client = ModuleClient(conn, module)
+    assert client.call("add", 2, 3, timeout=10, what="demo") == 5
+    assert conn.run_cell(TRACER, timeout=60).status == "ok"
+    try:
+        value = client.call("add", 1, 1, timeout=10, what="demo")
+    finally:
+        conn.run_cell("sys.settrace(None)", timeout=60)
+    assert value == 2
+    assert conn.evaluate(f"sys.modules[{module.name!r}].__dict__.get('FORGED')") is None
