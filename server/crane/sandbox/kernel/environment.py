@@ -70,7 +70,8 @@ def _facts(shell: Any, keys: list, settings: dict, buffers: int) -> dict:
     return {"executable": _EXECUTABLE, "cwd": _getcwd(), "env": environ_strings(), "path": _sys_path(),
             "modules": modules, "submodules": _submodules(modules), "torch": _torch_facts(), "buffers": buffers, "settings": settings,
             "names": [k for k in keys if not k.startswith("_")][:100000],
-            "interactivity": _interactivity(shell), "connection_file": _connection_file()}
+            "interactivity": _interactivity(shell), "compile_flags": _compile_flags(shell),
+            "connection_file": _connection_file()}
 
 
 def _connection_file() -> str | None:
@@ -93,6 +94,20 @@ def _connection_file() -> str | None:
 
 def _abspath(p: str) -> str:
     return p if p.startswith(_SEP) else _join(_getcwd(), p)
+
+
+# the `__future__` features' compiler flags (CPython's CO_FUTURE_* values, the same on 3.8-3.13: Include/cpython/
+# compile.h), as constants: the `__future__` module could be the notebook's by now
+FUTURE_FLAGS = 0x1FE0000
+
+
+def _compile_flags(shell: Any) -> int:
+    """The `__future__` features the kernel's cells turned on, which IPython's compiler keeps for every later cell
+    (`from __future__ import annotations` in an earlier cell: a later cell's annotations are never evaluated), read
+    from the shell's and its compiler's own dicts (an exact int; else none)."""
+    comp = dict.get(own_dict(shell), "compile")
+    flags = dict.get(own_dict(comp), "flags") if comp is not None else None
+    return flags & FUTURE_FLAGS if type(flags) is int else 0
 
 
 def _interactivity(shell: Any) -> str:
@@ -301,14 +316,69 @@ def _carried(settings: dict, facts: dict, proof: _Proof, objs: dict) -> list:
     return out
 
 
-def _patched_classes(proof: _Proof, objs: dict) -> list:
-    """The short names of the library classes of copied values the notebook patched (a method added or replaced):
-    an AttributeError naming one in the copy is only "likely" (the copy's class is the library's own)."""
+def _notebook_method(v: Any) -> bool:
+    """`v` (a class dict's value) is a function of the notebook's, or a static/class method over one: what a cell's
+    `pd.DataFrame.double = lambda self: self * 2` puts on a library class. Exact types only, read as C members."""
+    t = type(v)
+    if t is staticmethod or t is classmethod:
+        v = v.__func__
+    return type(v) is _FunctionType and not _library_function(v)
+
+
+def _patched_methods(proof: _Proof, objs: dict) -> list:
+    """The methods the notebook added to or replaced on library classes the cell can reach: the classes of copied
+    values, copied classes, and the classes a copied library module holds (`pd` for `pd.Series.scaled`), with their
+    MROs' library classes: [(class, name, value)], carried to the worker (the class by reference, the function by
+    value like any notebook function) and set there on the worker's class, so a call of one runs the notebook's
+    code as in the kernel (issue 42 part 2, dl-fresh's `pd.DataFrame.random_split`). Class dicts and module dicts
+    read by C-level reads; nothing is called."""
     out: list = []
+    seen: set = set()
+    classes: list = []
+    for v in dict.values(objs):
+        if type(v) is _ModuleType:
+            classes.extend(c for c in dict.values(_mdict(v)) if _is_class(c))
+        else:
+            classes.append(v if _is_class(v) else type(v))
+    for t in classes:
+        if not _is_class(t) or not proof.library_class(t):
+            continue
+        for k in _mro(t):
+            if k is object or id(k) in seen or not proof.library_class(k):
+                continue
+            seen.add(id(k))
+            for name, value in _cls_dict(k).items():
+                if type(name) is str and _notebook_method(value):
+                    out.append((k, name, value))
+    return out
+
+
+def _patched_classes(proof: _Proof, objs: dict, carried: list | tuple = ()) -> list:
+    """The short names of the library classes of copied values the notebook patched (a method added or replaced)
+    beyond what the copy carries (`carried`: `_patched_methods`' entries): an AttributeError naming one in the copy
+    is only "likely" (the copy's class is the library's own)."""
+    out: list = []
+    ids = {id(value) for _, _, value in carried}
     for v in dict.values(objs):
         t = type(v)
-        if proof.library_class(t) and not proof.pristine(t):
+        if proof.library_class(t) and not proof.pristine(t) and not _carried_whole(proof, t, ids):
             name = _T_NAME.__get__(t, type)
             if type(name) is str and name not in out:
                 out.append(name)
     return out
+
+
+def _carried_whole(proof: _Proof, cls: Any, ids: set) -> bool:
+    """`cls` (a library class, plain `type` as metaclass) holds nothing of the notebook's but the methods the copy
+    carries (ids of their values)."""
+    if not ids or type(cls) is not type:
+        return False
+    for k in _mro(cls):
+        if k is object:
+            continue
+        if not proof.library_class(k):
+            return False
+        for value in _cls_dict(k).values():
+            if id(value) not in ids and not proof._pristine_value(value, 0):
+                return False
+    return True

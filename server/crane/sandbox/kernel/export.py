@@ -45,6 +45,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _facts,
     _Lib,
     _patched_classes,
+    _patched_methods,
     _process,
     _settings,
 )
@@ -167,6 +168,9 @@ def _export(args: Any, resealed: list) -> dict:
     accessors = _accessors(proof)
     if accessors:
         objs["\x00crane-accessors"] = accessors
+    methods = _patched_methods(proof, objs)
+    if methods:
+        objs["\x00crane-patched"] = methods
     tag = f"-{req['tag']}" if req["tag"] else ""  # a session's exports: state-N.pkl, buf-N-i
     _phase(d, "copying")
     ctl.copying()
@@ -176,6 +180,7 @@ def _export(args: Any, resealed: list) -> dict:
     out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof)
     objs.pop(KERAS_KEY, None)
     objs.pop("\x00crane-accessors", None)
+    objs.pop("\x00crane-patched", None)
     if not out["ok"]:
         objs.pop("\x00crane-shrunk", None)
         ename, evalue = out["error"] or ("Error", "")
@@ -187,7 +192,7 @@ def _export(args: Any, resealed: list) -> dict:
         f.write(dumps(facts))
     objs.pop("\x00crane-shrunk", None)
     return {"ok": True, "copied": [[n, _type_name(o)] for n, o in dict.items(objs)], "bytes": out["bytes"],
-            "patched": _patched_classes(proof, objs),
+            "patched": _patched_classes(proof, objs, methods),
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": _EXECUTABLE, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
             "carried": _carried(settings, facts, proof, {k: v for k, v in dict.items(objs) if not graph.covers(v)}),

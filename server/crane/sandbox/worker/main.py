@@ -464,6 +464,13 @@ def _register_accessors(accessors: list | None) -> None:
                 reg(name)(cls)
 
 
+def _register_patched(methods: list | None) -> None:
+    """The methods the notebook added to or replaced on library classes (kernel/environment._patched_methods), set
+    again on the worker's classes (the class came by reference, the function by value)."""
+    for cls, name, value in methods or ():
+        setattr(cls, name, value)
+
+
 def _fail(ctx: _Ctx, why: str) -> None:
     _write_json(ctx.result_fd, {"verdict": "unavailable", "reason": why})
     os.close(ctx.result_fd)
@@ -776,6 +783,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
             bufs = _load_buffers(d, [str(b) for b in cmd.get("buffers") or []])
             loaded = pickle.loads(data, buffers=bufs)
             _register_accessors(loaded.pop("\x00crane-accessors", None))
+            _register_patched(loaded.pop("\x00crane-patched", None))
             if not state.get("settings"):
                 _apply_settings(facts)
                 state["settings"] = True
@@ -864,6 +872,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         state = pickle.loads(data, buffers=_load_buffers(d, int(facts.get("buffers") or 0)))
         known = state.pop("\x00crane-shrunk", None) or []
         _register_accessors(state.pop("\x00crane-accessors", None))
+        _register_patched(state.pop("\x00crane-patched", None))
         _apply_settings(facts)
         _W["settings_missed"].extend(apply_keras(state.pop(KERAS_KEY, None)))  # Keras graphs built whole
         ns = shell.user_ns
