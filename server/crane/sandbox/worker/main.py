@@ -485,6 +485,9 @@ def _kernel_environment(facts: dict) -> None:
     os.environ.update(keep)
 
 
+_FUTURE_FLAGS = 0x1FE0000  # the `__future__` features' compiler flags (kernel/environment.FUTURE_FLAGS)
+
+
 def _enter_environment(facts: dict, shell: Any) -> None:
     """The kernel's cwd, `sys.path`, library modules and display setting (its environment comes once the worker
     is confined: `_kernel_environment`)."""
@@ -496,6 +499,9 @@ def _enter_environment(facts: dict, shell: Any) -> None:
     _import(facts.get("modules") or [], only_library=True)
     _no_gpu_plugins()
     shell.ast_node_interactivity = facts.get("interactivity") or "last_expr"
+    flags = facts.get("compile_flags")
+    if type(flags) is int:  # the kernel's cells' `__future__` features (round 12, h7: a later cell's annotations
+        shell.compile.flags |= flags & _FUTURE_FLAGS  # were evaluated here: a false certain NameError)
 
 
 def _no_gpu_plugins() -> None:
