@@ -466,7 +466,41 @@ def _required(obj: Any, kind: str, req: set, check: Any = None) -> None:
 
 
 # -- taking rows ---------------------------------------------------------------------------------------------
-def _take(obj: Any, kind: str, pos: list[int], memo: dict) -> Any:
+def _distinct(np: Any, gen: Any, n: int, m: int, req: Any) -> Any:
+    """The rows `req` (a sorted int64 array of distinct row numbers) and `m` others of range(n) drawn uniformly
+    at random, sorted in one int64 array, chunk by chunk (`_SHRINK_CHUNK` rows: how many a chunk gives is
+    hypergeometric, which rows numpy's `choice` within it): the kernel holds the answer and one chunk's rows.
+    (numpy's `choice(n, m, replace=False)` permutes all `n` once `m` > n / 50: 8 bytes a row of the whole object
+    in the user's kernel, then a sorted copy and a Python list of the rows kept; a 40 MB uint8 array shrunk
+    under a 16 MiB copy limit took the kernel 0.9 GB higher.)"""
+    free = n - len(req)  # rows not required, in this chunk and after
+    m = max(0, min(m, free))
+    out = np.empty(m + len(req), dtype=np.int64)
+    at = 0
+    for a in range(0, n, _SHRINK_CHUNK):
+        b = min(n, a + _SHRINK_CHUNK)
+        lo, hi = (int(x) for x in np.searchsorted(req, [a, b]))
+        if m <= 0 and hi == lo:
+            if lo == len(req):
+                break
+            continue
+        rows = np.arange(a, b, dtype=np.int64)
+        if hi > lo:
+            rows = np.setdiff1d(rows, req[lo:hi], assume_unique=True)
+        free -= len(rows)
+        take = 0
+        if m > 0 and len(rows):
+            take = min(m, len(rows)) if free <= 0 else int(gen.hypergeometric(len(rows), free, m))
+        picked = gen.choice(rows, size=take, replace=False) if take else rows[:0]
+        part = np.concatenate([req[lo:hi], picked])
+        part.sort()
+        out[at:at + len(part)] = part
+        at += len(part)
+        m -= take
+    return out[:at]
+
+
+def _take(obj: Any, kind: str, pos: Any, memo: dict) -> Any:
     if id(obj) in memo:
         return memo[id(obj)]
     np, pd, torch, tud = _mods()
@@ -478,7 +512,7 @@ def _take(obj: Any, kind: str, pos: list[int], memo: dict) -> Any:
     elif kind == "Tensor":
         new = obj[torch.as_tensor(idx)]
     elif kind == "HFDataset":
-        new = obj.select(list(pos))
+        new = obj.select([int(i) for i in pos])
     elif kind == "TensorDataset":
         new = type(obj)(*[_take(t, "Tensor", pos, memo) for t in obj.tensors])
     elif kind == "Subset":
@@ -544,16 +578,15 @@ def _rows_to_keep(n: int, fraction: float, floor_rows: int, modulus: int, requir
     return min(k, n)
 
 
-def _positions(n: int, k: int, required: set, rng: random.Random) -> list[int]:
+def _positions(n: int, k: int, required: set, rng: random.Random) -> Any:
+    """`k` row numbers of `n`, the `required` ones among them, sorted: a list, or for millions of rows an int64
+    array (a Python list of millions of ints is 36 bytes a row in the kernel)."""
     chosen = set(required)
     np = dict.get(_SYS_MODULES, "numpy")
     if len(chosen) < k and np is not None and n > 100_000:  # millions of rows: numpy's sampling (a local
         gen = np.random.default_rng(rng.getrandbits(63))  # generator seeded from ours: no global RNG state used)
-        req = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
-        picks = gen.choice(n, size=min(n, k + len(chosen)), replace=False)  # distinct
-        if chosen:
-            picks = picks[~np.isin(picks, req)]
-        return np.sort(np.concatenate([req, picks[: k - len(chosen)]])).tolist()
+        req = np.sort(np.fromiter(chosen, dtype=np.int64, count=len(chosen)))
+        return _distinct(np, gen, n, k - len(chosen), req)
     if len(chosen) < k:
         for p in rng.sample(range(n), min(n, k + len(chosen))):
             if len(chosen) >= k:
