@@ -6,7 +6,8 @@ failed when that happens while the display hook runs (`_last_traceback_during_di
 `error`. CRANE's display hook formatted `text/plain` alone, so a `_repr_html_` or `_repr_latex_` that raises —
 ordinary notebook code, a buggy rich repr of a notebook class — came back `no-crash` (certain) on every one-shot
 path (fork blocking, transplant, portable). Now the value is formatted as IPython's hook formats it. The same value
-not displayed (not last, or the cell ends with `;`) and a working rich repr stay `no-crash`, as in the kernel."""
+not displayed (not last, or the cell ends with `;`) and a working rich repr stay `no-crash`, as in the kernel, and
+a formatter the kernel switched off is off in the copy paths' worker too (its settings go with the environment)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,22 @@ def test_a_displayed_value_whose_rich_formatter_raises_is_that_crash(conn, cell,
 def test_a_value_not_displayed_or_formatted_cleanly_is_no_crash(conn, cell, path):
     v = _one_shot(conn, path, CLEAN[cell])
     assert v.verdict == "no-crash", v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_the_kernels_formatter_settings_hold_in_every_path(conn, path):
+    """A kernel whose HTML formatter is off never calls `_repr_html_`: the raising one is no error there, nor here
+    (the copy paths' worker takes the kernel's formatter settings with its environment)."""
+    off = "get_ipython().display_formatter.formatters['text/html'].enabled = {}"
+    assert conn.run_cell(off.format(False)).status == "ok"
+    try:
+        assert conn.run_cell(RAISING["a _repr_html_ that raises"]).status == "ok"
+        v = _one_shot(conn, path, RAISING["a _repr_html_ that raises"])
+        assert v.verdict == "no-crash", v
+        v = _one_shot(conn, path, RAISING["a _repr_latex_ that raises"])
+        assert (v.verdict, v.ename) == ("crash", "ValueError"), v
+    finally:
+        assert conn.run_cell(off.format(True)).status == "ok"
 
 
 def test_the_kernels_own_word_on_those_cells(conn):

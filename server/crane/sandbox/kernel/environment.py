@@ -71,6 +71,7 @@ def _facts(shell: Any, keys: list, settings: dict, buffers: int) -> dict:
             "modules": modules, "submodules": _submodules(modules), "torch": _torch_facts(), "buffers": buffers, "settings": settings,
             "names": [k for k in keys if not k.startswith("_")][:100000],
             "interactivity": _interactivity(shell), "compile_flags": _compile_flags(shell),
+            "formats": _formats(shell),
             "connection_file": _connection_file()}
 
 
@@ -108,6 +109,28 @@ def _compile_flags(shell: Any) -> int:
     comp = dict.get(own_dict(shell), "compile")
     flags = dict.get(own_dict(comp), "flags") if comp is not None else None
     return flags & FUTURE_FLAGS if type(flags) is int else 0
+
+
+def _formats(shell: Any) -> dict:
+    """The display formatters the kernel's cells switched off or on (`enabled` set on a formatter: only what its
+    trait values hold; DisplayFormatter's `active_types` as `"active"`), read from instance dicts and trait values:
+    the worker's display hook formats the cell's value with the kernel's (round 12, h7)."""
+    out: dict = {}
+    values = dict.get(own_dict(shell), "_trait_values")
+    df = dict.get(values, "display_formatter") if type(values) is dict else None
+    dv = dict.get(own_dict(df), "_trait_values") if df is not None else None
+    if type(dv) is not dict:
+        return out
+    active = dict.get(dv, "active_types")
+    if type(active) is list and all(type(t) is str for t in list.__iter__(active)):
+        out["active"] = list(list.__iter__(active))
+    formatters = dict.get(dv, "formatters")
+    for mime, f in dict.items(formatters) if type(formatters) is dict else ():
+        fv = dict.get(own_dict(f), "_trait_values")
+        on = dict.get(fv, "enabled") if type(fv) is dict else None
+        if type(mime) is str and type(on) is bool:
+            out[mime] = on
+    return out
 
 
 def _interactivity(shell: Any) -> str:

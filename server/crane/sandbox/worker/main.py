@@ -502,6 +502,23 @@ def _enter_environment(facts: dict, shell: Any) -> None:
     flags = facts.get("compile_flags")
     if type(flags) is int:  # the kernel's cells' `__future__` features (round 12, h7: a later cell's annotations
         shell.compile.flags |= flags & _FUTURE_FLAGS  # were evaluated here: a false certain NameError)
+    _set_formats(shell, facts.get("formats"))
+
+
+def _set_formats(shell: Any, formats: Any) -> None:
+    """The kernel's display formatters switched off or on, and its active types (kernel/environment._formats): the
+    cell's value is formatted as the kernel's display hook formats it (a `_repr_html_` that raises is an error only
+    where the kernel's HTML formatter is on)."""
+    if type(formats) is not dict:
+        return
+    disp = shell.display_formatter
+    active = formats.get("active")
+    if type(active) is list:
+        disp.active_types = [t for t in active if type(t) is str]
+    for mime, on in formats.items():
+        f = disp.formatters.get(mime) if type(mime) is str else None
+        if f is not None and type(on) is bool:
+            f.enabled = on
 
 
 def _no_gpu_plugins() -> None:
