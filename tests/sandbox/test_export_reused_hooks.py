@@ -1,7 +1,7 @@
 """Issue 42 (red team of the export, h2 session 10): library code the export lets run on a notebook object must not
 reach the notebook's code, and what pickle reads of slots and modules is proven first.
 
-Families not red-teamed before, each escaping on IPython 8 and 9 before kernel/proof.py's `_reused_hooks`,
+Families not red-teamed before (14 cases), each escaping on IPython 8 and 9 before kernel/proof.py's `_reused_hooks`,
 `_registered_reducer`, `_slot_names_read` and its module check (a marker written from CRANE's kernel-side frames):
 - a notebook class whose pickling hook is a library's Python function: `__reduce__ = copy.copy` (calls the class's
   `__copy__`), `__reduce__ = logging.Logger.__reduce__` (reads a `name` property), `__getstate__ =
@@ -9,8 +9,9 @@ Families not red-teamed before, each escaping on IPython 8 and 9 before kernel/p
   (`tuple(self)`), a frozen slotted dataclass's `__getstate__` (a `__dataclass_fields__` property, a forged field
   name of a `str` subclass), the same hook taken by a plain class (`__getnewargs__` of a namedtuple);
 - `copyreg.pickle(NotebookClass, copy.copy)`: a library reducer registered for a notebook class;
-- `__slots__` stored as a dict or a frozenset (pickle iterates it) with a property over a slot, and a forged
-  `__slotnames__` cache naming a property;
+- `__slots__` stored as a dict or a frozenset (pickle iterates it) with a property over a slot, a forged
+  `__slotnames__` cache naming a property, a `__slots__` or a slot name of a `str` subclass (compared by
+  `copyreg._slotnames`);
 - a module object in the namespace without a `__name__` (cloudpickle asks its `__getattr__`).
 Each is refused, named, the kernel unchanged; the honest look-alikes (a namedtuple and its subclass with methods and
 a property, typing.NamedTuple, a plain slotted class, a dataclass, a module) are still copied and run clean.
@@ -71,6 +72,13 @@ ATTACKS = [
      "    def s(self):\n        hit('S2 slot property')\n        return 1\ns2 = S2b()", "print(s2 is not None)", "s2"),
     ("slotnames-cache-forged", "class S4:\n    __slots__ = ('a',)\n    @property\n    def zz(self):\n"
      "        hit('S4 zz')\n        return 1\nS4.__slotnames__ = ['zz']\ns4 = S4()", "print(s4 is not None)", "s4"),
+    ("slots-a-str-subclass", "class SS(str):\n    def __eq__(self, o):\n        hit('X7 eq')\n"
+     "        return str.__eq__(self, o)\n    __hash__ = str.__hash__\n    def startswith(self, *a):\n"
+     "        hit('X7 startswith')\n        return str.startswith(self, *a)\nclass X7:\n    __slots__ = SS('a')\n"
+     "x7 = X7()\nx7.a = 1", "print(x7.a)", "x7"),
+    ("slot-name-a-str-subclass", "class SS2(str):\n    def __eq__(self, o):\n        hit('X9 eq')\n"
+     "        return str.__eq__(self, o)\n    __hash__ = str.__hash__\nclass X9:\n    __slots__ = (SS2('b'),)\n"
+     "x9 = X9()\nx9.b = 2", "print(x9.b)", "x9"),
     ("module-without-a-name", "pm = types.ModuleType('holder')\ndel pm.__name__\n"
      "pm.__getattr__ = lambda n: (hit('P1 ' + n), 'x')[1]", "print(type(pm))", "pm"),
 ]
