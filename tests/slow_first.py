@@ -3,11 +3,12 @@ most time run first, so that `--dist worksteal`'s workers do not end on one long
 (the tail). Only whole files move, in a stable sort: a file's own order (its module-scoped kernels, grouped by
 parameter) is kept, and files not listed keep theirs, after the listed ones.
 
-`SECONDS`: what each file cost one worker in a CI run (`pytest --durations=0 --durations-min=1.0`, calls and setups
-of 1 s or more summed: the 3.13 CI run of 2026-12-05 at `-n 3`, on a machine loaded about three times CI's usual, so
-about three times the usual seconds; the files cut since, by what they saved). Files under 60 s are not listed.
-Rough is enough: only the order matters. Re-measure when a file's time changes much: a run with `--durations`
-(`make test-python`'s) ends with every file's summed seconds (tests/file_seconds.py).
+`SECONDS`: what each file cost one worker in a CI run (`pytest --durations`: its tests' setup, call and teardown
+seconds summed, as tests/file_seconds.py prints them for the 40 costliest files): the local 3.11 CI run of
+2026-12-06 13:56 UTC (3505 passed in 1942 s at `-n 3`, load 4-5); test_guard_alone_round10 scaled by its cut since
+(454 s there; 1425 -> 686 s side by side, docs/benchmarks.md "The suite's time, h5"). Files under ~37 s are not
+listed. Rough is enough: only the order matters. Re-measure when a file's time changes much: a run with
+`--durations` (`make test-python`'s) ends with those summed seconds.
 """
 
 from __future__ import annotations
@@ -21,44 +22,46 @@ class _Item(Protocol):
 
 
 SECONDS: dict[str, float] = {
-    "tests/sandbox/test_export_by_construction.py": 728.0,
-    "tests/sandbox/test_transplant_sacred.py": 499.0,
-    "tests/sandbox/test_portable_round5.py": 488.0,
-    "tests/sandbox/test_session_integrity.py": 403.0,
-    "tests/sandbox/test_export_reuse.py": 400.0,
-    "tests/sandbox/test_transplant.py": 220.0,
-    "tests/sandbox/test_portable.py": 220.0,
-    "tests/sandbox/test_portable_library_imports.py": 214.0,
-    "tests/agent/test_agent_loop.py": 193.0,
-    "tests/rules/test_lib_today.py": 186.0,
-    "tests/sandbox/test_transplant_devices.py": 185.0,
-    "tests/agent/test_fix_cli_and_bench.py": 177.0,
-    "tests/mcp/test_mcp_follow.py": 163.0,
-    "tests/sandbox/test_verdict_integrity.py": 156.0,
-    "tests/lsp/test_agent.py": 151.0,
-    "tests/agent/test_focused_ask.py": 146.0,
-    "tests/bench/test_bench.py": 132.0,
-    "tests/sandbox/test_transplant_keras_graph.py": 125.0,
-    "tests/rules/test_sklearn_input_versions.py": 115.0,
-    "tests/sandbox/test_transplant_shrink.py": 114.0,
-    "tests/remote/test_cli_remote.py": 113.0,
-    "tests/cli/test_precommit_hook.py": 113.0,
-    "tests/sandbox/test_portable_frames.py": 106.0,
-    "tests/sandbox/test_prewarm.py": 104.0,
-    "tests/kernel/test_kernel_pythons.py": 100.0,
-    "tests/sandbox/test_portable_guard.py": 99.0,
-    "tests/lsp/test_background.py": 91.0,
-    "tests/mcp/test_mcp_stdio.py": 90.0,
-    "tests/agent/test_fork_sandbox.py": 89.0,
-    "tests/sandbox/test_sacred_by_construction.py": 87.0,
-    "tests/sandbox/test_transplant_session.py": 79.0,
-    "tests/remote/test_transport.py": 78.0,
-    "tests/cli/test_fix_offline_forgery.py": 76.0,
-    "tests/cli/test_fix_offline.py": 73.0,
-    "tests/agent/test_local_model_turns.py": 73.0,
-    "tests/cli/test_check_many.py": 67.0,
-    "tests/cli/test_check_examples.py": 66.0,
-    "tests/cli/test_check_sandbox.py": 60.0,
+    "tests/sandbox/test_guard_alone_round11.py": 384.0,
+    "tests/sandbox/test_export_by_construction.py": 286.0,
+    "tests/sandbox/test_guard_alone_round10.py": 219.0,
+    "tests/sandbox/test_transplant_sacred.py": 181.0,
+    "tests/sandbox/test_session_integrity.py": 137.0,
+    "tests/sandbox/test_install_runs_nothing.py": 133.0,
+    "tests/sandbox/test_keras_notebook_layers.py": 122.0,
+    "tests/sandbox/test_portable_round5.py": 118.0,
+    "tests/sandbox/test_copy_path_seal.py": 103.0,
+    "tests/sandbox/test_export_reuse.py": 101.0,
+    "tests/cli/test_portable_round6_variants.py": 90.0,
+    "tests/sandbox/test_verdict_integrity.py": 77.0,
+    "tests/sandbox/test_guard_alone_round7.py": 76.0,
+    "tests/sandbox/test_keras_saved.py": 76.0,
+    "tests/sandbox/test_transplant.py": 76.0,
+    "tests/sandbox/test_guard_alone_round8.py": 66.0,
+    "tests/fixes/test_kinds.py": 66.0,
+    "tests/sandbox/test_portable.py": 65.0,
+    "tests/sandbox/test_export_stdlib_classes.py": 62.0,
+    "tests/sandbox/test_keras_tf_data.py": 61.0,
+    "tests/sandbox/test_copy_session_signal_seal.py": 61.0,
+    "tests/mcp/test_mcp_follow.py": 59.0,
+    "tests/agent/test_agent_loop.py": 57.0,
+    "tests/sandbox/test_sealed_copy_state.py": 56.0,
+    "tests/rules/test_lib_today.py": 54.0,
+    "tests/agent/test_fix_cli_and_bench.py": 52.0,
+    "tests/sandbox/test_worker_warmup.py": 50.0,
+    "tests/sandbox/test_sacred_by_construction.py": 50.0,
+    "tests/sandbox/test_transplant_keras_graph.py": 47.0,
+    "tests/rules/test_kernel_messages.py": 47.0,
+    "tests/lsp/test_agent.py": 46.0,
+    "tests/sandbox/test_transplant_devices.py": 43.0,
+    "tests/cli/test_precommit_hook.py": 41.0,
+    "tests/agent/test_focused_ask.py": 41.0,
+    "tests/sandbox/test_side_effects.py": 40.0,
+    "tests/lsp/test_background.py": 39.0,
+    "tests/sandbox/test_trap_exit_forge.py": 39.0,
+    "tests/sandbox/test_portable_library_imports.py": 38.0,
+    "tests/sandbox/test_portable_frames.py": 38.0,
+    "tests/remote/test_cli_remote.py": 37.0,
 }
 
 
