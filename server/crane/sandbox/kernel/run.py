@@ -709,10 +709,12 @@ def _cell_then_seal(ctx: _Ctx, args: dict, shell: Any, setup_ms: float) -> None:
                           "<copy>".__call__("<u64>", "<mark>"))  # type: ignore[operator]
 
 
-def _epilogue_begins(ctx: _Ctx) -> None:
+def _epilogue_begins(ctx: _Ctx, keep_tool: int | None = None) -> None:
     """Right after the cell: its budget timer, its trace/profile/monitoring hooks, its Python signal handlers and
     the garbage collector's runs (finalizers, gc callbacks) stop, so no code of the cell's runs between CRANE's
-    statements on that account while the record is made (its exception's own methods still run, see docs)."""
+    statements on that account while the record is made (its exception's own methods still run, see docs).
+    `keep_tool`: the portable call guard's `sys.monitoring` tool, which stays on for the threads the cell left
+    running (worker/guard.CallGuard.leave: off for this thread alone)."""
     import gc
     import sys
     ctx.audit_state["running"] = False
@@ -722,6 +724,8 @@ def _epilogue_begins(ctx: _Ctx) -> None:
     mon = getattr(sys, "monitoring", None)
     if mon is not None:
         for tool in range(6):
+            if tool == keep_tool:
+                continue
             try:
                 mon.set_events(tool, 0)
                 mon.free_tool_id(tool)

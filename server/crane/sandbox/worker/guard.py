@@ -252,6 +252,9 @@ _FAMILY = {"posix": "os", "nt": "os", "_signal": "signal", "_socket": "socket", 
 _OWN_FILE = sys._getframe(0).f_code.co_filename  # this file (its code is never vetted)
 
 
+_THIS_THREAD = threading.get_ident  # (bound when the worker's module is built: a cell's rebinding changes nothing)
+
+
 class GuardRefusal(PermissionError):
     """What `on_refuse` raises when it returns (tests); the worker's `on_refuse` ends the process instead."""
 
@@ -491,7 +494,8 @@ class CallGuard:
         self.dirty = False  # a module was imported since the table was last resolved (the audit layer sets it)
         self.nmods = 0  # len(sys.modules) when the table was last resolved: a change means an import
         self.hot: list = []  # modules with rows still pending that were being imported then (`_hot_done`)
-        self.active = False
+        self._on = False  # guarding every thread (`install`); see `active`
+        self._off_thread: int | None = None  # the thread `leave` stopped guarding (only that one)
         self.tool: int | None = None
         self.unarmed: list = []  # (function, entry) of the table not yet given a trampoline (lean)
         self.originals: dict = {}  # function -> its own code, where the lean guard gave it a trampoline
@@ -874,21 +878,41 @@ class CallGuard:
             elif _handed_kind(value):
                 self.vet_handed(value)
 
+    @property
+    def active(self) -> bool:
+        """Whether the calling thread is guarded: every thread from `install` on, all but the one that called
+        `leave` after it, none after `uninstall` (set directly: every thread or none)."""
+        return self._on or (self._off_thread is not None and _THIS_THREAD() != self._off_thread)
+
+    @active.setter
+    def active(self, on: bool) -> None:
+        self._on, self._off_thread = bool(on), None
+
+    def _off_here(self) -> bool:
+        """The calling thread is the one `leave` stopped guarding (the hooks let its calls through)."""
+        return not self._on and self._off_thread is not None and _THIS_THREAD() == self._off_thread
+
     def install(self) -> str:
         """Start guarding this thread and threads started later; the mechanism's name."""
-        self.active = True
+        self._on, self._off_thread = True, None
         if self.lean:
             self.arm()
             return LEAN_MECHANISM
         mon = getattr(sys, "monitoring", None)
         if mon is not None:
-            return self._install_monitoring(mon)
+            if self.tool is not None and mon.get_tool(self.tool) is None:
+                self.tool = None  # (freed meanwhile: an epilogue's that did not keep it)
+            if self.tool is None:
+                return self._install_monitoring(mon)
+            mon.set_events(self.tool, mon.events.CALL | mon.events.PY_START)  # (still ours since `leave`)
+            return MONITORING_MECHANISM
         threading.setprofile(self._profile)
         sys.setprofile(self._profile)
         return "sys.setprofile"
 
     def uninstall(self) -> None:
-        self.active = False
+        """Stop guarding every thread: the hooks removed (a guard that is done with, as in tests)."""
+        self._on, self._off_thread = False, None
         mon = getattr(sys, "monitoring", None)
         if mon is not None and self.tool is not None:
             mon.set_events(self.tool, 0)
@@ -901,6 +925,19 @@ class CallGuard:
             return  # the replacements stay, switched off by `active`
         sys.setprofile(None)
         threading.setprofile(None)
+
+    def leave(self) -> None:
+        """Stop guarding the calling thread alone: CRANE's, whose own work follows the cell (its record, the end of
+        the run's processes) or a refusal. Every other thread stays guarded until the process ends, as it was during
+        the cell: one the cell started and left running, a pool's or an executor's worker still running the cell's
+        function, and any thread they start (issue 40: under the guard alone, such a thread called `ctypes`' `kill`
+        on the kernel once the guard's `sys.monitoring` tool, process-wide, was freed at the cell's end). The hooks
+        stay in place and let the calling thread's calls through (`_off_here`); 3.11's profile hook is unset for it
+        alone. `install` takes the guard back for every thread (a session's next command)."""
+        self._on, self._off_thread = False, _THIS_THREAD()
+        if self.lean or getattr(sys, "monitoring", None) is not None:
+            return  # the lean replacements and the monitoring callbacks ask `active` / `_off_here`
+        sys.setprofile(None)
 
     def _install_monitoring(self, mon: Any) -> str:  # Python 3.12+ (tests/sandbox/test_portable_guard_interpreters.py)
         for tool in (4, 3, 5):
@@ -915,6 +952,8 @@ class CallGuard:
         def on_call(code: types.CodeType, offset: int, callee: object, arg0: object) -> object:
             if not self.is_user(code):
                 return disable
+            if self._off_here():
+                return None  # (not DISABLE: the location stays watched for the threads still guarded)
             if isinstance(callee, (types.BuiltinFunctionType, types.BuiltinMethodType)):
                 self.vet_c(callee)
             elif isinstance(callee, types.MethodDescriptorType):  # `sock.connect(...)`: the unbound descriptor
@@ -922,6 +961,8 @@ class CallGuard:
             return None
 
         def on_start(code: types.CodeType, offset: int) -> object:
+            if self._off_here():
+                return None if code in self.codes else disable
             if self.dirty or len(sys.modules) != self.nmods or self.hot and self._hot_done():
                 self.refresh()
                 mon.restart_events()
@@ -933,7 +974,7 @@ class CallGuard:
         mon.register_callback(self.tool, mon.events.CALL, on_call)
         mon.register_callback(self.tool, mon.events.PY_START, on_start)
         mon.set_events(self.tool, mon.events.CALL | mon.events.PY_START)
-        return "sys.monitoring"
+        return MONITORING_MECHANISM
 
 
     # -- the lean guard (an OS layer underneath) --------------------------------------------------------------------
@@ -1083,6 +1124,7 @@ def _named_as(call: Callable, orig: Any, module: str) -> Callable:
 
 
 LEAN_MECHANISM = "lean (trampolines and audit events; OS layer underneath)"
+MONITORING_MECHANISM = "sys.monitoring"
 # modules whose C functions `_c_label` refuses to user code, replaced by the lean guard; where they are re-exported
 _LEAN_C_MODULES = ("posix", "nt", "_signal", "fcntl", "termios", "resource", "_posixshmem", "_multiprocessing",
                    "faulthandler")

@@ -1084,7 +1084,7 @@ def _after_cell(ctx: _Ctx, portable: Any) -> None:
         except BaseException:  # noqa: BLE001 - (the record still comes; the seal says how the cell ended)
             pass
     if ctx.args.get("sealed"):
-        _epilogue_begins(ctx)
+        _epilogue_begins(ctx, portable.guard.tool if portable is not None else None)
     elif hasattr(signal, "setitimer"):
         signal.setitimer(signal.ITIMER_REAL, 0)
 

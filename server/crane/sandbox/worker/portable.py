@@ -59,6 +59,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.worker.guard import (  # kernel: strip
+    _THIS_THREAD,
     CallGuard,
     multiprocessing_children,
     other_process_entry,
@@ -418,21 +419,19 @@ class Portable:
 
     def _prepare_write(self, path: Any) -> None:
         state = self.ctx.audit_state
-        old = state.get("own", False)
-        state["own"] = True
+        _own_begin(state)
         try:
             self.folder.materialize(path)
         finally:
-            state["own"] = old
+            _own_end(state)
 
     def _prepare_tree(self, path: Any) -> None:
         state = self.ctx.audit_state
-        old = state.get("own", False)
-        state["own"] = True
+        _own_begin(state)
         try:
             self.folder.materialize_tree(path)
         finally:
-            state["own"] = old
+            _own_end(state)
 
     def refuse(self, what: str, layer: str = "audit hook", path: Any = None) -> None:
         """End the run now: `blocked`, naming what was refused (`reason`, and `refusal`: the `layer` that refused it,
@@ -441,21 +440,23 @@ class Portable:
         verdict is `blocked` all the same; the audit hook stays in force after it."""
         ctx = self.ctx
         state = ctx.audit_state
-        if state.get("own"):
+        if _own_here(state):
             return
-        if state.get("ended"):  # the run's end is decided (kernel/audit._guard_process_end): what the cell still runs
-            # (a finalizer) is refused all the same, with no second record and no new seal
+        if state.get("ended") or state.get("refusing"):  # the run's end is decided (kernel/audit._guard_process_end,
+            # or another thread's refusal being written): what the cell still runs (a finalizer, a thread of its own)
+            # is refused all the same, with no second record and no new seal
             raise SandboxBlocked(errno.EPERM, f"crane sandbox: {what} is refused (portable sandbox)")
         if ctx.args.get("mode") == "session":
             msg = f"crane sandbox: {what} is refused (portable sandbox)"
             ctx.denied.append(msg)
             state["unset"] = True  # raised from the profile hook, this unsets it: not the cell's doing
             raise SandboxBlocked(errno.EPERM, msg)
-        state["own"] = state["bypass"] = True  # (the latter: os._exit below is not the cell's own end)
+        state["refusing"] = state["bypass"] = True  # (the latter: os._exit below is not the cell's own end)
+        _own_begin(state)  # (this thread's alone: the cell's other threads stay judged until the process ends)
         if _NOTICES and os.getpid() != _NOTICES["pid"]:
             _tell_parent(what, layer, path)  # a fork child of the run: the worker ends the run (never returns)
         try:
-            self.guard.uninstall()
+            self.guard.leave()  # (this thread's alone: the cell's other threads stay guarded until the process ends)
         except Exception:
             pass
         msg = f"crane sandbox: {what} is refused (portable sandbox)"
@@ -539,11 +540,37 @@ def _open_channel(ctx: _Ctx, out: int) -> None:
     capture_std_streams(ctx, ctx.args["dir"], truncate=False)
 
 
+# CRANE's own operation under way (a private copy made for a write, the run's limits set, a refusal written): the
+# audit hook and the unaudited calls' replacements (guard.shield_unaudited) let through the calls it makes. It is the
+# thread's that runs it, never the process's: `state["own"]` maps each such thread to its depth, and a call of any
+# other thread — one the cell started, or a pool's or an executor's worker running the cell's function — is judged
+# as always meanwhile. (Issue 40: under the guard alone, a thread of the cell's that called `os.kill` or
+# `signal.pidfd_send_signal` while the main thread wrote a refusal, or made a private copy, signalled the kernel.)
+def _own_begin(state: dict) -> None:
+    own, me = state["own"], _THIS_THREAD()
+    own[me] = own.get(me, 0) + 1
+
+
+def _own_end(state: dict) -> None:
+    own, me = state["own"], _THIS_THREAD()
+    left = own.get(me, 1) - 1
+    if left > 0:
+        own[me] = left
+    else:
+        own.pop(me, None)
+
+
+def _own_here(state: dict) -> bool:
+    """This thread is running CRANE's own operation (see `_own_begin`)."""
+    own = state.get("own")
+    return type(own) is dict and _THIS_THREAD() in own
+
+
 def _install_portable_hook(run: Portable) -> None:
     ctx, folder, guard = run.ctx, run.folder, run.guard
     # "own": the hook's own operations (making private copies, ending a run); the worker's "bypass" (set while it
     # loads the kernel's state) does not turn this hook off: the notebook's own modules are imported then
-    state: dict[str, Any] = {"bypass": False, "own": False}
+    state: dict[str, Any] = {"bypass": False, "own": {}}  # ("own": `_own_begin`)
     ctx.audit_state = state
     mypid = os.getpid()
     _guard_process_end(ctx, state, mypid)
@@ -583,13 +610,13 @@ def _install_portable_hook(run: Portable) -> None:
             return False
         if not folder.inside(path):
             return False
-        state["own"] = True
+        _own_begin(state)
         try:
             folder.materialize(path, leaf=leaf)
         except OSError:
             return False
         finally:
-            state["own"] = False
+            _own_end(state)
         return True
 
     def db_ok(name: str) -> bool:
@@ -625,7 +652,7 @@ def _install_portable_hook(run: Portable) -> None:
     _wrap_sqlite(sqlite_connect)
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if state["own"]:
+        if _own_here(state):
             return
         if event == "import":
             guard.dirty = True
@@ -663,13 +690,13 @@ def _install_portable_hook(run: Portable) -> None:
                 return
             if hidden and is_hidden("." if not args or args[0] is None else args[0]):
                 refuse(f"listing Jupyter's runtime folder ({str(args[0])[:200]!r})", path=args[0])
-            state["own"] = True
+            _own_begin(state)
             try:
                 folder.unfold(args[0] if args else None)
             except OSError:
                 pass
             finally:
-                state["own"] = False
+                _own_end(state)
             return
         if event == "os.chdir":
             if not args or not folder.inside(args[0]):
@@ -1033,7 +1060,7 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     ctx.confinement["sequential_joblib"] = not run.guard.pools
     run.guard.leeway = import_leeway(bool(os_layer.get("ran") or args.get("os_layers")), run.guard.is_user)
     _install_portable_hook(run)
-    ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: bool(ctx.audit_state.get("own")))
+    ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: _own_here(ctx.audit_state))
     if run.guard.lean:
         run.guard.arm()  # before the state is loaded and the fence is taken (its replacements are CRANE's own)
     t_end = time.perf_counter()
@@ -1046,15 +1073,14 @@ def apply_limits(run: Portable, args: dict, budget_s: float) -> None:
     """The run's memory, CPU-time and file-size limits (worker/limits.py), set just before the cell (the audit hook
     refuses `resource.setrlimit` to everyone else). Recorded in the record's `confinement.limits`."""
     state = run.ctx.audit_state
-    old = state.get("own", False)
-    state["own"] = True
+    _own_begin(state)
     try:
         cpu = args["cpu_s"] if args["cpu_s"] is not None else float(budget_s) + 1.0
         limits = set_run_limits(int(args["memory_mb"]), float(cpu), int(args["layer_mb"]))
     except Exception as exc:  # noqa: BLE001 - a platform without them: the deadline still bounds the run
         limits = {"failed": [f"{type(exc).__name__}: {exc}"]}
     finally:
-        state["own"] = old
+        _own_end(state)
     run.ctx.memory_mb = int(limits.get("memory_budget_mb") or 0)
     run.ctx.confinement["limits"] = limits
 
@@ -1062,12 +1088,11 @@ def apply_limits(run: Portable, args: dict, budget_s: float) -> None:
 def lift_limits(run: Portable) -> None:
     """A session's memory limit lifted while it loads more of the kernel's state (set again before the next run)."""
     state = run.ctx.audit_state
-    old = state.get("own", False)
-    state["own"] = True
+    _own_begin(state)
     try:
         lift_memory_limit()
     finally:
-        state["own"] = old
+        _own_end(state)
 
 
 @contextlib.contextmanager
@@ -1081,7 +1106,7 @@ def guarded(run: Portable | None) -> Iterator[None]:
     try:
         yield
     finally:
-        run.guard.uninstall()
+        run.guard.leave()
 
 
 def run_portable(run: Portable, source: str) -> dict:
@@ -1102,8 +1127,9 @@ def begin_portable(run: Portable) -> None:
 
 
 def guard_off(run: Portable) -> None:
-    """Right after the cell: the call guard off, the processes its multiprocessing left ended."""
-    run.guard.uninstall()
+    """Right after the cell: the call guard off for CRANE's thread (`CallGuard.leave`: the threads the cell left
+    running stay guarded), the processes its multiprocessing left ended."""
+    run.guard.leave()
     _end_children()
 
 
