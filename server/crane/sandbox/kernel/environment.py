@@ -212,8 +212,11 @@ class _Lib:
     """What shared/carry.py's read side may touch in the kernel: plain modules' namespaces, functions proven to be
     the library's own (and named as expected: `np.geterr = os.fork` is not called), C-level attributes."""
 
-    def __init__(self, proof: _Proof) -> None:
+    def __init__(self, proof: _Proof, fresh: bool = False) -> None:
         self.proof = proof
+        # the copy is one run's (the export request's tag 0): its worker rebuilds the state before it applies the
+        # carried settings (worker/main._run), so with no TensorFlow global seed yet (shared/tf_data's shuffle)
+        self.fresh = fresh
 
     def mod(self, name: str) -> dict:
         return _mdict(_module(name))

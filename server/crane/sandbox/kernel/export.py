@@ -174,7 +174,7 @@ def _export(args: Any, resealed: list) -> dict:
     tag = f"-{req['tag']}" if req["tag"] else ""  # a session's exports: state-N.pkl, buf-N-i
     _phase(d, "copying")
     ctl.copying()
-    reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof)), **graph.reducers()}
+    reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
     graph.scan(objs)  # Sequential models sharing a layer with another copied value: rebuilt from their layers
     objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
     out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof)

@@ -16,7 +16,10 @@ notebook's function there. A stage is rebuilt only when its record makes it the 
 - `batch` (plain and parallel), `map` (plain and parallel; TF 2's cardinality-preserving map), `filter`, `prefetch`,
   `repeat`, `take`, `skip`, `unbatch`, `cache` in memory;
 - `shuffle` when its seeds do not come from TensorFlow's global seed (none was set when it was made, and none is
-  set now): its order is then the kernel's (the same seeds; a shuffle made without any seed is random in both).
+  set now — or one is set now but the copy is one run's, whose worker rebuilds the pipelines before it applies the
+  kernel's global seed: dl-fresh's `tf_data_unbatched_fit`, a `shuffle(512, seed=0)` before
+  `keras.utils.set_random_seed(3)`): its order is then the kernel's (the same seeds; a shuffle made without any
+  seed is random in both).
 A crash in TensorFlow's frames over a pipeline rebuilt so is certain (kernel/environment's `_carried` counts a
 rebuilt dataset as the kernel's, not as a value TensorFlow's saving rebuilt), unless a stage was made again only
 approximately (an unseeded shuffle: its order random in both), which keeps it "likely".
@@ -225,12 +228,15 @@ class TfData:
             reshuffle = self.scalar(reshuffle, "reshuffle_each_iteration")
         ctx = self.lib.mod("tensorflow.python.eager.context").get("_context")
         global_now = self.lib.attrs(ctx).get("_seed") if ctx is not None and self.lib.proven(type(ctx)) else None
-        if global_now is None and seed in (None, 0) and seed2 in (None, 0):  # (tf.data's (0, 0): no seed at all)
+        # a global seed set since does not matter to a one-run copy (`_Lib.fresh`): its worker makes the pipelines
+        # again before it applies the kernel's global seed, so with none, as the kernel made this one
+        unseeded_now = global_now is None or getattr(self.lib, "fresh", False) is True
+        if unseeded_now and seed in (None, 0) and seed2 in (None, 0):  # (tf.data's (0, 0): no seed at all)
             op_seed = None
             proof = getattr(self.lib, "proof", None)
             if proof is not None:  # random in both: the copy's order is not the kernel's next one
                 proof.tf_data_approximate.append("a shuffle without a seed")
-        elif global_now is None and seed == _DEFAULT_GRAPH_SEED and type(seed2) is int:
+        elif unseeded_now and seed == _DEFAULT_GRAPH_SEED and type(seed2) is int:
             op_seed = seed2
         else:
             raise self.refuse("a shuffle seeded from TensorFlow's global seed, whose order the copy cannot repeat")
