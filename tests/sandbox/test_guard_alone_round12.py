@@ -138,3 +138,17 @@ def test_honest_writers_inside_the_run_keep_the_kernels_verdict(k5, module, sand
     _library(k5, module)
     v = run5(k5, HONEST[module], sandbox)
     assert (v.verdict, v.stdout.strip().splitlines()[-1:]) == ("no-crash", [OUT[module]]), v
+
+
+def test_only_the_paths_xla_writes_at_are_vetted():
+    """The flags whose paths XLA writes (dumps, caches, `..._to`) are vetted; a read-only path such as
+    `--xla_gpu_cuda_data_dir` (set in GPU users' environments, which the worker takes) or an input file is not, so
+    such a kernel's runs are not refused; `-` (standard output) names no path."""
+    from crane.sandbox.worker.portable import native_env_paths
+
+    flags = ("--xla_gpu_cuda_data_dir=/usr/local/cuda --xla_gpu_ptx_file=/in.ptx --xla_dump_hlo_as_text "
+             "--xla_dump_to=/d --xla_gpu_per_fusion_autotune_cache_dir='/c c' --xla_gpu_dump_autotune_results_to=/r "
+             "--xla_dump_to=-")
+    assert native_env_paths(b"XLA_FLAGS", flags.encode()) == ["/d", "/c c", "/r"]
+    assert native_env_paths("TF_DUMP_GRAPH_PREFIX", "/g") == ["/g"]
+    assert native_env_paths("PATH", "/usr/bin") == []

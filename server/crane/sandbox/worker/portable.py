@@ -75,12 +75,20 @@ PORTABLE_LAYERS = ("call guard", "audit hook")
 # events whose path is followed to its target (the link must become a private copy first)
 # round 12 (h7): environment variables naming paths that native code writes at, with no Python `open` for the audit
 # hook to see: XLA reads its flags when a backend first compiles (`--xla_dump_to=<folder>`: HLO dumps written in C++;
-# its caches' `..._dir`, `..._to` flags), TensorFlow its graph-dump prefix. When the cell sets one (`os.environ[k] =
-# v`: the `os.putenv` audit event), every path it names is vetted as a path the run writes.
+# its dumps' and caches' other path flags: `_writes_at`), TensorFlow its graph-dump prefix. When the cell sets one
+# (`os.environ[k] = v`: the `os.putenv` audit event), every path it names is vetted as a path the run writes.
 _NATIVE_FLAG_VARIABLES = frozenset(("XLA_FLAGS", "TF_XLA_FLAGS", "LIBTPU_INIT_ARGS"))
 _NATIVE_PATH_VARIABLES = frozenset(("TF_DUMP_GRAPH_PREFIX",))
 _PATH_FLAG = re.compile(r"""--?([A-Za-z0-9_]+)=("[^"]*"|'[^']*'|\S*)""")
-_PATH_FLAG_ENDS = ("_to", "_dir", "_directory", "_path", "_file", "_prefix")
+_PATH_FLAG_ENDS = ("_dir", "_directory", "_path", "_file", "_prefix")
+
+
+def _writes_at(flag: str) -> bool:
+    """An XLA flag whose value is a path written at: `..._to` (`--xla_dump_to`, `..._autotune_results_to`), or a
+    path-valued dump's or cache's (`--xla_gpu_per_fusion_autotune_cache_dir`); read-only ones such as
+    `--xla_gpu_cuda_data_dir` (set in GPU users' environments) or an input `..._file` are not vetted."""
+    name = flag.lower()
+    return name.endswith("_to") or (("dump" in name or "cache" in name) and name.endswith(_PATH_FLAG_ENDS))
 
 
 def native_env_paths(key: Any, value: Any) -> list[str]:
@@ -97,7 +105,7 @@ def native_env_paths(key: Any, value: Any) -> list[str]:
     found = []
     for name, val in _PATH_FLAG.findall(v):
         val = val[1:-1] if val[:1] in "\"'" and len(val) > 1 and val[-1] == val[0] else val
-        if name.lower().endswith(_PATH_FLAG_ENDS) and val not in ("", "-"):
+        if _writes_at(name) and val not in ("", "-"):
             found.append(val)
     return found
 
