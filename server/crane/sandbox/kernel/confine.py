@@ -76,9 +76,12 @@ _DENY_ALWAYS = (
     "open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr setuid setgid setreuid setregid "
     "setresuid setresgid setgroups setfsuid setfsgid capset migrate_pages move_pages syslog vhangup"
 ).split()
-# Refused only in the blocking profile: programs, processes, networking, signals to other processes.
+# Refused only in the blocking profile: programs, processes, networking, signals to other processes. (`socketpair`
+# is refused there but for AF_UNIX: a connected pair inside the process, which reaches no one — the profile refuses
+# `connect`, `bind`, named sockets and processes — and what every asyncio event loop makes for its self-pipe, so an
+# awaited statement runs; issue 41.)
 _DENY_BLOCKING = (
-    "execve execveat fork vfork socket socketpair connect bind listen accept accept4 tkill pidfd_send_signal "
+    "execve execveat fork vfork socket connect bind listen accept accept4 tkill pidfd_send_signal "
     "mknod mknodat shmget shmat shmctl semget semop semctl semtimedop msgget msgsnd msgrcv msgctl mq_open "
     "mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr setpriority ioprio_set setrlimit"
 ).split()
@@ -189,7 +192,7 @@ def build_filter(
     """The seccomp-BPF program (raw `struct sock_filter` array) for a sandbox child.
 
     `profile`: "layered" (processes, programs and AF_UNIX sockets allowed; the child is in its own namespaces)
-    or "blocking" (all of those refused).
+    or "blocking" (all of those refused, but for an AF_UNIX `socketpair`: asyncio's self-pipe).
     `own_pid`: blocking profile: the only process signals may target (besides what Landlock scopes allow).
     `landlock`: Landlock confines file-system writes; without it (blocking profile) they are refused here.
     `metadata_ok`: chmod/chown/utime/xattr allowed (the layered profile, when everything outside the private
@@ -236,6 +239,16 @@ def build_filter(
             p.here(quiet)
             p.ret(deny)
             p.here(nxt)
+        nxt = p.label()  # socketpair: AF_UNIX only (asyncio's self-pipe; see _DENY_BLOCKING)
+        p.ld(_OFF_NR)
+        p.jmp(_JEQ, _NR["socketpair"], 0, nxt)
+        p.ld(_arg_lo(0))
+        pair = p.label()
+        p.jmp(_JEQ, AF_UNIX, pair, 0)
+        p.ret(deny)
+        p.here(pair)
+        p.ret(RET_ALLOW)
+        p.here(nxt)
         simple(_DENY_BLOCKING, deny)
         if not landlock:
             simple(_DENY_WITHOUT_LANDLOCK, deny)
