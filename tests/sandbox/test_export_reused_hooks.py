@@ -14,7 +14,8 @@ Families not red-teamed before (14 cases), each escaping on IPython 8 and 9 befo
   `copyreg._slotnames`);
 - a module object in the namespace without a `__name__` (cloudpickle asks its `__getattr__`).
 Each is refused, named, the kernel unchanged; the honest look-alikes (a namedtuple and its subclass with methods and
-a property, typing.NamedTuple, a plain slotted class, a dataclass, a module) are still copied and run clean.
+a property, typing.NamedTuple, a plain slotted class, a dataclass, a frozen slotted one, attrs' slotted `define`
+and `frozen` classes, whose `__getstate__` only reads their slots, a module) are still copied and run clean.
 """
 
 from __future__ import annotations
@@ -111,8 +112,27 @@ class D5:
     y: list = dataclasses.field(default_factory=list)
 ok5 = D5()
 import json as ok8
+@dataclasses.dataclass(frozen=True, slots=True)
+class D6:
+    x: int = 4
+ok6 = D6()
+import attrs
+@attrs.define
+class AD:
+    x: int = 5
+    @property
+    def double(self):
+        return 2 * self.x
+    def total(self):
+        return self.x
+ok9 = AD()
+@attrs.frozen
+class AF:
+    y: int = 6
+ok10 = AF()
 """
-HONEST_CELL = "print(ok1.a + ok1.b, ok2.total(), ok2.half, ok3.f(), ok3.b, ok7.a, ok5.x, ok8.dumps(1))"
+HONEST_CELL = ("print(ok1.a + ok1.b, ok2.total(), ok2.half, ok3.f(), ok3.b, ok7.a, ok5.x, ok8.dumps(1), ok6.x, "
+               "ok9.double, ok9.total(), ok10.y)")
 
 
 @pytest.fixture(scope="module", params=KERNEL_ENVS)
@@ -143,4 +163,4 @@ def test_the_honest_look_alikes_are_still_copied(conn):
     assert conn.evaluate("list(HITS)") == [], v
     assert watch.unchanged, (watch.changes(), watch.outputs)
     assert v.verdict == "no-crash", v
-    assert v.stdout.split() == ["3", "3", "0.5", "1", "x", "1", "1", "1"], v.stdout
+    assert v.stdout.split() == ["3", "3", "0.5", "1", "x", "1", "1", "1", "4", "10", "5", "6"], v.stdout

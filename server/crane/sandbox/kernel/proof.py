@@ -448,6 +448,14 @@ class _Proof:
         hook = f"`{n0}` of {_type_name_of(k0)} (the library's `{f0.__code__.co_name}`)"
         if notebook:
             return f"{hook} reaches {notebook}"
+        reads = _field_reads(reused, self.pristine)
+        if reads is not None:  # a field getter (attrs' or dataclasses'): it reads these names off the instance only
+            for n in reads:
+                v = next((_cls_dict(k)[n] for k in mro if n in _cls_dict(k)), None)
+                if not (type(v) is _MemberDescriptorType or n == "__dataclass_fields__" and type(v) is dict
+                        and self._passive(v)):
+                    return f"`{n}`, which its pickling hook {hook} reads, is not a plain slot of {_type_name_of(mro[0])}"
+            return ""
         for k in mro:
             if k is object or self.library_class(k):
                 continue
@@ -739,6 +747,44 @@ class _Proof:
                             self.refs.setdefault(id(x), []).append(k)
                         stack.append(x)
 
+
+
+def _field_reads(reused: list, pristine: Any) -> list | None:
+    """The names a notebook class's reused `__getstate__` reads off the instance when it is a field getter only,
+    else None: attrs' slotted-class `slots_getstate` (`{name: getattr(self, name) for name in names}`, the names
+    in its closure) and dataclasses' `_dataclass_getstate` (`getattr(self, f.name)` for each field of the
+    `__dataclass_fields__` it reads off the instance: its `Field`s, exact, with exact `str` names). Their globals
+    are their modules' own (a function made from their code with globals of the notebook's is not one), `Field`
+    a class `pristine` proves the library's, untouched."""
+    out: list = []
+    for _k, name, f in reused:
+        if name != "__getstate__":
+            return None
+        g = f.__globals__
+        mod = dict.get(g, "__name__") if type(g) is dict else None
+        if mod == "dataclasses" and g is _mdict(_module("dataclasses")) and dict.get(g, "_dataclass_getstate") is f:
+            fields = next((_cls_dict(k)["__dataclass_fields__"] for k in _mro(_k)
+                           if "__dataclass_fields__" in _cls_dict(k)), None)
+            field_cls = dict.get(g, "Field")
+            if type(fields) is not dict or not pristine(field_cls):
+                return None
+            out.append("__dataclass_fields__")
+            for fld in dict.values(fields):
+                fname = _cls_dict(field_cls).get("name") if _is_class(field_cls) else None
+                n = fname.__get__(fld, field_cls) if type(fld) is field_cls and type(fname) is _MemberDescriptorType \
+                    else None
+                if type(n) is not str:
+                    return None
+                out.append(n)
+        elif mod == "attr._make" and g is _mdict(_module("attr._make")) and f.__code__.co_name == "slots_getstate" \
+                and f.__closure__ is not None and len(f.__closure__) == 1:
+            names = f.__closure__[0].cell_contents
+            if type(names) is not tuple or not all(type(n) is str for n in names):
+                return None
+            out.extend(names)
+        else:
+            return None
+    return out
 
 
 def _slot_names_read(t: type, mro: tuple) -> str:
