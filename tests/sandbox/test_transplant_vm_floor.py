@@ -11,7 +11,11 @@ max(its size, the kernel's) + the budget.
 
 Here a small module stands for such a library: its first call in a process reserves 3 GiB of address space
 (read-only, no memory used) and the kernel has called it. A cell calling it again must be as clean in the copy as
-in the kernel; a cell reserving past the kernel's size plus the budget is still refused there (as in a fork)."""
+in the kernel; a cell reserving past the kernel's size plus the budget is still refused there (as in a fork).
+
+The floor is the kernel's size less the values the copy loads anew (review r1 M2): the run's memory counts the copy
+on top of the budget, and the kernel's size already holds those values; a floor of its whole size gave a cell
+reading a large array that array's size again past its budget, where a fork of the kernel runs out of memory."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from ..sandbox_options import use_options
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the OS sandbox needs Linux")
 
@@ -67,7 +72,41 @@ def test_a_reservation_the_kernel_made_fits_in_the_copy(kernel_env, tmp_path):
         assert v.verdict == "no-crash" and v.stdout.strip() == "[3, 3]", (v.verdict, v.reason, v.ename, v.evalue)
         # the floor is the kernel's size, not a way past the budget: 8 GiB more than the kernel holds is refused
         v = speculate(conn, "import mmap\nbig = mmap.mmap(-1, 8 << 30, prot=mmap.PROT_READ)", 60.0)
-        assert v.mode == "transplant" and v.verdict != "no-crash", (v.verdict, v.reason)
+        assert v.mode == "transplant", (v.mode, v.reason)
+        assert v.verdict == "crash" and v.ename == "OSError" and "[Errno 12]" in (v.evalue or ""), \
+            (v.verdict, v.reason, v.ename, v.evalue)
     finally:
         kernel.shutdown()
 
+
+
+# 1.5 GiB the kernel holds (written: resident), a budget of 256 MiB, and a cell that reads the array and maps as much
+# again (read-only: no memory used): a fork of the kernel has 256 MiB of room and gets ENOMEM; so must the copy,
+# whether it holds the array whole or shrunk. Before, the copy's limit counted the array twice (in the kernel's
+# size, the floor, and in the run's memory) and the map fitted.
+DATA = "import numpy as np, mmap\na = np.ones((3 << 30) // 16)\n"
+CELL = "n = a.size\nbig = mmap.mmap(-1, 3 << 29, prot=mmap.PROT_READ)\nprint('mapped', n)"
+NO_FORK = "import sys, types\nsys.modules['cupy'] = types.ModuleType('cupy')\n"
+
+
+@pytest.mark.parametrize("copy", ["whole", "shrunk"])
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_the_copy_does_not_count_the_kernels_data_twice(kernel_env, copy, tmp_path, monkeypatch):
+    use_options(monkeypatch, transplant_copy_mb=0 if copy == "whole" else 128)
+    kernel = start_kernel(tmp_path, python=kernel_python(kernel_env))
+    try:
+        conn = kernel.connection
+        assert conn.run_cell(DATA, timeout=120).status == "ok"
+        fork = speculate(conn, CELL, 120.0, memory_mb=256)
+        assert fork.mode in ("layered", "blocking"), (fork.mode, fork.reason)  # a fork of the kernel
+        assert fork.verdict == "crash" and fork.ename == "OSError" and "[Errno 12]" in (fork.evalue or ""), \
+            (fork.verdict, fork.reason, fork.ename, fork.evalue)
+        assert conn.run_cell(NO_FORK, timeout=60).status == "ok"
+        with Untouched(conn) as watch:
+            v = speculate(conn, CELL, 120.0, memory_mb=256)
+        assert watch.unchanged, watch.changes()
+        assert v.mode == "transplant", (v.mode, v.reason)
+        assert bool(v.transplant and v.transplant.shrunk) == (copy == "shrunk"), v.transplant
+        assert (v.verdict, v.ename, v.evalue) == (fork.verdict, fork.ename, fork.evalue), (v.verdict, v.reason)
+    finally:
+        kernel.shutdown()

@@ -48,8 +48,9 @@ class SandboxRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     confinement: WorkerConfinement = "os"
     portable_reason: str | None = None
     os_layers: list[str] = []
-    # transplant workers on the OS path: the kernel's virtual size (MiB) when the run was asked for. The worker's
-    # address-space limit is then max(its own size, this) + the budget, as a fork of the kernel gets: a fresh
+    # transplant workers on the OS path: the kernel's virtual size (MiB) when the run was asked for, less the values
+    # the copy loads anew (a run's `memory_mb` counts them: transplant.vm_floor_mb). The worker's address-space
+    # limit is then max(its own size, this) + the budget, as a fork of the kernel gets: a fresh
     # worker has not yet made the reservations its libraries make lazily (pyarrow's mimalloc arenas: 1 GiB at a
     # pandas 3 `df.drop`), which otherwise came out of the run's budget and starved TensorFlow's thread stacks
     vm_floor_mb: int = 0

@@ -268,6 +268,17 @@ def kernel_vm_mb(kernel: KernelRef | ProcessRef | None) -> int:
     return 0
 
 
+def vm_floor_mb(kernel: KernelRef | ProcessRef | None, exp: ExportReply) -> int:
+    """A transplant run's address-space floor: the kernel's size less the values the copy maps anew (review r1
+    M2). The run's `memory_mb` is the budget plus `exp.bytes`, which the worker loads after its limit is set,
+    while the kernel's size already holds those values (before shrinking: `raw_bytes`): a floor of the kernel's
+    whole size counted them twice and gave the cell their size again on top of its budget. The limit is then
+    max(worker + copy, kernel) + budget: a fork's (kernel + budget, its data shared) where the kernel is larger,
+    still room for the reservations its libraries make once per process (a0b81d5)."""
+    held = max(exp.bytes, exp.raw_bytes if exp.kept else 0)
+    return max(0, kernel_vm_mb(kernel) - (held >> 20))
+
+
 def kernel_ref(pid: int, start: int, pidns: int | None) -> KernelRef | None:
     """The kernel's process, when it lives in the daemon's pid namespace and is the one that answered (else its
     workers end only with the daemon or after idling)."""
@@ -625,7 +636,7 @@ def transplant(
                                memory_mb=int(memory_mb) + (exp.bytes >> 20), output_limit=64 * 1024,
                                layer="blocking" if layer == "blocking" else "auto", places=list(places),
                                idle=bool(idle), max_processes=int(max_processes),
-                               vm_floor_mb=0 if portable else kernel_vm_mb(kernel))
+                               vm_floor_mb=0 if portable else vm_floor_mb(kernel, exp))
         if portable:  # -- the portable sandbox (worker/portable.py)
             request = msgspec.structs.replace(request, confinement="guard" if confinement == "guard" else "portable",
                                               portable_reason=portable,

@@ -514,7 +514,8 @@ def _vm_size_bytes() -> int:
 
 def set_limits(cpu_s: float, memory_mb: int, file_mb: int, nproc: int | None = None, vm_floor_mb: int = 0) -> int:
     """CPU seconds (SIGXCPU, then SIGKILL one second later), address space = max(now, `vm_floor_mb`) + memory_mb
-    (the floor: a transplant worker's kernel's size, so the worker gets what a fork of the kernel gets), file size,
+    (the floor: a transplant worker's kernel's size less the copy that `memory_mb` counts, so the worker gets what
+    a fork of the kernel gets), file size,
     no core dumps, and (if given) at most `nproc` processes (counted per user namespace: the sandbox's own; not
     enforced for root, whose bound is the pid namespace's pid_max). Returns the address-space limit."""
     cpu = max(1, int(cpu_s + 0.999))
