@@ -961,11 +961,15 @@ class CallGuard:
             return None
 
         def on_start(code: types.CodeType, offset: int) -> object:
-            if self._off_here():
-                return None if code in self.codes else disable
+            # the table brought up to date first, on CRANE's thread too once it is off (review r1 L2): DISABLE is
+            # for the code location, every thread's; from a stale table (a library imported since, its guarded
+            # functions not yet in `codes`) it would have switched off the vetting of the threads the cell left
+            # running wherever CRANE's thread started one of those functions first
             if self.dirty or len(sys.modules) != self.nmods or self.hot and self._hot_done():
                 self.refresh()
                 mon.restart_events()
+            if self._off_here():
+                return None if code in self.codes else disable
             if code not in self.codes:
                 return disable
             self.vet_start(code, sys._getframe(1))
