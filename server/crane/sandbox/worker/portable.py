@@ -79,8 +79,8 @@ PORTABLE_LAYERS = ("call guard", "audit hook")
 # (`os.environ[k] = v`: the `os.putenv` audit event), every path it names is vetted as a path the run writes.
 _NATIVE_FLAG_VARIABLES = frozenset(("XLA_FLAGS", "TF_XLA_FLAGS", "LIBTPU_INIT_ARGS"))
 _NATIVE_PATH_VARIABLES = frozenset(("TF_DUMP_GRAPH_PREFIX",))
-_PATH_FLAG = re.compile(r"""--?([A-Za-z0-9_]+)=("[^"]*"|'[^']*'|\S*)""")
-_PATH_FLAG_ENDS = ("_dir", "_directory", "_path", "_file", "_prefix")
+_XLA_PATH_FLAG = re.compile(r"""--?([A-Za-z0-9_]+)=("[^"]*"|'[^']*'|\S*)""")
+_XLA_PATH_FLAG_ENDS = ("_dir", "_directory", "_path", "_file", "_prefix")
 
 
 def _writes_at(flag: str) -> bool:
@@ -88,7 +88,7 @@ def _writes_at(flag: str) -> bool:
     path-valued dump's or cache's (`--xla_gpu_per_fusion_autotune_cache_dir`); read-only ones such as
     `--xla_gpu_cuda_data_dir` (set in GPU users' environments) or an input `..._file` are not vetted."""
     name = flag.lower()
-    return name.endswith("_to") or (("dump" in name or "cache" in name) and name.endswith(_PATH_FLAG_ENDS))
+    return name.endswith("_to") or (("dump" in name or "cache" in name) and name.endswith(_XLA_PATH_FLAG_ENDS))
 
 
 def native_env_paths(key: Any, value: Any) -> list[str]:
@@ -103,7 +103,7 @@ def native_env_paths(key: Any, value: Any) -> list[str]:
     if k not in _NATIVE_FLAG_VARIABLES:
         return []
     found = []
-    for name, val in _PATH_FLAG.findall(v):
+    for name, val in _XLA_PATH_FLAG.findall(v):
         val = val[1:-1] if val[:1] in "\"'" and len(val) > 1 and val[-1] == val[0] else val
         if _writes_at(name) and val not in ("", "-"):
             found.append(val)
