@@ -65,7 +65,8 @@ _NOT_CALLED_BY_OPERATIONS = frozenset((
     "__init__", "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__", "__slots__",
     "__init_subclass__", "__class_getitem__", "__set_name__", "__del__", "__firstlineno__", "__static_attributes__",
     "__orig_bases__", "__parameters__", "__abstractmethods__", "__classcell__", "__type_params__",
-    "__annotate__", "__annotate_func__", "__annotations_cache__", "__setstate__"))
+    "__annotate__", "__annotate_func__", "__annotations_cache__", "__setstate__",
+    "__new_member__"))  # (enum's: the class's own `__new__`, which only EnumType calls, making a member)
 _REACH_LIMIT = 100  # code objects the walk follows before it gives up (then every library name counts)
 _C_CALLABLES = (_BuiltinFunctionType, _WrapperDescriptorType, _MethodDescriptorType,
                 _GetSetDescriptorType, _MemberDescriptorType, _ClassMethodDescriptorType,
@@ -413,6 +414,7 @@ class _Proof:
                     if notebook:
                         return f"{_type_name_of(b)}'s own pickling reaches {notebook}", lib
                     if bounded and any(n.startswith("__") and n not in _NOT_CALLED_BY_OPERATIONS and not _inert(v)
+                                       and not self._the_librarys_own(mro, n, v)
                                        for k in mro if k is not object and not self.library_class(k)
                                        for n, v in _cls_dict(k).items() if type(n) is str):
                         bounded = False  # `str(self)`, `self == x`, `len(self)` in the hook call these unnamed
@@ -422,7 +424,7 @@ class _Proof:
                                 lib_names.update(n for n in _cls_dict(x) if type(n) is str and not n.startswith("__"))
                     overridden = [n for k in mro if k is not object and not self.library_class(k)
                                   for n, v in _cls_dict(k).items() if type(n) is str and n in lib_names
-                                  and not _inert(v)]
+                                  and not _inert(v) and not self._the_librarys_own(mro, n, v)]
                     if overridden:
                         return (f"{_type_name_of(t)} overrides `{overridden[0]}` of {_type_name_of(b)}, whose own "
                                 "pickling would call it"), lib
@@ -432,6 +434,28 @@ class _Proof:
             if notebook:
                 return f"{_type_name_of(t)}'s own pickling reaches {notebook}", lib
         return "", lib
+
+    def _the_librarys_own(self, mro: tuple, name: str, v: Any) -> bool:
+        """`v`, which a notebook class of `mro` holds under `name`, is C code or the very object a library class of
+        the MRO holds under that name: what inheriting the name would run (enum's `EnumType` copies `Enum.__new__`,
+        `_generate_next_value_` and Flag's operators into every enum class it makes; an `IntEnum`'s `__format__` is
+        `int.__format__`). Compared by identity (staticmethod and classmethod unwrapped), never by `==`."""
+        t = type(v)
+        if any(t is c for c in _C_CALLABLES):
+            return True
+        f = v.__func__ if t is staticmethod or t is classmethod else v
+        if type(f) is not _FunctionType:
+            return False
+        for k in mro:
+            if k is object or not self.library_class(k):
+                continue
+            kd = _cls_dict(k)
+            if name in kd:
+                own = kd[name]
+                to = type(own)
+                if (own.__func__ if to is staticmethod or to is classmethod else own) is f:
+                    return _library_function(f)
+        return False
 
     def _reused_hooks(self, mro: tuple, reused: list) -> str:
         """Why the library functions a notebook class took as its pickling or attribute hooks (`reused`: (class,
@@ -652,6 +676,9 @@ class _Proof:
             hook = self.module_hook(mod) if mod is not None else self.hooked_modules()
             if hook:  # pickled by reference: its name is looked up in its module (or, unnamed, in every module)
                 raise _Refused(f"{_type_name(obj)}: {hook}")
+            why = self._enum_reads(obj) if t is not _FunctionType and t is not _BuiltinFunctionType else ""
+            if why:
+                raise _Refused(f"{_type_name(obj)}: {why}")
             return  # a class (its metaclass was checked) or a function: no instance hooks pickle reads
         if t is _ModuleType:  # pickled by its `__name__` (or by value): cloudpickle reads it, compares it, splits it
             md = _O_DICT_GET(obj, "__dict__")  # (a name it lacks would be asked of the module's `__getattr__`)
@@ -671,6 +698,29 @@ class _Proof:
                 raise _Refused(f"{_type_name(obj)}: its __dict__ has a non-string key")
             if k in _PICKLING or k == "__reducer_override__":
                 raise _Refused(f"{_type_name(obj)}: the instance has its own `{k}`: pickling it would run it")
+
+    def _enum_reads(self, cls: Any) -> str:
+        """Why pickling the notebook's enum class `cls` by value could run the notebook's code, else "". cloudpickle
+        reads `{e.name: e.value for e in cls}` in the kernel (its `_enum_getnewargs` and `_enum_getstate`): through
+        EnumType's `__iter__` (the metaclass, checked) and the members' `name` and `value`, which are enum's own
+        `enum.property` over `_name_` and `_value_` unless a notebook class of the MRO defines one of those names
+        (a property, any descriptor) or an attribute hook. The members themselves are pickled as `(cls, (value,))`
+        (`Enum.__reduce_ex__`), proven as any instance (`_check_type`); a notebook enum's `__new__`, `__init__` and
+        `_missing_` run only where the class is made again and looked up: in the worker."""
+        mro = _mro(cls)
+        if not any(type(_T_MODULE.__get__(k, type)) is str and _T_MODULE.__get__(k, type) == "enum"
+                   and type(_T_QUALNAME.__get__(k, type)) is str and _T_QUALNAME.__get__(k, type) == "Enum"
+                   and self.library_class(k) for k in mro if k is not object) or self.library_class(cls):
+            return ""
+        for k in mro:
+            if k is object or self.library_class(k):
+                continue
+            kd = _cls_dict(k)
+            for n in ("name", "value", "_name_", "_value_", "__getattribute__", "__getattr__"):
+                if n in kd and not _inert(kd[n]) and not self._the_librarys_own(mro, n, kd[n]):
+                    return (f"{_type_name_of(k)} defines `{n}`, which pickling the enum class reads of each of its "
+                            "members")
+        return ""
 
     def hooked_modules(self) -> str:
         """A module whose name lookups could run the notebook's code, if any (pickle searches every module for an
