@@ -38,6 +38,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _ModuleType,
     _mro,
 )
+from crane.sandbox.kernel.library import carriable_module  # kernel: strip
 from crane.sandbox.kernel.proof import (  # kernel: strip
     _OWN_REDUCER_MODULES,
     _call,
@@ -354,7 +355,8 @@ def _notebook_method(v: Any) -> bool:
 def _patched_methods(proof: _Proof, objs: dict) -> list:
     """The methods the notebook added to or replaced on library classes the cell can reach: the classes of copied
     values, copied classes, and the classes a copied library module holds (`pd` for `pd.Series.scaled`), with their
-    MROs' library classes: [(class, name, value)], carried to the worker (the class by reference, the function by
+    MROs' library classes but the standard library's and those CRANE's worker runs (kernel/library.carriable_module):
+    [(class, name, value)], carried to the worker (the class by reference, the function by
     value like any notebook function) and set there on the worker's class, so a call of one runs the notebook's
     code as in the kernel (issue 42 part 2, dl-fresh's `pd.DataFrame.random_split`). Class dicts and module dicts
     read by C-level reads; nothing is called."""
@@ -373,6 +375,12 @@ def _patched_methods(proof: _Proof, objs: dict) -> list:
             if k is object or id(k) in seen or not proof.library_class(k):
                 continue
             seen.add(id(k))
+            try:
+                mod = _T_MODULE.__get__(k, type)
+            except Exception:  # (a heap type with no `__module__`)
+                continue
+            if not carriable_module(mod):  # (the standard library's, CRANE's worker's own: review r1 H1)
+                continue
             for name, value in _cls_dict(k).items():
                 if type(name) is str and _notebook_method(value):
                     out.append((k, name, value))

@@ -134,3 +134,23 @@ def is_library(path: Any) -> bool:
         if len(_SEEN) > 100_000:
             _SEEN.clear()
     return hit
+
+
+# the libraries CRANE's transplant worker itself runs (its shell, its kernel-protocol stack, its own code and its
+# state's decoders): the notebook's methods on their classes are never carried to it
+_WORKER_LIBS = frozenset(("crane", "msgspec", "cloudpickle", "builtins", "ipykernel", "IPython", "jupyter_client",
+                          "jupyter_core", "zmq", "tornado", "traitlets", "comm", "prompt_toolkit", "pygments", "jedi",
+                          "parso", "matplotlib_inline", "debugpy", "stack_data", "executing", "asttokens", "pure_eval"))
+_LB_STDLIB = frozenset(_LB_SYS.get("stdlib_module_names", ()))  # (taken at install: the worker's before any cell)
+
+
+def carriable_module(mod: object) -> bool:
+    """A class of module `mod` (its `__module__`) may get the notebook's methods set on it in the transplant
+    worker (kernel/environment._patched_methods, worker/main._register_patched): not the standard library's
+    (`sys.stdlib_module_names`, with their submodules and the private C modules: `json.encoder`, `_io`), whose
+    code CRANE's worker runs to write its record (a carried `json.JSONEncoder.encode` rewrote it: review r1 H1),
+    nor a library of `_WORKER_LIBS`."""
+    if type(mod) is not str or not mod:
+        return False
+    top = mod.partition(".")[0]
+    return not (top.startswith("_") or top in _WORKER_LIBS or top in _LB_STDLIB)
