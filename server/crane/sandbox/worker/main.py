@@ -43,7 +43,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _POOLS, _prepare_child  # kernel: strip
-from crane.sandbox.kernel.library import is_library  # kernel: strip
+from crane.sandbox.kernel.library import carriable_module, is_library  # kernel: strip
 from crane.sandbox.kernel.miniature import _REGISTRY  # kernel: strip
 from crane.sandbox.kernel.request import check_request  # kernel: strip
 from crane.sandbox.kernel.run import (  # kernel: strip
@@ -464,11 +464,57 @@ def _register_accessors(accessors: list | None) -> None:
                 reg(name)(cls)
 
 
-def _register_patched(methods: list | None) -> None:
+_NO_METHOD = object()  # (a carried method's class had no attribute of that name before the worker set it)
+
+
+def _register_patched(methods: Iterable | None, ns: dict) -> list:
     """The methods the notebook added to or replaced on library classes (kernel/environment._patched_methods), set
-    again on the worker's classes (the class came by reference, the function by value)."""
+    again on the worker's classes (the class came by reference, the function by value), once the namespace is
+    filled: each function bound to it as the notebook's own functions are (`_rebind`: it reads the names the cell
+    binds, `factor = 0` then `df.double()`, never a copy of the kernel's globals), static and class methods over
+    their function. Never on a class of the standard library's or of a library CRANE's worker runs
+    (kernel/library.carriable_module: checked here again, the class's own `__module__`). What it set, as
+    [(class, name, the value before, the value set)], for `_lift_patched` (review r1 H1, M1)."""
+    set_: list = []
     for cls, name, value in methods or ():
+        if not isinstance(cls, type) or type(name) is not str:
+            continue
+        try:
+            mod = type.__dict__["__module__"].__get__(cls, type)
+        except Exception:  # noqa: BLE001 - (a heap type with no `__module__`)
+            continue
+        if not carriable_module(mod):
+            continue
+        if isinstance(value, (staticmethod, classmethod)):
+            value = type(value)(_rebind(value.__func__, ns))
+        else:
+            value = _rebind(value, ns)
+        before = type.__dict__["__dict__"].__get__(cls, type).get(name, _NO_METHOD)
         setattr(cls, name, value)
+        set_.append((cls, name, before, value))
+    return set_
+
+
+def _lift_patched(set_: list, methods: dict) -> None:
+    """A session's carried methods (`_register_patched`'s `set_`) taken off their classes, which get back what
+    they held before (last set, first lifted), so that a later `load` unpickles with no method of the notebook's
+    on a library class (a carried `__setstate__` ran in the load, the audit hook bypassed and CRANE's frames in
+    reach: review r1 M3); `_command` sets them again, bound anew, after it. A method a session command replaced
+    or removed since is the session's own: left as it is, and dropped from `methods` (the session's carried
+    methods by (id(class), name)) for good, as a name a command bound is never loaded over."""
+    for cls, name, before, value in reversed(set_):
+        now = type.__dict__["__dict__"].__get__(cls, type).get(name, _NO_METHOD)
+        if now is not value:
+            methods[(id(cls), name)] = None
+            continue
+        try:
+            if before is _NO_METHOD:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, before)
+        except Exception:  # noqa: BLE001 - (left on the class: set again after the load)
+            pass
+    set_.clear()
 
 
 def _fail(ctx: _Ctx, why: str) -> None:
@@ -804,9 +850,13 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
             with open(os.path.join(d, str(cmd["state"])), "rb") as f:
                 data = f.read()
             bufs = _load_buffers(d, [str(b) for b in cmd.get("buffers") or []])
+            methods = state.setdefault("methods", {})  # (every load's carried methods; None: the session's own)
+            _lift_patched(state.setdefault("patched", []), methods)  # (none of the notebook's on a class in the load)
             loaded = pickle.loads(data, buffers=bufs)
             _register_accessors(loaded.pop("\x00crane-accessors", None))
-            _register_patched(loaded.pop("\x00crane-patched", None))
+            for cls, name, value in loaded.pop("\x00crane-patched", None) or ():
+                if methods.get((id(cls), name), ()) is not None:
+                    methods[(id(cls), name)] = (cls, name, value)
             if not state.get("settings"):
                 _apply_settings(facts)
                 state["settings"] = True
@@ -814,6 +864,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
             for name, obj in loaded.items():
                 if name not in ns:
                     ns[name] = _rebind(obj, ns)
+            state["patched"] = _register_patched([m for m in methods.values() if m], ns)  # (review r1 M1)
             if not state["mapped"]:
                 state["mapped"] = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
             reply["ok"] = True
@@ -895,12 +946,13 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         state = pickle.loads(data, buffers=_load_buffers(d, int(facts.get("buffers") or 0)))
         known = state.pop("\x00crane-shrunk", None) or []
         _register_accessors(state.pop("\x00crane-accessors", None))
-        _register_patched(state.pop("\x00crane-patched", None))
+        methods = state.pop("\x00crane-patched", None)
         _apply_settings(facts)
         _W["settings_missed"].extend(apply_keras(state.pop(KERAS_KEY, None)))  # Keras graphs built whole
         ns = shell.user_ns
         for name, obj in state.items():
             ns[name] = _rebind(obj, ns)
+        _register_patched(methods, ns)  # (after the namespace is filled: review r1 M1)
         _register_shrunk(known, ns)
         mapped = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
     except BaseException as exc:  # noqa: BLE001 - never a false crash: the run is unavailable
