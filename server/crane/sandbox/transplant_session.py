@@ -18,6 +18,7 @@ Verdicts say `mode="transplant"` and what was copied. Workers end with the sessi
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -32,6 +33,7 @@ from crane.sandbox.fork_session import FORGED, SandboxError, SandboxSession, _Re
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
 from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of, kernel_vm_mb
 from crane.sandbox.verdict import Integrity, SandboxVerdict, TransplantInfo
+from crane.sandbox.worker_end import exit_status, worker_outcome
 
 SEAL_WAIT_S = 5.0  # how long a worker may take to enter its sealed wait after its reply (a loaded machine)
 
@@ -62,6 +64,7 @@ class TransplantSession(SandboxSession):
         self.portable: str | None = None  # the portable sandbox confines the worker (why), or None
         self._since = bytearray()  # the bytes read on the channel since the last command (issue 41: the seal)
         self._seal_seen: bool | None = None  # the last reply was sealed over them (None: not looked, no /proc)
+        self._op: str | None = None  # the op of the command whose reply is awaited
 
     @classmethod
     def start(cls, conn: KernelConnection, *, budget_s: float, memory_mb: int, request_timeout: float,
@@ -178,6 +181,10 @@ class TransplantSession(SandboxSession):
         del self._log[position:]
 
     # -- the portable session's channel: the worker's pipes ---------------------------------------------
+    def _send(self, cmd: dict) -> None:
+        self._op = cmd.get("op")
+        super()._send(cmd)
+
     def _write_command(self, data: bytes) -> None:
         self._since = bytearray()  # what the worker writes from now on answers this command (its seal names it)
         if not self.portable:
@@ -194,15 +201,61 @@ class TransplantSession(SandboxSession):
             chunk = b"" if reader is None else reader.read(timeout)
         if chunk:
             self._since += chunk
+        elif self.worker is not None:
+            # the channel's end (b""): its writer, the worker, is ending: wait for its exit, so the session sees it
+            # gone now; nothing in time (None) from a worker that is gone already: its end (a process it left holding
+            # the channel is not its answer)
+            if chunk == b"":
+                self._worker_exited(timeout)
+            elif self._worker_exited(0.0):
+                chunk = b""
         return chunk
+
+    def _worker_exited(self, within_s: float) -> bool:
+        """The session's worker has exited, waiting up to `within_s` for it."""
+        worker = self.worker
+        if worker is None:
+            return True
+        try:
+            worker.proc.wait(max(0.0, within_s))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _ended_reply(self) -> _Reply | None:
+        """The awaited command's reply when the worker ended by itself while running it (no reply of its own): what
+        the fork session's head answers for a command process that ends so (crane.sandbox.worker_end), never a clean
+        one. None while the worker lives, when no command is awaited, or when the daemon ended it (the session's
+        kill, its kernel gone)."""
+        worker = self.worker
+        if worker is None or self._expected is None or worker.kernel_ended or self._head.killed:
+            return None
+        code = worker.proc.poll()
+        if code is None:
+            return None
+        (want_id, want_key), self._expected = self._expected, None
+        status, out = exit_status(code), worker_outcome(code)
+        if self._op == "run":
+            return _Reply(event="reply", id=want_id, key=want_key, **out)
+        if self._op == "load":
+            return _Reply(event="reply", id=want_id, key=want_key, ok=False,
+                          reason=f"the session's worker ended loading the kernel's state ({status})")
+        return _Reply(event="reply", id=want_id, key=want_key, ok=False, reason=out["reason"],
+                      ename=out.get("ename") or "SandboxBlocked", evalue=out.get("evalue") or out["reason"])
 
     # -- issue 41: a reply counts only sealed (worker/main._sealed_commands, crane.sandbox.copy_seal) --------------
     def _read_reply(self, deadline: float) -> _Reply | None:
         """The awaited reply, taken only when the worker waits for its next command sealed over exactly the bytes
         read since this command (its reply, nothing else): otherwise the session's code wrote it, or wrote beside
-        it, and a run's reply is `blocked` (the worker is not kept: the next run starts in a new one)."""
+        it, and a run's reply is `blocked` (the worker is not kept: the next run starts in a new one). A worker that
+        ended by itself while running the command answers it by how it ended (`_ended_reply`), at once."""
         rep = super()._read_reply(deadline)
-        if rep is None or rep.event != "reply" or self.worker is None or not seal_readable():
+        if rep is None:
+            rep = self._ended_reply()
+            if rep is not None:
+                self._seal_seen, self._tainted = None, True  # (its answer is its exit status: no channel was read)
+            return rep
+        if rep.event != "reply" or self.worker is None or not seal_readable():
             self._seal_seen = None
             return rep
         consumed = bytes(self._since[:len(self._since) - len(self._buf)])
@@ -264,6 +317,13 @@ class TransplantSession(SandboxSession):
         return v
 
     def inspect(self, expr: str, limit: int = 4000, timeout: float = 10.0) -> str:
+        if self._tainted and not self.closed and self._worker_exited(0.0):  # (a crashed run's live worker is
+            self._tainted = False  # inspected as it is, post mortem; a dead one is replaced: the log replayed)
+            try:
+                self._restore(len(self._log))
+            except BaseException:
+                self.close()
+                raise
         self._load_for(expr)
         return super().inspect(expr, limit, timeout)
 

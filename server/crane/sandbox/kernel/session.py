@@ -27,7 +27,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from crane.sandbox.kernel.atfork import restore, suspend_user_handlers  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
@@ -1026,10 +1026,16 @@ def evaluate(ctx: _Ctx, cmd: dict, guard: Callable[[], Any] = contextlib.nullcon
     try:
         text = _eval_text(ctx, cmd, guard)
     except BaseException as exc:  # noqa: BLE001
-        rec = _eval_error(exc)
-        _hooks_off(ctx, timer=False)
+        try:
+            rec = _eval_error(exc)
+            _hooks_off(ctx, timer=False)
+        except BaseException:  # noqa: BLE001 - CRANE's own path failed under what the code did (`_end_tampered`)
+            _end_tampered()
         return rec, True
-    _hooks_off(ctx, timer=False)
+    try:
+        _hooks_off(ctx, timer=False)
+    except BaseException:  # noqa: BLE001 - CRANE's own path failed under what the code did (`_end_tampered`)
+        _end_tampered()
     return {"ok": True, "value": text}, False
 
 
@@ -1202,8 +1208,24 @@ def run_command(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> tuple[dic
     try:
         _exec_plan(ctx, _cell_begins(ctx, state["source"], state["seen"]), ctx.shell.user_ns)
     except BaseException as exc:  # noqa: BLE001 - the cell's own exception, SystemExit included
-        return _run_record(ctx, state, exc, out_path, err_path), True
-    return _run_record(ctx, state, None, out_path, err_path), False
+        try:
+            return _run_record(ctx, state, exc, out_path, err_path), True
+        except BaseException:  # noqa: BLE001 - CRANE's own path failed under what the cell did (`_end_tampered`)
+            _end_tampered()
+    try:
+        return _run_record(ctx, state, None, out_path, err_path), False
+    except BaseException:  # noqa: BLE001 - CRANE's own path failed under what the cell did (`_end_tampered`)
+        _end_tampered()
+
+
+def _end_tampered(end: Callable[[int], Any] = _real_exit()) -> NoReturn:  # noqa: B008 - bound at load
+    """A command whose record CRANE's own code could not make after the command's code ran — that code broke what
+    CRANE runs on (`builtins.KeyError` swapped for a class of its own: the standard library's `except KeyError` no
+    longer catches a real one, and `signal.valid_signals` raises) — ends the process as one whose code rebound CRANE's
+    code (`_TAMPERED`: no reply, `blocked`), as a fork session's command does (`_command_then_seal`); never the
+    worker's own failure (exit 70, which named nothing). `end`: the C `_exit`, bound when this module was loaded."""
+    end(_TAMPERED)
+    raise SystemExit(_TAMPERED)  # (never reached)
 
 
 def _run_begins(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> dict:

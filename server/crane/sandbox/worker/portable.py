@@ -32,7 +32,6 @@ a crash, never a guess, and nothing of the cell runs after it.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
@@ -43,7 +42,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from crane.sandbox.kernel.audit import _DENY_EVENTS, _PATH_EVENTS, _ends_process, _guard_process_end  # kernel: strip
@@ -1103,18 +1102,24 @@ def lift_limits(run: Portable) -> None:
         _own_end(state)
 
 
-@contextlib.contextmanager
-def guarded(run: Portable | None) -> Iterator[None]:
-    """The call guard around one session command (nothing when the session is not portable)."""
-    if run is None:
-        yield
-        return
-    run.guard.refresh()
-    run.ctx.confinement["guard"] = run.guard.install()
-    try:
-        yield
-    finally:
-        run.guard.leave()
+class guarded:  # noqa: N801 - (used as the function it was: `with guarded(run):`)
+    """The call guard around one session command (nothing when the session is not portable). A class, not a
+    `contextlib.contextmanager`: its exit is CRANE's own statements, never the generator protocol, whose
+    `except StopIteration` a command that swapped `builtins.StopIteration` for a class of its own turns into an
+    exception out of the worker's loop (round 12, h9: the worker ended with 70 and the run came back as a crash)."""
+
+    def __init__(self, run: Portable | None) -> None:
+        self.run = run
+
+    def __enter__(self) -> None:
+        run = self.run
+        if run is not None:
+            run.guard.refresh()
+            run.ctx.confinement["guard"] = run.guard.install()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.run is not None:
+            self.run.guard.leave()
 
 
 def run_portable(run: Portable, source: str) -> dict:
