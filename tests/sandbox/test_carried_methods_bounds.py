@@ -9,7 +9,8 @@
 - M3: in a transplant session, a carried `pd.DataFrame.__setstate__` ran in the session's next `load` (the audit
   hook bypassed, CRANE's frames and their locals `ctx`, `audit`, `portable` in reach). Carried methods are now set
   after each load and lifted during the next, so no unpickling runs one (a method a session command replaced stays
-  the command's).
+  the command's). In a portable session, a method a command itself sets on a library class runs in a later load
+  under the call guard, as the command did: its frame walk to CRANE's locals is refused (the load is unavailable).
 The kernel is a CuPy one (unforkable): every run is a copy. IPython 8 and 9; the OS and the portable sandbox.
 """
 
@@ -63,6 +64,7 @@ pd.DataFrame.__setstate__ = __setstate__
 df = pd.DataFrame({{'a': [1, 2, 3]}})
 df2 = pd.DataFrame({{'b': [4, 5]}})
 df3 = pd.DataFrame({{'c': [6]}})
+df4 = pd.DataFrame({{'d': [7]}})
 """
 
 
@@ -115,3 +117,18 @@ def test_a_carried_setstate_never_runs_in_a_session_load(kernel, confinement):
             assert v.verdict == "no-crash", (v.verdict, v.ename, v.evalue, v.reason)
             assert v.stdout.split() == ["own", "1"], v.stdout
     assert watch.unchanged, (watch.outputs, watch.changes())
+
+
+def test_a_command_s_setstate_runs_in_a_portable_load_under_the_guard(kernel):
+    conn = kernel[0]
+    with Untouched(conn) as watch:
+        with open_session(conn, budget_s=30, **_options("portable")) as sb:
+            v = sb.run("def own(self, state):\n"
+                       "    os.environ['CRANE_R1_OWN'] = ','.join(sorted(sys._getframe(1).f_locals))\n"
+                       "    return _setstate(self, state)\n"
+                       "pd.DataFrame.__setstate__ = own")
+            assert v.verdict == "no-crash", (v.verdict, v.ename, v.evalue, v.reason)
+            v = sb.run("d = len(df4)\nprint(os.environ.get('CRANE_R1_OWN'))")
+    assert watch.unchanged, (watch.outputs, watch.changes())
+    # (before: the load ran it unguarded, and it read `_command`'s locals: ctx, audit, portable)
+    assert v.verdict == "unavailable" and "sys._getframe is refused" in (v.reason or ""), (v.verdict, v.stdout, v.reason)

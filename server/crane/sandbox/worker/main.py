@@ -852,7 +852,8 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
             bufs = _load_buffers(d, [str(b) for b in cmd.get("buffers") or []])
             methods = state.setdefault("methods", {})  # (every load's carried methods; None: the session's own)
             _lift_patched(state.setdefault("patched", []), methods)  # (none of the notebook's on a class in the load)
-            loaded = pickle.loads(data, buffers=bufs)
+            with guarded(portable):  # (a method a command set on a library class runs in it as a command: review r1 M3)
+                loaded = pickle.loads(data, buffers=bufs)
             _register_accessors(loaded.pop("\x00crane-accessors", None))
             for cls, name, value in loaded.pop("\x00crane-patched", None) or ():
                 if methods.get((id(cls), name), ()) is not None:
