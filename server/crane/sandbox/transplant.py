@@ -708,7 +708,7 @@ def transplant(
             info.confinement = None
             info.layers = _portable_layers(data) or ["call guard", "audit hook", *worker.os_layers]
         if v.verdict == "crash":
-            missed = [str(m) for m in setup_extra.get("settings_missed") or []]
+            missed = [str(m) for m in [*(setup_extra.get("settings_missed") or []), *(facts.get("shell_missed") or [])]]
             lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
             v.certain = crash_certain(v, source, exp.copied, [r for r in exp.carried if r not in lost],
                                       missed=missed, patched=exp.patched)
@@ -850,6 +850,9 @@ _MISSED_STATE = {
     "random": lambda v, source, frames: "random" in source,
     "numpy_random": lambda v, source, frames: "random" in source,
     "tf": lambda v, source, frames: "random" in source,  # (its seed, op-seed generator, global tf.random.Generator)
+    # the notebook's shell state the worker lacks (kernel/environment._shell_missed): AST transformers rewrite every
+    # cell (a name they define, a call they wrap)
+    "ast_transformers": lambda v, source, frames: True,
 }
 
 

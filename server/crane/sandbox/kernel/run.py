@@ -87,7 +87,9 @@ def _compile_plan(shell: Any, source: str, filename: str, transformed: str,
     linecache.cache[filename] = (len(transformed), None, transformed.splitlines(True), filename)
     interactivity = getattr(shell, "ast_node_interactivity", "last_expr") if shell is not None else "last_expr"
     body = tree.body
-    flags = (getattr(getattr(shell, "compile", None), "flags", 0) or 0) | _TOP_AWAIT
+    # a top-level `await` compiles only where the shell's `%autoawait` is on, as in IPython (issue 42 part 2, h10)
+    flags = (getattr(getattr(shell, "compile", None), "flags", 0) or 0) | (
+        0 if getattr(shell, "autoawait", True) is False else _TOP_AWAIT)
     quiet = source.rstrip().endswith(";")
     plan = []
     for i, node in enumerate(body):

@@ -549,6 +549,8 @@ def _enter_environment(facts: dict, shell: Any) -> None:
     if type(flags) is int:  # the kernel's cells' `__future__` features (round 12, h7: a later cell's annotations
         shell.compile.flags |= flags & _KERNEL_FUTURE_FLAGS  # were evaluated here: a false certain NameError)
     _set_formats(shell, facts.get("formats"))
+    if facts.get("autoawait") is False:  # `%autoawait off` in the kernel: a top-level `await` is its SyntaxError
+        shell.autoawait = False  # (issue 42 part 2, h10: the worker ran it)
 
 
 def _set_formats(shell: Any, formats: Any) -> None:
