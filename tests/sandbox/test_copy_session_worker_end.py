@@ -24,7 +24,7 @@ import pytest
 
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
-from crane.sandbox.fork_session import SandboxSession
+from crane.sandbox.fork_session import SandboxError, SandboxSession
 from crane.sandbox.session import open_session
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
@@ -117,3 +117,26 @@ def test_a_command_that_swaps_a_builtin_exception_class_is_blocked_and_changes_n
     assert fork[0].verdict == "blocked", fork
     copy = _answers(ek, kind, [swap], _later_commands_start_clean)
     assert _said(copy[0]) == _said(fork[0]), (copy, fork)
+
+
+@pytest.mark.parametrize("kind", list(SESSIONS))
+def test_a_replay_that_ends_its_worker_is_no_restored_session(ek, kind):
+    """A run kept clean that ends the worker when the log is replayed (the kernel's state it reads changed since; the
+    portable guard refuses the `os._exit` instead): the session cannot be restored (SandboxError, closed), never a
+    session on a dead worker or on a state it never had (before: the replay's answer was not looked at, and the
+    next run found `w` undefined)."""
+    conn = ek["conn"]
+    assert conn.run_cell("h9_flag = 0", timeout=60).status == "ok"
+    try:
+        with copy_path_kernel(conn, kind):
+            with open_session(conn, budget_s=BUDGET_S, sandbox=SESSIONS[kind]) as sb:
+                first = sb.run("import os\nif h9_flag:\n    os._exit(0)\nw = 1")
+                assert first.verdict == "no-crash", first
+                assert conn.run_cell("h9_flag = 1", timeout=60).status == "ok"
+                zero = sb.run("1/0")
+                assert (zero.verdict, zero.ename) == ("crash", "ZeroDivisionError"), zero
+                with pytest.raises(SandboxError, match="could not be restored"):
+                    sb.run("w")  # (a new worker: the log replayed, its first run now ends it)
+                assert sb.closed
+    finally:
+        assert conn.run_cell("del h9_flag", timeout=60).status == "ok"

@@ -176,8 +176,11 @@ class TransplantSession(SandboxSession):
             self._load_for(source)
             self._send({"op": "run", "source": source, "budget_s": float(self.budget_s)})
             rep = self._read_reply(time.monotonic() + self.budget_s + 2.0)
-            if rep is None or rep.event != "reply":
-                raise SandboxError("a checkpoint could not be restored: replaying a run did not finish")
+            # every run in the log came back no-crash: one that does not now (it ended the worker: `_ended_reply`; it
+            # raised or was refused, the kernel's state it reads changed since) leaves a state the session never had
+            if rep is None or rep.event != "reply" or rep.verdict != "no-crash" or self._worker_exited(0.0):
+                why = "did not finish" if rep is None or rep.event != "reply" else f"came back {rep.verdict}"
+                raise SandboxError(f"a checkpoint could not be restored: replaying a run {why}")
         del self._log[position:]
 
     # -- the portable session's channel: the worker's pipes ---------------------------------------------
