@@ -22,6 +22,7 @@ import {
   craneTooltip,
   env,
   kernelCheck,
+  hoverUntil,
   moveTo,
   moveToText,
   openNotebook,
@@ -186,9 +187,7 @@ step('5. restarting the kernel from the toolbar: CRANE attaches to the new proce
     await waitForSquiggle(n);
   }
   assert.equal(await cellRow(s.page, 3).locator('.squiggly-error').count(), 0);
-  await moveTo(s.page, cellRow(s.page, CRASH_CELL).locator('.squiggly-error').first());
-  const hover = s.page.locator('.monaco-hover').filter({ hasText: 'NameError' }).first();
-  await hover.waitFor({ timeout: SLOW });
+  const hover = await hoverUntil(s.page, cellRow(s.page, CRASH_CELL).locator('.squiggly-error').first(), 'NameError');
   assert.match(await hover.innerText(), /sales/);
   await s.page.waitForTimeout(400);
   await s.screenshot('restarted-names-gone');
@@ -206,8 +205,7 @@ step('6. the execution count and history show only the user\'s runs; CRANE\'s re
   assert.equal(await executionCount(s.page, 4), '[2]');
   // the facts follow the new process: the column is missing again
   await cellRow(s.page, CRASH_CELL).locator('.squiggly-error').first().waitFor({ timeout: SLOW });
-  await moveTo(s.page, cellRow(s.page, CRASH_CELL).locator('.squiggly-error').first());
-  await s.page.locator('.monaco-hover').filter({ hasText: 'KeyError' }).first().waitFor({ timeout: SLOW });
+  await hoverUntil(s.page, cellRow(s.page, CRASH_CELL).locator('.squiggly-error').first(), 'KeyError');
   await s.page.keyboard.press('Escape');
   const { file } = await attachedThroughJupyter(firstFile);
   const state = await kernelCheck(file, 2);

@@ -185,6 +185,32 @@ export async function moveTo(page, locator) {
   }
 }
 
+/**
+ * Hovers `locator` (a squiggle) until an editor hover containing `text` shows; returns that hover. An editor hover
+ * keeps the message it showed when the pointer arrived: when diagnostics are published again meanwhile (a kernel
+ * restart makes the old KeyError squiggle a NameError one a moment later), a pointer left still never sees the new
+ * message. So each try moves away, closes the hover and moves onto the squiggle again (resolved anew).
+ */
+export async function hoverUntil(page, locator, text, timeout = SLOW) {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    await page.keyboard.press('Escape').catch(() => {});
+    await page.mouse.move(800, 900);
+    await locator.waitFor({ timeout: Math.max(1000, deadline - Date.now()) });
+    await moveTo(page, locator);
+    const hover = page.locator('.monaco-hover').filter({ hasText: text }).first();
+    try {
+      await hover.waitFor({ timeout: 5000 });
+      return hover;
+    } catch (err) {
+      if (Date.now() > deadline) {
+        const shown = await page.locator('.monaco-hover').allInnerTexts().catch(() => []);
+        throw new Error(`no hover showed ${text}; last shown: ${JSON.stringify(shown)}`);
+      }
+    }
+  }
+}
+
 /** Moves the mouse onto the first occurrence of `word` in the text of `locator` (one editor line). */
 export async function moveToText(page, locator, word) {
   await locator.scrollIntoViewIfNeeded();
