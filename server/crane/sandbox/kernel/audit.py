@@ -89,12 +89,15 @@ def _ends_process(sig: Any) -> bool:
         return False
 
 
-def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
+def _guard_process_end(ctx: _Ctx, state: dict, mypid: int, handed_over: Any = None) -> None:
     """The run's own process ending itself (`os._exit`/`posix._exit`, `os.abort`, a signal that ends it raised,
     sent to itself, its own thread or its own pidfd) is the crash the real kernel would have: the run ends there
     as "the cell ends the kernel's process", sealed as such (kernel/common), with the record when the channel is
     still open. One-shot runs only: a session's command process simply dies, as its reply says. Any other way out
-    (a C call, a new `posix` module's `_exit`) ends the process unsealed, which the daemon reports the same way."""
+    (a C call, a new `posix` module's `_exit`) ends the process unsealed, which the daemon reports the same way.
+    `handed_over` (the portable worker's `_children_refused`): a refusal a fork child of the run handed over before
+    this end came first, and ends the run `blocked` as the child's (it never returns then): its notice waits for a
+    listener thread and a signal handler, which a loaded machine may not have run yet when the cell ends."""
     if ctx.args["mode"] != "run" or ctx.result_fd < 0:
         return
     real_exit = os._exit
@@ -103,6 +106,8 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int) -> None:
         return bool(state.get("running")) and not state["bypass"] and os.getpid() == mypid
 
     def end(what: str, code: int = 0) -> NoReturn:
+        if handed_over is not None:
+            handed_over()
         # the run's end is decided: a refusal a fork child hands over meanwhile (worker/portable._children_refused,
         # run from a signal handler in the seal's wait) neither writes a second record nor seals over this one.
         # Not "own": the audit hook and the guard stay on for whatever of the cell's still runs (a finalizer)

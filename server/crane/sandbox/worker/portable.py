@@ -580,7 +580,7 @@ def _install_portable_hook(run: Portable) -> None:
     state: dict[str, Any] = {"bypass": False, "own": {}}  # ("own": `_own_begin`)
     ctx.audit_state = state
     mypid = os.getpid()
-    _guard_process_end(ctx, state, mypid)
+    _guard_process_end(ctx, state, mypid, _children_refused)
     if guard.fork_children and hasattr(os, "register_at_fork"):
         _listen_to_children(run, mypid)
         os.register_at_fork(after_in_child=lambda: _child_after_fork(guard, mypid, ctx))
