@@ -63,6 +63,7 @@ from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
 from crane.sandbox.worker.head import answer_self, end_ahead, fork_refused, serve_forked  # kernel: strip
+from crane.sandbox.worker.load_vet import audited_load  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
     apply_limits,
     begin_portable,
@@ -854,8 +855,11 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
             bufs = _load_buffers(d, [str(b) for b in cmd.get("buffers") or []])
             methods = state.setdefault("methods", {})  # (every load's carried methods; None: the session's own)
             _lift_patched(state.setdefault("patched", []), methods)  # (none of the notebook's on a class in the load)
-            with guarded(portable):  # (a method a command set on a library class runs in it as a command: review r1 M3)
-                loaded = pickle.loads(data, buffers=bufs)
+            if portable is None:  # (a command's code met in the load runs under the audit hook: worker/load_vet.py)
+                loaded = audited_load(data, bufs, audit, ctx.denied)
+            else:  # (a method a command set on a library class runs in it as a command: review r1 M3)
+                with guarded(portable):
+                    loaded = pickle.loads(data, buffers=bufs)
             _register_accessors(loaded.pop("\x00crane-accessors", None))
             for cls, name, value in loaded.pop("\x00crane-patched", None) or ():
                 if methods.get((id(cls), name), ()) is not None:
