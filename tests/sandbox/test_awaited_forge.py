@@ -26,6 +26,7 @@ from crane.sandbox.options import SandboxOptions
 from crane.sandbox.session import open_session
 
 from .copy_sessions import copy_path_kernel
+from .one_shot import each_kernel, one_shot  # noqa: F401 (each_kernel: the fixture conn)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's confinement is Linux's")
 
@@ -87,8 +88,7 @@ sys.settrace(None)
 assert x == 2 and 'line' in seen and 'return' in seen, seen
 print('awaited')
 '''
-PATHS: dict[str, dict[str, Any]] = {"layered": {"layer": "layered"}, "blocking": {"layer": "blocking"},
-                                    "portable": {"sandbox": SandboxOptions(confinement="portable")}}
+PATHS = ["layered", "blocking", "portable"]
 # an `async` cell as notebooks write them (issue 41: in the blocking confinement, which a fork session's commands run
 # in, every awaited statement came back `blocked`: asyncio's event loop makes a socketpair for its self-pipe, and the
 # profile refused every socketpair; now an AF_UNIX pair is allowed there, kernel/confine)
@@ -109,26 +109,14 @@ await fetch({'present': 1})
 """
 
 
-@pytest.fixture(scope="module")
-def conn(env_conn):
-    return env_conn
-
-
-def _one_shot(conn: Any, source: str, path: str) -> Any:
-    with Untouched(conn) as watch:
-        v = speculate(conn, source, 60.0, **PATHS[path])
-    assert watch.unchanged, (watch.outputs, watch.changes(), v)
-    return v
-
-
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 def test_an_awaited_statement_on_a_patched_loop_is_never_clean(conn, path):
-    v = _one_shot(conn, PATCH_LOOP + RAISING, path)
+    v = one_shot(conn, path, PATCH_LOOP + RAISING)
     assert v.verdict == "blocked" and "awaited statement" in (v.reason or ""), v
-    v = _one_shot(conn, "import asyncio\n" + RAISING, path)
+    v = one_shot(conn, path, "import asyncio\n" + RAISING)
     assert (v.verdict, v.ename) == ("crash", "ZeroDivisionError"), v
     for honest in (PLAIN, TRACED) if path == "layered" else (PLAIN,):
-        v = _one_shot(conn, honest, path)
+        v = one_shot(conn, path, honest)
         assert v.verdict == "no-crash" and v.stdout == "awaited\n", v
 
 

@@ -12,22 +12,14 @@ a formatter the kernel switched off is off in the copy paths' worker too (its se
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import pytest
 
-from crane.kernel.untouched import Untouched
-from crane.sandbox import speculate
-from crane.sandbox.options import SandboxOptions
-from crane.sandbox.transplant import transplant
+from .one_shot import each_kernel, one_shot  # noqa: F401 (each_kernel: the fixture conn)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's confinement is Linux's")
 
-PATHS = {
-    "blocking": lambda conn, src: speculate(conn, src, 60.0, layer="blocking"),
-    "transplant": lambda conn, src: transplant(conn, src, 60.0, layer="blocking"),
-    "portable": lambda conn, src: speculate(conn, src, 60.0, sandbox=SandboxOptions(confinement="portable")),
-}
+PATHS = ["blocking", "transplant", "portable"]
 HTML = "class H:\n    def _repr_html_(self):\n        raise ValueError('html')\n    def __repr__(self):\n        return 'h'\n"
 LATEX = "class L:\n    def _repr_latex_(self):\n        raise ValueError('latex')\n"
 RAISING = {"a _repr_html_ that raises": HTML + "H()", "a _repr_latex_ that raises": LATEX + "L()"}
@@ -38,33 +30,21 @@ CLEAN = {
 }
 
 
-@pytest.fixture(scope="module")
-def conn(env_conn):
-    return env_conn
-
-
-def _one_shot(conn: Any, path: str, source: str) -> Any:
-    with Untouched(conn) as watch:
-        v = PATHS[path](conn, source)
-    assert watch.unchanged, (watch.outputs, watch.changes(), v)
-    return v
-
-
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("cell", list(RAISING))
 def test_a_displayed_value_whose_rich_formatter_raises_is_that_crash(conn, cell, path):
-    v = _one_shot(conn, path, RAISING[cell])
+    v = one_shot(conn, path, RAISING[cell])
     assert (v.verdict, v.ename) == ("crash", "ValueError"), v
 
 
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("cell", list(CLEAN))
 def test_a_value_not_displayed_or_formatted_cleanly_is_no_crash(conn, cell, path):
-    v = _one_shot(conn, path, CLEAN[cell])
+    v = one_shot(conn, path, CLEAN[cell])
     assert v.verdict == "no-crash", v
 
 
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 def test_the_kernels_formatter_settings_hold_in_every_path(conn, path):
     """A kernel whose HTML formatter is off never calls `_repr_html_`: the raising one is no error there, nor here
     (the copy paths' worker takes the kernel's formatter settings with its environment)."""
@@ -72,9 +52,9 @@ def test_the_kernels_formatter_settings_hold_in_every_path(conn, path):
     assert conn.run_cell(off.format(False)).status == "ok"
     try:
         assert conn.run_cell(RAISING["a _repr_html_ that raises"]).status == "ok"
-        v = _one_shot(conn, path, RAISING["a _repr_html_ that raises"])
+        v = one_shot(conn, path, RAISING["a _repr_html_ that raises"])
         assert v.verdict == "no-crash", v
-        v = _one_shot(conn, path, RAISING["a _repr_latex_ that raises"])
+        v = one_shot(conn, path, RAISING["a _repr_latex_ that raises"])
         assert (v.verdict, v.ename) == ("crash", "ValueError"), v
     finally:
         assert conn.run_cell(off.format(True)).status == "ok"

@@ -11,24 +11,17 @@ certain `NameError` (one-shot runs and sessions). The kernel's features now go t
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import pytest
 
 from crane.kernel.untouched import Untouched
-from crane.sandbox import speculate
-from crane.sandbox.options import SandboxOptions
 from crane.sandbox.session import open_session
-from crane.sandbox.transplant import transplant
+
+from .one_shot import PORTABLE, one_shot
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's confinement is Linux's")
 
-PORTABLE = SandboxOptions(confinement="portable")
-PATHS = {
-    "blocking": lambda conn, src: speculate(conn, src, 60.0, layer="blocking"),
-    "transplant": lambda conn, src: transplant(conn, src, 60.0, layer="blocking"),
-    "portable": lambda conn, src: speculate(conn, src, 60.0, sandbox=PORTABLE),
-}
+PATHS = ["blocking", "transplant", "portable"]
 CELLS = {
     "a function's annotations": "def f(x: NotYetDefined) -> AlsoLater:\n    return x\nprint(f(3))",
     "a class attribute's": "class C:\n    a: Missing = 3\nprint(C.a)",
@@ -43,23 +36,16 @@ def conn(env_conn):
     return env_conn
 
 
-def _one_shot(conn: Any, path: str, source: str) -> Any:
-    with Untouched(conn) as watch:
-        v = PATHS[path](conn, source)
-    assert watch.unchanged, (watch.outputs, watch.changes(), v)
-    return v
-
-
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_an_earlier_future_import_holds_in_every_path(conn, cell, path):
-    v = _one_shot(conn, path, CELLS[cell])
+    v = one_shot(conn, path, CELLS[cell])
     assert (v.verdict, v.stdout.strip()) == ("no-crash", "3"), v
 
 
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 def test_a_body_that_raises_is_still_that_crash(conn, path):
-    v = _one_shot(conn, path, RAISING)
+    v = one_shot(conn, path, RAISING)
     assert (v.verdict, v.ename) == ("crash", "NameError"), v
 
 

@@ -18,17 +18,15 @@ layers; fork sessions: `unblock`, `cleared`)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import pytest
 
 from crane.kernel.untouched import Untouched
-from crane.sandbox import speculate
 from crane.sandbox.fork_session import SandboxSession
 from crane.sandbox.session import open_session
-from crane.sandbox.transplant import transplant
 
 from .copy_sessions import copy_path_kernel
+from .one_shot import each_kernel, one_shot  # noqa: F401 (each_kernel: the fixture conn)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seal is read in Linux's /proc")
 
@@ -127,40 +125,24 @@ for _fn in [o for o in gc.get_objects() if isinstance(o, ctypes._CFuncPtr) and g
         _fn.argtypes = _fn.argtypes
 '''
 ATTACKS = {"call": CALL, "from_param": FROM_PARAM, "signal": SIGNAL}
-PATHS = {
-    "blocking": lambda conn, src: speculate(conn, src, 60.0, layer="blocking"),
-    "layered": lambda conn, src: speculate(conn, src, 60.0, layer="layered"),
-    "transplant": lambda conn, src: transplant(conn, src, 60.0, layer="blocking"),
-}
-
-
-@pytest.fixture(scope="module")
-def conn(env_conn):
-    return env_conn
-
-
-def _run(conn: Any, path: str, source: str) -> Any:
-    with Untouched(conn) as watch:
-        v = PATHS[path](conn, source)
-    assert watch.unchanged, (watch.outputs, watch.changes(), v)
-    return v
+PATHS = ["blocking", "layered", "transplant"]
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 def test_a_raising_cell_that_reaches_the_seals_call_is_never_clean(conn, path, attack):
-    v = _run(conn, path, RECORD + ATTACKS[attack] + "raise E()\n")
+    v = one_shot(conn, path, RECORD + ATTACKS[attack] + "raise E()\n")
     assert v.verdict == "blocked", v  # (a no-crash record under the raised seal: the cell wrote it)
 
 
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 def test_honest_cells_keep_their_verdicts_under_the_new_seal(conn, path):
-    v = _run(conn, path, "1 / 0")
+    v = one_shot(conn, path, "1 / 0")
     assert (v.verdict, v.ename) == ("crash", "ZeroDivisionError"), v
-    v = _run(conn, path, "y = base + 1")
+    v = one_shot(conn, path, "y = base + 1")
     assert v.verdict == "no-crash", v
     # a cell's own signal handler, still set when it ends (blocked for the seal, never run by CRANE)
-    v = _run(conn, path, "import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)\ny = 2")
+    v = one_shot(conn, path, "import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)\ny = 2")
     assert v.verdict == "no-crash", v
 
 
@@ -269,11 +251,11 @@ UNDONE = {"unblock": SIGNAL + UNBLOCK, "cleared": SIGNAL + CLEARED, "runout": SI
 
 
 @pytest.mark.parametrize("attack", list(UNDONE))
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 def test_a_cell_that_undoes_the_seals_signal_block_is_never_clean(conn, path, attack):
-    v = _run(conn, path, RECORD + UNDONE[attack] + "raise E()\n")
+    v = one_shot(conn, path, RECORD + UNDONE[attack] + "raise E()\n")
     assert v.verdict == "blocked", v
-    v = _run(conn, path, "1/0")  # (the next run is the kernel's own, as ever)
+    v = one_shot(conn, path, "1/0")  # (the next run is the kernel's own, as ever)
     assert (v.verdict, v.ename) == ("crash", "ZeroDivisionError"), v
 
 

@@ -18,13 +18,11 @@ from typing import Any
 import pytest
 
 from crane.kernel.untouched import Untouched
-from crane.sandbox import speculate
 from crane.sandbox.fork_session import SandboxSession
-from crane.sandbox.options import SandboxOptions
 from crane.sandbox.session import open_session
-from crane.sandbox.transplant import transplant
 
 from .copy_sessions import SESSIONS, copy_path_kernel
+from .one_shot import each_kernel, one_shot  # noqa: F401 (each_kernel: the fixture conn)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's confinement is Linux's")
 
@@ -35,37 +33,20 @@ PATCH = ("type(get_ipython().builtin_trap).__exit__.__code__ = "
 # guard is one on the fork path)
 PATCH_NULL = "import contextlib\ncontextlib.nullcontext.__exit__.__code__ = (lambda self, *a: True).__code__\n"
 
-PATHS = {
-    "blocking": lambda conn, src: speculate(conn, src, 60.0, layer="blocking"),
-    "layered": lambda conn, src: speculate(conn, src, 60.0, layer="layered"),
-    "transplant": lambda conn, src: transplant(conn, src, 60.0, layer="blocking"),
-    "portable": lambda conn, src: speculate(conn, src, 60.0, sandbox=SandboxOptions(confinement="portable")),
-}
+PATHS = ["blocking", "layered", "transplant", "portable"]
 
 
-@pytest.fixture(scope="module")
-def conn(env_conn):
-    return env_conn
-
-
-def _one_shot(conn: Any, path: str, source: str) -> Any:
-    with Untouched(conn) as watch:
-        v = PATHS[path](conn, source)
-    assert watch.unchanged, (watch.outputs, watch.changes(), v)
-    return v
-
-
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 def test_a_cell_whose_trap_swallows_its_exception_is_that_crash(conn, path):
-    v = _one_shot(conn, path, PATCH + "raise ValueError('real')")
+    v = one_shot(conn, path, PATCH + "raise ValueError('real')")
     assert (v.verdict, v.ename) == ("crash", "ValueError"), v
     # the kernel's own word on that cell (its trap's code changed for good: restored below)
     assert conn.run_cell("_crane_t = type(get_ipython().builtin_trap)\n_crane_c = _crane_t.__exit__.__code__").status == "ok"
     try:
         assert conn.run_cell(PATCH + "raise ValueError('real')").status == "error"
-        v = _one_shot(conn, path, "{}['k']")  # (a copy of a kernel whose trap swallows)
+        v = one_shot(conn, path, "{}['k']")  # (a copy of a kernel whose trap swallows)
         assert (v.verdict, v.ename) == ("crash", "KeyError"), v
-        v = _one_shot(conn, path, "y = base + 1")
+        v = one_shot(conn, path, "y = base + 1")
         assert v.verdict == "no-crash", v
     finally:
         assert conn.run_cell("_crane_t.__exit__.__code__ = _crane_c\ndel _crane_t, _crane_c").status == "ok"
