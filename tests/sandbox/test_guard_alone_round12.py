@@ -14,6 +14,10 @@ Each attack: `blocked` (under the guard alone by a Python layer, naming the libr
 changed, no loopback service reached, the kernel unchanged and alive, never a certain crash (`run5`); honest code
 writing the same files inside the run keeps the kernel's verdict. Every attack here wrote outside (or reached the
 listener) under the guard alone before the fix.
+Each library's cases run on a kernel that has imported that library alone (`kernels`), in each kernel environment
+with its own build of it (kernel_choice.library_kernels, as rounds 10 and 11): every run's worker imports all its
+kernel holds, and one kernel per environment that imported xgboost, lightgbm, JAX and torch in turn made each later
+run's worker import them all (TensorFlow's neighbour torch was skipped there for that reason).
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ import sys
 
 import pytest
 
-from .test_portable_round5 import BOTH, GUARD, _has, k5, run5  # noqa: F401 (fixtures)
+from crane.kernel.manager import start_kernel
+
+from ..kernel_envs import kernel_python
+from .kernel_choice import library_kernels
+from .test_portable_round5 import BOTH, GUARD, SETUP, run5
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker's run folder view")
 
@@ -81,21 +89,43 @@ HONEST = {
 OUT = {"xgboost": "100 True", "jax": "100 True", "torch": "100 True"}
 
 
-def _library(k5, module: str) -> None:  # noqa: F811 (the fixture's value)
-    """The library imported in the kernel once (its worker then has it before the run), or skip where the kernel's
-    environment lacks it; torch only where TensorFlow is not (a worker holding both is too slow: round 11)."""
-    if not _has(k5, module):
-        pytest.skip(f"{module} is not in this kernel's environment")
-    if module == "torch" and _has(k5, "tensorflow"):
-        pytest.skip("torch runs on the kernel environment without TensorFlow")
-    done = k5.setdefault("imported", set())
-    if module not in done:
-        run = k5["conn"].run_cell(f"import {module}", timeout=300)
-        assert run.status == "ok", run
-        done.add(module)
+@pytest.fixture(scope="module")
+def kernels(workdir, outside, listener):
+    """`kernels(env, module)`: a kernel of that environment that has imported that library alone (its worker then
+    has it before the run, as a warm worker has the kernel's imports), started at its first case and kept for the
+    module, with round 5's set-up and `k5`'s keys (run5); a skip where the environment lacks the library."""
+    started: dict[tuple[str, str], dict] = {}
+    owned = []
+
+    def get(env: str, module: str) -> dict:
+        if (env, module) not in started:
+            kernel = start_kernel(workdir, python=kernel_python(env))
+            owned.append(kernel)
+            conn = kernel.connection
+            run = conn.run_cell(SETUP, timeout=120)
+            assert run.status == "ok", run
+            has = conn.evaluate(f"__import__('importlib.util').util.find_spec({module!r}) is not None")
+            if has:
+                run = conn.run_cell(f"import {module}", timeout=300)
+                assert run.status == "ok", run
+            started[env, module] = {"conn": conn, "work": workdir, "outside": outside, "listener": listener,
+                                    "kpid": conn.evaluate("kpid"), "has": has}
+        k = started[env, module]
+        if not k["has"]:
+            pytest.skip(f"{module} is not in this kernel's environment")
+        return k
+
+    yield get
+    for kernel in owned:
+        kernel.shutdown()
 
 
-def _blocked(k5, v, sandbox, named: str) -> None:  # noqa: F811 (the fixture's value)
+def _on(module: str, cases) -> list:
+    """`cases` (ids) on each kernel environment `module` runs on: (env, case) params, ids env-case."""
+    return [pytest.param(env, case, id=f"{env}-{case}") for env in library_kernels(module) for case in cases]
+
+
+def _blocked(k5, v, sandbox, named: str) -> None:
     assert v.verdict == "blocked", v
     if sandbox is GUARD:
         assert v.refusal is not None and v.refusal.layer != "landlock" and named in (v.reason or ""), v
@@ -104,38 +134,40 @@ def _blocked(k5, v, sandbox, named: str) -> None:  # noqa: F811 (the fixture's v
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("attack", list(XGB_CACHE))
-def test_xgboost_cache_pages_never_written_outside(k5, attack, sandbox):  # noqa: F811 (fixtures)
-    _library(k5, "xgboost")
+@pytest.mark.parametrize("env,attack", _on("xgboost", XGB_CACHE))
+def test_xgboost_cache_pages_never_written_outside(kernels, env, attack, sandbox):
+    k5 = kernels(env, "xgboost")
     _blocked(k5, run5(k5, XGB_CACHE[attack], sandbox), sandbox, "xgboost")
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("library,attack", list(NETWORK), ids=[f"{m}-{a}" for m, a in NETWORK])
-def test_native_network_of_ml_libraries_reaches_no_service(k5, library, attack, sandbox):  # noqa: F811 (fixtures)
-    _library(k5, library)
+@pytest.mark.parametrize("env,case", [p for library in ("xgboost", "lightgbm")
+                                      for p in _on(library, [f"{m}-{a}" for m, a in NETWORK if m == library])])
+def test_native_network_of_ml_libraries_reaches_no_service(kernels, env, case, sandbox):
+    library, _, attack = case.partition("-")
+    k5 = kernels(env, library)
     source = f"import {library}\n" + NETWORK[library, attack].replace("@PORT@", str(k5["listener"].port))
     _blocked(k5, run5(k5, source, sandbox), sandbox, library)  # (run5: the listener received nothing)
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("attack", list(XLA))
-def test_xla_flags_never_dump_outside(k5, attack, sandbox):  # noqa: F811 (fixtures)
-    _library(k5, "jax")
+@pytest.mark.parametrize("env,attack", _on("jax", XLA))
+def test_xla_flags_never_dump_outside(kernels, env, attack, sandbox):
+    k5 = kernels(env, "jax")
     _blocked(k5, run5(k5, XLA[attack], sandbox), sandbox, "XLA_FLAGS")
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("attack", list(TORCH))
-def test_torch_profiler_traces_never_written_outside(k5, attack, sandbox):  # noqa: F811 (fixtures)
-    _library(k5, "torch")
+@pytest.mark.parametrize("env,attack", _on("torch", TORCH))
+def test_torch_profiler_traces_never_written_outside(kernels, env, attack, sandbox):
+    k5 = kernels(env, "torch")
     _blocked(k5, run5(k5, "import torch\n" + TORCH[attack], sandbox), sandbox, "torch")
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
-@pytest.mark.parametrize("module", list(HONEST))
-def test_honest_writers_inside_the_run_keep_the_kernels_verdict(k5, module, sandbox):  # noqa: F811 (fixtures)
-    _library(k5, module)
+@pytest.mark.parametrize("env,module", [p for module in HONEST for p in _on(module, [module])])
+def test_honest_writers_inside_the_run_keep_the_kernels_verdict(kernels, env, module, sandbox):
+    k5 = kernels(env, module)
     v = run5(k5, HONEST[module], sandbox)
     assert (v.verdict, v.stdout.strip().splitlines()[-1:]) == ("no-crash", [OUT[module]]), v
 
