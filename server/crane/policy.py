@@ -111,8 +111,9 @@ def with_model(rules: list[Finding], model: ModelAnswer) -> Decision:
 
 
 def sandbox_conclusive(v: SandboxVerdict | None) -> bool:
-    """A clean run, or a certain crash (a likely one, `certain=False`, never decides alone)."""
-    return v is not None and (v.verdict == "no-crash" or (v.verdict == "crash" and v.certain))
+    """A clean run, or a certain crash (a likely one, `certain=False`, never decides alone; nor does a likely clean
+    run: a copy that could not run a finalizer the cell's `del` runs in the kernel, worker/finalizers.py)."""
+    return v is not None and v.verdict in ("no-crash", "crash") and v.certain
 
 
 def decide(
@@ -138,7 +139,7 @@ def _decide(mode: Mode, rules: list[Finding], sandbox: SandboxVerdict | None, mo
     if sandbox is not None and sandbox.verdict == "crash" and any(f.ename == sandbox.ename for f in rules):
         # a likely crash (a transplant's failing frame depends on rebuilt state) the rules predicted too
         return Decision("crash", [sandbox_finding(sandbox, rules)], "sandbox")
-    if sandbox is not None and sandbox.verdict == "no-crash":
+    if sandbox is not None and sandbox.verdict == "no-crash" and sandbox.certain:
         return Decision("no-crash", [], "sandbox", cleared=list(rules))
     if mode == "llm" and model is not None:
         return with_model(rules, model)

@@ -72,13 +72,13 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
                                  [_HERE / "kernel/pristine.py", _HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/bound.py",
                                   _HERE / "kernel/stdlib_own.py", _HERE / "kernel/lookups.py", _HERE / "kernel/miniature.py",
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
-                                  _HERE / "kernel/environment.py", _HERE / "kernel/export_request.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
+                                  _HERE / "kernel/environment.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
                                   _HERE / "shared/keras_graph.py", _HERE / "shared/tf_data.py",
                                   _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
-                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/imports.py", _HERE / "worker/load_vet.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
+                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/finalizers.py", _HERE / "worker/imports.py", _HERE / "worker/load_vet.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
                                 _HERE / "worker/warmup.py", _HERE / "worker/main.py"])
 
 
@@ -707,6 +707,9 @@ def transplant(
             v.mode, v.mode_reason = "portable", portable
             info.confinement = None
             info.layers = _portable_layers(data) or ["call guard", "audit hook", *worker.os_layers]
+        missed_finalizer = _finalizers_missed(data) if v.verdict == "no-crash" else None
+        if missed_finalizer:  # the cell freed a copied object whose kernel finalizer the copy could not run
+            v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
         if v.verdict == "crash":
             missed = [str(m) for m in [*(setup_extra.get("settings_missed") or []), *(facts.get("shell_missed") or [])]]
             lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
@@ -763,6 +766,16 @@ def _view_touched(data: bytes) -> bool:
 
     rec = parse_lines(data).record
     return bool(rec is not None and isinstance(rec.confinement, dict) and rec.confinement.get("view_touched"))
+
+
+def _finalizers_missed(data: bytes) -> str | None:
+    """What the worker's record says the copy did not run when the cell freed a copied object (its
+    `confinement.finalizers_missed`, worker/finalizers.py), if anything."""
+    from crane.sandbox.assemble import parse_lines
+
+    rec = parse_lines(data).record
+    why = rec.confinement.get("finalizers_missed") if rec is not None and isinstance(rec.confinement, dict) else None
+    return str(why) if why else None
 
 
 def _portable_layers(data: bytes) -> list[str]:

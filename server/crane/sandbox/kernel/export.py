@@ -50,6 +50,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _settings,
 )
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
+from crane.sandbox.kernel.finalizers import finalizer_tail  # kernel: strip
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
@@ -177,7 +178,9 @@ def _export(args: Any, resealed: list) -> dict:
     reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
     graph.scan(objs)  # Sequential models sharing a layer with another copied value: rebuilt from their layers
     objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
-    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof)
+    # what runs when a copied object is freed (its finalizers, weak callbacks, the kernel's references), pickled after
+    # the namespace by the same pickler (kernel/finalizers.py)
+    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, tail=finalizer_tail)
     objs.pop(KERAS_KEY, None)
     objs.pop("\x00crane-accessors", None)
     objs.pop("\x00crane-patched", None)

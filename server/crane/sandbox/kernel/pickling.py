@@ -176,11 +176,16 @@ def _own_pickling(mro: tuple) -> bool:
     return False
 
 
-def dump_state(objs: dict, reducers: dict, *, cp: Any, d: str | None, tag: str, ctl: _Control, proof: _Proof) -> dict:
+def dump_state(objs: dict, reducers: dict, *, cp: Any, d: str | None, tag: str, ctl: _Control, proof: _Proof,
+               tail: Any = None) -> dict:
     """Pickle `objs` (CRANE's dict of proven objects, by name) with CRANE's `reducers` (an exact type -> a function
     of the object: a reduce tuple, or NotImplemented for cloudpickle's own) into `d` (None: count only) in a thread with a known stack and CRANE's recursion limit;
-    the calling thread waits, polling the controls. {"ok", "buffers": [sizes], "bytes", "error"}."""
-    out: dict = {"ok": False, "buffers": [], "bytes": 0, "error": None}
+    the calling thread waits, polling the controls. {"ok", "buffers": [sizes], "bytes", "error", "tail"}.
+    `tail(pickler, trial, objs)`: called in the pickler's thread once `objs` is pickled; what it returns (not None)
+    is pickled next into the same file by the same pickler (its memo: identity with the namespace's objects kept;
+    kernel/finalizers.py); `trial(value)` says whether `value` pickles on its own (a dry run, counted, not written).
+    `out["tail"]`: whether one was written."""
+    out: dict = {"ok": False, "buffers": [], "bytes": 0, "error": None, "tail": False}
     sink = _Sink(_join(d, f"state{tag}.pkl") if d else None, ctl)
 
     def keep(pb: Any) -> bool:  # a pickle.PickleBuffer
@@ -204,7 +209,13 @@ def dump_state(objs: dict, reducers: dict, *, cp: Any, d: str | None, tag: str, 
         _setprofile(None)
         _settrace(None)
         try:
-            _pickler_class(cp, proof, ctl, reducers)(sink, protocol=5, buffer_callback=keep).dump(objs)
+            cls = _pickler_class(cp, proof, ctl, reducers)
+            pickler = cls(sink, protocol=5, buffer_callback=keep)
+            pickler.dump(objs)
+            extra = tail(pickler, _trial(cls, ctl), objs) if tail is not None else None
+            if extra is not None:
+                pickler.dump(extra)
+                out["tail"] = True
             out["ok"] = True
         except RecursionError:
             out["error"] = ("RecursionError", "it is nested deeper than a copy may go")
@@ -240,6 +251,26 @@ def dump_state(objs: dict, reducers: dict, *, cp: Any, d: str | None, tag: str, 
         out["error"] = ("Stopped", ctl.stop)
     return out
 
+
+
+def _trial(cls: Any, ctl: _Control) -> Any:
+    """`trial(value)`: `value` pickles with the export's pickler class on its own, into nothing (its buffers out of
+    band, counted): a refusal or an error is False; a stop still stops the export."""
+
+    def trial(value: Any) -> bool:
+        try:
+            cls(_Sink(None, ctl), protocol=5, buffer_callback=_out_of_band).dump(value)
+        except _Stopped:
+            raise
+        except BaseException:  # noqa: BLE001 - not copied: the caller says what that misses
+            return False
+        return True
+
+    return trial
+
+
+def _out_of_band(pb: Any) -> bool:
+    return False
 
 
 def _cloudpickle(resealed: list | None = None) -> Any:

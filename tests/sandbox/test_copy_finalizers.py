@@ -1,0 +1,118 @@
+"""Issues 41/42 (h2): what runs in the kernel when the cell frees an object an earlier cell gave a finalizer runs in the
+copy too (OS transplant and portable one-shot runs; IPython 8 and 9).
+
+An earlier cell registered `weakref.finalize(o, os._exit, 0)` (or a weak reference with a callback, or made an object
+of a class with `__del__`); the cell under test does `del o`: in the kernel the finalizer runs (os._exit: the kernel
+dies). The copy had no finalizer registry and held every loaded object in its load's own table: `no-crash`, certain
+(all the crash cases below failed so before). Now the export carries the registrations on the copied objects
+(kernel/finalizers.py) and the worker registers them again (worker/finalizers.py), holding what the kernel holds
+more (a name not copied keeps the object alive: no finalizer runs, as in the kernel). A finalizer that cannot be
+copied makes a clean run in which the cell freed its object "likely". Every run leaves the kernel unchanged and its
+finalizer registered, never run there."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.options import SandboxOptions
+from crane.sandbox.transplant import transplant
+
+from ..kernel_envs import KERNEL_ENVS, kernel_python
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
+
+PATHS = {
+    "transplant": lambda conn, src: transplant(conn, src, 60.0),
+    "portable": lambda conn, src: speculate(conn, src, 60.0, sandbox=SandboxOptions(confinement="portable")),
+}
+UNFORKABLE = "import sys, types\nsys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork"
+SETUP = """
+import os, threading, weakref
+class O:
+    pass
+class D:
+    def __del__(self):
+        os._exit(0)
+ended = O(); f_ended = weakref.finalize(ended, os._exit, 0)
+quiet = O(); f_quiet = weakref.finalize(quiet, print, 'finalized', 3)
+raising = O()
+def _boom():
+    raise ValueError('finalizer raised')
+f_raising = weakref.finalize(raising, _boom)
+called = O(); r_called = weakref.ref(called, lambda ref: os._exit(0))
+deleted = D()
+held = D(); elsewhere = held
+lock = threading.Lock()
+uncopied = O(); f_uncopied = weakref.finalize(uncopied, lambda: lock.locked())
+"""
+ALIVE = "f_ended.alive, f_quiet.alive, f_raising.alive, f_uncopied.alive, r_called() is called"
+
+
+@pytest.fixture(scope="module", params=KERNEL_ENVS)
+def conn(request, tmp_path_factory):
+    kernel = start_kernel(tmp_path_factory.mktemp(f"h2-fin-{request.param}"), python=kernel_python(request.param))
+    c = kernel.connection
+    assert c.run_cell(UNFORKABLE, timeout=300).status == "ok"
+    assert c.run_cell(SETUP).status == "ok"
+    yield c
+    kernel.shutdown()
+
+
+def _run(conn, path: str, cell: str):
+    with Untouched(conn) as watch:
+        v = PATHS[path](conn, cell)
+    assert watch.unchanged, (watch.changes(), watch.outputs, v)
+    assert conn.run_cell(f"assert ({ALIVE}) == (True,) * 5").status == "ok"  # nothing ran in the kernel
+    return v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("cell", ["del ended", "del called", "del deleted", "x = 1\ndel deleted\ny = 2"])
+def test_a_finalizer_that_ends_the_process_ends_the_copy(conn, path, cell):
+    v = _run(conn, path, cell)
+    assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_harmless_finalizer_runs_in_the_copy_and_the_run_is_clean(conn, path):
+    v = _run(conn, path, "del quiet\nprint('after')")
+    assert (v.verdict, v.certain, v.stdout.split()) == ("no-crash", True, ["finalized", "3", "after"]), v
+    v = _run(conn, path, "del raising\nprint('after')")  # ("Exception ignored": the kernel carries on)
+    assert (v.verdict, v.certain, v.stdout.strip()) == ("no-crash", True, "after"), v
+    assert "finalizer raised" in v.stderr, v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_object_the_kernel_holds_elsewhere_is_not_freed_in_the_copy(conn, path):
+    # `elsewhere` (not copied: the cell does not read it) keeps `held` alive in the kernel: its __del__ does not run
+    v = _run(conn, path, "del held")
+    assert (v.verdict, v.certain) == ("no-crash", True), v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_finalizer_that_cannot_be_copied_makes_a_clean_run_that_frees_its_object_likely(conn, path):
+    v = _run(conn, path, "del uncopied")
+    assert (v.verdict, v.certain) == ("no-crash", False), v
+    assert "finalizer" in (v.reason or ""), v
+    v = _run(conn, path, "y = uncopied")  # (not freed: certain)
+    assert (v.verdict, v.certain) == ("no-crash", True), v
+
+
+def test_a_likely_clean_run_decides_nothing():
+    """A clean copy run that could not run a freed object's finalizer (`certain=False`) never clears the rules'
+    findings nor decides alone (crane.policy); a certain one still does."""
+    from crane.finding import Finding
+    from crane.policy import decide, sandbox_conclusive
+    from crane.sandbox.verdict import SandboxVerdict
+
+    likely = SandboxVerdict(verdict="no-crash", certain=False, reason="the clean run is only likely")
+    rule = Finding(rule="r", ename="KeyError", message="m", line=1, confidence=0.9)
+    assert not sandbox_conclusive(likely)
+    assert decide("auto", [rule], likely).decided_by == "rules"
+    assert decide("auto", [], likely).decided_by == "none"
+    assert decide("auto", [rule], SandboxVerdict(verdict="no-crash")).decided_by == "sandbox"
