@@ -24,7 +24,7 @@ from typing import Any, Literal
 import msgspec
 
 from crane import pyast
-from crane.kernel.errors import ConnectionLost, KernelDead, KernelError, KernelTimeout
+from crane.kernel.errors import ConnectionLost, KernelDead, KernelError, KernelNotStarted, KernelTimeout
 from crane.kernel.target import KernelTarget, as_target
 
 # how long a kernel reached through its connection file may miss heartbeats before it counts as dead (jupyter_client
@@ -235,10 +235,46 @@ class KernelConnection:
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg
 
-    def private(self, user_expressions: dict[str, str], code: str = "", timeout: float = 5.0) -> PrivateReply:
-        """Run `code` silently (no history, no execution count) and evaluate `user_expressions`."""
+    def _started(self, msg_id: str, since: float, within: float, what: str) -> dict[str, Any] | None:
+        """Wait until the kernel starts on the request `msg_id`: its iopub `busy` status for that request (None), or
+        the request's reply if that is read first; KernelNotStarted `within` seconds after `since` (the kernel is running
+        something else, a cell, or is stuck). The shell channel is read between iopub waits, so a status missed on
+        iopub costs a few polls, never a timeout while the reply is there."""
+        deadline = since + within
+        last_hb = time.monotonic()
+        while True:
+            try:
+                while True:  # (a reply to an earlier request that timed out is not ours: dropped, as _shell_reply does)
+                    msg = self.client.get_shell_msg(timeout=0)
+                    if msg["parent_header"].get("msg_id") == msg_id:
+                        return msg
+            except queue.Empty:
+                pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KernelNotStarted(f"{what}: not started within {within:g} s (the kernel may be busy)")
+            try:
+                msg = self.client.get_iopub_msg(timeout=min(remaining, 0.05))
+            except queue.Empty:
+                if time.monotonic() - last_hb > 1.0:
+                    last_hb = time.monotonic()
+                    if not self.is_alive():
+                        raise self._dead(f"{what}: the kernel died") from None
+                continue
+            content = msg.get("content") or {}
+            if (msg.get("parent_header") or {}).get("msg_id") == msg_id and msg.get("msg_type") == "status" \
+                    and content.get("execution_state") == "busy":
+                return None
+
+    def private(self, user_expressions: dict[str, str], code: str = "", timeout: float = 5.0,
+                start_timeout: float | None = None) -> PrivateReply:
+        """Run `code` silently (no history, no execution count) and evaluate `user_expressions`. `start_timeout`:
+        the kernel must start on the request within it (its iopub `busy` for the request), else KernelNotStarted (a
+        KernelTimeout, as for a busy kernel); once started, the reply may take until `timeout` from the request. So one
+        request both finds a busy kernel quickly and may run long (the transplant's export: transplant._export)."""
         with self._lock:
             self._drain_iopub()
+            t0 = time.monotonic()
             msg_id = self.client.execute(
                 code,
                 silent=True,
@@ -247,7 +283,11 @@ class KernelConnection:
                 allow_stdin=False,
                 stop_on_error=False,
             )
-            reply = self._shell_reply(msg_id, timeout, "private request")
+            early = None
+            if start_timeout is not None and start_timeout < timeout:
+                early = self._started(msg_id, t0, start_timeout, "private request")
+            reply = early or self._shell_reply(msg_id, max(0.001, timeout - (time.monotonic() - t0)),
+                                               "private request")
             self._drain_iopub()
         content = reply["content"]
         return PrivateReply(

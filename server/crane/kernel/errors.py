@@ -15,6 +15,10 @@ class KernelTimeout(KernelError):
     """A request got no reply within its timeout (the kernel may be busy running a user cell)."""
 
 
+class KernelNotStarted(KernelTimeout):
+    """The kernel did not start on a request within its start timeout (it runs a user cell, or is stuck)."""
+
+
 class ServerError(KernelError):
     """A Jupyter Server (JupyterHub, Enterprise Gateway, ...) refused or failed a request."""
 

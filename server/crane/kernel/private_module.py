@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from crane.kernel.client import KernelConnection, literal_value
-from crane.kernel.errors import KernelDead, KernelError, KernelTimeout
+from crane.kernel.errors import KernelDead, KernelError, KernelNotStarted, KernelTimeout
 
 STRIP_MARK = "# kernel: strip"
 _PACKAGE = Path(__file__).resolve().parents[1]  # server/crane
@@ -526,13 +526,16 @@ class ModuleClient:
         addr = self.address
         return self.module.version_expression(addr) if addr is not None else "None"
 
-    def evaluate(self, expressions: dict[str, str], timeout: float, what: str) -> dict[str, Any]:
-        """Evaluate `expressions` in one private request; the raw `user_expressions` entries."""
+    def evaluate(self, expressions: dict[str, str], timeout: float, what: str,
+                 start_timeout: float | None = None) -> dict[str, Any]:
+        """Evaluate `expressions` in one private request; the raw `user_expressions` entries. `start_timeout`: the
+        kernel must start on it within that (KernelConnection.private), then answer within `timeout`."""
         try:
-            reply = self.conn.private(expressions, timeout=timeout)
+            reply = self.conn.private(expressions, timeout=timeout, start_timeout=start_timeout)
         except KernelTimeout as exc:
+            late = start_timeout if isinstance(exc, KernelNotStarted) and start_timeout is not None else timeout
             raise KernelTimeout(
-                f"{what}: no reply within {timeout:g} s (the kernel is busy running a cell, or stuck)"
+                f"{what}: no reply within {late:g} s (the kernel is busy running a cell, or stuck)"
             ) from exc
         except KernelDead as exc:
             raise KernelDead(f"{what}: the kernel died ({exc})") from exc
@@ -560,10 +563,13 @@ class ModuleClient:
         else:
             self.installs += 1
 
-    def call(self, function: str, *args: Any, timeout: float, what: str, also: Sequence[ModuleClient] = ()) -> Any:
+    def call(self, function: str, *args: Any, timeout: float, what: str, also: Sequence[ModuleClient] = (),
+             start_timeout: float | None = None) -> Any:
         """`<module>.<function>(*args)` in the kernel, privately; its literal result. `also`: modules of the same
         kernel the function uses (the export's private cloudpickle), each checked in the same request to be the
-        one this process installed (a module put in its place between two requests is never used)."""
+        one this process installed (a module put in its place between two requests is never used).
+        `start_timeout`: the kernel must start on the call's request within it, else KernelTimeout (a busy kernel
+        found as quickly as a separate check would find it: KernelConnection.private)."""
         clients = (self, *also)
         for attempt in (0, 1):
             for c in clients:
@@ -575,7 +581,7 @@ class ModuleClient:
             expr = self.module.call_expression(function, *args, seal=seal)
             for c in also:
                 expr = f"(lambda o: {expr} if o is not None else {MISSING!r})({c.module.held_expression(c.address)})"
-            out = self.evaluate({"r": expr}, timeout, what)
+            out = self.evaluate({"r": expr}, timeout, what, start_timeout=start_timeout)
             value = literal_value(out.get("r"), what, self.error)
             if value != MISSING:
                 return value

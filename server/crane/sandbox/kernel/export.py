@@ -28,6 +28,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _EXECUTABLE,
     _THREADING,
     _cls_dict,
+    _exists,
     _getprofile,
     _getrecursionlimit,
     _gettrace,
@@ -107,6 +108,10 @@ def _export(args: Any, resealed: list) -> dict:
         req = check_export_request(args)
     except ExportRequestError as exc:
         return {"ok": False, "reason": f"bad export request: {exc}"}
+    if not _exists(_join(req["dir"], "token")):  # (first, by one stat: an export the daemon stopped waiting for,
+        # transplant._export's start timeout, runs once the user's cell ends; its token is gone by then)
+        return {"ok": False, "reason": "the kernel does not see the daemon's files (another machine or container; "
+                                       "or the daemon stopped waiting for this export: no token)"}
     odd = odd_key()  # (first: every step after looks names up in these tables)
     if odd:
         return {"ok": False, "reason": f"the notebook put a key of its own in {odd}: a lookup there would call it in "

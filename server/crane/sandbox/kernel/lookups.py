@@ -34,6 +34,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
 from crane.sandbox.kernel.shield import SH_NOT_OWN, own_c  # kernel: strip
 
 _LK_IS = own_c("_operator", "is_")
+_LK_NOT = own_c("_operator", "not_")
 _LK_REPEAT: Any = _O_DICT_GET(itertools, "__dict__").get("repeat")
 if not (type(_LK_REPEAT) is type and type.__dict__["__name__"].__get__(_LK_REPEAT) == "repeat"
         and (not type.__dict__["__flags__"].__get__(_LK_REPEAT) & (1 << 9)  # static (3.11), or C's immutable type
@@ -58,6 +59,51 @@ def _str_keys(d: dict) -> bool:
     return sum(map(_LK_IS, map(type, d), _LK_REPEAT(str))) == len(d)
 
 
+# A dict's table of only exact `str` keys is CPython's "unicode" kind: the first key of any other type (a `str`
+# subclass too) converts the table to the general kind, for good, and a unicode table's lookups compare by identity
+# and `str`'s own equality alone (never a key's `__eq__`), so a unicode table holds exact `str` keys by construction.
+# Its entries are smaller (key, value) than a general table's (hash, key, value), so a combined table's size
+# (`dict.__sizeof__`: the dict and its table, a function of the table's size and kind only) says its kind: one C call
+# per namespace instead of a type test per key (kernel/lookups.odd_key). The sizes are measured here, at install,
+# for every table size up to 2**_LK_LOG2 (both kinds grown one insertion at a time: each doubling met), and a size
+# either kind has is kept only when the other kind never has it; a general table larger than those is larger than
+# any of them. Anything else (a larger namespace, an interpreter whose sizes do not behave so) is walked key by key.
+_LK_LOG2 = 14
+_LK_SIZEOF: Any = type.__dict__["__dict__"].__get__(type({}))["__sizeof__"]  # (dict's own C method: static type)
+
+
+def _lk_unicode_sizes() -> frozenset:
+    """The sizes that only a table of exact `str` keys has (see above), or an empty set where this interpreter's
+    dicts do not show their kind so (then every namespace is walked)."""
+    try:
+        uni: dict = {}
+        gen: dict = {}
+        us: list = []
+        gs: list = []
+        for i in range((2 << _LK_LOG2) // 3):
+            uni["k" + str(i)] = gen[i] = None
+            for d, seen in ((uni, us), (gen, gs)):
+                n = _LK_SIZEOF(d)
+                if not seen or seen[-1] != n:
+                    seen.append(n)
+        if not (len(us) == len(gs) == _LK_LOG2 - 2 and us == sorted(us) and gs == sorted(gs)
+                and all(u < g for u, g in zip(us, gs, strict=True))):
+            return frozenset()
+        fast = frozenset(us) - frozenset(gs)
+        probe: dict = dict.fromkeys(("a", "b", "c"))  # a unicode table turned general by a key of another type
+        if _LK_SIZEOF(probe) not in fast:
+            return frozenset()
+        probe[0] = None
+        return fast if _LK_SIZEOF(probe) not in fast and max(fast) < max(gs) else frozenset()
+    except Exception:
+        return frozenset()
+
+
+_LK_FAST = _lk_unicode_sizes()
+_LK_FAST_IN: Any = _LK_FAST.__contains__  # (a frozenset of ints made here: its C method)
+LOOKUP_COUNTS: dict = {"fast": 0, "walked": 0}  # namespaces proven by their table's kind, and walked (tests)
+
+
 def _identity_eq(meta: type) -> bool:
     """Instances of `meta` (classes) compare by identity: the `__eq__` its MRO gives first is a static type's."""
     for k in _mro(meta):
@@ -69,12 +115,16 @@ def _identity_eq(meta: type) -> bool:
 def odd_key() -> str | None:
     """The first shared table the export looks names up in that holds a key whose comparison could run code (named),
     else None."""
-    if not _str_keys(_MODULES):
+    if not (type(_MODULES) is dict and _LK_FAST_IN(_LK_SIZEOF(_MODULES))) and not _str_keys(_MODULES):
         return "`sys.modules` (a key that is not a plain string)"
-    # every plain module's namespace at once, at C speed (4,688 modules, 181k keys: tens of ms, docs/sandbox.md)
+    # every plain module's namespace at once, at C speed: those whose table is of the unicode kind by their size
+    # (one C call each, above), the others key by key (4,688 modules, 181k keys: tens of ms, docs/sandbox.md)
     mods = list(dict.values(_MODULES))
     spaces = list(map(_LK_MDICT, _LK_COMPRESS(mods, map(_LK_IS, map(type, mods), _LK_REPEAT(_MODULE_TYPE)))))
-    if sum(map(_LK_IS, map(type, _LK_CHAIN(spaces)), _LK_REPEAT(str))) != sum(map(len, spaces)):
+    walk = list(_LK_COMPRESS(spaces, map(_LK_NOT, map(_LK_FAST_IN, map(_LK_SIZEOF, spaces)))))
+    LOOKUP_COUNTS["fast"] += len(spaces) - len(walk)
+    LOOKUP_COUNTS["walked"] += len(walk)
+    if sum(map(_LK_IS, map(type, _LK_CHAIN(walk)), _LK_REPEAT(str))) != sum(map(len, walk)):
         for name, m in list(dict.items(_MODULES)):  # (named by the table's key: nothing is looked up in it)
             if type(m) is _MODULE_TYPE and not _str_keys(_LK_MDICT(m)):
                 return f"the namespace of the module `{name}` (a key that is not a plain string)"
