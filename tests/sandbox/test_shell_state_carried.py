@@ -3,7 +3,9 @@ false certain verdict on the copy paths (OS transplant and portable; IPython 8 a
 
 - AST transformers an earlier cell registered (`get_ipython().ast_transformers`) rewrite every later cell in the
   kernel; the worker compiled the cell as written: a transformer that defines a name gave a certain `NameError`
-  where the kernel runs clean. Not carried (kernel/environment `_shell_missed`): such a crash is "likely".
+  where the kernel runs clean. Now copied and run in the worker (kernel/transformers.py, issue 42 h1; input
+  transformers: test_cell_transformers_carried.py); one that cannot be copied (the proof refuses it) is not, and
+  such a crash is "likely" (env.json `shell_missed`).
 - a display formatter's `for_type` printer of the notebook's replaces an object's own `_repr_html_` in the kernel;
   the worker calls the raising method: its crash has no cell line, "likely" (so before this change too; held here).
 - `%autoawait off`: a top-level `await` is the kernel's SyntaxError; the worker ran it clean (a false no-crash).
@@ -42,6 +44,8 @@ class Magic(ast.NodeTransformer):
         return node
 get_ipython().ast_transformers.append(Magic())
 """
+AST_REFUSED_ON = AST_ON.replace("class Magic(ast.NodeTransformer):\n",
+                                "class Magic(ast.NodeTransformer):\n    def __reduce__(self):\n        return (Magic, ())\n")
 AST_OFF = "get_ipython().ast_transformers[:] = [t for t in get_ipython().ast_transformers if type(t).__name__ != 'Magic']"
 FMT_ON = """
 class H:
@@ -69,8 +73,19 @@ def _run(conn, path: str, cell: str):
 
 
 @pytest.mark.parametrize("path", list(PATHS))
-def test_a_crash_an_ast_transformer_would_have_prevented_is_only_likely(conn, path):
+def test_the_copy_runs_the_notebook_s_ast_transformers(conn, path):
     assert conn.run_cell(AST_ON).status == "ok"
+    try:
+        assert conn.run_cell("print(magic_name)").status == "ok"  # the kernel's own word
+        v = _run(conn, path, "print(magic_name)")  # copied and run in the worker (issue 42, h1)
+        assert (v.verdict, v.stdout.strip()) == ("no-crash", "7"), v
+    finally:
+        assert conn.run_cell(AST_OFF).status == "ok"
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_crash_an_ast_transformer_not_copied_would_have_prevented_is_only_likely(conn, path):
+    assert conn.run_cell(AST_REFUSED_ON).status == "ok"  # (its class pickles itself: the proof refuses it)
     try:
         assert conn.run_cell("print(magic_name)").status == "ok"  # the kernel's own word
         v = _run(conn, path, "print(magic_name)")

@@ -30,6 +30,7 @@ import atexit
 import importlib.util
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -45,7 +46,7 @@ from typing import NamedTuple
 import msgspec
 
 from crane.kernel.client import KernelConnection, literal_value
-from crane.kernel.errors import KernelError, KernelNotStarted, KernelTimeout
+from crane.kernel.errors import KernelError, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.background import bounded, data_cap, restore, start_low
@@ -72,13 +73,13 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
                                  [_HERE / "kernel/pristine.py", _HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/bound.py",
                                   _HERE / "kernel/stdlib_own.py", _HERE / "kernel/lookups.py", _HERE / "kernel/miniature.py",
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
-                                  _HERE / "kernel/environment.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
+                                  _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
                                   _HERE / "shared/keras_graph.py", _HERE / "shared/tf_data.py",
                                   _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
-                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/finalizers.py", _HERE / "worker/imports.py", _HERE / "worker/load_vet.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
+                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/imports.py", _HERE / "worker/load_vet.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
                                 _HERE / "worker/warmup.py", _HERE / "worker/main.py"])
 
 
@@ -518,6 +519,7 @@ class ExportReply(msgspec.Struct):
     shrink_error: str | None = None
     carried: list[str] = []  # rebuilt runtimes whose process-wide state the copy carries (kernel/export `_settings`)
     patched: list[str] = []  # library classes of copied values the notebook patched (kernel/export)
+    transformers: bool = False  # the notebook's cell transformers were copied (kernel/transformers.py)
     watch: str | None = None  # what stopped the export as soon as a request waited (None: only its time cap)
     transient: bool = False  # stopped for a waiting request or by its kernel-time cap: a passing cause
     # CRANE's cloudpickle sealed again after CRANE's changes to it at its first export (the new seal's addresses:
@@ -527,24 +529,16 @@ class ExportReply(msgspec.Struct):
 
 def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str, timeout: float,
             miniature: dict | None = None, *, skip: list[str] | None = None, tag: int = 0,
-            copy_mb: int | None = None, cancel: threading.Event | None = None,
-            one_request: bool = False) -> ExportReply:
+            copy_mb: int | None = None, cancel: threading.Event | None = None) -> ExportReply:
     """Ask the kernel to write the state `source` reads into `pdir` (kernel/export.py). The names are found here
     (`cell_names`), never by the kernel's input transformers; the kernel stops by itself after `SandboxOptions.export_seconds` and
-    when `cancel` is set (a `cancel` file in `pdir`, which the export polls). `one_request`: `pdir` is the run's
-    own, removed when it returns (`transplant`): the export's request is also the busy check (see below)."""
+    when `cancel` is set (a `cancel` file in `pdir`, which the export polls)."""
     cp, export = ModuleClient(conn, CLOUDPICKLE_MODULE), ModuleClient(conn, TRANSPLANT_MODULE)
-    if not one_request or export.address is None or cp.address is None:  # (first installs: checked first, quickly)
-        out = cp.evaluate({"v": cp.version_expression(), "t": export.version_expression()}, timeout, "transplant check")
-        if literal_value(out.get("t"), "transplant check", KernelError) != TRANSPLANT_MODULE.version:
-            export.ensure_installed(timeout=max(timeout, 10.0))  # first: it refuses to install over a patched stdlib
-        if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
-            cp.ensure_installed(timeout=max(timeout, 10.0))
-    # else no separate check: the export's own request checks both modules (ModuleClient.call, installing again
-    # where either is gone) and finds a busy kernel as quickly (`start_timeout`: the kernel starts on it within
-    # `timeout`, then it may take EXPORT_TIMEOUT_S); one round trip to the kernel less per verdict. The request a
-    # busy kernel did not start stays queued there: it runs once the user's cell ends and finds its folder gone
-    # (kernel/export.py stats the token file first); the folder's `cancel` is made and its token taken away at once
+    out = cp.evaluate({"v": cp.version_expression(), "t": export.version_expression()}, timeout, "transplant check")
+    if literal_value(out.get("t"), "transplant check", KernelError) != TRANSPLANT_MODULE.version:
+        export.ensure_installed(timeout=max(timeout, 10.0))  # first: it refuses to install over a patched stdlib
+    if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
+        cp.ensure_installed(timeout=max(timeout, 10.0))
     opts = active_options()
     args = export_args(ExportRequest(
         dir=pdir.path, token=pdir.token, names=cell_names(source), skip=list(skip or []), tag=tag,
@@ -564,30 +558,13 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     if cancel is not None:
         threading.Thread(target=forward, name="crane-export-cancel", daemon=True).start()
     try:
-        raw = export.call("export", args, timeout=EXPORT_TIMEOUT_S, what="transplant export", also=(cp,),
-                          start_timeout=timeout if one_request else None)
-    except KernelNotStarted:
-        _disown(pdir)
-        raise
+        raw = export.call("export", args, timeout=EXPORT_TIMEOUT_S, what="transplant export", also=(cp,))
     finally:
         done.set()
     reply = msgspec.convert(raw, ExportReply)
     if reply.cp_seal is not None:
         cp.adopt(reply.cp_seal)  # (made by the export this process asked for, in that request: kernel/pickling)
     return reply
-
-
-def _disown(pdir: PrivateDir | PortableDir) -> None:
-    """An export request the kernel has not started is left queued there: whenever it starts, it finds no token
-    (it stops at its first step) or, started in between, its `cancel` (it stops at its next check)."""
-    for name, make in (("cancel", True), ("token", False)):
-        try:
-            if make:
-                Path(pdir.path, name).touch()
-            else:
-                os.unlink(os.path.join(pdir.path, name))
-        except OSError:
-            pass
 
 
 def _read_phase(pdir: PrivateDir | PortableDir) -> str | None:
@@ -636,7 +613,7 @@ def transplant(
     try:
         asked_at = time.time()
         try:
-            exp = _export(conn, pdir, source, request_timeout, miniature, cancel=cancel, one_request=True)
+            exp = _export(conn, pdir, source, request_timeout, miniature, cancel=cancel)
         except KernelTimeout:
             phase = _read_phase(pdir)
             return unavailable("the kernel is busy (it did not answer the transplant request in time"
@@ -732,11 +709,9 @@ def transplant(
             v.mode, v.mode_reason = "portable", portable
             info.confinement = None
             info.layers = _portable_layers(data) or ["call guard", "audit hook", *worker.os_layers]
-        missed_finalizer = _finalizers_missed(data) if v.verdict == "no-crash" else None
-        if missed_finalizer:  # the cell freed a copied object whose kernel finalizer the copy could not run
-            v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
         if v.verdict == "crash":
-            missed = [str(m) for m in [*(setup_extra.get("settings_missed") or []), *(facts.get("shell_missed") or [])]]
+            missed = [str(m) for m in [*(setup_extra.get("settings_missed") or []),
+                                       *shell_missed(facts, v, exp.transformers, [n for n, _ in exp.copied])]]
             lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
             v.certain = crash_certain(v, source, exp.copied, [r for r in exp.carried if r not in lost],
                                       missed=missed, patched=exp.patched)
@@ -791,16 +766,6 @@ def _view_touched(data: bytes) -> bool:
 
     rec = parse_lines(data).record
     return bool(rec is not None and isinstance(rec.confinement, dict) and rec.confinement.get("view_touched"))
-
-
-def _finalizers_missed(data: bytes) -> str | None:
-    """What the worker's record says the copy did not run when the cell freed a copied object (its
-    `confinement.finalizers_missed`, worker/finalizers.py), if anything."""
-    from crane.sandbox.assemble import parse_lines
-
-    rec = parse_lines(data).record
-    why = rec.confinement.get("finalizers_missed") if rec is not None and isinstance(rec.confinement, dict) else None
-    return str(why) if why else None
 
 
 def _portable_layers(data: bytes) -> list[str]:
@@ -888,10 +853,27 @@ _MISSED_STATE = {
     "random": lambda v, source, frames: "random" in source,
     "numpy_random": lambda v, source, frames: "random" in source,
     "tf": lambda v, source, frames: "random" in source,  # (its seed, op-seed generator, global tf.random.Generator)
-    # the notebook's shell state the worker lacks (kernel/environment._shell_missed): AST transformers rewrite every
-    # cell (a name they define, a call they wrap)
-    "ast_transformers": lambda v, source, frames: True,
+    # the notebook's shell state the worker lacks (`shell_missed`): transformers that rewrite every cell (a name they
+    # define, a call they wrap) and were not copied, a name a copied one made the cell read that was never copied
+    **{key: (lambda v, source, frames: True) for key in ("ast_transformers", "input_transformers", "transformed_names")},
 }
+SHELL_STATE = ("ast_transformers", "input_transformers", "transformed_names")
+
+
+def shell_missed(facts: dict, v: SandboxVerdict, transformed: bool, held: Collection[str]) -> list[str]:
+    """The notebook's shell state a crash in the copy may rest on that the worker did not hold (issue 42, h1):
+    env.json's `shell_missed` (cell transformers an earlier cell registered that could not be copied:
+    kernel/transformers.py), and, where the notebook's transformers were copied and run (`transformed`), a
+    NameError for a name the kernel's namespace holds but the copy does not (`held`: the names copied):
+    `transformed_names` (a transformer made the cell read a name the daemon did not find in its text: never
+    copied)."""
+    out = [str(m) for m in facts.get("shell_missed") or [] if m in SHELL_STATE]
+    if transformed and v.ename == "NameError":
+        m = re.search(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", v.evalue or "")
+        names = facts.get("names")
+        if m and isinstance(names, list) and m.group(1) in names and m.group(1) not in held:
+            out.append("transformed_names")
+    return out
 
 
 def _setup_transplant(data: bytes) -> dict:

@@ -31,8 +31,7 @@ from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import clean_only, seal_readable, sealed_code
 from crane.sandbox.fork_session import FORGED, SandboxError, SandboxSession, _Reply
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
-from crane.sandbox.session_memory import kernel_key, lift_for_load, limit_command
-from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of, kernel_vm_mb
+from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of, kernel_vm_mb, shell_missed
 from crane.sandbox.verdict import Integrity, SandboxVerdict, TransplantInfo
 from crane.sandbox.worker_end import exit_status, worker_outcome
 
@@ -66,7 +65,10 @@ class TransplantSession(SandboxSession):
         self._since = bytearray()  # the bytes read on the channel since the last command (issue 41: the seal)
         self._seal_seen: bool | None = None  # the last reply was sealed over them (None: not looked, no /proc)
         self._op: str | None = None  # the op of the command whose reply is awaited
-        self._kernel: tuple[int, int] | None = None  # the kernel's (pid, start time), where the daemon sees it
+        # the notebook's cell transformers (kernel/transformers.py): copied into the current worker, and the kernel's
+        # facts of its last export (env.json: what of its shell the copy misses, its namespace's names)
+        self._transformers = False
+        self._facts: dict = {}
 
     @classmethod
     def start(cls, conn: KernelConnection, *, budget_s: float, memory_mb: int, request_timeout: float,
@@ -104,7 +106,20 @@ class TransplantSession(SandboxSession):
             raise SandboxError(f"the kernel's state could not be exported: {exc}") from None
         if not exp.ok:
             raise SandboxError(exp.reason or "the kernel's state could not be exported")
+        self._facts = self._read_facts()
         return exp
+
+    def _read_facts(self) -> dict:
+        """The last export's env.json (its facts about the kernel), or {} when it cannot be read."""
+        import json
+        import os
+
+        try:
+            with open(os.path.join(self._pdir.path, "env.json")) as f:
+                facts = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return facts if isinstance(facts, dict) else {}
 
     def _start_worker(self) -> None:
         import json
@@ -117,7 +132,6 @@ class TransplantSession(SandboxSession):
         env, cwd = dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
         # its worker ends with the kernel's process (the portable path watches it through psutil: no /proc, no pidfd)
         kernel = kernel_of(exp, bool(self.portable), asked_at)
-        self._kernel = kernel_key(kernel)
         worker = POOL.take(exp.executable, kernel)
         if worker is None:
             worker = Worker(exp.executable, env, cwd, exp.modules, warm=False, kernel=kernel)
@@ -136,6 +150,7 @@ class TransplantSession(SandboxSession):
         self._head = head
         self._buf = b""
         self._copied = {}
+        self._transformers = False
         self._ready, self._expected = False, None  # a new worker announces itself once
         ready = self._read_reply(time.monotonic() + LOAD_S + 60.0)  # a cold worker imports TensorFlow first
         if ready is None or ready.event != "ready":
@@ -155,7 +170,8 @@ class TransplantSession(SandboxSession):
     def _load_for(self, source: str) -> None:
         """Copy the names `source` reads that this worker has not copied yet (SandboxError if impossible)."""
         exp = self._export(source)
-        if not exp.copied:
+        transformers = exp.transformers and not self._transformers  # (the worker sets the kernel's once)
+        if not exp.copied and not transformers:
             return
         import os
 
@@ -168,6 +184,7 @@ class TransplantSession(SandboxSession):
             raise SandboxError(rep.reason or "the kernel's state could not be loaded")
         for name, kind in exp.copied:
             self._copied[name] = kind
+        self._transformers = self._transformers or exp.transformers
         self._bytes += exp.bytes
 
     def _restore(self, position: int) -> None:
@@ -189,14 +206,6 @@ class TransplantSession(SandboxSession):
     # -- the portable session's channel: the worker's pipes ---------------------------------------------
     def _send(self, cmd: dict) -> None:
         self._op = cmd.get("op")
-        worker = self.worker
-        if not self.portable and worker is not None and worker.proc.returncode is None:  # (not reaped: still ours)
-            # the OS worker's soft address-space limit, set from here (crane.sandbox.session_memory): its size now
-            # plus the budget for a command, lifted to the hard limit for a load
-            if self._op == "load":
-                lift_for_load(worker.proc.pid)
-            elif self._op in ("run", "eval"):
-                limit_command(worker.proc.pid, self._kernel, self.memory_mb)
         super()._send(cmd)
 
     def _write_command(self, data: bytes) -> None:
@@ -321,6 +330,8 @@ class TransplantSession(SandboxSession):
             self._log.pop()
             self._tainted = True
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
+        if v.verdict == "crash" and shell_missed(self._facts, v, self._transformers, self._copied):
+            v.certain = False  # the notebook's shell state the copy misses (issue 42, h1: as a one-shot's crash)
         v.transplant = TransplantInfo(copied=[f"{n} ({t})" for n, t in self._copied.items()][:50],
                                       bytes=self._bytes, warm=self._warm, confinement="blocking")
         if self.portable:  # -- the portable sandbox: which layers ran

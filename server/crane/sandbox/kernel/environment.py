@@ -65,14 +65,16 @@ def _sys_path() -> list:
 
 
 
-def _facts(shell: Any, keys: list, settings: dict, buffers: int) -> dict:
-    """`env.json`: what the worker rebuilds the kernel's interpreter from (`keys`: the namespace's names)."""
+def _facts(shell: Any, keys: list, settings: dict, buffers: int, shell_missed: list) -> dict:
+    """`env.json`: what the worker rebuilds the kernel's interpreter from (`keys`: the namespace's names;
+    `shell_missed`: the notebook's shell state the worker will not hold, kernel/transformers.py: a crash in the copy
+    may rest on it, so it is only "likely", transplant.crash_certain's `missed`)."""
     modules = _modules()
     return {"executable": _EXECUTABLE, "cwd": _getcwd(), "env": environ_strings(), "path": _sys_path(),
             "modules": modules, "submodules": _submodules(modules), "torch": _torch_facts(), "buffers": buffers, "settings": settings,
             "names": [k for k in keys if not k.startswith("_")][:100000],
             "interactivity": _interactivity(shell), "compile_flags": _compile_flags(shell),
-            "formats": _formats(shell), "autoawait": _autoawait(shell), "shell_missed": _shell_missed(shell),
+            "formats": _formats(shell), "autoawait": _autoawait(shell), "shell_missed": list(shell_missed),
             "connection_file": _connection_file()}
 
 
@@ -140,23 +142,6 @@ def _autoawait(shell: Any) -> bool:
     values = dict.get(own_dict(shell), "_trait_values")
     on = dict.get(values, "autoawait") if type(values) is dict else None
     return on if type(on) is bool else True
-
-
-def _shell_missed(shell: Any) -> list:
-    """The shell state of the notebook's that the copy's worker does not hold, by name (issue 42 part 2, h10): a
-    crash in the copy may rest on it, so it is only "likely" (transplant.crash_certain's `missed`).
-    `ast_transformers`: AST transformers an earlier cell registered (they rewrite every later cell in the kernel;
-    the worker compiles the cell as written). Read from instance dicts and trait values; nothing is called. (A
-    display formatter's `for_type` printer is not carried either: a crash in the worker's display hook has no cell
-    line and is "likely" already.)"""
-    out: list = []
-    values = dict.get(own_dict(shell), "_trait_values")
-    if type(values) is not dict:
-        return out
-    tf = dict.get(values, "ast_transformers")
-    if tf is not None and (type(tf) is not list or list.__len__(tf)):  # (None: never read, IPython's default [])
-        out.append("ast_transformers")
-    return out
 
 
 def _interactivity(shell: Any) -> str:

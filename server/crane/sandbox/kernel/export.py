@@ -28,7 +28,6 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _EXECUTABLE,
     _THREADING,
     _cls_dict,
-    _exists,
     _getprofile,
     _getrecursionlimit,
     _gettrace,
@@ -51,7 +50,6 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _settings,
 )
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
-from crane.sandbox.kernel.finalizers import finalizer_tail  # kernel: strip
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
@@ -71,6 +69,7 @@ from crane.sandbox.kernel.stops import (  # kernel: strip
     _TooLarge,
     _unreproducible,
 )
+from crane.sandbox.kernel.transformers import TRANSFORMERS_KEY, shell_transformers, transformers_missed  # kernel: strip
 from crane.sandbox.kernel.waiting import own_dict, shell_watch  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, KerasGraph  # kernel: strip
 from crane.sandbox.shared.tf_data import tf_data_reducers  # kernel: strip
@@ -108,10 +107,6 @@ def _export(args: Any, resealed: list) -> dict:
         req = check_export_request(args)
     except ExportRequestError as exc:
         return {"ok": False, "reason": f"bad export request: {exc}"}
-    if not _exists(_join(req["dir"], "token")):  # (first, by one stat: an export the daemon stopped waiting for,
-        # transplant._export's start timeout, runs once the user's cell ends; its token is gone by then)
-        return {"ok": False, "reason": "the kernel does not see the daemon's files (another machine or container; "
-                                       "or the daemon stopped waiting for this export: no token)"}
     odd = odd_key()  # (first: every step after looks names up in these tables)
     if odd:
         return {"ok": False, "reason": f"the notebook put a key of its own in {odd}: a lookup there would call it in "
@@ -181,26 +176,35 @@ def _export(args: Any, resealed: list) -> dict:
     _phase(d, "copying")
     ctl.copying()
     reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
+    # the notebook's cell transformers (kernel/transformers.py), copied only when they pickle on their own (a dry run:
+    # one that does not is missed, never the export's failure)
+    transformers, shell_missed = shell_transformers(shell, proof)
+    if transformers is not None:
+        trial = dump_state({TRANSFORMERS_KEY: transformers}, reducers, cp=cp, d=None, tag=tag,
+                           ctl=_Control(d, max_s, cap), proof=proof)
+        if trial["ok"]:
+            objs[TRANSFORMERS_KEY] = transformers
+        else:
+            shell_missed = transformers_missed(transformers)
     graph.scan(objs)  # Sequential models sharing a layer with another copied value: rebuilt from their layers
     objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
-    # what runs when a copied object is freed (its finalizers, weak callbacks, the kernel's references), pickled after
-    # the namespace by the same pickler (kernel/finalizers.py)
-    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, tail=finalizer_tail)
+    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof)
     objs.pop(KERAS_KEY, None)
     objs.pop("\x00crane-accessors", None)
     objs.pop("\x00crane-patched", None)
+    sent_transformers = objs.pop(TRANSFORMERS_KEY, None) is not None
     if not out["ok"]:
         objs.pop("\x00crane-shrunk", None)
         ename, evalue = out["error"] or ("Error", "")
         if ename == "Stopped":
             return _stopped(evalue, waiting, watch, watched, t0)
         return {"ok": False, "reason": _culprit(cp, objs, reducers, ename, evalue, d, waiting, proof.rebuilt), "watch": watched}
-    facts = _facts(shell, keys, settings, len(out["buffers"]))
+    facts = _facts(shell, keys, settings, len(out["buffers"]), shell_missed)
     with private_open(_join(d, "env.json"), "w") as f:
         f.write(dumps(facts))
     objs.pop("\x00crane-shrunk", None)
     return {"ok": True, "copied": [[n, _type_name(o)] for n, o in dict.items(objs)], "bytes": out["bytes"],
-            "patched": _patched_classes(proof, objs, methods),
+            "patched": _patched_classes(proof, objs, methods), "transformers": sent_transformers,
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": _EXECUTABLE, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
             "carried": _carried(settings, facts, proof, {k: v for k, v in dict.items(objs) if not graph.covers(v)}),

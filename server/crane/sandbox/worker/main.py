@@ -61,7 +61,6 @@ from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
-from crane.sandbox.worker.finalizers import arm_finalizers, finalizers_missed, load_with_finalizers  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
 from crane.sandbox.worker.head import answer_self, end_ahead, fork_refused, serve_forked  # kernel: strip
 from crane.sandbox.worker.load_vet import audited_load  # kernel: strip
@@ -330,6 +329,49 @@ def _rebind(obj: Any, ns: dict) -> Any:
                 setattr(obj, k, new)
             except Exception:
                 pass
+    return obj
+
+
+_TRANSFORMERS_KEY = "\x00crane-transformers"  # (kernel/transformers.TRANSFORMERS_KEY)
+
+
+def _set_transformers(shell: Any, carried: Any, ns: dict) -> None:
+    """The kernel's cell transformers (kernel/transformers.py) on this worker's shell, so `transform_cell` and
+    `transform_ast` rewrite the cell as the kernel's shell does (issue 42, h1): each list the kernel's export read,
+    in its order, IPython's own transforms as this interpreter's IPython holds them (the kernel's executable: the
+    same IPython), the notebook's as copied, its functions bound to the namespace as the notebook's own are
+    (`_rebind`). They run here only, as the cell's code: under the run's confinement."""
+    if type(carried) is not dict:
+        return
+    from IPython.core import inputtransformer2
+
+    own = vars(inputtransformer2)
+
+    def entries(key: str) -> list:
+        out = []
+        for kind, x in carried.get(key) or ():
+            if kind == "ipython":
+                out.append(own[x])
+            else:
+                out.append(_rebind(x, ns) if isinstance(x, (types.FunctionType, type)) else _rebind_class_of(x, ns))
+        return out
+
+    manager = shell.input_transformer_manager
+    if "post" in carried:
+        shell.input_transformers_post = entries("post")
+    if "cleanup" in carried:
+        manager.cleanup_transforms = entries("cleanup")
+    if "line" in carried:
+        manager.line_transforms = entries("line")
+    if "token" in carried:
+        manager.token_transformers = entries("token")
+    if "ast" in carried:
+        shell.ast_transformers = entries("ast")
+
+
+def _rebind_class_of(obj: Any, ns: dict) -> Any:
+    """An instance of a notebook class (an AST transformer's): its class's methods bound to the namespace."""
+    _rebind(type(obj), ns)
     return obj
 
 
@@ -862,6 +904,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
                 with guarded(portable):
                     loaded = pickle.loads(data, buffers=bufs)
             _register_accessors(loaded.pop("\x00crane-accessors", None))
+            transformers = loaded.pop(_TRANSFORMERS_KEY, None)
             for cls, name, value in loaded.pop("\x00crane-patched", None) or ():
                 if methods.get((id(cls), name), ()) is not None:
                     methods[(id(cls), name)] = (cls, name, value)
@@ -873,6 +916,9 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
                 if name not in ns:
                     ns[name] = _rebind(obj, ns)
             state["patched"] = _register_patched([m for m in methods.values() if m], ns)  # (review r1 M1)
+            if transformers is not None and not state.get("transformers"):  # the kernel's, once: the session's
+                _set_transformers(ctx.shell, transformers, ns)  # own commands may change them after (issue 42, h1)
+                state["transformers"] = True
             if not state["mapped"]:
                 state["mapped"] = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
             reply["ok"] = True
@@ -948,24 +994,23 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     had = set(sys.modules)  # (what the load imports: a head imports it before its next run, worker/head.py)
     try:
         _import(facts.get("modules") or [], only_library=False)
-        with open(os.path.join(d, "state.pkl"), "rb") as sf:
-            data = sf.read()
-        state, carried = load_with_finalizers(data, _load_buffers(d, int(facts.get("buffers") or 0)))
+        import pickle
+        with open(os.path.join(d, "state.pkl"), "rb") as f:
+            data = f.read()
+        state = pickle.loads(data, buffers=_load_buffers(d, int(facts.get("buffers") or 0)))
         known = state.pop("\x00crane-shrunk", None) or []
         _register_accessors(state.pop("\x00crane-accessors", None))
         methods = state.pop("\x00crane-patched", None)
+        transformers = state.pop(_TRANSFORMERS_KEY, None)
         _apply_settings(facts)
         _W["settings_missed"].extend(apply_keras(state.pop(KERAS_KEY, None)))  # Keras graphs built whole
         ns = shell.user_ns
         for name, obj in state.items():
             ns[name] = _rebind(obj, ns)
         _register_patched(methods, ns)  # (after the namespace is filled: review r1 M1)
+        _set_transformers(shell, transformers, ns)  # (the cell is transformed as the kernel would: issue 42, h1)
         _register_shrunk(known, ns)
         mapped = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
-        state.clear()  # (nothing of the load holds a copied object now: a `del` frees what it frees in the kernel)
-        obj = None
-        arm_finalizers(carried, lambda f: _rebind(f, ns))  # the kernel's finalizers on the copies (worker/finalizers)
-        carried = None
     except BaseException as exc:  # noqa: BLE001 - never a false crash: the run is unavailable
         audit["bypass"] = False
         _fail(ctx, f"the cell's inputs could not be loaded in a separate process: {type(exc).__name__}: {exc}")
@@ -1162,9 +1207,6 @@ def _final_record(ctx: _Ctx, portable: Any, rec: dict, facts: dict) -> dict:
             end_descendants()
         except BaseException:  # noqa: BLE001 - the cell's own signal handler: their parent-death signal ends them
             pass
-    fin = finalizers_missed() if rec.get("verdict") == "no-crash" else None
-    if fin:  # the cell freed an object whose kernel finalizer the copy did not run (worker/finalizers.py)
-        ctx.confinement["finalizers_missed"] = fin  # (the record's `confinement`: kernel/run._record_write)
     missing = rec.get("evalue") or ""
     if rec.get("ename") == "NameError" and any(f"'{n}'" in missing for n in set(facts.get("names") or ()) - set(
             ctx.shell.user_ns)):  # the cell reached a kernel name indirectly (eval, globals()): not copied
