@@ -46,7 +46,7 @@ from typing import NamedTuple
 import msgspec
 
 from crane.kernel.client import KernelConnection, literal_value
-from crane.kernel.errors import KernelError, KernelTimeout
+from crane.kernel.errors import KernelError, KernelNotStarted, KernelTimeout
 from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.background import bounded, data_cap, restore, start_low
@@ -73,13 +73,13 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
                                  [_HERE / "kernel/pristine.py", _HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/bound.py",
                                   _HERE / "kernel/stdlib_own.py", _HERE / "kernel/lookups.py", _HERE / "kernel/miniature.py",
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
-                                  _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
+                                  _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
                                   _HERE / "shared/keras_graph.py", _HERE / "shared/tf_data.py",
                                   _HERE / "kernel/export.py"])
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
-                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/imports.py", _HERE / "worker/load_vet.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
+                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/finalizers.py", _HERE / "worker/imports.py", _HERE / "worker/load_vet.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
                                 _HERE / "worker/warmup.py", _HERE / "worker/main.py"])
 
 
@@ -529,16 +529,24 @@ class ExportReply(msgspec.Struct):
 
 def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str, timeout: float,
             miniature: dict | None = None, *, skip: list[str] | None = None, tag: int = 0,
-            copy_mb: int | None = None, cancel: threading.Event | None = None) -> ExportReply:
+            copy_mb: int | None = None, cancel: threading.Event | None = None,
+            one_request: bool = False) -> ExportReply:
     """Ask the kernel to write the state `source` reads into `pdir` (kernel/export.py). The names are found here
     (`cell_names`), never by the kernel's input transformers; the kernel stops by itself after `SandboxOptions.export_seconds` and
-    when `cancel` is set (a `cancel` file in `pdir`, which the export polls)."""
+    when `cancel` is set (a `cancel` file in `pdir`, which the export polls). `one_request`: `pdir` is the run's
+    own, removed when it returns (`transplant`): the export's request is also the busy check (see below)."""
     cp, export = ModuleClient(conn, CLOUDPICKLE_MODULE), ModuleClient(conn, TRANSPLANT_MODULE)
-    out = cp.evaluate({"v": cp.version_expression(), "t": export.version_expression()}, timeout, "transplant check")
-    if literal_value(out.get("t"), "transplant check", KernelError) != TRANSPLANT_MODULE.version:
-        export.ensure_installed(timeout=max(timeout, 10.0))  # first: it refuses to install over a patched stdlib
-    if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
-        cp.ensure_installed(timeout=max(timeout, 10.0))
+    if not one_request or export.address is None or cp.address is None:  # (first installs: checked first, quickly)
+        out = cp.evaluate({"v": cp.version_expression(), "t": export.version_expression()}, timeout, "transplant check")
+        if literal_value(out.get("t"), "transplant check", KernelError) != TRANSPLANT_MODULE.version:
+            export.ensure_installed(timeout=max(timeout, 10.0))  # first: it refuses to install over a patched stdlib
+        if literal_value(out.get("v"), "transplant check", KernelError) != CLOUDPICKLE_MODULE.version:
+            cp.ensure_installed(timeout=max(timeout, 10.0))
+    # else no separate check: the export's own request checks both modules (ModuleClient.call, installing again
+    # where either is gone) and finds a busy kernel as quickly (`start_timeout`: the kernel starts on it within
+    # `timeout`, then it may take EXPORT_TIMEOUT_S); one round trip to the kernel less per verdict. The request a
+    # busy kernel did not start stays queued there: it runs once the user's cell ends and finds its folder gone
+    # (kernel/export.py stats the token file first); the folder's `cancel` is made and its token taken away at once
     opts = active_options()
     args = export_args(ExportRequest(
         dir=pdir.path, token=pdir.token, names=cell_names(source), skip=list(skip or []), tag=tag,
@@ -558,13 +566,30 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     if cancel is not None:
         threading.Thread(target=forward, name="crane-export-cancel", daemon=True).start()
     try:
-        raw = export.call("export", args, timeout=EXPORT_TIMEOUT_S, what="transplant export", also=(cp,))
+        raw = export.call("export", args, timeout=EXPORT_TIMEOUT_S, what="transplant export", also=(cp,),
+                          start_timeout=timeout if one_request else None)
+    except KernelNotStarted:
+        _disown(pdir)
+        raise
     finally:
         done.set()
     reply = msgspec.convert(raw, ExportReply)
     if reply.cp_seal is not None:
         cp.adopt(reply.cp_seal)  # (made by the export this process asked for, in that request: kernel/pickling)
     return reply
+
+
+def _disown(pdir: PrivateDir | PortableDir) -> None:
+    """An export request the kernel has not started is left queued there: whenever it starts, it finds no token
+    (it stops at its first step) or, started in between, its `cancel` (it stops at its next check)."""
+    for name, make in (("cancel", True), ("token", False)):
+        try:
+            if make:
+                Path(pdir.path, name).touch()
+            else:
+                os.unlink(os.path.join(pdir.path, name))
+        except OSError:
+            pass
 
 
 def _read_phase(pdir: PrivateDir | PortableDir) -> str | None:
@@ -613,7 +638,7 @@ def transplant(
     try:
         asked_at = time.time()
         try:
-            exp = _export(conn, pdir, source, request_timeout, miniature, cancel=cancel)
+            exp = _export(conn, pdir, source, request_timeout, miniature, cancel=cancel, one_request=True)
         except KernelTimeout:
             phase = _read_phase(pdir)
             return unavailable("the kernel is busy (it did not answer the transplant request in time"
@@ -709,6 +734,9 @@ def transplant(
             v.mode, v.mode_reason = "portable", portable
             info.confinement = None
             info.layers = _portable_layers(data) or ["call guard", "audit hook", *worker.os_layers]
+        missed_finalizer = _finalizers_missed(data) if v.verdict == "no-crash" else None
+        if missed_finalizer:  # the cell freed a copied object whose kernel finalizer the copy could not run
+            v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
         if v.verdict == "crash":
             missed = [str(m) for m in [*(setup_extra.get("settings_missed") or []),
                                        *shell_missed(facts, v, exp.transformers, [n for n, _ in exp.copied])]]
@@ -766,6 +794,16 @@ def _view_touched(data: bytes) -> bool:
 
     rec = parse_lines(data).record
     return bool(rec is not None and isinstance(rec.confinement, dict) and rec.confinement.get("view_touched"))
+
+
+def _finalizers_missed(data: bytes) -> str | None:
+    """What the worker's record says the copy did not run when the cell freed a copied object (its
+    `confinement.finalizers_missed`, worker/finalizers.py), if anything."""
+    from crane.sandbox.assemble import parse_lines
+
+    rec = parse_lines(data).record
+    why = rec.confinement.get("finalizers_missed") if rec is not None and isinstance(rec.confinement, dict) else None
+    return str(why) if why else None
 
 
 def _portable_layers(data: bytes) -> list[str]:

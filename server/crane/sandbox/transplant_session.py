@@ -31,6 +31,7 @@ from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import clean_only, seal_readable, sealed_code
 from crane.sandbox.fork_session import FORGED, SandboxError, SandboxSession, _Reply
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
+from crane.sandbox.session_memory import kernel_key, lift_for_load, limit_command
 from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of, kernel_vm_mb, shell_missed
 from crane.sandbox.verdict import Integrity, SandboxVerdict, TransplantInfo
 from crane.sandbox.worker_end import exit_status, worker_outcome
@@ -69,6 +70,7 @@ class TransplantSession(SandboxSession):
         # facts of its last export (env.json: what of its shell the copy misses, its namespace's names)
         self._transformers = False
         self._facts: dict = {}
+        self._kernel: tuple[int, int] | None = None  # the kernel's (pid, start time), where the daemon sees it
 
     @classmethod
     def start(cls, conn: KernelConnection, *, budget_s: float, memory_mb: int, request_timeout: float,
@@ -132,6 +134,7 @@ class TransplantSession(SandboxSession):
         env, cwd = dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
         # its worker ends with the kernel's process (the portable path watches it through psutil: no /proc, no pidfd)
         kernel = kernel_of(exp, bool(self.portable), asked_at)
+        self._kernel = kernel_key(kernel)
         worker = POOL.take(exp.executable, kernel)
         if worker is None:
             worker = Worker(exp.executable, env, cwd, exp.modules, warm=False, kernel=kernel)
@@ -206,6 +209,14 @@ class TransplantSession(SandboxSession):
     # -- the portable session's channel: the worker's pipes ---------------------------------------------
     def _send(self, cmd: dict) -> None:
         self._op = cmd.get("op")
+        worker = self.worker
+        if not self.portable and worker is not None and worker.proc.returncode is None:  # (not reaped: still ours)
+            # the OS worker's soft address-space limit, set from here (crane.sandbox.session_memory): its size now
+            # plus the budget for a command, lifted to the hard limit for a load
+            if self._op == "load":
+                lift_for_load(worker.proc.pid)
+            elif self._op in ("run", "eval"):
+                limit_command(worker.proc.pid, self._kernel, self.memory_mb)
         super()._send(cmd)
 
     def _write_command(self, data: bytes) -> None:

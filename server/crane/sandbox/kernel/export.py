@@ -28,6 +28,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _EXECUTABLE,
     _THREADING,
     _cls_dict,
+    _exists,
     _getprofile,
     _getrecursionlimit,
     _gettrace,
@@ -50,6 +51,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _settings,
 )
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
+from crane.sandbox.kernel.finalizers import finalizer_tail  # kernel: strip
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
@@ -107,6 +109,10 @@ def _export(args: Any, resealed: list) -> dict:
         req = check_export_request(args)
     except ExportRequestError as exc:
         return {"ok": False, "reason": f"bad export request: {exc}"}
+    if not _exists(_join(req["dir"], "token")):  # (first, by one stat: an export the daemon stopped waiting for,
+        # transplant._export's start timeout, runs once the user's cell ends; its token is gone by then)
+        return {"ok": False, "reason": "the kernel does not see the daemon's files (another machine or container; "
+                                       "or the daemon stopped waiting for this export: no token)"}
     odd = odd_key()  # (first: every step after looks names up in these tables)
     if odd:
         return {"ok": False, "reason": f"the notebook put a key of its own in {odd}: a lookup there would call it in "
@@ -188,7 +194,9 @@ def _export(args: Any, resealed: list) -> dict:
             shell_missed = transformers_missed(transformers)
     graph.scan(objs)  # Sequential models sharing a layer with another copied value: rebuilt from their layers
     objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
-    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof)
+    # what runs when a copied object is freed (its finalizers, weak callbacks, the kernel's references), pickled after
+    # the namespace by the same pickler (kernel/finalizers.py)
+    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, tail=finalizer_tail)
     objs.pop(KERAS_KEY, None)
     objs.pop("\x00crane-accessors", None)
     objs.pop("\x00crane-patched", None)

@@ -61,6 +61,7 @@ from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
+from crane.sandbox.worker.finalizers import arm_finalizers, finalizers_missed, load_with_finalizers  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
 from crane.sandbox.worker.head import answer_self, end_ahead, fork_refused, serve_forked  # kernel: strip
 from crane.sandbox.worker.load_vet import audited_load  # kernel: strip
@@ -994,10 +995,9 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
     had = set(sys.modules)  # (what the load imports: a head imports it before its next run, worker/head.py)
     try:
         _import(facts.get("modules") or [], only_library=False)
-        import pickle
-        with open(os.path.join(d, "state.pkl"), "rb") as f:
-            data = f.read()
-        state = pickle.loads(data, buffers=_load_buffers(d, int(facts.get("buffers") or 0)))
+        with open(os.path.join(d, "state.pkl"), "rb") as sf:
+            data = sf.read()
+        state, carried = load_with_finalizers(data, _load_buffers(d, int(facts.get("buffers") or 0)))
         known = state.pop("\x00crane-shrunk", None) or []
         _register_accessors(state.pop("\x00crane-accessors", None))
         methods = state.pop("\x00crane-patched", None)
@@ -1011,6 +1011,10 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         _set_transformers(shell, transformers, ns)  # (the cell is transformed as the kernel would: issue 42, h1)
         _register_shrunk(known, ns)
         mapped = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
+        state.clear()  # (nothing of the load holds a copied object now: a `del` frees what it frees in the kernel)
+        obj = None
+        arm_finalizers(carried, lambda f: _rebind(f, ns))  # the kernel's finalizers on the copies (worker/finalizers)
+        carried = None
     except BaseException as exc:  # noqa: BLE001 - never a false crash: the run is unavailable
         audit["bypass"] = False
         _fail(ctx, f"the cell's inputs could not be loaded in a separate process: {type(exc).__name__}: {exc}")
@@ -1207,6 +1211,9 @@ def _final_record(ctx: _Ctx, portable: Any, rec: dict, facts: dict) -> dict:
             end_descendants()
         except BaseException:  # noqa: BLE001 - the cell's own signal handler: their parent-death signal ends them
             pass
+    fin = finalizers_missed() if rec.get("verdict") == "no-crash" else None
+    if fin:  # the cell freed an object whose kernel finalizer the copy did not run (worker/finalizers.py)
+        ctx.confinement["finalizers_missed"] = fin  # (the record's `confinement`: kernel/run._record_write)
     missing = rec.get("evalue") or ""
     if rec.get("ename") == "NameError" and any(f"'{n}'" in missing for n in set(facts.get("names") or ()) - set(
             ctx.shell.user_ns)):  # the cell reached a kernel name indirectly (eval, globals()): not copied
