@@ -8,7 +8,7 @@ dies). The copy had no finalizer registry and held every loaded object in its lo
 (kernel/finalizers.py) and the worker registers them again (worker/finalizers.py), holding what the kernel holds
 more (a name not copied keeps the object alive: no finalizer runs, as in the kernel). A finalizer that cannot be
 copied makes a clean run in which the cell freed its object "likely". Every run leaves the kernel unchanged and its
-finalizer registered, never run there."""
+finalizer registered, never run there. The same in a transplant or portable session's command."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
 from crane.sandbox.options import SandboxOptions
+from crane.sandbox.session import open_session
 from crane.sandbox.transplant import transplant
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
@@ -101,6 +102,24 @@ def test_a_finalizer_that_cannot_be_copied_makes_a_clean_run_that_frees_its_obje
     assert "finalizer" in (v.reason or ""), v
     v = _run(conn, path, "y = uncopied")  # (not freed: certain)
     assert (v.verdict, v.certain) == ("no-crash", True), v
+
+
+SESSIONS = {"transplant": None, "portable": SandboxOptions(confinement="portable")}
+
+
+@pytest.mark.parametrize("path", list(SESSIONS))
+def test_a_session_command_that_frees_the_object_runs_its_finalizer(conn, path):
+    with Untouched(conn) as watch:
+        with open_session(conn, budget_s=60.0, sandbox=SESSIONS[path]) as sb:
+            assert sb.writer == "cell-process"  # (a copy-path session: the kernel refuses to fork)
+            quiet = sb.run("del quiet\nprint('after')")
+            ended = sb.run("del ended")
+            held = sb.run("del held")
+    assert watch.unchanged, (watch.changes(), watch.outputs)
+    assert conn.run_cell(f"assert ({ALIVE}) == (True,) * 5").status == "ok"  # nothing ran in the kernel
+    assert (quiet.verdict, quiet.stdout.split()) == ("no-crash", ["finalized", "3", "after"]), quiet
+    assert (ended.verdict, ended.ename) == ("crash", "DeadKernelError"), ended
+    assert held.verdict == "no-crash", held  # (`elsewhere` holds it in the kernel)
 
 
 def test_a_likely_clean_run_decides_nothing():

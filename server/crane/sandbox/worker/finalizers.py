@@ -39,27 +39,31 @@ class FinCarried:
 
 def load_with_finalizers(data: bytes, buffers: list) -> tuple[Any, FinCarried | None]:
     """The namespace's pickle and the tail after it (None where there is none or it is not CRANE's)."""
-    f = io.BytesIO(data)
-    up = pickle.Unpickler(f, buffers=buffers)
+    up = pickle.Unpickler(io.BytesIO(data), buffers=buffers)
     state = up.load()
-    if f.tell() >= len(data):
-        return state, None
-    tail = up.load()
+    return state, finalizers_tail(up)
+
+
+def finalizers_tail(up: Any) -> FinCarried | None:
+    """The tail that follows the namespace in the stream `up` (an unpickler that has just loaded the namespace),
+    loaded by it, with the copied objects by memo index; None where the stream ends or it is not CRANE's."""
+    try:
+        tail = up.load()
+    except EOFError:
+        return None
     if not (type(tail) is tuple and len(tail) == 4 and tail[0] == _FZ_TAG):
-        return state, None
+        return None
     _, counts, entries, watched = tail
     memo = up.memo.copy()  # {index: object}
-    del up, tail
+    del tail
     objs = [memo.get(i) for i in range(len(counts))]
     memo.clear()
-    return state, FinCarried(counts, entries, watched, objs)
+    return FinCarried(counts, entries, watched, objs)
 
 
 def arm_finalizers(carried: FinCarried | None, rebind: Any) -> None:
     """Register the kernel's finalizers and callbacks on the copies, hold what the kernel holds more, watch the rest
     (see the module docstring). `rebind(f)`: a notebook function bound to the namespace, as the namespace's are."""
-    for key in _FZW:
-        _FZW[key] = []
     if carried is None:
         return
     objs = carried.objs
@@ -73,7 +77,7 @@ def arm_finalizers(carried: FinCarried | None, rebind: Any) -> None:
     func = args = kwargs = payload = None
     counts = carried.counts
     here = [c - _FZW_HELD for c in map(_FZW_REFCOUNT, objs)]
-    _FZW["pins"] = [objs[i] for i in range(len(objs)) if counts[i] > here[i]]  # the kernel holds it more
+    _FZW["pins"].extend(objs[i] for i in range(len(objs)) if counts[i] > here[i])  # the kernel holds it more
     for i, missed in carried.watched:
         if here[i] > counts[i]:  # the worker holds it more: the kernel frees it before the worker does
             _FZW["strong"].append(objs[i])

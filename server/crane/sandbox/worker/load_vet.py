@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crane.sandbox.kernel.library import is_library  # kernel: strip
+from crane.sandbox.worker.finalizers import finalizers_tail  # kernel: strip
 
 _LV_HEAP = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a static (C) type's dict cannot be changed, so holds no session code
 _LV_DICT = type.__dict__["__dict__"].__get__
@@ -131,11 +132,12 @@ class _LvUnpickler(pickle.Unpickler):
         self.lv_hit(label)
 
 
-def audited_load(data: bytes, buffers: list, audit: dict, denied: list) -> Any:
+def audited_load(data: bytes, buffers: list, audit: dict, denied: list, tail: list | None = None) -> Any:
     """`pickle.loads(data, buffers=buffers)` for a session's `load` on the OS path, the audit hook bypassed
     (`audit["bypass"]`, set by the caller) until the unpickler meets code of the session's, on from there to the
     unpickling's end (bypassed again after). Raises PermissionError when the audit hook refused something meanwhile
-    (the code's own `except` may have swallowed it)."""
+    (the code's own `except` may have swallowed it). `tail`: the finalizers' tail after the namespace, loaded by the
+    same unpickler (worker/finalizers.finalizers_tail), is appended to it."""
     before = len(denied)
 
     def hit(label: str) -> None:
@@ -144,6 +146,8 @@ def audited_load(data: bytes, buffers: list, audit: dict, denied: list) -> Any:
     unpickler = _LvUnpickler(data, buffers, hit)
     try:
         loaded = unpickler.load()
+        if tail is not None:
+            tail.append(finalizers_tail(unpickler))
     finally:
         audit["bypass"] = True
     if unpickler.lv_found and len(denied) > before:

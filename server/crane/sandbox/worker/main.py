@@ -872,7 +872,6 @@ def _serve_sealed(spec: dict, facts: dict, state: dict, paths: tuple[str, str], 
 def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, state: dict,
              paths: tuple[str, str]) -> tuple[dict, bool]:
     """One session command: (its reply, whether its code raised — said by where it ended, kernel/session)."""
-    import pickle
     args, d, ns = ctx.args, ctx.args["dir"], ctx.shell.user_ns
     raised = False
     try:
@@ -899,11 +898,13 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
             bufs = _load_buffers(d, [str(b) for b in cmd.get("buffers") or []])
             methods = state.setdefault("methods", {})  # (every load's carried methods; None: the session's own)
             _lift_patched(state.setdefault("patched", []), methods)  # (none of the notebook's on a class in the load)
+            carried: list = []  # (the finalizers' tail after the namespace: worker/finalizers.py)
             if portable is None:  # (a command's code met in the load runs under the audit hook: worker/load_vet.py)
-                loaded = audited_load(data, bufs, audit, ctx.denied)
+                loaded = audited_load(data, bufs, audit, ctx.denied, carried)
             else:  # (a method a command set on a library class runs in it as a command: review r1 M3)
                 with guarded(portable):
-                    loaded = pickle.loads(data, buffers=bufs)
+                    loaded, fin = load_with_finalizers(data, bufs)
+                carried.append(fin)
             _register_accessors(loaded.pop("\x00crane-accessors", None))
             transformers = loaded.pop(_TRANSFORMERS_KEY, None)
             for cls, name, value in loaded.pop("\x00crane-patched", None) or ():
@@ -922,6 +923,10 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
                 state["transformers"] = True
             if not state["mapped"]:
                 state["mapped"] = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
+            loaded.clear()  # (nothing of the load holds a copied object now: a `del` frees what it frees in the kernel)
+            obj = fin = None
+            arm_finalizers(carried[0] if carried else None, lambda f: _rebind(f, ns))  # (worker/finalizers.py)
+            carried.clear()
             reply["ok"] = True
         except BaseException as exc:  # noqa: BLE001 - the session's next run is then unavailable
             reply.update({"ok": False, "reason": f"the kernel's state could not be loaded in a separate "
