@@ -148,12 +148,37 @@ def _sums(call: str) -> str:
            "seq.layers[0].name, seq.tag)"
 
 
-def test_a_clean_predict_gives_the_kernels_numbers(kernel):
+NESTED = ("(round(float(np.asarray(blocky(X)).sum()), 4), round(float(np.asarray(two([X, X])).sum()), 4), "
+          "float(blocky.layers[0].seen.numpy()), float(two.b.seen.numpy()), two.b.compute_dtype)")
+SHARED = ("shared_dense.kernel.assign(np.zeros((4, 3), 'float32'))\n"
+          "shared_dense.bias.assign(np.ones(3, 'float32'))\n"
+          "print(left.layers[0] is shared_dense, right.layers[0] is shared_dense, "
+          "float(np.asarray(right(X)).sum()), int(left.optimizer.iterations))")
+TRAINS = ("seq.fit(X, y, epochs=1, verbose=0)\n"
+          "print(int(seq.optimizer.iterations), type(seq.layers[0]).__name__, func.layers[1] is mid, tower.d2.scale)")
+
+
+def test_clean_cells_get_the_kernels_numbers_shared_layers_and_training(kernel):
+    """The cells that run clean, in one copied run (each run is a worker importing TensorFlow), each followed by its
+    marker (a false crash names its cell by the markers printed before it); no two read the same model but the last,
+    whose fit changes `seq` after the first read it:
+    - a clean predict gives the kernel's numbers (seq, tower, func);
+    - nested notebook layers, several inputs and counters come as the kernel's (blocky, two);
+    - Sequential models sharing a layer keep it shared (left, right);
+    - the rebuilt model trains on and keeps its layers."""
     # (the kernel's numbers by an eager call: a `predict` there would trace its function, and a traced function
     # fails later calls differently, which a copy does not carry: see docs/sandbox.md)
-    v = _check(kernel, f"print(repr({_sums('{m}.predict(X, verbose=0)')}))")
-    assert v.mode == "transplant" and v.verdict == "no-crash", (v.reason, v.how())
-    assert v.stdout.strip() == _kernel_value(kernel, _sums("{m}(X)")), v.stdout
+    cells = {"predict": f"print(repr({_sums('{m}.predict(X, verbose=0)')}))", "nested": f"print(repr({NESTED}))",
+             "shared": SHARED, "trains": TRAINS}
+    v = _check(kernel, "".join(f"{cell}\nprint('ran {name}')\n" for name, cell in cells.items()))
+    assert v.mode == "transplant" and v.verdict == "no-crash", (v.reason, v.how(), v.stdout)
+    lines = v.stdout.strip().splitlines()
+    assert lines[1::2] == [f"ran {name}" for name in cells], v.stdout
+    predicted, nested, shared, trained = lines[0::2]
+    assert predicted == _kernel_value(kernel, _sums("{m}(X)")), v.stdout
+    assert nested == _kernel_value(kernel, NESTED), v.stdout
+    assert shared == "True True 96.0 1", v.stdout
+    assert trained == "3 MyDense True 0.5", v.stdout
 
 
 def test_a_shape_mismatch_in_a_notebook_layer_is_a_certain_crash(kernel):
@@ -163,14 +188,6 @@ def test_a_shape_mismatch_in_a_notebook_layer_is_a_certain_crash(kernel):
         assert real.status == "error" and v.verdict == "crash", (bad, v, real)
         assert v.ename == real.ename and v.line == 1, (bad, v, real)
         assert v.certain, (bad, v.how())
-
-
-def test_the_rebuilt_model_trains_on_and_keeps_its_layers(kernel):
-    v = _check(kernel, "seq.fit(X, y, epochs=1, verbose=0)\n"
-                       "print(int(seq.optimizer.iterations), type(seq.layers[0]).__name__, func.layers[1] is mid, "
-                       "tower.d2.scale)")
-    assert v.verdict == "no-crash", v
-    assert v.stdout.strip() == "3 MyDense True 0.5", v.stdout
 
 
 def test_a_layer_keras_could_not_record_is_unavailable_and_named(kernel):
@@ -183,23 +200,6 @@ def test_a_library_layer_whose_own_saving_would_call_a_notebook_layer_is_refused
     # TimeDistributed is Keras's: its own saving would call the inner layer's get_config in the kernel
     v = _check(kernel, "wrapped(np.zeros((1, 3, 4), 'float32'))")
     assert v.verdict == "unavailable" and "`wrapped`" in (v.reason or "") and "MyDense" in v.reason, v
-
-
-def test_sequential_models_sharing_a_layer_keep_it_shared(kernel):
-    cell = ("shared_dense.kernel.assign(np.zeros((4, 3), 'float32'))\n"
-            "shared_dense.bias.assign(np.ones(3, 'float32'))\n"
-            "print(left.layers[0] is shared_dense, right.layers[0] is shared_dense, "
-            "float(np.asarray(right(X)).sum()), int(left.optimizer.iterations))")
-    v = _check(kernel, cell)
-    assert v.verdict == "no-crash" and v.stdout.strip() == "True True 96.0 1", (v.stdout, v.reason)
-
-
-def test_nested_notebook_layers_several_inputs_and_counters_come_as_the_kernels(kernel):
-    expr = ("(round(float(np.asarray(blocky(X)).sum()), 4), round(float(np.asarray(two([X, X])).sum()), 4), "
-            "float(blocky.layers[0].seen.numpy()), float(two.b.seen.numpy()), two.b.compute_dtype)")
-    v = _check(kernel, f"print(repr({expr}))")
-    assert v.verdict == "no-crash", (v.reason, v.how())
-    assert v.stdout.strip() == _kernel_value(kernel, expr), v.stdout
 
 
 def test_the_portable_sandbox_rebuilds_them_too(kernel):
