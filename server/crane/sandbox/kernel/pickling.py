@@ -57,7 +57,7 @@ _DEPTH = 20_000  # the recursion limit while pickling (a deeper structure is ref
 
 
 class _Sink:
-    """The state file, written as the pickler goes (its 64 KiB frames), counted."""
+    """The state file, written as the pickler goes (its 64 KiB frames), counted: bytes, and the memo's entries."""
 
     def __init__(self, path: str | None, ctl: _Control) -> None:
         self.f = private_open(path, "wb", buffering=0) if path else None
@@ -66,6 +66,8 @@ class _Sink:
     def write(self, b: bytes | bytearray | memoryview) -> int:
         n = len(b)
         self.ctl.add(n)
+        if type(b) is bytes and b[:1] in (b"\x95", b"\x80"):  # a frame (FRAME, or the first: PROTO): its opcodes
+            self.ctl.memoized(b)  # count the memo's entries (a large value written apart from the frames: not counted)
         if self.f is not None:
             self.f.write(b)
         return n

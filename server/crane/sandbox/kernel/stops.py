@@ -54,6 +54,13 @@ from crane.sandbox.kernel.shield import memory_headroom  # kernel: strip
 from crane.sandbox.kernel.waiting import own_dict  # kernel: strip
 
 _FLOOR = 256 << 20  # the export stops when the kernel could allocate less than this
+# the pickler's memo: an entry per object written (so that a second reference to it is a reference: identity kept);
+# its C table costs about this much per entry at its peak (16 bytes a slot, at most 2/3 full, the old table and
+# the new one both held while it grows: 3M entries, 192 MiB). It may take at most a quarter of what the kernel
+# could still allocate when the copy starts, and never more than _MEMO_MAX entries
+_MEMO_ENTRY = 64
+_MEMO_MAX = 40_000_000
+_MEMOIZE = 0x94  # pickle's MEMOIZE opcode (protocol 4+: each memo entry is one), counted in the frames written
 _CHECK_EVERY = 8 << 20  # bytes written between two looks at the clock, the cancel file and the memory left
 _QUEUED = "a request is waiting for the kernel (the user's cell comes first)"
 _OVER_TIME = "copying its inputs took longer than the kernel may be kept busy"
@@ -81,6 +88,10 @@ class _Control:
         self.next_check = 0
         self.stop: str | None = None
         self.waiting = waiting  # kernel/waiting.shell_watch's check (the main thread's only), or None
+        self.memo = 0  # the pickler's memo entries so far (at most: MEMOIZE bytes counted in the frames written)
+        room = memory_headroom()
+        self.memo_max = _MEMO_MAX if room is None else max(0, min(_MEMO_MAX, (room >> 2) // _MEMO_ENTRY))
+        self.memo_room = room
 
     def budget(self, seconds: float) -> None:
         """From now on, at most `seconds` of the kernel's CPU time: what the user's queued cell waits on (a loaded
@@ -117,6 +128,17 @@ class _Control:
             self.next_check = self.written + _CHECK_EVERY
             self.poll()
         if self.stop:
+            raise _Stopped(self.stop)
+
+    def memoized(self, frame: bytes) -> None:
+        """A frame the pickler wrote (its own bytes, not a large value's written apart): its MEMOIZE opcodes (a data
+        byte of the same value counts too: an estimate from above) added to the memo's count; the copy stops past
+        `memo_max` (kernel/pickling._Sink)."""
+        self.memo += frame.count(_MEMOIZE)
+        if self.memo > self.memo_max and not self.stop:
+            left = f"{self.memo_room >> 20} MiB" if self.memo_room is not None else "no bound known"
+            self.stop = (f"the values it reads are more than {self.memo_max:,} objects: the copy's memo of them would "
+                         f"take more than a quarter of the memory the kernel has left ({left})")
             raise _Stopped(self.stop)
 
     def poll(self) -> None:
