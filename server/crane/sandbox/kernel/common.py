@@ -63,7 +63,7 @@ def _write_json(fd: int, obj: dict) -> bytes:
     """Write `obj` as one JSON line on `fd`. On the run's channel (`_track_channel`) the line is counted before it
     is written, and the result is every byte CRANE meant to write there so far (the caller's to seal: a line that
     could not be delivered still counts, so the channel then never matches); elsewhere, the line."""
-    data = (json.dumps(obj, default=str) + "\n").encode("utf-8", "replace")
+    data = (_json_text(obj) + "\n").encode("utf-8", "replace")  # (never through what a kept command changed)
     out = data
     if fd >= 0 and fd == _SEALED["fd"]:  # the run's channel: the seal names what CRANE wrote there
         out = _sent() + data
@@ -259,18 +259,88 @@ def ended_now(pid: int, within_s: float) -> bool:
 _TAMPERED = TAMPERED_EXIT  # how a process whose code changed CRANE's own code (`_fence`) ends, writing nothing
 
 
+def _json_codec() -> tuple[Any, Any, Any, Any] | None:
+    """How a session's processes read and write their command and outcome lines (issue 41, round 13): `_json`'s C
+    scanner and encoder, made here from immutable parts alone (a `SimpleNamespace` of builtins, the C string
+    encoder), each called through its type's own C call slot taken now (`wrapper_descriptor`s). A kept clean
+    command leaves its process as the next commands' head or worker, so whatever `json.loads`/`json.dumps` reach —
+    `json._default_decoder`'s and `_default_encoder`'s attributes (`decode`, `scan_once`, `iterencode`), the heap
+    types `_json.Scanner` and `_json.Encoder` (their `__call__` can be set, 3.11-3.13) — a command could change, and
+    it did: a clean command whose decoder turned every later command's source into `pass` had every later crash come
+    back `no-crash` (fork, portable and transplant sessions). Slots and objects made here read none of that (the
+    scanner's and encoder's fields are read-only). None where the slots are not C ones (changed before CRANE came)."""
+    import _json
+    from types import SimpleNamespace
+
+    slot = type(object.__init__)  # (wrapper_descriptor: a C slot, immutable)
+    scanner_type, encoder_type = _json.make_scanner, _json.make_encoder
+    scan = type.__dict__["__dict__"].__get__(scanner_type).get("__call__")
+    encode = type.__dict__["__dict__"].__get__(encoder_type).get("__call__")
+    if type(scan) is not slot or type(encode) is not slot:
+        return None
+    context: Any = SimpleNamespace(strict=True, object_hook=None, object_pairs_hook=None, parse_float=float,
+                                   parse_int=int, parse_constant=float)
+    scanner = scanner_type(context)
+    encoder = encoder_type(None, str, _json.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+    return scan, scanner, encode, encoder
+
+
+_JSON_LINES = _json_codec()
+
+
+def _json_line(line: bytes | str) -> Any:
+    """The one JSON value of `line` (surrounding whitespace aside), read through `_JSON_LINES`; ValueError when it
+    is not exactly one."""
+    codec = _JSON_LINES
+    if codec is None:
+        return json.loads(line)
+    text: str = line.decode("utf-8") if isinstance(line, bytes) else line
+    text = text.strip(" \t\r\n")
+    try:
+        value, end = codec[0](codec[1], text, 0)
+    except StopIteration:  # (the C scanner's "no value here")
+        raise ValueError("no JSON value") from None
+    if end != len(text):
+        raise ValueError("extra data after the JSON value")
+    return value
+
+
+def _json_text(value: Any) -> str:
+    """`value` as JSON text (as `json.dumps(value, default=str)`), written through `_JSON_LINES`."""
+    codec = _JSON_LINES
+    if codec is None:
+        return json.dumps(value, default=str)
+    return "".join(codec[2](codec[3], value, 0))
+
+
 def _real_exit() -> Callable[[int], Any]:
-    """The platform's C-level `_exit` (posix, nt): bound before a cell runs, nothing the cell does can change it."""
+    """The platform's C-level `_exit` (posix, nt): bound before a cell runs, nothing the cell does can change it.
+    Where kernel/audit._guard_process_end put its guard in its place (a session's command binds this after the
+    hook is installed), the C function it keeps (`_C_EXITS`): CRANE's own end is never read as the cell's."""
     import sys
     mod = sys.modules.get("posix") or sys.modules.get("nt")
-    return mod._exit if mod is not None else os._exit
+    fn = mod._exit if mod is not None else os._exit
+    if _c_exit(fn):
+        return fn
+    return next((f for f in _C_EXITS if _c_exit(f)), fn)
+
+
+_C_EXITS: list = []  # the C `_exit` kernel/audit._guard_process_end replaced (only a real one is ever taken)
+
+
+def _c_exit(fn: Any) -> bool:
+    """`fn` is the C `_exit` of the posix or nt module (a builtin's `__name__` and `__self__` cannot be rebound)."""
+    owner = getattr(fn, "__self__", None)
+    return type(fn) is type(len) and fn.__name__ == "_exit" and type(owner) is type(os) and owner.__name__ in (
+        "posix", "nt") and getattr(owner, "_exit", None) is not None
 
 
 # the standard modules the outcome path calls (a rebound function there is a forged outcome in waiting)
-_FENCED_MODULES = ("os", "posix", "posixpath", "genericpath", "json", "json.encoder", "signal", "traceback",
-                   "linecache", "re", "time", "io", "select", "socket")
-_FENCED_CLASSES = (("json.encoder", "JSONEncoder"), ("socket", "socket"))  # classes whose methods the outcome path
-# calls (a fork session's head hands its channel on through the socket's methods: kernel/session._hand_over)
+_FENCED_MODULES = ("os", "posix", "posixpath", "genericpath", "json", "json.encoder", "json.decoder", "signal",
+                   "traceback", "linecache", "re", "time", "io", "select", "socket")
+# classes whose methods the outcome path calls (a fork session's head hands its channel on through the socket's
+# methods: kernel/session._hand_over; `_json`'s C scanner makes a JSONDecodeError of a line it cannot read)
+_FENCED_CLASSES = (("json.encoder", "JSONEncoder"), ("json.decoder", "JSONDecodeError"), ("socket", "socket"))
 _IPYTHON_BUILTINS = frozenset(("display", "get_ipython", "exit", "quit", "help", "dreload", "copyright", "credits",
                                "license"))
 _FENCE_GLOBALS = ("_FENCED_MODULES", "_FENCED_CLASSES", "_IPYTHON_BUILTINS")  # the module's names `_fence` reads

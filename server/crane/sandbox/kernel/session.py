@@ -22,7 +22,6 @@ written by the code, and the run is `blocked` ("the cell wrote into CRANE's resu
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -35,6 +34,8 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _TAMPERED,
     CELL_FILENAME,
     _Ctx,
+    _json_line,
+    _json_text,
     _real_exit,
     _track_channel,
     _untraced,
@@ -287,7 +288,7 @@ def _session_loop(ctx: _Ctx, gate: int, depth: int = 0, announce: bool = True) -
             break
         idle_first = False
         try:
-            cmd = json.loads(line)
+            cmd = _json_line(line)
         except ValueError:
             _write_json(ctx.result_fd, {"event": "error", "reason": "bad command"})
             continue
@@ -451,7 +452,7 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
                                                                           "evalue": why}), None, None
     pid, res_r, ctl_w, post_r = spare.pid, spare.res, spare.ctl, spare.post
     try:
-        os.write(spare.go, (json.dumps(cmd) + "\n").encode())
+        os.write(spare.go, (_json_text(cmd) + "\n").encode())
     except OSError:
         pass  # it is gone: its end is read below
     _head_close(spare.go)
@@ -461,7 +462,7 @@ def _in_fork(ctx: _Ctx, gate: int, cmd: dict, depth: int, out_path: str, err_pat
     outcome = None
     if len(lines) == 1:
         try:
-            obj = json.loads(lines[0])
+            obj = _json_line(lines[0])
             if type(obj) is dict and obj.pop("event", None) == "outcome":
                 outcome = obj
         except ValueError:
@@ -529,7 +530,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     line = _read_to_end(go)
     os.close(go)
     try:
-        cmd = json.loads(line)
+        cmd = _json_line(line)
     except ValueError:
         return
     if type(cmd) is not dict:
@@ -849,7 +850,7 @@ def _eval_command(data: bytes) -> dict | None:
     if rest.strip():
         return None
     try:
-        cmd = json.loads(line)
+        cmd = _json_line(line)
     except ValueError:
         return None
     return cmd if type(cmd) is dict else None
@@ -859,7 +860,7 @@ def _answer_out(ctx: _Ctx, rec: dict, cmd: dict, post: int) -> bytes:
     """Write an eval's answer (numbered as its command) on `post`; its bytes, for the seal's digest."""
     ctx.audit_state["bypass"] = True
     rec["n"] = cmd.get("n")
-    data = (json.dumps(rec, default=str) + "\n").encode("utf-8", "replace")
+    data = (_json_text(rec) + "\n").encode("utf-8", "replace")
     ctx.audit_state["bypass"] = False
     view = data
     while view:
@@ -922,7 +923,7 @@ def _warm_up(ctx: _Ctx, go: int) -> None:
     steps = (lambda: _compile_plan(shell, "1", "<crane-warm-up>", shell.transform_cell("1")),
              lambda: shell.display_formatter.format(1, include={"text/plain"}),
              lambda: _describe_exception(ValueError("warm-up"), "1"),
-             lambda: json.dumps({"verdict": "no-crash", "displays": [], "traceback": ["x"]}, default=str),
+             lambda: _json_text({"verdict": "no-crash", "displays": [], "traceback": ["x"]}),
              lambda: _unchanged(_BOUND["watched"][0], _BOUND["watched"]))  # (its pass takes a reference to every
     # object it watches: their pages)
     for step in steps:
@@ -944,12 +945,12 @@ def _warm_head(cmd_fd: int) -> None:
     sample = {"event": "outcome", "verdict": "crash", "reason": None, "elapsed_ms": 0.5, "ename": "ValueError",
               "evalue": "warm-up", "line": 1, "traceback": ["x"], "displays": [], "denied": [],
               "stdout_span": [0, 0], "stderr_span": [0, 0]}
-    raw = (json.dumps(sample) + "\n").encode()
-    steps = (lambda: json.loads(raw.split(b"\n")[0]),
+    raw = (_json_text(sample) + "\n").encode()
+    steps = (lambda: _json_line(raw.split(b"\n")[0]),
              lambda: _seal_code(me, raw),  # (its own /proc: running, not sealed)
              lambda: _BOUND["digest"](raw, digest_size=8).digest(),
              lambda: _threads(me),
-             lambda: json.dumps(dict(sample, id=1, key="0" * 32, pid=me, depth=0), default=str),
+             lambda: _json_text(dict(sample, id=1, key="0" * 32, pid=me, depth=0)),
              lambda: _BOUND["poll"]().register(cmd_fd, 0))
     for step in steps:
         if select([cmd_fd], [], [], 0)[0]:
@@ -988,7 +989,7 @@ def _eval_parked(parked: _Parked, cmd: dict) -> tuple[dict | None, bool]:
     try:
         while select([parked.post], [], [], 0)[0]:  # something waiting that no eval asked for
             return None, False
-        os.write(parked.ctl, (json.dumps(dict(cmd, n=parked.n)) + "\n").encode())
+        os.write(parked.ctl, (_json_text(dict(cmd, n=parked.n)) + "\n").encode())
         data = b""
         while not data.endswith(b"\n"):
             if not select([parked.post], [], [], 60.0)[0]:
@@ -997,7 +998,7 @@ def _eval_parked(parked: _Parked, cmd: dict) -> tuple[dict | None, bool]:
             if not chunk:
                 return None, False
             data += chunk
-        rec = json.loads(data)
+        rec = _json_line(data)
     except (OSError, ValueError):
         return None, False
     if type(rec) is not dict or rec.pop("n", None) != parked.n or data.count(b"\n") != 1:
