@@ -27,7 +27,7 @@ from crane.sandbox.session import open_session
 from crane.sandbox.transplant import transplant
 
 from .copy_sessions import copy_path_kernel
-from .test_seal_call import _run
+from .one_shot import one_shot
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seal is read in Linux's /proc")
 
@@ -113,7 +113,7 @@ def test_a_native_handler_never_makes_a_raising_cell_clean(conn, path):
     # signal context wherever the thread was, it deadlocked its process (a timeout) or corrupted it and it died of a
     # fault (as the kernel itself would): never clean
     assert v.verdict == "timeout" or _died_of_a_fault(v) or (v.verdict == "blocked" and "no-crash" in (v.reason or "")), v
-    v = _run(conn, path, "1/0")
+    v = one_shot(conn, path, "1/0")
     assert (v.verdict, v.ename) == ("crash", "ZeroDivisionError"), v
 
 

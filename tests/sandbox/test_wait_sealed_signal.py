@@ -19,7 +19,8 @@ import sys
 
 import pytest
 
-from .test_seal_call import PATHS, _run
+from .one_shot import one_shot
+from .test_seal_call import PATHS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seal is read in Linux's /proc")
 
@@ -93,14 +94,14 @@ def conn(env_conn):
 @pytest.mark.parametrize("attack", list(ATTACKS))
 @pytest.mark.parametrize("path", list(PATHS))
 def test_nothing_of_the_cells_seals_again_in_the_wait(conn, path, attack, end):
-    v = _run(conn, path, ATTACKS[attack] + ENDS[end])
+    v = one_shot(conn, path, ATTACKS[attack] + ENDS[end])
     if attack == "again" and v.verdict == "blocked":  # (its handler kept one due past every try: TAMPERED)
         return
     assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v
 
 @pytest.mark.parametrize("path", list(PATHS))
 def test_a_cell_that_ends_its_process_is_still_that_crash(conn, path):
-    v = _run(conn, path, "import os, signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)\nos._exit(3)")
+    v = one_shot(conn, path, "import os, signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)\nos._exit(3)")
     assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v
-    v = _run(conn, path, "1/0")
+    v = one_shot(conn, path, "1/0")
     assert (v.verdict, v.ename) == ("crash", "ZeroDivisionError"), v
