@@ -93,3 +93,21 @@ def test_a_busy_kernel_is_reported_and_its_queued_export_copies_nothing(kernel, 
     # and the next verdict is whole
     v = _portable(conn, "x[7]")
     assert v.verdict == "crash" and v.ename == "IndexError", v
+
+
+def test_a_restarted_kernel_gets_the_modules_again_within_the_one_request_path(tmp_path):
+    """After a restart the modules this process installed are gone: the export's own request finds them missing and
+    installs them again (ModuleClient.call), with no separate check first."""
+    k = start_kernel(tmp_path)
+    try:
+        conn = k.connection
+        assert conn.run_cell("x = [1, 2, 3]\n", timeout=300).status == "ok"
+        assert _portable(conn, "len(x)").verdict == "no-crash"
+        k.manager.restart_kernel(now=True)
+        conn.wait_ready(300)
+        assert conn.run_cell("x = [4, 5]\n", timeout=300).status == "ok"
+        v = _portable(conn, "x[2]")
+        assert v.verdict == "crash" and v.ename == "IndexError", v
+        assert conn.evaluate("'_crane_transplant' in __import__('sys').modules") is True
+    finally:
+        k.shutdown()

@@ -543,14 +543,14 @@ class ModuleClient:
             raise self.error(f"{what}: the kernel answered {reply.status}: {reply.ename}: {reply.evalue}")
         return reply.user_expressions
 
-    def ensure_installed(self, timeout: float = 10.0) -> None:
+    def ensure_installed(self, timeout: float = 10.0, start_timeout: float | None = None) -> None:
         """Install (or replace) the module in the kernel, privately; check that our version answers. `installs`
         counts an install where no module of our version was there (a fresh kernel), `replaced` one over a module of
         our version this process did not make (another CRANE's, or the notebook's)."""
         what = f"installing {self.module.name}"
         out = self.evaluate(  # (evaluated in this order: `before` reads the table before the install)
-            {"before": self.module.version_expression(), "install": self.module.install_expression()}, timeout, what
-        )
+            {"before": self.module.version_expression(), "install": self.module.install_expression()}, timeout, what,
+            start_timeout=start_timeout)
         sealed = literal_value(out.get("install"), what, self.error)
         if type(sealed) is str:
             raise self.error(f"{what}: {sealed}")
@@ -568,13 +568,14 @@ class ModuleClient:
         """`<module>.<function>(*args)` in the kernel, privately; its literal result. `also`: modules of the same
         kernel the function uses (the export's private cloudpickle), each checked in the same request to be the
         one this process installed (a module put in its place between two requests is never used).
-        `start_timeout`: the kernel must start on the call's request within it, else KernelTimeout (a busy kernel
-        found as quickly as a separate check would find it: KernelConnection.private)."""
+        `start_timeout`: the kernel must start on each of the call's requests within it (the installs where a module
+        is gone too), else KernelTimeout: a busy kernel found as quickly as a separate check would find it
+        (KernelConnection.private)."""
         clients = (self, *also)
         for attempt in (0, 1):
             for c in clients:
                 if c.address is None:  # (never a module this process did not install: installed first)
-                    c.ensure_installed(timeout=max(timeout, 10.0))
+                    c.ensure_installed(timeout=max(timeout, 10.0), start_timeout=start_timeout)
             seal = self.address
             if seal is None:
                 raise self.error(f"{what}: the module {self.module.name} was not installed")
@@ -587,8 +588,9 @@ class ModuleClient:
                 return value
             if attempt:
                 raise self.error(f"{what}: the module {self.module.name} vanished right after it was installed")
-            held = self.evaluate({str(i): c.version_expression() for i, c in enumerate(clients)}, timeout, what)
+            held = self.evaluate({str(i): c.version_expression() for i, c in enumerate(clients)}, timeout, what,
+                                 start_timeout=start_timeout)
             for i, c in enumerate(clients):
                 if literal_value(held.get(str(i)), what, self.error) != c.module.version:
-                    c.ensure_installed(timeout=max(timeout, 10.0))
+                    c.ensure_installed(timeout=max(timeout, 10.0), start_timeout=start_timeout)
         raise AssertionError("unreachable")
