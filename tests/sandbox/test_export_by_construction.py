@@ -28,6 +28,7 @@ from crane.kernel.untouched import Untouched
 from crane.sandbox.transplant import transplant
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from .marked_runs import HIT
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
 
@@ -35,15 +36,7 @@ SETUP = r"""
 import os, sys, types, builtins, threading, time, warnings, decimal, random
 sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: transplant path
 import numpy as np, pandas as pd
-HITS = []
-def hit(what):
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_filename.startswith('<crane-kernel'):
-            HITS.append(what)
-            return
-        f = f.f_back
-small = [1, 2, 3]
+""" + HIT + r"""small = [1, 2, 3]
 df = pd.DataFrame({{'a': [1.0, 2.0, 3.0]}})
 """
 

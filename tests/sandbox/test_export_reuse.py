@@ -28,6 +28,7 @@ from crane.kernel.untouched import Untouched
 from crane.sandbox.transplant import transplant
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from .marked_runs import HIT
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
 
@@ -37,15 +38,7 @@ if {stand_in}:
     sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: transplant path
 import numpy as np, pandas as pd
 from sklearn.linear_model import LinearRegression
-HITS = []
-def hit(what):
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_filename.startswith('<crane-kernel'):
-            HITS.append(what)
-            return
-        f = f.f_back
-df = pd.DataFrame({{'a': [1.0, 2.0, 3.0]}})
+""" + HIT + r"""df = pd.DataFrame({{'a': [1.0, 2.0, 3.0]}})
 arr = np.arange(4.0)
 conf = {{'k': 1, 'rows': [1, 2]}}
 lr = LinearRegression().fit(np.array([[0.0], [1.0], [2.0]]), np.array([0.0, 2.0, 4.0]))

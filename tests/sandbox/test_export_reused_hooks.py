@@ -29,21 +29,14 @@ from crane.kernel.untouched import Untouched
 from crane.sandbox.transplant import transplant
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from .marked_runs import HIT
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
 
 SETUP = r"""
 import sys, types, copy, copyreg, collections, dataclasses, functools, logging, random, typing
 sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: transplant path
-HITS = []
-def hit(what):
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_filename.startswith('<crane-kernel'):
-            HITS.append(what)
-            return
-        f = f.f_back
-"""
+""" + HIT
 
 # (id, the notebook's cell defining the object, the checked cell, the name the refusal names)
 ATTACKS = [

@@ -39,6 +39,7 @@ from crane.kernel.untouched import Untouched
 from crane.sandbox.transplant import TRANSPLANT_MODULE, transplant
 
 from ..kernel_envs import KERNEL_ENVS, PYTHON_KERNELS, kernel_python, python_kernel
+from .marked_runs import HIT
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
 
@@ -47,15 +48,7 @@ import os, sys, types, builtins, threading, time, collections, weakref, io, func
 import posixpath
 sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: transplant path
 import numpy as np, pandas as pd
-HITS = []
-def hit(what):
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_filename.startswith('<crane-kernel'):
-            HITS.append(what)
-            return
-        f = f.f_back
-def _wrap(f, n):
+""" + HIT + r"""def _wrap(f, n):
     def g(*a, **k):
         hit(n)
         return f(*a, **k)
