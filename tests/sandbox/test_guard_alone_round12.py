@@ -16,8 +16,8 @@ writing the same files inside the run keeps the kernel's verdict. Every attack h
 listener) under the guard alone before the fix.
 Each library's cases run on a kernel that has imported that library alone (`kernels`), in each kernel environment
 with its own build of it (kernel_choice.library_kernels, as rounds 10 and 11): every run's worker imports all its
-kernel holds, and one kernel per environment that imported xgboost, lightgbm, JAX and torch in turn made each later
-run's worker import them all (TensorFlow's neighbour torch was skipped there for that reason).
+kernel holds, and one kernel per environment that imported xgboost, lightgbm and JAX in turn made each later run's
+worker import them all (torch, one build in both environments, runs on IPython 8's, which has no TensorFlow).
 """
 
 from __future__ import annotations
