@@ -51,7 +51,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _settings,
 )
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
-from crane.sandbox.kernel.finalizers import finalizer_tail  # kernel: strip
+from crane.sandbox.kernel.finalizers import FinalizerWatch  # kernel: strip
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
@@ -196,7 +196,7 @@ def _export(args: Any, resealed: list) -> dict:
     objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
     # what runs when a copied object is freed (its finalizers, weak callbacks, the kernel's references), pickled after
     # the namespace by the same pickler (kernel/finalizers.py)
-    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, tail=finalizer_tail)
+    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, watch=FinalizerWatch())
     objs.pop(KERAS_KEY, None)
     objs.pop("\x00crane-accessors", None)
     objs.pop("\x00crane-patched", None)

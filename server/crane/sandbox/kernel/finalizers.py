@@ -4,23 +4,23 @@ registrations, weak references with callbacks, classes with `__del__` — carrie
 Runs in the user's kernel (part of `_crane_transplant`; kernel/export.py calls it through kernel/pickling.dump_state,
 right after the namespace's pickle, in the pickler's thread). In the kernel, `del o` (or rebinding the last name of
 `o`) runs `o`'s finalizers at once: `weakref.finalize(o, os._exit, 0)` ends the kernel, a raising one prints
-"Exception ignored". A copy without them said `no-crash`, certain. `finalizer_tail(pickler, trial, top)` reads the
-pickle's memo (every object copied, by its index in the pickle), and for each copied object that is weakly referenced
-with a callback, or whose class has a `__del__`:
+"Exception ignored". A copy without them said `no-crash`, certain. `FinalizerWatch.see` is called by the export's
+pickler (kernel/pickling.py) for every object it pickles but builtin atoms and containers (after its proof), and keeps
+those weakly referenced or of a class with `__del__` (classes and modules aside: a cell does not free one); once the
+namespace is pickled, `FinalizerWatch.tail` reads, for each, the weak references to it with a callback:
 - a live `weakref.finalize` registration (its `_registry` info: func, args, kwargs, atexit) or another callback is
-  carried when it pickles on its own (`trial`: a dry run, counted, nothing written), as `(memo index, kind, payload)`:
-  the worker (worker/finalizers.py) registers it again on the copy of that very object;
+  carried when it pickles on its own (`trial`: a dry run, counted, nothing written): the worker (worker/finalizers.py)
+  registers it again on the copy of that very object (the tail is pickled by the same pickler: a reference to it);
 - a callback that does not pickle, or a weak proxy (its callback cannot be read), makes that object "missed": the
   worker watches it, and a clean run in which the cell freed it is only likely;
 - the callbacks of the standard library's weak containers (`WeakValueDictionary`, `WeakKeyDictionary`, `WeakSet`,
-  the ABC caches) only take a dead entry out of their container: left alone. Classes and modules are never counted
-  (a cell does not free them).
-With any of these, the tail also holds every copied object's reference count in the kernel, less the export's own
-references (the memo, the export's name table): the worker holds each object the kernel holds more often than the
-copy does (an `Out` entry, a name not copied, a library's cache), so a `del` frees an object in the worker only where
-it would free it in the kernel. Nothing of the notebook's runs: the registry, each info's slots and each weak
-reference's callback are read by C-level descriptors and C functions after exact type checks (`weakref` is proven the
-standard library's own by kernel/stdlib_own.py before the export), counts by `sys.getrefcount`.
+  the ABC caches) only take a dead entry out of their container: left alone.
+With each, the kernel's reference count of that object, less the export's own references (the pickler's memo, the
+export's name table): the worker holds it once more where the kernel holds it more often than the copy does (an `Out`
+entry, a name not copied, a library's cache), so a `del` frees it in the worker only where it would in the kernel.
+Nothing of the notebook's runs: the registry, each info's slots and each weak reference's callback are read by C-level
+descriptors and C functions after exact type checks (`weakref` is proven the standard library's own by
+kernel/stdlib_own.py before the export), counts by `sys.getrefcount`.
 """
 
 from __future__ import annotations
@@ -37,14 +37,16 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _module,
     _mro,
 )
-from crane.sandbox.kernel.shield import own_c  # kernel: strip
+from crane.sandbox.kernel.shield import SH_NOT_OWN, own_c  # kernel: strip
 
 FINALIZERS_TAG = "crane-finalizers-1"  # the tail's first item (worker/finalizers.py checks it)
+_FZ_NOT_OWN = len(SH_NOT_OWN)  # (this part is installed after kernel/stdlib_own.py's check: its own check below)
 _FZ_GETWEAKREFS, _FZ_WEAKCOUNT = own_c("_weakref", "getweakrefs"), own_c("_weakref", "getweakrefcount")
 _FZ_REFCOUNT = own_c("sys", "getrefcount")
 _FZ_REF = _mdict(_module("_weakref")).get("ref")
-_FZ_CALLBACK = _cls_dict(_FZ_REF).get("__callback__") if type(_FZ_REF) is type else None
-_FZ_HELD = 3  # references the export holds to each memo object while counting: the pickler's memo, the list, `map`
+_FZ_CALLBACK = _cls_dict(_FZ_REF).get("__callback__") if type(_FZ_REF) is type and len(SH_NOT_OWN) == _FZ_NOT_OWN \
+    else None  # (None: a function above was replaced before the install: no finalizer is carried, none is called)
+_FZ_HELD = 3  # references the export holds to each object it counts: the pickler's memo, `found`, `map`
 
 
 def _fz_info(fin: Any, cls: Any) -> tuple | None:
@@ -85,82 +87,80 @@ def _fz_harmless(cb: Any, files: tuple) -> bool:
     return False
 
 
-def _fz_kind(t: Any, cache: dict) -> int:
+def _fz_kind(t: Any) -> int:
     """0: a class or a module (no cell frees one), 2: a class of `t`'s MRO (object's aside) defines `__del__` (read
-    from each class's own dict), 1: neither. Cached by the type's id (a class is never hashed)."""
-    hit = cache.get(id(t))
-    if hit is None:
-        mro = _mro(t)
-        if t is _MODULE_TYPE or any(k is type for k in mro):
-            hit = 0
-        else:
-            hit = 2 if any(k is not object and "__del__" in _cls_dict(k) for k in mro) else 1
-        cache[id(t)] = hit
-    return hit
+    from each class's own dict), 1: neither."""
+    mro = _mro(t)
+    if t is _MODULE_TYPE or any(k is type for k in mro):
+        return 0
+    return 2 if any(k is not object and "__del__" in _cls_dict(k) for k in mro) else 1
 
 
-def finalizer_tail(pickler: Any, trial: Any, top: dict) -> tuple | None:
-    """The tail pickled after the namespace with the same pickler (identity through its memo), or None when no copied
-    object has anything that runs when it is freed. `trial(value)`: the value pickles on its own (a dry run).
-    `top`: the export's name table (its references are the export's, not the kernel's).
-    (FINALIZERS_TAG, counts, entries, watched): `counts[i]`, the kernel's references to memo object i;
-    `entries`, (i, "finalize", (func, args, kwargs, atexit)) and (i, "callback", callback); `watched`, the indices of
-    every object with something that runs when it is freed, and whether it was missed."""
-    if _FZ_CALLBACK is None:
-        return None
-    memo = pickler.memo.copy()  # {id: (index, object)}
-    n = len(memo)
-    objs: list = [None] * n
-    for idx, obj in dict.values(memo):
-        if type(idx) is int and 0 <= idx < n:
-            objs[idx] = obj
-    obj = None
-    del memo
-    cache: dict = {}
-    kinds = [_fz_kind(t, cache) for t in map(type, objs)]
-    weakly = list(map(_FZ_WEAKCOUNT, objs))
-    candidates = [i for i in range(n) if kinds[i] and (weakly[i] or kinds[i] == 2)]
-    if not candidates:
-        return None
-    # the kernel's references to each copied object, before anything below holds one more
-    counts = list(map(_FZ_REFCOUNT, objs))
-    at = {id(objs[i]): i for i in range(n)}
-    for v in dict.values(top):
-        i = at.get(id(v))
-        if i is not None:
-            counts[i] -= 1
-    at.clear()
-    counts = [c - _FZ_HELD for c in counts]
-    weak = _mdict(_module("weakref"))
-    fin_cls = weak.get("finalize")
-    files = tuple(f for f in (weak.get("__file__"), _mdict(_module("_weakrefset")).get("__file__")) if type(f) is str)
-    entries: list = []
-    watched: list = []
-    for i in candidates:
-        missed = found = False
-        if weakly[i]:
-            for r in _FZ_GETWEAKREFS(objs[i]):
+class FinalizerWatch:
+    """What the export's pickler met that something runs for when it is freed (`see`, called by the pickler for every
+    object it pickles that is not a builtin container or atom, after its proof), and the tail pickled after the
+    namespace (`tail`)."""
+
+    def __init__(self) -> None:
+        self.found: list = []
+        self.kinds: dict = {}  # id(type) -> _fz_kind (a class is never hashed)
+        # (None: a function above was replaced before the install: the pickler calls nothing here)
+        self.see = self._see if _FZ_CALLBACK is not None else None
+
+    def _see(self, obj: Any) -> None:
+        kind = self.kinds.get(id(type(obj)))
+        if kind is None:
+            kind = self.kinds[id(type(obj))] = _fz_kind(type(obj))
+        if kind == 2 or (kind and _FZ_WEAKCOUNT(obj)):
+            self.found.append(obj)
+
+    def tail(self, pickler: Any, trial: Any, top: dict) -> tuple | None:
+        """The tail pickled after the namespace with the same pickler (each object a reference to the namespace's
+        copy: identity through its memo), or None when nothing the pickler met has anything that runs when it is
+        freed. `trial(value)`: the value pickles on its own (a dry run). `top`: the export's name table (its
+        references are the export's, not the kernel's). (FINALIZERS_TAG, records): per object, (the object, the
+        kernel's references to it, its entries — ("finalize", (func, args, kwargs, atexit)), ("callback", callback)
+        —, whether something of it was missed)."""
+        found = list(dict(zip(map(id, self.found), self.found, strict=True)).values())  # (each once)
+        self.found = []
+        if not found or _FZ_CALLBACK is None:
+            return None
+        # the kernel's references to each, before anything below holds one more
+        counts = list(map(_FZ_REFCOUNT, found))
+        held = dict.fromkeys(map(id, found), _FZ_HELD)
+        for v in dict.values(top):
+            if id(v) in held:
+                held[id(v)] += 1
+        counts = [c - held[id(o)] for c, o in zip(counts, found, strict=True)]
+        weak = _mdict(_module("weakref"))
+        fin_cls = weak.get("finalize")
+        files = tuple(f for f in (weak.get("__file__"), _mdict(_module("_weakrefset")).get("__file__"))
+                      if type(f) is str)
+        records: list = []
+        for o, count in zip(found, counts, strict=True):
+            entries: list = []
+            missed = found_one = False
+            for r in _FZ_GETWEAKREFS(o):
                 if not any(k is _FZ_REF for k in _mro(type(r))):
-                    missed = found = True  # a weak proxy: its callback cannot be read
+                    missed = found_one = True  # a weak proxy: its callback cannot be read
                     continue
                 cb = _FZ_CALLBACK.__get__(r, _FZ_REF)
                 if cb is None or _fz_harmless(cb, files):
                     continue
-                found = True
+                found_one = True
                 if fin_cls is not None and type(cb) is fin_cls:
                     info = _fz_info(cb, fin_cls)
                     if info is None:
                         continue  # (no longer registered: calling it does nothing)
                     if trial(info[:3]):
-                        entries.append((i, "finalize", info))
+                        entries.append(("finalize", info))
                     else:
                         missed = True
                 elif trial(cb):
-                    entries.append((i, "callback", cb))
+                    entries.append(("callback", cb))
                 else:
                     missed = True
-        if found or kinds[i] == 2:
-            watched.append((i, missed))
-    if not watched:
-        return None
-    return (FINALIZERS_TAG, counts, entries, watched)
+            if found_one or self.kinds.get(id(type(o))) == 2:
+                records.append((o, count, entries, missed))
+        found.clear()
+        return (FINALIZERS_TAG, records) if records else None

@@ -124,7 +124,7 @@ def torch_reducers(proof: _Proof) -> dict:
     return {tensor: reduce, parameter: reduce}
 
 
-def _pickler_class(cp: Any, proof: _Proof, ctl: _Control, reducers: dict) -> type[Any]:
+def _pickler_class(cp: Any, proof: _Proof, ctl: _Control, reducers: dict, see: Any = None) -> type[Any]:
     copyreg = _MODULES.get("copyreg")  # its reducers: the notebook's may be registered there (copyreg.pickle)
     table = dict.get(_O_DICT_GET(copyreg, "__dict__"), "dispatch_table") if copyreg is not None else None
     registered = table if type(table) is dict else {}
@@ -137,6 +137,8 @@ def _pickler_class(cp: Any, proof: _Proof, ctl: _Control, reducers: dict) -> typ
             if ctl.stop:
                 raise _Stopped(ctl.stop)
             proof.check(obj)  # before anything reads the object (cloudpickle's isinstance reads __class__)
+            if see is not None:  # (what runs when it is freed: kernel/finalizers.py)
+                see(obj)
             t = type(obj)
             red = dict.get(registered, t)
             if red is not None and not _library_function(red):  # copyreg.pickle(T, notebook_function)
@@ -179,14 +181,14 @@ def _own_pickling(mro: tuple) -> bool:
 
 
 def dump_state(objs: dict, reducers: dict, *, cp: Any, d: str | None, tag: str, ctl: _Control, proof: _Proof,
-               tail: Any = None) -> dict:
+               watch: Any = None) -> dict:
     """Pickle `objs` (CRANE's dict of proven objects, by name) with CRANE's `reducers` (an exact type -> a function
     of the object: a reduce tuple, or NotImplemented for cloudpickle's own) into `d` (None: count only) in a thread with a known stack and CRANE's recursion limit;
     the calling thread waits, polling the controls. {"ok", "buffers": [sizes], "bytes", "error", "tail"}.
-    `tail(pickler, trial, objs)`: called in the pickler's thread once `objs` is pickled; what it returns (not None)
-    is pickled next into the same file by the same pickler (its memo: identity with the namespace's objects kept;
-    kernel/finalizers.py); `trial(value)` says whether `value` pickles on its own (a dry run, counted, not written).
-    `out["tail"]`: whether one was written."""
+    `watch` (kernel/finalizers.FinalizerWatch): `watch.see(obj)` for each object the pickler proves; once `objs` is
+    pickled, what `watch.tail(pickler, trial, objs)` returns (not None) is pickled next into the same file by the same
+    pickler (its memo: identity with the namespace's objects kept); `trial(value)` says whether `value` pickles on its
+    own (a dry run, counted, not written). `out["tail"]`: whether one was written."""
     out: dict = {"ok": False, "buffers": [], "bytes": 0, "error": None, "tail": False}
     sink = _Sink(_join(d, f"state{tag}.pkl") if d else None, ctl)
 
@@ -211,10 +213,11 @@ def dump_state(objs: dict, reducers: dict, *, cp: Any, d: str | None, tag: str, 
         _setprofile(None)
         _settrace(None)
         try:
-            cls = _pickler_class(cp, proof, ctl, reducers)
-            pickler = cls(sink, protocol=5, buffer_callback=keep)
+            pickler = _pickler_class(cp, proof, ctl, reducers, watch.see if watch is not None else None)(
+                sink, protocol=5, buffer_callback=keep)
             pickler.dump(objs)
-            extra = tail(pickler, _trial(cls, ctl), objs) if tail is not None else None
+            extra = watch.tail(pickler, _trial(_pickler_class(cp, proof, ctl, reducers), ctl), objs) \
+                if watch is not None else None
             if extra is not None:
                 pickler.dump(extra)
                 out["tail"] = True
