@@ -60,20 +60,28 @@ def _check(conn, source: str):
     return v
 
 
-def test_symbolic_tensors_and_shared_layers_keep_their_graph(kernel):
-    v = _check(kernel, "m2 = keras.Model(inp_a, layers.Dense(2)(xa))\n"
-                       "m3 = keras.Model([inp_a, inp_b], layers.Dense(3)(merged))\n"
-                       "(m2.predict(A, verbose=0).shape, m3.predict([A, B], verbose=0).shape, "
-                       "model.layers[2] is shared, auto.layers[1] is enc)")
-    assert v.mode == "transplant" and v.verdict == "no-crash", v
-    assert v.displays and v.displays[-1].text == "((16, 2), (16, 3), True, True)", v.displays
+# the cells that run clean, in one copied run (each run is a worker importing TensorFlow), each followed by its
+# marker (a false crash names its cell by the markers printed before it); the fit last (it changes the models the
+# first cell reads)
+CLEAN = {
+    "symbolic tensors and shared layers keep their graph": (
+        "m2 = keras.Model(inp_a, layers.Dense(2)(xa))\nm3 = keras.Model([inp_a, inp_b], layers.Dense(3)(merged))\n"
+        "print(repr((m2.predict(A, verbose=0).shape, m3.predict([A, B], verbose=0).shape, "
+        "model.layers[2] is shared, auto.layers[1] is enc)))", "((16, 2), (16, 3), True, True)"),
+    # (shared/tf_data.py; what it refuses, named: tests/sandbox/test_keras_tf_data.py)
+    "a tf.data pipeline is rebuilt": ("for xb, yb in ds.take(1):\n    print(xb.shape)", "(4, 8)"),
+    "a fitted model trains on with its history and attributes": (
+        "model.fit([A, B], y, epochs=1, verbose=0)\nauto.fit(A, A, epochs=1, verbose=0)\n"
+        "print(repr((len(auto.history.epoch), auto.n_classes, enc.predict(A, verbose=0).shape)))", "(1, 3, (16, 3))"),
+}
 
 
-def test_a_fitted_model_trains_on_with_its_history_and_attributes(kernel):
-    v = _check(kernel, "model.fit([A, B], y, epochs=1, verbose=0)\n"
-                       "auto.fit(A, A, epochs=1, verbose=0)\n"
-                       "(len(auto.history.epoch), auto.n_classes, enc.predict(A, verbose=0).shape)")
-    assert v.verdict == "no-crash" and v.displays and v.displays[-1].text == "(1, 3, (16, 3))", v
+def test_the_graph_the_pipeline_and_the_fitted_model_come_as_the_kernels(kernel):
+    v = _check(kernel, "".join(f"{cell}\nprint('ran: {name}')\n" for name, (cell, _) in CLEAN.items()))
+    assert v.mode == "transplant" and v.verdict == "no-crash", (v.reason, v.stdout, v)
+    lines = v.stdout.strip().splitlines()
+    assert lines[1::2] == [f"ran: {name}" for name in CLEAN], v.stdout
+    assert lines[0::2] == [out for _, out in CLEAN.values()], v.stdout
 
 
 def test_a_shape_mismatch_is_a_certain_crash_with_the_kernels_exception(kernel):
@@ -82,9 +90,3 @@ def test_a_shape_mismatch_is_a_certain_crash_with_the_kernels_exception(kernel):
     real = kernel.run_cell(bad, timeout=120)
     assert real.status == "error" and v.verdict == "crash" and v.ename == real.ename and v.line == 1, (v, real)
     assert v.certain, v.how()
-
-
-def test_a_tf_data_pipeline_is_rebuilt(kernel):
-    # (shared/tf_data.py; what it refuses, named: tests/sandbox/test_keras_tf_data.py)
-    v = _check(kernel, "for xb, yb in ds.take(1):\n    print(xb.shape)")
-    assert v.verdict == "no-crash" and v.stdout.strip() == "(4, 8)", (v.reason, v.stdout)
