@@ -79,6 +79,27 @@ def test_a_finalizer_that_ends_the_process_ends_the_copy(conn, path, cell):
     assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v
 
 
+def test_the_fork_path_says_the_same(conn):
+    """The verdicts the copies must give, from the fork path (the kernel's own process image), the stand-in `jax` that
+    makes the kernel refuse to fork taken away for it."""
+    assert conn.run_cell("_jax = sys.modules.pop('jax')").status == "ok"
+    try:
+        ended = _run_fork(conn, "del ended")
+        held = _run_fork(conn, "del held")
+    finally:
+        assert conn.run_cell("sys.modules['jax'] = _jax\ndel _jax").status == "ok"
+    assert (ended.verdict, ended.ename) == ("crash", "DeadKernelError"), ended
+    assert held.verdict == "no-crash", held
+    assert ended.mode in ("blocking", "layered") and held.mode in ("blocking", "layered"), (ended, held)  # (forked)
+
+
+def _run_fork(conn, cell: str):
+    with Untouched(conn) as watch:
+        v = speculate(conn, cell, 60.0)
+    assert watch.unchanged, (watch.changes(), watch.outputs, v)
+    return v
+
+
 @pytest.mark.parametrize("path", list(PATHS))
 def test_a_harmless_finalizer_runs_in_the_copy_and_the_run_is_clean(conn, path):
     v = _run(conn, path, "del quiet\nprint('after')")
