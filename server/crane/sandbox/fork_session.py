@@ -77,6 +77,7 @@ class _Reply(msgspec.Struct, omit_defaults=True):
     stdout_span: list[int] = []
     stderr_span: list[int] = []
     confinement: dict = {}
+    missed: list[str] = []  # a transplant session's load: the carried settings its worker could not prove equal
 
 
 _reply_decoder = msgspec.json.Decoder(_Reply)

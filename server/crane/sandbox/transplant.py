@@ -738,11 +738,10 @@ def transplant(
         if missed_finalizer:  # the cell freed a copied object whose kernel finalizer the copy could not run
             v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
         if v.verdict == "crash":
-            missed = [str(m) for m in [*(setup_extra.get("settings_missed") or []),
-                                       *shell_missed(facts, v, exp.transformers, [n for n, _ in exp.copied])]]
-            lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
-            v.certain = crash_certain(v, source, exp.copied, [r for r in exp.carried if r not in lost],
-                                      missed=missed, patched=exp.patched)
+            v.certain = copy_crash_certain(v, source, CopyFacts(
+                copied=list(exp.copied), carried=list(exp.carried), patched=list(exp.patched),
+                settings_missed=[str(m) for m in setup_extra.get("settings_missed") or []],
+                transformers=exp.transformers), facts)
             if portable and _view_touched(data):  # the run's view of the folder may be what failed (P6)
                 v.certain = False
         total_ms = (time.monotonic() - t0) * 1000.0
@@ -912,6 +911,27 @@ def shell_missed(facts: dict, v: SandboxVerdict, transformed: bool, held: Collec
         if m and isinstance(names, list) and m.group(1) in names and m.group(1) not in held:
             out.append("transformed_names")
     return out
+
+
+class CopyFacts(msgspec.Struct):
+    """What a crash in a copy is judged by (`copy_crash_certain`), as one worker holds it: a one-shot run's from its
+    export and its worker's setup line, a session's gathered over its worker's exports and loads
+    (crane.sandbox.transplant_session)."""
+    copied: list[tuple[str, str]] = []  # (name, type) of every value the worker holds from the kernel
+    carried: list[str] = []  # rebuilt runtimes whose state the copy carries (ExportReply.carried)
+    patched: list[str] = []  # library classes of copied values the notebook patched beyond the copy (ExportReply)
+    settings_missed: list[str] = []  # carried state the worker could not prove equal (its setup line / load replies)
+    transformers: bool = False  # the notebook's cell transformers were copied into the worker
+
+
+def copy_crash_certain(v: SandboxVerdict, source: str, held: CopyFacts, facts: dict) -> bool:
+    """Whether a crash on a copy path (one-shot or session, OS transplant or portable) is certain: one rule for both
+    (issue 42, h9). `held`: what the worker holds; `facts`: the kernel's env.json of the (last) export, for the shell
+    state the worker misses (`shell_missed`). The runtimes whose carried state was missed are rebuilt again."""
+    missed = [*held.settings_missed, *shell_missed(facts, v, held.transformers, [n for n, _ in held.copied])]
+    lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
+    return crash_certain(v, source, held.copied, [r for r in held.carried if r not in lost], missed=missed,
+                         patched=held.patched)
 
 
 def _setup_transplant(data: bytes) -> dict:

@@ -32,7 +32,17 @@ from crane.sandbox.copy_seal import clean_only, seal_readable, sealed_code
 from crane.sandbox.fork_session import FORGED, SandboxError, SandboxSession, _Reply
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
 from crane.sandbox.session_memory import kernel_key, lift_for_load, limit_command
-from crane.sandbox.transplant import LOAD_S, POOL, ExportReply, Worker, _export, kernel_of, kernel_vm_mb, shell_missed
+from crane.sandbox.transplant import (
+    LOAD_S,
+    POOL,
+    CopyFacts,
+    ExportReply,
+    Worker,
+    _export,
+    copy_crash_certain,
+    kernel_of,
+    kernel_vm_mb,
+)
 from crane.sandbox.verdict import Integrity, SandboxVerdict, TransplantInfo
 from crane.sandbox.worker_end import exit_status, worker_outcome
 
@@ -70,6 +80,11 @@ class TransplantSession(SandboxSession):
         # facts of its last export (env.json: what of its shell the copy misses, its namespace's names)
         self._transformers = False
         self._facts: dict = {}
+        # what the current worker holds, as a one-shot run's worker would (transplant.copy_crash_certain: one rule for
+        # both, issue 42, h9): the runtimes every export of it carried, the patched classes and the settings it could
+        # not prove equal (its load replies); whether the kernel's settings were applied (its first load)
+        self._held = CopyFacts()
+        self._loaded = False
         self._kernel: tuple[int, int] | None = None  # the kernel's (pid, start time), where the daemon sees it
 
     @classmethod
@@ -154,6 +169,8 @@ class TransplantSession(SandboxSession):
         self._buf = b""
         self._copied = {}
         self._transformers = False
+        self._held = CopyFacts(carried=list(exp.carried), patched=list(exp.patched))
+        self._loaded = False
         self._ready, self._expected = False, None  # a new worker announces itself once
         ready = self._read_reply(time.monotonic() + LOAD_S + 60.0)  # a cold worker imports TensorFlow first
         if ready is None or ready.event != "ready":
@@ -174,8 +191,11 @@ class TransplantSession(SandboxSession):
         """Copy the names `source` reads that this worker has not copied yet (SandboxError if impossible)."""
         exp = self._export(source)
         transformers = exp.transformers and not self._transformers  # (the worker sets the kernel's once)
-        if not exp.copied and not transformers:
-            return
+        held = self._held
+        held.carried = [r for r in held.carried if r in exp.carried]  # (a runtime any load did not carry is rebuilt)
+        held.patched = [*held.patched, *(p for p in exp.patched if p not in held.patched)]
+        if not exp.copied and not transformers and self._loaded:  # (the first load applies the kernel's settings,
+            return  # copied names or not: worker/main's `load`)
         import os
 
         tag = f"-{self._exports}"
@@ -185,6 +205,8 @@ class TransplantSession(SandboxSession):
         rep = self._expect(self.request_timeout + 30.0)
         if not rep.ok:
             raise SandboxError(rep.reason or "the kernel's state could not be loaded")
+        self._loaded = True
+        held.settings_missed = [*held.settings_missed, *(m for m in rep.missed if m not in held.settings_missed)]
         for name, kind in exp.copied:
             self._copied[name] = kind
         self._transformers = self._transformers or exp.transformers
@@ -341,8 +363,9 @@ class TransplantSession(SandboxSession):
             self._log.pop()
             self._tainted = True
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
-        if v.verdict == "crash" and shell_missed(self._facts, v, self._transformers, self._copied):
-            v.certain = False  # the notebook's shell state the copy misses (issue 42, h1: as a one-shot's crash)
+        if v.verdict == "crash" and v.certain:  # the one-shot's rule, on what this worker holds (issue 42, h1, h9)
+            self._held.copied, self._held.transformers = list(self._copied.items()), self._transformers
+            v.certain = copy_crash_certain(v, source, self._held, self._facts)
         v.transplant = TransplantInfo(copied=[f"{n} ({t})" for n, t in self._copied.items()][:50],
                                       bytes=self._bytes, warm=self._warm, confinement="blocking")
         if self.portable:  # -- the portable sandbox: which layers ran

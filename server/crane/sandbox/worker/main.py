@@ -473,25 +473,31 @@ def _register_shrunk(known: list, ns: dict) -> None:
         _REGISTRY["objects"].append((label, item["kind"], orig, new, int(item["n"]), int(item["k"])))
 
 
-def _apply_settings(facts: dict) -> None:
+def _apply_settings(facts: dict) -> list[str]:
     """The kernel's interpreter and library settings a fresh interpreter lacks (kernel/export `_settings`): each
     library's through shared/carry.py (applied, then read back and compared: what differs is `settings_missed`,
-    and a crash that rests on it is only "likely"), torch's here."""
+    and a crash that rests on it is only "likely"), torch's here. Returns what it added to `settings_missed`."""
     st = facts.get("settings") or {}
-    _W["settings_missed"].extend(apply_carried(st))
+    missed = list(apply_carried(st))
+    try:
+        _torch_settings(st)
+    except Exception:
+        missed.append("torch")  # a crash in torch then stays "likely" (transplant.crash_certain)
+    _W["settings_missed"].extend(missed)
+    return missed
+
+
+def _torch_settings(st: dict) -> None:
     ts = st.get("torch")
     torch = sys.modules.get("torch")
     if ts and torch is not None:
-        try:
-            torch.set_default_dtype(getattr(torch, str(ts["default_dtype"]).rpartition(".")[2]))
-            torch.set_grad_enabled(bool(ts["grad_enabled"]))
-            torch.use_deterministic_algorithms(bool(ts["deterministic"]), warn_only=bool(ts["deterministic_warn_only"]))
-            torch.autograd.set_detect_anomaly(bool(ts["anomaly"]))
-            torch.set_float32_matmul_precision(str(ts["matmul_precision"]))
-            if ts.get("rng"):
-                torch.random.set_rng_state(torch.tensor(list(bytes.fromhex(ts["rng"])), dtype=torch.uint8))
-        except Exception:
-            _W["settings_missed"].append("torch")  # a crash in torch then stays "likely" (transplant.crash_certain)
+        torch.set_default_dtype(getattr(torch, str(ts["default_dtype"]).rpartition(".")[2]))
+        torch.set_grad_enabled(bool(ts["grad_enabled"]))
+        torch.use_deterministic_algorithms(bool(ts["deterministic"]), warn_only=bool(ts["deterministic_warn_only"]))
+        torch.autograd.set_detect_anomaly(bool(ts["anomaly"]))
+        torch.set_float32_matmul_precision(str(ts["matmul_precision"]))
+        if ts.get("rng"):
+            torch.random.set_rng_state(torch.tensor(list(bytes.fromhex(ts["rng"])), dtype=torch.uint8))
 
 
 def _register_accessors(accessors: list | None) -> None:
@@ -911,10 +917,13 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
             for cls, name, value in loaded.pop("\x00crane-patched", None) or ():
                 if methods.get((id(cls), name), ()) is not None:
                     methods[(id(cls), name)] = (cls, name, value)
+            missed: list = []  # (this load's: its reply says them, transplant.copy_crash_certain: issue 42, h9)
             if not state.get("settings"):
-                _apply_settings(facts)
+                missed.extend(_apply_settings(facts))
                 state["settings"] = True
-            _W["settings_missed"].extend(apply_keras(loaded.pop(KERAS_KEY, None)))  # Keras graphs built whole
+            keras = apply_keras(loaded.pop(KERAS_KEY, None))  # Keras graphs built whole
+            _W["settings_missed"].extend(keras)
+            missed.extend(keras)
             for name, obj in loaded.items():
                 if name not in ns:
                     ns[name] = _rebind(obj, ns)
@@ -928,7 +937,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
             obj = fin = None
             arm_finalizers(carried[0] if carried else None, lambda f: _rebind(f, ns))  # (worker/finalizers.py)
             carried.clear()
-            reply["ok"] = True
+            reply["ok"], reply["missed"] = True, [str(m) for m in missed]
         except BaseException as exc:  # noqa: BLE001 - the session's next run is then unavailable
             reply.update({"ok": False, "reason": f"the kernel's state could not be loaded in a separate "
                                                  f"process: {type(exc).__name__}: {exc}"})
