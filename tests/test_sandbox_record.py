@@ -127,6 +127,7 @@ def test_mcp_sandbox_run_is_made_from_the_record_alone():
     assert run.blocked == RECORD.denied and run.absorbed == RECORD.absorbed and run.layers == ["call guard", "audit hook"]
     assert run.stdout_truncated and run.stdout == "x" * STDOUT_LIMIT + "\n... (10 more characters)"
     assert run.stderr == RECORD.stderr and run.traceback == RECORD.traceback and run.elapsed_ms == RECORD.elapsed_ms
+    assert run.certain is False  # a likely crash says so to an agent (issue 42, h9), as the record does
     assert msgspec.convert(encode_result(run), SandboxRun, strict=True) == run  # what an agent receives
 
 

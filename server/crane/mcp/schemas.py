@@ -112,6 +112,9 @@ class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
     # fresh process) or "cell-process"; channel_checked: nothing but CRANE's one record on the channel; fresh_state:
     # a session command started from a state no earlier failed command changed
     integrity: Integrity | None = None
+    # False: a crash (or clean run) on a copy path that is only "likely" (the copy may have missed what it rests on:
+    # transplant.copy_crash_certain, one rule for one-shot runs and sessions); it never decides alone
+    certain: bool = True
 
     @classmethod
     def of(cls, v: SandboxVerdict, limit: int | None = None) -> SandboxRun:
@@ -125,7 +128,7 @@ class SandboxRun(msgspec.Struct, omit_defaults=True, kw_only=True):
             how=v.how(), elapsed_ms=round(v.elapsed_ms, 3),
             confinement=None if not v.ran and v.mode is None else ("portable" if v.mode == "portable" else "os"),
             layers=list(v.transplant.layers) if v.mode == "portable" and v.transplant is not None else [],
-            integrity=v.integrity,
+            integrity=v.integrity, certain=v.certain,
         )
 
 
