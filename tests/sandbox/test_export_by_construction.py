@@ -133,6 +133,18 @@ CASES = [
     ("T30-ipython-get-ipython", "import IPython\n_real_gi = IPython.get_ipython\ndef _gi():\n    hit('T30')\n"
      "    return _real_gi()\nIPython.get_ipython = _gi", "IPython.get_ipython = _real_gi", "print(sum(small))",
      ("no-crash",)),
+    # a module `__getattr__` that is `functools.cache` over a library's function (matplotlib 3.6-3.9's
+    # `_api.caching_module_getattr`): pickle searches every module for a C method bound to a list (no `__module__`),
+    # and the proof took the cache for the notebook's code: every such copy was `unavailable`
+    ("T31-cached-library-module-getattr", "import functools, posixpath\n_m31 = types.ModuleType('cachedmod')\n"
+     "_m31.__getattr__ = functools.cache(posixpath.basename)\nsys.modules['cachedmod'] = _m31\napp = small.append",
+     "del sys.modules['cachedmod']", "print(app is not None)", ("no-crash",)),
+    # the same cache over the notebook's function, its `__wrapped__` set to a library's: the function the cache
+    # calls is the notebook's (read through the collector, never `__wrapped__`): refused
+    ("T32-cached-module-getattr-forged-wrapped", "import functools, posixpath\ndef _mine(n):\n    hit('T32 ' + n)\n"
+     "    raise AttributeError(n)\n_c32 = functools.cache(_mine)\n_c32.__wrapped__ = posixpath.basename\n"
+     "_m32 = types.ModuleType('forgedmod')\n_m32.__getattr__ = _c32\nsys.modules['forgedmod'] = _m32\n"
+     "app2 = small.append", "del sys.modules['forgedmod']", "print(app2 is not None)", ("unavailable",)),
 ]
 SHRINK_CASES = [  # a large value in the same cell makes the export shrink (copy limit 1 MiB)
     ("T06-class-property-in-list", "class CP:\n    @property\n    def __class__(self):\n        hit('T06')\n"

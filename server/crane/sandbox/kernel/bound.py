@@ -15,6 +15,7 @@ private copies of the modules it names (`private_modules`), whose functions look
 
 from __future__ import annotations
 
+import gc  # noqa: F401 (loaded, so that own_c finds it in `sys.modules`)
 import itertools
 import os
 import sys
@@ -94,6 +95,31 @@ def _mdict(m: Any) -> dict:
     """A plain module's namespace, read without attribute lookup (a module `__getattr__` is never called)."""
     d = _O_DICT_GET(m, "__dict__") if type(m) is _MODULE_TYPE else None
     return d if type(d) is dict else {}
+
+
+_gc_referents = own_c("gc", "get_referents")  # (`gc` imported above: a built-in module)
+_LRU_WRAPPER: Any = _mdict(_module("_functools")).get("_lru_cache_wrapper")
+if type(_LRU_WRAPPER) is not type:
+    _LRU_WRAPPER = None
+
+
+def _lru_wrapped(v: Any) -> Any:
+    """The callable a `functools.cache`/`lru_cache` wrapper `v` calls on a miss, read through the collector's C
+    traversal (never its `__wrapped__`, which the notebook may set to anything): CPython visits a wrapper's type,
+    each cached link's key and result, then its cache, function, key mark, two types and `__dict__`, in that order
+    (3.11-3.13); None when the wrapper is not so laid out or its cache holds a key of another type than the exact
+    `str`, `int` or tuple `functools` makes (a lookup compares keys of an equal hash: a key of a notebook class's
+    would run its `__eq__`). Nothing is called."""
+    if _LRU_WRAPPER is None or type(v) is not _LRU_WRAPPER or _gc_referents is None:
+        return None
+    own = _O_DICT_GET(v, "__dict__")  # (made now if it was not: the traversal below then visits it)
+    refs = _gc_referents(v)
+    if len(refs) < 7 or refs[-1] is not own or type(refs[-6]) is not dict or type(refs[-4]) is not object \
+            or type(refs[-3]) is not type or type(refs[-2]) is not type:
+        return None
+    if not all(type(k) is str or type(k) is int or type(k) is tuple for k in dict.keys(refs[-6])):
+        return None
+    return refs[-5]
 
 
 # C-level readers of a class (no metaclass attribute hook runs)

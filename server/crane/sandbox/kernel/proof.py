@@ -23,6 +23,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _DATA,
     _HEAPTYPE,
     _IS_FROZEN,
+    _LRU_WRAPPER,
     _MODULE_TYPE,
     _MODULES,
     _O_DICT_GET,
@@ -36,6 +37,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _CodeType,
     _FunctionType,
     _GetSetDescriptorType,
+    _lru_wrapped,
     _mdict,
     _MemberDescriptorType,
     _MethodDescriptorType,
@@ -88,6 +90,9 @@ def _library_function(v: Any) -> bool:
         return type(code.co_filename) is str and (is_library(code.co_filename) or _frozen_stdlib(v))
     if t is _MethodType:
         return _library_function(v.__func__)
+    if t is _LRU_WRAPPER:  # `functools.cache` over a library's function (matplotlib's module `__getattr__`s)
+        f = _lru_wrapped(v)
+        return f is not None and _library_function(f)
     if _compiled_callable_type(t):  # nanobind's nb_func/nb_method, pybind11's, ... : made by compiled code only
         return True
     if type.__dict__["__name__"].__get__(t, type) in ("cython_function_or_method", "fused_cython_function"):

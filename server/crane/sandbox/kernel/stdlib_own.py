@@ -59,6 +59,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _CodeType,
     _FunctionType,
     _GetSetDescriptorType,
+    _lru_wrapped,
     _mdict,
     _MemberDescriptorType,
     _MethodDescriptorType,
@@ -502,8 +503,8 @@ def _so_held(v: Any, memo: dict) -> bool:
     if t is _SO_REF:  # (a weak reference calls its callback alone: the referent is not called)
         cb = v.__callback__
         return cb is None or _so_value(cb, None, "", memo)
-    if t is _SO_LRU:
-        wrapped = dict.get(_O_DICT_GET(v, "__dict__"), "__wrapped__")
+    if t is _SO_LRU:  # (the function it calls, never its `__wrapped__`, which may be set to anything)
+        wrapped = _lru_wrapped(v)
         return type(wrapped) is _FunctionType and _so_function(wrapped, memo)
     return False
 
