@@ -7,7 +7,8 @@ dies). The copy had no finalizer registry and held every loaded object in its lo
 (all the crash cases below failed so before). Now the export carries the registrations on the copied objects
 (kernel/finalizers.py) and the worker registers them again (worker/finalizers.py), holding what the kernel holds
 more (a name not copied keeps the object alive: no finalizer runs, as in the kernel). A finalizer that cannot be
-copied makes a clean run in which the cell freed its object "likely". Every run leaves the kernel unchanged and its
+copied makes a clean run in which the cell freed its object "likely". A name the cell rebinds without reading it
+(`ended = 1`, an import, a `def`) is copied when its value has a finalizer (it was not copied at all before). Every run leaves the kernel unchanged and its
 finalizer registered, never run there. The same in a transplant or portable session's command."""
 
 from __future__ import annotations
@@ -73,10 +74,20 @@ def _run(conn, path: str, cell: str):
 
 
 @pytest.mark.parametrize("path", list(PATHS))
-@pytest.mark.parametrize("cell", ["del ended", "del called", "del deleted", "x = 1\ndel deleted\ny = 2"])
+@pytest.mark.parametrize("cell", ["del ended", "del called", "del deleted", "x = 1\ndel deleted\ny = 2",
+                                  "ended = 1", "import math as called", "def deleted():\n    pass"])
 def test_a_finalizer_that_ends_the_process_ends_the_copy(conn, path, cell):
     v = _run(conn, path, cell)
     assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v
+
+
+def test_cell_rebinds():
+    from crane.sandbox.cell_names import cell_rebinds
+
+    src = "import os, numpy as np\nfrom x import y as z\na = 1\nb += 1\nfor i in c: pass\ndef f(q):\n    r = q\n" \
+          "class K:\n    s = 1\nt = [u for u in v]\nw, (e, g) = 1, (2, 3)\nprint(a)\ndel h"
+    assert cell_rebinds(src) == ["os", "np", "z", "i", "f", "K", "t", "w", "e", "g"]
+    assert cell_rebinds("!ls\no = 1") == []  # (not plain Python: nothing more is copied)
 
 
 def test_the_fork_path_says_the_same(conn):

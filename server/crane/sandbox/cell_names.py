@@ -62,3 +62,43 @@ def cell_names(source: str) -> list[str]:
         elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del)):
             out.setdefault(node.id, None)
     return list(out)
+
+
+def cell_rebinds(source: str) -> list[str]:
+    """The names `source` binds at the top level without reading them (`o = 1`, `def o(): ...`, `import x as o`),
+    in first-seen order: rebinding one frees what it held in the kernel, whose finalizers then run (the export copies
+    such a name when its value has one: kernel/finalizers.rebound). [] where the cell is not plain Python."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    out: dict = {}
+
+    class _Stores(ast.NodeVisitor):
+        def visit_Name(self, node: ast.Name) -> None:
+            if isinstance(node.ctx, ast.Store):
+                out.setdefault(node.id, None)
+
+        def _named(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+            out.setdefault(node.name, None)  # (its body's names are its own)
+            for d in node.decorator_list:
+                self.visit(d)
+
+        visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _named
+
+        def visit_Lambda(self, node: ast.Lambda) -> None:
+            pass
+
+        def visit_alias(self, node: ast.alias) -> None:
+            if node.name != "*":
+                out.setdefault((node.asname or node.name).split(".")[0], None)
+
+        def _scoped(self, node: ast.AST) -> None:
+            pass  # (a comprehension's names are its own)
+
+        visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _scoped
+
+    _Stores().visit(tree)
+    read = set(cell_names(source))
+    return [n for n in out if n not in read]
+

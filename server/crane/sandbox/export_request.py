@@ -19,6 +19,8 @@ class ExportRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dir: str  # the run's private directory (PrivateDir / PortableDir)
     token: str  # proves the kernel sees `dir` (the file `token` there holds it)
     names: list[str]  # the names the cell reads (found in the daemon: cell_names)
+    rebinds: list[str]  # the names it binds without reading them (cell_names.cell_rebinds): copied when their value
+    # has a finalizer (kernel/finalizers.rebound)
     skip: list[str]  # a session's names already copied
     tag: int  # a session's export number (state-N.pkl, buf-N-i); 0: a run's one export (state.pkl, buf-i)
     copy_mb: int  # values holding more are shrunk to row subsets first; 0: no limit (nothing shrunk for size)

@@ -51,7 +51,7 @@ from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.background import bounded, data_cap, restore, start_low
 from crane.sandbox.cell_deadline import CellClock, CellWatch, read_fifo, setup_reason, timeout_reason
-from crane.sandbox.cell_names import cell_names
+from crane.sandbox.cell_names import cell_names, cell_rebinds
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import seal_readable, settle
@@ -549,7 +549,8 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     # (kernel/export.py stats the token file first); the folder's `cancel` is made and its token taken away at once
     opts = active_options()
     args = export_args(ExportRequest(
-        dir=pdir.path, token=pdir.token, names=cell_names(source), skip=list(skip or []), tag=tag,
+        dir=pdir.path, token=pdir.token, names=cell_names(source), rebinds=cell_rebinds(source),
+        skip=list(skip or []), tag=tag,
         copy_mb=copy_limit_mb() if copy_mb is None else copy_mb, max_s=opts.export_seconds,
         watched_max_s=opts.watched_export_seconds, miniature=miniature or None))
     done = threading.Event()

@@ -51,7 +51,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _settings,
 )
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
-from crane.sandbox.kernel.finalizers import FinalizerWatch  # kernel: strip
+from crane.sandbox.kernel.finalizers import FinalizerWatch, rebound  # kernel: strip
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
@@ -146,6 +146,7 @@ def _export(args: Any, resealed: list) -> dict:
         loops = type(req["miniature"]) is dict and bool(dict.get(req["miniature"], "loops"))  # a loop miniature's
         names = req["names"] + (["_ih"] if loops else [])  # worker reads earlier cells' sources (kernel/miniature)
         objs = _cell_objects(ns, names, req["skip"], proof)
+        objs.update(rebound(ns, req["rebinds"], objs, req["skip"], proof))  # (kernel/finalizers.py)
         spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
     except (_Refused, _TooLarge) as exc:
         return {"ok": False, "reason": str(exc)}

@@ -15,6 +15,7 @@ EXPORT_FIELDS: dict[str, tuple[type, ...]] = {
     "dir": (str,),
     "token": (str,),
     "names": (list,),
+    "rebinds": (list,),
     "skip": (list,),
     "tag": (int,),
     "copy_mb": (int,),
@@ -22,7 +23,7 @@ EXPORT_FIELDS: dict[str, tuple[type, ...]] = {
     "watched_max_s": (float, int),
     "miniature": (dict, _NONE_TYPE),
 }
-_STRING_LISTS = ("names", "skip")
+_STRING_LISTS = ("names", "rebinds", "skip")
 _NOT_NEGATIVE = ("tag", "copy_mb")
 _POSITIVE = ("max_s", "watched_max_s")
 

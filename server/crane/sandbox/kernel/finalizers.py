@@ -37,7 +37,9 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _module,
     _mro,
 )
+from crane.sandbox.kernel.proof import _Refused  # kernel: strip
 from crane.sandbox.kernel.shield import SH_NOT_OWN, own_c  # kernel: strip
+from crane.sandbox.kernel.stops import _unreproducible  # kernel: strip
 
 FINALIZERS_TAG = "crane-finalizers-1"  # the tail's first item (worker/finalizers.py checks it)
 _FZ_NOT_OWN = len(SH_NOT_OWN)  # (this part is installed after kernel/stdlib_own.py's check: its own check below)
@@ -164,3 +166,30 @@ class FinalizerWatch:
                 records.append((o, count, entries, missed))
         found.clear()
         return (FINALIZERS_TAG, records) if records else None
+
+
+def rebound(ns: dict, rebinds: list, objs: dict, skip: list, proof: Any) -> dict:
+    """{name: value} of the names the cell binds without reading them (`rebinds`, found in the daemon) whose value
+    has something that runs when it is freed (as `FinalizerWatch` keeps), proven and reproducible: copied too, so
+    the cell's rebinding frees the copy and runs the finalizer as the kernel's would. Others (and ones that cannot be
+    copied) are left out, as before."""
+    out: dict = {}
+    if _FZ_CALLBACK is None:
+        return out
+    skipped = set(skip)
+    for name in rebinds:
+        if name in objs or name in skipped or name.startswith("_") or name not in ns:
+            continue
+        v = dict.get(ns, name)
+        kind = _fz_kind(type(v))
+        if not (kind == 2 or (kind and _FZ_WEAKCOUNT(v))):
+            continue
+        try:
+            proof.check(v)
+        except _Refused:
+            continue
+        if _unreproducible(v):
+            continue
+        out[name] = v
+    return out
+
