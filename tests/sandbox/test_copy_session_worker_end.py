@@ -4,7 +4,7 @@ once (round 12, h7's findings; h9). On IPython 8 and 9 kernels, transplant (OS-c
 - a clean command registers `weakref.finalize(o, os._exit, n)`; the next, `del o`, ends the worker, as it would end
   the kernel. It came back `timeout` ("did not finish within the budget"): the session took the pipe's end for a run
   over budget. Now the session answers from the worker's exit, as the fork session's head does for a command process
-  that ends so (crane.sandbox.worker_end): the same verdict, exception and message as the fork session gives for the
+  that ends so (crane.sandbox.shared.process_end): the same verdict, exception and message as the fork session gives for the
   same commands;
 - a clean command that swaps a builtin exception class for one of its own (`builtins.KeyError`: the standard
   library's `except KeyError` in `signal.valid_signals` no longer catches; `builtins.StopIteration`: a

@@ -32,6 +32,7 @@ from crane.sandbox.copy_seal import clean_only, seal_readable, sealed_code
 from crane.sandbox.fork_session import FORGED, SandboxError, SandboxSession, _Reply
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
 from crane.sandbox.session_memory import kernel_key, lift_for_load, limit_command
+from crane.sandbox.shared.process_end import exit_status, worker_outcome
 from crane.sandbox.transplant import (
     LOAD_S,
     POOL,
@@ -44,7 +45,6 @@ from crane.sandbox.transplant import (
     kernel_vm_mb,
 )
 from crane.sandbox.verdict import Integrity, SandboxVerdict, TransplantInfo
-from crane.sandbox.worker_end import exit_status, worker_outcome
 
 SEAL_WAIT_S = 5.0  # how long a worker may take to enter its sealed wait after its reply (a loaded machine)
 
@@ -280,7 +280,7 @@ class TransplantSession(SandboxSession):
 
     def _ended_reply(self) -> _Reply | None:
         """The awaited command's reply when the worker ended by itself while running it (no reply of its own): what
-        the fork session's head answers for a command process that ends so (crane.sandbox.worker_end), never a clean
+        the fork session's head answers for a command process that ends so (crane.sandbox.shared.process_end), never a clean
         one. None while the worker lives, when no command is awaited, or when the daemon ended it (the session's
         kill, its kernel gone)."""
         worker = self.worker

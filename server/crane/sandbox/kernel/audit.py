@@ -34,6 +34,7 @@ import sys
 from typing import Any, NoReturn
 
 from crane.sandbox.kernel.common import (  # kernel: strip
+    _C_EXITS,
     _WRITE_FLAGS,
     SEAL_ENDS,
     SandboxBlocked,
@@ -42,6 +43,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _seal_other,
     _write_json,
 )
+from crane.sandbox.shared.process_end import cell_end_code  # kernel: strip
 
 _PATH_EVENTS = {
     "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.link": (0, 1),
@@ -93,17 +95,24 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int, handed_over: Any = No
     """The run's own process ending itself (`os._exit`/`posix._exit`, `os.abort`, a signal that ends it raised,
     sent to itself, its own thread or its own pidfd) is the crash the real kernel would have: the run ends there
     as "the cell ends the kernel's process", sealed as such (kernel/common), with the record when the channel is
-    still open. One-shot runs only: a session's command process simply dies, as its reply says. Any other way out
-    (a C call, a new `posix` module's `_exit`) ends the process unsealed, which the daemon reports the same way.
+    still open. A session's command (issue 41) ends at once with `cell_end_code` of the cell's status (128 + the
+    signal's number for a signal), which every session path reads as that crash (shared/process_end): a SIGKILL it
+    sent itself is never read as its budget's, nor a guard's refusal of `posix._exit` said instead (portable). Its
+    process is `state["pid"]` (a fork session's command runs in a fork of the head that set the hook). Any other
+    way out (a C call, a new `posix` module's `_exit`) ends the process unsealed, which the daemon reports the same
+    way.
     `handed_over` (the portable worker's `_children_refused`): a refusal a fork child of the run handed over before
     this end came first, and ends the run `blocked` as the child's (it never returns then): its notice waits for a
     listener thread and a signal handler, which a loaded machine may not have run yet when the cell ends."""
-    if ctx.args["mode"] != "run" or ctx.result_fd < 0:
+    session = ctx.args["mode"] == "session"
+    if not session and (ctx.args["mode"] != "run" or ctx.result_fd < 0):
         return
     real_exit = os._exit
+    _C_EXITS.append(real_exit)  # (kernel/common._real_exit: CRANE's own end, bound after this, is never the guard)
+    state.setdefault("pid", mypid)
 
     def active() -> bool:
-        return bool(state.get("running")) and not state["bypass"] and os.getpid() == mypid
+        return bool(state.get("running")) and not state["bypass"] and os.getpid() == state["pid"]
 
     def end(what: str, code: int = 0) -> NoReturn:
         if handed_over is not None:
@@ -113,6 +122,8 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int, handed_over: Any = No
         # Not "own": the audit hook and the guard stay on for whatever of the cell's still runs (a finalizer)
         state["ended"] = state["bypass"] = True
         state["running"] = False
+        if session:  # no record: the session reads the exit (shared/process_end); the hook's own end, not the cell's
+            real_exit(cell_end_code(code))
         if ctx.result_fd >= 0:
             try:
                 _write_json(ctx.result_fd, {
@@ -162,12 +173,30 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int, handed_over: Any = No
     real_pidfd_send = getattr(signal, "pidfd_send_signal", None)
     if real_pidfd_send is not None:
         def guarded_pidfd_send(pidfd: int, sig: int, siginfo: Any = None, flags: int = 0) -> None:
-            if active() and _ends_process(sig) and _pidfd_of(pidfd) == mypid:
+            if active() and _ends_process(sig) and _pidfd_of(pidfd) == state["pid"]:
                 end(f"sends {_signal_name(sig)} to its own process (pidfd)", 128 + int(sig))
             return real_pidfd_send(pidfd, sig, siginfo, flags)
 
         signal.pidfd_send_signal = guarded_pidfd_send
+    _guard_shell_exit(getattr(ctx, "shell", None), active, end)
     state["end"] = end
+
+
+def _guard_shell_exit(shell: Any, active: Any, end: Any) -> None:
+    """`exit()` / `quit()` (ipykernel's ZMQExitAutocall: `shell.ask_exit()`) ends the kernel's process once the cell's
+    reply is sent (tested on IPython 8 and 9 kernels: the reply is `ok` with an `ask_exit` payload, then the process
+    is gone); `exit(keep_kernel=True)` does not. The run ends there as any other end of its process (the worker's
+    shell has the kernel's exiter: worker/main._shell)."""
+    real_ask = getattr(shell, "ask_exit", None)
+    if real_ask is None:
+        return
+
+    def guarded_ask_exit() -> Any:
+        if active() and not getattr(shell, "keepkernel_on_exit", None):
+            end("asks the kernel to exit (exit() or quit())", 0)
+        return real_ask()
+
+    shell.ask_exit = guarded_ask_exit
 
 
 def _signal_name(sig: Any) -> str:
@@ -256,7 +285,7 @@ def _install_audit_hook(ctx: _Ctx) -> None:
         real_getppid = os.getppid
 
         def getppid() -> int:
-            return kernel_ppid if os.getpid() == mypid else real_getppid()
+            return kernel_ppid if os.getpid() == state.get("pid", mypid) else real_getppid()
 
         os.getppid = getppid
 
@@ -299,24 +328,25 @@ def _install_audit_hook(ctx: _Ctx) -> None:
             return
         if layered and event in _SOCKET_EVENTS and local_socket(event, args):
             return
-        if layered and event == "os.exec" and os.getpid() == mypid:
+        me = state.get("pid", mypid)  # (a fork session's command: its own process, kernel/session._command_process)
+        if layered and event == "os.exec" and os.getpid() == me:
             deny("replacing the kernel's process with a program", args[0] if args else None)
-        if event in ("os.kill", "os.killpg") and len(args) > 1 and os.getpid() == mypid:
+        if event in ("os.kill", "os.killpg") and len(args) > 1 and os.getpid() == me:
             signalled(event, args[0], args[1])
-        if event == "signal.pthread_kill" and len(args) > 1 and os.getpid() == mypid and state.get("running") \
+        if event == "signal.pthread_kill" and len(args) > 1 and os.getpid() == me and state.get("running") \
                 and "end" in state and _ends_process(args[1]):
             state["end"](f"sends {signal_name(args[1])} to one of its own threads", 128 + int(args[1]))
         what = deny_events.get(event)
         if what is not None:
             deny(what, args[0] if args and event not in ("os.fork", "os.forkpty") else None)
-        elif event == "os.kill" and len(args) > 1 and args[0] == mypid and os.getpid() == mypid \
+        elif event == "os.kill" and len(args) > 1 and args[0] == me and os.getpid() == me \
                 and state.get("running") and "end" in state and _ends_process(args[1]):
             try:
                 name = signal.Signals(args[1]).name
             except ValueError:
                 name = str(args[1])
             state["end"](f"sends {name} to its own process", 128 + int(args[1]))
-        elif event == "os.kill" and args and args[0] != mypid and not layered:
+        elif event == "os.kill" and args and args[0] != me and not layered:
             deny("signalling another process", args[0])
         elif event == "sqlite3.connect" and args:
             db = args[0]

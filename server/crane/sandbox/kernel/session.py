@@ -58,6 +58,7 @@ from crane.sandbox.kernel.run import (  # kernel: strip
     _fenced,
     _quiet_constants,
 )
+from crane.sandbox.shared.process_end import ended_outcome  # kernel: strip
 from crane.sandbox.shared.seal import SEAL_CLEAN  # kernel: strip
 
 
@@ -522,6 +523,7 @@ def _command_process(ctx: _Ctx, gate: int, go: int, depth: int, head: int, paths
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != head:
         return
+    ctx.audit_state["pid"] = os.getpid()  # the command's own process (kernel/audit: its own end, its own signals)
     # made before the code runs: what the check after it and the seal read are this copy's code constants (see
     # `_fenced_command`), never a local the code could write (3.13) or a hook could write back (3.11/3.12)
     run = _fenced_command(ctx, gate, depth, res, ctl, post)
@@ -1062,17 +1064,9 @@ def _eval_error(exc: BaseException) -> dict:
 
 
 def _ended(status: str) -> dict:
-    """The outcome of a run whose process ended without one (its exit, as `_wait_child` words it)."""
-    if status == f"exited ({_TAMPERED})":
-        return {"verdict": "blocked", "reason": "the cell changed CRANE's own code or what it runs on (its functions, "
-                                                "the standard functions or builtins its outcome is made with): its "
-                                                "outcome cannot be trusted"}
-    if status in ("killed (SIGALRM)", "killed (SIGXCPU)", "killed (SIGKILL)"):
-        return {"verdict": "timeout", "reason": f"the cell exceeded its budget ({status})"}
-    if status == "killed (SIGSYS)":
-        return {"verdict": "blocked", "reason": "the cell made a system call the sandbox forbids"}
-    return {"verdict": "crash", "ename": "DeadKernelError", "reason": f"the sandbox process {status}",
-            "evalue": f"the process ended ({status}): running this cell would end the kernel's process"}
+    """The outcome of a run whose process ended without one (its exit, as `_wait_child` words it): the one decision
+    every session path makes (shared/process_end.ended_outcome)."""
+    return ended_outcome(status)
 
 
 SPIN_S = 0.002  # after the outcome's pipe hangs up, the head looks for the seal this long without sleeping

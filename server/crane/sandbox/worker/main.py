@@ -151,7 +151,27 @@ def _shell() -> Any:
     from traitlets.config import Config
     c = Config()
     c.HistoryManager.enabled = False
-    return InteractiveShell.instance(config=c)
+    shell = InteractiveShell.instance(config=c)
+    _kernel_exiter(shell)
+    return shell
+
+
+def _kernel_exiter(shell: Any) -> None:
+    """`exit` / `quit` as a kernel's shell has them (ipykernel's ZMQInteractiveShell: `exit(keep_kernel=False)`, and
+    an `ask_exit` that sets `exit_now` unless the kernel is kept), so a cell calling them runs as in the kernel
+    (kernel/audit._guard_shell_exit), not into a terminal shell's missing `ask_exit` (AttributeError)."""
+    from IPython.core.autocall import ZMQExitAutocall
+
+    def ask_exit() -> None:
+        shell.exit_now = not shell.keepkernel_on_exit
+
+    shell.keepkernel_on_exit = None
+    shell.ask_exit = ask_exit
+    shell.exiter = ZMQExitAutocall(shell)
+    for ns in (shell.user_ns, shell.user_ns_hidden):
+        ns["exit"] = ns["quit"] = shell.exiter
+
+
 
 
 class _Lines:

@@ -1,6 +1,7 @@
-"""What a transplant or portable session's command answers when its worker ended by itself while running it (h9,
-round 12): the fork session's answer for the same command (kernel/session._ended, which the head writes when a
-command's process ends without a reply), so both kinds of session say the same.
+"""What a session's command answers when the process running it ended without a reply (issue 41; h9, round 12): one
+decision for every session path, read by the fork session's head in the kernel (kernel/session._in_fork, from the
+command process's exit) and by the daemon for a transplant or portable session's worker (transplant_session, from
+`Popen.returncode`), so every kind of session says the same. Shared (bundled into the kernel and the worker).
 
 - exited with `TAMPERED_EXIT` (the command rebound CRANE's own code or the builtins its reply is made with: the
   worker ends so, writing nothing, worker/main._serve_sealed): `blocked`;
@@ -13,18 +14,25 @@ command's process ends without a reply), so both kinds of session say the same.
 - any other end (the command's own `os._exit`, a finalizer or a signal that ends the process, a segfault): the crash
   the real kernel would have, `DeadKernelError` ("running this cell would end the kernel's process").
 
-Never `no-crash`: how a process ended cannot say that its command ran clean. Daemon side (kernel/session.py is
-kernel-side and never imported here: tests/architecture); tests/sandbox/test_copy_session_worker_end.py holds the
-two answers equal.
+A cell that ends its process through Python (`os._exit(n)`, `os.abort()`, a signal that ends it sent or raised to
+itself, also from a finalizer or a thread) is caught before it ends by kernel/audit._guard_process_end, on every path:
+a one-shot run writes its record; a session's command ends at once with `cell_end_code(n)` (128 + the signal's
+number for a signal, so a SIGKILL it sent itself is never read as the budget's kill, nor a code of its own as
+CRANE's), which reads here as that crash.
+
+Never `no-crash`: how a process ended cannot say that its command ran clean. tests/sandbox/
+test_copy_session_worker_end.py and test_process_end_matrix.py hold the answers of every path equal.
 """
 
 from __future__ import annotations
 
 import signal
 
-from crane.sandbox.shared.seal import TAMPERED_EXIT
+from crane.sandbox.shared.seal import TAMPERED_EXIT  # kernel: strip
 
 WORKER_FAILED = 70  # a transplant worker whose own code raised (worker/boot.py)
+CELL_ENDED_EXIT = 86  # a session command's own end whose code CRANE reads otherwise (`cell_end_code`)
+_RESERVED = (11, 12, TAMPERED_EXIT, WORKER_FAILED)  # exits a session reads as its own (kernel/session._wait_child)
 WORKER_FAILED_REASON = ("CRANE's own code failed in the session's worker after the cell's code ran (the cell changed "
                         "what it runs on, as a builtin exception class swapped for one of its own): its outcome "
                         "cannot be trusted")
@@ -44,6 +52,15 @@ def exit_status(returncode: int) -> str:
     return f"killed ({name})"
 
 
+def cell_end_code(code: int) -> int:
+    """The exit status a session's command process ends with where its cell ends it (kernel/audit._guard_process_end):
+    the cell's own (as the OS truncates it) where the session reads it as an exit, else `CELL_ENDED_EXIT`: a signal
+    (128 + its number, which the fork session's heads read as a death by that signal: SIGKILL as the budget's) and
+    the codes the session reserves (kernel/session: 11 rollback, 12 close; `TAMPERED_EXIT`; `WORKER_FAILED`)."""
+    code = int(code) & 0xFF
+    return CELL_ENDED_EXIT if code > 128 or code in _RESERVED else code
+
+
 def worker_outcome(returncode: int) -> dict:
     """The reply fields of a transplant or portable session's command whose worker ended by itself (`Popen`'s
     `returncode`) while running it."""
@@ -61,5 +78,7 @@ def ended_outcome(status: str) -> dict:
         return {"verdict": "timeout", "reason": f"the cell exceeded its budget ({status})"}
     if status == "killed (SIGSYS)":
         return {"verdict": "blocked", "reason": "the cell made a system call the sandbox forbids"}
+    if status == f"exited ({CELL_ENDED_EXIT})":
+        status = "ended by the cell (a signal, or an exit status the session reserves)"
     return {"verdict": "crash", "ename": "DeadKernelError", "reason": f"the sandbox process {status}",
             "evalue": f"the process ended ({status}): running this cell would end the kernel's process"}
