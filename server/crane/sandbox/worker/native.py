@@ -17,7 +17,10 @@ arrow.py's `_ARROW_TARGETS`: patched at set-up where the library is loaded, else
   `CreateDir`, `DeleteRecursively`, ...), `TFRecordWriter`'s `RecordWriter`, and every eager op execution
   (`TFE_Py_FastPathExecute`, `TFE_Py_Execute`): an op of `_TF_WRITE_OPS` (`WriteFile`, `SaveV2`,
   `MergeV2Checkpoints`, `CreateSummaryFileWriter`, `SaveDataset`, `DatasetToTFRecord`, `PrintV2` to a file, ...) has
-  its path inputs vetted (a checkpoint prefix: every existing file named after it made ready too).
+  its path inputs vetted (a checkpoint prefix: every existing file named after it made ready too); round 13: the
+  debugger's events writer, `EventsWriter`, the profiler's session, tfprof's outputs, MLIR's bytecode writer,
+  tfcompile's outputs, and a graph run by a v1 `Session` (its GraphDef read before each run for the write ops);
+  native code loading (`TF_LoadLibrary`) and native servers and remote contexts refused.
 Not covered (docs/sandbox.md): ops that run inside a compiled graph (`tf.function`, a loaded SavedModel) or a
 TorchScript function (`aten::save`, `aten::from_file` through `torch.ops`), whose kernels run in C++ with no Python
 call per op; the Linux layer (Landlock) holds those under the portable sandbox.
@@ -632,11 +635,263 @@ _TF_FILE_IO = _nv_module_functions("tensorflow", {
     "WritableFile": {"__init__": (_nv_arg("tensorflow", "tf.io.gfile.GFile", 0, "filename"), False)}})
 _TF_RECORD_IO = _nv_module_functions("tensorflow", {}, {
     "RecordWriter": {"__init__": (_nv_arg("tensorflow", "tf.io.TFRecordWriter", 0, "path"), False)}})
+# -- round 13 (h7): TensorFlow's other C++ entry points that write files, load code or open sockets ----------------
+def _nv_refused(family: str, label: str, why: str) -> Callable[[Any, tuple, dict], tuple[tuple, dict]]:
+    """The check of a call refused whatever its arguments (a native socket, native code loaded)."""
+    def check(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+        vet.refuse(f"a call to {family}: {label} ({why})", None)
+        return args, kw
+    return check
+
+
+def _nv_tree(family: str, label: str, at: int, key: str) -> Callable[[Any, tuple, dict], tuple[tuple, dict]]:
+    """The check of a folder argument that the native code fills (its files made private first); a folder vetted
+    once in this run is not walked again (a debugger dump root is named by every event written)."""
+    def check(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+        value = args[at] if len(args) > at else kw.get(key)
+        if value is None:
+            return args, kw
+        text = _nv_path(vet, family, label, value)
+        done = vet.__dict__.setdefault("_nv_trees", set())
+        if isinstance(text, (str, bytes)) and text not in done:
+            plain = os.fsdecode(text)
+            vet.prepare_tree(plain[len("file://"):] if plain.startswith("file://") else plain)
+            done.add(text)
+        if len(args) > at:
+            return args[:at] + (text,) + args[at + 1:], kw
+        return args, ({**kw, key: text} if key in kw else kw)
+    return check
+
+
+def _tf_events_suffix(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+    """`EventsWriter.InitWithSuffix(suffix)`: the suffix is appended to the file's name (vetted prefix + time +
+    host): a separator in it would name a file elsewhere."""
+    value = _nv_text(args[0] if args else kw.get("arg0"))
+    if isinstance(value, (str, bytes)) and (b"/" in os.fsencode(value) or b"\\" in os.fsencode(value)):
+        vet.refuse(f"a call to tensorflow: EventsWriter.InitWithSuffix (a suffix naming another folder: "
+                   f"{os.fsdecode(value)[:200]!r})", None)
+    return args, kw
+
+
+
+def _tfprof_options(at: int) -> Callable[[Any, tuple, dict], tuple[tuple, dict]]:
+    """tfprof's serialized `OptionsProto` (argument `at`): its `output` (`file:outfile=<path>`, `timeline:...`,
+    `pprof:...`) names a file the C++ writes: vetted; options that cannot be read are refused."""
+    def check(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+        raw = args[at] if len(args) > at else kw.get(f"arg{at}")
+        if raw is None:
+            return args, kw
+        raw = _nv_text(raw)
+        try:
+            from tensorflow.core.profiler import tfprof_options_pb2  # (loaded with TensorFlow's profiler)
+            opts = tfprof_options_pb2.OptionsProto()
+            opts.ParseFromString(os.fsencode(raw) if isinstance(raw, str) else raw)
+            output = str(opts.output)
+        except Exception:  # noqa: BLE001 - options this cannot read: not known before it runs
+            vet.refuse("a call to tensorflow: tfprof (options that cannot be read)", None)
+            return args, kw
+        kind, _, rest = output.partition(":")
+        for item in rest.split(",") if kind in ("file", "timeline", "pprof") else ():
+            key, _, value = item.partition("=")
+            if key.strip() == "outfile" and value:
+                _nv_path(vet, "tensorflow", f"tfprof {kind} output", value)
+        args = args[:at] + (raw,) + args[at + 1:] if len(args) > at else args
+        return args, kw
+    return check
+
+
+_TF_OUT_ARGS = ("out_function_object", "out_metadata_object", "out_header", "out_session_module",
+                "out_constant_buffers_object")
+
+
+def _tfcompile(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+    """`_pywrap_tfcompile.Compile(...)`: its `out_*` keywords are the files it writes; positional arguments are
+    refused (which one is a path cannot be told)."""
+    if args:
+        vet.refuse("a call to tensorflow: tfcompile Compile (positional arguments)", None)
+    for key in _TF_OUT_ARGS:
+        if kw.get(key):
+            kw = {**kw, key: _nv_path(vet, "tensorflow", f"tfcompile Compile {key}", kw[key])}
+    return args, kw
+
+
+_TF_SOCKET = "a native socket: it listens or connects in C++"
+_TF_DEBUG_EVENTS = _nv_module_functions("tensorflow", {
+    name: _nv_tree("tensorflow", f"tf debug events writer {name}", 0, "arg0") for name in (
+        "Init", "WriteSourceFile", "WriteStackFrameWithId", "WriteGraphOpCreation", "WriteDebuggedGraph",
+        "WriteExecution", "WriteGraphExecutionTrace", "RegisterDeviceAndGetId", "FlushNonExecutionFiles",
+        "FlushExecutionFiles", "Close")})
+_TF_EVENTS = _nv_module_functions("tensorflow", {}, {
+    "EventsWriter": {"__init__": (_nv_arg("tensorflow", "tf EventsWriter", 0, "arg0", prefix=True), False),
+                     "InitWithSuffix": (_tf_events_suffix, False)}})
+_TF_PROFILER = _nv_module_functions("tensorflow", {
+    "start_server": _nv_refused("tensorflow", "profiler start_server", _TF_SOCKET)}, {
+    "ProfilerSession": {"start": (_nv_tree("tensorflow", "profiler ProfilerSession.start", 0, "arg0"), False)}})
+_TF_PROFILER_PLUGIN = _nv_module_functions("tensorflow", {
+    "trace": _nv_refused("tensorflow", "profiler trace", _TF_SOCKET),
+    "monitor": _nv_refused("tensorflow", "profiler monitor", _TF_SOCKET)})
+_TF_MLIR = _nv_module_functions("tensorflow", {
+    "ExperimentalWriteBytecode": _nv_arg("tensorflow", "tf mlir ExperimentalWriteBytecode", 0, "arg0")})
+_TF_TFPROF = _nv_module_functions("tensorflow", {
+    "WriteProfile": _nv_arg("tensorflow", "tfprof WriteProfile", 0, "arg0"),
+    "PrintModelAnalysis": _tfprof_options(4), "Profile": _tfprof_options(1)})
+_TF_COMPILE = _nv_module_functions("tensorflow", {"Compile": _tfcompile})
+# -- round 13 (h7): a graph run by a `tf.compat.v1.Session` (graph mode): its ops run in C++ with no eager call ---
+# session (by id, the object kept) -> (the session, its graph), recorded when the session is made
+_TF_SESSIONS: dict[int, tuple[Any, Any]] = {}
+
+
+def _tf_graph_sites(graph: Any) -> list[tuple[str, str, tuple[str, Any]]]:
+    """The write ops of a session's graph (its GraphDef, read through the C API: ops added any way are in it), each
+    with its path's source: a constant ("const", texts), a placeholder the run may feed ("feed", (its name, the
+    source of its default or None)), or not known before it runs; a function of the graph's library that holds a
+    write op counts as one whose path is not known."""
+    gdef = graph.as_graph_def()
+    nodes = {n.name: n for n in gdef.node}
+
+    def source(text: str, depth: int = 0) -> tuple[str, Any]:
+        name = text.split(":", 1)[0].lstrip("^")
+        node = nodes.get(name)
+        if node is None or depth > 50:
+            return _TF_UNKNOWN
+        if node.op == "Placeholder":
+            return ("feed", (name, None))
+        if node.op == "PlaceholderWithDefault" and node.input:
+            return ("feed", (name, source(node.input[0], depth + 1)))
+        if node.op in ("Identity", "Snapshot", "StopGradient") and node.input:
+            return source(node.input[0], depth + 1)
+        return _tf_source(nodes, {}, text, depth)
+
+    sites: list[tuple[str, str, tuple[str, Any]]] = []
+    for node in gdef.node:
+        if node.op in _TF_WRITE_OPS:
+            data = [i for i in node.input if not i.startswith("^")]
+            paths, names = _TF_WRITE_OPS[node.op]
+            for at, how in paths:
+                sites.append((node.op, how, source(data[at]) if at < len(data) else _TF_UNKNOWN))
+            for attr in names:
+                if attr in node.attr:
+                    value = node.attr[attr]
+                    texts = tuple(value.list.s) or (value.s,)
+                    if attr == "output_stream":
+                        texts = tuple(t[len(b"file://"):] for t in texts if t.startswith(b"file://"))
+                    sites += [(node.op, "file", ("const", (t,))) for t in texts if t]
+    for fdef in gdef.library.function:
+        if any(n.op in _TF_WRITE_OPS for n in fdef.node_def):
+            sites.append((f"a function of the graph ({fdef.signature.name})", "file", _TF_UNKNOWN))
+    return sites
+
+
+def _tf_feeds(feeds: Any) -> dict[str, Any]:
+    """A run's feeds by the fed operation's name (`{TF_Output: value}`, as `Session.run` hands them)."""
+    c = sys.modules.get("tensorflow.python.client._pywrap_tf_session")
+    out: dict[str, Any] = {}
+    if type(feeds) is not dict or c is None:
+        return out
+    name_of: Any = c.__dict__.get("TF_OperationName")
+    if not callable(name_of):
+        return out
+    for key, value in feeds.items():
+        try:
+            out[str(name_of(key.oper))] = value
+        except Exception:  # noqa: BLE001 - a feed this cannot name: its placeholder counts as not fed
+            continue
+    return out
+
+
+def _tf_session_graph(vet: Any, session: Any) -> Any:
+    got = _TF_SESSIONS.get(id(session))
+    if got is None or got[0] is not session:
+        vet.refuse("a call to tensorflow: a session run (a session whose graph is not known)", None)
+        return None
+    return got[1]
+
+
+def _tf_vet_graph(vet: Any, graph: Any, feeds: dict[str, Any], label: str) -> None:
+    """The write ops of a graph a session is about to run: each path vetted (a constant, or the run's feed of its
+    placeholder, else the placeholder's default), any other path refused."""
+    for op, how, (kind, where) in _tf_graph_sites(graph):
+        while kind == "feed":
+            name, default = where
+            if name in feeds:
+                kind, where = "const", _tf_texts(feeds[name]) if not hasattr(feeds[name], "ravel") \
+                    else feeds[name].ravel().tolist()
+                break
+            kind, where = default if default is not None else _TF_UNKNOWN
+        what = f"tensorflow op {op} in {label}"
+        texts = list(where) if kind == "const" and where is not None else None
+        if texts is None or not all(isinstance(t, (str, bytes)) for t in texts):
+            vet.refuse(f"a call to tensorflow: {what} (a path that is not known before it runs)", None)
+            return
+        for text in texts:
+            if text in ("", b""):
+                continue
+            if how == "prefix":
+                _nv_prefix(vet, "tensorflow", what, text)
+                continue
+            text = os.fsdecode(_nv_path(vet, "tensorflow", what, text))
+            if how == "tree":
+                vet.prepare_tree(text[len("file://"):] if text.startswith("file://") else text)
+
+
+def _tf_session_maker(mod: types.ModuleType, vet: Any) -> dict[str, Any]:
+    """`_pywrap_tf_session`: sessions recorded with their graph when made; every run of one (`TF_SessionRun_wrapper`,
+    a partial run's setup, a callable made) has the graph's write ops vetted first; native code loading and
+    servers refused."""
+    out = _TF_SESSION_REFUSED(mod, vet)
+    d = mod.__dict__
+    for name in ("TF_NewSessionRef", "TF_NewSession"):
+        orig = d.get(name)
+        if callable(orig) and not getattr(orig, "__crane_vetted__", False):
+            def new_session(*args: Any, _orig: Any = orig, **kw: Any) -> Any:
+                session = _orig(*args, **kw)
+                graph = args[0] if args else kw.get("arg0")
+                _TF_SESSIONS[id(session)] = (session, graph)
+                return session
+            new_session.__name__ = name
+            new_session.__crane_vetted__ = True  # type: ignore[attr-defined]
+            _nv_replace_in((mod.__name__,), orig, new_session)
+            out[name] = new_session
+    runs = {"TF_SessionRun_wrapper": 2, "TF_SessionPRunSetup_wrapper": None, "TF_SessionMakeCallable": None}
+    for name, feeds_at in runs.items():
+        orig = d.get(name)
+        if callable(orig) and not getattr(orig, "__crane_vetted__", False):
+            def run(*args: Any, _orig: Any = orig, _at: int | None = feeds_at, _name: str = name, **kw: Any) -> Any:
+                graph = _tf_session_graph(vet, args[0] if args else kw.get("arg0"))
+                if graph is not None:
+                    feeds = _tf_feeds(args[_at]) if _at is not None and len(args) > _at else {}
+                    _tf_vet_graph(vet, graph, feeds, f"a session's graph ({_name})")
+                return _orig(*args, **kw)
+            run.__name__ = name
+            run.__crane_vetted__ = True  # type: ignore[attr-defined]
+            _nv_replace_in((mod.__name__,), orig, run)
+            out[name] = run
+    return out
+
+
+_TF_SESSION_REFUSED = _nv_module_functions("tensorflow", {
+    "TF_LoadLibrary": _nv_refused("tensorflow", "tf.load_op_library", "native code loaded into the process"),
+    "TF_LoadPluggableDeviceLibrary": _nv_refused("tensorflow", "tf.load_pluggable_device_library",
+                                                 "native code loaded into the process"),
+    "TF_NewServer": _nv_refused("tensorflow", "tf.distribute.Server", _TF_SOCKET)})
+_TF_DATA_SERVICE = _nv_module_functions("tensorflow", {
+    name: _nv_refused("tensorflow", f"tf.data service {name}", _TF_SOCKET) for name in (
+        "TF_DATA_NewDispatchServer", "TF_DATA_NewWorkerServer")})
+_TF_REMOTE = {name: _nv_refused("tensorflow", f"eager context {name}", _TF_SOCKET) for name in (
+    "TFE_ContextSetServerDef", "TFE_ContextSetServerDefWithTimeoutAndRetries", "TFE_ContextUpdateServerDef",
+    "TFE_EnableCollectiveOps")}
+
+
 _TF_EAGER = _nv_module_functions("tensorflow", {
     "TFE_Py_FastPathExecute": _tf_fast_path, "TFE_Py_Execute": _tf_execute,
-    "TFE_Py_ExecuteCancelable": _tf_execute, **{name: _tf_library_changed for name in (
+    "TFE_Py_ExecuteCancelable": _tf_execute, **_TF_REMOTE, **{name: _tf_library_changed for name in (
         "TFE_ContextAddFunction", "TFE_ContextAddFunctionDef", "TFE_ContextAddFunctionDefNoSerialization",
         "TFE_ContextRemoveFunction", "TFE_ContextClearCaches")}})
+
+
+# -- round 13 (h7): scipy's Matrix Market writer (`scipy.io.mmwrite`: fast_matrix_market opens its file in C++) --
+_SCIPY_FMM = _nv_module_functions("scipy", {
+    "open_write_file": _nv_arg("scipy", "scipy.io.mmwrite (fast_matrix_market open_write_file)", 0, "path")})
 
 
 # extension module -> (its maker, the Python modules that re-export its names): merged into arrow.py's targets
@@ -646,4 +901,15 @@ NATIVE_TARGETS: dict[str, tuple[Callable[[types.ModuleType, Any], dict[str, Any]
     "tensorflow.python.lib.io._pywrap_file_io": (_TF_FILE_IO, ()),
     "tensorflow.python.lib.io._pywrap_record_io": (_TF_RECORD_IO, ()),
     "tensorflow.python._pywrap_tfe": (_TF_EAGER, ("tensorflow.python.pywrap_tfe",)),
+    "tensorflow.python.client._pywrap_debug_events_writer": (_TF_DEBUG_EVENTS, ()),
+    "tensorflow.python.client._pywrap_events_writer": (_TF_EVENTS, ()),
+    "tensorflow.python.profiler.internal._pywrap_profiler": (_TF_PROFILER, ()),
+    "tensorflow.python.profiler.internal._pywrap_profiler_plugin": (_TF_PROFILER_PLUGIN, ()),
+    "tensorflow.python._pywrap_mlir": (_TF_MLIR, ("tensorflow.python.pywrap_mlir",)),
+    "tensorflow.python.util._pywrap_tfprof": (_TF_TFPROF, ()),
+    "tensorflow.python._pywrap_tfcompile": (_TF_COMPILE, ()),
+    "tensorflow.python.client._pywrap_tf_session": (_tf_session_maker,
+                                                    ("tensorflow.python.client.pywrap_tf_session",)),
+    "tensorflow.python.data.experimental.service._pywrap_server_lib": (_TF_DATA_SERVICE, ()),
+    "scipy.io._fast_matrix_market._fmm_core": (_SCIPY_FMM, ()),
 }
