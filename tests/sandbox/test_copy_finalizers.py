@@ -51,6 +51,7 @@ deleted = D()
 held = D(); elsewhere = held
 lock = threading.Lock()
 uncopied = O(); f_uncopied = weakref.finalize(uncopied, lambda: lock.locked())
+plain = O(); r_plain = weakref.ref(plain)
 """
 ALIVE = "f_ended.alive, f_quiet.alive, f_raising.alive, f_uncopied.alive, r_called() is called"
 
@@ -79,6 +80,13 @@ def _run(conn, path: str, cell: str):
 def test_a_finalizer_that_ends_the_process_ends_the_copy(conn, path, cell):
     v = _run(conn, path, cell)
     assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_rebound_name_without_a_finalizer_is_not_copied(conn, path):
+    v = _run(conn, path, "plain = 1\nended = 2")  # (a weak reference without a callback: nothing runs when freed)
+    assert v.verdict == "crash" and v.transplant is not None, v
+    assert [c.split()[0] for c in v.transplant.copied] == ["ended"], v.transplant
 
 
 def test_cell_rebinds():

@@ -46,7 +46,7 @@ _FZ_NOT_OWN = len(SH_NOT_OWN)  # (this part is installed after kernel/stdlib_own
 _FZ_GETWEAKREFS, _FZ_WEAKCOUNT = own_c("_weakref", "getweakrefs"), own_c("_weakref", "getweakrefcount")
 _FZ_REFCOUNT = own_c("sys", "getrefcount")
 _FZ_REF = _mdict(_module("_weakref")).get("ref")
-_FZ_CALLBACK = _cls_dict(_FZ_REF).get("__callback__") if type(_FZ_REF) is type and len(SH_NOT_OWN) == _FZ_NOT_OWN \
+_FZ_CALLBACK: Any = _cls_dict(_FZ_REF).get("__callback__") if type(_FZ_REF) is type and len(SH_NOT_OWN) == _FZ_NOT_OWN \
     else None  # (None: a function above was replaced before the install: no finalizer is carried, none is called)
 _FZ_HELD = 3  # references the export holds to each object it counts: the pickler's memo, `found`, `map`
 
@@ -168,6 +168,17 @@ class FinalizerWatch:
         return (FINALIZERS_TAG, records) if records else None
 
 
+def _fz_called(o: Any, files: tuple) -> bool:
+    """A weak reference to `o` has a callback that is not a weak container's own (or is a proxy: unread)."""
+    for r in _FZ_GETWEAKREFS(o):
+        if not any(k is _FZ_REF for k in _mro(type(r))):
+            return True
+        cb = _FZ_CALLBACK.__get__(r, _FZ_REF)
+        if cb is not None and not _fz_harmless(cb, files):
+            return True
+    return False
+
+
 def rebound(ns: dict, rebinds: list, objs: dict, skip: list, proof: Any) -> dict:
     """{name: value} of the names the cell binds without reading them (`rebinds`, found in the daemon) whose value
     has something that runs when it is freed (as `FinalizerWatch` keeps), proven and reproducible: copied too, so
@@ -177,13 +188,15 @@ def rebound(ns: dict, rebinds: list, objs: dict, skip: list, proof: Any) -> dict
     if _FZ_CALLBACK is None:
         return out
     skipped = set(skip)
+    weak = _mdict(_module("weakref"))
+    files = tuple(f for f in (weak.get("__file__"), _mdict(_module("_weakrefset")).get("__file__")) if type(f) is str)
     for name in rebinds:
         if name in objs or name in skipped or name.startswith("_") or name not in ns:
             continue
         v = dict.get(ns, name)
         kind = _fz_kind(type(v))
-        if not (kind == 2 or (kind and _FZ_WEAKCOUNT(v))):
-            continue
+        if not (kind == 2 or (kind and _FZ_WEAKCOUNT(v) and _fz_called(v, files))):
+            continue  # (a value only weakly referenced, without a callback — a DataFrame a Series caches — is not)
         try:
             proof.check(v)
         except _Refused:
