@@ -76,6 +76,7 @@ class TransplantSession(SandboxSession):
         self._since = bytearray()  # the bytes read on the channel since the last command (issue 41: the seal)
         self._seal_seen: bool | None = None  # the last reply was sealed over them (None: not looked, no /proc)
         self._op: str | None = None  # the op of the command whose reply is awaited
+        self._kernel: tuple[int, int] | None = None  # the kernel's (pid, start time), where the daemon sees it
         # the notebook's cell transformers (kernel/transformers.py): copied into the current worker, and the kernel's
         # facts of its last export (env.json: what of its shell the copy misses, its namespace's names)
         self._transformers = False
@@ -85,7 +86,6 @@ class TransplantSession(SandboxSession):
         # not prove equal (its load replies); whether the kernel's settings were applied (its first load)
         self._held = CopyFacts()
         self._loaded = False
-        self._kernel: tuple[int, int] | None = None  # the kernel's (pid, start time), where the daemon sees it
 
     @classmethod
     def start(cls, conn: KernelConnection, *, budget_s: float, memory_mb: int, request_timeout: float,

@@ -1257,9 +1257,20 @@ def _hooks_off(ctx: _Ctx, timer: bool = True) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
         ctx.audit_state["running"] = False
         return
+    saved = _hooks_now()  # (the mask the code left: the outcome's epilogue blocks every signal, `_fenced_command`)
+    _epilogue_begins(ctx)  # (its budget timer, hooks, sys.monitoring, Python signal handlers, gc)
+    setprofile, settrace, gc_off = _BOUND["off"]
+    setprofile(None)
+    settrace(None)
+    gc_off()
+    _USER_HOOKS.clear()
+    _USER_HOOKS.update(saved)
+
+
+def _hooks_now() -> dict:
+    """The process's profile and trace hooks, the collector's state, its Python signal handlers and signal mask."""
     getprofile, gettrace, gc_enabled = _BOUND["hooks"]
     saved: dict = {"profile": getprofile(), "trace": gettrace(), "gc": gc_enabled(), "signals": {},
-                   # (the mask the code left: the outcome's epilogue blocks every signal, `_fenced_command`)
                    "mask": signal.pthread_sigmask(signal.SIG_BLOCK, ())}
     for sig in signal.valid_signals():
         try:
@@ -1268,13 +1279,17 @@ def _hooks_off(ctx: _Ctx, timer: bool = True) -> None:
             continue
         if callable(handler):
             saved["signals"][sig] = handler
-    _epilogue_begins(ctx)  # (its budget timer, hooks, sys.monitoring, Python signal handlers, gc)
-    setprofile, settrace, gc_off = _BOUND["off"]
-    setprofile(None)
-    settrace(None)
-    gc_off()
+    return saved
+
+
+def _keep_start_hooks() -> None:
+    """A copy session's worker, before its first command: its own hooks as it starts are what `_hooks_on` gives the
+    first command's code back. CRANE's sealed replies before it (a `load`: the signal step sets every Python handler
+    to SIG_IGN and stops the collector) are no command's, so before, the first run after a load found SIGINT ignored
+    (the cell's `os.kill(os.getpid(), SIGINT)` came back `no-crash` where the kernel raises KeyboardInterrupt) and the
+    collector off."""
     _USER_HOOKS.clear()
-    _USER_HOOKS.update(saved)
+    _USER_HOOKS.update(_hooks_now())
 
 
 def _hooks_on() -> None:

@@ -57,7 +57,13 @@ from crane.sandbox.kernel.run import (  # kernel: strip
     _record_write,
     _seal_constants,
 )
-from crane.sandbox.kernel.session import _bind_hooks, _CommandLines, evaluate, run_command  # kernel: strip
+from crane.sandbox.kernel.session import (  # kernel: strip
+    _bind_hooks,
+    _CommandLines,
+    _keep_start_hooks,
+    evaluate,
+    run_command,
+)
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
@@ -170,8 +176,6 @@ def _kernel_exiter(shell: Any) -> None:
     shell.exiter = ZMQExitAutocall(shell)
     for ns in (shell.user_ns, shell.user_ns_hidden):
         ns["exit"] = ns["quit"] = shell.exiter
-
-
 
 
 class _Lines:
@@ -682,6 +686,8 @@ def _session(spec: dict, shell: Any, lines: _Lines) -> None:
         _track_channel(ctx.result_fd)
         _bind_hooks()  # (a command's hooks stop before its reply is made: kernel/session._hooks_off)
     _kernel_environment(facts)  # the kernel's environment, once confined (worker_env: an allowlist before)
+    if sealed:
+        _keep_start_hooks()  # (the first command's handlers and collector, whatever CRANE's replies before it did)
     state: dict = {"imported": False, "mapped": False}
     paths = (os.path.join(d, "stdout"), os.path.join(d, "stderr"))
     _write_json(ctx.result_fd, {"event": "ready", "pid": os.getpid(), "depth": 0, "confinement": ctx.confinement})
