@@ -560,18 +560,26 @@ def _tf_vet_function(vet: Any, name: str, inputs: Any) -> None:
             texts = _tf_texts(inputs[where]) if where < len(inputs) else None
         else:
             texts = list(where) if kind == "const" else None
-        if texts is None:
-            vet.refuse(f"a call to tensorflow: {label} (a path that is not known before it runs)", None)
+        if not _tf_vet_texts(vet, how, label, texts):
             return
-        for text in texts:
-            if text in ("", b""):
-                continue
-            if how == "prefix":
-                _nv_prefix(vet, "tensorflow", label, text)
-                continue
-            text = os.fsdecode(_nv_path(vet, "tensorflow", label, text))
-            if how == "tree":
-                vet.prepare_tree(text[len("file://"):] if text.startswith("file://") else text)
+
+
+def _tf_vet_texts(vet: Any, how: str, label: str, texts: list | None) -> bool:
+    """The paths an op writes at (`how`: a file, a file-name `prefix`, a `tree`) vetted, each as the run's; the call
+    refused where they are not known before it runs (`texts` None). False when refused."""
+    if texts is None:
+        vet.refuse(f"a call to tensorflow: {label} (a path that is not known before it runs)", None)
+        return False
+    for text in texts:
+        if text in ("", b""):
+            continue
+        if how == "prefix":
+            _nv_prefix(vet, "tensorflow", label, text)
+            continue
+        text = os.fsdecode(_nv_path(vet, "tensorflow", label, text))
+        if how == "tree":
+            vet.prepare_tree(text[len("file://"):] if text.startswith("file://") else text)
+    return True
 
 
 def _tf_attr_functions(vet: Any, op: str, attrs: Any) -> None:
@@ -820,18 +828,10 @@ def _tf_vet_graph(vet: Any, graph: Any, feeds: dict[str, Any], label: str) -> No
             kind, where = default if default is not None else _TF_UNKNOWN
         what = f"tensorflow op {op} in {label}"
         texts = list(where) if kind == "const" and where is not None else None
-        if texts is None or not all(isinstance(t, (str, bytes)) for t in texts):
-            vet.refuse(f"a call to tensorflow: {what} (a path that is not known before it runs)", None)
+        if texts is not None and not all(isinstance(t, (str, bytes)) for t in texts):
+            texts = None
+        if not _tf_vet_texts(vet, how, what, texts):
             return
-        for text in texts:
-            if text in ("", b""):
-                continue
-            if how == "prefix":
-                _nv_prefix(vet, "tensorflow", what, text)
-                continue
-            text = os.fsdecode(_nv_path(vet, "tensorflow", what, text))
-            if how == "tree":
-                vet.prepare_tree(text[len("file://"):] if text.startswith("file://") else text)
 
 
 def _tf_session_maker(mod: types.ModuleType, vet: Any) -> dict[str, Any]:
