@@ -14,6 +14,7 @@ from jupyter_client import BlockingKernelClient
 
 from crane import pyast
 from crane.kernel.manager import start_kernel
+from crane.sandbox.pipes import PortableDir
 from crane.sandbox.transplant import transplant
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the portable run's OS layer here is Linux's")
@@ -55,9 +56,19 @@ def test_a_warm_verdict_sends_one_request(kernel):
     assert crash.verdict == "crash" and crash.ename == "IndexError", crash
 
 
-def test_a_busy_kernel_is_reported_and_its_queued_export_copies_nothing(kernel, tmp_path):
+def test_a_busy_kernel_is_reported_and_its_queued_export_copies_nothing(kernel, tmp_path, monkeypatch):
     conn = kernel.connection
     assert _portable(conn, "len(x)").verdict == "no-crash"  # (installed: the export's request is the check)
+    # the run's folder as the verdict left it, just before its removal: the queued export is disowned at once
+    # (its token taken away, its `cancel` made), not only stopped by the folder's removal later
+    left: list[dict[str, bool]] = []
+    real_cleanup = PortableDir.cleanup
+
+    def seen(pdir: PortableDir) -> None:  # (the real removal follows: only looked at first)
+        left.append({n: os.path.exists(os.path.join(pdir.path, n)) for n in ("token", "cancel")})
+        real_cleanup(pdir)
+
+    monkeypatch.setattr(PortableDir, "cleanup", seen)
     start, release = tmp_path / "started", tmp_path / "release"
     user = BlockingKernelClient()
     user.load_connection_file(str(kernel.manager.connection_file))
@@ -71,6 +82,7 @@ def test_a_busy_kernel_is_reported_and_its_queued_export_copies_nothing(kernel, 
         # the user's cell never ends by itself: only the request timeout can end this verdict
         v = _portable(conn, "len(x)", request_timeout=1.0)
         assert v.verdict == "unavailable" and "the kernel is busy" in (v.reason or ""), v
+        assert left == [{"token": False, "cancel": True}], left
         release.touch()
         # the queued export runs now: it answers on this connection (no one waits for it) and stops at its first
         # step, having copied nothing

@@ -533,10 +533,11 @@ class ModuleClient:
         try:
             reply = self.conn.private(expressions, timeout=timeout, start_timeout=start_timeout)
         except KernelTimeout as exc:
+            # a request the kernel never started stays KernelNotStarted (a KernelTimeout): the caller may have to
+            # disown it, still queued there (transplant._export)
             late = start_timeout if isinstance(exc, KernelNotStarted) and start_timeout is not None else timeout
-            raise KernelTimeout(
-                f"{what}: no reply within {late:g} s (the kernel is busy running a cell, or stuck)"
-            ) from exc
+            kind = KernelNotStarted if isinstance(exc, KernelNotStarted) else KernelTimeout
+            raise kind(f"{what}: no reply within {late:g} s (the kernel is busy running a cell, or stuck)") from exc
         except KernelDead as exc:
             raise KernelDead(f"{what}: the kernel died ({exc})") from exc
         if reply.status != "ok":
