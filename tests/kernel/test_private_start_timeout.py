@@ -15,6 +15,7 @@ from jupyter_client import BlockingKernelClient
 from crane.kernel.errors import KernelNotStarted, KernelTimeout
 from crane.kernel.manager import start_kernel
 
+START = 10.0  # a start timeout an idle kernel meets under any load (the busy case waits on an event instead)
 WAIT = "import os, time\nopen({start!r}, 'w').close()\nwhile not os.path.exists({release!r}):\n    time.sleep(0.02)\n"
 
 
@@ -54,6 +55,9 @@ def test_a_busy_kernel_is_reported_within_the_start_timeout(kernel, tmp_path):
 
 
 def test_a_started_request_may_outlast_the_start_timeout(kernel, tmp_path):
+    # the kernel is idle (it answered just now), so it starts on the request well within START whatever the load;
+    # the request then runs until released, which is only once its start timeout has surely passed
+    assert kernel.connection.evaluate("6 * 7", timeout=300.0) == 42
     start, release = tmp_path / "started", tmp_path / "release"
     out: dict = {}
 
@@ -61,16 +65,24 @@ def test_a_started_request_may_outlast_the_start_timeout(kernel, tmp_path):
         try:
             out["reply"] = kernel.connection.private({"v": "6 * 7"}, code=WAIT.format(start=str(start),
                                                                                        release=str(release)),
-                                                     timeout=600.0, start_timeout=0.5)
+                                                     timeout=600.0, start_timeout=START)
         except Exception as exc:  # (reported below)
             out["error"] = exc
 
     t = threading.Thread(target=ask)
     t.start()
-    _wait_for(start)
-    time.sleep(1.5)  # (only makes the request outlast its start timeout: nothing waits on this duration)
-    release.touch()
-    t.join(300)
+    try:
+        _wait_for(start)
+        # the request was sent before its cell made `start`: its start timeout is over once START has passed since
+        # then (a wait longer under load only makes the request outlast it by more)
+        past = time.monotonic() + START + 0.5
+        while time.monotonic() < past:
+            assert "error" not in out, out  # (a start timeout applied to a started request shows here, early)
+            time.sleep(0.05)
+    finally:
+        release.touch()
+        t.join(300)
+    assert not t.is_alive()
     assert "error" not in out, out
     reply = out["reply"]
     assert reply.status == "ok" and reply.user_expressions["v"]["data"]["text/plain"] == "42", reply
