@@ -892,10 +892,13 @@ _MISSED_STATE = {
     "numpy_random": lambda v, source, frames: "random" in source,
     "tf": lambda v, source, frames: "random" in source,  # (its seed, op-seed generator, global tf.random.Generator)
     # the notebook's shell state the worker lacks (`shell_missed`): transformers that rewrite every cell (a name they
-    # define, a call they wrap) and were not copied, a name a copied one made the cell read that was never copied
-    **{key: (lambda v, source, frames: True) for key in ("ast_transformers", "input_transformers", "transformed_names")},
+    # define, a call they wrap) and were not copied, a name a copied one made the cell read that was never copied,
+    # the shell's settings (interactivity, `__future__` flags, formats, autoawait) when their dicts held a key that is
+    # not an exact str (kernel/environment._shell_settings: not read, the worker has IPython's defaults)
+    **{key: (lambda v, source, frames: True) for key in ("ast_transformers", "input_transformers", "transformed_names",
+                                                          "shell_settings")},
 }
-SHELL_STATE = ("ast_transformers", "input_transformers", "transformed_names")
+SHELL_STATE = ("ast_transformers", "input_transformers", "transformed_names", "shell_settings")
 
 
 def shell_missed(facts: dict, v: SandboxVerdict, transformed: bool, held: Collection[str]) -> list[str]:

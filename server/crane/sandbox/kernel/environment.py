@@ -49,7 +49,7 @@ from crane.sandbox.kernel.proof import (  # kernel: strip
     _Refused,
 )
 from crane.sandbox.kernel.shield import environ_strings, process_identity  # kernel: strip
-from crane.sandbox.kernel.waiting import own_dict  # kernel: strip
+from crane.sandbox.kernel.waiting import OddKeyError, own_dict, str_get  # kernel: strip
 from crane.sandbox.shared.carry import CARRIED_RUNTIMES, read_carried  # kernel: strip
 
 # modules of the kernel itself, not of the notebook: never imported again in a worker
@@ -70,12 +70,30 @@ def _facts(shell: Any, keys: list, settings: dict, buffers: int, shell_missed: l
     `shell_missed`: the notebook's shell state the worker will not hold, kernel/transformers.py: a crash in the copy
     may rest on it, so it is only "likely", transplant.crash_certain's `missed`)."""
     modules = _modules()
+    shell_missed = list(shell_missed)
+    shell_settings = _shell_settings(shell, shell_missed)
     return {"executable": _EXECUTABLE, "cwd": _getcwd(), "env": environ_strings(), "path": _sys_path(),
             "modules": modules, "submodules": _submodules(modules), "torch": _torch_facts(), "buffers": buffers, "settings": settings,
             "names": [k for k in keys if not k.startswith("_")][:100000],
-            "interactivity": _interactivity(shell), "compile_flags": _compile_flags(shell),
-            "formats": _formats(shell), "autoawait": _autoawait(shell), "shell_missed": list(shell_missed),
-            "connection_file": _connection_file()}
+            **shell_settings, "shell_missed": shell_missed, "connection_file": _connection_file()}
+
+
+def _shell_settings(shell: Any, missed: list) -> dict:
+    """The shell's settings the worker's shell takes (interactivity, `__future__` flags, display formats,
+    autoawait), each read from instance dicts and trait values proven to hold exact `str` keys only (review M1:
+    `dict.get` there compares the name asked for with a planted key, running its `__eq__` in the kernel); one whose
+    dicts hold another key is IPython's default in the copy and named in `missed` (`shell_settings`: a crash in the
+    copy is then only "likely")."""
+    out: dict = {}
+    for key, read, default in (("interactivity", _interactivity, "last_expr"), ("compile_flags", _compile_flags, 0),
+                               ("formats", _formats, {}), ("autoawait", _autoawait, True)):
+        try:
+            out[key] = read(shell)
+        except OddKeyError:
+            out[key] = default
+            if "shell_settings" not in missed:
+                missed.append("shell_settings")
+    return out
 
 
 def _connection_file() -> str | None:
@@ -109,8 +127,8 @@ def _compile_flags(shell: Any) -> int:
     """The `__future__` features the kernel's cells turned on, which IPython's compiler keeps for every later cell
     (`from __future__ import annotations` in an earlier cell: a later cell's annotations are never evaluated), read
     from the shell's and its compiler's own dicts (an exact int; else none)."""
-    comp = dict.get(own_dict(shell), "compile")
-    flags = dict.get(own_dict(comp), "flags") if comp is not None else None
+    comp = str_get(own_dict(shell), "compile")
+    flags = str_get(own_dict(comp), "flags") if comp is not None else None
     return flags & FUTURE_FLAGS if type(flags) is int else 0
 
 
@@ -119,18 +137,18 @@ def _formats(shell: Any) -> dict:
     trait values hold; DisplayFormatter's `active_types` as `"active"`), read from instance dicts and trait values:
     the worker's display hook formats the cell's value with the kernel's (round 12, h7)."""
     out: dict = {}
-    values = dict.get(own_dict(shell), "_trait_values")
-    df = dict.get(values, "display_formatter") if type(values) is dict else None
-    dv = dict.get(own_dict(df), "_trait_values") if df is not None else None
+    values = str_get(own_dict(shell), "_trait_values")
+    df = str_get(values, "display_formatter")
+    dv = str_get(own_dict(df), "_trait_values") if df is not None else None
     if type(dv) is not dict:
         return out
-    active = dict.get(dv, "active_types")
+    active = str_get(dv, "active_types")
     if type(active) is list and all(type(t) is str for t in list.__iter__(active)):
         out["active"] = list(list.__iter__(active))
-    formatters = dict.get(dv, "formatters")
+    formatters = str_get(dv, "formatters")
     for mime, f in dict.items(formatters) if type(formatters) is dict else ():
-        fv = dict.get(own_dict(f), "_trait_values")
-        on = dict.get(fv, "enabled") if type(fv) is dict else None
+        fv = str_get(own_dict(f), "_trait_values")
+        on = str_get(fv, "enabled")
         if type(mime) is str and type(on) is bool:
             out[mime] = on
     return out
@@ -139,15 +157,15 @@ def _formats(shell: Any) -> dict:
 def _autoawait(shell: Any) -> bool:
     """`%autoawait` from the shell's trait values (False after `%autoawait off`: a top-level `await` is then the
     kernel's SyntaxError; carried to the worker, issue 42 part 2, h10)."""
-    values = dict.get(own_dict(shell), "_trait_values")
-    on = dict.get(values, "autoawait") if type(values) is dict else None
+    values = str_get(own_dict(shell), "_trait_values")
+    on = str_get(values, "autoawait")
     return on if type(on) is bool else True
 
 
 def _interactivity(shell: Any) -> str:
     """`ast_node_interactivity` from the shell's trait values (an exact str; else IPython's default)."""
-    values = dict.get(own_dict(shell), "_trait_values")
-    v = dict.get(values, "ast_node_interactivity") if type(values) is dict else None
+    values = str_get(own_dict(shell), "_trait_values")
+    v = str_get(values, "ast_node_interactivity")
     return v if type(v) is str else "last_expr"
 
 

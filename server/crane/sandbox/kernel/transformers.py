@@ -6,8 +6,8 @@ manager's `line_transforms`/`token_transformers`) and AST transformers (`ast_tra
 `transform_cell` and `transform_ast` on a shell of its own: without the notebook's transformers it ran the cell as
 written (a name a transformer defines or rewrites away gave a certain NameError where the kernel runs clean).
 
-`shell_transformers` reads the five lists from the shell's trait values and instance dicts (exact lists only;
-nothing is called) and says, entry by entry, what the worker's shell is to hold: IPython's own transforms by name
+`shell_transformers` reads the five lists from the shell's trait values and instance dicts (exact lists only, from
+dicts proven to hold exact `str` keys only, kernel/waiting.str_get: else missed; nothing is called) and says, entry by entry, what the worker's shell is to hold: IPython's own transforms by name
 (the worker's IPython has them: `["ipython", name]`), the notebook's (and a library's) as objects the export copies
 like any other value, by value for the notebook's (`["copy", obj]`: they run in the worker only, under its
 confinement). CRANE's own test watcher (crane.kernel.untouched: its private module `_crane_untouched`) is left
@@ -28,7 +28,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
 )
 from crane.sandbox.kernel.proof import _is_class, _library_function, _Proof, _Refused  # kernel: strip
 from crane.sandbox.kernel.stops import _unreproducible  # kernel: strip
-from crane.sandbox.kernel.waiting import own_dict  # kernel: strip
+from crane.sandbox.kernel.waiting import OddKeyError, own_dict, str_get  # kernel: strip
 
 TRANSFORMERS_KEY = "\x00crane-transformers"
 _IPYTHON_TRANSFORMS = "IPython.core.inputtransformer2"
@@ -36,19 +36,26 @@ _CRANE_WATCHERS = ("_crane_untouched",)  # CRANE's own tests' effect sentinels (
 # the lists, by the name the worker sets them under (worker/main._set_transformers), and what a miss is called
 _TRANSFORMER_LISTS = (("post", "input_transformers"), ("cleanup", "input_transformers"), ("line", "input_transformers"),
                       ("token", "input_transformers"), ("ast", "ast_transformers"))
+_UNKNOWN = object()  # a list not read: its dict holds a key that is not an exact str (missed)
 
 
 def shell_transformers(shell: Any, proof: _Proof) -> tuple[dict | None, list]:
     """({list: [entry]} to carry, or None when nothing of the notebook's is there or something is missed; the
     names of what is missed)."""
-    values = dict.get(own_dict(shell), "_trait_values")
-    if type(values) is not dict:
-        return None, []
-    manager = dict.get(values, "input_transformer_manager")
-    md = own_dict(manager) if manager is not None else {}
-    lists = {"post": dict.get(values, "input_transformers_post"), "ast": dict.get(values, "ast_transformers"),
-             "cleanup": dict.get(md, "cleanup_transforms"), "line": dict.get(md, "line_transforms"),
-             "token": dict.get(md, "token_transformers")}
+    try:  # (every dict read here proven to hold exact `str` keys first: a planted key's `__eq__` never runs)
+        values = str_get(own_dict(shell), "_trait_values")
+        if type(values) is not dict:
+            return None, []
+        lists = {"post": str_get(values, "input_transformers_post"), "ast": str_get(values, "ast_transformers")}
+        manager = str_get(values, "input_transformer_manager")
+    except OddKeyError:  # (the shell's lists unknown: a crash in the copy is only "likely")
+        return None, ["input_transformers", "ast_transformers"]
+    try:
+        md = own_dict(manager) if manager is not None else {}
+        lists.update(cleanup=str_get(md, "cleanup_transforms"), line=str_get(md, "line_transforms"),
+                     token=str_get(md, "token_transformers"))
+    except OddKeyError:
+        lists.update(cleanup=_UNKNOWN, line=_UNKNOWN, token=_UNKNOWN)
     ipython = _mdict(_module(_IPYTHON_TRANSFORMS))
     carry: dict = {}
     missed: list = []
@@ -57,7 +64,7 @@ def shell_transformers(shell: Any, proof: _Proof) -> tuple[dict | None, list]:
         items = lists[key]
         if items is None:  # (never read: IPython's default)
             continue
-        if type(items) is not list:  # (a list subclass the notebook put there: its iteration is its code)
+        if type(items) is not list:  # (a list subclass the notebook put there: its iteration is its code; unknown)
             if what not in missed:
                 missed.append(what)
             continue

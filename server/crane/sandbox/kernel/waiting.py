@@ -61,13 +61,34 @@ def own_dict(obj: Any) -> dict:
     return {}
 
 
+class OddKeyError(Exception):
+    """An instance dict (or trait values) holds a key that is not an exact `str`: a lookup there would compare the
+    name asked for with it, running its `__eq__` in the kernel, so what it holds is unknown (review M1)."""
+
+
+def str_get(d: Any, name: str, default: Any = None) -> Any:
+    """`d[name]` (`default` when absent, None when `d` is not an exact dict), read only once every key of `d` is
+    proven an exact `str` by its type (nothing of a key's is called: a planted key's `__eq__` never runs), else OddKeyError.
+    Instance dicts and traitlets' `_trait_values` are open to the notebook (`obj.__dict__[Evil()] = ...`), unlike
+    the module namespaces kernel/lookups.odd_key proves before the export reads them."""
+    if type(d) is not dict:
+        return None
+    for k in list(dict.keys(d)):
+        if type(k) is not str:
+            raise OddKeyError
+    return dict.get(d, name, default)
+
+
+_W_ABSENT = object()
+
+
 def _w_field(obj: Any, name: str) -> Any:
-    """An attribute as stored: a traitlets trait's value, else the instance dict's entry (None when absent)."""
+    """An attribute as stored: a traitlets trait's value, else the instance dict's entry (None when absent;
+    OddKeyError where a dict read holds a key that is not an exact `str`)."""
     d = own_dict(obj)
-    values = dict.get(d, "_trait_values")
-    if type(values) is dict and name in values:
-        return dict.get(values, name)
-    return dict.get(d, name)
+    values = str_get(d, "_trait_values")
+    v = str_get(values, name, _W_ABSENT)
+    return v if v is not _W_ABSENT else str_get(d, name)
 
 
 def _w_class_attr(cls: Any, name: str) -> Any:
@@ -122,7 +143,8 @@ def shell_watch(shell: Any) -> tuple[Callable[[], bool] | None, str]:
         fd = getsockopt(sock, fd_opt)  # the mailbox's descriptor: reading it processes nothing
         lock = _w_field(kernel, "_main_asyncio_lock")
         lock_state = own_dict(lock) if lock is not None else None
-        lock_state = lock_state if lock_state and "_waiters" in lock_state else None
+        lock_state = (lock_state if lock_state and str_get(lock_state, "_waiters", _W_ABSENT) is not _W_ABSENT
+                      else None)
     except Exception as exc:  # noqa: BLE001 - an unknown structure: no watch
         return None, f"the kernel's shell queue cannot be watched ({type(exc).__name__})"
     if type(fd) is not int or fd < 0:
