@@ -56,18 +56,32 @@ _STACK = 256 << 20  # the pickler thread's C stack
 _DEPTH = 20_000  # the recursion limit while pickling (a deeper structure is refused)
 
 
+# the opcodes of a value the C pickler writes apart from its frames (64 KiB or more): BINBYTES, BINUNICODE (a 4-byte
+# size), BINBYTES8, BINUNICODE8, BYTEARRAY8 (8 bytes); their header ends the pickler's write before the value's data
+_APART_HEADS = {0x42: 4, 0x58: 4, 0x8E: 8, 0x8D: 8, 0x96: 8}
+_APART_MIN = 1 << 16  # (the C pickler's FRAME_SIZE_TARGET: smaller values stay in the frame)
+
+
 class _Sink:
-    """The state file, written as the pickler goes (its 64 KiB frames), counted: bytes, and the memo's entries."""
+    """The state file, written as the pickler goes (its 64 KiB frames), counted: bytes, and the memo's entries.
+
+    The C pickler's writes are its own (PROTO first in each dump, then a FRAME and its data, then, where a large
+    value follows, that value's opcode and size), or a large value's data written apart, which the write before
+    announced: only the pickler's own are counted (review L1: a bytes value starting 0x80/0x95 was counted as a
+    frame, so `b"\\x80" + b"\\x94" * 40_000_010` stopped the copy)."""
 
     def __init__(self, path: str | None, ctl: _Control) -> None:
         self.f = private_open(path, "wb", buffering=0) if path else None
         self.ctl = ctl
+        self.apart = 0  # bytes of a large value the pickler announced and has not written yet
 
     def write(self, b: bytes | bytearray | memoryview) -> int:
         n = len(b)
         self.ctl.add(n)
-        if type(b) is bytes and b[:1] in (b"\x95", b"\x80"):  # a frame (FRAME, or the first: PROTO): its opcodes
-            self.ctl.memoized(b)  # count the memo's entries (a large value written apart from the frames: not counted)
+        if self.apart:  # a large value's data: not the pickler's opcodes
+            self.apart = max(0, self.apart - n)
+        elif type(b) is bytes:
+            self.apart = _own_write(b, self.ctl)
         if self.f is not None:
             self.f.write(b)
         return n
@@ -75,6 +89,29 @@ class _Sink:
     def close(self) -> None:
         if self.f is not None:
             self.f.close()
+
+
+def _own_write(b: bytes, ctl: _Control) -> int:
+    """The memo's entries in the pickler's own write `b` counted (kernel/stops._Control.memoized: its opcodes, not a
+    value's data written apart); the size of the large value whose header ends it (written next), else 0."""
+    n = len(b)
+    i = 2 if b[:1] == b"\x80" else 0  # (PROTO: a dump's first write)
+    if b[i:i + 1] == b"\x95" and n >= i + 9:  # FRAME and its size: the frame's data ends there, a header may follow
+        end = min(n, i + 9 + int.from_bytes(b[i + 1:i + 9], "little"))
+        heads: tuple[int, ...] = (end,)
+    else:  # (no FRAME: a frame under 4 bytes is written bare, and a header may follow it)
+        end = n
+        heads = (n - 9, n - 5) if n - i <= 3 + 9 else ()
+    apart = 0
+    for h in heads:
+        width = n - 1 - h
+        if i <= h < n and _APART_HEADS.get(b[h]) == width:
+            size = int.from_bytes(b[h + 1:], "little")
+            if size >= _APART_MIN:
+                apart, end = size, h
+                break
+    ctl.memoized(b if end == n else b[:end])
+    return apart
 
 
 def torch_reducers(proof: _Proof) -> dict:
