@@ -330,8 +330,10 @@ _C_EXITS: list = []  # the C `_exit` kernel/audit._guard_process_end replaced (o
 
 def _c_exit(fn: Any) -> bool:
     """`fn` is the C `_exit` of the posix or nt module (a builtin's `__name__` and `__self__` cannot be rebound)."""
-    owner = getattr(fn, "__self__", None)
-    return type(fn) is type(len) and fn.__name__ == "_exit" and type(owner) is type(os) and owner.__name__ in (
+    if type(fn) is not type(len):  # (first: an attribute read of any other object could run its hooks)
+        return False
+    owner = getattr(fn, "__self__", None)  # (a builtin function's: its C member)
+    return fn.__name__ == "_exit" and type(owner) is type(os) and owner.__name__ in (
         "posix", "nt") and getattr(owner, "_exit", None) is not None
 
 
