@@ -37,6 +37,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _module,
     _mro,
 )
+from crane.sandbox.kernel.lookups import _LK_IS, _LK_REPEAT  # kernel: strip
 from crane.sandbox.kernel.proof import _Refused  # kernel: strip
 from crane.sandbox.kernel.shield import SH_NOT_OWN, own_c  # kernel: strip
 from crane.sandbox.kernel.stops import _unreproducible  # kernel: strip
@@ -49,17 +50,56 @@ _FZ_REF = _mdict(_module("_weakref")).get("ref")
 _FZ_CALLBACK: Any = _cls_dict(_FZ_REF).get("__callback__") if type(_FZ_REF) is type and len(SH_NOT_OWN) == _FZ_NOT_OWN \
     else None  # (None: a function above was replaced before the install: no finalizer is carried, none is called)
 _FZ_HELD = 3  # references the export holds to each object it counts: the pickler's memo, `found`, `map`
+_FZ_MISSED = "missed"  # (_fz_info: the registry cannot be read without running the notebook's code)
 
 
-def _fz_info(fin: Any, cls: Any) -> tuple | None:
-    """A live `weakref.finalize`'s (func, args, kwargs, atexit), read from the class's `_registry` by its slots'
-    member descriptors; None when it is not registered (called, detached or dead) or the registry is not plain."""
+def _fz_container_codes() -> tuple:
+    """The code objects of the standard library's weak containers' own callbacks (`WeakValueDictionary`'s and
+    `WeakKeyDictionary`'s `remove`, `WeakSet`'s `_remove`: closures, one code object per container class), read at
+    install from live containers (weakref and _weakrefset are proven the standard library's own by
+    kernel/stdlib_own.py, installed before this part). A callback is a container's own only when its code IS one of
+    these (a notebook's function given `co_filename=weakref.__file__` is not); () where they cannot be read."""
+    if _FZ_CALLBACK is None:
+        return ()
+    weak, wset = _mdict(_module("weakref")), _mdict(_module("_weakrefset"))
+    def holder() -> None:  # (a fresh function: weakly referable, hashed by identity; no class is made)
+        pass
+
+    kept = (weak["WeakValueDictionary"](), weak["WeakKeyDictionary"](), wset["WeakSet"]())
+    kept[0][0] = holder
+    kept[1][holder] = 0
+    kept[2].add(holder)
+    codes: list = []
+    for r in _FZ_GETWEAKREFS(holder):
+        cb = _FZ_CALLBACK.__get__(r, _FZ_REF)
+        if type(cb) is _FunctionType and not any(c is cb.__code__ for c in codes):
+            codes.append(cb.__code__)
+    return tuple(codes) if len(codes) == len(kept) else ()
+
+
+_FZ_CONTAINER_CODES = _fz_container_codes()
+
+
+def _fz_registry(cls: Any) -> Any:
+    """{id(finalize): its info} of `weakref.finalize._registry` (read by identity: no key is hashed or compared), or
+    `_FZ_MISSED` where the registry or its info class is not plain, or a key is not an exact `finalize` (the class is
+    the standard library's, proven by kernel/stdlib_own.py: object's hash and equality, so looking a finalizer up
+    there by identity finds what `finalize.__call__`'s lookup finds; a key of the notebook's could answer that
+    lookup with its own `__eq__`, and is never called here)."""
     reg = _cls_dict(cls).get("_registry")
+    if type(reg) is not dict or type(_cls_dict(cls).get("_Info")) is not type:
+        return _FZ_MISSED
+    if sum(map(_LK_IS, map(type, reg), _LK_REPEAT(cls))) != len(reg):
+        return _FZ_MISSED
+    return dict(zip(map(id, reg), dict.values(reg), strict=True))
+
+
+def _fz_info(fin: Any, cls: Any, reg: dict) -> tuple | None:
+    """A live `weakref.finalize`'s (func, args, kwargs, atexit), read from the registry (`_fz_registry`) by its
+    slots' member descriptors; None when it is not registered (called, detached or dead) or its info is not plain."""
     info_cls = _cls_dict(cls).get("_Info")
-    if type(reg) is not dict or type(info_cls) is not type:
-        return None
-    info = dict.get(reg, fin)  # (an exact `finalize`: object's own hash and equality)
-    if type(info) is not info_cls:
+    info = dict.get(reg, id(fin))  # (an exact int key: the very object's entry, nothing compared)
+    if type(info_cls) is not type or type(info) is not info_cls:
         return None
     slots = _cls_dict(info_cls)
     out = []
@@ -77,25 +117,35 @@ def _fz_info(fin: Any, cls: Any) -> tuple | None:
     return func, args, kwargs or {}, bool(atexit is True)
 
 
-def _fz_harmless(cb: Any, files: tuple) -> bool:
-    """A weak container's own callback (the standard library's `weakref`/`_weakrefset` code, `_abc`'s `_destroy`): it
-    only takes a dead entry out of its container. WeakMethod's `_cb`, which calls the notebook's callback, is not."""
+def _fz_harmless(cb: Any) -> bool:
+    """A weak container's own callback (a standard library's container's, by its code object's identity, or `_abc`'s
+    C `_destroy`): it only takes a dead entry out of its container. WeakMethod's `_cb`, which calls the notebook's
+    callback, is not; nor is any function whose code is not one of those (no string of the notebook's compared)."""
     t = type(cb)
     if t is _FunctionType:
         code = cb.__code__
-        return code.co_filename in files and code.co_name != "_cb"
+        return any(c is code for c in _FZ_CONTAINER_CODES)
     if t is _BuiltinFunctionType:
-        return cb.__name__ == "_destroy" and type(cb.__self__) is _FZ_REF
+        return cb.__name__ == "_destroy" and type(cb.__self__) is _FZ_REF  # (a C function's own name: exact)
     return False
 
 
 def _fz_kind(t: Any) -> int:
     """0: a class or a module (no cell frees one), 2: a class of `t`'s MRO (object's aside) defines `__del__` (read
-    from each class's own dict), 1: neither."""
+    from each class's own dict), 3: a class's dict holds a key that is not an exact `str` (looking `__del__` up
+    there would compare it: unproven, the object is "missed"), 1: none of these."""
     mro = _mro(t)
     if t is _MODULE_TYPE or any(k is type for k in mro):
         return 0
-    return 2 if any(k is not object and "__del__" in _cls_dict(k) for k in mro) else 1
+    for k in mro:
+        if k is object:
+            continue
+        kd = _cls_dict(k)
+        if sum(map(_LK_IS, map(type, kd), _LK_REPEAT(str))) != len(kd):
+            return 3
+        if "__del__" in kd:
+            return 2
+    return 1
 
 
 class FinalizerWatch:
@@ -113,7 +163,7 @@ class FinalizerWatch:
         kind = self.kinds.get(id(type(obj)))
         if kind is None:
             kind = self.kinds[id(type(obj))] = _fz_kind(type(obj))
-        if kind == 2 or (kind and _FZ_WEAKCOUNT(obj)):
+        if kind >= 2 or (kind and _FZ_WEAKCOUNT(obj)):
             self.found.append(obj)
 
     def tail(self, pickler: Any, trial: Any, top: dict) -> tuple | None:
@@ -134,24 +184,27 @@ class FinalizerWatch:
             if id(v) in held:
                 held[id(v)] += 1
         counts = [c - held[id(o)] for c, o in zip(counts, found, strict=True)]
-        weak = _mdict(_module("weakref"))
-        fin_cls = weak.get("finalize")
-        files = tuple(f for f in (weak.get("__file__"), _mdict(_module("_weakrefset")).get("__file__"))
-                      if type(f) is str)
+        fin_cls = _mdict(_module("weakref")).get("finalize")
+        reg: Any = None  # (the registry by identity, read once, when a finalizer is met)
         records: list = []
         for o, count in zip(found, counts, strict=True):
             entries: list = []
-            missed = found_one = False
+            missed = found_one = self.kinds.get(id(type(o))) == 3  # (a class dict not proven: unread)
             for r in _FZ_GETWEAKREFS(o):
                 if not any(k is _FZ_REF for k in _mro(type(r))):
                     missed = found_one = True  # a weak proxy: its callback cannot be read
                     continue
                 cb = _FZ_CALLBACK.__get__(r, _FZ_REF)
-                if cb is None or _fz_harmless(cb, files):
+                if cb is None or _fz_harmless(cb):
                     continue
                 found_one = True
                 if fin_cls is not None and type(cb) is fin_cls:
-                    info = _fz_info(cb, fin_cls)
+                    if reg is None:
+                        reg = _fz_registry(fin_cls)
+                    if reg is _FZ_MISSED:
+                        missed = True
+                        continue
+                    info = _fz_info(cb, fin_cls, reg)
                     if info is None:
                         continue  # (no longer registered: calling it does nothing)
                     if trial(info[:3]):
@@ -168,13 +221,13 @@ class FinalizerWatch:
         return (FINALIZERS_TAG, records) if records else None
 
 
-def _fz_called(o: Any, files: tuple) -> bool:
+def _fz_called(o: Any) -> bool:
     """A weak reference to `o` has a callback that is not a weak container's own (or is a proxy: unread)."""
     for r in _FZ_GETWEAKREFS(o):
         if not any(k is _FZ_REF for k in _mro(type(r))):
             return True
         cb = _FZ_CALLBACK.__get__(r, _FZ_REF)
-        if cb is not None and not _fz_harmless(cb, files):
+        if cb is not None and not _fz_harmless(cb):
             return True
     return False
 
@@ -188,14 +241,12 @@ def rebound(ns: dict, rebinds: list, objs: dict, skip: list, proof: Any) -> dict
     if _FZ_CALLBACK is None:
         return out
     skipped = set(skip)
-    weak = _mdict(_module("weakref"))
-    files = tuple(f for f in (weak.get("__file__"), _mdict(_module("_weakrefset")).get("__file__")) if type(f) is str)
     for name in rebinds:
         if name in objs or name in skipped or name.startswith("_") or name not in ns:
             continue
         v = dict.get(ns, name)
         kind = _fz_kind(type(v))
-        if not (kind == 2 or (kind and _FZ_WEAKCOUNT(v) and _fz_called(v, files))):
+        if not (kind >= 2 or (kind and _FZ_WEAKCOUNT(v) and _fz_called(v))):
             continue  # (a value only weakly referenced, without a callback — a DataFrame a Series caches — is not)
         try:
             proof.check(v)
