@@ -67,12 +67,12 @@ class OddKeyError(Exception):
 
 
 def str_get(d: Any, name: str, default: Any = None) -> Any:
-    """`d[name]` (`default` when absent, None when `d` is not an exact dict), read only once every key of `d` is
+    """`d[name]` (`default` when absent or when `d` is not an exact dict), read only once every key of `d` is
     proven an exact `str` by its type (nothing of a key's is called: a planted key's `__eq__` never runs), else OddKeyError.
     Instance dicts and traitlets' `_trait_values` are open to the notebook (`obj.__dict__[Evil()] = ...`), unlike
     the module namespaces kernel/lookups.odd_key proves before the export reads them."""
     if type(d) is not dict:
-        return None
+        return default
     for k in list(dict.keys(d)):
         if type(k) is not str:
             raise OddKeyError
