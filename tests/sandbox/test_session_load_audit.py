@@ -8,7 +8,9 @@ it tried outside the scratch directory met Landlock alone, which the method swal
 Now the unpickler's `find_class` (worker/load_vet.py) sees the command's code on the class before any frame is
 built, and the rest of the unpickling runs under the audit hook, as the command ran: the write is refused by it,
 recorded, and the load fails (the run is unavailable, its reason the refusal). An honest method a command set
-still runs in the load (the frame is loaded through it). The kernel is a CuPy one (unforkable): every run is a
+still runs in the load (the frame is loaded through it). What is the command's is not read off the filename it
+can set (review M2): a library's filename on the method's code, or a str subclass answering as CRANE's, is caught
+too. The kernel is a CuPy one (unforkable): every run is a
 copy. IPython 8 and 9.
 """
 
@@ -50,6 +52,22 @@ def own(self, state):
 pd.DataFrame.__setstate__ = own
 """
 
+# the same method with a library's filename (review M2): `co_filename` is the command's to set
+FORGED = WRITES + """
+import json
+own.__code__ = own.__code__.replace(co_filename=json.__file__)
+"""
+
+# ... or a str subclass whose `startswith` answers as CRANE's own code does (review M2; it ran during the vet)
+STR_SUBCLASS = WRITES + """
+class Name(str):
+    def startswith(self, *args):
+        return True
+    def endswith(self, *args):
+        return False
+own.__code__ = own.__code__.replace(co_filename=Name('<crane-kernel/worker.py>'))
+"""
+
 # an honest one: it counts the frames loaded through it
 COUNTS = """
 kept = _setstate
@@ -71,14 +89,15 @@ def kernel(request, tmp_path_factory):
     k.shutdown()
 
 
-def test_a_command_s_method_runs_in_a_later_load_under_the_audit_hook(kernel):
+@pytest.mark.parametrize("command", [WRITES, FORGED, STR_SUBCLASS], ids=["own", "forged-filename", "str-filename"])
+def test_a_command_s_method_runs_in_a_later_load_under_the_audit_hook(kernel, command):
     conn, outside = kernel
     with Untouched(conn) as watch:
         with open_session(conn, budget_s=30) as sb:
             assert type(sb).__name__ == "TransplantSession", type(sb)
             v = sb.run("n = len(df1)")  # (a first load, before any command's code is on the class)
             assert v.verdict == "no-crash", (v.verdict, v.ename, v.evalue, v.reason)
-            v = sb.run(WRITES)
+            v = sb.run(command)
             assert v.verdict == "no-crash", (v.verdict, v.ename, v.evalue, v.reason)
             v = sb.run("m = len(df2)\nprint(os.environ.get('CRANE_H5_MET'))")
     assert watch.unchanged, (watch.outputs, watch.changes())
@@ -86,6 +105,7 @@ def test_a_command_s_method_runs_in_a_later_load_under_the_audit_hook(kernel):
 
     assert not os.path.exists(outside)
     # before: the load ran `own` with the audit hook bypassed; Landlock's PermissionError was swallowed: no-crash
+    # (a forged filename or a str subclass as it passed for a library's or CRANE's code until review M2's fix)
     assert v.verdict == "unavailable", (v.verdict, v.stdout, v.reason)
     assert "writing a file is blocked" in (v.reason or "") and "DataFrame" in (v.reason or ""), v.reason
 

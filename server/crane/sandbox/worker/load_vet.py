@@ -17,64 +17,180 @@ the first one on, the rest of the unpickling runs with the audit hook on, as a c
 meanwhile fails the load (the session's next run is unavailable, its reason the denial), even where the method
 swallowed the refusal. Library code it reaches before (imports, the libraries' reducers) stays bypassed.
 
-Not covered: a library function set in a library class's place by a command (`pd.DataFrame.__setstate__ =
-shutil.rmtree`) is library code; the OS layer (Landlock, seccomp) holds it, as it holds a command's frame walk to
-CRANE's locals (`ctx`, `audit`), which only the portable session's guard refuses.
+What is the session's is not read from strings a command controls (review M2: a function whose
+`__code__.replace(co_filename=json.__file__)` passed as pandas', a str subclass as its filename ran the command's
+`startswith` during the vet). Before the session's first command runs, `snapshot_library` records what exists: every
+code object (functions' and those nested in them), the module globals functions hold, every heap class's dict but
+`__main__`'s and every module's dict but the namespace's. Then a function is library or CRANE code only where its
+filename is an exact str under the installation (or CRANE's or frozen), its code object is one recorded and its
+globals are recorded ones: a forged filename on new code, or a recorded code object given the command's globals, is
+the session's. A library class's or module's entry that is not what it was at the start (a function, a wrapper or
+property over one, an object of a heap class) is the session's whatever its code: `pd.DataFrame.__setstate__ =
+shutil.rmtree` too; so is a module attribute `find_class` returns, or a dotted name's first owner, that was replaced.
+A dict key that is not an exact str (its `__eq__` would run in a lookup) is the session's. No attribute of a value
+is read through Python code during the vet (dict reads, member descriptors, type flags; never `isinstance`, which
+reads `__class__`). Code that exists only since the first command (a library the load imports for the first time)
+counts as the session's: the rest of that load runs under the audit hook, as a command's import does.
+
+Not covered: code a library function reaches through state a command changed (a module global, a closure cell, a
+default rebound: `json.JSONEncoder = Own`; a builtin or C function set in a class's place) runs bypassed; the OS
+layer (Landlock, seccomp) holds it, as it holds a command's frame walk to CRANE's locals (`ctx`, `audit`), which only
+the portable session's guard refuses.
 """
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
 import sys
 import types
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.worker.finalizers import finalizers_tail  # kernel: strip
 
 _LV_HEAP = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a static (C) type's dict cannot be changed, so holds no session code
+_LV_TYPE = 1 << 31  # Py_TPFLAGS_TYPE_SUBCLASS: a class (read off its type's flags: `isinstance` reads `__class__`)
 _LV_DICT = type.__dict__["__dict__"].__get__
 _LV_MRO = type.__dict__["__mro__"].__get__
 _LV_FLAGS = type.__dict__["__flags__"].__get__
+_LV_MDICT = vars(types.ModuleType)["__dict__"].__get__
+_LV_CODE = attrgetter("__code__")  # (a function's, read at the start: no command has run)
+_LV_GLOBALS = attrgetter("__globals__")
+_LV_SUBS = type.__subclasses__
 _LV_WRAPS = (staticmethod, classmethod, types.MethodType)
+_LV_NONE = object()
+# what existed before the session's first command (`snapshot_library`); empty until then
+_LV_START: dict[str, dict] = {}
 
 
-def _lv_sessions_code(code: types.CodeType) -> bool:
-    """Code that is neither a library's (the interpreter's installation) nor CRANE's own (`<crane-kernel/...>`)."""
-    name = code.co_filename or ""
-    return not (name.startswith("<crane-kernel/") or name.startswith("<frozen ") or is_library(name))
+def snapshot_library(namespace: dict) -> None:
+    """Record the code, globals, heap classes' dicts and modules' dicts that exist now (before the session's first
+    command runs; the audit hook bypassed by the caller: `gc.get_objects`). `namespace`'s module and `__main__`'s
+    classes are left out (the notebook's copies: nothing here holds them more)."""
+    if _LV_START:
+        return
+    objs = gc.get_objects()
+    fns = [o for o in objs if type(o) is types.FunctionType]
+    codes: dict[int, types.CodeType] = {id(c): c for c in map(_LV_CODE, fns)}
+    globs: dict[int, dict] = {id(g): g for g in map(_LV_GLOBALS, fns)}
+    globs.pop(id(namespace), None)
+    objs = fns = []
+    classes: dict[int, tuple[type, dict]] = {}
+    seen = {id(object)}
+    stack: list = [object]
+    while stack:  # (every class, by `type.__subclasses__`: no metaclass's own)
+        for k in _LV_SUBS(stack.pop()):
+            if id(k) not in seen:
+                seen.add(id(k))
+                stack.append(k)
+                d = _LV_DICT(k)
+                if _LV_FLAGS(k) & _LV_HEAP and not (type(d.get("__module__")) is str and d["__module__"] == "__main__"):
+                    classes[id(k)] = (k, dict(d))
+    stack = list(codes.values())
+    while stack:
+        for c in stack.pop().co_consts:
+            if type(c) is types.CodeType and id(c) not in codes:
+                codes[id(c)] = c
+                stack.append(c)
+    modules = {id(m): (m, dict(_LV_MDICT(m))) for m in list(sys.modules.values())
+               if type(m) is types.ModuleType and _LV_MDICT(m) is not namespace
+               and _LV_MDICT(m).get("__name__") != "__main__"}
+    _LV_START.update(codes=codes, globals=globs, classes=classes, modules=modules)
 
 
-def _lv_value(value: Any, cache: dict, depth: int = 0) -> bool:
+def _lv_start(kind: str, obj: Any) -> dict | None:
+    """`obj`'s dict as it was at the start (None: not recorded, or no snapshot yet)."""
+    got = _LV_START.get(kind, {}).get(id(obj))
+    return got[1] if got is not None and got[0] is obj else None
+
+
+def _lv_sessions_code(fn: types.FunctionType) -> bool:
+    """Code that is neither a library's (the interpreter's installation) nor CRANE's own (`<crane-kernel/...>`),
+    or (after the snapshot) was not there before the session's first command, or runs in globals that were not."""
+    code = fn.__code__
+    name = code.co_filename
+    if type(name) is not str:
+        return True  # (a str subclass: its methods are the command's)
+    if not (name.startswith("<crane-kernel/") or name.startswith("<frozen ") or is_library(name)):
+        return True
+    if not _LV_START:
+        return False
+    g = fn.__globals__
+    return _LV_START["codes"].get(id(code)) is not code or _LV_START["globals"].get(id(g)) is not g
+
+
+def _lv_value(value: Any, cache: dict, depth: int = 0, fresh: bool = False) -> bool:
     """Does calling or getting `value` (a class attribute, a module's `__getattr__`, what `find_class` returns) run
-    code of the session's?"""
+    code of the session's? `fresh`: the value is not what its library class or module held at the start, so any
+    code in it is the session's."""
     t = type(value)
     if t is types.FunctionType:
-        return _lv_sessions_code(value.__code__)
+        return fresh or _lv_sessions_code(value)
     if t in _LV_WRAPS:
-        return depth < 4 and _lv_value(value.__func__, cache, depth + 1)
+        return depth < 4 and _lv_value(value.__func__, cache, depth + 1, fresh)
     if t is property:
-        return depth < 4 and any(f is not None and _lv_value(f, cache, depth + 1)
+        return depth < 4 and any(f is not None and _lv_value(f, cache, depth + 1, fresh)
                                  for f in (value.fget, value.fset, value.fdel))
     if t is type or not _LV_FLAGS(t) & _LV_HEAP:
         return False  # (a static type's instance: a builtin, a C descriptor, a number, a str)
-    return depth < 1 and _lv_class(t, cache, shallow=True)  # an object of a heap class: its `__get__`, `__call__`
+    if fresh and _LV_FLAGS(t) & _LV_TYPE:
+        return True  # (a class put in a library class's or module's place)
+    return fresh or (depth < 1 and _lv_class(t, cache, shallow=True))  # an object of a heap class: its `__get__`
+
+
+def _lv_keys(d: Any) -> bool:
+    """A key that is not an exact str: a lookup in `d` would run its `__eq__`."""
+    return any(type(k) is not str for k in d)
 
 
 def _lv_class(cls: type, cache: dict, shallow: bool = False) -> bool:
-    """Code of the session's in `cls`'s MRO (read by C-level dict reads) or, unless `shallow`, its metaclass's."""
+    """Code of the session's in `cls`'s MRO (read by C-level dict reads, each library class's compared with the
+    start) or, unless `shallow`, its metaclass's."""
     key = (id(cls), shallow)
     hit = cache.get(key)
     if hit is None:
         cache[key] = False  # (a class reached again while it is vetted)
-        hit = any(_lv_value(v, cache, 1 if shallow else 0) for k in _LV_MRO(cls) if _LV_FLAGS(k) & _LV_HEAP
-                  for v in list(_LV_DICT(k).values()))
+        hit = False
+        for k in _LV_MRO(cls):
+            if not _LV_FLAGS(k) & _LV_HEAP:
+                continue
+            d = _LV_DICT(k)
+            if _lv_keys(d):
+                hit = True
+                break
+            start = _lv_start("classes", k)
+            if any(_lv_value(v, cache, 1 if shallow else 0,
+                             start is not None and start.get(n, _LV_NONE) is not v) for n, v in list(d.items())):
+                hit = True
+                break
         if not hit and not shallow and type(cls) is not type:
             hit = _lv_class(type(cls), cache)
         cache[key] = hit
     return hit
+
+
+def _lv_module(mod: Any, cache: dict) -> bool:
+    """A module that is not one, a key that is not a str, or a `__getattr__` of the session's (or not the start's)."""
+    if type(mod) is not types.ModuleType:
+        return True
+    d = _LV_MDICT(mod)
+    if _lv_keys(d):
+        return True
+    ga = d.get("__getattr__")
+    start = _lv_start("modules", mod)
+    return _lv_value(ga, cache, 0, start is not None and start.get("__getattr__") is not ga)
+
+
+def _lv_replaced(mod: Any, name: str, value: Any, cache: dict) -> bool:
+    """`mod.name` (`value`) replaced since the start by a class or by code."""
+    start = _lv_start("modules", mod)
+    if start is None or start.get(name, _LV_NONE) is value:
+        return False
+    return bool(_LV_FLAGS(type(value)) & _LV_TYPE) or _lv_value(value, cache, 0, True)
 
 
 class _LvUnpickler(pickle.Unpickler):
@@ -91,14 +207,16 @@ class _LvUnpickler(pickle.Unpickler):
             return super().find_class(module, name)
         label = f"{module}.{name}"
         mod = sys.modules.get(module)
-        if mod is not None and (type(mod) is not types.ModuleType
-                                or _lv_value(mod.__dict__.get("__getattr__"), self.lv_cache)):
+        if mod is not None and _lv_module(mod, self.lv_cache):
             self._found(label)
         elif mod is not None and "." in name and self._lv_owner(mod, name):
             self._found(label)
         obj = super().find_class(module, name)
-        if not self.lv_found and (_lv_class(obj, self.lv_cache) if isinstance(obj, type)
-                                  else _lv_value(obj, self.lv_cache)):
+        if self.lv_found:
+            return obj
+        mod = sys.modules.get(module)  # (the module as imported by now)
+        if (type(mod) is types.ModuleType and "." not in name and _lv_replaced(mod, name, obj, self.lv_cache)) or (
+                _lv_class(obj, self.lv_cache) if _LV_FLAGS(type(obj)) & _LV_TYPE else _lv_value(obj, self.lv_cache)):
             self._found(label)
         return obj
 
@@ -107,14 +225,16 @@ class _LvUnpickler(pickle.Unpickler):
         session's (its metaclass's `__getattribute__`, the attribute's `__get__`); True where one does, or where
         the way cannot be read without running code."""
         parts = name.split(".")
-        obj: Any = mod.__dict__.get(parts[0])
+        obj: Any = _LV_MDICT(mod).get(parts[0])
+        if _lv_replaced(mod, parts[0], obj, self.lv_cache):
+            return True
         for part in parts[1:]:
             if type(obj) is types.ModuleType:
-                if _lv_value(obj.__dict__.get("__getattr__"), self.lv_cache):
+                if _lv_module(obj, self.lv_cache):
                     return True
-                obj = obj.__dict__.get(part)
+                obj = _LV_MDICT(obj).get(part)
                 continue
-            if not isinstance(obj, type):
+            if not _LV_FLAGS(type(obj)) & _LV_TYPE:
                 return _lv_class(type(obj), self.lv_cache)  # (its class's `__getattribute__`; the way ends here)
             if _lv_class(obj, self.lv_cache):
                 return True

@@ -71,7 +71,7 @@ from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.finalizers import arm_finalizers, finalizers_missed, load_with_finalizers  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
 from crane.sandbox.worker.head import answer_self, end_ahead, fork_refused, serve_forked  # kernel: strip
-from crane.sandbox.worker.load_vet import audited_load  # kernel: strip
+from crane.sandbox.worker.load_vet import audited_load, snapshot_library  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
     apply_limits,
     begin_portable,
@@ -915,6 +915,13 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
     reply: dict = {"event": "error", "reason": "bad command"}
     if type(cmd) is dict:
         reply = {"event": "reply", "id": cmd.get("id"), "key": cmd.get("key"), "pid": os.getpid(), "depth": 0}
+    if op in ("run", "eval") and portable is None and not state.get("snapshot"):  # before the session's first
+        ctx.audit_state["bypass"] = True  # command: what exists is library code (worker/load_vet.py; review M2)
+        try:
+            snapshot_library(ns)  # (gc.get_objects is an audited event)
+        finally:
+            ctx.audit_state["bypass"] = False
+        state["snapshot"] = True
     if type(cmd) is not dict:
         pass
     elif op == "load":
@@ -959,6 +966,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
                 state["transformers"] = True
             if not state["mapped"]:
                 state["mapped"] = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
+            audit["bypass"] = False  # (what the clear frees runs its finalizers as a command's would: review M4)
             loaded.clear()  # (nothing of the load holds a copied object now: a `del` frees what it frees in the kernel)
             obj = fin = None
             arm_finalizers(carried[0] if carried else None, lambda f: _rebind(f, ns))  # (worker/finalizers.py)
