@@ -15,7 +15,6 @@ import pytest
 
 from crane.sandbox.worker import load_vet
 
-
 Library = json.JSONEncoder  # (a library class: the standard library's, its methods restored after each test)
 
 
