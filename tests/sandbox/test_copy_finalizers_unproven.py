@@ -74,6 +74,11 @@ class K(str):
 P = type('P', (), {K('__del__'): 1})
 keyed = P()
 """
+SETS = """
+import os, weakref
+a_set = {1, 2}; f_set = weakref.finalize(a_set, os._exit, 0)
+a_frozenset = frozenset((3,)); r_frozenset = weakref.ref(a_frozenset, lambda r: os._exit(0))
+"""
 ALIVE = "f_planted.alive and r_odd() is odd and r_forged() is forged and _reg.get(_evil, 1) is None"
 
 
@@ -84,6 +89,16 @@ def conn(request, tmp_path_factory):
     assert c.run_cell(UNFORKABLE, timeout=300).status == "ok"
     assert c.run_cell(SETUP).status == "ok"
     assert c.evaluate("list(HITS)") == []
+    yield c
+    kernel.shutdown()
+
+
+@pytest.fixture(scope="module", params=KERNEL_ENVS)
+def sets_conn(request, tmp_path_factory):
+    kernel = start_kernel(tmp_path_factory.mktemp(f"r1-sets-{request.param}"), python=kernel_python(request.param))
+    c = kernel.connection
+    assert c.run_cell(UNFORKABLE, timeout=300).status == "ok"
+    assert c.run_cell(SETS).status == "ok"
     yield c
     kernel.shutdown()
 
@@ -124,3 +139,14 @@ def test_a_class_dict_with_a_string_subclass_key_is_unproven(conn, path):
     v = _run(conn, path, "del keyed")
     assert (v.verdict, v.certain) == ("no-crash", False), v
     assert "finalizer" in (v.reason or ""), v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("cell", ["del a_set", "del a_frozenset"])
+def test_a_finalizer_on_an_exact_set_ends_the_copy(sets_conn, path, cell):
+    """Review r1 L3: an exact set or frozenset (weakly referable) was never seen by the watch: no-crash, certain."""
+    with Untouched(sets_conn) as watch:
+        v = PATHS[path](sets_conn, cell)
+    assert watch.unchanged, (watch.changes(), watch.outputs, v)
+    assert sets_conn.run_cell("assert f_set.alive and r_frozenset() is a_frozenset").status == "ok"
+    assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), v  # (carried: run again on the copy)

@@ -6,7 +6,8 @@ right after the namespace's pickle, in the pickler's thread). In the kernel, `de
 `o`) runs `o`'s finalizers at once: `weakref.finalize(o, os._exit, 0)` ends the kernel, a raising one prints
 "Exception ignored". A copy without them said `no-crash`, certain. `FinalizerWatch.see` is called by the export's
 pickler (kernel/pickling.py) for every object it pickles but builtin atoms and containers (after its proof), and keeps
-those weakly referenced or of a class with `__del__` (classes and modules aside: a cell does not free one); once the
+those weakly referenced or of a class with `__del__` (classes and modules aside: a cell does not free one; exact sets
+and frozensets, which the pickler never hands it, are added by the tail from the names copied); once the
 namespace is pickled, `FinalizerWatch.tail` reads, for each, the weak references to it with a callback:
 - a live `weakref.finalize` registration (its `_registry` info: func, args, kwargs, atexit) or another callback is
   carried when it pickles on its own (`trial`: a dry run, counted, nothing written): the worker (worker/finalizers.py)
@@ -14,13 +15,16 @@ namespace is pickled, `FinalizerWatch.tail` reads, for each, the weak references
 - a callback that does not pickle, or a weak proxy (its callback cannot be read), makes that object "missed": the
   worker watches it, and a clean run in which the cell freed it is only likely;
 - the callbacks of the standard library's weak containers (`WeakValueDictionary`, `WeakKeyDictionary`, `WeakSet`,
-  the ABC caches) only take a dead entry out of their container: left alone.
+  the ABC caches) only take a dead entry out of their container: left alone (known by their code object's identity,
+  collected at install: never by a file name the notebook can forge).
 With each, the kernel's reference count of that object, less the export's own references (the pickler's memo, the
 export's name table): the worker holds it once more where the kernel holds it more often than the copy does (an `Out`
 entry, a name not copied, a library's cache), so a `del` frees it in the worker only where it would in the kernel.
 Nothing of the notebook's runs: the registry, each info's slots and each weak reference's callback are read by C-level
 descriptors and C functions after exact type checks (`weakref` is proven the standard library's own by
-kernel/stdlib_own.py before the export), counts by `sys.getrefcount`.
+kernel/stdlib_own.py before the export), counts by `sys.getrefcount`; no value of an unproven type is hashed or
+compared: the registry is read by identity once its keys are proven exact `finalize`s, `__del__` looked up only in
+class dicts proven to hold exact `str` keys, and anything else makes the object "missed" (review r1 H1-H3).
 """
 
 from __future__ import annotations
@@ -166,6 +170,13 @@ class FinalizerWatch:
         if kind >= 2 or (kind and _FZ_WEAKCOUNT(obj)):
             self.found.append(obj)
 
+    def _top_sets(self, top: dict) -> None:
+        """The exact sets and frozensets the export copies by name that are weakly referenced (review r1 L3: the
+        pickler pickles builtin containers without calling `see`; one nested in another container is not seen)."""
+        for v in dict.values(top):
+            if (type(v) is set or type(v) is frozenset) and _FZ_WEAKCOUNT(v):
+                self.found.append(v)
+
     def tail(self, pickler: Any, trial: Any, top: dict) -> tuple | None:
         """The tail pickled after the namespace with the same pickler (each object a reference to the namespace's
         copy: identity through its memo), or None when nothing the pickler met has anything that runs when it is
@@ -173,6 +184,7 @@ class FinalizerWatch:
         references are the export's, not the kernel's). (FINALIZERS_TAG, records): per object, (the object, the
         kernel's references to it, its entries — ("finalize", (func, args, kwargs, atexit)), ("callback", callback)
         —, whether something of it was missed)."""
+        self._top_sets(top)
         found = list(dict(zip(map(id, self.found), self.found, strict=True)).values())  # (each once)
         self.found = []
         if not found or _FZ_CALLBACK is None:
