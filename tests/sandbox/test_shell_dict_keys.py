@@ -77,3 +77,17 @@ def test_a_key_planted_in_a_shell_dict_is_never_compared(conn, where):
     assert (v.verdict, v.ename, v.certain) == ("crash", "NameError", False), (v.reason, v)
     v = transplant(conn, "print(undefined_m1)", 60.0)  # the key taken back: certain again
     assert (v.verdict, v.ename, v.certain) == ("crash", "NameError", True), (v.reason, v)
+
+
+def test_a_key_planted_beside_the_shell_s_namespace_refuses_the_copy(conn):
+    """The namespace itself is read from the shell's instance dict (`_user_ns`/`user_ns`): not read there, the copy
+    is refused (nothing to copy from), and the key's `__eq__` never runs."""
+    expr = "get_ipython().__dict__"
+    assert conn.run_cell(f"_crane_m1_key = _crane_m1_plant({expr}, '_user_ns'); HITS.clear()").status == "ok"
+    try:
+        v = transplant(conn, "print(undefined_m1)", 60.0)
+        hits = conn.evaluate("list(HITS)")
+    finally:
+        assert conn.run_cell(f"del ({expr})[_crane_m1_key]; del _crane_m1_key").status == "ok"
+    assert hits == [], hits  # (before: the key's __eq__ ran in the export)
+    assert v.verdict == "unavailable" and "namespace" in (v.reason or ""), (v.reason, v)

@@ -72,7 +72,7 @@ from crane.sandbox.kernel.stops import (  # kernel: strip
     _unreproducible,
 )
 from crane.sandbox.kernel.transformers import TRANSFORMERS_KEY, shell_transformers, transformers_missed  # kernel: strip
-from crane.sandbox.kernel.waiting import own_dict, shell_watch  # kernel: strip
+from crane.sandbox.kernel.waiting import OddKeyError, own_dict, shell_watch, str_get  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, KerasGraph  # kernel: strip
 from crane.sandbox.shared.tf_data import tf_data_reducers  # kernel: strip
 
@@ -275,10 +275,14 @@ def _shell() -> Any:
 
 
 def _user_ns(shell: Any) -> Any:
-    """The shell's namespace from its instance dict (IPython 8: `user_ns`, 9: `_user_ns` behind a property)."""
+    """The shell's namespace from its instance dict (IPython 8: `user_ns`, 9: `_user_ns` behind a property); None
+    when that dict holds a key that is not an exact `str` (a lookup would run its `__eq__`: review M1)."""
     d = own_dict(shell)
-    ns = dict.get(d, "_user_ns")
-    return ns if ns is not None else dict.get(d, "user_ns")
+    try:
+        ns = str_get(d, "_user_ns")
+        return ns if ns is not None else str_get(d, "user_ns")
+    except OddKeyError:
+        return None
 
 
 def _phase(d: str, what: str) -> None:
