@@ -5,8 +5,9 @@ The export reads the shell's settings and cell transformers with `dict.get` on d
 in: the shell's `__dict__`, traitlets' `_trait_values`, the input transformer manager's `__dict__`. A key there
 whose hash is the name's runs its `__eq__` in the kernel, inside CRANE's frames, when the export asks for that name
 (kernel/transformers.py: the manager's `token_transformers`; kernel/environment.py: `ast_node_interactivity`,
-`compile`). Each dict is now proven to hold exact `str` keys before it is read (kernel/waiting.str_get); one that
-holds another key is not read: what it holds is missed, so a crash in the copy is only "likely". The planted key's
+`compile`; kernel/export.py: `_user_ns`). Each dict is now proven to hold exact `str` keys before it is read (kernel/waiting.str_get); one that
+holds another key is not read: what it holds is missed, so a crash in the copy is only "likely" (the shell's own
+dict, which holds the namespace, refuses the copy). The planted key's
 `__eq__` calls `hit` (tests/sandbox/marked_runs.HIT), which records only with CRANE's kernel-side code on the stack.
 """
 
@@ -50,7 +51,6 @@ def _crane_m1_plant(d, name):
 PLANTED = {
     "manager": ("get_ipython().input_transformer_manager.__dict__", "token_transformers"),
     "trait-values": ("get_ipython()._trait_values", "ast_node_interactivity"),
-    "shell": ("get_ipython().__dict__", "compile"),
 }
 
 
@@ -79,11 +79,12 @@ def test_a_key_planted_in_a_shell_dict_is_never_compared(conn, where):
     assert (v.verdict, v.ename, v.certain) == ("crash", "NameError", True), (v.reason, v)
 
 
-def test_a_key_planted_beside_the_shell_s_namespace_refuses_the_copy(conn):
-    """The namespace itself is read from the shell's instance dict (`_user_ns`/`user_ns`): not read there, the copy
-    is refused (nothing to copy from), and the key's `__eq__` never runs."""
+@pytest.mark.parametrize("name", ["_user_ns", "compile"])
+def test_a_key_planted_beside_the_shell_s_namespace_refuses_the_copy(conn, name):
+    """The namespace itself is read from the shell's instance dict (`_user_ns`/`user_ns`), as its compiler is: that
+    dict not read, the copy is refused (nothing to copy from), and the key's `__eq__` never runs."""
     expr = "get_ipython().__dict__"
-    assert conn.run_cell(f"_crane_m1_key = _crane_m1_plant({expr}, '_user_ns'); HITS.clear()").status == "ok"
+    assert conn.run_cell(f"_crane_m1_key = _crane_m1_plant({expr}, {name!r}); HITS.clear()").status == "ok"
     try:
         v = transplant(conn, "print(undefined_m1)", 60.0)
         hits = conn.evaluate("list(HITS)")
