@@ -691,8 +691,9 @@ def _tfprof_options(at: int) -> Callable[[Any, tuple, dict], tuple[tuple, dict]]
             return args, kw
         raw = _nv_text(raw)
         try:
-            from tensorflow.core.profiler import tfprof_options_pb2  # (loaded with TensorFlow's profiler)
-            opts = tfprof_options_pb2.OptionsProto()
+            # (loaded by TensorFlow's profiler module that calls the C++: never imported here, where the worker
+            # imports nothing of the kernel's libraries; absent, the options cannot be read: refused)
+            opts = sys.modules["tensorflow.core.profiler.tfprof_options_pb2"].OptionsProto()
             opts.ParseFromString(os.fsencode(raw) if isinstance(raw, str) else raw)
             output = str(opts.output)
         except Exception:  # noqa: BLE001 - options this cannot read: not known before it runs
