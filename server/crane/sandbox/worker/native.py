@@ -34,6 +34,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.worker.guard import _URL, replace_type_method  # kernel: strip
 
 
@@ -870,8 +871,25 @@ def _tf_session_maker(mod: types.ModuleType, vet: Any) -> dict[str, Any]:
     return out
 
 
+def _tf_load_library(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+    """`TF_LoadLibrary`: an op library an installed package ships (TensorFlow's import loads its own plugins this
+    way) is loaded; any other file, the notebook's or one the cell wrote, is native code loaded into the process:
+    refused."""
+    key = next((k for k in ("arg0", "library_filename") if k in kw), None)
+    value = _nv_text(args[0] if args else kw.get(key) if key else None)  # (the plain text vetted is handed on)
+    try:
+        path = os.fsdecode(value) if isinstance(value, (str, bytes)) else ""
+    except (TypeError, ValueError):
+        path = ""
+    if not (path and os.path.isabs(path) and is_library(path)):
+        vet.refuse("a call to tensorflow: tf.load_op_library (native code loaded into the process)", None)
+    if args:
+        return (value, *args[1:]), kw
+    return args, {**kw, key: value} if key else kw
+
+
 _TF_SESSION_REFUSED = _nv_module_functions("tensorflow", {
-    "TF_LoadLibrary": _nv_refused("tensorflow", "tf.load_op_library", "native code loaded into the process"),
+    "TF_LoadLibrary": _tf_load_library,
     "TF_LoadPluggableDeviceLibrary": _nv_refused("tensorflow", "tf.load_pluggable_device_library",
                                                  "native code loaded into the process"),
     "TF_NewServer": _nv_refused("tensorflow", "tf.distribute.Server", _TF_SOCKET)})
