@@ -529,16 +529,7 @@ def _tf_sites(name: str, busy: frozenset = frozenset()) -> tuple[tuple[str, str,
     for node in fdef.node_def:
         data = [i for i in node.input if not i.startswith("^")]
         if node.op in _TF_WRITE_OPS:
-            paths, names = _TF_WRITE_OPS[node.op]
-            for at, how in paths:
-                sites.append((node.op, how, _tf_source(nodes, args, data[at]) if at < len(data) else _TF_UNKNOWN))
-            for attr in names:
-                if attr in node.attr:
-                    value = node.attr[attr]
-                    texts = tuple(value.list.s) or (value.s,)
-                    if attr == "output_stream":
-                        texts = tuple(t[len(b"file://"):] for t in texts if t.startswith(b"file://"))
-                    sites += [(node.op, "file", ("const", (t,))) for t in texts if t]
+            sites += _tf_write_sites(node, data, lambda name: _tf_source(nodes, args, name))
         for callee, positional in _tf_called(node):
             for op, how, (kind, where) in _tf_sites(callee, busy):
                 if kind == "arg":  # (the callee's input: the caller's value for it where the call maps them in
@@ -563,6 +554,21 @@ def _tf_vet_function(vet: Any, name: str, inputs: Any) -> None:
             texts = list(where) if kind == "const" else None
         if not _tf_vet_texts(vet, how, label, texts):
             return
+
+
+def _tf_write_sites(node: Any, data: list, source: Callable[[str], Any]) -> list:
+    """A write op's sites (`_TF_WRITE_OPS`): each path input as `source` finds its value (by the input's name), each
+    path attribute a constant (an `output_stream`'s `file://` ones alone)."""
+    paths, names = _TF_WRITE_OPS[node.op]
+    sites = [(node.op, how, source(data[at]) if at < len(data) else _TF_UNKNOWN) for at, how in paths]
+    for attr in names:
+        if attr in node.attr:
+            value = node.attr[attr]
+            texts = tuple(value.list.s) or (value.s,)
+            if attr == "output_stream":
+                texts = tuple(t[len(b"file://"):] for t in texts if t.startswith(b"file://"))
+            sites += [(node.op, "file", ("const", (t,))) for t in texts if t]
+    return sites
 
 
 def _tf_vet_texts(vet: Any, how: str, label: str, texts: list | None) -> bool:
@@ -775,17 +781,7 @@ def _tf_graph_sites(graph: Any) -> list[tuple[str, str, tuple[str, Any]]]:
     sites: list[tuple[str, str, tuple[str, Any]]] = []
     for node in gdef.node:
         if node.op in _TF_WRITE_OPS:
-            data = [i for i in node.input if not i.startswith("^")]
-            paths, names = _TF_WRITE_OPS[node.op]
-            for at, how in paths:
-                sites.append((node.op, how, source(data[at]) if at < len(data) else _TF_UNKNOWN))
-            for attr in names:
-                if attr in node.attr:
-                    value = node.attr[attr]
-                    texts = tuple(value.list.s) or (value.s,)
-                    if attr == "output_stream":
-                        texts = tuple(t[len(b"file://"):] for t in texts if t.startswith(b"file://"))
-                    sites += [(node.op, "file", ("const", (t,))) for t in texts if t]
+            sites += _tf_write_sites(node, [i for i in node.input if not i.startswith("^")], source)
     for fdef in gdef.library.function:
         if any(n.op in _TF_WRITE_OPS for n in fdef.node_def):
             sites.append((f"a function of the graph ({fdef.signature.name})", "file", _TF_UNKNOWN))
