@@ -217,6 +217,16 @@ class KernelConnection:
             pass
 
     # -- requests -----------------------------------------------------------------------------------
+    def _alive_since(self, last_hb: float, what: str) -> float:
+        """While a request waits: at most once a second, the kernel's process asked whether it lives (KernelDead
+        if not); the time it was last asked."""
+        now = time.monotonic()
+        if now - last_hb <= 1.0:
+            return last_hb
+        if not self.is_alive():
+            raise self._dead(f"{what}: the kernel died") from None  # (raised while a queue.Empty is handled)
+        return now
+
     def _shell_reply(self, msg_id: str, timeout: float, what: str) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         last_hb = time.monotonic()
@@ -227,10 +237,7 @@ class KernelConnection:
             try:
                 msg = self.client.get_shell_msg(timeout=min(remaining, 0.2))
             except queue.Empty:
-                if time.monotonic() - last_hb > 1.0:
-                    last_hb = time.monotonic()
-                    if not self.is_alive():
-                        raise self._dead(f"{what}: the kernel died") from None
+                last_hb = self._alive_since(last_hb, what)
                 continue
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg
@@ -256,10 +263,7 @@ class KernelConnection:
             try:
                 msg = self.client.get_iopub_msg(timeout=min(remaining, 0.05))
             except queue.Empty:
-                if time.monotonic() - last_hb > 1.0:
-                    last_hb = time.monotonic()
-                    if not self.is_alive():
-                        raise self._dead(f"{what}: the kernel died") from None
+                last_hb = self._alive_since(last_hb, what)
                 continue
             content = msg.get("content") or {}
             if (msg.get("parent_header") or {}).get("msg_id") == msg_id and msg.get("msg_type") == "status" \
