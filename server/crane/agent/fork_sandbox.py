@@ -73,8 +73,10 @@ class ForkSandbox:
         evalue = v.evalue if status == "error" else (v.reason or v.evalue)
         if status == "blocked" and v.denied:
             evalue = f"{v.reason or 'blocked'}: refused side effects: {', '.join(v.denied[:5])}"
+        doubt = v.doubt()  # a copy's crash or clean run that is only likely (issue 42, h5)
         return ExecResult(status=status, ename=v.ename, evalue=evalue, line=v.line or (cell_line(tb) if tb else None),
-                          traceback=tb, stdout=v.stdout, stderr=v.stderr, elapsed_s=v.elapsed_ms / 1000)
+                          traceback=tb, stdout=v.stdout, stderr=v.stderr, elapsed_s=v.elapsed_ms / 1000,
+                          certain=doubt is None, doubt=doubt or "")
 
     def inspect(self, expression: str, timeout: float = 10.0) -> str:
         from crane.sandbox.fork_session import SandboxError

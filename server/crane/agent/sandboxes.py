@@ -48,18 +48,29 @@ class ExecResult(msgspec.Struct, omit_defaults=True):
     stdout: str = ""
     stderr: str = ""
     elapsed_s: float = 0.0
+    # False: the outcome (a crash or a clean run) is only "likely" for the user's kernel: a run on a copy of its
+    # state that may have missed what the outcome rests on, or a miniature clean run (`doubt` says why:
+    # SandboxVerdict.doubt). A replay kernel's run is certain (issue 42, h5)
+    certain: bool = True
+    doubt: str = ""
 
     @property
     def clean(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def likely(self) -> str:
+        """The note ` (why it is only likely)` for an outcome that is not certain, else "" (the agent's
+        observations say it)."""
+        return "" if self.certain or self.status not in ("ok", "error") else f" ({self.doubt or 'only likely'})"
+
     def headline(self, evalue_chars: int = 500) -> str:
         """The outcome in one line: "ran clean", "raised E at line k: message", or the status and its message."""
         if self.status == "ok":
-            return "ran clean"
+            return "ran clean" + self.likely
         where = f" at line {self.line}" if self.status == "error" and self.line else ""
         what = f"raised {self.ename}" if self.status == "error" else self.status
-        return f"{what}{where}: {(self.evalue or '')[:evalue_chars]}"
+        return f"{what}{where}: {(self.evalue or '')[:evalue_chars]}{self.likely}"
 
     def summary(self, limit: int = 1500) -> str:
         text = self.headline()

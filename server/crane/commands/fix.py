@@ -42,7 +42,8 @@ def offered_text(path: str, fixes: list) -> str:
     out = [f"{path}: the agent's model did not fix the cell; CRANE verified these quick fixes in the sandbox:"]
     for i, f in enumerate(fixes, start=1):
         first = f" (runs cell(s) {', '.join(map(str, f.run_first))} first)" if f.run_first else ""
-        out.append(f"  {i}. {f.title}{first}")
+        how = f" [{f.verification}]" if f.verification != "verified" else ""  # (issue 42, h5)
+        out.append(f"  {i}. {f.title}{first}{how}")
     out.append("  write one with --offline --apply (the first) or --offline --pick K --apply")
     return "\n".join(out)
 

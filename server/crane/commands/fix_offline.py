@@ -37,17 +37,24 @@ def render_text(path: str, report, chosen: int | None, written: str | None) -> s
     out = []
     crash = f" ({report.crash.text.splitlines()[0][:200]})" if report.crash else ""
     if report.status == "clean":
-        return f"{path}: cell {report.target} runs without an exception: nothing to fix"
+        return f"{path}: cell {report.target}: {report.reason or 'runs without an exception'}: nothing to fix"
+    if report.crash_certain is False:  # seen only on a copy of the state (issue 42, h5): say it before any fix
+        out.append(f"{path}: cell {report.target}: {report.crash_doubt or 'the crash is only likely'}; it was seen on "
+                   "a copy of the kernel's state, which the kernel itself may not share: every fix below is "
+                   "verified against a likely crash")
     if report.origin:
         out.append("where the failing line's values come from:")
         out += [f"  {line}" for line in report.origin]
     if report.fixes:
-        out.append(f"verified fixes for cell {report.target}{crash}:")
+        out.append(f"fixes for cell {report.target} verified against a likely crash{crash}:"
+                   if report.crash_certain is False else f"verified fixes for cell {report.target}{crash}:")
         for i, fix in enumerate(report.fixes, start=1):
             mark = "*" if chosen == i else " "
             out.append(f"{mark}[{i}] {fix.label}")
             if fix.detail:
                 out.append(f"     why: {fix.detail}")
+            if not fix.run_certain:
+                out.append(f"     its run: {fix.run_doubt or 'the clean run is only likely'}")
             if fix.run_first:
                 out.append(f"     run before the cell: {', '.join(f'cell {c}' for c in fix.run_first)}")
             diff = unified_diff(fix, name)

@@ -83,14 +83,38 @@ class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=Tru
     # "+fresh": verified in the sandbox, then checked again that way (the fix moves cells of the history)
     elapsed_s: float = 0.0  # time from the start of the search until this fix was verified
     stdout: str = ""  # what the verified run printed (bounded)
+    # issue 42 (h5): the crash this fix was verified against is only "likely" for the user's kernel (seen on a copy
+    # of its state that may have missed what it rests on: `crash_doubt` says why; the kernel may not raise it), and
+    # the fix's own clean run is only likely (a copy's run that may have missed a finalizer, a miniature: `run_doubt`)
+    crash_certain: bool = True
+    crash_doubt: str = ""
+    run_certain: bool = True
+    run_doubt: str = ""
 
     @property
     def changes_code(self) -> bool:
         return self.new != self.old or bool(self.cell_edits)
 
     @property
+    def verification(self) -> str:
+        """The words "verified", or what the fix was verified against and by when either is only likely."""
+        return verification_words(self.crash_certain, self.run_certain)
+
+    @property
     def label(self) -> str:
-        return f"{self.title} (tested)"
+        if self.crash_certain and self.run_certain:
+            return f"{self.title} (tested)"
+        return f"{self.title} ({self.verification.replace('verified', 'tested', 1)})"
+
+
+def verification_words(crash_certain: bool | None, run_certain: bool = True) -> str:
+    """How a fix was verified, in words: "verified" against a crash and by a clean run both certain; "verified
+    against a likely crash" (the crash was seen on a copy of the kernel's state that may have missed what it rests
+    on), "verified by a likely clean run" (the fix's run was a miniature, or a copy's that may have missed a
+    finalizer), or both. One wording for the CLI, the agent, the editor and the MCP tools (issue 42, h5)."""
+    parts = (["against a likely crash"] if crash_certain is False else []) + \
+        ([] if run_certain else ["by a likely clean run"])
+    return " ".join(["verified", ", ".join(parts)]) if parts else "verified"
 
 
 class Attempt(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True):
@@ -123,3 +147,8 @@ class SearchReport(msgspec.Struct, rename="camel", omit_defaults=True):
     elapsed_s: float = 0.0
     first_fix_s: float | None = None  # time until the first verified fix
     sandbox: str = ""
+    # the crash seen in the sandbox (None: none was seen): True when certain for the user's kernel; False when only
+    # "likely" (a copy of the state that may have missed what it rests on: `crash_doubt` says why). The search goes
+    # on, and every fix says it was verified against a likely crash (issue 42, h5)
+    crash_certain: bool | None = None
+    crash_doubt: str = ""

@@ -126,9 +126,10 @@ class ForkFixSandbox:
         status = _STATUS.get(v.verdict, "unavailable")
         offset = sum(len(s.rstrip("\n").split("\n")) for s in sources[:-1])
         line = v.line - offset if v.line is not None and v.line > offset else None
+        doubt = v.doubt()  # a miniature clean run is only likely (issue 42, h5)
         return ExecResult(status=status, ename=v.ename, evalue=v.evalue if status == "error" else v.reason or v.evalue,
                           line=line, traceback=clean_traceback(v.traceback) if v.traceback else "", stdout=v.stdout,
-                          stderr=v.stderr, elapsed_s=v.elapsed_ms / 1000)
+                          stderr=v.stderr, elapsed_s=v.elapsed_ms / 1000, certain=doubt is None, doubt=doubt or "")
 
     def evaluate(self, expr: str) -> Any:
         from crane.sandbox.fork_session import SandboxError

@@ -91,11 +91,17 @@ def search_fixes(
     if first.status == "blocked":  # a side effect the session refuses: run it in a private layer instead
         observed = False
         first = sandbox.run_layered([source]) or first
-    if first.status == "ok":
-        return done("clean", "the cell runs without an exception")
+    if first.status == "ok" and first.certain:
+        return done("clean", "the crash could not be reproduced: the cell runs without an exception in the sandbox")
+    if first.status == "ok":  # a clean run that is only likely (issue 42, h5): no crash to fix, none ruled out
+        return done("unverifiable", f"the cell ran clean in the sandbox, but {first.doubt or 'only likely'}: the "
+                                    "crash could neither be reproduced nor ruled out")
     if first.status != "error":
         return done("unverifiable", f"the sandbox cannot run the cell: {first.status}: {first.evalue or ''}".strip())
     report.crash = crash = _crash(first)
+    # the crash may be only "likely" for the user's kernel (seen on a copy that may have missed what it rests on):
+    # the search goes on, and the report and every fix say so (issue 42, h5)
+    report.crash_certain, report.crash_doubt = first.certain, first.doubt
     report.origin = explain_line(scope, source, crash.line, target)
 
     def context(src: str, cr: Crash, run_first: tuple[int, ...], depth: int, pre_facts,
@@ -176,7 +182,10 @@ def search_fixes(
                               detail=cand.detail, cost=cand.cost,
                               sandbox="fresh" if cand.fresh else f"{sandbox.kind}-layered" if layered
                               else sandbox.kind + ("+fresh" if rechecked else ""),
-                              elapsed_s=round(time.monotonic() - t0, 3), stdout=(result.stdout or "")[-2000:])
+                              elapsed_s=round(time.monotonic() - t0, 3), stdout=(result.stdout or "")[-2000:],
+                              crash_certain=first.certain, crash_doubt=first.doubt,
+                              # (a fix run again in a fresh replay kernel, a real one, is certain there)
+                              run_certain=result.certain or rechecked, run_doubt="" if rechecked else result.doubt)
             report.fixes.append(fix)
             report.attempts.append(Attempt(kind=cand.kind, title=cand.title, status="ok", depth=cand.depth))
             if report.first_fix_s is None:

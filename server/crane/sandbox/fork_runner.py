@@ -98,7 +98,8 @@ def speculate(
         v = _speculate_os(conn, source, budget_s, layer=layer, **kw)  # type: ignore[arg-type]
         if v.verdict == "crash" and v.mode in ("layered", "blocking") and (
                 v.ename in _PROCESS_LOOKUP or v.ename == "FileNotFoundError" and _PROC_PID.search(v.evalue or "")):
-            v.certain = False  # the fork's pid namespace hides the kernel's processes: a pid the notebook recorded
+            v.certain, v.reason = False, "the crash is only likely: the fork's processes are not the kernel's"
+            # the fork's pid namespace hides the kernel's processes: a pid the notebook recorded
             # (`psutil.Process(os.getpid())` in a cell before, `/proc/<pid>/status`) is not found there, but is in
             # the kernel (round 6, P6)
         why_portable = os_refused(v) if conf == "auto" else None

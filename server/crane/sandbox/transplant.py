@@ -739,12 +739,15 @@ def transplant(
         if missed_finalizer:  # the cell freed a copied object whose kernel finalizer the copy could not run
             v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
         if v.verdict == "crash":
-            v.certain = copy_crash_certain(v, source, CopyFacts(
+            doubt = copy_crash_doubt(v, source, CopyFacts(
                 copied=list(exp.copied), carried=list(exp.carried), patched=list(exp.patched),
                 settings_missed=[str(m) for m in setup_extra.get("settings_missed") or []],
                 transformers=exp.transformers), facts)
             if portable and _view_touched(data):  # the run's view of the folder may be what failed (P6)
-                v.certain = False
+                doubt = doubt or "the run's view of the notebook's folder may be what failed"
+            v.certain = doubt is None
+            if doubt is not None:  # (issue 42, h5: said where a repair starts from this crash)
+                v.reason = f"{LIKELY_CRASH}: {doubt}"
         total_ms = (time.monotonic() - t0) * 1000.0
         if how in ("deadline", "cancelled"):
             v.elapsed_ms, v.overhead_ms = total_ms, 0.0
@@ -837,8 +840,15 @@ def _runtime_of(where: str) -> str | None:
 
 def crash_certain(v: SandboxVerdict, source: str, copied: list[tuple[str, str]],
                   carried: Collection[str] = (), missed: Collection[str] = (), patched: Collection[str] = ()) -> bool:
-    """A transplant crash is certain only when its failing frames cannot depend on library state the worker
-    rebuilt: not an environmental exception (the recursion limit, memory, the OS), no frame in a rebuilt
+    """Whether a transplant crash is certain (`crash_doubt` says why it is not)."""
+    return crash_doubt(v, source, copied, carried, missed, patched) is None
+
+
+def crash_doubt(v: SandboxVerdict, source: str, copied: list[tuple[str, str]],
+                carried: Collection[str] = (), missed: Collection[str] = (), patched: Collection[str] = ()) -> str | None:
+    """Why a transplant crash is only "likely", in words (None: it is certain; `SandboxVerdict.reason` says it,
+    and `crane fix`, the agent and `crane_fixes` repeat it). A crash is certain only when its failing frames cannot
+    depend on library state the worker rebuilt: not an environmental exception (the recursion limit, memory, the OS), no frame in a rebuilt
     runtime (`REBUILT_RUNTIMES`: TensorFlow/Keras, JAX, torch, ...), and no value of one read on the failing line.
     A runtime in `carried` is not rebuilt: the copy holds its state, applied and compared equal in the worker
     (torch on the CPU; JAX's config; TensorFlow's and Keras' settings when none of their objects was copied).
@@ -848,26 +858,35 @@ def crash_certain(v: SandboxVerdict, source: str, copied: list[tuple[str, str]],
     missing process (the kernel's pids are not the worker's). Otherwise it is "likely": it never decides alone
     (crane.policy)."""
     ename, evalue = v.ename or "", v.evalue or ""
-    if ename in _ENVIRONMENTAL or ename in _PROCESS_LOOKUP:
-        return False
-    if ename == "AttributeError" and any(f"'{name}' object has no attribute" in evalue
-                                         or f"type object '{name}' has no attribute" in evalue for name in patched):
-        return False
+    if ename in _ENVIRONMENTAL:
+        return f"{ename} rests on the process's environment (its stack, memory, the OS), which the copy's is not"
+    if ename in _PROCESS_LOOKUP:
+        return "the kernel's processes are not the copy's (a pid the notebook recorded is not found there)"
+    if ename == "AttributeError":
+        for name in patched:
+            if f"'{name}' object has no attribute" in evalue or f"type object '{name}' has no attribute" in evalue:
+                return f"the notebook patched the library class {name} beyond what the copy carries"
     frames = [t for t in v.traceback[:-1] if t.strip() and not t.startswith("cell")]
-    if any(rests(v, source, frames) for key, rests in _MISSED_STATE.items() if key in missed):
-        return False
+    for key, rests in _MISSED_STATE.items():
+        if key in missed and rests(v, source, frames):
+            what = _MISSED_WORDS.get(key) or f"the kernel's {key} state"
+            return f"the copy could not prove {what} equal to the kernel's"
 
-    def rebuilt(where: str) -> bool:
+    def rebuilt(where: str) -> str | None:
         runtime = _runtime_of(where)
-        return runtime is not None and runtime not in carried
+        return runtime if runtime is not None and runtime not in carried else None
 
-    if any(rebuilt(t.split(":", 1)[0]) for t in frames):
-        return False
+    for t in frames:
+        if runtime := rebuilt(t.split(":", 1)[0]):
+            return f"its failing frame is in {runtime}, whose library state the copy rebuilt"
     lines = source.splitlines()
     if not v.line or v.line > len(lines):
-        return False
+        return "the failing line is not one of the cell's"
     kinds = dict(copied)
-    return not any(rebuilt(kinds.get(name) or "") for name in cell_names(lines[v.line - 1].strip()))
+    for name in cell_names(lines[v.line - 1].strip()):
+        if runtime := rebuilt(kinds.get(name) or ""):
+            return f"`{name}` on the failing line holds a {runtime} value the copy rebuilt"
+    return None
 
 
 _PROCESS_LOOKUP = {"ProcessLookupError", "NoSuchProcess", "ZombieProcess"}  # a pid of the kernel's is not the worker's
@@ -880,6 +899,14 @@ def _in_frames(frames: list[str], *libs: str) -> bool:
     return any(lib in t.split(":", 1)[0].replace("\\", "/").replace(".", "/").split("/") for t in frames for lib in libs)
 
 
+# carried state (shared/carry.py's keys) in words, for a likely crash's reason (`crash_doubt`)
+_MISSED_WORDS = {"warnings": "the warnings filters", "decimal": "the decimal context", "interpreter":
+                 "the interpreter's settings (int digits)", "numpy": "numpy's settings", "pandas": "pandas' options",
+                 "random": "the random module's state", "numpy_random": "numpy's global random state",
+                 "tf": "TensorFlow's random state", "ast_transformers": "the notebook's AST transformers",
+                 "input_transformers": "the notebook's input transformers",
+                 "transformed_names": "the names the notebook's transformers made the cell read",
+                 "shell_settings": "the shell's settings"}
 # carried state (shared/carry.py's keys) -> does this crash possibly rest on it (when it was not proven equal)
 _MISSED_STATE = {
     "warnings": lambda v, source, frames: (v.ename or "").endswith("Warning"),
@@ -932,10 +959,18 @@ def copy_crash_certain(v: SandboxVerdict, source: str, held: CopyFacts, facts: d
     """Whether a crash on a copy path (one-shot or session, OS transplant or portable) is certain: one rule for both
     (issue 42, h9). `held`: what the worker holds; `facts`: the kernel's env.json of the (last) export, for the shell
     state the worker misses (`shell_missed`). The runtimes whose carried state was missed are rebuilt again."""
+    return copy_crash_doubt(v, source, held, facts) is None
+
+
+def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dict) -> str | None:
+    """Why a crash on a copy path is only likely (None: certain), by `copy_crash_certain`'s rule."""
     missed = [*held.settings_missed, *shell_missed(facts, v, held.transformers, [n for n, _ in held.copied])]
     lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
-    return crash_certain(v, source, held.copied, [r for r in held.carried if r not in lost], missed=missed,
-                         patched=held.patched)
+    return crash_doubt(v, source, held.copied, [r for r in held.carried if r not in lost], missed=missed,
+                       patched=held.patched)
+
+
+LIKELY_CRASH = "the crash is only likely"  # the head of a likely crash's `reason` (then ": " and why)
 
 
 def _setup_transplant(data: bytes) -> dict:

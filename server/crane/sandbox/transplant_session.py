@@ -34,13 +34,14 @@ from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
 from crane.sandbox.session_memory import kernel_key, lift_for_load, limit_command
 from crane.sandbox.shared.process_end import exit_status, worker_outcome
 from crane.sandbox.transplant import (
+    LIKELY_CRASH,
     LOAD_S,
     POOL,
     CopyFacts,
     ExportReply,
     Worker,
     _export,
-    copy_crash_certain,
+    copy_crash_doubt,
     kernel_of,
     kernel_vm_mb,
 )
@@ -242,7 +243,10 @@ class TransplantSession(SandboxSession):
         super()._send(cmd)
 
     def _write_command(self, data: bytes) -> None:
-        self._since = bytearray()  # what the worker writes from now on answers this command (its seal names it)
+        # what the worker writes from now on answers this command, and its seal names the command line it read as
+        # well (worker/main._serve_sealed: a command line that is not this one, e.g. one a thread of an earlier
+        # command put in its place, never makes a reply the daemon takes)
+        self._since = bytearray(data)
         if not self.portable:
             return super()._write_command(data)
         if self.worker is None:
@@ -365,7 +369,10 @@ class TransplantSession(SandboxSession):
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
         if v.verdict == "crash" and v.certain:  # the one-shot's rule, on what this worker holds (issue 42, h1, h9)
             self._held.copied, self._held.transformers = list(self._copied.items()), self._transformers
-            v.certain = copy_crash_certain(v, source, self._held, self._facts)
+            doubt = copy_crash_doubt(v, source, self._held, self._facts)
+            v.certain = doubt is None
+            if doubt is not None:
+                v.reason = f"{LIKELY_CRASH}: {doubt}"
         v.transplant = TransplantInfo(copied=[f"{n} ({t})" for n, t in self._copied.items()][:50],
                                       bytes=self._bytes, warm=self._warm, confinement="blocking")
         if self.portable:  # -- the portable sandbox: which layers ran

@@ -145,6 +145,20 @@ class SandboxVerdict(msgspec.Struct, omit_defaults=True, rename="camel"):
         """The cell was run (in some mode, at some scale): not `unavailable`."""
         return self.verdict != "unavailable"
 
+    def doubt(self) -> str | None:
+        """Why this conclusive run is only "likely" for the kernel, in words (None: it is certain, or it decided
+        nothing): a copy's crash or clean run that may rest on what the copy missed (`certain` False; `reason` says
+        what), or a clean run on row subsets (a miniature: the full data may still crash). What a repair reads of
+        the crash it starts from and of each fix's verification run (crane.fixes, crane.agent: issue 42, h5)."""
+        if self.verdict not in ("crash", "no-crash"):
+            return None
+        if not self.certain:
+            return self.reason or ("the crash is only likely: the copy may have missed the state it rests on"
+                                   if self.verdict == "crash" else "the clean run is only likely")
+        if self.verdict == "no-crash" and self.scale == "miniature":
+            return "the clean run is only likely: a miniature run (" + miniature_text(self.kept) + ")"
+        return None
+
     def how(self) -> str:
         """One line saying how the verdict was reached (for hovers, diagnoses and the CLI)."""
         if self.verdict == "unavailable":
@@ -261,6 +275,7 @@ class ChildRecord(msgspec.Struct, omit_defaults=True):
     absorbed: list[str] = []
     confinement: dict = {}
     refusal: Refusal | None = None
+    unsettled: bool = False  # threads the cell left running past the grace (kernel/armed): a clean run only likely
 
 
 class LaunchReply(msgspec.Struct, omit_defaults=True):
