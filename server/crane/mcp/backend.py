@@ -298,11 +298,13 @@ class KernelTools:
             edits = [
                 FixEdit(title=f.title, cell=f.target, old_source=f.old, new_source=f.new, run_first=list(f.run_first),
                         other_cells={str(c.cell): c.new for c in f.cell_edits}, diff=unified_diff(f, name),
-                        verified_in=f.sandbox, stdout=bounded(f.stdout)[0])
+                        verified_in=f.sandbox, stdout=bounded(f.stdout)[0], verification=f.verification,
+                        run_certain=f.run_certain, run_doubt=f.run_doubt)
                 for f in report.fixes
             ]
             return Fixes(status=report.status, cell=args.cell, notebook=path,
-                         crash=report.crash.text if report.crash else None, fixes=edits, tried=report.tried,
+                         crash=report.crash.text if report.crash else None, crash_certain=report.crash_certain,
+                         crash_doubt=report.crash_doubt, fixes=edits, tried=report.tried,
                          reason=report.reason, elapsed_s=round(report.elapsed_s, 3))
 
         return self._guard(work)

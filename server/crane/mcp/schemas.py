@@ -171,6 +171,12 @@ class FixEdit(msgspec.Struct, omit_defaults=True, kw_only=True):
     diff: str = ""
     verified_in: str = ""  # "fork", "fork-layered" or "replay"
     stdout: str = ""
+    # "verified"; "verified against a likely crash" (the crash it repairs was seen only on a copy of the kernel's
+    # state that may have missed what it rests on: the kernel may not raise it), "verified by a likely clean run"
+    # (the fix's run was a miniature, or a copy's that may have missed a finalizer) (issue 42, h5)
+    verification: str = ""  # (set on every fix)
+    run_certain: bool = True  # False: the fix's clean run is only likely (`run_doubt` says why)
+    run_doubt: str = ""
 
 
 class Fixes(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -178,6 +184,11 @@ class Fixes(msgspec.Struct, omit_defaults=True, kw_only=True):
     cell: int
     notebook: str
     crash: str | None = None
+    # the crash seen in the sandbox is certain for the kernel (None: no crash seen); False: only "likely" (seen on a
+    # copy of the kernel's state that may have missed what it rests on, `crash_doubt` says why): every fix is then
+    # "verified against a likely crash" (issue 42, h5)
+    crash_certain: bool | None = None
+    crash_doubt: str = ""
     fixes: list[FixEdit] = []
     tried: int = 0
     reason: str = ""
