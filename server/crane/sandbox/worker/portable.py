@@ -271,11 +271,17 @@ class RunFolder:
         return at is not None and self._under(at)
 
     def _materialize_one(self, at: str, last: bool) -> None:
+        """The view's link `at` made its private copy. A folder's entries are linked to the folder's entries as
+        the link names them (its counterpart), never to where the counterpart resolves: so a folder reached through
+        the user's own link to elsewhere (`data -> /mnt/shared`) stays the view's, its entries the view's links,
+        kept private as the rest of the view is (linked to the resolved folder, each entry was a link of the
+        cell's own, followed for real: a new file was private while an existing one was refused)."""
         target = os.path.realpath(at)
         if os.path.isdir(target):
+            counterpart = os.readlink(at)
             os.unlink(at)
             os.mkdir(at)
-            self._mirror(target, at)
+            self._mirror(counterpart, at)
         elif os.path.exists(target):
             if last:
                 os.unlink(at)

@@ -1,0 +1,57 @@
+"""Round 14 (issue 40 part 2, h3): the `..` and link forms of honest writers under the guard alone
+(`confinement="guard"`) and in the portable sandbox: a path through the view's mirrored folder and `..`, relative to
+a folder the cell changed to, through a link the cell made itself, and through the user's own link in the working
+folder to a folder elsewhere. Honest code keeps the kernel's verdict and writes the run's private copies (nothing of
+the user's real folder or of the outside folder changes: `run5`).
+
+The user's own link to an outside folder (`shared -> /elsewhere`) is a link of the view like any other entry: a
+write through it makes the run's private copy (docs/sandbox.md, "Paths are decided where the OS resolves them").
+Before the fix a folder reached through it was mirrored from where it resolves, so its entries were taken for links
+of the cell's own: a new file through it was private while appending to an existing one was refused (`blocked`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+
+from ..kernel_envs import kernel_python
+from .kernel_choice import kernels
+from .test_portable_round5 import BOTH, SETUP, run5
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker's run folder view")
+
+USER_LINK = """
+print(open('shared/target.txt').read().strip())
+open('shared/new.txt', 'w').write('n')
+open('shared/target.txt', 'a').write('more\\n')
+os.makedirs('shared/deeper/../made', exist_ok=True)
+open('shared/made/x.txt', 'w').write('x')
+os.remove('shared/new.txt')
+print(sorted(os.listdir('shared')), open('shared/target.txt').read().splitlines())
+"""
+USER_LINK_OUT = "['deeper', 'made', 'target.txt'] ['outside, keep me', 'more']"
+
+
+@pytest.fixture(scope="module")
+def k14(request, workdir, outside, listener):
+    """Round 5's kernel keys (`run5`) over a working folder that also holds the user's own link to the outside
+    folder (`shared`)."""
+    if not (workdir / "shared").is_symlink():
+        (workdir / "shared").symlink_to(outside, target_is_directory=True)
+    kernel = start_kernel(workdir, python=kernel_python(request.param))
+    conn = kernel.connection
+    run = conn.run_cell(SETUP, timeout=120)
+    assert run.status == "ok", run
+    yield {"conn": conn, "work": workdir, "outside": outside, "listener": listener, "kpid": conn.evaluate("kpid")}
+    kernel.shutdown()
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("k14", kernels(USER_LINK), indirect=True, scope="module")
+def test_a_write_through_the_users_own_link_to_an_outside_folder_is_private(k14, sandbox):
+    v = run5(k14, USER_LINK, sandbox)
+    assert (v.verdict, v.stdout.strip().splitlines()) == ("no-crash", ["outside, keep me", USER_LINK_OUT]), v
