@@ -13,11 +13,14 @@ polars, sqlite, HDF5), `ctypes` and C intermediaries meet it too:
   processes (ABI >= 6); ptrace-type access to other processes (`/proc/<pid>/environ`, `/mem`) refused by Landlock
   itself;
 - **no_new_privs**: no set-uid program can raise privileges (needed by Landlock for an unprivileged process).
+- **capabilities** dropped but the file-permission ones (kernel/confine.drop_capabilities, as in the OS sandbox): a
+  root kernel's worker can no longer set the clock or the host name, configure the network, load modules, ...
 - **seccomp** (worker/seccomp.py, x86_64 and aarch64; every thread of the worker): `setpriority`, `sched_set*`,
   `ioprio_set`, `prlimit64`, `migrate_pages`/`move_pages`, `process_vm_*` only on the worker itself (pid 0 or its
   own), `ptrace`/`pidfd_getfd`/`process_madvise` refused: Landlock has no rule for them. Elsewhere Landlock alone,
   and `layers` says so.
-What it does not confine (said in docs/sandbox.md): UDP sends, connecting to a path-named UNIX socket, reading
+What it does not confine (said in docs/sandbox.md): threads that existed before this call keep their
+capabilities (they are per thread; the seccomp filter's setters of the clock and host name reach them), UDP sends, connecting to a path-named UNIX socket, reading
 files elsewhere (reads are allowed everywhere but the hidden paths), those process controls on an architecture
 without a seccomp table here (the call guard refuses them from Python, worker/guard.py), threads that existed
 before this call for Landlock (native thread pools a preloaded library started: Landlock restricts the calling
@@ -34,6 +37,7 @@ import os
 import sys
 from typing import Any
 
+from crane.sandbox.kernel.confine import drop_capabilities  # kernel: strip
 from crane.sandbox.kernel.landlock import (  # kernel: strip
     apply_landlock,
     landlock_abi,
@@ -161,7 +165,11 @@ def confine_worker(writable: list[str], hidden: list[str]) -> dict[str, Any]:
     if info is None:
         info = apply_landlock(places, abi, files=_DEVICES, handle_execute=True, hidden=hidden)
     controls = confine_process_controls()  # other processes' scheduling, limits, memory (worker/seccomp.py)
+    # round 14 (h4): a worker of a root kernel kept every capability: `time.clock_settime` set the machine's clock and
+    # `socket.sethostname` its name (no Landlock rule covers either). All but the file-permission ones go (the OS
+    # sandbox's rule, kernel/confine.drop_capabilities), for this thread and every thread and process it starts.
+    caps = drop_capabilities()
     info.update(layer=LINUX_LAYER, ran=True, no_new_privs=True, writable=places, hidden=list(hidden),
-                threads_before=threads, record={"landlock_abi": info["abi"]}, seccomp=controls,
+                threads_before=threads, record={"landlock_abi": info["abi"]}, seccomp=controls, capabilities=caps,
                 layers=[LINUX_LAYER] + ([SECCOMP_LAYER] if controls["ran"] else []))
     return info

@@ -521,10 +521,14 @@ def _os_refusal(rec: dict, os_layer: dict) -> dict:
 
 
 # what can tell the run's view from the real folder (links where the kernel has files, paths that resolve out of
-# the view): a crash that went near them may be the view's, not the cell's
+# the view): a crash that went near them may be the view's, not the cell's. (Round 14, h4: a `stat` or `is_file` that
+# does not follow links — `follow_symlinks=False`, `symlinks=True`, `followlinks` — sees the view's link where the
+# kernel sees a file: `os.stat(f, follow_symlinks=False).st_size`, `S_ISREG(... .st_mode)` filtering every file out
+# made certain IndexError/KeyError crashes; the view's folders' link counts and file system differ too.)
 _VIEW_NAMES = re.compile(r"\b(?:islink|is_symlink|lstat|readlink|realpath|resolve|samefile|relative_to|relpath|"
-                         r"walk|rglob|glob|iglob|scandir|iterdir|listdir|is_junction|absolute|abspath|getcwd|cwd|"
-                         r"inode|st_ino|st_dev|S_ISLNK|tarfile|make_archive)\b")
+                         r"walk|fwalk|rglob|glob|iglob|scandir|iterdir|listdir|is_junction|absolute|abspath|getcwd|"
+                         r"cwd|inode|st_ino|st_dev|st_nlink|S_ISLNK|tarfile|make_archive|follow_symlinks|symlinks|"
+                         r"followlinks|disk_usage|statvfs|fstatvfs)\b")
 _VIEW_FILES = ("os.py", "posixpath.py", "ntpath.py", "pathlib.py", "glob.py", "shutil.py", "genericpath.py",
                "tarfile.py", "zipfile.py", "filecmp.py")  # (tarfile stores a view link as a link: round 6, P6)
 

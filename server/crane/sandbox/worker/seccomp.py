@@ -11,7 +11,8 @@ otherwise:
   `sched_setparam`, `sched_setattr`, `migrate_pages`, `move_pages`, `process_vm_readv`/`writev`;
 - `prlimit64` with a new limit (reading another process's limits stays allowed);
 - `ptrace`, `pidfd_getfd` and `process_madvise` entirely (they name their target by a pidfd the filter cannot read,
-  or are a debugger's);
+  or are a debugger's), and the setters of the machine's clock and names (`settimeofday`, `clock_settime`,
+  `sethostname`, `setdomainname`: a root kernel's worker reached them; its capabilities are also dropped);
 - the other ABIs of the machine (i386 through `int 0x80`, x32 numbers, arm32 compat): every call refused, since
   their numbers differ from the table checked here.
 Syscall tables for x86_64 and aarch64 (both little-endian). Elsewhere nothing is installed and the result says
@@ -41,18 +42,23 @@ PC_SYSCALLS = {
     "x86_64": {"ptrace": 101, "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144,
                "sched_setaffinity": 203, "ioprio_set": 251, "migrate_pages": 256, "move_pages": 279,
                "prlimit64": 302, "process_vm_readv": 310, "process_vm_writev": 311, "sched_setattr": 314,
-               "seccomp": 317, "pidfd_getfd": 438, "process_madvise": 440},
+               "seccomp": 317, "pidfd_getfd": 438, "process_madvise": 440, "settimeofday": 164,
+               "sethostname": 170, "setdomainname": 171, "clock_settime": 227},
     "aarch64": {"ioprio_set": 30, "ptrace": 117, "sched_setparam": 118, "sched_setscheduler": 119,
                 "sched_setaffinity": 122, "setpriority": 140, "migrate_pages": 238, "move_pages": 239,
                 "prlimit64": 261, "process_vm_readv": 270, "process_vm_writev": 271, "sched_setattr": 274,
-                "seccomp": 277, "pidfd_getfd": 438, "process_madvise": 440},
+                "seccomp": 277, "pidfd_getfd": 438, "process_madvise": 440, "clock_settime": 112,
+                "sethostname": 161, "setdomainname": 162, "settimeofday": 170},
 }
 _PC_X32_BIT = 0x40000000  # x86_64's x32 ABI: the same arch value, numbers from this bit up
 # which calls name their target how: the argument holding a pid, and for setpriority/ioprio_set the scope argument
 _PC_BY_PID = ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "migrate_pages",
               "move_pages", "process_vm_readv", "process_vm_writev")
 _PC_SCOPED = {"setpriority": (0, 1, 2), "ioprio_set": (1, 2, 3)}  # (PROCESS, PGRP, USER) values of the first arg
-_PC_DENIED = ("ptrace", "pidfd_getfd", "process_madvise")
+# (round 14, h4: the machine's clock and names, which a root kernel's worker set; its capabilities are dropped too,
+# worker/linux.py, but a thread that existed before keeps them)
+_PC_DENIED = ("ptrace", "pidfd_getfd", "process_madvise", "settimeofday", "clock_settime", "sethostname",
+              "setdomainname")
 
 # classic BPF
 _BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06
@@ -183,4 +189,5 @@ def confine_process_controls() -> dict[str, Any]:
         return {"ran": False, "why": f"seccomp: {exc}"}
     return {"ran": True, "arch": arch, "pid": pid, "threads": threads, "instructions": len(code) // 8,
             "controls": "setpriority, ioprio_set, sched_set*, prlimit64 (setting), migrate/move_pages, "
-                        "process_vm_*: this process only; ptrace, pidfd_getfd, process_madvise refused"}
+                        "process_vm_*: this process only; ptrace, pidfd_getfd, process_madvise, the clock's and "
+                        "host names' setters refused"}
