@@ -50,6 +50,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _WrapperDescriptorType,
 )
 from crane.sandbox.kernel.library import is_library  # kernel: strip
+from crane.sandbox.kernel.lookups import _LK_IS, _LK_REPEAT  # kernel: strip
 from crane.sandbox.kernel.pristine import _PR_C_IMPORT  # kernel: strip
 from crane.sandbox.kernel.shield import BUILTINS  # kernel: strip
 from crane.sandbox.kernel.waiting import own_dict  # kernel: strip
@@ -168,6 +169,19 @@ def _in_mro(t: type, name: str) -> bool:
     return any(name in _cls_dict(k) for k in _mro(t))
 
 
+def _plain_class(cls: Any) -> bool:
+    """Every class of `cls`'s MRO holds only exact `str` keys in its dict (counted by type: nothing of a key's runs).
+    A class made by `type(name, bases, namespace)` keeps a namespace key of any type (a library's class dict can be
+    given one through `gc.get_referents`): a name looked up there (`'__reduce_ex__' in kd`) would run a planted key's
+    `__eq__` when it shares the name's hash (issue 42, h6). The proof looks names up in a class's dict only once
+    this holds (`_Proof._check_type`, `_Proof.library_class`, `_Proof.check` of a class)."""
+    for k in _mro(cls):
+        kd = _cls_dict(k)
+        if sum(map(_LK_IS, map(type, kd), _LK_REPEAT(str))) != len(kd):
+            return False
+    return True
+
+
 def _is_class(v: Any) -> bool:
     return any(k is type for k in _mro(type(v)))
 
@@ -232,6 +246,8 @@ class _Proof:
             flags = _T_FLAGS.__get__(cls, type)
         except Exception:
             return False
+        if not _plain_class(cls):
+            return False  # (a key that is not a plain string: nothing is looked up in its dicts; never the library's)
         if not flags & _HEAPTYPE:
             return True  # a static type: defined in C, nothing the notebook can make
         if type(mod) is not str or mod.startswith("_cython_"):  # Cython's shared types (their metatype's
@@ -256,6 +272,9 @@ class _Proof:
             try:
                 src = d if obj is m else _cls_dict(obj)
             except TypeError:
+                obj = None
+                break
+            if obj is not m and not _plain_class(obj):
                 obj = None
                 break
             if part not in src:
@@ -348,6 +367,9 @@ class _Proof:
 
     def _check_type(self, t: type) -> tuple[str, bool]:
         meta = type(t)
+        if not _plain_class(t) or not _plain_class(meta):  # (first: everything below looks names up in them)
+            return "a class of its holds a key that is not a plain string (looking a name up there runs its code)", \
+                False
         if meta is not type:
             mwhy, mlib = self.check_type(meta)
             if not mlib:
@@ -676,6 +698,9 @@ class _Proof:
         if why:
             raise _Refused(f"{_type_name(obj)}: {why}")
         if t is _FunctionType or issubclass(t, type) or t is _BuiltinFunctionType:
+            if t is not _FunctionType and t is not _BuiltinFunctionType and not _plain_class(obj):
+                raise _Refused(f"{_type_name(obj)}: a class of its MRO holds a key that is not a plain string "
+                               "(looking a name up there runs its code)")
             mod = _T_MODULE.__get__(obj, type) if t is not _FunctionType and t is not _BuiltinFunctionType \
                 else obj.__module__  # (a function's and a C function's: a C member of their static type)
             hook = self.module_hook(mod) if mod is not None else self.hooked_modules()
@@ -687,8 +712,8 @@ class _Proof:
             return  # a class (its metaclass was checked) or a function: no instance hooks pickle reads
         if t is _ModuleType:  # pickled by its `__name__` (or by value): cloudpickle reads it, compares it, splits it
             md = _O_DICT_GET(obj, "__dict__")  # (a name it lacks would be asked of the module's `__getattr__`)
-            if type(md) is not dict or type(dict.get(md, "__name__")) is not str \
-                    or not all(type(k) is str for k in dict.__iter__(md)):
+            if type(md) is not dict or not all(type(k) is str for k in dict.__iter__(md)) \
+                    or type(dict.get(md, "__name__")) is not str:
                 raise _Refused(f"the module object {_type_name(obj)} has no plain `__name__` or a key that is not a "
                                "plain string (pickling it would ask the notebook's code)")
             return

@@ -51,7 +51,7 @@ from crane.sandbox.kernel.miniature import (  # kernel: strip
 )
 from crane.sandbox.kernel.proof import _Proof, _Refused, _untouched  # kernel: strip
 from crane.sandbox.kernel.shield import memory_headroom  # kernel: strip
-from crane.sandbox.kernel.waiting import own_dict  # kernel: strip
+from crane.sandbox.kernel.waiting import OddKeyError, own_dict, str_get  # kernel: strip
 
 _FLOOR = 256 << 20  # the export stops when the kernel could allocate less than this
 # the pickler's memo: an entry per object written (so that a second reference to it is a reference: identity kept);
@@ -337,13 +337,18 @@ def _unreproducible(obj: Any) -> str | None:
     """State of a library object its own serialization does not carry, which the cell may depend on."""
     mod = _T_MODULE.__get__(type(obj), type)
     if type(mod) is str and mod.startswith(("keras.", "tf_keras.", "tensorflow.")):
-        d = own_dict(obj)
-        traced = any(d.get(f) is not None for f in ("train_function", "test_function", "predict_function"))
-        opt = d.get("_optimizer") or d.get("optimizer")
-        built = True
-        if opt is not None:
-            od = own_dict(opt) if type(opt) is not type else {}
-            built = od.get("built", True) if type(od) is dict else True
+        # (instance dicts read through str_get: a planted key sharing a name's hash would run its `__eq__` here)
+        try:
+            d = own_dict(obj)
+            traced = any(str_get(d, f) is not None for f in ("train_function", "test_function", "predict_function"))
+            opt = str_get(d, "_optimizer")
+            opt = opt if opt is not None else str_get(d, "optimizer")
+            built = True
+            if opt is not None and type(opt) is not type:
+                built = str_get(own_dict(opt), "built", True)
+        except OddKeyError:
+            return ("holds an instance dict with a key that is not a plain string: its training state cannot be "
+                    "read without running the notebook's code")
         if traced and opt is not None and built is False:
             return ("has a traced training step whose optimizer was never built (a failed fit): a copy rebuilt "
                     "from its configuration and weights would not fail the way the kernel's model does")

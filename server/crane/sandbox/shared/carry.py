@@ -41,6 +41,13 @@ def _simple(v: Any) -> bool:
     return any(t is c for c in _SIMPLE)
 
 
+def _str_keyed(d: Any) -> bool:
+    """`d` is an exact dict whose keys are all exact `str` (by type: nothing of a key's runs), so looking a name up
+    in it compares no key of the notebook's (a planted `str` subclass sharing the name's hash would have its
+    `__eq__` run in the kernel)."""
+    return type(d) is dict and all(type(k) is str for k in d)
+
+
 # -- read side (the kernel) ----------------------------------------------------------------------------------
 def read_carried(lib: Any, recursion_limit: int) -> dict:
     """Every library's carried state the kernel has loaded: {key: value}; `unread` lists the libraries loaded
@@ -163,7 +170,7 @@ def _read_pandas(lib: Any) -> Any:
     cfg = lib.mod("pandas._config.config")
     registered, deprecated, root = cfg.get("_registered_options"), cfg.get("_deprecated_options"), \
         cfg.get("_global_config")
-    if type(registered) is not dict or type(deprecated) is not dict or type(root) is not dict:
+    if type(registered) is not dict or not _str_keyed(deprecated) or type(root) is not dict:
         return None
     out = {}
     for key, reg in dict.items(registered):
@@ -172,8 +179,8 @@ def _read_pandas(lib: Any) -> Any:
         node: Any = root
         parts = key.split(".")
         for p in parts[:-1]:
-            node = dict.get(node, p) if type(node) is dict else None
-        if type(node) is not dict:
+            node = dict.get(node, p) if _str_keyed(node) else None
+        if not _str_keyed(node):
             continue
         default = tuple.__getitem__(reg, 1)
         val = dict.get(node, parts[-1], default)
@@ -188,7 +195,7 @@ def _read_jax(lib: Any) -> Any:
     if not lib.proven(type(config)):
         return None
     backends = lib.mod("jax._src.xla_bridge").get("_backends")
-    if type(backends) is dict and any(k != "cpu" for k in dict.keys(backends)):
+    if type(backends) is dict and any(type(k) is not str or k != "cpu" for k in dict.keys(backends)):
         return None  # an accelerator backend: the worker's devices are not the kernel's
     holders = lib.attrs(config).get("_value_holders")
     if type(holders) is not dict:
@@ -304,7 +311,7 @@ def _read_keras_seed(lib: Any) -> Any:
     if not lib.proven(type(tracker)):
         return None
     d = lib.call(lib.method(type(tracker), "__getattribute__"), "__getattribute__", tracker, "__dict__")
-    if type(d) is not dict:
+    if not _str_keyed(d):
         return None
     seed, gen = d.get("global_random_seed"), d.get("global_seed_generator")
     if not (seed is None or type(seed) is int):
