@@ -7,7 +7,7 @@ whose hash is the name's runs its `__eq__` in the kernel, inside CRANE's frames,
 (kernel/transformers.py: the manager's `token_transformers`; kernel/environment.py: `ast_node_interactivity`,
 `compile`; kernel/export.py: `_user_ns`). Each dict is now proven to hold exact `str` keys before it is read (kernel/waiting.str_get); one that
 holds another key is not read: what it holds is missed, so a crash in the copy is only "likely" (the shell's own
-dict, which holds the namespace, refuses the copy). The planted key's
+dict, which holds the namespace, is then read by a scan of its exact `str` keys: issue 42, h6). The planted key's
 `__eq__` calls `hit` (tests/sandbox/marked_runs.HIT), which records only with CRANE's kernel-side code on the stack.
 """
 
@@ -79,16 +79,21 @@ def test_a_key_planted_in_a_shell_dict_is_never_compared(conn, where):
     assert (v.verdict, v.ename, v.certain) == ("crash", "NameError", True), (v.reason, v)
 
 
-@pytest.mark.parametrize("name", ["_user_ns", "compile"])
-def test_a_key_planted_beside_the_shell_s_namespace_refuses_the_copy(conn, name):
-    """The namespace itself is read from the shell's instance dict (`_user_ns`/`user_ns`), as its compiler is: that
-    dict not read, the copy is refused (nothing to copy from), and the key's `__eq__` never runs."""
+@pytest.mark.parametrize("name", ["_user_ns", "user_ns", "compile"])
+def test_a_key_planted_beside_the_shell_s_namespace_makes_the_copy_likely(conn, name):
+    """The namespace itself is read from the shell's instance dict (`_user_ns`/`user_ns`), as its compiler is. A key
+    there that is not an exact `str` (a notebook can plant one by accident) no longer switches the copy off (b1e00bf
+    refused it: `unavailable`): the namespace is read by a scan comparing only exact `str` keys (kernel/waiting.
+    str_scan), the shell's settings read from that dict are missed, so the copy's crash is only likely, and the
+    key's `__eq__` never runs (issue 42, h6)."""
     expr = "get_ipython().__dict__"
     assert conn.run_cell(f"_crane_m1_key = _crane_m1_plant({expr}, {name!r}); HITS.clear()").status == "ok"
     try:
         v = transplant(conn, "print(undefined_m1)", 60.0)
+        w = transplant(conn, "print(len(HITS))", 60.0)  # (a name of the kernel's namespace, copied)
         hits = conn.evaluate("list(HITS)")
     finally:
         assert conn.run_cell(f"del ({expr})[_crane_m1_key]; del _crane_m1_key").status == "ok"
     assert hits == [], hits  # (before: the key's __eq__ ran in the export)
-    assert v.verdict == "unavailable" and "namespace" in (v.reason or ""), (v.reason, v)
+    assert (v.verdict, v.ename, v.certain) == ("crash", "NameError", False), (v.reason, v)
+    assert (w.verdict, w.stdout) == ("no-crash", "0\n"), (w.reason, w)

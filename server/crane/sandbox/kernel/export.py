@@ -72,7 +72,7 @@ from crane.sandbox.kernel.stops import (  # kernel: strip
     _unreproducible,
 )
 from crane.sandbox.kernel.transformers import TRANSFORMERS_KEY, shell_transformers, transformers_missed  # kernel: strip
-from crane.sandbox.kernel.waiting import OddKeyError, own_dict, shell_watch, str_get  # kernel: strip
+from crane.sandbox.kernel.waiting import OddKeyError, own_dict, shell_watch, str_get, str_scan  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, KerasGraph  # kernel: strip
 from crane.sandbox.shared.tf_data import tf_data_reducers  # kernel: strip
 
@@ -270,19 +270,26 @@ def _shell() -> Any:
     cls = _mdict(_module("IPython.core.interactiveshell")).get("InteractiveShell")
     if not _is_class(cls):
         return None
-    shell = _cls_dict(cls).get("_instance")
+    cd = _cls_dict(cls)
+    if not all(type(k) is str for k in cd):  # (a planted key's `__eq__` would run in the lookup: not read)
+        return None
+    shell = cd.get("_instance")
     return shell if shell is not None and _is_class(type(shell)) and _Proof().library_class(type(shell)) else None
 
 
 def _user_ns(shell: Any) -> Any:
-    """The shell's namespace from its instance dict (IPython 8: `user_ns`, 9: `_user_ns` behind a property); None
-    when that dict holds a key that is not an exact `str` (a lookup would run its `__eq__`: review M1)."""
+    """The shell's namespace from its instance dict (IPython 8: `user_ns`, 9: `_user_ns` behind a property). Where
+    that dict holds a key that is not an exact `str` (a lookup would run its `__eq__`: review M1), the namespace is
+    read by a scan that compares only exact `str` keys (`str_scan`: a notebook can plant one by accident), and the
+    shell's settings, read from the same dict, are missed (`_shell_settings`: `shell_missed` names them, so a crash
+    in the copy is only "likely"; issue 42, h6)."""
     d = own_dict(shell)
     try:
         ns = str_get(d, "_user_ns")
         return ns if ns is not None else str_get(d, "user_ns")
     except OddKeyError:
-        return None
+        ns = str_scan(d, "_user_ns")
+        return ns if ns is not None else str_scan(d, "user_ns")
 
 
 def _phase(d: str, what: str) -> None:

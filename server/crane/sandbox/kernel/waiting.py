@@ -79,6 +79,20 @@ def str_get(d: Any, name: str, default: Any = None) -> Any:
     return dict.get(d, name, default)
 
 
+def str_scan(d: Any, name: str, default: Any = None) -> Any:
+    """`d[name]` read by a scan where `d` may hold keys of any type (`str_get` refused it): each key compared with
+    `name` only once its type is proven exact `str` (then `str`'s own equality: no key's code runs); a key of
+    another type is passed over, never hashed or compared. `default` when no exact `str` key is `name` or `d` is
+    not an exact dict. (Where a planted key answers equal to `name`, a lookup of the kernel's own may find its value
+    instead: what is read so is only "likely" the kernel's; the caller says so.)"""
+    if type(d) is not dict:
+        return default
+    for k, v in list(dict.items(d)):
+        if type(k) is str and k == name:
+            return v
+    return default
+
+
 _W_ABSENT = object()
 
 
@@ -92,8 +106,13 @@ def _w_field(obj: Any, name: str) -> Any:
 
 
 def _w_class_attr(cls: Any, name: str) -> Any:
+    """`name` as the class's MRO defines it, read from each class's dict once its keys are proven exact `str` (else
+    OddKeyError: a planted key's `__eq__` never runs)."""
     for k in _W_MRO.__get__(cls, type):
         kd = _W_DICT.__get__(k, type)
+        for key in list(kd):
+            if type(key) is not str:
+                raise OddKeyError
         if name in kd:
             return kd[name]
     return None
@@ -163,7 +182,10 @@ def shell_watch(shell: Any) -> tuple[Callable[[], bool] | None, str]:
                 return True
         except (OSError, ValueError):
             return False
-        waiters = dict.get(lock_state, "_waiters") if lock_state is not None else None
+        try:  # (proven again: a thread of the notebook's may have planted a key since)
+            waiters = str_get(lock_state, "_waiters") if lock_state is not None else None
+        except OddKeyError:
+            return False
         return type(waiters) is _W_DEQUE and len(waiters) > 0
 
     return waiting, WATCH_SHELL
