@@ -252,7 +252,7 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int, expect_seal: 
             displays=rec.displays, elapsed_ms=rec.elapsed_ms, reason=rec.reason, denied=rec.denied,
             absorbed=rec.absorbed,
             landlock_abi=rec.confinement.get("landlock_abi") if isinstance(rec.confinement, dict) else None,
-            refusal=rec.refusal,
+            refusal=rec.refusal, certain=not rec.unsettled,
         )
     elif outcome.how == "cancelled":
         v = unavailable("stopped before the cell finished")

@@ -78,6 +78,7 @@ class _Reply(msgspec.Struct, omit_defaults=True):
     stderr_span: list[int] = []
     confinement: dict = {}
     missed: list[str] = []  # a transplant session's load: the carried settings its worker could not prove equal
+    unsettled: bool = False  # threads the run left running past the grace (kernel/armed): its clean run only likely
 
 
 _reply_decoder = msgspec.json.Decoder(_Reply)
@@ -190,7 +191,7 @@ class SandboxSession:
             verdict=rep.verdict or "unavailable", ename=rep.ename, evalue=rep.evalue, line=rep.line,
             traceback=rep.traceback, displays=rep.displays, denied=rep.denied, elapsed_ms=rep.elapsed_ms,
             reason=rep.reason, landlock_abi=self.landlock_abi, pid=rep.pid,
-            integrity=self._integrity(rep.reason),
+            integrity=self._integrity(rep.reason), certain=not rep.unsettled,
         )
         if len(rep.stdout_span) == 2:
             v.stdout = self._pdir.read_capture("stdout", rep.stdout_span[0], rep.stdout_span[1], OUTPUT_LIMIT)

@@ -33,6 +33,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
+from crane.sandbox.kernel.armed import watch_arming  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
     _C_EXITS,
     _WRITE_FLAGS,
@@ -179,6 +180,7 @@ def _guard_process_end(ctx: _Ctx, state: dict, mypid: int, handed_over: Any = No
 
         signal.pidfd_send_signal = guarded_pidfd_send
     _guard_shell_exit(getattr(ctx, "shell", None), active, end)
+    watch_arming(state, active, ctx.args.get("confinement") in ("portable", "guard"))  # (kernel/armed)
     state["end"] = end
 
 

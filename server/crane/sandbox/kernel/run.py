@@ -21,6 +21,8 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
+from crane.sandbox.kernel.armed import settle, threads_now, timers_now  # kernel: strip
+from crane.sandbox.kernel.audit import _ends_process  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
     _CO_COROUTINE,
     _FENCE_GLOBALS,
@@ -124,6 +126,7 @@ def _exec_plan(ctx: _Ctx, plan: list[CodeType], ns: dict[str, Any], untraced: bo
     else:
         _run_statements(plan, ns)
     trap.__exit__(None, None, None)
+    settle(ctx.audit_state, _ends_process)  # what the cell left armed that ends the process after it (kernel/armed)
 
 
 def _run_statements(plan: list[CodeType], ns: dict[str, Any], untraced: bool = False) -> None:
@@ -453,6 +456,8 @@ def _cell_begins(ctx: _Ctx, source: str, seen: dict) -> list[CodeType]:
     seen["transformed"] = transformed = shell.transform_cell(source)
     bound = arm_loops(ctx.kept, shell, _line_offset(source, transformed))  # a loop miniature: loops bounded
     plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed, bound)
+    ctx.audit_state["threads"] = threads_now()  # (the threads and timers the cell starts: kernel/armed.settle)
+    ctx.audit_state["timers"] = timers_now()
     ctx.audit_state["running"] = True  # (kernel/audit._guard_process_end)
     if ctx.args["mode"] == "run" and ctx.result_fd >= 0:
         _write_json(ctx.result_fd, {"event": "cell"})
@@ -479,6 +484,9 @@ def _cell_record(ctx: _Ctx, exc: BaseException | None, source: str, seen: dict, 
     if verdict in ("crash", "no-crash") and ctx.kept:
         reason = loop_note(verdict) or reason  # what a loop miniature's verdict rests on (kernel/miniature)
     rec = {"verdict": verdict, "reason": reason, "elapsed_ms": elapsed}
+    unsettled = ctx.audit_state.pop("unsettled", None)  # threads the cell left running (kernel/armed.settle)
+    if unsettled and verdict == "no-crash":
+        rec.update(reason=unsettled, unsettled=True)  # (only likely: what they do later was not seen)
     if exc is not None:
         rec.update(_describe_exception(exc, source, seen.get("transformed")))
     return rec

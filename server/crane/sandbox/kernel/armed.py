@@ -1,0 +1,180 @@
+"""What a cell leaves armed that ends the kernel's process after its reply (issue 41; h1, session 12).
+
+A cell can return normally and still kill the kernel a moment later: ipykernel replies `ok`, then the process ends
+(measured with real IPython 8 and 9 kernels, tests/sandbox/test_armed_end.py::test_the_kernel_itself):
+- a pending interval timer whose signal's action ends the process (`signal.alarm(1)`, `signal.setitimer(
+  ITIMER_REAL | ITIMER_VIRTUAL | ITIMER_PROF, ...)`): killed by SIGALRM (SIGVTALRM, SIGPROF) when it fires;
+- `faulthandler.dump_traceback_later(t, exit=True)`: its watchdog thread ends the process (status 1) after `t`;
+- a thread the cell started that later ends the process (`threading.Timer(0.5, os._exit, (3,))`, a Timer or daemon
+  thread sending SIGTERM or SIGKILL to its own process).
+A sandbox run used to write its record as soon as the cell's statements returned, so these read `no-crash`.
+
+Now the end of the cell's statements (kernel/run._exec_plan, every path and kind: one-shot fork, transplant and
+portable runs, fork, transplant and portable sessions) is followed, while the cell's time still runs (the guards of
+kernel/audit._guard_process_end still on), by `settle`:
+1. a timer the cell armed (`signal.alarm`, `signal.setitimer`: one pending now that was not before the cell, or
+   whose deadline moved: CRANE's own budget timer, ITIMER_REAL, is armed before the cell and read as it begins)
+   still pending, its signal's action ending the process: the run ends as that crash now (`state["end"]`, the one end every guard takes: a one-shot's record, a session command's
+   `cell_end_code`, read by shared/process_end), the timer disarmed first;
+2. a later dump with `exit=True` the cell armed and did not cancel: the same, the watchdog cancelled first;
+3. the threads the cell started and left alive: waited for, a bounded grace (a `threading.Timer` its interval, any
+   other thread `THREAD_GRACE_S`; never past the run's budget, read from CRANE's own budget timer): a thread that
+   ends the process meanwhile is caught by the guards as any end of the cell's. Threads still alive after it
+   leave the verdict not certain (`unsettled`, read by assemble / the session's reply: "likely").
+Nothing here writes a record of its own: the writer is the guard's `end` (bound before the cell) or CRANE's record
+path after it. The portable sandbox's guard refuses `signal.alarm`, `signal.setitimer`, faulthandler's functions
+and every thread a cell starts (`blocked`, as before). Not seen: a later dump armed through C (ctypes), a thread
+started in C, a replaced `sys.stdout` whose `flush` the kernel calls after the reply.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+THREAD_GRACE_S = 1.0  # how long the threads a cell left running are waited for (a Timer: its interval)
+BUDGET_SLACK_S = 1.5  # CRANE's budget timer is the budget plus this (kernel/run, kernel/session, worker/main)
+_TIMERS = (("ITIMER_REAL", "SIGALRM"), ("ITIMER_VIRTUAL", "SIGVTALRM"), ("ITIMER_PROF", "SIGPROF"))
+
+
+def watch_arming(state: dict, active: Any, guarded: bool) -> None:
+    """Wrap faulthandler's later dump so that what the cell arms (while `active()`) is recorded in `state["later"]`
+    (the dump's timeout when it ends the process); the real functions are called unchanged. Not where the portable
+    call guard runs (`guarded`): it refuses faulthandler's functions to the cell (`blocked`), and a wrapper made
+    here would hand the cell the function the guard replaces."""
+    state.setdefault("later", None)
+    if guarded:
+        return
+    try:
+        import faulthandler
+    except ImportError:  # pragma: no cover - a build without it
+        return
+    real_later, real_cancel = faulthandler.dump_traceback_later, faulthandler.cancel_dump_traceback_later
+
+    def dump_traceback_later(timeout: float, repeat: bool = False, file: Any = None, exit: bool = False) -> None:
+        if file is None:
+            import sys
+            file = sys.stderr
+        real_later(timeout, repeat=repeat, file=file, exit=exit)  # (first: its own errors are the cell's)
+        if active():
+            state["later"] = float(timeout) if exit else None
+
+    def cancel_dump_traceback_later() -> None:
+        if active():
+            state["later"] = None
+        real_cancel()
+
+    faulthandler.dump_traceback_later = dump_traceback_later
+    faulthandler.cancel_dump_traceback_later = cancel_dump_traceback_later
+    state["cancel_later"] = real_cancel
+
+
+def timers_now() -> dict:
+    """Each interval timer as the cell begins (kernel/run._cell_begins): its deadline as a range of this process's
+    monotonic clock (`(earliest, latest, interval)`, read between two clock reads: a loaded machine may stop this
+    thread between them) for ITIMER_REAL, its value for the CPU-time timers."""
+    getitimer = getattr(signal, "getitimer", None)
+    if getitimer is None:
+        return {}
+    timers: dict = {}
+    for name, _ in _TIMERS:
+        which = getattr(signal, name, None)
+        if which is not None:
+            timers[name] = _deadline(getitimer, which) if name == "ITIMER_REAL" else getitimer(which)
+    return timers
+
+
+def _deadline(getitimer: Any, which: int) -> tuple[float, float, float]:
+    a = time.monotonic()
+    value, interval = getitimer(which)
+    b = time.monotonic()
+    return (a + value, b + value, interval) if value > 0 else (0.0, 0.0, interval)
+
+
+def _cell_armed(name: str, before: Any, getitimer: Any, which: int) -> float:
+    """The seconds left on a timer the cell armed (0: none, or CRANE's own, as it was before the cell)."""
+    if name != "ITIMER_REAL":  # (CRANE arms none: its CPU budget is RLIMIT_CPU)
+        left = getitimer(which)[0]
+        return left if left > 0 and (before is None or before[0] == 0) else 0.0
+    now = _deadline(getitimer, which)
+    if now[0] == 0:
+        return 0.0
+    if before is not None and before[0] > 0 and now[2] == before[2] and now[0] <= before[1] + _SLACK_S \
+            and before[0] <= now[1] + _SLACK_S:  # (the same deadline: CRANE's budget timer, untouched)
+        return 0.0
+    return max(0.0, now[0] - time.monotonic())
+
+
+_SLACK_S = 0.01  # (a timer's expiry, as the kernel rounds it to its clock)
+
+
+def threads_now() -> frozenset:
+    """The live Python threads (their idents) as the cell begins (kernel/run._cell_begins)."""
+    import threading
+    return frozenset(t.ident for t in threading.enumerate())
+
+
+def settle(state: dict, ends: Any) -> None:
+    """After the cell's statements returned, its time still running (module docstring). `ends(sig)`: whether a
+    signal, delivered now, ends this process (kernel/audit._ends_process)."""
+    end = state.get("end")
+    if end is None:
+        return
+    armed_end(state, ends, end)
+    _wait_threads(state)
+    armed_end(state, ends, end)  # (a thread it waited for armed one)
+
+
+def armed_end(state: dict, ends: Any, end: Any) -> None:
+    """End the run as the crash it is where a timer or later dump the cell armed will end the process."""
+    getitimer, setitimer = getattr(signal, "getitimer", None), getattr(signal, "setitimer", None)
+    for name, sig_name in _TIMERS:
+        which, sig = getattr(signal, name, None), getattr(signal, sig_name, None)
+        if which is None or sig is None or getitimer is None or setitimer is None:
+            continue
+        left = _cell_armed(name, state.get("timers", {}).get(name), getitimer, which)
+        if left > 0 and ends(sig):
+            setitimer(which, 0)  # (the sandbox's process is not to die of it while the record is made)
+            of = "" if name == "ITIMER_REAL" else " of its CPU time"
+            end(f"leaves {sig_name} armed (signal.alarm or signal.setitimer({name})): {left:.2g} s{of} after its "
+                f"reply it ends the kernel's process", 128 + int(sig))
+    later = state.get("later")
+    if later is not None:
+        state["cancel_later"]()
+        end(f"arms faulthandler.dump_traceback_later({later:g}, exit=True): {later:g} s after its reply it ends "
+            f"the kernel's process", 1)
+
+
+def _budget_left() -> float:
+    """What is left of the run's budget: CRANE's budget timer (ITIMER_REAL, the budget plus `BUDGET_SLACK_S`);
+    `THREAD_GRACE_S` where there is none or the cell re-armed it."""
+    getitimer = getattr(signal, "getitimer", None)
+    if getitimer is None:
+        return THREAD_GRACE_S
+    left = getitimer(signal.ITIMER_REAL)[0]
+    return max(0.0, left - BUDGET_SLACK_S) if left > 0 else THREAD_GRACE_S
+
+
+def _wait_threads(state: dict) -> None:
+    """Wait a bounded grace for the threads the cell started; `state["unsettled"]` names those still alive."""
+    import threading
+    before = state.get("threads") or frozenset()
+    mine = [t for t in threading.enumerate() if t.ident not in before and t is not threading.current_thread()]
+    if not mine:
+        return
+    left = _budget_left()
+    start = time.monotonic()
+    for t in mine:
+        grace = THREAD_GRACE_S
+        interval = getattr(t, "interval", None)
+        if isinstance(t, threading.Timer) and isinstance(interval, (int, float)):
+            grace = max(grace, float(interval) + THREAD_GRACE_S)
+        t.join(max(0.0, min(grace, left) - (time.monotonic() - start)))
+    if state.get("ended"):  # a thread ended the run (the guard's `end`: a record is out, or the process ends now)
+        while True:
+            time.sleep(3600)
+    alive = [t.name for t in mine if t.is_alive()]
+    if alive:
+        state["unsettled"] = (f"the cell left {len(alive)} thread(s) running after its reply "
+                              f"({', '.join(alive[:3])}): what they do later was not waited for")

@@ -1,0 +1,148 @@
+"""Issue 41 (h1, session 12): a cell that returns normally but leaves armed what ends the kernel's process a moment
+later (a pending `alarm`/`setitimer` whose signal's action ends it, `faulthandler.dump_traceback_later(...,
+exit=True)`, a `threading.Timer` or daemon thread that calls `os._exit` or signals its own process). The real kernel
+replies `ok`, then its process ends (`test_the_kernel_itself`, IPython 8 and 9); every sandbox path now says
+`crash DeadKernelError` (kernel/armed.settle), where before the record was written as the statements returned and
+read `no-crash` on the fork and transplant paths, one-shot and session.
+
+An honest cell (a daemon thread that ends, a short Timer, an alarm it disarms, a timer whose signal it handles)
+stays `no-crash`, certain; a thread still running after the grace leaves `no-crash` only likely. The portable
+sandbox's guard refuses every thread and Timer a cell starts, every signal handler it sets, `signal.alarm`,
+`signal.setitimer` and faulthandler's functions (`blocked`, as before), as in test_process_end_matrix.py."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from crane.kernel.errors import KernelDead
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.fork_session import SandboxSession
+from crane.sandbox.options import SandboxOptions
+from crane.sandbox.session import open_session
+
+from ..kernel_envs import KERNEL_ENVS, kernel_python
+from .conftest import tree_hash
+from .copy_sessions import SESSIONS, copy_path_kernel
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork sandbox runs on Linux")
+
+BUDGET_S = 60.0
+DEAD = ("crash", "DeadKernelError")
+CLEAN = ("no-crash", None)
+TIMER, THREAD, HANDLER = "threading.Timer", "threading.Thread.start", "signal.signal"
+ALARM, LATER = "_signal.alarm", "faulthandler.dump_traceback_later"
+ARMED = {  # name -> (the cell, what the real kernel does, the call the portable guard refuses in it, if any)
+    "alarm(1)": ("import signal\nsignal.alarm(1)", DEAD, ALARM),
+    "setitimer REAL": ("import signal\nsignal.setitimer(signal.ITIMER_REAL, 0.5)", DEAD,
+                       "_signal.setitimer"),
+    "faulthandler later exit": ("import faulthandler\nfaulthandler.dump_traceback_later(1, exit=True)", DEAD,
+                                LATER),
+    "Timer os._exit": ("import os, threading\nthreading.Timer(0.5, os._exit, (3,)).start()", DEAD, TIMER),
+    "Timer SIGTERM": ("import os, signal, threading\n"
+                      "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()", DEAD, TIMER),
+    "daemon thread SIGKILL": ("import os, signal, threading, time\ndef later():\n    time.sleep(0.5)\n"
+                              "    os.kill(os.getpid(), signal.SIGKILL)\n"
+                              "threading.Thread(target=later, daemon=True).start()", DEAD, THREAD),
+    # honest cells: the kernel survives
+    "alarm disarmed": ("import signal\nsignal.alarm(5)\nsignal.alarm(0)", CLEAN, ALARM),
+    "alarm handled": ("import signal\nsignal.signal(signal.SIGALRM, lambda *a: None)\nsignal.alarm(1)", CLEAN, HANDLER),
+    "faulthandler cancelled": ("import faulthandler\nfaulthandler.dump_traceback_later(1, exit=True)\n"
+                               "faulthandler.cancel_dump_traceback_later()", CLEAN, LATER),
+    "daemon thread ends": ("import threading\nthreading.Thread(target=lambda: None, daemon=True).start()", CLEAN, THREAD),
+    "short Timer": ("import threading\nthreading.Timer(0.2, print, ('hi',)).start()", CLEAN, TIMER),
+}
+PATHS = ["fork", "transplant", "portable", "fork session", "transplant session", "portable session"]
+PORTABLE = SandboxOptions(confinement="portable")
+
+
+@pytest.fixture(scope="module", params=KERNEL_ENVS)
+def pk(request, workdir, outside):
+    kernel = start_kernel(workdir, python=kernel_python(request.param))
+    conn = kernel.connection
+    assert conn.run_cell("x = 1", timeout=120).status == "ok"
+    yield {"conn": conn, "work": workdir, "outside": outside}
+    kernel.shutdown()
+
+
+def _verdict(pk, path: str, source: str):
+    """The cell's verdict on `path`; the kernel and the files untouched, a session's next command served clean."""
+    conn = pk["conn"]
+    before = (tree_hash(pk["work"]), tree_hash(pk["outside"]))
+    kind = path.split()[0]
+    with copy_path_kernel(conn, kind), Untouched(conn) as watch:
+        if path == "fork":
+            v = speculate(conn, source, BUDGET_S)
+            assert v.mode in ("blocking", "layered"), v
+        elif path in ("transplant", "portable"):
+            v = speculate(conn, source, BUDGET_S, sandbox=PORTABLE if kind == "portable" else None)
+            assert v.mode == kind, v
+        else:
+            opened = (SandboxSession.open(conn, budget_s=BUDGET_S) if kind == "fork"
+                      else open_session(conn, budget_s=BUDGET_S, sandbox=SESSIONS[kind]))
+            with opened as sb:
+                v = sb.run(source)
+                after = sb.run("import time\ntime.sleep(1.5)\ny = x + 1")  # (past what the cell armed: not poisoned)
+                assert after.verdict == "no-crash", after
+                assert sb.inspect("y") == "2"
+    assert watch.unchanged, (watch.outputs, watch.changes())
+    assert (tree_hash(pk["work"]), tree_hash(pk["outside"])) == before
+    return v
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("cell", list(ARMED))
+def test_every_path_says_what_the_kernel_does(pk, cell, path):
+    source, (verdict, ename), refused = ARMED[cell]
+    v = _verdict(pk, path, source)
+    if refused and path.startswith("portable"):  # (its guard refuses every thread a cell starts, every handler)
+        assert v.verdict == "blocked" and f"{refused} is refused" in (v.reason or ""), v
+        return
+    assert (v.verdict, v.ename) == (verdict, ename), v
+    if ename == "DeadKernelError":
+        assert "would end the kernel's process" in (v.evalue or ""), v
+    else:
+        assert v.certain, v
+
+
+@pytest.mark.parametrize("path", ["fork", "transplant", "fork session", "transplant session"])
+def test_a_thread_still_running_is_only_likely(pk, path):
+    """A thread the cell left running past the grace: `no-crash`, not certain (what it does later was not seen)."""
+    v = _verdict(pk, path, "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()")
+    assert v.verdict == "no-crash" and not v.certain, v
+    assert "thread(s) running after its reply" in (v.reason or ""), v
+
+
+def _kernel_ended(kernel) -> bool:
+    process = getattr(kernel.manager.provisioner, "process", None)
+    assert process is not None, kernel.manager.provisioner
+    try:
+        process.wait(timeout=30)
+    except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: it is alive
+        return False
+    return True
+
+
+@pytest.mark.parametrize("cell", list(ARMED))
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_the_kernel_itself(kernel_env, cell, tmp_path):
+    """What the real kernel does with each cell: the reply is `ok`, then the process ends (or does not)."""
+    source, (verdict, _), _ = ARMED[cell]
+    kernel = start_kernel(tmp_path, python=kernel_python(kernel_env))
+    try:
+        try:
+            run = kernel.connection.run_cell(source, timeout=60)
+        except KernelDead:
+            run = None
+        assert run is not None and run.status == "ok", run  # (the reply comes before the end)
+        if verdict == "crash":
+            assert _kernel_ended(kernel), run
+        else:
+            time.sleep(1.5)  # (past every timer the honest cells arm; a wrongly expected survival fails below)
+            assert kernel.connection.run_cell("1 + 1", timeout=60).status == "ok"  # alive
+    finally:
+        kernel.shutdown()
