@@ -324,7 +324,9 @@ class TransplantSession(SandboxSession):
         self._seal_seen = None if code is None else code is not False
         # sealed, but a reply that says its command ran clean counts only under the seal's clean code (said by where
         # the command ended in the worker, never by the reply: a hook or a patch can rewrite a reply, not the code)
-        clean_claim = rep.verdict == "no-crash" if rep.verdict is not None else bool(rep.ok)
+        # (a reply claims a clean end by its verdict or by `ok`, whichever the command's op reads: a load's or an
+        # eval's `ok` beside a verdict field of the line's is still its claim)
+        clean_claim = rep.verdict == "no-crash" or bool(rep.ok)
         why = None
         if code is False:
             why = f"{FORGED} (the session's worker did not wait sealed over its reply)"
@@ -332,9 +334,9 @@ class TransplantSession(SandboxSession):
             why = f"{FORGED} (a reply that says it ran clean, but its command raised)"
         if why is not None:
             self._tainted = True
-            if rep.verdict is not None:
-                rep = msgspec.structs.replace(rep, verdict="blocked", reason=why, ename=None, evalue=None, line=None,
-                                              traceback=[])
+            if rep.verdict is not None:  # (and never `ok`: a load or an eval reads that, not the verdict)
+                rep = msgspec.structs.replace(rep, verdict="blocked", ok=False, reason=why, ename=None, evalue=None,
+                                              line=None, traceback=[])
             else:
                 rep = msgspec.structs.replace(rep, ok=False, reason=why, value=None, ename="SandboxBlocked",
                                               evalue=why)

@@ -841,8 +841,8 @@ def _serve_sealed(spec: dict, facts: dict, state: dict, paths: tuple[str, str], 
                 got = "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), 0,  # type: ignore[attr-defined]
                                         "<fd>".__self__, "<copy>".__self__("<u64>".__self__, "<room_at>".__self__),  # type: ignore[attr-defined]
                                         1 << 16, 1, "<copy>".__self__("<u64>".__self__, "<to>".__self__(  # type: ignore[attr-defined]
-                                            "<int>".__self__("<hash>".__self__(sent, digest_size=8).digest(),  # type: ignore[attr-defined]
-                                                             "little"), 8, "<order>".__self__)),  # type: ignore[attr-defined]
+                                            "<int>".__self__("<hash>".__self__(line + b"\n" + sent,  # type: ignore[attr-defined]
+                                                                               digest_size=8).digest(), "little"), 8, "<order>".__self__)),  # type: ignore[attr-defined]
                                         "<copy>".__self__("<u64>".__self__, "<mark>".__self__))  # type: ignore[attr-defined]
                 if got <= 0:
                     if got < 0 and "<errno>".__self__() == 4:  # type: ignore[attr-defined]  # EINTR
@@ -891,8 +891,8 @@ def _serve_sealed(spec: dict, facts: dict, state: dict, paths: tuple[str, str], 
                 got = "<call>".__self__("<new>".__self__("<sealer>".__self__, "<sc>".__self__), 0,  # type: ignore[attr-defined]
                                         "<fd>".__self__, "<copy>".__self__("<u64>".__self__, "<room_at>".__self__),  # type: ignore[attr-defined]
                                         1 << 16, 2, "<copy>".__self__("<u64>".__self__, "<to>".__self__(  # type: ignore[attr-defined]
-                                            "<int>".__self__("<hash>".__self__(sent, digest_size=8).digest(),  # type: ignore[attr-defined]
-                                                             "little"), 8, "<order>".__self__)),  # type: ignore[attr-defined]
+                                            "<int>".__self__("<hash>".__self__(line + b"\n" + sent,  # type: ignore[attr-defined]
+                                                                               digest_size=8).digest(), "little"), 8, "<order>".__self__)),  # type: ignore[attr-defined]
                                         "<copy>".__self__("<u64>".__self__, "<mark>".__self__))  # type: ignore[attr-defined]
                 if got <= 0:
                     if got < 0 and "<errno>".__self__() == 4:  # type: ignore[attr-defined]  # EINTR
