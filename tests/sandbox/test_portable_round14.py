@@ -6,7 +6,8 @@ look at the view's links without following them.
   refused them) and `sched_setscheduler(0, SCHED_FIFO, ...)` gave the worker real-time priority over the machine.
   The Linux layer now drops every capability but the file-permission ones (worker/linux.py, as the OS sandbox
   does) and its seccomp filter refuses the clock's and host names' setters to every thread, one that existed
-  before the layer (and kept its capabilities) included.
+  before the layer (and kept its capabilities) included; the call guard refuses `time.clock_settime(_ns)` to user
+  code where it runs alone (`--sandbox guard`).
 - `os.stat(f, follow_symlinks=False)`, `Path.stat(follow_symlinks=False)`: the view's files are links, so a cell
   filtering regular files this way found none and crashed (IndexError, KeyError) with a certain verdict where the
   kernel runs clean; such a crash is now only likely (worker/portable._VIEW_NAMES).
@@ -66,6 +67,22 @@ def test_a_root_kernels_worker_cannot_set_the_machines_clock_or_name(conn, sette
     assert v.verdict in ("blocked", "crash") and not (v.verdict == "crash" and v.certain), v
     assert v.transplant is not None and "landlock" in v.transplant.layers, v
     assert socket.gethostname() == host
+
+
+@pytest.mark.skipif(not _has_capabilities(CAP_SYS_TIME), reason="run as root (the capability a root kernel has)")
+@pytest.mark.parametrize("setter", ["clock_settime", "clock_settime_ns through map"])
+def test_the_guard_alone_refuses_the_clocks_setters(conn, setter):
+    """`--sandbox guard` (no OS layer, opt-in): the call guard refuses `time.clock_settime(_ns)` to user code, called
+    or handed to `map` (before: the clock was set)."""
+    from crane.kernel.untouched import Untouched
+    from crane.sandbox import speculate
+    from crane.sandbox.options import SandboxOptions
+    with Untouched(conn) as watch:
+        v = speculate(conn, MACHINE_SETTERS[setter] + "\nprint('REACHED')", 60.0,
+                      sandbox=SandboxOptions(confinement="guard"))
+    assert watch.unchanged, watch.changes()
+    assert v.verdict == "blocked" and "REACHED" not in v.stdout, v
+    assert "clock_settime" in (v.reason or ""), v
 
 
 RAW = r"""
