@@ -19,7 +19,7 @@ import pytest
 from crane.kernel.manager import start_kernel
 
 from ..kernel_envs import kernel_python
-from .kernel_choice import kernels
+from .kernel_choice import kernels, library_kernels
 from .test_portable_round5 import BOTH, SETUP, run5
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker's run folder view")
@@ -55,3 +55,28 @@ def k14(request, workdir, outside, listener):
 def test_a_write_through_the_users_own_link_to_an_outside_folder_is_private(k14, sandbox):
     v = run5(k14, USER_LINK, sandbox)
     assert (v.verdict, v.stdout.strip().splitlines()) == ("no-crash", ["outside, keep me", USER_LINK_OUT]), v
+
+
+# h5py's import asks `platform.processor()`, which runs `uname -p`: under the guard alone (no OS layer for the
+# program to meet) the guard refused it, so a cell importing h5py came back `blocked` (subprocess.check_output)
+# before it wrote anything; the worker now asks platform before the guard is up (worker/imports.py)
+H5PY = ("import h5py\nwith h5py.File('sub/../w.h5', 'w') as f:\n    f['a'] = [1, 2]\n"
+        "with h5py.File('w.h5', 'r') as f:\n    print(f['a'][()].tolist())")
+
+
+@pytest.fixture(scope="module")
+def k_numpy(request, workdir, outside, listener):
+    """Round 5's kernel keys with numpy imported and h5py not (the cell's import of h5py runs in the worker)."""
+    kernel = start_kernel(workdir, python=kernel_python(request.param))
+    conn = kernel.connection
+    run = conn.run_cell(SETUP + "import numpy\nimport sys\nassert 'h5py' not in sys.modules", timeout=120)
+    assert run.status == "ok", run
+    yield {"conn": conn, "work": workdir, "outside": outside, "listener": listener, "kpid": conn.evaluate("kpid")}
+    kernel.shutdown()
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("k_numpy", library_kernels("h5py"), indirect=True, scope="module")
+def test_a_cell_importing_h5py_writes_through_dotdot(k_numpy, sandbox):
+    v = run5(k_numpy, H5PY, sandbox)
+    assert (v.verdict, v.stdout.strip().splitlines()[-1:]) == ("no-crash", ["[1, 2]"]), v

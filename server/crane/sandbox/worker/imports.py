@@ -9,7 +9,10 @@ by Landlock's network rules where the kernel has them, else a socket bound on an
 reach before it is closed. So where an OS layer ran under the worker, the guard's and the audit hook's refusals
 of exactly these (`IMPORT_EFFECTS`) give way while a library module is being imported; connections, sends, name
 resolution, signals and writes stay refused everywhere. Where no OS layer ran (`--sandbox guard`, a platform
-whose layer is missing) nothing gives way: the Python layers are the only wall there.
+whose layer is missing) nothing gives way: the Python layers are the only wall there. There the answers of
+`platform` that cost a program (`uname -p`) are asked before the guard is up (`answer_platform_first`): the
+standard library caches them for the process, so h5py's import (and any library asking `platform.processor()` or
+`uname()`) gets them as in the kernel, with no program started inside the run.
 
 "A library module is being imported": the innermost module body on the stack (a frame running `<module>`) is a
 file of the interpreter's libraries, run by the import system, and no user code (the notebook's, its own
@@ -65,3 +68,18 @@ def import_leeway(os_wall: bool, is_user: Callable[[types.CodeType], bool]) -> C
     def leeway(what: str) -> bool:
         return what in IMPORT_EFFECTS and library_importing(is_user)
     return leeway
+
+
+def answer_platform_first(os_wall: bool) -> None:
+    """Where no OS layer holds the worker (`os_wall` False: the guard alone), `platform.uname()` and its processor
+    asked now, before the guard and the audit hook are installed: `platform` caches both for the process, and the
+    processor costs a program (`uname -p`) that the guard would refuse when a library's import asks it in the cell
+    (h5py's does: `import h5py` in a cell under `--sandbox guard` came back `blocked`, naming subprocess). Under an
+    OS layer the import's program gives way to that layer instead (`import_leeway`): nothing is run here."""
+    if os_wall:
+        return
+    try:
+        import platform
+        platform.uname().processor  # noqa: B018 (the cached property filled: the program runs once, here)
+    except Exception:
+        pass

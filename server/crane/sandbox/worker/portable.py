@@ -64,7 +64,7 @@ from crane.sandbox.worker.guard import (  # kernel: strip
     other_process_entry,
     shield_unaudited,
 )
-from crane.sandbox.worker.imports import import_leeway  # kernel: strip
+from crane.sandbox.worker.imports import answer_platform_first, import_leeway  # kernel: strip
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, hidden_paths  # kernel: strip
 from crane.sandbox.worker.pools import install_joblib  # kernel: strip
@@ -1076,6 +1076,7 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     ctx.confinement["joblib"] = install_joblib(run.guard.pools)
     ctx.confinement["sequential_joblib"] = not run.guard.pools
     run.guard.leeway = import_leeway(bool(os_layer.get("ran") or args.get("os_layers")), run.guard.is_user)
+    answer_platform_first(bool(os_layer.get("ran") or args.get("os_layers")))  # (before the hook: `uname -p`)
     _install_portable_hook(run)
     ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: _own_here(ctx.audit_state))
     if run.guard.lean:
