@@ -197,7 +197,7 @@ def _export(args: Any, resealed: list) -> dict:
     objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
     # what runs when a copied object is freed (its finalizers, weak callbacks, the kernel's references), pickled after
     # the namespace by the same pickler (kernel/finalizers.py)
-    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, watch=FinalizerWatch())
+    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, watch=FinalizerWatch(proof))
     objs.pop(KERAS_KEY, None)
     objs.pop("\x00crane-accessors", None)
     objs.pop("\x00crane-patched", None)

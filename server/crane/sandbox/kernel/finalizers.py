@@ -6,8 +6,10 @@ right after the namespace's pickle, in the pickler's thread). In the kernel, `de
 `o`) runs `o`'s finalizers at once: `weakref.finalize(o, os._exit, 0)` ends the kernel, a raising one prints
 "Exception ignored". A copy without them said `no-crash`, certain. `FinalizerWatch.see` is called by the export's
 pickler (kernel/pickling.py) for every object it pickles but builtin atoms and containers (after its proof), and keeps
-those weakly referenced or of a class with `__del__` (classes and modules aside: a cell does not free one; exact sets
-and frozensets, which the pickler never hands it, are added by the tail from the names copied); once the
+those weakly referenced or of a class with `__del__` (modules aside: a cell does not free one; a class only when a
+cell defined it, whose `del K; gc.collect()` frees it; exact sets and frozensets, which the pickler never hands it,
+are added by the tail from the names copied and, where a `weakref.finalize` is registered on one, from the registry:
+issue 42, h6); once the
 namespace is pickled, `FinalizerWatch.tail` reads, for each, the weak references to it with a callback:
 - a live `weakref.finalize` registration (its `_registry` info: func, args, kwargs, atexit) or another callback is
   carried when it pickles on its own (`trial`: a dry run, counted, nothing written): the worker (worker/finalizers.py)
@@ -33,6 +35,7 @@ from typing import Any
 
 from crane.sandbox.kernel.bound import (  # kernel: strip
     _MODULE_TYPE,
+    _T_MODULE,
     _BuiltinFunctionType,
     _cls_dict,
     _FunctionType,
@@ -135,12 +138,16 @@ def _fz_harmless(cb: Any) -> bool:
 
 
 def _fz_kind(t: Any) -> int:
-    """0: a class or a module (no cell frees one), 2: a class of `t`'s MRO (object's aside) defines `__del__` (read
-    from each class's own dict), 3: a class's dict holds a key that is not an exact `str` (looking `__del__` up
-    there would compare it: unproven, the object is "missed"), 1: none of these."""
+    """0: a module (held by `sys.modules` in the kernel and the worker alike: never freed by a cell), 2: a class of
+    `t`'s MRO (object's aside) defines `__del__` (read from each class's own dict), 3: a class's dict holds a key
+    that is not an exact `str` (looking `__del__` up there would compare it: unproven, the object is "missed"), 1:
+    none of these; 4: `t` is a metaclass (its instance a class: `weakref.finalize(SomeClass, ...)` runs when the
+    collector frees the class after the cell's `del SomeClass; gc.collect()`; issue 42, h6)."""
     mro = _mro(t)
-    if t is _MODULE_TYPE or any(k is type for k in mro):
+    if t is _MODULE_TYPE:
         return 0
+    if any(k is type for k in mro):
+        return 4
     for k in mro:
         if k is object:
             continue
@@ -152,12 +159,21 @@ def _fz_kind(t: Any) -> int:
     return 1
 
 
+def _fz_main_class(cls: Any) -> bool:
+    """A class a cell defined (`__module__` the exact str `__main__`: pickled by value, so a cell's `del` can free
+    its copy as the kernel's) that is weakly referenced: the tail reads its callbacks (library classes, pickled by
+    reference, are never freed by a cell)."""
+    mod = _T_MODULE.__get__(cls, type)
+    return type(mod) is str and mod == "__main__" and _FZ_WEAKCOUNT(cls) > 0
+
+
 class FinalizerWatch:
     """What the export's pickler met that something runs for when it is freed (`see`, called by the pickler for every
     object it pickles that is not a builtin container or atom, after its proof), and the tail pickled after the
     namespace (`tail`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, proof: Any = None) -> None:
+        self.proof = proof  # (its caches hold the classes it proved: the export's references, not the kernel's)
         self.found: list = []
         self.kinds: dict = {}  # id(type) -> _fz_kind (a class is never hashed)
         # (None: a function above was replaced before the install: the pickler calls nothing here)
@@ -167,8 +183,56 @@ class FinalizerWatch:
         kind = self.kinds.get(id(type(obj)))
         if kind is None:
             kind = self.kinds[id(type(obj))] = _fz_kind(type(obj))
-        if kind >= 2 or (kind and _FZ_WEAKCOUNT(obj)):
+        if kind == 2 or kind == 3 or (kind == 1 and _FZ_WEAKCOUNT(obj)) or (kind == 4 and _fz_main_class(obj)):
             self.found.append(obj)
+
+    def _proof_held(self, held: dict) -> None:
+        """Add to `held` (id -> the export's references) those the proof's caches hold: (class, ...) tuples by the
+        class's id, objects its pre-walk kept (a class a cell defined is cached there while proven: counted as the
+        kernel's, its copy was pinned and its finalizer never ran; issue 42, h6)."""
+        proof = self.proof
+        if proof is None:
+            return
+        for cache in (proof.libs, proof.types):
+            if type(cache) is not dict:
+                continue
+            for v in list(dict.values(cache)):
+                if type(v) is tuple and len(v) and id(v[0]) in held:
+                    held[id(v[0])] += 1
+        walked = proof.walked
+        for v in list(dict.values(walked)) if type(walked) is dict else ():
+            if id(v) in held:
+                held[id(v)] += 1
+
+    def _registered_sets(self, pickler: Any) -> None:
+        """The exact sets and frozensets anywhere in the copy (held inside another container, not by a name) that a
+        live `weakref.finalize` is registered on (issue 42, h6): found through the registry (its infos' `weakref`
+        slots, exact `weakref.ref`s called: C), kept where the pickler pickled them (its memo, read only when such a
+        set exists: a copy of it costs ~170 bytes an entry). A plain weak reference with a callback on a nested set
+        is not found (no registry of those: docs/sandbox.md)."""
+        fin_cls = _mdict(_module("weakref")).get("finalize")
+        if fin_cls is None or _FZ_CALLBACK is None:
+            return
+        reg = _fz_registry(fin_cls)
+        info_cls = _cls_dict(fin_cls).get("_Info")
+        slot = _cls_dict(info_cls).get("weakref") if type(info_cls) is type else None
+        if reg is _FZ_MISSED or type(slot) is not _MemberDescriptorType:
+            return
+        sets: list = []
+        for info in list(dict.values(reg)):
+            if type(info) is not info_cls:
+                continue
+            try:
+                wr = slot.__get__(info, info_cls)
+            except AttributeError:
+                continue
+            target = wr() if type(wr) is _FZ_REF else None
+            if type(target) is set or type(target) is frozenset:
+                sets.append(target)
+        if not sets:
+            return
+        memo = pickler.memo.copy()  # {id: (index, object)}: what the namespace's pickle holds
+        self.found.extend(o for o in sets if id(o) in memo)
 
     def _top_sets(self, top: dict) -> None:
         """The exact sets and frozensets the export copies by name that are weakly referenced (review r1 L3: the
@@ -185,6 +249,7 @@ class FinalizerWatch:
         kernel's references to it, its entries — ("finalize", (func, args, kwargs, atexit)), ("callback", callback)
         —, whether something of it was missed)."""
         self._top_sets(top)
+        self._registered_sets(pickler)
         found = list(dict(zip(map(id, self.found), self.found, strict=True)).values())  # (each once)
         self.found = []
         if not found or _FZ_CALLBACK is None:
@@ -195,6 +260,7 @@ class FinalizerWatch:
         for v in dict.values(top):
             if id(v) in held:
                 held[id(v)] += 1
+        self._proof_held(held)
         counts = [c - held[id(o)] for c, o in zip(counts, found, strict=True)]
         fin_cls = _mdict(_module("weakref")).get("finalize")
         reg: Any = None  # (the registry by identity, read once, when a finalizer is met)
@@ -258,7 +324,7 @@ def rebound(ns: dict, rebinds: list, objs: dict, skip: list, proof: Any) -> dict
             continue
         v = dict.get(ns, name)
         kind = _fz_kind(type(v))
-        if not (kind >= 2 or (kind and _FZ_WEAKCOUNT(v) and _fz_called(v))):
+        if not (kind == 2 or kind == 3 or (kind == 1 and _FZ_WEAKCOUNT(v) and _fz_called(v))):
             continue  # (a value only weakly referenced, without a callback — a DataFrame a Series caches — is not)
         try:
             proof.check(v)

@@ -1,0 +1,79 @@
+"""Issue 42 (h6): finalizers on the shapes the copy's tail did not read — a class a cell defined, and an exact set
+held inside another container — run in the copy as in the kernel (OS transplant and portable one-shot runs;
+IPython 8 and 9).
+
+`weakref.finalize(K, os._exit, 0)` on a notebook class: the cell's `del K; gc.collect()` frees the class in the kernel
+(a class is in reference cycles of its own: only the collector frees it) and the finalizer ends it (the fork path:
+`crash DeadKernelError`). The copy's tail left classes out (`no-crash`, certain). A finalizer on a set held in a
+list (`sn = [set()]`, `weakref.finalize(sn[0], ...)`): the cell's `del sn` frees both in the kernel; the pickler
+never hands a builtin container to the tail, which took only sets copied by name (`no-crash`, certain). Now a class
+of `__main__` that is weakly referenced is read like any object (kernel/finalizers._fz_main_class), and sets that
+a live `weakref.finalize` is registered on are found through the registry and kept where the namespace's pickle
+holds them (`FinalizerWatch._registered_sets`). Each run leaves the kernel unchanged and its finalizers alive."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from crane.kernel.manager import start_kernel
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.options import SandboxOptions
+from crane.sandbox.transplant import transplant
+
+from ..kernel_envs import KERNEL_ENVS, kernel_python
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sandbox needs Linux")
+
+PATHS = {
+    "transplant": lambda conn, src: transplant(conn, src, 60.0),
+    "portable": lambda conn, src: speculate(conn, src, 60.0, sandbox=SandboxOptions(confinement="portable")),
+}
+SETUP = """
+import sys, types
+sys.modules.setdefault('jax', types.ModuleType('jax'))  # the kernel refuses to fork: every run is a copy
+import os, gc, weakref
+class K:
+    pass
+f_k = weakref.finalize(K, os._exit, 0)
+sn = [set([1, 2])]
+f_sn = weakref.finalize(sn[0], os._exit, 0)
+fz = {'a': frozenset([3])}
+f_fz = weakref.finalize(fz['a'], os._exit, 0)
+"""
+ALIVE = "f_k.alive and f_sn.alive and f_fz.alive"
+
+
+@pytest.fixture(scope="module", params=KERNEL_ENVS)
+def conn(request, tmp_path_factory):
+    kernel = start_kernel(tmp_path_factory.mktemp(f"h6-shapes-{request.param}"), python=kernel_python(request.param))
+    c = kernel.connection
+    assert c.run_cell(SETUP, timeout=300).status == "ok"
+    yield c
+    kernel.shutdown()
+
+
+def _run(conn, path: str, cell: str):
+    with Untouched(conn) as watch:
+        v = PATHS[path](conn, cell)
+    assert watch.unchanged, (watch.changes(), watch.outputs, v)
+    assert conn.run_cell(f"assert {ALIVE}").status == "ok"  # nothing ran in the kernel
+    return v
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("cell", ["del K\ngc.collect()", "del sn", "del fz"])
+def test_a_finalizer_on_a_class_or_a_nested_set_ends_the_copy(conn, path, cell):
+    v = _run(conn, path, cell)
+    # (before: no-crash, certain — the tail never read a class's or a nested set's finalizer)
+    assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), (v.verdict, v.ename, v.reason, v.stdout)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("cell", ["k = K()\nn = len(sn[0]) + len(fz['a'])", "del K"])
+def test_a_class_or_a_nested_set_kept_alive_runs_nothing(conn, path, cell):
+    """The same objects not freed (`del K` without the collector: a class is in cycles of its own) run nothing."""
+    v = _run(conn, path, cell)
+    assert (v.verdict, v.certain) == ("no-crash", True), (v.verdict, v.ename, v.reason)
