@@ -46,6 +46,10 @@ class FixContext(msgspec.Struct, kw_only=True):
     findings: list[Finding] = []
     probe: ProbeResult | None = None
     candidates: list = []  # crane.fixes.model.VerifiedFix: repairs that already ran clean in a sandbox
+    # the crash observed in the sandbox (None: recorded in the notebook, or none) is certain for the user's kernel;
+    # False: only "likely" (a copy of its state that may have missed what it rests on; `crash_doubt` says why)
+    crash_certain: bool | None = None
+    crash_doubt: str = ""
 
 
 def notebook_text(nb: Notebook, target: int) -> str:
@@ -82,6 +86,10 @@ def context_message(nb: Notebook, ctx: FixContext) -> str:
             p += f" (line {ctx.failing_line})"
         if ctx.traceback:
             p += "\n" + clean_traceback(ctx.traceback)
+        if ctx.crash_certain is False:  # (issue 42, h5)
+            p += (f"\nNote: {ctx.crash_doubt or 'the crash is only likely'}. It was seen in the sandbox, a copy of "
+                  "the kernel's state that may have missed what it rests on: the user's kernel may not raise it. Fix "
+                  "what the code says; a fix is accepted as verified against a likely crash only.")
         parts.append(p)
     if ctx.findings:
         parts.append("## CRANE's prediction for the target cell\n" + findings_text(ctx.findings))
@@ -125,6 +133,8 @@ def candidates_text(fixes: list) -> str:
            "otherwise improve on it."]
     for i, f in enumerate(fixes, start=1):
         head = f"{i}. {f.title}"
+        if getattr(f, "verification", "verified") != "verified":
+            head += f" ({f.verification})"
         if f.run_first:
             head += f" — run cell{'s' if len(f.run_first) > 1 else ''} {', '.join(map(str, f.run_first))} first"
         out.append(head)

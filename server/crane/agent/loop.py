@@ -34,6 +34,7 @@ from crane.agent.tools import (
     decode_args,
     tools_for,
 )
+from crane.fixes.model import verification_words
 from crane.llm.client import DeadlinePassed, LLMError
 from crane.llm.cost import CostLedger
 from crane.llm.settings import LLMSettings
@@ -129,6 +130,8 @@ def build_context(nb: Notebook, target: int, goal: str | None, runner: FixRunner
         if res.status == "error":
             ctx.error = f"{res.ename}: {res.evalue}"
             ctx.traceback, ctx.failing_line = res.traceback, res.line
+            # a crash seen only on a copy of the state may be the copy's: the run goes on and says so (issue 42, h5)
+            ctx.crash_certain, ctx.crash_doubt = res.certain, res.doubt
         elif res.status != "ok":
             ctx.error = f"{res.status}: {res.evalue or ''}"
     if ctx.failing_line is None and ctx.findings:
@@ -275,7 +278,11 @@ class AgentRun:
         self.evidence = ev
         if ev.status == "ok":
             self.explanation = args.explanation or args.reflection
-            return f"accepted: cell {self.target} ran clean in a fresh sandbox after your changes.", "ok", True
+            ctx = self.ctx  # (issue 42, h5: a crash or clean run that is only likely is said, to the model too)
+            how = verification_words(ctx.crash_certain if ctx is not None else None, ev.certain)
+            why = "; ".join(d for d in (ctx.crash_doubt if ctx is not None else "", ev.doubt) if d)
+            note = "" if how == "verified" else f" ({how}" + (f": {why})" if why else ")")
+            return f"accepted: cell {self.target} ran clean in a fresh sandbox after your changes{note}.", "ok", True
         what = f"{ev.ename}: {ev.evalue}" if ev.ename else ev.status
         return (f"not accepted: in a fresh sandbox, cell {self.target} still fails with {what}. Keep fixing.",
                 "error", False)
@@ -426,6 +433,8 @@ class AgentRun:
                              unpriced_requests=t.unpriced_requests),
             model=self.settings.model or "", elapsed_s=round(time.monotonic() - self.start, 3), log=list(self.log),
             calls=msgspec.structs.replace(self.calls, lost=list(self.calls.lost)),
+            crash_certain=self.ctx.crash_certain if self.ctx is not None else None,
+            crash_doubt=self.ctx.crash_doubt if self.ctx is not None else "",
         )
 
 

@@ -82,6 +82,10 @@ class Evidence(msgspec.Struct, rename="camel", omit_defaults=True):
     traceback: str = ""
     stdout: str = ""
     failed_before: list[str] = []  # cells in `ran` that raised ("cell 3: KeyError: ...")
+    # False: the target's outcome is only "likely" for the user's kernel (a run on a copy of its state that may have
+    # missed what it rests on, or a miniature: `doubt` says why; issue 42, h5)
+    certain: bool = True
+    doubt: str = ""
 
 
 class AgentUsage(msgspec.Struct, rename="camel"):
@@ -128,20 +132,34 @@ class Proposal(msgspec.Struct, rename="camel", omit_defaults=False):
     elapsed_s: float = 0.0
     log: list[AgentStep] = []  # every step, as streamed (phase "done")
     calls: CallStats = msgspec.field(default_factory=CallStats)
+    # the crash the run repaired, observed in the sandbox: certain for the user's kernel (None: recorded in the
+    # notebook, or none observed); False: only "likely" (seen on a copy of the kernel's state that may have missed
+    # what it rests on, `crash_doubt` says why), and a fix is "verified against a likely crash" (issue 42, h5)
+    crash_certain: bool | None = None
+    crash_doubt: str = ""
 
     @property
     def changes_code(self) -> bool:
         return bool(self.edits or self.additions)
 
+    @property
+    def verification(self) -> str:
+        """How the fix was verified, in words (crane.fixes.model.verification_words): "verified", "verified against
+        a likely crash", "verified by a likely clean run", or both."""
+        from crane.fixes.model import verification_words
+
+        return verification_words(self.crash_certain, self.evidence is None or self.evidence.certain)
+
     def summary(self) -> str:
+        how = f" ({self.verification})" if self.fixed and self.verification != "verified" else ""
         if self.fixed and not self.changes_code and self.run_first:
             cells = ", ".join(str(c) for c in self.run_first)
-            return f"no code change needed: run cell{'s' if len(self.run_first) > 1 else ''} {cells} first"
+            return f"no code change needed: run cell{'s' if len(self.run_first) > 1 else ''} {cells} first{how}"
         if self.fixed:
             from crane.agent.removals import removal_note
 
             drops = "; ".join(f"cell {e.cell} {note}" for e in self.edits if (note := removal_note(e.old, e.new)))
-            return f"fixed: {len(self.edits)} cell edit(s), {len(self.additions)} new cell(s)" + \
+            return f"fixed{how}: {len(self.edits)} cell edit(s), {len(self.additions)} new cell(s)" + \
                 (f" — {drops}" if drops else "")
         return f"not a fix ({self.stop_reason})"
 

@@ -158,6 +158,7 @@ class FixRunner:
         return Evidence(
             sandbox=getattr(self.sandbox, "kind", "replay"), ran=[c for c, _ in results],
             target=self.target, status=result.status, ename=result.ename, evalue=(result.evalue or "")[:500] or None,
+            certain=result.certain, doubt=result.doubt,
             traceback=result.traceback[-2000:], stdout=result.stdout[-2000:],
             failed_before=[f"cell {c}: {r.ename}: {(r.evalue or '')[:200]}" for c, r in results if not r.clean],
         )

@@ -85,6 +85,10 @@ def render(proposal: Any, offered: list | None = None) -> str:
         "clean": f"### CRANE agent: cell {proposal.target} already runs clean",
     }[proposal.status]
     out = [head, proposal.summary() if proposal.status != "clean" else proposal.stop_reason]
+    if proposal.crash_certain is False:  # (issue 42, h5) the crash was seen only on a copy of the kernel's state
+        out.append(f"**Verified against a likely crash**: {proposal.crash_doubt or 'the crash is only likely'}. It "
+                   "was seen in a sandbox copy of the kernel's state, which may have missed what it rests on: the "
+                   "kernel itself may not raise it.")
     if proposal.explanation:
         out.append(proposal.explanation)
     diff = unified_diff(proposal, "notebook")
@@ -97,12 +101,14 @@ def render(proposal: Any, offered: list | None = None) -> str:
     if proposal.evidence is not None:
         ev = proposal.evidence
         what = "ran clean" if ev.status == "ok" else f"{ev.ename or ev.status}: {ev.evalue or ''}".strip()
+        if not ev.certain and ev.status in ("ok", "error"):
+            what += f" ({ev.doubt or 'only likely'})"
         out.append(f"Verified in a {ev.sandbox} sandbox: cell {ev.target} {what}.")
     if proposal.guard:
         out.append("Refused by the guard: " + "; ".join(proposal.guard))
     if offered and proposal.status in ("not-fixed", "stopped", "error"):
         out.append("The model did not fix the cell, but CRANE verified these quick fixes in a sandbox (Quick Fix "
-                   "menu on the cell's diagnostic):\n" + "\n".join(f"{i}. {f.title}" for i, f in enumerate(offered, 1)))
+                   "menu on the cell's diagnostic):\n" + "\n".join(f"{i}. {f.label}" for i, f in enumerate(offered, 1)))
     u = proposal.usage
     cost = f"${u.cost_usd:.5f}" if u.cost_usd is not None else "cost unknown (model not priced)"
     out.append(f"<sub>{proposal.model} · {proposal.steps} step(s) · {u.requests} request(s) · "

@@ -105,19 +105,40 @@ function isFixResult(v: unknown): v is FixResult {
   return !!o && typeof o === 'object' && 'edit' in o && (typeof o.markdown === 'string' || typeof o.runId === 'string');
 }
 
+/**
+ * How a fixed run's verification falls short of certain, in the server's words (crane.fixes.model.verification_words),
+ * or '' when it is plainly verified: the crash it repaired was seen only on a copy of the kernel's state
+ * (`crashCertain: false`: "verified against a likely crash", with the reason), or its clean run is only likely.
+ */
+export function verifiedAgainst(p: Proposal | null | undefined): string {
+  if (!p) {
+    return '';
+  }
+  const parts: string[] = [];
+  if (p.crashCertain === false) {
+    parts.push(`against a likely crash${p.crashDoubt ? ` (${p.crashDoubt})` : ''}`);
+  }
+  if (p.evidence && p.evidence.certain === false) {
+    parts.push(`by a likely clean run${p.evidence.doubt ? ` (${p.evidence.doubt})` : ''}`);
+  }
+  return parts.length ? `verified ${parts.join(', ')}` : '';
+}
+
 /** A one-line outcome of a run for the panel. */
 export function describeOutcome(result: FixResult, hasEdit: boolean): string {
   const p: Proposal | null = result.proposal;
   const status = p?.status ?? result.status;
   const reason = p?.stopReason ? ` (${p.stopReason})` : '';
   switch (status) {
-    case 'fixed':
+    case 'fixed': {
+      const likely = verifiedAgainst(p);
       if (!hasEdit && p?.runFirst?.length) {
-        return `No code change needed: run cell${p.runFirst.length > 1 ? 's' : ''} ${p.runFirst.join(', ')} first.`;
+        return `No code change needed: run cell${p.runFirst.length > 1 ? 's' : ''} ${p.runFirst.join(', ')} first${likely ? ` (${likely})` : ''}.`;
       }
       return hasEdit
-        ? 'Fixed and verified in a fresh sandbox. Review it as a diff, or with Apply (preview): tick the changes in the Refactor Preview and press its Apply.'
+        ? `${likely ? `Fixed, ${likely}, in a fresh sandbox` : 'Fixed and verified in a fresh sandbox'}. Review it as a diff, or with Apply (preview): tick the changes in the Refactor Preview and press its Apply.`
         : 'Fixed: nothing to change.';
+    }
     case 'clean':
       return 'Nothing to fix: the cell already runs clean in the sandbox.';
     case 'stopped':

@@ -301,6 +301,8 @@ export interface Proposal {
   elapsedS: number;
   log: AgentStep[];
   calls: CallStats;
+  crashCertain: boolean | null;
+  crashDoubt: string;
 }
 
 export interface CellEdit {
@@ -328,6 +330,8 @@ export interface Evidence {
   traceback?: string;
   stdout?: string;
   failedBefore?: string[];
+  certain?: boolean;
+  doubt?: string;
 }
 
 export interface AgentUsage {

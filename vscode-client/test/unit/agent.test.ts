@@ -132,6 +132,15 @@ describe('agent panel state', () => {
     expect(proposed).toMatchObject({ status: 'proposed', runId: 'r1', edit: EDIT });
     expect(proposed.message).toMatch(/Fixed and verified/);
     expect(proposed.usage).toEqual({ promptTokens: 300, completionTokens: 40, cachedTokens: 100, costUsd: 0.0012 });
+    // issue 42 (h5): a crash seen only on a copy of the kernel's state is said, and a fix is not plainly verified
+    const likelyResult = fixResult('fixed');
+    likelyResult.proposal = proposal('fixed', {
+      crashCertain: false,
+      crashDoubt: 'the crash is only likely: the notebook patched the library class DataFrame beyond what the copy carries',
+    }) as never;
+    const likely = run(start(), { type: 'finished', result: likelyResult });
+    expect(likely.message).toMatch(/^Fixed, verified against a likely crash \(the crash is only likely: the notebook patched/);
+    expect(likely.message).not.toMatch(/Fixed and verified/);
     const clean = run(start(), { type: 'finished', result: fixResult('clean', null) });
     expect(clean).toMatchObject({ status: 'no-proposal', edit: undefined });
     expect(clean.message).toMatch(/already runs clean/);
