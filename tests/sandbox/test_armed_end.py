@@ -99,7 +99,11 @@ def _verdict(pk, path: str, source: str):
 def test_every_path_says_what_the_kernel_does(pk, cell, path):
     source, (verdict, ename), refused = ARMED[cell]
     v = _verdict(pk, path, source)
-    if refused and path.startswith("portable"):  # (its guard refuses every thread a cell starts, every handler)
+    layers = v.transplant.layers if v.transplant is not None else []
+    # (its guard refuses every handler and timer; every thread a cell starts only where no OS layer holds the worker,
+    # as far as the verdict's layers say: a one-shot run names Landlock where it ran, and its thread then runs)
+    if refused and path.startswith("portable") and (
+            refused != THREAD or v.verdict == "blocked" and "landlock" not in (layers or [])):
         assert v.verdict == "blocked" and f"{refused} is refused" in (v.reason or ""), v
         return
     assert (v.verdict, v.ename) == (verdict, ename), v
@@ -129,9 +133,12 @@ def _kernel_ended(kernel) -> bool:
 
 @pytest.mark.parametrize("cell", list(ARMED))
 @pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
-def test_the_kernel_itself(kernel_env, cell, tmp_path):
-    """What the real kernel does with each cell: the reply is `ok`, then the process ends (or does not)."""
+def test_the_kernel_itself(kernel_env, cell, tmp_path, monkeypatch):
+    """What the real kernel does with each cell: the reply is `ok`, then the process ends (or does not). Started as
+    a notebook's kernel is, not as pytest's: ipykernel does not capture its stderr's descriptor where it sees
+    PYTEST_CURRENT_TEST (ipykernel/iostream.py), so `sys.stderr.fileno()` (faulthandler's file) would raise."""
     source, (verdict, _), _ = ARMED[cell]
+    monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
     kernel = start_kernel(tmp_path, python=kernel_python(kernel_env))
     try:
         try:
@@ -146,3 +153,25 @@ def test_the_kernel_itself(kernel_env, cell, tmp_path):
             assert kernel.connection.run_cell("1 + 1", timeout=60).status == "ok"  # alive
     finally:
         kernel.shutdown()
+
+
+@pytest.mark.parametrize("path", ["fork session", "transplant session", "portable session"])
+@pytest.mark.parametrize("how", ["os.kill(os.getpid(), signal.SIGTERM)", "signal.raise_signal(signal.SIGUSR1)",
+                                 "os.kill(os.getpid(), signal.SIGKILL)"])
+def test_a_session_names_the_signal(pk, path, how):
+    """A session's command that signals its own process says which signal, as a one-shot run's record does (before:
+    "ended by the cell (a signal, or an exit status the session reserves)", the name lost in exit code 86)."""
+    v = _verdict(pk, path, f"import os, signal\n{how}")
+    name = how.split("signal.")[-1].rstrip(")")
+    assert (v.verdict, v.ename) == DEAD, v
+    assert f"the cell's own {name}" in (v.evalue or ""), v
+
+
+def test_an_exit_status_in_the_signal_band_is_not_a_signal():
+    """The cell's own `os._exit(n)` for n in the band of signal codes reads as the cell's end, never a signal."""
+    from crane.sandbox.shared.process_end import SIGNAL_EXITS, cell_end_code, ended_outcome, exit_status
+    assert cell_end_code(128 + 15) == SIGNAL_EXITS + 15
+    for own in (SIGNAL_EXITS + 1, SIGNAL_EXITS + 15, SIGNAL_EXITS + 31):
+        out = ended_outcome(exit_status(cell_end_code(own)))
+        assert out["ename"] == "DeadKernelError" and "own SIG" not in out["evalue"], (own, out)
+    assert "own SIGTERM" in ended_outcome(exit_status(cell_end_code(128 + 15)))["evalue"]

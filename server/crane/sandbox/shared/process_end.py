@@ -18,7 +18,8 @@ A cell that ends its process through Python (`os._exit(n)`, `os.abort()`, a sign
 itself, also from a finalizer or a thread) is caught before it ends by kernel/audit._guard_process_end, on every path:
 a one-shot run writes its record; a session's command ends at once with `cell_end_code(n)` (128 + the signal's
 number for a signal, so a SIGKILL it sent itself is never read as the budget's kill, nor a code of its own as
-CRANE's), which reads here as that crash.
+CRANE's), which reads here as that crash; a signal's name is kept (`SIGNAL_EXITS`: "ended by the cell's own
+SIGTERM", as a one-shot's record says it).
 
 Never `no-crash`: how a process ended cannot say that its command ran clean. tests/sandbox/
 test_copy_session_worker_end.py and test_process_end_matrix.py hold the answers of every path equal.
@@ -32,6 +33,7 @@ from crane.sandbox.shared.seal import TAMPERED_EXIT  # kernel: strip
 
 WORKER_FAILED = 70  # a transplant worker whose own code raised (worker/boot.py)
 CELL_ENDED_EXIT = 86  # a session command's own end whose code CRANE reads otherwise (`cell_end_code`)
+SIGNAL_EXITS = 88  # a session command's end by a signal of its own: this + the signal's number (89..119, 1..31)
 _RESERVED = (11, 12, TAMPERED_EXIT, WORKER_FAILED)  # exits a session reads as its own (kernel/session._wait_child)
 WORKER_FAILED_REASON = ("CRANE's own code failed in the session's worker after the cell's code ran (the cell changed "
                         "what it runs on, as a builtin exception class swapped for one of its own): its outcome "
@@ -56,9 +58,21 @@ def cell_end_code(code: int) -> int:
     """The exit status a session's command process ends with where its cell ends it (kernel/audit._guard_process_end):
     the cell's own (as the OS truncates it) where the session reads it as an exit, else `CELL_ENDED_EXIT`: a signal
     (128 + its number, which the fork session's heads read as a death by that signal: SIGKILL as the budget's) and
-    the codes the session reserves (kernel/session: 11 rollback, 12 close; `TAMPERED_EXIT`; `WORKER_FAILED`)."""
+    the codes the session reserves (kernel/session: 11 rollback, 12 close; `TAMPERED_EXIT`; `WORKER_FAILED`); a
+    signal numbered 1 to 31 (128 + its number from the guard) exits `SIGNAL_EXITS` + its number, so the reply names
+    it as a one-shot run's record does (before, every signal read "code 86"), and the cell's own exit status in that
+    band is `CELL_ENDED_EXIT`."""
     code = int(code) & 0xFF
-    return CELL_ENDED_EXIT if code > 128 or code in _RESERVED else code
+    if code > 128:  # a signal (128 + its number): its own band, so that its name is said (`ended_outcome`)
+        return SIGNAL_EXITS + code - 128 if code - 128 < 32 else CELL_ENDED_EXIT
+    return CELL_ENDED_EXIT if code in _RESERVED or SIGNAL_EXITS < code < SIGNAL_EXITS + 32 else code
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def worker_outcome(returncode: int) -> dict:
@@ -80,5 +94,8 @@ def ended_outcome(status: str) -> dict:
         return {"verdict": "blocked", "reason": "the cell made a system call the sandbox forbids"}
     if status == f"exited ({CELL_ENDED_EXIT})":
         status = "ended by the cell (a signal, or an exit status the session reserves)"
+    elif status.startswith("exited (") and status.endswith(")") and status[8:-1].isdigit() \
+            and SIGNAL_EXITS < int(status[8:-1]) < SIGNAL_EXITS + 32:
+        status = f"ended by the cell's own {_signal_name(int(status[8:-1]) - SIGNAL_EXITS)}"
     return {"verdict": "crash", "ename": "DeadKernelError", "reason": f"the sandbox process {status}",
             "evalue": f"the process ended ({status}): running this cell would end the kernel's process"}
