@@ -16,8 +16,15 @@ subclass at that address whose `object.__repr__` reads the same (`ref-subclass`)
 both layouts; a step the layout refuses (a tuple is not assignable) is recorded in `FAILED`, not raised. The two
 address cases free the seal and make the notebook's object at once (`forge_at`); where another thread's allocation
 took the address first, the case is staged again on a fresh install (at most 5 times). Also on the Python 3.12 and
-3.13 kernels. Still open, and recorded as a strict xfail: a trace function of the notebook's with opcode events
-rewrites the request's own lambda locals between the checks and the call.
+3.13 kernels.
+
+A hook an earlier cell left (kernel/hooks_off.py) never sees a frame of CRANE's request: a trace function with opcode
+events that swaps the request's checked code object between the seal's checks and the call (the two environments'
+3.11), and (`test_a_hook_of_the_notebooks_sees_no_frame_of_the_request`) a trace function, a profile function, a
+`sys.monitoring` tool (3.12, 3.13), `threading.settrace_all_threads` (3.12, 3.13) rewriting the seal call's
+arguments at its `call` event, and a `gc.callbacks` entry (the collector's threshold at 1) that walks the frames up
+from a collection and swaps the checked code object: each made CRANE's reply the notebook's before (`42` for
+`add(1, 1)`, or `'fake'`); each hook is in place, as it was, after the call.
 """
 
 from __future__ import annotations
@@ -55,8 +62,8 @@ def forge_at(m, make):  # the seal's root dropped, the seal freed, and `make()` 
     global STAGED
     at = id(m.__crane_seal__)
     atexit._clear()
-    made = []
-    d = m.__dict__
+    made = [make()]  # (its first run before the free: on 3.12+ a code object's first run after CRANE's request,
+    d = m.__dict__   # which set and unset a trace function, allocates its instrumentation, which took the address)
     del d['__crane_seal__']  # (its last reference: freed here, then made again at once)
     w = make()
     while id(w) != at and len(made) < 200000:
@@ -204,10 +211,6 @@ sys.settrace(tracer)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="open (found while fixing M1): a trace function of the notebook's with opcode "
-                   "events sees the request's own lambda frames and rewrites their locals between the seal's checks "
-                   "and the call (here the seal's code object for one of its own); closing it needs the user's hooks "
-                   "and the collector off before the request enters any frame (docs/sandbox.md, 'Not proven')")
 def test_a_trace_function_of_the_notebooks_cannot_swap_the_checked_code(kernel, request):
     if request.node.callspec.params["kernel"].startswith("py"):
         pytest.skip("the repro's opcode tracing is written for the two environments' Python (3.11)")
@@ -223,3 +226,112 @@ def test_a_trace_function_of_the_notebooks_cannot_swap_the_checked_code(kernel, 
         conn.run_cell("sys.settrace(None)", timeout=60)
     assert value == 2
     assert conn.evaluate(f"sys.modules[{module.name!r}].__dict__.get('FORGED')") is None
+
+
+# The hooks of an earlier cell: each rewrites a frame of the request's (through `frame.f_locals`: written back by CPython
+# after a trace or profile function returns, by `PyFrame_LocalsToFast` for a monitoring tool or a collector callback on
+# 3.11/3.12, through the frame's proxy on 3.13) so that CRANE's reply would be the notebook's: the seal call's `args`
+# at its `call` event (add(40, 2)), or the checked code object between the seal's checks and the call (`'fake'`).
+HOOKS = r"""
+import ctypes, dis, gc, sys, threading, types
+HITS = []
+def _set(frame, name, value):
+    frame.f_locals[name] = value
+    if sys.version_info < (3, 13):
+        ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+def _args(frame):  # the seal's call (op 1) of `add`: other numbers
+    if frame.f_code.co_name == '_seal' and frame.f_locals.get('op') == 1 and frame.f_locals.get('name') == 'add':
+        _set(frame, 'args', (40, 2))
+        HITS.append('args')
+def evil_seal(op, m, name, args, quiet, missing):  # (reads no global: made into a function with empty builtins)
+    return (0, 'fake') if op == 1 else True
+_WINDOW = {}
+def _code(frame):  # between the last check of the seal's code object `c` and its call: the notebook's code instead
+    code = frame.f_code
+    if code.co_name != '<lambda>' or 'c' not in code.co_varnames:
+        return
+    if code not in _WINDOW:
+        loads = [i.offset for i in dis.get_instructions(code) if i.opname.startswith('LOAD_FAST')
+                 and 'c' in (i.argval if type(i.argval) is tuple else (i.argval,))]
+        _WINDOW[code] = (loads[-2], loads[-1]) if len(loads) > 1 else (0, 0)
+    lo, hi = _WINDOW[code]
+    c = frame.f_locals.get('c')
+    if lo < frame.f_lasti < hi and type(c) is types.CodeType and c.co_name == '_seal':
+        _set(frame, 'c', evil_seal.__code__)
+        HITS.append('code')
+def tracer(frame, event, arg):
+    if event == 'call':
+        _args(frame)
+    return None
+def profiler(frame, event, arg):
+    if event == 'call':
+        _args(frame)
+def on_start(code, offset):
+    try:
+        if code.co_name == '_seal':
+            _args(sys._getframe(1))
+    except Exception:
+        pass
+def on_collect(phase, info):
+    if phase != 'start':
+        return
+    try:
+        f = sys._getframe(1)
+        for _ in range(12):
+            if f is None:
+                break
+            _code(f)
+            f = f.f_back
+    except Exception:
+        pass
+_THRESHOLD = gc.get_threshold()
+"""
+ARM = {
+    "settrace": "sys.settrace(tracer)",
+    "setprofile": "sys.setprofile(profiler)",
+    "monitoring": "M = sys.monitoring\nM.use_tool_id(2, 'notebook')\nM.register_callback(2, M.events.PY_START, on_start)\n"
+                  "M.set_events(2, M.events.PY_START)",
+    "threading-all": "threading.settrace_all_threads(tracer)",
+    "gc-callbacks": "gc.callbacks.append(on_collect)\ngc.set_threshold(1)",
+}
+# the hook, as the notebook left it, after CRANE's call
+HELD = {
+    "settrace": "sys.gettrace() is tracer",
+    "setprofile": "sys.getprofile() is profiler",
+    "monitoring": "sys.monitoring.get_tool(2) == 'notebook' and sys.monitoring.get_events(2) == "
+                  "sys.monitoring.events.PY_START and sys.monitoring.register_callback(2, sys.monitoring.events.PY_START, "
+                  "on_start) is on_start",
+    "threading-all": "sys.gettrace() is tracer and threading.gettrace() is tracer",
+    "gc-callbacks": "gc.callbacks == [on_collect] and gc.get_threshold()[0] == 1 and gc.isenabled()",
+}
+DISARM = {
+    "settrace": "sys.settrace(None)",
+    "setprofile": "sys.setprofile(None)",
+    "monitoring": "sys.monitoring.set_events(2, 0)\nsys.monitoring.register_callback(2, sys.monitoring.events.PY_START, "
+                  "None)\nsys.monitoring.free_tool_id(2)",
+    "threading-all": "threading.settrace_all_threads(None)\nthreading.settrace(None)",
+    "gc-callbacks": "gc.set_threshold(*_THRESHOLD)\ngc.callbacks.remove(on_collect)",
+}
+NEW_IN_312 = ("monitoring", "threading-all")
+
+
+@pytest.mark.parametrize("hook", sorted(ARM))
+def test_a_hook_of_the_notebooks_sees_no_frame_of_the_request(kernel, hook, request):
+    if hook in NEW_IN_312 and request.node.callspec.params["kernel"] not in ("py3.12", "py3.13"):
+        pytest.skip(f"{hook}: Python 3.12+ (the 3.12 and 3.13 kernels)")
+    k, work = kernel
+    conn = k.connection
+    module = KernelModule(f"_crane_test_hook_{hook.replace('-', '_')}", "a test module", [work / "demo.py"])
+    client = ModuleClient(conn, module)
+    assert client.call("add", 2, 3, timeout=10, what="demo") == 5
+    assert conn.run_cell(HOOKS, timeout=60).status == "ok"
+    arm = conn.run_cell(ARM[hook], timeout=60)
+    assert arm.status == "ok", arm
+    try:
+        value = client.call("add", 1, 1, timeout=30, what="demo")
+        held = conn.evaluate(HELD[hook], timeout=30)
+    finally:
+        conn.run_cell(DISARM[hook], timeout=60)
+    assert (value, conn.evaluate("HITS")) == (2, []), hook  # CRANE's own answer; the hook saw no frame of it
+    assert held is True, hook  # the notebook's hook is back, as it was
+    assert client.call("add", 1, 1, timeout=10, what="demo") == 2

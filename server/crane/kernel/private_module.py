@@ -80,6 +80,7 @@ from typing import Any, NamedTuple
 
 from crane.kernel.client import KernelConnection, literal_value
 from crane.kernel.errors import KernelDead, KernelError, KernelNotStarted, KernelTimeout
+from crane.kernel.hooks_off import guarded
 
 STRIP_MARK = "# kernel: strip"
 _PACKAGE = Path(__file__).resolve().parents[1]  # server/crane
@@ -529,7 +530,11 @@ class ModuleClient:
     def evaluate(self, expressions: dict[str, str], timeout: float, what: str,
                  start_timeout: float | None = None) -> dict[str, Any]:
         """Evaluate `expressions` in one private request; the raw `user_expressions` entries. `start_timeout`: the
-        kernel must start on it within that (KernelConnection.private), then answer within `timeout`."""
+        kernel must start on it within that (KernelConnection.private), then answer within `timeout`. A quiet
+        module's expressions each run inside a trace function of the request's own, the notebook's hooks seeing none
+        of its frames (kernel/hooks_off.guarded)."""
+        if self.module.quiet:  # (the one entry of every request of a quiet module: kernel/hooks_off.py)
+            expressions = {k: guarded(v, _SYS_EXPR) for k, v in expressions.items()}
         try:
             reply = self.conn.private(expressions, timeout=timeout, start_timeout=start_timeout)
         except KernelTimeout as exc:

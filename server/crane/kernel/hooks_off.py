@@ -1,0 +1,171 @@
+"""The first step of every private-module request: no frame of CRANE's runs where a notebook's hook can see it.
+
+A private request's expression is evaluated by IPython in the notebook's namespace, in the kernel's main thread, where
+an earlier cell may have left hooks that see (and through `frame.f_locals` rewrite) every Python frame that runs: a
+trace function (`sys.settrace` with opcode events; `threading.settrace_all_threads` on 3.12+), a profile function
+(`sys.setprofile`: CPython writes a profile function's `f_locals` changes back into the frame as it does a
+tracer's), `sys.monitoring` callbacks (3.12+; on 3.13 a frame's `f_locals` writes through), a `gc.callbacks` entry
+(run at a collection one of CRANE's allocations triggers, it walks `sys._getframe()` up to CRANE's frames). CRANE's
+code turned them off only once inside its own frames: a tracer could swap the seal's checked code object for one of
+its own between the checks and the call, or rewrite a function's arguments at its `call` event, and CRANE's reply (a
+probe fact, an export's proof) came from the notebook's code (tests/kernel/test_seal_forgery.py).
+
+`guarded(expr)` wraps one expression so that it runs INSIDE a trace function of CRANE's: while a trace or profile
+function runs, CPython counts the thread as tracing (`PyThreadState_EnterTracing`; 3.12+: every `sys.monitoring`
+callback, the legacy hooks included, is called so), and no trace, profile or monitoring event fires in that thread
+for any frame until it returns, whatever hooks are set. The request's top-level frame (IPython's `eval`, whose locals
+are the notebook's namespace: nothing is read from or bound in it) reaches the interpreter's `sys.gettrace` and
+`sys.settrace` from literals by C descriptors, proves them `sys`'s own C functions (as kernel/private_module's
+`_SYS_EXPR` does), and by C calls alone — no Python frame entered before — saves the thread's trace function and
+makes a fresh lambda of the request's its trace function (`enter`); then calls a trigger lambda, whose `call` event
+runs `enter` (before the notebook's profile function or monitoring tools see the trigger: the legacy trace hook is
+called first). `enter` puts the notebook's trace function back at once (it fires again only once `enter` returns,
+and a guard keeps `enter` from running twice), then, still inside the trace call, runs the guard: a function
+compiled per request with the builtins' own `exec`/`compile` (proven), on empty builtins, which turns off the
+collector and empties `gc.callbacks` (the same list object, its callbacks put back after), clears every
+`sys.monitoring` callback of tools 0-5 for each event (other threads of CRANE's, the export's pickler, are not
+inside the trace call; a tool's enabled events stay as they are), and `threading`'s hooks for new threads, runs
+`expr`, and puts all of it back exactly in its `finally`. Its outcome reaches the trigger through the trigger's own
+local (`frame.f_locals`, written back by CPython after a trace function returns, 3.11/3.12, or through the 3.13
+proxy): its value is returned, its exception raised there, so the reply is `expr`'s as before.
+
+Only quiet modules are called so (kernel/private_module.KernelModule.quiet): the fork sandbox's start forks the kernel,
+and a child forked inside a trace call would run the cell with the thread still counted as tracing.
+
+Not proven (docs/sandbox.md): in the top-level frame, until `enter` runs, the notebook's hooks are on (that frame is
+theirs to see): one that swaps `sys.settrace`/`gettrace` (or the import machinery's `sys`) between the proof and the
+call gets its function called, or that swaps `builtins.exec`/`compile` or `sys.monitoring`'s, `gc`'s entries before
+`enter` proves them (the request is then refused). The trigger's frame, after `enter` returns, and IPython's
+formatting and ipykernel's sending of the reply run with every hook back: a profile function, a monitoring tool or
+a trace function there can rewrite the reply as a display formatter of the notebook's can (the reply channel:
+docs/sandbox.md's threat model). `sys.addaudithook` hooks cannot be removed (they see
+`sys.monitoring.register_callback`'s audit events).
+"""
+
+from __future__ import annotations
+
+# C-level readers from literals (nothing of the notebook's is looked up)
+_T = "().__class__.__class__"
+_DT = "{}.__class__"
+_BF = f"{_T}(().__class__.__base__.__subclasses__)"
+_D = "(lambda: 0).__builtins__"
+_SELF = f"{_BF}.__dict__['__self__'].__get__"
+_FNAME = f"{_BF}.__dict__['__name__'].__get__"
+# `sys`, through the builtins' `__spec__` (its class's `__init__`'s globals: the frozen import machinery's namespace)
+_S = (f"{_DT}.get((lambda: 0).__class__.__dict__['__globals__'].__get__({_T}.__dict__['__dict__'].__get__("
+      f"{_T}({_DT}.get({_D}, '__spec__'))).get('__init__')), 'sys')")
+_MT = f"{_T}({_S})"
+_SD = f"{_T}.__dict__['__dict__'].__get__({_MT})['__dict__'].__get__({_S})"
+
+
+def _get(name: str) -> str:
+    """`sys`'s own entry `name` (dict's own `get`: no method of the namespace's is called)."""
+    return f"{_DT}.get({_SD}, {name!r})"
+
+
+def _own(name: str) -> str:
+    """`sys`'s entry `name` is the C function `name` bound to `sys` (nothing of it called: the builtin-function type's
+    own `__self__` and `__name__` descriptors raise for any other object, which fails the request)."""
+    f = _get(name)
+    return f"{_SELF}({f}) is {_S} and {_FNAME}({f}) == {name!r}"
+
+
+# `sys` a plain module (no heap subclass whose `__dict__` property would run), its `gettrace` and `settrace` its own
+# C functions (re-read by the step itself)
+_PROOF = (f"not {_T}.__dict__['__flags__'].__get__({_MT}) & 512 and {_T}.__dict__['__name__'].__get__({_MT}) == "
+          f"'module' and {_own('gettrace')} and {_own('settrace')}")
+
+# The guard, compiled per request on empty builtins with the proven readers `K` (from kernel/private_module's
+# `_SYS_EXPR`: T, BF, D, S, SD, M, MT), the collector already off (`was`: it was on; `gon`: `gc.enable`). Called
+# inside `enter` (no event fires): everything off, `F()`, everything back; its outcome (1, value) or (2, exception) written to the trigger's local `__crane_reply__` before the collector is back
+# (3.11/3.12: a later read of the trigger's `f_locals`, a collector callback's, would refill it from the frame).
+_GUARD = """
+def _guard(frame, F, K, was, gon):
+    T, BF, D, S, SD, M, MT = K
+    MDD = T.__dict__["__dict__"].__get__(MT)["__dict__"].__get__
+    SELF = BF.__dict__["__self__"].__get__
+    FNAME = BF.__dict__["__name__"].__get__
+    DG = {}.__class__.get
+    SETI = {}.__class__.__setitem__
+    LT = [].__class__
+    gcm = DG(M, "gc")
+    mon = DG(SD, "monitoring")
+    th = DG(M, "threading")
+    f = []
+    for m, n in ((S, "exc_info"), (mon, "register_callback")):
+        x = DG(MDD(m), n) if T(m) is MT else None
+        f.append(x if T(x) is BF and SELF(x) is m and FNAME(x) == n else None)
+    exc_info, rc = f
+    cbs = DG(MDD(gcm), "callbacks") if T(gcm) is MT else None
+    held = LT(cbs) if T(cbs) is LT else None
+    if held is not None:
+        LT.clear(cbs)
+    mons = []
+    if rc is not None:
+        for tool in (0, 1, 2, 3, 4, 5):
+            bit = 1
+            while bit < 16777216:
+                try:
+                    mons.append((tool, bit, rc(tool, bit, None)))
+                except:
+                    break
+                bit += bit
+    td = MDD(th) if T(th) is MT else {}
+    hooks = [(k, DG(td, k)) for k in ("_profile_hook", "_trace_hook") if k in td]
+    for k, h in hooks:
+        SETI(td, k, None)
+    r = (2, None)
+    try:
+        r = (1, F())
+    except:
+        r = (2, exc_info()[1] if exc_info is not None else None)
+    finally:
+        for k, h in hooks:
+            SETI(td, k, h)
+        for tool, bit, cb in mons:
+            rc(tool, bit, cb)
+        if held is not None:
+            LT.extend(cbs, held)
+        frame.f_locals["__crane_reply__"] = r
+        if was:
+            gon()
+"""
+
+_WHY = ("CRANE: the notebook replaced `builtins.exec`/`compile` or what leads to the interpreter's `sys` (not the "
+        "interpreter's own): CRANE's private request is not run in this kernel (it would call that code)")
+
+
+def refused(why: str) -> str:
+    """An expression that fails the request with a `KeyError` naming `why` (nothing else is run)."""
+    return f"{{}}[{why!r}]"
+
+
+def guarded(expr: str, sys_expr: str) -> str:
+    """`expr` evaluated inside a trace function of the request's own (no trace, profile or monitoring event fires
+    in its frames), with the collector, `gc.callbacks`, `sys.monitoring` callbacks and threading's hooks for new
+    threads off, all of it put back exactly after; its value or exception is the request's. `sys_expr`: an
+    expression of (T, BF, D, S, SD, M, MT) or False (kernel/private_module._SYS_EXPR); a kernel whose `sys`,
+    `exec` or `compile` are not the interpreter's own refuses the request (a `KeyError` naming why)."""
+    own_ex = ("T(e) is BF and FNAME(e) == 'exec' and T(b := SELF(e)) is MT and MDD(b) is D "
+              "and T(c) is BF and FNAME(c) == 'compile' and SELF(c) is b")
+    # the collector off first (before the guard is compiled: a finalizer of the notebook's runs in no frame of
+    # CRANE's), `gc`'s own switches (none where `gc` is not loaded or not its own: left as it is)
+    own = "lambda m, n: x if T(x := DG(MDD(m), n) if T(m) is MT else None) is BF and SELF(x) is m and FNAME(x) == n else None"
+    refuse = f"f.f_locals.__setitem__('__crane_reply__', (0, {_WHY!r}))"
+    # run inside the trace call: nothing here raises (a trace function's exception would unset the notebook's)
+    run = (f"(lambda P: (lambda T, BF, D, S, SD, M, MT: (lambda SELF, FNAME, MDD, DG: (lambda own: "
+           f"(lambda gis, goff, gon: (lambda was: (lambda e, c: "
+           f"e(c({_GUARD!r}, '<crane-kernel/guard>', 'exec'), g := {{'__builtins__': {{}}}}) or "
+           f"g['_guard'](f, lambda: {expr}, P, was, gon) if {own_ex} else {refuse} or (was and gon()))"
+           f"(DG(D, 'exec'), DG(D, 'compile')))"
+           f"(gis is not None and goff is not None and gon is not None and gis() and (goff() or True)))"
+           f"(own(DG(M, 'gc'), 'isenabled'), own(DG(M, 'gc'), 'disable'), own(DG(M, 'gc'), 'enable')))({own}))"
+           f"(BF.__dict__['__self__'].__get__, BF.__dict__['__name__'].__get__, "
+           f"T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__, {{}}.__class__.get))(*P) "
+           f"if P else {refuse})({sys_expr})")
+    # (only at the trigger's `call` event: a Python function a collection or a finalizer calls in between is not it)
+    enter = (f"(lambda f, ev, a, old={_get('gettrace')}(), st={_get('settrace')}, done=[]: None if done or "
+             f"f.f_code.co_varnames != ('__crane_reply__',) else done.append(1) or st(old) or {run})")
+    trigger = ("(lambda __crane_reply__=None: __crane_reply__[1] if __crane_reply__[0] == 1 else "
+               "{}[__crane_reply__[1]] if __crane_reply__[0] == 0 else (_ for _ in ()).throw(__crane_reply__[1]))")
+    return f"({_get('settrace')}({enter}), {trigger}())[1] if {_PROOF} else {refused(_WHY)}"
