@@ -168,7 +168,9 @@ ATTACKS = {
     "the network through a library": "import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{port}/')",
     "a signal to the kernel": "import signal\nos.kill(kpid, signal.SIGKILL)",
     "ctypes": "import ctypes\nctypes.CDLL(None).system(b'touch {outside}/pwned')",
-    "a thread": "import threading\nthreading.Thread(target=lambda: None).start()",
+    # (a thread itself runs where an OS layer holds the worker; what it does is vetted as the cell's own code)
+    "a thread writing outside": "import threading\n"
+                                "threading.Thread(target=lambda: open('{outside}/target.txt', 'w').write('x')).start()",
     "leaving the run's folder": "os.chdir('{outside}')\nopen('x', 'w').write('x')",
     "an absolute path into the working folder": "open('{work}/log.txt', 'w').write('x')",
 }
