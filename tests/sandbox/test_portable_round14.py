@@ -148,3 +148,22 @@ def test_a_crash_from_the_views_links_seen_unfollowed_is_never_certain(conn, cel
     v = one_shot(conn, "portable", "import os\n" + NOT_FOLLOWING[cell])
     assert v.verdict in ("no-crash", "crash"), v
     assert not (v.verdict == "crash" and v.certain), v  # before: a certain IndexError / KeyError
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="the view is made of links")
+def test_a_portable_sessions_crash_from_the_views_links_is_never_certain(conn):
+    """The same rule in a portable session (`crane fix --offline --sandbox portable`, the agent, MCP): its crash was
+    certain (the one-shot's view check ran only on one-shot records); a later command still runs on the state."""
+    from crane.kernel.untouched import Untouched
+    from crane.sandbox.options import SandboxOptions
+    from crane.sandbox.session import open_session
+    with Untouched(conn) as watch:
+        s = open_session(conn, sandbox=SandboxOptions(confinement="portable"))
+        try:
+            v = s.run("import os\n" + NOT_FOLLOWING["S_ISREG without following"])
+            after = s.run("print(base + 1)")
+        finally:
+            s.close()
+    assert watch.unchanged, watch.changes()
+    assert (v.verdict, v.ename, v.certain) == ("crash", "IndexError", False), v  # before: certain
+    assert (after.verdict, after.stdout.strip()) == ("no-crash", "2"), after

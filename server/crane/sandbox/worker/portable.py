@@ -57,6 +57,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
+from crane.sandbox.shared.view_names import view_sensitive  # kernel: strip
 from crane.sandbox.worker.guard import (  # kernel: strip
     _THIS_THREAD,
     CallGuard,
@@ -111,6 +112,9 @@ def native_env_paths(key: Any, value: Any) -> list[str]:
 
 _FOLLOWS = {"os.chmod", "os.chown", "os.utime", "os.truncate", "os.chflags", "os.setxattr", "os.removexattr",
             "shutil.rmtree", "os.rmdir"}
+# moves whose source (argument 0) is made private first: a view link moved elsewhere no longer names its counterpart,
+# so it read as the cell's own link and a write to the moved file came back blocked (os.rename, os.replace, shutil.move)
+_MOVES = {"os.rename", "shutil.move"}
 _DIR_FD = {"os.remove": (1,), "os.rmdir": (1,), "os.mkdir": (2,), "os.chmod": (2,), "os.chown": (3,),
            "os.utime": (3,), "os.symlink": (2,), "os.rename": (2, 3), "os.link": (2, 3)}
 _FROM_USER_EVENTS = {"ctypes.dlopen": "loading native code with ctypes", "ctypes.dlsym": "ctypes",
@@ -520,32 +524,6 @@ def _os_refusal(rec: dict, os_layer: dict) -> dict:
     return out
 
 
-# what can tell the run's view from the real folder (links where the kernel has files, paths that resolve out of
-# the view): a crash that went near them may be the view's, not the cell's. (Round 14, h4: a `stat` or `is_file` that
-# does not follow links — `follow_symlinks=False`, `symlinks=True`, `followlinks` — sees the view's link where the
-# kernel sees a file: `os.stat(f, follow_symlinks=False).st_size`, `S_ISREG(... .st_mode)` filtering every file out
-# made certain IndexError/KeyError crashes; the view's folders' link counts and file system differ too.)
-_VIEW_NAMES = re.compile(r"\b(?:islink|is_symlink|lstat|readlink|realpath|resolve|samefile|relative_to|relpath|"
-                         r"walk|fwalk|rglob|glob|iglob|scandir|iterdir|listdir|is_junction|absolute|abspath|getcwd|"
-                         r"cwd|inode|st_ino|st_dev|st_nlink|S_ISLNK|tarfile|make_archive|follow_symlinks|symlinks|"
-                         r"followlinks|disk_usage|statvfs|fstatvfs)\b")
-_VIEW_FILES = ("os.py", "posixpath.py", "ntpath.py", "pathlib.py", "glob.py", "shutil.py", "genericpath.py",
-               "tarfile.py", "zipfile.py", "filecmp.py")  # (tarfile stores a view link as a link: round 6, P6)
-
-
-def _view_sensitive(source: str, rec: dict, places: tuple[str, ...] = ()) -> bool:
-    """The crashed cell looked at the file system in a way the run's view can answer differently from the real
-    folder (its text names such a call, a frame of its traceback is in the path modules, or its message names the
-    view or the real folder's path, which a view link leaks: `places`)."""
-    if _VIEW_NAMES.search(source):
-        return True
-    frames = [str(t).split(":", 1)[0] for t in rec.get("traceback") or []]
-    if any(f.endswith(_VIEW_FILES) for f in frames):
-        return True
-    said = str(rec.get("evalue") or "")
-    return any(p and len(p) > 1 and p in said for p in places)
-
-
 def _open_channel(ctx: _Ctx, out: int) -> None:
     """The result channel is `out`, the worker's pipe to the daemon (worker/boot.py; a session's commands come down
     its other pipe); the output goes to plain files in the run's private directory; fd 0 reads the null device.
@@ -695,7 +673,7 @@ def _install_portable_hook(run: Portable) -> None:
                     refuse(f"{event} relative to a directory descriptor")
                 return  # a library's walk below a directory it opened (shutil.rmtree's, already vetted)
             for i in paths:
-                if i < len(args) and not writable(args[i], event, event in _FOLLOWS):
+                if i < len(args) and not writable(args[i], event, event in _FOLLOWS or (i == 0 and event in _MOVES)):
                     if event == "os.mkdir" and _exists(args[i]):
                         # what the call does anyway, changing nothing: a library's makedirs(exist_ok=True) of a
                         # folder that is there (its cache, its config) goes on as in the kernel
@@ -1161,7 +1139,8 @@ def finish_portable(run: Portable, source: str, rec: dict) -> dict:
     """The cell's record as the portable sandbox reports it (a crash near the run's view of the folder, a refusal
     of the OS layer's)."""
     folder = run.folder
-    if rec.get("verdict") == "crash" and _view_sensitive(source, rec, (folder.real, folder.mirror, folder.mirror_real)):
+    if rec.get("verdict") == "crash" and view_sensitive(source, rec.get("traceback") or [], str(rec.get("evalue") or ""),
+                                                       (folder.real, folder.mirror, folder.mirror_real)):
         run.ctx.confinement["view_touched"] = True  # the daemon makes the crash "likely", never certain
     return _os_refusal(rec, run.ctx.confinement.get("os_layer") or {})
 
