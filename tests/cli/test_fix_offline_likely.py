@@ -76,3 +76,15 @@ def test_a_certain_crash_is_reported_as_before(tmp_path, capsys):
     assert after == before
     text, _, _, _ = _fix(tmp_path, capsys, KERNEL_ENVS[0], CERTAIN)
     assert "(tested)" in text and "likely" not in text, text
+
+
+def test_a_cell_that_runs_clean_for_certain_is_not_reproduced(tmp_path, capsys):
+    path = write(tmp_path / "nb.ipynb", [code(SETUP, 1), code("print(df['h5_tags'].sum())\n")])
+    try:
+        rc = main(["fix", str(path), "--cell", "2", "--offline", "--json", "--python", kernel_python(KERNEL_ENVS[0]),
+                   "--sandbox", "os"])
+    finally:
+        configure(SandboxOptions())
+    r = json.loads(capsys.readouterr().out)["report"]
+    assert rc == 0 and r["status"] == "clean" and "could not be reproduced" in r["reason"], r
+    assert "crashCertain" not in r and not r.get("fixes"), r
