@@ -108,3 +108,22 @@ def test_a_key_planted_in_a_notebook_class_dict_is_never_compared(conn):
         assert conn.run_cell("del _crane_h6_cls, h6_obj").status == "ok"
     assert hits == [], hits
     assert v.verdict == "unavailable" and "h6_obj" in (v.reason or ""), (v.reason, v)
+
+
+def test_a_key_planted_in_a_keras_model_s_dict_is_never_compared(conn):
+    """`stops._unreproducible` reads a Keras model's optimizer's instance dict (`built`) before the model is copied
+    (the proof checks only the model's own dict's keys): through `str_get` now (before, `dict.get` ran a planted
+    key's `__eq__`); the model is then refused, naming why. Today's environment only (Keras)."""
+    if conn.evaluate("__import__('importlib').util.find_spec('keras') is not None") is not True:
+        pytest.skip("Keras is only in today's kernel environment")
+    assert conn.run_cell("import keras\nh6_model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
+                         "h6_model.compile(optimizer='adam', loss='mse')\n"
+                         "_crane_h6_key = _crane_h6_plant(h6_model.optimizer.__dict__, 'built'); HITS.clear()",
+                         timeout=300).status == "ok"
+    try:
+        v = transplant(conn, "print(h6_model); print(undefined_h6)", 120.0)
+        hits = conn.evaluate("list(HITS)")
+    finally:
+        assert conn.run_cell("del h6_model.optimizer.__dict__[_crane_h6_key], h6_model, _crane_h6_key").status == "ok"
+    assert hits == [], hits
+    assert v.verdict == "unavailable" and "h6_model" in (v.reason or ""), (v.reason, v)
