@@ -80,3 +80,28 @@ def k_numpy(request, workdir, outside, listener):
 def test_a_cell_importing_h5py_writes_through_dotdot(k_numpy, sandbox):
     v = run5(k_numpy, H5PY, sandbox)
     assert (v.verdict, v.stdout.strip().splitlines()[-1:]) == ("no-crash", ["[1, 2]"]), v
+
+
+# a file of the user's moved in the run and then written: the view's link was moved as it was (no longer naming its
+# counterpart, it read as a link of the cell's own: the write came back `blocked`); the move's source is now made
+# private first, so the moved file is the run's copy
+MOVES = """
+import shutil
+os.rename('data.csv', 'sub/../moved.csv')
+open('moved.csv', 'a').write('5,6\\n')
+os.replace('sub/inner.txt', 'sub/../inner2.txt')
+open('inner2.txt', 'w').write('replaced')
+shutil.move('log.txt', 'sub/log2.txt')
+open('sub/../sub/log2.txt', 'a').write('more\\n')
+print(open('moved.csv').read().split(), open('inner2.txt').read(), open('sub/log2.txt').read().split())
+print(sorted(os.listdir('.')), sorted(os.listdir('sub')))
+"""
+MOVES_OUT = ["['a,b', '1,2', '3,4', '5,6'] replaced ['log', 'more']",
+             "['inner2.txt', 'moved.csv', 'outside_link', 'shared', 'sub'] ['log2.txt']"]
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("k14", kernels(MOVES), indirect=True, scope="module")
+def test_a_users_file_moved_in_the_run_is_written_as_the_runs_copy(k14, sandbox):
+    v = run5(k14, MOVES, sandbox)
+    assert (v.verdict, v.stdout.strip().splitlines()) == ("no-crash", MOVES_OUT), v
