@@ -161,6 +161,9 @@ def _wait_threads(state: dict) -> None:
     import threading
     before = state.get("threads") or frozenset()
     mine = [t for t in threading.enumerate() if t.ident not in before and t is not threading.current_thread()]
+    if mine:
+        libs = _library_dirs()
+        mine = [t for t in mine if not _runs_library_code(t, libs)]
     if not mine:
         return
     left = _budget_left()
@@ -178,3 +181,47 @@ def _wait_threads(state: dict) -> None:
     if alive:
         state["unsettled"] = (f"the cell left {len(alive)} thread(s) running after its reply "
                               f"({', '.join(alive[:3])}): what they do later was not waited for")
+
+def _library_dirs() -> tuple:
+    """The folders of the interpreter's standard library and installed packages (with a trailing separator, as
+    written and resolved): code there is a library's, not the notebook's."""
+    import os
+    import sys
+    import sysconfig
+    found = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    found.update(p for p in sys.path if isinstance(p, str) and os.path.basename(p.rstrip(os.sep)) in
+                 ("site-packages", "dist-packages"))
+    dirs = set()
+    for d in found:
+        if isinstance(d, str) and d:
+            dirs.update((d.rstrip(os.sep) + os.sep, os.path.realpath(d).rstrip(os.sep) + os.sep))
+    return tuple(dirs)
+
+
+def _runs_library_code(thread: Any, libs: tuple) -> bool:
+    """Whether a thread the cell left running runs a library's Python code (tqdm's monitor, joblib/loky's executor
+    manager and queue feeders, a data loader's prefetcher): its `run` where its class defines one, else its target
+    (a Timer's function), unwrapped from `functools.partial` and bound methods. Such a thread is the library's, as
+    in the kernel, where it keeps running after every cell: not waited for, and no reason to doubt the verdict. A C
+    callable (`os._exit`, `os.kill`, `time.sleep`) or code outside the library folders (the notebook's) is the
+    cell's: waited for (`_wait_threads`)."""
+    import functools
+    import threading
+    cls = type(thread)
+    run = getattr(cls, "run", None)
+    if isinstance(thread, threading.Timer) and run is threading.Timer.run:
+        target = getattr(thread, "function", None)
+    elif run is threading.Thread.run:
+        target = thread.__dict__.get("_target")
+    else:
+        target = run
+    for _ in range(16):
+        if isinstance(target, functools.partial):
+            target = target.func
+        elif hasattr(target, "__func__"):
+            target = target.__func__
+        else:
+            break
+    code = getattr(target, "__code__", None)
+    filename = getattr(code, "co_filename", None)
+    return isinstance(filename, str) and filename.startswith(libs)
