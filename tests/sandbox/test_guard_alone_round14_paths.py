@@ -105,3 +105,63 @@ MOVES_OUT = ["['a,b', '1,2', '3,4', '5,6'] replaced ['log', 'more']",
 def test_a_users_file_moved_in_the_run_is_written_as_the_runs_copy(k14, sandbox):
     v = run5(k14, MOVES, sandbox)
     assert (v.verdict, v.stdout.strip().splitlines()) == ("no-crash", MOVES_OUT), v
+
+
+# TensorFlow's and Keras' writers, honest, through `..` after a mirrored folder, relative to a folder the cell changed
+# to, and through a link the cell made to a folder of the run: each writes the run's copy and reads it back (round
+# 13 tried these with absolute paths only; they held here before and after round 14: a regression test)
+TF_HONEST = """
+import numpy as np
+os.symlink('sub', 'lnk')
+m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+m.compile('sgd', 'mse')
+cbs = [keras.callbacks.ModelCheckpoint('sub/../cb.keras'), keras.callbacks.CSVLogger('lnk/../log.csv'),
+       keras.callbacks.BackupAndRestore('sub/../bk', delete_checkpoint=False)]
+m.fit(np.zeros((4, 2)), np.zeros((4, 1)), epochs=1, verbose=0, callbacks=cbs)
+m.save('lnk/../m.keras')
+m.save_weights('sub/../w.weights.h5')
+keras.models.load_model('sub/../m.keras')
+ck = tf.train.Checkpoint(v=tf.Variable(1.0))
+ck.write('sub/../ck/a')
+tf.train.CheckpointManager(ck, 'lnk/../mgr', 2).save()
+mod = tf.Module()
+mod.v = tf.Variable(2.0)
+tf.saved_model.save(mod, 'sub/../sm')
+ds = tf.data.Dataset.range(3)
+ds.save('sub/../ds')
+list(ds.snapshot('lnk/../snap'))
+list(ds.cache('sub/../cache'))
+os.chdir('sub')
+tf.io.write_file('../wf.txt', 'x')
+with tf.io.gfile.GFile('../gf.txt', 'w') as f:
+    f.write('g')
+tf.io.gfile.makedirs('../made/deeper')
+tf.io.gfile.copy('inner.txt', '../copied.txt')
+os.chdir('..')
+tf.io.gfile.rename('sub/../copied.txt', 'lnk/../renamed.txt')
+tf.io.gfile.remove('sub/../log.txt')
+print(float(tf.saved_model.load('sub/../sm').v), [int(x) for x in tf.data.Dataset.load('sub/../ds')],
+      tf.io.read_file('sub/../wf.txt').numpy(), tf.io.gfile.GFile('lnk/../gf.txt').read(),
+      open('renamed.txt').read().strip(), os.path.exists('log.txt'),
+      sorted(n for n in os.listdir('.') if n in ('cb.keras', 'log.csv', 'bk', 'm.keras', 'w.weights.h5', 'ck', 'mgr')))
+"""
+TF_HONEST_OUT = ("2.0 [0, 1, 2] b'x' g keep me False "
+                 "['bk', 'cb.keras', 'ck', 'log.csv', 'm.keras', 'mgr', 'w.weights.h5']")
+
+
+@pytest.fixture(scope="module")
+def k_tf(request, workdir, outside, listener):
+    """Round 5's kernel keys with TensorFlow and Keras imported (the worker has them before the run)."""
+    kernel = start_kernel(workdir, python=kernel_python(request.param))
+    conn = kernel.connection
+    run = conn.run_cell(SETUP + "import tensorflow as tf, keras", timeout=300)
+    assert run.status == "ok", run
+    yield {"conn": conn, "work": workdir, "outside": outside, "listener": listener, "kpid": conn.evaluate("kpid")}
+    kernel.shutdown()
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("k_tf", library_kernels("tensorflow"), indirect=True, scope="module")
+def test_tensorflows_and_keras_writers_through_dotdot_cd_and_the_cells_link(k_tf, sandbox):
+    v = run5(k_tf, TF_HONEST, sandbox)
+    assert (v.verdict, v.stdout.strip().splitlines()[-1:]) == ("no-crash", [TF_HONEST_OUT]), v
