@@ -50,3 +50,14 @@ def test_a_proposal_says_it():
                       edits=edit, crash_certain=False, crash_doubt=LIKELY,
                       evidence=Evidence(sandbox="fork", ran=[], target=2, status="ok", certain=False, doubt="mini"))
     assert likely.summary() == "fixed (verified against a likely crash, by a likely clean run): 1 cell edit(s), 0 new cell(s)"
+
+
+def test_the_offline_fix_bench_counts_likely_crashes():
+    from crane.bench.fix_offline import FixBenchReport, FixCase, render_text, summarize
+
+    results = [FixCase(case="a", variant="v", target=2, crash_certain=False, crash_doubt=LIKELY),
+               FixCase(case="b", variant="v", target=2, crash_certain=True), FixCase(case="c", variant="v", target=2)]
+    s = summarize(results)
+    assert s.likely_crashes == 1
+    assert render_text(FixBenchReport(schema="crane.bench.fix.offline/1", summary=s, results=results)).endswith(
+        "crashes only likely in the search's sandbox (their fixes verified against a likely crash): 1")

@@ -48,6 +48,10 @@ class FixCase(msgspec.Struct, rename="camel", omit_defaults=True):
     target: int
     status: str = ""  # the search's: fixed | not-fixed | clean | unverifiable
     crash: str = ""
+    # the crash seen in the search's sandbox was certain (None: none seen); False: only "likely" (a copy of the
+    # state that may have missed what it rests on: `crash_doubt`), its fixes "verified against a likely crash"
+    crash_certain: bool | None = None
+    crash_doubt: str = ""
     repaired: bool = False  # the first offered fix runs clean in a fresh kernel
     offered: list[OfferedFix] = []
     tried: int = 0
@@ -72,6 +76,7 @@ class FixBenchSummary(msgspec.Struct, rename="camel"):
     max_first_fix_s: float | None
     median_seconds: float
     total_seconds: float
+    likely_crashes: int = 0  # variants whose crash was only "likely" in the search's sandbox (issue 42, h5)
 
 
 class FixBenchReport(msgspec.Struct, rename="camel"):
@@ -147,6 +152,7 @@ def fix_variant(case: Case, name: str, python: str | None = None, budget: Search
         result.search_s = round(time.monotonic() - t0, 3)
         result.status, result.tried, result.first_fix_s = report.status, report.tried, report.first_fix_s
         result.crash = report.crash.text.splitlines()[0][:200] if report.crash else ""
+        result.crash_certain, result.crash_doubt = report.crash_certain, report.crash_doubt
         result.reason = report.reason
         for fix in report.fixes:
             status, error = replay_written(apply_to_notebook(data, nb, fix), str(path), fix.target, python=python,
@@ -196,6 +202,7 @@ def summarize(results: list[FixCase]) -> FixBenchSummary:
         median_first_fix_s=round(statistics.median(firsts), 3) if firsts else None,
         max_first_fix_s=round(max(firsts), 3) if firsts else None,
         median_seconds=round(statistics.median(secs), 3) if secs else 0.0, total_seconds=round(sum(secs), 3),
+        likely_crashes=sum(1 for r in results if r.crash_certain is False),
     )
 
 
@@ -240,4 +247,7 @@ def render_text(rep: FixBenchReport) -> str:
                  f"{(f'{s.max_first_fix_s:.2f}s' if s.max_first_fix_s is not None else '-')}; agreement with the "
                  f"fixed notebooks: top {s.agree_top}/{s.repaired} ({agree}), any offered {s.agree_any}; "
                  f"median {s.median_seconds:.1f}s per variant, total {s.total_seconds:.1f}s")
+    if s.likely_crashes:  # (issue 42, h5) fixes verified against a crash seen only on a copy of the state
+        lines.append(f"crashes only likely in the search's sandbox (their fixes verified against a likely crash): "
+                     f"{s.likely_crashes}")
     return "\n".join(lines)
