@@ -2,10 +2,15 @@
 existed before the command ran, never from strings the command controls (review M2). In this process: a snapshot,
 then what a command could do to a library class or module, then the vet's answer. Each case was taken for library
 code before (a library function in a class's place, library code given the command's globals, a replaced module
-attribute, a key whose `__eq__` would run in the vet's lookup, a forged filename)."""
+attribute, a key whose `__eq__` would run in the vet's lookup, a forged filename). And (fixC's open point, h7) code an
+unchanged library function reaches through state a command changed since the start: a keyword default, a default, a
+closure cell's contents, a module global its code names, or the same one library function deeper: each was taken for
+library code before (the vet looked at the function's code and globals dict alone)."""
 
 from __future__ import annotations
 
+import heapq
+import importlib.resources._common as resources_common
 import json
 import shutil
 import sys
@@ -82,3 +87,63 @@ def test_a_key_that_is_not_a_str_is_the_session_s_and_its_eq_never_runs(snapshot
     snapshot.__dict__[Key("__getattr__")] = 1
     assert load_vet._lv_module(snapshot, {})
     assert ran == []
+
+
+def own(*args, **kwargs):  # (the command's code: a test file is no library's)
+    return None
+
+
+def test_unchanged_library_functions_reach_no_code_of_the_session_s(snapshot):
+    for fn in (json.dumps, heapq.nsmallest, resources_common.as_file, shutil.copy):
+        assert not load_vet._lv_value(fn, {}), fn
+
+
+def test_a_keyword_default_the_command_rebound_is_the_session_s(snapshot):
+    kw = json.dumps.__kwdefaults__
+    assert kw is not None
+    kw["default"] = own  # (json.dumps calls it for what it cannot encode)
+    try:
+        assert load_vet._lv_value(json.dumps, {})
+    finally:
+        kw["default"] = None
+
+
+def test_a_default_the_command_rebound_is_the_session_s(snapshot):
+    kept = heapq.nsmallest.__defaults__
+    heapq.nsmallest.__defaults__ = (own,)  # (its `key`)
+    try:
+        assert load_vet._lv_value(heapq.nsmallest, {})
+    finally:
+        heapq.nsmallest.__defaults__ = kept
+
+
+def test_a_closure_cell_the_command_refilled_is_the_session_s(snapshot):
+    fn = resources_common.as_file  # (a singledispatch function: its `dispatch` cell picks what it calls)
+    assert fn.__closure__ is not None
+    cell = fn.__closure__[fn.__code__.co_freevars.index("dispatch")]
+    kept = cell.cell_contents
+    cell.cell_contents = own
+    try:
+        assert load_vet._lv_value(fn, {})
+    finally:
+        cell.cell_contents = kept
+
+
+def test_a_module_global_the_command_rebound_is_the_session_s(snapshot):
+    class Own(json.JSONEncoder):
+        pass
+
+    json.JSONEncoder = Own  # type: ignore[misc]  # (json.dumps builds one with other arguments)
+    try:
+        assert load_vet._lv_value(json.dumps, {})
+    finally:
+        json.JSONEncoder = Library  # type: ignore[misc]
+
+
+def test_a_global_a_library_function_deeper_reads_is_the_session_s(snapshot):
+    kept = shutil.copyfileobj
+    shutil.copyfileobj = own  # (shutil.copy -> copyfile -> copyfileobj)
+    try:
+        assert load_vet._lv_value(shutil.copy, {})
+    finally:
+        shutil.copyfileobj = kept

@@ -10,8 +10,8 @@ built, and the rest of the unpickling runs under the audit hook, as the command 
 recorded, and the load fails (the run is unavailable, its reason the refusal). An honest method a command set
 still runs in the load (the frame is loaded through it). What is the command's is not read off the filename it
 can set (review M2): a library's filename on the method's code, or a str subclass answering as CRANE's, is caught
-too. The kernel is a CuPy one (unforkable): every run is a
-copy. IPython 8 and 9.
+too, and (h7) so is code a library function the load calls reaches through a module global the command rebound.
+The kernel is a CuPy one (unforkable): every run is a copy. IPython 8 and 9.
 """
 
 from __future__ import annotations
@@ -68,6 +68,27 @@ class Name(str):
 own.__code__ = own.__code__.replace(co_filename=Name('<crane-kernel/worker.py>'))
 """
 
+# a module global a library function the load calls reads (fixC's open point, h7): pandas' `_new_Index`, which
+# rebuilds a loaded frame's index, asks `issubclass(cls, ABCMultiIndex)` (pandas 3's frame methods read it too); the command's class in that name writes
+# outside the scratch directory from its metaclass's `__subclasscheck__` and swallows whatever stops it
+GLOBAL = """
+import pandas.core.indexes.base as ibase
+kept = (ibase, OUTSIDE, os)
+class Meta(type):
+    def __subclasscheck__(cls, sub):
+        try:
+            with open(OUTSIDE, 'w') as f:
+                f.write('written in a load')
+        except Exception as exc:
+            os.environ['CRANE_H5_MET'] = repr(exc)
+        return False
+    def __instancecheck__(cls, obj):
+        return False
+class Own(metaclass=Meta):
+    pass
+ibase.ABCMultiIndex = Own
+"""
+
 # an honest one: it counts the frames loaded through it
 COUNTS = """
 kept = _setstate
@@ -120,3 +141,24 @@ def test_an_honest_method_a_command_set_still_runs_in_a_later_load(kernel):
     assert watch.unchanged, (watch.outputs, watch.changes())
     assert v.verdict == "no-crash", (v.verdict, v.ename, v.evalue, v.reason)
     assert v.stdout.split() == ["5", "2"], v.stdout
+
+
+def test_a_module_global_a_command_rebound_runs_in_a_later_load_under_the_audit_hook(kernel):
+    conn, outside = kernel
+    with Untouched(conn) as watch:
+        with open_session(conn, budget_s=30) as sb:
+            v = sb.run("n = len(df1)")
+            assert v.verdict == "no-crash", (v.verdict, v.ename, v.evalue, v.reason)
+            v = sb.run(GLOBAL)
+            assert v.verdict == "no-crash", (v.verdict, v.ename, v.evalue, v.reason)
+            v = sb.run("m = len(df2)\nprint(os.environ.get('CRANE_H5_MET'))")
+    assert watch.unchanged, (watch.outputs, watch.changes())
+    import os
+
+    assert not os.path.exists(outside)
+    # before: `_new_Index` is pandas' own code with its own globals: the load ran the command's `__subclasscheck__`
+    # with the audit hook bypassed, Landlock's refusal swallowed: no-crash
+    assert v.verdict == "unavailable", (v.verdict, v.stdout, v.reason)
+    # (the first library class or function found reaching it names the hit: `_new_Index`, or `pandas.DataFrame` whose
+    # methods read it too, as pandas 3's do)
+    assert "writing a file is blocked" in (v.reason or "") and "code a session command set" in (v.reason or ""), v.reason

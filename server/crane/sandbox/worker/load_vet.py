@@ -32,10 +32,19 @@ is read through Python code during the vet (dict reads, member descriptors, type
 reads `__class__`). Code that exists only since the first command (a library the load imports for the first time)
 counts as the session's: the rest of that load runs under the audit hook, as a command's import does.
 
-Not covered: code a library function reaches through state a command changed (a module global, a closure cell, a
-default rebound: `json.JSONEncoder = Own`; a builtin or C function set in a class's place) runs bypassed; the OS
-layer (Landlock, seccomp) holds it, as it holds a command's frame walk to CRANE's locals (`ctx`, `audit`), which only
-the portable session's guard refuses.
+Code a library function reaches through state a command changed is the session's too (fixC's open point, h7): the
+snapshot also records each function's defaults, keyword defaults (a copy) and closure cells' contents, and a copy
+of every recorded globals dict; a library function is the session's where one of those, or a global or builtin its
+code (or code nested in it) names, is not what it was at the start and is a class or holds code (`json.JSONEncoder
+= Own`, `json.dumps.__kwdefaults__['default'] = own`, a singledispatch function's `dispatch` cell refilled), and the
+same, two library functions deep, for the unchanged library functions it names (`shutil.copy` -> `copyfile` ->
+a rebound `copyfileobj`). A function made after the start has its defaults and cells vetted as any value.
+
+Not covered: a library class's method a command replaced that a library function reaches through an unchanged
+global naming the class (only a class the pickle names is vetted), state reached deeper than two library
+functions, through an attribute of an object, or through C code (a Cython function's globals); a builtin or C
+function set in a class's place runs bypassed; the OS layer (Landlock, seccomp) holds those, as it holds a
+command's frame walk to CRANE's locals (`ctx`, `audit`), which only the portable session's guard refuses.
 """
 
 from __future__ import annotations
@@ -61,6 +70,13 @@ _LV_MDICT = vars(types.ModuleType)["__dict__"].__get__
 _LV_CODE = attrgetter("__code__")  # (a function's, read at the start: no command has run)
 _LV_GLOBALS = attrgetter("__globals__")
 _LV_SUBS = type.__subclasses__
+_LV_DEFAULTS = types.FunctionType.__dict__["__defaults__"].__get__
+_LV_KWDEFAULTS = types.FunctionType.__dict__["__kwdefaults__"].__get__
+_LV_CLOSURE = types.FunctionType.__dict__["__closure__"].__get__
+_LV_FCODE = types.FunctionType.__dict__["__code__"].__get__
+_LV_FGLOBALS = types.FunctionType.__dict__["__globals__"].__get__
+_LV_CELL = types.CellType.__dict__["cell_contents"].__get__
+_LV_REACH_DEPTH = 2  # how many library functions deep the vet follows the names a function's code reads
 _LV_WRAPS = (staticmethod, classmethod, types.MethodType)
 _LV_NONE = object()
 # what existed before the session's first command (`snapshot_library`); empty until then
@@ -78,6 +94,8 @@ def snapshot_library(namespace: dict) -> None:
     codes: dict[int, types.CodeType] = {id(c): c for c in map(_LV_CODE, fns)}
     globs: dict[int, dict] = {id(g): g for g in map(_LV_GLOBALS, fns)}
     globs.pop(id(namespace), None)
+    # what each function reaches besides its code: its defaults, keyword defaults and closure cells' contents
+    state = {id(f): (f, _LV_DEFAULTS(f), _lv_kw(f), _lv_cells(f)) for f in fns}
     objs = fns = []
     classes: dict[int, tuple[type, dict]] = {}
     seen = {id(object)}
@@ -99,7 +117,29 @@ def snapshot_library(namespace: dict) -> None:
     modules = {id(m): (m, dict(_LV_MDICT(m))) for m in list(sys.modules.values())
                if type(m) is types.ModuleType and _LV_MDICT(m) is not namespace
                and _LV_MDICT(m).get("__name__") != "__main__"}
-    _LV_START.update(codes=codes, globals=globs, classes=classes, modules=modules)
+    # every recorded globals dict's entries (a module's: the copy above)
+    copies = {id(_LV_MDICT(m)): (_LV_MDICT(m), d) for m, d in modules.values()}
+    copies.update((i, (g, dict(g))) for i, g in globs.items() if i not in copies)
+    _LV_START.update(codes=codes, globals=globs, classes=classes, modules=modules, functions=state, copies=copies)
+
+
+def _lv_kw(fn: types.FunctionType) -> dict | None:
+    kw = _LV_KWDEFAULTS(fn)
+    return dict(kw) if type(kw) is dict else None
+
+
+def _lv_cells(fn: types.FunctionType) -> tuple | None:
+    """The contents of `fn`'s closure cells (`_LV_NONE` for an empty one)."""
+    cells = _LV_CLOSURE(fn)
+    if cells is None:
+        return None
+    out = []
+    for c in cells:
+        try:
+            out.append(_LV_CELL(c))
+        except ValueError:
+            out.append(_LV_NONE)
+    return tuple(out)
 
 
 def _lv_start(kind: str, obj: Any) -> dict | None:
@@ -129,7 +169,7 @@ def _lv_value(value: Any, cache: dict, depth: int = 0, fresh: bool = False) -> b
     code in it is the session's."""
     t = type(value)
     if t is types.FunctionType:
-        return fresh or _lv_sessions_code(value)
+        return fresh or _lv_sessions_code(value) or _lv_reaches(value, cache)
     if t in _LV_WRAPS:
         return depth < 4 and _lv_value(value.__func__, cache, depth + 1, fresh)
     if t is property:
@@ -140,6 +180,104 @@ def _lv_value(value: Any, cache: dict, depth: int = 0, fresh: bool = False) -> b
     if fresh and _LV_FLAGS(t) & _LV_TYPE:
         return True  # (a class put in a library class's or module's place)
     return fresh or (depth < 1 and _lv_class(t, cache, shallow=True))  # an object of a heap class: its `__get__`
+
+
+def _lv_names(code: types.CodeType, cache: dict) -> frozenset:
+    """The global (and builtin) names `code` and the code nested in it read."""
+    key = ("names", id(code))
+    got = cache.get(key)
+    if got is None:
+        names: set = set()
+        stack = [code]
+        while stack:
+            c = stack.pop()
+            names.update(n for n in c.co_names if type(n) is str)
+            stack.extend(k for k in c.co_consts if type(k) is types.CodeType)
+        got = cache[key] = frozenset(names)
+    return got
+
+
+def _lv_changed(now: Any, then: Any, cache: dict) -> bool:
+    """A value in a library function's reach that is not what was there at the start (`then`), holding code or a
+    class (the session's, whatever its code)."""
+    return now is not then and now is not _LV_NONE and (
+        bool(_LV_FLAGS(type(now)) & _LV_TYPE) or _lv_value(now, cache, 0, True))
+
+
+def _lv_reaches(fn: types.FunctionType, cache: dict) -> bool:
+    """Code of the session's that library code `fn` reaches through state changed since the start: a default, a
+    keyword default or a closure cell's contents (of a function recorded at the start: what differs from then; of
+    a later one: vetted as any value), a global or builtin its code names that was rebound, and, a few library
+    functions deep, the same for the unchanged library functions it names."""
+    key = ("reach", id(fn))
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    depth = cache.get("reach-depth", 0)
+    if depth > 8:
+        return False
+    cache[key] = False  # (a function reached again while it is vetted)
+    cache["reach-depth"] = depth + 1
+    try:
+        hit = _lv_reach(fn, cache, depth)
+    finally:
+        cache["reach-depth"] = depth
+    cache[key] = hit
+    return hit
+
+
+def _lv_reach(fn: types.FunctionType, cache: dict, depth: int) -> bool:
+    got = _LV_START.get("functions", {}).get(id(fn))
+    start = got if got is not None and got[0] is fn else None
+    defaults, kw, cells = _LV_DEFAULTS(fn), _LV_KWDEFAULTS(fn), _lv_cells(fn)
+    if kw is not None and (type(kw) is not dict or _lv_keys(kw)):
+        return True
+    pairs: list = []
+    if start is None:  # (made after the start: its state vetted as any value)
+        pairs += [(v, _LV_NONE) for v in (defaults or ())]
+        pairs += [(v, _LV_NONE) for v in (kw or {}).values()]
+        pairs += [(v, _LV_NONE) for v in (cells or ())]
+        if any(v is not _LV_NONE and _lv_value(v, cache) for v, _ in pairs):
+            return True
+    else:
+        then_d, then_kw, then_c = start[1] or (), start[2] or {}, start[3] or ()
+        pairs += [(v, then_d[i] if i < len(then_d) else _LV_NONE) for i, v in enumerate(defaults or ())]
+        pairs += [(v, then_kw.get(k, _LV_NONE)) for k, v in (kw or {}).items()]
+        pairs += [(v, then_c[i] if i < len(then_c) else _LV_NONE) for i, v in enumerate(cells or ())]
+        if any(_lv_changed(now, then, cache) for now, then in pairs):
+            return True
+    g = _LV_FGLOBALS(fn)
+    got = _LV_START.get("copies", {}).get(id(g))
+    if got is None or got[0] is not g:
+        return False  # (globals not recorded: `_lv_sessions_code` answers for them)
+    if _lv_odd_keys(g, cache):
+        return True
+    then_g = got[1]
+    b = g.get("__builtins__")
+    bd = _LV_MDICT(b) if type(b) is types.ModuleType else b if type(b) is dict else None
+    got = _LV_START["copies"].get(id(bd)) if bd is not None else None
+    then_b = got[1] if got is not None and got[0] is bd and not _lv_odd_keys(bd, cache) else None
+    for name in _lv_names(_LV_FCODE(fn), cache):
+        if name in g:
+            now, then = g[name], then_g.get(name, _LV_NONE)
+        elif then_b is not None and bd is not None and name in bd:
+            now, then = bd[name], then_b.get(name, _LV_NONE)
+        else:
+            continue
+        if _lv_changed(now, then, cache):
+            return True
+        if now is then and type(now) is types.FunctionType and depth < _LV_REACH_DEPTH and _lv_reaches(now, cache):
+            return True
+    return False
+
+
+def _lv_odd_keys(d: dict, cache: dict) -> bool:
+    """`_lv_keys` of a namespace, once per vet."""
+    key = ("keys", id(d))
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = _lv_keys(d)
+    return got
 
 
 def _lv_keys(d: Any) -> bool:
