@@ -1,9 +1,11 @@
 """Issue 41 (h1, session 12): a cell that returns normally but leaves armed what ends the kernel's process a moment
 later (a pending `alarm`/`setitimer` whose signal's action ends it, `faulthandler.dump_traceback_later(...,
-exit=True)`, a `threading.Timer` or daemon thread that calls `os._exit` or signals its own process). The real kernel
+exit=True)`, a `threading.Timer` or daemon thread that calls `os._exit` or signals its own process, a `sys.stdout`
+whose `flush`, which ipykernel calls before its reply, calls `os._exit`). The real kernel
 replies `ok`, then its process ends (`test_the_kernel_itself`, IPython 8 and 9); every sandbox path now says
 `crash DeadKernelError` (kernel/armed.settle), where before the record was written as the statements returned and
-read `no-crash` on the fork and transplant paths, one-shot and session.
+read `no-crash` on the fork and transplant paths, one-shot and session. A `sys.stdout` whose flush raises leaves the
+kernel alive but answering no cell again (no reply): the sandbox says the cell's crash, the flush's exception.
 
 An honest cell (a daemon thread that ends, a short Timer, an alarm it disarms, a timer whose signal it handles)
 stays `no-crash`, certain; a thread still running after the grace leaves `no-crash` only likely. The portable
@@ -17,7 +19,7 @@ import time
 
 import pytest
 
-from crane.kernel.errors import KernelDead
+from crane.kernel.errors import KernelDead, KernelTimeout
 from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
@@ -34,6 +36,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 BUDGET_S = 60.0
 DEAD = ("crash", "DeadKernelError")
 CLEAN = ("no-crash", None)
+NO_REPLY = ("crash", "ZeroDivisionError")  # (the kernel lives, but answers no cell again)
 TIMER, THREAD, HANDLER = "threading.Timer", "threading.Thread.start", "signal.signal"
 ALARM, LATER = "_signal.alarm", "faulthandler.dump_traceback_later"
 ARMED = {  # name -> (the cell, what the real kernel does, the call the portable guard refuses in it, if any)
@@ -48,7 +51,15 @@ ARMED = {  # name -> (the cell, what the real kernel does, the call the portable
     "daemon thread SIGKILL": ("import os, signal, threading, time\ndef later():\n    time.sleep(0.5)\n"
                               "    os.kill(os.getpid(), signal.SIGKILL)\n"
                               "threading.Thread(target=later, daemon=True).start()", DEAD, THREAD),
+    # (a stream made by `type`: a class statement reads the kernel's `__name__`, which the transplant tests' stand-in
+    # `cupy` module keeps from loading)
+    "stdout flush os._exit": ("import os, sys\nsys.stdout = type('Out', (), {'write': lambda self, s: len(s), "
+                              "'flush': lambda self: os._exit(5)})()", DEAD, None),
+    # (ipykernel flushes sys.stdout before its reply: it never comes, for this cell or any later one)
+    "stdout flush raises": ("import sys\nsys.stdout = type('Out', (), {'write': lambda self, s: len(s), "
+                            "'flush': lambda self: 1 / 0})()", NO_REPLY, None),
     # honest cells: the kernel survives
+    "stdout StringIO": ("import io, sys\nsys.stdout = io.StringIO()\nprint('kept')", CLEAN, None),
     "alarm disarmed": ("import signal\nsignal.alarm(5)\nsignal.alarm(0)", CLEAN, ALARM),
     "alarm handled": ("import signal\nsignal.signal(signal.SIGALRM, lambda *a: None)\nsignal.alarm(1)", CLEAN, HANDLER),
     "faulthandler cancelled": ("import faulthandler\nfaulthandler.dump_traceback_later(1, exit=True)\n"
@@ -137,18 +148,25 @@ def test_the_kernel_itself(kernel_env, cell, tmp_path, monkeypatch):
     """What the real kernel does with each cell: the reply is `ok`, then the process ends (or does not). Started as
     a notebook's kernel is, not as pytest's: ipykernel does not capture its stderr's descriptor where it sees
     PYTEST_CURRENT_TEST (ipykernel/iostream.py), so `sys.stderr.fileno()` (faulthandler's file) would raise."""
-    source, (verdict, _), _ = ARMED[cell]
+    source, (verdict, ename), _ = ARMED[cell]
     monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
     kernel = start_kernel(tmp_path, python=kernel_python(kernel_env))
     try:
         try:
-            run = kernel.connection.run_cell(source, timeout=60)
-        except KernelDead:
+            run = kernel.connection.run_cell(source, timeout=20 if (verdict, ename) == NO_REPLY else 60)
+        except (KernelDead, KernelTimeout):
             run = None
-        assert run is not None and run.status == "ok", run  # (the reply comes before the end)
-        if verdict == "crash":
+        if (verdict, ename) == NO_REPLY:
+            assert run is None, run
+            with pytest.raises(KernelTimeout):  # (no later cell's reply either: the sandbox's crash is right)
+                kernel.connection.run_cell("1 + 1", timeout=20)
+            return
+        if verdict == "crash":  # (the reply `ok` comes before the end; a flush ending it comes before the reply)
+            assert run is None or run.status == "ok", run
+            assert run is not None or "flush" in cell, cell
             assert _kernel_ended(kernel), run
         else:
+            assert run is not None and run.status == "ok", run
             time.sleep(1.5)  # (past every timer the honest cells arm; a wrongly expected survival fails below)
             assert kernel.connection.run_cell("1 + 1", timeout=60).status == "ok"  # alive
     finally:

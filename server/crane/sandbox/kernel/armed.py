@@ -17,6 +17,8 @@ kernel/audit._guard_process_end still on), by `settle`:
    still pending, its signal's action ending the process: the run ends as that crash now (`state["end"]`, the one end every guard takes: a one-shot's record, a session command's
    `cell_end_code`, read by shared/process_end), the timer disarmed first;
 2. a later dump with `exit=True` the cell armed and did not cancel: the same, the watchdog cancelled first;
+0. a `sys.stdout` / `sys.stderr` the cell put in place is flushed, as ipykernel does before its reply
+   (`flush_streams`): a flush calling `os._exit` is the guard's crash, a raising one the cell's;
 3. the threads the cell started and left alive: waited for, a bounded grace (a `threading.Timer` its interval, any
    other thread `THREAD_GRACE_S`; never past the run's budget, read from CRANE's own budget timer): a thread that
    ends the process meanwhile is caught by the guards as any end of the cell's. Threads still alive after it
@@ -24,7 +26,7 @@ kernel/audit._guard_process_end still on), by `settle`:
 Nothing here writes a record of its own: the writer is the guard's `end` (bound before the cell) or CRANE's record
 path after it. The portable sandbox's guard refuses `signal.alarm`, `signal.setitimer`, faulthandler's functions
 and every thread a cell starts (`blocked`, as before). Not seen: a later dump armed through C (ctypes), a thread
-started in C, a replaced `sys.stdout` whose `flush` the kernel calls after the reply.
+started in C, a `flush` patched on a stream's class.
 """
 
 from __future__ import annotations
@@ -115,15 +117,36 @@ def threads_now() -> frozenset:
     return frozenset(t.ident for t in threading.enumerate())
 
 
+def streams_now() -> tuple:
+    """`sys.stdout` and `sys.stderr` as the cell begins (kernel/run._cell_begins)."""
+    import sys
+    return (sys.stdout, sys.stderr)
+
+
 def settle(state: dict, ends: Any) -> None:
     """After the cell's statements returned, its time still running (module docstring). `ends(sig)`: whether a
-    signal, delivered now, ends this process (kernel/audit._ends_process)."""
+    signal, delivered now, ends this process (kernel/audit._ends_process). Raises what a stream the cell put in
+    place raises on its flush (`flush_streams`): the cell's crash."""
     end = state.get("end")
     if end is None:
         return
+    flush_streams(state.get("streams") or (None, None))
     armed_end(state, ends, end)
     _wait_threads(state)
     armed_end(state, ends, end)  # (a thread it waited for armed one)
+
+
+def flush_streams(before: tuple) -> None:
+    """ipykernel flushes `sys.stdout`, then `sys.stderr`, after the cell and before its reply (kernelbase's
+    execute_request): a stream the cell put in place (a new object, or a `flush` set on the one it found) whose
+    flush ends the process kills the kernel with no reply (measured: IPython 8 and 9), and one whose flush raises
+    leaves this cell's reply and every later one's unsent. Flushed here the same way, the guards on: an end is the
+    guard's crash, an exception the cell's crash (its traceback is the flush's)."""
+    import sys
+    for name, old in zip(("stdout", "stderr"), before, strict=True):
+        stream = getattr(sys, name, None)
+        if stream is not None and (stream is not old or "flush" in getattr(stream, "__dict__", {})):
+            stream.flush()
 
 
 def armed_end(state: dict, ends: Any, end: Any) -> None:
@@ -181,6 +204,7 @@ def _wait_threads(state: dict) -> None:
     if alive:
         state["unsettled"] = (f"the cell left {len(alive)} thread(s) running after its reply "
                               f"({', '.join(alive[:3])}): what they do later was not waited for")
+
 
 def _library_dirs() -> tuple:
     """The folders of the interpreter's standard library and installed packages (with a trailing separator, as
