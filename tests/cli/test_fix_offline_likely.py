@@ -61,10 +61,12 @@ def test_a_fix_verified_against_a_likely_crash_says_so(tmp_path, capsys, kernel)
     assert r["crashCertain"] is False, r  # (before: no such field; the fix read as plainly verified)
     assert "likely" in r["crashDoubt"] and "patched the library class DataFrame" in r["crashDoubt"], r
     assert r["fixes"] and all(f["crashCertain"] is False and f["crashDoubt"] == r["crashDoubt"] for f in r["fixes"])
+    assert r["sandbox"] == "transplant" and {f["sandbox"] for f in r["fixes"]} <= {"transplant", "transplant+fresh"}, r
     assert after == before
     text, err, _, _ = _fix(tmp_path, capsys, kernel, LIKELY)
     assert "verified against a likely crash" in text and "patched the library class DataFrame" in text, text
     assert "(tested against a likely crash)" in text and "(tested)" not in text, text
+    assert "run in a transplant sandbox" in text, text  # (before: "a fork sandbox", though the kernel was copied)
     assert "(tested against a likely crash)" in err, err  # the progress lines say it too
 
 

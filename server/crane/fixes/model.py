@@ -77,7 +77,8 @@ class VerifiedFix(msgspec.Struct, rename="camel", omit_defaults=True, frozen=Tru
     to_code: tuple[int, ...] = ()  # raw cells the fix makes code cells (they are in run_first)
     detail: str = ""
     cost: float = 0.0
-    sandbox: str = "fork"  # where it was verified: "fork" (a session of the kernel), "fork-layered" (a fork with a
+    sandbox: str = "fork"  # where it was verified: "fork" (a session of the kernel; "transplant" / "portable" where
+    # the kernel cannot be forked: a session on a copy of its state), "fork-layered" (a fork with a
     # private copy-on-write layer: the cells write files or start programs), "replay" (a kernel replaying the history),
     # "fresh" (a new kernel replaying the written notebook: its history with the fix's edits, then the target);
     # "+fresh": verified in the sandbox, then checked again that way (the fix moves cells of the history)

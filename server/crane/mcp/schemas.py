@@ -169,7 +169,7 @@ class FixEdit(msgspec.Struct, omit_defaults=True, kw_only=True):
     run_first: list[int] = []  # cells to run before the target (1-based)
     other_cells: dict[str, str] = {}  # other cells the fix edits: "N" -> new source
     diff: str = ""
-    verified_in: str = ""  # "fork", "fork-layered" or "replay"
+    verified_in: str = ""  # "fork" ("transplant" / "portable": a copy of the kernel's state), "fork-layered", "replay"
     stdout: str = ""
     # "verified"; "verified against a likely crash" (the crash it repairs was seen only on a copy of the kernel's
     # state that may have missed what it rests on: the kernel may not raise it), "verified by a likely clean run"
