@@ -369,6 +369,15 @@ class TransplantSession(SandboxSession):
         if v.verdict != "no-crash" and len(self._log) == n:  # (a resumed session has replayed without it already)
             self._log.pop()
             self._tainted = True
+        elif v.verdict == "no-crash" and not v.certain and len(self._log) == n:
+            # clean, but it left threads running (kernel/armed: `unsettled`): not the state later commands start from,
+            # as a fork session keeps no process of several threads (round 14, h2: a thread a kept command left read
+            # the worker's next commands, answered them or put its own lines in their place). The next run starts in
+            # a new worker, the log replayed without it
+            self._log.pop()
+            self._tainted = True
+            v.reason = (f"{v.reason}; " if v.reason else "") + ("the run's state is not kept for the next command: "
+                                                                 "threads it started were still running")
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
         if v.verdict == "crash" and v.certain:  # the one-shot's rule, on what this worker holds (issue 42, h1, h9)
             self._held.copied, self._held.transformers = list(self._copied.items()), self._transformers
