@@ -35,11 +35,13 @@ SECONDS: dict[str, float] = {
     "tests/sandbox/test_keras_notebook_layers.py": 147.0,
     "tests/sandbox/test_keras_saved.py": 138.0,
     "tests/sandbox/test_guard_alone_round7.py": 122.4,
+    "tests/cli/test_fix_offline_likely.py": 120.0,  # (h5: 180 + 30 s here at load 18, one worker)
     "tests/agent/test_focused_ask.py": 114.0,
     "tests/sandbox/test_copy_path_seal.py": 108.1,
     "tests/sandbox/test_portable_exit.py": 103.9,
     "tests/sandbox/test_copy_session_worker_end.py": 103.1,
     "tests/sandbox/test_seal_call.py": 90.1,
+    "tests/mcp/test_mcp_fixes_likely.py": 90.0,  # (h5: 114 s here at load 18)
     "tests/sandbox/test_export_reuse.py": 88.3,
     "tests/sandbox/test_guard_alone_round9.py": 79.7,
     "tests/sandbox/test_transplant.py": 79.3,
