@@ -68,7 +68,7 @@ def cell_end_code(code: int) -> int:
     return CELL_ENDED_EXIT if code in _RESERVED or SIGNAL_EXITS < code < SIGNAL_EXITS + 32 else code
 
 
-def _signal_name(number: int) -> str:
+def _named_signal(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:
@@ -96,6 +96,6 @@ def ended_outcome(status: str) -> dict:
         status = "ended by the cell (a signal, or an exit status the session reserves)"
     elif status.startswith("exited (") and status.endswith(")") and status[8:-1].isdigit() \
             and SIGNAL_EXITS < int(status[8:-1]) < SIGNAL_EXITS + 32:
-        status = f"ended by the cell's own {_signal_name(int(status[8:-1]) - SIGNAL_EXITS)}"
+        status = f"ended by the cell's own {_named_signal(int(status[8:-1]) - SIGNAL_EXITS)}"
     return {"verdict": "crash", "ename": "DeadKernelError", "reason": f"the sandbox process {status}",
             "evalue": f"the process ended ({status}): running this cell would end the kernel's process"}
