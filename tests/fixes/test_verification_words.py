@@ -61,3 +61,11 @@ def test_the_offline_fix_bench_counts_likely_crashes():
     assert s.likely_crashes == 1
     assert render_text(FixBenchReport(schema="crane.bench.fix.offline/1", summary=s, results=results)).endswith(
         "crashes only likely in the search's sandbox (their fixes verified against a likely crash): 1")
+
+
+def test_the_hover_says_a_likely_crash_is_likely():
+    from crane.sandbox.verdict import verdict_markdown
+
+    text = verdict_markdown(SandboxVerdict(verdict="crash", ename="AttributeError", line=1, certain=False, reason=LIKELY))
+    assert text.startswith(f"**Speculative run**: this cell crashes with `AttributeError` on line 1 ({LIKELY}).")
+    assert "only likely" not in verdict_markdown(SandboxVerdict(verdict="crash", ename="KeyError", line=1))

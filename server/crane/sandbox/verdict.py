@@ -188,7 +188,9 @@ def verdict_markdown(v: SandboxVerdict) -> str:
     head = _VERDICT_WORDS.get(v.verdict, v.verdict)
     if v.verdict == "crash" and v.ename:
         head += f" with `{v.ename}`" + (f" on line {v.line}" if v.line else "")
-    reason = f" ({v.reason})" if v.reason and v.verdict not in ("crash", "no-crash") else ""
+    doubt = v.doubt() if not v.certain else None  # a likely crash or clean run says why (issue 42, h5; a
+    # miniature is said by `how()`)
+    reason = f" ({v.reason})" if v.reason and v.verdict not in ("crash", "no-crash") else f" ({doubt})" if doubt else ""
     how = v.how()
     return f"**Speculative run**: this cell {head}{reason}. {how[:1].upper()}{how[1:]}."
 
