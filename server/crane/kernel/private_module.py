@@ -57,10 +57,11 @@ the execution count, `In`/`Out` and the outputs other clients see are untouched 
   refused. Also not proven: mutable containers inside the module (a list or dict CRANE's code reads), the contents
   of closure cells and of keyword-defaults dicts, the functions inside `staticmethod`/`classmethod`/`property`
   wrappers, a key of the notebook's (a `str` subclass with a colliding hash) put in the module's namespace, whose
-  `__eq__` the expression's `.get('VERSION')` would call before the snapshot sees it; a trace function of the
-  notebook's that sees the request's own frames (it can rewrite their locals until the seal's code turns it off);
-  and the request's own first steps (IPython's handling of it, the expression up to the bootstrap, and where `gc`
-  is not loaded the private instance's few allocations) may still let the collector run.
+  `__eq__` the expression's `.get('VERSION')` would call before the snapshot sees it; and the request's own first
+  steps (IPython's handling of it, its top-level frame up to the trace call) may still let the collector run.
+  A quiet module's request runs inside a trace call of its own (kernel/hooks_off.py: `ModuleClient.evaluate`), so
+  no trace, profile or `sys.monitoring` hook nor `gc.callbacks` entry of the notebook's sees or rewrites its
+  frames; hooks are on in its top-level frame before that call and after it returns (see there).
 
 Cross-part imports in the sources (`from crane.probe.kernel.common import x  # kernel: strip`) keep the parts
 importable and type-checked in the daemon; each such line is blanked before sending (line numbers stay true).
