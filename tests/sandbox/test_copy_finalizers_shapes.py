@@ -71,9 +71,37 @@ def test_a_finalizer_on_a_class_or_a_nested_set_ends_the_copy(conn, path, cell):
     assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), (v.verdict, v.ename, v.reason, v.stdout)
 
 
+def test_rebinding_a_class_with_a_finalizer_ends_the_portable_copy(conn):
+    """`K = 1; gc.collect()` (K not read: copied because its value has a finalizer, kernel/finalizers.rebound). On
+    the portable path the copy ends as the kernel does; the OS transplant path still says no-crash (open: h6's
+    report)."""
+    v = _run(conn, "portable", "K = 1\ngc.collect()")
+    assert (v.verdict, v.ename) == ("crash", "DeadKernelError"), (v.verdict, v.ename, v.reason, v.stdout)
+
+
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("cell", ["k = K()\nn = len(sn[0]) + len(fz['a'])", "del K"])
 def test_a_class_or_a_nested_set_kept_alive_runs_nothing(conn, path, cell):
     """The same objects not freed (`del K` without the collector: a class is in cycles of its own) run nothing."""
     v = _run(conn, path, cell)
     assert (v.verdict, v.certain) == ("no-crash", True), (v.verdict, v.ename, v.reason)
+
+
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_the_install_keeps_no_class_of_the_notebook_alive(kernel_env, tmp_path):
+    """CRANE's kernel side, installed at the first copy, holds no class of the notebook's: kernel/pristine.py's install
+    loop over `object.__subclasses__()` left its last one (the newest class: one a cell just defined) in the module's
+    globals, so the kernel's own `del K; gc.collect()` no longer freed it nor ran its finalizer (and the copy,
+    counting that reference as the kernel's, pinned its copy: no-crash)."""
+    kernel = start_kernel(tmp_path, python=kernel_python(kernel_env))
+    try:
+        c = kernel.connection
+        setup = ("import sys, types, gc, weakref\nsys.modules.setdefault('jax', types.ModuleType('jax'))\n"
+                 "ran = []\nclass Newest:\n    pass\nf_newest = weakref.finalize(Newest, ran.append, 1)")
+        assert c.run_cell(setup, timeout=300).status == "ok"
+        v = transplant(c, "x = 1", 60.0)  # (the first copy: the kernel side is installed now)
+        assert v.verdict == "no-crash", (v.verdict, v.reason)
+        assert c.run_cell("del Newest\ngc.collect()").status == "ok"
+        assert c.evaluate("ran") == [1]  # (before: [] — `_crane_transplant._pr_k` held the class)
+    finally:
+        kernel.shutdown()

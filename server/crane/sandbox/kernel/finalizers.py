@@ -324,7 +324,8 @@ def rebound(ns: dict, rebinds: list, objs: dict, skip: list, proof: Any) -> dict
             continue
         v = dict.get(ns, name)
         kind = _fz_kind(type(v))
-        if not (kind == 2 or kind == 3 or (kind == 1 and _FZ_WEAKCOUNT(v) and _fz_called(v))):
+        if not (kind == 2 or kind == 3 or (kind == 1 and _FZ_WEAKCOUNT(v) and _fz_called(v))
+                or (kind == 4 and _fz_main_class(v) and _fz_called(v))):  # (a class a cell defined: h6)
             continue  # (a value only weakly referenced, without a callback — a DataFrame a Series caches — is not)
         try:
             proof.check(v)

@@ -44,6 +44,10 @@ for _pr_k in _PR_OBJECT.__subclasses__():
         _PR_MODULE_T = _pr_k
     elif _pr_n == "ModuleSpec" and _pr_m == "_frozen_importlib":
         _PR_SPEC_T = _pr_k
+# (the loop's last class is the newest subclass of object: often one a cell defined just before the install. Kept in
+# this module's globals it stayed alive for good: `del K; gc.collect()` no longer freed it, nor ran its finalizers;
+# issue 42, h6)
+_pr_k = _pr_n = _pr_m = None
 _PR_M_DICT = _PR_MODULE_T.__dict__["__dict__"]  # a module's namespace, read by its C slot
 _PR_F_CODE = _PR_FUNCTION.__dict__["__code__"]
 _PR_F_GLOBALS = _PR_FUNCTION.__dict__["__globals__"]
