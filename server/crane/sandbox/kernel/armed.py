@@ -215,7 +215,7 @@ def _library_dirs() -> tuple:
     found = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     found.update(p for p in sys.path if isinstance(p, str) and os.path.basename(p.rstrip(os.sep)) in
                  ("site-packages", "dist-packages"))
-    dirs = set()
+    dirs: set[str] = set()
     for d in found:
         if isinstance(d, str) and d:
             dirs.update((d.rstrip(os.sep) + os.sep, os.path.realpath(d).rstrip(os.sep) + os.sep))
@@ -243,7 +243,7 @@ def _runs_library_code(thread: Any, libs: tuple) -> bool:
         if isinstance(target, functools.partial):
             target = target.func
         elif hasattr(target, "__func__"):
-            target = target.__func__
+            target = getattr(target, "__func__")  # noqa: B009 - (typed Any)
         else:
             break
     code = getattr(target, "__code__", None)
