@@ -132,6 +132,16 @@ def test_a_thread_still_running_is_only_likely(pk, path):
     assert "thread(s) running after its reply" in (v.reason or ""), v
 
 
+@pytest.mark.parametrize("path", ["fork", "fork session"])
+def test_a_timer_past_the_budget_is_not_waited_for(pk, path):
+    """A Timer that fires after the run's budget is not waited for (before: the whole budget, 60 s here, then the
+    same answer): `no-crash`, only likely."""
+    t0 = time.monotonic()
+    v = _verdict(pk, path, "import os, threading\nthreading.Timer(600, os._exit, (3,)).start()")
+    assert v.verdict == "no-crash" and not v.certain, v
+    assert time.monotonic() - t0 < BUDGET_S - 5, v  # (far from the budget whatever the load: no wait for it)
+
+
 def _kernel_ended(kernel) -> bool:
     process = getattr(kernel.manager.provisioner, "process", None)
     assert process is not None, kernel.manager.provisioner

@@ -195,6 +195,8 @@ def _wait_threads(state: dict) -> None:
         grace = THREAD_GRACE_S
         interval = getattr(t, "interval", None)
         if isinstance(t, threading.Timer) and isinstance(interval, (int, float)):
+            if float(interval) >= left - (time.monotonic() - start):
+                continue  # (it fires after the budget: not waited for; still alive below, so only likely)
             grace = max(grace, float(interval) + THREAD_GRACE_S)
         t.join(max(0.0, min(grace, left) - (time.monotonic() - start)))
     if state.get("ended"):  # a thread ended the run (the guard's `end`: a record is out, or the process ends now)
