@@ -20,7 +20,7 @@ from crane.kernel.manager import start_kernel
 
 from ..kernel_envs import kernel_python
 from .kernel_choice import kernels, library_kernels
-from .test_portable_round5 import BOTH, SETUP, run5
+from .test_portable_round5 import BOTH, GUARD, SETUP, run5
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker's run folder view")
 
@@ -165,3 +165,45 @@ def k_tf(request, workdir, outside, listener):
 def test_tensorflows_and_keras_writers_through_dotdot_cd_and_the_cells_link(k_tf, sandbox):
     v = run5(k_tf, TF_HONEST, sandbox)
     assert (v.verdict, v.stdout.strip().splitlines()[-1:]) == ("no-crash", [TF_HONEST_OUT]), v
+
+
+# a writer that fills a folder (pyarrow's `write_dataset`: its files inside the folder are opened in C++, not vetted
+# one by one) wrote through a link the folder held: the cell's own link to the user's real file (its path read from
+# the view's link) or to a file outside (also in a user's folder moved in the run, whose entries then no longer name
+# their counterparts): under the guard alone the user's real `data.csv` was overwritten with a parquet file,
+# verdict `no-crash`. Now every link in the folder is made private along what it resolves to, and one that leads out
+# of the run makes the run `blocked` (RunFolder.materialize_tree)
+FILLED = ("import pyarrow as pa, pyarrow.dataset as ds\n@PRE@\n"
+          "ds.write_dataset(pa.table({'a': [1]}), 'out', format='parquet', existing_data_behavior='overwrite_or_ignore')")
+FILLED_ATTACKS = {
+    "the cell's link to the user's file": "os.mkdir('out')\nos.symlink(os.readlink('data.csv'), 'out/part-0.parquet')",
+    "the cell's link to a file outside": "os.mkdir('out')\nos.symlink('@OUTSIDE@/target.txt', 'out/part-0.parquet')",
+    "the cell's link in a folder of the user's moved": "import shutil\nshutil.move('sub', 'out')\n"
+                                                       "os.symlink(os.readlink('out/inner.txt'), 'out/part-0.parquet')",
+}
+FILLED_HONEST = "os.mkdir('out')\nos.symlink('../data.csv', 'out/part-0.parquet')"
+
+
+@pytest.fixture(scope="module")
+def k_arrow(request, workdir, outside, listener):
+    """Round 5's kernel keys with pyarrow's dataset module imported."""
+    kernel = start_kernel(workdir, python=kernel_python(request.param))
+    conn = kernel.connection
+    run = conn.run_cell(SETUP + "import pyarrow.dataset", timeout=300)
+    assert run.status == "ok", run
+    yield {"conn": conn, "work": workdir, "outside": outside, "listener": listener, "kpid": conn.evaluate("kpid")}
+    kernel.shutdown()
+
+
+@pytest.mark.parametrize("k_arrow,attack", [pytest.param(env, a, id=f"{env}-{a}") for env in library_kernels("pyarrow")
+                                            for a in FILLED_ATTACKS], indirect=["k_arrow"], scope="module")
+def test_a_writer_filling_a_folder_never_writes_through_a_link_out_of_the_run(k_arrow, attack):
+    v = run5(k_arrow, FILLED.replace("@PRE@", FILLED_ATTACKS[attack]), GUARD)
+    assert v.verdict == "blocked" and v.refusal is not None and "link out of the run" in (v.reason or ""), v
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("k_arrow", library_kernels("pyarrow"), indirect=True, scope="module")
+def test_a_writer_filling_a_folder_writes_through_a_link_into_the_run_privately(k_arrow, sandbox):
+    v = run5(k_arrow, FILLED.replace("@PRE@", FILLED_HONEST) + "\nprint(open('data.csv', 'rb').read(4))", sandbox)
+    assert (v.verdict, v.stdout.strip().splitlines()[-1:]) == ("no-crash", ["b'PAR1'"]), v

@@ -310,18 +310,35 @@ class RunFolder:
             if real is not None and os.path.isdir(real) and not os.path.islink(real):  # (a walk skips real links)
                 self._materialize_one(p, False)
 
-    def materialize_tree(self, path: Any) -> None:
+    def materialize_tree(self, path: Any) -> str | None:
         """`materialize(path)`, and when it is a folder, every view link below it too (a writer that fills a folder,
-        overwriting files that may be there: none of them may be a link to a real file)."""
+        overwriting files that may be there: none of them may be a link to a real file). Any other link below it
+        (the cell's own, or a view link moved there) is materialized along what it resolves to, a folder whole, when
+        that is in the run; the first that leads out of the run is returned (the writer, whose files inside the
+        folder are not vetted one by one, would write through it: the caller refuses), else None."""
+        return self._tree(path, set())
+
+    def _tree(self, path: Any, seen: set[str]) -> str | None:
         at = self.resolve(path, make=True)
-        if at is None or not self._under(at) or not os.path.isdir(at) or os.path.islink(at):
-            return
+        if at is None or not self._under(at) or not os.path.isdir(at) or os.path.islink(at) or at in seen:
+            return None
+        seen.add(at)
         for top, dirs, files in os.walk(at):
             for name in dirs + files:
                 p = os.path.join(top, name)
-                if os.path.islink(p) and self._view_link(p) is not None:
+                if not os.path.islink(p):
+                    continue
+                if self._view_link(p) is not None:
                     self._materialize_one(p, True)
+                    continue
+                target = self.resolve(p, make=True)
+                if target is None or not self._under(target):
+                    return p
+                escape = self._tree(target, seen) if os.path.isdir(target) else None
+                if escape is not None:
+                    return escape
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+        return None
 
     def materialize(self, path: Any, leaf: bool = True) -> None:
         """Replace every view link on the way to `path` (and `path` itself when `leaf`) by a private copy, along
@@ -446,9 +463,12 @@ class Portable:
         state = self.ctx.audit_state
         _own_begin(state)
         try:
-            self.folder.materialize_tree(path)
+            escape = self.folder.materialize_tree(path)
         finally:
             _own_end(state)
+        if escape is not None:
+            self.refuse(f"a writer filling a folder that holds a link out of the run ({escape[:200]!r})", "call guard",
+                        escape)
 
     def refuse(self, what: str, layer: str = "audit hook", path: Any = None) -> None:
         """End the run now: `blocked`, naming what was refused (`reason`, and `refusal`: the `layer` that refused it,
