@@ -747,7 +747,7 @@ def transplant(
                 doubt = doubt or "the run's view of the notebook's folder may be what failed"
             v.certain = doubt is None
             if doubt is not None:  # (issue 42, h5: said where a repair starts from this crash)
-                v.reason = f"{LIKELY_CRASH}: {doubt}"
+                v.reason = likely_reason(v.reason, doubt)
         total_ms = (time.monotonic() - t0) * 1000.0
         if how in ("deadline", "cancelled"):
             v.elapsed_ms, v.overhead_ms = total_ms, 0.0
@@ -971,6 +971,12 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
 
 
 LIKELY_CRASH = "the crash is only likely"  # the head of a likely crash's `reason` (then ": " and why)
+
+
+def likely_reason(reason: str | None, doubt: str) -> str:
+    """A likely crash's `reason`: what the run said of its end, if anything (e.g. "the sandbox process exited
+    (5)", as the fork path says it), then why the crash is only likely."""
+    return f"{reason} ({LIKELY_CRASH}: {doubt})" if reason else f"{LIKELY_CRASH}: {doubt}"
 
 
 def _setup_transplant(data: bytes) -> dict:

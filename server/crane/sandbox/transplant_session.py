@@ -35,7 +35,6 @@ from crane.sandbox.session_memory import kernel_key, lift_for_load, limit_comman
 from crane.sandbox.shared.process_end import exit_status, worker_outcome
 from crane.sandbox.shared.view_names import view_sensitive
 from crane.sandbox.transplant import (
-    LIKELY_CRASH,
     LOAD_S,
     POOL,
     CopyFacts,
@@ -45,6 +44,7 @@ from crane.sandbox.transplant import (
     copy_crash_doubt,
     kernel_of,
     kernel_vm_mb,
+    likely_reason,
 )
 from crane.sandbox.verdict import Integrity, SandboxVerdict, TransplantInfo
 
@@ -384,10 +384,10 @@ class TransplantSession(SandboxSession):
             doubt = copy_crash_doubt(v, source, self._held, self._facts)
             v.certain = doubt is None
             if doubt is not None:
-                v.reason = f"{LIKELY_CRASH}: {doubt}"
+                v.reason = likely_reason(v.reason, doubt)
         if self.portable and v.verdict == "crash" and v.certain and view_sensitive(source, v.traceback, v.evalue or ""):
             v.certain = False  # the one-shot's rule (worker/portable): the run's view of the folder may be what failed
-            v.reason = f"{LIKELY_CRASH}: the run's view of the notebook's folder may be what failed"
+            v.reason = likely_reason(v.reason, "the run's view of the notebook's folder may be what failed")
         v.transplant = TransplantInfo(copied=[f"{n} ({t})" for n, t in self._copied.items()][:50],
                                       bytes=self._bytes, warm=self._warm, confinement="blocking")
         if self.portable:  # -- the portable sandbox: which layers ran
