@@ -185,8 +185,7 @@ def _wait_threads(state: dict) -> None:
     before = state.get("threads") or frozenset()
     mine = [t for t in threading.enumerate() if t.ident not in before and t is not threading.current_thread()]
     if mine:
-        libs = _library_dirs()
-        mine = [t for t in mine if not _runs_library_code(t, libs)]
+        mine = [t for t in mine if not _library_thread(t, state.get("libs"))]
     if not mine:
         return
     left = _budget_left()
@@ -194,10 +193,11 @@ def _wait_threads(state: dict) -> None:
     for t in mine:
         grace = THREAD_GRACE_S
         interval = getattr(t, "interval", None)
-        if isinstance(t, threading.Timer) and isinstance(interval, (int, float)):
-            if float(interval) >= left - (time.monotonic() - start):
-                continue  # (it fires after the budget: not waited for; still alive below, so only likely)
-            grace = max(grace, float(interval) + THREAD_GRACE_S)
+        if isinstance(t, threading.Timer) and isinstance(interval, (int, float)) \
+                and float(interval) < left - (time.monotonic() - start):
+            grace = max(grace, float(interval) + THREAD_GRACE_S)  # (one past the budget: the grace only, then likely;
+            # the interval is read after the cell, so never less than the grace: a Timer whose interval the cell
+            # changed after its start still fires within it)
         t.join(max(0.0, min(grace, left) - (time.monotonic() - start)))
     if state.get("ended"):  # a thread ended the run (the guard's `end`: a record is out, or the process ends now)
         while True:
@@ -208,12 +208,15 @@ def _wait_threads(state: dict) -> None:
                               f"({', '.join(alive[:3])}): what they do later was not waited for")
 
 
-def _library_dirs() -> tuple:
-    """The folders of the interpreter's standard library and installed packages (with a trailing separator, as
-    written and resolved): code there is a library's, not the notebook's."""
+
+def libraries_now() -> tuple:
+    """As the cell begins (kernel/run._cell_begins), what `_library_thread` judges by, bound before the cell can
+    change any of it: the folders of the interpreter's standard library and installed packages (as written and
+    resolved, with a trailing separator), `sys.modules`, the module type and `sys._current_frames`."""
     import os
     import sys
     import sysconfig
+    import types
     found = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     found.update(p for p in sys.path if isinstance(p, str) and os.path.basename(p.rstrip(os.sep)) in
                  ("site-packages", "dist-packages"))
@@ -221,33 +224,82 @@ def _library_dirs() -> tuple:
     for d in found:
         if isinstance(d, str) and d:
             dirs.update((d.rstrip(os.sep) + os.sep, os.path.realpath(d).rstrip(os.sep) + os.sep))
-    return tuple(dirs)
+    return tuple(dirs), sys.modules, types.ModuleType, sys._current_frames
 
 
-def _runs_library_code(thread: Any, libs: tuple) -> bool:
-    """Whether a thread the cell left running runs a library's Python code (tqdm's monitor, joblib/loky's executor
-    manager and queue feeders, a data loader's prefetcher): its `run` where its class defines one, else its target
-    (a Timer's function), unwrapped from `functools.partial` and bound methods. Such a thread is the library's, as
-    in the kernel, where it keeps running after every cell: not waited for, and no reason to doubt the verdict. A C
-    callable (`os._exit`, `os.kill`, `time.sleep`) or code outside the library folders (the notebook's) is the
-    cell's: waited for (`_wait_threads`)."""
+def _library_modules(dirs: tuple, modules: dict, module_type: type) -> dict:
+    """The library modules loaded now (the cell may have imported some: a pool's module is imported lazily), by the
+    identity of their globals: a module object whose `__file__` is in the library folders."""
+    found = {}
+    for m in list(modules.values()):
+        names = m.__dict__ if isinstance(m, module_type) else None  # (never a module's own __getattr__)
+        file = names.get("__file__") if type(names) is dict else None
+        if isinstance(file, str) and file.startswith(dirs):
+            found[id(names)] = m
+    return found
+
+
+def _library_thread(thread: Any, libs: Any) -> bool:
+    """Whether a thread the cell left running is a library's, idle (tqdm's monitor, joblib/loky's executor manager
+    and queue feeders, a thread pool's idle workers): it keeps running in the kernel after the cell as here, so it is
+    not waited for and leaves the verdict certain. Both must hold: what it was started to run (its class's `run`,
+    else its target or a Timer's function, unwrapped from `functools.partial`, bound methods and a Thread's own
+    `run`) is a library's Python code, and every frame on its stack now runs library code — a code object in the
+    library folders with the globals of a loaded library module (`libraries_now`). So a C callable
+    (`os._exit`, `os.kill`), the notebook's code, a notebook function running in a pool's thread, a target swapped
+    after the start or a code object whose file name the cell forged (its globals are the notebook's) is waited for.
+    Not followed: what a library's idle thread will call later that the cell handed it (a `sched` queue, an event
+    loop's `call_later`), and a function the cell made with a library module's globals and file name."""
+    if not libs:
+        return False
+    dirs, loaded, module_type, current_frames = libs
+    if not _library_target(thread, dirs):
+        return False
+    modules = _library_modules(dirs, loaded, module_type)
+    try:
+        frame = current_frames().get(thread.ident)
+    except Exception:  # noqa: BLE001 - (refused where a guard holds it: the thread is then waited for)
+        return False
+    if frame is None:
+        return False
+    while frame is not None:
+        module = modules.get(id(frame.f_globals))
+        filename = frame.f_code.co_filename
+        if module is None or module.__dict__ is not frame.f_globals or not isinstance(filename, str) \
+                or not filename.startswith(dirs):
+            return False
+        frame = frame.f_back
+    return True
+
+
+def _library_target(thread: Any, dirs: tuple) -> bool:
+    """Whether what a thread was started to run is a library's Python code (`_library_thread`)."""
     import functools
     import threading
-    cls = type(thread)
-    run = getattr(cls, "run", None)
-    if isinstance(thread, threading.Timer) and run is threading.Timer.run:
-        target = getattr(thread, "function", None)
-    elif run is threading.Thread.run:
-        target = thread.__dict__.get("_target")
-    else:
-        target = run
     for _ in range(16):
-        if isinstance(target, functools.partial):
-            target = target.func
-        elif hasattr(target, "__func__"):
-            target = getattr(target, "__func__")  # noqa: B009 - (typed Any)
+        cls = type(thread)
+        run = getattr(cls, "run", None)
+        if isinstance(thread, threading.Timer) and run is threading.Timer.run:
+            target = getattr(thread, "function", None)
+        elif run is threading.Thread.run:
+            target = thread.__dict__.get("_target")
         else:
-            break
-    code = getattr(target, "__code__", None)
-    filename = getattr(code, "co_filename", None)
-    return isinstance(filename, str) and filename.startswith(libs)
+            target = run
+        for _ in range(16):
+            if isinstance(target, functools.partial):
+                target = target.func
+            elif hasattr(target, "__func__"):
+                owner = getattr(target, "__self__", None)
+                if isinstance(owner, threading.Thread) and owner is not thread:
+                    break  # (another thread's own `run` as the target: judged by what that one was made to run)
+                target = getattr(target, "__func__")  # noqa: B009 - (typed Any)
+            else:
+                break
+        owner = getattr(target, "__self__", None)
+        if isinstance(owner, threading.Thread) and owner is not thread:
+            thread = owner
+            continue
+        code = getattr(target, "__code__", None)
+        filename = getattr(code, "co_filename", None)
+        return isinstance(filename, str) and filename.startswith(dirs)
+    return False

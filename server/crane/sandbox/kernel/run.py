@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
-from crane.sandbox.kernel.armed import settle, streams_now, threads_now, timers_now  # kernel: strip
+from crane.sandbox.kernel.armed import libraries_now, settle, streams_now, threads_now, timers_now  # kernel: strip
 from crane.sandbox.kernel.audit import _ends_process  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
     _CO_COROUTINE,
@@ -457,6 +457,7 @@ def _cell_begins(ctx: _Ctx, source: str, seen: dict) -> list[CodeType]:
     bound = arm_loops(ctx.kept, shell, _line_offset(source, transformed))  # a loop miniature: loops bounded
     plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed, bound)
     ctx.audit_state["threads"] = threads_now()  # (the threads and timers the cell starts: kernel/armed.settle)
+    ctx.audit_state["libs"] = libraries_now()
     ctx.audit_state["timers"] = timers_now()
     ctx.audit_state["streams"] = streams_now()
     ctx.audit_state["running"] = True  # (kernel/audit._guard_process_end)
