@@ -8,9 +8,11 @@ read `no-crash` on the fork and transplant paths, one-shot and session. A `sys.s
 kernel alive but answering no cell again (no reply): the sandbox says the cell's crash, the flush's exception.
 
 An honest cell (a daemon thread that ends, a short Timer, an alarm it disarms, a timer whose signal it handles)
-stays `no-crash`, certain; a thread still running after the grace leaves `no-crash` only likely. The portable
-sandbox's guard refuses every thread and Timer a cell starts, every signal handler it sets, `signal.alarm`,
-`signal.setitimer` and faulthandler's functions (`blocked`, as before), as in test_process_end_matrix.py."""
+stays `no-crash`, certain; a thread still running after the grace leaves `no-crash` only likely (a library's idle
+thread is not waited for: test_armed_library_threads.py). The portable sandbox's guard refuses every Timer a cell
+makes, every signal handler it sets, `signal.alarm`, `signal.setitimer` and faulthandler's functions (`blocked`, as
+before), and every thread a cell starts only where no OS layer holds the worker (no Landlock): under Landlock the
+thread runs and its end is the kernel's answer, as in test_process_end_matrix.py."""
 
 from __future__ import annotations
 

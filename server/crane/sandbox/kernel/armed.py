@@ -19,13 +19,20 @@ kernel/audit._guard_process_end still on), by `settle`:
 2. a later dump with `exit=True` the cell armed and did not cancel: the same, the watchdog cancelled first;
 0. a `sys.stdout` / `sys.stderr` the cell put in place is flushed, as ipykernel does before its reply
    (`flush_streams`): a flush calling `os._exit` is the guard's crash, a raising one the cell's;
-3. the threads the cell started and left alive: waited for, a bounded grace (a `threading.Timer` its interval, any
-   other thread `THREAD_GRACE_S`; never past the run's budget, read from CRANE's own budget timer): a thread that
-   ends the process meanwhile is caught by the guards as any end of the cell's. Threads still alive after it
-   leave the verdict not certain (`unsettled`, read by assemble / the session's reply: "likely").
+3. the threads the cell started and left alive: waited for, a bounded grace (a `threading.Timer` its interval plus
+   `THREAD_GRACE_S`, one firing after the run's budget the grace alone; any other thread `THREAD_GRACE_S`; never
+   past the run's budget, read from CRANE's own budget timer): a thread that ends the process meanwhile is caught
+   by the guards as any end of the cell's. Threads still alive after it leave the verdict not certain
+   (`unsettled`, read by assemble / the session's reply: "likely"). A library's idle thread is not waited for and
+   leaves the verdict certain (`_library_thread`: what it was started to run AND every frame of its stack as the
+   cell ends are a loaded library module's Python code: tqdm's monitor, a `ThreadPoolExecutor` never shut down,
+   joblib/loky's manager threads); the notebook's code, a C callable (`os._exit`, `os.kill`) and the notebook's
+   function running in a pool's thread are waited for (what it does not follow: its docstring).
 Nothing here writes a record of its own: the writer is the guard's `end` (bound before the cell) or CRANE's record
 path after it. The portable sandbox's guard refuses `signal.alarm`, `signal.setitimer`, faulthandler's functions
-and every thread a cell starts (`blocked`, as before). Not seen: a later dump armed through C (ctypes), a thread
+and every `threading.Timer` a cell makes (`blocked`, as before); a thread the cell starts only where no OS layer
+holds the worker (macOS, Windows, no Landlock): under Landlock (the lean guard, worker/guard `_THREAD_START`) it
+runs and is settled here as on the other paths. Not seen: a later dump armed through C (ctypes), a thread
 started in C, a `flush` patched on a stream's class.
 """
 
