@@ -21,18 +21,12 @@ from crane.kernel.untouched import Untouched
 from crane.lsp.agent_bridge import render
 from crane.notebook.model import load_notebook
 
+from ..likely_copy import FIX, SETUP
+from ..likely_copy import LIKELY as TARGET
 from .conftest import code, settings_for, write_notebook
 from .fake_agent_server import tool
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
-
-SETUP = ("import sys, types\n"
-         "sys.modules.setdefault('cupy', types.ModuleType('cupy'))  # the kernel refuses to fork\n"
-         "import pandas as pd\n"
-         "df = pd.DataFrame({'h5_tags': [1, 2, 3]})\n"
-         "pd.DataFrame.h5_tag = property(lambda self: 5)  # a library class patched with what the copy cannot carry\n")
-TARGET = "print(df.h5_tag)"
-FIX = "print(df['h5_tags'])"
 
 
 def test_the_agent_says_its_fix_is_verified_against_a_likely_crash(model, tmp_path):

@@ -21,15 +21,11 @@ from crane.kernel.manager import start_kernel
 from crane.sandbox.options import SandboxOptions, configure
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from ..likely_copy import SETUP
 from .test_fix_offline import code, write
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
-SETUP = ("import sys, types\n"
-         "sys.modules.setdefault('cupy', types.ModuleType('cupy'))  # the kernel refuses to fork: the fix runs on a copy\n"
-         "import pandas as pd\n"
-         "df = pd.DataFrame({'h5_tags': [1, 2, 3]})\n"
-         "pd.DataFrame.h5_tag = property(lambda self: 5)  # a library class patched with what the copy cannot carry\n")
 LIKELY = "print(df.h5_tag)\n"  # clean in the kernel, AttributeError in the copy
 CERTAIN = "print(df['h5_tag'])\n"  # a KeyError everywhere
 

@@ -18,17 +18,12 @@ from lsprotocol import types
 
 from tests.agent.fake_agent_server import FakeAgentServer, tool
 
+from ..likely_copy import FIX, SETUP
+from ..likely_copy import LIKELY as TARGET
 from .conftest import TIMEOUT_SCALE, Notebook, start_client, stop_client, wait_for
 from .test_sacred import fingerprint
 
 MODEL = "openai/crane-agent-test"
-SETUP = ("import sys, types\n"
-         "sys.modules.setdefault('cupy', types.ModuleType('cupy'))  # the kernel refuses to fork\n"
-         "import pandas as pd\n"
-         "df = pd.DataFrame({'h5_tags': [1, 2, 3]})\n"
-         "pd.DataFrame.h5_tag = property(lambda self: 5)  # a library class patched with what the copy cannot carry\n")
-TARGET = "print(df.h5_tag)"
-FIX = "print(df['h5_tags'])"
 pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")]
 

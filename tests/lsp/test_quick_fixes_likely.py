@@ -15,17 +15,12 @@ import sys
 import pytest
 import pytest_asyncio
 
+from ..likely_copy import SETUP
 from ..sacred import kernel_state
 from .conftest import Notebook, start_client, stop_client, wait_for
 from .test_quick_fixes import actions_of, attach, fixes_ready
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
-
-SETUP = ("import sys, types\n"
-         "sys.modules.setdefault('cupy', types.ModuleType('cupy'))  # the kernel refuses to fork\n"
-         "import pandas as pd\n"
-         "df = pd.DataFrame({'h5_tags': [1, 2, 3]})\n"
-         "pd.DataFrame.h5_tag = property(lambda self: 5)  # a library class patched with what the copy cannot carry\n")
 
 
 @pytest_asyncio.fixture

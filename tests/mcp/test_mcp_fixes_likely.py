@@ -19,15 +19,11 @@ from crane.kernel.manager import start_kernel
 from crane.kernel.untouched import Untouched
 
 from ..cli.conftest import make_notebook
+from ..likely_copy import SETUP
 from .conftest import mcp_client
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
-SETUP = ("import sys, types\n"
-         "sys.modules.setdefault('cupy', types.ModuleType('cupy'))  # the kernel refuses to fork\n"
-         "import pandas as pd\n"
-         "df = pd.DataFrame({'h5_tags': [1, 2, 3]})\n"
-         "pd.DataFrame.h5_tag = property(lambda self: 5)  # a library class patched with what the copy cannot carry\n")
 CELLS: list[tuple[str, int | str | None]] = [(SETUP, 1), ("print(df.h5_tag)", None), ("print(df['h5_tag'])", None)]
 
 
