@@ -93,7 +93,11 @@ def export(args: Any) -> dict:
         if why:
             return {"ok": False, "reason": why}
         resealed: list = []  # (this request's own: the new seal of CRANE's cloudpickle, when this export made one)
-        out = _export(args, resealed)
+        held: list = []  # (what holds the notebook's objects and outlives the export in cycles: released below)
+        try:
+            out = _export(args, resealed, held)
+        finally:
+            _release(held)
         if resealed:
             out["cp_seal"] = resealed[0]
         return out
@@ -103,7 +107,19 @@ def export(args: Any) -> dict:
         _setprofile(saved[0])
 
 
-def _export(args: Any, resealed: list) -> dict:
+def _release(held: list) -> None:
+    """Empty what the export's pickler classes hold through their closures — the proof's caches, the reducers'
+    table, the finalizer watch — so no object of the notebook stays referenced by the export once it returns: those
+    classes are in cycles and live until the kernel's collector runs (kernel/proof._Proof.release, issue 42, fixD)."""
+    for h in held:
+        if type(h) is dict:
+            dict.clear(h)
+        else:
+            h.release()
+    list.clear(held)
+
+
+def _export(args: Any, resealed: list, held: list) -> dict:
     t0 = _perf()
     try:
         req = check_export_request(args)
@@ -137,6 +153,7 @@ def _export(args: Any, resealed: list) -> dict:
     if not all(type(k) is str for k in keys):  # a str subclass's __eq__/__hash__ would run on every lookup
         return {"ok": False, "reason": "the kernel's namespace has a key that is not a plain string"}
     proof = _Proof()
+    held.append(proof)
     # Keras graphs whole, layers of notebook classes rebuilt (shared/keras_graph.py, keras_layers.py; made before any
     # proof: it tells the proof which notebook classes it rebuilds), tf.data pipelines named (shared/tf_data.py)
     graph = KerasGraph(_Lib(proof), saved_reduce)  # (a model's saved bytes reused while unchanged: keras_saved.py)
@@ -183,6 +200,7 @@ def _export(args: Any, resealed: list) -> dict:
     _phase(d, "copying")
     ctl.copying()
     reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
+    held.append(reducers)
     # the notebook's cell transformers (kernel/transformers.py), copied only when they pickle on their own (a dry run:
     # one that does not is missed, never the export's failure)
     transformers, shell_missed = shell_transformers(shell, proof)
@@ -197,7 +215,9 @@ def _export(args: Any, resealed: list) -> dict:
     objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
     # what runs when a copied object is freed (its finalizers, weak callbacks, the kernel's references), pickled after
     # the namespace by the same pickler (kernel/finalizers.py)
-    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, watch=FinalizerWatch(proof))
+    fin_watch = FinalizerWatch(proof)
+    held.append(fin_watch)
+    out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, watch=fin_watch)
     objs.pop(KERAS_KEY, None)
     objs.pop("\x00crane-accessors", None)
     objs.pop("\x00crane-patched", None)

@@ -186,6 +186,12 @@ class FinalizerWatch:
         if kind == 2 or kind == 3 or (kind == 1 and _FZ_WEAKCOUNT(obj)) or (kind == 4 and _fz_main_class(obj)):
             self.found.append(obj)
 
+    def release(self) -> None:
+        """Hold nothing of the notebook's any more (the export's end: kernel/export._release)."""
+        self.found = []
+        self.kinds = {}
+        self.proof = None
+
     def _proof_held(self, held: dict) -> None:
         """Add to `held` (id -> the export's references) those the proof's caches hold: (class, ...) tuples by the
         class's id, objects its pre-walk kept (a class a cell defined is cached there while proven: counted as the

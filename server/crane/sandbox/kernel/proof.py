@@ -229,6 +229,19 @@ class _Proof:
         self.tf_data: dict = {}
         self.tf_data_approximate: list = []
 
+    def release(self) -> None:
+        """Let go of every object the caches hold, at the export's end (issue 42, fixD). The export's pickler classes
+        (kernel/pickling._pickler_class: a class is always in reference cycles of its own) hold this proof through
+        their closures, so it outlives the export until the kernel's collector next runs: its caches kept the
+        notebook's classes (and pre-walked objects) referenced, a later export counted those references as the
+        kernel's (kernel/finalizers.FinalizerWatch.tail) and pinned the copy (`K = 1; gc.collect()` with a finalizer
+        on K: no-crash, certain, where the kernel dies), and the kernel's own `del` freed them only at its next
+        collection."""
+        for cache in (self.types, self.walked, self.libs, self.refs, self.rebuilt, self.tf_data):
+            dict.clear(cache)
+        list.clear(self.uncarried)
+        list.clear(self.tf_data_approximate)
+
     def library_class(self, cls: type) -> bool:
         """`cls` is the library's: the class a library module's qualified name gives, a static (C) type, or a
         class of a library module whose every Python function is library code (a class claiming a module it is
