@@ -21,11 +21,36 @@ makes a fresh lambda of the request's its trace function (`enter`); then calls a
 runs `enter` (before the notebook's profile function or monitoring tools see the trigger: the legacy trace hook is
 called first). `enter` puts the notebook's trace function back at once (it fires again only once `enter` returns,
 and a guard keeps `enter` from running twice), then, still inside the trace call, runs the guard: a function
-compiled per request with the builtins' own `exec`/`compile` (proven), on empty builtins, which turns off the
-collector and empties `gc.callbacks` (the same list object, its callbacks put back after), clears every
-`sys.monitoring` callback of tools 0-5 for each event (other threads of CRANE's, the export's pickler, are not
-inside the trace call; a tool's enabled events stay as they are), and `threading`'s hooks for new threads, runs
-`expr`, and puts all of it back exactly in its `finally`. Its outcome reaches the trigger through the trigger's own
+compiled per request with the builtins' own `exec`/`compile` (proven), on empty builtins, with the collector
+already off (turned off first inside the trace call: none of CRANE's allocations runs a collection, so neither a
+`gc.callbacks` entry nor a finalizer of a cycle of the notebook's runs in CRANE's frames), which clears every
+`sys.monitoring` callback of tools 0-5 for each event where the request starts a thread of CRANE's (`threads`: the
+export's pickler, which is not inside the trace call; a tool's enabled events stay as they are), runs `expr`, and puts
+all of it back exactly in its `finally`.
+
+What other threads of the kernel see (review r1 M1): only what must be off process-wide is. `threading`'s hooks for
+new threads (`threading.settrace`/`setprofile`, a debugger's) are left as they are: the request starts no
+`threading` thread (the export's pickler is started with `_thread`, which reads no hook, and starts with none), and
+a thread the notebook starts meanwhile keeps them (b9b950c cleared them for the whole request: such a thread ran
+untraced for good; tests/kernel/test_hooks_off_threads.py). `gc.callbacks` is left as it is (b9b950c emptied it:
+an explicit `gc.collect()` of another thread in the window ran without the notebook's callbacks); with the collector
+off no collection runs in CRANE's frames but an explicit one, which CRANE's kernel code never calls. The collector
+itself is off for the request (as the seal's call and the installs already had it): another thread's allocations
+trigger no collection in that window, one that would have is only later (the counts carry over: the first
+allocation past the threshold after the request collects), an explicit `gc.collect()` still runs. An enabled
+collector is not an option: a collection triggered by CRANE's allocations runs the notebook's `gc.callbacks` and
+its cycles' finalizers in CRANE's frames (`sys._getframe()` reaches them; the `gc-callbacks` case of
+tests/kernel/test_seal_forgery.py). `sys.monitoring` (3.12+) has no per-thread switch (`set_local_events` is per
+code object, for every thread; a callback is per tool and event, process-wide): its callbacks are cleared for the
+request, so an event of a notebook's tool (a debugger's: debugpy on 3.12+ uses it) in ANOTHER thread during the
+window is lost (not called; its tool, enabled events and `DISABLE` state are kept, the callback is back after). That is
+done only for a module whose requests start a thread of CRANE's (`KernelModule.threads`: the transplant export's
+pickler, started with `_thread`. Per-thread suspension is possible in principle — the pickler thread entering a
+trace call of its own, as the main thread does, started on C calls alone so that no frame of it runs before — but
+is not done: kernel/pickling's `run` is a Python frame a notebook's tool would see first); a probe's, an
+install's, cloudpickle's and every other quiet module's request clear nothing of `sys.monitoring` (the main thread,
+inside the trace call, fires no event: the `monitoring` case of tests/kernel/test_seal_forgery.py on 3.12/3.13).
+Only 3.12+ kernels have `sys.monitoring`. Its outcome reaches the trigger through the trigger's own
 local (`frame.f_locals`, written back by CPython after a trace function returns, 3.11/3.12, or through the 3.13
 proxy): its value is returned, its exception raised there, so the reply is `expr`'s as before.
 
@@ -77,31 +102,23 @@ _PROOF = (f"not {_T}.__dict__['__flags__'].__get__({_MT}) & 512 and {_T}.__dict_
 
 # The guard, compiled per request on empty builtins with the proven readers `K` (from kernel/private_module's
 # `_SYS_EXPR`: T, BF, D, S, SD, M, MT), the collector already off (`was`: it was on; `gon`: `gc.enable`). Called
-# inside `enter` (no event fires): everything off, `F()`, everything back; its outcome (1, value) or (2, exception) written to the trigger's local `__crane_reply__` before the collector is back
+# inside `enter` (no event fires): monitoring callbacks off (`quiet_others`), `F()`, all back; its outcome (1, value) or (2, exception) written to the trigger's local `__crane_reply__` before the collector is back
 # (3.11/3.12: a later read of the trigger's `f_locals`, a collector callback's, would refill it from the frame).
 _GUARD = """
-def _guard(frame, F, K, was, gon):
+def _guard(frame, F, K, was, gon, quiet_others):
     T, BF, D, S, SD, M, MT = K
     MDD = T.__dict__["__dict__"].__get__(MT)["__dict__"].__get__
     SELF = BF.__dict__["__self__"].__get__
     FNAME = BF.__dict__["__name__"].__get__
     DG = {}.__class__.get
-    SETI = {}.__class__.__setitem__
-    LT = [].__class__
-    gcm = DG(M, "gc")
     mon = DG(SD, "monitoring")
-    th = DG(M, "threading")
     f = []
     for m, n in ((S, "exc_info"), (mon, "register_callback")):
         x = DG(MDD(m), n) if T(m) is MT else None
         f.append(x if T(x) is BF and SELF(x) is m and FNAME(x) == n else None)
     exc_info, rc = f
-    cbs = DG(MDD(gcm), "callbacks") if T(gcm) is MT else None
-    held = LT(cbs) if T(cbs) is LT else None
-    if held is not None:
-        LT.clear(cbs)
     mons = []
-    if rc is not None:
+    if rc is not None and quiet_others:
         for tool in (0, 1, 2, 3, 4, 5):
             bit = 1
             while bit < 16777216:
@@ -110,22 +127,14 @@ def _guard(frame, F, K, was, gon):
                 except:
                     break
                 bit += bit
-    td = MDD(th) if T(th) is MT else {}
-    hooks = [(k, DG(td, k)) for k in ("_profile_hook", "_trace_hook") if k in td]
-    for k, h in hooks:
-        SETI(td, k, None)
     r = (2, None)
     try:
         r = (1, F())
     except:
         r = (2, exc_info()[1] if exc_info is not None else None)
     finally:
-        for k, h in hooks:
-            SETI(td, k, h)
         for tool, bit, cb in mons:
             rc(tool, bit, cb)
-        if held is not None:
-            LT.extend(cbs, held)
         frame.f_locals["__crane_reply__"] = r
         if was:
             gon()
@@ -140,10 +149,11 @@ def refused(why: str) -> str:
     return f"{{}}[{why!r}]"
 
 
-def guarded(expr: str, sys_expr: str) -> str:
+def guarded(expr: str, sys_expr: str, threads: bool = False) -> str:
     """`expr` evaluated inside a trace function of the request's own (no trace, profile or monitoring event fires
-    in its frames), with the collector, `gc.callbacks`, `sys.monitoring` callbacks and threading's hooks for new
-    threads off, all of it put back exactly after; its value or exception is the request's. `sys_expr`: an
+    in its frames), with the collector off, put back after; its value or exception is the request's. `threads`: the
+    request starts a thread of CRANE's (the export's pickler, not inside the trace call): every `sys.monitoring`
+    callback is cleared for it as well (process-wide: put back exactly after). `sys_expr`: an
     expression of (T, BF, D, S, SD, M, MT) or False (kernel/private_module._SYS_EXPR); a kernel whose `sys`,
     `exec` or `compile` are not the interpreter's own refuses the request (a `KeyError` naming why)."""
     own_ex = ("T(e) is BF and FNAME(e) == 'exec' and T(b := SELF(e)) is MT and MDD(b) is D "
@@ -156,7 +166,7 @@ def guarded(expr: str, sys_expr: str) -> str:
     run = (f"(lambda P: (lambda T, BF, D, S, SD, M, MT: (lambda SELF, FNAME, MDD, DG: (lambda own: "
            f"(lambda gis, goff, gon: (lambda was: (lambda e, c: "
            f"e(c({_GUARD!r}, '<crane-kernel/guard>', 'exec'), g := {{'__builtins__': {{}}}}) or "
-           f"g['_guard'](f, lambda: {expr}, P, was, gon) if {own_ex} else {refuse} or (was and gon()))"
+           f"g['_guard'](f, lambda: {expr}, P, was, gon, {bool(threads)!r}) if {own_ex} else {refuse} or (was and gon()))"
            f"(DG(D, 'exec'), DG(D, 'compile')))"
            f"(gis is not None and goff is not None and gon is not None and gis() and (goff() or True)))"
            f"(own(DG(M, 'gc'), 'isenabled'), own(DG(M, 'gc'), 'disable'), own(DG(M, 'gc'), 'enable')))({own}))"

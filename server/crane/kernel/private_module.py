@@ -389,13 +389,16 @@ def _shown_path(path: Path) -> str:
 class KernelModule:
     """A bundle of stdlib-only source files installed in a kernel as `sys.modules[name]`."""
 
-    def __init__(self, name: str, doc: str, files: Sequence[Path], quiet: bool = True):
+    def __init__(self, name: str, doc: str, files: Sequence[Path], quiet: bool = True, threads: bool = False):
         self.name = name
         self.doc = doc
         self.files = tuple(files)
         # the collector stays off while a call of it runs (none of the notebook's finalizers runs on its allocations);
         # False for a module whose call runs the notebook's code as the notebook would (the fork sandbox's start)
         self.quiet = quiet
+        # a call of it starts a thread of CRANE's in the kernel (the export's pickler): a notebook's `sys.monitoring`
+        # callbacks are off, process-wide, while its requests run (kernel/hooks_off.py; else left as they are)
+        self.threads = threads
 
     @functools.cached_property
     def sources(self) -> tuple[tuple[str, str], ...]:
@@ -535,7 +538,7 @@ class ModuleClient:
         module's expressions each run inside a trace function of the request's own, the notebook's hooks seeing none
         of its frames (kernel/hooks_off.guarded)."""
         if self.module.quiet:  # (the one entry of every request of a quiet module: kernel/hooks_off.py)
-            expressions = {k: guarded(v, _SYS_EXPR) for k, v in expressions.items()}
+            expressions = {k: guarded(v, _SYS_EXPR, self.module.threads) for k, v in expressions.items()}
         try:
             reply = self.conn.private(expressions, timeout=timeout, start_timeout=start_timeout)
         except KernelTimeout as exc:

@@ -75,7 +75,8 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
                                   _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
                                   _HERE / "shared/keras_graph.py", _HERE / "shared/tf_data.py",
-                                  _HERE / "kernel/export.py"])
+                                  _HERE / "kernel/export.py"],
+                                 threads=True)  # (the export's pickler thread: kernel/hooks_off.py)
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
