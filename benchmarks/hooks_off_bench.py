@@ -28,7 +28,7 @@ guarded = pm.guarded
 
 
 def first_step(on: bool) -> None:
-    pm.guarded = guarded if on else (lambda expr, sys_expr: expr)  # type: ignore[assignment]
+    pm.guarded = guarded if on else (lambda expr, *_: expr)  # type: ignore[assignment]
 
 
 def export(conn) -> float:
