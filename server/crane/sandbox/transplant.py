@@ -80,7 +80,7 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
 WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
-                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "shared/view_names.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/finalizers.py", _HERE / "worker/imports.py", _HERE / "worker/load_vet.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
+                                _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "shared/view_names.py", _HERE / "worker/abs_paths.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/finalizers.py", _HERE / "worker/imports.py", _HERE / "worker/load_vet.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
                                 _HERE / "worker/warmup.py", _HERE / "worker/main.py"])
 
 

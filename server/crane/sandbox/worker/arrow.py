@@ -45,6 +45,7 @@ from crane.sandbox.worker.guard import (  # kernel: strip
     _NOT_NATIVE_FS,
     _URL,
     FILE_SYSTEM_PATHS,
+    _as_given,
     _HandedMeta,
     _through_file_system,
     replace_type_method,
@@ -61,9 +62,12 @@ class _ArrowVet:
 
     def __init__(self, inside: Callable[[Any], bool], prepare: Callable[[Any], object],
                  refuse: Callable[[str, Any], object], scratch: str,
-                 prepare_tree: Callable[[Any], object] | None = None) -> None:
+                 prepare_tree: Callable[[Any], object] | None = None,
+                 translate: Callable[[Any], str | None] | None = None) -> None:
         self.inside, self.prepare, self.refuse, self.scratch = inside, prepare, refuse, scratch
         self.prepare_tree = prepare_tree or prepare  # a folder a writer fills: made private whole
+        # a path into the REAL working folder: its run-folder counterpart (worker/abs_paths.py), else None
+        self.translate: Callable[[Any], str | None] = translate or (lambda p: None)
 
     def through(self, label: str, fs: Any, path: Any, tree: bool = False) -> None:
         """A write of `path` in pyarrow file system `fs` (a native writer's destination): vetted where it leads."""
@@ -77,22 +81,29 @@ class _ArrowVet:
         if tree:
             self.prepare_tree(_nv_text(local))
 
-    def path(self, label: str, path: Any, family: str = "pyarrow") -> None:
+    def path(self, label: str, path: Any, family: str = "pyarrow", rewrite: bool = False) -> Any:
+        """`path` vetted as a native writer's destination; returns what the writer is to be handed: `path`, or
+        (`rewrite`: the caller hands the writer what this returns) its run-folder counterpart where it names the
+        real working folder (a path the kernel computed: worker/abs_paths.py), which is refused otherwise."""
         if not isinstance(path, (str, bytes, os.PathLike)):
-            return  # a file object, a buffer: vetted where it was made
+            return path  # a file object, a buffer: vetted where it was made
         try:
             text = os.fsdecode(os.fspath(path))
         except (TypeError, ValueError):
-            return
-        if text.startswith("file://"):
+            return path
+        url = text.startswith("file://")  # (a URL into the real folder stays refused: it is handed on as it is)
+        if url:
             text = text[len("file://"):]
         real = os.path.realpath(text)
         scratch = self.scratch.rstrip(os.sep) + os.sep
         if real == self.scratch or real.startswith(scratch):
-            return
+            return path
+        moved = self.translate(text) if rewrite and not url else None
+        if moved is not None:
+            text, path = moved, _as_given(path, moved)
         if self.inside(text):
             self.prepare(text)
-            return
+            return path
         self.refuse(f"a call to {family}: {label} (writing {text[:200]!r} outside the cell's working folder)", text)
 
 
@@ -124,7 +135,7 @@ def _os_file_new(vet: _ArrowVet) -> Callable[[Callable[..., Any]], Callable[...,
         def __new__(cls: type, path: Any = None, mode: Any = "r", *args: Any, **kw: Any) -> Any:
             path = _nv_text(path)
             if not isinstance(path, int) and (type(mode) is not str or _arrow_writes(mode)):
-                vet.path("pyarrow.lib.OSFile", path)
+                path = vet.path("pyarrow.lib.OSFile", path, rewrite=True)
             return orig(cls, path, mode, *args, **kw)
         return __new__
     return make
@@ -139,24 +150,24 @@ def _arrow_lib(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
     if isinstance(os_file, type):
         def new_os_file(cls: type, path: Any, mode: str = "r", *args: Any, **kw: Any) -> Any:
             if _arrow_writes(mode):
-                vet.path("pyarrow.OSFile", path)
+                path = vet.path("pyarrow.OSFile", path, rewrite=True)
             return _new_of(os_file)(cls, path, mode, *args, **kw)
         out["OSFile"] = _subclass(os_file, {"__new__": new_os_file})
         replace_type_new(os_file, _os_file_new(vet))  # (the original class itself: round 9)
     if isinstance(compressed, type):
         def new_compressed(cls: type, stream: Any, *args: Any, **kw: Any) -> Any:
-            vet.path("pyarrow.CompressedOutputStream", stream)
+            stream = vet.path("pyarrow.CompressedOutputStream", stream, rewrite=True)
             return _new_of(compressed)(cls, stream, *args, **kw)
         out["CompressedOutputStream"] = _subclass(compressed, {"__new__": new_compressed})
     if callable(output_stream):
         def output_stream_vetted(source: Any, *args: Any, **kw: Any) -> Any:
-            vet.path("pyarrow.output_stream", source)
+            source = vet.path("pyarrow.output_stream", source, rewrite=True)
             return output_stream(source, *args, **kw)
         out["output_stream"] = output_stream_vetted
     if callable(memory_map):
         def memory_map_vetted(path: Any, mode: str = "r") -> Any:
             if _arrow_writes(mode):
-                vet.path("pyarrow.memory_map", path)
+                path = vet.path("pyarrow.memory_map", path, rewrite=True)
             return memory_map(path, mode)
         out["memory_map"] = memory_map_vetted
     mapped = d.get("MemoryMappedFile")
@@ -164,7 +175,7 @@ def _arrow_lib(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
         def vetted_open(orig: Any) -> Callable:
             def _open(self: Any, path: Any, mode: Any = "r", *args: Any, **kw: Any) -> Any:
                 if _arrow_writes(mode):
-                    vet.path("pyarrow.MemoryMappedFile", path)
+                    path = vet.path("pyarrow.MemoryMappedFile", path, rewrite=True)
                 return orig(self, path, mode, *args, **kw)
             return _open
 
@@ -172,7 +183,7 @@ def _arrow_lib(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
             make = orig.__func__ if isinstance(orig, staticmethod) else orig
 
             def create(path: Any, size: Any) -> Any:
-                vet.path("pyarrow.MemoryMappedFile.create", path)
+                path = vet.path("pyarrow.MemoryMappedFile.create", path, rewrite=True)
                 return make(path, size)
             return staticmethod(create)
         replace_type_method(mapped, "_open", vetted_open)
@@ -187,7 +198,7 @@ def _arrow_lib(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
         out["encode_file_path"] = encode_file_path
     if callable(create_memory_map):
         def create_memory_map_vetted(path: Any, size: Any) -> Any:
-            vet.path("pyarrow.create_memory_map", path)
+            path = vet.path("pyarrow.create_memory_map", path, rewrite=True)
             return create_memory_map(path, size)
         out["create_memory_map"] = create_memory_map_vetted
     return out
@@ -211,12 +222,11 @@ def _arrow_fs(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
 
             def method(self: Any, *args: Any, _orig: Any = orig, _where: tuple = where, _name: str = name,
                        **kw: Any) -> Any:
-                for i in _where:
-                    if i < len(args):
-                        vet.path(f"pyarrow.fs.LocalFileSystem.{_name}", args[i])
+                args = tuple(vet.path(f"pyarrow.fs.LocalFileSystem.{_name}", a, rewrite=True) if i in _where else a
+                             for i, a in enumerate(args))
                 for key in ("path", "src", "dest"):
                     if key in kw:
-                        vet.path(f"pyarrow.fs.LocalFileSystem.{_name}", kw[key])
+                        kw[key] = vet.path(f"pyarrow.fs.LocalFileSystem.{_name}", kw[key], rewrite=True)
                 return _orig(self, *args, **kw)
             ns[name] = method
         out["LocalFileSystem"] = _subclass(local, ns)
@@ -349,7 +359,7 @@ def _arrow_csv(mod: types.ModuleType, vet: _ArrowVet) -> dict[str, Any]:
         return {}
 
     def new_writer(cls: type, sink: Any, *args: Any, **kw: Any) -> Any:
-        vet.path("pyarrow.csv.CSVWriter", sink)
+        sink = vet.path("pyarrow.csv.CSVWriter", sink, rewrite=True)
         return _new_of(writer)(cls, sink, *args, **kw)
     return {"CSVWriter": _subclass(writer, {"__new__": new_writer})}
 
@@ -569,10 +579,11 @@ class _ArrowAfterImport(AfterImport):
 
 def guard_arrow(inside: Callable[[Any], bool], prepare: Callable[[Any], object],
                 refuse: Callable[[str, Any], object], scratch: str,
-                prepare_tree: Callable[[Any], object] | None = None) -> list[str]:
+                prepare_tree: Callable[[Any], object] | None = None,
+                translate: Callable[[Any], str | None] | None = None) -> list[str]:
     """Replace pyarrow's path-taking native writers now (those loaded) and when the cell loads them; returns the
     modules already done."""
-    vet = _ArrowVet(inside, prepare, refuse, scratch, prepare_tree)
+    vet = _ArrowVet(inside, prepare, refuse, scratch, prepare_tree, translate)
     for name in _ARROW_TARGETS:
         _arrow_patch(name, vet)
     if not any(isinstance(f, _ArrowAfterImport) for f in sys.meta_path):

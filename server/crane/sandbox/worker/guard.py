@@ -460,6 +460,44 @@ def _arguments_of(frame: types.FrameType) -> dict:
     return {name: loc[name] for name in code.co_varnames[:n] if name in loc}
 
 
+def _as_given(orig: Any, new: str) -> Any:
+    """`new` in the type of the path argument it replaces (`bytes`, a `PurePath` subclass, else `str`)."""
+    if isinstance(orig, bytes):
+        return os.fsencode(new)
+    if isinstance(orig, os.PathLike) and not isinstance(orig, str):
+        try:
+            kind: Any = type(orig)
+            return kind(new)
+        except Exception:  # noqa: BLE001 - a PathLike that cannot be made from text: the text itself
+            return new
+    return new
+
+
+# 3.11's profile hook: CPython copies the frame's `f_locals` back into the frame after the hook returns
+# (call_trampoline's PyFrame_LocalsToFast); 3.13's `f_locals` writes through; 3.12's does neither
+_FRAME_WRITES = sys.version_info < (3, 12) or sys.version_info >= (3, 13)
+
+
+def _put_argument(loc: dict, spec: str, value: Any) -> bool:
+    """Set the argument `spec` names (`_vet_entry`'s forms) in `loc`; False where it cannot be set."""
+    if spec.startswith("args["):
+        seq, i = loc.get("args"), int(spec[5:-1])
+        if type(seq) is not tuple or len(seq) <= i:
+            return False
+        loc["args"] = seq[:i] + (value,) + seq[i + 1:]
+        return True
+    if spec.startswith("kwargs:"):
+        kw = loc.get("kwargs")
+        if type(kw) is not dict:
+            return False
+        kw[spec[7:]] = value
+        return True
+    if spec not in loc:
+        return False
+    loc[spec] = value
+    return True
+
+
 class _Entry:
     __slots__ = ("label", "paths", "scope", "mode")
 
@@ -491,6 +529,9 @@ class CallGuard:
         self.inside = inside
         self.prepare = prepare
         self.prepare_tree = prepare_tree or prepare  # a folder a writer fills (`_DEEP`): made private whole
+        # the run folder's counterpart of a path into the real working folder (worker/abs_paths.py), else None: a
+        # writer's path argument is replaced by it where the call can be given it (`_vet_entry`'s `rewrite`)
+        self.translate: Callable[[Any], str | None] = lambda p: None
         self.table = GUARD_TABLE if table is None else table
         self.codes: dict = {}  # code object -> _Entry (Python callables of the deny table)
         self.classes: dict = {}  # class -> _Entry (a class whose construction is refused)
@@ -677,8 +718,9 @@ class CallGuard:
             return f"builtins: {name}" if mod == "builtins" else f"{fam}: {mod}.{name}"
         return ""
 
-    def vet_start(self, code: types.CodeType, frame: types.FrameType) -> None:
-        """A Python function of the deny table starts (`frame`: its frame, its arguments in `f_locals`)."""
+    def vet_start(self, code: types.CodeType, frame: types.FrameType, rewrite: bool = False) -> None:
+        """A Python function of the deny table starts (`frame`: its frame, its arguments in `f_locals`; `rewrite`:
+        what is set in `f_locals` reaches the function, `_FRAME_WRITES`)."""
         entry = self.codes.get(code)
         if entry is None:
             return
@@ -686,7 +728,7 @@ class CallGuard:
         if back is not None and entry.scope == GUARD_USER and entry.paths is None and entry.mode is None \
                 and not self.is_user(back.f_code):
             self._vet_handed_through(back)
-        self._vet_entry(entry, frame.f_locals, back.f_code if back is not None else None)
+        self._vet_entry(entry, frame.f_locals, back.f_code if back is not None else None, rewrite)
 
     def _vet_handed_through(self, back: types.FrameType) -> None:
         """A function refused to user code alone starts, called by library code (round 9: judged by the function,
@@ -795,29 +837,32 @@ class CallGuard:
                 return self.is_user(self.code_of(v))
         return True
 
-    def _vet_entry(self, entry: _Entry, loc: dict, caller: types.CodeType | None) -> None:
-        """A call of the table's function `entry` with arguments `loc` (by parameter name), from `caller`."""
+    def _vet_entry(self, entry: _Entry, loc: dict, caller: types.CodeType | None, rewrite: bool = False) -> bool:
+        """A call of the table's function `entry` with arguments `loc` (by parameter name), from `caller`. `rewrite`:
+        the caller hands the function `loc` as changed here: a path into the real working folder is then replaced by
+        its run-folder counterpart (`translate`), else refused as any path outside. True: `loc` was changed."""
+        changed = False
         if entry.scope == GUARD_USER and (caller is None or not self.is_user(caller)):
-            return
+            return False
         if entry.paths is None:
             if entry.mode is not None:
                 self._refuse(entry.label)
             if entry.label == _PROCESS_START and self.fork_children and forks_a_child(loc.get("self")) \
                     and os.getpid() == self.pid:
-                return
+                return False
             if entry.label in _FORK_POOLS and self.pools and self.fork_children and (
                     _a_thread_pool(loc.get("self")) or os.getpid() == self.pid and forks_a_pool(entry.label, loc)):
-                return
+                return False
             if entry.label == _THREAD_START and self.lean:
-                return
+                return False
             if self.leeway(entry.label):
-                return
+                return False
             self._refuse(entry.label)
         if entry.mode is not None:
             arg, default, readonly = entry.mode
             mode = loc.get(arg, default)
             if (mode is None or isinstance(mode, str)) and mode in readonly:
-                return
+                return False
         for spec in entry.paths:
             if spec.startswith("handed:"):
                 self.vet_handed(loc.get(spec[7:]))
@@ -840,15 +885,20 @@ class CallGuard:
                 if kind in _NOT_NATIVE_FS:
                     continue  # in memory, or a Python handler whose own opens the audit hook sees
             if isinstance(value, (str, bytes, os.PathLike)):
+                given = value
                 value = _local_path(value)
                 if value is None:
                     self._refuse(f"{entry.label} (writing to a URL)")
+                moved = self.translate(value) if rewrite and value is given and fs is None else None
+                if moved is not None and _put_argument(loc, spec, _as_given(value, moved)):
+                    value, changed = moved, True
                 if not self.inside(value):
                     if _makes_nothing(entry, loc, value):
                         continue
                     self._refuse(f"{entry.label} (writing {os.fsdecode(value)[:200]!r} outside the cell's working "
                                  "folder)")
                 (self.prepare_tree if entry.label in _DEEP else self.prepare)(value)
+        return changed
 
     # -- the hooks -------------------------------------------------------------------------------------------
     def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
@@ -864,7 +914,7 @@ class CallGuard:
                 self.refresh()
             entry = self.codes.get(frame.f_code)
             if entry is not None:
-                self.vet_start(frame.f_code, frame)
+                self.vet_start(frame.f_code, frame, _FRAME_WRITES)
             back = frame.f_back
             if back is not None and self.is_user(back.f_code) and not self.is_user(frame.f_code) \
                     and not _crane_code(frame.f_code):  # (CRANE's own wrappers hold the originals they call)
@@ -981,7 +1031,7 @@ class CallGuard:
                 return None if code in self.codes else disable
             if code not in self.codes:
                 return disable
-            self.vet_start(code, sys._getframe(1))
+            self.vet_start(code, sys._getframe(1), sys.version_info >= (3, 13))
             return None
 
         mon.register_callback(self.tool, mon.events.CALL, on_call)
@@ -1089,7 +1139,9 @@ class CallGuard:
                         caller = sys._getframe(2).f_code  # 0: this, 1: the trampoline (the function), 2: its caller
                     finally:
                         guard._busy = False
-                guard._vet_entry(entry, loc, caller)
+                if guard._vet_entry(entry, loc, caller, True):
+                    bound.arguments.update(loc)  # (a path into the real working folder: its run-folder counterpart)
+                    return orig(*bound.args, **bound.kwargs)
             return orig(*args, **kwargs)
         # its frame reads as the function's own in tracebacks and to `is_user` (a library's file)
         call.__code__ = call.__code__.replace(co_filename=fn.__code__.co_filename, co_name=fn.__code__.co_name,
@@ -1656,7 +1708,9 @@ def _path_writer(guard: CallGuard, label: str, arg: str) -> Callable[[Any], Call
     def make(orig: Any) -> Callable:
         def call(self: Any, *args: Any, **kw: Any) -> Any:
             if guard.active:
-                guard._vet_entry(entry, {arg: args[0] if args else kw.get(arg)}, None)
+                loc = {arg: args[0] if args else kw.get(arg)}
+                if guard._vet_entry(entry, loc, None, True):
+                    args, kw = ((loc[arg],) + args[1:], kw) if args else (args, {**kw, arg: loc[arg]})
             return orig(self, *args, **kw)
         return _named_as(call, orig, "")
     return make

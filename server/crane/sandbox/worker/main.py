@@ -997,7 +997,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
 def _guard_arrow(run: Any) -> list[str]:
     def refuse(what: str, path: Any) -> None:
         run.refuse(what, "call guard", path)
-    return guard_arrow(run.folder.inside, run._prepare_write, refuse, run.ctx.scratch, run._prepare_tree)
+    return guard_arrow(run.folder.inside, run._prepare_write, refuse, run.ctx.scratch, run._prepare_tree, run.translate)
 
 
 def _refuse_frame_reads(run: Any) -> None:

@@ -58,6 +58,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.shared.view_names import view_sensitive  # kernel: strip
+from crane.sandbox.worker.abs_paths import install_abs_paths  # kernel: strip
 from crane.sandbox.worker.guard import (  # kernel: strip
     _THIS_THREAD,
     CallGuard,
@@ -346,6 +347,73 @@ class RunFolder:
         a copy."""
         self.resolve(path, make=True, leaf=leaf)
 
+    def translate(self, path: Any, write: bool = True) -> str | None:
+        """The view's counterpart of `path` where the OS would reach the REAL working folder (or below) by it: an
+        absolute path the kernel computed (`os.path.abspath('out')`, `Path.cwd()`), one through a link to it, one
+        whose `..` comes back into it; walked as the OS does (`_real_walk`), the rest of the path kept as it is (it
+        is then walked in the view). None: it does not reach the real folder (the normal rules hold). A read
+        (`write` False) is sent there only where the view's entry is the run's own (written, removed, made
+        private): elsewhere the real file it would read is the same one (worker/abs_paths.py)."""
+        if not self.linked:
+            return None
+        try:
+            text = os.fsdecode(path)
+            if not os.path.isabs(text) and os.pardir not in text.replace("/", os.sep).split(os.sep):
+                return None  # relative, no `..`: in the view already (the worker works there)
+            at = self._real_walk(self._abs(text))
+        except (TypeError, ValueError, OSError):
+            return None
+        if at is None or write:
+            return at
+        return at if self._own_entry(at) else None
+
+    def _real_walk(self, text: str) -> str | None:
+        todo = (text.replace("/", os.sep) if os.name == "nt" else text).split(os.sep)
+        drive, _ = os.path.splitdrive(todo[0] + os.sep) if os.name == "nt" else ("", "")
+        top = (drive + os.sep) if drive else os.sep
+        cur, todo, hops = top, todo[1:], 0
+        while True:
+            if _within(cur, self.mirror_real) or _within(cur, self.scratch):
+                return None
+            if _within(cur, self.real):
+                rel = cur[len(self.real):].lstrip(os.sep)
+                return os.path.join(self.root, *([rel] if rel else []), *todo)
+            if not todo:
+                return None
+            comp = todo.pop(0)
+            if comp in ("", os.curdir):
+                continue
+            if comp == os.pardir:
+                cur = os.path.dirname(cur)
+                continue
+            nxt = os.path.join(cur, comp)
+            if not os.path.islink(nxt):
+                cur = nxt
+                continue
+            hops += 1
+            if hops > 40:
+                return None
+            target = os.readlink(nxt)
+            if os.path.isabs(target):
+                tdrive, _ = os.path.splitdrive(target)
+                cur = (tdrive + os.sep) if tdrive else os.sep
+                todo = target[len(tdrive):].split(os.sep) + todo
+            else:
+                todo = target.split(os.sep) + todo
+
+    def _own_entry(self, at: str) -> bool:
+        """The view path `at` (walked in the view) is the run's own: neither it nor a folder on its way is still one
+        of the view's links to the real entry."""
+        got = self.resolve(at)
+        if got is None or not _within(got, self.mirror_real):
+            return False
+        p = got
+        while _within(p, self.mirror_real) and p != self.mirror_real:
+            if os.path.islink(p) and self._view_link(p) is not None:
+                return False
+            p = os.path.dirname(p)
+        return True
+
 
 def _within(p: str, root: str) -> bool:
     return p == root or p.startswith(root.rstrip(os.sep) + os.sep)
@@ -448,6 +516,7 @@ class Portable:
         # a session's worker goes on serving, so none there
         self.guard = CallGuard(lambda what: self.refuse(what, "call guard"), inside=self.folder.inside, prepare=self._prepare_write,
                                fork_children=ctx.args.get("mode") != "session", prepare_tree=self._prepare_tree)
+        self.guard.translate = self.translate  # (a writer's path into the real folder: worker/abs_paths.py)
         self.mechanism = ""
         self.t0 = time.perf_counter()
 
@@ -456,6 +525,15 @@ class Portable:
         _own_begin(state)
         try:
             self.folder.materialize(path)
+        finally:
+            _own_end(state)
+
+    def translate(self, path: Any, write: bool = True) -> str | None:
+        """`RunFolder.translate`, as CRANE's own operation (its file-system calls are neither vetted nor translated)."""
+        state = self.ctx.audit_state
+        _own_begin(state)
+        try:
+            return self.folder.translate(path, write)
         finally:
             _own_end(state)
 
@@ -1077,6 +1155,8 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     answer_platform_first(bool(os_layer.get("ran") or args.get("os_layers")))  # (before the hook: `uname -p`)
     _install_portable_hook(run)
     ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: _own_here(ctx.audit_state))
+    # a path into the REAL working folder (computed in the kernel) handed to the OS as its run-folder counterpart
+    install_abs_paths(run.translate, lambda: run.guard.active and not _own_here(ctx.audit_state))
     if run.guard.lean:
         run.guard.arm()  # before the state is loaded and the fence is taken (its replacements are CRANE's own)
     t_end = time.perf_counter()
