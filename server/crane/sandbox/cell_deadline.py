@@ -22,8 +22,10 @@ crane.sandbox.pipes.read_run, crane.sandbox.portable.read_forked). Runs in the d
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+from collections.abc import Callable
 
 from crane.sandbox.assemble import _GRACE_S
 from crane.sandbox.channel import ChildHandle, read_until_eof
@@ -123,9 +125,16 @@ class CellWatch:
         return chunk
 
 
-def read_fifo(fd: int, child: ChildHandle, deadline: float, clock: CellClock) -> tuple[bytes, str]:
+def read_fifo(fd: int, child: ChildHandle, deadline: float, clock: CellClock,
+              sealed: Callable[[], bool] | None = None) -> tuple[bytes, str]:
     """An OS-confined worker's FIFO (crane.sandbox.channel.read_until_eof, `stop_at_record`) read line by line until
-    its cell line (arming `clock`), within the setup's `deadline`; then to its end within the cell's."""
+    its cell line (arming `clock`), within the setup's `deadline`; then to its end within the cell's. `sealed()`:
+    the run's process is in CRANE's sealed wait, or its parent said how it ended (crane.sandbox.copy_seal.at_end):
+    once a record came, that also ends the read (what the FIFO holds then is read at once), so a copy of the channel
+    the cell keeps open — a dup over fd 1 in the sealed process, a socket or file object made on it, a child holding
+    it — no longer makes the run wait for its deadline (`timeout`, where the kernel gives the cell's crash: issue 42,
+    fixD). The seal, read after (`transplant._run_end`), still names exactly the bytes read: a line the cell wrote
+    there before it makes the run `blocked`, and nothing written after the seal is the run's."""
     data = bytearray()
     while clock.deadline is None:
         chunk, how = read_until_eof(fd, child, deadline, stop_at_newline=True, cancel=clock.cancel)
@@ -134,6 +143,37 @@ def read_fifo(fd: int, child: ChildHandle, deadline: float, clock: CellClock) ->
             return bytes(data), "record" if how == "eof" and has_record(data) else how
         if cell_began(data):
             clock.start()
-    rest, how = read_until_eof(fd, child, clock.until(deadline), cancel=clock.cancel)
-    data += rest
-    return bytes(data), "record" if how == "eof" and has_record(data) else how
+    end = clock.until(deadline)
+    while True:
+        look = sealed is not None and has_record(data)  # (a cell's record-like line only costs a look)
+        limit = min(end, time.monotonic() + SEAL_LOOK_S) if look else end
+        rest, how = read_until_eof(fd, child, limit, stop_at_newline=sealed is not None, cancel=clock.cancel)
+        data += rest
+        if how == "line":
+            continue
+        if how == "deadline" and look and limit < end:
+            if sealed is not None and sealed():
+                data += _readable_now(fd)
+                return bytes(data), "record"
+            continue
+        return bytes(data), "record" if how == "eof" and has_record(data) else how
+
+
+SEAL_LOOK_S = 0.05  # how often a channel that has a record but has not ended is checked for its process's seal
+
+
+def _readable_now(fd: int) -> bytes:
+    """What the (non-blocking) FIFO holds now, read without waiting (bounded: a writer that keeps writing is not
+    followed past 1 MiB, whose bytes the seal then does not name)."""
+    out = bytearray()
+    while len(out) < 1 << 20:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)

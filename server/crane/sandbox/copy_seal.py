@@ -76,6 +76,13 @@ def settle(pid: int, returncode: Callable[[], int | None], kill: Callable[[], No
         pause = min(pause * 2, 0.002)
 
 
+def at_end(pid: int, parent_word: Callable[[], ExitStatus | None]) -> bool:
+    """The worker `pid` is in CRANE's sealed wait, or the process between (layered mode's A) wrote how the run's
+    process ended: the run is over whoever still holds a copy of its channel (crane.sandbox.cell_deadline.read_fifo).
+    Only looks: `settle` then reads the seal and ends the worker."""
+    return parent_word() is not None or isinstance(read_seal(pid), tuple)
+
+
 def sealed_code(pid: int, data: bytes, within_s: float, alive: Callable[[], bool]) -> int | bool | None:
     """A transplant session's worker (the daemon's child) is in CRANE's sealed wait over exactly `data`, the bytes
     the daemon read since its last command (worker/main._sealed_commands): the seal's code (SEAL_CLEAN: the command

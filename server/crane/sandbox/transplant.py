@@ -54,7 +54,7 @@ from crane.sandbox.cell_deadline import CellClock, CellWatch, read_fifo, setup_r
 from crane.sandbox.cell_names import cell_names, cell_rebinds
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime
 from crane.sandbox.confinement import current as current_confinement
-from crane.sandbox.copy_seal import seal_readable, settle
+from crane.sandbox.copy_seal import at_end, seal_readable, settle
 from crane.sandbox.export_request import ExportRequest, export_args
 from crane.sandbox.options import active as active_options
 from crane.sandbox.oslayer import launch as os_launch
@@ -693,7 +693,9 @@ def transplant(
             how, live = clock.how(how), True
         else:
             assert isinstance(pdir, PrivateDir) and isinstance(child, ChildHandle)
-            data, how = read_fifo(pdir.result_fd, child, deadline, clock)
+            own, wpid = pdir, worker.proc.pid  # (the run is over once sealed, whoever holds its channel: fixD)
+            data, how = read_fifo(pdir.result_fd, child, deadline, clock, sealed=(lambda: at_end(
+                wpid, lambda: own.exit_status(0.0))) if seal_readable() else None)
             live = True
         deadline = clock.until(deadline)
         status, sealing = _run_end(worker, pdir, forked, how, deadline, cancel)
