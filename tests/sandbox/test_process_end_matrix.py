@@ -31,19 +31,13 @@ import pytest
 
 from crane.kernel.errors import KernelDead
 from crane.kernel.manager import start_kernel
-from crane.kernel.untouched import Untouched
-from crane.sandbox import speculate
-from crane.sandbox.fork_session import SandboxSession
-from crane.sandbox.options import SandboxOptions
-from crane.sandbox.session import open_session
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
-from .conftest import tree_hash
-from .copy_sessions import SESSIONS, copy_path_kernel
+from . import end_paths
+from .end_paths import PATHS, path_verdict
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork sandbox runs on Linux")
 
-BUDGET_S = 60.0  # (a run that waited out its budget would say `timeout`: every expectation below would fail)
 DEAD = ("crash", "DeadKernelError")
 ENDINGS = {  # name -> (the cell, what the real kernel does: verdict, ename)
     "os._exit(0)": ("import os\nos._exit(0)", DEAD),
@@ -67,8 +61,6 @@ ENDINGS = {  # name -> (the cell, what the real kernel does: verdict, ename)
                          DEAD),
     "thread": ("import os, threading\nt = threading.Thread(target=os._exit, args=(0,))\nt.start()\nt.join()", DEAD),
 }
-PATHS = ["fork", "transplant", "portable", "fork session", "transplant session", "portable session"]
-PORTABLE = SandboxOptions(confinement="portable")
 
 
 def _guard_refuses_threads(path: str, ending: str, v) -> bool:
@@ -79,38 +71,18 @@ def _guard_refuses_threads(path: str, ending: str, v) -> bool:
             and "landlock" not in (layers or []))
 
 
-@pytest.fixture(scope="module", params=KERNEL_ENVS)
-def pk(request, workdir, outside):
-    kernel = start_kernel(workdir, python=kernel_python(request.param))
-    conn = kernel.connection
-    assert conn.run_cell("x = 1", timeout=120).status == "ok"
-    yield {"conn": conn, "work": workdir, "outside": outside}
-    kernel.shutdown()
+pk = end_paths.pk  # the module's kernel (each of KERNEL_ENVS)
+
+
+def _served(sb) -> None:
+    assert sb.inspect("x") == "1"  # (a new worker or command process where this one ended)
+    after = sb.run("y = x + 1")
+    assert after.verdict == "no-crash", after
 
 
 def _verdict(pk, path: str, source: str):
     """The cell's verdict on `path`; the kernel and the files untouched, a session's next command served."""
-    conn = pk["conn"]
-    before = (tree_hash(pk["work"]), tree_hash(pk["outside"]))
-    kind = path.split()[0]
-    with copy_path_kernel(conn, kind), Untouched(conn) as watch:
-        if path == "fork":
-            v = speculate(conn, source, BUDGET_S)
-            assert v.mode in ("blocking", "layered"), v
-        elif path in ("transplant", "portable"):
-            v = speculate(conn, source, BUDGET_S, sandbox=PORTABLE if kind == "portable" else None)
-            assert v.mode == kind, v
-        else:
-            opened = (SandboxSession.open(conn, budget_s=BUDGET_S) if kind == "fork"
-                      else open_session(conn, budget_s=BUDGET_S, sandbox=SESSIONS[kind]))
-            with opened as sb:
-                v = sb.run(source)
-                assert sb.inspect("x") == "1"  # (a new worker or command process where this one ended)
-                after = sb.run("y = x + 1")
-                assert after.verdict == "no-crash", after
-    assert watch.unchanged, (watch.outputs, watch.changes())
-    assert (tree_hash(pk["work"]), tree_hash(pk["outside"])) == before
-    return v
+    return path_verdict(pk, path, source, _served)
 
 
 @pytest.mark.parametrize("path", PATHS)
