@@ -45,7 +45,7 @@ ARMED = {  # name -> (the cell, what the real kernel does, the call the portable
     "Timer SIGTERM": ("import os, signal, threading\n"
                       "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()", DEAD, TIMER),
     # (the thread waits for the cell's last statement, then 0.1 s: its end comes after the statements whatever the
-    # load, and 0.9 s inside the grace; the kernel may die before its reply: AT_THE_END)
+    # load, and 0.9 s inside the grace; the kernel may die before its reply)
     "daemon thread SIGKILL": ("import os, signal, threading, time\ndone = threading.Event()\ndef later():\n"
                               "    done.wait(30)\n    time.sleep(0.1)\n    os.kill(os.getpid(), signal.SIGKILL)\n"
                               "threading.Thread(target=later, daemon=True).start()\ndone.set()", DEAD, THREAD),
@@ -71,7 +71,6 @@ ARMED = {  # name -> (the cell, what the real kernel does, the call the portable
                     "threading.Timer(0.05, lambda: (print('hi'), fired.set())).start()\nassert fired.wait(30)", CLEAN,
                     TIMER),
 }
-AT_THE_END = {"daemon thread SIGKILL"}  # (ends the kernel 0.1 s after the cell: its reply may not come first)
 
 
 pk = end_paths.pk  # the module's kernel (each of KERNEL_ENVS)
@@ -154,9 +153,9 @@ def test_the_kernel_itself(kernel_env, cell, tmp_path, monkeypatch):
             with pytest.raises(KernelTimeout):  # (no later cell's reply either: the sandbox's crash is right)
                 kernel.connection.run_cell("1 + 1", timeout=20)
             return
-        if verdict == "crash":  # (the reply `ok` comes before the end; a flush ending it comes before the reply)
+        if verdict == "crash":  # (the reply `ok` comes before the end, as measured at low load; a flush ending it
+            # comes before the reply. Not asserted: on a loaded machine the reply may leave after a 0.5 s timer fired)
             assert run is None or run.status == "ok", run
-            assert run is not None or "flush" in cell or cell in AT_THE_END, cell
             assert _kernel_ended(kernel), run
         else:
             assert run is not None and run.status == "ok", run
