@@ -18,6 +18,7 @@ from __future__ import annotations
 import builtins
 import io
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -103,10 +104,15 @@ def install_abs_paths(translate: Callable[[Any, bool], str | None], on: Callable
 
     orig_open = builtins.open
     opener = wrap_open(orig_open, "file", open_writes)
+    _AP_OPEN.update(orig=orig_open, opener=opener)
     put(builtins, "open", opener)
     if io.__dict__.get("open") is orig_open:
         io.__dict__["open"] = opener
         done.append("io.open")
+    shell = sys.modules.get("IPython.core.interactiveshell")  # IPython's `open` in the user's namespace calls the
+    if shell is not None and shell.__dict__.get("io_open") is orig_open:  # `io.open` it bound at import
+        shell.__dict__["io_open"] = opener
+        done.append("IPython.core.interactiveshell.io_open")
     put(os, "open", wrap_open(os.open, "path", os_open_writes))
     for table, write in ((_AP_OS_WRITES, True), (_AP_OS_READS, False)):
         for name, spots in table.items():
@@ -114,3 +120,15 @@ def install_abs_paths(translate: Callable[[Any, bool], str | None], on: Callable
             if fn is not None:
                 put(os, name, wrap(fn, spots, write))
     return done
+
+
+_AP_OPEN: dict[str, Any] = {}  # `install_abs_paths`'s replaced `open` (orig) and its replacement (opener)
+
+
+def reach_user_open(ns: Any) -> None:
+    """The user's namespace's `open` as the worker loaded it (IPython's, a copy whose globals hold the `io.open` it
+    bound at import: the worker's copy, never the kernel's) made to call the replacement."""
+    fn = ns.get("open") if isinstance(ns, dict) else None
+    glb = getattr(fn, "__globals__", None)
+    if _AP_OPEN and type(glb) is dict and glb.get("io_open") is _AP_OPEN["orig"]:
+        glb["io_open"] = _AP_OPEN["opener"]

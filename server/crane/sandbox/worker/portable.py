@@ -58,7 +58,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.shared.view_names import view_sensitive  # kernel: strip
-from crane.sandbox.worker.abs_paths import install_abs_paths  # kernel: strip
+from crane.sandbox.worker.abs_paths import install_abs_paths, reach_user_open  # kernel: strip
 from crane.sandbox.worker.guard import (  # kernel: strip
     _THIS_THREAD,
     CallGuard,
@@ -1224,6 +1224,7 @@ def run_portable(run: Portable, source: str) -> dict:
 def begin_portable(run: Portable) -> None:
     """Just before the cell: the call guard installed (around the cell only)."""
     run.t0 = time.perf_counter()
+    reach_user_open(getattr(run.ctx.shell, "user_ns", None))  # (worker/abs_paths.py)
     run.guard.refresh()
     run.ctx.confinement["guard"] = run.guard.install()
 
