@@ -91,6 +91,17 @@ def test_the_copy_path_runs_the_cell_in_a_worker_of_the_kernels_python(pyk):
     assert good.verdict == "no-crash" and good.displays[-1].text == "False", good
 
 
+def test_a_path_in_the_kernels_state_is_copied(pyk):
+    """Python 3.13's `pathlib.PurePath` has a `_raw_path` property over its base's slot of that name; pickle never
+    reads it (PurePath's own `__reduce__` returns the class and its parts), but the export's proof refused every
+    `Path` in a 3.13 kernel's state ("shadows a slot pickle reads"): every copy verdict `unavailable`."""
+    conn = pyk["conn"]
+    assert conn.run_cell("from pathlib import Path\nP = Path('data') / 'x.csv'", timeout=60).status == "ok"
+    v = _untouched(conn, transplant, "print(P.name)\nP.missing", 60.0)
+    assert (v.mode, v.verdict, v.ename) == ("transplant", "crash", "AttributeError"), v
+    assert v.stdout.strip() == "x.csv", v
+
+
 def test_the_portable_sandbox_guards_with_sys_monitoring_from_3_12(pyk):
     conn = pyk["conn"]
     portable = SandboxOptions(confinement="portable")

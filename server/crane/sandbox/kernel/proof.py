@@ -426,7 +426,7 @@ class _Proof:
                                for b in mro):
                             return (f"the property `{name}` of {_type_name_of(k)} may be read by its library "
                                     "pickling code"), lib
-        why = _slot_names_read(t, mro)
+        why = "" if _reduce_overridden(mro) else _slot_names_read(t, mro)
         if why:
             return why, lib
         if rebuilt:
@@ -878,6 +878,20 @@ def _field_reads(reused: list, pristine: Any) -> list | None:
         else:
             return None
     return out
+
+
+def _reduce_overridden(mro: tuple) -> bool:
+    """Whether pickle calls the class's own `__reduce__` and so never reads its slots itself: `__reduce_ex__` is
+    object's (C's `object.__reduce_ex__` calls an overridden `__reduce__` instead of copyreg's slot-reading default)
+    and `__reduce__` is found before object (its being a library's or the notebook's is judged by `_check_type`'s
+    loop over `_CALLED`). Python 3.13's `pathlib.PurePath`: a `_raw_path` property over its base's slot of that name,
+    never read by pickle, as its own `__reduce__` returns the class and its parts."""
+    for name in ("__reduce_ex__", "__reduce__"):
+        owner = next((k for k in mro if name in _cls_dict(k)), None)
+        if owner is None or (owner is object) != (name == "__reduce_ex__"):
+            return False
+    own = _cls_dict(next(k for k in mro if "__reduce__" in _cls_dict(k)))["__reduce__"]
+    return own is not _cls_dict(object)["__reduce__"]  # (object's own, set on a class, reads the slots)
 
 
 def _slot_names_read(t: type, mro: tuple) -> str:
