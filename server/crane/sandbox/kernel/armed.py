@@ -192,7 +192,8 @@ def _wait_threads(state: dict) -> None:
     before = state.get("threads") or frozenset()
     mine = [t for t in threading.enumerate() if t.ident not in before and t is not threading.current_thread()]
     if mine:
-        mine = [t for t in mine if not _library_thread(t, state.get("libs"))]
+        found: dict = {}  # (the library modules, read once for all the threads)
+        mine = [t for t in mine if not _library_thread(t, state.get("libs"), found)]
     if not mine:
         return
     left = _budget_left()
@@ -246,7 +247,7 @@ def _library_modules(dirs: tuple, modules: dict, module_type: type) -> dict:
     return found
 
 
-def _library_thread(thread: Any, libs: Any) -> bool:
+def _library_thread(thread: Any, libs: Any, found: dict) -> bool:
     """Whether a thread the cell left running is a library's, idle (tqdm's monitor, joblib/loky's executor manager
     and queue feeders, a thread pool's idle workers): it keeps running in the kernel after the cell as here, so it is
     not waited for and leaves the verdict certain. Both must hold: what it was started to run (its class's `run`,
@@ -262,7 +263,9 @@ def _library_thread(thread: Any, libs: Any) -> bool:
     dirs, loaded, module_type, current_frames = libs
     if not _library_target(thread, dirs):
         return False
-    modules = _library_modules(dirs, loaded, module_type)
+    if "modules" not in found:
+        found["modules"] = _library_modules(dirs, loaded, module_type)
+    modules = found["modules"]
     try:
         frame = current_frames().get(thread.ident)
     except Exception:  # noqa: BLE001 - (refused where a guard holds it: the thread is then waited for)
