@@ -140,8 +140,19 @@ def _guard(frame, F, K, was, gon, quiet_others):
             gon()
 """
 
-_WHY = ("CRANE: the notebook replaced `builtins.exec`/`compile` or what leads to the interpreter's `sys` (not the "
-        "interpreter's own): CRANE's private request is not run in this kernel (it would call that code)")
+
+
+def _why(what: str) -> str:
+    """Why a request is refused: the notebook replaced `what` (each refusal names the thing it found)."""
+    return (f"CRANE: the notebook replaced {what} (not the interpreter's own): CRANE's private request is not run in "
+            "this kernel (it would call that code)")
+
+
+_WHY_SYS = _why("what leads to the interpreter's `sys` (its builtins' `__spec__`, the import machinery's namespace, "
+                "`sys.getprofile`, `sys.modules`)")
+_WHY_TRACE = _why("`sys` or its `sys.gettrace`/`sys.settrace`")
+_WHY_EXEC = _why("`builtins.exec`")
+_WHY_COMPILE = _why("`builtins.compile`")
 
 
 def refused(why: str) -> str:
@@ -156,12 +167,13 @@ def guarded(expr: str, sys_expr: str, threads: bool = False) -> str:
     callback is cleared for it as well (process-wide: put back exactly after). `sys_expr`: an
     expression of (T, BF, D, S, SD, M, MT) or False (kernel/private_module._SYS_EXPR); a kernel whose `sys`,
     `exec` or `compile` are not the interpreter's own refuses the request (a `KeyError` naming why)."""
-    own_ex = ("T(e) is BF and FNAME(e) == 'exec' and T(b := SELF(e)) is MT and MDD(b) is D "
-              "and T(c) is BF and FNAME(c) == 'compile' and SELF(c) is b")
+    own_e = "(T(e) is BF and FNAME(e) == 'exec' and T(b := SELF(e)) is MT and MDD(b) is D)"
+    own_ex = f"{own_e} and T(c) is BF and FNAME(c) == 'compile' and SELF(c) is b"
     # the collector off first (before the guard is compiled: a finalizer of the notebook's runs in no frame of
     # CRANE's), `gc`'s own switches (none where `gc` is not loaded or not its own: left as it is)
     own = "lambda m, n: x if T(x := DG(MDD(m), n) if T(m) is MT else None) is BF and SELF(x) is m and FNAME(x) == n else None"
-    refuse = f"f.f_locals.__setitem__('__crane_reply__', (0, {_WHY!r}))"
+    refuse = f"f.f_locals.__setitem__('__crane_reply__', (0, {_WHY_COMPILE!r} if {own_e} else {_WHY_EXEC!r}))"
+    refuse_sys = f"f.f_locals.__setitem__('__crane_reply__', (0, {_WHY_SYS!r}))"
     # run inside the trace call: nothing here raises (a trace function's exception would unset the notebook's)
     run = (f"(lambda P: (lambda T, BF, D, S, SD, M, MT: (lambda SELF, FNAME, MDD, DG: (lambda own: "
            f"(lambda gis, goff, gon: (lambda was: (lambda e, c: "
@@ -172,10 +184,10 @@ def guarded(expr: str, sys_expr: str, threads: bool = False) -> str:
            f"(own(DG(M, 'gc'), 'isenabled'), own(DG(M, 'gc'), 'disable'), own(DG(M, 'gc'), 'enable')))({own}))"
            f"(BF.__dict__['__self__'].__get__, BF.__dict__['__name__'].__get__, "
            f"T.__dict__['__dict__'].__get__(MT)['__dict__'].__get__, {{}}.__class__.get))(*P) "
-           f"if P else {refuse})({sys_expr})")
+           f"if P else {refuse_sys})({sys_expr})")
     # (only at the trigger's `call` event: a Python function a collection or a finalizer calls in between is not it)
     enter = (f"(lambda f, ev, a, old={_get('gettrace')}(), st={_get('settrace')}, done=[]: None if done or "
              f"f.f_code.co_varnames != ('__crane_reply__',) else done.append(1) or st(old) or {run})")
     trigger = ("(lambda __crane_reply__=None: __crane_reply__[1] if __crane_reply__[0] == 1 else "
                "{}[__crane_reply__[1]] if __crane_reply__[0] == 0 else (_ for _ in ()).throw(__crane_reply__[1]))")
-    return f"({_get('settrace')}({enter}), {trigger}())[1] if {_PROOF} else {refused(_WHY)}"
+    return f"({_get('settrace')}({enter}), {trigger}())[1] if {_PROOF} else {refused(_WHY_TRACE)}"
