@@ -147,3 +147,23 @@ def test_pandas_and_numpy_writers_by_absolute_paths_are_private(kabs, sandbox):
 def test_pyarrow_writers_by_absolute_paths_never_get_the_real_path(kabs, sandbox):
     v = run5(kabs, PYARROW, sandbox)
     assert (v.verdict, v.stdout.strip().splitlines()[-1:]) == ("no-crash", ["b'PAR1' b'PAR1'"]), v
+
+
+
+# the interpreter's `open`, replaced at `io.open` in the worker, held by the kernel's state (IPython's `open` keeps it
+# as `__wrapped__`; a joblib or pool task of a notebook function calling `open` carries it): pickled by reference as
+# in the kernel
+PICKLES = """
+import pickle, io, tokenize
+print(pickle.loads(pickle.dumps(KEPT))['open'] is io.open, pickle.loads(pickle.dumps(KEPT['wrapped'])) is io.open,
+      pickle.loads(pickle.dumps(tokenize._builtin_open)) is io.open)
+"""
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+@pytest.mark.parametrize("kabs", kernels(PICKLES), indirect=True, scope="module")
+def test_the_interpreters_open_pickles_as_in_the_kernel(kabs, sandbox):
+    assert kabs["conn"].run_cell("import io\nKEPT = {'open': io.open, 'wrapped': getattr(open, '__wrapped__', io.open)}",
+                                 timeout=60).status == "ok"
+    v = run5(kabs, PICKLES, sandbox)  # (a PicklingError 'not the same object as io.open' before)
+    assert (v.verdict, v.stdout.split()) == ("no-crash", ["True", "True", "True"]), v

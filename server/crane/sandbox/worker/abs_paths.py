@@ -109,6 +109,7 @@ def install_abs_paths(translate: Callable[[Any, bool], str | None], on: Callable
     if io.__dict__.get("open") is orig_open:
         io.__dict__["open"] = opener
         done.append("io.open")
+        _picklable_by_name(orig_open, "io:open")
     shell = sys.modules.get("IPython.core.interactiveshell")  # IPython's `open` in the user's namespace calls the
     if shell is not None and shell.__dict__.get("io_open") is orig_open:  # `io.open` it bound at import
         shell.__dict__["io_open"] = opener
@@ -120,6 +121,26 @@ def install_abs_paths(translate: Callable[[Any, bool], str | None], on: Callable
             if fn is not None:
                 put(os, name, wrap(fn, spots, write))
     return done
+
+
+def _picklable_by_name(orig: Any, name: str) -> None:
+    """`orig`, a C function whose module attribute (`io.open`) now holds the replacement, pickles as `name` looked up
+    where it is loaded (`pkgutil.resolve_name`): pickle's by-reference check (`io.open is orig`) failed, so an object
+    of the notebook's holding the original — IPython's `open` in the user's namespace keeps it as `__wrapped__`, a
+    joblib task of a notebook function that calls `open` carries it — could not be pickled as in the kernel (a false
+    `PicklingError` crash). Every other object of its type pickles as before (a dispatch entry already there, the
+    notebook's, is called for them)."""
+    import copyreg
+    import pkgutil
+    kind = type(orig)
+    prev = copyreg.dispatch_table.get(kind)
+
+    def reduce(obj: Any) -> Any:
+        if obj is orig:
+            return (pkgutil.resolve_name, (name,))
+        return prev(obj) if prev is not None else obj.__reduce_ex__(4)
+
+    copyreg.dispatch_table[kind] = reduce
 
 
 _AP_OPEN: dict[str, Any] = {}  # `install_abs_paths`'s replaced `open` (orig) and its replacement (opener)
