@@ -87,20 +87,24 @@ async def test_an_expression_only_request_of_another_client_is_seen(client, reus
 
 
 async def test_partial_facts_of_a_large_column_settle_without_an_edit(client, reuse_kernel, notebook_path):
-    # 1e6 rows of strided columns (a frame built from one 2-D array): reading c3 exactly takes several ms, more
-    # than one probe request may read (its scan slice), so the first answer is partial (`resumable`) and its
-    # one NaN, in the last row, is not seen yet. The server asks again at once, each request going on where the
-    # last stopped, until the facts are exact: the squiggle comes without an edit or a run.
-    reuse_kernel.run(
-        "import numpy as np\n"
-        "settle_df = pd.DataFrame(np.random.default_rng(0).random((1_000_000, 8)), columns=list('abcdefgh'))\n"
-        "settle_df.iloc[-1, 2] = np.nan\n"
-    )
+    # 1e6 rows: reading column c exactly takes more than one probe request may read (its scan slice), so the first
+    # answer is partial (`resumable`) and its one NaN, in the last row, is not seen yet. The server asks again at
+    # once, each request going on where the last stopped, until the facts are exact: the squiggle comes without an
+    # edit or a run. The slice is a share of each request's time budget, so a fast machine read the whole column in
+    # one request (the CI run of a4d35e9: one call): the test sets the server's installed probe to read exactly one
+    # chunk (65536 rows) a request, so the column takes 16 whatever the machine.
+    nb = Notebook(client, notebook_path, ["total = reuse_df['zz'].sum()\n"])
+    await attach(client, nb, reuse_kernel)  # (live facts: the server's probe is installed)
+    await wait_for(lambda: diag_on_line(client, nb.cells[0], 0, "KeyError"), what="KeyError from live facts")
+    reuse_kernel.run("__import__('sys').modules['_crane_probe'].SCAN_SLICE_SHARE = 0.0\n"
+                     "import numpy as np\n"
+                     "settle_df = pd.DataFrame(np.random.default_rng(0).random((1_000_000, 8)), columns=list('abcdefgh'))\n"
+                     "settle_df.iloc[-1, 2] = np.nan\n")
     try:
-        calls = reuse_kernel.conn.evaluate(PROBE_CALLS_SO_FAR)
-        nb = Notebook(client, notebook_path, ["as_int = settle_df['c'].astype(int)\n"])
-        await attach(client, nb, reuse_kernel)
+        calls = reuse_kernel.conn.evaluate(PROBE_CALLS)
+        nb.set_text(0, "as_int = settle_df['c'].astype(int)\n")
         await wait_for(lambda: diag_on_line(client, nb.cells[0], 0, "IntCastingNaNError"), what="NaN found, no edit")
         assert reuse_kernel.conn.evaluate(PROBE_CALLS) - calls >= 3  # the first answer and its follow-ups
     finally:
+        reuse_kernel.run("__import__('sys').modules['_crane_probe'].SCAN_SLICE_SHARE = 0.02")
         reuse_kernel.run("del settle_df")

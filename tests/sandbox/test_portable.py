@@ -172,8 +172,10 @@ ATTACKS = {
     "a thread writing outside": "import threading\n"
                                 "threading.Thread(target=lambda: open('{outside}/target.txt', 'w').write('x')).start()",
     "leaving the run's folder": "os.chdir('{outside}')\nopen('x', 'w').write('x')",
-    "an absolute path into the working folder": "open('{work}/log.txt', 'w').write('x')",
 }
+# written to the run's private copy of the working folder, never the real one (worker/abs_paths.py: it was blocked)
+PRIVATE = {"an absolute path into the working folder": "open('{work}/log.txt', 'w').write('x')\n"
+                                                       "print(open('{work}/log.txt').read())"}
 ATTACKS_THROUGH_PANDAS = {  # the environment's own pandas
     "a lambda pandas calls back": "df.apply(lambda r: os.remove('{outside}/target.txt'), axis=1)",
     "a library writing outside": "df.to_csv('{outside}/out.csv')",
@@ -195,6 +197,15 @@ def _refused(pk, attack: str) -> None:
                          scope="module")
 def test_attacks_are_refused_and_change_nothing(pk, attack):
     _refused(pk, ATTACKS[attack])
+
+
+@pytest.mark.parametrize("cell", list(PRIVATE))
+@pytest.mark.parametrize("pk", kernels(*ATTACKS.values(), library_names=SETUP_LIBRARY_NAMES), indirect=True,
+                         scope="module")
+def test_a_write_by_absolute_path_into_the_working_folder_is_private(pk, cell):
+    v = _run(pk, PRIVATE[cell].format(work=pk["work"]))  # (the real folder's hash unchanged: _run)
+    assert v.verdict == "no-crash" and v.certain and v.stdout == "x\n", v
+    assert (pk["work"] / "log.txt").read_text() == "log\n"  # the real file as it was
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS_THROUGH_PANDAS))

@@ -2,8 +2,9 @@
 import-time side effects that stay inside the run are let through to the layer — h5py's import (`platform`'s
 `uname -p` subprocess) and TensorFlow's (urllib3's IPv6 bind on `::1`) run clean, as in the kernel; the same
 effects from the notebook's own module at its import, or from the cell, stay refused; and where no OS layer ran
-(`--sandbox guard`) nothing gives way: h5py's subprocess and urllib3's bind (the one TensorFlow's import makes) are
-refused. A real today's kernel (kernel-today) with none of these libraries loaded."""
+(`--sandbox guard`) nothing gives way: urllib3's bind (the one TensorFlow's import makes) and the cell's own `uname -p`
+are refused, while h5py imports (the worker asks `platform`'s processor before the guard is up: 9d9c914, no program
+is run for the cell). A real today's kernel (kernel-today) with none of these libraries loaded."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ IMPORTS = {"h5py": ("import h5py\nh5py.__name__", "'h5py'"),
 # under the guard alone, the module whose import binds the socket stands for TensorFlow's import, which reaches it:
 # the same refusal (the audit hook's `socket.bind`, no leeway without an OS layer) in one run of a few seconds, where
 # the whole TensorFlow import under the per-call guard took 69.5 s in the CI run of 16:26 UTC (114-176 s at load 5-9)
-REFUSED = {"h5py": IMPORTS["h5py"][0], "urllib3": "import urllib3\nurllib3.__name__"}
+REFUSED = {"uname -p of the cell's own": "import subprocess\nsubprocess.check_output(['uname', '-p'])",
+           "urllib3": "import urllib3\nurllib3.__name__"}
 
 
 # one run a test: the four confined runs in one test took over pytest's 300 s at load 25 (3.13 CI)
@@ -67,10 +69,15 @@ def test_h5py_and_tensorflow_import_under_landlock(kernel, library):
 
 
 @pytest.mark.parametrize("library", list(REFUSED))
-def test_h5py_and_urllib3_imports_are_refused_under_the_guard_alone(kernel, library):
+def test_a_program_and_urllib3s_import_are_refused_under_the_guard_alone(kernel, library):
     v = _run(kernel, REFUSED[library], GUARD)  # no OS layer: the Python layers are the only wall, nothing gives way
     assert v.verdict == "blocked" and v.refusal is not None, (library, v)
-    assert ("subprocess" if library == "h5py" else "socket") in (v.reason or ""), v
+    assert ("socket" if library == "urllib3" else "subprocess") in (v.reason or ""), v
+
+
+def test_h5py_imports_under_the_guard_alone(kernel):
+    v = _run(kernel, IMPORTS["h5py"][0], GUARD)  # (platform's processor asked before the guard is up: no program)
+    assert v.verdict == "no-crash" and v.displays and "'h5py'" in v.displays[-1].text, v
 
 
 def test_the_notebooks_own_module_and_the_cell_get_no_leeway(kernel):
