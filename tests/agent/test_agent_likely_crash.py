@@ -45,6 +45,7 @@ def test_the_agent_says_its_fix_is_verified_against_a_likely_crash(model, tmp_pa
     finally:
         k.shutdown()
     assert p.fixed and p.evidence is not None and p.evidence.status == "ok", p
+    assert p.evidence.sandbox == "transplant", p.evidence  # a copy of the kernel's state, not a fork (said "fork")
     assert p.crash_certain is False, p  # (before: no such field, and a plain "fixed")
     assert "likely" in p.crash_doubt and "patched the library class DataFrame" in p.crash_doubt, p.crash_doubt
     assert p.verification == "verified against a likely crash"

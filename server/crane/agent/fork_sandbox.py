@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from crane import pyast
-from crane.agent.sandboxes import ExecResult, ExecStatus, ReplaySandbox, inspect_expression
+from crane.agent.sandboxes import ExecResult, ExecStatus, ReplaySandbox, SandboxKind, inspect_expression
 from crane.kernel.client import KernelConnection
 from crane.notebook.model import Notebook
 from crane.text import cell_line, clean_traceback
@@ -28,8 +28,20 @@ _STATUS: dict[str, ExecStatus] = {"crash": "error", "no-crash": "ok", "timeout":
            "unavailable": "unavailable"}
 
 
+def session_kind(session: object) -> SandboxKind:
+    """Where a session's runs really happen, as reports name it (`Evidence.sandbox`, `VerifiedFix.sandbox`,
+    `SearchReport.sandbox`): "fork" (a copy-on-write fork of the kernel), or, where the kernel cannot be forked or
+    the portable sandbox is chosen, "transplant" / "portable" (a worker on a copy of its state: a crash there may be
+    only "likely", issue 42, h5)."""
+    from crane.sandbox.transplant_session import TransplantSession
+
+    if isinstance(session, TransplantSession):
+        return "portable" if session.portable else "transplant"
+    return "fork"
+
+
 class ForkSandbox:
-    kind = "fork"
+    """`kind`: where the runs happen (`session_kind`; the agent's evidence names it)."""
 
     def __init__(self, conn: KernelConnection, budget_s: float = 60.0):
         from crane.sandbox.session import open_session
@@ -39,6 +51,7 @@ class ForkSandbox:
         self._open = lambda: open_session(conn, budget_s=budget_s)
         self.session: SandboxSession | None = self._open()
         self.session.checkpoint()
+        self.kind: SandboxKind = session_kind(self.session)
         self.resets = 0
 
     @property
@@ -60,6 +73,7 @@ class ForkSandbox:
                 self.close()
         self.session = self._open()
         self.session.checkpoint()
+        self.kind = session_kind(self.session)
 
     def run_cell(self, source: str, timeout: float = 120.0) -> ExecResult:
         from crane.sandbox.fork_session import SandboxError

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 ExecStatus = Literal["ok", "error", "timeout", "blocked", "unavailable"]
-SandboxKind = Literal["replay", "fork"]
+SandboxKind = Literal["replay", "fork", "transplant", "portable"]  # (agent/fork_sandbox.session_kind)
 
 
 class ExecResult(msgspec.Struct, omit_defaults=True):

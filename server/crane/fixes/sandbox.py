@@ -33,7 +33,7 @@ FACTS_LIMIT = 1 << 17  # characters of the probe's JSON read back from a session
 
 
 class FixSandbox(Protocol):
-    kind: str  # "fork" | "replay"
+    kind: str  # "fork" | "transplant" | "portable" (agent/fork_sandbox.session_kind) | "replay"
 
     def reset(self) -> None:
         """Back to the live state (nothing of earlier runs left)."""
@@ -83,7 +83,7 @@ class ForkFixSandbox:
             log.info("fixes: the probe is not available in the kernel (%s)", exc)
         self.inner = ForkSandbox(conn, budget_s=budget_s)
         self.dirty = False
-        self.kind = _session_kind(self.inner.session)
+        self.kind = self.inner.kind  # (agent/fork_sandbox.session_kind)
 
     def reset(self) -> None:
         if self.dirty or self.inner.needs_reset:
@@ -146,17 +146,6 @@ class ForkFixSandbox:
 
     def close(self) -> None:
         self.inner.close()
-
-
-def _session_kind(session) -> str:
-    """Where a fork sandbox's runs really happen, as reports name it (`VerifiedFix.sandbox`, `SearchReport.sandbox`):
-    "fork" (a copy-on-write fork of the kernel), or, where the kernel cannot be forked, "transplant" / "portable"
-    (a worker on a copy of its state: a crash there may be only "likely", issue 42, h5)."""
-    from crane.sandbox.transplant_session import TransplantSession
-
-    if isinstance(session, TransplantSession):
-        return "portable" if session.portable else "transplant"
-    return "fork"
 
 
 class ReplayFixSandbox:

@@ -321,7 +321,7 @@ export interface CellAddition {
  * The verification run: the cells run in a fresh sandbox (in order), then the target.
  */
 export interface Evidence {
-  sandbox: "fork" | "replay";
+  sandbox: "fork" | "portable" | "replay" | "transplant";
   ran: number[];
   target: number;
   status: string;
