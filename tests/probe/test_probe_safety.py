@@ -16,7 +16,8 @@ from .no_time_cap import NO_TIME_CAP
 STATE = (
     "(sorted((k, id(v)) for k, v in get_ipython().user_ns.items()), get_ipython().execution_count,"
     " len(get_ipython().history_manager.input_hist_raw), sorted(Out), id(_), id(__), id(___),"
-    " sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe'])"
+    " sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe' and not (type(c).__name__ =="
+    " 'method-wrapper' and type(c.__self__).__name__ == 'count')])"
     " for e, cs in get_ipython().events.callbacks.items()))"
 )
 

@@ -47,11 +47,12 @@ OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "exec
 # TensorFlow (read without creating any: TensorFlow's global generator only where it exists).
 _STATE_SRC = r"""
 def f(ip):
-    import gc, hashlib, os, sys
+    import gc, hashlib, itertools, os, sys  # (the probe's execution counter: a count's C `__next__`, left out)
     out = {'ns': sorted((k, id(v)) for k, v in ip.user_ns.items()), 'count': ip.execution_count,
            'In': list(ip.user_ns.get('In', [])), 'Out': sorted(ip.user_ns.get('Out', {}).keys()),
            'hist': ip.history_manager.session_number,
-           'events': sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe'])
+           'events': sorted((e, [id(c) for c in cs if type(c).__module__ != '_crane_probe' and not (
+                                type(c).__name__ == 'method-wrapper' and type(c.__self__) is itertools.count)])
                             for e, cs in ip.events.callbacks.items())}
     anchors = []
     for mod, names in (('threading', ('_after_fork',)),

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from crane.errors import CraneError
-from crane.kernel.client import KernelConnection, literal_value
+from crane.kernel.client import KernelConnection
 from crane.kernel.errors import KernelError
 from crane.mcp.schemas import (
     CheckCellArgs,
@@ -41,12 +41,6 @@ log = logging.getLogger(__name__)
 MAX_NAMES = 200
 FACTS_BUDGET_MS = 2000.0
 BUSY = "the kernel is running a cell: CRANE asks it nothing until the cell ends"
-# The user's variables: names not hidden by IPython (In, Out, get_ipython, exit...) nor private. Evaluated as a
-# private user expression (silent, no history): it reads the namespace's keys, nothing else.
-_NAMES_EXPR = (
-    "(lambda ip: sorted(k for k in list(ip.user_ns) if isinstance(k, str) and not k.startswith('_') "
-    f"and k not in ip.user_ns_hidden)[:{MAX_NAMES}])(get_ipython())"
-)
 
 T = TypeVar("T")
 
@@ -156,12 +150,11 @@ class KernelTools:
 
         self._not_busy()
         names = args.names
-        if names is None:
-            out = self.conn.private({"n": _NAMES_EXPR}, timeout=10.0)
-            value = literal_value(out.user_expressions.get("n"), "listing the kernel's variables")
-            names = [n for n in value if isinstance(n, str)] if isinstance(value, list) else []
+        probe = ProbeClient(self.conn)
+        if names is None:  # the user's variables, listed by the probe (its request guarded, no name of theirs run)
+            names = probe.run(ProbeRequest(user_names=MAX_NAMES, time_budget_ms=50), timeout=10.0).user_names
         request = ProbeRequest(names=list(names), time_budget_ms=FACTS_BUDGET_MS, max_total_bytes=256 * 1024)
-        r = ProbeClient(self.conn).run(request, timeout=30.0)
+        r = probe.run(request, timeout=30.0)
         return KernelFacts(facts=r.facts, undefined=r.undefined, cwd=r.cwd, libraries=r.libraries,
                            truncated=r.truncated, errors=r.errors, elapsed_ms=round(r.elapsed_ms, 3))
 

@@ -275,6 +275,7 @@ class ProbeRequest(msgspec.Struct, omit_defaults=True):
     """What the daemon asks the probe about one target cell (all derived from static analysis)."""
 
     names: list[str] = []
+    user_names: int = 0  # list the user's variables (at most this many; 0: none): ProbeResult.user_names
     attrs: list[str] = []  # attribute chains, e.g. "model.feature_importances_", "plt.scatter"
     keys: list[list[Any]] = []  # [expr, key, axis]
     modules: list[str] = []  # top-level module names to look up with importlib.util.find_spec
@@ -301,6 +302,8 @@ class ProbeRequest(msgspec.Struct, omit_defaults=True):
 class ProbeResult(msgspec.Struct, omit_defaults=True):
     facts: dict[str, Facts] = {}
     undefined: list[str] = []  # requested names bound neither in the user namespace nor in builtins
+    # the user's variables (ProbeRequest.user_names): not private, not hidden by IPython (In, Out, exit...), sorted
+    user_names: list[str] = []
     attrs: list[AttrCheck] = []
     keys: list[KeyCheck] = []
     modules: dict[str, bool] = {}  # module -> can be found (importlib.util.find_spec, no import)

@@ -7,9 +7,11 @@ marker, and empties the memory when the marker differs from the one the memory w
 - a counter bumped by IPython's `pre_execute` event, which fires for EVERY execution of non-empty code — the
   user's cells, another client's silent requests, `%run`, the agent's approved runs — but not for the probe's own
   requests, whose code is empty (IPython returns before the event for empty code; their `user_expressions` are
-  evaluated after it). The callback is a tiny object appended to `shell.events.callbacks['pre_execute']` (no
-  `register`, whose `in` test would compare the user's callbacks with `==`): it only adds 1 to a counter, so it
-  cannot print, raise or touch the namespace, execution count, history or outputs;
+  evaluated after it). The callback is the `__next__` of an `itertools.count`, appended to
+  `shell.events.callbacks['pre_execute']` (no `register`, whose `in` test would compare the user's callbacks with
+  `==`): C code that only adds 1, so it cannot print, raise or touch the namespace, execution count, history or
+  outputs, and no Python frame of CRANE's runs in the user's cells (a Python callback's was one a notebook's trace
+  or profile function saw, and could rewrite, at every execution); read by `count`'s own C `repr`;
 - the shell's execution count and the process id (a forked sandbox child has its own memory);
 - `epoch`, the daemon's view of the requests it saw other clients send (comm messages, expression-only requests:
   kernel activity that runs no cell code). An empty epoch (the CLI, the benchmarks) adds nothing.
@@ -23,6 +25,7 @@ Without an IPython shell (or when the callback cannot be installed) nothing is r
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from typing import Any
@@ -32,19 +35,10 @@ from crane.probe.kernel.common import short_tname, tmodule  # kernel: strip
 MAX_ENTRIES = 4096  # entries kept per marker (each is at most a variable's facts, about 4 KiB): then emptied
 
 
-class ExecCounter:
-    """The `pre_execute` callback: counts executions of code in the kernel."""
-
-    __slots__ = ("n",)
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.n += 1
-
-
-_ExecCounter_n = ExecCounter.__dict__["n"]
+_COUNT = itertools.count
+_COUNT_REPR = itertools.count.__repr__  # (C: reads the count without advancing it)
+_WRAPPER = type(itertools.count().__next__)  # method-wrapper: calling it runs no Python frame
+_WRAPPER_SELF = _WRAPPER.__dict__["__self__"].__get__
 _memory: dict = {"marker": None, "entries": {}}
 STATS = {"calls": 0, "reused": 0}  # probe calls served in this kernel, and facts/checks reused (for tests)
 
@@ -58,8 +52,10 @@ def _shell() -> Any:
         return None
 
 
-def _counter(ip: Any) -> tuple[ExecCounter | None, bool]:
-    """Our counter in the shell's `pre_execute` callbacks (installed on first use): (counter, newly installed)."""
+def _counter(ip: Any) -> tuple[Any, bool]:
+    """The `count` of our counter in the shell's `pre_execute` callbacks (installed on first use): (count, newly
+    installed). Any install's counter is reused (the same C object whatever CRANE's version); an older version's
+    Python `ExecCounter` is removed."""
     try:
         callbacks = getattr(getattr(ip, "events", None), "callbacks", None)
         lst = callbacks.get("pre_execute") if type(callbacks) is dict else None
@@ -69,15 +65,15 @@ def _counter(ip: Any) -> tuple[ExecCounter | None, bool]:
         return None, False
     stale = []
     for i, cb in enumerate(lst):
-        if type(cb) is ExecCounter:
-            return cb, False
         t = type(cb)
+        if t is _WRAPPER and type(c := _WRAPPER_SELF(cb)) is _COUNT:
+            return c, False
         if short_tname(t) == "ExecCounter" and tmodule(t) == __name__:
-            stale.append(i)  # the counter of an older version of this module (reinstalled since)
+            stale.append(i)  # the counter of an older version of this module (a Python frame at each execution)
     for i in reversed(stale):
         del lst[i]
-    c = ExecCounter()
-    lst.append(c)
+    c = _COUNT()
+    lst.append(c.__next__)
     return c, True
 
 
@@ -96,7 +92,7 @@ def begin(epoch: Any) -> tuple[Any, ...] | None:
         count = ip.execution_count
     except Exception:
         count = None
-    marker = (os.getpid(), id(ip), id(c), _ExecCounter_n.__get__(c), count if type(count) is int else None,
+    marker = (os.getpid(), id(ip), id(c), _COUNT_REPR(c), count if type(count) is int else None,
               epoch if type(epoch) is str else None)  # fmt: skip
     if fresh or marker != _memory["marker"] or len(_memory["entries"]) > MAX_ENTRIES:
         _memory["entries"] = {}

@@ -383,6 +383,24 @@ def user_namespace() -> dict[str, Any]:
     return main.__dict__ if main is not None else {}
 
 
+def user_names(ns: dict[str, Any], limit: int) -> list[str]:
+    """The user's variables, sorted, at most `limit`: the namespace's str names, not private (`_`), not hidden by
+    IPython (`In`, `Out`, `get_ipython`, `exit`: its `user_ns_hidden`). Read by dict's and str's own C methods: no
+    method of the notebook's runs (a name's hash and compare are str's: only exact str keys are kept)."""
+    hidden: Any = None
+    ip_mod = sys.modules.get("IPython")
+    get = getattr(ip_mod, "get_ipython", None) if ip_mod is not None else None
+    ip = get() if get is not None else None
+    d = inst_dict(ip) if ip is not None else None
+    if d is not None:
+        hidden = dict.get(d, "user_ns_hidden")
+    keys = dict.keys(ns) if isa(ns, dict) else ()
+    out = [k for k in list(keys) if type(k) is str and not str.startswith(k, "_")
+           and not (type(hidden) is dict and dict.__contains__(hidden, k))]
+    out.sort()
+    return out[:limit]
+
+
 def _libraries() -> dict[str, str]:
     libs = {"python": sys.version.split()[0]}
     for name in _LIBRARIES:
@@ -408,6 +426,9 @@ def _run(ctx: Ctx, req: dict[str, Any], ns: dict[str, Any], max_var: int, max_to
         if type(name) is str and lookup_name(ns, name) is _missing:
             undefined.append(name)
     res["undefined"] = undefined
+    listed = req.get("user_names")
+    if type(listed) is int and listed > 0:
+        res["user_names"] = user_names(ns, min(listed, 10000))
     mods, imported = {}, []
     for m in _items(req, "modules"):
         if type(m) is not str or not m:
