@@ -89,7 +89,9 @@ def install_abs_paths(translate: Callable[[Any, bool], str | None], on: Callable
             return
         w.__name__ = w.__qualname__ = getattr(orig, "__name__", name)
         w.__doc__ = getattr(orig, "__doc__", None)
-        w.__module__ = getattr(orig, "__module__", None) or mod.__name__
+        # (the module it now lives in: pickled by reference there; under the original's `__module__` — `posix`,
+        # 3.13's `_io` — the lookup finds the original, and cloudpickle copied the closure by value, which does not load)
+        w.__module__ = mod.__name__
         w.__crane_abs__ = True  # type: ignore[attr-defined]
         mod.__dict__[name] = w
         done.append(f"{mod.__name__}.{name}")
