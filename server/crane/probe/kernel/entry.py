@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from crane.probe.kernel.cache import begin, recall, remember  # kernel: strip
+from crane.probe.kernel.cache import _shell, begin, recall, remember  # kernel: strip
 from crane.probe.kernel.checks import (  # kernel: strip
     add_callable_facts,  # kernel: strip
     check_attr,  # kernel: strip
@@ -388,9 +388,7 @@ def user_names(ns: dict[str, Any], limit: int) -> list[str]:
     IPython (`In`, `Out`, `get_ipython`, `exit`: its `user_ns_hidden`). Read by dict's and str's own C methods: no
     method of the notebook's runs (a name's hash and compare are str's: only exact str keys are kept)."""
     hidden: Any = None
-    ip_mod = sys.modules.get("IPython")
-    get = getattr(ip_mod, "get_ipython", None) if ip_mod is not None else None
-    ip = get() if get is not None else None
+    ip = _shell()
     d = inst_dict(ip) if ip is not None else None
     if d is not None:
         hidden = dict.get(d, "user_ns_hidden")
