@@ -50,6 +50,7 @@ class PrivateReply(msgspec.Struct):
     user_expressions: dict[str, Any] = {}
     ename: str | None = None
     evalue: str | None = None
+    execution_count: int | None = None  # the reply's: the count of the last user cell (ipykernel: the shell's, less one)
 
 
 def literal_value(entry: dict[str, Any] | None, what: str, error: type[KernelError] = KernelError) -> Any:
@@ -299,6 +300,7 @@ class KernelConnection:
             user_expressions=content.get("user_expressions", {}) or {},
             ename=content.get("ename"),
             evalue=content.get("evalue"),
+            execution_count=count if type(count := content.get("execution_count")) is int else None,
         )
 
     def evaluate(self, expression: str, timeout: float = 5.0) -> Any:

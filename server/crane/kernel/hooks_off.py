@@ -16,7 +16,7 @@ callback, the legacy hooks included, is called so), and no trace, profile or mon
 for any frame until it returns, whatever hooks are set. The request's top-level frame (IPython's `eval`, whose locals
 are the notebook's namespace: nothing is read from or bound in it) reaches the interpreter's `sys.gettrace` and
 `sys.settrace` from literals by C descriptors, proves them `sys`'s own C functions (as kernel/private_module's
-`_SYS_EXPR` does), and by C calls alone — no Python frame entered before — saves the thread's trace function and
+`SYS_EXPR` does), and by C calls alone — no Python frame entered before — saves the thread's trace function and
 makes a fresh lambda of the request's its trace function (`enter`); then calls a trigger lambda, whose `call` event
 runs `enter` (before the notebook's profile function or monitoring tools see the trigger: the legacy trace hook is
 called first). `enter` puts the notebook's trace function back at once (it fires again only once `enter` returns,
@@ -101,7 +101,7 @@ _PROOF = (f"not {_T}.__dict__['__flags__'].__get__({_MT}) & 512 and {_T}.__dict_
           f"'module' and {_own('gettrace')} and {_own('settrace')}")
 
 # The guard, compiled per request on empty builtins with the proven readers `K` (from kernel/private_module's
-# `_SYS_EXPR`: T, BF, D, S, SD, M, MT), the collector already off (`was`: it was on; `gon`: `gc.enable`). Called
+# `SYS_EXPR`: T, BF, D, S, SD, M, MT), the collector already off (`was`: it was on; `gon`: `gc.enable`). Called
 # inside `enter` (no event fires): monitoring callbacks off (`quiet_others`), `F()`, all back; its outcome (1, value) or (2, exception) written to the trigger's local `__crane_reply__` before the collector is back
 # (3.11/3.12: a later read of the trigger's `f_locals`, a collector callback's, would refill it from the frame).
 _GUARD = """
@@ -165,7 +165,7 @@ def guarded(expr: str, sys_expr: str, threads: bool = False) -> str:
     in its frames), with the collector off, put back after; its value or exception is the request's. `threads`: the
     request starts a thread of CRANE's (the export's pickler, not inside the trace call): every `sys.monitoring`
     callback is cleared for it as well (process-wide: put back exactly after). `sys_expr`: an
-    expression of (T, BF, D, S, SD, M, MT) or False (kernel/private_module._SYS_EXPR); a kernel whose `sys`,
+    expression of (T, BF, D, S, SD, M, MT) or False (kernel/private_module.SYS_EXPR); a kernel whose `sys`,
     `exec` or `compile` are not the interpreter's own refuses the request (a `KeyError` naming why)."""
     own_e = "(T(e) is BF and FNAME(e) == 'exec' and T(b := SELF(e)) is MT and MDD(b) is D)"
     own_ex = f"{own_e} and T(c) is BF and FNAME(c) == 'compile' and SELF(c) is b"

@@ -96,7 +96,7 @@ MISSING = "__crane_module_missing__"
 # or a subclass the notebook rebound it to: read and written by dict's own C methods, never its own). The value:
 # (type, builtin_function_or_method, the builtins' dict, sys, sys's namespace, the module table, the module type), or
 # False when any step finds anything else (the notebook replaced what the chain goes through).
-_SYS_EXPR = (
+SYS_EXPR = (
     "(lambda T, D, FT, BF, DT: T(D) is DT "
     "and T(init := T.__dict__['__dict__'].__get__(T(D.get('__spec__'))).get('__init__')) is FT "
     "and T(G := FT.__dict__['__globals__'].__get__(init)) is DT "
@@ -419,7 +419,7 @@ class KernelModule:
     def install_expression(self) -> str:
         """The install request: ('sealed', the seal's three addresses: `Seal`) once installed, else why not (a str);
         no name of the notebook's is read."""
-        return self._filled(_INSTALL_EXPR, SYS=_SYS_EXPR, BOOT=repr(_BOOTSTRAP), SRC=repr(self.sources),
+        return self._filled(_INSTALL_EXPR, SYS=SYS_EXPR, BOOT=repr(_BOOTSTRAP), SRC=repr(self.sources),
                             VER=repr(self.version), NAME=repr(self.name), DOC=repr(self.doc))
 
     def _held(self, seal: Seal | None = None, checked: bool = True, then: str = "m", otherwise: str = "None") -> str:
@@ -435,7 +435,7 @@ class KernelModule:
     def held_expression(self, seal: Seal | None = None) -> str:
         """The installed module of our version (given `seal`: the one that install made, binding what it left), else
         None."""
-        return f"(lambda P: {self._held(seal)} if P else None)({_SYS_EXPR})"
+        return f"(lambda P: {self._held(seal)} if P else None)({SYS_EXPR})"
 
     def version_expression(self, seal: Seal | None = None) -> str:
         """Our VERSION when our module of that version is installed (given `seal`: the module that install made,
@@ -451,7 +451,7 @@ class KernelModule:
         call = (f"(lambda r: r[1]({arglist}) if r[0] else r[1])((lambda: 0).__class__(c, {{'__builtins__': {{}}}})"
                 f"(1, m, {function!r}, ({arglist}), {self.quiet!r}, {MISSING!r}))")
         held = self._held(seal, checked=False, then=call, otherwise=repr(MISSING))
-        return f"(lambda P: {held} if P else {MISSING!r})({_SYS_EXPR})"
+        return f"(lambda P: {held} if P else {MISSING!r})({SYS_EXPR})"
 
     def reseal_expression(self, seal: Seal) -> str:
         """A new seal for the module the install that answered `seal` made, binding what it binds NOW (its three
@@ -459,7 +459,7 @@ class KernelModule:
         (a test's simulated condition). Kernel-side code re-seals the same way (kernel/pickling._cloudpickle)."""
         reseal = "(lambda: 0).__class__(c, {'__builtins__': {}})(2, m, None, None, None, None)"
         held = self._held(seal, checked=False, then=reseal)
-        return f"(lambda P: {held} if P else None)({_SYS_EXPR})"
+        return f"(lambda P: {held} if P else None)({SYS_EXPR})"
 
 
 class Seal(NamedTuple):
@@ -538,7 +538,7 @@ class ModuleClient:
         module's expressions each run inside a trace function of the request's own, the notebook's hooks seeing none
         of its frames (kernel/hooks_off.guarded)."""
         if self.module.quiet:  # (the one entry of every request of a quiet module: kernel/hooks_off.py)
-            expressions = {k: guarded(v, _SYS_EXPR, self.module.threads) for k, v in expressions.items()}
+            expressions = {k: guarded(v, SYS_EXPR, self.module.threads) for k, v in expressions.items()}
         try:
             reply = self.conn.private(expressions, timeout=timeout, start_timeout=start_timeout)
         except KernelTimeout as exc:

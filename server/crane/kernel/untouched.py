@@ -138,7 +138,7 @@ _PRIVATE_EXPR = (
 
 
 # `sys` from literals (the builtins' `__spec__`, the frozen import machinery's namespace), as kernel/private_module's
-# `_SYS_EXPR` but not refusing a `sys` whose hook functions the notebook replaced (this check runs in such kernels):
+# `SYS_EXPR` but not refusing a `sys` whose hook functions the notebook replaced (this check runs in such kernels):
 # (type, None, the builtins' dict, sys, None, the module table, the module type)
 _UT_SYS_EXPR = (
     "(lambda T, D, FT: (lambda S: (T, None, D, S, None, T.__dict__['__dict__'].__get__(T(S))['__dict__'].__get__(S)"

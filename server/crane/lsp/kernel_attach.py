@@ -3,9 +3,10 @@
 
 Blocking (call from a worker thread). All of an attachment's kernel I/O runs on one thread of its own
 (`Attachment.run`): jupyter_client's blocking client drives per-thread asyncio loops, and a connection used
-from several threads fails now and then ("This event loop is already running"). Identification is one private request (`silent`, no history):
-`__vsc_ipynb_file__` (the notebook VS Code started the kernel for) and the kernel's pid (to notice a restart
-behind a connection file that did not change). `jupyter_client` is imported here lazily, never at server
+from several threads fails now and then ("This event loop is already running"). Identification is one private
+request (`silent`, no history; kernel/identity.py: its expressions read no name of the notebook's):
+`__vsc_ipynb_file__` (the notebook VS Code started the kernel for), the kernel's pid (to notice a restart behind a
+connection file that did not change) and its execution count (the reply's). `jupyter_client` is imported here lazily, never at server
 start.
 """
 
@@ -22,13 +23,6 @@ from crane.lsp.kernel_watch import KernelWatch, WatchEvent, process_exists
 from crane.lsp.messages import KernelInfo, KernelSource
 
 log = logging.getLogger(__name__)
-
-_IDENTIFY = {
-    "nb": "globals().get('__vsc_ipynb_file__')",
-    "pid": "__import__('os').getpid()",
-    "count": "get_ipython().execution_count",
-}
-
 
 @dataclass(frozen=True)
 class KernelIdentity:
@@ -49,22 +43,25 @@ def connect(where: Any, timeout: float) -> Any:
 
 
 def identify(conn: Any, timeout: float) -> KernelIdentity:
-    """Read `__vsc_ipynb_file__` and the pid privately (raises KernelError)."""
+    """Read `__vsc_ipynb_file__`, the pid and the execution count privately, by expressions that read no name of the
+    notebook's (kernel/identity.py; raises KernelError)."""
     from crane.kernel.client import literal_value
     from crane.kernel.errors import KernelError
+    from crane.kernel.identity import identity_expressions
 
-    reply = conn.private(_IDENTIFY, timeout=timeout)
+    reply = conn.private(identity_expressions(), timeout=timeout)
     if reply.status != "ok":
         raise KernelError(f"could not identify the kernel: {reply.ename}: {reply.evalue}")
     values: dict[str, Any] = {}
-    for key in _IDENTIFY:
+    for key in ("nb", "pid"):
         try:
             values[key] = literal_value(reply.user_expressions.get(key), "identifying the kernel")
-        except KernelError:
+        except KernelError as exc:
+            log.debug("identifying the kernel: %s", exc)
             values[key] = None
     nb = values["nb"] if isinstance(values["nb"], str) else None
     pid = values["pid"] if isinstance(values["pid"], int) else None
-    count = values["count"] if isinstance(values["count"], int) else None
+    count = reply.execution_count + 1 if reply.execution_count is not None else None  # the shell's: the reply's + 1
     return KernelIdentity(notebook_path=nb, pid=pid, execution_count=count)
 
 

@@ -93,9 +93,10 @@ class ProbeClient:
     def read_notebook_path(self, timeout: float = 2.0) -> str | None:
         """The notebook file VS Code's Jupyter extension records in the kernel (`__vsc_ipynb_file__`), if any."""
         from crane.kernel.client import literal_value
+        from crane.kernel.identity import NOTEBOOK_PATH_EXPR
 
         what = "reading the notebook path"
-        out = self._module.evaluate({"p": "globals().get('__vsc_ipynb_file__')"}, timeout, what)
+        out = self._module.evaluate({"p": NOTEBOOK_PATH_EXPR}, timeout, what)  # reads no name of the notebook's
         value = literal_value(out.get("p"), what, ProbeError)
         return value if isinstance(value, str) else None
 

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from crane.probe.kernel.cache import _shell, begin, recall, remember  # kernel: strip
+from crane.probe.kernel.cache import _MODULE_DICT, _MODULE_TYPE, _shell, begin, recall, remember  # kernel: strip
 from crane.probe.kernel.checks import (  # kernel: strip
     add_callable_facts,  # kernel: strip
     check_attr,  # kernel: strip
@@ -374,13 +374,16 @@ def _fit_columns(f: dict[str, Any], max_bytes: int) -> None:
 
 # -- entry points -------------------------------------------------------------------------------------------------
 def user_namespace() -> dict[str, Any]:
-    ip_mod = sys.modules.get("IPython")
-    get = getattr(ip_mod, "get_ipython", None) if ip_mod is not None else None
-    ip = get() if get is not None else None
-    if ip is not None:
-        return ip.user_ns
-    main = sys.modules.get("__main__")
-    return main.__dict__ if main is not None else {}
+    """The notebook's namespace: the shell's `user_ns` (IPython 8: an instance attribute; 9: a property over
+    `_user_ns`), read from the instance's own dict (no property of a shell subclass runs), an exact dict."""
+    ip = _shell()
+    d = inst_dict(ip) if ip is not None else None
+    if d is not None:
+        ns = dict.get(d, "_user_ns", dict.get(d, "user_ns"))
+        if type(ns) is dict:
+            return ns
+    main = dict.get(sys.modules, "__main__")
+    return _MODULE_DICT.__get__(main) if type(main) is _MODULE_TYPE else {}
 
 
 def user_names(ns: dict[str, Any], limit: int) -> list[str]:
@@ -626,8 +629,7 @@ def history(limit: int = 500, max_chars: int = 262144) -> str:
 def _history(limit: int = 500, max_chars: int = 262144) -> str:
     """The kernel's stored cell sources as JSON [[execution_count, source], ...]: the newest first kept, bounded."""
     try:
-        ip_mod = sys.modules.get("IPython")
-        ip = ip_mod.get_ipython() if ip_mod is not None else None
+        ip = _shell()
         raw = ip.history_manager.input_hist_raw if ip is not None else []
         out: list = []
         total = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -47,6 +48,32 @@ def proc_kb(path: str, keys: tuple[str, ...]) -> dict:
     except (OSError, ValueError, IndexError):
         pass
     return out
+
+
+_MODULE_NAMESPACE = type.__dict__["__dict__"].__get__(type(os))["__dict__"]  # (C getters, bound at install)
+_CLASS_NAMESPACE = type.__dict__["__dict__"]
+_CLASS_MRO = type.__dict__["__mro__"]
+
+
+def kernel_shell() -> Any:
+    """The kernel's IPython shell, found without calling anything the notebook can replace (`IPython.get_ipython`
+    is looked up on a shared module: a notebook's wrapper of it ran in the kernel at every fork): traitlets'
+    singleton slot `InteractiveShell._instance` read from the class's own `__dict__`, taken when that class is in its
+    type's MRO (compared by identity). None without an initialised shell."""
+    try:
+        mod = dict.get(sys.modules, "IPython.core.interactiveshell")
+        if type(mod) is not type(sys):
+            return None
+        cls = dict.get(_MODULE_NAMESPACE.__get__(mod), "InteractiveShell")
+        if not isinstance(cls, type):
+            return None
+        shell = _CLASS_NAMESPACE.__get__(cls).get("_instance")
+        for k in _CLASS_MRO.__get__(type(shell)):
+            if k is cls:
+                return shell
+    except Exception:
+        pass
+    return None
 
 
 def _summarise_data(data: Any, kind: str) -> dict:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crane.sandbox.kernel.atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
-from crane.sandbox.kernel.common import await_seal, proc_kb, read_seal  # kernel: strip
+from crane.sandbox.kernel.common import await_seal, kernel_shell, proc_kb, read_seal  # kernel: strip
 from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
 from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
 from crane.sandbox.kernel.request import RequestError, check_request, decode_request  # kernel: strip
@@ -243,11 +243,9 @@ def _memory_short() -> str | None:
 
 
 def _fork(args: dict, child_main: Callable[[dict, Any, int, bool], None]) -> dict:
-    try:  # nothing is built or registered here: the capture publisher is made in the child (IPython 9's
-        from IPython import get_ipython  # DisplayPublisher registers itself on the shell's events)
-        shell = get_ipython()
-    except Exception:
-        shell = None
+    # nothing is built or registered here: the capture publisher is made in the child (IPython 9's DisplayPublisher
+    # registers itself on the shell's events)
+    shell = kernel_shell()
     why = free_threaded()
     if why:  # no copy either (the transplant's export refuses it too): no fallback
         return {"ok": False, "verdict": "unavailable", "reason": why}
