@@ -106,6 +106,18 @@ def test_every_path_says_what_the_kernel_does(pk, cell, path):
         assert v.certain, v
 
 
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("flush", ["os._exit(5)", "1 / 0", "_flush(self)"])
+def test_a_flush_set_on_the_streams_class_is_blocked(pk, path, flush):
+    """A `flush` set on the stream's class: in a run the cell's `sys.stdout` is CRANE's capture, whose class is part
+    of what the record is made with (kernel/common._fence): `blocked`, never a verdict, even for a harmless wrapper
+    (the kernel's own OutStream is not what the cell sees there); the kernel and the session unharmed."""
+    source = f"import os, sys\nOUT = type(sys.stdout)\n_flush = OUT.flush\nOUT.flush = lambda self: {flush}"
+    v = _verdict(pk, path, source)
+    assert v.verdict == "blocked", v
+    assert "changed CRANE's own code" in (v.reason or ""), v
+
+
 @pytest.mark.parametrize("path", ["fork", "transplant", "fork session", "transplant session"])
 def test_a_thread_still_running_is_only_likely(pk, path):
     """A thread the cell left running past the grace: `no-crash`, not certain (what it does later was not seen)."""

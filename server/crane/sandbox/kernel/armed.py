@@ -33,7 +33,8 @@ path after it. The portable sandbox's guard refuses `signal.alarm`, `signal.seti
 and every `threading.Timer` a cell makes (`blocked`, as before); a thread the cell starts only where no OS layer
 holds the worker (macOS, Windows, no Landlock): under Landlock (the lean guard, worker/guard `_THREAD_START`) it
 runs and is settled here as on the other paths. Not seen: a later dump armed through C (ctypes), a thread
-started in C, a `flush` patched on a stream's class.
+started in C. A `flush` patched on a stream's class (`type(sys.stdout).flush = ...`) is `blocked`, not followed:
+in a run the cell's streams are CRANE's capture (`kernel/common._Capture`), whose class `_fence` watches.
 """
 
 from __future__ import annotations
