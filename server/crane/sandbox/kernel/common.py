@@ -116,7 +116,7 @@ class _Capture(io.TextIOBase):
 
     @property
     def encoding(self) -> str:  # type: ignore[override]  # io.TextIOBase declares a plain attribute
-        return "utf-8"
+        return "UTF-8"  # (as ipykernel's OutStream spells it: a cell comparing it sees what the kernel shows)
 
     def writable(self) -> bool:
         return True

@@ -122,8 +122,8 @@ def capture_std_streams(ctx: _Ctx, priv: str, truncate: bool) -> None:
     for fd in (devnull, out, err):
         os.close(fd)
     limit = ctx.args["output_limit"]
-    ctx.stdout = _Capture(1, "<stdout>", limit)
-    ctx.stderr = _Capture(2, "<stderr>", limit)
+    ctx.stdout = _Capture(1, "stdout", limit)  # (the names and encoding ipykernel's OutStream gives a cell)
+    ctx.stderr = _Capture(2, "stderr", limit)
 
 
 def _neutralise_kernel_io(ctx: _Ctx) -> None:
