@@ -947,6 +947,27 @@ def shell_missed(facts: dict, v: SandboxVerdict, transformed: bool, held: Collec
     return out
 
 
+# code that reads the notebook's namespace as a mapping (`globals()['x']`, `get_ipython().user_ns`, `ip.user_ns`,
+# `vars()`, a module's `__dict__`): a KeyError there may name a kernel name the copy did not hold
+_NAMESPACE_AS_MAPPING = re.compile(r"\b(?:globals|vars|locals)\s*\(|\buser_(?:global_)?ns\b|\b__dict__\b")
+
+
+def _uncopied_name(v: SandboxVerdict, source: str, facts: dict, held: Collection[str]) -> str | None:
+    """The kernel's name a copy's crash says is missing though the kernel holds it (the copy carries the names the
+    cell reads by name, and what they reach): a NameError for it (`eval('x')`), or, where the cell reads the
+    namespace as a mapping, a KeyError of it (`globals()['x']`). None otherwise (an honest KeyError of a dict's)."""
+    names = facts.get("names")
+    if not isinstance(names, list):
+        return None
+    missing = set(names) - set(held)
+    if v.ename == "NameError":
+        m = re.search(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", v.evalue or "")
+        return m.group(1) if m and m.group(1) in missing else None
+    if v.ename == "KeyError" and _NAMESPACE_AS_MAPPING.search(source):
+        return next((n for n in missing if repr(n) == (v.evalue or "")), None)
+    return None
+
+
 class CopyFacts(msgspec.Struct):
     """What a crash in a copy is judged by (`copy_crash_certain`), as one worker holds it: a one-shot run's from its
     export and its worker's setup line, a session's gathered over its worker's exports and loads
@@ -968,6 +989,10 @@ def copy_crash_certain(v: SandboxVerdict, source: str, held: CopyFacts, facts: d
 def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dict) -> str | None:
     """Why a crash on a copy path is only likely (None: certain), by `copy_crash_certain`'s rule."""
     missed = [*held.settings_missed, *shell_missed(facts, v, held.transformers, [n for n, _ in held.copied])]
+    name = _uncopied_name(v, source, facts, [n for n, _ in held.copied])
+    if name is not None:
+        return f"the cell reads the kernel's name {name!r} indirectly (not by its name: eval, globals(), the shell's " \
+               "user_ns), and the copy did not hold it"
     lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
     return crash_doubt(v, source, held.copied, [r for r in held.carried if r not in lost], missed=missed,
                        patched=held.patched)

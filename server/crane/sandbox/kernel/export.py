@@ -29,6 +29,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _THREADING,
     _cls_dict,
     _exists,
+    _FunctionType,
     _getprofile,
     _getrecursionlimit,
     _gettrace,
@@ -200,6 +201,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     _phase(d, "copying")
     ctl.copying()
     reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
+    reducers.update(_shell_reducer(shell))
     held.append(reducers)
     # the notebook's cell transformers (kernel/transformers.py), copied only when they pickle on their own (a dry run:
     # one that does not is missed, never the export's failure)
@@ -295,6 +297,22 @@ def _shell() -> Any:
         return None
     shell = cd.get("_instance")
     return shell if shell is not None and _is_class(type(shell)) and _Proof().library_class(type(shell)) else None
+
+
+_F_GLOBALS = _FunctionType.__dict__["__globals__"].__get__  # (a function's globals: a C member, nothing asked)
+
+
+def _shell_reducer(shell: Any) -> dict:
+    """The kernel's shell, wherever the copied state holds it (`ip = get_ipython()`, a bound method of it, an object
+    keeping it), is the worker's shell there, as `get_ipython()` in the worker's cell gives it: pickled as a call of
+    IPython's own `get_ipython` (by reference; the object itself, its history database and its kernel, never
+    walked: before, any cell using `ip` was `unavailable`, 'cannot pickle sqlite3.Connection'). Only where that
+    function is IPython's own (its globals are `IPython.core.getipython`'s namespace): nothing otherwise."""
+    md = _mdict(_module("IPython.core.getipython"))
+    fn = dict.get(md, "get_ipython")
+    if type(fn) is not _FunctionType or _F_GLOBALS(fn) is not md:
+        return {}
+    return {type(shell): lambda obj: (fn, ()) if obj is shell else NotImplemented}
 
 
 def _user_ns(shell: Any) -> Any:
