@@ -212,7 +212,7 @@ BUILTINS_ALLOWED = frozenset((
 _C_DENY_ALL = frozenset(("_socket", "_ctypes", "_cffi_backend", "_imp", "_posixsubprocess", "_winapi", "msvcrt",
                          "_multiprocessing",
                          "_posixshmem", "fcntl", "termios", "_testcapi", "_testinternalcapi", "_xxsubinterpreters",
-                         "_interpreters", "_lsprof", "faulthandler", "sys.monitoring"))
+                         "_interpreters", "_lsprof", "sys.monitoring"))
 _C_DENY_SOME = {
     "sys": frozenset(("settrace", "setprofile", "addaudithook", "_setprofileallthreads", "_settraceallthreads",
                       "setdlopenflags", "remote_exec", "activate_stack_trampoline", "call_tracing",
@@ -223,12 +223,14 @@ _C_DENY_SOME = {
     # the machine's clock (round 14, h4: a root kernel's worker set it; under the OS layer its capability is gone)
     "time": frozenset(("clock_settime", "clock_settime_ns")),
     "_signal": None,  # every function but the reads below
+    "faulthandler": None,  # (its dumps write to a descriptor, its `enable` and watchdog set handlers: all but a read)
     "posix": None,  # every function but _OS_READS and _OS_AUDITED
     "nt": None,
     "builtins": None,  # every builtin outside BUILTINS_ALLOWED
 }
 _C_ALLOW = {
     "_signal": frozenset(("getsignal", "strsignal", "valid_signals", "getitimer", "default_int_handler")),
+    "faulthandler": frozenset(("is_enabled",)),
     "posix": _OS_READS | _OS_AUDITED, "nt": _OS_READS | _OS_AUDITED, "builtins": BUILTINS_ALLOWED,
 }
 # methods of C types, refused when user code calls them
