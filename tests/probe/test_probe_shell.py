@@ -14,19 +14,9 @@ from crane.probe.collect import ProbeClient
 from crane.probe.facts import ProbeRequest
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
+from ..wrapped_get_ipython import UNWRAP, WRAP
 
-SETUP = r"""
-import IPython, IPython.core.getipython as _g
-CALLS = []
-_real_gi = IPython.get_ipython
-def _wrapped():
-    CALLS.append('IPython.get_ipython')
-    raise RuntimeError('a notebook wrapper that fails')
-IPython.get_ipython = _wrapped
-_g.get_ipython = _wrapped
-price = 4.5
-rows = [1, 2, 3]
-"""
+SETUP = WRAP + 'price = 4.5\nrows = [1, 2, 3]\n'
 
 
 @pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
@@ -41,9 +31,9 @@ def test_the_probe_calls_no_replaced_get_ipython(tmp_path, kernel_env):
             history = probe.history()
         finally:
             calls = conn.evaluate("list(CALLS)")
-            assert conn.run_cell("IPython.get_ipython = _g.get_ipython = _real_gi", timeout=60).status == "ok"
+            assert conn.run_cell(UNWRAP, timeout=60).status == "ok"
         assert calls == [], calls
         assert res.facts["price"].type == "float" and res.facts["rows"].type == "list"
         assert res.user_names is not None and {"price", "rows", "CALLS"} <= set(res.user_names)
         assert again.cached > 0  # the reuse of facts found the shell (its execution counter) too
-        assert any("IPython.get_ipython = _wrapped" in src for _, src in history)
+        assert any("IPython.get_ipython = _g.get_ipython = _wrapped" in src for _, src in history)

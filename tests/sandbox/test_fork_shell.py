@@ -13,28 +13,20 @@ import pytest
 from crane.kernel.manager import start_kernel
 from crane.sandbox import speculate
 
-SETUP = r"""
-import IPython, IPython.core.getipython as _g
-CALLS = []
-_real_gi = IPython.get_ipython
-def _wrapped():
-    CALLS.append('IPython.get_ipython')
-    raise RuntimeError('a notebook wrapper that fails')
-IPython.get_ipython = _g.get_ipython = _wrapped
-"""
+from ..wrapped_get_ipython import UNWRAP, WRAP
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork sandbox runs on Linux")
 def test_the_fork_calls_no_replaced_get_ipython(tmp_path):
     with start_kernel(tmp_path) as kernel:
         conn = kernel.connection
-        assert conn.run_cell(SETUP, timeout=60).status == "ok"
+        assert conn.run_cell(WRAP, timeout=60).status == "ok"
         try:
             crash = speculate(conn, "x = [1, 2]\ny = x[5]\n")
             clean = speculate(conn, "x = [1, 2]\ny = x[1]\n")
         finally:
             calls = conn.evaluate("list(CALLS)")
-            assert conn.run_cell("IPython.get_ipython = _g.get_ipython = _real_gi", timeout=60).status == "ok"
+            assert conn.run_cell(UNWRAP, timeout=60).status == "ok"
         assert calls == [], calls
         assert crash.verdict == "crash" and crash.ename == "IndexError", crash
         assert clean.verdict == "no-crash", clean
