@@ -10,7 +10,7 @@ transforms the cell as the kernel does:
   verdict (no-crash, its output);
 - a copied transformer that makes the cell read a name the cell's text does not name (never copied): a one-shot
   run is `unavailable` (the worker's rule for a kernel name reached indirectly), a session's NameError only "likely"
-  (`transformed_names`);
+  (`transplant._uncopied_name`);
 - a transformer that cannot be copied without running the notebook's code (its class defines `__reduce__`): not
   copied, and a crash is only "likely" (env.json `shell_missed`); its `__reduce__` never runs in the kernel;
 - CRANE's own test watcher (crane.kernel.untouched registers an input transformer in the kernel during every run

@@ -744,8 +744,7 @@ def transplant(
         if v.verdict == "crash":
             doubt = copy_crash_doubt(v, source, CopyFacts(
                 copied=list(exp.copied), carried=list(exp.carried), patched=list(exp.patched),
-                settings_missed=[str(m) for m in setup_extra.get("settings_missed") or []],
-                transformers=exp.transformers), facts)
+                settings_missed=[str(m) for m in setup_extra.get("settings_missed") or []]), facts)
             if portable and _view_touched(data):  # the run's view of the folder may be what failed (P6)
                 doubt = doubt or "the run's view of the notebook's folder may be what failed"
             v.certain = doubt is None
@@ -908,7 +907,6 @@ _MISSED_WORDS = {"warnings": "the warnings filters", "decimal": "the decimal con
                  "random": "the random module's state", "numpy_random": "numpy's global random state",
                  "tf": "TensorFlow's random state", "ast_transformers": "the notebook's AST transformers",
                  "input_transformers": "the notebook's input transformers",
-                 "transformed_names": "the names the notebook's transformers made the cell read",
                  "shell_settings": "the shell's settings"}
 # carried state (shared/carry.py's keys) -> does this crash possibly rest on it (when it was not proven equal)
 _MISSED_STATE = {
@@ -922,29 +920,19 @@ _MISSED_STATE = {
     "numpy_random": lambda v, source, frames: "random" in source,
     "tf": lambda v, source, frames: "random" in source,  # (its seed, op-seed generator, global tf.random.Generator)
     # the notebook's shell state the worker lacks (`shell_missed`): transformers that rewrite every cell (a name they
-    # define, a call they wrap) and were not copied, a name a copied one made the cell read that was never copied,
-    # the shell's settings (interactivity, `__future__` flags, formats, autoawait) when their dicts held a key that is
+    # define, a call they wrap) and were not copied, the shell's settings (interactivity, `__future__` flags, formats, autoawait) when their dicts held a key that is
     # not an exact str (kernel/environment._shell_settings: not read, the worker has IPython's defaults)
-    **{key: (lambda v, source, frames: True) for key in ("ast_transformers", "input_transformers", "transformed_names",
-                                                          "shell_settings")},
+    **{key: (lambda v, source, frames: True) for key in ("ast_transformers", "input_transformers", "shell_settings")},
 }
-SHELL_STATE = ("ast_transformers", "input_transformers", "transformed_names", "shell_settings")
+SHELL_STATE = ("ast_transformers", "input_transformers", "shell_settings")
 
 
-def shell_missed(facts: dict, v: SandboxVerdict, transformed: bool, held: Collection[str]) -> list[str]:
+def shell_missed(facts: dict) -> list[str]:
     """The notebook's shell state a crash in the copy may rest on that the worker did not hold (issue 42, h1):
     env.json's `shell_missed` (cell transformers an earlier cell registered that could not be copied:
-    kernel/transformers.py), and, where the notebook's transformers were copied and run (`transformed`), a
-    NameError for a name the kernel's namespace holds but the copy does not (`held`: the names copied):
-    `transformed_names` (a transformer made the cell read a name the daemon did not find in its text: never
-    copied)."""
-    out = [str(m) for m in facts.get("shell_missed") or [] if m in SHELL_STATE]
-    if transformed and v.ename == "NameError":
-        m = re.search(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", v.evalue or "")
-        names = facts.get("names")
-        if m and isinstance(names, list) and m.group(1) in names and m.group(1) not in held:
-            out.append("transformed_names")
-    return out
+    kernel/transformers.py). A name a copied transformer made the cell read, never copied, is `_uncopied_name`'s
+    case (a NameError of a kernel name the copy did not hold, whatever made the cell read it)."""
+    return [str(m) for m in facts.get("shell_missed") or [] if m in SHELL_STATE]
 
 
 # code that reads the notebook's namespace as a mapping (`globals()['x']`, `get_ipython().user_ns`, `ip.user_ns`,
@@ -954,7 +942,8 @@ _NAMESPACE_AS_MAPPING = re.compile(r"\b(?:globals|vars|locals)\s*\(|\buser_(?:gl
 
 def _uncopied_name(v: SandboxVerdict, source: str, facts: dict, held: Collection[str]) -> str | None:
     """The kernel's name a copy's crash says is missing though the kernel holds it (the copy carries the names the
-    cell reads by name, and what they reach): a NameError for it (`eval('x')`), or, where the cell reads the
+    cell reads by name, and what they reach): a NameError for it (`eval('x')`, a name a copied cell transformer
+    made the cell read), or, where the cell reads the
     namespace as a mapping, a KeyError of it (`globals()['x']`). None otherwise (an honest KeyError of a dict's)."""
     names = facts.get("names")
     if not isinstance(names, list):
@@ -976,7 +965,6 @@ class CopyFacts(msgspec.Struct):
     carried: list[str] = []  # rebuilt runtimes whose state the copy carries (ExportReply.carried)
     patched: list[str] = []  # library classes of copied values the notebook patched beyond the copy (ExportReply)
     settings_missed: list[str] = []  # carried state the worker could not prove equal (its setup line / load replies)
-    transformers: bool = False  # the notebook's cell transformers were copied into the worker
 
 
 def copy_crash_certain(v: SandboxVerdict, source: str, held: CopyFacts, facts: dict) -> bool:
@@ -988,7 +976,7 @@ def copy_crash_certain(v: SandboxVerdict, source: str, held: CopyFacts, facts: d
 
 def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dict) -> str | None:
     """Why a crash on a copy path is only likely (None: certain), by `copy_crash_certain`'s rule."""
-    missed = [*held.settings_missed, *shell_missed(facts, v, held.transformers, [n for n, _ in held.copied])]
+    missed = [*held.settings_missed, *shell_missed(facts)]
     name = _uncopied_name(v, source, facts, [n for n, _ in held.copied])
     if name is not None:
         return f"the cell reads the kernel's name {name!r} indirectly (not by its name: eval, globals(), the shell's " \

@@ -380,7 +380,7 @@ class TransplantSession(SandboxSession):
                                                                  "threads it started were still running")
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
         if v.verdict == "crash" and v.certain:  # the one-shot's rule, on what this worker holds (issue 42, h1, h9)
-            self._held.copied, self._held.transformers = list(self._copied.items()), self._transformers
+            self._held.copied = list(self._copied.items())
             doubt = copy_crash_doubt(v, source, self._held, self._facts)
             v.certain = doubt is None
             if doubt is not None:
