@@ -84,6 +84,15 @@ def test_cell_names_are_found_without_ipython_and_in_escapes_and_magics():
     assert "a" in names and "b" in names
 
 
+def test_cell_names_count_a_strings_identifiers_only_where_the_cell_reads_the_namespace_by_a_string():
+    assert "model" not in cell_names("df.agg('model')")  # (a string, no namespace read: not a name)
+    for cell in ("m = globals().get('model')", "if 'model' in vars(): pass", "get_ipython().user_ns['model']",
+                 "eval('model.fit(X)')", "exec(f'y = model')", "import __main__\ngetattr(__main__, 'model')",
+                 "import sys\nsys.modules['__main__'].__dict__['model']"):
+        assert "model" in cell_names(cell), cell
+    assert {"model", "X"} <= set(cell_names("eval('model.fit(X)')"))
+
+
 def test_a_worker_starts_with_an_allowlisted_environment():
     env = {"LD_PRELOAD": "/x/evil.so", "PYTHONPATH": "/x", "PYTHONSTARTUP": "/x/s.py", "HOME": "/home/u",
            "KERAS_BACKEND": "jax", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/x", "LANG": "C.UTF-8", "SECRET": "s",

@@ -5,9 +5,11 @@ A transplant copies these names from the kernel. IPython syntax is handled line 
 whose first non-blank character is `!` or `%` (or ends with `?`) contributes the identifiers in its text (`!ls
 {d}`, `%timeit f(x)`) and is blanked; `a = !cmd {x}` / `a = %magic x` read the identifiers right of `=`; a cell
 magic's body is Python for the magics that run it (`%%time`, ...), else text whose identifiers count. The rest is
-parsed with `ast`: every `Name` loaded or deleted, and the targets of augmented assignments. When the rewritten
-text still does not parse, every identifier of the cell counts (a superset: a name too many is copied, never
-one too few). Linear in the cell's size.
+parsed with `ast`: every `Name` loaded or deleted, and the targets of augmented assignments; where the cell reaches the
+namespace by a name held in a string (`globals()['x']`, `'x' in vars()`, `get_ipython().user_ns.get('x')`,
+`eval('x + 1')`, `getattr(sys.modules['__main__'], 'x')`: `DYNAMIC_READ`), the identifiers in its string constants
+too. When the rewritten text still does not parse, every identifier of the cell counts (a superset: a name too many
+is copied, never one too few). Linear in the cell's size.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ import re
 from crane.analysis.transform import PYTHON_BODY_CELL_MAGICS
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# code that reads the namespace by a name held in a string or as a whole (a namespace's mapping, `eval`/`exec` of
+# text): a kernel name may be read that the cell never names as code
+DYNAMIC_READ = re.compile(r"\b(?:globals|vars|locals|eval|exec)\s*\(|\buser_(?:global_)?ns\b|\b__dict__\b|"
+                          r"\b__main__\b|\bsys\s*\.\s*modules\b")
 _ESCAPED_ASSIGN = re.compile(r"^(\s*)([A-Za-z_][\w.,\s\[\]]*?)\s*=\s*([!%].*)$")
 
 
@@ -56,11 +62,14 @@ def cell_names(source: str) -> list[str]:
     except (SyntaxError, ValueError):
         _idents(source, out)
         return list(out)
+    strings = DYNAMIC_READ.search(source) is not None
     for node in ast.walk(tree):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             out.setdefault(node.target.id, None)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del)):
             out.setdefault(node.id, None)
+        elif strings and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            _idents(node.value, out)
     return list(out)
 
 

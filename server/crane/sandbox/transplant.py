@@ -938,23 +938,50 @@ def shell_missed(facts: dict) -> list[str]:
 # code that reads the notebook's namespace as a mapping (`globals()['x']`, `get_ipython().user_ns`, `ip.user_ns`,
 # `vars()`, a module's `__dict__`): a KeyError there may name a kernel name the copy did not hold
 _NAMESPACE_AS_MAPPING = re.compile(r"\b(?:globals|vars|locals)\s*\(|\buser_(?:global_)?ns\b|\b__dict__\b")
+# code that may read the notebook's namespace as a whole (iterate it, count it, look a computed key up): what it
+# finds depends on names the cell never names, which the copy carries only where the cell names them somewhere
+# (cell_names: as code, or in a string constant)
+_NAMESPACE_AS_WHOLE = re.compile(r"\b(?:globals|vars|locals)\s*\(\s*\)|\buser_(?:global_)?ns\b|\b__main__\b|"
+                                 r"\bsys\s*\.\s*modules\b")
+# the names every IPython shell's namespace holds (the worker's too): never missing from a copy
+_SHELL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 
 
 def _uncopied_name(v: SandboxVerdict, source: str, facts: dict, held: Collection[str]) -> str | None:
     """The kernel's name a copy's crash says is missing though the kernel holds it (the copy carries the names the
-    cell reads by name, and what they reach): a NameError for it (`eval('x')`, a name a copied cell transformer
-    made the cell read), or, where the cell reads the
-    namespace as a mapping, a KeyError of it (`globals()['x']`). None otherwise (an honest KeyError of a dict's)."""
-    names = facts.get("names")
-    if not isinstance(names, list):
-        return None
-    missing = set(names) - set(held)
+    cell reads by name, and what they reach): a NameError for it (`eval(name)`, a name a copied cell transformer
+    made the cell read), or, where the cell reads the namespace as a mapping, a KeyError of it (`globals()[k]`).
+    None otherwise (an honest KeyError of a dict's)."""
+    missing = _uncopied(facts, held)
     if v.ename == "NameError":
         m = re.search(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", v.evalue or "")
         return m.group(1) if m and m.group(1) in missing else None
     if v.ename == "KeyError" and _NAMESPACE_AS_MAPPING.search(source):
         return next((n for n in missing if repr(n) == (v.evalue or "")), None)
     return None
+
+
+def _uncopied(facts: dict, held: Collection[str]) -> set[str]:
+    """The kernel's names (env.json's `names`: those not starting with `_`) the copy did not hold."""
+    names = facts.get("names")
+    return set(names) - set(held) - _SHELL_NAMES if isinstance(names, list) else set()
+
+
+def _namespace_unseen(v: SandboxVerdict, source: str, facts: dict, held: Collection[str]) -> list[str]:
+    """Where the cell may read the namespace as a whole (`for k in globals()`, `vars()[computed]`, `len(user_ns)`),
+    the kernel's names the copy did not hold (sorted): what such a cell saw in the copy is not what it sees in the
+    kernel, so a crash there is only likely. [] for a KeyError or NameError of a name the kernel does not hold
+    either (the kernel raises it too: `ip.user_ns['no_such_name']`)."""
+    if not _NAMESPACE_AS_WHOLE.search(source):
+        return []
+    missing = _uncopied(facts, held)
+    if v.ename in ("KeyError", "NameError") and missing:
+        m = re.fullmatch(r"'([A-Za-z_][A-Za-z0-9_]*)'", v.evalue or "") or re.search(
+            r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", v.evalue or "")
+        names = facts.get("names")
+        if m and isinstance(names, list) and m.group(1) not in names:
+            return []
+    return sorted(missing)
 
 
 class CopyFacts(msgspec.Struct):
@@ -977,10 +1004,16 @@ def copy_crash_certain(v: SandboxVerdict, source: str, held: CopyFacts, facts: d
 def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dict) -> str | None:
     """Why a crash on a copy path is only likely (None: certain), by `copy_crash_certain`'s rule."""
     missed = [*held.settings_missed, *shell_missed(facts)]
-    name = _uncopied_name(v, source, facts, [n for n, _ in held.copied])
+    copied = [n for n, _ in held.copied]
+    name = _uncopied_name(v, source, facts, copied)
     if name is not None:
         return f"the cell reads the kernel's name {name!r} indirectly (not by its name: eval, globals(), the shell's " \
                "user_ns), and the copy did not hold it"
+    unseen = _namespace_unseen(v, source, facts, copied)
+    if unseen:
+        shown = ", ".join(unseen[:5]) + (f" and {len(unseen) - 5} more" if len(unseen) > 5 else "")
+        return f"the cell reads the kernel's namespace as a whole (globals(), vars(), the shell's user_ns), and the " \
+               f"copy held only the names the cell names, not {shown}"
     lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
     return crash_doubt(v, source, held.copied, [r for r in held.carried if r not in lost], missed=missed,
                        patched=held.patched)
