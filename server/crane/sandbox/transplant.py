@@ -73,7 +73,7 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
                                  [_HERE / "kernel/pristine.py", _HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/bound.py",
                                   _HERE / "kernel/stdlib_own.py", _HERE / "kernel/lookups.py", _HERE / "kernel/miniature.py",
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
-                                  _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
+                                  _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/dynamic_reads.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
                                   _HERE / "shared/keras_graph.py", _HERE / "shared/tf_data.py",
                                   _HERE / "kernel/export.py"],
                                  threads=True)  # (the export's pickler thread: kernel/hooks_off.py)
@@ -956,7 +956,7 @@ def _uncopied_name(v: SandboxVerdict, source: str, facts: dict, held: Collection
     if v.ename == "NameError":
         m = re.search(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", v.evalue or "")
         return m.group(1) if m and m.group(1) in missing else None
-    if v.ename == "KeyError" and _NAMESPACE_AS_MAPPING.search(source):
+    if v.ename == "KeyError" and (_NAMESPACE_AS_MAPPING.search(source) or facts.get("dynamic_readers")):
         return next((n for n in missing if repr(n) == (v.evalue or "")), None)
     return None
 
@@ -968,11 +968,12 @@ def _uncopied(facts: dict, held: Collection[str]) -> set[str]:
 
 
 def _namespace_unseen(v: SandboxVerdict, source: str, facts: dict, held: Collection[str]) -> list[str]:
-    """Where the cell may read the namespace as a whole (`for k in globals()`, `vars()[computed]`, `len(user_ns)`),
+    """Where the cell, or a notebook function the copy carried (env.json's `dynamic_readers`:
+    kernel/dynamic_reads.py), may read the namespace as a whole (`for k in globals()`, `vars()[computed]`, `len(user_ns)`),
     the kernel's names the copy did not hold (sorted): what such a cell saw in the copy is not what it sees in the
     kernel, so a crash there is only likely. [] for a KeyError or NameError of a name the kernel does not hold
     either (the kernel raises it too: `ip.user_ns['no_such_name']`)."""
-    if not _NAMESPACE_AS_WHOLE.search(source):
+    if not _NAMESPACE_AS_WHOLE.search(source) and not facts.get("dynamic_readers"):
         return []
     missing = _uncopied(facts, held)
     if v.ename in ("KeyError", "NameError") and missing:

@@ -41,6 +41,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _settrace,
     _type_name,
 )
+from crane.sandbox.kernel.dynamic_reads import dynamic_reads  # kernel: strip
 from crane.sandbox.kernel.environment import (  # kernel: strip
     _accessors,
     _carried,
@@ -163,6 +164,8 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         room = _memory_room()
         loops = type(req["miniature"]) is dict and bool(dict.get(req["miniature"], "loops"))  # a loop miniature's
         names = req["names"] + (["_ih"] if loops else [])  # worker reads earlier cells' sources (kernel/miniature)
+        extra, readers = dynamic_reads(ns, names)  # what the notebook's functions read by a string (their code's)
+        names += extra
         objs = _cell_objects(ns, names, req["skip"], proof)
         objs.update(rebound(ns, req["rebinds"], objs, req["skip"], proof))  # (kernel/finalizers.py)
         spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
@@ -231,6 +234,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
             return _stopped(evalue, waiting, watch, watched, t0)
         return {"ok": False, "reason": _culprit(cp, objs, reducers, ename, evalue, d, waiting, proof.rebuilt), "watch": watched}
     facts = _facts(shell, keys, settings, len(out["buffers"]), shell_missed)
+    facts["dynamic_readers"] = readers
     with private_open(_join(d, "env.json"), "w") as f:
         f.write(dumps(facts))
     objs.pop("\x00crane-shrunk", None)

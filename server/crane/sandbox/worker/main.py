@@ -329,11 +329,15 @@ def _load_buffers(d: str, names: int | list[str]) -> list:
 
 def _rebind(obj: Any, ns: dict) -> Any:
     """A notebook function copied by value has globals of its own: give it the namespace's (so it sees the
-    names the cell binds, as in the kernel), adding the globals it brought that the namespace lacks."""
+    names the cell binds, as in the kernel), adding the globals it brought that the namespace lacks, themselves
+    bound so (a function another reaches by name, `def outer(): return helper()`, reads the namespace too: before,
+    `helper` kept its own globals, blind to the cell's names and to what the copy added; an entry is set before it
+    is bound, so functions naming each other end). A notebook class's methods, and an instance's class's, alike."""
     if isinstance(obj, types.FunctionType) and obj.__module__ == "__main__" and obj.__globals__ is not ns:
-        for k, v in obj.__globals__.items():
+        for k, v in list(obj.__globals__.items()):
             if k not in ns and not k.startswith("__"):
                 ns[k] = v
+                ns[k] = _rebind(v, ns)
         f = types.FunctionType(obj.__code__, ns, obj.__name__, obj.__defaults__, obj.__closure__)
         f.__kwdefaults__, f.__qualname__, f.__doc__ = obj.__kwdefaults__, obj.__qualname__, obj.__doc__
         f.__dict__.update(obj.__dict__)
@@ -355,6 +359,10 @@ def _rebind(obj: Any, ns: dict) -> Any:
                 setattr(obj, k, new)
             except Exception:
                 pass
+        return obj
+    cls = type(obj)
+    if type(cls) is type and cls.__module__ == "__main__":  # an instance of a notebook class: its methods too
+        _rebind(cls, ns)
     return obj
 
 
