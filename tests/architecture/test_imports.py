@@ -101,14 +101,17 @@ def test_core_does_not_import_front_ends():
 
 # Where each file runs is the folder it is in: `*/kernel/` runs inside the user's kernel (or its forked child),
 # `sandbox/worker/` in the transplant worker, `sandbox/shared/` on both sides; everything else in the daemon.
-_KERNEL_SIDE = ("crane.probe.kernel", "crane.sandbox.kernel", "crane.sandbox.worker")
+# `kernel_common/` in the user's kernel as a part of every kernel-side module that needs it.
+_COMMON = "crane.kernel_common"
+_KERNEL_SIDE = ("crane.probe.kernel", "crane.sandbox.kernel", "crane.sandbox.worker", _COMMON)
 _SHARED = "crane.sandbox.shared"
 # what each kernel-side folder may import from crane (the rest must be the standard library)
 _ALLOWED = {
-    "crane.probe.kernel": ("crane.probe.kernel",),
-    "crane.sandbox.kernel": ("crane.sandbox.kernel", _SHARED),
-    "crane.sandbox.worker": ("crane.sandbox.worker", "crane.sandbox.kernel", _SHARED),
+    "crane.probe.kernel": ("crane.probe.kernel", _COMMON),
+    "crane.sandbox.kernel": ("crane.sandbox.kernel", _SHARED, _COMMON),
+    "crane.sandbox.worker": ("crane.sandbox.worker", "crane.sandbox.kernel", _SHARED, _COMMON),
     _SHARED: (_SHARED,),
+    _COMMON: (_COMMON,),
 }
 
 
@@ -190,6 +193,6 @@ def test_kernel_module_parts_are_exactly_the_kernel_side_folders():
                for p in m.files]
     shipped_rel = inside(shipped, Path(crane.__file__).parent) | {"sandbox/worker/boot.py"}  # the worker's -c
     crane_root = ROOT / "crane"
-    on_disk = inside([p for folder in ("probe/kernel", "sandbox/kernel", "sandbox/worker", "sandbox/shared")
+    on_disk = inside([p for folder in ("probe/kernel", "sandbox/kernel", "sandbox/worker", "sandbox/shared", "kernel_common")
                       for p in (crane_root / folder).glob("*.py") if p.name != "__init__.py"], crane_root)
     assert on_disk == shipped_rel

@@ -2,7 +2,7 @@
 start (in the user's kernel, before the fork) ran `from IPython import get_ipython; get_ipython()`: a notebook that
 wrapped `IPython.get_ipython` had its function run in the kernel at every speculative run, and one whose wrapper
 raised made every run `unavailable` ("not an IPython kernel"). Now the shell is `InteractiveShell._instance` read
-from the class's own `__dict__` (sandbox/kernel/common.kernel_shell)."""
+from the class's own `__dict__` (kernel_common/ipython_shell.py)."""
 
 from __future__ import annotations
 

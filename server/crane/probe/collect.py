@@ -27,7 +27,8 @@ PROBE_PARTS = (
 PROBE_MODULE = KernelModule(
     "_crane_probe",
     "CRANE's private runtime-facts probe (not part of the notebook)",
-    [Path(__file__).parent / "kernel" / part for part in PROBE_PARTS],
+    [Path(__file__).parents[1] / "kernel_common" / "ipython_shell.py"]
+    + [Path(__file__).parent / "kernel" / part for part in PROBE_PARTS],
 )
 MODULE_NAME = PROBE_MODULE.name
 

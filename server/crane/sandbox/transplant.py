@@ -71,7 +71,7 @@ _HERE = Path(__file__).resolve().parent
 BOOTSTRAP = (_HERE / "worker" / "boot.py").read_text(encoding="utf-8")  # the worker's `-c` program
 TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state export (not part of the notebook)",
                                  [_HERE / "kernel/pristine.py", _HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/bound.py",
-                                  _HERE / "kernel/stdlib_own.py", _HERE / "kernel/lookups.py", _HERE / "kernel/miniature.py",
+                                  _HERE / "../kernel_common/ipython_shell.py", _HERE / "kernel/stdlib_own.py", _HERE / "kernel/lookups.py", _HERE / "kernel/miniature.py",
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
                                   _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/dynamic_reads.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
                                   _HERE / "shared/keras_graph.py", _HERE / "shared/tf_data.py",

@@ -30,7 +30,8 @@ import os
 import sys
 from typing import Any
 
-from crane.probe.kernel.common import class_dict, isa, mro, short_tname, tmodule  # kernel: strip
+from crane.kernel_common.ipython_shell import ipython_shell  # kernel: strip
+from crane.probe.kernel.common import class_dict, short_tname, tmodule  # kernel: strip
 
 MAX_ENTRIES = 4096  # entries kept per marker (each is at most a variable's facts, about 4 KiB): then emptied
 
@@ -45,27 +46,6 @@ STATS = {"calls": 0, "reused": 0}  # probe calls served in this kernel, and fact
 
 _MODULE_TYPE = type(sys)
 _MODULE_DICT: Any = class_dict(_MODULE_TYPE)["__dict__"]  # (a module's own namespace, C getter)
-
-
-def _shell() -> Any:
-    """The kernel's IPython shell, found without calling anything the notebook can replace (`IPython.get_ipython`, a
-    class's `instance()`): `InteractiveShell._instance` (traitlets' singleton slot, the object `get_ipython()`
-    returns) read from the class's own `__dict__`, taken when that class is in its type's MRO (compared by
-    identity); None without an initialised shell."""
-    try:
-        mod = dict.get(sys.modules, "IPython.core.interactiveshell")
-        if type(mod) is not _MODULE_TYPE:
-            return None
-        cls: Any = dict.get(_MODULE_DICT.__get__(mod), "InteractiveShell")
-        if not isa(cls, type):
-            return None
-        ip = class_dict(cls).get("_instance")
-        for k in mro(type(ip)):
-            if k is cls:
-                return ip
-    except Exception:
-        pass
-    return None
 
 
 def _counter(ip: Any) -> tuple[Any, bool]:
@@ -96,7 +76,7 @@ def _counter(ip: Any) -> tuple[Any, bool]:
 def begin(epoch: Any) -> tuple[Any, ...] | None:
     """Start a probe call: the marker of the kernel's execution state (None: nothing may be reused)."""
     STATS["calls"] += 1
-    ip = _shell()
+    ip = ipython_shell()
     if ip is None:
         _memory["marker"] = None
         return None

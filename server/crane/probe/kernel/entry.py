@@ -22,7 +22,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from crane.probe.kernel.cache import _MODULE_DICT, _MODULE_TYPE, _shell, begin, recall, remember  # kernel: strip
+from crane.kernel_common.ipython_shell import ipython_shell, shell_namespace  # kernel: strip
+from crane.probe.kernel.cache import _MODULE_DICT, _MODULE_TYPE, begin, recall, remember  # kernel: strip
 from crane.probe.kernel.checks import (  # kernel: strip
     add_callable_facts,  # kernel: strip
     check_attr,  # kernel: strip
@@ -376,12 +377,9 @@ def _fit_columns(f: dict[str, Any], max_bytes: int) -> None:
 def user_namespace() -> dict[str, Any]:
     """The notebook's namespace: the shell's `user_ns` (IPython 8: an instance attribute; 9: a property over
     `_user_ns`), read from the instance's own dict (no property of a shell subclass runs), an exact dict."""
-    ip = _shell()
-    d = inst_dict(ip) if ip is not None else None
-    if d is not None:
-        ns = dict.get(d, "_user_ns", dict.get(d, "user_ns"))
-        if type(ns) is dict:
-            return ns
+    ns = shell_namespace(ipython_shell())
+    if ns is not None:
+        return ns
     main = dict.get(sys.modules, "__main__")
     return _MODULE_DICT.__get__(main) if type(main) is _MODULE_TYPE else {}
 
@@ -391,7 +389,7 @@ def user_names(ns: dict[str, Any], limit: int) -> list[str]:
     IPython (`In`, `Out`, `get_ipython`, `exit`: its `user_ns_hidden`). Read by dict's and str's own C methods: no
     method of the notebook's runs (a name's hash and compare are str's: only exact str keys are kept)."""
     hidden: Any = None
-    ip = _shell()
+    ip = ipython_shell()
     d = inst_dict(ip) if ip is not None else None
     if d is not None:
         hidden = dict.get(d, "user_ns_hidden")
@@ -629,7 +627,7 @@ def history(limit: int = 500, max_chars: int = 262144) -> str:
 def _history(limit: int = 500, max_chars: int = 262144) -> str:
     """The kernel's stored cell sources as JSON [[execution_count, source], ...]: the newest first kept, bounded."""
     try:
-        ip = _shell()
+        ip = ipython_shell()
         raw = ip.history_manager.input_hist_raw if ip is not None else []
         out: list = []
         total = 0

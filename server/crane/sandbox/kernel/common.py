@@ -55,27 +55,6 @@ _CLASS_NAMESPACE = type.__dict__["__dict__"]
 _CLASS_MRO = type.__dict__["__mro__"]
 
 
-def kernel_shell() -> Any:
-    """The kernel's IPython shell, found without calling anything the notebook can replace (`IPython.get_ipython`
-    is looked up on a shared module: a notebook's wrapper of it ran in the kernel at every fork): traitlets'
-    singleton slot `InteractiveShell._instance` read from the class's own `__dict__`, taken when that class is in its
-    type's MRO (compared by identity). None without an initialised shell."""
-    try:
-        mod = dict.get(sys.modules, "IPython.core.interactiveshell")
-        if type(mod) is not type(sys):
-            return None
-        cls = dict.get(_MODULE_NAMESPACE.__get__(mod), "InteractiveShell")
-        if not isinstance(cls, type):
-            return None
-        shell = _CLASS_NAMESPACE.__get__(cls).get("_instance")
-        for k in _CLASS_MRO.__get__(type(shell)):
-            if k is cls:
-                return shell
-    except Exception:
-        pass
-    return None
-
-
 def _summarise_data(data: Any, kind: str) -> dict:
     text = ""
     if isinstance(data, dict):
@@ -344,7 +323,6 @@ def _real_exit() -> Callable[[int], Any]:
     """The platform's C-level `_exit` (posix, nt): bound before a cell runs, nothing the cell does can change it.
     Where kernel/audit._guard_process_end put its guard in its place (a session's command binds this after the
     hook is installed), the C function it keeps (`_C_EXITS`): CRANE's own end is never read as the cell's."""
-    import sys
     mod = sys.modules.get("posix") or sys.modules.get("nt")
     fn = mod._exit if mod is not None else os._exit
     if _c_exit(fn):
@@ -451,7 +429,6 @@ def _untraced(fn: Callable[..., Any], *args: Any) -> Any:
     `f_locals` write-back, 3.11/3.12). Only what it hands to `sys.call_tracing` (the cell: kernel/run._exec_plan)
     runs with the count at 0, and the count is back when that returns or raises, before any frame of CRANE's
     resumes. Its value is returned, its exception raised."""
-    import sys
     box: list = []
 
     def enter(frame: Any, event: str, arg: Any) -> None:
@@ -482,7 +459,6 @@ class _Watch:
     def __init__(self) -> None:
         import builtins
         import operator
-        import sys
         ours = globals()
         self.spaces: list[tuple[Any, tuple, tuple, int, frozenset | None]] = []
         attrs: list[tuple[Any, str, Any]] = []  # (function, attribute, its object)

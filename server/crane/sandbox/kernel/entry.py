@@ -25,8 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from crane.kernel_common.ipython_shell import ipython_shell, shell_namespace  # kernel: strip
 from crane.sandbox.kernel.atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
-from crane.sandbox.kernel.common import await_seal, kernel_shell, proc_kb, read_seal  # kernel: strip
+from crane.sandbox.kernel.common import await_seal, proc_kb, read_seal  # kernel: strip
 from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
 from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
 from crane.sandbox.kernel.request import RequestError, check_request, decode_request  # kernel: strip
@@ -245,11 +246,11 @@ def _memory_short() -> str | None:
 def _fork(args: dict, child_main: Callable[[dict, Any, int, bool], None]) -> dict:
     # nothing is built or registered here: the capture publisher is made in the child (IPython 9's DisplayPublisher
     # registers itself on the shell's events)
-    shell = kernel_shell()
+    shell = ipython_shell()
     why = free_threaded()
     if why:  # no copy either (the transplant's export refuses it too): no fallback
         return {"ok": False, "verdict": "unavailable", "reason": why}
-    why = _unforkable(args["source"], shell.user_ns if shell is not None else {})
+    why = _unforkable(args["source"], shell_namespace(shell) or {})  # (read from the shell's instance dict)
     if why:
         return {"ok": False, "verdict": "unavailable", "reason": why, "unforkable": True}
     _sweep()

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from crane.kernel_common.ipython_shell import ipython_shell, shell_namespace  # kernel: strip
 from crane.sandbox.kernel.bound import (  # kernel: strip
     _EXECUTABLE,
     _THREADING,
-    _cls_dict,
     _exists,
     _FunctionType,
     _getprofile,
@@ -58,7 +58,7 @@ from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
 from crane.sandbox.kernel.pickling import _cloudpickle, _culprit, dump_state, torch_reducers  # kernel: strip
-from crane.sandbox.kernel.proof import _is_class, _patched_builtins, _patched_copyreg, _Proof, _Refused  # kernel: strip
+from crane.sandbox.kernel.proof import _patched_builtins, _patched_copyreg, _Proof, _Refused  # kernel: strip
 from crane.sandbox.kernel.shield import dumps, free_threaded, private_open  # kernel: strip
 from crane.sandbox.kernel.stdlib_own import patched_stdlib  # kernel: strip
 from crane.sandbox.kernel.stops import (  # kernel: strip
@@ -74,7 +74,7 @@ from crane.sandbox.kernel.stops import (  # kernel: strip
     _unreproducible,
 )
 from crane.sandbox.kernel.transformers import TRANSFORMERS_KEY, shell_transformers, transformers_missed  # kernel: strip
-from crane.sandbox.kernel.waiting import OddKeyError, own_dict, shell_watch, str_get, str_scan  # kernel: strip
+from crane.sandbox.kernel.waiting import shell_watch  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, KerasGraph  # kernel: strip
 from crane.sandbox.shared.tf_data import tf_data_reducers  # kernel: strip
 
@@ -148,7 +148,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     if shell is None:
         return {"ok": False, "reason": "not an IPython kernel"}
     waiting, watch = shell_watch(shell)  # on the main thread, which owns what it watches
-    ns = _user_ns(shell)
+    ns = shell_namespace(shell)
     if type(ns) is not dict:
         return {"ok": False, "reason": "the kernel's namespace is not a plain dict"}
     keys = list(dict.keys(ns))
@@ -291,16 +291,10 @@ def _history_value(ns: dict, name: str) -> Any:
 
 
 def _shell() -> Any:
-    """The kernel's InteractiveShell: IPython's singleton, read from the class's own dict (no `get_ipython` the
-    notebook may have replaced)."""
-    cls = _mdict(_module("IPython.core.interactiveshell")).get("InteractiveShell")
-    if not _is_class(cls):
-        return None
-    cd = _cls_dict(cls)
-    if not all(type(k) is str for k in cd):  # (a planted key's `__eq__` would run in the lookup: not read)
-        return None
-    shell = cd.get("_instance")
-    return shell if shell is not None and _is_class(type(shell)) and _Proof().library_class(type(shell)) else None
+    """The kernel's InteractiveShell (kernel_common/ipython_shell.py), of a library's class (a shell of a class the
+    notebook defined is none)."""
+    shell = ipython_shell()
+    return shell if shell is not None and _Proof().library_class(type(shell)) else None
 
 
 _F_GLOBALS = _FunctionType.__dict__["__globals__"].__get__  # (a function's globals: a C member, nothing asked)
@@ -317,21 +311,6 @@ def _shell_reducer(shell: Any) -> dict:
     if type(fn) is not _FunctionType or _F_GLOBALS(fn) is not md:
         return {}
     return {type(shell): lambda obj: (fn, ()) if obj is shell else NotImplemented}
-
-
-def _user_ns(shell: Any) -> Any:
-    """The shell's namespace from its instance dict (IPython 8: `user_ns`, 9: `_user_ns` behind a property). Where
-    that dict holds a key that is not an exact `str` (a lookup would run its `__eq__`: review M1), the namespace is
-    read by a scan that compares only exact `str` keys (`str_scan`: a notebook can plant one by accident), and the
-    shell's settings, read from the same dict, are missed (`_shell_settings`: `shell_missed` names them, so a crash
-    in the copy is only "likely"; issue 42, h6)."""
-    d = own_dict(shell)
-    try:
-        ns = str_get(d, "_user_ns")
-        return ns if ns is not None else str_get(d, "user_ns")
-    except OddKeyError:
-        ns = str_scan(d, "_user_ns")
-        return ns if ns is not None else str_scan(d, "user_ns")
 
 
 def _phase(d: str, what: str) -> None:
