@@ -79,7 +79,7 @@ def test_no_shell_and_no_namespace_outside_ipython():
 
     class Odd:
         @property
-        def __dict__(self):  # a notebook's property in place of the instance dict: never called
+        def __dict__(self):  # type: ignore[override]  # a notebook's property in place of the instance dict: never called
             raise AssertionError("called")
 
     assert finder.shell_namespace(Odd()) is None

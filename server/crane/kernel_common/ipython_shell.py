@@ -37,15 +37,28 @@ def _kc_find(items: Any, name: str) -> Any:
     return None
 
 
+_KC_CLASS: list = []  # InteractiveShell once found (the module table is scanned once, not at every request)
+
+
+def _kc_class() -> Any:
+    if _KC_CLASS:
+        return _KC_CLASS[0]
+    mod = _kc_find(list(dict.items(_KC_MODULES)), "IPython.core.interactiveshell")
+    if type(mod) is not _KC_MODULE_TYPE:
+        return None
+    md = _KC_MODULE_DICT(mod)
+    cls = _kc_find(list(dict.items(md)), "InteractiveShell") if type(md) is dict else None
+    if not any(k is type for k in _KC_TYPE_MRO(type(cls))):
+        return None
+    _KC_CLASS.append(cls)
+    return cls
+
+
 def ipython_shell() -> Any:
     """The kernel's InteractiveShell (None without an initialised one)."""
     try:
-        mod = _kc_find(list(dict.items(_KC_MODULES)), "IPython.core.interactiveshell")
-        if type(mod) is not _KC_MODULE_TYPE:
-            return None
-        md = _KC_MODULE_DICT(mod)
-        cls = _kc_find(list(dict.items(md)), "InteractiveShell") if type(md) is dict else None
-        if not any(k is type for k in _KC_TYPE_MRO(type(cls))):
+        cls = _kc_class()
+        if cls is None:
             return None
         shell = _kc_find(list(_KC_PROXY_ITEMS(_KC_TYPE_DICT(cls))), "_instance")
         for k in _KC_TYPE_MRO(type(shell)):
