@@ -941,8 +941,7 @@ _NAMESPACE_AS_MAPPING = re.compile(r"\b(?:globals|vars|locals)\s*\(|\buser_(?:gl
 # code that may read the notebook's namespace as a whole (iterate it, count it, look a computed key up): what it
 # finds depends on names the cell never names, which the copy carries only where the cell names them somewhere
 # (cell_names: as code, or in a string constant)
-_NAMESPACE_AS_WHOLE = re.compile(r"\b(?:globals|vars|locals)\s*\(\s*\)|\buser_(?:global_)?ns\b|\b__main__\b|"
-                                 r"\bsys\s*\.\s*modules\b")
+_NAMESPACE_AS_WHOLE = re.compile(r"\b(?:globals|vars|locals)\s*\(\s*\)|\buser_(?:global_)?ns\b|\b__main__\b")
 # the names every IPython shell's namespace holds (the worker's too): never missing from a copy
 _SHELL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 

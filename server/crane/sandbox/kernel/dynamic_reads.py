@@ -7,8 +7,9 @@ a string. A notebook function the cell calls may do it instead (`def f(): return
 `'model' in vars()`, `get_ipython().user_ns.get('x')`): its code is here, not in the cell. From the cell's names,
 this follows the notebook's functions and classes the namespace holds (by the names their code loads, as the pickler
 will), and for every function whose code reads the namespace dynamically (`_DR_DYNAMIC` among its names) adds the
-identifiers of its string constants that the namespace holds, and names the function (`readers`): a crash in a copy
-lacking other kernel names is then only likely (transplant._namespace_unseen).
+identifiers of its string constants that the namespace holds, and names the function (`readers`) where what it loads
+reaches the namespace itself (`_DR_WHOLE`): a crash in a copy lacking other kernel names is then only likely
+(transplant._namespace_unseen).
 Reads code objects and class dicts through C descriptors only: nothing of the notebook's runs; bounded work.
 """
 
@@ -19,10 +20,14 @@ from typing import Any
 from crane.sandbox.kernel.bound import _T_MODULE, _cls_dict, _CodeType, _FunctionType, _mro  # kernel: strip
 from crane.sandbox.kernel.proof import _is_class  # kernel: strip
 
-# names whose load in a function's code means it may read its namespace by a string or as a whole (as
-# sandbox/cell_names.DYNAMIC_READ, for a cell's text)
+# names whose load in a function's code means it may read its namespace by a string (as
+# sandbox/cell_names.DYNAMIC_READ, for a cell's text): its strings' identifiers are copied (a superset)
 _DR_DYNAMIC = frozenset({"globals", "vars", "locals", "eval", "exec", "get_ipython", "__main__", "modules",
                          "user_ns", "user_global_ns", "__dict__"})
+# of those, the ones that reach the namespace itself from a function (`globals()`, the shell's `user_ns`, `__main__`,
+# `eval`/`exec` in its globals): the function is named a reader. Not `vars(obj)`/`locals()` (in a function: the
+# object's dict, its own frame), `self.__dict__`, `sys.modules[name]`: common in honest classes, no namespace read
+_DR_WHOLE = frozenset({"globals", "eval", "exec", "__main__", "user_ns", "user_global_ns"})
 _DR_CODE = _FunctionType.__dict__["__code__"].__get__
 _DR_MAX_CODES = 20000  # code objects looked at, at most (a namespace of many functions: the rest not followed)
 _DR_MAX_NAMES = 2000  # names added, at most
@@ -80,7 +85,7 @@ def dynamic_reads(ns: dict, names: list) -> tuple[list, list]:
             continue
         for fn in _dr_functions(v):
             stack = [_DR_CODE(fn)]
-            dynamic = False
+            dynamic = whole = False
             words: list[str] = []
             loads: list[str] = []
             while stack and codes < _DR_MAX_CODES:
@@ -92,13 +97,15 @@ def dynamic_reads(ns: dict, names: list) -> tuple[list, list]:
                 for n in code.co_names:
                     loads.append(n)
                     dynamic = dynamic or n in _DR_DYNAMIC
+                    whole = whole or n in _DR_WHOLE
                 for c in code.co_consts:
                     if type(c) is str:
                         _dr_idents(c, words)
                     elif type(c) is _CodeType:
                         stack.append(c)
-            if dynamic:
+            if whole:
                 readers.append(getattr(_DR_CODE(fn), "co_qualname", None) or _DR_CODE(fn).co_name)
+            if dynamic:
                 loads.extend(words)
                 for w in words:
                     if w not in seen_names and w in ns and len(extra) < _DR_MAX_NAMES:
