@@ -59,7 +59,12 @@ READERS = ("def f():\n    return globals()['x'] + 1\ndef outer():\n    return f(
            "        return 'x' in get_ipython().user_ns\nreader = Reader()\n"
            "def computed():\n    return globals()[chr(120)]\n"
            "def helper():\n    return factor * 2\ndef run():\n    return helper()\n"
-           "def ping(n):\n    return pong(n - 1) if n else 0\ndef pong(n):\n    return ping(n)\n")
+           "def ping(n):\n    return pong(n - 1) if n else 0\ndef pong(n):\n    return ping(n)\n"
+           "def getv(n):\n    return globals()[n]\n"
+           "class Base:\n    def m(self):\n        return factor\n    @property\n    def p(self):\n        return factor\n"
+           "class Child(Base):\n    pass\nchild = Child()\n"
+           "import sqlite3\nconn = sqlite3.connect(':memory:')\n"
+           "def documented():\n    'reads x (not conn)'\n    return globals()['x']\n")
 
 
 @pytest.fixture
@@ -69,17 +74,21 @@ def with_readers(with_shell):
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("cell", ["print(f())", "print(outer())", "print(reader.get())", "assert reader.has"])
+@pytest.mark.parametrize("cell", ["print(f())", "print(outer())", "print(reader.get())", "assert reader.has",
+                                  "print(getv('x') + 1)", "assert 'x' in dir()",
+                                  "print(globals()['x'] + 1, 'conn is only mentioned')", "print(documented() + 1)"])
 def test_a_kernel_name_a_notebook_function_reads_by_a_string_is_copied(with_readers, path, cell):
     v = path_verdict(with_readers, path, cell, _served)
     assert (v.verdict, v.ename, v.certain) == ("no-crash", None, True), v
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("cell", ["factor = 3\nassert run() == 6", "assert ping(5) == 0"])
+@pytest.mark.parametrize("cell", ["factor = 3\nassert run() == 6", "assert ping(5) == 0",
+                                  "factor = 4\nassert child.m() == 4 and child.p == 4"])
 def test_a_notebook_function_reached_through_another_reads_the_namespace(with_readers, path, cell):
-    """`helper`, copied only as a global of `run`, sees the `factor` the cell binds (before: a certain false
-    NameError; it kept globals of its own)."""
+    """`helper`, copied only as a global of `run`, and a method or property inherited from a notebook base class,
+    see the `factor` the cell binds (before: a certain false NameError or AssertionError; they kept globals of their
+    own)."""
     v = path_verdict(with_readers, path, cell, _served)
     assert (v.verdict, v.ename, v.certain) == ("no-crash", None, True), v
 

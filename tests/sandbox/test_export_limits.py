@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from crane.sandbox.cell_names import cell_names
+from crane.sandbox.cell_names import DYNAMIC_READ, cell_names, cell_strings
 from crane.sandbox.kernel.shield import dumps, memory_headroom
 from crane.sandbox.kernel.waiting import shell_watch
 from crane.sandbox.transplant import worker_env
@@ -84,13 +84,15 @@ def test_cell_names_are_found_without_ipython_and_in_escapes_and_magics():
     assert "a" in names and "b" in names
 
 
-def test_cell_names_count_a_strings_identifiers_only_where_the_cell_reads_the_namespace_by_a_string():
-    assert "model" not in cell_names("df.agg('model')")  # (a string, no namespace read: not a name)
+def test_a_cells_strings_are_named_apart_and_a_read_by_a_string_is_told_from_an_attribute():
+    assert "model" not in cell_names("m = globals().get('model')")  # (a string's names: a guess, sent apart)
+    assert cell_strings("m = globals().get('model')\nprint(f'{a} b_1')") == ["model", "b_1"]  # (`a`: a name)
     for cell in ("m = globals().get('model')", "if 'model' in vars(): pass", "get_ipython().user_ns['model']",
                  "eval('model.fit(X)')", "exec(f'y = model')", "import __main__\ngetattr(__main__, 'model')",
-                 "import sys\nsys.modules['__main__'].__dict__['model']"):
-        assert "model" in cell_names(cell), cell
-    assert {"model", "X"} <= set(cell_names("eval('model.fit(X)')"))
+                 "import sys\nsys.modules['__main__'].__dict__['model']", "assert 'model' in dir()"):
+        assert DYNAMIC_READ.search(cell), cell
+    for cell in ("model.eval()", "df.agg('model')", "if __name__ == '__main__':\n    main()", "net.exec_(x)"):
+        assert not DYNAMIC_READ.search(cell), cell
 
 
 def test_a_worker_starts_with_an_allowlisted_environment():

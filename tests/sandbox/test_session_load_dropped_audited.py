@@ -2,7 +2,7 @@
 OS transplant session).
 
 A transplant session copies the names a command reads that it has not copied yet; a name the session's own code
-bound in a way the daemon does not see (`globals()['d'] = 5`) is copied again from the kernel and dropped there
+bound in a way the daemon does not see (`globals()[chr(100)] = 5`) is copied again from the kernel and dropped there
 (names the session bound are never overwritten). The load holds every object it unpickled in its own table until
 it is emptied (worker/main's `load`), with the audit hook bypassed for the libraries' unpickling: the dropped copy is
 freed when that table is emptied, and what it holds that the export's finalizers' tail does not pin (here an object
@@ -63,7 +63,7 @@ def test_a_load_s_dropped_duplicate_is_freed_under_the_audit_hook(kernel):
     with Untouched(conn) as watch:
         with open_session(conn, budget_s=30) as sb:
             assert type(sb).__name__ == "TransplantSession", type(sb)
-            v = sb.run("globals()['d'] = 5")  # (bound where the daemon does not see it: `d` is not copied)
+            v = sb.run("globals()[chr(100)] = 5")  # (bound where the daemon does not see it: `d` is not copied)
             assert v.verdict == "no-crash", (v.verdict, v.ename, v.evalue, v.reason)
             # `d` copied now, dropped (the session's own 5 stays), freed at the load's end: its `__del__` runs
             v = sb.run("print(d, Freed.met)")

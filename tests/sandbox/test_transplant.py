@@ -123,10 +123,12 @@ def test_uncopyable_state_is_unavailable_and_named(today):
         assert v.verdict == "unavailable" and f"`{name}`" in (v.reason or "") and kind in v.reason, v
 
 
-def test_names_in_magics_are_copied_and_indirect_reads_are_not_guessed(today):
+def test_names_in_magics_are_copied_and_indirect_reads_are_named(today):
     v = _check(today, "%time z = double(w[:2])\nz.shape")
     assert v.verdict == "no-crash" and "(2, 2)" in v.displays[-1].text, v
-    v = _check(today, "eval('X').shape")
+    v = _check(today, "eval('X').shape")  # (a name in a string where the cell reads by a string: copied)
+    assert v.verdict == "no-crash", v
+    v = _check(today, "eval(chr(88)).shape")  # (a computed name: not copied, and named)
     assert v.verdict == "unavailable" and "'X'" in (v.reason or ""), v
 
 

@@ -82,6 +82,15 @@ def _kc_instance_dict(obj: Any) -> Any:
     return None
 
 
+def shell_value(shell: Any, name: str) -> Any:
+    """`name` of the shell's instance dict (`user_ns_hidden`, ...), None where it has none."""
+    try:
+        d = _kc_instance_dict(shell) if shell is not None else None
+        return _kc_find(list(dict.items(d)), name) if d is not None else None
+    except Exception:
+        return None
+
+
 def shell_namespace(shell: Any) -> Any:
     """The shell's namespace (an exact dict), None where it has none or it is not an exact dict."""
     try:

@@ -5,11 +5,12 @@ A transplant copies these names from the kernel. IPython syntax is handled line 
 whose first non-blank character is `!` or `%` (or ends with `?`) contributes the identifiers in its text (`!ls
 {d}`, `%timeit f(x)`) and is blanked; `a = !cmd {x}` / `a = %magic x` read the identifiers right of `=`; a cell
 magic's body is Python for the magics that run it (`%%time`, ...), else text whose identifiers count. The rest is
-parsed with `ast`: every `Name` loaded or deleted, and the targets of augmented assignments; where the cell reaches the
-namespace by a name held in a string (`globals()['x']`, `'x' in vars()`, `get_ipython().user_ns.get('x')`,
-`eval('x + 1')`, `getattr(sys.modules['__main__'], 'x')`: `DYNAMIC_READ`), the identifiers in its string constants
-too. When the rewritten text still does not parse, every identifier of the cell counts (a superset: a name too many
-is copied, never one too few). Linear in the cell's size.
+parsed with `ast`: every `Name` loaded or deleted, and the targets of augmented assignments. When the rewritten text still
+does not parse, every identifier of the cell counts (a superset: a name too many is copied, never one too few).
+Linear in the cell's size. Where the cell reaches the namespace by a name held in a string (`globals()['x']`,
+`'x' in vars()`, `get_ipython().user_ns.get('x')`, `eval('x + 1')`, `getattr(sys.modules['__main__'], 'x')`:
+`DYNAMIC_READ`), the identifiers in its string constants (`cell_strings`) are copied too, where the kernel can
+(kernel/export.py: a guess, never the export's failure).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from crane.analysis.transform import PYTHON_BODY_CELL_MAGICS
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # code that reads the namespace by a name held in a string or as a whole (a namespace's mapping, `eval`/`exec` of
 # text): a kernel name may be read that the cell never names as code
-DYNAMIC_READ = re.compile(r"\b(?:globals|vars|locals|eval|exec)\s*\(|\buser_(?:global_)?ns\b|\b__dict__\b|"
-                          r"\b__main__\b|\bsys\s*\.\s*modules\b")
+DYNAMIC_READ = re.compile(r"(?<![.\w])(?:globals|vars|locals|dir|eval|exec)\s*\(|\buser_(?:global_)?ns\b|\b__dict__\b|"
+                          r"\bimport\s+__main__\b|\b__main__\s*\.|\bsys\s*\.\s*modules\b|\bf_globals\b|\bgetattr\s*\(")
 _ESCAPED_ASSIGN = re.compile(r"^(\s*)([A-Za-z_][\w.,\s\[\]]*?)\s*=\s*([!%].*)$")
 
 
@@ -62,15 +63,29 @@ def cell_names(source: str) -> list[str]:
     except (SyntaxError, ValueError):
         _idents(source, out)
         return list(out)
-    strings = DYNAMIC_READ.search(source) is not None
     for node in ast.walk(tree):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             out.setdefault(node.target.id, None)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del)):
             out.setdefault(node.id, None)
-        elif strings and isinstance(node, ast.Constant) and isinstance(node.value, str):
-            _idents(node.value, out)
     return list(out)
+
+
+def cell_strings(source: str) -> list[str]:
+    """The identifiers in `source`'s string constants, in first-seen order, at most 2000 ([] where it is not plain
+    Python): the kernel copies those it holds only where a notebook function the cell reaches reads the namespace by
+    a name it is given (`getv('x')`, kernel/dynamic_reads.py)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    out: dict = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            _idents(node.value[:10000], out)
+            if len(out) >= 2000:
+                break
+    return list(out)[:2000]
 
 
 def cell_rebinds(source: str) -> list[str]:

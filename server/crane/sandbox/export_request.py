@@ -19,6 +19,10 @@ class ExportRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dir: str  # the run's private directory (PrivateDir / PortableDir)
     token: str  # proves the kernel sees `dir` (the file `token` there holds it)
     names: list[str]  # the names the cell reads (found in the daemon: cell_names)
+    strings: list[str]  # the identifiers in the cell's string constants (cell_names.cell_strings): copied where the
+    # kernel holds them, when `by_string` or a notebook function the cell reaches reads the namespace by a name it
+    # is given (kernel/dynamic_reads.py); a guess: one that cannot be copied is left out
+    by_string: bool  # the cell reads the namespace by a name held in a string (cell_names.DYNAMIC_READ)
     rebinds: list[str]  # the names it binds without reading them (cell_names.cell_rebinds): copied when their value
     # has a finalizer (kernel/finalizers.rebound)
     skip: list[str]  # a session's names already copied

@@ -51,7 +51,7 @@ from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.background import bounded, data_cap, restore, start_low
 from crane.sandbox.cell_deadline import CellClock, CellWatch, read_fifo, setup_reason, timeout_reason
-from crane.sandbox.cell_names import cell_names, cell_rebinds
+from crane.sandbox.cell_names import DYNAMIC_READ, cell_names, cell_rebinds, cell_strings
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import at_end, seal_readable, settle
@@ -550,7 +550,9 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     # (kernel/export.py stats the token file first); the folder's `cancel` is made and its token taken away at once
     opts = active_options()
     args = export_args(ExportRequest(
-        dir=pdir.path, token=pdir.token, names=cell_names(source), rebinds=cell_rebinds(source),
+        dir=pdir.path, token=pdir.token, names=cell_names(source), strings=cell_strings(source),
+        by_string=DYNAMIC_READ.search(source) is not None,
+        rebinds=cell_rebinds(source),
         skip=list(skip or []), tag=tag,
         copy_mb=copy_limit_mb() if copy_mb is None else copy_mb, max_s=opts.export_seconds,
         watched_max_s=opts.watched_export_seconds, miniature=miniature or None))
@@ -937,11 +939,14 @@ def shell_missed(facts: dict) -> list[str]:
 
 # code that reads the notebook's namespace as a mapping (`globals()['x']`, `get_ipython().user_ns`, `ip.user_ns`,
 # `vars()`, a module's `__dict__`): a KeyError there may name a kernel name the copy did not hold
-_NAMESPACE_AS_MAPPING = re.compile(r"\b(?:globals|vars|locals)\s*\(|\buser_(?:global_)?ns\b|\b__dict__\b")
+_NAMESPACE_AS_MAPPING = re.compile(r"(?<![.\w])(?:globals|vars|locals)\s*\(|\buser_(?:global_)?ns\b|\b__dict__\b|"
+                                   r"\bf_globals\b")
 # code that may read the notebook's namespace as a whole (iterate it, count it, look a computed key up): what it
 # finds depends on names the cell never names, which the copy carries only where the cell names them somewhere
 # (cell_names: as code, or in a string constant)
-_NAMESPACE_AS_WHOLE = re.compile(r"\b(?:globals|vars|locals)\s*\(\s*\)|\buser_(?:global_)?ns\b|\b__main__\b")
+_NAMESPACE_AS_WHOLE = re.compile(r"(?<![.\w])(?:globals|vars|locals|dir)\s*\(\s*\)|\buser_(?:global_)?ns\b|"
+                                 r"\bimport\s+__main__\b|\b__main__\s*\.|\bf_globals\b|"
+                                 r"\bmodules\s*\[\s*['\"]__main__")
 # the names every IPython shell's namespace holds (the worker's too): never missing from a copy
 _SHELL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 

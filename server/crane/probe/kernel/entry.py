@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from crane.kernel_common.ipython_shell import ipython_shell, shell_namespace  # kernel: strip
+from crane.kernel_common.ipython_shell import ipython_shell, shell_namespace, shell_value  # kernel: strip
 from crane.probe.kernel.cache import _MODULE_DICT, _MODULE_TYPE, begin, recall, remember  # kernel: strip
 from crane.probe.kernel.checks import (  # kernel: strip
     add_callable_facts,  # kernel: strip
@@ -388,11 +388,7 @@ def user_names(ns: dict[str, Any], limit: int) -> list[str]:
     """The user's variables, sorted, at most `limit`: the namespace's str names, not private (`_`), not hidden by
     IPython (`In`, `Out`, `get_ipython`, `exit`: its `user_ns_hidden`). Read by dict's and str's own C methods: no
     method of the notebook's runs (a name's hash and compare are str's: only exact str keys are kept)."""
-    hidden: Any = None
-    ip = ipython_shell()
-    d = inst_dict(ip) if ip is not None else None
-    if d is not None:
-        hidden = dict.get(d, "user_ns_hidden")
+    hidden: Any = shell_value(ipython_shell(), "user_ns_hidden")
     keys = dict.keys(ns) if isa(ns, dict) else ()
     out = [k for k in list(keys) if type(k) is str and not str.startswith(k, "_")
            and not (type(hidden) is dict and dict.__contains__(hidden, k))]

@@ -164,11 +164,19 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         room = _memory_room()
         loops = type(req["miniature"]) is dict and bool(dict.get(req["miniature"], "loops"))  # a loop miniature's
         names = req["names"] + (["_ih"] if loops else [])  # worker reads earlier cells' sources (kernel/miniature)
-        extra, readers = dynamic_reads(ns, names)  # what the notebook's functions read by a string (their code's)
-        names += extra
         objs = _cell_objects(ns, names, req["skip"], proof)
         objs.update(rebound(ns, req["rebinds"], objs, req["skip"], proof))  # (kernel/finalizers.py)
-        spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
+        # the names read by a string (the cell's, where it reads the namespace so; a notebook function's): a guess,
+        # copied where it can be (kernel/dynamic_reads.py), never the export's failure
+        by_string = req["strings"] if req["by_string"] else []
+        extra, readers = dynamic_reads(ns, names + by_string, req["strings"])
+        guessed = _guessed_objects(ns, by_string + extra, req["skip"], objs, proof)
+        try:
+            spec, why, raw = _plan({**objs, **guessed}, proof, req["miniature"], limit, room)
+            objs.update(guessed)
+        except _TooLarge:
+            guessed = {}
+            spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
     except (_Refused, _TooLarge) as exc:
         return {"ok": False, "reason": str(exc)}
     cap = _copy_cap(limit)
@@ -206,6 +214,10 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
     reducers.update(_shell_reducer(shell))
     held.append(reducers)
+    for name in list(guessed):  # (each pickles on its own, or is left out: a dry run, counted, not written)
+        if not dump_state({name: objs[name]}, reducers, cp=cp, d=None, tag=tag, ctl=_Control(d, max_s, cap),
+                          proof=proof)["ok"]:
+            objs.pop(name, None)
     # the notebook's cell transformers (kernel/transformers.py), copied only when they pickle on their own (a dry run:
     # one that does not is missed, never the export's failure)
     transformers, shell_missed = shell_transformers(shell, proof)
@@ -278,6 +290,25 @@ def _cell_objects(ns: dict, names: list, skip: list, proof: _Proof) -> dict:
             if a in objs and b not in objs and b in ns:
                 objs[b] = objs[a]
     return objs
+
+
+def _guessed_objects(ns: dict, names: list, skip: list, objs: dict, proof: _Proof) -> dict:
+    """{name: object} of the names read by a string that the namespace holds and `objs` lacks, each proven and
+    reproducible as `_cell_objects` asks; one that is not is left out (a guess: never the export's failure)."""
+    skipped = set(skip)
+    out: dict = {}
+    for name in names:
+        if name in _SKIP or name in skipped or name in objs or name in out or name not in ns \
+                or name in ("In", "_ih", "Out", "_oh"):
+            continue
+        obj = dict.get(ns, name)
+        try:
+            proof.check(obj)
+        except _Refused:
+            continue
+        if not _unreproducible(obj):
+            out[name] = obj
+    return out
 
 
 def _history_value(ns: dict, name: str) -> Any:

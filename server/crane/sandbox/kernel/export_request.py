@@ -15,6 +15,8 @@ EXPORT_FIELDS: dict[str, tuple[type, ...]] = {
     "dir": (str,),
     "token": (str,),
     "names": (list,),
+    "strings": (list,),
+    "by_string": (bool,),
     "rebinds": (list,),
     "skip": (list,),
     "tag": (int,),
@@ -23,7 +25,7 @@ EXPORT_FIELDS: dict[str, tuple[type, ...]] = {
     "watched_max_s": (float, int),
     "miniature": (dict, _NONE_TYPE),
 }
-_STRING_LISTS = ("names", "rebinds", "skip")
+_STRING_LISTS = ("names", "strings", "rebinds", "skip")
 _NOT_NEGATIVE = ("tag", "copy_mb")
 _POSITIVE = ("max_s", "watched_max_s")
 

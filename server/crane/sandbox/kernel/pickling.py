@@ -345,6 +345,7 @@ def _cloudpickle(resealed: list | None = None) -> Any:
     walker = _global_walker(md.get("dis"))
     if walker is None:
         return None
+    _WALKER[:] = [walker]  # (kernel/dynamic_reads.py reads code objects by the same walk)
     md["_walk_global_ops"] = walker  # no `dis` on the way (3.12+: its ArgResolver's methods are the shared module's)
     # the new seal: the daemon calls only while the module binds what it binds now (CRANE's changes above in, any
     # later rebinding of the notebook's out)
@@ -356,6 +357,7 @@ def _cloudpickle(resealed: list | None = None) -> Any:
 
 
 _CP: list = []
+_WALKER: list = []  # `_global_walker`'s function, once `_cloudpickle` made it
 
 
 def _global_walker(dis_module: Any) -> Any:

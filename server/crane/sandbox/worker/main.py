@@ -331,13 +331,26 @@ def _rebind(obj: Any, ns: dict) -> Any:
     """A notebook function copied by value has globals of its own: give it the namespace's (so it sees the
     names the cell binds, as in the kernel), adding the globals it brought that the namespace lacks, themselves
     bound so (a function another reaches by name, `def outer(): return helper()`, reads the namespace too: before,
-    `helper` kept its own globals, blind to the cell's names and to what the copy added; an entry is set before it
-    is bound, so functions naming each other end). A notebook class's methods, and an instance's class's, alike."""
-    if isinstance(obj, types.FunctionType) and obj.__module__ == "__main__" and obj.__globals__ is not ns:
+    `helper` kept its own globals, blind to the cell's names and to what the copy added). A notebook class's
+    methods, static and class methods and properties' accessors alike, its notebook bases' too, and an instance's
+    class's. A worklist, not recursion: cloudpickle gives the functions it copies one globals dict, which may hold
+    thousands of them; an entry is set in the namespace before it is bound, so functions naming each other end."""
+    pending: list = []
+    out = _rebind_one(obj, ns, pending)
+    while pending:
+        k = pending.pop()
+        ns[k] = _rebind_one(ns[k], ns, pending)
+    return out
+
+
+def _rebind_one(obj: Any, ns: dict, pending: list) -> Any:
+    if isinstance(obj, types.FunctionType):
+        if obj.__module__ != "__main__" or obj.__globals__ is ns:
+            return obj
         for k, v in list(obj.__globals__.items()):
             if k not in ns and not k.startswith("__"):
                 ns[k] = v
-                ns[k] = _rebind(v, ns)
+                pending.append(k)
         f = types.FunctionType(obj.__code__, ns, obj.__name__, obj.__defaults__, obj.__closure__)
         f.__kwdefaults__, f.__qualname__, f.__doc__ = obj.__kwdefaults__, obj.__qualname__, obj.__doc__
         f.__dict__.update(obj.__dict__)
@@ -347,22 +360,27 @@ def _rebind(obj: Any, ns: dict) -> Any:
         except Exception:
             pass
         return f
-    if isinstance(obj, type) and obj.__module__ == "__main__":
-        for k, v in list(vars(obj).items()):
+    cls = obj if isinstance(obj, type) else type(obj)
+    for c in getattr(cls, "__mro__", ()):
+        if c.__dict__.get("__module__") != "__main__":
+            continue
+        for k, v in list(vars(c).items()):
+            new = v
             if isinstance(v, types.FunctionType):
-                new = _rebind(v, ns)
+                new = _rebind_one(v, ns, pending)
             elif isinstance(v, (staticmethod, classmethod)) and isinstance(v.__func__, types.FunctionType):
-                new = type(v)(_rebind(v.__func__, ns))
-            else:
-                continue
-            try:
-                setattr(obj, k, new)
-            except Exception:
-                pass
-        return obj
-    cls = type(obj)
-    if type(cls) is type and cls.__module__ == "__main__":  # an instance of a notebook class: its methods too
-        _rebind(cls, ns)
+                fn = _rebind_one(v.__func__, ns, pending)
+                new = v if fn is v.__func__ else type(v)(fn)
+            elif type(v) is property:
+                parts: list[Any] = [_rebind_one(f, ns, pending) if isinstance(f, types.FunctionType) else f
+                                     for f in (v.fget, v.fset, v.fdel)]
+                if any(p is not f for p, f in zip(parts, (v.fget, v.fset, v.fdel), strict=True)):
+                    new = property(parts[0], parts[1], parts[2], v.__doc__)
+            if new is not v:
+                try:
+                    setattr(c, k, new)
+                except Exception:
+                    pass
     return obj
 
 
