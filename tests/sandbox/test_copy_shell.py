@@ -94,20 +94,11 @@ def test_a_notebook_function_reached_through_another_reads_the_namespace(with_re
 
 
 @pytest.mark.parametrize("path", [p for p in PATHS if not p.startswith("fork")])
-def test_a_notebook_function_reading_a_computed_kernel_name_crashes_only_likely_in_a_copy(with_readers, path):
-    v = path_verdict(with_readers, path, "print(computed())", _served)
-    if v.verdict == "unavailable":  # (a one-shot worker's own rule for a NameError: worker/main._final_record)
-        assert "it was not copied" in (v.reason or ""), v
-        return
-    assert v.verdict == "crash" and not v.certain, v
-    assert "the copy did not hold it" in (v.reason or ""), v
-
-
-@pytest.mark.parametrize("path", [p for p in PATHS if not p.startswith("fork")])
 @pytest.mark.parametrize("cell", ["print(globals()[chr(120)])", "print(get_ipython().user_ns[chr(120)])",
-                                  "print(ip.user_ns[chr(120)])", "print(eval(chr(120)))"])
-def test_a_kernel_name_read_indirectly_and_not_copied_is_no_certain_crash(with_shell, path, cell):
-    v = path_verdict(with_shell, path, cell, _served)
+                                  "print(ip.user_ns[chr(120)])", "print(eval(chr(120)))",
+                                  "print(computed())"])  # (a notebook function reading a computed name)
+def test_a_kernel_name_read_indirectly_and_not_copied_is_no_certain_crash(with_readers, path, cell):
+    v = path_verdict(with_readers, path, cell, _served)
     if v.verdict == "unavailable":  # (a one-shot worker's own rule for a NameError: worker/main._final_record)
         assert "it was not copied" in (v.reason or ""), v
         return
