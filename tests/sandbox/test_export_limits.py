@@ -89,9 +89,11 @@ def test_a_cells_strings_are_named_apart_and_a_read_by_a_string_is_told_from_an_
     assert cell_strings("m = globals().get('model')\nprint(f'{a} b_1')") == ["model", "b_1"]  # (`a`: a name)
     for cell in ("m = globals().get('model')", "if 'model' in vars(): pass", "get_ipython().user_ns['model']",
                  "eval('model.fit(X)')", "exec(f'y = model')", "import __main__\ngetattr(__main__, 'model')",
-                 "import sys\nsys.modules['__main__'].__dict__['model']", "assert 'model' in dir()"):
+                 "import sys\nsys.modules['__main__'].__dict__['model']", "assert 'model' in dir()",
+                 "import __main__ as m\nm.model", "getattr(__main__, 'model')"):
         assert DYNAMIC_READ.search(cell), cell
-    for cell in ("model.eval()", "df.agg('model')", "if __name__ == '__main__':\n    main()", "net.exec_(x)"):
+    for cell in ("model.eval()", "df.agg('model')", "if __name__ == '__main__':\n    main()", "net.exec_(x)",
+                 "getattr(model, 'coef_')"):
         assert not DYNAMIC_READ.search(cell), cell
 
 

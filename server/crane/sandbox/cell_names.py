@@ -24,7 +24,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # code that reads the namespace by a name held in a string or as a whole (a namespace's mapping, `eval`/`exec` of
 # text): a kernel name may be read that the cell never names as code
 DYNAMIC_READ = re.compile(r"(?<![.\w])(?:globals|vars|locals|dir|eval|exec)\s*\(|\buser_(?:global_)?ns\b|\b__dict__\b|"
-                          r"\bimport\s+__main__\b|\b__main__\s*\.|\bsys\s*\.\s*modules\b|\bf_globals\b|\bgetattr\s*\(")
+                          r"(?<![\'\"])\b__main__\b(?![\'\"])|\bsys\s*\.\s*modules\b|\bf_globals\b")
 _ESCAPED_ASSIGN = re.compile(r"^(\s*)([A-Za-z_][\w.,\s\[\]]*?)\s*=\s*([!%].*)$")
 
 

@@ -945,7 +945,7 @@ _NAMESPACE_AS_MAPPING = re.compile(r"(?<![.\w])(?:globals|vars|locals)\s*\(|\bus
 # finds depends on names the cell never names, which the copy carries only where the cell names them somewhere
 # (cell_names: as code, or in a string constant)
 _NAMESPACE_AS_WHOLE = re.compile(r"(?<![.\w])(?:globals|vars|locals|dir)\s*\(\s*\)|\buser_(?:global_)?ns\b|"
-                                 r"\bimport\s+__main__\b|\b__main__\s*\.|\bf_globals\b|"
+                                 r"(?<![\'\"])\b__main__\b(?![\'\"])|\bf_globals\b|"
                                  r"\bmodules\s*\[\s*['\"]__main__")
 # the names every IPython shell's namespace holds (the worker's too): never missing from a copy
 _SHELL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
