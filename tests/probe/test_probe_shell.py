@@ -37,3 +37,29 @@ def test_the_probe_calls_no_replaced_get_ipython(tmp_path, kernel_env):
         assert res.user_names is not None and {"price", "rows", "CALLS"} <= set(res.user_names)
         assert again.cached > 0  # the reuse of facts found the shell (its execution counter) too
         assert any("IPython.get_ipython = _g.get_ipython = _wrapped" in src for _, src in history)
+
+
+PLANTED = '''
+EQ_CALLS = []
+class _Planted:
+    def __hash__(self):
+        return hash('price')
+    def __eq__(self, other):
+        EQ_CALLS.append(other)
+        return False
+get_ipython().user_ns_hidden[_Planted()] = None
+price = 4.5
+'''
+
+
+@pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
+def test_a_key_planted_in_the_hidden_names_is_never_compared(tmp_path, kernel_env):
+    """The variable listing leaves out IPython's hidden names (`user_ns_hidden`) by a set of its exact `str` keys:
+    before, each user name was looked up in that dict, and a key planted there with a user name's hash had its
+    `__eq__` run by every listing."""
+    with start_kernel(tmp_path, python=kernel_python(kernel_env)) as kernel:
+        conn = kernel.connection
+        assert conn.run_cell(PLANTED, timeout=60).status == "ok"
+        res = ProbeClient(conn).run(ProbeRequest(names=["price"], user_names=50))
+        assert conn.evaluate("len(EQ_CALLS)") == 0
+        assert res.user_names is not None and "price" in res.user_names and "In" not in res.user_names

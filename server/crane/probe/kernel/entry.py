@@ -389,9 +389,10 @@ def user_names(ns: dict[str, Any], limit: int) -> list[str]:
     IPython (`In`, `Out`, `get_ipython`, `exit`: its `user_ns_hidden`). Read by dict's and str's own C methods: no
     method of the notebook's runs (a name's hash and compare are str's: only exact str keys are kept)."""
     hidden: Any = shell_value(ipython_shell(), "user_ns_hidden")
+    # its exact `str` keys, as a set of our own (a key the notebook planted there is never compared)
+    skip = {k for k in list(dict.keys(hidden)) if type(k) is str} if type(hidden) is dict else set()
     keys = dict.keys(ns) if isa(ns, dict) else ()
-    out = [k for k in list(keys) if type(k) is str and not str.startswith(k, "_")
-           and not (type(hidden) is dict and dict.__contains__(hidden, k))]
+    out = [k for k in list(keys) if type(k) is str and not str.startswith(k, "_") and k not in skip]
     out.sort()
     return out[:limit]
 
