@@ -121,3 +121,12 @@ def test_shrinking_looks_past_compiled_types_never_readied(tmp_path, monkeypatch
         assert v.verdict == "no-crash" and v.transplant.shrunk and {k.name for k in v.kept} == {"df", "y"}, v
     finally:
         k.shutdown()
+
+
+def test_a_large_value_a_cell_names_only_in_a_string_is_left_out_not_shrinking_the_rest(kernel, monkeypatch):
+    """A name read by a string is a guess (kernel/export._guessed_objects): taken where it fits the copy; a large one
+    it does not fit is left out, and the values the cell reads by name are copied whole, not shrunk because of it."""
+    v = _run(kernel, "print(len(lookup), 'df' in globals())", monkeypatch)
+    assert v.verdict == "no-crash" and v.scale == "full" and not v.transplant.shrunk, v
+    copied = {c.split(" (")[0] for c in v.transplant.copied}
+    assert "lookup" in copied and "df" not in copied, v.transplant.copied

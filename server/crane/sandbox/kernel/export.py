@@ -171,12 +171,17 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         by_string = req["strings"] if req["by_string"] else []
         extra, readers = dynamic_reads(ns, names + by_string, req["strings"])
         guessed = _guessed_objects(ns, by_string + extra, req["skip"], objs, proof)
-        try:
-            spec, why, raw = _plan({**objs, **guessed}, proof, req["miniature"], limit, room)
-            objs.update(guessed)
-        except _TooLarge:
-            guessed = {}
-            spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
+        spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
+        if guessed:  # (taken only where they fit: no shrinking of the cell's own values because of a guess)
+            try:
+                with_guessed = _plan({**objs, **guessed}, proof, req["miniature"], limit, room)
+            except (_Refused, _TooLarge):
+                with_guessed = None
+            if with_guessed is not None and (with_guessed[0] is None or req["miniature"]):
+                spec, why, raw = with_guessed
+                objs.update(guessed)
+            else:
+                guessed = {}
     except (_Refused, _TooLarge) as exc:
         return {"ok": False, "reason": str(exc)}
     cap = _copy_cap(limit)
