@@ -56,5 +56,6 @@ def settle(watcher: IopubRecorder, conn: Any, timeout: float = 120.0) -> None:
     with watcher._seen:
         while not answered():
             left = deadline - time.monotonic()
-            assert left > 0, "the watcher never recorded the kernel's answer to a comm_info request"
+            assert left > 0, ("the watcher never recorded the kernel's answer to a comm_info request", watcher.errors,
+                              watcher._thread.is_alive())
             watcher._seen.wait(min(left, 1.0))

@@ -267,6 +267,7 @@ class IopubRecorder:
     def __init__(self, where: str | KernelTarget | None = None, client: Any = None):
         self.client = client if client is not None else KernelConnection.watch_client(where)  # type: ignore[arg-type]
         self.messages: list[dict] = []
+        self.errors: list[str] = []  # what reading a message raised (the recorder goes on: the next one is read)
         self._seen = threading.Condition()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="crane-iopub-recorder", daemon=True)
@@ -278,8 +279,13 @@ class IopubRecorder:
                 msg = self.client.get_iopub_msg(timeout=0.1)
             except queue.Empty:
                 continue
-            except Exception:
-                return
+            except Exception as exc:  # (before, the thread ended here, silently: nothing later was recorded)
+                if self._stopping.is_set():
+                    return
+                if len(self.errors) < 100:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                self._stopping.wait(0.05)
+                continue
             with self._seen:
                 self.messages.append(msg)
                 self._seen.notify_all()
