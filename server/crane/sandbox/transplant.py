@@ -956,13 +956,23 @@ def _uncopied_name(v: SandboxVerdict, source: str, facts: dict, held: Collection
     cell reads by name, and what they reach): a NameError for it (`eval(name)`, a name a copied cell transformer
     made the cell read), or, where the cell reads the namespace as a mapping, a KeyError of it (`globals()[k]`).
     None otherwise (an honest KeyError of a dict's)."""
-    missing = _uncopied(facts, held)
+    name = _missing_name(v)
+    if name is None or name not in _uncopied(facts, held):
+        return None
+    if v.ename == "NameError" or _NAMESPACE_AS_MAPPING.search(source) or facts.get("dynamic_readers"):
+        return name
+    return None
+
+
+def _missing_name(v: SandboxVerdict) -> str | None:
+    """The name a crash says is missing: a NameError's, or a KeyError's key where it is a plain string."""
     if v.ename == "NameError":
         m = re.search(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", v.evalue or "")
-        return m.group(1) if m and m.group(1) in missing else None
-    if v.ename == "KeyError" and (_NAMESPACE_AS_MAPPING.search(source) or facts.get("dynamic_readers")):
-        return next((n for n in missing if repr(n) == (v.evalue or "")), None)
-    return None
+    elif v.ename == "KeyError":
+        m = re.fullmatch(r"'([^'\\]*)'", v.evalue or "")
+    else:
+        return None
+    return m.group(1) if m else None
 
 
 def _uncopied(facts: dict, held: Collection[str]) -> set[str]:
@@ -980,12 +990,10 @@ def _namespace_unseen(v: SandboxVerdict, source: str, facts: dict, held: Collect
     if not _NAMESPACE_AS_WHOLE.search(source) and not facts.get("dynamic_readers"):
         return []
     missing = _uncopied(facts, held)
-    if v.ename in ("KeyError", "NameError") and missing:
-        m = re.fullmatch(r"'([A-Za-z_][A-Za-z0-9_]*)'", v.evalue or "") or re.search(
-            r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", v.evalue or "")
-        names = facts.get("names")
-        if m and isinstance(names, list) and m.group(1) not in names:
-            return []
+    name = _missing_name(v)
+    names = facts.get("names")
+    if missing and name is not None and isinstance(names, list) and name not in names:
+        return []
     return sorted(missing)
 
 

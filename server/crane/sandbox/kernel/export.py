@@ -281,14 +281,7 @@ def _cell_objects(ns: dict, names: list, skip: list, proof: _Proof) -> dict:
         if name in _SKIP or name in skipped or name not in ns:
             continue
         obj = _history_value(ns, name) if name in ("In", "_ih", "Out", "_oh") else dict.get(ns, name)
-        try:
-            proof.check(obj)
-        except _Refused as exc:
-            raise _Refused(f"`{name}` ({_type_name(obj)}) cannot be copied without running the notebook's code in "
-                           f"the kernel: {exc}") from None
-        why = _unreproducible(obj)
-        if why:
-            raise _Refused(f"`{name}` ({_type_name(obj)}) {why}")
+        _check_copyable(name, obj, proof)
         objs[name] = obj
     for pair in (("In", "_ih"), ("Out", "_oh")):  # read under either name: the same object under both
         for a, b in (pair, pair[::-1]):
@@ -297,9 +290,21 @@ def _cell_objects(ns: dict, names: list, skip: list, proof: _Proof) -> dict:
     return objs
 
 
+def _check_copyable(name: str, obj: Any, proof: _Proof) -> None:
+    """`_Refused`, naming `name`, unless `obj` is proven (`_Proof.check`) and reproducible."""
+    try:
+        proof.check(obj)
+    except _Refused as exc:
+        raise _Refused(f"`{name}` ({_type_name(obj)}) cannot be copied without running the notebook's code in "
+                       f"the kernel: {exc}") from None
+    why = _unreproducible(obj)
+    if why:
+        raise _Refused(f"`{name}` ({_type_name(obj)}) {why}")
+
+
 def _guessed_objects(ns: dict, names: list, skip: list, objs: dict, proof: _Proof) -> dict:
-    """{name: object} of the names read by a string that the namespace holds and `objs` lacks, each proven and
-    reproducible as `_cell_objects` asks; one that is not is left out (a guess: never the export's failure)."""
+    """{name: object} of the names read by a string that the namespace holds and `objs` lacks, each `_check_copyable` as
+    `_cell_objects` asks; one that is not is left out (a guess: never the export's failure)."""
     skipped = set(skip)
     out: dict = {}
     for name in names:
@@ -308,11 +313,10 @@ def _guessed_objects(ns: dict, names: list, skip: list, objs: dict, proof: _Proo
             continue
         obj = dict.get(ns, name)
         try:
-            proof.check(obj)
+            _check_copyable(name, obj, proof)
         except _Refused:
             continue
-        if not _unreproducible(obj):
-            out[name] = obj
+        out[name] = obj
     return out
 
 

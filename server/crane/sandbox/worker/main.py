@@ -405,7 +405,7 @@ def _set_transformers(shell: Any, carried: Any, ns: dict) -> None:
             if kind == "ipython":
                 out.append(own[x])
             else:
-                out.append(_rebind(x, ns) if isinstance(x, (types.FunctionType, type)) else _rebind_class_of(x, ns))
+                out.append(_rebind(x, ns))  # (an instance: its notebook class's methods)
         return out
 
     manager = shell.input_transformer_manager
@@ -419,12 +419,6 @@ def _set_transformers(shell: Any, carried: Any, ns: dict) -> None:
         manager.token_transformers = entries("token")
     if "ast" in carried:
         shell.ast_transformers = entries("ast")
-
-
-def _rebind_class_of(obj: Any, ns: dict) -> Any:
-    """An instance of a notebook class (an AST transformer's): its class's methods bound to the namespace."""
-    _rebind(type(obj), ns)
-    return obj
 
 
 def _map_devices(facts: dict, force: bool) -> bool:
