@@ -87,6 +87,8 @@ def test_cell_names_are_found_without_ipython_and_in_escapes_and_magics():
 def test_a_cells_strings_are_named_apart_and_a_read_by_a_string_is_told_from_an_attribute():
     assert "model" not in cell_names("m = globals().get('model')")  # (a string's names: a guess, sent apart)
     assert cell_strings("m = globals().get('model')\nprint(f'{a} b_1')") == ["model", "b_1"]  # (`a`: a name)
+    assert cell_strings("%time y = 1\nm = globals().get('model')") == ["model"]  # (read as cell_names reads it)
+    assert cell_strings("%%bash\necho 'model'") == []  # (no Python part)
     for cell in ("m = globals().get('model')", "if 'model' in vars(): pass", "get_ipython().user_ns['model']",
                  "eval('model.fit(X)')", "exec(f'y = model')", "import __main__\ngetattr(__main__, 'model')",
                  "import sys\nsys.modules['__main__'].__dict__['model']", "assert 'model' in dir()",

@@ -16,6 +16,7 @@ Linear in the cell's size. Where the cell reaches the namespace by a name held i
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from crane.analysis.transform import PYTHON_BODY_CELL_MAGICS
@@ -33,8 +34,12 @@ def _idents(text: str, out: dict) -> None:
         out.setdefault(n, None)
 
 
-def cell_names(source: str) -> list[str]:
-    """The names `source` reads, in first-seen order."""
+@functools.lru_cache(maxsize=16)
+def _python(source: str) -> tuple[ast.AST | None, tuple[str, ...]]:
+    """(`source`'s Python part parsed, IPython's escapes blanked; the identifiers the escapes and a non-Python cell
+    magic's text contribute, in first-seen order). The tree is None for a non-Python cell magic and for text that
+    still does not parse (then every identifier of the cell is among the second). One parse per cell for
+    `cell_names` and `cell_strings` (kept for the last few cells: the tree is only read)."""
     out: dict = {}
     lines = source.splitlines()
     first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
@@ -43,7 +48,7 @@ def cell_names(source: str) -> list[str]:
         _idents(magic[1] if len(magic) > 1 else "", out)
         if not magic or magic[0] not in PYTHON_BODY_CELL_MAGICS:
             _idents("\n".join(lines[first + 1:]), out)
-            return list(out)
+            return None, tuple(out)
         lines = lines[first + 1:]
     python: list[str] = []
     for ln in lines:
@@ -59,11 +64,17 @@ def cell_names(source: str) -> list[str]:
         else:
             python.append(ln)
     try:
-        tree = ast.parse("\n".join(python))
+        return ast.parse("\n".join(python)), tuple(out)
     except (SyntaxError, ValueError):
         _idents(source, out)
-        return list(out)
-    for node in ast.walk(tree):
+        return None, tuple(out)
+
+
+def cell_names(source: str) -> list[str]:
+    """The names `source` reads, in first-seen order."""
+    tree, escaped = _python(source)
+    out: dict = dict.fromkeys(escaped)
+    for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             out.setdefault(node.target.id, None)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del)):
@@ -72,15 +83,13 @@ def cell_names(source: str) -> list[str]:
 
 
 def cell_strings(source: str) -> list[str]:
-    """The identifiers in `source`'s string constants, in first-seen order, at most 2000 ([] where it is not plain
-    Python): the kernel copies those it holds only where a notebook function the cell reaches reads the namespace by
-    a name it is given (`getv('x')`, kernel/dynamic_reads.py)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
+    """The identifiers in the string constants of `source`'s Python part (IPython's escapes blanked, as
+    `cell_names` reads it), in first-seen order, at most 2000: the kernel copies those it holds only where the
+    cell, or a notebook function it reaches, reads the namespace by a name held in a string (kernel/export.py,
+    kernel/dynamic_reads.py)."""
+    tree, _escaped = _python(source)
     out: dict = {}
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             _idents(node.value[:10000], out)
             if len(out) >= 2000:
