@@ -53,6 +53,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from crane.sandbox.kernel.audit import _local_file_url  # kernel: strip
 from crane.sandbox.kernel.library import _LB_GETCWD, _LB_LSTAT, _lb_realpath, is_library  # kernel: strip
 
 GUARD_ANY = "any"  # vetted whoever calls it (library code included): writes, processes
@@ -316,6 +317,10 @@ _DEEP = frozenset(("pyarrow: pyarrow.dataset.write_dataset", "pyarrow: pyarrow.p
                    "polars: polars.DataFrame.write_delta", "datasets: datasets.Dataset.save_to_disk",
                    "tensorflow: tensorflow.saved_model.save"))
 _MAX_CHILDREN = 64  # live fork children of one run (a DataLoader has num_workers)
+# URL requests allowed for a local file (`pd.read_csv('file:///data/x.csv')`, pandas' `urlopen(Request(...))`): urllib's
+# FileHandler reads it with `open`, which the audit layer vets as any read; a copy (`urlretrieve`'s `filename`) is an
+# `open` for writing, vetted as every write. Any other URL stays refused (and its socket with it)
+_LOCAL_URL_READS = frozenset(("urllib: urllib.request.urlopen", "urllib: urllib.request.urlretrieve"))
 
 
 def multiprocessing_children() -> set | None:
@@ -398,6 +403,18 @@ def _local_path(value: Any) -> Any:
     if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost"):
         return None
     return unquote(parts.path)
+
+
+def _url_text(url: Any) -> Any:
+    """The text of a URL request's `url` argument: a `str`, or the full URL of a `urllib.request.Request` of
+    urllib's own class (pandas hands one); None for anything else (refused as before)."""
+    if type(url) is str:
+        return url
+    request = sys.modules.get("urllib.request")
+    if request is not None and type(url) is getattr(request, "Request", None):
+        full = url.full_url
+        return full if type(full) is str else None
+    return None
 
 
 # a writer's file-system argument (pyarrow's `filesystem=`, `destination_filesystem=`): each resolver (worker/arrow.py
@@ -849,6 +866,8 @@ class CallGuard:
         if entry.paths is None:
             if entry.mode is not None:
                 self._refuse(entry.label)
+            if entry.label in _LOCAL_URL_READS and _local_file_url(_url_text(loc.get("url"))):
+                return False
             if entry.label == _PROCESS_START and self.fork_children and forks_a_child(loc.get("self")) \
                     and os.getpid() == self.pid:
                 return False

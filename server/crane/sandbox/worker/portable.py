@@ -45,7 +45,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from crane.sandbox.kernel.audit import _DENY_EVENTS, _PATH_EVENTS, _ends_process, _guard_process_end  # kernel: strip
+from crane.sandbox.kernel.audit import (  # kernel: strip
+    _DENY_EVENTS,
+    _PATH_EVENTS,
+    _ends_process,
+    _guard_process_end,
+    _local_file_url,
+)
 from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
     _WRITE_FLAGS,
@@ -796,7 +802,8 @@ def _install_portable_hook(run: Portable) -> None:
                 refuse(f"leaving the cell's working folder (os.chdir to {str(args[0] if args else '')[:200]!r})",
                        path=args[0] if args else None)
             return
-        what = _DENY_EVENTS.get(event)
+        what = _DENY_EVENTS.get(event) if event != "urllib.Request" or not args or not _local_file_url(args[0]) \
+            else None
         if event in _UNIX_IPC and guard.fork_children and _ipc_in(args, ctx.scratch):
             return  # multiprocessing's own channels between the run's processes (a listener in the run's scratch)
         if event == "os.fork" and guard.fork_children and os.getpid() == mypid and _forked_by_multiprocessing(guard):
