@@ -82,6 +82,99 @@ def cell_names(source: str) -> list[str]:
     return list(out)
 
 
+def cell_read_first(source: str) -> list[str]:
+    """The names of `cell_names(source)` that a read may find in the kernel's namespace: all but those the cell
+    surely binds before any read of them (`con = sqlite3.connect(p)` then `con.execute(...)`: the kernel's `con`, an
+    earlier run's connection that cannot be copied, is never read, so the copy does without it; `cell_rebinds` has
+    it, copied only where its value has a finalizer). Conservative: a name read in a nested function, class body,
+    lambda or comprehension counts where that is defined; a binding inside a compound statement (`if`, `for`,
+    `while`, `try`, `with`'s body, `match`) counts only within it; `with ... as n` binds `n` for what follows; `del`
+    unbinds; a walrus, a star import and IPython's escapes bind nothing (their identifiers are all read)."""
+    names = cell_names(source)
+    tree, escaped = _python(source)
+    if not isinstance(tree, ast.Module):
+        return names
+    first: set = set(escaped)
+    _bound_first(tree.body, set(), first)
+    return [n for n in names if n in first]
+
+
+def _reads(node: ast.AST, bound: set, first: set) -> None:
+    """Every name `node` reads (loaded, deleted, augmented) that `bound` lacks, into `first`."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
+            if sub.target.id not in bound:
+                first.add(sub.target.id)
+        elif isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Load, ast.Del)) and sub.id not in bound:
+            first.add(sub.id)
+
+
+def _stored(target: ast.AST) -> list[str]:
+    """The names an assignment's `target` binds when it succeeds (`a`, `a, (b, *c)`; not `a.b`, `a[i]`)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for t in target.elts for n in _stored(t)]
+    if isinstance(target, ast.Starred):
+        return _stored(target.value)
+    return []
+
+
+def _bound_first(body: list, bound: set, first: set) -> None:
+    """Walk the statements of `body` in order: `first` gains each name read where `bound` does not hold it, and
+    `bound` (the caller's copy) the names each statement surely binds for the statements after it."""
+    for st in body:
+        if isinstance(st, (ast.Assign, ast.AnnAssign)):
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            if isinstance(st, ast.AnnAssign):
+                _reads(st.annotation, bound, first)
+            if st.value is not None:
+                _reads(st.value, bound, first)
+            for t in targets:
+                _reads(t, bound, first)  # (`a.b = v`, `a[i] = v` read `a`)
+            if st.value is not None:
+                bound.update(n for t in targets for n in _stored(t))
+        elif isinstance(st, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in st.names if a.name != "*")
+        elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            _reads(st, bound, first)  # (decorators, defaults, bases; the body's reads count here too)
+            bound.add(st.name)
+        elif isinstance(st, (ast.With, ast.AsyncWith)):
+            for item in st.items:
+                _reads(item.context_expr, bound, first)
+                if item.optional_vars is not None:
+                    _reads(item.optional_vars, bound, first)
+                    bound.update(_stored(item.optional_vars))
+            _bound_first(st.body, set(bound), first)  # (an exception its __exit__ swallows may end the body early)
+        elif isinstance(st, ast.If):
+            _reads(st.test, bound, first)
+            _bound_first(st.body, set(bound), first)
+            _bound_first(st.orelse, set(bound), first)
+        elif isinstance(st, (ast.For, ast.AsyncFor)):
+            _reads(st.iter, bound, first)
+            _reads(st.target, bound, first)
+            _bound_first(st.body, bound | set(_stored(st.target)), first)
+            _bound_first(st.orelse, set(bound), first)
+        elif isinstance(st, ast.While):
+            _reads(st.test, bound, first)
+            _bound_first(st.body, set(bound), first)
+            _bound_first(st.orelse, set(bound), first)
+        elif isinstance(st, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            _bound_first(st.body, set(bound), first)
+            for h in st.handlers:
+                if h.type is not None:
+                    _reads(h.type, bound, first)
+                _bound_first(h.body, bound | ({h.name} if h.name else set()), first)
+            _bound_first(st.orelse, set(bound), first)
+            _bound_first(st.finalbody, set(bound), first)
+        elif isinstance(st, ast.Delete):
+            _reads(st, bound, first)
+            for t in st.targets:
+                bound.difference_update(_stored(t))
+        else:  # (an expression, `x += 1`, `match`, `assert`, ...: its reads; it binds nothing for sure)
+            _reads(st, bound, first)
+
+
 def cell_strings(source: str) -> list[str]:
     """The identifiers in the string constants of `source`'s Python part (IPython's escapes blanked, as
     `cell_names` reads it), in first-seen order, at most 2000: the kernel copies those it holds only where the
@@ -98,8 +191,8 @@ def cell_strings(source: str) -> list[str]:
 
 
 def cell_rebinds(source: str) -> list[str]:
-    """The names `source` binds at the top level without reading them (`o = 1`, `def o(): ...`, `import x as o`),
-    in first-seen order: rebinding one frees what it held in the kernel, whose finalizers then run (the export copies
+    """The names `source` binds at the top level without reading them first (`o = 1`, `def o(): ...`, `import x as
+    o`; `cell_read_first`), in first-seen order: rebinding one frees what it held in the kernel, whose finalizers then run (the export copies
     such a name when its value has one: kernel/finalizers.rebound). [] where the cell is not plain Python."""
     try:
         tree = ast.parse(source)
@@ -132,6 +225,6 @@ def cell_rebinds(source: str) -> list[str]:
         visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _scoped
 
     _Stores().visit(tree)
-    read = set(cell_names(source))
+    read = set(cell_read_first(source))
     return [n for n in out if n not in read]
 

@@ -51,7 +51,7 @@ from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.background import bounded, data_cap, restore, start_low
 from crane.sandbox.cell_deadline import CellClock, CellWatch, read_fifo, setup_reason, timeout_reason
-from crane.sandbox.cell_names import DYNAMIC_READ, cell_names, cell_rebinds, cell_strings
+from crane.sandbox.cell_names import DYNAMIC_READ, cell_names, cell_read_first, cell_rebinds, cell_strings
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import at_end, seal_readable, settle
@@ -550,7 +550,7 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     # (kernel/export.py stats the token file first); the folder's `cancel` is made and its token taken away at once
     opts = active_options()
     args = export_args(ExportRequest(
-        dir=pdir.path, token=pdir.token, names=cell_names(source), strings=cell_strings(source),
+        dir=pdir.path, token=pdir.token, names=cell_read_first(source), strings=cell_strings(source),
         by_string=DYNAMIC_READ.search(source) is not None,
         rebinds=cell_rebinds(source),
         skip=list(skip or []), tag=tag,
