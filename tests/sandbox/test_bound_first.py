@@ -11,10 +11,9 @@ import sys
 
 import pytest
 
-from crane.sandbox.cell_names import cell_read_first, cell_rebinds
-
 from crane.kernel.untouched import Untouched
 from crane.sandbox import speculate
+from crane.sandbox.cell_names import cell_read_first, cell_rebinds
 from crane.sandbox.session import open_session
 
 from . import end_paths
