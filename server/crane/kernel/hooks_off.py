@@ -104,6 +104,12 @@ _PROOF = (f"not {_T}.__dict__['__flags__'].__get__({_MT}) & 512 and {_T}.__dict_
 # `SYS_EXPR`: T, BF, D, S, SD, M, MT), the collector already off (`was`: it was on; `gon`: `gc.enable`). Called
 # inside `enter` (no event fires): monitoring callbacks off (`quiet_others`), `F()`, all back; its outcome (1, value) or (2, exception) written to the trigger's local `__crane_reply__` before the collector is back
 # (3.11/3.12: a later read of the trigger's `f_locals`, a collector callback's, would refill it from the frame).
+# The notebook's Python signal handlers (a `signal.signal(SIGALRM, h)` with an interval timer: the interpreter calls
+# `h(signum, frame)` in the main thread between two bytecodes, with CRANE's frame, whatever the trace state; round
+# 16) are deferred: each signal whose handler is not the interpreter's (SIG_DFL, SIG_IGN, `default_int_handler`)
+# gets a C-level recorder (a dict's `__setitem__`: no Python frame) for the request, by `_signal`'s own C functions
+# (main thread only: elsewhere nothing is swapped); each is put back (before the collector) and a signal that came meanwhile is
+# raised again then, once (signals coalesce as the kernel's do), so its handler runs after CRANE's work, not inside it.
 _GUARD = """
 def _guard(frame, F, K, was, gon, quiet_others):
     T, BF, D, S, SD, M, MT = K
@@ -127,6 +133,26 @@ def _guard(frame, F, K, was, gon, quiet_others):
                 except:
                     break
                 bit += bit
+    sm = DG(M, "_signal")
+    g = []
+    for n in ("getsignal", "signal", "raise_signal", "default_int_handler"):
+        x = DG(MDD(sm), n) if T(sm) is MT else None
+        g.append(x if T(x) is BF and SELF(x) is sm and FNAME(x) == n else None)
+    getsig, setsig, raisesig, dih = g
+    nsig = DG(MDD(sm), "NSIG") if T(sm) is MT else None
+    pend = {}
+    swapped = []
+    if getsig is not None and setsig is not None and raisesig is not None and T(nsig) is T(1):
+        s = 1
+        while s < nsig and s < 1024:
+            try:
+                h = getsig(s)
+                if not (h is None or T(h) is T(1) or h is dih):
+                    setsig(s, pend.__setitem__)
+                    swapped.append((s, h))
+            except:
+                pass
+            s += 1
     r = (2, None)
     try:
         r = (1, F())
@@ -136,6 +162,19 @@ def _guard(frame, F, K, was, gon, quiet_others):
         for tool, bit, cb in mons:
             rc(tool, bit, cb)
         frame.f_locals["__crane_reply__"] = r
+        for s, h in swapped:
+            try:
+                setsig(s, h)
+            except:
+                pass
+        came = []
+        for s in pend:
+            came.append(s)
+        for s in came:
+            try:
+                raisesig(s)
+            except:
+                pass
         if was:
             gon()
 """
