@@ -123,3 +123,59 @@ def test_a_found_values_class_changed_in_place_is_found():
 def test_unchanged_state_holds_many_times():
     w, _s = _state()
     assert all(w.holds(_judge, _library) for _ in range(3))
+
+
+class _Planted:
+    """A key with a string's hash whose comparison records that it ran (round 16, F1)."""
+
+    def __init__(self, name, ran):
+        self.name, self.ran = name, ran
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __eq__(self, other):
+        self.ran.append(self.name)
+        return False
+
+
+class _PlantedStr(str):
+    __hash__ = str.__hash__
+
+    def __eq__(self, other):
+        _PlantedStr.ran.append(str(self))
+        return str.__eq__(self, other)
+
+
+_PlantedStr.ran = []
+
+
+def _plant_colliding(s, ran):
+    import gc
+    d = gc.get_referents(s["Thing"].__dict__)[0]  # (the class's own dict, under its proxy)
+    d[_Planted("__reduce__", ran)] = None
+
+
+def _plant_str_subclass(s, ran):
+    import gc
+    d = gc.get_referents(s["Thing"].__dict__)[0]
+    v = d.pop("value")
+    d[_PlantedStr("value")] = v  # (the class works as before: the same text and hash)
+    _PlantedStr.ran = ran
+
+
+@pytest.mark.parametrize("plant", [
+    _plant_colliding, _plant_str_subclass,
+    lambda s, ran: s["ns"].__setitem__(_Planted("helper", ran), 1),
+], ids=["class-colliding-key", "class-str-subclass-key", "module-colliding-key"])
+def test_a_key_planted_after_the_answer_was_kept_is_never_compared(plant):
+    """The check reads an owner only while every key of it is an exact `str`: a planted key is never compared
+    (its `__eq__` never runs), and the answer is not reused."""
+    w, s = _state()
+    w.holds(_judge, _library)  # compiled, as a kept witness is
+    ran: list = []
+    plant(s, ran)
+    ran.clear()  # (planting compares the key with the one it collides with: the notebook's own code)
+    assert w.holds(_judge, _library) is False
+    assert w._holds_one_by_one(_judge, _library) is False
+    assert ran == []
