@@ -76,7 +76,25 @@ def _facts(shell: Any, keys: list, settings: dict, buffers: int, shell_missed: l
     return {"executable": _EXECUTABLE, "cwd": _getcwd(), "env": environ_strings(), "path": _sys_path(),
             "modules": modules, "submodules": _submodules(modules), "torch": _torch_facts(), "buffers": buffers, "settings": settings,
             "names": [k for k in keys if not k.startswith("_")][:100000],
-            **shell_settings, "shell_missed": shell_missed, "connection_file": _connection_file()}
+            **shell_settings, "shell_missed": shell_missed, "connection_file": _connection_file(), "argv": _sys_argv(),
+            "shell_class": _shell_class_name(shell)}
+
+
+def _sys_argv() -> list | None:
+    """`sys.argv` when it is a plain list of plain strings (None else), for the worker's: a notebook's `argparse`
+    reads it (`parser.parse_args()` in a kernel fails on ipykernel's `-f <connection file>`: round 16, F5)."""
+    argv = dict.get(_SYS, "argv")
+    if type(argv) is not list:
+        return None
+    items = list(list.__iter__(argv))
+    return items if all(type(a) is str for a in items) else None
+
+
+def _shell_class_name(shell: Any) -> str | None:
+    """The name of the shell's class (`ZMQInteractiveShell` in a Jupyter kernel), read from the type's C slot
+    (nothing looked up in its dict): notebooks tell a kernel from a terminal by it (round 16, F5)."""
+    name = _T_NAME.__get__(type(shell), type)
+    return name if type(name) is str else None
 
 
 def _shell_settings(shell: Any, missed: list) -> dict:

@@ -647,6 +647,36 @@ def _enter_environment(facts: dict, shell: Any) -> None:
     _set_formats(shell, facts.get("formats"))
     if facts.get("autoawait") is False:  # `%autoawait off` in the kernel: a top-level `await` is its SyntaxError
         shell.autoawait = False  # (issue 42 part 2, h10: the worker ran it)
+    argv = facts.get("argv")
+    if type(argv) is list and all(type(a) is str for a in argv):  # (round 16, F5: `parse_args()` reads it)
+        sys.argv[:] = argv
+    _as_kernel_shell(shell, facts.get("shell_class"))
+
+
+def _as_kernel_shell(shell: Any, name: Any) -> None:
+    """The worker's shell as the kernel's is seen by the notebook (round 16, F2/F5): its class named as the kernel's
+    shell class (`type(get_ipython()).__name__ == 'ZMQInteractiveShell'` tells a notebook from a terminal), and, in a
+    Jupyter kernel, `enable_gui` as ipykernel's: `%matplotlib inline` (which asks for no event loop) and a known
+    loop's name are taken (the loop would only start once the kernel's own loop runs), another name is IPython's
+    UsageError; the terminal shell's raised NotImplementedError, a certain false crash of `%matplotlib inline`."""
+    if type(name) is not str or not name.isidentifier() or type(shell).__name__ == name:
+        return
+    from IPython.core.error import UsageError
+
+    def enable_gui(self: Any, gui: Any = None) -> None:
+        if gui not in _KERNEL_LOOPS:
+            raise UsageError(f"Invalid GUI request {gui!r}, valid ones are:{sorted(str(k) for k in _KERNEL_LOOPS)}")
+        self.active_eventloop = gui
+
+    members: dict = {"__module__": type(shell).__module__}
+    if name == "ZMQInteractiveShell":
+        members.update(__module__="ipykernel.zmqshell", enable_gui=enable_gui)
+    shell.__class__ = type(name, (type(shell),), members)
+
+
+# ipykernel's event loops (ipykernel/eventloops.py `loop_map`): what its shell's `enable_gui` accepts
+_KERNEL_LOOPS = frozenset((None, "inline", "nbagg", "webagg", "notebook", "ipympl", "widget", "qt", "qt5", "qt6",
+                           "wx", "tk", "gtk", "gtk3", "gtk4", "osx", "asyncio"))
 
 
 def _set_formats(shell: Any, formats: Any) -> None:
