@@ -108,7 +108,11 @@ def test_a_kernel_name_read_indirectly_and_not_copied_is_no_certain_crash(with_r
 
 @pytest.mark.parametrize("path", [p for p in PATHS if not p.startswith("fork")])
 @pytest.mark.parametrize("cell", ["found = [k for k in list(globals()) if k == chr(120)]\nprint(found[0])",
-                                  "assert len(get_ipython().user_ns) > 0 and sum(1 for k in vars() if k == chr(120))"])
+                                  "assert len(get_ipython().user_ns) > 0 and sum(1 for k in vars() if k == chr(120))",
+                                  # (round 16, F6: a key computed from the namespace's names, a magic listing them)
+                                  "short = {k[1:]: v for k, v in globals().items() if k.startswith('H')}\n"
+                                  "print(short['older'])",
+                                  "found = %who_ls type\nprint(found[0])"])
 def test_a_cell_reading_the_namespace_as_a_whole_crashes_only_likely_in_a_copy(with_shell, path, cell):
     v = path_verdict(with_shell, path, cell, _served)
     assert v.verdict == "crash" and not v.certain, v
@@ -120,4 +124,4 @@ def test_an_honest_key_error_stays_the_cells_crash(with_shell, path):
     v = path_verdict(with_shell, path, "d = {'a': 1}\nd['x']", _served)
     assert (v.verdict, v.ename, v.evalue) == ("crash", "KeyError", "'x'"), v
     v = path_verdict(with_shell, path, "print(ip.user_ns['no_such_name'])", _served)
-    assert (v.verdict, v.ename, v.evalue) == ("crash", "KeyError", "'no_such_name'"), v
+    assert (v.verdict, v.ename, v.evalue, v.certain) == ("crash", "KeyError", "'no_such_name'", True), v

@@ -946,7 +946,7 @@ _NAMESPACE_AS_MAPPING = re.compile(r"(?<![.\w])(?:globals|vars|locals)\s*\(|\bus
 # (cell_names: as code, or in a string constant)
 _NAMESPACE_AS_WHOLE = re.compile(r"(?<![.\w])(?:globals|vars|locals|dir)\s*\(\s*\)|\buser_(?:global_)?ns\b|"
                                  r"(?<![\'\"])\b__main__\b(?![\'\"])|\bf_globals\b|"
-                                 r"\bmodules\s*\[\s*['\"]__main__")
+                                 r"\bmodules\s*\[\s*['\"]__main__|\bwho_ls\b|^\s*%{1,2}whos?\b", re.M)
 # the names every IPython shell's namespace holds (the worker's too): never missing from a copy
 _SHELL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 
@@ -985,16 +985,30 @@ def _namespace_unseen(v: SandboxVerdict, source: str, facts: dict, held: Collect
     """Where the cell, or a notebook function the copy carried (env.json's `dynamic_readers`:
     kernel/dynamic_reads.py), may read the namespace as a whole (`for k in globals()`, `vars()[computed]`, `len(user_ns)`),
     the kernel's names the copy did not hold (sorted): what such a cell saw in the copy is not what it sees in the
-    kernel, so a crash there is only likely. [] for a KeyError or NameError of a name the kernel does not hold
-    either (the kernel raises it too: `ip.user_ns['no_such_name']`)."""
+    kernel, so a crash there is only likely. [] for a KeyError of a name the kernel does not hold either, raised by
+    the namespace itself (the kernel raises it too: `ip.user_ns['no_such_name']`, `_indexes_namespace`)."""
     if not _NAMESPACE_AS_WHOLE.search(source) and not facts.get("dynamic_readers"):
         return []
     missing = _uncopied(facts, held)
     name = _missing_name(v)
     names = facts.get("names")
-    if missing and name is not None and isinstance(names, list) and name not in names:
+    if missing and name is not None and isinstance(names, list) and name not in names \
+            and _indexes_namespace(source, v.line, name):
         return []
     return sorted(missing)
+
+
+def _indexes_namespace(source: str, line: int | None, name: str) -> bool:
+    """The failing `line` of `source` indexes the namespace itself with `name` as a literal (`globals()['x']`,
+    `ip.user_ns.pop('x')`): a KeyError there of a name the kernel does not hold is the kernel's too. A key computed
+    from the namespace's names (`{k[4:]: v for k, v in globals().items()}['lr']`: round 16, F6) or a NameError of a
+    name an `exec` of them would have bound is not: what the copy lacked may be what made it missing."""
+    lines = source.splitlines()
+    if not line or line > len(lines):
+        return False
+    quoted = rf"(['\"]){re.escape(name)}\1"
+    return re.search(rf"(?:(?<![.\w])(?:globals|vars|locals)\s*\(\s*\)|\buser_(?:global_)?ns|\b__dict__)\s*"
+                     rf"(?:\[\s*{quoted}\s*\]|\.pop\s*\(\s*{quoted})", lines[line - 1]) is not None
 
 
 class CopyFacts(msgspec.Struct):
