@@ -146,8 +146,11 @@ def _only_refusals(lines: ChildLines) -> bool:
 
 # the seal's codes (shared/seal.py, imported above): how CRANE's epilogue says the cell ended
 # what a record may say under each code: "no-crash" only where the cell ended clean
-# (a transplant worker's record of a raised cell may say "unavailable": a NameError on a kernel name it did not copy)
-_SEAL_ALLOWS = {SEAL_CLEAN: {"no-crash", "crash", "blocked", "timeout"},
+# (a transplant worker's record may say "unavailable" for a NameError on a kernel name it did not copy: the cell's
+# raise, or an exception IPython caught and showed — `%run -i script.py` whose script reads such a name ends the cell
+# clean, its record the shown exception's, as a shown `crash` is (round 16, F12). "unavailable" claims nothing the
+# cell did: a record of another code's verdict, or bytes CRANE did not write, stay `blocked`)
+_SEAL_ALLOWS = {SEAL_CLEAN: {"no-crash", "crash", "blocked", "timeout", "unavailable"},
                 SEAL_RAISED: {"crash", "blocked", "timeout", "unavailable"},
                 SEAL_RECORD: {"timeout", "unavailable", "blocked"}}
 ENDED_ITSELF = "the cell ends the kernel's process"
