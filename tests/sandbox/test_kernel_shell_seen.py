@@ -46,3 +46,15 @@ def test_what_a_notebook_asks_of_its_kernel(pk, path, cell):
         assert "matplotlib" in (v.reason or ""), v  # matplotlib's import makes its config folder where it is missing)
         return
     assert (v.verdict, v.ename) == ("no-crash", None), v
+
+
+@pytest.mark.parametrize("path", [p for p in PATHS if not p.startswith("fork")])
+def test_a_magic_the_copys_shell_lacks_is_no_certain_crash(pk, path):
+    """A magic the notebook registered (or an extension loaded) is the kernel's shell's, not the copy's: a copy's
+    "magic function not found" is only likely, naming it (round 16, F3: a certain false UsageError)."""
+    conn = pk["conn"]
+    assert conn.run_cell("from IPython.core.magic import register_line_magic\n"
+                         "@register_line_magic\ndef shout(line):\n    return line.upper()\n", timeout=60).status == "ok"
+    v = path_verdict(pk, path, "loud = %shout hi\nassert loud == 'HI'", _served)
+    assert (v.verdict, v.ename, v.certain) == ("crash", "UsageError", False), v
+    assert "the magic %shout is not the copy's" in (v.reason or ""), v

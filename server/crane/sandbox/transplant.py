@@ -981,6 +981,16 @@ def _uncopied(facts: dict, held: Collection[str]) -> set[str]:
     return set(names) - set(held) - _SHELL_NAMES if isinstance(names, list) else set()
 
 
+def _magic_not_found(v: SandboxVerdict) -> str | None:
+    """The magic a copy's UsageError says it lacks (`%shout`, `%%sql`), else None: the worker's shell holds IPython's
+    own magics only, not those the notebook registered (`@register_line_magic`), an extension added (`%load_ext
+    autoreload`: `%aimport`), or `%alias_magic` made (round 16, F3: a certain false UsageError)."""
+    if v.ename != "UsageError":
+        return None
+    m = re.match(r"(?:Line magic function|Cell magic(?: function)?) `(%{1,2}[\w.]+)` not found", v.evalue or "")
+    return m.group(1) if m else None
+
+
 def _namespace_unseen(v: SandboxVerdict, source: str, facts: dict, held: Collection[str]) -> list[str]:
     """Where the cell, or a notebook function the copy carried (env.json's `dynamic_readers`:
     kernel/dynamic_reads.py), may read the namespace as a whole (`for k in globals()`, `vars()[computed]`, `len(user_ns)`),
@@ -1036,6 +1046,10 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
     if name is not None:
         return f"the cell reads the kernel's name {name!r} indirectly (not by its name: eval, globals(), the shell's " \
                "user_ns), and the copy did not hold it"
+    magic = _magic_not_found(v)
+    if magic is not None:
+        return f"the magic {magic} is not the copy's: the kernel's shell may hold it (a magic the notebook registered " \
+               "or an extension loaded: the copy's shell has IPython's own)"
     unseen = _namespace_unseen(v, source, facts, copied)
     if unseen:
         shown = ", ".join(unseen[:5]) + (f" and {len(unseen) - 5} more" if len(unseen) > 5 else "")
