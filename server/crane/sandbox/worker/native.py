@@ -8,8 +8,9 @@ the path argument as the guard table's writers are (worker/arrow.py's `_ArrowVet
 is made ready and the call goes on, else the run is `blocked`, naming the call and the path). The targets are put in
 arrow.py's `_ARROW_TARGETS`: patched at set-up where the library is loaded, else right after the cell's import of it.
 
-- h5py: `h5f.create`, `h5f.open` for writing (`ACC_RDWR`), and the property lists that name other files
-  (`PropDCID.set_external`, `PropFAID.set_fapl_log`, `set_fapl_split`'s extensions);
+- h5py: `h5f.create`, `h5f.open` for writing (`ACC_RDWR`, its default), and the property lists that name other files
+  (`PropDCID.set_external`, `PropFAID.set_fapl_log`, `set_fapl_split`'s extensions); round 16 (F8): the member files
+  of the family and split/multi drivers, named after the path (`part%d.h5`: part0.h5, ...; `store-m.h5`), made ready;
 - torch: `PyTorchFileWriter` made on a path (`torch.save`'s writer), `ScriptModule.save`/`_save_for_mobile`,
   `torch._C._save_jit_module`/`_save_mobile_module`/`_save_parameters`, `from_file`/`UntypedStorage.from_file`
   with `shared=True` (a writable shared mapping of the file);
@@ -20,7 +21,8 @@ arrow.py's `_ARROW_TARGETS`: patched at set-up where the library is loaded, else
   its path inputs vetted (a checkpoint prefix: every existing file named after it made ready too); round 13: the
   debugger's events writer, `EventsWriter`, the profiler's session, tfprof's outputs, MLIR's bytecode writer,
   tfcompile's outputs, and a graph run by a v1 `Session` (its GraphDef read before each run for the write ops);
-  native code loading (`TF_LoadLibrary`) and native servers and remote contexts refused.
+  native code loading (`TF_LoadLibrary`) and native servers and remote contexts refused;
+- round 16 (F8): tokenizers' `Tokenizer.save` and `models.Model.save` (Rust), safetensors' `serialize_file`.
 Not covered (docs/sandbox.md): ops that run inside a compiled graph (`tf.function`, a loaded SavedModel) or a
 TorchScript function (`aten::save`, `aten::from_file` through `torch.ops`), whose kernels run in C++ with no Python
 call per op; the Linux layer (Landlock) holds those under the portable sandbox.
@@ -183,23 +185,101 @@ def _nv_module_functions(family: str, functions: dict[str, Callable[[Any, tuple,
 
 # -- h5py ----------------------------------------------------------------------------------------------------------
 def _h5_writes(args: tuple, kw: dict) -> bool:
-    flags = args[1] if len(args) > 1 else kw.get("flags", 0)
+    # (`h5f.open`'s own default is ACC_RDWR: a call naming no flags opens for writing; round 16, F8)
+    flags = args[1] if len(args) > 1 else kw.get("flags", 0x0001)
     return type(flags) is not int or bool(flags & 0x0001)  # H5F_ACC_RDWR (a flags value not a plain int: writes)
 
 
 def _h5_split(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
     """`set_fapl_split(meta_ext, meta_plist, raw_ext, raw_plist)`: the extensions are appended to the file's name
-    (a separator in one names a file elsewhere)."""
+    (a separator in one names a file elsewhere; a `%` makes it HDF5's printf format, which may put the file's name
+    anywhere in the member's: round 16, F8)."""
     for value in (args[0] if args else kw.get("meta_ext"), args[2] if len(args) > 2 else kw.get("raw_ext")):
-        if isinstance(value, (str, bytes)) and (b"/" in os.fsencode(value) or b"\\" in os.fsencode(value)):
+        value = _nv_text(value)
+        if isinstance(value, (str, bytes)) and any(c in os.fsencode(value) for c in (b"/", b"\\", b"%")):
             vet.refuse(f"a call to h5py: h5p.PropFAID.set_fapl_split (an extension naming another folder: "
                        f"{os.fsdecode(value)[:200]!r})", None)
     return args, kw
 
 
+# round 16 (F8): HDF5's drivers that keep one file in several name the files after the name given to `h5f.create`/
+# `h5f.open`, which alone was vetted: the family driver prints the member's number into it (`part%d.h5`: part0.h5,
+# part1.h5, ...; a name with no conversion gets `-%06d` before its first `.`), the split and multi drivers append
+# their members' extensions (`store-m.h5`/`store-r.h5`, `name-s.h5`, `-b`, `-r`, `-g`, `-l`, `-o`). The view's links
+# for the members already there were written through to the user's REAL files.
+_H5_ONE_FILE = ("SEC2", "STDIO", "CORE", "LOG", "DIRECT", "WINDOWS", "MPIO", "ROS3D", "fileobj_driver")
+_H5_MEMBERED = ("FAMILY", "MULTI")
+
+
+def _h5_member_prefix(base: str, family: bool) -> str:
+    """What every member file of a family or split/multi driver named `base` starts with: `base` cut at its first
+    printf conversion (`%`), or a family's name with none at its first `.` (HDF5's default `-%06d` goes there).
+    Nested drivers (a family's members split, split members in families) keep to it: each appends to or prints into
+    a name starting with it."""
+    if "%" in base:
+        return base[:base.index("%")]
+    return base.split(".", 1)[0] if family else base
+
+
+def _h5_members(vet: Any, label: str, name: Any, fapl: Any) -> None:
+    """The files a multi-file driver writes besides `name` (already vetted): every entry of `name`'s folder that may
+    be one made ready (the run's private copy) before HDF5 opens it; an access property list whose driver is none of
+    HDF5's known ones is refused (its files cannot be known)."""
+    h5p, h5fd = sys.modules.get("h5py.h5p"), sys.modules.get("h5py.h5fd")
+    name = _nv_text(name)
+    if h5p is None or h5fd is None or not isinstance(name, (str, bytes)):
+        return
+    faid = h5p.PropFAID
+    try:
+        if fapl is None:
+            fapl = h5p.create(h5p.FILE_ACCESS)  # (the default list's driver: HDF5_DRIVER may name another)
+        if not isinstance(fapl, faid):
+            return  # refused by h5f itself
+        driver = faid.get_driver(fapl)  # (the type's own: a subclass cannot answer for it)
+    except Exception:  # noqa: BLE001 - a list HDF5 cannot read: h5f refuses it as well
+        return
+    known = {getattr(h5fd, n, None) for n in _H5_ONE_FILE} - {None, -1}
+    membered = {getattr(h5fd, n, None): n for n in _H5_MEMBERED}
+    if driver in known:
+        return
+    if driver not in membered:
+        vet.refuse(f"a call to h5py: {label} (an HDF5 driver whose files are not known: {driver!r})", None)
+        return
+    text = os.fsdecode(name)
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    folder, base = os.path.split(text)
+    if "%" in folder:  # (a family's number printed into a folder's name: members in several folders)
+        vet.refuse(f"a call to h5py: {label} (a family of files in several folders: {text[:200]!r})", None)
+        return
+    prefix = _h5_member_prefix(base, membered[driver] == "FAMILY")
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return
+    for entry in sorted(names):
+        if entry.startswith(prefix) and entry != base:
+            _nv_path(vet, "h5py", label, os.path.join(folder, entry))
+
+
+def _h5_open_members(label: str, at: int, when: Callable[[tuple, dict], bool] = lambda a, k: True,
+                     ) -> Callable[[Any, tuple, dict], tuple[tuple, dict]]:
+    """The check of `h5f.create`/`h5f.open`'s name (argument 0) and its driver's member files (`fapl`: argument
+    `at`)."""
+    name_check = _nv_arg("h5py", label, 0, "name", when)
+
+    def check(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+        args, kw = name_check(vet, args, kw)
+        if when(args, kw):
+            _h5_members(vet, label, args[0] if args else kw.get("name"), args[at] if len(args) > at
+                        else kw.get("fapl"))
+        return args, kw
+    return check
+
+
 _H5F = _nv_module_functions("h5py", {
-    "create": _nv_arg("h5py", "h5py.h5f.create", 0, "name"),
-    "open": _nv_arg("h5py", "h5py.h5f.open", 0, "name", _h5_writes)})
+    "create": _h5_open_members("h5py.h5f.create", 3),
+    "open": _h5_open_members("h5py.h5f.open", 2, _h5_writes)})
 _H5P = _nv_module_functions("h5py", {}, {
     "PropDCID": {"set_external": (_nv_arg("h5py", "h5py.h5p.PropDCID.set_external", 0, "name"), False)},
     "PropFAID": {"set_fapl_log": (_nv_arg("h5py", "h5py.h5p.PropFAID.set_fapl_log", 0, "logfile"), False),
@@ -909,6 +989,58 @@ _SCIPY_FMM = _nv_module_functions("scipy", {
     "open_write_file": _nv_arg("scipy", "scipy.io.mmwrite (fast_matrix_market open_write_file)", 0, "path")})
 
 
+# -- round 16 (F8): Hugging Face's Rust writers --------------------------------------------------------------------
+# tokenizers' `Tokenizer.save(path)` and `Model.save(folder, prefix)` (BPE, WordPiece, WordLevel, Unigram: the files
+# below, `prefix-` before each) write in Rust (no Python `open`: no audit event), and so does safetensors'
+# `serialize_file` (`safetensors.torch.save_file`, transformers' `save_pretrained` of a model's weights; a fast
+# tokenizer's `save_pretrained` is `Tokenizer.save`). `Tokenizer.to_str`, `from_file`, `train` only read;
+# `from_pretrained` downloads through huggingface_hub's Python code (audited).
+_TOK_MODEL_FILES = ("vocab.json", "merges.txt", "vocab.txt", "unigram.json")
+
+
+def _tok_model_save(vet: Any, args: tuple, kw: dict) -> tuple[tuple, dict]:
+    """`Model.save(folder, prefix=None)`: the folder vetted, and every file a model writes there (named after the
+    prefix) made ready first: those of `_TOK_MODEL_FILES`, and any other already there named `prefix-...`."""
+    label = "tokenizers.models.Model.save"
+    folder = _nv_path(vet, "tokenizers", label, args[0] if args else kw.get("folder"))
+    prefix = _nv_text(args[1] if len(args) > 1 else kw.get("prefix"))
+    if not isinstance(folder, (str, bytes)) or not (prefix is None or isinstance(prefix, str)):
+        return args, kw  # (refused by the Rust signature)
+    where = os.fsdecode(folder)
+    names = [f"{prefix}-{n}" if prefix else n for n in _TOK_MODEL_FILES]
+    if prefix:
+        if "/" in prefix or "\\" in prefix:
+            vet.refuse(f"a call to tokenizers: {label} (a prefix naming another folder: {prefix[:200]!r})", None)
+        try:
+            names += [n for n in os.listdir(where or ".") if n.startswith(prefix + "-") and n not in names]
+        except OSError:
+            pass
+    for n in names:
+        _nv_path(vet, "tokenizers", label, os.path.join(where, n))
+    args = (folder,) + args[1:] if args else args
+    return args, (kw if args else {**kw, "folder": folder})
+
+
+def _tokenizers(mod: types.ModuleType, vet: Any) -> dict[str, Any]:
+    """tokenizers' Rust module (`tokenizers.tokenizers`): `Tokenizer.save` and `models.Model.save` (which every model
+    inherits) replaced in their types' own dicts (any route to the method meets them: `BaseTokenizer.save`,
+    `save_model`, transformers' `save_pretrained`)."""
+    tokenizer, models = mod.__dict__.get("Tokenizer"), mod.__dict__.get("models")
+    if isinstance(tokenizer, type):
+        replace_type_method(tokenizer, "save", _nv_method(vet, "tokenizers", "tokenizers.Tokenizer.save",
+                                                          _nv_arg("tokenizers", "tokenizers.Tokenizer.save", 0,
+                                                                  "path")))
+    model = getattr(models, "Model", None) if isinstance(models, types.ModuleType) else None
+    if isinstance(model, type):
+        replace_type_method(model, "save", _nv_method(vet, "tokenizers", "tokenizers.models.Model.save",
+                                                      _tok_model_save))
+    return {}
+
+
+_SAFETENSORS = _nv_module_functions("safetensors", {
+    "serialize_file": _nv_arg("safetensors", "safetensors.serialize_file", 1, "filename")})
+
+
 # extension module -> (its maker, the Python modules that re-export its names): merged into arrow.py's targets
 NATIVE_TARGETS: dict[str, tuple[Callable[[types.ModuleType, Any], dict[str, Any]], tuple[str, ...]]] = {
     "h5py.h5f": (_H5F, ()), "h5py.h5p": (_H5P, ()),
@@ -927,4 +1059,7 @@ NATIVE_TARGETS: dict[str, tuple[Callable[[types.ModuleType, Any], dict[str, Any]
                                                     ("tensorflow.python.client.pywrap_tf_session",)),
     "tensorflow.python.data.experimental.service._pywrap_server_lib": (_TF_DATA_SERVICE, ()),
     "scipy.io._fast_matrix_market._fmm_core": (_SCIPY_FMM, ()),
+    "tokenizers.tokenizers": (_tokenizers, ()),
+    "safetensors._safetensors_rust": (_SAFETENSORS, tuple(f"safetensors{s}" for s in (
+        "", ".torch", ".numpy", ".tensorflow", ".flax", ".paddle", ".mlx"))),
 }
