@@ -86,7 +86,8 @@ def test_a_finalizer_that_ends_the_process_ends_the_copy(conn, path, cell):
 def test_a_rebound_name_without_a_finalizer_is_not_copied(conn, path):
     v = _run(conn, path, "plain = 1\nended = 2")  # (a weak reference without a callback: nothing runs when freed)
     assert v.verdict == "crash" and v.transplant is not None, v
-    assert [c.split()[0] for c in v.transplant.copied] == ["ended"], v.transplant
+    # (and `ended`'s class under its name: export._classes_by_name, round 16 F1)
+    assert [c.split()[0] for c in v.transplant.copied] == ["ended", "O"], v.transplant
 
 
 def test_cell_rebinds():

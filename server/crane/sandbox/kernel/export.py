@@ -27,6 +27,7 @@ from typing import Any
 from crane.kernel_common.ipython_shell import ipython_shell, shell_namespace  # kernel: strip
 from crane.sandbox.kernel.bound import (  # kernel: strip
     _EXECUTABLE,
+    _T_QUALNAME,
     _THREADING,
     _exists,
     _FunctionType,
@@ -170,7 +171,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         # copied where it can be (kernel/dynamic_reads.py), never the export's failure
         by_string = req["strings"] if req["by_string"] else []
         extra, readers = dynamic_reads(ns, names + by_string, req["strings"])
-        guessed = _guessed_objects(ns, by_string + extra, req["skip"], objs, proof)
+        guessed = _guessed_objects(ns, by_string + extra + _classes_by_name(ns, objs), req["skip"], objs, proof)
         spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
         if guessed:  # (taken only where they fit: no shrinking of the cell's own values because of a guess)
             try:
@@ -317,6 +318,33 @@ def _guessed_objects(ns: dict, names: list, skip: list, objs: dict, proof: _Proo
         except _Refused:
             continue
         out[name] = obj
+    return out
+
+
+_CLASS_ITEMS = 100  # items of a copied plain container whose classes are looked for
+
+
+def _classes_by_name(ns: dict, objs: dict) -> list:
+    """The names the namespace binds to the very classes of the copied values (a value's own, and its first items'
+    where it is a plain list, tuple or dict): copied too where they can be (a guess), so the copy holds a class
+    under its name as the kernel does and `pickle.dump(p, f)`, `torch.save(model, path)` find `__main__.Point`
+    (round 16, F1: a certain false PicklingError, the cell naming only the instance). A class the kernel rebinds
+    under that name since (`p` an instance of an older `Point`) is not its own entry there: never bound in its
+    place. Names are read from the type's C slot and looked up in the namespace (exact `str` keys, proven)."""
+    kinds: dict = {}
+    for v in list(dict.values(objs)):
+        kinds[id(type(v))] = type(v)
+        t = type(v)
+        items = (list.__getitem__(v, slice(0, _CLASS_ITEMS)) if t is list
+                 else tuple.__getitem__(v, slice(0, _CLASS_ITEMS)) if t is tuple
+                 else list(dict.values(v))[:_CLASS_ITEMS] if t is dict else [])
+        for x in items:
+            kinds[id(type(x))] = type(x)
+    out: list = []
+    for k in dict.values(kinds):
+        name = _T_QUALNAME.__get__(k, type)
+        if type(name) is str and name not in out and dict.get(ns, name) is k:
+            out.append(name)
     return out
 
 
