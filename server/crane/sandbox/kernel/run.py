@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -135,14 +136,65 @@ def _run_statements(plan: list[CodeType], ns: dict[str, Any], untraced: bool = F
     a frame of CRANE's that the cell's exception leaves by a handler is one a line tracer of the cell's can jump
     out of (a `finally` closing the statement's event loop let a raising cell's tracer jump back to the loop's head
     and come back `no-crash`, issue 41)."""
+    loop = _kernel_like_loop()
     for code in plan:
         if code.co_flags & _CO_COROUTINE:
+            if loop is not None:  # (the statement's own loop runs it: `_awaited`)
+                _SET_RUNNING(None)
             if untraced:
                 _untraced_step(_awaited, eval(code, ns))
             else:
                 _awaited(eval(code, ns))
+            if loop is not None:
+                _SET_RUNNING(loop)
         else:
             exec(code, ns)
+    if loop is not None:  # (a raising statement ends the run: its process is not a later cell's)
+        _SET_RUNNING(None)
+        loop._thread_id = None
+        loop.close()
+
+
+def _own_asyncio(name: str) -> Any:
+    """`_asyncio`'s C function `name` (the interpreter's own: a builtin function of that module under that name; the
+    module is loaded, never imported here), else None."""
+    m = sys.modules.get("_asyncio")
+    f = getattr(m, name, None) if m is not None else None
+    return f if type(f) is type(len) and getattr(f, "__self__", None) is m and f.__name__ == name else None
+
+
+def bind_asyncio() -> None:
+    """Bind `_asyncio`'s running-loop functions (at install, and by a copy's worker once its shell is made: before
+    the run's fence is taken, which then holds them)."""
+    global _GET_RUNNING, _SET_RUNNING
+    _GET_RUNNING, _SET_RUNNING = _own_asyncio("_get_running_loop"), _own_asyncio("_set_running_loop")
+
+
+_GET_RUNNING: Any = None
+_SET_RUNNING: Any = None
+bind_asyncio()
+
+
+def _kernel_like_loop() -> Any:
+    """An event loop this thread sees as running while the cell's statements run, as a Jupyter kernel runs every
+    cell inside its own (round 16, F10): `asyncio.run(main())` is the kernel's RuntimeError ("cannot be called from
+    a running event loop"), `asyncio.get_event_loop().run_until_complete(...)` its "This event loop is already
+    running", `asyncio.get_running_loop()` answers; in a copy they ran clean (a false no-crash). A fresh loop marked
+    running in this thread (it never runs: a task the cell schedules on it stays pending, as one the kernel's loop
+    would run only after the cell); None where a loop runs here already (a fork of the kernel holds the kernel's)
+    or `_asyncio`'s functions are not the interpreter's."""
+    if _GET_RUNNING is None or _SET_RUNNING is None or _GET_RUNNING() is not None:
+        return None
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        loop = asyncio.new_event_loop()
+        loop._thread_id = threading.get_ident()
+    except Exception:
+        return None
+    _SET_RUNNING(loop)
+    return loop
 
 
 def _awaited(coro: Any) -> None:

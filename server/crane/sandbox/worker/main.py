@@ -56,6 +56,7 @@ from crane.sandbox.kernel.run import (  # kernel: strip
     _record,
     _record_write,
     _seal_constants,
+    bind_asyncio,
 )
 from crane.sandbox.kernel.session import (  # kernel: strip
     _bind_hooks,
@@ -651,6 +652,8 @@ def _enter_environment(facts: dict, shell: Any) -> None:
     if type(argv) is list and all(type(a) is str for a in argv):  # (round 16, F5: `parse_args()` reads it)
         sys.argv[:] = argv
     _as_kernel_shell(shell, facts.get("shell_class"))
+    import asyncio  # noqa: F401  (a kernel's ipykernel holds it; IPython 9 alone does not import it)
+    bind_asyncio()  # (the cell's statements run as in a kernel's running loop: kernel/run._kernel_like_loop)
 
 
 def _as_kernel_shell(shell: Any, name: Any) -> None:
