@@ -141,13 +141,12 @@ class _Planted:
 
 class _PlantedStr(str):
     __hash__ = str.__hash__
+    ran: list = []
 
     def __eq__(self, other):
         _PlantedStr.ran.append(str(self))
         return str.__eq__(self, other)
 
-
-_PlantedStr.ran = []
 
 
 def _plant_colliding(s, ran):

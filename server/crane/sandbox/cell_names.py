@@ -159,7 +159,7 @@ def _bound_first(body: list, bound: set, first: set) -> None:
             _reads(st.test, bound, first)
             _bound_first(st.body, set(bound), first)
             _bound_first(st.orelse, set(bound), first)
-        elif isinstance(st, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        elif isinstance(st, (ast.Try, ast.TryStar)):  # (`try` and `try ... except*`, 3.11+)
             _bound_first(st.body, set(bound), first)
             for h in st.handlers:
                 if h.type is not None:
