@@ -160,7 +160,24 @@ def _shell() -> Any:
     c.HistoryManager.enabled = False
     shell = InteractiveShell.instance(config=c)
     _kernel_exiter(shell)
+    if isinstance(vars(InteractiveShell).get("db"), property):  # (IPython 9: made at its first use)
+        shell._db = _MemoryDB()
+    else:
+        shell.db = _MemoryDB()
     return shell
+
+
+class _MemoryDB(dict):
+    """The worker's shell's `db` (IPython's store in the profile folder: `%cd`'s directory history, `%bookmark`,
+    `%store`), kept in memory: a `%cd` of the cell's wrote `db/dhist` in the worker's profile, outside the run, and
+    was `blocked` on IPython 9, where the store is made at its first use (round 16, F11). `keys` takes pickleshare's
+    glob pattern."""
+
+    def keys(self, globpat: str | None = None) -> Any:  # type: ignore[override]
+        if globpat is None:
+            return dict.keys(self)
+        import fnmatch
+        return [k for k in dict.keys(self) if fnmatch.fnmatch(str(k), globpat)]
 
 
 def _kernel_exiter(shell: Any) -> None:
