@@ -161,7 +161,7 @@ def _shell() -> Any:
     shell = InteractiveShell.instance(config=c)
     _kernel_exiter(shell)
     if isinstance(vars(InteractiveShell).get("db"), property):  # (IPython 9: made at its first use)
-        shell._db = _MemoryDB()
+        shell._db = _MemoryDB()  # type: ignore[attr-defined]
     else:
         shell.db = _MemoryDB()
     return shell
@@ -173,7 +173,7 @@ class _MemoryDB(dict):
     was `blocked` on IPython 9, where the store is made at its first use (round 16, F11). `keys` takes pickleshare's
     glob pattern."""
 
-    def keys(self, globpat: str | None = None) -> Any:  # type: ignore[override]
+    def keys(self, globpat: str | None = None) -> Any:
         if globpat is None:
             return dict.keys(self)
         import fnmatch
