@@ -347,8 +347,15 @@ class KernelConnection:
                 elif mt == "status" and content.get("execution_state") == "idle":
                     idle = True
             reply = self._shell_reply(msg_id, max(1.0, deadline - time.monotonic()), "cell")
-        if reply["content"].get("status") == "aborted":
+        content = reply["content"]
+        if content.get("status") == "aborted":
             run.status = "aborted"
+        elif content.get("status") == "error" and run.status != "error":
+            # (an error the kernel showed no traceback for: a handler of the notebook's, `set_custom_exc`, printed
+            # its own; the reply still says the cell failed, as the notebook's front end shows it)
+            run.status = "error"
+            run.ename, run.evalue = content.get("ename"), content.get("evalue")
+            run.traceback = list(content.get("traceback") or [])
         run.stdout = "".join(out)[-4000:]
         run.stderr = "".join(err)[-4000:]
         run.elapsed_s = time.monotonic() - start
