@@ -66,3 +66,13 @@ def test_cd_keeps_its_directory_history_in_the_copy(pk, path):
     worker's profile folder outside the run (IPython 9 made it at the first use: `blocked`, round 16 F11)."""
     v = path_verdict(pk, path, "%cd sub\nimport os\nassert os.path.basename(os.getcwd()) == 'sub'\n%cd ..", _served)
     assert (v.verdict, v.ename) == ("no-crash", None), v
+
+
+@pytest.mark.parametrize("path", [p for p in PATHS if not p.startswith("fork")])
+@pytest.mark.parametrize("cell", ["%history -l 1", "%rerun", "m = get_ipython().run_line_magic('recall', '1')"])
+def test_a_cell_reading_the_input_history_is_only_likely_in_a_copy(pk, path, cell):
+    """The copy's shell records no input history (`%rerun` of a raising cell ran clean there, `%macro` of an earlier
+    line failed: round 16, F4): whatever its run says is only likely."""
+    v = path_verdict(pk, path, cell, _served)
+    assert v.verdict in ("crash", "no-crash") and not v.certain, v
+    assert "input history" in (v.reason or ""), v

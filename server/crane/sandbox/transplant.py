@@ -743,6 +743,8 @@ def transplant(
         missed_finalizer = _finalizers_missed(data) if v.verdict == "no-crash" else None
         if missed_finalizer:  # the cell freed a copied object whose kernel finalizer the copy could not run
             v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
+        elif v.verdict == "no-crash" and (history := history_doubt(source)):
+            v.certain, v.reason = False, f"the clean run is only likely: {history}"
         if v.verdict == "crash":
             doubt = copy_crash_doubt(v, source, CopyFacts(
                 copied=list(exp.copied), carried=list(exp.carried), patched=list(exp.patched),
@@ -981,6 +983,23 @@ def _uncopied(facts: dict, held: Collection[str]) -> set[str]:
     return set(names) - set(held) - _SHELL_NAMES if isinstance(names, list) else set()
 
 
+# IPython's magics that read the shell's input history (by line ranges, or the last input)
+_HISTORY_MAGIC = re.compile(r"^\s*%{1,2}(?:rerun|recall|rep|hist|history|macro|save|edit|pastebin)\b|"
+                            r"\brun_line_magic\(\s*['\"](?:rerun|recall|rep|hist|history|macro|save|edit|pastebin)['\"]",
+                            re.M)
+
+
+def history_doubt(source: str) -> str | None:
+    """Why a copy's verdict on `source` is only likely when the cell reads the kernel's input history (`%rerun`,
+    `%history`, `%macro`, `%save` of earlier lines: round 16, F4): the copy's shell records none (its `In`/`_ih`
+    are plain copies where the cell names them), so `%rerun` of a cell that raises ran clean and `%macro` of an
+    earlier line failed. None otherwise."""
+    if _HISTORY_MAGIC.search(source) is None:
+        return None
+    return "the cell reads the kernel's input history (%rerun, %history, %macro, %save, ...), which the copy's shell " \
+           "does not hold"
+
+
 def _magic_not_found(v: SandboxVerdict) -> str | None:
     """The magic a copy's UsageError says it lacks (`%shout`, `%%sql`), else None: the worker's shell holds IPython's
     own magics only, not those the notebook registered (`@register_line_magic`), an extension added (`%load_ext
@@ -1046,6 +1065,9 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
     if name is not None:
         return f"the cell reads the kernel's name {name!r} indirectly (not by its name: eval, globals(), the shell's " \
                "user_ns), and the copy did not hold it"
+    history = history_doubt(source)
+    if history is not None:
+        return history
     magic = _magic_not_found(v)
     if magic is not None:
         return f"the magic {magic} is not the copy's: the kernel's shell may hold it (a magic the notebook registered " \

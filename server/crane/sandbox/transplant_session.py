@@ -42,6 +42,7 @@ from crane.sandbox.transplant import (
     Worker,
     _export,
     copy_crash_doubt,
+    history_doubt,
     kernel_of,
     kernel_vm_mb,
     likely_reason,
@@ -379,6 +380,9 @@ class TransplantSession(SandboxSession):
             v.reason = (f"{v.reason}; " if v.reason else "") + ("the run's state is not kept for the next command: "
                                                                  "threads it started were still running")
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
+        if v.verdict == "no-crash" and v.certain and (history := history_doubt(source)):  # (the one-shot's rule)
+            v.certain = False
+            v.reason = (f"{v.reason}; " if v.reason else "") + f"the clean run is only likely: {history}"
         if v.verdict == "crash" and v.certain:  # the one-shot's rule, on what this worker holds (issue 42, h1, h9)
             self._held.copied = list(self._copied.items())
             doubt = copy_crash_doubt(v, source, self._held, self._facts)
