@@ -2,8 +2,9 @@
 timer) was called by the interpreter in the middle of CRANE's private requests, with CRANE's frame: it could read
 the export's locals and rebind the module's functions (/tmp/redteam41/f3b: a rebinding inside the install was taken
 into the seal). kernel/hooks_off's guard now defers every notebook handler for the request (a C-level recorder in
-its place) and raises a signal that came meanwhile again at its end: the handler runs after CRANE's work, once, and
-is the notebook's again. Real kernels: IPython 8 and 9 (3.11), and the 3.12 and 3.13 kernels.
+its place) and a signal that came meanwhile is raised again after the trace call (raised inside the guard's frame,
+the handler rewrote the export's reply there: the follow-up red team's F1): the handler runs after CRANE's work,
+once, and is the notebook's again. Real kernels: IPython 8 and 9 (3.11), and the 3.12 and 3.13 kernels.
 
 Not timing-sensitive: the request's own function sends the signal to its process and then works (the interpreter
 runs a handler between two bytecodes); the transplant export is driven under a 1 ms interval timer.
@@ -61,7 +62,7 @@ def test_a_notebooks_signal_handler_runs_after_the_request_not_inside_it(kernel)
     hits = conn.evaluate("HITS", timeout=30)
     assert during == 0  # not called while the request's function ran
     assert [h[0] for h in hits] == [10], hits  # called once, after it (SIGUSR1 is 10 on Linux)
-    assert hits[0][2] != "window", hits
+    assert hits[0][2] not in ("window", "_guard"), hits  # (raised again by the trigger, after the trace call)
     assert conn.evaluate("signal.getsignal(signal.SIGUSR1) is on_signal", timeout=30) is True
 
 
@@ -74,7 +75,7 @@ def test_an_interval_timers_handler_never_sees_the_exports_frames(kernel):
     setup = ("import os\nFRAMES = []\n"
              "def on_alarm(signum, frame):\n"
              "    while frame is not None:\n"
-             "        FRAMES.append(frame.f_code.co_filename)\n"
+             "        FRAMES.append((frame.f_code.co_filename, frame.f_code.co_name))\n"
              "        frame = frame.f_back\n"
              "signal.signal(signal.SIGALRM, on_alarm)\n"
              "df = {'a': list(range(20000))}\n"
@@ -87,6 +88,9 @@ def test_an_interval_timers_handler_never_sees_the_exports_frames(kernel):
     finally:
         assert conn.run_cell("signal.setitimer(signal.ITIMER_REAL, 0)", timeout=60).status == "ok"
     frames = conn.evaluate("sorted(set(FRAMES))", timeout=30)
-    crane = [f for f in frames if f.startswith("<crane-kernel") and f != "<crane-kernel/guard>"]
+    # (the request's work — the install, the proofs, the pickling: CRANE's module files — never; the guard's own
+    # frame swaps the handlers first and puts them back last, a few bytecodes at each end, and its `fire`, called
+    # by the trigger after the trace call, raises what came)
+    crane = [f for f in frames if f[0].startswith("<crane-kernel") and f[0] != "<crane-kernel/guard>"]
     assert crane == [], frames
     assert conn.evaluate("signal.getsignal(signal.SIGALRM) is on_alarm", timeout=30) is True

@@ -108,8 +108,11 @@ _PROOF = (f"not {_T}.__dict__['__flags__'].__get__({_MT}) & 512 and {_T}.__dict_
 # `h(signum, frame)` in the main thread between two bytecodes, with CRANE's frame, whatever the trace state; round
 # 16) are deferred: each signal whose handler is not the interpreter's (SIG_DFL, SIG_IGN, `default_int_handler`)
 # gets a C-level recorder (a dict's `__setitem__`: no Python frame) for the request, by `_signal`'s own C functions
-# (main thread only: elsewhere nothing is swapped); each is put back (before the collector) and a signal that came meanwhile is
-# raised again then, once (signals coalesce as the kernel's do), so its handler runs after CRANE's work, not inside it.
+# (main thread only: elsewhere nothing is swapped); each is put back before the reply is handed over, and a signal
+# that came meanwhile is raised again once (signals coalesce as the kernel's do) by the trigger, after the trace call
+# (`fire`): its handler runs where the notebook's hooks already may (the trigger's frame, IPython's formatting: the
+# reply is theirs to rewrite there, docs/sandbox.md's threat model), never in the guard's frame, which holds the
+# request's outcome before it is handed over (round 16 follow-up: raised there, a handler rewrote the export's reply).
 _GUARD = """
 def _guard(frame, F, K, was, gon, quiet_others):
     T, BF, D, S, SD, M, MT = K
@@ -117,22 +120,6 @@ def _guard(frame, F, K, was, gon, quiet_others):
     SELF = BF.__dict__["__self__"].__get__
     FNAME = BF.__dict__["__name__"].__get__
     DG = {}.__class__.get
-    mon = DG(SD, "monitoring")
-    f = []
-    for m, n in ((S, "exc_info"), (mon, "register_callback")):
-        x = DG(MDD(m), n) if T(m) is MT else None
-        f.append(x if T(x) is BF and SELF(x) is m and FNAME(x) == n else None)
-    exc_info, rc = f
-    mons = []
-    if rc is not None and quiet_others:
-        for tool in (0, 1, 2, 3, 4, 5):
-            bit = 1
-            while bit < 16777216:
-                try:
-                    mons.append((tool, bit, rc(tool, bit, None)))
-                except:
-                    break
-                bit += bit
     sm = DG(M, "_signal")
     g = []
     for n in ("getsignal", "signal", "raise_signal", "default_int_handler"):
@@ -153,6 +140,22 @@ def _guard(frame, F, K, was, gon, quiet_others):
             except:
                 pass
             s += 1
+    mon = DG(SD, "monitoring")
+    f = []
+    for m, n in ((S, "exc_info"), (mon, "register_callback")):
+        x = DG(MDD(m), n) if T(m) is MT else None
+        f.append(x if T(x) is BF and SELF(x) is m and FNAME(x) == n else None)
+    exc_info, rc = f
+    mons = []
+    if rc is not None and quiet_others:
+        for tool in (0, 1, 2, 3, 4, 5):
+            bit = 1
+            while bit < 16777216:
+                try:
+                    mons.append((tool, bit, rc(tool, bit, None)))
+                except:
+                    break
+                bit += bit
     r = (2, None)
     try:
         r = (1, F())
@@ -161,7 +164,6 @@ def _guard(frame, F, K, was, gon, quiet_others):
     finally:
         for tool, bit, cb in mons:
             rc(tool, bit, cb)
-        frame.f_locals["__crane_reply__"] = r
         for s, h in swapped:
             try:
                 setsig(s, h)
@@ -170,11 +172,15 @@ def _guard(frame, F, K, was, gon, quiet_others):
         came = []
         for s in pend:
             came.append(s)
-        for s in came:
-            try:
-                raisesig(s)
-            except:
-                pass
+        if came:
+            def fire():
+                for s in came:
+                    try:
+                        raisesig(s)
+                    except:
+                        pass
+            r = (4, r, fire)
+        frame.f_locals["__crane_reply__"] = r
         if was:
             gon()
 """
@@ -227,6 +233,9 @@ def guarded(expr: str, sys_expr: str, threads: bool = False) -> str:
     # (only at the trigger's `call` event: a Python function a collection or a finalizer calls in between is not it)
     enter = (f"(lambda f, ev, a, old={_get('gettrace')}(), st={_get('settrace')}, done=[]: None if done or "
              f"f.f_code.co_varnames != ('__crane_reply__',) else done.append(1) or st(old) or {run})")
-    trigger = ("(lambda __crane_reply__=None: __crane_reply__[1] if __crane_reply__[0] == 1 else "
-               "{}[__crane_reply__[1]] if __crane_reply__[0] == 0 else (_ for _ in ()).throw(__crane_reply__[1]))")
+    # (4: signals of the notebook's came during the request: raised again here, after the trace call, by the guard's
+    # `fire`, so their handlers run where the notebook's hooks already may, never in the request's own frames)
+    trigger = ("(lambda __crane_reply__=None: (lambda r: r[1] if r[0] == 1 else {}[r[1]] if r[0] == 0 else "
+               "(_ for _ in ()).throw(r[1]))(__crane_reply__[2]() or __crane_reply__[1] if __crane_reply__[0] == 4 "
+               "else __crane_reply__))")
     return f"({_get('settrace')}({enter}), {trigger}())[1] if {_PROOF} else {refused(_WHY_TRACE)}"
