@@ -961,15 +961,20 @@ def _uncopied_name(v: SandboxVerdict, source: str, facts: dict, held: Collection
     name = _missing_name(v)
     if name is None or name not in _uncopied(facts, held):
         return None
-    if v.ename == "NameError" or _NAMESPACE_AS_MAPPING.search(source) or facts.get("dynamic_readers"):
+    if v.ename in ("NameError", "AttributeError") or _NAMESPACE_AS_MAPPING.search(source) \
+            or facts.get("dynamic_readers"):
         return name
     return None
 
 
 def _missing_name(v: SandboxVerdict) -> str | None:
-    """The name a crash says is missing: a NameError's, or a KeyError's key where it is a plain string."""
+    """The name a crash says is missing: a NameError's, a KeyError's key where it is a plain string, or the
+    attribute an AttributeError says the notebook's module `__main__` lacks (`import __main__` in a function or a
+    module of the notebook's reading `__main__.x`: round 16 follow-up, F3)."""
     if v.ename == "NameError":
         m = re.search(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", v.evalue or "")
+    elif v.ename == "AttributeError":
+        m = re.match(r"module '__main__' has no attribute '([A-Za-z_][A-Za-z0-9_]*)'", v.evalue or "")
     elif v.ename == "KeyError":
         m = re.fullmatch(r"'([^'\\]*)'", v.evalue or "")
     else:
