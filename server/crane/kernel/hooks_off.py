@@ -235,7 +235,9 @@ def guarded(expr: str, sys_expr: str, threads: bool = False) -> str:
              f"f.f_code.co_varnames != ('__crane_reply__',) else done.append(1) or st(old) or {run})")
     # (4: signals of the notebook's came during the request: raised again here, after the trace call, by the guard's
     # `fire`, so their handlers run where the notebook's hooks already may, never in the request's own frames)
-    trigger = ("(lambda __crane_reply__=None: (lambda r: r[1] if r[0] == 1 else {}[r[1]] if r[0] == 0 else "
-               "(_ for _ in ()).throw(r[1]))(__crane_reply__[2]() or __crane_reply__[1] if __crane_reply__[0] == 4 "
-               "else __crane_reply__))")
+    # (one frame: a notebook's trace hook, back after the trace call, sees no other lambda of the request's)
+    one = "__crane_reply__{i}[1] if __crane_reply__{i}[0] == 1 else {{}}[__crane_reply__{i}[1]] if " \
+          "__crane_reply__{i}[0] == 0 else (_ for _ in ()).throw(__crane_reply__{i}[1])"
+    trigger = (f"(lambda __crane_reply__=None: (__crane_reply__[2]() or ({one.format(i='[1]')})) "
+               f"if __crane_reply__[0] == 4 else ({one.format(i='')}))")
     return f"({_get('settrace')}({enter}), {trigger}())[1] if {_PROOF} else {refused(_WHY_TRACE)}"
