@@ -166,8 +166,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         loops = type(req["miniature"]) is dict and bool(dict.get(req["miniature"], "loops"))  # a loop miniature's
         names = req["names"] + (["_ih"] if loops else [])  # worker reads earlier cells' sources (kernel/miniature)
         objs = _cell_objects(ns, names, req["skip"], proof)
-        freed = rebound(ns, req["rebinds"], objs, req["skip"], proof)  # (kernel/finalizers.py)
-        objs.update(freed)
+        objs.update(rebound(ns, req["rebinds"], objs, req["skip"], proof))  # (kernel/finalizers.py)
         # the names read by a string (the cell's, where it reads the namespace so; a notebook function's): a guess,
         # copied where it can be (kernel/dynamic_reads.py), never the export's failure
         by_string = req["strings"] if req["by_string"] else []
@@ -221,9 +220,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
     reducers.update(_shell_reducer(shell))
     held.append(reducers)
-    # (each pickles on its own, or is left out: a dry run, counted, not written; a rebound value copied for its
-    # finalizer alike: an unpicklable one, a connection the cell makes again, failed the whole export)
-    for name in [*guessed, *freed]:
+    for name in list(guessed):  # (each pickles on its own, or is left out: a dry run, counted, not written)
         if not dump_state({name: objs[name]}, reducers, cp=cp, d=None, tag=tag, ctl=_Control(d, max_s, cap),
                           proof=proof)["ok"]:
             objs.pop(name, None)
