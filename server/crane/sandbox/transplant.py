@@ -989,9 +989,8 @@ def _uncopied(facts: dict, held: Collection[str]) -> set[str]:
 
 
 # IPython's magics that read the shell's input history (by line ranges, or the last input)
-_HISTORY_MAGIC = re.compile(r"^\s*%{1,2}(?:rerun|recall|rep|hist|history|macro|save|edit|pastebin)\b|"
-                            r"\brun_line_magic\(\s*['\"](?:rerun|recall|rep|hist|history|macro|save|edit|pastebin)['\"]",
-                            re.M)
+_HISTORY_NAMES = "rerun|recall|rep|hist|history|macro|save|edit|pastebin"
+_HISTORY_MAGIC = re.compile(rf"^\s*%{{1,2}}(?:{_HISTORY_NAMES})\b|\brun_line_magic\(\s*['\"](?:{_HISTORY_NAMES})['\"]", re.M)
 
 
 def history_doubt(source: str) -> str | None:

@@ -333,8 +333,8 @@ def _classes_by_name(ns: dict, objs: dict) -> list:
     place. Names are read from the type's C slot and looked up in the namespace (exact `str` keys, proven)."""
     kinds: dict = {}
     for v in list(dict.values(objs)):
-        kinds[id(type(v))] = type(v)
         t = type(v)
+        kinds[id(t)] = t
         items = (list.__getitem__(v, slice(0, _CLASS_ITEMS)) if t is list
                  else tuple.__getitem__(v, slice(0, _CLASS_ITEMS)) if t is tuple
                  else list(dict.values(v))[:_CLASS_ITEMS] if t is dict else [])
