@@ -36,7 +36,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _ModuleType,
     _mro,
 )
-from crane.sandbox.kernel.lookups import _LK_FAST_IN, _LK_IS, _LK_REPEAT, _LK_SIZEOF  # kernel: strip
+from crane.sandbox.kernel.lookups import _LK_FAST_IN, _LK_SIZEOF, _str_keys  # kernel: strip
 
 _KEEP = 512  # answers kept at most (then all are dropped and proven again)
 _REACHED: dict = {}  # (modules, ids of the library classes) -> (those classes, answer, _Witness)
@@ -64,10 +64,8 @@ def _plain_keys(d: Any, plain: bool) -> bool:
     """Every key of `d` (a plain dict: `plain`; else a class's own dict, as `_cls_dict` gives it) is an exact `str`,
     so a lookup in it compares no key of the notebook's (round 16, F1: a key planted in a library class's dict after
     its answer was kept had its `__eq__` run by the check's `get`). A plain dict of the unicode kind by its size (one
-    C call), else key by key at C speed (iterating a dict or its proxy compares nothing)."""
-    if plain and _LK_FAST_IN(_LK_SIZEOF(d)):
-        return True
-    return sum(map(_LK_IS, map(type, d), _LK_REPEAT(str))) == len(d)
+    C call), else key by key at C speed (`lookups._str_keys`: iterating a dict or its proxy compares nothing)."""
+    return bool(plain and _LK_FAST_IN(_LK_SIZEOF(d))) or _str_keys(d)
 
 
 def _closure(f: Any) -> tuple:
