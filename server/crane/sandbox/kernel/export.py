@@ -166,7 +166,8 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         loops = type(req["miniature"]) is dict and bool(dict.get(req["miniature"], "loops"))  # a loop miniature's
         names = req["names"] + (["_ih"] if loops else [])  # worker reads earlier cells' sources (kernel/miniature)
         objs = _cell_objects(ns, names, req["skip"], proof)
-        objs.update(rebound(ns, req["rebinds"], objs, req["skip"], proof))  # (kernel/finalizers.py)
+        freed = rebound(ns, req["rebinds"], objs, req["skip"], proof)  # (kernel/finalizers.py)
+        objs.update(freed)
         # the names read by a string (the cell's, where it reads the namespace so; a notebook function's): a guess,
         # copied where it can be (kernel/dynamic_reads.py), never the export's failure
         by_string = req["strings"] if req["by_string"] else []
@@ -185,6 +186,10 @@ def _export(args: Any, resealed: list, held: list) -> dict:
                 guessed = {}
     except (_Refused, _TooLarge) as exc:
         return {"ok": False, "reason": str(exc)}
+    # names only from here: a dict of these values held to the end would be one more reference to each, which the
+    # finalizer tail counts as the kernel's (the copy then outlived the cell's `del` and its finalizer never ran)
+    trials = [*guessed, *freed]
+    del guessed, freed
     cap = _copy_cap(limit)
     # one kernel-time budget for the whole export, shrinking included; the same stops from here on
     # where the watch works the copy stops the moment a request waits: it may take `watched_max_s` of kernel time
@@ -220,7 +225,9 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
     reducers.update(_shell_reducer(shell))
     held.append(reducers)
-    for name in list(guessed):  # (each pickles on its own, or is left out: a dry run, counted, not written)
+    # each guess, and each value the cell rebinds copied for its finalizer, pickles on its own or is left out (a dry
+    # run, counted, not written): a rebound connection (3.13's sqlite3.Connection has `__del__`) failed the export
+    for name in trials:
         if not dump_state({name: objs[name]}, reducers, cp=cp, d=None, tag=tag, ctl=_Control(d, max_s, cap),
                           proof=proof)["ok"]:
             objs.pop(name, None)
