@@ -63,12 +63,12 @@ READERS = ("def f():\n    return globals()['x'] + 1\ndef outer():\n    return f(
            "def getv(n):\n    return globals()[n]\n"
            "class Base:\n    def m(self):\n        return factor\n    @property\n    def p(self):\n        return factor\n"
            "class Child(Base):\n    pass\nchild = Child()\n"
-           "import sqlite3\nconn = sqlite3.connect(':memory:')\n"
+           "import sqlite3\ntry:\n    conn.close()\nexcept NameError:\n    pass\nconn = sqlite3.connect(':memory:')\n"
            "def documented():\n    'reads x (not conn)'\n    return globals()['x']\n")
 
 
 @pytest.fixture
-def with_readers(with_shell):
+def with_readers(with_shell):  # (the last test's `conn` closed first: see test_bound_first.RECONNECT)
     assert with_shell["conn"].run_cell(READERS, timeout=60).status == "ok"
     return with_shell
 
