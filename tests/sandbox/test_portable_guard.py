@@ -129,7 +129,8 @@ FAMILIES = [
     ("signal", "import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)"),
     ("signal", "import signal\nsignal.alarm(100)"),
     ("threading", "import threading\nthreading.Thread(target=print).start()"),
-    ("importlib", "import importlib\nimportlib.import_module('json')"),
+    ("importlib", "import importlib.util\nimportlib.util.spec_from_file_location('m', {victim_file!r})"),
+    ("importlib", "import importlib, json\nimportlib.reload(json)"),  # (a library's source run again: not vetted)
     ("gc", "import gc\ngc.get_objects()"),
     ("sys", "import sys\nsys.settrace(None)"),
     ("sys", "import sys\nsys.setprofile(None)"),
@@ -157,6 +158,30 @@ def test_each_family_is_refused_before_it_runs(family, src, tmp_path):
     _refused(run, family)
     assert (victim / "keep.txt").read_text() == "keep" and not victim_file.exists()
     assert __import__("threading").active_count() == threads_before
+
+
+def test_the_notebooks_own_module_is_imported_by_name_and_reloaded(tmp_path, monkeypatch):
+    """`importlib.import_module(name)` is `import name`; `importlib.reload(utils)` of the notebook's own module runs
+    user code, vetted as the cell's (round 16 F11: both were `blocked`). A library's module stays refused to reload,
+    also one whose `__file__` claims the notebook's folder (reload finds its source again by name)."""
+    (tmp_path / "crane_nb_utils.py").write_text("import os\ndef f():\n    return 1\n")
+    (tmp_path / "crane_nb_bad.py").write_text("import os\nRAN = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = guarded("import importlib\nm = importlib.import_module('crane_nb_utils')\nassert m.f() == 1\n"
+                  "assert importlib.reload(m) is m and m.f() == 1\nimport json\n"
+                  "assert importlib.import_module('json') is json")
+    assert not run.refused and run.error is None, run
+    # a reloaded module of the notebook's runs as user code: what it calls is vetted
+    (tmp_path / "crane_nb_bad.py").write_text("import os\nos.system('true')\n")
+    import crane_nb_bad  # noqa: F401 - (imported first without the guard: its first source is harmless)
+    run = guarded("import importlib, crane_nb_bad\nimportlib.reload(crane_nb_bad)")
+    _refused(run, "os")
+    import colorsys
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "colorsys.py").write_text("")  # (not on the module's search path: the library's is found)
+    monkeypatch.setattr(colorsys, "__file__", str(tmp_path / "elsewhere" / "colorsys.py"))
+    run = guarded("import importlib, colorsys\nimportlib.reload(colorsys)")
+    _refused(run, "importlib")  # (handing import_module to other code stays refused: handed_anywhere_in_interpreter)
 
 
 def test_the_callee_not_its_name_is_vetted():

@@ -321,6 +321,53 @@ _MAX_CHILDREN = 64  # live fork children of one run (a DataLoader has num_worker
 # FileHandler reads it with `open`, which the audit layer vets as any read; a copy (`urlretrieve`'s `filename`) is an
 # `open` for writing, vetted as every write. Any other URL stays refused (and its socket with it)
 _LOCAL_URL_READS = frozenset(("urllib: urllib.request.urlopen", "urllib: urllib.request.urlretrieve"))
+# `importlib.import_module(name)` called by the cell is what `import name` does (the builtins' `__import__` is
+# allowed; a library imported so has its rows resolved at its import, as for the statement); `importlib.reload(m)`
+# runs a module's source again: allowed for the notebook's own module (its code is user code, vetted as the cell's:
+# `importlib.reload(utils)`, round 16 F11), refused for a library's (its fresh functions would not be the ones the
+# table vetted). Handing either to other code (`map(importlib.import_module, ...)`) stays refused.
+_IMPORT_MODULE, _RELOAD = "importlib: importlib.import_module", "importlib: importlib.reload"
+_SOURCE_SUFFIXES = (".py", ".pyw", ".pyc")
+
+
+def reloads_user_source(module: Any) -> bool:
+    """`importlib.reload(module)` would run a file of the notebook's own: `module` is an exact module of
+    `sys.modules` by its name, and the first folder of its search path (`sys.path`, or its package's `__path__`)
+    that holds its source is not the interpreter's libraries (reload finds the source again by name: a module whose
+    `__file__` says otherwise is not believed). Read by exact types; nothing of the notebook's is called."""
+    if type(module) is not types.ModuleType:
+        return False
+    md = vars(module)
+    name = md.get("__name__")
+    if type(name) is not str or not name or dict.get(sys.modules, name) is not module:
+        return False
+    parent, _, leaf = name.rpartition(".")
+    if parent:
+        pkg = dict.get(sys.modules, parent)
+        path = vars(pkg).get("__path__") if type(pkg) is types.ModuleType else None
+    else:
+        path = sys.path
+    if type(path) is not list:
+        return False
+    for entry in list.copy(path):
+        if type(entry) is not str:
+            return False  # (a path entry of another kind: a finder of its own would answer)
+        folder = entry or _LB_GETCWD()
+        for found in [os.path.join(folder, leaf + s) for s in _SOURCE_SUFFIXES] + [
+                os.path.join(folder, leaf, "__init__.py")]:
+            try:
+                if not os.path.isfile(found):
+                    continue
+            except (TypeError, ValueError):
+                return False
+            return not is_library(found)
+        try:
+            if os.path.isdir(os.path.join(folder, leaf)) or any(
+                    n.startswith(leaf + ".") and n.endswith((".so", ".pyd")) for n in os.listdir(folder)):
+                return False  # a namespace package or an extension module comes first
+        except OSError:
+            continue
+    return False
 
 
 def multiprocessing_children() -> set | None:
@@ -867,6 +914,8 @@ class CallGuard:
             if entry.mode is not None:
                 self._refuse(entry.label)
             if entry.label in _LOCAL_URL_READS and _local_file_url(_url_text(loc.get("url"))):
+                return False
+            if entry.label == _IMPORT_MODULE or entry.label == _RELOAD and reloads_user_source(loc.get("module")):
                 return False
             if entry.label == _PROCESS_START and self.fork_children and forks_a_child(loc.get("self")) \
                     and os.getpid() == self.pid:

@@ -83,3 +83,27 @@ def answer_platform_first(os_wall: bool) -> None:
         platform.uname().processor  # noqa: B018 (the cached property filled: the program runs once, here)
     except Exception:
         pass
+
+
+# loky's module that counts physical cores (joblib's copy and the standalone package)
+_LOKY_CONTEXTS = ("joblib.externals.loky.backend.context", "loky.backend.context")
+
+
+def answer_physical_cores_first() -> None:
+    """loky (joblib's process pools; scikit-learn's and LightGBM's thread counts) counts the machine's physical
+    cores by running a program (`lscpu`; then `cat /proc/cpuinfo`) at its first `cpu_count(only_physical_cores=
+    True)` and caches the answer for the process: asked here, for a loky already imported, where no guard holds
+    the worker yet (worker/main.worker_main, after the kernel's libraries are loaded and before any OS layer; the
+    portable run's set-up, before the hook), so a cell's `LGBMClassifier(...).fit(...)` finds it cached instead of
+    starting a program the guard refuses (`blocked`, "subprocess.run is refused": round 16 F11). Where an OS layer
+    already holds the worker the program cannot run: loky then caches "not found" and counts logical cores, as it
+    does where `lscpu` is missing."""
+    for name in _LOKY_CONTEXTS:
+        mod = sys.modules.get(name)
+        count = getattr(mod, "_count_physical_cores", None) if mod is not None else None
+        if callable(count) and getattr(mod, "physical_cores_cache", 0) is None:
+            try:
+                count()
+            except Exception:  # noqa: BLE001 - loky's own question: the cell asks it again if it must
+                pass
+

@@ -72,6 +72,7 @@ from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.finalizers import arm_finalizers, finalizers_missed, load_with_finalizers  # kernel: strip
 from crane.sandbox.worker.frames import refuse_frame_reads  # kernel: strip
 from crane.sandbox.worker.head import answer_self, end_ahead, fork_refused, serve_forked  # kernel: strip
+from crane.sandbox.worker.imports import answer_physical_cores_first  # kernel: strip
 from crane.sandbox.worker.load_vet import audited_load, snapshot_library  # kernel: strip
 from crane.sandbox.worker.portable import (  # kernel: strip
     apply_limits,
@@ -296,6 +297,7 @@ def _kernel_pidfd(kernel: list | None) -> int | None:
 def worker_main(header: dict, lines: _Lines) -> None:
     t0 = time.perf_counter()
     _import(header.get("preload") or [], only_library=True)
+    answer_physical_cores_first()  # (loky's `lscpu`, asked before any OS layer or guard: worker/imports.py)
     shell = _shell()
     if header.get("warm"):  # the heap frozen, before any request (worker/warmup.py)
         warm_up()

@@ -72,7 +72,11 @@ from crane.sandbox.worker.guard import (  # kernel: strip
     other_process_entry,
     shield_unaudited,
 )
-from crane.sandbox.worker.imports import answer_platform_first, import_leeway  # kernel: strip
+from crane.sandbox.worker.imports import (  # kernel: strip
+    answer_physical_cores_first,
+    answer_platform_first,
+    import_leeway,
+)
 from crane.sandbox.worker.limits import lift_memory_limit, set_run_limits  # kernel: strip
 from crane.sandbox.worker.linux import LINUX_LAYER, confine_worker, hidden_paths  # kernel: strip
 from crane.sandbox.worker.pools import install_joblib  # kernel: strip
@@ -1160,6 +1164,7 @@ def prepare_portable(args: dict, shell: Any, out: int) -> tuple[_Ctx, Portable]:
     ctx.confinement["sequential_joblib"] = not run.guard.pools
     run.guard.leeway = import_leeway(bool(os_layer.get("ran") or args.get("os_layers")), run.guard.is_user)
     answer_platform_first(bool(os_layer.get("ran") or args.get("os_layers")))  # (before the hook: `uname -p`)
+    answer_physical_cores_first()  # (a loky imported since the worker started: `lscpu`)
     _install_portable_hook(run)
     ctx.confinement["shielded"] = shield_unaudited(run.guard, lambda: _own_here(ctx.audit_state))
     # a path into the REAL working folder (computed in the kernel) handed to the OS as its run-folder counterpart
