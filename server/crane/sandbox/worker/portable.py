@@ -724,9 +724,19 @@ def _install_portable_hook(run: Portable) -> None:
 
     def db_ok(name: str) -> bool:
         """A database name SQLite may open or attach: in memory, read-only (`mode=ro` as a URI parameter), or a file
-        the run may write (its private copy made first)."""
+        the run may write (its private copy made first, with its write-ahead log, shared-memory index and rollback
+        journal where the view has them: a WAL-mode database the kernel holds open has all three, which SQLite opens
+        for writing even to read — through the view's links that was "unable to open database file", round 16 F11)."""
         path, readonly = _sqlite_target(name)
-        return path is None or readonly or writable(path, "sqlite3.connect", True)
+        if path is None or readonly:
+            return True
+        if not writable(path, "sqlite3.connect", True):
+            return False
+        try:
+            siblings = [os.fsdecode(path) + suffix for suffix in _SQLITE_SIBLINGS]
+        except (TypeError, ValueError):
+            return True
+        return all(writable(p, "sqlite3.connect", True) for p in siblings if os.path.lexists(p))
 
     def authorize(con: Any) -> None:
         """CRANE's authorizer on every connection the run opens: ATTACH and VACUUM INTO (SQLITE_ATTACH) only of
@@ -873,6 +883,9 @@ def _wrap_sqlite(wrap: Any) -> None:
         mod = sys.modules.get(name)
         if mod is not None and mod.__dict__.get("connect") is orig:
             mod.__dict__["connect"] = w
+
+
+_SQLITE_SIBLINGS = ("-wal", "-shm", "-journal")  # the files SQLite keeps beside a database (copied with it)
 
 
 def _sqlite_target(name: str) -> tuple[str | None, bool]:
