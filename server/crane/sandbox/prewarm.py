@@ -28,6 +28,7 @@ import msgspec
 
 from crane.kernel.client import KernelConnection
 from crane.kernel.private_module import KernelModule, ModuleClient
+from crane.sandbox.kernel_program import untrusted_interpreter
 from crane.sandbox.options import SandboxOptions, active
 from crane.sandbox.portable import choose
 from crane.sandbox.process_watch import ProcessRef, process_ref
@@ -102,6 +103,9 @@ def prewarm_kernel(conn: KernelConnection, sandbox: SandboxOptions | None = None
                                              else kernel_ref(facts.pid, facts.start, facts.pidns))
     if kernel is None or not facts.executable:
         return Prewarm(False, "the kernel's process is not one this daemon can watch")
+    why = untrusted_interpreter(facts.executable, kernel)  # (crane.sandbox.kernel_program)
+    if why:
+        return Prewarm(False, why)
     w = POOL.prewarm(facts.executable, dict(facts.env), facts.cwd, list(facts.modules), kernel, heavy)
     if w is None:
         return Prewarm(False, "its idle worker already imports the kernel's heavy libraries",

@@ -56,6 +56,7 @@ from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOut
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import at_end, seal_readable, settle
 from crane.sandbox.export_request import ExportRequest, export_args
+from crane.sandbox.kernel_program import untrusted_interpreter
 from crane.sandbox.options import active as active_options
 from crane.sandbox.oslayer import launch as os_launch
 from crane.sandbox.oslayer import release as os_release
@@ -658,6 +659,9 @@ def transplant(
         exe, env, cwd = exp.executable, dict(facts.get("env") or {}), str(facts.get("cwd") or "/")
         # its workers end with the kernel's process (the portable path watches it through psutil: no /proc, no pidfd)
         kernel = kernel_of(exp, bool(portable), asked_at)
+        why = untrusted_interpreter(exe, kernel)  # (the program the kernel's process runs, never the reply's path alone)
+        if why:
+            return unavailable(why)
         worker = POOL.take(exe, kernel)
         if worker is None:
             worker = Worker(exe, env, cwd, exp.modules, warm=False, kernel=kernel)

@@ -30,6 +30,7 @@ from crane.sandbox.channel import ChildHandle, PrivateDir
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import clean_only, seal_readable, sealed_code
 from crane.sandbox.fork_session import FORGED, SandboxError, SandboxSession, _Reply
+from crane.sandbox.kernel_program import untrusted_interpreter
 from crane.sandbox.pipes import NoProcess, PortableDir, ProcessHandle
 from crane.sandbox.session_memory import kernel_key, lift_for_load, limit_command
 from crane.sandbox.shared.process_end import exit_status, worker_outcome
@@ -153,6 +154,9 @@ class TransplantSession(SandboxSession):
         # its worker ends with the kernel's process (the portable path watches it through psutil: no /proc, no pidfd)
         kernel = kernel_of(exp, bool(self.portable), asked_at)
         self._kernel = kernel_key(kernel)
+        why = untrusted_interpreter(exp.executable, kernel)  # (crane.sandbox.kernel_program)
+        if why:
+            raise SandboxError(why)
         worker = POOL.take(exp.executable, kernel)
         if worker is None:
             worker = Worker(exp.executable, env, cwd, exp.modules, warm=False, kernel=kernel)
