@@ -180,3 +180,37 @@ def test_a_likely_clean_run_decides_nothing():
     assert decide("auto", [rule], likely).decided_by == "rules"
     assert decide("auto", [], likely).decided_by == "none"
     assert decide("auto", [rule], SandboxVerdict(verdict="no-crash")).decided_by == "sandbox"
+
+
+LEFT_OUT = """
+class Scratch:  # removes its file when freed; holds a generator (it cannot be pickled)
+    def __init__(self, path):
+        self.path, self.gen = path, (i for i in range(3))
+        open(path, 'w').write('scratch')
+    def __del__(self):
+        os.remove(self.path)
+class Writer:  # flushes its file when freed; holds the open file (it cannot be pickled)
+    def __init__(self, path):
+        self.f = open(path, 'w')
+        self.f.write('header\\n')
+    def __del__(self):
+        self.f.close()
+"""
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_rebound_value_whose_finalizer_could_not_be_copied_makes_the_verdict_likely(conn, path):
+    """(Red team round 17, F3/F4, against 7f7fc4d's dry run: such a value was left out of the copy silently, so
+    its `__del__` never ran there: `no-crash` certain where the kernel raised FileNotFoundError, a certain
+    AssertionError where the kernel's close flushed the file. Before that the export was `unavailable`.)"""
+    assert conn.run_cell(LEFT_OUT + "t = Scratch('scratch.txt')\nw = Writer('out.txt')").status == "ok"
+    try:
+        v = _run(conn, path, "t = None\nprint(open('scratch.txt').read())")
+        assert (v.verdict, v.certain) == ("no-crash", False) and "`t` (Scratch)" in (v.reason or ""), v
+        v = _run(conn, path, "w = None\nassert open('out.txt').read() == 'header\\n'")
+        assert (v.verdict, v.ename, v.certain) == ("crash", "AssertionError", False), v
+        assert "`w` (Writer)" in (v.reason or ""), v
+        v = _run(conn, path, "t2 = 1\nprint(open('scratch.txt').read())")  # (not rebound: certain)
+        assert (v.verdict, v.certain) == ("no-crash", True), v
+    finally:
+        assert conn.run_cell("del t, w").status == "ok"

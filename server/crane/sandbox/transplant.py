@@ -521,6 +521,9 @@ class ExportReply(msgspec.Struct):
     shrink_error: str | None = None
     carried: list[str] = []  # rebuilt runtimes whose process-wide state the copy carries (kernel/export `_settings`)
     patched: list[str] = []  # library classes of copied values the notebook patched (kernel/export)
+    # values the cell rebinds whose freeing runs Python code (a `__del__`, a weak callback), which could not be
+    # copied: the cell's rebinding runs that code in the kernel, never in the copy (kernel/finalizers.py)
+    finalizers_left_out: list[str] = []
     transformers: bool = False  # the notebook's cell transformers were copied (kernel/transformers.py)
     watch: str | None = None  # what stopped the export as soon as a request waited (None: only its time cap)
     transient: bool = False  # stopped for a waiting request or by its kernel-time cap: a passing cause
@@ -745,7 +748,10 @@ def transplant(
             info.confinement = None
             info.layers = _portable_layers(data) or ["call guard", "audit hook", *worker.os_layers]
         missed_finalizer = _finalizers_missed(data) if v.verdict == "no-crash" else None
-        if missed_finalizer:  # the cell freed a copied object whose kernel finalizer the copy could not run
+        left_out = _left_out_doubt(exp) if v.verdict in ("crash", "no-crash") else None
+        if left_out and v.verdict == "no-crash":
+            v.certain, v.reason = False, f"the clean run is only likely: {left_out}"
+        elif missed_finalizer:  # the cell freed a copied object whose kernel finalizer the copy could not run
             v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
         elif v.verdict == "no-crash" and (history := history_doubt(source)):
             v.certain, v.reason = False, f"the clean run is only likely: {history}"
@@ -755,6 +761,7 @@ def transplant(
                 settings_missed=[str(m) for m in setup_extra.get("settings_missed") or []]), facts)
             if portable and _view_touched(data):  # the run's view of the folder may be what failed (P6)
                 doubt = doubt or "the run's view of the notebook's folder may be what failed"
+            doubt = doubt or left_out
             v.certain = doubt is None
             if doubt is not None:  # (issue 42, h5: said where a repair starts from this crash)
                 v.reason = likely_reason(v.reason, doubt)
@@ -807,6 +814,17 @@ def _view_touched(data: bytes) -> bool:
 
     rec = parse_lines(data).record
     return bool(rec is not None and isinstance(rec.confinement, dict) and rec.confinement.get("view_touched"))
+
+
+def _left_out_doubt(exp: ExportReply) -> str | None:
+    """Why a verdict is only likely when values the cell rebinds, whose freeing runs Python code, could not be
+    copied (kernel/export's dry run): the cell's rebinding runs that code in the kernel (a `__del__` that removes a
+    file, flushes one), never in the copy."""
+    if not exp.finalizers_left_out:
+        return None
+    names = ", ".join(exp.finalizers_left_out[:3]) + (" and more" if len(exp.finalizers_left_out) > 3 else "")
+    return (f"{names}, which the cell binds again, runs code when it is freed (a finalizer) and could not be "
+            "copied: the kernel runs that code at the cell's rebinding, the copy did not")
 
 
 def _finalizers_missed(data: bytes) -> str | None:

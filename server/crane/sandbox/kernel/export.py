@@ -54,7 +54,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _settings,
 )
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
-from crane.sandbox.kernel.finalizers import FinalizerWatch, rebound  # kernel: strip
+from crane.sandbox.kernel.finalizers import FinalizerWatch, rebound, runs_python_when_freed  # kernel: strip
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
@@ -189,6 +189,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     # names only from here: a dict of these values held to the end would be one more reference to each, which the
     # finalizer tail counts as the kernel's (the copy then outlived the cell's `del` and its finalizer never ran)
     trials = [*guessed, *freed]
+    rebinds = list(freed)
     del guessed, freed
     cap = _copy_cap(limit)
     # one kernel-time budget for the whole export, shrinking included; the same stops from here on
@@ -227,10 +228,14 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     held.append(reducers)
     # each guess, and each value the cell rebinds copied for its finalizer, pickles on its own or is left out (a dry
     # run, counted, not written): a rebound connection (3.13's sqlite3.Connection has `__del__`) failed the export
+    left_out: list = []  # values the cell rebinds whose freeing runs Python code, left out (kernel/finalizers.py)
     for name in trials:
         if not dump_state({name: objs[name]}, reducers, cp=cp, d=None, tag=tag, ctl=_Control(d, max_s, cap),
                           proof=proof)["ok"]:
-            objs.pop(name, None)
+            dropped = objs.pop(name, None)
+            if name in rebinds and runs_python_when_freed(dropped):
+                left_out.append(f"`{name}` ({_type_name(dropped)})")
+            dropped = None
     # the notebook's cell transformers (kernel/transformers.py), copied only when they pickle on their own (a dry run:
     # one that does not is missed, never the export's failure)
     transformers, shell_missed = shell_transformers(shell, proof)
@@ -268,6 +273,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": _EXECUTABLE, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
             "carried": _carried(settings, facts, proof, {k: v for k, v in dict.items(objs) if not graph.covers(v)}),
+            "finalizers_left_out": left_out,
             **_process(), "export_ms": round((_perf() - t0) * 1000.0, 3), "watch": watched}
 
 

@@ -43,6 +43,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _MemberDescriptorType,
     _module,
     _mro,
+    _WrapperDescriptorType,
 )
 from crane.sandbox.kernel.lookups import _LK_IS, _LK_REPEAT  # kernel: strip
 from crane.sandbox.kernel.proof import _Refused  # kernel: strip
@@ -341,4 +342,35 @@ def rebound(ns: dict, rebinds: list, objs: dict, skip: list, proof: Any) -> dict
             continue
         out[name] = v
     return out
+
+
+def runs_python_when_freed(v: Any) -> bool:
+    """Freeing `v` runs Python code (the export leaves out a value the cell rebinds that cannot be copied: then the
+    cell's rebinding runs that code in the kernel and not in the copy, whose verdict is only likely): a `__del__`
+    that is not a C type's own slot (the notebook's class, a library's Python one), a weak reference's callback
+    that is not a weak container's own, or a class dict not proven (kind 3). A C type's finalizer alone (Python
+    3.13's `sqlite3.Connection.__del__`, a slot wrapper) releases what the value held in the kernel's process,
+    which the copy never held. Read as `FinalizerWatch` reads: C descriptors, class dicts proven to hold exact
+    `str` keys."""
+    if _FZ_CALLBACK is None:
+        return True
+    t = type(v)
+    kind = _fz_kind(t)
+    if kind == 3:
+        return True
+    if kind == 2:
+        for k in _mro(t):
+            if k is object:
+                continue
+            kd = _cls_dict(k)
+            if "__del__" in kd:
+                if type(kd.get("__del__")) is not _WrapperDescriptorType:  # (a mappingproxy: its own C `get`)
+                    return True
+                break
+    if kind == 4:
+        return _fz_main_class(v) and _fz_called(v)
+    try:
+        return bool(_FZ_WEAKCOUNT(v)) and _fz_called(v)
+    except TypeError:
+        return False
 
