@@ -157,3 +157,44 @@ def describe() -> dict:
     """Which handler lists were found (for the tests and the docs' 'what remains')."""
     found = _lists()
     return {kind: kind in found for kind in _ANCHORS}
+
+
+def random_state() -> tuple | None:
+    """The global `random` generator as the kernel has it, read right before CRANE's fork (`put_random_state` in the
+    child right after): `random` registers an after-fork handler that seeds a child's generator afresh, a standard
+    library handler the fork keeps, so after `random.seed(42)` the child's `random.random()` and `shuffle` differed
+    from the kernel's in every run (red team round 17, F1: a certain false crash of a cell relying on a seeded
+    sequence). The handler still runs (a process the cell forks is reseeded as in the real run); the child then
+    takes the kernel's state back. Read and written by `_random.Random`'s own C `getstate`/`setstate` on
+    `random._inst` (exactly `random.Random`) and its `gauss_next` through that class's own `__dict__` descriptor:
+    nothing of the notebook's runs (None where any of it is not so)."""
+    mod, base = sys.modules.get("random"), sys.modules.get("_random")
+    md = mod.__dict__ if type(mod) is types.ModuleType else None
+    bd = base.__dict__ if type(base) is types.ModuleType else None
+    if type(md) is not dict or type(bd) is not dict:
+        return None
+    inst, cls, ctype = dict.get(md, "_inst"), dict.get(md, "Random"), dict.get(bd, "Random")
+    if type(cls) is not type or type(ctype) is not type or type(inst) is not cls:
+        return None
+    cdict = type.__dict__["__dict__"].__get__(ctype)
+    get, put = cdict.get("getstate"), cdict.get("setstate")
+    idict = type.__dict__["__dict__"].__get__(cls).get("__dict__")
+    if type(get) is not types.MethodDescriptorType or type(put) is not types.MethodDescriptorType \
+            or type(idict) is not types.GetSetDescriptorType:
+        return None
+    d = idict.__get__(inst)
+    return inst, put, get(inst), idict, dict.get(d, "gauss_next") if type(d) is dict else None
+
+
+def put_random_state(saved: tuple | None) -> None:
+    """In the child right after CRANE's fork: the kernel's `random` state back (see `random_state`)."""
+    if saved is None:
+        return
+    inst, put, state, idict, gauss = saved
+    try:
+        put(inst, state)
+        d = idict.__get__(inst)
+        if type(d) is dict:
+            dict.__setitem__(d, "gauss_next", gauss)
+    except Exception:  # noqa: BLE001 - the child's generator stays as the fork left it
+        pass

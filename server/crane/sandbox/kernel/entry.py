@@ -26,7 +26,13 @@ from collections.abc import Callable
 from typing import Any
 
 from crane.kernel_common.ipython_shell import ipython_shell, shell_namespace  # kernel: strip
-from crane.sandbox.kernel.atfork import keep_suspended, restore, suspend_user_handlers  # kernel: strip
+from crane.sandbox.kernel.atfork import (  # kernel: strip
+    keep_suspended,
+    put_random_state,
+    random_state,
+    restore,
+    suspend_user_handlers,
+)
 from crane.sandbox.kernel.common import await_seal, proc_kb, read_seal  # kernel: strip
 from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
 from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
@@ -278,6 +284,7 @@ def _fork(args: dict, child_main: Callable[[dict, Any, int, bool], None]) -> dic
     # a one-shot run's process tells its parent (the reaper below) when its record is out: then its seal is looked for
     done_r, done_w = os.pipe() if args["mode"] == "run" else (-1, -1)
     saved = suspend_user_handlers()  # the user's at-fork handlers are not run by our fork (kernel/atfork.py)
+    rstate = random_state()  # (the child draws what the kernel would: kernel/atfork.py)
     try:
         pid = os.fork()
     except OSError as exc:
@@ -291,6 +298,7 @@ def _fork(args: dict, child_main: Callable[[dict, Any, int, bool], None]) -> dic
             os.close(done_r)
             args = dict(args, done_fd=done_w)
         keep_suspended(saved)
+        put_random_state(rstate)
         code = 70
         try:
             child_main(args, shell, parent, on_main)

@@ -37,6 +37,7 @@ import socket
 import time
 from collections.abc import Callable
 
+from crane.sandbox.kernel.atfork import put_random_state, random_state  # kernel: strip
 from crane.sandbox.kernel.common import await_seal  # kernel: strip
 from crane.sandbox.kernel.shield import dumps  # kernel: strip
 from crane.sandbox.shared.notify import answer_notification  # kernel: strip
@@ -140,12 +141,14 @@ def clone_into_namespaces() -> int:
     sc.restype = ctypes.c_long
     sc.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     slot = _cached_tid_slot(libc)
+    rstate = random_state()  # (B draws what the kernel would: kernel/atfork.py)
     api.PyOS_BeforeFork()
     pid = sc(56, _SIGCHLD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET, 0, 0, 0, 0)
     if pid == 0:
         if slot is not None:
             ctypes.c_int.from_address(slot).value = int(sc(186, 0, 0, 0, 0, 0))
         api.PyOS_AfterFork_Child()
+        put_random_state(rstate)
         return 0
     err = ctypes.get_errno()
     api.PyOS_AfterFork_Parent()

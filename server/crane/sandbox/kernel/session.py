@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from crane.sandbox.kernel.atfork import restore, suspend_user_handlers  # kernel: strip
+from crane.sandbox.kernel.atfork import put_random_state, random_state, restore, suspend_user_handlers  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
     _TAMPERED,
@@ -243,11 +243,13 @@ def _gated_fork(gate: int) -> int:
     (`os.register_at_fork`: kernel/atfork.py): no code of a kept run's runs in the head (they stay registered)."""
     before, sc, after_child, after_parent, errno = _BOUND["clone"]
     saved = suspend_user_handlers()
+    rstate = random_state()  # (a command draws what its head would: kernel/atfork.py)
     before()
     pid = sc(56, 17, 0, gate, 0, 0)
     if pid == 0:
         after_child()
         restore(saved)
+        put_random_state(rstate)
         return 0
     after_parent()
     restore(saved)
