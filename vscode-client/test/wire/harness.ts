@@ -16,6 +16,12 @@ import {
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 export const PYTHON = process.env.CRANE_PYTHON || path.join(REPO_ROOT, '.venv', 'bin', 'python');
+/**
+ * Waits are for events (a condition polled until it holds); their timeouts only bound a failure, so they are
+ * scaled up as the Python tests' are (tests/lsp/conftest.py: `CRANE_TEST_TIMEOUT_SCALE`, default 3): on a loaded
+ * machine the server's first model request imports litellm, which took over 45 s at load 15 (the CI of 5225361).
+ */
+export const TIMEOUT_SCALE = Number(process.env.CRANE_TEST_TIMEOUT_SCALE ?? '3') || 3;
 
 /** Server → client messages the harness records (what vscode-languageclient handles for CRANE). */
 const NOTIFICATIONS = [
@@ -114,6 +120,7 @@ export class WireClient {
 
   /** Waits until `find` returns a value from what has been received so far. */
   async waitFor<T>(what: string, find: () => T | undefined, timeoutMs = 20_000): Promise<T> {
+    timeoutMs *= TIMEOUT_SCALE;
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const found = find();
@@ -139,6 +146,7 @@ export class WireClient {
 
   /** A request that fails if the server dies before answering. */
   request<T = any>(method: string, params?: unknown, timeoutMs = 30_000): Promise<T> {
+    timeoutMs *= TIMEOUT_SCALE;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<never>((_resolve, reject) => {
       timer = setTimeout(

@@ -8,7 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeModel } from './fakeModel';
-import { PYTHON, WireClient } from './harness';
+import { PYTHON, TIMEOUT_SCALE, WireClient } from './harness';
 import { applyTextEdits, ensureConfirmation, textEditsByUri } from '../../src/common/edits';
 import { ClientCommands, ServerCommands } from '../../src/common/protocol';
 import type { DiagnosticData, SandboxVerdict } from '../../src/common/protocol';
@@ -462,7 +462,7 @@ describe('crane serve attached to a live kernel', () => {
     // nothing ran in the user's kernel
     const state = kernelClient(connectionFile, 'inspect', JSON.stringify({ ran: "'extra' in globals() or 'copy' in globals()" }));
     expect(state.user_expressions.ran.data['text/plain']).toBe('False');
-  }, 150_000);
+  }, 150_000 * TIMEOUT_SCALE);
 
   it('auto mode confirms the crash with a sandbox diagnostic; switching to static with didChangeConfiguration drops it', async () => {
     const confirmed = await client.waitFor(
@@ -556,5 +556,5 @@ describe('crane serve attached to a live kernel', () => {
     }
     // (its own bound: each step waits on an event, up to 60 s, and the run's request up to 120 s; under a loaded
     // machine the whole can pass the file's 60 s default while every wait is met — CI at load 20 did)
-  }, 300_000);
+  }, 300_000 * TIMEOUT_SCALE);
 });
