@@ -71,3 +71,42 @@ def test_a_lightgbm_fit_is_decided(tmp_path_factory, kernel_env, path):
         assert (v.verdict, v.ename) == ("crash", "ValueError"), v
     finally:
         kernel.shutdown()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_to_sql_into_a_database_of_the_folder(pk, path):
+    """(Round 17h F4: `DataFrame.to_sql` was refused outright on the portable path, whatever its connection.) A
+    sqlite3 connection and a `sqlite:///` URL write as any write in the working folder on that path does."""
+    cell = ("import os, sqlite3, pandas as pd\nos.makedirs('sub', exist_ok=True)\ncon = sqlite3.connect('sub/app.db')\n"
+            "pd.DataFrame({'a': [1, 2]}).to_sql('t', con, if_exists='replace', index=False)\n"
+            "assert pd.read_sql('select count(*) n from t', con)['n'][0] == 2\ncon.close()")
+    v = path_verdict(pk, path, cell, _served)
+    assert v.verdict == ("blocked" if path in ("fork session", "transplant session") else "no-crash"), v
+
+
+@pytest.mark.parametrize("cell", [
+    "import socket\nhost = socket.gethostname()\nassert host and isinstance(host, str)",  # (round 17h F9)
+    "import sqlite3, pandas as pd\ncon = sqlite3.connect('app2.db')\npd.DataFrame({'a': [1]}).to_sql('t', con)",
+])
+def test_honest_cells_under_the_guard_alone(pk, cell):
+    from crane.kernel.untouched import Untouched
+    from crane.sandbox import speculate
+    from crane.sandbox.options import SandboxOptions
+
+    conn = pk["conn"]
+    with Untouched(conn) as watch:
+        v = speculate(conn, cell, 60.0, sandbox=SandboxOptions(confinement="guard"))
+    assert watch.unchanged, watch.changes()
+    assert (v.verdict, v.ename) == ("no-crash", None), v
+
+
+@pytest.mark.parametrize("cell", [
+    "import socket\nsocket.gethostbyname('localhost')",  # (name resolution stays refused)
+    "import pandas as pd\npd.DataFrame({'a': [1]}).to_sql('t', 'postgresql://u@127.0.0.1:9/x')",
+])
+def test_what_stays_refused_under_the_guard_alone(pk, cell):
+    from crane.sandbox import speculate
+    from crane.sandbox.options import SandboxOptions
+
+    v = speculate(pk["conn"], cell, 60.0, sandbox=SandboxOptions(confinement="guard"))
+    assert v.verdict == "blocked", v

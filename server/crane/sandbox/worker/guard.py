@@ -210,7 +210,7 @@ BUILTINS_ALLOWED = frozenset((
     "getattr", "globals", "hasattr", "hash", "hex", "id", "isinstance", "issubclass", "iter", "len", "locals", "max",
     "min", "next", "oct", "ord", "pow", "print", "repr", "round", "setattr", "sorted", "sum", "vars", "open",
     "__build_class__", "__import__", "input"))
-_C_DENY_ALL = frozenset(("_socket", "_ctypes", "_cffi_backend", "_imp", "_posixsubprocess", "_winapi", "msvcrt",
+_C_DENY_ALL = frozenset(("_ctypes", "_cffi_backend", "_imp", "_posixsubprocess", "_winapi", "msvcrt",
                          "_multiprocessing",
                          "_posixshmem", "fcntl", "termios", "_testcapi", "_testinternalcapi", "_xxsubinterpreters",
                          "_interpreters", "_lsprof", "sys.monitoring"))
@@ -223,6 +223,7 @@ _C_DENY_SOME = {
     "resource": frozenset(("setrlimit", "prlimit")),
     # the machine's clock (round 14, h4: a root kernel's worker set it; under the OS layer its capability is gone)
     "time": frozenset(("clock_settime", "clock_settime_ns")),
+    "_socket": None,  # every function but the reads below (a socket's own methods: _C_METHODS)
     "_signal": None,  # every function but the reads below
     "faulthandler": None,  # (its dumps write to a descriptor, its `enable` and watchdog set handlers: all but a read)
     "posix": None,  # every function but _OS_READS and _OS_AUDITED
@@ -230,6 +231,10 @@ _C_DENY_SOME = {
     "builtins": None,  # every builtin outside BUILTINS_ALLOWED
 }
 _C_ALLOW = {
+    # this machine's name and the address conversions, which reach no other program (`socket.gethostname()` in a
+    # run folder's name was `blocked` under the guard alone: red team round 17h, F9); name resolution stays refused
+    "_socket": frozenset(("gethostname", "getdefaulttimeout", "htons", "ntohs", "htonl", "ntohl", "inet_aton",
+                          "inet_ntoa", "inet_pton", "inet_ntop", "if_nameindex", "CMSG_LEN", "CMSG_SPACE")),
     "_signal": frozenset(("getsignal", "strsignal", "valid_signals", "getitimer", "default_int_handler")),
     "faulthandler": frozenset(("is_enabled",)),
     "posix": _OS_READS | _OS_AUDITED, "nt": _OS_READS | _OS_AUDITED, "builtins": BUILTINS_ALLOWED,
@@ -328,6 +333,20 @@ _LOCAL_URL_READS = frozenset(("urllib: urllib.request.urlopen", "urllib: urllib.
 # table vetted). Handing either to other code (`map(importlib.import_module, ...)`) stays refused.
 _IMPORT_MODULE, _RELOAD = "importlib: importlib.import_module", "importlib: importlib.reload"
 _SOURCE_SUFFIXES = (".py", ".pyw", ".pyc")
+
+
+_TO_SQL = "pandas: pandas.core.generic.NDFrame.to_sql"
+
+
+def _to_sql_through_sqlite3(con: Any) -> bool:
+    """`DataFrame.to_sql(name, con)` writes through Python's `sqlite3`, whose connections the audit layer vets (the
+    database a private copy in the run's folder, ATTACH and VACUUM INTO authorized: worker/portable.py): `con` an
+    exact `sqlite3.Connection`, or a SQLAlchemy URL of the `sqlite` dialect with its default driver (pysqlite).
+    Another driver (ADBC's native SQLite, a server's) is refused as before (red team round 17h, F4)."""
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is not None and type(con) is vars(sqlite3).get("Connection"):
+        return True
+    return type(con) is str and (con.startswith("sqlite:///") or con.startswith("sqlite+pysqlite:///"))
 
 
 def reloads_user_source(module: Any) -> bool:
@@ -616,6 +635,9 @@ class CallGuard:
         self.armed = False  # the lean guard's replacements are in place (they stay; `active` switches them)
         self._busy = False  # the lean guard is reading frames (its own sys._getframe is not vetted)
         self.after_import: list[Callable[[], object]] = []  # run when libraries loaded since are resolved
+        # library files claimed by code the import system did not make (worker/imports.CodeProvenance): every code
+        # object naming one is user code (round 17, F1/F2)
+        self.forged: set[str] = set()
         self._resolve_table()
 
     # -- the table ---------------------------------------------------------------------------------------
@@ -673,8 +695,11 @@ class CallGuard:
         u = self.user.get(code)
         if u is None:
             name = code.co_filename or ""
-            u = not (name.startswith("<crane-kernel/") or name.startswith("<frozen ") or name == _OWN_FILE
-                     or is_library(name))
+            if type(name) is not str:  # (a str subclass's methods would run here: never a library's file)
+                u = True
+            else:
+                u = name in self.forged or not (name.startswith("<crane-kernel/") or name.startswith("<frozen ")
+                                                or name == _OWN_FILE or is_library(name))
             self.user[code] = u
         return u
 
@@ -916,6 +941,8 @@ class CallGuard:
             if entry.label in _LOCAL_URL_READS and _local_file_url(_url_text(loc.get("url"))):
                 return False
             if entry.label == _IMPORT_MODULE or entry.label == _RELOAD and reloads_user_source(loc.get("module")):
+                return False
+            if entry.label == _TO_SQL and _to_sql_through_sqlite3(loc.get("con")):
                 return False
             if entry.label == _PROCESS_START and self.fork_children and forks_a_child(loc.get("self")) \
                     and os.getpid() == self.pid:
@@ -1894,3 +1921,13 @@ def replace_type_new(t: type, make: Callable[[Callable[..., Any]], Callable[...,
             _GD_MODIFIED[0](k)
         todo.extend(type.__dict__["__subclasses__"](k))
     return True
+
+
+# CRANE's own makers of code objects that name a library's file (a trampoline takes its function's name and file:
+# worker/imports.CodeProvenance believes them)
+_CODE_MAKERS = (_give_trampoline.__code__, CallGuard._checked_call.__code__)
+
+
+def makes_own_code(code: types.CodeType) -> bool:
+    return any(code is c for c in _CODE_MAKERS)
+

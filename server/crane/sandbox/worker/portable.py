@@ -62,17 +62,21 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _write_json,
 )
 from crane.sandbox.kernel.isolation import _neutralise_kernel_io, capture_std_streams  # kernel: strip
+from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.run import run_source  # kernel: strip
 from crane.sandbox.shared.view_names import view_sensitive  # kernel: strip
 from crane.sandbox.worker.abs_paths import install_abs_paths, reach_user_open  # kernel: strip
 from crane.sandbox.worker.guard import (  # kernel: strip
     _THIS_THREAD,
     CallGuard,
+    makes_own_code,
     multiprocessing_children,
     other_process_entry,
     shield_unaudited,
 )
 from crane.sandbox.worker.imports import (  # kernel: strip
+    CODE_EVENTS,
+    CodeProvenance,
     answer_physical_cores_first,
     answer_platform_first,
     import_leeway,
@@ -764,8 +768,16 @@ def _install_portable_hook(run: Portable) -> None:
 
     _wrap_sqlite(sqlite_connect)
 
+    # code naming a library's file is a library's only where the import system made it (round 17, F1/F2)
+    provenance = CodeProvenance(is_library, makes_own_code)
+
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if _own_here(state):
+            return
+        if event in CODE_EVENTS:
+            claimed = provenance.claimed(event, args, sys._getframe(1))
+            if claimed:
+                guard.forged.update(claimed)
             return
         if event == "import":
             guard.dirty = True
