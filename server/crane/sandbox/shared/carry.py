@@ -189,6 +189,31 @@ def _read_pandas(lib: Any) -> Any:
     return out
 
 
+def _read_sklearn(lib: Any) -> Any:
+    """scikit-learn's configuration (`set_config`: `transform_output`, `enable_metadata_routing`, `assume_finite`,
+    ...) where it differs from its defaults: `set_config` writes the calling thread's copy (`_threadlocal.
+    global_config`), read here for the thread the cells run in (the kernel's main thread; through the exact
+    `_thread._local` type's own C lookup), the defaults `_global_config`. Simple values only; nothing of scikit-learn's is
+    called (red team round 17h, F5: a fresh worker's defaults gave certain false crashes)."""
+    cfg = lib.mod("sklearn._config")
+    defaults: Any = cfg.get("_global_config")
+    local = cfg.get("_threadlocal")
+    if not _str_keyed(defaults):
+        return None
+    mine = None
+    tl = lib.mod("_thread").get("_local")
+    if local is not None and type(tl) is type and type(local) is tl:  # (`threading.local`: the C type's own lookup)
+        own = lib.method(tl, "__getattribute__")(local, "__dict__")  # (this thread's dict: the cells' main thread)
+        mine = dict.get(own, "global_config") if type(own) is dict else None
+    current: Any = mine if _str_keyed(mine) else defaults
+    out = {}
+    for key, val in dict.items(current):
+        default = dict.get(defaults, key)
+        if _simple(val) and not (_simple(default) and type(default) is type(val) and val == default):
+            out[key] = val
+    return out
+
+
 def _read_jax(lib: Any) -> Any:
     cfg = lib.mod("jax._src.config")
     config = cfg.get("config")
@@ -333,7 +358,8 @@ def _read_keras_seed(lib: Any) -> Any:
 _READERS = (("interpreter", _read_interpreter, ""), ("numpy", _read_numpy, "numpy"),
             ("numpy_random", _read_numpy_random, "numpy.random.mtrand"), ("random", _read_random, "random"),
             ("decimal", _read_decimal, "decimal"), ("warnings", _read_warnings, "warnings"),
-            ("pandas", _read_pandas, "pandas._config.config"), ("jax", _read_jax, "jax._src.config"),
+            ("pandas", _read_pandas, "pandas._config.config"), ("sklearn", _read_sklearn, "sklearn._config"),
+            ("jax", _read_jax, "jax._src.config"),
             ("tf", _read_tf, "tensorflow"), ("keras", _read_keras, "keras"))
 
 
@@ -471,6 +497,10 @@ def _apply_pandas(v: dict) -> None:
         pd.set_option(key, val)
 
 
+def _apply_sklearn(v: dict) -> None:
+    _loaded("sklearn").set_config(**v)
+
+
 def _apply_jax(v: dict) -> None:
     jax: Any = _loaded("jax")
     holders = jax.config._value_holders
@@ -519,4 +549,5 @@ def _apply_keras(v: dict) -> None:
 
 _APPLY: dict[str, Any] = {"interpreter": _apply_interpreter, "numpy": _apply_numpy, "numpy_random": _apply_numpy_random,
           "random": _apply_random, "decimal": _apply_decimal, "warnings": _apply_warnings, "pandas": _apply_pandas,
+          "sklearn": _apply_sklearn,
           "jax": _apply_jax, "tf": _apply_tf, "keras": _apply_keras}
