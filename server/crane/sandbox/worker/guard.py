@@ -638,6 +638,7 @@ class CallGuard:
         # library files claimed by code the import system did not make (worker/imports.CodeProvenance): every code
         # object naming one is user code (round 17, F1/F2)
         self.forged: set[str] = set()
+        self.provenance: Any = None  # (worker/imports.CodeProvenance: told of each trampoline the guard gives)
         self._resolve_table()
 
     # -- the table ---------------------------------------------------------------------------------------
@@ -1211,6 +1212,8 @@ class CallGuard:
                 if own is None:
                     continue  # (a trampoline would shift the frames it reads: vetted at its sys._getframe instead)
                 _give_trampoline(fn, self._checked_call(fn, entry, own))
+                if self.provenance is not None:
+                    self.provenance.accept(fn)
             except (TypeError, ValueError, AttributeError):
                 continue  # a function whose code cannot be replaced: its calls meet the OS layer
             fn.__crane_armed__ = True

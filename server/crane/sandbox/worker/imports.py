@@ -134,30 +134,42 @@ class CodeProvenance:
     which take the name of the function they stand for, are made by code objects named here (`own`)."""
 
     def __init__(self, is_library: Callable[[str], bool], own: Callable[[types.CodeType], bool]) -> None:
-        import builtins
         import importlib._bootstrap as bootstrap
         import importlib._bootstrap_external as external
         import importlib.machinery as machinery
-        import marshal
         import zipimport
         self.is_library, self.own = is_library, own
         self.loaders = (machinery.SourceFileLoader, machinery.SourcelessFileLoader, machinery.ExtensionFileLoader,
                         zipimport.zipimporter)
+        # (the builtins' `compile` and `marshal.loads` need no watch: a replacement is code of the cell's, and the
+        # code objects it makes are made through these same events, from its frames)
         self.dicts: list[Any] = [vars(k) for cls in self.loaders for k in cls.__mro__ if k is not object]
-        self.dicts += [vars(bootstrap), vars(external), vars(zipimport), vars(marshal)]
-        self.builtins = vars(builtins)
+        self.dicts += [vars(bootstrap), vars(external), vars(zipimport)]
         self.busy = False  # (reading a marshalled code's names makes a `marshal.loads` event of its own)
         self.funcs = [v for d in self.dicts for v in list(d.values()) if type(v) is types.FunctionType]
-        self.snapshot = self._state()
+        self.values = self._values()
+        self.codes = list(map(id, map(_CODE, self.funcs)))
+        self.defaults = self._defaults()
 
-    def _state(self) -> tuple:
-        """What the import machinery is made of, by identity: every value of the watched dicts, and the code,
-        defaults and keyword defaults of each function found there at install (C-level reads and maps: nothing of
-        the notebook's runs, ~20 µs)."""
-        funcs = self.funcs
-        return (tuple(tuple(map(id, d.values())) for d in self.dicts), tuple(map(id, map(_CODE, funcs))),
-                tuple(map(id, map(_DEFAULTS, funcs))), tuple(map(id, map(_KWDEFAULTS, funcs))),
-                tuple(id(dict.get(self.builtins, n)) for n in ("compile", "exec", "__import__")))
+    def _values(self) -> tuple:
+        return tuple(tuple(map(id, d.values())) for d in self.dicts)
+
+    def _defaults(self) -> tuple:
+        return tuple(map(id, map(_DEFAULTS, self.funcs))), tuple(map(id, map(_KWDEFAULTS, self.funcs)))
+
+    def _intact(self) -> bool:
+        """The import machinery is what it was when the hook went up, by identity: every value of the watched dicts,
+        and the code, defaults and keyword defaults of each function found there (C-level reads and maps: nothing of
+        the notebook's runs, ~20 µs); CRANE's own trampolines on them excepted (`accept`)."""
+        return (self._values() == self.values and list(map(id, map(_CODE, self.funcs))) == self.codes
+                and self._defaults() == self.defaults)
+
+    def accept(self, fn: Any) -> None:
+        """`fn` was given one of CRANE's trampolines (worker/guard: `importlib.util.spec_from_file_location` is a
+        row of the lean guard's table): its new code is the machinery's own."""
+        for i, f in enumerate(self.funcs):
+            if f is fn:
+                self.codes[i] = id(_CODE(fn))
 
     def claimed(self, event: str, args: tuple, raiser: types.FrameType | None) -> list[str]:
         """The library files a code object being made now claims without the import system's making it (empty:
@@ -179,7 +191,7 @@ class CodeProvenance:
                 return False
             if f.f_code.co_name == "exec_module":
                 loader = f.f_locals.get("self")
-                return type(loader) in self.loaders and self._state() == self.snapshot
+                return type(loader) in self.loaders and self._intact()
             f = f.f_back
         return False
 

@@ -769,7 +769,7 @@ def _install_portable_hook(run: Portable) -> None:
     _wrap_sqlite(sqlite_connect)
 
     # code naming a library's file is a library's only where the import system made it (round 17, F1/F2)
-    provenance = CodeProvenance(is_library, makes_own_code)
+    provenance = guard.provenance = CodeProvenance(is_library, makes_own_code)
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if _own_here(state):
