@@ -22,7 +22,7 @@ import stat
 from typing import Any
 
 from crane.sandbox.channel import _starttime
-from crane.sandbox.process_watch import ProcessRef
+from crane.sandbox.process_watch import ProcessRef, process_alive
 
 
 def untrusted_interpreter(exe: str, kernel: Any) -> str | None:
@@ -86,6 +86,5 @@ def _running_program(kernel: Any) -> str | None:
 def _same_process(kernel: Any) -> bool:
     """The process `kernel` names still is the one the caller identified."""
     if isinstance(kernel, ProcessRef):
-        from crane.sandbox.process_watch import process_alive
         return process_alive(kernel)
     return _starttime(int(kernel.pid)) == int(kernel.start)
