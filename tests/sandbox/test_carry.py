@@ -92,6 +92,15 @@ def test_a_crash_resting_on_state_not_proven_equal_is_likely():
     assert crash_certain(warn, "np.log(x)", [], missed=["decimal", "pandas"])  # unrelated state: still certain
     rng = _crash("AssertionError", "")
     assert not crash_certain(rng, "assert np.random.rand() > 0.5", [], missed=["numpy_random"])
+    in_sklearn = _crash("AttributeError", "'numpy.ndarray' object has no attribute 'columns'",
+                        frames=["/site-packages/sklearn/utils/_set_output.py:310 in wrapped"])
+    assert crash_certain(in_sklearn, "s.fit_transform(df)", [])
+    assert not crash_certain(in_sklearn, "s.fit_transform(df)", [], missed=["sklearn"])
+    pdf = _crash("AssertionError", "", line=3)
+    assert crash_certain(pdf, "plt.plot([1])\nplt.savefig(buf)\nassert buf.getvalue()[:4] == b'%PDF'", [])
+    assert not crash_certain(pdf, "plt.plot([1])\nplt.savefig(buf)\nassert buf.getvalue()[:4] == b'%PDF'", [],
+                             missed=["matplotlib"])
+    assert crash_certain(pdf, "a = 1\nb = 2\nassert a == b", [], missed=["matplotlib"])  # (no figure in the cell)
 
 
 def test_an_attribute_missing_on_a_patched_library_class_or_a_kernel_pid_is_likely():

@@ -930,6 +930,7 @@ def _in_frames(frames: list[str], *libs: str) -> bool:
 # carried state (shared/carry.py's keys) in words, for a likely crash's reason (`crash_doubt`)
 _MISSED_WORDS = {"warnings": "the warnings filters", "decimal": "the decimal context", "interpreter":
                  "the interpreter's settings (int digits)", "numpy": "numpy's settings", "pandas": "pandas' options",
+                 "sklearn": "scikit-learn's configuration", "matplotlib": "matplotlib's rcParams",
                  "random": "the random module's state", "numpy_random": "numpy's global random state",
                  "tf": "TensorFlow's random state", "ast_transformers": "the notebook's AST transformers",
                  "input_transformers": "the notebook's input transformers",
@@ -942,6 +943,10 @@ _MISSED_STATE = {
     "interpreter": lambda v, source, frames: (v.ename or "") == "ValueError" and "digits" in (v.evalue or ""),
     "numpy": lambda v, source, frames: (v.ename or "") == "FloatingPointError" or _in_frames(frames, "numpy"),
     "pandas": lambda v, source, frames: _in_frames(frames, "pandas"),
+    "sklearn": lambda v, source, frames: _in_frames(frames, "sklearn"),
+    # (a figure's files, sizes and colours: the cell's own checks of them fail in no matplotlib frame)
+    "matplotlib": lambda v, source, frames: _in_frames(frames, "matplotlib") or "matplotlib" in source
+    or "plt." in source,
     "random": lambda v, source, frames: "random" in source,
     "numpy_random": lambda v, source, frames: "random" in source,
     "tf": lambda v, source, frames: "random" in source,  # (its seed, op-seed generator, global tf.random.Generator)

@@ -16,7 +16,8 @@ What travels: the recursion limit and `sys.get_int_max_str_digits()`; `warnings`
 (an action, a message and module regex, a category that is a builtin warning class, a line number); the `decimal`
 context (precision, rounding, Emin/Emax, capitals, clamp, traps and flags); the global RNG states (`random`,
 numpy's legacy global RandomState); numpy's error handling and print options; pandas options that differ from
-their defaults; JAX's config values (x64, default dtype bits, PRNG implementation, ...); TensorFlow's eager and
+their defaults; scikit-learn's configuration; matplotlib's rcParams that differ from its defaults (not the backend);
+JAX's config values (x64, default dtype bits, PRNG implementation, ...); TensorFlow's eager and
 soft-placement flags and its eager global seed with the generator of its operation seeds, and its global
 `tf.random.Generator`'s algorithm and state; Keras' floatx, image data
 format, epsilon, dtype policy, global seed and global `SeedGenerator` state.
@@ -214,6 +215,66 @@ def _read_sklearn(lib: Any) -> Any:
     return out
 
 
+# rcParams that name the process's backend or GUI (the worker draws with its own): never carried
+_MPL_LOCAL = ("backend", "backend_fallback", "interactive", "toolbar", "webagg.", "tk.", "macosx.")
+
+
+def _read_matplotlib(lib: Any) -> Any:
+    """matplotlib's rcParams that differ from its defaults (`rcParams.update`, `plt.style.use`, `rc`): values read
+    from the dicts themselves (`dict.items`, none of `RcParams`' methods) and kept as plain values (a list for a
+    list or tuple, an enum's string, a one-level cycler's list of dicts), both sides made plain before they are
+    compared (no `__eq__` of a value runs). None (not carried: its crashes "likely") when a differing value is none
+    of those (red team round 17h, F10: `savefig.format` was the worker's default)."""
+    mpl = lib.mod("matplotlib")
+    rc, defaults = mpl.get("rcParams"), mpl.get("rcParamsDefault")
+    if not lib.proven(type(rc)) or type(defaults) is not type(rc) or not issubclass(type(rc), dict):
+        return None
+    if not all(type(k) is str for k in dict.keys(rc)) or not all(type(k) is str for k in dict.keys(defaults)):
+        return None
+    out = {}
+    for key, val in dict.items(rc):
+        if any(key == w or (w.endswith(".") and key.startswith(w)) for w in _MPL_LOCAL):
+            continue
+        plain = _mpl_plain(lib, val)
+        if plain == _mpl_plain(lib, dict.get(defaults, key)) and plain is not _UNPLAIN:
+            continue
+        if plain is _UNPLAIN:
+            return None
+        out[key] = plain
+    return out
+
+
+_UNPLAIN = object()
+
+
+def _mpl_plain(lib: Any, v: Any) -> Any:
+    """An rcParams value as plain builtins (see `_read_matplotlib`), else `_UNPLAIN`."""
+    small = _plain_row(v)
+    if small is not _UNPLAIN:
+        return small
+    if not lib.proven(type(v)):
+        return _UNPLAIN
+    d = lib.attrs(v)
+    if type(dict.get(d, "_value_")) is str:  # (JoinStyle, CapStyle: an Enum member)
+        return dict.get(d, "_value_")
+    left = dict.get(d, "_left")
+    if (dict.get(d, "_right") is None and dict.get(d, "_op") is None and type(left) is list and left
+            and all(_str_keyed(e) for e in left)):
+        rows = [{k: _plain_row(x) for k, x in dict.items(e)} for e in left]
+        if all(x is not _UNPLAIN for row in rows for x in row.values()):
+            return {"cycler": rows}  # (a cycler('color', [...]): its rows)
+    return _UNPLAIN
+
+
+def _plain_row(v: Any) -> Any:
+    """A simple value, or a list or tuple of them as a list; else `_UNPLAIN`."""
+    if _simple(v):
+        return v
+    if type(v) is list or type(v) is tuple:
+        return list(v) if all(_simple(x) for x in v) else _UNPLAIN
+    return _UNPLAIN
+
+
 def _read_jax(lib: Any) -> Any:
     cfg = lib.mod("jax._src.config")
     config = cfg.get("config")
@@ -359,6 +420,7 @@ _READERS = (("interpreter", _read_interpreter, ""), ("numpy", _read_numpy, "nump
             ("numpy_random", _read_numpy_random, "numpy.random.mtrand"), ("random", _read_random, "random"),
             ("decimal", _read_decimal, "decimal"), ("warnings", _read_warnings, "warnings"),
             ("pandas", _read_pandas, "pandas._config.config"), ("sklearn", _read_sklearn, "sklearn._config"),
+            ("matplotlib", _read_matplotlib, "matplotlib"),
             ("jax", _read_jax, "jax._src.config"),
             ("tf", _read_tf, "tensorflow"), ("keras", _read_keras, "keras"))
 
@@ -501,6 +563,18 @@ def _apply_sklearn(v: dict) -> None:
     _loaded("sklearn").set_config(**v)
 
 
+def _apply_matplotlib(v: dict) -> None:
+    import warnings
+    mpl: Any = _loaded("matplotlib")
+    rows = {k: val for k, val in v.items() if type(val) is dict}
+    with warnings.catch_warnings():  # (a deprecated key the notebook set warned there already)
+        warnings.simplefilter("ignore")
+        mpl.rcParams.update({k: val for k, val in v.items() if k not in rows})
+        for k, val in rows.items():
+            keys = list(val["cycler"][0])
+            mpl.rcParams[k] = _loaded("cycler").cycler(**{n: [row[n] for row in val["cycler"]] for n in keys})
+
+
 def _apply_jax(v: dict) -> None:
     jax: Any = _loaded("jax")
     holders = jax.config._value_holders
@@ -549,5 +623,5 @@ def _apply_keras(v: dict) -> None:
 
 _APPLY: dict[str, Any] = {"interpreter": _apply_interpreter, "numpy": _apply_numpy, "numpy_random": _apply_numpy_random,
           "random": _apply_random, "decimal": _apply_decimal, "warnings": _apply_warnings, "pandas": _apply_pandas,
-          "sklearn": _apply_sklearn,
+          "sklearn": _apply_sklearn, "matplotlib": _apply_matplotlib,
           "jax": _apply_jax, "tf": _apply_tf, "keras": _apply_keras}
