@@ -58,7 +58,13 @@ from crane.sandbox.kernel.finalizers import FinalizerWatch, rebound, runs_python
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
-from crane.sandbox.kernel.pickling import _cloudpickle, _culprit, dump_state, torch_reducers  # kernel: strip
+from crane.sandbox.kernel.pickling import (  # kernel: strip
+    _cloudpickle,
+    _culprit,
+    dump_state,
+    lru_reducers,
+    torch_reducers,
+)
 from crane.sandbox.kernel.proof import _patched_builtins, _patched_copyreg, _Proof, _Refused  # kernel: strip
 from crane.sandbox.kernel.shield import dumps, free_threaded, private_open  # kernel: strip
 from crane.sandbox.kernel.stdlib_own import patched_stdlib  # kernel: strip
@@ -223,7 +229,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     tag = f"-{req['tag']}" if req["tag"] else ""  # a session's exports: state-N.pkl, buf-N-i
     _phase(d, "copying")
     ctl.copying()
-    reducers = {**torch_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
+    reducers = {**torch_reducers(proof), **lru_reducers(proof), **tf_data_reducers(_Lib(proof, fresh=not req["tag"])), **graph.reducers()}
     reducers.update(_shell_reducer(shell))
     held.append(reducers)
     # each guess, and each value the cell rebinds copied for its finalizer, pickles on its own or is left out (a dry
