@@ -36,6 +36,7 @@ import msgspec
 
 from crane.errors import CraneError
 from crane.kernel.client import KernelConnection
+from crane.sandbox.assemble import threads_doubt
 from crane.sandbox.fork_runner import (
     DEFAULT_BUDGET_S,
     DEFAULT_MEMORY_MB,
@@ -79,6 +80,7 @@ class _Reply(msgspec.Struct, omit_defaults=True):
     confinement: dict = {}
     missed: list[str] = []  # a transplant session's load: the carried settings its worker could not prove equal
     unsettled: bool = False  # threads the run left running past the grace (kernel/armed): its clean run only likely
+    user_threads: list[str] = []  # the head's setup line: the notebook's threads in the kernel at the fork
 
 
 _reply_decoder = msgspec.json.Decoder(_Reply)
@@ -102,6 +104,8 @@ class SandboxSession:
         self._expected: tuple[int, str] | None = None  # (id, key) of the command whose reply is awaited
         self._resume_keys: dict[int, str] = {}  # checkpoint depth -> the key its "resumed" event must carry
         self._ready = False  # the session announced itself (a later "ready" is forged)
+        self._threads: list[str] | None = None  # the head's setup line (the first, before "ready"; later ones are
+        # a command's own: ignored): the notebook's threads the fork left behind (kernel/fork_threads.py)
         self.forged = 0  # lines on the result FIFO that answer no command of ours: discarded
         self._depth = 0  # absolute depth of the head (0 = the process forked from the kernel)
         self.budget_s = budget_s
@@ -193,6 +197,8 @@ class SandboxSession:
             reason=rep.reason, landlock_abi=self.landlock_abi, pid=rep.pid,
             integrity=self._integrity(rep.reason), certain=not rep.unsettled,
         )
+        if self._threads and v.verdict in ("crash", "no-crash") and v.certain:
+            v.certain, v.reason = False, threads_doubt(v.verdict, self._threads)
         if len(rep.stdout_span) == 2:
             v.stdout = self._pdir.read_capture("stdout", rep.stdout_span[0], rep.stdout_span[1], OUTPUT_LIMIT)
         if len(rep.stderr_span) == 2:
@@ -332,6 +338,8 @@ class SandboxSession:
                 self.forged += 1  # not a line of ours
                 continue
             if rep.event == "setup":  # the child's setup line (mode, what was made private): not a reply
+                if not self._ready and self._threads is None:
+                    self._threads = list(rep.user_threads)
                 continue
             if self._genuine(rep):
                 return rep

@@ -238,6 +238,7 @@ class SetupLine(msgspec.Struct, omit_defaults=True):
     fds: dict = {}  # inherited descriptors by treatment (kernel/fds)
     mappings: dict = {}  # shared mappings by treatment (kernel/mappings): unmapped (or readonly) > 0 matters
     pool_threads: int = 0  # native worker threads (OpenMP, BLAS, rayon) the kernel had when it forked
+    user_threads: list[str] = []  # the notebook's threads running in the kernel when it forked (not in the child)
     steps: dict = {}  # setup step -> ms
     pid: int | None = None
     kept: list[KeptObject] = []  # miniature runs: what was shrunk

@@ -35,6 +35,7 @@ from crane.sandbox.kernel.atfork import (  # kernel: strip
 )
 from crane.sandbox.kernel.common import await_seal, proc_kb, read_seal  # kernel: strip
 from crane.sandbox.kernel.confine import prebuild_filters, supported  # kernel: strip
+from crane.sandbox.kernel.fork_threads import note_notebook_threads  # kernel: strip
 from crane.sandbox.kernel.isolation import find_thread_pools, publisher_class, unsafe_pools  # kernel: strip
 from crane.sandbox.kernel.request import RequestError, check_request, decode_request  # kernel: strip
 from crane.sandbox.kernel.run import _child_run  # kernel: strip
@@ -283,6 +284,7 @@ def _fork(args: dict, child_main: Callable[[dict, Any, int, bool], None]) -> dic
     t0, c0 = time.perf_counter(), time.thread_time()
     # a one-shot run's process tells its parent (the reaper below) when its record is out: then its seal is looked for
     done_r, done_w = os.pipe() if args["mode"] == "run" else (-1, -1)
+    note_notebook_threads()  # (not in the child: its setup line names them, kernel/fork_threads.py)
     saved = suspend_user_handlers()  # the user's at-fork handlers are not run by our fork (kernel/atfork.py)
     rstate = random_state()  # (the child draws what the kernel would: kernel/atfork.py)
     try:

@@ -34,6 +34,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.confine import confine, set_parent_death_signal  # kernel: strip
 from crane.sandbox.kernel.fds import privatise_descriptors, reopen_through_mounts  # kernel: strip
+from crane.sandbox.kernel.fork_threads import _FT_LIVE  # kernel: strip
 from crane.sandbox.kernel.layer import (  # kernel: strip
     LayerError,
     build_layer,
@@ -688,6 +689,7 @@ def _prepare_child(args: dict, shell: Any, parent: int, on_main: bool) -> _Ctx:
     ctx.steps["cpu"] = round((ctx.cpu_before + time.process_time() - cpu0) * 1000.0, 3)
     _write_json(ctx.result_fd, {"event": "setup", "mode": ctx.mode, "reason": ctx.mode_reason,
                                 "pool_threads": int(_POOLS.get("native") or 0),
+                                "user_threads": list(_FT_LIVE["names"]),
                                 "layer": ctx.layer, "fds": ctx.fds, "mappings": ctx.mappings,
                                 "steps": ctx.steps, "pid": os.getpid(), "kept": ctx.kept})
     return ctx
