@@ -64,6 +64,7 @@ from crane.sandbox.oslayer import started as os_started
 from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
 from crane.sandbox.portable import Forked, read_forked, reuse_head
 from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
+from crane.sandbox.set_order import ordered_set_reads
 from crane.sandbox.shared.carry import CARRIED_RUNTIMES
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 from crane.sandbox.worker_size import no_room
@@ -118,13 +119,18 @@ _ENV_NEVER = ("PRELOAD", "LD_", "PYTHON", "PATH", "LIBRARY", "PLUGIN", "_DIR", "
 
 
 def worker_env(env: dict) -> dict:
-    """The allowlisted part of the kernel's environment a worker starts with."""
+    """The allowlisted part of the kernel's environment a worker starts with, and its `PYTHONHASHSEED` where it is
+    one (a number or `random`: it chooses no code; with the kernel's seed a set of strings iterates in the kernel's
+    order, red team round 17h F8; the worker checks its hashes against the kernel's anyway: `str_hash`)."""
     out = {}
     for k, v in env.items():
         if not isinstance(k, str) or not isinstance(v, str):
             continue
         if k in _ENV_NAMES or (k.startswith(_ENV_PREFIXES) and not any(w in k for w in _ENV_NEVER)):
             out[k] = v
+    seed = env.get("PYTHONHASHSEED")
+    if isinstance(seed, str) and (seed == "random" or (seed.isdigit() and int(seed) <= 4294967295)):
+        out["PYTHONHASHSEED"] = seed
     return out
 
 
@@ -755,6 +761,8 @@ def transplant(
             v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
         elif v.verdict == "no-crash" and (history := history_doubt(source)):
             v.certain, v.reason = False, f"the clean run is only likely: {history}"
+        elif v.verdict == "no-crash" and (hashes := hash_doubt(source, setup_extra.get("settings_missed") or [])):
+            v.certain, v.reason = False, f"the clean run is only likely: {hashes}"
         if v.verdict == "crash":
             doubt = copy_crash_doubt(v, source, CopyFacts(
                 copied=list(exp.copied), carried=list(exp.carried), patched=list(exp.patched),
@@ -825,6 +833,22 @@ def _left_out_doubt(exp: ExportReply) -> str | None:
     names = ", ".join(exp.finalizers_left_out[:3]) + (" and more" if len(exp.finalizers_left_out) > 3 else "")
     return (f"{names}, which the cell binds again, runs code when it is freed (a finalizer) and could not be "
             "copied: the kernel runs that code at the cell's rebinding, the copy did not")
+
+
+def hash_doubt(source: str, missed: Collection[str]) -> str | None:
+    """Why a copy run's crash or clean run may not be the kernel's because of string hashes (red team round 17h,
+    F8; worker/main `_hash_missed`), else None: the cell calls `hash(` and the worker's hashes are not the kernel's
+    (`hash_differs`), or it iterates a copied set of strings (`str_set:<name>`) in an order that shows — a set
+    rebuilt in the worker iterates in another order than the kernel's, even with equal hashes (its slots depend on
+    the order its items came in)."""
+    if "hash_differs" in missed and "hash(" in source:
+        return "the worker's string hashes are not the kernel's (`hash()` of a string differs)"
+    names = {m.partition(":")[2] for m in missed if m.startswith("str_set:")}
+    shown = ordered_set_reads(source, names) if names else []
+    if shown:
+        return (f"the cell iterates the set of strings {shown[0]!r} (a copied set iterates in the worker in another "
+                "order than in the kernel)")
+    return None
 
 
 def _finalizers_missed(data: bytes) -> str | None:
@@ -943,6 +967,7 @@ _MISSED_STATE = {
     "interpreter": lambda v, source, frames: (v.ename or "") == "ValueError" and "digits" in (v.evalue or ""),
     "numpy": lambda v, source, frames: (v.ename or "") == "FloatingPointError" or _in_frames(frames, "numpy"),
     "pandas": lambda v, source, frames: _in_frames(frames, "pandas"),
+
     "sklearn": lambda v, source, frames: _in_frames(frames, "sklearn"),
     # (a figure's files, sizes and colours: the cell's own checks of them fail in no matplotlib frame)
     "matplotlib": lambda v, source, frames: _in_frames(frames, "matplotlib") or "matplotlib" in source
@@ -1108,6 +1133,9 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
         shown = ", ".join(unseen[:5]) + (f" and {len(unseen) - 5} more" if len(unseen) > 5 else "")
         return f"the cell reads the kernel's namespace as a whole (globals(), vars(), the shell's user_ns), and the " \
                f"copy held only the names the cell names, not {shown}"
+    hashes = hash_doubt(source, missed)
+    if hashes is not None:
+        return hashes
     lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
     return crash_doubt(v, source, held.copied, [r for r in held.carried if r not in lost], missed=missed,
                        patched=held.patched)

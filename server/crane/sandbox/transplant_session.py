@@ -43,6 +43,7 @@ from crane.sandbox.transplant import (
     Worker,
     _export,
     copy_crash_doubt,
+    hash_doubt,
     history_doubt,
     kernel_of,
     kernel_vm_mb,
@@ -384,8 +385,9 @@ class TransplantSession(SandboxSession):
             v.reason = (f"{v.reason}; " if v.reason else "") + ("the run's state is not kept for the next command: "
                                                                  "threads it started were still running")
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
-        if v.verdict == "no-crash" and v.certain and (history := history_doubt(source)):  # (the one-shot's rule)
-            v.certain = False
+        if v.verdict == "no-crash" and v.certain and (history := history_doubt(source)
+                                                      or hash_doubt(source, self._held.settings_missed)):
+            v.certain = False  # (the one-shot's rules)
             v.reason = (f"{v.reason}; " if v.reason else "") + f"the clean run is only likely: {history}"
         if v.verdict == "crash" and v.certain:  # the one-shot's rule, on what this worker holds (issue 42, h1, h9)
             self._held.copied = list(self._copied.items())

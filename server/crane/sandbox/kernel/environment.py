@@ -66,6 +66,12 @@ def _sys_path() -> list:
 
 
 
+# the kernel's hash of one exact str, taken at install (its builtins proven: kernel/pristine.py): the worker compares
+# its own to know whether its string hashes, and so a set of strings' iteration order, are the kernel's
+_STR_HASH_PROBE = "crane: the kernel's string hash"
+_STR_HASH = hash(_STR_HASH_PROBE)
+
+
 def _facts(shell: Any, keys: list, settings: dict, buffers: int, shell_missed: list) -> dict:
     """`env.json`: what the worker rebuilds the kernel's interpreter from (`keys`: the namespace's names;
     `shell_missed`: the notebook's shell state the worker will not hold, kernel/transformers.py: a crash in the copy
@@ -77,7 +83,7 @@ def _facts(shell: Any, keys: list, settings: dict, buffers: int, shell_missed: l
             "modules": modules, "submodules": _submodules(modules), "torch": _torch_facts(), "buffers": buffers, "settings": settings,
             "names": [k for k in keys if not k.startswith("_")][:100000],
             **shell_settings, "shell_missed": shell_missed, "connection_file": _connection_file(), "argv": _sys_argv(),
-            "shell_class": _shell_class_name(shell)}
+            "shell_class": _shell_class_name(shell), "str_hash": _STR_HASH}
 
 
 def _sys_argv() -> list | None:

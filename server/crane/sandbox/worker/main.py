@@ -551,6 +551,42 @@ def _apply_settings(facts: dict) -> list[str]:
     return missed
 
 
+_WORKER_HASH_PROBE = "crane: the kernel's string hash"  # (kernel/environment._STR_HASH_PROBE: the same text)
+
+
+def _hash_missed(facts: dict, loaded: dict) -> list[str]:
+    """What the copy misses of the kernel's string hashes (red team round 17h, F8): `hash_differs` where this worker
+    hashes the kernel's probe string otherwise than the kernel did (not the same `PYTHONHASHSEED`,
+    transplant.worker_env: a cell's `hash()` of a string differs), and `str_set:<name>` for each loaded name whose
+    value holds a set of strings (or of tuples of them): rebuilt here, it iterates in another order than in the
+    kernel, even with equal hashes (transplant.hash_doubt reads which the cell iterates). Only builtin containers
+    are looked into (no attribute of a loaded object is read: the load is not the cell's)."""
+    want = facts.get("str_hash")
+    out = ["hash_differs"] if type(want) is int and hash(_WORKER_HASH_PROBE) != want else []
+    return out + [f"str_set:{name}" for name, v in loaded.items()
+                  if type(name) is str and not name.startswith("\x00") and _str_set(v, 2)][:50]
+
+
+def _str_set(v: Any, depth: int) -> bool:
+    t = type(v)
+    if t is set or t is frozenset:
+        for n, x in enumerate(v):
+            if type(x) is str or type(x) is bytes or (type(x) is tuple and any(type(y) is str for y in x)):
+                return len(v) > 1
+            if n >= 64:
+                break
+        return False
+    if depth <= 0:
+        return False
+    items = v[:256] if t is list or t is tuple else dict.values(v) if t is dict else ()
+    for n, x in enumerate(items):
+        if n >= 256:
+            break
+        if _str_set(x, depth - 1):
+            return True
+    return False
+
+
 def _torch_settings(st: dict) -> None:
     ts = st.get("torch")
     torch = sys.modules.get("torch")
@@ -1029,6 +1065,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
             keras = apply_keras(loaded.pop(KERAS_KEY, None))  # Keras graphs built whole
             _W["settings_missed"].extend(keras)
             missed.extend(keras)
+            missed.extend(_hash_missed(facts, loaded))
             for name, obj in loaded.items():
                 if name not in ns:
                     ns[name] = _rebind(obj, ns)
@@ -1125,6 +1162,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         transformers = state.pop(_TRANSFORMERS_KEY, None)
         _apply_settings(facts)
         _W["settings_missed"].extend(apply_keras(state.pop(KERAS_KEY, None)))  # Keras graphs built whole
+        _W["settings_missed"].extend(_hash_missed(facts, state))
         ns = shell.user_ns
         for name, obj in state.items():
             ns[name] = _rebind(obj, ns)
