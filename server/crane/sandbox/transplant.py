@@ -527,6 +527,7 @@ class ExportReply(msgspec.Struct):
     shrink_error: str | None = None
     carried: list[str] = []  # rebuilt runtimes whose process-wide state the copy carries (kernel/export `_settings`)
     patched: list[str] = []  # library classes of copied values the notebook patched (kernel/export)
+    traced: list[str] = []  # copied Keras models the kernel traced (kernel/environment._traced_models)
     # values the cell rebinds whose freeing runs Python code (a `__del__`, a weak callback), which could not be
     # copied: the cell's rebinding runs that code in the kernel, never in the copy (kernel/finalizers.py)
     finalizers_left_out: list[str] = []
@@ -765,7 +766,7 @@ def transplant(
             v.certain, v.reason = False, f"the clean run is only likely: {hashes}"
         if v.verdict == "crash":
             doubt = copy_crash_doubt(v, source, CopyFacts(
-                copied=list(exp.copied), carried=list(exp.carried), patched=list(exp.patched),
+                copied=list(exp.copied), carried=list(exp.carried), patched=list(exp.patched), traced=list(exp.traced),
                 settings_missed=[str(m) for m in setup_extra.get("settings_missed") or []]), facts)
             if portable and _view_touched(data):  # the run's view of the folder may be what failed (P6)
                 doubt = doubt or "the run's view of the notebook's folder may be what failed"
@@ -1103,6 +1104,7 @@ class CopyFacts(msgspec.Struct):
     copied: list[tuple[str, str]] = []  # (name, type) of every value the worker holds from the kernel
     carried: list[str] = []  # rebuilt runtimes whose state the copy carries (ExportReply.carried)
     patched: list[str] = []  # library classes of copied values the notebook patched beyond the copy (ExportReply)
+    traced: list[str] = []  # copied Keras models the kernel traced: the copy's are rebuilt untraced (ExportReply)
     settings_missed: list[str] = []  # carried state the worker could not prove equal (its setup line / load replies)
 
 
@@ -1136,6 +1138,12 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
     hashes = hash_doubt(source, missed)
     if hashes is not None:
         return hashes
+    lines = source.splitlines()
+    failing = cell_names(lines[v.line - 1].strip()) if v.line and v.line <= len(lines) else []
+    traced = [n for n in held.traced if n in failing]
+    if traced:
+        return (f"the kernel's Keras model {traced[0]!r} was traced (fit, evaluated or predicted with) and the copy's, "
+                "rebuilt, was not: the kernel may fail in its traced graph with another exception")
     lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
     return crash_doubt(v, source, held.copied, [r for r in held.carried if r not in lost], missed=missed,
                        patched=held.patched)

@@ -202,6 +202,7 @@ class TransplantSession(SandboxSession):
         held = self._held
         held.carried = [r for r in held.carried if r in exp.carried]  # (a runtime any load did not carry is rebuilt)
         held.patched = [*held.patched, *(p for p in exp.patched if p not in held.patched)]
+        held.traced = [*held.traced, *(t for t in exp.traced if t not in held.traced)]
         if not exp.copied and not transformers and self._loaded:  # (the first load applies the kernel's settings,
             return  # copied names or not: worker/main's `load`)
         import os

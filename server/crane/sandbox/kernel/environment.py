@@ -459,6 +459,31 @@ def _patched_methods(proof: _Proof, objs: dict) -> list:
     return out
 
 
+_TRACED_FUNCTIONS = ("train_function", "test_function", "predict_function")
+
+
+def _traced_models(objs: dict) -> list:
+    """The copied names holding a Keras model the kernel traced (`fit`, `evaluate` or `predict` made its train,
+    test or predict function: set in its instance dict): the copy rebuilds the model with none, so its crash may
+    not be the kernel's — the kernel's traced graph fails with another exception than the copy's input check (red
+    team round 17h, F6: `InvalidArgumentError` in the kernel, `ValueError` in the copy). Read from the class's C
+    `__module__` and the instance dict (its keys proven exact `str`): nothing of the model's runs."""
+    out = []
+    for name, v in dict.items(objs):
+        if type(name) is not str or name.startswith("\x00"):
+            continue
+        mod = _T_MODULE.__get__(type(v), type)
+        if type(mod) is not str or mod.partition(".")[0] not in ("keras", "tf_keras"):
+            continue
+        try:
+            d = own_dict(v)
+            if any(str_get(d, k) is not None for k in _TRACED_FUNCTIONS):
+                out.append(name)
+        except OddKeyError:
+            out.append(name)  # (not read: said traced, so its crash stays "likely")
+    return out[:50]
+
+
 def _patched_classes(proof: _Proof, objs: dict, carried: list | tuple = ()) -> list:
     """The short names of the library classes of copied values the notebook patched (a method added or replaced)
     beyond what the copy carries (`carried`: `_patched_methods`' entries): an AttributeError naming one in the copy

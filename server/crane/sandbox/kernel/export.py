@@ -52,6 +52,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
     _patched_methods,
     _process,
     _settings,
+    _traced_models,
 )
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
 from crane.sandbox.kernel.finalizers import FinalizerWatch, rebound, runs_python_when_freed  # kernel: strip
@@ -276,6 +277,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     objs.pop("\x00crane-shrunk", None)
     return {"ok": True, "copied": [[n, _type_name(o)] for n, o in dict.items(objs)], "bytes": out["bytes"],
             "patched": _patched_classes(proof, objs, methods), "transformers": sent_transformers,
+            "traced": _traced_models(objs),
             "kept": kept, "shrunk": why if kept else None, "raw_bytes": raw, "shrink_error": shrink_error,
             "executable": _EXECUTABLE, "modules": facts["modules"], "cuda": bool(facts["torch"].get("cuda")),
             "carried": _carried(settings, facts, proof, {k: v for k, v in dict.items(objs) if not graph.covers(v)}),
