@@ -6,7 +6,7 @@ and checks its hash of a probe string against the kernel's (`str_hash`, taken in
 they differ, a cell calling `hash(` gets a likely verdict. A set of strings rebuilt in the worker iterates in
 another order even with equal hashes (its slots depend on the order its items came in): a cell that iterates a
 copied one where the order shows gets a likely verdict, saying why (worker/main `_hash_missed`,
-transplant.hash_doubt, sandbox/set_order.py). Kernels started with seed 0 and with a random
+transplant.state_doubt, sandbox/set_order.py). Kernels started with seed 0 and with a random
 seed; IPython 8 and 9; one-shot and session copy paths, the fork path (the kernel's own hashes) as the baseline."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crane.sandbox.set_order import ordered_set_reads
-from crane.sandbox.transplant import hash_doubt
+from crane.sandbox.transplant import state_doubt
 
 
 @pytest.mark.parametrize("source", [
@@ -27,10 +27,10 @@ def test_reads_where_the_order_shows(source):
     assert ordered_set_reads(source, ["cols"]) == ["cols"]
 
 
-def test_hash_doubt():
-    assert hash_doubt("list(cols)", ["str_set:cols"]) is not None
-    assert hash_doubt("len(cols)", ["str_set:cols"]) is None
-    assert hash_doubt("list(other)", ["str_set:cols"]) is None
-    assert hash_doubt("b = hash(u) % 10", ["hash_differs"]) is not None
-    assert hash_doubt("b = hash(u) % 10", []) is None
-    assert hash_doubt("x = 1", ["hash_differs", "str_set:cols"]) is None
+def test_state_doubt():
+    assert state_doubt("list(cols)", ["str_set:cols"]) is not None
+    assert state_doubt("len(cols)", ["str_set:cols"]) is None
+    assert state_doubt("list(other)", ["str_set:cols"]) is None
+    assert state_doubt("b = hash(u) % 10", ["hash_differs"]) is not None
+    assert state_doubt("b = hash(u) % 10", []) is None
+    assert state_doubt("x = 1", ["hash_differs", "str_set:cols"]) is None

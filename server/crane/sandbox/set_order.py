@@ -4,7 +4,7 @@ A set rebuilt in the transplant worker iterates in another order than the kernel
 string hashes (the worker's are the kernel's only with the same `PYTHONHASHSEED`) and on the order its items came
 in (pickling re-adds them in the kernel's iteration order, which lays them out otherwise). Membership, size,
 sorting and equality never show it; iterating, listing, printing or handing the set to a library may. The worker
-names the loaded values that hold a set of strings (worker/main `_hash_missed`); `transplant.hash_doubt` makes a
+names the loaded values that hold a set of strings (worker/main `_hash_missed`); `transplant.state_doubt` makes a
 verdict of a cell that reads one of them where the order can show only "likely". Runs in the daemon.
 """
 

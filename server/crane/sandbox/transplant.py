@@ -75,7 +75,7 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
                                  [_HERE / "kernel/pristine.py", _HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/bound.py",
                                   _HERE / "../kernel_common/ipython_shell.py", _HERE / "kernel/stdlib_own.py", _HERE / "kernel/lookups.py", _HERE / "kernel/miniature.py",
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
-                                  _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/dynamic_reads.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py",
+                                  _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/dynamic_reads.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py", _HERE / "shared/own_modules.py", _HERE / "kernel/own_modules.py",
                                   _HERE / "shared/keras_graph.py", _HERE / "shared/tf_data.py",
                                   _HERE / "kernel/export.py"],
                                  threads=True)  # (the export's pickler thread: kernel/hooks_off.py)
@@ -83,7 +83,7 @@ WORKER_MODULE = KernelModule("_crane_sandbox", "CRANE's transplant worker",
                              [_HERE / p for p in SANDBOX_PARTS]
                              + [_HERE / "kernel/library.py", _HERE / "worker/devices.py", _HERE / "worker/guard.py",
                                 _HERE / "shared/winjob.py", _HERE / "worker/limits.py", _HERE / "worker/seccomp.py", _HERE / "worker/linux.py", _HERE / "worker/after_import.py", _HERE / "worker/pools.py", _HERE / "worker/reaper.py", _HERE / "shared/view_names.py", _HERE / "worker/abs_paths.py", _HERE / "worker/portable.py", _HERE / "worker/head.py", _HERE / "worker/native.py", _HERE / "worker/arrow.py", _HERE / "worker/frames.py", _HERE / "worker/finalizers.py", _HERE / "worker/imports.py", _HERE / "worker/load_vet.py", _HERE / "shared/carry.py", _HERE / "shared/keras_layers.py", _HERE / "shared/keras_graph.py",
-                                _HERE / "worker/warmup.py", _HERE / "worker/main.py"])
+                                _HERE / "shared/own_modules.py", _HERE / "worker/warmup.py", _HERE / "worker/main.py"])
 
 
 def _cloudpickle_source() -> Path:
@@ -762,8 +762,8 @@ def transplant(
             v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
         elif v.verdict == "no-crash" and (history := history_doubt(source)):
             v.certain, v.reason = False, f"the clean run is only likely: {history}"
-        elif v.verdict == "no-crash" and (hashes := hash_doubt(source, setup_extra.get("settings_missed") or [])):
-            v.certain, v.reason = False, f"the clean run is only likely: {hashes}"
+        elif v.verdict == "no-crash" and (held := state_doubt(source, setup_extra.get("settings_missed") or [], facts)):
+            v.certain, v.reason = False, f"the clean run is only likely: {held}"
         if v.verdict == "crash":
             doubt = copy_crash_doubt(v, source, CopyFacts(
                 copied=list(exp.copied), carried=list(exp.carried), patched=list(exp.patched), traced=list(exp.traced),
@@ -836,12 +836,16 @@ def _left_out_doubt(exp: ExportReply) -> str | None:
             "copied: the kernel runs that code at the cell's rebinding, the copy did not")
 
 
-def hash_doubt(source: str, missed: Collection[str]) -> str | None:
-    """Why a copy run's crash or clean run may not be the kernel's because of string hashes (red team round 17h,
-    F8; worker/main `_hash_missed`), else None: the cell calls `hash(` and the worker's hashes are not the kernel's
-    (`hash_differs`), or it iterates a copied set of strings (`str_set:<name>`) in an order that shows — a set
-    rebuilt in the worker iterates in another order than the kernel's, even with equal hashes (its slots depend on
-    the order its items came in)."""
+def state_doubt(source: str, missed: Collection[str], facts: dict | None = None) -> str | None:
+    """Why a copy run's crash or clean run may not be the kernel's because of state the worker holds otherwise
+    (worker/main: `_hash_missed`, shared/own_modules.apply_own_modules), else None:
+    - the cell calls `hash(` and the worker's string hashes are not the kernel's (`hash_differs`);
+    - it iterates a copied set of strings (`str_set:<name>`) where the order shows (red team round 17h, F8): a set
+      rebuilt in the worker iterates in another order than the kernel's, even with equal hashes (its slots depend
+      on the order its items came in);
+    - it reads one of the notebook's own modules whose worker copy is not the kernel's (`module:<name>`: its file
+      changed since the kernel imported it, or it holds state the copy could not carry; round 17h, F2): the cell
+      names the module or a name the kernel's module holds (`facts["own_modules"]`)."""
     if "hash_differs" in missed and "hash(" in source:
         return "the worker's string hashes are not the kernel's (`hash()` of a string differs)"
     names = {m.partition(":")[2] for m in missed if m.startswith("str_set:")}
@@ -849,6 +853,15 @@ def hash_doubt(source: str, missed: Collection[str]) -> str | None:
     if shown:
         return (f"the cell iterates the set of strings {shown[0]!r} (a copied set iterates in the worker in another "
                 "order than in the kernel)")
+    modules = [m.partition(":")[2] for m in missed if m.startswith("module:")]
+    if modules:
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source))
+        own = (facts or {}).get("own_modules") or {}
+        for name in modules:
+            held = (own.get(name) or {}).get("names") or []
+            if words & {*name.split("."), *held}:
+                return (f"the notebook's module {name!r} in the copy is not the kernel's (its file changed since the "
+                        "kernel imported it, or it holds state the copy could not carry)")
     return None
 
 
@@ -1135,9 +1148,9 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
         shown = ", ".join(unseen[:5]) + (f" and {len(unseen) - 5} more" if len(unseen) > 5 else "")
         return f"the cell reads the kernel's namespace as a whole (globals(), vars(), the shell's user_ns), and the " \
                f"copy held only the names the cell names, not {shown}"
-    hashes = hash_doubt(source, missed)
-    if hashes is not None:
-        return hashes
+    held_otherwise = state_doubt(source, missed, facts)
+    if held_otherwise is not None:
+        return held_otherwise
     lines = source.splitlines()
     failing = cell_names(lines[v.line - 1].strip()) if v.line and v.line <= len(lines) else []
     traced = [n for n in held.traced if n in failing]

@@ -59,6 +59,7 @@ from crane.sandbox.kernel.finalizers import FinalizerWatch, rebound, runs_python
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
+from crane.sandbox.kernel.own_modules import own_modules  # kernel: strip
 from crane.sandbox.kernel.pickling import (  # kernel: strip
     _cloudpickle,
     _culprit,
@@ -84,6 +85,7 @@ from crane.sandbox.kernel.stops import (  # kernel: strip
 from crane.sandbox.kernel.transformers import TRANSFORMERS_KEY, shell_transformers, transformers_missed  # kernel: strip
 from crane.sandbox.kernel.waiting import shell_watch  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, KerasGraph  # kernel: strip
+from crane.sandbox.shared.own_modules import OWN_MODULES_KEY  # kernel: strip
 from crane.sandbox.shared.tf_data import tf_data_reducers  # kernel: strip
 
 _SKIP = {"get_ipython", "exit", "quit", "__builtins__", "__builtin__", "__name__", "__doc__", "__spec__", "__loader__",
@@ -253,6 +255,9 @@ def _export(args: Any, resealed: list, held: list) -> dict:
             objs[TRANSFORMERS_KEY] = transformers
         else:
             shell_missed = transformers_missed(transformers)
+    own_data, own_prints = own_modules()  # the notebook's own modules: their plain data and code prints
+    if own_data:
+        objs[OWN_MODULES_KEY] = own_data
     graph.scan(objs)  # Sequential models sharing a layer with another copied value: rebuilt from their layers
     objs[KERAS_KEY] = graph.record  # (last: what the worker does once every object is whole)
     # what runs when a copied object is freed (its finalizers, weak callbacks, the kernel's references), pickled after
@@ -261,6 +266,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     held.append(fin_watch)
     out = dump_state(objs, reducers, cp=cp, d=d, tag=tag, ctl=ctl, proof=proof, watch=fin_watch)
     objs.pop(KERAS_KEY, None)
+    objs.pop(OWN_MODULES_KEY, None)
     objs.pop("\x00crane-accessors", None)
     objs.pop("\x00crane-patched", None)
     sent_transformers = objs.pop(TRANSFORMERS_KEY, None) is not None
@@ -272,6 +278,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         return {"ok": False, "reason": _culprit(cp, objs, reducers, ename, evalue, d, waiting, proof.rebuilt), "watch": watched}
     facts = _facts(shell, keys, settings, len(out["buffers"]), shell_missed)
     facts["dynamic_readers"] = readers
+    facts["own_modules"] = own_prints
     with private_open(_join(d, "env.json"), "w") as f:
         f.write(dumps(facts))
     objs.pop("\x00crane-shrunk", None)

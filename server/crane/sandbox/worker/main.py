@@ -67,6 +67,7 @@ from crane.sandbox.kernel.session import (  # kernel: strip
 )
 from crane.sandbox.shared.carry import apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
+from crane.sandbox.shared.own_modules import OWN_MODULES_KEY, apply_own_modules  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
 from crane.sandbox.worker.devices import map_devices  # kernel: strip
 from crane.sandbox.worker.finalizers import arm_finalizers, finalizers_missed, load_with_finalizers  # kernel: strip
@@ -559,7 +560,7 @@ def _hash_missed(facts: dict, loaded: dict) -> list[str]:
     hashes the kernel's probe string otherwise than the kernel did (not the same `PYTHONHASHSEED`,
     transplant.worker_env: a cell's `hash()` of a string differs), and `str_set:<name>` for each loaded name whose
     value holds a set of strings (or of tuples of them): rebuilt here, it iterates in another order than in the
-    kernel, even with equal hashes (transplant.hash_doubt reads which the cell iterates). Only builtin containers
+    kernel, even with equal hashes (transplant.state_doubt reads which the cell iterates). Only builtin containers
     are looked into (no attribute of a loaded object is read: the load is not the cell's)."""
     want = facts.get("str_hash")
     out = ["hash_differs"] if type(want) is int and hash(_WORKER_HASH_PROBE) != want else []
@@ -1059,8 +1060,10 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
                 if methods.get((id(cls), name), ()) is not None:
                     methods[(id(cls), name)] = (cls, name, value)
             missed: list = []  # (this load's: its reply says them, transplant.copy_crash_certain: issue 42, h9)
-            if not state.get("settings"):
+            own = loaded.pop(OWN_MODULES_KEY, None)
+            if not state.get("settings"):  # (the first load's: later ones would undo what the commands changed)
                 missed.extend(_apply_settings(facts))
+                missed.extend(apply_own_modules(own, facts.get("own_modules")))
                 state["settings"] = True
             keras = apply_keras(loaded.pop(KERAS_KEY, None))  # Keras graphs built whole
             _W["settings_missed"].extend(keras)
@@ -1162,6 +1165,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         transformers = state.pop(_TRANSFORMERS_KEY, None)
         _apply_settings(facts)
         _W["settings_missed"].extend(apply_keras(state.pop(KERAS_KEY, None)))  # Keras graphs built whole
+        _W["settings_missed"].extend(apply_own_modules(state.pop(OWN_MODULES_KEY, None), facts.get("own_modules")))
         _W["settings_missed"].extend(_hash_missed(facts, state))
         ns = shell.user_ns
         for name, obj in state.items():
