@@ -11,8 +11,10 @@ the daemon makes the verdict "likely" (sandbox/assemble.py).
 Which threads count: every live thread but the forking one, the main thread, threads not started by `threading`
 (`_DummyThread`: a library's native thread that called into Python), the kernel's own machinery (a class or
 target of ipykernel, IPython, jupyter_client, pyzmq, tornado, debugpy, CRANE) and a library's own thread class
-whose `run` is the library's (tqdm's monitor, TensorBoard's writer): a plain `Thread` or `Timer` with any target,
-a pool's worker, a class of the notebook's. Runs in the kernel: only exact types, C-level reads of classes and
+whose `run` is the library's (tqdm's monitor, TensorBoard's writer), and a plain `Thread` whose target is a
+library's and whose every frame now runs library code (a queue's feeder, a pool's idle worker: as
+kernel/armed._library_thread; joblib's reusable executor is forgotten in the child anyway, kernel/isolation). Counted:
+a `Timer`, a `Thread` running the notebook's code or a C callable, a class of the notebook's. Runs in the kernel: only exact types, C-level reads of classes and
 of the thread's instance dict (its keys proven exact `str`), the functions' own C slots; nothing of the notebook's
 or of a library's is called.
 """
@@ -20,14 +22,19 @@ or of a library's is called.
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 import types
 from typing import Any
 
-from crane.sandbox.kernel.atfork import is_library_handler  # kernel: strip
+from crane.sandbox.kernel.atfork import _ROOTS, _library_roots, is_library_handler  # kernel: strip
 
 _FT_ACTIVE: Any = threading._active  # type: ignore[attr-defined]  # ident -> Thread (bound at install)
 _FT_GET_IDENT = threading.get_ident
+_FT_FRAMES = sys._current_frames
+_FT_REALPATH = os.path.realpath
+_FT_SEP = os.sep
 _FT_THREAD, _FT_TIMER = threading.Thread, threading.Timer
 _FT_SKIP = (threading._MainThread, threading._DummyThread)  # type: ignore[attr-defined]
 _FT_MODULE = type.__dict__["__module__"]
@@ -79,6 +86,30 @@ def _ft_run(cls: type) -> Any:
     return None
 
 
+def _ft_idle_library(ident: int) -> bool:
+    """Every frame of the thread's stack now runs a library's code (by its code's file name under the library
+    roots: kernel/atfork), read through `sys._current_frames` (exact frame and code objects)."""
+    frame = dict.get(_FT_FRAMES(), ident)
+    if frame is None:
+        return False
+    roots = _ft_roots()
+    for _ in range(256):
+        if frame is None:
+            return True
+        name = frame.f_code.co_filename
+        path = _FT_REALPATH(name) if type(name) is str and name.startswith("/") else ""
+        if not path or not any(path.startswith(root + _FT_SEP) for root in roots):
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _ft_roots() -> tuple:
+    if _ROOTS["roots"] is None:
+        _ROOTS["roots"] = _library_roots()
+    return _ROOTS["roots"]
+
+
 def notebook_threads() -> list[str]:
     """The names of the kernel's live threads that do the notebook's work (see the module), at most 8."""
     me = _FT_GET_IDENT()
@@ -100,6 +131,8 @@ def notebook_threads() -> list[str]:
         target = dict.get(own, "_target") if cls is not _FT_TIMER else dict.get(own, "function")
         if target is not None and _ft_machinery(_ft_target_module(target)):
             continue
+        if cls is _FT_THREAD and target is not None and is_library_handler(target) and _ft_idle_library(ident):
+            continue  # a library's idle thread (a queue's feeder, a pool's idle worker): as armed._library_thread
         name = dict.get(own, "_name")
         out.append(name if type(name) is str else "a thread")
         if len(out) >= 8:
