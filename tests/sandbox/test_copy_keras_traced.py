@@ -68,6 +68,13 @@ def test_a_crash_of_a_model_the_kernel_traced_is_likely(kernel, path):
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_a_missing_method_of_a_traced_model_stays_certain(kernel, path):
+    """An AttributeError (Keras 3 removed `predict_classes`) is raised before any traced function runs."""
+    v = _verdict(kernel, path, "model.predict_classes(Xk)")
+    assert (v.verdict, v.ename, v.certain) == ("crash", "AttributeError", True), v
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_a_crash_of_an_untraced_model_stays_certain(kernel, path):
     v = _verdict(kernel, path, "fresh.predict(Xk[:, :3], verbose=0)")
     assert (v.verdict, v.certain) == ("crash", True), v

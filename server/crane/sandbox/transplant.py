@@ -1152,8 +1152,9 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
     if held_otherwise is not None:
         return held_otherwise
     lines = source.splitlines()
-    failing = cell_names(lines[v.line - 1].strip()) if v.line and v.line <= len(lines) else []
-    traced = [n for n in held.traced if n in failing]
+    line = lines[v.line - 1].strip() if v.line and v.line <= len(lines) else ""
+    traced = [n for n in held.traced if n in cell_names(line) and _TRACED_CALL.search(line)] \
+        if (v.ename or "") in _TRACED_ERRORS else []
     if traced:
         return (f"the kernel's Keras model {traced[0]!r} was traced (fit, evaluated or predicted with) and the copy's, "
                 "rebuilt, was not: the kernel may fail in its traced graph with another exception")
@@ -1162,6 +1163,12 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
                        patched=held.patched)
 
 
+# a Keras model's traced functions: the calls that run them, and what their graph or the rebuilt model's input
+# checks raise (an AttributeError, a TypeError of the call itself, is raised before either: the kernel's own)
+_TRACED_CALL = re.compile(r"\.(fit|evaluate|predict|train_on_batch|test_on_batch|predict_on_batch)\s*\(")
+_TRACED_ERRORS = frozenset(("ValueError", "InvalidArgumentError", "UnimplementedError", "FailedPreconditionError",
+                            "ResourceExhaustedError", "InternalError", "OutOfRangeError", "UnknownError",
+                            "XlaRuntimeError"))
 LIKELY_CRASH = "the crash is only likely"  # the head of a likely crash's `reason` (then ": " and why)
 
 
