@@ -64,7 +64,14 @@ def _verdict(conn, path: str, source: str):
 def test_a_crash_of_a_model_the_kernel_traced_is_likely(kernel, path):
     v = _verdict(kernel, path, "model.fit(Xk[:, :3], yk, epochs=1, verbose=0)")
     assert v.verdict == "crash" and not v.certain, v
-    assert "'model' was traced" in (v.reason or ""), v
+    assert "'model' has traced" in (v.reason or ""), v
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_function_the_kernel_never_traced_stays_certain(kernel, path):
+    """`model` was fit, never asked to predict: its predict function is built anew in the kernel too."""
+    v = _verdict(kernel, path, "model.predict(Xk[:, :3], verbose=0)")
+    assert (v.verdict, v.ename, v.certain) == ("crash", "ValueError", True), v
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -85,5 +92,7 @@ def test_the_kernels_own_exceptions(kernel):
     """What the kernel itself raises (run last: it traces `fresh`)."""
     traced = kernel.run_cell("model.fit(Xk[:, :3], yk, epochs=1, verbose=0)", timeout=300)
     first = kernel.run_cell("fresh.predict(Xk[:, :3], verbose=0)", timeout=300)
+    predict = kernel.run_cell("model.predict(Xk[:, :3], verbose=0)", timeout=300)
     assert traced.status == "error" and traced.ename != "ValueError", traced
     assert (first.status, first.ename) == ("error", "ValueError"), first
+    assert (predict.status, predict.ename) == ("error", "ValueError"), predict

@@ -11,7 +11,13 @@ import sys
 
 import pytest
 
+from crane.kernel.untouched import Untouched
+from crane.sandbox import speculate
+from crane.sandbox.options import SandboxOptions
+
 from . import end_paths
+from .conftest import tree_hash
+from .copy_sessions import copy_path_kernel
 from .end_paths import PATHS, path_verdict
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork sandbox runs on Linux")
@@ -57,3 +63,28 @@ def test_a_replaced_cache_parameters_is_never_called(pk, path):
                                "{'maxsize': None, 'typed': False}", timeout=60).status == "ok"
     v = path_verdict(pk, path, "assert slow_square(4) == 16", _served)
     assert v.verdict in (("no-crash",) if path.startswith("fork") else ("no-crash", "unavailable")), v
+
+
+@pytest.mark.parametrize("path", ["transplant", "portable"])
+def test_a_rebound_cell_type_is_never_called(pk, path):
+    """`types.CellType` rebound to a class whose `cell_contents` would write a file: nothing of it runs in the
+    kernel (the folder is unchanged, the kernel untouched); the export reads closures with the cell type bound at
+    install, and where CRANE's export is installed after the rebinding its install refuses (`unavailable`,
+    naming it)."""
+    conn = pk["conn"]
+    evil = ("import types\n"
+            "class Evil:\n    cell_contents = property(lambda self: open('crane_lru_cell', 'w'))\n"
+            "types.CellType = Evil")
+    ran = conn.run_cell(SETUP + "\n" + evil, timeout=60)
+    assert ran.status == "ok", ran
+    before = tree_hash(pk["work"])
+    try:
+        with copy_path_kernel(conn, path), Untouched(conn) as watch:
+            v = speculate(conn, "assert slow_square(4) == 16", 60.0,
+                          sandbox=SandboxOptions(confinement="portable") if path == "portable" else None)
+    finally:
+        back = conn.run_cell("import types\ntypes.CellType = type((lambda x: lambda: x)(0).__closure__[0])",
+                             timeout=60)
+        assert back.status == "ok", back
+    assert watch.unchanged and tree_hash(pk["work"]) == before, v
+    assert (v.verdict, v.certain) == ("no-crash", True) or (v.verdict == "unavailable" and "CellType" in v.reason), v

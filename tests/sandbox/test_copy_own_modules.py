@@ -71,3 +71,34 @@ def test_a_module_whose_file_changed_is_never_certain_in_the_copy(pk, path, cell
         assert not v.certain and "crane_nb_stale" in (v.reason or ""), v
     else:  # the fork: the kernel's own modules
         assert (v.verdict, v.ename, v.certain) == (*kernel, True), v
+
+
+ODD = ("import sys\nopen('crane_nb_odd.py', 'w').write('import numpy as np\\nTHRESHOLD = np.float64(0.5)\\n"
+       "HANDLERS = {}\\ndef register(f):\\n    HANDLERS[f.__name__] = f\\n    return f\\n"
+       "def big():\\n    return 0x' + 'f' * 4000 + '\\n')\n"
+       "sys.modules.pop('crane_nb_odd', None)\nimport crane_nb_odd, numpy as np\n"
+       "crane_nb_odd.THRESHOLD = np.float64(0.9)\n@crane_nb_odd.register\ndef clean(x):\n    return x + 1")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("cell", [
+    "assert crane_nb_odd.THRESHOLD > 0.8", "assert crane_nb_odd.HANDLERS['clean'](1) == 2",
+], ids=["numpy-scalar", "registry"])
+def test_module_state_the_copy_does_not_carry_is_never_certain(pk, path, cell):
+    """A module's value that is not plain data (a numpy scalar, a dict of the notebook's functions) is not carried:
+    the worker's module has what its file makes, so a cell naming it is only likely on a copy path (red team
+    review: certain false crashes). A function with a constant past the int-digits limit prints without failing
+    the export."""
+    assert pk["conn"].run_cell(ODD, timeout=120).status == "ok"
+    v = path_verdict(pk, path, cell, _served)
+    if path in COPY_PATHS:
+        assert not v.certain and "crane_nb_odd" in (v.reason or ""), v
+    else:
+        assert (v.verdict, v.certain) == ("no-crash", True), v
+
+
+@pytest.mark.parametrize("path", COPY_PATHS)
+def test_a_cell_naming_nothing_of_the_module_stays_certain(pk, path):
+    assert pk["conn"].run_cell(ODD, timeout=120).status == "ok"
+    v = path_verdict(pk, path, "assert x == 2", _served)
+    assert (v.verdict, v.ename, v.certain) == ("crash", "AssertionError", True), v

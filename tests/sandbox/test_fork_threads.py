@@ -53,19 +53,21 @@ def test_a_running_notebook_thread_makes_the_verdict_likely(pk, path, start):
 
 @pytest.mark.parametrize("path", FORK_PATHS)
 def test_no_notebook_thread_leaves_the_verdict_certain(pk, path):
-    """The kernel's own threads, an ended notebook thread, a thread pool's idle workers and tqdm's monitor (where
-    tqdm is installed) leave the fork's verdicts certain."""
+    """The kernel's own threads, an ended notebook thread, thread pools' idle workers (an executor's, and
+    multiprocessing's ThreadPool, whose threads are a Thread subclass) and tqdm's monitor (where tqdm is installed)
+    leave the fork's verdicts certain."""
     conn = pk["conn"]
     history = (WORKER + "worker = threading.Thread(target=train, name='trainer', daemon=True)\nworker.start()\n"
                "go.set()\nworker.join(30)\nassert not worker.is_alive()\n"
                "from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(2)\n"
                "assert pool.submit(int, '1').result() == 1\n"
+               "from multiprocessing.pool import ThreadPool\ntp = ThreadPool(2)\nassert tp.map(int, ['1']) == [1]\n"
                "try:\n    from tqdm import tqdm\n    for _ in tqdm(range(2)):\n        pass\nexcept ImportError:\n    pass")
     assert conn.run_cell(history, timeout=60).status == "ok"
     try:
         crash = path_verdict(pk, path, "assert results['score'] == 1.0", _served)
         clean = path_verdict(pk, path, "z = results['score'] * 2", _served)
     finally:
-        assert conn.run_cell("pool.shutdown()", timeout=60).status == "ok"
+        assert conn.run_cell("pool.shutdown()\ntp.close()\ntp.join()", timeout=60).status == "ok"
     assert (crash.verdict, crash.ename, crash.certain) == ("crash", "AssertionError", True), crash
     assert (clean.verdict, clean.certain) == ("no-crash", True), clean

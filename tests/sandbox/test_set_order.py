@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crane.sandbox.set_order import ordered_set_reads
+from crane.sandbox.set_order import built_set_read, ordered_set_reads
 from crane.sandbox.transplant import state_doubt
 
 
@@ -34,3 +34,12 @@ def test_state_doubt():
     assert state_doubt("b = hash(u) % 10", ["hash_differs"]) is not None
     assert state_doubt("b = hash(u) % 10", []) is None
     assert state_doubt("x = 1", ["hash_differs", "str_set:cols"]) is None
+
+
+@pytest.mark.parametrize("source, shows", [
+    ("cols = list(set(df.columns) - {'y'})", True), ("print({'a', 'b'})", True),
+    ("for w in {x for x in ws}:\n    print(w)", True), ("ok = 'a' in {'a', 'b'}", False), ("n = len(set(x))", False),
+    ("s = sorted(set(w))", False), ("same = set(a) == set(b)", False), ("%time list(set(x))", False),
+])
+def test_sets_the_cell_builds(source, shows):
+    assert built_set_read(source) is shows

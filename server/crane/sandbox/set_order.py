@@ -42,6 +42,27 @@ def ordered_set_reads(source: str, names: Collection[str]) -> list[str]:
     return sorted(out)
 
 
+def built_set_read(source: str) -> bool:
+    """`source` builds a set (a display, a comprehension, `set(...)`/`frozenset(...)`) and reads it where its order
+    can show: with the worker's string hashes not the kernel's, a set of strings the cell builds iterates in
+    another order there (its elements are not known here: any such set counts). A cell that does not parse: False
+    (its magics are IPython's to run; the copied sets are `ordered_set_reads`')."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    for node in ast.walk(tree):
+        built = isinstance(node, (ast.Set, ast.SetComp)) or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("set", "frozenset"))
+        if built and not _order_free(node, parents):
+            return True
+    return False
+
+
 def _order_free(node: ast.AST, parents: dict) -> bool:
     """`node` (a set's value) is used where its iteration order cannot show (see `ordered_set_reads`)."""
     while True:

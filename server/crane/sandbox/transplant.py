@@ -64,7 +64,7 @@ from crane.sandbox.oslayer import started as os_started
 from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
 from crane.sandbox.portable import Forked, read_forked, reuse_head
 from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
-from crane.sandbox.set_order import ordered_set_reads
+from crane.sandbox.set_order import built_set_read, ordered_set_reads
 from crane.sandbox.shared.carry import CARRIED_RUNTIMES
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 from crane.sandbox.worker_size import no_room
@@ -848,20 +848,28 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
       names the module or a name the kernel's module holds (`facts["own_modules"]`)."""
     if "hash_differs" in missed and "hash(" in source:
         return "the worker's string hashes are not the kernel's (`hash()` of a string differs)"
+    if "hash_differs" in missed and built_set_read(source):
+        return ("the cell reads a set it builds in its iteration order, and the worker's string hashes are not the "
+                "kernel's (a set of strings iterates in another order there)")
     names = {m.partition(":")[2] for m in missed if m.startswith("str_set:")}
     shown = ordered_set_reads(source, names) if names else []
     if shown:
         return (f"the cell iterates the set of strings {shown[0]!r} (a copied set iterates in the worker in another "
                 "order than in the kernel)")
-    modules = [m.partition(":")[2] for m in missed if m.startswith("module:")]
-    if modules:
-        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source))
-        own = (facts or {}).get("own_modules") or {}
-        for name in modules:
-            held = (own.get(name) or {}).get("names") or []
-            if words & {*name.split("."), *held}:
-                return (f"the notebook's module {name!r} in the copy is not the kernel's (its file changed since the "
-                        "kernel imported it, or it holds state the copy could not carry)")
+    own = (facts or {}).get("own_modules") or {}
+    if not own:
+        return None
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source))
+    for name in (m.partition(":")[2] for m in missed if m.startswith("module:")):
+        defined = (own.get(name) or {}).get("own") or []
+        if words & {*name.split("."), *defined}:
+            return (f"the notebook's module {name!r} in the copy is not the kernel's (its file changed since the "
+                    "kernel imported it, or it could not be read or imported)")
+    for name, entry in own.items():
+        held = sorted(words & set((entry or {}).get("uncarried") or []))
+        if held:
+            return (f"the notebook's module {name!r} holds {held[0]!r}, a value the copy does not carry (only plain "
+                    "data is): the copy's is what the module's file makes")
     return None
 
 
@@ -1153,11 +1161,13 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
         return held_otherwise
     lines = source.splitlines()
     line = lines[v.line - 1].strip() if v.line and v.line <= len(lines) else ""
-    traced = [n for n in held.traced if n in cell_names(line) and _TRACED_CALL.search(line)] \
-        if (v.ename or "") in _TRACED_ERRORS else []
+    calls = {_TRACED_FUNCTION[m.group(1)] for m in _TRACED_CALL.finditer(line)} \
+        if (v.ename or "") in _TRACED_ERRORS else set()
+    names = cell_names(line)
+    traced = [n for n, _, fn in (t.partition(":") for t in held.traced) if fn in calls and n in names]
     if traced:
-        return (f"the kernel's Keras model {traced[0]!r} was traced (fit, evaluated or predicted with) and the copy's, "
-                "rebuilt, was not: the kernel may fail in its traced graph with another exception")
+        return (f"the kernel's Keras model {traced[0]!r} has traced the function this call runs and the copy's, "
+                "rebuilt, has not: the kernel may fail in its traced graph with another exception")
     lost = {r for m in missed for r in CARRIED_RUNTIMES.get(m, (m,))}
     return crash_doubt(v, source, held.copied, [r for r in held.carried if r not in lost], missed=missed,
                        patched=held.patched)
@@ -1166,6 +1176,8 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
 # a Keras model's traced functions: the calls that run them, and what their graph or the rebuilt model's input
 # checks raise (an AttributeError, a TypeError of the call itself, is raised before either: the kernel's own)
 _TRACED_CALL = re.compile(r"\.(fit|evaluate|predict|train_on_batch|test_on_batch|predict_on_batch)\s*\(")
+_TRACED_FUNCTION = {"fit": "train", "train_on_batch": "train", "evaluate": "test", "test_on_batch": "test",
+                    "predict": "predict", "predict_on_batch": "predict"}  # (the call -> the function it runs)
 _TRACED_ERRORS = frozenset(("ValueError", "InvalidArgumentError", "UnimplementedError", "FailedPreconditionError",
                             "ResourceExhaustedError", "InternalError", "OutOfRangeError", "UnknownError",
                             "XlaRuntimeError"))

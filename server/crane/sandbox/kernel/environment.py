@@ -463,12 +463,12 @@ _TRACED_FUNCTIONS = ("train_function", "test_function", "predict_function")
 
 
 def _traced_models(objs: dict) -> list:
-    """The copied names holding a Keras model the kernel traced (`fit`, `evaluate` or `predict` made its train,
+    """`name:train`, `name:test`, `name:predict`: the copied names holding a Keras model the kernel traced (`fit`, `evaluate` or `predict` made its train,
     test or predict function: set in its instance dict): the copy rebuilds the model with none, so its crash may
     not be the kernel's — the kernel's traced graph fails with another exception than the copy's input check (red
     team round 17h, F6: `InvalidArgumentError` in the kernel, `ValueError` in the copy). Read from the class's C
     `__module__` and the instance dict (its keys proven exact `str`): nothing of the model's runs."""
-    out = []
+    out: list[str] = []
     for name, v in dict.items(objs):
         if type(name) is not str or name.startswith("\x00"):
             continue
@@ -477,11 +477,10 @@ def _traced_models(objs: dict) -> list:
             continue
         try:
             d = own_dict(v)
-            if any(str_get(d, k) is not None for k in _TRACED_FUNCTIONS):
-                out.append(name)
+            out.extend(f"{name}:{k.partition('_')[0]}" for k in _TRACED_FUNCTIONS if str_get(d, k) is not None)
         except OddKeyError:
-            out.append(name)  # (not read: said traced, so its crash stays "likely")
-    return out[:50]
+            out.extend(f"{name}:{k.partition('_')[0]}" for k in _TRACED_FUNCTIONS)  # (not read: said traced)
+    return out[:150]
 
 
 def _patched_classes(proof: _Proof, objs: dict, carried: list | tuple = ()) -> list:

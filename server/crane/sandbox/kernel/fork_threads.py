@@ -40,7 +40,7 @@ _FT_SKIP = (threading._MainThread, threading._DummyThread)  # type: ignore[attr-
 _FT_MODULE = type.__dict__["__module__"]
 _FT_MRO = type.__dict__["__mro__"]
 _FT_CLASS_DICT = type.__dict__["__dict__"]
-_FT_OBJ_GET = object.__getattribute__
+_FT_GETSET = type(type.__dict__["__dict__"])  # (the C getset descriptor type)
 _FT_FN_MODULE = types.FunctionType.__dict__["__module__"]
 _FT_METHOD_FUNC = types.MethodType.__dict__["__func__"]
 _FT_METHOD_SELF = types.MethodType.__dict__["__self__"]
@@ -74,6 +74,17 @@ def _ft_target_module(fn: Any) -> Any:
             fn = fn.func  # (a C member of the exact partial type)
             continue
         return None
+    return None
+
+
+def _ft_own_dict(obj: Any, cls: type) -> Any:
+    """The instance dict, read through the C `__dict__` getset of the first class of the MRO that has one (a
+    `__dict__` property of the notebook's is never called); None otherwise."""
+    for k in _FT_MRO.__get__(cls, type):
+        d = _FT_CLASS_DICT.__get__(k, type)  # (a mappingproxy over the class's own dict: its C `get`)
+        desc = d.get("__dict__") if all(type(key) is str for key in d) else None
+        if desc is not None:
+            return desc.__get__(obj, cls) if type(desc) is _FT_GETSET else None
     return None
 
 
@@ -120,7 +131,7 @@ def notebook_threads() -> list[str]:
             continue
         if _ft_machinery(_FT_MODULE.__get__(cls, type)):
             continue
-        own = _FT_OBJ_GET(t, "__dict__")
+        own = _ft_own_dict(t, cls)
         if type(own) is not dict or not all(type(key) is str for key in own):
             out.append("a thread")
             continue
@@ -131,7 +142,8 @@ def notebook_threads() -> list[str]:
         target = dict.get(own, "_target") if cls is not _FT_TIMER else dict.get(own, "function")
         if target is not None and _ft_machinery(_ft_target_module(target)):
             continue
-        if cls is _FT_THREAD and target is not None and is_library_handler(target) and _ft_idle_library(ident):
+        if run is _ft_run(_FT_THREAD) and target is not None and is_library_handler(target) \
+                and _ft_idle_library(ident):  # (a Thread's own `run`: multiprocessing's ThreadPool workers too)
             continue  # a library's idle thread (a queue's feeder, a pool's idle worker): as armed._library_thread
         name = dict.get(own, "_name")
         out.append(name if type(name) is str else "a thread")

@@ -16,6 +16,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _MODULES,
     _STDLIB_NAMES,
     _T_MODULE,
+    _BuiltinFunctionType,
     _cls_dict,
     _FunctionType,
     _mdict,
@@ -27,25 +28,32 @@ from crane.sandbox.shared.own_modules import class_print, code_print  # kernel: 
 
 _OM_MODULES = 20
 _OM_NAMES = 500
-_OM_ITEMS = 10_000
+_OM_ITEMS = 10_000  # items of the plain containers carried, all modules together
+_OM_BYTES = 1 << 20  # bytes of their strings
 _OM_PLAIN = (int, float, complex, str, bytes, bool, type(None))
 _OM_KERNEL = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "zmq", "tornado", "traitlets", "comm",
               "debugpy", "matplotlib_inline", "crane", "pydev", "_pydev")
 
 
 def _om_plain(v: Any, depth: int, budget: list) -> bool:
-    """`v` is plain data: an exact builtin scalar, or a builtin container of such (depth and items bounded)."""
+    """`v` is plain data: an exact builtin scalar, or a builtin container of such (depth, items and the bytes of
+    its strings bounded by `budget`: [items, bytes]). Containers are read from a snapshot taken in one C call (a
+    thread of the notebook's changing one meanwhile changes nothing here)."""
     t = type(v)
+    if t is str or t is bytes:
+        budget[1] -= len(v)
+        return budget[1] >= 0
     if any(t is p for p in _OM_PLAIN):
         return True
     if depth <= 0 or not (t is list or t is tuple or t is dict or t is set or t is frozenset):
         return False
-    budget[0] -= len(v)
+    items = list(dict.items(v)) if t is dict else list(v)
+    budget[0] -= len(items)
     if budget[0] < 0:
         return False
     if t is dict:
-        return all(_om_plain(k, 0, budget) and _om_plain(x, depth - 1, budget) for k, x in dict.items(v))
-    return all(_om_plain(x, depth - 1, budget) for x in v)
+        return all(_om_plain(k, 0, budget) and _om_plain(x, depth - 1, budget) for k, x in items)
+    return all(_om_plain(x, depth - 1, budget) for x in items)
 
 
 def _om_own(name: str, mod: Any) -> dict | None:
@@ -61,36 +69,52 @@ def _om_own(name: str, mod: Any) -> dict | None:
 
 
 def own_modules() -> tuple[dict, dict]:
-    """({module: {name: plain value}}, {module: {"names": [...], "code": {name: print}}}) of the notebook's own
-    modules (see the module docstring)."""
+    """({module: {name: plain value}}, {module: {"names": [...], "code": {name: print}, "own": [...],
+    "uncarried": [...]}}) of the notebook's own modules (see the module docstring): `own`, the names the module
+    itself defines or holds as data (not what it imported); `uncarried`, its data the copy does not carry (not
+    plain, or past the bounds): a cell naming one is only "likely" (transplant.state_doubt). A module that cannot
+    be read is reported with `"unread": true` (the worker then says it missed). Never raises."""
     data: dict = {}
     prints: dict = {}
+    budget = [_OM_ITEMS, _OM_BYTES]
     for name, mod in list(dict.items(_MODULES)):
         if len(prints) >= _OM_MODULES:
             break
         if type(name) is not str or type(mod) is not _ModuleType:
             continue
-        d = _om_own(name, mod)
-        if d is None:
-            continue
-        values: dict = {}
-        code: dict = {}
-        names = [k for k in dict.keys(d) if not (k.startswith("__") and k.endswith("__"))][:_OM_NAMES]
-        for k in names:
-            v = dict.get(d, k)
-            if type(v) is _ModuleType:
+        try:
+            d = _om_own(name, mod)
+            if d is None:
                 continue
-            if type(v) is _FunctionType:
-                home = v.__module__
-                if type(home) is str and home == name:
-                    code[k] = code_print(v.__code__)
-            elif _is_class(v):
-                home = _T_MODULE.__get__(v, type)
-                if type(home) is str and home == name:
-                    code[k] = class_print(_cls_dict(v))
-            elif _om_plain(v, 3, [_OM_ITEMS]):
-                values[k] = v
-        prints[name] = {"names": names, "code": code}
+            prints[name] = {"names": [], "code": {}, "own": [], "uncarried": [], "unread": True}
+            values, entry = _om_module(name, d, budget)
+        except Exception:  # (a module changed while it was read, a code object too odd to print: not carried)
+            continue
+        prints[name] = entry
         if values:
             data[name] = values
     return data, prints
+
+
+def _om_module(name: str, d: dict, budget: list) -> tuple[dict, dict]:
+    values: dict = {}
+    code: dict = {}
+    own: list = []
+    uncarried: list = []
+    names = [k for k in list(dict.keys(d)) if not (k.startswith("__") and k.endswith("__"))][:_OM_NAMES]
+    for k in names:
+        v = dict.get(d, k)
+        if type(v) is _ModuleType or type(v) is _BuiltinFunctionType:
+            continue
+        if type(v) is _FunctionType or _is_class(v):
+            home = v.__module__ if type(v) is _FunctionType else _T_MODULE.__get__(v, type)
+            if type(home) is str and home == name:
+                code[k] = code_print(v.__code__) if type(v) is _FunctionType else class_print(_cls_dict(v))
+                own.append(k)
+            continue
+        own.append(k)
+        if _om_plain(v, 3, budget):
+            values[k] = v
+        else:
+            uncarried.append(k)
+    return values, {"names": names, "code": code, "own": own, "uncarried": uncarried}

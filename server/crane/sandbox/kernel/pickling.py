@@ -164,6 +164,8 @@ def torch_reducers(proof: _Proof) -> dict:
     return {tensor: reduce, parameter: reduce}
 
 
+_CELL: Any = type((lambda x: lambda: x)(0).__closure__[0])  # type: ignore[index]  # (the cell type itself, bound at install: not `types`')
+_CELL_CONTENTS = _CELL.__dict__["cell_contents"]
 _F_CLOSURE = _FunctionType.__dict__["__closure__"]
 _F_CODE = _FunctionType.__dict__["__code__"]
 
@@ -179,10 +181,7 @@ def lru_reducers(proof: _Proof) -> dict:
     info = _mdict(_module("functools")).get("_CacheInfo")
     if _LRU_WRAPPER is None or not _is_class(info) or not proof.pristine(info):
         return {}
-    cell = _mdict(_module("types")).get("CellType")
-    contents = _cls_dict(cell).get("cell_contents") if _is_class(cell) else None
-    if contents is None:
-        return {}
+    cell, contents = _CELL, _CELL_CONTENTS
 
     def parameters(params: Any) -> tuple | None:
         if type(params) is not _FunctionType or not _library_function(params):
