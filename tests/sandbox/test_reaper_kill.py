@@ -90,6 +90,19 @@ from crane.sandbox.worker.portable import _stop_pool_handlers
 
 p = mp.Pool(2)
 first = sorted(w.pid for w in p._pool)
+# (a pool the cell left open has long been waiting for updates; one made just now may still be in its handler's first
+# round, past the state check: wait until the handler waits, as it does in the case the end meets)
+import time
+def waiting():
+    f = sys._current_frames().get(p._worker_handler.ident)
+    while f is not None:
+        if f.f_code.co_name == "_wait_for_updates":
+            return True
+        f = f.f_back
+    return False
+deadline = time.monotonic() + 60
+while not waiting() and time.monotonic() < deadline:
+    time.sleep(0.01)
 _stop_pool_handlers()
 for pid in first:
     signal.pidfd_send_signal(os.pidfd_open(pid), signal.SIGKILL)
