@@ -55,6 +55,14 @@ _C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.Me
                 types.MethodDescriptorType)
 
 
+def is_library_file(name: Any) -> bool:
+    """A code object's file name under the standard library's or an installed package's root."""
+    if _ROOTS["roots"] is None:
+        _ROOTS["roots"] = _library_roots()
+    path = os.path.realpath(name) if type(name) is str and name.startswith("/") else ""
+    return bool(path) and any(path.startswith(root + os.sep) for root in _ROOTS["roots"])
+
+
 def is_library_handler(fn: Any) -> bool:
     """True for a handler of the standard library or an installed package (C functions and methods included);
     False for one defined in the notebook or in the user's own files (and for anything we cannot place).
@@ -62,12 +70,7 @@ def is_library_handler(fn: Any) -> bool:
     for _ in range(8):
         kind = type(fn)
         if kind is _FUNCTION:
-            code = fn.__code__
-            if _ROOTS["roots"] is None:
-                _ROOTS["roots"] = _library_roots()
-            name = code.co_filename
-            path = os.path.realpath(name) if name.startswith("/") else ""
-            return bool(path) and any(path.startswith(root + os.sep) for root in _ROOTS["roots"])
+            return is_library_file(fn.__code__.co_filename)
         if kind is _METHOD:
             fn = fn.__func__
             continue

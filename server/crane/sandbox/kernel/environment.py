@@ -194,6 +194,11 @@ def _interactivity(shell: Any) -> str:
     return v if type(v) is str else "last_expr"
 
 
+def kernel_side(top: str) -> bool:
+    """A top-level package of the standard library's or of the kernel's own machinery: never the notebook's."""
+    return top in _STDLIB_NAMES or top.startswith(("_", "pydev")) or top in _KERNEL_MODS
+
+
 def _modules() -> list[str]:
     """The top-level packages the notebook imported (not the standard library's, not the kernel's own), to import
     again in the worker: read from `sys.modules` as a dict, each module's `__file__` from its namespace (a module
@@ -203,7 +208,7 @@ def _modules() -> list[str]:
         if type(name) is not str:
             continue
         top = name.partition(".")[0]
-        if top in out or top in _STDLIB_NAMES or top.startswith(("_", "pydev")) or top in _KERNEL_MODS:
+        if top in out or kernel_side(top):
             continue
         path = _mdict(_module(top)).get("__file__")
         if type(path) is str and path:

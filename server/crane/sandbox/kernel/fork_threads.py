@@ -22,19 +22,16 @@ or of a library's is called.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 import types
 from typing import Any
 
-from crane.sandbox.kernel.atfork import _ROOTS, _library_roots, is_library_handler  # kernel: strip
+from crane.sandbox.kernel.atfork import is_library_file, is_library_handler  # kernel: strip
 
 _FT_ACTIVE: Any = threading._active  # type: ignore[attr-defined]  # ident -> Thread (bound at install)
 _FT_GET_IDENT = threading.get_ident
 _FT_FRAMES = sys._current_frames
-_FT_REALPATH = os.path.realpath
-_FT_SEP = os.sep
 _FT_THREAD, _FT_TIMER = threading.Thread, threading.Timer
 _FT_SKIP = (threading._MainThread, threading._DummyThread)  # type: ignore[attr-defined]
 _FT_MODULE = type.__dict__["__module__"]
@@ -103,22 +100,13 @@ def _ft_idle_library(ident: int) -> bool:
     frame = dict.get(_FT_FRAMES(), ident)
     if frame is None:
         return False
-    roots = _ft_roots()
     for _ in range(256):
         if frame is None:
             return True
-        name = frame.f_code.co_filename
-        path = _FT_REALPATH(name) if type(name) is str and name.startswith("/") else ""
-        if not path or not any(path.startswith(root + _FT_SEP) for root in roots):
+        if not is_library_file(frame.f_code.co_filename):
             return False
         frame = frame.f_back
     return False
-
-
-def _ft_roots() -> tuple:
-    if _ROOTS["roots"] is None:
-        _ROOTS["roots"] = _library_roots()
-    return _ROOTS["roots"]
 
 
 def notebook_threads() -> list[str]:

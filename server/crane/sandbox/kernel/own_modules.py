@@ -14,7 +14,6 @@ from typing import Any
 
 from crane.sandbox.kernel.bound import (  # kernel: strip
     _MODULES,
-    _STDLIB_NAMES,
     _T_MODULE,
     _BuiltinFunctionType,
     _cls_dict,
@@ -22,6 +21,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _mdict,
     _ModuleType,
 )
+from crane.sandbox.kernel.environment import kernel_side  # kernel: strip
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 from crane.sandbox.kernel.proof import _is_class  # kernel: strip
 from crane.sandbox.shared.own_modules import class_print, code_print  # kernel: strip
@@ -31,8 +31,6 @@ _OM_NAMES = 500
 _OM_ITEMS = 10_000  # items of the plain containers carried, all modules together
 _OM_BYTES = 1 << 20  # bytes of their strings
 _OM_PLAIN = (int, float, complex, str, bytes, bool, type(None))
-_OM_KERNEL = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "zmq", "tornado", "traitlets", "comm",
-              "debugpy", "matplotlib_inline", "crane", "pydev", "_pydev")
 
 
 def _om_plain(v: Any, depth: int, budget: list) -> bool:
@@ -59,7 +57,7 @@ def _om_plain(v: Any, depth: int, budget: list) -> bool:
 def _om_own(name: str, mod: Any) -> dict | None:
     """The namespace of `mod` when it is the notebook's own module, else None."""
     top = name.partition(".")[0]
-    if name == "__main__" or top in _STDLIB_NAMES or top.startswith("_") or top in _OM_KERNEL:
+    if name == "__main__" or top == "crane" or kernel_side(top):
         return None
     d = _mdict(mod)
     path = dict.get(d, "__file__") if all(type(k) is str for k in dict.keys(d)) else None
