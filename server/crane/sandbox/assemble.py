@@ -85,13 +85,16 @@ FORGED = "the cell wrote into CRANE's result channel"
 TAMPERED = TAMPERED_EXIT  # the exit code of a sandbox process whose cell rebound CRANE's own code
 
 
-def threads_doubt(verdict: str, names: list[str]) -> str:
-    """Why a fork's crash or clean run is only "likely" when the notebook's threads were running in the kernel
-    (kernel/fork_threads.py): the child has none of them."""
+def threads_doubt(v: SandboxVerdict, names: list[str]) -> None:
+    """A fork's certain crash or clean run made "likely" when the notebook's threads were running in the kernel
+    (`names`: kernel/fork_threads.py): the child has none of them. The one-shot's and a fork session's."""
+    if not names or v.verdict not in ("crash", "no-crash") or not v.certain:
+        return
     shown = ", ".join(f"'{n}'" for n in names[:3]) + (", ..." if len(names) > 3 else "")
-    what = "the crash" if verdict == "crash" else "the clean run"
-    return (f"{what} is only likely: the notebook's thread(s) {shown} still running in the kernel do not exist in "
-            "the sandbox's fork (what they do while the cell runs was not there)")
+    what = "the crash" if v.verdict == "crash" else "the clean run"
+    v.certain, v.reason = False, (f"{what} is only likely: the notebook's thread(s) {shown} still running in the "
+                                  "kernel do not exist in the sandbox's fork (what they do while the cell runs was "
+                                  "not there)")
 
 
 def _signal_verdict(sig: int | None, exitcode: int | None, memory_mb: int, setup: SetupLine | None) -> SandboxVerdict:
@@ -286,8 +289,7 @@ def assemble(outcome: RunOutcome, budget_s: float, memory_mb: int, expect_seal: 
     v.denied = list(v.denied) + denied[:20]
     if setup is not None:
         v.mode, v.mode_reason, v.kept = setup.mode, setup.reason, setup.kept
-        if setup.user_threads and v.verdict in ("crash", "no-crash") and v.certain:
-            v.certain, v.reason = False, threads_doubt(v.verdict, setup.user_threads)
+        threads_doubt(v, setup.user_threads)
         v.setup_ms = float(setup.steps.get("total", 0.0) or 0.0)
         v.setup_steps = {str(k): float(x) for k, x in setup.steps.items() if isinstance(x, (int, float))}
         if setup.kept:

@@ -197,8 +197,7 @@ class SandboxSession:
             reason=rep.reason, landlock_abi=self.landlock_abi, pid=rep.pid,
             integrity=self._integrity(rep.reason), certain=not rep.unsettled,
         )
-        if self._threads and v.verdict in ("crash", "no-crash") and v.certain:
-            v.certain, v.reason = False, threads_doubt(v.verdict, self._threads)
+        threads_doubt(v, self._threads or [])
         if len(rep.stdout_span) == 2:
             v.stdout = self._pdir.read_capture("stdout", rep.stdout_span[0], rep.stdout_span[1], OUTPUT_LIMIT)
         if len(rep.stderr_span) == 2:

@@ -51,7 +51,7 @@ from crane.sandbox.kernel.proof import (  # kernel: strip
 )
 from crane.sandbox.kernel.shield import environ_strings, process_identity  # kernel: strip
 from crane.sandbox.kernel.waiting import OddKeyError, own_dict, str_get  # kernel: strip
-from crane.sandbox.shared.carry import CARRIED_RUNTIMES, read_carried  # kernel: strip
+from crane.sandbox.shared.carry import CARRIED_RUNTIMES, STR_HASH_PROBE, read_carried  # kernel: strip
 
 # modules of the kernel itself, not of the notebook: never imported again in a worker
 _KERNEL_MODS = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "zmq", "tornado", "traitlets", "comm",
@@ -68,8 +68,7 @@ def _sys_path() -> list:
 
 # the kernel's hash of one exact str, taken at install (its builtins proven: kernel/pristine.py): the worker compares
 # its own to know whether its string hashes, and so a set of strings' iteration order, are the kernel's
-_STR_HASH_PROBE = "crane: the kernel's string hash"
-_STR_HASH = hash(_STR_HASH_PROBE)
+_STR_HASH = hash(STR_HASH_PROBE)
 
 
 def _facts(shell: Any, keys: list, settings: dict, buffers: int, shell_missed: list) -> dict:

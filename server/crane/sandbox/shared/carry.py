@@ -28,6 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 _SIMPLE = (bool, int, float, str, type(None))
+# the string whose hash the kernel takes at install (kernel/environment) and the worker compares with its own
+# (worker/main `_hash_missed`): equal hashes, the kernel's string hash seed
+STR_HASH_PROBE = "crane: the kernel's string hash"
 _SIGNALS = ("Clamped", "DivisionByZero", "Inexact", "Overflow", "Rounded", "Subnormal", "Underflow",
             "InvalidOperation", "FloatOperation")
 _DECIMAL_FIELDS = ("prec", "rounding", "Emin", "Emax", "capitals", "clamp")

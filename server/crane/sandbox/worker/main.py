@@ -65,7 +65,7 @@ from crane.sandbox.kernel.session import (  # kernel: strip
     evaluate,
     run_command,
 )
-from crane.sandbox.shared.carry import apply_carried  # kernel: strip
+from crane.sandbox.shared.carry import STR_HASH_PROBE, apply_carried  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
 from crane.sandbox.shared.own_modules import OWN_MODULES_KEY, apply_own_modules  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
@@ -552,9 +552,6 @@ def _apply_settings(facts: dict) -> list[str]:
     return missed
 
 
-_WORKER_HASH_PROBE = "crane: the kernel's string hash"  # (kernel/environment._STR_HASH_PROBE: the same text)
-
-
 def _hash_missed(facts: dict, loaded: dict) -> list[str]:
     """What the copy misses of the kernel's string hashes (red team round 17h, F8): `hash_differs` where this worker
     hashes the kernel's probe string otherwise than the kernel did (not the same `PYTHONHASHSEED`,
@@ -563,7 +560,7 @@ def _hash_missed(facts: dict, loaded: dict) -> list[str]:
     kernel, even with equal hashes (transplant.state_doubt reads which the cell iterates). Only builtin containers
     are looked into (no attribute of a loaded object is read: the load is not the cell's)."""
     want = facts.get("str_hash")
-    out = ["hash_differs"] if type(want) is int and hash(_WORKER_HASH_PROBE) != want else []
+    out = ["hash_differs"] if type(want) is int and hash(STR_HASH_PROBE) != want else []
     return out + [f"str_set:{name}" for name, v in loaded.items()
                   if type(name) is str and not name.startswith("\x00") and _str_set(v, 2)][:50]
 
