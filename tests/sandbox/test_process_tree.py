@@ -62,6 +62,21 @@ def left_behind(kernel_pid: int, marker: str, wait_s: float = 5.0) -> set[int]:
         time.sleep(0.05)
 
 
+def where(root: int) -> dict[int, str]:
+    """Each process under `root`: its command line, state and kernel wait channel (what a failing test shows)."""
+    out = {}
+    for pid in sorted(descendants(root)):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")[:120].decode(errors="replace")
+            state = [ln for ln in open(f"/proc/{pid}/status").read().splitlines() if ln.startswith("State")]
+            wchan = open(f"/proc/{pid}/wchan").read()
+            call = open(f"/proc/{pid}/syscall").read().split(" ", 1)[0]
+            out[pid] = f"{cmd} | {state[0] if state else '?'} | {wchan} | syscall {call}"
+        except OSError as exc:
+            out[pid] = f"({exc})"
+    return out
+
+
 def spawner(marker: str) -> str:
     """A cell prologue starting three kinds of processes: a program, a forked Python worker, and an orphan
     (double fork) that execs a program."""
@@ -72,12 +87,28 @@ def linger():
     time.sleep(600)
 w = mp.Process(target=linger)
 w.start()
+fr, fw = os.pipe()  # (close-on-exec: the orphan's end closes when it execs; a failure is written on it)
+def retried(what, call):  # (a loaded machine may refuse a process for a moment: EAGAIN, ENOMEM)
+    for attempt in range(5):
+        try:
+            return call()
+        except OSError as exc:
+            if attempt == 4:
+                os.write(fw, f"the orphan's {{what}} failed: {{exc!r}}".encode())
+                os._exit(1)
+            time.sleep(0.2)
 pid = os.fork()
 if pid == 0:
-    if os.fork() == 0:
-        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(600)', '{marker}'])
+    os.close(fr)
+    if retried("fork", os.fork) == 0:
+        retried("exec", lambda: os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(600)',
+                                                          '{marker}']))
     os._exit(0)
+os.close(fw)
 os.waitpid(pid, 0)
+failed = os.read(fr, 4096)  # (the orphan's end of the pipe: closed by its exec, or a failure written)
+if failed:  # (the run then ends as this crash: a test that expected the orphan says why it is not there)
+    raise RuntimeError(failed.decode())
 time.sleep(0.3)
 """
 
@@ -114,16 +145,18 @@ def test_stop_ends_the_tree_at_once(conn, kpid, ready):
         "v", speculate(conn, spawner(marker) + "time.sleep(600)", budget_s=600.0, layer="layered", cancel=cancel)))
     th.start()
     deadline = time.monotonic() + 120  # an event waited for; the bound ends a failing test
-    while len(with_marker(marker)) < 2 and time.monotonic() < deadline:
+    while len(with_marker(marker)) < 2 and time.monotonic() < deadline and th.is_alive():
         time.sleep(0.05)
-    assert len(with_marker(marker)) == 2, "the run's processes did not start"
+    started, processes = len(with_marker(marker)) == 2, where(kpid)
     t = time.monotonic()
-    cancel.set()
+    cancel.set()  # (a failing start too: the next tests count the processes left)
     th.join(240)
+    v = box.get("v")
+    assert started, f"the run's processes did not start: {processes}; the run: {v}"
     # "at once": the stop ends the run, not the cell's 600 s sleep (its budget); a bound of 2 s measured the
     # machine's load, this one only tells the stop from the cell's own end
     assert not th.is_alive() and time.monotonic() - t < 240
-    assert box["v"].verdict == "unavailable" and "stopped" in (box["v"].reason or ""), box["v"]
+    assert v is not None and v.verdict == "unavailable" and "stopped" in (v.reason or ""), v
     assert left_behind(kpid, marker) == set()
     assert kernel_state(conn) == ready
 
