@@ -6,6 +6,7 @@ Runs in the user's kernel: a part of the probe's, the fork sandbox's and the tra
   read from the own `__dict__` of `IPython.core.interactiveshell.InteractiveShell` as the interpreter's module table
   holds it, taken when that class is in the object's type's MRO (compared by identity). Never `IPython.get_ipython()`
   (looked up on a shared module: a notebook may wrap or replace it) nor a class's `instance()`.
+- `instance_dict(obj)`: an object's own dict, read so (below).
 - `shell_namespace(shell)`: the shell's `user_ns` (IPython 8: an instance attribute; 9: `_user_ns` behind a
   property), read from the instance's own dict through the C `__dict__` descriptor of a class in its MRO (a
   `__dict__` or `user_ns` property of a class of the notebook's is never called).
@@ -69,9 +70,10 @@ def ipython_shell() -> Any:
     return None
 
 
-def _kc_instance_dict(obj: Any) -> Any:
+def instance_dict(obj: Any) -> Any:
     """The object's instance dict through the C `__dict__` descriptor of the first class of its MRO that defines
-    one; None where that entry is anything else (a property of the notebook's) or the object has none."""
+    one; None where that entry is anything else (a property of the notebook's) or the object has none. (The one
+    reader of instance dicts in the kernel: kernel/waiting.own_dict, kernel/fork_threads.)"""
     for k in _KC_TYPE_MRO(type(obj)):
         desc = _kc_find(list(_KC_PROXY_ITEMS(_KC_TYPE_DICT(k))), "__dict__")
         if desc is not None:
@@ -85,7 +87,7 @@ def _kc_instance_dict(obj: Any) -> Any:
 def shell_value(shell: Any, name: str) -> Any:
     """`name` of the shell's instance dict (`user_ns_hidden`, ...), None where it has none."""
     try:
-        d = _kc_instance_dict(shell) if shell is not None else None
+        d = instance_dict(shell) if shell is not None else None
         return _kc_find(list(dict.items(d)), name) if d is not None else None
     except Exception:
         return None
@@ -94,7 +96,7 @@ def shell_value(shell: Any, name: str) -> Any:
 def shell_namespace(shell: Any) -> Any:
     """The shell's namespace (an exact dict), None where it has none or it is not an exact dict."""
     try:
-        d = _kc_instance_dict(shell) if shell is not None else None
+        d = instance_dict(shell) if shell is not None else None
         if d is None:
             return None
         items = list(dict.items(d))

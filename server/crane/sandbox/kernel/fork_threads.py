@@ -27,6 +27,7 @@ import threading
 import types
 from typing import Any
 
+from crane.kernel_common.ipython_shell import instance_dict  # kernel: strip
 from crane.sandbox.kernel.atfork import is_library_file, is_library_handler  # kernel: strip
 
 _FT_ACTIVE: Any = threading._active  # type: ignore[attr-defined]  # ident -> Thread (bound at install)
@@ -37,7 +38,6 @@ _FT_SKIP = (threading._MainThread, threading._DummyThread)  # type: ignore[attr-
 _FT_MODULE = type.__dict__["__module__"]
 _FT_MRO = type.__dict__["__mro__"]
 _FT_CLASS_DICT = type.__dict__["__dict__"]
-_FT_GETSET = type(type.__dict__["__dict__"])  # (the C getset descriptor type)
 _FT_FN_MODULE = types.FunctionType.__dict__["__module__"]
 _FT_METHOD_FUNC = types.MethodType.__dict__["__func__"]
 _FT_METHOD_SELF = types.MethodType.__dict__["__self__"]
@@ -71,17 +71,6 @@ def _ft_target_module(fn: Any) -> Any:
             fn = fn.func  # (a C member of the exact partial type)
             continue
         return None
-    return None
-
-
-def _ft_own_dict(obj: Any, cls: type) -> Any:
-    """The instance dict, read through the C `__dict__` getset of the first class of the MRO that has one (a
-    `__dict__` property of the notebook's is never called); None otherwise."""
-    for k in _FT_MRO.__get__(cls, type):
-        d = _FT_CLASS_DICT.__get__(k, type)  # (a mappingproxy over the class's own dict: its C `get`)
-        desc = d.get("__dict__") if all(type(key) is str for key in d) else None
-        if desc is not None:
-            return desc.__get__(obj, cls) if type(desc) is _FT_GETSET else None
     return None
 
 
@@ -119,7 +108,7 @@ def notebook_threads() -> list[str]:
             continue
         if _ft_machinery(_FT_MODULE.__get__(cls, type)):
             continue
-        own = _ft_own_dict(t, cls)
+        own = instance_dict(t)
         if type(own) is not dict or not all(type(key) is str for key in own):
             out.append("a thread")
             continue

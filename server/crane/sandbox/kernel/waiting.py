@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from crane.kernel_common.ipython_shell import instance_dict  # kernel: strip
 from crane.sandbox.kernel.library import is_library  # kernel: strip
 
 WATCH_SHELL = "the kernel's shell queue"  # what stops the export when the user sends a request
@@ -46,19 +47,13 @@ _W_DEQUE = deque
 
 
 def own_dict(obj: Any) -> dict:
-    """The object's instance dict, read only through the C `__dict__` descriptor of a class in its MRO (a
-    `__dict__` property a class of the notebook's defines is never called); {} when it has none."""
+    """The object's instance dict (kernel_common/ipython_shell.instance_dict: the C `__dict__` descriptor, class
+    dicts scanned by exact `str` keys); {} when it has none or it cannot be read so."""
     try:
-        for k in _W_MRO.__get__(type(obj), type):
-            desc = _W_DICT.__get__(k, type).get("__dict__")
-            if desc is not None:
-                if type(desc) is not _W_GETSET:
-                    return {}
-                d = desc.__get__(obj, type(obj))
-                return d if type(d) is dict else {}
+        d = instance_dict(obj)
     except Exception:
         return {}
-    return {}
+    return d if type(d) is dict else {}
 
 
 class OddKeyError(Exception):
