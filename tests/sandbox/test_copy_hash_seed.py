@@ -24,7 +24,9 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 
 COPY_PATHS = ["transplant", "portable", "transplant session", "portable session"]
 HISTORY = ("features = set('feature_%d' % i for i in range(16))\norder = list(features)\nh = hash('user_1')\n"
-           "nums = {1, 2, 3}\nbuilt = list({'col_%d' % i for i in range(16)})")
+           "nums = {1, 2, 3}\nbuilt = list({'col_%d' % i for i in range(16)})\n"
+           "def ordered():\n    return [f for f in features]\ndef through(f):\n    return f()\n"
+           "def has(c):\n    return c in features and c not in nums\ndef count():\n    return len(features)")
 CELLS = {"set-order": "assert list(features) == order", "hash": "assert hash('user_1') == h",
          "built-set": "assert list({'col_%d' % i for i in range(16)}) == built"}
 
@@ -60,3 +62,24 @@ def test_the_kernels_string_hashes(hk, path, cell):
 def test_a_cell_that_rests_on_no_string_hash_stays_certain(hk, path):
     v = path_verdict(hk, path, "assert len(nums) == 4", _served)
     assert (v.verdict, v.ename, v.certain) == ("crash", "AssertionError", True), v
+
+
+@pytest.mark.parametrize("path", ["fork", *COPY_PATHS])
+def test_a_set_a_notebook_function_iterates_counts_as_the_cells(hk, path):
+    """The cell calls a notebook function (through another) that iterates the copied set: never certain on a copy
+    path, saying which set (kernel/dynamic_reads `reach_sets`; before, certain either way)."""
+    v = path_verdict(hk, path, "assert through(ordered) == order", _served)
+    if path == "fork":
+        assert (v.verdict, v.certain) == ("no-crash", True), v
+    else:
+        assert not v.certain and "notebook function" in (v.reason or "") and "'features'" in (v.reason or ""), v
+
+
+@pytest.mark.parametrize("path", COPY_PATHS)
+@pytest.mark.parametrize("cell, verdict", [
+    ("assert has('feature_1') and not has('x')", ("no-crash", None)),
+    ("assert count() == 17", ("crash", "AssertionError")),
+], ids=["membership", "len"])
+def test_a_notebook_function_reading_a_set_without_its_order_stays_certain(hk, path, cell, verdict):
+    v = path_verdict(hk, path, cell, _served)
+    assert (v.verdict, v.ename, v.certain) == (*verdict, True), v

@@ -102,3 +102,30 @@ def test_a_cell_naming_nothing_of_the_module_stays_certain(pk, path):
     assert pk["conn"].run_cell(ODD, timeout=120).status == "ok"
     v = path_verdict(pk, path, "assert x == 2", _served)
     assert (v.verdict, v.ename, v.certain) == ("crash", "AssertionError", True), v
+
+
+HELPERS = ("def check_stale():\n    import crane_nb_stale\n    return crane_nb_stale.helper(1) == 2\n"
+           "def over_threshold():\n    return crane_nb_odd.THRESHOLD > 0.8\n"
+           "def through(f):\n    return f()\n"
+           "def plain():\n    return 1")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("cell", ["assert check_stale()", "assert through(over_threshold)"], ids=["stale", "uncarried"])
+def test_a_module_a_notebook_function_reads_counts_as_the_cells(pk, path, cell):
+    """The cell names only a notebook function, which reads the module (its file changed, or a value the copy does
+    not carry), itself or through another function: the names the functions the cell reaches read count as the
+    cell's (kernel/dynamic_reads `reach`; before, a certain false crash)."""
+    assert pk["conn"].run_cell("\n".join((STALE, ODD, HELPERS)), timeout=120).status == "ok"
+    v = path_verdict(pk, path, cell, _served)
+    if path in COPY_PATHS:
+        assert not v.certain and ("crane_nb_stale" if "stale" in cell else "crane_nb_odd") in (v.reason or ""), v
+    else:
+        assert (v.verdict, v.certain) == ("no-crash", True), v
+
+
+@pytest.mark.parametrize("path", COPY_PATHS)
+def test_a_notebook_function_reading_nothing_of_the_module_stays_certain(pk, path):
+    assert pk["conn"].run_cell("\n".join((STALE, ODD, HELPERS)), timeout=120).status == "ok"
+    v = path_verdict(pk, path, "assert through(plain) == 2", _served)
+    assert (v.verdict, v.ename, v.certain) == ("crash", "AssertionError", True), v

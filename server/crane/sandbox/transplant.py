@@ -842,10 +842,12 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
     - the cell calls `hash(` and the worker's string hashes are not the kernel's (`hash_differs`);
     - it iterates a copied set of strings (`str_set:<name>`) where the order shows (red team round 17h, F8): a set
       rebuilt in the worker iterates in another order than the kernel's, even with equal hashes (its slots depend
-      on the order its items came in);
+      on the order its items came in); or a notebook function it reaches reads one other than by `in`
+      (`facts["reach_sets"]`, kernel/dynamic_reads);
     - it reads one of the notebook's own modules whose worker copy is not the kernel's (`module:<name>`: its file
-      changed since the kernel imported it, or it holds state the copy could not carry; round 17h, F2): the cell
-      names the module or a name the kernel's module holds (`facts["own_modules"]`)."""
+      changed since the kernel imported it, or it holds state the copy could not carry; round 17h, F2): the cell,
+      or a notebook function it reaches (`facts["reach"]`: the names their code reads, kernel/dynamic_reads), names
+      the module or a name the kernel's module holds (`facts["own_modules"]`)."""
     if "hash_differs" in missed and "hash(" in source:
         return "the worker's string hashes are not the kernel's (`hash()` of a string differs)"
     if "hash_differs" in missed and built_set_read(source):
@@ -856,10 +858,15 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
     if shown:
         return (f"the cell iterates the set of strings {shown[0]!r} (a copied set iterates in the worker in another "
                 "order than in the kernel)")
+    helper_sets = [str(n) for n in (facts or {}).get("reach_sets") or []]
+    if helper_sets:
+        return (f"a notebook function the cell calls reads the set of strings {helper_sets[0]!r} other than by a "
+                "membership test (a copied set iterates in the worker in another order than in the kernel)")
     own = (facts or {}).get("own_modules") or {}
     if not own:
         return None
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source))
+    reach = (facts or {}).get("reach") or []
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source)) | {w for w in reach if type(w) is str}
     for name in (m.partition(":")[2] for m in missed if m.startswith("module:")):
         defined = (own.get(name) or {}).get("own") or []
         if words & {*name.split("."), *defined}:

@@ -13,7 +13,9 @@ as globals, `_DR_ATTRS` as any name) it adds the identifiers of its string const
 whose code reaches the namespace itself (`_DR_WHOLE`) is named (`readers`), and then the cell's own strings'
 identifiers are added too (`getv('x')` with `def getv(n): return globals()[n]`): a crash in a copy lacking other
 kernel names is only likely (transplant._namespace_unseen). The names added are a guess: the export copies those it
-can, and leaves the rest out (kernel/export.py).
+can, and leaves the rest out (kernel/export.py). The same walk also says what the reached functions read (`reach`:
+their global loads and attribute names) and which of the namespace's sets of strings they read where the order
+can show (`reach_sets`): env.json's facts, for transplant.state_doubt (a helper the cell calls counts as the cell).
 Reads code objects (exact types), function globals and class dicts through C descriptors; a class is read only
 once its MRO's dicts hold exact `str` keys (`_plain_class`); nothing of the notebook's runs; bounded work.
 """
@@ -83,19 +85,40 @@ def _dr_functions(v: Any, ns: dict) -> list:
     return out
 
 
-def dynamic_reads(ns: dict, names: list, strings: list) -> tuple[list, list]:
+def _dr_str_set(v: Any) -> bool:
+    """`v` is an exact set or frozenset of more than one item holding a `str` (or a tuple with one), as
+    worker/main._str_set: its order in a copy is not the kernel's. Items are read by type only."""
+    t = type(v)
+    if t is not set and t is not frozenset:
+        return False
+    it = set.__iter__(v) if t is set else frozenset.__iter__(v)
+    for n, x in enumerate(it):
+        if type(x) is str or type(x) is bytes or (type(x) is tuple and any(type(y) is str for y in x)):
+            return (set.__len__(v) if t is set else frozenset.__len__(v)) > 1
+        if n >= 64:
+            break
+    return False
+
+
+def dynamic_reads(ns: dict, names: list, strings: list) -> tuple[list, list, list, list]:
     """(names to copy besides `names`: identifiers in the string constants of functions that read the namespace by
     a string, and `strings` — the cell's own — where one reads the namespace itself, each held by `ns`; the qualified
-    names of those readers). `ns`: the kernel's namespace, a plain dict of exact `str` keys (kernel/export.py proved
-    it). ([], []) before CRANE's cloudpickle is set up (no walk of its own)."""
-    walk = _WALKER[0] if _WALKER else None
-    if walk is None:
-        return [], []
+    names of those readers; the names the notebook functions the cell reaches load or read as attributes, beyond
+    `names`: what a helper reads that the cell's text does not name, for transplant.state_doubt, at most
+    `_DR_MAX_NAMES`; the namespace's sets of strings those functions read other than by a membership test, whose
+    order in a copy may show: round 17h's F8 through a helper). `ns`: the kernel's namespace, a plain dict of exact
+    `str` keys (kernel/export.py proved it). ([], [], [], []) before CRANE's cloudpickle is set up (no walk of its
+    own)."""
+    if len(_WALKER) != 2:
+        return [], [], [], []
+    walk, untested = _WALKER
     seen_names = set(names)
     todo = [n for n in names if type(n) is str]
     seen_codes: set = set()
     extra: list = []
     readers: list = []
+    reach: dict = {}  # (insertion-ordered: the first names met are kept when there are too many)
+    iterated: dict = {}  # global names a reached function loads other than as a membership test's set
     codes = 0
 
     def add(words: list) -> None:
@@ -120,12 +143,17 @@ def dynamic_reads(ns: dict, names: list, strings: list) -> tuple[list, list]:
                     continue
                 seen_codes.add(id(code))
                 codes += 1
+                for n in untested(code):
+                    if len(iterated) < _DR_MAX_NAMES:
+                        iterated[n] = None
                 for n in walk(code):
                     loads.append(n)
                     if n in _DR_GLOBALS:
                         dynamic = True
                         whole = whole or n in _DR_WHOLE
                 for n in code.co_names:
+                    if type(n) is str and len(reach) < _DR_MAX_NAMES:
+                        reach[n] = None
                     if n in _DR_ATTRS:
                         dynamic = True
                         whole = whole or n in _DR_WHOLE
@@ -147,4 +175,6 @@ def dynamic_reads(ns: dict, names: list, strings: list) -> tuple[list, list]:
                     todo.append(n)
     if readers:
         add([s for s in strings if type(s) is str])
-    return extra, readers
+    given = set(names)
+    sets = [n for n in iterated if type(n) is str and _dr_str_set(dict.get(ns, n))]
+    return extra, readers, [n for n in reach if n not in given], sets[:50]

@@ -180,7 +180,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         # the names read by a string (the cell's, where it reads the namespace so; a notebook function's): a guess,
         # copied where it can be (kernel/dynamic_reads.py), never the export's failure
         by_string = req["strings"] if req["by_string"] else []
-        extra, readers = dynamic_reads(ns, names + by_string, req["strings"])
+        extra, readers, reach, reach_sets = dynamic_reads(ns, names + by_string, req["strings"])
         guessed = _guessed_objects(ns, by_string + extra + _classes_by_name(ns, objs), req["skip"], objs, proof)
         spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
         if guessed:  # (taken only where they fit: no shrinking of the cell's own values because of a guess)
@@ -278,6 +278,8 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         return {"ok": False, "reason": _culprit(cp, objs, reducers, ename, evalue, d, waiting, proof.rebuilt), "watch": watched}
     facts = _facts(shell, keys, settings, len(out["buffers"]), shell_missed)
     facts["dynamic_readers"] = readers
+    facts["reach"] = reach  # names the notebook functions the cell reaches read (transplant.state_doubt)
+    facts["reach_sets"] = reach_sets  # the sets of strings they read where order can show (the same)
     facts["own_modules"] = own_prints
     with private_open(_join(d, "env.json"), "w") as f:
         f.write(dumps(facts))

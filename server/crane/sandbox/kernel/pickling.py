@@ -394,10 +394,11 @@ def _cloudpickle(resealed: list | None = None) -> Any:
         return None
     md["__builtins__"] = BUILTINS
     private_modules(md)  # its `dis`, `sys`, `types`, ...: private copies (kernel/bound.py)
-    walker = _global_walker(md.get("dis"))
-    if walker is None:
+    walkers = _global_walker(md.get("dis"))
+    if walkers is None:
         return None
-    _WALKER[:] = [walker]  # (kernel/dynamic_reads.py reads code objects by the same walk)
+    walker = walkers[0]
+    _WALKER[:] = walkers  # (kernel/dynamic_reads.py reads code objects by the same walks)
     md["_walk_global_ops"] = walker  # no `dis` on the way (3.12+: its ArgResolver's methods are the shared module's)
     # the new seal: the daemon calls only while the module binds what it binds now (CRANE's changes above in, any
     # later rebinding of the notebook's out)
@@ -409,7 +410,9 @@ def _cloudpickle(resealed: list | None = None) -> Any:
 
 
 _CP: list = []
-_WALKER: list = []  # `_global_walker`'s function, once `_cloudpickle` made it
+_WALKER: list = []  # `_global_walker`'s functions, once `_cloudpickle` made them
+# builtins whose one argument's order does not show in their result (`_untested_loads`)
+_ORDER_FREE_CALLS = frozenset(("len", "sorted", "set", "frozenset", "min", "max", "sum", "any", "all", "bool"))
 
 
 def _global_walker(dis_module: Any) -> Any:
@@ -417,15 +420,22 @@ def _global_walker(dis_module: Any) -> Any:
     refer to, read from its bytecode (`co_code`, un-specialised; EXTENDED_ARG prefixes; LOAD_GLOBAL's name index is
     its argument >> 1 from 3.11). `dis.get_instructions` runs Python code of the shared `dis` module on 3.12+ (its
     ArgResolver's methods look `_deoptop`, `_get_name_info`, ... up there), which the notebook may have patched;
-    the opcode numbers are read once, now, from the private copy of `dis` (None: no such copy, no export)."""
+    the opcode numbers are read once, now, from the private copy of `dis` (None: no such copy, no export).
+    Returns it, and `_untested_loads` (kernel/dynamic_reads.py): the names of the global loads where a set's order
+    can show: not the right operand of a membership test (`x in s`: the next instruction, inline caches passed
+    over, is CONTAINS_OP), nor the one argument of a builtin whose result has no order (`len(s)`, `sorted(s)`:
+    the load right after that global's, then the call)."""
     if type(dis_module) is not _MODULE_TYPE:
         return None
     ops = _mdict(dis_module).get("opmap")
     if type(ops) is not dict:
         return None
-    numbers = [dict.get(ops, n) for n in ("EXTENDED_ARG", "LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL")]
+    numbers = [dict.get(ops, n) for n in ("EXTENDED_ARG", "LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL",
+                                          "CONTAINS_OP")]
     if not all(type(n) is int for n in numbers):
         return None
+    cache = dict.get(ops, "CACHE", 0)
+    calls = {dict.get(ops, "PRECALL", -1), dict.get(ops, "CALL", -1)} - {-1}
 
     def _walk_global_ops(code: Any, _ext_op: Any = numbers[0], _load: Any = numbers[1], _store: Any = numbers[2],
                          _delete: Any = numbers[3]) -> Any:
@@ -442,7 +452,27 @@ def _global_walker(dis_module: Any) -> Any:
             elif op == _store or op == _delete:
                 yield names[arg]
 
-    return _walk_global_ops
+    def _untested_loads(code: Any, _ext_op: Any = numbers[0], _load: Any = numbers[1], _contains: Any = numbers[4],
+                        _cache: Any = cache, _calls: Any = frozenset(calls)) -> Any:
+        raw, names = code.co_code, code.co_names
+        ext, pending, before, last = 0, None, None, None
+        for i in range(0, len(raw), 2):
+            op, arg = raw[i], raw[i + 1] | ext
+            if op == _cache:
+                continue
+            if op == _ext_op:
+                ext = arg << 8
+                continue
+            ext = 0
+            if pending is not None and op != _contains and not (
+                    before in _ORDER_FREE_CALLS and op in _calls and arg == 1):
+                yield pending
+            name = names[arg >> 1] if op == _load else None
+            pending, before, last = name, last if name is not None else None, name
+        if pending is not None:
+            yield pending
+
+    return _walk_global_ops, _untested_loads
 
 
 def _culprit(cp: Any, objs: dict, reducers: dict, ename: str, evalue: str, d: str, waiting: Any = None,
