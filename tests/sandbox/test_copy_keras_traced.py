@@ -35,6 +35,10 @@ def build():
 model = build()
 model.fit(Xk, yk, epochs=1, batch_size=8, verbose=0)
 fresh = build()
+def train_more(m, X):
+    return m.fit(X, yk, epochs=1, verbose=0)
+def guess(X):
+    return fresh.predict(X, verbose=0)
 """
 PATHS = ["transplant", "portable", "transplant session"]
 
@@ -88,11 +92,27 @@ def test_a_crash_of_an_untraced_model_stays_certain(kernel, path):
     assert v.ename == "ValueError", v  # (the kernel's own, below: its first call checks the input spec too)
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_a_traced_model_a_notebook_function_trains_is_likely(kernel, path):
+    """The call that runs the traced function is in a notebook function the cell calls (`reach`)."""
+    v = _verdict(kernel, path, "train_more(model, Xk[:, :3])")
+    assert v.verdict == "crash" and not v.certain, v
+    assert "'model' has traced" in (v.reason or ""), v
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_an_untraced_model_a_notebook_function_uses_stays_certain(kernel, path):
+    v = _verdict(kernel, path, "guess(Xk[:, :3])")
+    assert (v.verdict, v.ename, v.certain) == ("crash", "ValueError", True), v
+
+
 def test_the_kernels_own_exceptions(kernel):
     """What the kernel itself raises (run last: it traces `fresh`)."""
     traced = kernel.run_cell("model.fit(Xk[:, :3], yk, epochs=1, verbose=0)", timeout=300)
     first = kernel.run_cell("fresh.predict(Xk[:, :3], verbose=0)", timeout=300)
     predict = kernel.run_cell("model.predict(Xk[:, :3], verbose=0)", timeout=300)
+    helper = kernel.run_cell("train_more(model, Xk[:, :3])", timeout=300)
+    assert helper.status == "error" and helper.ename != "ValueError", helper
     assert traced.status == "error" and traced.ename != "ValueError", traced
     assert (first.status, first.ename) == ("error", "ValueError"), first
     assert (predict.status, predict.ename) == ("error", "ValueError"), predict

@@ -1170,7 +1170,13 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
     line = lines[v.line - 1].strip() if v.line and v.line <= len(lines) else ""
     calls = {_TRACED_FUNCTION[m.group(1)] for m in _TRACED_CALL.finditer(line)} \
         if (v.ename or "") in _TRACED_ERRORS else set()
-    names = cell_names(line)
+    names = set(cell_names(line))
+    reach = [w for w in facts.get("reach") or [] if type(w) is str]
+    if (v.ename or "") in _TRACED_ERRORS and reach and _CALLS_SOMETHING.search(line):
+        # a notebook function the line calls may run the call (`train(model, X)`): what the functions the cell
+        # reaches call and read counts (kernel/dynamic_reads `reach`)
+        calls |= {_TRACED_FUNCTION[w] for w in reach if w in _TRACED_FUNCTION}
+        names |= set(reach)
     traced = [n for n, _, fn in (t.partition(":") for t in held.traced) if fn in calls and n in names]
     if traced:
         return (f"the kernel's Keras model {traced[0]!r} has traced the function this call runs and the copy's, "
@@ -1183,6 +1189,7 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
 # a Keras model's traced functions: the calls that run them, and what their graph or the rebuilt model's input
 # checks raise (an AttributeError, a TypeError of the call itself, is raised before either: the kernel's own)
 _TRACED_CALL = re.compile(r"\.(fit|evaluate|predict|train_on_batch|test_on_batch|predict_on_batch)\s*\(")
+_CALLS_SOMETHING = re.compile(r"(?<![.\w])[A-Za-z_]\w*\s*\(")  # a call of a name (a function of the notebook's?)
 _TRACED_FUNCTION = {"fit": "train", "train_on_batch": "train", "evaluate": "test", "test_on_batch": "test",
                     "predict": "predict", "predict_on_batch": "predict"}  # (the call -> the function it runs)
 _TRACED_ERRORS = frozenset(("ValueError", "InvalidArgumentError", "UnimplementedError", "FailedPreconditionError",
