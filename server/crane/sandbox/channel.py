@@ -39,7 +39,7 @@ from crane.sandbox.verdict import ExitStatus, LaunchReply, RemoteState, SandboxV
 # its forked child; shared/ is imported by the daemon too)
 SANDBOX_PARTS = ("kernel/landlock.py", "kernel/confine.py", "kernel/shield.py", "shared/seal.py", "shared/process_end.py", "../kernel_common/ipython_shell.py", "kernel/common.py", "kernel/request.py", "kernel/atfork.py", "kernel/fork_threads.py",
                  "kernel/armed.py", "kernel/audit.py", "kernel/mappings.py", "kernel/fds.py", "shared/notify.py", "kernel/layer.py",
-                 "kernel/isolation.py", "kernel/miniature.py",
+                 "kernel/isolation.py", "kernel/miniature.py", "kernel/fork_pools.py",
                  "kernel/run.py", "kernel/session.py", "kernel/entry.py")
 SANDBOX_MODULE = KernelModule(
     "_crane_sandbox",

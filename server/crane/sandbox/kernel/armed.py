@@ -46,6 +46,38 @@ from typing import Any
 THREAD_GRACE_S = 1.0  # how long the threads a cell left running are waited for (a Timer: its interval)
 BUDGET_SLACK_S = 1.5  # CRANE's budget timer is the budget plus this (kernel/run, kernel/session, worker/main)
 _TIMERS = (("ITIMER_REAL", "SIGALRM"), ("ITIMER_VIRTUAL", "SIGVTALRM"), ("ITIMER_PROF", "SIGPROF"))
+_ALARM: dict = {"deadline": None}  # CRANE's budget timer's end (time.monotonic), read by a kept SIGALRM handler
+_RAISE_SIGNAL = getattr(signal, "raise_signal", None)  # (the C function: the child's guard wraps the module's)
+
+
+def keep_alarm_handler(handler: Any) -> None:
+    """In the child, where the kernel has a SIGALRM handler of its own (a notebook's timeout idiom:
+    `signal.signal(SIGALRM, on_alarm)`, then `signal.alarm(1)` around a slow step; red team round 18, G17): the
+    handler stays, behind a dispatcher that tells CRANE's budget timer (ITIMER_REAL, the same timer) from the cell's
+    alarm by its deadline. The budget's end ends the process by SIGALRM as without the handler; the cell's alarm
+    runs the notebook's handler, as in the kernel (before, the child had SIGALRM's default action: the cell's
+    alarm killed it and the run read as its budget's timeout). A cell that re-arms the timer replaces CRANE's
+    budget timer there: the run's parent's deadline still ends it. Nothing is kept for SIG_DFL, SIG_IGN or a
+    handler of C's (None)."""
+    if handler is None or handler is signal.SIG_DFL or handler is signal.SIG_IGN or not callable(handler):
+        return
+
+    def dispatch(signum: int, frame: Any) -> Any:
+        deadline = _ALARM["deadline"]
+        if deadline is not None and time.monotonic() >= deadline - 0.05 and _RAISE_SIGNAL is not None:
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            _RAISE_SIGNAL(signal.SIGALRM)  # (the budget's end, as with no handler)
+            return None
+        return handler(signum, frame)
+
+    signal.signal(signal.SIGALRM, dispatch)
+
+
+def budget_timer(seconds: float) -> None:
+    """CRANE's wall-clock budget in the process that runs the cell: ITIMER_REAL, its end noted for a kept
+    handler (`keep_alarm_handler`)."""
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    _ALARM["deadline"] = time.monotonic() + seconds
 
 
 def watch_arming(state: dict, active: Any, guarded: bool) -> None:

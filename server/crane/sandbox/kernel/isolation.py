@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from crane.sandbox.kernel.armed import keep_alarm_handler  # kernel: strip
 from crane.sandbox.kernel.atfork import resume_in_sandbox  # kernel: strip
 from crane.sandbox.kernel.audit import _install_audit_hook  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
@@ -596,11 +597,16 @@ def _prepare_child(args: dict, shell: Any, parent: int, on_main: bool) -> _Ctx:
         set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(0)
+    alarm = signal.getsignal(signal.SIGALRM)  # (the kernel's: a notebook's handler is kept, kernel/armed)
     for sig in (signal.SIGALRM, signal.SIGTERM, signal.SIGXCPU, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         try:
             signal.signal(sig, signal.SIG_DFL)
         except (OSError, ValueError):
             pass
+    try:
+        keep_alarm_handler(alarm)
+    except (OSError, ValueError):  # (not the main thread: the default action, as before)
+        pass
     ctx = _Ctx(args, shell)
     ctx.kernel_ppid = _parent_of(parent)  # read now: the namespaces entered below hide the kernel's /proc
 

@@ -22,7 +22,14 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
-from crane.sandbox.kernel.armed import libraries_now, settle, streams_now, threads_now, timers_now  # kernel: strip
+from crane.sandbox.kernel.armed import (  # kernel: strip
+    budget_timer,
+    libraries_now,
+    settle,
+    streams_now,
+    threads_now,
+    timers_now,
+)
 from crane.sandbox.kernel.audit import _ends_process  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
     _CO_COROUTINE,
@@ -42,6 +49,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
     _untraced,
     _write_json,
 )
+from crane.sandbox.kernel.fork_pools import revive_pools  # kernel: strip
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
 from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note, loop_unended  # kernel: strip
 from crane.sandbox.shared.seal import (  # kernel: strip
@@ -508,6 +516,12 @@ def _cell_begins(ctx: _Ctx, source: str, seen: dict) -> list[CodeType]:
     seen["transformed"] = transformed = shell.transform_cell(source)
     bound = arm_loops(ctx.kept, shell, _line_offset(source, transformed))  # a loop miniature: loops bounded
     plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed, bound)
+    # the pools an earlier cell made, working again in this process (before the threads are counted: the twins'
+    # are not the cell's; kernel/fork_pools.py)
+    _, unrevived = revive_pools(shell.user_ns, transformed, ctx.mode == "layered")
+    if unrevived:  # (the cell would wait for ever on the kernel's threads: it does not run)
+        ctx.denied.extend(unrevived)
+        raise SandboxBlocked(errno.EPERM, unrevived[0])
     ctx.audit_state["threads"] = threads_now()  # (the threads and timers the cell starts: kernel/armed.settle)
     ctx.audit_state["libs"] = libraries_now()
     ctx.audit_state["timers"] = timers_now()
@@ -587,7 +601,7 @@ def _child_main(args: dict, shell: Any, parent: int, on_main: bool) -> None:
         _write_json(ctx.result_fd, {"verdict": "timeout", "reason": f"no miniature run: {why}", "setup_ms": setup_ms})
         _seal_other(ctx, SEAL_RECORD)
     run = _fenced_run(ctx)  # (its frame's locals hold nothing the check after the cell reads: its constants do)
-    signal.setitimer(signal.ITIMER_REAL, float(args["budget_s"]) + 1.5)
+    budget_timer(float(args["budget_s"]) + 1.5)
     run(ctx, args, shell, setup_ms)
 
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from crane.sandbox.kernel.armed import budget_timer  # kernel: strip
 from crane.sandbox.kernel.atfork import put_random_state, random_state, restore, suspend_user_handlers  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
@@ -1234,7 +1235,7 @@ def _run_begins(ctx: _Ctx, cmd: dict, out_path: str, err_path: str) -> dict:
     state["timer"] = timer = hasattr(signal, "setitimer")  # (Windows has none: the daemon's deadline ends a portable
     # session's run)
     if timer:
-        signal.setitimer(signal.ITIMER_REAL, float(cmd.get("budget_s", 10.0)) + 1.5)
+        budget_timer(float(cmd.get("budget_s", 10.0)) + 1.5)
     state["t1"] = time.perf_counter()
     return state
 
