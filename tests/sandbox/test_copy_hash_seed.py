@@ -26,7 +26,8 @@ COPY_PATHS = ["transplant", "portable", "transplant session", "portable session"
 HISTORY = ("features = set('feature_%d' % i for i in range(16))\norder = list(features)\nh = hash('user_1')\n"
            "nums = {1, 2, 3}\nbuilt = list({'col_%d' % i for i in range(16)})\n"
            "def ordered():\n    return [f for f in features]\ndef through(f):\n    return f()\n"
-           "def has(c):\n    return c in features and c not in nums\ndef count():\n    return len(features)")
+           "def has(c):\n    return c in features and c not in nums\ndef count():\n    return len(features)\n"
+           "by_id = {id(features): 'features'}\ndef name_of(o):\n    return by_id[id(o)]")
 CELLS = {"set-order": "assert list(features) == order", "hash": "assert hash('user_1') == h",
          "built-set": "assert list({'col_%d' % i for i in range(16)}) == built"}
 
@@ -83,3 +84,16 @@ def test_a_set_a_notebook_function_iterates_counts_as_the_cells(hk, path):
 def test_a_notebook_function_reading_a_set_without_its_order_stays_certain(hk, path, cell, verdict):
     v = path_verdict(hk, path, cell, _served)
     assert (v.verdict, v.ename, v.certain) == (*verdict, True), v
+
+
+@pytest.mark.parametrize("path", ["fork", *COPY_PATHS])
+@pytest.mark.parametrize("cell", ["assert by_id[id(features)] == 'features'", "assert name_of(features) == 'features'"],
+                         ids=["cell", "helper"])
+def test_object_ids_are_never_certain_in_a_copy(hk, path, cell):
+    """Red team round 18, G14: every copied object has another id in the worker (a dict keyed by `id(df)`: a
+    certain false KeyError); a cell, or a notebook function it calls, reading `id()` gets a likely verdict."""
+    v = path_verdict(hk, path, cell, _served)
+    if path == "fork":
+        assert (v.verdict, v.certain) == ("no-crash", True), v
+    else:
+        assert not v.certain and "object ids" in (v.reason or ""), v

@@ -836,6 +836,9 @@ def _left_out_doubt(exp: ExportReply) -> str | None:
             "copied: the kernel runs that code at the cell's rebinding, the copy did not")
 
 
+_ID_CALL = re.compile(r"(?<![.\w])id\s*\(")  # the builtin `id(...)`, not `obj.id(...)` or `uid(...)`
+
+
 def state_doubt(source: str, missed: Collection[str], facts: dict | None = None) -> str | None:
     """Why a copy run's crash or clean run may not be the kernel's because of state the worker holds otherwise
     (worker/main: `_hash_missed`, shared/own_modules.apply_own_modules), else None:
@@ -844,12 +847,17 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
       rebuilt in the worker iterates in another order than the kernel's, even with equal hashes (its slots depend
       on the order its items came in); or a notebook function it reaches reads one other than by `in`
       (`facts["reach_sets"]`, kernel/dynamic_reads);
+    - it reads object ids (`id(`, in its text or a notebook function it reaches: red team round 18, G14): every
+      copied object has another id in the worker;
     - it reads one of the notebook's own modules whose worker copy is not the kernel's (`module:<name>`: its file
       changed since the kernel imported it, or it holds state the copy could not carry; round 17h, F2): the cell,
       or a notebook function it reaches (`facts["reach"]`: the names their code reads, kernel/dynamic_reads), names
       the module or a name the kernel's module holds (`facts["own_modules"]`)."""
     if "hash_differs" in missed and "hash(" in source:
         return "the worker's string hashes are not the kernel's (`hash()` of a string differs)"
+    if _ID_CALL.search(source) or "id" in ((facts or {}).get("reach") or []):
+        return ("the cell (or a notebook function it calls) reads object ids (`id()`): the copy's objects have other "
+                "ids than the kernel's (a dict keyed by `id(df)` misses them)")
     if "hash_differs" in missed and built_set_read(source):
         return ("the cell reads a set it builds in its iteration order, and the worker's string hashes are not the "
                 "kernel's (a set of strings iterates in another order there)")
