@@ -762,7 +762,7 @@ def transplant(
             v.certain, v.reason = False, f"the clean run is only likely: {missed_finalizer}"
         elif v.verdict == "no-crash" and (history := history_doubt(source)):
             v.certain, v.reason = False, f"the clean run is only likely: {history}"
-        elif v.verdict == "no-crash" and (held := state_doubt(source, setup_extra.get("settings_missed") or [], facts)):
+        elif v.verdict == "no-crash" and (held := clean_doubt(source, setup_extra.get("settings_missed") or [], facts)):
             v.certain, v.reason = False, f"the clean run is only likely: {held}"
         if v.verdict == "crash":
             doubt = copy_crash_doubt(v, source, CopyFacts(
@@ -834,6 +834,28 @@ def _left_out_doubt(exp: ExportReply) -> str | None:
     names = ", ".join(exp.finalizers_left_out[:3]) + (" and more" if len(exp.finalizers_left_out) > 3 else "")
     return (f"{names}, which the cell binds again, runs code when it is freed (a finalizer) and could not be "
             "copied: the kernel runs that code at the cell's rebinding, the copy did not")
+
+
+# carried settings that turn a computation into an exception where the defaults do not (a `warnings` filter set to
+# "error", a `decimal` trap, a lower int-digits limit): one not carried makes a clean run only likely. (Not numpy's:
+# its key also carries print options, whose loss changes no outcome.)
+_RAISING_SETTINGS = {"warnings": "its warnings filters", "decimal": "the decimal context's traps",
+                     "interpreter": "the int-digits limit"}
+
+
+def clean_doubt(source: str, missed: Collection[str], facts: dict | None = None) -> str | None:
+    """Why a copy's clean run may not be the kernel's, else None: `state_doubt`, or a carried setting that can turn
+    a computation into an exception which the worker could not take from the kernel (`_RAISING_SETTINGS`; red team
+    round 18, G11: `warnings.simplefilter('error', DataWarning)` with a class of the notebook's was not carried, and
+    the warning the kernel raises passed in the copy, a certain false clean run)."""
+    held = state_doubt(source, missed, facts)
+    if held is not None:
+        return held
+    lost = [what for key, what in _RAISING_SETTINGS.items() if key in missed]
+    if lost:
+        return (f"the kernel's state the copy could not take includes {lost[0]}: what the kernel raises there may "
+                "pass in the copy")
+    return None
 
 
 _ID_CALL = re.compile(r"(?<![.\w])id\s*\(")  # the builtin `id(...)`, not `obj.id(...)` or `uid(...)`

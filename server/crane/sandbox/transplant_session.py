@@ -42,12 +42,12 @@ from crane.sandbox.transplant import (
     ExportReply,
     Worker,
     _export,
+    clean_doubt,
     copy_crash_doubt,
     history_doubt,
     kernel_of,
     kernel_vm_mb,
     likely_reason,
-    state_doubt,
 )
 from crane.sandbox.verdict import Integrity, SandboxVerdict, TransplantInfo
 
@@ -387,7 +387,7 @@ class TransplantSession(SandboxSession):
                                                                  "threads it started were still running")
         v.mode, v.mode_reason, v.channel = "transplant", self.reason, "local"
         if v.verdict == "no-crash" and v.certain and (history := history_doubt(source)
-                                                      or state_doubt(source, self._held.settings_missed, self._facts)):
+                                                      or clean_doubt(source, self._held.settings_missed, self._facts)):
             v.certain = False  # (the one-shot's rules)
             v.reason = (f"{v.reason}; " if v.reason else "") + f"the clean run is only likely: {history}"
         if v.verdict == "crash" and v.certain:  # the one-shot's rule, on what this worker holds (issue 42, h1, h9)
