@@ -136,6 +136,14 @@ def via():
     return ordered()
 def known(c):
     return c in LABELS and len(LABELS) > 1 and sorted(LABELS)
+def dedupe(c):
+    if LABELS and not SEEN:
+        SEEN.add(c)
+    return SEEN.union({c})
+def by_id(o):
+    return id(o), o.id
+def has_id(o):
+    return o.id
 def reads_module():
     return settings_mod.THRESHOLD
 '''
@@ -152,5 +160,10 @@ def test_the_names_reached_functions_read_and_the_sets_they_iterate():
     assert sets == ["LABELS"]
     _, _, reach, sets = dynamic_reads(ns, ["known"], [])
     assert "LABELS" in reach and sets == []  # (membership, len, sorted: no order shows)
+    ns["SEEN"] = {"a", "b"}
+    _, _, reach, sets = dynamic_reads(ns, ["dedupe"], [])
+    assert sets == []  # (truth, `not`, a set method: no order shows)
+    assert "id()" in dynamic_reads(ns, ["by_id"], [])[2]  # (the builtin `id` loaded: DR_ID_CALL)
+    assert "id()" not in dynamic_reads(ns, ["has_id"], [])[2]  # (an attribute named `id` is not)
     ns["LABELS"] = {"cat"}  # (one item: one order)
     assert dynamic_reads(ns, ["via"], [])[3] == []

@@ -27,6 +27,7 @@ elsewhere the run is `unavailable`, the reason naming the platform.
 from __future__ import annotations
 
 import atexit
+import builtins
 import importlib.util
 import json
 import os
@@ -877,7 +878,7 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
       the module or a name the kernel's module holds (`facts["own_modules"]`)."""
     if "hash_differs" in missed and "hash(" in source:
         return "the worker's string hashes are not the kernel's (`hash()` of a string differs)"
-    if _ID_CALL.search(source) or "id" in ((facts or {}).get("reach") or []):
+    if _ID_CALL.search(source) or "id()" in ((facts or {}).get("reach") or []):  # (kernel/dynamic_reads.DR_ID_CALL)
         return ("the cell (or a notebook function it calls) reads object ids (`id()`): the copy's objects have other "
                 "ids than the kernel's (a dict keyed by `id(df)` misses them)")
     if "hash_differs" in missed and built_set_read(source):
@@ -1202,7 +1203,8 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
         if (v.ename or "") in _TRACED_ERRORS else set()
     names = set(cell_names(line))
     reach = [w for w in facts.get("reach") or [] if type(w) is str]
-    if (v.ename or "") in _TRACED_ERRORS and reach and _CALLS_SOMETHING.search(line):
+    if (v.ename or "") in _TRACED_ERRORS and reach and any(
+            m.group(1) not in _BUILTIN_NAMES for m in _CALLS_SOMETHING.finditer(line)):
         # a notebook function the line calls may run the call (`train(model, X)`): what the functions the cell
         # reaches call and read counts (kernel/dynamic_reads `reach`)
         calls |= {_TRACED_FUNCTION[w] for w in reach if w in _TRACED_FUNCTION}
@@ -1219,7 +1221,8 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
 # a Keras model's traced functions: the calls that run them, and what their graph or the rebuilt model's input
 # checks raise (an AttributeError, a TypeError of the call itself, is raised before either: the kernel's own)
 _TRACED_CALL = re.compile(r"\.(fit|evaluate|predict|train_on_batch|test_on_batch|predict_on_batch)\s*\(")
-_CALLS_SOMETHING = re.compile(r"(?<![.\w])[A-Za-z_]\w*\s*\(")  # a call of a name (a function of the notebook's?)
+_CALLS_SOMETHING = re.compile(r"(?<![.\w])([A-Za-z_]\w*)\s*\(")  # a call of a name (a function of the notebook's?)
+_BUILTIN_NAMES = frozenset(dir(builtins))  # (`int(`, `print(`: not a notebook function)
 _TRACED_FUNCTION = {"fit": "train", "train_on_batch": "train", "evaluate": "test", "test_on_batch": "test",
                     "predict": "predict", "predict_on_batch": "predict"}  # (the call -> the function it runs)
 _TRACED_ERRORS = frozenset(("ValueError", "InvalidArgumentError", "UnimplementedError", "FailedPreconditionError",

@@ -48,6 +48,9 @@ BUDGET_SLACK_S = 1.5  # CRANE's budget timer is the budget plus this (kernel/run
 _TIMERS = (("ITIMER_REAL", "SIGALRM"), ("ITIMER_VIRTUAL", "SIGVTALRM"), ("ITIMER_PROF", "SIGPROF"))
 _ALARM: dict = {"deadline": None}  # CRANE's budget timer's end (time.monotonic), read by a kept SIGALRM handler
 _RAISE_SIGNAL = getattr(signal, "raise_signal", None)  # (the C function: the child's guard wraps the module's)
+# bound now: the dispatcher looks nothing up on a module the notebook may have patched
+_AR_SET_HANDLER, _AR_MONOTONIC, _AR_SETITIMER = signal.signal, time.monotonic, getattr(signal, "setitimer", None)
+_AR_LATE_S = 5.0  # how late the budget's signal may be handled (a loaded machine) and still be the budget's
 
 
 def keep_alarm_handler(handler: Any) -> None:
@@ -62,11 +65,14 @@ def keep_alarm_handler(handler: Any) -> None:
     if handler is None or handler is signal.SIG_DFL or handler is signal.SIG_IGN or not callable(handler):
         return
 
+    sigalrm, default = signal.SIGALRM, signal.SIG_DFL
+
     def dispatch(signum: int, frame: Any) -> Any:
         deadline = _ALARM["deadline"]
-        if deadline is not None and time.monotonic() >= deadline - 0.05 and _RAISE_SIGNAL is not None:
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-            _RAISE_SIGNAL(signal.SIGALRM)  # (the budget's end, as with no handler)
+        if deadline is not None and deadline - 0.05 <= _AR_MONOTONIC() <= deadline + _AR_LATE_S \
+                and _RAISE_SIGNAL is not None:
+            _AR_SET_HANDLER(sigalrm, default)
+            _RAISE_SIGNAL(sigalrm)  # (the budget's end, as with no handler)
             return None
         return handler(signum, frame)
 
@@ -78,6 +84,13 @@ def budget_timer(seconds: float) -> None:
     handler (`keep_alarm_handler`)."""
     signal.setitimer(signal.ITIMER_REAL, seconds)
     _ALARM["deadline"] = time.monotonic() + seconds
+
+
+def budget_off() -> None:
+    """The budget timer disarmed (the cell's end): no later SIGALRM is the budget's."""
+    _ALARM["deadline"] = None
+    if _AR_SETITIMER is not None:
+        _AR_SETITIMER(signal.ITIMER_REAL, 0)
 
 
 def watch_arming(state: dict, active: Any, guarded: bool) -> None:

@@ -37,6 +37,8 @@ _DR_ATTRS = frozenset({"user_ns", "user_global_ns", "f_globals", "__dict__", "mo
 _DR_WHOLE = frozenset({"globals", "eval", "exec", "__main__", "user_ns", "user_global_ns", "f_globals"})
 _DR_CODE = _FunctionType.__dict__["__code__"].__get__
 _DR_FGLOBALS = _FunctionType.__dict__["__globals__"].__get__
+DR_ID_CALL = "id()"  # in `reach`: a reached function loads the builtin `id` as a global (not an attribute `x.id`;
+# not an identifier, so no rule reading `reach` as words meets it)
 _DR_MAX_CODES = 20000  # code objects looked at, at most (a namespace of many functions: the rest not followed)
 _DR_MAX_NAMES = 2000  # names added, at most
 _DR_MAX_TEXT = 10000  # characters of a string constant read for names, at most
@@ -148,6 +150,8 @@ def dynamic_reads(ns: dict, names: list, strings: list) -> tuple[list, list, lis
                         iterated[n] = None
                 for n in walk(code):
                     loads.append(n)
+                    if n == "id" and len(reach) < _DR_MAX_NAMES:
+                        reach[DR_ID_CALL] = None
                     if n in _DR_GLOBALS:
                         dynamic = True
                         whole = whole or n in _DR_WHOLE

@@ -25,12 +25,10 @@ the cell calls without naming it.
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Any
 
 _FP_KEEP: list = []  # the twins, for the process's life
-_FP_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _fp_class(module: str, name: str) -> Any:
@@ -82,16 +80,17 @@ class _FpCannot(Exception):
     pass
 
 
-def revive_pools(ns: Any, text: str, processes: bool) -> tuple[list[str], list[str]]:
-    """In the process about to run the cell: the running pools and executors of `ns` the cell's `text` names (its
-    identifiers: a superset) get working twins (see the module; `processes`: see `_fp_twin`). Returns the names
-    revived, and why each one that needed a twin got none (the run then cannot be the kernel's: the caller ends
-    it "blocked" before the cell runs, never a timeout or a certain crash or clean run)."""
+def revive_pools(ns: Any, names: list, processes: bool) -> tuple[list[str], list[str]]:
+    """In the process about to run the cell: the running pools and executors of `ns` the cell names (`names`: the
+    names its code reads, kernel/miniature.cell_names: not its comments or strings) get working twins (see the
+    module; `processes`: see `_fp_twin`). Returns the names revived, and why each one that needed a twin got none
+    (the run then cannot be the kernel's: the caller ends it "blocked" before the cell runs, never a timeout or a
+    certain crash or clean run)."""
     revived: list[str] = []
     failed: list[str] = []
-    if type(ns) is not dict or type(text) is not str:
+    if type(ns) is not dict or type(names) is not list:
         return revived, failed
-    for name in dict.fromkeys(_FP_IDENT.findall(text)):
+    for name in names:
         v = dict.get(ns, name) if type(name) is str else None
         if v is None:
             continue

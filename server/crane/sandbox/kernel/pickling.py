@@ -413,6 +413,10 @@ _CP: list = []
 _WALKER: list = []  # `_global_walker`'s functions, once `_cloudpickle` made them
 # builtins whose one argument's order does not show in their result (`_untested_loads`)
 _ORDER_FREE_CALLS = frozenset(("len", "sorted", "set", "frozenset", "min", "max", "sum", "any", "all", "bool"))
+# set methods whose result shows no order of the set's (in place, a test, another set read the same way)
+_SET_METHODS = frozenset(("add", "discard", "remove", "update", "difference_update", "intersection_update",
+                          "symmetric_difference_update", "clear", "issubset", "issuperset", "isdisjoint", "union",
+                          "intersection", "difference", "symmetric_difference", "copy"))
 
 
 def _global_walker(dis_module: Any) -> Any:
@@ -424,7 +428,8 @@ def _global_walker(dis_module: Any) -> Any:
     Returns it, and `_untested_loads` (kernel/dynamic_reads.py): the names of the global loads where a set's order
     can show: not the right operand of a membership test (`x in s`: the next instruction, inline caches passed
     over, is CONTAINS_OP), nor the one argument of a builtin whose result has no order (`len(s)`, `sorted(s)`:
-    the load right after that global's, then the call)."""
+    the load right after that global's, then the call), nor tested for its truth (`if s:`, `not s`), nor the object
+    of a set method whose result shows no order (`s.add(x)`, `s.union(t)`)."""
     if type(dis_module) is not _MODULE_TYPE:
         return None
     ops = _mdict(dis_module).get("opmap")
@@ -436,6 +441,13 @@ def _global_walker(dis_module: Any) -> Any:
         return None
     cache = dict.get(ops, "CACHE", 0)
     calls = {dict.get(ops, "PRECALL", -1), dict.get(ops, "CALL", -1)} - {-1}
+    # what the set's next instruction may be where its order does not show: its truth (a jump on it, `not`), a set
+    # method (LOAD_METHOD on 3.11; LOAD_ATTR, its name index shifted by one from 3.12, where LOAD_METHOD is a pseudo
+    # instruction numbered past 255)
+    truth = {n for name, n in dict.items(ops) if type(name) is str and type(n) is int and n < 256
+             and (name.startswith("POP_JUMP") or name in ("TO_BOOL", "UNARY_NOT"))}
+    method, attr = dict.get(ops, "LOAD_METHOD", -1), dict.get(ops, "LOAD_ATTR", -1)
+    attr_shift = 0 if 0 <= method < 256 else 1
 
     def _walk_global_ops(code: Any, _ext_op: Any = numbers[0], _load: Any = numbers[1], _store: Any = numbers[2],
                          _delete: Any = numbers[3]) -> Any:
@@ -453,7 +465,8 @@ def _global_walker(dis_module: Any) -> Any:
                 yield names[arg]
 
     def _untested_loads(code: Any, _ext_op: Any = numbers[0], _load: Any = numbers[1], _contains: Any = numbers[4],
-                        _cache: Any = cache, _calls: Any = frozenset(calls)) -> Any:
+                        _cache: Any = cache, _calls: Any = frozenset(calls), _truth: Any = frozenset(truth),
+                        _method: Any = method, _attr: Any = attr, _shift: Any = attr_shift) -> Any:
         raw, names = code.co_code, code.co_names
         ext, pending, before, last = 0, None, None, None
         for i in range(0, len(raw), 2):
@@ -464,8 +477,10 @@ def _global_walker(dis_module: Any) -> Any:
                 ext = arg << 8
                 continue
             ext = 0
-            if pending is not None and op != _contains and not (
-                    before in _ORDER_FREE_CALLS and op in _calls and arg == 1):
+            if pending is not None and op != _contains and op not in _truth and not (
+                    before in _ORDER_FREE_CALLS and op in _calls and arg == 1) and not (
+                    op == _method and names[arg] in _SET_METHODS) and not (
+                    op == _attr and names[arg >> _shift] in _SET_METHODS):
                 yield pending
             name = names[arg >> 1] if op == _load else None
             pending, before, last = name, last if name is not None else None, name

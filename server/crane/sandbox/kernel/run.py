@@ -23,6 +23,7 @@ from types import CodeType
 from typing import Any
 
 from crane.sandbox.kernel.armed import (  # kernel: strip
+    budget_off,
     budget_timer,
     libraries_now,
     settle,
@@ -51,7 +52,7 @@ from crane.sandbox.kernel.common import (  # kernel: strip
 )
 from crane.sandbox.kernel.fork_pools import revive_pools  # kernel: strip
 from crane.sandbox.kernel.isolation import _machine_memory_bytes, _prepare_child  # kernel: strip
-from crane.sandbox.kernel.miniature import arm_loops, artefact, loop_note, loop_unended  # kernel: strip
+from crane.sandbox.kernel.miniature import arm_loops, artefact, cell_names, loop_note, loop_unended  # kernel: strip
 from crane.sandbox.shared.seal import (  # kernel: strip
     _SEAL_HASH,
     SEAL_RECORD,
@@ -518,7 +519,7 @@ def _cell_begins(ctx: _Ctx, source: str, seen: dict) -> list[CodeType]:
     plan, _ = _compile_plan(shell, source, CELL_FILENAME, transformed, bound)
     # the pools an earlier cell made, working again in this process (before the threads are counted: the twins'
     # are not the cell's; kernel/fork_pools.py)
-    _, unrevived = revive_pools(shell.user_ns, transformed, ctx.mode == "layered")
+    _, unrevived = revive_pools(shell.user_ns, cell_names(None, transformed), ctx.mode == "layered")
     if unrevived:  # (the cell would wait for ever on the kernel's threads: it does not run)
         ctx.denied.extend(unrevived)
         raise SandboxBlocked(errno.EPERM, unrevived[0])
@@ -796,7 +797,7 @@ def _epilogue_begins(ctx: _Ctx, keep_tool: int | None = None) -> None:
     import gc
     import sys
     ctx.audit_state["running"] = False
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    budget_off()
     sys.settrace(None)
     sys.setprofile(None)
     mon = getattr(sys, "monitoring", None)

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from crane.sandbox.kernel.armed import budget_timer  # kernel: strip
+from crane.sandbox.kernel.armed import budget_off, budget_timer  # kernel: strip
 from crane.sandbox.kernel.atfork import put_random_state, random_state, restore, suspend_user_handlers  # kernel: strip
 from crane.sandbox.kernel.common import (  # kernel: strip
     _SETUP,
@@ -1257,7 +1257,7 @@ def _hooks_off(ctx: _Ctx, timer: bool = True) -> None:
     command that rebinds `sys.setprofile` still leaves none on). They are kept for the next command's code."""
     if "hooks" not in _BOUND:  # (no seal here: a portable session on macOS or Windows)
         if timer:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            budget_off()
         ctx.audit_state["running"] = False
         return
     saved = _hooks_now()  # (the mask the code left: the outcome's epilogue blocks every signal, `_fenced_command`)
