@@ -163,7 +163,7 @@ def test_the_names_reached_functions_read_and_the_sets_they_iterate():
     ns["SEEN"] = {"a", "b"}
     _, _, reach, sets = dynamic_reads(ns, ["dedupe"], [])
     assert sets == []  # (truth, `not`, a set method: no order shows)
-    assert "id()" in dynamic_reads(ns, ["by_id"], [])[2]  # (the builtin `id` loaded: DR_ID_CALL)
+    assert "id()" in dynamic_reads(ns, ["by_id"], [])[2]  # (the builtin `id` loaded: shared/carry.REACH_ID_CALL)
     assert "id()" not in dynamic_reads(ns, ["has_id"], [])[2]  # (an attribute named `id` is not)
     ns["LABELS"] = {"cat"}  # (one item: one order)
     assert dynamic_reads(ns, ["via"], [])[3] == []

@@ -66,7 +66,7 @@ from crane.sandbox.pipes import PipeReader, PortableDir, ProcessHandle, read_run
 from crane.sandbox.portable import Forked, read_forked, reuse_head
 from crane.sandbox.process_watch import ProcessRef, ProcessWatch, process_ref
 from crane.sandbox.set_order import built_set_read, ordered_set_reads
-from crane.sandbox.shared.carry import CARRIED_RUNTIMES
+from crane.sandbox.shared.carry import CARRIED_RUNTIMES, REACH_ID_CALL
 from crane.sandbox.verdict import ExitStatus, KeptObject, SandboxVerdict, TransplantInfo, unavailable
 from crane.sandbox.worker_size import no_room
 
@@ -878,7 +878,7 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
       the module or a name the kernel's module holds (`facts["own_modules"]`)."""
     if "hash_differs" in missed and "hash(" in source:
         return "the worker's string hashes are not the kernel's (`hash()` of a string differs)"
-    if _ID_CALL.search(source) or "id()" in ((facts or {}).get("reach") or []):  # (kernel/dynamic_reads.DR_ID_CALL)
+    if _ID_CALL.search(source) or REACH_ID_CALL in ((facts or {}).get("reach") or []):
         return ("the cell (or a notebook function it calls) reads object ids (`id()`): the copy's objects have other "
                 "ids than the kernel's (a dict keyed by `id(df)` misses them)")
     if "hash_differs" in missed and built_set_read(source):

@@ -82,8 +82,9 @@ def keep_alarm_handler(handler: Any) -> None:
 def budget_timer(seconds: float) -> None:
     """CRANE's wall-clock budget in the process that runs the cell: ITIMER_REAL, its end noted for a kept
     handler (`keep_alarm_handler`)."""
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    _ALARM["deadline"] = time.monotonic() + seconds
+    if _AR_SETITIMER is not None:
+        _AR_SETITIMER(signal.ITIMER_REAL, seconds)
+    _ALARM["deadline"] = _AR_MONOTONIC() + seconds
 
 
 def budget_off() -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from crane.sandbox.kernel.bound import _T_MODULE, _cls_dict, _CodeType, _FunctionType, _mro  # kernel: strip
 from crane.sandbox.kernel.pickling import _WALKER  # kernel: strip
 from crane.sandbox.kernel.proof import _is_class, _plain_class  # kernel: strip
+from crane.sandbox.shared.carry import REACH_ID_CALL, str_set  # kernel: strip
 
 # global names whose load means a function may read its namespace by a string; `_DR_ATTRS`: attribute (or any)
 # names that do (the shell's namespace, a frame's or module's dict, `sys.modules`); their strings' names are copied
@@ -37,8 +38,6 @@ _DR_ATTRS = frozenset({"user_ns", "user_global_ns", "f_globals", "__dict__", "mo
 _DR_WHOLE = frozenset({"globals", "eval", "exec", "__main__", "user_ns", "user_global_ns", "f_globals"})
 _DR_CODE = _FunctionType.__dict__["__code__"].__get__
 _DR_FGLOBALS = _FunctionType.__dict__["__globals__"].__get__
-DR_ID_CALL = "id()"  # in `reach`: a reached function loads the builtin `id` as a global (not an attribute `x.id`;
-# not an identifier, so no rule reading `reach` as words meets it)
 _DR_MAX_CODES = 20000  # code objects looked at, at most (a namespace of many functions: the rest not followed)
 _DR_MAX_NAMES = 2000  # names added, at most
 _DR_MAX_TEXT = 10000  # characters of a string constant read for names, at most
@@ -85,21 +84,6 @@ def _dr_functions(v: Any, ns: dict) -> list:
             if type(x) is _FunctionType and _DR_FGLOBALS(x) is ns:
                 out.append(x)
     return out
-
-
-def _dr_str_set(v: Any) -> bool:
-    """`v` is an exact set or frozenset of more than one item holding a `str` (or a tuple with one), as
-    worker/main._str_set: its order in a copy is not the kernel's. Items are read by type only."""
-    t = type(v)
-    if t is not set and t is not frozenset:
-        return False
-    it = set.__iter__(v) if t is set else frozenset.__iter__(v)
-    for n, x in enumerate(it):
-        if type(x) is str or type(x) is bytes or (type(x) is tuple and any(type(y) is str for y in x)):
-            return (set.__len__(v) if t is set else frozenset.__len__(v)) > 1
-        if n >= 64:
-            break
-    return False
 
 
 def dynamic_reads(ns: dict, names: list, strings: list) -> tuple[list, list, list, list]:
@@ -151,7 +135,7 @@ def dynamic_reads(ns: dict, names: list, strings: list) -> tuple[list, list, lis
                 for n in walk(code):
                     loads.append(n)
                     if n == "id" and len(reach) < _DR_MAX_NAMES:
-                        reach[DR_ID_CALL] = None
+                        reach[REACH_ID_CALL] = None
                     if n in _DR_GLOBALS:
                         dynamic = True
                         whole = whole or n in _DR_WHOLE
@@ -180,5 +164,5 @@ def dynamic_reads(ns: dict, names: list, strings: list) -> tuple[list, list, lis
     if readers:
         add([s for s in strings if type(s) is str])
     given = set(names)
-    sets = [n for n in iterated if type(n) is str and _dr_str_set(dict.get(ns, n))]
+    sets = [n for n in iterated if type(n) is str and str_set(dict.get(ns, n))]
     return extra, readers, [n for n in reach if n not in given], sets[:50]

@@ -37,15 +37,19 @@ def _fp_class(module: str, name: str) -> Any:
     return cls if type(cls) is type else None
 
 
-def _fp_twin(v: Any, processes: bool) -> Any:
-    """A new pool or executor with `v`'s settings, when `v` is a running one of an exact library type whose
-    workers were started (else None). `processes`: a `multiprocessing.Pool`, which starts its worker processes as
-    it is made, only where this process may start processes (layered mode: elsewhere the confinement would refuse
-    them in CRANE's name, before the cell)."""
+def _fp_kinds() -> tuple:
+    """The pool and executor classes, where their modules are loaded (None for the others)."""
+    return (_fp_class("concurrent.futures.thread", "ThreadPoolExecutor"),
+            _fp_class("concurrent.futures.process", "ProcessPoolExecutor"),
+            _fp_class("multiprocessing.pool", "ThreadPool"), _fp_class("multiprocessing.pool", "Pool"))
+
+
+def _fp_twin(v: Any, kinds: tuple, processes: bool) -> Any:
+    """A new pool or executor with `v`'s settings, when `v` is a running one of an exact library type (`kinds`:
+    `_fp_kinds()`) whose workers were started (else None). `processes`: a `multiprocessing.Pool`, which starts its
+    worker processes as it is made, only where this process may start processes (layered mode: elsewhere the
+    confinement would refuse them in CRANE's name, before the cell)."""
     t = type(v)
-    kinds = (_fp_class("concurrent.futures.thread", "ThreadPoolExecutor"),
-             _fp_class("concurrent.futures.process", "ProcessPoolExecutor"),
-             _fp_class("multiprocessing.pool", "ThreadPool"), _fp_class("multiprocessing.pool", "Pool"))
     if not any(t is k for k in kinds if k is not None):
         return None  # (before any attribute is read: nothing of the notebook's runs here)
     d = v.__dict__
@@ -60,20 +64,16 @@ def _fp_twin(v: Any, processes: bool) -> Any:
         extra = {"max_tasks_per_child": d["_max_tasks_per_child"]} if d.get("_max_tasks_per_child") else {}
         return t(max_workers=d["_max_workers"], mp_context=d.get("_mp_context"), initializer=d.get("_initializer"),
                  initargs=d.get("_initargs", ()), **extra)
+    # multiprocessing's ThreadPool (kinds[2]) or Pool (kinds[3])
     pool_mod = sys.modules.get("multiprocessing.pool")
-    run = getattr(pool_mod, "RUN", None) if pool_mod is not None else None
+    if d.get("_state") != getattr(pool_mod, "RUN", None) or not d.get("_pool"):
+        return None
+    settings = {"processes": d["_processes"], "initializer": d.get("_initializer"), "initargs": d.get("_initargs", ())}
     if t is kinds[2]:
-        if d.get("_state") != run or not d.get("_pool"):
-            return None
-        return t(processes=d["_processes"], initializer=d.get("_initializer"), initargs=d.get("_initargs", ()))
-    if t is kinds[3]:
-        if d.get("_state") != run or not d.get("_pool"):
-            return None
-        if not processes:
-            raise _FpCannot("its worker processes cannot be started under the blocking confinement")
-        return t(processes=d["_processes"], initializer=d.get("_initializer"), initargs=d.get("_initargs", ()),
-                 maxtasksperchild=d.get("_maxtasksperchild"), context=d.get("_ctx"))
-    return None
+        return t(**settings)
+    if not processes:
+        raise _FpCannot("its worker processes cannot be started under the blocking confinement")
+    return t(**settings, maxtasksperchild=d.get("_maxtasksperchild"), context=d.get("_ctx"))
 
 
 class _FpCannot(Exception):
@@ -88,14 +88,15 @@ def revive_pools(ns: Any, names: list, processes: bool) -> tuple[list[str], list
     certain crash or clean run)."""
     revived: list[str] = []
     failed: list[str] = []
-    if type(ns) is not dict or type(names) is not list:
+    kinds = _fp_kinds()  # (once per cell: every name is checked against them)
+    if type(ns) is not dict or type(names) is not list or not any(kinds):
         return revived, failed
     for name in names:
         v = dict.get(ns, name) if type(name) is str else None
         if v is None:
             continue
         try:
-            twin = _fp_twin(v, processes)
+            twin = _fp_twin(v, kinds, processes)
         except Exception as exc:  # (refused by the confinement, a setting the constructor no longer takes)
             what = str(exc) if type(exc) is _FpCannot else f"{type(exc).__name__}: {exc}"
             failed.append(f"crane sandbox: the pool `{name}` an earlier cell made runs on the kernel's threads and "

@@ -31,6 +31,24 @@ _SIMPLE = (bool, int, float, str, type(None))
 # the string whose hash the kernel takes at install (kernel/environment) and the worker compares with its own
 # (worker/main `_hash_missed`): equal hashes, the kernel's string hash seed
 STR_HASH_PROBE = "crane: the kernel's string hash"
+# in env.json's `reach` (kernel/dynamic_reads): a function the cell reaches loads the builtin `id` as a global (not
+# an attribute `x.id`; not an identifier, so no rule reading `reach` as words meets it); read by transplant.state_doubt
+REACH_ID_CALL = "id()"
+
+
+def str_set(v: Any) -> bool:
+    """`v` is an exact set or frozenset of more than one item that holds a `str` or `bytes` (or a tuple with a `str`):
+    rebuilt in a worker, it iterates in another order than in the kernel. Items are read by their type only, through
+    the exact types' own C iteration (also in the kernel: kernel/dynamic_reads; the worker: worker/main)."""
+    t = type(v)
+    if t is not set and t is not frozenset:
+        return False
+    for n, x in enumerate(set.__iter__(v) if t is set else frozenset.__iter__(v)):
+        if type(x) is str or type(x) is bytes or (type(x) is tuple and any(type(y) is str for y in x)):
+            return (set.__len__(v) if t is set else frozenset.__len__(v)) > 1
+        if n >= 64:
+            break
+    return False
 _SIGNALS = ("Clamped", "DivisionByZero", "Inexact", "Overflow", "Rounded", "Subnormal", "Underflow",
             "InvalidOperation", "FloatOperation")
 _DECIMAL_FIELDS = ("prec", "rounding", "Emin", "Emax", "capitals", "clamp")

@@ -65,7 +65,7 @@ from crane.sandbox.kernel.session import (  # kernel: strip
     evaluate,
     run_command,
 )
-from crane.sandbox.shared.carry import STR_HASH_PROBE, apply_carried  # kernel: strip
+from crane.sandbox.shared.carry import STR_HASH_PROBE, apply_carried, str_set  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, apply_keras  # kernel: strip
 from crane.sandbox.shared.own_modules import OWN_MODULES_KEY, apply_own_modules  # kernel: strip
 from crane.sandbox.worker.arrow import guard_arrow  # kernel: strip
@@ -566,14 +566,11 @@ def _hash_missed(facts: dict, loaded: dict) -> list[str]:
 
 
 def _str_set(v: Any, depth: int) -> bool:
+    """`v` is, or holds within `depth` levels of builtin lists, tuples and dicts, a set of strings
+    (shared/carry.str_set)."""
     t = type(v)
     if t is set or t is frozenset:
-        for n, x in enumerate(v):
-            if type(x) is str or type(x) is bytes or (type(x) is tuple and any(type(y) is str for y in x)):
-                return len(v) > 1
-            if n >= 64:
-                break
-        return False
+        return str_set(v)
     if depth <= 0:
         return False
     items = v[:256] if t is list or t is tuple else dict.values(v) if t is dict else ()
