@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -20,6 +19,7 @@ from crane.sandbox.worker.linux import linux_layer_available
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from ..sandbox_options import use_options
+from .head_children import forked_ahead
 
 pytestmark = pytest.mark.skipif(linux_layer_available() is not None, reason="heads serve runs under Landlock")
 
@@ -32,22 +32,8 @@ def _head_of(conn) -> int:
     return heads[0].proc.pid
 
 
-def _forked_ahead(head: int, ran: tuple[int, ...], timeout: float = 120.0) -> int:
-    """The head's one child once it has forked it, never the process of a run that already ran (`ran`): a sealed
-    run's process may still be ending when its verdict arrives (worker/head._frame_sealed); the head reaps it, then
-    forks the next one ahead (an event, after the verdict is sent)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with open(f"/proc/{head}/task/{head}/children") as f:
-            kids = [int(k) for k in f.read().split()]
-        if len(kids) == 1 and kids[0] not in ran:
-            return kids[0]
-        time.sleep(0.02)
-    raise AssertionError(f"the head {head} forked no process ahead")
-
-
 @pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
-def test_the_next_run_goes_to_the_process_forked_ahead(kernel_env, tmp_path, monkeypatch):
+def test_the_next_run_goes_to_the_processforked_ahead(kernel_env, tmp_path, monkeypatch):
     opts = use_options(monkeypatch, confinement="portable", warm_workers=True, worker_idle_seconds=600.0)
     kernel = start_kernel(tmp_path, python=kernel_python(kernel_env))
     try:
@@ -57,12 +43,12 @@ def test_the_next_run_goes_to_the_process_forked_ahead(kernel_env, tmp_path, mon
         first = speculate(conn, "leak = base + 1\nprint(os.getpid())\nleak", 60.0, sandbox=opts)
         assert (first.verdict, first.mode) == ("no-crash", "portable"), first
         head = _head_of(conn)
-        ahead = _forked_ahead(head, (int(first.stdout.split()[0]),))
+        ahead = forked_ahead(head, (int(first.stdout.split()[0]),))
         second = speculate(conn, "print(os.getpid(), 'leak' in globals())\nbase + 1", 60.0, sandbox=opts)
         assert (second.verdict, second.mode, second.pid) == ("no-crash", "portable", head), second
         assert second.transplant is not None and "landlock" in second.transplant.layers, second.transplant
         assert second.stdout.split("\n")[0] == f"{ahead} False", second.stdout  # that process ran it, state fresh
-        gone = _forked_ahead(head, (ahead,))  # the next one, killed before its request: the head forks another
+        gone = forked_ahead(head, (ahead,))  # the next one, killed before its request: the head forks another
         assert gone != ahead
         os.kill(gone, signal.SIGKILL)
         third = speculate(conn, "print(os.getpid())\nbase + 2", 60.0, sandbox=opts)
@@ -86,7 +72,7 @@ def _started(pid: int) -> str | None:
 
 
 @pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
-def test_a_head_serving_a_session_itself_ends_the_process_forked_ahead(kernel_env, tmp_path, monkeypatch):
+def test_a_head_serving_a_session_itself_ends_the_processforked_ahead(kernel_env, tmp_path, monkeypatch):
     """A warm head that forked the next run's process ahead, then taken by a portable session (a request that is
     not a forked run): the process forked ahead (unconfined, waiting for a request) is ended before the head serves
     the session. Before, it stayed alive beside the session for the head's life."""
@@ -98,7 +84,7 @@ def test_a_head_serving_a_session_itself_ends_the_process_forked_ahead(kernel_en
         first = speculate(conn, "import os\nprint(os.getpid())\nbase + 1", 60.0, sandbox=opts)
         assert (first.verdict, first.mode) == ("no-crash", "portable"), first
         head = _head_of(conn)
-        ahead = _forked_ahead(head, (int(first.stdout.split()[0]),))
+        ahead = forked_ahead(head, (int(first.stdout.split()[0]),))
         born = _started(ahead)
         assert born is not None
         with open_session(conn, budget_s=30.0, sandbox=opts) as sb:

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from crane.sandbox.worker.linux import linux_layer_available
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from ..sandbox_options import use_options
+from .head_children import forked_ahead
 
 _ENDS = """
 import json, os, signal
@@ -116,19 +116,6 @@ def test_sealed_runs_framed_early_keep_their_verdicts_and_the_head(kernel_env, t
         POOL.shutdown()
 
 
-def _forked_ahead(head: int, ran: int, timeout: float = 180.0) -> bool:
-    """Whether the head forked its next run's process ahead (worker/head._fork_ahead, the last thing it does after a
-    run's warm-up): a child that is not the last run's process `ran`. An event waited for; the bound ends a failure."""
-    done = threading.Event()
-    while not done.wait(0.05):
-        if any(int(k) != ran for p in Path(f"/proc/{head}/task").glob("*/children") for k in p.read_text().split()):
-            return True
-        timeout -= 0.05
-        if timeout <= 0:
-            return False
-    return False
-
-
 @pytest.mark.skipif(linux_layer_available() is not None, reason="heads serve runs under Landlock")
 @pytest.mark.parametrize("kernel_env", KERNEL_ENVS)
 def test_the_head_imports_the_standard_modules_every_runs_set_up_imports(kernel_env, tmp_path, monkeypatch):
@@ -143,7 +130,8 @@ def test_the_head_imports_the_standard_modules_every_runs_set_up_imports(kernel_
         first = speculate(conn, "import os\nprint(os.getpid())\nbase + 1", 60.0, sandbox=opts)
         assert (first.verdict, first.mode) == ("no-crash", "portable"), first
         head = first.pid
-        assert head is not None and _forked_ahead(head, int(first.stdout.split()[0])), first
+        assert head is not None, first
+        forked_ahead(head, (int(first.stdout.split()[0]),))
         maps = Path(f"/proc/{head}/maps").read_text()
         assert "/_sqlite3." in maps and "/termios." in maps, "the head lacks the set-up's standard modules"
         second = speculate(conn, "import sys\nprint(sorted(m for m in ('getpass', 'sqlite3') if m in sys.modules))",

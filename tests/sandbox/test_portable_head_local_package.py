@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from crane.sandbox.worker.linux import linux_layer_available
 
 from ..kernel_envs import KERNEL_ENVS, kernel_python
 from ..sandbox_options import use_options
+from .head_children import forked_ahead
 
 _IMPORTS = """
 import json, sys
@@ -65,24 +65,6 @@ def test_kernel_held_still_names_a_local_packages_submodules_the_import_refuses(
     assert kernel_held({"submodules": ["localpkg.sub"]}, ["localpkg"]) == ["localpkg.sub"]
 
 
-def _ahead(head: int, ran: int, timeout: float = 180.0) -> bool:
-    """Whether the head forked its next run's process ahead within `timeout` (worker/head._fork_ahead: the last
-    thing it does after a run's warm-up, so its imports are done): a child that is not the last run's process `ran`
-    (a sealed run's may still be ending when its verdict arrives: worker/head._frame_sealed). Waited for as an
-    event; the deadline only bounds a failure."""
-    done = threading.Event()
-    while not done.wait(0.1):
-        try:
-            if any(int(k) != ran for p in Path(f"/proc/{head}/task").glob("*/children") for k in p.read_text().split()):
-                return True
-        except OSError:
-            return False
-        timeout -= 0.1
-        if timeout <= 0:
-            return False
-    return False
-
-
 def _held_package(root: Path) -> Path:
     """A local package whose `__init__` keeps its `held.txt` open (a read: a confined run may import it too,
     where a write would be refused), so a process that ran it shows the file among its descriptors."""
@@ -119,7 +101,7 @@ def test_a_head_never_imports_the_kernels_local_package(kernel_env, tmp_path, mo
         assert (first.verdict, first.mode) == ("no-crash", "portable"), first
         head = first.pid
         assert head is not None
-        assert _ahead(head, int(first.stdout.split()[0])), "the head never made ready for its next run"
+        forked_ahead(head, (int(first.stdout.split()[0]),))  # made ready for its next run: its imports are done
         # the kernel's package ran in the kernel (and perhaps in a run's confined process), never in the head
         assert not _holds(head, held), "the head ran localpkg's __init__"
         second = speculate(conn, "print(x + 2)", 120.0, sandbox=opts)
