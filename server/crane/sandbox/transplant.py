@@ -1018,7 +1018,9 @@ _MISSED_WORDS = {"warnings": "the warnings filters", "decimal": "the decimal con
                  "random": "the random module's state", "numpy_random": "numpy's global random state",
                  "tf": "TensorFlow's random state", "ast_transformers": "the notebook's AST transformers",
                  "input_transformers": "the notebook's input transformers",
-                 "shell_settings": "the shell's settings"}
+                 "shell_settings": "the shell's settings", "logging": "the loggers' settings",
+                 "socket": "the default socket timeout", "process": "the process's file-mode mask",
+                 "builtins": "the values the notebook put in the builtins"}
 # carried state (shared/carry.py's keys) -> does this crash possibly rest on it (when it was not proven equal)
 _MISSED_STATE = {
     "warnings": lambda v, source, frames: (v.ename or "").endswith("Warning"),
@@ -1035,6 +1037,10 @@ _MISSED_STATE = {
     "random": lambda v, source, frames: "random" in source,
     "numpy_random": lambda v, source, frames: "random" in source,
     "tf": lambda v, source, frames: "random" in source,  # (its seed, op-seed generator, global tf.random.Generator)
+    "logging": lambda v, source, frames: _in_frames(frames, "logging") or "log" in source.lower(),
+    "socket": lambda v, source, frames: (v.ename or "") in ("TimeoutError", "timeout") or _in_frames(frames, "socket"),
+    "process": lambda v, source, frames: "mode" in source or "stat" in source,
+    "builtins": lambda v, source, frames: (v.ename or "") == "NameError",
     # the notebook's shell state the worker lacks (`shell_missed`): transformers that rewrite every cell (a name they
     # define, a call they wrap) and were not copied, the shell's settings (interactivity, `__future__` flags, formats, autoawait) when their dicts held a key that is
     # not an exact str (kernel/environment._shell_settings: not read, the worker has IPython's defaults)

@@ -49,7 +49,7 @@ from crane.sandbox.kernel.proof import (  # kernel: strip
     _Proof,
     _Refused,
 )
-from crane.sandbox.kernel.shield import environ_strings, process_identity  # kernel: strip
+from crane.sandbox.kernel.shield import environ_strings, private_open, process_identity  # kernel: strip
 from crane.sandbox.kernel.waiting import OddKeyError, own_dict, str_get  # kernel: strip
 from crane.sandbox.shared.carry import CARRIED_RUNTIMES, STR_HASH_PROBE, read_carried  # kernel: strip
 
@@ -321,6 +321,14 @@ class _Lib:
     def proven(self, cls: Any) -> bool:
         return _is_class(cls) and self.proof.pristine(cls)
 
+    def proc_status(self) -> str:
+        """The kernel's /proc/self/status ("" where there is none), read by the bound `_io.open`."""
+        try:
+            with private_open("/proc/self/status", "rb") as f:
+                return bytes.decode(f.read(1 << 16), "ascii", "replace")
+        except OSError:
+            return ""
+
     def class_name(self, cls: Any) -> str | None:
         if not _is_class(cls) or not self.proof.library_class(cls):
             return None
@@ -366,9 +374,33 @@ def _torch_settings() -> dict | None:
                "matmul_precision": str(call("get_float32_matmul_precision")),
                "rng": bytes(rng.tolist()).hex() if rng is not None and type(rng) is dict.get(td, "Tensor") else None}
         out["default_device"] = str(call("get_default_device")) if "get_default_device" in td else "cpu"
+        out["num_threads"] = int(call("get_num_threads"))
+        out["printoptions"] = _torch_printoptions(td)
         return out
     except Exception:
         return None
+
+
+_NO_OPTION = object()
+_TORCH_PRINT = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
+
+
+def _torch_printoptions(td: dict) -> dict:
+    """torch's print options the notebook set (`torch.set_printoptions`: its `_tensor_str.PRINT_OPTS` instance's
+    own values; red team round 18, G9), plain values only, read from the instance dict (nothing of torch's runs)."""
+    tstr = dict.get(td, "_tensor_str")
+    opts = _mdict(tstr).get("PRINT_OPTS") if type(tstr) is _ModuleType else None
+    d = own_dict(opts) if opts is not None else {}
+    try:
+        found = {k: str_get(d, k, _NO_OPTION) for k in _TORCH_PRINT}
+    except OddKeyError:
+        return {}
+    return {k: v for k, v in found.items() if v is None and k == "sci_mode" or _simple_number(v)}
+
+
+def _simple_number(v: Any) -> bool:
+    t = type(v)  # (by identity: a metaclass's `__eq__` never runs)
+    return t is int or t is float or t is bool
 
 
 def _accessors(proof: _Proof) -> list:

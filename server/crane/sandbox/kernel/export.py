@@ -67,6 +67,7 @@ from crane.sandbox.kernel.pickling import (  # kernel: strip
     lru_reducers,
     torch_reducers,
 )
+from crane.sandbox.kernel.pristine import _PR_NAMES, _PR_REAL  # kernel: strip
 from crane.sandbox.kernel.proof import _patched_builtins, _patched_copyreg, _Proof, _Refused  # kernel: strip
 from crane.sandbox.kernel.shield import dumps, free_threaded, private_open  # kernel: strip
 from crane.sandbox.kernel.stdlib_own import patched_stdlib  # kernel: strip
@@ -182,6 +183,8 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         by_string = req["strings"] if req["by_string"] else []
         extra, readers, reach, reach_sets = dynamic_reads(ns, names + by_string, req["strings"])
         guessed = _guessed_objects(ns, by_string + extra + _classes_by_name(ns, objs), req["skip"], objs, proof)
+        guessed.update(_added_builtins(ns, names + [w for w in reach if type(w) is str], req["skip"],
+                                       {**objs, **guessed}, proof))
         spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
         if guessed:  # (taken only where they fit: no shrinking of the cell's own values because of a guess)
             try:
@@ -343,6 +346,35 @@ def _guessed_objects(ns: dict, names: list, skip: list, objs: dict, proof: _Proo
                 or name in ("In", "_ih", "Out", "_oh"):
             continue
         obj = dict.get(ns, name)
+        try:
+            _check_copyable(name, obj, proof)
+        except _Refused:
+            continue
+        out[name] = obj
+    return out
+
+
+# names the shell and the site module put in the builtins (the worker's shell has its own): never copied
+_SHELL_BUILTINS = {"input", "open", "display", "get_ipython", "exit", "quit", "help", "copyright", "credits",
+                   "license", "execfile", "runfile", "reload", "dreload", "None", "True", "False", "Ellipsis",
+                   "NotImplemented", "WindowsError"}
+
+
+def _added_builtins(ns: dict, names: list, skip: list, objs: dict, proof: _Proof) -> dict:
+    """{name: value} of the names the cell (or a notebook function it reaches) reads that the namespace lacks and
+    the kernel's builtins hold beyond the interpreter's and the shell's own (`builtins.DEBUG = True`,
+    `builtins.log = my_logger`; red team round 18, G10: `if DEBUG:` was a certain false NameError in the copy, a
+    fresh worker's builtins lacking them): copied as the cell's names (its lookup finds them before the builtins),
+    each `_check_copyable` as `_cell_objects` asks; one that is not is left out (a guess). The builtins are read by
+    their C dict (kernel/pristine.py's `_PR_REAL`), keys by exact type."""
+    skipped = set(skip)
+    out: dict = {}
+    for name in names:
+        if type(name) is not str or name.startswith("__") or name in _SKIP or name in _SHELL_BUILTINS \
+                or name in _PR_NAMES or name in skipped or name in objs or name in out or name in ns \
+                or name not in _PR_REAL:
+            continue
+        obj = dict.get(_PR_REAL, name)
         try:
             _check_copyable(name, obj, proof)
         except _Refused:

@@ -20,7 +20,9 @@ their defaults; scikit-learn's configuration; matplotlib's rcParams that differ 
 JAX's config values (x64, default dtype bits, PRNG implementation, ...); TensorFlow's eager and
 soft-placement flags and its eager global seed with the generator of its operation seeds, and its global
 `tf.random.Generator`'s algorithm and state; Keras' floatx, image data
-format, epsilon, dtype policy, global seed and global `SeedGenerator` state.
+format, epsilon, dtype policy, global seed and global `SeedGenerator` state; `logging`'s loggers' levels, `disabled`
+and `propagate` flags, `logging.disable` and `raiseExceptions`; the default socket timeout; the file-mode mask;
+plain values the notebook put in the builtins.
 """
 
 from __future__ import annotations
@@ -436,6 +438,72 @@ def _read_keras_seed(lib: Any) -> Any:
     return [seed, values]
 
 
+_LOG_MAX = 500  # loggers whose settings differ from the defaults, at most (more: not read)
+
+
+def _read_logging(lib: Any) -> Any:
+    """`logging`'s settings (red team round 18, G1): each logger's level, `disabled` and `propagate` where they differ
+    from a fresh logger's (`setLevel`, `basicConfig(level=...)`, `dictConfig`'s disabling, `tf.get_logger()`), by
+    name ("" the root), `logging.disable`'s level and `raiseExceptions`. Read from the instance dicts of the loggers
+    the manager holds (a `Logger.__reduce__` is `getLogger(name)`: the worker's has the defaults otherwise); a
+    logger of a class the notebook defined is passed over (its settings read, its class not the worker's). Not the
+    handlers (objects; what they do is output, not an outcome)."""
+    lg = lib.mod("logging")
+    logger_t, root_t, holder_t, manager_t = (lg.get(n) for n in ("Logger", "RootLogger", "PlaceHolder", "Manager"))
+    root = lg.get("root")
+    if not all(lib.proven(t) for t in (logger_t, root_t, holder_t, manager_t)) or type(root) is not root_t:
+        return None
+    manager = lib.method(logger_t, "manager")
+    if type(manager) is not manager_t:
+        return None
+    md = lib.attrs(manager)
+    # (`Manager.disable` is a property over `_disable` since Python 3.7)
+    loggers, disable, raising = md.get("loggerDict"), md.get("_disable", md.get("disable")), lg.get("raiseExceptions")
+    if not _str_keyed(loggers) or type(disable) is not int or not _simple(raising):
+        return None
+    out: dict = {}
+    for name, logger in [("", root), *dict.items(loggers)]:
+        t = type(logger)
+        if t is holder_t or not (t is logger_t or t is root_t or lib.proven(t)):
+            continue
+        d = lib.attrs(logger)
+        row = [d.get("level"), d.get("disabled"), d.get("propagate")]
+        if type(row[0]) is not int or not _simple(row[1]) or not _simple(row[2]):
+            return None
+        if row != [30 if name == "" else 0, False, True]:
+            out[name] = row
+            if len(out) > _LOG_MAX:
+                return None
+    return {"loggers": out, "disable": disable, "raise": raising}
+
+
+def _read_socket(lib: Any) -> Any:
+    """The default timeout of new sockets (`socket.setdefaulttimeout`; red team round 18, G10)."""
+    v = lib.call(lib.mod("socket").get("getdefaulttimeout"), "getdefaulttimeout")
+    return {"timeout": v} if v is None or type(v) is float else None
+
+
+def _read_process(lib: Any) -> Any:
+    """The process's file-mode mask (`os.umask`; red team round 18, G10: the mode of a file the cell makes), read
+    from /proc/self/status (no call of `umask`, which sets it); {} where /proc does not say."""
+    status = lib.proc_status()
+    for line in status.splitlines():
+        if line.startswith("Umask:"):
+            return {"umask": int(line.split()[1], 8)}
+    return {}
+
+
+_STANDARD_SIMPLE = ("True", "False", "None")
+
+
+def _read_builtins(lib: Any) -> Any:
+    """Plain values the notebook put in the builtins (`builtins.DEBUG = True`; red team round 18, G10: `if DEBUG:`
+    was a certain false NameError in the copy): every public name whose value is a plain builtin. (Other values
+    the notebook put there are copied as the cell's names: kernel/export `_added_builtins`.)"""
+    return {k: v for k, v in dict.items(lib.mod("builtins")) if type(k) is str and not k.startswith("_")
+            and k not in _STANDARD_SIMPLE and _simple(v)}
+
+
 # (key, reader, the module whose presence means the library is loaded; "" for always)
 _READERS = (("interpreter", _read_interpreter, ""), ("numpy", _read_numpy, "numpy"),
             ("numpy_random", _read_numpy_random, "numpy.random.mtrand"), ("random", _read_random, "random"),
@@ -443,7 +511,9 @@ _READERS = (("interpreter", _read_interpreter, ""), ("numpy", _read_numpy, "nump
             ("pandas", _read_pandas, "pandas._config.config"), ("sklearn", _read_sklearn, "sklearn._config"),
             ("matplotlib", _read_matplotlib, "matplotlib"),
             ("jax", _read_jax, "jax._src.config"),
-            ("tf", _read_tf, "tensorflow"), ("keras", _read_keras, "keras"))
+            ("tf", _read_tf, "tensorflow"), ("keras", _read_keras, "keras"),
+            ("logging", _read_logging, "logging"), ("socket", _read_socket, "socket"), ("process", _read_process, ""),
+            ("builtins", _read_builtins, ""))
 
 
 # -- apply side (the worker) ---------------------------------------------------------------------------------
@@ -498,6 +568,13 @@ class WorkerLib:
 
     def proven(self, cls: Any) -> bool:
         return cls is not None
+
+    def proc_status(self) -> str:
+        try:
+            with open("/proc/self/status") as f:
+                return f.read()
+        except OSError:
+            return ""
 
     def class_name(self, cls: Any) -> str | None:
         return f"{cls.__module__}:{cls.__qualname__}" if resolve_class(f"{cls.__module__}:{cls.__qualname__}") is cls \
@@ -642,7 +719,40 @@ def _apply_keras(v: dict) -> None:
             glob.set_global_attribute("global_seed_generator", gen)
 
 
+def _apply_logging(v: dict) -> None:
+    import logging
+    want = v["loggers"]
+    for name, logger in [("", logging.root), *list(logging.Logger.manager.loggerDict.items())]:
+        if isinstance(logger, logging.Logger) and name not in want:  # (one of the worker's own: fresh in the kernel)
+            logger.setLevel(logging.WARNING if name == "" else logging.NOTSET)
+            logger.disabled, logger.propagate = False, True
+    for name, (level, disabled, propagate) in want.items():
+        logger = logging.getLogger(name) if name else logging.root
+        logger.setLevel(level)
+        logger.disabled, logger.propagate = disabled, propagate
+    logging.disable(v["disable"])
+    logging.raiseExceptions = v["raise"]
+
+
+def _apply_socket(v: dict) -> None:
+    import socket
+    socket.setdefaulttimeout(v["timeout"])
+
+
+def _apply_process(v: dict) -> None:
+    import os
+    if "umask" in v:
+        os.umask(v["umask"])
+
+
+def _apply_builtins(v: dict) -> None:
+    import builtins
+    for name, value in v.items():
+        setattr(builtins, name, value)
+
+
 _APPLY: dict[str, Any] = {"interpreter": _apply_interpreter, "numpy": _apply_numpy, "numpy_random": _apply_numpy_random,
           "random": _apply_random, "decimal": _apply_decimal, "warnings": _apply_warnings, "pandas": _apply_pandas,
           "sklearn": _apply_sklearn, "matplotlib": _apply_matplotlib,
-          "jax": _apply_jax, "tf": _apply_tf, "keras": _apply_keras}
+          "jax": _apply_jax, "tf": _apply_tf, "keras": _apply_keras, "logging": _apply_logging,
+          "socket": _apply_socket, "process": _apply_process, "builtins": _apply_builtins}

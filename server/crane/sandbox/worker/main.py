@@ -593,6 +593,10 @@ def _torch_settings(st: dict) -> None:
         torch.set_float32_matmul_precision(str(ts["matmul_precision"]))
         if ts.get("rng"):
             torch.random.set_rng_state(torch.tensor(list(bytes.fromhex(ts["rng"])), dtype=torch.uint8))
+        if ts.get("num_threads") and torch.get_num_threads() != ts["num_threads"]:
+            torch.set_num_threads(int(ts["num_threads"]))
+        if ts.get("printoptions"):
+            torch.set_printoptions(**ts["printoptions"])
 
 
 def _register_accessors(accessors: list | None) -> None:
