@@ -145,6 +145,36 @@ CASES = [
      "    raise AttributeError(n)\n_c32 = functools.cache(_mine)\n_c32.__wrapped__ = posixpath.basename\n"
      "_m32 = types.ModuleType('forgedmod')\n_m32.__getattr__ = _c32\nsys.modules['forgedmod'] = _m32\n"
      "app2 = small.append", "del sys.modules['forgedmod']", "print(app2 is not None)", ("unavailable",)),
+    # what an earlier cell put on library modules and in the builtins, and the loggers' settings (kernel/
+    # library_attrs.py, kernel/export._added_builtins, shared/carry.py `_read_logging`): read, never called
+    ("T40-libattr-instance-reduce", "class E40:\n    def __reduce__(self):\n        hit('T40')\n        return (int, ())\n"
+     "    def __eq__(self, o):\n        hit('T40 eq')\n        return False\n    __hash__ = object.__hash__\n"
+     "np.e40 = E40()", "del np.e40", "print(type(np.e40).__name__)", ("crash", "no-crash", "unavailable")),
+    ("T41-libattr-class-claiming-the-library", "class M41(type):\n    def __eq__(c, o):\n        hit('T41')\n"
+     "        return False\n    __hash__ = type.__hash__\n    def __getattribute__(c, n):\n        hit('T41 ' + n)\n"
+     "        return type.__getattribute__(c, n)\nclass C41(metaclass=M41):\n    pass\n"
+     "type.__dict__['__module__'].__set__(C41, 'numpy')\nnp.C41 = C41", "del np.C41", "print(np.C41 is not None)",
+     ("crash", "no-crash", "unavailable")),
+    ("T42-libattr-partial-of-the-notebooks", "import functools\ndef f42(*a):\n    hit('T42')\n    return 0\n"
+     "np.p42 = functools.partial(f42, 1)", "del np.p42", "print(np.p42 is not None)",
+     ("crash", "no-crash", "unavailable")),
+    ("T43-libattr-module-key-str-subclass", "class K43(str):\n    def __eq__(s, o):\n        hit('T43')\n"
+     "        return str.__eq__(s, o)\n    __hash__ = str.__hash__\nvars(np)[K43('k43')] = 1", "del vars(np)['k43']",
+     "print(np.k43)", ("crash", "no-crash", "unavailable")),
+    ("T44-builtins-object-of-the-notebooks", "class B44:\n    def __reduce__(self):\n        hit('T44')\n"
+     "        return (int, ())\nbuiltins.b44 = B44()", "del builtins.b44", "print(type(b44).__name__)",
+     ("crash", "no-crash", "unavailable")),
+    ("T45-logger-of-a-notebook-class", "import logging\nclass L45(logging.Logger):\n"
+     "    def __getattribute__(self, n):\n        hit('T45 ' + n)\n        return object.__getattribute__(self, n)\n"
+     "logging.Logger.manager.loggerDict['t45'] = L45('t45')", "del logging.Logger.manager.loggerDict['t45']",
+     "print(sum(small))", ("no-crash",)),
+    ("T46-logger-level-int-subclass", "import logging\nclass I46(int):\n    def __eq__(s, o):\n        hit('T46')\n"
+     "        return int.__eq__(s, o)\n    __hash__ = int.__hash__\nlogging.getLogger('t46').level = I46(10)",
+     "logging.getLogger('t46').level = 0", "print(sum(small))", ("no-crash",)),
+    ("T47-logger-name-str-subclass", "import logging\nclass S47(str):\n    def __eq__(s, o):\n        hit('T47')\n"
+     "        return str.__eq__(s, o)\n    __hash__ = str.__hash__\n"
+     "logging.Logger.manager.loggerDict[S47('t47')] = logging.Logger('t47')",
+     "del logging.Logger.manager.loggerDict['t47']", "print(sum(small))", ("no-crash",)),
 ]
 SHRINK_CASES = [  # a large value in the same cell makes the export shrink (copy limit 1 MiB)
     ("T06-class-property-in-list", "class CP:\n    @property\n    def __class__(self):\n        hit('T06')\n"

@@ -19,7 +19,7 @@ from .test_request import _accepted  # the Python types a field's annotation adm
 
 
 def _request(**change) -> ExportRequest:
-    fields = {"dir": "/d", "token": "t", "names": ["df", "x"], "strings": [], "by_string": False, "rebinds": [], "skip": [], "tag": 0, "copy_mb": 256,
+    fields = {"dir": "/d", "token": "t", "names": ["df", "x"], "strings": [], "by_string": False, "attrs": [], "rebinds": [], "skip": [], "tag": 0, "copy_mb": 256,
               "max_s": 0.7,
               "watched_max_s": 10.0, "miniature": None}
     return ExportRequest(**{**fields, **change})

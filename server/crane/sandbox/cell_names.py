@@ -190,6 +190,27 @@ def cell_strings(source: str) -> list[str]:
     return list(out)[:2000]
 
 
+def cell_attrs(source: str) -> list[str]:
+    """The attribute names `source`'s Python part reads (`np.float`, `df.b.progress_apply`; `getattr(x, 'name')` with
+    a constant name), in first-seen order, at most 300: the kernel looks for them on the library modules and classes
+    the cell's values are, for what an earlier cell put there (kernel/library_attrs.py). Where the cell does not
+    parse, or has IPython escapes, its text's dotted identifiers too (a few more names looked up, never fewer)."""
+    tree, escaped = _python(source)
+    out: dict = {}
+    if tree is None or escaped:  # (a line magic's or shell escape's text too: `%time y = np.float(3)`)
+        for m in re.finditer(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)", source):
+            out.setdefault(m.group(1), None)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Attribute):
+            out.setdefault(node.attr, None)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+            out.setdefault(node.args[1].value, None)
+        if len(out) >= 300:
+            break
+    return list(out)[:300]
+
+
 def cell_rebinds(source: str) -> list[str]:
     """The names `source` binds at the top level without reading them first (`o = 1`, `def o(): ...`, `import x as
     o`; `cell_read_first`), in first-seen order: rebinding one frees what it held in the kernel, whose finalizers then run (the export copies

@@ -23,6 +23,8 @@ class ExportRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # kernel holds them, when `by_string` or a notebook function the cell reaches reads the namespace by a name it
     # is given (kernel/dynamic_reads.py); a guess: one that cannot be copied is left out
     by_string: bool  # the cell reads the namespace by a name held in a string (cell_names.DYNAMIC_READ)
+    attrs: list[str]  # the attribute names the cell reads (cell_names.cell_attrs): looked for on the library modules
+    # and classes of its values, for what an earlier cell put there (kernel/library_attrs.py)
     rebinds: list[str]  # the names it binds without reading them (cell_names.cell_rebinds): copied when their value
     # has a finalizer (kernel/finalizers.rebound)
     skip: list[str]  # a session's names already copied

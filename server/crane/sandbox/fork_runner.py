@@ -31,6 +31,7 @@ from crane.sandbox.channel import (
     launch_reply,
     read_until_eof,
 )
+from crane.sandbox.cpu_clock import cpu_clock_doubt
 from crane.sandbox.layer_choice import ASKED_FOR, AUTO_BLOCKING_REASON, layer_would_help, needs_layer
 from crane.sandbox.options import SandboxOptions, active
 from crane.sandbox.portable import NO_OS_LAYER, os_refused, portable_or_none
@@ -178,6 +179,7 @@ def _speculate_once(
         run = RemoteRun(conn, reply, request_timeout) if reply.channel == "remote" else LocalRun(pdir, reply)
         outcome = run.wait(time.monotonic() + float(budget_s) + _GRACE_S, cancel)
         v = assemble(outcome, float(budget_s), int(memory_mb), expect_seal=True)
+        cpu_clock_doubt(v, source)
         v.pid, v.channel, v.fork_ms, v.fork_cpu_ms = reply.pid, reply.channel, reply.fork_ms, reply.fork_cpu_ms
         if miniature:
             v.scale = "miniature"

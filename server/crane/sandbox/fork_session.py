@@ -37,6 +37,7 @@ import msgspec
 from crane.errors import CraneError
 from crane.kernel.client import KernelConnection
 from crane.sandbox.assemble import threads_doubt
+from crane.sandbox.cpu_clock import cpu_clock_doubt
 from crane.sandbox.fork_runner import (
     DEFAULT_BUDGET_S,
     DEFAULT_MEMORY_MB,
@@ -198,6 +199,7 @@ class SandboxSession:
             integrity=self._integrity(rep.reason), certain=not rep.unsettled,
         )
         threads_doubt(v, self._threads or [])
+        cpu_clock_doubt(v, source)
         if len(rep.stdout_span) == 2:
             v.stdout = self._pdir.read_capture("stdout", rep.stdout_span[0], rep.stdout_span[1], OUTPUT_LIMIT)
         if len(rep.stderr_span) == 2:

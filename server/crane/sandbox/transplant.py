@@ -52,10 +52,12 @@ from crane.kernel.private_module import KernelModule, ModuleClient
 from crane.sandbox.assemble import _GRACE_S, assemble
 from crane.sandbox.background import bounded, data_cap, restore, start_low
 from crane.sandbox.cell_deadline import CellClock, CellWatch, read_fifo, setup_reason, timeout_reason
-from crane.sandbox.cell_names import DYNAMIC_READ, cell_names, cell_read_first, cell_rebinds, cell_strings
+from crane.sandbox.cell_names import DYNAMIC_READ, cell_attrs, cell_names, cell_read_first, cell_rebinds, cell_strings
 from crane.sandbox.channel import SANDBOX_PARTS, ChildHandle, PrivateDir, RunOutcome, _starttime
 from crane.sandbox.confinement import current as current_confinement
 from crane.sandbox.copy_seal import at_end, seal_readable, settle
+from crane.sandbox.cpu_clock import REASON as CPU_CLOCK_REASON
+from crane.sandbox.cpu_clock import reads_cpu_clock
 from crane.sandbox.export_request import ExportRequest, export_args
 from crane.sandbox.kernel_program import untrusted_interpreter
 from crane.sandbox.options import active as active_options
@@ -76,7 +78,7 @@ TRANSPLANT_MODULE = KernelModule("_crane_transplant", "CRANE's private state exp
                                  [_HERE / "kernel/pristine.py", _HERE / "kernel/shield.py", _HERE / "kernel/library.py", _HERE / "kernel/bound.py",
                                   _HERE / "../kernel_common/ipython_shell.py", _HERE / "kernel/stdlib_own.py", _HERE / "kernel/lookups.py", _HERE / "kernel/miniature.py",
                                   _HERE / "kernel/waiting.py", _HERE / "shared/carry.py", _HERE / "kernel/witness.py", _HERE / "kernel/proof.py", _HERE / "kernel/stops.py", _HERE / "kernel/pickling.py",
-                                  _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/dynamic_reads.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py", _HERE / "shared/own_modules.py", _HERE / "kernel/own_modules.py",
+                                  _HERE / "kernel/environment.py", _HERE / "kernel/transformers.py", _HERE / "kernel/finalizers.py", _HERE / "kernel/export_request.py", _HERE / "kernel/dynamic_reads.py", _HERE / "kernel/library_attrs.py", _HERE / "kernel/keras_saved.py", _HERE / "shared/keras_layers.py", _HERE / "shared/own_modules.py", _HERE / "kernel/own_modules.py",
                                   _HERE / "shared/keras_graph.py", _HERE / "shared/tf_data.py",
                                   _HERE / "kernel/export.py"],
                                  threads=True)  # (the export's pickler thread: kernel/hooks_off.py)
@@ -563,7 +565,7 @@ def _export(conn: KernelConnection, pdir: PrivateDir | PortableDir, source: str,
     opts = active_options()
     args = export_args(ExportRequest(
         dir=pdir.path, token=pdir.token, names=cell_read_first(source), strings=cell_strings(source),
-        by_string=DYNAMIC_READ.search(source) is not None,
+        by_string=DYNAMIC_READ.search(source) is not None, attrs=cell_attrs(source),
         rebinds=cell_rebinds(source),
         skip=list(skip or []), tag=tag,
         copy_mb=copy_limit_mb() if copy_mb is None else copy_mb, max_s=opts.export_seconds,
@@ -872,12 +874,18 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
       (`facts["reach_sets"]`, kernel/dynamic_reads);
     - it reads object ids (`id(`, in its text or a notebook function it reaches: red team round 18, G14): every
       copied object has another id in the worker;
+    - it reads a process CPU clock (`time.process_time`, ...; sandbox/cpu_clock.py): the worker's, not the kernel's;
     - it reads one of the notebook's own modules whose worker copy is not the kernel's (`module:<name>`: its file
       changed since the kernel imported it, or it holds state the copy could not carry; round 17h, F2): the cell,
       or a notebook function it reaches (`facts["reach"]`: the names their code reads, kernel/dynamic_reads), names
-      the module or a name the kernel's module holds (`facts["own_modules"]`)."""
+      the module or a name the kernel's module holds (`facts["own_modules"]`);
+    - it reads an attribute an earlier cell set on a library module or class that the copy could not take
+      (`facts["attrs_lost"]`, kernel/library_attrs.py: `np.random.default_rng = partial(<the original>)`, whose
+      function no longer pickles under its name; red team round 18, G19)."""
     if "hash_differs" in missed and "hash(" in source:
         return "the worker's string hashes are not the kernel's (`hash()` of a string differs)"
+    if reads_cpu_clock(source, (facts or {}).get("reach") or []):
+        return CPU_CLOCK_REASON
     if _ID_CALL.search(source) or REACH_ID_CALL in ((facts or {}).get("reach") or []):
         return ("the cell (or a notebook function it calls) reads object ids (`id()`): the copy's objects have other "
                 "ids than the kernel's (a dict keyed by `id(df)` misses them)")
@@ -893,11 +901,16 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
     if helper_sets:
         return (f"a notebook function the cell calls reads the set of strings {helper_sets[0]!r} other than by a "
                 "membership test (a copied set iterates in the worker in another order than in the kernel)")
+    reach = (facts or {}).get("reach") or []
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source)) | {w for w in reach if type(w) is str}
+    lost = [str(a) for a in (facts or {}).get("attrs_lost") or [] if str(a).rpartition(":")[2] in words]
+    if lost:
+        owner, _, name = lost[0].rpartition(":")
+        return (f"an earlier cell set {owner}.{name} in the kernel to a value the copy could not take (the copy's "
+                "is the library's own)")
     own = (facts or {}).get("own_modules") or {}
     if not own:
         return None
-    reach = (facts or {}).get("reach") or []
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source)) | {w for w in reach if type(w) is str}
     for name in (m.partition(":")[2] for m in missed if m.startswith("module:")):
         defined = (own.get(name) or {}).get("own") or []
         if words & {*name.split("."), *defined}:
@@ -1180,6 +1193,25 @@ def copy_crash_certain(v: SandboxVerdict, source: str, held: CopyFacts, facts: d
     return copy_crash_doubt(v, source, held, facts) is None
 
 
+_NO_ATTRIBUTE = re.compile(r"^(?:module '([\w.]+)'|'(\w+)' object|type object '(\w+)') has no attribute '(\w+)'")
+
+
+def _library_attr_lacking(v: SandboxVerdict, facts: dict) -> str | None:
+    """An AttributeError in the copy naming an attribute the kernel's library module or class holds (env.json's
+    `attrs_held`, kernel/library_attrs.py: what an earlier cell put there, `np.float = float`, `tqdm.pandas()`, that
+    the copy could not set on the worker's): the kernel has it (red team round 18, G2, G19)."""
+    if (v.ename or "") != "AttributeError":
+        return None
+    m = _NO_ATTRIBUTE.match(v.evalue or "")
+    if m is None:
+        return None
+    owner = m.group(1) or m.group(2) or m.group(3)
+    if f"{owner}:{m.group(4)}" not in set(facts.get("attrs_held") or []):
+        return None
+    return (f"the kernel's {owner} has the attribute {m.group(4)!r} (an earlier cell put it there) and the copy's "
+            "could not take it")
+
+
 def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dict) -> str | None:
     """Why a crash on a copy path is only likely (None: certain), by `copy_crash_certain`'s rule."""
     missed = [*held.settings_missed, *shell_missed(facts)]
@@ -1188,6 +1220,8 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
     if name is not None:
         return f"the cell reads the kernel's name {name!r} indirectly (not by its name: eval, globals(), the shell's " \
                "user_ns), and the copy did not hold it"
+    if v.ename == "NameError" and (gone := _missing_name(v)) in (facts.get("builtins_lost") or []):
+        return f"the kernel's builtins hold {gone!r} (an earlier cell put it there), which the copy could not take"
     history = history_doubt(source)
     if history is not None:
         return history
@@ -1203,6 +1237,9 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
     held_otherwise = state_doubt(source, missed, facts)
     if held_otherwise is not None:
         return held_otherwise
+    lacking = _library_attr_lacking(v, facts)
+    if lacking is not None:
+        return lacking
     lines = source.splitlines()
     line = lines[v.line - 1].strip() if v.line and v.line <= len(lines) else ""
     calls = {_TRACED_FUNCTION[m.group(1)] for m in _TRACED_CALL.finditer(line)} \

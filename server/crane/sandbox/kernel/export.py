@@ -57,6 +57,7 @@ from crane.sandbox.kernel.environment import (  # kernel: strip
 from crane.sandbox.kernel.export_request import ExportRequestError, check_export_request  # kernel: strip
 from crane.sandbox.kernel.finalizers import FinalizerWatch, rebound, runs_python_when_freed  # kernel: strip
 from crane.sandbox.kernel.keras_saved import saved_reduce  # kernel: strip
+from crane.sandbox.kernel.library_attrs import attr_label, library_attrs  # kernel: strip
 from crane.sandbox.kernel.lookups import odd_key  # kernel: strip
 from crane.sandbox.kernel.miniature import ShrinkStopped  # kernel: strip
 from crane.sandbox.kernel.own_modules import own_modules  # kernel: strip
@@ -183,8 +184,9 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         by_string = req["strings"] if req["by_string"] else []
         extra, readers, reach, reach_sets = dynamic_reads(ns, names + by_string, req["strings"])
         guessed = _guessed_objects(ns, by_string + extra + _classes_by_name(ns, objs), req["skip"], objs, proof)
+        builtins_lost: list = []  # (names the kernel's builtins hold that could not be copied: copy_crash_doubt)
         guessed.update(_added_builtins(ns, names + [w for w in reach if type(w) is str], req["skip"],
-                                       {**objs, **guessed}, proof))
+                                       {**objs, **guessed}, proof, builtins_lost))
         spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
         if guessed:  # (taken only where they fit: no shrinking of the cell's own values because of a guess)
             try:
@@ -232,6 +234,9 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     methods = _patched_methods(proof, objs)
     if methods:
         objs["\x00crane-patched"] = methods
+    lib_attrs, attrs_held = library_attrs(objs, req["attrs"] + [w for w in reach if type(w) is str], proof)
+    attrs_lost = [attr_label(o, n) for o, n, v, _ in lib_attrs if not _copies(v, proof)]
+    lib_attrs = [item for item in lib_attrs if attr_label(item[0], item[1]) not in attrs_lost]
     tag = f"-{req['tag']}" if req["tag"] else ""  # a session's exports: state-N.pkl, buf-N-i
     _phase(d, "copying")
     ctl.copying()
@@ -248,6 +253,19 @@ def _export(args: Any, resealed: list, held: list) -> dict:
             if name in rebinds and runs_python_when_freed(dropped):
                 left_out.append(f"`{name}` ({_type_name(dropped)})")
             dropped = None
+    # what an earlier cell put on library modules and classes (kernel/library_attrs.py), each where it pickles (a dry
+    # run: `np.random.default_rng = partial(<the original>)` names a function no longer found under its name)
+    if lib_attrs:
+        def pickles(items: list) -> bool:
+            return dump_state({"\x00crane-libattrs": items}, reducers, cp=cp, d=None, tag=tag,
+                              ctl=_Control(d, max_s, cap), proof=proof)["ok"]
+
+        kept_attrs = lib_attrs if pickles(lib_attrs) else [item for item in lib_attrs if pickles([item])]
+        attrs_lost += [attr_label(item[0], item[1]) for item in lib_attrs if not any(item is k for k in kept_attrs)]
+        if kept_attrs:
+            objs["\x00crane-libattrs"] = kept_attrs
+        del kept_attrs
+    del lib_attrs
     # the notebook's cell transformers (kernel/transformers.py), copied only when they pickle on their own (a dry run:
     # one that does not is missed, never the export's failure)
     transformers, shell_missed = shell_transformers(shell, proof)
@@ -272,6 +290,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     objs.pop(OWN_MODULES_KEY, None)
     objs.pop("\x00crane-accessors", None)
     objs.pop("\x00crane-patched", None)
+    objs.pop("\x00crane-libattrs", None)
     sent_transformers = objs.pop(TRANSFORMERS_KEY, None) is not None
     if not out["ok"]:
         objs.pop("\x00crane-shrunk", None)
@@ -282,6 +301,9 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     facts = _facts(shell, keys, settings, len(out["buffers"]), shell_missed)
     facts["dynamic_readers"] = readers
     facts["reach"] = reach  # names the notebook functions the cell reaches read (transplant.state_doubt)
+    facts["attrs_held"] = attrs_held  # `owner:name` the kernel's library modules and classes hold (copy_crash_doubt)
+    facts["builtins_lost"] = builtins_lost[:200]
+    facts["attrs_lost"] = attrs_lost[:200]  # what an earlier cell set there that the copy could not take (state_doubt)
     facts["reach_sets"] = reach_sets  # the sets of strings they read where order can show (the same)
     facts["own_modules"] = own_prints
     with private_open(_join(d, "env.json"), "w") as f:
@@ -336,6 +358,15 @@ def _check_copyable(name: str, obj: Any, proof: _Proof) -> None:
         raise _Refused(f"`{name}` ({_type_name(obj)}) {why}")
 
 
+def _copies(obj: Any, proof: _Proof) -> bool:
+    """`_check_copyable` as a test (a guess's: one that is not copyable is left out)."""
+    try:
+        _check_copyable("(a guess)", obj, proof)
+    except _Refused:
+        return False
+    return True
+
+
 def _guessed_objects(ns: dict, names: list, skip: list, objs: dict, proof: _Proof) -> dict:
     """{name: object} of the names read by a string that the namespace holds and `objs` lacks, each `_check_copyable` as
     `_cell_objects` asks; one that is not is left out (a guess: never the export's failure)."""
@@ -346,11 +377,8 @@ def _guessed_objects(ns: dict, names: list, skip: list, objs: dict, proof: _Proo
                 or name in ("In", "_ih", "Out", "_oh"):
             continue
         obj = dict.get(ns, name)
-        try:
-            _check_copyable(name, obj, proof)
-        except _Refused:
-            continue
-        out[name] = obj
+        if _copies(obj, proof):
+            out[name] = obj
     return out
 
 
@@ -360,13 +388,13 @@ _SHELL_BUILTINS = {"input", "open", "display", "get_ipython", "exit", "quit", "h
                    "NotImplemented", "WindowsError"}
 
 
-def _added_builtins(ns: dict, names: list, skip: list, objs: dict, proof: _Proof) -> dict:
+def _added_builtins(ns: dict, names: list, skip: list, objs: dict, proof: _Proof, lost: list) -> dict:
     """{name: value} of the names the cell (or a notebook function it reaches) reads that the namespace lacks and
     the kernel's builtins hold beyond the interpreter's and the shell's own (`builtins.DEBUG = True`,
     `builtins.log = my_logger`; red team round 18, G10: `if DEBUG:` was a certain false NameError in the copy, a
     fresh worker's builtins lacking them): copied as the cell's names (its lookup finds them before the builtins),
-    each `_check_copyable` as `_cell_objects` asks; one that is not is left out (a guess). The builtins are read by
-    their C dict (kernel/pristine.py's `_PR_REAL`), keys by exact type."""
+    each `_check_copyable` as `_cell_objects` asks; one that is not is left out (a guess), named in `lost`. The
+    builtins are read by their C dict (kernel/pristine.py's `_PR_REAL`), keys by exact type."""
     skipped = set(skip)
     out: dict = {}
     for name in names:
@@ -374,12 +402,11 @@ def _added_builtins(ns: dict, names: list, skip: list, objs: dict, proof: _Proof
                 or name in _PR_NAMES or name in skipped or name in objs or name in out or name in ns \
                 or name not in _PR_REAL:
             continue
-        obj = dict.get(_PR_REAL, name)
-        try:
-            _check_copyable(name, obj, proof)
-        except _Refused:
-            continue
-        out[name] = obj
+        obj = dict.get(_PR_REAL, name)  # (its keys proven exact `str` with every module's: lookups.odd_key)
+        if _copies(obj, proof):
+            out[name] = obj
+        else:
+            lost.append(name)
     return out
 
 

@@ -17,6 +17,7 @@ EXPORT_FIELDS: dict[str, tuple[type, ...]] = {
     "names": (list,),
     "strings": (list,),
     "by_string": (bool,),
+    "attrs": (list,),
     "rebinds": (list,),
     "skip": (list,),
     "tag": (int,),
@@ -25,7 +26,7 @@ EXPORT_FIELDS: dict[str, tuple[type, ...]] = {
     "watched_max_s": (float, int),
     "miniature": (dict, _NONE_TYPE),
 }
-_STRING_LISTS = ("names", "strings", "rebinds", "skip")
+_STRING_LISTS = ("names", "strings", "attrs", "rebinds", "skip")
 _NOT_NEGATIVE = ("tag", "copy_mb")
 _POSITIVE = ("max_s", "watched_max_s")
 

@@ -646,6 +646,43 @@ def _register_patched(methods: Iterable | None, ns: dict) -> list:
     return set_
 
 
+_NO_ATTR = object()
+
+
+def _set_library_attrs(items: Iterable | None) -> list[str]:
+    """What an earlier cell put on library modules and classes that the cell reads (kernel/library_attrs.py:
+    `np.float = float`, tqdm's `progress_apply` on pandas' classes), set on the worker's where it lacks the name, or
+    (`replace`: a value of another package than the owner's) where its own differs: by identity (a value pickled by
+    reference is the worker's own object: nothing to do), plain values by equality.
+    Never on a library CRANE's worker runs, nor another value for a name a standard library module has (checked here
+    again). Returns `libattr:`
+    entries for the ones it could not set (a crash on them is then only likely)."""
+    missed: list[str] = []
+    for owner, name, value, replace in items or ():
+        if type(name) is not str:
+            continue
+        is_class = isinstance(owner, type)
+        try:
+            mod = type.__dict__["__module__"].__get__(owner, type) if is_class else owner.__name__
+        except Exception:  # noqa: BLE001 - (a heap type with no `__module__`)
+            continue
+        now = type.__dict__["__dict__"].__get__(owner, type).get(name, _NO_ATTR) if is_class else \
+            getattr(owner, name, _NO_ATTR)
+        if not carriable_module(mod) and (is_class or mod.partition(".")[0] not in sys.stdlib_module_names):
+            continue
+        if now is not _NO_ATTR and (not replace or not carriable_module(mod)):
+            continue  # (a name the worker's has: only another package's value replaces it, never on the standard
+            # library's, whose code CRANE's worker runs)
+        plain = type(value) in (bool, int, float, complex, str, bytes, type(None))
+        if now is value or plain and type(now) is type(value) and now == value:
+            continue
+        try:
+            setattr(owner, name, value)
+        except Exception:  # noqa: BLE001 - (a read-only attribute: the crash on it is only likely)
+            missed.append(f"libattr:{mod}:{name}")
+    return missed
+
+
 def _lift_patched(set_: list, methods: dict) -> None:
     """A session's carried methods (`_register_patched`'s `set_`) taken off their classes, which get back what
     they held before (last set, first lifted), so that a later `load` unpickles with no method of the notebook's
@@ -1063,6 +1100,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
                 missed.extend(_apply_settings(facts))
                 missed.extend(apply_own_modules(own, facts.get("own_modules")))
                 state["settings"] = True
+            missed.extend(_set_library_attrs(loaded.pop("\x00crane-libattrs", None)))
             keras = apply_keras(loaded.pop(KERAS_KEY, None))  # Keras graphs built whole
             _W["settings_missed"].extend(keras)
             missed.extend(keras)
@@ -1162,6 +1200,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         methods = state.pop("\x00crane-patched", None)
         transformers = state.pop(_TRANSFORMERS_KEY, None)
         _apply_settings(facts)
+        _W["settings_missed"].extend(_set_library_attrs(state.pop("\x00crane-libattrs", None)))
         _W["settings_missed"].extend(apply_keras(state.pop(KERAS_KEY, None)))  # Keras graphs built whole
         _W["settings_missed"].extend(apply_own_modules(state.pop(OWN_MODULES_KEY, None), facts.get("own_modules")))
         _W["settings_missed"].extend(_hash_missed(facts, state))
