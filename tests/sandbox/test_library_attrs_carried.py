@@ -6,8 +6,9 @@ kernel/library_attrs.py, worker/main `_set_library_attrs`).
 collections.abc.Callable` brings back a removed alias: a fresh worker imports each library again, so each cell
 reading one was a certain false AttributeError (or AssertionError) on the copy paths. The kernel finds the names the
 cell reads on the library modules and classes of its values and copies the values a worker would lack; the worker
-sets them (a standard library module only takes a name it lacks). What is not copied (the notebook's own function
-on a library module) makes the copy's AttributeError only likely; an attribute the kernel lacks too stays a certain
+sets them (a standard library module only takes a name it lacks; the notebook's own function only goes where the
+worker's module lacks the name). What is not copied (the notebook's class on a library module) makes the copy's
+AttributeError only likely; an attribute the kernel lacks too stays a certain
 crash. IPython 8 and 9, the six paths, the kernel and files unchanged (end_paths), checked against the real run."""
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ HISTORY = ("import functools, collections, collections.abc\nimport numpy as np, 
            "    from tqdm import tqdm\n    tqdm.pandas(disable=True)\n    TQDM = True\nexcept ImportError:\n"
            "    TQDM = False\ndf = pd.DataFrame({'b': [4.0, 5.0]})\nnp.float = float\n"
            "_RNG = np.random.default_rng\nnp.random.default_rng = functools.partial(_RNG, 0)\n"
-           "collections.Callable = collections.abc.Callable\nnp.nb_helper = lambda v: v + 1")
-RESET = ("np.random.default_rng = _RNG\ndel np.float, collections.Callable, np.nb_helper\n"
+           "collections.Callable = collections.abc.Callable\nnp.nb_helper = lambda v: v + offset\noffset = 1\n"
+           "class _NbThing:\n    pass\nnp.NbThing = _NbThing\ndel _NbThing")
+RESET = ("np.random.default_rng = _RNG\ndel np.float, collections.Callable, np.nb_helper, np.NbThing\n"
          "for _c in (pd.Series, pd.DataFrame):\n"
          "    for _n in [n for n in vars(_c) if n.startswith('progress_')]:\n        delattr(_c, _n)")
 
@@ -39,6 +41,7 @@ CARRIED = {
     "np.float": "assert np.float(3) == 3.0",
     "partial": "assert np.random.default_rng().integers(10**9) == np.random.default_rng().integers(10**9)",
     "stdlib alias": "assert isinstance(len, collections.Callable)",
+    "notebook function": "offset = 2\nassert np.nb_helper(1) == 3",  # (it reads the namespace, as in the kernel)
 }
 
 
@@ -71,12 +74,12 @@ def test_what_an_earlier_cell_put_on_a_library_is_the_copys(patched, path, case)
 
 
 @pytest.mark.parametrize("path", [p for p in PATHS if not p.startswith("fork")])
-def test_a_notebook_function_on_a_library_module_makes_the_copys_attribute_error_likely(patched, path):
-    v = path_verdict(patched, path, "print(np.nb_helper(1))", _served)
-    truth = patched["conn"].run_cell("print(np.nb_helper(1))", timeout=60)
+def test_a_notebook_class_on_a_library_module_makes_the_copys_attribute_error_likely(patched, path):
+    v = path_verdict(patched, path, "print(np.NbThing())", _served)
+    truth = patched["conn"].run_cell("print(np.NbThing())", timeout=60)
     assert truth.status == "ok", truth
     assert (v.verdict, v.ename, v.certain) == ("crash", "AttributeError", False), v
-    assert "has the attribute 'nb_helper'" in (v.reason or ""), v.reason
+    assert "has the attribute 'NbThing'" in (v.reason or ""), v.reason
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -91,3 +94,4 @@ def test_the_attribute_names_a_cell_reads():
     assert cell_attrs("getattr(np, 'float')\nhasattr(pd, 'np')\ngetattr(x, name)") == ["float", "np"]
     assert "float" in cell_attrs("%time y = np.float(3)")  # (a line magic's text too)
     assert cell_attrs("x = (np.float(") == ["float"]  # (text that does not parse: its dotted names)
+

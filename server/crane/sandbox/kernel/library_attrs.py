@@ -12,9 +12,11 @@ hold (`pandas.Series` for `df.b.progress_apply`):
 - `carry`: [(module or class, name, value, replace)] (`_la_mode`): on a module, a value from another package than
   the module's (the builtins' `float`, a `functools.partial` of a library's function, a plain value) replaces the
   worker's, one of its own package goes where the worker's lacks the name; on a class, another library's function
-  goes where the worker's lacks it (tqdm's); never the notebook's own code (its methods on library classes travel
-  as kernel/environment._patched_methods), never on a library CRANE's worker runs (kernel/library.carriable_module),
-  and a standard library module only takes a name it lacks there (`collections.Callable`). The export keeps those
+  goes where the worker's lacks it (tqdm's); the notebook's own function only where the worker's module lacks the
+  name (`np.sigmoid = ...`; never on a standard library module), never its classes
+  (its methods on library classes travel as kernel/environment._patched_methods); never on a library CRANE's worker
+  runs (kernel/library.carriable_module); a standard library module only takes a name it lacks there
+  (`collections.Callable`). The export keeps those
   that are copyable; the worker sets them (worker/main `_set_library_attrs`);
 - `held`: `owner:name` for every name found (`numpy:float`, `Series:progress_apply`): an AttributeError naming
   one in the copy is only likely (transplant.copy_crash_doubt): the kernel has it.
@@ -95,8 +97,8 @@ def _la_mode(owner_mod: str, v: Any, on_module: bool) -> str:
     its own differs: a class or function of another package than the owner's, `np.float = float`; a
     `functools.partial` of a library's function; a plain value on a module), "add" (set only where the worker's
     lacks the name: the owner's own package's class or function under another name,
-    `collections.Callable`), or "" (not at all: a bound method or an instance, the library's own object; the
-    notebook's code, which a later load of a session would run where a library's code is looked up)."""
+    `collections.Callable`; the notebook's function, where the name is the notebook's own), or "" (not at all: a
+    bound method or an instance, the library's own object; the notebook's classes)."""
     t = type(v)
     if on_module and any(t is c for c in _LA_SIMPLE):
         return "replace"
@@ -108,8 +110,10 @@ def _la_mode(owner_mod: str, v: Any, on_module: bool) -> str:
         return "replace" if ok and on_module else ""
     if not (_is_class(v) or t is _FunctionType or t is _BuiltinFunctionType and _la_home(v)):
         return ""
+    if t is _FunctionType and not _library_function(v):  # the notebook's function: where the name is the notebook's
+        return "add" if on_module else ""  # own (`np.sigmoid = ...`), never over a library's
     home = _la_home(v)
-    if type(home) is not str or not home or home == "__main__" or t is _FunctionType and not _library_function(v):
+    if type(home) is not str or not home or home == "__main__":
         return ""
     return "replace" if _la_top(home) != _la_top(owner_mod) and on_module else "add"
 
@@ -118,6 +122,13 @@ def attr_label(owner: Any, name: str) -> str:
     """`owner:name` as `held` says it: a module by its `__name__`, a class by its `__name__`."""
     label = _T_NAME.__get__(owner, type) if _is_class(owner) else _la_module_name(owner)
     return f"{label}:{name}"
+
+
+def _la_std_add(v: Any) -> bool:
+    """A standard library module takes `v` under a name its worker's lacks only where it is a library's own object,
+    never the notebook's function (CRANE's worker runs the standard library's code: kernel/stdlib_own's install check
+    refuses such a function on a module it relies on anyway)."""
+    return type(v) is not _FunctionType or _library_function(v)
 
 
 def library_attrs(objs: dict, words: list, proof: _Proof) -> tuple[list, list]:
@@ -159,7 +170,7 @@ def library_attrs(objs: dict, words: list, proof: _Proof) -> tuple[list, list]:
             # (a standard library module takes a name it lacks in the worker, never another value for one it has:
             # worker/main `_set_library_attrs`; CRANE's worker runs its code)
             mode = _la_mode(name, v, True) if carriable_module(name) else \
-                "add" if _la_top(name) in _LB_STDLIB and _la_mode(name, v, True) else ""
+                "add" if _la_top(name) in _LB_STDLIB and _la_mode(name, v, True) and _la_std_add(v) else ""
             if mode:
                 carry.append((m, w, v, mode == "replace"))
     tops = {_la_top(_T_MODULE.__get__(k, type)) for k in classes if _is_class(k)}

@@ -649,7 +649,7 @@ def _register_patched(methods: Iterable | None, ns: dict) -> list:
 _NO_ATTR = object()
 
 
-def _set_library_attrs(items: Iterable | None) -> list[str]:
+def _set_library_attrs(items: Iterable | None, ns: dict) -> list[str]:
     """What an earlier cell put on library modules and classes that the cell reads (kernel/library_attrs.py:
     `np.float = float`, tqdm's `progress_apply` on pandas' classes), set on the worker's where it lacks the name, or
     (`replace`: a value of another package than the owner's) where its own differs: by identity (a value pickled by
@@ -677,7 +677,7 @@ def _set_library_attrs(items: Iterable | None) -> list[str]:
         if now is value or plain and type(now) is type(value) and now == value:
             continue
         try:
-            setattr(owner, name, value)
+            setattr(owner, name, _rebind(value, ns))  # (the notebook's function reads the namespace, as in the kernel)
         except Exception:  # noqa: BLE001 - (a read-only attribute: the crash on it is only likely)
             missed.append(f"libattr:{mod}:{name}")
     return missed
@@ -1100,7 +1100,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
                 missed.extend(_apply_settings(facts))
                 missed.extend(apply_own_modules(own, facts.get("own_modules")))
                 state["settings"] = True
-            missed.extend(_set_library_attrs(loaded.pop("\x00crane-libattrs", None)))
+            lib_attrs = loaded.pop("\x00crane-libattrs", None)
             keras = apply_keras(loaded.pop(KERAS_KEY, None))  # Keras graphs built whole
             _W["settings_missed"].extend(keras)
             missed.extend(keras)
@@ -1109,6 +1109,7 @@ def _command(ctx: _Ctx, portable: Any, line: bytes, spec: dict, facts: dict, sta
                 if name not in ns:
                     ns[name] = _rebind(obj, ns)
             state["patched"] = _register_patched([m for m in methods.values() if m], ns)  # (review r1 M1)
+            missed.extend(_set_library_attrs(lib_attrs, ns))
             if transformers is not None and not state.get("transformers"):  # the kernel's, once: the session's
                 _set_transformers(ctx.shell, transformers, ns)  # own commands may change them after (issue 42, h1)
                 state["transformers"] = True
@@ -1200,7 +1201,7 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         methods = state.pop("\x00crane-patched", None)
         transformers = state.pop(_TRANSFORMERS_KEY, None)
         _apply_settings(facts)
-        _W["settings_missed"].extend(_set_library_attrs(state.pop("\x00crane-libattrs", None)))
+        lib_attrs = state.pop("\x00crane-libattrs", None)
         _W["settings_missed"].extend(apply_keras(state.pop(KERAS_KEY, None)))  # Keras graphs built whole
         _W["settings_missed"].extend(apply_own_modules(state.pop(OWN_MODULES_KEY, None), facts.get("own_modules")))
         _W["settings_missed"].extend(_hash_missed(facts, state))
@@ -1208,11 +1209,12 @@ def _run(spec: dict, shell: Any, warm: bool, lines: _Lines) -> None:
         for name, obj in state.items():
             ns[name] = _rebind(obj, ns)
         _register_patched(methods, ns)  # (after the namespace is filled: review r1 M1)
+        _W["settings_missed"].extend(_set_library_attrs(lib_attrs, ns))
         _set_transformers(shell, transformers, ns)  # (the cell is transformed as the kernel would: issue 42, h1)
         _register_shrunk(known, ns)
         mapped = _map_devices(facts.get("torch") or {}, bool(spec.get("map_devices")))
         state.clear()  # (nothing of the load holds a copied object now: a `del` frees what it frees in the kernel)
-        obj = None
+        obj = lib_attrs = None
         arm_finalizers(carried, lambda f: _rebind(f, ns))  # the kernel's finalizers on the copies (worker/finalizers)
         carried = None
     except BaseException as exc:  # noqa: BLE001 - never a false crash: the run is unavailable
