@@ -881,7 +881,8 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
       the module or a name the kernel's module holds (`facts["own_modules"]`);
     - it reads an attribute an earlier cell set on a library module or class that the copy could not take
       (`facts["attrs_lost"]`, kernel/library_attrs.py: `np.random.default_rng = partial(<the original>)`, whose
-      function no longer pickles under its name; red team round 18, G19)."""
+      function no longer pickles under its name; red team round 18, G19), or that the worker holds otherwise and
+      may not replace (`libattr:<module>:<name>`, worker/main `_set_library_attrs`: `torch.load = my_load`)."""
     if "hash_differs" in missed and "hash(" in source:
         return "the worker's string hashes are not the kernel's (`hash()` of a string differs)"
     if reads_cpu_clock(source, (facts or {}).get("reach") or []):
@@ -903,7 +904,9 @@ def state_doubt(source: str, missed: Collection[str], facts: dict | None = None)
                 "membership test (a copied set iterates in the worker in another order than in the kernel)")
     reach = (facts or {}).get("reach") or []
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source)) | {w for w in reach if type(w) is str}
-    lost = [str(a) for a in (facts or {}).get("attrs_lost") or [] if str(a).rpartition(":")[2] in words]
+    lost = [str(a) for a in [*((facts or {}).get("attrs_lost") or []),
+                             *(m.partition(":")[2] for m in missed if m.startswith("libattr:"))]
+            if str(a).rpartition(":")[2] in words]
     if lost:
         owner, _, name = lost[0].rpartition(":")
         return (f"an earlier cell set {owner}.{name} in the kernel to a value the copy could not take (the copy's "
@@ -1034,6 +1037,9 @@ _MISSED_WORDS = {"warnings": "the warnings filters", "decimal": "the decimal con
                  "shell_settings": "the shell's settings", "logging": "the loggers' settings",
                  "socket": "the default socket timeout", "process": "the process's file-mode mask",
                  "builtins": "the values the notebook put in the builtins"}
+# a cell's reads of loggers (`logging.`, `getLogger`, `log.info(`, `logger.`) and of file modes (`umask`, `st_mode`)
+_LOGGING_READ = re.compile(r"\blogging\b|\bgetLogger\b|\b(?:log|logger|_log|LOG|LOGGER)\s*\.")
+_FILE_MODE_READ = re.compile(r"\bumask\b|\bst_mode\b|\bS_IMODE\b|\bchmod\b|\bfilemode\b")
 # carried state (shared/carry.py's keys) -> does this crash possibly rest on it (when it was not proven equal)
 _MISSED_STATE = {
     "warnings": lambda v, source, frames: (v.ename or "").endswith("Warning"),
@@ -1050,9 +1056,9 @@ _MISSED_STATE = {
     "random": lambda v, source, frames: "random" in source,
     "numpy_random": lambda v, source, frames: "random" in source,
     "tf": lambda v, source, frames: "random" in source,  # (its seed, op-seed generator, global tf.random.Generator)
-    "logging": lambda v, source, frames: _in_frames(frames, "logging") or "log" in source.lower(),
+    "logging": lambda v, source, frames: _in_frames(frames, "logging") or _LOGGING_READ.search(source) is not None,
     "socket": lambda v, source, frames: (v.ename or "") in ("TimeoutError", "timeout") or _in_frames(frames, "socket"),
-    "process": lambda v, source, frames: "mode" in source or "stat" in source,
+    "process": lambda v, source, frames: _FILE_MODE_READ.search(source) is not None,
     "builtins": lambda v, source, frames: (v.ename or "") == "NameError",
     # the notebook's shell state the worker lacks (`shell_missed`): transformers that rewrite every cell (a name they
     # define, a call they wrap) and were not copied, the shell's settings (interactivity, `__future__` flags, formats, autoawait) when their dicts held a key that is
@@ -1196,7 +1202,7 @@ def copy_crash_certain(v: SandboxVerdict, source: str, held: CopyFacts, facts: d
 _NO_ATTRIBUTE = re.compile(r"^(?:module '([\w.]+)'|'(\w+)' object|type object '(\w+)') has no attribute '(\w+)'")
 
 
-def _library_attr_lacking(v: SandboxVerdict, facts: dict) -> str | None:
+def _library_attr_lacking(v: SandboxVerdict, facts: dict, patched: Collection[str] = ()) -> str | None:
     """An AttributeError in the copy naming an attribute the kernel's library module or class holds (env.json's
     `attrs_held`, kernel/library_attrs.py: what an earlier cell put there, `np.float = float`, `tqdm.pandas()`, that
     the copy could not set on the worker's): the kernel has it (red team round 18, G2, G19)."""
@@ -1206,6 +1212,8 @@ def _library_attr_lacking(v: SandboxVerdict, facts: dict) -> str | None:
     if m is None:
         return None
     owner = m.group(1) or m.group(2) or m.group(3)
+    if owner in patched:  # (crash_doubt says it: the notebook patched that library class beyond what is carried)
+        return None
     if f"{owner}:{m.group(4)}" not in set(facts.get("attrs_held") or []):
         return None
     return (f"the kernel's {owner} has the attribute {m.group(4)!r} (an earlier cell put it there) and the copy's "
@@ -1237,7 +1245,7 @@ def copy_crash_doubt(v: SandboxVerdict, source: str, held: CopyFacts, facts: dic
     held_otherwise = state_doubt(source, missed, facts)
     if held_otherwise is not None:
         return held_otherwise
-    lacking = _library_attr_lacking(v, facts)
+    lacking = _library_attr_lacking(v, facts, held.patched)
     if lacking is not None:
         return lacking
     lines = source.splitlines()

@@ -185,8 +185,11 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         extra, readers, reach, reach_sets = dynamic_reads(ns, names + by_string, req["strings"])
         guessed = _guessed_objects(ns, by_string + extra + _classes_by_name(ns, objs), req["skip"], objs, proof)
         builtins_lost: list = []  # (names the kernel's builtins hold that could not be copied: copy_crash_doubt)
-        guessed.update(_added_builtins(ns, names + [w for w in reach if type(w) is str], req["skip"],
-                                       {**objs, **guessed}, proof, builtins_lost))
+        added = _added_builtins(ns, names + [w for w in reach if type(w) is str], req["skip"], {**objs, **guessed},
+                                proof, builtins_lost)
+        guessed.update(added)
+        added_names = list(added)
+        del added
         spec, why, raw = _plan(objs, proof, req["miniature"], limit, room)
         if guessed:  # (taken only where they fit: no shrinking of the cell's own values because of a guess)
             try:
@@ -234,7 +237,10 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     methods = _patched_methods(proof, objs)
     if methods:
         objs["\x00crane-patched"] = methods
-    lib_attrs, attrs_held = library_attrs(objs, req["attrs"] + [w for w in reach if type(w) is str], proof)
+    try:
+        lib_attrs, attrs_held = library_attrs(objs, req["attrs"] + [w for w in reach if type(w) is str], proof)
+    except Exception:  # (nothing carried: never the export's failure)
+        lib_attrs, attrs_held = [], []
     attrs_lost = [attr_label(o, n) for o, n, v, _ in lib_attrs if not _copies(v, proof)]
     lib_attrs = [item for item in lib_attrs if attr_label(item[0], item[1]) not in attrs_lost]
     tag = f"-{req['tag']}" if req["tag"] else ""  # a session's exports: state-N.pkl, buf-N-i
@@ -253,6 +259,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
             if name in rebinds and runs_python_when_freed(dropped):
                 left_out.append(f"`{name}` ({_type_name(dropped)})")
             dropped = None
+    builtins_lost += [n for n in added_names if n not in objs]  # (left out for size, or its dry run failed)
     # what an earlier cell put on library modules and classes (kernel/library_attrs.py), each where it pickles (a dry
     # run: `np.random.default_rng = partial(<the original>)` names a function no longer found under its name)
     if lib_attrs:
@@ -388,6 +395,12 @@ _SHELL_BUILTINS = {"input", "open", "display", "get_ipython", "exit", "quit", "h
                    "NotImplemented", "WindowsError"}
 
 
+def _carried_builtin(v: Any) -> bool:
+    """A plain value shared/carry `_read_builtins` carries (a finite float: JSON has no other)."""
+    t = type(v)
+    return t is bool or t is int or t is str or t is type(None) or t is float and v - v == 0.0
+
+
 def _added_builtins(ns: dict, names: list, skip: list, objs: dict, proof: _Proof, lost: list) -> dict:
     """{name: value} of the names the cell (or a notebook function it reaches) reads that the namespace lacks and
     the kernel's builtins hold beyond the interpreter's and the shell's own (`builtins.DEBUG = True`,
@@ -403,6 +416,8 @@ def _added_builtins(ns: dict, names: list, skip: list, objs: dict, proof: _Proof
                 or name not in _PR_REAL:
             continue
         obj = dict.get(_PR_REAL, name)  # (its keys proven exact `str` with every module's: lookups.odd_key)
+        if _carried_builtin(obj):
+            continue  # (a plain value: set on the worker's builtins, shared/carry `_read_builtins`)
         if _copies(obj, proof):
             out[name] = obj
         else:

@@ -18,8 +18,9 @@ hold (`pandas.Series` for `df.b.progress_apply`):
   runs (kernel/library.carriable_module); a standard library module only takes a name it lacks there
   (`collections.Callable`). The export keeps those
   that are copyable; the worker sets them (worker/main `_set_library_attrs`);
-- `held`: `owner:name` for every name found (`numpy:float`, `Series:progress_apply`): an AttributeError naming
-  one in the copy is only likely (transplant.copy_crash_doubt): the kernel has it.
+- `held`: `owner:name` for every name found whose value is not of the owner's own package (`numpy:float`,
+  `Series:progress_apply`): an AttributeError naming one in the copy is only likely (transplant.copy_crash_doubt):
+  the kernel has it.
 Module and class dicts are read by C descriptors once their keys are proven exact `str`; a function's home by its
 C `__module__`; nothing of the notebook's runs; bounded work (`_LA_CLASSES` classes, `_LA_WORDS` names).
 """
@@ -61,33 +62,36 @@ def _la_top(name: Any) -> str:
 
 
 def _la_module_name(m: Any) -> Any:
-    return dict.get(_mdict(m), "__name__")
+    d = _mdict(m)
+    return dict.get(d, "__name__") if _la_str_keys(d) else None
 
 
 def _la_home(v: Any) -> Any:
-    """The module a class or function says it is of (a C read), "" where none can be read."""
+    """The module a class or function says it is of (a C read), an exact `str`; "" where none can be read."""
     t = type(v)
+    home: Any = ""
     try:
         if _is_class(v):
-            return _T_MODULE.__get__(v, type)
-        if t is _FunctionType:
-            return _LA_FN_MODULE.__get__(v, t)
-        if t is _BuiltinFunctionType:
+            home = _T_MODULE.__get__(v, type)
+        elif t is _FunctionType:
+            home = _LA_FN_MODULE.__get__(v, t)
+        elif t is _BuiltinFunctionType:
             owner = _LA_BF_SELF.__get__(v, t)
-            return _la_module_name(owner) if type(owner) is _ModuleType else ""
-    except Exception:
+            home = _la_module_name(owner) if type(owner) is _ModuleType else ""
+    except Exception:  # (a heap type with no `__module__`: SWIG's)
         return ""
-    return ""
+    return home if type(home) is str else ""  # (exact: nothing of a planted value's runs where it is compared)
 
 
 def _la_partial() -> Any:
     """`functools.partial` where it is the C type (`type` its metaclass, a C `__new__`), else None."""
     fd = _mdict(_module("functools"))
     p = dict.get(fd, "partial") if _la_str_keys(fd) else None
-    if type(p) is not type or _T_MODULE.__get__(p, type) != "functools":
+    if type(p) is not type or _la_home(p) != "functools":  # (`_la_home`: an exact `str` or "")
         return None
     pd = _cls_dict(p)  # (the C type's own `__new__`, and `func` a C member: a Python class has neither so)
-    if type(pd.get("__new__")) is not _BuiltinFunctionType or type(pd.get("func")) is not _MemberDescriptorType:
+    if not _la_str_keys(pd) or type(pd.get("__new__")) is not _BuiltinFunctionType \
+            or type(pd.get("func")) is not _MemberDescriptorType:
         return None
     return p
 
@@ -105,7 +109,7 @@ def _la_mode(owner_mod: str, v: Any, on_module: bool) -> str:
     if t is _ModuleType:
         return ""  # (unpickled, a module is imported in the worker: one the notebook put there, too, `pd.np = np`)
     if t is _la_partial():
-        func = _cls_dict(t).get("func")  # (the C type's member: nothing of the notebook's runs)
+        func = _cls_dict(t).get("func")  # (the C type's member, its keys proven: nothing of the notebook's runs)
         ok = type(func) is _MemberDescriptorType and _library_function(func.__get__(v, t))
         return "replace" if ok and on_module else ""
     if not (_is_class(v) or t is _FunctionType or t is _BuiltinFunctionType and _la_home(v)):
@@ -166,14 +170,15 @@ def library_attrs(objs: dict, words: list, proof: _Proof) -> tuple[list, list]:
             if w not in d:
                 continue
             v = dict.get(d, w)
-            held.append(attr_label(m, w))
+            if _la_top(_la_home(v)) != _la_top(name):  # (not the module's own package's: what a cell may have put)
+                held.append(attr_label(m, w))
             # (a standard library module takes a name it lacks in the worker, never another value for one it has:
             # worker/main `_set_library_attrs`; CRANE's worker runs its code)
             mode = _la_mode(name, v, True) if carriable_module(name) else \
                 "add" if _la_top(name) in _LB_STDLIB and _la_mode(name, v, True) and _la_std_add(v) else ""
             if mode:
                 carry.append((m, w, v, mode == "replace"))
-    tops = {_la_top(_T_MODULE.__get__(k, type)) for k in classes if _is_class(k)}
+    tops = {_la_top(_la_home(k)) for k in classes if _is_class(k)}
     for top in sorted(t for t in tops if t and carriable_module(t)):
         d = _mdict(_module(top))  # the package's top module's classes (`pandas.Series`)
         if _la_str_keys(d):
@@ -186,14 +191,15 @@ def library_attrs(objs: dict, words: list, proof: _Proof) -> tuple[list, list]:
                 continue
             seen.add(id(k))
             kd = _cls_dict(k)
-            mod = _T_MODULE.__get__(k, type) if proof.library_class(k) else None
-            if type(mod) is not str or not _la_str_keys(kd):
+            mod = _la_home(k) if proof.library_class(k) else ""
+            if not mod or not _la_str_keys(kd):
                 continue
             for w in sorted(want):
                 if w not in kd:
                     continue
                 v = kd[w]
-                held.append(attr_label(k, w))
+                if _la_top(_la_home(v)) != _la_top(mod):  # (not the class's own package's code)
+                    held.append(attr_label(k, w))
                 # (a library's function on another library's class: tqdm's `progress_apply` on pandas'; the
                 # notebook's own functions there travel as kernel/environment._patched_methods)
                 if carriable_module(mod) and type(v) is _FunctionType and proof._pristine_value(v, 0) \

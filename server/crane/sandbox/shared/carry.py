@@ -498,10 +498,11 @@ _STANDARD_SIMPLE = ("True", "False", "None")
 
 def _read_builtins(lib: Any) -> Any:
     """Plain values the notebook put in the builtins (`builtins.DEBUG = True`; red team round 18, G10: `if DEBUG:`
-    was a certain false NameError in the copy): every public name whose value is a plain builtin. (Other values
-    the notebook put there are copied as the cell's names: kernel/export `_added_builtins`.)"""
+    was a certain false NameError in the copy): every public name whose value is a plain builtin (a finite float:
+    JSON has no other). (Other values the notebook put there are copied as the cell's names: kernel/export
+    `_added_builtins`.)"""
     return {k: v for k, v in dict.items(lib.mod("builtins")) if type(k) is str and not k.startswith("_")
-            and k not in _STANDARD_SIMPLE and _simple(v)}
+            and k not in _STANDARD_SIMPLE and _simple(v) and (type(v) is not float or v - v == 0.0)}
 
 
 # (key, reader, the module whose presence means the library is loaded; "" for always)

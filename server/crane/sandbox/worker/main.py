@@ -21,6 +21,7 @@ A worker serves one run (its state is the run's) and ends.
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import os
@@ -653,10 +654,12 @@ def _set_library_attrs(items: Iterable | None, ns: dict) -> list[str]:
     """What an earlier cell put on library modules and classes that the cell reads (kernel/library_attrs.py:
     `np.float = float`, tqdm's `progress_apply` on pandas' classes), set on the worker's where it lacks the name, or
     (`replace`: a value of another package than the owner's) where its own differs: by identity (a value pickled by
-    reference is the worker's own object: nothing to do), plain values by equality.
-    Never on a library CRANE's worker runs, nor another value for a name a standard library module has (checked here
-    again). Returns `libattr:`
-    entries for the ones it could not set (a crash on them is then only likely)."""
+    reference is the worker's own object: nothing to do), plain values by equality (NaN equal to NaN), partials by
+    their function, arguments and keywords (a library's own partial arrives as a copy). Read from the owner's own
+    dict (a module's `__getattr__` never runs). Never on a library CRANE's worker runs, nor another value for a name
+    a standard library module has (checked here again). Returns `libattr:<module>:<name>` for each it could not set
+    or that the worker holds otherwise and may not replace (the notebook's function over a library's,
+    `torch.load = my_load`): a verdict of a cell reading the name is then only likely (transplant.state_doubt)."""
     missed: list[str] = []
     for owner, name, value, replace in items or ():
         if type(name) is not str:
@@ -664,23 +667,43 @@ def _set_library_attrs(items: Iterable | None, ns: dict) -> list[str]:
         is_class = isinstance(owner, type)
         try:
             mod = type.__dict__["__module__"].__get__(owner, type) if is_class else owner.__name__
+            own = type.__dict__["__dict__"].__get__(owner, type) if is_class else vars(owner)
+            now = own.get(name, _NO_ATTR)
         except Exception:  # noqa: BLE001 - (a heap type with no `__module__`)
             continue
-        now = type.__dict__["__dict__"].__get__(owner, type).get(name, _NO_ATTR) if is_class else \
-            getattr(owner, name, _NO_ATTR)
-        if not carriable_module(mod) and (is_class or mod.partition(".")[0] not in sys.stdlib_module_names):
+        if type(mod) is not str or not carriable_module(mod) and (
+                is_class or mod.partition(".")[0] not in sys.stdlib_module_names):
+            continue
+        if _same_value(now, value):
             continue
         if now is not _NO_ATTR and (not replace or not carriable_module(mod)):
-            continue  # (a name the worker's has: only another package's value replaces it, never on the standard
-            # library's, whose code CRANE's worker runs)
-        plain = type(value) in (bool, int, float, complex, str, bytes, type(None))
-        if now is value or plain and type(now) is type(value) and now == value:
+            # (a name the worker's has: only another package's value replaces it, never on the standard library's,
+            # whose code CRANE's worker runs)
+            missed.append(f"libattr:{mod}:{name}")
             continue
         try:
             setattr(owner, name, _rebind(value, ns))  # (the notebook's function reads the namespace, as in the kernel)
         except Exception:  # noqa: BLE001 - (a read-only attribute: the crash on it is only likely)
             missed.append(f"libattr:{mod}:{name}")
     return missed
+
+
+def _same_value(now: Any, value: Any) -> bool:
+    """The worker's `now` holds what the kernel's `value` is: the very object, an equal plain value, or a partial of
+    the same function with equal arguments."""
+    if now is value:
+        return True
+    t = type(value)
+    if type(now) is not t:
+        return False
+    if t in (bool, int, float, complex, str, bytes):
+        return bool(now == value) or t is float and now != now and value != value
+    if t is functools.partial:
+        try:
+            return bool(now.func is value.func and now.args == value.args and now.keywords == value.keywords)
+        except Exception:  # noqa: BLE001 - (arguments whose comparison fails: not the same)
+            return False
+    return False
 
 
 def _lift_patched(set_: list, methods: dict) -> None:
