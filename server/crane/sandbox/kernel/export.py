@@ -86,6 +86,7 @@ from crane.sandbox.kernel.stops import (  # kernel: strip
 )
 from crane.sandbox.kernel.transformers import TRANSFORMERS_KEY, shell_transformers, transformers_missed  # kernel: strip
 from crane.sandbox.kernel.waiting import shell_watch  # kernel: strip
+from crane.sandbox.shared.carry import plain_builtin  # kernel: strip
 from crane.sandbox.shared.keras_graph import KERAS_KEY, KerasGraph  # kernel: strip
 from crane.sandbox.shared.own_modules import OWN_MODULES_KEY  # kernel: strip
 from crane.sandbox.shared.tf_data import tf_data_reducers  # kernel: strip
@@ -241,8 +242,13 @@ def _export(args: Any, resealed: list, held: list) -> dict:
         lib_attrs, attrs_held = library_attrs(objs, req["attrs"] + [w for w in reach if type(w) is str], proof)
     except Exception:  # (nothing carried: never the export's failure)
         lib_attrs, attrs_held = [], []
-    attrs_lost = [attr_label(o, n) for o, n, v, _ in lib_attrs if not _copies(v, proof)]
-    lib_attrs = [item for item in lib_attrs if attr_label(item[0], item[1]) not in attrs_lost]
+    attrs_lost: list = []  # (what an earlier cell set there that the copy could not take: state_doubt)
+    copyable: list = []
+    for item in lib_attrs:
+        (copyable if _copies(item[2], proof) else attrs_lost).append(item)
+    attrs_lost = [attr_label(o, n) for o, n, _, _ in attrs_lost]
+    lib_attrs = copyable
+    del copyable
     tag = f"-{req['tag']}" if req["tag"] else ""  # a session's exports: state-N.pkl, buf-N-i
     _phase(d, "copying")
     ctl.copying()
@@ -252,9 +258,12 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     # each guess, and each value the cell rebinds copied for its finalizer, pickles on its own or is left out (a dry
     # run, counted, not written): a rebound connection (3.13's sqlite3.Connection has `__del__`) failed the export
     left_out: list = []  # values the cell rebinds whose freeing runs Python code, left out (kernel/finalizers.py)
+
+    def pickles(part: dict) -> bool:  # (a dry run: counted, not written)
+        return dump_state(part, reducers, cp=cp, d=None, tag=tag, ctl=_Control(d, max_s, cap), proof=proof)["ok"]
+
     for name in trials:
-        if not dump_state({name: objs[name]}, reducers, cp=cp, d=None, tag=tag, ctl=_Control(d, max_s, cap),
-                          proof=proof)["ok"]:
+        if not pickles({name: objs[name]}):
             dropped = objs.pop(name, None)
             if name in rebinds and runs_python_when_freed(dropped):
                 left_out.append(f"`{name}` ({_type_name(dropped)})")
@@ -263,11 +272,8 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     # what an earlier cell put on library modules and classes (kernel/library_attrs.py), each where it pickles (a dry
     # run: `np.random.default_rng = partial(<the original>)` names a function no longer found under its name)
     if lib_attrs:
-        def pickles(items: list) -> bool:
-            return dump_state({"\x00crane-libattrs": items}, reducers, cp=cp, d=None, tag=tag,
-                              ctl=_Control(d, max_s, cap), proof=proof)["ok"]
-
-        kept_attrs = lib_attrs if pickles(lib_attrs) else [item for item in lib_attrs if pickles([item])]
+        kept_attrs = lib_attrs if pickles({"\x00crane-libattrs": lib_attrs}) else \
+            [item for item in lib_attrs if pickles({"\x00crane-libattrs": [item]})]
         attrs_lost += [attr_label(item[0], item[1]) for item in lib_attrs if not any(item is k for k in kept_attrs)]
         if kept_attrs:
             objs["\x00crane-libattrs"] = kept_attrs
@@ -277,9 +283,7 @@ def _export(args: Any, resealed: list, held: list) -> dict:
     # one that does not is missed, never the export's failure)
     transformers, shell_missed = shell_transformers(shell, proof)
     if transformers is not None:
-        trial = dump_state({TRANSFORMERS_KEY: transformers}, reducers, cp=cp, d=None, tag=tag,
-                           ctl=_Control(d, max_s, cap), proof=proof)
-        if trial["ok"]:
+        if pickles({TRANSFORMERS_KEY: transformers}):
             objs[TRANSFORMERS_KEY] = transformers
         else:
             shell_missed = transformers_missed(transformers)
@@ -395,12 +399,6 @@ _SHELL_BUILTINS = {"input", "open", "display", "get_ipython", "exit", "quit", "h
                    "NotImplemented", "WindowsError"}
 
 
-def _carried_builtin(v: Any) -> bool:
-    """A plain value shared/carry `_read_builtins` carries (a finite float: JSON has no other)."""
-    t = type(v)
-    return t is bool or t is int or t is str or t is type(None) or t is float and v - v == 0.0
-
-
 def _added_builtins(ns: dict, names: list, skip: list, objs: dict, proof: _Proof, lost: list) -> dict:
     """{name: value} of the names the cell (or a notebook function it reaches) reads that the namespace lacks and
     the kernel's builtins hold beyond the interpreter's and the shell's own (`builtins.DEBUG = True`,
@@ -416,7 +414,7 @@ def _added_builtins(ns: dict, names: list, skip: list, objs: dict, proof: _Proof
                 or name not in _PR_REAL:
             continue
         obj = dict.get(_PR_REAL, name)  # (its keys proven exact `str` with every module's: lookups.odd_key)
-        if _carried_builtin(obj):
+        if plain_builtin(obj):
             continue  # (a plain value: set on the worker's builtins, shared/carry `_read_builtins`)
         if _copies(obj, proof):
             out[name] = obj

@@ -42,7 +42,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _mro,
 )
 from crane.sandbox.kernel.library import _LB_STDLIB, carriable_module  # kernel: strip
-from crane.sandbox.kernel.lookups import _LK_IS, _LK_REPEAT  # kernel: strip
+from crane.sandbox.kernel.lookups import _str_keys  # kernel: strip
 from crane.sandbox.kernel.proof import _is_class, _library_function, _Proof  # kernel: strip
 
 _LA_WORDS = 300  # attribute names looked for, at most
@@ -53,17 +53,13 @@ _LA_FN_MODULE = _FunctionType.__dict__["__module__"]
 _LA_BF_SELF = _BuiltinFunctionType.__dict__["__self__"]
 
 
-def _la_str_keys(d: Any) -> bool:
-    return sum(map(_LK_IS, map(type, d), _LK_REPEAT(str))) == len(d)
-
-
 def _la_top(name: Any) -> str:
     return name.partition(".")[0] if type(name) is str else ""
 
 
 def _la_module_name(m: Any) -> Any:
     d = _mdict(m)
-    return dict.get(d, "__name__") if _la_str_keys(d) else None
+    return dict.get(d, "__name__") if _str_keys(d) else None
 
 
 def _la_home(v: Any) -> Any:
@@ -86,29 +82,29 @@ def _la_home(v: Any) -> Any:
 def _la_partial() -> Any:
     """`functools.partial` where it is the C type (`type` its metaclass, a C `__new__`), else None."""
     fd = _mdict(_module("functools"))
-    p = dict.get(fd, "partial") if _la_str_keys(fd) else None
+    p = dict.get(fd, "partial") if _str_keys(fd) else None
     if type(p) is not type or _la_home(p) != "functools":  # (`_la_home`: an exact `str` or "")
         return None
     pd = _cls_dict(p)  # (the C type's own `__new__`, and `func` a C member: a Python class has neither so)
-    if not _la_str_keys(pd) or type(pd.get("__new__")) is not _BuiltinFunctionType \
+    if not _str_keys(pd) or type(pd.get("__new__")) is not _BuiltinFunctionType \
             or type(pd.get("func")) is not _MemberDescriptorType:
         return None
     return p
 
 
-def _la_mode(owner_mod: str, v: Any, on_module: bool) -> str:
+def _la_mode(owner_mod: str, v: Any, on_module: bool, partial: Any) -> str:
     """How `v`, found on a library module or class of `owner_mod`, travels: "replace" (set on the worker's where
     its own differs: a class or function of another package than the owner's, `np.float = float`; a
     `functools.partial` of a library's function; a plain value on a module), "add" (set only where the worker's
     lacks the name: the owner's own package's class or function under another name,
     `collections.Callable`; the notebook's function, where the name is the notebook's own), or "" (not at all: a
-    bound method or an instance, the library's own object; the notebook's classes)."""
+    bound method or an instance, the library's own object; the notebook's classes). `partial`: `_la_partial()`."""
     t = type(v)
     if on_module and any(t is c for c in _LA_SIMPLE):
         return "replace"
     if t is _ModuleType:
         return ""  # (unpickled, a module is imported in the worker: one the notebook put there, too, `pd.np = np`)
-    if t is _la_partial():
+    if partial is not None and t is partial:
         func = _cls_dict(t).get("func")  # (the C type's member, its keys proven: nothing of the notebook's runs)
         ok = type(func) is _MemberDescriptorType and _library_function(func.__get__(v, t))
         return "replace" if ok and on_module else ""
@@ -117,7 +113,7 @@ def _la_mode(owner_mod: str, v: Any, on_module: bool) -> str:
     if t is _FunctionType and not _library_function(v):  # the notebook's function: where the name is the notebook's
         return "add" if on_module else ""  # own (`np.sigmoid = ...`), never over a library's
     home = _la_home(v)
-    if type(home) is not str or not home or home == "__main__":
+    if not home or home == "__main__":
         return ""
     return "replace" if _la_top(home) != _la_top(owner_mod) and on_module else "add"
 
@@ -142,6 +138,7 @@ def library_attrs(objs: dict, words: list, proof: _Proof) -> tuple[list, list]:
     held: list = []
     if not want:
         return carry, held
+    partial = _la_partial()
     modules: list = []
     classes: list = []
     for key, v in dict.items(objs):
@@ -155,12 +152,12 @@ def library_attrs(objs: dict, words: list, proof: _Proof) -> tuple[list, list]:
             classes.append(type(v))
     for m in list(modules):  # a submodule one step down (`np.random` for `np.random.default_rng`)
         d = _mdict(m)
-        if _la_str_keys(d):
+        if _str_keys(d):
             modules.extend(s for w in want if type(s := dict.get(d, w)) is _ModuleType)
     seen: set = set()
     for m in modules:
         d = _mdict(m)
-        if id(m) in seen or not _la_str_keys(d):
+        if id(m) in seen or not _str_keys(d):
             continue
         seen.add(id(m))
         name = _la_module_name(m)
@@ -174,14 +171,15 @@ def library_attrs(objs: dict, words: list, proof: _Proof) -> tuple[list, list]:
                 held.append(attr_label(m, w))
             # (a standard library module takes a name it lacks in the worker, never another value for one it has:
             # worker/main `_set_library_attrs`; CRANE's worker runs its code)
-            mode = _la_mode(name, v, True) if carriable_module(name) else \
-                "add" if _la_top(name) in _LB_STDLIB and _la_mode(name, v, True) and _la_std_add(v) else ""
+            mode = _la_mode(name, v, True, partial)
+            if not carriable_module(name):
+                mode = "add" if mode and _la_top(name) in _LB_STDLIB and _la_std_add(v) else ""
             if mode:
                 carry.append((m, w, v, mode == "replace"))
     tops = {_la_top(_la_home(k)) for k in classes if _is_class(k)}
     for top in sorted(t for t in tops if t and carriable_module(t)):
         d = _mdict(_module(top))  # the package's top module's classes (`pandas.Series`)
-        if _la_str_keys(d):
+        if _str_keys(d):
             classes.extend(v for v in dict.values(d) if _is_class(v))
     for cls in classes[:_LA_CLASSES]:
         if not _is_class(cls) or not proof.library_class(cls):
@@ -192,17 +190,18 @@ def library_attrs(objs: dict, words: list, proof: _Proof) -> tuple[list, list]:
             seen.add(id(k))
             kd = _cls_dict(k)
             mod = _la_home(k) if proof.library_class(k) else ""
-            if not mod or not _la_str_keys(kd):
+            if not mod or not _str_keys(kd):
                 continue
             for w in sorted(want):
                 if w not in kd:
                     continue
                 v = kd[w]
-                if _la_top(_la_home(v)) != _la_top(mod):  # (not the class's own package's code)
-                    held.append(attr_label(k, w))
+                if _la_top(_la_home(v)) == _la_top(mod):  # (the class's own package's code)
+                    continue
+                held.append(attr_label(k, w))
                 # (a library's function on another library's class: tqdm's `progress_apply` on pandas'; the
                 # notebook's own functions there travel as kernel/environment._patched_methods)
                 if carriable_module(mod) and type(v) is _FunctionType and proof._pristine_value(v, 0) \
-                        and _la_top(_la_home(v)) != _la_top(mod) and _la_mode(mod, v, False):
+                        and _la_mode(mod, v, False, partial):
                     carry.append((k, w, v, False))
     return carry, held[:_LA_HELD]

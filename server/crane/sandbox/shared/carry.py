@@ -502,7 +502,12 @@ def _read_builtins(lib: Any) -> Any:
     JSON has no other). (Other values the notebook put there are copied as the cell's names: kernel/export
     `_added_builtins`.)"""
     return {k: v for k, v in dict.items(lib.mod("builtins")) if type(k) is str and not k.startswith("_")
-            and k not in _STANDARD_SIMPLE and _simple(v) and (type(v) is not float or v - v == 0.0)}
+            and k not in _STANDARD_SIMPLE and plain_builtin(v)}
+
+
+def plain_builtin(v: Any) -> bool:
+    """A value `_read_builtins` carries: a plain builtin, a float only where finite (JSON has no other)."""
+    return _simple(v) and (type(v) is not float or v - v == 0.0)
 
 
 # (key, reader, the module whose presence means the library is loaded; "" for always)
