@@ -39,7 +39,7 @@ from crane.sandbox.kernel.bound import (  # kernel: strip
     _mro,
 )
 from crane.sandbox.kernel.library import carriable_module  # kernel: strip
-from crane.sandbox.kernel.lookups import _LK_IS, _LK_REPEAT  # kernel: strip
+from crane.sandbox.kernel.lookups import _str_keys  # kernel: strip
 from crane.sandbox.kernel.proof import (  # kernel: strip
     _OWN_REDUCER_MODULES,
     _call,
@@ -266,11 +266,6 @@ def _settings(proof: _Proof, recursion_limit: int) -> dict:
     return out
 
 
-def _lib_str_keys(d: Any) -> bool:
-    """Every key of `d` (a dict or a class's mappingproxy) is an exact `str`: nothing of a key's is called."""
-    return sum(map(_LK_IS, map(type, d), _LK_REPEAT(str))) == len(d)
-
-
 class _Lib:
     """What shared/carry.py's read side may touch in the kernel: plain modules' namespaces, functions proven to be
     the library's own (and named as expected: `np.geterr = os.fork` is not called), C-level attributes."""
@@ -295,7 +290,7 @@ class _Lib:
         if _is_class(cls):
             for k in _mro(cls):
                 kd = _cls_dict(k)
-                if not _lib_str_keys(kd):
+                if not _str_keys(kd):
                     raise _Refused(f"{name}: a class's dict holds a key that is not a plain string")
                 if name in kd:
                     return kd[name]
@@ -314,7 +309,7 @@ class _Lib:
         """The object's instance dict, once its keys are proven exact `str` (its callers read it with `get`: a
         planted key sharing a name's hash would have its `__eq__` run; refused otherwise: that state is unread)."""
         d = own_dict(obj)
-        if not _lib_str_keys(d):
+        if not _str_keys(d):
             raise _Refused("an instance dict holds a key that is not a plain string")
         return d
 
@@ -338,7 +333,7 @@ class _Lib:
         obj: Any = _module(mod)
         for part in qual.split("."):
             d = _mdict(obj) if type(obj) is _MODULE_TYPE else _cls_dict(obj) if _is_class(obj) else {}
-            if not _lib_str_keys(d):
+            if not _str_keys(d):
                 return None
             obj = d.get(part)
         return f"{mod}:{qual}" if obj is cls else None
@@ -412,7 +407,7 @@ def _accessors(proof: _Proof) -> list:
         cls: Any = pd.get(target)
         if not _is_class(cls) or not proof.library_class(cls):
             continue
-        if not _lib_str_keys(_cls_dict(cls)):  # (library_class proved its MRO's dicts: this one, read again now)
+        if not _str_keys(_cls_dict(cls)):  # (library_class proved its MRO's dicts: this one, read again now)
             continue
         names = _cls_dict(cls).get("_accessors")
         found: list = list(set.__iter__(names)) if type(names) is set else \
@@ -422,7 +417,7 @@ def _accessors(proof: _Proof) -> list:
             if not _is_class(type(acc)) or not proof.library_class(type(acc)):
                 continue
             ad = own_dict(acc)
-            inner = dict.get(ad, "_accessor") if _lib_str_keys(ad) else None
+            inner = dict.get(ad, "_accessor") if _str_keys(ad) else None
             if type(inner) is type and not proof.library_class(inner):
                 out.append((target, name, inner))
     return out
